@@ -1,0 +1,110 @@
+// The compute interface the model is written against.
+//
+// The model never knows which backend runs it: it calls these methods with pointers into
+// buffers the backend allocated. Shapes follow llm.c's conventions and are given in the
+// comments: B batch, T time, C channels, NH heads, V vocabulary, Vp padded vocabulary,
+// N = B*T rows. A matrix weight is stored (OC, C): out = inp @ weight^T.
+//
+// Backward convention: every backward method ACCUMULATES (+=) into its gradient outputs,
+// both parameter gradients (so gradient accumulation over micro-steps is free) and
+// activation gradients (so a residual stream's gradient can be summed in place). A null
+// gradient output pointer means "not needed" and is skipped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace zt {
+
+/// Hyper-parameters of one AdamW step, already including bias corrections and the
+/// multiplier that folds gradient clipping (and, later, loss-scale unscaling) into the read
+/// of the gradient: g = grad * grad_scale.
+struct AdamWStep {
+    float lr = 0.f;
+    float beta1 = 0.9f;
+    float beta2 = 0.95f;
+    float eps = 1e-8f;
+    float weight_decay = 0.f;   ///< decoupled: p -= lr * wd * p
+    float bias_correction1 = 1.f;  ///< 1 - beta1^t
+    float bias_correction2 = 1.f;  ///< 1 - beta2^t
+    float grad_scale = 1.f;
+};
+
+class Backend {
+  public:
+    virtual ~Backend() = default;
+    virtual std::string name() const = 0;
+
+    /// Memory for activations / gradients / state. Zero-initialized. Freed with free().
+    virtual float* alloc_floats(size_t n) = 0;
+    virtual void free(void* p) = 0;
+    virtual void zero(float* p, size_t n) = 0;
+    virtual void copy(float* dst, const float* src, size_t n) = 0;
+
+    /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
+    virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                int N, int C, int OC) = 0;
+    /// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_rows dout.
+    virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, int N, int C, int OC) = 0;
+
+    /// out (N, C) = (inp - mean) * rstd * weight + bias, eps 1e-5; saves mean (N), rstd (N).
+    virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                   const float* weight, const float* bias, int N, int C) = 0;
+    virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                    const float* inp, const float* weight, const float* mean,
+                                    const float* rstd, int N, int C) = 0;
+
+    /// GELU, tanh approximation (GPT-2's).
+    virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+    virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+    /// out = a + b (n elements). out may alias a or b.
+    virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+
+    /// Causal multi-head self-attention.
+    /// qkv (B, T, 3C): per row [q | k | v], head h uses columns [h*hs, (h+1)*hs) of each part.
+    /// out (B, T, C); att (B, NH, T, T) receives the softmax probabilities (saved for backward;
+    /// entries above the diagonal are unspecified).
+    virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                   int NH) = 0;
+    /// dqkv (B, T, 3C) += ...; scratch holds at least attention_scratch_floats(B, T, NH) floats.
+    virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                    const float* att, int B, int T, int C, int NH) = 0;
+    virtual size_t attention_scratch_floats(int B, int T, int NH) const = 0;
+
+    /// out (B, T, C) = wte[tokens[b, t]] + wpe[t].
+    virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                                 int B, int T, int C) = 0;
+    /// dwte (Vp, C) += scatter of dout by token; dwpe (T, C) += sum over batch.
+    virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                  int B, int T, int C) = 0;
+
+    /// Row-wise softmax cross-entropy over the first V of Vp logit columns (padded columns
+    /// are never predicted). losses (N) = -log p[target]. If dloss != 0, logits (N, Vp) are
+    /// overwritten by d(dloss * sum losses)/dlogits, with zeros in the padded columns.
+    /// A target < 0 marks a row that is ignored (loss 0, gradient 0).
+    virtual void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N,
+                                       int V, int Vp, float dloss) = 0;
+
+    /// One AdamW step over n elements: param, m, v updated in place from grad * grad_scale.
+    /// weight_decay applies to the whole span (callers split spans by decay mask).
+    virtual void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                              const AdamWStep& step) = 0;
+
+    /// Sum of squares in double precision (for the global gradient norm).
+    virtual double sum_squares(const float* x, size_t n) = 0;
+    /// x *= s.
+    virtual void scale(float* x, float s, size_t n) = 0;
+
+    /// Number of threads the backend uses for compute.
+    virtual int threads() const = 0;
+};
+
+/// The CPU backend: OpenBLAS sgemm for products, OpenMP for everything else.
+/// threads <= 0 means all cores.
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace zt
