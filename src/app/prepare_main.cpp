@@ -1,1 +1,411 @@
-int main() { return 0; }
+// zt-prepare: tokenizes text files into llm.c token shards for ztrain.
+//
+//   zt-prepare --input PATH... --output DIR [--tokenizer byte|gpt2] [--vocab F --merges F]
+//              [--val-fraction X] [--doc-separator LINE] [--shard-tokens N]
+//
+// Documents: each input file is one document, or, with --doc-separator, each run of lines
+// between lines equal to LINE (e.g. "%" for fortune files). Documents that are empty or
+// only whitespace are skipped. Every document is preceded by the end-of-text token (as in
+// llm.c), so the model sees a separator before each document.
+// Inputs: a file is read as is (a file containing NUL bytes is rejected as binary); a
+// folder contributes its regular files (not recursive, sorted by name), skipping binary
+// files (any NUL byte), symlinks (which usually duplicate a file, like fortune's *.u8) and
+// anything that is not a regular file.
+// Split: the last --val-fraction of the documents, in input order, go to val (at least one
+// when the fraction is > 0 and there are >= 2 documents; at least one always stays in train).
+// Outputs: DIR/train_000000.bin..., DIR/val_000000.bin... (--shard-tokens tokens each, the
+// last shard shorter), DIR/tokenizer.json (plus vocab.json and merges.txt for gpt2). Old
+// train_NNNNNN.bin / val_NNNNNN.bin files in DIR that this run did not write are removed,
+// so a glob like DIR/train_*.bin never picks up a stale shard.
+// Deliberately does not: shuffle or deduplicate documents, recurse into folders, or
+// tokenize in parallel (a single pass is fast enough for the corpora this targets).
+// Exit status: 0 success, 2 bad input (options, files), 1 anything else.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "ztrain/core/error.hpp"
+#include "ztrain/data/token_data.hpp"
+#include "ztrain/data/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+namespace po = boost::program_options;
+
+namespace {
+
+struct Options {
+    std::vector<std::string> inputs;
+    std::string output;
+    std::string tokenizer = "byte";
+    std::string vocab;
+    std::string merges;
+    double val_fraction = 0.05;
+    std::optional<std::string> doc_separator;
+    long long shard_tokens = 100'000'000;
+};
+
+struct SkipCounts {
+    size_t binary = 0;
+    size_t symlinks = 0;
+    size_t other = 0;
+};
+
+std::string read_whole_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        throw zt::InputError(zt::str("--input: cannot read '", path, "'"));
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (in.bad()) {
+        throw zt::InputError(zt::str("--input: read failed for '", path, "'"));
+    }
+    return ss.str();
+}
+
+bool is_binary(const std::string& content) { return content.find('\0') != std::string::npos; }
+
+bool is_blank(std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    });
+}
+
+/// Splits a file into documents (views into `content`), dropping blank ones; `blank`
+/// counts the dropped documents.
+std::vector<std::string_view> split_documents(const std::string& content,
+                                              const std::optional<std::string>& separator,
+                                              size_t& blank) {
+    std::vector<std::string_view> docs;
+    const std::string_view all(content);
+    const auto keep = [&](std::string_view doc) {
+        if (is_blank(doc)) {
+            ++blank;
+        } else {
+            docs.push_back(doc);
+        }
+    };
+    if (!separator) {
+        keep(all);
+        return docs;
+    }
+    size_t doc_start = 0;
+    size_t pos = 0;
+    while (pos < all.size()) {
+        size_t end = all.find('\n', pos);
+        const size_t next = end == std::string_view::npos ? all.size() : end + 1;
+        if (end == std::string_view::npos) {
+            end = all.size();
+        }
+        std::string_view line = all.substr(pos, end - pos);
+        if (!line.empty() && line.back() == '\r') {
+            line.remove_suffix(1);  // tolerate CRLF files
+        }
+        if (line == *separator) {
+            keep(all.substr(doc_start, pos - doc_start));
+            doc_start = next;
+        }
+        pos = next;
+    }
+    keep(all.substr(doc_start));
+    return docs;
+}
+
+/// Expands --input into the list of files to read, in order.
+std::vector<std::string> collect_files(const std::vector<std::string>& inputs, SkipCounts& skipped) {
+    std::vector<std::string> files;
+    for (const std::string& input : inputs) {
+        std::error_code ec;
+        const fs::file_status st = fs::status(input, ec);
+        if (!fs::exists(st)) {
+            throw zt::InputError(zt::str("--input: '", input, "': no such file or directory"));
+        }
+        if (!fs::is_directory(st)) {
+            files.push_back(input);
+            continue;
+        }
+        std::vector<std::string> found;
+        for (const fs::directory_entry& entry : fs::directory_iterator(input, ec)) {
+            const fs::file_status link_st = entry.symlink_status(ec);
+            if (fs::is_symlink(link_st)) {
+                ++skipped.symlinks;
+            } else if (!fs::is_regular_file(link_st)) {
+                ++skipped.other;
+            } else {
+                found.push_back(entry.path().string());
+            }
+        }
+        if (ec) {
+            throw zt::InputError(zt::str("--input: cannot list '", input, "' (", ec.message(), ")"));
+        }
+        std::sort(found.begin(), found.end());
+        size_t kept = 0;
+        for (const std::string& f : found) {
+            // Reading twice (here and when tokenizing) keeps memory at one file at a time.
+            if (is_binary(read_whole_file(f))) {
+                ++skipped.binary;
+                continue;
+            }
+            files.push_back(f);
+            ++kept;
+        }
+        if (kept == 0) {
+            throw zt::InputError(zt::str("--input: folder '", input,
+                                         "' holds no text files (binary files, symlinks and "
+                                         "subfolders are skipped)"));
+        }
+    }
+    return files;
+}
+
+/// Accumulates tokens and writes PREFIX_NNNNNN.bin shards of a fixed size.
+class ShardWriter {
+  public:
+    ShardWriter(std::string dir, std::string prefix, size_t shard_tokens, bool force_u32)
+        : m_dir(std::move(dir)),
+          m_prefix(std::move(prefix)),
+          m_shard_tokens(shard_tokens),
+          m_force_u32(force_u32) {}
+
+    void append(uint32_t token) {
+        m_buffer.push_back(token);
+        ++m_total;
+        if (m_buffer.size() == m_shard_tokens) {
+            flush();
+        }
+    }
+
+    void append(const std::vector<uint32_t>& tokens) {
+        for (uint32_t t : tokens) {
+            append(t);
+        }
+    }
+
+    void finish() {
+        if (!m_buffer.empty()) {
+            flush();
+        }
+    }
+
+    size_t total() const { return m_total; }
+    const std::vector<std::string>& files() const { return m_files; }
+
+  private:
+    void flush() {
+        char name[64];
+        std::snprintf(name, sizeof(name), "%s_%06zu.bin", m_prefix.c_str(), m_files.size());
+        const std::string path = (fs::path(m_dir) / name).string();
+        zt::write_token_shard(path, m_buffer, m_force_u32);
+        m_files.push_back(path);
+        m_buffer.clear();
+    }
+
+    std::string m_dir;
+    std::string m_prefix;
+    size_t m_shard_tokens;
+    bool m_force_u32;
+    std::vector<uint32_t> m_buffer;
+    std::vector<std::string> m_files;
+    size_t m_total = 0;
+};
+
+/// Removes train_NNNNNN.bin / val_NNNNNN.bin files in `dir` that this run did not write.
+size_t remove_stale_shards(const std::string& dir, const std::set<std::string>& written) {
+    static const std::regex kShardName(R"((train|val)_[0-9]{6}\.bin)");
+    size_t removed = 0;
+    std::error_code ec;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (std::regex_match(name, kShardName) && written.count(entry.path().string()) == 0) {
+            fs::remove(entry.path(), ec);
+            ++removed;
+        }
+    }
+    return removed;
+}
+
+std::string describe_files(const std::vector<std::string>& files) {
+    if (files.empty()) {
+        return "no file";
+    }
+    if (files.size() == 1) {
+        return files.front();
+    }
+    return zt::str(files.front(), " .. ", files.back());
+}
+
+void print_usage(std::ostream& os, const po::options_description& desc) {
+    os << "Usage: zt-prepare --input PATH... --output DIR [options]\n"
+          "Tokenizes text into llm.c token shards (DIR/train_*.bin, DIR/val_*.bin) and writes\n"
+          "DIR/tokenizer.json. A folder input contributes its regular text files (sorted,\n"
+          "not recursive; binary files and symlinks are skipped).\n\n"
+       << desc << "\n";
+}
+
+int run(int argc, char** argv) {
+    Options opt;
+    po::options_description desc("Options");
+    desc.add_options()
+        ("help,h", "print this help and exit")
+        ("input,i", po::value<std::vector<std::string>>(&opt.inputs)->multitoken(),
+         "text files or folders (each file, or each --doc-separator part, is a document)")
+        ("output,o", po::value<std::string>(&opt.output), "output folder (created if needed)")
+        ("tokenizer", po::value<std::string>(&opt.tokenizer)->default_value("byte"),
+         "byte or gpt2")
+        ("vocab", po::value<std::string>(&opt.vocab), "gpt2: vocab.json / encoder.json")
+        ("merges", po::value<std::string>(&opt.merges), "gpt2: merges.txt / vocab.bpe")
+        ("val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.05),
+         "fraction of documents (the last ones) written to val, in [0, 1)")
+        ("doc-separator", po::value<std::string>(),
+         "a line equal to this separates documents within a file (e.g. % for fortunes)")
+        ("shard-tokens", po::value<long long>(&opt.shard_tokens)->default_value(100'000'000),
+         "tokens per shard file");
+
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    if (vm.count("help") != 0) {
+        print_usage(std::cout, desc);
+        return zt::kExitOk;
+    }
+    po::notify(vm);
+    if (vm.count("doc-separator") != 0) {
+        opt.doc_separator = vm["doc-separator"].as<std::string>();
+    }
+
+    // Validate every option before touching any file.
+    ZT_INPUT_CHECK(!opt.inputs.empty(), "--input is required (text files or folders)");
+    ZT_INPUT_CHECK(!opt.output.empty(), "--output is required (the folder for the shards)");
+    ZT_INPUT_CHECK(opt.tokenizer == "byte" || opt.tokenizer == "gpt2", "--tokenizer: unknown tokenizer '",
+                   opt.tokenizer, "' (expected byte or gpt2)");
+    if (opt.tokenizer == "gpt2") {
+        ZT_INPUT_CHECK(!opt.vocab.empty() && !opt.merges.empty(),
+                       "--tokenizer gpt2 needs --vocab FILE and --merges FILE");
+    } else {
+        ZT_INPUT_CHECK(opt.vocab.empty() && opt.merges.empty(),
+                       "--vocab and --merges only apply to --tokenizer gpt2");
+    }
+    ZT_INPUT_CHECK(opt.val_fraction >= 0.0 && opt.val_fraction < 1.0, "--val-fraction: ",
+                   opt.val_fraction, " is outside [0, 1)");
+    ZT_INPUT_CHECK(opt.shard_tokens >= 1 && opt.shard_tokens <= std::numeric_limits<int32_t>::max(),
+                   "--shard-tokens: ", opt.shard_tokens, " is outside [1, ",
+                   std::numeric_limits<int32_t>::max(), "] (the shard header stores an int32 count)");
+    {
+        std::error_code ec;
+        if (fs::exists(opt.output, ec) && !fs::is_directory(opt.output, ec)) {
+            throw zt::InputError(zt::str("--output: '", opt.output, "' exists and is not a folder"));
+        }
+    }
+
+    const std::unique_ptr<zt::Tokenizer> tok =
+        opt.tokenizer == "gpt2" ? zt::make_gpt2_tokenizer(opt.vocab, opt.merges)
+                                : zt::make_byte_tokenizer();
+
+    SkipCounts skipped;
+    const std::vector<std::string> files = collect_files(opt.inputs, skipped);
+
+    // Pass 1: count documents, so the split is known before anything is written.
+    size_t num_docs = 0;
+    size_t blank_docs = 0;
+    for (const std::string& f : files) {
+        const std::string content = read_whole_file(f);
+        ZT_INPUT_CHECK(!is_binary(content), "--input: '", f,
+                       "' contains NUL bytes (binary?); zt-prepare reads text files only");
+        num_docs += split_documents(content, opt.doc_separator, blank_docs).size();
+    }
+    ZT_INPUT_CHECK(num_docs > 0, "--input: the ", files.size(),
+                   " input file(s) hold no documents (all empty or whitespace)");
+    size_t num_val = 0;
+    if (opt.val_fraction > 0.0 && num_docs >= 2) {
+        num_val = static_cast<size_t>(std::floor(opt.val_fraction * static_cast<double>(num_docs)));
+        num_val = std::clamp<size_t>(num_val, 1, num_docs - 1);
+    }
+    const size_t num_train = num_docs - num_val;
+
+    std::error_code ec;
+    fs::create_directories(opt.output, ec);
+    if (ec) {
+        throw zt::InputError(zt::str("--output: cannot create '", opt.output, "' (", ec.message(), ")"));
+    }
+
+    // Pass 2: tokenize and write.
+    const bool force_u32 = tok->vocab_size() > 65536;
+    const size_t shard_tokens = static_cast<size_t>(opt.shard_tokens);
+    ShardWriter train(opt.output, "train", shard_tokens, force_u32);
+    ShardWriter val(opt.output, "val", shard_tokens, force_u32);
+    size_t doc_index = 0;
+    size_t ignored = 0;
+    for (const std::string& f : files) {
+        const std::string content = read_whole_file(f);
+        for (std::string_view doc : split_documents(content, opt.doc_separator, ignored)) {
+            ShardWriter& out = doc_index < num_train ? train : val;
+            out.append(tok->eot());
+            out.append(tok->encode(std::string(doc)));
+            ++doc_index;
+        }
+    }
+    ZT_REQUIRE(doc_index == num_docs, "input files changed between passes: ", doc_index,
+               " documents now, ", num_docs, " before");
+    train.finish();
+    val.finish();
+
+    std::set<std::string> written(train.files().begin(), train.files().end());
+    written.insert(val.files().begin(), val.files().end());
+    const size_t stale = remove_stale_shards(opt.output, written);
+    tok->save(opt.output);
+
+    std::cout << "zt-prepare: tokenizer " << tok->type() << " (vocab_size " << tok->vocab_size()
+              << ", eot " << tok->eot() << ")\n";
+    std::cout << "zt-prepare: " << files.size() << " input file(s)";
+    if (skipped.binary + skipped.symlinks + skipped.other > 0) {
+        std::cout << "; skipped in folders: " << skipped.binary << " binary, " << skipped.symlinks
+                  << " symlink(s), " << skipped.other << " other";
+    }
+    std::cout << "\n";
+    std::cout << "zt-prepare: " << num_docs << " documents (" << num_train << " train, "
+              << num_val << " val)";
+    if (blank_docs > 0) {
+        std::cout << "; " << blank_docs << " blank document(s) skipped";
+    }
+    std::cout << "\n";
+    std::cout << "zt-prepare: train: " << train.total() << " tokens in " << train.files().size()
+              << " shard(s): " << describe_files(train.files()) << "\n";
+    std::cout << "zt-prepare: val: " << val.total() << " tokens in " << val.files().size()
+              << " shard(s): " << describe_files(val.files()) << "\n";
+    if (stale > 0) {
+        std::cout << "zt-prepare: removed " << stale << " stale shard(s) from an earlier run\n";
+    }
+    std::cout << "zt-prepare: wrote " << (fs::path(opt.output) / "tokenizer.json").string() << "\n";
+    return zt::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const zt::InputError& e) {
+        std::cerr << "zt-prepare: error: " << e.what() << "\n";
+        return zt::kExitBadInput;
+    } catch (const po::error& e) {
+        std::cerr << "zt-prepare: error: " << e.what() << " (see --help)\n";
+        return zt::kExitBadInput;
+    } catch (const std::exception& e) {
+        std::cerr << "zt-prepare: error: " << e.what() << "\n";
+        return zt::kExitFailure;
+    }
+}

@@ -1,1 +1,74 @@
-int main() { return 0; }
+// ztrain: the training executable. MPI from the first line, even without mpirun.
+//
+// Exit status (the contract): 0 done, 2 bad input rejected before work starts, 1 anything
+// else. Bad input is detected identically on every rank (same deck, same files), so every
+// rank finalizes and exits 2 together; any other failure may be local to one rank, so it is
+// reported with the rank and the whole job is taken down with MPI_Abort: no rank is left
+// waiting in a collective.
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "ztrain/config.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/env.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/train/trainer.hpp"
+
+namespace {
+
+int world_size() {
+    int n = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+int world_rank() {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int run(int argc, char** argv) {
+    const zt::CliResult cli = zt::parse_command_line(argc, argv);
+    const bool root = world_rank() == 0;
+    switch (cli.action) {
+        case zt::CliAction::kHelp:
+            if (root) std::fputs(cli.help_text.c_str(), stdout);
+            return zt::kExitOk;
+        case zt::CliAction::kVersion:
+            if (root) std::printf("ztrain %s\n", ZT_VERSION);
+            return zt::kExitOk;
+        case zt::CliAction::kEnv: {
+            const std::string report = zt::environment_report();
+            if (root) std::fputs(report.c_str(), stdout);
+            return zt::kExitOk;
+        }
+        case zt::CliAction::kTrain:
+            zt::train(cli.config);
+            return zt::kExitOk;
+    }
+    return zt::kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    int code = zt::kExitOk;
+    try {
+        code = run(argc, argv);
+    } catch (const zt::InputError& e) {
+        if (world_rank() == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+        code = zt::kExitBadInput;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "ztrain: rank %d: fatal: %s\n", world_rank(), e.what());
+        std::fflush(stderr);
+        if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, zt::kExitFailure);
+        code = zt::kExitFailure;
+    }
+    std::fflush(stdout);
+    MPI_Finalize();
+    return code;
+}

@@ -81,6 +81,9 @@ struct Config {
     RunConfig run;
     std::string backend = "cpu";       ///< cpu | cuda | auto
     std::string config_file;           ///< the deck it came from (empty: defaults + overrides)
+    /// Keys set on the command line (not written by to_ini): lets messages say whether to
+    /// edit the deck or the command line.
+    std::vector<std::string> cli_keys;
 };
 
 /// What the command line asked for besides a configuration.

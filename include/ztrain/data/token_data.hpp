@@ -6,10 +6,13 @@
 //   version 2: tokens are uint32 (ztrain's variant for larger vocabularies).
 // Every other header word is written as 0 and ignored on read.
 //
-// The sampler cuts the corpus into non-overlapping windows of seq_len+1 tokens (a window
-// never crosses a shard boundary) and visits them in an order that is a pure function of
-// (seed, epoch): sample g of the run (g = step * global_batch + j) is window
-// perm_{seed, g / n_windows}[g % n_windows]. Nothing depends on the world size.
+// The dataset cuts the corpus into windows of seq_len+1 tokens at stride seq_len: the
+// inputs of consecutive windows never overlap, and the last target of one window is the
+// first input of the next (as in llm.c). A window never crosses a shard boundary, so a
+// shard of n >= 1 tokens holds (n - 1) / seq_len windows. The sampler visits them in an
+// order that is a pure function of (seed, epoch): sample g of the run
+// (g = step * global_batch + j) is window perm_{seed, g / n_windows}[g % n_windows].
+// Nothing depends on the world size.
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# mpiexec with what Open MPI needs on a workstation or CI box: permission to run as root
+# (containers) and more ranks than cores. Usage: .ci/mpirun.sh NP PROGRAM [ARGS...]
+set -euo pipefail
+np=$1; shift
+flags=()
+if mpiexec --version 2>&1 | grep -q "Open MPI\|OpenRTE"; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  cores=$(nproc)
+  if [ "$np" -gt "$cores" ]; then flags+=(--oversubscribe); fi
+  flags+=(--bind-to none)
+fi
+exec mpiexec "${flags[@]}" -np "$np" "$@"

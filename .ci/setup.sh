@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what ztrain needs to build, test and run its demo on Debian 12 (idempotent:
+# packages already present are not fetched again). Runs as root, or through sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libopenmpi-dev openmpi-bin
+  libhdf5-openmpi-dev hdf5-tools
+  libboost-program-options-dev
+  libopenblas-dev
+  googletest libgtest-dev
+  nlohmann-json3-dev
+  fortunes fortunes-min          # the demo corpus (English text)
+  python3 python3-numpy python3-h5py python3-matplotlib   # postproc/
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" > /tmp/ztrain-apt.log 2>&1 || {
+  tail -20 /tmp/ztrain-apt.log; exit 1; }

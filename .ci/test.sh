@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds with warnings as errors, runs
+# the whole ctest suite, then builds the unit tests with ASan+UBSan and runs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash .ci/setup.sh
+
+jobs=$(nproc)
+# Killed MPI runs leave session folders behind; keep them out of /tmp proper.
+export TMPDIR="${TMPDIR:-/tmp}/ztrain-ci-$$"
+mkdir -p "$TMPDIR"
+trap 'rm -rf "$TMPDIR"' EXIT
+
+cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=Release -DZT_WERROR=ON
+cmake --build build-ci -j"$jobs"
+ctest --test-dir build-ci --output-on-failure -j"$jobs"
+
+# Sanitizers: the unit tests (no GPU code; leaks inside MPI/OpenMP runtimes are not ours).
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_WERROR=ON -DZT_SANITIZE=ON -DZT_CUDA=OFF
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -L unit --output-on-failure -j"$jobs"

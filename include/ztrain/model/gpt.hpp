@@ -1,0 +1,136 @@
+// GPT-2: parameter layout (units + tensor manifest), initialization, forward and backward.
+//
+// Parameters live in flat per-unit buffers: unit 0 = token + position embedding (the token
+// embedding doubles as the tied LM head), units 1..L = transformer blocks, unit L+1 = the
+// final LayerNorm. A tensor is (unit, offset, shape). The model reads weights and writes
+// gradients only through a UnitStore, which decides where those buffers live (replicated,
+// sharded and gathered on demand, ...); the model never knows the parallel strategy.
+//
+// Not here: the optimizer (optim/), data (data/), parallel strategy (parallel/).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/config/config.hpp"
+
+namespace zt {
+
+/// One tensor of the manifest.
+struct ParamSpec {
+    std::string name;          ///< e.g. "h.3.attn.c_attn.weight" (Hugging Face GPT-2 names)
+    int unit = 0;
+    size_t offset = 0;         ///< element offset inside the unit's buffer
+    std::vector<size_t> shape; ///< ztrain orientation: matrices are (out, in)
+    size_t numel = 0;
+    bool decay = false;        ///< AdamW weight decay applies
+    float init_std = 0.f;      ///< normal(0, init_std); 0 means constant init_value
+    float init_value = 0.f;
+    size_t global_index = 0;   ///< index of the first element in the model-wide enumeration
+    size_t init_numel = 0;     ///< leading elements that get the init; the rest stay 0
+                               ///< (the padded vocabulary rows of wte)
+};
+
+/// Units and the tensor manifest; a pure function of the model config.
+struct ModelLayout {
+    std::vector<ParamSpec> params;
+    std::vector<size_t> unit_numel;   ///< elements per unit (unpadded)
+    size_t total_numel = 0;
+    int num_units() const { return static_cast<int>(unit_numel.size()); }
+    const ParamSpec& find(const std::string& name) const;
+};
+
+ModelLayout make_gpt_layout(const ModelConfig& cfg);
+
+/// Fills `out` (unit_numel[unit] floats) with the initial values of that unit: GPT-2 init
+/// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0) from
+/// a counter-based generator keyed by each element's global index, so every rank and every
+/// strategy computes identical weights.
+void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out);
+
+/// Where the model gets gathered weights and puts gradients. Implemented by the parallel
+/// strategy. Calls come in a fixed order per micro-step (see Gpt::forward/backward).
+class UnitStore {
+  public:
+    virtual ~UnitStore() = default;
+    /// Full (gathered) parameters of `unit`, valid until release(unit).
+    virtual const float* acquire(int unit) = 0;
+    virtual void release(int unit) = 0;
+    /// Hint: `unit` will be acquired next; a sharded store may start gathering it.
+    virtual void prefetch(int unit) { (void)unit; }
+    /// Full-size gradient buffer of `unit`; backward accumulates into it.
+    virtual float* grads(int unit) = 0;
+    /// Backward has finished adding this micro-step's gradient of `unit`.
+    virtual void grads_done(int unit) { (void)unit; }
+};
+
+class Gpt {
+  public:
+    /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens.
+    Gpt(const ModelConfig& cfg, Backend& backend, int max_batch);
+    ~Gpt();
+    Gpt(const Gpt&) = delete;
+    Gpt& operator=(const Gpt&) = delete;
+
+    const ModelLayout& layout() const { return m_layout; }
+    const ModelConfig& config() const { return m_cfg; }
+
+    /// Forward over inputs (B, T). With targets, returns the mean cross-entropy over rows
+    /// whose target >= 0 and, when dloss != 0, leaves d(dloss * sum of row losses)/dlogits
+    /// ready for backward(). Without targets returns 0 and logits() holds (B, T, Vp).
+    float forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
+                  float dloss);
+    /// Backward of the last forward (which must have had targets and dloss != 0).
+    void backward(UnitStore& store);
+
+    const float* logits() const { return m_logits; }
+    /// Bytes of activation (and activation-gradient) memory allocated.
+    size_t activation_bytes() const { return m_activation_floats * sizeof(float); }
+
+  private:
+    struct Layer;
+    /// Offsets of one block's tensors inside its unit (identical for every block).
+    struct BlockOffsets {
+        size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+    };
+    void layer_forward(int l, const float* w, const float* in, int B, int T);
+    void layer_backward(int l, const float* w, float* dw, const float* in, float* dresidual, int B,
+                        int T);
+    float* take(size_t n);
+
+    ModelConfig m_cfg;
+    Backend& m_backend;
+    ModelLayout m_layout;
+    BlockOffsets m_off{};
+    size_t m_wpe_offset = 0;
+    size_t m_lnf_bias_offset = 0;
+    int m_max_batch;
+    int m_B = 0;
+    int m_T = 0;
+    size_t m_activation_floats = 0;
+    std::vector<float*> m_allocations;
+    std::vector<Layer> m_layers;
+    // Whole-model activations. Shapes with B = m_max_batch, T = seq_len at allocation.
+    float* m_encoded = nullptr;    // (B, T, C)
+    float* m_lnf = nullptr;        // (B, T, C)
+    float* m_lnf_mean = nullptr;   // (B, T)
+    float* m_lnf_rstd = nullptr;   // (B, T)
+    float* m_logits = nullptr;     // (B, T, Vp); dlogits after a training forward
+    float* m_losses = nullptr;     // (B, T)
+    // Gradient scratch reused by every layer (backward accumulates, so each is zeroed first).
+    float* m_dresidual = nullptr;  // (B, T, C)
+    float* m_dln = nullptr;        // (B, T, C)
+    float* m_datty = nullptr;      // (B, T, C)
+    float* m_dqkv = nullptr;       // (B, T, 3C)
+    float* m_dfch = nullptr;       // (B, T, 4C)
+    float* m_dfch_gelu = nullptr;  // (B, T, 4C)
+    float* m_att_scratch = nullptr;
+    const int32_t* m_inputs = nullptr;
+    const float* m_head_weights = nullptr;  // unit 0, held from forward into backward
+    bool m_have_dlogits = false;
+};
+
+}  // namespace zt

@@ -1,0 +1,39 @@
+// AdamW over flat buffers, the learning-rate schedule and global-norm clipping helpers.
+//
+// The optimizer sees spans, never tensors: a unit (or a rank's shard of it) is cut into
+// segments that share a weight-decay flag, taken from the tensor manifest. Which spans a
+// rank owns is the parallel strategy's business.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/model/gpt.hpp"
+
+namespace zt {
+
+/// A run of elements [begin, end) of one unit with one decay flag.
+struct DecaySegment {
+    size_t begin = 0;
+    size_t end = 0;
+    bool decay = false;
+};
+
+/// Cuts unit `unit` into segments covering [range_begin, range_end) (clipped to the unit),
+/// each with the decay flag of the tensor it lies in (gaps between tensors: no decay).
+std::vector<DecaySegment> decay_segments(const ModelLayout& layout, int unit, size_t range_begin,
+                                         size_t range_end);
+
+/// Learning rate for 0-based optimizer step `step`: linear warmup over warmup_steps to lr,
+/// then cosine or linear decay to lr_min at max_steps, or constant.
+double learning_rate(const TrainConfig& cfg, long step);
+
+/// Hyper-parameters of AdamW step number `t` (1-based), excluding grad_scale.
+AdamWStep adamw_step_params(const TrainConfig& cfg, double lr, long t);
+
+/// The multiplier global-norm clipping applies: min(1, clip / norm); 1 when clip <= 0.
+double clip_multiplier(double grad_norm, double clip);
+
+}  // namespace zt

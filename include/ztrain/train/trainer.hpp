@@ -1,0 +1,32 @@
+// The training loop: data -> micro-steps (forward, backward) -> gradient reduction ->
+// clipping -> AdamW, with evaluation, samples, progress lines and metrics.jsonl.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "ztrain/config/config.hpp"
+
+namespace zt {
+
+/// What a finished run reports (rank 0's view; tests use it).
+struct TrainSummary {
+    int steps = 0;
+    std::vector<double> losses;      ///< train loss per optimizer step
+    std::vector<double> val_losses;  ///< per evaluation
+    std::string last_sample;
+    std::vector<float> final_params;  ///< all units' unpadded parameters, when asked for
+};
+
+struct TrainOptions {
+    MPI_Comm comm = MPI_COMM_WORLD;  ///< the ranks that train together
+    bool collect_params = false;     ///< fill TrainSummary::final_params (tests)
+};
+
+/// Runs the whole job described by `cfg` (MPI must be initialized). Throws InputError for
+/// bad input found before work starts, Error for failures.
+TrainSummary train(const Config& cfg, const TrainOptions& options = TrainOptions{});
+
+}  // namespace zt

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The README's first command: install, build, prepare the demo corpus (the fortunes
+# package's English text, byte-level tokens) and train inputs/demo.ini on NP ranks
+# (default 2), then print where the metrics are. Extra arguments are passed to ztrain,
+# e.g. `bash inputs/demo.sh --train.max_steps=100`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NP="${NP:-2}"
+
+bash .ci/setup.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { tail -30 build.log; exit 1; }
+cmake --build build -j"$(nproc)" >> build.log 2>&1 || { tail -30 build.log; exit 1; }
+
+if [ ! -f data/fortunes/tokenizer.json ]; then
+  build/bin/zt-prepare --input /usr/share/games/fortunes --output data/fortunes \
+    --tokenizer byte --doc-separator % --val-fraction 0.05
+fi
+
+bash .ci/mpirun.sh "$NP" build/bin/ztrain --config inputs/demo.ini "$@"
+echo "demo: metrics in run/demo/metrics.jsonl, resolved config in run/demo/config.ini"

@@ -1,0 +1,981 @@
+// The CPU compute backend: every Backend op of backend.hpp for fp32 on a shared-memory CPU.
+//
+// What it implements
+//  - Matrix products (matmul forward/backward and the Q.K^T / P.V products inside attention)
+//    through OpenBLAS cblas_sgemm, always with transpose flags and leading dimensions on the
+//    original buffers (no transposing copies).
+//  - Everything else as OpenMP loops written so GCC vectorizes them at -O3 (no -ffast-math
+//    needed): exp/tanh come from a branch-free polynomial exp below, reductions use
+//    `omp simd reduction`.
+//  - The hot element-wise kernels are compiled twice (target_clones: x86-64-v3 = AVX2+FMA,
+//    and the baseline); the loader picks one at run time, so the binary still runs on any
+//    x86-64 and the build needs no -march flag.
+//
+// Threading (measured on the 2-core dev machine, see the report that introduced this file)
+//  - OpenMP owns all the threads. OpenBLAS is set to ONE thread and every product is split
+//    by us across the OpenMP team, each thread calling single-threaded sgemm on its own
+//    block of rows or columns. Letting the pthread OpenBLAS run its own pool instead made
+//    sgemm ~1.8x slower as soon as OpenMP regions ran between products: the idle libgomp
+//    workers spin (GOMP_SPINCOUNT) on the same cores the OpenBLAS workers need, and the
+//    OpenBLAS workers spin after each call on the cores OpenMP needs. With one pool nothing
+//    spins against anything, and the split costs nothing measurable (same GFLOP/s).
+//    Calling single-threaded sgemm concurrently from several threads is safe in OpenBLAS
+//    >= 0.3.7 (0.3.21 here); the unit tests check the threaded paths against references.
+//  - Every parallel region uses schedule(static) and fixed per-thread partitions, and no
+//    reduction crosses threads in an unspecified order, so results are bit-identical from
+//    run to run for a given thread count.
+//
+// What it deliberately does not do
+//  - No mixed precision, no fused kernels across ops (the interface is op by op).
+//  - No flash-style attention: att (B, NH, T, T) is materialized because the interface
+//    saves it for backward; at GPT-2 sizes it is small next to the MLP activations.
+//  - It does not validate token ids against the vocabulary (the caller knows Vp; the
+//    backend does not) but it does validate cross-entropy targets, which it can.
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/core/error.hpp"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+// Function multi-versioning for the compute-heavy element-wise kernels (see header comment).
+// Clang and non-x86 targets simply get the baseline build.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(ZT_NO_CLONES)
+#define ZT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define ZT_VEC_CLONES
+#endif
+
+namespace zt {
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+// Element-wise work below this many elements runs on the calling thread: waking the team
+// costs more than the work.
+constexpr size_t kParallelMinElements = size_t{1} << 14;
+// Rows of the causal block decomposition in attention: products are done for the lower
+// block triangle only, so only the diagonal blocks carry wasted (masked) work.
+constexpr int kAttentionBlock = 64;
+
+// ------------------------------------------------------------------------------------
+// Vectorizable math
+// ------------------------------------------------------------------------------------
+
+/// exp(x), max relative error 1e-7 on [-87, 87] (checked against double exp over a dense
+/// grid), written branch-free so loops around it vectorize: glibc's expf is a call GCC
+/// cannot vectorize without -ffast-math. |x| is clamped to 87 so the result and every
+/// intermediate stays a normal float (denormals hit the FPU's slow path); exp(-87) = 1.6e-38
+/// is zero for every use here (softmax terms, saturated sigmoids). NaN stays NaN.
+/// The clamp is done on the bit pattern with integer ops on purpose: a float compare-and-
+/// select makes GCC duplicate the constant-clamped path and then refuse to if-convert it
+/// (the float ops "could trap" without -fno-trapping-math), which kills vectorization.
+inline float exp_approx(float x) {
+    int32_t bits = 0;
+    std::memcpy(&bits, &x, sizeof(bits));
+    const int32_t magnitude = bits & 0x7fffffff;
+    const int32_t kNanBits = 0x7f800000;       // magnitudes above this are NaN
+    const int32_t kMaxMagnitude = 0x42ae0000;  // 87.0f
+    const int32_t clamped =
+        magnitude > kNanBits ? magnitude : std::min(magnitude, kMaxMagnitude);
+    bits = clamped | (bits & INT32_MIN);
+    std::memcpy(&x, &bits, sizeof(x));
+    // n = round(x / ln2) with the 1.5*2^23 trick (exact for |n| < 2^22; no SSE4.1 needed).
+    const float round_magic = 12582912.f;
+    const float fn = (x * 1.44269504088896341f + round_magic) - round_magic;
+    // r = x - n*ln2 in two parts (Cody-Waite) so r keeps full precision.
+    float r = x - fn * 0.693359375f;
+    r = r + fn * 2.12194440e-4f;
+    // Cephes expf polynomial on |r| <= ln2/2.
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float y = p * r * r + r + 1.f;
+    // 2^n from the exponent bits; |n| <= 126 after the clamp, so it is a normal float.
+    const int32_t scale_bits = (static_cast<int32_t>(fn) + 127) << 23;
+    float scale = 0.f;
+    std::memcpy(&scale, &scale_bits, sizeof(scale));
+    return y * scale;
+}
+
+/// 1 / (1 + exp(-x)); used for GELU since 0.5 * (1 + tanh(u)) == sigmoid(2u) exactly, which
+/// avoids the cancellation of 1 + tanh(u) for very negative u.
+inline float sigmoid_approx(float x) { return 1.f / (1.f + exp_approx(-x)); }
+
+// ------------------------------------------------------------------------------------
+// sgemm partitioning
+// ------------------------------------------------------------------------------------
+
+/// One row-major sgemm: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C.
+struct Gemm {
+    bool trans_a = false;
+    bool trans_b = false;
+    int M = 0;
+    int N = 0;
+    int K = 0;
+    float alpha = 1.f;
+    const float* A = nullptr;
+    int lda = 0;
+    const float* B = nullptr;
+    int ldb = 0;
+    float beta = 0.f;
+    float* C = nullptr;
+    int ldc = 0;
+};
+
+inline void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                  int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    if (M <= 0 || N <= 0) {
+        return;
+    }
+    if (K <= 0) {
+        // BLAS would scale C by beta; our callers only reach here with beta == 1.
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                ldc);
+}
+
+/// The block of output one thread computes: rows [m0, m1) x columns [n0, n1).
+struct Block {
+    int m0 = 0;
+    int m1 = 0;
+    int n0 = 0;
+    int n1 = 0;
+    bool empty() const { return m1 <= m0 || n1 <= n0; }
+};
+
+/// Splits C (M, N) into `parts` slabs along its larger dimension. Slab edges are multiples
+/// of 16 so each sgemm keeps whole micro-kernel tiles (OpenBLAS' x86 kernels are 16 wide).
+inline Block gemm_block(int M, int N, int part, int parts) {
+    Block blk{0, M, 0, N};
+    if (parts <= 1) {
+        return blk;
+    }
+    const bool split_rows = M >= N;
+    const int extent = split_rows ? M : N;
+    int chunk = (extent + parts - 1) / parts;
+    chunk = (chunk + 15) / 16 * 16;
+    const int lo = std::min(extent, part * chunk);
+    const int hi = std::min(extent, lo + chunk);
+    if (split_rows) {
+        blk.m0 = lo;
+        blk.m1 = hi;
+    } else {
+        blk.n0 = lo;
+        blk.n1 = hi;
+    }
+    return blk;
+}
+
+/// Computes this thread's block of g: called by every member of a team with its id.
+inline void run_gemm_part(const Gemm& g, int part, int parts) {
+    const Block blk = gemm_block(g.M, g.N, part, parts);
+    if (blk.empty()) {
+        return;
+    }
+    // op(A) rows m0.. : A is (M, K) untransposed -> row offset; transposed (K, M) -> column.
+    const float* a = g.trans_a ? g.A + blk.m0 : g.A + static_cast<size_t>(blk.m0) * g.lda;
+    // op(B) columns n0.. : B is (K, N) untransposed -> column offset; transposed (N, K) -> row.
+    const float* b = g.trans_b ? g.B + static_cast<size_t>(blk.n0) * g.ldb : g.B + blk.n0;
+    float* c = g.C + static_cast<size_t>(blk.m0) * g.ldc + blk.n0;
+    sgemm(g.trans_a, g.trans_b, blk.m1 - blk.m0, blk.n1 - blk.n0, g.K, g.alpha, a, g.lda, b,
+          g.ldb, g.beta, c, g.ldc);
+}
+
+/// Whether a product is big enough to be worth splitting across the team.
+inline bool gemm_worth_splitting(int M, int N, int K) {
+    return static_cast<double>(M) * N * K >= 64.0 * 64.0 * 64.0;
+}
+
+// ------------------------------------------------------------------------------------
+// Element-wise and row kernels (compiled per ISA, called on chunks from OpenMP loops)
+// ------------------------------------------------------------------------------------
+
+ZT_VEC_CLONES
+void bias_fill_kernel(float* out, const float* bias, int rows, int cols, int ld) {
+    for (int r = 0; r < rows; ++r) {
+        float* o = out + static_cast<size_t>(r) * ld;
+#pragma omp simd
+        for (int c = 0; c < cols; ++c) {
+            o[c] = bias[c];
+        }
+    }
+}
+
+/// dbias[c] += sum over rows of dout[r, c] for columns [c0, c1).
+ZT_VEC_CLONES
+void column_sum_kernel(float* __restrict dbias, const float* __restrict dout, int rows, int ld,
+                       int c0, int c1) {
+    for (int r = 0; r < rows; ++r) {
+        const float* d = dout + static_cast<size_t>(r) * ld;
+#pragma omp simd
+        for (int c = c0; c < c1; ++c) {
+            dbias[c] += d[c];
+        }
+    }
+}
+
+ZT_VEC_CLONES
+void layernorm_row_kernel(float* __restrict out, float* mean_out, float* rstd_out,
+                          const float* __restrict x, const float* __restrict w,
+                          const float* __restrict b, int C) {
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < C; ++i) {
+        sum += x[i];
+    }
+    const float mean = sum / static_cast<float>(C);
+    // Two-pass variance: no cancellation when |mean| >> std.
+    float var = 0.f;
+#pragma omp simd reduction(+ : var)
+    for (int i = 0; i < C; ++i) {
+        const float d = x[i] - mean;
+        var += d * d;
+    }
+    const float rstd = 1.f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
+#pragma omp simd
+    for (int i = 0; i < C; ++i) {
+        out[i] = (x[i] - mean) * rstd * w[i] + b[i];
+    }
+    *mean_out = mean;
+    *rstd_out = rstd;
+}
+
+/// dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = dout * w.
+ZT_VEC_CLONES
+void layernorm_dinp_row_kernel(float* __restrict dinp, const float* __restrict dout,
+                               const float* __restrict x, const float* __restrict w, float mean,
+                               float rstd, int C) {
+    float sum_dnorm = 0.f;
+    float sum_dnorm_norm = 0.f;
+#pragma omp simd reduction(+ : sum_dnorm, sum_dnorm_norm)
+    for (int i = 0; i < C; ++i) {
+        const float norm = (x[i] - mean) * rstd;
+        const float dnorm = dout[i] * w[i];
+        sum_dnorm += dnorm;
+        sum_dnorm_norm += dnorm * norm;
+    }
+    const float mean_dnorm = sum_dnorm / static_cast<float>(C);
+    const float mean_dnorm_norm = sum_dnorm_norm / static_cast<float>(C);
+#pragma omp simd
+    for (int i = 0; i < C; ++i) {
+        const float norm = (x[i] - mean) * rstd;
+        const float dnorm = dout[i] * w[i];
+        dinp[i] += (dnorm - mean_dnorm - norm * mean_dnorm_norm) * rstd;
+    }
+}
+
+/// dweight[c] += sum_r dout[r, c] * norm[r, c]; dbias[c] += sum_r dout[r, c], c in [c0, c1).
+ZT_VEC_CLONES
+void layernorm_param_kernel(float* __restrict dweight, float* __restrict dbias,
+                            const float* __restrict dout, const float* __restrict inp,
+                            const float* __restrict mean, const float* __restrict rstd, int N,
+                            int C, int c0, int c1) {
+    for (int r = 0; r < N; ++r) {
+        const float* d = dout + static_cast<size_t>(r) * C;
+        const float* x = inp + static_cast<size_t>(r) * C;
+        const float m = mean[r];
+        const float s = rstd[r];
+        if (dweight != nullptr) {
+#pragma omp simd
+            for (int c = c0; c < c1; ++c) {
+                dweight[c] += d[c] * ((x[c] - m) * s);
+            }
+        }
+        if (dbias != nullptr) {
+#pragma omp simd
+            for (int c = c0; c < c1; ++c) {
+                dbias[c] += d[c];
+            }
+        }
+    }
+}
+
+ZT_VEC_CLONES
+void gelu_forward_kernel(float* __restrict out, const float* __restrict inp, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        const float x = inp[i];
+        const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+        out[i] = x * sigmoid_approx(2.f * u);
+    }
+}
+
+/// d/dx [x * s(2u)] = s + x * s * (1 - s) * 2 * du/dx, s = sigmoid(2u) = 0.5 * (1 + tanh u).
+ZT_VEC_CLONES
+void gelu_backward_kernel(float* __restrict dinp, const float* __restrict inp,
+                          const float* __restrict dout, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        const float x = inp[i];
+        const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+        const float du = kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
+        const float s = sigmoid_approx(2.f * u);
+        const float grad = s + x * s * (1.f - s) * 2.f * du;
+        dinp[i] += grad * dout[i];
+    }
+}
+
+ZT_VEC_CLONES
+void add_kernel(float* out, const float* a, const float* b, size_t n) {
+    // out may alias a or b (documented), so no __restrict; the loop is still a pure
+    // element-wise map and GCC vectorizes it with a run-time overlap check.
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        out[i] = a[i] + b[i];
+    }
+}
+
+ZT_VEC_CLONES
+void scale_kernel(float* x, float s, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        x[i] *= s;
+    }
+}
+
+ZT_VEC_CLONES
+double sum_squares_kernel(const float* x, size_t n) {
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (size_t i = 0; i < n; ++i) {
+        const double v = static_cast<double>(x[i]);
+        acc += v * v;
+    }
+    return acc;
+}
+
+struct AdamWConsts {
+    float lr;
+    float beta1;
+    float one_minus_beta1;
+    float beta2;
+    float one_minus_beta2;
+    float eps;
+    float weight_decay;
+    float inv_bc1;
+    float inv_bc2;
+    float grad_scale;
+};
+
+ZT_VEC_CLONES
+void adamw_kernel(float* __restrict param, float* __restrict m, float* __restrict v,
+                  const float* __restrict grad, size_t n, AdamWConsts k) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        const float g = grad[i] * k.grad_scale;
+        const float mi = k.beta1 * m[i] + k.one_minus_beta1 * g;
+        const float vi = k.beta2 * v[i] + k.one_minus_beta2 * (g * g);
+        m[i] = mi;
+        v[i] = vi;
+        const float mhat = mi * k.inv_bc1;
+        const float vhat = vi * k.inv_bc2;
+        // vhat >= 0 always; __builtin_sqrtf of a non-negative value never sets errno, and
+        // GCC vectorizes it (sqrtps) only through the builtin without -fno-math-errno.
+        const float denom = __builtin_sqrtf(vhat) + k.eps;
+        const float p = param[i];
+        param[i] = p - k.lr * (mhat / denom + k.weight_decay * p);
+    }
+}
+
+/// In-place causal softmax of one attention row: row[0..len) -> probabilities, the rest of
+/// the row [len, T) -> 0 (the P.V product multiplies whole blocks, so it needs the zeros).
+ZT_VEC_CLONES
+void causal_softmax_row_kernel(float* row, int len, int T) {
+    float maxv = row[0];
+#pragma omp simd reduction(max : maxv)
+    for (int i = 0; i < len; ++i) {
+        maxv = row[i] > maxv ? row[i] : maxv;  // this form vectorizes; std::max does not
+    }
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < len; ++i) {
+        const float e = exp_approx(row[i] - maxv);
+        row[i] = e;
+        sum += e;
+    }
+    const float inv = 1.f / sum;
+#pragma omp simd
+    for (int i = 0; i < len; ++i) {
+        row[i] *= inv;
+    }
+    for (int i = len; i < T; ++i) {
+        row[i] = 0.f;
+    }
+}
+
+/// Copies the causal part of one probability row and zeroes the rest (att above the
+/// diagonal is unspecified by the interface, so backward never reads it).
+ZT_VEC_CLONES
+void causal_copy_row_kernel(float* __restrict dst, const float* __restrict src, int len, int T) {
+#pragma omp simd
+    for (int i = 0; i < len; ++i) {
+        dst[i] = src[i];
+    }
+    for (int i = len; i < T; ++i) {
+        dst[i] = 0.f;
+    }
+}
+
+/// Softmax backward of one row, in place on dP: dS = P * (dP - sum_j P_j dP_j); zeros past
+/// the diagonal.
+ZT_VEC_CLONES
+void softmax_backward_row_kernel(float* __restrict dp, const float* __restrict p, int len, int T) {
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < len; ++i) {
+        dot += p[i] * dp[i];
+    }
+#pragma omp simd
+    for (int i = 0; i < len; ++i) {
+        dp[i] = p[i] * (dp[i] - dot);
+    }
+    for (int i = len; i < T; ++i) {
+        dp[i] = 0.f;
+    }
+}
+
+/// Cross-entropy of one logits row over the first V of Vp columns; returns the loss. When
+/// dloss != 0 the row is overwritten with dloss * (softmax - onehot), padded columns 0.
+ZT_VEC_CLONES
+float cross_entropy_row_kernel(float* row, int target, int V, int Vp, float dloss) {
+    float maxv = row[0];
+#pragma omp simd reduction(max : maxv)
+    for (int i = 0; i < V; ++i) {
+        maxv = row[i] > maxv ? row[i] : maxv;  // this form vectorizes; std::max does not
+    }
+    const float target_logit = row[target];
+    float sum = 0.f;
+    if (dloss != 0.f) {
+        // Store the exponentials so the gradient pass does not recompute them.
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; ++i) {
+            const float e = exp_approx(row[i] - maxv);
+            row[i] = e;
+            sum += e;
+        }
+        const float scale = dloss / sum;
+#pragma omp simd
+        for (int i = 0; i < V; ++i) {
+            row[i] *= scale;
+        }
+        row[target] -= dloss;
+        for (int i = V; i < Vp; ++i) {
+            row[i] = 0.f;
+        }
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; ++i) {
+            sum += exp_approx(row[i] - maxv);
+        }
+    }
+    return (maxv - target_logit) + std::log(sum);
+}
+
+// ------------------------------------------------------------------------------------
+// The backend
+// ------------------------------------------------------------------------------------
+
+/// [begin, end) of chunk `part` when n items are split into `parts` near-equal chunks whose
+/// edges are multiples of `align` items (keeps vector loops and cache lines whole).
+inline void split_range(size_t n, int part, int parts, size_t align, size_t* begin, size_t* end) {
+    size_t chunk = (n + static_cast<size_t>(parts) - 1) / static_cast<size_t>(parts);
+    chunk = (chunk + align - 1) / align * align;
+    *begin = std::min(n, static_cast<size_t>(part) * chunk);
+    *end = std::min(n, *begin + chunk);
+}
+
+class CpuBackend final : public Backend {
+  public:
+    explicit CpuBackend(int threads) {
+        if (threads <= 0) {
+            threads = static_cast<int>(std::thread::hardware_concurrency());
+        }
+        m_threads = std::max(1, threads);
+        omp_set_num_threads(m_threads);
+        // OpenBLAS runs single-threaded inside our OpenMP team (see the header comment).
+        openblas_set_num_threads(1);
+    }
+
+    std::string name() const override { return "cpu"; }
+    int threads() const override { return m_threads; }
+
+    float* alloc_floats(size_t n) override {
+        // 64-byte alignment: a cache line and a full AVX-512 vector; at least one line so a
+        // zero-size request still yields a unique, freeable pointer.
+        const size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
+        void* p = nullptr;
+        const int rc = posix_memalign(&p, 64, bytes);
+        ZT_REQUIRE(rc == 0 && p != nullptr, "posix_memalign of ", bytes, " bytes failed (rc ", rc,
+                   ")");
+        zero(static_cast<float*>(p), bytes / sizeof(float));
+        return static_cast<float*>(p);
+    }
+
+    void free(void* p) override { std::free(p); }
+
+    void zero(float* p, size_t n) override {
+        if (n < kParallelMinElements * 16) {
+            std::memset(p, 0, n * sizeof(float));
+            return;
+        }
+        // Large buffers (parameter-sized gradients): one memset per thread, because one core
+        // alone does not saturate memory bandwidth.
+#pragma omp parallel num_threads(m_threads)
+        {
+            size_t b = 0;
+            size_t e = 0;
+            split_range(n, omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
+            if (e > b) {
+                std::memset(p + b, 0, (e - b) * sizeof(float));
+            }
+        }
+    }
+
+    void copy(float* dst, const float* src, size_t n) override {
+        if (n < kParallelMinElements * 16) {
+            std::memcpy(dst, src, n * sizeof(float));
+            return;
+        }
+#pragma omp parallel num_threads(m_threads)
+        {
+            size_t b = 0;
+            size_t e = 0;
+            split_range(n, omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
+            if (e > b) {
+                std::memcpy(dst + b, src + b, (e - b) * sizeof(float));
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------
+    // matmul
+    // --------------------------------------------------------------------------------
+
+    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                        int N, int C, int OC) override {
+        // out (N, OC) = inp (N, C) @ weight (OC, C)^T [+ bias]. The bias is broadcast into
+        // out first and folded into the product with beta = 1, so it costs no extra pass.
+        Gemm g;
+        g.trans_a = false;
+        g.trans_b = true;
+        g.M = N;
+        g.N = OC;
+        g.K = C;
+        g.A = inp;
+        g.lda = C;
+        g.B = weight;
+        g.ldb = C;
+        g.beta = bias != nullptr ? 1.f : 0.f;
+        g.C = out;
+        g.ldc = OC;
+        const bool parallel = m_threads > 1 && gemm_worth_splitting(N, OC, C);
+#pragma omp parallel num_threads(m_threads) if (parallel)
+        {
+            // The team may be smaller than asked (e.g. when called inside another parallel
+            // region), so the partition follows the actual team size.
+            const int part = omp_get_thread_num();
+            const int parts = omp_get_num_threads();
+            if (bias != nullptr) {
+                const Block blk = gemm_block(N, OC, part, parts);
+                if (!blk.empty()) {
+                    bias_fill_kernel(out + static_cast<size_t>(blk.m0) * OC + blk.n0,
+                                     bias + blk.n0, blk.m1 - blk.m0, blk.n1 - blk.n0, OC);
+                }
+            }
+            run_gemm_part(g, part, parts);
+        }
+    }
+
+    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                         const float* inp, const float* weight, int N, int C, int OC) override {
+        // dinp (N, C) += dout (N, OC) @ weight (OC, C)
+        Gemm gi;
+        gi.M = N;
+        gi.N = C;
+        gi.K = OC;
+        gi.A = dout;
+        gi.lda = OC;
+        gi.B = weight;
+        gi.ldb = C;
+        gi.beta = 1.f;
+        gi.C = dinp;
+        gi.ldc = C;
+        // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
+        Gemm gw;
+        gw.trans_a = true;
+        gw.M = OC;
+        gw.N = C;
+        gw.K = N;
+        gw.A = dout;
+        gw.lda = OC;
+        gw.B = inp;
+        gw.ldb = C;
+        gw.beta = 1.f;
+        gw.C = dweight;
+        gw.ldc = C;
+        const bool parallel = m_threads > 1 && gemm_worth_splitting(N, OC, C);
+        // One region for all three outputs: they are independent, so no barrier between.
+#pragma omp parallel num_threads(m_threads) if (parallel)
+        {
+            const int part = omp_get_thread_num();
+            const int parts = omp_get_num_threads();
+            if (dinp != nullptr) {
+                run_gemm_part(gi, part, parts);
+            }
+            if (dweight != nullptr) {
+                run_gemm_part(gw, part, parts);
+            }
+            if (dbias != nullptr) {
+                size_t c0 = 0;
+                size_t c1 = 0;
+                split_range(static_cast<size_t>(OC), part, parts, 16, &c0, &c1);
+                if (c1 > c0) {
+                    column_sum_kernel(dbias, dout, N, OC, static_cast<int>(c0),
+                                      static_cast<int>(c1));
+                }
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------
+    // layernorm
+    // --------------------------------------------------------------------------------
+
+    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                           const float* weight, const float* bias, int N, int C) override {
+        const bool parallel = static_cast<size_t>(N) * C >= kParallelMinElements;
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
+        for (int r = 0; r < N; ++r) {
+            const size_t off = static_cast<size_t>(r) * C;
+            layernorm_row_kernel(out + off, mean + r, rstd + r, inp + off, weight, bias, C);
+        }
+    }
+
+    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, const float* mean,
+                            const float* rstd, int N, int C) override {
+        const bool parallel = static_cast<size_t>(N) * C >= kParallelMinElements;
+#pragma omp parallel num_threads(m_threads) if (parallel)
+        {
+            // dinp: rows are independent.
+            if (dinp != nullptr) {
+#pragma omp for schedule(static) nowait
+                for (int r = 0; r < N; ++r) {
+                    const size_t off = static_cast<size_t>(r) * C;
+                    layernorm_dinp_row_kernel(dinp + off, dout + off, inp + off, weight, mean[r],
+                                              rstd[r], C);
+                }
+            }
+            // dweight/dbias sum over rows: each thread owns a slab of channels and walks all
+            // rows, which is race-free and deterministic without per-thread copies.
+            if (dweight != nullptr || dbias != nullptr) {
+                size_t c0 = 0;
+                size_t c1 = 0;
+                split_range(static_cast<size_t>(C), omp_get_thread_num(), omp_get_num_threads(),
+                            16, &c0, &c1);
+                if (c1 > c0) {
+                    layernorm_param_kernel(dweight, dbias, dout, inp, mean, rstd, N, C,
+                                           static_cast<int>(c0), static_cast<int>(c1));
+                }
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------
+    // element-wise
+    // --------------------------------------------------------------------------------
+
+    void gelu_forward(float* out, const float* inp, size_t n) override {
+        parallel_chunks(n, [&](size_t b, size_t e) { gelu_forward_kernel(out + b, inp + b, e - b); });
+    }
+
+    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+        parallel_chunks(n, [&](size_t b, size_t e) {
+            gelu_backward_kernel(dinp + b, inp + b, dout + b, e - b);
+        });
+    }
+
+    void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+        parallel_chunks(n, [&](size_t lo, size_t hi) { add_kernel(out + lo, a + lo, b + lo, hi - lo); });
+    }
+
+    void scale(float* x, float s, size_t n) override {
+        parallel_chunks(n, [&](size_t b, size_t e) { scale_kernel(x + b, s, e - b); });
+    }
+
+    double sum_squares(const float* x, size_t n) override {
+        // Per-thread partial sums combined in thread order: deterministic, unlike an OpenMP
+        // reduction clause whose combination order is unspecified.
+        std::vector<double> partial(static_cast<size_t>(m_threads), 0.0);
+        const bool parallel = n >= kParallelMinElements;
+#pragma omp parallel num_threads(m_threads) if (parallel)
+        {
+            size_t b = 0;
+            size_t e = 0;
+            split_range(n, omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
+            if (e > b) {
+                partial[static_cast<size_t>(omp_get_thread_num())] = sum_squares_kernel(x + b, e - b);
+            }
+        }
+        double total = 0.0;
+        for (double p : partial) {
+            total += p;
+        }
+        return total;
+    }
+
+    void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                      const AdamWStep& step) override {
+        ZT_REQUIRE(step.bias_correction1 > 0.f && step.bias_correction2 > 0.f,
+                   "AdamW bias corrections must be positive (got ", step.bias_correction1, ", ",
+                   step.bias_correction2, ")");
+        AdamWConsts k{};
+        k.lr = step.lr;
+        k.beta1 = step.beta1;
+        k.one_minus_beta1 = 1.f - step.beta1;
+        k.beta2 = step.beta2;
+        k.one_minus_beta2 = 1.f - step.beta2;
+        k.eps = step.eps;
+        k.weight_decay = step.weight_decay;
+        k.inv_bc1 = 1.f / step.bias_correction1;
+        k.inv_bc2 = 1.f / step.bias_correction2;
+        k.grad_scale = step.grad_scale;
+        parallel_chunks(n, [&](size_t b, size_t e) {
+            adamw_kernel(param + b, m + b, v + b, grad + b, e - b, k);
+        });
+    }
+
+    // --------------------------------------------------------------------------------
+    // attention
+    // --------------------------------------------------------------------------------
+    //
+    // One (batch, head) pair is one unit of work: units are spread over the team and each
+    // thread does its units' products with single-threaded sgemm on strided views of qkv
+    // (ld = 3C), restricted to the lower block triangle (kAttentionBlock rows per block).
+    // Measured against hand-written vectorized loops over the exact triangle, this is
+    // faster at hs = 64 because sgemm runs near peak while the loops are bound by
+    // horizontal reductions; the wasted upper halves of the diagonal blocks cost less.
+
+    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                           int NH) override {
+        ZT_REQUIRE(NH > 0 && C % NH == 0, "attention: C=", C, " is not divisible by NH=", NH);
+        const int hs = C / NH;
+        const int C3 = 3 * C;
+        const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+        const int units = B * NH;
+#pragma omp parallel for num_threads(m_threads) schedule(static)
+        for (int u = 0; u < units; ++u) {
+            const int b = u / NH;
+            const int h = u % NH;
+            const float* q = qkv + static_cast<size_t>(b) * T * C3 + static_cast<size_t>(h) * hs;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* p = att + static_cast<size_t>(u) * T * T;
+            float* o = out + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hs;
+            // S = scale * Q K^T, row block [r0, r1) against keys [0, r1).
+            for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+                const int r1 = std::min(T, r0 + kAttentionBlock);
+                sgemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<size_t>(r0) * C3, C3,
+                      k, C3, 0.f, p + static_cast<size_t>(r0) * T, T);
+            }
+            for (int t = 0; t < T; ++t) {
+                causal_softmax_row_kernel(p + static_cast<size_t>(t) * T, t + 1, T);
+            }
+            // O = P V, same blocks (P is zero past the diagonal).
+            for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+                const int r1 = std::min(T, r0 + kAttentionBlock);
+                sgemm(false, false, r1 - r0, hs, r1, 1.f, p + static_cast<size_t>(r0) * T, T, v,
+                      C3, 0.f, o + static_cast<size_t>(r0) * C, C);
+            }
+        }
+    }
+
+    size_t attention_scratch_floats(int /*B*/, int T, int /*NH*/) const override {
+        // Two (T, T) matrices per thread: the causal copy of P and dP -> dS.
+        return static_cast<size_t>(m_threads) * 2 * static_cast<size_t>(T) * T;
+    }
+
+    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, int B, int T, int C, int NH) override {
+        ZT_REQUIRE(NH > 0 && C % NH == 0, "attention: C=", C, " is not divisible by NH=", NH);
+        const int hs = C / NH;
+        const int C3 = 3 * C;
+        const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+        const int units = B * NH;
+        const size_t tt = static_cast<size_t>(T) * T;
+#pragma omp parallel num_threads(m_threads)
+        {
+            float* pc = scratch + static_cast<size_t>(omp_get_thread_num()) * 2 * tt;
+            float* ds = pc + tt;
+#pragma omp for schedule(static)
+            for (int u = 0; u < units; ++u) {
+                const int b = u / NH;
+                const int h = u % NH;
+                const size_t row0 = static_cast<size_t>(b) * T;
+                const float* q = qkv + row0 * C3 + static_cast<size_t>(h) * hs;
+                const float* k = q + C;
+                const float* v = q + 2 * C;
+                float* dq = dqkv + row0 * C3 + static_cast<size_t>(h) * hs;
+                float* dk = dq + C;
+                float* dv = dq + 2 * C;
+                const float* dout_h = dout + row0 * C + static_cast<size_t>(h) * hs;
+                const float* p = att + static_cast<size_t>(u) * tt;
+                for (int t = 0; t < T; ++t) {
+                    causal_copy_row_kernel(pc + static_cast<size_t>(t) * T,
+                                           p + static_cast<size_t>(t) * T, t + 1, T);
+                }
+                // dP = dO V^T (row blocks, keys [0, r1)).
+                for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+                    const int r1 = std::min(T, r0 + kAttentionBlock);
+                    sgemm(false, true, r1 - r0, r1, hs, 1.f, dout_h + static_cast<size_t>(r0) * C,
+                          C, v, C3, 0.f, ds + static_cast<size_t>(r0) * T, T);
+                }
+                // dV += P^T dO: key block [c0, c1) gets contributions from queries [c0, T).
+                for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
+                    const int c1 = std::min(T, c0 + kAttentionBlock);
+                    sgemm(true, false, c1 - c0, hs, T - c0, 1.f,
+                          pc + static_cast<size_t>(c0) * T + c0, T,
+                          dout_h + static_cast<size_t>(c0) * C, C, 1.f,
+                          dv + static_cast<size_t>(c0) * C3, C3);
+                }
+                for (int t = 0; t < T; ++t) {
+                    softmax_backward_row_kernel(ds + static_cast<size_t>(t) * T,
+                                                pc + static_cast<size_t>(t) * T, t + 1, T);
+                }
+                // dQ += scale * dS K.
+                for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+                    const int r1 = std::min(T, r0 + kAttentionBlock);
+                    sgemm(false, false, r1 - r0, hs, r1, scale, ds + static_cast<size_t>(r0) * T,
+                          T, k, C3, 1.f, dq + static_cast<size_t>(r0) * C3, C3);
+                }
+                // dK += scale * dS^T Q.
+                for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
+                    const int c1 = std::min(T, c0 + kAttentionBlock);
+                    sgemm(true, false, c1 - c0, hs, T - c0, scale,
+                          ds + static_cast<size_t>(c0) * T + c0, T,
+                          q + static_cast<size_t>(c0) * C3, C3, 1.f,
+                          dk + static_cast<size_t>(c0) * C3, C3);
+                }
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------
+    // encoder
+    // --------------------------------------------------------------------------------
+
+    void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override {
+        const int rows = B * T;
+        const bool parallel = static_cast<size_t>(rows) * C >= kParallelMinElements;
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
+        for (int r = 0; r < rows; ++r) {
+            const int t = r % T;
+            const float* e = wte + static_cast<size_t>(tokens[r]) * C;
+            const float* pe = wpe + static_cast<size_t>(t) * C;
+            add_kernel(out + static_cast<size_t>(r) * C, e, pe, static_cast<size_t>(C));
+        }
+    }
+
+    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int B, int T, int C) override {
+        // Two rows may carry the same token, so rows cannot be split across threads; each
+        // thread owns a slab of channels instead and walks every row in order (race-free
+        // and deterministic).
+        const bool parallel = static_cast<size_t>(B) * T * C >= kParallelMinElements;
+#pragma omp parallel num_threads(m_threads) if (parallel)
+        {
+            size_t c0 = 0;
+            size_t c1 = 0;
+            split_range(static_cast<size_t>(C), omp_get_thread_num(), omp_get_num_threads(), 16,
+                        &c0, &c1);
+            const size_t w = c1 - c0;
+            if (c1 > c0) {
+                for (int r = 0; r < B * T; ++r) {
+                    const int t = r % T;
+                    const float* d = dout + static_cast<size_t>(r) * C + c0;
+                    if (dwte != nullptr) {
+                        float* g = dwte + static_cast<size_t>(tokens[r]) * C + c0;
+                        add_kernel(g, g, d, w);
+                    }
+                    if (dwpe != nullptr) {
+                        float* g = dwpe + static_cast<size_t>(t) * C + c0;
+                        add_kernel(g, g, d, w);
+                    }
+                }
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------
+    // loss
+    // --------------------------------------------------------------------------------
+
+    void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V,
+                               int Vp, float dloss) override {
+        ZT_REQUIRE(V > 0 && V <= Vp, "cross-entropy: need 0 < V <= Vp (V=", V, ", Vp=", Vp, ")");
+        // Validate before the parallel region: an exception must not escape an OpenMP region.
+        for (int r = 0; r < N; ++r) {
+            ZT_REQUIRE(targets[r] < V, "cross-entropy: target ", targets[r], " of row ", r,
+                       " is not below the vocabulary size ", V);
+        }
+        const bool parallel = static_cast<size_t>(N) * Vp >= kParallelMinElements;
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
+        for (int r = 0; r < N; ++r) {
+            float* row = logits + static_cast<size_t>(r) * Vp;
+            if (targets[r] < 0) {
+                losses[r] = 0.f;
+                if (dloss != 0.f) {
+                    std::memset(row, 0, static_cast<size_t>(Vp) * sizeof(float));
+                }
+                continue;
+            }
+            losses[r] = cross_entropy_row_kernel(row, targets[r], V, Vp, dloss);
+        }
+    }
+
+  private:
+    /// Runs fn(begin, end) over [0, n) split into one contiguous chunk per thread (chunk
+    /// edges on 16-float boundaries = whole cache lines), or inline when n is small.
+    template <typename Fn>
+    void parallel_chunks(size_t n, Fn&& fn) {
+        if (n < kParallelMinElements || m_threads == 1) {
+            if (n > 0) {
+                fn(size_t{0}, n);
+            }
+            return;
+        }
+#pragma omp parallel num_threads(m_threads)
+        {
+            size_t b = 0;
+            size_t e = 0;
+            split_range(n, omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
+            if (e > b) {
+                fn(b, e);
+            }
+        }
+    }
+
+    int m_threads = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+    return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace zt

@@ -1,0 +1,696 @@
+// The run configuration: the key table, the INI deck + command-line parser, validation,
+// `ztrain --help` and the resolved-config dump (to_ini).
+//
+// One table (kKeys) names every key, where it lives in Config, and what it means. Defaults
+// are not repeated here: they are read from a default-constructed Config, so the struct in
+// config.hpp stays the single source of defaults.
+//
+// Boost.Program_options does the tokenising (INI sections, --key=value / --key value) and
+// the "first stored value wins" precedence. Every key is registered as a string and
+// converted here, strictly, because Boost's own conversion errors name neither the value nor
+// its source well enough for an exit-2 message. Deliberately not done here: anything that
+// touches the file system beyond reading the deck (shard globs, run directories, resume
+// paths are checked by the components that use them), and anything needing MPI.
+#include "ztrain/config/config.hpp"
+
+#include "ztrain/config.hpp"
+#include "ztrain/core/error.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+#include <system_error>
+#include <variant>
+
+namespace po = boost::program_options;
+
+namespace zt {
+namespace {
+
+// ---------------------------------------------------------------------------
+// The key table
+// ---------------------------------------------------------------------------
+
+using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*>;
+
+struct KeyDef {
+    const char* key;               ///< "section.key", or a bare top-level key
+    FieldRef (*field)(Config&);    ///< where the value lives in a Config
+    const char* doc;               ///< one line for --help and the dumped deck
+};
+
+// A capture-less lambda converts to the plain function pointer KeyDef wants.
+#define ZT_KEY(name, member, doc) \
+    KeyDef { name, [](Config& c) -> FieldRef { return &c.member; }, doc }
+
+const KeyDef kKeys[] = {
+    ZT_KEY("backend", backend, "compute backend: cpu | cuda | auto"),
+
+    ZT_KEY("model.n_layer", model.n_layer, "number of transformer blocks"),
+    ZT_KEY("model.n_head", model.n_head, "attention heads per block (must divide n_embd)"),
+    ZT_KEY("model.n_embd", model.n_embd, "embedding / residual width"),
+    ZT_KEY("model.seq_len", model.seq_len, "maximum sequence length (learned positions)"),
+    ZT_KEY("model.vocab_size", model.vocab_size, "vocabulary size (tokens the data may contain)"),
+    ZT_KEY("model.vocab_pad_to", model.vocab_pad_to, "embedding rows are padded to a multiple of this"),
+    ZT_KEY("model.init_from", model.init_from, "optional weights file to start from"),
+
+    ZT_KEY("data.train", data.train, "training token shards: file or glob (required; see zt-prepare)"),
+    ZT_KEY("data.val", data.val, "validation token shards: file or glob (empty: no evaluation)"),
+    ZT_KEY("data.tokenizer", data.tokenizer, "tokenizer file (empty: tokenizer.json next to the train shards)"),
+
+    ZT_KEY("train.micro_batch", train.micro_batch, "sequences per rank per micro-step"),
+    ZT_KEY("train.grad_accum", train.grad_accum, "micro-steps accumulated per optimizer step"),
+    ZT_KEY("train.max_steps", train.max_steps, "optimizer steps to run"),
+    ZT_KEY("train.lr", train.lr, "peak learning rate"),
+    ZT_KEY("train.lr_min", train.lr_min, "final learning rate of the decay schedule"),
+    ZT_KEY("train.warmup_steps", train.warmup_steps, "linear warmup steps"),
+    ZT_KEY("train.schedule", train.schedule, "learning-rate decay: cosine | linear | constant"),
+    ZT_KEY("train.weight_decay", train.weight_decay, "AdamW decoupled weight decay"),
+    ZT_KEY("train.beta1", train.beta1, "AdamW first-moment decay, in [0, 1)"),
+    ZT_KEY("train.beta2", train.beta2, "AdamW second-moment decay, in [0, 1)"),
+    ZT_KEY("train.eps", train.eps, "AdamW epsilon"),
+    ZT_KEY("train.grad_clip", train.grad_clip, "global gradient-norm clip (0 disables)"),
+    ZT_KEY("train.seed", train.seed, "random seed (initialisation, data order, sampling)"),
+    ZT_KEY("train.eval_every", train.eval_every, "steps between evaluations (0 disables)"),
+    ZT_KEY("train.eval_batches", train.eval_batches, "micro-batches per evaluation"),
+    ZT_KEY("train.sample_tokens", train.sample_tokens, "tokens sampled at each evaluation (0 disables)"),
+    ZT_KEY("train.log_every", train.log_every, "steps between log lines"),
+    ZT_KEY("train.threads", train.threads, "CPU threads per rank (0: cores / local ranks)"),
+    ZT_KEY("train.recompute", train.recompute, "recompute activations in backward to save memory"),
+
+    ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
+    ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "gradient all-reduce bucket size (MiB)"),
+
+    ZT_KEY("precision.dtype", precision.dtype, "compute dtype: fp32 | bf16 | fp16"),
+
+    ZT_KEY("checkpoint.dir", checkpoint.dir, "checkpoint directory (empty: <run.dir>/checkpoints)"),
+    ZT_KEY("checkpoint.every", checkpoint.every, "steps between checkpoints (0: only at the end)"),
+    ZT_KEY("checkpoint.keep", checkpoint.keep, "checkpoints kept on disk"),
+    ZT_KEY("checkpoint.resume", checkpoint.resume, "auto | never | PATH of a checkpoint"),
+
+    ZT_KEY("run.dir", run.dir, "run directory (logs, resolved config, checkpoints)"),
+};
+
+#undef ZT_KEY
+
+const KeyDef* find_key(const std::string& key) {
+    for (const KeyDef& k : kKeys) {
+        if (key == k.key) {
+            return &k;
+        }
+    }
+    return nullptr;
+}
+
+std::string section_of(const std::string& key) {
+    const auto dot = key.find('.');
+    return dot == std::string::npos ? std::string() : key.substr(0, dot);
+}
+
+std::string leaf_of(const std::string& key) {
+    const auto dot = key.find('.');
+    return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+// ---------------------------------------------------------------------------
+// Values <-> text
+// ---------------------------------------------------------------------------
+
+// Shortest %g text that reads back to the same double, so to_ini round-trips exactly
+// without printing 0.00029999999999999997 (and prints 0.0003 rather than to_chars' 3e-04).
+std::string format_double(double v) {
+    char buf[64];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+        if (std::strtod(buf, nullptr) == v) {
+            break;
+        }
+    }
+    return buf;
+}
+
+struct FormatVisitor {
+    std::string operator()(const int* p) const { return std::to_string(*p); }
+    std::string operator()(const double* p) const { return format_double(*p); }
+    std::string operator()(const std::string* p) const { return *p; }
+    std::string operator()(const bool* p) const { return *p ? "true" : "false"; }
+    std::string operator()(const uint64_t* p) const { return std::to_string(*p); }
+};
+
+std::string format_value(const KeyDef& k, const Config& cfg) {
+    // The accessor wants a mutable Config; it only takes an address, nothing is written.
+    return std::visit(FormatVisitor{}, k.field(const_cast<Config&>(cfg)));
+}
+
+struct TypeNameVisitor {
+    const char* operator()(int*) const { return "INT"; }
+    const char* operator()(double*) const { return "NUM"; }
+    const char* operator()(std::string*) const { return "STR"; }
+    const char* operator()(bool*) const { return "BOOL"; }
+    const char* operator()(uint64_t*) const { return "UINT"; }
+};
+
+// Strict conversions: the whole text must be consumed, so "4x" or "1e-3junk" is an error
+// rather than a silently truncated number.
+bool parse_int(const std::string& s, int& out) {
+    const char* first = s.data();
+    const char* last = s.data() + s.size();
+    if (first != last && *first == '+') {
+        ++first;
+    }
+    const auto res = std::from_chars(first, last, out);
+    return res.ec == std::errc() && res.ptr == last && first != last;
+}
+
+bool parse_uint64(const std::string& s, uint64_t& out) {
+    const char* first = s.data();
+    const char* last = s.data() + s.size();
+    if (first != last && *first == '+') {
+        ++first;
+    }
+    const auto res = std::from_chars(first, last, out);
+    return res.ec == std::errc() && res.ptr == last && first != last;
+}
+
+bool parse_double(const std::string& s, double& out) {
+    if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) {
+        return false;
+    }
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(s.c_str(), &end);
+    // Overflow (ERANGE with a huge result) is rejected; underflow to a tiny value is fine.
+    if (end != s.c_str() + s.size() || (errno == ERANGE && std::fabs(v) > 1.0)) {
+        return false;
+    }
+    out = v;
+    return true;
+}
+
+bool parse_bool(const std::string& s, bool& out) {
+    std::string l = s;
+    std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (l == "true" || l == "1" || l == "yes" || l == "on") {
+        out = true;
+        return true;
+    }
+    if (l == "false" || l == "0" || l == "no" || l == "off") {
+        out = false;
+        return true;
+    }
+    return false;
+}
+
+/// Sets one key from its text; `origin` is the deck file name or "command line".
+void assign(Config& cfg, const KeyDef& k, const std::string& text, const std::string& origin) {
+    const std::string where = str(origin, ": ", k.key, " = '", text, "' ");
+    FieldRef ref = k.field(cfg);
+    if (auto* p = std::get_if<int*>(&ref)) {
+        int v = 0;
+        ZT_INPUT_CHECK(parse_int(text, v), where, "is not an integer",
+                       (text.find_first_of(".eE") != std::string::npos ? " (no decimal point or exponent)"
+                                                                        : ""));
+        **p = v;
+    } else if (auto* p = std::get_if<double*>(&ref)) {
+        double v = 0;
+        ZT_INPUT_CHECK(parse_double(text, v), where, "is not a number");
+        **p = v;
+    } else if (auto* p = std::get_if<bool*>(&ref)) {
+        bool v = false;
+        ZT_INPUT_CHECK(parse_bool(text, v), where, "is not a boolean (true/false, 1/0, yes/no, on/off)");
+        **p = v;
+    } else if (auto* p = std::get_if<uint64_t*>(&ref)) {
+        uint64_t v = 0;
+        ZT_INPUT_CHECK(parse_uint64(text, v), where, "is not a non-negative integer");
+        **p = v;
+    } else {
+        *std::get<std::string*>(ref) = text;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Suggestions for unknown keys
+// ---------------------------------------------------------------------------
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1);
+    std::vector<size_t> cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) {
+        prev[j] = j;
+    }
+    for (size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+        }
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+/// The registered key the user most likely meant, or "" when nothing is close.
+std::string nearest_key(const std::string& unknown) {
+    // A right key in the wrong section ("train.n_layer", or a bare "n_layer") is the
+    // commonest slip; edit distance would rank it poorly, so check it first.
+    const std::string leaf = leaf_of(unknown);
+    for (const KeyDef& k : kKeys) {
+        if (leaf == leaf_of(k.key)) {
+            return k.key;
+        }
+    }
+    std::string best;
+    size_t best_d = std::max<size_t>(2, unknown.size() / 4) + 1;
+    for (const KeyDef& k : kKeys) {
+        const size_t d = edit_distance(unknown, k.key);
+        if (d < best_d) {
+            best_d = d;
+            best = k.key;
+        }
+    }
+    return best;
+}
+
+std::string suggestion(const std::string& unknown, const char* prefix) {
+    const std::string near = nearest_key(unknown);
+    return near.empty() ? std::string() : str(" (did you mean '", prefix, near, "'?)");
+}
+
+std::string strip_option_token(std::string token) {
+    const auto eq = token.find('=');
+    if (eq != std::string::npos) {
+        token.resize(eq);
+    }
+    const auto first = token.find_first_not_of('-');
+    return first == std::string::npos ? token : token.substr(first);
+}
+
+// ---------------------------------------------------------------------------
+// Reading the deck and the command line
+// ---------------------------------------------------------------------------
+
+po::options_description settings_description() {
+    po::options_description desc("settings");
+    for (const KeyDef& k : kKeys) {
+        desc.add_options()(k.key, po::value<std::string>(), k.doc);
+    }
+    return desc;
+}
+
+/// Line numbers of each key in an INI file, scanned the way Boost reads it (comments from
+/// '#', [section] prefixes). Only used to make duplicate-key messages point at lines.
+std::map<std::string, std::vector<int>> scan_key_lines(const std::string& text) {
+    std::map<std::string, std::vector<int>> lines;
+    std::istringstream in(text);
+    std::string line;
+    std::string prefix;
+    int number = 0;
+    const auto trim = [](const std::string& s) {
+        const auto b = s.find_first_not_of(" \t\r");
+        const auto e = s.find_last_not_of(" \t\r");
+        return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    while (std::getline(in, line)) {
+        ++number;
+        const auto hash = line.find('#');
+        line = trim(hash == std::string::npos ? line : line.substr(0, hash));
+        if (line.empty()) {
+            continue;
+        }
+        if (line.front() == '[' && line.back() == ']') {
+            prefix = trim(line.substr(1, line.size() - 2));
+            prefix = prefix.empty() ? std::string() : prefix + ".";
+            continue;
+        }
+        const auto eq = line.find('=');
+        if (eq != std::string::npos) {
+            lines[prefix + trim(line.substr(0, eq))].push_back(number);
+        }
+    }
+    return lines;
+}
+
+std::string read_deck(const std::string& path) {
+    struct stat st {};
+    const bool is_dir = ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    std::ifstream in(path, std::ios::binary);
+    ZT_INPUT_CHECK(in && !is_dir, "--config: cannot read '", path, "'",
+                   (is_dir ? " (it is a directory)" : " (no such file, or no permission)"));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+po::parsed_options parse_deck(const std::string& path, const std::string& text,
+                              const po::options_description& desc) {
+    std::istringstream in(text);
+    try {
+        return po::parse_config_file(in, desc, /*allow_unregistered=*/false);
+    } catch (const po::unknown_option& e) {
+        const std::string key = e.get_option_name();
+        throw InputError(str(path, ": unknown key '", key, "'", suggestion(key, "")));
+    } catch (const po::invalid_config_file_syntax& e) {
+        throw InputError(str(path, ": cannot parse line '", e.tokens(),
+                             "' (expected 'key = value', '[section]' or a '#' comment)"));
+    } catch (const po::error& e) {
+        throw InputError(str(path, ": ", e.what()));
+    }
+}
+
+/// Rejects a key given twice in one source: Boost would keep one silently (or throw a
+/// message without the file), and a deck that says two things is almost always a mistake.
+void check_duplicates(const po::parsed_options& parsed, const std::string& origin,
+                      const std::map<std::string, std::vector<int>>& lines) {
+    std::set<std::string> seen;
+    for (const po::option& opt : parsed.options) {
+        if (opt.string_key.empty() || seen.insert(opt.string_key).second) {
+            continue;
+        }
+        std::string where;
+        const auto it = lines.find(opt.string_key);
+        if (it != lines.end() && it->second.size() >= 2) {
+            where = str(" (lines ", it->second[0], " and ", it->second[1], ")");
+        }
+        throw InputError(str(origin, ": key '", opt.string_key, "' is given more than once", where));
+    }
+}
+
+std::string help_text() {
+    const Config defaults;
+    std::ostringstream os;
+    os << "Usage: mpirun -np N ztrain [--config FILE] [--section.key=VALUE ...]\n"
+       << "       ztrain --help | --version | --env\n\n"
+       << "Trains a GPT-2 style model with data parallelism over MPI ranks.\n\n"
+       << "Options:\n"
+       << "  --config FILE   INI deck: '[section]' headers, then 'key = value' lines ('#' comments)\n"
+       << "  --help, -h      print this help and exit\n"
+       << "  --version       print the ztrain version and exit\n"
+       << "  --env           print the build and machine environment and exit\n\n"
+       << "Every key below can be set in the deck or overridden on the command line as\n"
+       << "--section.key=VALUE (or --section.key VALUE); the command line wins over the deck.\n"
+       << "'backend' is a top-level key: put it before any [section] or pass --backend=VALUE.\n";
+    std::string section = "\x01";  // never a real section, so the first key prints a header
+    for (const KeyDef& k : kKeys) {
+        const std::string sec = section_of(k.key);
+        if (sec != section) {
+            section = sec;
+            os << "\n" << (sec.empty() ? std::string("(top level)") : "[" + sec + "]") << "\n";
+        }
+        const std::string value = format_value(k, defaults);
+        std::string left = str("  --", k.key, "=", std::visit(TypeNameVisitor{}, k.field(const_cast<Config&>(defaults))));
+        if (left.size() < 34) {
+            left.resize(34, ' ');
+        } else {
+            left += ' ';
+        }
+        os << left << k.doc << " (default: " << (value.empty() ? "\"\"" : value) << ")\n";
+    }
+    return os.str();
+}
+
+// ---------------------------------------------------------------------------
+// validate() helpers
+// ---------------------------------------------------------------------------
+
+class Validator {
+  public:
+    explicit Validator(const Config& cfg) : m_cfg(cfg) {}
+
+    /// Prefix naming where the values of `keys` came from, so the user knows what to edit:
+    /// "command line: " when any of them was overridden there, else the deck, else nothing.
+    std::string origin(std::initializer_list<const char*> keys) const {
+        for (const char* key : keys) {
+            if (std::find(m_cfg.cli_keys.begin(), m_cfg.cli_keys.end(), key) != m_cfg.cli_keys.end()) {
+                return "command line: ";
+            }
+        }
+        return m_cfg.config_file.empty() ? std::string() : m_cfg.config_file + ": ";
+    }
+    std::string origin(const std::string& key) const { return origin({key.c_str()}); }
+
+    std::string value(const std::string& key) const { return format_value(*find_key(key), m_cfg); }
+
+    /// Throws "<origin>key = value: expected <what>" unless `ok`.
+    void check(bool ok, const std::string& key, const std::string& expected) const {
+        if (!ok) {
+            throw InputError(str(origin(key), key, " = ", quoted(key), ": expected ", expected));
+        }
+    }
+
+    void check_int_min(const std::string& key, int v, int min) const {
+        check(v >= min, key, str("an integer >= ", min));
+    }
+
+    void check_finite(const std::string& key, double v) const {
+        check(std::isfinite(v), key, "a finite number");
+    }
+
+    void check_one_of(const std::string& key, const std::string& v,
+                      std::initializer_list<const char*> allowed) const {
+        std::string list;
+        bool found = false;
+        for (const char* a : allowed) {
+            found = found || v == a;
+            list += list.empty() ? std::string(a) : std::string(" | ") + a;
+        }
+        check(found, key, "one of " + list);
+    }
+
+  private:
+    std::string quoted(const std::string& key) const {
+        const std::string v = value(key);
+        // Numbers read better bare; strings are quoted so an empty value is visible.
+        const FieldRef ref = find_key(key)->field(const_cast<Config&>(m_cfg));
+        return std::holds_alternative<std::string*>(ref) ? "'" + v + "'" : v;
+    }
+
+    const Config& m_cfg;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------
+
+CliResult parse_command_line(int argc, const char* const* argv) {
+    CliResult result;
+    const po::options_description settings = settings_description();
+
+    po::options_description actions("actions");
+    actions.add_options()("config", po::value<std::string>(), "INI deck")("help,h", "help")(
+        "version", "version")("env", "environment");
+    // Positional words are collected (not rejected by Boost) so the message can quote them.
+    po::options_description hidden;
+    hidden.add_options()("zt-positional", po::value<std::vector<std::string>>());
+    po::positional_options_description positional;
+    positional.add("zt-positional", -1);
+
+    po::options_description cli;
+    cli.add(actions).add(settings).add(hidden);
+
+    // Guessing is off: "--model.n_lay=3" silently meaning model.n_layer is a trap.
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::parsed_options parsed_cli(&cli);
+    try {
+        parsed_cli = po::command_line_parser(argc, const_cast<char**>(argv))
+                         .options(cli)
+                         .positional(positional)
+                         .style(style)
+                         .run();
+    } catch (const po::unknown_option& e) {
+        std::string token = e.get_option_name();
+        token = token.substr(0, token.find('='));
+        throw InputError(str("command line: unknown option '", token, "'", suggestion(strip_option_token(token), "--"),
+                             "; see ztrain --help"));
+    } catch (const po::invalid_command_line_syntax& e) {
+        if (e.kind() == po::invalid_syntax::missing_parameter) {
+            throw InputError(str("command line: ", e.get_option_name(), " needs a value (",
+                                 e.get_option_name(), "=VALUE)"));
+        }
+        if (e.kind() == po::invalid_syntax::empty_adjacent_parameter) {
+            throw InputError(str("command line: ", e.get_option_name(), "= has no value (to set an empty value, write ",
+                                 e.get_option_name(), " \"\")"));
+        }
+        throw InputError(str("command line: ", e.what()));
+    } catch (const po::error& e) {
+        throw InputError(str("command line: ", e.what()));
+    }
+    check_duplicates(parsed_cli, "command line", {});
+
+    po::variables_map vm;
+    try {
+        po::store(parsed_cli, vm);
+    } catch (const po::error& e) {
+        throw InputError(str("command line: ", e.what()));
+    }
+
+    if (vm.count("zt-positional")) {
+        const auto& words = vm["zt-positional"].as<std::vector<std::string>>();
+        throw InputError(str("command line: unexpected argument '", words.front(),
+                             "' (settings are --section.key=VALUE, a deck is --config FILE; see ztrain --help)"));
+    }
+    if (vm.count("help")) {
+        result.action = CliAction::kHelp;
+        result.help_text = help_text();
+        return result;
+    }
+    if (vm.count("version")) {
+        result.action = CliAction::kVersion;
+        return result;
+    }
+    if (vm.count("env")) {
+        result.action = CliAction::kEnv;
+        return result;
+    }
+
+    Config& cfg = result.config;
+    for (const po::option& opt : parsed_cli.options) {
+        if (find_key(opt.string_key) != nullptr) {
+            cfg.cli_keys.push_back(opt.string_key);
+        }
+    }
+
+    // The command line was stored first, so Boost keeps its values over the deck's.
+    if (vm.count("config")) {
+        cfg.config_file = vm["config"].as<std::string>();
+        ZT_INPUT_CHECK(!cfg.config_file.empty(), "--config: needs a file name");
+        const std::string text = read_deck(cfg.config_file);
+        const po::parsed_options parsed_deck = parse_deck(cfg.config_file, text, settings);
+        check_duplicates(parsed_deck, cfg.config_file, scan_key_lines(text));
+        try {
+            po::store(parsed_deck, vm);
+        } catch (const po::error& e) {
+            throw InputError(str(cfg.config_file, ": ", e.what()));
+        }
+    }
+    po::notify(vm);
+
+    for (const KeyDef& k : kKeys) {
+        if (!vm.count(k.key)) {
+            continue;
+        }
+        const bool from_cli =
+            std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), k.key) != cfg.cli_keys.end();
+        assign(cfg, k, vm[k.key].as<std::string>(), from_cli ? std::string("command line") : cfg.config_file);
+    }
+
+    validate(cfg);
+    return result;
+}
+
+void validate(const Config& cfg) {
+    const Validator v(cfg);
+
+    // Every double must be finite before any range check: NaN compares false with
+    // everything and would slip through "x < 0" style tests.
+    for (const KeyDef& k : kKeys) {
+        const FieldRef ref = k.field(const_cast<Config&>(cfg));
+        if (const auto* p = std::get_if<double*>(&ref)) {
+            v.check_finite(k.key, **p);
+        }
+        if (const auto* p = std::get_if<std::string*>(&ref)) {
+            // '#' starts a comment and a newline ends the line in an INI deck: such a value
+            // could not be written back by to_ini() faithfully.
+            v.check((*p)->find_first_of("#\n\r") == std::string::npos, k.key,
+                    "a value without '#' or line breaks");
+        }
+    }
+
+    v.check_one_of("backend", cfg.backend, {"cpu", "cuda", "auto"});
+
+    const ModelConfig& m = cfg.model;
+    v.check_int_min("model.n_layer", m.n_layer, 1);
+    v.check_int_min("model.n_head", m.n_head, 1);
+    v.check_int_min("model.n_embd", m.n_embd, 1);
+    if (m.n_embd % m.n_head != 0) {
+        throw InputError(str(v.origin({"model.n_embd", "model.n_head"}), "model.n_embd = ", m.n_embd,
+                             " is not divisible by model.n_head = ", m.n_head,
+                             " (each head gets n_embd / n_head channels)"));
+    }
+    v.check_int_min("model.seq_len", m.seq_len, 1);
+    v.check_int_min("model.vocab_size", m.vocab_size, 2);
+    v.check_int_min("model.vocab_pad_to", m.vocab_pad_to, 1);
+    // padded_vocab() adds the two; keep that sum (and the round-up) inside int.
+    v.check(m.vocab_pad_to <= INT_MAX - m.vocab_size, "model.vocab_pad_to",
+            "vocab_size + vocab_pad_to to fit in a 32-bit integer");
+
+    if (cfg.data.train.empty()) {
+        throw InputError(str(v.origin("data.train"),
+                             "data.train is required: a token shard file or glob (make one with zt-prepare)"));
+    }
+    const TrainConfig& t = cfg.train;
+    v.check_int_min("train.micro_batch", t.micro_batch, 1);
+    v.check_int_min("train.grad_accum", t.grad_accum, 1);
+    v.check_int_min("train.max_steps", t.max_steps, 1);
+    v.check(t.lr > 0, "train.lr", "a number > 0");
+    v.check(t.lr_min >= 0, "train.lr_min", "a number >= 0");
+    if (t.lr_min > t.lr) {
+        throw InputError(str(v.origin({"train.lr_min", "train.lr"}), "train.lr_min = ", format_double(t.lr_min),
+                             " is greater than train.lr = ", format_double(t.lr),
+                             ": expected 0 <= train.lr_min <= train.lr"));
+    }
+    v.check_int_min("train.warmup_steps", t.warmup_steps, 0);
+    v.check_one_of("train.schedule", t.schedule, {"cosine", "linear", "constant"});
+    v.check(t.weight_decay >= 0, "train.weight_decay", "a number >= 0");
+    v.check(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "a number in [0, 1)");
+    v.check(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "a number in [0, 1)");
+    v.check(t.eps > 0, "train.eps", "a number > 0");
+    v.check(t.grad_clip >= 0, "train.grad_clip", "a number >= 0 (0 disables clipping)");
+    v.check_int_min("train.eval_every", t.eval_every, 0);
+    v.check_int_min("train.eval_batches", t.eval_batches, 1);
+    v.check_int_min("train.sample_tokens", t.sample_tokens, 0);
+    v.check_int_min("train.log_every", t.log_every, 1);
+    v.check_int_min("train.threads", t.threads, 0);
+
+    v.check(cfg.parallel.zero_stage >= 0 && cfg.parallel.zero_stage <= 3, "parallel.zero_stage",
+            "0 (DDP), 1, 2 or 3");
+    v.check_int_min("parallel.bucket_mb", cfg.parallel.bucket_mb, 1);
+
+    v.check_one_of("precision.dtype", cfg.precision.dtype, {"fp32", "bf16", "fp16"});
+
+    v.check_int_min("checkpoint.every", cfg.checkpoint.every, 0);
+    v.check_int_min("checkpoint.keep", cfg.checkpoint.keep, 1);
+    v.check(!cfg.checkpoint.resume.empty(), "checkpoint.resume", "auto | never | PATH of a checkpoint");
+    v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
+}
+
+std::string to_ini(const Config& cfg) {
+    std::ostringstream os;
+    os << "# ztrain " << ZT_VERSION << " resolved configuration";
+    if (!cfg.config_file.empty()) {
+        os << " from deck " << cfg.config_file;
+    }
+    if (!cfg.cli_keys.empty()) {
+        os << "\n# command-line overrides:";
+        for (const std::string& k : cfg.cli_keys) {
+            os << " " << k;
+        }
+    }
+    os << "\n# Reload with: ztrain --config THIS_FILE\n";
+    std::string section = "\x01";
+    for (const KeyDef& k : kKeys) {
+        const std::string sec = section_of(k.key);
+        if (sec != section) {
+            section = sec;
+            if (!sec.empty()) {
+                os << "\n[" << sec << "]\n";
+            }
+        }
+        os << leaf_of(k.key) << " = " << format_value(k, cfg) << "\n";
+    }
+    return os.str();
+}
+
+}  // namespace zt

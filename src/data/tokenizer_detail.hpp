@@ -1,0 +1,17 @@
+// Helpers shared by the tokenizer sources (not part of the public API).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace zt::detail {
+
+/// Reads a whole file; a missing or unreadable file is an InputError naming it and `what`
+/// the file was expected to be.
+std::string read_input_file(const std::string& path, const std::string& what);
+
+/// Writes DIR/tokenizer.json (via a temporary file and rename). Creates DIR if needed.
+void write_tokenizer_description(const std::string& dir, const nlohmann::json& description);
+
+}  // namespace zt::detail

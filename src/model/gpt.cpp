@@ -1,0 +1,248 @@
+// GPT-2 forward and backward, written out op by op (no autograd).
+//
+// Order of UnitStore calls per micro-step (a sharded store relies on it):
+//   forward:  acquire(0) encoder release(0) | for l: acquire(1+l) ... release(1+l) |
+//             acquire(L+1) ln_f release(L+1) | acquire(0) LM head (kept for backward)
+//   backward: LM head with unit 0 (still held) | acquire(L+1) grads_done(L+1) release(L+1) |
+//             for l descending: acquire(1+l) ... grads_done(1+l) release(1+l) |
+//             encoder, grads_done(0), release(0)
+// So per micro-step a sharded store gathers every unit twice, unit 0 included.
+// The next unit is announced with prefetch() before the current one is used.
+#include "ztrain/model/gpt.hpp"
+
+#include <cmath>
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+
+/// Activations one block saves for its backward. Shapes (B, T, ...) at allocation size.
+struct Gpt::Layer {
+    float* ln1;       // (B, T, C)
+    float* ln1_mean;  // (B, T)
+    float* ln1_rstd;  // (B, T)
+    float* qkv;       // (B, T, 3C)
+    float* atty;      // (B, T, C)
+    float* att;       // (B, NH, T, T)
+    float* residual2; // (B, T, C)
+    float* ln2;       // (B, T, C)
+    float* ln2_mean;  // (B, T)
+    float* ln2_rstd;  // (B, T)
+    float* fch;       // (B, T, 4C)
+    float* fch_gelu;  // (B, T, 4C)
+    float* residual3; // (B, T, C)  the block's output
+};
+
+float* Gpt::take(size_t n) {
+    float* p = m_backend.alloc_floats(n);
+    m_allocations.push_back(p);
+    m_activation_floats += n;
+    return p;
+}
+
+Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch)
+    : m_cfg(cfg), m_backend(backend), m_layout(make_gpt_layout(cfg)), m_max_batch(max_batch) {
+    ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
+    auto off = [&](const char* suffix) { return m_layout.find(str("h.0.", suffix)).offset; };
+    if (cfg.n_layer > 0) {
+        m_off = BlockOffsets{off("ln_1.weight"),       off("ln_1.bias"),          off("attn.c_attn.weight"),
+                             off("attn.c_attn.bias"),  off("attn.c_proj.weight"), off("attn.c_proj.bias"),
+                             off("ln_2.weight"),       off("ln_2.bias"),          off("mlp.c_fc.weight"),
+                             off("mlp.c_fc.bias"),     off("mlp.c_proj.weight"),  off("mlp.c_proj.bias")};
+    }
+    m_wpe_offset = m_layout.find("wpe.weight").offset;
+    m_lnf_bias_offset = m_layout.find("ln_f.bias").offset;
+    const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t NH = static_cast<size_t>(cfg.n_head);
+    const size_t T = static_cast<size_t>(cfg.seq_len);
+    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
+    m_layers.resize(static_cast<size_t>(cfg.n_layer));
+    for (Layer& L : m_layers) {
+        L.ln1 = take(BT * C);
+        L.ln1_mean = take(BT);
+        L.ln1_rstd = take(BT);
+        L.qkv = take(BT * 3 * C);
+        L.atty = take(BT * C);
+        L.att = take(static_cast<size_t>(max_batch) * NH * T * T);
+        L.residual2 = take(BT * C);
+        L.ln2 = take(BT * C);
+        L.ln2_mean = take(BT);
+        L.ln2_rstd = take(BT);
+        L.fch = take(BT * 4 * C);
+        L.fch_gelu = take(BT * 4 * C);
+        L.residual3 = take(BT * C);
+    }
+    m_encoded = take(BT * C);
+    m_lnf = take(BT * C);
+    m_lnf_mean = take(BT);
+    m_lnf_rstd = take(BT);
+    m_logits = take(BT * Vp);
+    m_losses = take(BT);
+    m_dresidual = take(BT * C);
+    m_dln = take(BT * C);
+    m_datty = take(BT * C);
+    m_dqkv = take(BT * 3 * C);
+    m_dfch = take(BT * 4 * C);
+    m_dfch_gelu = take(BT * 4 * C);
+    m_att_scratch = take(backend.attention_scratch_floats(max_batch, cfg.seq_len, cfg.n_head));
+}
+
+Gpt::~Gpt() {
+    for (float* p : m_allocations) m_backend.free(p);
+}
+
+void Gpt::layer_forward(int l, const float* w, const float* in, int B, int T) {
+    const BlockOffsets& o = m_off;
+    Layer& L = m_layers[static_cast<size_t>(l)];
+    const int C = m_cfg.n_embd;
+    const int NH = m_cfg.n_head;
+    const int N = B * T;
+    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
+    Backend& be = m_backend;
+    be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
+    be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
+    be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
+    // residual2 = in + atty @ Wproj^T + bproj; the projection output goes straight into
+    // residual2 and the residual is added in place, so no separate buffer is kept.
+    be.matmul_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, N, C, C);
+    be.residual_forward(L.residual2, L.residual2, in, NC);
+    be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
+    be.matmul_forward(L.fch, L.ln2, w + o.fcw, w + o.fcb, N, C, 4 * C);
+    be.gelu_forward(L.fch_gelu, L.fch, NC * 4);
+    be.matmul_forward(L.residual3, L.fch_gelu, w + o.fcprojw, w + o.fcprojb, N, 4 * C, C);
+    be.residual_forward(L.residual3, L.residual3, L.residual2, NC);
+}
+
+float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
+                   float dloss) {
+    ZT_REQUIRE(B >= 1 && B <= m_max_batch, "batch ", B, " outside [1, ", m_max_batch, "]");
+    ZT_REQUIRE(T >= 1 && T <= m_cfg.seq_len, "sequence length ", T, " outside [1, ", m_cfg.seq_len, "]");
+    m_B = B;
+    m_T = T;
+    m_inputs = inputs;
+    const int C = m_cfg.n_embd;
+    const int V = m_cfg.vocab_size;
+    const int Vp = m_cfg.padded_vocab();
+    const int N = B * T;
+    const int nL = m_cfg.n_layer;
+
+    store.prefetch(0);
+    const float* emb = store.acquire(0);
+    store.prefetch(1);
+    m_backend.encoder_forward(m_encoded, inputs, emb, emb + m_wpe_offset, B, T, C);
+    store.release(0);
+
+    const float* x = m_encoded;
+    for (int l = 0; l < nL; ++l) {
+        const float* w = store.acquire(1 + l);
+        store.prefetch(l + 2 <= nL ? l + 2 : nL + 1);
+        layer_forward(l, w, x, B, T);
+        store.release(1 + l);
+        x = m_layers[static_cast<size_t>(l)].residual3;
+    }
+    const float* wf = store.acquire(nL + 1);
+    store.prefetch(0);
+    m_backend.layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
+    store.release(nL + 1);
+
+    // LM head tied to the token embedding: logits (N, Vp) = lnf (N, C) @ wte (Vp, C)^T.
+    const float* wte = store.acquire(0);
+    m_backend.matmul_forward(m_logits, m_lnf, wte, nullptr, N, C, Vp);
+    m_have_dlogits = false;
+    if (targets == nullptr) {
+        store.release(0);
+        return 0.f;
+    }
+    m_backend.softmax_cross_entropy(m_losses, m_logits, targets, N, V, Vp, dloss);
+    double sum = 0.0;
+    int counted = 0;
+    for (int i = 0; i < N; ++i) {
+        if (targets[i] >= 0) {
+            sum += m_losses[i];
+            ++counted;
+        }
+    }
+    m_have_dlogits = dloss != 0.f;
+    if (m_have_dlogits) {
+        m_head_weights = wte;  // held through backward(), released at its end
+    } else {
+        store.release(0);
+    }
+    return counted > 0 ? static_cast<float>(sum / counted) : 0.f;
+}
+
+void Gpt::layer_backward(int l, const float* w, float* dw, const float* in, float* dres, int B,
+                         int T) {
+    const BlockOffsets& o = m_off;
+    Layer& L = m_layers[static_cast<size_t>(l)];
+    const int C = m_cfg.n_embd;
+    const int NH = m_cfg.n_head;
+    const int N = B * T;
+    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
+    Backend& be = m_backend;
+    // dres holds d loss / d residual3. residual3 = residual2 + mlp(...): the MLP branch gets
+    // dres as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
+    be.zero(m_dfch_gelu, NC * 4);
+    be.matmul_backward(m_dfch_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fch_gelu, w + o.fcprojw, N, 4 * C, C);
+    be.zero(m_dfch, NC * 4);
+    be.gelu_backward(m_dfch, L.fch, m_dfch_gelu, NC * 4);
+    be.zero(m_dln, NC);
+    be.matmul_backward(m_dln, dw + o.fcw, dw + o.fcb, m_dfch, L.ln2, w + o.fcw, N, C, 4 * C);
+    be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, m_dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
+    // Same for the attention branch: dres becomes d/d block input.
+    be.zero(m_datty, NC);
+    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
+    be.zero(m_dqkv, NC * 3);
+    be.attention_backward(m_dqkv, m_att_scratch, m_datty, L.qkv, L.att, B, T, C, NH);
+    be.zero(m_dln, NC);
+    be.matmul_backward(m_dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
+    be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, m_dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
+}
+
+void Gpt::backward(UnitStore& store) {
+    ZT_REQUIRE(m_have_dlogits, "backward() needs a preceding forward() with targets and dloss != 0");
+    m_have_dlogits = false;
+    const int B = m_B;
+    const int T = m_T;
+    const int C = m_cfg.n_embd;
+    const int Vp = m_cfg.padded_vocab();
+    const int N = B * T;
+    const int nL = m_cfg.n_layer;
+    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
+
+    // LM head: unit 0 is still acquired from forward() and stays so until the encoder's
+    // backward at the very end (the embedding is tied, so a sharded store need not gather it
+    // a third time).
+    float* demb = store.grads(0);
+    store.prefetch(nL + 1);
+    m_backend.zero(m_dln, NC);
+    m_backend.matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
+
+    const float* x_last = nL > 0 ? m_layers[static_cast<size_t>(nL - 1)].residual3 : m_encoded;
+    const float* wf = store.acquire(nL + 1);
+    float* dwf = store.grads(nL + 1);
+    store.prefetch(nL);
+    m_backend.zero(m_dresidual, NC);
+    m_backend.layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
+    store.grads_done(nL + 1);
+    store.release(nL + 1);
+
+    for (int l = nL - 1; l >= 0; --l) {
+        const float* w = store.acquire(1 + l);
+        float* dw = store.grads(1 + l);
+        store.prefetch(l >= 1 ? l : 0);
+        const float* in = l == 0 ? m_encoded : m_layers[static_cast<size_t>(l - 1)].residual3;
+        layer_backward(l, w, dw, in, m_dresidual, B, T);
+        store.grads_done(1 + l);
+        store.release(1 + l);
+    }
+
+    m_backend.encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
+    store.grads_done(0);
+    store.release(0);
+    m_head_weights = nullptr;
+}
+
+}  // namespace zt

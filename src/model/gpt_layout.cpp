@@ -1,0 +1,117 @@
+// The GPT-2 tensor manifest and its counter-based initialization.
+//
+// Tensor starts inside a unit are aligned to 16 floats (64 bytes) so vectorized kernels
+// see aligned rows; the gaps are zero, get zero gradients and stay zero under AdamW.
+#include <cmath>
+#include <cstdint>
+
+#include "ztrain/core/error.hpp"
+#include "ztrain/core/random.hpp"
+#include "ztrain/model/gpt.hpp"
+
+namespace zt {
+
+namespace {
+constexpr size_t kTensorAlign = 16;
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+class LayoutBuilder {
+  public:
+    explicit LayoutBuilder(ModelLayout& layout) : m_layout(layout) {}
+    void begin_unit() {
+        m_layout.unit_numel.push_back(0);
+    }
+    void add(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
+             float init_value = 0.f, size_t init_numel = SIZE_MAX) {
+        ParamSpec p;
+        p.name = name;
+        p.unit = static_cast<int>(m_layout.unit_numel.size()) - 1;
+        p.shape = std::move(shape);
+        p.numel = 1;
+        for (size_t d : p.shape) p.numel *= d;
+        size_t& unit_size = m_layout.unit_numel.back();
+        p.offset = align_up(unit_size, kTensorAlign);
+        unit_size = p.offset + p.numel;
+        p.decay = decay;
+        p.init_std = init_std;
+        p.init_value = init_value;
+        p.init_numel = init_numel < p.numel ? init_numel : p.numel;
+        p.global_index = m_next_global;
+        m_next_global += p.numel;
+        m_layout.params.push_back(std::move(p));
+    }
+
+  private:
+    ModelLayout& m_layout;
+    size_t m_next_global = 0;
+};
+}  // namespace
+
+const ParamSpec& ModelLayout::find(const std::string& name) const {
+    for (const ParamSpec& p : params) {
+        if (p.name == name) return p;
+    }
+    throw Error(str("no parameter named '", name, "' in the model layout"));
+}
+
+ModelLayout make_gpt_layout(const ModelConfig& cfg) {
+    ModelLayout layout;
+    LayoutBuilder b(layout);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
+    const size_t T = static_cast<size_t>(cfg.seq_len);
+    const float std_base = 0.02f;
+    // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer): each block adds two.
+    const float std_resid = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layer));
+
+    b.begin_unit();
+    b.add("wte.weight", {Vp, C}, true, std_base, 0.f, static_cast<size_t>(cfg.vocab_size) * C);
+    b.add("wpe.weight", {T, C}, true, std_base);
+    for (int l = 0; l < cfg.n_layer; ++l) {
+        const std::string h = str("h.", l, ".");
+        b.begin_unit();
+        b.add(h + "ln_1.weight", {C}, false, 0.f, 1.f);
+        b.add(h + "ln_1.bias", {C}, false, 0.f);
+        b.add(h + "attn.c_attn.weight", {3 * C, C}, true, std_base);
+        b.add(h + "attn.c_attn.bias", {3 * C}, false, 0.f);
+        b.add(h + "attn.c_proj.weight", {C, C}, true, std_resid);
+        b.add(h + "attn.c_proj.bias", {C}, false, 0.f);
+        b.add(h + "ln_2.weight", {C}, false, 0.f, 1.f);
+        b.add(h + "ln_2.bias", {C}, false, 0.f);
+        b.add(h + "mlp.c_fc.weight", {4 * C, C}, true, std_base);
+        b.add(h + "mlp.c_fc.bias", {4 * C}, false, 0.f);
+        b.add(h + "mlp.c_proj.weight", {C, 4 * C}, true, std_resid);
+        b.add(h + "mlp.c_proj.bias", {C}, false, 0.f);
+    }
+    b.begin_unit();
+    b.add("ln_f.weight", {C}, false, 0.f, 1.f);
+    b.add("ln_f.bias", {C}, false, 0.f);
+    for (size_t n : layout.unit_numel) layout.total_numel += n;
+    return layout;
+}
+
+void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out) {
+    ZT_REQUIRE(unit >= 0 && unit < layout.num_units(), "unit ", unit);
+    const size_t n = layout.unit_numel[static_cast<size_t>(unit)];
+    for (size_t i = 0; i < n; ++i) out[i] = 0.f;
+    for (const ParamSpec& p : layout.params) {
+        if (p.unit != unit) continue;
+        float* dst = out + p.offset;
+        if (p.init_std == 0.f) {
+            for (size_t i = 0; i < p.numel; ++i) dst[i] = p.init_value;
+            continue;
+        }
+        // Padded vocabulary rows of the token embedding stay zero: they are never an input
+        // and never predicted, so they must not disturb the tied LM head.
+        const size_t live = p.init_numel;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < live; ++i) {
+            dst[i] = static_cast<float>(
+                p.init_std * random_normal(seed, static_cast<uint64_t>(RandomStream::kInit),
+                                           p.global_index + i));
+        }
+    }
+}
+
+}  // namespace zt

@@ -1,0 +1,320 @@
+// The training loop.
+//
+// Per optimizer step on each rank: zero gradients; for each of grad_accum micro-steps,
+// read this rank's slice of the global batch, forward (which also seeds dlogits), backward;
+// sum gradients across ranks; global-norm clip; AdamW. The loss is normalised by the
+// global token count (dloss = 1 / (micro_batch * T * grad_accum * world)), so the sum of
+// every rank's gradient is the gradient of the global mean loss, for any world size.
+//
+// Global sample j of step s is sample g = s * global_batch + j of the run; rank r's
+// micro-step a covers j in [(r * grad_accum + a) * micro_batch, ... + micro_batch). One rank
+// with N-way accumulation therefore sees exactly the sequences N ranks see.
+#include "ztrain/train/trainer.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/core/random.hpp"
+#include "ztrain/data/token_data.hpp"
+#include "ztrain/data/tokenizer.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/optim/optimizer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/metrics.hpp"
+
+namespace zt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string format_duration(double s) {
+    if (!(s >= 0) || s > 1e8) return "?";
+    const long t = static_cast<long>(s + 0.5);
+    char buf[32];
+    if (t >= 3600) {
+        std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    } else if (t >= 60) {
+        std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+    } else {
+        std::snprintf(buf, sizeof buf, "%lds", t);
+    }
+    return buf;
+}
+
+/// Finds the tokenizer description: data.tokenizer, else tokenizer.json beside the first
+/// training shard. Returns null (samples shown as token ids) only when neither is set/found.
+std::unique_ptr<Tokenizer> find_tokenizer(const Config& cfg, const std::string& first_train_file) {
+    if (!cfg.data.tokenizer.empty()) {
+        ZT_INPUT_CHECK(std::filesystem::exists(cfg.data.tokenizer), "data.tokenizer: cannot read '",
+                       cfg.data.tokenizer, "'");
+        return load_tokenizer(cfg.data.tokenizer);
+    }
+    const auto beside = std::filesystem::path(first_train_file).parent_path() / "tokenizer.json";
+    if (std::filesystem::exists(beside)) return load_tokenizer(beside.string());
+    return nullptr;
+}
+
+/// Samples `n` tokens after an end-of-text token from the current weights, with
+/// temperature 1 and top-k 40, from a counter-based generator keyed by (seed, step).
+std::vector<uint32_t> generate(Gpt& model, UnitStore& store, uint32_t start_token, int n,
+                               uint64_t seed, long step) {
+    const ModelConfig& mc = model.config();
+    const int V = mc.vocab_size;
+    const int Vp = mc.padded_vocab();
+    std::vector<int32_t> ctx{static_cast<int32_t>(start_token)};
+    std::vector<uint32_t> out;
+    std::vector<std::pair<float, int>> cand(static_cast<size_t>(V));
+    const int top_k = std::min(40, V);
+    for (int i = 0; i < n; ++i) {
+        const int T = static_cast<int>(std::min<size_t>(ctx.size(), static_cast<size_t>(mc.seq_len)));
+        const int32_t* window = ctx.data() + (ctx.size() - static_cast<size_t>(T));
+        model.forward(store, window, nullptr, 1, T, 0.f);
+        const float* row = model.logits() + static_cast<size_t>(T - 1) * static_cast<size_t>(Vp);
+        for (int v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {row[v], v};
+        std::partial_sort(cand.begin(), cand.begin() + top_k, cand.end(),
+                          [](const auto& a, const auto& b) { return a.first > b.first; });
+        double total = 0.0;
+        std::vector<double> p(static_cast<size_t>(top_k));
+        for (int k = 0; k < top_k; ++k) {
+            p[static_cast<size_t>(k)] = std::exp(static_cast<double>(cand[static_cast<size_t>(k)].first - cand[0].first));
+            total += p[static_cast<size_t>(k)];
+        }
+        double u = total * random_uniform(seed, static_cast<uint64_t>(RandomStream::kSample),
+                                          static_cast<uint64_t>(step) * 1000003ull + static_cast<uint64_t>(i));
+        int pick = top_k - 1;
+        for (int k = 0; k < top_k; ++k) {
+            u -= p[static_cast<size_t>(k)];
+            if (u <= 0) {
+                pick = k;
+                break;
+            }
+        }
+        const int token = cand[static_cast<size_t>(pick)].second;
+        ctx.push_back(token);
+        out.push_back(static_cast<uint32_t>(token));
+    }
+    return out;
+}
+
+std::string printable(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '\n') {
+            out += "\n    ";
+        } else if (static_cast<unsigned char>(c) < 32 && c != '\t') {
+            out += '?';
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TrainSummary train(const Config& cfg, const TrainOptions& options) {
+    validate(cfg);
+    Communicator comm(options.comm);
+    const int rank = comm.rank();
+    const int world = comm.size();
+    ZT_INPUT_CHECK(cfg.precision.dtype == "fp32", "precision.dtype = ", cfg.precision.dtype,
+                   ": only fp32 is available yet");
+    ZT_INPUT_CHECK(cfg.backend != "cuda", "backend = cuda: this build runs the cpu backend only");
+    const bool root = rank == 0;
+    const ModelConfig& mc = cfg.model;
+    const TrainConfig& tc = cfg.train;
+    const int T = mc.seq_len;
+    const int B = tc.micro_batch;
+
+    // ---- data (all validation before any work) ----
+    TokenDataset train_data(cfg.data.train, "data.train", mc.vocab_size, T);
+    std::unique_ptr<TokenDataset> val_data;
+    if (!cfg.data.val.empty()) val_data = std::make_unique<TokenDataset>(cfg.data.val, "data.val", mc.vocab_size, T);
+    std::unique_ptr<Tokenizer> tokenizer = find_tokenizer(cfg, train_data.files().front());
+    if (tokenizer) {
+        ZT_INPUT_CHECK(tokenizer->vocab_size() <= mc.vocab_size, "model.vocab_size = ", mc.vocab_size,
+                       " is smaller than the tokenizer's vocabulary (", tokenizer->vocab_size(), " tokens)");
+    }
+    BatchSampler train_sampler(train_data, tc.seed, true);
+    std::unique_ptr<BatchSampler> val_sampler;
+    if (val_data) val_sampler = std::make_unique<BatchSampler>(*val_data, tc.seed, false);
+
+    // ---- run directory ----
+    const std::filesystem::path run_dir(cfg.run.dir);
+    if (root) {
+        std::error_code ec;
+        std::filesystem::create_directories(run_dir, ec);
+        if (ec) throw InputError(str("run.dir: cannot create '", cfg.run.dir, "': ", ec.message()));
+        std::ofstream(run_dir / "config.ini") << to_ini(cfg);
+    }
+    MetricsLog metrics(root ? (run_dir / "metrics.jsonl").string() : std::string());
+
+    // ---- model ----
+    // Ranks on one node share its cores unless told otherwise.
+    int threads = tc.threads;
+    if (threads <= 0) {
+        threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.local_size());
+    }
+    std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+    Gpt model(mc, *backend, B);
+    const size_t bucket_numel = static_cast<size_t>(cfg.parallel.bucket_mb) * 1048576 / sizeof(float);
+    ModelState state(model.layout(), *backend, comm, cfg.parallel.zero_stage, bucket_numel, tc.seed);
+    const StateBytes sb = state.bytes();
+    const size_t n_params = model.layout().total_numel;
+    if (root) {
+        nlohmann::ordered_json mem;
+        mem["event"] = "memory";
+        mem["params"] = sb.params;
+        mem["grads"] = sb.grads;
+        mem["master"] = sb.master;
+        mem["optimizer"] = sb.optimizer;
+        mem["activations"] = model.activation_bytes();
+        mem["scratch"] = sb.scratch;
+        mem["model_state"] = sb.model_state();
+        mem["world_size"] = world;
+        mem["zero_stage"] = cfg.parallel.zero_stage;
+        mem["dtype"] = cfg.precision.dtype;
+        mem["num_params"] = n_params;
+        metrics.write(mem);
+        std::printf("ztrain: %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
+                    mc.n_layer, mc.n_head, mc.n_embd, T, mc.vocab_size, mc.padded_vocab(),
+                    static_cast<double>(n_params) / 1e6);
+        std::printf("ztrain: %d rank(s) x %d thread(s), global batch %d x %d tokens, %zu train windows%s\n",
+                    world, backend->threads(), B * tc.grad_accum * world, T, train_data.num_windows(),
+                    val_data ? str(", ", val_data->num_windows(), " val windows").c_str() : "");
+        std::printf("ztrain: ZeRO stage %d, memory per rank (MiB): params %.1f, grads %.1f, master %.1f, "
+                    "optimizer %.1f = model state %.1f; activations %.1f, scratch %.1f\n",
+                    cfg.parallel.zero_stage, sb.params / 1048576.0, sb.grads / 1048576.0, sb.master / 1048576.0,
+                    sb.optimizer / 1048576.0, sb.model_state() / 1048576.0, model.activation_bytes() / 1048576.0,
+                    sb.scratch / 1048576.0);
+        std::fflush(stdout);
+    }
+
+    std::vector<int32_t> inputs(static_cast<size_t>(B) * static_cast<size_t>(T));
+    std::vector<int32_t> targets(inputs.size());
+    const long global_batch = static_cast<long>(B) * tc.grad_accum * world;
+    const float dloss = 1.0f / static_cast<float>(static_cast<double>(global_batch) * T);
+    TrainSummary summary;
+
+    auto evaluate = [&](long step) {
+        if (!val_sampler) return;
+        // Validation covers the same leading windows every time (no shuffle), split over ranks.
+        const long per_rank = static_cast<long>(tc.eval_batches) * B;
+        double sum = 0.0;
+        for (int e = 0; e < tc.eval_batches; ++e) {
+            const uint64_t first = static_cast<uint64_t>(rank * per_rank + e * B);
+            val_sampler->fill(first, B, inputs.data(), targets.data());
+            sum += model.forward(state, inputs.data(), targets.data(), B, T, 0.f);
+        }
+        comm.all_reduce_scalars(&sum, 1);
+        const double val_loss = sum / (static_cast<double>(tc.eval_batches) * world);
+        summary.val_losses.push_back(val_loss);
+        if (root) {
+            nlohmann::ordered_json rec;
+            rec["step"] = step;
+            rec["val_loss"] = val_loss;
+            metrics.write(rec);
+            std::printf("step %ld | val loss %.4f\n", step, val_loss);
+        }
+        if (root && tc.sample_tokens > 0) {
+            const uint32_t start = tokenizer ? tokenizer->eot() : 0;
+            std::vector<uint32_t> toks = generate(model, state, start, tc.sample_tokens, tc.seed, step);
+            std::string text;
+            if (tokenizer) {
+                text = tokenizer->decode(toks);
+            } else {
+                for (uint32_t t : toks) text += str(t, " ");
+            }
+            summary.last_sample = text;
+            std::printf("sample at step %ld:\n    %s\n", step, printable(text).c_str());
+        }
+        std::fflush(stdout);
+    };
+
+    const auto run_start = Clock::now();
+    double train_seconds = 0.0;
+    for (long step = 0; step < tc.max_steps; ++step) {
+        const auto t0 = Clock::now();
+        comm.reset_stats();
+        state.zero_grads();
+        double loss_sum = 0.0;
+        for (int a = 0; a < tc.grad_accum; ++a) {
+            const uint64_t first = static_cast<uint64_t>(step * global_batch +
+                                                         (static_cast<long>(rank) * tc.grad_accum + a) * B);
+            train_sampler.fill(first, B, inputs.data(), targets.data());
+            state.begin_micro_step(a == 0, a == tc.grad_accum - 1);
+            loss_sum += model.forward(state, inputs.data(), targets.data(), B, T, dloss);
+            model.backward(state);
+        }
+        state.finish_grad_sync();
+        double loss = loss_sum / tc.grad_accum;
+        comm.all_reduce_scalars(&loss, 1);
+        loss /= world;
+        const double grad_norm = std::sqrt(state.grad_sum_squares());
+        const double lr = learning_rate(tc, step);
+        AdamWStep sp = adamw_step_params(tc, lr, step + 1);
+        sp.grad_scale = static_cast<float>(clip_multiplier(grad_norm, tc.grad_clip));
+        state.optimizer_step(sp);
+        const double step_s = seconds_since(t0);
+        if (step > 0 || tc.max_steps == 1) train_seconds += step_s;  // step 0 warms caches
+        const long done = step + 1;
+        const double tokens = static_cast<double>(done) * static_cast<double>(global_batch) * T;
+        const double tok_per_s = static_cast<double>(global_batch) * T / step_s;
+        summary.losses.push_back(loss);
+        summary.steps = static_cast<int>(done);
+        if (root) {
+            nlohmann::ordered_json rec;
+            rec["step"] = done;
+            rec["loss"] = loss;
+            rec["lr"] = lr;
+            rec["grad_norm"] = grad_norm;
+            rec["tokens"] = static_cast<long long>(tokens);
+            rec["tokens_per_s"] = tok_per_s;
+            rec["step_ms"] = step_s * 1e3;
+            rec["loss_scale"] = 1.0;
+            rec["skipped"] = false;
+            nlohmann::ordered_json cb = nlohmann::ordered_json::object();
+            for (const auto& [kind, entry] : comm.stats().by_kind) cb[collective_name(kind)] = entry.bytes;
+            rec["comm_bytes"] = cb;
+            metrics.write(rec);
+            if (done % tc.log_every == 0 || done == tc.max_steps || done == 1) {
+                const double avg = done > 1 ? train_seconds / static_cast<double>(done - 1) : step_s;
+                std::printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | ETA %s\n",
+                            done, tc.max_steps, loss, lr, grad_norm, tok_per_s, step_s * 1e3,
+                            format_duration(avg * static_cast<double>(tc.max_steps - done)).c_str());
+                std::fflush(stdout);
+            }
+        }
+        if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) evaluate(done);
+    }
+    if (root) {
+        std::printf("ztrain: %d steps in %s\n", summary.steps, format_duration(seconds_since(run_start)).c_str());
+    }
+    if (options.collect_params) {
+        for (int u = 0; u < model.layout().num_units(); ++u) {
+            std::vector<float> unit(model.layout().unit_numel[static_cast<size_t>(u)]);
+            state.gather_unit_params(u, unit.data());
+            summary.final_params.insert(summary.final_params.end(), unit.begin(), unit.end());
+        }
+    }
+    return summary;
+}
+
+}  // namespace zt

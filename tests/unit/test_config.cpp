@@ -1,0 +1,460 @@
+// Unit tests for the configuration: defaults, INI decks, command-line overrides, error
+// messages (unknown key, wrong type, duplicate, missing deck), every validate() rule,
+// the to_ini() round trip and --help. Also smoke-tests environment_report() without MPI.
+// No MPI, no GPU, no data files beyond small decks in a scratch directory.
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/env.hpp"
+#include "ztrain/core/error.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+using zt::CliAction;
+using zt::CliResult;
+using zt::Config;
+using zt::InputError;
+using zt::test::ScratchDir;
+using zt::test::write_file;
+
+/// Runs parse_command_line on {"ztrain", args...}.
+CliResult parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "ztrain");
+    std::vector<const char*> argv;
+    for (const std::string& a : args) {
+        argv.push_back(a.c_str());
+    }
+    argv.push_back(nullptr);
+    return zt::parse_command_line(static_cast<int>(args.size()), argv.data());
+}
+
+/// The InputError message parse() throws, or "" when it does not throw.
+std::string parse_error(const std::vector<std::string>& args) {
+    try {
+        parse(args);
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+/// A config that passes validate() (defaults need data.train).
+Config valid_config() {
+    Config c;
+    c.data.train = "shards/train_*.bin";
+    return c;
+}
+
+std::string validate_error(const Config& c) {
+    try {
+        zt::validate(c);
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// --- defaults --------------------------------------------------------------
+
+TEST(Config, DefaultsMatchStruct) {
+    const CliResult r = parse({"--data.train=t.bin"});
+    EXPECT_EQ(r.action, CliAction::kTrain);
+    const Config& c = r.config;
+    EXPECT_EQ(c.model.n_layer, 4);
+    EXPECT_EQ(c.model.n_head, 4);
+    EXPECT_EQ(c.model.n_embd, 128);
+    EXPECT_EQ(c.model.vocab_size, 257);
+    EXPECT_EQ(c.model.padded_vocab(), 320);
+    EXPECT_DOUBLE_EQ(c.train.lr, 3e-4);
+    EXPECT_EQ(c.train.schedule, "cosine");
+    EXPECT_EQ(c.train.seed, 1337u);
+    EXPECT_FALSE(c.train.recompute);
+    EXPECT_EQ(c.backend, "cpu");
+    EXPECT_EQ(c.precision.dtype, "fp32");
+    EXPECT_EQ(c.checkpoint.resume, "auto");
+    EXPECT_EQ(c.run.dir, "run");
+    EXPECT_TRUE(c.config_file.empty());
+    EXPECT_EQ(c.data.train, "t.bin");
+}
+
+TEST(Config, DefaultsAreValidExceptDataTrain) {
+    EXPECT_EQ(validate_error(valid_config()), "");
+    EXPECT_NE(validate_error(Config{}).find("data.train is required"), std::string::npos);
+}
+
+// --- deck parsing ----------------------------------------------------------
+
+TEST(Config, DeckWithSections) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck,
+               "# a comment\n"
+               "backend = auto\n"
+               "\n"
+               "[model]\n"
+               "n_layer = 6   # trailing comment\n"
+               "n_head=8\n"
+               "n_embd = 256\n"
+               "[data]\n"
+               "train = shards/train_*.bin\n"
+               "[train]\n"
+               "lr = 1e-3\n"
+               "lr_min = 0\n"
+               "seed = 18446744073709551615\n"
+               "recompute = yes\n"
+               "schedule = linear\n"
+               "[parallel]\n"
+               "zero_stage = 2\n");
+    const Config c = parse({"--config", deck}).config;
+    EXPECT_EQ(c.config_file, deck);
+    EXPECT_EQ(c.backend, "auto");
+    EXPECT_EQ(c.model.n_layer, 6);
+    EXPECT_EQ(c.model.n_head, 8);
+    EXPECT_EQ(c.model.n_embd, 256);
+    EXPECT_EQ(c.data.train, "shards/train_*.bin");
+    EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
+    EXPECT_DOUBLE_EQ(c.train.lr_min, 0.0);
+    EXPECT_EQ(c.train.seed, std::numeric_limits<uint64_t>::max());
+    EXPECT_TRUE(c.train.recompute);
+    EXPECT_EQ(c.train.schedule, "linear");
+    EXPECT_EQ(c.parallel.zero_stage, 2);
+    EXPECT_EQ(c.model.seq_len, 128);  // untouched keys keep defaults
+    EXPECT_TRUE(c.cli_keys.empty());
+}
+
+TEST(Config, CommandLineOverridesDeck) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck, "[model]\nn_layer = 6\n[train]\nlr = 1e-3\n[data]\ntrain = a.bin\n");
+    const Config c = parse({"--model.n_layer=2", "--config", deck, "--train.lr", "5e-4", "--backend=auto"}).config;
+    EXPECT_EQ(c.model.n_layer, 2);
+    EXPECT_DOUBLE_EQ(c.train.lr, 5e-4);
+    EXPECT_EQ(c.backend, "auto");
+    EXPECT_EQ(c.data.train, "a.bin");  // from the deck
+    EXPECT_EQ(c.cli_keys.size(), 3u);
+}
+
+TEST(Config, OverrideHidesBadDeckValue) {
+    // The deck's value is never used, so its type is never checked.
+    ScratchDir dir("cfg");
+    write_file(dir.file("x.ini"), "[model]\nn_head = four\n[data]\ntrain = a.bin\n");
+    EXPECT_EQ(parse({"--config", dir.file("x.ini"), "--model.n_head=2"}).config.model.n_head, 2);
+}
+
+TEST(Config, EmptyStringValueInDeck) {
+    ScratchDir dir("cfg");
+    write_file(dir.file("x.ini"), "[data]\ntrain = a.bin\nval =\n");
+    EXPECT_EQ(parse({"--config", dir.file("x.ini")}).config.data.val, "");
+}
+
+// --- errors while reading --------------------------------------------------
+
+TEST(ConfigErrors, UnknownKeyInDeckNamesFileKeyAndSuggestion) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck, "[model]\nn_layers = 6\n");
+    const std::string msg = parse_error({"--config", deck});
+    EXPECT_NE(msg.find(deck + ": unknown key 'model.n_layers'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("did you mean 'model.n_layer'?"), std::string::npos) << msg;
+}
+
+TEST(ConfigErrors, KeyInWrongSectionSuggestsRightOne) {
+    ScratchDir dir("cfg");
+    write_file(dir.file("x.ini"), "[train]\nn_head = 6\n");
+    const std::string msg = parse_error({"--config", dir.file("x.ini")});
+    EXPECT_NE(msg.find("unknown key 'train.n_head' (did you mean 'model.n_head'?)"), std::string::npos) << msg;
+}
+
+TEST(ConfigErrors, UnknownCommandLineOption) {
+    const std::string msg = parse_error({"--train.learning_rate=1"});
+    EXPECT_NE(msg.find("command line: unknown option '--train.learning_rate'"), std::string::npos) << msg;
+    const std::string msg2 = parse_error({"--model.n_emb=64"});
+    EXPECT_NE(msg2.find("'--model.n_emb'"), std::string::npos) << msg2;
+    EXPECT_NE(msg2.find("did you mean '--model.n_embd'?"), std::string::npos) << msg2;
+}
+
+TEST(ConfigErrors, NoAbbreviationGuessing) {
+    EXPECT_NE(parse_error({"--model.n_lay=3"}).find("unknown option"), std::string::npos);
+}
+
+TEST(ConfigErrors, PositionalArgument) {
+    const std::string msg = parse_error({"deck.ini"});
+    EXPECT_NE(msg.find("unexpected argument 'deck.ini'"), std::string::npos) << msg;
+}
+
+TEST(ConfigErrors, MissingValue) {
+    const std::string msg = parse_error({"--data.train=a", "--train.lr"});
+    EXPECT_NE(msg.find("train.lr"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("needs a value"), std::string::npos) << msg;
+}
+
+TEST(ConfigErrors, EmptyValueOnCommandLine) {
+    const std::string msg = parse_error({"--data.train=a", "--data.val="});
+    EXPECT_NE(msg.find("--data.val= has no value"), std::string::npos) << msg;
+    // The spelled-out empty value is accepted (clears a deck's value).
+    EXPECT_EQ(parse({"--data.train=a", "--data.val", ""}).config.data.val, "");
+}
+
+TEST(ConfigErrors, RelationNamesCommandLineWhenEitherKeyIsOverridden) {
+    const std::string msg = parse_error({"--data.train=a", "--model.n_head=3"});
+    EXPECT_EQ(msg.rfind("command line: model.n_embd = 128 is not divisible by model.n_head = 3", 0), 0u) << msg;
+}
+
+TEST(ConfigErrors, WrongTypeInDeck) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck, "[model]\nn_head = four\n[data]\ntrain = a.bin\n");
+    EXPECT_EQ(parse_error({"--config", deck}), deck + ": model.n_head = 'four' is not an integer");
+}
+
+TEST(ConfigErrors, WrongTypeOnCommandLine) {
+    struct Case {
+        std::string arg;
+        std::string expected;
+    };
+    const std::vector<Case> cases = {
+        {"--train.lr=fast", "command line: train.lr = 'fast' is not a number"},
+        {"--model.n_layer=2.5", "command line: model.n_layer = '2.5' is not an integer"},
+        {"--model.n_layer=4x", "command line: model.n_layer = '4x' is not an integer"},
+        {"--model.n_layer=99999999999", "command line: model.n_layer = '99999999999' is not an integer"},
+        {"--train.seed=-1", "command line: train.seed = '-1' is not a non-negative integer"},
+        {"--train.recompute=maybe", "command line: train.recompute = 'maybe' is not a boolean"},
+        {"--train.lr=1e999", "command line: train.lr = '1e999' is not a number"},
+    };
+    for (const Case& c : cases) {
+        const std::string msg = parse_error({"--data.train=a", c.arg});
+        EXPECT_EQ(msg.rfind(c.expected, 0), 0u) << c.arg << " -> " << msg;
+    }
+}
+
+TEST(ConfigErrors, DuplicateKeyInDeck) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck, "[train]\nlr = 1e-3\nseed = 1\nlr = 2e-3\n");
+    const std::string msg = parse_error({"--config", deck});
+    EXPECT_NE(msg.find(deck + ": key 'train.lr' is given more than once (lines 2 and 4)"), std::string::npos)
+        << msg;
+}
+
+TEST(ConfigErrors, DuplicateOnCommandLine) {
+    const std::string msg = parse_error({"--model.n_layer=2", "--model.n_layer=3"});
+    EXPECT_NE(msg.find("command line: key 'model.n_layer' is given more than once"), std::string::npos) << msg;
+}
+
+TEST(ConfigErrors, MissingDeck) {
+    ScratchDir dir("cfg");
+    const std::string path = dir.file("nope.ini");
+    EXPECT_NE(parse_error({"--config", path}).find("--config: cannot read '" + path + "'"), std::string::npos);
+    EXPECT_NE(parse_error({"--config", dir.path()}).find("is a directory"), std::string::npos);
+}
+
+TEST(ConfigErrors, BadDeckSyntax) {
+    ScratchDir dir("cfg");
+    write_file(dir.file("x.ini"), "[model]\nthis line has no equals\n");
+    const std::string msg = parse_error({"--config", dir.file("x.ini")});
+    EXPECT_NE(msg.find("cannot parse line 'this line has no equals'"), std::string::npos) << msg;
+}
+
+TEST(ConfigErrors, ConfigKeyIsNotADeckKey) {
+    ScratchDir dir("cfg");
+    write_file(dir.file("x.ini"), "config = other.ini\n");
+    EXPECT_NE(parse_error({"--config", dir.file("x.ini")}).find("unknown key 'config'"), std::string::npos);
+}
+
+TEST(ConfigErrors, ValidationNamesDeckOrCommandLine) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck, "[model]\nn_embd = 130\n[data]\ntrain = a.bin\n");
+    EXPECT_EQ(parse_error({"--config", deck}),
+              deck + ": model.n_embd = 130 is not divisible by model.n_head = 4 (each head gets n_embd / n_head "
+                     "channels)");
+    write_file(deck, "[data]\ntrain = a.bin\n");
+    const std::string msg = parse_error({"--config", deck, "--train.lr=-1"});
+    EXPECT_EQ(msg.rfind("command line: train.lr = -1", 0), 0u) << msg;
+}
+
+// --- actions ---------------------------------------------------------------
+
+TEST(ConfigActions, HelpListsEveryKey) {
+    const CliResult r = parse({"--help"});
+    ASSERT_EQ(r.action, CliAction::kHelp);
+    const std::string& h = r.help_text;
+    for (const char* opt : {"--config", "--help", "--version", "--env", "--section.key=VALUE"}) {
+        EXPECT_NE(h.find(opt), std::string::npos) << opt;
+    }
+    // Every key of the resolved deck appears in the help as --section.key.
+    const std::string ini = zt::to_ini(valid_config());
+    std::istringstream in(ini);
+    std::string line;
+    std::string section;
+    int keys = 0;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') {
+            continue;
+        }
+        if (line[0] == '[') {
+            section = line.substr(1, line.size() - 2) + ".";
+            EXPECT_NE(h.find("[" + line.substr(1, line.size() - 2) + "]"), std::string::npos) << line;
+            continue;
+        }
+        const std::string key = section + line.substr(0, line.find(' '));
+        EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
+        ++keys;
+    }
+    EXPECT_EQ(keys, 38);  // 37 section keys + backend
+    EXPECT_NE(h.find("(default: 4)"), std::string::npos);
+}
+
+TEST(ConfigActions, VersionEnvAndShortHelp) {
+    EXPECT_EQ(parse({"--version"}).action, CliAction::kVersion);
+    EXPECT_EQ(parse({"--env"}).action, CliAction::kEnv);
+    EXPECT_EQ(parse({"-h"}).action, CliAction::kHelp);
+    // Actions do not need a valid configuration.
+    EXPECT_EQ(parse({"--help", "--model.n_head=3"}).action, CliAction::kHelp);
+}
+
+// --- to_ini round trip -----------------------------------------------------
+
+TEST(Config, ToIniRoundTrip) {
+    Config c = valid_config();
+    c.backend = "auto";
+    c.model.n_layer = 12;
+    c.model.n_head = 12;
+    c.model.n_embd = 768;
+    c.model.init_from = "weights.h5";
+    c.data.val = "shards/val_*.bin";
+    c.train.lr = 0.7;
+    c.train.lr_min = 0.1 + 0.2;  // not exactly representable: tests shortest round trip
+    c.train.beta2 = 0.999;
+    c.train.seed = 12345678901234567ull;
+    c.train.recompute = true;
+    c.train.schedule = "constant";
+    c.parallel.zero_stage = 3;
+    c.precision.dtype = "bf16";
+    c.checkpoint.resume = "never";
+    c.run.dir = "runs/a b";
+
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("resolved.ini");
+    write_file(deck, zt::to_ini(c));
+    const Config back = parse({"--config", deck}).config;
+    EXPECT_EQ(back.config_file, deck);
+    Config same = back;
+    same.config_file.clear();  // only changes the comment at the top
+    EXPECT_EQ(zt::to_ini(same), zt::to_ini(c));
+    EXPECT_EQ(back.model.init_from, "weights.h5");
+    EXPECT_EQ(back.data.tokenizer, "");
+    EXPECT_EQ(back.train.lr_min, 0.1 + 0.2);  // bit-exact
+    EXPECT_EQ(back.train.seed, 12345678901234567ull);
+    EXPECT_TRUE(back.train.recompute);
+    EXPECT_EQ(back.run.dir, "runs/a b");
+    EXPECT_EQ(back.backend, "auto");
+}
+
+// --- validate(): one case per rule -----------------------------------------
+
+struct Rule {
+    const char* name;
+    std::function<void(Config&)> edit;
+    const char* expected;  ///< substring of the message
+};
+
+TEST(ConfigValidate, EveryRule) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double inf = std::numeric_limits<double>::infinity();
+    const std::vector<Rule> rules = {
+        {"backend", [](Config& c) { c.backend = "tpu"; }, "backend = 'tpu': expected one of cpu | cuda | auto"},
+        {"n_layer", [](Config& c) { c.model.n_layer = 0; }, "model.n_layer = 0: expected an integer >= 1"},
+        {"n_head", [](Config& c) { c.model.n_head = 0; }, "model.n_head = 0: expected an integer >= 1"},
+        {"n_embd", [](Config& c) { c.model.n_embd = -4; }, "model.n_embd = -4: expected an integer >= 1"},
+        {"divisible", [](Config& c) { c.model.n_embd = 130; },
+         "model.n_embd = 130 is not divisible by model.n_head = 4"},
+        {"seq_len", [](Config& c) { c.model.seq_len = 0; }, "model.seq_len = 0: expected an integer >= 1"},
+        {"vocab_size", [](Config& c) { c.model.vocab_size = 1; }, "model.vocab_size = 1: expected an integer >= 2"},
+        {"vocab_pad_to", [](Config& c) { c.model.vocab_pad_to = 0; }, "model.vocab_pad_to = 0: expected an integer >= 1"},
+        {"vocab_overflow", [](Config& c) { c.model.vocab_size = std::numeric_limits<int>::max(); },
+         "model.vocab_pad_to = 64: expected vocab_size + vocab_pad_to to fit"},
+        {"data.train", [](Config& c) { c.data.train.clear(); },
+         "data.train is required: a token shard file or glob (make one with zt-prepare)"},
+        {"micro_batch", [](Config& c) { c.train.micro_batch = 0; }, "train.micro_batch = 0: expected an integer >= 1"},
+        {"grad_accum", [](Config& c) { c.train.grad_accum = 0; }, "train.grad_accum = 0: expected an integer >= 1"},
+        {"max_steps", [](Config& c) { c.train.max_steps = 0; }, "train.max_steps = 0: expected an integer >= 1"},
+        {"lr", [](Config& c) { c.train.lr = 0; }, "train.lr = 0: expected a number > 0"},
+        {"lr_nan", [nan](Config& c) { c.train.lr = nan; }, "train.lr = nan: expected a finite number"},
+        {"lr_inf", [inf](Config& c) { c.train.lr = inf; }, "train.lr = inf: expected a finite number"},
+        {"lr_min_neg", [](Config& c) { c.train.lr_min = -1e-5; }, "train.lr_min = -1e-05: expected a number >= 0"},
+        {"lr_min_gt_lr", [](Config& c) { c.train.lr_min = 1e-3; },
+         "train.lr_min = 0.001 is greater than train.lr = 0.0003"},
+        {"warmup", [](Config& c) { c.train.warmup_steps = -1; }, "train.warmup_steps = -1: expected an integer >= 0"},
+        {"schedule", [](Config& c) { c.train.schedule = "step"; },
+         "train.schedule = 'step': expected one of cosine | linear | constant"},
+        {"weight_decay", [](Config& c) { c.train.weight_decay = -0.1; }, "train.weight_decay = -0.1: expected"},
+        {"beta1", [](Config& c) { c.train.beta1 = 1.0; }, "train.beta1 = 1: expected a number in [0, 1)"},
+        {"beta2", [](Config& c) { c.train.beta2 = -0.5; }, "train.beta2 = -0.5: expected a number in [0, 1)"},
+        {"beta2_nan", [nan](Config& c) { c.train.beta2 = nan; }, "train.beta2 = nan: expected a finite number"},
+        {"eps", [](Config& c) { c.train.eps = 0; }, "train.eps = 0: expected a number > 0"},
+        {"grad_clip", [](Config& c) { c.train.grad_clip = -1; }, "train.grad_clip = -1: expected a number >= 0"},
+        {"eval_every", [](Config& c) { c.train.eval_every = -1; }, "train.eval_every = -1: expected an integer >= 0"},
+        {"eval_batches", [](Config& c) { c.train.eval_batches = 0; }, "train.eval_batches = 0: expected an integer >= 1"},
+        {"sample_tokens", [](Config& c) { c.train.sample_tokens = -1; }, "train.sample_tokens = -1: expected"},
+        {"log_every", [](Config& c) { c.train.log_every = 0; }, "train.log_every = 0: expected an integer >= 1"},
+        {"threads", [](Config& c) { c.train.threads = -2; }, "train.threads = -2: expected an integer >= 0"},
+        {"zero_stage", [](Config& c) { c.parallel.zero_stage = 4; }, "parallel.zero_stage = 4: expected 0 (DDP), 1, 2 or 3"},
+        {"bucket_mb", [](Config& c) { c.parallel.bucket_mb = 0; }, "parallel.bucket_mb = 0: expected an integer >= 1"},
+        {"dtype", [](Config& c) { c.precision.dtype = "fp8"; }, "precision.dtype = 'fp8': expected one of fp32 | bf16 | fp16"},
+        {"ckpt_every", [](Config& c) { c.checkpoint.every = -1; }, "checkpoint.every = -1: expected an integer >= 0"},
+        {"keep", [](Config& c) { c.checkpoint.keep = 0; }, "checkpoint.keep = 0: expected an integer >= 1"},
+        {"resume", [](Config& c) { c.checkpoint.resume.clear(); }, "checkpoint.resume = '': expected"},
+        {"run_dir", [](Config& c) { c.run.dir.clear(); }, "run.dir = '': expected a directory name"},
+        {"hash_in_string", [](Config& c) { c.data.val = "a#b"; }, "data.val = 'a#b': expected a value without '#'"},
+    };
+    for (const Rule& r : rules) {
+        Config c = valid_config();
+        r.edit(c);
+        const std::string msg = validate_error(c);
+        EXPECT_NE(msg.find(r.expected), std::string::npos) << r.name << ": got '" << msg << "'";
+        // Without a deck or overrides there is no origin prefix.
+        EXPECT_EQ(msg.rfind(r.expected, 0), 0u) << r.name << ": got '" << msg << "'";
+    }
+}
+
+TEST(ConfigValidate, DeckNameInMessage) {
+    Config c = valid_config();
+    c.config_file = "inputs/x.ini";
+    c.train.eps = -1;
+    EXPECT_EQ(validate_error(c), "inputs/x.ini: train.eps = -1: expected a number > 0");
+}
+
+TEST(ConfigValidate, BoundaryValuesAccepted) {
+    Config c = valid_config();
+    c.train.beta1 = 0;
+    c.train.lr_min = c.train.lr;
+    c.train.grad_clip = 0;
+    c.train.eval_every = 0;
+    c.train.warmup_steps = 0;
+    c.parallel.zero_stage = 3;
+    c.model.n_head = 1;
+    c.model.n_embd = 1;
+    c.model.vocab_size = 2;
+    EXPECT_EQ(validate_error(c), "");
+}
+
+// --- environment report ----------------------------------------------------
+
+TEST(Env, ReportWithoutMpiInit) {
+    const std::string r = zt::environment_report();
+    for (const char* part : {"ztrain ", "MPI:", "not initialised", "HDF5:", "parallel", "BLAS:", "Boost:",
+                             "OpenMP:", "CPU:", "cores:", "memory:", "CUDA:"}) {
+        EXPECT_NE(r.find(part), std::string::npos) << part << " missing in:\n" << r;
+    }
+}
+
+}  // namespace

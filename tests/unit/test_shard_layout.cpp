@@ -1,0 +1,76 @@
+// Shard ranges, padding and DDP bucket boundaries as pure functions over many (numel, N).
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "ztrain/parallel/shard_layout.hpp"
+
+namespace zt {
+namespace {
+
+TEST(ShardLayout, ShardsTileThePaddedUnitForManySizes) {
+    for (int world : {1, 2, 3, 4, 5, 7, 8, 16}) {
+        for (size_t numel : {size_t{1}, size_t{2}, size_t{15}, size_t{16}, size_t{17}, size_t{97}, size_t{1000},
+                             size_t{4099}, size_t{65537}, size_t{1234567}}) {
+            const auto shards = make_unit_shards({numel}, world);
+            ASSERT_EQ(shards.size(), 1u);
+            const UnitShard& s = shards[0];
+            SCOPED_TRACE(::testing::Message() << "numel " << numel << " world " << world);
+            EXPECT_EQ(s.numel, numel);
+            EXPECT_GE(s.padded_numel, numel);
+            EXPECT_LT(s.padded_numel - numel, static_cast<size_t>(world) * kShardAlign) << "over-padded";
+            EXPECT_EQ(s.padded_numel % (static_cast<size_t>(world) * kShardAlign), 0u);
+            EXPECT_EQ(s.shard_numel * static_cast<size_t>(world), s.padded_numel);
+            EXPECT_EQ(s.shard_numel % kShardAlign, 0u) << "shard start not 64-byte aligned";
+            size_t live = 0;
+            for (int r = 0; r < world; ++r) {
+                EXPECT_EQ(s.begin(r), static_cast<size_t>(r) * s.shard_numel);
+                EXPECT_EQ(s.end(r), s.begin(r) + s.shard_numel);
+                EXPECT_LE(s.begin(r), s.live_end(r));
+                EXPECT_LE(s.live_end(r), s.end(r));
+                if (r + 1 < world) {
+                    EXPECT_EQ(s.end(r), s.begin(r + 1));
+                }
+                live += s.live_end(r) - s.begin(r);
+            }
+            EXPECT_EQ(live, numel) << "live ranges do not cover the unit exactly once";
+        }
+    }
+}
+
+TEST(ShardLayout, BucketsFollowBackwardOrderAndCoverEveryUnitOnce) {
+    const std::vector<size_t> units{1000, 333, 333, 333, 333, 17};
+    for (int world : {1, 2, 3, 4}) {
+        const auto shards = make_unit_shards(units, world);
+        size_t total = 0;
+        for (const auto& s : shards) total += s.padded_numel;
+        for (size_t bucket : {size_t{1}, size_t{300}, size_t{700}, size_t{100000}}) {
+            SCOPED_TRACE(::testing::Message() << "world " << world << " bucket " << bucket);
+            const auto buckets = make_grad_buckets(shards, bucket);
+            ASSERT_FALSE(buckets.empty());
+            EXPECT_EQ(buckets.front().first_unit, static_cast<int>(units.size()) - 1);
+            EXPECT_EQ(buckets.back().last_unit, 0);
+            size_t offset = 0;
+            int next_unit = static_cast<int>(units.size()) - 1;
+            for (size_t i = 0; i < buckets.size(); ++i) {
+                const GradBucket& b = buckets[i];
+                EXPECT_EQ(b.offset, offset) << "bucket " << i << " not contiguous";
+                EXPECT_EQ(b.first_unit, next_unit) << "bucket " << i << " skips a unit";
+                size_t n = 0;
+                for (int u = b.first_unit; u >= b.last_unit; --u) n += shards[static_cast<size_t>(u)].padded_numel;
+                EXPECT_EQ(b.numel, n);
+                if (i + 1 < buckets.size()) {
+                    EXPECT_GE(b.numel, bucket) << "bucket " << i << " closed before it was full";
+                    const size_t without_last = b.numel - shards[static_cast<size_t>(b.last_unit)].padded_numel;
+                    EXPECT_LT(without_last, bucket) << "bucket " << i << " kept growing after it was full";
+                }
+                offset += b.numel;
+                next_unit = b.last_unit - 1;
+            }
+            EXPECT_EQ(offset, total);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace zt
