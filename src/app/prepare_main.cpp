@@ -269,15 +269,18 @@ int run(int argc, char** argv) {
          "byte or gpt2")
         ("vocab", po::value<std::string>(&opt.vocab), "gpt2: vocab.json / encoder.json")
         ("merges", po::value<std::string>(&opt.merges), "gpt2: merges.txt / vocab.bpe")
-        ("val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.05),
+        ("val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.05, "0.05"),
          "fraction of documents (the last ones) written to val, in [0, 1)")
         ("doc-separator", po::value<std::string>(),
          "a line equal to this separates documents within a file (e.g. % for fortunes)")
         ("shard-tokens", po::value<long long>(&opt.shard_tokens)->default_value(100'000'000),
          "tokens per shard file");
 
+    // No positional arguments: an empty description makes boost reject stray words
+    // instead of silently ignoring them.
+    const po::positional_options_description no_positionals;
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(desc).positional(no_positionals).run(), vm);
     if (vm.count("help") != 0) {
         print_usage(std::cout, desc);
         return zt::kExitOk;

@@ -3,10 +3,14 @@
 // accumulation, step by step, and end with the same parameters. Alongside: the model-state
 // bytes per rank against the ZeRO formulas and the bytes moved per step against theory.
 //
-// Tolerance: 1e-5 relative on losses, and on parameters relative to the tensor scale
-// (max(|p|, 1e-2)). The only difference between the runs is the order of the fp32 sums
-// (ranks vs micro-steps), ~1e-7 relative per step; AdamW's normalisation can amplify that
-// for elements whose gradient is ~0, which the 1e-2 floor absorbs.
+// Tolerance: 1e-5 relative on every step's loss; on parameters 1e-5 relative plus an
+// absolute floor of 2e-6. The only difference between the runs is the order of the fp32
+// gradient sums (ranks vs micro-steps), ~1e-7 relative. For an element whose gradient
+// contributions cancel to ~0 (biases that start at 0), AdamW divides by sqrt(v) ~ |g| and
+// turns that reordering noise into an update difference of the order of the update itself;
+// those elements are ~1e-7 in size, so no relative bound can hold for them. The floor is
+// under 0.1% of one AdamW step at lr 3e-3, far below any real strategy bug (a missing rank's
+// gradient or a stale shard moves parameters by whole steps).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -128,18 +132,20 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
             << "stage " << stage << " N=" << N << " step " << s + 1;
     }
     ASSERT_EQ(got.final_params.size(), ref.final_params.size());
-    double worst = 0.0;
+    double worst = -1.0;  // largest excess over the tolerance
     size_t worst_i = 0;
+    size_t bad = 0;
     for (size_t i = 0; i < ref.final_params.size(); ++i) {
-        const double rel = std::fabs(got.final_params[i] - ref.final_params[i]) /
-                           std::max(std::fabs(static_cast<double>(ref.final_params[i])), 1e-2);
-        if (rel > worst) {
-            worst = rel;
+        const double diff = std::fabs(static_cast<double>(got.final_params[i]) - ref.final_params[i]);
+        const double excess = diff - (1e-5 * std::fabs(static_cast<double>(ref.final_params[i])) + 2e-6);
+        if (excess > 0) ++bad;
+        if (excess > worst) {
+            worst = excess;
             worst_i = i;
         }
     }
-    EXPECT_LE(worst, 1e-5) << "stage " << stage << " N=" << N << ": parameter " << worst_i << " is "
-                           << got.final_params[worst_i] << ", one-rank reference " << ref.final_params[worst_i];
+    EXPECT_EQ(bad, 0u) << "stage " << stage << " N=" << N << ": " << bad << " parameters differ; worst " << worst_i
+                       << " is " << got.final_params[worst_i] << ", one-rank reference " << ref.final_params[worst_i];
 
     // Bytes moved per step against the per-stage theory (ring volumes, padded units).
     const ModelLayout layout = make_gpt_layout(cfg.model);

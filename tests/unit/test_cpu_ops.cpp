@@ -9,12 +9,13 @@
 //    op also runs on one case big enough to take its multi-threaded path.
 //
 // Tolerances. The backend computes in fp32 (unit roundoff u = 6e-8), the references in
-// double. A sum of K terms in fp32 is off by at most ~K*u*sum|terms| and in practice by
-// ~sqrt(K)*u*sum|terms|, so for the sizes here (K <= 130, terms O(1)) an error bound of
-// 1e-5 relative plus 1e-5 absolute (for results that cancel to near zero) leaves about a
-// factor 10 of headroom over what we observe, while any indexing or transpose mistake gives
-// O(1) errors. Ops with a polynomial exp/tanh (softmax, GELU, cross-entropy) get the same
-// bounds: the exp approximation is within 1e-7 relative.
+// double. Every check allows |got - ref| <= 1e-5 * |ref| + atol. For ops without long sums
+// (element-wise, GELU, AdamW, short rows) atol = 1e-5. For a K-term sum of O(1) products
+// (matmul, layernorm's row/column sums, attention) the fp32 rounding error grows like
+// sqrt(K): atol = 4e-6 * sqrt(K). Both are at least 5x the largest error observed on
+// these inputs (e.g. 6e-6 for a 300-term matmul) and 1e4x below the O(0.1) error of any
+// indexing, transpose or accumulate-vs-overwrite mistake. The polynomial exp behind
+// softmax/GELU/cross-entropy is within 1e-7 relative, well inside these bounds.
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
@@ -35,8 +36,8 @@
 namespace zt {
 namespace {
 
-constexpr double kRtol = 1e-7;
-constexpr double kAtol = 1e-7;
+constexpr double kRtol = 1e-5;
+constexpr double kAtol = 1e-5;
 
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
@@ -51,6 +52,9 @@ Vec random_vec(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
 }
 
 DVec to_double(const Vec& v) { return DVec(v.begin(), v.end()); }
+
+/// Absolute tolerance for results that are K-term fp32 sums of O(1) products.
+double sum_atol(int K) { return 4e-6 * std::sqrt(static_cast<double>(std::max(K, 1))); }
 
 /// Compares got against ref element by element with |got - ref| <= atol + rtol * |ref|.
 /// On failure says how many elements differ, the worst one (flat index and, when cols > 0,
@@ -219,11 +223,12 @@ TEST_P(Matmul, ForwardMatchesReference) {
     Vec out(static_cast<size_t>(N) * OC, 123.f);  // forward overwrites, never accumulates
     be->matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
     EXPECT_TRUE(all_close("matmul_forward with bias", ref_matmul_forward(inp, w, &bias, N, C, OC),
-                          out, OC));
+                          out, OC, kRtol, sum_atol(C)));
     std::fill(out.begin(), out.end(), 123.f);
     be->matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
     EXPECT_TRUE(all_close("matmul_forward without bias",
-                          ref_matmul_forward(inp, w, nullptr, N, C, OC), out, OC));
+                          ref_matmul_forward(inp, w, nullptr, N, C, OC), out, OC, kRtol,
+                          sum_atol(C)));
 }
 
 TEST_P(Matmul, BackwardAccumulatesIntoAllGradients) {
@@ -254,17 +259,17 @@ TEST_P(Matmul, BackwardAccumulatesIntoAllGradients) {
     Vec db = db0;
     be->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
                         OC);
-    EXPECT_TRUE(all_close("matmul_backward dinp", want_dinp, dinp, C));
-    EXPECT_TRUE(all_close("matmul_backward dweight", want_dw, dw, C));
-    EXPECT_TRUE(all_close("matmul_backward dbias", want_db, db));
+    EXPECT_TRUE(all_close("matmul_backward dinp", want_dinp, dinp, C, kRtol, sum_atol(OC)));
+    EXPECT_TRUE(all_close("matmul_backward dweight", want_dw, dw, C, kRtol, sum_atol(N)));
+    EXPECT_TRUE(all_close("matmul_backward dbias", want_db, db, 0, kRtol, sum_atol(N)));
 
     // Null outputs are skipped; the others are unaffected by the missing ones.
     dw = dw0;
     be->matmul_backward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
-    EXPECT_TRUE(all_close("matmul_backward dweight only", want_dw, dw, C));
+    EXPECT_TRUE(all_close("matmul_backward dweight only", want_dw, dw, C, kRtol, sum_atol(N)));
     dinp = dinp0;
     be->matmul_backward(dinp.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
-    EXPECT_TRUE(all_close("matmul_backward dinp only", want_dinp, dinp, C));
+    EXPECT_TRUE(all_close("matmul_backward dinp only", want_dinp, dinp, C, kRtol, sum_atol(OC)));
 }
 
 // 7x13x11: odd, below the threading threshold. 67x96x130: split across threads, with odd
@@ -322,9 +327,9 @@ TEST_P(LayerNorm, ForwardAndBackwardMatchReference) {
     Vec rstd(N);
     be->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N,
                           C);
-    EXPECT_TRUE(all_close("layernorm_forward out", want_out, out, C));
-    EXPECT_TRUE(all_close("layernorm_forward mean", want_mean, mean));
-    EXPECT_TRUE(all_close("layernorm_forward rstd", want_rstd, rstd));
+    EXPECT_TRUE(all_close("layernorm_forward out", want_out, out, C, kRtol, sum_atol(C)));
+    EXPECT_TRUE(all_close("layernorm_forward mean", want_mean, mean, 0, kRtol, sum_atol(C)));
+    EXPECT_TRUE(all_close("layernorm_forward rstd", want_rstd, rstd, 0, kRtol, sum_atol(C)));
 
     // Backward: y = norm * w + b, norm = (x - mean) * rstd.
     const Vec dinp0 = random_vec(static_cast<size_t>(N) * C, 34);
@@ -357,18 +362,18 @@ TEST_P(LayerNorm, ForwardAndBackwardMatchReference) {
     Vec db = db0;
     be->layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
                            mean.data(), rstd.data(), N, C);
-    EXPECT_TRUE(all_close("layernorm_backward dinp", want_dinp, dinp, C));
-    EXPECT_TRUE(all_close("layernorm_backward dweight", want_dw, dw));
-    EXPECT_TRUE(all_close("layernorm_backward dbias", want_db, db));
+    EXPECT_TRUE(all_close("layernorm_backward dinp", want_dinp, dinp, C, kRtol, sum_atol(C)));
+    EXPECT_TRUE(all_close("layernorm_backward dweight", want_dw, dw, 0, kRtol, sum_atol(N)));
+    EXPECT_TRUE(all_close("layernorm_backward dbias", want_db, db, 0, kRtol, sum_atol(N)));
 
     dinp = dinp0;
     be->layernorm_backward(dinp.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(),
                            mean.data(), rstd.data(), N, C);
-    EXPECT_TRUE(all_close("layernorm_backward dinp only", want_dinp, dinp, C));
+    EXPECT_TRUE(all_close("layernorm_backward dinp only", want_dinp, dinp, C, kRtol, sum_atol(C)));
     dw = dw0;
     be->layernorm_backward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), w.data(),
                            mean.data(), rstd.data(), N, C);
-    EXPECT_TRUE(all_close("layernorm_backward dweight only", want_dw, dw));
+    EXPECT_TRUE(all_close("layernorm_backward dweight only", want_dw, dw, 0, kRtol, sum_atol(N)));
 }
 
 // 7x13: serial path. 33x515: threaded rows and threaded channel slabs.
@@ -506,11 +511,12 @@ TEST_P(Attention, ForwardAndBackwardMatchReference) {
     const Vec qkv = random_vec(static_cast<size_t>(B) * T * 3 * C, 50, -1.5f, 1.5f);
     const Vec dout = random_vec(static_cast<size_t>(B) * T * C, 51);
     const AttnRef ref = ref_attention(qkv, dout, a);
+    const double atol = sum_atol(std::max(T, C / NH));
 
     Vec out(static_cast<size_t>(B) * T * C, 7.f);
     Vec att(static_cast<size_t>(B) * NH * T * T, 7.f);
     be->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    EXPECT_TRUE(all_close("attention_forward out", ref.out, out, C));
+    EXPECT_TRUE(all_close("attention_forward out", ref.out, out, C, kRtol, atol));
     // Only the causal part of att is specified.
     DVec want_att_lower;
     Vec got_att_lower;
@@ -522,7 +528,7 @@ TEST_P(Attention, ForwardAndBackwardMatchReference) {
         }
     }
     EXPECT_TRUE(all_close("attention_forward att (causal part, packed row-major)", want_att_lower,
-                          got_att_lower));
+                          got_att_lower, 0, kRtol, atol));
 
     // Backward must not read att above the diagonal nor rely on scratch contents: poison both.
     for (size_t row = 0; row < static_cast<size_t>(B) * NH * T; ++row) {
@@ -539,7 +545,8 @@ TEST_P(Attention, ForwardAndBackwardMatchReference) {
     Vec dqkv = dqkv0;
     be->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C,
                            NH);
-    EXPECT_TRUE(all_close("attention_backward dqkv (cols: [dq | dk | dv])", want, dqkv, 3 * C));
+    EXPECT_TRUE(all_close("attention_backward dqkv (cols: [dq | dk | dv])", want, dqkv, 3 * C, kRtol,
+                          atol));
 }
 
 // The small case is the brief's; 2x130x64x2 crosses two 64-row causal blocks with a partial
@@ -773,7 +780,8 @@ TEST(CpuBackend, ThreadedOpsAreDeterministicAndAgreeWithOneThread) {
     const Vec b = run(*many);
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
         << "two identical multi-threaded matmul_backward calls gave different bits";
-    EXPECT_TRUE(all_close("matmul_backward, many threads vs one", to_double(run(*one)), a));
+    EXPECT_TRUE(all_close("matmul_backward, many threads vs one", to_double(run(*one)), a, 0, kRtol,
+                          sum_atol(OC)));
 }
 
 }  // namespace

@@ -386,7 +386,7 @@ void adamw_kernel(float* __restrict param, float* __restrict m, float* __restric
         // GCC vectorizes it (sqrtps) only through the builtin without -fno-math-errno.
         const float denom = __builtin_sqrtf(vhat) + k.eps;
         const float p = param[i];
-        param[i] = p - k.lr * (mhat / denom + k.weight_decay * p);
+        param[i] = p - k.lr * (mhat / denom) - k.weight_decay * p;
     }
 }
 
