@@ -28,6 +28,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -211,6 +212,9 @@ struct MatmulCase {
     int C;
     int OC;
 };
+std::ostream& operator<<(std::ostream& os, const MatmulCase& c) {
+    return os << "N=" << c.N << " C=" << c.C << " OC=" << c.OC;
+}
 
 class Matmul : public ::testing::TestWithParam<MatmulCase> {};
 
@@ -427,6 +431,9 @@ struct AttnCase {
     int C;
     int NH;
 };
+std::ostream& operator<<(std::ostream& os, const AttnCase& a) {
+    return os << "B=" << a.B << " T=" << a.T << " C=" << a.C << " NH=" << a.NH;
+}
 
 struct AttnRef {
     DVec out;   // (B, T, C)
@@ -630,6 +637,9 @@ struct XentCase {
     int V;
     int Vp;
 };
+std::ostream& operator<<(std::ostream& os, const XentCase& c) {
+    return os << "N=" << c.N << " V=" << c.V << " Vp=" << c.Vp;
+}
 
 class CrossEntropy : public ::testing::TestWithParam<XentCase> {};
 
