@@ -137,6 +137,14 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     ZT_INPUT_CHECK(cfg.precision.dtype == "fp32", "precision.dtype = ", cfg.precision.dtype,
                    ": only fp32 is available yet");
     ZT_INPUT_CHECK(cfg.backend != "cuda", "backend = cuda: this build runs the cpu backend only");
+    // Keys reserved for features that have not landed yet are refused rather than ignored.
+    ZT_INPUT_CHECK(!cfg.train.recompute, "train.recompute = true: activation recomputation is not implemented yet");
+    ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = '", cfg.model.init_from,
+                   "': starting from a weights file is not implemented yet");
+    ZT_INPUT_CHECK(cfg.checkpoint.every == 0, "checkpoint.every = ", cfg.checkpoint.every,
+                   ": checkpoints are not implemented yet");
+    ZT_INPUT_CHECK(cfg.checkpoint.resume == "auto" || cfg.checkpoint.resume == "never",
+                   "checkpoint.resume = '", cfg.checkpoint.resume, "': checkpoints are not implemented yet");
     const bool root = rank == 0;
     const ModelConfig& mc = cfg.model;
     const TrainConfig& tc = cfg.train;
