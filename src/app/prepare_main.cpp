@@ -30,7 +30,6 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -224,14 +223,28 @@ class ShardWriter {
     size_t m_total = 0;
 };
 
+/// True for names zt-prepare writes: train_NNNNNN.bin or val_NNNNNN.bin (six digits).
+/// (Hand-written rather than std::regex, whose libstdc++ code trips GCC 12's
+/// maybe-uninitialized warning under the sanitizer build with -Werror.)
+bool is_shard_name(const std::string& name) {
+    for (const std::string prefix : {"train_", "val_"}) {
+        if (name.size() == prefix.size() + 10 && name.compare(0, prefix.size(), prefix) == 0 &&
+            name.compare(name.size() - 4, 4, ".bin") == 0 &&
+            std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()), name.end() - 4,
+                        [](char c) { return c >= '0' && c <= '9'; })) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /// Removes train_NNNNNN.bin / val_NNNNNN.bin files in `dir` that this run did not write.
 size_t remove_stale_shards(const std::string& dir, const std::set<std::string>& written) {
-    static const std::regex kShardName(R"((train|val)_[0-9]{6}\.bin)");
     size_t removed = 0;
     std::error_code ec;
     for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
         const std::string name = entry.path().filename().string();
-        if (std::regex_match(name, kShardName) && written.count(entry.path().string()) == 0) {
+        if (is_shard_name(name) && written.count(entry.path().string()) == 0) {
             fs::remove(entry.path(), ec);
             ++removed;
         }

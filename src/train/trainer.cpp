@@ -241,7 +241,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             metrics.write(rec);
             std::printf("step %ld | val loss %.4f\n", step, val_loss);
         }
-        if (root && tc.sample_tokens > 0) {
+        if (tc.sample_tokens > 0) {
+            // Every rank generates (the same tokens, from the same counter-based draws): with
+            // sharded parameters each forward is collective. Only rank 0 prints.
             const uint32_t start = tokenizer ? tokenizer->eot() : 0;
             std::vector<uint32_t> toks = generate(model, state, start, tc.sample_tokens, tc.seed, step);
             std::string text;
@@ -251,7 +253,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                 for (uint32_t t : toks) text += str(t, " ");
             }
             summary.last_sample = text;
-            std::printf("sample at step %ld:\n    %s\n", step, printable(text).c_str());
+            if (root) std::printf("sample at step %ld:\n    %s\n", step, printable(text).c_str());
         }
         std::fflush(stdout);
     };

@@ -158,7 +158,13 @@ inline void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
         return;
     }
     if (K <= 0) {
-        // BLAS would scale C by beta; our callers only reach here with beta == 1.
+        // An empty product: C = beta * C. Our callers use beta 0 or 1 only; OpenBLAS is not
+        // called because some versions reject K = 0 with lda < 1.
+        if (beta == 0.f) {
+            for (int m = 0; m < M; ++m) {
+                std::memset(C + static_cast<size_t>(m) * ldc, 0, static_cast<size_t>(N) * sizeof(float));
+            }
+        }
         return;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# ztrain end to end: exit codes and messages for good and bad input, on 1 and 2 ranks.
+# Usage: test_ztrain.sh BIN_DIR SOURCE_DIR
+set -u
+BIN=$1
+SRC=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+# expect CODE PATTERN CMD...: runs CMD, checks its exit status and that its output matches PATTERN.
+expect() {
+  local want=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$(timeout 120 "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL: exit $rc (expected $want): $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  if ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: output lacks /$pattern/: $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  echo "ok: exit $rc /$pattern/: ${*: -1}"
+}
+
+# A small English-ish corpus and its shards.
+for i in $(seq 1 400); do echo "the quick brown fox $i jumps over the lazy dog"; echo "%"; done > "$work/text.txt"
+"$BIN/zt-prepare" --input "$work/text.txt" --output "$work/data" --doc-separator % > /dev/null || {
+  echo "FAIL: zt-prepare"; exit 1; }
+deck="$SRC/inputs/tiny.ini"
+data=(--data.train="$work/data/train_*.bin" --data.val="$work/data/val_*.bin")
+run=("$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$work/run" --train.threads=1)
+
+expect 0 "Usage" "$BIN/ztrain" --help
+expect 0 "model.n_layer" "$BIN/ztrain" --help
+expect 0 "^ztrain [0-9]" "$BIN/ztrain" --version
+expect 0 "OpenBLAS" "$BIN/ztrain" --env
+expect 0 "val loss" "${run[@]}" --train.max_steps=5
+[ -s "$work/run/metrics.jsonl" ] && echo "ok: metrics.jsonl written" || { echo "FAIL: no metrics.jsonl"; failures=$((failures + 1)); }
+[ -s "$work/run/config.ini" ] && echo "ok: config.ini written" || { echo "FAIL: no config.ini"; failures=$((failures + 1)); }
+# The resolved deck loads again and reproduces the run's settings.
+expect 0 "step +3/3" "$BIN/ztrain" --config "$work/run/config.ini" --train.max_steps=3 --run.dir="$work/run2"
+
+# Bad input: exit 2, and the message names what is wrong.
+expect 2 "model.n_layers" "${run[@]}" --model.n_layers=3
+expect 2 "n_embd.*divisible" "${run[@]}" --model.n_embd=30 --model.n_head=4
+expect 2 "train.lr" "${run[@]}" --train.lr=-1
+expect 2 "model.n_head" "${run[@]}" --model.n_head=0
+expect 2 "train.schedule" "${run[@]}" --train.schedule=exponential
+expect 2 "not an integer|integer" "${run[@]}" --model.n_layer=four
+expect 2 "missing.ini|cannot read" "$BIN/ztrain" --config "$work/missing.ini"
+expect 2 "data.train" "$BIN/ztrain" --config "$deck" --run.dir="$work/run"
+expect 2 "data.train.*nope" "$BIN/ztrain" --config "$deck" --data.train="$work/nope_*.bin" --run.dir="$work/run"
+printf 'garbage that is not a shard, long enough to hold a header? no.' > "$work/bad.bin"
+expect 2 "bad.bin" "$BIN/ztrain" --config "$deck" --data.train="$work/bad.bin" --run.dir="$work/run"
+expect 2 "vocab" "${run[@]}" --model.vocab_size=100
+printf '[model]\nn_layer = 2\nn_layerz = 3\n' > "$work/typo.ini"
+expect 2 "typo.ini.*n_layerz" "$BIN/ztrain" --config "$work/typo.ini"
+
+# Two ranks: a good run, and bad input that stops both ranks with exit 2 (no hang).
+if command -v mpiexec > /dev/null; then
+  expect 0 "step +4/4" mpiexec --oversubscribe --bind-to none -np 2 "$BIN/ztrain" --config "$deck" "${data[@]}" \
+    --run.dir="$work/run_np2" --train.threads=1 --train.max_steps=4 --parallel.zero_stage=3
+  expect 2 "train.lr" mpiexec --oversubscribe --bind-to none -np 2 "$BIN/ztrain" --config "$deck" "${data[@]}" \
+    --run.dir="$work/run_np2" --train.lr=-1
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all ztrain CLI checks passed"
