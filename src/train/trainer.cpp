@@ -127,11 +127,37 @@ std::string printable(const std::string& s) {
     return out;
 }
 
+/// The start-up table: bytes per buffer kind on this rank next to the ZeRO formula each
+/// should follow (fp32: no separate master copy), so a user sees what sharding bought.
+void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage, int world, size_t n_params) {
+    static const char* const kParams[4] = {"4P", "4P", "4P", "4P/N"};
+    static const char* const kGrads[4] = {"4P", "4P", "4P/N", "4P/N"};
+    static const char* const kOptim[4] = {"8P", "8P/N", "8P/N", "8P/N"};
+    static const char* const kTotal[4] = {"16P", "8P + 8P/N", "4P + 12P/N", "16P/N"};
+    const double mib = 1048576.0;
+    std::printf("ztrain: memory per rank, ZeRO stage %d, N = %d, P = %zu parameters (fp32)\n", stage, world, n_params);
+    std::printf("  %-12s %10s   %s\n", "buffer", "MiB", "formula");
+    std::printf("  %-12s %10.2f   %s\n", "params", sb.params / mib, kParams[stage]);
+    std::printf("  %-12s %10.2f   %s\n", "grads", sb.grads / mib, kGrads[stage]);
+    std::printf("  %-12s %10.2f   %s\n", "master", sb.master / mib, "0 (fp32 params are the master)");
+    std::printf("  %-12s %10.2f   %s\n", "optimizer", sb.optimizer / mib, kOptim[stage]);
+    std::printf("  %-12s %10.2f   %s = %.2f MiB\n", "model state", sb.model_state() / mib, kTotal[stage],
+                [&] {
+                    const double P = static_cast<double>(n_params) * 4.0;  // bytes per "4P"
+                    const double N = world;
+                    const double f[4] = {4 * P, 2 * P + 2 * P / N, P + 3 * P / N, 4 * P / N};
+                    return f[stage] / mib;
+                }());
+    std::printf("  %-12s %10.2f\n", "activations", activation_bytes / mib);
+    std::printf("  %-12s %10.2f   %s\n", "scratch", sb.scratch / mib, "gathered units, gradient scratch (peak)");
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
     validate(cfg);
-    Communicator comm(options.comm);
+    auto comm_owner = make_mpi_communicator(options.comm);
+    Communicator& comm = *comm_owner;
     const int rank = comm.rank();
     const int world = comm.size();
     ZT_INPUT_CHECK(cfg.precision.dtype == "fp32", "precision.dtype = ", cfg.precision.dtype,
@@ -185,7 +211,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const size_t bucket_numel = static_cast<size_t>(cfg.parallel.bucket_mb) * 1048576 / sizeof(float);
     ModelState state(model.layout(), *backend, comm, cfg.parallel.zero_stage, bucket_numel, tc.seed);
     const StateBytes sb = state.bytes();
-    const size_t n_params = model.layout().total_numel;
+    size_t n_params = 0;  // real parameters (the manifest), not alignment gaps
+    for (const ParamSpec& p : model.layout().params) n_params += p.numel;
     if (root) {
         nlohmann::ordered_json mem;
         mem["event"] = "memory";
@@ -207,11 +234,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         std::printf("ztrain: %d rank(s) x %d thread(s), global batch %d x %d tokens, %zu train windows%s\n",
                     world, backend->threads(), B * tc.grad_accum * world, T, train_data.num_windows(),
                     val_data ? str(", ", val_data->num_windows(), " val windows").c_str() : "");
-        std::printf("ztrain: ZeRO stage %d, memory per rank (MiB): params %.1f, grads %.1f, master %.1f, "
-                    "optimizer %.1f = model state %.1f; activations %.1f, scratch %.1f\n",
-                    cfg.parallel.zero_stage, sb.params / 1048576.0, sb.grads / 1048576.0, sb.master / 1048576.0,
-                    sb.optimizer / 1048576.0, sb.model_state() / 1048576.0, model.activation_bytes() / 1048576.0,
-                    sb.scratch / 1048576.0);
+        print_memory_table(sb, model.activation_bytes(), cfg.parallel.zero_stage, world, n_params);
         std::fflush(stdout);
     }
 

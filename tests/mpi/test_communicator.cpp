@@ -11,7 +11,8 @@ namespace {
 float value(int rank, size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 997)) * 0.5f; }
 
 TEST(Communicator, AllReduceSumAndMaxOnOddCounts) {
-    Communicator comm(MPI_COMM_WORLD);
+    auto comm_owner = make_mpi_communicator(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owner;
     const int N = comm.size();
     for (size_t count : {size_t{1}, size_t{7}, size_t{1001}}) {
         std::vector<float> buf(count);
@@ -29,7 +30,8 @@ TEST(Communicator, AllReduceSumAndMaxOnOddCounts) {
 }
 
 TEST(Communicator, ReduceScatterAndAllGatherOnOddCounts) {
-    Communicator comm(MPI_COMM_WORLD);
+    auto comm_owner = make_mpi_communicator(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owner;
     const int N = comm.size();
     const int me = comm.rank();
     for (size_t per : {size_t{1}, size_t{3}, size_t{333}}) {
@@ -61,7 +63,8 @@ TEST(Communicator, ReduceScatterAndAllGatherOnOddCounts) {
 }
 
 TEST(Communicator, NonBlockingFormsMatchBlockingOnes) {
-    Communicator comm(MPI_COMM_WORLD);
+    auto comm_owner = make_mpi_communicator(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owner;
     const int N = comm.size();
     const size_t per = 37;
     std::vector<float> a(per * static_cast<size_t>(N)), rs(per), ag(per * static_cast<size_t>(N));
@@ -84,7 +87,8 @@ TEST(Communicator, NonBlockingFormsMatchBlockingOnes) {
 }
 
 TEST(Communicator, BroadcastAndScalars) {
-    Communicator comm(MPI_COMM_WORLD);
+    auto comm_owner = make_mpi_communicator(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owner;
     std::vector<float> b(5, static_cast<float>(comm.rank()));
     comm.broadcast(b.data(), b.size(), comm.size() - 1);
     for (float x : b) EXPECT_EQ(x, static_cast<float>(comm.size() - 1));
@@ -96,7 +100,8 @@ TEST(Communicator, BroadcastAndScalars) {
 }
 
 TEST(Communicator, CountsBytesPerKindAsRingVolumes) {
-    Communicator comm(MPI_COMM_WORLD);
+    auto comm_owner = make_mpi_communicator(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owner;
     const uint64_t N = static_cast<uint64_t>(comm.size());
     const size_t per = 64;
     std::vector<float> full(per * N), part(per);

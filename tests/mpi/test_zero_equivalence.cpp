@@ -198,7 +198,8 @@ TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
     double psi = 0;
     for (const auto& p : layout.params) psi += static_cast<double>(p.numel);
     auto backend = make_cpu_backend(1);
-    Communicator comm(MPI_COMM_WORLD);
+    auto comm_owner = make_mpi_communicator(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owner;
     const double formula[4] = {16 * psi, 8 * psi + 8 * psi / N, 4 * psi + 12 * psi / N, 16 * psi / N};
     for (int stage = 0; stage <= 3; ++stage) {
         ModelState state(layout, *backend, comm, stage, 1 << 20, 1);

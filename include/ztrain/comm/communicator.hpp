@@ -1,7 +1,8 @@
 // Collective communication between the ranks of a job.
 //
-// One interface, several implementations: MpiCommunicator (host buffers; this file's
-// factory), later an NCCL one (device buffers) behind the same calls. Every call is
+// One interface, several implementations: the MPI one (host buffers, make_mpi_communicator),
+// later an NCCL one (device buffers, its id broadcast with broadcast_bytes) behind the same
+// calls. Every call is
 // counted per collective kind, as the bytes this rank sends under the usual ring/
 // recursive algorithms, so the per-step volumes of each ZeRO stage can be checked against
 // theory (see README):
@@ -45,41 +46,45 @@ struct CommStats {
     }
 };
 
-/// A collective started with a start_* call; finish with Communicator::wait.
+/// A collective started with a start_* call; finish it with Communicator::wait. The handle
+/// is opaque: each implementation maps it to its own request (MPI_Request, CUDA event, ...).
 class CommRequest {
   public:
     CommRequest() = default;
-    bool active() const { return m_request != MPI_REQUEST_NULL; }
+    explicit CommRequest(int64_t handle) : m_handle(handle) {}
+    bool active() const { return m_handle >= 0; }
+    int64_t handle() const { return m_handle; }
+    void reset() { m_handle = -1; }
 
   private:
-    friend class Communicator;
-    MPI_Request m_request = MPI_REQUEST_NULL;
+    int64_t m_handle = -1;
 };
 
+/// The collective interface the parallel strategies are written against. Buffers are float
+/// elements of the implementation's memory space (host for MPI, device for NCCL). Every call
+/// is recorded in stats() by the base class.
 class Communicator {
   public:
-    /// Wraps `comm` (duplicated, so ztrain's traffic never matches a user's messages).
-    /// MPI_COMM_NULL gives a one-rank communicator that never calls MPI (tools, unit tests).
-    explicit Communicator(MPI_Comm comm);
-    ~Communicator();
+    virtual ~Communicator() = default;
     Communicator(const Communicator&) = delete;
     Communicator& operator=(const Communicator&) = delete;
 
+    virtual std::string name() const = 0;
     int rank() const { return m_rank; }
     int size() const { return m_size; }
     /// Rank and size among the ranks sharing this node (MPI_COMM_TYPE_SHARED split):
     /// the local rank picks the GPU and divides the cores.
     int local_rank() const { return m_local_rank; }
     int local_size() const { return m_local_size; }
-    MPI_Comm handle() const { return m_comm; }
 
     void all_reduce(float* buf, size_t count, ReduceOp op = ReduceOp::kSum);
     /// in: size() * count_per_rank elements; out: count_per_rank (this rank's block).
     void reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op = ReduceOp::kSum);
-    /// in: count_per_rank elements (may be null: then taken in place from out + rank*count);
+    /// in: count_per_rank elements (null: taken in place from out + rank * count_per_rank);
     /// out: size() * count_per_rank elements.
     void all_gather(const float* in, float* out, size_t count_per_rank);
     void broadcast(float* buf, size_t count, int root);
+    /// Raw bytes from root (e.g. an NCCL unique id during bootstrap).
     void broadcast_bytes(void* buf, size_t bytes, int root);
     void barrier();
     /// Small host reductions (loss sums, norms, flags), counted under "scalar".
@@ -89,27 +94,48 @@ class Communicator {
     CommRequest start_reduce_scatter(const float* in, float* out, size_t count_per_rank,
                                      ReduceOp op = ReduceOp::kSum);
     CommRequest start_all_gather(const float* in, float* out, size_t count_per_rank);
-    /// Completes a started collective (no-op on an inactive request).
+    /// Completes a started collective and resets the request (no-op when inactive).
     void wait(CommRequest& request);
 
     const CommStats& stats() const { return m_stats; }
     void reset_stats() { m_stats = CommStats{}; }
 
+  protected:
+    Communicator(int rank, int size, int local_rank, int local_size)
+        : m_rank(rank), m_size(size), m_local_rank(local_rank), m_local_size(local_size) {}
+
+    // What an implementation provides. Called only when size() > 1; the base class handles
+    // the one-rank case (copies) and the accounting.
+    virtual void do_all_reduce(float* buf, size_t count, ReduceOp op) = 0;
+    virtual void do_reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) = 0;
+    virtual void do_all_gather(const float* in, float* out, size_t count_per_rank) = 0;
+    virtual void do_broadcast_bytes(void* buf, size_t bytes, int root) = 0;
+    virtual void do_barrier() = 0;
+    virtual void do_all_reduce_scalars(double* values, size_t count, ReduceOp op) = 0;
+    virtual CommRequest do_start_all_reduce(float* buf, size_t count, ReduceOp op) = 0;
+    virtual CommRequest do_start_reduce_scatter(const float* in, float* out, size_t count_per_rank,
+                                                ReduceOp op) = 0;
+    virtual CommRequest do_start_all_gather(const float* in, float* out, size_t count_per_rank) = 0;
+    virtual void do_wait(CommRequest& request) = 0;
+
   private:
     void record(CollectiveKind kind, uint64_t bytes);
-    MPI_Comm m_comm = MPI_COMM_NULL;
-    int m_rank = 0;
-    int m_size = 1;
-    int m_local_rank = 0;
-    int m_local_size = 1;
+    int m_rank;
+    int m_size;
+    int m_local_rank;
+    int m_local_size;
     CommStats m_stats;
 };
 
-/// A process-wide one-rank communicator (MPI_COMM_NULL based) for single-rank use.
+/// MPI over host buffers. `comm` is duplicated, so ztrain's traffic never matches a user's
+/// messages. MPI_COMM_NULL gives a one-rank communicator that never calls MPI (tools, unit
+/// tests without MPI_Init).
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+
+/// A process-wide one-rank communicator for single-rank use.
 Communicator& self_communicator();
 
-/// Messages may hold more than INT_MAX elements on large models; MPI counts are int.
-/// Throws zt::Error when a single call would exceed it (callers chunk by unit).
+/// MPI counts are int: throws zt::Error when one call would carry more than INT_MAX elements.
 int checked_count(size_t count, const char* what);
 
 }  // namespace zt

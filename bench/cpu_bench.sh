@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# CPU benchmark: ztrain (CPU backend, OpenBLAS) next to a nanoGPT-style PyTorch trainer
+# (bench/torch_gpt.py) and the OpenBLAS sgemm ceiling (bench/sgemm_ceiling.cpp), in one run.
+#
+#   bash bench/cpu_bench.sh
+#
+# Configurations (fp32, 2 threads, grad_accum 1, no evaluation, synthetic random tokens):
+#   a) GPT-2 124M: 12 layers x 768 wide x 12 heads, vocab 50257 (padded to 50304), seq 64, batch 4
+#   b) small:      4 layers x 256 wide x 4 heads,   vocab 50257 (padded to 50304), seq 256, batch 4
+#      (b keeps the real GPT-2 vocabulary, so the LM head/embedding is ~80% of its weights.)
+# Each configuration runs REPS times in the order ztrain, torch, sgemm_ceiling, ztrain, torch,
+# sgemm_ceiling, ... so machine noise hits all three alike; the table shows medians over reps
+# of each run's median tokens/s over the steps after the first 2.
+#
+# Writes bench/results/cpu_<YYYY-MM-DD>.md and prints the table. Scratch (build of the
+# sgemm program, shards, run dirs, logs) goes to bench/work/ (git-ignored).
+# Knobs (environment): REPS (2), STEPS_A (12), STEPS_B (16), THREADS (2), BUILD_DIR (build-bench),
+# PYTHON (/usr/bin/python3: Debian's PyTorch), OUT (the results file).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+REPS="${REPS:-2}"
+STEPS_A="${STEPS_A:-12}"
+STEPS_B="${STEPS_B:-16}"
+THREADS="${THREADS:-2}"
+BUILD_DIR="${BUILD_DIR:-build-bench}"
+PYTHON="${PYTHON:-/usr/bin/python3}"
+DATE="$(date +%F)"
+OUT="${OUT:-bench/results/cpu_${DATE}.md}"
+WORK="bench/work"
+CMDLINE="$(printf '%q ' bash bench/cpu_bench.sh "$@")"
+ENVLINE="REPS=$REPS STEPS_A=$STEPS_A STEPS_B=$STEPS_B THREADS=$THREADS"
+T_START=$(date +%s)
+LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+mkdir -p "$WORK" bench/results
+rm -rf "$WORK/runs" && mkdir -p "$WORK/runs" "$WORK/logs"
+RECORDS="$WORK/records.tsv"
+: > "$RECORDS"
+
+log() { printf '[cpu_bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# --- build --------------------------------------------------------------------------------
+log "building ztrain in $BUILD_DIR (Release, ZT_CUDA=OFF)"
+build_ztrain() {
+    cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=OFF > "$WORK/logs/build.log" 2>&1 &&
+        cmake --build "$BUILD_DIR" -j2 --target ztrain >> "$WORK/logs/build.log" 2>&1
+}
+if ! build_ztrain; then
+    log "build failed (a file being edited elsewhere?); retrying in 60 s"
+    sleep 60
+    build_ztrain || { tail -30 "$WORK/logs/build.log"; exit 1; }
+fi
+ZTRAIN="$BUILD_DIR/bin/ztrain"
+
+log "building sgemm_ceiling"
+g++ -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_ceiling.cpp -lopenblas \
+    -o "$WORK/sgemm_ceiling"
+
+"$PYTHON" -c 'import torch, numpy' 2> /dev/null ||
+    { echo "cpu_bench: $PYTHON cannot import torch and numpy (Debian: python3-torch)" >&2; exit 1; }
+
+# --- synthetic shards (llm.c format: 256 int32 header, then uint16 tokens) ------------------
+if [ ! -f "$WORK/data/train_000.bin" ]; then
+    log "writing synthetic shard $WORK/data/train_000.bin"
+    mkdir -p "$WORK/data"
+    "$PYTHON" - "$WORK/data/train_000.bin" <<'EOF'
+import sys, numpy as np
+n = 1 << 20  # 1M random tokens of the GPT-2 vocabulary
+header = np.zeros(256, np.int32)
+header[:3] = (20240520, 1, n)
+toks = np.random.default_rng(1337).integers(0, 50257, n, dtype=np.uint16)
+with open(sys.argv[1], "wb") as f:
+    f.write(header.tobytes())
+    f.write(toks.tobytes())
+EOF
+fi
+
+# --- one measurement each ---------------------------------------------------------------
+# peak RSS (MiB) from a /usr/bin/time -v log
+rss_mib() { awk -F': ' '/Maximum resident set size/ {printf "%.1f", $2 / 1024}' "$1"; }
+
+run_ztrain() {  # cfg rep steps layers heads embd seq batch
+    local cfg=$1 rep=$2 steps=$3 L=$4 H=$5 C=$6 T=$7 B=$8
+    local dir="$WORK/runs/ztrain_${cfg}_${rep}" tlog="$WORK/logs/ztrain_${cfg}_${rep}.time"
+    rm -rf "$dir"
+    /usr/bin/time -v -o "$tlog" "$ZTRAIN" --backend=cpu \
+        --model.n_layer="$L" --model.n_head="$H" --model.n_embd="$C" --model.seq_len="$T" \
+        --model.vocab_size=50257 --model.vocab_pad_to=128 \
+        --data.train="$WORK/data/train_000.bin" --data.val= \
+        --train.micro_batch="$B" --train.grad_accum=1 --train.max_steps="$steps" \
+        --train.lr=3e-4 --train.warmup_steps=2 --train.eval_every=0 --train.sample_tokens=0 \
+        --train.threads="$THREADS" --precision.dtype=fp32 --parallel.zero_stage=0 \
+        --checkpoint.resume=never --run.dir="$dir" > "$WORK/logs/ztrain_${cfg}_${rep}.out" 2>&1 ||
+        { tail -20 "$WORK/logs/ztrain_${cfg}_${rep}.out"; exit 1; }
+    local tps
+    tps=$("$PYTHON" - "$dir/metrics.jsonl" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+steps = [r for r in rows if "step" in r]
+rates = [r["tokens_per_s"] for r in steps if r["step"] > 2] or [r["tokens_per_s"] for r in steps]
+print(f"{statistics.median(rates):.3f}")
+EOF
+)
+    local rss wall
+    rss=$(rss_mib "$tlog")
+    wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tlog")
+    printf 'ztrain\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$tps" "$rss" >> "$RECORDS"
+    rm -rf "$dir/checkpoints"
+    log "ztrain $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
+}
+
+run_torch() {  # cfg rep steps layers heads embd seq batch
+    local cfg=$1 rep=$2 steps=$3 L=$4 H=$5 C=$6 T=$7 B=$8
+    local tlog="$WORK/logs/torch_${cfg}_${rep}.time" olog="$WORK/logs/torch_${cfg}_${rep}.out"
+    /usr/bin/time -v -o "$tlog" "$PYTHON" bench/torch_gpt.py --n-layer "$L" --n-head "$H" \
+        --n-embd "$C" --seq-len "$T" --vocab 50257 --vocab-pad-to 128 --batch "$B" \
+        --steps "$steps" --threads "$THREADS" > "$olog" 2>&1 || { tail -20 "$olog"; exit 1; }
+    local tps rss wall
+    tps=$(tail -1 "$olog" | "$PYTHON" -c 'import json,sys; print(f"{json.load(sys.stdin)[\"tokens_per_s\"]:.3f}")')
+    rss=$(rss_mib "$tlog")
+    wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tlog")
+    printf 'torch\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$tps" "$rss" >> "$RECORDS"
+    log "torch  $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
+}
+
+run_sgemm() {  # cfg rep layers embd seq batch
+    local cfg=$1 rep=$2 L=$3 C=$4 T=$5 B=$6
+    local olog="$WORK/logs/sgemm_${cfg}_${rep}.out"
+    "$WORK/sgemm_ceiling" --layers "$L" --embd "$C" --bt $((B * T)) --seq "$T" \
+        --vocab-padded 50304 --threads "$THREADS" --reps 3 > "$olog"
+    local js gf ceil
+    js=$(tail -1 "$olog")
+    gf=$(echo "$js" | "$PYTHON" -c 'import json,sys; print(f"{json.load(sys.stdin)[\"gflops\"]:.2f}")')
+    ceil=$(echo "$js" | "$PYTHON" -c 'import json,sys; print(f"{json.load(sys.stdin)[\"tokens_per_s_ceiling\"]:.3f}")')
+    printf 'sgemm\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$ceil" "$gf" >> "$RECORDS"
+    log "sgemm  $cfg rep $rep: $gf GFLOP/s -> ceiling $ceil tok/s"
+}
+
+bench_cfg() {  # cfg steps layers heads embd seq batch
+    local cfg=$1 steps=$2 L=$3 H=$4 C=$5 T=$6 B=$7 rep
+    for rep in $(seq 1 "$REPS"); do
+        run_ztrain "$cfg" "$rep" "$steps" "$L" "$H" "$C" "$T" "$B"
+        run_torch "$cfg" "$rep" "$steps" "$L" "$H" "$C" "$T" "$B"
+        run_sgemm "$cfg" "$rep" "$L" "$C" "$T" "$B"
+    done
+}
+
+bench_cfg a "$STEPS_A" 12 12 768 64 4
+bench_cfg b "$STEPS_B" 4 4 256 256 4
+T_END=$(date +%s)
+LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# --- report -------------------------------------------------------------------------------
+CPU_MODEL="$(lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')"
+CORES="$(lscpu | awk -F: '/^Core\(s\) per socket/ {gsub(/ /, "", $2); c=$2} /^Socket\(s\)/ {gsub(/ /, "", $2); s=$2} END {print c * s}')"
+MEM="$(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
+REV="$(git -C "$ROOT" rev-parse --short HEAD)"
+if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no -- src include CMakeLists.txt cmake 2> /dev/null)" ]; then
+    REV="$REV (+ uncommitted changes in src/include/cmake)"
+fi
+TORCH_VER="$("$PYTHON" -c 'import torch; print(torch.__version__)')"
+BLAS="$(readlink -f "$(ldconfig -p | awk '/libopenblas.so.0 / {print $NF; exit}')" 2> /dev/null || echo libopenblas)"
+
+"$PYTHON" - "$RECORDS" "$OUT" <<EOF
+import statistics, sys
+from collections import defaultdict
+rec = defaultdict(lambda: defaultdict(list))  # rec[cfg][kind] = [(v1, v2), ...]
+for line in open(sys.argv[1]):
+    kind, cfg, rep, v1, v2 = line.split("\t")
+    rec[cfg][kind].append((float(v1), float(v2)))
+med = lambda xs: statistics.median(xs)
+names = {"a": "GPT-2 124M: 12L x 768 x 12H, seq 64, batch 4",
+         "b": "4L x 256 x 4H, seq 256, batch 4 (vocab 50257)"}
+params = {"a": "124.4M", "b": "16.1M"}
+table = ["| model | params | ztrain tok/s | PyTorch tok/s | ratio ztrain/PyTorch | ztrain peak RSS MiB | PyTorch peak RSS MiB |",
+         "|---|---:|---:|---:|---:|---:|---:|"]
+ceil = ["| model | sgemm GFLOP/s (2 thr) | tok/s ceiling | ztrain % of ceiling | PyTorch % of ceiling |",
+        "|---|---:|---:|---:|---:|"]
+raw = ["| model | rep | ztrain tok/s | PyTorch tok/s | ratio | sgemm ceiling tok/s |", "|---|---:|---:|---:|---:|---:|"]
+for cfg in ("a", "b"):
+    z, t, s = rec[cfg]["ztrain"], rec[cfg]["torch"], rec[cfg]["sgemm"]
+    zt, tt = med([x[0] for x in z]), med([x[0] for x in t])
+    zr, tr = med([x[1] for x in z]), med([x[1] for x in t])
+    ct, gf = med([x[0] for x in s]), med([x[1] for x in s])
+    table.append(f"| {names[cfg]} | {params[cfg]} | {zt:.1f} | {tt:.1f} | {zt / tt:.2f} | {zr:.0f} | {tr:.0f} |")
+    ceil.append(f"| {names[cfg]} | {gf:.1f} | {ct:.1f} | {100 * zt / ct:.0f}% | {100 * tt / ct:.0f}% |")
+    for i, (zz, tt_, ss) in enumerate(zip(z, t, s), 1):
+        raw.append(f"| {cfg} | {i} | {zz[0]:.1f} | {tt_[0]:.1f} | {zz[0] / tt_[0]:.2f} | {ss[0]:.1f} |")
+table, ceil, raw = "\n".join(table), "\n".join(ceil), "\n".join(raw)
+md = f"""# ztrain CPU benchmark, $DATE
+
+Command: \`$ENVLINE $CMDLINE\` (from the repository root; ran $((T_END - T_START)) s)
+
+- Machine: $CPU_MODEL, $CORES cores, nproc $(nproc), $MEM RAM; load average $LOAD_START at start, $LOAD_END at end (shared machine)
+- Date: $(date -u '+%Y-%m-%d %H:%M UTC')
+- ztrain revision: $REV, built \`$BUILD_DIR\` Release, ZT_CUDA=OFF; run as one process (no mpirun), \`--train.threads=$THREADS\`
+- PyTorch $TORCH_VER (\`$PYTHON bench/torch_gpt.py\`, \`torch.set_num_threads($THREADS)\`, AdamW foreach, plain masked-softmax attention)
+- BLAS: $BLAS
+- Settings: fp32, grad_accum 1, eval off, AdamW (wd 0.1 on 2-D weights), grad clip 1.0, synthetic uniform-random tokens of the GPT-2 vocabulary (50257, padded to 50304), steps: a $STEPS_A, b $STEPS_B; $REPS alternating reps (ztrain, PyTorch, sgemm, ztrain, ...)
+- tok/s = median over reps of each run's median per-step tokens/s, steps 1-2 excluded; a step is zero_grad + forward + backward + clip + AdamW. Peak RSS: \`/usr/bin/time -v\` "Maximum resident set size", median over reps.
+
+## ztrain vs PyTorch
+
+$table
+
+## sgemm ceiling (bench/sgemm_ceiling.cpp)
+
+OpenBLAS cblas_sgemm with $THREADS threads at each configuration's forward, dgrad and wgrad shapes (B*T rows; qkv, attn proj, fc, mlp proj x n_layer, LM head x 1); FLOP-weighted rate = sum(flops) / sum(median time). Ceiling tok/s = rate / (6 * N_mm + 12 * L * T * C) with N_mm = 12 * L * C^2 + C * Vp, i.e. a trainer that spends time only in GEMMs at this rate.
+
+$ceil
+
+## Per-rep figures
+
+$raw
+"""
+open(sys.argv[2], "w").write(md)
+print(table)
+print()
+print(ceil)
+EOF
+log "wrote $OUT ($((T_END - T_START)) s of measurement)"

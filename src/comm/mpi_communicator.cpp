@@ -1,0 +1,127 @@
+// MPI implementation of the Communicator for host buffers.
+//
+// Non-blocking forms use MPI-3 non-blocking collectives. Open MPI progresses them only
+// inside MPI calls, so on the CPU their value is ordering freedom rather than true overlap;
+// the NCCL communicator (GPU) overlaps for real on its own stream.
+#include <mpi.h>
+
+#include <unordered_map>
+
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+namespace {
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
+
+struct Placement {
+    int rank = 0, size = 1, local_rank = 0, local_size = 1;
+};
+
+Placement place(MPI_Comm comm) {
+    Placement p;
+    if (comm == MPI_COMM_NULL) return p;
+    ZT_MPI_CHECK(MPI_Comm_rank(comm, &p.rank));
+    ZT_MPI_CHECK(MPI_Comm_size(comm, &p.size));
+    MPI_Comm local = MPI_COMM_NULL;
+    ZT_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, p.rank, MPI_INFO_NULL, &local));
+    ZT_MPI_CHECK(MPI_Comm_rank(local, &p.local_rank));
+    ZT_MPI_CHECK(MPI_Comm_size(local, &p.local_size));
+    ZT_MPI_CHECK(MPI_Comm_free(&local));
+    return p;
+}
+
+class MpiCommunicator final : public Communicator {
+  public:
+    MpiCommunicator(MPI_Comm comm, const Placement& p)
+        : Communicator(p.rank, p.size, p.local_rank, p.local_size) {
+        if (comm != MPI_COMM_NULL) ZT_MPI_CHECK(MPI_Comm_dup(comm, &m_comm));
+    }
+    ~MpiCommunicator() override {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (finalized || m_comm == MPI_COMM_NULL) return;
+        for (auto& [id, req] : m_requests) MPI_Wait(&req, MPI_STATUS_IGNORE);
+        MPI_Comm_free(&m_comm);
+    }
+    std::string name() const override { return "mpi"; }
+
+  protected:
+    void do_all_reduce(float* buf, size_t count, ReduceOp op) override {
+        ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), MPI_FLOAT, mpi_op(op),
+                                   m_comm));
+    }
+    void do_reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
+        ZT_MPI_CHECK(MPI_Reduce_scatter_block(in, out, checked_count(count_per_rank, "reduce_scatter"), MPI_FLOAT,
+                                              mpi_op(op), m_comm));
+    }
+    void do_all_gather(const float* in, float* out, size_t count_per_rank) override {
+        const int n = checked_count(count_per_rank, "all_gather");
+        if (in == nullptr) {
+            ZT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, MPI_FLOAT, m_comm));
+        } else {
+            ZT_MPI_CHECK(MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, m_comm));
+        }
+    }
+    void do_broadcast_bytes(void* buf, size_t bytes, int root) override {
+        ZT_MPI_CHECK(MPI_Bcast(buf, checked_count(bytes, "broadcast"), MPI_BYTE, root, m_comm));
+    }
+    void do_barrier() override { ZT_MPI_CHECK(MPI_Barrier(m_comm)); }
+    void do_all_reduce_scalars(double* values, size_t count, ReduceOp op) override {
+        ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count, "all_reduce_scalars"), MPI_DOUBLE,
+                                   mpi_op(op), m_comm));
+    }
+    CommRequest do_start_all_reduce(float* buf, size_t count, ReduceOp op) override {
+        MPI_Request r;
+        ZT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), MPI_FLOAT, mpi_op(op),
+                                    m_comm, &r));
+        return keep(r);
+    }
+    CommRequest do_start_reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
+        MPI_Request r;
+        ZT_MPI_CHECK(MPI_Ireduce_scatter_block(in, out, checked_count(count_per_rank, "reduce_scatter"), MPI_FLOAT,
+                                               mpi_op(op), m_comm, &r));
+        return keep(r);
+    }
+    CommRequest do_start_all_gather(const float* in, float* out, size_t count_per_rank) override {
+        const int n = checked_count(count_per_rank, "all_gather");
+        MPI_Request r;
+        if (in == nullptr) {
+            ZT_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, MPI_FLOAT, m_comm, &r));
+        } else {
+            ZT_MPI_CHECK(MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, m_comm, &r));
+        }
+        return keep(r);
+    }
+    void do_wait(CommRequest& request) override {
+        auto it = m_requests.find(request.handle());
+        ZT_REQUIRE(it != m_requests.end(), "wait on unknown request ", request.handle());
+        ZT_MPI_CHECK(MPI_Wait(&it->second, MPI_STATUS_IGNORE));
+        m_requests.erase(it);
+    }
+
+  private:
+    CommRequest keep(MPI_Request r) {
+        const int64_t id = m_next_id++;
+        m_requests.emplace(id, r);
+        return CommRequest(id);
+    }
+    MPI_Comm m_comm = MPI_COMM_NULL;
+    std::unordered_map<int64_t, MPI_Request> m_requests;
+    int64_t m_next_id = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) {
+    return std::make_unique<MpiCommunicator>(comm, place(comm));
+}
+
+Communicator& self_communicator() {
+    static std::unique_ptr<Communicator> self = make_mpi_communicator(MPI_COMM_NULL);
+    return *self;
+}
+
+}  // namespace zt
