@@ -77,7 +77,9 @@ std::string read_whole_file(const std::string& path) {
     return ss.str();
 }
 
-bool is_binary(const std::string& content) { return content.find('\0') != std::string::npos; }
+bool is_binary(const std::string& content) {
+    return content.find('\0') != std::string::npos;
+}
 
 bool is_blank(std::string_view s) {
     return std::all_of(s.begin(), s.end(), [](char c) {
@@ -126,7 +128,8 @@ std::vector<std::string_view> split_documents(const std::string& content,
 }
 
 /// Expands --input into the list of files to read, in order.
-std::vector<std::string> collect_files(const std::vector<std::string>& inputs, SkipCounts& skipped) {
+std::vector<std::string> collect_files(const std::vector<std::string>& inputs,
+                                       SkipCounts& skipped) {
     std::vector<std::string> files;
     for (const std::string& input : inputs) {
         std::error_code ec;
@@ -150,7 +153,8 @@ std::vector<std::string> collect_files(const std::vector<std::string>& inputs, S
             }
         }
         if (ec) {
-            throw zt::InputError(zt::str("--input: cannot list '", input, "' (", ec.message(), ")"));
+            throw zt::InputError(
+                zt::str("--input: cannot list '", input, "' (", ec.message(), ")"));
         }
         std::sort(found.begin(), found.end());
         size_t kept = 0;
@@ -273,6 +277,7 @@ void print_usage(std::ostream& os, const po::options_description& desc) {
 int run(int argc, char** argv) {
     Options opt;
     po::options_description desc("Options");
+    // clang-format off
     desc.add_options()
         ("help,h", "print this help and exit")
         ("input,i", po::value<std::vector<std::string>>(&opt.inputs)->multitoken(),
@@ -288,12 +293,14 @@ int run(int argc, char** argv) {
          "a line equal to this separates documents within a file (e.g. % for fortunes)")
         ("shard-tokens", po::value<long long>(&opt.shard_tokens)->default_value(100'000'000),
          "tokens per shard file");
+    // clang-format on
 
     // No positional arguments: an empty description makes boost reject stray words
     // instead of silently ignoring them.
     const po::positional_options_description no_positionals;
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(no_positionals).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(desc).positional(no_positionals).run(),
+              vm);
     if (vm.count("help") != 0) {
         print_usage(std::cout, desc);
         return zt::kExitOk;
@@ -306,8 +313,8 @@ int run(int argc, char** argv) {
     // Validate every option before touching any file.
     ZT_INPUT_CHECK(!opt.inputs.empty(), "--input is required (text files or folders)");
     ZT_INPUT_CHECK(!opt.output.empty(), "--output is required (the folder for the shards)");
-    ZT_INPUT_CHECK(opt.tokenizer == "byte" || opt.tokenizer == "gpt2", "--tokenizer: unknown tokenizer '",
-                   opt.tokenizer, "' (expected byte or gpt2)");
+    ZT_INPUT_CHECK(opt.tokenizer == "byte" || opt.tokenizer == "gpt2",
+                   "--tokenizer: unknown tokenizer '", opt.tokenizer, "' (expected byte or gpt2)");
     if (opt.tokenizer == "gpt2") {
         ZT_INPUT_CHECK(!opt.vocab.empty() && !opt.merges.empty(),
                        "--tokenizer gpt2 needs --vocab FILE and --merges FILE");
@@ -315,21 +322,23 @@ int run(int argc, char** argv) {
         ZT_INPUT_CHECK(opt.vocab.empty() && opt.merges.empty(),
                        "--vocab and --merges only apply to --tokenizer gpt2");
     }
-    ZT_INPUT_CHECK(opt.val_fraction >= 0.0 && opt.val_fraction < 1.0, "--val-fraction: ",
-                   opt.val_fraction, " is outside [0, 1)");
+    ZT_INPUT_CHECK(opt.val_fraction >= 0.0 && opt.val_fraction < 1.0,
+                   "--val-fraction: ", opt.val_fraction, " is outside [0, 1)");
     ZT_INPUT_CHECK(opt.shard_tokens >= 1 && opt.shard_tokens <= std::numeric_limits<int32_t>::max(),
                    "--shard-tokens: ", opt.shard_tokens, " is outside [1, ",
-                   std::numeric_limits<int32_t>::max(), "] (the shard header stores an int32 count)");
+                   std::numeric_limits<int32_t>::max(),
+                   "] (the shard header stores an int32 count)");
     {
         std::error_code ec;
         if (fs::exists(opt.output, ec) && !fs::is_directory(opt.output, ec)) {
-            throw zt::InputError(zt::str("--output: '", opt.output, "' exists and is not a folder"));
+            throw zt::InputError(
+                zt::str("--output: '", opt.output, "' exists and is not a folder"));
         }
     }
 
-    const std::unique_ptr<zt::Tokenizer> tok =
-        opt.tokenizer == "gpt2" ? zt::make_gpt2_tokenizer(opt.vocab, opt.merges)
-                                : zt::make_byte_tokenizer();
+    const std::unique_ptr<zt::Tokenizer> tok = opt.tokenizer == "gpt2"
+                                                   ? zt::make_gpt2_tokenizer(opt.vocab, opt.merges)
+                                                   : zt::make_byte_tokenizer();
 
     SkipCounts skipped;
     const std::vector<std::string> files = collect_files(opt.inputs, skipped);
@@ -355,7 +364,8 @@ int run(int argc, char** argv) {
     std::error_code ec;
     fs::create_directories(opt.output, ec);
     if (ec) {
-        throw zt::InputError(zt::str("--output: cannot create '", opt.output, "' (", ec.message(), ")"));
+        throw zt::InputError(
+            zt::str("--output: cannot create '", opt.output, "' (", ec.message(), ")"));
     }
 
     // Pass 2: tokenize and write.
@@ -392,8 +402,8 @@ int run(int argc, char** argv) {
                   << " symlink(s), " << skipped.other << " other";
     }
     std::cout << "\n";
-    std::cout << "zt-prepare: " << num_docs << " documents (" << num_train << " train, "
-              << num_val << " val)";
+    std::cout << "zt-prepare: " << num_docs << " documents (" << num_train << " train, " << num_val
+              << " val)";
     if (blank_docs > 0) {
         std::cout << "; " << blank_docs << " blank document(s) skipped";
     }

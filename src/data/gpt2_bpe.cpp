@@ -58,8 +58,8 @@ std::array<uint32_t, 256> byte_to_codepoint() {
     std::array<uint32_t, 256> table{};
     uint32_t next = 256;
     for (uint32_t b = 0; b < 256; ++b) {
-        const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) ||
-                               (b >= 0xAE && b <= 0xFF);
+        const bool printable =
+            (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         table[b] = printable ? b : next++;
     }
     return table;
@@ -68,13 +68,17 @@ std::array<uint32_t, 256> byte_to_codepoint() {
 /// Converts a vocabulary key (UTF-8 in GPT-2's byte alphabet) back to the bytes it stands
 /// for. Code points outside the alphabet (added tokens in some vocabularies) stay as their
 /// own UTF-8; invalid UTF-8 cannot occur because nlohmann::json validates strings.
-std::string key_to_bytes(const std::string& key, const std::unordered_map<uint32_t, uint8_t>& inverse) {
+std::string key_to_bytes(const std::string& key,
+                         const std::unordered_map<uint32_t, uint8_t>& inverse) {
     std::string out;
     size_t i = 0;
     while (i < key.size()) {
         const uint8_t b0 = static_cast<uint8_t>(key[i]);
         const size_t len = b0 < 0x80 ? 1 : (b0 & 0xE0) == 0xC0 ? 2 : (b0 & 0xF0) == 0xE0 ? 3 : 4;
-        uint32_t cp = len == 1 ? b0 : len == 2 ? (b0 & 0x1Fu) : len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
+        uint32_t cp = len == 1   ? b0
+                      : len == 2 ? (b0 & 0x1Fu)
+                      : len == 3 ? (b0 & 0x0Fu)
+                                 : (b0 & 0x07u);
         for (size_t k = 1; k < len && i + k < key.size(); ++k) {
             cp = (cp << 6) | (static_cast<uint8_t>(key[i + k]) & 0x3Fu);
         }
@@ -175,7 +179,8 @@ class Gpt2Tokenizer final : public Tokenizer {
             throw InputError(str(m_vocab_path, ": not valid JSON (", e.what(), ")"));
         }
         if (!vocab.is_object()) {
-            throw InputError(str(m_vocab_path, ": expected a JSON object mapping token strings to ids"));
+            throw InputError(
+                str(m_vocab_path, ": expected a JSON object mapping token strings to ids"));
         }
         if (vocab.empty()) {
             throw InputError(str(m_vocab_path, ": empty vocabulary"));
@@ -211,8 +216,8 @@ class Gpt2Tokenizer final : public Tokenizer {
                                      n - 1, ")"));
             }
             if (seen[id]) {
-                throw InputError(str(m_vocab_path, ": id ", id, " is used by both '",
-                                     id_to_key[id], "' and '", key, "'"));
+                throw InputError(str(m_vocab_path, ": id ", id, " is used by both '", id_to_key[id],
+                                     "' and '", key, "'"));
             }
             seen[id] = true;
             id_to_key[id] = key;
@@ -259,8 +264,8 @@ class Gpt2Tokenizer final : public Tokenizer {
             if (space == std::string::npos || space == 0 || space + 1 == line.size() ||
                 line.find(' ', space + 1) != std::string::npos) {
                 throw InputError(str(m_merges_path, ":", line_no,
-                                     ": expected two tokens separated by one space, found '",
-                                     line, "'"));
+                                     ": expected two tokens separated by one space, found '", line,
+                                     "'"));
             }
             const std::string left = line.substr(0, space);
             const std::string right = line.substr(space + 1);
@@ -281,8 +286,8 @@ class Gpt2Tokenizer final : public Tokenizer {
     uint32_t lookup(const std::string& token, size_t line_no) const {
         const auto it = m_token_to_id.find(token);
         if (it == m_token_to_id.end()) {
-            throw InputError(str(m_merges_path, ":", line_no, ": '", token, "' is not in ",
-                                 m_vocab_path));
+            throw InputError(
+                str(m_merges_path, ":", line_no, ": '", token, "' is not in ", m_vocab_path));
         }
         return it->second;
     }
@@ -361,7 +366,8 @@ class Gpt2Tokenizer final : public Tokenizer {
         };
         const auto valid = [&](const Candidate& c) {
             const Node& a = nodes[static_cast<size_t>(c.pos)];
-            return a.id == c.left && a.next >= 0 && nodes[static_cast<size_t>(a.next)].id == c.right;
+            return a.id == c.left && a.next >= 0 &&
+                   nodes[static_cast<size_t>(a.next)].id == c.right;
         };
         for (int32_t i = 0; i + 1 < n; ++i) {
             push_pair(i);
@@ -407,10 +413,10 @@ class Gpt2Tokenizer final : public Tokenizer {
     std::string m_vocab_path;
     std::string m_merges_path;
     std::unordered_map<std::string, uint32_t> m_token_to_id;  // keys in GPT-2's alphabet
-    std::vector<std::string> m_id_to_bytes;                    // raw bytes of each token
-    std::array<uint32_t, 256> m_byte_id{};                     // single-byte token ids
-    std::array<std::string, 256> m_byte_symbol{};              // for error messages
-    std::unordered_map<uint64_t, Merge> m_merges;              // (left, right) -> merge
+    std::vector<std::string> m_id_to_bytes;                   // raw bytes of each token
+    std::array<uint32_t, 256> m_byte_id{};                    // single-byte token ids
+    std::array<std::string, 256> m_byte_symbol{};             // for error messages
+    std::unordered_map<uint64_t, Merge> m_merges;             // (left, right) -> merge
     uint32_t m_eot = 0;
     // encode() is const and may be called from several threads; the cache is guarded.
     mutable std::mutex m_cache_mutex;
@@ -420,7 +426,7 @@ class Gpt2Tokenizer final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& vocab_json_path,
-                                                const std::string& merges_path) {
+                                               const std::string& merges_path) {
     return std::make_unique<Gpt2Tokenizer>(vocab_json_path, merges_path);
 }
 

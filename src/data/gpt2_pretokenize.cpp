@@ -368,8 +368,9 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
                 i += 2;
                 continue;
             }
-            if (i + 2 < n && ((c1 == 'r' && cps[i + 2] == 'e') || (c1 == 'v' && cps[i + 2] == 'e') ||
-                              (c1 == 'l' && cps[i + 2] == 'l'))) {
+            if (i + 2 < n &&
+                ((c1 == 'r' && cps[i + 2] == 'e') || (c1 == 'v' && cps[i + 2] == 'e') ||
+                 (c1 == 'l' && cps[i + 2] == 'l'))) {
                 emit(i, i + 3);
                 i += 3;
                 continue;

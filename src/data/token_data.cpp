@@ -39,8 +39,8 @@ const char* const kShardKind = "an llm.c token shard";
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens,
                        bool force_u32) {
     // The header stores the count as int32 (llm.c), so larger shards cannot be described.
-    ZT_REQUIRE(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
-               path, ": ", tokens.size(), " tokens do not fit one shard (int32 count)");
+    ZT_REQUIRE(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), path,
+               ": ", tokens.size(), " tokens do not fit one shard (int32 count)");
     bool u16 = !force_u32;
     if (u16) {
         u16 = std::all_of(tokens.begin(), tokens.end(), [](uint32_t t) { return t < 65536u; });
@@ -145,8 +145,8 @@ std::vector<uint32_t> read_token_shard(const std::string& path, int vocab_size) 
                              " bytes with the header) but the file has ", file_bytes, " bytes"));
     }
     if (file_bytes > expected) {
-        throw InputError(str(path, ": ", file_bytes - expected,
-                             " trailing bytes: the header says ", count, " tokens (", expected,
+        throw InputError(str(path, ": ", file_bytes - expected, " trailing bytes: the header says ",
+                             count, " tokens (", expected,
                              " bytes with the header) but the file has ", file_bytes, " bytes"));
     }
 
@@ -280,8 +280,7 @@ const std::vector<uint32_t>& BatchSampler::permutation(uint64_t epoch) const {
     for (size_t i = n - 1; i > 0; --i) {
         const uint64_t r = random_bits(epoch_seed, static_cast<uint64_t>(RandomStream::kData), i);
         // Lemire's multiply-shift maps r to [0, i] with bias < 2^-32 for n < 2^32.
-        const size_t j =
-            static_cast<size_t>((static_cast<unsigned __int128>(r) * (i + 1)) >> 64);
+        const size_t j = static_cast<size_t>((static_cast<unsigned __int128>(r) * (i + 1)) >> 64);
         std::swap(m_perm[i], m_perm[j]);
     }
     m_cached_epoch = epoch;

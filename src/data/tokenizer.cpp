@@ -122,8 +122,8 @@ void check_field(const nlohmann::json& desc, const std::string& path, const char
         throw InputError(str(path, ": \"", key, "\" must be an integer (found ", v.dump(), ")"));
     }
     if (v.get<int64_t>() != actual) {
-        throw InputError(str(path, ": \"", key, "\" is ", v.get<int64_t>(), " but ", source,
-                             " gives ", actual));
+        throw InputError(
+            str(path, ": \"", key, "\" is ", v.get<int64_t>(), " but ", source, " gives ", actual));
     }
 }
 
@@ -137,7 +137,9 @@ std::string string_field(const nlohmann::json& desc, const std::string& path, co
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+std::unique_ptr<Tokenizer> make_byte_tokenizer() {
+    return std::make_unique<ByteTokenizer>();
+}
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path) {
     std::string path = description_path;
@@ -157,7 +159,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path) {
         throw InputError(str(path, ": expected a JSON object like {\"type\": \"byte\", ...}"));
     }
     if (!desc.contains("type") || !desc.at("type").is_string()) {
-        throw InputError(str(path, ": missing string field \"type\" (expected \"byte\" or \"gpt2\")"));
+        throw InputError(
+            str(path, ": missing string field \"type\" (expected \"byte\" or \"gpt2\")"));
     }
     const std::string type = desc.at("type").get<std::string>();
     std::unique_ptr<Tokenizer> tok;
@@ -178,8 +181,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path) {
         tok = make_gpt2_tokenizer(vocab, merges);
         source = vocab;
     } else {
-        throw InputError(str(path, ": unknown tokenizer type '", type,
-                             "' (expected \"byte\" or \"gpt2\")"));
+        throw InputError(
+            str(path, ": unknown tokenizer type '", type, "' (expected \"byte\" or \"gpt2\")"));
     }
     check_field(desc, path, "vocab_size", tok->vocab_size(), source);
     check_field(desc, path, "eot", tok->eot(), source);

@@ -87,8 +87,10 @@ run shards 0 --input "$TMP/corpus" --output "$TMP/out3" --doc-separator % --shar
 expect_in shards "$TMP/shards.out" "in 5 shard(s)"    # 23 tokens, 5 per shard
 expect_file "$TMP/out3/train_000004.bin"
 [ -e "$TMP/out3/val_000000.bin" ] && fail "val-fraction 0 wrote a val shard"
+printf 'keep' >"$TMP/out3/train_notes.bin"   # not a shard name: must survive
 run rerun 0 --input "$TMP/corpus" --output "$TMP/out3" --doc-separator %
 [ -e "$TMP/out3/train_000001.bin" ] && fail "a stale shard survived the rerun"
+[ -e "$TMP/out3/train_notes.bin" ] || fail "the rerun removed a file that is not a shard"
 expect_in rerun "$TMP/rerun.out" "removed 4 stale shard(s)"
 
 # GPT-2 BPE with the hand-made test vocabulary: "hello world" -> 26 31, EOT 39 first.

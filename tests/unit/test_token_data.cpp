@@ -33,13 +33,15 @@ void expect_input_error(F&& f, const std::vector<std::string>& parts) {
     } catch (const zt::InputError& e) {
         const std::string msg = e.what();
         for (const std::string& p : parts) {
-            EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
+            EXPECT_NE(msg.find(p), std::string::npos)
+                << "message '" << msg << "' lacks '" << p << "'";
         }
     }
 }
 
 /// A shard file built byte by byte, so tests can corrupt any field.
-std::string raw_shard(int32_t magic, int32_t version, int32_t count, const std::vector<uint16_t>& tokens) {
+std::string raw_shard(int32_t magic, int32_t version, int32_t count,
+                      const std::vector<uint16_t>& tokens) {
     std::vector<int32_t> header(zt::kShardHeaderInts, 0);
     header[0] = magic;
     header[1] = version;
@@ -133,14 +135,16 @@ TEST(TokenShard, RejectsTruncatedFile) {
     expect_input_error([&] { zt::read_token_shard(path, 0); }, {path, "truncated", "10 tokens"});
     // Shorter than the header itself.
     write_file(path, std::string(100, 'x'));
-    expect_input_error([&] { zt::read_token_shard(path, 0); }, {path, "100 bytes", "1024-byte header"});
+    expect_input_error([&] { zt::read_token_shard(path, 0); },
+                       {path, "100 bytes", "1024-byte header"});
 }
 
 TEST(TokenShard, RejectsTrailingBytes) {
     ScratchDir dir("shard");
     const std::string path = dir.file("t.bin");
     write_file(path, raw_shard(zt::kShardMagic, 1, 5, {1, 2, 3, 4, 5, 6}));
-    expect_input_error([&] { zt::read_token_shard(path, 0); }, {path, "2 trailing bytes", "5 tokens"});
+    expect_input_error([&] { zt::read_token_shard(path, 0); },
+                       {path, "2 trailing bytes", "5 tokens"});
     // One odd byte too many, too.
     write_file(path, raw_shard(zt::kShardMagic, 1, 5, {1, 2, 3, 4, 5}) + "x");
     expect_input_error([&] { zt::read_token_shard(path, 0); }, {path, "1 trailing bytes"});
@@ -172,7 +176,8 @@ TEST(TokenShard, RejectsEmptyMissingAndFolder) {
     expect_input_error([&] { zt::read_token_shard(empty, 0); }, {empty, "empty file"});
     const std::string missing = dir.file("missing.bin");
     expect_input_error([&] { zt::read_token_shard(missing, 0); }, {missing, "no such file"});
-    expect_input_error([&] { zt::read_token_shard(dir.path(), 0); }, {dir.path(), "is a directory"});
+    expect_input_error([&] { zt::read_token_shard(dir.path(), 0); },
+                       {dir.path(), "is a directory"});
 }
 
 TEST(ShardGlob, ExpandsSortedAndRejectsNoMatch) {
@@ -180,7 +185,8 @@ TEST(ShardGlob, ExpandsSortedAndRejectsNoMatch) {
     for (const char* name : {"train_002.bin", "train_000.bin", "train_001.bin", "val_000.bin"}) {
         zt::write_token_shard(dir.file(name), {1});
     }
-    const std::vector<std::string> files = zt::expand_shard_glob(dir.file("train_*.bin"), "data.train");
+    const std::vector<std::string> files =
+        zt::expand_shard_glob(dir.file("train_*.bin"), "data.train");
     ASSERT_EQ(files.size(), 3u);
     EXPECT_EQ(files[0], dir.file("train_000.bin"));
     EXPECT_EQ(files[1], dir.file("train_001.bin"));
@@ -200,9 +206,9 @@ TEST(ShardGlob, ExpandsSortedAndRejectsNoMatch) {
 TEST(TokenDataset, CountsWindowsPerShard) {
     ScratchDir dir("ds");
     // seq_len 3: a shard of n tokens holds (n - 1) / 3 windows of 4 tokens at stride 3.
-    zt::write_token_shard(dir.file("s_0.bin"), iota_tokens(10, 0));    // 3 windows
-    zt::write_token_shard(dir.file("s_1.bin"), iota_tokens(4, 100));   // 1 window
-    zt::write_token_shard(dir.file("s_2.bin"), iota_tokens(3, 200));   // 0 windows
+    zt::write_token_shard(dir.file("s_0.bin"), iota_tokens(10, 0));   // 3 windows
+    zt::write_token_shard(dir.file("s_1.bin"), iota_tokens(4, 100));  // 1 window
+    zt::write_token_shard(dir.file("s_2.bin"), iota_tokens(3, 200));  // 0 windows
     zt::TokenDataset data(dir.file("s_*.bin"), "data.train", 1000, 3);
     EXPECT_EQ(data.files().size(), 3u);
     EXPECT_EQ(data.num_tokens(), 17u);

@@ -31,7 +31,8 @@ void expect_input_error(F&& f, const std::vector<std::string>& parts) {
     } catch (const zt::InputError& e) {
         const std::string msg = e.what();
         for (const std::string& p : parts) {
-            EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
+            EXPECT_NE(msg.find(p), std::string::npos)
+                << "message '" << msg << "' lacks '" << p << "'";
         }
     }
 }
@@ -54,8 +55,9 @@ std::string random_bytes(std::mt19937& rng, size_t n) {
 
 /// Random valid UTF-8 drawn from ASCII, Latin-1, CJK and emoji, with spaces and newlines.
 std::string random_utf8(std::mt19937& rng, size_t n) {
-    static const std::vector<std::string> alphabet = {
-        "a", "Z", "7", " ", " ", "\n", "\t", "'", "!", ",", "é", "ß", "Ж", "中", "٣", "😀", "\u00a0"};
+    static const std::vector<std::string> alphabet = {"a",  "Z",  "7", " ", " ",     "\n",
+                                                      "\t", "'",  "!", ",", "é",     "ß",
+                                                      "Ж",  "中", "٣", "😀", "\u00a0"};
     std::string s;
     for (size_t i = 0; i < n; ++i) {
         s += alphabet[rng() % alphabet.size()];
@@ -147,12 +149,14 @@ TEST(Gpt2Pretokenize, Whitespace) {
 TEST(Gpt2Pretokenize, NonAscii) {
     EXPECT_EQ(pieces("café ß"), (Pieces{"café", " ß"}));
     EXPECT_EQ(pieces("中文 text"), (Pieces{"中文", " text"}));
-    EXPECT_EQ(pieces("٣4 ²"), (Pieces{"٣4", " ²"}));                      // \p{N}: Nd and No
-    EXPECT_EQ(pieces("a\u00a0b"), (Pieces{"a", "\u00a0", "b"}));         // NBSP is \s
+    EXPECT_EQ(pieces("٣4 ²"), (Pieces{"٣4", " ²"}));              // \p{N}: Nd and No
+    EXPECT_EQ(pieces("a\u00a0b"), (Pieces{"a", "\u00a0", "b"}));  // NBSP is \s
     EXPECT_EQ(pieces("a \u00a0b"), (Pieces{"a", " ", "\u00a0", "b"}));
-    EXPECT_EQ(pieces("e\u0301"), (Pieces{"e", "\u0301"}));               // a mark is not \p{L}
+    EXPECT_EQ(pieces("e\u0301"), (Pieces{"e", "\u0301"}));  // a mark is not \p{L}
     // Invalid UTF-8 bytes count as punctuation-like "other" code points (documented).
-    EXPECT_EQ(pieces("\xff\xfe" "ab \xc3"), (Pieces{"\xff\xfe", "ab", " \xc3"}));
+    EXPECT_EQ(pieces("\xff\xfe"
+                     "ab \xc3"),
+              (Pieces{"\xff\xfe", "ab", " \xc3"}));
 }
 
 TEST(Gpt2Pretokenize, PiecesConcatenateToText) {
@@ -314,7 +318,9 @@ class MalformedBpe : public ::testing::Test {
     ScratchDir m_dir{"badbpe"};
 };
 
-TEST_F(MalformedBpe, ValidBaselineLoads) { EXPECT_NO_THROW(load()); }
+TEST_F(MalformedBpe, ValidBaselineLoads) {
+    EXPECT_NO_THROW(load());
+}
 
 TEST_F(MalformedBpe, VocabNotJson) {
     write_file(vocab(), "{ this is not json");
@@ -376,7 +382,8 @@ TEST(TokenizerDescription, RejectsBadDescriptions) {
     write_file(path, R"({"vocab_size": 257})");
     expect_input_error([&] { zt::load_tokenizer(path); }, {path, "\"type\""});
     write_file(path, R"({"type": "sentencepiece"})");
-    expect_input_error([&] { zt::load_tokenizer(path); }, {path, "unknown tokenizer type 'sentencepiece'"});
+    expect_input_error([&] { zt::load_tokenizer(path); },
+                       {path, "unknown tokenizer type 'sentencepiece'"});
     write_file(path, R"({"type": "byte", "vocab_size": 300})");
     expect_input_error([&] { zt::load_tokenizer(path); }, {path, "\"vocab_size\" is 300"});
     write_file(path, R"({"type": "gpt2", "vocab": "vocab.json"})");

@@ -62,6 +62,7 @@ class TokenDataset {
 };
 
 /// Deterministic order over a dataset's windows: a pure function of (seed, sample index).
+/// Not thread-safe: it caches the current epoch's permutation (use one sampler per thread).
 class BatchSampler {
   public:
     BatchSampler(const TokenDataset& data, uint64_t seed, bool shuffle);
