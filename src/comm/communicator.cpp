@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "ztrain/core/error.hpp"
 
@@ -34,33 +35,37 @@ void Communicator::record(CollectiveKind kind, uint64_t bytes) {
 }
 
 namespace {
-/// Ring volume for n elements spread over `size` ranks: n * (size-1)/size floats.
-uint64_t ring_bytes(size_t n_total, int size) {
-    return static_cast<uint64_t>(n_total) * sizeof(float) * static_cast<uint64_t>(size - 1) /
+/// Ring volume for n elements spread over `size` ranks: n * (size-1)/size elements.
+uint64_t ring_bytes(size_t n_total, int size, DType dt) {
+    return static_cast<uint64_t>(n_total) * dtype_size(dt) * static_cast<uint64_t>(size - 1) /
            static_cast<uint64_t>(size);
+}
+
+void copy_elements(const void* in, void* out, size_t n, DType dt) {
+    if (in != nullptr && in != out) std::memcpy(out, in, n * dtype_size(dt));
 }
 }  // namespace
 
-void Communicator::all_reduce(float* buf, size_t count, ReduceOp op) {
-    record(CollectiveKind::kAllReduce, 2 * ring_bytes(count, m_size));
-    if (m_size > 1) do_all_reduce(buf, count, op);
+void Communicator::all_reduce(void* buf, size_t count, ReduceOp op, DType dt) {
+    record(CollectiveKind::kAllReduce, 2 * ring_bytes(count, m_size, dt));
+    if (m_size > 1) do_all_reduce(buf, count, op, dt);
 }
 
-void Communicator::reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) {
-    record(CollectiveKind::kReduceScatter, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size));
+void Communicator::reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op, DType dt) {
+    record(CollectiveKind::kReduceScatter, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size, dt));
     if (m_size > 1) {
-        do_reduce_scatter(in, out, count_per_rank, op);
-    } else if (in != out) {
-        std::copy(in, in + count_per_rank, out);
+        do_reduce_scatter(in, out, count_per_rank, op, dt);
+    } else {
+        copy_elements(in, out, count_per_rank, dt);
     }
 }
 
-void Communicator::all_gather(const float* in, float* out, size_t count_per_rank) {
-    record(CollectiveKind::kAllGather, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size));
+void Communicator::all_gather(const void* in, void* out, size_t count_per_rank, DType dt) {
+    record(CollectiveKind::kAllGather, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size, dt));
     if (m_size > 1) {
-        do_all_gather(in, out, count_per_rank);
-    } else if (in != nullptr && in != out) {
-        std::copy(in, in + count_per_rank, out);
+        do_all_gather(in, out, count_per_rank, dt);
+    } else {
+        copy_elements(in, out, count_per_rank, dt);
     }
 }
 
@@ -85,28 +90,29 @@ void Communicator::all_reduce_scalars(double* values, size_t count, ReduceOp op)
     if (m_size > 1) do_all_reduce_scalars(values, count, op);
 }
 
-CommRequest Communicator::start_all_reduce(float* buf, size_t count, ReduceOp op) {
-    record(CollectiveKind::kAllReduce, 2 * ring_bytes(count, m_size));
+CommRequest Communicator::start_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) {
+    record(CollectiveKind::kAllReduce, 2 * ring_bytes(count, m_size, dt));
     if (m_size == 1) return CommRequest{};
-    return do_start_all_reduce(buf, count, op);
+    return do_start_all_reduce(buf, count, op, dt);
 }
 
-CommRequest Communicator::start_reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) {
-    record(CollectiveKind::kReduceScatter, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size));
+CommRequest Communicator::start_reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op,
+                                               DType dt) {
+    record(CollectiveKind::kReduceScatter, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size, dt));
     if (m_size == 1) {
-        if (in != out) std::copy(in, in + count_per_rank, out);
+        copy_elements(in, out, count_per_rank, dt);
         return CommRequest{};
     }
-    return do_start_reduce_scatter(in, out, count_per_rank, op);
+    return do_start_reduce_scatter(in, out, count_per_rank, op, dt);
 }
 
-CommRequest Communicator::start_all_gather(const float* in, float* out, size_t count_per_rank) {
-    record(CollectiveKind::kAllGather, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size));
+CommRequest Communicator::start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) {
+    record(CollectiveKind::kAllGather, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size, dt));
     if (m_size == 1) {
-        if (in != nullptr && in != out) std::copy(in, in + count_per_rank, out);
+        copy_elements(in, out, count_per_rank, dt);
         return CommRequest{};
     }
-    return do_start_all_gather(in, out, count_per_rank);
+    return do_start_all_gather(in, out, count_per_rank, dt);
 }
 
 void Communicator::wait(CommRequest& request) {

@@ -14,7 +14,39 @@ namespace zt {
 
 namespace {
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
+// User-defined reductions for 16-bit storage: each pair is widened to fp32, combined and
+// rounded back, so a bf16/fp16 reduction moves 2 bytes per element on the wire.
+template <uint16_t (*narrow)(float), float (*widen)(uint16_t), bool is_sum>
+void combine16(void* in, void* inout, int* len, MPI_Datatype*) {
+    const uint16_t* a = static_cast<const uint16_t*>(in);
+    uint16_t* b = static_cast<uint16_t*>(inout);
+    for (int i = 0; i < *len; ++i) {
+        const float x = widen(a[i]);
+        const float y = widen(b[i]);
+        b[i] = narrow(is_sum ? x + y : (x > y || x != x ? x : y));
+    }
+}
+
+MPI_Op make_op(MPI_User_function* f) {
+    MPI_Op op;
+    ZT_MPI_CHECK(MPI_Op_create(f, 1, &op));
+    return op;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType dt) {
+    if (dt == DType::kF32) return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+    // Created once per process, on first use (MPI is initialized by then), freed by MPI_Finalize.
+    static const MPI_Op bf16_sum = make_op(combine16<f32_to_bf16, bf16_to_f32, true>);
+    static const MPI_Op bf16_max = make_op(combine16<f32_to_bf16, bf16_to_f32, false>);
+    static const MPI_Op f16_sum = make_op(combine16<f32_to_f16, f16_to_f32, true>);
+    static const MPI_Op f16_max = make_op(combine16<f32_to_f16, f16_to_f32, false>);
+    if (dt == DType::kBF16) return op == ReduceOp::kSum ? bf16_sum : bf16_max;
+    return op == ReduceOp::kSum ? f16_sum : f16_max;
+}
+
+MPI_Op mpi_op(ReduceOp op) { return mpi_op(op, DType::kF32); }
+
+MPI_Datatype mpi_type(DType dt) { return dt == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 struct Placement {
     int rank = 0, size = 1, local_rank = 0, local_size = 1;
@@ -49,20 +81,20 @@ class MpiCommunicator final : public Communicator {
     std::string name() const override { return "mpi"; }
 
   protected:
-    void do_all_reduce(float* buf, size_t count, ReduceOp op) override {
-        ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), MPI_FLOAT, mpi_op(op),
-                                   m_comm));
+    void do_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) override {
+        ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), mpi_type(dt),
+                                   mpi_op(op, dt), m_comm));
     }
-    void do_reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
-        ZT_MPI_CHECK(MPI_Reduce_scatter_block(in, out, checked_count(count_per_rank, "reduce_scatter"), MPI_FLOAT,
-                                              mpi_op(op), m_comm));
+    void do_reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op, DType dt) override {
+        ZT_MPI_CHECK(MPI_Reduce_scatter_block(in, out, checked_count(count_per_rank, "reduce_scatter"),
+                                              mpi_type(dt), mpi_op(op, dt), m_comm));
     }
-    void do_all_gather(const float* in, float* out, size_t count_per_rank) override {
+    void do_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) override {
         const int n = checked_count(count_per_rank, "all_gather");
         if (in == nullptr) {
-            ZT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, MPI_FLOAT, m_comm));
+            ZT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, mpi_type(dt), m_comm));
         } else {
-            ZT_MPI_CHECK(MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, m_comm));
+            ZT_MPI_CHECK(MPI_Allgather(in, n, mpi_type(dt), out, n, mpi_type(dt), m_comm));
         }
     }
     void do_broadcast_bytes(void* buf, size_t bytes, int root) override {
@@ -73,25 +105,26 @@ class MpiCommunicator final : public Communicator {
         ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count, "all_reduce_scalars"), MPI_DOUBLE,
                                    mpi_op(op), m_comm));
     }
-    CommRequest do_start_all_reduce(float* buf, size_t count, ReduceOp op) override {
+    CommRequest do_start_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) override {
         MPI_Request r;
-        ZT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), MPI_FLOAT, mpi_op(op),
-                                    m_comm, &r));
+        ZT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), mpi_type(dt),
+                                    mpi_op(op, dt), m_comm, &r));
         return keep(r);
     }
-    CommRequest do_start_reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
+    CommRequest do_start_reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op,
+                                        DType dt) override {
         MPI_Request r;
-        ZT_MPI_CHECK(MPI_Ireduce_scatter_block(in, out, checked_count(count_per_rank, "reduce_scatter"), MPI_FLOAT,
-                                               mpi_op(op), m_comm, &r));
+        ZT_MPI_CHECK(MPI_Ireduce_scatter_block(in, out, checked_count(count_per_rank, "reduce_scatter"),
+                                               mpi_type(dt), mpi_op(op, dt), m_comm, &r));
         return keep(r);
     }
-    CommRequest do_start_all_gather(const float* in, float* out, size_t count_per_rank) override {
+    CommRequest do_start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) override {
         const int n = checked_count(count_per_rank, "all_gather");
         MPI_Request r;
         if (in == nullptr) {
-            ZT_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, MPI_FLOAT, m_comm, &r));
+            ZT_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, mpi_type(dt), m_comm, &r));
         } else {
-            ZT_MPI_CHECK(MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, m_comm, &r));
+            ZT_MPI_CHECK(MPI_Iallgather(in, n, mpi_type(dt), out, n, mpi_type(dt), m_comm, &r));
         }
         return keep(r);
     }

@@ -1,150 +1,224 @@
-// Per-rank model state for DDP and ZeRO-1/2/3 (see the table in model_state.hpp).
+// Per-rank model state for DDP and ZeRO-1/2/3 in fp32, bf16 or fp16 (see model_state.hpp).
+//
+// Element indices below are unit-relative: element e of unit u is e in [0, numel). A rank
+// "owns" [owned_begin, owned_end): the whole unit under DDP (every rank applies the full
+// update), its live shard slice under ZeRO-1/2/3. Buffers that hold only the shard are
+// addressed through a base pointer shifted by the shard start, so base[e] is element e.
 #include "ztrain/parallel/model_state.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ztrain/core/error.hpp"
 
 namespace zt {
 
+namespace {
+/// Converts n elements between storage dtypes through an fp32 buffer of at least n floats.
+void convert_elements(const void* src, DType from, void* dst, DType to, size_t n, float* f32_tmp) {
+    if (from == to) {
+        if (src != dst) std::memcpy(dst, src, n * dtype_size(from));
+        return;
+    }
+    if (from == DType::kF32) {
+        convert_from_f32(static_cast<const float*>(src), dst, n, to);
+    } else if (to == DType::kF32) {
+        convert_to_f32(src, static_cast<float*>(dst), n, from);
+    } else {
+        convert_to_f32(src, f32_tmp, n, from);
+        convert_from_f32(f32_tmp, dst, n, to);
+    }
+}
+
+char* at(void* base, size_t element, DType t) { return static_cast<char*>(base) + element * dtype_size(t); }
+}  // namespace
+
 ModelState::ModelState(const ModelLayout& layout, Backend& backend, uint64_t seed)
     : ModelState(layout, backend, self_communicator(), 0, SIZE_MAX, seed) {}
 
 ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, int zero_stage,
-                       size_t bucket_numel, uint64_t seed)
+                       size_t bucket_numel, uint64_t seed, DType work, DType reduce)
     : m_layout(layout),
       m_backend(backend),
       m_comm(comm),
       m_stage(zero_stage),
       m_rank(comm.rank()),
+      m_work(work),
+      m_reduce(reduce),
       m_shards(make_unit_shards(layout.unit_numel, comm.size())) {
     ZT_REQUIRE(zero_stage >= 0 && zero_stage <= 3, "zero stage ", zero_stage);
+    auto alloc_bytes = [&](size_t bytes) {
+        void* p = backend.alloc_floats((bytes + sizeof(float) - 1) / sizeof(float));
+        m_allocations.push_back(p);
+        return p;
+    };
+    auto alloc_f32 = [&](size_t n) { return static_cast<float*>(alloc_bytes(n * sizeof(float))); };
     const int U = layout.num_units();
     size_t max_padded = 0;
     size_t max_shard = 0;
-    size_t unit_max = 0;
     for (const UnitShard& s : m_shards) {
         max_padded = std::max(max_padded, s.padded_numel);
         max_shard = std::max(max_shard, s.shard_numel);
-        unit_max = std::max(unit_max, s.numel);
     }
-    std::vector<float> init(unit_max);
+    m_f32_tmp = alloc_f32(max_padded);
+    m_reduce_tmp = alloc_bytes(max_padded * dtype_size(reduce));
+    m_shard_tmp = alloc_bytes(max_shard * dtype_size(reduce));
+
     if (m_stage <= 1) {
         // One arena, units in backward order, so a DDP bucket is one contiguous span.
         m_buckets = make_grad_buckets(m_shards, bucket_numel);
         size_t total = 0;
         for (const UnitShard& s : m_shards) total += s.padded_numel;
-        m_grad_arena = backend.alloc_floats(total);
+        m_grad_arena = alloc_bytes(total * esize());
         m_grads.assign(static_cast<size_t>(U), nullptr);
         size_t off = 0;
         for (int u = U - 1; u >= 0; --u) {
-            m_grads[static_cast<size_t>(u)] = m_grad_arena + off;
+            m_grads[static_cast<size_t>(u)] = at(m_grad_arena, off, m_work);
             off += m_shards[static_cast<size_t>(u)].padded_numel;
         }
     }
     for (int u = 0; u < U; ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
-        init_unit(layout, u, seed, init.data());
-        if (m_stage <= 2) {
-            float* p = backend.alloc_floats(s.padded_numel);
-            std::memcpy(p, init.data(), s.numel * sizeof(float));
-            m_params.push_back(p);
-        } else {
-            float* p = backend.alloc_floats(s.shard_numel);
-            const size_t b = s.begin(m_rank);
-            const size_t e = s.live_end(m_rank);
-            if (e > b) std::memcpy(p, init.data() + b, (e - b) * sizeof(float));
-            m_params.push_back(p);
-        }
-        if (m_stage >= 2) m_grads.push_back(backend.alloc_floats(s.shard_numel));
+        // The initial values, fp32, whole unit (padding zero).
+        float* init = m_f32_tmp;
+        std::memset(init, 0, s.padded_numel * sizeof(float));
+        init_unit(layout, u, seed, init);
+        const size_t b = m_stage == 0 ? 0 : s.begin(m_rank);
         const size_t state_n = m_stage == 0 ? s.padded_numel : s.shard_numel;
-        m_adam_m.push_back(backend.alloc_floats(state_n));
-        m_adam_v.push_back(backend.alloc_floats(state_n));
-        if (m_stage == 0) {
-            m_segments.push_back(decay_segments(layout, u, 0, s.numel));
+        if (m_stage <= 2) {
+            void* p = alloc_bytes(s.padded_numel * esize());
+            convert_from_f32(init, p, s.padded_numel, m_work);
+            m_params.push_back(p);
         } else {
-            m_segments.push_back(decay_segments(layout, u, s.begin(m_rank), s.live_end(m_rank)));
+            void* p = alloc_bytes(s.shard_numel * esize());
+            convert_from_f32(init + s.begin(m_rank), p, s.shard_numel, m_work);
+            m_params.push_back(p);
         }
+        if (m_work != DType::kF32) {
+            float* master = alloc_f32(state_n);
+            std::memcpy(master, init + b, state_n * sizeof(float));
+            m_master.push_back(master);
+        }
+        if (m_stage >= 2) m_grads.push_back(alloc_bytes(s.shard_numel * esize()));
+        m_adam_m.push_back(alloc_f32(state_n));
+        m_adam_v.push_back(alloc_f32(state_n));
+        m_segments.push_back(decay_segments(layout, u, owned_begin(u), owned_end(u)));
     }
-    if (m_stage >= 1) m_shard_tmp = backend.alloc_floats(max_shard);
 }
 
 ModelState::~ModelState() {
-    for (auto& [u, req] : m_gathering) m_comm.wait(req);
-    for (auto& r : m_bucket_requests) m_comm.wait(r);
-    for (auto& [u, p] : m_gathered) m_backend.free(p);
+    for (auto& [u, r] : m_resident) m_comm.wait(r.request);
+    for (auto& req : m_bucket_requests) m_comm.wait(req);
+    for (auto& [u, r] : m_resident) {
+        if (r.gathered != nullptr) m_backend.free(r.gathered);
+        if (r.owns_compute) m_backend.free(r.compute);
+    }
     for (auto& [u, p] : m_grad_scratch) m_backend.free(p);
     for (auto& [n, p] : m_pool) m_backend.free(p);
-    for (auto* list : {&m_params, &m_adam_m, &m_adam_v}) {
-        for (float* p : *list) m_backend.free(p);
-    }
-    if (m_stage >= 2) {
-        for (float* p : m_grads) m_backend.free(p);
-    }
-    if (m_grad_arena != nullptr) m_backend.free(m_grad_arena);
-    if (m_shard_tmp != nullptr) m_backend.free(m_shard_tmp);
+    for (void* p : m_allocations) m_backend.free(p);
 }
 
 // ---------------------------------------------------------------------------
-// Scratch pool: gathered units and full-size gradient buffers come and go once per unit
+// Scratch pool: gathered units, fp32 views and gradient scratch come and go once per unit
 // per micro-step; reusing them avoids page-faulting fresh memory every time.
 // ---------------------------------------------------------------------------
-float* ModelState::pool_take(size_t n) {
-    auto it = m_pool.find(n);
+void* ModelState::pool_take(size_t bytes) {
+    auto it = m_pool.find(bytes);
     if (it != m_pool.end()) {
-        float* p = it->second;
+        void* p = it->second;
         m_pool.erase(it);
         return p;
     }
-    return m_backend.alloc_floats(n);
+    return m_backend.alloc_floats((bytes + sizeof(float) - 1) / sizeof(float));
 }
 
-void ModelState::pool_give(float* p, size_t n) { m_pool.emplace(n, p); }
+void ModelState::pool_give(void* p, size_t bytes) { m_pool.emplace(bytes, p); }
+
+size_t ModelState::owned_begin(int unit) const {
+    return m_stage == 0 ? 0 : m_shards[static_cast<size_t>(unit)].begin(m_rank);
+}
+
+size_t ModelState::owned_end(int unit) const {
+    const UnitShard& s = m_shards[static_cast<size_t>(unit)];
+    return m_stage == 0 ? s.numel : s.live_end(m_rank);
+}
+
+void* ModelState::work_ptr(int unit, size_t element) {
+    const size_t shift = m_stage == 3 ? m_shards[static_cast<size_t>(unit)].begin(m_rank) : 0;
+    return at(m_params[static_cast<size_t>(unit)], element - shift, m_work);
+}
+
+void* ModelState::grad_ptr(int unit, size_t element) {
+    const size_t shift = m_stage >= 2 ? m_shards[static_cast<size_t>(unit)].begin(m_rank) : 0;
+    return at(m_grads[static_cast<size_t>(unit)], element - shift, m_work);
+}
+
+float* ModelState::master_base(int unit) {
+    if (m_work == DType::kF32) return static_cast<float*>(work_ptr(unit, 0));
+    float* m = m_master[static_cast<size_t>(unit)];
+    return m_stage == 0 ? m : m - m_shards[static_cast<size_t>(unit)].begin(m_rank);
+}
+
+const float* ModelState::owned_grads_f32(int unit) {
+    if (m_work == DType::kF32) return static_cast<const float*>(grad_ptr(unit, 0));
+    const size_t b = owned_begin(unit);
+    const size_t e = owned_end(unit);
+    if (e > b) convert_to_f32(grad_ptr(unit, b), m_f32_tmp, e - b, m_work);
+    return m_f32_tmp - b;
+}
 
 // ---------------------------------------------------------------------------
 // UnitStore
 // ---------------------------------------------------------------------------
 void ModelState::prefetch(int unit) {
-    if (m_stage < 3 || m_gathered.count(unit) || m_gathering.count(unit)) return;
+    if (m_stage < 3 || m_resident.count(unit)) return;
     const UnitShard& s = m_shards[static_cast<size_t>(unit)];
-    float* buf = pool_take(s.padded_numel);
-    m_gathering[unit] = m_comm.start_all_gather(m_params[static_cast<size_t>(unit)], buf, s.shard_numel);
-    m_gathered[unit] = buf;
+    Resident r;
+    r.gathered = pool_take(s.padded_numel * esize());
+    r.request = m_comm.start_all_gather(m_params[static_cast<size_t>(unit)], r.gathered, s.shard_numel, m_work);
+    m_resident.emplace(unit, r);
 }
 
 const float* ModelState::acquire(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_layout.num_units(), "unit ", unit);
-    if (m_stage < 3) return m_params[static_cast<size_t>(unit)];
-    if (!m_gathered.count(unit)) prefetch(unit);
-    auto it = m_gathering.find(unit);
-    if (it != m_gathering.end()) {
-        m_comm.wait(it->second);
-        m_gathering.erase(it);
+    if (m_stage < 3 && m_work == DType::kF32) return static_cast<const float*>(m_params[static_cast<size_t>(unit)]);
+    const UnitShard& s = m_shards[static_cast<size_t>(unit)];
+    if (m_stage == 3 && !m_resident.count(unit)) prefetch(unit);
+    Resident& r = m_resident[unit];
+    if (r.compute != nullptr) return r.compute;
+    m_comm.wait(r.request);
+    const void* src = m_stage == 3 ? r.gathered : m_params[static_cast<size_t>(unit)];
+    if (m_work == DType::kF32) {
+        r.compute = static_cast<float*>(r.gathered);
+    } else {
+        r.compute = static_cast<float*>(pool_take(s.padded_numel * sizeof(float)));
+        r.owns_compute = true;
+        convert_to_f32(src, r.compute, s.padded_numel, m_work);
     }
-    return m_gathered.at(unit);
+    return r.compute;
 }
 
 void ModelState::release(int unit) {
-    if (m_stage < 3) return;
-    auto it = m_gathered.find(unit);
-    if (it == m_gathered.end()) return;
-    auto g = m_gathering.find(unit);
-    if (g != m_gathering.end()) {
-        m_comm.wait(g->second);
-        m_gathering.erase(g);
-    }
-    pool_give(it->second, m_shards[static_cast<size_t>(unit)].padded_numel);
-    m_gathered.erase(it);
+    auto it = m_resident.find(unit);
+    if (it == m_resident.end()) return;
+    Resident& r = it->second;
+    const UnitShard& s = m_shards[static_cast<size_t>(unit)];
+    m_comm.wait(r.request);
+    if (r.gathered != nullptr) pool_give(r.gathered, s.padded_numel * esize());
+    if (r.owns_compute) pool_give(r.compute, s.padded_numel * sizeof(float));
+    m_resident.erase(it);
 }
 
 float* ModelState::grads(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_layout.num_units(), "unit ", unit);
-    if (m_stage <= 1) return m_grads[static_cast<size_t>(unit)];
+    // fp32 with full gradient buffers: backward accumulates straight into them.
+    if (m_stage <= 1 && m_work == DType::kF32) return static_cast<float*>(m_grads[static_cast<size_t>(unit)]);
     auto it = m_grad_scratch.find(unit);
     if (it != m_grad_scratch.end()) return it->second;
     const size_t n = m_shards[static_cast<size_t>(unit)].padded_numel;
-    float* buf = pool_take(n);
+    float* buf = static_cast<float*>(pool_take(n * sizeof(float)));
     m_backend.zero(buf, n);
     m_grad_scratch[unit] = buf;
     return buf;
@@ -155,36 +229,83 @@ void ModelState::grads_done(int unit) {
         reduce_unit_grads(unit);
         return;
     }
+    const UnitShard& s = m_shards[static_cast<size_t>(unit)];
+    auto it = m_grad_scratch.find(unit);
+    if (it != m_grad_scratch.end()) {
+        // 16-bit: this micro-step's fp32 gradient is added into the stored (rounded) one.
+        accumulate_into(m_grads[static_cast<size_t>(unit)], it->second, s.padded_numel, m_work);
+        pool_give(it->second, s.padded_numel * sizeof(float));
+        m_grad_scratch.erase(it);
+    }
     if (!m_last_micro) return;  // stages 0, 1: accumulate locally, communicate once per step
     if (m_stage == 1) {
         reduce_unit_grads(unit);
         return;
     }
     for (const GradBucket& b : m_buckets) {
-        if (b.last_unit == unit) {
-            m_bucket_requests.push_back(m_comm.start_all_reduce(m_grad_arena + b.offset, b.numel));
-        }
+        if (b.last_unit == unit) start_bucket(b);
+    }
+}
+
+void ModelState::start_bucket(const GradBucket& b) {
+    void* span = at(m_grad_arena, b.offset, m_work);
+    if (m_reduce == m_work) {
+        m_bucket_requests.push_back(m_comm.start_all_reduce(span, b.numel, ReduceOp::kSum, m_work));
+        return;
+    }
+    // A different wire dtype: convert, reduce, convert back, a unit at a time (the scratch
+    // buffers hold one unit).
+    size_t off = 0;
+    for (int u = b.first_unit; u >= b.last_unit; --u) {
+        const size_t n = m_shards[static_cast<size_t>(u)].padded_numel;
+        void* p = at(span, off, m_work);
+        convert_elements(p, m_work, m_reduce_tmp, m_reduce, n, m_f32_tmp);
+        m_comm.all_reduce(m_reduce_tmp, n, ReduceOp::kSum, m_reduce);
+        convert_elements(m_reduce_tmp, m_reduce, p, m_work, n, m_f32_tmp);
+        off += n;
     }
 }
 
 void ModelState::reduce_unit_grads(int unit) {
     const UnitShard& s = m_shards[static_cast<size_t>(unit)];
     const size_t i = static_cast<size_t>(unit);
+    const size_t b = s.begin(m_rank);
     if (m_stage == 1) {
         // Own slice of the full buffer receives the reduced values; the rest is stale.
-        m_comm.reduce_scatter(m_grads[i], m_shard_tmp, s.shard_numel);
-        std::memcpy(m_grads[i] + s.begin(m_rank), m_shard_tmp, s.shard_numel * sizeof(float));
+        const void* src = m_grads[i];
+        if (m_reduce != m_work) {
+            convert_elements(src, m_work, m_reduce_tmp, m_reduce, s.padded_numel, m_f32_tmp);
+            src = m_reduce_tmp;
+        }
+        m_comm.reduce_scatter(src, m_shard_tmp, s.shard_numel, ReduceOp::kSum, m_reduce);
+        convert_elements(m_shard_tmp, m_reduce, at(m_grads[i], b, m_work), m_work, s.shard_numel, m_f32_tmp);
         return;
     }
     auto it = m_grad_scratch.find(unit);
     ZT_REQUIRE(it != m_grad_scratch.end(), "grads_done(", unit, ") without grads(", unit, ")");
-    if (m_first_micro) {
-        m_comm.reduce_scatter(it->second, m_grads[i], s.shard_numel);
-    } else {
-        m_comm.reduce_scatter(it->second, m_shard_tmp, s.shard_numel);
-        m_backend.residual_forward(m_grads[i], m_grads[i], m_shard_tmp, s.shard_numel);
+    const float* full = it->second;
+    const void* src = full;
+    if (m_reduce != DType::kF32) {
+        convert_from_f32(full, m_reduce_tmp, s.padded_numel, m_reduce);
+        src = m_reduce_tmp;
     }
-    pool_give(it->second, s.padded_numel);
+    if (m_first_micro && m_reduce == m_work) {
+        m_comm.reduce_scatter(src, m_grads[i], s.shard_numel, ReduceOp::kSum, m_reduce);
+    } else {
+        m_comm.reduce_scatter(src, m_shard_tmp, s.shard_numel, ReduceOp::kSum, m_reduce);
+        if (m_first_micro) {
+            convert_elements(m_shard_tmp, m_reduce, m_grads[i], m_work, s.shard_numel, m_f32_tmp);
+        } else if (m_reduce == DType::kF32 && m_work == DType::kF32) {
+            float* g = static_cast<float*>(m_grads[i]);
+            m_backend.residual_forward(g, g, static_cast<const float*>(m_shard_tmp), s.shard_numel);
+        } else {
+            // The full-size fp32 scratch is free again (the reduce-scatter consumed it).
+            float* sum = static_cast<float*>(it->second);
+            convert_elements(m_shard_tmp, m_reduce, sum, DType::kF32, s.shard_numel, m_f32_tmp);
+            accumulate_into(m_grads[i], sum, s.shard_numel, m_work);
+        }
+    }
+    pool_give(it->second, s.padded_numel * sizeof(float));
     m_grad_scratch.erase(it);
 }
 
@@ -194,7 +315,8 @@ void ModelState::reduce_unit_grads(int unit) {
 void ModelState::zero_grads() {
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
-        m_backend.zero(m_grads[static_cast<size_t>(u)], m_stage <= 1 ? s.padded_numel : s.shard_numel);
+        const size_t n = m_stage <= 1 ? s.padded_numel : s.shard_numel;
+        std::memset(m_grads[static_cast<size_t>(u)], 0, n * esize());
     }
 }
 
@@ -208,21 +330,10 @@ void ModelState::finish_grad_sync() {
     m_bucket_requests.clear();
 }
 
-float* ModelState::param_base(int unit) {
-    float* p = m_params[static_cast<size_t>(unit)];
-    // Stage 3 keeps only the shard: shift so that unit element e sits at base[e].
-    return m_stage == 3 ? p - m_shards[static_cast<size_t>(unit)].begin(m_rank) : p;
-}
-
-float* ModelState::grad_base(int unit) {
-    float* g = m_grads[static_cast<size_t>(unit)];
-    return m_stage >= 2 ? g - m_shards[static_cast<size_t>(unit)].begin(m_rank) : g;
-}
-
 double ModelState::grad_sum_squares() {
     double s = 0.0;
     for (int u = 0; u < m_layout.num_units(); ++u) {
-        const float* g = grad_base(u);
+        const float* g = owned_grads_f32(u);
         for (const DecaySegment& seg : m_segments[static_cast<size_t>(u)]) {
             s += m_backend.sum_squares(g + seg.begin, seg.end - seg.begin);
         }
@@ -232,23 +343,40 @@ double ModelState::grad_sum_squares() {
     return s;
 }
 
+bool ModelState::grads_non_finite() {
+    double bad = 0.0;
+    for (int u = 0; u < m_layout.num_units() && bad == 0.0; ++u) {
+        const size_t b = owned_begin(u);
+        const size_t e = owned_end(u);
+        if (e > b && has_non_finite(grad_ptr(u, b), e - b, m_work)) bad = 1.0;
+    }
+    m_comm.all_reduce_scalars(&bad, 1, ReduceOp::kMax);
+    return bad != 0.0;
+}
+
 void ModelState::optimizer_step(const AdamWStep& step) {
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const size_t i = static_cast<size_t>(u);
         const size_t state_shift = m_stage == 0 ? 0 : m_shards[i].begin(m_rank);
-        float* p = param_base(u);
-        float* g = grad_base(u);
+        float* p = master_base(u);
+        const float* g = owned_grads_f32(u);
         float* m = m_adam_m[i] - state_shift;
         float* v = m_adam_v[i] - state_shift;
         for (const DecaySegment& seg : m_segments[i]) {
             AdamWStep s = step;
             if (!seg.decay) s.weight_decay = 0.f;
-            m_backend.adamw_update(p + seg.begin, m + seg.begin, v + seg.begin, g + seg.begin, seg.end - seg.begin, s);
+            m_backend.adamw_update(p + seg.begin, m + seg.begin, v + seg.begin, g + seg.begin,
+                                   seg.end - seg.begin, s);
         }
+        // 16-bit: the working copy of the owned elements is the rounded master.
+        const size_t b = owned_begin(u);
+        const size_t e = owned_end(u);
+        if (m_work != DType::kF32 && e > b) convert_from_f32(p + b, work_ptr(u, b), e - b, m_work);
     }
     if (m_stage == 1 || m_stage == 2) {
         for (int u = 0; u < m_layout.num_units(); ++u) {
-            m_comm.all_gather(nullptr, m_params[static_cast<size_t>(u)], m_shards[static_cast<size_t>(u)].shard_numel);
+            m_comm.all_gather(nullptr, m_params[static_cast<size_t>(u)], m_shards[static_cast<size_t>(u)].shard_numel,
+                              m_work);
         }
     }
 }
@@ -268,31 +396,68 @@ StateBytes ModelState::bytes() const {
         max_padded = std::max(max_padded, s.padded_numel);
         max_shard = std::max(max_shard, s.shard_numel);
     }
+    const size_t w = dtype_size(m_work);
     const size_t f = sizeof(float);
-    b.params = (m_stage <= 2 ? padded : shard) * f;
-    b.grads = (m_stage <= 1 ? padded : shard) * f;
-    b.master = 0;
-    b.optimizer = 2 * (m_stage == 0 ? padded : shard) * f;
-    if (m_stage >= 1) b.scratch += max_shard * f;
-    if (m_stage >= 2) b.scratch += max_padded * f;          // one unit's full gradient
-    if (m_stage == 3) b.scratch += 3 * max_padded * f;      // held + current + prefetched unit
+    const size_t state_n = m_stage == 0 ? padded : shard;
+    b.params = (m_stage <= 2 ? padded : shard) * w;
+    b.grads = (m_stage <= 1 ? padded : shard) * w;
+    b.master = m_work == DType::kF32 ? 0 : state_n * f;
+    b.optimizer = 2 * state_n * f;
+    // Conversion and reduction buffers, plus what comes and goes per unit at the peak.
+    b.scratch = max_padded * (f + dtype_size(m_reduce)) + max_shard * dtype_size(m_reduce);
+    const bool grad_scratch = m_stage >= 2 || m_work != DType::kF32;
+    if (grad_scratch) b.scratch += max_padded * f;  // one unit's fp32 gradient
+    if (m_stage == 3) {
+        b.scratch += 3 * max_padded * w;  // held + current + prefetched unit
+        if (m_work != DType::kF32) b.scratch += 3 * max_padded * f;
+    } else if (m_work != DType::kF32) {
+        b.scratch += 2 * max_padded * f;  // fp32 views of the held and the current unit
+    }
     return b;
 }
 
 float* ModelState::unit_params(int unit) {
-    ZT_REQUIRE(m_stage <= 2, "unit_params() needs replicated parameters (stage <= 2), stage is ", m_stage);
-    return m_params.at(static_cast<size_t>(unit));
+    ZT_REQUIRE(m_stage <= 2 && m_work == DType::kF32,
+               "unit_params() needs replicated fp32 parameters (stage <= 2, fp32); stage is ", m_stage);
+    return static_cast<float*>(m_params.at(static_cast<size_t>(unit)));
 }
 
 void ModelState::gather_unit_params(int unit, float* out) {
     const UnitShard& s = m_shards[static_cast<size_t>(unit)];
-    if (m_stage <= 2) {
-        std::memcpy(out, m_params[static_cast<size_t>(unit)], s.numel * sizeof(float));
+    const float* master = master_base(unit);
+    if (m_stage == 0 || (m_work == DType::kF32 && m_stage <= 2)) {
+        std::memcpy(out, master, s.numel * sizeof(float));
         return;
     }
+    // The master lives in shards: gather them (every rank calls this).
     std::vector<float> full(s.padded_numel);
-    m_comm.all_gather(m_params[static_cast<size_t>(unit)], full.data(), s.shard_numel);
+    m_comm.all_gather(master + s.begin(m_rank), full.data(), s.shard_numel);
     std::memcpy(out, full.data(), s.numel * sizeof(float));
+}
+
+std::vector<float> ModelState::owned_optimizer_state() {
+    std::vector<float> out;
+    for (int u = 0; u < m_layout.num_units(); ++u) {
+        const size_t i = static_cast<size_t>(u);
+        const size_t b = owned_begin(u);
+        const size_t e = owned_end(u);
+        const size_t shift = m_stage == 0 ? 0 : m_shards[i].begin(m_rank);
+        const float* p = master_base(u);
+        out.insert(out.end(), p + b, p + e);
+        out.insert(out.end(), m_adam_m[i] + (b - shift), m_adam_m[i] + (e - shift));
+        out.insert(out.end(), m_adam_v[i] + (b - shift), m_adam_v[i] + (e - shift));
+    }
+    return out;
+}
+
+void ModelState::poison_owned_grad() {
+    for (int u = 0; u < m_layout.num_units(); ++u) {
+        const size_t b = owned_begin(u);
+        if (owned_end(u) <= b) continue;
+        const float inf = std::numeric_limits<float>::infinity();
+        convert_from_f32(&inf, grad_ptr(u, b), 1, m_work);
+        return;
+    }
 }
 
 }  // namespace zt

@@ -1,12 +1,17 @@
 // Collective communication between the ranks of a job.
 //
+// Buffers are `count` elements of a DType (fp32, or bf16/fp16 stored as 16 bits): the wire
+// format is the storage format, so a bf16 gradient reduction moves half the bytes. Sums of
+// 16-bit types accumulate each pairwise addition in fp32 and round back (the MPI
+// implementation registers its own MPI_Op for that).
+//
 // One interface, several implementations: the MPI one (host buffers, make_mpi_communicator),
 // later an NCCL one (device buffers, its id broadcast with broadcast_bytes) behind the same
 // calls. Every call is
 // counted per collective kind, as the bytes this rank sends under the usual ring/
 // recursive algorithms, so the per-step volumes of each ZeRO stage can be checked against
 // theory (see README):
-//   all_reduce(n)        2 * n * (N-1)/N elements
+//   all_reduce(n)        2 * n * (N-1)/N elements (times the element size)
 //   reduce_scatter(n/N)  n * (N-1)/N      (n = total elements, n/N per rank)
 //   all_gather(n/N)      n * (N-1)/N
 //   broadcast(n)         n  (root), 0 others
@@ -21,6 +26,8 @@
 #include <string>
 
 #include <mpi.h>
+
+#include "ztrain/core/dtype.hpp"
 
 namespace zt {
 
@@ -77,12 +84,13 @@ class Communicator {
     int local_rank() const { return m_local_rank; }
     int local_size() const { return m_local_size; }
 
-    void all_reduce(float* buf, size_t count, ReduceOp op = ReduceOp::kSum);
+    void all_reduce(void* buf, size_t count, ReduceOp op = ReduceOp::kSum, DType dt = DType::kF32);
     /// in: size() * count_per_rank elements; out: count_per_rank (this rank's block).
-    void reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op = ReduceOp::kSum);
+    void reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op = ReduceOp::kSum,
+                        DType dt = DType::kF32);
     /// in: count_per_rank elements (null: taken in place from out + rank * count_per_rank);
     /// out: size() * count_per_rank elements.
-    void all_gather(const float* in, float* out, size_t count_per_rank);
+    void all_gather(const void* in, void* out, size_t count_per_rank, DType dt = DType::kF32);
     void broadcast(float* buf, size_t count, int root);
     /// Raw bytes from root (e.g. an NCCL unique id during bootstrap).
     void broadcast_bytes(void* buf, size_t bytes, int root);
@@ -90,10 +98,10 @@ class Communicator {
     /// Small host reductions (loss sums, norms, flags), counted under "scalar".
     void all_reduce_scalars(double* values, size_t count, ReduceOp op = ReduceOp::kSum);
 
-    CommRequest start_all_reduce(float* buf, size_t count, ReduceOp op = ReduceOp::kSum);
-    CommRequest start_reduce_scatter(const float* in, float* out, size_t count_per_rank,
-                                     ReduceOp op = ReduceOp::kSum);
-    CommRequest start_all_gather(const float* in, float* out, size_t count_per_rank);
+    CommRequest start_all_reduce(void* buf, size_t count, ReduceOp op = ReduceOp::kSum, DType dt = DType::kF32);
+    CommRequest start_reduce_scatter(const void* in, void* out, size_t count_per_rank,
+                                     ReduceOp op = ReduceOp::kSum, DType dt = DType::kF32);
+    CommRequest start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt = DType::kF32);
     /// Completes a started collective and resets the request (no-op when inactive).
     void wait(CommRequest& request);
 
@@ -106,16 +114,16 @@ class Communicator {
 
     // What an implementation provides. Called only when size() > 1; the base class handles
     // the one-rank case (copies) and the accounting.
-    virtual void do_all_reduce(float* buf, size_t count, ReduceOp op) = 0;
-    virtual void do_reduce_scatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) = 0;
-    virtual void do_all_gather(const float* in, float* out, size_t count_per_rank) = 0;
+    virtual void do_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) = 0;
+    virtual void do_reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op, DType dt) = 0;
+    virtual void do_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) = 0;
     virtual void do_broadcast_bytes(void* buf, size_t bytes, int root) = 0;
     virtual void do_barrier() = 0;
     virtual void do_all_reduce_scalars(double* values, size_t count, ReduceOp op) = 0;
-    virtual CommRequest do_start_all_reduce(float* buf, size_t count, ReduceOp op) = 0;
-    virtual CommRequest do_start_reduce_scatter(const float* in, float* out, size_t count_per_rank,
-                                                ReduceOp op) = 0;
-    virtual CommRequest do_start_all_gather(const float* in, float* out, size_t count_per_rank) = 0;
+    virtual CommRequest do_start_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) = 0;
+    virtual CommRequest do_start_reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op,
+                                                DType dt) = 0;
+    virtual CommRequest do_start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) = 0;
     virtual void do_wait(CommRequest& request) = 0;
 
   private:

@@ -15,7 +15,13 @@
 //         | before use, next unit    |                                    |
 //         | prefetched (non-blocking)|                                    |
 //
-// In fp32 the parameters are the master weights (no separate copy). Gradient accumulation:
+// Precision: the working copy of parameters and the gradients are stored in the working
+// dtype (fp32, bf16 or fp16); fp32 master weights and AdamW state live with the optimizer's
+// elements. In fp32 the parameters are the master weights (no separate copy). The model
+// always computes on fp32 views: a 16-bit unit is widened when acquired (scratch), and a
+// unit's fp32 gradient scratch is rounded into 16-bit storage when backward is done with it.
+// Gradients are reduced in `reduce` dtype (the wire format; default: the working dtype).
+// Gradient accumulation:
 // stages 0 and 1 keep full gradient buffers, so non-final micro-steps communicate nothing;
 // stages 2 and 3 keep only a shard, so they reduce-scatter every micro-step and add into the
 // shard (the full-size buffer cannot outlive the unit's backward without losing the saving).
@@ -28,6 +34,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/dtype.hpp"
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
@@ -49,7 +56,7 @@ class ModelState : public UnitStore {
     /// Allocates this rank's buffers and initializes them from `seed` (counter-based, see
     /// init_unit: identical weights for every world size and stage).
     ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, int zero_stage,
-               size_t bucket_numel, uint64_t seed);
+               size_t bucket_numel, uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32);
     /// Single-rank convenience (tests, tools): stage 0 on a communicator of size 1.
     ModelState(const ModelLayout& layout, Backend& backend, uint64_t seed);
     ~ModelState() override;
@@ -72,6 +79,9 @@ class ModelState : public UnitStore {
     void finish_grad_sync();
     /// Global sum of squared gradients (over all ranks' owned elements).
     double grad_sum_squares();
+    /// True on every rank when any rank's owned gradients hold inf or NaN (agreed with an
+    /// all-reduce MAX, so every rank takes the same decision).
+    bool grads_non_finite();
     /// AdamW over this rank's owned elements, then re-assembles full parameters where the
     /// stage keeps them. `step.grad_scale` multiplies the gradients.
     void optimizer_step(const AdamWStep& step);
@@ -84,37 +94,65 @@ class ModelState : public UnitStore {
     /// Copies the full, unpadded parameters of `unit` into out (unit_numel floats).
     /// Collective for stage 3 (every rank must call it).
     void gather_unit_params(int unit, float* out);
-    /// Replicated stages only (0-2): direct access to a unit's full parameters.
+    /// fp32 working copy of a replicated stage (0-2) only: direct access to a unit's full
+    /// parameters (tests that perturb weights).
     float* unit_params(int unit);
+    DType work_dtype() const { return m_work; }
+    DType reduce_dtype() const { return m_reduce; }
+
+    // ---- test hooks ----
+    /// This rank's master weights, AdamW m and v over its owned elements, concatenated.
+    std::vector<float> owned_optimizer_state();
+    /// Writes +inf into this rank's first owned gradient element (overflow injection).
+    void poison_owned_grad();
 
   private:
-    float* pool_take(size_t n);
-    void pool_give(float* p, size_t n);
-    float* param_base(int unit);  // element e of the unit is param_base(unit)[e] (owned range)
-    float* grad_base(int unit);
+    /// Per-unit buffers that exist while a unit is acquired (stage 3 and/or 16-bit).
+    struct Resident {
+        void* gathered = nullptr;  // stage 3: the gathered working copy (padded, work dtype)
+        float* compute = nullptr;  // fp32 view handed to the model (may alias a buffer)
+        bool owns_compute = false;
+        CommRequest request;
+    };
+    void* pool_take(size_t bytes);
+    void pool_give(void* p, size_t bytes);
+    void* work_ptr(int unit, size_t element);   // working params of a replicated stage (or shard)
+    void* grad_ptr(int unit, size_t element);   // stored gradient at unit element (owned range)
+    float* master_base(int unit);               // element e at master_base(unit)[e] (owned range)
+    size_t owned_begin(int unit) const;
+    size_t owned_end(int unit) const;
+    /// fp32 gradients of the owned range: base[e] for e in [owned_begin, owned_end). Either
+    /// the storage itself (fp32) or a converted copy valid until the next call.
+    const float* owned_grads_f32(int unit);
     void reduce_unit_grads(int unit);
+    void start_bucket(const GradBucket& b);
+    size_t esize() const { return dtype_size(m_work); }
 
     const ModelLayout& m_layout;
     Backend& m_backend;
     Communicator& m_comm;
     int m_stage;
     int m_rank;
+    DType m_work;
+    DType m_reduce;
     std::vector<UnitShard> m_shards;
     std::vector<GradBucket> m_buckets;
 
-    std::vector<float*> m_params;      // full (stages 0-2) or shard (stage 3)
-    float* m_grad_arena = nullptr;     // stages 0, 1: full grads, units in backward order
-    std::vector<float*> m_grads;       // stages 0, 1: into the arena; stages 2, 3: shards
+    std::vector<void*> m_params;       // working copy: full (stages 0-2) or shard (stage 3)
+    std::vector<float*> m_master;      // 16-bit only: fp32 master, full (stage 0) or shard
+    void* m_grad_arena = nullptr;      // stages 0, 1: full grads (work dtype), backward order
+    std::vector<void*> m_grads;        // stages 0, 1: into the arena; stages 2, 3: shards
     std::vector<float*> m_adam_m;      // full (stage 0) or shard
     std::vector<float*> m_adam_v;
     std::vector<std::vector<DecaySegment>> m_segments;  // owned elements per unit
+    std::vector<void*> m_allocations;  // everything persistent, freed in the destructor
 
-    // Stage 3 gathered units and stage 2/3 full-size gradient scratch.
-    std::map<int, float*> m_gathered;
-    std::map<int, CommRequest> m_gathering;
-    std::map<int, float*> m_grad_scratch;
-    std::multimap<size_t, float*> m_pool;
-    float* m_shard_tmp = nullptr;      // max shard_numel, for reduce-scatter results
+    std::map<int, Resident> m_resident;
+    std::map<int, float*> m_grad_scratch;  // fp32 gradient being produced by backward
+    std::multimap<size_t, void*> m_pool;
+    float* m_f32_tmp = nullptr;        // max padded unit: conversions
+    void* m_reduce_tmp = nullptr;      // max padded unit in reduce dtype
+    void* m_shard_tmp = nullptr;       // max shard in reduce dtype: reduce-scatter results
 
     std::vector<CommRequest> m_bucket_requests;
     bool m_first_micro = true;
