@@ -88,11 +88,26 @@ const KeyDef kKeys[] = {
     ZT_KEY("train.log_every", train.log_every, "steps between log lines"),
     ZT_KEY("train.threads", train.threads, "CPU threads per rank (0: cores / local ranks)"),
     ZT_KEY("train.recompute", train.recompute, "recompute activations in backward to save memory"),
+    ZT_KEY("train.max_bad_steps", train.max_bad_steps,
+           "consecutive steps with non-finite gradients (skipped) before the run stops"),
 
     ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
     ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "gradient all-reduce bucket size (MiB)"),
 
-    ZT_KEY("precision.dtype", precision.dtype, "compute dtype: fp32 | bf16 | fp16"),
+    ZT_KEY("precision.dtype", precision.dtype,
+           "working dtype of parameters, activations and gradients: fp32 | bf16 | fp16 (master weights "
+           "and AdamW state stay fp32)"),
+    ZT_KEY("precision.reduce_dtype", precision.reduce_dtype,
+           "dtype gradients are reduced in across ranks: fp32 | bf16 | fp16 (empty: the working dtype)"),
+    ZT_KEY("precision.loss_scale", precision.loss_scale,
+           "fp16 loss scaling: dynamic, or a fixed number > 0 (1 = no scaling)"),
+    ZT_KEY("precision.init_scale", precision.init_scale, "fp16 dynamic loss scale: initial value"),
+    ZT_KEY("precision.growth_interval", precision.growth_interval,
+           "fp16 dynamic loss scale: clean steps before it doubles"),
+    ZT_KEY("precision.hysteresis", precision.hysteresis,
+           "fp16 dynamic loss scale: overflows tolerated before it halves"),
+    ZT_KEY("precision.min_scale", precision.min_scale,
+           "fp16 dynamic loss scale: floor (an overflow at the floor stops the run)"),
 
     ZT_KEY("checkpoint.dir", checkpoint.dir, "checkpoint directory (empty: <run.dir>/checkpoints)"),
     ZT_KEY("checkpoint.every", checkpoint.every, "steps between checkpoints (0: only at the end)"),
@@ -658,7 +673,27 @@ void validate(const Config& cfg) {
             "0 (DDP), 1, 2 or 3");
     v.check_int_min("parallel.bucket_mb", cfg.parallel.bucket_mb, 1);
 
-    v.check_one_of("precision.dtype", cfg.precision.dtype, {"fp32", "bf16", "fp16"});
+    const PrecisionConfig& pr = cfg.precision;
+    v.check_one_of("precision.dtype", pr.dtype, {"fp32", "bf16", "fp16"});
+    if (!pr.reduce_dtype.empty()) {
+        v.check_one_of("precision.reduce_dtype", pr.reduce_dtype, {"fp32", "bf16", "fp16"});
+    }
+    if (pr.loss_scale != "dynamic") {
+        char* end = nullptr;
+        const double fixed = std::strtod(pr.loss_scale.c_str(), &end);
+        v.check(end != pr.loss_scale.c_str() && *end == '\0' && std::isfinite(fixed) && fixed > 0,
+                "precision.loss_scale", "dynamic, or a number > 0");
+    }
+    v.check(pr.init_scale > 0, "precision.init_scale", "a number > 0");
+    v.check_int_min("precision.growth_interval", pr.growth_interval, 1);
+    v.check_int_min("precision.hysteresis", pr.hysteresis, 1);
+    v.check(pr.min_scale > 0, "precision.min_scale", "a number > 0");
+    if (pr.min_scale > pr.init_scale) {
+        throw InputError(str(v.origin({"precision.min_scale", "precision.init_scale"}),
+                             "precision.min_scale = ", format_double(pr.min_scale), " is above precision.init_scale = ",
+                             format_double(pr.init_scale), ": expected min_scale <= init_scale"));
+    }
+    v.check_int_min("train.max_bad_steps", cfg.train.max_bad_steps, 1);
 
     v.check_int_min("checkpoint.every", cfg.checkpoint.every, 0);
     v.check_int_min("checkpoint.keep", cfg.checkpoint.keep, 1);

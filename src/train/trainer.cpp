@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -30,6 +31,7 @@
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/gpt.hpp"
+#include "ztrain/optim/loss_scaler.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/metrics.hpp"
@@ -129,23 +131,32 @@ std::string printable(const std::string& s) {
 
 /// The start-up table: bytes per buffer kind on this rank next to the ZeRO formula each
 /// should follow (fp32: no separate master copy), so a user sees what sharding bought.
-void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage, int world, size_t n_params) {
-    static const char* const kParams[4] = {"4P", "4P", "4P", "4P/N"};
-    static const char* const kGrads[4] = {"4P", "4P", "4P/N", "4P/N"};
+void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage, int world, size_t n_params,
+                        DType work) {
+    const bool f32 = work == DType::kF32;
+    // Bytes per parameter of each kind: w = working dtype size; master 4 (16-bit only); Adam 8.
+    const char* kParams[4] = {f32 ? "4P" : "2P", f32 ? "4P" : "2P", f32 ? "4P" : "2P", f32 ? "4P/N" : "2P/N"};
+    const char* kGrads[4] = {f32 ? "4P" : "2P", f32 ? "4P" : "2P", f32 ? "4P/N" : "2P/N", f32 ? "4P/N" : "2P/N"};
+    const char* kMaster[4] = {f32 ? "0" : "4P", f32 ? "0" : "4P/N", f32 ? "0" : "4P/N", f32 ? "0" : "4P/N"};
     static const char* const kOptim[4] = {"8P", "8P/N", "8P/N", "8P/N"};
-    static const char* const kTotal[4] = {"16P", "8P + 8P/N", "4P + 12P/N", "16P/N"};
+    const char* kTotal[4] = {"16P", f32 ? "8P + 8P/N" : "4P + 12P/N", f32 ? "4P + 12P/N" : "2P + 14P/N", "16P/N"};
     const double mib = 1048576.0;
-    std::printf("ztrain: memory per rank, ZeRO stage %d, N = %d, P = %zu parameters (fp32)\n", stage, world, n_params);
+    std::printf("ztrain: memory per rank, ZeRO stage %d, N = %d, P = %zu parameters (%s)\n", stage, world, n_params,
+                dtype_name(work));
     std::printf("  %-12s %10s   %s\n", "buffer", "MiB", "formula");
     std::printf("  %-12s %10.2f   %s\n", "params", sb.params / mib, kParams[stage]);
     std::printf("  %-12s %10.2f   %s\n", "grads", sb.grads / mib, kGrads[stage]);
-    std::printf("  %-12s %10.2f   %s\n", "master", sb.master / mib, "0 (fp32 params are the master)");
+    std::printf("  %-12s %10.2f   %s\n", "master", sb.master / mib, kMaster[stage]);
     std::printf("  %-12s %10.2f   %s\n", "optimizer", sb.optimizer / mib, kOptim[stage]);
     std::printf("  %-12s %10.2f   %s = %.2f MiB\n", "model state", sb.model_state() / mib, kTotal[stage],
                 [&] {
-                    const double P = static_cast<double>(n_params) * 4.0;  // bytes per "4P"
+                    const double P = static_cast<double>(n_params);
                     const double N = world;
-                    const double f[4] = {4 * P, 2 * P + 2 * P / N, P + 3 * P / N, 4 * P / N};
+                    const double w = static_cast<double>(dtype_size(work));
+                    const double m = f32 ? 0.0 : 4.0;
+                    // params, grads, master, Adam per stage: sharded kinds divide by N.
+                    const double f[4] = {P * (2 * w + m + 8), P * (2 * w + (m + 8) / N),
+                                         P * (w + (w + m + 8) / N), P * (2 * w + m + 8) / N};
                     return f[stage] / mib;
                 }());
     std::printf("  %-12s %10.2f\n", "activations", activation_bytes / mib);
@@ -160,8 +171,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     Communicator& comm = *comm_owner;
     const int rank = comm.rank();
     const int world = comm.size();
-    ZT_INPUT_CHECK(cfg.precision.dtype == "fp32", "precision.dtype = ", cfg.precision.dtype,
-                   ": only fp32 is available yet");
     ZT_INPUT_CHECK(cfg.backend != "cuda", "backend = cuda: this build runs the cpu backend only");
     // Keys reserved for features that have not landed yet are refused rather than ignored.
     ZT_INPUT_CHECK(!cfg.train.recompute, "train.recompute = true: activation recomputation is not implemented yet");
@@ -206,10 +215,24 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     if (threads <= 0) {
         threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.local_size());
     }
+    const DType work = parse_dtype(cfg.precision.dtype, "precision.dtype");
+    const DType reduce =
+        cfg.precision.reduce_dtype.empty() ? work : parse_dtype(cfg.precision.reduce_dtype, "precision.reduce_dtype");
     std::unique_ptr<Backend> backend = make_cpu_backend(threads);
     Gpt model(mc, *backend, B);
-    const size_t bucket_numel = static_cast<size_t>(cfg.parallel.bucket_mb) * 1048576 / sizeof(float);
-    ModelState state(model.layout(), *backend, comm, cfg.parallel.zero_stage, bucket_numel, tc.seed);
+    model.set_activation_dtype(work);
+    const size_t bucket_numel = static_cast<size_t>(cfg.parallel.bucket_mb) * 1048576 / dtype_size(reduce);
+    ModelState state(model.layout(), *backend, comm, cfg.parallel.zero_stage, bucket_numel, tc.seed, work, reduce);
+    // Loss scaling exists for fp16's narrow exponent range; bf16 and fp32 run unscaled but
+    // still check every step's gradients for non-finite values.
+    const bool fp16 = work == DType::kF16;
+    LossScalerConfig scfg;
+    scfg.dynamic = fp16 && cfg.precision.loss_scale == "dynamic";
+    scfg.init_scale = !fp16 ? 1.0 : scfg.dynamic ? cfg.precision.init_scale : std::stod(cfg.precision.loss_scale);
+    scfg.growth_interval = cfg.precision.growth_interval;
+    scfg.hysteresis = cfg.precision.hysteresis;
+    scfg.min_scale = std::min(cfg.precision.min_scale, scfg.init_scale);
+    LossScaler scaler(scfg);
     const StateBytes sb = state.bytes();
     size_t n_params = 0;  // real parameters (the manifest), not alignment gaps
     for (const ParamSpec& p : model.layout().params) n_params += p.numel;
@@ -234,14 +257,20 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         std::printf("ztrain: %d rank(s) x %d thread(s), global batch %d x %d tokens, %zu train windows%s\n",
                     world, backend->threads(), B * tc.grad_accum * world, T, train_data.num_windows(),
                     val_data ? str(", ", val_data->num_windows(), " val windows").c_str() : "");
-        print_memory_table(sb, model.activation_bytes(), cfg.parallel.zero_stage, world, n_params);
+        print_memory_table(sb, model.activation_bytes(), cfg.parallel.zero_stage, world, n_params, work);
+        if (work != DType::kF32 || reduce != work) {
+            std::printf("ztrain: precision: %s working copy, fp32 master and AdamW state, gradients reduced in %s%s\n",
+                        dtype_name(work), dtype_name(reduce),
+                        fp16 ? (scfg.dynamic ? str(", dynamic loss scale from ", scfg.init_scale).c_str()
+                                             : str(", static loss scale ", scfg.init_scale).c_str())
+                             : "");
+        }
         std::fflush(stdout);
     }
 
     std::vector<int32_t> inputs(static_cast<size_t>(B) * static_cast<size_t>(T));
     std::vector<int32_t> targets(inputs.size());
     const long global_batch = static_cast<long>(B) * tc.grad_accum * world;
-    const float dloss = 1.0f / static_cast<float>(static_cast<double>(global_batch) * T);
     TrainSummary summary;
 
     auto evaluate = [&](long step) {
@@ -283,46 +312,85 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
 
     const auto run_start = Clock::now();
     double train_seconds = 0.0;
+    long applied_steps = 0;  // optimizer and LR-schedule steps actually taken (skips excluded)
+    int bad_steps = 0;       // consecutive skipped steps
     for (long step = 0; step < tc.max_steps; ++step) {
         const auto t0 = Clock::now();
         comm.reset_stats();
         state.zero_grads();
+        const double scale = scaler.scale();
+        // The loss is scaled through dloss: every gradient comes out multiplied by `scale`.
+        const float dloss_step = static_cast<float>(scale / (static_cast<double>(global_batch) * T));
         double loss_sum = 0.0;
         for (int a = 0; a < tc.grad_accum; ++a) {
             const uint64_t first = static_cast<uint64_t>(step * global_batch +
                                                          (static_cast<long>(rank) * tc.grad_accum + a) * B);
             train_sampler.fill(first, B, inputs.data(), targets.data());
             state.begin_micro_step(a == 0, a == tc.grad_accum - 1);
-            loss_sum += model.forward(state, inputs.data(), targets.data(), B, T, dloss);
+            loss_sum += model.forward(state, inputs.data(), targets.data(), B, T, dloss_step);
             model.backward(state);
         }
         state.finish_grad_sync();
+        if (options.after_grad_sync) options.after_grad_sync(step + 1, state);
         double loss = loss_sum / tc.grad_accum;
         comm.all_reduce_scalars(&loss, 1);
         loss /= world;
-        const double grad_norm = std::sqrt(state.grad_sum_squares());
-        const double lr = learning_rate(tc, step);
-        AdamWStep sp = adamw_step_params(tc, lr, step + 1);
-        sp.grad_scale = static_cast<float>(clip_multiplier(grad_norm, tc.grad_clip));
-        state.optimizer_step(sp);
+        // Every rank checks its own gradients; the flag is agreed (MAX) so all skip together.
+        const bool non_finite = state.grads_non_finite();
+        double grad_norm = std::numeric_limits<double>::quiet_NaN();
+        if (!non_finite) grad_norm = std::sqrt(state.grad_sum_squares()) / scale;
+        bool skipped = non_finite;
+        if (fp16) {
+            const LossScaler::Outcome outcome = scaler.update(non_finite);
+            if (outcome == LossScaler::Outcome::kStuckAtMinimum) {
+                throw Error(str("step ", step + 1, ": fp16 gradients overflow even at the minimum loss scale ",
+                                scaler.scale(), " (precision.min_scale); the run cannot continue in fp16: try bf16, a "
+                                "lower train.lr, or a lower precision.min_scale"));
+            }
+            skipped = outcome == LossScaler::Outcome::kSkipped;
+        }
+        const double lr = learning_rate(tc, applied_steps);
+        if (skipped) {
+            ++bad_steps;
+            if (root) {
+                std::printf("step %5ld/%d | non-finite gradients: step skipped%s\n", step + 1, tc.max_steps,
+                            fp16 ? str(", loss scale ", scale, " -> ", scaler.scale()).c_str() : "");
+            }
+            if (!fp16 && bad_steps >= tc.max_bad_steps) {
+                throw Error(str("step ", step + 1, ": ", bad_steps, " consecutive steps with non-finite gradients "
+                                "(train.max_bad_steps = ", tc.max_bad_steps, "); last loss ", loss,
+                                ". The run is diverging: lower train.lr or check the data"));
+            }
+        } else {
+            bad_steps = 0;
+            // Unscaling and clipping share one multiplier, applied as AdamW reads the gradient.
+            AdamWStep sp = adamw_step_params(tc, lr, applied_steps + 1);
+            sp.grad_scale = static_cast<float>(clip_multiplier(grad_norm, tc.grad_clip) / scale);
+            state.optimizer_step(sp);
+            ++applied_steps;
+        }
+        if (options.after_step) options.after_step(step + 1, state, skipped);
         const double step_s = seconds_since(t0);
         if (step > 0 || tc.max_steps == 1) train_seconds += step_s;  // step 0 warms caches
         const long done = step + 1;
         const double tokens = static_cast<double>(done) * static_cast<double>(global_batch) * T;
         const double tok_per_s = static_cast<double>(global_batch) * T / step_s;
         summary.losses.push_back(loss);
+        summary.loss_scales.push_back(scale);
+        summary.skipped.push_back(skipped);
+        summary.grad_norms.push_back(grad_norm);
         summary.steps = static_cast<int>(done);
         if (root) {
             nlohmann::ordered_json rec;
             rec["step"] = done;
             rec["loss"] = loss;
             rec["lr"] = lr;
-            rec["grad_norm"] = grad_norm;
+            rec["grad_norm"] = std::isfinite(grad_norm) ? nlohmann::ordered_json(grad_norm) : nlohmann::ordered_json();
             rec["tokens"] = static_cast<long long>(tokens);
             rec["tokens_per_s"] = tok_per_s;
             rec["step_ms"] = step_s * 1e3;
-            rec["loss_scale"] = 1.0;
-            rec["skipped"] = false;
+            rec["loss_scale"] = scale;
+            rec["skipped"] = skipped;
             nlohmann::ordered_json cb = nlohmann::ordered_json::object();
             for (const auto& [kind, entry] : comm.stats().by_kind) cb[collective_name(kind)] = entry.bytes;
             rec["comm_bytes"] = cb;

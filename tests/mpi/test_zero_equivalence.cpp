@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "test_support.hpp"
+#include "mpi_training.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
@@ -32,63 +32,6 @@
 
 namespace zt {
 namespace {
-
-int world_rank() {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-}
-int world_size() {
-    int n = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    return n;
-}
-
-/// A scratch directory whose path rank 0 chooses and every rank shares.
-class SharedDir {
-  public:
-    SharedDir() {
-        if (world_rank() == 0) m_dir = std::make_unique<test::ScratchDir>("zero");
-        std::string p = m_dir ? m_dir->path() : std::string();
-        int n = static_cast<int>(p.size());
-        MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        p.resize(static_cast<size_t>(n));
-        MPI_Bcast(p.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-        m_path = p;
-    }
-    ~SharedDir() { MPI_Barrier(MPI_COMM_WORLD); }
-    std::string file(const std::string& name) const { return m_path + "/" + name; }
-
-  private:
-    std::unique_ptr<test::ScratchDir> m_dir;
-    std::string m_path;
-};
-
-Config tiny_config(const std::string& data_dir, const std::string& run_dir) {
-    Config c;
-    c.model.n_layer = 2;
-    c.model.n_head = 2;
-    c.model.n_embd = 24;
-    c.model.seq_len = 16;
-    c.model.vocab_size = 61;
-    c.model.vocab_pad_to = 8;
-    c.data.train = data_dir + "/train.bin";
-    c.train.micro_batch = 2;
-    c.train.grad_accum = 2;
-    c.train.max_steps = 10;
-    c.train.lr = 3e-3;
-    c.train.lr_min = 3e-4;
-    c.train.warmup_steps = 2;
-    c.train.weight_decay = 0.1;
-    c.train.grad_clip = 0.5;  // low enough that clipping is active in some steps
-    c.train.eval_every = 0;
-    c.train.sample_tokens = 0;
-    c.train.log_every = 1000;
-    c.train.threads = 1;
-    c.parallel.bucket_mb = 1;
-    c.run.dir = run_dir;
-    return c;
-}
 
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
     std::ifstream in(path);
@@ -102,25 +45,21 @@ class ZeroStage : public ::testing::TestWithParam<int> {};
 
 TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     const int stage = GetParam();
-    const int N = world_size();
-    const int me = world_rank();
-    SharedDir dir;
-    if (me == 0) {
-        std::vector<uint32_t> tokens(30000);
-        for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(random_bits(5, 0, i / 3) % 61);
-        write_token_shard(dir.file("train.bin"), tokens);
-    }
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    test::SharedDir dir("zero");
+    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
     MPI_Barrier(MPI_COMM_WORLD);
 
     // Reference: one rank (each rank computes it alone on MPI_COMM_SELF) with N x accumulation.
-    Config ref_cfg = tiny_config(dir.file(""), dir.file("ref" + std::to_string(me)));
+    Config ref_cfg = test::tiny_mpi_config(dir.file("train.bin"), dir.file("ref" + std::to_string(me)));
     ref_cfg.train.grad_accum *= N;
     TrainOptions self;
     self.comm = MPI_COMM_SELF;
     self.collect_params = true;
     const TrainSummary ref = train(ref_cfg, self);
 
-    Config cfg = tiny_config(dir.file(""), dir.file("world"));
+    Config cfg = test::tiny_mpi_config(dir.file("train.bin"), dir.file("world"));
     cfg.parallel.zero_stage = stage;
     TrainOptions world;
     world.collect_params = true;
@@ -187,7 +126,7 @@ INSTANTIATE_TEST_SUITE_P(AllStages, ZeroStage, ::testing::Values(0, 1, 2, 3),
 //   stage 3: (4P + 4P + 8P)/N      = 16 Psi / N
 // with Psi the parameter count. Checked on every rank, within 5% (padding).
 TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
-    const int N = world_size();
+    const int N = test::world_size();
     ModelConfig mc;
     mc.n_layer = 3;
     mc.n_head = 4;

@@ -49,6 +49,7 @@ struct TrainConfig {
     int log_every = 1;
     int threads = 0;                   ///< CPU threads per rank; 0 = cores / local ranks
     bool recompute = false;            ///< recompute activations in backward (saves memory)
+    int max_bad_steps = 5;             ///< consecutive non-finite steps before the run stops
 };
 
 struct ParallelConfig {
@@ -57,7 +58,13 @@ struct ParallelConfig {
 };
 
 struct PrecisionConfig {
-    std::string dtype = "fp32";        ///< fp32 | bf16 | fp16
+    std::string dtype = "fp32";        ///< fp32 | bf16 | fp16: working params, activations, grads
+    std::string reduce_dtype;          ///< gradient reduction dtype; empty = the working dtype
+    std::string loss_scale = "dynamic";  ///< fp16: dynamic, or a fixed positive number
+    double init_scale = 65536.0;       ///< fp16 dynamic: starting scale
+    int growth_interval = 2000;        ///< fp16 dynamic: clean steps before the scale doubles
+    int hysteresis = 2;                ///< fp16 dynamic: overflows tolerated before a backoff
+    double min_scale = 1.0;            ///< fp16 dynamic: the scale never goes below this
 };
 
 struct CheckpointConfig {

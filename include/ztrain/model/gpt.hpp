@@ -16,6 +16,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
+#include "ztrain/core/dtype.hpp"
 
 namespace zt {
 
@@ -87,6 +88,9 @@ class Gpt {
     void backward(UnitStore& store);
 
     const float* logits() const { return m_logits; }
+    /// Activations and activation gradients are rounded to `t` after every op (bf16/fp16
+    /// storage on the CPU backend, which computes in fp32). Default fp32: no rounding.
+    void set_activation_dtype(DType t) { m_act = t; }
     /// Bytes of activation (and activation-gradient) memory allocated.
     size_t activation_bytes() const { return m_activation_floats * sizeof(float); }
 
@@ -100,6 +104,7 @@ class Gpt {
     void layer_backward(int l, const float* w, float* dw, const float* in, float* dresidual, int B,
                         int T);
     float* take(size_t n);
+    void rnd(float* x, size_t n) { if (m_act != DType::kF32) round_to_dtype(x, n, m_act); }
 
     ModelConfig m_cfg;
     Backend& m_backend;
@@ -108,6 +113,7 @@ class Gpt {
     size_t m_wpe_offset = 0;
     size_t m_lnf_bias_offset = 0;
     int m_max_batch;
+    DType m_act = DType::kF32;
     int m_B = 0;
     int m_T = 0;
     size_t m_activation_floats = 0;

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,10 +12,15 @@
 
 namespace zt {
 
+class ModelState;
+
 /// What a finished run reports (rank 0's view; tests use it).
 struct TrainSummary {
     int steps = 0;
     std::vector<double> losses;      ///< train loss per optimizer step
+    std::vector<double> loss_scales; ///< loss scale used at each step (1 outside fp16)
+    std::vector<bool> skipped;       ///< steps skipped for non-finite gradients
+    std::vector<double> grad_norms;  ///< unscaled global gradient norm (NaN when skipped)
     std::vector<double> val_losses;  ///< per evaluation
     std::string last_sample;
     std::vector<float> final_params;  ///< all units' unpadded parameters, when asked for
@@ -23,6 +29,10 @@ struct TrainSummary {
 struct TrainOptions {
     MPI_Comm comm = MPI_COMM_WORLD;  ///< the ranks that train together
     bool collect_params = false;     ///< fill TrainSummary::final_params (tests)
+    /// Test hooks: after the gradients of a step are reduced (before the overflow check),
+    /// and after the step was applied or skipped. `step` is 1-based.
+    std::function<void(long step, ModelState& state)> after_grad_sync;
+    std::function<void(long step, ModelState& state, bool skipped)> after_step;
 };
 
 /// Runs the whole job described by `cfg` (MPI must be initialized). Throws InputError for

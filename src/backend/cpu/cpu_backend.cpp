@@ -1,36 +1,45 @@
-// The CPU compute backend: every Backend op of backend.hpp for fp32 on a shared-memory CPU.
+// The CPU compute backend: every op of backend.hpp in fp32 on a shared-memory CPU.
 //
 // What it implements
-//  - Matrix products (matmul forward/backward and the Q.K^T / P.V products inside attention)
-//    through OpenBLAS cblas_sgemm, always with transpose flags and leading dimensions on the
-//    original buffers (no transposing copies).
-//  - Everything else as OpenMP loops written so GCC vectorizes them at -O3 (no -ffast-math
-//    needed): exp/tanh come from a branch-free polynomial exp below, reductions use
-//    `omp simd reduction`.
-//  - The hot element-wise kernels are compiled twice (target_clones: x86-64-v3 = AVX2+FMA,
-//    and the baseline); the loader picks one at run time, so the binary still runs on any
-//    x86-64 and the build needs no -march flag.
+//  - Every matrix product (matmul forward/backward, and Q.K^T, P.V and their gradients in
+//    attention) is an OpenBLAS cblas_sgemm on the original buffers, with transpose flags and
+//    leading dimensions doing the work (no transposing copies). Backward passes beta = 1 so
+//    sgemm itself accumulates into the gradients.
+//  - Everything else is OpenMP loops written so GCC vectorizes them at plain -O3 (checked
+//    with -fopt-info-vec): exp and sqrt are branch-free polynomial/Newton versions below,
+//    because libm's expf/sqrtf keep loops scalar without -ffast-math / -fno-math-errno.
+//  - The compute-heavy kernels are compiled twice with target_clones (x86-64-v3 = AVX2+FMA,
+//    and the x86-64 baseline); the dynamic loader picks one per machine, so the binary runs
+//    on any x86-64 and the build needs no -march flag.
 //
-// Threading (measured on the 2-core dev machine, see the report that introduced this file)
-//  - OpenMP owns all the threads. OpenBLAS is set to ONE thread and every product is split
-//    by us across the OpenMP team, each thread calling single-threaded sgemm on its own
-//    block of rows or columns. Letting the pthread OpenBLAS run its own pool instead made
-//    sgemm ~1.8x slower as soon as OpenMP regions ran between products: the idle libgomp
-//    workers spin (GOMP_SPINCOUNT) on the same cores the OpenBLAS workers need, and the
-//    OpenBLAS workers spin after each call on the cores OpenMP needs. With one pool nothing
-//    spins against anything, and the split costs nothing measurable (same GFLOP/s).
-//    Calling single-threaded sgemm concurrently from several threads is safe in OpenBLAS
-//    >= 0.3.7 (0.3.21 here); the unit tests check the threaded paths against references.
-//  - Every parallel region uses schedule(static) and fixed per-thread partitions, and no
-//    reduction crosses threads in an unspecified order, so results are bit-identical from
-//    run to run for a given thread count.
+// Threading (measured on the 2-core dev machine, Zen 3, OpenBLAS 0.3.21 pthread)
+//  - OpenMP owns all the threads; OpenBLAS is set to ONE thread (deliberately, instead of
+//    `threads`) and each product is split by us into one row or column slab per OpenMP
+//    thread, each calling single-threaded sgemm. Letting OpenBLAS run its own pool made
+//    sgemm ~1.8x slower (60 instead of 110 GFLOP/s) as soon as OpenMP regions ran between
+//    products: idle libgomp workers spin (GOMP_SPINCOUNT) on the cores the OpenBLAS workers
+//    need, and OpenBLAS workers spin after each call on the cores OpenMP needs. With one
+//    pool nothing spins against anything, and the split loses nothing measurable. OMP_WAIT_
+//    POLICY cannot be changed from here (libgomp reads it at load time), and need not be:
+//    our own workers spinning between our own regions is what keeps them fast. It should be
+//    PASSIVE only when ranks x threads exceed the cores (e.g. MPI tests on a small box).
+//  - Concurrent single-threaded sgemm calls are safe in OpenBLAS >= 0.3.7: 3000 rounds of
+//    concurrent block products matched the serial result bit for bit on 0.3.21.
+//  - Every region uses fixed static partitions and no cross-thread reduction has an
+//    unspecified order, so results are bit-identical run to run for a given thread count.
+//
+// Attention: one (batch, head) pair is one unit of work for one thread, whose products are
+// sgemm calls on strided views of qkv (ld = 3C), restricted to the lower triangle of
+// 64-row blocks. Against hand-written vectorized loops over the exact causal triangle this
+// was 1.5x faster at hs = 64 (sgemm runs near peak; the loops are load/store bound), and
+// 64-row blocks beat whole-square products by 1.5x at T = 256.
 //
 // What it deliberately does not do
-//  - No mixed precision, no fused kernels across ops (the interface is op by op).
+//  - No mixed precision and no fusion across ops (the interface is op by op).
 //  - No flash-style attention: att (B, NH, T, T) is materialized because the interface
 //    saves it for backward; at GPT-2 sizes it is small next to the MLP activations.
-//  - It does not validate token ids against the vocabulary (the caller knows Vp; the
-//    backend does not) but it does validate cross-entropy targets, which it can.
+//  - No validation of token ids against the vocabulary (only the caller knows Vp);
+//    cross-entropy targets are validated since V is known there.
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -785,12 +794,11 @@ class CpuBackend final : public Backend {
     // attention
     // --------------------------------------------------------------------------------
     //
-    // One (batch, head) pair is one unit of work: units are spread over the team and each
-    // thread does its units' products with single-threaded sgemm on strided views of qkv
-    // (ld = 3C), restricted to the lower block triangle (kAttentionBlock rows per block).
-    // Measured against hand-written vectorized loops over the exact triangle, this is
-    // faster at hs = 64 because sgemm runs near peak while the loops are bound by
-    // horizontal reductions; the wasted upper halves of the diagonal blocks cost less.
+    // One (batch, head) pair is one unit of work (see the header comment for why sgemm):
+    // units are spread over the team, and each product covers only the lower triangle of
+    // kAttentionBlock-row blocks, so the masked work is the upper halves of the diagonal
+    // blocks. Row block [r0, r1) of queries needs keys [0, r1); key block [c0, c1) gets
+    // gradient from queries [c0, T).
 
     void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                            int NH) override {

@@ -1,0 +1,65 @@
+// Shared pieces of the MPI training tests: world rank/size, a shared scratch directory, a
+// synthetic token shard and the small model configuration they train.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shared_dir.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/random.hpp"
+#include "ztrain/data/token_data.hpp"
+
+namespace zt::test {
+
+inline int world_rank() {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+inline int world_size() {
+    int n = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+/// n tokens below vocab; runs of three equal tokens give the model something to learn.
+inline void write_random_shard(const std::string& path, size_t n, uint32_t vocab) {
+    std::vector<uint32_t> tokens(n);
+    for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<uint32_t>(random_bits(5, 0, i / 3) % vocab);
+    write_token_shard(path, tokens);
+}
+
+/// Two layers, 24 wide, seq 16, vocab 61 (padded to 64): small enough to train 10 steps under
+/// every strategy in a second, large enough to exercise every unit and clipping.
+inline Config tiny_mpi_config(const std::string& train_file, const std::string& run_dir) {
+    Config c;
+    c.model.n_layer = 2;
+    c.model.n_head = 2;
+    c.model.n_embd = 24;
+    c.model.seq_len = 16;
+    c.model.vocab_size = 61;
+    c.model.vocab_pad_to = 8;
+    c.data.train = train_file;
+    c.train.micro_batch = 2;
+    c.train.grad_accum = 2;
+    c.train.max_steps = 10;
+    c.train.lr = 3e-3;
+    c.train.lr_min = 3e-4;
+    c.train.warmup_steps = 2;
+    c.train.weight_decay = 0.1;
+    c.train.grad_clip = 0.5;  // low enough that clipping is active in some steps
+    c.train.eval_every = 0;
+    c.train.sample_tokens = 0;
+    c.train.log_every = 1000;
+    c.train.threads = 1;
+    c.parallel.bucket_mb = 1;
+    c.run.dir = run_dir;
+    return c;
+}
+
+}  // namespace zt::test
