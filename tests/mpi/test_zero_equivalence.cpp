@@ -119,12 +119,13 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
 INSTANTIATE_TEST_SUITE_P(AllStages, ZeroStage, ::testing::Values(0, 1, 2, 3),
                          [](const auto& info) { return "stage" + std::to_string(info.param); });
 
-// Model-state bytes per rank vs the ZeRO formulas, fp32 (no separate master copy):
-//   stage 0: 4P + 4P + 8P          = 16 Psi
-//   stage 1: 4P + 4P + 8P/N
-//   stage 2: 4P + 4P/N + 8P/N
-//   stage 3: (4P + 4P + 8P)/N      = 16 Psi / N
-// with Psi the parameter count. Checked on every rank, within 5% (padding).
+// Model-state bytes per rank vs the ZeRO formulas, per dtype, with w the working dtype's size
+// and m the master copy's (4 for bf16/fp16; 0 in fp32, where the parameters are the master):
+//   stage 0: (2w + m + 8) P                       fp32: 16P      16-bit: 16P
+//   stage 1: 2w P + (m + 8) P / N                 fp32: 8P+8P/N  16-bit: 4P + 12P/N
+//   stage 2: w P + (w + m + 8) P / N              fp32: 4P+12P/N 16-bit: 2P + 14P/N
+//   stage 3: (2w + m + 8) P / N                   = 16P / N
+// with P the parameter count. Checked on every rank, within 5% (padding).
 TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
     const int N = test::world_size();
     ModelConfig mc;
@@ -134,18 +135,23 @@ TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
     mc.seq_len = 32;
     mc.vocab_size = 300;
     const ModelLayout layout = make_gpt_layout(mc);
-    double psi = 0;
-    for (const auto& p : layout.params) psi += static_cast<double>(p.numel);
+    double P = 0;
+    for (const auto& p : layout.params) P += static_cast<double>(p.numel);
     auto backend = make_cpu_backend(1);
     auto comm_owner = make_mpi_communicator(MPI_COMM_WORLD);
     Communicator& comm = *comm_owner;
-    const double formula[4] = {16 * psi, 8 * psi + 8 * psi / N, 4 * psi + 12 * psi / N, 16 * psi / N};
-    for (int stage = 0; stage <= 3; ++stage) {
-        ModelState state(layout, *backend, comm, stage, 1 << 20, 1);
-        const double got = static_cast<double>(state.bytes().model_state());
-        EXPECT_NEAR(got, formula[stage], 0.05 * formula[stage])
-            << "stage " << stage << " N=" << N << " rank " << comm.rank() << ": " << got << " bytes vs formula "
-            << formula[stage] << " (" << 100.0 * (got / formula[stage] - 1.0) << "%)";
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        const double w = static_cast<double>(dtype_size(t));
+        const double m = t == DType::kF32 ? 0.0 : 4.0;
+        const double formula[4] = {(2 * w + m + 8) * P, 2 * w * P + (m + 8) * P / N, w * P + (w + m + 8) * P / N,
+                                   (2 * w + m + 8) * P / N};
+        for (int stage = 0; stage <= 3; ++stage) {
+            ModelState state(layout, *backend, comm, stage, 1 << 20, 1, t, t);
+            const double got = static_cast<double>(state.bytes().model_state());
+            EXPECT_NEAR(got, formula[stage], 0.05 * formula[stage])
+                << dtype_name(t) << " stage " << stage << " N=" << N << " rank " << comm.rank() << ": " << got
+                << " bytes vs formula " << formula[stage] << " (" << 100.0 * (got / formula[stage] - 1.0) << "%)";
+        }
     }
 }
 
