@@ -41,9 +41,9 @@ TRAIN=(--data.train="$WORK/train.bin" --train.micro_batch=2 --train.grad_accum=2
        --train.eval_every=0 --train.sample_tokens=0 --train.log_every=1000 --train.threads=1
        --train.warmup_steps=2)
 
-run() {  # run NP STAGE STEPS RUNDIR
+run() {  # run NP STAGE STEPS RUNDIR [DTYPE]
   mpiexec --oversubscribe --bind-to none -np "$1" "$BUILD_DIR/bin/ztrain" "${MODEL[@]}" "${TRAIN[@]}" \
-    --parallel.zero_stage="$2" --train.max_steps="$3" --run.dir="$4" > "$4.log" 2>&1
+    --parallel.zero_stage="$2" --train.max_steps="$3" --run.dir="$4" --precision.dtype="${5:-fp32}" > "$4.log" 2>&1
 }
 
 median_step_ms() {  # metrics.jsonl -> median step_ms over steps after the first 2
@@ -65,14 +65,16 @@ for rep in $(seq 1 "$REPS"); do
   done
 done
 
-echo "zero_bench: memory records at N=1,2,4" >&2
+echo "zero_bench: memory records: fp32 at N=1,2,4; bf16 and fp16 at N=2" >&2
 declare -A mem
-for np in 1 2 4; do
+MEM_CASES="1:fp32 2:fp32 4:fp32 2:bf16 2:fp16"
+for case in $MEM_CASES; do
+  np=${case%%:*}; dt=${case##*:}
   for stage in 0 1 2 3; do
-    d="$WORK/mem_n${np}_s${stage}"
+    d="$WORK/mem_n${np}_s${stage}_${dt}"
     rm -rf "$d"
-    run "$np" "$stage" 1 "$d"
-    mem[$np,$stage]=$(head -1 "$d/metrics.jsonl")
+    run "$np" "$stage" 1 "$d" "$dt"
+    mem[$np,$stage,$dt]=$(head -1 "$d/metrics.jsonl")
   done
 done
 
@@ -98,19 +100,28 @@ done
     echo "| $name | ${times[$stage]} | $med | ${ratio}x |"
   done
   echo
-  echo "## Model-state memory per rank (MiB, from the memory record; P = parameters)"
+  echo "## Model-state memory per rank (MiB, from each run's memory record; P = parameters)"
   echo
-  echo "| N | stage | params | grads | optimizer | model state | formula (fp32) | formula MiB | scratch |"
-  echo "|---|---|---|---|---|---|---|---|---|"
-  for np in 1 2 4; do
+  echo "Formula with w = bytes of the working dtype and m = 4 for a separate fp32 master (bf16/fp16), 0 in fp32:"
+  echo "stage 0 (2w+m+8)P, stage 1 2wP + (m+8)P/N, stage 2 wP + (w+m+8)P/N, stage 3 (2w+m+8)P/N."
+  echo
+  echo "| N | dtype | stage | params | grads | master | optimizer | model state | formula | formula MiB | scratch |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  for case in $MEM_CASES; do
+    np=${case%%:*}; dt=${case##*:}
     for stage in 0 1 2 3; do
       /usr/bin/python3 -c '
 import json, sys
-r = json.loads(sys.argv[1]); n = int(sys.argv[2]); s = int(sys.argv[3])
-P = r["num_params"] * 4.0; M = 1048576.0
-f = {0: ("16P", 4*P), 1: ("8P + 8P/N", 2*P + 2*P/n), 2: ("4P + 12P/N", P + 3*P/n), 3: ("16P/N", 4*P/n)}[s]
-print(f"| {n} | {s} | {r[\"params\"]/M:.1f} | {r[\"grads\"]/M:.1f} | {r[\"optimizer\"]/M:.1f} | "
-      f"{r[\"model_state\"]/M:.1f} | {f[0]} | {f[1]/M:.1f} | {r[\"scratch\"]/M:.1f} |")' "${mem[$np,$stage]}" "$np" "$stage"
+r = json.loads(sys.argv[1]); n = int(sys.argv[2]); s = int(sys.argv[3]); dt = sys.argv[4]
+P = float(r["num_params"]); M = 1048576.0
+w = 4 if dt == "fp32" else 2; m = 0 if dt == "fp32" else 4
+names = {("fp32", 0): "16P", ("fp32", 1): "8P + 8P/N", ("fp32", 2): "4P + 12P/N", ("fp32", 3): "16P/N"}
+names16 = {0: "16P", 1: "4P + 12P/N", 2: "2P + 14P/N", 3: "16P/N"}
+f = [(2*w + m + 8)*P, 2*w*P + (m + 8)*P/n, w*P + (w + m + 8)*P/n, (2*w + m + 8)*P/n][s]
+name = names[(dt, s)] if dt == "fp32" else names16[s]
+print(f"| {n} | {dt} | {s} | {r[\"params\"]/M:.1f} | {r[\"grads\"]/M:.1f} | {r[\"master\"]/M:.1f} | "
+      f"{r[\"optimizer\"]/M:.1f} | {r[\"model_state\"]/M:.1f} | {name} | {f/M:.1f} | {r[\"scratch\"]/M:.1f} |")' \
+        "${mem[$np,$stage,$dt]}" "$np" "$stage" "$dt"
     done
   done
 } > "$OUT"

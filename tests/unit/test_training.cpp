@@ -12,7 +12,9 @@
 #include "test_support.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/random.hpp"
+#include "ztrain/core/error.hpp"
 #include "ztrain/data/token_data.hpp"
+#include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -114,6 +116,43 @@ TEST(Training, MetricsCarryTheContractFields) {
         EXPECT_TRUE(m[1].contains(k)) << "step record lacks " << k;
     }
     EXPECT_TRUE(m.back().contains("val_loss"));
+}
+
+// A run whose gradients keep going non-finite stops with a message instead of training on:
+// bf16/fp32 after train.max_bad_steps consecutive skipped steps, fp16 when the loss scale
+// is at its floor and still overflows.
+TEST(Training, PersistentNonFiniteGradientsStopTheRun) {
+    test::ScratchDir dir("bad");
+    write_token_shard(dir.file("train.bin"), cycle_corpus(5000));
+    write_token_shard(dir.file("val.bin"), cycle_corpus(2000));
+    TrainOptions poison;
+    poison.after_grad_sync = [](long step, ModelState& state) {
+        if (step >= 3) state.poison_owned_grad();
+    };
+    Config c = tiny_config(dir, "bf16");
+    c.precision.dtype = "bf16";
+    c.train.max_bad_steps = 3;
+    try {
+        train(c, poison);
+        ADD_FAILURE() << "bf16 run with poisoned gradients did not stop";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("step 5: 3 consecutive steps with non-finite gradients"), std::string::npos)
+            << e.what();
+    }
+    Config h = tiny_config(dir, "fp16");
+    h.precision.dtype = "fp16";
+    h.precision.init_scale = 4;
+    h.precision.min_scale = 1;
+    h.precision.hysteresis = 1;
+    try {
+        train(h, poison);
+        ADD_FAILURE() << "fp16 run with poisoned gradients did not stop";
+    } catch (const Error& e) {
+        // Scale 4 -> 2 (step 3) -> 1 (step 4) -> overflow at the floor (step 5).
+        EXPECT_NE(std::string(e.what()).find("step 5: fp16 gradients overflow even at the minimum loss scale"),
+                  std::string::npos)
+            << e.what();
+    }
 }
 
 }  // namespace
