@@ -79,6 +79,15 @@ void Communicator::broadcast_bytes(void* buf, size_t bytes, int root) {
     if (m_size > 1) do_broadcast_bytes(buf, bytes, root);
 }
 
+void Communicator::all_gather_bytes(const void* in, void* out, size_t bytes_per_rank) {
+    record(CollectiveKind::kScalar, bytes_per_rank * static_cast<size_t>(m_size - 1));
+    if (m_size > 1) {
+        do_all_gather_bytes(in, out, bytes_per_rank);
+    } else {
+        std::memcpy(out, in, bytes_per_rank);
+    }
+}
+
 void Communicator::barrier() {
     record(CollectiveKind::kBarrier, 0);
     if (m_size > 1) do_barrier();

@@ -100,6 +100,10 @@ class MpiCommunicator final : public Communicator {
     void do_broadcast_bytes(void* buf, size_t bytes, int root) override {
         ZT_MPI_CHECK(MPI_Bcast(buf, checked_count(bytes, "broadcast"), MPI_BYTE, root, m_comm));
     }
+    void do_all_gather_bytes(const void* in, void* out, size_t bytes_per_rank) override {
+        const int n = checked_count(bytes_per_rank, "all_gather_bytes");
+        ZT_MPI_CHECK(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, m_comm));
+    }
     void do_barrier() override { ZT_MPI_CHECK(MPI_Barrier(m_comm)); }
     void do_all_reduce_scalars(double* values, size_t count, ReduceOp op) override {
         ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count, "all_reduce_scalars"), MPI_DOUBLE,

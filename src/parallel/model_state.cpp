@@ -161,6 +161,16 @@ float* ModelState::master_base(int unit) {
     return m_stage == 0 ? m : m - m_shards[static_cast<size_t>(unit)].begin(m_rank);
 }
 
+float* ModelState::adam_m_base(int unit) {
+    const size_t i = static_cast<size_t>(unit);
+    return m_adam_m[i] - (m_stage == 0 ? 0 : m_shards[i].begin(m_rank));
+}
+
+float* ModelState::adam_v_base(int unit) {
+    const size_t i = static_cast<size_t>(unit);
+    return m_adam_v[i] - (m_stage == 0 ? 0 : m_shards[i].begin(m_rank));
+}
+
 const float* ModelState::owned_grads_f32(int unit) {
     if (m_work == DType::kF32) return static_cast<const float*>(grad_ptr(unit, 0));
     const size_t b = owned_begin(unit);
@@ -368,10 +378,17 @@ void ModelState::optimizer_step(const AdamWStep& step) {
             m_backend.adamw_update(p + seg.begin, m + seg.begin, v + seg.begin, g + seg.begin,
                                    seg.end - seg.begin, s);
         }
-        // 16-bit: the working copy of the owned elements is the rounded master.
+    }
+    sync_working_from_master();
+}
+
+void ModelState::sync_working_from_master() {
+    for (int u = 0; u < m_layout.num_units(); ++u) {
+        // 16-bit: the working copy of the owned elements is the rounded master. (In fp32 the
+        // working copy is the master.)
         const size_t b = owned_begin(u);
         const size_t e = owned_end(u);
-        if (m_work != DType::kF32 && e > b) convert_from_f32(p + b, work_ptr(u, b), e - b, m_work);
+        if (m_work != DType::kF32 && e > b) convert_from_f32(master_base(u) + b, work_ptr(u, b), e - b, m_work);
     }
     if (m_stage == 1 || m_stage == 2) {
         for (int u = 0; u < m_layout.num_units(); ++u) {

@@ -7,9 +7,9 @@
 
 namespace zt {
 
-MetricsLog::MetricsLog(const std::string& path) : m_path(path) {
+MetricsLog::MetricsLog(const std::string& path, bool append) : m_path(path) {
     if (path.empty()) return;
-    m_file = std::fopen(path.c_str(), "w");
+    m_file = std::fopen(path.c_str(), append ? "a" : "w");
     if (m_file == nullptr) {
         throw Error(str("cannot open ", path, " for writing: ", std::strerror(errno)));
     }

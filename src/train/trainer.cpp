@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include <thread>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
@@ -163,6 +165,31 @@ void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage
     std::printf("  %-12s %10.2f   %s\n", "scratch", sb.scratch / mib, "gathered units, gradient scratch (peak)");
 }
 
+/// Turns SIGTERM, SIGINT and SIGUSR1 into a flag read at step boundaries (Slurm sends one
+/// of them before preempting or at the time limit). The previous handlers come back when the
+/// training loop ends.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+class StopSignals {
+  public:
+    StopSignals() {
+        g_stop_signal = 0;
+        for (int i = 0; i < 3; ++i) m_previous[i] = std::signal(kSignals[i], on_stop_signal);
+    }
+    ~StopSignals() {
+        for (int i = 0; i < 3; ++i) std::signal(kSignals[i], m_previous[i]);
+    }
+    StopSignals(const StopSignals&) = delete;
+    StopSignals& operator=(const StopSignals&) = delete;
+    double pending() const { return static_cast<double>(g_stop_signal); }
+
+  private:
+    static constexpr int kSignals[3] = {SIGTERM, SIGINT, SIGUSR1};
+    void (*m_previous[3])(int);
+};
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
@@ -176,10 +203,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     ZT_INPUT_CHECK(!cfg.train.recompute, "train.recompute = true: activation recomputation is not implemented yet");
     ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = '", cfg.model.init_from,
                    "': starting from a weights file is not implemented yet");
-    ZT_INPUT_CHECK(cfg.checkpoint.every == 0, "checkpoint.every = ", cfg.checkpoint.every,
-                   ": checkpoints are not implemented yet");
-    ZT_INPUT_CHECK(cfg.checkpoint.resume == "auto" || cfg.checkpoint.resume == "never",
-                   "checkpoint.resume = '", cfg.checkpoint.resume, "': checkpoints are not implemented yet");
     const bool root = rank == 0;
     const ModelConfig& mc = cfg.model;
     const TrainConfig& tc = cfg.train;
@@ -207,7 +230,10 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         if (ec) throw InputError(str("run.dir: cannot create '", cfg.run.dir, "': ", ec.message()));
         std::ofstream(run_dir / "config.ini") << to_ini(cfg);
     }
-    MetricsLog metrics(root ? (run_dir / "metrics.jsonl").string() : std::string());
+    const std::string ckpt_dir = cfg.checkpoint.dir.empty() ? (run_dir / "checkpoints").string() : cfg.checkpoint.dir;
+    const std::string resume_dir = resolve_resume(cfg.checkpoint.resume, ckpt_dir);
+    // A resumed run appends to the metrics of the run it continues.
+    MetricsLog metrics(root ? (run_dir / "metrics.jsonl").string() : std::string(), !resume_dir.empty());
 
     // ---- model ----
     // Ranks on one node share its cores unless told otherwise.
@@ -233,6 +259,21 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     scfg.hysteresis = cfg.precision.hysteresis;
     scfg.min_scale = std::min(cfg.precision.min_scale, scfg.init_scale);
     LossScaler scaler(scfg);
+
+    // ---- resume ----
+    TrainProgress progress;
+    if (!resume_dir.empty()) {
+        progress = load_checkpoint(resume_dir, state, comm);
+        if (fp16) scaler.restore(progress.loss_scale, progress.scaler_clean_steps, progress.scaler_hysteresis_left);
+        if (root) {
+            std::printf("ztrain: resumed from %s at step %ld (%llu samples seen)\n", resume_dir.c_str(), progress.step,
+                        static_cast<unsigned long long>(progress.samples_seen));
+            if (progress.step >= tc.max_steps) {
+                std::printf("ztrain: the checkpoint already reaches train.max_steps = %d: nothing to train "
+                            "(raise train.max_steps, or --checkpoint.resume=never to start over)\n", tc.max_steps);
+            }
+        }
+    }
     const StateBytes sb = state.bytes();
     size_t n_params = 0;  // real parameters (the manifest), not alignment gaps
     for (const ParamSpec& p : model.layout().params) n_params += p.numel;
@@ -312,9 +353,30 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
 
     const auto run_start = Clock::now();
     double train_seconds = 0.0;
-    long applied_steps = 0;  // optimizer and LR-schedule steps actually taken (skips excluded)
-    int bad_steps = 0;       // consecutive skipped steps
-    for (long step = 0; step < tc.max_steps; ++step) {
+    long applied_steps = progress.applied_steps;  // optimizer/LR-schedule steps taken (skips excluded)
+    int bad_steps = progress.bad_steps;           // consecutive skipped steps
+    uint64_t samples_seen = progress.samples_seen;
+    uint64_t tokens_seen = progress.tokens_seen;
+    const StopSignals signals;  // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary
+    auto save = [&](long step_done) {
+        TrainProgress p;
+        p.step = step_done;
+        p.applied_steps = applied_steps;
+        p.samples_seen = samples_seen;
+        p.tokens_seen = tokens_seen;
+        p.loss_scale = scaler.scale();
+        p.scaler_clean_steps = scaler.clean_steps();
+        p.scaler_hysteresis_left = scaler.hysteresis_left();
+        p.bad_steps = bad_steps;
+        const auto t_save = Clock::now();
+        const std::string dir = save_checkpoint(ckpt_dir, state, comm, p, to_ini(cfg), cfg.precision.dtype, tc.seed,
+                                                cfg.checkpoint.keep);
+        if (root) {
+            std::printf("ztrain: checkpoint %s written in %.2f s\n", dir.c_str(), seconds_since(t_save));
+            std::fflush(stdout);
+        }
+    };
+    for (long step = progress.step; step < tc.max_steps; ++step) {
         const auto t0 = Clock::now();
         comm.reset_stats();
         state.zero_grads();
@@ -323,8 +385,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         const float dloss_step = static_cast<float>(scale / (static_cast<double>(global_batch) * T));
         double loss_sum = 0.0;
         for (int a = 0; a < tc.grad_accum; ++a) {
-            const uint64_t first = static_cast<uint64_t>(step * global_batch +
-                                                         (static_cast<long>(rank) * tc.grad_accum + a) * B);
+            const uint64_t first =
+                samples_seen + static_cast<uint64_t>((static_cast<long>(rank) * tc.grad_accum + a) * B);
             train_sampler.fill(first, B, inputs.data(), targets.data());
             state.begin_micro_step(a == 0, a == tc.grad_accum - 1);
             loss_sum += model.forward(state, inputs.data(), targets.data(), B, T, dloss_step);
@@ -373,7 +435,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         const double step_s = seconds_since(t0);
         if (step > 0 || tc.max_steps == 1) train_seconds += step_s;  // step 0 warms caches
         const long done = step + 1;
-        const double tokens = static_cast<double>(done) * static_cast<double>(global_batch) * T;
+        samples_seen += static_cast<uint64_t>(global_batch);
+        tokens_seen += static_cast<uint64_t>(global_batch) * static_cast<uint64_t>(T);
+        const double tokens = static_cast<double>(tokens_seen);
         const double tok_per_s = static_cast<double>(global_batch) * T / step_s;
         summary.losses.push_back(loss);
         summary.loss_scales.push_back(scale);
@@ -404,6 +468,19 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             }
         }
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) evaluate(done);
+        // Ranks agree on a pending stop signal at the step boundary, so all save together.
+        double stop = signals.pending();
+        comm.all_reduce_scalars(&stop, 1, ReduceOp::kMax);
+        const bool periodic = cfg.checkpoint.every > 0 && done % cfg.checkpoint.every == 0;
+        if (stop > 0 || periodic || done == tc.max_steps) save(done);
+        if (stop > 0) {
+            if (root) {
+                std::printf("ztrain: stopped by signal %d after step %ld; resume with checkpoint.resume=auto\n",
+                            static_cast<int>(stop), done);
+            }
+            summary.stopped_by_signal = true;
+            break;
+        }
     }
     if (root) {
         std::printf("ztrain: %d steps in %s\n", summary.steps, format_duration(seconds_since(run_start)).c_str());

@@ -94,6 +94,8 @@ class Communicator {
     void broadcast(float* buf, size_t count, int root);
     /// Raw bytes from root (e.g. an NCCL unique id during bootstrap).
     void broadcast_bytes(void* buf, size_t bytes, int root);
+    /// Host bytes from every rank: out holds size() * bytes_per_rank (small records only).
+    void all_gather_bytes(const void* in, void* out, size_t bytes_per_rank);
     void barrier();
     /// Small host reductions (loss sums, norms, flags), counted under "scalar".
     void all_reduce_scalars(double* values, size_t count, ReduceOp op = ReduceOp::kSum);
@@ -118,6 +120,7 @@ class Communicator {
     virtual void do_reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op, DType dt) = 0;
     virtual void do_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) = 0;
     virtual void do_broadcast_bytes(void* buf, size_t bytes, int root) = 0;
+    virtual void do_all_gather_bytes(const void* in, void* out, size_t bytes_per_rank) = 0;
     virtual void do_barrier() = 0;
     virtual void do_all_reduce_scalars(double* values, size_t count, ReduceOp op) = 0;
     virtual CommRequest do_start_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) = 0;

@@ -100,6 +100,17 @@ class ModelState : public UnitStore {
     DType work_dtype() const { return m_work; }
     DType reduce_dtype() const { return m_reduce; }
 
+    // ---- checkpoints: this rank's owned elements [owned_begin, owned_end) of each unit ----
+    size_t owned_begin(int unit) const;
+    size_t owned_end(int unit) const;
+    /// Base pointers such that base[e] is unit element e, valid for owned elements.
+    float* master_base(int unit);
+    float* adam_m_base(int unit);
+    float* adam_v_base(int unit);
+    /// After master weights were overwritten (checkpoint load): recompute the working copy
+    /// from them and re-assemble full parameters where the stage keeps them. Collective.
+    void sync_working_from_master();
+
     // ---- test hooks ----
     /// This rank's master weights, AdamW m and v over its owned elements, concatenated.
     std::vector<float> owned_optimizer_state();
@@ -118,9 +129,6 @@ class ModelState : public UnitStore {
     void pool_give(void* p, size_t bytes);
     void* work_ptr(int unit, size_t element);   // working params of a replicated stage (or shard)
     void* grad_ptr(int unit, size_t element);   // stored gradient at unit element (owned range)
-    float* master_base(int unit);               // element e at master_base(unit)[e] (owned range)
-    size_t owned_begin(int unit) const;
-    size_t owned_end(int unit) const;
     /// fp32 gradients of the owned range: base[e] for e in [owned_begin, owned_end). Either
     /// the storage itself (fp32) or a converted copy valid until the next call.
     const float* owned_grads_f32(int unit);

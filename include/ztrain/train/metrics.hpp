@@ -10,9 +10,9 @@ namespace zt {
 
 class MetricsLog {
   public:
-    /// Opens PATH for writing (truncates). An empty path makes a log that drops records
-    /// (every rank but 0).
-    explicit MetricsLog(const std::string& path);
+    /// Opens PATH for writing (truncated, or appended to when `append`: a resumed run). An
+    /// empty path makes a log that drops records (every rank but 0).
+    explicit MetricsLog(const std::string& path, bool append = false);
     ~MetricsLog();
     MetricsLog(const MetricsLog&) = delete;
     MetricsLog& operator=(const MetricsLog&) = delete;

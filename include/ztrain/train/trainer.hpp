@@ -24,6 +24,7 @@ struct TrainSummary {
     std::vector<double> val_losses;  ///< per evaluation
     std::string last_sample;
     std::vector<float> final_params;  ///< all units' unpadded parameters, when asked for
+    bool stopped_by_signal = false;   ///< a stop signal ended the run after a checkpoint
 };
 
 struct TrainOptions {

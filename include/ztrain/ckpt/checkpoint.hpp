@@ -1,0 +1,87 @@
+// Sharded HDF5 checkpoints: save, verify, load at any world size and ZeRO stage.
+//
+// Layout (one file per rank, written independently: works on any file system, needs no
+// collective I/O, and a rank's write cost does not depend on the others):
+//
+//   CKPT_DIR/step_00000100/
+//     meta.h5                         rank 0: /meta_json (uint8 dataset, the JSON below)
+//     shard_00000_of_00004.h5 ...     each rank that owns elements:
+//                                       /unit_00003/master   float32 [end - begin]
+//                                       /unit_00003/adam_m   float32 [end - begin]
+//                                       /unit_00003/adam_v   float32 [end - begin]
+//                                     attributes on /unit_00003: begin, end (unit elements)
+//   CKPT_DIR/latest                   text: the newest complete step directory's name
+//
+// Every dataset is chunked with HDF5's Fletcher32 filter, so HDF5 verifies it on every
+// read; in addition meta_json lists every shard file with its size and a 64-bit FNV-1a hash
+// of its bytes, checked before a shard is used, so damage anywhere in a shard file (data
+// or HDF5 structure) is caught.
+//
+// A checkpoint is complete or absent: every file goes to step_N.partial/, each rank fsyncs
+// its file, rank 0 writes meta.h5 (with the other files' hashes) after a barrier, renames
+// the directory to step_N, fsyncs CKPT_DIR and replaces `latest` atomically (write to
+// latest.tmp, fsync, rename). Older complete checkpoints beyond checkpoint.keep are removed.
+//
+// meta_json fields: format ("ztrain-checkpoint"), version (1), step, applied_steps,
+// samples_seen, tokens_seen, world_size, zero_stage, dtype, seed, scaler {scale,
+// clean_steps, hysteresis_left}, bad_steps, config_ini, model {n_layer, n_head, n_embd,
+// seq_len, vocab_size, padded_vocab}, units [numel per unit], tensors [{name, unit, offset,
+// shape}], shards [{file, rank, bytes, fnv1a64, units [{unit, begin, end}]}].
+//
+// Not here: what triggers a save (the trainer), consolidation to one file (zt-consolidate).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+class Communicator;
+class ModelState;
+
+/// Training-loop state that travels with the weights.
+struct TrainProgress {
+    long step = 0;             ///< optimizer-loop steps done (skipped ones included)
+    long applied_steps = 0;    ///< steps whose update was applied (LR schedule, AdamW t)
+    uint64_t samples_seen = 0; ///< global data cursor: the next step starts at this sample
+    uint64_t tokens_seen = 0;
+    double loss_scale = 1.0;
+    int scaler_clean_steps = 0;
+    int scaler_hysteresis_left = 0;
+    int bad_steps = 0;
+};
+
+/// "step_00000100"
+std::string checkpoint_dir_name(long step);
+
+/// 64-bit FNV-1a over a whole file's bytes (streamed). Throws Error naming the file.
+uint64_t file_fnv1a64(const std::string& path);
+
+/// Writes a checkpoint of `state` + `progress` into ckpt_dir (collective: every rank calls
+/// it). `config_ini` is the resolved deck. Returns the final directory path. Throws Error
+/// naming the file on any I/O failure; a failed save leaves at most a *.partial directory,
+/// never a damaged complete checkpoint or `latest`.
+std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
+                            const TrainProgress& progress, const std::string& config_ini,
+                            const std::string& dtype_name, uint64_t seed, int keep);
+
+/// Resolves checkpoint.resume: "never" -> ""; "auto" -> the directory `latest` names in
+/// ckpt_dir, or "" when there is none; otherwise the given path (a step directory, or a
+/// checkpoint directory holding `latest`). Throws InputError for a path that does not exist
+/// or a `latest` that names something outside ckpt_dir.
+std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir);
+
+/// Reads and verifies a checkpoint's meta.h5 (every rank may call it). Throws InputError
+/// naming the file when it is missing, unreadable or fails its checks.
+nlohmann::json read_checkpoint_meta(const std::string& step_dir);
+
+/// Loads master weights and AdamW state into `state` (any world size / stage: each rank
+/// reads the intersection of its owned ranges with the saved ones) and returns the
+/// progress. Verifies every shard it reads. Collective. Throws InputError naming the file and
+/// what differs when the checkpoint does not fit the model (shapes, tensor names).
+TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm);
+
+}  // namespace zt

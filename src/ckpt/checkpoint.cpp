@@ -1,0 +1,510 @@
+// Sharded HDF5 checkpoints (format and guarantees: checkpoint.hpp).
+//
+// Failure handling: every collective phase ends with an agreement (all ranks learn whether
+// any rank failed, and the first failing rank's message), so a failure on one rank never
+// leaves the others waiting, and every rank throws the same error.
+#include "ztrain/ckpt/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zt {
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+constexpr const char* kFormatName = "ztrain-checkpoint";
+constexpr hsize_t kChunkElements = 1 << 20;  // 4 MiB fp32 chunks, each with its Fletcher32
+
+/// HDF5 prints its own error stack by default; ztrain reports errors itself, with the file.
+void silence_hdf5() {
+    static bool done = false;
+    if (!done) {
+        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+        done = true;
+    }
+}
+
+/// An HDF5 identifier closed on scope exit.
+class H5Handle {
+  public:
+    H5Handle(hid_t id, herr_t (*close)(hid_t)) : m_id(id), m_close(close) {}
+    ~H5Handle() {
+        if (m_id >= 0) m_close(m_id);
+    }
+    H5Handle(const H5Handle&) = delete;
+    H5Handle& operator=(const H5Handle&) = delete;
+    hid_t get() const { return m_id; }
+    bool ok() const { return m_id >= 0; }
+
+  private:
+    hid_t m_id;
+    herr_t (*m_close)(hid_t);
+};
+
+/// Throws Error (or InputError for reads of user-supplied files) naming the file.
+void h5_require(bool ok, bool input, const std::string& file, const std::string& what) {
+    if (ok) return;
+    if (input) throw InputError(str(file, ": ", what));
+    throw Error(str(file, ": ", what));
+}
+
+void fsync_path(const std::string& path, bool directory) {
+    const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+    if (fd < 0) throw Error(str("cannot open ", path, " to sync it: ", std::strerror(errno)));
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) throw Error(str("fsync ", path, " failed: ", std::strerror(err)));
+}
+
+void write_float_dataset(hid_t group, const char* name, const float* data, size_t n, const std::string& file) {
+    const hsize_t dims[1] = {static_cast<hsize_t>(n)};
+    H5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    const hsize_t chunk[1] = {std::min<hsize_t>(dims[0], kChunkElements)};
+    h5_require(space.ok() && dcpl.ok() && H5Pset_chunk(dcpl.get(), 1, chunk) >= 0 &&
+                   H5Pset_fletcher32(dcpl.get()) >= 0,
+               false, file, str("cannot set up dataset ", name));
+    H5Handle ds(H5Dcreate2(group, name, H5T_NATIVE_FLOAT, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                H5Dclose);
+    h5_require(ds.ok(), false, file, str("cannot create dataset ", name));
+    h5_require(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, false, file,
+               str("cannot write dataset ", name, " (disk full?)"));
+}
+
+void write_u64_attr(hid_t obj, const char* name, uint64_t v, const std::string& file) {
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    H5Handle attr(H5Acreate2(obj, name, H5T_NATIVE_UINT64, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    h5_require(attr.ok() && H5Awrite(attr.get(), H5T_NATIVE_UINT64, &v) >= 0, false, file,
+               str("cannot write attribute ", name));
+}
+
+uint64_t read_u64_attr(hid_t obj, const char* name, const std::string& file) {
+    H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+    uint64_t v = 0;
+    h5_require(attr.ok() && H5Aread(attr.get(), H5T_NATIVE_UINT64, &v) >= 0, true, file,
+               str("missing or unreadable attribute ", name));
+    return v;
+}
+
+/// Reads elements [first, first + n) of a 1-D float dataset; Fletcher32 is verified by HDF5.
+void read_float_range(hid_t group, const char* name, size_t first, size_t n, float* out, const std::string& file) {
+    H5Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+    h5_require(ds.ok(), true, file, str("missing dataset ", name));
+    H5Handle space(H5Dget_space(ds.get()), H5Sclose);
+    hsize_t dims[1] = {0};
+    h5_require(space.ok() && H5Sget_simple_extent_ndims(space.get()) == 1 &&
+                   H5Sget_simple_extent_dims(space.get(), dims, nullptr) == 1,
+               true, file, str("dataset ", name, " is not one-dimensional"));
+    h5_require(first + n <= dims[0], true, file,
+               str("dataset ", name, " has ", dims[0], " elements, need [", first, ", ", first + n, ")"));
+    const hsize_t start[1] = {static_cast<hsize_t>(first)};
+    const hsize_t count[1] = {static_cast<hsize_t>(n)};
+    H5Handle mem(H5Screate_simple(1, count, nullptr), H5Sclose);
+    h5_require(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0, true, file,
+               str("cannot select a range of ", name));
+    h5_require(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, out) >= 0, true, file,
+               str("dataset ", name, " failed its checksum or could not be read (damaged file?)"));
+}
+
+std::string shard_file_name(int rank, int world) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d.h5", rank, world);
+    return buf;
+}
+
+std::string unit_group_name(int unit) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "unit_%05d", unit);
+    return buf;
+}
+
+/// Runs `body` on every rank; if any rank throws, every rank throws the first failing
+/// rank's message (InputError if that one was an InputError). Collective.
+void agree(Communicator& comm, const std::function<void()>& body) {
+    std::string msg;
+    double kind = 0;  // 0 ok, 1 Error, 2 InputError
+    try {
+        body();
+    } catch (const InputError& e) {
+        msg = e.what();
+        kind = 2;
+    } catch (const std::exception& e) {
+        msg = e.what();
+        kind = 1;
+    }
+    // The lowest failing rank speaks for everyone: max of -rank is the smallest failing rank.
+    double first = kind > 0 ? -static_cast<double>(comm.rank()) : -static_cast<double>(comm.size());
+    comm.all_reduce_scalars(&first, 1, ReduceOp::kMax);
+    const int failing = static_cast<int>(-first);
+    if (failing >= comm.size()) return;
+    double k = failing == comm.rank() ? kind : 0;
+    comm.all_reduce_scalars(&k, 1, ReduceOp::kMax);
+    uint64_t len = failing == comm.rank() ? msg.size() : 0;
+    comm.broadcast_bytes(&len, sizeof len, failing);
+    msg.resize(len);
+    comm.broadcast_bytes(msg.data(), len, failing);
+    if (failing != comm.rank()) msg = str(msg, " (reported by rank ", failing, ")");
+    if (k >= 2) throw InputError(msg);
+    throw Error(msg);
+}
+
+/// What each rank tells rank 0 about the shard file it wrote.
+struct ShardRecord {
+    uint64_t bytes = 0;
+    uint64_t fnv = 0;
+    uint64_t written = 0;  // 1 if this rank wrote a file
+};
+
+bool rank_writes(const ModelState& state, int rank) { return state.zero_stage() > 0 || rank == 0; }
+
+nlohmann::json layout_json(const ModelLayout& layout) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const ParamSpec& p : layout.params) {
+        tensors.push_back({{"name", p.name}, {"unit", p.unit}, {"offset", p.offset}, {"shape", p.shape}});
+    }
+    return tensors;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(long step) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "step_%08ld", step);
+    return buf;
+}
+
+uint64_t file_fnv1a64(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(str(path, ": cannot open to verify its checksum"));
+    uint64_t h = 1469598103934665603ull;
+    std::vector<char> buf(1 << 20);
+    while (in) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        const std::streamsize got = in.gcount();
+        for (std::streamsize i = 0; i < got; ++i) {
+            h ^= static_cast<unsigned char>(buf[static_cast<size_t>(i)]);
+            h *= 1099511628211ull;
+        }
+    }
+    return h;
+}
+
+std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
+                            const TrainProgress& progress, const std::string& config_ini,
+                            const std::string& dtype, uint64_t seed, int keep) {
+    silence_hdf5();
+    const int rank = comm.rank();
+    const int world = comm.size();
+    const std::string name = checkpoint_dir_name(progress.step);
+    const std::string final_dir = (fs::path(ckpt_dir) / name).string();
+    const std::string partial = final_dir + ".partial";
+
+    agree(comm, [&] {
+        if (rank != 0) return;
+        std::error_code ec;
+        fs::create_directories(ckpt_dir, ec);
+        if (ec) throw Error(str(ckpt_dir, ": cannot create checkpoint directory: ", ec.message()));
+        fs::remove_all(partial, ec);
+        fs::create_directories(partial, ec);
+        if (ec) throw Error(str(partial, ": cannot create: ", ec.message()));
+    });
+
+    ShardRecord mine;
+    agree(comm, [&] {
+        if (!rank_writes(state, rank)) return;
+        const std::string file = (fs::path(partial) / shard_file_name(rank, world)).string();
+        {
+            H5Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+            h5_require(f.ok(), false, file, "cannot create (permissions? disk full?)");
+            for (int u = 0; u < state.layout().num_units(); ++u) {
+                const size_t b = state.owned_begin(u);
+                const size_t e = state.owned_end(u);
+                if (e <= b) continue;
+                H5Handle g(H5Gcreate2(f.get(), unit_group_name(u).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                           H5Gclose);
+                h5_require(g.ok(), false, file, str("cannot create group ", unit_group_name(u)));
+                write_u64_attr(g.get(), "begin", b, file);
+                write_u64_attr(g.get(), "end", e, file);
+                write_float_dataset(g.get(), "master", state.master_base(u) + b, e - b, file);
+                write_float_dataset(g.get(), "adam_m", state.adam_m_base(u) + b, e - b, file);
+                write_float_dataset(g.get(), "adam_v", state.adam_v_base(u) + b, e - b, file);
+            }
+            h5_require(H5Fflush(f.get(), H5F_SCOPE_GLOBAL) >= 0, false, file, "cannot flush (disk full?)");
+        }
+        fsync_path(file, false);
+        mine.written = 1;
+        mine.bytes = static_cast<uint64_t>(fs::file_size(file));
+        mine.fnv = file_fnv1a64(file);
+    });
+
+    std::vector<ShardRecord> records(static_cast<size_t>(world));
+    comm.all_gather_bytes(&mine, records.data(), sizeof(ShardRecord));
+
+    agree(comm, [&] {
+        if (rank != 0) return;
+        const ModelLayout& layout = state.layout();
+        const auto shards = make_unit_shards(layout.unit_numel, world);
+        nlohmann::json meta;
+        meta["format"] = kFormatName;
+        meta["version"] = kFormatVersion;
+        meta["step"] = progress.step;
+        meta["applied_steps"] = progress.applied_steps;
+        meta["samples_seen"] = progress.samples_seen;
+        meta["tokens_seen"] = progress.tokens_seen;
+        meta["world_size"] = world;
+        meta["zero_stage"] = state.zero_stage();
+        meta["dtype"] = dtype;
+        meta["seed"] = seed;
+        meta["scaler"] = {{"scale", progress.loss_scale},
+                          {"clean_steps", progress.scaler_clean_steps},
+                          {"hysteresis_left", progress.scaler_hysteresis_left}};
+        meta["bad_steps"] = progress.bad_steps;
+        meta["config_ini"] = config_ini;
+        meta["units"] = layout.unit_numel;
+        meta["tensors"] = layout_json(layout);
+        nlohmann::json shard_list = nlohmann::json::array();
+        for (int r = 0; r < world; ++r) {
+            const ShardRecord& rec = records[static_cast<size_t>(r)];
+            if (!rec.written) continue;
+            nlohmann::json units = nlohmann::json::array();
+            for (int u = 0; u < layout.num_units(); ++u) {
+                const UnitShard& s = shards[static_cast<size_t>(u)];
+                const size_t b = state.zero_stage() == 0 ? 0 : s.begin(r);
+                const size_t e = state.zero_stage() == 0 ? s.numel : s.live_end(r);
+                if (e > b) units.push_back({{"unit", u}, {"begin", b}, {"end", e}});
+            }
+            shard_list.push_back({{"file", shard_file_name(r, world)}, {"rank", r}, {"bytes", rec.bytes},
+                                  {"fnv1a64", rec.fnv}, {"units", units}});
+        }
+        meta["shards"] = shard_list;
+        const std::string text = meta.dump(1);
+        const std::string file = (fs::path(partial) / "meta.h5").string();
+        {
+            H5Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+            h5_require(f.ok(), false, file, "cannot create (permissions? disk full?)");
+            const hsize_t dims[1] = {static_cast<hsize_t>(text.size())};
+            H5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+            H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+            const hsize_t chunk[1] = {std::min<hsize_t>(dims[0], kChunkElements)};
+            h5_require(H5Pset_chunk(dcpl.get(), 1, chunk) >= 0 && H5Pset_fletcher32(dcpl.get()) >= 0, false, file,
+                       "cannot set up meta_json");
+            H5Handle ds(H5Dcreate2(f.get(), "meta_json", H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, dcpl.get(),
+                                   H5P_DEFAULT),
+                        H5Dclose);
+            h5_require(ds.ok() && H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0,
+                       false, file, "cannot write meta_json (disk full?)");
+            write_u64_attr(ds.get(), "fnv1a64", [&] {
+                uint64_t h = 1469598103934665603ull;
+                for (unsigned char c : text) {
+                    h ^= c;
+                    h *= 1099511628211ull;
+                }
+                return h;
+            }(), file);
+            h5_require(H5Fflush(f.get(), H5F_SCOPE_GLOBAL) >= 0, false, file, "cannot flush (disk full?)");
+        }
+        fsync_path(file, false);
+        fsync_path(partial, true);
+        // Publish: the directory rename is atomic; `latest` moves only after it.
+        std::error_code ec;
+        if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
+        fs::rename(partial, final_dir, ec);
+        if (ec) throw Error(str("cannot rename ", partial, " to ", final_dir, ": ", ec.message()));
+        fsync_path(ckpt_dir, true);
+        const std::string latest = (fs::path(ckpt_dir) / "latest").string();
+        {
+            std::ofstream out(latest + ".tmp", std::ios::trunc);
+            out << name << "\n";
+            out.flush();
+            if (!out) throw Error(str("cannot write ", latest, ".tmp (disk full?)"));
+        }
+        fsync_path(latest + ".tmp", false);
+        fs::rename(latest + ".tmp", latest, ec);
+        if (ec) throw Error(str("cannot replace ", latest, ": ", ec.message()));
+        fsync_path(ckpt_dir, true);
+        // Keep the newest `keep` complete checkpoints.
+        std::vector<std::string> steps;
+        for (const auto& entry : fs::directory_iterator(ckpt_dir)) {
+            const std::string n = entry.path().filename().string();
+            if (entry.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos) {
+                steps.push_back(n);
+            }
+        }
+        std::sort(steps.begin(), steps.end());
+        for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
+            if (steps[i] == name) continue;
+            fs::remove_all(fs::path(ckpt_dir) / steps[i], ec);
+        }
+    });
+    return final_dir;
+}
+
+std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir) {
+    if (resume == "never") return "";
+    auto from_latest = [](const std::string& dir, bool required) -> std::string {
+        const fs::path latest = fs::path(dir) / "latest";
+        if (!fs::exists(latest)) {
+            if (required) throw InputError(str(dir, ": no 'latest' file: not a checkpoint directory"));
+            return "";
+        }
+        std::ifstream in(latest);
+        std::string name;
+        std::getline(in, name);
+        // `latest` names a directory inside the checkpoint directory, nothing else.
+        const bool plain = !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+        if (!plain) {
+            throw InputError(str(latest.string(), ": names '", name,
+                                 "', which is not a step directory inside ", dir));
+        }
+        const fs::path step = fs::path(dir) / name;
+        if (!fs::is_directory(step)) {
+            throw InputError(str(latest.string(), ": names '", name, "', which does not exist in ", dir));
+        }
+        return step.string();
+    };
+    if (resume == "auto") return from_latest(ckpt_dir, false);
+    if (!fs::exists(resume)) throw InputError(str("checkpoint.resume: '", resume, "' does not exist"));
+    if (fs::exists(fs::path(resume) / "meta.h5")) return resume;
+    return from_latest(resume, true);
+}
+
+nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
+    silence_hdf5();
+    const std::string file = (fs::path(step_dir) / "meta.h5").string();
+    if (!fs::exists(file)) throw InputError(str(file, ": missing (incomplete or not a checkpoint)"));
+    H5Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    h5_require(f.ok(), true, file, "cannot open as HDF5 (damaged or truncated?)");
+    H5Handle ds(H5Dopen2(f.get(), "meta_json", H5P_DEFAULT), H5Dclose);
+    h5_require(ds.ok(), true, file, "no meta_json dataset (not a ztrain checkpoint?)");
+    H5Handle space(H5Dget_space(ds.get()), H5Sclose);
+    hsize_t dims[1] = {0};
+    h5_require(space.ok() && H5Sget_simple_extent_ndims(space.get()) == 1 &&
+                   H5Sget_simple_extent_dims(space.get(), dims, nullptr) == 1 && dims[0] <= (hsize_t{1} << 30),
+               true, file, "meta_json has an unexpected shape");
+    std::string text(static_cast<size_t>(dims[0]), '\0');
+    h5_require(H5Dread(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0, true, file,
+               "meta_json failed its checksum or could not be read (damaged file?)");
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : text) {
+        h ^= c;
+        h *= 1099511628211ull;
+    }
+    h5_require(read_u64_attr(ds.get(), "fnv1a64", file) == h, true, file, "meta_json checksum mismatch (damaged)");
+    nlohmann::json meta;
+    try {
+        meta = nlohmann::json::parse(text);
+    } catch (const std::exception& e) {
+        throw InputError(str(file, ": meta_json is not valid JSON: ", e.what()));
+    }
+    h5_require(meta.value("format", "") == kFormatName, true, file, "not a ztrain checkpoint");
+    h5_require(meta.value("version", 0) == kFormatVersion, true, file,
+               str("format version ", meta.value("version", 0), ", this ztrain reads version ", kFormatVersion));
+    for (const char* key : {"step", "applied_steps", "samples_seen", "units", "tensors", "shards", "scaler"}) {
+        h5_require(meta.contains(key), true, file, str("meta_json lacks '", key, "'"));
+    }
+    return meta;
+}
+
+TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm) {
+    silence_hdf5();
+    TrainProgress p;
+    agree(comm, [&] {
+        const nlohmann::json meta = read_checkpoint_meta(step_dir);
+        const std::string meta_file = (fs::path(step_dir) / "meta.h5").string();
+        const ModelLayout& layout = state.layout();
+        // The model must be the same: same units, same tensors at the same places.
+        const auto units = meta["units"].get<std::vector<size_t>>();
+        if (units != layout.unit_numel) {
+            throw InputError(str(meta_file, ": the checkpoint's model has ", units.size(), " units (",
+                                 units.empty() ? 0 : units[0], " elements in the first); this model has ",
+                                 layout.unit_numel.size(), " (", layout.unit_numel[0],
+                                 "): model.* settings differ from the run that wrote it"));
+        }
+        const nlohmann::json mine = layout_json(layout);
+        for (size_t i = 0; i < mine.size(); ++i) {
+            if (i >= meta["tensors"].size() || meta["tensors"][i] != mine[i]) {
+                throw InputError(str(meta_file, ": tensor ", mine[i]["name"].get<std::string>(),
+                                     " differs from the checkpoint's (", i < meta["tensors"].size() ? meta["tensors"][i].dump() : "absent",
+                                     " vs ", mine[i].dump(), ")"));
+            }
+        }
+        p.step = meta["step"].get<long>();
+        p.applied_steps = meta["applied_steps"].get<long>();
+        p.samples_seen = meta["samples_seen"].get<uint64_t>();
+        p.tokens_seen = meta.value("tokens_seen", uint64_t{0});
+        p.loss_scale = meta["scaler"].value("scale", 1.0);
+        p.scaler_clean_steps = meta["scaler"].value("clean_steps", 0);
+        p.scaler_hysteresis_left = meta["scaler"].value("hysteresis_left", 1);
+        p.bad_steps = meta.value("bad_steps", 0);
+
+        // Every owned element must be covered exactly by the saved ranges.
+        std::vector<size_t> covered(static_cast<size_t>(layout.num_units()), 0);
+        for (const auto& shard : meta["shards"]) {
+            const std::string file = (fs::path(step_dir) / shard.at("file").get<std::string>()).string();
+            bool needed = false;
+            for (const auto& r : shard.at("units")) {
+                const int u = r.at("unit").get<int>();
+                const size_t b = std::max(r.at("begin").get<size_t>(), state.owned_begin(u));
+                const size_t e = std::min(r.at("end").get<size_t>(), state.owned_end(u));
+                if (u >= 0 && u < layout.num_units() && e > b) needed = true;
+            }
+            if (!needed) continue;
+            if (!fs::exists(file)) throw InputError(str(file, ": missing shard file"));
+            const uint64_t bytes = static_cast<uint64_t>(fs::file_size(file));
+            if (bytes != shard.at("bytes").get<uint64_t>()) {
+                throw InputError(str(file, ": ", bytes, " bytes, the checkpoint recorded ",
+                                     shard.at("bytes").get<uint64_t>(), " (truncated or damaged)"));
+            }
+            if (file_fnv1a64(file) != shard.at("fnv1a64").get<uint64_t>()) {
+                throw InputError(str(file, ": checksum mismatch (the file was damaged after it was written)"));
+            }
+            H5Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+            h5_require(f.ok(), true, file, "cannot open as HDF5 (damaged?)");
+            for (const auto& r : shard.at("units")) {
+                const int u = r.at("unit").get<int>();
+                if (u < 0 || u >= layout.num_units()) throw InputError(str(file, ": unit ", u, " out of range"));
+                const size_t sb = r.at("begin").get<size_t>();
+                const size_t b = std::max(sb, state.owned_begin(u));
+                const size_t e = std::min(r.at("end").get<size_t>(), state.owned_end(u));
+                if (e <= b) continue;
+                H5Handle g(H5Gopen2(f.get(), unit_group_name(u).c_str(), H5P_DEFAULT), H5Gclose);
+                h5_require(g.ok(), true, file, str("missing group ", unit_group_name(u)));
+                h5_require(read_u64_attr(g.get(), "begin", file) == sb, true, file,
+                           str(unit_group_name(u), ": begin differs from meta.h5"));
+                read_float_range(g.get(), "master", b - sb, e - b, state.master_base(u) + b, file);
+                read_float_range(g.get(), "adam_m", b - sb, e - b, state.adam_m_base(u) + b, file);
+                read_float_range(g.get(), "adam_v", b - sb, e - b, state.adam_v_base(u) + b, file);
+                covered[static_cast<size_t>(u)] += e - b;
+            }
+        }
+        for (int u = 0; u < layout.num_units(); ++u) {
+            const size_t want = state.owned_end(u) > state.owned_begin(u) ? state.owned_end(u) - state.owned_begin(u) : 0;
+            if (covered[static_cast<size_t>(u)] != want) {
+                throw InputError(str(meta_file, ": the shards cover ", covered[static_cast<size_t>(u)], " of the ", want,
+                                     " elements of unit ", u, " this rank needs (shard files missing from the list?)"));
+            }
+        }
+    });
+    state.sync_working_from_master();
+    return p;
+}
+
+}  // namespace zt

@@ -1,0 +1,176 @@
+// Checkpoint files on one rank: a save/load round trip restores every field and every
+// element; damaged, truncated, mismatched or misdirected checkpoints are refused with a
+// message naming the file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zt {
+namespace {
+
+ModelConfig small_model() {
+    ModelConfig m;
+    m.n_layer = 2;
+    m.n_head = 2;
+    m.n_embd = 16;
+    m.seq_len = 8;
+    m.vocab_size = 40;
+    return m;
+}
+
+/// Fills master, m and v with distinct values so a misplaced element cannot go unnoticed.
+void scribble(ModelState& s, float salt) {
+    for (int u = 0; u < s.layout().num_units(); ++u) {
+        for (size_t e = s.owned_begin(u); e < s.owned_end(u); ++e) {
+            s.master_base(u)[e] = salt + static_cast<float>(u) * 1000.f + static_cast<float>(e) * 0.001f;
+            s.adam_m_base(u)[e] = -salt - static_cast<float>(e);
+            s.adam_v_base(u)[e] = salt * 2 + static_cast<float>(e);
+        }
+    }
+}
+
+struct Fixture {
+    ModelConfig mc = small_model();
+    ModelLayout layout = make_gpt_layout(mc);
+    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    test::ScratchDir dir{"ckpt"};
+    std::string ckpt() const { return dir.file("ckpt"); }
+};
+
+TrainProgress sample_progress() {
+    TrainProgress p;
+    p.step = 7;
+    p.applied_steps = 6;
+    p.samples_seen = 56;
+    p.tokens_seen = 448;
+    p.loss_scale = 8192;
+    p.scaler_clean_steps = 3;
+    p.scaler_hysteresis_left = 1;
+    p.bad_steps = 1;
+    return p;
+}
+
+TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
+    Fixture f;
+    for (DType t : {DType::kF32, DType::kBF16}) {
+        ModelState a(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 1, t, t);
+        scribble(a, 3.f);
+        const std::string dir =
+            save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "[model]\n", dtype_name(t), 1, 2);
+        EXPECT_EQ(fs::path(dir).filename(), "step_00000007");
+        EXPECT_EQ(resolve_resume("auto", f.ckpt()), dir);
+        ModelState b(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 99, t, t);
+        const TrainProgress p = load_checkpoint(dir, b, self_communicator());
+        const TrainProgress want = sample_progress();
+        EXPECT_EQ(p.step, want.step);
+        EXPECT_EQ(p.applied_steps, want.applied_steps);
+        EXPECT_EQ(p.samples_seen, want.samples_seen);
+        EXPECT_EQ(p.tokens_seen, want.tokens_seen);
+        EXPECT_EQ(p.loss_scale, want.loss_scale);
+        EXPECT_EQ(p.scaler_clean_steps, want.scaler_clean_steps);
+        EXPECT_EQ(p.scaler_hysteresis_left, want.scaler_hysteresis_left);
+        EXPECT_EQ(p.bad_steps, want.bad_steps);
+        const std::vector<float> sa = a.owned_optimizer_state();
+        const std::vector<float> sb = b.owned_optimizer_state();
+        ASSERT_EQ(sa.size(), sb.size());
+        EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << dtype_name(t);
+        const nlohmann::json meta = read_checkpoint_meta(dir);
+        EXPECT_EQ(meta["config_ini"], "[model]\n");
+        EXPECT_EQ(meta["dtype"], dtype_name(t));
+        EXPECT_EQ(meta["tensors"].size(), f.layout.params.size());
+    }
+}
+
+TEST(Checkpoint, KeepsOnlyTheNewestAndLatestIsAtomic) {
+    Fixture f;
+    ModelState a(f.layout, *f.backend, 1);
+    TrainProgress p = sample_progress();
+    for (long s : {2, 4, 6, 8}) {
+        p.step = s;
+        save_checkpoint(f.ckpt(), a, self_communicator(), p, "", "fp32", 1, 2);
+    }
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(f.ckpt())) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000006", "step_00000008"}));
+    EXPECT_EQ(test::read_file(f.ckpt() + "/latest"), "step_00000008\n");
+}
+
+template <typename F>
+std::string input_error_of(F&& f) {
+    try {
+        f();
+    } catch (const InputError& e) {
+        return e.what();
+    } catch (const std::exception& e) {
+        return std::string("WRONG EXCEPTION TYPE: ") + e.what();
+    }
+    return "NO ERROR";
+}
+
+TEST(Checkpoint, DamagedTruncatedAndMismatchedCheckpointsAreRefusedNamingTheFile) {
+    Fixture f;
+    ModelState a(f.layout, *f.backend, 1);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    const std::string shard = dir + "/shard_00000_of_00001.h5";
+    const std::string pristine = test::read_file(shard);
+
+    std::string bytes = pristine;
+    bytes[bytes.size() / 2] ^= 0x5a;  // a flipped byte in the middle of the data
+    test::write_file(shard, bytes);
+    ModelState b(f.layout, *f.backend, 1);
+    std::string msg = input_error_of([&] { load_checkpoint(dir, b, self_communicator()); });
+    EXPECT_NE(msg.find(shard), std::string::npos) << msg;
+    EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
+
+    test::write_file(shard, pristine.substr(0, pristine.size() - 100));  // truncated
+    msg = input_error_of([&] { load_checkpoint(dir, b, self_communicator()); });
+    EXPECT_NE(msg.find(shard), std::string::npos) << msg;
+    EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+    test::write_file(shard, pristine);
+
+    // A different model shape.
+    ModelConfig other = f.mc;
+    other.n_embd = 32;
+    const ModelLayout other_layout = make_gpt_layout(other);
+    ModelState c(other_layout, *f.backend, 1);
+    msg = input_error_of([&] { load_checkpoint(dir, c, self_communicator()); });
+    EXPECT_NE(msg.find("meta.h5"), std::string::npos) << msg;
+
+    // meta.h5 flipped byte.
+    const std::string meta = dir + "/meta.h5";
+    std::string m = test::read_file(meta);
+    const std::string m0 = m;
+    m[m.size() - 40] ^= 0x01;
+    test::write_file(meta, m);
+    msg = input_error_of([&] { read_checkpoint_meta(dir); });
+    EXPECT_NE(msg.find(meta), std::string::npos) << msg;
+    test::write_file(meta, m0);
+
+    // `latest` pointing outside the checkpoint directory.
+    test::write_file(f.ckpt() + "/latest", "../../etc\n");
+    msg = input_error_of([&] { resolve_resume("auto", f.ckpt()); });
+    EXPECT_NE(msg.find("latest"), std::string::npos) << msg;
+    // A resume path that does not exist.
+    msg = input_error_of([&] { resolve_resume(f.dir.file("nope"), f.ckpt()); });
+    EXPECT_NE(msg.find("nope"), std::string::npos) << msg;
+    // No checkpoint yet: auto starts fresh.
+    EXPECT_EQ(resolve_resume("auto", f.dir.file("empty")), "");
+    EXPECT_EQ(resolve_resume("never", f.ckpt()), "");
+}
+
+}  // namespace
+}  // namespace zt
