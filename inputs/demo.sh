@@ -16,5 +16,6 @@ if [ ! -f data/fortunes/tokenizer.json ]; then
     --tokenizer byte --doc-separator % --val-fraction 0.05
 fi
 
-bash .ci/mpirun.sh "$NP" build/bin/ztrain --config inputs/demo.ini "$@"
+# A fresh run each time (resume=never); pass --checkpoint.resume=auto to continue one.
+bash .ci/mpirun.sh "$NP" build/bin/ztrain --config inputs/demo.ini --checkpoint.resume=never "$@"
 echo "demo: metrics in run/demo/metrics.jsonl, resolved config in run/demo/config.ini"

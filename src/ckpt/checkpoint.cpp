@@ -423,6 +423,52 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
     return meta;
 }
 
+namespace {
+/// Size and hash check of one shard file against its meta record.
+void verify_shard_file(const std::string& file, const nlohmann::json& shard) {
+    if (!fs::exists(file)) throw InputError(str(file, ": missing shard file"));
+    const uint64_t bytes = static_cast<uint64_t>(fs::file_size(file));
+    if (bytes != shard.at("bytes").get<uint64_t>()) {
+        throw InputError(str(file, ": ", bytes, " bytes, the checkpoint recorded ", shard.at("bytes").get<uint64_t>(),
+                             " (truncated or damaged)"));
+    }
+    if (file_fnv1a64(file) != shard.at("fnv1a64").get<uint64_t>()) {
+        throw InputError(str(file, ": checksum mismatch (the file was damaged after it was written)"));
+    }
+}
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& step_dir)
+    : m_dir(step_dir), m_meta(read_checkpoint_meta(step_dir)) {}
+
+void CheckpointReader::read(int unit, size_t begin, size_t end, const char* which, float* out) {
+    size_t covered = 0;
+    for (const auto& shard : m_meta["shards"]) {
+        const std::string file = (fs::path(m_dir) / shard.at("file").get<std::string>()).string();
+        for (const auto& r : shard.at("units")) {
+            if (r.at("unit").get<int>() != unit) continue;
+            const size_t sb = r.at("begin").get<size_t>();
+            const size_t b = std::max(sb, begin);
+            const size_t e = std::min(r.at("end").get<size_t>(), end);
+            if (e <= b) continue;
+            if (std::find(m_verified.begin(), m_verified.end(), file) == m_verified.end()) {
+                verify_shard_file(file, shard);
+                m_verified.push_back(file);
+            }
+            H5Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+            h5_require(f.ok(), true, file, "cannot open as HDF5 (damaged?)");
+            H5Handle g(H5Gopen2(f.get(), unit_group_name(unit).c_str(), H5P_DEFAULT), H5Gclose);
+            h5_require(g.ok(), true, file, str("missing group ", unit_group_name(unit)));
+            read_float_range(g.get(), which, b - sb, e - b, out + (b - begin), file);
+            covered += e - b;
+        }
+    }
+    if (covered != end - begin) {
+        throw InputError(str(m_dir, ": the shards cover ", covered, " of elements [", begin, ", ", end, ") of unit ",
+                             unit));
+    }
+}
+
 TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm) {
     silence_hdf5();
     TrainProgress p;
@@ -467,15 +513,7 @@ TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Co
                 if (u >= 0 && u < layout.num_units() && e > b) needed = true;
             }
             if (!needed) continue;
-            if (!fs::exists(file)) throw InputError(str(file, ": missing shard file"));
-            const uint64_t bytes = static_cast<uint64_t>(fs::file_size(file));
-            if (bytes != shard.at("bytes").get<uint64_t>()) {
-                throw InputError(str(file, ": ", bytes, " bytes, the checkpoint recorded ",
-                                     shard.at("bytes").get<uint64_t>(), " (truncated or damaged)"));
-            }
-            if (file_fnv1a64(file) != shard.at("fnv1a64").get<uint64_t>()) {
-                throw InputError(str(file, ": checksum mismatch (the file was damaged after it was written)"));
-            }
+            verify_shard_file(file, shard);
             H5Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
             h5_require(f.ok(), true, file, "cannot open as HDF5 (damaged?)");
             for (const auto& r : shard.at("units")) {

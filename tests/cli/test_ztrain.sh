@@ -67,6 +67,24 @@ if command -v mpiexec > /dev/null; then
     --run.dir="$work/run_np2" --train.lr=-1
 fi
 
+# A signal mid-run: checkpoint at the next step boundary, exit 0; a second run resumes.
+sigdir="$work/sig"
+"$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$sigdir" --train.threads=1 --train.max_steps=100000 \
+  --train.log_every=1 > "$work/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "step +3/" "$work/sig.log" 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "stopped by signal 15" "$work/sig.log" && [ -s "$sigdir/checkpoints/latest" ]; then
+  echo "ok: SIGTERM -> checkpoint $(cat "$sigdir/checkpoints/latest") and exit 0"
+  stopped_at=$(sed 's/step_0*//' "$sigdir/checkpoints/latest")
+  expect 0 "resumed from .*at step $stopped_at" "$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$sigdir" \
+    --train.threads=1 --train.max_steps=$((stopped_at + 2))
+else
+  echo "FAIL: SIGTERM run: exit $rc"; tail -5 "$work/sig.log"; failures=$((failures + 1))
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

@@ -78,6 +78,24 @@ std::string resolve_resume(const std::string& resume, const std::string& ckpt_di
 /// naming the file when it is missing, unreadable or fails its checks.
 nlohmann::json read_checkpoint_meta(const std::string& step_dir);
 
+/// Reads elements [begin, end) of one unit's `which` buffer ("master", "adam_m" or
+/// "adam_v") from a checkpoint into out, whatever the world size that wrote it: the range is
+/// assembled from every shard that holds part of it. Each shard file's size and hash are
+/// verified the first time it is used (`verified` remembers which). Throws InputError naming
+/// the file on damage, or when the shards do not cover the range.
+class CheckpointReader {
+  public:
+    explicit CheckpointReader(const std::string& step_dir);
+    const nlohmann::json& meta() const { return m_meta; }
+    const std::string& dir() const { return m_dir; }
+    void read(int unit, size_t begin, size_t end, const char* which, float* out);
+
+  private:
+    std::string m_dir;
+    nlohmann::json m_meta;
+    std::vector<std::string> m_verified;
+};
+
 /// Loads master weights and AdamW state into `state` (any world size / stage: each rank
 /// reads the intersection of its owned ranges with the saved ones) and returns the
 /// progress. Verifies every shard it reads. Collective. Throws InputError naming the file and
