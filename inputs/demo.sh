@@ -16,6 +16,11 @@ if [ ! -f data/fortunes/tokenizer.json ]; then
     --tokenizer byte --doc-separator % --val-fraction 0.05
 fi
 
-# A fresh run each time (resume=never); pass --checkpoint.resume=auto to continue one.
-bash .ci/mpirun.sh "$NP" build/bin/ztrain --config inputs/demo.ini --checkpoint.resume=never "$@"
+# A fresh run each time, unless the caller says otherwise (--checkpoint.resume=auto continues
+# the last run from its newest checkpoint).
+resume=(--checkpoint.resume=never)
+for arg in "$@"; do
+  case "$arg" in --checkpoint.resume*) resume=() ;; esac
+done
+bash .ci/mpirun.sh "$NP" build/bin/ztrain --config inputs/demo.ini "${resume[@]}" "$@"
 echo "demo: metrics in run/demo/metrics.jsonl, resolved config in run/demo/config.ini"
