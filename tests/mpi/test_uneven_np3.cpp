@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "test_support.hpp"
+#include "shared_dir.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/model/gpt.hpp"
@@ -53,17 +53,18 @@ TEST(Uneven, PrimeUnitSizesTrainAtAnyWorldSize) {
     c.train.sample_tokens = 0;
     c.train.threads = 1;
     c.train.log_every = 1000;
-    // Every rank reads its own copy; the world run's metrics go to rank 0's directory.
+    // Every rank reads its own copy of the data; the world runs share one run directory.
     TrainOptions self;
     self.comm = MPI_COMM_SELF;
     Config ref_cfg = c;
     ref_cfg.train.grad_accum = N;
     ref_cfg.run.dir = dir.file("ref");
     const TrainSummary ref = train(ref_cfg, self);
+    test::SharedDir shared("uneven-world");  // a run's directory is shared by its ranks
     for (int stage = 0; stage <= 3; ++stage) {
         Config w = c;
         w.parallel.zero_stage = stage;
-        w.run.dir = dir.file("world" + std::to_string(stage));
+        w.run.dir = shared.file("world" + std::to_string(stage));
         const TrainSummary got = train(w);
         ASSERT_EQ(got.losses.size(), ref.losses.size());
         for (size_t s = 0; s < ref.losses.size(); ++s) {

@@ -45,13 +45,16 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null
 }
 
-# Pids of processes (slurmstepd, job shells, srun, tasks) whose environment names this
-# cluster's config: they belong to this instance and nothing else.
+# Pids of this cluster's job processes (slurmstepd, batch shells, srun, tasks): a slurmstepd
+# (its environment is slurmd's) or a process with SLURM_JOB_ID, whose environment names this
+# cluster's config. Nothing else matches, not even a shell that sourced env.sh.
 own_processes() {
     local p
     for p in /proc/[0-9]*; do
         [ "${p#/proc/}" = "$$" ] && continue
-        if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$CONF"; then
+        grep -qzxF "SLURM_CONF=$CONF" "$p/environ" 2>/dev/null || continue
+        if [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] ||
+           grep -qz '^SLURM_JOB_ID=' "$p/environ" 2>/dev/null; then
             echo "${p#/proc/}"
         fi
     done
@@ -123,6 +126,16 @@ do_start() {
         exit 77
     fi
 
+    # munged wants every folder above its socket searchable by all (x for others).
+    local d="$SCR"
+    while [ -n "$d" ] && [ "$d" != / ]; do
+        d="$(dirname "$d")"
+        if [ "$(( 0$(stat -c %a "$d") & 01 ))" -eq 0 ]; then
+            echo "FAIL: $d is not searchable by others (mode $(stat -c %a "$d")); munged needs" \
+                 "that for its socket below it: chmod o+x it or use another SCRATCH" >&2
+            exit 1
+        fi
+    done
     mkdir -p "$SCR"/{etc,run,log,state,spool,tmp,munge}
     chmod 755 "$SCR"
     chmod 711 "$SCR/munge"   # munged refuses a socket folder others can write to
@@ -159,6 +172,8 @@ do_start() {
         NodeName=*) ;;
         *) echo "FAIL: 'slurmd -C' printed no NodeName line" >&2; exit 1 ;;
     esac
+    local nodename="${node%% *}"
+    nodename="${nodename#NodeName=}"
     ctld_port="$(free_port)" && d_port="$(free_port)" || {
         echo "FAIL: no free TCP port found" >&2; exit 1; }
     [ "$ctld_port" = "$d_port" ] && d_port=$((d_port + 1))
@@ -172,7 +187,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$sock
+# cred_expire: a requeued job may start again cred_expire + 1 s later (default 120).
+AuthInfo=socket=$sock,cred_expire=10
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -184,6 +200,7 @@ MailProg=/bin/true
 ReturnToService=2
 MinJobAge=5
 KillWait=10
+SchedulerParameters=bf_interval=1
 StateSaveLocation=$SCR/state
 SlurmdSpoolDir=$SCR/spool
 SlurmctldPidFile=$SCR/run/slurmctld.pid
@@ -194,11 +211,8 @@ SlurmdDebug=info
 SlurmctldDebug=info
 TmpFS=$SCR/tmp
 $node NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName=debug Nodes=${node%% *} Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=$nodename Default=YES MaxTime=INFINITE State=UP
 CONF
-    sed -i 's/^PartitionName=debug Nodes=NodeName=/PartitionName=debug Nodes=/' "$CONF"
-    local nodename
-    nodename="$(sed -n 's/^PartitionName=debug Nodes=\([^ ]*\).*/\1/p' "$CONF")"
 
     cat >"$SCR/env.sh" <<ENV
 export SLURM_CONF=$CONF

@@ -52,10 +52,14 @@ Vec random_vec(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
     return v;
 }
 
-DVec to_double(const Vec& v) { return DVec(v.begin(), v.end()); }
+DVec to_double(const Vec& v) {
+    return DVec(v.begin(), v.end());
+}
 
 /// Absolute tolerance for results that are K-term fp32 sums of O(1) products.
-double sum_atol(int K) { return 4e-6 * std::sqrt(static_cast<double>(std::max(K, 1))); }
+double sum_atol(int K) {
+    return 4e-6 * std::sqrt(static_cast<double>(std::max(K, 1)));
+}
 
 /// Compares got against ref element by element with |got - ref| <= atol + rtol * |ref|.
 /// On failure says how many elements differ, the worst one (flat index and, when cols > 0,
@@ -70,7 +74,8 @@ double sum_atol(int K) { return 4e-6 * std::sqrt(static_cast<double>(std::max(K,
         const double g = static_cast<double>(got[i]);
         const double err = std::fabs(g - ref[i]);
         const double allowed = atol + rtol * std::fabs(ref[i]);
-        const double ratio = std::isnan(err) ? std::numeric_limits<double>::infinity() : err / allowed;
+        const double ratio =
+            std::isnan(err) ? std::numeric_limits<double>::infinity() : err / allowed;
         if (!(err <= allowed)) {
             ++bad;
         }
@@ -95,7 +100,8 @@ double sum_atol(int K) { return 4e-6 * std::sqrt(static_cast<double>(std::max(K,
            << what << ": " << bad << " of " << ref.size() << " elements out of tolerance; worst at "
            << where.str() << ": got " << got[worst] << ", want " << ref[worst] << ", abs err "
            << err << " > allowed " << (atol + rtol * std::fabs(ref[worst])) << " (rel err "
-           << err / std::max(std::fabs(ref[worst]), 1e-300) << "); max abs err over all " << max_abs;
+           << err / std::max(std::fabs(ref[worst]), 1e-300) << "); max abs err over all "
+           << max_abs;
 }
 
 ::testing::AssertionResult all_close(const std::string& what, const DVec& ref, const Vec& got,
@@ -107,7 +113,9 @@ double sum_atol(int K) { return 4e-6 * std::sqrt(static_cast<double>(std::max(K,
     return all_close(what, ref, got.data(), cols, rtol, atol);
 }
 
-std::unique_ptr<Backend> backend() { return make_cpu_backend(0); }
+std::unique_ptr<Backend> backend() {
+    return make_cpu_backend(0);
+}
 
 // ----------------------------------------------------------------------------------------
 // Memory and element-wise utilities
@@ -398,7 +406,8 @@ TEST(CpuBackend, GeluForwardAndBackwardMatchTanhFormula) {
     // 70001 elements take the threaded path; the tail holds saturated and extreme values.
     for (size_t n : {size_t{1001}, size_t{70001}}) {
         Vec x = random_vec(n, 40, -6.f, 6.f);
-        const float extremes[] = {0.f, -0.f, 1e-6f, -1e-6f, 10.f, -10.f, 30.f, -30.f, 200.f, -200.f};
+        const float extremes[] = {0.f,   -0.f, 1e-6f, -1e-6f, 10.f,
+                                  -10.f, 30.f, -30.f, 200.f,  -200.f};
         std::copy(std::begin(extremes), std::end(extremes), x.end() - std::size(extremes));
         const Vec dout = random_vec(n, 41);
         const Vec dinp0 = random_vec(n, 42);
@@ -450,7 +459,8 @@ AttnRef ref_attention(const Vec& qkv, const Vec& dout, const AttnCase& a) {
     r.att.assign(static_cast<size_t>(B) * NH * T * T, 0.0);
     r.dqkv.assign(static_cast<size_t>(B) * T * 3 * C, 0.0);
     auto at = [&](int b, int t, int part, int h, int i) -> size_t {
-        return (static_cast<size_t>(b) * T + t) * 3 * C + static_cast<size_t>(part) * C + h * hs + i;
+        return (static_cast<size_t>(b) * T + t) * 3 * C + static_cast<size_t>(part) * C + h * hs +
+               i;
     };
     for (int b = 0; b < B; ++b) {
         for (int h = 0; h < NH; ++h) {
@@ -550,10 +560,10 @@ TEST_P(Attention, ForwardAndBackwardMatchReference) {
         want[i] += ref.dqkv[i];
     }
     Vec dqkv = dqkv0;
-    be->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C,
-                           NH);
-    EXPECT_TRUE(all_close("attention_backward dqkv (cols: [dq | dk | dv])", want, dqkv, 3 * C, kRtol,
-                          atol));
+    be->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T,
+                           C, NH);
+    EXPECT_TRUE(all_close("attention_backward dqkv (cols: [dq | dk | dv])", want, dqkv, 3 * C,
+                          kRtol, atol));
 }
 
 // The small case is the brief's; 2x130x64x2 crosses two 64-row causal blocks with a partial
@@ -681,7 +691,8 @@ TEST_P(CrossEntropy, LossesAndGradientsIgnorePaddingAndNegativeTargets) {
         want_loss[r] = -(row[targets[r]] - maxv - std::log(sum));
         for (int c = 0; c < V; ++c) {
             const double p = std::exp(row[c] - maxv) / sum;
-            want_grad[static_cast<size_t>(r) * Vp + c] = dloss * (p - (c == targets[r] ? 1.0 : 0.0));
+            want_grad[static_cast<size_t>(r) * Vp + c] =
+                dloss * (p - (c == targets[r] ? 1.0 : 0.0));
         }
     }
 
@@ -716,8 +727,9 @@ TEST(CpuBackend, CrossEntropyRejectsTargetOutsideVocabulary) {
     Vec logits(2 * 8, 0.f);
     Vec losses(2);
     const std::vector<int32_t> targets = {3, 6};  // 6 is a padded column (V = 5)
-    EXPECT_THROW(be->softmax_cross_entropy(losses.data(), logits.data(), targets.data(), 2, 5, 8, 1.f),
-                 Error);
+    EXPECT_THROW(
+        be->softmax_cross_entropy(losses.data(), logits.data(), targets.data(), 2, 5, 8, 1.f),
+        Error);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -755,7 +767,8 @@ TEST(CpuBackend, AdamWThreeStepsMatchReference) {
                 rv[i] = step.beta2 * rv[i] + (1.0 - step.beta2) * gi * gi;
                 const double mhat = rm[i] / step.bias_correction1;
                 const double vhat = rv[i] / step.bias_correction2;
-                rp[i] -= step.lr * (mhat / (std::sqrt(vhat) + step.eps) + step.weight_decay * rp[i]);
+                rp[i] -=
+                    step.lr * (mhat / (std::sqrt(vhat) + step.eps) + step.weight_decay * rp[i]);
             }
             const std::string tag = " n=" + std::to_string(n) + " step " + std::to_string(t);
             EXPECT_TRUE(all_close("adamw param" + tag, rp, p));
@@ -771,7 +784,8 @@ TEST(CpuBackend, AdamWThreeStepsMatchReference) {
 
 TEST(CpuBackend, ThreadedOpsAreDeterministicAndAgreeWithOneThread) {
     auto one = make_cpu_backend(1);
-    auto many = make_cpu_backend(std::max(2, static_cast<int>(std::thread::hardware_concurrency())));
+    auto many =
+        make_cpu_backend(std::max(2, static_cast<int>(std::thread::hardware_concurrency())));
     const int N = 67, C = 96, OC = 130;
     const Vec inp = random_vec(static_cast<size_t>(N) * C, 90);
     const Vec w = random_vec(static_cast<size_t>(OC) * C, 91);

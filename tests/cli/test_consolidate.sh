@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# zt-consolidate end to end: a checkpoint from a short ztrain run becomes .safetensors and
+# .h5 files (exit codes, messages, an independent Python check of the safetensors layout when
+# numpy is at hand), `--info` describes it, and ztrain starts from the exported weights
+# (model.init_from) on 1 rank and, when mpiexec exists, on 2 ranks at ZeRO stage 3.
+# Peak RSS of zt-consolidate is printed (informational). No mpirun is needed for the tool.
+# Usage: test_consolidate.sh BIN_DIR SOURCE_DIR
+set -u
+BIN=$1
+SRC=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+# expect CODE PATTERN CMD...: runs CMD, checks its exit status and that its output matches PATTERN.
+expect() {
+  local want=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$(timeout 120 "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL: exit $rc (expected $want): $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  if ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: output lacks /$pattern/: $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  echo "ok: exit $rc /$pattern/: ${*: -1}"
+}
+
+# first_loss LOG: the loss of the first progress line.
+first_loss() { grep -m1 -oE '^step +1/[0-9]+ \| loss [0-9.]+' "$1" | awk '{print $NF}'; }
+
+# A small corpus, a short run that leaves a checkpoint.
+for i in $(seq 1 400); do echo "the quick brown fox $i jumps over the lazy dog"; echo "%"; done > "$work/text.txt"
+"$BIN/zt-prepare" --input "$work/text.txt" --output "$work/data" --doc-separator % > /dev/null || {
+  echo "FAIL: zt-prepare"; exit 1; }
+deck="$SRC/inputs/tiny.ini"
+data=(--data.train="$work/data/train_*.bin" --data.val="$work/data/val_*.bin")
+"$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$work/run" --train.threads=1 --train.max_steps=30 \
+  > "$work/train.log" 2>&1 || { echo "FAIL: training run"; tail -5 "$work/train.log"; exit 1; }
+ckpt="$work/run/checkpoints"
+[ -s "$ckpt/latest" ] || { echo "FAIL: no checkpoint after the run"; exit 1; }
+echo "ok: checkpoint $(cat "$ckpt/latest")"
+
+expect 0 "Usage" "$BIN/zt-consolidate" --help
+expect 0 "step 30 .*" "$BIN/zt-consolidate" "$ckpt" --info
+expect 0 "h\.1\.mlp\.c_fc\.weight +\[128, 32\]" "$BIN/zt-consolidate" "$ckpt/$(cat "$ckpt/latest")" --info
+expect 0 "wrote .*x\.safetensors" "$BIN/zt-consolidate" "$ckpt" --output "$work/x.safetensors"
+expect 0 "wrote .*x\.h5 \(bf16" "$BIN/zt-consolidate" "$ckpt" --output "$work/x.h5" --dtype bf16
+expect 0 "wrote .*f32\.h5" "$BIN/zt-consolidate" "$ckpt" --output "$work/f32.h5" --with-optimizer
+
+# Peak memory (informational): the tool streams one tensor at a time.
+if [ -x /usr/bin/time ]; then
+  /usr/bin/time -v "$BIN/zt-consolidate" "$ckpt" --output "$work/rss.safetensors" > /dev/null 2> "$work/time.txt"
+  rss=$(grep "Maximum resident set size" "$work/time.txt" | awk '{print $NF}')
+  params=$(stat -c %s "$work/rss.safetensors")
+  echo "info: zt-consolidate peak RSS ${rss} KiB for a ${params}-byte fp32 model file"
+fi
+
+# Independent check of the safetensors layout (numpy only; no safetensors package).
+if /usr/bin/python3 -c "import numpy" 2> /dev/null; then
+  if /usr/bin/python3 - "$work/x.safetensors" <<'EOF'
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+assert n % 8 == 0 and 8 + n <= len(raw), "header length"
+header = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+meta = header.pop("__metadata__")
+assert meta["format"] == "pt" and all(isinstance(v, str) for v in meta.values())
+assert "lm_head.weight" not in header
+spans = sorted(tuple(v["data_offsets"]) for v in header.values())
+assert spans[0][0] == 0 and spans[-1][1] == len(data), "offsets must cover the data"
+assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), "offsets must be contiguous"
+C = 32
+want = {"transformer.wte.weight": [257, C], "transformer.wpe.weight": [32, C],
+        "transformer.h.0.attn.c_attn.weight": [C, 3 * C], "transformer.h.1.attn.c_proj.weight": [C, C],
+        "transformer.h.0.mlp.c_fc.weight": [C, 4 * C], "transformer.h.1.mlp.c_proj.weight": [4 * C, C],
+        "transformer.h.1.attn.c_attn.bias": [3 * C], "transformer.ln_f.weight": [C]}
+for k, s in want.items():
+    assert header[k]["shape"] == s and header[k]["dtype"] == "F32", (k, header[k])
+assert len(header) == 2 + 2 * 12 + 2, len(header)
+def tensor(k):
+    b, e = header[k]["data_offsets"]
+    return np.frombuffer(data[b:e], dtype="<f4").reshape(header[k]["shape"])
+# ln weights start at 1 and move a little in 30 steps; embeddings are small.
+assert abs(tensor("transformer.ln_f.weight").mean() - 1) < 0.5
+assert np.isfinite(tensor("transformer.wte.weight")).all()
+try:
+    import h5py
+except ImportError:
+    sys.exit(0)
+h = h5py.File(sys.argv[1].replace("x.safetensors", "f32.h5"), "r")
+assert h.attrs["vocab_size"] == 257 and h["wte.weight"].shape == (257, C)
+for i in range(2):
+    for name in ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"):
+        ours = h[f"h.{i}.{name}"][...]
+        assert (tensor(f"transformer.h.{i}.{name}") == ours.T).all(), name
+assert (tensor("transformer.wte.weight") == h["wte.weight"][...]).all()
+assert h[f"optimizer/wte.weight/adam_v"].shape == (257, C)
+EOF
+  then echo "ok: safetensors layout checked with numpy"; else echo "FAIL: Python check"; failures=$((failures + 1)); fi
+fi
+
+# ztrain starts from the exported weights: the first loss is the trained model's, far below
+# a fresh start's.
+run=("$BIN/ztrain" --config "$deck" "${data[@]}" --train.threads=1 --train.max_steps=3 --checkpoint.resume=never)
+expect 0 "initialized weights from .*x\.safetensors" "${run[@]}" --run.dir="$work/init_st" \
+  --model.init_from="$work/x.safetensors"
+"${run[@]}" --run.dir="$work/fresh" > "$work/fresh.log" 2>&1
+"${run[@]}" --run.dir="$work/init_st2" --model.init_from="$work/x.safetensors" > "$work/init.log" 2>&1
+fresh=$(first_loss "$work/fresh.log")
+init=$(first_loss "$work/init.log")
+if [ -n "$fresh" ] && [ -n "$init" ] && awk -v a="$init" -v b="$fresh" 'BEGIN { exit !(a < b - 0.5) }'; then
+  echo "ok: first loss from the exported weights $init < fresh start $fresh"
+else
+  echo "FAIL: first loss from the exported weights '$init' vs fresh '$fresh'"; failures=$((failures + 1))
+fi
+expect 0 "initialized weights from .*x\.h5" "${run[@]}" --run.dir="$work/init_h5" --model.init_from="$work/x.h5"
+if command -v mpiexec > /dev/null; then
+  expect 0 "initialized weights from" mpiexec --oversubscribe --bind-to none -np 2 "${run[@]}" \
+    --run.dir="$work/init_np2" --model.init_from="$work/x.safetensors" --parallel.zero_stage=3
+fi
+
+# Bad input: exit 2 with a message naming what is wrong.
+expect 2 "zt-consolidate: error: .*nope.*no such checkpoint" "$BIN/zt-consolidate" "$work/nope" --output "$work/y.h5"
+expect 2 "zt-consolidate: error: .*y\.pt.*unknown extension" "$BIN/zt-consolidate" "$ckpt" --output "$work/y.pt"
+expect 2 "zt-consolidate: error: .*--dtype" "$BIN/zt-consolidate" "$ckpt" --output "$work/y.h5" --dtype fp8
+expect 2 "zt-consolidate: error: .*--output" "$BIN/zt-consolidate" "$ckpt"
+expect 2 "zt-consolidate: error: .*checkpoint directory" "$BIN/zt-consolidate" --output "$work/y.h5"
+expect 2 "zt-consolidate: error: .*--bogus" "$BIN/zt-consolidate" "$ckpt" --bogus
+expect 2 "zt-consolidate: error: .*latest" "$BIN/zt-consolidate" "$work/data" --output "$work/y.h5"
+[ ! -e "$work/y.h5" ] && [ ! -e "$work/y.h5.partial" ] && echo "ok: no output file after a refusal" || {
+  echo "FAIL: an output file was left behind"; failures=$((failures + 1)); }
+expect 2 "missing\.safetensors" "${run[@]}" --run.dir="$work/bad1" --model.init_from="$work/missing.safetensors"
+expect 2 "x\.safetensors.*wte\.weight has shape \[257, 32\], expected \[257, 64\]" "${run[@]}" \
+  --run.dir="$work/bad2" --model.init_from="$work/x.safetensors" --model.n_embd=64
+printf 'not a safetensors file at all' > "$work/junk.safetensors"
+expect 2 "junk\.safetensors" "${run[@]}" --run.dir="$work/bad3" --model.init_from="$work/junk.safetensors"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all zt-consolidate CLI checks passed"

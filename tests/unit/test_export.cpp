@@ -1,0 +1,489 @@
+// Checkpoint export and weight import on one rank: the consolidated .h5 holds the master
+// weights exactly (padded vocabulary rows dropped); the .safetensors file parses with an
+// independent reader written here from the format's definition (header, offsets, Hugging
+// Face names and Conv1D orientation); both import back bit-exactly in fp32, and bf16/fp16
+// within their rounding; malformed files are refused with an InputError naming the file.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/export.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zt {
+namespace {
+
+ModelConfig small_model() {
+    ModelConfig m;
+    m.n_layer = 2;
+    m.n_head = 2;
+    m.n_embd = 16;
+    m.seq_len = 8;
+    m.vocab_size = 40;  // padded to 64: 24 rows the export must drop
+    m.vocab_pad_to = 64;
+    return m;
+}
+
+bool conv1d(const std::string& name) {
+    for (const char* s : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+        if (name.size() > std::strlen(s) && name.compare(name.size() - std::strlen(s), std::strlen(s), s) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+template <typename F>
+std::string input_error_of(F&& f) {
+    try {
+        f();
+    } catch (const InputError& e) {
+        return e.what();
+    } catch (const std::exception& e) {
+        return std::string("WRONG EXCEPTION TYPE: ") + e.what();
+    }
+    return "NO ERROR";
+}
+
+/// A trained-looking model: seed init plus a distinct perturbation of every live element,
+/// and garbage in the padded vocabulary rows, which export must drop and import must zero.
+struct Fixture {
+    ModelConfig mc = small_model();
+    ModelLayout layout = make_gpt_layout(mc);
+    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    test::ScratchDir dir{"export"};
+    ModelState state{layout, *backend, 5};
+    std::string step_dir;
+
+    Fixture() {
+        for (const ParamSpec& p : layout.params) {
+            float* w = state.master_base(p.unit) + p.offset;
+            for (size_t i = 0; i < p.numel; ++i) {
+                w[i] = i < p.init_numel ? w[i] + 1e-3f * static_cast<float>(i % 97) : 1234.5f;
+                state.adam_m_base(p.unit)[p.offset + i] = 0.5f * static_cast<float>(i);
+                state.adam_v_base(p.unit)[p.offset + i] = 0.25f + static_cast<float>(i);
+            }
+        }
+        Config cfg;
+        cfg.model = mc;
+        TrainProgress progress;
+        progress.step = 12;
+        progress.applied_steps = 12;
+        progress.tokens_seen = 1000;
+        step_dir = save_checkpoint(dir.file("ckpt"), state, self_communicator(), progress, to_ini(cfg), "fp32", 5, 2);
+    }
+    /// The tensor's exported values (ztrain orientation, live rows only).
+    std::vector<float> live(const ParamSpec& p) const {
+        const float* w = const_cast<ModelState&>(state).master_base(p.unit) + p.offset;
+        return std::vector<float>(w, w + p.init_numel);
+    }
+    std::vector<size_t> live_shape(const ParamSpec& p) const {
+        std::vector<size_t> s = p.shape;
+        if (p.name == "wte.weight") s[0] = static_cast<size_t>(mc.vocab_size);
+        return s;
+    }
+};
+
+// ---- independent readers ----
+
+std::vector<float> h5_read_floats(hid_t file, const std::string& name, std::vector<hsize_t>& dims, std::string& dtype_attr,
+                                  hid_t mem_type) {
+    const hid_t ds = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+    EXPECT_GE(ds, 0) << name;
+    const hid_t space = H5Dget_space(ds);
+    dims.assign(static_cast<size_t>(H5Sget_simple_extent_ndims(space)), 0);
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    size_t n = 1;
+    for (hsize_t d : dims) n *= d;
+    std::vector<float> out(n);
+    if (mem_type == H5T_NATIVE_FLOAT) {
+        EXPECT_GE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), 0);
+    } else {
+        std::vector<uint16_t> h(n);
+        EXPECT_GE(H5Dread(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()), 0);
+        for (size_t i = 0; i < n; ++i) out[i] = bits_float(static_cast<uint32_t>(h[i]));  // raw bits, checked below
+    }
+    const hid_t attr = H5Aopen(ds, "dtype", H5P_DEFAULT);
+    const hid_t type = H5Aget_type(attr);
+    std::string s(H5Tget_size(type), '\0');
+    H5Aread(attr, type, s.data());
+    dtype_attr = s.c_str();
+    H5Tclose(type);
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Dclose(ds);
+    return out;
+}
+
+long long h5_int_attr(hid_t file, const char* name) {
+    long long v = -1;
+    const hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
+    EXPECT_GE(attr, 0) << name;
+    H5Aread(attr, H5T_NATIVE_LLONG, &v);
+    H5Aclose(attr);
+    return v;
+}
+
+struct SafeTensors {
+    uint64_t header_len = 0;
+    nlohmann::json header;
+    std::string data;  // the data section
+};
+
+SafeTensors parse_safetensors(const std::string& path) {
+    const std::string bytes = test::read_file(path);
+    SafeTensors st;
+    EXPECT_GE(bytes.size(), 8u);
+    for (int i = 7; i >= 0; --i) st.header_len = (st.header_len << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+    EXPECT_LE(8 + st.header_len, bytes.size());
+    EXPECT_EQ(st.header_len % 8, 0u) << "data must start 8-byte aligned";
+    st.header = nlohmann::json::parse(bytes.substr(8, st.header_len));
+    st.data = bytes.substr(8 + st.header_len);
+    return st;
+}
+
+/// Writes a safetensors file from a header and a data section (malformed on purpose or not).
+void write_safetensors(const std::string& path, const nlohmann::json& header, const std::string& data,
+                       uint64_t forced_len = 0) {
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    const uint64_t n = forced_len ? forced_len : text.size();
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+    test::write_file(path, out + text + data);
+}
+
+/// Every master element of a single-rank state, unit by unit.
+std::vector<std::vector<float>> all_master(ModelState& s) {
+    std::vector<std::vector<float>> out;
+    for (int u = 0; u < s.layout().num_units(); ++u) {
+        const float* m = s.master_base(u);
+        out.emplace_back(m, m + s.layout().unit_numel[static_cast<size_t>(u)]);
+    }
+    return out;
+}
+
+/// What an import must produce: the live values, zero in padded rows and alignment gaps,
+/// each value passed through `t`'s rounding.
+std::vector<std::vector<float>> expected_master(const Fixture& f, DType t) {
+    std::vector<std::vector<float>> out;
+    for (size_t n : f.layout.unit_numel) out.emplace_back(n, 0.f);
+    for (const ParamSpec& p : f.layout.params) {
+        std::vector<float> v = f.live(p);
+        round_to_dtype(v.data(), v.size(), t);
+        std::copy(v.begin(), v.end(), out[static_cast<size_t>(p.unit)].begin() + static_cast<long>(p.offset));
+    }
+    return out;
+}
+
+TEST(Export, H5HoldsTheMasterWeightsExactlyWithoutPaddedRows) {
+    Fixture f;
+    const std::string out = f.dir.file("w.h5");
+    consolidate(f.dir.file("ckpt"), out, DType::kF32, true);  // via `latest`
+    EXPECT_FALSE(fs::exists(out + ".partial"));
+    const hid_t file = H5Fopen(out.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    EXPECT_EQ(h5_int_attr(file, "step"), 12);
+    EXPECT_EQ(h5_int_attr(file, "vocab_size"), 40);
+    EXPECT_EQ(h5_int_attr(file, "n_head"), 2);
+    EXPECT_EQ(h5_int_attr(file, "n_layer"), 2);
+    for (const ParamSpec& p : f.layout.params) {
+        std::vector<hsize_t> dims;
+        std::string dt;
+        const std::vector<float> got = h5_read_floats(file, p.name, dims, dt, H5T_NATIVE_FLOAT);
+        const std::vector<size_t> want_shape = f.live_shape(p);
+        EXPECT_EQ(std::vector<size_t>(dims.begin(), dims.end()), want_shape) << p.name;
+        EXPECT_EQ(dt, "fp32");
+        const std::vector<float> want = f.live(p);
+        ASSERT_EQ(got.size(), want.size()) << p.name;
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << p.name;
+        // Optimizer state, same shape, fp32.
+        const std::vector<float> m = h5_read_floats(file, "optimizer/" + p.name + "/adam_m", dims, dt, H5T_NATIVE_FLOAT);
+        ASSERT_EQ(m.size(), want.size());
+        for (size_t i = 0; i < m.size(); ++i) ASSERT_EQ(m[i], 0.5f * static_cast<float>(i)) << p.name;
+    }
+    H5Fclose(file);
+
+    // bf16: uint16 bit patterns tagged dtype = "bf16", each the correctly rounded value.
+    consolidate(f.step_dir, f.dir.file("w16.h5"), DType::kBF16, false);
+    const hid_t f16 = H5Fopen(f.dir.file("w16.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(f16, 0);
+    const ParamSpec& qkv = f.layout.find("h.1.attn.c_attn.weight");
+    std::vector<hsize_t> dims;
+    std::string dt;
+    const std::vector<float> raw = h5_read_floats(f16, qkv.name, dims, dt, H5T_NATIVE_UINT16);
+    EXPECT_EQ(dt, "bf16");
+    const std::vector<float> want = f.live(qkv);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(float_bits(raw[i]), f32_to_bf16(want[i])) << i;
+    EXPECT_LT(H5Gopen2(f16, "optimizer", H5P_DEFAULT), 0);  // not asked for
+    H5Fclose(f16);
+}
+
+TEST(Export, SafetensorsParsesIndependentlyWithHuggingFaceNamesAndLayout) {
+    Fixture f;
+    const std::string out = f.dir.file("w.safetensors");
+    consolidate(f.step_dir, out, DType::kF32, false);
+    const SafeTensors st = parse_safetensors(out);
+    ASSERT_TRUE(st.header.is_object());
+    EXPECT_EQ(st.header["__metadata__"]["format"], "pt");
+    for (const auto& kv : st.header["__metadata__"].items()) EXPECT_TRUE(kv.value().is_string()) << kv.key();
+    EXPECT_FALSE(st.header.contains("lm_head.weight"));  // tied to wte in GPT-2
+    EXPECT_EQ(st.header.size(), f.layout.params.size() + 1);
+
+    // The byte ranges tile the data section exactly.
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (const auto& kv : st.header.items()) {
+        if (kv.key() == "__metadata__") continue;
+        ranges.emplace_back(kv.value()["data_offsets"][0].get<uint64_t>(), kv.value()["data_offsets"][1].get<uint64_t>());
+    }
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t at = 0;
+    for (const auto& r : ranges) {
+        EXPECT_EQ(r.first, at);
+        at = r.second;
+    }
+    EXPECT_EQ(at, st.data.size());
+
+    const size_t C = 16;
+    for (const ParamSpec& p : f.layout.params) {
+        const std::string name = "transformer." + p.name;
+        ASSERT_TRUE(st.header.contains(name)) << name;
+        const nlohmann::json& e = st.header[name];
+        EXPECT_EQ(e["dtype"], "F32");
+        std::vector<size_t> want_shape = f.live_shape(p);
+        if (conv1d(p.name)) std::swap(want_shape[0], want_shape[1]);
+        EXPECT_EQ(e["shape"].get<std::vector<size_t>>(), want_shape) << name;
+        const uint64_t b = e["data_offsets"][0].get<uint64_t>();
+        const uint64_t en = e["data_offsets"][1].get<uint64_t>();
+        const std::vector<float> live = f.live(p);
+        ASSERT_EQ(en - b, live.size() * 4) << name;
+        std::vector<float> got(live.size());
+        std::memcpy(got.data(), st.data.data() + b, en - b);
+        if (conv1d(p.name)) {
+            const size_t out_dim = p.shape[0];
+            const size_t in_dim = p.shape[1];
+            for (size_t o = 0; o < out_dim; ++o) {
+                for (size_t i = 0; i < in_dim; ++i) {
+                    ASSERT_EQ(got[i * out_dim + o], live[o * in_dim + i]) << name << " " << o << "," << i;
+                }
+            }
+        } else {
+            EXPECT_EQ(std::memcmp(got.data(), live.data(), en - b), 0) << name;
+        }
+    }
+    EXPECT_EQ(st.header["transformer.h.0.attn.c_attn.weight"]["shape"], nlohmann::json({C, 3 * C}));
+    EXPECT_EQ(st.header["transformer.h.0.mlp.c_proj.weight"]["shape"], nlohmann::json({4 * C, C}));
+    EXPECT_EQ(st.header["transformer.wte.weight"]["shape"], nlohmann::json({40, C}));
+
+    // 16-bit: F16/BF16 entries of half the size.
+    consolidate(f.step_dir, f.dir.file("h.safetensors"), DType::kF16, false);
+    const SafeTensors h = parse_safetensors(f.dir.file("h.safetensors"));
+    EXPECT_EQ(h.header["transformer.wpe.weight"]["dtype"], "F16");
+    EXPECT_EQ(h.data.size() * 2, st.data.size());
+}
+
+TEST(Export, ImportReproducesTheWeightsFromBothFormats) {
+    Fixture f;
+    const auto want = expected_master(f, DType::kF32);
+    for (const char* name : {"w.h5", "w.safetensors"}) {
+        const std::string file = f.dir.file(name);
+        consolidate(f.step_dir, file, DType::kF32, false);
+        ModelState b(f.layout, *f.backend, 99);
+        import_weights(file, f.layout, f.mc, b);
+        const auto got = all_master(b);
+        for (size_t u = 0; u < got.size(); ++u) {
+            ASSERT_EQ(std::memcmp(got[u].data(), want[u].data(), got[u].size() * sizeof(float)), 0)
+                << name << " unit " << u;
+        }
+    }
+    // 16-bit files: exactly the rounded values (the import widens without further error).
+    for (DType t : {DType::kBF16, DType::kF16}) {
+        for (const char* ext : {".h5", ".safetensors"}) {
+            const std::string file = f.dir.file(std::string("r_") + dtype_name(t) + ext);
+            consolidate(f.step_dir, file, t, false);
+            ModelState b(f.layout, *f.backend, 99);
+            import_weights(file, f.layout, f.mc, b);
+            const auto rounded = expected_master(f, t);
+            const auto got = all_master(b);
+            for (size_t u = 0; u < got.size(); ++u) {
+                ASSERT_EQ(std::memcmp(got[u].data(), rounded[u].data(), got[u].size() * sizeof(float)), 0)
+                    << file << " unit " << u;
+                for (size_t i = 0; i < got[u].size(); ++i) {
+                    ASSERT_NEAR(got[u][i], want[u][i], std::fabs(want[u][i]) * (t == DType::kBF16 ? 4e-3 : 5e-4) + 1e-7);
+                }
+            }
+        }
+    }
+    // A 16-bit working copy is re-derived from the imported master weights.
+    ModelState c(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 3, DType::kBF16, DType::kBF16);
+    import_weights(f.dir.file("w.safetensors"), f.layout, f.mc, c);
+    const float* w = c.acquire(0);
+    EXPECT_EQ(w[f.layout.find("wpe.weight").offset], bf16_to_f32(f32_to_bf16(want[0][f.layout.find("wpe.weight").offset])));
+    c.release(0);
+}
+
+TEST(Export, ImportAcceptsExportsWithoutPrefixAndWithATiedHead) {
+    Fixture f;
+    const std::string src = f.dir.file("w.safetensors");
+    consolidate(f.step_dir, src, DType::kF32, false);
+    SafeTensors st = parse_safetensors(src);
+    nlohmann::json h;
+    for (const auto& kv : st.header.items()) {
+        const std::string k = kv.key().rfind("transformer.", 0) == 0 ? kv.key().substr(12) : kv.key();
+        h[k] = kv.value();
+    }
+    // lm_head.weight as a separate copy of wte (what torch.save-style exports hold).
+    const auto& wte = h["wte.weight"];
+    const uint64_t b = wte["data_offsets"][0].get<uint64_t>();
+    const uint64_t e = wte["data_offsets"][1].get<uint64_t>();
+    h["lm_head.weight"] = {{"dtype", "F32"}, {"shape", wte["shape"]}, {"data_offsets", {st.data.size(), st.data.size() + e - b}}};
+    const std::string data = st.data + st.data.substr(b, e - b);
+    const std::string file = f.dir.file("noprefix.safetensors");
+    write_safetensors(file, h, data);
+    ModelState s(f.layout, *f.backend, 99);
+    import_weights(file, f.layout, f.mc, s);
+    const auto want = expected_master(f, DType::kF32);
+    const auto got = all_master(s);
+    for (size_t u = 0; u < got.size(); ++u) EXPECT_EQ(got[u], want[u]) << u;
+}
+
+TEST(Export, MalformedFilesAreRefusedNamingTheFile) {
+    Fixture f;
+    const std::string src = f.dir.file("w.safetensors");
+    consolidate(f.step_dir, src, DType::kF32, false);
+    const SafeTensors st = parse_safetensors(src);
+    ModelState s(f.layout, *f.backend, 99);
+    const std::string bad = f.dir.file("bad.safetensors");
+    const auto refused = [&](const std::string& what, const std::string& needle) {
+        const std::string msg = input_error_of([&] { import_weights(bad, f.layout, f.mc, s); });
+        EXPECT_NE(msg.find(bad), std::string::npos) << what << ": " << msg;
+        EXPECT_NE(msg.find(needle), std::string::npos) << what << ": " << msg;
+    };
+
+    write_safetensors(bad, st.header, st.data, uint64_t{1} << 40);
+    refused("header length larger than the file", "header length");
+    write_safetensors(bad, st.header, st.data, st.header_len + st.data.size() + 1);  // one byte too many
+    refused("header length larger than the file", "exceeds the file size");
+
+    nlohmann::json h = st.header;
+    h["transformer.ln_f.bias"]["data_offsets"][1] = st.data.size() + 64;
+    write_safetensors(bad, h, st.data);
+    refused("offsets out of range", "transformer.ln_f.bias");
+
+    h = st.header;
+    h["transformer.h.0.attn.c_attn.weight"]["shape"] = {48, 16};  // ztrain's orientation: wrong here
+    write_safetensors(bad, h, st.data);
+    refused("wrong shape", "expected [16, 48]");
+
+    h = st.header;
+    h["transformer.wte.weight"]["dtype"] = "BF16";  // half the bytes the range holds
+    write_safetensors(bad, h, st.data);
+    refused("offsets inconsistent with the dtype", "transformer.wte.weight");
+
+    h = st.header;
+    h.erase("transformer.ln_f.bias");
+    write_safetensors(bad, h, st.data);
+    refused("missing tensor", "missing tensor transformer.ln_f.bias");
+
+    h = st.header;
+    h["transformer.h.2.ln_1.weight"] = h["transformer.h.1.ln_1.weight"];
+    h["transformer.h.2.ln_1.weight"]["data_offsets"] = {st.data.size(), st.data.size() + 64};
+    write_safetensors(bad, h, st.data + std::string(64, '\0'));
+    refused("tensor of a deeper model", "unexpected tensor h.2.ln_1.weight");
+
+    h = st.header;
+    h["transformer.wpe.weight"]["data_offsets"] = h["transformer.wte.weight"]["data_offsets"];
+    h["transformer.wpe.weight"]["shape"] = h["transformer.wte.weight"]["shape"];
+    write_safetensors(bad, h, st.data);
+    refused("overlapping ranges", "overlap");
+
+    h = st.header;
+    h["transformer.wpe.weight"]["shape"] = {-8, -16};
+    write_safetensors(bad, h, st.data);
+    refused("negative sizes", "transformer.wpe.weight");
+
+    std::string not_json = "{\"transformer.wte.weight\": {\"dtype\": \"F32\", \"shape\": [4";
+    not_json.append((8 - not_json.size() % 8) % 8, ' ');
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(not_json.size());
+    test::write_file(bad, bytes + not_json);
+    refused("not JSON", "JSON");
+
+    test::write_file(bad, "abc");
+    refused("too short", "too short");
+
+    // .h5 written for another model: the tensor and both shapes are named.
+    const std::string h5 = f.dir.file("w.h5");
+    consolidate(f.step_dir, h5, DType::kF32, false);
+    ModelConfig wider = f.mc;
+    wider.n_embd = 32;
+    const ModelLayout wl = make_gpt_layout(wider);
+    ModelState ws(wl, *f.backend, 1);
+    std::string msg = input_error_of([&] { import_weights(h5, wl, wider, ws); });
+    EXPECT_NE(msg.find(h5), std::string::npos) << msg;
+    EXPECT_NE(msg.find("wte.weight has shape [40, 16], expected [40, 32]"), std::string::npos) << msg;
+    // ...and a deeper one (a tensor missing), and a garbage file.
+    ModelConfig deeper = f.mc;
+    deeper.n_layer = 3;
+    const ModelLayout dl = make_gpt_layout(deeper);
+    ModelState ds(dl, *f.backend, 1);
+    msg = input_error_of([&] { import_weights(h5, dl, deeper, ds); });
+    EXPECT_NE(msg.find("missing tensor h.2.ln_1.weight"), std::string::npos) << msg;
+    test::write_file(f.dir.file("junk.h5"), "not hdf5 at all");
+    msg = input_error_of([&] { import_weights(f.dir.file("junk.h5"), f.layout, f.mc, s); });
+    EXPECT_NE(msg.find("junk.h5"), std::string::npos) << msg;
+
+    // Names the wrong kind of file or a missing one.
+    msg = input_error_of([&] { import_weights(f.dir.file("w.bin"), f.layout, f.mc, s); });
+    EXPECT_NE(msg.find("w.bin"), std::string::npos) << msg;
+    msg = input_error_of([&] { import_weights(f.dir.file("nope.safetensors"), f.layout, f.mc, s); });
+    EXPECT_NE(msg.find("nope.safetensors"), std::string::npos) << msg;
+}
+
+TEST(Export, ConsolidateRefusesBadInputAndDescribesCheckpoints) {
+    Fixture f;
+    std::string msg = input_error_of([&] { consolidate(f.dir.file("none"), f.dir.file("x.h5"), DType::kF32, false); });
+    EXPECT_NE(msg.find("none"), std::string::npos) << msg;
+    msg = input_error_of([&] { consolidate(f.step_dir, f.dir.file("x.pt"), DType::kF32, false); });
+    EXPECT_NE(msg.find("x.pt"), std::string::npos) << msg;
+    msg = input_error_of([&] { consolidate(f.step_dir, f.dir.file("x.safetensors"), DType::kF32, true); });
+    EXPECT_NE(msg.find("--with-optimizer"), std::string::npos) << msg;
+    msg = input_error_of([&] { consolidate(f.step_dir, f.dir.file("no/such/dir/x.h5"), DType::kF32, false); });
+    EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+
+    // A damaged shard is caught by the checkpoint reader; no output file is left behind.
+    const std::string shard = f.step_dir + "/shard_00000_of_00001.h5";
+    const std::string pristine = test::read_file(shard);
+    std::string damaged = pristine;
+    damaged[damaged.size() / 2] ^= 0x20;
+    test::write_file(shard, damaged);
+    msg = input_error_of([&] { consolidate(f.step_dir, f.dir.file("d.h5"), DType::kF32, false); });
+    EXPECT_NE(msg.find(shard), std::string::npos) << msg;
+    EXPECT_FALSE(fs::exists(f.dir.file("d.h5")));
+    EXPECT_FALSE(fs::exists(f.dir.file("d.h5.partial")));
+    test::write_file(shard, pristine);
+
+    const std::string info = checkpoint_info(f.dir.file("ckpt"));
+    for (const char* want : {"step 12", "1 rank(s)", "ZeRO stage 0", "h.1.mlp.c_fc.weight", "[64, 16]", "[40, 16]",
+                             "shard_00000_of_00001.h5", "vocab 40 (padded 64)"}) {
+        EXPECT_NE(info.find(want), std::string::npos) << want << "\n" << info;
+    }
+}
+
+}  // namespace
+}  // namespace zt
