@@ -31,8 +31,8 @@
 // Attention: one (batch, head) pair is one unit of work for one thread, whose products are
 // sgemm calls on strided views of qkv (ld = 3C), restricted to the lower triangle of
 // 64-row blocks. Against hand-written vectorized loops over the exact causal triangle this
-// was 1.5x faster at hs = 64 (sgemm runs near peak; the loops are load/store bound), and
-// 64-row blocks beat whole-square products by 1.5x at T = 256.
+// was 1.3-1.6x faster at hs = 64 (sgemm runs near peak; the loops are load/store bound),
+// and 64-row blocks beat whole-square products by 1.5-1.7x at T = 256 (forward, backward).
 //
 // What it deliberately does not do
 //  - No mixed precision and no fusion across ops (the interface is op by op).
@@ -92,8 +92,7 @@ inline float exp_approx(float x) {
     const int32_t magnitude = bits & 0x7fffffff;
     const int32_t kNanBits = 0x7f800000;       // magnitudes above this are NaN
     const int32_t kMaxMagnitude = 0x42ae0000;  // 87.0f
-    const int32_t clamped =
-        magnitude > kNanBits ? magnitude : std::min(magnitude, kMaxMagnitude);
+    const int32_t clamped = magnitude > kNanBits ? magnitude : std::min(magnitude, kMaxMagnitude);
     bits = clamped | (bits & INT32_MIN);
     std::memcpy(&x, &bits, sizeof(x));
     // n = round(x / ln2) with the 1.5*2^23 trick (exact for |n| < 2^22; no SSE4.1 needed).
@@ -138,7 +137,9 @@ inline float sqrt_approx(float v) {
 
 /// 1 / (1 + exp(-x)); used for GELU since 0.5 * (1 + tanh(u)) == sigmoid(2u) exactly, which
 /// avoids the cancellation of 1 + tanh(u) for very negative u.
-inline float sigmoid_approx(float x) { return 1.f / (1.f + exp_approx(-x)); }
+inline float sigmoid_approx(float x) {
+    return 1.f / (1.f + exp_approx(-x));
+}
 
 // ------------------------------------------------------------------------------------
 // sgemm partitioning
@@ -171,14 +172,14 @@ inline void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
         // called because some versions reject K = 0 with lda < 1.
         if (beta == 0.f) {
             for (int m = 0; m < M; ++m) {
-                std::memset(C + static_cast<size_t>(m) * ldc, 0, static_cast<size_t>(N) * sizeof(float));
+                std::memset(C + static_cast<size_t>(m) * ldc, 0,
+                            static_cast<size_t>(N) * sizeof(float));
             }
         }
         return;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                ldc);
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /// The block of output one thread computes: rows [m0, m1) x columns [n0, n1).
@@ -224,8 +225,8 @@ inline void run_gemm_part(const Gemm& g, int part, int parts) {
     // op(B) columns n0.. : B is (K, N) untransposed -> column offset; transposed (N, K) -> row.
     const float* b = g.trans_b ? g.B + static_cast<size_t>(blk.n0) * g.ldb : g.B + blk.n0;
     float* c = g.C + static_cast<size_t>(blk.m0) * g.ldc + blk.n0;
-    sgemm(g.trans_a, g.trans_b, blk.m1 - blk.m0, blk.n1 - blk.n0, g.K, g.alpha, a, g.lda, b,
-          g.ldb, g.beta, c, g.ldc);
+    sgemm(g.trans_a, g.trans_b, blk.m1 - blk.m0, blk.n1 - blk.n0, g.K, g.alpha, a, g.lda, b, g.ldb,
+          g.beta, c, g.ldc);
 }
 
 /// Whether a product is big enough to be worth splitting across the team.
@@ -596,8 +597,8 @@ class CpuBackend final : public Backend {
     // matmul
     // --------------------------------------------------------------------------------
 
-    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                        int N, int C, int OC) override {
+    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                        int C, int OC) override {
         // out (N, OC) = inp (N, C) @ weight (OC, C)^T [+ bias]. The bias is broadcast into
         // out first and folded into the product with beta = 1, so it costs no extra pass.
         Gemm g;
@@ -623,8 +624,8 @@ class CpuBackend final : public Backend {
             if (bias != nullptr) {
                 const Block blk = gemm_block(N, OC, part, parts);
                 if (!blk.empty()) {
-                    bias_fill_kernel(out + static_cast<size_t>(blk.m0) * OC + blk.n0,
-                                     bias + blk.n0, blk.m1 - blk.m0, blk.n1 - blk.n0, OC);
+                    bias_fill_kernel(out + static_cast<size_t>(blk.m0) * OC + blk.n0, bias + blk.n0,
+                                     blk.m1 - blk.m0, blk.n1 - blk.n0, OC);
                 }
             }
             run_gemm_part(g, part, parts);
@@ -716,8 +717,8 @@ class CpuBackend final : public Backend {
             if (dweight != nullptr || dbias != nullptr) {
                 size_t c0 = 0;
                 size_t c1 = 0;
-                split_range(static_cast<size_t>(C), omp_get_thread_num(), omp_get_num_threads(),
-                            16, &c0, &c1);
+                split_range(static_cast<size_t>(C), omp_get_thread_num(), omp_get_num_threads(), 16,
+                            &c0, &c1);
                 if (c1 > c0) {
                     layernorm_param_kernel(dweight, dbias, dout, inp, mean, rstd, N, C,
                                            static_cast<int>(c0), static_cast<int>(c1));
@@ -731,7 +732,8 @@ class CpuBackend final : public Backend {
     // --------------------------------------------------------------------------------
 
     void gelu_forward(float* out, const float* inp, size_t n) override {
-        parallel_chunks(n, [&](size_t b, size_t e) { gelu_forward_kernel(out + b, inp + b, e - b); });
+        parallel_chunks(n,
+                        [&](size_t b, size_t e) { gelu_forward_kernel(out + b, inp + b, e - b); });
     }
 
     void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
@@ -741,7 +743,8 @@ class CpuBackend final : public Backend {
     }
 
     void residual_forward(float* out, const float* a, const float* b, size_t n) override {
-        parallel_chunks(n, [&](size_t lo, size_t hi) { add_kernel(out + lo, a + lo, b + lo, hi - lo); });
+        parallel_chunks(
+            n, [&](size_t lo, size_t hi) { add_kernel(out + lo, a + lo, b + lo, hi - lo); });
     }
 
     void scale(float* x, float s, size_t n) override {
@@ -759,7 +762,8 @@ class CpuBackend final : public Backend {
             size_t e = 0;
             split_range(n, omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
             if (e > b) {
-                partial[static_cast<size_t>(omp_get_thread_num())] = sum_squares_kernel(x + b, e - b);
+                partial[static_cast<size_t>(omp_get_thread_num())] =
+                    sum_squares_kernel(x + b, e - b);
             }
         }
         double total = 0.0;
@@ -819,8 +823,8 @@ class CpuBackend final : public Backend {
             // S = scale * Q K^T, row block [r0, r1) against keys [0, r1).
             for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
                 const int r1 = std::min(T, r0 + kAttentionBlock);
-                sgemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<size_t>(r0) * C3, C3,
-                      k, C3, 0.f, p + static_cast<size_t>(r0) * T, T);
+                sgemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<size_t>(r0) * C3, C3, k,
+                      C3, 0.f, p + static_cast<size_t>(r0) * T, T);
             }
             for (int t = 0; t < T; ++t) {
                 causal_softmax_row_kernel(p + static_cast<size_t>(t) * T, t + 1, T);
@@ -828,8 +832,8 @@ class CpuBackend final : public Backend {
             // O = P V, same blocks (P is zero past the diagonal).
             for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
                 const int r1 = std::min(T, r0 + kAttentionBlock);
-                sgemm(false, false, r1 - r0, hs, r1, 1.f, p + static_cast<size_t>(r0) * T, T, v,
-                      C3, 0.f, o + static_cast<size_t>(r0) * C, C);
+                sgemm(false, false, r1 - r0, hs, r1, 1.f, p + static_cast<size_t>(r0) * T, T, v, C3,
+                      0.f, o + static_cast<size_t>(r0) * C, C);
             }
         }
     }
@@ -889,8 +893,8 @@ class CpuBackend final : public Backend {
                 // dQ += scale * dS K.
                 for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
                     const int r1 = std::min(T, r0 + kAttentionBlock);
-                    sgemm(false, false, r1 - r0, hs, r1, scale, ds + static_cast<size_t>(r0) * T,
-                          T, k, C3, 1.f, dq + static_cast<size_t>(r0) * C3, C3);
+                    sgemm(false, false, r1 - r0, hs, r1, scale, ds + static_cast<size_t>(r0) * T, T,
+                          k, C3, 1.f, dq + static_cast<size_t>(r0) * C3, C3);
                 }
                 // dK += scale * dS^T Q.
                 for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
@@ -921,8 +925,8 @@ class CpuBackend final : public Backend {
         }
     }
 
-    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                          int B, int T, int C) override {
+    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C) override {
         // Two rows may carry the same token, so rows cannot be split across threads; each
         // thread owns a slab of channels instead and walks every row in order (race-free
         // and deterministic).
