@@ -41,8 +41,8 @@ float* Gpt::take(size_t n) {
     return p;
 }
 
-Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch)
-    : m_cfg(cfg), m_backend(backend), m_layout(make_gpt_layout(cfg)), m_max_batch(max_batch) {
+Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute)
+    : m_cfg(cfg), m_backend(backend), m_layout(make_gpt_layout(cfg)), m_max_batch(max_batch), m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
     auto off = [&](const char* suffix) { return m_layout.find(str("h.0.", suffix)).offset; };
     if (cfg.n_layer > 0) {
@@ -59,7 +59,14 @@ Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch)
     const size_t T = static_cast<size_t>(cfg.seq_len);
     const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
     m_layers.resize(static_cast<size_t>(cfg.n_layer));
-    for (Layer& L : m_layers) {
+    for (size_t l = 0; l < m_layers.size(); ++l) {
+        Layer& L = m_layers[l];
+        if (recompute && l > 0) {
+            // Everything but the block output is shared with block 0 and rebuilt on demand.
+            L = m_layers[0];
+            L.residual3 = take(BT * C);
+            continue;
+        }
         L.ln1 = take(BT * C);
         L.ln1_mean = take(BT);
         L.ln1_rstd = take(BT);
@@ -259,6 +266,9 @@ void Gpt::backward(UnitStore& store) {
         float* dw = store.grads(1 + l);
         store.prefetch(l >= 1 ? l : 0);
         const float* in = l == 0 ? m_encoded : m_layers[static_cast<size_t>(l - 1)].residual3;
+        // Recompute writes the same values again into the block's (shared) buffers; its
+        // residual3 is recomputed in place with bit-identical results.
+        if (m_recompute) layer_forward(l, w, in, B, T);
         layer_backward(l, w, dw, in, m_dresidual, B, T);
         store.grads_done(1 + l);
         store.release(1 + l);

@@ -27,6 +27,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/export.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
@@ -199,10 +200,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const int rank = comm.rank();
     const int world = comm.size();
     ZT_INPUT_CHECK(cfg.backend != "cuda", "backend = cuda: this build runs the cpu backend only");
-    // Keys reserved for features that have not landed yet are refused rather than ignored.
-    ZT_INPUT_CHECK(!cfg.train.recompute, "train.recompute = true: activation recomputation is not implemented yet");
-    ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = '", cfg.model.init_from,
-                   "': starting from a weights file is not implemented yet");
     const bool root = rank == 0;
     const ModelConfig& mc = cfg.model;
     const TrainConfig& tc = cfg.train;
@@ -245,7 +242,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const DType reduce =
         cfg.precision.reduce_dtype.empty() ? work : parse_dtype(cfg.precision.reduce_dtype, "precision.reduce_dtype");
     std::unique_ptr<Backend> backend = make_cpu_backend(threads);
-    Gpt model(mc, *backend, B);
+    Gpt model(mc, *backend, B, tc.recompute);
     model.set_activation_dtype(work);
     const size_t bucket_numel = static_cast<size_t>(cfg.parallel.bucket_mb) * 1048576 / dtype_size(reduce);
     ModelState state(model.layout(), *backend, comm, cfg.parallel.zero_stage, bucket_numel, tc.seed, work, reduce);
@@ -259,6 +256,14 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     scfg.hysteresis = cfg.precision.hysteresis;
     scfg.min_scale = std::min(cfg.precision.min_scale, scfg.init_scale);
     LossScaler scaler(scfg);
+
+    // ---- initial weights from a file (a resumed checkpoint has its own) ----
+    if (!cfg.model.init_from.empty() && resume_dir.empty()) {
+        import_weights(cfg.model.init_from, model.layout(), mc, state, &comm);
+        if (root) std::printf("ztrain: initialized weights from %s\n", cfg.model.init_from.c_str());
+    } else if (!cfg.model.init_from.empty() && root) {
+        std::printf("ztrain: model.init_from ignored: resuming from a checkpoint of this run\n");
+    }
 
     // ---- resume ----
     TrainProgress progress;

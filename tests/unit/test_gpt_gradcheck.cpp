@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
@@ -114,6 +115,37 @@ TEST(GptGradcheck, PaddedVocabularyRowsGetNoGradient) {
         ASSERT_EQ(g[i], 0.f) << "padded wte element " << i << " got gradient";
         ASSERT_EQ(w[i], 0.f) << "padded wte element " << i << " was initialized nonzero";
     }
+}
+
+// Activation recomputation changes memory, not math: the same loss and bit-identical
+// gradients, with fewer activation bytes.
+TEST(GptRecompute, SameLossAndGradientsWithLessActivationMemory) {
+    ModelConfig mc = tiny_model();
+    mc.n_layer = 3;
+    auto backend = make_cpu_backend(1);
+    const int B = 2;
+    const int T = mc.seq_len;
+    Gpt plain(mc, *backend, B, false);
+    Gpt recompute(mc, *backend, B, true);
+    ModelState a(plain.layout(), *backend, 5);
+    ModelState b(recompute.layout(), *backend, 5);
+    std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        inputs[i] = static_cast<int32_t>(random_bits(8, 1, i) % static_cast<uint64_t>(mc.vocab_size));
+        targets[i] = static_cast<int32_t>(random_bits(8, 2, i) % static_cast<uint64_t>(mc.vocab_size));
+    }
+    a.zero_grads();
+    b.zero_grads();
+    const float la = plain.forward(a, inputs.data(), targets.data(), B, T, 1.f);
+    plain.backward(a);
+    const float lb = recompute.forward(b, inputs.data(), targets.data(), B, T, 1.f);
+    recompute.backward(b);
+    EXPECT_EQ(la, lb);
+    for (int u = 0; u < plain.layout().num_units(); ++u) {
+        const size_t n = plain.layout().unit_numel[static_cast<size_t>(u)];
+        EXPECT_EQ(std::memcmp(a.grads(u), b.grads(u), n * sizeof(float)), 0) << "unit " << u << " gradients differ";
+    }
+    EXPECT_LT(recompute.activation_bytes(), plain.activation_bytes());
 }
 
 TEST(GptInit, IdenticalForEverySeedUseAndDependsOnSeed) {

@@ -70,8 +70,11 @@ class UnitStore {
 
 class Gpt {
   public:
-    /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens.
-    Gpt(const ModelConfig& cfg, Backend& backend, int max_batch);
+    /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens. With
+    /// `recompute`, only each block's output is kept; backward re-runs a block's forward
+    /// into one shared set of buffers just before its backward (activation checkpointing:
+    /// about one extra forward of compute for ~1/L of the block activations' memory).
+    Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false);
     ~Gpt();
     Gpt(const Gpt&) = delete;
     Gpt& operator=(const Gpt&) = delete;
@@ -113,6 +116,7 @@ class Gpt {
     size_t m_wpe_offset = 0;
     size_t m_lnf_bias_offset = 0;
     int m_max_batch;
+    bool m_recompute = false;
     DType m_act = DType::kF32;
     int m_B = 0;
     int m_T = 0;

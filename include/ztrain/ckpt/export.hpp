@@ -1,0 +1,64 @@
+// Checkpoint export (one consolidated weights file) and weight import (model.init_from).
+//
+// Export (zt-consolidate): the sharded checkpoint of any world size and ZeRO stage becomes
+// one file, streamed one tensor at a time, so peak memory is the largest tensor plus one
+// transposed/converted copy, never the whole model. The format follows the extension:
+//
+//   .h5 / .hdf5   one dataset per tensor under its ztrain name ("h.3.attn.c_attn.weight"),
+//                 ztrain orientation (matrices (out, in)), the token embedding cut to
+//                 model.vocab_size rows. fp32 is stored as native float; bf16 and fp16 as
+//                 uint16 bit patterns with a string attribute dtype = "bf16" | "fp16" (HDF5
+//                 1.10 has no native 16-bit float). Every dataset carries the dtype
+//                 attribute. Root attributes: format = "ztrain-weights", step, applied_steps,
+//                 tokens_seen, n_layer, n_head, n_embd, seq_len, vocab_size, vocab_pad_to,
+//                 padded_vocab, dtype, source, config_ini. With the optimizer:
+//                 optimizer/<name>/adam_m and adam_v (fp32, same shapes).
+//   .safetensors  Hugging Face GPT-2 names and layout ("transformer.h.3.attn.c_attn.weight",
+//                 Conv1D matrices [in, out], i.e. ztrain's matrices transposed), dtype
+//                 F32 | BF16 | F16, __metadata__ {format: "pt", source, step, model dims,
+//                 config_ini}. lm_head.weight is not written: GPT-2 ties it to
+//                 transformer.wte.weight and Hugging Face re-ties it on load.
+//
+// Import (model.init_from): reads either file (safetensors with or without the
+// "transformer." prefix; F32, BF16 or F16) into the owned master elements of a ModelState
+// of any world size / stage. Everything read from the file is validated before use (header
+// length, JSON, offsets, dtypes, names, exact shapes); a violation is an InputError naming
+// the file and, where there is one, the tensor.
+//
+// Not here: AdamW state import (an initialized run starts its optimizer from zero), other
+// model families, tokenizer export.
+#pragma once
+
+#include <string>
+
+#include "ztrain/core/dtype.hpp"
+
+namespace zt {
+
+class Communicator;
+class ModelState;
+struct ModelLayout;
+struct ModelConfig;
+
+/// Writes the checkpoint at ckpt_path (a step directory, or a checkpoint directory whose
+/// `latest` names one) to `output` (.h5/.hdf5 or .safetensors) in `dtype`. With
+/// with_optimizer (.h5 only) AdamW m and v are written too (always fp32). The file appears
+/// complete or not at all (written to OUTPUT.partial, renamed at the end). Throws
+/// InputError naming the file for a missing/damaged checkpoint or an unusable output name,
+/// Error for I/O failures.
+void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer);
+
+/// Human-readable description of a checkpoint: step, world size, stage, dtype, tokens,
+/// model dims, every tensor with its shape, every shard file with its size (checked against
+/// the recorded size; hashes are not computed here). Throws InputError for a bad path.
+std::string checkpoint_info(const std::string& ckpt_path);
+
+/// Sets the master weights of `state` from a consolidated .h5 or a .safetensors file (see
+/// above): each rank writes only its owned elements; padded vocabulary rows and alignment
+/// gaps become zero; then the working copy is re-derived (sync_working_from_master, which
+/// is collective: every rank must call import_weights). With `comm`, a failure on any rank
+/// is agreed so every rank throws the same error instead of leaving others in a collective.
+void import_weights(const std::string& path, const ModelLayout& layout, const ModelConfig& cfg, ModelState& state,
+                    Communicator* comm = nullptr);
+
+}  // namespace zt

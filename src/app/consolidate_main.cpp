@@ -1,0 +1,92 @@
+// zt-consolidate: one weights file from a sharded checkpoint, or a description of it.
+//
+//   zt-consolidate CKPT_DIR --output FILE [--dtype fp32|bf16|fp16] [--with-optimizer]
+//   zt-consolidate CKPT_DIR --info
+//
+// CKPT_DIR is a step directory (step_00000100) or a checkpoint directory, whose `latest`
+// names the step. FILE's extension picks the format: .h5 (ztrain names and layout) or
+// .safetensors (Hugging Face GPT-2 names and layout); see ckpt/export.hpp.
+// A single process with no MPI launcher: checkpoints of any world size are read shard by
+// shard, one tensor at a time (peak memory: the largest tensor and one copy of it).
+// Deliberately does not: write Hugging Face's config.json or tokenizer files, or re-shard a
+// checkpoint for another world size (ztrain loads any world size directly).
+// Exit status: 0 success, 2 bad input (options, checkpoint), 1 anything else.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "ztrain/ckpt/export.hpp"
+#include "ztrain/core/dtype.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+int run(int argc, char** argv) {
+    std::string ckpt;
+    std::string output;
+    std::string dtype = "fp32";
+    po::options_description visible(
+        "Usage:\n"
+        "  zt-consolidate CKPT_DIR --output FILE [--dtype fp32|bf16|fp16] [--with-optimizer]\n"
+        "  zt-consolidate CKPT_DIR --info\n\n"
+        "CKPT_DIR: a checkpoint directory (its `latest` step is used) or a step_N directory.\n"
+        "FILE: .h5 (ztrain tensor names, one dataset each) or .safetensors (Hugging Face GPT-2\n"
+        "names and layout; load with GPT2LMHeadModel, lm_head is tied to wte).\n\nOptions");
+    visible.add_options()
+        ("help,h", "print this help and exit")
+        ("output,o", po::value(&output), "the file to write (.h5, .hdf5 or .safetensors)")
+        ("dtype", po::value(&dtype), "element type of the weights: fp32 (default), bf16, fp16")
+        ("with-optimizer", "also write AdamW m and v (fp32; .h5 only)")
+        ("info", "describe the checkpoint (step, world size, tensors, shard files) and exit");
+    po::options_description all;
+    all.add(visible).add_options()("checkpoint", po::value(&ckpt), "checkpoint directory");
+    po::positional_options_description positional;
+    positional.add("checkpoint", 1);
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+        std::cout << visible << "\n";
+        return zt::kExitOk;
+    }
+    ZT_INPUT_CHECK(!ckpt.empty(), "no checkpoint directory given (see --help)");
+    if (vm.count("info")) {
+        ZT_INPUT_CHECK(output.empty() && !vm.count("with-optimizer"),
+                       "--info describes a checkpoint; it does not take --output or --with-optimizer");
+        std::cout << zt::checkpoint_info(ckpt);
+        return zt::kExitOk;
+    }
+    ZT_INPUT_CHECK(!output.empty(), "--output FILE is required (or --info)");
+    const zt::DType t = zt::parse_dtype(dtype, "--dtype");
+    const auto t0 = std::chrono::steady_clock::now();
+    zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(output, ec);
+    std::printf("zt-consolidate: wrote %s (%s, %.2f MiB) in %.2f s\n", output.c_str(), zt::dtype_name(t),
+                ec ? 0.0 : static_cast<double>(bytes) / 1048576.0, s);
+    return zt::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const zt::InputError& e) {
+        std::cerr << "zt-consolidate: error: " << e.what() << "\n";
+        return zt::kExitBadInput;
+    } catch (const po::error& e) {
+        std::cerr << "zt-consolidate: error: " << e.what() << " (see --help)\n";
+        return zt::kExitBadInput;
+    } catch (const std::exception& e) {
+        std::cerr << "zt-consolidate: error: " << e.what() << "\n";
+        return zt::kExitFailure;
+    }
+}
