@@ -7,7 +7,11 @@ flags=()
 if mpiexec --version 2>&1 | grep -q "Open MPI\|OpenRTE"; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   cores=$(nproc)
-  if [ "$np" -gt "$cores" ]; then flags+=(--oversubscribe); fi
+  if [ "$np" -gt "$cores" ]; then
+    flags+=(--oversubscribe)
+    # More ranks than cores: idle OpenMP workers must sleep, not spin on a shared core.
+    export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+  fi
   flags+=(--bind-to none)
 fi
 exec mpiexec "${flags[@]}" -np "$np" "$@"
