@@ -278,6 +278,10 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
                           {"hysteresis_left", progress.scaler_hysteresis_left}};
         meta["bad_steps"] = progress.bad_steps;
         meta["config_ini"] = config_ini;
+        const ModelConfig& model = layout.model;
+        meta["model"] = {{"n_layer", model.n_layer}, {"n_head", model.n_head}, {"n_embd", model.n_embd},
+                         {"seq_len", model.seq_len}, {"vocab_size", model.vocab_size},
+                         {"padded_vocab", model.padded_vocab()}};
         meta["units"] = layout.unit_numel;
         meta["tensors"] = layout_json(layout);
         nlohmann::json shard_list = nlohmann::json::array();

@@ -2,6 +2,7 @@
 #include "ztrain/comm/communicator.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 
@@ -28,6 +29,15 @@ int checked_count(size_t count, const char* what) {
     return static_cast<int>(count);
 }
 
+Communicator::PendingGuard::PendingGuard(Communicator& c, const char* name) : m_comm(c) {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    m_comm.m_pending_since_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(),
+                                    std::memory_order_release);
+    m_comm.m_pending.store(name, std::memory_order_release);
+}
+
+Communicator::PendingGuard::~PendingGuard() { m_comm.m_pending.store(nullptr, std::memory_order_release); }
+
 void Communicator::record(CollectiveKind kind, uint64_t bytes) {
     CommStats::Entry& e = m_stats.by_kind[kind];
     e.bytes += bytes;
@@ -48,12 +58,16 @@ void copy_elements(const void* in, void* out, size_t n, DType dt) {
 
 void Communicator::all_reduce(void* buf, size_t count, ReduceOp op, DType dt) {
     record(CollectiveKind::kAllReduce, 2 * ring_bytes(count, m_size, dt));
-    if (m_size > 1) do_all_reduce(buf, count, op, dt);
+    if (m_size > 1) {
+        PendingGuard g(*this, "all_reduce");
+        do_all_reduce(buf, count, op, dt);
+    }
 }
 
 void Communicator::reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op, DType dt) {
     record(CollectiveKind::kReduceScatter, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size, dt));
     if (m_size > 1) {
+        PendingGuard g(*this, "reduce_scatter");
         do_reduce_scatter(in, out, count_per_rank, op, dt);
     } else {
         copy_elements(in, out, count_per_rank, dt);
@@ -63,6 +77,7 @@ void Communicator::reduce_scatter(const void* in, void* out, size_t count_per_ra
 void Communicator::all_gather(const void* in, void* out, size_t count_per_rank, DType dt) {
     record(CollectiveKind::kAllGather, ring_bytes(count_per_rank * static_cast<size_t>(m_size), m_size, dt));
     if (m_size > 1) {
+        PendingGuard g(*this, "all_gather");
         do_all_gather(in, out, count_per_rank, dt);
     } else {
         copy_elements(in, out, count_per_rank, dt);
@@ -71,17 +86,24 @@ void Communicator::all_gather(const void* in, void* out, size_t count_per_rank, 
 
 void Communicator::broadcast(float* buf, size_t count, int root) {
     record(CollectiveKind::kBroadcast, m_rank == root ? count * sizeof(float) : 0);
-    if (m_size > 1) do_broadcast_bytes(buf, count * sizeof(float), root);
+    if (m_size > 1) {
+        PendingGuard g(*this, "broadcast");
+        do_broadcast_bytes(buf, count * sizeof(float), root);
+    }
 }
 
 void Communicator::broadcast_bytes(void* buf, size_t bytes, int root) {
     record(CollectiveKind::kBroadcast, m_rank == root ? bytes : 0);
-    if (m_size > 1) do_broadcast_bytes(buf, bytes, root);
+    if (m_size > 1) {
+        PendingGuard g(*this, "broadcast");
+        do_broadcast_bytes(buf, bytes, root);
+    }
 }
 
 void Communicator::all_gather_bytes(const void* in, void* out, size_t bytes_per_rank) {
     record(CollectiveKind::kScalar, bytes_per_rank * static_cast<size_t>(m_size - 1));
     if (m_size > 1) {
+        PendingGuard g(*this, "all_gather_bytes");
         do_all_gather_bytes(in, out, bytes_per_rank);
     } else {
         std::memcpy(out, in, bytes_per_rank);
@@ -90,13 +112,19 @@ void Communicator::all_gather_bytes(const void* in, void* out, size_t bytes_per_
 
 void Communicator::barrier() {
     record(CollectiveKind::kBarrier, 0);
-    if (m_size > 1) do_barrier();
+    if (m_size > 1) {
+        PendingGuard g(*this, "barrier");
+        do_barrier();
+    }
 }
 
 void Communicator::all_reduce_scalars(double* values, size_t count, ReduceOp op) {
     record(CollectiveKind::kScalar, 2 * static_cast<uint64_t>(count) * sizeof(double) *
                                         static_cast<uint64_t>(m_size - 1) / static_cast<uint64_t>(m_size));
-    if (m_size > 1) do_all_reduce_scalars(values, count, op);
+    if (m_size > 1) {
+        PendingGuard g(*this, "all_reduce (scalars)");
+        do_all_reduce_scalars(values, count, op);
+    }
 }
 
 CommRequest Communicator::start_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) {
@@ -126,6 +154,7 @@ CommRequest Communicator::start_all_gather(const void* in, void* out, size_t cou
 
 void Communicator::wait(CommRequest& request) {
     if (!request.active()) return;
+    PendingGuard g(*this, "wait (non-blocking collective)");
     do_wait(request);
     request.reset();
 }

@@ -93,6 +93,8 @@ const KeyDef kKeys[] = {
 
     ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
     ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "gradient all-reduce bucket size (MiB)"),
+    ZT_KEY("parallel.timeout_s", parallel.timeout_s,
+           "seconds one collective may wait before the job is aborted with a message (0: never)"),
 
     ZT_KEY("precision.dtype", precision.dtype,
            "working dtype of parameters, activations and gradients: fp32 | bf16 | fp16 (master weights "
@@ -672,6 +674,7 @@ void validate(const Config& cfg) {
     v.check(cfg.parallel.zero_stage >= 0 && cfg.parallel.zero_stage <= 3, "parallel.zero_stage",
             "0 (DDP), 1, 2 or 3");
     v.check_int_min("parallel.bucket_mb", cfg.parallel.bucket_mb, 1);
+    v.check(cfg.parallel.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
 
     const PrecisionConfig& pr = cfg.precision;
     v.check_one_of("precision.dtype", pr.dtype, {"fp32", "bf16", "fp16"});

@@ -57,6 +57,7 @@ const ParamSpec& ModelLayout::find(const std::string& name) const {
 
 ModelLayout make_gpt_layout(const ModelConfig& cfg) {
     ModelLayout layout;
+    layout.model = cfg;
     LayoutBuilder b(layout);
     const size_t C = static_cast<size_t>(cfg.n_embd);
     const size_t Vp = static_cast<size_t>(cfg.padded_vocab());

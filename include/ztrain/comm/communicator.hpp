@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -110,6 +111,11 @@ class Communicator {
     const CommStats& stats() const { return m_stats; }
     void reset_stats() { m_stats = CommStats{}; }
 
+    /// The collective this rank is blocked in right now (null when none) and since when
+    /// (steady-clock nanoseconds). Read by a watchdog thread, hence atomic.
+    const char* pending_collective() const { return m_pending.load(std::memory_order_acquire); }
+    int64_t pending_since_ns() const { return m_pending_since_ns.load(std::memory_order_acquire); }
+
   protected:
     Communicator(int rank, int size, int local_rank, int local_size)
         : m_rank(rank), m_size(size), m_local_rank(local_rank), m_local_size(local_size) {}
@@ -131,6 +137,19 @@ class Communicator {
 
   private:
     void record(CollectiveKind kind, uint64_t bytes);
+    /// Marks this rank as blocked in `name` for the lifetime of the guard.
+    class PendingGuard {
+      public:
+        PendingGuard(Communicator& c, const char* name);
+        ~PendingGuard();
+        PendingGuard(const PendingGuard&) = delete;
+        PendingGuard& operator=(const PendingGuard&) = delete;
+
+      private:
+        Communicator& m_comm;
+    };
+    std::atomic<const char*> m_pending{nullptr};
+    std::atomic<int64_t> m_pending_since_ns{0};
     int m_rank;
     int m_size;
     int m_local_rank;

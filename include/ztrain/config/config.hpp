@@ -55,6 +55,7 @@ struct TrainConfig {
 struct ParallelConfig {
     int zero_stage = 0;                ///< 0 DDP, 1, 2, 3
     int bucket_mb = 25;                ///< DDP all-reduce bucket size (MiB)
+    double timeout_s = 600;            ///< a collective taking longer aborts the job; 0 = never
 };
 
 struct PrecisionConfig {

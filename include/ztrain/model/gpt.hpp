@@ -37,6 +37,7 @@ struct ParamSpec {
 
 /// Units and the tensor manifest; a pure function of the model config.
 struct ModelLayout {
+    ModelConfig model;                ///< the configuration the layout was made from
     std::vector<ParamSpec> params;
     std::vector<size_t> unit_numel;   ///< elements per unit (unpadded)
     size_t total_numel = 0;
