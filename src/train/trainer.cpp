@@ -15,7 +15,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -191,6 +195,70 @@ class StopSignals {
     void (*m_previous[3])(int);
 };
 
+/// Aborts the job when this rank has waited in one collective longer than timeout_s: a rank
+/// that died or hangs would otherwise keep every other rank waiting forever. Exiting with
+/// status 1 makes mpirun/srun take the remaining ranks down.
+class CollectiveWatchdog {
+  public:
+    CollectiveWatchdog(const Communicator& comm, double timeout_s, const std::atomic<long>& step)
+        : m_comm(comm), m_timeout_s(timeout_s), m_step(step) {
+        if (timeout_s > 0 && comm.size() > 1) m_thread = std::thread([this] { run(); });
+    }
+    ~CollectiveWatchdog() {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_stop = true;
+        }
+        m_cv.notify_all();
+        if (m_thread.joinable()) m_thread.join();
+    }
+    CollectiveWatchdog(const CollectiveWatchdog&) = delete;
+    CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
+
+  private:
+    void run() {
+        const auto poll = std::chrono::milliseconds(static_cast<long>(std::min(1.0, m_timeout_s / 4) * 1000) + 1);
+        std::unique_lock<std::mutex> lock(m_mutex);
+        while (!m_cv.wait_for(lock, poll, [this] { return m_stop; })) {
+            const char* name = m_comm.pending_collective();
+            if (name == nullptr) continue;
+            const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+            const double waited = static_cast<double>(now - m_comm.pending_since_ns()) * 1e-9;
+            if (waited < m_timeout_s || m_comm.pending_collective() == nullptr) continue;
+            std::fprintf(stderr,
+                         "ztrain: rank %d: collective %s has waited %.0f s in step %ld (parallel.timeout_s = %g): "
+                         "another rank is stuck or has died; aborting the job\n",
+                         m_comm.rank(), name, waited, m_step.load() + 1, m_timeout_s);
+            std::fflush(stderr);
+            std::fflush(stdout);
+            std::_Exit(kExitFailure);
+        }
+    }
+    const Communicator& m_comm;
+    double m_timeout_s;
+    const std::atomic<long>& m_step;
+    std::thread m_thread;
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    bool m_stop = false;
+};
+
+/// Test hook for the watchdog: ZT_DEBUG_STALL="RANK:STEP:SECONDS" makes that rank sleep
+/// before the gradient reduction of that (1-based) step, as a hung rank would.
+void maybe_stall(int rank, long step) {
+    const char* spec = std::getenv("ZT_DEBUG_STALL");
+    if (spec == nullptr) return;
+    int r = -1;
+    long s = -1;
+    double seconds = 0;
+    if (std::sscanf(spec, "%d:%ld:%lf", &r, &s, &seconds) == 3 && r == rank && s == step) {
+        std::fprintf(stderr, "ztrain: rank %d: ZT_DEBUG_STALL: sleeping %.0f s in step %ld\n", rank, seconds, step);
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    }
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
@@ -363,6 +431,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     uint64_t samples_seen = progress.samples_seen;
     uint64_t tokens_seen = progress.tokens_seen;
     const StopSignals signals;  // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary
+    std::atomic<long> current_step{progress.step};
+    const CollectiveWatchdog watchdog(comm, cfg.parallel.timeout_s, current_step);
     auto save = [&](long step_done) {
         TrainProgress p;
         p.step = step_done;
@@ -382,6 +452,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         }
     };
     for (long step = progress.step; step < tc.max_steps; ++step) {
+        current_step = step;
         const auto t0 = Clock::now();
         comm.reset_stats();
         state.zero_grads();
@@ -397,6 +468,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             loss_sum += model.forward(state, inputs.data(), targets.data(), B, T, dloss_step);
             model.backward(state);
         }
+        maybe_stall(rank, step + 1);
         state.finish_grad_sync();
         if (options.after_grad_sync) options.after_grad_sync(step + 1, state);
         double loss = loss_sum / tc.grad_accum;

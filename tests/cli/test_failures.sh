@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Failures across ranks: no rank is left waiting.
+#  - A rank that hangs (ZT_DEBUG_STALL test hook) trips the collective watchdog
+#    (parallel.timeout_s): the job exits non-zero with a message naming collective, step, rank.
+#  - A rank killed with SIGKILL mid-run (N = 2 and 4): the whole job exits non-zero within
+#    30 s, and the newest complete checkpoint loads.
+# Usage: test_failures.sh BIN_DIR SOURCE_DIR
+set -u
+BIN=$1
+SRC=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
+if ! command -v mpiexec > /dev/null; then echo "no mpiexec"; exit 1; fi
+work=$(mktemp -d)
+trap 'pkill -KILL -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+for i in $(seq 1 400); do echo "a fairly ordinary sentence number $i, with words"; echo "%"; done > "$work/text.txt"
+"$BIN/zt-prepare" --input "$work/text.txt" --output "$work/data" --doc-separator % > /dev/null || { echo "FAIL: zt-prepare"; exit 1; }
+common=(--config "$SRC/inputs/tiny.ini" --data.train="$work/data/train_*.bin" --train.threads=1 --train.sample_tokens=0)
+MPI=(mpiexec --oversubscribe --bind-to none -x OMP_WAIT_POLICY)
+
+# 1. A hung rank.
+start=$(date +%s)
+ZT_DEBUG_STALL=1:3:120 timeout 60 "${MPI[@]}" -x ZT_DEBUG_STALL -np 2 "$BIN/ztrain" "${common[@]}" \
+  --run.dir="$work/stall" --parallel.timeout_s=3 > "$work/stall.log" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+  fail "stalled rank: exit $rc (expected a non-zero exit from the watchdog)"
+elif ! grep -qE "rank 0: collective .* has waited [0-9]+ s in step 3 \(parallel.timeout_s = 3\)" "$work/stall.log"; then
+  fail "stalled rank: no watchdog message naming collective, step and rank"; tail -5 "$work/stall.log"
+else
+  echo "ok: hung rank -> watchdog aborted the job in ${took} s: $(grep -o 'rank 0: collective [^:]*' "$work/stall.log")"
+fi
+
+# 2. A rank killed with SIGKILL mid-run.
+for np in 2 4; do
+  run="$work/kill$np"
+  "${MPI[@]}" -np "$np" "$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=1000000 \
+    --checkpoint.every=20 --train.log_every=10 > "$work/kill$np.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 300); do [ -s "$run/checkpoints/latest" ] && break; sleep 0.1; done
+  victim=$(pgrep -P "$launcher" | tail -1)
+  if [ -z "$victim" ] || [ ! -s "$run/checkpoints/latest" ]; then
+    fail "N=$np: no rank process or no checkpoint before the kill"; kill -KILL "$launcher" 2>/dev/null; continue
+  fi
+  kill -KILL "$victim"
+  start=$(date +%s)
+  for _ in $(seq 1 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  took=$(( $(date +%s) - start ))
+  if kill -0 "$launcher" 2>/dev/null; then
+    fail "N=$np: job still running 30 s after a rank was killed"; pkill -KILL -f "$run"; continue
+  fi
+  wait "$launcher"
+  rc=$?
+  if pgrep -f "$run" > /dev/null; then fail "N=$np: a rank outlived the job"; pkill -KILL -f "$run"; fi
+  [ "$rc" -ne 0 ] || fail "N=$np: exit 0 after a rank was killed"
+  latest=$(cat "$run/checkpoints/latest")
+  at=$((10#${latest#step_}))
+  if "${MPI[@]}" -np "$np" "$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=$((at + 2)) \
+       > "$work/resume$np.log" 2>&1 && grep -q "resumed from .*at step $at" "$work/resume$np.log"; then
+    echo "ok: N=$np: rank killed -> job exited $rc in ${took} s; $latest loads and training continues"
+  else
+    fail "N=$np: the newest checkpoint $latest did not resume"; tail -5 "$work/resume$np.log"
+  fi
+done
+
+if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all failure checks passed"
