@@ -6,6 +6,7 @@
 #include "ztrain/ckpt/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <sstream>
 
@@ -124,6 +126,20 @@ void read_float_range(hid_t group, const char* name, size_t first, size_t n, flo
                str("dataset ", name, " failed its checksum or could not be read (damaged file?)"));
 }
 
+/// Refuses to start a write that cannot fit: HDF5 does not recover cleanly from ENOSPC in
+/// the middle of a file (its handle stays half-open until library shutdown), so the space is
+/// checked up front. `bytes` is the payload; HDF5 adds ~1% plus a few KiB of structure.
+void require_free_space(const std::string& dir, uint64_t bytes, const std::string& file) {
+    struct statvfs st {};
+    if (::statvfs(dir.c_str(), &st) != 0) return;  // unknown: let the write report errors
+    const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * static_cast<uint64_t>(st.f_frsize);
+    const uint64_t need = bytes + bytes / 50 + (256u << 10);
+    if (free_bytes < need) {
+        throw Error(str(file, ": not enough space to write it: needs about ", need >> 10, " KiB, ", free_bytes >> 10,
+                        " KiB free on the file system (disk full?)"));
+    }
+}
+
 std::string shard_file_name(int rank, int world) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d.h5", rank, world);
@@ -185,6 +201,40 @@ nlohmann::json layout_json(const ModelLayout& layout) {
 
 }  // namespace
 
+namespace {
+constexpr const char* kChecksumFile = "CHECKSUM";
+
+std::string checksum_line(uint64_t h) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "fnv1a64 %016llx meta.h5\n", static_cast<unsigned long long>(h));
+    return buf;
+}
+}  // namespace
+
+void write_checksum_file(const std::string& dir, const std::string& meta_file) {
+    const std::string path = (fs::path(dir) / kChecksumFile).string();
+    std::ofstream out(path, std::ios::trunc);
+    out << checksum_line(file_fnv1a64(meta_file));
+    out.flush();
+    if (!out) throw Error(str("cannot write ", path, " (disk full?)"));
+    out.close();
+    fsync_path(path, false);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& ckpt_dir) {
+    std::vector<std::string> steps;
+    std::error_code ec;
+    if (!fs::is_directory(ckpt_dir, ec)) return steps;
+    for (const auto& entry : fs::directory_iterator(ckpt_dir, ec)) {
+        const std::string n = entry.path().filename().string();
+        if (entry.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos) {
+            steps.push_back(entry.path().string());
+        }
+    }
+    std::sort(steps.rbegin(), steps.rend());
+    return steps;
+}
+
 std::string checkpoint_dir_name(long step) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "step_%08ld", step);
@@ -231,6 +281,11 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
     agree(comm, [&] {
         if (!rank_writes(state, rank)) return;
         const std::string file = (fs::path(partial) / shard_file_name(rank, world)).string();
+        uint64_t payload = 0;
+        for (int u = 0; u < state.layout().num_units(); ++u) {
+            if (state.owned_end(u) > state.owned_begin(u)) payload += 3 * 4 * (state.owned_end(u) - state.owned_begin(u));
+        }
+        require_free_space(partial, payload, file);
         {
             H5Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
             h5_require(f.ok(), false, file, "cannot create (permissions? disk full?)");
@@ -301,6 +356,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
         meta["shards"] = shard_list;
         const std::string text = meta.dump(1);
         const std::string file = (fs::path(partial) / "meta.h5").string();
+        require_free_space(partial, text.size(), file);
         {
             H5Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
             h5_require(f.ok(), false, file, "cannot create (permissions? disk full?)");
@@ -326,6 +382,9 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
             h5_require(H5Fflush(f.get(), H5F_SCOPE_GLOBAL) >= 0, false, file, "cannot flush (disk full?)");
         }
         fsync_path(file, false);
+        // meta.h5 is covered as a whole too: a damaged byte anywhere in it (HDF5 structure
+        // included) is caught before it is parsed.
+        write_checksum_file(partial, file);
         fsync_path(partial, true);
         // Publish: the directory rename is atomic; `latest` moves only after it.
         std::error_code ec;
@@ -345,17 +404,10 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
         if (ec) throw Error(str("cannot replace ", latest, ": ", ec.message()));
         fsync_path(ckpt_dir, true);
         // Keep the newest `keep` complete checkpoints.
-        std::vector<std::string> steps;
-        for (const auto& entry : fs::directory_iterator(ckpt_dir)) {
-            const std::string n = entry.path().filename().string();
-            if (entry.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos) {
-                steps.push_back(n);
-            }
-        }
-        std::sort(steps.begin(), steps.end());
-        for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
-            if (steps[i] == name) continue;
-            fs::remove_all(fs::path(ckpt_dir) / steps[i], ec);
+        const std::vector<std::string> steps = list_checkpoints(ckpt_dir);
+        for (size_t i = static_cast<size_t>(keep); i < steps.size(); ++i) {
+            if (fs::path(steps[i]).filename() == name) continue;
+            fs::remove_all(steps[i], ec);
         }
     });
     return final_dir;
@@ -394,6 +446,15 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
     silence_hdf5();
     const std::string file = (fs::path(step_dir) / "meta.h5").string();
     if (!fs::exists(file)) throw InputError(str(file, ": missing (incomplete or not a checkpoint)"));
+    {
+        const std::string sum_path = (fs::path(step_dir) / kChecksumFile).string();
+        std::ifstream in(sum_path, std::ios::binary);
+        if (!in) throw InputError(str(sum_path, ": missing (incomplete or damaged checkpoint)"));
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (text != checksum_line(file_fnv1a64(file))) {
+            throw InputError(str(file, ": does not match ", sum_path, " (meta.h5 or its checksum is damaged)"));
+        }
+    }
     H5Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     h5_require(f.ok(), true, file, "cannot open as HDF5 (damaged or truncated?)");
     H5Handle ds(H5Dopen2(f.get(), "meta_json", H5P_DEFAULT), H5Dclose);

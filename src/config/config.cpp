@@ -115,6 +115,9 @@ const KeyDef kKeys[] = {
     ZT_KEY("checkpoint.every", checkpoint.every, "steps between checkpoints (0: only at the end)"),
     ZT_KEY("checkpoint.keep", checkpoint.keep, "checkpoints kept on disk"),
     ZT_KEY("checkpoint.resume", checkpoint.resume, "auto | never | PATH of a checkpoint"),
+    ZT_KEY("checkpoint.on_error", checkpoint.on_error,
+           "when a save fails (disk full, ...): stop (exit 1) | continue (warn and train on); the previous "
+           "checkpoint stays intact either way"),
 
     ZT_KEY("run.dir", run.dir, "run directory (logs, resolved config, checkpoints)"),
 };
@@ -701,6 +704,7 @@ void validate(const Config& cfg) {
     v.check_int_min("checkpoint.every", cfg.checkpoint.every, 0);
     v.check_int_min("checkpoint.keep", cfg.checkpoint.keep, 1);
     v.check(!cfg.checkpoint.resume.empty(), "checkpoint.resume", "auto | never | PATH of a checkpoint");
+    v.check_one_of("checkpoint.on_error", cfg.checkpoint.on_error, {"stop", "continue"});
     v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
 }
 

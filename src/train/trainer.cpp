@@ -296,7 +296,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         std::ofstream(run_dir / "config.ini") << to_ini(cfg);
     }
     const std::string ckpt_dir = cfg.checkpoint.dir.empty() ? (run_dir / "checkpoints").string() : cfg.checkpoint.dir;
-    const std::string resume_dir = resolve_resume(cfg.checkpoint.resume, ckpt_dir);
+    std::string resume_dir = resolve_resume(cfg.checkpoint.resume, ckpt_dir);
     // A resumed run appends to the metrics of the run it continues.
     MetricsLog metrics(root ? (run_dir / "metrics.jsonl").string() : std::string(), !resume_dir.empty());
 
@@ -336,7 +336,27 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     // ---- resume ----
     TrainProgress progress;
     if (!resume_dir.empty()) {
-        progress = load_checkpoint(resume_dir, state, comm);
+        // resume=auto falls back to older complete checkpoints when the newest is damaged;
+        // an explicit PATH is loaded or refused.
+        std::vector<std::string> candidates{resume_dir};
+        if (cfg.checkpoint.resume == "auto") {
+            for (const std::string& d : list_checkpoints(ckpt_dir)) {
+                if (std::filesystem::path(d) != std::filesystem::path(resume_dir)) candidates.push_back(d);
+            }
+        }
+        for (size_t i = 0; i < candidates.size(); ++i) {
+            try {
+                progress = load_checkpoint(candidates[i], state, comm);
+                resume_dir = candidates[i];
+                break;
+            } catch (const InputError& e) {
+                if (i + 1 == candidates.size()) throw;
+                if (root) {
+                    std::fprintf(stderr, "ztrain: warning: checkpoint %s rejected: %s; falling back to %s\n",
+                                 candidates[i].c_str(), e.what(), candidates[i + 1].c_str());
+                }
+            }
+        }
         if (fp16) scaler.restore(progress.loss_scale, progress.scaler_clean_steps, progress.scaler_hysteresis_left);
         if (root) {
             std::printf("ztrain: resumed from %s at step %ld (%llu samples seen)\n", resume_dir.c_str(), progress.step,
@@ -444,11 +464,28 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         p.scaler_hysteresis_left = scaler.hysteresis_left();
         p.bad_steps = bad_steps;
         const auto t_save = Clock::now();
-        const std::string dir = save_checkpoint(ckpt_dir, state, comm, p, to_ini(cfg), cfg.precision.dtype, tc.seed,
-                                                cfg.checkpoint.keep);
-        if (root) {
-            std::printf("ztrain: checkpoint %s written in %.2f s\n", dir.c_str(), seconds_since(t_save));
-            std::fflush(stdout);
+        try {
+            const std::string dir = save_checkpoint(ckpt_dir, state, comm, p, to_ini(cfg), cfg.precision.dtype,
+                                                    tc.seed, cfg.checkpoint.keep);
+            if (root) {
+                std::printf("ztrain: checkpoint %s written in %.2f s\n", dir.c_str(), seconds_since(t_save));
+                std::fflush(stdout);
+            }
+        } catch (const Error& e) {
+            // Every rank sees the same error (the save agrees on failures). The previous
+            // checkpoint and `latest` are untouched; the half-written directory goes.
+            if (root) {
+                std::error_code ec;
+                std::filesystem::remove_all(std::filesystem::path(ckpt_dir) / (checkpoint_dir_name(step_done) + ".partial"), ec);
+            }
+            if (cfg.checkpoint.on_error != "continue") {
+                throw Error(str("checkpoint at step ", step_done, " failed: ", e.what(),
+                                " (the previous checkpoint is intact; checkpoint.on_error = continue trains on)"));
+            }
+            if (root) {
+                std::fprintf(stderr, "ztrain: warning: checkpoint at step %ld failed: %s; training continues "
+                             "(checkpoint.on_error = continue), the previous checkpoint is intact\n", step_done, e.what());
+            }
         }
     };
     for (long step = progress.step; step < tc.max_steps; ++step) {

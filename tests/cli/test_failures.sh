@@ -66,5 +66,60 @@ for np in 2 4; do
   fi
 done
 
+# 3. resume=auto falls back to the previous complete checkpoint when the newest is damaged.
+fb="$work/fallback"
+"$BIN/ztrain" "${common[@]}" --run.dir="$fb" --train.max_steps=4 --checkpoint.every=2 > /dev/null 2>&1 ||
+  fail "fallback: setup run failed"
+shard="$fb/checkpoints/step_00000004/shard_00000_of_00001.h5"
+if [ -f "$shard" ]; then
+  printf '\xff' | dd of="$shard" bs=1 seek=2000 conv=notrunc status=none
+  out=$("$BIN/ztrain" "${common[@]}" --run.dir="$fb" --train.max_steps=6 2>&1)
+  rc=$?
+  if [ "$rc" -eq 0 ] && grep -q "warning: checkpoint .*step_00000004 rejected: .*shard_00000_of_00001.h5" <<<"$out" &&
+     grep -q "resumed from .*step_00000002 at step 2" <<<"$out"; then
+    echo "ok: damaged newest checkpoint -> warning, resumed from step_00000002"
+  else
+    fail "fallback: exit $rc"; echo "$out" | grep -v "^step" | tail -5
+  fi
+else
+  fail "fallback: no step_00000004 shard"
+fi
+
+# 4. Disk full during a save: a 900 KiB tmpfs holds one tiny checkpoint (~0.5 MB) but not two.
+full="$work/full"
+mkdir -p "$full"
+if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
+  trap 'umount "$full" 2>/dev/null; pkill -KILL -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+  out=$("$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun" --checkpoint.dir="$full/ckpt" --checkpoint.keep=2 \
+        --train.max_steps=6 --checkpoint.every=2 2>&1)
+  rc=$?
+  if [ "$rc" -eq 1 ] && grep -q "checkpoint at step 4 failed: .*disk full" <<<"$out" &&
+     [ "$(cat "$full/ckpt/latest")" = "step_00000002" ] && [ ! -e "$full/ckpt/step_00000004.partial" ]; then
+    echo "ok: disk full (on_error=stop) -> exit 1, clear message, step_00000002 intact, no partial left"
+  else
+    fail "disk full (stop): exit $rc, latest $(cat "$full/ckpt/latest" 2>/dev/null)"; echo "$out" | grep -v "^step" | tail -4
+  fi
+  out=$("$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun2" --checkpoint.dir="$full/ckpt" --checkpoint.keep=2 \
+        --checkpoint.resume=never --train.max_steps=6 --checkpoint.every=2 --checkpoint.on_error=continue 2>&1)
+  rc=$?
+  if [ "$rc" -eq 0 ] && grep -q "warning: checkpoint at step .* failed: .*training continues" <<<"$out" &&
+     grep -qE "step +6/6" <<<"$out"; then
+    echo "ok: disk full (on_error=continue) -> warning, training reached step 6"
+  else
+    fail "disk full (continue): exit $rc"; echo "$out" | grep -v "^step" | tail -4
+  fi
+  latest=$(cat "$full/ckpt/latest")
+  if "$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun3" --checkpoint.dir="$full/ckpt" \
+       --train.max_steps=$((10#${latest#step_} + 1)) --checkpoint.on_error=continue > "$work/full3.log" 2>&1 &&
+     grep -q "resumed from" "$work/full3.log"; then
+    echo "ok: after disk full, the newest complete checkpoint ($latest) still loads"
+  else
+    fail "disk full: $latest does not load"; tail -3 "$work/full3.log"
+  fi
+  umount "$full"
+else
+  echo "skip: cannot mount a tmpfs here (needs root); disk-full case not run"
+fi
+
 if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all failure checks passed"

@@ -18,6 +18,7 @@ SRC="$(cd "${2:?usage: test_slurm_job.sh BIN_DIR SOURCE_DIR}" && pwd)"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SBATCH_SCRIPT="$SRC/slurm/cpu.sbatch"
 failures=0
+export PATH="$PATH:/usr/sbin:/sbin"   # munged, slurmd, slurmctld
 
 fail() {
     echo "FAIL: $*" >&2

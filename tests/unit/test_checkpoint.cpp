@@ -13,6 +13,7 @@
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/random.hpp"
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
@@ -170,6 +171,50 @@ TEST(Checkpoint, DamagedTruncatedAndMismatchedCheckpointsAreRefusedNamingTheFile
     // No checkpoint yet: auto starts fresh.
     EXPECT_EQ(resolve_resume("auto", f.dir.file("empty")), "");
     EXPECT_EQ(resolve_resume("never", f.ckpt()), "");
+}
+
+// Random damage anywhere in any file of a checkpoint is detected on load, every time: byte
+// flips at random offsets (data, HDF5 structure, padding alike) and truncations at random
+// lengths, in meta.h5, CHECKSUM and the shard.
+TEST(Checkpoint, RandomFlipsAndTruncationsAreAlwaysDetected) {
+    Fixture f;
+    ModelState a(f.layout, *f.backend, 1);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    const std::vector<std::string> files = {dir + "/meta.h5", dir + "/CHECKSUM", dir + "/shard_00000_of_00001.h5"};
+    std::vector<std::string> pristine;
+    for (const auto& file : files) pristine.push_back(test::read_file(file));
+    int trials = 0;
+    int detected = 0;
+    for (uint64_t t = 0; t < 300; ++t) {
+        const size_t which = static_cast<size_t>(random_bits(77, 1, t) % files.size());
+        std::string bytes = pristine[which];
+        const size_t at = static_cast<size_t>(random_bits(77, 2, t) % bytes.size());
+        std::string how;
+        if (t % 4 == 3) {
+            bytes.resize(at);
+            how = "truncated to " + std::to_string(at);
+        } else {
+            const unsigned char mask = static_cast<unsigned char>(1u + random_bits(77, 3, t) % 255u);
+            bytes[at] = static_cast<char>(static_cast<unsigned char>(bytes[at]) ^ mask);
+            how = "byte " + std::to_string(at) + " ^= " + std::to_string(mask);
+        }
+        test::write_file(files[which], bytes);
+        ModelState b(f.layout, *f.backend, 1);
+        ++trials;
+        try {
+            load_checkpoint(dir, b, self_communicator());
+            ADD_FAILURE() << "undetected: " << files[which] << " " << how;
+        } catch (const InputError& e) {
+            ++detected;
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "detected with the wrong error type (not exit 2): " << files[which] << " " << how << ": "
+                          << e.what();
+        }
+        test::write_file(files[which], pristine[which]);
+    }
+    EXPECT_EQ(detected, trials);
+    ModelState ok(f.layout, *f.backend, 1);
+    EXPECT_NO_THROW(load_checkpoint(dir, ok, self_communicator())) << "restored files must load again";
 }
 
 }  // namespace

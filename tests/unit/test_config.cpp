@@ -309,7 +309,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 46);  // 45 section keys + backend
+    EXPECT_EQ(keys, 47);  // 46 section keys + backend
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
 }
 

@@ -5,6 +5,8 @@
 //
 //   CKPT_DIR/step_00000100/
 //     meta.h5                         rank 0: /meta_json (uint8 dataset, the JSON below)
+//     CHECKSUM                        rank 0: "fnv1a64 <16 hex digits> meta.h5", the hash of
+//                                     the whole meta.h5 file
 //     shard_00000_of_00004.h5 ...     each rank that owns elements:
 //                                       /unit_00003/master   float32 [end - begin]
 //                                       /unit_00003/adam_m   float32 [end - begin]
@@ -56,6 +58,12 @@ struct TrainProgress {
 
 /// "step_00000100"
 std::string checkpoint_dir_name(long step);
+
+/// Complete checkpoints (step_* directories, no *.partial) in ckpt_dir, newest first.
+std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
+
+/// Writes DIR/CHECKSUM: the FNV-1a 64 hash of meta.h5, checked before meta.h5 is parsed.
+void write_checksum_file(const std::string& dir, const std::string& meta_file);
 
 /// 64-bit FNV-1a over a whole file's bytes (streamed). Throws Error naming the file.
 uint64_t file_fnv1a64(const std::string& path);

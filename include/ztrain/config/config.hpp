@@ -73,6 +73,7 @@ struct CheckpointConfig {
     int every = 0;                     ///< 0: only at the end
     int keep = 2;
     std::string resume = "auto";       ///< auto | never | PATH
+    std::string on_error = "stop";     ///< a failed save: stop (exit 1) | continue (warn, train on)
 };
 
 struct RunConfig {

@@ -1,0 +1,116 @@
+// Writes the seed corpora of the fuzz targets with ztrain's own writers:
+//   zt_fuzz_seeds SOURCE_DIR OUT_DIR   ->  OUT_DIR/<target>/<seed files>
+// (tests/fuzz/corpus is this program's output, committed; rerun it after a format change).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fuzz_support.hpp"
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/export.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/dtype.hpp"
+#include "ztrain/data/token_data.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read " + path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void put(const fs::path& dir, const std::string& name, const std::string& bytes) {
+    fs::create_directories(dir);
+    zt::fuzz::write_file((dir / name).string(), bytes);
+    std::printf("  %s (%zu bytes)\n", (dir / name).string().c_str(), bytes.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        std::fprintf(stderr, "usage: %s SOURCE_DIR OUT_DIR\n", argv[0]);
+        return 2;
+    }
+    const fs::path src = argv[1];
+    const fs::path out = argv[2];
+    zt::fuzz::quiet_hdf5();
+    const std::string tmp = zt::fuzz::scratch_dir();
+
+    // ---- token shards: uint16, uint32, one token, empty ----
+    {
+        const fs::path d = out / "fuzz_token_shard";
+        const auto shard = [&](const std::string& name, const std::vector<uint32_t>& tokens, bool u32) {
+            const std::string f = tmp + "/" + name;
+            zt::write_token_shard(f, tokens, u32);
+            put(d, name, slurp(f));
+        };
+        std::vector<uint32_t> t;
+        for (uint32_t i = 0; i < 40; ++i) t.push_back((i * 7919u) % 300u);
+        shard("u16_40.bin", t, false);
+        shard("u32_12.bin", {0, 1, 70000, 5, 256, 65535, 65536, 3, 2, 1, 0, 99}, true);
+        shard("u16_1.bin", {42}, false);
+        shard("empty.bin", {}, false);
+    }
+
+    // ---- tokenizer: vocab \0 merges \0 tokenizer.json ----
+    {
+        const fs::path d = out / "fuzz_tokenizer";
+        const std::string vocab = slurp((src / "tests/data/bpe_tiny/vocab.json").string());
+        const std::string merges = slurp((src / "tests/data/bpe_tiny/merges.txt").string());
+        const std::string gpt2 =
+            nlohmann::json{{"type", "gpt2"}, {"vocab_size", 40}, {"eot", 39}, {"vocab", "vocab.json"},
+                           {"merges", "merges.txt"}}
+                .dump(2);
+        const std::string byte = nlohmann::json{{"type", "byte"}, {"vocab_size", 257}, {"eot", 256}}.dump(2);
+        const std::string nul(1, '\0');
+        put(d, "gpt2_full", vocab + nul + merges + nul + gpt2);
+        put(d, "gpt2_versioned", vocab + nul + "#version: 0.2\r\n" + merges + nul + gpt2);
+        put(d, "gpt2_no_desc", vocab + nul + merges);
+        put(d, "byte_desc", byte);
+        put(d, "byte_desc_with_text", vocab + nul + "hello world, caf\xc3\xa9 123!\n  \t\xff\xfe" + nul + byte);
+    }
+
+    // ---- a real checkpoint of the tiny model: meta.h5 and its JSON; safetensors exports ----
+    {
+        const zt::ModelConfig mc = zt::fuzz::tiny_model();
+        const zt::ModelLayout layout = zt::make_gpt_layout(mc);
+        const auto backend = zt::make_cpu_backend(1);
+        zt::ModelState state(layout, *backend, 7);
+        zt::Config cfg;
+        cfg.model = mc;
+        zt::TrainProgress progress;
+        progress.step = 3;
+        progress.applied_steps = 3;
+        progress.samples_seen = 24;
+        progress.tokens_seen = 96;
+        const std::string step_dir = zt::save_checkpoint(tmp + "/ckpt", state, zt::self_communicator(), progress,
+                                                         zt::to_ini(cfg), "fp32", 7, 1);
+        const fs::path d = out / "fuzz_checkpoint_meta";
+        put(d, "meta.h5", slurp(step_dir + "/meta.h5"));
+        put(d, "meta_json.json", zt::read_checkpoint_meta(step_dir).dump(1));
+
+        const fs::path s = out / "fuzz_safetensors";
+        for (const auto& [name, dtype] : {std::pair<const char*, zt::DType>{"f32", zt::DType::kF32},
+                                          {"bf16", zt::DType::kBF16}, {"f16", zt::DType::kF16}}) {
+            const std::string f = tmp + "/w_" + name + ".safetensors";
+            zt::consolidate(step_dir, f, dtype, false);
+            put(s, std::string(name) + ".safetensors", slurp(f));
+        }
+    }
+    return 0;
+}
