@@ -12,6 +12,7 @@ packages=(
   googletest libgtest-dev
   nlohmann-json3-dev
   fortunes fortunes-min          # the demo corpus (English text)
+  slurm-wlm munge                # tests/slurm: a private one-node Slurm cluster
   python3 python3-numpy python3-h5py python3-matplotlib   # postproc/
 )
 

@@ -24,16 +24,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=OFF > "$WORK/build.log" 2>&1
 cmake --build "$BUILD_DIR" -j2 --target ztrain >> "$WORK/build.log" 2>&1
 
-if [ ! -f "$WORK/train.bin" ]; then
-  /usr/bin/python3 - "$WORK/train.bin" <<'PY'
-import sys, numpy as np
-rng = np.random.default_rng(0)
-toks = rng.integers(0, 50257, size=400_000, dtype=np.uint16)
-hdr = np.zeros(256, dtype=np.int32); hdr[0] = 20240520; hdr[1] = 1; hdr[2] = toks.size
-with open(sys.argv[1], "wb") as f:
-    f.write(hdr.tobytes()); f.write(toks.tobytes())
-PY
-fi
+[ -f "$WORK/train.bin" ] || /usr/bin/python3 bench/make_shard.py "$WORK/train.bin" 400000 50257
 
 MODEL=(--model.n_layer=4 --model.n_head=4 --model.n_embd=256 --model.seq_len=256
        --model.vocab_size=50257 --model.vocab_pad_to=128)

@@ -34,10 +34,10 @@ live_pid() {
 
 # stop_pid FILE NAME: TERM, up to 10 s, then KILL.
 stop_pid() {
-    local f="$1" name="$2" pid i
+    local f="$1" name="$2" pid
     pid="$(live_pid "$f")" || return 0
     kill -TERM "$pid" 2>/dev/null
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         kill -0 "$pid" 2>/dev/null || { log "stopped $name ($pid)"; return 0; }
         sleep 0.2
     done
@@ -63,13 +63,13 @@ own_processes() {
 do_stop() {
     export SLURM_CONF="$CONF"
     if live_pid "$SCR/run/slurmctld.pid" >/dev/null; then
-        local jobs i
+        local jobs
         jobs="$(timeout 10 squeue -h -o %i 2>/dev/null | tr '\n' ' ')"
         if [ -n "${jobs// /}" ]; then
             log "cancelling job(s) $jobs"
             # shellcheck disable=SC2086
             timeout 10 scancel $jobs 2>/dev/null
-            for i in $(seq 50); do
+            for _ in $(seq 50); do
                 [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
                 sleep 0.2
             done
@@ -112,6 +112,10 @@ show_logs() {
 }
 
 do_start() {
+    if live_pid "$SCR/run/slurmctld.pid" >/dev/null; then
+        log "already running under $SCR (stop it first to start afresh)"
+        return 0
+    fi
     if [ "$(id -u)" -ne 0 ]; then
         echo "SKIP: a private slurmd must run as root (it launches jobs as their user); uid is $(id -u)"
         exit 77
@@ -246,8 +250,20 @@ ENV
     log "cluster up: SLURM_CONF=$CONF, node $nodename idle, ports $ctld_port/$d_port"
 }
 
+# A failed start leaves nothing running.
+on_start_exit() {
+    local rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+        do_stop >/dev/null 2>&1
+    fi
+    exit "$rc"
+}
+
 case "$cmd" in
-    start) do_start ;;
+    start)
+        trap on_start_exit EXIT
+        do_start
+        ;;
     stop) do_stop ;;
     *) echo "usage: $0 start|stop SCRATCH_DIR" >&2; exit 2 ;;
 esac

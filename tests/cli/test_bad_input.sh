@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Bad input, case by case: every case must
+#   - exit with status 2 exactly (bad input, rejected before work starts),
+#   - print a message that names the file / key / value and what was expected (a regex),
+#   - leave every file already on disk untouched (sha256 of every file under the fixtures:
+#     data, run directories, checkpoints, decks, weights; no file added or removed there),
+#   - leave no process behind (no rank, no launcher).
+# Covers decks and overrides, data shards and tokenizers, checkpoints and init_from weights,
+# zt-prepare, zt-consolidate, command-line syntax, and bad input under mpiexec -np 2.
+# Usage: test_bad_input.sh BIN_DIR SOURCE_DIR   (ZT_CASES=REGEX runs only the matching cases)
+set -u
+BIN=$1
+SRC=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
+work=$(mktemp -d)
+trap 'pkill -KILL -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+fix="$work/fix"   # fixtures: checksummed around every case
+out="$work/out"   # scratch outputs of the cases (not checksummed)
+mkdir -p "$fix" "$out"
+deck="$SRC/inputs/tiny.ini"
+
+setup_fail() { echo "FAIL: setup: $*"; exit 1; }
+
+# ---------------------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------------------
+# A valid corpus.
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; echo "%"; done > "$work/text.txt"
+"$BIN/zt-prepare" --input "$work/text.txt" --output "$fix/data" --doc-separator % > /dev/null ||
+  setup_fail "zt-prepare"
+shard="$fix/data/train_000000.bin"
+shard_bytes=$(stat -c %s "$shard")
+
+# A valid run directory with complete checkpoints (step 2 and step 4; latest = step 4).
+TRAIN=("$BIN/ztrain" --config "$deck" --data.train="$fix/data/train_*.bin" --train.threads=1)
+"${TRAIN[@]}" --data.val="$fix/data/val_*.bin" --run.dir="$fix/run" --train.max_steps=4 \
+  --checkpoint.every=2 --train.sample_tokens=0 --train.eval_batches=1 > "$out/setup_run.log" 2>&1 ||
+  { tail -5 "$out/setup_run.log"; setup_fail "training the fixture run"; }
+ckpt="$fix/run/checkpoints"
+[ "$(cat "$ckpt/latest" 2>/dev/null)" = step_00000004 ] || setup_fail "no checkpoint step_00000004"
+step="$ckpt/step_00000004"
+shard_h5=$(cd "$step" && ls shard_*.h5 | head -1)
+[ -n "$shard_h5" ] || setup_fail "no shard file in $step"
+
+# A run directory with a resolved config and metrics but no checkpoint (init_from applies).
+mkdir -p "$fix/run_nockpt"
+cp "$fix/run/config.ini" "$fix/run/metrics.jsonl" "$fix/run_nockpt/"
+
+# Consolidated weights.
+"$BIN/zt-consolidate" "$ckpt" --output "$fix/model.safetensors" > "$out/setup_cons.log" 2>&1 ||
+  { tail -5 "$out/setup_cons.log"; setup_fail "zt-consolidate"; }
+
+# Damaged copies of the step-4 checkpoint (the original stays intact).
+damaged() {  # damaged NAME: a checkpoint directory holding a copy of step_00000004
+  mkdir -p "$fix/$1"
+  cp -r "$step" "$fix/$1/"
+  echo step_00000004 > "$fix/$1/latest"
+  echo "$fix/$1/step_00000004"
+}
+nometa=$(damaged ck_nometa) && rm "$nometa/meta.h5"
+trunc=$(damaged ck_trunc) && truncate -s $(($(stat -c %s "$trunc/$shard_h5") - 100)) "$trunc/$shard_h5"
+flip=$(damaged ck_flip)
+flip_at=$(($(stat -c %s "$flip/$shard_h5") / 2))
+byte=$(od -An -tu1 -j "$flip_at" -N1 "$flip/$shard_h5" | tr -d ' ')
+printf "$(printf '\\%03o' $((byte ^ 0xff)))" | dd of="$flip/$shard_h5" bs=1 seek="$flip_at" conv=notrunc status=none
+cmp -s "$step/$shard_h5" "$flip/$shard_h5" && setup_fail "the byte flip did not change $flip/$shard_h5"
+damaged ck_escape > /dev/null && echo "../x" > "$fix/ck_escape/latest"
+mkdir -p "$fix/x"   # what ../x would name: outside the checkpoint directory
+
+# Bad token shards, made from the valid one.
+bad="$fix/bad"
+mkdir -p "$bad/empty" "$bad/trunc" "$bad/trail" "$bad/magic" "$bad/version" "$bad/token" "$bad/short"
+poke() {  # poke FILE OFFSET OCTAL-ESCAPES: overwrite bytes in place
+  printf "$3" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+: > "$bad/empty/train.bin"
+head -c $((shard_bytes - 7)) "$shard" > "$bad/trunc/train.bin"
+{ cat "$shard"; printf '\0\0\0'; } > "$bad/trail/train.bin"
+cp "$shard" "$bad/magic/train.bin" && poke "$bad/magic/train.bin" 0 '\001\002\003\004'
+cp "$shard" "$bad/version/train.bin" && poke "$bad/version/train.bin" 4 '\007\000\000\000'
+cp "$shard" "$bad/token/train.bin" && poke "$bad/token/train.bin" $((1024 + 2 * 100)) '\377\377'
+# 10 tokens: fewer than one window of seq_len + 1 = 33.
+{ head -c 8 "$shard"; printf '\012\000\000\000'; head -c 1024 "$shard" | tail -c 1012; head -c 1044 "$shard" | tail -c 20; } \
+  > "$bad/short/train.bin"
+[ "$(stat -c %s "$bad/short/train.bin")" -eq 1044 ] || setup_fail "short shard"
+# Valid shards whose tokenizer.json is malformed / bigger than the model's vocabulary.
+mkdir -p "$bad/tokjson" "$bad/tokbig"
+cp "$shard" "$bad/tokjson/train.bin"
+printf '{"type": "byte", "vocab_size": 257,' > "$bad/tokjson/tokenizer.json"
+# Every token below 200 (the byte tokenizer's 257 is not), so only the tokenizer is too big.
+printf 'a fairly long line of plain ascii text without any separator at all, %s\n' $(seq 1 200) \
+  > "$work/ascii.txt"
+"$BIN/zt-prepare" --input "$work/ascii.txt" --output "$bad/tokbig" --val-fraction 0 > /dev/null ||
+  setup_fail "zt-prepare (ascii)"
+poke "$bad/tokbig/train_000000.bin" 1024 'a\000'   # the leading end-of-text token (256)
+# Decks.
+decks="$fix/decks"
+mkdir -p "$decks/adir.ini"
+printf '[model]\nn_layer = 2\nn_layr = 3\n' > "$decks/unknown_key.ini"
+printf '[model]\nn_layer = 2\nn_head = 2\nn_layer = 3\n' > "$decks/dup_key.ini"
+printf '[model]\nn_layer 2\n' > "$decks/malformed.ini"
+printf '[model]\nn_layer = 2\nn_head = 2\nn_embd = 32\n[train]\nbeta1 = 1.0\n' > "$decks/deck_range.ini"
+# Weights files for model.init_from.
+printf 'this is not a safetensors file at all, just some text\n' > "$fix/not_weights.safetensors"
+"${TRAIN[@]}" --run.dir="$out/wide" --model.n_embd=64 --train.max_steps=1 --train.sample_tokens=0 \
+  > "$out/setup_wide.log" 2>&1 || { tail -5 "$out/setup_wide.log"; setup_fail "training the n_embd=64 run"; }
+"$BIN/zt-consolidate" "$out/wide/checkpoints" --output "$fix/wide.safetensors" > /dev/null 2>&1 ||
+  setup_fail "zt-consolidate (wide)"
+# zt-prepare output that already exists: a failed prepare must not touch it.
+prep_out="$fix/data"
+
+# ---------------------------------------------------------------------------------------
+# The runner
+# ---------------------------------------------------------------------------------------
+snapshot() {  # every fixture file with its hash, and every fixture directory
+  (cd "$fix" && find . -type f -print0 | sort -z | xargs -0 sha256sum && find . -type d | sort)
+}
+passed=0
+failed=0
+# t NAME REGEX CMD...: run CMD; expect exit 2, output matching REGEX, fixtures unchanged,
+# no process left.
+t() {
+  local name=$1 regex=$2
+  shift 2
+  local before after output rc why="" left=""
+  if [ -n "${ZT_CASES:-}" ] && ! [[ $name =~ $ZT_CASES ]]; then return; fi
+  before=$(snapshot)
+  output=$(timeout 60 "$@" 2>&1 < /dev/null)
+  rc=$?
+  after=$(snapshot)
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    left=$(pgrep -af -- "$work" | grep -v pgrep)
+    [ -z "$left" ] && break
+    sleep 0.2
+  done
+  if [ "$rc" -ne 2 ]; then
+    why="exit $rc (expected 2)"
+  elif ! grep -qE -- "$regex" <<<"$output"; then
+    why="output lacks /$regex/"
+  fi
+  if [ "$before" != "$after" ]; then
+    why="${why:+$why; }files changed: $(diff <(echo "$before") <(echo "$after") | grep '^[<>]' |
+      awk '{print $NF}' | sort -u | tr '\n' ' ')"
+  fi
+  if [ -n "$left" ]; then
+    why="${why:+$why; }processes left running: $(echo "$left" | awk '{print $1}' | tr '\n' ' ')"
+    pkill -KILL -f -- "$work" 2>/dev/null
+  fi
+  if [ -z "$why" ]; then
+    echo "ok: $name"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $name: $why"
+    echo "    command: $*" | cut -c1-400
+    echo "$output" | tail -4 | sed 's/^/    | /'
+    failed=$((failed + 1))
+  fi
+}
+
+# ztrain on one rank, against the valid corpus and the valid run directory.
+Z=("$BIN/ztrain" --config "$deck" --data.train="$fix/data/train_*.bin" --run.dir="$fix/run" --train.threads=1)
+# Same, without a deck (for deck cases) and without data (for data cases).
+ZB=("$BIN/ztrain" --run.dir="$fix/run" --train.threads=1)
+ZD=("$BIN/ztrain" --config "$deck" --run.dir="$fix/run" --train.threads=1)
+# Same, in the run directory without a checkpoint (so model.init_from applies).
+ZI=("$BIN/ztrain" --config "$deck" --data.train="$fix/data/train_*.bin" --run.dir="$fix/run_nockpt" --train.threads=1)
+MPI2=(mpiexec --oversubscribe --bind-to none -x OMP_WAIT_POLICY -np 2)
+CL="command line: "
+
+# ---------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------
+# -- decks and overrides
+t deck.unknown_key      "unknown_key.ini: unknown key 'model.n_layr'.*n_layer" \
+  "${ZB[@]}" --config "$decks/unknown_key.ini" --data.train="$shard"
+t cli.unknown_key       "${CL}unknown option '--train.lr_mn'.*train.lr_min" "${Z[@]}" --train.lr_mn=0.1
+t type.int              "model.n_layer.*'?two'?.*not an integer" "${Z[@]}" --model.n_layer=two
+t type.int_fraction     "train.micro_batch.*'?2.5'?.*not an integer" "${Z[@]}" --train.micro_batch=2.5
+t type.double           "train.lr.*'?fast'?.*not a number" "${Z[@]}" --train.lr=fast
+t type.bool             "train.recompute.*'?maybe'?.*not a boolean" "${Z[@]}" --train.recompute=maybe
+t type.uint_negative    "train.seed.*'?-5'?.*not a non-negative integer" "${Z[@]}" --train.seed=-5
+t range.n_layer         "${CL}model.n_layer = 0: expected an integer >= 1" "${Z[@]}" --model.n_layer=0
+t range.n_head          "${CL}model.n_head = 0: expected an integer >= 1" "${Z[@]}" --model.n_head=0
+t range.n_embd_divisible "${CL}model.n_embd = 30 is not divisible by model.n_head = 4" \
+  "${Z[@]}" --model.n_embd=30 --model.n_head=4
+t range.seq_len         "${CL}model.seq_len = 0: expected an integer >= 1" "${Z[@]}" --model.seq_len=0
+t range.vocab_size      "${CL}model.vocab_size = 1: expected an integer >= 2" "${Z[@]}" --model.vocab_size=1
+t range.micro_batch     "${CL}train.micro_batch = 0: expected an integer >= 1" "${Z[@]}" --train.micro_batch=0
+t range.grad_accum      "${CL}train.grad_accum = 0: expected an integer >= 1" "${Z[@]}" --train.grad_accum=0
+t range.max_steps       "${CL}train.max_steps = 0: expected an integer >= 1" "${Z[@]}" --train.max_steps=0
+t range.lr              "${CL}train.lr = 0: expected a number > 0" "${Z[@]}" --train.lr=0
+t range.lr_min_above_lr "${CL}train.lr_min = 0.5 is greater than train.lr = 0.01: expected" \
+  "${Z[@]}" --train.lr_min=0.5
+t range.beta1           "${CL}train.beta1 = 1: expected a number in \[0, 1\)" "${Z[@]}" --train.beta1=1.0
+t range.beta1_deck      "deck_range.ini: train.beta1 = 1: expected a number in \[0, 1\)" \
+  "${ZB[@]}" --config "$decks/deck_range.ini" --data.train="$shard"
+t range.beta2           "${CL}train.beta2 = -0.1: expected a number in \[0, 1\)" "${Z[@]}" --train.beta2=-0.1
+t range.eps             "${CL}train.eps = 0: expected a number > 0" "${Z[@]}" --train.eps=0
+t range.grad_clip       "${CL}train.grad_clip = -1: expected a number >= 0" "${Z[@]}" --train.grad_clip=-1
+t range.warmup          "${CL}train.warmup_steps = -1: expected an integer >= 0" "${Z[@]}" --train.warmup_steps=-1
+t range.lr_nan          "${CL}train.lr = nan: expected a finite number" "${Z[@]}" --train.lr=nan
+t enum.schedule         "${CL}train.schedule = 'bogus': expected one of cosine \| linear \| constant" \
+  "${Z[@]}" --train.schedule=bogus
+t enum.dtype            "${CL}precision.dtype = 'bogus': expected one of fp32 \| bf16 \| fp16" \
+  "${Z[@]}" --precision.dtype=bogus
+t enum.reduce_dtype     "${CL}precision.reduce_dtype = 'bogus': expected one of fp32 \| bf16 \| fp16" \
+  "${Z[@]}" --precision.reduce_dtype=bogus
+t range.loss_scale      "${CL}precision.loss_scale = '-3': expected dynamic, or a number > 0" \
+  "${Z[@]}" --precision.dtype=fp16 --precision.loss_scale=-3
+t range.zero_stage      "${CL}parallel.zero_stage = 4: expected 0 \(DDP\), 1, 2 or 3" "${Z[@]}" --parallel.zero_stage=4
+t range.bucket_mb       "${CL}parallel.bucket_mb = 0: expected an integer >= 1" "${Z[@]}" --parallel.bucket_mb=0
+t range.timeout_s       "${CL}parallel.timeout_s = -1: expected a number of seconds >= 0" \
+  "${Z[@]}" --parallel.timeout_s=-1
+t range.keep            "${CL}checkpoint.keep = 0: expected an integer >= 1" "${Z[@]}" --checkpoint.keep=0
+t enum.on_error         "${CL}checkpoint.on_error = 'bogus': expected one of stop \| continue" \
+  "${Z[@]}" --checkpoint.on_error=bogus
+t enum.backend          "${CL}backend = 'bogus': expected one of cpu \| cuda \| auto" "${Z[@]}" --backend=bogus
+t deck.duplicate_key    "dup_key.ini: key 'model.n_layer' is given more than once" \
+  "${ZB[@]}" --config "$decks/dup_key.ini" --data.train="$shard"
+t deck.malformed_line   "malformed.ini: cannot parse line 'n_layer 2'" \
+  "${ZB[@]}" --config "$decks/malformed.ini" --data.train="$shard"
+t deck.missing          "--config: cannot read '$decks/missing.ini'" \
+  "${ZB[@]}" --config "$decks/missing.ini" --data.train="$shard"
+t deck.directory        "--config: cannot read '$decks/adir.ini'.*directory" \
+  "${ZB[@]}" --config "$decks/adir.ini" --data.train="$shard"
+
+# -- command lines
+t cli.positional        "${CL}unexpected argument 'junk'" "${Z[@]}" junk
+t cli.missing_value     "${CL}--model.n_layer needs a value" "${Z[@]}" --model.n_layer
+t cli.duplicate_option  "${CL}.*model.n_layer.*more than once" "${Z[@]}" --model.n_layer=2 --model.n_layer=3
+
+# -- data
+t data.required         "data.train is required" "${ZD[@]}"
+t data.missing_file     "data.train: no file matches '$fix/data/nope.bin'" "${ZD[@]}" --data.train="$fix/data/nope.bin"
+t data.glob_no_match    "data.train: no file matches '$fix/data/nope_\*.bin'" \
+  "${ZD[@]}" --data.train="$fix/data/nope_*.bin"
+t data.val_missing      "data.val: no file matches '$fix/data/nope_val.bin'" \
+  "${Z[@]}" --data.val="$fix/data/nope_val.bin"
+t data.empty_file       "empty/train.bin: empty file \(expected" "${ZD[@]}" --data.train="$bad/empty/train.bin"
+t data.bad_magic        "magic/train.bin: bad magic [0-9]+ \(expected 20240520" "${ZD[@]}" --data.train="$bad/magic/train.bin"
+t data.bad_version      "version/train.bin: unsupported version 7 \(expected 1 .* or 2" \
+  "${ZD[@]}" --data.train="$bad/version/train.bin"
+t data.truncated        "trunc/train.bin: truncated: the header says [0-9]+ tokens" \
+  "${ZD[@]}" --data.train="$bad/trunc/train.bin"
+t data.trailing_bytes   "trail/train.bin: 3 trailing bytes" "${ZD[@]}" --data.train="$bad/trail/train.bin"
+t data.token_range      "token/train.bin: token 65535 at position 100 is out of range \(expected < vocab_size 257" \
+  "${ZD[@]}" --data.train="$bad/token/train.bin"
+t data.too_few_tokens   "data.train: .*holds 10 tokens.*window of seq_len\+1 = 33" \
+  "${ZD[@]}" --data.train="$bad/short/train.bin"
+t data.tokenizer_json   "tokjson/tokenizer.json: not valid JSON" "${ZD[@]}" --data.train="$bad/tokjson/train.bin"
+t data.tokenizer_missing "data.tokenizer: cannot read '$fix/data/nope.json'" \
+  "${Z[@]}" --data.tokenizer="$fix/data/nope.json"
+t data.tokenizer_too_big "model.vocab_size = 200 is smaller than the tokenizer's vocabulary \(257" \
+  "${ZD[@]}" --data.train="$bad/tokbig/train_*.bin" --model.vocab_size=200
+
+# -- checkpoints (run.dir is the valid run: nothing in it may change)
+t ckpt.resume_missing   "checkpoint.resume: '$fix/nope' does not exist" "${Z[@]}" --checkpoint.resume="$fix/nope"
+t ckpt.no_meta_step     "ck_nometa/step_00000004.*meta.h5" "${Z[@]}" --checkpoint.resume="$nometa"
+t ckpt.no_meta_latest   "ck_nometa/step_00000004/meta.h5: missing" "${Z[@]}" --checkpoint.resume="$fix/ck_nometa"
+t ckpt.shard_truncated  "ck_trunc/step_00000004/$shard_h5: [0-9]+ bytes, the checkpoint recorded [0-9]+" \
+  "${Z[@]}" --checkpoint.resume="$trunc"
+t ckpt.shard_flipped    "ck_flip/step_00000004/$shard_h5: checksum mismatch" "${Z[@]}" --checkpoint.resume="$flip"
+t ckpt.latest_outside   "ck_escape/latest: names '../x'" "${Z[@]}" --checkpoint.resume="$fix/ck_escape"
+t ckpt.other_shape      "$ckpt/step_0000000[24]/meta.h5: the checkpoint's model has .*this model has" \
+  "${Z[@]}" --model.n_embd=64
+t ckpt.other_shape_path "$step/meta.h5: the checkpoint's model has .*this model has" \
+  "${Z[@]}" --model.n_embd=64 --checkpoint.resume="$step"
+t init.missing          "model.init_from: '$fix/nope.safetensors' does not exist" \
+  "${ZI[@]}" --model.init_from="$fix/nope.safetensors"
+t init.not_safetensors  "not_weights.safetensors: .*(header length|safetensors|JSON)" \
+  "${ZI[@]}" --model.init_from="$fix/not_weights.safetensors"
+t init.wrong_shape      "wide.safetensors: tensor [a-z_.0-9]+ has shape \[[0-9, ]+\], expected \[[0-9, ]+\]" \
+  "${ZI[@]}" --model.init_from="$fix/wide.safetensors"
+t init.unknown_ext      "model.init_from: '$fix/data/tokenizer.json' has an unknown extension" \
+  "${ZI[@]}" --model.init_from="$fix/data/tokenizer.json"
+
+# -- zt-prepare
+t prepare.missing_input "$work/nope.txt" "$BIN/zt-prepare" --input "$work/nope.txt" --output "$prep_out"
+t prepare.bad_tokenizer "--tokenizer.*'?bogus'?.*(byte|gpt2)" \
+  "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --tokenizer bogus
+t prepare.val_fraction  "--val-fraction.*1.5.*\[0, 1\)" \
+  "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --val-fraction 1.5
+t prepare.gpt2_no_vocab "gpt2.*--vocab" "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --tokenizer gpt2
+t prepare.no_output     "--output" "$BIN/zt-prepare" --input "$work/text.txt"
+
+# -- zt-consolidate
+t consolidate.missing   "$fix/nope: no such checkpoint directory" "$BIN/zt-consolidate" "$fix/nope" --output "$out/m.h5"
+t consolidate.extension "--output: '$out/m.bin' has an unknown extension '.bin' \(use .h5 or .safetensors\)" \
+  "$BIN/zt-consolidate" "$ckpt" --output "$out/m.bin"
+t consolidate.damaged   "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
+  "$BIN/zt-consolidate" "$flip" --output "$out/m.h5"
+
+# -- two ranks: every rank stops with exit 2, none left running
+if command -v mpiexec > /dev/null; then
+  t np2.unknown_key     "${CL}unknown option '--model.n_layers'.*model.n_layer" "${MPI2[@]}" "${Z[@]}" --model.n_layers=3
+  t np2.missing_data    "data.train: no file matches '$fix/data/nope.bin'" \
+    "${MPI2[@]}" "${ZD[@]}" --data.train="$fix/data/nope.bin"
+  t np2.shard_flipped   "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
+    "${MPI2[@]}" "${Z[@]}" --checkpoint.resume="$flip"
+else
+  echo "FAIL: no mpiexec"
+  failed=$((failed + 1))
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
