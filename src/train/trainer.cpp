@@ -287,18 +287,11 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     std::unique_ptr<BatchSampler> val_sampler;
     if (val_data) val_sampler = std::make_unique<BatchSampler>(*val_data, tc.seed, false);
 
-    // ---- run directory ----
+    // Nothing is written to run.dir until every input (data, checkpoint, init_from) has been
+    // checked: a rejected run leaves an existing run directory exactly as it was.
     const std::filesystem::path run_dir(cfg.run.dir);
-    if (root) {
-        std::error_code ec;
-        std::filesystem::create_directories(run_dir, ec);
-        if (ec) throw InputError(str("run.dir: cannot create '", cfg.run.dir, "': ", ec.message()));
-        std::ofstream(run_dir / "config.ini") << to_ini(cfg);
-    }
     const std::string ckpt_dir = cfg.checkpoint.dir.empty() ? (run_dir / "checkpoints").string() : cfg.checkpoint.dir;
     std::string resume_dir = resolve_resume(cfg.checkpoint.resume, ckpt_dir);
-    // A resumed run appends to the metrics of the run it continues.
-    MetricsLog metrics(root ? (run_dir / "metrics.jsonl").string() : std::string(), !resume_dir.empty());
 
     // ---- model ----
     // Ranks on one node share its cores unless told otherwise.
@@ -367,6 +360,16 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             }
         }
     }
+    // ---- run directory: inputs are accepted, now it may change ----
+    {
+        std::error_code ec;
+        std::filesystem::create_directories(run_dir, ec);  // every rank: all see the same outcome
+        if (ec) throw InputError(str("run.dir: cannot create '", cfg.run.dir, "': ", ec.message()));
+    }
+    if (root) std::ofstream(run_dir / "config.ini") << to_ini(cfg);
+    // A resumed run appends to the metrics of the run it continues.
+    MetricsLog metrics(root ? (run_dir / "metrics.jsonl").string() : std::string(), !resume_dir.empty());
+
     const StateBytes sb = state.bytes();
     size_t n_params = 0;  // real parameters (the manifest), not alignment gaps
     for (const ParamSpec& p : model.layout().params) n_params += p.numel;

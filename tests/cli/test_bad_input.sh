@@ -109,6 +109,9 @@ printf 'this is not a safetensors file at all, just some text\n' > "$fix/not_wei
 # zt-prepare output that already exists: a failed prepare must not touch it.
 prep_out="$fix/data"
 
+# A pristine copy: a case that changed a fixture gets it restored, so the cases stay independent.
+cp -a "$fix" "$work/pristine"
+
 # ---------------------------------------------------------------------------------------
 # The runner
 # ---------------------------------------------------------------------------------------
@@ -141,6 +144,7 @@ t() {
   if [ "$before" != "$after" ]; then
     why="${why:+$why; }files changed: $(diff <(echo "$before") <(echo "$after") | grep '^[<>]' |
       awk '{print $NF}' | sort -u | tr '\n' ' ')"
+    rm -rf "$fix" && cp -a "$work/pristine" "$fix"
   fi
   if [ -n "$left" ]; then
     why="${why:+$why; }processes left running: $(echo "$left" | awk '{print $1}' | tr '\n' ' ')"
@@ -271,6 +275,8 @@ t init.not_safetensors  "not_weights.safetensors: .*(header length|safetensors|J
   "${ZI[@]}" --model.init_from="$fix/not_weights.safetensors"
 t init.wrong_shape      "wide.safetensors: tensor [a-z_.0-9]+ has shape \[[0-9, ]+\], expected \[[0-9, ]+\]" \
   "${ZI[@]}" --model.init_from="$fix/wide.safetensors"
+t init.missing_tensor   "model.safetensors: missing tensor transformer.h.2.[a-z_.0-9]+ \(expected shape" \
+  "${ZI[@]}" --model.n_layer=3 --model.init_from="$fix/model.safetensors"
 t init.unknown_ext      "model.init_from: '$fix/data/tokenizer.json' has an unknown extension" \
   "${ZI[@]}" --model.init_from="$fix/data/tokenizer.json"
 
@@ -287,6 +293,8 @@ t prepare.no_output     "--output" "$BIN/zt-prepare" --input "$work/text.txt"
 t consolidate.missing   "$fix/nope: no such checkpoint directory" "$BIN/zt-consolidate" "$fix/nope" --output "$out/m.h5"
 t consolidate.extension "--output: '$out/m.bin' has an unknown extension '.bin' \(use .h5 or .safetensors\)" \
   "$BIN/zt-consolidate" "$ckpt" --output "$out/m.bin"
+t consolidate.bad_dtype "--dtype.*'?fp8'?.*fp32.*bf16.*fp16" \
+  "$BIN/zt-consolidate" "$ckpt" --output "$fix/model.safetensors" --dtype fp8
 t consolidate.damaged   "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
   "$BIN/zt-consolidate" "$flip" --output "$out/m.h5"
 

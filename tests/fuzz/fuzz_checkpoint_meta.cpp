@@ -4,12 +4,14 @@
 //
 // Two modes, chosen by the first input byte:
 //   0x89 (the HDF5 signature's first byte) or 0x00 (an HDF5 user block): the input IS
-//     meta.h5. Mutated HDF5 mostly fails HDF5's own checks or the Fletcher32/FNV checksums;
-//     this mode is about the HDF5 open/read path on hostile bytes.
+//     meta.h5. Mutated HDF5 mostly fails HDF5's own checks or the meta_json checksums
+//     (Fletcher32, FNV-1a attribute); this mode is about the HDF5 open/read path on
+//     hostile bytes.
 //   anything else: the input is the meta_json TEXT, which the harness wraps into a
 //     well-formed meta.h5 (correct Fletcher32 and FNV-1a, as save_checkpoint writes it), so
-//     the fuzzer reaches the manifest validation behind the checksums (the hash is not a
-//     MAC: anyone can write a consistent meta.h5).
+//     the fuzzer reaches the manifest validation behind the checksums.
+// In both modes the harness writes a matching CHECKSUM file (zt::write_checksum_file): the
+// checksums detect damage, they are not a MAC, so anyone can make a consistent checkpoint.
 // load_checkpoint only runs when every shard "file" is a plain name (no '/'), so a
 // manifest cannot make it hash an arbitrary file on this machine.
 //
@@ -80,6 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else {
         zt::fuzz::write_meta_h5(meta_path, std::string(reinterpret_cast<const char*>(data), size));
     }
+    zt::write_checksum_file(dir, meta_path);
 
     nlohmann::json meta;
     try {

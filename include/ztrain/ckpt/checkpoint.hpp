@@ -5,7 +5,7 @@
 //
 //   CKPT_DIR/step_00000100/
 //     meta.h5                         rank 0: /meta_json (uint8 dataset, the JSON below)
-//     CHECKSUM                        rank 0: "fnv1a64 <16 hex digits> meta.h5", the hash of
+//     CHECKSUM                        rank 0: "hash64 <16 hex digits> meta.h5", the hash of
 //                                     the whole meta.h5 file
 //     shard_00000_of_00004.h5 ...     each rank that owns elements:
 //                                       /unit_00003/master   float32 [end - begin]
@@ -14,10 +14,12 @@
 //                                     attributes on /unit_00003: begin, end (unit elements)
 //   CKPT_DIR/latest                   text: the newest complete step directory's name
 //
-// Every dataset is chunked with HDF5's Fletcher32 filter, so HDF5 verifies it on every
-// read; in addition meta_json lists every shard file with its size and a 64-bit FNV-1a hash
-// of its bytes, checked before a shard is used, so damage anywhere in a shard file (data
-// or HDF5 structure) is caught.
+// Checksums: meta_json lists every shard file with its size and hash64 (below) of its bytes,
+// checked before a shard is used, so damage anywhere in a shard file (data or HDF5
+// structure) is caught; each shard dataset also carries its own hash64 attribute. meta.h5
+// is covered by CHECKSUM as a whole, and its meta_json dataset by HDF5's Fletcher32 filter
+// and a byte-wise FNV-1a attribute. Shard datasets are contiguous (no chunk copies, no
+// filter), so a save costs little more than the raw write of the bytes.
 //
 // A checkpoint is complete or absent: every file goes to step_N.partial/, each rank fsyncs
 // its file, rank 0 writes meta.h5 (with the other files' hashes) after a barrier, renames
@@ -28,7 +30,7 @@
 // samples_seen, tokens_seen, world_size, zero_stage, dtype, seed, scaler {scale,
 // clean_steps, hysteresis_left}, bad_steps, config_ini, model {n_layer, n_head, n_embd,
 // seq_len, vocab_size, padded_vocab}, units [numel per unit], tensors [{name, unit, offset,
-// shape}], shards [{file, rank, bytes, fnv1a64, units [{unit, begin, end}]}].
+// shape}], shards [{file, rank, bytes, hash64, units [{unit, begin, end}]}].
 //
 // Not here: what triggers a save (the trainer), consolidation to one file (zt-consolidate).
 #pragma once
@@ -65,8 +67,12 @@ std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
 /// Writes DIR/CHECKSUM: the FNV-1a 64 hash of meta.h5, checked before meta.h5 is parsed.
 void write_checksum_file(const std::string& dir, const std::string& meta_file);
 
-/// 64-bit FNV-1a over a whole file's bytes (streamed). Throws Error naming the file.
-uint64_t file_fnv1a64(const std::string& path);
+/// The checkpoint hash: FNV-1a 64 over 64-bit little-endian words, then the tail bytes.
+/// `state` chains calls (all but the last must cover a multiple of 8 bytes).
+constexpr uint64_t kHashSeed = 1469598103934665603ull;
+uint64_t hash64(const void* data, size_t n, uint64_t state = kHashSeed);
+/// hash64 of a whole file (streamed). Throws InputError naming the file.
+uint64_t file_hash64(const std::string& path);
 
 /// Writes a checkpoint of `state` + `progress` into ckpt_dir (collective: every rank calls
 /// it). `config_ini` is the resolved deck. Returns the final directory path. Throws Error
