@@ -14,15 +14,15 @@
 #
 # Writes bench/results/cpu_<YYYY-MM-DD>.md and prints the table. Scratch (build of the
 # sgemm program, shards, run dirs, logs) goes to bench/work/ (git-ignored).
-# Knobs (environment): REPS (2), STEPS_A (12), STEPS_B (16), THREADS (2), BUILD_DIR (build-bench),
+# Knobs (environment): REPS (3), STEPS_A (12), STEPS_B (12), THREADS (2), BUILD_DIR (build-bench),
 # PYTHON (/usr/bin/python3: Debian's PyTorch), OUT (the results file).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-REPS="${REPS:-2}"
+REPS="${REPS:-3}"
 STEPS_A="${STEPS_A:-12}"
-STEPS_B="${STEPS_B:-16}"
+STEPS_B="${STEPS_B:-12}"
 THREADS="${THREADS:-2}"
 BUILD_DIR="${BUILD_DIR:-build-bench}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
@@ -79,7 +79,11 @@ fi
 
 # --- one measurement each ---------------------------------------------------------------
 # peak RSS (MiB) from a /usr/bin/time -v log
+# a key of the JSON object on the last line of stdin
+jget() { "$PYTHON" -c 'import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1"; }
 rss_mib() { awk -F': ' '/Maximum resident set size/ {printf "%.1f", $2 / 1024}' "$1"; }
+# CPU share the run got (user+sys over wall, %; 200 = both cores busy for the whole run)
+cpu_pct() { awk -F': ' '/Percent of CPU this job got/ {sub(/%/, "", $2); print $2}' "$1"; }
 
 run_ztrain() {  # cfg rep steps layers heads embd seq batch
     local cfg=$1 rep=$2 steps=$3 L=$4 H=$5 C=$6 T=$7 B=$8
@@ -88,7 +92,7 @@ run_ztrain() {  # cfg rep steps layers heads embd seq batch
     /usr/bin/time -v -o "$tlog" "$ZTRAIN" --backend=cpu \
         --model.n_layer="$L" --model.n_head="$H" --model.n_embd="$C" --model.seq_len="$T" \
         --model.vocab_size=50257 --model.vocab_pad_to=128 \
-        --data.train="$WORK/data/train_000.bin" --data.val= \
+        --data.train="$WORK/data/train_000.bin" \
         --train.micro_batch="$B" --train.grad_accum=1 --train.max_steps="$steps" \
         --train.lr=3e-4 --train.warmup_steps=2 --train.eval_every=0 --train.sample_tokens=0 \
         --train.threads="$THREADS" --precision.dtype=fp32 --parallel.zero_stage=0 \
@@ -106,7 +110,7 @@ EOF
     local rss wall
     rss=$(rss_mib "$tlog")
     wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tlog")
-    printf 'ztrain\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$tps" "$rss" >> "$RECORDS"
+    printf 'ztrain\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$tps" "$rss" "$(cpu_pct "$tlog")" >> "$RECORDS"
     rm -rf "$dir/checkpoints"
     log "ztrain $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
 }
@@ -118,23 +122,22 @@ run_torch() {  # cfg rep steps layers heads embd seq batch
         --n-embd "$C" --seq-len "$T" --vocab 50257 --vocab-pad-to 128 --batch "$B" \
         --steps "$steps" --threads "$THREADS" > "$olog" 2>&1 || { tail -20 "$olog"; exit 1; }
     local tps rss wall
-    tps=$(tail -1 "$olog" | "$PYTHON" -c 'import json,sys; print(f"{json.load(sys.stdin)[\"tokens_per_s\"]:.3f}")')
+    tps=$(printf '%.3f' "$(jget tokens_per_s < "$olog")")
     rss=$(rss_mib "$tlog")
     wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tlog")
-    printf 'torch\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$tps" "$rss" >> "$RECORDS"
+    printf 'torch\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$tps" "$rss" "$(cpu_pct "$tlog")" >> "$RECORDS"
     log "torch  $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
 }
 
 run_sgemm() {  # cfg rep layers embd seq batch
     local cfg=$1 rep=$2 L=$3 C=$4 T=$5 B=$6
-    local olog="$WORK/logs/sgemm_${cfg}_${rep}.out"
-    "$WORK/sgemm_ceiling" --layers "$L" --embd "$C" --bt $((B * T)) --seq "$T" \
+    local olog="$WORK/logs/sgemm_${cfg}_${rep}.out" tlog="$WORK/logs/sgemm_${cfg}_${rep}.time"
+    /usr/bin/time -v -o "$tlog" "$WORK/sgemm_ceiling" --layers "$L" --embd "$C" --bt $((B * T)) --seq "$T" \
         --vocab-padded 50304 --threads "$THREADS" --reps 3 > "$olog"
-    local js gf ceil
-    js=$(tail -1 "$olog")
-    gf=$(echo "$js" | "$PYTHON" -c 'import json,sys; print(f"{json.load(sys.stdin)[\"gflops\"]:.2f}")')
-    ceil=$(echo "$js" | "$PYTHON" -c 'import json,sys; print(f"{json.load(sys.stdin)[\"tokens_per_s_ceiling\"]:.3f}")')
-    printf 'sgemm\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$ceil" "$gf" >> "$RECORDS"
+    local gf ceil
+    gf=$(printf '%.2f' "$(jget gflops < "$olog")")
+    ceil=$(printf '%.3f' "$(jget tokens_per_s_ceiling < "$olog")")
+    printf 'sgemm\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$ceil" "$gf" "$(cpu_pct "$tlog")" >> "$RECORDS"
     log "sgemm  $cfg rep $rep: $gf GFLOP/s -> ceiling $ceil tok/s"
 }
 
@@ -163,61 +166,83 @@ fi
 TORCH_VER="$("$PYTHON" -c 'import torch; print(torch.__version__)')"
 BLAS="$(readlink -f "$(ldconfig -p | awk '/libopenblas.so.0 / {print $NF; exit}')" 2> /dev/null || echo libopenblas)"
 
-"$PYTHON" - "$RECORDS" "$OUT" <<EOF
-import statistics, sys
+export DATE ENVLINE CMDLINE CPU_MODEL CORES MEM REV TORCH_VER BLAS BUILD_DIR THREADS PYTHON \
+    STEPS_A STEPS_B REPS LOAD_START LOAD_END
+export NPROC="$(nproc)" ELAPSED="$((T_END - T_START))" UTC_NOW="$(date -u '+%Y-%m-%d %H:%M UTC')"
+"$PYTHON" - "$RECORDS" "$OUT" <<'EOF'
+import os, statistics, sys
 from collections import defaultdict
-rec = defaultdict(lambda: defaultdict(list))  # rec[cfg][kind] = [(v1, v2), ...]
+E = os.environ
+rec = defaultdict(lambda: defaultdict(list))  # rec[cfg][kind] = [(v1, v2, cpu%), ...] in rep order
 for line in open(sys.argv[1]):
-    kind, cfg, rep, v1, v2 = line.split("\t")
-    rec[cfg][kind].append((float(v1), float(v2)))
-med = lambda xs: statistics.median(xs)
-names = {"a": "GPT-2 124M: 12L x 768 x 12H, seq 64, batch 4",
-         "b": "4L x 256 x 4H, seq 256, batch 4 (vocab 50257)"}
-params = {"a": "124.4M", "b": "16.1M"}
+    kind, cfg, rep, v1, v2, cpu = line.split("\t")
+    rec[cfg][kind].append((float(v1), float(v2), float(cpu)))
+med = statistics.median
+names = {"a": "a) GPT-2 124M: 12L x 768 x 12H, seq 64, batch 4",
+         "b": "b) 4L x 256 x 4H, seq 256, batch 4, vocab 50257"}
+dims = {"a": (12, 768, 64), "b": (4, 256, 256)}  # L, C, T; Vp = 50304, LM head tied to wte
+params = {k: (50304 * C + T * C + L * (12 * C * C + 13 * C) + 2 * C) / 1e6 for k, (L, C, T) in dims.items()}
 table = ["| model | params | ztrain tok/s | PyTorch tok/s | ratio ztrain/PyTorch | ztrain peak RSS MiB | PyTorch peak RSS MiB |",
          "|---|---:|---:|---:|---:|---:|---:|"]
-ceil = ["| model | sgemm GFLOP/s (2 thr) | tok/s ceiling | ztrain % of ceiling | PyTorch % of ceiling |",
+ceil = ["| model | sgemm GFLOP/s | tok/s ceiling | ztrain % of ceiling | PyTorch % of ceiling |",
         "|---|---:|---:|---:|---:|"]
-raw = ["| model | rep | ztrain tok/s | PyTorch tok/s | ratio | sgemm ceiling tok/s |", "|---|---:|---:|---:|---:|---:|"]
+raw = ["| config | rep | ztrain tok/s (CPU %) | PyTorch tok/s (CPU %) | ratio | sgemm GFLOP/s (CPU %) | ceiling tok/s |",
+       "|---|---:|---:|---:|---:|---:|---:|"]
+best = ["| model | ztrain tok/s | PyTorch tok/s | ratio | sgemm GFLOP/s | tok/s ceiling | ztrain % of ceiling | PyTorch % of ceiling |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|"]
 for cfg in ("a", "b"):
     z, t, s = rec[cfg]["ztrain"], rec[cfg]["torch"], rec[cfg]["sgemm"]
+    if not (z and t and s):
+        continue
     zt, tt = med([x[0] for x in z]), med([x[0] for x in t])
     zr, tr = med([x[1] for x in z]), med([x[1] for x in t])
     ct, gf = med([x[0] for x in s]), med([x[1] for x in s])
-    table.append(f"| {names[cfg]} | {params[cfg]} | {zt:.1f} | {tt:.1f} | {zt / tt:.2f} | {zr:.0f} | {tr:.0f} |")
+    table.append(f"| {names[cfg]} | {params[cfg]:.1f}M | {zt:.1f} | {tt:.1f} | {zt / tt:.2f} | {zr:.0f} | {tr:.0f} |")
     ceil.append(f"| {names[cfg]} | {gf:.1f} | {ct:.1f} | {100 * zt / ct:.0f}% | {100 * tt / ct:.0f}% |")
-    for i, (zz, tt_, ss) in enumerate(zip(z, t, s), 1):
-        raw.append(f"| {cfg} | {i} | {zz[0]:.1f} | {tt_[0]:.1f} | {zz[0] / tt_[0]:.2f} | {ss[0]:.1f} |")
-table, ceil, raw = "\n".join(table), "\n".join(ceil), "\n".join(raw)
-md = f"""# ztrain CPU benchmark, $DATE
+    for i, (zz, tq, ss) in enumerate(zip(z, t, s), 1):
+        raw.append(f"| {cfg} | {i} | {zz[0]:.1f} ({zz[2]:.0f}%) | {tq[0]:.1f} ({tq[2]:.0f}%) | {zz[0] / tq[0]:.2f} | "
+                   f"{ss[1]:.1f} ({ss[2]:.0f}%) | {ss[0]:.1f} |")
+    zb, tb, sb = max(x[0] for x in z), max(x[0] for x in t), max(s)
+    best.append(f"| {names[cfg]} | {zb:.1f} | {tb:.1f} | {zb / tb:.2f} | {sb[1]:.1f} | {sb[0]:.1f} | "
+                f"{100 * zb / sb[0]:.0f}% | {100 * tb / sb[0]:.0f}% |")
+table, ceil, raw, best = "\n".join(table), "\n".join(ceil), "\n".join(raw), "\n".join(best)
+md = f"""# ztrain CPU benchmark, {E['DATE']}
 
-Command: \`$ENVLINE $CMDLINE\` (from the repository root; ran $((T_END - T_START)) s)
+Command (from the repository root): `{E['ENVLINE']} {E['CMDLINE'].strip()}`; measurement took {E['ELAPSED']} s.
 
-- Machine: $CPU_MODEL, $CORES cores, nproc $(nproc), $MEM RAM; load average $LOAD_START at start, $LOAD_END at end (shared machine)
-- Date: $(date -u '+%Y-%m-%d %H:%M UTC')
-- ztrain revision: $REV, built \`$BUILD_DIR\` Release, ZT_CUDA=OFF; run as one process (no mpirun), \`--train.threads=$THREADS\`
-- PyTorch $TORCH_VER (\`$PYTHON bench/torch_gpt.py\`, \`torch.set_num_threads($THREADS)\`, AdamW foreach, plain masked-softmax attention)
-- BLAS: $BLAS
-- Settings: fp32, grad_accum 1, eval off, AdamW (wd 0.1 on 2-D weights), grad clip 1.0, synthetic uniform-random tokens of the GPT-2 vocabulary (50257, padded to 50304), steps: a $STEPS_A, b $STEPS_B; $REPS alternating reps (ztrain, PyTorch, sgemm, ztrain, ...)
-- tok/s = median over reps of each run's median per-step tokens/s, steps 1-2 excluded; a step is zero_grad + forward + backward + clip + AdamW. Peak RSS: \`/usr/bin/time -v\` "Maximum resident set size", median over reps.
+- Machine: {E['CPU_MODEL']}, {E['CORES']} cores, nproc {E['NPROC']}, {E['MEM']} RAM; load average {E['LOAD_START']} at start, {E['LOAD_END']} at end (a shared, noisy machine)
+- Date: {E['UTC_NOW']}
+- ztrain revision: {E['REV']}; `{E['BUILD_DIR']}` Release, ZT_CUDA=OFF; one process (no mpirun), `--train.threads={E['THREADS']}`
+- PyTorch {E['TORCH_VER']} (`{E['PYTHON']} bench/torch_gpt.py`, `torch.set_num_threads({E['THREADS']})`, AdamW foreach, plain masked-softmax attention)
+- BLAS: {E['BLAS']} (ztrain: 1 OpenBLAS thread per OpenMP thread; PyTorch and sgemm_ceiling: OpenBLAS's own pool)
+- Settings: fp32, grad_accum 1, eval off, AdamW (weight decay 0.1 on 2-D weights), grad clip 1.0; synthetic uniform-random tokens over the GPT-2 vocabulary (50257, padded to 50304, LM head tied); steps per run: a {E['STEPS_A']}, b {E['STEPS_B']}; {E['REPS']} alternating reps per config (ztrain, PyTorch, sgemm, ztrain, PyTorch, sgemm, ...)
+- tok/s: median over reps of each run's median per-step tokens/s, steps 1-2 excluded; a timed step is zero_grad + forward + backward + grad-norm clip + AdamW. Peak RSS: `/usr/bin/time -v` "Maximum resident set size", median over reps.
 
 ## ztrain vs PyTorch
 
-$table
+{table}
 
 ## sgemm ceiling (bench/sgemm_ceiling.cpp)
 
-OpenBLAS cblas_sgemm with $THREADS threads at each configuration's forward, dgrad and wgrad shapes (B*T rows; qkv, attn proj, fc, mlp proj x n_layer, LM head x 1); FLOP-weighted rate = sum(flops) / sum(median time). Ceiling tok/s = rate / (6 * N_mm + 12 * L * T * C) with N_mm = 12 * L * C^2 + C * Vp, i.e. a trainer that spends time only in GEMMs at this rate.
+OpenBLAS cblas_sgemm with {E['THREADS']} threads at each configuration's forward, dgrad and wgrad shapes (M = B*T rows; qkv, attn proj, fc, mlp proj x n_layer, LM head x 1), median of 3 calls per shape; FLOP-weighted rate = sum(FLOPs) / sum(time). Ceiling tok/s = rate / (6 * N_mm + 12 * L * T * C), N_mm = 12 * L * C^2 + C * Vp: a trainer that spends time only in GEMMs at this rate (attention products assumed at the same rate; LN, GELU, softmax, cross-entropy, AdamW free).
 
-$ceil
+{ceil}
 
-## Per-rep figures
+## Best rep of each (the least disturbed by other jobs on the machine)
 
-$raw
+{best}
+
+## Per-rep figures (in run order)
+
+CPU % is `/usr/bin/time`'s "Percent of CPU this job got" over the whole run (start-up included): at
+2 threads, well under 200% means other jobs took cores during that run.
+
+{raw}
 """
-open(sys.argv[2], "w").write(md)
+with open(sys.argv[2], "w") as f:
+    f.write(md)
 print(table)
 print()
 print(ceil)
 EOF
-log "wrote $OUT ($((T_END - T_START)) s of measurement)"
+log "wrote $OUT"
