@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command: install, build, prepare the demo corpus (the fortunes
 # package's English text, byte-level tokens) and train inputs/demo.ini on NP ranks
-# (default 2), then print where the metrics are. Extra arguments are passed to ztrain,
+# (default 2) -- the run ends with a sharded checkpoint, which is then consolidated into one
+# safetensors file. Extra arguments are passed to ztrain,
 # e.g. `bash inputs/demo.sh --train.max_steps=100`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +24,9 @@ for arg in "$@"; do
   case "$arg" in --checkpoint.resume*) resume=() ;; esac
 done
 bash .ci/mpirun.sh "$NP" build/bin/ztrain --config inputs/demo.ini "${resume[@]}" "$@"
-echo "demo: metrics in run/demo/metrics.jsonl, resolved config in run/demo/config.ini"
+# The run ends with a sharded checkpoint (one shard per rank); merge it into one file with
+# Hugging Face GPT-2 tensor names.
+build/bin/zt-consolidate run/demo/checkpoints --output run/demo/model.safetensors
+echo "demo: metrics in run/demo/metrics.jsonl, resolved config in run/demo/config.ini,"
+echo "      checkpoint in run/demo/checkpoints/, consolidated weights in run/demo/model.safetensors"
+echo "      plot: /usr/bin/python3 postproc/plot_metrics.py run/demo/metrics.jsonl
