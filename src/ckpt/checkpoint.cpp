@@ -498,9 +498,14 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
     } catch (const std::exception& e) {
         throw InputError(str(file, ": meta_json is not valid JSON: ", e.what()));
     }
-    h5_require(meta.value("format", "") == kFormatName, true, file, "not a ztrain checkpoint");
-    h5_require(meta.value("version", 0) == kFormatVersion, true, file,
-               str("format version ", meta.value("version", 0), ", this ztrain reads version ", kFormatVersion));
+    // value() throws json::type_error for a non-object or a mistyped field: still bad input.
+    try {
+        h5_require(meta.is_object() && meta.value("format", "") == kFormatName, true, file, "not a ztrain checkpoint");
+        h5_require(meta.value("version", 0) == kFormatVersion, true, file,
+                   str("format version ", meta.value("version", 0), ", this ztrain reads version ", kFormatVersion));
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(str(file, ": malformed meta_json: ", e.what()));
+    }
     for (const char* key : {"step", "applied_steps", "samples_seen", "units", "tensors", "shards", "scaler"}) {
         h5_require(meta.contains(key), true, file, str("meta_json lacks '", key, "'"));
     }
@@ -592,9 +597,11 @@ TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Co
             bool needed = false;
             for (const auto& r : shard.at("units")) {
                 const int u = r.at("unit").get<int>();
+                // Range first: owned_begin/owned_end index the unit table.
+                if (u < 0 || u >= layout.num_units()) throw InputError(str(file, ": unit ", u, " out of range"));
                 const size_t b = std::max(r.at("begin").get<size_t>(), state.owned_begin(u));
                 const size_t e = std::min(r.at("end").get<size_t>(), state.owned_end(u));
-                if (u >= 0 && u < layout.num_units() && e > b) needed = true;
+                if (e > b) needed = true;
             }
             if (!needed) continue;
             verify_shard_file(file, shard);

@@ -62,9 +62,11 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
         max_padded = std::max(max_padded, s.padded_numel);
         max_shard = std::max(max_shard, s.shard_numel);
     }
-    m_f32_tmp = alloc_f32(max_padded);
-    m_reduce_tmp = alloc_bytes(max_padded * dtype_size(reduce));
-    m_shard_tmp = alloc_bytes(max_shard * dtype_size(reduce));
+    // Conversion and reduction buffers only where the precision/stage needs them (fp32 DDP
+    // needs none): each holds the largest unit, 157 MB for GPT-2's embedding.
+    if (needs_f32_tmp()) m_f32_tmp = alloc_f32(max_padded);
+    if (needs_reduce_tmp()) m_reduce_tmp = alloc_bytes(max_padded * dtype_size(reduce));
+    if (m_stage >= 1) m_shard_tmp = alloc_bytes(max_shard * dtype_size(reduce));
 
     if (m_stage <= 1) {
         // One arena, units in backward order, so a DDP bucket is one contiguous span.
@@ -79,15 +81,25 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
             off += m_shards[static_cast<size_t>(u)].padded_numel;
         }
     }
+    std::vector<float> init_tmp;  // only when the parameters are not a full fp32 buffer
     for (int u = 0; u < U; ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
-        // The initial values, fp32, whole unit (padding zero).
-        float* init = m_f32_tmp;
-        std::memset(init, 0, s.padded_numel * sizeof(float));
-        init_unit(layout, u, seed, init);
         const size_t b = m_stage == 0 ? 0 : s.begin(m_rank);
         const size_t state_n = m_stage == 0 ? s.padded_numel : s.shard_numel;
-        if (m_stage <= 2) {
+        // The initial values, fp32, whole unit (padding zero): straight into the parameters
+        // when they are a full fp32 buffer, else through a temporary.
+        float* init = nullptr;
+        if (m_stage <= 2 && m_work == DType::kF32) {
+            init = static_cast<float*>(alloc_bytes(s.padded_numel * sizeof(float)));
+            m_params.push_back(init);
+        } else {
+            init_tmp.assign(s.padded_numel, 0.f);
+            init = init_tmp.data();
+        }
+        init_unit(layout, u, seed, init);
+        if (m_stage <= 2 && m_work == DType::kF32) {
+            // already in place
+        } else if (m_stage <= 2) {
             void* p = alloc_bytes(s.padded_numel * esize());
             convert_from_f32(init, p, s.padded_numel, m_work);
             m_params.push_back(p);
@@ -421,7 +433,10 @@ StateBytes ModelState::bytes() const {
     b.master = m_work == DType::kF32 ? 0 : state_n * f;
     b.optimizer = 2 * state_n * f;
     // Conversion and reduction buffers, plus what comes and goes per unit at the peak.
-    b.scratch = max_padded * (f + dtype_size(m_reduce)) + max_shard * dtype_size(m_reduce);
+    b.scratch = 0;
+    if (needs_f32_tmp()) b.scratch += max_padded * f;
+    if (needs_reduce_tmp()) b.scratch += max_padded * dtype_size(m_reduce);
+    if (m_stage >= 1) b.scratch += max_shard * dtype_size(m_reduce);
     const bool grad_scratch = m_stage >= 2 || m_work != DType::kF32;
     if (grad_scratch) b.scratch += max_padded * f;  // one unit's fp32 gradient
     if (m_stage == 3) {

@@ -135,6 +135,9 @@ class ModelState : public UnitStore {
     void reduce_unit_grads(int unit);
     void start_bucket(const GradBucket& b);
     size_t esize() const { return dtype_size(m_work); }
+    /// 16-bit storage converts through fp32; a wire dtype other than the working one too.
+    bool needs_f32_tmp() const { return m_work != DType::kF32 || m_reduce != m_work; }
+    bool needs_reduce_tmp() const { return m_reduce != m_work || (m_stage >= 2 && m_reduce != DType::kF32); }
 
     const ModelLayout& m_layout;
     Backend& m_backend;
