@@ -29,4 +29,4 @@ bash .ci/mpirun.sh "$NP" build/bin/ztrain --config inputs/demo.ini "${resume[@]}
 build/bin/zt-consolidate run/demo/checkpoints --output run/demo/model.safetensors
 echo "demo: metrics in run/demo/metrics.jsonl, resolved config in run/demo/config.ini,"
 echo "      checkpoint in run/demo/checkpoints/, consolidated weights in run/demo/model.safetensors"
-echo "      plot: /usr/bin/python3 postproc/plot_metrics.py run/demo/metrics.jsonl
+echo "      plot: /usr/bin/python3 postproc/plot_metrics.py run/demo/metrics.jsonl"

@@ -501,6 +501,26 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
     // value() throws json::type_error for a non-object or a mistyped field: still bad input.
     try {
         h5_require(meta.is_object() && meta.value("format", "") == kFormatName, true, file, "not a ztrain checkpoint");
+        // Every number of the manifest is an integer except scaler.scale. A float anywhere else
+        // (1e30 where a unit index belongs) would reach json::get<int> / get<size_t>, whose
+        // float-to-integer conversion is undefined behaviour out of range: refuse it here, once,
+        // for every reader of the manifest. Iterative: the nesting depth is the file's choice.
+        const nlohmann::json* scale = nullptr;
+        if (meta.contains("scaler") && meta.at("scaler").is_object() && meta.at("scaler").contains("scale")) {
+            scale = &meta.at("scaler").at("scale");
+        }
+        std::vector<const nlohmann::json*> todo{&meta};
+        while (!todo.empty()) {
+            const nlohmann::json* j = todo.back();
+            todo.pop_back();
+            if (j != scale && j->is_number_float()) {
+                throw InputError(str(file, ": meta_json holds the non-integer number ", j->dump(),
+                                     " where an integer belongs"));
+            }
+            if (j->is_structured()) {
+                for (const nlohmann::json& v : *j) todo.push_back(&v);
+            }
+        }
         h5_require(meta.value("version", 0) == kFormatVersion, true, file,
                    str("format version ", meta.value("version", 0), ", this ztrain reads version ", kFormatVersion));
     } catch (const nlohmann::json::exception& e) {

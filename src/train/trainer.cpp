@@ -491,6 +491,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             }
         }
     };
+    // A fresh run evaluates once before training, so the curve starts at the untrained loss.
+    if (progress.step == 0 && tc.eval_every > 0 && progress.step < tc.max_steps) evaluate(0);
     for (long step = progress.step; step < tc.max_steps; ++step) {
         current_step = step;
         const auto t0 = Clock::now();
