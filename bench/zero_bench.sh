@@ -69,51 +69,6 @@ for case in $MEM_CASES; do
   done
 done
 
-{
-  echo "# ZeRO stages: step time and memory per rank"
-  echo
-  echo "- command: \`bash bench/zero_bench.sh\` (REPS=$REPS STEPS=$STEPS)"
-  echo "- date: $(date -u '+%F %T UTC'), git $(git rev-parse --short HEAD)"
-  echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
-  echo "- model: 4 layers x 256 wide x 4 heads, seq 256, vocab 50257 (padded 50304), fp32;"
-  echo "  micro_batch 2, grad_accum 2, 1 thread per rank, synthetic tokens"
-  echo
-  echo "## Step time at N = 2 (median step_ms over steps 3..$STEPS, median over $REPS interleaved reps)"
-  echo
-  echo "| stage | step ms (per rep) | median | vs DDP |"
-  echo "|---|---|---|---|"
-  ddp=""
-  for stage in 0 1 2 3; do
-    med=$(echo ${times[$stage]} | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
-    [ "$stage" = 0 ] && ddp=$med
-    ratio=$(awk -v a="$med" -v b="$ddp" 'BEGIN{printf "%.3f", a/b}')
-    name=$([ "$stage" = 0 ] && echo "DDP" || echo "ZeRO-$stage")
-    echo "| $name | ${times[$stage]} | $med | ${ratio}x |"
-  done
-  echo
-  echo "## Model-state memory per rank (MiB, from each run's memory record; P = parameters)"
-  echo
-  echo "Formula with w = bytes of the working dtype and m = 4 for a separate fp32 master (bf16/fp16), 0 in fp32:"
-  echo "stage 0 (2w+m+8)P, stage 1 2wP + (m+8)P/N, stage 2 wP + (w+m+8)P/N, stage 3 (2w+m+8)P/N."
-  echo
-  echo "| N | dtype | stage | params | grads | master | optimizer | model state | formula | formula MiB | scratch |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|"
-  for case in $MEM_CASES; do
-    np=${case%%:*}; dt=${case##*:}
-    for stage in 0 1 2 3; do
-      /usr/bin/python3 -c '
-import json, sys
-r = json.loads(sys.argv[1]); n = int(sys.argv[2]); s = int(sys.argv[3]); dt = sys.argv[4]
-P = float(r["num_params"]); M = 1048576.0
-w = 4 if dt == "fp32" else 2; m = 0 if dt == "fp32" else 4
-names = {("fp32", 0): "16P", ("fp32", 1): "8P + 8P/N", ("fp32", 2): "4P + 12P/N", ("fp32", 3): "16P/N"}
-names16 = {0: "16P", 1: "4P + 12P/N", 2: "2P + 14P/N", 3: "16P/N"}
-f = [(2*w + m + 8)*P, 2*w*P + (m + 8)*P/n, w*P + (w + m + 8)*P/n, (2*w + m + 8)*P/n][s]
-name = names[(dt, s)] if dt == "fp32" else names16[s]
-print(f"| {n} | {dt} | {s} | {r[\"params\"]/M:.1f} | {r[\"grads\"]/M:.1f} | {r[\"master\"]/M:.1f} | "
-      f"{r[\"optimizer\"]/M:.1f} | {r[\"model_state\"]/M:.1f} | {name} | {f/M:.1f} | {r[\"scratch\"]/M:.1f} |")' \
-        "${mem[$np,$stage,$dt]}" "$np" "$stage" "$dt"
-    done
-  done
-} > "$OUT"
+/usr/bin/python3 bench/zero_report.py "$WORK" "$REPS" "$STEPS" "$MEM_CASES" \
+  "REPS=$REPS STEPS=$STEPS bash bench/zero_bench.sh" > "$OUT"
 cat "$OUT"

@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""Writes the ZeRO benchmark report from bench/zero_bench.sh's run directories.
+
+Usage: zero_report.py WORK REPS STEPS "MEM_CASES" COMMAND
+Reads WORK/time_s{stage}_r{rep}/metrics.jsonl (step time at N=2) and
+WORK/mem_n{N}_s{stage}_{dtype}/metrics.jsonl (the memory record); prints markdown.
+"""
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+
+def step_ms(path):
+    ms = [r["step_ms"] for r in map(json.loads, open(path)) if "step_ms" in r]
+    return statistics.median(ms[2:])  # the first steps warm caches and page in buffers
+
+
+def memory_record(path):
+    with open(path) as f:
+        return json.loads(f.readline())
+
+
+def main():
+    work, reps, steps, cases, command = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5]
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")][0]
+    print("# ZeRO stages: step time and memory per rank\n")
+    print(f"- command: `{command}`")
+    print(f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, git {git}")
+    print(f"- machine: {cpu}, 2 cores (shared with other jobs: load 4-6 during this run)")
+    print("- model: 4 layers x 256 wide x 4 heads, seq 256, vocab 50257 (padded 50304), 16.1M parameters;")
+    print("  micro_batch 2, grad_accum 2, 1 thread per rank, synthetic tokens\n")
+    print(f"## Step time at N = 2 (median step_ms over steps 3..{steps}; median over {reps} interleaved reps)\n")
+    print("| stage | step ms per rep | median | vs DDP |")
+    print("|---|---|---|---|")
+    ddp = None
+    for stage in range(4):
+        per = [step_ms(f"{work}/time_s{stage}_r{r}/metrics.jsonl") for r in range(1, reps + 1)]
+        med = statistics.median(per)
+        ddp = ddp or med
+        name = "DDP" if stage == 0 else f"ZeRO-{stage}"
+        print(f"| {name} | {' '.join(f'{x:.0f}' for x in per)} | {med:.0f} | {med / ddp:.3f}x |")
+    print("\n## Model-state memory per rank (MiB, from each run's memory record; P = parameters)\n")
+    print("Formula with w = bytes of the working dtype and m = 4 for a separate fp32 master (bf16/fp16),")
+    print("0 in fp32: stage 0 (2w+m+8)P, stage 1 2wP + (m+8)P/N, stage 2 wP + (w+m+8)P/N, stage 3 (2w+m+8)P/N.\n")
+    print("| N | dtype | stage | params | grads | master | optimizer | model state | formula | formula MiB | scratch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    names32 = ["16P", "8P + 8P/N", "4P + 12P/N", "16P/N"]
+    names16 = ["16P", "4P + 12P/N", "2P + 14P/N", "16P/N"]
+    mib = 1048576.0
+    for case in cases:
+        n, dt = case.split(":")
+        n = int(n)
+        for s in range(4):
+            r = memory_record(f"{work}/mem_n{n}_s{s}_{dt}/metrics.jsonl")
+            p = float(r["num_params"])
+            w, m = (4, 0) if dt == "fp32" else (2, 4)
+            f = [(2 * w + m + 8) * p, 2 * w * p + (m + 8) * p / n, w * p + (w + m + 8) * p / n, (2 * w + m + 8) * p / n][s]
+            name = (names32 if dt == "fp32" else names16)[s]
+            cells = [r[k] / mib for k in ("params", "grads", "master", "optimizer", "model_state")]
+            print(f"| {n} | {dt} | {s} | " + " | ".join(f"{c:.1f}" for c in cells)
+                  + f" | {name} | {f / mib:.1f} | {r['scratch'] / mib:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
