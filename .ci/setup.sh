@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev
   googletest libgtest-dev
   nlohmann-json3-dev
+  clang libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
   fortunes fortunes-min          # the demo corpus (English text)
   slurm-wlm munge                # tests/slurm: a private one-node Slurm cluster
   python3 python3-numpy python3-h5py python3-matplotlib   # postproc/

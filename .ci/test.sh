@@ -20,3 +20,6 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_WERROR=ON -DZT_S
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j"$jobs"
+
+# Fuzz smoke: each libFuzzer target for 20 s over its committed corpus (tests/fuzz/README.md).
+bash tests/fuzz/smoke.sh
