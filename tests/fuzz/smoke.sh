@@ -39,8 +39,12 @@ mkdir -p "$artifacts"
 status=0
 for target in fuzz_token_shard fuzz_tokenizer fuzz_checkpoint_meta fuzz_safetensors; do
   max_len=4096
+  dict=()
   case "$target" in
     fuzz_checkpoint_meta|fuzz_safetensors) max_len=16384 ;;
+  esac
+  case "$target" in
+    fuzz_tokenizer|fuzz_checkpoint_meta|fuzz_safetensors) dict=(-dict=tests/fuzz/json.dict) ;;
   esac
   # New inputs go to a scratch corpus; the committed seeds stay untouched.
   work="$build/fuzz-work/$target"
@@ -49,7 +53,7 @@ for target in fuzz_token_shard fuzz_tokenizer fuzz_checkpoint_meta fuzz_safetens
   log="$build/fuzz-work/$target.log"
   echo "fuzz smoke: $target for ${seconds}s"
   if "$build/bin/$target" -max_total_time="$seconds" -max_len="$max_len" -timeout=25 -rss_limit_mb=4096 \
-       -print_final_stats=1 -artifact_prefix="$artifacts/$target-" \
+       -print_final_stats=1 -artifact_prefix="$artifacts/$target-" "${dict[@]}" \
        "$work" "tests/fuzz/corpus/$target" >"$log" 2>&1; then
     grep -E "^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units)" "$log" | sed "s/^/  /" || true
   else
