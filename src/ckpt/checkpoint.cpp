@@ -164,6 +164,10 @@ void agree(Communicator& comm, const std::function<void()>& body) {
     } catch (const InputError& e) {
         msg = e.what();
         kind = 2;
+    } catch (const nlohmann::json::exception& e) {
+        // A manifest field of the wrong type or missing: the checkpoint is bad input.
+        msg = str("malformed checkpoint manifest: ", e.what());
+        kind = 2;
     } catch (const std::exception& e) {
         msg = e.what();
         kind = 1;
@@ -265,7 +269,12 @@ uint64_t file_hash64(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw InputError(str(path, ": cannot open to verify its checksum"));
     uint64_t h = kHashSeed;
-    std::vector<char> buf(1 << 22);  // a multiple of 8: chunking does not change the hash
+    // Up to 4 MiB at a time, a multiple of 8 so chunking does not change the hash; small
+    // files get a small buffer.
+    std::error_code ec;
+    const uint64_t size = static_cast<uint64_t>(fs::file_size(path, ec));
+    const size_t chunk = ec ? (size_t{1} << 22) : static_cast<size_t>(std::min<uint64_t>((size + 7) / 8 * 8, 1u << 22));
+    std::vector<char> buf(std::max<size_t>(chunk, 8));
     while (in) {
         in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
         h = hash64(buf.data(), static_cast<size_t>(in.gcount()), h);
@@ -481,7 +490,7 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
     H5Handle space(H5Dget_space(ds.get()), H5Sclose);
     hsize_t dims[1] = {0};
     h5_require(space.ok() && H5Sget_simple_extent_ndims(space.get()) == 1 &&
-                   H5Sget_simple_extent_dims(space.get(), dims, nullptr) == 1 && dims[0] <= (hsize_t{1} << 30),
+                   H5Sget_simple_extent_dims(space.get(), dims, nullptr) == 1 && dims[0] <= (hsize_t{1} << 28),
                true, file, "meta_json has an unexpected shape");
     std::string text(static_cast<size_t>(dims[0]), '\0');
     h5_require(H5Dread(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0, true, file,
@@ -533,6 +542,17 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
 }
 
 namespace {
+/// The path of a shard named in the manifest: a plain file name inside the step directory,
+/// never a path that leads elsewhere.
+std::string shard_path(const std::string& step_dir, const nlohmann::json& shard) {
+    const std::string name = shard.at("file").get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        throw InputError(str((fs::path(step_dir) / "meta.h5").string(), ": shard file name '", name,
+                             "' is not a plain file name inside the checkpoint"));
+    }
+    return (fs::path(step_dir) / name).string();
+}
+
 /// Size and hash check of one shard file against its meta record.
 void verify_shard_file(const std::string& file, const nlohmann::json& shard) {
     if (!fs::exists(file)) throw InputError(str(file, ": missing shard file"));
@@ -553,7 +573,7 @@ CheckpointReader::CheckpointReader(const std::string& step_dir)
 void CheckpointReader::read(int unit, size_t begin, size_t end, const char* which, float* out) {
     size_t covered = 0;
     for (const auto& shard : m_meta["shards"]) {
-        const std::string file = (fs::path(m_dir) / shard.at("file").get<std::string>()).string();
+        const std::string file = shard_path(m_dir, shard);
         for (const auto& r : shard.at("units")) {
             if (r.at("unit").get<int>() != unit) continue;
             const size_t sb = r.at("begin").get<size_t>();
@@ -613,7 +633,7 @@ TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Co
         // Every owned element must be covered exactly by the saved ranges.
         std::vector<size_t> covered(static_cast<size_t>(layout.num_units()), 0);
         for (const auto& shard : meta["shards"]) {
-            const std::string file = (fs::path(step_dir) / shard.at("file").get<std::string>()).string();
+            const std::string file = shard_path(step_dir, shard);
             bool needed = false;
             for (const auto& r : shard.at("units")) {
                 const int u = r.at("unit").get<int>();
