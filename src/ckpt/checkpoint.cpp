@@ -4,6 +4,7 @@
 // any rank failed, and the first failing rank's message), so a failure on one rank never
 // leaves the others waiting, and every rank throws the same error.
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "hdf5_util.hpp"
 
 #include <fcntl.h>
 #include <sys/statvfs.h>
@@ -28,44 +29,16 @@ namespace fs = std::filesystem;
 
 namespace zt {
 
+using h5::H5Handle;
+using h5::h5_require;
+using h5::silence_hdf5;
+
 namespace {
 
 constexpr int kFormatVersion = 1;
 constexpr const char* kFormatName = "ztrain-checkpoint";
 constexpr hsize_t kChunkElements = 1 << 20;  // meta_json chunk size (Fletcher32 per chunk)
 
-/// HDF5 prints its own error stack by default; ztrain reports errors itself, with the file.
-void silence_hdf5() {
-    static bool done = false;
-    if (!done) {
-        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-        done = true;
-    }
-}
-
-/// An HDF5 identifier closed on scope exit.
-class H5Handle {
-  public:
-    H5Handle(hid_t id, herr_t (*close)(hid_t)) : m_id(id), m_close(close) {}
-    ~H5Handle() {
-        if (m_id >= 0) m_close(m_id);
-    }
-    H5Handle(const H5Handle&) = delete;
-    H5Handle& operator=(const H5Handle&) = delete;
-    hid_t get() const { return m_id; }
-    bool ok() const { return m_id >= 0; }
-
-  private:
-    hid_t m_id;
-    herr_t (*m_close)(hid_t);
-};
-
-/// Throws Error (or InputError for reads of user-supplied files) naming the file.
-void h5_require(bool ok, bool input, const std::string& file, const std::string& what) {
-    if (ok) return;
-    if (input) throw InputError(str(file, ": ", what));
-    throw Error(str(file, ": ", what));
-}
 
 void fsync_path(const std::string& path, bool directory) {
     const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);

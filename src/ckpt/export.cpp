@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "hdf5_util.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
@@ -43,6 +44,10 @@ namespace fs = std::filesystem;
 
 namespace zt {
 
+using h5::H5Handle;
+using h5::h5_require;
+using h5::silence_hdf5;
+
 namespace {
 
 /// A safetensors header larger than this is refused before it is read: GPT-2 XL's header
@@ -51,38 +56,6 @@ constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
 /// Fixed-length string attributes read back from an imported .h5 are capped likewise.
 constexpr size_t kMaxStringAttr = 16u << 20;
 
-/// HDF5 prints its own error stack by default; ztrain reports errors itself, with the file.
-void silence_hdf5() {
-    static bool done = false;
-    if (!done) {
-        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-        done = true;
-    }
-}
-
-/// An HDF5 identifier closed on scope exit.
-class H5Handle {
-  public:
-    H5Handle(hid_t id, herr_t (*close)(hid_t)) : m_id(id), m_close(close) {}
-    ~H5Handle() {
-        if (m_id >= 0) m_close(m_id);
-    }
-    H5Handle(const H5Handle&) = delete;
-    H5Handle& operator=(const H5Handle&) = delete;
-    hid_t get() const { return m_id; }
-    bool ok() const { return m_id >= 0; }
-
-  private:
-    hid_t m_id;
-    herr_t (*m_close)(hid_t);
-};
-
-/// Throws Error (or InputError for reads of user-supplied files) naming the file.
-void h5_require(bool ok, bool input, const std::string& file, const std::string& what) {
-    if (ok) return;
-    if (input) throw InputError(str(file, ": ", what));
-    throw Error(str(file, ": ", what));
-}
 
 std::string shape_str(const std::vector<size_t>& shape) {
     std::string s = "[";
