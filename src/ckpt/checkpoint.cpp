@@ -99,6 +99,12 @@ void read_float_range(hid_t group, const char* name, size_t first, size_t n, flo
                str("cannot select a range of ", name));
     h5_require(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, out) >= 0, true, file,
                str("dataset ", name, " failed its checksum or could not be read (damaged file?)"));
+    // A whole-dataset read also checks the dataset's own hash (the common case: loading at
+    // the world size and stage that wrote it). Partial reads rely on the file hash.
+    if (first == 0 && n == dims[0] && H5Aexists(ds.get(), "hash64") > 0) {
+        h5_require(read_u64_attr(ds.get(), "hash64", file) == hash64(out, n * sizeof(float)), true, file,
+                   str("dataset ", name, " does not match its hash64 attribute (damaged)"));
+    }
 }
 
 /// Refuses to start a write that cannot fit: HDF5 does not recover cleanly from ENOSPC in

@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""Describe a ztrain checkpoint from Python (h5py): step, world size, stage, dtype, the tensor
+manifest and, per shard file, the unit ranges it holds with min/max/mean of the master weights.
+
+Usage: /usr/bin/python3 postproc/inspect_checkpoint.py run/demo/checkpoints [--tensors]
+The directory may be a checkpoint directory (its `latest` is used) or a step_N directory.
+For a one-file export use zt-consolidate (C++, build/bin/zt-consolidate; source
+src/app/consolidate_main.cpp), which verifies every shard's hash and streams the tensors.
+Needs python3-h5py and python3-numpy (Debian).
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def step_dir(path):
+    if os.path.exists(os.path.join(path, "meta.h5")):
+        return path
+    latest = os.path.join(path, "latest")
+    if not os.path.exists(latest):
+        sys.exit(f"{path}: neither a step directory (no meta.h5) nor a checkpoint directory (no latest)")
+    name = open(latest).read().strip()
+    if not name or "/" in name or name in (".", ".."):
+        sys.exit(f"{latest}: names '{name}', not a step directory inside {path}")
+    return os.path.join(path, name)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("checkpoint")
+    ap.add_argument("--tensors", action="store_true", help="list every tensor of the manifest")
+    args = ap.parse_args()
+    import h5py
+    import numpy as np
+
+    d = step_dir(args.checkpoint)
+    with h5py.File(os.path.join(d, "meta.h5"), "r") as f:
+        meta = json.loads(bytes(f["meta_json"][()]).decode("utf-8"))
+    m = meta.get("model", {})
+    print(f"{d}: step {meta['step']} ({meta['applied_steps']} applied), {meta.get('tokens_seen', 0)} tokens seen")
+    print(f"  written by {meta['world_size']} rank(s), ZeRO stage {meta['zero_stage']}, dtype {meta['dtype']}, "
+          f"loss scale {meta['scaler']['scale']}")
+    if m:
+        print(f"  model: {m['n_layer']} layers, {m['n_head']} heads, {m['n_embd']} wide, seq {m['seq_len']}, "
+              f"vocab {m['vocab_size']} (padded {m['padded_vocab']})")
+    print(f"  {len(meta['tensors'])} tensors in {len(meta['units'])} units, {sum(meta['units'])} elements")
+    if args.tensors:
+        for t in meta["tensors"]:
+            print(f"    {t['name']:32s} unit {t['unit']:3d} offset {t['offset']:10d} shape {t['shape']}")
+    for shard in meta["shards"]:
+        path = os.path.join(d, shard["file"])
+        size = os.path.getsize(path) if os.path.exists(path) else None
+        state = "missing" if size is None else ("ok size" if size == shard["bytes"] else f"SIZE {size} != {shard['bytes']}")
+        print(f"  {shard['file']}: rank {shard['rank']}, {shard['bytes']} bytes ({state})")
+        if size is None:
+            continue
+        with h5py.File(path, "r") as f:
+            for r in shard["units"]:
+                g = f[f"unit_{r['unit']:05d}"]
+                w = np.asarray(g["master"])
+                print(f"    unit {r['unit']:3d} [{r['begin']}, {r['end']}): master min {w.min():+.4f} "
+                      f"max {w.max():+.4f} mean {w.mean():+.5f}")
+
+
+if __name__ == "__main__":
+    main()
