@@ -133,39 +133,6 @@ std::string unit_group_name(int unit) {
     return buf;
 }
 
-/// Runs `body` on every rank; if any rank throws, every rank throws the first failing
-/// rank's message (InputError if that one was an InputError). Collective.
-void agree(Communicator& comm, const std::function<void()>& body) {
-    std::string msg;
-    double kind = 0;  // 0 ok, 1 Error, 2 InputError
-    try {
-        body();
-    } catch (const InputError& e) {
-        msg = e.what();
-        kind = 2;
-    } catch (const nlohmann::json::exception& e) {
-        // A manifest field of the wrong type or missing: the checkpoint is bad input.
-        msg = str("malformed checkpoint manifest: ", e.what());
-        kind = 2;
-    } catch (const std::exception& e) {
-        msg = e.what();
-        kind = 1;
-    }
-    // The lowest failing rank speaks for everyone: max of -rank is the smallest failing rank.
-    double first = kind > 0 ? -static_cast<double>(comm.rank()) : -static_cast<double>(comm.size());
-    comm.all_reduce_scalars(&first, 1, ReduceOp::kMax);
-    const int failing = static_cast<int>(-first);
-    if (failing >= comm.size()) return;
-    double k = failing == comm.rank() ? kind : 0;
-    comm.all_reduce_scalars(&k, 1, ReduceOp::kMax);
-    uint64_t len = failing == comm.rank() ? msg.size() : 0;
-    comm.broadcast_bytes(&len, sizeof len, failing);
-    msg.resize(len);
-    comm.broadcast_bytes(msg.data(), len, failing);
-    if (failing != comm.rank()) msg = str(msg, " (reported by rank ", failing, ")");
-    if (k >= 2) throw InputError(msg);
-    throw Error(msg);
-}
 
 /// What each rank tells rank 0 about the shard file it wrote.
 struct ShardRecord {
@@ -220,6 +187,38 @@ std::vector<std::string> list_checkpoints(const std::string& ckpt_dir) {
     return steps;
 }
 
+void agree_across_ranks(Communicator& comm, const std::function<void()>& body) {
+    std::string msg;
+    double kind = 0;  // 0 ok, 1 Error, 2 InputError
+    try {
+        body();
+    } catch (const InputError& e) {
+        msg = e.what();
+        kind = 2;
+    } catch (const nlohmann::json::exception& e) {
+        // A manifest field of the wrong type or missing: the checkpoint is bad input.
+        msg = str("malformed checkpoint manifest: ", e.what());
+        kind = 2;
+    } catch (const std::exception& e) {
+        msg = e.what();
+        kind = 1;
+    }
+    // The lowest failing rank speaks for everyone: max of -rank is the smallest failing rank.
+    double first = kind > 0 ? -static_cast<double>(comm.rank()) : -static_cast<double>(comm.size());
+    comm.all_reduce_scalars(&first, 1, ReduceOp::kMax);
+    const int failing = static_cast<int>(-first);
+    if (failing >= comm.size()) return;
+    double k = failing == comm.rank() ? kind : 0;
+    comm.all_reduce_scalars(&k, 1, ReduceOp::kMax);
+    uint64_t len = failing == comm.rank() ? msg.size() : 0;
+    comm.broadcast_bytes(&len, sizeof len, failing);
+    msg.resize(len);
+    comm.broadcast_bytes(msg.data(), len, failing);
+    if (failing != comm.rank()) msg = str(msg, " (reported by rank ", failing, ")");
+    if (k >= 2) throw InputError(msg);
+    throw Error(msg);
+}
+
 std::string checkpoint_dir_name(long step) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "step_%08ld", step);
@@ -271,7 +270,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
     const std::string final_dir = (fs::path(ckpt_dir) / name).string();
     const std::string partial = final_dir + ".partial";
 
-    agree(comm, [&] {
+    agree_across_ranks(comm, [&] {
         if (rank != 0) return;
         std::error_code ec;
         fs::create_directories(ckpt_dir, ec);
@@ -282,7 +281,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
     });
 
     ShardRecord mine;
-    agree(comm, [&] {
+    agree_across_ranks(comm, [&] {
         if (!rank_writes(state, rank)) return;
         const std::string file = (fs::path(partial) / shard_file_name(rank, world)).string();
         uint64_t payload = 0;
@@ -317,7 +316,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
     std::vector<ShardRecord> records(static_cast<size_t>(world));
     comm.all_gather_bytes(&mine, records.data(), sizeof(ShardRecord));
 
-    agree(comm, [&] {
+    agree_across_ranks(comm, [&] {
         if (rank != 0) return;
         const ModelLayout& layout = state.layout();
         const auto shards = make_unit_shards(layout.unit_numel, world);
@@ -580,7 +579,7 @@ void CheckpointReader::read(int unit, size_t begin, size_t end, const char* whic
 TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm) {
     silence_hdf5();
     TrainProgress p;
-    agree(comm, [&] {
+    agree_across_ranks(comm, [&] {
         const nlohmann::json meta = read_checkpoint_meta(step_dir);
         const std::string meta_file = (fs::path(step_dir) / "meta.h5").string();
         const ModelLayout& layout = state.layout();

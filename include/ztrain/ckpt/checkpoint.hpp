@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,11 @@ struct TrainProgress {
 
 /// "step_00000100"
 std::string checkpoint_dir_name(long step);
+
+/// Runs `body` on every rank of `comm`; if any rank throws, every rank throws the lowest
+/// failing rank's message (InputError when that was one, or a malformed-JSON error), so no
+/// rank is left waiting in a collective. Collective.
+void agree_across_ranks(Communicator& comm, const std::function<void()>& body);
 
 /// Complete checkpoints (step_* directories, no *.partial) in ckpt_dir, newest first.
 std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
