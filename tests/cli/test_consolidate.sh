@@ -8,26 +8,8 @@
 set -u
 BIN=$1
 SRC=$2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-
-# expect CODE PATTERN CMD...: runs CMD, checks its exit status and that its output matches PATTERN.
-expect() {
-  local want=$1 pattern=$2
-  shift 2
-  local out rc
-  out=$(timeout 120 "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    echo "FAIL: exit $rc (expected $want): $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
-  fi
-  if ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL: output lacks /$pattern/: $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
-  fi
-  echo "ok: exit $rc /$pattern/: ${*: -1}"
-}
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh"
 
 # first_loss LOG: the loss of the first progress line.
 first_loss() { grep -m1 -oE '^step +1/[0-9]+ \| loss [0-9.]+' "$1" | awk '{print $NF}'; }

@@ -1,0 +1,23 @@
+# Shared by the CLI test scripts (sourced, not run): root permission for Open MPI, a scratch
+# directory removed at exit, a failure counter, and expect().
+# shellcheck shell=bash
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+# expect CODE PATTERN CMD...: runs CMD, checks its exit status and that its output matches PATTERN.
+expect() {
+  local want=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$(timeout 120 "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL: exit $rc (expected $want): $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  if ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: output lacks /$pattern/: $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
+  fi
+  echo "ok: exit $rc /$pattern/: ${*: -1}"
+}
