@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cuda_backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/comm/communicator.hpp"
@@ -267,7 +268,11 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     Communicator& comm = *comm_owner;
     const int rank = comm.rank();
     const int world = comm.size();
-    ZT_INPUT_CHECK(cfg.backend != "cuda", "backend = cuda: this build runs the cpu backend only");
+    // backend = cpu | cuda | auto: a cuda that cannot run here is bad input, before any work.
+    // Until the CUDA training path is integrated every accepted choice resolves to "cpu".
+    std::string backend_note;
+    resolve_backend(cfg.backend, &backend_note);
+    if (rank == 0 && !backend_note.empty()) std::printf("ztrain: %s\n", backend_note.c_str());
     const bool root = rank == 0;
     const ModelConfig& mc = cfg.model;
     const TrainConfig& tc = cfg.train;

@@ -1,0 +1,79 @@
+// The CUDA backend's public face. Plain C++: no CUDA header is needed to include this, so
+// the trainer, the NCCL communicator and the tests can name it in any build. The functions
+// make_cuda_backend exists only in CUDA builds (ZT_HAVE_CUDA, include/ztrain/config.hpp);
+// cuda_stream and resolve_backend exist in every build.
+//
+// Memory: every float* / void* a CudaBackend hands out or takes is DEVICE memory, except
+// the host side of to_device/to_host. All work runs in order on one stream the backend
+// owns; methods return before the GPU is done, except those that return a host value
+// (sum_squares, unscale_check, softmax_cross_entropy's target check) and synchronize().
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/core/dtype.hpp"
+
+namespace zt {
+
+/// Options of the mixed-precision product (see CudaBackend::matmul_forward_ex).
+struct CudaMatmulOptions {
+    DType dtype = DType::kBF16;  ///< of inp, weight, bias, out and pre_gelu; fp32 accumulate always
+    const void* bias = nullptr;  ///< (OC) or null; fused into the product (cuBLASLt epilogue)
+    bool gelu = false;           ///< out = gelu(product + bias), fused
+    void* pre_gelu = nullptr;    ///< (N, OC): product + bias before the GELU, for backward; needs gelu
+};
+
+/// A Backend whose buffers live on one GPU. Everything Backend promises holds (fp32,
+/// accumulate-into-gradient convention); the extra methods are the CUDA-only parts.
+class CudaBackend : public Backend {
+  public:
+    /// The CUDA device ordinal this backend computes on.
+    virtual int device() const = 0;
+    /// The compute stream, a cudaStream_t cast to void*. Every op is enqueued on it. To run
+    /// a collective after compute on another stream: cudaEventRecord(ev, compute stream),
+    /// then cudaStreamWaitEvent(comm stream, ev). The backend owns the stream: do not
+    /// destroy it; it lives as long as the backend.
+    virtual void* stream() const = 0;
+    /// Blocks until all work enqueued so far is done (and reports its errors).
+    virtual void synchronize() = 0;
+
+    /// Zeroed device memory of `bytes` bytes (any element type); freed with free().
+    virtual void* alloc_bytes(size_t bytes) = 0;
+    /// Host -> device and device -> host copies, synchronous (they return when done).
+    virtual void to_device(void* dst, const void* host_src, size_t bytes) = 0;
+    virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
+
+    /// out (N, OC) = [gelu](inp (N, C) @ weight (OC, C)^T + bias) in options.dtype, with
+    /// fp32 accumulation (cuBLASLt). fp32 here is true fp32 (no TF32).
+    virtual void matmul_forward_ex(void* out, const void* inp, const void* weight, int N, int C, int OC,
+                                   const CudaMatmulOptions& options) = 0;
+    /// dinp (N, C) += dout @ weight and dweight (OC, C) += dout^T @ inp, all in `dtype`
+    /// with fp32 accumulation; null outputs are skipped. (No dbias: use the fp32 path.)
+    virtual void matmul_backward_ex(void* dinp, void* dweight, const void* dout, const void* inp,
+                                    const void* weight, int N, int C, int OC, DType dtype) = 0;
+
+    /// dst (n elements of dst_type) = src (n of src_type), one side fp32; float -> 16 bit
+    /// rounds to nearest even (NaN stays NaN, overflow gives infinity).
+    virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) = 0;
+    /// Fused loss-scale unscale + overflow check over n values of `type`: x *= scale in
+    /// place; returns true when any value (before or after scaling) is inf or NaN.
+    virtual bool unscale_check(void* x, DType type, size_t n, float scale) = 0;
+};
+
+/// The CUDA backend on device `device` (CUDA builds only). Throws zt::Error when the device
+/// cannot be used.
+std::unique_ptr<CudaBackend> make_cuda_backend(int device);
+
+/// The compute stream of `b` (a cudaStream_t as void*) when it is a CudaBackend, else null.
+void* cuda_stream(Backend& b);
+
+/// Turns the `backend` config value (cpu | cuda | auto) into the backend that will run:
+/// returns "cpu" or "cuda". Throws InputError (exit 2) when `cuda` cannot be served (no
+/// CUDA in this build, no visible device, or the CUDA training path is not integrated
+/// yet). `note`, when not null, receives a line worth printing for `auto` (else empty).
+std::string resolve_backend(const std::string& requested, std::string* note);
+
+}  // namespace zt

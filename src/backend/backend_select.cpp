@@ -1,0 +1,46 @@
+// Which backend runs: the `backend` config key (cpu | cuda | auto) against what this build
+// and this machine offer. Compiled in every build; only the CUDA parts are conditional.
+#include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/config.hpp"
+#include "ztrain/core/error.hpp"
+
+#if ZT_HAVE_CUDA
+#include "ztrain/backend/cuda_info.hpp"
+#endif
+
+namespace zt {
+
+void* cuda_stream(Backend& b) {
+    auto* cuda = dynamic_cast<CudaBackend*>(&b);
+    return cuda != nullptr ? cuda->stream() : nullptr;
+}
+
+std::string resolve_backend(const std::string& requested, std::string* note) {
+    if (note != nullptr) note->clear();
+    if (requested == "cpu") return "cpu";
+#if ZT_HAVE_CUDA
+    const int devices = cuda_device_count();
+#else
+    const int devices = 0;
+#endif
+    if (requested == "auto") {
+        if (devices > 0 && note != nullptr) {
+            *note = "backend = auto: a GPU is visible, but the CUDA training path is not integrated yet; "
+                    "training on the cpu backend";
+        }
+        return "cpu";
+    }
+    ZT_INPUT_CHECK(requested == "cuda", "backend = '", requested, "': expected cpu, cuda or auto");
+    ZT_INPUT_CHECK(ZT_HAVE_CUDA, "backend = cuda: this build has no CUDA support (configure with -DZT_CUDA=ON "
+                                 "on a machine with the CUDA toolkit), use backend = cpu or auto");
+    ZT_INPUT_CHECK(devices > 0, "backend = cuda: no CUDA device is visible on this machine "
+                                "(check the driver and CUDA_VISIBLE_DEVICES), use backend = cpu or auto");
+    // The op-level CUDA backend exists (make_cuda_backend), but the model, ModelState and
+    // the trainer still move data through host pointers (tokens, dtype conversions,
+    // checkpoints): refuse before any work instead of crashing in the first step.
+    throw InputError(
+        "backend = cuda: the CUDA training path is not integrated yet (the CUDA ops exist and are "
+        "tested by `ctest -L gpu`; the model and trainer still use host memory), use backend = cpu or auto");
+}
+
+}  // namespace zt

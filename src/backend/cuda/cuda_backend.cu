@@ -1,0 +1,229 @@
+// CudaBackend: every Backend op on one GPU, enqueued in order on one stream the backend
+// owns (nothing global: the handles, workspaces and stream are members). Methods only
+// forward to the op launchers (ops.cuh); this file owns the memory and the scratch.
+//
+// Host synchronization happens only where a host value is returned (sum_squares,
+// unscale_check, cross-entropy's target check, encoder_backward's token bucketing),
+// in the synchronous copies and in free().
+#include "ztrain/backend/cuda_backend.hpp"
+
+#include "cuda_check.cuh"
+#include "ops.cuh"
+
+#include <algorithm>
+
+namespace zt {
+namespace cuda {
+
+Workspace::~Workspace() {
+    if (m_ptr != nullptr) cudaFree(m_ptr);  // destructor: nothing to report to
+}
+
+void* Workspace::get(size_t bytes, cudaStream_t stream) {
+    if (bytes <= m_bytes && m_ptr != nullptr) return m_ptr;
+    // Kernels already enqueued may still use the old buffer.
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (m_ptr != nullptr) ZT_CUDA_CHECK(cudaFree(m_ptr));
+    m_ptr = nullptr;
+    m_bytes = 0;
+    const size_t rounded = std::max<size_t>(bytes, size_t{1} << 20);
+    ZT_CUDA_CHECK(cudaMalloc(&m_ptr, rounded));
+    m_bytes = rounded;
+    return m_ptr;
+}
+
+}  // namespace cuda
+
+namespace {
+
+// cuBLASLt workspace: 32 MiB, what llm.c gives Hopper (its larger tiles want it).
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
+class CudaBackendImpl final : public CudaBackend {
+  public:
+    explicit CudaBackendImpl(int device) : m_device(device) {
+        int count = 0;
+        ZT_CUDA_CHECK(cudaGetDeviceCount(&count));
+        ZT_REQUIRE(device >= 0 && device < count, "CUDA device ", device, " does not exist (", count,
+                   " visible)");
+        ZT_CUDA_CHECK(cudaSetDevice(device));
+        ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+        ZT_CUBLAS_CHECK(cublasLtCreate(&m_blas.lt));
+        ZT_CUBLAS_CHECK(cublasCreate(&m_blas.classic));
+        ZT_CUDA_CHECK(cudaMalloc(&m_blas.workspace, kLtWorkspaceBytes));
+        m_blas.workspace_bytes = kLtWorkspaceBytes;
+        ZT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m_flag), sizeof(int)));
+        ZT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m_sumsq), (cuda::kSumSquaresBlocks + 1) * sizeof(double)));
+    }
+
+    ~CudaBackendImpl() override {
+        // No throwing here: errors at teardown have nobody left to handle them.
+        if (m_stream != nullptr) cudaStreamSynchronize(m_stream);
+        if (m_sumsq != nullptr) cudaFree(m_sumsq);
+        if (m_flag != nullptr) cudaFree(m_flag);
+        if (m_blas.workspace != nullptr) cudaFree(m_blas.workspace);
+        if (m_blas.classic != nullptr) cublasDestroy(m_blas.classic);
+        if (m_blas.lt != nullptr) cublasLtDestroy(m_blas.lt);
+        if (m_stream != nullptr) cudaStreamDestroy(m_stream);
+    }
+
+    std::string name() const override { return "cuda"; }
+    int threads() const override { return 1; }
+    int device() const override { return m_device; }
+    void* stream() const override { return m_stream; }
+    void synchronize() override { ZT_CUDA_CHECK(cudaStreamSynchronize(m_stream)); }
+
+    // ---- memory ----
+
+    void* alloc_bytes(size_t bytes) override {
+        void* p = nullptr;
+        const size_t n = std::max<size_t>(bytes, 1);  // a unique, freeable pointer also for 0
+        ZT_CUDA_CHECK(cudaMalloc(&p, n));
+        // On our stream, not the legacy default one, which does not order non-blocking streams.
+        ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, n, m_stream));
+        return p;
+    }
+    float* alloc_floats(size_t n) override { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
+    void free(void* p) override {
+        if (p == nullptr) return;
+        ZT_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+        ZT_CUDA_CHECK(cudaFree(p));
+    }
+    void zero(float* p, size_t n) override {
+        if (n > 0) ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), m_stream));
+    }
+    void copy(float* dst, const float* src, size_t n) override {
+        if (n > 0 && dst != src) {
+            ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, m_stream));
+        }
+    }
+    void to_device(void* dst, const void* host_src, size_t bytes) override {
+        if (bytes == 0) return;
+        ZT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, m_stream));
+        synchronize();
+    }
+    void to_host(void* host_dst, const void* src, size_t bytes) override {
+        if (bytes == 0) return;
+        ZT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, m_stream));
+        synchronize();
+    }
+
+    // ---- matmul ----
+
+    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                        int OC) override {
+        cuda::matmul_forward(m_blas, out, inp, weight, bias, N, C, OC, DType::kF32, false, nullptr, m_stream);
+    }
+    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC) override {
+        cuda::matmul_backward(m_blas, dinp, dweight, dout, inp, weight, N, C, OC, DType::kF32, m_stream);
+        if (dbias != nullptr && N > 0) {
+            cuda::column_sum(dbias, dout, N, OC, scratch_floats(cuda::column_chunks(N) * OC), m_stream);
+        }
+    }
+    void matmul_forward_ex(void* out, const void* inp, const void* weight, int N, int C, int OC,
+                           const CudaMatmulOptions& o) override {
+        cuda::matmul_forward(m_blas, out, inp, weight, o.bias, N, C, OC, o.dtype, o.gelu, o.pre_gelu, m_stream);
+    }
+    void matmul_backward_ex(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight, int N,
+                            int C, int OC, DType dtype) override {
+        cuda::matmul_backward(m_blas, dinp, dweight, dout, inp, weight, N, C, OC, dtype, m_stream);
+    }
+
+    // ---- layernorm, element-wise ----
+
+    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                           const float* bias, int N, int C) override {
+        cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, m_stream);
+    }
+    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int C) override {
+        float* scratch = nullptr;
+        if ((dweight != nullptr || dbias != nullptr) && N > 0) {
+            scratch = scratch_floats(2 * cuda::column_chunks(N) * C);
+        }
+        cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, m_stream);
+    }
+    void gelu_forward(float* out, const float* inp, size_t n) override { cuda::gelu_forward(out, inp, n, m_stream); }
+    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+        cuda::gelu_backward(dinp, inp, dout, n, m_stream);
+    }
+    void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+        cuda::residual_forward(out, a, b, n, m_stream);
+    }
+    void scale(float* x, float s, size_t n) override { cuda::scale(x, s, n, m_stream); }
+    double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(x, n, m_sumsq, m_stream); }
+
+    void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                      const AdamWStep& step) override {
+        ZT_REQUIRE(step.bias_correction1 > 0.f && step.bias_correction2 > 0.f,
+                   "AdamW bias corrections must be positive (got ", step.bias_correction1, ", ",
+                   step.bias_correction2, ")");
+        cuda::AdamWParams p{};
+        p.lr = step.lr;
+        p.beta1 = step.beta1;
+        p.beta2 = step.beta2;
+        p.eps = step.eps;
+        p.weight_decay = step.weight_decay;
+        p.inv_bc1 = 1.f / step.bias_correction1;
+        p.inv_bc2 = 1.f / step.bias_correction2;
+        p.grad_scale = step.grad_scale;
+        cuda::adamw_update(param, m, v, grad, n, p, m_stream);
+    }
+
+    // ---- attention, encoder, loss ----
+
+    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
+        cuda::attention_forward(m_blas, out, att, qkv, B, T, C, NH, m_stream);
+    }
+    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                            int B, int T, int C, int NH) override {
+        cuda::attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, C, NH, m_stream);
+    }
+    size_t attention_scratch_floats(int /*B*/, int T, int NH) const override {
+        return cuda::attention_scratch_floats(T, NH);
+    }
+    void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                         int C) override {
+        cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, m_stream);
+    }
+    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                          int C) override {
+        cuda::encoder_backward(dwte, dwpe, dout, tokens, B, T, C, m_encoder, m_index_ws, m_stream);
+    }
+    void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+                               float dloss) override {
+        cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss, m_flag, m_stream);
+    }
+
+    // ---- precision ----
+
+    void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override {
+        cuda::cast(dst, dst_type, src, src_type, n, m_stream);
+    }
+    bool unscale_check(void* x, DType type, size_t n, float scale) override {
+        ZT_CUDA_CHECK(cudaMemsetAsync(m_flag, 0, sizeof(int), m_stream));
+        cuda::unscale_check(x, type, n, scale, m_flag, m_stream);
+        int flag = 0;
+        to_host(&flag, m_flag, sizeof(int));
+        return flag != 0;
+    }
+
+  private:
+    float* scratch_floats(size_t n) { return static_cast<float*>(m_scratch.get(n * sizeof(float), m_stream)); }
+
+    int m_device = 0;
+    cudaStream_t m_stream = nullptr;
+    cuda::Blas m_blas;
+    int* m_flag = nullptr;
+    double* m_sumsq = nullptr;
+    cuda::Workspace m_scratch;   ///< column-reduction partials
+    cuda::Workspace m_index_ws;  ///< encoder_backward's bucket index
+    cuda::EncoderScratch m_encoder;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaBackend> make_cuda_backend(int device) { return std::make_unique<CudaBackendImpl>(device); }
+
+}  // namespace zt

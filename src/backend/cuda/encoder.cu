@@ -1,0 +1,103 @@
+// Token + position embedding, forward and a deterministic backward.
+//
+// dwte is a scatter by token: two rows with the same token add into the same row of dwte.
+// Instead of float atomics (run-to-run differences), the batch's tokens are copied to the
+// host (B*T ints, once per backward), bucketed by token there, and one block per distinct
+// token adds its rows in ascending row order: the same order as the CPU twin, so the two
+// agree bit for bit. dwpe sums over the batch with one thread per (t, c), b in order.
+#include "cuda_check.cuh"
+#include "ops.cuh"
+
+#include <algorithm>
+
+namespace zt::cuda {
+namespace {
+
+__global__ void encoder_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                                       int N, int T, int C) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= static_cast<size_t>(N) * C) return;
+    const int r = static_cast<int>(i / C);
+    const int c = static_cast<int>(i % C);
+    const int t = r % T;
+    out[i] = wte[static_cast<size_t>(tokens[r]) * C + c] + wpe[static_cast<size_t>(t) * C + c];
+}
+
+__global__ void encoder_dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= static_cast<size_t>(T) * C) return;
+    const size_t tc = static_cast<size_t>(T) * C;
+    float acc = dwpe[i];
+    for (int b = 0; b < B; ++b) acc = acc + dout[b * tc + i];
+    dwpe[i] = acc;
+}
+
+/// Block k adds the rows of bucket k (rows[offsets[k] .. offsets[k+1])) into dwte[token[k]].
+__global__ void encoder_dwte_kernel(float* dwte, const float* dout, const int32_t* offsets,
+                                    const int32_t* bucket_token, const int32_t* rows, int C) {
+    const int k = blockIdx.x;
+    const int begin = offsets[k];
+    const int end = offsets[k + 1];
+    float* g = dwte + static_cast<size_t>(bucket_token[k]) * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = g[c];
+        for (int j = begin; j < end; ++j) acc = acc + dout[static_cast<size_t>(rows[j]) * C + c];
+        g[c] = acc;
+    }
+}
+
+}  // namespace
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                     cudaStream_t stream) {
+    const size_t n = static_cast<size_t>(B) * T * C;
+    if (n == 0) return;
+    encoder_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C);
+    ZT_KERNEL_CHECK("encoder_forward");
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                      EncoderScratch& host, Workspace& ws, cudaStream_t stream) {
+    const int N = B * T;
+    if (N <= 0 || C <= 0) return;
+    if (dwpe != nullptr) {
+        encoder_dwpe_kernel<<<grid_for(static_cast<size_t>(T) * C, kBlock), kBlock, 0, stream>>>(dwpe, dout, B, T,
+                                                                                                  C);
+        ZT_KERNEL_CHECK("encoder_dwpe");
+    }
+    if (dwte == nullptr) return;
+    host.tokens.resize(static_cast<size_t>(N));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(host.tokens.data(), tokens, static_cast<size_t>(N) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, stream));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // Rows sorted by (token, row): a stable sort keeps each bucket's rows ascending.
+    std::vector<int32_t> order(static_cast<size_t>(N));
+    for (int r = 0; r < N; ++r) order[static_cast<size_t>(r)] = r;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return host.tokens[static_cast<size_t>(a)] < host.tokens[static_cast<size_t>(b)];
+    });
+    std::vector<int32_t> offsets;
+    std::vector<int32_t> bucket_token;
+    for (int j = 0; j < N; ++j) {
+        const int32_t tok = host.tokens[static_cast<size_t>(order[static_cast<size_t>(j)])];
+        if (j == 0 || tok != bucket_token.back()) {
+            offsets.push_back(j);
+            bucket_token.push_back(tok);
+        }
+    }
+    offsets.push_back(N);
+    const size_t nb = bucket_token.size();
+    host.index.clear();
+    host.index.insert(host.index.end(), offsets.begin(), offsets.end());
+    host.index.insert(host.index.end(), bucket_token.begin(), bucket_token.end());
+    host.index.insert(host.index.end(), order.begin(), order.end());
+    auto* dev = static_cast<int32_t*>(ws.get(host.index.size() * sizeof(int32_t), stream));
+    // host.index outlives the asynchronous copy: it is only rewritten after the next sync.
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dev, host.index.data(), host.index.size() * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream));
+    encoder_dwte_kernel<<<static_cast<unsigned>(nb), kBlock, 0, stream>>>(dwte, dout, dev, dev + nb + 1,
+                                                                         dev + 2 * nb + 1, C);
+    ZT_KERNEL_CHECK("encoder_dwte");
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,179 @@
+// Matrix products through cuBLASLt: fp32, bf16 or fp16 operands, always fp32 accumulate
+// (CUBLAS_COMPUTE_32F: true fp32 for fp32 operands, no TF32), with the bias and GELU
+// epilogues fused where asked. Attention's strided-batched products use the same path.
+//
+// Alignment: cuBLASLt's heuristic assumes 256-byte aligned operands unless told otherwise,
+// and a kernel picked on that assumption reads wrongly from a less aligned pointer. Each
+// call therefore states the real alignment of every operand (pointer, leading dimension
+// and batch stride in bytes), which matters for attention's per-head views into qkv.
+#include "cuda_check.cuh"
+#include "ops.cuh"
+
+
+#include <cstdint>
+
+namespace zt::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+    switch (t) {
+        case DType::kF32: return CUDA_R_32F;
+        case DType::kBF16: return CUDA_R_16BF;
+        case DType::kF16: return CUDA_R_16F;
+    }
+    return CUDA_R_32F;
+}
+
+/// The largest power of two (<= 256) dividing the operand's address, ld and stride in bytes.
+uint32_t alignment_of(const void* p, int64_t ld, int64_t stride, size_t elem) {
+    const uint64_t v = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)) |
+                       static_cast<uint64_t>(ld) * elem | static_cast<uint64_t>(stride) * elem | 256u;
+    return static_cast<uint32_t>(v & (~v + 1));
+}
+
+/// Owns the cuBLASLt descriptors of one call (destroyed on every path, also on throw).
+struct LtDescs {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr;
+    cublasLtMatrixLayout_t b = nullptr;
+    cublasLtMatrixLayout_t d = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~LtDescs() {
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (d) cublasLtMatrixLayoutDestroy(d);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (op) cublasLtMatmulDescDestroy(op);
+    }
+};
+
+void make_layout(cublasLtMatrixLayout_t* layout, cudaDataType_t type, int rows, int cols, int64_t ld,
+                 int batch, int64_t stride) {
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(layout, type, static_cast<uint64_t>(rows),
+                                               static_cast<uint64_t>(cols), ld));
+    if (batch > 1) {
+        ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                         sizeof(batch)));
+        ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                         &stride, sizeof(stride)));
+    }
+}
+
+void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, uint32_t value) {
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+}
+
+/// Plain cuBLAS for a product without epilogue that cuBLASLt has no algorithm for.
+void gemm_classic(const Blas& blas, const Gemm& g, cudaStream_t stream) {
+    const cudaDataType_t t = cuda_type(g.dtype);
+    ZT_CUBLAS_CHECK(cublasSetStream(blas.classic, stream));
+    ZT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        blas.classic, g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N, g.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n,
+        g.k, &g.alpha, g.a.ptr, t, static_cast<int>(g.a.ld), g.a.stride, g.b.ptr, t, static_cast<int>(g.b.ld),
+        g.b.stride, &g.beta, g.d.ptr, t, static_cast<int>(g.d.ld), g.d.stride, g.batch, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void gemm(const Blas& blas, const Gemm& g, cudaStream_t stream) {
+    if (g.m <= 0 || g.n <= 0 || g.batch <= 0) return;
+    ZT_REQUIRE(g.k > 0, "gemm: empty inner dimension (k = ", g.k, ")");
+    ZT_REQUIRE(g.gelu_aux == nullptr || g.gelu, "gemm: a pre-GELU output needs the GELU epilogue");
+    const cudaDataType_t t = cuda_type(g.dtype);
+    const size_t elem = dtype_size(g.dtype);
+    LtDescs ds;
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&ds.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = g.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    if (g.gelu) {
+        if (g.gelu_aux != nullptr) {
+            epilogue = g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        } else {
+            epilogue = g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+        }
+    } else if (g.bias != nullptr) {
+        epilogue = CUBLASLT_EPILOGUE_BIAS;
+    }
+    ZT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (g.bias != nullptr) {
+        ZT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    }
+    if (g.gelu_aux != nullptr) {
+        ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                       &g.gelu_aux, sizeof(g.gelu_aux)));
+        ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g.d.ld,
+                                                       sizeof(g.d.ld)));
+        if (g.batch > 1) {
+            ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
+                                                           &g.d.stride, sizeof(g.d.stride)));
+        }
+    }
+    // Stored shapes: op(A) is (m, k), so A is (k, m) when transposed; likewise B.
+    make_layout(&ds.a, t, g.a.trans ? g.k : g.m, g.a.trans ? g.m : g.k, g.a.ld, g.batch, g.a.stride);
+    make_layout(&ds.b, t, g.b.trans ? g.n : g.k, g.b.trans ? g.k : g.n, g.b.ld, g.batch, g.b.stride);
+    make_layout(&ds.d, t, g.m, g.n, g.d.ld, g.batch, g.d.stride);
+
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&ds.pref));
+    const uint64_t ws_bytes = blas.workspace_bytes;
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &ws_bytes, sizeof(ws_bytes)));
+    const uint32_t align_d = alignment_of(g.d.ptr, g.d.ld, g.d.stride, elem);
+    set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(g.a.ptr, g.a.ld, g.a.stride, elem));
+    set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(g.b.ptr, g.b.ld, g.b.stride, elem));
+    set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d);
+    set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    ZT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(blas.lt, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result,
+                                                   &found));
+    if (found == 0) {
+        ZT_REQUIRE(epilogue == CUBLASLT_EPILOGUE_DEFAULT, "gemm: cuBLASLt has no algorithm for m=", g.m,
+                   " n=", g.n, " k=", g.k, " ", dtype_name(g.dtype), " with a fused bias/GELU epilogue");
+        gemm_classic(blas, g, stream);
+        return;
+    }
+    // C and D are the same buffer: beta = 1 accumulates in place.
+    ZT_CUBLAS_CHECK(cublasLtMatmul(blas.lt, ds.op, &g.alpha, g.a.ptr, ds.a, g.b.ptr, ds.b, &g.beta, g.d.ptr, ds.d,
+                                   g.d.ptr, ds.d,
+                                   &result.algo, blas.workspace, blas.workspace_bytes, stream));
+}
+
+// Row-major out (N, OC) = inp (N, C) @ weight (OC, C)^T is, column-major,
+// out^T (OC, N) = weight^T @ inp^T with weight stored (C, OC) and inp stored (C, N).
+void matmul_forward(const Blas& blas, void* out, const void* inp, const void* weight, const void* bias, int N,
+                    int C, int OC, DType dtype, bool gelu, void* pre_gelu, cudaStream_t stream) {
+    Gemm g(OC, N, C, {weight, C, 0, true}, {inp, C, 0, false}, {out, OC, 0});
+    g.dtype = dtype;
+    g.bias = bias;
+    g.gelu = gelu;
+    g.gelu_aux = pre_gelu;
+    gemm(blas, g, stream);
+}
+
+void matmul_backward(const Blas& blas, void* dinp, void* dweight, const void* dout, const void* inp,
+                     const void* weight, int N, int C, int OC, DType dtype, cudaStream_t stream) {
+    // Both products accumulate (beta = 1) into the gradients, as backend.hpp asks.
+    if (dinp != nullptr) {
+        // dinp^T (C, N) += weight-stored (C, OC) @ dout-stored (OC, N)
+        Gemm g(C, N, OC, {weight, C, 0, false}, {dout, OC, 0, false}, {dinp, C, 0});
+        g.beta = 1.f;
+        g.dtype = dtype;
+        gemm(blas, g, stream);
+    }
+    if (dweight != nullptr) {
+        // dweight^T (C, OC) += inp-stored (C, N) @ (dout-stored (OC, N))^T
+        Gemm g(C, OC, N, {inp, C, 0, false}, {dout, OC, 0, true}, {dweight, C, 0});
+        g.beta = 1.f;
+        g.dtype = dtype;
+        gemm(blas, g, stream);
+    }
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,189 @@
+// The CUDA ops behind CudaBackend, one .cu file per op group, each with its CPU twin in
+// src/backend/cpu/cpu_backend.cpp as the reference the gpu tests compare against.
+//
+// Pattern (after ggml's acc.cu, see STYLE.md): `static __global__` kernels and a launcher
+// per op that takes the stream; the backend only forwards. Shapes, the row-major layout
+// and the accumulate-into-gradient convention are those of backend.hpp. Every reduction
+// has a fixed order (no atomics on floats), so results are bit-identical run to run.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ztrain/core/dtype.hpp"
+
+namespace zt::cuda {
+
+constexpr int kWarpSize = 32;
+constexpr int kBlock = 256;  ///< threads per block of the element-wise kernels
+
+/// Blocks of `threads` covering n items, at least 1 (a zero grid is a launch error).
+inline unsigned grid_for(size_t n, int threads) {
+    const size_t g = (n + static_cast<size_t>(threads) - 1) / static_cast<size_t>(threads);
+    return static_cast<unsigned>(g > 0 ? g : 1);
+}
+
+/// Sum over the 32 lanes of a warp, result in every lane (butterfly: a fixed order).
+__device__ inline float warp_sum(float v) {
+    for (int off = kWarpSize / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ inline float warp_max(float v) {
+    for (int off = kWarpSize / 2; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+/// A device buffer owned by the backend that grows on demand (scratch for reductions and
+/// index lists). Growing synchronizes the stream first, because kernels already enqueued
+/// may still read the old buffer.
+class Workspace {
+  public:
+    Workspace() = default;
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+    ~Workspace();
+    void* get(size_t bytes, cudaStream_t stream);
+
+  private:
+    void* m_ptr = nullptr;
+    size_t m_bytes = 0;
+};
+
+// ---- matmul.cu -----------------------------------------------------------------------
+
+/// cuBLASLt state of one backend: handle, workspace, and a cuBLAS handle for products
+/// cuBLASLt finds no algorithm for.
+struct Blas {
+    cublasLtHandle_t lt = nullptr;
+    cublasHandle_t classic = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+};
+
+/// An input matrix of a product as stored (column-major, leading dimension `ld`, batch
+/// stride `stride` elements), used transposed when `trans`.
+struct Operand {
+    const void* ptr = nullptr;
+    int64_t ld = 0;
+    int64_t stride = 0;
+    bool trans = false;
+};
+/// The output matrix (also read when beta != 0).
+struct Output {
+    void* ptr = nullptr;
+    int64_t ld = 0;
+    int64_t stride = 0;
+};
+
+/// One (strided-batched) product in cuBLAS's column-major terms:
+/// D (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * D [+ bias (m)] [then GELU].
+/// A, B and D share `dtype`; accumulation is fp32.
+struct Gemm {
+    Gemm() = default;
+    Gemm(int m_, int n_, int k_, Operand a_, Operand b_, Output d_) : m(m_), n(n_), k(k_), a(a_), b(b_), d(d_) {}
+    int m = 0;
+    int n = 0;
+    int k = 0;
+    Operand a;
+    Operand b;
+    Output d;
+    int batch = 1;
+    float alpha = 1.f;
+    float beta = 0.f;
+    DType dtype = DType::kF32;
+    const void* bias = nullptr;  ///< (m), dtype as D
+    bool gelu = false;
+    void* gelu_aux = nullptr;  ///< pre-GELU values (m, n), ld = d.ld; needs gelu
+};
+
+void gemm(const Blas& blas, const Gemm& g, cudaStream_t stream);
+
+/// Row-major helpers for the Backend layout (weight (OC, C), out = inp @ weight^T).
+void matmul_forward(const Blas& blas, void* out, const void* inp, const void* weight, const void* bias,
+                    int N, int C, int OC, DType dtype, bool gelu, void* pre_gelu, cudaStream_t stream);
+void matmul_backward(const Blas& blas, void* dinp, void* dweight, const void* dout, const void* inp,
+                     const void* weight, int N, int C, int OC, DType dtype, cudaStream_t stream);
+
+// ---- reduce.cu -----------------------------------------------------------------------
+
+/// Rows per partial sum of the two-stage column reductions.
+constexpr int kRowsPerChunk = 128;
+inline size_t column_chunks(int N) { return (static_cast<size_t>(N) + kRowsPerChunk - 1) / kRowsPerChunk; }
+
+/// dst (C) += sum over rows of src (N, C); scratch holds column_chunks(N) * C floats.
+void column_sum(float* dst, const float* src, int N, int C, float* scratch, cudaStream_t stream);
+/// dst (C) += sum over chunks of partial (chunks, C), chunks in order.
+void column_finalize(float* dst, const float* partial, size_t chunks, int C, cudaStream_t stream);
+/// Blocks of the first sum_squares pass (fixed, so the sum order does not depend on the GPU).
+constexpr int kSumSquaresBlocks = 512;
+/// Sum of x^2 in double; scratch holds kSumSquaresBlocks + 1 doubles. Synchronizes.
+double sum_squares(const float* x, size_t n, double* scratch, cudaStream_t stream);
+
+// ---- layernorm.cu, gelu.cu, residual.cu, adamw.cu ----------------------------------------
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, cudaStream_t stream);
+/// scratch: 2 * column_chunks(N) * C floats (when dweight or dbias is wanted).
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C,
+                        float* scratch, cudaStream_t stream);
+
+void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
+
+void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
+void scale(float* x, float s, size_t n, cudaStream_t stream);
+
+struct AdamWParams {
+    float lr;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay;
+    float inv_bc1;
+    float inv_bc2;
+    float grad_scale;
+};
+void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWParams& p,
+                  cudaStream_t stream);
+
+// ---- attention.cu ---------------------------------------------------------------------
+
+void attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C,
+                       int NH, cudaStream_t stream);
+/// Scratch floats attention_backward needs.
+size_t attention_scratch_floats(int T, int NH);
+void attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH, cudaStream_t stream);
+
+// ---- encoder.cu -----------------------------------------------------------------------
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                     int C, cudaStream_t stream);
+/// Host-side state of the deterministic dwte scatter (tokens bucketed on the host).
+struct EncoderScratch {
+    std::vector<int32_t> tokens;  ///< host copy of the batch's tokens
+    std::vector<int32_t> index;   ///< [bucket offsets (nb + 1) | bucket token (nb) | rows (N)]
+};
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                      EncoderScratch& host, Workspace& ws, cudaStream_t stream);
+
+// ---- cross_entropy.cu ------------------------------------------------------------------
+
+/// Validates targets (< V) on the GPU; `flag` is one device int. Synchronizes to report a
+/// bad target as zt::Error, as the CPU twin does.
+void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+                           float dloss, int* flag, cudaStream_t stream);
+
+// ---- cast.cu --------------------------------------------------------------------------
+
+void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n, cudaStream_t stream);
+/// x *= scale; *flag (device int) is set to 1 when any value is inf or NaN. Asynchronous.
+void unscale_check(void* x, DType type, size_t n, float scale, int* flag, cudaStream_t stream);
+
+}  // namespace zt::cuda

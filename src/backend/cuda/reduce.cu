@@ -1,0 +1,90 @@
+// Deterministic reductions: column sums (bias and LayerNorm parameter gradients) and the
+// sum of squares for the gradient norm. Both run in two passes with a fixed partition, so
+// the order of additions depends only on the shape, never on timing (no float atomics).
+#include "cuda_check.cuh"
+#include "ops.cuh"
+
+namespace zt::cuda {
+namespace {
+
+/// partial[chunk, c] = sum of src[r, c] over the chunk's rows, in row order.
+__global__ void column_partial_kernel(float* partial, const float* src, int N, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int r0 = blockIdx.y * kRowsPerChunk;
+    const int r1 = min(N, r0 + kRowsPerChunk);
+    float acc = 0.f;
+    for (int r = r0; r < r1; ++r) acc += src[static_cast<size_t>(r) * C + c];
+    partial[static_cast<size_t>(blockIdx.y) * C + c] = acc;
+}
+
+__global__ void column_finalize_kernel(float* dst, const float* partial, size_t chunks, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.f;
+    for (size_t k = 0; k < chunks; ++k) acc += partial[k * C + c];
+    dst[c] += acc;
+}
+
+/// Block-wide sum of doubles in shared memory, a fixed tree; result in thread 0.
+__device__ double block_sum_double(double v, double* shared) {
+    shared[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {
+        if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+        __syncthreads();
+    }
+    return shared[0];
+}
+
+__global__ void sum_squares_partial_kernel(double* partial, const float* x, size_t n) {
+    __shared__ double shared[kBlock];
+    double acc = 0.0;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const double v = static_cast<double>(x[i]);
+        acc += v * v;
+    }
+    const double total = block_sum_double(acc, shared);
+    if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+__global__ void sum_squares_final_kernel(double* out, const double* partial, int parts) {
+    __shared__ double shared[kBlock];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += partial[i];
+    const double total = block_sum_double(acc, shared);
+    if (threadIdx.x == 0) *out = total;
+}
+
+}  // namespace
+
+void column_finalize(float* dst, const float* partial, size_t chunks, int C, cudaStream_t stream) {
+    column_finalize_kernel<<<grid_for(static_cast<size_t>(C), kBlock), kBlock, 0, stream>>>(dst, partial, chunks,
+                                                                                             C);
+    ZT_KERNEL_CHECK("column_finalize");
+}
+
+void column_sum(float* dst, const float* src, int N, int C, float* scratch, cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    const size_t chunks = column_chunks(N);
+    const dim3 grid(grid_for(static_cast<size_t>(C), kBlock), static_cast<unsigned>(chunks));
+    column_partial_kernel<<<grid, kBlock, 0, stream>>>(scratch, src, N, C);
+    ZT_KERNEL_CHECK("column_partial");
+    column_finalize(dst, scratch, chunks, C, stream);
+}
+
+double sum_squares(const float* x, size_t n, double* scratch, cudaStream_t stream) {
+    if (n == 0) return 0.0;
+    sum_squares_partial_kernel<<<kSumSquaresBlocks, kBlock, 0, stream>>>(scratch, x, n);
+    ZT_KERNEL_CHECK("sum_squares_partial");
+    sum_squares_final_kernel<<<1, kBlock, 0, stream>>>(scratch + kSumSquaresBlocks, scratch, kSumSquaresBlocks);
+    ZT_KERNEL_CHECK("sum_squares_final");
+    double result = 0.0;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(&result, scratch + kSumSquaresBlocks, sizeof(double), cudaMemcpyDeviceToHost,
+                                  stream));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return result;
+}
+
+}  // namespace zt::cuda

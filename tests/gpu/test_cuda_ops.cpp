@@ -1,0 +1,545 @@
+// Every CUDA op against its CPU twin (the reference) on fresh random inputs.
+//
+// Each test skips itself when no CUDA device is visible (cudaGetDeviceCount fails or says
+// 0, as on a build machine without a driver), so `ctest -L gpu` passes there as skipped.
+// The inputs are drawn from a new seed each run, printed so a failure can be replayed with
+// ZT_TEST_SEED=<seed>. Shapes are deliberately odd (67 rows, 45 channels, 12-wide heads):
+// they leave operands misaligned and tiles ragged, which is where GPU kernels break.
+//
+// Tolerances: |gpu - cpu| <= atol + rtol * |cpu| per element, per dtype and op kind.
+//  - kExact: the same float operations in the same order (residual, scale, encoder sums,
+//    casts): 0.
+//  - kElementwise (1e-6, 1e-6): one fp32 formula per element where the libm-grade CUDA
+//    expf/sqrtf meet the CPU's polynomial versions (both within 2e-7 relative).
+//  - kF32Sum (2e-4, 1e-4): fp32 reductions whose order differs (cuBLAS tiles vs OpenBLAS,
+//    warp trees vs sequential loops). With inputs in [-1, 1] and at most 256 terms, the
+//    rounding error of a sum is about sqrt(K) * 6e-8 * sum|terms| ~ 1e-5 typical, 1e-3 at
+//    the adversarial worst; 2e-4 absolute sits between, far below any real indexing bug
+//    (those give errors of order 1).
+//  - kBF16 (1e-3, 1e-2) and kF16 (1e-3, 2e-3): the reference is fp32 arithmetic on inputs
+//    already rounded to the 16-bit type, so the difference is the final rounding of the
+//    output: half an ulp is 2^-9 = 2e-3 (bf16) and 2^-12 = 2.4e-4 (fp16) relative; the
+//    bounds allow a few ulps for the fp32 accumulation order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/backend/cuda_info.hpp"
+#include "ztrain/core/dtype.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace {
+
+using zt::DType;
+
+struct Tol {
+    double atol;
+    double rtol;
+};
+constexpr Tol kExact{0.0, 0.0};
+constexpr Tol kElementwise{1e-6, 1e-6};
+constexpr Tol kF32Sum{2e-4, 1e-4};
+constexpr Tol kBF16{1e-3, 1e-2};
+constexpr Tol kF16{1e-3, 2e-3};
+
+Tol tol_for(DType t) { return t == DType::kBF16 ? kBF16 : t == DType::kF16 ? kF16 : kF32Sum; }
+
+/// Compares element-wise; reports how many are off, the worst, and the first offender.
+/// `mask(i)` false skips element i (unspecified entries).
+template <typename Mask>
+void expect_close_masked(const std::vector<float>& got, const std::vector<float>& ref, Tol tol,
+                         const std::string& what, Mask mask) {
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    size_t bad = 0;
+    size_t first = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (!mask(i)) continue;
+        const double err = std::fabs(static_cast<double>(got[i]) - ref[i]);
+        const bool ok = err <= tol.atol + tol.rtol * std::fabs(static_cast<double>(ref[i]));
+        if (!ok || std::isnan(got[i]) != std::isnan(ref[i])) {
+            if (bad == 0) first = i;
+            ++bad;
+        }
+        if (!std::isnan(err)) worst = std::max(worst, err);
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements off (atol " << tol.atol
+                       << ", rtol " << tol.rtol << "); first at " << first << ": gpu " << got[first] << " cpu "
+                       << ref[first] << "; worst abs error " << worst;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, Tol tol, const std::string& what) {
+    expect_close_masked(got, ref, tol, what, [](size_t) { return true; });
+}
+
+uint64_t test_seed() {
+    if (const char* s = std::getenv("ZT_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+    return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+}
+
+class CudaOps : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (zt::cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device visible";
+        const uint64_t seed = test_seed();
+        std::printf("ZT_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+        RecordProperty("seed", std::to_string(seed));
+        m_rng.seed(seed);
+        m_gpu = zt::make_cuda_backend(0);
+        m_cpu = zt::make_cpu_backend(1);
+    }
+
+    void TearDown() override {
+        if (!m_gpu) return;
+        for (void* p : m_owned) m_gpu->free(p);
+    }
+
+    std::vector<float> rand(size_t n, float lo = -1.f, float hi = 1.f) {
+        std::uniform_real_distribution<float> d(lo, hi);
+        std::vector<float> v(n);
+        for (float& x : v) x = d(m_rng);
+        return v;
+    }
+    std::vector<int32_t> rand_ints(size_t n, int lo, int hi) {
+        std::uniform_int_distribution<int> d(lo, hi);
+        std::vector<int32_t> v(n);
+        for (int32_t& x : v) x = d(m_rng);
+        return v;
+    }
+
+    /// A device copy of host data (freed at TearDown).
+    template <typename T>
+    T* up(const std::vector<T>& h) {
+        void* p = m_gpu->alloc_bytes(h.size() * sizeof(T));
+        m_owned.push_back(p);
+        m_gpu->to_device(p, h.data(), h.size() * sizeof(T));
+        return static_cast<T*>(p);
+    }
+    /// A device copy of h stored as `t` (h rounded to t).
+    void* up_as(const std::vector<float>& h, DType t) {
+        std::vector<uint8_t> bytes(h.size() * zt::dtype_size(t));
+        zt::convert_from_f32(h.data(), bytes.data(), h.size(), t);
+        return up(bytes);
+    }
+    float* zeros(size_t n) {
+        float* p = m_gpu->alloc_floats(n);
+        m_owned.push_back(p);
+        return p;
+    }
+    template <typename T>
+    std::vector<T> down(const T* d, size_t n) {
+        std::vector<T> h(n);
+        m_gpu->to_host(h.data(), d, n * sizeof(T));
+        return h;
+    }
+    std::vector<float> down_as(const void* d, size_t n, DType t) {
+        std::vector<uint8_t> bytes(n * zt::dtype_size(t));
+        m_gpu->to_host(bytes.data(), d, bytes.size());
+        std::vector<float> h(n);
+        zt::convert_to_f32(bytes.data(), h.data(), n, t);
+        return h;
+    }
+    static std::vector<float> rounded(std::vector<float> v, DType t) {
+        zt::round_to_dtype(v.data(), v.size(), t);
+        return v;
+    }
+
+    /// matmul_forward_ex in `t` with bias + GELU (and the pre-GELU output) vs CPU matmul
+    /// + gelu on inputs rounded to `t`.
+    void check_matmul_ex(DType t);
+
+    std::mt19937_64 m_rng;
+    std::unique_ptr<zt::CudaBackend> m_gpu;
+    std::unique_ptr<zt::Backend> m_cpu;
+    std::vector<void*> m_owned;
+};
+
+// ---- matmul -------------------------------------------------------------------------
+
+struct MatmulShape {
+    int N, C, OC;
+};
+// Odd (misaligned leading dimensions, ragged tiles) and GPT-like.
+const MatmulShape kMatmulShapes[] = {{67, 45, 97}, {128, 64, 192}, {5, 256, 3}};
+
+TEST_F(CudaOps, MatmulForwardFp32) {
+    for (const auto& s : kMatmulShapes) {
+        for (bool with_bias : {false, true}) {
+            const auto inp = rand(static_cast<size_t>(s.N) * s.C);
+            const auto w = rand(static_cast<size_t>(s.OC) * s.C);
+            const auto bias = rand(static_cast<size_t>(s.OC));
+            std::vector<float> ref(static_cast<size_t>(s.N) * s.OC);
+            m_cpu->matmul_forward(ref.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, s.N, s.C,
+                                  s.OC);
+            float* out = zeros(ref.size());
+            m_gpu->matmul_forward(out, up(inp), up(w), with_bias ? up(bias) : nullptr, s.N, s.C, s.OC);
+            expect_close(down(out, ref.size()), ref, kF32Sum,
+                         "matmul_forward N=" + std::to_string(s.N) + " bias=" + std::to_string(with_bias));
+        }
+    }
+}
+
+TEST_F(CudaOps, MatmulBackwardFp32) {
+    for (const auto& s : kMatmulShapes) {
+        const size_t nc = static_cast<size_t>(s.N) * s.C;
+        const size_t oc_c = static_cast<size_t>(s.OC) * s.C;
+        const auto inp = rand(nc);
+        const auto w = rand(oc_c);
+        const auto dout = rand(static_cast<size_t>(s.N) * s.OC);
+        // Non-zero starting gradients: backward accumulates.
+        auto dinp = rand(nc);
+        auto dw = rand(oc_c);
+        auto db = rand(static_cast<size_t>(s.OC));
+        float* g_dinp = up(dinp);
+        float* g_dw = up(dw);
+        float* g_db = up(db);
+        m_gpu->matmul_backward(g_dinp, g_dw, g_db, up(dout), up(inp), up(w), s.N, s.C, s.OC);
+        m_cpu->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), s.N, s.C, s.OC);
+        const std::string tag = " N=" + std::to_string(s.N);
+        expect_close(down(g_dinp, nc), dinp, kF32Sum, "dinp" + tag);
+        expect_close(down(g_dw, oc_c), dw, kF32Sum, "dweight" + tag);
+        expect_close(down(g_db, db.size()), db, kF32Sum, "dbias" + tag);
+    }
+}
+
+TEST_F(CudaOps, MatmulForwardExGeluFp32) { check_matmul_ex(DType::kF32); }
+TEST_F(CudaOps, MatmulForwardExGeluBf16) { check_matmul_ex(DType::kBF16); }
+TEST_F(CudaOps, MatmulForwardExGeluFp16) { check_matmul_ex(DType::kF16); }
+
+void CudaOps::check_matmul_ex(DType t) {
+    // 16-bit cuBLASLt kernels want 16-byte aligned rows: GPT shapes are multiples of 8.
+    const int N = 64, C = 96, OC = 136;
+    const auto inp = rounded(rand(static_cast<size_t>(N) * C), t);
+    const auto w = rounded(rand(static_cast<size_t>(OC) * C), t);
+    const auto bias = rounded(rand(static_cast<size_t>(OC)), t);
+    const size_t n_out = static_cast<size_t>(N) * OC;
+    std::vector<float> pre(n_out);
+    std::vector<float> ref(n_out);
+    m_cpu->matmul_forward(pre.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    m_cpu->gelu_forward(ref.data(), pre.data(), n_out);
+
+    const size_t bytes = n_out * zt::dtype_size(t);
+    void* out = zeros((bytes + 3) / 4);
+    void* pre_gelu = zeros((bytes + 3) / 4);
+    zt::CudaMatmulOptions o;
+    o.dtype = t;
+    o.bias = up_as(bias, t);
+    o.gelu = true;
+    o.pre_gelu = pre_gelu;
+    m_gpu->matmul_forward_ex(out, up_as(inp, t), up_as(w, t), N, C, OC, o);
+    const std::string tag = std::string(" ") + zt::dtype_name(t);
+    // cuBLASLt's GELU epilogue is the tanh form too; its tanh differs from ours by ulps.
+    const Tol tol = t == DType::kF32 ? Tol{5e-4, 2e-4} : tol_for(t);
+    expect_close(down_as(out, n_out, t), rounded(ref, t), tol, "gelu(matmul)" + tag);
+    expect_close(down_as(pre_gelu, n_out, t), rounded(pre, t), tol_for(t),
+                 "pre-GELU" + tag);
+}
+
+TEST_F(CudaOps, MatmulBackwardExLowPrecision) {
+    const int N = 64, C = 96, OC = 136;
+    for (DType t : {DType::kBF16, DType::kF16}) {
+        const auto inp = rounded(rand(static_cast<size_t>(N) * C), t);
+        const auto w = rounded(rand(static_cast<size_t>(OC) * C), t);
+        const auto dout = rounded(rand(static_cast<size_t>(N) * OC), t);
+        auto dinp = rounded(rand(static_cast<size_t>(N) * C), t);
+        auto dw = rounded(rand(static_cast<size_t>(OC) * C), t);
+        void* g_dinp = up_as(dinp, t);
+        void* g_dw = up_as(dw, t);
+        m_gpu->matmul_backward_ex(g_dinp, g_dw, up_as(dout, t), up_as(inp, t), up_as(w, t), N, C, OC, t);
+        m_cpu->matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+        const std::string tag = std::string(" ") + zt::dtype_name(t);
+        // K = 64 or 136 products of [-1, 1] values: outputs up to ~10, so allow 1e-2 absolute.
+        const Tol tol{1e-2, tol_for(t).rtol};
+        expect_close(down_as(g_dinp, dinp.size(), t), rounded(dinp, t), tol, "dinp" + tag);
+        expect_close(down_as(g_dw, dw.size(), t), rounded(dw, t), tol, "dweight" + tag);
+    }
+}
+
+// ---- layernorm, gelu, residual, scale ------------------------------------------------
+
+TEST_F(CudaOps, LayerNorm) {
+    for (int C : {45, 128, 768}) {
+        const int N = 67;
+        const size_t n = static_cast<size_t>(N) * C;
+        // An offset mean: the two-pass variance must not cancel.
+        const auto inp = rand(n, 2.f, 4.f);
+        const auto w = rand(static_cast<size_t>(C));
+        const auto b = rand(static_cast<size_t>(C));
+        std::vector<float> out(n), mean(N), rstd(N);
+        m_cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+        float* g_inp = up(inp);
+        float* g_w = up(w);
+        float* g_out = zeros(n);
+        float* g_mean = zeros(N);
+        float* g_rstd = zeros(N);
+        m_gpu->layernorm_forward(g_out, g_mean, g_rstd, g_inp, g_w, up(b), N, C);
+        const std::string tag = " C=" + std::to_string(C);
+        expect_close(down(g_out, n), out, kF32Sum, "layernorm out" + tag);
+        expect_close(down(g_mean, N), mean, kF32Sum, "mean" + tag);
+        expect_close(down(g_rstd, N), rstd, kF32Sum, "rstd" + tag);
+
+        const auto dout = rand(n);
+        auto dinp = rand(n);
+        auto dw = rand(static_cast<size_t>(C));
+        auto db = rand(static_cast<size_t>(C));
+        float* g_dinp = up(dinp);
+        float* g_dw = up(dw);
+        float* g_db = up(db);
+        // Both sides start from the CPU's mean/rstd so backward is compared on its own.
+        m_gpu->layernorm_backward(g_dinp, g_dw, g_db, up(dout), g_inp, g_w, up(mean), up(rstd), N, C);
+        m_cpu->layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                                  rstd.data(), N, C);
+        expect_close(down(g_dinp, n), dinp, kF32Sum, "layernorm dinp" + tag);
+        expect_close(down(g_dw, dw.size()), dw, kF32Sum, "layernorm dweight" + tag);
+        expect_close(down(g_db, db.size()), db, kF32Sum, "layernorm dbias" + tag);
+    }
+}
+
+TEST_F(CudaOps, GeluResidualScale) {
+    const size_t n = 100003;
+    const auto x = rand(n, -6.f, 6.f);
+    const auto y = rand(n);
+    std::vector<float> ref(n);
+    m_cpu->gelu_forward(ref.data(), x.data(), n);
+    float* g_x = up(x);
+    float* g_out = zeros(n);
+    m_gpu->gelu_forward(g_out, g_x, n);
+    expect_close(down(g_out, n), ref, kElementwise, "gelu_forward");
+
+    auto dinp = rand(n);
+    float* g_dinp = up(dinp);
+    m_gpu->gelu_backward(g_dinp, g_x, up(y), n);
+    m_cpu->gelu_backward(dinp.data(), x.data(), y.data(), n);
+    expect_close(down(g_dinp, n), dinp, kElementwise, "gelu_backward");
+
+    m_cpu->residual_forward(ref.data(), x.data(), y.data(), n);
+    float* g_y = up(y);
+    m_gpu->residual_forward(g_out, g_x, g_y, n);
+    expect_close(down(g_out, n), ref, kExact, "residual_forward");
+    m_gpu->residual_forward(g_y, g_x, g_y, n);  // out aliases b
+    expect_close(down(g_y, n), ref, kExact, "residual_forward in place");
+
+    auto s = x;
+    m_cpu->scale(s.data(), 0.37f, n);
+    m_gpu->scale(g_x, 0.37f, n);
+    expect_close(down(g_x, n), s, kExact, "scale");
+}
+
+// ---- attention ---------------------------------------------------------------------
+
+TEST_F(CudaOps, Attention) {
+    struct Shape {
+        int B, T, C, NH;
+    };
+    // hs = 12 (48-byte head offsets), T not a multiple of anything; then GPT-like hs = 64.
+    for (const Shape s : {Shape{2, 37, 48, 4}, Shape{2, 64, 128, 2}, Shape{1, 1, 16, 2}}) {
+        const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C;
+        const size_t n_out = static_cast<size_t>(s.B) * s.T * s.C;
+        const size_t n_att = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
+        const auto qkv = rand(n_qkv, -2.f, 2.f);
+        std::vector<float> out(n_out), att(n_att);
+        m_cpu->attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+        float* g_qkv = up(qkv);
+        float* g_out = zeros(n_out);
+        float* g_att = zeros(n_att);
+        m_gpu->attention_forward(g_out, g_att, g_qkv, s.B, s.T, s.C, s.NH);
+        const std::string tag = " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH);
+        expect_close(down(g_out, n_out), out, kF32Sum, "attention out" + tag);
+        const int T = s.T;
+        // Entries above the diagonal are unspecified.
+        expect_close_masked(down(g_att, n_att), att, kF32Sum, "attention probabilities" + tag,
+                            [T](size_t i) { return static_cast<int>(i % T) <= static_cast<int>((i / T) % T); });
+
+        const auto dout = rand(n_out);
+        auto dqkv = rand(n_qkv);
+        float* g_dqkv = up(dqkv);
+        float* g_scratch = zeros(m_gpu->attention_scratch_floats(s.B, s.T, s.NH));
+        std::vector<float> scratch(m_cpu->attention_scratch_floats(s.B, s.T, s.NH));
+        // Backward from the same probabilities on both sides (the CPU's).
+        m_gpu->attention_backward(g_dqkv, g_scratch, up(dout), g_qkv, up(att), s.B, s.T, s.C, s.NH);
+        m_cpu->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C,
+                                  s.NH);
+        expect_close(down(g_dqkv, n_qkv), dqkv, kF32Sum, "attention dqkv" + tag);
+    }
+}
+
+// ---- encoder -----------------------------------------------------------------------
+
+TEST_F(CudaOps, Encoder) {
+    const int B = 3, T = 29, C = 40, Vp = 24;  // few tokens: many repeats in the scatter
+    const size_t n = static_cast<size_t>(B) * T * C;
+    const auto tokens = rand_ints(static_cast<size_t>(B) * T, 0, Vp - 1);
+    const auto wte = rand(static_cast<size_t>(Vp) * C);
+    const auto wpe = rand(static_cast<size_t>(T) * C);
+    std::vector<float> out(n);
+    m_cpu->encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    int32_t* g_tokens = up(tokens);
+    float* g_out = zeros(n);
+    m_gpu->encoder_forward(g_out, g_tokens, up(wte), up(wpe), B, T, C);
+    expect_close(down(g_out, n), out, kExact, "encoder_forward");
+
+    const auto dout = rand(n);
+    auto dwte = rand(wte.size());
+    auto dwpe = rand(wpe.size());
+    float* g_dwte = up(dwte);
+    float* g_dwpe = up(dwpe);
+    m_gpu->encoder_backward(g_dwte, g_dwpe, up(dout), g_tokens, B, T, C);
+    m_cpu->encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    // Same additions in the same order as the CPU twin (see encoder.cu): bit for bit.
+    expect_close(down(g_dwte, dwte.size()), dwte, kExact, "encoder dwte");
+    expect_close(down(g_dwpe, dwpe.size()), dwpe, kExact, "encoder dwpe");
+}
+
+// ---- loss --------------------------------------------------------------------------
+
+TEST_F(CudaOps, SoftmaxCrossEntropy) {
+    const int N = 40, V = 50, Vp = 64;
+    auto targets = rand_ints(N, 0, V - 1);
+    targets[3] = -1;  // ignored rows
+    targets[17] = -1;
+    targets[5] = V - 1;
+    const auto logits = rand(static_cast<size_t>(N) * Vp, -10.f, 10.f);
+    int32_t* g_targets = up(targets);
+    for (float dloss : {0.f, 1.f / N}) {
+        auto ref = logits;
+        std::vector<float> losses(N);
+        m_cpu->softmax_cross_entropy(losses.data(), ref.data(), targets.data(), N, V, Vp, dloss);
+        float* g_logits = up(logits);
+        float* g_losses = up(rand(N));  // garbage in: every row must be written
+        m_gpu->softmax_cross_entropy(g_losses, g_logits, g_targets, N, V, Vp, dloss);
+        const std::string tag = " dloss=" + std::to_string(dloss);
+        // Losses are log-sum-exp of 50 terms up to e^20: fp32 sums, relative 1e-6.
+        expect_close(down(g_losses, N), losses, Tol{1e-5, 1e-6}, "losses" + tag);
+        // Gradients are probabilities * dloss (<= 1/40): 1e-7 absolute is ~1e-5 relative.
+        expect_close(down(g_logits, ref.size()), ref, dloss == 0.f ? kExact : Tol{1e-7, 1e-5}, "dlogits" + tag);
+    }
+    // A target outside the vocabulary is an error, as on the CPU.
+    targets[7] = V;
+    float* g_logits = up(logits);
+    float* g_losses = zeros(N);
+    EXPECT_THROW(m_gpu->softmax_cross_entropy(g_losses, g_logits, up(targets), N, V, Vp, 1.f), zt::Error);
+}
+
+// ---- optimizer, norms, precision ------------------------------------------------------
+
+TEST_F(CudaOps, AdamW) {
+    const size_t n = 50001;
+    auto p = rand(n);
+    auto m = rand(n, -0.1f, 0.1f);
+    auto v = rand(n, 0.f, 0.01f);
+    const auto g = rand(n);
+    zt::AdamWStep step;
+    step.lr = 3e-3f;
+    step.weight_decay = 0.1f;
+    step.bias_correction1 = 1.f - std::pow(0.9f, 7.f);
+    step.bias_correction2 = 1.f - std::pow(0.95f, 7.f);
+    step.grad_scale = 0.5f;
+    float* g_p = up(p);
+    float* g_m = up(m);
+    float* g_v = up(v);
+    m_gpu->adamw_update(g_p, g_m, g_v, up(g), n, step);
+    m_cpu->adamw_update(p.data(), m.data(), v.data(), g.data(), n, step);
+    expect_close(down(g_p, n), p, kElementwise, "adamw param");
+    expect_close(down(g_m, n), m, kElementwise, "adamw m");
+    expect_close(down(g_v, n), v, kElementwise, "adamw v");
+}
+
+TEST_F(CudaOps, SumSquares) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{1000003}}) {
+        const auto x = rand(n, -3.f, 3.f);
+        const double ref = m_cpu->sum_squares(x.data(), n);
+        const double got = m_gpu->sum_squares(n > 0 ? up(x) : zeros(1), n);
+        // Double sums of float squares in different orders: ~n * 1e-16 relative at worst.
+        EXPECT_NEAR(got, ref, 1e-10 * std::max(1.0, ref)) << "n=" << n;
+    }
+}
+
+/// fp32 values that exercise rounding: ties, subnormals, overflow, NaN, signed zeros.
+std::vector<float> special_floats() {
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> v = {0.f, -0.f, 1.f, -1.f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
+                            65504.f, 65519.f, 65520.f, 1e-8f, 6e-8f, 3e-8f, 1e-40f, 3.4e38f, -3.4e38f,
+                            zt::bits_float(0x3f808000u), zt::bits_float(0x3f818000u),  // bf16 ties
+                            zt::bits_float(0x3f801000u), zt::bits_float(0x3f803000u)};  // fp16 ties
+    return v;
+}
+
+TEST_F(CudaOps, Casts) {
+    std::vector<float> src = special_floats();
+    std::uniform_int_distribution<uint32_t> bits;
+    for (int i = 0; i < 100000; ++i) src.push_back(zt::bits_float(bits(m_rng)));  // every exponent
+    const size_t n = src.size();
+    float* g_src = up(src);
+    for (DType t : {DType::kBF16, DType::kF16}) {
+        std::vector<uint16_t> ref(n);
+        zt::convert_from_f32(src.data(), ref.data(), n, t);
+        void* g_dst = zeros(n);  // 2n bytes needed, 4n allocated
+        m_gpu->cast(g_dst, t, g_src, DType::kF32, n);
+        const auto got = down(static_cast<const uint16_t*>(g_dst), n);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+            const bool nan_ref = std::isnan(src[i]);
+            const float back = t == DType::kBF16 ? zt::bf16_to_f32(got[i]) : zt::f16_to_f32(got[i]);
+            if (nan_ref ? !std::isnan(back) : got[i] != ref[i]) ++bad;  // NaN payloads may differ
+        }
+        EXPECT_EQ(bad, 0u) << "fp32 -> " << zt::dtype_name(t);
+
+        // Every 16-bit pattern back to fp32.
+        std::vector<uint16_t> all(65536);
+        for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+        std::vector<float> back_ref(65536);
+        zt::convert_to_f32(all.data(), back_ref.data(), all.size(), t);
+        float* g_back = zeros(all.size());
+        m_gpu->cast(g_back, DType::kF32, up(all), t, all.size());
+        const auto back = down(g_back, all.size());
+        size_t bad_back = 0;
+        for (size_t i = 0; i < all.size(); ++i) {
+            const bool same = std::isnan(back_ref[i]) ? std::isnan(back[i])
+                                                       : zt::float_bits(back[i]) == zt::float_bits(back_ref[i]);
+            if (!same) ++bad_back;
+        }
+        EXPECT_EQ(bad_back, 0u) << zt::dtype_name(t) << " -> fp32";
+    }
+}
+
+TEST_F(CudaOps, UnscaleCheck) {
+    const size_t n = 70001;
+    const float s = 1.f / 1024.f;
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        const auto x = rounded(rand(n, -100.f, 100.f), t);
+        void* g_x = up_as(x, t);
+        EXPECT_FALSE(m_gpu->unscale_check(g_x, t, n, s)) << zt::dtype_name(t);
+        std::vector<float> ref(n);
+        for (size_t i = 0; i < n; ++i) ref[i] = x[i] * s;
+        expect_close(down_as(g_x, n, t), rounded(ref, t), kExact, std::string("unscaled ") + zt::dtype_name(t));
+
+        for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+            auto y = x;
+            y[n / 2] = bad;
+            EXPECT_TRUE(m_gpu->unscale_check(up_as(y, t), t, n, s)) << zt::dtype_name(t) << " " << bad;
+        }
+    }
+    // Overflow caused by the scale itself is caught too.
+    const std::vector<float> big = {3e38f, 1.f};
+    EXPECT_TRUE(m_gpu->unscale_check(up(big), DType::kF32, big.size(), 10.f));
+}
+
+TEST_F(CudaOps, StreamAccessor) {
+    EXPECT_NE(zt::cuda_stream(*m_gpu), nullptr);
+    EXPECT_EQ(zt::cuda_stream(*m_cpu), nullptr);
+    EXPECT_EQ(m_gpu->name(), "cuda");
+    m_gpu->synchronize();
+}
+
+}  // namespace
