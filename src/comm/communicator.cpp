@@ -50,11 +50,13 @@ uint64_t ring_bytes(size_t n_total, int size, DType dt) {
     return static_cast<uint64_t>(n_total) * dtype_size(dt) * static_cast<uint64_t>(size - 1) /
            static_cast<uint64_t>(size);
 }
-
-void copy_elements(const void* in, void* out, size_t n, DType dt) {
-    if (in != nullptr && in != out) std::memcpy(out, in, n * dtype_size(dt));
-}
 }  // namespace
+
+void Communicator::copy_local(const void* in, void* out, size_t bytes) { std::memcpy(out, in, bytes); }
+
+void Communicator::copy_elements(const void* in, void* out, size_t n, DType dt) {
+    if (in != nullptr && in != out) copy_local(in, out, n * dtype_size(dt));
+}
 
 void Communicator::all_reduce(void* buf, size_t count, ReduceOp op, DType dt) {
     record(CollectiveKind::kAllReduce, 2 * ring_bytes(count, m_size, dt));
@@ -88,7 +90,7 @@ void Communicator::broadcast(float* buf, size_t count, int root) {
     record(CollectiveKind::kBroadcast, m_rank == root ? count * sizeof(float) : 0);
     if (m_size > 1) {
         PendingGuard g(*this, "broadcast");
-        do_broadcast_bytes(buf, count * sizeof(float), root);
+        do_broadcast(buf, count * sizeof(float), root);
     }
 }
 

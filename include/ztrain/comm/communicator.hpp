@@ -69,8 +69,9 @@ class CommRequest {
 };
 
 /// The collective interface the parallel strategies are written against. Buffers are float
-/// elements of the implementation's memory space (host for MPI, device for NCCL). Every call
-/// is recorded in stats() by the base class.
+/// elements of the implementation's memory space (host for MPI, device for NCCL); the byte
+/// and scalar calls (broadcast_bytes, all_gather_bytes, all_reduce_scalars) take host memory
+/// in every implementation. Every call is recorded in stats() by the base class.
 class Communicator {
   public:
     virtual ~Communicator() = default;
@@ -134,9 +135,15 @@ class Communicator {
                                                 DType dt) = 0;
     virtual CommRequest do_start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) = 0;
     virtual void do_wait(CommRequest& request) = 0;
+    /// broadcast() of a buffer in the implementation's memory space; host implementations
+    /// keep this default, device ones override it (broadcast_bytes stays host memory).
+    virtual void do_broadcast(void* buf, size_t bytes, int root) { do_broadcast_bytes(buf, bytes, root); }
+    /// The one-rank case's copy between two buffers of the implementation's memory space.
+    virtual void copy_local(const void* in, void* out, size_t bytes);
 
   private:
     void record(CollectiveKind kind, uint64_t bytes);
+    void copy_elements(const void* in, void* out, size_t n, DType dt);
     /// Marks this rank as blocked in `name` for the lifetime of the guard.
     class PendingGuard {
       public:
