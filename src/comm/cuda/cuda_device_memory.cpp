@@ -1,0 +1,75 @@
+// DeviceMemory on CUDA: pinned staging buffers and copies on a transfer stream that waits
+// for the compute stream, so staging never blocks later compute and never reads a buffer
+// before the kernels that write it have run.
+#include "ztrain/comm/device_memory.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "../../backend/cuda/cuda_check.cuh"
+
+namespace zt {
+namespace {
+
+class CudaDeviceMemory final : public DeviceMemory {
+  public:
+    explicit CudaDeviceMemory(void* compute_stream) : m_compute(static_cast<cudaStream_t>(compute_stream)) {
+        ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&m_copy, cudaStreamNonBlocking));
+        ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m_compute_done, cudaEventDisableTiming));
+    }
+    ~CudaDeviceMemory() override {
+        // Unchecked: a destructor must not throw, and a failure here changes nothing.
+        cudaStreamSynchronize(m_copy);
+        cudaEventDestroy(m_compute_done);
+        cudaStreamDestroy(m_copy);
+    }
+    std::string name() const override { return "cuda"; }
+    void* alloc_host(size_t bytes) override {
+        void* p = nullptr;
+        ZT_CUDA_CHECK(cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocDefault));
+        return p;
+    }
+    void free_host(void* p) noexcept override { cudaFreeHost(p); }
+    void copy_to_host(void* host, const void* device, size_t bytes) override {
+        copy(host, device, bytes, cudaMemcpyDeviceToHost);
+    }
+    void copy_to_device(void* device, const void* host, size_t bytes) override {
+        copy(device, host, bytes, cudaMemcpyHostToDevice);
+    }
+    void copy_device(void* dst, const void* src, size_t bytes) override {
+        copy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+    }
+    void synchronize() override { ZT_CUDA_CHECK(cudaStreamSynchronize(m_copy)); }
+
+  private:
+    /// Enqueues the copy after everything the compute stream holds now.
+    void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+        ZT_CUDA_CHECK(cudaEventRecord(m_compute_done, m_compute));
+        ZT_CUDA_CHECK(cudaStreamWaitEvent(m_copy, m_compute_done, 0));
+        ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, m_copy));
+    }
+
+    cudaStream_t m_compute;
+    cudaStream_t m_copy = nullptr;
+    cudaEvent_t m_compute_done = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceMemory> make_cuda_device_memory(void* compute_stream) {
+    return std::make_unique<CudaDeviceMemory>(compute_stream);
+}
+
+void cuda_set_device(int device) { ZT_CUDA_CHECK(cudaSetDevice(device)); }
+
+std::array<uint8_t, 16> cuda_device_uuid(int device) {
+    std::array<uint8_t, 16> uuid{};
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return uuid;
+    static_assert(sizeof prop.uuid.bytes == 16, "CUDA device UUIDs are 16 bytes");
+    std::memcpy(uuid.data(), prop.uuid.bytes, uuid.size());
+    return uuid;
+}
+
+}  // namespace zt

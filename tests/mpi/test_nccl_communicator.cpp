@@ -1,0 +1,78 @@
+// The device communicators on a GPU: the shared collective suite on device buffers through
+// make_communicator("cuda") (NCCL with a GPU per rank, host staging when ranks share one),
+// and the staged communicator over CUDA memory explicitly. Skips without CUDA or a GPU;
+// labelled gpu as well as mpi.
+#include <gtest/gtest.h>
+
+#include "ztrain/config.hpp"
+
+#if ZT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "collective_suite.hpp"
+#include "ztrain/backend/cuda_info.hpp"
+#include "ztrain/comm/comm_select.hpp"
+#include "ztrain/comm/device_memory.hpp"
+#include "ztrain/comm/staged_communicator.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace zt::test {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw zt::Error(zt::str(what, ": ", cudaGetErrorString(e)));
+}
+
+/// Device buffers; copies on the legacy default stream, the communicators' compute stream
+/// here (null), so a download after wait() sees the collective's result.
+class CudaTestMemory final : public TestMemory {
+  public:
+    void* alloc(size_t bytes) override {
+        void* p = nullptr;
+        check(cudaMalloc(&p, bytes > 0 ? bytes : 1), "cudaMalloc");
+        check(cudaMemset(p, 0, bytes > 0 ? bytes : 1), "cudaMemset");
+        return p;
+    }
+    void free(void* p) override { cudaFree(p); }
+    void upload(void* dst, const void* src, size_t bytes) override {
+        check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "upload");
+    }
+    void download(void* dst, const void* src, size_t bytes) override {
+        check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "download");
+    }
+};
+
+bool have_gpu() { return cuda_device_count() > 0; }
+
+std::unique_ptr<Communicator> make_auto() {
+    if (!have_gpu()) return nullptr;
+    return make_communicator("cuda", MPI_COMM_WORLD, nullptr);
+}
+
+std::unique_ptr<Communicator> make_staged_cuda() {
+    if (!have_gpu()) return nullptr;
+    auto mpi = make_mpi_communicator(MPI_COMM_WORLD);
+    cuda_set_device(local_device(mpi->local_rank(), cuda_device_count()));
+    return make_staged_communicator(std::move(mpi), make_cuda_device_memory(nullptr));
+}
+
+std::unique_ptr<TestMemory> cuda_memory() { return std::make_unique<CudaTestMemory>(); }
+
+INSTANTIATE_TEST_SUITE_P(Device, CollectiveSuite,
+                         ::testing::Values(CommCase{"auto", make_auto, cuda_memory},
+                                           CommCase{"staged_cuda", make_staged_cuda, cuda_memory}),
+                         case_name);
+
+TEST(DeviceCommunicator, AutoPicksNcclOnlyWithAGpuPerRank) {
+    if (!have_gpu()) GTEST_SKIP() << "no GPU";
+    auto comm = make_auto();
+    const bool shared = comm->local_size() > cuda_device_count();
+    EXPECT_EQ(comm->name(), shared ? "staged(cuda)" : "nccl");
+}
+
+}  // namespace
+}  // namespace zt::test
+
+#else
+TEST(DeviceCommunicator, NeedsACudaBuild) { GTEST_SKIP() << "built without CUDA"; }
+#endif
