@@ -10,6 +10,8 @@ mkdir -p "$out"
 carry=$PWD/.gpu-carry
 build=/tmp/zt-gpu-build
 [ -d "$carry/googletest" ] || { echo "no .gpu-carry: run bench/gpu/prepare.sh here and carry .gpu-carry"; exit 2; }
+# nvcc may not be on PATH in a non-login shell.
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
 for gz in "$carry"/openblas/lib/*.gz; do gunzip -fk "$gz"; done
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -2;
