@@ -13,6 +13,7 @@
 #include "ztrain/backend/cuda_info.hpp"
 #include "ztrain/comm/comm_select.hpp"
 #include "ztrain/comm/device_memory.hpp"
+#include "ztrain/comm/nccl_communicator.hpp"
 #include "ztrain/comm/staged_communicator.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -56,11 +57,25 @@ std::unique_ptr<Communicator> make_staged_cuda() {
     return make_staged_communicator(std::move(mpi), make_cuda_device_memory(nullptr));
 }
 
+/// NCCL itself, over groups of ranks that each hold a distinct GPU (ranks with the same
+/// local_rank / device_count): real multi-rank NCCL with several GPUs, one-rank NCCL (init,
+/// streams, the local copy) on a one-GPU machine, where make_auto stages instead.
+std::unique_ptr<Communicator> make_nccl_groups() {
+    if (!have_gpu() || !nccl_built()) return nullptr;
+    auto world = make_mpi_communicator(MPI_COMM_WORLD);
+    MPI_Comm group = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, world->local_rank() / cuda_device_count(), world->rank(), &group);
+    auto host = make_mpi_communicator(group);  // duplicates `group`
+    MPI_Comm_free(&group);
+    return make_nccl_communicator(std::move(host), nullptr);
+}
+
 std::unique_ptr<TestMemory> cuda_memory() { return std::make_unique<CudaTestMemory>(); }
 
 INSTANTIATE_TEST_SUITE_P(Device, CollectiveSuite,
                          ::testing::Values(CommCase{"auto", make_auto, cuda_memory},
-                                           CommCase{"staged_cuda", make_staged_cuda, cuda_memory}),
+                                           CommCase{"staged_cuda", make_staged_cuda, cuda_memory},
+                                           CommCase{"nccl_groups", make_nccl_groups, cuda_memory}),
                          case_name);
 
 TEST(DeviceCommunicator, AutoPicksNcclOnlyWithAGpuPerRank) {
