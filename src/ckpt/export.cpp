@@ -46,6 +46,7 @@ namespace zt {
 
 using h5::H5Handle;
 using h5::h5_require;
+using h5::require_plain_storage;
 using h5::silence_hdf5;
 
 namespace {
@@ -702,6 +703,7 @@ void import_h5(const std::string& file, const std::vector<Expected>& expected, c
         const std::vector<size_t> found(dims.begin(), dims.end());
         ZT_INPUT_CHECK(found == x.live_shape, file, ": tensor ", name, " has shape ", shape_str(found), ", expected ",
                        shape_str(x.live_shape), " (model.* settings differ from the file's model?)");
+        require_plain_storage(ds.get(), file, name);
         H5Handle type(H5Dget_type(ds.get()), H5Tclose);
         h5_require(type.ok(), true, file, str("cannot read the element type of ", name));
         const H5T_class_t cls = H5Tget_class(type.get());

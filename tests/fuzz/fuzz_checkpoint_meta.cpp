@@ -5,10 +5,10 @@
 // Two modes, chosen by the first input byte:
 //   0x89 (the HDF5 signature's first byte) or 0x00 (an HDF5 user block): the input IS
 //     meta.h5. Mutated HDF5 mostly fails HDF5's own checks or the meta_json checksums
-//     (Fletcher32, FNV-1a attribute); this mode is about the HDF5 open/read path on
+//     (Fletcher32) and the storage checks; this mode is about the HDF5 open/read path on
 //     hostile bytes.
 //   anything else: the input is the meta_json TEXT, which the harness wraps into a
-//     well-formed meta.h5 (correct Fletcher32 and FNV-1a, as save_checkpoint writes it), so
+//     well-formed meta.h5 (correct Fletcher32, as save_checkpoint writes it), so
 //     the fuzzer reaches the manifest validation behind the checksums.
 // In both modes the harness writes a matching CHECKSUM file (zt::write_checksum_file): the
 // checksums detect damage, they are not a MAC, so anyone can make a consistent checkpoint.

@@ -94,16 +94,6 @@ void write_meta_h5(const std::string& path, const std::string& text) {
     if (!text.empty() && H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0) {
         h5_fail(path, "H5Dwrite");
     }
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : text) {
-        h ^= c;
-        h *= 1099511628211ull;
-    }
-    const hid_t aspace = H5Screate(H5S_SCALAR);
-    const hid_t attr = H5Acreate2(ds, "fnv1a64", H5T_NATIVE_UINT64, aspace, H5P_DEFAULT, H5P_DEFAULT);
-    if (attr < 0 || H5Awrite(attr, H5T_NATIVE_UINT64, &h) < 0) h5_fail(path, "fnv1a64 attribute");
-    H5Aclose(attr);
-    H5Sclose(aspace);
     H5Dclose(ds);
     H5Pclose(dcpl);
     H5Sclose(space);
