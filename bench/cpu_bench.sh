@@ -15,7 +15,8 @@
 # Writes bench/results/cpu_<YYYY-MM-DD>.md and prints the table. Scratch (build of the
 # sgemm program, shards, run dirs, logs) goes to bench/work/ (git-ignored).
 # Knobs (environment): REPS (3), STEPS_A (12), STEPS_B (12), THREADS (2), BUILD_DIR (build-bench),
-# PYTHON (/usr/bin/python3: Debian's PyTorch), OUT (the results file).
+# PYTHON (/usr/bin/python3: Debian's PyTorch), OUT (the results file), PROFILE_OPS (1: ztrain
+# also records per-op times, ZT_PROFILE_OPS; ~100 clock reads per step; 0 turns it off).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,6 +25,7 @@ REPS="${REPS:-3}"
 STEPS_A="${STEPS_A:-12}"
 STEPS_B="${STEPS_B:-12}"
 THREADS="${THREADS:-2}"
+PROFILE_OPS="${PROFILE_OPS:-1}"
 BUILD_DIR="${BUILD_DIR:-build-bench}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 DATE="$(date +%F)"
@@ -37,7 +39,9 @@ LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 mkdir -p "$WORK" bench/results
 rm -rf "$WORK/runs" && mkdir -p "$WORK/runs" "$WORK/logs"
 RECORDS="$WORK/records.tsv"
+PHASES="$WORK/phases.jsonl"  # one JSON object per ztrain run: median ms per phase and per op
 : > "$RECORDS"
+: > "$PHASES"
 
 log() { printf '[cpu_bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -89,7 +93,7 @@ run_ztrain() {  # cfg rep steps layers heads embd seq batch
     local cfg=$1 rep=$2 steps=$3 L=$4 H=$5 C=$6 T=$7 B=$8
     local dir="$WORK/runs/ztrain_${cfg}_${rep}" tlog="$WORK/logs/ztrain_${cfg}_${rep}.time"
     rm -rf "$dir"
-    /usr/bin/time -v -o "$tlog" "$ZTRAIN" --backend=cpu \
+    ZT_PROFILE_OPS="$PROFILE_OPS" /usr/bin/time -v -o "$tlog" "$ZTRAIN" --backend=cpu \
         --model.n_layer="$L" --model.n_head="$H" --model.n_embd="$C" --model.seq_len="$T" \
         --model.vocab_size=50257 --model.vocab_pad_to=128 \
         --data.train="$WORK/data/train_000.bin" \
@@ -99,12 +103,21 @@ run_ztrain() {  # cfg rep steps layers heads embd seq batch
         --checkpoint.resume=never --run.dir="$dir" > "$WORK/logs/ztrain_${cfg}_${rep}.out" 2>&1 ||
         { tail -20 "$WORK/logs/ztrain_${cfg}_${rep}.out"; exit 1; }
     local tps
-    tps=$("$PYTHON" - "$dir/metrics.jsonl" <<'EOF'
+    tps=$("$PYTHON" - "$dir/metrics.jsonl" "$cfg" "$rep" "$PHASES" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-steps = [r for r in rows if "step" in r]
-rates = [r["tokens_per_s"] for r in steps if r["step"] > 2] or [r["tokens_per_s"] for r in steps]
-print(f"{statistics.median(rates):.3f}")
+steps = [r for r in rows if "tokens_per_s" in r]
+timed = [r for r in steps if r["step"] > 2] or steps
+print(f"{statistics.median(r['tokens_per_s'] for r in timed):.3f}")
+# Per-phase (and, with ZT_PROFILE_OPS, per-op) medians over the timed steps of this run.
+ph = {"cfg": sys.argv[2], "rep": int(sys.argv[3])}
+for k in ("step_ms", "zero_ms", "fwd_ms", "bwd_ms", "comm_ms", "opt_ms"):
+    if k in timed[0]:
+        ph[k] = statistics.median(r[k] for r in timed)
+if "ops_ms" in timed[0]:
+    ph["ops_ms"] = {op: statistics.median(r["ops_ms"][op] for r in timed) for op in timed[0]["ops_ms"]}
+with open(sys.argv[4], "a") as f:
+    f.write(json.dumps(ph) + "\n")
 EOF
 )
     local rss wall
@@ -166,7 +179,7 @@ fi
 TORCH_VER="$("$PYTHON" -c 'import torch; print(torch.__version__)')"
 BLAS="$(readlink -f "$(ldconfig -p | awk '/libopenblas.so.0 / {print $NF; exit}')" 2> /dev/null || echo libopenblas)"
 
-export DATE ENVLINE CMDLINE CPU_MODEL CORES MEM REV TORCH_VER BLAS BUILD_DIR THREADS PYTHON \
+export PHASES DATE ENVLINE CMDLINE CPU_MODEL CORES MEM REV TORCH_VER BLAS BUILD_DIR THREADS PYTHON \
     STEPS_A STEPS_B REPS LOAD_START LOAD_END
 export NPROC="$(nproc)" ELAPSED="$((T_END - T_START))" UTC_NOW="$(date -u '+%Y-%m-%d %H:%M UTC')"
 "$PYTHON" - "$RECORDS" "$OUT" <<'EOF'
@@ -206,6 +219,36 @@ for cfg in ("a", "b"):
     best.append(f"| {names[cfg]} | {zb:.1f} | {tb:.1f} | {zb / tb:.2f} | {sb[1]:.1f} | {sb[0]:.1f} | "
                 f"{100 * zb / sb[0]:.0f}% | {100 * tb / sb[0]:.0f}% |")
 table, ceil, raw, best = "\n".join(table), "\n".join(ceil), "\n".join(raw), "\n".join(best)
+# ztrain's own per-phase times (metrics.jsonl fields), median over reps of each run's median.
+import json
+runs = defaultdict(list)
+for line in open(E["PHASES"]):
+    if line.strip():
+        r = json.loads(line)
+        runs[r["cfg"]].append(r)
+phase_keys = [("step_ms", "step"), ("zero_ms", "zero grads"), ("fwd_ms", "forward"), ("bwd_ms", "backward"),
+              ("comm_ms", "comm wait"), ("opt_ms", "optimizer")]
+phases = ["| model | " + " | ".join(n for _, n in phase_keys) + " | other |",
+          "|---|" + "---:|" * (len(phase_keys) + 1)]
+op_names = []
+for cfg in ("a", "b"):
+    if not runs[cfg]:
+        continue
+    m = {k: med([r.get(k, float("nan")) for r in runs[cfg]]) for k, _ in phase_keys}
+    other = m["step_ms"] - sum(m[k] for k, _ in phase_keys[1:])
+    phases.append(f"| {names[cfg]} | " + " | ".join(f"{m[k]:.1f}" for k, _ in phase_keys) + f" | {other:.1f} |")
+    for r in runs[cfg]:
+        for op in r.get("ops_ms", {}):
+            if op not in op_names:
+                op_names.append(op)
+ops = ["| model | " + " | ".join(op_names) + " |", "|---|" + "---:|" * len(op_names)]
+for cfg in ("a", "b"):
+    with_ops = [r["ops_ms"] for r in runs[cfg] if "ops_ms" in r]
+    if with_ops:
+        ops.append(f"| {names[cfg]} | " + " | ".join(f"{med([o.get(op, float('nan')) for o in with_ops]):.1f}"
+                                                   for op in op_names) + " |")
+phases = "\n".join(phases)
+ops = "\n".join(ops) if op_names else "(per-op times off: PROFILE_OPS=0)"
 md = f"""# ztrain CPU benchmark, {E['DATE']}
 
 Command (from the repository root): `{E['ENVLINE']} {E['CMDLINE'].strip()}`; measurement took {E['ELAPSED']} s.
@@ -221,6 +264,19 @@ Command (from the repository root): `{E['ENVLINE']} {E['CMDLINE'].strip()}`; mea
 ## ztrain vs PyTorch
 
 {table}
+
+## ztrain per-phase breakdown (ms per step)
+
+From `metrics.jsonl` (fields `step_ms zero_ms fwd_ms bwd_ms comm_ms opt_ms`), median over the timed steps of
+each run, then median over reps. forward includes the LM head and softmax cross-entropy; optimizer covers the
+overflow check, grad norm, clipping, AdamW and parameter re-assembly; comm wait is the time spent waiting for
+gradient reductions after backward (zero in one process); other = step minus the phases (data, bookkeeping).
+
+{phases}
+
+Per op (ms per step, `ZT_PROFILE_OPS=1`; forward and backward summed per kind unless the name says which):
+
+{ops}
 
 ## sgemm ceiling (bench/sgemm_ceiling.cpp)
 
@@ -242,6 +298,10 @@ CPU % is `/usr/bin/time`'s "Percent of CPU this job got" over the whole run (sta
 with open(sys.argv[2], "w") as f:
     f.write(md)
 print(table)
+print()
+print(phases)
+print()
+print(ops)
 print()
 print(ceil)
 EOF

@@ -10,11 +10,42 @@
 // The next unit is announced with prefetch() before the current one is used.
 #include "ztrain/model/gpt.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "ztrain/core/error.hpp"
 
 namespace zt {
+
+/// Adds the wall time of its scope to one op kind's total when profiling is on.
+class Gpt::OpTimer {
+  public:
+    OpTimer(Gpt& g, Op op) : m_g(g), m_op(op) {
+        if (g.m_profile) m_t0 = std::chrono::steady_clock::now();
+    }
+    ~OpTimer() {
+        if (m_g.m_profile) {
+            m_g.m_op_ms[m_op] +=
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m_t0).count();
+        }
+    }
+    OpTimer(const OpTimer&) = delete;
+    OpTimer& operator=(const OpTimer&) = delete;
+
+  private:
+    Gpt& m_g;
+    Op m_op;
+    std::chrono::steady_clock::time_point m_t0{};
+};
+
+const char* Gpt::op_name(int op) {
+    static const char* const kNames[kNumOps] = {
+        "encoder", "layernorm", "block_matmul_fwd", "block_matmul_bwd", "attention_fwd",
+        "attention_bwd", "elementwise", "head_fwd", "softmax_ce", "head_bwd"};
+    return op >= 0 && op < kNumOps ? kNames[op] : "?";
+}
 
 
 /// Activations one block saves for its backward. Shapes (B, T, ...) at allocation size.
@@ -44,6 +75,8 @@ float* Gpt::take(size_t n) {
 Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute)
     : m_cfg(cfg), m_backend(backend), m_layout(make_gpt_layout(cfg)), m_max_batch(max_batch), m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
+    const char* prof = std::getenv("ZT_PROFILE_OPS");
+    m_profile = prof != nullptr && *prof != '\0' && std::strcmp(prof, "0") != 0;
     auto off = [&](const char* suffix) { return m_layout.find(str("h.0.", suffix)).offset; };
     if (cfg.n_layer > 0) {
         m_off = BlockOffsets{off("ln_1.weight"),       off("ln_1.bias"),          off("attn.c_attn.weight"),
@@ -110,26 +143,56 @@ void Gpt::layer_forward(int l, const float* w, const float* in, int B, int T) {
     Backend& be = m_backend;
     const size_t NC3 = NC * 3;
     const size_t att_n = static_cast<size_t>(B) * static_cast<size_t>(NH) * static_cast<size_t>(T) * static_cast<size_t>(T);
-    be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
+    {
+        OpTimer t(*this, kOpLayerNorm);
+        be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
+    }
     rnd(L.ln1, NC);
-    be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
+    {
+        OpTimer t(*this, kOpBlockMatmulFwd);
+        be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
+    }
     rnd(L.qkv, NC3);
-    be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
+    {
+        OpTimer t(*this, kOpAttentionFwd);
+        be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
+    }
     rnd(L.atty, NC);
     rnd(L.att, att_n);
     // residual2 = in + atty @ Wproj^T + bproj; the projection output goes straight into
     // residual2 and the residual is added in place, so no separate buffer is kept.
-    be.matmul_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, N, C, C);
-    be.residual_forward(L.residual2, L.residual2, in, NC);
+    {
+        OpTimer t(*this, kOpBlockMatmulFwd);
+        be.matmul_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, N, C, C);
+    }
+    {
+        OpTimer t(*this, kOpElementwise);
+        be.residual_forward(L.residual2, L.residual2, in, NC);
+    }
     rnd(L.residual2, NC);
-    be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
+    {
+        OpTimer t(*this, kOpLayerNorm);
+        be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
+    }
     rnd(L.ln2, NC);
-    be.matmul_forward(L.fch, L.ln2, w + o.fcw, w + o.fcb, N, C, 4 * C);
+    {
+        OpTimer t(*this, kOpBlockMatmulFwd);
+        be.matmul_forward(L.fch, L.ln2, w + o.fcw, w + o.fcb, N, C, 4 * C);
+    }
     rnd(L.fch, NC * 4);
-    be.gelu_forward(L.fch_gelu, L.fch, NC * 4);
+    {
+        OpTimer t(*this, kOpElementwise);
+        be.gelu_forward(L.fch_gelu, L.fch, NC * 4);
+    }
     rnd(L.fch_gelu, NC * 4);
-    be.matmul_forward(L.residual3, L.fch_gelu, w + o.fcprojw, w + o.fcprojb, N, 4 * C, C);
-    be.residual_forward(L.residual3, L.residual3, L.residual2, NC);
+    {
+        OpTimer t(*this, kOpBlockMatmulFwd);
+        be.matmul_forward(L.residual3, L.fch_gelu, w + o.fcprojw, w + o.fcprojb, N, 4 * C, C);
+    }
+    {
+        OpTimer t(*this, kOpElementwise);
+        be.residual_forward(L.residual3, L.residual3, L.residual2, NC);
+    }
     rnd(L.residual3, NC);
 }
 
@@ -149,7 +212,10 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     store.prefetch(0);
     const float* emb = store.acquire(0);
     store.prefetch(1);
-    m_backend.encoder_forward(m_encoded, inputs, emb, emb + m_wpe_offset, B, T, C);
+    {
+        OpTimer t(*this, kOpEncoder);
+        m_backend.encoder_forward(m_encoded, inputs, emb, emb + m_wpe_offset, B, T, C);
+    }
     rnd(m_encoded, static_cast<size_t>(N) * static_cast<size_t>(C));
     store.release(0);
 
@@ -163,20 +229,29 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     }
     const float* wf = store.acquire(nL + 1);
     store.prefetch(0);
-    m_backend.layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
+    {
+        OpTimer t(*this, kOpLayerNorm);
+        m_backend.layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
+    }
     rnd(m_lnf, static_cast<size_t>(N) * static_cast<size_t>(C));
     store.release(nL + 1);
 
     // LM head tied to the token embedding: logits (N, Vp) = lnf (N, C) @ wte (Vp, C)^T.
     const float* wte = store.acquire(0);
-    m_backend.matmul_forward(m_logits, m_lnf, wte, nullptr, N, C, Vp);
+    {
+        OpTimer t(*this, kOpHeadFwd);
+        m_backend.matmul_forward(m_logits, m_lnf, wte, nullptr, N, C, Vp);
+    }
     rnd(m_logits, static_cast<size_t>(N) * static_cast<size_t>(Vp));
     m_have_dlogits = false;
     if (targets == nullptr) {
         store.release(0);
         return 0.f;
     }
-    m_backend.softmax_cross_entropy(m_losses, m_logits, targets, N, V, Vp, dloss);
+    {
+        OpTimer t(*this, kOpSoftmaxCe);
+        m_backend.softmax_cross_entropy(m_losses, m_logits, targets, N, V, Vp, dloss);
+    }
     if (dloss != 0.f) rnd(m_logits, static_cast<size_t>(N) * static_cast<size_t>(Vp));  // dlogits
     double sum = 0.0;
     int counted = 0;
@@ -206,28 +281,52 @@ void Gpt::layer_backward(int l, const float* w, float* dw, const float* in, floa
     Backend& be = m_backend;
     // dres holds d loss / d residual3. residual3 = residual2 + mlp(...): the MLP branch gets
     // dres as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
-    be.zero(m_dfch_gelu, NC * 4);
-    be.matmul_backward(m_dfch_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fch_gelu, w + o.fcprojw, N, 4 * C, C);
+    {
+        OpTimer t(*this, kOpBlockMatmulBwd);
+        be.zero(m_dfch_gelu, NC * 4);
+        be.matmul_backward(m_dfch_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fch_gelu, w + o.fcprojw, N, 4 * C, C);
+    }
     rnd(m_dfch_gelu, NC * 4);
-    be.zero(m_dfch, NC * 4);
-    be.gelu_backward(m_dfch, L.fch, m_dfch_gelu, NC * 4);
+    {
+        OpTimer t(*this, kOpElementwise);
+        be.zero(m_dfch, NC * 4);
+        be.gelu_backward(m_dfch, L.fch, m_dfch_gelu, NC * 4);
+    }
     rnd(m_dfch, NC * 4);
-    be.zero(m_dln, NC);
-    be.matmul_backward(m_dln, dw + o.fcw, dw + o.fcb, m_dfch, L.ln2, w + o.fcw, N, C, 4 * C);
+    {
+        OpTimer t(*this, kOpBlockMatmulBwd);
+        be.zero(m_dln, NC);
+        be.matmul_backward(m_dln, dw + o.fcw, dw + o.fcb, m_dfch, L.ln2, w + o.fcw, N, C, 4 * C);
+    }
     rnd(m_dln, NC);
-    be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, m_dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
+    {
+        OpTimer t(*this, kOpLayerNorm);
+        be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, m_dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
+    }
     rnd(dres, NC);
     // Same for the attention branch: dres becomes d/d block input.
-    be.zero(m_datty, NC);
-    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
+    {
+        OpTimer t(*this, kOpBlockMatmulBwd);
+        be.zero(m_datty, NC);
+        be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
+    }
     rnd(m_datty, NC);
-    be.zero(m_dqkv, NC * 3);
-    be.attention_backward(m_dqkv, m_att_scratch, m_datty, L.qkv, L.att, B, T, C, NH);
+    {
+        OpTimer t(*this, kOpAttentionBwd);
+        be.zero(m_dqkv, NC * 3);
+        be.attention_backward(m_dqkv, m_att_scratch, m_datty, L.qkv, L.att, B, T, C, NH);
+    }
     rnd(m_dqkv, NC * 3);
-    be.zero(m_dln, NC);
-    be.matmul_backward(m_dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
+    {
+        OpTimer t(*this, kOpBlockMatmulBwd);
+        be.zero(m_dln, NC);
+        be.matmul_backward(m_dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
+    }
     rnd(m_dln, NC);
-    be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, m_dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
+    {
+        OpTimer t(*this, kOpLayerNorm);
+        be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, m_dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
+    }
     rnd(dres, NC);
 }
 
@@ -247,16 +346,22 @@ void Gpt::backward(UnitStore& store) {
     // a third time).
     float* demb = store.grads(0);
     store.prefetch(nL + 1);
-    m_backend.zero(m_dln, NC);
-    m_backend.matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
+    {
+        OpTimer t(*this, kOpHeadBwd);
+        m_backend.zero(m_dln, NC);
+        m_backend.matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
+    }
     rnd(m_dln, NC);
 
     const float* x_last = nL > 0 ? m_layers[static_cast<size_t>(nL - 1)].residual3 : m_encoded;
     const float* wf = store.acquire(nL + 1);
     float* dwf = store.grads(nL + 1);
     store.prefetch(nL);
-    m_backend.zero(m_dresidual, NC);
-    m_backend.layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
+    {
+        OpTimer t(*this, kOpLayerNorm);
+        m_backend.zero(m_dresidual, NC);
+        m_backend.layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
+    }
     rnd(m_dresidual, NC);
     store.grads_done(nL + 1);
     store.release(nL + 1);
@@ -274,7 +379,10 @@ void Gpt::backward(UnitStore& store) {
         store.release(1 + l);
     }
 
-    m_backend.encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
+    {
+        OpTimer t(*this, kOpEncoder);
+        m_backend.encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
+    }
     store.grads_done(0);
     store.release(0);
     m_head_weights = nullptr;

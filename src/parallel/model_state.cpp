@@ -338,6 +338,9 @@ void ModelState::zero_grads() {
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
         const size_t n = m_stage <= 1 ? s.padded_numel : s.shard_numel;
+        // One memset on the calling thread, deliberately: an A/B against the backend's
+        // two-thread zero() on the shared dev box (bench/cpu_notes.md) was 2-5x slower there,
+        // because a parallel region waits for a thread whose core another job has taken.
         std::memset(m_grads[static_cast<size_t>(u)], 0, n * esize());
     }
 }
@@ -352,7 +355,7 @@ void ModelState::finish_grad_sync() {
     m_bucket_requests.clear();
 }
 
-double ModelState::grad_sum_squares() {
+double ModelState::local_grad_sum_squares() {
     double s = 0.0;
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const float* g = owned_grads_f32(u);
@@ -360,7 +363,24 @@ double ModelState::grad_sum_squares() {
             s += m_backend.sum_squares(g + seg.begin, seg.end - seg.begin);
         }
     }
+    return s;
+}
+
+double ModelState::grad_sum_squares() {
+    double s = local_grad_sum_squares();
     // DDP: every rank holds the same full gradient, the local sum is already global.
+    if (m_stage >= 1) m_comm.all_reduce_scalars(&s, 1);
+    return s;
+}
+
+double ModelState::grad_sum_squares_if_finite() {
+    // A double sum of squared floats is finite exactly when every element is (a finite float
+    // squared is below 1.2e77, far from overflowing a double), so the overflow check needs
+    // no pass of its own.
+    double s = local_grad_sum_squares();
+    double bad = std::isfinite(s) ? 0.0 : 1.0;
+    m_comm.all_reduce_scalars(&bad, 1, ReduceOp::kMax);
+    if (bad != 0.0) return std::numeric_limits<double>::quiet_NaN();
     if (m_stage >= 1) m_comm.all_reduce_scalars(&s, 1);
     return s;
 }

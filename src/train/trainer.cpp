@@ -123,6 +123,17 @@ std::vector<uint32_t> generate(Gpt& model, UnitStore& store, uint32_t start_toke
     return out;
 }
 
+/// Wall seconds of one optimizer step's phases. opt covers the overflow check, grad norm,
+/// clipping, AdamW and re-assembling parameters (ZeRO all-gathers included); comm is the
+/// time spent waiting for gradient reductions after backward (plus the loss all-reduce).
+struct PhaseTimes {
+    double zero = 0.0;
+    double fwd = 0.0;
+    double bwd = 0.0;
+    double comm = 0.0;
+    double opt = 0.0;
+};
+
 std::string printable(const std::string& s) {
     std::string out;
     for (char c : s) {
@@ -502,7 +513,11 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         current_step = step;
         const auto t0 = Clock::now();
         comm.reset_stats();
+        // Per-phase wall times of this step (metrics fields *_ms): where a step's time goes.
+        PhaseTimes ph;
+        model.reset_op_profile();
         state.zero_grads();
+        ph.zero = seconds_since(t0);
         const double scale = scaler.scale();
         // The loss is scaled through dloss: every gradient comes out multiplied by `scale`.
         const float dloss_step = static_cast<float>(scale / (static_cast<double>(global_batch) * T));
@@ -512,19 +527,28 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                 samples_seen + static_cast<uint64_t>((static_cast<long>(rank) * tc.grad_accum + a) * B);
             train_sampler.fill(first, B, inputs.data(), targets.data());
             state.begin_micro_step(a == 0, a == tc.grad_accum - 1);
+            auto tp = Clock::now();
             loss_sum += model.forward(state, inputs.data(), targets.data(), B, T, dloss_step);
+            ph.fwd += seconds_since(tp);
+            tp = Clock::now();
             model.backward(state);
+            ph.bwd += seconds_since(tp);
         }
         maybe_stall(rank, step + 1);
+        auto tc0 = Clock::now();
         state.finish_grad_sync();
+        ph.comm = seconds_since(tc0);
         if (options.after_grad_sync) options.after_grad_sync(step + 1, state);
         double loss = loss_sum / tc.grad_accum;
+        tc0 = Clock::now();
         comm.all_reduce_scalars(&loss, 1);
+        ph.comm += seconds_since(tc0);
         loss /= world;
+        const auto t_opt = Clock::now();
         // Every rank checks its own gradients; the flag is agreed (MAX) so all skip together.
-        const bool non_finite = state.grads_non_finite();
-        double grad_norm = std::numeric_limits<double>::quiet_NaN();
-        if (!non_finite) grad_norm = std::sqrt(state.grad_sum_squares()) / scale;
+        const double sum_sq = state.grad_sum_squares_if_finite();
+        const bool non_finite = std::isnan(sum_sq);
+        const double grad_norm = std::sqrt(sum_sq) / scale;
         bool skipped = non_finite;
         if (fp16) {
             const LossScaler::Outcome outcome = scaler.update(non_finite);
@@ -555,6 +579,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             state.optimizer_step(sp);
             ++applied_steps;
         }
+        ph.opt = seconds_since(t_opt);
         if (options.after_step) options.after_step(step + 1, state, skipped);
         const double step_s = seconds_since(t0);
         if (step > 0 || tc.max_steps == 1) train_seconds += step_s;  // step 0 warms caches
@@ -582,6 +607,16 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             nlohmann::ordered_json cb = nlohmann::ordered_json::object();
             for (const auto& [kind, entry] : comm.stats().by_kind) cb[collective_name(kind)] = entry.bytes;
             rec["comm_bytes"] = cb;
+            rec["zero_ms"] = ph.zero * 1e3;
+            rec["fwd_ms"] = ph.fwd * 1e3;
+            rec["bwd_ms"] = ph.bwd * 1e3;
+            rec["comm_ms"] = ph.comm * 1e3;
+            rec["opt_ms"] = ph.opt * 1e3;
+            if (model.op_profile_enabled()) {
+                nlohmann::ordered_json ops = nlohmann::ordered_json::object();
+                for (int k = 0; k < Gpt::kNumOps; ++k) ops[Gpt::op_name(k)] = model.op_ms(k);
+                rec["ops_ms"] = ops;
+            }
             metrics.write(rec);
             if (done % tc.log_every == 0 || done == tc.max_steps || done == 1) {
                 const double avg = done > 1 ? train_seconds / static_cast<double>(done - 1) : step_s;

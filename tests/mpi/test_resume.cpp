@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mpi_training.hpp"
+#include "test_support.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -30,8 +31,7 @@ std::vector<nlohmann::json> step_records(const std::string& path) {
     while (std::getline(in, line)) {
         nlohmann::json j = nlohmann::json::parse(line);
         if (!j.contains("loss")) continue;
-        j.erase("tokens_per_s");
-        j.erase("step_ms");
+        test::erase_timing_fields(j);
         out.push_back(j);
     }
     return out;

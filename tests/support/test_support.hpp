@@ -1,9 +1,21 @@
 // Helpers shared by the tests: scratch directories and small file utilities.
 #pragma once
 
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace zt::test {
+
+/// Removes the fields of a metrics.jsonl record that differ run to run: tokens_per_s and
+/// every *_ms (step and phase times, per-op times).
+inline void erase_timing_fields(nlohmann::json& j) {
+    j.erase("tokens_per_s");
+    for (auto it = j.begin(); it != j.end();) {
+        const std::string& k = it.key();
+        it = k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0 ? j.erase(it) : std::next(it);
+    }
+}
 
 /// A fresh, empty directory under the system temp dir, removed when the object dies.
 class ScratchDir {

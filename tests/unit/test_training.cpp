@@ -61,8 +61,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
     std::string line;
     while (std::getline(in, line)) {
         nlohmann::json j = nlohmann::json::parse(line);
-        j.erase("tokens_per_s");  // timing fields differ run to run
-        j.erase("step_ms");
+        test::erase_timing_fields(j);
         out.push_back(j);
     }
     return out;

@@ -92,6 +92,17 @@ class Gpt {
     void backward(UnitStore& store);
 
     const float* logits() const { return m_logits; }
+
+    /// Opt-in per-op wall times (environment ZT_PROFILE_OPS=1): milliseconds per op kind
+    /// accumulated since reset_op_profile(). Off, each op costs one predictable branch.
+    enum Op {
+        kOpEncoder, kOpLayerNorm, kOpBlockMatmulFwd, kOpBlockMatmulBwd, kOpAttentionFwd,
+        kOpAttentionBwd, kOpElementwise, kOpHeadFwd, kOpSoftmaxCe, kOpHeadBwd, kNumOps
+    };
+    static const char* op_name(int op);
+    bool op_profile_enabled() const { return m_profile; }
+    void reset_op_profile() { for (double& t : m_op_ms) t = 0.0; }
+    double op_ms(int op) const { return m_op_ms[op]; }
     /// Activations and activation gradients are rounded to `t` after every op (bf16/fp16
     /// storage on the CPU backend, which computes in fp32). Default fp32: no rounding.
     void set_activation_dtype(DType t) { m_act = t; }
@@ -110,8 +121,12 @@ class Gpt {
     float* take(size_t n);
     void rnd(float* x, size_t n) { if (m_act != DType::kF32) round_to_dtype(x, n, m_act); }
 
+    class OpTimer;
+
     ModelConfig m_cfg;
     Backend& m_backend;
+    bool m_profile = false;
+    double m_op_ms[kNumOps] = {};
     ModelLayout m_layout;
     BlockOffsets m_off{};
     size_t m_wpe_offset = 0;

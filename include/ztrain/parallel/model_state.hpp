@@ -82,6 +82,10 @@ class ModelState : public UnitStore {
     /// True on every rank when any rank's owned gradients hold inf or NaN (agreed with an
     /// all-reduce MAX, so every rank takes the same decision).
     bool grads_non_finite();
+    /// Both of the above in one pass over the gradients: returns the global sum of squares,
+    /// or NaN when any rank's owned gradients hold inf or NaN (agreed like grads_non_finite,
+    /// with the same collectives as calling the two in turn).
+    double grad_sum_squares_if_finite();
     /// AdamW over this rank's owned elements, then re-assembles full parameters where the
     /// stage keeps them. `step.grad_scale` multiplies the gradients.
     void optimizer_step(const AdamWStep& step);
@@ -118,6 +122,7 @@ class ModelState : public UnitStore {
     void poison_owned_grad();
 
   private:
+    double local_grad_sum_squares();
     /// Per-unit buffers that exist while a unit is acquired (stage 3 and/or 16-bit).
     struct Resident {
         void* gathered = nullptr;  // stage 3: the gathered working copy (padded, work dtype)
