@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gemm_plan.hpp"
 #include "ztrain/core/dtype.hpp"
 
 namespace zt::cuda {
@@ -63,42 +64,6 @@ struct Blas {
     cublasHandle_t classic = nullptr;
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
-};
-
-/// An input matrix of a product as stored (column-major, leading dimension `ld`, batch
-/// stride `stride` elements), used transposed when `trans`.
-struct Operand {
-    const void* ptr = nullptr;
-    int64_t ld = 0;
-    int64_t stride = 0;
-    bool trans = false;
-};
-/// The output matrix (also read when beta != 0).
-struct Output {
-    void* ptr = nullptr;
-    int64_t ld = 0;
-    int64_t stride = 0;
-};
-
-/// One (strided-batched) product in cuBLAS's column-major terms:
-/// D (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * D [+ bias (m)] [then GELU].
-/// A, B and D share `dtype`; accumulation is fp32.
-struct Gemm {
-    Gemm() = default;
-    Gemm(int m_, int n_, int k_, Operand a_, Operand b_, Output d_) : m(m_), n(n_), k(k_), a(a_), b(b_), d(d_) {}
-    int m = 0;
-    int n = 0;
-    int k = 0;
-    Operand a;
-    Operand b;
-    Output d;
-    int batch = 1;
-    float alpha = 1.f;
-    float beta = 0.f;
-    DType dtype = DType::kF32;
-    const void* bias = nullptr;  ///< (m), dtype as D
-    bool gelu = false;
-    void* gelu_aux = nullptr;  ///< pre-GELU values (m, n), ld = d.ld; needs gelu
 };
 
 void gemm(const Blas& blas, const Gemm& g, cudaStream_t stream);

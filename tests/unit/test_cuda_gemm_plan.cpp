@@ -1,0 +1,138 @@
+// The CUDA backend's matrix products (src/backend/cuda/gemm_plan.hpp) run through a host
+// reference of cuBLAS's strided-batched GEMM and compared with the CPU backend. No GPU is
+// needed: this checks the layout arithmetic (transposes, leading dimensions, per-head batch
+// strides into qkv) in every build; tests/gpu checks cuBLASLt's arithmetic on a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "../../src/backend/cuda/gemm_plan.hpp"
+#include "ztrain/backend/backend.hpp"
+
+namespace {
+
+using zt::cuda::Gemm;
+
+/// cuBLAS semantics on host floats, column-major: D = alpha op(A) op(B) + beta D (+ bias).
+void ref_gemm(const Gemm& g) {
+    const auto* A = static_cast<const float*>(g.a.ptr);
+    const auto* B = static_cast<const float*>(g.b.ptr);
+    auto* D = static_cast<float*>(g.d.ptr);
+    const auto* bias = static_cast<const float*>(g.bias);
+    for (int bt = 0; bt < g.batch; ++bt) {
+        const float* a = A + bt * g.a.stride;
+        const float* b = B + bt * g.b.stride;
+        float* d = D + bt * g.d.stride;
+        for (int j = 0; j < g.n; ++j) {
+            for (int i = 0; i < g.m; ++i) {
+                double acc = 0.0;
+                for (int l = 0; l < g.k; ++l) {
+                    const float av = g.a.trans ? a[l + i * g.a.ld] : a[i + l * g.a.ld];
+                    const float bv = g.b.trans ? b[j + l * g.b.ld] : b[l + j * g.b.ld];
+                    acc += static_cast<double>(av) * bv;
+                }
+                float& out = d[i + j * g.d.ld];
+                out = static_cast<float>(g.alpha * acc + (g.beta != 0.f ? g.beta * out : 0.f) +
+                                         (bias != nullptr ? bias[i] : 0.f));
+            }
+        }
+    }
+}
+
+void expect_near_all(const std::vector<float>& got, const std::vector<float>& ref, const char* what) {
+    ASSERT_EQ(got.size(), ref.size());
+    size_t bad = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (!(std::fabs(got[i] - ref[i]) <= 1e-4f + 1e-4f * std::fabs(ref[i]))) {
+            if (bad++ == 0) first = i;
+        }
+    }
+    EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": plan " << got[first] << " cpu " << ref[first];
+}
+
+class GemmPlan : public ::testing::Test {
+  protected:
+    std::vector<float> rand(size_t n) {
+        std::uniform_real_distribution<float> d(-1.f, 1.f);
+        std::vector<float> v(n);
+        for (float& x : v) x = d(m_rng);
+        return v;
+    }
+    std::mt19937 m_rng{1234};
+    std::unique_ptr<zt::Backend> m_cpu = zt::make_cpu_backend(1);
+};
+
+TEST_F(GemmPlan, Matmul) {
+    const int N = 13, C = 7, OC = 11;
+    const auto inp = rand(N * C), w = rand(OC * C), bias = rand(OC), dout = rand(N * OC);
+    std::vector<float> out(N * OC), ref(N * OC);
+    Gemm f = zt::cuda::matmul_forward_gemm(out.data(), inp.data(), w.data(), N, C, OC);
+    f.bias = bias.data();
+    ref_gemm(f);
+    m_cpu->matmul_forward(ref.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    expect_near_all(out, ref, "forward");
+
+    auto dinp = rand(N * C), dw = rand(OC * C);
+    auto dinp_ref = dinp, dw_ref = dw;
+    ref_gemm(zt::cuda::matmul_dinp_gemm(dinp.data(), dout.data(), w.data(), N, C, OC));
+    ref_gemm(zt::cuda::matmul_dweight_gemm(dw.data(), dout.data(), inp.data(), N, C, OC));
+    m_cpu->matmul_backward(dinp_ref.data(), dw_ref.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+    expect_near_all(dinp, dinp_ref, "dinp");
+    expect_near_all(dw, dw_ref, "dweight");
+}
+
+TEST_F(GemmPlan, Attention) {
+    const int B = 2, T = 5, C = 12, NH = 3;
+    const auto d = zt::cuda::attention_dims(T, C, NH);
+    const size_t qkv_b = static_cast<size_t>(T) * 3 * C, out_b = static_cast<size_t>(T) * C;
+    const size_t att_b = static_cast<size_t>(NH) * T * T;
+    const auto qkv = rand(B * qkv_b);
+    std::vector<float> out(B * out_b), att(B * att_b), out_ref(out.size()), att_ref(att.size());
+
+    // Forward as attention.cu runs it, with the softmax kernel's row rule on the host.
+    for (int b = 0; b < B; ++b) ref_gemm(zt::cuda::attention_scores_gemm(d, att.data() + b * att_b, qkv.data() + b * qkv_b));
+    for (size_t row = 0; row < att.size() / T; ++row) {
+        float* p = att.data() + row * T;
+        const int len = static_cast<int>(row % T) + 1;
+        const float mx = *std::max_element(p, p + len);
+        float sum = 0.f;
+        for (int i = 0; i < len; ++i) sum += (p[i] = std::exp(p[i] - mx));
+        for (int i = 0; i < T; ++i) p[i] = i < len ? p[i] / sum : 0.f;
+    }
+    for (int b = 0; b < B; ++b) {
+        ref_gemm(zt::cuda::attention_out_gemm(d, out.data() + b * out_b, att.data() + b * att_b, qkv.data() + b * qkv_b));
+    }
+    m_cpu->attention_forward(out_ref.data(), att_ref.data(), qkv.data(), B, T, C, NH);
+    expect_near_all(out, out_ref, "out");
+    expect_near_all(att, att_ref, "att");  // both zero above the diagonal
+
+    // Backward, with the softmax-backward kernel's row rule on the host.
+    const auto dout = rand(out.size());
+    auto dqkv = rand(qkv.size());
+    auto dqkv_ref = dqkv;
+    std::vector<float> ds(att_b);
+    for (int b = 0; b < B; ++b) {
+        const float* p = att.data() + b * att_b;
+        ref_gemm(zt::cuda::attention_dp_gemm(d, ds.data(), dout.data() + b * out_b, qkv.data() + b * qkv_b));
+        for (size_t row = 0; row < att_b / T; ++row) {
+            const int len = static_cast<int>(row % T) + 1;
+            float dot = 0.f;
+            for (int i = 0; i < len; ++i) dot += p[row * T + i] * ds[row * T + i];
+            for (int i = 0; i < T; ++i) ds[row * T + i] = i < len ? p[row * T + i] * (ds[row * T + i] - dot) : 0.f;
+        }
+        float* dq = dqkv.data() + b * qkv_b;
+        ref_gemm(zt::cuda::attention_dv_gemm(d, dq, dout.data() + b * out_b, p));
+        ref_gemm(zt::cuda::attention_dq_gemm(d, dq, qkv.data() + b * qkv_b, ds.data()));
+        ref_gemm(zt::cuda::attention_dk_gemm(d, dq, qkv.data() + b * qkv_b, ds.data()));
+    }
+    std::vector<float> scratch(m_cpu->attention_scratch_floats(B, T, NH));
+    m_cpu->attention_backward(dqkv_ref.data(), scratch.data(), dout.data(), qkv.data(), att_ref.data(), B, T, C, NH);
+    expect_near_all(dqkv, dqkv_ref, "dqkv");
+}
+
+}  // namespace
