@@ -11,6 +11,7 @@
 #include "ops.cuh"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace zt {
 namespace cuda {
@@ -85,9 +86,15 @@ class CudaBackendImpl final : public CudaBackend {
     }
     float* alloc_floats(size_t n) override { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
     void free(void* p) override {
+        // Never throws: owners free in destructors, often while an exception unwinds. An
+        // error here is an earlier asynchronous failure, already reported or about to be.
         if (p == nullptr) return;
-        ZT_CUDA_CHECK(cudaStreamSynchronize(m_stream));
-        ZT_CUDA_CHECK(cudaFree(p));
+        const cudaError_t sync = cudaStreamSynchronize(m_stream);
+        const cudaError_t freed = cudaFree(p);
+        if (sync != cudaSuccess || freed != cudaSuccess) {
+            std::fprintf(stderr, "ztrain: cuda backend: free after a failed operation: %s\n",
+                         detail::cuda_error_string(sync != cudaSuccess ? sync : freed).c_str());
+        }
     }
     void zero(float* p, size_t n) override {
         if (n > 0) ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), m_stream));
