@@ -356,11 +356,22 @@ void ModelState::finish_grad_sync() {
 }
 
 double ModelState::local_grad_sum_squares() {
+    // All segments in one backend call (one parallel region on the CPU). A 16-bit unit's fp32
+    // view lives in a scratch buffer reused per unit, so there the call is per unit; the
+    // result is the same sum either way (segments are added in order).
     double s = 0.0;
+    std::vector<const float*> xs;
+    std::vector<size_t> ns;
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const float* g = owned_grads_f32(u);
         for (const DecaySegment& seg : m_segments[static_cast<size_t>(u)]) {
-            s += m_backend.sum_squares(g + seg.begin, seg.end - seg.begin);
+            xs.push_back(g + seg.begin);
+            ns.push_back(seg.end - seg.begin);
+        }
+        if (m_work != DType::kF32 || u + 1 == m_layout.num_units()) {
+            s += m_backend.sum_squares_spans(xs.data(), ns.data(), xs.size());
+            xs.clear();
+            ns.clear();
         }
     }
     return s;
@@ -397,6 +408,9 @@ bool ModelState::grads_non_finite() {
 }
 
 void ModelState::optimizer_step(const AdamWStep& step) {
+    // All segments in one backend call where the gradients stay put (fp32); per unit where
+    // a unit's fp32 gradient view is a reused scratch buffer (16-bit).
+    std::vector<AdamWSpan> spans;
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const size_t i = static_cast<size_t>(u);
         const size_t state_shift = m_stage == 0 ? 0 : m_shards[i].begin(m_rank);
@@ -405,10 +419,12 @@ void ModelState::optimizer_step(const AdamWStep& step) {
         float* m = m_adam_m[i] - state_shift;
         float* v = m_adam_v[i] - state_shift;
         for (const DecaySegment& seg : m_segments[i]) {
-            AdamWStep s = step;
-            if (!seg.decay) s.weight_decay = 0.f;
-            m_backend.adamw_update(p + seg.begin, m + seg.begin, v + seg.begin, g + seg.begin,
-                                   seg.end - seg.begin, s);
+            spans.push_back({p + seg.begin, m + seg.begin, v + seg.begin, g + seg.begin, seg.end - seg.begin,
+                             seg.decay});
+        }
+        if (m_work != DType::kF32 || u + 1 == m_layout.num_units()) {
+            m_backend.adamw_update_spans(spans.data(), spans.size(), step);
+            spans.clear();
         }
     }
     sync_working_from_master();

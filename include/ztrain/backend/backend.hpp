@@ -32,6 +32,16 @@ struct AdamWStep {
     float grad_scale = 1.f;
 };
 
+/// One span of a multi-span AdamW update: weight decay applies where `decay`.
+struct AdamWSpan {
+    float* param = nullptr;
+    float* m = nullptr;
+    float* v = nullptr;
+    const float* grad = nullptr;
+    size_t n = 0;
+    bool decay = false;
+};
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -94,8 +104,27 @@ class Backend {
     virtual void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                               const AdamWStep& step) = 0;
 
+    /// AdamW over several spans (a model's tensors): the same as adamw_update per span with
+    /// weight_decay zeroed where !decay. A backend may do it in one pass over all spans (the
+    /// CPU backend: one parallel region instead of one per tensor). Non-pure, so backends
+    /// that do not override it keep working.
+    virtual void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) {
+        for (size_t i = 0; i < count; ++i) {
+            AdamWStep s = step;
+            if (!spans[i].decay) s.weight_decay = 0.f;
+            adamw_update(spans[i].param, spans[i].m, spans[i].v, spans[i].grad, spans[i].n, s);
+        }
+    }
+
     /// Sum of squares in double precision (for the global gradient norm).
     virtual double sum_squares(const float* x, size_t n) = 0;
+    /// Sum over spans of sum_squares(xs[i], ns[i]), added in span order (non-pure, like
+    /// adamw_update_spans).
+    virtual double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) {
+        double s = 0.0;
+        for (size_t i = 0; i < count; ++i) s += sum_squares(xs[i], ns[i]);
+        return s;
+    }
     /// x *= s.
     virtual void scale(float* x, float s, size_t n) = 0;
 

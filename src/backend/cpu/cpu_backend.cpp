@@ -773,8 +773,85 @@ class CpuBackend final : public Backend {
         return total;
     }
 
+    double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
+        // One region for all spans (a model has dozens of tensors; on a loaded machine each
+        // region can wait a scheduler tick for a thread whose core is taken). Each span is
+        // split exactly as sum_squares() splits it and the partials are added in the same
+        // order, so the result is bit-identical to calling sum_squares() per span.
+        std::vector<double> partial(count * static_cast<size_t>(m_threads), 0.0);
+        size_t total_n = 0;
+        for (size_t i = 0; i < count; ++i) {
+            total_n += ns[i];
+        }
+#pragma omp parallel num_threads(m_threads) if (total_n >= kParallelMinElements)
+        {
+            const int part = omp_get_thread_num();
+            const int parts = omp_get_num_threads();
+            for (size_t i = 0; i < count; ++i) {
+                // Small spans run whole on one thread, as sum_squares() runs them inline.
+                const bool split = ns[i] >= kParallelMinElements;
+                if (!split && part != static_cast<int>(i % static_cast<size_t>(parts))) {
+                    continue;
+                }
+                size_t b = 0;
+                size_t e = ns[i];
+                if (split) {
+                    split_range(ns[i], part, parts, 16, &b, &e);
+                }
+                if (e > b) {
+                    partial[i * static_cast<size_t>(m_threads) + (split ? static_cast<size_t>(part) : 0)] =
+                        sum_squares_kernel(xs[i] + b, e - b);
+                }
+            }
+        }
+        double total = 0.0;
+        for (size_t i = 0; i < count; ++i) {
+            double s = 0.0;
+            for (int t = 0; t < m_threads; ++t) {
+                s += partial[i * static_cast<size_t>(m_threads) + static_cast<size_t>(t)];
+            }
+            total += s;
+        }
+        return total;
+    }
+
+    void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override {
+        const AdamWConsts k = adamw_consts(step);
+        AdamWConsts k_no_decay = k;
+        k_no_decay.weight_decay = 0.f;
+        size_t total_n = 0;
+        for (size_t i = 0; i < count; ++i) {
+            total_n += spans[i].n;
+        }
+        // One region for all spans (see sum_squares_spans); element-wise, so any split
+        // gives the same result.
+#pragma omp parallel num_threads(m_threads) if (total_n >= kParallelMinElements)
+        {
+            const int part = omp_get_thread_num();
+            const int parts = omp_get_num_threads();
+            for (size_t i = 0; i < count; ++i) {
+                const AdamWSpan& sp = spans[i];
+                size_t b = 0;
+                size_t e = 0;
+                split_range(sp.n, part, parts, 16, &b, &e);
+                if (e > b) {
+                    adamw_kernel(sp.param + b, sp.m + b, sp.v + b, sp.grad + b, e - b,
+                                 sp.decay ? k : k_no_decay);
+                }
+            }
+        }
+    }
+
     void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                       const AdamWStep& step) override {
+        const AdamWConsts k = adamw_consts(step);
+        parallel_chunks(n, [&](size_t b, size_t e) {
+            adamw_kernel(param + b, m + b, v + b, grad + b, e - b, k);
+        });
+    }
+
+  private:
+    static AdamWConsts adamw_consts(const AdamWStep& step) {
         ZT_REQUIRE(step.bias_correction1 > 0.f && step.bias_correction2 > 0.f,
                    "AdamW bias corrections must be positive (got ", step.bias_correction1, ", ",
                    step.bias_correction2, ")");
@@ -789,10 +866,10 @@ class CpuBackend final : public Backend {
         k.inv_bc1 = 1.f / step.bias_correction1;
         k.inv_bc2 = 1.f / step.bias_correction2;
         k.grad_scale = step.grad_scale;
-        parallel_chunks(n, [&](size_t b, size_t e) {
-            adamw_kernel(param + b, m + b, v + b, grad + b, e - b, k);
-        });
+        return k;
     }
+
+  public:
 
     // --------------------------------------------------------------------------------
     // attention
