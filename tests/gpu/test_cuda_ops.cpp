@@ -472,6 +472,21 @@ TEST_F(CudaOps, SumSquares) {
     }
 }
 
+TEST_F(CudaOps, SumSquaresSpans) {
+    // Tensor-like spans, one of them empty: one host wait for all of them.
+    const std::vector<size_t> sizes = {768, 0, 2304 * 768, 3, 50257};
+    std::vector<std::vector<float>> host;
+    std::vector<const float*> cpu_ptrs, gpu_ptrs;
+    for (size_t n : sizes) {
+        host.push_back(rand(n));
+        cpu_ptrs.push_back(host.back().data());
+        gpu_ptrs.push_back(n > 0 ? up(host.back()) : zeros(1));
+    }
+    const double ref = m_cpu->sum_squares_spans(cpu_ptrs.data(), sizes.data(), sizes.size());
+    const double got = m_gpu->sum_squares_spans(gpu_ptrs.data(), sizes.data(), sizes.size());
+    EXPECT_NEAR(got, ref, 1e-10 * ref);
+}
+
 /// fp32 values that exercise rounding: ties, subnormals, overflow, NaN, signed zeros.
 std::vector<float> special_floats() {
     const float inf = std::numeric_limits<float>::infinity();

@@ -159,7 +159,12 @@ class CudaBackendImpl final : public CudaBackend {
         cuda::residual_forward(out, a, b, n, m_stream);
     }
     void scale(float* x, float s, size_t n) override { cuda::scale(x, s, n, m_stream); }
-    double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(x, n, m_sumsq, m_stream); }
+    double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(&x, &n, 1, m_sumsq, m_stream); }
+    double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
+        const size_t doubles = count * cuda::kSumSquaresBlocks + 1;
+        auto* scratch = static_cast<double*>(m_scratch.get(doubles * sizeof(double), m_stream));
+        return cuda::sum_squares(xs, ns, count, scratch, m_stream);
+    }
 
     void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                       const AdamWStep& step) override {

@@ -86,8 +86,9 @@ void column_sum(float* dst, const float* src, int N, int C, float* scratch, cuda
 void column_finalize(float* dst, const float* partial, size_t chunks, int C, cudaStream_t stream);
 /// Blocks of the first sum_squares pass (fixed, so the sum order does not depend on the GPU).
 constexpr int kSumSquaresBlocks = 512;
-/// Sum of x^2 in double; scratch holds kSumSquaresBlocks + 1 doubles. Synchronizes.
-double sum_squares(const float* x, size_t n, double* scratch, cudaStream_t stream);
+/// Sum of x^2 in double over `count` spans (xs[i], ns[i] elements); scratch holds
+/// count * kSumSquaresBlocks + 1 doubles. Synchronizes once.
+double sum_squares(const float* const* xs, const size_t* ns, size_t count, double* scratch, cudaStream_t stream);
 
 // ---- layernorm.cu, gelu.cu, residual.cu, adamw.cu ----------------------------------------
 

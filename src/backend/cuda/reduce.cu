@@ -49,10 +49,10 @@ __global__ void sum_squares_partial_kernel(double* partial, const float* x, size
     if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-__global__ void sum_squares_final_kernel(double* out, const double* partial, int parts) {
+__global__ void sum_squares_final_kernel(double* out, const double* partial, size_t parts) {
     __shared__ double shared[kBlock];
     double acc = 0.0;
-    for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += partial[i];
+    for (size_t i = threadIdx.x; i < parts; i += blockDim.x) acc += partial[i];
     const double total = block_sum_double(acc, shared);
     if (threadIdx.x == 0) *out = total;
 }
@@ -74,15 +74,20 @@ void column_sum(float* dst, const float* src, int N, int C, float* scratch, cuda
     column_finalize(dst, scratch, chunks, C, stream);
 }
 
-double sum_squares(const float* x, size_t n, double* scratch, cudaStream_t stream) {
-    if (n == 0) return 0.0;
-    sum_squares_partial_kernel<<<kSumSquaresBlocks, kBlock, 0, stream>>>(scratch, x, n);
-    ZT_KERNEL_CHECK("sum_squares_partial");
-    sum_squares_final_kernel<<<1, kBlock, 0, stream>>>(scratch + kSumSquaresBlocks, scratch, kSumSquaresBlocks);
+double sum_squares(const float* const* xs, const size_t* ns, size_t count, double* scratch, cudaStream_t stream) {
+    if (count == 0) return 0.0;
+    // Span i's block partials go to scratch[i * kSumSquaresBlocks ...]; one final pass adds
+    // them all in a fixed order, so the host waits once, not once per span.
+    for (size_t i = 0; i < count; ++i) {
+        sum_squares_partial_kernel<<<kSumSquaresBlocks, kBlock, 0, stream>>>(scratch + i * kSumSquaresBlocks, xs[i],
+                                                                            ns[i]);
+        ZT_KERNEL_CHECK("sum_squares_partial");
+    }
+    const size_t parts = count * kSumSquaresBlocks;
+    sum_squares_final_kernel<<<1, kBlock, 0, stream>>>(scratch + parts, scratch, parts);
     ZT_KERNEL_CHECK("sum_squares_final");
     double result = 0.0;
-    ZT_CUDA_CHECK(cudaMemcpyAsync(&result, scratch + kSumSquaresBlocks, sizeof(double), cudaMemcpyDeviceToHost,
-                                  stream));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(&result, scratch + parts, sizeof(double), cudaMemcpyDeviceToHost, stream));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
     return result;
 }
