@@ -270,7 +270,7 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     return counted > 0 ? static_cast<float>(sum / counted) : 0.f;
 }
 
-void Gpt::layer_backward(int l, const float* w, float* dw, const float* in, float* dres, int B,
+void Gpt::layer_backward(int l, const float* w, float* dw, bool zero_dw, const float* in, float* dres, int B,
                          int T) {
     const BlockOffsets& o = m_off;
     Layer& L = m_layers[static_cast<size_t>(l)];
@@ -279,11 +279,14 @@ void Gpt::layer_backward(int l, const float* w, float* dw, const float* in, floa
     const int N = B * T;
     const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
     Backend& be = m_backend;
+    const size_t CC = static_cast<size_t>(C) * static_cast<size_t>(C);
     // dres holds d loss / d residual3. residual3 = residual2 + mlp(...): the MLP branch gets
     // dres as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
     {
         OpTimer t(*this, kOpBlockMatmulBwd);
         be.zero(m_dfch_gelu, NC * 4);
+        zero_grad_if(zero_dw, dw + o.fcprojw, 4 * CC);
+        zero_grad_if(zero_dw, dw + o.fcprojb, static_cast<size_t>(C));
         be.matmul_backward(m_dfch_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fch_gelu, w + o.fcprojw, N, 4 * C, C);
     }
     rnd(m_dfch_gelu, NC * 4);
@@ -296,11 +299,15 @@ void Gpt::layer_backward(int l, const float* w, float* dw, const float* in, floa
     {
         OpTimer t(*this, kOpBlockMatmulBwd);
         be.zero(m_dln, NC);
+        zero_grad_if(zero_dw, dw + o.fcw, 4 * CC);
+        zero_grad_if(zero_dw, dw + o.fcb, 4 * static_cast<size_t>(C));
         be.matmul_backward(m_dln, dw + o.fcw, dw + o.fcb, m_dfch, L.ln2, w + o.fcw, N, C, 4 * C);
     }
     rnd(m_dln, NC);
     {
         OpTimer t(*this, kOpLayerNorm);
+        zero_grad_if(zero_dw, dw + o.ln2w, static_cast<size_t>(C));
+        zero_grad_if(zero_dw, dw + o.ln2b, static_cast<size_t>(C));
         be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, m_dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
     }
     rnd(dres, NC);
@@ -308,6 +315,8 @@ void Gpt::layer_backward(int l, const float* w, float* dw, const float* in, floa
     {
         OpTimer t(*this, kOpBlockMatmulBwd);
         be.zero(m_datty, NC);
+        zero_grad_if(zero_dw, dw + o.attprojw, CC);
+        zero_grad_if(zero_dw, dw + o.attprojb, static_cast<size_t>(C));
         be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
     }
     rnd(m_datty, NC);
@@ -320,11 +329,15 @@ void Gpt::layer_backward(int l, const float* w, float* dw, const float* in, floa
     {
         OpTimer t(*this, kOpBlockMatmulBwd);
         be.zero(m_dln, NC);
+        zero_grad_if(zero_dw, dw + o.qkvw, 3 * CC);
+        zero_grad_if(zero_dw, dw + o.qkvb, 3 * static_cast<size_t>(C));
         be.matmul_backward(m_dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
     }
     rnd(m_dln, NC);
     {
         OpTimer t(*this, kOpLayerNorm);
+        zero_grad_if(zero_dw, dw + o.ln1w, static_cast<size_t>(C));
+        zero_grad_if(zero_dw, dw + o.ln1b, static_cast<size_t>(C));
         be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, m_dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
     }
     rnd(dres, NC);
@@ -345,10 +358,12 @@ void Gpt::backward(UnitStore& store) {
     // backward at the very end (the embedding is tied, so a sharded store need not gather it
     // a third time).
     float* demb = store.grads(0);
+    const bool zero_emb = store.grads_need_zero(0);
     store.prefetch(nL + 1);
     {
         OpTimer t(*this, kOpHeadBwd);
         m_backend.zero(m_dln, NC);
+        zero_grad_if(zero_emb, demb, static_cast<size_t>(Vp) * static_cast<size_t>(C));  // wte
         m_backend.matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
     }
     rnd(m_dln, NC);
@@ -356,10 +371,12 @@ void Gpt::backward(UnitStore& store) {
     const float* x_last = nL > 0 ? m_layers[static_cast<size_t>(nL - 1)].residual3 : m_encoded;
     const float* wf = store.acquire(nL + 1);
     float* dwf = store.grads(nL + 1);
+    const bool zero_f = store.grads_need_zero(nL + 1);
     store.prefetch(nL);
     {
         OpTimer t(*this, kOpLayerNorm);
         m_backend.zero(m_dresidual, NC);
+        zero_grad_if(zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
         m_backend.layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
     }
     rnd(m_dresidual, NC);
@@ -369,18 +386,20 @@ void Gpt::backward(UnitStore& store) {
     for (int l = nL - 1; l >= 0; --l) {
         const float* w = store.acquire(1 + l);
         float* dw = store.grads(1 + l);
+        const bool zero_dw = store.grads_need_zero(1 + l);
         store.prefetch(l >= 1 ? l : 0);
         const float* in = l == 0 ? m_encoded : m_layers[static_cast<size_t>(l - 1)].residual3;
         // Recompute writes the same values again into the block's (shared) buffers; its
         // residual3 is recomputed in place with bit-identical results.
         if (m_recompute) layer_forward(l, w, in, B, T);
-        layer_backward(l, w, dw, in, m_dresidual, B, T);
+        layer_backward(l, w, dw, zero_dw, in, m_dresidual, B, T);
         store.grads_done(1 + l);
         store.release(1 + l);
     }
 
     {
         OpTimer t(*this, kOpEncoder);
+        zero_grad_if(zero_emb, demb + m_wpe_offset, static_cast<size_t>(m_cfg.seq_len) * static_cast<size_t>(C));
         m_backend.encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
     }
     store.grads_done(0);

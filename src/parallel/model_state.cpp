@@ -246,6 +246,14 @@ float* ModelState::grads(int unit) {
     return buf;
 }
 
+bool ModelState::grads_need_zero(int unit) {
+    ZT_REQUIRE(unit >= 0 && unit < m_layout.num_units(), "unit ", unit);
+    if (!lazy_zero() || m_zero_pending.empty()) return false;
+    const bool pending = m_zero_pending[static_cast<size_t>(unit)] != 0;
+    m_zero_pending[static_cast<size_t>(unit)] = 0;
+    return pending;
+}
+
 void ModelState::grads_done(int unit) {
     if (m_stage >= 2) {
         reduce_unit_grads(unit);
@@ -335,6 +343,13 @@ void ModelState::reduce_unit_grads(int unit) {
 // The trainer's face
 // ---------------------------------------------------------------------------
 void ModelState::zero_grads() {
+    if (lazy_zero()) {
+        // The model zeroes each gradient tensor right before its first accumulation (see
+        // grads_need_zero). What it never writes (alignment gaps, shard padding) is zero from
+        // allocation and stays so: no op writes there, and reductions add zeros.
+        m_zero_pending.assign(static_cast<size_t>(m_layout.num_units()), 1);
+        return;
+    }
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
         const size_t n = m_stage <= 1 ? s.padded_numel : s.shard_numel;

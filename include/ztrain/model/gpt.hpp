@@ -67,6 +67,14 @@ class UnitStore {
     virtual float* grads(int unit) = 0;
     /// Backward has finished adding this micro-step's gradient of `unit`.
     virtual void grads_done(int unit) { (void)unit; }
+    /// Asked once per unit per micro-step, after grads(unit): true when the store left that
+    /// buffer unzeroed for this optimizer step and the model must zero each gradient tensor
+    /// right before its first accumulation (the zeroed lines are then still in cache when the
+    /// product adds into them, instead of being zeroed at step start and read back from DRAM).
+    virtual bool grads_need_zero(int unit) {
+        (void)unit;
+        return false;
+    }
 };
 
 class Gpt {
@@ -116,8 +124,12 @@ class Gpt {
         size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
     };
     void layer_forward(int l, const float* w, const float* in, int B, int T);
-    void layer_backward(int l, const float* w, float* dw, const float* in, float* dresidual, int B,
-                        int T);
+    void layer_backward(int l, const float* w, float* dw, bool zero_dw, const float* in, float* dresidual,
+                        int B, int T);
+    /// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero).
+    void zero_grad_if(bool zero, float* p, size_t n) {
+        if (zero) m_backend.zero(p, n);
+    }
     float* take(size_t n);
     void rnd(float* x, size_t n) { if (m_act != DType::kF32) round_to_dtype(x, n, m_act); }
 

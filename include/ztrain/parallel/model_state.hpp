@@ -69,6 +69,7 @@ class ModelState : public UnitStore {
     void prefetch(int unit) override;
     float* grads(int unit) override;
     void grads_done(int unit) override;
+    bool grads_need_zero(int unit) override;
 
     // ---- the trainer's face ----
     /// Zeroes the gradients this rank keeps; call once per optimizer step.
@@ -123,6 +124,10 @@ class ModelState : public UnitStore {
 
   private:
     double local_grad_sum_squares();
+    /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing can be left
+    /// to the model (grads_need_zero) instead of a memset of every gradient at step start.
+    bool lazy_zero() const { return m_work == DType::kF32 && m_stage <= 1; }
+    std::vector<char> m_zero_pending;  ///< per unit: not zeroed yet this optimizer step
     /// Per-unit buffers that exist while a unit is acquired (stage 3 and/or 16-bit).
     struct Resident {
         void* gathered = nullptr;  // stage 3: the gathered working copy (padded, work dtype)
