@@ -70,6 +70,13 @@ constexpr float kGeluCubic = 0.044715f;
 // Element-wise work below this many elements runs on the calling thread: waking the team
 // costs more than the work.
 constexpr size_t kParallelMinElements = size_t{1} << 14;
+// Row and element-wise passes (layernorm, residual add, GELU) below this many elements run on
+// the calling thread. On an idle machine a team halves a ~0.1 ms pass; on a loaded one every
+// region waits for the thread whose core another job took, which cost layernorm and residual
+// adds 10-30x their 1-thread time on the shared dev box (bench/cpu_notes.md). 2^19 keeps the
+// (B*T, C) passes of GPT-2 small and of the bench's config b single-threaded, and the 4C-wide
+// GELU passes parallel.
+constexpr size_t kRowOpMinElements = size_t{1} << 19;
 // Rows of the causal block decomposition in attention: products are done for the lower
 // block triangle only, so only the diagonal blocks carry wasted (masked) work.
 constexpr int kAttentionBlock = 64;
@@ -559,38 +566,13 @@ class CpuBackend final : public Backend {
 
     void free(void* p) override { std::free(p); }
 
-    void zero(float* p, size_t n) override {
-        if (n < kParallelMinElements * 16) {
-            std::memset(p, 0, n * sizeof(float));
-            return;
-        }
-        // Large buffers (parameter-sized gradients): one memset per thread, because one core
-        // alone does not saturate memory bandwidth.
-#pragma omp parallel num_threads(m_threads)
-        {
-            size_t b = 0;
-            size_t e = 0;
-            split_range(n, omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
-            if (e > b) {
-                std::memset(p + b, 0, (e - b) * sizeof(float));
-            }
-        }
-    }
+    // One memset/memcpy on the calling thread: a second thread does not add write bandwidth
+    // on the dev box (496 MB: 55-72 ms on 1 thread, 50-65 ms on 2, min of 12), and on a
+    // loaded machine a parallel region waits for the thread whose core is taken.
+    void zero(float* p, size_t n) override { std::memset(p, 0, n * sizeof(float)); }
 
     void copy(float* dst, const float* src, size_t n) override {
-        if (n < kParallelMinElements * 16) {
-            std::memcpy(dst, src, n * sizeof(float));
-            return;
-        }
-#pragma omp parallel num_threads(m_threads)
-        {
-            size_t b = 0;
-            size_t e = 0;
-            split_range(n, omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
-            if (e > b) {
-                std::memcpy(dst + b, src + b, (e - b) * sizeof(float));
-            }
-        }
+        std::memcpy(dst, src, n * sizeof(float));
     }
 
     // --------------------------------------------------------------------------------
@@ -689,7 +671,7 @@ class CpuBackend final : public Backend {
 
     void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                            const float* weight, const float* bias, int N, int C) override {
-        const bool parallel = static_cast<size_t>(N) * C >= kParallelMinElements;
+        const bool parallel = static_cast<size_t>(N) * C >= kRowOpMinElements;
 #pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
         for (int r = 0; r < N; ++r) {
             const size_t off = static_cast<size_t>(r) * C;
@@ -700,7 +682,7 @@ class CpuBackend final : public Backend {
     void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* weight, const float* mean,
                             const float* rstd, int N, int C) override {
-        const bool parallel = static_cast<size_t>(N) * C >= kParallelMinElements;
+        const bool parallel = static_cast<size_t>(N) * C >= kRowOpMinElements;
 #pragma omp parallel num_threads(m_threads) if (parallel)
         {
             // dinp: rows are independent.
@@ -1064,7 +1046,7 @@ class CpuBackend final : public Backend {
     /// edges on 16-float boundaries = whole cache lines), or inline when n is small.
     template <typename Fn>
     void parallel_chunks(size_t n, Fn&& fn) {
-        if (n < kParallelMinElements || m_threads == 1) {
+        if (n < kRowOpMinElements || m_threads == 1) {
             if (n > 0) {
                 fn(size_t{0}, n);
             }
