@@ -114,6 +114,9 @@ ph = {"cfg": sys.argv[2], "rep": int(sys.argv[3])}
 for k in ("step_ms", "zero_ms", "fwd_ms", "bwd_ms", "comm_ms", "opt_ms"):
     if k in timed[0]:
         ph[k] = statistics.median(r[k] for r in timed)
+if "opt_ms" in timed[0]:  # per step, then the median (medians of parts do not add up)
+    ph["other_ms"] = statistics.median(
+        r["step_ms"] - sum(r[k] for k in ("zero_ms", "fwd_ms", "bwd_ms", "comm_ms", "opt_ms")) for r in timed)
 if "ops_ms" in timed[0]:
     ph["ops_ms"] = {op: statistics.median(r["ops_ms"][op] for r in timed) for op in timed[0]["ops_ms"]}
 with open(sys.argv[4], "a") as f:
@@ -235,7 +238,7 @@ for cfg in ("a", "b"):
     if not runs[cfg]:
         continue
     m = {k: med([r.get(k, float("nan")) for r in runs[cfg]]) for k, _ in phase_keys}
-    other = m["step_ms"] - sum(m[k] for k, _ in phase_keys[1:])
+    other = med([r.get("other_ms", float("nan")) for r in runs[cfg]])
     phases.append(f"| {names[cfg]} | " + " | ".join(f"{m[k]:.1f}" for k, _ in phase_keys) + f" | {other:.1f} |")
     for r in runs[cfg]:
         for op in r.get("ops_ms", {}):
