@@ -109,6 +109,29 @@ void read_float_range(hid_t group, const char* name, size_t first, size_t n, flo
     }
 }
 
+/// write_float_dataset / read_float_range for n floats of a ModelState's buffers, which are
+/// device memory on a GPU backend: those go through the host buffer `stage`.
+void write_state_dataset(hid_t group, const char* name, ModelState& state, const float* data, size_t n,
+                         const std::string& file, std::vector<float>& stage) {
+    if (!state.host_memory()) {
+        stage.resize(n);
+        state.copy_to_host(stage.data(), data, n);
+        data = stage.data();
+    }
+    write_float_dataset(group, name, data, n, file);
+}
+
+void read_state_range(hid_t group, const char* name, size_t first, size_t n, ModelState& state, float* out,
+                      const std::string& file, std::vector<float>& stage) {
+    if (state.host_memory()) {
+        read_float_range(group, name, first, n, out, file);
+        return;
+    }
+    stage.resize(n);
+    read_float_range(group, name, first, n, stage.data(), file);
+    state.copy_from_host(out, stage.data(), n);
+}
+
 /// Refuses to start a write that cannot fit: HDF5 does not recover cleanly from ENOSPC in
 /// the middle of a file (its handle stays half-open until library shutdown), so the space is
 /// checked up front. `bytes` is the payload; HDF5 adds ~1% plus a few KiB of structure.
@@ -286,6 +309,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
     agree_across_ranks(comm, [&] {
         if (!rank_writes(state, rank)) return;
         const std::string file = (fs::path(partial) / shard_file_name(rank, world)).string();
+        std::vector<float> stage;  // device backends only
         uint64_t payload = 0;
         for (int u = 0; u < state.layout().num_units(); ++u) {
             if (state.owned_end(u) > state.owned_begin(u)) payload += 3 * 4 * (state.owned_end(u) - state.owned_begin(u));
@@ -303,9 +327,9 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
                 h5_require(g.ok(), false, file, str("cannot create group ", unit_group_name(u)));
                 write_u64_attr(g.get(), "begin", b, file);
                 write_u64_attr(g.get(), "end", e, file);
-                write_float_dataset(g.get(), "master", state.master_base(u) + b, e - b, file);
-                write_float_dataset(g.get(), "adam_m", state.adam_m_base(u) + b, e - b, file);
-                write_float_dataset(g.get(), "adam_v", state.adam_v_base(u) + b, e - b, file);
+                write_state_dataset(g.get(), "master", state, state.master_base(u) + b, e - b, file, stage);
+                write_state_dataset(g.get(), "adam_m", state, state.adam_m_base(u) + b, e - b, file, stage);
+                write_state_dataset(g.get(), "adam_v", state, state.adam_v_base(u) + b, e - b, file, stage);
             }
             h5_require(H5Fflush(f.get(), H5F_SCOPE_GLOBAL) >= 0, false, file, "cannot flush (disk full?)");
         }
@@ -607,6 +631,7 @@ TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Co
 
         // Every owned element must be covered exactly by the saved ranges.
         std::vector<size_t> covered(static_cast<size_t>(layout.num_units()), 0);
+        std::vector<float> stage;  // device backends only
         for (const auto& shard : meta["shards"]) {
             const std::string file = shard_path(step_dir, shard);
             bool needed = false;
@@ -633,9 +658,9 @@ TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Co
                 h5_require(g.ok(), true, file, str("missing group ", unit_group_name(u)));
                 h5_require(read_u64_attr(g.get(), "begin", file) == sb, true, file,
                            str(unit_group_name(u), ": begin differs from meta.h5"));
-                read_float_range(g.get(), "master", b - sb, e - b, state.master_base(u) + b, file);
-                read_float_range(g.get(), "adam_m", b - sb, e - b, state.adam_m_base(u) + b, file);
-                read_float_range(g.get(), "adam_v", b - sb, e - b, state.adam_v_base(u) + b, file);
+                read_state_range(g.get(), "master", b - sb, e - b, state, state.master_base(u) + b, file, stage);
+                read_state_range(g.get(), "adam_m", b - sb, e - b, state, state.adam_m_base(u) + b, file, stage);
+                read_state_range(g.get(), "adam_v", b - sb, e - b, state, state.adam_v_base(u) + b, file, stage);
                 covered[static_cast<size_t>(u)] += e - b;
             }
         }

@@ -127,10 +127,27 @@ Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute
     m_dfch = take(BT * 4 * C);
     m_dfch_gelu = take(BT * 4 * C);
     m_att_scratch = take(backend.attention_scratch_floats(max_batch, cfg.seq_len, cfg.n_head));
+    if (!backend.host_memory()) {
+        m_tokens_dev = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+        m_targets_dev = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+    }
 }
 
 Gpt::~Gpt() {
     for (float* p : m_allocations) m_backend.free(p);
+    if (m_tokens_dev != nullptr) m_backend.free(m_tokens_dev);
+    if (m_targets_dev != nullptr) m_backend.free(m_targets_dev);
+}
+
+void Gpt::set_activation_dtype(DType t) {
+    ZT_REQUIRE(t == DType::kF32 || m_backend.host_memory(), "activation dtype ", dtype_name(t),
+               " needs host memory (the rounding runs on the host); backend ", m_backend.name());
+    m_act = t;
+}
+
+void Gpt::logits_row_to_host(int row, float* out) const {
+    const size_t Vp = static_cast<size_t>(m_cfg.padded_vocab());
+    m_backend.to_host(out, m_logits + static_cast<size_t>(row) * Vp, Vp * sizeof(float));
 }
 
 void Gpt::layer_forward(int l, const float* w, const float* in, int B, int T) {
@@ -202,12 +219,23 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     ZT_REQUIRE(T >= 1 && T <= m_cfg.seq_len, "sequence length ", T, " outside [1, ", m_cfg.seq_len, "]");
     m_B = B;
     m_T = T;
-    m_inputs = inputs;
     const int C = m_cfg.n_embd;
     const int V = m_cfg.vocab_size;
     const int Vp = m_cfg.padded_vocab();
     const int N = B * T;
     const int nL = m_cfg.n_layer;
+    // The callers' token arrays are host memory: a device backend gets staged copies.
+    const size_t token_bytes = static_cast<size_t>(N) * sizeof(int32_t);
+    const int32_t* targets_be = targets;
+    if (m_tokens_dev != nullptr) {
+        m_backend.to_device(m_tokens_dev, inputs, token_bytes);
+        inputs = m_tokens_dev;
+        if (targets != nullptr) {
+            m_backend.to_device(m_targets_dev, targets, token_bytes);
+            targets_be = m_targets_dev;
+        }
+    }
+    m_inputs = inputs;
 
     store.prefetch(0);
     const float* emb = store.acquire(0);
@@ -250,14 +278,21 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     }
     {
         OpTimer t(*this, kOpSoftmaxCe);
-        m_backend.softmax_cross_entropy(m_losses, m_logits, targets, N, V, Vp, dloss);
+        m_backend.softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
     }
     if (dloss != 0.f) rnd(m_logits, static_cast<size_t>(N) * static_cast<size_t>(Vp));  // dlogits
+    // The mean is taken on the host (targets is the caller's host array).
+    const float* losses = m_losses;
+    if (m_tokens_dev != nullptr) {
+        m_losses_host.resize(static_cast<size_t>(N));
+        m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
+        losses = m_losses_host.data();
+    }
     double sum = 0.0;
     int counted = 0;
     for (int i = 0; i < N; ++i) {
         if (targets[i] >= 0) {
-            sum += m_losses[i];
+            sum += losses[i];
             ++counted;
         }
     }

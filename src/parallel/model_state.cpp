@@ -17,11 +17,20 @@ namespace zt {
 
 namespace {
 /// Converts n elements between storage dtypes through an fp32 buffer of at least n floats.
-void convert_elements(const void* src, DType from, void* dst, DType to, size_t n, float* f32_tmp) {
+/// The conversions run on the host; on device memory (fp32 only) a same-dtype copy is the
+/// backend's.
+void convert_elements(Backend& be, const void* src, DType from, void* dst, DType to, size_t n, float* f32_tmp) {
     if (from == to) {
-        if (src != dst) std::memcpy(dst, src, n * dtype_size(from));
+        if (src == dst) return;
+        if (be.host_memory()) {
+            std::memcpy(dst, src, n * dtype_size(from));
+        } else {
+            ZT_REQUIRE(from == DType::kF32, "device copy of ", dtype_name(from), " elements");
+            be.copy(static_cast<float*>(dst), static_cast<const float*>(src), n);
+        }
         return;
     }
+    ZT_REQUIRE(be.host_memory(), "dtype conversion on device memory (backend ", be.name(), ")");
     if (from == DType::kF32) {
         convert_from_f32(static_cast<const float*>(src), dst, n, to);
     } else if (to == DType::kF32) {
@@ -49,6 +58,11 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
       m_reduce(reduce),
       m_shards(make_unit_shards(layout.unit_numel, comm.size())) {
     ZT_REQUIRE(zero_stage >= 0 && zero_stage <= 3, "zero stage ", zero_stage);
+    // Device memory: the 16-bit conversions (convert_*_f32, accumulate_into, has_non_finite)
+    // are host code, so a device backend runs fp32 only for now (the trainer refuses earlier).
+    ZT_REQUIRE(backend.host_memory() || (work == DType::kF32 && reduce == DType::kF32),
+               "backend ", backend.name(), " supports precision fp32 only; got ", dtype_name(work), "/",
+               dtype_name(reduce));
     auto alloc_bytes = [&](size_t bytes) {
         void* p = backend.alloc_floats((bytes + sizeof(float) - 1) / sizeof(float));
         m_allocations.push_back(p);
@@ -81,15 +95,26 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
             off += m_shards[static_cast<size_t>(u)].padded_numel;
         }
     }
-    std::vector<float> init_tmp;  // only when the parameters are not a full fp32 buffer
+    // Initial values computed on the host go to the parameters: converted in place on the
+    // CPU, copied to the device (fp32 only, see above) on a device backend.
+    auto store_init = [&](void* dst, const float* init, size_t n) {
+        if (backend.host_memory()) {
+            convert_from_f32(init, dst, n, m_work);
+        } else {
+            backend.to_device(dst, init, n * sizeof(float));
+        }
+    };
+    // Host fp32 parameters: init_unit writes straight into them (no temporary).
+    const bool init_in_place = m_stage <= 2 && m_work == DType::kF32 && backend.host_memory();
+    std::vector<float> init_tmp;  // only when the parameters are not a full fp32 host buffer
     for (int u = 0; u < U; ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
         const size_t b = m_stage == 0 ? 0 : s.begin(m_rank);
         const size_t state_n = m_stage == 0 ? s.padded_numel : s.shard_numel;
         // The initial values, fp32, whole unit (padding zero): straight into the parameters
-        // when they are a full fp32 buffer, else through a temporary.
+        // when they are a full fp32 host buffer, else through a temporary.
         float* init = nullptr;
-        if (m_stage <= 2 && m_work == DType::kF32) {
+        if (init_in_place) {
             init = static_cast<float*>(alloc_bytes(s.padded_numel * sizeof(float)));
             m_params.push_back(init);
         } else {
@@ -97,15 +122,15 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
             init = init_tmp.data();
         }
         init_unit(layout, u, seed, init);
-        if (m_stage <= 2 && m_work == DType::kF32) {
+        if (init_in_place) {
             // already in place
         } else if (m_stage <= 2) {
             void* p = alloc_bytes(s.padded_numel * esize());
-            convert_from_f32(init, p, s.padded_numel, m_work);
+            store_init(p, init, s.padded_numel);
             m_params.push_back(p);
         } else {
             void* p = alloc_bytes(s.shard_numel * esize());
-            convert_from_f32(init + s.begin(m_rank), p, s.shard_numel, m_work);
+            store_init(p, init + s.begin(m_rank), s.shard_numel);
             m_params.push_back(p);
         }
         if (m_work != DType::kF32) {
@@ -289,9 +314,9 @@ void ModelState::start_bucket(const GradBucket& b) {
     for (int u = b.first_unit; u >= b.last_unit; --u) {
         const size_t n = m_shards[static_cast<size_t>(u)].padded_numel;
         void* p = at(span, off, m_work);
-        convert_elements(p, m_work, m_reduce_tmp, m_reduce, n, m_f32_tmp);
+        convert_elements(m_backend, p, m_work, m_reduce_tmp, m_reduce, n, m_f32_tmp);
         m_comm.all_reduce(m_reduce_tmp, n, ReduceOp::kSum, m_reduce);
-        convert_elements(m_reduce_tmp, m_reduce, p, m_work, n, m_f32_tmp);
+        convert_elements(m_backend, m_reduce_tmp, m_reduce, p, m_work, n, m_f32_tmp);
         off += n;
     }
 }
@@ -304,11 +329,11 @@ void ModelState::reduce_unit_grads(int unit) {
         // Own slice of the full buffer receives the reduced values; the rest is stale.
         const void* src = m_grads[i];
         if (m_reduce != m_work) {
-            convert_elements(src, m_work, m_reduce_tmp, m_reduce, s.padded_numel, m_f32_tmp);
+            convert_elements(m_backend, src, m_work, m_reduce_tmp, m_reduce, s.padded_numel, m_f32_tmp);
             src = m_reduce_tmp;
         }
         m_comm.reduce_scatter(src, m_shard_tmp, s.shard_numel, ReduceOp::kSum, m_reduce);
-        convert_elements(m_shard_tmp, m_reduce, at(m_grads[i], b, m_work), m_work, s.shard_numel, m_f32_tmp);
+        convert_elements(m_backend, m_shard_tmp, m_reduce, at(m_grads[i], b, m_work), m_work, s.shard_numel, m_f32_tmp);
         return;
     }
     auto it = m_grad_scratch.find(unit);
@@ -324,14 +349,14 @@ void ModelState::reduce_unit_grads(int unit) {
     } else {
         m_comm.reduce_scatter(src, m_shard_tmp, s.shard_numel, ReduceOp::kSum, m_reduce);
         if (m_first_micro) {
-            convert_elements(m_shard_tmp, m_reduce, m_grads[i], m_work, s.shard_numel, m_f32_tmp);
+            convert_elements(m_backend, m_shard_tmp, m_reduce, m_grads[i], m_work, s.shard_numel, m_f32_tmp);
         } else if (m_reduce == DType::kF32 && m_work == DType::kF32) {
             float* g = static_cast<float*>(m_grads[i]);
             m_backend.residual_forward(g, g, static_cast<const float*>(m_shard_tmp), s.shard_numel);
         } else {
             // The full-size fp32 scratch is free again (the reduce-scatter consumed it).
             float* sum = static_cast<float*>(it->second);
-            convert_elements(m_shard_tmp, m_reduce, sum, DType::kF32, s.shard_numel, m_f32_tmp);
+            convert_elements(m_backend, m_shard_tmp, m_reduce, sum, DType::kF32, s.shard_numel, m_f32_tmp);
             accumulate_into(m_grads[i], sum, s.shard_numel, m_work);
         }
     }
@@ -356,7 +381,11 @@ void ModelState::zero_grads() {
         // One memset on the calling thread, deliberately: an A/B against the backend's
         // two-thread zero() on the shared dev box (bench/cpu_notes.md) was 2-5x slower there,
         // because a parallel region waits for a thread whose core another job has taken.
-        std::memset(m_grads[static_cast<size_t>(u)], 0, n * esize());
+        if (m_backend.host_memory()) {
+            std::memset(m_grads[static_cast<size_t>(u)], 0, n * esize());
+        } else {
+            m_backend.zero(static_cast<float*>(m_grads[static_cast<size_t>(u)]), n);  // fp32 only on a device
+        }
     }
 }
 
@@ -416,7 +445,12 @@ bool ModelState::grads_non_finite() {
     for (int u = 0; u < m_layout.num_units() && bad == 0.0; ++u) {
         const size_t b = owned_begin(u);
         const size_t e = owned_end(u);
-        if (e > b && has_non_finite(grad_ptr(u, b), e - b, m_work)) bad = 1.0;
+        if (e <= b) continue;
+        if (m_backend.host_memory()) {
+            if (has_non_finite(grad_ptr(u, b), e - b, m_work)) bad = 1.0;
+        } else if (!std::isfinite(m_backend.sum_squares(static_cast<const float*>(grad_ptr(u, b)), e - b))) {
+            bad = 1.0;  // fp32 on a device: finite sum of squares <=> every element finite
+        }
     }
     m_comm.all_reduce_scalars(&bad, 1, ReduceOp::kMax);
     return bad != 0.0;
@@ -509,13 +543,29 @@ void ModelState::gather_unit_params(int unit, float* out) {
     const UnitShard& s = m_shards[static_cast<size_t>(unit)];
     const float* master = master_base(unit);
     if (m_stage == 0 || (m_work == DType::kF32 && m_stage <= 2)) {
-        std::memcpy(out, master, s.numel * sizeof(float));
+        m_backend.to_host(out, master, s.numel * sizeof(float));
         return;
     }
-    // The master lives in shards: gather them (every rank calls this).
-    std::vector<float> full(s.padded_numel);
-    m_comm.all_gather(master + s.begin(m_rank), full.data(), s.shard_numel);
-    std::memcpy(out, full.data(), s.numel * sizeof(float));
+    // The master lives in shards: gather them (every rank calls this). On a device backend
+    // into device scratch, which is what a device communicator writes.
+    if (m_backend.host_memory()) {
+        std::vector<float> full(s.padded_numel);
+        m_comm.all_gather(master + s.begin(m_rank), full.data(), s.shard_numel);
+        std::memcpy(out, full.data(), s.numel * sizeof(float));
+        return;
+    }
+    void* full = pool_take(s.padded_numel * sizeof(float));
+    m_comm.all_gather(master + s.begin(m_rank), full, s.shard_numel);
+    m_backend.to_host(out, full, s.numel * sizeof(float));
+    pool_give(full, s.padded_numel * sizeof(float));
+}
+
+void ModelState::copy_to_host(float* host, const float* src, size_t n) {
+    m_backend.to_host(host, src, n * sizeof(float));
+}
+
+void ModelState::copy_from_host(float* dst, const float* host, size_t n) {
+    m_backend.to_device(dst, host, n * sizeof(float));
 }
 
 std::vector<float> ModelState::owned_optimizer_state() {
@@ -526,9 +576,15 @@ std::vector<float> ModelState::owned_optimizer_state() {
         const size_t e = owned_end(u);
         const size_t shift = m_stage == 0 ? 0 : m_shards[i].begin(m_rank);
         const float* p = master_base(u);
-        out.insert(out.end(), p + b, p + e);
-        out.insert(out.end(), m_adam_m[i] + (b - shift), m_adam_m[i] + (e - shift));
-        out.insert(out.end(), m_adam_v[i] + (b - shift), m_adam_v[i] + (e - shift));
+        // Through the backend: the buffers may be device memory.
+        auto append = [&](const float* src) {
+            const size_t at_end = out.size();
+            out.resize(at_end + (e - b));
+            copy_to_host(out.data() + at_end, src, e - b);
+        };
+        append(p + b);
+        append(m_adam_m[i] + (b - shift));
+        append(m_adam_v[i] + (b - shift));
     }
     return out;
 }
@@ -538,7 +594,11 @@ void ModelState::poison_owned_grad() {
         const size_t b = owned_begin(u);
         if (owned_end(u) <= b) continue;
         const float inf = std::numeric_limits<float>::infinity();
-        convert_from_f32(&inf, grad_ptr(u, b), 1, m_work);
+        if (m_backend.host_memory()) {
+            convert_from_f32(&inf, grad_ptr(u, b), 1, m_work);
+        } else {
+            m_backend.to_device(grad_ptr(u, b), &inf, sizeof(float));  // fp32 only on a device
+        }
         return;
     }
 }

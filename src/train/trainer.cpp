@@ -33,7 +33,9 @@
 #include "ztrain/backend/cuda_backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
+#include "ztrain/comm/comm_select.hpp"
 #include "ztrain/comm/communicator.hpp"
+#include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
@@ -44,7 +46,27 @@
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/metrics.hpp"
 
+#if ZT_HAVE_CUDA
+#include "ztrain/backend/cuda_info.hpp"
+#endif
+
 namespace zt {
+
+void check_cuda_training(const Config& cfg) {
+    // The 16-bit paths convert, round and accumulate on host memory (ModelState, Gpt's
+    // activation rounding); init_from writes the master weights through host pointers.
+    const std::string& dt = cfg.precision.dtype;
+    ZT_INPUT_CHECK(dt == "fp32", "precision.dtype = ", dt,
+                   ": backend = cuda trains in fp32 only for now (bf16/fp16 are not integrated "
+                   "on the GPU yet), use precision.dtype = fp32 or backend = cpu");
+    const std::string& rd = cfg.precision.reduce_dtype;
+    ZT_INPUT_CHECK(rd.empty() || rd == "fp32", "precision.reduce_dtype = ", rd,
+                   ": backend = cuda reduces gradients in fp32 only for now, leave precision.reduce_dtype "
+                   "empty or fp32, or use backend = cpu");
+    ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
+                   ": importing weights is not integrated with backend = cuda yet; start from a "
+                   "checkpoint or use backend = cpu");
+}
 
 namespace {
 
@@ -91,13 +113,14 @@ std::vector<uint32_t> generate(Gpt& model, UnitStore& store, uint32_t start_toke
     std::vector<int32_t> ctx{static_cast<int32_t>(start_token)};
     std::vector<uint32_t> out;
     std::vector<std::pair<float, int>> cand(static_cast<size_t>(V));
+    std::vector<float> row(static_cast<size_t>(Vp));  // host copy: logits may be device memory
     const int top_k = std::min(40, V);
     for (int i = 0; i < n; ++i) {
         const int T = static_cast<int>(std::min<size_t>(ctx.size(), static_cast<size_t>(mc.seq_len)));
         const int32_t* window = ctx.data() + (ctx.size() - static_cast<size_t>(T));
         model.forward(store, window, nullptr, 1, T, 0.f);
-        const float* row = model.logits() + static_cast<size_t>(T - 1) * static_cast<size_t>(Vp);
-        for (int v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {row[v], v};
+        model.logits_row_to_host(T - 1, row.data());
+        for (int v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {row[static_cast<size_t>(v)], v};
         std::partial_sort(cand.begin(), cand.begin() + top_k, cand.end(),
                           [](const auto& a, const auto& b) { return a.first > b.first; });
         double total = 0.0;
@@ -271,6 +294,18 @@ void maybe_stall(int rank, long step) {
     }
 }
 
+/// The compute backend `kind` ("cpu" or "cuda", from resolve_backend); a GPU run uses the
+/// device of this rank's local rank, the same one make_communicator picks.
+std::unique_ptr<Backend> make_backend(const std::string& kind, int threads, int local_rank) {
+#if ZT_HAVE_CUDA
+    if (kind == "cuda") return make_cuda_backend(local_device(local_rank, cuda_device_count()));
+#else
+    (void)local_rank;
+#endif
+    ZT_REQUIRE(kind == "cpu", "backend '", kind, "' is not available in this build");
+    return make_cpu_backend(threads);
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
@@ -280,9 +315,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const int rank = comm.rank();
     const int world = comm.size();
     // backend = cpu | cuda | auto: a cuda that cannot run here is bad input, before any work.
-    // Until the CUDA training path is integrated every accepted choice resolves to "cpu".
     std::string backend_note;
-    resolve_backend(cfg.backend, &backend_note);
+    const std::string backend_kind = resolve_backend(cfg.backend, &backend_note);
+    if (backend_kind == "cuda") check_cuda_training(cfg);
     if (rank == 0 && !backend_note.empty()) std::printf("ztrain: %s\n", backend_note.c_str());
     const bool root = rank == 0;
     const ModelConfig& mc = cfg.model;
@@ -318,11 +353,18 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const DType work = parse_dtype(cfg.precision.dtype, "precision.dtype");
     const DType reduce =
         cfg.precision.reduce_dtype.empty() ? work : parse_dtype(cfg.precision.reduce_dtype, "precision.reduce_dtype");
-    std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+    std::unique_ptr<Backend> backend = make_backend(backend_kind, threads, comm.local_rank());
+    // On a GPU the model state's collectives run on device buffers: NCCL, or host staging
+    // where ranks share a GPU. `comm` (MPI) keeps the host-side traffic (scalars, checkpoints).
+    // Declared after the backend, so it is destroyed before the stream it uses.
+    std::unique_ptr<Communicator> device_comm;
+    if (backend_kind == "cuda") device_comm = make_communicator("cuda", options.comm, cuda_stream(*backend));
+    Communicator& state_comm = device_comm ? *device_comm : comm;
     Gpt model(mc, *backend, B, tc.recompute);
     model.set_activation_dtype(work);
     const size_t bucket_numel = static_cast<size_t>(cfg.parallel.bucket_mb) * 1048576 / dtype_size(reduce);
-    ModelState state(model.layout(), *backend, comm, cfg.parallel.zero_stage, bucket_numel, tc.seed, work, reduce);
+    ModelState state(model.layout(), *backend, state_comm, cfg.parallel.zero_stage, bucket_numel, tc.seed, work,
+                     reduce);
     // Loss scaling exists for fp16's narrow exponent range; bf16 and fp32 run unscaled but
     // still check every step's gradients for non-finite values.
     const bool fp16 = work == DType::kF16;

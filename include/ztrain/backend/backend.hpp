@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,20 @@ class Backend {
     virtual void free(void* p) = 0;
     virtual void zero(float* p, size_t n) = 0;
     virtual void copy(float* dst, const float* src, size_t n) = 0;
+
+    /// False when the buffers this backend hands out are device memory, which host code
+    /// must reach through to_device / to_host (the CPU backend's are host memory).
+    virtual bool host_memory() const { return true; }
+    /// Zeroed memory of `bytes` bytes (any element type); freed with free().
+    virtual void* alloc_bytes(size_t bytes) { return alloc_floats((bytes + sizeof(float) - 1) / sizeof(float)); }
+    /// Host -> backend and backend -> host copies, synchronous (they return when done).
+    /// Plain memcpy for host memory, so code written against them costs the CPU nothing new.
+    virtual void to_device(void* dst, const void* host_src, size_t bytes) {
+        if (bytes > 0) std::memcpy(dst, host_src, bytes);
+    }
+    virtual void to_host(void* host_dst, const void* src, size_t bytes) {
+        if (bytes > 0) std::memcpy(host_dst, src, bytes);
+    }
 
     /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
     virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,

@@ -40,11 +40,9 @@ class CudaBackend : public Backend {
     /// Blocks until all work enqueued so far is done (and reports its errors).
     virtual void synchronize() = 0;
 
-    /// Zeroed device memory of `bytes` bytes (any element type); freed with free().
-    virtual void* alloc_bytes(size_t bytes) = 0;
-    /// Host -> device and device -> host copies, synchronous (they return when done).
-    virtual void to_device(void* dst, const void* host_src, size_t bytes) = 0;
-    virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
+    /// Device memory: alloc_bytes, to_device and to_host (declared in Backend) are the
+    /// device allocation and the synchronous host <-> device copies here.
+    bool host_memory() const override { return false; }
 
     /// out (N, OC) = [gelu](inp (N, C) @ weight (OC, C)^T + bias) in options.dtype, with
     /// fp32 accumulation (cuBLASLt). fp32 here is true fp32 (no TF32).
@@ -72,8 +70,9 @@ void* cuda_stream(Backend& b);
 
 /// Turns the `backend` config value (cpu | cuda | auto) into the backend that will run:
 /// returns "cpu" or "cuda". Throws InputError (exit 2) when `cuda` cannot be served (no
-/// CUDA in this build, no visible device, or the CUDA training path is not integrated
-/// yet). `note`, when not null, receives a line worth printing for `auto` (else empty).
+/// CUDA in this build, or no visible device); `auto` stays on the cpu for now. `note`, when
+/// not null, receives a line worth printing for `auto` (else empty). Which configurations
+/// train on cuda: check_cuda_training (ztrain/train/trainer.hpp).
 std::string resolve_backend(const std::string& requested, std::string* note);
 
 }  // namespace zt

@@ -99,7 +99,10 @@ class Gpt {
     /// Backward of the last forward (which must have had targets and dloss != 0).
     void backward(UnitStore& store);
 
+    /// Backend memory (device memory on a GPU backend; see logits_row_to_host).
     const float* logits() const { return m_logits; }
+    /// Copies logits row `row` (Vp floats, of the last forward) into host memory at out.
+    void logits_row_to_host(int row, float* out) const;
 
     /// Opt-in per-op wall times (environment ZT_PROFILE_OPS=1): milliseconds per op kind
     /// accumulated since reset_op_profile(). Off, each op costs one predictable branch.
@@ -113,7 +116,8 @@ class Gpt {
     double op_ms(int op) const { return m_op_ms[op]; }
     /// Activations and activation gradients are rounded to `t` after every op (bf16/fp16
     /// storage on the CPU backend, which computes in fp32). Default fp32: no rounding.
-    void set_activation_dtype(DType t) { m_act = t; }
+    /// The rounding runs on host memory: a device backend supports fp32 only (for now).
+    void set_activation_dtype(DType t);
     /// Bytes of activation (and activation-gradient) memory allocated.
     size_t activation_bytes() const { return m_activation_floats * sizeof(float); }
 
@@ -166,7 +170,12 @@ class Gpt {
     float* m_dfch = nullptr;       // (B, T, 4C)
     float* m_dfch_gelu = nullptr;  // (B, T, 4C)
     float* m_att_scratch = nullptr;
-    const int32_t* m_inputs = nullptr;
+    const int32_t* m_inputs = nullptr;     // as the backend reads them (device copy on a GPU)
+    // Device backends only: tokens and targets staged from the caller's host arrays, and the
+    // per-row losses read back for the mean. Null / empty on the CPU, which reads in place.
+    int32_t* m_tokens_dev = nullptr;   // (B, T)
+    int32_t* m_targets_dev = nullptr;  // (B, T)
+    std::vector<float> m_losses_host;
     const float* m_head_weights = nullptr;  // unit 0, held from forward into backward
     bool m_have_dlogits = false;
 };

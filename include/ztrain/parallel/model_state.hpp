@@ -112,6 +112,12 @@ class ModelState : public UnitStore {
     float* master_base(int unit);
     float* adam_m_base(int unit);
     float* adam_v_base(int unit);
+    /// Whether the base pointers above are host memory. When not (a device backend), host
+    /// code reads and writes them only through copy_to_host / copy_from_host.
+    bool host_memory() const { return m_backend.host_memory(); }
+    /// n floats from this state's memory (e.g. master_base(u) + b) to host memory, and back.
+    void copy_to_host(float* host, const float* src, size_t n);
+    void copy_from_host(float* dst, const float* host, size_t n);
     /// After master weights were overwritten (checkpoint load): recompute the working copy
     /// from them and re-assemble full parameters where the stage keeps them. Collective.
     void sync_working_from_master();

@@ -36,6 +36,11 @@ struct TrainOptions {
     std::function<void(long step, ModelState& state, bool skipped)> after_step;
 };
 
+/// backend = cuda trains what is integrated on device memory: fp32 (precision.dtype and
+/// reduce_dtype), every ZeRO stage, checkpoints staged through the host. Throws InputError
+/// naming the key for the rest (16-bit precision, model.init_from). Pure: no GPU needed.
+void check_cuda_training(const Config& cfg);
+
 /// Runs the whole job described by `cfg` (MPI must be initialized). Throws InputError for
 /// bad input found before work starts, Error for failures.
 TrainSummary train(const Config& cfg, const TrainOptions& options = TrainOptions{});
