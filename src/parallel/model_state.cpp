@@ -58,13 +58,13 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
       m_reduce(reduce),
       m_shards(make_unit_shards(layout.unit_numel, comm.size())) {
     ZT_REQUIRE(zero_stage >= 0 && zero_stage <= 3, "zero stage ", zero_stage);
-    // Device memory: the 16-bit conversions (convert_*_f32, accumulate_into, has_non_finite)
+    // Device memory: the 16-bit conversions (convert_*_f32, accumulate_into)
     // are host code, so a device backend runs fp32 only for now (the trainer refuses earlier).
     ZT_REQUIRE(backend.host_memory() || (work == DType::kF32 && reduce == DType::kF32),
                "backend ", backend.name(), " supports precision fp32 only; got ", dtype_name(work), "/",
                dtype_name(reduce));
     auto alloc_bytes = [&](size_t bytes) {
-        void* p = backend.alloc_floats((bytes + sizeof(float) - 1) / sizeof(float));
+        void* p = backend.alloc_bytes(bytes);
         m_allocations.push_back(p);
         return p;
     };
@@ -168,7 +168,7 @@ void* ModelState::pool_take(size_t bytes) {
         m_pool.erase(it);
         return p;
     }
-    return m_backend.alloc_floats((bytes + sizeof(float) - 1) / sizeof(float));
+    return m_backend.alloc_bytes(bytes);
 }
 
 void ModelState::pool_give(void* p, size_t bytes) { m_pool.emplace(bytes, p); }
@@ -378,9 +378,8 @@ void ModelState::zero_grads() {
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
         const size_t n = m_stage <= 1 ? s.padded_numel : s.shard_numel;
-        // One memset on the calling thread, deliberately: an A/B against the backend's
-        // two-thread zero() on the shared dev box (bench/cpu_notes.md) was 2-5x slower there,
-        // because a parallel region waits for a thread whose core another job has taken.
+        // Bytes of any working dtype on the host (backend zero() counts floats); device
+        // memory holds fp32 only (see the constructor).
         if (m_backend.host_memory()) {
             std::memset(m_grads[static_cast<size_t>(u)], 0, n * esize());
         } else {
@@ -438,22 +437,6 @@ double ModelState::grad_sum_squares_if_finite() {
     if (bad != 0.0) return std::numeric_limits<double>::quiet_NaN();
     if (m_stage >= 1) m_comm.all_reduce_scalars(&s, 1);
     return s;
-}
-
-bool ModelState::grads_non_finite() {
-    double bad = 0.0;
-    for (int u = 0; u < m_layout.num_units() && bad == 0.0; ++u) {
-        const size_t b = owned_begin(u);
-        const size_t e = owned_end(u);
-        if (e <= b) continue;
-        if (m_backend.host_memory()) {
-            if (has_non_finite(grad_ptr(u, b), e - b, m_work)) bad = 1.0;
-        } else if (!std::isfinite(m_backend.sum_squares(static_cast<const float*>(grad_ptr(u, b)), e - b))) {
-            bad = 1.0;  // fp32 on a device: finite sum of squares <=> every element finite
-        }
-    }
-    m_comm.all_reduce_scalars(&bad, 1, ReduceOp::kMax);
-    return bad != 0.0;
 }
 
 void ModelState::optimizer_step(const AdamWStep& step) {

@@ -80,12 +80,9 @@ class ModelState : public UnitStore {
     void finish_grad_sync();
     /// Global sum of squared gradients (over all ranks' owned elements).
     double grad_sum_squares();
-    /// True on every rank when any rank's owned gradients hold inf or NaN (agreed with an
-    /// all-reduce MAX, so every rank takes the same decision).
-    bool grads_non_finite();
-    /// Both of the above in one pass over the gradients: returns the global sum of squares,
-    /// or NaN when any rank's owned gradients hold inf or NaN (agreed like grads_non_finite,
-    /// with the same collectives as calling the two in turn).
+    /// The global sum of squares and the overflow check in one pass over the gradients:
+    /// returns NaN on every rank when any rank's owned gradients hold inf or NaN (agreed with
+    /// an all-reduce MAX, so every rank takes the same decision), else the global sum.
     double grad_sum_squares_if_finite();
     /// AdamW over this rank's owned elements, then re-assembles full parameters where the
     /// stage keeps them. `step.grad_scale` multiplies the gradients.
