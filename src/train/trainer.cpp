@@ -27,6 +27,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <map>
 #include <thread>
 
 #include "ztrain/backend/backend.hpp"
@@ -555,6 +556,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         current_step = step;
         const auto t0 = Clock::now();
         comm.reset_stats();
+        if (device_comm) device_comm->reset_stats();
         // Per-phase wall times of this step (metrics fields *_ms): where a step's time goes.
         PhaseTimes ph;
         model.reset_op_profile();
@@ -647,7 +649,13 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             rec["loss_scale"] = scale;
             rec["skipped"] = skipped;
             nlohmann::ordered_json cb = nlohmann::ordered_json::object();
-            for (const auto& [kind, entry] : comm.stats().by_kind) cb[collective_name(kind)] = entry.bytes;
+            // On a GPU the model state's collectives go through device_comm: count both.
+            std::map<CollectiveKind, uint64_t> sent;
+            for (const Communicator* c : {&comm, device_comm.get()}) {
+                if (c == nullptr) continue;
+                for (const auto& [kind, entry] : c->stats().by_kind) sent[kind] += entry.bytes;
+            }
+            for (const auto& [kind, bytes] : sent) cb[collective_name(kind)] = bytes;
             rec["comm_bytes"] = cb;
             rec["zero_ms"] = ph.zero * 1e3;
             rec["fwd_ms"] = ph.fwd * 1e3;
