@@ -2,6 +2,7 @@
 // element; damaged, truncated, mismatched or misdirected checkpoints are refused with a
 // message naming the file.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <cstring>
 #include <filesystem>
@@ -108,6 +109,62 @@ TEST(Checkpoint, KeepsOnlyTheNewestAndLatestIsAtomic) {
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000006", "step_00000008"}));
     EXPECT_EQ(test::read_file(f.ckpt() + "/latest"), "step_00000008\n");
+}
+
+// What the README and checkpoint.hpp state about the files: shard datasets are contiguous
+// (no filter) with a hash64 attribute of their bytes; meta_json is chunked with Fletcher32;
+// CHECKSUM holds meta.h5's whole-file hash64; meta_json lists each shard's size and hash64.
+TEST(Checkpoint, FilesCarryTheDocumentedChecksums) {
+    Fixture f;
+    ModelState a(f.layout, *f.backend, 1);
+    scribble(a, 2.f);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    const std::string shard = dir + "/shard_00000_of_00001.h5";
+    const hid_t file = H5Fopen(shard.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    for (int u = 0; u < f.layout.num_units(); ++u) {
+        char group[32];
+        std::snprintf(group, sizeof group, "unit_%05d", u);
+        for (const char* which : {"master", "adam_m", "adam_v"}) {
+            const std::string name = std::string(group) + "/" + which;
+            const hid_t ds = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+            ASSERT_GE(ds, 0) << name;
+            const hid_t dcpl = H5Dget_create_plist(ds);
+            EXPECT_EQ(H5Pget_layout(dcpl), H5D_CONTIGUOUS) << name;
+            EXPECT_EQ(H5Pget_nfilters(dcpl), 0) << name;
+            H5Pclose(dcpl);
+            std::vector<float> v(f.layout.unit_numel[static_cast<size_t>(u)]);
+            EXPECT_GE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+            uint64_t h = 0;
+            const hid_t attr = H5Aopen(ds, "hash64", H5P_DEFAULT);
+            ASSERT_GE(attr, 0) << name;
+            H5Aread(attr, H5T_NATIVE_UINT64, &h);
+            H5Aclose(attr);
+            EXPECT_EQ(h, hash64(v.data(), v.size() * sizeof(float))) << name;
+            H5Dclose(ds);
+        }
+    }
+    H5Fclose(file);
+    const std::string meta_file = dir + "/meta.h5";
+    const hid_t mf = H5Fopen(meta_file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(mf, 0);
+    const hid_t ds = H5Dopen2(mf, "meta_json", H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    const hid_t dcpl = H5Dget_create_plist(ds);
+    EXPECT_EQ(H5Pget_layout(dcpl), H5D_CHUNKED);
+    unsigned flags = 0;
+    EXPECT_GE(H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, nullptr, nullptr, 0, nullptr, nullptr), 0);
+    H5Pclose(dcpl);
+    H5Dclose(ds);
+    H5Fclose(mf);
+    char line[64];
+    std::snprintf(line, sizeof line, "hash64 %016llx meta.h5\n", static_cast<unsigned long long>(file_hash64(meta_file)));
+    EXPECT_EQ(test::read_file(dir + "/CHECKSUM"), line);
+    const nlohmann::json meta = read_checkpoint_meta(dir);
+    ASSERT_EQ(meta["shards"].size(), 1u);
+    EXPECT_EQ(meta["shards"][0]["file"], "shard_00000_of_00001.h5");
+    EXPECT_EQ(meta["shards"][0]["bytes"].get<uint64_t>(), fs::file_size(shard));
+    EXPECT_EQ(meta["shards"][0]["hash64"].get<uint64_t>(), file_hash64(shard));
 }
 
 template <typename F>

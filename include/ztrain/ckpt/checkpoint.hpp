@@ -17,9 +17,10 @@
 // Checksums: meta_json lists every shard file with its size and hash64 (below) of its bytes,
 // checked before a shard is used, so damage anywhere in a shard file (data or HDF5
 // structure) is caught; each shard dataset also carries its own hash64 attribute. meta.h5
-// is covered by CHECKSUM as a whole, and its meta_json dataset by HDF5's Fletcher32 filter
-// and a byte-wise FNV-1a attribute. Shard datasets are contiguous (no chunk copies, no
-// filter), so a save costs little more than the raw write of the bytes.
+// is covered by CHECKSUM as a whole, and its meta_json dataset (chunked) by HDF5's
+// Fletcher32 filter; meta.h5 carries no attribute (none is opened on load). Shard datasets
+// are contiguous (no chunk copies, no filter), so a save costs little more than the raw
+// write of the bytes.
 //
 // A checkpoint is complete or absent: every file goes to step_N.partial/, each rank fsyncs
 // its file, rank 0 writes meta.h5 (with the other files' hashes) after a barrier, renames
@@ -70,7 +71,7 @@ void agree_across_ranks(Communicator& comm, const std::function<void()>& body);
 /// Complete checkpoints (step_* directories, no *.partial) in ckpt_dir, newest first.
 std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
 
-/// Writes DIR/CHECKSUM: the FNV-1a 64 hash of meta.h5, checked before meta.h5 is parsed.
+/// Writes DIR/CHECKSUM: the hash64 of meta.h5, checked before meta.h5 is parsed.
 void write_checksum_file(const std::string& dir, const std::string& meta_file);
 
 /// The checkpoint hash: FNV-1a 64 over 64-bit little-endian words, then the tail bytes.
