@@ -2,16 +2,21 @@
 // - Bit-exact resume: 20 steps uninterrupted vs 10 steps + resume for 10, same world size,
 //   fp32, each ZeRO stage: every step record of metrics.jsonl (timing fields aside) and the
 //   final parameters are identical.
+// - A stop signal raised on rank 1 only stops every rank after the same step, with one
+//   complete checkpoint, and the resume continues the curve bit for bit.
 // - Resharding: a checkpoint written at N ranks / stage s continues at M ranks / stage t
 //   (N=2 s3 -> M=1 s0, N=2 -> M=4, N=4 -> M=3, plus stage changes); the loss after resume
 //   matches the uninterrupted run at the original N to 1e-6 relative. Cases that need more
 //   ranks than the job has are skipped (the np=4 job runs them all).
+// - The fp16 loss scale on resume: continued from an fp16 dynamic checkpoint only.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <csignal>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,6 +24,7 @@
 
 #include "mpi_training.hpp"
 #include "test_support.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -106,6 +112,52 @@ TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
 INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume, ::testing::Values(0, 1, 2, 3),
                          [](const auto& info) { return "stage" + std::to_string(info.param); });
 
+// Preemption seen by one rank only (a signal delivered to rank 1's process, e.g. Ctrl-C or
+// a node-local SIGTERM): the ranks agree on it at the step boundary, so every rank stops
+// after the same step with one complete checkpoint, exits normally, and the resumed run
+// reproduces the uninterrupted one.
+TEST(SignalOnOneRank, EveryRankStopsAtTheSameStepAndResumeContinuesTheCurve) {
+    test::SharedDir dir("signal1");
+    if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const int stage = 2;
+    const TrainSummary whole = train(resume_config(dir, "whole", stage));
+    TrainOptions only_rank1;
+    only_rank1.after_step = [](long step, ModelState&, bool) {
+        if (step == 7 && test::world_rank() == 1) std::raise(SIGINT);
+    };
+    const TrainSummary first = train(resume_config(dir, "split", stage), only_rank1);
+    EXPECT_TRUE(first.stopped_by_signal) << "rank " << test::world_rank();
+    EXPECT_EQ(first.losses.size(), 7u) << "rank " << test::world_rank() << " did not stop after step 7";
+    int steps[2] = {static_cast<int>(first.losses.size()), -static_cast<int>(first.losses.size())};
+    MPI_Allreduce(MPI_IN_PLACE, steps, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(steps[0], -steps[1]) << "ranks stopped after different steps";
+    if (test::world_rank() == 0) {
+        std::vector<std::string> names;
+        for (const auto& e : std::filesystem::directory_iterator(dir.file("split/checkpoints"))) {
+            names.push_back(e.path().filename().string());
+        }
+        std::sort(names.begin(), names.end());
+        EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000007"}));
+        EXPECT_EQ(test::read_file(dir.file("split/checkpoints/latest")), "step_00000007\n");
+        const nlohmann::json meta = read_checkpoint_meta(dir.file("split/checkpoints/step_00000007"));
+        EXPECT_EQ(meta["step"], 7);
+        EXPECT_EQ(meta["shards"].size(), static_cast<size_t>(test::world_size()));
+    }
+    const TrainSummary rest = train(resume_config(dir, "split", stage));
+    ASSERT_EQ(rest.losses.size(), 13u) << "the resumed run should train steps 8..20 only";
+    for (size_t i = 0; i < rest.losses.size(); ++i) {
+        EXPECT_EQ(rest.losses[i], whole.losses[7 + i]) << "step " << 8 + i;
+    }
+    if (test::world_rank() == 0) {
+        const auto a = step_records(dir.file("whole/metrics.jsonl"));
+        const auto b = step_records(dir.file("split/metrics.jsonl"));
+        ASSERT_EQ(a.size(), 20u);
+        ASSERT_EQ(b.size(), 20u);
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "metrics line " << i + 1;
+    }
+}
+
 struct Reshard {
     int from_n, from_stage, to_n, to_stage;
 };
@@ -170,6 +222,52 @@ INSTANTIATE_TEST_SUITE_P(Cases, Resharding,
                              return "n" + std::to_string(r.from_n) + "s" + std::to_string(r.from_stage) + "_to_n" +
                                     std::to_string(r.to_n) + "s" + std::to_string(r.to_stage);
                          });
+
+// The fp16 loss scaler continues from a checkpoint only when that checkpoint was written in
+// fp16 with the same scaling mode: a bf16/fp32 checkpoint saved scale 1 (restored, dynamic
+// fp16 would start at its floor), and a static scale is the deck's, never the checkpoint's.
+TEST(ResumeLossScale, ComesFromTheCheckpointOnlyForTheSameFp16Mode) {
+    const bool root = test::world_rank() == 0;
+    test::SharedDir dir("resume_scale");
+    if (root) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto config = [&](const std::string& run, const std::string& dtype, const std::string& loss_scale, int steps) {
+        Config c = resume_config(dir, run, 1);
+        c.train.max_steps = steps;
+        c.precision.dtype = dtype;
+        c.precision.loss_scale = loss_scale;
+        return c;
+    };
+    // fp32 -> dynamic fp16: init_scale, and a note that says why.
+    train(config("from_fp32", "fp32", "dynamic", 3));
+    if (root) ::testing::internal::CaptureStdout();
+    const TrainSummary from_fp32 = train(config("from_fp32", "fp16", "dynamic", 5));
+    const std::string out = root ? ::testing::internal::GetCapturedStdout() : "";
+    ASSERT_EQ(from_fp32.loss_scales.size(), 2u);
+    EXPECT_EQ(from_fp32.loss_scales[0], 65536.0) << "fp16 after an fp32 checkpoint must start at init_scale";
+    if (root) {
+        EXPECT_NE(out.find("ztrain: the checkpoint was written in fp32: the fp16 loss scale starts at 65536 "
+                           "(precision.init_scale)\n"),
+                  std::string::npos)
+            << out;
+    }
+    // bf16 -> static fp16: the deck's scale.
+    train(config("from_bf16", "bf16", "dynamic", 3));
+    const TrainSummary from_bf16 = train(config("from_bf16", "fp16", "512", 5));
+    for (double scale : from_bf16.loss_scales) EXPECT_EQ(scale, 512.0) << "static scale after a bf16 checkpoint";
+    // static 1024 -> static 256: the deck's scale, not the checkpoint's.
+    train(config("static", "fp16", "1024", 3));
+    const TrainSummary restatic = train(config("static", "fp16", "256", 5));
+    for (double scale : restatic.loss_scales) EXPECT_EQ(scale, 256.0) << "the deck's static scale must win";
+    // dynamic -> dynamic: the checkpoint's scale continues (4096, not the deck's init_scale).
+    Config first = config("dynamic", "fp16", "dynamic", 3);
+    first.precision.init_scale = 4096;
+    first.precision.min_scale = 1;
+    train(first);
+    const TrainSummary redynamic = train(config("dynamic", "fp16", "dynamic", 5));
+    ASSERT_EQ(redynamic.loss_scales.size(), 2u);
+    EXPECT_EQ(redynamic.loss_scales[0], 4096.0) << "dynamic fp16 must continue from an fp16 dynamic checkpoint";
+}
 
 }  // namespace
 }  // namespace zt
