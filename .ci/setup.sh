@@ -15,6 +15,7 @@ packages=(
   fortunes fortunes-min          # the demo corpus (English text)
   slurm-wlm munge                # tests/slurm: a private one-node Slurm cluster
   python3 python3-numpy python3-h5py python3-matplotlib   # postproc/
+  time                           # /usr/bin/time -v: peak RSS (tests/cli/test_consolidate.sh, bench/)
 )
 
 missing=()

@@ -3,7 +3,8 @@
 # .h5 files (exit codes, messages, an independent Python check of the safetensors layout when
 # numpy is at hand), `--info` describes it, and ztrain starts from the exported weights
 # (model.init_from) on 1 rank and, when mpiexec exists, on 2 ranks at ZeRO stage 3.
-# Peak RSS of zt-consolidate is printed (informational). No mpirun is needed for the tool.
+# Peak RSS of zt-consolidate is checked against its baseline plus a few copies of the largest
+# tensor, on a model many times larger (needs /usr/bin/time). No mpirun is needed for the tool.
 # Usage: test_consolidate.sh BIN_DIR SOURCE_DIR
 set -u
 BIN=$1
@@ -33,12 +34,37 @@ expect 0 "wrote .*x\.safetensors" "$BIN/zt-consolidate" "$ckpt" --output "$work/
 expect 0 "wrote .*x\.h5 \(bf16" "$BIN/zt-consolidate" "$ckpt" --output "$work/x.h5" --dtype bf16
 expect 0 "wrote .*f32\.h5" "$BIN/zt-consolidate" "$ckpt" --output "$work/f32.h5" --with-optimizer
 
-# Peak memory (informational): the tool streams one tensor at a time.
+# Peak memory: the tool streams one tensor at a time, so its peak RSS stays within its
+# baseline (the same process describing the checkpoint with --info) plus a few copies of the
+# largest tensor, far below the model. The checkpoint here holds 24 layers of width 256:
+# 19M parameters (75 MiB of fp32 weights, 225 MiB of state), the largest tensor 1 MiB.
+# Measured: baseline ~16 MiB, +4 MiB for the weights, +9 MiB with the optimizer state (three
+# arrays per tensor); the limits are 6 and 12 largest tensors, a tenth and a sixth of the
+# weights. Holding the whole model (or even a block of 12 tensors) at once would exceed them.
 if [ -x /usr/bin/time ]; then
-  /usr/bin/time -v "$BIN/zt-consolidate" "$ckpt" --output "$work/rss.safetensors" > /dev/null 2> "$work/time.txt"
-  rss=$(grep "Maximum resident set size" "$work/time.txt" | awk '{print $NF}')
-  params=$(stat -c %s "$work/rss.safetensors")
-  echo "info: zt-consolidate peak RSS ${rss} KiB for a ${params}-byte fp32 model file"
+  big="$work/big"
+  "$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$big" --train.threads=1 --train.max_steps=1 \
+    --model.n_layer=24 --model.n_embd=256 --model.n_head=4 --model.seq_len=8 --train.micro_batch=1 \
+    --train.grad_accum=1 --train.eval_every=0 --train.sample_tokens=0 > "$work/big.log" 2>&1 ||
+    { echo "FAIL: training the 24-layer model"; tail -3 "$work/big.log"; failures=$((failures + 1)); }
+  peak_kib() { /usr/bin/time -v "$@" > /dev/null 2> "$work/time.txt" || return 1
+    grep "Maximum resident set size" "$work/time.txt" | awk '{print $NF}'; }
+  base=$(peak_kib "$BIN/zt-consolidate" "$big/checkpoints" --info)
+  rss_st=$(peak_kib "$BIN/zt-consolidate" "$big/checkpoints" --output "$work/big.safetensors")
+  rss_h5=$(peak_kib "$BIN/zt-consolidate" "$big/checkpoints" --output "$work/big.h5" --with-optimizer)
+  model_kib=$(( $(stat -c %s "$work/big.safetensors" 2>/dev/null || echo 0) / 1024 ))
+  largest_kib=$((1024 * 256 * 4 / 1024))   # mlp.c_fc.weight: [1024, 256] fp32
+  limit=$((base + 6 * largest_kib))
+  limit_opt=$((base + 12 * largest_kib))
+  if [ -n "$base" ] && [ -n "$rss_st" ] && [ -n "$rss_h5" ] && [ "$model_kib" -gt $((64 * largest_kib)) ] &&
+     [ "$rss_st" -le "$limit" ] && [ "$rss_h5" -le "$limit_opt" ] && [ $((limit_opt - base)) -lt $((model_kib / 4)) ]; then
+    echo "ok: zt-consolidate peak RSS ${rss_st} KiB (.safetensors) <= baseline ${base} + 6 x ${largest_kib} KiB, ${rss_h5} KiB (.h5 + optimizer) <= baseline + 12 x; weights ${model_kib} KiB"
+  else
+    echo "FAIL: zt-consolidate peak RSS '${rss_st}' KiB (limit ${limit}), '${rss_h5}' KiB with the optimizer (limit ${limit_opt}), baseline '${base}', weights ${model_kib} KiB"
+    failures=$((failures + 1))
+  fi
+else
+  echo "FAIL: /usr/bin/time is missing (Debian package time, installed by .ci/setup.sh)"; failures=$((failures + 1))
 fi
 
 # Independent check of the safetensors layout (numpy only; no safetensors package).
