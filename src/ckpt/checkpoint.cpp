@@ -628,6 +628,8 @@ TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Co
         p.scaler_clean_steps = meta["scaler"].value("clean_steps", 0);
         p.scaler_hysteresis_left = meta["scaler"].value("hysteresis_left", 1);
         p.bad_steps = meta.value("bad_steps", 0);
+        p.seed_known = meta.contains("seed");
+        p.seed = meta.value("seed", uint64_t{0});
 
         // Every owned element must be covered exactly by the saved ranges.
         std::vector<size_t> covered(static_cast<size_t>(layout.num_units()), 0);

@@ -87,6 +87,17 @@ else
   echo "FAIL: SIGINT run: exit $rc"; tail -5 "$intdir.log"; failures=$((failures + 1))
 fi
 
+# Another train.seed would continue a different data order: refused, naming both values,
+# and the run directory is left as it was.
+if [ -s "$sigdir/checkpoints/latest" ]; then
+  at=$((10#$(sed 's/step_//' "$sigdir/checkpoints/latest")))
+  before=$(cat "$sigdir/metrics.jsonl")
+  expect 2 "train.seed = 7 differs from the checkpoint's train.seed = 1337" "$BIN/ztrain" --config "$deck" \
+    "${data[@]}" --run.dir="$sigdir" --train.threads=1 --train.max_steps=$((at + 5)) --train.seed=7
+  [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the refused resume left metrics.jsonl alone" ||
+    { echo "FAIL: the refused resume changed metrics.jsonl"; failures=$((failures + 1)); }
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

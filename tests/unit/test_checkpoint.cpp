@@ -68,10 +68,12 @@ TrainProgress sample_progress() {
 TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
     Fixture f;
     for (DType t : {DType::kF32, DType::kBF16}) {
-        ModelState a(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 1, t, t);
+        const int stage = t == DType::kF32 ? 0 : 2;
+        const uint64_t seed = t == DType::kF32 ? 424242 : 17;
+        ModelState a(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 1, t, t);
         scribble(a, 3.f);
         const std::string dir =
-            save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "[model]\n", dtype_name(t), 1, 2);
+            save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "[model]\n", dtype_name(t), seed, 2);
         EXPECT_EQ(fs::path(dir).filename(), "step_00000007");
         EXPECT_EQ(resolve_resume("auto", f.ckpt()), dir);
         ModelState b(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 99, t, t);
@@ -85,6 +87,8 @@ TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
         EXPECT_EQ(p.scaler_clean_steps, want.scaler_clean_steps);
         EXPECT_EQ(p.scaler_hysteresis_left, want.scaler_hysteresis_left);
         EXPECT_EQ(p.bad_steps, want.bad_steps);
+        EXPECT_TRUE(p.seed_known);
+        EXPECT_EQ(p.seed, seed);
         const std::vector<float> sa = a.owned_optimizer_state();
         const std::vector<float> sb = b.owned_optimizer_state();
         ASSERT_EQ(sa.size(), sb.size());
@@ -92,9 +96,34 @@ TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
         const nlohmann::json meta = read_checkpoint_meta(dir);
         EXPECT_EQ(meta["config_ini"], "[model]\n");
         EXPECT_EQ(meta["dtype"], dtype_name(t));
-        EXPECT_EQ(meta["tensors"].size(), f.layout.params.size());
+        EXPECT_EQ(meta["world_size"], 1);
+        EXPECT_EQ(meta["zero_stage"], stage);
+        EXPECT_EQ(meta["seed"].get<uint64_t>(), seed);
+        // The manifest: every unit's size, every tensor's (name, unit, offset, shape), and the
+        // one shard's file and ranges.
+        EXPECT_EQ(meta["units"].get<std::vector<size_t>>(), f.layout.unit_numel);
+        ASSERT_EQ(meta["tensors"].size(), f.layout.params.size());
+        for (size_t i = 0; i < f.layout.params.size(); ++i) {
+            const ParamSpec& ps = f.layout.params[i];
+            const nlohmann::json& e = meta["tensors"][i];
+            EXPECT_EQ(e["name"], ps.name);
+            EXPECT_EQ(e["unit"].get<int>(), ps.unit) << ps.name;
+            EXPECT_EQ(e["offset"].get<size_t>(), ps.offset) << ps.name;
+            EXPECT_EQ(e["shape"].get<std::vector<size_t>>(), ps.shape) << ps.name;
+        }
+        ASSERT_EQ(meta["shards"].size(), 1u);
+        EXPECT_EQ(meta["shards"][0]["file"], "shard_00000_of_00001.h5");
+        EXPECT_EQ(meta["shards"][0]["rank"], 0);
+        const nlohmann::json& ranges = meta["shards"][0]["units"];
+        ASSERT_EQ(ranges.size(), f.layout.unit_numel.size());
+        for (size_t u = 0; u < ranges.size(); ++u) {
+            EXPECT_EQ(ranges[u]["unit"].get<size_t>(), u);
+            EXPECT_EQ(ranges[u]["begin"].get<size_t>(), 0u);
+            EXPECT_EQ(ranges[u]["end"].get<size_t>(), f.layout.unit_numel[u]);
+        }
     }
 }
+
 
 TEST(Checkpoint, KeepsOnlyTheNewestAndLatestIsAtomic) {
     Fixture f;

@@ -58,6 +58,10 @@ struct TrainProgress {
     int scaler_clean_steps = 0;
     int scaler_hysteresis_left = 0;
     int bad_steps = 0;
+    /// train.seed of the run that wrote the checkpoint (filled in by load_checkpoint; the
+    /// data order and sampling depend on it, so a resume must use the same one).
+    uint64_t seed = 0;
+    bool seed_known = false;  ///< false for a checkpoint that does not record its seed
 };
 
 /// "step_00000100"
