@@ -407,10 +407,25 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
         // included) is caught before it is parsed.
         write_checksum_file(partial, file);
         fsync_path(partial, true);
-        // Publish: the directory rename is atomic; `latest` moves only after it.
+        // Publish: the directory rename is atomic; `latest` moves only after it. Re-saving a
+        // step that exists swaps the two directories in one step (RENAME_EXCHANGE), so
+        // step_N is never absent while `latest` may name it; the old copy, now at
+        // step_N.partial, goes once `latest` is in place.
         std::error_code ec;
-        if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
-        fs::rename(partial, final_dir, ec);
+        std::string replaced;  // where the previous step_N ended up, if there was one
+        if (fs::exists(final_dir)) {
+            if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+                replaced = partial;
+            } else {
+                // No RENAME_EXCHANGE on this file system: move the old one aside first (a
+                // window of two renames; resume=auto falls back to the newest complete one).
+                replaced = final_dir + ".replaced";
+                fs::remove_all(replaced, ec);
+                fs::rename(final_dir, replaced, ec);
+                if (ec) throw Error(str("cannot move ", final_dir, " aside to ", replaced, ": ", ec.message()));
+            }
+        }
+        if (replaced != partial) fs::rename(partial, final_dir, ec);
         if (ec) throw Error(str("cannot rename ", partial, " to ", final_dir, ": ", ec.message()));
         fsync_path(ckpt_dir, true);
         const std::string latest = (fs::path(ckpt_dir) / "latest").string();
@@ -424,6 +439,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
         fs::rename(latest + ".tmp", latest, ec);
         if (ec) throw Error(str("cannot replace ", latest, ": ", ec.message()));
         fsync_path(ckpt_dir, true);
+        if (!replaced.empty()) fs::remove_all(replaced, ec);
         // Keep the newest `keep` complete checkpoints.
         const std::vector<std::string> steps = list_checkpoints(ckpt_dir);
         for (size_t i = static_cast<size_t>(keep); i < steps.size(); ++i) {
@@ -434,9 +450,9 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
     return final_dir;
 }
 
-std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir) {
+std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir, std::string* note) {
     if (resume == "never") return "";
-    auto from_latest = [](const std::string& dir, bool required) -> std::string {
+    auto from_latest = [note](const std::string& dir, bool required) -> std::string {
         const fs::path latest = fs::path(dir) / "latest";
         if (!fs::exists(latest)) {
             if (required) {
@@ -456,7 +472,18 @@ std::string resolve_resume(const std::string& resume, const std::string& ckpt_di
         }
         const fs::path step = fs::path(dir) / name;
         if (!fs::is_directory(step)) {
-            throw InputError(str(latest.string(), ": names '", name, "', which does not exist in ", dir));
+            // resume=auto: a crash between a save's renames, or a removed directory, leaves
+            // `latest` dangling; the newest complete checkpoint is the one to continue from.
+            const std::vector<std::string> steps = required ? std::vector<std::string>{} : list_checkpoints(dir);
+            if (steps.empty()) {
+                throw InputError(str(latest.string(), ": names '", name, "', which does not exist in ", dir,
+                                     required ? "" : ", and no other complete checkpoint is there"));
+            }
+            if (note) {
+                *note = str(latest.string(), " names '", name, "', which does not exist; resuming from the newest "
+                            "complete checkpoint, ", steps.front());
+            }
+            return steps.front();
         }
         return step.string();
     };

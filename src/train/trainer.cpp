@@ -343,7 +343,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     // checked: a rejected run leaves an existing run directory exactly as it was.
     const std::filesystem::path run_dir(cfg.run.dir);
     const std::string ckpt_dir = cfg.checkpoint.dir.empty() ? (run_dir / "checkpoints").string() : cfg.checkpoint.dir;
-    std::string resume_dir = resolve_resume(cfg.checkpoint.resume, ckpt_dir);
+    std::string resume_note;
+    std::string resume_dir = resolve_resume(cfg.checkpoint.resume, ckpt_dir, &resume_note);
+    if (root && !resume_note.empty()) std::printf("ztrain: note: %s\n", resume_note.c_str());
 
     // ---- model ----
     // Ranks on one node share its cores unless told otherwise.

@@ -87,15 +87,38 @@ else
   echo "FAIL: SIGINT run: exit $rc"; tail -5 "$intdir.log"; failures=$((failures + 1))
 fi
 
-# Another train.seed would continue a different data order: refused, naming both values,
-# and the run directory is left as it was.
+# Resume from an explicit PATH (a step directory, or a checkpoint directory's `latest`) into
+# another run directory: it loads, continues from that step and trains on.
 if [ -s "$sigdir/checkpoints/latest" ]; then
-  at=$((10#$(sed 's/step_//' "$sigdir/checkpoints/latest")))
+  step_name=$(cat "$sigdir/checkpoints/latest")
+  at=$((10#${step_name#step_}))
+  expect 0 "resumed from .*$sigdir/checkpoints/$step_name at step $at" "$BIN/ztrain" --config "$deck" "${data[@]}" \
+    --run.dir="$work/explicit" --train.threads=1 --train.max_steps=$((at + 3)) \
+    --checkpoint.resume="$sigdir/checkpoints/$step_name"
+  grep -qE '"step": ?'$((at + 3)) "$work/explicit/metrics.jsonl" 2>/dev/null &&
+    echo "ok: the run resumed from an explicit step directory trained to step $((at + 3))" ||
+    { echo "FAIL: no step $((at + 3)) in $work/explicit/metrics.jsonl"; failures=$((failures + 1)); }
+  expect 0 "resumed from .*$step_name at step $at" "$BIN/ztrain" --config "$deck" "${data[@]}" \
+    --run.dir="$work/explicit2" --train.threads=1 --train.max_steps=$((at + 1)) \
+    --checkpoint.resume="$sigdir/checkpoints"
+
+  # Another train.seed would continue a different data order: refused, naming both values,
+  # and the run directory is left as it was.
   before=$(cat "$sigdir/metrics.jsonl")
   expect 2 "train.seed = 7 differs from the checkpoint's train.seed = 1337" "$BIN/ztrain" --config "$deck" \
     "${data[@]}" --run.dir="$sigdir" --train.threads=1 --train.max_steps=$((at + 5)) --train.seed=7
   [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the refused resume left metrics.jsonl alone" ||
     { echo "FAIL: the refused resume changed metrics.jsonl"; failures=$((failures + 1)); }
+
+  # resume=auto with a `latest` that names a missing directory (a crash mid-save, a removed
+  # directory): a note, and the newest complete checkpoint continues.
+  cp -r "$sigdir" "$work/dangling"
+  echo "step_99999999" > "$work/dangling/checkpoints/latest"
+  newest=$(ls -d "$work/dangling/checkpoints"/step_* | sort | tail -1)
+  newest_at=$((10#${newest##*step_}))
+  expect 0 "note: .*names 'step_99999999', which does not exist; resuming from the newest complete checkpoint" \
+    "$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$work/dangling" --train.threads=1 \
+    --train.max_steps=$((newest_at + 1))
 fi
 
 if [ "$failures" -ne 0 ]; then

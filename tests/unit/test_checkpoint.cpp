@@ -65,6 +65,18 @@ TrainProgress sample_progress() {
     return p;
 }
 
+template <typename F>
+std::string input_error_of(F&& f) {
+    try {
+        f();
+    } catch (const InputError& e) {
+        return e.what();
+    } catch (const std::exception& e) {
+        return std::string("WRONG EXCEPTION TYPE: ") + e.what();
+    }
+    return "NO ERROR";
+}
+
 TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
     Fixture f;
     for (DType t : {DType::kF32, DType::kBF16}) {
@@ -124,6 +136,51 @@ TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
     }
 }
 
+// Re-saving an existing step replaces it in place: the new state loads, `latest` names it,
+// and no copy of the old one (step_N.partial / .replaced) is left behind.
+TEST(Checkpoint, ResavingAStepReplacesItWithoutLeftovers) {
+    Fixture f;
+    ModelState a(f.layout, *f.backend, 1);
+    scribble(a, 1.f);
+    save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    scribble(a, 5.f);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(f.ckpt())) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000007"}));
+    ModelState b(f.layout, *f.backend, 99);
+    load_checkpoint(dir, b, self_communicator());
+    const std::vector<float> sa = a.owned_optimizer_state();
+    const std::vector<float> sb = b.owned_optimizer_state();
+    ASSERT_EQ(sa.size(), sb.size());
+    EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(a.master_base(1), b.master_base(1), f.layout.unit_numel[1] * sizeof(float)), 0);
+}
+
+// resume=auto with a `latest` naming a directory that is gone (a crash between a save's
+// renames, or a removed directory) continues from the newest complete checkpoint and says
+// so; with none left it is an InputError. An explicit PATH still refuses a dangling latest.
+TEST(Checkpoint, AutoResumeFallsBackWhenLatestNamesAMissingDirectory) {
+    Fixture f;
+    ModelState a(f.layout, *f.backend, 1);
+    TrainProgress p = sample_progress();
+    for (long s : {2, 4}) {
+        p.step = s;
+        save_checkpoint(f.ckpt(), a, self_communicator(), p, "", "fp32", 1, 3);
+    }
+    test::write_file(f.ckpt() + "/latest", "step_00000006\n");
+    std::string note;
+    EXPECT_EQ(resolve_resume("auto", f.ckpt(), &note), f.ckpt() + "/step_00000004");
+    EXPECT_NE(note.find("step_00000006"), std::string::npos) << note;
+    EXPECT_NE(note.find("step_00000004"), std::string::npos) << note;
+    std::string msg = input_error_of([&] { resolve_resume(f.ckpt(), f.ckpt()); });
+    EXPECT_NE(msg.find("step_00000006"), std::string::npos) << msg;
+    fs::remove_all(f.ckpt() + "/step_00000002");
+    fs::remove_all(f.ckpt() + "/step_00000004");
+    msg = input_error_of([&] { resolve_resume("auto", f.ckpt()); });
+    EXPECT_NE(msg.find("no other complete checkpoint"), std::string::npos) << msg;
+}
 
 TEST(Checkpoint, KeepsOnlyTheNewestAndLatestIsAtomic) {
     Fixture f;
@@ -194,18 +251,6 @@ TEST(Checkpoint, FilesCarryTheDocumentedChecksums) {
     EXPECT_EQ(meta["shards"][0]["file"], "shard_00000_of_00001.h5");
     EXPECT_EQ(meta["shards"][0]["bytes"].get<uint64_t>(), fs::file_size(shard));
     EXPECT_EQ(meta["shards"][0]["hash64"].get<uint64_t>(), file_hash64(shard));
-}
-
-template <typename F>
-std::string input_error_of(F&& f) {
-    try {
-        f();
-    } catch (const InputError& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-    }
-    return "NO ERROR";
 }
 
 TEST(Checkpoint, DamagedTruncatedAndMismatchedCheckpointsAreRefusedNamingTheFile) {

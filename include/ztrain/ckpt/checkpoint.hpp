@@ -96,8 +96,10 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
 /// Resolves checkpoint.resume: "never" -> ""; "auto" -> the directory `latest` names in
 /// ckpt_dir, or "" when there is none; otherwise the given path (a step directory, or a
 /// checkpoint directory holding `latest`). Throws InputError for a path that does not exist
-/// or a `latest` that names something outside ckpt_dir.
-std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir);
+/// or a `latest` that names something outside ckpt_dir. With "auto", a `latest` that names
+/// a missing directory falls back to the newest complete checkpoint and says so in `*note`
+/// (when given); with no complete checkpoint left it is an InputError.
+std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir, std::string* note = nullptr);
 
 /// Reads and verifies a checkpoint's meta.h5 (every rank may call it). Throws InputError
 /// naming the file when it is missing, unreadable or fails its checks.
