@@ -26,6 +26,9 @@
 // its file, rank 0 writes meta.h5 (with the other files' hashes) after a barrier, renames
 // the directory to step_N, fsyncs CKPT_DIR and replaces `latest` atomically (write to
 // latest.tmp, fsync, rename). Older complete checkpoints beyond checkpoint.keep are removed.
+// Re-saving a step that exists swaps the new directory in with renameat2(RENAME_EXCHANGE)
+// (or moves the old one aside first where that is unsupported) and deletes the old copy
+// only after `latest` is replaced.
 //
 // meta_json fields: format ("ztrain-checkpoint"), version (1), step, applied_steps,
 // samples_seen, tokens_seen, world_size, zero_stage, dtype, seed, scaler {scale,
