@@ -736,44 +736,94 @@ TEST(CpuBackend, CrossEntropyRejectsTargetOutsideVocabulary) {
 // AdamW
 // ----------------------------------------------------------------------------------------
 
-TEST(CpuBackend, AdamWThreeStepsMatchReference) {
-    auto be = backend();
-    for (size_t n : {size_t{1003}, size_t{50001}}) {
-        Vec p = random_vec(n, 80);
-        Vec m(n, 0.f);
-        Vec v(n, 0.f);
-        DVec rp = to_double(p);
-        DVec rm(n, 0.0);
-        DVec rv(n, 0.0);
-        AdamWStep step;
+/// One AdamW step of the double-precision reference over elements [b, e) of (p, m, v),
+/// with decoupled weight decay `weight_decay` (the step's own, or 0 where there is none).
+void adamw_reference(DVec& p, DVec& m, DVec& v, const Vec& g, size_t b, size_t e,
+                     const AdamWStep& step, double weight_decay) {
+    for (size_t i = b; i < e; ++i) {
+        const double gi = static_cast<double>(g[i]) * step.grad_scale;
+        m[i] = step.beta1 * m[i] + (1.0 - step.beta1) * gi;
+        v[i] = step.beta2 * v[i] + (1.0 - step.beta2) * gi * gi;
+        const double mhat = m[i] / step.bias_correction1;
+        const double vhat = v[i] / step.bias_correction2;
+        p[i] -= step.lr * (mhat / (std::sqrt(vhat) + step.eps) + weight_decay * p[i]);
+    }
+}
+
+/// AdamW for three steps: the fp32 state under test next to its double-precision reference.
+struct AdamWRun {
+    AdamWRun(size_t n, uint64_t seed)
+        : p(random_vec(n, seed)), m(n, 0.f), v(n, 0.f), rp(to_double(p)), rm(n, 0.0), rv(n, 0.0) {
         step.lr = 3e-3f;
         step.beta1 = 0.9f;
         step.beta2 = 0.95f;
         step.eps = 1e-8f;
         step.weight_decay = 0.1f;
         step.grad_scale = 0.5f;
+    }
+    /// Sets the bias corrections of step t (1-based) and returns its gradients: spanning 6
+    /// orders of magnitude, they exercise the eps term and the sqrt.
+    Vec next_step(int t, uint64_t seed) {
+        Vec g = random_vec(p.size(), seed);
+        for (size_t i = 0; i < g.size(); i += 7) {
+            g[i] *= 1e-6f;
+        }
+        step.bias_correction1 = 1.f - std::pow(step.beta1, static_cast<float>(t));
+        step.bias_correction2 = 1.f - std::pow(step.beta2, static_cast<float>(t));
+        return g;
+    }
+    void expect_matches(const std::string& tag) const {
+        EXPECT_TRUE(all_close("adamw param" + tag, rp, p));
+        EXPECT_TRUE(all_close("adamw m" + tag, rm, m));
+        EXPECT_TRUE(all_close("adamw v" + tag, rv, v));
+    }
+    Vec p, m, v;
+    DVec rp, rm, rv;
+    AdamWStep step;
+};
+
+TEST(CpuBackend, AdamWThreeStepsMatchReference) {
+    auto be = backend();
+    for (size_t n : {size_t{1003}, size_t{50001}}) {
+        AdamWRun r(n, 80);
         for (int t = 1; t <= 3; ++t) {
-            // Gradients spanning 6 orders of magnitude exercise the eps term and the sqrt.
-            Vec g = random_vec(n, 81 + t);
-            for (size_t i = 0; i < n; i += 7) {
-                g[i] *= 1e-6f;
+            const Vec g = r.next_step(t, 81 + t);
+            be->adamw_update(r.p.data(), r.m.data(), r.v.data(), g.data(), n, r.step);
+            adamw_reference(r.rp, r.rm, r.rv, g, 0, n, r.step, r.step.weight_decay);
+            r.expect_matches(" n=" + std::to_string(n) + " step " + std::to_string(t));
+        }
+    }
+}
+
+// adamw_update_spans is what training runs (ModelState passes one span per decay segment).
+// Spans as the trainer makes them: tensors of odd sizes inside one unit buffer, decay on
+// some and not on others, with alignment gaps between them that no span covers (they must
+// stay untouched); together past the threading threshold, so with several threads each span
+// is split between them.
+TEST(CpuBackend, AdamWSpansThreeStepsMatchReference) {
+    struct Seg {
+        size_t offset;
+        size_t n;
+        bool decay;
+    };
+    const std::vector<Seg> segs = {{0, 1, false},      {16, 37, true},     {64, 1003, false},
+                                   {1072, 20011, true}, {21088, 5, false},  {21104, 40000, false},
+                                   {61104, 4099, true}};
+    const size_t total = 65211;  // the last span ends at 65203: a gap at the end too
+    for (int threads : {1, 3}) {
+        auto be = make_cpu_backend(threads);
+        AdamWRun r(total, 90);
+        for (int t = 1; t <= 3; ++t) {
+            const Vec g = r.next_step(t, 91 + t);
+            std::vector<AdamWSpan> spans;
+            for (const Seg& s : segs) {
+                spans.push_back({r.p.data() + s.offset, r.m.data() + s.offset, r.v.data() + s.offset,
+                                 g.data() + s.offset, s.n, s.decay});
+                adamw_reference(r.rp, r.rm, r.rv, g, s.offset, s.offset + s.n, r.step,
+                                s.decay ? r.step.weight_decay : 0.0);
             }
-            step.bias_correction1 = 1.f - std::pow(step.beta1, static_cast<float>(t));
-            step.bias_correction2 = 1.f - std::pow(step.beta2, static_cast<float>(t));
-            be->adamw_update(p.data(), m.data(), v.data(), g.data(), n, step);
-            for (size_t i = 0; i < n; ++i) {
-                const double gi = static_cast<double>(g[i]) * step.grad_scale;
-                rm[i] = step.beta1 * rm[i] + (1.0 - step.beta1) * gi;
-                rv[i] = step.beta2 * rv[i] + (1.0 - step.beta2) * gi * gi;
-                const double mhat = rm[i] / step.bias_correction1;
-                const double vhat = rv[i] / step.bias_correction2;
-                rp[i] -=
-                    step.lr * (mhat / (std::sqrt(vhat) + step.eps) + step.weight_decay * rp[i]);
-            }
-            const std::string tag = " n=" + std::to_string(n) + " step " + std::to_string(t);
-            EXPECT_TRUE(all_close("adamw param" + tag, rp, p));
-            EXPECT_TRUE(all_close("adamw m" + tag, rm, m));
-            EXPECT_TRUE(all_close("adamw v" + tag, rv, v));
+            be->adamw_update_spans(spans.data(), spans.size(), r.step);
+            r.expect_matches(" spans, threads=" + std::to_string(threads) + " step " + std::to_string(t));
         }
     }
 }
