@@ -59,9 +59,11 @@ TEST(GptGradcheck, EveryTensorMatchesFiniteDifferences) {
 
     // Central differences element by element (the model is small enough: ~6k parameters),
     // Richardson-extrapolated from steps eps and eps/2 so the O(eps^2) truncation error
-    // cancels. fp32 loss ~30 carries ~2e-6 rounding, ~1e-4 after division by the step: the
-    // tolerance sits above that and far below a real mistake (a wrong factor, a missing
-    // term, a transposed index).
+    // cancels. fp32 loss ~30 carries ~2e-6 rounding, ~1e-4 after division by the step.
+    // Measured on this model (correct code): the largest |analytic - numeric| over all
+    // ~6k elements is 3.0e-4, and 0.55% relative where |g| > 0.03. The tolerance
+    // (0.2% + 6e-4) sits 2x above that floor, so a 1% error in one element of a gradient
+    // with |g| > 0.1 fails, as do wrong factors, missing terms and transposed indices.
     const double eps = 2e-2;
     for (const ParamSpec& p : model.layout().params) {
         float* w = state.unit_params(p.unit) + p.offset;
@@ -82,7 +84,7 @@ TEST(GptGradcheck, EveryTensorMatchesFiniteDifferences) {
             };
             const double numeric = (4 * central(eps / 2) - central(eps)) / 3;
             const double analytic = g[i];
-            const double tol = 1e-2 * std::max(std::fabs(numeric), std::fabs(analytic)) + 2e-3;
+            const double tol = 2e-3 * std::max(std::fabs(numeric), std::fabs(analytic)) + 6e-4;
             const double excess = std::fabs(analytic - numeric) - tol;
             if (excess > 0) ++bad;
             if (excess > worst_excess) {
