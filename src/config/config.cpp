@@ -92,7 +92,7 @@ const KeyDef kKeys[] = {
            "consecutive steps with non-finite gradients (skipped) before the run stops"),
 
     ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
-    ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "gradient all-reduce bucket size (MiB)"),
+    ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "DDP gradient all-reduce bucket size (MiB; fractions allowed)"),
     ZT_KEY("parallel.timeout_s", parallel.timeout_s,
            "seconds one collective may wait before the job is aborted with a message (0: never)"),
 
@@ -676,7 +676,8 @@ void validate(const Config& cfg) {
 
     v.check(cfg.parallel.zero_stage >= 0 && cfg.parallel.zero_stage <= 3, "parallel.zero_stage",
             "0 (DDP), 1, 2 or 3");
-    v.check_int_min("parallel.bucket_mb", cfg.parallel.bucket_mb, 1);
+    v.check(cfg.parallel.bucket_mb > 0 && cfg.parallel.bucket_mb <= 1048576, "parallel.bucket_mb",
+            "a size in MiB > 0 and <= 1048576 (fractions allowed)");
     v.check(cfg.parallel.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
 
     const PrecisionConfig& pr = cfg.precision;

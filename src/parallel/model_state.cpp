@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "ztrain/core/error.hpp"
 
@@ -63,12 +64,16 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
     ZT_REQUIRE(backend.host_memory() || (work == DType::kF32 && reduce == DType::kF32),
                "backend ", backend.name(), " supports precision fp32 only; got ", dtype_name(work), "/",
                dtype_name(reduce));
-    auto alloc_bytes = [&](size_t bytes) {
+    // Every persistent buffer is counted under its kind as it is allocated (the memory record).
+    auto alloc_bytes = [&](size_t bytes, size_t& kind) {
         void* p = backend.alloc_bytes(bytes);
         m_allocations.push_back(p);
+        kind += bytes;
         return p;
     };
-    auto alloc_f32 = [&](size_t n) { return static_cast<float*>(alloc_bytes(n * sizeof(float))); };
+    auto alloc_f32 = [&](size_t n, size_t& kind) {
+        return static_cast<float*>(alloc_bytes(n * sizeof(float), kind));
+    };
     const int U = layout.num_units();
     size_t max_padded = 0;
     size_t max_shard = 0;
@@ -78,16 +83,16 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
     }
     // Conversion and reduction buffers only where the precision/stage needs them (fp32 DDP
     // needs none): each holds the largest unit, 157 MB for GPT-2's embedding.
-    if (needs_f32_tmp()) m_f32_tmp = alloc_f32(max_padded);
-    if (needs_reduce_tmp()) m_reduce_tmp = alloc_bytes(max_padded * dtype_size(reduce));
-    if (m_stage >= 1) m_shard_tmp = alloc_bytes(max_shard * dtype_size(reduce));
+    if (needs_f32_tmp()) m_f32_tmp = alloc_f32(max_padded, m_allocated.scratch);
+    if (needs_reduce_tmp()) m_reduce_tmp = alloc_bytes(max_padded * dtype_size(reduce), m_allocated.scratch);
+    if (m_stage >= 1) m_shard_tmp = alloc_bytes(max_shard * dtype_size(reduce), m_allocated.scratch);
 
     if (m_stage <= 1) {
         // One arena, units in backward order, so a DDP bucket is one contiguous span.
         m_buckets = make_grad_buckets(m_shards, bucket_numel);
         size_t total = 0;
         for (const UnitShard& s : m_shards) total += s.padded_numel;
-        m_grad_arena = alloc_bytes(total * esize());
+        m_grad_arena = alloc_bytes(total * esize(), m_allocated.grads);
         m_grads.assign(static_cast<size_t>(U), nullptr);
         size_t off = 0;
         for (int u = U - 1; u >= 0; --u) {
@@ -115,7 +120,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
         // when they are a full fp32 host buffer, else through a temporary.
         float* init = nullptr;
         if (init_in_place) {
-            init = static_cast<float*>(alloc_bytes(s.padded_numel * sizeof(float)));
+            init = alloc_f32(s.padded_numel, m_allocated.params);
             m_params.push_back(init);
         } else {
             init_tmp.assign(s.padded_numel, 0.f);
@@ -125,22 +130,22 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
         if (init_in_place) {
             // already in place
         } else if (m_stage <= 2) {
-            void* p = alloc_bytes(s.padded_numel * esize());
+            void* p = alloc_bytes(s.padded_numel * esize(), m_allocated.params);
             store_init(p, init, s.padded_numel);
             m_params.push_back(p);
         } else {
-            void* p = alloc_bytes(s.shard_numel * esize());
+            void* p = alloc_bytes(s.shard_numel * esize(), m_allocated.params);
             store_init(p, init + s.begin(m_rank), s.shard_numel);
             m_params.push_back(p);
         }
         if (m_work != DType::kF32) {
-            float* master = alloc_f32(state_n);
+            float* master = alloc_f32(state_n, m_allocated.master);
             std::memcpy(master, init + b, state_n * sizeof(float));
             m_master.push_back(master);
         }
-        if (m_stage >= 2) m_grads.push_back(alloc_bytes(s.shard_numel * esize()));
-        m_adam_m.push_back(alloc_f32(state_n));
-        m_adam_v.push_back(alloc_f32(state_n));
+        if (m_stage >= 2) m_grads.push_back(alloc_bytes(s.shard_numel * esize(), m_allocated.grads));
+        m_adam_m.push_back(alloc_f32(state_n, m_allocated.optimizer));
+        m_adam_v.push_back(alloc_f32(state_n, m_allocated.optimizer));
         m_segments.push_back(decay_segments(layout, u, owned_begin(u), owned_end(u)));
     }
 }
@@ -168,6 +173,7 @@ void* ModelState::pool_take(size_t bytes) {
         m_pool.erase(it);
         return p;
     }
+    m_dynamic_held += bytes;
     return m_backend.alloc_bytes(bytes);
 }
 
@@ -482,38 +488,31 @@ void ModelState::sync_working_from_master() {
 // Inspection
 // ---------------------------------------------------------------------------
 StateBytes ModelState::bytes() const {
-    StateBytes b;
-    size_t padded = 0;
-    size_t shard = 0;
-    size_t max_padded = 0;
-    size_t max_shard = 0;
-    for (const UnitShard& s : m_shards) {
-        padded += s.padded_numel;
-        shard += s.shard_numel;
-        max_padded = std::max(max_padded, s.padded_numel);
-        max_shard = std::max(max_shard, s.shard_numel);
-    }
+    StateBytes b = m_allocated;
+    b.scratch += dynamic_scratch_planned();
+    return b;
+}
+
+size_t ModelState::dynamic_scratch_planned() const {
+    // The pool reuses a buffer only for the same byte size, so it ends up holding, per size,
+    // as many buffers as were ever live at once. Following the model's unit protocol
+    // (model_state.hpp: unit 0 is held from the LM head through backward; other units are
+    // used one at a time, with the next one prefetched at stage 3), per buffer kind that is
+    // unit 0 once plus every distinct size among the other units once (twice for gathered
+    // units: current + prefetched).
+    const size_t s0 = m_shards.front().padded_numel;
+    std::set<size_t> other_sizes;
+    for (size_t u = 1; u < m_shards.size(); ++u) other_sizes.insert(m_shards[u].padded_numel);
+    size_t d = 0;
+    for (size_t n : other_sizes) d += n;
     const size_t w = dtype_size(m_work);
     const size_t f = sizeof(float);
-    const size_t state_n = m_stage == 0 ? padded : shard;
-    b.params = (m_stage <= 2 ? padded : shard) * w;
-    b.grads = (m_stage <= 1 ? padded : shard) * w;
-    b.master = m_work == DType::kF32 ? 0 : state_n * f;
-    b.optimizer = 2 * state_n * f;
-    // Conversion and reduction buffers, plus what comes and goes per unit at the peak.
-    b.scratch = 0;
-    if (needs_f32_tmp()) b.scratch += max_padded * f;
-    if (needs_reduce_tmp()) b.scratch += max_padded * dtype_size(m_reduce);
-    if (m_stage >= 1) b.scratch += max_shard * dtype_size(m_reduce);
-    const bool grad_scratch = m_stage >= 2 || m_work != DType::kF32;
-    if (grad_scratch) b.scratch += max_padded * f;  // one unit's fp32 gradient
-    if (m_stage == 3) {
-        b.scratch += 3 * max_padded * w;  // held + current + prefetched unit
-        if (m_work != DType::kF32) b.scratch += 3 * max_padded * f;
-    } else if (m_work != DType::kF32) {
-        b.scratch += 2 * max_padded * f;  // fp32 views of the held and the current unit
-    }
-    return b;
+    const bool sixteen_bit = m_work != DType::kF32;
+    size_t planned = 0;
+    if (m_stage >= 2 || sixteen_bit) planned += (s0 + d) * f;  // fp32 gradient scratch
+    if (m_stage == 3) planned += (s0 + 2 * d) * w;             // gathered units
+    if (sixteen_bit) planned += (s0 + d) * f;                  // fp32 views of acquired units
+    return planned;
 }
 
 float* ModelState::unit_params(int unit) {

@@ -365,7 +365,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     Communicator& state_comm = device_comm ? *device_comm : comm;
     Gpt model(mc, *backend, B, tc.recompute);
     model.set_activation_dtype(work);
-    const size_t bucket_numel = static_cast<size_t>(cfg.parallel.bucket_mb) * 1048576 / dtype_size(reduce);
+    const size_t bucket_numel = std::max<size_t>(
+        1, static_cast<size_t>(cfg.parallel.bucket_mb * 1048576.0 / static_cast<double>(dtype_size(reduce))));
     ModelState state(model.layout(), *backend, state_comm, cfg.parallel.zero_stage, bucket_numel, tc.seed, work,
                      reduce);
     // Loss scaling exists for fp16's narrow exponent range; bf16 and fp32 run unscaled but

@@ -54,7 +54,7 @@ struct TrainConfig {
 
 struct ParallelConfig {
     int zero_stage = 0;                ///< 0 DDP, 1, 2, 3
-    int bucket_mb = 25;                ///< DDP all-reduce bucket size (MiB)
+    double bucket_mb = 25;             ///< DDP all-reduce bucket size (MiB; fractions allowed)
     double timeout_s = 600;            ///< a collective taking longer aborts the job; 0 = never
 };
 

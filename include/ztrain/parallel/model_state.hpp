@@ -25,6 +25,11 @@
 // stages 0 and 1 keep full gradient buffers, so non-final micro-steps communicate nothing;
 // stages 2 and 3 keep only a shard, so they reduce-scatter every micro-step and add into the
 // shard (the full-size buffer cannot outlive the unit's backward without losing the saving).
+// Scratch: gathered units, fp32 views and gradient scratch come from a pool that reuses a
+// buffer of the same byte size. The model's protocol (gpt.cpp: unit 0, the tied embedding,
+// is held from the LM head through backward; other units are used one at a time, the next
+// one prefetched) bounds what the pool holds; dynamic_scratch_planned() is that bound and
+// the ZeroMemory test checks a real micro-step against it.
 #pragma once
 
 #include <cstddef>
@@ -41,13 +46,18 @@
 
 namespace zt {
 
-/// Bytes allocated per buffer kind on this rank (the memory record).
+/// Bytes per buffer kind on this rank (the memory record). The persistent kinds are summed
+/// from the allocations the constructor made, not derived from the layout, so a test that
+/// compares them with the ZeRO formulas checks what was allocated.
 struct StateBytes {
     size_t params = 0;
     size_t grads = 0;
     size_t master = 0;     ///< fp32 master copy (0 in fp32: the parameters are the master)
     size_t optimizer = 0;  ///< AdamW m and v
-    size_t scratch = 0;    ///< gathered units / full-size gradient scratch (stages 2, 3), planned peak
+    /// Conversion/reduction buffers allocated up front plus the planned peak of what comes
+    /// and goes per unit (gathered units, full-size gradient scratch); the part held at run
+    /// time is ModelState::dynamic_scratch_held(), which tests check stays within the plan.
+    size_t scratch = 0;
     size_t model_state() const { return params + grads + master + optimizer; }
 };
 
@@ -90,7 +100,14 @@ class ModelState : public UnitStore {
 
     // ---- inspection (tests, checkpoints, import) ----
     StateBytes bytes() const;
+    /// Bytes of per-unit scratch (gathered units, fp32 views, gradient scratch) allocated so
+    /// far; buffers are pooled and reused, so this is the high-water mark of what is held.
+    size_t dynamic_scratch_held() const { return m_dynamic_held; }
+    /// The planned peak of that per-unit scratch (included in bytes().scratch).
+    size_t dynamic_scratch_planned() const;
     int zero_stage() const { return m_stage; }
+    /// DDP gradient buckets (stages 0 and 1 group units into them; 0 buckets at 2 and 3).
+    size_t num_grad_buckets() const { return m_buckets.size(); }
     const ModelLayout& layout() const { return m_layout; }
     const std::vector<UnitShard>& shards() const { return m_shards; }
     /// Copies the full, unpadded parameters of `unit` into out (unit_numel floats).
@@ -170,6 +187,8 @@ class ModelState : public UnitStore {
     std::vector<float*> m_adam_v;
     std::vector<std::vector<DecaySegment>> m_segments;  // owned elements per unit
     std::vector<void*> m_allocations;  // everything persistent, freed in the destructor
+    StateBytes m_allocated;            // bytes of m_allocations per kind (scratch: fixed buffers only)
+    size_t m_dynamic_held = 0;         // bytes the scratch pool has allocated
 
     std::map<int, Resident> m_resident;
     std::map<int, float*> m_grad_scratch;  // fp32 gradient being produced by backward
