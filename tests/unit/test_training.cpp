@@ -55,13 +55,14 @@ Config tiny_config(const test::ScratchDir& dir, const std::string& run) {
     return parse_command_line(static_cast<int>(std::size(argv)), argv).config;
 }
 
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
+/// The records of a metrics.jsonl, by default without the fields that differ run to run.
+std::vector<nlohmann::json> read_metrics(const std::string& path, bool erase_timing = true) {
     std::ifstream in(path);
     std::vector<nlohmann::json> out;
     std::string line;
     while (std::getline(in, line)) {
         nlohmann::json j = nlohmann::json::parse(line);
-        test::erase_timing_fields(j);
+        if (erase_timing) test::erase_timing_fields(j);
         out.push_back(j);
     }
     return out;
@@ -105,15 +106,43 @@ TEST(Training, MetricsCarryTheContractFields) {
     Config c = tiny_config(dir, "run");
     c.train.max_steps = 3;
     train(c);
-    const auto m = read_metrics(dir.file("run/metrics.jsonl"));
+    // Raw records: the timing fields are part of the contract too (the other tests erase
+    // them before comparing runs, so only this test would notice them missing).
+    const auto m = read_metrics(dir.file("run/metrics.jsonl"), /*erase_timing=*/false);
     ASSERT_GE(m.size(), 4u);
     EXPECT_EQ(m[0]["event"], "memory");
-    for (const char* k : {"params", "grads", "master", "optimizer", "activations", "world_size", "zero_stage", "dtype"}) {
-        EXPECT_TRUE(m[0].contains(k)) << "memory record lacks " << k;
+    for (const char* k : {"params", "grads", "master", "optimizer", "activations", "world_size", "zero_stage"}) {
+        EXPECT_TRUE(m[0].contains(k) && m[0][k].is_number_integer()) << "memory record: " << k << " in " << m[0];
     }
-    for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens", "loss_scale", "skipped", "comm_bytes"}) {
-        EXPECT_TRUE(m[1].contains(k)) << "step record lacks " << k;
+    EXPECT_TRUE(m[0].contains("dtype") && m[0]["dtype"].is_string()) << m[0];
+    int steps = 0;
+    int evals = 0;
+    for (size_t i = 1; i < m.size(); ++i) {
+        const nlohmann::json& r = m[i];
+        ASSERT_TRUE(r.contains("step") && r["step"].is_number_integer()) << "record " << i << ": " << r;
+        if (r.contains("val_loss")) {
+            EXPECT_TRUE(r["val_loss"].is_number()) << r;
+            ++evals;
+            continue;
+        }
+        ++steps;
+        EXPECT_EQ(r["step"], steps) << r;
+        for (const char* k : {"loss", "lr", "grad_norm", "loss_scale"}) {
+            EXPECT_TRUE(r.contains(k) && r[k].is_number()) << "step record: " << k << " in " << r;
+        }
+        EXPECT_TRUE(r.contains("tokens") && r["tokens"].is_number_integer()) << r;
+        EXPECT_TRUE(r.contains("skipped") && r["skipped"].is_boolean()) << r;
+        EXPECT_TRUE(r.contains("comm_bytes") && r["comm_bytes"].is_object()) << r;
+        // Throughput, the step time and the per-phase times: numbers >= 0.
+        for (const char* k : {"tokens_per_s", "step_ms", "zero_ms", "fwd_ms", "bwd_ms", "comm_ms", "opt_ms"}) {
+            EXPECT_TRUE(r.contains(k) && r[k].is_number() && r[k].get<double>() >= 0.0)
+                << "step record: " << k << " in " << r;
+        }
+        EXPECT_GT(r.value("tokens_per_s", 0.0), 0.0) << r;
+        EXPECT_GT(r.value("step_ms", 0.0), 0.0) << r;
     }
+    EXPECT_EQ(steps, 3);
+    EXPECT_GE(evals, 1);
     EXPECT_TRUE(m.back().contains("val_loss"));
 }
 
