@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "ztrain/core/random.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/data/token_data.hpp"
+#include "ztrain/data/tokenizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/trainer.hpp"
 
@@ -78,6 +81,66 @@ TEST(Training, TinyDeckLearnsACycleToNearZeroLoss) {
     EXPECT_LT(s.losses.back(), 0.05) << "final train loss " << s.losses.back();
     ASSERT_FALSE(s.val_losses.empty());
     EXPECT_LT(s.val_losses.back(), 0.05) << "final val loss " << s.val_losses.back();
+}
+
+// At every evaluation rank 0 prints a sample generated from the current weights, decoded
+// with the tokenizer found beside the shards (here the byte tokenizer):
+//   sample at step N:
+//       TEXT        (a newline in TEXT continues on a new line indented by 4, control bytes print as ?)
+TEST(Training, PrintsADecodedSampleAtEachEvaluation) {
+    test::ScratchDir dir("sample");
+    write_token_shard(dir.file("train.bin"), cycle_corpus(5000));
+    write_token_shard(dir.file("val.bin"), cycle_corpus(2000));
+    make_byte_tokenizer()->save(dir.path());  // tokenizer.json beside the train shard
+    Config c = tiny_config(dir, "run");
+    c.train.max_steps = 4;
+    c.train.eval_every = 2;  // evaluations at steps 0, 2 and 4
+    c.train.sample_tokens = 16;
+    ::testing::internal::CaptureStdout();
+    const TrainSummary s = train(c);
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    ASSERT_EQ(s.val_losses.size(), 3u);
+
+    // The sample blocks, in order: the header, then the lines indented by 4.
+    std::istringstream in(out);
+    std::string line;
+    std::vector<long> steps;
+    std::vector<std::string> texts;
+    bool in_sample = false;
+    bool first_line = false;
+    while (std::getline(in, line)) {
+        long step = -1;
+        char colon = 0;
+        if (std::sscanf(line.c_str(), "sample at step %ld%c", &step, &colon) == 2 && colon == ':') {
+            steps.push_back(step);
+            texts.emplace_back();
+            in_sample = first_line = true;
+        } else if (in_sample && line.rfind("    ", 0) == 0) {
+            if (!first_line) texts.back() += '\n';  // a newline of the text
+            texts.back() += line.substr(4);
+            first_line = false;
+        } else {
+            in_sample = false;
+        }
+    }
+    ASSERT_EQ(steps, (std::vector<long>{0, 2, 4})) << out;
+    const std::string eot = "<|endoftext|>";
+    for (size_t k = 0; k < texts.size(); ++k) {
+        // Decoded by the byte tokenizer, each of the 16 tokens is one byte (a newline, a
+        // control byte shown as ?, or any other byte) or the text <|endoftext|>; printed as
+        // token ids ("17 203 ...") the 16 tokens would take at least 32 characters.
+        size_t eots = 0;
+        for (size_t at = texts[k].find(eot); at != std::string::npos; at = texts[k].find(eot, at + 1)) ++eots;
+        EXPECT_EQ(texts[k].size(), 16 + eots * (eot.size() - 1))
+            << "sample at step " << steps[k] << " is not 16 decoded tokens: '" << texts[k] << "'";
+    }
+    // The last one is the run's last_sample, as printed.
+    ASSERT_FALSE(s.last_sample.empty());
+    std::string shown;
+    for (char ch : s.last_sample) {
+        shown += ch != '\n' && ch != '\t' && static_cast<unsigned char>(ch) < 32 ? '?' : ch;
+    }
+    EXPECT_EQ(texts.back(), shown) << out;
 }
 
 TEST(Training, SameSeedGivesIdenticalMetrics) {
