@@ -82,7 +82,7 @@ const KeyDef kKeys[] = {
     ZT_KEY("train.eps", train.eps, "AdamW epsilon"),
     ZT_KEY("train.grad_clip", train.grad_clip, "global gradient-norm clip (0 disables)"),
     ZT_KEY("train.seed", train.seed, "random seed (initialisation, data order, sampling)"),
-    ZT_KEY("train.eval_every", train.eval_every, "steps between evaluations (0 disables)"),
+    ZT_KEY("train.eval_every", train.eval_every, "steps between evaluations (0: only at the end)"),
     ZT_KEY("train.eval_batches", train.eval_batches, "micro-batches per evaluation"),
     ZT_KEY("train.sample_tokens", train.sample_tokens, "tokens sampled at each evaluation (0 disables)"),
     ZT_KEY("train.log_every", train.log_every, "steps between log lines"),

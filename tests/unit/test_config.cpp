@@ -311,6 +311,12 @@ TEST(ConfigActions, HelpListsEveryKey) {
     }
     EXPECT_EQ(keys, 47);  // 46 section keys + backend
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
+    // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
+    const size_t ev = h.find("--train.eval_every=");
+    ASSERT_NE(ev, std::string::npos);
+    const std::string entry = h.substr(ev, h.find("--train.eval_batches=") - ev);
+    EXPECT_NE(entry.find("(0: only at the end)"), std::string::npos) << entry;
+    EXPECT_EQ(entry.find("disables"), std::string::npos) << entry;
 }
 
 TEST(ConfigActions, VersionEnvAndShortHelp) {

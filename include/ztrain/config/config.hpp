@@ -43,7 +43,7 @@ struct TrainConfig {
     double eps = 1e-8;
     double grad_clip = 1.0;            ///< global-norm clip; 0 disables
     uint64_t seed = 1337;
-    int eval_every = 50;               ///< 0 disables evaluation
+    int eval_every = 50;               ///< 0: evaluate only at the end
     int eval_batches = 4;
     int sample_tokens = 64;            ///< tokens generated at each evaluation; 0 disables
     int log_every = 1;
