@@ -103,6 +103,16 @@ std::string blas_line() {
                openblas_get_num_threads(), " threads");
 }
 
+std::string openmp_line() {
+    // _OPENMP is the compiler's: the spec version the build was compiled against.
+#ifdef _OPENMP
+    const long date = _OPENMP;
+    return str(openmp_spec_version(date), " (_OPENMP ", date, "), ", omp_get_max_threads(), " max threads");
+#else
+    return str("not enabled at build time, ", omp_get_max_threads(), " max threads");
+#endif
+}
+
 std::string memory_line() {
     // MemTotal is "16309780 kB".
     const std::string total = proc_field("/proc/meminfo", "MemTotal");
@@ -144,6 +154,20 @@ std::string cuda_lines() {
 
 }  // namespace
 
+std::string openmp_spec_version(long openmp_date) {
+    // The _OPENMP value each OpenMP specification prescribes (yyyymm of its release).
+    static const struct {
+        long date;
+        const char* version;
+    } kSpecs[] = {{199810, "1.0"}, {200203, "2.0"}, {200505, "2.5"}, {200805, "3.0"},
+                  {201107, "3.1"}, {201307, "4.0"}, {201511, "4.5"}, {201811, "5.0"},
+                  {202011, "5.1"}, {202111, "5.2"}, {202411, "6.0"}};
+    for (const auto& s : kSpecs) {
+        if (s.date == openmp_date) return s.version;
+    }
+    return "unknown";
+}
+
 std::string environment_report() {
     const std::string cpu = proc_field("/proc/cpuinfo", "model name");
     const unsigned cores = std::thread::hardware_concurrency();
@@ -154,7 +178,7 @@ std::string environment_report() {
        << "  BLAS:    " << blas_line() << "\n"
        << "  Boost:   " << BOOST_VERSION / 100000 << "." << BOOST_VERSION / 100 % 1000 << "."
        << BOOST_VERSION % 100 << "\n"
-       << "  OpenMP:  " << omp_get_max_threads() << " max threads\n"
+       << "  OpenMP:  " << openmp_line() << "\n"
        << "  CPU:     " << (cpu.empty() ? std::string("unknown") : cpu) << "\n"
        << "  cores:   " << (cores == 0 ? std::string("unknown") : std::to_string(cores))
        << " hardware threads\n"

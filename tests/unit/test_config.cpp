@@ -463,4 +463,23 @@ TEST(Env, ReportWithoutMpiInit) {
     }
 }
 
+TEST(Env, ReportsTheOpenMpVersion) {
+    // The _OPENMP values the specifications prescribe.
+    EXPECT_EQ(zt::openmp_spec_version(200805), "3.0");
+    EXPECT_EQ(zt::openmp_spec_version(201511), "4.5");
+    EXPECT_EQ(zt::openmp_spec_version(201811), "5.0");
+    EXPECT_EQ(zt::openmp_spec_version(202011), "5.1");
+    EXPECT_EQ(zt::openmp_spec_version(201512), "unknown");
+#ifndef _OPENMP
+    GTEST_FAIL() << "the tests are built without OpenMP";
+#else
+    // --env names the version this build was compiled against, and its macro value.
+    const std::string version = zt::openmp_spec_version(_OPENMP);
+    EXPECT_NE(version, "unknown") << "_OPENMP " << _OPENMP;
+    const std::string line = zt::str("  OpenMP:  ", version, " (_OPENMP ", _OPENMP, "), ");
+    const std::string r = zt::environment_report();
+    EXPECT_NE(r.find(line), std::string::npos) << "'" << line << "' missing in:\n" << r;
+#endif
+}
+
 }  // namespace

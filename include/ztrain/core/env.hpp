@@ -7,9 +7,14 @@ namespace zt {
 
 /// Multi-line, human-readable report: ztrain version; MPI library, standard and world size;
 /// HDF5 version and whether it is parallel; OpenBLAS build and threads; Boost; OpenMP
-/// threads; CPU model, hardware threads and memory; the CUDA report in CUDA builds.
+/// version (from _OPENMP) and threads; CPU model, hardware threads and memory; the CUDA
+/// report in CUDA builds.
 /// Needs MPI initialised for the world size (says so otherwise). Never throws on a
 /// missing /proc file: it reports "unknown" instead.
 std::string environment_report();
+
+/// The OpenMP specification version ("4.5") whose _OPENMP value is `openmp_date` (yyyymm,
+/// e.g. 201511); "unknown" for a value no specification prescribes.
+std::string openmp_spec_version(long openmp_date);
 
 }  // namespace zt
