@@ -213,7 +213,14 @@ TokenDataset::TokenDataset(const std::string& pattern, const std::string& key, i
     const size_t window = static_cast<size_t>(seq_len) + 1;
     size_t largest = 0;
     for (const std::string& file : m_files) {
-        std::vector<uint32_t> shard = read_token_shard(file, vocab_size);
+        std::vector<uint32_t> shard;
+        try {
+            shard = read_token_shard(file, vocab_size);
+        } catch (const InputError& e) {
+            // The shard's own message names the file, value and expectation; say which
+            // config key led to the file too (one key may expand to many files).
+            throw InputError(str(key, ": ", e.what()));
+        }
         largest = std::max(largest, shard.size());
         const size_t base = m_tokens.size();
         // Stride seq_len: window k covers [k*T, k*T + T], so the inputs never overlap and

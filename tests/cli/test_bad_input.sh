@@ -240,15 +240,17 @@ t data.glob_no_match    "data.train: no file matches '$fix/data/nope_\*.bin'" \
   "${ZD[@]}" --data.train="$fix/data/nope_*.bin"
 t data.val_missing      "data.val: no file matches '$fix/data/nope_val.bin'" \
   "${Z[@]}" --data.val="$fix/data/nope_val.bin"
-t data.empty_file       "empty/train.bin: empty file \(expected" "${ZD[@]}" --data.train="$bad/empty/train.bin"
-t data.bad_magic        "magic/train.bin: bad magic [0-9]+ \(expected 20240520" "${ZD[@]}" --data.train="$bad/magic/train.bin"
-t data.bad_version      "version/train.bin: unsupported version 7 \(expected 1 .* or 2" \
+t data.empty_file       "data.train: .*empty/train.bin: empty file \(expected" "${ZD[@]}" --data.train="$bad/empty/train.bin"
+t data.bad_magic        "data.train: .*magic/train.bin: bad magic [0-9]+ \(expected 20240520" "${ZD[@]}" --data.train="$bad/magic/train.bin"
+t data.bad_version      "data.train: .*version/train.bin: unsupported version 7 \(expected 1 .* or 2" \
   "${ZD[@]}" --data.train="$bad/version/train.bin"
-t data.truncated        "trunc/train.bin: truncated: the header says [0-9]+ tokens" \
+t data.truncated        "data.train: .*trunc/train.bin: truncated: the header says [0-9]+ tokens" \
   "${ZD[@]}" --data.train="$bad/trunc/train.bin"
-t data.trailing_bytes   "trail/train.bin: 3 trailing bytes" "${ZD[@]}" --data.train="$bad/trail/train.bin"
-t data.token_range      "token/train.bin: token 65535 at position 100 is out of range \(expected < vocab_size 257" \
+t data.trailing_bytes   "data.train: .*trail/train.bin: 3 trailing bytes" "${ZD[@]}" --data.train="$bad/trail/train.bin"
+t data.token_range      "data.train: .*token/train.bin: token 65535 at position 100 is out of range \(expected < vocab_size 257" \
   "${ZD[@]}" --data.train="$bad/token/train.bin"
+t data.val_bad_magic    "data.val: .*magic/train.bin: bad magic [0-9]+ \(expected 20240520" \
+  "${Z[@]}" --data.val="$bad/magic/train.bin"
 t data.too_few_tokens   "data.train: .*holds 10 tokens.*window of seq_len\+1 = 33" \
   "${ZD[@]}" --data.train="$bad/short/train.bin"
 t data.tokenizer_json   "tokjson/tokenizer.json: not valid JSON" "${ZD[@]}" --data.train="$bad/tokjson/train.bin"

@@ -242,9 +242,15 @@ TEST(TokenDataset, ZeroWindowsIsAnInputError) {
     zt::write_token_shard(dir.file("v.bin"), iota_tokens(64));
     expect_input_error([&] { zt::TokenDataset(dir.file("v.bin"), "data.val", 1000, 64); },
                        {"data.val", "64 tokens", "seq_len+1 = 65"});
-    // Validation errors from the shards propagate with the file name.
+    // Validation errors from the shards propagate with the config key, then the file name.
     expect_input_error([&] { zt::TokenDataset(dir.file("v.bin"), "data.val", 10, 4); },
-                       {dir.file("v.bin"), "vocab_size 10"});
+                       {"data.val: " + dir.file("v.bin") + ": token 10 at position 10", "vocab_size 10"});
+    // Also for one file of several a glob matched: the key first, then that file.
+    zt::write_token_shard(dir.file("t_0.bin"), iota_tokens(64));
+    const std::string bad = dir.file("t_1.bin");
+    write_file(bad, raw_shard(1234, 1, 2, {1, 2}));
+    expect_input_error([&] { zt::TokenDataset(dir.file("t_*.bin"), "data.train", 1000, 4); },
+                       {"data.train: " + bad + ": bad magic 1234", "expected 20240520"});
 }
 
 class SamplerTest : public ::testing::Test {

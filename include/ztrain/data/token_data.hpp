@@ -43,7 +43,8 @@ std::vector<std::string> expand_shard_glob(const std::string& pattern, const std
 /// A corpus of one or many shards, cut into windows of (seq_len + 1) tokens.
 class TokenDataset {
   public:
-    /// `key` names the config key in error messages (e.g. "data.train").
+    /// `key` names the config key in error messages (e.g. "data.train"), also in front of
+    /// read_token_shard's messages about a file the pattern matched.
     TokenDataset(const std::string& pattern, const std::string& key, int vocab_size, int seq_len);
 
     size_t num_windows() const { return m_window_starts.size(); }
