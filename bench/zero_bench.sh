@@ -44,6 +44,7 @@ ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if "step_ms" in r
 print(f"{statistics.median(ms):.1f}")' "$1"
 }
 
+export ZT_LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "zero_bench: step time at N=2, $REPS interleaved reps of $STEPS steps" >&2
 declare -A times
 for rep in $(seq 1 "$REPS"); do
