@@ -172,13 +172,14 @@ TEST_P(CollectiveSuite, NonBlockingWithWorkBeforeFinish) {
     for (DType dt : kAllDTypes) {
         const size_t per = 37;
         const size_t total = per * static_cast<size_t>(N);
-        Buffer ar(*memory, total, dt), rs_in(*memory, total, dt), rs_out(*memory, per, dt);
+        const size_t ar_count = total + 1;  // odd for every N, and not a multiple of N
+        Buffer ar(*memory, ar_count, dt), rs_in(*memory, total, dt), rs_out(*memory, per, dt);
         Buffer ag_out(*memory, total, dt), ag_in(*memory, per, dt), other(*memory, 11, dt), scratch(*memory, 5, dt);
-        ar.set(values(me, total));
+        ar.set(values(me, ar_count));
         rs_in.set(values(me, total));
         ag_in.set(values(me, per));
         other.set(values(me, 11));
-        CommRequest r1 = comm->start_all_reduce(ar.get(), total, ReduceOp::kSum, dt);
+        CommRequest r1 = comm->start_all_reduce(ar.get(), ar_count, ReduceOp::kSum, dt);
         CommRequest r2 = comm->start_reduce_scatter(rs_in.get(), rs_out.get(), per, ReduceOp::kSum, dt);
         CommRequest r3 = comm->start_all_gather(ag_in.get(), ag_out.get(), per, dt);
         comm->all_reduce(other.get(), 11, ReduceOp::kSum, dt);
@@ -189,7 +190,7 @@ TEST_P(CollectiveSuite, NonBlockingWithWorkBeforeFinish) {
         comm->wait(r1);
         comm->wait(r2);
         EXPECT_FALSE(r1.active());
-        EXPECT_EQ(ar.get_values(), sum_over_ranks(total)) << dtype_name(dt);
+        EXPECT_EQ(ar.get_values(), sum_over_ranks(ar_count)) << dtype_name(dt);
         EXPECT_EQ(rs_out.get_values(), sum_over_ranks(per, static_cast<size_t>(me) * per)) << dtype_name(dt);
         EXPECT_EQ(ag_out.get_values(), gathered(per)) << dtype_name(dt);
         EXPECT_EQ(other.get_values(), sum_over_ranks(11)) << dtype_name(dt);
@@ -238,6 +239,15 @@ TEST_P(CollectiveSuite, CountsBytesOncePerCallAsRingVolumes) {
     EXPECT_EQ(comm->stats().bytes(CollectiveKind::kAllGather), 2 * ring);
     EXPECT_EQ(comm->stats().calls(CollectiveKind::kAllGather), 2u);
     EXPECT_EQ(comm->stats().calls(CollectiveKind::kBarrier), 0u);
+    // A count that does not divide by N: an all-reduce is a reduce-scatter plus an all-gather,
+    // each c (N-1)/N elements, rounded down in bytes.
+    comm->reset_stats();
+    const uint64_t odd = 37;
+    comm->all_reduce(full.get(), odd);
+    EXPECT_EQ(comm->stats().bytes(CollectiveKind::kAllReduce), 2 * (odd * 4 * (n - 1) / n));
+    // All ranks of this test run on one node: local rank and size are the world's.
+    EXPECT_EQ(comm->local_size(), N);
+    EXPECT_EQ(comm->local_rank(), me);
     EXPECT_GE(comm->local_size(), 1);
     EXPECT_LT(comm->local_rank(), comm->local_size());
 }

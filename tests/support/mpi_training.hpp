@@ -53,6 +53,7 @@ inline Config tiny_mpi_config(const std::string& train_file, const std::string& 
     c.train.warmup_steps = 2;
     c.train.weight_decay = 0.1;
     c.train.grad_clip = 0.5;  // low enough that clipping is active in some steps
+    c.parallel.timeout_s = 30;  // a deadlocked collective names itself within 30 s
     c.train.eval_every = 0;
     c.train.sample_tokens = 0;
     c.train.log_every = 1000;
