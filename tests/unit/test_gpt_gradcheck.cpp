@@ -168,5 +168,52 @@ TEST(GptInit, IdenticalForEverySeedUseAndDependsOnSeed) {
     EXPECT_EQ(a[layout.find("h.0.ln_1.bias").offset], 0.f);
 }
 
+// GPT-2's std 0.02 for every other weight: both embeddings (the live rows of wte; its padded
+// rows stay 0), c_attn and c_fc; the residual projections 0.02 / sqrt(2 * n_layer) = 0.01;
+// LayerNorm weights 1 and every bias 0.
+TEST(GptInit, NonResidualWeightsHaveStd002) {
+    const ModelConfig mc = tiny_model();
+    const ModelLayout layout = make_gpt_layout(mc);
+    std::vector<std::vector<float>> units;
+    for (int u = 0; u < layout.num_units(); ++u) {
+        units.emplace_back(layout.unit_numel[static_cast<size_t>(u)]);
+        init_unit(layout, u, 5, units.back().data());
+    }
+    auto values = [&](const ParamSpec& p) {
+        const float* w = units[static_cast<size_t>(p.unit)].data() + p.offset;
+        return std::vector<float>(w, w + p.numel);
+    };
+    auto rms = [](const std::vector<float>& x, size_t n) {
+        double ss = 0.0;
+        for (size_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+        return std::sqrt(ss / static_cast<double>(n));
+    };
+    // Per tensor (48..256 draws: within 25%), and pooled over the model (1032 and 640 draws:
+    // within 10%, ~4 standard errors; far from 0.02 <-> 0.01 or a factor sqrt(2)).
+    double ss_base = 0.0, ss_resid = 0.0;
+    size_t n_base = 0, n_resid = 0;
+    for (const ParamSpec& p : layout.params) {
+        const std::vector<float> w = values(p);
+        const bool resid = p.name.find("c_proj.weight") != std::string::npos;
+        const bool base = p.name == "wte.weight" || p.name == "wpe.weight" ||
+                          p.name.find("c_attn.weight") != std::string::npos ||
+                          p.name.find("c_fc.weight") != std::string::npos;
+        if (base || resid) {
+            const size_t live = p.name == "wte.weight" ? static_cast<size_t>(mc.vocab_size) * mc.n_embd : p.numel;
+            for (size_t i = live; i < p.numel; ++i) ASSERT_EQ(w[i], 0.f) << p.name << " padded element " << i;
+            EXPECT_NEAR(rms(w, live), base ? 0.02 : 0.01, base ? 0.005 : 0.0025) << p.name;
+            (base ? ss_base : ss_resid) += rms(w, live) * rms(w, live) * static_cast<double>(live);
+            (base ? n_base : n_resid) += live;
+        } else {
+            const float want = p.name.find("ln_") != std::string::npos && p.name.find(".weight") != std::string::npos
+                                   ? 1.f : 0.f;
+            for (size_t i = 0; i < p.numel; ++i) ASSERT_EQ(w[i], want) << p.name << " element " << i;
+        }
+    }
+    EXPECT_EQ(n_base, 11u * 8 + 6u * 8 + 2 * (24u * 8 + 32u * 8));
+    EXPECT_NEAR(std::sqrt(ss_base / static_cast<double>(n_base)), 0.02, 0.002);
+    EXPECT_NEAR(std::sqrt(ss_resid / static_cast<double>(n_resid)), 0.01, 0.001);
+}
+
 }  // namespace
 }  // namespace zt

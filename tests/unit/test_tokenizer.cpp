@@ -18,6 +18,7 @@
 namespace {
 
 using zt::test::ScratchDir;
+using zt::test::read_file;
 using zt::test::write_file;
 using Ids = std::vector<uint32_t>;
 
@@ -300,6 +301,45 @@ TEST(Gpt2Bpe, SaveAndLoadDescription) {
     // Saving back into the folder it was loaded from must not clobber the files.
     tok->save(dir.path());
     EXPECT_EQ(zt::load_tokenizer(dir.path())->encode("don't"), (Ids{34, 35}));
+}
+
+// OpenAI's release names the same two files encoder.json (the vocabulary) and vocab.bpe
+// (the merges, with its "#version" line): loaded under those names they encode the same,
+// and messages name the files as given.
+TEST(Gpt2Bpe, OpenAiFileNames) {
+    ScratchDir dir("bpe_openai");
+    write_file(dir.file("encoder.json"), read_file(kTinyDir + "/vocab.json"));
+    write_file(dir.file("vocab.bpe"), read_file(kTinyDir + "/merges.txt"));
+    auto tok = zt::make_gpt2_tokenizer(dir.file("encoder.json"), dir.file("vocab.bpe"));
+    EXPECT_EQ(tok->type(), "gpt2");
+    EXPECT_EQ(tok->vocab_size(), 40);
+    EXPECT_EQ(tok->eot(), 39u);
+    // The hand-derived encodings above (merge ranks come from vocab.bpe's line order).
+    EXPECT_EQ(tok->encode("hello world"), (Ids{26, 31}));
+    EXPECT_EQ(tok->encode("ell"), (Ids{10, 24}));
+    EXPECT_EQ(tok->encode("don't"), (Ids{34, 35}));
+    EXPECT_EQ(tok->encode("café"), (Ids{8, 6, 11, 38}));
+    EXPECT_EQ(tok->decode(tok->encode("he'll do ten!")), "he'll do ten!");
+    try {
+        tok->encode("hex");
+        ADD_FAILURE() << "expected zt::Error";
+    } catch (const zt::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("encoder.json"), std::string::npos) << e.what();
+    }
+    // zt-prepare's description of it loads back with the same encodings.
+    ScratchDir out("bpe_openai_desc");
+    tok->save(out.path());
+    EXPECT_EQ(zt::load_tokenizer(out.path())->encode("hello, world!"), (Ids{26, 2, 31, 0}));
+    // A malformed vocab.bpe is rejected naming it and the line.
+    write_file(dir.file("vocab.bpe"), "#version: 0.2\nh e\nhe\n");
+    try {
+        zt::make_gpt2_tokenizer(dir.file("encoder.json"), dir.file("vocab.bpe"));
+        ADD_FAILURE() << "expected zt::InputError";
+    } catch (const zt::InputError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(dir.file("vocab.bpe") + ":3"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("two tokens"), std::string::npos) << msg;
+    }
 }
 
 // ---------------------------------------------------------------------------------------
