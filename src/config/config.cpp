@@ -89,7 +89,8 @@ const KeyDef kKeys[] = {
     ZT_KEY("train.threads", train.threads, "CPU threads per rank (0: cores / local ranks)"),
     ZT_KEY("train.recompute", train.recompute, "recompute activations in backward to save memory"),
     ZT_KEY("train.max_bad_steps", train.max_bad_steps,
-           "consecutive steps with non-finite gradients (skipped) before the run stops"),
+           "consecutive steps with non-finite gradients (skipped) before a bf16, fp32 or static-scale fp16 "
+           "run stops"),
 
     ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
     ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "DDP gradient all-reduce bucket size (MiB; fractions allowed)"),
@@ -107,9 +108,11 @@ const KeyDef kKeys[] = {
     ZT_KEY("precision.growth_interval", precision.growth_interval,
            "fp16 dynamic loss scale: clean steps before it doubles"),
     ZT_KEY("precision.hysteresis", precision.hysteresis,
-           "fp16 dynamic loss scale: overflows tolerated before it halves"),
+           "fp16 dynamic loss scale: it halves at the hysteresis-th overflow since its last change (2: the first "
+           "overflow is absorbed, the second halves it; 1: every overflow halves it)"),
     ZT_KEY("precision.min_scale", precision.min_scale,
-           "fp16 dynamic loss scale: floor (an overflow at the floor stops the run)"),
+           "fp16 dynamic loss scale: floor; there the overflow that would halve it stops the run (with "
+           "hysteresis 2: the first is absorbed, the second stops)"),
 
     ZT_KEY("checkpoint.dir", checkpoint.dir, "checkpoint directory (empty: <run.dir>/checkpoints)"),
     ZT_KEY("checkpoint.every", checkpoint.every, "steps between checkpoints (0: only at the end)"),

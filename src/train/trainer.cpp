@@ -620,6 +620,14 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                 std::printf("step %5ld/%d | non-finite gradients: step skipped%s\n", step + 1, tc.max_steps,
                             fp16 ? str(", loss scale ", scale, " -> ", scaler.scale()).c_str() : "");
             }
+            // A dynamic fp16 scale stops at its floor (above); a fixed scale cannot change, so
+            // it is bounded by train.max_bad_steps like bf16 and fp32.
+            if (fp16 && !scfg.dynamic && bad_steps >= tc.max_bad_steps) {
+                throw Error(str("step ", step + 1, ": ", bad_steps, " consecutive steps with fp16 gradient overflow "
+                                "at the static loss scale precision.loss_scale = ", cfg.precision.loss_scale,
+                                " (train.max_bad_steps = ", tc.max_bad_steps, "): expected a scale the gradients "
+                                "fit in fp16 at; lower precision.loss_scale or set it to dynamic"));
+            }
             if (!fp16 && bad_steps >= tc.max_bad_steps) {
                 throw Error(str("step ", step + 1, ": ", bad_steps, " consecutive steps with non-finite gradients "
                                 "(train.max_bad_steps = ", tc.max_bad_steps, "); last loss ", loss,

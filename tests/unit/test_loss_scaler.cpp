@@ -18,6 +18,17 @@ TEST(LossScaler, DefaultsMatchTheCommonFrameworks) {
     EXPECT_EQ(c.min_scale, 1.0);
 }
 
+TEST(LossScaler, AtTheFloorHysteresis2AbsorbsOneOverflowAndReportsTheSecond) {
+    LossScalerConfig c;
+    c.init_scale = 1.0;
+    c.min_scale = 1.0;
+    ASSERT_EQ(c.hysteresis, 2);
+    LossScaler s(c);
+    EXPECT_EQ(s.update(true), Outcome::kSkipped) << "the first overflow at the floor is absorbed";
+    EXPECT_EQ(s.scale(), 1.0);
+    EXPECT_EQ(s.update(true), Outcome::kStuckAtMinimum) << "the second would halve below the floor";
+}
+
 TEST(LossScaler, GrowsAfterGrowthIntervalCleanSteps) {
     LossScalerConfig c;
     c.growth_interval = 3;

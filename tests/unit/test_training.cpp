@@ -246,5 +246,63 @@ TEST(Training, PersistentNonFiniteGradientsStopTheRun) {
     }
 }
 
+// With the default hysteresis 2 the floor is not the end at once: the first overflow at the
+// minimum scale is absorbed like any other, the second stops the run.
+TEST(Training, Fp16AtTheFloorWithHysteresis2AbsorbsOneOverflowAndStopsAtTheSecond) {
+    test::ScratchDir dir("floor");
+    write_token_shard(dir.file("train.bin"), cycle_corpus(5000));
+    write_token_shard(dir.file("val.bin"), cycle_corpus(2000));
+    TrainOptions poison;
+    std::vector<bool> skipped;
+    poison.after_grad_sync = [](long step, ModelState& state) {
+        if (step >= 3) state.poison_owned_grad();
+    };
+    poison.after_step = [&](long, ModelState&, bool s) { skipped.push_back(s); };
+    Config h = tiny_config(dir, "fp16");
+    h.precision.dtype = "fp16";
+    h.precision.init_scale = 2;
+    h.precision.min_scale = 1;
+    ASSERT_EQ(h.precision.hysteresis, 2) << "this case is about the default hysteresis";
+    try {
+        train(h, poison);
+        ADD_FAILURE() << "fp16 run with poisoned gradients did not stop";
+    } catch (const Error& e) {
+        // Scale 2: step 3 absorbed, step 4 halves to 1 (the floor), step 5 absorbed at the
+        // floor, step 6 would halve below it: stop.
+        EXPECT_NE(std::string(e.what()).find("step 6: fp16 gradients overflow even at the minimum loss scale 1"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(skipped, (std::vector<bool>{false, false, true, true, true})) << "steps 3-5 skipped, step 6 stops";
+}
+
+// A static fp16 scale cannot back off, so an overflow that persists is bounded by
+// train.max_bad_steps (1e30 overflows fp16 in every step).
+TEST(Training, StaticFp16ScaleThatAlwaysOverflowsStopsAfterMaxBadSteps) {
+    test::ScratchDir dir("static");
+    write_token_shard(dir.file("train.bin"), cycle_corpus(5000));
+    write_token_shard(dir.file("val.bin"), cycle_corpus(2000));
+    Config c = tiny_config(dir, "fp16");
+    c.precision.dtype = "fp16";
+    c.precision.loss_scale = "1e30";
+    c.train.max_bad_steps = 3;
+    TrainOptions watch;
+    long last_step = 0;
+    watch.after_step = [&](long step, ModelState&, bool skipped) {
+        EXPECT_TRUE(skipped) << "step " << step << " at loss scale 1e30 was not skipped";
+        last_step = step;
+    };
+    try {
+        train(c, watch);
+        ADD_FAILURE() << "fp16 run at a static loss scale of 1e30 did not stop";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("step 3: 3 consecutive steps with fp16 gradient overflow at the static "
+                                             "loss scale precision.loss_scale = 1e30 (train.max_bad_steps = 3)"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(last_step, 2) << "the run must stop in step 3, before its after_step";
+}
+
 }  // namespace
 }  // namespace zt
