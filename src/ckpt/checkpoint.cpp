@@ -358,6 +358,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
         meta["dtype"] = dtype;
         meta["seed"] = seed;
         meta["scaler"] = {{"scale", progress.loss_scale},
+                          {"mode", progress.loss_scale_mode},
                           {"clean_steps", progress.scaler_clean_steps},
                           {"hysteresis_left", progress.scaler_hysteresis_left}};
         meta["bad_steps"] = progress.bad_steps;
@@ -651,7 +652,10 @@ TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Co
         p.applied_steps = meta["applied_steps"].get<long>();
         p.samples_seen = meta["samples_seen"].get<uint64_t>();
         p.tokens_seen = meta.value("tokens_seen", uint64_t{0});
+        p.dtype = meta.value("dtype", std::string());
         p.loss_scale = meta["scaler"].value("scale", 1.0);
+        // Checkpoints written before the mode was recorded: fp16 ones count as dynamic (the default).
+        p.loss_scale_mode = meta["scaler"].value("mode", std::string(p.dtype == "fp16" ? "dynamic" : "none"));
         p.scaler_clean_steps = meta["scaler"].value("clean_steps", 0);
         p.scaler_hysteresis_left = meta["scaler"].value("hysteresis_left", 1);
         p.bad_steps = meta.value("bad_steps", 0);

@@ -379,6 +379,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     scfg.hysteresis = cfg.precision.hysteresis;
     scfg.min_scale = std::min(cfg.precision.min_scale, scfg.init_scale);
     LossScaler scaler(scfg);
+    const std::string loss_scale_mode = !fp16 ? "none" : scfg.dynamic ? "dynamic" : "static";
 
     // ---- initial weights from a file (a resumed checkpoint has its own) ----
     if (!cfg.model.init_from.empty() && resume_dir.empty()) {
@@ -412,7 +413,19 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                 }
             }
         }
-        if (fp16) scaler.restore(progress.loss_scale, progress.scaler_clean_steps, progress.scaler_hysteresis_left);
+        // The scaler state continues only where it means the same thing: an fp16 checkpoint of
+        // this dynamic mode. A static scale is the deck's; a bf16/fp32 checkpoint saved scale 1.
+        const bool same_scaler = progress.dtype == "fp16" && progress.loss_scale_mode == loss_scale_mode;
+        if (fp16 && scfg.dynamic && same_scaler) {
+            scaler.restore(progress.loss_scale, progress.scaler_clean_steps, progress.scaler_hysteresis_left);
+        } else if (fp16 && root && !(same_scaler && progress.loss_scale == scfg.init_scale)) {
+            std::printf("ztrain: the checkpoint was written in %s%s: the fp16 loss scale %s %g (%s)\n",
+                        progress.dtype.c_str(),
+                        progress.dtype == "fp16" ? str(" with a ", progress.loss_scale_mode, " loss scale ",
+                                                       progress.loss_scale).c_str() : "",
+                        scfg.dynamic ? "starts at" : "is", scfg.init_scale,
+                        scfg.dynamic ? "precision.init_scale" : "precision.loss_scale");
+        }
         if (root) {
             std::printf("ztrain: resumed from %s at step %ld (%llu samples seen)\n", resume_dir.c_str(), progress.step,
                         static_cast<unsigned long long>(progress.samples_seen));
@@ -467,8 +480,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         if (work != DType::kF32 || reduce != work) {
             std::printf("ztrain: precision: %s working copy, fp32 master and AdamW state, gradients reduced in %s%s\n",
                         dtype_name(work), dtype_name(reduce),
-                        fp16 ? (scfg.dynamic ? str(", dynamic loss scale from ", scfg.init_scale).c_str()
-                                             : str(", static loss scale ", scfg.init_scale).c_str())
+                        fp16 ? (scfg.dynamic ? str(", dynamic loss scale from ", scaler.scale()).c_str()
+                                             : str(", static loss scale ", scaler.scale()).c_str())
                              : "");
         }
         std::fflush(stdout);
@@ -532,6 +545,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         p.samples_seen = samples_seen;
         p.tokens_seen = tokens_seen;
         p.loss_scale = scaler.scale();
+        p.loss_scale_mode = loss_scale_mode;
         p.scaler_clean_steps = scaler.clean_steps();
         p.scaler_hysteresis_left = scaler.hysteresis_left();
         p.bad_steps = bad_steps;

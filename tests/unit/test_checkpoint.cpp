@@ -59,6 +59,7 @@ TrainProgress sample_progress() {
     p.samples_seen = 56;
     p.tokens_seen = 448;
     p.loss_scale = 8192;
+    p.loss_scale_mode = "dynamic";
     p.scaler_clean_steps = 3;
     p.scaler_hysteresis_left = 1;
     p.bad_steps = 1;
@@ -96,6 +97,8 @@ TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
         EXPECT_EQ(p.samples_seen, want.samples_seen);
         EXPECT_EQ(p.tokens_seen, want.tokens_seen);
         EXPECT_EQ(p.loss_scale, want.loss_scale);
+        EXPECT_EQ(p.loss_scale_mode, want.loss_scale_mode);
+        EXPECT_EQ(p.dtype, dtype_name(t)) << "load_checkpoint reports the dtype the checkpoint was written in";
         EXPECT_EQ(p.scaler_clean_steps, want.scaler_clean_steps);
         EXPECT_EQ(p.scaler_hysteresis_left, want.scaler_hysteresis_left);
         EXPECT_EQ(p.bad_steps, want.bad_steps);

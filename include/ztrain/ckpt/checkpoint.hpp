@@ -31,7 +31,7 @@
 // only after `latest` is replaced.
 //
 // meta_json fields: format ("ztrain-checkpoint"), version (1), step, applied_steps,
-// samples_seen, tokens_seen, world_size, zero_stage, dtype, seed, scaler {scale,
+// samples_seen, tokens_seen, world_size, zero_stage, dtype, seed, scaler {scale, mode,
 // clean_steps, hysteresis_left}, bad_steps, config_ini, model {n_layer, n_head, n_embd,
 // seq_len, vocab_size, padded_vocab}, units [numel per unit], tensors [{name, unit, offset,
 // shape}], shards [{file, rank, bytes, hash64, units [{unit, begin, end}]}].
@@ -58,6 +58,12 @@ struct TrainProgress {
     uint64_t samples_seen = 0; ///< global data cursor: the next step starts at this sample
     uint64_t tokens_seen = 0;
     double loss_scale = 1.0;
+    /// How the scale above was kept: "dynamic" | "static" (fp16) | "none" (bf16, fp32). A
+    /// resumed fp16 run takes the scaler state only from an fp16 checkpoint of its own mode.
+    std::string loss_scale_mode = "none";
+    /// Working dtype of the run that wrote the checkpoint (load_checkpoint fills it in;
+    /// save_checkpoint takes the dtype as its own argument).
+    std::string dtype;
     int scaler_clean_steps = 0;
     int scaler_hysteresis_left = 0;
     int bad_steps = 0;
