@@ -1,6 +1,7 @@
 // The dynamic loss scaler as a state machine: growth, backoff, hysteresis, minimum.
 #include <gtest/gtest.h>
 
+#include "ztrain/config/config.hpp"
 #include "ztrain/optim/loss_scaler.hpp"
 
 namespace zt {
@@ -16,6 +17,25 @@ TEST(LossScaler, DefaultsMatchTheCommonFrameworks) {
     EXPECT_EQ(c.growth_factor, 2.0);
     EXPECT_EQ(c.hysteresis, 2);
     EXPECT_EQ(c.min_scale, 1.0);
+}
+
+// The precision.* keys a deck starts from: the dynamic scaler (2^16, 2000, 2, 1),
+// the same numbers as the scaler's own defaults.
+TEST(LossScaler, PrecisionConfigDefaultsAreTheDynamicScalersDefaults) {
+    const PrecisionConfig p;
+    EXPECT_EQ(p.dtype, "fp32");
+    EXPECT_EQ(p.reduce_dtype, "") << "empty: reduce in the working dtype";
+    EXPECT_EQ(p.loss_scale, "dynamic");
+    EXPECT_EQ(p.init_scale, 65536.0);
+    EXPECT_EQ(p.growth_interval, 2000);
+    EXPECT_EQ(p.hysteresis, 2);
+    EXPECT_EQ(p.min_scale, 1.0);
+    const LossScalerConfig s;
+    EXPECT_TRUE(s.dynamic);
+    EXPECT_EQ(p.init_scale, s.init_scale);
+    EXPECT_EQ(p.growth_interval, s.growth_interval);
+    EXPECT_EQ(p.hysteresis, s.hysteresis);
+    EXPECT_EQ(p.min_scale, s.min_scale);
 }
 
 TEST(LossScaler, AtTheFloorHysteresis2AbsorbsOneOverflowAndReportsTheSecond) {
