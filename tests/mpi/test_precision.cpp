@@ -1,20 +1,23 @@
 // Mixed precision across ranks:
 // - an overflow injected on ONE rank makes EVERY rank skip the step (the flag is agreed with
 //   an all-reduce MAX), halves the fp16 loss scale, and leaves master weights and AdamW state
-//   bit-identical; bf16 and fp32 skip such a step too, with no scale involved;
+//   bit-identical; bf16 and fp32 skip such a step too, with no scale involved. The skip is
+//   logged (metrics.jsonl, console) and advances neither the LR schedule nor AdamW's t;
 // - the tiny model trained in bf16 and fp16 under every ZeRO stage tracks the fp32 loss curve.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "mpi_training.hpp"
+#include "test_support.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/trainer.hpp"
 
@@ -73,7 +76,9 @@ TEST_P(InjectedOverflow, EveryRankSkipsAndStateStaysBitIdentical) {
             << "master weights or AdamW state changed on rank " << me << " in a skipped step";
         compared = true;
     };
+    if (me == 0) ::testing::internal::CaptureStdout();
     const TrainSummary s = train(cfg, opt);
+    const std::string console = me == 0 ? ::testing::internal::GetCapturedStdout() : "";
     EXPECT_TRUE(compared);
     ASSERT_EQ(s.skipped.size(), 5u);
     for (size_t i = 0; i < s.skipped.size(); ++i) {
@@ -85,6 +90,32 @@ TEST_P(InjectedOverflow, EveryRankSkipsAndStateStaysBitIdentical) {
     } else {
         for (double sc : s.loss_scales) EXPECT_EQ(sc, 1.0) << c.dtype << " must not scale the loss";
     }
+    if (me != 0) return;
+    // The skip is logged: metrics.jsonl and one console line.
+    const std::vector<nlohmann::json> rec = test::step_records(dir.file("run/metrics.jsonl"));
+    ASSERT_EQ(rec.size(), 5u);
+    const nlohmann::json& bad = rec[bad_step - 1];
+    for (long i = 1; i <= 5; ++i) EXPECT_EQ(rec[i - 1]["skipped"], i == bad_step) << rec[i - 1].dump();
+    const double scale_before = c.dtype == "fp16" ? 65536.0 : 1.0;
+    const double scale_after = c.dtype == "fp16" ? 32768.0 : 1.0;
+    EXPECT_EQ(bad["loss_scale"].get<double>(), scale_before) << "a record logs the scale its step ran at";
+    EXPECT_EQ(rec[bad_step]["loss_scale"].get<double>(), scale_after) << "the step after the overflow";
+    const std::string line = c.dtype == "fp16"
+                                 ? "step     3/5 | non-finite gradients: step skipped, loss scale 65536 -> 32768\n"
+                                 : "step     3/5 | non-finite gradients: step skipped\n";
+    EXPECT_NE(console.find(line), std::string::npos) << "console lacks '" << line << "':\n" << console;
+    // The LR schedule does not advance in a skipped step: steps 3 and 4 both run at the
+    // schedule's value for 2 applied steps, step 5 at 3.
+    const long applied_before[] = {0, 1, 2, 2, 3};
+    for (long i = 1; i <= 5; ++i) {
+        EXPECT_DOUBLE_EQ(rec[i - 1]["lr"].get<double>(), learning_rate(cfg.train, applied_before[i - 1]))
+            << "step " << i << " ran at the LR of another schedule step";
+    }
+    ASSERT_NE(learning_rate(cfg.train, 2), learning_rate(cfg.train, 3)) << "the schedule must tell them apart";
+    // Nor does AdamW's step count (the t of its bias corrections): the final checkpoint
+    // records 4 applied steps out of 5.
+    const nlohmann::json meta = read_checkpoint_meta(dir.file("run/checkpoints/step_00000005"));
+    EXPECT_EQ(meta["applied_steps"], 4) << "AdamW's step count advanced in the skipped step";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypesAndStages, InjectedOverflow, ::testing::ValuesIn(all_cases()), case_name);
@@ -148,16 +179,9 @@ TEST(ReduceDtype, WireDtypeSetsTheBytesMoved) {
     for (size_t i = 0; i < fp32.losses.size(); ++i) {
         EXPECT_NEAR(wire16.losses[i], fp32.losses[i], 0.01 * fp32.losses[i]) << "step " << i + 1;
     }
+    // Step 1's bytes moved per collective.
+    auto first_step = [](const std::string& path) { return test::step_records(path).at(0)["comm_bytes"]; };
     if (me == 0 && N > 1) {
-        auto first_step = [](const std::string& path) {
-            std::ifstream in(path);
-            std::string line;
-            while (std::getline(in, line)) {
-                auto j = nlohmann::json::parse(line);
-                if (j.contains("comm_bytes")) return j["comm_bytes"];
-            }
-            return nlohmann::json();
-        };
         const auto ca = first_step(dir.file("a/metrics.jsonl"));
         const auto cb = first_step(dir.file("b/metrics.jsonl"));
         EXPECT_EQ(cb["reduce_scatter"].get<uint64_t>() * 2, ca["reduce_scatter"].get<uint64_t>())

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -30,16 +29,10 @@
 namespace zt {
 namespace {
 
-std::vector<nlohmann::json> step_records(const std::string& path) {
-    std::ifstream in(path);
-    std::vector<nlohmann::json> out;
-    std::string line;
-    while (std::getline(in, line)) {
-        nlohmann::json j = nlohmann::json::parse(line);
-        if (!j.contains("loss")) continue;
-        test::erase_timing_fields(j);
-        out.push_back(j);
-    }
+/// The step records without the fields that differ run to run.
+std::vector<nlohmann::json> untimed_step_records(const std::string& path) {
+    std::vector<nlohmann::json> out = test::step_records(path);
+    for (nlohmann::json& j : out) test::erase_timing_fields(j);
     return out;
 }
 
@@ -98,8 +91,8 @@ TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
                           whole.final_params.size() * sizeof(float)), 0)
         << "final parameters differ after resume (stage " << stage << ")";
     if (test::world_rank() == 0) {
-        const auto a = step_records(dir.file("whole/metrics.jsonl"));
-        const auto b = step_records(dir.file("split/metrics.jsonl"));
+        const auto a = untimed_step_records(dir.file("whole/metrics.jsonl"));
+        const auto b = untimed_step_records(dir.file("split/metrics.jsonl"));
         ASSERT_EQ(a.size(), 20u);
         ASSERT_EQ(b.size(), 20u);
         for (size_t i = 0; i < a.size(); ++i) {
@@ -150,8 +143,8 @@ TEST(SignalOnOneRank, EveryRankStopsAtTheSameStepAndResumeContinuesTheCurve) {
         EXPECT_EQ(rest.losses[i], whole.losses[7 + i]) << "step " << 8 + i;
     }
     if (test::world_rank() == 0) {
-        const auto a = step_records(dir.file("whole/metrics.jsonl"));
-        const auto b = step_records(dir.file("split/metrics.jsonl"));
+        const auto a = untimed_step_records(dir.file("whole/metrics.jsonl"));
+        const auto b = untimed_step_records(dir.file("split/metrics.jsonl"));
         ASSERT_EQ(a.size(), 20u);
         ASSERT_EQ(b.size(), 20u);
         for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "metrics line " << i + 1;

@@ -1,9 +1,11 @@
 // Helpers shared by the tests: scratch directories and small file utilities.
 #pragma once
 
+#include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace zt::test {
 
@@ -15,6 +17,18 @@ inline void erase_timing_fields(nlohmann::json& j) {
         const std::string& k = it.key();
         it = k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0 ? j.erase(it) : std::next(it);
     }
+}
+
+/// The per-step records of a metrics.jsonl (those with a loss), in order.
+inline std::vector<nlohmann::json> step_records(const std::string& path) {
+    std::ifstream in(path);
+    std::vector<nlohmann::json> out;
+    std::string line;
+    while (std::getline(in, line)) {
+        nlohmann::json j = nlohmann::json::parse(line);
+        if (j.contains("loss")) out.push_back(j);
+    }
+    return out;
 }
 
 /// A fresh, empty directory under the system temp dir, removed when the object dies.
