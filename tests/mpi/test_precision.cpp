@@ -3,7 +3,8 @@
 //   an all-reduce MAX), halves the fp16 loss scale, and leaves master weights and AdamW state
 //   bit-identical; bf16 and fp32 skip such a step too, with no scale involved. The skip is
 //   logged (metrics.jsonl, console) and advances neither the LR schedule nor AdamW's t;
-// - the tiny model trained in bf16 and fp16 under every ZeRO stage tracks the fp32 loss curve.
+// - the tiny model trained in bf16 and fp16 under every ZeRO stage tracks the fp32 loss curve;
+// - fp16 reports and applies the unscaled, clipped gradient (one multiplier).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -159,6 +160,74 @@ std::vector<Case> low_precision_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(LowPrecision, TracksFp32, ::testing::ValuesIn(low_precision_cases()), case_name);
+
+// Unscaling and clipping share one multiplier. AdamW is nearly scale invariant, so the loss
+// curve cannot see a missing or doubled unscale; the reported norm and AdamW's moments can.
+// After step 1 (clipping active: the first norm is above grad_clip = 0.5):
+// - metrics.jsonl's grad_norm of fp16 (scale 2^16) is the unscaled norm: within 0.1% of
+//   fp32's (a missing unscale reports 2^16 times fp32's);
+// - AdamW's m = (1 - beta1) g c and v = (1 - beta2) (g c)^2, with c the one multiplier, are
+//   within 1% (relative L2 over this rank's elements) of fp32's: a missing unscale makes them
+//   2^16 and 2^32 times larger, a doubled one as much smaller.
+// fp16 rounds every activation and gradient to 11 significant bits; the differences seen
+// at N = 2 and 4 are below 1e-4 for the norm and 1e-3 for the moments.
+class OneMultiplier : public ::testing::TestWithParam<int> {};
+
+TEST_P(OneMultiplier, Fp16ReportsAndAppliesTheUnscaledClippedGradient) {
+    const int stage = GetParam();
+    const int me = test::world_rank();
+    test::SharedDir dir("multiplier");
+    if (me == 0) test::write_random_shard(dir.file("train.bin"), 20000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    // This rank's AdamW m and v after step 1, out of owned_optimizer_state's
+    // [master, m, v] runs per unit.
+    struct Moments {
+        std::vector<double> m, v;
+    };
+    auto run = [&](const std::string& dtype, Moments& out) {
+        Config c = test::tiny_mpi_config(dir.file("train.bin"), dir.file(dtype));
+        c.train.max_steps = 1;
+        c.parallel.zero_stage = stage;
+        c.precision.dtype = dtype;
+        TrainOptions opt;
+        opt.after_step = [&](long, ModelState& state, bool skipped) {
+            ASSERT_FALSE(skipped) << dtype << " step 1 skipped";
+            const std::vector<float> all = state.owned_optimizer_state();
+            size_t at = 0;
+            for (int u = 0; u < state.layout().num_units(); ++u) {
+                const size_t n = state.owned_end(u) - state.owned_begin(u);
+                out.m.insert(out.m.end(), all.begin() + static_cast<long>(at + n), all.begin() + static_cast<long>(at + 2 * n));
+                out.v.insert(out.v.end(), all.begin() + static_cast<long>(at + 2 * n), all.begin() + static_cast<long>(at + 3 * n));
+                at += 3 * n;
+            }
+            ASSERT_EQ(at, all.size());
+        };
+        const TrainSummary s = train(c, opt);
+        EXPECT_EQ(s.loss_scales.at(0), dtype == "fp16" ? 65536.0 : 1.0);
+    };
+    Moments ref, got;
+    run("fp32", ref);
+    run("fp16", got);
+    auto relative_l2 = [](const std::vector<double>& a, const std::vector<double>& b) {
+        double diff = 0.0, norm = 0.0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            diff += (a[i] - b[i]) * (a[i] - b[i]);
+            norm += b[i] * b[i];
+        }
+        return norm > 0 ? std::sqrt(diff / norm) : 0.0;
+    };
+    ASSERT_EQ(got.m.size(), ref.m.size());
+    EXPECT_LT(relative_l2(got.m, ref.m), 0.01) << "AdamW m after step 1, stage " << stage << ", rank " << me;
+    EXPECT_LT(relative_l2(got.v, ref.v), 0.01) << "AdamW v after step 1, stage " << stage << ", rank " << me;
+    if (me != 0) return;
+    const double norm32 = test::step_records(dir.file("fp32/metrics.jsonl")).at(0)["grad_norm"].get<double>();
+    const double norm16 = test::step_records(dir.file("fp16/metrics.jsonl")).at(0)["grad_norm"].get<double>();
+    EXPECT_GT(norm32, 0.5) << "clipping (grad_clip 0.5) must be active in step 1 for this test to cover it";
+    EXPECT_NEAR(norm16, norm32, 1e-3 * norm32) << "fp16 grad_norm is not the unscaled norm (stage " << stage << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStages, OneMultiplier, ::testing::Values(0, 1, 2, 3),
+                         [](const auto& info) { return "stage" + std::to_string(info.param); });
 
 // Reduced in a different dtype than the working one (fp32 work, bf16 wire; bf16 work, fp32
 // wire): still tracks fp32 and moves the bytes the wire dtype says.
