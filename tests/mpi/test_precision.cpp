@@ -4,7 +4,8 @@
 //   bit-identical; bf16 and fp32 skip such a step too, with no scale involved. The skip is
 //   logged (metrics.jsonl, console) and advances neither the LR schedule nor AdamW's t;
 // - the tiny model trained in bf16 and fp16 under every ZeRO stage tracks the fp32 loss curve;
-// - fp16 reports and applies the unscaled, clipped gradient (one multiplier).
+// - fp16 reports and applies the unscaled, clipped gradient (one multiplier);
+// - a wire dtype other than the working one moves the bytes it says.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -256,6 +257,25 @@ TEST(ReduceDtype, WireDtypeSetsTheBytesMoved) {
         EXPECT_EQ(cb["reduce_scatter"].get<uint64_t>() * 2, ca["reduce_scatter"].get<uint64_t>())
             << "a bf16 wire should move half the gradient bytes of fp32";
         EXPECT_EQ(cb["all_gather"], ca["all_gather"]) << "parameters stay in the fp32 working dtype";
+    }
+    // bf16 work: its own wire vs an fp32 wire. Tolerance 3% as in TracksFp32 (bf16 work).
+    Config c = a;
+    c.run.dir = dir.file("c");
+    c.precision.dtype = "bf16";
+    train(c);
+    Config d = c;
+    d.run.dir = dir.file("d");
+    d.precision.reduce_dtype = "fp32";
+    const TrainSummary wire32 = train(d);
+    for (size_t i = 0; i < fp32.losses.size(); ++i) {
+        EXPECT_NEAR(wire32.losses[i], fp32.losses[i], 0.03 * fp32.losses[i]) << "bf16 work, fp32 wire, step " << i + 1;
+    }
+    if (me == 0 && N > 1) {
+        const auto cc = first_step(dir.file("c/metrics.jsonl"));
+        const auto cd = first_step(dir.file("d/metrics.jsonl"));
+        EXPECT_EQ(cc["reduce_scatter"].get<uint64_t>() * 2, cd["reduce_scatter"].get<uint64_t>())
+            << "an fp32 wire should move twice the gradient bytes of bf16";
+        EXPECT_EQ(cd["all_gather"], cc["all_gather"]) << "parameters stay in the bf16 working dtype";
     }
 }
 
