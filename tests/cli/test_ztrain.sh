@@ -47,6 +47,16 @@ if command -v mpiexec > /dev/null; then
     --run.dir="$work/run_np2" --train.threads=1 --train.max_steps=4 --parallel.zero_stage=3
   expect 2 "train.lr" mpiexec --oversubscribe --bind-to none -np 2 "$BIN/ztrain" --config "$deck" "${data[@]}" \
     --run.dir="$work/run_np2" --train.lr=-1
+  # Only rank 0 prints: at np 2 every progress line, the start-up memory table and the final
+  # line appear exactly once.
+  timeout 120 mpiexec --oversubscribe --bind-to none -np 2 "$BIN/ztrain" --config "$deck" "${data[@]}" \
+    --run.dir="$work/run_np2_print" --train.threads=1 --train.max_steps=3 --train.log_every=1 \
+    --parallel.zero_stage=1 > "$work/np2_print.log" 2>&1
+  for pat in "step +1/3" "step +2/3" "step +3/3" "memory per rank" "val loss" "^ztrain: 3 steps in"; do
+    n=$(grep -cE -- "$pat" "$work/np2_print.log")
+    if [ "$n" -eq 1 ]; then echo "ok: np 2 prints /$pat/ once"; else
+      echo "FAIL: np 2 printed /$pat/ $n times (expected once: rank 0 only)"; failures=$((failures + 1)); fi
+  done
 fi
 
 # A signal mid-run: checkpoint at the next step boundary, exit 0; a second run resumes.
