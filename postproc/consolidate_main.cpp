@@ -5,11 +5,13 @@
 //
 // CKPT_DIR is a step directory (step_00000100) or a checkpoint directory, whose `latest`
 // names the step. FILE's extension picks the format: .h5 (ztrain names and layout) or
-// .safetensors (Hugging Face GPT-2 names and layout); see ckpt/export.hpp.
+// .safetensors (Hugging Face GPT-2 names and layout); see ckpt/export.hpp. A FILE that is a
+// directory (or ends with '/') becomes a Hugging Face model directory: model.safetensors plus
+// config.json, loadable with GPT2LMHeadModel.from_pretrained(FILE).
 // A single process with no MPI launcher: checkpoints of any world size are read shard by
 // shard, one tensor at a time (peak memory: the largest tensor and one copy of it).
-// Deliberately does not: write Hugging Face's config.json or tokenizer files, or re-shard a
-// checkpoint for another world size (ztrain loads any world size directly).
+// Deliberately does not: write tokenizer files (the run's tokenizer.json sits next to its
+// shards), or re-shard a checkpoint for another world size (ztrain loads any world size).
 // Exit status: 0 success, 2 bad input (options, checkpoint), 1 anything else.
 #include <chrono>
 #include <cstdio>
@@ -37,7 +39,8 @@ int run(int argc, char** argv) {
         "  zt-consolidate CKPT_DIR --info\n\n"
         "CKPT_DIR: a checkpoint directory (its `latest` step is used) or a step_N directory.\n"
         "FILE: .h5 (ztrain tensor names, one dataset each) or .safetensors (Hugging Face GPT-2\n"
-        "names and layout; load with GPT2LMHeadModel, lm_head is tied to wte).\n\nOptions");
+        "names and layout; load with GPT2LMHeadModel, lm_head is tied to wte). A directory (or a\n"
+        "name ending in /) gets model.safetensors + config.json: GPT2LMHeadModel.from_pretrained(DIR).\n\nOptions");
     visible.add_options()
         ("help,h", "print this help and exit")
         ("output,o", po::value(&output), "the file to write (.h5, .hdf5 or .safetensors)")
@@ -67,9 +70,12 @@ int run(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bool hf_dir = std::filesystem::is_directory(output);
+    const std::string weights = hf_dir ? (std::filesystem::path(output) / "model.safetensors").string() : output;
     std::error_code ec;
-    const auto bytes = std::filesystem::file_size(output, ec);
-    std::printf("zt-consolidate: wrote %s (%s, %.2f MiB) in %.2f s\n", output.c_str(), zt::dtype_name(t),
+    const auto bytes = std::filesystem::file_size(weights, ec);
+    std::printf("zt-consolidate: wrote %s%s (%s, %.2f MiB) in %.2f s\n", weights.c_str(),
+                hf_dir ? " and config.json" : "", zt::dtype_name(t),
                 ec ? 0.0 : static_cast<double>(bytes) / 1048576.0, s);
     return zt::kExitOk;
 }

@@ -742,9 +742,64 @@ void import_h5(const std::string& file, const std::vector<Expected>& expected, c
 
 }  // namespace
 
+nlohmann::json hf_gpt2_config(long n_layer, long n_head, long n_embd, long n_positions, long vocab_size,
+                              DType dtype) {
+    const bool gpt2_vocab = vocab_size == 50257;
+    nlohmann::json c = {
+        {"architectures", {"GPT2LMHeadModel"}},
+        {"model_type", "gpt2"},
+        {"vocab_size", vocab_size},
+        {"n_positions", n_positions},
+        {"n_ctx", n_positions},
+        {"n_embd", n_embd},
+        {"n_layer", n_layer},
+        {"n_head", n_head},
+        {"n_inner", nullptr},                  // 4 * n_embd, as ztrain's MLP
+        {"activation_function", "gelu_new"},   // GELU with the tanh approximation
+        {"layer_norm_epsilon", 1e-5},          // ztrain's LayerNorm epsilon
+        {"initializer_range", 0.02},
+        {"resid_pdrop", 0.0},
+        {"embd_pdrop", 0.0},
+        {"attn_pdrop", 0.0},                   // ztrain trains without dropout
+        {"scale_attn_weights", true},          // scores / sqrt(head size)
+        {"tie_word_embeddings", true},         // lm_head is wte
+        {"torch_dtype", dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32"},
+    };
+    c["bos_token_id"] = gpt2_vocab ? nlohmann::json(50256) : nlohmann::json(nullptr);
+    c["eos_token_id"] = gpt2_vocab ? nlohmann::json(50256) : nlohmann::json(nullptr);
+    return c;
+}
+
 void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer) {
     silence_hdf5();
     ZT_INPUT_CHECK(!output.empty(), "--output: no file name given");
+    if (fs::is_directory(output) || output.back() == '/') {
+        // A Hugging Face model directory: model.safetensors + config.json.
+        ZT_INPUT_CHECK(!with_optimizer, "--with-optimizer: a Hugging Face directory ('", output,
+                       "') holds weights only; write a .h5 file for the optimizer state");
+        const fs::path dir = fs::path(output).lexically_normal();
+        const fs::path parent = dir.has_filename() ? dir.parent_path() : dir.parent_path().parent_path();
+        ZT_INPUT_CHECK(fs::is_directory(dir) || parent.empty() || fs::is_directory(parent), "--output: directory '",
+                       parent.string(), "' does not exist");
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
+        consolidate(ckpt_path, (dir / "model.safetensors").string(), dtype, false);
+        const std::string step_dir = resolve_step_dir(ckpt_path);
+        const CkptModel m = load_ckpt_model(step_dir, read_checkpoint_meta(step_dir));
+        ZT_INPUT_CHECK(m.n_layer > 0 && m.n_head > 0 && m.n_embd > 0 && m.seq_len > 0 && m.vocab_size > 0,
+                       step_dir, ": the checkpoint does not record every model dimension (n_layer, n_head, n_embd, "
+                       "seq_len, vocab_size) needed for config.json");
+        const std::string text =
+            hf_gpt2_config(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size, dtype).dump(2) + "\n";
+        write_atomically((dir / "config.json").string(), [&](const std::string& file) {
+            std::ofstream out(file, std::ios::binary);
+            out << text;
+            out.close();
+            if (!out) throw Error(str("cannot write ", file, " (disk full?)"));
+        });
+        return;
+    }
     const Format fmt = format_of(output, "--output");
     ZT_INPUT_CHECK(!with_optimizer || fmt == Format::kH5, "--with-optimizer: only .h5 output holds optimizer "
                    "state ('", output, "' is safetensors)");

@@ -297,6 +297,36 @@ TEST(Export, SafetensorsParsesIndependentlyWithHuggingFaceNamesAndLayout) {
     EXPECT_EQ(h.data.size() * 2, st.data.size());
 }
 
+// A directory output is a Hugging Face model directory: the same safetensors bytes as a file
+// output, plus a GPT2Config whose dims match the checkpoint (from_pretrained reads both).
+TEST(Export, DirectoryOutputIsAHuggingFaceModelDirectory) {
+    Fixture f;
+    const std::string file = f.dir.file("w.safetensors");
+    consolidate(f.step_dir, file, DType::kBF16, false);
+    const std::string hf = f.dir.file("hf") + "/";
+    consolidate(f.step_dir, hf, DType::kBF16, false);
+    EXPECT_EQ(test::read_file(hf + "model.safetensors"), test::read_file(file));
+    const nlohmann::json c = nlohmann::json::parse(test::read_file(hf + "config.json"));
+    EXPECT_EQ(c["model_type"], "gpt2");
+    EXPECT_EQ(c["architectures"][0], "GPT2LMHeadModel");
+    EXPECT_EQ(c["n_layer"], f.mc.n_layer);
+    EXPECT_EQ(c["n_head"], f.mc.n_head);
+    EXPECT_EQ(c["n_embd"], f.mc.n_embd);
+    EXPECT_EQ(c["n_positions"], f.mc.seq_len);
+    EXPECT_EQ(c["vocab_size"], f.mc.vocab_size);  // unpadded: the padded rows are not exported
+    EXPECT_EQ(c["activation_function"], "gelu_new");
+    EXPECT_EQ(c["layer_norm_epsilon"], 1e-5);
+    EXPECT_EQ(c["tie_word_embeddings"], true);
+    EXPECT_EQ(c["torch_dtype"], "bfloat16");
+    EXPECT_TRUE(c["eos_token_id"].is_null());  // not the GPT-2 vocabulary
+    EXPECT_EQ(hf_gpt2_config(12, 12, 768, 1024, 50257, DType::kF32)["eos_token_id"], 50256);
+    // An existing directory works too, and a rerun replaces both files.
+    consolidate(f.step_dir, f.dir.file("hf"), DType::kBF16, false);
+    EXPECT_EQ(test::read_file(hf + "model.safetensors"), test::read_file(file));
+    const std::string msg = input_error_of([&] { consolidate(f.step_dir, hf, DType::kF32, true); });
+    EXPECT_NE(msg.find("--with-optimizer"), std::string::npos) << msg;
+}
+
 TEST(Export, ImportReproducesTheWeightsFromBothFormats) {
     Fixture f;
     const auto want = expected_master(f, DType::kF32);

@@ -31,6 +31,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "ztrain/core/dtype.hpp"
 
 namespace zt {
@@ -46,7 +48,17 @@ struct ModelConfig;
 /// complete or not at all (written to OUTPUT.partial, renamed at the end). Throws
 /// InputError naming the file for a missing/damaged checkpoint or an unusable output name,
 /// Error for I/O failures.
+/// An `output` that is an existing directory, or ends with '/', is a Hugging Face model
+/// directory: OUTPUT/model.safetensors plus OUTPUT/config.json (GPT2Config: dims, gelu_new,
+/// layer_norm_epsilon 1e-5, tied embeddings), which `GPT2LMHeadModel.from_pretrained(OUTPUT)`
+/// reads. The directory itself is created if its parent exists.
 void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer);
+
+/// The Hugging Face GPT2Config (config.json) describing a model of these dimensions stored
+/// in `dtype`; vocab_size is the unpadded vocabulary. bos/eos are GPT-2's 50256 for the
+/// GPT-2 vocabulary (50257) and null otherwise.
+nlohmann::json hf_gpt2_config(long n_layer, long n_head, long n_embd, long n_positions, long vocab_size,
+                              DType dtype);
 
 /// Human-readable description of a checkpoint: step, world size, stage, dtype, tokens,
 /// model dims, every tensor with its shape, every shard file with its size (checked against
