@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
     } catch (const zt::InputError& e) {
         if (world_rank() == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
         code = zt::kExitBadInput;
+    } catch (const zt::AgreedError& e) {
+        if (world_rank() == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+        code = zt::kExitFailure;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "ztrain: rank %d: fatal: %s\n", world_rank(), e.what());
         std::fflush(stderr);

@@ -618,14 +618,18 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         const bool non_finite = std::isnan(sum_sq);
         const double grad_norm = std::sqrt(sum_sq) / scale;
         bool skipped = non_finite;
+        // A run that cannot go on stops after this step's record is written. Every input to
+        // the decision is agreed across ranks (the flag above, the scaler's state), so every
+        // rank throws together and the job ends through MPI_Finalize, not MPI_Abort.
+        std::string stop_error;
         if (fp16) {
             const LossScaler::Outcome outcome = scaler.update(non_finite);
             if (outcome == LossScaler::Outcome::kStuckAtMinimum) {
-                throw Error(str("step ", step + 1, ": fp16 gradients overflow even at the minimum loss scale ",
-                                scaler.scale(), " (precision.min_scale); the run cannot continue in fp16: try bf16, a "
-                                "lower train.lr, or a lower precision.min_scale"));
+                stop_error = str("step ", step + 1, ": fp16 gradients overflow even at the minimum loss scale ",
+                                 scaler.scale(), " (precision.min_scale); the run cannot continue in fp16: try bf16, "
+                                 "a lower train.lr, or a lower precision.min_scale");
             }
-            skipped = outcome == LossScaler::Outcome::kSkipped;
+            skipped = outcome != LossScaler::Outcome::kApplied;
         }
         const double lr = learning_rate(tc, applied_steps);
         if (skipped) {
@@ -637,15 +641,15 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             // A dynamic fp16 scale stops at its floor (above); a fixed scale cannot change, so
             // it is bounded by train.max_bad_steps like bf16 and fp32.
             if (fp16 && !scfg.dynamic && bad_steps >= tc.max_bad_steps) {
-                throw Error(str("step ", step + 1, ": ", bad_steps, " consecutive steps with fp16 gradient overflow "
-                                "at the static loss scale precision.loss_scale = ", cfg.precision.loss_scale,
-                                " (train.max_bad_steps = ", tc.max_bad_steps, "): expected a scale the gradients "
-                                "fit in fp16 at; lower precision.loss_scale or set it to dynamic"));
+                stop_error = str("step ", step + 1, ": ", bad_steps, " consecutive steps with fp16 gradient overflow "
+                                 "at the static loss scale precision.loss_scale = ", cfg.precision.loss_scale,
+                                 " (train.max_bad_steps = ", tc.max_bad_steps, "): expected a scale the gradients "
+                                 "fit in fp16 at; lower precision.loss_scale or set it to dynamic");
             }
             if (!fp16 && bad_steps >= tc.max_bad_steps) {
-                throw Error(str("step ", step + 1, ": ", bad_steps, " consecutive steps with non-finite gradients "
-                                "(train.max_bad_steps = ", tc.max_bad_steps, "); last loss ", loss,
-                                ". The run is diverging: lower train.lr or check the data"));
+                stop_error = str("step ", step + 1, ": ", bad_steps, " consecutive steps with non-finite gradients "
+                                 "(train.max_bad_steps = ", tc.max_bad_steps, "); last loss ", loss,
+                                 ". The run is diverging: lower train.lr or check the data");
             }
         } else {
             bad_steps = 0;
@@ -708,6 +712,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                 std::fflush(stdout);
             }
         }
+        if (!stop_error.empty()) throw AgreedError(stop_error);
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) evaluate(done);
         // Ranks agree on a pending stop signal at the step boundary, so all save together.
         double stop = signals.pending();

@@ -57,6 +57,21 @@ if command -v mpiexec > /dev/null; then
     if [ "$n" -eq 1 ]; then echo "ok: np 2 prints /$pat/ once"; else
       echo "FAIL: np 2 printed /$pat/ $n times (expected once: rank 0 only)"; failures=$((failures + 1)); fi
   done
+  # A run that cannot go on (fp16 at a static scale every gradient overflows) stops on every
+  # rank together: exit 1, the reason printed once, no MPI_Abort, the last step recorded.
+  timeout 120 mpiexec --oversubscribe --bind-to none -np 2 "$BIN/ztrain" --config "$deck" "${data[@]}" \
+    --run.dir="$work/run_np2_stuck" --train.threads=1 --train.max_steps=10 --precision.dtype=fp16 \
+    --precision.loss_scale=1e30 --train.max_bad_steps=2 > "$work/np2_stuck.log" 2>&1
+  rc=$?
+  n=$(grep -c "error: step 2: 2 consecutive steps with fp16 gradient overflow" "$work/np2_stuck.log")
+  last=$(tail -1 "$work/run_np2_stuck/metrics.jsonl" 2>/dev/null)
+  if [ "$rc" -eq 1 ] && [ "$n" -eq 1 ] && ! grep -qiE "MPI_ABORT|fatal" "$work/np2_stuck.log" &&
+     grep -q '"step":2,' <<<"$last" && grep -q '"skipped":true' <<<"$last"; then
+    echo "ok: np 2 stuck fp16 run exits 1 on both ranks, reason printed once, step 2 recorded"
+  else
+    echo "FAIL: np 2 stuck fp16 run: exit $rc (expected 1), reason printed $n times (expected 1), last record: $last"
+    tail -5 "$work/np2_stuck.log"; failures=$((failures + 1))
+  fi
 fi
 
 # A signal mid-run: checkpoint at the next step boundary, exit 0; a second run resumes.

@@ -226,10 +226,17 @@ TEST(Training, PersistentNonFiniteGradientsStopTheRun) {
     try {
         train(c, poison);
         ADD_FAILURE() << "bf16 run with poisoned gradients did not stop";
-    } catch (const Error& e) {
+    } catch (const AgreedError& e) {  // every rank stops together: exit 1 without MPI_Abort
         EXPECT_NE(std::string(e.what()).find("step 5: 3 consecutive steps with non-finite gradients"), std::string::npos)
             << e.what();
     }
+    // The stopping step is in metrics.jsonl, marked skipped, like the two before it.
+    const auto records = read_metrics(dir.file("bf16/metrics.jsonl"), /*erase_timing=*/false);
+    std::vector<long> skipped_steps;
+    for (const auto& r : records) {
+        if (r.contains("skipped") && r["skipped"].get<bool>()) skipped_steps.push_back(r["step"].get<long>());
+    }
+    EXPECT_EQ(skipped_steps, (std::vector<long>{3, 4, 5}));
     Config h = tiny_config(dir, "fp16");
     h.precision.dtype = "fp16";
     h.precision.init_scale = 4;
@@ -238,7 +245,7 @@ TEST(Training, PersistentNonFiniteGradientsStopTheRun) {
     try {
         train(h, poison);
         ADD_FAILURE() << "fp16 run with poisoned gradients did not stop";
-    } catch (const Error& e) {
+    } catch (const AgreedError& e) {
         // Scale 4 -> 2 (step 3) -> 1 (step 4) -> overflow at the floor (step 5).
         EXPECT_NE(std::string(e.what()).find("step 5: fp16 gradients overflow even at the minimum loss scale"),
                   std::string::npos)
@@ -273,7 +280,8 @@ TEST(Training, Fp16AtTheFloorWithHysteresis2AbsorbsOneOverflowAndStopsAtTheSecon
                   std::string::npos)
             << e.what();
     }
-    EXPECT_EQ(skipped, (std::vector<bool>{false, false, true, true, true})) << "steps 3-5 skipped, step 6 stops";
+    EXPECT_EQ(skipped, (std::vector<bool>{false, false, true, true, true, true}))
+        << "steps 3-5 skipped, step 6 skipped and stops";
 }
 
 // A static fp16 scale cannot back off, so an overflow that persists is bounded by
@@ -301,7 +309,7 @@ TEST(Training, StaticFp16ScaleThatAlwaysOverflowsStopsAfterMaxBadSteps) {
                   std::string::npos)
             << e.what();
     }
-    EXPECT_EQ(last_step, 2) << "the run must stop in step 3, before its after_step";
+    EXPECT_EQ(last_step, 3) << "the run must stop after step 3 (skipped, recorded), not before or later";
 }
 
 }  // namespace

@@ -31,6 +31,14 @@ class Error : public std::runtime_error {
     explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+/// A failure every rank detects at the same point, through values agreed by a collective
+/// (e.g. a diverging run's non-finite gradients): rank 0 reports it once and every rank
+/// exits 1 through MPI_Finalize, with no MPI_Abort and nothing left unwritten.
+class AgreedError : public Error {
+  public:
+    explicit AgreedError(const std::string& what) : Error(what) {}
+};
+
 /// Bad input from the user: config, command line, data or checkpoint (exit status 2).
 class InputError : public Error {
   public:
