@@ -310,6 +310,10 @@ std::unique_ptr<Backend> make_backend(const std::string& kind, int threads, int 
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
+    // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary. Installed first, so a
+    // signal during start-up (data, checkpoint load) is not the default action (death) but a
+    // stop after the first step.
+    const StopSignals signals;
     validate(cfg);
     auto comm_owner = make_mpi_communicator(options.comm);
     Communicator& comm = *comm_owner;
@@ -535,7 +539,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     int bad_steps = progress.bad_steps;           // consecutive skipped steps
     uint64_t samples_seen = progress.samples_seen;
     uint64_t tokens_seen = progress.tokens_seen;
-    const StopSignals signals;  // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary
     std::atomic<long> current_step{progress.step};
     const CollectiveWatchdog watchdog(comm, cfg.parallel.timeout_s, current_step);
     auto save = [&](long step_done) {
