@@ -285,6 +285,39 @@ uint64_t file_hash64(const std::string& path) {
     return h;
 }
 
+namespace {
+
+/// Rank 0, at the start of a save: undoes what an interrupted earlier save left behind.
+void recover_interrupted_saves(const std::string& ckpt_dir) {
+    std::error_code ec;
+    std::vector<fs::path> partials, replaced;
+    for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string n = it->path().filename().string();
+        if (n.rfind("step_", 0) != 0 || !it->is_directory(ec)) continue;
+        if (n.size() > 8 && n.compare(n.size() - 8, 8, ".partial") == 0) partials.push_back(it->path());
+        if (n.size() > 9 && n.compare(n.size() - 9, 9, ".replaced") == 0) replaced.push_back(it->path());
+    }
+    // A crash between the two renames of a re-save without RENAME_EXCHANGE left the only copy
+    // of step_N at step_N.replaced: put it back. Any other leftover is a stale copy.
+    for (const fs::path& r : replaced) {
+        const fs::path original = r.parent_path() / r.stem();
+        std::error_code e;
+        if (!fs::exists(original)) {
+            fs::rename(r, original, e);
+        } else {
+            fs::remove_all(r, e);
+        }
+    }
+    // A step_N.partial is never a complete checkpoint that `latest` names (a crash after a
+    // RENAME_EXCHANGE leaves the old copy there, next to the complete new step_N).
+    for (const fs::path& p : partials) {
+        std::error_code e;
+        fs::remove_all(p, e);
+    }
+}
+
+}  // namespace
+
 std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
                             const TrainProgress& progress, const std::string& config_ini,
                             const std::string& dtype, uint64_t seed, int keep) {
@@ -300,6 +333,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
         std::error_code ec;
         fs::create_directories(ckpt_dir, ec);
         if (ec) throw Error(str(ckpt_dir, ": cannot create checkpoint directory: ", ec.message()));
+        recover_interrupted_saves(ckpt_dir);
         fs::remove_all(partial, ec);
         fs::create_directories(partial, ec);
         if (ec) throw Error(str(partial, ": cannot create: ", ec.message()));
@@ -427,7 +461,14 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
             }
         }
         if (replaced != partial) fs::rename(partial, final_dir, ec);
-        if (ec) throw Error(str("cannot rename ", partial, " to ", final_dir, ": ", ec.message()));
+        if (ec) {
+            // Put the old copy back, so step_N (which `latest` may name) exists again.
+            std::error_code back;
+            if (!replaced.empty()) fs::rename(replaced, final_dir, back);
+            throw Error(str("cannot rename ", partial, " to ", final_dir, ": ", ec.message(),
+                            replaced.empty() ? "" : back ? str("; the previous copy stays at ", replaced)
+                                                         : std::string("; the previous copy is back in place")));
+        }
         fsync_path(ckpt_dir, true);
         const std::string latest = (fs::path(ckpt_dir) / "latest").string();
         {
@@ -472,6 +513,14 @@ std::string resolve_resume(const std::string& resume, const std::string& ckpt_di
                                  "', which is not a step directory inside ", dir));
         }
         const fs::path step = fs::path(dir) / name;
+        const fs::path aside = fs::path(dir) / (name + ".replaced");
+        if (!fs::is_directory(step) && fs::exists(aside / "meta.h5") && fs::exists(aside / kChecksumFile)) {
+            // A re-save without RENAME_EXCHANGE was interrupted between its renames: the
+            // previous copy of this step is complete; read it where it is (the next save
+            // moves it back).
+            if (note) *note = str(latest.string(), " names '", name, "', found at ", aside.string());
+            return aside.string();
+        }
         if (!fs::is_directory(step)) {
             // resume=auto: a crash between a save's renames, or a removed directory, leaves
             // `latest` dangling; the newest complete checkpoint is the one to continue from.

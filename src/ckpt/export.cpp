@@ -781,10 +781,7 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
         const fs::path parent = dir.has_filename() ? dir.parent_path() : dir.parent_path().parent_path();
         ZT_INPUT_CHECK(fs::is_directory(dir) || parent.empty() || fs::is_directory(parent), "--output: directory '",
                        parent.string(), "' does not exist");
-        std::error_code ec;
-        fs::create_directories(dir, ec);
-        ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
-        consolidate(ckpt_path, (dir / "model.safetensors").string(), dtype, false);
+        // Everything that can refuse the checkpoint runs before the directory is touched.
         const std::string step_dir = resolve_step_dir(ckpt_path);
         const CkptModel m = load_ckpt_model(step_dir, read_checkpoint_meta(step_dir));
         ZT_INPUT_CHECK(m.n_layer > 0 && m.n_head > 0 && m.n_embd > 0 && m.seq_len > 0 && m.vocab_size > 0,
@@ -792,6 +789,11 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
                        "seq_len, vocab_size) needed for config.json");
         const std::string text =
             hf_gpt2_config(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size, dtype).dump(2) + "\n";
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
+        // config.json goes last: a directory with a config holds the matching weights.
+        consolidate(ckpt_path, (dir / "model.safetensors").string(), dtype, false);
         write_atomically((dir / "config.json").string(), [&](const std::string& file) {
             std::ofstream out(file, std::ios::binary);
             out << text;

@@ -211,7 +211,17 @@ void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage
 /// training loop ends.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+/// A second SIGINT (Ctrl-C while the first one is pending, e.g. during a hung start-up) takes
+/// the default action, so an interactive run can always be killed. SIGTERM and SIGUSR1 (the
+/// batch system's warnings) only ever set the flag.
+extern "C" void on_stop_signal(int sig) {
+    if (sig == SIGINT && g_stop_signal == SIGINT) {
+        std::signal(SIGINT, SIG_DFL);
+        std::raise(SIGINT);
+        return;
+    }
+    g_stop_signal = sig;
+}
 
 class StopSignals {
   public:
@@ -417,6 +427,13 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                 }
             }
         }
+        // The data order and sampling are functions of (seed, step): another seed would silently
+        // continue a different run, so it is refused (every rank read the same meta: all throw).
+        if (!resume_dir.empty() && progress.seed_known && progress.seed != tc.seed) {
+            throw InputError(str(resume_dir, ": train.seed = ", tc.seed, " differs from the checkpoint's train.seed = ",
+                                 progress.seed, " (the data order depends on it): resume with --train.seed=",
+                                 progress.seed, ", or start over with checkpoint.resume=never"));
+        }
         // The scaler state continues only where it means the same thing: an fp16 checkpoint of
         // this dynamic mode. A static scale is the deck's; a bf16/fp32 checkpoint saved scale 1.
         const bool same_scaler = progress.dtype == "fp16" && progress.loss_scale_mode == loss_scale_mode;
@@ -438,13 +455,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                             "(raise train.max_steps, or --checkpoint.resume=never to start over)\n", tc.max_steps);
             }
         }
-    }
-    // The data order and sampling are functions of (seed, step): another seed would silently
-    // continue a different run, so it is refused (every rank read the same meta: all throw).
-    if (!resume_dir.empty() && progress.seed_known && progress.seed != tc.seed) {
-        throw InputError(str(resume_dir, ": train.seed = ", tc.seed, " differs from the checkpoint's train.seed = ",
-                             progress.seed, " (the data order depends on it): resume with --train.seed=",
-                             progress.seed, ", or start over with checkpoint.resume=never"));
     }
     // ---- run directory: inputs are accepted, now it may change ----
     {
@@ -561,19 +571,21 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                 std::fflush(stdout);
             }
         } catch (const Error& e) {
-            // Every rank sees the same error (the save agrees on failures). The previous
-            // checkpoint and `latest` are untouched; the half-written directory goes.
+            // Every rank sees the same error (the save agrees on failures). `latest` still
+            // names a complete checkpoint; the half-written directory goes.
             if (root) {
                 std::error_code ec;
                 std::filesystem::remove_all(std::filesystem::path(ckpt_dir) / (checkpoint_dir_name(step_done) + ".partial"), ec);
             }
             if (cfg.checkpoint.on_error != "continue") {
                 throw Error(str("checkpoint at step ", step_done, " failed: ", e.what(),
-                                " (the previous checkpoint is intact; checkpoint.on_error = continue trains on)"));
+                                " (latest still names a complete checkpoint; checkpoint.on_error = continue trains "
+                                "on)"));
             }
             if (root) {
                 std::fprintf(stderr, "ztrain: warning: checkpoint at step %ld failed: %s; training continues "
-                             "(checkpoint.on_error = continue), the previous checkpoint is intact\n", step_done, e.what());
+                             "(checkpoint.on_error = continue); latest still names a complete checkpoint\n",
+                             step_done, e.what());
             }
         }
     };

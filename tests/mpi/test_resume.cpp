@@ -247,10 +247,12 @@ TEST(ResumeLossScale, ComesFromTheCheckpointOnlyForTheSameFp16Mode) {
     // bf16 -> static fp16: the deck's scale.
     train(config("from_bf16", "bf16", "dynamic", 3));
     const TrainSummary from_bf16 = train(config("from_bf16", "fp16", "512", 5));
+    ASSERT_EQ(from_bf16.loss_scales.size(), 2u) << "steps 4 and 5 after the resume";
     for (double scale : from_bf16.loss_scales) EXPECT_EQ(scale, 512.0) << "static scale after a bf16 checkpoint";
     // static 1024 -> static 256: the deck's scale, not the checkpoint's.
     train(config("static", "fp16", "1024", 3));
     const TrainSummary restatic = train(config("static", "fp16", "256", 5));
+    ASSERT_EQ(restatic.loss_scales.size(), 2u) << "steps 4 and 5 after the resume";
     for (double scale : restatic.loss_scales) EXPECT_EQ(scale, 256.0) << "the deck's static scale must win";
     // dynamic -> dynamic: the checkpoint's scale continues (4096, not the deck's init_scale).
     Config first = config("dynamic", "fp16", "dynamic", 3);

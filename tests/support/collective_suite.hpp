@@ -172,7 +172,8 @@ TEST_P(CollectiveSuite, NonBlockingWithWorkBeforeFinish) {
     for (DType dt : kAllDTypes) {
         const size_t per = 37;
         const size_t total = per * static_cast<size_t>(N);
-        const size_t ar_count = total + 1;  // odd for every N, and not a multiple of N
+        // Odd and not a multiple of N: 37N + 1 for even N, 37N + 2 for odd N (N > 2).
+        const size_t ar_count = total + (N % 2 == 0 ? 1 : 2);
         Buffer ar(*memory, ar_count, dt), rs_in(*memory, total, dt), rs_out(*memory, per, dt);
         Buffer ag_out(*memory, total, dt), ag_in(*memory, per, dt), other(*memory, 11, dt), scratch(*memory, 5, dt);
         ar.set(values(me, ar_count));

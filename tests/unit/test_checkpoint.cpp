@@ -185,6 +185,32 @@ TEST(Checkpoint, AutoResumeFallsBackWhenLatestNamesAMissingDirectory) {
     EXPECT_NE(msg.find("no other complete checkpoint"), std::string::npos) << msg;
 }
 
+// A re-save without RENAME_EXCHANGE moves step_N aside to step_N.replaced before renaming the
+// new copy in; a crash between the two leaves `latest` naming the missing step_N. Resume reads
+// the aside copy, and the next save puts it back and clears leftover .partial directories.
+TEST(Checkpoint, AnInterruptedResaveIsRecovered) {
+    Fixture f;
+    ModelState a(f.layout, *f.backend, 1);
+    TrainProgress p = sample_progress();
+    for (long s : {2, 4}) {
+        p.step = s;
+        save_checkpoint(f.ckpt(), a, self_communicator(), p, "", "fp32", 1, 3);
+    }
+    fs::rename(f.ckpt() + "/step_00000004", f.ckpt() + "/step_00000004.replaced");
+    fs::create_directories(f.ckpt() + "/step_00000004.partial");  // the new copy, half written
+    test::write_file(f.ckpt() + "/step_00000004.partial/junk", "x");
+    std::string note;
+    EXPECT_EQ(resolve_resume("auto", f.ckpt(), &note), f.ckpt() + "/step_00000004.replaced");
+    EXPECT_NE(note.find("found at"), std::string::npos) << note;
+    EXPECT_EQ(load_checkpoint(f.ckpt() + "/step_00000004.replaced", a, self_communicator()).step, 4);
+    p.step = 6;
+    save_checkpoint(f.ckpt(), a, self_communicator(), p, "", "fp32", 1, 3);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(f.ckpt())) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000002", "step_00000004", "step_00000006"}));
+}
+
 TEST(Checkpoint, KeepsOnlyTheNewestAndLatestIsAtomic) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);

@@ -323,8 +323,12 @@ TEST(Export, DirectoryOutputIsAHuggingFaceModelDirectory) {
     // An existing directory works too, and a rerun replaces both files.
     consolidate(f.step_dir, f.dir.file("hf"), DType::kBF16, false);
     EXPECT_EQ(test::read_file(hf + "model.safetensors"), test::read_file(file));
-    const std::string msg = input_error_of([&] { consolidate(f.step_dir, hf, DType::kF32, true); });
+    std::string msg = input_error_of([&] { consolidate(f.step_dir, hf, DType::kF32, true); });
     EXPECT_NE(msg.find("--with-optimizer"), std::string::npos) << msg;
+    // A checkpoint that is refused leaves no directory behind.
+    msg = input_error_of([&] { consolidate(f.dir.file("none"), f.dir.file("hf2") + "/", DType::kF32, false); });
+    EXPECT_NE(msg.find("none"), std::string::npos) << msg;
+    EXPECT_FALSE(std::filesystem::exists(f.dir.file("hf2")));
 }
 
 TEST(Export, ImportReproducesTheWeightsFromBothFormats) {
