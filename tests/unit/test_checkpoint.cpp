@@ -161,17 +161,23 @@ TEST(Checkpoint, ResavingAStepReplacesItWithoutLeftovers) {
     EXPECT_EQ(std::memcmp(a.master_base(1), b.master_base(1), f.layout.unit_numel[1] * sizeof(float)), 0);
 }
 
+/// Checkpoints of steps 2 and 4 (keep 3) in f.ckpt(); returns the progress record used.
+TrainProgress save_steps_2_and_4(Fixture& f, ModelState& state) {
+    TrainProgress p = sample_progress();
+    for (long s : {2, 4}) {
+        p.step = s;
+        save_checkpoint(f.ckpt(), state, self_communicator(), p, "", "fp32", 1, 3);
+    }
+    return p;
+}
+
 // resume=auto with a `latest` naming a directory that is gone (a crash between a save's
 // renames, or a removed directory) continues from the newest complete checkpoint and says
 // so; with none left it is an InputError. An explicit PATH still refuses a dangling latest.
 TEST(Checkpoint, AutoResumeFallsBackWhenLatestNamesAMissingDirectory) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
-    TrainProgress p = sample_progress();
-    for (long s : {2, 4}) {
-        p.step = s;
-        save_checkpoint(f.ckpt(), a, self_communicator(), p, "", "fp32", 1, 3);
-    }
+    TrainProgress p = save_steps_2_and_4(f, a);
     test::write_file(f.ckpt() + "/latest", "step_00000006\n");
     std::string note;
     EXPECT_EQ(resolve_resume("auto", f.ckpt(), &note), f.ckpt() + "/step_00000004");
@@ -191,11 +197,7 @@ TEST(Checkpoint, AutoResumeFallsBackWhenLatestNamesAMissingDirectory) {
 TEST(Checkpoint, AnInterruptedResaveIsRecovered) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
-    TrainProgress p = sample_progress();
-    for (long s : {2, 4}) {
-        p.step = s;
-        save_checkpoint(f.ckpt(), a, self_communicator(), p, "", "fp32", 1, 3);
-    }
+    TrainProgress p = save_steps_2_and_4(f, a);
     fs::rename(f.ckpt() + "/step_00000004", f.ckpt() + "/step_00000004.replaced");
     fs::create_directories(f.ckpt() + "/step_00000004.partial");  // the new copy, half written
     test::write_file(f.ckpt() + "/step_00000004.partial/junk", "x");
