@@ -131,6 +131,20 @@ expect 0 "initialized weights from .*x\.h5" "${run[@]}" --run.dir="$work/init_h5
 if command -v mpiexec > /dev/null; then
   expect 0 "initialized weights from" mpiexec --oversubscribe --bind-to none -np 2 "${run[@]}" \
     --run.dir="$work/init_np2" --model.init_from="$work/x.safetensors" --parallel.zero_stage=3
+  # The imported weights are the same when sharded: 2 ranks at ZeRO-3 see the batch of one
+  # rank with 2-way accumulation, so the first loss (4 decimals as printed) must agree.
+  mpiexec --oversubscribe --bind-to none -np 2 "${run[@]}" --run.dir="$work/init_np2b" \
+    --model.init_from="$work/x.safetensors" --parallel.zero_stage=3 > "$work/init_np2.log" 2>&1
+  "${run[@]}" --run.dir="$work/init_acc2" --model.init_from="$work/x.safetensors" --train.grad_accum=2 \
+    > "$work/init_acc2.log" 2>&1
+  np2=$(first_loss "$work/init_np2.log")
+  acc2=$(first_loss "$work/init_acc2.log")
+  if [ -n "$np2" ] && [ "$np2" = "$acc2" ]; then
+    echo "ok: imported weights at np 2 ZeRO-3 give the one-rank first loss $acc2"
+  else
+    echo "FAIL: first loss after import at np 2 ZeRO-3 '$np2' vs one rank with 2-way accumulation '$acc2'"
+    failures=$((failures + 1))
+  fi
 fi
 
 # Bad input: exit 2 with a message naming what is wrong.
