@@ -32,8 +32,12 @@ TRAIN=(--data.train="$WORK/train.bin" --train.micro_batch=2 --train.grad_accum=2
        --train.eval_every=0 --train.sample_tokens=0 --train.log_every=1000 --train.threads=1
        --train.warmup_steps=2)
 
-run() {  # run NP STAGE STEPS RUNDIR [DTYPE]
-  mpiexec --oversubscribe --bind-to none -np "$1" "$BUILD_DIR/bin/ztrain" "${MODEL[@]}" "${TRAIN[@]}" \
+run() {  # run NP STAGE STEPS RUNDIR [DTYPE]; rank r's peak RSS (KiB) goes to RUNDIR.rss.r
+  rm -f "$4".rss.*
+  # shellcheck disable=SC2016  # $OMPI_COMM_WORLD_RANK and $@ expand in each rank's shell
+  mpiexec --oversubscribe --bind-to none -np "$1" \
+    bash -c 'exec /usr/bin/time -f %M -o "$0.rss.$OMPI_COMM_WORLD_RANK" "$@"' "$4" \
+    "$BUILD_DIR/bin/ztrain" "${MODEL[@]}" "${TRAIN[@]}" \
     --parallel.zero_stage="$2" --train.max_steps="$3" --run.dir="$4" --precision.dtype="${5:-fp32}" > "$4.log" 2>&1
 }
 

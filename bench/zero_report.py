@@ -5,6 +5,7 @@ Usage: zero_report.py WORK REPS STEPS "MEM_CASES" COMMAND
 Reads WORK/time_s{stage}_r{rep}/metrics.jsonl (step time at N=2) and
 WORK/mem_n{N}_s{stage}_{dtype}/metrics.jsonl (the memory record); prints markdown.
 """
+import glob
 import json
 import os
 import statistics
@@ -16,6 +17,12 @@ import time
 def step_ms(path):
     ms = [r["step_ms"] for r in map(json.loads, open(path)) if "step_ms" in r]
     return statistics.median(ms[2:])  # the first steps warm caches and page in buffers
+
+
+def peak_rss_mib(run_dir):
+    """Largest peak RSS over the ranks of a run (rank r's /usr/bin/time wrote RUN_DIR.rss.r)."""
+    kb = [int(open(f).read().split()[-1]) for f in glob.glob(f"{run_dir}.rss.*")]
+    return max(kb) / 1024.0 if kb else float("nan")
 
 
 def memory_record(path):
@@ -49,8 +56,9 @@ def main():
     print("\n## Model-state memory per rank (MiB, from each run's memory record; P = parameters)\n")
     print("Formula with w = bytes of the working dtype and m = 4 for a separate fp32 master (bf16/fp16),")
     print("0 in fp32: stage 0 (2w+m+8)P, stage 1 2wP + (m+8)P/N, stage 2 wP + (w+m+8)P/N, stage 3 (2w+m+8)P/N.\n")
-    print("| N | dtype | stage | params | grads | master | optimizer | model state | formula | formula MiB | scratch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| N | dtype | stage | params | grads | master | optimizer | model state | formula | formula MiB | scratch |"
+          " peak RSS per rank |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     names32 = ["16P", "8P + 8P/N", "4P + 12P/N", "16P/N"]
     names16 = ["16P", "4P + 12P/N", "2P + 14P/N", "16P/N"]
     mib = 1048576.0
@@ -65,7 +73,8 @@ def main():
             name = (names32 if dt == "fp32" else names16)[s]
             cells = [r[k] / mib for k in ("params", "grads", "master", "optimizer", "model_state")]
             print(f"| {n} | {dt} | {s} | " + " | ".join(f"{c:.1f}" for c in cells)
-                  + f" | {name} | {f / mib:.1f} | {r['scratch'] / mib:.1f} |")
+                  + f" | {name} | {f / mib:.1f} | {r['scratch'] / mib:.1f}"
+                  + f" | {peak_rss_mib(f'{work}/mem_n{n}_s{s}_{dt}'):.0f} |")
     print("\nThe model-state columns are summed from what ModelState allocated. `scratch` is the")
     print("conversion/reduction buffers plus the planned peak of per-unit buffers (gathered units,")
     print("fp32 views, gradient scratch), which tests check a real micro-step stays within. For this")
@@ -73,6 +82,9 @@ def main():
     print("(and at ZeRO-3 its gathered copy) during backward, so at N = 2 the scratch can exceed what")
     print("sharding saves: ZeRO-3's total per rank is below DDP's only when the embedding is a small")
     print("share of the model or N is larger.")
+    print("\n`peak RSS per rank` is measured: /usr/bin/time's maximum resident set size of each rank")
+    print("over its one-step run, the largest over the ranks. It adds what the record does not count")
+    print("(activations, data, libraries, MPI buffers), so compare it across stages, not with the formula.")
 
 
 if __name__ == "__main__":
