@@ -783,7 +783,8 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
                        parent.string(), "' does not exist");
         // Everything that can refuse the checkpoint runs before the directory is touched.
         const std::string step_dir = resolve_step_dir(ckpt_path);
-        const CkptModel m = load_ckpt_model(step_dir, read_checkpoint_meta(step_dir));
+        CheckpointReader reader(step_dir);
+        const CkptModel m = load_ckpt_model(step_dir, reader.meta());
         ZT_INPUT_CHECK(m.n_layer > 0 && m.n_head > 0 && m.n_embd > 0 && m.seq_len > 0 && m.vocab_size > 0,
                        step_dir, ": the checkpoint does not record every model dimension (n_layer, n_head, n_embd, "
                        "seq_len, vocab_size) needed for config.json");
@@ -793,7 +794,8 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
         fs::create_directories(dir, ec);
         ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
         // config.json goes last: a directory with a config holds the matching weights.
-        consolidate(ckpt_path, (dir / "model.safetensors").string(), dtype, false);
+        write_atomically((dir / "model.safetensors").string(),
+                         [&](const std::string& file) { export_safetensors(reader, m, file, dtype); });
         write_atomically((dir / "config.json").string(), [&](const std::string& file) {
             std::ofstream out(file, std::ios::binary);
             out << text;
