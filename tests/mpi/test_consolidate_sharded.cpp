@@ -8,11 +8,11 @@
 #include <mpi.h>
 
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "export_readers.hpp"
 #include "mpi_training.hpp"
 #include "test_support.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
@@ -24,35 +24,12 @@
 namespace zt {
 namespace {
 
-bool is_conv1d(const std::string& name) {
-    for (const std::string s : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
-        if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
-    }
-    return false;
-}
-
 /// A tensor's live values (ztrain orientation) out of the concatenated unit buffers.
 std::vector<float> live_values(const std::vector<float>& all, const ModelLayout& layout, const ParamSpec& p) {
     size_t unit_start = 0;
     for (int u = 0; u < p.unit; ++u) unit_start += layout.unit_numel[static_cast<size_t>(u)];
     const float* w = all.data() + unit_start + p.offset;
     return std::vector<float>(w, w + p.init_numel);
-}
-
-std::vector<float> h5_tensor(hid_t file, const std::string& name, std::vector<hsize_t>& dims) {
-    const hid_t ds = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
-    EXPECT_GE(ds, 0) << name;
-    if (ds < 0) return {};
-    const hid_t space = H5Dget_space(ds);
-    dims.assign(static_cast<size_t>(H5Sget_simple_extent_ndims(space)), 0);
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    size_t n = 1;
-    for (hsize_t d : dims) n *= d;
-    std::vector<float> out(n);
-    EXPECT_GE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), 0) << name;
-    H5Sclose(space);
-    H5Dclose(ds);
-    return out;
 }
 
 class ShardedConsolidation : public ::testing::TestWithParam<int> {};
@@ -108,7 +85,7 @@ TEST_P(ShardedConsolidation, EveryTensorEqualsTheGatheredWeights) {
     ASSERT_GE(file, 0);
     for (const ParamSpec& p : layout.params) {
         std::vector<hsize_t> dims;
-        const std::vector<float> got = h5_tensor(file, p.name, dims);
+        const std::vector<float> got = test::h5_read_floats(file, p.name, dims);
         const std::vector<float> want = live_values(run.final_params, layout, p);
         ASSERT_EQ(got.size(), want.size()) << p.name;
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "stage " << stage << " "
@@ -116,13 +93,10 @@ TEST_P(ShardedConsolidation, EveryTensorEqualsTheGatheredWeights) {
     }
     H5Fclose(file);
 
-    const std::string bytes = test::read_file(st);
-    ASSERT_GE(bytes.size(), 8u);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
-    ASSERT_LE(8 + n, bytes.size());
-    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
-    const char* data = bytes.data() + 8 + n;
+    const test::SafeTensors parsed = test::parse_safetensors(st);
+    ASSERT_TRUE(parsed.header.is_object()) << st;
+    const nlohmann::json& header = parsed.header;
+    const char* data = parsed.data.data();
     EXPECT_EQ(header.size(), layout.params.size() + 1);  // + __metadata__
     for (const ParamSpec& p : layout.params) {
         const std::string name = "transformer." + p.name;
@@ -133,10 +107,10 @@ TEST_P(ShardedConsolidation, EveryTensorEqualsTheGatheredWeights) {
         const uint64_t b = e["data_offsets"][0].get<uint64_t>();
         const uint64_t en = e["data_offsets"][1].get<uint64_t>();
         ASSERT_EQ(en - b, want.size() * sizeof(float)) << name;
-        ASSERT_LE(8 + n + en, bytes.size()) << name;
+        ASSERT_LE(en, parsed.data.size()) << name;
         std::vector<float> got(want.size());
         std::memcpy(got.data(), data + b, en - b);
-        if (is_conv1d(p.name)) {  // Conv1D [in, out]: ztrain's (out, in) transposed
+        if (test::is_hf_conv1d(p.name)) {  // Conv1D [in, out]: ztrain's (out, in) transposed
             const size_t out_dim = p.shape[0];
             const size_t in_dim = p.shape[1];
             EXPECT_EQ(e["shape"], nlohmann::json({in_dim, out_dim})) << name;

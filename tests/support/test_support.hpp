@@ -7,7 +7,23 @@
 #include <string>
 #include <vector>
 
+#include "ztrain/core/error.hpp"
+
 namespace zt::test {
+
+/// The message of the InputError f throws; "WRONG EXCEPTION TYPE: ..." for another exception
+/// and "NO ERROR" when it throws none, so a test's find() on the message fails either way.
+template <typename F>
+std::string input_error_of(F&& f) {
+    try {
+        f();
+    } catch (const InputError& e) {
+        return e.what();
+    } catch (const std::exception& e) {
+        return std::string("WRONG EXCEPTION TYPE: ") + e.what();
+    }
+    return "NO ERROR";
+}
 
 /// Removes the fields of a metrics.jsonl record that differ run to run: tokens_per_s and
 /// every *_ms (step and phase times, per-op times).

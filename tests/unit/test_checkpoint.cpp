@@ -66,17 +66,7 @@ TrainProgress sample_progress() {
     return p;
 }
 
-template <typename F>
-std::string input_error_of(F&& f) {
-    try {
-        f();
-    } catch (const InputError& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-    }
-    return "NO ERROR";
-}
+using test::input_error_of;
 
 TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
     Fixture f;

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "export_readers.hpp"
 #include "test_support.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
@@ -28,6 +29,12 @@ namespace fs = std::filesystem;
 namespace zt {
 namespace {
 
+using test::h5_read_floats;
+using test::input_error_of;
+using test::is_hf_conv1d;
+using test::parse_safetensors;
+using test::SafeTensors;
+
 ModelConfig small_model() {
     ModelConfig m;
     m.n_layer = 2;
@@ -37,27 +44,6 @@ ModelConfig small_model() {
     m.vocab_size = 40;  // padded to 64: 24 rows the export must drop
     m.vocab_pad_to = 64;
     return m;
-}
-
-bool conv1d(const std::string& name) {
-    for (const char* s : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
-        if (name.size() > std::strlen(s) && name.compare(name.size() - std::strlen(s), std::strlen(s), s) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
-template <typename F>
-std::string input_error_of(F&& f) {
-    try {
-        f();
-    } catch (const InputError& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-    }
-    return "NO ERROR";
 }
 
 /// A trained-looking model: seed init plus a distinct perturbation of every live element,
@@ -101,35 +87,6 @@ struct Fixture {
 
 // ---- independent readers ----
 
-std::vector<float> h5_read_floats(hid_t file, const std::string& name, std::vector<hsize_t>& dims, std::string& dtype_attr,
-                                  hid_t mem_type) {
-    const hid_t ds = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
-    EXPECT_GE(ds, 0) << name;
-    const hid_t space = H5Dget_space(ds);
-    dims.assign(static_cast<size_t>(H5Sget_simple_extent_ndims(space)), 0);
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    size_t n = 1;
-    for (hsize_t d : dims) n *= d;
-    std::vector<float> out(n);
-    if (mem_type == H5T_NATIVE_FLOAT) {
-        EXPECT_GE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), 0);
-    } else {
-        std::vector<uint16_t> h(n);
-        EXPECT_GE(H5Dread(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()), 0);
-        for (size_t i = 0; i < n; ++i) out[i] = bits_float(static_cast<uint32_t>(h[i]));  // raw bits, checked below
-    }
-    const hid_t attr = H5Aopen(ds, "dtype", H5P_DEFAULT);
-    const hid_t type = H5Aget_type(attr);
-    std::string s(H5Tget_size(type), '\0');
-    H5Aread(attr, type, s.data());
-    dtype_attr = s.c_str();
-    H5Tclose(type);
-    H5Aclose(attr);
-    H5Sclose(space);
-    H5Dclose(ds);
-    return out;
-}
-
 long long h5_int_attr(hid_t file, const char* name) {
     long long v = -1;
     const hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
@@ -137,24 +94,6 @@ long long h5_int_attr(hid_t file, const char* name) {
     H5Aread(attr, H5T_NATIVE_LLONG, &v);
     H5Aclose(attr);
     return v;
-}
-
-struct SafeTensors {
-    uint64_t header_len = 0;
-    nlohmann::json header;
-    std::string data;  // the data section
-};
-
-SafeTensors parse_safetensors(const std::string& path) {
-    const std::string bytes = test::read_file(path);
-    SafeTensors st;
-    EXPECT_GE(bytes.size(), 8u);
-    for (int i = 7; i >= 0; --i) st.header_len = (st.header_len << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
-    EXPECT_LE(8 + st.header_len, bytes.size());
-    EXPECT_EQ(st.header_len % 8, 0u) << "data must start 8-byte aligned";
-    st.header = nlohmann::json::parse(bytes.substr(8, st.header_len));
-    st.data = bytes.substr(8 + st.header_len);
-    return st;
 }
 
 /// Writes a safetensors file from a header and a data section (malformed on purpose or not).
@@ -205,7 +144,7 @@ TEST(Export, H5HoldsTheMasterWeightsExactlyWithoutPaddedRows) {
     for (const ParamSpec& p : f.layout.params) {
         std::vector<hsize_t> dims;
         std::string dt;
-        const std::vector<float> got = h5_read_floats(file, p.name, dims, dt, H5T_NATIVE_FLOAT);
+        const std::vector<float> got = h5_read_floats(file, p.name, dims, &dt);
         const std::vector<size_t> want_shape = f.live_shape(p);
         EXPECT_EQ(std::vector<size_t>(dims.begin(), dims.end()), want_shape) << p.name;
         EXPECT_EQ(dt, "fp32");
@@ -213,7 +152,7 @@ TEST(Export, H5HoldsTheMasterWeightsExactlyWithoutPaddedRows) {
         ASSERT_EQ(got.size(), want.size()) << p.name;
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << p.name;
         // Optimizer state, same shape, fp32.
-        const std::vector<float> m = h5_read_floats(file, "optimizer/" + p.name + "/adam_m", dims, dt, H5T_NATIVE_FLOAT);
+        const std::vector<float> m = h5_read_floats(file, "optimizer/" + p.name + "/adam_m", dims, &dt);
         ASSERT_EQ(m.size(), want.size());
         for (size_t i = 0; i < m.size(); ++i) ASSERT_EQ(m[i], 0.5f * static_cast<float>(i)) << p.name;
     }
@@ -226,7 +165,7 @@ TEST(Export, H5HoldsTheMasterWeightsExactlyWithoutPaddedRows) {
     const ParamSpec& qkv = f.layout.find("h.1.attn.c_attn.weight");
     std::vector<hsize_t> dims;
     std::string dt;
-    const std::vector<float> raw = h5_read_floats(f16, qkv.name, dims, dt, H5T_NATIVE_UINT16);
+    const std::vector<float> raw = h5_read_floats(f16, qkv.name, dims, &dt, H5T_NATIVE_UINT16);
     EXPECT_EQ(dt, "bf16");
     const std::vector<float> want = f.live(qkv);
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(float_bits(raw[i]), f32_to_bf16(want[i])) << i;
@@ -266,7 +205,7 @@ TEST(Export, SafetensorsParsesIndependentlyWithHuggingFaceNamesAndLayout) {
         const nlohmann::json& e = st.header[name];
         EXPECT_EQ(e["dtype"], "F32");
         std::vector<size_t> want_shape = f.live_shape(p);
-        if (conv1d(p.name)) std::swap(want_shape[0], want_shape[1]);
+        if (is_hf_conv1d(p.name)) std::swap(want_shape[0], want_shape[1]);
         EXPECT_EQ(e["shape"].get<std::vector<size_t>>(), want_shape) << name;
         const uint64_t b = e["data_offsets"][0].get<uint64_t>();
         const uint64_t en = e["data_offsets"][1].get<uint64_t>();
@@ -274,7 +213,7 @@ TEST(Export, SafetensorsParsesIndependentlyWithHuggingFaceNamesAndLayout) {
         ASSERT_EQ(en - b, live.size() * 4) << name;
         std::vector<float> got(live.size());
         std::memcpy(got.data(), st.data.data() + b, en - b);
-        if (conv1d(p.name)) {
+        if (is_hf_conv1d(p.name)) {
             const size_t out_dim = p.shape[0];
             const size_t in_dim = p.shape[1];
             for (size_t o = 0; o < out_dim; ++o) {
