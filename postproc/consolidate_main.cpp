@@ -24,6 +24,7 @@
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/tool_main.hpp"
 
 namespace po = boost::program_options;
 
@@ -82,17 +83,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const zt::InputError& e) {
-        std::cerr << "zt-consolidate: error: " << e.what() << "\n";
-        return zt::kExitBadInput;
-    } catch (const po::error& e) {
-        std::cerr << "zt-consolidate: error: " << e.what() << " (see --help)\n";
-        return zt::kExitBadInput;
-    } catch (const std::exception& e) {
-        std::cerr << "zt-consolidate: error: " << e.what() << "\n";
-        return zt::kExitFailure;
-    }
-}
+int main(int argc, char** argv) { return zt::run_tool("zt-consolidate", [&] { return run(argc, argv); }); }

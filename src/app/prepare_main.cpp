@@ -39,6 +39,7 @@
 #include <boost/program_options.hpp>
 
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/tool_main.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
 
@@ -421,17 +422,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const zt::InputError& e) {
-        std::cerr << "zt-prepare: error: " << e.what() << "\n";
-        return zt::kExitBadInput;
-    } catch (const po::error& e) {
-        std::cerr << "zt-prepare: error: " << e.what() << " (see --help)\n";
-        return zt::kExitBadInput;
-    } catch (const std::exception& e) {
-        std::cerr << "zt-prepare: error: " << e.what() << "\n";
-        return zt::kExitFailure;
-    }
-}
+int main(int argc, char** argv) { return zt::run_tool("zt-prepare", [&] { return run(argc, argv); }); }
