@@ -290,12 +290,12 @@ namespace {
 /// Rank 0, at the start of a save: undoes what an interrupted earlier save left behind.
 void recover_interrupted_saves(const std::string& ckpt_dir) {
     std::error_code ec;
-    std::vector<fs::path> partials, replaced;
+    std::vector<fs::path> partials, replaced;  // collected first: the loops below rename and remove
     for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string n = it->path().filename().string();
-        if (n.rfind("step_", 0) != 0 || !it->is_directory(ec)) continue;
-        if (n.size() > 8 && n.compare(n.size() - 8, 8, ".partial") == 0) partials.push_back(it->path());
-        if (n.size() > 9 && n.compare(n.size() - 9, 9, ".replaced") == 0) replaced.push_back(it->path());
+        const fs::path& path = it->path();
+        if (path.filename().string().rfind("step_", 0) != 0 || !it->is_directory(ec)) continue;
+        if (path.extension() == ".partial") partials.push_back(path);
+        if (path.extension() == ".replaced") replaced.push_back(path);
     }
     // A crash between the two renames of a re-save without RENAME_EXCHANGE left the only copy
     // of step_N at step_N.replaced: put it back. Any other leftover is a stale copy.
