@@ -429,7 +429,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         }
         // The data order and sampling are functions of (seed, step): another seed would silently
         // continue a different run, so it is refused (every rank read the same meta: all throw).
-        if (!resume_dir.empty() && progress.seed_known && progress.seed != tc.seed) {
+        if (progress.seed_known && progress.seed != tc.seed) {
             throw InputError(str(resume_dir, ": train.seed = ", tc.seed, " differs from the checkpoint's train.seed = ",
                                  progress.seed, " (the data order depends on it): resume with --train.seed=",
                                  progress.seed, ", or start over with checkpoint.resume=never"));
