@@ -11,7 +11,7 @@
 #                  (build-ab/, -DZT_CUDA=OFF, ccache); later runs reuse it
 #   --old-bin DIR  old side: the ztrain and zt-prepare in DIR (or DIR/bin) instead
 #   --new-bin DIR  new side: default this tree, built into build-ab/ with the same flags
-#   --quick        a subset of the cases (marked q below) for fast iteration
+#   --quick        6 of the cases (marked q in CASES below) for fast iteration
 #   --out FILE     also write the results as markdown (e.g. bench/results/ab_behaviour_<date>.md)
 #   --case REGEX   only the cases whose name matches REGEX (grep -E)
 #   --keep         keep the scratch directory (runs, logs) and print where it is
@@ -34,10 +34,10 @@ CACHE=${ZT_AB_CACHE:-/tmp/ztrain-ab}
 die() { echo "ab_behaviour: error: $*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-old_ref=b08fcb7 old_bin="" new_bin="" quick=0 out="" only="" keep=0
+old_ref=b08fcb7 old_ref_given=0 old_bin="" new_bin="" quick=0 out="" only="" keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
-        --old-ref) [ $# -ge 2 ] || die "--old-ref needs a revision"; old_ref=$2; shift ;;
+        --old-ref) [ $# -ge 2 ] || die "--old-ref needs a revision"; old_ref=$2; old_ref_given=1; shift ;;
         --old-bin) [ $# -ge 2 ] || die "--old-bin needs a directory"; old_bin=$2; shift ;;
         --new-bin) [ $# -ge 2 ] || die "--new-bin needs a directory"; new_bin=$2; shift ;;
         --out) [ $# -ge 2 ] || die "--out needs a file name"; out=$2; shift ;;
@@ -49,6 +49,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+[ -z "$old_bin" ] || [ "$old_ref_given" = 0 ] || die "--old-ref and --old-bin exclude each other"
 for tool in git cmake python3 mpiexec timeout; do
     command -v "$tool" > /dev/null || die "$tool not found (bash .ci/setup.sh installs the dependencies)"
 done
@@ -99,6 +100,8 @@ else
     rev=$(git rev-parse --verify --quiet "$old_ref^{commit}") || die "--old-ref $old_ref: not a commit"
     wt=$CACHE/$rev
     mkdir -p "$CACHE"
+    # Two invocations at once would check out and build the same directory: one waits.
+    if command -v flock > /dev/null; then exec 9> "$CACHE/.lock-$rev"; flock 9; fi
     if [ "$(git -C "$wt" rev-parse HEAD 2>/dev/null)" != "$rev" ] || [ "$(git -C "$wt" rev-parse --show-toplevel 2>/dev/null)" != "$wt" ]; then
         echo "ab_behaviour: checking out $old_ref ($rev) in $wt" >&2
         rm -rf "$wt"
@@ -131,6 +134,7 @@ cleanup() {
     if [ "$keep" = 1 ]; then echo "ab_behaviour: runs and logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM  # through the EXIT trap: the scratch goes on Ctrl-C too
 
 START_S=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -163,7 +167,8 @@ run_side() {
     mkdir -p "$(dirname "$dir")"
     if ! timeout "$RUN_TIMEOUT" bash .ci/mpirun.sh "$np" "$bin/ztrain" --config "$DECK" "${args[@]}" > "$dir.log" 2>&1; then
         echo "  $side run failed (np $np, $dir.log):"
-        tail -5 "$dir.log" | sed 's/^/    /'
+        # ztrain's own message, not mpiexec's epilogue, where there is one.
+        { grep -m3 -E "error|timeout|Terminated" "$dir.log" || tail -5 "$dir.log"; } | sed 's/^/    /'
         return 1
     fi
 }
@@ -296,6 +301,15 @@ run_case() {
     esac
 }
 
+SELECTED=()
+for line in "${CASES[@]}"; do
+    read -r -a f <<< "$line"
+    [ "$quick" = 0 ] || [ "${f[1]}" = q ] || continue
+    [ -z "$only" ] || grep -qE -- "$only" <<< "${f[0]}" || continue
+    SELECTED+=("$line")
+done
+[ "${#SELECTED[@]}" -gt 0 ] || die "no case matches --case '$only'$([ "$quick" = 0 ] || echo " among the --quick cases")"
+
 # ---- data: both zt-prepare on the same corpus, byte-identical output ----------------------
 echo "ab_behaviour: old: $OLD_DESC"
 echo "ab_behaviour: new: $NEW_DESC"
@@ -317,24 +331,19 @@ else
     FAILED=$((FAILED + 1))
 fi
 
-n_run=0
-for line in "${CASES[@]}"; do
+for line in "${SELECTED[@]}"; do
     read -r -a f <<< "$line"
-    name=${f[0]} inquick=${f[1]} np=${f[2]}
-    [ "$quick" = 0 ] || [ "$inquick" = q ] || continue
-    [ -z "$only" ] || grep -qE -- "$only" <<< "$name" || continue
-    n_run=$((n_run + 1))
+    name=${f[0]} np=${f[2]}
     C_STEPS=0 C_MAXREL=0 C_RESULT=PASS C_NOTES=""
     t0=$(date +%s)
     echo "== $name (np $np, ${f[3]}, ${f[4]}.ini${f[5]:+ }${f[*]:5})"
     if ! run_case "$name" "$np" "${f[3]}" "${f[4]}" "${f[@]:5}"; then
-        C_RESULT=FAIL C_NOTES="a run failed (exit status or timeout)"
+        C_RESULT=FAIL C_MAXREL=- C_NOTES="a run failed (exit status or timeout)"
     fi
     echo "   $C_RESULT: $C_STEPS step records compared, max relative difference $C_MAXREL ($(($(date +%s) - t0)) s)"
     [ "$C_RESULT" = PASS ] || FAILED=$((FAILED + 1))
     ROWS+=("$name|$np|$C_STEPS|$C_RESULT|$C_MAXREL|${C_NOTES%; }")
 done
-[ "$n_run" -gt 0 ] || die "no case matches --case '$only'"
 
 # ---- summary ------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START_S))
