@@ -217,6 +217,8 @@ compare() {
 #            checkpoint: NEW must load OLD's checkpoint and continue exactly like OLD does.
 #            Overrides after `::` apply to the resumed runs only; `np=N` there resumes on N
 #            ranks (a resharded load).
+# np2-s2-fp16-overflow starts the dynamic scale at 1e6: steps 1-6 overflow and are skipped
+# while it backs off to 1.25e5, then it grows every 4 clean steps and overflows again.
 # Columns: name, q (in --quick) or -, ranks, kind, deck, overrides.
 K=10  # resume cases: checkpoint at K, runs to 2K
 CASES=(
