@@ -12,7 +12,7 @@
 
 #include "ztrain/config.hpp"
 #include "ztrain/config/config.hpp"
-#include "ztrain/core/env.hpp"
+#include "ztrain/env/env.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/train/trainer.hpp"
 

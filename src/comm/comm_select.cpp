@@ -7,12 +7,8 @@
 #include "ztrain/comm/device_memory.hpp"
 #include "ztrain/comm/nccl_communicator.hpp"
 #include "ztrain/comm/staged_communicator.hpp"
-#include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
-
-#if ZT_HAVE_CUDA
-#include "ztrain/backend/cuda_info.hpp"
-#endif
+#include "ztrain/cuda_runtime/device.hpp"
 
 namespace zt {
 namespace {
@@ -38,14 +34,6 @@ std::string sharing(const std::vector<RankDevices>& ranks) {
     return {};
 }
 
-int visible_devices() {
-#if ZT_HAVE_CUDA
-    return cuda_device_count();
-#else
-    return 0;
-#endif
-}
-
 }  // namespace
 
 const char* comm_kind_name(CommKind kind) {
@@ -55,11 +43,6 @@ const char* comm_kind_name(CommKind kind) {
         case CommKind::kStaged: return "staged";
     }
     return "?";
-}
-
-int local_device(int local_rank, int device_count) {
-    ZT_REQUIRE(device_count > 0 && local_rank >= 0, "local_device(", local_rank, ", ", device_count, ")");
-    return local_rank % device_count;
 }
 
 CommChoice choose_comm(bool cuda_backend, const std::vector<RankDevices>& ranks, bool nccl_available) {
@@ -88,7 +71,7 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, MPI_
     const bool cuda = backend == "cuda";
     RankDevices mine;
     mine.local_size = mpi->local_size();
-    mine.device_count = cuda ? visible_devices() : 0;
+    mine.device_count = cuda ? cuda_device_count() : 0;
     int device = -1;
     if (mine.device_count > 0) {
         device = local_device(mpi->local_rank(), mine.device_count);

@@ -15,8 +15,6 @@ namespace zt {
 std::unique_ptr<DeviceMemory> make_cuda_device_memory(void*) {
     throw Error("CUDA device memory: this build has no CUDA (configure with -DZT_CUDA=ON)");
 }
-void cuda_set_device(int) { throw Error("cuda_set_device: this build has no CUDA (configure with -DZT_CUDA=ON)"); }
-std::array<uint8_t, 16> cuda_device_uuid(int) { return {}; }
 #endif
 
 #if !ZT_HAVE_NCCL

@@ -36,7 +36,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
-#include "ztrain/backend/cuda_info.hpp"
+#include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
 

@@ -9,7 +9,7 @@
 #include "ztrain/core/error.hpp"
 
 #if ZT_HAVE_CUDA
-#include "ztrain/backend/cuda_info.hpp"
+#include "ztrain/cuda_runtime/device.hpp"
 #endif
 
 namespace zt {

@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "collective_suite.hpp"
-#include "ztrain/backend/cuda_info.hpp"
+#include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/comm/comm_select.hpp"
 #include "ztrain/comm/device_memory.hpp"
 #include "ztrain/comm/nccl_communicator.hpp"

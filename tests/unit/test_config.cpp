@@ -3,7 +3,7 @@
 // the to_ini() round trip and --help. Also smoke-tests environment_report() without MPI.
 // No MPI, no GPU, no data files beyond small decks in a scratch directory.
 #include "ztrain/config/config.hpp"
-#include "ztrain/core/env.hpp"
+#include "ztrain/env/env.hpp"
 #include "ztrain/core/error.hpp"
 
 #include "test_support.hpp"

@@ -20,7 +20,7 @@
 namespace zt {
 
 /// Hyper-parameters of one AdamW step, already including bias corrections and the
-/// multiplier that folds gradient clipping (and, later, loss-scale unscaling) into the read
+/// multiplier that folds gradient clipping and the fp16 loss-scale unscaling into the read
 /// of the gradient: g = grad * grad_scale.
 struct AdamWStep {
     float lr = 0.f;

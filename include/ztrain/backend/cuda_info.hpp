@@ -1,12 +1,7 @@
-// What the CUDA runtime sees (for `ztrain --env`). Only defined in CUDA builds.
+// Moved: the device queries (cuda_device_count, cuda_environment_report) are the CUDA
+// runtime helpers' now, in ztrain/cuda_runtime/device.hpp. This header only forwards
+// there, for src/train/trainer.cpp and tests/unit/test_backend_select.cpp, which other
+// branches of the redesign own; delete it once they include the new header.
 #pragma once
 
-#include <string>
-
-namespace zt {
-/// Multi-line report: runtime/driver versions, cuBLAS and NCCL versions, and each GPU
-/// (name, memory, compute capability). Never throws: "no GPU" is a valid answer.
-std::string cuda_environment_report();
-/// Number of visible GPUs (0 when none or no driver).
-int cuda_device_count();
-}  // namespace zt
+#include "ztrain/cuda_runtime/device.hpp"

@@ -17,6 +17,8 @@
 #include <mpi.h>
 
 #include "ztrain/comm/communicator.hpp"
+// local_device, named in the contract below, is the CUDA runtime helpers'.
+#include "ztrain/cuda_runtime/device.hpp"
 
 namespace zt {
 
@@ -35,9 +37,6 @@ struct CommChoice {
     CommKind kind = CommKind::kMpi;
     std::string reason;  ///< one line for the log
 };
-
-/// The device this local rank uses: local_rank % device_count.
-int local_device(int local_rank, int device_count);
 
 /// The decision from every rank's report (index = rank). Ranks share a GPU when two report
 /// the same UUID, or, where a UUID is unknown, when a node has more ranks than GPUs.

@@ -5,9 +5,10 @@
 // 16-bit types accumulate each pairwise addition in fp32 and round back (the MPI
 // implementation registers its own MPI_Op for that).
 //
-// One interface, several implementations: the MPI one (host buffers, make_mpi_communicator),
-// later an NCCL one (device buffers, its id broadcast with broadcast_bytes) behind the same
-// calls. Every call is
+// One interface, three implementations behind the same calls: MPI (host buffers,
+// make_mpi_communicator), NCCL (device buffers, its id broadcast with broadcast_bytes;
+// nccl_communicator.hpp) and host staging (device -> pinned host -> MPI;
+// staged_communicator.hpp); make_communicator (comm_select.hpp) picks one. Every call is
 // counted per collective kind, as the bytes this rank sends under the usual ring/
 // recursive algorithms, so the per-step volumes of each ZeRO stage can be checked against
 // theory (see README):

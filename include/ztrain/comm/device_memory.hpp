@@ -11,9 +11,7 @@
 // compute stream's later work sees what copy_to_device wrote.
 #pragma once
 
-#include <array>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,11 +39,5 @@ std::unique_ptr<DeviceMemory> make_host_device_memory();
 /// stream ordered after `compute_stream` (a cudaStream_t; null = the legacy default stream).
 /// Throws zt::Error in builds without CUDA.
 std::unique_ptr<DeviceMemory> make_cuda_device_memory(void* compute_stream);
-
-/// Makes CUDA device `device` current for this thread (throws zt::Error without CUDA).
-void cuda_set_device(int device);
-/// CUDA device `device`'s UUID, which tells whether two ranks drive the same GPU even when
-/// each sees its own CUDA_VISIBLE_DEVICES; all zero when unknown (no CUDA, no device).
-std::array<uint8_t, 16> cuda_device_uuid(int device);
 
 }  // namespace zt

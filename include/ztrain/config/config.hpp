@@ -18,7 +18,7 @@ struct ModelConfig {
     int seq_len = 128;         ///< maximum sequence length = number of learned positions
     int vocab_size = 257;      ///< real vocabulary (tokens the data may contain)
     int vocab_pad_to = 64;     ///< embedding rows are padded to a multiple of this
-    std::string init_from;     ///< optional weights file to start from (later issue)
+    std::string init_from;     ///< optional weights to start from (.h5 or .safetensors); ignored on resume
     /// vocab_size rounded up to vocab_pad_to; padded rows are never predicted.
     int padded_vocab() const { return (vocab_size + vocab_pad_to - 1) / vocab_pad_to * vocab_pad_to; }
 };

@@ -9,6 +9,8 @@
 
 #include "cuda_check.cuh"
 #include "ops.cuh"
+#include "ztrain/cuda_runtime/device.hpp"
+#include "ztrain/cuda_runtime/stream.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -43,12 +45,8 @@ constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 class CudaBackendImpl final : public CudaBackend {
   public:
     explicit CudaBackendImpl(int device) : m_device(device) {
-        int count = 0;
-        ZT_CUDA_CHECK(cudaGetDeviceCount(&count));
-        ZT_REQUIRE(device >= 0 && device < count, "CUDA device ", device, " does not exist (", count,
-                   " visible)");
-        ZT_CUDA_CHECK(cudaSetDevice(device));
-        ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+        cuda_set_device(device);
+        m_stream = create_stream();
         ZT_CUBLAS_CHECK(cublasLtCreate(&m_blas.lt));
         ZT_CUBLAS_CHECK(cublasCreate(&m_blas.classic));
         ZT_CUDA_CHECK(cudaMalloc(&m_blas.workspace, kLtWorkspaceBytes));

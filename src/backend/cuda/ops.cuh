@@ -1,8 +1,10 @@
 // The CUDA ops behind CudaBackend, one .cu file per op group, each with its CPU twin in
 // src/backend/cpu/cpu_backend.cpp as the reference the gpu tests compare against.
 //
-// Pattern (after ggml's acc.cu, see STYLE.md): `static __global__` kernels and a launcher
-// per op that takes the stream; the backend only forwards. Shapes, the row-major layout
+// Pattern (after ggml's acc.cu, see STYLE.md): kernels in an anonymous namespace, and one
+// launcher per op, zt::cuda::<op>(..., cudaStream_t), declared here, which checks what
+// the kernel cannot (shapes, dtypes) with ZT_REQUIRE, launches and checks the launch with
+// ZT_KERNEL_CHECK; CudaBackend's methods forward to these. Shapes, the row-major layout
 // and the accumulate-into-gradient convention are those of backend.hpp. Every reduction
 // has a fixed order (no atomics on floats), so results are bit-identical run to run.
 #pragma once

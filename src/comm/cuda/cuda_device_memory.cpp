@@ -5,9 +5,8 @@
 
 #include <cuda_runtime.h>
 
-#include <cstring>
-
-#include "../../backend/cuda/cuda_check.cuh"
+#include "ztrain/cuda_runtime/cuda_check.hpp"
+#include "ztrain/cuda_runtime/stream.hpp"
 
 namespace zt {
 namespace {
@@ -15,7 +14,7 @@ namespace {
 class CudaDeviceMemory final : public DeviceMemory {
   public:
     explicit CudaDeviceMemory(void* compute_stream) : m_compute(static_cast<cudaStream_t>(compute_stream)) {
-        ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&m_copy, cudaStreamNonBlocking));
+        m_copy = create_stream();
         ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m_compute_done, cudaEventDisableTiming));
     }
     ~CudaDeviceMemory() override {
@@ -59,17 +58,6 @@ class CudaDeviceMemory final : public DeviceMemory {
 
 std::unique_ptr<DeviceMemory> make_cuda_device_memory(void* compute_stream) {
     return std::make_unique<CudaDeviceMemory>(compute_stream);
-}
-
-void cuda_set_device(int device) { ZT_CUDA_CHECK(cudaSetDevice(device)); }
-
-std::array<uint8_t, 16> cuda_device_uuid(int device) {
-    std::array<uint8_t, 16> uuid{};
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return uuid;
-    static_assert(sizeof prop.uuid.bytes == 16, "CUDA device UUIDs are 16 bytes");
-    std::memcpy(uuid.data(), prop.uuid.bytes, uuid.size());
-    return uuid;
 }
 
 }  // namespace zt

@@ -8,10 +8,11 @@
 #include <exception>
 #include <vector>
 
-#include "../../backend/cuda/cuda_check.cuh"
 #include "../host_backed_communicator.hpp"
-#include "ztrain/comm/comm_select.hpp"
 #include "ztrain/comm/device_memory.hpp"
+#include "ztrain/cuda_runtime/cuda_check.hpp"
+#include "ztrain/cuda_runtime/device.hpp"
+#include "ztrain/cuda_runtime/stream.hpp"
 
 namespace zt {
 namespace detail {
@@ -44,10 +45,8 @@ class NcclCommunicator final : public HostBackedCommunicator {
   public:
     NcclCommunicator(std::unique_ptr<Communicator> host, void* compute_stream)
         : HostBackedCommunicator(std::move(host)), m_compute(static_cast<cudaStream_t>(compute_stream)) {
-        int devices = 0;
-        ZT_CUDA_CHECK(cudaGetDeviceCount(&devices));
-        ZT_CUDA_CHECK(cudaSetDevice(local_device(local_rank(), devices)));
-        ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+        select_local_device(local_rank());
+        m_stream = create_stream();
         ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m_compute_done, cudaEventDisableTiming));
         // Rank 0 sends its status with the id, so a failure there fails every rank instead
         // of leaving them waiting in ncclCommInitRank.

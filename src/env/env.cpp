@@ -3,14 +3,17 @@
 // Every line comes from the library itself at run time (not from CMake's view at build
 // time), so a mismatched shared library on a cluster node shows up here. Deliberately not
 // here: anything per-rank beyond the calling rank's view (the caller gathers if it wants),
-// and linking NCCL (the CUDA backend owns that; only the header version is read here).
-#include "ztrain/core/env.hpp"
+// and linking NCCL (the communicators own that; only the header version is read here).
+//
+// A component of its own, above core and the CUDA runtime helpers, because it reports on
+// both: core stays free of any device code.
+#include "ztrain/env/env.hpp"
 
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
 
 #if ZT_HAVE_CUDA
-#include "ztrain/backend/cuda_info.hpp"
+#include "ztrain/cuda_runtime/device.hpp"
 #if defined(__has_include)
 #if __has_include(<nccl.h>)
 #include <nccl.h>
