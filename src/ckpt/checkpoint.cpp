@@ -1,4 +1,6 @@
-// Sharded HDF5 checkpoints (format and guarantees: checkpoint.hpp).
+// Sharded HDF5 checkpoints: save (in phases), load, resume resolution, hashes (format and
+// guarantees: checkpoint.hpp). Reading meta.h5 and shards: checkpoint_reader.cpp; who owns
+// and saves which elements: the model state's ShardPlan (parallel/shard_layout.hpp).
 //
 // Failure handling: every collective phase ends with an agreement (all ranks learn whether
 // any rank failed, and the first failing rank's message), so a failure on one rank never
@@ -518,7 +520,7 @@ namespace {
 void require_same_model(const CheckpointReader& reader, const ModelLayout& layout) {
     const nlohmann::json& meta = reader.meta();
     const std::string meta_file = reader.meta_file();
-    const auto units = meta["units"].get<std::vector<size_t>>();
+    const auto units = meta.at("units").get<std::vector<size_t>>();
     if (units != layout.unit_numel) {
         throw InputError(str(meta_file, ": the checkpoint's model has ", units.size(), " units (",
                              units.empty() ? 0 : units[0], " elements in the first); this model has ",
@@ -527,10 +529,10 @@ void require_same_model(const CheckpointReader& reader, const ModelLayout& layou
     }
     const nlohmann::json mine = layout_json(layout);
     for (size_t i = 0; i < mine.size(); ++i) {
-        if (i >= meta["tensors"].size() || meta["tensors"][i] != mine[i]) {
+        if (i >= meta.at("tensors").size() || meta.at("tensors")[i] != mine[i]) {
             throw InputError(str(meta_file, ": tensor ", mine[i]["name"].get<std::string>(),
                                  " differs from the checkpoint's (",
-                                 i < meta["tensors"].size() ? meta["tensors"][i].dump() : "absent", " vs ",
+                                 i < meta.at("tensors").size() ? meta.at("tensors")[i].dump() : "absent", " vs ",
                                  mine[i].dump(), ")"));
         }
     }
@@ -540,16 +542,16 @@ void require_same_model(const CheckpointReader& reader, const ModelLayout& layou
 CheckpointRecord record_of(const nlohmann::json& meta) {
     CheckpointRecord record;
     TrainProgress& p = record.progress;
-    p.step = meta["step"].get<long>();
-    p.applied_steps = meta["applied_steps"].get<long>();
-    p.samples_seen = meta["samples_seen"].get<uint64_t>();
+    p.step = meta.at("step").get<long>();
+    p.applied_steps = meta.at("applied_steps").get<long>();
+    p.samples_seen = meta.at("samples_seen").get<uint64_t>();
     p.tokens_seen = meta.value("tokens_seen", uint64_t{0});
     record.dtype = meta.value("dtype", std::string());
-    p.loss_scale = meta["scaler"].value("scale", 1.0);
+    p.loss_scale = meta.at("scaler").value("scale", 1.0);
     // Checkpoints written before the mode was recorded: fp16 ones count as dynamic (the default).
-    p.loss_scale_mode = meta["scaler"].value("mode", std::string(record.dtype == "fp16" ? "dynamic" : "none"));
-    p.scaler_clean_steps = meta["scaler"].value("clean_steps", 0);
-    p.scaler_hysteresis_left = meta["scaler"].value("hysteresis_left", 1);
+    p.loss_scale_mode = meta.at("scaler").value("mode", std::string(record.dtype == "fp16" ? "dynamic" : "none"));
+    p.scaler_clean_steps = meta.at("scaler").value("clean_steps", 0);
+    p.scaler_hysteresis_left = meta.at("scaler").value("hysteresis_left", 1);
     p.bad_steps = meta.value("bad_steps", 0);
     record.seed_known = meta.contains("seed");
     record.seed = meta.value("seed", uint64_t{0});

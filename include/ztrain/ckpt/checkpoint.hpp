@@ -7,7 +7,8 @@
 //     meta.h5                         rank 0: /meta_json (uint8 dataset, the JSON below)
 //     CHECKSUM                        rank 0: "hash64 <16 hex digits> meta.h5", the hash of
 //                                     the whole meta.h5 file
-//     shard_00000_of_00004.h5 ...     each rank that owns elements:
+//     shard_00000_of_00004.h5 ...     each primary owner (ShardPlan::is_primary: every rank
+//                                     under ZeRO, rank 0 under DDP), its primary ranges:
 //                                       /unit_00003/master   float32 [end - begin]
 //                                       /unit_00003/adam_m   float32 [end - begin]
 //                                       /unit_00003/adam_v   float32 [end - begin]
