@@ -3,6 +3,7 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <string>
 
 #include "ztrain/core/error.hpp"
@@ -41,6 +42,11 @@ inline void h5_require(bool ok, bool input, const std::string& file, const std::
     if (input) throw InputError(str(file, ": ", what));
     throw Error(str(file, ": ", what));
 }
+
+/// Scalar uint64 attributes (shard groups' begin/end, shard datasets' hash64); the reader
+/// throws InputError naming the file when the attribute is missing or unreadable.
+void write_u64_attr(hid_t obj, const char* name, uint64_t v, const std::string& file);
+uint64_t read_u64_attr(hid_t obj, const char* name, const std::string& file);
 
 /// libhdf5 1.10 trusts a dataset's storage description: a chunk stored shorter than its
 /// declared size (or compact data shorter than the dataspace) makes H5Dread copy past the

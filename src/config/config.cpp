@@ -409,6 +409,18 @@ void check_duplicates(const po::parsed_options& parsed, const std::string& origi
     }
 }
 
+/// Adds a deck's values to `vm` (values already there, e.g. the command line's, win).
+void store_deck(const std::string& origin, const std::string& text, const po::options_description& settings,
+                po::variables_map& vm) {
+    const po::parsed_options parsed_deck = parse_deck(origin, text, settings);
+    check_duplicates(parsed_deck, origin, scan_key_lines(text));
+    try {
+        po::store(parsed_deck, vm);
+    } catch (const po::error& e) {
+        throw InputError(str(origin, ": ", e.what()));
+    }
+}
+
 std::string help_text() {
     const Config defaults;
     std::ostringstream os;
@@ -589,14 +601,7 @@ CliResult parse_command_line(int argc, const char* const* argv) {
     if (vm.count("config")) {
         cfg.config_file = vm["config"].as<std::string>();
         ZT_INPUT_CHECK(!cfg.config_file.empty(), "--config: needs a file name");
-        const std::string text = read_deck(cfg.config_file);
-        const po::parsed_options parsed_deck = parse_deck(cfg.config_file, text, settings);
-        check_duplicates(parsed_deck, cfg.config_file, scan_key_lines(text));
-        try {
-            po::store(parsed_deck, vm);
-        } catch (const po::error& e) {
-            throw InputError(str(cfg.config_file, ": ", e.what()));
-        }
+        store_deck(cfg.config_file, read_deck(cfg.config_file), settings, vm);
     }
     po::notify(vm);
 
@@ -611,6 +616,18 @@ CliResult parse_command_line(int argc, const char* const* argv) {
 
     validate(cfg);
     return result;
+}
+
+Config parse_deck_text(const std::string& text, const std::string& origin) {
+    po::variables_map vm;
+    store_deck(origin, text, settings_description(), vm);
+    Config cfg;
+    for (const KeyDef& k : kKeys) {
+        if (vm.count(k.key)) {
+            assign(cfg, k, vm[k.key].as<std::string>(), origin);
+        }
+    }
+    return cfg;
 }
 
 void validate(const Config& cfg) {

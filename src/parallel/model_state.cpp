@@ -57,7 +57,8 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
       m_rank(comm.rank()),
       m_work(work),
       m_reduce(reduce),
-      m_shards(make_unit_shards(layout.unit_numel, comm.size())) {
+      m_plan(layout.unit_numel, comm.size(), zero_stage),
+      m_shards(m_plan.shards()) {
     ZT_REQUIRE(zero_stage >= 0 && zero_stage <= 3, "zero stage ", zero_stage);
     // Device memory: the 16-bit conversions (convert_*_f32, accumulate_into)
     // are host code, so a device backend runs fp32 only for now (the trainer refuses earlier).
@@ -179,14 +180,9 @@ void* ModelState::pool_take(size_t bytes) {
 
 void ModelState::pool_give(void* p, size_t bytes) { m_pool.emplace(bytes, p); }
 
-size_t ModelState::owned_begin(int unit) const {
-    return m_stage == 0 ? 0 : m_shards[static_cast<size_t>(unit)].begin(m_rank);
-}
+size_t ModelState::owned_begin(int unit) const { return m_plan.owned_range(unit, m_rank).begin; }
 
-size_t ModelState::owned_end(int unit) const {
-    const UnitShard& s = m_shards[static_cast<size_t>(unit)];
-    return m_stage == 0 ? s.numel : s.live_end(m_rank);
-}
+size_t ModelState::owned_end(int unit) const { return m_plan.owned_range(unit, m_rank).end; }
 
 void* ModelState::work_ptr(int unit, size_t element) {
     const size_t shift = m_stage == 3 ? m_shards[static_cast<size_t>(unit)].begin(m_rank) : 0;

@@ -20,6 +20,22 @@ std::vector<UnitShard> make_unit_shards(const std::vector<size_t>& unit_numel, i
     return out;
 }
 
+ShardPlan::ShardPlan(const std::vector<size_t>& unit_numel, int world_size, int zero_stage)
+    : m_shards(make_unit_shards(unit_numel, world_size)), m_world(world_size), m_replicated(zero_stage == 0) {
+    ZT_REQUIRE(zero_stage >= 0 && zero_stage <= 3, "zero stage ", zero_stage);
+}
+
+ElementRange ShardPlan::owned_range(int unit, int rank) const {
+    const UnitShard& s = shard(unit);
+    if (m_replicated) return ElementRange{0, s.numel};
+    return ElementRange{s.begin(rank), s.live_end(rank)};
+}
+
+ElementRange ShardPlan::primary_range(int unit, int rank) const {
+    if (!is_primary(rank)) return ElementRange{};
+    return owned_range(unit, rank);
+}
+
 std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel) {
     std::vector<GradBucket> out;
     size_t offset = 0;

@@ -404,7 +404,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     }
 
     // ---- resume ----
-    TrainProgress progress;
+    CheckpointRecord resumed;
+    const TrainProgress& progress = resumed.progress;
     if (!resume_dir.empty()) {
         // resume=auto falls back to older complete checkpoints when the newest is damaged;
         // an explicit PATH is loaded or refused.
@@ -416,7 +417,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         }
         for (size_t i = 0; i < candidates.size(); ++i) {
             try {
-                progress = load_checkpoint(candidates[i], state, comm);
+                resumed = load_checkpoint(candidates[i], state, comm);
                 resume_dir = candidates[i];
                 break;
             } catch (const InputError& e) {
@@ -429,20 +430,20 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         }
         // The data order and sampling are functions of (seed, step): another seed would silently
         // continue a different run, so it is refused (every rank read the same meta: all throw).
-        if (progress.seed_known && progress.seed != tc.seed) {
+        if (resumed.seed_known && resumed.seed != tc.seed) {
             throw InputError(str(resume_dir, ": train.seed = ", tc.seed, " differs from the checkpoint's train.seed = ",
-                                 progress.seed, " (the data order depends on it): resume with --train.seed=",
-                                 progress.seed, ", or start over with checkpoint.resume=never"));
+                                 resumed.seed, " (the data order depends on it): resume with --train.seed=",
+                                 resumed.seed, ", or start over with checkpoint.resume=never"));
         }
         // The scaler state continues only where it means the same thing: an fp16 checkpoint of
         // this dynamic mode. A static scale is the deck's; a bf16/fp32 checkpoint saved scale 1.
-        const bool same_scaler = progress.dtype == "fp16" && progress.loss_scale_mode == loss_scale_mode;
+        const bool same_scaler = resumed.dtype == "fp16" && progress.loss_scale_mode == loss_scale_mode;
         if (fp16 && scfg.dynamic && same_scaler) {
             scaler.restore(progress.loss_scale, progress.scaler_clean_steps, progress.scaler_hysteresis_left);
         } else if (fp16 && root && !(same_scaler && progress.loss_scale == scfg.init_scale)) {
             std::printf("ztrain: the checkpoint was written in %s%s: the fp16 loss scale %s %g (%s)\n",
-                        progress.dtype.c_str(),
-                        progress.dtype == "fp16" ? str(" with a ", progress.loss_scale_mode, " loss scale ",
+                        resumed.dtype.c_str(),
+                        resumed.dtype == "fp16" ? str(" with a ", progress.loss_scale_mode, " loss scale ",
                                                        progress.loss_scale).c_str() : "",
                         scfg.dynamic ? "starts at" : "is", scfg.init_scale,
                         scfg.dynamic ? "precision.init_scale" : "precision.loss_scale");
@@ -552,7 +553,11 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     std::atomic<long> current_step{progress.step};
     const CollectiveWatchdog watchdog(comm, cfg.parallel.timeout_s, current_step);
     auto save = [&](long step_done) {
-        TrainProgress p;
+        CheckpointRecord record;
+        record.dtype = cfg.precision.dtype;
+        record.seed = tc.seed;
+        record.config_ini = to_ini(cfg);
+        TrainProgress& p = record.progress;
         p.step = step_done;
         p.applied_steps = applied_steps;
         p.samples_seen = samples_seen;
@@ -564,8 +569,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         p.bad_steps = bad_steps;
         const auto t_save = Clock::now();
         try {
-            const std::string dir = save_checkpoint(ckpt_dir, state, comm, p, to_ini(cfg), cfg.precision.dtype,
-                                                    tc.seed, cfg.checkpoint.keep);
+            const std::string dir = save_checkpoint(ckpt_dir, state, comm, record, cfg.checkpoint.keep);
             if (root) {
                 std::printf("ztrain: checkpoint %s written in %.2f s\n", dir.c_str(), seconds_since(t_save));
                 std::fflush(stdout);

@@ -93,13 +93,15 @@ int main(int argc, char** argv) {
         zt::ModelState state(layout, *backend, 7);
         zt::Config cfg;
         cfg.model = mc;
-        zt::TrainProgress progress;
-        progress.step = 3;
-        progress.applied_steps = 3;
-        progress.samples_seen = 24;
-        progress.tokens_seen = 96;
-        const std::string step_dir = zt::save_checkpoint(tmp + "/ckpt", state, zt::self_communicator(), progress,
-                                                         zt::to_ini(cfg), "fp32", 7, 1);
+        zt::CheckpointRecord record;
+        record.progress.step = 3;
+        record.progress.applied_steps = 3;
+        record.progress.samples_seen = 24;
+        record.progress.tokens_seen = 96;
+        record.dtype = "fp32";
+        record.seed = 7;
+        record.config_ini = zt::to_ini(cfg);
+        const std::string step_dir = zt::save_checkpoint(tmp + "/ckpt", state, zt::self_communicator(), record, 1);
         const fs::path d = out / "fuzz_checkpoint_meta";
         put(d, "meta.h5", slurp(step_dir + "/meta.h5"));
         put(d, "meta_json.json", zt::read_checkpoint_meta(step_dir).dump(1));

@@ -52,8 +52,12 @@ struct Fixture {
     std::string ckpt() const { return dir.file("ckpt"); }
 };
 
-TrainProgress sample_progress() {
-    TrainProgress p;
+/// A record for a saved run of dtype fp32 and seed 1 (tests change what they check).
+CheckpointRecord sample_record(const std::string& dtype = "fp32", uint64_t seed = 1) {
+    CheckpointRecord record;
+    record.dtype = dtype;
+    record.seed = seed;
+    TrainProgress& p = record.progress;
     p.step = 7;
     p.applied_steps = 6;
     p.samples_seen = 56;
@@ -63,7 +67,7 @@ TrainProgress sample_progress() {
     p.scaler_clean_steps = 3;
     p.scaler_hysteresis_left = 1;
     p.bad_steps = 1;
-    return p;
+    return record;
 }
 
 using test::input_error_of;
@@ -75,25 +79,28 @@ TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
         const uint64_t seed = t == DType::kF32 ? 424242 : 17;
         ModelState a(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 1, t, t);
         scribble(a, 3.f);
-        const std::string dir =
-            save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "[model]\n", dtype_name(t), seed, 2);
+        CheckpointRecord saved = sample_record(dtype_name(t), seed);
+        saved.config_ini = "[model]\n";
+        const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), saved, 2);
         EXPECT_EQ(fs::path(dir).filename(), "step_00000007");
         EXPECT_EQ(resolve_resume("auto", f.ckpt()), dir);
         ModelState b(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 99, t, t);
-        const TrainProgress p = load_checkpoint(dir, b, self_communicator());
-        const TrainProgress want = sample_progress();
+        const CheckpointRecord loaded = load_checkpoint(dir, b, self_communicator());
+        const TrainProgress& p = loaded.progress;
+        const TrainProgress& want = saved.progress;
         EXPECT_EQ(p.step, want.step);
         EXPECT_EQ(p.applied_steps, want.applied_steps);
         EXPECT_EQ(p.samples_seen, want.samples_seen);
         EXPECT_EQ(p.tokens_seen, want.tokens_seen);
         EXPECT_EQ(p.loss_scale, want.loss_scale);
         EXPECT_EQ(p.loss_scale_mode, want.loss_scale_mode);
-        EXPECT_EQ(p.dtype, dtype_name(t)) << "load_checkpoint reports the dtype the checkpoint was written in";
+        EXPECT_EQ(loaded.dtype, dtype_name(t)) << "load_checkpoint reports the dtype the checkpoint was written in";
         EXPECT_EQ(p.scaler_clean_steps, want.scaler_clean_steps);
         EXPECT_EQ(p.scaler_hysteresis_left, want.scaler_hysteresis_left);
         EXPECT_EQ(p.bad_steps, want.bad_steps);
-        EXPECT_TRUE(p.seed_known);
-        EXPECT_EQ(p.seed, seed);
+        EXPECT_TRUE(loaded.seed_known);
+        EXPECT_EQ(loaded.seed, seed);
+        EXPECT_EQ(loaded.config_ini, saved.config_ini);
         const std::vector<float> sa = a.owned_optimizer_state();
         const std::vector<float> sb = b.owned_optimizer_state();
         ASSERT_EQ(sa.size(), sb.size());
@@ -135,9 +142,9 @@ TEST(Checkpoint, ResavingAStepReplacesItWithoutLeftovers) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
     scribble(a, 1.f);
-    save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    save_checkpoint(f.ckpt(), a, self_communicator(), sample_record(), 2);
     scribble(a, 5.f);
-    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_record(), 2);
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(f.ckpt())) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
@@ -151,14 +158,14 @@ TEST(Checkpoint, ResavingAStepReplacesItWithoutLeftovers) {
     EXPECT_EQ(std::memcmp(a.master_base(1), b.master_base(1), f.layout.unit_numel[1] * sizeof(float)), 0);
 }
 
-/// Checkpoints of steps 2 and 4 (keep 3) in f.ckpt(); returns the progress record used.
-TrainProgress save_steps_2_and_4(Fixture& f, ModelState& state) {
-    TrainProgress p = sample_progress();
+/// Checkpoints of steps 2 and 4 (keep 3) in f.ckpt(); returns the record used.
+CheckpointRecord save_steps_2_and_4(Fixture& f, ModelState& state) {
+    CheckpointRecord record = sample_record();
     for (long s : {2, 4}) {
-        p.step = s;
-        save_checkpoint(f.ckpt(), state, self_communicator(), p, "", "fp32", 1, 3);
+        record.progress.step = s;
+        save_checkpoint(f.ckpt(), state, self_communicator(), record, 3);
     }
-    return p;
+    return record;
 }
 
 // resume=auto with a `latest` naming a directory that is gone (a crash between a save's
@@ -167,7 +174,7 @@ TrainProgress save_steps_2_and_4(Fixture& f, ModelState& state) {
 TEST(Checkpoint, AutoResumeFallsBackWhenLatestNamesAMissingDirectory) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
-    TrainProgress p = save_steps_2_and_4(f, a);
+    save_steps_2_and_4(f, a);
     test::write_file(f.ckpt() + "/latest", "step_00000006\n");
     std::string note;
     EXPECT_EQ(resolve_resume("auto", f.ckpt(), &note), f.ckpt() + "/step_00000004");
@@ -187,16 +194,16 @@ TEST(Checkpoint, AutoResumeFallsBackWhenLatestNamesAMissingDirectory) {
 TEST(Checkpoint, AnInterruptedResaveIsRecovered) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
-    TrainProgress p = save_steps_2_and_4(f, a);
+    CheckpointRecord record = save_steps_2_and_4(f, a);
     fs::rename(f.ckpt() + "/step_00000004", f.ckpt() + "/step_00000004.replaced");
     fs::create_directories(f.ckpt() + "/step_00000004.partial");  // the new copy, half written
     test::write_file(f.ckpt() + "/step_00000004.partial/junk", "x");
     std::string note;
     EXPECT_EQ(resolve_resume("auto", f.ckpt(), &note), f.ckpt() + "/step_00000004.replaced");
     EXPECT_NE(note.find("found at"), std::string::npos) << note;
-    EXPECT_EQ(load_checkpoint(f.ckpt() + "/step_00000004.replaced", a, self_communicator()).step, 4);
-    p.step = 6;
-    save_checkpoint(f.ckpt(), a, self_communicator(), p, "", "fp32", 1, 3);
+    EXPECT_EQ(load_checkpoint(f.ckpt() + "/step_00000004.replaced", a, self_communicator()).progress.step, 4);
+    record.progress.step = 6;
+    save_checkpoint(f.ckpt(), a, self_communicator(), record, 3);
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(f.ckpt())) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
@@ -206,10 +213,10 @@ TEST(Checkpoint, AnInterruptedResaveIsRecovered) {
 TEST(Checkpoint, KeepsOnlyTheNewestAndLatestIsAtomic) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
-    TrainProgress p = sample_progress();
+    CheckpointRecord record = sample_record();
     for (long s : {2, 4, 6, 8}) {
-        p.step = s;
-        save_checkpoint(f.ckpt(), a, self_communicator(), p, "", "fp32", 1, 2);
+        record.progress.step = s;
+        save_checkpoint(f.ckpt(), a, self_communicator(), record, 2);
     }
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(f.ckpt())) names.push_back(e.path().filename().string());
@@ -225,7 +232,7 @@ TEST(Checkpoint, FilesCarryTheDocumentedChecksums) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
     scribble(a, 2.f);
-    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_record(), 2);
     const std::string shard = dir + "/shard_00000_of_00001.h5";
     const hid_t file = H5Fopen(shard.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     ASSERT_GE(file, 0);
@@ -277,7 +284,7 @@ TEST(Checkpoint, FilesCarryTheDocumentedChecksums) {
 TEST(Checkpoint, DamagedTruncatedAndMismatchedCheckpointsAreRefusedNamingTheFile) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
-    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_record(), 2);
     const std::string shard = dir + "/shard_00000_of_00001.h5";
     const std::string pristine = test::read_file(shard);
 
@@ -331,7 +338,7 @@ TEST(Checkpoint, DamagedTruncatedAndMismatchedCheckpointsAreRefusedNamingTheFile
 TEST(Checkpoint, RandomFlipsAndTruncationsAreAlwaysDetected) {
     Fixture f;
     ModelState a(f.layout, *f.backend, 1);
-    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_progress(), "", "fp32", 1, 2);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_record(), 2);
     const std::vector<std::string> files = {dir + "/meta.h5", dir + "/CHECKSUM", dir + "/shard_00000_of_00001.h5"};
     std::vector<std::string> pristine;
     for (const auto& file : files) pristine.push_back(test::read_file(file));

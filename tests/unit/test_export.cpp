@@ -67,11 +67,14 @@ struct Fixture {
         }
         Config cfg;
         cfg.model = mc;
-        TrainProgress progress;
-        progress.step = 12;
-        progress.applied_steps = 12;
-        progress.tokens_seen = 1000;
-        step_dir = save_checkpoint(dir.file("ckpt"), state, self_communicator(), progress, to_ini(cfg), "fp32", 5, 2);
+        CheckpointRecord record;
+        record.progress.step = 12;
+        record.progress.applied_steps = 12;
+        record.progress.tokens_seen = 1000;
+        record.dtype = "fp32";
+        record.seed = 5;
+        record.config_ini = to_ini(cfg);
+        step_dir = save_checkpoint(dir.file("ckpt"), state, self_communicator(), record, 2);
     }
     /// The tensor's exported values (ztrain orientation, live rows only).
     std::vector<float> live(const ParamSpec& p) const {
@@ -456,6 +459,88 @@ TEST(Export, ConsolidateRefusesBadInputAndDescribesCheckpoints) {
                              "shard_00000_of_00001.h5", "vocab 40 (padded 64)"}) {
         EXPECT_NE(info.find(want), std::string::npos) << want << "\n" << info;
     }
+}
+
+/// Rewrites a checkpoint's meta.h5 (and CHECKSUM) as ztrain up to b08fcb7 wrote it: format
+/// version 1, a model record without vocab_pad_to and init_from (or, with `record` false,
+/// none: the oldest checkpoints), and the deck `config_ini`. meta_json is stored as
+/// save_checkpoint stores it: uint8, chunked, Fletcher32.
+void rewrite_as_version_1(const std::string& step_dir, bool record, const std::string& config_ini) {
+    nlohmann::json meta = read_checkpoint_meta(step_dir);
+    meta["version"] = 1;
+    meta["config_ini"] = config_ini;
+    if (record) {
+        meta["model"].erase("vocab_pad_to");
+        meta["model"].erase("init_from");
+    } else {
+        meta.erase("model");
+    }
+    const std::string text = meta.dump(1);
+    const std::string file = step_dir + "/meta.h5";
+    const hid_t f = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hsize_t dims[1] = {text.size()};
+    const hid_t space = H5Screate_simple(1, dims, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_chunk(dcpl, 1, dims), 0);
+    ASSERT_GE(H5Pset_fletcher32(dcpl), 0);
+    const hid_t ds = H5Dcreate2(f, "meta_json", H5T_NATIVE_UINT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+    write_checksum_file(step_dir, file);
+}
+
+// Checkpoints of format version 1 (ztrain up to b08fcb7) still resume and consolidate: their
+// model comes from the stored deck, read by the config parser, under the partial record.
+TEST(Export, Version1CheckpointsStillLoadAndConsolidate) {
+    Fixture f;
+    EXPECT_EQ(read_checkpoint_meta(f.step_dir)["version"], 2);
+    const nlohmann::json v2_model = read_checkpoint_meta(f.step_dir)["model"];
+    EXPECT_EQ(v2_model["vocab_pad_to"], f.mc.vocab_pad_to) << v2_model.dump();
+    EXPECT_EQ(v2_model["n_head"], f.mc.n_head) << v2_model.dump();
+
+    // The deck says vocab_pad_to = 32 (the record does not hold it): the .h5 reports the deck's.
+    Config cfg;
+    cfg.model = f.mc;
+    cfg.model.vocab_pad_to = 32;
+    rewrite_as_version_1(f.step_dir, true, to_ini(cfg));
+    ModelState b(f.layout, *f.backend, 99);
+    const CheckpointRecord loaded = load_checkpoint(f.step_dir, b, self_communicator());
+    EXPECT_EQ(loaded.progress.step, 12);
+    EXPECT_EQ(loaded.seed, 5u);
+    EXPECT_EQ(b.owned_optimizer_state(), f.state.owned_optimizer_state());
+    consolidate(f.step_dir, f.dir.file("v1.h5"), DType::kF32, false);
+    const hid_t h5 = H5Fopen(f.dir.file("v1.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(h5, 0);
+    EXPECT_EQ(h5_int_attr(h5, "vocab_pad_to"), 32);
+    EXPECT_EQ(h5_int_attr(h5, "vocab_size"), f.mc.vocab_size);
+    H5Fclose(h5);
+
+    // No model record at all: every dimension comes from the deck.
+    cfg.model.n_head = 4;  // differs from the record it replaces, so the deck is what is read
+    rewrite_as_version_1(f.step_dir, false, to_ini(cfg));
+    consolidate(f.step_dir, f.dir.file("hf") + "/", DType::kF32, false);
+    const nlohmann::json c = nlohmann::json::parse(test::read_file(f.dir.file("hf") + "/config.json"));
+    EXPECT_EQ(c["n_head"], 4);
+    EXPECT_EQ(c["vocab_size"], f.mc.vocab_size);
+    const std::string info = checkpoint_info(f.step_dir);
+    EXPECT_NE(info.find("4 heads"), std::string::npos) << info;
+
+    // Neither a record nor a deck: the padded rows cannot be told apart, so it is refused.
+    rewrite_as_version_1(f.step_dir, false, "");
+    std::string msg = input_error_of([&] { consolidate(f.step_dir, f.dir.file("x.h5"), DType::kF32, false); });
+    EXPECT_NE(msg.find("does not record model.vocab_size"), std::string::npos) << msg;
+    // A deck the config parser rejects is named as the checkpoint's.
+    rewrite_as_version_1(f.step_dir, false, "[model]\nno_such_key = 1\n");
+    msg = input_error_of([&] { consolidate(f.step_dir, f.dir.file("x.h5"), DType::kF32, false); });
+    EXPECT_NE(msg.find("config_ini"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no_such_key"), std::string::npos) << msg;
+    // Resume never needed the model record: it still loads.
+    EXPECT_NO_THROW(load_checkpoint(f.step_dir, b, self_communicator()));
 }
 
 }  // namespace

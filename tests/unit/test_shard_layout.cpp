@@ -38,6 +38,47 @@ TEST(ShardLayout, ShardsTileThePaddedUnitForManySizes) {
     }
 }
 
+// The one ownership answer (model state and checkpoints): DDP owns every element on every
+// rank; ZeRO-1/2/3 partition each unit into the live shard slices. Either way the primary
+// ranges (what a checkpoint saves) cover every element of every unit exactly once.
+TEST(ShardLayout, ShardPlanOwnershipAndPrimaryRangesCoverEachElementOnce) {
+    const std::vector<size_t> units{1000, 17, 40, 4099};
+    for (int world : {1, 2, 3, 4, 7}) {
+        for (int stage : {0, 1, 2, 3}) {
+            SCOPED_TRACE(::testing::Message() << "world " << world << " stage " << stage);
+            const ShardPlan plan(units, world, stage);
+            ASSERT_EQ(plan.num_units(), static_cast<int>(units.size()));
+            EXPECT_EQ(plan.world_size(), world);
+            for (int u = 0; u < plan.num_units(); ++u) {
+                const size_t numel = units[static_cast<size_t>(u)];
+                std::vector<int> saved(numel, 0);
+                for (int r = 0; r < world; ++r) {
+                    const ElementRange owned = plan.owned_range(u, r);
+                    const UnitShard& s = plan.shard(u);
+                    if (stage == 0) {
+                        EXPECT_EQ(owned.begin, 0u);
+                        EXPECT_EQ(owned.end, numel);
+                    } else {
+                        EXPECT_EQ(owned.begin, s.begin(r));
+                        EXPECT_EQ(owned.end, s.live_end(r));
+                    }
+                    EXPECT_EQ(plan.is_primary(r), stage > 0 || r == 0);
+                    const ElementRange primary = plan.primary_range(u, r);
+                    if (!plan.is_primary(r)) {
+                        EXPECT_TRUE(primary.empty());
+                    }
+                    for (size_t e = primary.begin; e < primary.end; ++e) {
+                        EXPECT_GE(e, owned.begin);
+                        EXPECT_LT(e, owned.end);
+                        ++saved[e];
+                    }
+                }
+                for (size_t e = 0; e < numel; ++e) ASSERT_EQ(saved[e], 1) << "unit " << u << " element " << e;
+            }
+        }
+    }
+}
+
 TEST(ShardLayout, BucketsFollowBackwardOrderAndCoverEveryUnitOnce) {
     const std::vector<size_t> units{1000, 333, 333, 333, 333, 17};
     for (int world : {1, 2, 3, 4}) {

@@ -7,7 +7,8 @@
 //     meta.h5                         rank 0: /meta_json (uint8 dataset, the JSON below)
 //     CHECKSUM                        rank 0: "hash64 <16 hex digits> meta.h5", the hash of
 //                                     the whole meta.h5 file
-//     shard_00000_of_00004.h5 ...     each rank that owns elements:
+//     shard_00000_of_00004.h5 ...     each primary owner (ShardPlan::is_primary: every rank
+//                                     under ZeRO, rank 0 under DDP), its primary ranges:
 //                                       /unit_00003/master   float32 [end - begin]
 //                                       /unit_00003/adam_m   float32 [end - begin]
 //                                       /unit_00003/adam_v   float32 [end - begin]
@@ -30,11 +31,16 @@
 // (or moves the old one aside first where that is unsupported) and deletes the old copy
 // only after `latest` is replaced.
 //
-// meta_json fields: format ("ztrain-checkpoint"), version (1), step, applied_steps,
-// samples_seen, tokens_seen, world_size, zero_stage, dtype, seed, scaler {scale, mode,
-// clean_steps, hysteresis_left}, bad_steps, config_ini, model {n_layer, n_head, n_embd,
-// seq_len, vocab_size, padded_vocab}, units [numel per unit], tensors [{name, unit, offset,
-// shape}], shards [{file, rank, bytes, hash64, units [{unit, begin, end}]}].
+// meta_json fields (version 2): format ("ztrain-checkpoint"), version (2), step,
+// applied_steps, samples_seen, tokens_seen, world_size, zero_stage (information only: the
+// shard list below says who saved what), dtype, seed, scaler {scale, mode, clean_steps,
+// hysteresis_left}, bad_steps, config_ini (the resolved deck, information only), model
+// {n_layer, n_head, n_embd, seq_len, vocab_size, vocab_pad_to, init_from: every
+// ModelConfig field; padded_vocab: derived}, units [numel per unit], tensors [{name, unit,
+// offset, shape}], shards [{file, rank, bytes, hash64, units [{unit, begin, end}]}].
+// Version 1 (ztrain up to b08fcb7) is read too: the same fields, but its model record lacks
+// vocab_pad_to and init_from (and is absent in the oldest ones); those come from config_ini,
+// read by the config parser.
 //
 // Not here: what triggers a save (the trainer), consolidation to one file (zt-consolidate).
 #pragma once
@@ -61,16 +67,21 @@ struct TrainProgress {
     /// How the scale above was kept: "dynamic" | "static" (fp16) | "none" (bf16, fp32). A
     /// resumed fp16 run takes the scaler state only from an fp16 checkpoint of its own mode.
     std::string loss_scale_mode = "none";
-    /// Working dtype of the run that wrote the checkpoint (load_checkpoint fills it in;
-    /// save_checkpoint takes the dtype as its own argument).
-    std::string dtype;
     int scaler_clean_steps = 0;
     int scaler_hysteresis_left = 0;
     int bad_steps = 0;
-    /// train.seed of the run that wrote the checkpoint (filled in by load_checkpoint; the
-    /// data order and sampling depend on it, so a resume must use the same one).
+};
+
+/// Everything a checkpoint holds besides the model state: save_checkpoint takes it,
+/// load_checkpoint returns it (the model state goes through the ModelState both ways).
+struct CheckpointRecord {
+    TrainProgress progress;
+    std::string dtype;       ///< working dtype of the run that wrote it ("fp32" | "bf16" | "fp16")
+    /// train.seed of that run: the data order and sampling depend on it, so a resume must
+    /// use the same one. seed_known is false for a checkpoint that does not record it.
     uint64_t seed = 0;
-    bool seed_known = false;  ///< false for a checkpoint that does not record its seed
+    bool seed_known = true;
+    std::string config_ini;  ///< the resolved deck (kept for people and tools; not read back)
 };
 
 /// "step_00000100"
@@ -94,13 +105,12 @@ uint64_t hash64(const void* data, size_t n, uint64_t state = kHashSeed);
 /// hash64 of a whole file (streamed). Throws InputError naming the file.
 uint64_t file_hash64(const std::string& path);
 
-/// Writes a checkpoint of `state` + `progress` into ckpt_dir (collective: every rank calls
-/// it). `config_ini` is the resolved deck. Returns the final directory path. Throws Error
-/// naming the file on any I/O failure; a failed save leaves at most a *.partial directory,
-/// never a damaged complete checkpoint or `latest`.
+/// Writes a checkpoint of `state` + `record` into ckpt_dir (collective: every rank calls
+/// it) and keeps the newest `keep` complete ones. Returns the final directory path. Throws
+/// Error naming the file on any I/O failure; a failed save leaves at most a *.partial
+/// directory, never a damaged complete checkpoint or `latest`.
 std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
-                            const TrainProgress& progress, const std::string& config_ini,
-                            const std::string& dtype_name, uint64_t seed, int keep);
+                            const CheckpointRecord& record, int keep);
 
 /// Resolves checkpoint.resume: "never" -> ""; "auto" -> the directory `latest` names in
 /// ckpt_dir, or "" when there is none; otherwise the given path (a step directory, or a
@@ -115,15 +125,18 @@ std::string resolve_resume(const std::string& resume, const std::string& ckpt_di
 nlohmann::json read_checkpoint_meta(const std::string& step_dir);
 
 /// Reads elements [begin, end) of one unit's `which` buffer ("master", "adam_m" or
-/// "adam_v") from a checkpoint into out, whatever the world size that wrote it: the range is
-/// assembled from every shard that holds part of it. Each shard file's size and hash are
-/// verified the first time it is used (`verified` remembers which). Throws InputError naming
-/// the file on damage, or when the shards do not cover the range.
+/// "adam_v") from a checkpoint into host memory `out`, whatever the world size that wrote
+/// it: the range is assembled from every shard that holds part of it. The one shard reader:
+/// load_checkpoint and zt-consolidate both use it. Each shard file's size and hash are
+/// verified the first time it is used. Throws InputError naming the file on damage, a
+/// manifest range outside the model's units, or when the shards do not cover the range.
 class CheckpointReader {
   public:
     explicit CheckpointReader(const std::string& step_dir);
     const nlohmann::json& meta() const { return m_meta; }
     const std::string& dir() const { return m_dir; }
+    /// meta.h5's path, for messages about the manifest.
+    std::string meta_file() const;
     void read(int unit, size_t begin, size_t end, const char* which, float* out);
 
   private:
@@ -133,9 +146,9 @@ class CheckpointReader {
 };
 
 /// Loads master weights and AdamW state into `state` (any world size / stage: each rank
-/// reads the intersection of its owned ranges with the saved ones) and returns the
-/// progress. Verifies every shard it reads. Collective. Throws InputError naming the file and
-/// what differs when the checkpoint does not fit the model (shapes, tensor names).
-TrainProgress load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm);
+/// reads its owned ranges, from whichever shards hold them) and returns the record saved
+/// with them. Verifies every shard it reads. Collective. Throws InputError naming the file
+/// and what differs when the checkpoint does not fit the model (shapes, tensor names).
+CheckpointRecord load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm);
 
 }  // namespace zt

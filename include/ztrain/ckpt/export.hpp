@@ -25,8 +25,11 @@
 // length, JSON, offsets, dtypes, names, exact shapes); a violation is an InputError naming
 // the file and, where there is one, the tensor.
 //
-// Not here: AdamW state import (an initialized run starts its optimizer from zero), other
-// model families, tokenizer export.
+// Implementation: src/ckpt/consolidate.cpp (export, --info), import_weights.cpp (import),
+// safetensors.cpp (the file format), hf_family.cpp (Hugging Face names, Conv1D transposes
+// and config.json per model family: GPT-2 so far; a new family is one more table entry).
+// Not here: AdamW state import (an initialized run starts its optimizer from zero),
+// tokenizer export.
 #pragma once
 
 #include <string>
@@ -54,7 +57,7 @@ struct ModelConfig;
 /// reads. The directory itself is created if its parent exists.
 void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer);
 
-/// The Hugging Face GPT2Config (config.json) describing a model of these dimensions stored
+/// The Hugging Face GPT2Config (config.json; the GPT-2 family's, hf_family.cpp) describing a model of these dimensions stored
 /// in `dtype`; vocab_size is the unpadded vocabulary. bos/eos are GPT-2's 50256 for the
 /// GPT-2 vocabulary (50257) and null otherwise.
 nlohmann::json hf_gpt2_config(long n_layer, long n_head, long n_embd, long n_positions, long vocab_size,

@@ -109,6 +109,11 @@ struct CliResult {
 /// a value of the wrong type, or a value validate() rejects.
 CliResult parse_command_line(int argc, const char* const* argv);
 
+/// Parses a deck given as text (e.g. the resolved deck a checkpoint stores) the way --config
+/// reads a file: defaults, then the deck's keys. `origin` names the text in messages. Not
+/// validated. Throws InputError on an unknown key or a value of the wrong type.
+Config parse_deck_text(const std::string& text, const std::string& origin);
+
 /// Checks every value and the relations between them; throws InputError naming the key,
 /// the value and what was expected. Does not touch the file system.
 void validate(const Config& cfg);

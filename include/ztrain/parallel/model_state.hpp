@@ -110,6 +110,8 @@ class ModelState : public UnitStore {
     size_t num_grad_buckets() const { return m_buckets.size(); }
     const ModelLayout& layout() const { return m_layout; }
     const std::vector<UnitShard>& shards() const { return m_shards; }
+    /// Who owns which elements (shared with the checkpoint code).
+    const ShardPlan& shard_plan() const { return m_plan; }
     /// Copies the full, unpadded parameters of `unit` into out (unit_numel floats).
     /// Collective for stage 3 (every rank must call it).
     void gather_unit_params(int unit, float* out);
@@ -119,7 +121,8 @@ class ModelState : public UnitStore {
     DType work_dtype() const { return m_work; }
     DType reduce_dtype() const { return m_reduce; }
 
-    // ---- checkpoints: this rank's owned elements [owned_begin, owned_end) of each unit ----
+    // ---- checkpoints: this rank's owned elements [owned_begin, owned_end) of each unit
+    // (shard_plan().owned_range for this rank) ----
     size_t owned_begin(int unit) const;
     size_t owned_end(int unit) const;
     /// Base pointers such that base[e] is unit element e, valid for owned elements.
@@ -176,7 +179,8 @@ class ModelState : public UnitStore {
     int m_rank;
     DType m_work;
     DType m_reduce;
-    std::vector<UnitShard> m_shards;
+    ShardPlan m_plan;                        // ownership; declared before m_shards
+    const std::vector<UnitShard>& m_shards;  // m_plan.shards()
     std::vector<GradBucket> m_buckets;
 
     std::vector<void*> m_params;       // working copy: full (stages 0-2) or shard (stage 3)

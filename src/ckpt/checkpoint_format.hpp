@@ -1,0 +1,40 @@
+// The names and constants of the checkpoint layout on disk (described in checkpoint.hpp),
+// shared by the writer (checkpoint.cpp) and the reader (checkpoint_reader.cpp), so the two
+// cannot drift apart. Private to ckpt/.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace zt::ckpt_format {
+
+constexpr const char* kFormatName = "ztrain-checkpoint";
+/// Version 2: the model record holds every ModelConfig field. Version 1 is still read.
+constexpr int kFormatVersion = 2;
+constexpr int kOldestReadableVersion = 1;
+constexpr const char* kMetaFile = "meta.h5";
+constexpr const char* kMetaDataset = "meta_json";
+constexpr const char* kChecksumFile = "CHECKSUM";
+
+/// The one line of CHECKSUM: the hash64 of meta.h5.
+inline std::string checksum_line(uint64_t meta_hash) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "hash64 %016llx meta.h5\n", static_cast<unsigned long long>(meta_hash));
+    return buf;
+}
+
+inline std::string shard_file_name(int rank, int world) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d.h5", rank, world);
+    return buf;
+}
+
+/// The group of a shard file that holds one unit's range.
+inline std::string unit_group_name(int unit) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "unit_%05d", unit);
+    return buf;
+}
+
+}  // namespace zt::ckpt_format

@@ -1,0 +1,214 @@
+// The checkpoint reader: meta.h5 (verified against CHECKSUM, then parsed and checked) and
+// the shard files (each verified against the size and hash meta_json records before its
+// first use). The one reader: load_checkpoint (resume) and zt-consolidate both read
+// through CheckpointReader. Format: checkpoint.hpp.
+#include "ztrain/ckpt/checkpoint.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "checkpoint_format.hpp"
+#include "hdf5_util.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zt {
+
+using h5::H5Handle;
+using h5::h5_require;
+using h5::read_u64_attr;
+using h5::require_plain_storage;
+using h5::silence_hdf5;
+using namespace ckpt_format;
+
+namespace {
+
+/// Reads elements [first, first + n) of a 1-D float dataset (the file's hash was verified).
+void read_float_range(hid_t group, const char* name, size_t first, size_t n, float* out, const std::string& file) {
+    H5Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+    h5_require(ds.ok(), true, file, str("missing dataset ", name));
+    H5Handle space(H5Dget_space(ds.get()), H5Sclose);
+    hsize_t dims[1] = {0};
+    h5_require(space.ok() && H5Sget_simple_extent_ndims(space.get()) == 1 &&
+                   H5Sget_simple_extent_dims(space.get(), dims, nullptr) == 1,
+               true, file, str("dataset ", name, " is not one-dimensional"));
+    h5_require(first + n <= dims[0], true, file,
+               str("dataset ", name, " has ", dims[0], " elements, need [", first, ", ", first + n, ")"));
+    require_plain_storage(ds.get(), file, name);
+    const hsize_t start[1] = {static_cast<hsize_t>(first)};
+    const hsize_t count[1] = {static_cast<hsize_t>(n)};
+    H5Handle mem(H5Screate_simple(1, count, nullptr), H5Sclose);
+    h5_require(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0, true, file,
+               str("cannot select a range of ", name));
+    h5_require(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, out) >= 0, true, file,
+               str("dataset ", name, " failed its checksum or could not be read (damaged file?)"));
+    // A whole-dataset read also checks the dataset's own hash (the common case: loading at
+    // the world size and stage that wrote it). Partial reads rely on the file hash.
+    if (first == 0 && n == dims[0] && H5Aexists(ds.get(), "hash64") > 0) {
+        h5_require(read_u64_attr(ds.get(), "hash64", file) == hash64(out, n * sizeof(float)), true, file,
+                   str("dataset ", name, " does not match its hash64 attribute (damaged)"));
+    }
+}
+
+}  // namespace
+
+nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
+    silence_hdf5();
+    const std::string file = (fs::path(step_dir) / kMetaFile).string();
+    if (!fs::exists(file)) throw InputError(str(file, ": missing (incomplete or not a checkpoint)"));
+    {
+        const std::string sum_path = (fs::path(step_dir) / kChecksumFile).string();
+        std::ifstream in(sum_path, std::ios::binary);
+        if (!in) throw InputError(str(sum_path, ": missing (incomplete or damaged checkpoint)"));
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (text != checksum_line(file_hash64(file))) {
+            throw InputError(str(file, ": does not match ", sum_path, " (meta.h5 or its checksum is damaged)"));
+        }
+    }
+    H5Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    h5_require(f.ok(), true, file, "cannot open as HDF5 (damaged or truncated?)");
+    H5Handle ds(H5Dopen2(f.get(), kMetaDataset, H5P_DEFAULT), H5Dclose);
+    h5_require(ds.ok(), true, file, "no meta_json dataset (not a ztrain checkpoint?)");
+    H5Handle space(H5Dget_space(ds.get()), H5Sclose);
+    hsize_t dims[1] = {0};
+    h5_require(space.ok() && H5Sget_simple_extent_ndims(space.get()) == 1 &&
+                   H5Sget_simple_extent_dims(space.get(), dims, nullptr) == 1 && dims[0] <= (hsize_t{1} << 28),
+               true, file, "meta_json has an unexpected shape");
+    require_plain_storage(ds.get(), file, "meta_json");
+    {
+        H5Handle type(H5Dget_type(ds.get()), H5Tclose);
+        h5_require(type.ok() && H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 1, true, file,
+                   "meta_json is not a byte array");
+    }
+    // meta_json is checked by Fletcher32 (in HDF5) and, with the whole file, by CHECKSUM. No
+    // attribute of meta.h5 is opened: libhdf5 1.10's attribute-message decoder overflows on
+    // crafted messages (tests/fuzz/README.md, finding 5), and a third hash adds nothing.
+    std::string text(static_cast<size_t>(dims[0]), '\0');
+    h5_require(H5Dread(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0, true, file,
+               "meta_json failed its checksum or could not be read (damaged file?)");
+    nlohmann::json meta;
+    try {
+        meta = nlohmann::json::parse(text);
+    } catch (const std::exception& e) {
+        throw InputError(str(file, ": meta_json is not valid JSON: ", e.what()));
+    }
+    // value() throws json::type_error for a non-object or a mistyped field: still bad input.
+    try {
+        h5_require(meta.is_object() && meta.value("format", "") == kFormatName, true, file, "not a ztrain checkpoint");
+        // Every number of the manifest is an integer except scaler.scale. A float anywhere else
+        // (1e30 where a unit index belongs) would reach json::get<int> / get<size_t>, whose
+        // float-to-integer conversion is undefined behaviour out of range: refuse it here, once,
+        // for every reader of the manifest. Iterative: the nesting depth is the file's choice.
+        const nlohmann::json* scale = nullptr;
+        if (meta.contains("scaler") && meta.at("scaler").is_object() && meta.at("scaler").contains("scale")) {
+            scale = &meta.at("scaler").at("scale");
+        }
+        std::vector<const nlohmann::json*> todo{&meta};
+        while (!todo.empty()) {
+            const nlohmann::json* j = todo.back();
+            todo.pop_back();
+            if (j != scale && j->is_number_float()) {
+                throw InputError(str(file, ": meta_json holds the non-integer number ", j->dump(),
+                                     " where an integer belongs"));
+            }
+            if (j->is_structured()) {
+                for (const nlohmann::json& v : *j) todo.push_back(&v);
+            }
+        }
+        const int version = meta.value("version", 0);
+        h5_require(version >= kOldestReadableVersion && version <= kFormatVersion, true, file,
+                   str("format version ", version, ", this ztrain reads versions ", kOldestReadableVersion, " to ",
+                       kFormatVersion));
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(str(file, ": malformed meta_json: ", e.what()));
+    }
+    for (const char* key : {"step", "applied_steps", "samples_seen", "units", "tensors", "shards", "scaler"}) {
+        h5_require(meta.contains(key), true, file, str("meta_json lacks '", key, "'"));
+    }
+    // Version 2 records the model as data (version 1 may lack it: model_record.cpp).
+    h5_require(meta.at("version") == 1 || meta.contains("model"), true, file, "meta_json lacks 'model'");
+    return meta;
+}
+
+namespace {
+/// The path of a shard named in the manifest: a plain file name inside the step directory,
+/// never a path that leads elsewhere.
+std::string shard_path(const std::string& step_dir, const nlohmann::json& shard) {
+    const std::string name = shard.at("file").get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        throw InputError(str((fs::path(step_dir) / kMetaFile).string(), ": shard file name '", name,
+                             "' is not a plain file name inside the checkpoint"));
+    }
+    return (fs::path(step_dir) / name).string();
+}
+
+/// Size and hash check of one shard file against its meta record.
+void verify_shard_file(const std::string& file, const nlohmann::json& shard) {
+    if (!fs::exists(file)) throw InputError(str(file, ": missing shard file"));
+    const uint64_t bytes = static_cast<uint64_t>(fs::file_size(file));
+    if (bytes != shard.at("bytes").get<uint64_t>()) {
+        throw InputError(str(file, ": ", bytes, " bytes, the checkpoint recorded ", shard.at("bytes").get<uint64_t>(),
+                             " (truncated or damaged)"));
+    }
+    if (file_hash64(file) != shard.at("hash64").get<uint64_t>()) {
+        throw InputError(str(file, ": checksum mismatch (the file was damaged after it was written)"));
+    }
+}
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& step_dir)
+    : m_dir(step_dir), m_meta(read_checkpoint_meta(step_dir)) {
+    // Every range names a unit of the model: read() and the callers index unit tables with it.
+    try {
+        const size_t num_units = m_meta.at("units").size();
+        for (const auto& shard : m_meta.at("shards")) {
+            const std::string file = shard_path(m_dir, shard);
+            for (const auto& r : shard.at("units")) {
+                const int u = r.at("unit").get<int>();
+                if (u < 0 || static_cast<size_t>(u) >= num_units) throw InputError(str(file, ": unit ", u, " out of range"));
+            }
+        }
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(str(meta_file(), ": malformed manifest: ", e.what()));
+    }
+}
+
+std::string CheckpointReader::meta_file() const { return (fs::path(m_dir) / kMetaFile).string(); }
+
+void CheckpointReader::read(int unit, size_t begin, size_t end, const char* which, float* out) {
+    size_t covered = 0;
+    for (const auto& shard : m_meta["shards"]) {
+        const std::string file = shard_path(m_dir, shard);
+        for (const auto& r : shard.at("units")) {
+            if (r.at("unit").get<int>() != unit) continue;
+            const size_t sb = r.at("begin").get<size_t>();
+            const size_t b = std::max(sb, begin);
+            const size_t e = std::min(r.at("end").get<size_t>(), end);
+            if (e <= b) continue;
+            if (std::find(m_verified.begin(), m_verified.end(), file) == m_verified.end()) {
+                verify_shard_file(file, shard);
+                m_verified.push_back(file);
+            }
+            H5Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+            h5_require(f.ok(), true, file, "cannot open as HDF5 (damaged?)");
+            H5Handle g(H5Gopen2(f.get(), unit_group_name(unit).c_str(), H5P_DEFAULT), H5Gclose);
+            h5_require(g.ok(), true, file, str("missing group ", unit_group_name(unit)));
+            h5_require(read_u64_attr(g.get(), "begin", file) == sb, true, file,
+                       str(unit_group_name(unit), ": begin differs from meta.h5"));
+            read_float_range(g.get(), which, b - sb, e - b, out + (b - begin), file);
+            covered += e - b;
+        }
+    }
+    if (covered != end - begin) {
+        throw InputError(str(m_dir, ": the shards cover ", covered, " of elements [", begin, ", ", end, ") of unit ",
+                             unit, " (shard files missing from the list?)"));
+    }
+}
+
+}  // namespace zt

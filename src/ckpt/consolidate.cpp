@@ -1,0 +1,391 @@
+// Checkpoint consolidation (zt-consolidate: one .h5, .safetensors or Hugging Face directory)
+// and checkpoint description (--info). Formats and guarantees: export.hpp.
+//
+// Memory: one tensor at a time (fp32 as read, plus one transposed or converted copy);
+// nothing here ever holds the whole model. Trust: meta.h5 is hash-checked by
+// read_checkpoint_meta and the shards by CheckpointReader (the reader resume uses too).
+// Not here: the safetensors byte format (safetensors.cpp), Hugging Face names and layouts
+// (hf_family.cpp), the model record's versions (model_record.cpp).
+#include "ztrain/ckpt/export.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hdf5_util.hpp"
+#include "hf_family.hpp"
+#include "model_record.hpp"
+#include "safetensors.hpp"
+#include "weights_file.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zt {
+
+using h5::H5Handle;
+using h5::h5_require;
+using h5::silence_hdf5;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// The checkpoint's model, as export sees it
+// ---------------------------------------------------------------------------------------
+
+struct CkptTensor {
+    std::string name;
+    int unit = 0;
+    size_t offset = 0;
+    std::vector<size_t> shape;       ///< as stored (wte padded)
+    std::vector<size_t> live_shape;  ///< as exported (wte cut to vocab_size rows)
+    size_t live_numel = 0;
+};
+
+struct CkptModel {
+    std::string step_dir;
+    std::string meta_file;
+    nlohmann::json meta;
+    std::vector<CkptTensor> tensors;
+    /// The recorded model, its dimensions corrected by the tensors' shapes; -1 where a
+    /// version 1 checkpoint records neither (n_head is in no tensor shape).
+    ModelConfig model;
+    long padded_vocab = -1;
+};
+
+std::string resolve_step_dir(const std::string& ckpt_path) {
+    ZT_INPUT_CHECK(!ckpt_path.empty(), "no checkpoint directory given");
+    ZT_INPUT_CHECK(fs::exists(ckpt_path), ckpt_path, ": no such checkpoint directory");
+    ZT_INPUT_CHECK(fs::is_directory(ckpt_path), ckpt_path, ": not a directory (give a checkpoint directory or step_N)");
+    // resolve_resume gives "auto" and "never" their meaning; a directory by that name is a path.
+    const std::string p = (ckpt_path == "auto" || ckpt_path == "never") ? "./" + ckpt_path : ckpt_path;
+    return resolve_resume(p, p);
+}
+
+/// Reads and checks the checkpoint's manifest: every tensor lies inside its unit, and the
+/// token embedding can be cut to the real vocabulary.
+CkptModel load_ckpt_model(const std::string& step_dir, nlohmann::json meta) {
+    CkptModel m;
+    m.step_dir = step_dir;
+    m.meta_file = (fs::path(step_dir) / "meta.h5").string();
+    try {
+        const auto units = meta.at("units").get<std::vector<size_t>>();
+        for (const auto& t : meta.at("tensors")) {
+            CkptTensor c;
+            c.name = t.at("name").get<std::string>();
+            c.unit = t.at("unit").get<int>();
+            c.offset = t.at("offset").get<size_t>();
+            c.shape = t.at("shape").get<std::vector<size_t>>();
+            ZT_INPUT_CHECK(c.unit >= 0 && static_cast<size_t>(c.unit) < units.size() && !c.shape.empty() &&
+                               c.offset <= units[static_cast<size_t>(c.unit)] &&
+                               shape_numel(c.shape) <= units[static_cast<size_t>(c.unit)] - c.offset,
+                           m.meta_file, ": tensor ", c.name, " ", shape_str(c.shape), " at unit ", c.unit, " offset ",
+                           c.offset, " does not fit the units of the checkpoint");
+            c.live_shape = c.shape;
+            m.tensors.push_back(std::move(c));
+        }
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(str(m.meta_file, ": malformed manifest: ", e.what()));
+    }
+    m.model = recorded_model(meta, m.meta_file);
+    m.meta = std::move(meta);
+    // What the tensors themselves say wins over (and is checked against) the record.
+    int blocks = 0;
+    for (CkptTensor& t : m.tensors) {
+        if (ends_with(t.name, ".ln_1.weight")) ++blocks;
+        if (t.name == "wpe.weight" && t.shape.size() == 2) m.model.seq_len = static_cast<int>(t.shape[0]);
+        if (t.name != "wte.weight") continue;
+        ZT_INPUT_CHECK(t.shape.size() == 2, m.meta_file, ": wte.weight has shape ", shape_str(t.shape));
+        m.padded_vocab = static_cast<long>(t.shape[0]);
+        m.model.n_embd = static_cast<int>(t.shape[1]);
+        ZT_INPUT_CHECK(m.model.vocab_size > 0, m.meta_file,
+                       ": the checkpoint does not record model.vocab_size (neither in its model record nor in its "
+                       "config_ini), so the padded embedding rows cannot be told apart");
+        ZT_INPUT_CHECK(m.model.vocab_size <= m.padded_vocab, m.meta_file, ": model.vocab_size = ", m.model.vocab_size,
+                       " exceeds the ", m.padded_vocab, " rows of wte.weight");
+        t.live_shape[0] = static_cast<size_t>(m.model.vocab_size);
+    }
+    m.model.n_layer = blocks;
+    for (CkptTensor& t : m.tensors) t.live_numel = shape_numel(t.live_shape);
+    return m;
+}
+
+/// Reads one tensor's exported elements of `which` ("master", "adam_m", "adam_v").
+void read_tensor(CheckpointReader& reader, const CkptTensor& t, const char* which, std::vector<float>& buf) {
+    buf.resize(t.live_numel);
+    // The live rows of wte are its leading elements, so one contiguous range covers every tensor.
+    reader.read(t.unit, t.offset, t.offset + t.live_numel, which, buf.data());
+}
+
+/// Writes to PATH.partial and renames it over PATH only when `body` succeeded, so a failed
+/// or interrupted export never leaves a file that looks complete.
+void write_atomically(const std::string& path, const std::function<void(const std::string&)>& body) {
+    const std::string partial = path + ".partial";
+    std::error_code ec;
+    try {
+        body(partial);
+    } catch (...) {
+        fs::remove(partial, ec);
+        throw;
+    }
+    fs::rename(partial, path, ec);
+    if (ec) {
+        fs::remove(partial, ec);
+        throw Error(str("cannot rename ", partial, " to ", path, ": ", ec.message()));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// .h5 (ztrain names and orientation)
+// ---------------------------------------------------------------------------------------
+
+void write_i64_attr(hid_t obj, const char* name, long long v, const std::string& file) {
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    h5_require(space.ok(), false, file, str("cannot create a dataspace for attribute ", name));
+    H5Handle attr(H5Acreate2(obj, name, H5T_NATIVE_LLONG, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    h5_require(attr.ok() && H5Awrite(attr.get(), H5T_NATIVE_LLONG, &v) >= 0, false, file,
+               str("cannot write attribute ", name));
+}
+
+void write_str_attr(hid_t obj, const char* name, const std::string& v, const std::string& file) {
+    H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+    // A fixed-length string of zero bytes is not allowed; an empty value is one NUL byte.
+    h5_require(type.ok() && H5Tset_size(type.get(), std::max<size_t>(v.size(), 1)) >= 0 &&
+                   H5Tset_strpad(type.get(), H5T_STR_NULLPAD) >= 0 && H5Tset_cset(type.get(), H5T_CSET_UTF8) >= 0,
+               false, file, str("cannot make the string type of attribute ", name));
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    h5_require(space.ok(), false, file, str("cannot create a dataspace for attribute ", name));
+    H5Handle attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    std::string data = v.empty() ? std::string(1, '\0') : v;
+    h5_require(attr.ok() && H5Awrite(attr.get(), type.get(), data.data()) >= 0, false, file,
+               str("cannot write attribute ", name));
+}
+
+/// Creates `path`'s dataset of `shape` in the exported dtype and writes `data` (fp32) into
+/// it, converting through `scratch` for 16-bit dtypes.
+void write_tensor_dataset(hid_t parent, const std::string& name, const std::vector<size_t>& shape, const float* data,
+                          DType t, std::vector<uint16_t>& scratch, const std::string& file) {
+    std::vector<hsize_t> dims(shape.begin(), shape.end());
+    H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+    h5_require(space.ok(), false, file, str("cannot create the dataspace of ", name));
+    const hid_t type = t == DType::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
+    H5Handle ds(H5Dcreate2(parent, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    h5_require(ds.ok(), false, file, str("cannot create dataset ", name));
+    const void* src = data;
+    const size_t n = shape_numel(shape);
+    if (t != DType::kF32) {
+        scratch.resize(n);
+        convert_from_f32(data, scratch.data(), n, t);
+        src = scratch.data();
+    }
+    h5_require(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, src) >= 0, false, file,
+               str("cannot write dataset ", name, " (disk full?)"));
+    write_str_attr(ds.get(), "dtype", dtype_name(t), file);
+}
+
+void export_h5(CheckpointReader& reader, const CkptModel& m, const std::string& file, DType t, bool with_optimizer) {
+    H5Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    h5_require(f.ok(), false, file, "cannot create (permissions? disk full?)");
+    const nlohmann::json& meta = m.meta;
+    write_str_attr(f.get(), "format", "ztrain-weights", file);
+    write_i64_attr(f.get(), "step", meta.value("step", 0L), file);
+    write_i64_attr(f.get(), "applied_steps", meta.value("applied_steps", 0L), file);
+    write_i64_attr(f.get(), "tokens_seen", static_cast<long long>(meta.value("tokens_seen", uint64_t{0})), file);
+    write_i64_attr(f.get(), "n_layer", m.model.n_layer, file);
+    write_i64_attr(f.get(), "n_head", m.model.n_head, file);
+    write_i64_attr(f.get(), "n_embd", m.model.n_embd, file);
+    write_i64_attr(f.get(), "seq_len", m.model.seq_len, file);
+    write_i64_attr(f.get(), "vocab_size", m.model.vocab_size, file);
+    write_i64_attr(f.get(), "vocab_pad_to", m.model.vocab_pad_to, file);
+    write_i64_attr(f.get(), "padded_vocab", m.padded_vocab, file);
+    write_str_attr(f.get(), "dtype", dtype_name(t), file);
+    write_str_attr(f.get(), "source", m.step_dir, file);
+    write_str_attr(f.get(), "config_ini", meta.value("config_ini", std::string()), file);
+
+    std::vector<float> buf;
+    std::vector<uint16_t> scratch;
+    for (const CkptTensor& tensor : m.tensors) {
+        read_tensor(reader, tensor, "master", buf);
+        write_tensor_dataset(f.get(), tensor.name, tensor.live_shape, buf.data(), t, scratch, file);
+    }
+    if (with_optimizer) {
+        H5Handle opt(H5Gcreate2(f.get(), "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+        h5_require(opt.ok(), false, file, "cannot create group optimizer");
+        for (const CkptTensor& tensor : m.tensors) {
+            H5Handle g(H5Gcreate2(opt.get(), tensor.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+            h5_require(g.ok(), false, file, str("cannot create group optimizer/", tensor.name));
+            for (const char* which : {"adam_m", "adam_v"}) {
+                read_tensor(reader, tensor, which, buf);
+                write_tensor_dataset(g.get(), which, tensor.live_shape, buf.data(), DType::kF32, scratch, file);
+            }
+        }
+    }
+    h5_require(H5Fflush(f.get(), H5F_SCOPE_GLOBAL) >= 0, false, file, "cannot flush (disk full?)");
+}
+
+// ---------------------------------------------------------------------------------------
+// .safetensors (the family's Hugging Face names and layout)
+// ---------------------------------------------------------------------------------------
+
+void export_safetensors(CheckpointReader& reader, const CkptModel& m, const HfFamily& family, const std::string& file,
+                        DType t) {
+    std::vector<SafetensorsWriter::Tensor> tensors;
+    for (const CkptTensor& tensor : m.tensors) {
+        tensors.push_back({family.hf_name(tensor.name), family.file_shape(tensor.name, tensor.live_shape)});
+    }
+    nlohmann::ordered_json metadata = {{"format", "pt"},
+                                       {"source", "ztrain"},
+                                       {"step", std::to_string(m.meta.value("step", 0L))}};
+    for (const auto& [key, value] : family.metadata(m.model)) metadata[key] = value;
+    metadata["config_ini"] = m.meta.value("config_ini", std::string());
+    SafetensorsWriter out(file, tensors, t, metadata);
+    std::vector<float> buf;
+    std::vector<float> other;  // transposed copy, or the 16-bit conversion's storage
+    for (const CkptTensor& tensor : m.tensors) {
+        read_tensor(reader, tensor, "master", buf);
+        const float* src = buf.data();
+        if (family.transposed(tensor.name)) {
+            other.resize(tensor.live_numel);
+            transpose(buf.data(), tensor.live_shape[0], tensor.live_shape[1], other.data());
+            src = other.data();
+        }
+        if (t == DType::kF32) {
+            out.write(src, tensor.live_numel * sizeof(float));
+            continue;
+        }
+        // Convert into whichever buffer `src` is not: no third full-size buffer.
+        void* dst = buf.data();
+        if (src == buf.data()) {
+            other.resize((tensor.live_numel + 1) / 2);
+            dst = other.data();
+        }
+        convert_from_f32(src, dst, tensor.live_numel, t);
+        out.write(dst, tensor.live_numel * dtype_size(t));
+    }
+    out.close();
+}
+
+/// A Hugging Face model directory: model.safetensors + config.json.
+void export_hf_directory(const std::string& ckpt_path, const std::string& output, DType dtype) {
+    const fs::path dir = fs::path(output).lexically_normal();
+    const fs::path parent = dir.has_filename() ? dir.parent_path() : dir.parent_path().parent_path();
+    ZT_INPUT_CHECK(fs::is_directory(dir) || parent.empty() || fs::is_directory(parent), "--output: directory '",
+                   parent.string(), "' does not exist");
+    // Everything that can refuse the checkpoint runs before the directory is touched.
+    const std::string step_dir = resolve_step_dir(ckpt_path);
+    CheckpointReader reader(step_dir);
+    const CkptModel m = load_ckpt_model(step_dir, reader.meta());
+    const ModelConfig& mc = m.model;
+    ZT_INPUT_CHECK(mc.n_layer > 0 && mc.n_head > 0 && mc.n_embd > 0 && mc.seq_len > 0 && mc.vocab_size > 0, step_dir,
+                   ": the checkpoint does not record every model dimension (n_layer, n_head, n_embd, "
+                   "seq_len, vocab_size) needed for config.json");
+    const HfFamily& family = gpt2_family();
+    const std::string text = family.config_json(mc, dtype).dump(2) + "\n";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
+    // config.json goes last: a directory with a config holds the matching weights.
+    write_atomically((dir / "model.safetensors").string(),
+                     [&](const std::string& file) { export_safetensors(reader, m, family, file, dtype); });
+    write_atomically((dir / "config.json").string(), [&](const std::string& file) {
+        std::ofstream out(file, std::ios::binary);
+        out << text;
+        out.close();
+        if (!out) throw Error(str("cannot write ", file, " (disk full?)"));
+    });
+}
+
+}  // namespace
+
+void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer) {
+    silence_hdf5();
+    ZT_INPUT_CHECK(!output.empty(), "--output: no file name given");
+    if (fs::is_directory(output) || output.back() == '/') {
+        ZT_INPUT_CHECK(!with_optimizer, "--with-optimizer: a Hugging Face directory ('", output,
+                       "') holds weights only; write a .h5 file for the optimizer state");
+        export_hf_directory(ckpt_path, output, dtype);
+        return;
+    }
+    const WeightsFormat fmt = weights_format_of(output, "--output");
+    ZT_INPUT_CHECK(!with_optimizer || fmt == WeightsFormat::kH5, "--with-optimizer: only .h5 output holds optimizer "
+                   "state ('", output, "' is safetensors)");
+    const fs::path parent = fs::path(output).parent_path();
+    ZT_INPUT_CHECK(parent.empty() || fs::is_directory(parent), "--output: directory '", parent.string(),
+                   "' does not exist");
+    ZT_INPUT_CHECK(!fs::is_directory(output), "--output: '", output, "' is a directory");
+    const std::string step_dir = resolve_step_dir(ckpt_path);
+    CheckpointReader reader(step_dir);
+    const CkptModel model = load_ckpt_model(step_dir, reader.meta());
+    write_atomically(output, [&](const std::string& file) {
+        if (fmt == WeightsFormat::kH5) {
+            export_h5(reader, model, file, dtype, with_optimizer);
+        } else {
+            export_safetensors(reader, model, gpt2_family(), file, dtype);
+        }
+    });
+}
+
+std::string checkpoint_info(const std::string& ckpt_path) {
+    silence_hdf5();
+    const std::string step_dir = resolve_step_dir(ckpt_path);
+    const CkptModel m = load_ckpt_model(step_dir, read_checkpoint_meta(step_dir));
+    const nlohmann::json& meta = m.meta;
+    std::ostringstream os;
+    const auto dim = [](long v) { return v < 0 ? std::string("?") : std::to_string(v); };
+    try {
+        os << "checkpoint " << step_dir << "\n";
+        os << "  step " << meta.value("step", 0L) << " (" << meta.value("applied_steps", 0L) << " applied), "
+           << meta.value("samples_seen", uint64_t{0}) << " samples, " << meta.value("tokens_seen", uint64_t{0})
+           << " tokens seen\n";
+        os << "  written by " << meta.value("world_size", 0) << " rank(s), ZeRO stage " << meta.value("zero_stage", 0)
+           << ", working dtype " << meta.value("dtype", std::string("?")) << ", seed "
+           << meta.value("seed", uint64_t{0}) << "\n";
+        os << "  model: " << dim(m.model.n_layer) << " layers, " << dim(m.model.n_head) << " heads, "
+           << dim(m.model.n_embd) << " wide, seq " << dim(m.model.seq_len) << ", vocab " << dim(m.model.vocab_size)
+           << " (padded " << dim(m.padded_vocab) << ")\n";
+        size_t params = 0;
+        size_t width = 0;
+        for (const CkptTensor& t : m.tensors) {
+            params += t.live_numel;
+            width = std::max(width, t.name.size());
+        }
+        os << "  tensors: " << m.tensors.size() << ", " << params << " parameters (fp32 "
+           << str(static_cast<double>(params) * 4 / 1048576) << " MiB)\n";
+        for (const CkptTensor& t : m.tensors) {
+            os << "    " << t.name << std::string(width - t.name.size() + 2, ' ') << shape_str(t.live_shape);
+            if (t.live_shape != t.shape) os << " (stored " << shape_str(t.shape) << ")";
+            os << "\n";
+        }
+        uint64_t total = 0;
+        os << "  shard files:\n";
+        for (const auto& s : meta.at("shards")) {
+            const std::string name = s.at("file").get<std::string>();
+            const uint64_t bytes = s.at("bytes").get<uint64_t>();
+            total += bytes;
+            const fs::path p = fs::path(step_dir) / name;
+            std::error_code ec;
+            const bool present = fs::exists(p, ec);
+            const uint64_t on_disk = present ? static_cast<uint64_t>(fs::file_size(p, ec)) : 0;
+            os << "    " << name << "  " << bytes << " bytes, rank " << s.value("rank", -1) << ", "
+               << s.at("units").size() << " unit range(s)"
+               << (!present ? "  MISSING" : on_disk != bytes ? str("  SIZE DIFFERS (", on_disk, " on disk)") : "")
+               << "\n";
+        }
+        os << "  total " << total << " bytes in " << meta.at("shards").size() << " shard file(s)\n";
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(str(m.meta_file, ": malformed manifest: ", e.what()));
+    }
+    return os.str();
+}
+
+}  // namespace zt

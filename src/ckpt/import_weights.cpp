@@ -1,0 +1,293 @@
+// Weight import (model.init_from): a consolidated .h5 or a .safetensors file into the owned
+// master elements of a ModelState of any world size / stage (formats: export.hpp).
+//
+// Memory: one tensor at a time, and only tensors that overlap the rank's owned elements.
+// Trust: the file is untrusted: every length, offset, dtype and shape is checked against
+// the file size and the model before anything is allocated or read. The state's buffers
+// are written only through ModelState::copy_from_host (they may be device memory).
+// Not here: AdamW state import (an initialized run starts its optimizer from zero).
+#include "ztrain/ckpt/export.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "hdf5_util.hpp"
+#include "hf_family.hpp"
+#include "safetensors.hpp"
+#include "weights_file.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zt {
+
+using h5::H5Handle;
+using h5::h5_require;
+using h5::require_plain_storage;
+using h5::silence_hdf5;
+
+namespace {
+
+/// Fixed-length string attributes read back from an imported .h5 are capped.
+constexpr size_t kMaxStringAttr = 16u << 20;
+
+/// What the model expects a file to hold for one tensor.
+struct Expected {
+    const ParamSpec* spec = nullptr;
+    std::vector<size_t> live_shape;  ///< ztrain orientation, wte cut to vocab_size rows
+    size_t live_numel = 0;
+};
+
+std::vector<Expected> expected_tensors(const ModelLayout& layout, const ModelConfig& cfg) {
+    std::vector<Expected> out;
+    for (const ParamSpec& p : layout.params) {
+        Expected e;
+        e.spec = &p;
+        e.live_shape = p.shape;
+        if (p.name == "wte.weight") e.live_shape[0] = static_cast<size_t>(cfg.vocab_size);
+        e.live_numel = shape_numel(e.live_shape);
+        ZT_REQUIRE(e.live_numel <= p.numel, p.name);
+        out.push_back(std::move(e));
+    }
+    return out;
+}
+
+/// Receives one tensor's values (fp32, ztrain orientation, live elements).
+using Deliver = std::function<void(const Expected&, const float*)>;
+/// Whether this rank needs a tensor at all (it owns some of its elements).
+using Wanted = std::function<bool(const Expected&)>;
+
+/// A string attribute (fixed or variable length), or "" when the object has none.
+std::string read_str_attr(hid_t obj, const char* name, const std::string& file) {
+    const htri_t exists = H5Aexists(obj, name);
+    h5_require(exists >= 0, true, file, str("cannot look up attribute ", name));
+    if (exists == 0) return "";
+    H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+    h5_require(attr.ok(), true, file, str("cannot open attribute ", name));
+    H5Handle ftype(H5Aget_type(attr.get()), H5Tclose);
+    h5_require(ftype.ok() && H5Tget_class(ftype.get()) == H5T_STRING, true, file,
+               str("attribute ", name, " is not a string"));
+    H5Handle space(H5Aget_space(attr.get()), H5Sclose);
+    h5_require(space.ok() && H5Sget_simple_extent_npoints(space.get()) == 1, true, file,
+               str("attribute ", name, " is not a single string"));
+    const htri_t variable = H5Tis_variable_str(ftype.get());
+    h5_require(variable >= 0, true, file, str("cannot inspect attribute ", name));
+    H5Handle mtype(H5Tcopy(H5T_C_S1), H5Tclose);
+    // HDF5 does not convert between character sets: read in the file's (ASCII or UTF-8).
+    const H5T_cset_t cset = H5Tget_cset(ftype.get());
+    h5_require(mtype.ok() && cset >= 0 && H5Tset_cset(mtype.get(), cset) >= 0, true, file,
+               str("cannot make a string type for attribute ", name));
+    if (variable > 0) {
+        h5_require(H5Tset_size(mtype.get(), H5T_VARIABLE) >= 0, false, file, "cannot make a string type");
+        char* p = nullptr;
+        h5_require(H5Aread(attr.get(), mtype.get(), &p) >= 0, true, file, str("cannot read attribute ", name));
+        std::string v = p ? std::string(p) : std::string();
+        if (p) H5free_memory(p);
+        return v;
+    }
+    const size_t size = H5Tget_size(ftype.get());
+    h5_require(size > 0 && size <= kMaxStringAttr, true, file, str("attribute ", name, " has an implausible size"));
+    // One byte more than the file's: a null-terminated memory string keeps every character.
+    h5_require(H5Tset_size(mtype.get(), size + 1) >= 0, false, file, "cannot make a string type");
+    std::string v(size + 1, '\0');
+    h5_require(H5Aread(attr.get(), mtype.get(), v.data()) >= 0, true, file, str("cannot read attribute ", name));
+    v.resize(std::strlen(v.c_str()));
+    return v;
+}
+
+/// A safetensors file in the family's Hugging Face names and layout (the name prefix is
+/// optional). Every name and shape is checked against the model before any data is read.
+void import_safetensors(const std::string& file, const HfFamily& family, const std::vector<Expected>& expected,
+                        const Wanted& wanted, const Deliver& deliver) {
+    SafetensorsReader reader(file);
+    std::map<std::string, std::pair<std::string, const SafetensorsEntry*>> by_name;  // ztrain name -> (file name, entry)
+    for (const auto& [key, entry] : reader.entries()) {
+        std::string name = family.ztrain_name(key);
+        ZT_INPUT_CHECK(by_name.count(name) == 0, file, ": tensor ", name, " appears twice (with and without the ",
+                       family.prefix, " prefix)");
+        by_name.emplace(std::move(name), std::make_pair(key, &entry));
+    }
+    std::set<std::string> known;
+    for (const Expected& x : expected) {
+        const std::string& name = x.spec->name;
+        known.insert(name);
+        const auto it = by_name.find(name);
+        const std::vector<size_t> want = family.file_shape(name, x.live_shape);
+        ZT_INPUT_CHECK(it != by_name.end(), file, ": missing tensor ", family.hf_name(name), " (expected shape ",
+                       shape_str(want), ")");
+        const SafetensorsEntry& e = *it->second.second;
+        DType dtype = DType::kF32;
+        ZT_INPUT_CHECK(safetensors_float_dtype(e.dtype, &dtype), file, ": tensor ", family.hf_name(name),
+                       " has dtype ", e.dtype, " (import reads F32, BF16 and F16)");
+        ZT_INPUT_CHECK(e.shape == want, file, ": tensor ", family.hf_name(name), " has shape ", shape_str(e.shape),
+                       ", expected ", shape_str(want), " (model.* settings differ from the file's model?)");
+    }
+    for (const auto& kv : by_name) {
+        ZT_INPUT_CHECK(known.count(kv.first) || family.ignored(kv.first), file, ": unexpected tensor ", kv.first,
+                       " (the file's model has more layers or other parts than this model.*)");
+    }
+
+    std::vector<float> buf;
+    std::vector<float> tmp;
+    for (const Expected& x : expected) {
+        if (!wanted(x)) continue;
+        const std::string& name = x.spec->name;
+        reader.read_f32(family.hf_name(name), *by_name.at(name).second, buf);
+        const float* dst = buf.data();
+        if (family.transposed(name)) {
+            // The file holds [in, out]; ztrain wants (out, in).
+            tmp.resize(x.live_numel);
+            transpose(buf.data(), x.live_shape[1], x.live_shape[0], tmp.data());
+            dst = tmp.data();
+        }
+        deliver(x, dst);
+    }
+}
+
+/// A consolidated .h5 (ztrain names and orientation; fp32, or 16-bit with a dtype tag).
+void import_h5(const std::string& file, const std::vector<Expected>& expected, const Wanted& wanted,
+               const Deliver& deliver) {
+    silence_hdf5();
+    ZT_INPUT_CHECK(fs::exists(file), file, ": no such file");
+    const htri_t is_h5 = H5Fis_hdf5(file.c_str());
+    ZT_INPUT_CHECK(is_h5 > 0, file, ": not an HDF5 file");
+    H5Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    h5_require(f.ok(), true, file, "cannot open as HDF5 (damaged or truncated?)");
+    std::set<std::string> known;
+    for (const Expected& x : expected) known.insert(x.spec->name);
+    // Anything else at the root means the file was written for another model (more layers).
+    H5G_info_t info;
+    h5_require(H5Gget_info(f.get(), &info) >= 0, true, file, "cannot list the file's datasets");
+    for (hsize_t i = 0; i < info.nlinks; ++i) {
+        const ssize_t len = H5Lget_name_by_idx(f.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+        h5_require(len >= 0 && len < 4096, true, file, "cannot read a dataset name");
+        std::string l(static_cast<size_t>(len) + 1, '\0');
+        h5_require(H5Lget_name_by_idx(f.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, l.data(), l.size(),
+                                      H5P_DEFAULT) == len,
+                   true, file, "cannot read a dataset name");
+        l.resize(static_cast<size_t>(len));
+        ZT_INPUT_CHECK(known.count(l) || l == "optimizer", file, ": unexpected dataset ", l,
+                       " (the file's model has more layers or other parts than this model.*)");
+    }
+
+    // Pass 1: every tensor present with the exact shape and a readable element type.
+    std::vector<DType> dtypes;
+    for (const Expected& x : expected) {
+        const std::string& name = x.spec->name;
+        const htri_t exists = H5Lexists(f.get(), name.c_str(), H5P_DEFAULT);
+        ZT_INPUT_CHECK(exists > 0, file, ": missing tensor ", name, " (expected shape ", shape_str(x.live_shape), ")");
+        H5Handle ds(H5Dopen2(f.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+        h5_require(ds.ok(), true, file, str(name, " is not a dataset"));
+        H5Handle space(H5Dget_space(ds.get()), H5Sclose);
+        const int ndims = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+        h5_require(ndims >= 0 && ndims <= 8, true, file, str("tensor ", name, " has an unreadable shape"));
+        std::vector<hsize_t> dims(static_cast<size_t>(ndims));
+        h5_require(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) == ndims, true, file,
+                   str("tensor ", name, " has an unreadable shape"));
+        const std::vector<size_t> found(dims.begin(), dims.end());
+        ZT_INPUT_CHECK(found == x.live_shape, file, ": tensor ", name, " has shape ", shape_str(found), ", expected ",
+                       shape_str(x.live_shape), " (model.* settings differ from the file's model?)");
+        require_plain_storage(ds.get(), file, name);
+        H5Handle type(H5Dget_type(ds.get()), H5Tclose);
+        h5_require(type.ok(), true, file, str("cannot read the element type of ", name));
+        const H5T_class_t cls = H5Tget_class(type.get());
+        if (cls == H5T_FLOAT) {
+            dtypes.push_back(DType::kF32);  // HDF5 converts any float width to native float
+            continue;
+        }
+        const std::string tag = read_str_attr(ds.get(), "dtype", file);
+        ZT_INPUT_CHECK(cls == H5T_INTEGER && H5Tget_size(type.get()) == 2 && (tag == "bf16" || tag == "fp16"), file,
+                       ": tensor ", name, " is neither floating point nor 16-bit with dtype = bf16 | fp16");
+        dtypes.push_back(tag == "bf16" ? DType::kBF16 : DType::kF16);
+    }
+    // Pass 2: the data of the tensors this rank needs.
+    std::vector<float> buf;
+    std::vector<uint16_t> half;
+    for (size_t i = 0; i < expected.size(); ++i) {
+        const Expected& x = expected[i];
+        if (!wanted(x)) continue;
+        const std::string& name = x.spec->name;
+        H5Handle ds(H5Dopen2(f.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+        h5_require(ds.ok(), true, file, str("cannot open dataset ", name));
+        buf.resize(x.live_numel);
+        if (dtypes[i] == DType::kF32) {
+            h5_require(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0, true, file,
+                       str("cannot read tensor ", name, " (damaged file?)"));
+        } else {
+            half.resize(x.live_numel);
+            h5_require(H5Dread(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, half.data()) >= 0, true,
+                       file, str("cannot read tensor ", name, " (damaged file?)"));
+            convert_to_f32(half.data(), buf.data(), x.live_numel, dtypes[i]);
+        }
+        deliver(x, buf.data());
+    }
+}
+
+/// This rank's owned elements of a unit (the state's shard plan, for the state's rank).
+ElementRange owned_range(const ModelState& state, int unit) {
+    return ElementRange{state.owned_begin(unit), state.owned_end(unit)};
+}
+
+/// Zeroes the owned master elements of every unit: the padded vocabulary rows and the
+/// alignment gaps between tensors must be zero (they are never trained), whatever was
+/// there before. A bounded host buffer of zeros, copied in pieces.
+void zero_owned_master(ModelState& state) {
+    const int num_units = state.layout().num_units();
+    size_t largest = 0;
+    for (int u = 0; u < num_units; ++u) largest = std::max(largest, owned_range(state, u).size());
+    const std::vector<float> zeros(std::min<size_t>(largest, size_t{1} << 20), 0.f);
+    for (int u = 0; u < num_units; ++u) {
+        const ElementRange r = owned_range(state, u);
+        for (size_t e = r.begin; e < r.end; e += zeros.size()) {
+            state.copy_from_host(state.master_base(u) + e, zeros.data(), std::min(zeros.size(), r.end - e));
+        }
+    }
+}
+
+}  // namespace
+
+void import_weights(const std::string& path, const ModelLayout& layout, const ModelConfig& cfg, ModelState& state,
+                    Communicator* comm) {
+    const auto body = [&] {
+        ZT_REQUIRE(layout.unit_numel == state.layout().unit_numel, "import_weights: layout differs from the state's");
+        const WeightsFormat fmt = weights_format_of(path, "model.init_from");
+        ZT_INPUT_CHECK(fs::is_regular_file(path), "model.init_from: '", path, "' does not exist or is not a file");
+        const std::vector<Expected> expected = expected_tensors(layout, cfg);
+        zero_owned_master(state);
+        // The part of a tensor this rank owns: [offset, offset + live_numel) within its unit.
+        const auto owned_part = [&](const Expected& x) {
+            const ElementRange r = owned_range(state, x.spec->unit);
+            return ElementRange{std::max(x.spec->offset, r.begin), std::min(x.spec->offset + x.live_numel, r.end)};
+        };
+        const Wanted wanted = [&](const Expected& x) { return !owned_part(x).empty(); };
+        const Deliver deliver = [&](const Expected& x, const float* data) {
+            const ElementRange part = owned_part(x);
+            if (part.empty()) return;
+            state.copy_from_host(state.master_base(x.spec->unit) + part.begin, data + (part.begin - x.spec->offset),
+                                 part.size());
+        };
+        if (fmt == WeightsFormat::kH5) {
+            import_h5(path, expected, wanted, deliver);
+        } else {
+            import_safetensors(path, gpt2_family(), expected, wanted, deliver);
+        }
+    };
+    if (comm) {
+        agree_across_ranks(*comm, body);
+    } else {
+        body();
+    }
+    state.sync_working_from_master();
+}
+
+}  // namespace zt

@@ -1,0 +1,206 @@
+// The safetensors format (safetensors.hpp): streaming writer and validating reader.
+#include "safetensors.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "weights_file.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zt {
+
+namespace {
+
+/// A safetensors header larger than this is refused before it is read: GPT-2 XL's header
+/// is ~30 KB; the reference implementation's own limit is 100 MB.
+constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
+
+uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& file, const std::string& what) {
+    uint64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r)) throw InputError(str(file, ": ", what, " overflows"));
+    return r;
+}
+
+/// Bytes per element of every safetensors dtype (0: unknown), so the byte ranges of tensors
+/// ztrain ignores (e.g. the attention mask buffers of some GPT-2 exports) are checked too.
+uint64_t element_bytes(const std::string& dt) {
+    return dt == "F64" || dt == "I64" || dt == "U64" ? 8
+           : dt == "F32" || dt == "I32" || dt == "U32" ? 4
+           : dt == "F16" || dt == "BF16" || dt == "I16" || dt == "U16" ? 2
+           : dt == "BOOL" || dt == "U8" || dt == "I8" || dt == "F8_E4M3" || dt == "F8_E5M2" ? 1
+           : 0;
+}
+
+/// One header entry, checked against the data section's size.
+SafetensorsEntry parse_entry(const std::string& file, const std::string& key, const nlohmann::json& v,
+                             uint64_t data_size) {
+    const std::string where = str(file, ": tensor ", key);
+    ZT_INPUT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), where,
+                   ": entry lacks dtype, shape or data_offsets");
+    ZT_INPUT_CHECK(v["dtype"].is_string(), where, ": dtype is not a string");
+    SafetensorsEntry e;
+    e.dtype = v["dtype"].get<std::string>();
+    const uint64_t esize = element_bytes(e.dtype);
+    ZT_INPUT_CHECK(esize > 0, where, ": unknown dtype ", e.dtype);
+    ZT_INPUT_CHECK(v["shape"].is_array() && v["shape"].size() <= 8, where, ": shape is not a list of at most 8 sizes");
+    uint64_t numel = 1;
+    for (const auto& d : v["shape"]) {
+        ZT_INPUT_CHECK(d.is_number_unsigned(), where, ": shape ", v["shape"].dump(), " holds a non-size");
+        e.shape.push_back(static_cast<size_t>(d.get<uint64_t>()));
+        numel = checked_mul(numel, d.get<uint64_t>(), file, str("the element count of ", key));
+    }
+    const nlohmann::json& off = v["data_offsets"];
+    ZT_INPUT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                   where, ": data_offsets is not [begin, end]");
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    ZT_INPUT_CHECK(e.begin <= e.end && e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end,
+                   "] out of range (the data section holds ", data_size, " bytes)");
+    ZT_INPUT_CHECK(e.end - e.begin == checked_mul(numel, esize, file, str("the byte size of ", key)), where,
+                   ": data_offsets cover ", e.end - e.begin, " bytes, shape ", shape_str(e.shape), " of ", e.dtype,
+                   " needs ", numel * esize);
+    return e;
+}
+
+}  // namespace
+
+const char* safetensors_dtype(DType t) {
+    switch (t) {
+        case DType::kF32: return "F32";
+        case DType::kBF16: return "BF16";
+        case DType::kF16: return "F16";
+    }
+    return "?";
+}
+
+bool safetensors_float_dtype(const std::string& name, DType* out) {
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        if (name == safetensors_dtype(t)) {
+            *out = t;
+            return true;
+        }
+    }
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------
+
+SafetensorsWriter::SafetensorsWriter(const std::string& file, const std::vector<Tensor>& tensors, DType dtype,
+                                     const nlohmann::ordered_json& metadata)
+    : m_file(file) {
+    // The header holds every tensor's byte range, so it is computed first; the data then
+    // streams in the same order, each range following the previous one.
+    const size_t esize = dtype_size(dtype);
+    nlohmann::ordered_json header;
+    uint64_t offset = 0;
+    for (const Tensor& t : tensors) {
+        const uint64_t bytes = static_cast<uint64_t>(shape_numel(t.shape)) * esize;
+        header[t.name] = {{"dtype", safetensors_dtype(dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+    }
+    header["__metadata__"] = metadata;
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((static_cast<uint64_t>(text.size()) >> (8 * i)) & 0xff);
+    m_out = std::fopen(file.c_str(), "wb");
+    if (!m_out) throw Error(str(file, ": cannot create: ", std::strerror(errno)));
+    write(len, sizeof len);
+    write(text.data(), text.size());
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+    if (m_out) std::fclose(m_out);
+}
+
+void SafetensorsWriter::write(const void* data, size_t bytes) {
+    if (bytes > 0 && std::fwrite(data, 1, bytes, m_out) != bytes) throw Error(str(m_file, ": write failed (disk full?)"));
+}
+
+void SafetensorsWriter::close() {
+    if (std::fflush(m_out) != 0 || std::ferror(m_out)) throw Error(str(m_file, ": write failed (disk full?)"));
+    const int rc = std::fclose(m_out);
+    m_out = nullptr;
+    if (rc != 0) throw Error(str(m_file, ": close failed (disk full?)"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Reader
+// ---------------------------------------------------------------------------------------
+
+SafetensorsReader::SafetensorsReader(const std::string& file) : m_file(file) {
+    std::error_code ec;
+    const uint64_t file_size = fs::file_size(file, ec);
+    ZT_INPUT_CHECK(!ec, file, ": cannot read: ", ec.message());
+    ZT_INPUT_CHECK(file_size >= 8, file, ": ", file_size, " bytes: too short for a safetensors file");
+    m_in.open(file, std::ios::binary);
+    ZT_INPUT_CHECK(m_in.good(), file, ": cannot open");
+    unsigned char len[8];
+    m_in.read(reinterpret_cast<char*>(len), sizeof len);
+    ZT_INPUT_CHECK(m_in.good(), file, ": cannot read the header length");
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+    ZT_INPUT_CHECK(n <= file_size - 8, file, ": header length ", n, " exceeds the file size (", file_size,
+                   " bytes): truncated or not a safetensors file");
+    ZT_INPUT_CHECK(n <= kMaxSafetensorsHeader, file, ": header length ", n, " exceeds the ", kMaxSafetensorsHeader,
+                   "-byte limit: not a safetensors file");
+    std::string text(static_cast<size_t>(n), '\0');
+    m_in.read(text.data(), static_cast<std::streamsize>(n));
+    ZT_INPUT_CHECK(m_in.good(), file, ": cannot read the ", n, "-byte header");
+    m_data_start = 8 + n;
+    const uint64_t data_size = file_size - m_data_start;
+
+    nlohmann::json header;
+    try {
+        header = nlohmann::json::parse(text);
+    } catch (const std::exception& e) {
+        throw InputError(str(file, ": the header is not valid JSON: ", e.what()));
+    }
+    ZT_INPUT_CHECK(header.is_object(), file, ": the header is not a JSON object");
+    // Every entry is validated, used or not: a file with one bad entry is a bad file.
+    for (auto it = header.begin(); it != header.end(); ++it) {
+        const nlohmann::json& v = it.value();
+        if (it.key() == "__metadata__") {
+            ZT_INPUT_CHECK(v.is_object(), file, ": __metadata__ is not an object");
+            for (const auto& kv : v.items()) {
+                ZT_INPUT_CHECK(kv.value().is_string(), file, ": __metadata__ value '", kv.key(), "' is not a string");
+            }
+            continue;
+        }
+        m_entries.emplace(it.key(), parse_entry(file, it.key(), v, data_size));
+    }
+    // Byte ranges must not overlap (the format requires them to tile the data section).
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (const auto& kv : m_entries) ranges.emplace_back(kv.second.begin, kv.second.end);
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) {
+        ZT_INPUT_CHECK(ranges[i].first >= ranges[i - 1].second, file, ": tensor byte ranges overlap at offset ",
+                       ranges[i].first);
+    }
+}
+
+void SafetensorsReader::read_f32(const std::string& name, const SafetensorsEntry& e, std::vector<float>& out) {
+    DType dtype = DType::kF32;
+    ZT_REQUIRE(safetensors_float_dtype(e.dtype, &dtype), "read_f32 of a ", e.dtype, " tensor");
+    const size_t numel = static_cast<size_t>((e.end - e.begin) / dtype_size(dtype));
+    m_in.clear();
+    m_in.seekg(static_cast<std::streamoff>(m_data_start + e.begin));
+    out.resize(numel);
+    if (dtype == DType::kF32) {
+        m_in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(e.end - e.begin));
+    } else {
+        m_half.resize(numel);
+        m_in.read(reinterpret_cast<char*>(m_half.data()), static_cast<std::streamsize>(e.end - e.begin));
+        convert_to_f32(m_half.data(), out.data(), numel, dtype);
+    }
+    if (!m_in.good()) throw InputError(str(m_file, ": cannot read the data of tensor ", name));
+}
+
+}  // namespace zt

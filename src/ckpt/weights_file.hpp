@@ -1,0 +1,41 @@
+// What consolidation (consolidate.cpp) and weight import (import_weights.cpp) share: the
+// file format an extension asks for, and shape arithmetic. Private to ckpt/.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+enum class WeightsFormat { kH5, kSafetensors };
+
+/// The format an output or init_from file name asks for; `what` names the option.
+inline WeightsFormat weights_format_of(const std::string& path, const std::string& what) {
+    const std::string ext = std::filesystem::path(path).extension().string();
+    if (ext == ".h5" || ext == ".hdf5") return WeightsFormat::kH5;
+    if (ext == ".safetensors") return WeightsFormat::kSafetensors;
+    throw InputError(str(what, ": '", path, "' has an unknown extension '", ext, "' (use .h5 or .safetensors)"));
+}
+
+/// "[2, 3]"
+inline std::string shape_str(const std::vector<size_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += str(i ? ", " : "", shape[i]);
+    return s + "]";
+}
+
+inline size_t shape_numel(const std::vector<size_t>& shape) {
+    size_t n = 1;
+    for (size_t d : shape) n *= d;
+    return n;
+}
+
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace zt
