@@ -51,15 +51,15 @@ std::unique_ptr<Tokenizer> find_tokenizer(const Config& cfg, const std::string& 
     return nullptr;
 }
 
-/// The compute backend `kind` ("cpu" or "cuda", from resolve_backend); a GPU run uses the
-/// device of this rank's local rank, the same one make_communicator picks.
-std::unique_ptr<Backend> make_backend(const std::string& kind, int threads, int local_rank) {
+/// The compute backend `kind` (cpu or cuda, as resolved); a GPU run uses the device of this
+/// rank's local rank, the same one make_communicator picks.
+std::unique_ptr<Backend> make_backend(BackendChoice kind, int threads, int local_rank) {
 #if ZT_HAVE_CUDA
-    if (kind == "cuda") return make_cuda_backend(local_device(local_rank, cuda_device_count()));
+    if (kind == BackendChoice::kCuda) return make_cuda_backend(local_device(local_rank, cuda_device_count()));
 #else
     (void)local_rank;
 #endif
-    ZT_REQUIRE(kind == "cpu", "backend '", kind, "' is not available in this build");
+    ZT_REQUIRE(kind == BackendChoice::kCpu, "backend '", setting_text(kind), "' is not available in this build");
     return make_cpu_backend(threads);
 }
 
@@ -74,8 +74,10 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     s.comm = make_mpi_communicator(mpi_comm);
     // backend = cpu | cuda | auto: a cuda that cannot run here is bad input, before any work.
     std::string backend_note;
-    s.backend_kind = resolve_backend(setting_text(cfg.backend), &backend_note);
-    if (s.backend_kind == "cuda") check_cuda_training(cfg);
+    // resolve_backend answers "cpu" or "cuda"; from here on it is an enum.
+    const std::string resolved = resolve_backend(setting_text(cfg.backend), &backend_note);
+    s.backend_kind = resolved == "cuda" ? BackendChoice::kCuda : BackendChoice::kCpu;
+    if (s.backend_kind == BackendChoice::kCuda) check_cuda_training(cfg);
     if (s.comm->rank() == 0 && !backend_note.empty()) std::printf("ztrain: %s\n", backend_note.c_str());
 
     const ModelConfig& mc = cfg.model;
@@ -100,7 +102,9 @@ void start_compute(TrainSetup& s, const Config& cfg, MPI_Comm mpi_comm) {
         threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.comm->local_size());
     }
     s.backend = make_backend(s.backend_kind, threads, s.comm->local_rank());
-    if (s.backend_kind == "cuda") s.device_comm = make_communicator("cuda", mpi_comm, cuda_stream(*s.backend));
+    if (s.backend_kind == BackendChoice::kCuda) {
+        s.device_comm = make_communicator(setting_text(s.backend_kind), mpi_comm, cuda_stream(*s.backend));
+    }
 }
 
 }  // namespace zt

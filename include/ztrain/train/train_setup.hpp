@@ -36,7 +36,7 @@ struct TrainSetup {
     // Declaration order is destruction order reversed: the device communicator goes before
     // the backend whose stream it uses, everything before the MPI communicator.
     std::unique_ptr<Communicator> comm;  ///< MPI: host-side traffic (scalars, checkpoints)
-    std::string backend_kind;            ///< "cpu" | "cuda", resolved from `backend`
+    BackendChoice backend_kind = BackendChoice::kCpu;  ///< kCpu | kCuda: `backend` resolved (never kAuto)
     std::unique_ptr<TokenDataset> train_data;
     std::unique_ptr<TokenDataset> val_data;  ///< null without data.val
     std::unique_ptr<Tokenizer> tokenizer;    ///< null: samples are shown as token ids
