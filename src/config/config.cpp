@@ -31,6 +31,7 @@
 #include <sstream>
 #include <sys/stat.h>
 #include <system_error>
+#include <type_traits>
 #include <variant>
 
 namespace po = boost::program_options;
@@ -42,7 +43,10 @@ namespace {
 // The key table
 // ---------------------------------------------------------------------------
 
-using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*>;
+// Typed settings (DType, the enums, resume, loss scale) are read from and written as text
+// by parse_setting / setting_text below; to --help they are strings ("STR").
+using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*, DType*, std::optional<DType>*,
+                              BackendChoice*, LrSchedule*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*>;
 
 struct KeyDef {
     const char* key;               ///< "section.key", or a bare top-level key
@@ -150,6 +154,101 @@ std::string leaf_of(const std::string& key) {
 // Values <-> text
 // ---------------------------------------------------------------------------
 
+// Typed settings: each parse_setting says what it expected when it rejects the text, in
+// the words validate() used when these were strings, so every message stays as it was.
+template <class Enum, size_t N>
+bool parse_choice(const std::string& s, Enum& out, const std::pair<const char*, Enum> (&names)[N],
+                  std::string& expected) {
+    for (const auto& [name, value] : names) {
+        if (s == name) {
+            out = value;
+            return true;
+        }
+    }
+    expected = "one of ";
+    for (size_t i = 0; i < N; ++i) {
+        expected += i == 0 ? names[i].first : std::string(" | ") + names[i].first;
+    }
+    return false;
+}
+
+const std::pair<const char*, DType> kDTypeNames[] = {
+    {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}};
+const std::pair<const char*, BackendChoice> kBackendNames[] = {
+    {"cpu", BackendChoice::kCpu}, {"cuda", BackendChoice::kCuda}, {"auto", BackendChoice::kAuto}};
+const std::pair<const char*, LrSchedule> kScheduleNames[] = {
+    {"cosine", LrSchedule::kCosine}, {"linear", LrSchedule::kLinear}, {"constant", LrSchedule::kConstant}};
+const std::pair<const char*, OnCheckpointError> kOnErrorNames[] = {
+    {"stop", OnCheckpointError::kStop}, {"continue", OnCheckpointError::kContinue}};
+
+template <class Enum, size_t N>
+const char* choice_text(Enum v, const std::pair<const char*, Enum> (&names)[N]) {
+    for (const auto& [name, value] : names) {
+        if (v == value) {
+            return name;
+        }
+    }
+    return "?";
+}
+
+bool parse_setting(const std::string& s, DType& out, std::string& expected) {
+    return parse_choice(s, out, kDTypeNames, expected);
+}
+bool parse_setting(const std::string& s, std::optional<DType>& out, std::string& expected) {
+    if (s.empty()) {  // unset: the working dtype
+        out.reset();
+        return true;
+    }
+    DType t = DType::kF32;
+    if (!parse_choice(s, t, kDTypeNames, expected)) {
+        return false;
+    }
+    out = t;
+    return true;
+}
+bool parse_setting(const std::string& s, BackendChoice& out, std::string& expected) {
+    return parse_choice(s, out, kBackendNames, expected);
+}
+bool parse_setting(const std::string& s, LrSchedule& out, std::string& expected) {
+    return parse_choice(s, out, kScheduleNames, expected);
+}
+bool parse_setting(const std::string& s, OnCheckpointError& out, std::string& expected) {
+    return parse_choice(s, out, kOnErrorNames, expected);
+}
+bool parse_setting(const std::string& s, ResumeSetting& out, std::string& expected) {
+    expected = "auto | never | PATH of a checkpoint";
+    if (s.empty()) {
+        return false;
+    }
+    out.mode = s == "auto" ? ResumeSetting::Mode::kAuto
+               : s == "never" ? ResumeSetting::Mode::kNever
+                              : ResumeSetting::Mode::kPath;
+    out.path = out.mode == ResumeSetting::Mode::kPath ? s : std::string();
+    return true;
+}
+bool fixed_loss_scale_ok(double v) { return std::isfinite(v) && v > 0; }
+bool parse_setting(const std::string& s, LossScaleSetting& out, std::string& expected) {
+    expected = "dynamic, or a number > 0";
+    if (s == "dynamic") {
+        out = LossScaleSetting{};
+        return true;
+    }
+    char* end = nullptr;
+    const double fixed = std::strtod(s.c_str(), &end);
+    if (end == s.c_str() || *end != '\0' || !fixed_loss_scale_ok(fixed)) {
+        return false;
+    }
+    out.dynamic = false;
+    out.fixed = fixed;
+    out.text = s;
+    return true;
+}
+
+std::string setting_text_of(DType v) { return dtype_name(v); }
+std::string setting_text_of(const std::optional<DType>& v) { return v ? dtype_name(*v) : ""; }
+template <class T>
+std::string setting_text_of(const T& v) { return setting_text(v); }
+
 // Shortest %g text that reads back to the same double, so to_ini round-trips exactly
 // without printing 0.00029999999999999997 (and prints 0.0003 rather than to_chars' 3e-04).
 std::string format_double(double v) {
@@ -169,6 +268,8 @@ struct FormatVisitor {
     std::string operator()(const std::string* p) const { return *p; }
     std::string operator()(const bool* p) const { return *p ? "true" : "false"; }
     std::string operator()(const uint64_t* p) const { return std::to_string(*p); }
+    template <class Setting>
+    std::string operator()(const Setting* p) const { return setting_text_of(*p); }
 };
 
 std::string format_value(const KeyDef& k, const Config& cfg) {
@@ -182,6 +283,35 @@ struct TypeNameVisitor {
     const char* operator()(std::string*) const { return "STR"; }
     const char* operator()(bool*) const { return "BOOL"; }
     const char* operator()(uint64_t*) const { return "UINT"; }
+    template <class Setting>
+    const char* operator()(Setting*) const { return "STR"; }  // written as text in a deck
+};
+
+/// Whether a key's value is text in a deck (quoted in messages, checked for '#').
+struct IsTextVisitor {
+    bool operator()(int*) const { return false; }
+    bool operator()(double*) const { return false; }
+    bool operator()(bool*) const { return false; }
+    bool operator()(uint64_t*) const { return false; }
+    template <class Text>
+    bool operator()(Text*) const { return true; }
+};
+
+/// Sets a typed setting from its text; false (and what was expected) when it is rejected.
+struct ParseSettingVisitor {
+    const std::string& text;
+    std::string& expected;
+    template <class Setting>
+    bool operator()(Setting* p) const {
+        if constexpr (std::is_same_v<Setting, int> || std::is_same_v<Setting, double> ||
+                      std::is_same_v<Setting, bool> || std::is_same_v<Setting, uint64_t> ||
+                      std::is_same_v<Setting, std::string>) {
+            (void)p;
+            return false;  // not a typed setting: assign() handles it
+        } else {
+            return parse_setting(text, *p, expected);
+        }
+    }
 };
 
 // Strict conversions: the whole text must be consumed, so "4x" or "1e-3junk" is an error
@@ -235,9 +365,21 @@ bool parse_bool(const std::string& s, bool& out) {
     return false;
 }
 
-/// Sets one key from its text; `origin` is the deck file name or "command line".
-void assign(Config& cfg, const KeyDef& k, const std::string& text, const std::string& origin) {
-    const std::string where = str(origin, ": ", k.key, " = '", text, "' ");
+/// A typed setting's text that its parser refused, and what it expected instead.
+struct RejectedText {
+    std::string text;
+    std::string expected;
+};
+/// Keyed by the key. parse_command_line reports these where validate() reported them when
+/// they were strings, so a deck with several bad values names the same one first as before.
+using RejectedSettings = std::map<std::string, RejectedText>;
+
+/// Sets one key from its text; `origin` is the deck file name or "command line". A typed
+/// setting that refuses its text is recorded in `*rejected` when given, else thrown.
+void assign(Config& cfg, const KeyDef& k, const std::string& text, const std::string& origin,
+            RejectedSettings* rejected = nullptr) {
+    const std::string prefix = origin.empty() ? std::string() : origin + ": ";
+    const std::string where = str(prefix, k.key, " = '", text, "' ");
     FieldRef ref = k.field(cfg);
     if (auto* p = std::get_if<int*>(&ref)) {
         int v = 0;
@@ -257,8 +399,19 @@ void assign(Config& cfg, const KeyDef& k, const std::string& text, const std::st
         uint64_t v = 0;
         ZT_INPUT_CHECK(parse_uint64(text, v), where, "is not a non-negative integer");
         **p = v;
+    } else if (auto* p = std::get_if<std::string*>(&ref)) {
+        **p = text;
     } else {
-        *std::get<std::string*>(ref) = text;
+        // Worded as validate() words a rejected value: "<origin>key = 'text': expected ...".
+        std::string expected;
+        if (std::visit(ParseSettingVisitor{text, expected}, ref)) {
+            return;
+        }
+        if (rejected != nullptr) {
+            (*rejected)[k.key] = RejectedText{text, expected};
+            return;
+        }
+        throw InputError(str(prefix, k.key, " = '", text, "': expected ", expected));
     }
 }
 
@@ -460,7 +613,7 @@ std::string help_text() {
 
 class Validator {
   public:
-    explicit Validator(const Config& cfg) : m_cfg(cfg) {}
+    Validator(const Config& cfg, const RejectedSettings& rejected) : m_cfg(cfg), m_rejected(rejected) {}
 
     /// Prefix naming where the values of `keys` came from, so the user knows what to edit:
     /// "command line: " when any of them was overridden there, else the deck, else nothing.
@@ -474,7 +627,19 @@ class Validator {
     }
     std::string origin(const std::string& key) const { return origin({key.c_str()}); }
 
-    std::string value(const std::string& key) const { return format_value(*find_key(key), m_cfg); }
+    /// The value as text; for a typed setting that refused its text, that text.
+    std::string value(const std::string& key) const {
+        const auto it = m_rejected.find(key);
+        return it != m_rejected.end() ? it->second.text : format_value(*find_key(key), m_cfg);
+    }
+
+    /// Throws "<origin>key = 'text': expected ..." when `key`'s text was refused as it was read.
+    void check_read(const std::string& key) const {
+        const auto it = m_rejected.find(key);
+        if (it != m_rejected.end()) {
+            check(false, key, it->second.expected);
+        }
+    }
 
     /// Throws "<origin>key = value: expected <what>" unless `ok`.
     void check(bool ok, const std::string& key, const std::string& expected) const {
@@ -491,27 +656,19 @@ class Validator {
         check(std::isfinite(v), key, "a finite number");
     }
 
-    void check_one_of(const std::string& key, const std::string& v,
-                      std::initializer_list<const char*> allowed) const {
-        std::string list;
-        bool found = false;
-        for (const char* a : allowed) {
-            found = found || v == a;
-            list += list.empty() ? std::string(a) : std::string(" | ") + a;
-        }
-        check(found, key, "one of " + list);
-    }
-
   private:
     std::string quoted(const std::string& key) const {
         const std::string v = value(key);
         // Numbers read better bare; strings are quoted so an empty value is visible.
         const FieldRef ref = find_key(key)->field(const_cast<Config&>(m_cfg));
-        return std::holds_alternative<std::string*>(ref) ? "'" + v + "'" : v;
+        return std::visit(IsTextVisitor{}, ref) ? "'" + v + "'" : v;
     }
 
     const Config& m_cfg;
+    const RejectedSettings& m_rejected;
 };
+
+void validate_read(const Config& cfg, const RejectedSettings& rejected);
 
 }  // namespace
 
@@ -591,6 +748,7 @@ CliResult parse_command_line(int argc, const char* const* argv) {
     }
 
     Config& cfg = result.config;
+    RejectedSettings rejected;
     for (const po::option& opt : parsed_cli.options) {
         if (find_key(opt.string_key) != nullptr) {
             cfg.cli_keys.push_back(opt.string_key);
@@ -611,10 +769,11 @@ CliResult parse_command_line(int argc, const char* const* argv) {
         }
         const bool from_cli =
             std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), k.key) != cfg.cli_keys.end();
-        assign(cfg, k, vm[k.key].as<std::string>(), from_cli ? std::string("command line") : cfg.config_file);
+        assign(cfg, k, vm[k.key].as<std::string>(), from_cli ? std::string("command line") : cfg.config_file,
+               &rejected);
     }
 
-    validate(cfg);
+    validate_read(cfg, rejected);
     return result;
 }
 
@@ -630,8 +789,33 @@ Config parse_deck_text(const std::string& text, const std::string& origin) {
     return cfg;
 }
 
-void validate(const Config& cfg) {
-    const Validator v(cfg);
+const char* setting_text(BackendChoice v) { return choice_text(v, kBackendNames); }
+const char* setting_text(LrSchedule v) { return choice_text(v, kScheduleNames); }
+const char* setting_text(OnCheckpointError v) { return choice_text(v, kOnErrorNames); }
+std::string setting_text(const ResumeSetting& v) {
+    switch (v.mode) {
+        case ResumeSetting::Mode::kAuto: return "auto";
+        case ResumeSetting::Mode::kNever: return "never";
+        case ResumeSetting::Mode::kPath: return v.path;
+    }
+    return "?";
+}
+std::string setting_text(const LossScaleSetting& v) { return v.text; }
+
+void set_config_value(Config& cfg, const std::string& key, const std::string& text) {
+    const KeyDef* k = find_key(key);
+    ZT_INPUT_CHECK(k != nullptr, "unknown key '", key, "'", suggestion(key, ""));
+    assign(cfg, *k, text, "");
+}
+
+void validate(const Config& cfg) { validate_read(cfg, RejectedSettings{}); }
+
+namespace {
+
+/// validate(), plus the typed settings refused as the deck and command line were read,
+/// each reported where its check stood when these settings were strings.
+void validate_read(const Config& cfg, const RejectedSettings& rejected) {
+    const Validator v(cfg, rejected);
 
     // Every double must be finite before any range check: NaN compares false with
     // everything and would slip through "x < 0" style tests.
@@ -640,15 +824,15 @@ void validate(const Config& cfg) {
         if (const auto* p = std::get_if<double*>(&ref)) {
             v.check_finite(k.key, **p);
         }
-        if (const auto* p = std::get_if<std::string*>(&ref)) {
+        if (std::visit(IsTextVisitor{}, ref)) {
             // '#' starts a comment and a newline ends the line in an INI deck: such a value
             // could not be written back by to_ini() faithfully.
-            v.check((*p)->find_first_of("#\n\r") == std::string::npos, k.key,
+            v.check(v.value(k.key).find_first_of("#\n\r") == std::string::npos, k.key,
                     "a value without '#' or line breaks");
         }
     }
 
-    v.check_one_of("backend", cfg.backend, {"cpu", "cuda", "auto"});
+    v.check_read("backend");
 
     const ModelConfig& m = cfg.model;
     v.check_int_min("model.n_layer", m.n_layer, 1);
@@ -682,7 +866,7 @@ void validate(const Config& cfg) {
                              ": expected 0 <= train.lr_min <= train.lr"));
     }
     v.check_int_min("train.warmup_steps", t.warmup_steps, 0);
-    v.check_one_of("train.schedule", t.schedule, {"cosine", "linear", "constant"});
+    v.check_read("train.schedule");
     v.check(t.weight_decay >= 0, "train.weight_decay", "a number >= 0");
     v.check(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "a number in [0, 1)");
     v.check(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "a number in [0, 1)");
@@ -701,16 +885,13 @@ void validate(const Config& cfg) {
     v.check(cfg.parallel.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
 
     const PrecisionConfig& pr = cfg.precision;
-    v.check_one_of("precision.dtype", pr.dtype, {"fp32", "bf16", "fp16"});
-    if (!pr.reduce_dtype.empty()) {
-        v.check_one_of("precision.reduce_dtype", pr.reduce_dtype, {"fp32", "bf16", "fp16"});
-    }
-    if (pr.loss_scale != "dynamic") {
-        char* end = nullptr;
-        const double fixed = std::strtod(pr.loss_scale.c_str(), &end);
-        v.check(end != pr.loss_scale.c_str() && *end == '\0' && std::isfinite(fixed) && fixed > 0,
-                "precision.loss_scale", "dynamic, or a number > 0");
-    }
+    v.check_read("precision.dtype");
+    v.check_read("precision.reduce_dtype");
+    v.check_read("precision.loss_scale");
+    // The typed settings were checked as they were read; a hand-built Config can still
+    // hold a fixed scale that is not a positive number, or a resume PATH that is empty.
+    v.check(pr.loss_scale.dynamic || fixed_loss_scale_ok(pr.loss_scale.fixed), "precision.loss_scale",
+            "dynamic, or a number > 0");
     v.check(pr.init_scale > 0, "precision.init_scale", "a number > 0");
     v.check_int_min("precision.growth_interval", pr.growth_interval, 1);
     v.check_int_min("precision.hysteresis", pr.hysteresis, 1);
@@ -724,10 +905,14 @@ void validate(const Config& cfg) {
 
     v.check_int_min("checkpoint.every", cfg.checkpoint.every, 0);
     v.check_int_min("checkpoint.keep", cfg.checkpoint.keep, 1);
-    v.check(!cfg.checkpoint.resume.empty(), "checkpoint.resume", "auto | never | PATH of a checkpoint");
-    v.check_one_of("checkpoint.on_error", cfg.checkpoint.on_error, {"stop", "continue"});
+    v.check_read("checkpoint.resume");
+    v.check(cfg.checkpoint.resume.mode != ResumeSetting::Mode::kPath || !cfg.checkpoint.resume.path.empty(),
+            "checkpoint.resume", "auto | never | PATH of a checkpoint");
+    v.check_read("checkpoint.on_error");
     v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
 }
+
+}  // namespace
 
 std::string to_ini(const Config& cfg) {
     std::ostringstream os;

@@ -38,11 +38,10 @@ double learning_rate(const TrainConfig& cfg, long step) {
     if (cfg.warmup_steps > 0 && step < cfg.warmup_steps) {
         return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
     }
-    if (cfg.schedule == "constant") return cfg.lr;
+    if (cfg.schedule == LrSchedule::kConstant) return cfg.lr;
     const double span = std::max(1, cfg.max_steps - cfg.warmup_steps);
     const double progress = std::clamp(static_cast<double>(step - cfg.warmup_steps) / span, 0.0, 1.0);
-    if (cfg.schedule == "linear") return cfg.lr - (cfg.lr - cfg.lr_min) * progress;
-    ZT_REQUIRE(cfg.schedule == "cosine", "unknown schedule '", cfg.schedule, "'");
+    if (cfg.schedule == LrSchedule::kLinear) return cfg.lr - (cfg.lr - cfg.lr_min) * progress;
     return cfg.lr_min + 0.5 * (cfg.lr - cfg.lr_min) * (1.0 + std::cos(M_PI * progress));
 }
 

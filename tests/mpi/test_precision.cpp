@@ -57,7 +57,7 @@ TEST_P(InjectedOverflow, EveryRankSkipsAndStateStaysBitIdentical) {
     Config cfg = test::tiny_mpi_config(dir.file("train.bin"), dir.file("run"));
     cfg.train.max_steps = 5;
     cfg.parallel.zero_stage = c.stage;
-    cfg.precision.dtype = c.dtype;
+    set_config_value(cfg, "precision.dtype", c.dtype);
     cfg.precision.hysteresis = 1;  // so a single overflow halves the scale
     const long bad_step = 3;
     const int bad_rank = N - 1;  // only this rank sees the overflow
@@ -141,7 +141,7 @@ TEST_P(TracksFp32, LossCurveStaysClose) {
     Config cfg = ref_cfg;
     cfg.run.dir = dir.file("low");
     cfg.parallel.zero_stage = c.stage;
-    cfg.precision.dtype = c.dtype;
+    set_config_value(cfg, "precision.dtype", c.dtype);
     const TrainSummary got = train(cfg);
     ASSERT_EQ(got.losses.size(), ref.losses.size());
     for (size_t i = 0; i < ref.losses.size(); ++i) {
@@ -189,7 +189,7 @@ TEST_P(OneMultiplier, Fp16ReportsAndAppliesTheUnscaledClippedGradient) {
         Config c = test::tiny_mpi_config(dir.file("train.bin"), dir.file(dtype));
         c.train.max_steps = 1;
         c.parallel.zero_stage = stage;
-        c.precision.dtype = dtype;
+        set_config_value(c, "precision.dtype", dtype);
         TrainOptions opt;
         opt.after_step = [&](long, ModelState& state, bool skipped) {
             ASSERT_FALSE(skipped) << dtype << " step 1 skipped";
@@ -244,7 +244,7 @@ TEST(ReduceDtype, WireDtypeSetsTheBytesMoved) {
     const TrainSummary fp32 = train(a);
     Config b = a;
     b.run.dir = dir.file("b");
-    b.precision.reduce_dtype = "bf16";
+    b.precision.reduce_dtype = DType::kBF16;
     const TrainSummary wire16 = train(b);
     for (size_t i = 0; i < fp32.losses.size(); ++i) {
         EXPECT_NEAR(wire16.losses[i], fp32.losses[i], 0.01 * fp32.losses[i]) << "step " << i + 1;
@@ -261,11 +261,11 @@ TEST(ReduceDtype, WireDtypeSetsTheBytesMoved) {
     // bf16 work: its own wire vs an fp32 wire. Tolerance 3% as in TracksFp32 (bf16 work).
     Config c = a;
     c.run.dir = dir.file("c");
-    c.precision.dtype = "bf16";
+    c.precision.dtype = DType::kBF16;
     train(c);
     Config d = c;
     d.run.dir = dir.file("d");
-    d.precision.reduce_dtype = "fp32";
+    d.precision.reduce_dtype = DType::kF32;
     const TrainSummary wire32 = train(d);
     for (size_t i = 0; i < fp32.losses.size(); ++i) {
         EXPECT_NEAR(wire32.losses[i], fp32.losses[i], 0.03 * fp32.losses[i]) << "bf16 work, fp32 wire, step " << i + 1;

@@ -227,8 +227,8 @@ TEST(ResumeLossScale, ComesFromTheCheckpointOnlyForTheSameFp16Mode) {
     auto config = [&](const std::string& run, const std::string& dtype, const std::string& loss_scale, int steps) {
         Config c = resume_config(dir, run, 1);
         c.train.max_steps = steps;
-        c.precision.dtype = dtype;
-        c.precision.loss_scale = loss_scale;
+        set_config_value(c, "precision.dtype", dtype);
+        set_config_value(c, "precision.loss_scale", loss_scale);
         return c;
     };
     // fp32 -> dynamic fp16: init_scale, and a note that says why.

@@ -7,7 +7,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/train/trainer.hpp"
+#include "ztrain/train/train_setup.hpp"
 
 #if ZT_HAVE_CUDA
 #include "ztrain/backend/cuda_info.hpp"
@@ -62,7 +62,7 @@ TEST(BackendSelect, CudaTrainsFp32AndNamesTheKeyItRefuses) {
         cfg.parallel.zero_stage = stage;
         EXPECT_NO_THROW(zt::check_cuda_training(cfg)) << "zero stage " << stage;
     }
-    cfg.precision.reduce_dtype = "fp32";
+    cfg.precision.reduce_dtype = zt::DType::kF32;
     EXPECT_NO_THROW(zt::check_cuda_training(cfg));
     auto refused_for = [](const zt::Config& c, const std::string& key) {
         try {
@@ -72,7 +72,7 @@ TEST(BackendSelect, CudaTrainsFp32AndNamesTheKeyItRefuses) {
             EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
         }
     };
-    for (const char* dt : {"bf16", "fp16"}) {
+    for (const zt::DType dt : {zt::DType::kBF16, zt::DType::kF16}) {
         zt::Config c;
         c.precision.dtype = dt;
         refused_for(c, "precision.dtype");

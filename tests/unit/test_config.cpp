@@ -20,7 +20,12 @@ namespace {
 
 using zt::CliAction;
 using zt::CliResult;
+using zt::BackendChoice;
 using zt::Config;
+using zt::DType;
+using zt::LrSchedule;
+using zt::OnCheckpointError;
+using zt::ResumeSetting;
 using zt::InputError;
 using zt::test::ScratchDir;
 using zt::test::write_file;
@@ -74,12 +79,15 @@ TEST(Config, DefaultsMatchStruct) {
     EXPECT_EQ(c.model.vocab_size, 257);
     EXPECT_EQ(c.model.padded_vocab(), 320);
     EXPECT_DOUBLE_EQ(c.train.lr, 3e-4);
-    EXPECT_EQ(c.train.schedule, "cosine");
+    EXPECT_EQ(c.train.schedule, LrSchedule::kCosine);
     EXPECT_EQ(c.train.seed, 1337u);
     EXPECT_FALSE(c.train.recompute);
-    EXPECT_EQ(c.backend, "cpu");
-    EXPECT_EQ(c.precision.dtype, "fp32");
-    EXPECT_EQ(c.checkpoint.resume, "auto");
+    EXPECT_EQ(c.backend, BackendChoice::kCpu);
+    EXPECT_EQ(c.precision.dtype, DType::kF32);
+    EXPECT_FALSE(c.precision.reduce_dtype.has_value());
+    EXPECT_TRUE(c.precision.loss_scale.dynamic);
+    EXPECT_EQ(c.checkpoint.on_error, OnCheckpointError::kStop);
+    EXPECT_EQ(c.checkpoint.resume.mode, ResumeSetting::Mode::kAuto);
     EXPECT_EQ(c.run.dir, "run");
     EXPECT_TRUE(c.config_file.empty());
     EXPECT_EQ(c.data.train, "t.bin");
@@ -115,7 +123,7 @@ TEST(Config, DeckWithSections) {
                "zero_stage = 2\n");
     const Config c = parse({"--config", deck}).config;
     EXPECT_EQ(c.config_file, deck);
-    EXPECT_EQ(c.backend, "auto");
+    EXPECT_EQ(c.backend, BackendChoice::kAuto);
     EXPECT_EQ(c.model.n_layer, 6);
     EXPECT_EQ(c.model.n_head, 8);
     EXPECT_EQ(c.model.n_embd, 256);
@@ -124,7 +132,7 @@ TEST(Config, DeckWithSections) {
     EXPECT_DOUBLE_EQ(c.train.lr_min, 0.0);
     EXPECT_EQ(c.train.seed, std::numeric_limits<uint64_t>::max());
     EXPECT_TRUE(c.train.recompute);
-    EXPECT_EQ(c.train.schedule, "linear");
+    EXPECT_EQ(c.train.schedule, LrSchedule::kLinear);
     EXPECT_EQ(c.parallel.zero_stage, 2);
     EXPECT_EQ(c.model.seq_len, 128);  // untouched keys keep defaults
     EXPECT_TRUE(c.cli_keys.empty());
@@ -137,7 +145,7 @@ TEST(Config, CommandLineOverridesDeck) {
     const Config c = parse({"--model.n_layer=2", "--config", deck, "--train.lr", "5e-4", "--backend=auto"}).config;
     EXPECT_EQ(c.model.n_layer, 2);
     EXPECT_DOUBLE_EQ(c.train.lr, 5e-4);
-    EXPECT_EQ(c.backend, "auto");
+    EXPECT_EQ(c.backend, BackendChoice::kAuto);
     EXPECT_EQ(c.data.train, "a.bin");  // from the deck
     EXPECT_EQ(c.cli_keys.size(), 3u);
 }
@@ -331,7 +339,7 @@ TEST(ConfigActions, VersionEnvAndShortHelp) {
 
 TEST(Config, ToIniRoundTrip) {
     Config c = valid_config();
-    c.backend = "auto";
+    c.backend = BackendChoice::kAuto;
     c.model.n_layer = 12;
     c.model.n_head = 12;
     c.model.n_embd = 768;
@@ -342,10 +350,10 @@ TEST(Config, ToIniRoundTrip) {
     c.train.beta2 = 0.999;
     c.train.seed = 12345678901234567ull;
     c.train.recompute = true;
-    c.train.schedule = "constant";
+    c.train.schedule = LrSchedule::kConstant;
     c.parallel.zero_stage = 3;
-    c.precision.dtype = "bf16";
-    c.checkpoint.resume = "never";
+    c.precision.dtype = DType::kBF16;
+    c.checkpoint.resume.mode = ResumeSetting::Mode::kNever;
     c.run.dir = "runs/a b";
 
     ScratchDir dir("cfg");
@@ -362,7 +370,7 @@ TEST(Config, ToIniRoundTrip) {
     EXPECT_EQ(back.train.seed, 12345678901234567ull);
     EXPECT_TRUE(back.train.recompute);
     EXPECT_EQ(back.run.dir, "runs/a b");
-    EXPECT_EQ(back.backend, "auto");
+    EXPECT_EQ(back.backend, BackendChoice::kAuto);
 }
 
 // --- validate(): one case per rule -----------------------------------------
@@ -377,7 +385,6 @@ TEST(ConfigValidate, EveryRule) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const double inf = std::numeric_limits<double>::infinity();
     const std::vector<Rule> rules = {
-        {"backend", [](Config& c) { c.backend = "tpu"; }, "backend = 'tpu': expected one of cpu | cuda | auto"},
         {"n_layer", [](Config& c) { c.model.n_layer = 0; }, "model.n_layer = 0: expected an integer >= 1"},
         {"n_head", [](Config& c) { c.model.n_head = 0; }, "model.n_head = 0: expected an integer >= 1"},
         {"n_embd", [](Config& c) { c.model.n_embd = -4; }, "model.n_embd = -4: expected an integer >= 1"},
@@ -400,8 +407,6 @@ TEST(ConfigValidate, EveryRule) {
         {"lr_min_gt_lr", [](Config& c) { c.train.lr_min = 1e-3; },
          "train.lr_min = 0.001 is greater than train.lr = 0.0003"},
         {"warmup", [](Config& c) { c.train.warmup_steps = -1; }, "train.warmup_steps = -1: expected an integer >= 0"},
-        {"schedule", [](Config& c) { c.train.schedule = "step"; },
-         "train.schedule = 'step': expected one of cosine | linear | constant"},
         {"weight_decay", [](Config& c) { c.train.weight_decay = -0.1; }, "train.weight_decay = -0.1: expected"},
         {"beta1", [](Config& c) { c.train.beta1 = 1.0; }, "train.beta1 = 1: expected a number in [0, 1)"},
         {"beta2", [](Config& c) { c.train.beta2 = -0.5; }, "train.beta2 = -0.5: expected a number in [0, 1)"},
@@ -415,10 +420,14 @@ TEST(ConfigValidate, EveryRule) {
         {"threads", [](Config& c) { c.train.threads = -2; }, "train.threads = -2: expected an integer >= 0"},
         {"zero_stage", [](Config& c) { c.parallel.zero_stage = 4; }, "parallel.zero_stage = 4: expected 0 (DDP), 1, 2 or 3"},
         {"bucket_mb", [](Config& c) { c.parallel.bucket_mb = 0; }, "parallel.bucket_mb = 0: expected a size in MiB > 0"},
-        {"dtype", [](Config& c) { c.precision.dtype = "fp8"; }, "precision.dtype = 'fp8': expected one of fp32 | bf16 | fp16"},
         {"ckpt_every", [](Config& c) { c.checkpoint.every = -1; }, "checkpoint.every = -1: expected an integer >= 0"},
         {"keep", [](Config& c) { c.checkpoint.keep = 0; }, "checkpoint.keep = 0: expected an integer >= 1"},
-        {"resume", [](Config& c) { c.checkpoint.resume.clear(); }, "checkpoint.resume = '': expected"},
+        {"resume", [](Config& c) { c.checkpoint.resume = ResumeSetting{ResumeSetting::Mode::kPath, ""}; },
+         "checkpoint.resume = '': expected auto | never | PATH of a checkpoint"},
+        {"loss_scale", [](Config& c) { c.precision.loss_scale = zt::LossScaleSetting{false, -2.0, "-2"}; },
+         "precision.loss_scale = '-2': expected dynamic, or a number > 0"},
+        {"resume_hash", [](Config& c) { c.checkpoint.resume = ResumeSetting{ResumeSetting::Mode::kPath, "a#b"}; },
+         "checkpoint.resume = 'a#b': expected a value without '#'"},
         {"run_dir", [](Config& c) { c.run.dir.clear(); }, "run.dir = '': expected a directory name"},
         {"hash_in_string", [](Config& c) { c.data.val = "a#b"; }, "data.val = 'a#b': expected a value without '#'"},
     };
@@ -430,6 +439,66 @@ TEST(ConfigValidate, EveryRule) {
         // Without a deck or overrides there is no origin prefix.
         EXPECT_EQ(msg.rfind(r.expected, 0), 0u) << r.name << ": got '" << msg << "'";
     }
+}
+
+// Typed settings are parsed as they are read; a rejected text gets the message validate()
+// gave when they were strings (no origin prefix when set by hand, else the deck or command
+// line).
+TEST(ConfigTyped, RejectedTextKeepsItsMessage) {
+    const std::vector<std::pair<std::pair<const char*, const char*>, const char*>> cases = {
+        {{"backend", "tpu"}, "backend = 'tpu': expected one of cpu | cuda | auto"},
+        {{"train.schedule", "step"}, "train.schedule = 'step': expected one of cosine | linear | constant"},
+        {{"precision.dtype", "fp8"}, "precision.dtype = 'fp8': expected one of fp32 | bf16 | fp16"},
+        {{"precision.reduce_dtype", "f32"}, "precision.reduce_dtype = 'f32': expected one of fp32 | bf16 | fp16"},
+        {{"precision.loss_scale", "abc"}, "precision.loss_scale = 'abc': expected dynamic, or a number > 0"},
+        {{"precision.loss_scale", "0"}, "precision.loss_scale = '0': expected dynamic, or a number > 0"},
+        {{"precision.loss_scale", "inf"}, "precision.loss_scale = 'inf': expected dynamic, or a number > 0"},
+        {{"checkpoint.resume", ""}, "checkpoint.resume = '': expected auto | never | PATH of a checkpoint"},
+        {{"checkpoint.on_error", "retry"}, "checkpoint.on_error = 'retry': expected one of stop | continue"},
+    };
+    for (const auto& [kv, expected] : cases) {
+        Config c = valid_config();
+        try {
+            zt::set_config_value(c, kv.first, kv.second);
+            ADD_FAILURE() << kv.first << " = '" << kv.second << "' was accepted";
+        } catch (const InputError& e) {
+            EXPECT_EQ(std::string(e.what()), expected);
+        }
+    }
+    EXPECT_EQ(parse_error({"--data.train=t.bin", "--precision.dtype=fp8"}),
+              "command line: precision.dtype = 'fp8': expected one of fp32 | bf16 | fp16");
+    ScratchDir dir("cfg");
+    write_file(dir.file("x.ini"), "[data]\ntrain = a.bin\n[train]\nschedule = step\n");
+    EXPECT_EQ(parse_error({"--config", dir.file("x.ini")}),
+              dir.file("x.ini") + ": train.schedule = 'step': expected one of cosine | linear | constant");
+}
+
+TEST(ConfigTyped, ValuesAndTheirText) {
+    Config c = valid_config();
+    zt::set_config_value(c, "precision.dtype", "fp16");
+    zt::set_config_value(c, "precision.reduce_dtype", "fp32");
+    zt::set_config_value(c, "precision.loss_scale", "1e30");
+    zt::set_config_value(c, "checkpoint.resume", "runs/x/checkpoints");
+    zt::set_config_value(c, "checkpoint.on_error", "continue");
+    zt::set_config_value(c, "backend", "cuda");
+    EXPECT_EQ(c.precision.dtype, DType::kF16);
+    EXPECT_EQ(c.precision.reduce(), DType::kF32);
+    EXPECT_FALSE(c.precision.loss_scale.dynamic);
+    EXPECT_EQ(c.precision.loss_scale.fixed, 1e30);
+    EXPECT_EQ(zt::setting_text(c.precision.loss_scale), "1e30") << "written back as given, not as 1e+30";
+    EXPECT_EQ(c.checkpoint.resume.mode, ResumeSetting::Mode::kPath);
+    EXPECT_EQ(zt::setting_text(c.checkpoint.resume), "runs/x/checkpoints");
+    EXPECT_EQ(c.checkpoint.on_error, OnCheckpointError::kContinue);
+    EXPECT_EQ(c.backend, BackendChoice::kCuda);
+    const std::string ini = zt::to_ini(c);
+    for (const char* line : {"backend = cuda\n", "dtype = fp16\n", "reduce_dtype = fp32\n", "loss_scale = 1e30\n",
+                             "resume = runs/x/checkpoints\n", "on_error = continue\n", "schedule = cosine\n"}) {
+        EXPECT_NE(ini.find(line), std::string::npos) << line;
+    }
+    zt::set_config_value(c, "precision.reduce_dtype", "");
+    EXPECT_EQ(c.precision.reduce(), DType::kF16) << "unset: the working dtype";
+    EXPECT_NE(zt::to_ini(c).find("reduce_dtype = \n"), std::string::npos);
+    EXPECT_THROW(zt::set_config_value(c, "precision.dtyp", "fp16"), InputError);
 }
 
 TEST(ConfigValidate, DeckNameInMessage) {

@@ -23,9 +23,10 @@ TEST(LossScaler, DefaultsMatchTheCommonFrameworks) {
 // the same numbers as the scaler's own defaults.
 TEST(LossScaler, PrecisionConfigDefaultsAreTheDynamicScalersDefaults) {
     const PrecisionConfig p;
-    EXPECT_EQ(p.dtype, "fp32");
-    EXPECT_EQ(p.reduce_dtype, "") << "empty: reduce in the working dtype";
-    EXPECT_EQ(p.loss_scale, "dynamic");
+    EXPECT_EQ(p.dtype, DType::kF32);
+    EXPECT_FALSE(p.reduce_dtype.has_value()) << "unset: reduce in the working dtype";
+    EXPECT_TRUE(p.loss_scale.dynamic);
+    EXPECT_EQ(p.loss_scale.text, "dynamic");
     EXPECT_EQ(p.init_scale, 65536.0);
     EXPECT_EQ(p.growth_interval, 2000);
     EXPECT_EQ(p.hysteresis, 2);

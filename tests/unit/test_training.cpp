@@ -221,7 +221,7 @@ TEST(Training, PersistentNonFiniteGradientsStopTheRun) {
         if (step >= 3) state.poison_owned_grad();
     };
     Config c = tiny_config(dir, "bf16");
-    c.precision.dtype = "bf16";
+    c.precision.dtype = DType::kBF16;
     c.train.max_bad_steps = 3;
     try {
         train(c, poison);
@@ -238,7 +238,7 @@ TEST(Training, PersistentNonFiniteGradientsStopTheRun) {
     }
     EXPECT_EQ(skipped_steps, (std::vector<long>{3, 4, 5}));
     Config h = tiny_config(dir, "fp16");
-    h.precision.dtype = "fp16";
+    h.precision.dtype = DType::kF16;
     h.precision.init_scale = 4;
     h.precision.min_scale = 1;
     h.precision.hysteresis = 1;
@@ -266,7 +266,7 @@ TEST(Training, Fp16AtTheFloorWithHysteresis2AbsorbsOneOverflowAndStopsAtTheSecon
     };
     poison.after_step = [&](long, ModelState&, bool s) { skipped.push_back(s); };
     Config h = tiny_config(dir, "fp16");
-    h.precision.dtype = "fp16";
+    h.precision.dtype = DType::kF16;
     h.precision.init_scale = 2;
     h.precision.min_scale = 1;
     ASSERT_EQ(h.precision.hysteresis, 2) << "this case is about the default hysteresis";
@@ -291,8 +291,8 @@ TEST(Training, StaticFp16ScaleThatAlwaysOverflowsStopsAfterMaxBadSteps) {
     write_token_shard(dir.file("train.bin"), cycle_corpus(5000));
     write_token_shard(dir.file("val.bin"), cycle_corpus(2000));
     Config c = tiny_config(dir, "fp16");
-    c.precision.dtype = "fp16";
-    c.precision.loss_scale = "1e30";
+    c.precision.dtype = DType::kF16;
+    set_config_value(c, "precision.loss_scale", "1e30");  // kept as written: the message quotes it
     c.train.max_bad_steps = 3;
     TrainOptions watch;
     long last_step = 0;

@@ -3,13 +3,52 @@
 // Keys, defaults and one-line meanings live in one table (config.cpp) that drives the
 // Boost.Program_options parser, `ztrain --help`, the resolved-config dump and validation,
 // so a key cannot exist in one place and be missing in another.
+//
+// Keys with a fixed set of values (dtypes, backend, schedule, resume, on_error, loss scale)
+// are parsed into typed values once, as the deck or command line is read; code below
+// compares enums, never strings. Each typed value writes back as the text it was read from
+// (setting_text), so to_ini and --help show what the user wrote.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "ztrain/core/dtype.hpp"
+
 namespace zt {
+
+/// backend = cpu | cuda | auto (which one runs is resolve_backend's answer).
+enum class BackendChoice { kCpu, kCuda, kAuto };
+
+/// train.schedule: the learning-rate decay after warmup.
+enum class LrSchedule { kCosine, kLinear, kConstant };
+
+/// checkpoint.on_error: what a failed save does.
+enum class OnCheckpointError { kStop, kContinue };
+
+/// checkpoint.resume = auto | never | PATH.
+struct ResumeSetting {
+    enum class Mode { kAuto, kNever, kPath };
+    Mode mode = Mode::kAuto;
+    std::string path;  ///< kPath only: a step directory or a checkpoint directory
+};
+
+/// precision.loss_scale = dynamic | a fixed number > 0 (fp16 only).
+struct LossScaleSetting {
+    bool dynamic = true;
+    double fixed = 0.0;            ///< the static scale when !dynamic
+    std::string text = "dynamic";  ///< as written: messages and to_ini show it unchanged
+};
+
+/// The text a typed value is written as in a deck ("fp32", "cosine", "auto", a path, ...);
+/// an unset reduce dtype is "".
+const char* setting_text(BackendChoice v);
+const char* setting_text(LrSchedule v);
+const char* setting_text(OnCheckpointError v);
+std::string setting_text(const ResumeSetting& v);
+std::string setting_text(const LossScaleSetting& v);
 
 struct ModelConfig {
     int n_layer = 4;
@@ -36,7 +75,7 @@ struct TrainConfig {
     double lr = 3e-4;
     double lr_min = 3e-5;
     int warmup_steps = 10;
-    std::string schedule = "cosine";   ///< cosine | linear | constant
+    LrSchedule schedule = LrSchedule::kCosine;
     double weight_decay = 0.1;
     double beta1 = 0.9;
     double beta2 = 0.95;
@@ -59,9 +98,11 @@ struct ParallelConfig {
 };
 
 struct PrecisionConfig {
-    std::string dtype = "fp32";        ///< fp32 | bf16 | fp16: working params, activations, grads
-    std::string reduce_dtype;          ///< gradient reduction dtype; empty = the working dtype
-    std::string loss_scale = "dynamic";  ///< fp16: dynamic, or a fixed positive number
+    DType dtype = DType::kF32;         ///< working params, activations, grads
+    std::optional<DType> reduce_dtype; ///< gradient reduction dtype; unset = the working dtype
+    LossScaleSetting loss_scale;       ///< fp16: dynamic, or a fixed positive number
+    /// The dtype gradients are reduced in: reduce_dtype, else the working dtype.
+    DType reduce() const { return reduce_dtype.value_or(dtype); }
     double init_scale = 65536.0;       ///< fp16 dynamic: starting scale
     int growth_interval = 2000;        ///< fp16 dynamic: clean steps before the scale doubles
     int hysteresis = 2;                ///< fp16 dynamic: overflows tolerated before a backoff
@@ -72,8 +113,8 @@ struct CheckpointConfig {
     std::string dir;                   ///< default: run.dir/checkpoints
     int every = 0;                     ///< 0: only at the end
     int keep = 2;
-    std::string resume = "auto";       ///< auto | never | PATH
-    std::string on_error = "stop";     ///< a failed save: stop (exit 1) | continue (warn, train on)
+    ResumeSetting resume;              ///< auto | never | PATH
+    OnCheckpointError on_error = OnCheckpointError::kStop;  ///< stop (exit 1) | continue (warn, train on)
 };
 
 struct RunConfig {
@@ -88,7 +129,7 @@ struct Config {
     PrecisionConfig precision;
     CheckpointConfig checkpoint;
     RunConfig run;
-    std::string backend = "cpu";       ///< cpu | cuda | auto
+    BackendChoice backend = BackendChoice::kCpu;
     std::string config_file;           ///< the deck it came from (empty: defaults + overrides)
     /// Keys set on the command line (not written by to_ini): lets messages say whether to
     /// edit the deck or the command line.
@@ -113,6 +154,11 @@ CliResult parse_command_line(int argc, const char* const* argv);
 /// reads a file: defaults, then the deck's keys. `origin` names the text in messages. Not
 /// validated. Throws InputError on an unknown key or a value of the wrong type.
 Config parse_deck_text(const std::string& text, const std::string& origin);
+
+/// Sets `key` ("section.key") from its text exactly as a deck line would, with the same
+/// checks and messages (for code and tests that build a Config by hand). Throws InputError
+/// for an unknown key or a value its type rejects.
+void set_config_value(Config& cfg, const std::string& key, const std::string& text);
 
 /// Checks every value and the relations between them; throws InputError naming the key,
 /// the value and what was expected. Does not touch the file system.

@@ -1,5 +1,6 @@
-// The training loop: data -> micro-steps (forward, backward) -> gradient reduction ->
-// clipping -> AdamW, with evaluation, samples, progress lines and metrics.jsonl.
+// The training run: data -> micro-steps (forward, backward) -> gradient reduction ->
+// clipping -> AdamW, with evaluation, samples, progress lines and metrics.jsonl. train()
+// wires the components of train/ together (see trainer.cpp's header for the map).
 #pragma once
 
 #include <mpi.h>
@@ -35,11 +36,6 @@ struct TrainOptions {
     std::function<void(long step, ModelState& state)> after_grad_sync;
     std::function<void(long step, ModelState& state, bool skipped)> after_step;
 };
-
-/// backend = cuda trains what is integrated on device memory: fp32 (precision.dtype and
-/// reduce_dtype), every ZeRO stage, checkpoints staged through the host. Throws InputError
-/// naming the key for the rest (16-bit precision, model.init_from). Pure: no GPU needed.
-void check_cuda_training(const Config& cfg);
 
 /// Runs the whole job described by `cfg` (MPI must be initialized). Throws InputError for
 /// bad input found before work starts, Error for failures.

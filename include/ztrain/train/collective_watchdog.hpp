@@ -1,0 +1,40 @@
+// The collective watchdog: aborts the job when this rank has waited in one collective longer
+// than parallel.timeout_s. A rank that died or hangs would otherwise keep every other rank
+// waiting forever; exiting with status 1 makes mpirun/srun take the remaining ranks down.
+// Also the test hook that simulates such a rank (ZT_DEBUG_STALL).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace zt {
+
+class Communicator;
+
+class CollectiveWatchdog {
+  public:
+    /// Watches `comm` from a thread (none for timeout_s <= 0 or a single rank); `step` is the
+    /// 0-based step the loop is in, for the message.
+    CollectiveWatchdog(const Communicator& comm, double timeout_s, const std::atomic<long>& step);
+    ~CollectiveWatchdog();
+    CollectiveWatchdog(const CollectiveWatchdog&) = delete;
+    CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
+
+  private:
+    void run();
+    const Communicator& m_comm;
+    double m_timeout_s;
+    const std::atomic<long>& m_step;
+    std::thread m_thread;
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    bool m_stop = false;
+};
+
+/// Test hook for the watchdog: ZT_DEBUG_STALL="RANK:STEP:SECONDS" makes that rank sleep
+/// before the gradient reduction of that (1-based) step, as a hung rank would.
+void maybe_stall(int rank, long step);
+
+}  // namespace zt

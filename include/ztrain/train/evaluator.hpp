@@ -1,0 +1,54 @@
+// Evaluation during training: the validation loss over the same leading windows of
+// data.val every time (no shuffle, split over ranks), and a sample generated from the
+// current weights. Both are collective (a ZeRO-3 forward gathers parameters), so every rank
+// evaluates; the reporter prints on rank 0. Not here: when to evaluate (the trainer).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ztrain/config/config.hpp"
+
+namespace zt {
+
+class BatchSampler;
+class Communicator;
+class Gpt;
+class StepReporter;
+class Tokenizer;
+class UnitStore;
+
+/// Samples `n` tokens after `start_token` from the current weights, with temperature 1 and
+/// top-k 40, from a counter-based generator keyed by (seed, step): every rank draws the same.
+std::vector<uint32_t> generate(Gpt& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step);
+
+struct Evaluation {
+    double val_loss = 0.0;
+    std::optional<std::string> sample;  ///< when train.sample_tokens > 0
+};
+
+class Evaluator {
+  public:
+    /// `val_sampler` null: no validation data, evaluate() does nothing. `tokenizer` null:
+    /// samples are shown as token ids.
+    Evaluator(const TrainConfig& tc, Gpt& model, UnitStore& store, Communicator& comm, BatchSampler* val_sampler,
+              const Tokenizer* tokenizer, StepReporter& reporter);
+
+    /// Evaluates after `step` steps and reports it (collective); nothing without data.val.
+    std::optional<Evaluation> evaluate(long step);
+
+  private:
+    const TrainConfig& m_tc;
+    Gpt& m_model;
+    UnitStore& m_store;
+    Communicator& m_comm;
+    BatchSampler* m_val_sampler;
+    const Tokenizer* m_tokenizer;
+    StepReporter& m_reporter;
+    std::vector<int32_t> m_inputs;
+    std::vector<int32_t> m_targets;
+};
+
+}  // namespace zt

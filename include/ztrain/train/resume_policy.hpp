@@ -1,0 +1,51 @@
+// Where a run starts from: checkpoint.resume resolved against the checkpoint directory
+// (auto falls back to older complete checkpoints when the newest is damaged; an explicit
+// PATH is loaded or refused), the seed check, and model.init_from for a run that does not
+// resume. Not here: the loss-scale state a checkpoint carries (LossScalePolicy::restore) and
+// the checkpoint format itself (ckpt/).
+#pragma once
+
+#include <string>
+
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/config/config.hpp"
+
+namespace zt {
+
+class Communicator;
+class Gpt;
+class ModelState;
+
+class ResumePolicy {
+  public:
+    /// Resolves checkpoint.resume (every rank: the same answer). Throws InputError for a
+    /// PATH that does not exist; rank 0 (`root`) prints the note of an auto fallback.
+    ResumePolicy(const Config& cfg, bool root);
+
+    /// The checkpoint directory: checkpoint.dir, or run.dir/checkpoints.
+    const std::string& ckpt_dir() const { return m_ckpt_dir; }
+    bool resuming() const { return !m_dir.empty(); }
+    /// The step directory loaded (after load(): the one that was accepted).
+    const std::string& dir() const { return m_dir; }
+
+    /// model.init_from into `state` for a run that does not resume (collective); a resumed
+    /// checkpoint has its own weights, so init_from is then ignored with a line saying so.
+    void initial_weights(const Gpt& model, ModelState& state, Communicator& comm) const;
+
+    /// Loads the checkpoint into `state` (collective) and returns its record (progress, dtype,
+    /// seed); a fresh run returns step 0. Throws InputError when no candidate loads, or when train.seed differs
+    /// from the checkpoint's (the data order depends on it).
+    CheckpointRecord load(ModelState& state, Communicator& comm);
+
+    /// Rank 0: "resumed from ..." and, when the checkpoint already reaches max_steps, that
+    /// there is nothing to train. Nothing for a fresh run.
+    void report(const TrainProgress& progress) const;
+
+  private:
+    const Config& m_cfg;
+    bool m_root;
+    std::string m_ckpt_dir;
+    std::string m_dir;
+};
+
+}  // namespace zt

@@ -1,0 +1,89 @@
+// What rank 0 tells the user and metrics.jsonl about a run: the start-up memory record and
+// table, one record and (every train.log_every steps) one console line per optimizer step,
+// skipped steps, validation losses, samples, and the closing line. Every other rank holds a
+// reporter that writes nothing. Not here: computing any of it (the trainer, the evaluator).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/dtype.hpp"
+#include "ztrain/train/metrics.hpp"
+
+namespace zt {
+
+class Communicator;
+class Gpt;
+class LossScalePolicy;
+struct StateBytes;
+
+/// Wall seconds of one optimizer step's phases. opt covers the overflow check, grad norm,
+/// clipping, AdamW and re-assembling parameters (ZeRO all-gathers included); comm is the
+/// time spent waiting for gradient reductions after backward (plus the loss all-reduce).
+struct PhaseTimes {
+    double zero = 0.0;
+    double fwd = 0.0;
+    double bwd = 0.0;
+    double comm = 0.0;
+    double opt = 0.0;
+};
+
+/// One optimizer step as it is reported.
+struct StepReport {
+    long step = 0;              ///< 1-based: steps done
+    double loss = 0.0;
+    double lr = 0.0;
+    double grad_norm = 0.0;     ///< unscaled; NaN/inf when the gradients were not finite
+    double loss_scale = 1.0;    ///< the scale the step ran with
+    bool skipped = false;
+    uint64_t tokens_seen = 0;
+    double tokens_per_s = 0.0;
+    double step_s = 0.0;
+    PhaseTimes phases;
+};
+
+/// "1h02m", "3m05s", "42s"; "?" for a negative or absurd duration.
+std::string format_duration(double seconds);
+
+class StepReporter {
+  public:
+    /// Opens run_dir/metrics.jsonl on rank 0 (`root`), appending when the run resumes.
+    /// `comm` and `device_comm` (may be null) are the communicators whose per-step bytes the
+    /// records count; `model` gives the per-op profile when it is on.
+    StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
+                 const Communicator& comm, const Communicator* device_comm, const Gpt& model);
+
+    /// The memory record, the model and batch lines, the memory table (bytes per kind next to
+    /// the ZeRO formula each should follow) and, for 16-bit runs, the precision line.
+    void start(const Config& cfg, const StateBytes& bytes, int threads, size_t train_windows,
+               std::optional<size_t> val_windows, DType work, DType reduce, const LossScalePolicy& loss_scale);
+    /// Starts the clock of the closing line (the training loop begins).
+    void begin_training() { m_run_start = std::chrono::steady_clock::now(); }
+    /// The console line of a skipped step (before its record); scale_after is the scale
+    /// the policy moved to (fp16 only).
+    void skipped(long step, bool fp16, double scale_before, double scale_after);
+    /// The step's metrics record and, on log steps, its console line.
+    void step(const StepReport& r);
+    void val_loss(long step, double loss);
+    void sample(long step, const std::string& text);
+    void checkpoint_written(const std::string& dir, double seconds);
+    void stopped_by_signal(int signal, long step);
+    /// "ztrain: N steps in T".
+    void finish(int steps);
+
+  private:
+    bool m_root;
+    int m_max_steps;
+    int m_log_every;
+    MetricsLog m_metrics;
+    const Communicator& m_comm;
+    const Communicator* m_device_comm;
+    const Gpt& m_model;
+    std::chrono::steady_clock::time_point m_run_start;
+    double m_train_seconds = 0.0;  ///< steps after the first (which warms caches)
+};
+
+}  // namespace zt

@@ -1,0 +1,67 @@
+// One optimizer step on each rank: zero gradients; for each of grad_accum micro-steps, read
+// this rank's slice of the global batch, forward (which also seeds dlogits), backward; sum
+// gradients across ranks; check them (the loss-scale policy decides apply / skip / stop);
+// global-norm clip; AdamW. Not here: evaluation, reporting, checkpoints, stop signals (the
+// trainer's loop around it).
+//
+// The loss is normalised by the global token count (dloss = scale / (micro_batch * T *
+// grad_accum * world)), so the sum of every rank's gradient is the gradient of the global
+// mean loss, for any world size. Global sample j of step s is sample g = s * global_batch + j
+// of the run; rank r's micro-step a covers j in [(r * grad_accum + a) * micro_batch, ... +
+// micro_batch). One rank with N-way accumulation therefore sees exactly the sequences N
+// ranks see.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/optim/loss_scale_policy.hpp"
+#include "ztrain/train/step_reporter.hpp"
+
+namespace zt {
+
+class BatchSampler;
+class Communicator;
+class Gpt;
+class ModelState;
+struct TrainOptions;
+
+/// What one step produced.
+struct StepOutcome {
+    double loss = 0.0;       ///< global mean train loss
+    double lr = 0.0;
+    double grad_norm = 0.0;  ///< unscaled global norm (not finite when the step was skipped)
+    double loss_scale = 1.0; ///< the scale the step ran with
+    LossScalePolicy::Verdict verdict;
+    PhaseTimes phases;
+    double step_s = 0.0;     ///< wall time of the whole step
+};
+
+class TrainStep {
+  public:
+    TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm, Communicator* device_comm,
+              BatchSampler& sampler, LossScalePolicy& loss_scale, StepReporter& reporter,
+              const TrainOptions& options);
+
+    /// Runs 0-based step `step` from `progress` (its data cursor and applied-step count) and
+    /// advances `progress` past it. Collective.
+    StepOutcome run(long step, TrainProgress& progress);
+
+  private:
+    const TrainConfig& m_tc;
+    Gpt& m_model;
+    ModelState& m_state;
+    Communicator& m_comm;
+    Communicator* m_device_comm;
+    BatchSampler& m_sampler;
+    LossScalePolicy& m_loss_scale;
+    StepReporter& m_reporter;
+    const TrainOptions& m_options;
+    long m_global_batch;  ///< sequences per optimizer step over all ranks
+    std::vector<int32_t> m_inputs;
+    std::vector<int32_t> m_targets;
+};
+
+}  // namespace zt

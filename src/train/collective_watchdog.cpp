@@ -1,0 +1,61 @@
+#include "ztrain/train/collective_watchdog.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+CollectiveWatchdog::CollectiveWatchdog(const Communicator& comm, double timeout_s, const std::atomic<long>& step)
+    : m_comm(comm), m_timeout_s(timeout_s), m_step(step) {
+    if (timeout_s > 0 && comm.size() > 1) m_thread = std::thread([this] { run(); });
+}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_stop = true;
+    }
+    m_cv.notify_all();
+    if (m_thread.joinable()) m_thread.join();
+}
+
+void CollectiveWatchdog::run() {
+    const auto poll = std::chrono::milliseconds(static_cast<long>(std::min(1.0, m_timeout_s / 4) * 1000) + 1);
+    std::unique_lock<std::mutex> lock(m_mutex);
+    while (!m_cv.wait_for(lock, poll, [this] { return m_stop; })) {
+        const char* name = m_comm.pending_collective();
+        if (name == nullptr) continue;
+        const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+        const double waited = static_cast<double>(now - m_comm.pending_since_ns()) * 1e-9;
+        // Re-read: the collective may have finished while the wait was computed.
+        if (waited < m_timeout_s || m_comm.pending_collective() == nullptr) continue;
+        std::fprintf(stderr,
+                     "ztrain: rank %d: collective %s has waited %.0f s in step %ld (parallel.timeout_s = %g): "
+                     "another rank is stuck or has died; aborting the job\n",
+                     m_comm.rank(), name, waited, m_step.load() + 1, m_timeout_s);
+        std::fflush(stderr);
+        std::fflush(stdout);
+        std::_Exit(kExitFailure);
+    }
+}
+
+void maybe_stall(int rank, long step) {
+    const char* spec = std::getenv("ZT_DEBUG_STALL");
+    if (spec == nullptr) return;
+    int r = -1;
+    long s = -1;
+    double seconds = 0;
+    if (std::sscanf(spec, "%d:%ld:%lf", &r, &s, &seconds) == 3 && r == rank && s == step) {
+        std::fprintf(stderr, "ztrain: rank %d: ZT_DEBUG_STALL: sleeping %.0f s in step %ld\n", rank, seconds, step);
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    }
+}
+
+}  // namespace zt

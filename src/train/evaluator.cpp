@@ -1,0 +1,105 @@
+#include "ztrain/train/evaluator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/core/random.hpp"
+#include "ztrain/data/token_data.hpp"
+#include "ztrain/data/tokenizer.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/train/step_reporter.hpp"
+
+namespace zt {
+
+std::vector<uint32_t> generate(Gpt& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step) {
+    const ModelConfig& mc = model.config();
+    const int V = mc.vocab_size;
+    const int Vp = mc.padded_vocab();
+    std::vector<int32_t> ctx{static_cast<int32_t>(start_token)};
+    std::vector<uint32_t> out;
+    std::vector<std::pair<float, int>> cand(static_cast<size_t>(V));
+    std::vector<float> row(static_cast<size_t>(Vp));  // host copy: logits may be device memory
+    const int top_k = std::min(40, V);
+    for (int i = 0; i < n; ++i) {
+        const int T = static_cast<int>(std::min<size_t>(ctx.size(), static_cast<size_t>(mc.seq_len)));
+        const int32_t* window = ctx.data() + (ctx.size() - static_cast<size_t>(T));
+        model.forward(store, window, nullptr, 1, T, 0.f);
+        model.logits_row_to_host(T - 1, row.data());
+        for (int v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {row[static_cast<size_t>(v)], v};
+        std::partial_sort(cand.begin(), cand.begin() + top_k, cand.end(),
+                          [](const auto& a, const auto& b) { return a.first > b.first; });
+        double total = 0.0;
+        std::vector<double> p(static_cast<size_t>(top_k));
+        for (int k = 0; k < top_k; ++k) {
+            p[static_cast<size_t>(k)] = std::exp(static_cast<double>(cand[static_cast<size_t>(k)].first - cand[0].first));
+            total += p[static_cast<size_t>(k)];
+        }
+        double u = total * random_uniform(seed, static_cast<uint64_t>(RandomStream::kSample),
+                                          static_cast<uint64_t>(step) * 1000003ull + static_cast<uint64_t>(i));
+        int pick = top_k - 1;
+        for (int k = 0; k < top_k; ++k) {
+            u -= p[static_cast<size_t>(k)];
+            if (u <= 0) {
+                pick = k;
+                break;
+            }
+        }
+        const int token = cand[static_cast<size_t>(pick)].second;
+        ctx.push_back(token);
+        out.push_back(static_cast<uint32_t>(token));
+    }
+    return out;
+}
+
+Evaluator::Evaluator(const TrainConfig& tc, Gpt& model, UnitStore& store, Communicator& comm,
+                     BatchSampler* val_sampler, const Tokenizer* tokenizer, StepReporter& reporter)
+    : m_tc(tc),
+      m_model(model),
+      m_store(store),
+      m_comm(comm),
+      m_val_sampler(val_sampler),
+      m_tokenizer(tokenizer),
+      m_reporter(reporter),
+      m_inputs(static_cast<size_t>(tc.micro_batch) * static_cast<size_t>(model.config().seq_len)),
+      m_targets(m_inputs.size()) {}
+
+std::optional<Evaluation> Evaluator::evaluate(long step) {
+    if (!m_val_sampler) return std::nullopt;
+    const int B = m_tc.micro_batch;
+    const int T = m_model.config().seq_len;
+    const int rank = m_comm.rank();
+    const int world = m_comm.size();
+    // Validation covers the same leading windows every time (no shuffle), split over ranks.
+    const long per_rank = static_cast<long>(m_tc.eval_batches) * B;
+    double sum = 0.0;
+    for (int e = 0; e < m_tc.eval_batches; ++e) {
+        const uint64_t first = static_cast<uint64_t>(rank * per_rank + e * B);
+        m_val_sampler->fill(first, B, m_inputs.data(), m_targets.data());
+        sum += m_model.forward(m_store, m_inputs.data(), m_targets.data(), B, T, 0.f);
+    }
+    m_comm.all_reduce_scalars(&sum, 1);
+    Evaluation ev;
+    ev.val_loss = sum / (static_cast<double>(m_tc.eval_batches) * world);
+    m_reporter.val_loss(step, ev.val_loss);
+    if (m_tc.sample_tokens > 0) {
+        // Every rank generates (the same tokens, from the same counter-based draws): with
+        // sharded parameters each forward is collective. Only rank 0 prints.
+        const uint32_t start = m_tokenizer ? m_tokenizer->eot() : 0;
+        const std::vector<uint32_t> toks = generate(m_model, m_store, start, m_tc.sample_tokens, m_tc.seed, step);
+        std::string text;
+        if (m_tokenizer) {
+            text = m_tokenizer->decode(toks);
+        } else {
+            for (uint32_t t : toks) text += str(t, " ");
+        }
+        m_reporter.sample(step, text);
+        ev.sample = text;
+    }
+    std::fflush(stdout);
+    return ev;
+}
+
+}  // namespace zt

@@ -1,0 +1,201 @@
+#include "ztrain/train/step_reporter.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/optim/loss_scale_policy.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/parallel/zero_memory.hpp"
+
+namespace zt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// Control characters of a sample would garble the terminal; line breaks stay, indented.
+std::string printable(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '\n') {
+            out += "\n    ";
+        } else if (static_cast<unsigned char>(c) < 32 && c != '\t') {
+            out += '?';
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+/// The start-up table: bytes per buffer kind on this rank next to the ZeRO formula each
+/// should follow, so a user sees what sharding bought.
+void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage, int world, size_t n_params,
+                        DType work) {
+    const ZeroMemoryFormulas f = zero_memory_formulas(stage, world, n_params, work);
+    const double mib = 1048576.0;
+    std::printf("ztrain: memory per rank, ZeRO stage %d, N = %d, P = %zu parameters (%s)\n", stage, world, n_params,
+                dtype_name(work));
+    std::printf("  %-12s %10s   %s\n", "buffer", "MiB", "formula");
+    std::printf("  %-12s %10.2f   %s\n", "params", sb.params / mib, f.params.formula);
+    std::printf("  %-12s %10.2f   %s\n", "grads", sb.grads / mib, f.grads.formula);
+    std::printf("  %-12s %10.2f   %s\n", "master", sb.master / mib, f.master.formula);
+    std::printf("  %-12s %10.2f   %s\n", "optimizer", sb.optimizer / mib, f.optimizer.formula);
+    std::printf("  %-12s %10.2f   %s = %.2f MiB\n", "model state", sb.model_state() / mib, f.model_state.formula,
+                f.model_state.bytes / mib);
+    std::printf("  %-12s %10.2f\n", "activations", activation_bytes / mib);
+    std::printf("  %-12s %10.2f   %s\n", "scratch", sb.scratch / mib, "gathered units, gradient scratch (peak)");
+}
+
+}  // namespace
+
+std::string format_duration(double s) {
+    if (!(s >= 0) || s > 1e8) return "?";
+    const long t = static_cast<long>(s + 0.5);
+    char buf[32];
+    if (t >= 3600) {
+        std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    } else if (t >= 60) {
+        std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+    } else {
+        std::snprintf(buf, sizeof buf, "%lds", t);
+    }
+    return buf;
+}
+
+StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
+                           const Communicator& comm, const Communicator* device_comm, const Gpt& model)
+    : m_root(root),
+      m_max_steps(tc.max_steps),
+      m_log_every(tc.log_every),
+      // A resumed run appends to the metrics of the run it continues.
+      m_metrics(root ? (std::filesystem::path(run_dir) / "metrics.jsonl").string() : std::string(), resuming),
+      m_comm(comm),
+      m_device_comm(device_comm),
+      m_model(model),
+      m_run_start(Clock::now()) {}
+
+void StepReporter::start(const Config& cfg, const StateBytes& sb, int threads, size_t train_windows,
+                         std::optional<size_t> val_windows, DType work, DType reduce, const LossScalePolicy& loss_scale) {
+    if (!m_root) return;
+    const ModelConfig& mc = cfg.model;
+    const int world = m_comm.size();
+    size_t n_params = 0;  // real parameters (the manifest), not alignment gaps
+    for (const ParamSpec& p : m_model.layout().params) n_params += p.numel;
+    nlohmann::ordered_json mem;
+    mem["event"] = "memory";
+    mem["params"] = sb.params;
+    mem["grads"] = sb.grads;
+    mem["master"] = sb.master;
+    mem["optimizer"] = sb.optimizer;
+    mem["activations"] = m_model.activation_bytes();
+    mem["scratch"] = sb.scratch;
+    mem["model_state"] = sb.model_state();
+    mem["world_size"] = world;
+    mem["zero_stage"] = cfg.parallel.zero_stage;
+    mem["dtype"] = dtype_name(cfg.precision.dtype);
+    mem["num_params"] = n_params;
+    m_metrics.write(mem);
+    std::printf("ztrain: %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n", mc.n_layer,
+                mc.n_head, mc.n_embd, mc.seq_len, mc.vocab_size, mc.padded_vocab(),
+                static_cast<double>(n_params) / 1e6);
+    std::printf("ztrain: %d rank(s) x %d thread(s), global batch %d x %d tokens, %zu train windows%s\n", world,
+                threads, cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
+                val_windows ? str(", ", *val_windows, " val windows").c_str() : "");
+    print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, world, n_params, work);
+    if (work != DType::kF32 || reduce != work) {
+        std::printf("ztrain: precision: %s working copy, fp32 master and AdamW state, gradients reduced in %s%s\n",
+                    dtype_name(work), dtype_name(reduce),
+                    loss_scale.fp16() ? (loss_scale.dynamic() ? str(", dynamic loss scale from ", loss_scale.scale()).c_str()
+                                                              : str(", static loss scale ", loss_scale.scale()).c_str())
+                                      : "");
+    }
+    std::fflush(stdout);
+}
+
+void StepReporter::skipped(long step, bool fp16, double scale_before, double scale_after) {
+    if (!m_root) return;
+    std::printf("step %5ld/%d | non-finite gradients: step skipped%s\n", step, m_max_steps,
+                fp16 ? str(", loss scale ", scale_before, " -> ", scale_after).c_str() : "");
+}
+
+void StepReporter::step(const StepReport& r) {
+    if (r.step > 1 || m_max_steps == 1) m_train_seconds += r.step_s;  // step 1 warms caches
+    if (!m_root) return;
+    nlohmann::ordered_json rec;
+    rec["step"] = r.step;
+    rec["loss"] = r.loss;
+    rec["lr"] = r.lr;
+    rec["grad_norm"] = std::isfinite(r.grad_norm) ? nlohmann::ordered_json(r.grad_norm) : nlohmann::ordered_json();
+    rec["tokens"] = static_cast<long long>(static_cast<double>(r.tokens_seen));
+    rec["tokens_per_s"] = r.tokens_per_s;
+    rec["step_ms"] = r.step_s * 1e3;
+    rec["loss_scale"] = r.loss_scale;
+    rec["skipped"] = r.skipped;
+    nlohmann::ordered_json cb = nlohmann::ordered_json::object();
+    // On a GPU the model state's collectives go through device_comm: count both.
+    std::map<CollectiveKind, uint64_t> sent;
+    for (const Communicator* c : {&m_comm, m_device_comm}) {
+        if (c == nullptr) continue;
+        for (const auto& [kind, entry] : c->stats().by_kind) sent[kind] += entry.bytes;
+    }
+    for (const auto& [kind, bytes] : sent) cb[collective_name(kind)] = bytes;
+    rec["comm_bytes"] = cb;
+    rec["zero_ms"] = r.phases.zero * 1e3;
+    rec["fwd_ms"] = r.phases.fwd * 1e3;
+    rec["bwd_ms"] = r.phases.bwd * 1e3;
+    rec["comm_ms"] = r.phases.comm * 1e3;
+    rec["opt_ms"] = r.phases.opt * 1e3;
+    if (m_model.op_profile_enabled()) {
+        nlohmann::ordered_json ops = nlohmann::ordered_json::object();
+        for (int k = 0; k < Gpt::kNumOps; ++k) ops[Gpt::op_name(k)] = m_model.op_ms(k);
+        rec["ops_ms"] = ops;
+    }
+    m_metrics.write(rec);
+    const long done = r.step;
+    if (done % m_log_every == 0 || done == m_max_steps || done == 1) {
+        const double avg = done > 1 ? m_train_seconds / static_cast<double>(done - 1) : r.step_s;
+        std::printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | ETA %s\n", done,
+                    m_max_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_s * 1e3,
+                    format_duration(avg * static_cast<double>(m_max_steps - done)).c_str());
+        std::fflush(stdout);
+    }
+}
+
+void StepReporter::val_loss(long step, double loss) {
+    if (!m_root) return;
+    nlohmann::ordered_json rec;
+    rec["step"] = step;
+    rec["val_loss"] = loss;
+    m_metrics.write(rec);
+    std::printf("step %ld | val loss %.4f\n", step, loss);
+}
+
+void StepReporter::sample(long step, const std::string& text) {
+    if (m_root) std::printf("sample at step %ld:\n    %s\n", step, printable(text).c_str());
+}
+
+void StepReporter::checkpoint_written(const std::string& dir, double seconds) {
+    if (!m_root) return;
+    std::printf("ztrain: checkpoint %s written in %.2f s\n", dir.c_str(), seconds);
+    std::fflush(stdout);
+}
+
+void StepReporter::stopped_by_signal(int signal, long step) {
+    if (!m_root) return;
+    std::printf("ztrain: stopped by signal %d after step %ld; resume with checkpoint.resume=auto\n", signal, step);
+}
+
+void StepReporter::finish(int steps) {
+    if (m_root) std::printf("ztrain: %d steps in %s\n", steps, format_duration(seconds_since(m_run_start)).c_str());
+}
+
+}  // namespace zt

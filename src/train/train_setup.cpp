@@ -1,0 +1,110 @@
+#include "ztrain/train/train_setup.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/comm/comm_select.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/config.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/data/token_data.hpp"
+#include "ztrain/data/tokenizer.hpp"
+
+#if ZT_HAVE_CUDA
+#include "ztrain/backend/cuda_info.hpp"
+#endif
+
+namespace zt {
+
+void check_cuda_training(const Config& cfg) {
+    // The 16-bit paths convert, round and accumulate on host memory (ModelState, Gpt's
+    // activation rounding); init_from writes the master weights through host pointers.
+    const DType dt = cfg.precision.dtype;
+    ZT_INPUT_CHECK(dt == DType::kF32, "precision.dtype = ", dtype_name(dt),
+                   ": backend = cuda trains in fp32 only for now (bf16/fp16 are not integrated "
+                   "on the GPU yet), use precision.dtype = fp32 or backend = cpu");
+    const std::optional<DType>& rd = cfg.precision.reduce_dtype;
+    ZT_INPUT_CHECK(!rd || *rd == DType::kF32, "precision.reduce_dtype = ", rd ? dtype_name(*rd) : "",
+                   ": backend = cuda reduces gradients in fp32 only for now, leave precision.reduce_dtype "
+                   "empty or fp32, or use backend = cpu");
+    ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
+                   ": importing weights is not integrated with backend = cuda yet; start from a "
+                   "checkpoint or use backend = cpu");
+}
+
+namespace {
+
+/// Finds the tokenizer description: data.tokenizer, else tokenizer.json beside the first
+/// training shard. Returns null (samples shown as token ids) only when neither is set/found.
+std::unique_ptr<Tokenizer> find_tokenizer(const Config& cfg, const std::string& first_train_file) {
+    if (!cfg.data.tokenizer.empty()) {
+        ZT_INPUT_CHECK(std::filesystem::exists(cfg.data.tokenizer), "data.tokenizer: cannot read '",
+                       cfg.data.tokenizer, "'");
+        return load_tokenizer(cfg.data.tokenizer);
+    }
+    const auto beside = std::filesystem::path(first_train_file).parent_path() / "tokenizer.json";
+    if (std::filesystem::exists(beside)) return load_tokenizer(beside.string());
+    return nullptr;
+}
+
+/// The compute backend `kind` (cpu or cuda, as resolved); a GPU run uses the device of this
+/// rank's local rank, the same one make_communicator picks.
+std::unique_ptr<Backend> make_backend(BackendChoice kind, int threads, int local_rank) {
+#if ZT_HAVE_CUDA
+    if (kind == BackendChoice::kCuda) return make_cuda_backend(local_device(local_rank, cuda_device_count()));
+#else
+    (void)local_rank;
+#endif
+    ZT_REQUIRE(kind == BackendChoice::kCpu, "backend '", setting_text(kind), "' is not available in this build");
+    return make_cpu_backend(threads);
+}
+
+}  // namespace
+
+TrainSetup::TrainSetup() = default;
+TrainSetup::~TrainSetup() = default;
+TrainSetup::TrainSetup(TrainSetup&&) noexcept = default;
+
+TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
+    TrainSetup s;
+    s.comm = make_mpi_communicator(mpi_comm);
+    // backend = cpu | cuda | auto: a cuda that cannot run here is bad input, before any work.
+    std::string backend_note;
+    // resolve_backend answers "cpu" or "cuda"; from here on it is an enum.
+    const std::string resolved = resolve_backend(setting_text(cfg.backend), &backend_note);
+    s.backend_kind = resolved == "cuda" ? BackendChoice::kCuda : BackendChoice::kCpu;
+    if (s.backend_kind == BackendChoice::kCuda) check_cuda_training(cfg);
+    if (s.comm->rank() == 0 && !backend_note.empty()) std::printf("ztrain: %s\n", backend_note.c_str());
+
+    const ModelConfig& mc = cfg.model;
+    s.train_data = std::make_unique<TokenDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len);
+    if (!cfg.data.val.empty()) {
+        s.val_data = std::make_unique<TokenDataset>(cfg.data.val, "data.val", mc.vocab_size, mc.seq_len);
+    }
+    s.tokenizer = find_tokenizer(cfg, s.train_data->files().front());
+    if (s.tokenizer) {
+        ZT_INPUT_CHECK(s.tokenizer->vocab_size() <= mc.vocab_size, "model.vocab_size = ", mc.vocab_size,
+                       " is smaller than the tokenizer's vocabulary (", s.tokenizer->vocab_size(), " tokens)");
+    }
+    s.train_sampler = std::make_unique<BatchSampler>(*s.train_data, cfg.train.seed, true);
+    if (s.val_data) s.val_sampler = std::make_unique<BatchSampler>(*s.val_data, cfg.train.seed, false);
+    return s;
+}
+
+void start_compute(TrainSetup& s, const Config& cfg, MPI_Comm mpi_comm) {
+    // Ranks on one node share its cores unless told otherwise.
+    int threads = cfg.train.threads;
+    if (threads <= 0) {
+        threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.comm->local_size());
+    }
+    s.backend = make_backend(s.backend_kind, threads, s.comm->local_rank());
+    if (s.backend_kind == BackendChoice::kCuda) {
+        s.device_comm = make_communicator(setting_text(s.backend_kind), mpi_comm, cuda_stream(*s.backend));
+    }
+}
+
+}  // namespace zt

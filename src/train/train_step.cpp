@@ -1,0 +1,109 @@
+#include "ztrain/train/train_step.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/data/token_data.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/optim/optimizer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/collective_watchdog.hpp"
+#include "ztrain/train/trainer.hpp"
+
+namespace zt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+TrainStep::TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm,
+                     Communicator* device_comm, BatchSampler& sampler, LossScalePolicy& loss_scale,
+                     StepReporter& reporter, const TrainOptions& options)
+    : m_tc(cfg.train),
+      m_model(model),
+      m_state(state),
+      m_comm(comm),
+      m_device_comm(device_comm),
+      m_sampler(sampler),
+      m_loss_scale(loss_scale),
+      m_reporter(reporter),
+      m_options(options),
+      m_global_batch(static_cast<long>(cfg.train.micro_batch) * cfg.train.grad_accum * comm.size()),
+      m_inputs(static_cast<size_t>(cfg.train.micro_batch) * static_cast<size_t>(cfg.model.seq_len)),
+      m_targets(m_inputs.size()) {}
+
+StepOutcome TrainStep::run(long step, TrainProgress& progress) {
+    const int B = m_tc.micro_batch;
+    const int T = m_model.config().seq_len;
+    const int rank = m_comm.rank();
+    StepOutcome out;
+    PhaseTimes& ph = out.phases;  // where a step's time goes (metrics fields *_ms)
+    const auto t0 = Clock::now();
+    m_comm.reset_stats();
+    if (m_device_comm) m_device_comm->reset_stats();
+    m_model.reset_op_profile();
+    m_state.zero_grads();
+    ph.zero = seconds_since(t0);
+    const double scale = m_loss_scale.scale();
+    out.loss_scale = scale;
+    // The loss is scaled through dloss: every gradient comes out multiplied by `scale`.
+    const float dloss_step = static_cast<float>(scale / (static_cast<double>(m_global_batch) * T));
+    double loss_sum = 0.0;
+    for (int a = 0; a < m_tc.grad_accum; ++a) {
+        const uint64_t first =
+            progress.samples_seen + static_cast<uint64_t>((static_cast<long>(rank) * m_tc.grad_accum + a) * B);
+        m_sampler.fill(first, B, m_inputs.data(), m_targets.data());
+        m_state.begin_micro_step(a == 0, a == m_tc.grad_accum - 1);
+        auto tp = Clock::now();
+        loss_sum += m_model.forward(m_state, m_inputs.data(), m_targets.data(), B, T, dloss_step);
+        ph.fwd += seconds_since(tp);
+        tp = Clock::now();
+        m_model.backward(m_state);
+        ph.bwd += seconds_since(tp);
+    }
+    maybe_stall(rank, step + 1);
+    auto tc0 = Clock::now();
+    m_state.finish_grad_sync();
+    ph.comm = seconds_since(tc0);
+    if (m_options.after_grad_sync) m_options.after_grad_sync(step + 1, m_state);
+    double loss = loss_sum / m_tc.grad_accum;
+    tc0 = Clock::now();
+    m_comm.all_reduce_scalars(&loss, 1);
+    ph.comm += seconds_since(tc0);
+    loss /= m_comm.size();
+    out.loss = loss;
+
+    const auto t_opt = Clock::now();
+    // Every rank checks its own gradients; the flag is agreed (MAX) so all skip together.
+    const double sum_sq = m_state.grad_sum_squares_if_finite();
+    const bool non_finite = std::isnan(sum_sq);
+    out.grad_norm = std::sqrt(sum_sq) / scale;
+    // A run that cannot go on stops after this step's record is written (the trainer throws).
+    out.verdict = m_loss_scale.judge(non_finite, step + 1, loss);
+    out.lr = learning_rate(m_tc, progress.applied_steps);
+    if (out.verdict.skipped()) {
+        m_reporter.skipped(step + 1, m_loss_scale.fp16(), scale, m_loss_scale.scale());
+    } else {
+        // Unscaling and clipping share one multiplier, applied as AdamW reads the gradient.
+        AdamWStep sp = adamw_step_params(m_tc, out.lr, progress.applied_steps + 1);
+        sp.grad_scale = static_cast<float>(clip_multiplier(out.grad_norm, m_tc.grad_clip) / scale);
+        m_state.optimizer_step(sp);
+        ++progress.applied_steps;
+    }
+    ph.opt = seconds_since(t_opt);
+    if (m_options.after_step) m_options.after_step(step + 1, m_state, out.verdict.skipped());
+    out.step_s = seconds_since(t0);
+
+    progress.step = step + 1;
+    progress.samples_seen += static_cast<uint64_t>(m_global_batch);
+    progress.tokens_seen += static_cast<uint64_t>(m_global_batch) * static_cast<uint64_t>(T);
+    return out;
+}
+
+}  // namespace zt

@@ -1,0 +1,59 @@
+// The ZeRO memory formulas (parallel/zero_memory.hpp) against what a ModelState allocates:
+// at N = 1 (the default model) every kind is exact once P counts the padded unit buffers, for every stage and
+// working dtype; the formula text and the model-state total follow the ZeRO paper.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/parallel/zero_memory.hpp"
+
+namespace zt {
+namespace {
+
+TEST(ZeroMemory, FormulasMatchModelStateBytesOnOneRank) {
+    const ModelLayout layout = make_gpt_layout(ModelConfig{});  // the default model: 4 layers, 128 wide
+    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    for (const DType work : {DType::kF32, DType::kBF16, DType::kF16}) {
+        for (int stage = 0; stage <= 3; ++stage) {
+            ModelState state(layout, *backend, self_communicator(), stage, SIZE_MAX, 1, work, work);
+            size_t padded = 0;  // P as the buffers hold it: units padded for sharding
+            for (const UnitShard& s : state.shards()) padded += s.padded_numel;
+            const StateBytes sb = state.bytes();
+            const ZeroMemoryFormulas f = zero_memory_formulas(stage, 1, padded, work);
+            const std::string what = std::string(dtype_name(work)) + " stage " + std::to_string(stage);
+            EXPECT_EQ(static_cast<double>(sb.params), f.params.bytes) << what;
+            EXPECT_EQ(static_cast<double>(sb.grads), f.grads.bytes) << what;
+            EXPECT_EQ(static_cast<double>(sb.master), f.master.bytes) << what;
+            EXPECT_EQ(static_cast<double>(sb.optimizer), f.optimizer.bytes) << what;
+            EXPECT_EQ(static_cast<double>(sb.model_state()), f.model_state.bytes) << what;
+        }
+    }
+}
+
+TEST(ZeroMemory, TheZeroPapersFormulas) {
+    // Mixed precision: DDP 16P; ZeRO-1 4P + 12P/N; ZeRO-2 2P + 14P/N; ZeRO-3 16P/N.
+    const size_t P = 1000;
+    const double N = 4;
+    const char* kTotals[4] = {"16P", "4P + 12P/N", "2P + 14P/N", "16P/N"};
+    const double kBytes[4] = {16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N};
+    for (int stage = 0; stage <= 3; ++stage) {
+        const ZeroMemoryFormulas f = zero_memory_formulas(stage, 4, P, DType::kBF16);
+        EXPECT_STREQ(f.model_state.formula, kTotals[stage]) << "stage " << stage;
+        EXPECT_DOUBLE_EQ(f.model_state.bytes, kBytes[stage]) << "stage " << stage;
+        EXPECT_DOUBLE_EQ(f.params.bytes + f.grads.bytes + f.master.bytes + f.optimizer.bytes, kBytes[stage]);
+    }
+    // fp32 keeps no separate master copy.
+    const ZeroMemoryFormulas f32 = zero_memory_formulas(1, 4, P, DType::kF32);
+    EXPECT_STREQ(f32.master.formula, "0");
+    EXPECT_STREQ(f32.model_state.formula, "8P + 8P/N");
+    EXPECT_DOUBLE_EQ(f32.model_state.bytes, 8 * P + 8 * P / N);
+    EXPECT_STREQ(f32.params.formula, "4P");
+    EXPECT_STREQ(f32.optimizer.formula, "8P/N");
+}
+
+}  // namespace
+}  // namespace zt
