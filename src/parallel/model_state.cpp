@@ -59,11 +59,10 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
       m_reduce(reduce),
       m_shards(make_unit_shards(layout.unit_numel, comm.size())) {
     ZT_REQUIRE(zero_stage >= 0 && zero_stage <= 3, "zero stage ", zero_stage);
-    // Device memory: the 16-bit conversions (convert_*_f32, accumulate_into)
-    // are host code, so a device backend runs fp32 only for now (the trainer refuses earlier).
-    ZT_REQUIRE(backend.host_memory() || (work == DType::kF32 && reduce == DType::kF32),
-               "backend ", backend.name(), " supports precision fp32 only; got ", dtype_name(work), "/",
-               dtype_name(reduce));
+    // What the backend trains in is its answer (the trainer refuses other configs earlier).
+    const BackendCapabilities caps = backend.capabilities();
+    ZT_REQUIRE(caps.supports(work) && caps.supports(reduce), "backend ", backend.name(), " supports precision ",
+               caps.work_dtypes(), " only; got ", dtype_name(work), "/", dtype_name(reduce));
     // Every persistent buffer is counted under its kind as it is allocated (the memory record).
     auto alloc_bytes = [&](size_t bytes, size_t& kind) {
         void* p = backend.alloc_bytes(bytes);

@@ -32,6 +32,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/comm/comm_select.hpp"
@@ -54,16 +55,18 @@
 namespace zt {
 
 void check_cuda_training(const Config& cfg) {
-    // The 16-bit paths convert, round and accumulate on host memory (ModelState, Gpt's
-    // activation rounding); init_from writes the master weights through host pointers.
+    // Which precisions cuda trains in is the backend's answer (cuda_capabilities); init_from
+    // writes the master weights through host pointers.
+    const BackendCapabilities caps = cuda_capabilities();
     const std::string& dt = cfg.precision.dtype;
-    ZT_INPUT_CHECK(dt == "fp32", "precision.dtype = ", dt,
-                   ": backend = cuda trains in fp32 only for now (bf16/fp16 are not integrated "
-                   "on the GPU yet), use precision.dtype = fp32 or backend = cpu");
+    ZT_INPUT_CHECK(caps.supports(parse_dtype(dt, "precision.dtype")), "precision.dtype = ", dt,
+                   ": backend = cuda trains in ", caps.work_dtypes(),
+                   " only for now (bf16/fp16 are not integrated on the GPU yet), use precision.dtype = fp32 or "
+                   "backend = cpu");
     const std::string& rd = cfg.precision.reduce_dtype;
-    ZT_INPUT_CHECK(rd.empty() || rd == "fp32", "precision.reduce_dtype = ", rd,
-                   ": backend = cuda reduces gradients in fp32 only for now, leave precision.reduce_dtype "
-                   "empty or fp32, or use backend = cpu");
+    ZT_INPUT_CHECK(rd.empty() || caps.supports(parse_dtype(rd, "precision.reduce_dtype")),
+                   "precision.reduce_dtype = ", rd, ": backend = cuda reduces gradients in ", caps.work_dtypes(),
+                   " only for now, leave precision.reduce_dtype empty or fp32, or use backend = cpu");
     ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
                    ": importing weights is not integrated with backend = cuda yet; start from a "
                    "checkpoint or use backend = cpu");
@@ -370,7 +373,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const DType work = parse_dtype(cfg.precision.dtype, "precision.dtype");
     const DType reduce =
         cfg.precision.reduce_dtype.empty() ? work : parse_dtype(cfg.precision.reduce_dtype, "precision.reduce_dtype");
-    std::unique_ptr<Backend> backend = make_backend(backend_kind, threads, comm.local_rank());
+    // ZT_PROFILE_OPS=1 wraps the backend in a ProfilingBackend (per-op times in ops_ms).
+    std::unique_ptr<Backend> backend = profile_ops_from_env(make_backend(backend_kind, threads, comm.local_rank()));
+    auto* op_profile = dynamic_cast<ProfilingBackend*>(backend.get());
     // On a GPU the model state's collectives run on device buffers: NCCL, or host staging
     // where ranks share a GPU. `comm` (MPI) keeps the host-side traffic (scalars, checkpoints).
     // Declared after the backend, so it is destroyed before the stream it uses.
@@ -598,7 +603,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         if (device_comm) device_comm->reset_stats();
         // Per-phase wall times of this step (metrics fields *_ms): where a step's time goes.
         PhaseTimes ph;
-        model.reset_op_profile();
+        if (op_profile != nullptr) op_profile->reset();
         state.zero_grads();
         ph.zero = seconds_since(t0);
         const double scale = scaler.scale();
@@ -713,9 +718,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             rec["bwd_ms"] = ph.bwd * 1e3;
             rec["comm_ms"] = ph.comm * 1e3;
             rec["opt_ms"] = ph.opt * 1e3;
-            if (model.op_profile_enabled()) {
+            if (op_profile != nullptr) {
                 nlohmann::ordered_json ops = nlohmann::ordered_json::object();
-                for (int k = 0; k < Gpt::kNumOps; ++k) ops[Gpt::op_name(k)] = model.op_ms(k);
+                for (int k = 0; k < ProfilingBackend::kNumOps; ++k) ops[ProfilingBackend::op_name(k)] = op_profile->op_ms(k);
                 rec["ops_ms"] = ops;
             }
             metrics.write(rec);

@@ -116,8 +116,6 @@ class ModelState : public UnitStore {
     /// fp32 working copy of a replicated stage (0-2) only: direct access to a unit's full
     /// parameters (tests that perturb weights).
     float* unit_params(int unit);
-    DType work_dtype() const { return m_work; }
-    DType reduce_dtype() const { return m_reduce; }
 
     // ---- checkpoints: this rank's owned elements [owned_begin, owned_end) of each unit ----
     size_t owned_begin(int unit) const;
