@@ -189,6 +189,11 @@ TEST(ProfilingBackend, ChangesNoResultAndTimesTheOpsThatRan) {
                        P::kOpAttentionBwd, P::kOpElementwise, P::kOpSoftmaxCe, P::kOpAdamW, P::kOpSumSquares}) {
             EXPECT_GT(profiled.op_ms(op), 0.0) << P::op_name(op) << " " << dtype_name(t);
         }
+        // 16-bit working copies are widened and gradients rounded into storage.
+        if (t != DType::kF32) {
+            EXPECT_GT(profiled.op_ms(P::kOpCast), 0.0) << dtype_name(t);
+            EXPECT_GT(profiled.op_ms(P::kOpAccumulate), 0.0) << dtype_name(t);
+        }
         profiled.reset();
         for (int op = 0; op < P::kNumOps; ++op) EXPECT_EQ(profiled.op_ms(op), 0.0) << P::op_name(op);
     }

@@ -20,6 +20,8 @@
 // elements. In fp32 the parameters are the master weights (no separate copy). The model
 // always computes on fp32 views: a 16-bit unit is widened when acquired (scratch), and a
 // unit's fp32 gradient scratch is rounded into 16-bit storage when backward is done with it.
+// Every buffer is backend memory, and the widening, rounding and accumulation are backend
+// ops (Backend::cast / accumulate): nothing here converts or adds on the host.
 // Gradients are reduced in `reduce` dtype (the wire format; default: the working dtype).
 // Gradient accumulation:
 // stages 0 and 1 keep full gradient buffers, so non-final micro-steps communicate nothing;
@@ -124,8 +126,11 @@ class ModelState : public UnitStore {
     float* master_base(int unit);
     float* adam_m_base(int unit);
     float* adam_v_base(int unit);
-    /// Whether the base pointers above are host memory. When not (a device backend), host
-    /// code reads and writes them only through copy_to_host / copy_from_host.
+    /// Whether the base pointers above are host memory. ModelState itself never asks; the
+    /// checkpoint code still does, to skip a staging copy on the CPU. Host code must reach
+    /// these buffers through copy_to_host / copy_from_host (a memcpy on the CPU), the one edge
+    /// between host and backend memory, so this accessor can go once the checkpoint always
+    /// stages through them.
     bool host_memory() const { return m_backend.host_memory(); }
     /// n floats from this state's memory (e.g. master_base(u) + b) to host memory, and back.
     void copy_to_host(float* host, const float* src, size_t n);
