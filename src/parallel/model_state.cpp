@@ -77,36 +77,50 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
             off += m_shards[static_cast<size_t>(u)].padded_numel;
         }
     }
-    // Initial values are computed on the host (fp32) and cross to the backend once: into
-    // the fp32 parameters, or into the fp32 master from which the backend casts the 16-bit
-    // working copy.
-    std::vector<float> init(max_padded);  // one unit, host
+    // Initial values are computed on the host (fp32) a piece at a time, so the host holds
+    // 4 MiB of them at once, not a whole unit (157 MB for GPT-2's embedding, on top of the
+    // peak). Each piece crosses to the backend into the fp32 parameters, or into the fp32
+    // master and, through the conversion buffer, cast into the 16-bit working copy.
+    constexpr size_t kInitPieceNumel = size_t{1} << 20;
+    std::vector<float> piece(kInitPieceNumel);
     for (int u = 0; u < U; ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
         const size_t b = m_stage == 0 ? 0 : s.begin(m_rank);
         const size_t state_n = m_stage == 0 ? s.padded_numel : s.shard_numel;
-        // The initial values, fp32, whole unit (padding zero).
-        std::fill(init.begin(), init.begin() + static_cast<std::ptrdiff_t>(s.padded_numel), 0.f);
-        init_unit(layout, u, seed, init.data());
         // What this rank's parameters hold: the whole unit (stages 0-2) or its shard (3).
         const size_t param_begin = m_stage <= 2 ? 0 : s.begin(m_rank);
         const size_t param_n = m_stage <= 2 ? s.padded_numel : s.shard_numel;
         void* p = alloc_bytes(param_n * esize(), m_allocated.params);
         m_params.push_back(p);
-        if (m_work == DType::kF32) {
-            backend.to_device(p, init.data() + param_begin, param_n * sizeof(float));
-        } else {
-            float* master = alloc_f32(state_n, m_allocated.master);
-            backend.to_device(master, init.data() + b, state_n * sizeof(float));
+        float* master = nullptr;
+        if (m_work != DType::kF32) {
+            master = alloc_f32(state_n, m_allocated.master);
             m_master.push_back(master);
-            // The working copy is the rounded initial values. The master covers them only
-            // where both are the same range (stage 0 full, stage 3 shard); else they go up
-            // through the fp32 conversion buffer.
-            if (param_begin == b && param_n == state_n) {
-                backend.cast(p, m_work, master, DType::kF32, param_n);
-            } else {
-                backend.to_device(m_f32_tmp, init.data() + param_begin, param_n * sizeof(float));
-                backend.cast(p, m_work, m_f32_tmp, DType::kF32, param_n);
+        }
+        // [from, to) = [lo, hi) intersected with [dst_begin, dst_begin + dst_n); false if empty.
+        auto overlap = [](size_t lo, size_t hi, size_t dst_begin, size_t dst_n, size_t* from, size_t* to) {
+            *from = std::max(lo, dst_begin);
+            *to = std::min(hi, dst_begin + dst_n);
+            return *to > *from;
+        };
+        for (size_t lo = 0; lo < s.padded_numel; lo += kInitPieceNumel) {
+            const size_t hi = std::min(s.padded_numel, lo + kInitPieceNumel);
+            // Padding past the unit's numel is zero.
+            std::fill(piece.begin(), piece.begin() + static_cast<std::ptrdiff_t>(hi - lo), 0.f);
+            if (lo < s.numel) init_unit_range(layout, u, seed, lo, std::min(hi, s.numel), piece.data());
+            size_t from = 0;
+            size_t to = 0;
+            if (overlap(lo, hi, param_begin, param_n, &from, &to)) {
+                if (m_work == DType::kF32) {
+                    backend.to_device(static_cast<float*>(p) + (from - param_begin), piece.data() + (from - lo),
+                                      (to - from) * sizeof(float));
+                } else {
+                    backend.to_device(m_f32_tmp, piece.data() + (from - lo), (to - from) * sizeof(float));
+                    backend.cast(at(p, from - param_begin, m_work), m_work, m_f32_tmp, DType::kF32, to - from);
+                }
+            }
+            if (master != nullptr && overlap(lo, hi, b, state_n, &from, &to)) {
+                backend.to_device(master + (from - b), piece.data() + (from - lo), (to - from) * sizeof(float));
             }
         }
         if (m_stage >= 2) m_grads.push_back(alloc_bytes(s.shard_numel * esize(), m_allocated.grads));

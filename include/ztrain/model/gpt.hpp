@@ -52,6 +52,9 @@ ModelLayout make_gpt_layout(const ModelConfig& cfg);
 /// a counter-based generator keyed by each element's global index, so every rank and every
 /// strategy computes identical weights.
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out);
+/// Elements [begin, end) of that unit (end <= unit_numel[unit]) into out[0, end - begin):
+/// the same values init_unit gives them, so a unit can be initialized in pieces.
+void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t begin, size_t end, float* out);
 
 /// Where the model gets gathered weights and puts gradients. Implemented by the parallel
 /// strategy. Calls come in a fixed order per micro-step (see Gpt::forward/backward).
