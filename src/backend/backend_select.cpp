@@ -1,6 +1,7 @@
 // Which backend runs: the `backend` config key (cpu | cuda | auto) against what this build
 // and this machine offer. Compiled in every build; only the CUDA parts are conditional.
 #include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -11,6 +12,8 @@
 namespace zt {
 
 void* cuda_stream(Backend& b) {
+    // A profiled backend runs on the stream of the backend it wraps.
+    if (auto* profiled = dynamic_cast<ProfilingBackend*>(&b)) return cuda_stream(profiled->inner());
     auto* cuda = dynamic_cast<CudaBackend*>(&b);
     return cuda != nullptr ? cuda->stream() : nullptr;
 }
@@ -24,10 +27,11 @@ std::string resolve_backend(const std::string& requested, std::string* note) {
     const int devices = 0;
 #endif
     if (requested == "auto") {
-        // auto stays on the CPU while the GPU path covers fp32 only and has not run on a GPU.
+        // auto stays on the CPU while the GPU path covers a subset of the precisions
+        // (cuda_capabilities) and has not run on a GPU.
         if (devices > 0 && note != nullptr) {
             *note = "backend = auto: a GPU is visible; training on the cpu backend (set backend = cuda to "
-                    "train on the GPU, fp32 only for now)";
+                    "train on the GPU, " + cuda_capabilities().work_dtypes() + " only for now)";
         }
         return "cpu";
     }

@@ -10,43 +10,11 @@
 // The next unit is announced with prefetch() before the current one is used.
 #include "ztrain/model/gpt.hpp"
 
-#include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "ztrain/core/error.hpp"
 
 namespace zt {
-
-/// Adds the wall time of its scope to one op kind's total when profiling is on.
-class Gpt::OpTimer {
-  public:
-    OpTimer(Gpt& g, Op op) : m_g(g), m_op(op) {
-        if (g.m_profile) m_t0 = std::chrono::steady_clock::now();
-    }
-    ~OpTimer() {
-        if (m_g.m_profile) {
-            m_g.m_op_ms[m_op] +=
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m_t0).count();
-        }
-    }
-    OpTimer(const OpTimer&) = delete;
-    OpTimer& operator=(const OpTimer&) = delete;
-
-  private:
-    Gpt& m_g;
-    Op m_op;
-    std::chrono::steady_clock::time_point m_t0{};
-};
-
-const char* Gpt::op_name(int op) {
-    static const char* const kNames[kNumOps] = {
-        "encoder", "layernorm", "block_matmul_fwd", "block_matmul_bwd", "attention_fwd",
-        "attention_bwd", "elementwise", "head_fwd", "softmax_ce", "head_bwd"};
-    return op >= 0 && op < kNumOps ? kNames[op] : "?";
-}
-
 
 /// Activations one block saves for its backward. Shapes (B, T, ...) at allocation size.
 struct Gpt::Layer {
@@ -75,8 +43,6 @@ float* Gpt::take(size_t n) {
 Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute)
     : m_cfg(cfg), m_backend(backend), m_layout(make_gpt_layout(cfg)), m_max_batch(max_batch), m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
-    const char* prof = std::getenv("ZT_PROFILE_OPS");
-    m_profile = prof != nullptr && *prof != '\0' && std::strcmp(prof, "0") != 0;
     auto off = [&](const char* suffix) { return m_layout.find(str("h.0.", suffix)).offset; };
     if (cfg.n_layer > 0) {
         m_off = BlockOffsets{off("ln_1.weight"),       off("ln_1.bias"),          off("attn.c_attn.weight"),
@@ -127,21 +93,20 @@ Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute
     m_dfch = take(BT * 4 * C);
     m_dfch_gelu = take(BT * 4 * C);
     m_att_scratch = take(backend.attention_scratch_floats(max_batch, cfg.seq_len, cfg.n_head));
-    if (!backend.host_memory()) {
-        m_tokens_dev = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
-        m_targets_dev = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
-    }
+    m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+    m_targets_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
 }
 
 Gpt::~Gpt() {
     for (float* p : m_allocations) m_backend.free(p);
-    if (m_tokens_dev != nullptr) m_backend.free(m_tokens_dev);
-    if (m_targets_dev != nullptr) m_backend.free(m_targets_dev);
+    m_backend.free(m_tokens_be);
+    m_backend.free(m_targets_be);
 }
 
 void Gpt::set_activation_dtype(DType t) {
-    ZT_REQUIRE(t == DType::kF32 || m_backend.host_memory(), "activation dtype ", dtype_name(t),
-               " needs host memory (the rounding runs on the host); backend ", m_backend.name());
+    const BackendCapabilities caps = m_backend.capabilities();
+    ZT_REQUIRE(caps.supports(t), "activation dtype ", dtype_name(t), ": backend ", m_backend.name(),
+               " supports precision ", caps.work_dtypes(), " only");
     m_act = t;
 }
 
@@ -160,56 +125,26 @@ void Gpt::layer_forward(int l, const float* w, const float* in, int B, int T) {
     Backend& be = m_backend;
     const size_t NC3 = NC * 3;
     const size_t att_n = static_cast<size_t>(B) * static_cast<size_t>(NH) * static_cast<size_t>(T) * static_cast<size_t>(T);
-    {
-        OpTimer t(*this, kOpLayerNorm);
-        be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
-    }
+    be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
     rnd(L.ln1, NC);
-    {
-        OpTimer t(*this, kOpBlockMatmulFwd);
-        be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
-    }
+    be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
     rnd(L.qkv, NC3);
-    {
-        OpTimer t(*this, kOpAttentionFwd);
-        be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
-    }
+    be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
     rnd(L.atty, NC);
     rnd(L.att, att_n);
     // residual2 = in + atty @ Wproj^T + bproj; the projection output goes straight into
     // residual2 and the residual is added in place, so no separate buffer is kept.
-    {
-        OpTimer t(*this, kOpBlockMatmulFwd);
-        be.matmul_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, N, C, C);
-    }
-    {
-        OpTimer t(*this, kOpElementwise);
-        be.residual_forward(L.residual2, L.residual2, in, NC);
-    }
+    be.matmul_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, N, C, C);
+    be.residual_forward(L.residual2, L.residual2, in, NC);
     rnd(L.residual2, NC);
-    {
-        OpTimer t(*this, kOpLayerNorm);
-        be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
-    }
+    be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
     rnd(L.ln2, NC);
-    {
-        OpTimer t(*this, kOpBlockMatmulFwd);
-        be.matmul_forward(L.fch, L.ln2, w + o.fcw, w + o.fcb, N, C, 4 * C);
-    }
+    be.matmul_forward(L.fch, L.ln2, w + o.fcw, w + o.fcb, N, C, 4 * C);
     rnd(L.fch, NC * 4);
-    {
-        OpTimer t(*this, kOpElementwise);
-        be.gelu_forward(L.fch_gelu, L.fch, NC * 4);
-    }
+    be.gelu_forward(L.fch_gelu, L.fch, NC * 4);
     rnd(L.fch_gelu, NC * 4);
-    {
-        OpTimer t(*this, kOpBlockMatmulFwd);
-        be.matmul_forward(L.residual3, L.fch_gelu, w + o.fcprojw, w + o.fcprojb, N, 4 * C, C);
-    }
-    {
-        OpTimer t(*this, kOpElementwise);
-        be.residual_forward(L.residual3, L.residual3, L.residual2, NC);
-    }
+    be.matmul_forward(L.residual3, L.fch_gelu, w + o.fcprojw, w + o.fcprojb, N, 4 * C, C);
+    be.residual_forward(L.residual3, L.residual3, L.residual2, NC);
     rnd(L.residual3, NC);
 }
 
@@ -224,26 +159,22 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     const int Vp = m_cfg.padded_vocab();
     const int N = B * T;
     const int nL = m_cfg.n_layer;
-    // The callers' token arrays are host memory: a device backend gets staged copies.
+    // The callers' token arrays are host memory; the backend reads its own copies (data in
+    // is one of the edges where host memory crosses to the backend; a memcpy on the CPU).
     const size_t token_bytes = static_cast<size_t>(N) * sizeof(int32_t);
-    const int32_t* targets_be = targets;
-    if (m_tokens_dev != nullptr) {
-        m_backend.to_device(m_tokens_dev, inputs, token_bytes);
-        inputs = m_tokens_dev;
-        if (targets != nullptr) {
-            m_backend.to_device(m_targets_dev, targets, token_bytes);
-            targets_be = m_targets_dev;
-        }
+    const int32_t* targets_be = nullptr;
+    m_backend.to_device(m_tokens_be, inputs, token_bytes);
+    inputs = m_tokens_be;
+    if (targets != nullptr) {
+        m_backend.to_device(m_targets_be, targets, token_bytes);
+        targets_be = m_targets_be;
     }
     m_inputs = inputs;
 
     store.prefetch(0);
     const float* emb = store.acquire(0);
     store.prefetch(1);
-    {
-        OpTimer t(*this, kOpEncoder);
-        m_backend.encoder_forward(m_encoded, inputs, emb, emb + m_wpe_offset, B, T, C);
-    }
+    m_backend.encoder_forward(m_encoded, inputs, emb, emb + m_wpe_offset, B, T, C);
     rnd(m_encoded, static_cast<size_t>(N) * static_cast<size_t>(C));
     store.release(0);
 
@@ -257,37 +188,25 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     }
     const float* wf = store.acquire(nL + 1);
     store.prefetch(0);
-    {
-        OpTimer t(*this, kOpLayerNorm);
-        m_backend.layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
-    }
+    m_backend.layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
     rnd(m_lnf, static_cast<size_t>(N) * static_cast<size_t>(C));
     store.release(nL + 1);
 
     // LM head tied to the token embedding: logits (N, Vp) = lnf (N, C) @ wte (Vp, C)^T.
     const float* wte = store.acquire(0);
-    {
-        OpTimer t(*this, kOpHeadFwd);
-        m_backend.matmul_forward(m_logits, m_lnf, wte, nullptr, N, C, Vp);
-    }
+    m_backend.matmul_forward(m_logits, m_lnf, wte, nullptr, N, C, Vp);
     rnd(m_logits, static_cast<size_t>(N) * static_cast<size_t>(Vp));
     m_have_dlogits = false;
     if (targets == nullptr) {
         store.release(0);
         return 0.f;
     }
-    {
-        OpTimer t(*this, kOpSoftmaxCe);
-        m_backend.softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
-    }
+    m_backend.softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
     if (dloss != 0.f) rnd(m_logits, static_cast<size_t>(N) * static_cast<size_t>(Vp));  // dlogits
     // The mean is taken on the host (targets is the caller's host array).
-    const float* losses = m_losses;
-    if (m_tokens_dev != nullptr) {
-        m_losses_host.resize(static_cast<size_t>(N));
-        m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
-        losses = m_losses_host.data();
-    }
+    m_losses_host.resize(static_cast<size_t>(N));
+    m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
+    const float* losses = m_losses_host.data();
     double sum = 0.0;
     int counted = 0;
     for (int i = 0; i < N; ++i) {
@@ -317,64 +236,40 @@ void Gpt::layer_backward(int l, const float* w, float* dw, bool zero_dw, const f
     const size_t CC = static_cast<size_t>(C) * static_cast<size_t>(C);
     // dres holds d loss / d residual3. residual3 = residual2 + mlp(...): the MLP branch gets
     // dres as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
-    {
-        OpTimer t(*this, kOpBlockMatmulBwd);
-        be.zero(m_dfch_gelu, NC * 4);
-        zero_grad_if(zero_dw, dw + o.fcprojw, 4 * CC);
-        zero_grad_if(zero_dw, dw + o.fcprojb, static_cast<size_t>(C));
-        be.matmul_backward(m_dfch_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fch_gelu, w + o.fcprojw, N, 4 * C, C);
-    }
+    be.zero(m_dfch_gelu, NC * 4);
+    zero_grad_if(zero_dw, dw + o.fcprojw, 4 * CC);
+    zero_grad_if(zero_dw, dw + o.fcprojb, static_cast<size_t>(C));
+    be.matmul_backward(m_dfch_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fch_gelu, w + o.fcprojw, N, 4 * C, C);
     rnd(m_dfch_gelu, NC * 4);
-    {
-        OpTimer t(*this, kOpElementwise);
-        be.zero(m_dfch, NC * 4);
-        be.gelu_backward(m_dfch, L.fch, m_dfch_gelu, NC * 4);
-    }
+    be.zero(m_dfch, NC * 4);
+    be.gelu_backward(m_dfch, L.fch, m_dfch_gelu, NC * 4);
     rnd(m_dfch, NC * 4);
-    {
-        OpTimer t(*this, kOpBlockMatmulBwd);
-        be.zero(m_dln, NC);
-        zero_grad_if(zero_dw, dw + o.fcw, 4 * CC);
-        zero_grad_if(zero_dw, dw + o.fcb, 4 * static_cast<size_t>(C));
-        be.matmul_backward(m_dln, dw + o.fcw, dw + o.fcb, m_dfch, L.ln2, w + o.fcw, N, C, 4 * C);
-    }
+    be.zero(m_dln, NC);
+    zero_grad_if(zero_dw, dw + o.fcw, 4 * CC);
+    zero_grad_if(zero_dw, dw + o.fcb, 4 * static_cast<size_t>(C));
+    be.matmul_backward(m_dln, dw + o.fcw, dw + o.fcb, m_dfch, L.ln2, w + o.fcw, N, C, 4 * C);
     rnd(m_dln, NC);
-    {
-        OpTimer t(*this, kOpLayerNorm);
-        zero_grad_if(zero_dw, dw + o.ln2w, static_cast<size_t>(C));
-        zero_grad_if(zero_dw, dw + o.ln2b, static_cast<size_t>(C));
-        be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, m_dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
-    }
+    zero_grad_if(zero_dw, dw + o.ln2w, static_cast<size_t>(C));
+    zero_grad_if(zero_dw, dw + o.ln2b, static_cast<size_t>(C));
+    be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, m_dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
     rnd(dres, NC);
     // Same for the attention branch: dres becomes d/d block input.
-    {
-        OpTimer t(*this, kOpBlockMatmulBwd);
-        be.zero(m_datty, NC);
-        zero_grad_if(zero_dw, dw + o.attprojw, CC);
-        zero_grad_if(zero_dw, dw + o.attprojb, static_cast<size_t>(C));
-        be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
-    }
+    be.zero(m_datty, NC);
+    zero_grad_if(zero_dw, dw + o.attprojw, CC);
+    zero_grad_if(zero_dw, dw + o.attprojb, static_cast<size_t>(C));
+    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
     rnd(m_datty, NC);
-    {
-        OpTimer t(*this, kOpAttentionBwd);
-        be.zero(m_dqkv, NC * 3);
-        be.attention_backward(m_dqkv, m_att_scratch, m_datty, L.qkv, L.att, B, T, C, NH);
-    }
+    be.zero(m_dqkv, NC * 3);
+    be.attention_backward(m_dqkv, m_att_scratch, m_datty, L.qkv, L.att, B, T, C, NH);
     rnd(m_dqkv, NC * 3);
-    {
-        OpTimer t(*this, kOpBlockMatmulBwd);
-        be.zero(m_dln, NC);
-        zero_grad_if(zero_dw, dw + o.qkvw, 3 * CC);
-        zero_grad_if(zero_dw, dw + o.qkvb, 3 * static_cast<size_t>(C));
-        be.matmul_backward(m_dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
-    }
+    be.zero(m_dln, NC);
+    zero_grad_if(zero_dw, dw + o.qkvw, 3 * CC);
+    zero_grad_if(zero_dw, dw + o.qkvb, 3 * static_cast<size_t>(C));
+    be.matmul_backward(m_dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
     rnd(m_dln, NC);
-    {
-        OpTimer t(*this, kOpLayerNorm);
-        zero_grad_if(zero_dw, dw + o.ln1w, static_cast<size_t>(C));
-        zero_grad_if(zero_dw, dw + o.ln1b, static_cast<size_t>(C));
-        be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, m_dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
-    }
+    zero_grad_if(zero_dw, dw + o.ln1w, static_cast<size_t>(C));
+    zero_grad_if(zero_dw, dw + o.ln1b, static_cast<size_t>(C));
+    be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, m_dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
     rnd(dres, NC);
 }
 
@@ -395,12 +290,9 @@ void Gpt::backward(UnitStore& store) {
     float* demb = store.grads(0);
     const bool zero_emb = store.grads_need_zero(0);
     store.prefetch(nL + 1);
-    {
-        OpTimer t(*this, kOpHeadBwd);
-        m_backend.zero(m_dln, NC);
-        zero_grad_if(zero_emb, demb, static_cast<size_t>(Vp) * static_cast<size_t>(C));  // wte
-        m_backend.matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
-    }
+    m_backend.zero(m_dln, NC);
+    zero_grad_if(zero_emb, demb, static_cast<size_t>(Vp) * static_cast<size_t>(C));  // wte
+    m_backend.matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
     rnd(m_dln, NC);
 
     const float* x_last = nL > 0 ? m_layers[static_cast<size_t>(nL - 1)].residual3 : m_encoded;
@@ -408,12 +300,9 @@ void Gpt::backward(UnitStore& store) {
     float* dwf = store.grads(nL + 1);
     const bool zero_f = store.grads_need_zero(nL + 1);
     store.prefetch(nL);
-    {
-        OpTimer t(*this, kOpLayerNorm);
-        m_backend.zero(m_dresidual, NC);
-        zero_grad_if(zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
-        m_backend.layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
-    }
+    m_backend.zero(m_dresidual, NC);
+    zero_grad_if(zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
+    m_backend.layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
     rnd(m_dresidual, NC);
     store.grads_done(nL + 1);
     store.release(nL + 1);
@@ -432,11 +321,8 @@ void Gpt::backward(UnitStore& store) {
         store.release(1 + l);
     }
 
-    {
-        OpTimer t(*this, kOpEncoder);
-        zero_grad_if(zero_emb, demb + m_wpe_offset, static_cast<size_t>(m_cfg.seq_len) * static_cast<size_t>(C));
-        m_backend.encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
-    }
+    zero_grad_if(zero_emb, demb + m_wpe_offset, static_cast<size_t>(m_cfg.seq_len) * static_cast<size_t>(C));
+    m_backend.encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
     store.grads_done(0);
     store.release(0);
     m_head_weights = nullptr;

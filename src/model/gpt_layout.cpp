@@ -2,6 +2,7 @@
 //
 // Tensor starts inside a unit are aligned to 16 floats (64 bytes) so vectorized kernels
 // see aligned rows; the gaps are zero, get zero gradients and stay zero under AdamW.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -94,23 +95,37 @@ ModelLayout make_gpt_layout(const ModelConfig& cfg) {
 
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out) {
     ZT_REQUIRE(unit >= 0 && unit < layout.num_units(), "unit ", unit);
+    init_unit_range(layout, unit, seed, 0, layout.unit_numel[static_cast<size_t>(unit)], out);
+}
+
+void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t begin, size_t end, float* out) {
+    ZT_REQUIRE(unit >= 0 && unit < layout.num_units(), "unit ", unit);
     const size_t n = layout.unit_numel[static_cast<size_t>(unit)];
-    for (size_t i = 0; i < n; ++i) out[i] = 0.f;
+    ZT_REQUIRE(begin <= end && end <= n, "init range [", begin, ", ", end, ") of unit ", unit, " (", n, " elements)");
+    for (size_t i = 0; i < end - begin; ++i) out[i] = 0.f;
     for (const ParamSpec& p : layout.params) {
         if (p.unit != unit) continue;
-        float* dst = out + p.offset;
+        // The part of this tensor inside [begin, end), in tensor-relative indices.
+        const size_t lo = std::max(p.offset, begin) - p.offset;
+        const size_t hi = std::min(p.offset + p.numel, end);
+        if (hi <= p.offset + lo) continue;
+        const size_t count = hi - (p.offset + lo);
+        float* dst = out + (p.offset + lo - begin);
         if (p.init_std == 0.f) {
-            for (size_t i = 0; i < p.numel; ++i) dst[i] = p.init_value;
+            for (size_t i = 0; i < count; ++i) dst[i] = p.init_value;
             continue;
         }
         // Padded vocabulary rows of the token embedding stay zero: they are never an input
-        // and never predicted, so they must not disturb the tied LM head.
-        const size_t live = p.init_numel;
+        // and never predicted, so they must not disturb the tied LM head. Every element's
+        // value depends only on its global index, so any range gives the same values.
+        const size_t live = std::min(p.init_numel, lo + count);
+        const long long first = static_cast<long long>(lo);
+        const long long last = static_cast<long long>(std::max(live, lo));
         #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < live; ++i) {
-            dst[i] = static_cast<float>(
+        for (long long i = first; i < last; ++i) {
+            dst[i - first] = static_cast<float>(
                 p.init_std * random_normal(seed, static_cast<uint64_t>(RandomStream::kInit),
-                                           p.global_index + i));
+                                           p.global_index + static_cast<uint64_t>(i)));
         }
     }
 }

@@ -1,5 +1,9 @@
 // Per-rank model state for DDP and ZeRO-1/2/3 in fp32, bf16 or fp16 (see model_state.hpp).
 //
+// Every buffer here is backend memory. Conversions between dtypes, the accumulation of
+// gradients and zeroing are backend ops (cast, accumulate, zero_bytes); host memory is
+// reached only through to_device / to_host (initial values, checkpoints, test hooks).
+//
 // Element indices below are unit-relative: element e of unit u is e in [0, numel). A rank
 // "owns" [owned_begin, owned_end): the whole unit under DDP (every rank applies the full
 // update), its live shard slice under ZeRO-1/2/3. Buffers that hold only the shard are
@@ -8,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <set>
 
@@ -17,31 +20,6 @@
 namespace zt {
 
 namespace {
-/// Converts n elements between storage dtypes through an fp32 buffer of at least n floats.
-/// The conversions run on the host; on device memory (fp32 only) a same-dtype copy is the
-/// backend's.
-void convert_elements(Backend& be, const void* src, DType from, void* dst, DType to, size_t n, float* f32_tmp) {
-    if (from == to) {
-        if (src == dst) return;
-        if (be.host_memory()) {
-            std::memcpy(dst, src, n * dtype_size(from));
-        } else {
-            ZT_REQUIRE(from == DType::kF32, "device copy of ", dtype_name(from), " elements");
-            be.copy(static_cast<float*>(dst), static_cast<const float*>(src), n);
-        }
-        return;
-    }
-    ZT_REQUIRE(be.host_memory(), "dtype conversion on device memory (backend ", be.name(), ")");
-    if (from == DType::kF32) {
-        convert_from_f32(static_cast<const float*>(src), dst, n, to);
-    } else if (to == DType::kF32) {
-        convert_to_f32(src, static_cast<float*>(dst), n, from);
-    } else {
-        convert_to_f32(src, f32_tmp, n, from);
-        convert_from_f32(f32_tmp, dst, n, to);
-    }
-}
-
 char* at(void* base, size_t element, DType t) { return static_cast<char*>(base) + element * dtype_size(t); }
 }  // namespace
 
@@ -60,11 +38,10 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
       m_plan(layout.unit_numel, comm.size(), zero_stage),
       m_shards(m_plan.shards()) {
     ZT_REQUIRE(zero_stage >= 0 && zero_stage <= 3, "zero stage ", zero_stage);
-    // Device memory: the 16-bit conversions (convert_*_f32, accumulate_into)
-    // are host code, so a device backend runs fp32 only for now (the trainer refuses earlier).
-    ZT_REQUIRE(backend.host_memory() || (work == DType::kF32 && reduce == DType::kF32),
-               "backend ", backend.name(), " supports precision fp32 only; got ", dtype_name(work), "/",
-               dtype_name(reduce));
+    // What the backend trains in is its answer (the trainer refuses other configs earlier).
+    const BackendCapabilities caps = backend.capabilities();
+    ZT_REQUIRE(caps.supports(work) && caps.supports(reduce), "backend ", backend.name(), " supports precision ",
+               caps.work_dtypes(), " only; got ", dtype_name(work), "/", dtype_name(reduce));
     // Every persistent buffer is counted under its kind as it is allocated (the memory record).
     auto alloc_bytes = [&](size_t bytes, size_t& kind) {
         void* p = backend.alloc_bytes(bytes);
@@ -101,48 +78,51 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
             off += m_shards[static_cast<size_t>(u)].padded_numel;
         }
     }
-    // Initial values computed on the host go to the parameters: converted in place on the
-    // CPU, copied to the device (fp32 only, see above) on a device backend.
-    auto store_init = [&](void* dst, const float* init, size_t n) {
-        if (backend.host_memory()) {
-            convert_from_f32(init, dst, n, m_work);
-        } else {
-            backend.to_device(dst, init, n * sizeof(float));
-        }
-    };
-    // Host fp32 parameters: init_unit writes straight into them (no temporary).
-    const bool init_in_place = m_stage <= 2 && m_work == DType::kF32 && backend.host_memory();
-    std::vector<float> init_tmp;  // only when the parameters are not a full fp32 host buffer
+    // Initial values are computed on the host (fp32) a piece at a time, so the host holds
+    // 4 MiB of them at once, not a whole unit (157 MB for GPT-2's embedding, on top of the
+    // peak). Each piece crosses to the backend into the fp32 parameters, or into the fp32
+    // master and, through the conversion buffer, cast into the 16-bit working copy.
+    constexpr size_t kInitPieceNumel = size_t{1} << 20;
+    std::vector<float> piece(kInitPieceNumel);
     for (int u = 0; u < U; ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
         const size_t b = m_stage == 0 ? 0 : s.begin(m_rank);
         const size_t state_n = m_stage == 0 ? s.padded_numel : s.shard_numel;
-        // The initial values, fp32, whole unit (padding zero): straight into the parameters
-        // when they are a full fp32 host buffer, else through a temporary.
-        float* init = nullptr;
-        if (init_in_place) {
-            init = alloc_f32(s.padded_numel, m_allocated.params);
-            m_params.push_back(init);
-        } else {
-            init_tmp.assign(s.padded_numel, 0.f);
-            init = init_tmp.data();
-        }
-        init_unit(layout, u, seed, init);
-        if (init_in_place) {
-            // already in place
-        } else if (m_stage <= 2) {
-            void* p = alloc_bytes(s.padded_numel * esize(), m_allocated.params);
-            store_init(p, init, s.padded_numel);
-            m_params.push_back(p);
-        } else {
-            void* p = alloc_bytes(s.shard_numel * esize(), m_allocated.params);
-            store_init(p, init + s.begin(m_rank), s.shard_numel);
-            m_params.push_back(p);
-        }
+        // What this rank's parameters hold: the whole unit (stages 0-2) or its shard (3).
+        const size_t param_begin = m_stage <= 2 ? 0 : s.begin(m_rank);
+        const size_t param_n = m_stage <= 2 ? s.padded_numel : s.shard_numel;
+        void* p = alloc_bytes(param_n * esize(), m_allocated.params);
+        m_params.push_back(p);
+        float* master = nullptr;
         if (m_work != DType::kF32) {
-            float* master = alloc_f32(state_n, m_allocated.master);
-            std::memcpy(master, init + b, state_n * sizeof(float));
+            master = alloc_f32(state_n, m_allocated.master);
             m_master.push_back(master);
+        }
+        // [from, to) = [lo, hi) intersected with [dst_begin, dst_begin + dst_n); false if empty.
+        auto overlap = [](size_t lo, size_t hi, size_t dst_begin, size_t dst_n, size_t* from, size_t* to) {
+            *from = std::max(lo, dst_begin);
+            *to = std::min(hi, dst_begin + dst_n);
+            return *to > *from;
+        };
+        for (size_t lo = 0; lo < s.padded_numel; lo += kInitPieceNumel) {
+            const size_t hi = std::min(s.padded_numel, lo + kInitPieceNumel);
+            // Padding past the unit's numel is zero.
+            std::fill(piece.begin(), piece.begin() + static_cast<std::ptrdiff_t>(hi - lo), 0.f);
+            if (lo < s.numel) init_unit_range(layout, u, seed, lo, std::min(hi, s.numel), piece.data());
+            size_t from = 0;
+            size_t to = 0;
+            if (overlap(lo, hi, param_begin, param_n, &from, &to)) {
+                if (m_work == DType::kF32) {
+                    backend.to_device(static_cast<float*>(p) + (from - param_begin), piece.data() + (from - lo),
+                                      (to - from) * sizeof(float));
+                } else {
+                    backend.to_device(m_f32_tmp, piece.data() + (from - lo), (to - from) * sizeof(float));
+                    backend.cast(at(p, from - param_begin, m_work), m_work, m_f32_tmp, DType::kF32, to - from);
+                }
+            }
+            if (master != nullptr && overlap(lo, hi, b, state_n, &from, &to)) {
+                backend.to_device(master + (from - b), piece.data() + (from - lo), (to - from) * sizeof(float));
+            }
         }
         if (m_stage >= 2) m_grads.push_back(alloc_bytes(s.shard_numel * esize(), m_allocated.grads));
         m_adam_m.push_back(alloc_f32(state_n, m_allocated.optimizer));
@@ -214,7 +194,7 @@ const float* ModelState::owned_grads_f32(int unit) {
     if (m_work == DType::kF32) return static_cast<const float*>(grad_ptr(unit, 0));
     const size_t b = owned_begin(unit);
     const size_t e = owned_end(unit);
-    if (e > b) convert_to_f32(grad_ptr(unit, b), m_f32_tmp, e - b, m_work);
+    if (e > b) m_backend.cast(m_f32_tmp, DType::kF32, grad_ptr(unit, b), m_work, e - b);
     return m_f32_tmp - b;
 }
 
@@ -244,7 +224,7 @@ const float* ModelState::acquire(int unit) {
     } else {
         r.compute = static_cast<float*>(pool_take(s.padded_numel * sizeof(float)));
         r.owns_compute = true;
-        convert_to_f32(src, r.compute, s.padded_numel, m_work);
+        m_backend.cast(r.compute, DType::kF32, src, m_work, s.padded_numel);
     }
     return r.compute;
 }
@@ -290,7 +270,7 @@ void ModelState::grads_done(int unit) {
     auto it = m_grad_scratch.find(unit);
     if (it != m_grad_scratch.end()) {
         // 16-bit: this micro-step's fp32 gradient is added into the stored (rounded) one.
-        accumulate_into(m_grads[static_cast<size_t>(unit)], it->second, s.padded_numel, m_work);
+        m_backend.accumulate(m_grads[static_cast<size_t>(unit)], m_work, it->second, s.padded_numel);
         pool_give(it->second, s.padded_numel * sizeof(float));
         m_grad_scratch.erase(it);
     }
@@ -316,9 +296,9 @@ void ModelState::start_bucket(const GradBucket& b) {
     for (int u = b.first_unit; u >= b.last_unit; --u) {
         const size_t n = m_shards[static_cast<size_t>(u)].padded_numel;
         void* p = at(span, off, m_work);
-        convert_elements(m_backend, p, m_work, m_reduce_tmp, m_reduce, n, m_f32_tmp);
+        m_backend.cast(m_reduce_tmp, m_reduce, p, m_work, n);
         m_comm.all_reduce(m_reduce_tmp, n, ReduceOp::kSum, m_reduce);
-        convert_elements(m_backend, m_reduce_tmp, m_reduce, p, m_work, n, m_f32_tmp);
+        m_backend.cast(p, m_work, m_reduce_tmp, m_reduce, n);
         off += n;
     }
 }
@@ -331,11 +311,11 @@ void ModelState::reduce_unit_grads(int unit) {
         // Own slice of the full buffer receives the reduced values; the rest is stale.
         const void* src = m_grads[i];
         if (m_reduce != m_work) {
-            convert_elements(m_backend, src, m_work, m_reduce_tmp, m_reduce, s.padded_numel, m_f32_tmp);
+            m_backend.cast(m_reduce_tmp, m_reduce, src, m_work, s.padded_numel);
             src = m_reduce_tmp;
         }
         m_comm.reduce_scatter(src, m_shard_tmp, s.shard_numel, ReduceOp::kSum, m_reduce);
-        convert_elements(m_backend, m_shard_tmp, m_reduce, at(m_grads[i], b, m_work), m_work, s.shard_numel, m_f32_tmp);
+        m_backend.cast(at(m_grads[i], b, m_work), m_work, m_shard_tmp, m_reduce, s.shard_numel);
         return;
     }
     auto it = m_grad_scratch.find(unit);
@@ -343,7 +323,7 @@ void ModelState::reduce_unit_grads(int unit) {
     const float* full = it->second;
     const void* src = full;
     if (m_reduce != DType::kF32) {
-        convert_from_f32(full, m_reduce_tmp, s.padded_numel, m_reduce);
+        m_backend.cast(m_reduce_tmp, m_reduce, full, DType::kF32, s.padded_numel);
         src = m_reduce_tmp;
     }
     if (m_first_micro && m_reduce == m_work) {
@@ -351,15 +331,15 @@ void ModelState::reduce_unit_grads(int unit) {
     } else {
         m_comm.reduce_scatter(src, m_shard_tmp, s.shard_numel, ReduceOp::kSum, m_reduce);
         if (m_first_micro) {
-            convert_elements(m_backend, m_shard_tmp, m_reduce, m_grads[i], m_work, s.shard_numel, m_f32_tmp);
+            m_backend.cast(m_grads[i], m_work, m_shard_tmp, m_reduce, s.shard_numel);
         } else if (m_reduce == DType::kF32 && m_work == DType::kF32) {
             float* g = static_cast<float*>(m_grads[i]);
             m_backend.residual_forward(g, g, static_cast<const float*>(m_shard_tmp), s.shard_numel);
         } else {
             // The full-size fp32 scratch is free again (the reduce-scatter consumed it).
             float* sum = static_cast<float*>(it->second);
-            convert_elements(m_backend, m_shard_tmp, m_reduce, sum, DType::kF32, s.shard_numel, m_f32_tmp);
-            accumulate_into(m_grads[i], sum, s.shard_numel, m_work);
+            m_backend.cast(sum, DType::kF32, m_shard_tmp, m_reduce, s.shard_numel);
+            m_backend.accumulate(m_grads[i], m_work, sum, s.shard_numel);
         }
     }
     pool_give(it->second, s.padded_numel * sizeof(float));
@@ -380,13 +360,7 @@ void ModelState::zero_grads() {
     for (int u = 0; u < m_layout.num_units(); ++u) {
         const UnitShard& s = m_shards[static_cast<size_t>(u)];
         const size_t n = m_stage <= 1 ? s.padded_numel : s.shard_numel;
-        // Bytes of any working dtype on the host (backend zero() counts floats); device
-        // memory holds fp32 only (see the constructor).
-        if (m_backend.host_memory()) {
-            std::memset(m_grads[static_cast<size_t>(u)], 0, n * esize());
-        } else {
-            m_backend.zero(static_cast<float*>(m_grads[static_cast<size_t>(u)]), n);  // fp32 only on a device
-        }
+        m_backend.zero_bytes(m_grads[static_cast<size_t>(u)], n * esize());
     }
 }
 
@@ -470,7 +444,7 @@ void ModelState::sync_working_from_master() {
         // working copy is the master.)
         const size_t b = owned_begin(u);
         const size_t e = owned_end(u);
-        if (m_work != DType::kF32 && e > b) convert_from_f32(master_base(u) + b, work_ptr(u, b), e - b, m_work);
+        if (m_work != DType::kF32 && e > b) m_backend.cast(work_ptr(u, b), m_work, master_base(u) + b, DType::kF32, e - b);
     }
     if (m_stage == 1 || m_stage == 2) {
         for (int u = 0; u < m_layout.num_units(); ++u) {
@@ -524,14 +498,8 @@ void ModelState::gather_unit_params(int unit, float* out) {
         m_backend.to_host(out, master, s.numel * sizeof(float));
         return;
     }
-    // The master lives in shards: gather them (every rank calls this). On a device backend
-    // into device scratch, which is what a device communicator writes.
-    if (m_backend.host_memory()) {
-        std::vector<float> full(s.padded_numel);
-        m_comm.all_gather(master + s.begin(m_rank), full.data(), s.shard_numel);
-        std::memcpy(out, full.data(), s.numel * sizeof(float));
-        return;
-    }
+    // The master lives in shards: gather them (every rank calls this) into backend scratch,
+    // which is what the state's communicator reads and writes, then copy out.
     void* full = pool_take(s.padded_numel * sizeof(float));
     m_comm.all_gather(master + s.begin(m_rank), full, s.shard_numel);
     m_backend.to_host(out, full, s.numel * sizeof(float));
@@ -572,10 +540,12 @@ void ModelState::poison_owned_grad() {
         const size_t b = owned_begin(u);
         if (owned_end(u) <= b) continue;
         const float inf = std::numeric_limits<float>::infinity();
-        if (m_backend.host_memory()) {
-            convert_from_f32(&inf, grad_ptr(u, b), 1, m_work);
+        if (m_work == DType::kF32) {
+            m_backend.to_device(grad_ptr(u, b), &inf, sizeof(float));
         } else {
-            m_backend.to_device(grad_ptr(u, b), &inf, sizeof(float));  // fp32 only on a device
+            // Up as fp32 into the conversion buffer (16-bit runs have one), then cast.
+            m_backend.to_device(m_f32_tmp, &inf, sizeof(float));
+            m_backend.cast(grad_ptr(u, b), m_work, m_f32_tmp, DType::kF32, 1);
         }
         return;
     }

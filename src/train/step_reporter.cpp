@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/gpt.hpp"
@@ -72,7 +73,8 @@ std::string format_duration(double s) {
 }
 
 StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
-                           const Communicator& comm, const Communicator* device_comm, const Gpt& model)
+                           const Communicator& comm, const Communicator* device_comm, const Gpt& model,
+                           ProfilingBackend* op_profile)
     : m_root(root),
       m_max_steps(tc.max_steps),
       m_log_every(tc.log_every),
@@ -81,6 +83,7 @@ StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root,
       m_comm(comm),
       m_device_comm(device_comm),
       m_model(model),
+      m_op_profile(op_profile),
       m_run_start(Clock::now()) {}
 
 void StepReporter::start(const Config& cfg, const StateBytes& sb, int threads, size_t train_windows,
@@ -154,9 +157,9 @@ void StepReporter::step(const StepReport& r) {
     rec["bwd_ms"] = r.phases.bwd * 1e3;
     rec["comm_ms"] = r.phases.comm * 1e3;
     rec["opt_ms"] = r.phases.opt * 1e3;
-    if (m_model.op_profile_enabled()) {
+    if (m_op_profile != nullptr) {
         nlohmann::ordered_json ops = nlohmann::ordered_json::object();
-        for (int k = 0; k < Gpt::kNumOps; ++k) ops[Gpt::op_name(k)] = m_model.op_ms(k);
+        for (int k = 0; k < ProfilingBackend::kNumOps; ++k) ops[ProfilingBackend::op_name(k)] = m_op_profile->op_ms(k);
         rec["ops_ms"] = ops;
     }
     m_metrics.write(rec);

@@ -7,30 +7,30 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/comm/comm_select.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
-
-#if ZT_HAVE_CUDA
-#include "ztrain/backend/cuda_info.hpp"
-#endif
 
 namespace zt {
 
 void check_cuda_training(const Config& cfg) {
-    // The 16-bit paths convert, round and accumulate on host memory (ModelState, Gpt's
-    // activation rounding); init_from writes the master weights through host pointers.
+    // Which precisions cuda trains in is the backend's answer (cuda_capabilities); init_from
+    // writes the master weights through host pointers.
+    const BackendCapabilities caps = cuda_capabilities();
     const DType dt = cfg.precision.dtype;
-    ZT_INPUT_CHECK(dt == DType::kF32, "precision.dtype = ", dtype_name(dt),
-                   ": backend = cuda trains in fp32 only for now (bf16/fp16 are not integrated "
-                   "on the GPU yet), use precision.dtype = fp32 or backend = cpu");
+    ZT_INPUT_CHECK(caps.supports(dt), "precision.dtype = ", dtype_name(dt), ": backend = cuda trains in ",
+                   caps.work_dtypes(),
+                   " only for now (bf16/fp16 are not integrated on the GPU yet), use precision.dtype = fp32 or "
+                   "backend = cpu");
     const std::optional<DType>& rd = cfg.precision.reduce_dtype;
-    ZT_INPUT_CHECK(!rd || *rd == DType::kF32, "precision.reduce_dtype = ", rd ? dtype_name(*rd) : "",
-                   ": backend = cuda reduces gradients in fp32 only for now, leave precision.reduce_dtype "
-                   "empty or fp32, or use backend = cpu");
+    ZT_INPUT_CHECK(!rd || caps.supports(*rd), "precision.reduce_dtype = ", rd ? dtype_name(*rd) : "",
+                   ": backend = cuda reduces gradients in ", caps.work_dtypes(),
+                   " only for now, leave precision.reduce_dtype empty or fp32, or use backend = cpu");
     ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
                    ": importing weights is not integrated with backend = cuda yet; start from a "
                    "checkpoint or use backend = cpu");
@@ -101,7 +101,9 @@ void start_compute(TrainSetup& s, const Config& cfg, MPI_Comm mpi_comm) {
     if (threads <= 0) {
         threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.comm->local_size());
     }
-    s.backend = make_backend(s.backend_kind, threads, s.comm->local_rank());
+    // ZT_PROFILE_OPS=1 wraps the backend in a ProfilingBackend (per-op times in ops_ms).
+    s.backend = profile_ops_from_env(make_backend(s.backend_kind, threads, s.comm->local_rank()));
+    s.op_profile = dynamic_cast<ProfilingBackend*>(s.backend.get());
     if (s.backend_kind == BackendChoice::kCuda) {
         s.device_comm = make_communicator(setting_text(s.backend_kind), mpi_comm, cuda_stream(*s.backend));
     }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/model/gpt.hpp"
@@ -24,7 +25,7 @@ double seconds_since(Clock::time_point t0) {
 
 TrainStep::TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm,
                      Communicator* device_comm, BatchSampler& sampler, LossScalePolicy& loss_scale,
-                     StepReporter& reporter, const TrainOptions& options)
+                     StepReporter& reporter, const TrainOptions& options, ProfilingBackend* op_profile)
     : m_tc(cfg.train),
       m_model(model),
       m_state(state),
@@ -34,6 +35,7 @@ TrainStep::TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communica
       m_loss_scale(loss_scale),
       m_reporter(reporter),
       m_options(options),
+      m_op_profile(op_profile),
       m_global_batch(static_cast<long>(cfg.train.micro_batch) * cfg.train.grad_accum * comm.size()),
       m_inputs(static_cast<size_t>(cfg.train.micro_batch) * static_cast<size_t>(cfg.model.seq_len)),
       m_targets(m_inputs.size()) {}
@@ -47,7 +49,7 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
     const auto t0 = Clock::now();
     m_comm.reset_stats();
     if (m_device_comm) m_device_comm->reset_stats();
-    m_model.reset_op_profile();
+    if (m_op_profile != nullptr) m_op_profile->reset();
     m_state.zero_grads();
     ph.zero = seconds_since(t0);
     const double scale = m_loss_scale.scale();

@@ -145,7 +145,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
 
     // ---- inputs are accepted: now the run directory may change ----
     prepare_run_dir(cfg, root);
-    StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, setup.device_comm.get(), model);
+    StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, setup.device_comm.get(), model,
+                          setup.op_profile);
     const std::optional<size_t> val_windows =
         setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt;
     reporter.start(cfg, state.bytes(), setup.backend->threads(), setup.train_data->num_windows(), val_windows, work,
@@ -154,7 +155,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     Evaluator evaluator(tc, model, state, comm, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter);
     TrainStep train_step(cfg, model, state, comm, setup.device_comm.get(), *setup.train_sampler, loss_scale, reporter,
-                         options);
+                         options, setup.op_profile);
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
     TrainSummary summary;
     std::atomic<long> current_step{progress.step};

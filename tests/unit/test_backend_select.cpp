@@ -10,7 +10,7 @@
 #include "ztrain/train/train_setup.hpp"
 
 #if ZT_HAVE_CUDA
-#include "ztrain/backend/cuda_info.hpp"
+#include "ztrain/cuda_runtime/device.hpp"
 #endif
 
 namespace {

@@ -2,6 +2,7 @@
 // against a central finite difference of the loss, so a wrong gradient anywhere fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -166,6 +167,25 @@ TEST(GptInit, IdenticalForEverySeedUseAndDependsOnSeed) {
     EXPECT_NEAR(std::sqrt(ss / proj.numel), 0.01, 0.002);
     EXPECT_EQ(a[layout.find("h.0.ln_1.weight").offset], 1.f);
     EXPECT_EQ(a[layout.find("h.0.ln_1.bias").offset], 0.f);
+}
+
+// ModelState initializes a unit a piece at a time: any split gives init_unit's values,
+// including pieces that start or end inside a tensor or inside the padded vocabulary rows.
+TEST(GptInit, RangesGiveTheWholeUnitsValues) {
+    const ModelConfig mc = tiny_model();
+    const ModelLayout layout = make_gpt_layout(mc);
+    for (int u = 0; u < layout.num_units(); ++u) {
+        const size_t n = layout.unit_numel[static_cast<size_t>(u)];
+        std::vector<float> whole(n);
+        init_unit(layout, u, 5, whole.data());
+        for (size_t piece : {size_t{1}, size_t{37}, size_t{1000}, n}) {
+            std::vector<float> joined(n, -1.f);
+            for (size_t lo = 0; lo < n; lo += piece) {
+                init_unit_range(layout, u, 5, lo, std::min(n, lo + piece), joined.data() + lo);
+            }
+            EXPECT_EQ(joined, whole) << "unit " << u << ", pieces of " << piece;
+        }
+    }
 }
 
 // GPT-2's std 0.02 for every other weight: both embeddings (the live rows of wte; its padded

@@ -9,6 +9,11 @@
 // both parameter gradients (so gradient accumulation over micro-steps is free) and
 // activation gradients (so a residual stream's gradient can be summed in place). A null
 // gradient output pointer means "not needed" and is skipped.
+//
+// Element types: the compute ops take fp32 buffers. Buffers of another dtype (the bf16/fp16
+// working copies of parameters and gradients) are `void*` plus a DType, and only the
+// precision ops (cast, accumulate, zero_bytes) read or write them, so code above the
+// backend never converts, rounds or adds on memory the backend owns.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +22,44 @@
 #include <memory>
 #include <string>
 
+#include "ztrain/core/dtype.hpp"
+
 namespace zt {
+
+/// What a backend can train with. One answer per backend kind, so "which precisions run on
+/// cuda" is decided here and nowhere else: the model state, the model and the trainer's
+/// input check all ask it (Backend::capabilities, or cuda_capabilities() before a CUDA
+/// backend exists).
+struct BackendCapabilities {
+    /// Working dtypes (parameters, gradients, activations, the gradient wire format).
+    bool fp32 = true;
+    bool bf16 = true;
+    bool fp16 = true;
+    bool supports(DType work) const;
+    /// The supported working dtypes for messages: "fp32" or "fp32, bf16, fp16".
+    std::string work_dtypes() const;
+};
+
+/// Profiling marks on a backend's own timeline (see ProfilingBackend). The CPU reads the host
+/// clock; a GPU backend records events on its stream, because a host clock around an
+/// asynchronous launch measures the launch, not the kernel.
+class OpClock {
+  public:
+    virtual ~OpClock() = default;
+    /// Records "now" on the backend's timeline; returns the mark's id.
+    virtual size_t mark() = 0;
+    /// Milliseconds between two marks (may wait for the later one to be reached).
+    virtual double elapsed_ms(size_t from, size_t to) = 0;
+    /// Forgets every mark (ids restart at 0).
+    virtual void reset() = 0;
+};
+
+/// The host steady clock as an OpClock (backends whose ops return when done).
+std::unique_ptr<OpClock> make_host_op_clock();
 
 /// Hyper-parameters of one AdamW step, already including bias corrections and the
 /// multiplier that folds gradient clipping and the fp16 loss-scale unscaling into the read
-/// of the gradient: g = grad * grad_scale.
+/// of the gradient: g = grad * grad_scale (the gradients themselves are never rescaled).
 struct AdamWStep {
     float lr = 0.f;
     float beta1 = 0.9f;
@@ -47,6 +85,10 @@ class Backend {
   public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0;
+    /// Which working dtypes this backend trains in (default: all of them).
+    virtual BackendCapabilities capabilities() const { return {}; }
+    /// The clock ProfilingBackend times this backend's ops with (default: the host clock).
+    virtual std::unique_ptr<OpClock> make_op_clock() const { return make_host_op_clock(); }
 
     /// Memory for activations / gradients / state. Zero-initialized. Freed with free().
     virtual float* alloc_floats(size_t n) = 0;
@@ -54,9 +96,6 @@ class Backend {
     virtual void zero(float* p, size_t n) = 0;
     virtual void copy(float* dst, const float* src, size_t n) = 0;
 
-    /// False when the buffers this backend hands out are device memory, which host code
-    /// must reach through to_device / to_host (the CPU backend's are host memory).
-    virtual bool host_memory() const { return true; }
     /// Zeroed memory of `bytes` bytes (any element type); freed with free().
     virtual void* alloc_bytes(size_t bytes) { return alloc_floats((bytes + sizeof(float) - 1) / sizeof(float)); }
     /// Host -> backend and backend -> host copies, synchronous (they return when done).
@@ -67,6 +106,17 @@ class Backend {
     virtual void to_host(void* host_dst, const void* src, size_t bytes) {
         if (bytes > 0) std::memcpy(host_dst, src, bytes);
     }
+
+    // ---- precision: the only ops that read or write buffers of a 16-bit dtype ----
+    /// dst (n elements of dst_type) = src (n of src_type). To 16 bit rounds to nearest even
+    /// exactly as zt::f32_to_bf16 / f32_to_f16 (NaN stays NaN, overflow gives infinity);
+    /// 16 bit -> 16 bit goes through the exact fp32 value. Same dtype: a copy.
+    virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) = 0;
+    /// dst (n of dst_type) = round_to_dst_type(dst + src): a gradient (fp32) added into
+    /// stored gradients of the working dtype, element by element.
+    virtual void accumulate(void* dst, DType dst_type, const float* src, size_t n) = 0;
+    /// Zeroes `bytes` bytes (buffers of any dtype).
+    virtual void zero_bytes(void* p, size_t bytes) = 0;
 
     /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
     virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -140,8 +190,6 @@ class Backend {
         for (size_t i = 0; i < count; ++i) s += sum_squares(xs[i], ns[i]);
         return s;
     }
-    /// x *= s.
-    virtual void scale(float* x, float s, size_t n) = 0;
 
     /// Number of threads the backend uses for compute.
     virtual int threads() const = 0;

@@ -6,7 +6,8 @@
 // Memory: every float* / void* a CudaBackend hands out or takes is DEVICE memory, except
 // the host side of to_device/to_host. All work runs in order on one stream the backend
 // owns; methods return before the GPU is done, except those that return a host value
-// (sum_squares, unscale_check, softmax_cross_entropy's target check) and synchronize().
+// (sum_squares, softmax_cross_entropy's target check) and synchronize(). Its OpClock
+// (make_op_clock) records events on that stream.
 #pragma once
 
 #include <cstddef>
@@ -40,9 +41,8 @@ class CudaBackend : public Backend {
     /// Blocks until all work enqueued so far is done (and reports its errors).
     virtual void synchronize() = 0;
 
-    /// Device memory: alloc_bytes, to_device and to_host (declared in Backend) are the
-    /// device allocation and the synchronous host <-> device copies here.
-    bool host_memory() const override { return false; }
+    // Device memory: alloc_bytes, to_device and to_host (declared in Backend) are the
+    // device allocation and the synchronous host <-> device copies here.
 
     /// out (N, OC) = [gelu](inp (N, C) @ weight (OC, C)^T + bias) in options.dtype, with
     /// fp32 accumulation (cuBLASLt). fp32 here is true fp32 (no TF32).
@@ -52,27 +52,25 @@ class CudaBackend : public Backend {
     /// with fp32 accumulation; null outputs are skipped. (No dbias: use the fp32 path.)
     virtual void matmul_backward_ex(void* dinp, void* dweight, const void* dout, const void* inp,
                                     const void* weight, int N, int C, int OC, DType dtype) = 0;
-
-    /// dst (n elements of dst_type) = src (n of src_type), one side fp32; float -> 16 bit
-    /// rounds to nearest even (NaN stays NaN, overflow gives infinity).
-    virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) = 0;
-    /// Fused loss-scale unscale + overflow check over n values of `type`: x *= scale in
-    /// place; returns true when any value (before or after scaling) is inf or NaN.
-    virtual bool unscale_check(void* x, DType type, size_t n, float scale) = 0;
 };
 
 /// The CUDA backend on device `device` (CUDA builds only). Throws zt::Error when the device
 /// cannot be used.
 std::unique_ptr<CudaBackend> make_cuda_backend(int device);
 
-/// The compute stream of `b` (a cudaStream_t as void*) when it is a CudaBackend, else null.
+/// What backend = cuda trains with, in every build and before a device is opened (the
+/// trainer's input check); CudaBackend::capabilities() returns the same.
+BackendCapabilities cuda_capabilities();
+
+/// The compute stream of `b` (a cudaStream_t as void*) when it is a CudaBackend (also
+/// behind a ProfilingBackend), else null.
 void* cuda_stream(Backend& b);
 
 /// Turns the `backend` config value (cpu | cuda | auto) into the backend that will run:
 /// returns "cpu" or "cuda". Throws InputError (exit 2) when `cuda` cannot be served (no
 /// CUDA in this build, or no visible device); `auto` stays on the cpu for now. `note`, when
 /// not null, receives a line worth printing for `auto` (else empty). Which configurations
-/// train on cuda: check_cuda_training (ztrain/train/trainer.hpp).
+/// train on cuda: check_cuda_training (ztrain/train/train_setup.hpp).
 std::string resolve_backend(const std::string& requested, std::string* note);
 
 }  // namespace zt

@@ -52,6 +52,9 @@ ModelLayout make_gpt_layout(const ModelConfig& cfg);
 /// a counter-based generator keyed by each element's global index, so every rank and every
 /// strategy computes identical weights.
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out);
+/// Elements [begin, end) of that unit (end <= unit_numel[unit]) into out[0, end - begin):
+/// the same values init_unit gives them, so a unit can be initialized in pieces.
+void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t begin, size_t end, float* out);
 
 /// Where the model gets gathered weights and puts gradients. Implemented by the parallel
 /// strategy. Calls come in a fixed order per micro-step (see Gpt::forward/backward).
@@ -104,19 +107,9 @@ class Gpt {
     /// Copies logits row `row` (Vp floats, of the last forward) into host memory at out.
     void logits_row_to_host(int row, float* out) const;
 
-    /// Opt-in per-op wall times (environment ZT_PROFILE_OPS=1): milliseconds per op kind
-    /// accumulated since reset_op_profile(). Off, each op costs one predictable branch.
-    enum Op {
-        kOpEncoder, kOpLayerNorm, kOpBlockMatmulFwd, kOpBlockMatmulBwd, kOpAttentionFwd,
-        kOpAttentionBwd, kOpElementwise, kOpHeadFwd, kOpSoftmaxCe, kOpHeadBwd, kNumOps
-    };
-    static const char* op_name(int op);
-    bool op_profile_enabled() const { return m_profile; }
-    void reset_op_profile() { for (double& t : m_op_ms) t = 0.0; }
-    double op_ms(int op) const { return m_op_ms[op]; }
     /// Activations and activation gradients are rounded to `t` after every op (bf16/fp16
     /// storage on the CPU backend, which computes in fp32). Default fp32: no rounding.
-    /// The rounding runs on host memory: a device backend supports fp32 only (for now).
+    /// Requires backend.capabilities().supports(t).
     void set_activation_dtype(DType t);
     /// Bytes of activation (and activation-gradient) memory allocated.
     size_t activation_bytes() const { return m_activation_floats * sizeof(float); }
@@ -137,12 +130,8 @@ class Gpt {
     float* take(size_t n);
     void rnd(float* x, size_t n) { if (m_act != DType::kF32) round_to_dtype(x, n, m_act); }
 
-    class OpTimer;
-
     ModelConfig m_cfg;
     Backend& m_backend;
-    bool m_profile = false;
-    double m_op_ms[kNumOps] = {};
     ModelLayout m_layout;
     BlockOffsets m_off{};
     size_t m_wpe_offset = 0;
@@ -170,12 +159,12 @@ class Gpt {
     float* m_dfch = nullptr;       // (B, T, 4C)
     float* m_dfch_gelu = nullptr;  // (B, T, 4C)
     float* m_att_scratch = nullptr;
-    const int32_t* m_inputs = nullptr;     // as the backend reads them (device copy on a GPU)
-    // Device backends only: tokens and targets staged from the caller's host arrays, and the
-    // per-row losses read back for the mean. Null / empty on the CPU, which reads in place.
-    int32_t* m_tokens_dev = nullptr;   // (B, T)
-    int32_t* m_targets_dev = nullptr;  // (B, T)
-    std::vector<float> m_losses_host;
+    const int32_t* m_inputs = nullptr;     // the backend's copy of the last forward's tokens
+    // Tokens and targets copied from the caller's host arrays into backend memory, and the
+    // per-row losses read back for the mean (host memory).
+    int32_t* m_tokens_be = nullptr;   // (B, T)
+    int32_t* m_targets_be = nullptr;  // (B, T)
+    std::vector<float> m_losses_host;  // (B, T)
     const float* m_head_weights = nullptr;  // unit 0, held from forward into backward
     bool m_have_dlogits = false;
 };

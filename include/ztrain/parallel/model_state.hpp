@@ -20,6 +20,8 @@
 // elements. In fp32 the parameters are the master weights (no separate copy). The model
 // always computes on fp32 views: a 16-bit unit is widened when acquired (scratch), and a
 // unit's fp32 gradient scratch is rounded into 16-bit storage when backward is done with it.
+// Every buffer is backend memory, and the widening, rounding and accumulation are backend
+// ops (Backend::cast / accumulate): nothing here converts or adds on the host.
 // Gradients are reduced in `reduce` dtype (the wire format; default: the working dtype).
 // Gradient accumulation:
 // stages 0 and 1 keep full gradient buffers, so non-final micro-steps communicate nothing;
@@ -118,8 +120,6 @@ class ModelState : public UnitStore {
     /// fp32 working copy of a replicated stage (0-2) only: direct access to a unit's full
     /// parameters (tests that perturb weights).
     float* unit_params(int unit);
-    DType work_dtype() const { return m_work; }
-    DType reduce_dtype() const { return m_reduce; }
 
     // ---- checkpoints: this rank's owned elements [owned_begin, owned_end) of each unit
     // (shard_plan().owned_range for this rank) ----
@@ -129,10 +129,9 @@ class ModelState : public UnitStore {
     float* master_base(int unit);
     float* adam_m_base(int unit);
     float* adam_v_base(int unit);
-    /// Whether the base pointers above are host memory. When not (a device backend), host
-    /// code reads and writes them only through copy_to_host / copy_from_host.
-    bool host_memory() const { return m_backend.host_memory(); }
-    /// n floats from this state's memory (e.g. master_base(u) + b) to host memory, and back.
+    /// n floats from this state's memory (e.g. master_base(u) + b) to host memory, and back:
+    /// the one edge between host and backend memory (a memcpy on the CPU). Host code never
+    /// dereferences the base pointers above.
     void copy_to_host(float* host, const float* src, size_t n);
     void copy_from_host(float* dst, const float* host, size_t n);
     /// After master weights were overwritten (checkpoint load): recompute the working copy

@@ -17,6 +17,7 @@ namespace zt {
 
 class Communicator;
 class Gpt;
+class ProfilingBackend;
 class LossScalePolicy;
 struct StateBytes;
 
@@ -54,7 +55,8 @@ class StepReporter {
     /// `comm` and `device_comm` (may be null) are the communicators whose per-step bytes the
     /// records count; `model` gives the per-op profile when it is on.
     StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
-                 const Communicator& comm, const Communicator* device_comm, const Gpt& model);
+                 const Communicator& comm, const Communicator* device_comm, const Gpt& model,
+                 ProfilingBackend* op_profile);
 
     /// The memory record, the model and batch lines, the memory table (bytes per kind next to
     /// the ZeRO formula each should follow) and, for 16-bit runs, the precision line.
@@ -82,6 +84,7 @@ class StepReporter {
     const Communicator& m_comm;
     const Communicator* m_device_comm;
     const Gpt& m_model;
+    ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
     std::chrono::steady_clock::time_point m_run_start;
     double m_train_seconds = 0.0;  ///< steps after the first (which warms caches)
 };

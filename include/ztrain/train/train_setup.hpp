@@ -14,6 +14,8 @@
 
 namespace zt {
 
+class ProfilingBackend;
+
 class Backend;
 class BatchSampler;
 class Communicator;
@@ -43,6 +45,8 @@ struct TrainSetup {
     std::unique_ptr<BatchSampler> train_sampler;
     std::unique_ptr<BatchSampler> val_sampler;  ///< null without data.val
     std::unique_ptr<Backend> backend;
+    /// `backend` itself when ZT_PROFILE_OPS wrapped it in a ProfilingBackend, else null.
+    ProfilingBackend* op_profile = nullptr;
     /// On a GPU the model state's collectives run on device buffers (NCCL, or host staging
     /// where ranks share a GPU); null on the cpu.
     std::unique_ptr<Communicator> device_comm;

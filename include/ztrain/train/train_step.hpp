@@ -26,6 +26,7 @@ class BatchSampler;
 class Communicator;
 class Gpt;
 class ModelState;
+class ProfilingBackend;
 struct TrainOptions;
 
 /// What one step produced.
@@ -43,7 +44,7 @@ class TrainStep {
   public:
     TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm, Communicator* device_comm,
               BatchSampler& sampler, LossScalePolicy& loss_scale, StepReporter& reporter,
-              const TrainOptions& options);
+              const TrainOptions& options, ProfilingBackend* op_profile);
 
     /// Runs 0-based step `step` from `progress` (its data cursor and applied-step count) and
     /// advances `progress` past it. Collective.
@@ -59,6 +60,7 @@ class TrainStep {
     LossScalePolicy& m_loss_scale;
     StepReporter& m_reporter;
     const TrainOptions& m_options;
+    ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
     long m_global_batch;  ///< sequences per optimizer step over all ranks
     std::vector<int32_t> m_inputs;
     std::vector<int32_t> m_targets;

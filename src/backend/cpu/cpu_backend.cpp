@@ -381,14 +381,6 @@ void add_kernel(float* out, const float* a, const float* b, size_t n) {
 }
 
 ZT_VEC_CLONES
-void scale_kernel(float* x, float s, size_t n) {
-#pragma omp simd
-    for (size_t i = 0; i < n; ++i) {
-        x[i] *= s;
-    }
-}
-
-ZT_VEC_CLONES
 double sum_squares_kernel(const float* x, size_t n) {
     double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
@@ -576,6 +568,41 @@ class CpuBackend final : public Backend {
     }
 
     // --------------------------------------------------------------------------------
+    // precision: the span conversions of core/dtype (OpenMP, round to nearest even)
+    // --------------------------------------------------------------------------------
+
+    void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override {
+        if (dst_type == src_type) {
+            if (dst != src && n > 0) std::memcpy(dst, src, n * dtype_size(dst_type));
+        } else if (src_type == DType::kF32) {
+            convert_from_f32(static_cast<const float*>(src), dst, n, dst_type);
+        } else if (dst_type == DType::kF32) {
+            convert_to_f32(src, static_cast<float*>(dst), n, src_type);
+        } else {
+            // bf16 <-> fp16: the 16-bit value widens to fp32 exactly, so converting element
+            // by element equals a pass to fp32 and one back, without an fp32 buffer.
+            const long long N = static_cast<long long>(n);
+            const uint16_t* s = static_cast<const uint16_t*>(src);
+            uint16_t* d = static_cast<uint16_t*>(dst);
+            if (src_type == DType::kBF16) {
+                #pragma omp parallel for schedule(static)
+                for (long long i = 0; i < N; ++i) d[i] = f32_to_f16(bf16_to_f32(s[i]));
+            } else {
+                #pragma omp parallel for schedule(static)
+                for (long long i = 0; i < N; ++i) d[i] = f32_to_bf16(f16_to_f32(s[i]));
+            }
+        }
+    }
+
+    void accumulate(void* dst, DType dst_type, const float* src, size_t n) override {
+        accumulate_into(dst, src, n, dst_type);
+    }
+
+    void zero_bytes(void* p, size_t bytes) override {
+        if (bytes > 0) std::memset(p, 0, bytes);
+    }
+
+    // --------------------------------------------------------------------------------
     // matmul
     // --------------------------------------------------------------------------------
 
@@ -727,10 +754,6 @@ class CpuBackend final : public Backend {
     void residual_forward(float* out, const float* a, const float* b, size_t n) override {
         parallel_chunks(
             n, [&](size_t lo, size_t hi) { add_kernel(out + lo, a + lo, b + lo, hi - lo); });
-    }
-
-    void scale(float* x, float s, size_t n) override {
-        parallel_chunks(n, [&](size_t b, size_t e) { scale_kernel(x + b, s, e - b); });
     }
 
     double sum_squares(const float* x, size_t n) override {

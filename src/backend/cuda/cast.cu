@@ -1,5 +1,5 @@
-// Casts between fp32 and the 16-bit working types, and the fused loss-scale unscale +
-// overflow check. Float -> 16 bit rounds to nearest even (__float2bfloat16_rn,
+// Casts between the working dtypes and the accumulation of an fp32 gradient into stored
+// gradients of a working dtype. Float -> 16 bit rounds to nearest even (__float2bfloat16_rn,
 // __float2half_rn), matching zt::f32_to_bf16 / f32_to_f16 bit for bit except for the
 // payload of a NaN (still a NaN).
 #include "cuda_check.cuh"
@@ -36,15 +36,17 @@ __global__ void cast_kernel(Dst* dst, const Src* src, size_t n) {
     if (i < n) dst[i] = from_float<Dst>(to_float(src[i]));
 }
 
+/// dst = round(dst + src): the sum in fp32, rounded once, as zt::accumulate_into does.
 template <typename T>
-__global__ void unscale_check_kernel(T* x, size_t n, float scale, int* flag) {
+__global__ void accumulate_kernel(T* dst, const float* src, size_t n) {
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float v = to_float(x[i]);
-    const float s = v * scale;
-    // Any non-finite value flags the step; the write is idempotent, so a race is harmless.
-    if (!isfinite(v) || !isfinite(s)) *flag = 1;
-    x[i] = from_float<T>(s);
+    if (i < n) dst[i] = from_float<T>(to_float(dst[i]) + src[i]);
+}
+
+template <typename T>
+void launch_accumulate(void* dst, const float* src, size_t n, cudaStream_t stream) {
+    accumulate_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(static_cast<T*>(dst), src, n);
+    ZT_KERNEL_CHECK("accumulate");
 }
 
 template <typename Dst, typename Src>
@@ -54,39 +56,40 @@ void launch_cast(void* dst, const void* src, size_t n, cudaStream_t stream) {
     ZT_KERNEL_CHECK("cast");
 }
 
-template <typename T>
-void launch_unscale(void* x, size_t n, float scale, int* flag, cudaStream_t stream) {
-    unscale_check_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(static_cast<T*>(x), n, scale, flag);
-    ZT_KERNEL_CHECK("unscale_check");
+/// Src -> Dst for a run-time dst_type (Src fixed by the caller's dispatch).
+template <typename Src>
+void launch_cast_from(void* dst, DType dst_type, const void* src, size_t n, cudaStream_t stream) {
+    switch (dst_type) {
+        case DType::kF32: launch_cast<float, Src>(dst, src, n, stream); break;
+        case DType::kBF16: launch_cast<__nv_bfloat16, Src>(dst, src, n, stream); break;
+        case DType::kF16: launch_cast<__half, Src>(dst, src, n, stream); break;
+    }
 }
 
 }  // namespace
 
 void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n, cudaStream_t stream) {
-    ZT_REQUIRE(dst_type == DType::kF32 || src_type == DType::kF32, "cast: one side must be fp32 (got ",
-               dtype_name(src_type), " -> ", dtype_name(dst_type), ")");
     if (n == 0) return;
     if (dst_type == src_type) {
-        ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+        if (dst != src) {
+            ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * dtype_size(dst_type), cudaMemcpyDeviceToDevice, stream));
+        }
         return;
     }
-    if (dst_type == DType::kBF16) {
-        launch_cast<__nv_bfloat16, float>(dst, src, n, stream);
-    } else if (dst_type == DType::kF16) {
-        launch_cast<__half, float>(dst, src, n, stream);
-    } else if (src_type == DType::kBF16) {
-        launch_cast<float, __nv_bfloat16>(dst, src, n, stream);
-    } else {
-        launch_cast<float, __half>(dst, src, n, stream);
+    // 16 bit -> 16 bit widens to the exact fp32 value in registers and rounds once.
+    switch (src_type) {
+        case DType::kF32: launch_cast_from<float>(dst, dst_type, src, n, stream); break;
+        case DType::kBF16: launch_cast_from<__nv_bfloat16>(dst, dst_type, src, n, stream); break;
+        case DType::kF16: launch_cast_from<__half>(dst, dst_type, src, n, stream); break;
     }
 }
 
-void unscale_check(void* x, DType type, size_t n, float scale, int* flag, cudaStream_t stream) {
+void accumulate(void* dst, DType dst_type, const float* src, size_t n, cudaStream_t stream) {
     if (n == 0) return;
-    switch (type) {
-        case DType::kF32: launch_unscale<float>(x, n, scale, flag, stream); break;
-        case DType::kBF16: launch_unscale<__nv_bfloat16>(x, n, scale, flag, stream); break;
-        case DType::kF16: launch_unscale<__half>(x, n, scale, flag, stream); break;
+    switch (dst_type) {
+        case DType::kF32: launch_accumulate<float>(dst, src, n, stream); break;
+        case DType::kBF16: launch_accumulate<__nv_bfloat16>(dst, src, n, stream); break;
+        case DType::kF16: launch_accumulate<__half>(dst, src, n, stream); break;
     }
 }
 

@@ -3,8 +3,8 @@
 // forward to the op launchers (ops.cuh); this file owns the memory and the scratch.
 //
 // Host synchronization happens only where a host value is returned (sum_squares,
-// unscale_check, cross-entropy's target check, encoder_backward's token bucketing),
-// in the synchronous copies and in free().
+// cross-entropy's target check, encoder_backward's token bucketing), in the synchronous
+// copies, in free() and when a profiling clock is read.
 #include "ztrain/backend/cuda_backend.hpp"
 
 #include "cuda_check.cuh"
@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <vector>
 
 namespace zt {
 namespace cuda {
@@ -42,6 +44,43 @@ namespace {
 // cuBLASLt workspace: 32 MiB, what llm.c gives Hopper (its larger tiles want it).
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
+/// Profiling marks as events recorded on the compute stream: the time between two marks is
+/// the GPU's time for the work enqueued between them, whatever the host did meanwhile.
+/// Events are created on first use and re-recorded after reset(), so a profiled step
+/// creates none once the first step has sized the pool.
+class EventClock final : public OpClock {
+  public:
+    explicit EventClock(cudaStream_t stream) : m_stream(stream) {}
+    ~EventClock() override {
+        for (cudaEvent_t e : m_events) cudaEventDestroy(e);  // destructor: nothing to report to
+    }
+    EventClock(const EventClock&) = delete;
+    EventClock& operator=(const EventClock&) = delete;
+
+    size_t mark() override {
+        if (m_used == m_events.size()) {
+            cudaEvent_t e = nullptr;
+            ZT_CUDA_CHECK(cudaEventCreate(&e));
+            m_events.push_back(e);
+        }
+        ZT_CUDA_CHECK(cudaEventRecord(m_events[m_used], m_stream));
+        return m_used++;
+    }
+    double elapsed_ms(size_t from, size_t to) override {
+        ZT_REQUIRE(from < m_used && to < m_used, "profiling marks ", from, ", ", to, " of ", m_used);
+        ZT_CUDA_CHECK(cudaEventSynchronize(m_events[to]));
+        float ms = 0.f;
+        ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, m_events[from], m_events[to]));
+        return ms;
+    }
+    void reset() override { m_used = 0; }
+
+  private:
+    cudaStream_t m_stream;
+    std::vector<cudaEvent_t> m_events;
+    size_t m_used = 0;  ///< events recorded since reset(); the rest wait for reuse
+};
+
 class CudaBackendImpl final : public CudaBackend {
   public:
     explicit CudaBackendImpl(int device) : m_device(device) {
@@ -67,6 +106,8 @@ class CudaBackendImpl final : public CudaBackend {
     }
 
     std::string name() const override { return "cuda"; }
+    BackendCapabilities capabilities() const override { return cuda_capabilities(); }
+    std::unique_ptr<OpClock> make_op_clock() const override { return std::make_unique<EventClock>(m_stream); }
     int threads() const override { return 1; }
     int device() const override { return m_device; }
     void* stream() const override { return m_stream; }
@@ -156,7 +197,6 @@ class CudaBackendImpl final : public CudaBackend {
     void residual_forward(float* out, const float* a, const float* b, size_t n) override {
         cuda::residual_forward(out, a, b, n, m_stream);
     }
-    void scale(float* x, float s, size_t n) override { cuda::scale(x, s, n, m_stream); }
     double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(&x, &n, 1, m_sumsq, m_stream); }
     double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
         const size_t doubles = count * cuda::kSumSquaresBlocks + 1;
@@ -211,12 +251,11 @@ class CudaBackendImpl final : public CudaBackend {
     void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override {
         cuda::cast(dst, dst_type, src, src_type, n, m_stream);
     }
-    bool unscale_check(void* x, DType type, size_t n, float scale) override {
-        ZT_CUDA_CHECK(cudaMemsetAsync(m_flag, 0, sizeof(int), m_stream));
-        cuda::unscale_check(x, type, n, scale, m_flag, m_stream);
-        int flag = 0;
-        to_host(&flag, m_flag, sizeof(int));
-        return flag != 0;
+    void accumulate(void* dst, DType dst_type, const float* src, size_t n) override {
+        cuda::accumulate(dst, dst_type, src, n, m_stream);
+    }
+    void zero_bytes(void* p, size_t bytes) override {
+        if (bytes > 0) ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, m_stream));
     }
 
   private:

@@ -105,7 +105,6 @@ void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
 
 void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
-void scale(float* x, float s, size_t n, cudaStream_t stream);
 
 struct AdamWParams {
     float lr;
@@ -150,8 +149,9 @@ void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
 
 // ---- cast.cu --------------------------------------------------------------------------
 
+/// Any dtype pair; same dtype: a device copy (n * dtype_size bytes).
 void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n, cudaStream_t stream);
-/// x *= scale; *flag (device int) is set to 1 when any value is inf or NaN. Asynchronous.
-void unscale_check(void* x, DType type, size_t n, float scale, int* flag, cudaStream_t stream);
+/// dst (n of dst_type) = round(dst + src).
+void accumulate(void* dst, DType dst_type, const float* src, size_t n, cudaStream_t stream);
 
 }  // namespace zt::cuda

@@ -1,4 +1,4 @@
-// Element-wise residual add (out may alias a or b) and in-place scaling.
+// Element-wise residual add (out may alias a or b).
 #include "cuda_check.cuh"
 #include "ops.cuh"
 
@@ -10,23 +10,12 @@ __global__ void residual_kernel(float* out, const float* a, const float* b, size
     if (i < n) out[i] = a[i] + b[i];
 }
 
-__global__ void scale_kernel(float* x, float s, size_t n) {
-    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= s;
-}
-
 }  // namespace
 
 void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     residual_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(out, a, b, n);
     ZT_KERNEL_CHECK("residual");
-}
-
-void scale(float* x, float s, size_t n, cudaStream_t stream) {
-    if (n == 0) return;
-    scale_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(x, s, n);
-    ZT_KERNEL_CHECK("scale");
 }
 
 }  // namespace zt::cuda

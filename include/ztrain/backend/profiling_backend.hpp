@@ -1,0 +1,112 @@
+// Per-op profiling as a decorator: a ProfilingBackend wraps any Backend, forwards every call
+// to it and adds each op's time to its kind's total. The times come from the wrapped
+// backend's OpClock (Backend::make_op_clock): the host clock on the CPU, events on the
+// stream on a GPU, so asynchronous ops are timed where they run, not where they are launched.
+//
+// Opt-in (environment ZT_PROFILE_OPS=1, see profile_ops_from_env): without it nothing wraps
+// the backend and ops cost nothing extra. With it each op costs two clock marks.
+//
+// What it does not know: which model op a call belongs to. Kinds are backend methods
+// (matmul_fwd covers the blocks' products and the LM head alike).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+
+namespace zt {
+
+class ProfilingBackend final : public Backend {
+  public:
+    /// Op kinds, one per backend method family; forward and backward share a kind unless
+    /// the name says which.
+    enum Op {
+        kOpEncoder, kOpLayerNorm, kOpMatmulFwd, kOpMatmulBwd, kOpAttentionFwd, kOpAttentionBwd,
+        kOpElementwise, kOpSoftmaxCe, kOpZero, kOpCopy, kOpCast, kOpAccumulate, kOpAdamW, kOpSumSquares,
+        kNumOps
+    };
+    /// The name written to metrics.jsonl's ops_ms for `op` ("?" outside [0, kNumOps)).
+    static const char* op_name(int op);
+
+    explicit ProfilingBackend(std::unique_ptr<Backend> inner);
+    Backend& inner() { return *m_inner; }
+
+    /// Forgets the times accumulated so far (the trainer calls it at every step start).
+    void reset();
+    /// Milliseconds spent in ops of kind `op` since reset(). May wait for the backend to
+    /// reach the last op (GPU events).
+    double op_ms(int op);
+
+    std::string name() const override { return m_inner->name(); }
+    BackendCapabilities capabilities() const override { return m_inner->capabilities(); }
+    std::unique_ptr<OpClock> make_op_clock() const override { return m_inner->make_op_clock(); }
+    int threads() const override { return m_inner->threads(); }
+
+    // ---- memory: forwarded, timed only where it moves or clears data ----
+    float* alloc_floats(size_t n) override { return m_inner->alloc_floats(n); }
+    void* alloc_bytes(size_t bytes) override { return m_inner->alloc_bytes(bytes); }
+    void free(void* p) override { m_inner->free(p); }
+    void zero(float* p, size_t n) override;
+    void copy(float* dst, const float* src, size_t n) override;
+    void to_device(void* dst, const void* host_src, size_t bytes) override;
+    void to_host(void* host_dst, const void* src, size_t bytes) override;
+
+    // ---- precision ----
+    void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override;
+    void accumulate(void* dst, DType dst_type, const float* src, size_t n) override;
+    void zero_bytes(void* p, size_t bytes) override;
+
+    // ---- compute ----
+    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                        int OC) override;
+    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC) override;
+    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                           const float* bias, int N, int C) override;
+    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int C) override;
+    void gelu_forward(float* out, const float* inp, size_t n) override;
+    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
+    void residual_forward(float* out, const float* a, const float* b, size_t n) override;
+    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
+    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                            int B, int T, int C, int NH) override;
+    size_t attention_scratch_floats(int B, int T, int NH) const override {
+        return m_inner->attention_scratch_floats(B, T, NH);
+    }
+    void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                         int C) override;
+    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                          int C) override;
+    void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+                               float dloss) override;
+    void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                      const AdamWStep& step) override;
+    void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override;
+    double sum_squares(const float* x, size_t n) override;
+    double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override;
+
+  private:
+    /// Runs f between two clock marks and files the pair under `op` (resolved in op_ms, so
+    /// a GPU clock is read once per step, not once per op).
+    template <typename F>
+    auto timed(Op op, F&& f) -> decltype(f());
+
+    struct Span {
+        Op op;
+        size_t from;
+        size_t to;
+    };
+    std::unique_ptr<Backend> m_inner;
+    std::unique_ptr<OpClock> m_clock;
+    std::vector<Span> m_pending;   ///< marked, not yet added to m_ms
+    double m_ms[kNumOps] = {};
+};
+
+/// Whether ZT_PROFILE_OPS asks for per-op times (set, non-empty and not "0").
+bool op_profiling_requested();
+/// `backend` wrapped in a ProfilingBackend when op_profiling_requested(), else unchanged.
+std::unique_ptr<Backend> profile_ops_from_env(std::unique_ptr<Backend> backend);
+
+}  // namespace zt

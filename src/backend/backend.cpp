@@ -1,0 +1,63 @@
+// What each backend kind supports (BackendCapabilities) and the host OpClock. Compiled in
+// every build, so the answer for cuda is available to the input checks of a build without
+// CUDA and to the CUDA backend itself alike.
+#include <chrono>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cuda_backend.hpp"
+
+namespace zt {
+
+bool BackendCapabilities::supports(DType work) const {
+    switch (work) {
+        case DType::kF32: return fp32;
+        case DType::kBF16: return bf16;
+        case DType::kF16: return fp16;
+    }
+    return false;
+}
+
+std::string BackendCapabilities::work_dtypes() const {
+    std::string out;
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        if (!supports(t)) continue;
+        if (!out.empty()) out += ", ";
+        out += dtype_name(t);
+    }
+    return out;
+}
+
+BackendCapabilities cuda_capabilities() {
+    // The precision ops (cast, accumulate) run on the GPU, but the model's compute ops take
+    // fp32 activations only and the bf16/fp16 kernels are not wired into them yet (the GPU
+    // speed issue): until then cuda trains in fp32.
+    BackendCapabilities c;
+    c.bf16 = false;
+    c.fp16 = false;
+    return c;
+}
+
+namespace {
+
+/// Host steady clock: a mark is a time point; ops of a host backend are done on return.
+class HostOpClock final : public OpClock {
+  public:
+    size_t mark() override {
+        m_marks.push_back(std::chrono::steady_clock::now());
+        return m_marks.size() - 1;
+    }
+    double elapsed_ms(size_t from, size_t to) override {
+        return std::chrono::duration<double, std::milli>(m_marks.at(to) - m_marks.at(from)).count();
+    }
+    void reset() override { m_marks.clear(); }
+
+  private:
+    std::vector<std::chrono::steady_clock::time_point> m_marks;
+};
+
+}  // namespace
+
+std::unique_ptr<OpClock> make_host_op_clock() { return std::make_unique<HostOpClock>(); }
+
+}  // namespace zt

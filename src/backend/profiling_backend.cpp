@@ -1,0 +1,145 @@
+// ProfilingBackend: every timed call is mark, forward, mark (see profiling_backend.hpp).
+#include "ztrain/backend/profiling_backend.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+const char* ProfilingBackend::op_name(int op) {
+    static const char* const kNames[kNumOps] = {"encoder",     "layernorm",     "matmul_fwd", "matmul_bwd",
+                                                "attention_fwd", "attention_bwd", "elementwise", "softmax_ce",
+                                                "zero",        "copy",          "cast",       "accumulate",
+                                                "adamw",       "sum_squares"};
+    return op >= 0 && op < kNumOps ? kNames[op] : "?";
+}
+
+ProfilingBackend::ProfilingBackend(std::unique_ptr<Backend> inner) : m_inner(std::move(inner)) {
+    ZT_REQUIRE(m_inner != nullptr, "ProfilingBackend needs a backend to wrap");
+    m_clock = m_inner->make_op_clock();
+}
+
+void ProfilingBackend::reset() {
+    m_pending.clear();
+    m_clock->reset();
+    for (double& t : m_ms) t = 0.0;
+}
+
+double ProfilingBackend::op_ms(int op) {
+    ZT_REQUIRE(op >= 0 && op < kNumOps, "op kind ", op);
+    for (const Span& s : m_pending) m_ms[s.op] += m_clock->elapsed_ms(s.from, s.to);
+    m_pending.clear();
+    return m_ms[op];
+}
+
+template <typename F>
+auto ProfilingBackend::timed(Op op, F&& f) -> decltype(f()) {
+    // An op that throws leaves an unpaired mark behind, which nothing reads.
+    const size_t from = m_clock->mark();
+    if constexpr (std::is_void_v<decltype(f())>) {
+        f();
+        m_pending.push_back({op, from, m_clock->mark()});
+    } else {
+        auto result = f();
+        m_pending.push_back({op, from, m_clock->mark()});
+        return result;
+    }
+}
+
+void ProfilingBackend::zero(float* p, size_t n) {
+    timed(kOpZero, [&] { m_inner->zero(p, n); });
+}
+void ProfilingBackend::copy(float* dst, const float* src, size_t n) {
+    timed(kOpCopy, [&] { m_inner->copy(dst, src, n); });
+}
+void ProfilingBackend::to_device(void* dst, const void* host_src, size_t bytes) {
+    timed(kOpCopy, [&] { m_inner->to_device(dst, host_src, bytes); });
+}
+void ProfilingBackend::to_host(void* host_dst, const void* src, size_t bytes) {
+    timed(kOpCopy, [&] { m_inner->to_host(host_dst, src, bytes); });
+}
+
+void ProfilingBackend::cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
+    timed(kOpCast, [&] { m_inner->cast(dst, dst_type, src, src_type, n); });
+}
+void ProfilingBackend::accumulate(void* dst, DType dst_type, const float* src, size_t n) {
+    timed(kOpAccumulate, [&] { m_inner->accumulate(dst, dst_type, src, n); });
+}
+void ProfilingBackend::zero_bytes(void* p, size_t bytes) {
+    timed(kOpZero, [&] { m_inner->zero_bytes(p, bytes); });
+}
+
+void ProfilingBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                                      int C, int OC) {
+    timed(kOpMatmulFwd, [&] { m_inner->matmul_forward(out, inp, weight, bias, N, C, OC); });
+}
+void ProfilingBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                       const float* inp, const float* weight, int N, int C, int OC) {
+    timed(kOpMatmulBwd, [&] { m_inner->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
+}
+void ProfilingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* weight, const float* bias, int N, int C) {
+    timed(kOpLayerNorm, [&] { m_inner->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+}
+void ProfilingBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                          const float* inp, const float* weight, const float* mean,
+                                          const float* rstd, int N, int C) {
+    timed(kOpLayerNorm,
+          [&] { m_inner->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
+}
+void ProfilingBackend::gelu_forward(float* out, const float* inp, size_t n) {
+    timed(kOpElementwise, [&] { m_inner->gelu_forward(out, inp, n); });
+}
+void ProfilingBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+    timed(kOpElementwise, [&] { m_inner->gelu_backward(dinp, inp, dout, n); });
+}
+void ProfilingBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
+    timed(kOpElementwise, [&] { m_inner->residual_forward(out, a, b, n); });
+}
+void ProfilingBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    timed(kOpAttentionFwd, [&] { m_inner->attention_forward(out, att, qkv, B, T, C, NH); });
+}
+void ProfilingBackend::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                          const float* att, int B, int T, int C, int NH) {
+    timed(kOpAttentionBwd, [&] { m_inner->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH); });
+}
+void ProfilingBackend::encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                                       int T, int C) {
+    timed(kOpEncoder, [&] { m_inner->encoder_forward(out, tokens, wte, wpe, B, T, C); });
+}
+void ProfilingBackend::encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                                        int T, int C) {
+    timed(kOpEncoder, [&] { m_inner->encoder_backward(dwte, dwpe, dout, tokens, B, T, C); });
+}
+void ProfilingBackend::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V,
+                                             int Vp, float dloss) {
+    timed(kOpSoftmaxCe, [&] { m_inner->softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss); });
+}
+void ProfilingBackend::adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                                    const AdamWStep& step) {
+    timed(kOpAdamW, [&] { m_inner->adamw_update(param, m, v, grad, n, step); });
+}
+void ProfilingBackend::adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) {
+    timed(kOpAdamW, [&] { m_inner->adamw_update_spans(spans, count, step); });
+}
+double ProfilingBackend::sum_squares(const float* x, size_t n) {
+    return timed(kOpSumSquares, [&] { return m_inner->sum_squares(x, n); });
+}
+double ProfilingBackend::sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) {
+    return timed(kOpSumSquares, [&] { return m_inner->sum_squares_spans(xs, ns, count); });
+}
+
+bool op_profiling_requested() {
+    const char* v = std::getenv("ZT_PROFILE_OPS");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+std::unique_ptr<Backend> profile_ops_from_env(std::unique_ptr<Backend> backend) {
+    if (!op_profiling_requested()) return backend;
+    return std::make_unique<ProfilingBackend>(std::move(backend));
+}
+
+}  // namespace zt

@@ -1,0 +1,212 @@
+// Backend-level contracts that are not compute kernels: what a backend says it supports
+// (BackendCapabilities), the precision ops (cast, accumulate, zero_bytes) against the
+// core/dtype reference bit for bit, and ProfilingBackend (a decorator that must not change
+// any result and must attribute time to the op kinds that ran).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/backend/profiling_backend.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/optim/optimizer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+namespace zt {
+namespace {
+
+TEST(BackendCapabilities, CpuTrainsEveryDtypeCudaFp32Only) {
+    auto cpu = make_cpu_backend(1);
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) EXPECT_TRUE(cpu->capabilities().supports(t));
+    EXPECT_EQ(cpu->capabilities().work_dtypes(), "fp32, bf16, fp16");
+    // The one answer the trainer's input check, the model and the model state all ask.
+    const BackendCapabilities cuda = cuda_capabilities();
+    EXPECT_TRUE(cuda.supports(DType::kF32));
+    EXPECT_FALSE(cuda.supports(DType::kBF16));
+    EXPECT_FALSE(cuda.supports(DType::kF16));
+    EXPECT_EQ(cuda.work_dtypes(), "fp32");
+}
+
+/// fp32 values that exercise the rounding: ties, subnormals, overflow, infinities, NaN, and
+/// random bit patterns over every exponent.
+std::vector<float> special_and_random_floats() {
+    std::vector<float> v = {0.f,
+                            -0.f,
+                            1.f,
+                            -1.5f,
+                            65504.f,
+                            65519.f,
+                            65520.f,
+                            1e-8f,
+                            6e-8f,
+                            3e-5f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::denorm_min(),
+                            bits_float(0x3f808000u),
+                            bits_float(0x3f818000u),
+                            bits_float(0x3f801000u),
+                            bits_float(0x3f803000u)};
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<uint32_t> bits;
+    for (int i = 0; i < 20000; ++i) v.push_back(bits_float(bits(rng)));
+    return v;
+}
+
+std::vector<uint8_t> as_bytes(const void* p, size_t bytes) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return std::vector<uint8_t>(b, b + bytes);
+}
+
+// The CPU's precision ops are the conversions ModelState ran on host memory before they
+// became backend ops: bit-identical results, so bf16/fp16 training curves are unchanged.
+TEST(BackendPrecisionOps, CpuCastAndAccumulateMatchCoreDtypeBitForBit) {
+    auto be = make_cpu_backend(2);
+    const std::vector<float> src = special_and_random_floats();
+    const size_t n = src.size();
+    for (DType t : {DType::kBF16, DType::kF16}) {
+        std::vector<uint16_t> want(n);
+        std::vector<uint16_t> got(n);
+        convert_from_f32(src.data(), want.data(), n, t);
+        be->cast(got.data(), t, src.data(), DType::kF32, n);
+        EXPECT_EQ(as_bytes(got.data(), 2 * n), as_bytes(want.data(), 2 * n)) << "fp32 -> " << dtype_name(t);
+
+        std::vector<float> back_want(n);
+        std::vector<float> back_got(n);
+        convert_to_f32(want.data(), back_want.data(), n, t);
+        be->cast(back_got.data(), DType::kF32, want.data(), t, n);
+        EXPECT_EQ(as_bytes(back_got.data(), 4 * n), as_bytes(back_want.data(), 4 * n)) << dtype_name(t) << " -> fp32";
+
+        // 16 -> 16 equals the two-pass conversion through an fp32 buffer.
+        const DType other = t == DType::kBF16 ? DType::kF16 : DType::kBF16;
+        std::vector<uint16_t> cross_want(n);
+        std::vector<uint16_t> cross_got(n);
+        convert_from_f32(back_want.data(), cross_want.data(), n, other);
+        be->cast(cross_got.data(), other, want.data(), t, n);
+        EXPECT_EQ(as_bytes(cross_got.data(), 2 * n), as_bytes(cross_want.data(), 2 * n))
+            << dtype_name(t) << " -> " << dtype_name(other);
+
+        // Same dtype: a copy of n elements of that dtype (and nothing past them).
+        std::vector<uint16_t> copy(n + 1, 0xabcdu);
+        be->cast(copy.data(), t, want.data(), t, n);
+        EXPECT_EQ(as_bytes(copy.data(), 2 * n), as_bytes(want.data(), 2 * n));
+        EXPECT_EQ(copy[n], 0xabcdu);
+
+        // Accumulation: round(dst + src) element by element, as accumulate_into.
+        std::vector<float> add(n);
+        std::mt19937 rng(3);
+        std::uniform_real_distribution<float> u(-2.f, 2.f);
+        for (float& a : add) a = u(rng);
+        std::vector<uint16_t> acc_want = want;
+        std::vector<uint16_t> acc_got = want;
+        accumulate_into(acc_want.data(), add.data(), n, t);
+        be->accumulate(acc_got.data(), t, add.data(), n);
+        EXPECT_EQ(as_bytes(acc_got.data(), 2 * n), as_bytes(acc_want.data(), 2 * n)) << "accumulate " << dtype_name(t);
+    }
+    std::vector<float> f(src.begin(), src.end());
+    std::vector<float> f_want = f;
+    std::vector<float> add(n, 0.25f);
+    accumulate_into(f_want.data(), add.data(), n, DType::kF32);
+    be->accumulate(f.data(), DType::kF32, add.data(), n);
+    EXPECT_EQ(as_bytes(f.data(), 4 * n), as_bytes(f_want.data(), 4 * n)) << "accumulate fp32";
+
+    std::vector<uint16_t> z(9, 0xffffu);
+    be->zero_bytes(z.data(), 8 * sizeof(uint16_t));
+    for (size_t i = 0; i < 8; ++i) EXPECT_EQ(z[i], 0u);
+    EXPECT_EQ(z[8], 0xffffu);
+}
+
+ModelConfig tiny_model() {
+    ModelConfig m;
+    m.n_layer = 2;
+    m.n_head = 2;
+    m.n_embd = 16;
+    m.seq_len = 8;
+    m.vocab_size = 40;
+    return m;
+}
+
+struct StepResult {
+    float loss = 0.f;
+    double grad_sum_squares = 0.0;
+    std::vector<float> state;  // master, m, v after one AdamW step
+};
+
+/// One training step (forward, backward, grad norm, AdamW) of the tiny model on `be`.
+StepResult one_step(Backend& be, DType t) {
+    const ModelConfig mc = tiny_model();
+    Gpt model(mc, be, 2);
+    model.set_activation_dtype(t);
+    ModelState state(model.layout(), be, self_communicator(), 0, SIZE_MAX, 11, t, t);
+    std::vector<int32_t> inputs(16);
+    std::vector<int32_t> targets(16);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        inputs[i] = static_cast<int32_t>((i * 7) % 40);
+        targets[i] = static_cast<int32_t>((i * 7 + 3) % 40);
+    }
+    StepResult r;
+    state.zero_grads();
+    state.begin_micro_step(true, true);
+    r.loss = model.forward(state, inputs.data(), targets.data(), 2, 8, 1.f / 16.f);
+    model.backward(state);
+    state.finish_grad_sync();
+    r.grad_sum_squares = state.grad_sum_squares_if_finite();
+    AdamWStep step;
+    step.lr = 1e-3f;
+    step.weight_decay = 0.1f;
+    step.bias_correction1 = 0.1f;
+    step.bias_correction2 = 0.05f;
+    state.optimizer_step(step);
+    r.state = state.owned_optimizer_state();
+    return r;
+}
+
+// The decorator forwards every call unchanged (bit-identical step in every dtype) and files
+// time under the kinds that ran; reset() clears it.
+TEST(ProfilingBackend, ChangesNoResultAndTimesTheOpsThatRan) {
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        auto plain = make_cpu_backend(1);
+        const StepResult want = one_step(*plain, t);
+        ProfilingBackend profiled(make_cpu_backend(1));
+        EXPECT_EQ(profiled.name(), "cpu");
+        EXPECT_EQ(cuda_stream(profiled), nullptr);
+        const StepResult got = one_step(profiled, t);
+        EXPECT_EQ(float_bits(got.loss), float_bits(want.loss)) << dtype_name(t);
+        EXPECT_EQ(got.grad_sum_squares, want.grad_sum_squares) << dtype_name(t);
+        ASSERT_EQ(got.state.size(), want.state.size());
+        EXPECT_EQ(as_bytes(got.state.data(), 4 * got.state.size()), as_bytes(want.state.data(), 4 * want.state.size()))
+            << dtype_name(t);
+        using P = ProfilingBackend;
+        for (int op : {P::kOpEncoder, P::kOpLayerNorm, P::kOpMatmulFwd, P::kOpMatmulBwd, P::kOpAttentionFwd,
+                       P::kOpAttentionBwd, P::kOpElementwise, P::kOpSoftmaxCe, P::kOpAdamW, P::kOpSumSquares}) {
+            EXPECT_GT(profiled.op_ms(op), 0.0) << P::op_name(op) << " " << dtype_name(t);
+        }
+        // 16-bit working copies are widened and gradients rounded into storage.
+        if (t != DType::kF32) {
+            EXPECT_GT(profiled.op_ms(P::kOpCast), 0.0) << dtype_name(t);
+            EXPECT_GT(profiled.op_ms(P::kOpAccumulate), 0.0) << dtype_name(t);
+        }
+        profiled.reset();
+        for (int op = 0; op < P::kNumOps; ++op) EXPECT_EQ(profiled.op_ms(op), 0.0) << P::op_name(op);
+    }
+}
+
+TEST(ProfilingBackend, OpNamesAreDistinctAndStable) {
+    std::set<std::string> names;
+    for (int op = 0; op < ProfilingBackend::kNumOps; ++op) names.insert(ProfilingBackend::op_name(op));
+    EXPECT_EQ(names.size(), static_cast<size_t>(ProfilingBackend::kNumOps));
+    EXPECT_STREQ(ProfilingBackend::op_name(ProfilingBackend::kOpMatmulFwd), "matmul_fwd");
+    EXPECT_STREQ(ProfilingBackend::op_name(-1), "?");
+    EXPECT_STREQ(ProfilingBackend::op_name(ProfilingBackend::kNumOps), "?");
+}
+
+}  // namespace
+}  // namespace zt
