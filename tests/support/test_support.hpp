@@ -7,9 +7,23 @@
 #include <string>
 #include <vector>
 
+#include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt::test {
+
+/// A model config for tests that need a small GPT (vocab_pad_to: ModelConfig's default, 64).
+inline ModelConfig model_config(int n_layer, int n_head, int n_embd, int seq_len, int vocab_size,
+                                int vocab_pad_to = ModelConfig{}.vocab_pad_to) {
+    ModelConfig m;
+    m.n_layer = n_layer;
+    m.n_head = n_head;
+    m.n_embd = n_embd;
+    m.seq_len = seq_len;
+    m.vocab_size = vocab_size;
+    m.vocab_pad_to = vocab_pad_to;
+    return m;
+}
 
 /// The message of the InputError f throws; "WRONG EXCEPTION TYPE: ..." for another exception
 /// and "NO ERROR" when it throws none, so a test's find() on the message fails either way.

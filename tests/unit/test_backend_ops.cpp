@@ -19,6 +19,8 @@
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
+#include "test_support.hpp"
+
 namespace zt {
 namespace {
 
@@ -124,15 +126,7 @@ TEST(BackendPrecisionOps, CpuCastAndAccumulateMatchCoreDtypeBitForBit) {
     EXPECT_EQ(z[8], 0xffffu);
 }
 
-ModelConfig tiny_model() {
-    ModelConfig m;
-    m.n_layer = 2;
-    m.n_head = 2;
-    m.n_embd = 16;
-    m.seq_len = 8;
-    m.vocab_size = 40;
-    return m;
-}
+ModelConfig tiny_model() { return test::model_config(2, 2, 16, 8, 40); }
 
 struct StepResult {
     float loss = 0.f;

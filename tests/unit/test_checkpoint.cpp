@@ -23,15 +23,7 @@ namespace fs = std::filesystem;
 namespace zt {
 namespace {
 
-ModelConfig small_model() {
-    ModelConfig m;
-    m.n_layer = 2;
-    m.n_head = 2;
-    m.n_embd = 16;
-    m.seq_len = 8;
-    m.vocab_size = 40;
-    return m;
-}
+ModelConfig small_model() { return test::model_config(2, 2, 16, 8, 40); }
 
 /// Fills master, m and v with distinct values so a misplaced element cannot go unnoticed.
 void scribble(ModelState& s, float salt) {

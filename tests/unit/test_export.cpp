@@ -35,16 +35,8 @@ using test::is_hf_conv1d;
 using test::parse_safetensors;
 using test::SafeTensors;
 
-ModelConfig small_model() {
-    ModelConfig m;
-    m.n_layer = 2;
-    m.n_head = 2;
-    m.n_embd = 16;
-    m.seq_len = 8;
-    m.vocab_size = 40;  // padded to 64: 24 rows the export must drop
-    m.vocab_pad_to = 64;
-    return m;
-}
+/// Vocabulary 40 padded to 64: 24 rows the export must drop.
+ModelConfig small_model() { return test::model_config(2, 2, 16, 8, 40, 64); }
 
 /// A trained-looking model: seed init plus a distinct perturbation of every live element,
 /// and garbage in the padded vocabulary rows, which export must drop and import must zero.

@@ -12,19 +12,13 @@
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
+#include "test_support.hpp"
+
 namespace zt {
 namespace {
 
-ModelConfig tiny_model() {
-    ModelConfig m;
-    m.n_layer = 2;
-    m.n_head = 2;
-    m.n_embd = 8;
-    m.seq_len = 6;
-    m.vocab_size = 11;
-    m.vocab_pad_to = 8;  // padded to 16: exercises the padded LM-head columns
-    return m;
-}
+/// Vocabulary 11 padded to 16: exercises the padded LM-head columns.
+ModelConfig tiny_model() { return test::model_config(2, 2, 8, 6, 11, /*vocab_pad_to=*/8); }
 
 TEST(GptGradcheck, EveryTensorMatchesFiniteDifferences) {
     const ModelConfig mc = tiny_model();

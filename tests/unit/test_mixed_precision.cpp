@@ -9,18 +9,12 @@
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
+#include "test_support.hpp"
+
 namespace zt {
 namespace {
 
-ModelConfig small_model() {
-    ModelConfig m;
-    m.n_layer = 1;
-    m.n_head = 2;
-    m.n_embd = 16;
-    m.seq_len = 8;
-    m.vocab_size = 32;
-    return m;
-}
+ModelConfig small_model() { return test::model_config(1, 2, 16, 8, 32); }
 
 /// Feeds every unit a gradient of `g * scale` through the UnitStore path backward uses and
 /// returns the unscaled global gradient norm the trainer would compute.

@@ -13,6 +13,8 @@
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/optim/optimizer.hpp"
 
+#include "test_support.hpp"
+
 namespace zt {
 namespace {
 
@@ -133,16 +135,7 @@ TEST(AdamWStepParams, BiasCorrectionsOfStepT) {
 
 // --- decay_segments --------------------------------------------------------------------
 
-ModelConfig model_config(int n_layer, int n_head, int n_embd, int seq_len, int vocab_size, int vocab_pad_to) {
-    ModelConfig m;
-    m.n_layer = n_layer;
-    m.n_head = n_head;
-    m.n_embd = n_embd;
-    m.seq_len = seq_len;
-    m.vocab_size = vocab_size;
-    m.vocab_pad_to = vocab_pad_to;
-    return m;
-}
+using test::model_config;
 
 /// One layer, 3 wide, vocabulary 10 unpadded, 3 positions: every tensor is small, and the
 /// 16-float alignment leaves gaps between them.
