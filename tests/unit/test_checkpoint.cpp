@@ -217,6 +217,42 @@ TEST(Checkpoint, KeepsOnlyTheNewestAndLatestIsAtomic) {
     EXPECT_EQ(test::read_file(f.ckpt() + "/latest"), "step_00000008\n");
 }
 
+// State crosses to and from the files in staging pieces of 1M floats (the state may be device
+// memory; a whole-unit staging copy would add the largest unit to the peak). GPT-2's vocabulary
+// at width 24 makes unit 0 1.2M floats: two pieces, so a piece boundary inside a dataset must
+// keep every element and the dataset's hash64 must be the hash of all of it.
+TEST(Checkpoint, AUnitLargerThanOneStagingPieceRoundTrips) {
+    Fixture f;
+    const ModelLayout layout = make_gpt_layout(test::model_config(1, 1, 24, 8, 50257));
+    ASSERT_GT(layout.unit_numel[0], size_t{1} << 20) << "unit 0 must span more than one staging piece";
+    ModelState a(layout, *f.backend, 1);
+    scribble(a, 5.f);
+    const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), sample_record(), 2);
+    const std::string shard = dir + "/shard_00000_of_00001.h5";
+    const hid_t file = H5Fopen(shard.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    const hid_t ds = H5Dopen2(file, "unit_00000/adam_v", H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    std::vector<float> v(layout.unit_numel[0]);
+    EXPECT_GE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    uint64_t h = 0;
+    const hid_t attr = H5Aopen(ds, "hash64", H5P_DEFAULT);
+    ASSERT_GE(attr, 0);
+    H5Aread(attr, H5T_NATIVE_UINT64, &h);
+    H5Aclose(attr);
+    H5Dclose(ds);
+    H5Fclose(file);
+    EXPECT_EQ(h, hash64(v.data(), v.size() * sizeof(float))) << "the dataset's hash64 covers every piece";
+    EXPECT_EQ(std::memcmp(v.data(), a.adam_v_base(0), v.size() * sizeof(float)), 0)
+        << "unit 0's adam_v differs from the state it was saved from";
+    ModelState b(layout, *f.backend, 99);
+    load_checkpoint(dir, b, self_communicator());
+    const std::vector<float> sa = a.owned_optimizer_state();
+    const std::vector<float> sb = b.owned_optimizer_state();
+    ASSERT_EQ(sa.size(), sb.size());
+    EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << "load through the pieces";
+}
+
 // What the README and checkpoint.hpp state about the files: shard datasets are contiguous
 // (no filter) with a hash64 attribute of their bytes; meta_json is chunked with Fletcher32;
 // CHECKSUM holds meta.h5's whole-file hash64; meta_json lists each shard's size and hash64.
