@@ -33,21 +33,34 @@ for p in "${pkgs[@]}"; do dpkg -L "$p" 2>/dev/null || true; done |
     [ -e "$f" ] || [ -L "$f" ] || continue
     echo "$f"
   done >"$hide"
-# alternatives: /usr/bin/mpiexec -> /etc/alternatives/mpiexec -> /usr/bin/mpiexec.openmpi
-find /etc/alternatives /usr/bin /usr/lib/x86_64-linux-gnu /usr/include -maxdepth 2 -type l 2>/dev/null |
-  while read -r l; do t=$(readlink -f "$l" || true); [ -n "$t" ] && grep -qxF "$t" "$hide" && echo "$l"; done \
-  >>"$hide" || true
-sort -u -o "$hide" "$hide"
-n_usr=0; n_etc=0
-while read -r f; do
-  case "$f" in
-    /usr/*) up=$w/usr-up/${f#/usr/}; n_usr=$((n_usr + 1)) ;;
-    /etc/*) up=$w/etc-up/${f#/etc/}; n_etc=$((n_etc + 1)) ;;
-    *) continue ;;
-  esac
-  mkdir -p "$(dirname "$up")"
-  mknod "$up" c 0 0  # an overlayfs whiteout
-done <"$hide"
+# alternatives (/usr/bin/mpiexec -> /etc/alternatives/mpiexec -> /usr/bin/mpiexec.openmpi),
+# then one whiteout per file (python: one process for thousands of mknod).
+read -r n_usr n_etc < <(python3 - "$hide" "$w" <<'PY'
+import os, stat, sys
+hide_path, w = sys.argv[1], sys.argv[2]
+hidden = set(open(hide_path).read().split("\n")) - {""}
+for top in ("/etc/alternatives", "/usr/bin", "/usr/lib/x86_64-linux-gnu", "/usr/include"):
+    for dirpath, dirnames, filenames in os.walk(top):
+        if dirpath.count("/") - top.count("/") >= 2:
+            dirnames[:] = []
+        for name in filenames + dirnames:
+            p = os.path.join(dirpath, name)
+            if os.path.islink(p) and os.path.realpath(p) in hidden:
+                hidden.add(p)
+with open(hide_path, "w") as f:
+    f.write("".join(p + "\n" for p in sorted(hidden)))
+n = {"usr": 0, "etc": 0}
+for p in hidden:
+    top = p.split("/")[1]
+    if top not in n:
+        continue
+    up = os.path.join(w, top + "-up", p[len(top) + 2:])
+    os.makedirs(os.path.dirname(up), exist_ok=True)
+    os.mknod(up, stat.S_IFCHR | 0o000, os.makedev(0, 0))  # an overlayfs whiteout
+    n[top] += 1
+print(n["usr"], n["etc"])
+PY
+)
 echo "dryrun.sh: hiding $n_usr files under /usr and $n_etc under /etc from ${#pkgs[@]} packages"
 
 # The fake pip NCCL (nvidia/nccl/{include,lib}) from the CUDA toolkit's copy.

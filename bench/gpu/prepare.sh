@@ -99,10 +99,39 @@ for p in "${seeds[@]}"; do
 done
 [ ${#missing_here[@]} -eq 0 ] || die "not installed here: ${missing_here[*]} (run .ci/setup.sh; the closure is computed from the installed files)"
 
+# The link lines the wrappers give (h5pcc -shlib, mpicc/mpicxx -showme:link) name -lX that
+# need the unversioned libX.so of a dev package (libcurl.so, libsz.so, libhdf5_hl.so...):
+# add the packages of those links and of what they point to.
+wrap_libs=$(
+  { printf 'int main(void){return 0;}\n' >"/tmp/zt-h5-$$.c"
+    /usr/bin/h5pcc.openmpi -shlib -show "/tmp/zt-h5-$$.c" 2>/dev/null || die "h5pcc.openmpi -shlib -show failed"
+    rm -f "/tmp/zt-h5-$$.c"
+    /usr/bin/mpicc.openmpi -showme:link; /usr/bin/mpicxx.openmpi -showme:link; } | tr ' ' '\n')
+lib_dirs=($(echo "$wrap_libs" | sed -n 's/^-L//p') /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu)
+link_files=()
+for l in $(echo "$wrap_libs" | sed -n 's/^-l//p' | sort -u); do
+  case "$l" in dl|m|pthread|rt|c|util|gcc_s|stdc++|gomp) continue ;; esac  # the toolchain's
+  found=""
+  for d in "${lib_dirs[@]}"; do
+    [ -e "$d/lib$l.so" ] && { found="$d/lib$l.so"; break; }
+  done
+  [ -n "$found" ] || die "the wrappers link -l$l, but no lib$l.so is installed here"
+  link_files+=("$found" "$(readlink -f "$found")")
+done
+resolve_owners "${link_files[@]}"
+link_pkgs=()
+for f in "${link_files[@]}"; do
+  q=${owner[$f]:-}
+  [ -n "$q" ] || continue
+  [[ $q =~ $toolchain_re ]] && continue
+  [[ " ${seeds[*]} ${link_pkgs[*]} " == *" $q "* ]] || link_pkgs+=("$q")
+done
+say "the wrappers' -l flags add: ${link_pkgs[*]:-nothing}"
+
 # Breadth first: each round takes the new packages' ELF files, the libraries ldd resolves
 # for them, and those libraries' packages.
 not_found=()
-round=("${seeds[@]}")
+round=("${seeds[@]}" "${link_pkgs[@]}")
 while [ ${#round[@]} -gt 0 ]; do
   for p in "${round[@]}"; do in_set[$p]=1; done
   mapfile -t files < <(for p in "${round[@]}"; do dpkg -L "$p"; done | sort -u)

@@ -21,6 +21,7 @@
 #   ZT_GPU_CUDA      ON (default) or OFF: OFF is for dry runs on a machine without nvcc
 #   ZT_GPU_SANITIZE=1  also run test_cuda_ops under compute-sanitizer memcheck (gpu stage)
 #   ZT_GPU_GPT2_STEPS  optimizer steps of the GPT-2 124M run (default 50)
+#   ZT_GPU_BACKEND   backend of the demo and gpt2 runs (default cuda; cpu for dry runs)
 set -euo pipefail
 t0=$(date +%s)
 cd "$(dirname "$0")/../.."
@@ -35,6 +36,7 @@ jobs=${ZT_GPU_JOBS:-$(nproc)}
 build=${ZT_GPU_BUILD:-$repo/build-gpu}
 px=${ZT_GPU_PREFIX:-/tmp/zt-gpu-prefix}
 cuda=${ZT_GPU_CUDA:-ON}
+backend=${ZT_GPU_BACKEND:-cuda}
 for s in $stages; do
   case "$s" in build|env|gpu|unit|mpi|cli|demo|gpt2) ;; *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu unit mpi cli demo gpt2)" ;; esac
 done
@@ -286,13 +288,13 @@ if want demo && begin demo; then
       --doc-separator % --val-fraction 0.05 >"$logs/demo-prepare.log" 2>&1 || rc=$?
   fi
   if [ "$rc" = 0 ]; then
-    run_train demo --config inputs/demo.ini --backend=cuda --checkpoint.resume=never \
+    run_train demo --config inputs/demo.ini --backend="$backend" --checkpoint.resume=never \
       --run.dir=/tmp/zt-gpu-run/demo --data.train="$data/train_*.bin" --data.val="$data/val_*.bin" || rc=$?
     cp /tmp/zt-gpu-run/demo/metrics.jsonl "$logs/demo-metrics.jsonl" 2>/dev/null || true
   fi
   tail -3 "$logs/demo.log" 2>/dev/null || true
   val=$(grep -oE 'val[ _]loss[ =:]*[0-9.]+' "$logs/demo.log" | tail -1 || true)
-  finish demo "$rc" "demo deck, backend=cuda, 1 rank: $(last_step "$logs/demo.log") ${val}"
+  finish demo "$rc" "demo deck, backend=$backend, 1 rank: $(last_step "$logs/demo.log") ${val}"
 fi
 
 if want gpt2 && begin gpt2; then
@@ -316,7 +318,7 @@ for name, n in (("train_000.bin", 4_000_000), ("val_000.bin", 200_000)):
     os.replace(path + ".tmp", path)
 EOF
   rc=0
-  run_train gpt2 --config inputs/gpt2_124m.ini --backend=cuda --checkpoint.resume=never \
+  run_train gpt2 --config inputs/gpt2_124m.ini --backend="$backend" --checkpoint.resume=never \
     --run.dir=/tmp/zt-gpu-run/gpt2 --data.train="$data/train_*.bin" --data.val="$data/val_*.bin" \
     --data.tokenizer= --train.max_steps="$steps" --train.warmup_steps=10 --train.eval_every=0 \
     --train.eval_batches=2 --train.sample_tokens=0 --train.log_every=5 --precision.dtype=fp32 || rc=$?
@@ -325,7 +327,7 @@ EOF
   # Median tokens/s over the logged steps after the first (warm-up) one.
   tps=$(grep -oE '[0-9]+ tok/s' "$logs/gpt2.log" | awk 'NR > 1 {print $1}' | sort -n |
         awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "?"}')
-  finish gpt2 "$rc" "GPT-2 124M fp32, $steps steps, synthetic tokens: median ${tps} tok/s; $(last_step "$logs/gpt2.log")"
+  finish gpt2 "$rc" "GPT-2 124M fp32, backend=$backend, $steps steps, synthetic tokens: median ${tps} tok/s; $(last_step "$logs/gpt2.log")"
 fi
 
 # ---------------------------------------------------------------------------
