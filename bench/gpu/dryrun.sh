@@ -25,7 +25,8 @@ rm -rf "$w"; mkdir -p "$w"/{usr-up,usr-wk,etc-up,etc-wk,py/nvidia/nccl/include,p
 # Files to hide: everything the carried packages installed here, as dpkg lists it (with
 # usrmerge, /lib/... lies in /usr/lib/...), and the alternatives links that lead to them.
 mapfile -t pkgs < <(awk '!/^#/ {print $1}' .gpu-carry/MANIFEST.txt)
-pkgs+=(googletest fortunes fortunes-min)
+# and what the device lacks as well: googletest's sources, HDF5's tools and serial build, the corpus
+pkgs+=(googletest hdf5-tools libhdf5-103-1 libhdf5-dev fortunes fortunes-min)
 hide=$w/hidden.txt
 for p in "${pkgs[@]}"; do dpkg -L "$p" 2>/dev/null || true; done |
   sed -E 's#^/(lib|lib64|bin|sbin)/#/usr/\1/#' | sort -u | while read -r f; do
@@ -81,7 +82,7 @@ unshare -m --propagation private bash -c '
     echo "## hidden: $(wc -l <"$HIDE") files, e.g."
     grep -E "libmpi.so.40|libhdf5_openmpi.so.103$|libboost_program_options.so.1|openblas-pthread/libopenblas.so.0|libgtest.a|nlohmann/json.hpp|bin/mpiexec|libcurl.so.4$|hdf5/openmpi/hdf5.h" "$HIDE" | head -20
     echo "## inside the namespace, before run_device.sh"
-    for f in /usr/lib/x86_64-linux-gnu/libmpi.so.40 /usr/include/hdf5/openmpi/hdf5.h /usr/bin/mpiexec /usr/include/nlohmann/json.hpp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/share/games/fortunes; do
+    for f in /usr/lib/x86_64-linux-gnu/libmpi.so.40 /usr/include/hdf5/openmpi/hdf5.h /usr/bin/mpiexec /usr/include/nlohmann/json.hpp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/share/games/fortunes/fortunes; do
       if [ -e "$f" ]; then echo "VISIBLE (bad): $f"; else echo "hidden: $f"; fi
     done
     echo "ldconfig -p | grep -c mpi/hdf5/boost_program/openblas/curl: $(ldconfig -p | grep -cE "libmpi|libhdf5|boost_program|openblas|libcurl" || true)"
@@ -91,7 +92,6 @@ unshare -m --propagation private bash -c '
   set +e
   bash bench/gpu/run_device.sh
   rc=$?
-  set -e
   {
     echo "## run_device.sh exit status: $rc"
     # Where each library resolves from, with the environment run_device.sh sets (read back

@@ -21,6 +21,7 @@
 #   ZT_GPU_CUDA      ON (default) or OFF: OFF is for dry runs on a machine without nvcc
 #   ZT_GPU_SANITIZE=1  also run test_cuda_ops under compute-sanitizer memcheck (gpu stage)
 #   ZT_GPU_GPT2_STEPS  optimizer steps of the GPT-2 124M run (default 50)
+#   ZT_GPU_CONFIGURE_ONLY=1  stop after configuring (dry runs)
 #   ZT_GPU_BACKEND   backend of the demo and gpt2 runs (default cuda; cpu for dry runs)
 set -euo pipefail
 t0=$(date +%s)
@@ -102,6 +103,10 @@ export PATH="$P/bin:$PATH"
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
 export LD_LIBRARY_PATH="$ldd_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CMAKE_PREFIX_PATH="$P${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+# h5pcc's link line names -lcurl, -lsz, -lz... without a -L: the linker finds them here.
+export LIBRARY_PATH="$P/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+# h5pcc links the static libhdf5.a by default, and the carry has no static libraries.
+export HDF5_USE_SHLIB=yes
 # Open MPI and PMIx were built for /usr: tell them where they lie now.
 export OPAL_PREFIX=$P
 export PMIX_INSTALL_PREFIX=$P/lib/x86_64-linux-gnu/pmix2
@@ -197,6 +202,8 @@ if want build && begin build; then
   fi
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  # A cache left by a failed configure keeps wrong answers (HDF5_IS_PARALLEL...): start over.
+  [ "$(cat "$build/.zt-configured" 2>/dev/null)" = "$sum" ] || rm -f "$build/CMakeCache.txt"
   set +e
   cut_at_budget cmake -S "$repo" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" "${launcher[@]}" \
     -DMPI_C_COMPILER="$P/bin/mpicc" -DMPI_CXX_COMPILER="$P/bin/mpicxx" -DMPIEXEC_EXECUTABLE="$P/bin/mpiexec" \
@@ -207,11 +214,17 @@ if want build && begin build; then
   rc=$?
   set -e
   if [ "$rc" != 0 ]; then tail -30 "$logs/configure.log"; finish build "$rc" "cmake configure failed"; die "configure failed: see configure.log"; fi
+  echo "$sum" >"$build/.zt-configured"
   grep -E '^-- +(MPI|HDF5|BLAS|CUDA backend|NCCL) ' "$logs/configure.log" || true
   # Nothing the build links may come from outside the prefix, the toolchain and CUDA.
   leaks=$(grep -E '^(MPI_|HDF5_|Boost_|OpenBLAS_|GTest_|nlohmann_json_)[A-Za-z_]*(LIBRARY|LIBRARIES|INCLUDE_DIR|INCLUDE_DIRS|DIR|EXECUTABLE|COMPILER)[A-Z_]*:[A-Z]*=' "$build/CMakeCache.txt" \
-          | grep -E '=/(usr|opt)/' | grep -v "=$P" | grep -v '=/usr/local/cuda' || true)
+          | grep -E '=/(usr|opt)/' | grep -v "=$P" | grep -v '=/usr/local/cuda' \
+          | grep -vE '=/usr/lib/x86_64-linux-gnu/lib(dl|m|pthread|rt|c|util)\.(a|so)$' || true)
   [ -z "$leaks" ] || { echo "$leaks" >&2; echo "$leaks" >>"$logs/configure.log"; die "CMake found some dependencies outside the carried prefix (above)"; }
+  if [ "${ZT_GPU_CONFIGURE_ONLY:-0}" = 1 ]; then
+    finish build 0 "configured only (ZT_GPU_CONFIGURE_ONLY=1): $(grep -E '^-- +NCCL ' "$logs/configure.log" || true)"
+    exit 0
+  fi
   set +e
   cut_at_budget cmake --build "$build" -j"$jobs" >"$logs/build.log" 2>&1
   rc=$?
