@@ -106,7 +106,7 @@ unshare -m --propagation private bash -c '
     echo "## LD_DEBUG=libs ztrain --version (search path of libmpi)"
     LD_DEBUG=libs "$ZT_GPU_BUILD/bin/ztrain" --version 2>&1 | grep -E "find library=libmpi.so|trying file=.*libmpi.so|calling init: .*libmpi" | head -6 | sed "s|$px|<prefix>|"
     echo "## mpiexec -np 2 hostname"
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_INSTALL_PREFIX=$px/usr/lib/x86_64-linux-gnu/pmix2 mpiexec --oversubscribe -np 2 hostname 2>&1
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_INSTALL_PREFIX=$px/usr/lib/x86_64-linux-gnu/pmix2 PMIX_PKGDATADIR=$px/usr/lib/x86_64-linux-gnu/pmix2/share/pmix PMIX_MCA_pcompress_base_silence_warning=1 mpiexec --oversubscribe -np 2 hostname 2>&1
   } >>"$EV" 2>&1
   exit $rc
 '
