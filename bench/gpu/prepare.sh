@@ -179,9 +179,13 @@ if [ -n "$check_build" ]; then
   nfiles=0
   mapfile -t used_files < <(sort -u "$used" | while read -r f; do [ -f "$f" ] && echo "$f" && readlink -f "$f"; done | sort -u)
   resolve_owners "${used_files[@]}"
+  # Only what a build takes from a package: headers, libraries, CMake package files (not the
+  # tools, nor CMake's own modules).
+  keep_re='(/include/|\.(h|hh|hpp|hxx|ipp|inl|tcc)$|\.so(\.[0-9.]+)?$|\.a$|[Cc]onfig(Version)?\.cmake$|-config(-version)?\.cmake$|Targets(-[a-z]+)?\.cmake$)'
+  sed -i -E "/^\/usr\/share\/cmake(-[0-9.]+)?\//d; /^\/usr\/local\//d" "$used"
+  grep -E "$keep_re" "$used" >"$used.k" || true; mv "$used.k" "$used"
   for f in $(sort -u "$used"); do
     [ -e "$f" ] || continue
-    case "$f" in /usr/local/*|/usr/bin/c++|/usr/bin/g++*|/usr/bin/gcc*|/usr/bin/cc|/usr/bin/ninja|/usr/bin/cmake|/usr/bin/ccache) continue ;; esac
     [ -d "$f" ] && continue
     nfiles=$((nfiles + 1))
     r=$(readlink -f "$f")
