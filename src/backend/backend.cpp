@@ -1,13 +1,34 @@
-// What each backend kind supports (BackendCapabilities) and the host OpClock. Compiled in
+// What each backend kind supports (BackendCapabilities), the host OpClock and the AdamW
+// constants every backend's kernel reads. Compiled in
 // every build, so the answer for cuda is available to the input checks of a build without
 // CUDA and to the CUDA backend itself alike.
 #include <chrono>
 #include <vector>
 
+#include "ztrain/backend/adamw_constants.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/core/error.hpp"
 
 namespace zt {
+
+AdamWConstants adamw_constants(const AdamWStep& step) {
+    ZT_REQUIRE(step.bias_correction1 > 0.f && step.bias_correction2 > 0.f,
+               "AdamW bias corrections must be positive (got ", step.bias_correction1, ", ",
+               step.bias_correction2, ")");
+    AdamWConstants k{};
+    k.lr = step.lr;
+    k.beta1 = step.beta1;
+    k.one_minus_beta1 = 1.f - step.beta1;
+    k.beta2 = step.beta2;
+    k.one_minus_beta2 = 1.f - step.beta2;
+    k.eps = step.eps;
+    k.weight_decay = step.weight_decay;
+    k.inv_bc1 = 1.f / step.bias_correction1;
+    k.inv_bc2 = 1.f / step.bias_correction2;
+    k.grad_scale = step.grad_scale;
+    return k;
+}
 
 bool BackendCapabilities::supports(DType work) const {
     switch (work) {

@@ -40,6 +40,7 @@
 //    saves it for backward; at GPT-2 sizes it is small next to the MLP activations.
 //  - No validation of token ids against the vocabulary (only the caller knows Vp);
 //    cross-entropy targets are validated since V is known there.
+#include "ztrain/backend/adamw_constants.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -391,22 +392,9 @@ double sum_squares_kernel(const float* x, size_t n) {
     return acc;
 }
 
-struct AdamWConsts {
-    float lr;
-    float beta1;
-    float one_minus_beta1;
-    float beta2;
-    float one_minus_beta2;
-    float eps;
-    float weight_decay;
-    float inv_bc1;
-    float inv_bc2;
-    float grad_scale;
-};
-
 ZT_VEC_CLONES
 void adamw_kernel(float* __restrict param, float* __restrict m, float* __restrict v,
-                  const float* __restrict grad, size_t n, AdamWConsts k) {
+                  const float* __restrict grad, size_t n, AdamWConstants k) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) {
         const float g = grad[i] * k.grad_scale;
@@ -821,8 +809,8 @@ class CpuBackend final : public Backend {
     }
 
     void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override {
-        const AdamWConsts k = adamw_consts(step);
-        AdamWConsts k_no_decay = k;
+        const AdamWConstants k = adamw_constants(step);
+        AdamWConstants k_no_decay = k;
         k_no_decay.weight_decay = 0.f;
         size_t total_n = 0;
         for (size_t i = 0; i < count; ++i) {
@@ -849,32 +837,12 @@ class CpuBackend final : public Backend {
 
     void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                       const AdamWStep& step) override {
-        const AdamWConsts k = adamw_consts(step);
+        const AdamWConstants k = adamw_constants(step);
         parallel_chunks(n, [&](size_t b, size_t e) {
             adamw_kernel(param + b, m + b, v + b, grad + b, e - b, k);
         });
     }
 
-  private:
-    static AdamWConsts adamw_consts(const AdamWStep& step) {
-        ZT_REQUIRE(step.bias_correction1 > 0.f && step.bias_correction2 > 0.f,
-                   "AdamW bias corrections must be positive (got ", step.bias_correction1, ", ",
-                   step.bias_correction2, ")");
-        AdamWConsts k{};
-        k.lr = step.lr;
-        k.beta1 = step.beta1;
-        k.one_minus_beta1 = 1.f - step.beta1;
-        k.beta2 = step.beta2;
-        k.one_minus_beta2 = 1.f - step.beta2;
-        k.eps = step.eps;
-        k.weight_decay = step.weight_decay;
-        k.inv_bc1 = 1.f / step.bias_correction1;
-        k.inv_bc2 = 1.f / step.bias_correction2;
-        k.grad_scale = step.grad_scale;
-        return k;
-    }
-
-  public:
 
     // --------------------------------------------------------------------------------
     // attention

@@ -206,19 +206,7 @@ class CudaBackendImpl final : public CudaBackend {
 
     void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                       const AdamWStep& step) override {
-        ZT_REQUIRE(step.bias_correction1 > 0.f && step.bias_correction2 > 0.f,
-                   "AdamW bias corrections must be positive (got ", step.bias_correction1, ", ",
-                   step.bias_correction2, ")");
-        cuda::AdamWParams p{};
-        p.lr = step.lr;
-        p.beta1 = step.beta1;
-        p.beta2 = step.beta2;
-        p.eps = step.eps;
-        p.weight_decay = step.weight_decay;
-        p.inv_bc1 = 1.f / step.bias_correction1;
-        p.inv_bc2 = 1.f / step.bias_correction2;
-        p.grad_scale = step.grad_scale;
-        cuda::adamw_update(param, m, v, grad, n, p, m_stream);
+        cuda::adamw_update(param, m, v, grad, n, adamw_constants(step), m_stream);
     }
 
     // ---- attention, encoder, loss ----

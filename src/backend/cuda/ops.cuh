@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gemm_plan.hpp"
+#include "ztrain/backend/adamw_constants.hpp"
 #include "ztrain/core/dtype.hpp"
 
 namespace zt::cuda {
@@ -106,17 +107,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, c
 
 void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
 
-struct AdamWParams {
-    float lr;
-    float beta1;
-    float beta2;
-    float eps;
-    float weight_decay;
-    float inv_bc1;
-    float inv_bc2;
-    float grad_scale;
-};
-void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWParams& p,
+void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWConstants& k,
                   cudaStream_t stream);
 
 // ---- attention.cu ---------------------------------------------------------------------
