@@ -135,4 +135,33 @@ TEST_F(GemmPlan, Attention) {
     expect_near_all(dqkv, dqkv_ref, "dqkv");
 }
 
+// Which products take cuBLASLt's fused bias/GELU epilogue and which the plain product plus
+// the separate bias/GELU kernel: the pre-GELU output's leading dimension (the forward's OC)
+// must be a multiple of 8 for the fused GELU_AUX epilogues.
+TEST(CudaGemmEpiloguePath, FusedUnlessTheAuxLeadingDimensionBreaksCublasLtsRule) {
+    using zt::cuda::EpiloguePath;
+    float out = 0.f;
+    float aux = 0.f;
+    float bias = 0.f;
+    const float in = 0.f;
+    auto forward = [&](int OC, bool with_bias, bool gelu, bool with_aux) {
+        Gemm g = zt::cuda::matmul_forward_gemm(&out, &in, &in, 4, 16, OC);
+        g.bias = with_bias ? &bias : nullptr;
+        g.gelu = gelu;
+        g.gelu_aux = with_aux ? &aux : nullptr;
+        return zt::cuda::epilogue_path(g);
+    };
+    EXPECT_EQ(forward(12, false, false, false), EpiloguePath::kNone);
+    EXPECT_EQ(forward(12, true, false, false), EpiloguePath::kFused);   // no aux: any OC
+    EXPECT_EQ(forward(12, true, true, false), EpiloguePath::kFused);
+    EXPECT_EQ(forward(3072, true, true, true), EpiloguePath::kFused);   // GPT-2's MLP: 4C
+    EXPECT_EQ(forward(16, false, true, true), EpiloguePath::kFused);
+    EXPECT_EQ(forward(12, true, true, true), EpiloguePath::kSeparate);  // aux ld 12
+    EXPECT_EQ(forward(7, false, true, true), EpiloguePath::kSeparate);
+    // A pre-GELU output without GELU is a caller error, not a path.
+    Gemm g = zt::cuda::matmul_forward_gemm(&out, &in, &in, 4, 16, 16);
+    g.gelu_aux = &aux;
+    EXPECT_THROW(zt::cuda::epilogue_path(g), zt::Error);
+}
+
 }  // namespace

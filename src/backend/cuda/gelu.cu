@@ -7,26 +7,19 @@
 namespace zt::cuda {
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
-__device__ inline float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-
 __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    out[i] = x * sigmoid(2.f * u);
+    out[i] = gelu_value(inp[i]);
 }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    const float du = kSqrt2OverPi * (1.f + 3.f * kCubic * x * x);
-    const float s = sigmoid(2.f * u);
+    const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+    const float du = kGeluSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
+    const float s = gelu_sigmoid(2.f * u);
     dinp[i] += (s + x * s * (1.f - s) * 2.f * du) * dout[i];
 }
 

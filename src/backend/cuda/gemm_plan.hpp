@@ -53,6 +53,25 @@ struct Gemm {
     void* gelu_aux = nullptr;  ///< pre-GELU values (m, n), ld = d.ld; needs gelu
 };
 
+/// How gemm() applies a product's bias/GELU epilogue.
+enum class EpiloguePath {
+    kNone,      ///< no bias, no GELU: a plain product
+    kFused,     ///< cuBLASLt's fused epilogue (falls back to kSeparate if it has no algorithm)
+    kSeparate,  ///< a plain product, then the bias/GELU kernel over D
+};
+
+/// cuBLASLt requires CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD (the pre-GELU output's leading
+/// dimension, here d.ld) to be a multiple of 8 elements; such shapes never get a fused
+/// algorithm, so they take the separate path without asking the heuristic.
+constexpr int64_t kEpilogueAuxLdMultiple = 8;
+
+inline EpiloguePath epilogue_path(const Gemm& g) {
+    ZT_REQUIRE(g.gelu_aux == nullptr || g.gelu, "gemm: a pre-GELU output needs the GELU epilogue");
+    if (g.bias == nullptr && !g.gelu) return EpiloguePath::kNone;
+    if (g.gelu_aux != nullptr && g.d.ld % kEpilogueAuxLdMultiple != 0) return EpiloguePath::kSeparate;
+    return EpiloguePath::kFused;
+}
+
 // ---- matmul: weight (OC, C), out (N, OC) = inp (N, C) @ weight^T -------------------------
 
 /// out^T (OC, N) = (weight stored (C, OC))^T @ inp stored (C, N).

@@ -1,16 +1,19 @@
 // Matrix products through cuBLASLt: fp32, bf16 or fp16 operands, always fp32 accumulate
 // (CUBLAS_COMPUTE_32F: true fp32 for fp32 operands, no TF32), with the bias and GELU
-// epilogues fused where asked. Attention's strided-batched products use the same path.
+// epilogues fused where asked (or, where cuBLASLt has no fused algorithm or the shape breaks
+// its EPILOGUE_AUX_LD rule, a plain product then one bias/GELU kernel). Attention's strided-batched products use the same path.
 //
 // Alignment: cuBLASLt's heuristic assumes 256-byte aligned operands unless told otherwise,
 // and a kernel picked on that assumption reads wrongly from a less aligned pointer. Each
 // call therefore states the real alignment of every operand (pointer, leading dimension
 // and batch stride in bytes), which matters for attention's per-head views into qkv.
-#include "cuda_check.cuh"
-#include "ops.cuh"
-
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+
+#include "cuda_check.cuh"
+#include "ops.cuh"
 
 namespace zt::cuda {
 namespace {
@@ -74,12 +77,67 @@ void gemm_classic(const Blas& blas, const Gemm& g, cudaStream_t stream) {
         CUBLAS_GEMM_DEFAULT));
 }
 
+__device__ inline float load_float(const float* p) { return *p; }
+__device__ inline float load_float(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ inline float load_float(const __half* p) { return __half2float(*p); }
+__device__ inline void store_float(float* p, float v) { *p = v; }
+__device__ inline void store_float(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+__device__ inline void store_float(__half* p, float v) { *p = __float2half(v); }
+
+/// The fused epilogue's meaning over an already computed D (m, n, batch), in place:
+/// x = D + bias (per row i); aux = x when wanted; D = gelu ? GELU(x) : x. The bias is
+/// shared by the batch; aux has D's leading dimension and batch stride, as in the fused case.
+template <typename T>
+__global__ void bias_gelu_kernel(T* d, T* aux, const T* bias, bool gelu, int m, int n, int batch, int64_t ld,
+                                 int64_t stride) {
+    const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const size_t per_batch = static_cast<size_t>(m) * static_cast<size_t>(n);
+    if (idx >= per_batch * static_cast<size_t>(batch)) return;
+    const int64_t bt = static_cast<int64_t>(idx / per_batch);
+    const size_t rest = idx % per_batch;
+    const int64_t i = static_cast<int64_t>(rest % static_cast<size_t>(m));
+    const int64_t j = static_cast<int64_t>(rest / static_cast<size_t>(m));
+    const int64_t at = bt * stride + i + j * ld;
+    float x = load_float(d + at);
+    if (bias != nullptr) x += load_float(bias + i);
+    if (aux != nullptr) store_float(aux + at, x);
+    store_float(d + at, gelu ? gelu_value(x) : x);
+}
+
+template <typename T>
+void launch_bias_gelu(const Gemm& g, cudaStream_t stream) {
+    const size_t count = static_cast<size_t>(g.m) * static_cast<size_t>(g.n) * static_cast<size_t>(g.batch);
+    bias_gelu_kernel<T><<<grid_for(count, kBlock), kBlock, 0, stream>>>(
+        static_cast<T*>(g.d.ptr), static_cast<T*>(g.gelu_aux), static_cast<const T*>(g.bias), g.gelu, g.m, g.n,
+        g.batch, g.d.ld, g.d.stride);
+    ZT_KERNEL_CHECK("gemm bias/GELU epilogue");
+}
+
+/// The separate path: a plain product (cuBLASLt, or classic cuBLAS when it has none), then
+/// the bias/GELU kernel over D.
+void gemm_separate_epilogue(const Blas& blas, const Gemm& g, cudaStream_t stream) {
+    Gemm plain = g;
+    plain.bias = nullptr;
+    plain.gelu = false;
+    plain.gelu_aux = nullptr;
+    gemm(blas, plain, stream);
+    switch (g.dtype) {
+        case DType::kF32: launch_bias_gelu<float>(g, stream); break;
+        case DType::kBF16: launch_bias_gelu<__nv_bfloat16>(g, stream); break;
+        case DType::kF16: launch_bias_gelu<__half>(g, stream); break;
+    }
+}
+
 }  // namespace
 
 void gemm(const Blas& blas, const Gemm& g, cudaStream_t stream) {
     if (g.m <= 0 || g.n <= 0 || g.batch <= 0) return;
     ZT_REQUIRE(g.k > 0, "gemm: empty inner dimension (k = ", g.k, ")");
-    ZT_REQUIRE(g.gelu_aux == nullptr || g.gelu, "gemm: a pre-GELU output needs the GELU epilogue");
+    const EpiloguePath path = epilogue_path(g);
+    if (path == EpiloguePath::kSeparate) {
+        gemm_separate_epilogue(blas, g, stream);
+        return;
+    }
     const cudaDataType_t t = cuda_type(g.dtype);
     const size_t elem = dtype_size(g.dtype);
     LtDescs ds;
@@ -136,9 +194,12 @@ void gemm(const Blas& blas, const Gemm& g, cudaStream_t stream) {
         cublasLtMatmulAlgoGetHeuristic(blas.lt, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result, &found);
     if (heuristic_status != CUBLAS_STATUS_NOT_SUPPORTED) ZT_CUBLAS_CHECK(heuristic_status);
     if (heuristic_status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-        ZT_REQUIRE(epilogue == CUBLASLT_EPILOGUE_DEFAULT, "gemm: cuBLASLt has no algorithm for m=", g.m,
-                   " n=", g.n, " k=", g.k, " ", dtype_name(g.dtype), " with a fused bias/GELU epilogue");
-        gemm_classic(blas, g, stream);
+        // No fused algorithm for this bias/GELU configuration: the same result in two steps.
+        if (path == EpiloguePath::kFused) {
+            gemm_separate_epilogue(blas, g, stream);
+        } else {
+            gemm_classic(blas, g, stream);
+        }
         return;
     }
     // C and D are the same buffer: beta = 1 accumulates in place.

@@ -42,6 +42,16 @@ __device__ inline float warp_max(float v) {
     return v;
 }
 
+/// GELU, tanh approximation (GPT-2's), in the sigmoid form explained in gelu.cu; shared by
+/// gelu.cu and matmul.cu's separate bias/GELU epilogue, so both compute the same values.
+constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+__device__ inline float gelu_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+__device__ inline float gelu_value(float x) {
+    const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+    return x * gelu_sigmoid(2.f * u);
+}
+
 /// A device buffer owned by the backend that grows on demand (scratch for reductions and
 /// index lists). Growing synchronizes the stream first, because kernels already enqueued
 /// may still read the old buffer.
