@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -107,6 +108,22 @@ void prepare_run_dir(const Config& cfg, bool root) {
     if (root) std::ofstream(run_dir / "config.ini") << to_ini(cfg);
 }
 
+/// Aborts `comm`'s outstanding collectives when the scope is left by an exception, and does
+/// nothing on a normal exit.
+class AbortCollectivesOnError {
+  public:
+    explicit AbortCollectivesOnError(Communicator& comm) : m_comm(comm), m_uncaught(std::uncaught_exceptions()) {}
+    ~AbortCollectivesOnError() {
+        if (std::uncaught_exceptions() > m_uncaught) m_comm.abort_outstanding();
+    }
+    AbortCollectivesOnError(const AbortCollectivesOnError&) = delete;
+    AbortCollectivesOnError& operator=(const AbortCollectivesOnError&) = delete;
+
+  private:
+    Communicator& m_comm;
+    int m_uncaught;
+};
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
@@ -131,6 +148,12 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         1, static_cast<size_t>(cfg.parallel.bucket_mb * 1048576.0 / static_cast<double>(dtype_size(reduce))));
     ModelState state(model.layout(), *setup.backend, setup.state_comm(), cfg.parallel.zero_stage, bucket_numel,
                      tc.seed, work, reduce);
+    // Destruction order on an error: this guard (declared after the model state, so it goes
+    // first) aborts the device communicator's collectives, then ~ModelState and ~Gpt free
+    // device memory, which synchronizes the compute stream. Without the abort that sync
+    // waits on NCCL work the other ranks will never join, and the rank hangs instead of
+    // exiting: ~NcclCommunicator's own abort runs only in ~TrainSetup, after them.
+    const AbortCollectivesOnError abort_collectives_on_error(setup.state_comm());
     LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
 
     // ---- where it starts: init_from, or a checkpoint and what its progress means ----

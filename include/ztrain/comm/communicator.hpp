@@ -110,6 +110,13 @@ class Communicator {
     /// Completes a started collective and resets the request (no-op when inactive).
     void wait(CommRequest& request);
 
+    /// Ends the collectives this rank has started without waiting for the other ranks, for
+    /// an error that is unwinding: they may never join, and anything that waits for those
+    /// collectives (a device sync, a free) would hang this rank instead of letting it exit.
+    /// The communicator is unusable afterwards. Default: nothing, for implementations whose
+    /// outstanding work cannot block a device sync (MPI's host collectives).
+    virtual void abort_outstanding() noexcept {}
+
     const CommStats& stats() const { return m_stats; }
     void reset_stats() { m_stats = CommStats{}; }
 

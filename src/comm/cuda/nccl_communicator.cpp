@@ -75,6 +75,12 @@ class NcclCommunicator final : public HostBackedCommunicator {
         if (m_stream != nullptr) cudaStreamDestroy(m_stream);
     }
     std::string name() const override { return "nccl"; }
+    void abort_outstanding() noexcept override {
+        // Unchecked (noexcept): ncclCommAbort ends this rank's NCCL kernels, so the streams
+        // waiting on them drain; the destructor then finds no communicator left to destroy.
+        if (m_nccl != nullptr) ncclCommAbort(m_nccl);
+        m_nccl = nullptr;
+    }
 
   protected:
     CommRequest do_start_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) override {
