@@ -4,14 +4,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt {
 
-CollectiveWatchdog::CollectiveWatchdog(const Communicator& comm, double timeout_s, const std::atomic<long>& step)
-    : m_comm(comm), m_timeout_s(timeout_s), m_step(step) {
+CollectiveWatchdog::CollectiveWatchdog(const Communicator& comm, Communicator* device, double timeout_s,
+                                       const std::atomic<long>& step)
+    : m_comm(comm), m_device(device), m_timeout_s(timeout_s), m_step(step) {
     if (timeout_s > 0 && comm.size() > 1) m_thread = std::thread([this] { run(); });
 }
 
@@ -28,6 +30,16 @@ void CollectiveWatchdog::run() {
     const auto poll = std::chrono::milliseconds(static_cast<long>(std::min(1.0, m_timeout_s / 4) * 1000) + 1);
     std::unique_lock<std::mutex> lock(m_mutex);
     while (!m_cv.wait_for(lock, poll, [this] { return m_stop; })) {
+        const std::string stall = m_device != nullptr ? m_device->device_stall(m_timeout_s) : std::string();
+        if (!stall.empty()) {
+            std::fprintf(stderr,
+                         "ztrain: rank %d: %s in step %ld (parallel.timeout_s = %g): another rank is stuck or "
+                         "has died, or the device failed; aborting the job\n",
+                         m_comm.rank(), stall.c_str(), m_step.load() + 1, m_timeout_s);
+            std::fflush(stderr);
+            std::fflush(stdout);
+            std::_Exit(kExitFailure);
+        }
         const char* name = m_comm.pending_collective();
         if (name == nullptr) continue;
         const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(

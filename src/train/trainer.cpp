@@ -182,7 +182,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
     TrainSummary summary;
     std::atomic<long> current_step{progress.step};
-    const CollectiveWatchdog watchdog(comm, cfg.parallel.timeout_s, current_step);
+    const CollectiveWatchdog watchdog(comm, setup.device_comm.get(), cfg.parallel.timeout_s, current_step);
 
     // ---- the step loop ----
     reporter.begin_training();

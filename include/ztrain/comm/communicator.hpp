@@ -116,6 +116,14 @@ class Communicator {
     /// The communicator is unusable afterwards. Default: nothing, for implementations whose
     /// outstanding work cannot block a device sync (MPI's host collectives).
     virtual void abort_outstanding() noexcept {}
+    /// For the collective watchdog's thread: why this rank's collectives are failing or stuck
+    /// on the device (an asynchronous error, or one enqueued more than timeout_s ago and not
+    /// finished), naming the collective; empty when neither. Host collectives block the
+    /// caller and are watched through pending_collective() instead, hence the default.
+    virtual std::string device_stall(double timeout_s) noexcept {
+        (void)timeout_s;
+        return {};
+    }
 
     const CommStats& stats() const { return m_stats; }
     void reset_stats() { m_stats = CommStats{}; }

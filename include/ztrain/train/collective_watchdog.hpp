@@ -1,5 +1,6 @@
 // The collective watchdog: aborts the job when this rank has waited in one collective longer
-// than parallel.timeout_s. A rank that died or hangs would otherwise keep every other rank
+// than parallel.timeout_s, or when a device collective failed or has not finished on the GPU
+// within parallel.timeout_s. A rank that died or hangs would otherwise keep every other rank
 // waiting forever; exiting with status 1 makes mpirun/srun take the remaining ranks down.
 // Also the test hook that simulates such a rank (ZT_DEBUG_STALL).
 #pragma once
@@ -16,8 +17,11 @@ class Communicator;
 class CollectiveWatchdog {
   public:
     /// Watches `comm` from a thread (none for timeout_s <= 0 or a single rank); `step` is the
-    /// 0-based step the loop is in, for the message.
-    CollectiveWatchdog(const Communicator& comm, double timeout_s, const std::atomic<long>& step);
+    /// 0-based step the loop is in, for the message. `device` (null: none) is also polled for
+    /// collectives failing or stuck on the GPU (Communicator::device_stall), which block no
+    /// host call of its own and so never show in pending_collective().
+    CollectiveWatchdog(const Communicator& comm, Communicator* device, double timeout_s,
+                       const std::atomic<long>& step);
     ~CollectiveWatchdog();
     CollectiveWatchdog(const CollectiveWatchdog&) = delete;
     CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -25,6 +29,7 @@ class CollectiveWatchdog {
   private:
     void run();
     const Communicator& m_comm;
+    Communicator* m_device;
     double m_timeout_s;
     const std::atomic<long>& m_step;
     std::thread m_thread;

@@ -5,7 +5,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <deque>
 #include <exception>
+#include <mutex>
 #include <vector>
 
 #include "../host_backed_communicator.hpp"
@@ -45,7 +48,7 @@ class NcclCommunicator final : public HostBackedCommunicator {
   public:
     NcclCommunicator(std::unique_ptr<Communicator> host, void* compute_stream)
         : HostBackedCommunicator(std::move(host)), m_compute(static_cast<cudaStream_t>(compute_stream)) {
-        select_local_device(local_rank());
+        m_device = select_local_device(local_rank());
         m_stream = create_stream();
         ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m_compute_done, cudaEventDisableTiming));
         // Rank 0 sends its status with the id, so a failure there fails every rank instead
@@ -70,11 +73,41 @@ class NcclCommunicator final : public HostBackedCommunicator {
             if (m_nccl != nullptr) ncclCommDestroy(m_nccl);
         }
         m_pending.drain([this](cudaEvent_t ev) { m_free_events.push_back(ev); });
+        for (const InFlight& f : m_in_flight) cudaEventDestroy(f.done);
+        for (cudaEvent_t ev : m_free_watch_events) cudaEventDestroy(ev);
         for (cudaEvent_t ev : m_free_events) cudaEventDestroy(ev);
         if (m_compute_done != nullptr) cudaEventDestroy(m_compute_done);
         if (m_stream != nullptr) cudaStreamDestroy(m_stream);
     }
     std::string name() const override { return "nccl"; }
+    std::string device_stall(double timeout_s) noexcept override {
+        // Runs on the watchdog's thread, which has its own current device.
+        if (cudaSetDevice(m_device) != cudaSuccess) return {};
+        ncclResult_t async = ncclSuccess;
+        if (m_nccl != nullptr && ncclCommGetAsyncError(m_nccl, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+            return str("NCCL reports an asynchronous error (", ncclGetErrorString(async), ")");
+        }
+        std::lock_guard<std::mutex> lock(m_watch_mutex);
+        // One stream: collectives finish in the order enqueued, so the oldest one decides.
+        while (!m_in_flight.empty()) {
+            const InFlight& oldest = m_in_flight.front();
+            const cudaError_t state = cudaEventQuery(oldest.done);
+            if (state == cudaSuccess) {
+                m_free_watch_events.push_back(oldest.done);
+                m_in_flight.pop_front();
+                continue;
+            }
+            if (state != cudaErrorNotReady) {
+                return str("collective ", oldest.collective, " failed on the GPU (", cudaGetErrorString(state), ")");
+            }
+            const double waited = static_cast<double>(steady_ns() - oldest.enqueued_ns) * 1e-9;
+            if (waited < timeout_s) break;
+            return str("collective ", oldest.collective, " has not finished on the GPU ",
+                       static_cast<long>(waited), " s after it was enqueued");
+        }
+        return {};
+    }
     void abort_outstanding() noexcept override {
         // Unchecked (noexcept): ncclCommAbort ends this rank's NCCL kernels, so the streams
         // waiting on them drain; the destructor then finds no communicator left to destroy.
@@ -86,13 +119,13 @@ class NcclCommunicator final : public HostBackedCommunicator {
     CommRequest do_start_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) override {
         after_compute();
         ZT_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(dt), nccl_op(op), m_nccl, m_stream));
-        return done();
+        return done("all_reduce");
     }
     CommRequest do_start_reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op,
                                         DType dt) override {
         after_compute();
         ZT_NCCL_CHECK(ncclReduceScatter(in, out, count_per_rank, nccl_type(dt), nccl_op(op), m_nccl, m_stream));
-        return done();
+        return done("reduce_scatter");
     }
     CommRequest do_start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) override {
         // In place: NCCL's convention is sendbuff = recvbuff + rank * sendcount.
@@ -101,7 +134,7 @@ class NcclCommunicator final : public HostBackedCommunicator {
                                                count_per_rank * dtype_size(dt) * static_cast<size_t>(rank());
         after_compute();
         ZT_NCCL_CHECK(ncclAllGather(send, out, count_per_rank, nccl_type(dt), m_nccl, m_stream));
-        return done();
+        return done("all_gather");
     }
     void do_wait(CommRequest& request) override {
         cudaEvent_t ev = m_pending.take(request);
@@ -111,7 +144,7 @@ class NcclCommunicator final : public HostBackedCommunicator {
     void do_broadcast(void* buf, size_t bytes, int root) override {
         after_compute();
         ZT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m_nccl, m_stream));
-        CommRequest r = done();
+        CommRequest r = done("broadcast");
         do_wait(r);
     }
     void copy_local(const void* in, void* out, size_t bytes) override {
@@ -125,26 +158,59 @@ class NcclCommunicator final : public HostBackedCommunicator {
         ZT_CUDA_CHECK(cudaStreamWaitEvent(m_stream, m_compute_done, 0));
     }
     /// A request whose completion is an event recorded after the collective just enqueued.
-    CommRequest done() {
+    CommRequest done(const char* collective) {
+        watch(collective);
+        return m_pending.add(record_on_stream(m_free_events));
+    }
+    /// An event from `pool` (or a new one) recorded on m_stream; back in the pool on failure.
+    cudaEvent_t record_on_stream(std::vector<cudaEvent_t>& pool) {
         cudaEvent_t ev = nullptr;
-        if (m_free_events.empty()) {
+        if (pool.empty()) {
             ZT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
         } else {
-            ev = m_free_events.back();
-            m_free_events.pop_back();
+            ev = pool.back();
+            pool.pop_back();
         }
         const cudaError_t recorded = cudaEventRecord(ev, m_stream);
-        if (recorded != cudaSuccess) m_free_events.push_back(ev);
+        if (recorded != cudaSuccess) pool.push_back(ev);
         ZT_CUDA_CHECK(recorded);
-        return m_pending.add(ev);
+        return ev;
     }
 
+    static int64_t steady_ns() {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    }
+    /// Records a second event for the watchdog (device_stall): the request's own event is
+    /// reused once waited on, while the GPU may still be running the collective.
+    void watch(const char* collective) {
+        std::lock_guard<std::mutex> lock(m_watch_mutex);
+        // Reclaim what finished here too: without a watchdog thread nothing else would.
+        while (!m_in_flight.empty() && cudaEventQuery(m_in_flight.front().done) == cudaSuccess) {
+            m_free_watch_events.push_back(m_in_flight.front().done);
+            m_in_flight.pop_front();
+        }
+        m_in_flight.push_back({record_on_stream(m_free_watch_events), collective, steady_ns()});
+    }
+
+    /// A collective enqueued on m_stream, as the watchdog sees it.
+    struct InFlight {
+        cudaEvent_t done;
+        const char* collective;
+        int64_t enqueued_ns;
+    };
+
     cudaStream_t m_compute;
+    int m_device = 0;
     cudaStream_t m_stream = nullptr;
     cudaEvent_t m_compute_done = nullptr;
     ncclComm_t m_nccl = nullptr;
     RequestTable<cudaEvent_t> m_pending;
     std::vector<cudaEvent_t> m_free_events;
+    std::mutex m_watch_mutex;  ///< guards the two below, shared with the watchdog's thread
+    std::deque<InFlight> m_in_flight;
+    std::vector<cudaEvent_t> m_free_watch_events;
 };
 
 }  // namespace
