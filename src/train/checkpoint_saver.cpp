@@ -31,7 +31,7 @@ void CheckpointSaver::save(const TrainProgress& p) {
         record.config_ini = to_ini(m_cfg);
         const std::string dir = save_checkpoint(m_ckpt_dir, m_state, m_comm, record, m_cfg.checkpoint.keep);
         m_reporter.checkpoint_written(
-            dir, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_save).count());
+            dir, seconds_since(t_save));
     } catch (const Error& e) {
         // Every rank sees the same error (the save agrees on failures). `latest` still
         // names a complete checkpoint; the half-written directory goes.

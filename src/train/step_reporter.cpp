@@ -18,10 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 /// Control characters of a sample would garble the terminal; line breaks stay, indented.
 std::string printable(const std::string& s) {
     std::string out;

@@ -17,10 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 }  // namespace
 
 TrainStep::TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm,

@@ -49,6 +49,11 @@ struct StepReport {
 /// "1h02m", "3m05s", "42s"; "?" for a negative or absurd duration.
 std::string format_duration(double seconds);
 
+/// Wall seconds since t0 (the phase times, the save time and the run time all use it).
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class StepReporter {
   public:
     /// Opens run_dir/metrics.jsonl on rank 0 (`root`), appending when the run resumes.
