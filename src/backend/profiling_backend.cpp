@@ -68,6 +68,9 @@ void ProfilingBackend::cast(void* dst, DType dst_type, const void* src, DType sr
 void ProfilingBackend::accumulate(void* dst, DType dst_type, const float* src, size_t n) {
     timed(kOpAccumulate, [&] { m_inner->accumulate(dst, dst_type, src, n); });
 }
+void ProfilingBackend::round_to(float* x, size_t n, DType t) {
+    timed(kOpCast, [&] { m_inner->round_to(x, n, t); });
+}
 void ProfilingBackend::zero_bytes(void* p, size_t bytes) {
     timed(kOpZero, [&] { m_inner->zero_bytes(p, bytes); });
 }
@@ -75,6 +78,10 @@ void ProfilingBackend::zero_bytes(void* p, size_t bytes) {
 void ProfilingBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                                       int C, int OC) {
     timed(kOpMatmulFwd, [&] { m_inner->matmul_forward(out, inp, weight, bias, N, C, OC); });
+}
+void ProfilingBackend::matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                               const float* residual, int N, int C, int OC) {
+    timed(kOpMatmulFwd, [&] { m_inner->matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC); });
 }
 void ProfilingBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                        const float* inp, const float* weight, int N, int C, int OC) {

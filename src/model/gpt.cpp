@@ -12,6 +12,7 @@
 
 #include <cmath>
 
+#include "ztrain/backend/activation_rounding.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt {
@@ -104,10 +105,13 @@ Gpt::~Gpt() {
 }
 
 void Gpt::set_activation_dtype(DType t) {
-    const BackendCapabilities caps = m_backend.capabilities();
-    ZT_REQUIRE(caps.supports(t), "activation dtype ", dtype_name(t), ": backend ", m_backend.name(),
-               " supports precision ", caps.work_dtypes(), " only");
-    m_act = t;
+    if (t == DType::kF32) {
+        m_rounding.reset();
+        m_compute = &m_backend;
+        return;
+    }
+    m_rounding = std::make_unique<ActivationRoundingBackend>(m_backend, t);
+    m_compute = m_rounding.get();
 }
 
 void Gpt::logits_row_to_host(int row, float* out) const {
@@ -122,30 +126,16 @@ void Gpt::layer_forward(int l, const float* w, const float* in, int B, int T) {
     const int NH = m_cfg.n_head;
     const int N = B * T;
     const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
-    Backend& be = m_backend;
-    const size_t NC3 = NC * 3;
-    const size_t att_n = static_cast<size_t>(B) * static_cast<size_t>(NH) * static_cast<size_t>(T) * static_cast<size_t>(T);
+    Backend& be = *m_compute;
     be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
-    rnd(L.ln1, NC);
     be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
-    rnd(L.qkv, NC3);
     be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
-    rnd(L.atty, NC);
-    rnd(L.att, att_n);
-    // residual2 = in + atty @ Wproj^T + bproj; the projection output goes straight into
-    // residual2 and the residual is added in place, so no separate buffer is kept.
-    be.matmul_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, N, C, C);
-    be.residual_forward(L.residual2, L.residual2, in, NC);
-    rnd(L.residual2, NC);
+    // residual2 = in + atty @ Wproj^T + bproj in one op: no separate projection buffer.
+    be.matmul_residual_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, in, N, C, C);
     be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
-    rnd(L.ln2, NC);
     be.matmul_forward(L.fch, L.ln2, w + o.fcw, w + o.fcb, N, C, 4 * C);
-    rnd(L.fch, NC * 4);
     be.gelu_forward(L.fch_gelu, L.fch, NC * 4);
-    rnd(L.fch_gelu, NC * 4);
-    be.matmul_forward(L.residual3, L.fch_gelu, w + o.fcprojw, w + o.fcprojb, N, 4 * C, C);
-    be.residual_forward(L.residual3, L.residual3, L.residual2, NC);
-    rnd(L.residual3, NC);
+    be.matmul_residual_forward(L.residual3, L.fch_gelu, w + o.fcprojw, w + o.fcprojb, L.residual2, N, 4 * C, C);
 }
 
 float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
@@ -174,8 +164,7 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     store.prefetch(0);
     const float* emb = store.acquire(0);
     store.prefetch(1);
-    m_backend.encoder_forward(m_encoded, inputs, emb, emb + m_wpe_offset, B, T, C);
-    rnd(m_encoded, static_cast<size_t>(N) * static_cast<size_t>(C));
+    m_compute->encoder_forward(m_encoded, inputs, emb, emb + m_wpe_offset, B, T, C);
     store.release(0);
 
     const float* x = m_encoded;
@@ -188,21 +177,18 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     }
     const float* wf = store.acquire(nL + 1);
     store.prefetch(0);
-    m_backend.layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
-    rnd(m_lnf, static_cast<size_t>(N) * static_cast<size_t>(C));
+    m_compute->layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
     store.release(nL + 1);
 
     // LM head tied to the token embedding: logits (N, Vp) = lnf (N, C) @ wte (Vp, C)^T.
     const float* wte = store.acquire(0);
-    m_backend.matmul_forward(m_logits, m_lnf, wte, nullptr, N, C, Vp);
-    rnd(m_logits, static_cast<size_t>(N) * static_cast<size_t>(Vp));
+    m_compute->matmul_forward(m_logits, m_lnf, wte, nullptr, N, C, Vp);
     m_have_dlogits = false;
     if (targets == nullptr) {
         store.release(0);
         return 0.f;
     }
-    m_backend.softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
-    if (dloss != 0.f) rnd(m_logits, static_cast<size_t>(N) * static_cast<size_t>(Vp));  // dlogits
+    m_compute->softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
     // The mean is taken on the host (targets is the caller's host array).
     m_losses_host.resize(static_cast<size_t>(N));
     m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
@@ -232,7 +218,7 @@ void Gpt::layer_backward(int l, const float* w, float* dw, bool zero_dw, const f
     const int NH = m_cfg.n_head;
     const int N = B * T;
     const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
-    Backend& be = m_backend;
+    Backend& be = *m_compute;
     const size_t CC = static_cast<size_t>(C) * static_cast<size_t>(C);
     // dres holds d loss / d residual3. residual3 = residual2 + mlp(...): the MLP branch gets
     // dres as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
@@ -240,37 +226,29 @@ void Gpt::layer_backward(int l, const float* w, float* dw, bool zero_dw, const f
     zero_grad_if(zero_dw, dw + o.fcprojw, 4 * CC);
     zero_grad_if(zero_dw, dw + o.fcprojb, static_cast<size_t>(C));
     be.matmul_backward(m_dfch_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fch_gelu, w + o.fcprojw, N, 4 * C, C);
-    rnd(m_dfch_gelu, NC * 4);
     be.zero(m_dfch, NC * 4);
     be.gelu_backward(m_dfch, L.fch, m_dfch_gelu, NC * 4);
-    rnd(m_dfch, NC * 4);
     be.zero(m_dln, NC);
     zero_grad_if(zero_dw, dw + o.fcw, 4 * CC);
     zero_grad_if(zero_dw, dw + o.fcb, 4 * static_cast<size_t>(C));
     be.matmul_backward(m_dln, dw + o.fcw, dw + o.fcb, m_dfch, L.ln2, w + o.fcw, N, C, 4 * C);
-    rnd(m_dln, NC);
     zero_grad_if(zero_dw, dw + o.ln2w, static_cast<size_t>(C));
     zero_grad_if(zero_dw, dw + o.ln2b, static_cast<size_t>(C));
     be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, m_dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
-    rnd(dres, NC);
     // Same for the attention branch: dres becomes d/d block input.
     be.zero(m_datty, NC);
     zero_grad_if(zero_dw, dw + o.attprojw, CC);
     zero_grad_if(zero_dw, dw + o.attprojb, static_cast<size_t>(C));
     be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
-    rnd(m_datty, NC);
     be.zero(m_dqkv, NC * 3);
     be.attention_backward(m_dqkv, m_att_scratch, m_datty, L.qkv, L.att, B, T, C, NH);
-    rnd(m_dqkv, NC * 3);
     be.zero(m_dln, NC);
     zero_grad_if(zero_dw, dw + o.qkvw, 3 * CC);
     zero_grad_if(zero_dw, dw + o.qkvb, 3 * static_cast<size_t>(C));
     be.matmul_backward(m_dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
-    rnd(m_dln, NC);
     zero_grad_if(zero_dw, dw + o.ln1w, static_cast<size_t>(C));
     zero_grad_if(zero_dw, dw + o.ln1b, static_cast<size_t>(C));
     be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, m_dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
-    rnd(dres, NC);
 }
 
 void Gpt::backward(UnitStore& store) {
@@ -292,8 +270,7 @@ void Gpt::backward(UnitStore& store) {
     store.prefetch(nL + 1);
     m_backend.zero(m_dln, NC);
     zero_grad_if(zero_emb, demb, static_cast<size_t>(Vp) * static_cast<size_t>(C));  // wte
-    m_backend.matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
-    rnd(m_dln, NC);
+    m_compute->matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
 
     const float* x_last = nL > 0 ? m_layers[static_cast<size_t>(nL - 1)].residual3 : m_encoded;
     const float* wf = store.acquire(nL + 1);
@@ -302,8 +279,7 @@ void Gpt::backward(UnitStore& store) {
     store.prefetch(nL);
     m_backend.zero(m_dresidual, NC);
     zero_grad_if(zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
-    m_backend.layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
-    rnd(m_dresidual, NC);
+    m_compute->layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
     store.grads_done(nL + 1);
     store.release(nL + 1);
 
@@ -322,7 +298,7 @@ void Gpt::backward(UnitStore& store) {
     }
 
     zero_grad_if(zero_emb, demb + m_wpe_offset, static_cast<size_t>(m_cfg.seq_len) * static_cast<size_t>(C));
-    m_backend.encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
+    m_compute->encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
     store.grads_done(0);
     store.release(0);
     m_head_weights = nullptr;

@@ -117,10 +117,22 @@ class Backend {
     virtual void accumulate(void* dst, DType dst_type, const float* src, size_t n) = 0;
     /// Zeroes `bytes` bytes (buffers of any dtype).
     virtual void zero_bytes(void* p, size_t bytes) = 0;
+    /// x (n fp32) = the value of dtype t nearest to x, rounded as cast() rounds (a cast to t
+    /// and back, in place). fp32 buffers that hold 16-bit values: the CPU's emulation of
+    /// 16-bit activations (activation_rounding.hpp). t = fp32 changes nothing.
+    virtual void round_to(float* x, size_t n, DType t) = 0;
 
     /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
     virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                                 int N, int C, int OC) = 0;
+    /// out (N, OC) = inp @ weight^T + bias + residual (N, OC): a projection closing a residual
+    /// branch. out must not alias inp or residual. Default: matmul_forward, then
+    /// residual_forward in place, so the sum is rounded once where activations are 16-bit.
+    virtual void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                         const float* residual, int N, int C, int OC) {
+        matmul_forward(out, inp, weight, bias, N, C, OC);
+        residual_forward(out, out, residual, static_cast<size_t>(N) * static_cast<size_t>(OC));
+    }
     /// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_rows dout.
     virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC) = 0;

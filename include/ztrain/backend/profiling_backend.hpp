@@ -56,10 +56,13 @@ class ProfilingBackend final : public Backend {
     void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override;
     void accumulate(void* dst, DType dst_type, const float* src, size_t n) override;
     void zero_bytes(void* p, size_t bytes) override;
+    void round_to(float* x, size_t n, DType t) override;
 
     // ---- compute ----
     void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                         int OC) override;
+    void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                 const float* residual, int N, int C, int OC) override;
     void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC) override;
     void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -107,9 +108,9 @@ class Gpt {
     /// Copies logits row `row` (Vp floats, of the last forward) into host memory at out.
     void logits_row_to_host(int row, float* out) const;
 
-    /// Activations and activation gradients are rounded to `t` after every op (bf16/fp16
-    /// storage on the CPU backend, which computes in fp32). Default fp32: no rounding.
-    /// Requires backend.capabilities().supports(t).
+    /// Activations and activation gradients in `t`: for bf16/fp16 the model computes through
+    /// an ActivationRoundingBackend over its backend (16-bit values in fp32 buffers; see
+    /// activation_rounding.hpp). Default fp32. Requires backend.capabilities().supports(t).
     void set_activation_dtype(DType t);
     /// Bytes of activation (and activation-gradient) memory allocated.
     size_t activation_bytes() const { return m_activation_floats * sizeof(float); }
@@ -128,7 +129,6 @@ class Gpt {
         if (zero) m_backend.zero(p, n);
     }
     float* take(size_t n);
-    void rnd(float* x, size_t n) { if (m_act != DType::kF32) round_to_dtype(x, n, m_act); }
 
     ModelConfig m_cfg;
     Backend& m_backend;
@@ -138,7 +138,9 @@ class Gpt {
     size_t m_lnf_bias_offset = 0;
     int m_max_batch;
     bool m_recompute = false;
-    DType m_act = DType::kF32;
+    /// What the model's ops run on: m_backend, or a rounding decorator over it (16-bit).
+    std::unique_ptr<Backend> m_rounding;
+    Backend* m_compute = &m_backend;
     int m_B = 0;
     int m_T = 0;
     size_t m_activation_floats = 0;

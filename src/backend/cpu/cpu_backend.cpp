@@ -586,6 +586,7 @@ class CpuBackend final : public Backend {
         accumulate_into(dst, src, n, dst_type);
     }
 
+    void round_to(float* x, size_t n, DType t) override { round_to_dtype(x, n, t); }
     void zero_bytes(void* p, size_t bytes) override {
         if (bytes > 0) std::memset(p, 0, bytes);
     }

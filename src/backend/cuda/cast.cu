@@ -43,6 +43,13 @@ __global__ void accumulate_kernel(T* dst, const float* src, size_t n) {
     if (i < n) dst[i] = from_float<T>(to_float(dst[i]) + src[i]);
 }
 
+/// x = float(T(x)): an fp32 buffer holding values of T.
+template <typename T>
+__global__ void round_kernel(float* x, size_t n) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = to_float(from_float<T>(x[i]));
+}
+
 template <typename T>
 void launch_accumulate(void* dst, const float* src, size_t n, cudaStream_t stream) {
     accumulate_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(static_cast<T*>(dst), src, n);
@@ -91,6 +98,16 @@ void accumulate(void* dst, DType dst_type, const float* src, size_t n, cudaStrea
         case DType::kBF16: launch_accumulate<__nv_bfloat16>(dst, src, n, stream); break;
         case DType::kF16: launch_accumulate<__half>(dst, src, n, stream); break;
     }
+}
+
+void round_to(float* x, size_t n, DType t, cudaStream_t stream) {
+    if (n == 0 || t == DType::kF32) return;
+    if (t == DType::kBF16) {
+        round_kernel<__nv_bfloat16><<<grid_for(n, kBlock), kBlock, 0, stream>>>(x, n);
+    } else {
+        round_kernel<__half><<<grid_for(n, kBlock), kBlock, 0, stream>>>(x, n);
+    }
+    ZT_KERNEL_CHECK("round_to");
 }
 
 }  // namespace zt::cuda

@@ -242,6 +242,7 @@ class CudaBackendImpl final : public CudaBackend {
     void accumulate(void* dst, DType dst_type, const float* src, size_t n) override {
         cuda::accumulate(dst, dst_type, src, n, m_stream);
     }
+    void round_to(float* x, size_t n, DType t) override { cuda::round_to(x, n, t, m_stream); }
     void zero_bytes(void* p, size_t bytes) override {
         if (bytes > 0) ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, m_stream));
     }

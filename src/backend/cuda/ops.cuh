@@ -154,5 +154,7 @@ void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
 void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n, cudaStream_t stream);
 /// dst (n of dst_type) = round(dst + src).
 void accumulate(void* dst, DType dst_type, const float* src, size_t n, cudaStream_t stream);
+/// x = float(T(x)) in place for T = t (rounded as cast rounds); fp32: nothing.
+void round_to(float* x, size_t n, DType t, cudaStream_t stream);
 
 }  // namespace zt::cuda

@@ -1,0 +1,92 @@
+// ActivationRoundingBackend: the inner op, then its activation outputs rounded in place.
+#include "ztrain/backend/activation_rounding.hpp"
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+namespace {
+size_t elements(int rows, int cols) { return static_cast<size_t>(rows) * static_cast<size_t>(cols); }
+}  // namespace
+
+ActivationRoundingBackend::ActivationRoundingBackend(Backend& inner, DType activation)
+    : m_inner(inner), m_act(activation) {
+    ZT_REQUIRE(activation != DType::kF32, "fp32 activations need no rounding backend");
+    const BackendCapabilities caps = inner.capabilities();
+    ZT_REQUIRE(caps.supports(activation), "activation dtype ", dtype_name(activation), ": backend ", inner.name(),
+               " supports precision ", caps.work_dtypes(), " only");
+}
+
+void ActivationRoundingBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                               int N, int C, int OC) {
+    m_inner.matmul_forward(out, inp, weight, bias, N, C, OC);
+    round(out, elements(N, OC));
+}
+
+void ActivationRoundingBackend::matmul_residual_forward(float* out, const float* inp, const float* weight,
+                                                        const float* bias, const float* residual, int N, int C,
+                                                        int OC) {
+    m_inner.matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
+    round(out, elements(N, OC));
+}
+
+void ActivationRoundingBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                                const float* inp, const float* weight, int N, int C, int OC) {
+    m_inner.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (dinp != nullptr) round(dinp, elements(N, C));
+}
+
+void ActivationRoundingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                                  const float* weight, const float* bias, int N, int C) {
+    m_inner.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    round(out, elements(N, C));
+}
+
+void ActivationRoundingBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                                   const float* inp, const float* weight, const float* mean,
+                                                   const float* rstd, int N, int C) {
+    m_inner.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    if (dinp != nullptr) round(dinp, elements(N, C));
+}
+
+void ActivationRoundingBackend::gelu_forward(float* out, const float* inp, size_t n) {
+    m_inner.gelu_forward(out, inp, n);
+    round(out, n);
+}
+
+void ActivationRoundingBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+    m_inner.gelu_backward(dinp, inp, dout, n);
+    round(dinp, n);
+}
+
+void ActivationRoundingBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
+    m_inner.residual_forward(out, a, b, n);
+    round(out, n);
+}
+
+void ActivationRoundingBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                                  int NH) {
+    m_inner.attention_forward(out, att, qkv, B, T, C, NH);
+    round(out, elements(B * T, C));
+    round(att, elements(B * NH, T) * static_cast<size_t>(T));
+}
+
+void ActivationRoundingBackend::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                                   const float* att, int B, int T, int C, int NH) {
+    m_inner.attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    round(dqkv, elements(B * T, 3 * C));
+}
+
+void ActivationRoundingBackend::encoder_forward(float* out, const int32_t* tokens, const float* wte,
+                                                const float* wpe, int B, int T, int C) {
+    m_inner.encoder_forward(out, tokens, wte, wpe, B, T, C);
+    round(out, elements(B * T, C));
+}
+
+void ActivationRoundingBackend::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N,
+                                                      int V, int Vp, float dloss) {
+    m_inner.softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
+    if (dloss != 0.f) round(logits, elements(N, Vp));  // dlogits
+}
+
+}  // namespace zt
