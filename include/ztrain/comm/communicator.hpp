@@ -103,6 +103,10 @@ class Communicator {
     /// Small host reductions (loss sums, norms, flags), counted under "scalar".
     void all_reduce_scalars(double* values, size_t count, ReduceOp op = ReduceOp::kSum);
 
+    /// Started collectives, completed by wait(). MPI runs a started reduce-scatter at the
+    /// wait, because Open MPI's non-blocking one adds in another order than the blocking one
+    /// (see mpi_communicator.cpp); its started all-reduce gave the blocking one's fp32 sums
+    /// bit for bit in a probe at 4 ranks.
     CommRequest start_all_reduce(void* buf, size_t count, ReduceOp op = ReduceOp::kSum, DType dt = DType::kF32);
     CommRequest start_reduce_scatter(const void* in, void* out, size_t count_per_rank,
                                      ReduceOp op = ReduceOp::kSum, DType dt = DType::kF32);

@@ -1,7 +1,15 @@
 // The model state one rank holds, for every sharding strategy, behind two narrow faces:
 // the model sees a UnitStore (acquire/release/prefetch/grads/grads_done), the trainer sees
 // begin_micro_step / finish_grad_sync / grad_sum_squares / optimizer_step. Neither ever
-// branches on the ZeRO stage: all of that is here.
+// branches on the ZeRO stage: all of that is here, in three parts along its axes:
+//
+//   ParameterStore   the working copy: replicated, or sharded and gathered per unit with
+//                    prefetch; after the optimizer, the all-gather of ZeRO-1/2 (started,
+//                    waited for per unit by the next forward)
+//   GradientReducer  where backward's gradients go: DDP's bucketed all-reduce or per-unit
+//                    reduce-scatter, both started as backward produces them and completed
+//                    later (parallel/gradient_reducer.hpp)
+//   OptimizerState   fp32 master weights and AdamW m, v over the owned elements
 //
 //   stage | parameters               | gradients                          | AdamW m, v
 //   ------+--------------------------+------------------------------------+-----------
@@ -15,6 +23,8 @@
 //         | before use, next unit    |                                    |
 //         | prefetched (non-blocking)|                                    |
 //
+// One ShardPlan says who owns what, for these parts and for the checkpoint code alike.
+//
 // Precision: the working copy of parameters and the gradients are stored in the working
 // dtype (fp32, bf16 or fp16); fp32 master weights and AdamW state live with the optimizer's
 // elements. In fp32 the parameters are the master weights (no separate copy). The model
@@ -27,16 +37,16 @@
 // stages 0 and 1 keep full gradient buffers, so non-final micro-steps communicate nothing;
 // stages 2 and 3 keep only a shard, so they reduce-scatter every micro-step and add into the
 // shard (the full-size buffer cannot outlive the unit's backward without losing the saving).
-// Scratch: gathered units, fp32 views and gradient scratch come from a pool that reuses a
-// buffer of the same byte size. The model's protocol (gpt.cpp: unit 0, the tied embedding,
-// is held from the LM head through backward; other units are used one at a time, the next
-// one prefetched) bounds what the pool holds; dynamic_scratch_planned() is that bound and
-// the ZeroMemory test checks a real micro-step against it.
+// Scratch: gathered units, fp32 views, gradient scratch and the buffers of reductions in
+// flight come from one pool that reuses a buffer of the same byte size. The model's
+// protocol (gpt.cpp: unit 0, the tied embedding, is held from the LM head through backward;
+// other units are used one at a time, the next one prefetched) and the reducer's bound on
+// reductions in flight bound what the pool holds; dynamic_scratch_planned() is that bound
+// and the ZeroEquivalence tests check real steps against it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
@@ -44,7 +54,11 @@
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/optim/optimizer.hpp"
+#include "ztrain/parallel/gradient_reducer.hpp"
+#include "ztrain/parallel/optimizer_state.hpp"
+#include "ztrain/parallel/parameter_store.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
+#include "ztrain/parallel/state_context.hpp"
 
 namespace zt {
 
@@ -104,14 +118,14 @@ class ModelState : public UnitStore {
     StateBytes bytes() const;
     /// Bytes of per-unit scratch (gathered units, fp32 views, gradient scratch) allocated so
     /// far; buffers are pooled and reused, so this is the high-water mark of what is held.
-    size_t dynamic_scratch_held() const { return m_dynamic_held; }
+    size_t dynamic_scratch_held() const { return m_pool.held(); }
     /// The planned peak of that per-unit scratch (included in bytes().scratch).
     size_t dynamic_scratch_planned() const;
     int zero_stage() const { return m_stage; }
     /// DDP gradient buckets (stages 0 and 1 group units into them; 0 buckets at 2 and 3).
-    size_t num_grad_buckets() const { return m_buckets.size(); }
+    size_t num_grad_buckets() const { return m_grads.num_buckets(); }
     const ModelLayout& layout() const { return m_layout; }
-    const std::vector<UnitShard>& shards() const { return m_shards; }
+    const std::vector<UnitShard>& shards() const { return m_plan.shards(); }
     /// Who owns which elements (shared with the checkpoint code).
     const ShardPlan& shard_plan() const { return m_plan; }
     /// Copies the full, unpadded parameters of `unit` into out (unit_numel floats).
@@ -145,31 +159,7 @@ class ModelState : public UnitStore {
     void poison_owned_grad();
 
   private:
-    double local_grad_sum_squares();
-    /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing can be left
-    /// to the model (grads_need_zero) instead of a memset of every gradient at step start.
-    bool lazy_zero() const { return m_work == DType::kF32 && m_stage <= 1; }
-    std::vector<char> m_zero_pending;  ///< per unit: not zeroed yet this optimizer step
-    /// Per-unit buffers that exist while a unit is acquired (stage 3 and/or 16-bit).
-    struct Resident {
-        void* gathered = nullptr;  // stage 3: the gathered working copy (padded, work dtype)
-        float* compute = nullptr;  // fp32 view handed to the model (may alias a buffer)
-        bool owns_compute = false;
-        CommRequest request;
-    };
-    void* pool_take(size_t bytes);
-    void pool_give(void* p, size_t bytes);
-    void* work_ptr(int unit, size_t element);   // working params of a replicated stage (or shard)
-    void* grad_ptr(int unit, size_t element);   // stored gradient at unit element (owned range)
-    /// fp32 gradients of the owned range: base[e] for e in [owned_begin, owned_end). Either
-    /// the storage itself (fp32) or a converted copy valid until the next call.
-    const float* owned_grads_f32(int unit);
-    void reduce_unit_grads(int unit);
-    void start_bucket(const GradBucket& b);
-    size_t esize() const { return dtype_size(m_work); }
-    /// 16-bit storage converts through fp32; a wire dtype other than the working one too.
-    bool needs_f32_tmp() const { return m_work != DType::kF32 || m_reduce != m_work; }
-    bool needs_reduce_tmp() const { return m_reduce != m_work || (m_stage >= 2 && m_reduce != DType::kF32); }
+    StateContext context();
 
     const ModelLayout& m_layout;
     Backend& m_backend;
@@ -178,31 +168,13 @@ class ModelState : public UnitStore {
     int m_rank;
     DType m_work;
     DType m_reduce;
-    ShardPlan m_plan;                        // ownership; declared before m_shards
-    const std::vector<UnitShard>& m_shards;  // m_plan.shards()
-    std::vector<GradBucket> m_buckets;
-
-    std::vector<void*> m_params;       // working copy: full (stages 0-2) or shard (stage 3)
-    std::vector<float*> m_master;      // 16-bit only: fp32 master, full (stage 0) or shard
-    void* m_grad_arena = nullptr;      // stages 0, 1: full grads (work dtype), backward order
-    std::vector<void*> m_grads;        // stages 0, 1: into the arena; stages 2, 3: shards
-    std::vector<float*> m_adam_m;      // full (stage 0) or shard
-    std::vector<float*> m_adam_v;
-    std::vector<std::vector<DecaySegment>> m_segments;  // owned elements per unit
-    std::vector<void*> m_allocations;  // everything persistent, freed in the destructor
-    StateBytes m_allocated;            // bytes of m_allocations per kind (scratch: fixed buffers only)
-    size_t m_dynamic_held = 0;         // bytes the scratch pool has allocated
-
-    std::map<int, Resident> m_resident;
-    std::map<int, float*> m_grad_scratch;  // fp32 gradient being produced by backward
-    std::multimap<size_t, void*> m_pool;
-    float* m_f32_tmp = nullptr;        // max padded unit: conversions
-    void* m_reduce_tmp = nullptr;      // max padded unit in reduce dtype
-    void* m_shard_tmp = nullptr;       // max shard in reduce dtype: reduce-scatter results
-
-    std::vector<CommRequest> m_bucket_requests;
-    bool m_first_micro = true;
-    bool m_last_micro = true;
+    ShardPlan m_plan;
+    ScratchPool m_pool;       // declared before the parts, which give buffers back to it
+    StateBytes m_allocated;   // persistent bytes per kind (scratch: the conversion buffer)
+    float* m_f32_tmp = nullptr;
+    ParameterStore m_params;
+    GradientReducer m_grads;
+    OptimizerState m_optim;
 };
 
 }  // namespace zt

@@ -1,0 +1,101 @@
+// Where backward's gradients go and how they are reduced across ranks (part of ModelState).
+//
+//   stage 0     full arena (units in backward order); at the last micro-step each DDP bucket
+//               is all-reduced as soon as backward has produced all its units
+//   stage 1     full arena; at the last micro-step each unit is reduce-scattered as soon as
+//               backward is done with it, and the rank keeps its own slice
+//   stages 2-3  shard only; each unit's full gradient is fp32 scratch, reduce-scattered as
+//               soon as backward is done with it (every micro-step) and added into the shard
+// Every reduction is started (non-blocking) and completed later: at most kMaxPooledInFlight
+// of those that hold pooled buffers (gradient scratch, wire-dtype copies, shard results) are
+// outstanding at once, so a reduction overlaps the backward of the next units without the
+// memory of the whole model's gradients in flight. begin_micro_step and finish complete the
+// rest. A 16-bit working dtype stores rounded gradients; backward writes fp32 scratch that
+// is accumulated into them (Backend::accumulate).
+#pragma once
+
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "ztrain/optim/optimizer.hpp"
+#include "ztrain/parallel/state_context.hpp"
+
+namespace zt {
+
+class GradientReducer {
+  public:
+    /// Reductions holding pooled buffers that may be outstanding at once.
+    static constexpr size_t kMaxPooledInFlight = 2;
+
+    /// Allocates the stored gradients (zeroed); the bytes go to *grads_bytes.
+    GradientReducer(const StateContext& ctx, size_t bucket_numel, size_t* grads_bytes);
+    ~GradientReducer();
+    GradientReducer(const GradientReducer&) = delete;
+    GradientReducer& operator=(const GradientReducer&) = delete;
+
+    // ---- the model's face (UnitStore) ----
+    float* grads(int unit);
+    void grads_done(int unit);
+    bool grads_need_zero(int unit);
+
+    // ---- the step ----
+    void zero();
+    /// Completes what the previous micro-step left in flight, then records the new one.
+    void begin_micro_step(bool first, bool last);
+    /// Completes every reduction: afterwards the owned gradients are final.
+    void finish();
+    /// fp32 gradients of the owned range: base[e] for e in [owned_begin, owned_end). The
+    /// storage itself (fp32) or a converted copy valid until the next call (16-bit).
+    const float* owned_f32(int unit);
+    /// This rank's sum of squares over `segments` of each unit's owned gradients.
+    double local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments);
+    /// Writes +inf into the first owned gradient element (overflow injection).
+    void poison_owned();
+
+    size_t num_buckets() const { return m_buckets.size(); }
+    /// Planned peak of the pooled scratch (gradient scratch, buffers of reductions in flight).
+    size_t dynamic_scratch_planned() const;
+
+  private:
+    /// A started reduction and the pooled buffers it holds until completed.
+    struct InFlight {
+        enum Kind { kBucket, kUnitAllReduce, kReduceScatter };
+        explicit InFlight(Kind k) : kind(k) {}
+        Kind kind;
+        int unit = -1;             // kUnitAllReduce, kReduceScatter
+        bool first = false;        // the micro-step's first (kReduceScatter, stages 2-3)
+        CommRequest request;
+        void* send = nullptr;      // pooled wire-dtype copy of the input (null: storage read)
+        size_t send_bytes = 0;
+        void* recv = nullptr;      // pooled result (null: reduced into the storage)
+        size_t recv_bytes = 0;
+        float* scratch = nullptr;  // stages 2-3: the unit's fp32 gradient scratch
+        size_t scratch_bytes = 0;
+        bool pooled() const { return send != nullptr || recv != nullptr || scratch != nullptr; }
+    };
+    /// Completes the oldest reductions until fewer than kMaxPooledInFlight hold pool memory.
+    void make_room();
+    void start(InFlight f);
+    void complete(InFlight& f);
+    void complete_all();
+    void start_bucket(const GradBucket& b);
+    void start_unit_reduction(int unit);
+    void* grad_ptr(int unit, size_t element);
+    /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing is left to
+    /// the model (grads_need_zero) instead of a memset of every gradient at step start.
+    bool lazy_zero() const { return m_ctx.work == DType::kF32 && m_ctx.stage <= 1; }
+
+    StateContext m_ctx;
+    std::vector<GradBucket> m_buckets;
+    void* m_arena = nullptr;              // stages 0-1: full gradients, backward order
+    std::vector<void*> m_grads;           // stages 0-1: into the arena; stages 2-3: shards
+    std::vector<char> m_zero_pending;     // per unit: not zeroed yet this optimizer step
+    std::map<int, float*> m_scratch;      // fp32 gradient being produced by backward
+    std::deque<InFlight> m_in_flight;
+    size_t m_pooled_in_flight = 0;
+    bool m_first_micro = true;
+    bool m_last_micro = true;
+};
+
+}  // namespace zt

@@ -1,0 +1,72 @@
+// The working copy of the parameters and how the model reaches it (part of ModelState).
+//
+//   stage 0     full, persistent; acquire hands it out
+//   stages 1-2  full, persistent; after each optimizer step every unit's updated shard is
+//               all-gathered (started for all units at once, non-blocking), and acquire(u)
+//               waits for unit u's gather only, so the next forward overlaps the rest
+//   stage 3     shard only; acquire gathers the unit (prefetch starts the next one early)
+// 16-bit working copies are widened into an fp32 view (pooled scratch) while acquired; in
+// fp32 the working copy is the master copy the optimizer updates.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "ztrain/parallel/state_context.hpp"
+
+namespace zt {
+
+class ParameterStore {
+  public:
+    /// Allocates the working copy (zeroed); the bytes go to *params_bytes.
+    ParameterStore(const StateContext& ctx, size_t* params_bytes);
+    ~ParameterStore();
+    ParameterStore(const ParameterStore&) = delete;
+    ParameterStore& operator=(const ParameterStore&) = delete;
+
+    /// Initial values: elements [lo, hi) of `unit` (host fp32, host[0] = element lo); the part
+    /// this rank stores is written, the rest ignored.
+    void write_initial(int unit, size_t lo, size_t hi, const float* host);
+
+    // ---- the model's face (UnitStore) ----
+    const float* acquire(int unit);
+    void release(int unit);
+    void prefetch(int unit);
+
+    // ---- around the optimizer ----
+    /// fp32 only: base[e] is element e of the working copy (the master weights), valid for
+    /// the elements this rank stores.
+    float* fp32_base(int unit);
+    /// 16-bit: the owned elements of the working copy = master rounded (master_base[e] is
+    /// element e). fp32: nothing (the working copy is the master).
+    void refresh_owned(int unit, const float* master_base);
+    /// Stages 1-2: starts the all-gather of every unit's owned shard into the full working
+    /// copy. Other stages: nothing.
+    void start_gathers();
+    /// Completes every gather start_gathers began (before the working copy is read whole
+    /// or written).
+    void wait_gathers();
+
+    /// fp32 stages 0-2: the full working copy of `unit` (tests that perturb weights).
+    float* unit_params(int unit);
+    /// Planned peak of the pooled scratch acquire/prefetch take (gathered units, fp32 views).
+    size_t dynamic_scratch_planned() const;
+
+  private:
+    /// A unit while acquired or prefetched (stage 3 and/or 16-bit).
+    struct Resident {
+        void* gathered = nullptr;  // stage 3: the gathered working copy (padded, work dtype)
+        float* compute = nullptr;  // fp32 view handed to the model (may alias gathered)
+        bool owns_compute = false;
+        CommRequest request;
+    };
+    void* work_ptr(int unit, size_t element);
+    void wait_gather(int unit);
+
+    StateContext m_ctx;
+    std::vector<void*> m_params;          // full (stages 0-2) or shard (stage 3), work dtype
+    std::map<int, Resident> m_resident;
+    std::vector<CommRequest> m_gathers;   // stages 1-2: per unit, since the optimizer step
+};
+
+}  // namespace zt

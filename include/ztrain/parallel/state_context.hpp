@@ -1,0 +1,76 @@
+// What the three parts of a rank's model state (ParameterStore, GradientReducer,
+// OptimizerState; composed by ModelState) share: who owns what, the dtypes, the backend and
+// communicator, and one pool of per-unit scratch.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/dtype.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/parallel/shard_layout.hpp"
+
+namespace zt {
+
+/// Backend buffers that come and go once per unit per micro-step (gathered units, fp32
+/// views, gradient scratch, reduction buffers in flight), reused by byte size so a step does
+/// not page-fault fresh memory. held() is the high-water mark: the pool never frees early.
+class ScratchPool {
+  public:
+    explicit ScratchPool(Backend& backend) : m_backend(backend) {}
+    ~ScratchPool();
+    ScratchPool(const ScratchPool&) = delete;
+    ScratchPool& operator=(const ScratchPool&) = delete;
+    void* take(size_t bytes);
+    void give(void* p, size_t bytes) { m_free.emplace(bytes, p); }
+    size_t held() const { return m_held; }
+
+  private:
+    Backend& m_backend;
+    std::multimap<size_t, void*> m_free;
+    std::vector<void*> m_all;
+    size_t m_held = 0;
+};
+
+/// The peak bytes the pool holds for buffers of `bytes_of(unit)` when at most `live` such
+/// buffers of one size are alive at once (the pool keeps, per size, as many as were ever
+/// alive together). Sizes repeat (every block is one size), hence the per-size count.
+template <typename BytesOf>
+size_t pooled_peak(int first_unit, int end_unit, size_t live, BytesOf bytes_of) {
+    std::map<size_t, size_t> count;
+    for (int u = first_unit; u < end_unit; ++u) ++count[bytes_of(u)];
+    size_t peak = 0;
+    for (const auto& [bytes, n] : count) peak += bytes * (n < live ? n : live);
+    return peak;
+}
+
+struct StateContext {
+    const ModelLayout& layout;
+    Backend& backend;
+    Communicator& comm;
+    const ShardPlan& plan;
+    int stage;
+    int rank;
+    DType work;    ///< parameters' working copy and stored gradients
+    DType reduce;  ///< the gradients' wire format
+    ScratchPool& pool;
+    /// fp32 conversion buffer holding the largest padded unit (16-bit runs only, else null).
+    float* f32_tmp;
+
+    int num_units() const { return layout.num_units(); }
+    const UnitShard& shard(int unit) const { return plan.shard(unit); }
+    size_t owned_begin(int unit) const { return plan.owned_range(unit, rank).begin; }
+    size_t owned_end(int unit) const { return plan.owned_range(unit, rank).end; }
+    size_t work_size() const { return dtype_size(work); }
+};
+
+/// Address of element `element` in a buffer of dtype t.
+inline char* element_at(void* base, size_t element, DType t) {
+    return static_cast<char*>(base) + element * dtype_size(t);
+}
+
+}  // namespace zt

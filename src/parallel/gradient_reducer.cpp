@@ -1,0 +1,316 @@
+// GradientReducer (see gradient_reducer.hpp). Element indices are unit-relative; a shard
+// buffer (stages 2-3) is addressed through grad_ptr, which shifts by the shard start.
+#include "ztrain/parallel/gradient_reducer.hpp"
+
+#include <exception>
+#include <limits>
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, size_t* grads_bytes) : m_ctx(ctx) {
+    const int U = ctx.num_units();
+    const size_t w = ctx.work_size();
+    if (ctx.stage <= 1) {
+        // One arena, units in backward order, so a DDP bucket is one contiguous span.
+        m_buckets = make_grad_buckets(ctx.plan.shards(), bucket_numel);
+        size_t total = 0;
+        for (int u = 0; u < U; ++u) total += ctx.shard(u).padded_numel;
+        m_arena = ctx.backend.alloc_bytes(total * w);
+        *grads_bytes += total * w;
+        m_grads.assign(static_cast<size_t>(U), nullptr);
+        size_t off = 0;
+        for (int u = U - 1; u >= 0; --u) {
+            m_grads[static_cast<size_t>(u)] = element_at(m_arena, off, ctx.work);
+            off += ctx.shard(u).padded_numel;
+        }
+    } else {
+        for (int u = 0; u < U; ++u) {
+            m_grads.push_back(ctx.backend.alloc_bytes(ctx.shard(u).shard_numel * w));
+            *grads_bytes += ctx.shard(u).shard_numel * w;
+        }
+    }
+}
+
+GradientReducer::~GradientReducer() {
+    // While an error unwinds, the job is about to be aborted (ztrain_main), and waiting could
+    // block on ranks that never join; otherwise finish what was started.
+    if (std::uncaught_exceptions() == 0) {
+        for (InFlight& f : m_in_flight) m_ctx.comm.wait(f.request);
+    }
+    if (m_ctx.stage <= 1) {
+        m_ctx.backend.free(m_arena);
+    } else {
+        for (void* p : m_grads) m_ctx.backend.free(p);
+    }
+}
+
+void* GradientReducer::grad_ptr(int unit, size_t element) {
+    const size_t shift = m_ctx.stage >= 2 ? m_ctx.shard(unit).begin(m_ctx.rank) : 0;
+    return element_at(m_grads[static_cast<size_t>(unit)], element - shift, m_ctx.work);
+}
+
+// ---------------------------------------------------------------------------
+// The model's face
+// ---------------------------------------------------------------------------
+float* GradientReducer::grads(int unit) {
+    ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
+    // fp32 with full gradient buffers: backward accumulates straight into them.
+    if (m_ctx.stage <= 1 && m_ctx.work == DType::kF32) return static_cast<float*>(m_grads[static_cast<size_t>(unit)]);
+    auto it = m_scratch.find(unit);
+    if (it != m_scratch.end()) return it->second;
+    const size_t n = m_ctx.shard(unit).padded_numel;
+    float* buf = static_cast<float*>(m_ctx.pool.take(n * sizeof(float)));
+    m_ctx.backend.zero(buf, n);
+    m_scratch[unit] = buf;
+    return buf;
+}
+
+bool GradientReducer::grads_need_zero(int unit) {
+    ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
+    if (!lazy_zero() || m_zero_pending.empty()) return false;
+    const bool pending = m_zero_pending[static_cast<size_t>(unit)] != 0;
+    m_zero_pending[static_cast<size_t>(unit)] = 0;
+    return pending;
+}
+
+void GradientReducer::grads_done(int unit) {
+    if (m_ctx.stage >= 2) {
+        start_unit_reduction(unit);
+        return;
+    }
+    auto it = m_scratch.find(unit);
+    if (it != m_scratch.end()) {
+        // 16-bit: this micro-step's fp32 gradient is added into the stored (rounded) one.
+        const size_t n = m_ctx.shard(unit).padded_numel;
+        m_ctx.backend.accumulate(m_grads[static_cast<size_t>(unit)], m_ctx.work, it->second, n);
+        m_ctx.pool.give(it->second, n * sizeof(float));
+        m_scratch.erase(it);
+    }
+    if (!m_last_micro) return;  // stages 0, 1: accumulate locally, communicate once per step
+    if (m_ctx.stage == 1) {
+        start_unit_reduction(unit);
+        return;
+    }
+    for (const GradBucket& b : m_buckets) {
+        if (b.last_unit == unit) start_bucket(b);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reductions in flight
+// ---------------------------------------------------------------------------
+void GradientReducer::make_room() {
+    while (m_pooled_in_flight >= kMaxPooledInFlight) {
+        complete(m_in_flight.front());
+        m_in_flight.pop_front();
+    }
+}
+
+void GradientReducer::start(InFlight f) {
+    if (f.pooled()) ++m_pooled_in_flight;
+    m_in_flight.push_back(f);
+}
+
+void GradientReducer::start_bucket(const GradBucket& b) {
+    void* span = element_at(m_arena, b.offset, m_ctx.work);
+    if (m_ctx.reduce == m_ctx.work) {
+        InFlight f(InFlight::kBucket);
+        f.request = m_ctx.comm.start_all_reduce(span, b.numel, ReduceOp::kSum, m_ctx.work);
+        start(f);
+        return;
+    }
+    // Another wire dtype: each unit of the bucket is converted into a pooled copy, reduced,
+    // and converted back when completed (a unit at a time: the messages keep their sizes).
+    size_t off = 0;
+    for (int u = b.first_unit; u >= b.last_unit; --u) {
+        const size_t n = m_ctx.shard(u).padded_numel;
+        make_room();  // before taking its buffers, so at most kMaxPooledInFlight are held
+        InFlight f(InFlight::kUnitAllReduce);
+        f.unit = u;
+        f.send_bytes = n * dtype_size(m_ctx.reduce);
+        f.send = m_ctx.pool.take(f.send_bytes);
+        m_ctx.backend.cast(f.send, m_ctx.reduce, element_at(span, off, m_ctx.work), m_ctx.work, n);
+        f.request = m_ctx.comm.start_all_reduce(f.send, n, ReduceOp::kSum, m_ctx.reduce);
+        start(f);
+        off += n;
+    }
+}
+
+void GradientReducer::start_unit_reduction(int unit) {
+    const UnitShard& s = m_ctx.shard(unit);
+    const size_t i = static_cast<size_t>(unit);
+    const size_t rsize = dtype_size(m_ctx.reduce);
+    make_room();  // before taking its buffers, so at most kMaxPooledInFlight are held
+    InFlight f(InFlight::kReduceScatter);
+    f.unit = unit;
+    f.first = m_first_micro;
+    const void* src = nullptr;
+    void* out = nullptr;
+    if (m_ctx.stage == 1) {
+        // The own slice of the full buffer receives the result when completed.
+        src = m_grads[i];
+        if (m_ctx.reduce != m_ctx.work) {
+            f.send_bytes = s.padded_numel * rsize;
+            f.send = m_ctx.pool.take(f.send_bytes);
+            m_ctx.backend.cast(f.send, m_ctx.reduce, m_grads[i], m_ctx.work, s.padded_numel);
+            src = f.send;
+        }
+    } else {
+        auto it = m_scratch.find(unit);
+        ZT_REQUIRE(it != m_scratch.end(), "grads_done(", unit, ") without grads(", unit, ")");
+        // The full-size fp32 scratch stays held until completion: it is the input (fp32 wire)
+        // and afterwards the fp32 buffer a non-first micro-step's sum is widened into.
+        f.scratch = it->second;
+        f.scratch_bytes = s.padded_numel * sizeof(float);
+        m_scratch.erase(it);
+        src = f.scratch;
+        if (m_ctx.reduce != DType::kF32) {
+            f.send_bytes = s.padded_numel * rsize;
+            f.send = m_ctx.pool.take(f.send_bytes);
+            m_ctx.backend.cast(f.send, m_ctx.reduce, f.scratch, DType::kF32, s.padded_numel);
+            src = f.send;
+        }
+        // The first micro-step's sum in the stored dtype goes straight into the shard.
+        if (f.first && m_ctx.reduce == m_ctx.work) out = m_grads[i];
+    }
+    if (out == nullptr) {
+        f.recv_bytes = s.shard_numel * rsize;
+        f.recv = m_ctx.pool.take(f.recv_bytes);
+        out = f.recv;
+    }
+    f.request = m_ctx.comm.start_reduce_scatter(src, out, s.shard_numel, ReduceOp::kSum, m_ctx.reduce);
+    start(f);
+}
+
+void GradientReducer::complete(InFlight& f) {
+    m_ctx.comm.wait(f.request);
+    const DType work = m_ctx.work;
+    const DType reduce = m_ctx.reduce;
+    if (f.kind == InFlight::kUnitAllReduce) {
+        const size_t n = m_ctx.shard(f.unit).padded_numel;
+        m_ctx.backend.cast(m_grads[static_cast<size_t>(f.unit)], work, f.send, reduce, n);
+    } else if (f.kind == InFlight::kReduceScatter && f.recv != nullptr) {
+        const UnitShard& s = m_ctx.shard(f.unit);
+        void* shard = grad_ptr(f.unit, s.begin(m_ctx.rank));
+        if (m_ctx.stage == 1 || f.first) {
+            m_ctx.backend.cast(shard, work, f.recv, reduce, s.shard_numel);
+        } else if (reduce == DType::kF32 && work == DType::kF32) {
+            float* g = static_cast<float*>(shard);
+            m_ctx.backend.residual_forward(g, g, static_cast<const float*>(f.recv), s.shard_numel);
+        } else {
+            // Widened into the (now free) fp32 scratch, then added into the stored shard.
+            m_ctx.backend.cast(f.scratch, DType::kF32, f.recv, reduce, s.shard_numel);
+            m_ctx.backend.accumulate(shard, work, f.scratch, s.shard_numel);
+        }
+    }
+    if (f.send != nullptr) m_ctx.pool.give(f.send, f.send_bytes);
+    if (f.recv != nullptr) m_ctx.pool.give(f.recv, f.recv_bytes);
+    if (f.scratch != nullptr) m_ctx.pool.give(f.scratch, f.scratch_bytes);
+    if (f.pooled()) --m_pooled_in_flight;
+}
+
+void GradientReducer::complete_all() {
+    while (!m_in_flight.empty()) {
+        complete(m_in_flight.front());
+        m_in_flight.pop_front();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The step
+// ---------------------------------------------------------------------------
+void GradientReducer::zero() {
+    complete_all();
+    if (lazy_zero()) {
+        // The model zeroes each gradient tensor right before its first accumulation (see
+        // grads_need_zero). What it never writes (alignment gaps, shard padding) is zero from
+        // allocation and stays so: no op writes there, and reductions add zeros.
+        m_zero_pending.assign(static_cast<size_t>(m_ctx.num_units()), 1);
+        return;
+    }
+    for (int u = 0; u < m_ctx.num_units(); ++u) {
+        const UnitShard& s = m_ctx.shard(u);
+        const size_t n = m_ctx.stage <= 1 ? s.padded_numel : s.shard_numel;
+        m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(u)], n * m_ctx.work_size());
+    }
+}
+
+void GradientReducer::begin_micro_step(bool first, bool last) {
+    complete_all();
+    m_first_micro = first;
+    m_last_micro = last;
+}
+
+void GradientReducer::finish() { complete_all(); }
+
+const float* GradientReducer::owned_f32(int unit) {
+    complete_all();
+    if (m_ctx.work == DType::kF32) return static_cast<const float*>(grad_ptr(unit, 0));
+    const size_t b = m_ctx.owned_begin(unit);
+    const size_t e = m_ctx.owned_end(unit);
+    if (e > b) m_ctx.backend.cast(m_ctx.f32_tmp, DType::kF32, grad_ptr(unit, b), m_ctx.work, e - b);
+    return m_ctx.f32_tmp - b;
+}
+
+double GradientReducer::local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments) {
+    // All segments in one backend call (one parallel region on the CPU). A 16-bit unit's fp32
+    // view lives in a conversion buffer reused per unit, so there the call is per unit; the
+    // result is the same sum either way (segments are added in order).
+    double s = 0.0;
+    std::vector<const float*> xs;
+    std::vector<size_t> ns;
+    const int U = m_ctx.num_units();
+    for (int u = 0; u < U; ++u) {
+        const float* g = owned_f32(u);
+        for (const DecaySegment& seg : segments[static_cast<size_t>(u)]) {
+            xs.push_back(g + seg.begin);
+            ns.push_back(seg.end - seg.begin);
+        }
+        if (m_ctx.work != DType::kF32 || u + 1 == U) {
+            s += m_ctx.backend.sum_squares_spans(xs.data(), ns.data(), xs.size());
+            xs.clear();
+            ns.clear();
+        }
+    }
+    return s;
+}
+
+void GradientReducer::poison_owned() {
+    complete_all();
+    for (int u = 0; u < m_ctx.num_units(); ++u) {
+        const size_t b = m_ctx.owned_begin(u);
+        if (m_ctx.owned_end(u) <= b) continue;
+        const float inf = std::numeric_limits<float>::infinity();
+        if (m_ctx.work == DType::kF32) {
+            m_ctx.backend.to_device(grad_ptr(u, b), &inf, sizeof(float));
+        } else {
+            // Up as fp32 into the conversion buffer (16-bit runs have one), then cast.
+            m_ctx.backend.to_device(m_ctx.f32_tmp, &inf, sizeof(float));
+            m_ctx.backend.cast(grad_ptr(u, b), m_ctx.work, m_ctx.f32_tmp, DType::kF32, 1);
+        }
+        return;
+    }
+}
+
+size_t GradientReducer::dynamic_scratch_planned() const {
+    // Per the model's unit protocol (gpt.cpp): unit 0's gradient is produced from the LM head
+    // through the whole backward; other units one at a time. Stages 2-3 hold a unit's fp32
+    // scratch until its reduction completes (up to kMaxPooledInFlight behind the current).
+    const int U = m_ctx.num_units();
+    const size_t K = kMaxPooledInFlight;
+    const size_t r = dtype_size(m_ctx.reduce);
+    auto padded = [&](int u) { return m_ctx.shard(u).padded_numel; };
+    size_t planned = 0;
+    if (m_ctx.stage >= 2 || m_ctx.work != DType::kF32) {  // fp32 gradient scratch
+        const size_t live = m_ctx.stage >= 2 ? 1 + K : 1;
+        planned += padded(0) * sizeof(float) + pooled_peak(1, U, live, [&](int u) { return padded(u) * sizeof(float); });
+    }
+    const bool wire_copy = m_ctx.stage <= 1 ? m_ctx.reduce != m_ctx.work : m_ctx.reduce != DType::kF32;
+    if (wire_copy) planned += pooled_peak(0, U, K, [&](int u) { return padded(u) * r; });
+    if (m_ctx.stage >= 1) planned += pooled_peak(0, U, K, [&](int u) { return m_ctx.shard(u).shard_numel * r; });
+    return planned;
+}
+
+}  // namespace zt

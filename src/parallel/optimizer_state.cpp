@@ -1,0 +1,78 @@
+// OptimizerState (see optimizer_state.hpp). Buffers holding only the owned elements are
+// addressed through a base pointer shifted by their start, so base[e] is element e.
+#include "ztrain/parallel/optimizer_state.hpp"
+
+#include <algorithm>
+
+namespace zt {
+
+OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes,
+                               size_t* optimizer_bytes)
+    : m_ctx(ctx), m_params(params) {
+    auto alloc_f32 = [&](size_t n, size_t* kind) {
+        *kind += n * sizeof(float);
+        return static_cast<float*>(ctx.backend.alloc_bytes(n * sizeof(float)));
+    };
+    for (int u = 0; u < ctx.num_units(); ++u) {
+        const UnitShard& s = ctx.shard(u);
+        const size_t n = ctx.stage == 0 ? s.padded_numel : s.shard_numel;
+        if (ctx.work != DType::kF32) m_master.push_back(alloc_f32(n, master_bytes));
+        m_m.push_back(alloc_f32(n, optimizer_bytes));
+        m_v.push_back(alloc_f32(n, optimizer_bytes));
+        m_segments.push_back(decay_segments(ctx.layout, u, ctx.owned_begin(u), ctx.owned_end(u)));
+    }
+}
+
+OptimizerState::~OptimizerState() {
+    for (float* p : m_master) m_ctx.backend.free(p);
+    for (float* p : m_m) m_ctx.backend.free(p);
+    for (float* p : m_v) m_ctx.backend.free(p);
+}
+
+size_t OptimizerState::state_shift(int unit) const {
+    return m_ctx.stage == 0 ? 0 : m_ctx.shard(unit).begin(m_ctx.rank);
+}
+
+void OptimizerState::write_initial(int unit, size_t lo, size_t hi, const float* host) {
+    if (m_ctx.work == DType::kF32) return;  // the working copy is the master
+    const UnitShard& s = m_ctx.shard(unit);
+    const size_t begin = state_shift(unit);
+    const size_t end = begin + (m_ctx.stage == 0 ? s.padded_numel : s.shard_numel);
+    const size_t from = std::max(lo, begin);
+    const size_t to = std::min(hi, end);
+    if (to > from) {
+        m_ctx.backend.to_device(master_base(unit) + from, host + (from - lo), (to - from) * sizeof(float));
+    }
+}
+
+float* OptimizerState::master_base(int unit) {
+    if (m_ctx.work == DType::kF32) return m_params.fp32_base(unit);
+    return m_master[static_cast<size_t>(unit)] - state_shift(unit);
+}
+
+float* OptimizerState::m_base(int unit) { return m_m[static_cast<size_t>(unit)] - state_shift(unit); }
+
+float* OptimizerState::v_base(int unit) { return m_v[static_cast<size_t>(unit)] - state_shift(unit); }
+
+void OptimizerState::update(const AdamWStep& step, GradientReducer& grads) {
+    // All segments in one backend call where the gradients stay put (fp32); per unit where
+    // a unit's fp32 gradient view is a reused conversion buffer (16-bit).
+    std::vector<AdamWSpan> spans;
+    const int U = m_ctx.num_units();
+    for (int u = 0; u < U; ++u) {
+        float* p = master_base(u);
+        const float* g = grads.owned_f32(u);
+        float* m = m_base(u);
+        float* v = v_base(u);
+        for (const DecaySegment& seg : m_segments[static_cast<size_t>(u)]) {
+            spans.push_back({p + seg.begin, m + seg.begin, v + seg.begin, g + seg.begin, seg.end - seg.begin,
+                             seg.decay});
+        }
+        if (m_ctx.work != DType::kF32 || u + 1 == U) {
+            m_ctx.backend.adamw_update_spans(spans.data(), spans.size(), step);
+            spans.clear();
+        }
+    }
+}
+
+}  // namespace zt

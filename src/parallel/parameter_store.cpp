@@ -1,0 +1,162 @@
+// ParameterStore (see parameter_store.hpp). Element indices are unit-relative; a stage-3
+// shard buffer is addressed through work_ptr, which shifts by the shard start.
+#include "ztrain/parallel/parameter_store.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+ScratchPool::~ScratchPool() {
+    for (void* p : m_all) m_backend.free(p);
+}
+
+void* ScratchPool::take(size_t bytes) {
+    auto it = m_free.find(bytes);
+    if (it != m_free.end()) {
+        void* p = it->second;
+        m_free.erase(it);
+        return p;
+    }
+    m_held += bytes;
+    void* p = m_backend.alloc_bytes(bytes);
+    m_all.push_back(p);
+    return p;
+}
+
+ParameterStore::ParameterStore(const StateContext& ctx, size_t* params_bytes) : m_ctx(ctx) {
+    for (int u = 0; u < ctx.num_units(); ++u) {
+        const UnitShard& s = ctx.shard(u);
+        const size_t n = ctx.stage <= 2 ? s.padded_numel : s.shard_numel;
+        m_params.push_back(ctx.backend.alloc_bytes(n * ctx.work_size()));
+        *params_bytes += n * ctx.work_size();
+    }
+    m_gathers.resize(m_params.size());
+}
+
+ParameterStore::~ParameterStore() {
+    // As ~GradientReducer: no waiting while an error unwinds (the job is aborted next).
+    if (std::uncaught_exceptions() == 0) {
+        for (CommRequest& r : m_gathers) m_ctx.comm.wait(r);
+        for (auto& [u, r] : m_resident) m_ctx.comm.wait(r.request);
+    }
+    // Resident buffers are pool memory: the pool frees them.
+    for (void* p : m_params) m_ctx.backend.free(p);
+}
+
+void* ParameterStore::work_ptr(int unit, size_t element) {
+    const size_t shift = m_ctx.stage == 3 ? m_ctx.shard(unit).begin(m_ctx.rank) : 0;
+    return element_at(m_params[static_cast<size_t>(unit)], element - shift, m_ctx.work);
+}
+
+void ParameterStore::write_initial(int unit, size_t lo, size_t hi, const float* host) {
+    const UnitShard& s = m_ctx.shard(unit);
+    const size_t begin = m_ctx.stage <= 2 ? 0 : s.begin(m_ctx.rank);
+    const size_t end = m_ctx.stage <= 2 ? s.padded_numel : s.end(m_ctx.rank);
+    const size_t from = std::max(lo, begin);
+    const size_t to = std::min(hi, end);
+    if (to <= from) return;
+    if (m_ctx.work == DType::kF32) {
+        m_ctx.backend.to_device(work_ptr(unit, from), host + (from - lo), (to - from) * sizeof(float));
+    } else {
+        // Up as fp32 into the conversion buffer, then rounded into the working copy.
+        m_ctx.backend.to_device(m_ctx.f32_tmp, host + (from - lo), (to - from) * sizeof(float));
+        m_ctx.backend.cast(work_ptr(unit, from), m_ctx.work, m_ctx.f32_tmp, DType::kF32, to - from);
+    }
+}
+
+void ParameterStore::prefetch(int unit) {
+    if (m_ctx.stage < 3 || m_resident.count(unit)) return;
+    const UnitShard& s = m_ctx.shard(unit);
+    Resident r;
+    r.gathered = m_ctx.pool.take(s.padded_numel * m_ctx.work_size());
+    r.request = m_ctx.comm.start_all_gather(m_params[static_cast<size_t>(unit)], r.gathered, s.shard_numel,
+                                            m_ctx.work);
+    m_resident.emplace(unit, r);
+}
+
+void ParameterStore::wait_gather(int unit) { m_ctx.comm.wait(m_gathers[static_cast<size_t>(unit)]); }
+
+const float* ParameterStore::acquire(int unit) {
+    ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
+    wait_gather(unit);
+    if (m_ctx.stage < 3 && m_ctx.work == DType::kF32) return static_cast<const float*>(m_params[static_cast<size_t>(unit)]);
+    const UnitShard& s = m_ctx.shard(unit);
+    if (m_ctx.stage == 3 && !m_resident.count(unit)) prefetch(unit);
+    Resident& r = m_resident[unit];
+    if (r.compute != nullptr) return r.compute;
+    m_ctx.comm.wait(r.request);
+    const void* src = m_ctx.stage == 3 ? r.gathered : m_params[static_cast<size_t>(unit)];
+    if (m_ctx.work == DType::kF32) {
+        r.compute = static_cast<float*>(r.gathered);
+    } else {
+        r.compute = static_cast<float*>(m_ctx.pool.take(s.padded_numel * sizeof(float)));
+        r.owns_compute = true;
+        m_ctx.backend.cast(r.compute, DType::kF32, src, m_ctx.work, s.padded_numel);
+    }
+    return r.compute;
+}
+
+void ParameterStore::release(int unit) {
+    auto it = m_resident.find(unit);
+    if (it == m_resident.end()) return;
+    Resident& r = it->second;
+    const UnitShard& s = m_ctx.shard(unit);
+    m_ctx.comm.wait(r.request);
+    if (r.gathered != nullptr) m_ctx.pool.give(r.gathered, s.padded_numel * m_ctx.work_size());
+    if (r.owns_compute) m_ctx.pool.give(r.compute, s.padded_numel * sizeof(float));
+    m_resident.erase(it);
+}
+
+float* ParameterStore::fp32_base(int unit) {
+    ZT_REQUIRE(m_ctx.work == DType::kF32, "fp32_base() of a ", dtype_name(m_ctx.work), " working copy");
+    return static_cast<float*>(work_ptr(unit, 0));
+}
+
+void ParameterStore::refresh_owned(int unit, const float* master_base) {
+    const size_t b = m_ctx.owned_begin(unit);
+    const size_t e = m_ctx.owned_end(unit);
+    if (m_ctx.work != DType::kF32 && e > b) {
+        m_ctx.backend.cast(work_ptr(unit, b), m_ctx.work, master_base + b, DType::kF32, e - b);
+    }
+}
+
+void ParameterStore::start_gathers() {
+    if (m_ctx.stage != 1 && m_ctx.stage != 2) return;
+    for (int u = 0; u < m_ctx.num_units(); ++u) {
+        wait_gather(u);
+        m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_gather(
+            nullptr, m_params[static_cast<size_t>(u)], m_ctx.shard(u).shard_numel, m_ctx.work);
+    }
+}
+
+void ParameterStore::wait_gathers() {
+    for (int u = 0; u < m_ctx.num_units(); ++u) wait_gather(u);
+}
+
+float* ParameterStore::unit_params(int unit) {
+    ZT_REQUIRE(m_ctx.stage <= 2 && m_ctx.work == DType::kF32,
+               "unit_params() needs replicated fp32 parameters (stage <= 2, fp32); stage is ", m_ctx.stage);
+    wait_gather(unit);
+    return static_cast<float*>(m_params.at(static_cast<size_t>(unit)));
+}
+
+size_t ParameterStore::dynamic_scratch_planned() const {
+    // Per the model's unit protocol (gpt.cpp): unit 0 is held from the LM head through
+    // backward; other units are used one at a time, the next one prefetched at stage 3.
+    const int U = m_ctx.num_units();
+    const size_t w = m_ctx.work_size();
+    auto padded = [&](int u) { return m_ctx.shard(u).padded_numel; };
+    size_t planned = 0;
+    if (m_ctx.stage == 3) {  // gathered units: current + prefetched
+        planned += padded(0) * w + pooled_peak(1, U, 2, [&](int u) { return padded(u) * w; });
+    }
+    if (m_ctx.work != DType::kF32) {  // fp32 views of acquired units
+        planned += padded(0) * sizeof(float) + pooled_peak(1, U, 1, [&](int u) { return padded(u) * sizeof(float); });
+    }
+    return planned;
+}
+
+}  // namespace zt
