@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Installs what ztrain needs to build, test and run its demo on Debian 12 (idempotent:
-# packages already present are not fetched again). Runs as root, or through sudo.
+# Installs what ztrain needs on Debian 12 (idempotent: packages already present are not
+# fetched again). Runs as root, or through sudo.
+#   bash .ci/setup.sh demo   what the demo builds and runs with (inputs/demo.sh)
+#   bash .ci/setup.sh        everything: the demo's packages and what the test suite needs
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin
-  libhdf5-openmpi-dev hdf5-tools
+  libhdf5-openmpi-dev
   libboost-program-options-dev
   libopenblas-dev
-  googletest libgtest-dev
   nlohmann-json3-dev
-  clang libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
   fortunes fortunes-min          # the demo corpus (English text)
-  slurm-wlm munge                # tests/slurm: a private one-node Slurm cluster
-  python3 python3-numpy python3-h5py python3-matplotlib   # postproc/
-  time                           # /usr/bin/time -v: peak RSS (tests/cli/test_consolidate.sh, bench/)
 )
+if [ "${1:-all}" != demo ]; then
+  packages+=(
+    hdf5-tools                     # h5dump in the checkpoint tests
+    googletest libgtest-dev
+    clang libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
+    slurm-wlm munge                # tests/slurm: a private one-node Slurm cluster
+    python3 python3-numpy python3-h5py python3-matplotlib   # postproc/
+    time                           # /usr/bin/time -v: peak RSS (tests/cli/test_consolidate.sh, bench/)
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do

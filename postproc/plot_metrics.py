@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Plot a ztrain run's metrics.jsonl to a PNG: train/val loss, learning rate, gradient norm
-and loss scale against the optimizer step.
+"""Plot a ztrain run's metrics.jsonl to a PNG: train/val loss, learning rate, gradient norm,
+tokens/s and (fp16 runs) the loss scale against the optimizer step.
 
 Usage: /usr/bin/python3 postproc/plot_metrics.py run/demo/metrics.jsonl -o run/demo/metrics.png
 Needs python3-matplotlib (Debian). The C++ build never depends on this script.
@@ -42,30 +42,47 @@ def main():
 
     out = args.output or args.metrics.rsplit(".", 1)[0] + ".png"
     x = [r["step"] for r in steps]
-    fig, ax = plt.subplots(2, 2, figsize=(11, 7))
-    ax[0][0].plot(x, [r["loss"] for r in steps], label="train", lw=1)
+    nan = float("nan")
+    # The loss scale only moves in fp16 runs (metrics.jsonl has 1 for fp32 and bf16): its
+    # panel is drawn only when some step ran with another scale.
+    fp16 = any(r.get("loss_scale", 1.0) != 1.0 for r in steps)
+    panels = ["loss", "learning rate", "gradient norm", "tokens/s"] + (["loss scale"] if fp16 else [])
+    cols = 3 if fp16 else 2
+    fig, axes = plt.subplots(2, cols, figsize=(5.5 * cols, 7))
+    ax = dict(zip(panels, axes.flat))
+    if fp16:
+        axes.flat[-1].set_visible(False)
+    skipped = [r for r in steps if r.get("skipped")]
+    a = ax["loss"]
+    a.plot(x, [r["loss"] for r in steps], label="train", lw=1)
     if evals:
-        ax[0][0].plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", label="val")
-    ax[0][0].set_title("loss")
-    ax[0][0].legend()
-    ax[0][1].plot(x, [r["lr"] for r in steps])
-    ax[0][1].set_title("learning rate")
-    ax[1][0].plot(x, [r["grad_norm"] for r in steps], lw=1)
-    ax[1][0].set_title("gradient norm (before clipping)")
-    ax[1][0].set_yscale("log")
-    ax[1][1].plot(x, [r.get("loss_scale", 1.0) for r in steps])
-    skipped = [r["step"] for r in steps if r.get("skipped")]
+        # Evaluations are points in time (every eval_every steps): markers, not a line.
+        a.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o", label="val")
     if skipped:
-        ax[1][1].plot(skipped, [1.0] * len(skipped), "rx", label="skipped step")
-        ax[1][1].legend()
-    ax[1][1].set_title("loss scale")
-    ax[1][1].set_yscale("log")
-    for a in ax.flat:
+        a.plot([r["step"] for r in skipped], [r["loss"] for r in skipped], "rx", label="skipped step")
+    a.legend()
+    ax["learning rate"].plot(x, [r["lr"] for r in steps])
+    a = ax["gradient norm"]
+    a.plot(x, [r["grad_norm"] if r.get("grad_norm") is not None else nan for r in steps], lw=1)
+    a.set_yscale("log")
+    a.set_title("gradient norm (before clipping)")
+    ax["tokens/s"].plot(x, [r.get("tokens_per_s", nan) for r in steps], lw=1)
+    if fp16:
+        a = ax["loss scale"]
+        a.plot(x, [r.get("loss_scale", 1.0) for r in steps])
+        if skipped:
+            a.plot([r["step"] for r in skipped], [r.get("loss_scale", 1.0) for r in skipped], "rx",
+                   label="skipped step")
+            a.legend()
+        a.set_yscale("log")
+    for name, a in ax.items():
+        if not a.get_title():
+            a.set_title(name)
         a.set_xlabel("step")
         a.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
-    print(f"wrote {out}")
+    print(f"wrote {out} (panels: {', '.join(panels)})")
 
 
 if __name__ == "__main__":

@@ -574,6 +574,8 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     record.seed_known = meta.contains("seed");
     record.seed = meta.value("seed", uint64_t{0});
     record.config_ini = meta.value("config_ini", std::string());
+    record.world_size = meta.value("world_size", 0);
+    record.zero_stage = meta.value("zero_stage", -1);
     return record;
 }
 

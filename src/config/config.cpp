@@ -80,6 +80,8 @@ const KeyDef kKeys[] = {
     ZT_KEY("train.lr_min", train.lr_min, "final learning rate of the decay schedule"),
     ZT_KEY("train.warmup_steps", train.warmup_steps, "linear warmup steps"),
     ZT_KEY("train.schedule", train.schedule, "learning-rate decay: cosine | linear | constant"),
+    ZT_KEY("train.schedule_steps", train.schedule_steps,
+           "steps the decay spans, then lr_min holds (0: train.max_steps)"),
     ZT_KEY("train.weight_decay", train.weight_decay, "AdamW decoupled weight decay"),
     ZT_KEY("train.beta1", train.beta1, "AdamW first-moment decay, in [0, 1)"),
     ZT_KEY("train.beta2", train.beta2, "AdamW second-moment decay, in [0, 1)"),
@@ -253,6 +255,11 @@ std::string setting_text_of(const T& v) { return setting_text(v); }
 // without printing 0.00029999999999999997 (and prints 0.0003 rather than to_chars' 3e-04).
 std::string format_double(double v) {
     char buf[64];
+    // Whole numbers as integers ("600", not "6e+02"): a setting's value is read by people.
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+        std::snprintf(buf, sizeof buf, "%.0f", v);
+        return buf;
+    }
     for (int precision = 1; precision <= 17; ++precision) {
         std::snprintf(buf, sizeof buf, "%.*g", precision, v);
         if (std::strtod(buf, nullptr) == v) {
@@ -528,6 +535,23 @@ std::string read_deck(const std::string& path) {
     return ss.str();
 }
 
+/// "path:N" for the first line of `text` whose content (comment and blanks trimmed) is
+/// `content`, or just "path" when none is (Boost's syntax errors name the line's text only).
+std::string at_line(const std::string& path, const std::string& text, const std::string& content) {
+    std::istringstream in(text);
+    std::string line;
+    int number = 0;
+    while (std::getline(in, line)) {
+        ++number;
+        const auto hash = line.find('#');
+        line = hash == std::string::npos ? line : line.substr(0, hash);
+        const auto b = line.find_first_not_of(" \t\r");
+        const auto e = line.find_last_not_of(" \t\r");
+        if (b != std::string::npos && line.substr(b, e - b + 1) == content) return str(path, ":", number);
+    }
+    return path;
+}
+
 po::parsed_options parse_deck(const std::string& path, const std::string& text,
                               const po::options_description& desc) {
     std::istringstream in(text);
@@ -535,9 +559,12 @@ po::parsed_options parse_deck(const std::string& path, const std::string& text,
         return po::parse_config_file(in, desc, /*allow_unregistered=*/false);
     } catch (const po::unknown_option& e) {
         const std::string key = e.get_option_name();
-        throw InputError(str(path, ": unknown key '", key, "'", suggestion(key, "")));
+        const auto lines = scan_key_lines(text);
+        const auto it = lines.find(key);
+        const std::string where = it != lines.end() ? str(path, ":", it->second.front()) : path;
+        throw InputError(str(where, ": unknown key '", key, "'", suggestion(key, "")));
     } catch (const po::invalid_config_file_syntax& e) {
-        throw InputError(str(path, ": cannot parse line '", e.tokens(),
+        throw InputError(str(at_line(path, text, e.tokens()), ": cannot parse line '", e.tokens(),
                              "' (expected 'key = value', '[section]' or a '#' comment)"));
     } catch (const po::error& e) {
         throw InputError(str(path, ": ", e.what()));
@@ -866,6 +893,7 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected) {
                              ": expected 0 <= train.lr_min <= train.lr"));
     }
     v.check_int_min("train.warmup_steps", t.warmup_steps, 0);
+    v.check_int_min("train.schedule_steps", t.schedule_steps, 0);
     v.check_read("train.schedule");
     v.check(t.weight_decay >= 0, "train.weight_decay", "a number >= 0");
     v.check(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "a number in [0, 1)");

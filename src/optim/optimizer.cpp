@@ -39,7 +39,8 @@ double learning_rate(const TrainConfig& cfg, long step) {
         return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
     }
     if (cfg.schedule == LrSchedule::kConstant) return cfg.lr;
-    const double span = std::max(1, cfg.max_steps - cfg.warmup_steps);
+    const int end = cfg.schedule_steps > 0 ? cfg.schedule_steps : cfg.max_steps;
+    const double span = std::max(1, end - cfg.warmup_steps);
     const double progress = std::clamp(static_cast<double>(step - cfg.warmup_steps) / span, 0.0, 1.0);
     if (cfg.schedule == LrSchedule::kLinear) return cfg.lr - (cfg.lr - cfg.lr_min) * progress;
     return cfg.lr_min + 0.5 * (cfg.lr - cfg.lr_min) * (1.0 + std::cos(M_PI * progress));

@@ -91,7 +91,20 @@ std::optional<Evaluation> Evaluator::evaluate(long step) {
         const std::vector<uint32_t> toks = generate(m_model, m_store, start, m_tc.sample_tokens, m_tc.seed, step);
         std::string text;
         if (m_tokenizer) {
-            text = m_tokenizer->decode(toks);
+            // A model vocabulary larger than the tokenizer's (allowed: e.g. GPT-2's 50257 over
+            // byte tokens) can sample ids the tokenizer cannot decode: those show as <id>, a
+            // sample never fails a run.
+            const uint32_t known = static_cast<uint32_t>(m_tokenizer->vocab_size());
+            std::vector<uint32_t> run;
+            for (uint32_t t : toks) {
+                if (t < known) {
+                    run.push_back(t);
+                    continue;
+                }
+                text += m_tokenizer->decode(run) + str("<", t, ">");
+                run.clear();
+            }
+            text += m_tokenizer->decode(run);
         } else {
             for (uint32_t t : toks) text += str(t, " ");
         }

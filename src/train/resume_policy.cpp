@@ -1,22 +1,54 @@
 #include "ztrain/train/resume_policy.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
 
 #include "ztrain/ckpt/export.hpp"
+#include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/gpt.hpp"
+#include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 namespace zt {
 
-ResumePolicy::ResumePolicy(const Config& cfg, bool root) : m_cfg(cfg), m_root(root) {
+ResumePolicy::ResumePolicy(const Config& cfg, Communicator& comm) : m_cfg(cfg), m_root(comm.rank() == 0) {
     m_ckpt_dir = cfg.checkpoint.dir.empty() ? (std::filesystem::path(cfg.run.dir) / "checkpoints").string()
                                             : cfg.checkpoint.dir;
     std::string note;
     m_dir = resolve_resume(setting_text(cfg.checkpoint.resume), m_ckpt_dir, &note);
-    if (root && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
+    if (m_root && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
+    // Agreed, so every rank has looked before any rank goes on to write this run's files
+    // (rank 0 creates metrics.jsonl soon after; a slower rank would then see it and refuse
+    // alone, leaving the others waiting in a collective).
+    agree_across_ranks(comm, [&] {
+        if (!resuming()) refuse_earlier_run();
+    });
+}
+
+void ResumePolicy::refuse_earlier_run() const {
+    // A fresh run writes step_* checkpoints, `latest` and metrics.jsonl: an earlier run's
+    // would be mixed with them (pruning by `keep` sees both runs' steps) or overwritten.
+    const std::vector<std::string> earlier = list_checkpoints(m_ckpt_dir);
+    const std::filesystem::path metrics = std::filesystem::path(m_cfg.run.dir) / "metrics.jsonl";
+    std::error_code ec;
+    const bool has_metrics = std::filesystem::exists(metrics, ec);
+    if (earlier.empty() && !has_metrics) return;
+    std::string what;
+    if (!earlier.empty()) {
+        what = str(earlier.size(), " checkpoint(s) of an earlier run in ", m_ckpt_dir, " (newest ",
+                   std::filesystem::path(earlier.front()).filename().string(), ")");
+    }
+    if (has_metrics) what += str(what.empty() ? "" : " and ", metrics.string(), " of an earlier run");
+    const char* why = m_cfg.checkpoint.resume.mode == ResumeSetting::Mode::kNever
+                          ? "checkpoint.resume = never starts a fresh run"
+                          : "checkpoint.resume = auto found no checkpoint to resume, so this is a fresh run";
+    throw InputError(str(why, ", but there is ", what,
+                         ": the new run would mix with it or overwrite it. Continue it with "
+                         "--checkpoint.resume=auto, give this run another --run.dir, or remove the old "
+                         "files (rm -r ", m_cfg.run.dir, ")"));
 }
 
 void ResumePolicy::initial_weights(const Gpt& model, ModelState& state, Communicator& comm) const {
@@ -64,14 +96,65 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
     return loaded;
 }
 
-void ResumePolicy::report(const TrainProgress& progress) const {
+void ResumePolicy::report(const CheckpointRecord& resumed, int world_size) const {
     if (!resuming() || !m_root) return;
+    const TrainProgress& progress = resumed.progress;
     std::printf("ztrain: resumed from %s at step %ld (%llu samples seen)\n", m_dir.c_str(), progress.step,
                 static_cast<unsigned long long>(progress.samples_seen));
+    const std::string was = str("world size ", resumed.world_size, ", ZeRO stage ", resumed.zero_stage, ", ",
+                                resumed.dtype);
+    const std::string now = str("world size ", world_size, ", ZeRO stage ", m_cfg.parallel.zero_stage, ", ",
+                                dtype_name(m_cfg.precision.dtype));
+    if (resumed.world_size > 0 && resumed.zero_stage >= 0 && !resumed.dtype.empty() && was != now) {
+        std::printf("ztrain: note: the checkpoint was written at %s; this run is %s (its state is resharded, "
+                    "and the data continues from sample %llu)\n",
+                    was.c_str(), now.c_str(), static_cast<unsigned long long>(progress.samples_seen));
+    }
+    schedule_note(resumed);
     if (progress.step >= m_cfg.train.max_steps) {
         std::printf("ztrain: the checkpoint already reaches train.max_steps = %d: nothing to train "
                     "(raise train.max_steps, or --checkpoint.resume=never to start over)\n",
                     m_cfg.train.max_steps);
+    }
+}
+
+void ResumePolicy::schedule_note(const CheckpointRecord& resumed) const {
+    // The checkpoint's deck says which schedule the run was on; one that cannot be read (an
+    // older key set) just gives no note.
+    TrainConfig old;
+    try {
+        old = parse_deck_text(resumed.config_ini, str(m_dir, " (the checkpoint's config)")).train;
+    } catch (const std::exception&) {
+        return;
+    }
+    const TrainConfig& now = m_cfg.train;
+    const long at = resumed.progress.applied_steps;
+    const double lr_old = learning_rate(old, at);
+    const double lr_now = learning_rate(now, at);
+    std::string changed;
+    auto differ = [&](const char* key, const std::string& a, const std::string& b) {
+        if (a != b) changed += str(changed.empty() ? "" : ", ", key, " ", a, " -> ", b);
+    };
+    differ("train.max_steps", std::to_string(old.max_steps), std::to_string(now.max_steps));
+    differ("train.schedule_steps", std::to_string(old.schedule_steps), std::to_string(now.schedule_steps));
+    differ("train.warmup_steps", std::to_string(old.warmup_steps), std::to_string(now.warmup_steps));
+    differ("train.schedule", setting_text(old.schedule), setting_text(now.schedule));
+    differ("train.lr", str(old.lr), str(now.lr));
+    differ("train.lr_min", str(old.lr_min), str(now.lr_min));
+    // Only a change that moves the lr from here on is worth a note.
+    bool moves = false;
+    for (long s = at; s < std::max(old.max_steps, now.max_steps) && !moves; ++s) {
+        moves = learning_rate(old, s) != learning_rate(now, s);
+    }
+    if (changed.empty() || !moves) return;
+    std::printf("ztrain: note: the learning-rate schedule differs from the checkpoint's run (%s): the lr at "
+                "step %ld is %.2e, where the old schedule gives %.2e\n",
+                changed.c_str(), resumed.progress.step, lr_now, lr_old);
+    const int old_end = old.schedule_steps > 0 ? old.schedule_steps : old.max_steps;
+    if (now.schedule_steps == 0 && now.max_steps != old.max_steps) {
+        std::printf("ztrain: note: to keep the old schedule (decay over %d steps, then hold lr_min), resume with "
+                    "--train.schedule_steps=%d\n",
+                    old_end, old_end);
     }
 }
 

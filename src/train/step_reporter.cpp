@@ -1,6 +1,7 @@
 #include "ztrain/train/step_reporter.hpp"
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -18,19 +19,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Control characters of a sample would garble the terminal; line breaks stay, indented.
-std::string printable(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '\n') {
-            out += "\n    ";
-        } else if (static_cast<unsigned char>(c) < 32 && c != '\t') {
-            out += '?';
-        } else {
-            out += c;
-        }
+/// Length of the valid UTF-8 sequence starting at s[i] (1-4), or 0 when it is not one
+/// (stray continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
+size_t utf8_sequence(const std::string& s, size_t i) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+    const unsigned char c = b(i);
+    if (c < 0x80) return 1;
+    size_t n = 0;
+    unsigned min = 0;
+    unsigned cp = 0;
+    if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1Fu; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0Fu; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07u; min = 0x10000; }
+    else return 0;
+    if (i + n > s.size()) return 0;
+    for (size_t k = 1; k < n; ++k) {
+        if ((b(i + k) & 0xC0u) != 0x80u) return 0;
+        cp = (cp << 6) | (b(i + k) & 0x3Fu);
     }
-    return out;
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
 }
 
 /// The start-up table: bytes per buffer kind on this rank next to the ZeRO formula each
@@ -53,6 +61,28 @@ void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage
 }
 
 }  // namespace
+
+std::string printable_text(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        const size_t n = utf8_sequence(s, i);
+        if (c == '\n') {
+            out += "\n    ";
+        } else if (n == 0 || (c < 32 && c != '\t') || c == 0x7F) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\x%02X", c);
+            out += buf;
+        } else {
+            out.append(s, i, n);
+            i += n;
+            continue;
+        }
+        ++i;
+    }
+    return out;
+}
+
 
 std::string format_duration(double s) {
     if (!(s >= 0) || s > 1e8) return "?";
@@ -127,7 +157,9 @@ void StepReporter::skipped(long step, bool fp16, double scale_before, double sca
 }
 
 void StepReporter::step(const StepReport& r) {
-    if (r.step > 1 || m_max_steps == 1) m_train_seconds += r.step_s;  // step 1 warms caches
+    // This process's first step warms caches: the average leaves it out when there are more.
+    const long run_here = r.step - m_first_step;
+    if (run_here > 1 || m_max_steps - m_first_step == 1) m_train_seconds += r.step_s;
     if (!m_root) return;
     nlohmann::ordered_json rec;
     rec["step"] = r.step;
@@ -161,7 +193,7 @@ void StepReporter::step(const StepReport& r) {
     m_metrics.write(rec);
     const long done = r.step;
     if (done % m_log_every == 0 || done == m_max_steps || done == 1) {
-        const double avg = done > 1 ? m_train_seconds / static_cast<double>(done - 1) : r.step_s;
+        const double avg = run_here > 1 ? m_train_seconds / static_cast<double>(run_here - 1) : r.step_s;
         std::printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | ETA %s\n", done,
                     m_max_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_s * 1e3,
                     format_duration(avg * static_cast<double>(m_max_steps - done)).c_str());
@@ -179,7 +211,7 @@ void StepReporter::val_loss(long step, double loss) {
 }
 
 void StepReporter::sample(long step, const std::string& text) {
-    if (m_root) std::printf("sample at step %ld:\n    %s\n", step, printable(text).c_str());
+    if (m_root) std::printf("sample at step %ld:\n    %s\n", step, printable_text(text).c_str());
 }
 
 void StepReporter::checkpoint_written(const std::string& dir, double seconds) {
@@ -190,11 +222,25 @@ void StepReporter::checkpoint_written(const std::string& dir, double seconds) {
 
 void StepReporter::stopped_by_signal(int signal, long step) {
     if (!m_root) return;
-    std::printf("ztrain: stopped by signal %d after step %ld; resume with checkpoint.resume=auto\n", signal, step);
+    const char* name = signal == SIGINT    ? "SIGINT"
+                       : signal == SIGTERM ? "SIGTERM"
+                       : signal == SIGUSR1 ? "SIGUSR1"
+                                           : "a stop signal";
+    std::printf("ztrain: stopped by %s (signal %d) after step %ld; resume with checkpoint.resume=auto\n", name,
+                signal, step);
 }
 
-void StepReporter::finish(int steps) {
-    if (m_root) std::printf("ztrain: %d steps in %s\n", steps, format_duration(seconds_since(m_run_start)).c_str());
+void StepReporter::finish(long last_step) {
+    if (!m_root) return;
+    const long ran = last_step - m_first_step;
+    const std::string took = format_duration(seconds_since(m_run_start));
+    if (m_first_step == 0) {
+        std::printf("ztrain: %ld steps in %s\n", ran, took.c_str());
+    } else if (ran > 0) {
+        std::printf("ztrain: %ld steps (%ld to %ld) in %s\n", ran, m_first_step + 1, last_step, took.c_str());
+    } else {
+        std::printf("ztrain: 0 steps (resumed at step %ld)\n", m_first_step);
+    }
 }
 
 }  // namespace zt

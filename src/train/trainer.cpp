@@ -136,7 +136,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     TrainSetup setup = set_up_training(cfg, options.comm);
     Communicator& comm = *setup.comm;
     const bool root = comm.rank() == 0;
-    ResumePolicy resume(cfg, root);
+    ResumePolicy resume(cfg, comm);
     start_compute(setup, cfg, options.comm);
 
     // ---- model, its sharded state, the loss scale ----
@@ -164,7 +164,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         const std::string note = loss_scale.restore(loss_scale_record(resumed));
         if (root && !note.empty()) std::printf("ztrain: %s\n", note.c_str());
     }
-    resume.report(progress);
+    resume.report(resumed, comm.size());
 
     // ---- inputs are accepted: now the run directory may change ----
     prepare_run_dir(cfg, root);
@@ -185,7 +185,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const CollectiveWatchdog watchdog(comm, setup.device_comm.get(), cfg.parallel.timeout_s, current_step);
 
     // ---- the step loop ----
-    reporter.begin_training();
+    reporter.begin_training(progress.step);
     // A fresh run evaluates once before training, so the curve starts at the untrained loss.
     if (progress.step == 0 && tc.eval_every > 0 && progress.step < tc.max_steps) {
         record_evaluation(evaluator.evaluate(0), summary);
@@ -210,7 +210,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             break;
         }
     }
-    reporter.finish(summary.steps);
+    reporter.finish(progress.step);
 
     if (options.collect_params) {
         for (int u = 0; u < model.layout().num_units(); ++u) {

@@ -42,9 +42,10 @@ step="$ckpt/step_00000004"
 shard_h5=$(cd "$step" && ls shard_*.h5 | head -1)
 [ -n "$shard_h5" ] || setup_fail "no shard file in $step"
 
-# A run directory with a resolved config and metrics but no checkpoint (init_from applies).
+# A run directory with a resolved config but no checkpoint or metrics (a fresh run, so
+# init_from applies; an earlier run's metrics.jsonl would be refused before init_from).
 mkdir -p "$fix/run_nockpt"
-cp "$fix/run/config.ini" "$fix/run/metrics.jsonl" "$fix/run_nockpt/"
+cp "$fix/run/config.ini" "$fix/run_nockpt/"
 
 # Consolidated weights.
 "$BIN/zt-consolidate" "$ckpt" --output "$fix/model.safetensors" > "$out/setup_cons.log" 2>&1 ||
@@ -175,7 +176,7 @@ CL="command line: "
 # The table
 # ---------------------------------------------------------------------------------------
 # -- decks and overrides
-t deck.unknown_key      "unknown_key.ini: unknown key 'model.n_layr'.*n_layer" \
+t deck.unknown_key      "unknown_key.ini:[0-9]+: unknown key 'model.n_layr'.*n_layer" \
   "${ZB[@]}" --config "$decks/unknown_key.ini" --data.train="$shard"
 t cli.unknown_key       "${CL}unknown option '--train.lr_mn'.*train.lr_min" "${Z[@]}" --train.lr_mn=0.1
 t type.int              "model.n_layer.*'?two'?.*not an integer" "${Z[@]}" --model.n_layer=two
@@ -221,7 +222,7 @@ t enum.on_error         "${CL}checkpoint.on_error = 'bogus': expected one of sto
 t enum.backend          "${CL}backend = 'bogus': expected one of cpu \| cuda \| auto" "${Z[@]}" --backend=bogus
 t deck.duplicate_key    "dup_key.ini: key 'model.n_layer' is given more than once" \
   "${ZB[@]}" --config "$decks/dup_key.ini" --data.train="$shard"
-t deck.malformed_line   "malformed.ini: cannot parse line 'n_layer 2'" \
+t deck.malformed_line   "malformed.ini:[0-9]+: cannot parse line 'n_layer 2'" \
   "${ZB[@]}" --config "$decks/malformed.ini" --data.train="$shard"
 t deck.missing          "--config: cannot read '$decks/missing.ini'" \
   "${ZB[@]}" --config "$decks/missing.ini" --data.train="$shard"

@@ -99,7 +99,9 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   else
     fail "disk full (stop): exit $rc, latest $(cat "$full/ckpt/latest" 2>/dev/null)"; echo "$out" | grep -v "^step" | tail -4
   fi
-  out=$("$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun2" --checkpoint.dir="$full/ckpt" --checkpoint.keep=2 \
+  # A fresh run into its own checkpoint directory on the same full disk (a fresh run into
+  # $full/ckpt would be refused: the first run's checkpoints are there).
+  out=$("$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun2" --checkpoint.dir="$full/ckpt2" --checkpoint.keep=2 \
         --checkpoint.resume=never --train.max_steps=6 --checkpoint.every=2 --checkpoint.on_error=continue 2>&1)
   rc=$?
   if [ "$rc" -eq 0 ] && grep -q "warning: checkpoint at step .* failed: .*training continues" <<<"$out" &&

@@ -92,7 +92,7 @@ signal_run() {
 }
 sigdir="$work/sig"
 signal_run TERM "$sigdir"
-if [ "$rc" -eq 0 ] && grep -q "stopped by signal 15" "$sigdir.log" && [ -s "$sigdir/checkpoints/latest" ]; then
+if [ "$rc" -eq 0 ] && grep -q "stopped by SIGTERM (signal 15) after step" "$sigdir.log" && [ -s "$sigdir/checkpoints/latest" ]; then
   echo "ok: SIGTERM -> checkpoint $(cat "$sigdir/checkpoints/latest") and exit 0"
   stopped_at=$(sed 's/step_0*//' "$sigdir/checkpoints/latest")
   expect 0 "resumed from .*at step $stopped_at" "$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$sigdir" \
@@ -105,7 +105,7 @@ fi
 # ignores in background jobs still reaches it.
 intdir="$work/int"
 signal_run INT "$intdir"
-if [ "$rc" -eq 0 ] && grep -q "stopped by signal 2 after step" "$intdir.log" && [ -s "$intdir/checkpoints/latest" ] &&
+if [ "$rc" -eq 0 ] && grep -q "stopped by SIGINT (signal 2) after step" "$intdir.log" && [ -s "$intdir/checkpoints/latest" ] &&
    [ -s "$intdir/checkpoints/$(cat "$intdir/checkpoints/latest")/meta.h5" ]; then
   echo "ok: SIGINT -> checkpoint $(cat "$intdir/checkpoints/latest") and exit 0"
 else

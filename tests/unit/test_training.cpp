@@ -18,6 +18,7 @@
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/step_reporter.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -127,18 +128,32 @@ TEST(Training, PrintsADecodedSampleAtEachEvaluation) {
     const std::string eot = "<|endoftext|>";
     for (size_t k = 0; k < texts.size(); ++k) {
         // Decoded by the byte tokenizer, each of the 16 tokens is one byte (a newline, a
-        // control byte shown as ?, or any other byte) or the text <|endoftext|>; printed as
-        // token ids ("17 203 ...") the 16 tokens would take at least 32 characters.
+        // control or non-UTF-8 byte printed as \xNN, or any other byte) or the text
+        // <|endoftext|>; printed as token ids ("17 203 ...") the 16 tokens would take at least
+        // 32 characters.
+        std::string bytes;
+        for (size_t i = 0; i < texts[k].size(); ++i) {
+            if (texts[k].compare(i, 2, "\\x") == 0 && i + 4 <= texts[k].size()) {
+                bytes += static_cast<char>(std::stoi(texts[k].substr(i + 2, 2), nullptr, 16));
+                i += 3;
+            } else {
+                bytes += texts[k][i];
+            }
+        }
         size_t eots = 0;
-        for (size_t at = texts[k].find(eot); at != std::string::npos; at = texts[k].find(eot, at + 1)) ++eots;
-        EXPECT_EQ(texts[k].size(), 16 + eots * (eot.size() - 1))
+        for (size_t at = bytes.find(eot); at != std::string::npos; at = bytes.find(eot, at + 1)) ++eots;
+        EXPECT_EQ(bytes.size(), 16 + eots * (eot.size() - 1))
             << "sample at step " << steps[k] << " is not 16 decoded tokens: '" << texts[k] << "'";
+        for (unsigned char ch : texts[k]) {
+            EXPECT_TRUE(ch >= 32 || ch == '\n' || ch == '\t') << "raw control byte " << int(ch) << " printed";
+        }
     }
-    // The last one is the run's last_sample, as printed.
+    // The last one is the run's last_sample, as printed (printable_text; the parse above
+    // took the continuation lines' indentation off).
     ASSERT_FALSE(s.last_sample.empty());
-    std::string shown;
-    for (char ch : s.last_sample) {
-        shown += ch != '\n' && ch != '\t' && static_cast<unsigned char>(ch) < 32 ? '?' : ch;
+    std::string shown = printable_text(s.last_sample);
+    for (size_t at = shown.find("\n    "); at != std::string::npos; at = shown.find("\n    ", at + 1)) {
+        shown.erase(at + 1, 4);
     }
     EXPECT_EQ(texts.back(), shown) << out;
 }

@@ -81,7 +81,11 @@ struct CheckpointRecord {
     /// use the same one. seed_known is false for a checkpoint that does not record it.
     uint64_t seed = 0;
     bool seed_known = true;
-    std::string config_ini;  ///< the resolved deck (kept for people and tools; not read back)
+    std::string config_ini;  ///< the resolved deck (for people, tools and the resume notes)
+    /// Where it was written (filled on load, from the meta; a save writes its state's own):
+    /// 0 / -1 when the checkpoint does not record them.
+    int world_size = 0;
+    int zero_stage = -1;
 };
 
 /// "step_00000100"

@@ -76,6 +76,9 @@ struct TrainConfig {
     double lr_min = 3e-5;
     int warmup_steps = 10;
     LrSchedule schedule = LrSchedule::kCosine;
+    /// Steps the decay spans (0: max_steps). After them the lr holds at lr_min, so a resumed
+    /// run that raises max_steps can keep the schedule it started with.
+    int schedule_steps = 0;
     double weight_decay = 0.1;
     double beta1 = 0.9;
     double beta2 = 0.95;

@@ -19,8 +19,11 @@ class ModelState;
 class ResumePolicy {
   public:
     /// Resolves checkpoint.resume (every rank: the same answer). Throws InputError for a
-    /// PATH that does not exist; rank 0 (`root`) prints the note of an auto fallback.
-    ResumePolicy(const Config& cfg, bool root);
+    /// PATH that does not exist, and for a fresh run into a place an earlier run left its
+    /// checkpoints or metrics.jsonl in (they would be mixed with this run's, or lost);
+    /// rank 0 prints the note of an auto fallback. Collective (the fresh-run check is
+    /// agreed: no rank may create this run's files before every rank has looked).
+    ResumePolicy(const Config& cfg, Communicator& comm);
 
     /// The checkpoint directory: checkpoint.dir, or run.dir/checkpoints.
     const std::string& ckpt_dir() const { return m_ckpt_dir; }
@@ -37,11 +40,16 @@ class ResumePolicy {
     /// from the checkpoint's (the data order depends on it).
     CheckpointRecord load(ModelState& state, Communicator& comm);
 
-    /// Rank 0: "resumed from ..." and, when the checkpoint already reaches max_steps, that
-    /// there is nothing to train. Nothing for a fresh run.
-    void report(const TrainProgress& progress) const;
+    /// Rank 0: "resumed from ..."; a note when the checkpoint's run had another world size,
+    /// ZeRO stage or dtype, and one when the learning-rate schedule changed (with the lr at
+    /// the resumed step under both, and how to keep the old one); and, when the checkpoint
+    /// already reaches max_steps, that there is nothing to train. Nothing for a fresh run.
+    void report(const CheckpointRecord& resumed, int world_size) const;
 
   private:
+    void refuse_earlier_run() const;
+    void schedule_note(const CheckpointRecord& resumed) const;
+
     const Config& m_cfg;
     bool m_root;
     std::string m_ckpt_dir;

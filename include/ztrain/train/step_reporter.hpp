@@ -46,6 +46,11 @@ struct StepReport {
     PhaseTimes phases;
 };
 
+/// Text (a sample) as a terminal should show it: valid UTF-8 as is, line breaks kept and
+/// indented by four spaces, every control byte and every byte of invalid UTF-8 escaped as
+/// \xNN (it would garble the terminal, or print as a replacement character).
+std::string printable_text(const std::string& s);
+
 /// "1h02m", "3m05s", "42s"; "?" for a negative or absurd duration.
 std::string format_duration(double seconds);
 
@@ -67,8 +72,13 @@ class StepReporter {
     /// the ZeRO formula each should follow) and, for 16-bit runs, the precision line.
     void start(const Config& cfg, const StateBytes& bytes, int threads, size_t train_windows,
                std::optional<size_t> val_windows, DType work, DType reduce, const LossScalePolicy& loss_scale);
-    /// Starts the clock of the closing line (the training loop begins).
-    void begin_training() { m_run_start = std::chrono::steady_clock::now(); }
+    /// Starts the clock of the closing line (the training loop begins); `first_step` is the
+    /// number of steps already done (the resumed step; 0 for a fresh run). Speeds, the ETA
+    /// and the closing line count only the steps this process runs.
+    void begin_training(long first_step) {
+        m_first_step = first_step;
+        m_run_start = std::chrono::steady_clock::now();
+    }
     /// The console line of a skipped step (before its record); scale_after is the scale
     /// the policy moved to (fp16 only).
     void skipped(long step, bool fp16, double scale_before, double scale_after);
@@ -78,8 +88,9 @@ class StepReporter {
     void sample(long step, const std::string& text);
     void checkpoint_written(const std::string& dir, double seconds);
     void stopped_by_signal(int signal, long step);
-    /// "ztrain: N steps in T".
-    void finish(int steps);
+    /// "ztrain: N steps in T" (fresh), "ztrain: N steps (A to B) in T" (resumed); `last_step`
+    /// is the number of steps done at the end.
+    void finish(long last_step);
 
   private:
     bool m_root;
@@ -91,7 +102,8 @@ class StepReporter {
     const Gpt& m_model;
     ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
     std::chrono::steady_clock::time_point m_run_start;
-    double m_train_seconds = 0.0;  ///< steps after the first (which warms caches)
+    double m_train_seconds = 0.0;  ///< this process's steps after its first (which warms caches)
+    long m_first_step = 0;         ///< steps done when this process began training
 };
 
 }  // namespace zt

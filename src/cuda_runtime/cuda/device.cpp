@@ -62,7 +62,15 @@ std::string cuda_environment_report() {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
-        os << "GPUs: none (" << cudaGetErrorString(err) << ")";
+        // Without a driver the runtime says "CUDA driver version is insufficient", which reads
+        // like a fault on a machine that simply has no GPU.
+        if (driver == 0 || err == cudaErrorInsufficientDriver) {
+            os << "GPUs: none (no GPU driver)";
+        } else if (err == cudaErrorNoDevice) {
+            os << "GPUs: none (no device)";
+        } else {
+            os << "GPUs: none (" << cudaGetErrorString(err) << ")";
+        }
         return os.str();
     }
     os << "GPUs: " << n;
