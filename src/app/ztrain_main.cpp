@@ -14,6 +14,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/env/env.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace {
@@ -43,6 +44,19 @@ int run(int argc, char** argv) {
         case zt::CliAction::kEnv: {
             const std::string report = zt::environment_report();
             if (root) std::fputs(report.c_str(), stdout);
+            return zt::kExitOk;
+        }
+        case zt::CliAction::kPlan: {
+            // Alone with --plan-world-size=N: N ranks on this node; under mpirun: the job's.
+            int local = 1;
+            MPI_Comm node = MPI_COMM_NULL;
+            MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+            MPI_Comm_size(node, &local);
+            MPI_Comm_free(&node);
+            const int world = cli.plan_world_size > 0 ? cli.plan_world_size : world_size();
+            const int per_node = cli.plan_world_size > 0 ? cli.plan_world_size : local;
+            const zt::MemoryPlan plan = zt::plan_for_deck(cli.config, world, per_node);
+            if (root) std::fputs(zt::format_memory_plan(plan).c_str(), stdout);
             return zt::kExitOk;
         }
         case zt::CliAction::kTrain:

@@ -46,7 +46,8 @@ namespace {
 // Typed settings (DType, the enums, resume, loss scale) are read from and written as text
 // by parse_setting / setting_text below; to --help they are strings ("STR").
 using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*, DType*, std::optional<DType>*,
-                              BackendChoice*, LrSchedule*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*>;
+                              BackendChoice*, LrSchedule*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*,
+                              MemoryCheck*>;
 
 struct KeyDef {
     const char* key;               ///< "section.key", or a bare top-level key
@@ -129,6 +130,8 @@ const KeyDef kKeys[] = {
            "checkpoint stays intact either way"),
 
     ZT_KEY("run.dir", run.dir, "run directory (logs, resolved config, checkpoints)"),
+    ZT_KEY("run.memory_check", run.memory_check,
+           "a run whose predicted memory does not fit: strict (refused, exit 2) | warn | off"),
 };
 
 #undef ZT_KEY
@@ -182,6 +185,8 @@ const std::pair<const char*, LrSchedule> kScheduleNames[] = {
     {"cosine", LrSchedule::kCosine}, {"linear", LrSchedule::kLinear}, {"constant", LrSchedule::kConstant}};
 const std::pair<const char*, OnCheckpointError> kOnErrorNames[] = {
     {"stop", OnCheckpointError::kStop}, {"continue", OnCheckpointError::kContinue}};
+const std::pair<const char*, MemoryCheck> kMemoryCheckNames[] = {
+    {"strict", MemoryCheck::kStrict}, {"warn", MemoryCheck::kWarn}, {"off", MemoryCheck::kOff}};
 
 template <class Enum, size_t N>
 const char* choice_text(Enum v, const std::pair<const char*, Enum> (&names)[N]) {
@@ -216,6 +221,9 @@ bool parse_setting(const std::string& s, LrSchedule& out, std::string& expected)
 }
 bool parse_setting(const std::string& s, OnCheckpointError& out, std::string& expected) {
     return parse_choice(s, out, kOnErrorNames, expected);
+}
+bool parse_setting(const std::string& s, MemoryCheck& out, std::string& expected) {
+    return parse_choice(s, out, kMemoryCheckNames, expected);
 }
 bool parse_setting(const std::string& s, ResumeSetting& out, std::string& expected) {
     expected = "auto | never | PATH of a checkpoint";
@@ -605,13 +613,17 @@ std::string help_text() {
     const Config defaults;
     std::ostringstream os;
     os << "Usage: mpirun -np N ztrain [--config FILE] [--section.key=VALUE ...]\n"
-       << "       ztrain --help | --version | --env\n\n"
+       << "       ztrain --help | --version | --env\n"
+       << "       [mpirun -np N] ztrain --plan [--plan-world-size=N] [--config FILE] [--section.key=VALUE ...]\n\n"
        << "Trains a GPT-2 style model with data parallelism over MPI ranks.\n\n"
        << "Options:\n"
        << "  --config FILE   INI deck: '[section]' headers, then 'key = value' lines ('#' comments)\n"
        << "  --help, -h      print this help and exit\n"
        << "  --version       print the ztrain version and exit\n"
-       << "  --env           print the build and machine environment and exit\n\n"
+       << "  --env           print the build and machine environment and exit\n"
+       << "  --plan          print each rank's predicted peak memory, tokens and FLOPs per step for\n"
+       << "                  the deck, and exit without allocating or writing anything\n"
+       << "  --plan-world-size=N  plan for N ranks (all on this node) instead of the job's own\n\n"
        << "Every key below can be set in the deck or overridden on the command line as\n"
        << "--section.key=VALUE (or --section.key VALUE); the command line wins over the deck.\n"
        << "'backend' is a top-level key: put it before any [section] or pass --backend=VALUE.\n";
@@ -709,7 +721,8 @@ CliResult parse_command_line(int argc, const char* const* argv) {
 
     po::options_description actions("actions");
     actions.add_options()("config", po::value<std::string>(), "INI deck")("help,h", "help")(
-        "version", "version")("env", "environment");
+        "version", "version")("env", "environment")("plan", "memory plan")(
+        "plan-world-size", po::value<int>(), "ranks to plan for");
     // Positional words are collected (not rejected by Boost) so the message can quote them.
     po::options_description hidden;
     hidden.add_options()("zt-positional", po::value<std::vector<std::string>>());
@@ -789,6 +802,14 @@ CliResult parse_command_line(int argc, const char* const* argv) {
         store_deck(cfg.config_file, read_deck(cfg.config_file), settings, vm);
     }
     po::notify(vm);
+    if (vm.count("plan") || vm.count("plan-world-size")) {
+        result.action = CliAction::kPlan;
+        if (vm.count("plan-world-size")) {
+            result.plan_world_size = vm["plan-world-size"].as<int>();
+            ZT_INPUT_CHECK(result.plan_world_size >= 1, "--plan-world-size = ", result.plan_world_size,
+                           ": expected an integer >= 1");
+        }
+    }
 
     for (const KeyDef& k : kKeys) {
         if (!vm.count(k.key)) {
@@ -819,6 +840,7 @@ Config parse_deck_text(const std::string& text, const std::string& origin) {
 const char* setting_text(BackendChoice v) { return choice_text(v, kBackendNames); }
 const char* setting_text(LrSchedule v) { return choice_text(v, kScheduleNames); }
 const char* setting_text(OnCheckpointError v) { return choice_text(v, kOnErrorNames); }
+const char* setting_text(MemoryCheck v) { return choice_text(v, kMemoryCheckNames); }
 std::string setting_text(const ResumeSetting& v) {
     switch (v.mode) {
         case ResumeSetting::Mode::kAuto: return "auto";
@@ -938,6 +960,7 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected) {
             "checkpoint.resume", "auto | never | PATH of a checkpoint");
     v.check_read("checkpoint.on_error");
     v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
+    v.check_read("run.memory_check");
 }
 
 }  // namespace

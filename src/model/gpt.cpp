@@ -96,6 +96,25 @@ Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute
     m_att_scratch = take(backend.attention_scratch_floats(max_batch, cfg.seq_len, cfg.n_head));
     m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
     m_targets_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+    // The memory plan predicts this figure: the two must never drift apart.
+    ZT_REQUIRE(static_cast<double>(m_activation_floats) ==
+                   activation_floats(cfg, max_batch, recompute, backend.attention_scratch_floats(max_batch, cfg.seq_len,
+                                                                                                cfg.n_head)),
+               "activation plan differs from the allocation: ", m_activation_floats, " floats allocated");
+}
+
+double Gpt::activation_floats(const ModelConfig& cfg, int max_batch, bool recompute, size_t attention_scratch_floats) {
+    const double BT = static_cast<double>(max_batch) * cfg.seq_len;
+    const double C = cfg.n_embd;
+    const double T = cfg.seq_len;
+    // Per block (Layer): ln1, residual2, ln2, atty, residual3 (5 x BTC), qkv (3), fch and
+    // fch_gelu (4 each), the attention probabilities (B NH T T), four LayerNorm statistics.
+    const double block = BT * C * (5 + 3 + 8) + static_cast<double>(max_batch) * cfg.n_head * T * T + 4 * BT;
+    const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
+    // Whole model: encoded, lnf (2 x BTC), lnf mean/rstd and losses (3 x BT), logits (BT Vp);
+    // gradient scratch: dresidual, dln, datty (3 x BTC), dqkv (3), dfch, dfch_gelu (4 each).
+    const double model = BT * C * 2 + 3 * BT + BT * cfg.padded_vocab() + BT * C * (3 + 3 + 8);
+    return blocks + model + static_cast<double>(attention_scratch_floats);
 }
 
 Gpt::~Gpt() {

@@ -16,7 +16,7 @@ GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, s
         // One arena, units in backward order, so a DDP bucket is one contiguous span.
         m_buckets = make_grad_buckets(ctx.plan.shards(), bucket_numel);
         size_t total = 0;
-        for (int u = 0; u < U; ++u) total += ctx.shard(u).padded_numel;
+        for (int u = 0; u < U; ++u) total += stored_numel(ctx.plan, ctx.stage, u);
         m_arena = ctx.backend.alloc_bytes(total * w);
         *grads_bytes += total * w;
         m_grads.assign(static_cast<size_t>(U), nullptr);
@@ -27,8 +27,9 @@ GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, s
         }
     } else {
         for (int u = 0; u < U; ++u) {
-            m_grads.push_back(ctx.backend.alloc_bytes(ctx.shard(u).shard_numel * w));
-            *grads_bytes += ctx.shard(u).shard_numel * w;
+            const size_t n = stored_numel(ctx.plan, ctx.stage, u);
+            m_grads.push_back(ctx.backend.alloc_bytes(n * w));
+            *grads_bytes += n * w;
         }
     }
 }
@@ -294,22 +295,27 @@ void GradientReducer::poison_owned() {
     }
 }
 
-size_t GradientReducer::dynamic_scratch_planned() const {
+size_t GradientReducer::stored_numel(const ShardPlan& plan, int stage, int unit) {
+    const UnitShard& s = plan.shard(unit);
+    return stage <= 1 ? s.padded_numel : s.shard_numel;
+}
+
+size_t GradientReducer::planned_scratch(const ShardPlan& plan, int stage, DType work, DType reduce) {
     // Per the model's unit protocol (gpt.cpp): unit 0's gradient is produced from the LM head
     // through the whole backward; other units one at a time. Stages 2-3 hold a unit's fp32
     // scratch until its reduction completes (up to kMaxPooledInFlight behind the current).
-    const int U = m_ctx.num_units();
+    const int U = plan.num_units();
     const size_t K = kMaxPooledInFlight;
-    const size_t r = dtype_size(m_ctx.reduce);
-    auto padded = [&](int u) { return m_ctx.shard(u).padded_numel; };
+    const size_t r = dtype_size(reduce);
+    auto padded = [&](int u) { return plan.shard(u).padded_numel; };
     size_t planned = 0;
-    if (m_ctx.stage >= 2 || m_ctx.work != DType::kF32) {  // fp32 gradient scratch
-        const size_t live = m_ctx.stage >= 2 ? 1 + K : 1;
+    if (stage >= 2 || work != DType::kF32) {  // fp32 gradient scratch
+        const size_t live = stage >= 2 ? 1 + K : 1;
         planned += padded(0) * sizeof(float) + pooled_peak(1, U, live, [&](int u) { return padded(u) * sizeof(float); });
     }
-    const bool wire_copy = m_ctx.stage <= 1 ? m_ctx.reduce != m_ctx.work : m_ctx.reduce != DType::kF32;
+    const bool wire_copy = stage <= 1 ? reduce != work : reduce != DType::kF32;
     if (wire_copy) planned += pooled_peak(0, U, K, [&](int u) { return padded(u) * r; });
-    if (m_ctx.stage >= 1) planned += pooled_peak(0, U, K, [&](int u) { return m_ctx.shard(u).shard_numel * r; });
+    if (stage >= 1) planned += pooled_peak(0, U, K, [&](int u) { return plan.shard(u).shard_numel * r; });
     return planned;
 }
 

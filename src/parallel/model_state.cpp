@@ -50,6 +50,12 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
     const BackendCapabilities caps = backend.capabilities();
     ZT_REQUIRE(caps.supports(work) && caps.supports(reduce), "backend ", backend.name(), " supports precision ",
                caps.work_dtypes(), " only; got ", dtype_name(work), "/", dtype_name(reduce));
+    const StateBytes planned = plan_bytes(layout, comm.size(), zero_stage, work, reduce);
+    const StateBytes got = bytes();
+    ZT_REQUIRE(got.params == planned.params && got.grads == planned.grads && got.master == planned.master &&
+                   got.optimizer == planned.optimizer && got.scratch == planned.scratch,
+               "model-state plan differs from the allocation (params ", got.params, " vs ", planned.params, ", grads ",
+               got.grads, " vs ", planned.grads, ", scratch ", got.scratch, " vs ", planned.scratch, ")");
     // Initial values are computed on the host (fp32) a piece at a time, so the host holds
     // 4 MiB of them at once, not a whole unit (157 MB for GPT-2's embedding, on top of the
     // peak). Each piece goes to the working copy and, in 16-bit runs, the fp32 master.
@@ -124,6 +130,26 @@ void ModelState::sync_working_from_master() {
 StateBytes ModelState::bytes() const {
     StateBytes b = m_allocated;
     b.scratch += dynamic_scratch_planned();
+    return b;
+}
+
+StateBytes ModelState::plan_bytes(const ModelLayout& layout, int world_size, int zero_stage, DType work,
+                                  DType reduce) {
+    const ShardPlan plan(layout.unit_numel, world_size, checked_stage(zero_stage));
+    const size_t w = dtype_size(work);
+    StateBytes b;
+    size_t max_padded = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+        max_padded = std::max(max_padded, plan.shard(u).padded_numel);
+        b.params += ParameterStore::stored_numel(plan, zero_stage, u) * w;
+        b.grads += GradientReducer::stored_numel(plan, zero_stage, u) * w;
+        const size_t state = OptimizerState::state_numel(plan, zero_stage, u) * sizeof(float);
+        if (work != DType::kF32) b.master += state;
+        b.optimizer += 2 * state;
+    }
+    if (work != DType::kF32) b.scratch += max_padded * sizeof(float);  // the conversion buffer
+    b.scratch += ParameterStore::planned_scratch(plan, zero_stage, work) +
+                 GradientReducer::planned_scratch(plan, zero_stage, work, reduce);
     return b;
 }
 

@@ -28,8 +28,7 @@ void* ScratchPool::take(size_t bytes) {
 
 ParameterStore::ParameterStore(const StateContext& ctx, size_t* params_bytes) : m_ctx(ctx) {
     for (int u = 0; u < ctx.num_units(); ++u) {
-        const UnitShard& s = ctx.shard(u);
-        const size_t n = ctx.stage <= 2 ? s.padded_numel : s.shard_numel;
+        const size_t n = stored_numel(ctx.plan, ctx.stage, u);
         m_params.push_back(ctx.backend.alloc_bytes(n * ctx.work_size()));
         *params_bytes += n * ctx.work_size();
     }
@@ -143,17 +142,22 @@ float* ParameterStore::unit_params(int unit) {
     return static_cast<float*>(m_params.at(static_cast<size_t>(unit)));
 }
 
-size_t ParameterStore::dynamic_scratch_planned() const {
+size_t ParameterStore::stored_numel(const ShardPlan& plan, int stage, int unit) {
+    const UnitShard& s = plan.shard(unit);
+    return stage <= 2 ? s.padded_numel : s.shard_numel;
+}
+
+size_t ParameterStore::planned_scratch(const ShardPlan& plan, int stage, DType work) {
     // Per the model's unit protocol (gpt.cpp): unit 0 is held from the LM head through
     // backward; other units are used one at a time, the next one prefetched at stage 3.
-    const int U = m_ctx.num_units();
-    const size_t w = m_ctx.work_size();
-    auto padded = [&](int u) { return m_ctx.shard(u).padded_numel; };
+    const int U = plan.num_units();
+    const size_t w = dtype_size(work);
+    auto padded = [&](int u) { return plan.shard(u).padded_numel; };
     size_t planned = 0;
-    if (m_ctx.stage == 3) {  // gathered units: current + prefetched
+    if (stage == 3) {  // gathered units: current + prefetched
         planned += padded(0) * w + pooled_peak(1, U, 2, [&](int u) { return padded(u) * w; });
     }
-    if (m_ctx.work != DType::kF32) {  // fp32 views of acquired units
+    if (work != DType::kF32) {  // fp32 views of acquired units
         planned += padded(0) * sizeof(float) + pooled_peak(1, U, 1, [&](int u) { return padded(u) * sizeof(float); });
     }
     return planned;

@@ -1,5 +1,6 @@
 #include "ztrain/train/step_reporter.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -132,6 +133,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, int threads, s
     mem["zero_stage"] = cfg.parallel.zero_stage;
     mem["dtype"] = dtype_name(cfg.precision.dtype);
     mem["num_params"] = n_params;
+    mem["predicted_peak"] = m_plan_rank;
     m_metrics.write(mem);
     std::printf("ztrain: %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n", mc.n_layer,
                 mc.n_head, mc.n_embd, mc.seq_len, mc.vocab_size, mc.padded_vocab(),
@@ -140,6 +142,13 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, int threads, s
                 threads, cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
                 val_windows ? str(", ", *val_windows, " val windows").c_str() : "");
     print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, world, n_params, work);
+    if (m_plan_rank > 0) {
+        const double gib = 1024.0 * 1024 * 1024;
+        std::printf("ztrain: predicted peak memory %.2f GiB per rank, %.2f GiB on this node", m_plan_rank / gib,
+                    m_plan_node / gib);
+        if (m_plan_available > 0) std::printf(", %.2f GiB available", m_plan_available / gib);
+        std::printf(" (ztrain --plan for the table)\n");
+    }
     if (work != DType::kF32 || reduce != work) {
         std::printf("ztrain: precision: %s working copy, fp32 master and AdamW state, gradients reduced in %s%s\n",
                     dtype_name(work), dtype_name(reduce),
@@ -228,6 +237,18 @@ void StepReporter::stopped_by_signal(int signal, long step) {
                                            : "a stop signal";
     std::printf("ztrain: stopped by %s (signal %d) after step %ld; resume with checkpoint.resume=auto\n", name,
                 signal, step);
+}
+
+void StepReporter::memory_peaks(const std::vector<double>& measured) {
+    if (!m_root || measured.empty()) return;
+    nlohmann::ordered_json rec;
+    rec["event"] = "memory_peak";
+    rec["predicted_peak"] = m_plan_rank;
+    rec["measured_peak"] = measured;
+    m_metrics.write(rec);
+    const double top = *std::max_element(measured.begin(), measured.end());
+    std::printf("ztrain: peak resident memory %.1f MiB (the largest rank's), predicted %.1f MiB\n",
+                top / 1048576.0, m_plan_rank / 1048576.0);
 }
 
 void StepReporter::finish(long last_step) {

@@ -29,6 +29,7 @@
 #include "ztrain/train/checkpoint_saver.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
 #include "ztrain/train/evaluator.hpp"
+#include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/resume_policy.hpp"
 #include "ztrain/train/step_reporter.hpp"
 #include "ztrain/train/stop_signals.hpp"
@@ -139,6 +140,15 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     ResumePolicy resume(cfg, comm);
     start_compute(setup, cfg, options.comm);
 
+    // ---- memory: predicted from the deck, checked before anything model-sized exists ----
+    const MemoryPlan memory = plan_memory(
+        cfg, comm.size(), comm.local_size(),
+        static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
+        measured_baseline_bytes(), setup.backend_kind == BackendChoice::kCuda);
+    const std::string memory_warning = check_memory_plan(memory, cfg.run.memory_check, comm);
+    if (root && !memory_warning.empty()) std::printf("ztrain: warning: %s\n", memory_warning.c_str());
+    const double memory_available = memory.available;
+
     // ---- model, its sharded state, the loss scale ----
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
@@ -170,6 +180,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     prepare_run_dir(cfg, root);
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, setup.device_comm.get(), model,
                           setup.op_profile);
+    reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory_available);
     const std::optional<size_t> val_windows =
         setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt;
     reporter.start(cfg, state.bytes(), setup.backend->threads(), setup.train_data->num_windows(), val_windows, work,
@@ -211,6 +222,12 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         }
     }
     reporter.finish(progress.step);
+    // Every rank's measured peak against the plan (host memory: the resident set's high-water
+    // mark; a GPU run's device peak is not measured here).
+    const double my_peak = measured_peak_bytes();
+    std::vector<double> peaks(static_cast<size_t>(comm.size()));
+    comm.all_gather_bytes(&my_peak, peaks.data(), sizeof(double));
+    reporter.memory_peaks(peaks);
 
     if (options.collect_params) {
         for (int u = 0; u < model.layout().num_units(); ++u) {

@@ -21,3 +21,10 @@ expect() {
   fi
   echo "ok: exit $rc /$pattern/: ${*: -1}"
 }
+
+# check DESCRIPTION CMD...: runs CMD; "ok: DESCRIPTION" when it succeeds, else a FAIL counted.
+check() {
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
+}

@@ -17,11 +17,6 @@ for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog";
 deck="$SRC/inputs/tiny.ini"
 data=(--data.train="$work/data/train_*.bin" --data.val="$work/data/val_*.bin")
 common=(--config "$deck" "${data[@]}" --train.threads=1)
-check() {  # check DESCRIPTION CONDITION...: ok or FAIL
-  local what=$1
-  shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
-}
 
 # ---- 1. Stopping a job run through .ci/mpirun.sh -------------------------------------------
 # stop_job SIGNAL DIR [TARGET]: starts a long np-2 job in its own process group (as a terminal
@@ -34,7 +29,7 @@ stop_job() {
     --train.log_every=1 --train.eval_every=0 > "$dir.log" 2>&1 &
   local pid=$!
   set +m
-  for _ in $(seq 1 300); do grep -q "step +3/" "$dir.log" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 300); do grep -qE "step +3/" "$dir.log" 2>/dev/null && break; sleep 0.1; done
   if [ "$target" = group ]; then kill "-$sig" -- "-$pid"; else kill "-$sig" "$pid"; fi
   for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then

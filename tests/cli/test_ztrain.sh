@@ -81,7 +81,7 @@ signal_run() {
   "$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$2" --train.threads=1 --train.max_steps=100000 \
     --train.log_every=1 > "$2.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 1 100); do grep -q "step +3/" "$2.log" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 100); do grep -qE "step +3/" "$2.log" 2>/dev/null && break; sleep 0.1; done
   kill "-$1" "$pid"
   # A signal ztrain does not handle may be ignored (bash ignores SIGINT in background jobs):
   # give up after 30 s rather than wait for 100000 steps.

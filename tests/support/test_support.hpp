@@ -43,6 +43,9 @@ std::string input_error_of(F&& f) {
 /// every *_ms (step and phase times, per-op times).
 inline void erase_timing_fields(nlohmann::json& j) {
     j.erase("tokens_per_s");
+    // Memory measurements (the plan includes the process's measured baseline) vary run to run.
+    j.erase("predicted_peak");
+    j.erase("measured_peak");
     for (auto it = j.begin(); it != j.end();) {
         const std::string& k = it.key();
         it = k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0 ? j.erase(it) : std::next(it);

@@ -195,7 +195,13 @@ TEST(Training, MetricsCarryTheContractFields) {
     EXPECT_TRUE(m[0].contains("dtype") && m[0]["dtype"].is_string()) << m[0];
     int steps = 0;
     int evals = 0;
-    for (size_t i = 1; i < m.size(); ++i) {
+    // The last record is the measured peak memory per rank against the plan.
+    ASSERT_EQ(m.back()["event"], "memory_peak") << m.back();
+    EXPECT_TRUE(m.back()["predicted_peak"].is_number() && m.back()["measured_peak"].is_array() &&
+                m.back()["measured_peak"].size() == 1 && m.back()["measured_peak"][0].get<double>() > 0)
+        << m.back();
+    EXPECT_TRUE(m[0]["predicted_peak"].is_number() && m[0]["predicted_peak"].get<double>() > 0) << m[0];
+    for (size_t i = 1; i + 1 < m.size(); ++i) {
         const nlohmann::json& r = m[i];
         ASSERT_TRUE(r.contains("step") && r["step"].is_number_integer()) << "record " << i << ": " << r;
         if (r.contains("val_loss")) {
@@ -221,7 +227,7 @@ TEST(Training, MetricsCarryTheContractFields) {
     }
     EXPECT_EQ(steps, 3);
     EXPECT_GE(evals, 1);
-    EXPECT_TRUE(m.back().contains("val_loss"));
+    EXPECT_TRUE(m[m.size() - 2].contains("val_loss")) << "the last evaluation comes before the memory_peak record";
 }
 
 // A run whose gradients keep going non-finite stops with a message instead of training on:

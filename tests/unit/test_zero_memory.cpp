@@ -34,6 +34,43 @@ TEST(ZeroMemory, FormulasMatchModelStateBytesOnOneRank) {
     }
 }
 
+TEST(MemoryPlan, ModelStatePlanIsWhatTheStateAllocates) {
+    // plan_bytes sizes nothing it does not share with the allocation: every kind, every
+    // stage and dtype, with a wire dtype that differs from the working one too.
+    const ModelLayout layout = make_gpt_layout(ModelConfig{});
+    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    for (const DType work : {DType::kF32, DType::kBF16, DType::kF16}) {
+        for (const DType reduce : {work, DType::kF32}) {
+            for (int stage = 0; stage <= 3; ++stage) {
+                ModelState state(layout, *backend, self_communicator(), stage, 4096, 1, work, reduce);
+                const StateBytes got = state.bytes();
+                const StateBytes plan = ModelState::plan_bytes(layout, 1, stage, work, reduce);
+                const std::string what = std::string(dtype_name(work)) + "/" + dtype_name(reduce) + " stage " +
+                                         std::to_string(stage);
+                EXPECT_EQ(plan.params, got.params) << what;
+                EXPECT_EQ(plan.grads, got.grads) << what;
+                EXPECT_EQ(plan.master, got.master) << what;
+                EXPECT_EQ(plan.optimizer, got.optimizer) << what;
+                EXPECT_EQ(plan.scratch, got.scratch) << what;
+            }
+        }
+    }
+}
+
+TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
+    std::unique_ptr<Backend> backend = make_cpu_backend(2);
+    ModelConfig cfg;
+    for (const bool recompute : {false, true}) {
+        for (const int batch : {1, 3}) {
+            Gpt model(cfg, *backend, batch, recompute);
+            const double plan = Gpt::activation_floats(cfg, batch, recompute,
+                                                       backend->attention_scratch_floats(batch, cfg.seq_len, cfg.n_head));
+            EXPECT_EQ(plan * sizeof(float), static_cast<double>(model.activation_bytes()))
+                << "batch " << batch << (recompute ? ", recompute" : "");
+        }
+    }
+}
+
 TEST(ZeroMemory, TheZeroPapersFormulas) {
     // Mixed precision: DDP 16P; ZeRO-1 4P + 12P/N; ZeRO-2 2P + 14P/N; ZeRO-3 16P/N.
     const size_t P = 1000;

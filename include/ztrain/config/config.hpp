@@ -27,6 +27,8 @@ enum class LrSchedule { kCosine, kLinear, kConstant };
 
 /// checkpoint.on_error: what a failed save does.
 enum class OnCheckpointError { kStop, kContinue };
+/// run.memory_check: what a run whose predicted memory does not fit does.
+enum class MemoryCheck { kStrict, kWarn, kOff };
 
 /// checkpoint.resume = auto | never | PATH.
 struct ResumeSetting {
@@ -47,6 +49,7 @@ struct LossScaleSetting {
 const char* setting_text(BackendChoice v);
 const char* setting_text(LrSchedule v);
 const char* setting_text(OnCheckpointError v);
+const char* setting_text(MemoryCheck v);
 std::string setting_text(const ResumeSetting& v);
 std::string setting_text(const LossScaleSetting& v);
 
@@ -122,6 +125,9 @@ struct CheckpointConfig {
 
 struct RunConfig {
     std::string dir = "run";
+    /// strict: a run whose predicted peak memory does not fit is refused (exit 2) before
+    /// anything is allocated; warn: a warning; off: no check.
+    MemoryCheck memory_check = MemoryCheck::kStrict;
 };
 
 struct Config {
@@ -140,12 +146,14 @@ struct Config {
 };
 
 /// What the command line asked for besides a configuration.
-enum class CliAction { kTrain, kHelp, kVersion, kEnv };
+enum class CliAction { kTrain, kHelp, kVersion, kEnv, kPlan };
 
 struct CliResult {
     CliAction action = CliAction::kTrain;
     Config config;
     std::string help_text;  ///< filled for kHelp
+    /// kPlan: --plan-world-size (0: the job's own world size).
+    int plan_world_size = 0;
 };
 
 /// Parses `ztrain` arguments: --config FILE, --section.key=value overrides, --help,

@@ -114,6 +114,15 @@ class Gpt {
     void set_activation_dtype(DType t);
     /// Bytes of activation (and activation-gradient) memory allocated.
     size_t activation_bytes() const { return m_activation_floats * sizeof(float); }
+    /// The floats the constructor allocates for these arguments, computed in double (so an
+    /// absurd shape gives a huge number, not an overflow) without allocating: the memory
+    /// plan's figure. The constructor checks that it allocated exactly this.
+    static double activation_floats(const ModelConfig& cfg, int max_batch, bool recompute,
+                                    size_t attention_scratch_floats);
+    /// Bytes of the token and target copies in backend memory (int32, (B, T) each).
+    static double token_bytes(const ModelConfig& cfg, int max_batch) {
+        return 2.0 * max_batch * cfg.seq_len * sizeof(int32_t);
+    }
 
   private:
     struct Layer;

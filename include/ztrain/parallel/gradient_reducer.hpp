@@ -55,7 +55,14 @@ class GradientReducer {
 
     size_t num_buckets() const { return m_buckets.size(); }
     /// Planned peak of the pooled scratch (gradient scratch, buffers of reductions in flight).
-    size_t dynamic_scratch_planned() const;
+    size_t dynamic_scratch_planned() const {
+        return planned_scratch(m_ctx.plan, m_ctx.stage, m_ctx.work, m_ctx.reduce);
+    }
+
+    // ---- sizes, without allocating (the memory plan uses the same functions) ----
+    /// Elements of `unit` whose gradient this rank stores: all (stages 0-1) or a shard.
+    static size_t stored_numel(const ShardPlan& plan, int stage, int unit);
+    static size_t planned_scratch(const ShardPlan& plan, int stage, DType work, DType reduce);
 
   private:
     /// A started reduction and the pooled buffers it holds until completed.

@@ -116,6 +116,10 @@ class ModelState : public UnitStore {
 
     // ---- inspection (tests, checkpoints, import) ----
     StateBytes bytes() const;
+    /// What bytes() will be for these arguments, without allocating anything (the memory
+    /// plan): the same size functions the parts allocate with. The constructor checks that
+    /// it allocated exactly this.
+    static StateBytes plan_bytes(const ModelLayout& layout, int world_size, int zero_stage, DType work, DType reduce);
     /// Bytes of per-unit scratch (gathered units, fp32 views, gradient scratch) allocated so
     /// far; buffers are pooled and reused, so this is the high-water mark of what is held.
     size_t dynamic_scratch_held() const { return m_pool.held(); }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/dtype.hpp"
@@ -68,6 +69,16 @@ class StepReporter {
                  const Communicator& comm, const Communicator* device_comm, const Gpt& model,
                  ProfilingBackend* op_profile);
 
+    /// The memory plan's figures (bytes), for the memory record (predicted_peak) and the
+    /// start-up line; call before start().
+    void set_memory_plan(double per_rank, double per_node, double available) {
+        m_plan_rank = per_rank;
+        m_plan_node = per_node;
+        m_plan_available = available;
+    }
+    /// At the end: every rank's measured peak resident set (bytes, rank order) against the
+    /// plan, as a metrics record {"event":"memory_peak", ...} and a console line.
+    void memory_peaks(const std::vector<double>& measured);
     /// The memory record, the model and batch lines, the memory table (bytes per kind next to
     /// the ZeRO formula each should follow) and, for 16-bit runs, the precision line.
     void start(const Config& cfg, const StateBytes& bytes, int threads, size_t train_windows,
@@ -104,6 +115,9 @@ class StepReporter {
     std::chrono::steady_clock::time_point m_run_start;
     double m_train_seconds = 0.0;  ///< this process's steps after its first (which warms caches)
     long m_first_step = 0;         ///< steps done when this process began training
+    double m_plan_rank = 0;
+    double m_plan_node = 0;
+    double m_plan_available = 0;
 };
 
 }  // namespace zt

@@ -1,0 +1,68 @@
+// Each rank's peak memory predicted from the deck alone, before anything is allocated: the
+// model state (ModelState::plan_bytes: the same size functions its parts allocate with),
+// activations (Gpt::activation_floats: the figure the model's constructor checks it
+// allocated), the staging buffers, and this process's measured baseline (MPI, OpenMP and
+// OpenBLAS runtimes, CUDA context: its resident set when the plan is made). `ztrain --plan`
+// prints it; every run checks it against what the node has (run.memory_check).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ztrain/config/config.hpp"
+
+namespace zt {
+
+class Communicator;
+
+struct MemoryItem {
+    std::string name;
+    double bytes = 0;   ///< per rank
+    std::string what;   ///< what it holds, or the formula it follows
+};
+
+struct MemoryPlan {
+    int world_size = 1;
+    int ranks_per_node = 1;
+    bool device = false;             ///< the items live in GPU memory (backend = cuda)
+    std::vector<MemoryItem> items;   ///< per rank
+    double available = 0;            ///< bytes this node (host) or device has free; 0: unknown
+    std::string available_what;      ///< where `available` comes from
+    double tokens_per_step = 0;
+    double flops_per_step = 0;       ///< 6 N_params tokens + attention (training, per step)
+    double per_rank() const;
+    double per_node() const { return per_rank() * (device ? 1 : ranks_per_node); }
+    const MemoryItem& largest() const;
+};
+
+/// The plan for cfg on `world_size` ranks, `ranks_per_node` of them per node.
+/// `attention_scratch_floats` is the backend's (Backend::attention_scratch_floats) and
+/// `baseline_bytes` what a rank holds before allocating (measured_baseline_bytes()).
+/// Never allocates a model-sized buffer; an absurd shape (n_layer = 10^6) is planned from
+/// the closed-form parameter count without building the tensor manifest.
+MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
+                       double baseline_bytes, bool device);
+
+/// The plan `ztrain --plan` prints: cfg on `world_size` ranks, `ranks_per_node` per node,
+/// with the attention scratch of the backend cfg names (a CPU backend is made to ask it;
+/// cuda's is 2 n_head seq_len^2 floats, cuda/attention.cu) and this process's baseline.
+MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node);
+
+/// This process's resident set now (VmRSS), in bytes; 0 when unknown.
+double measured_baseline_bytes();
+/// This process's peak resident set so far (VmHWM), in bytes; 0 when unknown.
+double measured_peak_bytes();
+/// The node's MemAvailable (bytes, /proc/meminfo); 0 when unknown.
+double host_available_bytes();
+
+/// The table `ztrain --plan` prints and the start-up line summarizes.
+std::string format_memory_plan(const MemoryPlan& plan);
+
+/// Whether the plan fits in `available` less a 5% margin. For a plan that does not: with
+/// run.memory_check = strict throws InputError carrying the predicted and available bytes,
+/// the largest item and the settings that would shrink it; with warn returns that text as
+/// a warning; off returns "". Every rank must call it (the verdict is agreed on `comm`, so
+/// no rank allocates while another refuses).
+std::string check_memory_plan(const MemoryPlan& plan, MemoryCheck mode, Communicator& comm);
+
+}  // namespace zt

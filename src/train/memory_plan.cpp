@@ -1,0 +1,210 @@
+// The memory plan (see memory_plan.hpp).
+#include "ztrain/train/memory_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/parallel/zero_memory.hpp"
+
+namespace zt {
+namespace {
+
+/// Host buffers of fixed size: initial values are made a 1 Mi-float piece at a time
+/// (ModelState), and checkpoints stream through one 1 Mi-float stage (ckpt/checkpoint.cpp).
+constexpr double kHostPieceBytes = 2.0 * 4 * 1048576;
+/// Shapes past these are planned from the closed-form parameter count: building their
+/// tensor manifest alone (16 named tensors per layer) would cost gigabytes.
+constexpr int kManifestMaxLayers = 4096;
+
+/// "1.50 GiB", "12.0 MiB", "512 B".
+std::string human(double bytes) {
+    char buf[64];
+    const double a = std::fabs(bytes);
+    if (a >= 1024.0 * 1024 * 1024 * 1024 * 1024) {
+        std::snprintf(buf, sizeof buf, "%.3g PiB", bytes / (1024.0 * 1024 * 1024 * 1024 * 1024));
+    } else if (a >= 1024.0 * 1024 * 1024 * 1024) {
+        std::snprintf(buf, sizeof buf, "%.2f TiB", bytes / (1024.0 * 1024 * 1024 * 1024));
+    } else if (a >= 1024.0 * 1024 * 1024) {
+        std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    } else if (a >= 1024.0 * 1024) {
+        std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024));
+    } else if (a >= 1024.0) {
+        std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+    } else {
+        std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+    }
+    return buf;
+}
+
+/// GPT-2's parameter count from its shape (no padding between tensors), in double.
+double closed_form_params(const ModelConfig& m) {
+    const double C = m.n_embd;
+    return static_cast<double>(m.padded_vocab()) * C + static_cast<double>(m.seq_len) * C +
+           static_cast<double>(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
+}
+
+/// A "key: value" field of a /proc file, in bytes (the files give kB); 0 when absent.
+double proc_kb_field(const char* file, const std::string& key) {
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind(key + ":", 0) == 0) {
+            std::istringstream fields(line.substr(key.size() + 1));
+            double kb = 0;
+            fields >> kb;
+            return kb * 1024.0;
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+double MemoryPlan::per_rank() const {
+    double s = 0;
+    for (const MemoryItem& i : items) s += i.bytes;
+    return s;
+}
+
+const MemoryItem& MemoryPlan::largest() const {
+    ZT_REQUIRE(!items.empty(), "empty memory plan");
+    return *std::max_element(items.begin(), items.end(),
+                             [](const MemoryItem& a, const MemoryItem& b) { return a.bytes < b.bytes; });
+}
+
+double measured_baseline_bytes() { return proc_kb_field("/proc/self/status", "VmRSS"); }
+
+double measured_peak_bytes() { return proc_kb_field("/proc/self/status", "VmHWM"); }
+
+double host_available_bytes() { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
+
+MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
+                       double baseline_bytes, bool device) {
+    MemoryPlan plan;
+    plan.world_size = world_size;
+    plan.ranks_per_node = ranks_per_node;
+    plan.device = device;
+    const ModelConfig& m = cfg.model;
+    const TrainConfig& t = cfg.train;
+    const DType work = cfg.precision.dtype;
+    const DType reduce = cfg.precision.reduce();
+    const int stage = cfg.parallel.zero_stage;
+    const double params = closed_form_params(m);
+    const ZeroMemoryFormulas f =
+        zero_memory_formulas(stage, world_size, static_cast<size_t>(std::min(params, 1e18)), work);
+    if (m.n_layer > kManifestMaxLayers) {
+        // No manifest: the ZeRO formulas over the closed-form count (no shard padding, no
+        // per-unit scratch; the shape is refused long before those would matter).
+        plan.items.push_back({"params", f.params.bytes, f.params.formula});
+        plan.items.push_back({"grads", f.grads.bytes, f.grads.formula});
+        plan.items.push_back({"master", f.master.bytes, f.master.formula});
+        plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
+    } else {
+        const StateBytes sb = ModelState::plan_bytes(make_gpt_layout(m), world_size, stage, work, reduce);
+        plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
+        plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
+        plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
+        plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
+        plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
+                              "gathered units, gradient scratch, reductions in flight (peak)"});
+    }
+    const double act = Gpt::activation_floats(m, t.micro_batch, t.recompute,
+                                              static_cast<size_t>(std::max(0.0, attention_scratch_floats))) *
+                       sizeof(float);
+    plan.items.push_back({"activations", act,
+                          str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
+                              t.recompute ? ", recompute (block outputs only)" : "",
+                              " (fp32 buffers", work == DType::kF32 || device ? "" : " holding 16-bit values", ")")});
+    plan.items.push_back({"tokens", Gpt::token_bytes(m, t.micro_batch), "inputs and targets (int32)"});
+    if (!device) {
+        plan.items.push_back({"host staging", kHostPieceBytes, "initial values, checkpoint I/O (4 MiB each)"});
+        plan.items.push_back({"baseline", baseline_bytes, "this process before allocating (MPI, OpenMP, BLAS)"});
+    }
+    plan.tokens_per_step = static_cast<double>(t.micro_batch) * t.grad_accum * world_size * m.seq_len;
+    // Training FLOPs per token: 6 per parameter (forward + backward) plus attention's
+    // 12 * n_layer * seq_len * n_embd (its two T x T products, forward and backward).
+    plan.flops_per_step = plan.tokens_per_step * (6 * params + 12.0 * m.n_layer * m.seq_len * m.n_embd);
+    if (!device) {
+        plan.available = host_available_bytes();
+        plan.available_what = "MemAvailable in /proc/meminfo";
+    }
+    return plan;
+}
+
+MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) {
+    const ModelConfig& m = cfg.model;
+    const bool cuda = cfg.backend == BackendChoice::kCuda;
+    double scratch = 2.0 * m.n_head * static_cast<double>(m.seq_len) * m.seq_len;
+    if (!cuda) {
+        int threads = cfg.train.threads;
+        if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_per_node);
+        scratch = static_cast<double>(
+            make_cpu_backend(threads)->attention_scratch_floats(cfg.train.micro_batch, m.seq_len, m.n_head));
+    }
+    return plan_memory(cfg, world_size, ranks_per_node, scratch, measured_baseline_bytes(), cuda);
+}
+
+std::string format_memory_plan(const MemoryPlan& plan) {
+    std::ostringstream os;
+    os << "memory plan per rank (" << (plan.device ? "GPU" : "host") << " memory), " << plan.world_size
+       << " rank(s), " << plan.ranks_per_node << " per node:\n";
+    char line[256];
+    for (const MemoryItem& i : plan.items) {
+        std::snprintf(line, sizeof line, "  %-14s %12s   %s\n", i.name.c_str(), human(i.bytes).c_str(), i.what.c_str());
+        os << line;
+    }
+    std::snprintf(line, sizeof line, "  %-14s %12s   (largest: %s)\n", "peak per rank", human(plan.per_rank()).c_str(),
+                  plan.largest().name.c_str());
+    os << line;
+    if (!plan.device) {
+        std::snprintf(line, sizeof line, "  %-14s %12s   %d rank(s) on this node\n", "peak per node",
+                      human(plan.per_node()).c_str(), plan.ranks_per_node);
+        os << line;
+    }
+    if (plan.available > 0) {
+        std::snprintf(line, sizeof line, "  %-14s %12s   %s\n", "available", human(plan.available).c_str(),
+                      plan.available_what.c_str());
+        os << line;
+    }
+    std::snprintf(line, sizeof line, "tokens per step %.0f, training FLOPs per step %.3g\n", plan.tokens_per_step,
+                  plan.flops_per_step);
+    os << line;
+    return os.str();
+}
+
+std::string check_memory_plan(const MemoryPlan& plan, MemoryCheck mode, Communicator& comm) {
+    std::string problem;
+    if (mode != MemoryCheck::kOff && plan.available > 0 && plan.per_node() > 0.95 * plan.available) {
+        const MemoryItem& big = plan.largest();
+        std::string hint;
+        if (big.name == "activations" || big.name == "tokens") {
+            hint = "a smaller train.micro_batch (with train.grad_accum for the same batch)";
+            if (!plan.items.empty() && big.what.find("recompute") == std::string::npos) hint += ", train.recompute = true";
+        } else {
+            hint = "a higher parallel.zero_stage, or more ranks";
+        }
+        problem = str("predicted peak memory ", human(plan.per_node()), " (", human(plan.per_rank()), " per rank x ",
+                      plan.ranks_per_node, " rank(s) on this node) exceeds the ", human(plan.available),
+                      " available (", plan.available_what, ", less a 5% margin); the largest item is ", big.name, " (",
+                      human(big.bytes), ": ", big.what, "). To fit: ", hint,
+                      ", or a smaller model; ztrain --plan shows the whole table. run.memory_check = warn or off "
+                      "runs it anyway");
+    }
+    // Agreed: a rank on a fuller node refuses only together with every other rank.
+    agree_across_ranks(comm, [&] {
+        if (!problem.empty() && mode == MemoryCheck::kStrict) throw InputError(problem);
+    });
+    return problem;
+}
+
+}  // namespace zt
