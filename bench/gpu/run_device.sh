@@ -289,6 +289,9 @@ want cli && begin cli && run_ctest cli cli
 # Training runs: one rank, under the carried mpiexec, each run's metrics.jsonl kept.
 run_train() {  # stage log-name ztrain-args...
   local s=$1 rc; shift
+  # A fresh run each call: ztrain refuses to start one where an earlier call (a warm
+  # machine) left its checkpoints and metrics.
+  rm -rf "/tmp/zt-gpu-run/$s"
   set +e
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} cut_at_budget mpiexec --bind-to none -np 1 "$ztrain" "$@" >"$logs/$s.log" 2>&1
   rc=$?
