@@ -110,13 +110,28 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
         plan.items.push_back({"master", f.master.bytes, f.master.formula});
         plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
     } else {
-        const StateBytes sb = ModelState::plan_bytes(make_gpt_layout(m), world_size, stage, work, reduce);
+        const ModelLayout layout = make_gpt_layout(m);
+        const StateBytes sb = ModelState::plan_bytes(layout, world_size, stage, work, reduce);
         plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
         plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
         plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
         plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
         plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
                               "gathered units, gradient scratch, reductions in flight (peak)"});
+        if (!device && world_size > 1 && stage == 0) {
+            // Open MPI's non-blocking all-reduce (libnbc) works on a temporary copy of each
+            // bucket, and DDP has every bucket in flight before the step's sync: up to the
+            // whole gradient arena in the wire dtype (measured: bench/memory_plan_bench.sh).
+            // With another wire dtype the units are reduced from pooled copies, at most
+            // GradientReducer::kMaxPooledInFlight at a time.
+            const ShardPlan shards(layout.unit_numel, world_size, stage);
+            double largest = 0;
+            for (const UnitShard& u : shards.shards()) largest = std::max(largest, static_cast<double>(u.padded_numel));
+            const double wire = reduce == work
+                                    ? static_cast<double>(sb.grads) / dtype_size(work) * dtype_size(reduce)
+                                    : GradientReducer::kMaxPooledInFlight * largest * dtype_size(reduce);
+            plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
+        }
     }
     const double act = Gpt::activation_floats(m, t.micro_batch, t.recompute,
                                               static_cast<size_t>(std::max(0.0, attention_scratch_floats))) *
