@@ -14,6 +14,7 @@ int select_local_device(int) {
     throw Error("select_local_device: this build has no CUDA (configure with -DZT_CUDA=ON)");
 }
 std::array<uint8_t, 16> cuda_device_uuid(int) { return {}; }
+bool cuda_memory_info(size_t*, size_t*) { return false; }
 std::string cuda_environment_report() { return "CUDA: not built"; }
 
 }  // namespace zt

@@ -22,6 +22,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/optim/loss_scale_policy.hpp"
@@ -141,10 +142,18 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     start_compute(setup, cfg, options.comm);
 
     // ---- memory: predicted from the deck, checked before anything model-sized exists ----
-    const MemoryPlan memory = plan_memory(
+    MemoryPlan memory = plan_memory(
         cfg, comm.size(), comm.local_size(),
         static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
         measured_baseline_bytes(), setup.backend_kind == BackendChoice::kCuda);
+    size_t device_free = 0;
+    size_t device_total = 0;
+    // A GPU run's items are device memory: checked against the device's free memory, which
+    // already excludes the CUDA context the backend created (not yet run on a GPU).
+    if (memory.device && cuda_memory_info(&device_free, &device_total)) {
+        memory.available = static_cast<double>(device_free);
+        memory.available_what = "free GPU memory (cudaMemGetInfo)";
+    }
     const std::string memory_warning = check_memory_plan(memory, cfg.run.memory_check, comm);
     if (root && !memory_warning.empty()) std::printf("ztrain: warning: %s\n", memory_warning.c_str());
     const double memory_available = memory.available;

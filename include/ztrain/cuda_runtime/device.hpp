@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -32,6 +33,11 @@ int select_local_device(int local_rank);
 /// Device `device`'s UUID, which tells whether two ranks drive the same GPU even when each
 /// sees its own CUDA_VISIBLE_DEVICES; all zero when unknown (no CUDA, no such device).
 std::array<uint8_t, 16> cuda_device_uuid(int device);
+
+/// Free and total bytes of the current device's memory (cudaMemGetInfo, after the CUDA
+/// context exists); false when unknown (no CUDA in this build, no device, a runtime error).
+/// Never throws: the memory plan then just cannot check the device.
+bool cuda_memory_info(size_t* free_bytes, size_t* total_bytes);
 
 /// Multi-line report for `ztrain --env`: runtime/driver and cuBLASLt versions, then each
 /// GPU (name, memory, compute capability). Never throws. Only meaningful in CUDA builds.

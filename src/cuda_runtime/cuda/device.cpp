@@ -35,6 +35,10 @@ int select_local_device(int local_rank) {
     return device;
 }
 
+bool cuda_memory_info(size_t* free_bytes, size_t* total_bytes) {
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+}
+
 std::array<uint8_t, 16> cuda_device_uuid(int device) {
     std::array<uint8_t, 16> uuid{};
     cudaDeviceProp prop{};
