@@ -94,6 +94,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
     plan.world_size = world_size;
     plan.ranks_per_node = ranks_per_node;
     plan.device = device;
+    plan.recompute = cfg.train.recompute;
     const ModelConfig& m = cfg.model;
     const TrainConfig& t = cfg.train;
     const DType work = cfg.precision.dtype;
@@ -204,7 +205,7 @@ std::string check_memory_plan(const MemoryPlan& plan, MemoryCheck mode, Communic
         std::string hint;
         if (big.name == "activations" || big.name == "tokens") {
             hint = "a smaller train.micro_batch (with train.grad_accum for the same batch)";
-            if (!plan.items.empty() && big.what.find("recompute") == std::string::npos) hint += ", train.recompute = true";
+            if (!plan.recompute) hint += ", train.recompute = true";
         } else {
             hint = "a higher parallel.zero_stage, or more ranks";
         }

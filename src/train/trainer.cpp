@@ -156,7 +156,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     }
     const std::string memory_warning = check_memory_plan(memory, cfg.run.memory_check, comm);
     if (root && !memory_warning.empty()) std::printf("ztrain: warning: %s\n", memory_warning.c_str());
-    const double memory_available = memory.available;
 
     // ---- model, its sharded state, the loss scale ----
     const DType work = cfg.precision.dtype;
@@ -189,7 +188,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     prepare_run_dir(cfg, root);
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, setup.device_comm.get(), model,
                           setup.op_profile);
-    reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory_available);
+    reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
     const std::optional<size_t> val_windows =
         setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt;
     reporter.start(cfg, state.bytes(), setup.backend->threads(), setup.train_data->num_windows(), val_windows, work,

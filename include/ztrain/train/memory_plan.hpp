@@ -25,6 +25,7 @@ struct MemoryPlan {
     int world_size = 1;
     int ranks_per_node = 1;
     bool device = false;             ///< the items live in GPU memory (backend = cuda)
+    bool recompute = false;          ///< train.recompute: the activations are already minimal
     std::vector<MemoryItem> items;   ///< per rank
     double available = 0;            ///< bytes this node (host) or device has free; 0: unknown
     std::string available_what;      ///< where `available` comes from
