@@ -10,7 +10,7 @@ size_t elements(int rows, int cols) { return static_cast<size_t>(rows) * static_
 }  // namespace
 
 ActivationRoundingBackend::ActivationRoundingBackend(Backend& inner, DType activation)
-    : m_inner(inner), m_act(activation) {
+    : ForwardingBackend(inner), m_act(activation) {
     ZT_REQUIRE(activation != DType::kF32, "fp32 activations need no rounding backend");
     const BackendCapabilities caps = inner.capabilities();
     ZT_REQUIRE(caps.supports(activation), "activation dtype ", dtype_name(activation), ": backend ", inner.name(),
@@ -19,74 +19,111 @@ ActivationRoundingBackend::ActivationRoundingBackend(Backend& inner, DType activ
 
 void ActivationRoundingBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                                                int N, int C, int OC) {
-    m_inner.matmul_forward(out, inp, weight, bias, N, C, OC);
+    inner().matmul_forward(out, inp, weight, bias, N, C, OC);
     round(out, elements(N, OC));
 }
 
 void ActivationRoundingBackend::matmul_residual_forward(float* out, const float* inp, const float* weight,
                                                         const float* bias, const float* residual, int N, int C,
                                                         int OC) {
-    m_inner.matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
+    inner().matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
     round(out, elements(N, OC));
 }
 
 void ActivationRoundingBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                                 const float* inp, const float* weight, int N, int C, int OC) {
-    m_inner.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     if (dinp != nullptr) round(dinp, elements(N, C));
 }
 
 void ActivationRoundingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                                   const float* weight, const float* bias, int N, int C) {
-    m_inner.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    inner().layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
     round(out, elements(N, C));
 }
 
 void ActivationRoundingBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                                    const float* inp, const float* weight, const float* mean,
                                                    const float* rstd, int N, int C) {
-    m_inner.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    inner().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     if (dinp != nullptr) round(dinp, elements(N, C));
 }
 
 void ActivationRoundingBackend::gelu_forward(float* out, const float* inp, size_t n) {
-    m_inner.gelu_forward(out, inp, n);
+    inner().gelu_forward(out, inp, n);
     round(out, n);
 }
 
 void ActivationRoundingBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-    m_inner.gelu_backward(dinp, inp, dout, n);
+    inner().gelu_backward(dinp, inp, dout, n);
     round(dinp, n);
 }
 
 void ActivationRoundingBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
-    m_inner.residual_forward(out, a, b, n);
+    inner().residual_forward(out, a, b, n);
     round(out, n);
 }
 
-void ActivationRoundingBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                                  int NH) {
-    m_inner.attention_forward(out, att, qkv, B, T, C, NH);
-    round(out, elements(B * T, C));
+void ActivationRoundingBackend::gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T,
+                                                      int NH, int NKV, int hs) {
+    inner().gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
+    round(out, elements(B * T, NH * hs));
     round(att, elements(B * NH, T) * static_cast<size_t>(T));
 }
 
-void ActivationRoundingBackend::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                                   const float* att, int B, int T, int C, int NH) {
-    m_inner.attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    round(dqkv, elements(B * T, 3 * C));
+void ActivationRoundingBackend::gqa_attention_backward(float* dqkv, float* scratch, const float* dout,
+                                                       const float* qkv, const float* att, int B, int T, int NH,
+                                                       int NKV, int hs) {
+    inner().gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
+    round(dqkv, elements(B * T, (NH + 2 * NKV) * hs));
 }
 
 void ActivationRoundingBackend::encoder_forward(float* out, const int32_t* tokens, const float* wte,
                                                 const float* wpe, int B, int T, int C) {
-    m_inner.encoder_forward(out, tokens, wte, wpe, B, T, C);
+    inner().encoder_forward(out, tokens, wte, wpe, B, T, C);
     round(out, elements(B * T, C));
 }
 
 void ActivationRoundingBackend::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N,
                                                       int V, int Vp, float dloss) {
-    m_inner.softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
+    inner().softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
     if (dloss != 0.f) round(logits, elements(N, Vp));  // dlogits
+}
+
+void ActivationRoundingBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
+                                                int N, int C, float eps) {
+    inner().rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+    round(out, elements(N, C));
+}
+
+void ActivationRoundingBackend::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                                 const float* weight, const float* rstd, int N, int C) {
+    inner().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+    if (dinp != nullptr) round(dinp, elements(N, C));
+}
+
+void ActivationRoundingBackend::rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH,
+                                             int NKV, int hs) {
+    inner().rope_forward(out, inp, rope, B, T, NH, NKV, hs);
+    // The whole row: v is a copy of already rounded values (or untouched), so rounding it
+    // again changes nothing and keeps this one pass.
+    round(out, elements(B * T, (NH + 2 * NKV) * hs));
+}
+
+void ActivationRoundingBackend::rope_backward(float* dinp, const float* dout, const float* rope, int B, int T,
+                                              int NH, int NKV, int hs) {
+    inner().rope_backward(dinp, dout, rope, B, T, NH, NKV, hs);
+    round(dinp, elements(B * T, (NH + 2 * NKV) * hs));
+}
+
+void ActivationRoundingBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
+    inner().swiglu_forward(out, inp, N, F);
+    round(out, elements(N, F));
+}
+
+void ActivationRoundingBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+    inner().swiglu_backward(dinp, inp, dout, N, F);
+    round(dinp, elements(N, 2 * F));
 }
 
 }  // namespace zt

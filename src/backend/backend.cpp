@@ -1,5 +1,5 @@
-// What each backend kind supports (BackendCapabilities), the host OpClock and the AdamW
-// constants every backend's kernel reads. Compiled in
+// What each backend kind supports (BackendCapabilities), the host OpClock, GPT-2's head
+// size check and the AdamW constants every backend's kernel reads. Compiled in
 // every build, so the answer for cuda is available to the input checks of a build without
 // CUDA and to the CUDA backend itself alike.
 #include <chrono>
@@ -28,6 +28,11 @@ AdamWConstants adamw_constants(const AdamWStep& step) {
     k.inv_bc2 = 1.f / step.bias_correction2;
     k.grad_scale = step.grad_scale;
     return k;
+}
+
+int mha_head_size(int C, int NH) {
+    ZT_REQUIRE(NH > 0 && C % NH == 0, "attention: C=", C, " is not divisible by NH=", NH);
+    return C / NH;
 }
 
 bool BackendCapabilities::supports(DType work) const {

@@ -1,7 +1,7 @@
 // Which backend runs: the `backend` config key (cpu | cuda | auto) against what this build
 // and this machine offer. Compiled in every build; only the CUDA parts are conditional.
 #include "ztrain/backend/cuda_backend.hpp"
-#include "ztrain/backend/profiling_backend.hpp"
+#include "ztrain/backend/forwarding_backend.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -12,8 +12,8 @@
 namespace zt {
 
 void* cuda_stream(Backend& b) {
-    // A profiled backend runs on the stream of the backend it wraps.
-    if (auto* profiled = dynamic_cast<ProfilingBackend*>(&b)) return cuda_stream(profiled->inner());
+    // A decorator (profiling, activation rounding) runs on the stream of the backend it wraps.
+    if (auto* decorator = dynamic_cast<ForwardingBackend*>(&b)) return cuda_stream(decorator->inner());
     auto* cuda = dynamic_cast<CudaBackend*>(&b);
     return cuda != nullptr ? cuda->stream() : nullptr;
 }

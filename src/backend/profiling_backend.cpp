@@ -13,13 +13,21 @@ const char* ProfilingBackend::op_name(int op) {
     static const char* const kNames[kNumOps] = {"encoder",     "layernorm",     "matmul_fwd", "matmul_bwd",
                                                 "attention_fwd", "attention_bwd", "elementwise", "softmax_ce",
                                                 "zero",        "copy",          "cast",       "accumulate",
-                                                "adamw",       "sum_squares"};
+                                                "adamw",       "sum_squares",   "rmsnorm",    "rope",
+                                                "swiglu"};
     return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
-ProfilingBackend::ProfilingBackend(std::unique_ptr<Backend> inner) : m_inner(std::move(inner)) {
-    ZT_REQUIRE(m_inner != nullptr, "ProfilingBackend needs a backend to wrap");
-    m_clock = m_inner->make_op_clock();
+namespace {
+Backend& require_backend(const std::unique_ptr<Backend>& b) {
+    ZT_REQUIRE(b != nullptr, "ProfilingBackend needs a backend to wrap");
+    return *b;
+}
+}  // namespace
+
+ProfilingBackend::ProfilingBackend(std::unique_ptr<Backend> inner)
+    : ForwardingBackend(require_backend(inner)), m_owned(std::move(inner)) {
+    m_clock = m_owned->make_op_clock();
 }
 
 void ProfilingBackend::reset() {
@@ -50,93 +58,116 @@ auto ProfilingBackend::timed(Op op, F&& f) -> decltype(f()) {
 }
 
 void ProfilingBackend::zero(float* p, size_t n) {
-    timed(kOpZero, [&] { m_inner->zero(p, n); });
+    timed(kOpZero, [&] { inner().zero(p, n); });
 }
 void ProfilingBackend::copy(float* dst, const float* src, size_t n) {
-    timed(kOpCopy, [&] { m_inner->copy(dst, src, n); });
+    timed(kOpCopy, [&] { inner().copy(dst, src, n); });
 }
 void ProfilingBackend::to_device(void* dst, const void* host_src, size_t bytes) {
-    timed(kOpCopy, [&] { m_inner->to_device(dst, host_src, bytes); });
+    timed(kOpCopy, [&] { inner().to_device(dst, host_src, bytes); });
 }
 void ProfilingBackend::to_host(void* host_dst, const void* src, size_t bytes) {
-    timed(kOpCopy, [&] { m_inner->to_host(host_dst, src, bytes); });
+    timed(kOpCopy, [&] { inner().to_host(host_dst, src, bytes); });
 }
 
 void ProfilingBackend::cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
-    timed(kOpCast, [&] { m_inner->cast(dst, dst_type, src, src_type, n); });
+    timed(kOpCast, [&] { inner().cast(dst, dst_type, src, src_type, n); });
 }
 void ProfilingBackend::accumulate(void* dst, DType dst_type, const float* src, size_t n) {
-    timed(kOpAccumulate, [&] { m_inner->accumulate(dst, dst_type, src, n); });
+    timed(kOpAccumulate, [&] { inner().accumulate(dst, dst_type, src, n); });
 }
 void ProfilingBackend::round_to(float* x, size_t n, DType t) {
-    timed(kOpCast, [&] { m_inner->round_to(x, n, t); });
+    timed(kOpCast, [&] { inner().round_to(x, n, t); });
 }
 void ProfilingBackend::zero_bytes(void* p, size_t bytes) {
-    timed(kOpZero, [&] { m_inner->zero_bytes(p, bytes); });
+    timed(kOpZero, [&] { inner().zero_bytes(p, bytes); });
 }
 
 void ProfilingBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                                       int C, int OC) {
-    timed(kOpMatmulFwd, [&] { m_inner->matmul_forward(out, inp, weight, bias, N, C, OC); });
+    timed(kOpMatmulFwd, [&] { inner().matmul_forward(out, inp, weight, bias, N, C, OC); });
 }
 void ProfilingBackend::matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
                                                const float* residual, int N, int C, int OC) {
-    timed(kOpMatmulFwd, [&] { m_inner->matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC); });
+    timed(kOpMatmulFwd, [&] { inner().matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC); });
 }
 void ProfilingBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                        const float* inp, const float* weight, int N, int C, int OC) {
-    timed(kOpMatmulBwd, [&] { m_inner->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
+    timed(kOpMatmulBwd, [&] { inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
 }
 void ProfilingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                          const float* weight, const float* bias, int N, int C) {
-    timed(kOpLayerNorm, [&] { m_inner->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+    timed(kOpLayerNorm, [&] { inner().layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
 }
 void ProfilingBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                           const float* inp, const float* weight, const float* mean,
                                           const float* rstd, int N, int C) {
     timed(kOpLayerNorm,
-          [&] { m_inner->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
+          [&] { inner().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
 }
 void ProfilingBackend::gelu_forward(float* out, const float* inp, size_t n) {
-    timed(kOpElementwise, [&] { m_inner->gelu_forward(out, inp, n); });
+    timed(kOpElementwise, [&] { inner().gelu_forward(out, inp, n); });
 }
 void ProfilingBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-    timed(kOpElementwise, [&] { m_inner->gelu_backward(dinp, inp, dout, n); });
+    timed(kOpElementwise, [&] { inner().gelu_backward(dinp, inp, dout, n); });
 }
 void ProfilingBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
-    timed(kOpElementwise, [&] { m_inner->residual_forward(out, a, b, n); });
+    timed(kOpElementwise, [&] { inner().residual_forward(out, a, b, n); });
 }
-void ProfilingBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    timed(kOpAttentionFwd, [&] { m_inner->attention_forward(out, att, qkv, B, T, C, NH); });
+void ProfilingBackend::gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH,
+                                             int NKV, int hs) {
+    timed(kOpAttentionFwd, [&] { inner().gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs); });
 }
-void ProfilingBackend::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                          const float* att, int B, int T, int C, int NH) {
-    timed(kOpAttentionBwd, [&] { m_inner->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH); });
+void ProfilingBackend::gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                              const float* att, int B, int T, int NH, int NKV, int hs) {
+    timed(kOpAttentionBwd, [&] { inner().gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs); });
 }
 void ProfilingBackend::encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                                        int T, int C) {
-    timed(kOpEncoder, [&] { m_inner->encoder_forward(out, tokens, wte, wpe, B, T, C); });
+    timed(kOpEncoder, [&] { inner().encoder_forward(out, tokens, wte, wpe, B, T, C); });
 }
 void ProfilingBackend::encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                                         int T, int C) {
-    timed(kOpEncoder, [&] { m_inner->encoder_backward(dwte, dwpe, dout, tokens, B, T, C); });
+    timed(kOpEncoder, [&] { inner().encoder_backward(dwte, dwpe, dout, tokens, B, T, C); });
 }
 void ProfilingBackend::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V,
                                              int Vp, float dloss) {
-    timed(kOpSoftmaxCe, [&] { m_inner->softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss); });
+    timed(kOpSoftmaxCe, [&] { inner().softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss); });
+}
+void ProfilingBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                                       float eps) {
+    timed(kOpRmsNorm, [&] { inner().rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+}
+void ProfilingBackend::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                        const float* weight, const float* rstd, int N, int C) {
+    timed(kOpRmsNorm, [&] { inner().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+}
+void ProfilingBackend::rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
+                                    int hs) {
+    timed(kOpRope, [&] { inner().rope_forward(out, inp, rope, B, T, NH, NKV, hs); });
+}
+void ProfilingBackend::rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH,
+                                     int NKV, int hs) {
+    timed(kOpRope, [&] { inner().rope_backward(dinp, dout, rope, B, T, NH, NKV, hs); });
+}
+void ProfilingBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
+    timed(kOpSwiGlu, [&] { inner().swiglu_forward(out, inp, N, F); });
+}
+void ProfilingBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+    timed(kOpSwiGlu, [&] { inner().swiglu_backward(dinp, inp, dout, N, F); });
 }
 void ProfilingBackend::adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                                     const AdamWStep& step) {
-    timed(kOpAdamW, [&] { m_inner->adamw_update(param, m, v, grad, n, step); });
+    timed(kOpAdamW, [&] { inner().adamw_update(param, m, v, grad, n, step); });
 }
 void ProfilingBackend::adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) {
-    timed(kOpAdamW, [&] { m_inner->adamw_update_spans(spans, count, step); });
+    timed(kOpAdamW, [&] { inner().adamw_update_spans(spans, count, step); });
 }
 double ProfilingBackend::sum_squares(const float* x, size_t n) {
-    return timed(kOpSumSquares, [&] { return m_inner->sum_squares(x, n); });
+    return timed(kOpSumSquares, [&] { return inner().sum_squares(x, n); });
 }
 double ProfilingBackend::sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) {
-    return timed(kOpSumSquares, [&] { return m_inner->sum_squares_spans(xs, ns, count); });
+    return timed(kOpSumSquares, [&] { return inner().sum_squares_spans(xs, ns, count); });
 }
 
 bool op_profiling_requested() {

@@ -38,6 +38,7 @@
 #include "ztrain/backend/cuda_backend.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/backend/profiling_backend.hpp"
+#include "ztrain/backend/rope.hpp"
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -160,6 +161,13 @@ class CudaOps : public ::testing::Test {
     /// matmul_forward_ex in `t` with bias + GELU (and the pre-GELU output) vs CPU matmul
     /// + gelu on inputs rounded to `t`.
     void check_matmul_ex(DType t);
+
+    struct AttentionShape {
+        int B, T, NH, NKV, hs;
+    };
+    /// (GQA) attention forward and backward vs the CPU; gpt2_entry: through GPT-2's
+    /// attention_forward/backward (C, NH), which needs NKV = NH.
+    void check_attention(const AttentionShape& s, bool gpt2_entry);
 
     std::mt19937_64 m_rng;
     std::unique_ptr<zt::CudaBackend> m_gpu;
@@ -342,39 +350,155 @@ TEST_F(CudaOps, GeluResidualScale) {
 // ---- attention ---------------------------------------------------------------------
 
 TEST_F(CudaOps, Attention) {
-    struct Shape {
-        int B, T, C, NH;
-    };
     // hs = 12 (48-byte head offsets), T not a multiple of anything; then GPT-like hs = 64.
-    for (const Shape s : {Shape{2, 37, 48, 4}, Shape{2, 64, 128, 2}, Shape{1, 1, 16, 2}}) {
-        const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C;
-        const size_t n_out = static_cast<size_t>(s.B) * s.T * s.C;
-        const size_t n_att = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
-        const auto qkv = rand(n_qkv, -2.f, 2.f);
-        std::vector<float> out(n_out), att(n_att);
-        m_cpu->attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-        float* g_qkv = up(qkv);
-        float* g_out = zeros(n_out);
-        float* g_att = zeros(n_att);
-        m_gpu->attention_forward(g_out, g_att, g_qkv, s.B, s.T, s.C, s.NH);
-        const std::string tag = " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH);
-        expect_close(down(g_out, n_out), out, kF32Sum, "attention out" + tag);
-        const int T = s.T;
-        // Entries above the diagonal are unspecified.
-        expect_close_masked(down(g_att, n_att), att, kF32Sum, "attention probabilities" + tag,
-                            [T](size_t i) { return static_cast<int>(i % T) <= static_cast<int>((i / T) % T); });
-
-        const auto dout = rand(n_out);
-        auto dqkv = rand(n_qkv);
-        float* g_dqkv = up(dqkv);
-        float* g_scratch = zeros(m_gpu->attention_scratch_floats(s.B, s.T, s.NH));
-        std::vector<float> scratch(m_cpu->attention_scratch_floats(s.B, s.T, s.NH));
-        // Backward from the same probabilities on both sides (the CPU's).
-        m_gpu->attention_backward(g_dqkv, g_scratch, up(dout), g_qkv, up(att), s.B, s.T, s.C, s.NH);
-        m_cpu->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C,
-                                  s.NH);
-        expect_close(down(g_dqkv, n_qkv), dqkv, kF32Sum, "attention dqkv" + tag);
+    // GPT-2's entry points (C, NH) on both sides.
+    for (const AttentionShape s : {AttentionShape{2, 37, 4, 4, 12}, AttentionShape{2, 64, 2, 2, 64},
+                                   AttentionShape{1, 1, 2, 2, 8}}) {
+        check_attention(s, true);
     }
+}
+
+// ---- Llama: grouped-query attention, RMSNorm, rotary embeddings, SwiGLU ---------------
+
+TEST_F(CudaOps, GroupedQueryAttention) {
+    // NKV = NH, NH/3 and 1; odd T and hs = 12 leave tiles ragged; then Llama-like hs = 64.
+    for (const AttentionShape s : {AttentionShape{2, 37, 6, 6, 12}, AttentionShape{2, 37, 6, 2, 12},
+                                   AttentionShape{2, 37, 6, 1, 12}, AttentionShape{1, 130, 8, 2, 64}}) {
+        check_attention(s, false);
+    }
+}
+
+void CudaOps::check_attention(const AttentionShape& s, bool gpt2_entry) {
+    const int W = (s.NH + 2 * s.NKV) * s.hs;
+    const int C = s.NH * s.hs;  // GPT-2's entry points: NKV = NH, hs = C / NH
+    const size_t n_qkv = static_cast<size_t>(s.B) * s.T * W;
+    const size_t n_out = static_cast<size_t>(s.B) * s.T * s.NH * s.hs;
+    const size_t n_att = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
+    const auto qkv = rand(n_qkv, -2.f, 2.f);
+    std::vector<float> out(n_out), att(n_att);
+    float* g_qkv = up(qkv);
+    float* g_out = zeros(n_out);
+    float* g_att = zeros(n_att);
+    if (gpt2_entry) {
+        m_cpu->attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.NH);
+        m_gpu->attention_forward(g_out, g_att, g_qkv, s.B, s.T, C, s.NH);
+    } else {
+        m_cpu->gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        m_gpu->gqa_attention_forward(g_out, g_att, g_qkv, s.B, s.T, s.NH, s.NKV, s.hs);
+    }
+    const std::string tag = " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH) +
+                            " NKV=" + std::to_string(s.NKV) + " hs=" + std::to_string(s.hs);
+    expect_close(down(g_out, n_out), out, kF32Sum, "attention out" + tag);
+    const int T = s.T;
+    // Entries above the diagonal are unspecified.
+    expect_close_masked(down(g_att, n_att), att, kF32Sum, "attention probabilities" + tag,
+                        [T](size_t i) { return static_cast<int>(i % T) <= static_cast<int>((i / T) % T); });
+
+    const auto dout = rand(n_out);
+    auto dqkv = rand(n_qkv);
+    float* g_dqkv = up(dqkv);
+    float* g_scratch = zeros(m_gpu->attention_scratch_floats(s.B, s.T, s.NH));
+    std::vector<float> scratch(m_cpu->attention_scratch_floats(s.B, s.T, s.NH));
+    // Backward from the same probabilities on both sides (the CPU's). A key/value head sums
+    // the gradients of NH/NKV query heads.
+    float* g_dout = up(dout);
+    float* g_att_cpu = up(att);
+    if (gpt2_entry) {
+        m_gpu->attention_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_att_cpu, s.B, s.T, C, s.NH);
+        m_cpu->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, C,
+                                  s.NH);
+    } else {
+        m_gpu->gqa_attention_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_att_cpu, s.B, s.T, s.NH, s.NKV, s.hs);
+        m_cpu->gqa_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T,
+                                      s.NH, s.NKV, s.hs);
+    }
+    expect_close(down(g_dqkv, n_qkv), dqkv, kF32Sum, "attention dqkv" + tag);
+}
+
+TEST_F(CudaOps, RmsNorm) {
+    for (int C : {45, 128, 2048}) {
+        const int N = 67;
+        const size_t n = static_cast<size_t>(N) * C;
+        const auto inp = rand(n, -3.f, 3.f);
+        const auto w = rand(static_cast<size_t>(C));
+        std::vector<float> out(n), rstd(N);
+        m_cpu->rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), N, C, 1e-5f);
+        float* g_inp = up(inp);
+        float* g_w = up(w);
+        float* g_out = zeros(n);
+        float* g_rstd = zeros(N);
+        m_gpu->rmsnorm_forward(g_out, g_rstd, g_inp, g_w, N, C, 1e-5f);
+        const std::string tag = " C=" + std::to_string(C);
+        expect_close(down(g_out, n), out, kF32Sum, "rmsnorm out" + tag);
+        expect_close(down(g_rstd, N), rstd, kF32Sum, "rmsnorm rstd" + tag);
+
+        const auto dout = rand(n);
+        auto dinp = rand(n);
+        auto dw = rand(static_cast<size_t>(C));
+        float* g_dinp = up(dinp);
+        float* g_dw = up(dw);
+        // Both sides start from the CPU's rstd so backward is compared on its own.
+        m_gpu->rmsnorm_backward(g_dinp, g_dw, up(dout), g_inp, g_w, up(rstd), N, C);
+        m_cpu->rmsnorm_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+        expect_close(down(g_dinp, n), dinp, kF32Sum, "rmsnorm dinp" + tag);
+        expect_close(down(g_dw, dw.size()), dw, kF32Sum, "rmsnorm dweight" + tag);
+    }
+}
+
+TEST_F(CudaOps, Rope) {
+    zt::RopeOptions llama31;
+    llama31.theta = 500000.0;
+    llama31.llama3_scaling = true;
+    struct Shape {
+        int B, T, NH, NKV, hs;
+    };
+    for (const Shape s : {Shape{2, 37, 6, 2, 12}, Shape{1, 130, 8, 8, 64}}) {
+        const std::vector<float> table = zt::rope_table(s.T, s.hs, llama31);
+        const size_t n = static_cast<size_t>(s.B) * s.T * (s.NH + 2 * s.NKV) * s.hs;
+        const auto x = rand(n);
+        const std::string tag = " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV) +
+                                " hs=" + std::to_string(s.hs);
+        float* g_table = up(table);
+        float* g_x = up(x);
+        std::vector<float> out(n);
+        m_cpu->rope_forward(out.data(), x.data(), table.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        float* g_out = zeros(n);
+        m_gpu->rope_forward(g_out, g_x, g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down(g_out, n), out, kElementwise, "rope out" + tag);
+        m_gpu->rope_forward(g_x, g_x, g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down(g_x, n), out, kElementwise, "rope in place" + tag);
+
+        const auto dout = rand(n);
+        auto dinp = rand(n);
+        float* g_dinp = up(dinp);
+        float* g_dout = up(dout);
+        m_gpu->rope_backward(g_dinp, g_dout, g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        m_cpu->rope_backward(dinp.data(), dout.data(), table.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down(g_dinp, n), dinp, kElementwise, "rope dinp (accumulated)" + tag);
+        auto d_in_place = dout;
+        m_gpu->rope_backward(g_dout, g_dout, g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        m_cpu->rope_backward(d_in_place.data(), d_in_place.data(), table.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down(g_dout, n), d_in_place, kElementwise, "rope dinp in place" + tag);
+    }
+}
+
+TEST_F(CudaOps, SwiGlu) {
+    const int N = 67, F = 1001;
+    const size_t n = static_cast<size_t>(N) * F;
+    const auto inp = rand(2 * n, -6.f, 6.f);
+    std::vector<float> out(n);
+    m_cpu->swiglu_forward(out.data(), inp.data(), N, F);
+    float* g_inp = up(inp);
+    float* g_out = zeros(n);
+    m_gpu->swiglu_forward(g_out, g_inp, N, F);
+    expect_close(down(g_out, n), out, kElementwise, "swiglu out");
+
+    const auto dout = rand(n);
+    auto dinp = rand(2 * n);
+    float* g_dinp = up(dinp);
+    m_gpu->swiglu_backward(g_dinp, g_inp, up(dout), N, F);
+    m_cpu->swiglu_backward(dinp.data(), inp.data(), dout.data(), N, F);
+    expect_close(down(g_dinp, 2 * n), dinp, kElementwise, "swiglu d(gate|up)");
 }
 
 // ---- encoder -----------------------------------------------------------------------

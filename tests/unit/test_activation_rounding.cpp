@@ -8,6 +8,7 @@
 
 #include "ztrain/backend/activation_rounding.hpp"
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/rope.hpp"
 #include "ztrain/core/dtype.hpp"
 
 namespace zt {
@@ -117,6 +118,88 @@ TEST_P(ActivationRounding, AttentionRoundsOutputAndProbabilitiesAndDqkv) {
     std::vector<float> dqkv(qkv.size()), dqkv0(qkv.size());
     be.attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
     plain->attention_backward(dqkv0.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    expect_same(dqkv, rounded(dqkv0, t), "dqkv");
+}
+
+TEST_P(ActivationRounding, RmsNormRoundsOutputAndDinpButNotRstdOrDweight) {
+    const DType t = GetParam();
+    ActivationRoundingBackend be(*plain, t);
+    const int N = 5, C = 24;
+    const std::vector<float> x = ramp(N * C, 2.f, 0.3f), w = ramp(C, 1.f, 0.9f), dout = ramp(N * C, 1.f, 1.7f);
+    std::vector<float> out(N * C), rstd(N), out0(N * C), rstd0(N);
+    be.rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    plain->rmsnorm_forward(out0.data(), rstd0.data(), x.data(), w.data(), N, C, 1e-5f);
+    ASSERT_TRUE(has_unrounded(out0, t) && has_unrounded(rstd0, t));
+    expect_same(out, rounded(out0, t), "out");
+    expect_same(rstd, rstd0, "rstd");
+    std::vector<float> dinp(N * C), dw(C), dinp0(N * C), dw0(C);
+    be.rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    plain->rmsnorm_backward(dinp0.data(), dw0.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    ASSERT_TRUE(has_unrounded(dinp0, t) && has_unrounded(dw0, t));
+    expect_same(dinp, rounded(dinp0, t), "dinp");
+    expect_same(dw, dw0, "dweight");
+}
+
+TEST_P(ActivationRounding, RopeRoundsTheRotatedQkvAndItsGradient) {
+    const DType t = GetParam();
+    ActivationRoundingBackend be(*plain, t);
+    const int B = 2, T = 3, NH = 4, NKV = 2, hs = 6, W = (NH + 2 * NKV) * hs;
+    const std::vector<float> table = rope_table(T, hs, RopeOptions{});
+    // The input holds values of t, as a 16-bit qkv would: the v part is then unchanged.
+    const std::vector<float> qkv = rounded(ramp(B * T * W, 1.f, 0.4f), t), dout = rounded(ramp(B * T * W, 1.f, 2.f), t);
+    std::vector<float> out(qkv.size()), out0(qkv.size());
+    be.rope_forward(out.data(), qkv.data(), table.data(), B, T, NH, NKV, hs);
+    plain->rope_forward(out0.data(), qkv.data(), table.data(), B, T, NH, NKV, hs);
+    ASSERT_TRUE(has_unrounded(out0, t));
+    expect_same(out, rounded(out0, t), "rotated qkv");
+    std::vector<float> in_place = qkv;
+    be.rope_forward(in_place.data(), in_place.data(), table.data(), B, T, NH, NKV, hs);
+    expect_same(in_place, out, "rotated qkv in place");
+    std::vector<float> dinp(qkv.size()), dinp0(qkv.size());
+    be.rope_backward(dinp.data(), dout.data(), table.data(), B, T, NH, NKV, hs);
+    plain->rope_backward(dinp0.data(), dout.data(), table.data(), B, T, NH, NKV, hs);
+    ASSERT_TRUE(has_unrounded(dinp0, t));
+    expect_same(dinp, rounded(dinp0, t), "dqkv");
+}
+
+TEST_P(ActivationRounding, SwiGluRoundsOutputAndGradient) {
+    const DType t = GetParam();
+    ActivationRoundingBackend be(*plain, t);
+    const int N = 4, F = 10;
+    const std::vector<float> inp = ramp(N * 2 * F, 3.f, 0.1f), dout = ramp(N * F, 1.f, 0.6f);
+    std::vector<float> out(N * F), out0(N * F), dinp(N * 2 * F), dinp0(N * 2 * F);
+    be.swiglu_forward(out.data(), inp.data(), N, F);
+    plain->swiglu_forward(out0.data(), inp.data(), N, F);
+    ASSERT_TRUE(has_unrounded(out0, t));
+    expect_same(out, rounded(out0, t), "out");
+    be.swiglu_backward(dinp.data(), inp.data(), dout.data(), N, F);
+    plain->swiglu_backward(dinp0.data(), inp.data(), dout.data(), N, F);
+    ASSERT_TRUE(has_unrounded(dinp0, t));
+    expect_same(dinp, rounded(dinp0, t), "d(gate|up)");
+}
+
+TEST_P(ActivationRounding, GroupedQueryAttentionRoundsOutputProbabilitiesAndDqkv) {
+    const DType t = GetParam();
+    ActivationRoundingBackend be(*plain, t);
+    const int B = 2, T = 5, NH = 6, NKV = 2, hs = 4;
+    const size_t n_qkv = static_cast<size_t>(B) * T * (NH + 2 * NKV) * hs, n_out = static_cast<size_t>(B) * T * NH * hs;
+    const std::vector<float> qkv = ramp(n_qkv, 1.f, 0.5f), dout = ramp(n_out, 1.f, 1.1f);
+    std::vector<float> out(n_out), out0(n_out), att(static_cast<size_t>(B) * NH * T * T), att0(att.size());
+    be.gqa_attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, NKV, hs);
+    plain->gqa_attention_forward(out0.data(), att0.data(), qkv.data(), B, T, NH, NKV, hs);
+    ASSERT_TRUE(has_unrounded(out0, t));
+    expect_same(out, rounded(out0, t), "out");
+    for (size_t i = 0; i < att.size(); ++i) {
+        if ((i % T) <= (i / T) % T) {
+            ASSERT_EQ(att[i], rounded({att0[i]}, t)[0]) << "att element " << i;
+        }
+    }
+    std::vector<float> scratch(plain->attention_scratch_floats(B, T, NH));
+    std::vector<float> dqkv(n_qkv), dqkv0(n_qkv);
+    be.gqa_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NKV, hs);
+    plain->gqa_attention_backward(dqkv0.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NKV,
+                                  hs);
+    ASSERT_TRUE(has_unrounded(dqkv0, t));
     expect_same(dqkv, rounded(dqkv0, t), "dqkv");
 }
 

@@ -2,8 +2,9 @@
 //
 // The model never knows which backend runs it: it calls these methods with pointers into
 // buffers the backend allocated. Shapes follow llm.c's conventions and are given in the
-// comments: B batch, T time, C channels, NH heads, V vocabulary, Vp padded vocabulary,
-// N = B*T rows. A matrix weight is stored (OC, C): out = inp @ weight^T.
+// comments: B batch, T time, C channels, NH (query) heads, NKV key/value heads, hs head
+// size, F feed-forward width, V vocabulary, Vp padded vocabulary, N = B*T rows. A matrix
+// weight is stored (OC, C): out = inp @ weight^T.
 //
 // Backward convention: every backward method ACCUMULATES (+=) into its gradient outputs,
 // both parameter gradients (so gradient accumulation over micro-steps is free) and
@@ -81,6 +82,9 @@ struct AdamWSpan {
     bool decay = false;
 };
 
+/// The head size C / NH of GPT-2's attention (throws unless NH > 0 divides C).
+int mha_head_size(int C, int NH);
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -151,16 +155,70 @@ class Backend {
     /// out = a + b (n elements). out may alias a or b.
     virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
 
-    /// Causal multi-head self-attention.
-    /// qkv (B, T, 3C): per row [q | k | v], head h uses columns [h*hs, (h+1)*hs) of each part.
-    /// out (B, T, C); att (B, NH, T, T) receives the softmax probabilities (saved for backward;
-    /// entries above the diagonal are unspecified).
-    virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                   int NH) = 0;
-    /// dqkv (B, T, 3C) += ...; scratch holds at least attention_scratch_floats(B, T, NH) floats.
-    virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                    const float* att, int B, int T, int C, int NH) = 0;
+    /// Causal grouped-query self-attention (Llama; GPT-2's multi-head attention is NKV = NH).
+    /// qkv (B, T, (NH + 2*NKV)*hs): per row [q: NH*hs | k: NKV*hs | v: NKV*hs]; query head h
+    /// uses columns [h*hs, (h+1)*hs) of q and key/value head h / (NH/NKV) of k and v (NKV must
+    /// divide NH). Scores are scaled by 1/sqrt(hs).
+    /// out (B, T, NH*hs); att (B, NH, T, T) receives the softmax probabilities (saved for
+    /// backward; entries above the diagonal are unspecified).
+    virtual void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                                       int hs) = 0;
+    /// dqkv (B, T, (NH + 2*NKV)*hs) += the gradient of out w.r.t. qkv given dout (B, T, NH*hs)
+    /// and att from the forward (a key/value head sums the gradients of the NH/NKV query heads
+    /// that share it); scratch holds at least attention_scratch_floats(B, T, NH) floats.
+    virtual void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                        const float* att, int B, int T, int NH, int NKV, int hs) = 0;
+    /// Scratch floats of (gqa_)attention_backward for NH query heads, whatever NKV and hs.
     virtual size_t attention_scratch_floats(int B, int T, int NH) const = 0;
+
+    /// GPT-2's causal multi-head self-attention: gqa_attention_forward with NKV = NH and
+    /// hs = C / NH (C % NH == 0 required), so qkv (B, T, 3C) = [q | k | v] of C each, out
+    /// (B, T, C), att (B, NH, T, T). Defined here on top of the GQA op so that backends and
+    /// decorators implement attention once.
+    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+        gqa_attention_forward(out, att, qkv, B, T, NH, NH, mha_head_size(C, NH));
+    }
+    /// dqkv (B, T, 3C) += ...: gqa_attention_backward with NKV = NH, hs = C / NH.
+    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                            int B, int T, int C, int NH) {
+        gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NH, mha_head_size(C, NH));
+    }
+
+    // ---- Llama ops (rope.hpp builds the rotary table) ----
+
+    /// RMSNorm: out (N, C) = inp * rstd * weight (C), rstd (N) = 1 / sqrt(mean_c(inp^2) + eps),
+    /// computed in fp32; rstd is saved for backward.
+    virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                                 float eps) = 0;
+    /// dinp (N, C) += d(out)/d(inp)^T dout; dweight (C) += sum_rows dout * inp * rstd.
+    /// inp, weight and rstd are the forward's.
+    virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                  const float* weight, const float* rstd, int N, int C) = 0;
+
+    /// Rotary position embeddings on the q and k heads of fused qkv rows, Hugging Face's
+    /// rotate_half convention (the q/k weights as stored in HF Llama files, unpermuted): for
+    /// each head, pairs (i, i + hs/2), i < hs/2, at position t rotate as
+    ///   x'[i]        = x[i] * cos[t][i] - x[i + hs/2] * sin[t][i]
+    ///   x'[i + hs/2] = x[i + hs/2] * cos[t][i] + x[i] * sin[t][i].
+    /// inp, out (B, T, (NH + 2*NKV)*hs) in the gqa_attention layout; rope (>= T, hs) is the
+    /// table of rope_table() (row t = [cos (hs/2) | sin (hs/2)]), uploaded to this backend's
+    /// memory. out == inp rotates in place; otherwise out must not overlap inp and the v
+    /// part is copied to out, so out is a complete qkv buffer. hs must be even.
+    virtual void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
+                              int hs) = 0;
+    /// dinp (B, T, (NH + 2*NKV)*hs) += R^T dout (the inverse rotation on the q and k parts,
+    /// dout itself on the v part). The one exception to the accumulate convention: dinp ==
+    /// dout transforms the gradient in place (dout becomes R^T dout), which is what a model
+    /// that rotated qkv in place wants.
+    virtual void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+                               int hs) = 0;
+
+    /// SwiGLU: out (N, F) = silu(gate) * up, inp (N, 2F) per row [gate (F) | up (F)] (the
+    /// output of one product with gate_proj and up_proj stacked as a (2F, C) weight),
+    /// silu(x) = x * sigmoid(x).
+    virtual void swiglu_forward(float* out, const float* inp, int N, int F) = 0;
+    /// dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)].
+    virtual void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) = 0;
 
     /// out (B, T, C) = wte[tokens[b, t]] + wpe[t].
     virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

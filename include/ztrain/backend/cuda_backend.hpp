@@ -63,7 +63,7 @@ std::unique_ptr<CudaBackend> make_cuda_backend(int device);
 BackendCapabilities cuda_capabilities();
 
 /// The compute stream of `b` (a cudaStream_t as void*) when it is a CudaBackend (also
-/// behind a ProfilingBackend), else null.
+/// behind a decorator such as ProfilingBackend), else null.
 void* cuda_stream(Backend& b);
 
 /// Turns the `backend` config value (cpu | cuda | auto) into the backend that will run:

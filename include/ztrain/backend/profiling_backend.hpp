@@ -1,5 +1,5 @@
 // Per-op profiling as a decorator: a ProfilingBackend wraps any Backend, forwards every call
-// to it and adds each op's time to its kind's total. The times come from the wrapped
+// to it (ForwardingBackend) and adds each op's time to its kind's total. The times come from the wrapped
 // backend's OpClock (Backend::make_op_clock): the host clock on the CPU, events on the
 // stream on a GPU, so asynchronous ops are timed where they run, not where they are launched.
 //
@@ -14,23 +14,24 @@
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/forwarding_backend.hpp"
 
 namespace zt {
 
-class ProfilingBackend final : public Backend {
+class ProfilingBackend final : public ForwardingBackend {
   public:
     /// Op kinds, one per backend method family; forward and backward share a kind unless
     /// the name says which.
     enum Op {
         kOpEncoder, kOpLayerNorm, kOpMatmulFwd, kOpMatmulBwd, kOpAttentionFwd, kOpAttentionBwd,
         kOpElementwise, kOpSoftmaxCe, kOpZero, kOpCopy, kOpCast, kOpAccumulate, kOpAdamW, kOpSumSquares,
+        kOpRmsNorm, kOpRope, kOpSwiGlu,
         kNumOps
     };
     /// The name written to metrics.jsonl's ops_ms for `op` ("?" outside [0, kNumOps)).
     static const char* op_name(int op);
 
     explicit ProfilingBackend(std::unique_ptr<Backend> inner);
-    Backend& inner() { return *m_inner; }
 
     /// Forgets the times accumulated so far (the trainer calls it at every step start).
     void reset();
@@ -38,15 +39,10 @@ class ProfilingBackend final : public Backend {
     /// reach the last op (GPU events).
     double op_ms(int op);
 
-    std::string name() const override { return m_inner->name(); }
-    BackendCapabilities capabilities() const override { return m_inner->capabilities(); }
-    std::unique_ptr<OpClock> make_op_clock() const override { return m_inner->make_op_clock(); }
-    int threads() const override { return m_inner->threads(); }
+    // Allocation and the scratch size are forwarded untimed (ForwardingBackend); every call
+    // that moves, clears or computes data is timed:
 
-    // ---- memory: forwarded, timed only where it moves or clears data ----
-    float* alloc_floats(size_t n) override { return m_inner->alloc_floats(n); }
-    void* alloc_bytes(size_t bytes) override { return m_inner->alloc_bytes(bytes); }
-    void free(void* p) override { m_inner->free(p); }
+    // ---- memory ----
     void zero(float* p, size_t n) override;
     void copy(float* dst, const float* src, size_t n) override;
     void to_device(void* dst, const void* host_src, size_t bytes) override;
@@ -72,18 +68,26 @@ class ProfilingBackend final : public Backend {
     void gelu_forward(float* out, const float* inp, size_t n) override;
     void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
     void residual_forward(float* out, const float* a, const float* b, size_t n) override;
-    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
-    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                            int B, int T, int C, int NH) override;
-    size_t attention_scratch_floats(int B, int T, int NH) const override {
-        return m_inner->attention_scratch_floats(B, T, NH);
-    }
+    void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                               int hs) override;
+    void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                                int B, int T, int NH, int NKV, int hs) override;
     void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                          int C) override;
     void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
                           int C) override;
     void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
                                float dloss) override;
+    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                         float eps) override;
+    void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                          const float* rstd, int N, int C) override;
+    void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
+                      int hs) override;
+    void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+                       int hs) override;
+    void swiglu_forward(float* out, const float* inp, int N, int F) override;
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
     void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                       const AdamWStep& step) override;
     void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override;
@@ -101,7 +105,7 @@ class ProfilingBackend final : public Backend {
         size_t from;
         size_t to;
     };
-    std::unique_ptr<Backend> m_inner;
+    std::unique_ptr<Backend> m_owned;  ///< the inner backend (ForwardingBackend only refers to it)
     std::unique_ptr<OpClock> m_clock;
     std::vector<Span> m_pending;   ///< marked, not yet added to m_ms
     double m_ms[kNumOps] = {};

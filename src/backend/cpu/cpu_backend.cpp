@@ -5,7 +5,8 @@
 //    attention) is an OpenBLAS cblas_sgemm on the original buffers, with transpose flags and
 //    leading dimensions doing the work (no transposing copies). Backward passes beta = 1 so
 //    sgemm itself accumulates into the gradients.
-//  - Everything else is OpenMP loops written so GCC vectorizes them at plain -O3 (checked
+//  - Everything else (also the Llama ops: RMSNorm, rotary embeddings, SwiGLU) is OpenMP
+//    loops over rows written so GCC vectorizes them at plain -O3 (checked
 //    with -fopt-info-vec): exp and sqrt are branch-free polynomial/Newton versions below,
 //    because libm's expf/sqrtf keep loops scalar without -ffast-math / -fno-math-errno.
 //  - The compute-heavy kernels are compiled twice with target_clones (x86-64-v3 = AVX2+FMA,
@@ -29,7 +30,8 @@
 //    unspecified order, so results are bit-identical run to run for a given thread count.
 //
 // Attention: one (batch, head) pair is one unit of work for one thread, whose products are
-// sgemm calls on strided views of qkv (ld = 3C), restricted to the lower triangle of
+// sgemm calls on strided views of qkv (ld = 3C for GPT-2, (NH + 2 NKV) hs for grouped-query
+// attention, which GPT-2's is the NKV = NH case of), restricted to the lower triangle of
 // 64-row blocks. Against hand-written vectorized loops over the exact causal triangle this
 // was 1.3-1.6x faster at hs = 64 (sgemm runs near peak; the loops are load/store bound),
 // and 64-row blocks beat whole-square products by 1.5-1.7x at T = 256 (forward, backward).
@@ -467,6 +469,117 @@ void softmax_backward_row_kernel(float* __restrict dp, const float* __restrict p
     }
 }
 
+/// One RMSNorm row: out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); returns rstd.
+ZT_VEC_CLONES
+float rmsnorm_row_kernel(float* __restrict out, const float* __restrict x, const float* __restrict w, int C,
+                         float eps) {
+    float sum_sq = 0.f;
+#pragma omp simd reduction(+ : sum_sq)
+    for (int i = 0; i < C; ++i) {
+        sum_sq += x[i] * x[i];
+    }
+    const float rstd = 1.f / std::sqrt(sum_sq / static_cast<float>(C) + eps);
+#pragma omp simd
+    for (int i = 0; i < C; ++i) {
+        out[i] = x[i] * rstd * w[i];
+    }
+    return rstd;
+}
+
+/// dinp += rstd * (dout * w - x * rstd^2 * mean(dout * w * x)): out = x * r(x) * w with
+/// dr/dx_j = -r^3 x_j / C.
+ZT_VEC_CLONES
+void rmsnorm_dinp_row_kernel(float* __restrict dinp, const float* __restrict dout, const float* __restrict x,
+                             const float* __restrict w, float rstd, int C) {
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < C; ++i) {
+        dot += dout[i] * w[i] * x[i];
+    }
+    const float coef = rstd * rstd * dot / static_cast<float>(C);
+#pragma omp simd
+    for (int i = 0; i < C; ++i) {
+        dinp[i] += rstd * (dout[i] * w[i] - x[i] * coef);
+    }
+}
+
+/// dweight[c] += sum_r dout[r, c] * inp[r, c] * rstd[r] for c in [c0, c1).
+ZT_VEC_CLONES
+void rmsnorm_dweight_kernel(float* __restrict dweight, const float* __restrict dout, const float* __restrict inp,
+                            const float* __restrict rstd, int N, int C, int c0, int c1) {
+    for (int r = 0; r < N; ++r) {
+        const float* d = dout + static_cast<size_t>(r) * C;
+        const float* x = inp + static_cast<size_t>(r) * C;
+        const float s = rstd[r];
+#pragma omp simd
+        for (int c = c0; c < c1; ++c) {
+            dweight[c] += d[c] * (x[c] * s);
+        }
+    }
+}
+
+/// Rotates `heads` consecutive heads of size 2*half by one position's angles (HF
+/// rotate_half pairs (i, i + half)): out = R x, with sin_sign = -1 for the inverse R^T.
+/// out may equal x (each iteration reads its pair before writing it) but must not
+/// otherwise overlap it.
+ZT_VEC_CLONES
+void rope_rotate_kernel(float* out, const float* x, const float* __restrict cos_t, const float* __restrict sin_t,
+                        int heads, int half, float sin_sign) {
+    for (int h = 0; h < heads; ++h) {
+        float* o = out + static_cast<size_t>(h) * 2 * half;
+        const float* in = x + static_cast<size_t>(h) * 2 * half;
+#pragma omp simd
+        for (int i = 0; i < half; ++i) {
+            const float x1 = in[i];
+            const float x2 = in[i + half];
+            const float s = sin_sign * sin_t[i];
+            o[i] = x1 * cos_t[i] - x2 * s;
+            o[i + half] = x2 * cos_t[i] + x1 * s;
+        }
+    }
+}
+
+/// dinp += R^T dout over `heads` consecutive heads (rope_backward's accumulating form).
+ZT_VEC_CLONES
+void rope_rotate_back_add_kernel(float* __restrict dinp, const float* __restrict dout,
+                                 const float* __restrict cos_t, const float* __restrict sin_t, int heads, int half) {
+    for (int h = 0; h < heads; ++h) {
+        float* d = dinp + static_cast<size_t>(h) * 2 * half;
+        const float* g = dout + static_cast<size_t>(h) * 2 * half;
+#pragma omp simd
+        for (int i = 0; i < half; ++i) {
+            const float g1 = g[i];
+            const float g2 = g[i + half];
+            d[i] += g1 * cos_t[i] + g2 * sin_t[i];
+            d[i + half] += g2 * cos_t[i] - g1 * sin_t[i];
+        }
+    }
+}
+
+/// out (n) = silu(gate) * up, silu(x) = x * sigmoid(x).
+ZT_VEC_CLONES
+void swiglu_forward_kernel(float* __restrict out, const float* __restrict gate, const float* __restrict up,
+                           size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g * sigmoid_approx(g) * up[i];
+    }
+}
+
+/// dgate += dout * up * silu'(gate), dup += dout * silu(gate); silu'(x) = s * (1 + x * (1 - s)).
+ZT_VEC_CLONES
+void swiglu_backward_kernel(float* __restrict dgate, float* __restrict dup, const float* __restrict gate,
+                            const float* __restrict up, const float* __restrict dout, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        const float s = sigmoid_approx(g);
+        dgate[i] += dout[i] * up[i] * (s * (1.f + g * (1.f - s)));
+        dup[i] += dout[i] * (g * s);
+    }
+}
+
 /// Cross-entropy of one logits row over the first V of Vp columns; returns the loss. When
 /// dloss != 0 the row is overwritten with dloss * (softmax - onehot), padded columns 0.
 ZT_VEC_CLONES
@@ -515,6 +628,28 @@ inline void split_range(size_t n, int part, int parts, size_t align, size_t* beg
     chunk = (chunk + align - 1) / align * align;
     *begin = std::min(n, static_cast<size_t>(part) * chunk);
     *end = std::min(n, *begin + chunk);
+}
+
+/// Where q, k and v sit in a qkv row of grouped-query attention (backend.hpp): [q: NH*hs |
+/// k: NKV*hs | v: NKV*hs], in floats.
+struct AttentionLayout {
+    int row = 0;       ///< qkv row width (NH + 2*NKV) * hs
+    int out_row = 0;   ///< attention output row width NH * hs
+    int k_offset = 0;  ///< NH * hs
+    int v_offset = 0;  ///< (NH + NKV) * hs
+    int group = 1;     ///< query heads per key/value head, NH / NKV
+};
+
+inline AttentionLayout attention_layout(int NH, int NKV, int hs) {
+    ZT_REQUIRE(NH > 0 && NKV > 0 && NH % NKV == 0, "attention: NKV=", NKV, " key/value heads must divide NH=", NH,
+               " query heads");
+    ZT_REQUIRE(hs > 0, "attention: head size ", hs, " must be positive");
+    return {(NH + 2 * NKV) * hs, NH * hs, NH * hs, (NH + NKV) * hs, NH / NKV};
+}
+
+inline AttentionLayout rope_layout(int NH, int NKV, int hs) {
+    ZT_REQUIRE(hs > 0 && hs % 2 == 0, "rope: head size ", hs, " must be even and positive");
+    return attention_layout(NH, NKV, hs);
 }
 
 class CpuBackend final : public Backend {
@@ -854,28 +989,35 @@ class CpuBackend final : public Backend {
     // kAttentionBlock-row blocks, so the masked work is the upper halves of the diagonal
     // blocks. Row block [r0, r1) of queries needs keys [0, r1); key block [c0, c1) gets
     // gradient from queries [c0, T).
+    //
+    // Grouped-query attention only changes where a head's k and v start (key/value head
+    // h / group): with NKV = NH the pointers, leading dimensions and products are exactly
+    // GPT-2's. In backward a unit is (batch, key/value head) and walks its group's query
+    // heads in order, because they all accumulate into the same dk and dv (race-free and
+    // deterministic); with NKV = NH that is again one (batch, head) per unit.
 
-    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                           int NH) override {
-        ZT_REQUIRE(NH > 0 && C % NH == 0, "attention: C=", C, " is not divisible by NH=", NH);
-        const int hs = C / NH;
-        const int C3 = 3 * C;
+    void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                               int hs) override {
+        const AttentionLayout lay = attention_layout(NH, NKV, hs);
         const float scale = 1.f / std::sqrt(static_cast<float>(hs));
         const int units = B * NH;
+        const int W = lay.row;
+        const int O = lay.out_row;
 #pragma omp parallel for num_threads(m_threads) schedule(static)
         for (int u = 0; u < units; ++u) {
             const int b = u / NH;
             const int h = u % NH;
-            const float* q = qkv + static_cast<size_t>(b) * T * C3 + static_cast<size_t>(h) * hs;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
+            const float* row0 = qkv + static_cast<size_t>(b) * T * W;
+            const float* q = row0 + static_cast<size_t>(h) * hs;
+            const float* k = row0 + lay.k_offset + static_cast<size_t>(h / lay.group) * hs;
+            const float* v = row0 + lay.v_offset + static_cast<size_t>(h / lay.group) * hs;
             float* p = att + static_cast<size_t>(u) * T * T;
-            float* o = out + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hs;
+            float* o = out + static_cast<size_t>(b) * T * O + static_cast<size_t>(h) * hs;
             // S = scale * Q K^T, row block [r0, r1) against keys [0, r1).
             for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
                 const int r1 = std::min(T, r0 + kAttentionBlock);
-                sgemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<size_t>(r0) * C3, C3, k,
-                      C3, 0.f, p + static_cast<size_t>(r0) * T, T);
+                sgemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<size_t>(r0) * W, W, k, W, 0.f,
+                      p + static_cast<size_t>(r0) * T, T);
             }
             for (int t = 0; t < T; ++t) {
                 causal_softmax_row_kernel(p + static_cast<size_t>(t) * T, t + 1, T);
@@ -883,8 +1025,8 @@ class CpuBackend final : public Backend {
             // O = P V, same blocks (P is zero past the diagonal).
             for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
                 const int r1 = std::min(T, r0 + kAttentionBlock);
-                sgemm(false, false, r1 - r0, hs, r1, 1.f, p + static_cast<size_t>(r0) * T, T, v, C3,
-                      0.f, o + static_cast<size_t>(r0) * C, C);
+                sgemm(false, false, r1 - r0, hs, r1, 1.f, p + static_cast<size_t>(r0) * T, T, v, W, 0.f,
+                      o + static_cast<size_t>(r0) * O, O);
             }
         }
     }
@@ -894,13 +1036,13 @@ class CpuBackend final : public Backend {
         return static_cast<size_t>(m_threads) * 2 * static_cast<size_t>(T) * T;
     }
 
-    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                            const float* att, int B, int T, int C, int NH) override {
-        ZT_REQUIRE(NH > 0 && C % NH == 0, "attention: C=", C, " is not divisible by NH=", NH);
-        const int hs = C / NH;
-        const int C3 = 3 * C;
+    void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                const float* att, int B, int T, int NH, int NKV, int hs) override {
+        const AttentionLayout lay = attention_layout(NH, NKV, hs);
         const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-        const int units = B * NH;
+        const int units = B * NKV;
+        const int W = lay.row;
+        const int O = lay.out_row;
         const size_t tt = static_cast<size_t>(T) * T;
 #pragma omp parallel num_threads(m_threads)
         {
@@ -908,54 +1050,151 @@ class CpuBackend final : public Backend {
             float* ds = pc + tt;
 #pragma omp for schedule(static)
             for (int u = 0; u < units; ++u) {
-                const int b = u / NH;
-                const int h = u % NH;
+                const int b = u / NKV;
+                const int kvh = u % NKV;
                 const size_t row0 = static_cast<size_t>(b) * T;
-                const float* q = qkv + row0 * C3 + static_cast<size_t>(h) * hs;
-                const float* k = q + C;
-                const float* v = q + 2 * C;
-                float* dq = dqkv + row0 * C3 + static_cast<size_t>(h) * hs;
-                float* dk = dq + C;
-                float* dv = dq + 2 * C;
-                const float* dout_h = dout + row0 * C + static_cast<size_t>(h) * hs;
-                const float* p = att + static_cast<size_t>(u) * tt;
-                for (int t = 0; t < T; ++t) {
-                    causal_copy_row_kernel(pc + static_cast<size_t>(t) * T,
-                                           p + static_cast<size_t>(t) * T, t + 1, T);
-                }
-                // dP = dO V^T (row blocks, keys [0, r1)).
-                for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
-                    const int r1 = std::min(T, r0 + kAttentionBlock);
-                    sgemm(false, true, r1 - r0, r1, hs, 1.f, dout_h + static_cast<size_t>(r0) * C,
-                          C, v, C3, 0.f, ds + static_cast<size_t>(r0) * T, T);
-                }
-                // dV += P^T dO: key block [c0, c1) gets contributions from queries [c0, T).
-                for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
-                    const int c1 = std::min(T, c0 + kAttentionBlock);
-                    sgemm(true, false, c1 - c0, hs, T - c0, 1.f,
-                          pc + static_cast<size_t>(c0) * T + c0, T,
-                          dout_h + static_cast<size_t>(c0) * C, C, 1.f,
-                          dv + static_cast<size_t>(c0) * C3, C3);
-                }
-                for (int t = 0; t < T; ++t) {
-                    softmax_backward_row_kernel(ds + static_cast<size_t>(t) * T,
-                                                pc + static_cast<size_t>(t) * T, t + 1, T);
-                }
-                // dQ += scale * dS K.
-                for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
-                    const int r1 = std::min(T, r0 + kAttentionBlock);
-                    sgemm(false, false, r1 - r0, hs, r1, scale, ds + static_cast<size_t>(r0) * T, T,
-                          k, C3, 1.f, dq + static_cast<size_t>(r0) * C3, C3);
-                }
-                // dK += scale * dS^T Q.
-                for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
-                    const int c1 = std::min(T, c0 + kAttentionBlock);
-                    sgemm(true, false, c1 - c0, hs, T - c0, scale,
-                          ds + static_cast<size_t>(c0) * T + c0, T,
-                          q + static_cast<size_t>(c0) * C3, C3, 1.f,
-                          dk + static_cast<size_t>(c0) * C3, C3);
+                const float* k = qkv + row0 * W + lay.k_offset + static_cast<size_t>(kvh) * hs;
+                const float* v = qkv + row0 * W + lay.v_offset + static_cast<size_t>(kvh) * hs;
+                float* dk = dqkv + row0 * W + lay.k_offset + static_cast<size_t>(kvh) * hs;
+                float* dv = dqkv + row0 * W + lay.v_offset + static_cast<size_t>(kvh) * hs;
+                for (int h = kvh * lay.group; h < (kvh + 1) * lay.group; ++h) {
+                    const float* q = qkv + row0 * W + static_cast<size_t>(h) * hs;
+                    float* dq = dqkv + row0 * W + static_cast<size_t>(h) * hs;
+                    const float* dout_h = dout + row0 * O + static_cast<size_t>(h) * hs;
+                    const float* p = att + (static_cast<size_t>(b) * NH + h) * tt;
+                    for (int t = 0; t < T; ++t) {
+                        causal_copy_row_kernel(pc + static_cast<size_t>(t) * T, p + static_cast<size_t>(t) * T,
+                                               t + 1, T);
+                    }
+                    // dP = dO V^T (row blocks, keys [0, r1)).
+                    for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+                        const int r1 = std::min(T, r0 + kAttentionBlock);
+                        sgemm(false, true, r1 - r0, r1, hs, 1.f, dout_h + static_cast<size_t>(r0) * O, O, v, W,
+                              0.f, ds + static_cast<size_t>(r0) * T, T);
+                    }
+                    // dV += P^T dO: key block [c0, c1) gets contributions from queries [c0, T).
+                    for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
+                        const int c1 = std::min(T, c0 + kAttentionBlock);
+                        sgemm(true, false, c1 - c0, hs, T - c0, 1.f, pc + static_cast<size_t>(c0) * T + c0, T,
+                              dout_h + static_cast<size_t>(c0) * O, O, 1.f, dv + static_cast<size_t>(c0) * W, W);
+                    }
+                    for (int t = 0; t < T; ++t) {
+                        softmax_backward_row_kernel(ds + static_cast<size_t>(t) * T, pc + static_cast<size_t>(t) * T,
+                                                    t + 1, T);
+                    }
+                    // dQ += scale * dS K.
+                    for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+                        const int r1 = std::min(T, r0 + kAttentionBlock);
+                        sgemm(false, false, r1 - r0, hs, r1, scale, ds + static_cast<size_t>(r0) * T, T, k, W, 1.f,
+                              dq + static_cast<size_t>(r0) * W, W);
+                    }
+                    // dK += scale * dS^T Q.
+                    for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
+                        const int c1 = std::min(T, c0 + kAttentionBlock);
+                        sgemm(true, false, c1 - c0, hs, T - c0, scale, ds + static_cast<size_t>(c0) * T + c0, T,
+                              q + static_cast<size_t>(c0) * W, W, 1.f, dk + static_cast<size_t>(c0) * W, W);
+                    }
                 }
             }
+        }
+    }
+
+    // --------------------------------------------------------------------------------
+    // Llama: RMSNorm, rotary embeddings, SwiGLU
+    // --------------------------------------------------------------------------------
+
+    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                         float eps) override {
+        const bool parallel = static_cast<size_t>(N) * C >= kRowOpMinElements;
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
+        for (int r = 0; r < N; ++r) {
+            const size_t off = static_cast<size_t>(r) * C;
+            rstd[r] = rmsnorm_row_kernel(out + off, inp + off, weight, C, eps);
+        }
+    }
+
+    void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                          const float* rstd, int N, int C) override {
+        const bool parallel = static_cast<size_t>(N) * C >= kRowOpMinElements;
+#pragma omp parallel num_threads(m_threads) if (parallel)
+        {
+            if (dinp != nullptr) {
+#pragma omp for schedule(static) nowait
+                for (int r = 0; r < N; ++r) {
+                    const size_t off = static_cast<size_t>(r) * C;
+                    rmsnorm_dinp_row_kernel(dinp + off, dout + off, inp + off, weight, rstd[r], C);
+                }
+            }
+            // Channel slabs walking every row, as layernorm_backward's parameter gradients.
+            if (dweight != nullptr) {
+                size_t c0 = 0;
+                size_t c1 = 0;
+                split_range(static_cast<size_t>(C), omp_get_thread_num(), omp_get_num_threads(), 16, &c0, &c1);
+                if (c1 > c0) {
+                    rmsnorm_dweight_kernel(dweight, dout, inp, rstd, N, C, static_cast<int>(c0),
+                                           static_cast<int>(c1));
+                }
+            }
+        }
+    }
+
+    void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
+                      int hs) override {
+        const AttentionLayout lay = rope_layout(NH, NKV, hs);
+        const int rows = B * T;
+        const int half = hs / 2;
+        const bool parallel = static_cast<size_t>(rows) * lay.row >= kRowOpMinElements;
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
+        for (int r = 0; r < rows; ++r) {
+            const float* cos_t = rope + static_cast<size_t>(r % T) * hs;
+            const size_t off = static_cast<size_t>(r) * lay.row;
+            // q and k are NH + NKV consecutive heads at the start of the row.
+            rope_rotate_kernel(out + off, inp + off, cos_t, cos_t + half, NH + NKV, half, 1.f);
+            if (out != inp) {
+                std::memcpy(out + off + lay.v_offset, inp + off + lay.v_offset,
+                            static_cast<size_t>(NKV) * hs * sizeof(float));
+            }
+        }
+    }
+
+    void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+                       int hs) override {
+        const AttentionLayout lay = rope_layout(NH, NKV, hs);
+        const int rows = B * T;
+        const int half = hs / 2;
+        const bool in_place = dinp == dout;
+        const bool parallel = static_cast<size_t>(rows) * lay.row >= kRowOpMinElements;
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
+        for (int r = 0; r < rows; ++r) {
+            const float* cos_t = rope + static_cast<size_t>(r % T) * hs;
+            const size_t off = static_cast<size_t>(r) * lay.row;
+            if (in_place) {
+                // R^T is the rotation by the negated angle; v's gradient stays as it is.
+                rope_rotate_kernel(dinp + off, dout + off, cos_t, cos_t + half, NH + NKV, half, -1.f);
+            } else {
+                rope_rotate_back_add_kernel(dinp + off, dout + off, cos_t, cos_t + half, NH + NKV, half);
+                float* dv = dinp + off + lay.v_offset;
+                add_kernel(dv, dv, dout + off + lay.v_offset, static_cast<size_t>(NKV) * hs);
+            }
+        }
+    }
+
+    void swiglu_forward(float* out, const float* inp, int N, int F) override {
+        const bool parallel = static_cast<size_t>(N) * F >= kRowOpMinElements;
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
+        for (int r = 0; r < N; ++r) {
+            const float* gate = inp + static_cast<size_t>(r) * 2 * F;
+            swiglu_forward_kernel(out + static_cast<size_t>(r) * F, gate, gate + F, static_cast<size_t>(F));
+        }
+    }
+
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
+        const bool parallel = static_cast<size_t>(N) * F >= kRowOpMinElements;
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel)
+        for (int r = 0; r < N; ++r) {
+            const size_t off = static_cast<size_t>(r) * 2 * F;
+            swiglu_backward_kernel(dinp + off, dinp + off + F, inp + off, inp + off + F,
+                                   dout + static_cast<size_t>(r) * F, static_cast<size_t>(F));
         }
     }
 

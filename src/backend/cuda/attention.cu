@@ -1,5 +1,5 @@
-// Causal multi-head attention, llm.c's unfused form: cuBLASLt strided-batched products
-// plus a causal softmax kernel. Correctness first: att (B, NH, T, T) is materialized
+// Causal grouped-query attention (GPT-2's multi-head attention is NKV = NH), llm.c's
+// unfused form: cuBLASLt strided-batched products plus a causal softmax kernel. Correctness first: att (B, NH, T, T) is materialized
 // because the interface saves it for backward (a flash-style kernel is the follow-up).
 //
 // The six products and their layout are in gemm_plan.hpp (unit-tested on the host). The
@@ -55,34 +55,38 @@ __global__ void softmax_backward_kernel(float* ds, float* pc, const float* att, 
 
 }  // namespace
 
-void attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                       cudaStream_t stream) {
-    const AttentionDims d = attention_dims(T, C, NH);
+void gqa_attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int NH,
+                           int NKV, int hs, cudaStream_t stream) {
+    const AttentionDims d = gqa_attention_dims(T, NH, NKV, hs);
     if (B <= 0 || T <= 0) return;
-    const size_t qkv_b = static_cast<size_t>(T) * d.C3;
+    const size_t qkv_b = static_cast<size_t>(T) * d.W;
     const size_t att_b = static_cast<size_t>(NH) * d.tt;
-    const size_t out_b = static_cast<size_t>(T) * C;
-    for (int b = 0; b < B; ++b) gemm(blas, attention_scores_gemm(d, att + b * att_b, qkv + b * qkv_b), stream);
+    const size_t out_b = static_cast<size_t>(T) * d.O;
+    for (int b = 0; b < B; ++b) {
+        for (int g = 0; g < d.G; ++g) gemm(blas, attention_scores_gemm(d, att + b * att_b, qkv + b * qkv_b, g), stream);
+    }
     const int rows = B * NH * T;
     causal_softmax_kernel<<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(att, rows, T);
     ZT_KERNEL_CHECK("causal_softmax");
     for (int b = 0; b < B; ++b) {
-        gemm(blas, attention_out_gemm(d, out + b * out_b, att + b * att_b, qkv + b * qkv_b), stream);
+        for (int g = 0; g < d.G; ++g) {
+            gemm(blas, attention_out_gemm(d, out + b * out_b, att + b * att_b, qkv + b * qkv_b, g), stream);
+        }
     }
 }
 
 size_t attention_scratch_floats(int T, int NH) {
-    // The causal copy of P and dP -> dS for the NH heads of one batch element.
+    // The causal copy of P and dP -> dS for the NH query heads of one batch element.
     return 2 * static_cast<size_t>(NH) * T * T;
 }
 
-void attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH, cudaStream_t stream) {
-    const AttentionDims d = attention_dims(T, C, NH);
+void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, int B, int T, int NH, int NKV, int hs, cudaStream_t stream) {
+    const AttentionDims d = gqa_attention_dims(T, NH, NKV, hs);
     if (B <= 0 || T <= 0) return;
-    const size_t qkv_b = static_cast<size_t>(T) * d.C3;
+    const size_t qkv_b = static_cast<size_t>(T) * d.W;
     const size_t att_b = static_cast<size_t>(NH) * d.tt;
-    const size_t out_b = static_cast<size_t>(T) * C;
+    const size_t out_b = static_cast<size_t>(T) * d.O;
     float* pc = scratch;
     float* ds = scratch + att_b;
     const int rows = NH * T;
@@ -90,13 +94,17 @@ void attention_backward(const Blas& blas, float* dqkv, float* scratch, const flo
         const float* q = qkv + b * qkv_b;
         float* dq = dqkv + b * qkv_b;
         const float* dout_b = dout + b * out_b;
-        gemm(blas, attention_dp_gemm(d, ds, dout_b, q), stream);
+        for (int g = 0; g < d.G; ++g) gemm(blas, attention_dp_gemm(d, ds, dout_b, q, g), stream);
         softmax_backward_kernel<<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(
             ds, pc, att + b * att_b, rows, T);
         ZT_KERNEL_CHECK("softmax_backward");
-        gemm(blas, attention_dv_gemm(d, dq, dout_b, pc), stream);
-        gemm(blas, attention_dq_gemm(d, dq, q, ds), stream);
-        gemm(blas, attention_dk_gemm(d, dq, q, ds), stream);
+        // The G group positions accumulate into the same dk and dv one after the other (one
+        // stream, beta 1): a fixed order, no atomics.
+        for (int g = 0; g < d.G; ++g) {
+            gemm(blas, attention_dv_gemm(d, dq, dout_b, pc, g), stream);
+            gemm(blas, attention_dq_gemm(d, dq, q, ds, g), stream);
+            gemm(blas, attention_dk_gemm(d, dq, q, ds, g), stream);
+        }
     }
 }
 

@@ -211,12 +211,13 @@ class CudaBackendImpl final : public CudaBackend {
 
     // ---- attention, encoder, loss ----
 
-    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
-        cuda::attention_forward(m_blas, out, att, qkv, B, T, C, NH, m_stream);
+    void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                               int hs) override {
+        cuda::gqa_attention_forward(m_blas, out, att, qkv, B, T, NH, NKV, hs, m_stream);
     }
-    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                            int B, int T, int C, int NH) override {
-        cuda::attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, C, NH, m_stream);
+    void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                                int B, int T, int NH, int NKV, int hs) override {
+        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_stream);
     }
     size_t attention_scratch_floats(int /*B*/, int T, int NH) const override {
         return cuda::attention_scratch_floats(T, NH);
@@ -232,6 +233,32 @@ class CudaBackendImpl final : public CudaBackend {
     void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
                                float dloss) override {
         cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss, m_flag, m_stream);
+    }
+
+    // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----
+
+    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                         float eps) override {
+        cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, m_stream);
+    }
+    void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                          const float* rstd, int N, int C) override {
+        float* scratch = dweight != nullptr && N > 0 ? scratch_floats(cuda::column_chunks(N) * C) : nullptr;
+        cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, scratch, m_stream);
+    }
+    void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
+                      int hs) override {
+        cuda::rope_forward(out, inp, rope, B, T, NH, NKV, hs, m_stream);
+    }
+    void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+                       int hs) override {
+        cuda::rope_backward(dinp, dout, rope, B, T, NH, NKV, hs, m_stream);
+    }
+    void swiglu_forward(float* out, const float* inp, int N, int F) override {
+        cuda::swiglu_forward(out, inp, N, F, m_stream);
+    }
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
+        cuda::swiglu_backward(dinp, inp, dout, N, F, m_stream);
     }
 
     // ---- precision ----

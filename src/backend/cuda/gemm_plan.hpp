@@ -91,65 +91,100 @@ inline Gemm matmul_dweight_gemm(void* dweight, const void* dout, const void* inp
     return g;
 }
 
-// ---- attention: qkv (B, T, 3C), att (B, NH, T, T), one product per batch element ---------
+// ---- attention: qkv (B, T, (NH + 2 NKV) hs), att (B, NH, T, T), per batch element ------
 //
-// Head h of batch element b lives in qkv at b*T*3C + h*hs (+ C for k, + 2C for v) with
-// row stride 3C, so one strided-batched product (batch NH, stride hs) covers all heads of
-// b without permute copies. The pointers below are already offset to batch element b:
-// qkv_b = qkv + b*T*3C, out_b / dout_b = + b*T*C, att_b = att + b*NH*T*T.
+// A qkv row is [q: NH*hs | k: NKV*hs | v: NKV*hs] (GPT-2: NKV = NH, so 3C with C = NH*hs).
+// Query head h of batch element b lives in qkv at b*T*W + h*hs with row stride W, and reads
+// key/value head h / G (G = NH / NKV) at k_off + (h / G)*hs and v_off + (h / G)*hs. The
+// query heads h = j*G + g of one "group position" g (j = 0..NKV-1) are one strided-batched
+// product (batch NKV: query/att/out strides G heads, k/v strides one head), so the products
+// below take g and attention.cu issues G of each; with G = 1 (GPT-2) that is one product of
+// batch NH, stride hs, as before GQA. The pointers are already offset to batch element b:
+// qkv_b = qkv + b*T*W, out_b / dout_b = + b*T*O, att_b = att + b*NH*T*T.
 
 struct AttentionDims {
     int T;
-    int C;
-    int NH;
-    int hs;       ///< head size C / NH
-    int64_t C3;   ///< qkv row stride
-    int64_t tt;   ///< T * T, one head's scores
-    float scale;  ///< 1 / sqrt(hs)
+    int NH;         ///< query heads
+    int NKV;        ///< key/value heads
+    int hs;         ///< head size
+    int G;          ///< query heads per key/value head, NH / NKV
+    int64_t W;      ///< qkv row stride (NH + 2 NKV) hs
+    int64_t O;      ///< out row stride NH hs
+    int64_t k_off;  ///< start of k in a qkv row, NH hs
+    int64_t v_off;  ///< start of v in a qkv row, (NH + NKV) hs
+    int64_t tt;     ///< T * T, one head's scores
+    float scale;    ///< 1 / sqrt(hs)
 };
+inline AttentionDims gqa_attention_dims(int T, int NH, int NKV, int hs) {
+    ZT_REQUIRE(NH > 0 && NKV > 0 && NH % NKV == 0, "attention: NKV=", NKV, " key/value heads must divide NH=", NH,
+               " query heads");
+    ZT_REQUIRE(hs > 0, "attention: head size ", hs, " must be positive");
+    const int64_t h = hs;
+    return {T, NH, NKV, hs, NH / NKV, (NH + 2 * NKV) * h, NH * h, NH * h, (NH + NKV) * h,
+            static_cast<int64_t>(T) * T, 1.f / std::sqrt(static_cast<float>(hs))};
+}
+/// GPT-2's multi-head attention: NKV = NH, hs = C / NH.
 inline AttentionDims attention_dims(int T, int C, int NH) {
     ZT_REQUIRE(NH > 0 && C % NH == 0, "attention: C=", C, " is not divisible by NH=", NH);
-    const int hs = C / NH;
-    return {T, C, NH, hs, 3 * static_cast<int64_t>(C), static_cast<int64_t>(T) * T,
-            1.f / std::sqrt(static_cast<float>(hs))};
+    return gqa_attention_dims(T, NH, NH, C / NH);
 }
 inline Gemm heads_gemm(const AttentionDims& d, int m, int n, int k, Operand a, Operand b, Output o, float alpha,
                        float beta) {
     Gemm g(m, n, k, a, b, o);
-    g.batch = d.NH;
+    g.batch = d.NKV;
     g.alpha = alpha;
     g.beta = beta;
     return g;
 }
+/// Operands of group position g: query-side (q, dq, out, dout: G heads apart), score-side
+/// (att, dP/dS: G heads' scores apart) and key/value-side (k, v, dk, dv: one head apart).
+inline int64_t query_offset(const AttentionDims& d, int g) { return static_cast<int64_t>(g) * d.hs; }
+inline int64_t query_stride(const AttentionDims& d) { return static_cast<int64_t>(d.G) * d.hs; }
+inline int64_t score_offset(const AttentionDims& d, int g) { return static_cast<int64_t>(g) * d.tt; }
+inline int64_t score_stride(const AttentionDims& d) { return static_cast<int64_t>(d.G) * d.tt; }
+
 /// S (T, T) = scale * Q K^T:  S^T = (K stored (hs, T))^T @ Q stored (hs, T).
-inline Gemm attention_scores_gemm(const AttentionDims& d, float* att_b, const float* qkv_b) {
-    return heads_gemm(d, d.T, d.T, d.hs, {qkv_b + d.C, d.C3, d.hs, true}, {qkv_b, d.C3, d.hs, false},
-                      {att_b, d.T, d.tt}, d.scale, 0.f);
+inline Gemm attention_scores_gemm(const AttentionDims& d, float* att_b, const float* qkv_b, int g = 0) {
+    return heads_gemm(d, d.T, d.T, d.hs, {qkv_b + d.k_off, d.W, d.hs, true},
+                      {qkv_b + query_offset(d, g), d.W, query_stride(d), false},
+                      {att_b + score_offset(d, g), d.T, score_stride(d)}, d.scale, 0.f);
 }
 /// O (T, hs) = P V:  O^T (hs, T) = V stored (hs, T) @ P stored (T, T) (which is P^T).
-inline Gemm attention_out_gemm(const AttentionDims& d, float* out_b, const float* att_b, const float* qkv_b) {
-    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b + 2 * d.C, d.C3, d.hs, false}, {att_b, d.T, d.tt, false},
-                      {out_b, d.C, d.hs}, 1.f, 0.f);
+inline Gemm attention_out_gemm(const AttentionDims& d, float* out_b, const float* att_b, const float* qkv_b,
+                               int g = 0) {
+    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b + d.v_off, d.W, d.hs, false},
+                      {att_b + score_offset(d, g), d.T, score_stride(d), false},
+                      {out_b + query_offset(d, g), d.O, query_stride(d)}, 1.f, 0.f);
 }
 /// dP (T, T) = dO V^T:  dP^T = (V stored (hs, T))^T @ dO stored (hs, T).
-inline Gemm attention_dp_gemm(const AttentionDims& d, float* dp, const float* dout_b, const float* qkv_b) {
-    return heads_gemm(d, d.T, d.T, d.hs, {qkv_b + 2 * d.C, d.C3, d.hs, true}, {dout_b, d.C, d.hs, false},
-                      {dp, d.T, d.tt}, 1.f, 0.f);
+inline Gemm attention_dp_gemm(const AttentionDims& d, float* dp, const float* dout_b, const float* qkv_b,
+                              int g = 0) {
+    return heads_gemm(d, d.T, d.T, d.hs, {qkv_b + d.v_off, d.W, d.hs, true},
+                      {dout_b + query_offset(d, g), d.O, query_stride(d), false},
+                      {dp + score_offset(d, g), d.T, score_stride(d)}, 1.f, 0.f);
 }
-/// dV (T, hs) += P^T dO:  dV^T = dO stored (hs, T) @ (P stored (T, T))^T.
-inline Gemm attention_dv_gemm(const AttentionDims& d, float* dqkv_b, const float* dout_b, const float* p) {
-    return heads_gemm(d, d.hs, d.T, d.T, {dout_b, d.C, d.hs, false}, {p, d.T, d.tt, true},
-                      {dqkv_b + 2 * d.C, d.C3, d.hs}, 1.f, 1.f);
+/// dV (T, hs) += P^T dO:  dV^T = dO stored (hs, T) @ (P stored (T, T))^T. The G products of
+/// a batch element accumulate into the same dV in order (beta 1): deterministic.
+inline Gemm attention_dv_gemm(const AttentionDims& d, float* dqkv_b, const float* dout_b, const float* p,
+                              int g = 0) {
+    return heads_gemm(d, d.hs, d.T, d.T, {dout_b + query_offset(d, g), d.O, query_stride(d), false},
+                      {p + score_offset(d, g), d.T, score_stride(d), true}, {dqkv_b + d.v_off, d.W, d.hs}, 1.f,
+                      1.f);
 }
 /// dQ (T, hs) += scale * dS K:  dQ^T = K stored (hs, T) @ dS stored (which is dS^T).
-inline Gemm attention_dq_gemm(const AttentionDims& d, float* dqkv_b, const float* qkv_b, const float* ds) {
-    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b + d.C, d.C3, d.hs, false}, {ds, d.T, d.tt, false},
-                      {dqkv_b, d.C3, d.hs}, d.scale, 1.f);
+inline Gemm attention_dq_gemm(const AttentionDims& d, float* dqkv_b, const float* qkv_b, const float* ds,
+                              int g = 0) {
+    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b + d.k_off, d.W, d.hs, false},
+                      {ds + score_offset(d, g), d.T, score_stride(d), false},
+                      {dqkv_b + query_offset(d, g), d.W, query_stride(d)}, d.scale, 1.f);
 }
-/// dK (T, hs) += scale * dS^T Q:  dK^T = Q stored (hs, T) @ (dS stored)^T.
-inline Gemm attention_dk_gemm(const AttentionDims& d, float* dqkv_b, const float* qkv_b, const float* ds) {
-    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b, d.C3, d.hs, false}, {ds, d.T, d.tt, true},
-                      {dqkv_b + d.C, d.C3, d.hs}, d.scale, 1.f);
+/// dK (T, hs) += scale * dS^T Q:  dK^T = Q stored (hs, T) @ (dS stored)^T (accumulated over
+/// the G group positions in order, as dV).
+inline Gemm attention_dk_gemm(const AttentionDims& d, float* dqkv_b, const float* qkv_b, const float* ds,
+                              int g = 0) {
+    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b + query_offset(d, g), d.W, query_stride(d), false},
+                      {ds + score_offset(d, g), d.T, score_stride(d), true}, {dqkv_b + d.k_off, d.W, d.hs},
+                      d.scale, 1.f);
 }
 
 }  // namespace zt::cuda

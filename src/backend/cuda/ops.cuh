@@ -122,12 +122,29 @@ void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
 
 // ---- attention.cu ---------------------------------------------------------------------
 
-void attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C,
-                       int NH, cudaStream_t stream);
-/// Scratch floats attention_backward needs.
+/// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH).
+void gqa_attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int NH,
+                           int NKV, int hs, cudaStream_t stream);
+/// Scratch floats gqa_attention_backward needs (any NKV).
 size_t attention_scratch_floats(int T, int NH);
-void attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH, cudaStream_t stream);
+void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, int B, int T, int NH, int NKV, int hs, cudaStream_t stream);
+
+// ---- rmsnorm.cu, rope.cu, swiglu.cu (Llama) ---------------------------------------------
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                     cudaStream_t stream);
+/// scratch: column_chunks(N) * C floats (when dweight is wanted).
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C, float* scratch, cudaStream_t stream);
+
+void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV, int hs,
+                  cudaStream_t stream);
+void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV, int hs,
+                   cudaStream_t stream);
+
+void swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t stream);
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, cudaStream_t stream);
 
 // ---- encoder.cu -----------------------------------------------------------------------
 

@@ -1,0 +1,145 @@
+// ForwardingBackend: a Backend that passes every call to an inner Backend unchanged, the base
+// of the decorators (ActivationRoundingBackend, ProfilingBackend). A decorator overrides only
+// the methods whose behaviour it changes; a new Backend method is added here once instead of
+// in every decorator.
+//
+// What it does not forward: GPT-2's attention_forward/attention_backward are not virtual
+// (Backend defines them on top of gqa_attention_*), so they reach the inner backend through
+// this class's gqa_attention_* and every decorator sees them.
+//
+// It does not own the inner backend; a decorator that must (ProfilingBackend) keeps the
+// owning pointer itself.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ztrain/backend/backend.hpp"
+
+namespace zt {
+
+class ForwardingBackend : public Backend {
+  public:
+    /// `inner` must outlive this.
+    explicit ForwardingBackend(Backend& inner) : m_inner(inner) {}
+    /// The backend every call goes to.
+    Backend& inner() const { return m_inner; }
+
+    std::string name() const override { return m_inner.name(); }
+    BackendCapabilities capabilities() const override { return m_inner.capabilities(); }
+    std::unique_ptr<OpClock> make_op_clock() const override { return m_inner.make_op_clock(); }
+    int threads() const override { return m_inner.threads(); }
+
+    // ---- memory ----
+    float* alloc_floats(size_t n) override { return m_inner.alloc_floats(n); }
+    void* alloc_bytes(size_t bytes) override { return m_inner.alloc_bytes(bytes); }
+    void free(void* p) override { m_inner.free(p); }
+    void zero(float* p, size_t n) override { m_inner.zero(p, n); }
+    void copy(float* dst, const float* src, size_t n) override { m_inner.copy(dst, src, n); }
+    void to_device(void* dst, const void* host_src, size_t bytes) override { m_inner.to_device(dst, host_src, bytes); }
+    void to_host(void* host_dst, const void* src, size_t bytes) override { m_inner.to_host(host_dst, src, bytes); }
+
+    // ---- precision ----
+    void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override {
+        m_inner.cast(dst, dst_type, src, src_type, n);
+    }
+    void accumulate(void* dst, DType dst_type, const float* src, size_t n) override {
+        m_inner.accumulate(dst, dst_type, src, n);
+    }
+    void zero_bytes(void* p, size_t bytes) override { m_inner.zero_bytes(p, bytes); }
+    void round_to(float* x, size_t n, DType t) override { m_inner.round_to(x, n, t); }
+
+    // ---- GPT-2 compute ----
+    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                        int OC) override {
+        m_inner.matmul_forward(out, inp, weight, bias, N, C, OC);
+    }
+    void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                 const float* residual, int N, int C, int OC) override {
+        m_inner.matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
+    }
+    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC) override {
+        m_inner.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    }
+    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                           const float* bias, int N, int C) override {
+        m_inner.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    }
+    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int C) override {
+        m_inner.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    }
+    void gelu_forward(float* out, const float* inp, size_t n) override { m_inner.gelu_forward(out, inp, n); }
+    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+        m_inner.gelu_backward(dinp, inp, dout, n);
+    }
+    void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+        m_inner.residual_forward(out, a, b, n);
+    }
+    void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                               int hs) override {
+        m_inner.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
+    }
+    void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                                int B, int T, int NH, int NKV, int hs) override {
+        m_inner.gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
+    }
+    size_t attention_scratch_floats(int B, int T, int NH) const override {
+        return m_inner.attention_scratch_floats(B, T, NH);
+    }
+    void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                         int C) override {
+        m_inner.encoder_forward(out, tokens, wte, wpe, B, T, C);
+    }
+    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                          int C) override {
+        m_inner.encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    }
+    void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+                               float dloss) override {
+        m_inner.softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
+    }
+
+    // ---- Llama compute ----
+    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                         float eps) override {
+        m_inner.rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+    }
+    void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                          const float* rstd, int N, int C) override {
+        m_inner.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+    }
+    void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
+                      int hs) override {
+        m_inner.rope_forward(out, inp, rope, B, T, NH, NKV, hs);
+    }
+    void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+                       int hs) override {
+        m_inner.rope_backward(dinp, dout, rope, B, T, NH, NKV, hs);
+    }
+    void swiglu_forward(float* out, const float* inp, int N, int F) override {
+        m_inner.swiglu_forward(out, inp, N, F);
+    }
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
+        m_inner.swiglu_backward(dinp, inp, dout, N, F);
+    }
+
+    // ---- optimizer, reductions ----
+    void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                      const AdamWStep& step) override {
+        m_inner.adamw_update(param, m, v, grad, n, step);
+    }
+    void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override {
+        m_inner.adamw_update_spans(spans, count, step);
+    }
+    double sum_squares(const float* x, size_t n) override { return m_inner.sum_squares(x, n); }
+    double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
+        return m_inner.sum_squares_spans(xs, ns, count);
+    }
+
+  private:
+    Backend& m_inner;
+};
+
+}  // namespace zt
