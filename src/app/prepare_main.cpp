@@ -1,12 +1,16 @@
 // zt-prepare: tokenizes text files into llm.c token shards for ztrain.
 //
-//   zt-prepare --input PATH... --output DIR [--tokenizer byte|gpt2] [--vocab F --merges F]
-//              [--val-fraction X] [--doc-separator LINE] [--shard-tokens N]
+//   zt-prepare --input PATH... --output DIR [--tokenizer byte|gpt2|FILE.json]
+//              [--vocab F --merges F] [--val-fraction X] [--doc-separator LINE]
+//              [--shard-tokens N]
 //
+// Tokenizers: byte, gpt2 (--vocab/--merges), or a path to a Hugging Face tokenizer.json
+// (byte-level BPE: GPT-2, Llama 3, SmolLM ...; copied into DIR as hf_tokenizer.json).
 // Documents: each input file is one document, or, with --doc-separator, each run of lines
 // between lines equal to LINE (e.g. "%" for fortune files). Documents that are empty or
-// only whitespace are skipped. Every document is preceded by the end-of-text token (as in
-// llm.c), so the model sees a separator before each document.
+// only whitespace are skipped. Every document is preceded by the tokenizer's document
+// separator (Tokenizer::eot: end-of-text as in llm.c, or the BOS of a tokenizer.json that
+// has one, as Llama 3's), so the model sees a separator before each document.
 // Inputs: a file is read as is (a file containing NUL bytes is rejected as binary); a
 // folder contributes its regular files (not recursive, sorted by name), skipping binary
 // files (any NUL byte), symlinks (which usually duplicate a file, like fortune's *.u8) and
@@ -14,7 +18,9 @@
 // Split: the last --val-fraction of the documents, in input order, go to val (at least one
 // when the fraction is > 0 and there are >= 2 documents; at least one always stays in train).
 // Outputs: DIR/train_000000.bin..., DIR/val_000000.bin... (--shard-tokens tokens each, the
-// last shard shorter), DIR/tokenizer.json (plus vocab.json and merges.txt for gpt2). Old
+// last shard shorter), DIR/tokenizer.json (plus vocab.json and merges.txt for gpt2,
+// hf_tokenizer.json for a tokenizer.json). Shards hold uint16 tokens (version 1) unless the
+// vocabulary exceeds 65536 ids (version 2, uint32: Llama 3's 128256). Old
 // train_NNNNNN.bin / val_NNNNNN.bin files in DIR that this run did not write are removed,
 // so a glob like DIR/train_*.bin never picks up a stale shard.
 // Deliberately does not: shuffle or deduplicate documents, recurse into folders, or
@@ -285,7 +291,7 @@ int run(int argc, char** argv) {
          "text files or folders (each file, or each --doc-separator part, is a document)")
         ("output,o", po::value<std::string>(&opt.output), "output folder (created if needed)")
         ("tokenizer", po::value<std::string>(&opt.tokenizer)->default_value("byte"),
-         "byte or gpt2")
+         "byte, gpt2, or the path of a Hugging Face tokenizer.json (byte-level BPE)")
         ("vocab", po::value<std::string>(&opt.vocab), "gpt2: vocab.json / encoder.json")
         ("merges", po::value<std::string>(&opt.merges), "gpt2: merges.txt / vocab.bpe")
         ("val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.05, "0.05"),
@@ -314,8 +320,12 @@ int run(int argc, char** argv) {
     // Validate every option before touching any file.
     ZT_INPUT_CHECK(!opt.inputs.empty(), "--input is required (text files or folders)");
     ZT_INPUT_CHECK(!opt.output.empty(), "--output is required (the folder for the shards)");
-    ZT_INPUT_CHECK(opt.tokenizer == "byte" || opt.tokenizer == "gpt2",
-                   "--tokenizer: unknown tokenizer '", opt.tokenizer, "' (expected byte or gpt2)");
+    const bool hf = opt.tokenizer != "byte" && opt.tokenizer != "gpt2";
+    if (hf) {
+        std::error_code ec;
+        ZT_INPUT_CHECK(fs::is_regular_file(opt.tokenizer, ec), "--tokenizer: '", opt.tokenizer,
+                       "' is not byte, gpt2 or an existing tokenizer.json file");
+    }
     if (opt.tokenizer == "gpt2") {
         ZT_INPUT_CHECK(!opt.vocab.empty() && !opt.merges.empty(),
                        "--tokenizer gpt2 needs --vocab FILE and --merges FILE");
@@ -337,9 +347,10 @@ int run(int argc, char** argv) {
         }
     }
 
-    const std::unique_ptr<zt::Tokenizer> tok = opt.tokenizer == "gpt2"
-                                                   ? zt::make_gpt2_tokenizer(opt.vocab, opt.merges)
-                                                   : zt::make_byte_tokenizer();
+    const std::unique_ptr<zt::Tokenizer> tok =
+        hf                          ? zt::make_hf_tokenizer(opt.tokenizer)
+        : opt.tokenizer == "gpt2"   ? zt::make_gpt2_tokenizer(opt.vocab, opt.merges)
+                                    : zt::make_byte_tokenizer();
 
     SkipCounts skipped;
     const std::vector<std::string> files = collect_files(opt.inputs, skipped);
@@ -396,7 +407,9 @@ int run(int argc, char** argv) {
     tok->save(opt.output);
 
     std::cout << "zt-prepare: tokenizer " << tok->type() << " (vocab_size " << tok->vocab_size()
-              << ", eot " << tok->eot() << ")\n";
+              << ", document separator " << tok->eot() << " '" << tok->decode({tok->eot()})
+              << "', shard version " << (force_u32 ? zt::kShardVersionU32 : zt::kShardVersionU16)
+              << ")\n";
     std::cout << "zt-prepare: " << files.size() << " input file(s)";
     if (skipped.binary + skipped.symlinks + skipped.other > 0) {
         std::cout << "; skipped in folders: " << skipped.binary << " binary, " << skipped.symlinks

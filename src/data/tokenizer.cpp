@@ -1,9 +1,10 @@
 // The byte tokenizer, the tokenizer description file (tokenizer.json) and shared helpers.
 //
 // Implements: make_byte_tokenizer, load_tokenizer (dispatching on "type"), and the file
-// helpers used by both tokenizers. The GPT-2 BPE tokenizer lives in gpt2_bpe.cpp and its
-// pre-tokenizer in gpt2_pretokenize.cpp. Deliberately does not support other tokenizer
-// families (SentencePiece, tiktoken's cl100k): the description's "type" is the hook.
+// helpers used by the tokenizers. The GPT-2 BPE tokenizer lives in gpt2_bpe.cpp, the Hugging
+// Face tokenizer.json reader in hf_tokenizer.cpp, their shared BPE in bpe_model.cpp and the
+// pre-tokenizers in pretokenize.cpp. Deliberately does not support other tokenizer families
+// (SentencePiece, WordPiece, Unigram): the description's "type" is the hook.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,24 @@ std::string read_input_file(const std::string& path, const std::string& what) {
         throw InputError(str(path, ": read failed"));
     }
     return ss.str();
+}
+
+void copy_file_into(const std::string& from, const std::string& to) {
+    std::error_code ec;
+    const fs::path dir = fs::path(to).parent_path();
+    if (!dir.empty()) {
+        fs::create_directories(dir, ec);
+        if (ec) {
+            throw Error(str(dir.string(), ": cannot create the folder (", ec.message(), ")"));
+        }
+    }
+    if (fs::exists(to, ec) && fs::equivalent(from, to, ec)) {
+        return;
+    }
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+        throw Error(str("cannot copy ", from, " to ", to, " (", ec.message(), ")"));
+    }
 }
 
 void write_tokenizer_description(const std::string& dir, const nlohmann::json& description) {
@@ -127,10 +146,10 @@ void check_field(const nlohmann::json& desc, const std::string& path, const char
     }
 }
 
-std::string string_field(const nlohmann::json& desc, const std::string& path, const char* key) {
+std::string string_field(const nlohmann::json& desc, const std::string& path, const char* key,
+                         const char* why) {
     if (!desc.contains(key) || !desc.at(key).is_string()) {
-        throw InputError(str(path, ": missing string field \"", key,
-                             "\" (a gpt2 description names its vocab and merges files)"));
+        throw InputError(str(path, ": missing string field \"", key, "\" (", why, ")"));
     }
     return desc.at(key).get<std::string>();
 }
@@ -160,29 +179,35 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path) {
     }
     if (!desc.contains("type") || !desc.at("type").is_string()) {
         throw InputError(
-            str(path, ": missing string field \"type\" (expected \"byte\" or \"gpt2\")"));
+            str(path, ": missing string field \"type\" (expected \"byte\", \"gpt2\" or \"hf\")"));
     }
     const std::string type = desc.at("type").get<std::string>();
+    // Relative names are relative to the description's folder (zt-prepare copies the files
+    // there), so a prepared data folder can be moved as a whole.
+    const fs::path base = fs::path(path).parent_path();
+    const auto resolve = [&](const std::string& name) {
+        const fs::path p(name);
+        return (p.is_absolute() ? p : base / p).string();
+    };
     std::unique_ptr<Tokenizer> tok;
     std::string source;
     if (type == "byte") {
         tok = make_byte_tokenizer();
         source = "the byte tokenizer";
     } else if (type == "gpt2") {
-        // Relative names are relative to the description's folder (zt-prepare copies the
-        // files there), so a prepared data folder can be moved as a whole.
-        const fs::path base = fs::path(path).parent_path();
-        const auto resolve = [&](const std::string& name) {
-            const fs::path p(name);
-            return (p.is_absolute() ? p : base / p).string();
-        };
-        const std::string vocab = resolve(string_field(desc, path, "vocab"));
-        const std::string merges = resolve(string_field(desc, path, "merges"));
+        const char* why = "a gpt2 description names its vocab and merges files";
+        const std::string vocab = resolve(string_field(desc, path, "vocab", why));
+        const std::string merges = resolve(string_field(desc, path, "merges", why));
         tok = make_gpt2_tokenizer(vocab, merges);
         source = vocab;
+    } else if (type == "hf") {
+        const std::string file = resolve(
+            string_field(desc, path, "file", "an hf description names its tokenizer.json copy"));
+        tok = make_hf_tokenizer(file);
+        source = file;
     } else {
-        throw InputError(
-            str(path, ": unknown tokenizer type '", type, "' (expected \"byte\" or \"gpt2\")"));
+        throw InputError(str(path, ": unknown tokenizer type '", type,
+                             "' (expected \"byte\", \"gpt2\" or \"hf\")"));
     }
     check_field(desc, path, "vocab_size", tok->vocab_size(), source);
     check_field(desc, path, "eot", tok->eot(), source);

@@ -11,6 +11,10 @@ namespace zt::detail {
 /// the file was expected to be.
 std::string read_input_file(const std::string& path, const std::string& what);
 
+/// Copies `from` to `to` (creating to's folder), overwriting; nothing happens when both
+/// name the same file (saving into the folder a tokenizer was loaded from).
+void copy_file_into(const std::string& from, const std::string& to);
+
 /// Writes DIR/tokenizer.json (via a temporary file and rename). Creates DIR if needed.
 void write_tokenizer_description(const std::string& dir, const nlohmann::json& description);
 

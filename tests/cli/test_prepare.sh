@@ -41,8 +41,19 @@ expect_file() {
 
 # Header words 0..2 (magic, version, count) of a shard.
 header() { od -An -t d4 -N 12 "$1" | tr -s ' ' | sed 's/^ //'; }
-# Tokens of a version-1 shard, space separated.
+# Tokens of a version-1 / version-2 shard, space separated.
 tokens_u16() { od -An -t u2 -j 1024 -v "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
+tokens_u32() { od -An -t u4 -j 1024 -v "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
+# expect_tokens NAME SHARD u16|u32 "IDS": the shard exists and holds exactly IDS.
+expect_tokens() {
+    local name="$1" shard="$2" width="$3" want="$4" got
+    if [ ! -f "$shard" ]; then
+        fail "$name: missing $shard"
+        return
+    fi
+    got="$("tokens_$width" "$shard")"
+    [ "$got" = "$want" ] || fail "$name: tokens are '$got', expected '$want'"
+}
 
 [ -x "$BIN" ] || { echo "FAIL: $BIN not found or not executable" >&2; exit 1; }
 
@@ -100,12 +111,43 @@ run gpt2 0 --input "$TMP/hello.txt" --output "$TMP/out4" --tokenizer gpt2 \
 expect_file "$TMP/out4/vocab.json"
 expect_file "$TMP/out4/merges.txt"
 expect_in gpt2 "$TMP/out4/tokenizer.json" '"gpt2"'
-if [ -f "$TMP/out4/train_000000.bin" ]; then
-    [ "$(tokens_u16 "$TMP/out4/train_000000.bin")" = "39 26 31" ] ||
-        fail "gpt2 tokens are '$(tokens_u16 "$TMP/out4/train_000000.bin")', expected '39 26 31'"
-else
-    fail "missing $TMP/out4/train_000000.bin"
-fi
+expect_tokens gpt2 "$TMP/out4/train_000000.bin" u16 "39 26 31"
+
+# --- Hugging Face tokenizer.json ---------------------------------------------------------
+# GPT-2's real file: "hello world" -> 31373 995 after <|endoftext|> 50256 (no BOS); the file
+# is copied as hf_tokenizer.json and the description (tokenizer.json) points at it.
+gzip -dc "$SRC/tests/data/hf/gpt2_tokenizer.json.gz" >"$TMP/gpt2_tokenizer.json" ||
+    fail "cannot decompress tests/data/hf/gpt2_tokenizer.json.gz"
+run hf_gpt2 0 --input "$TMP/hello.txt" --output "$TMP/out5" --tokenizer "$TMP/gpt2_tokenizer.json"
+expect_in hf_gpt2 "$TMP/hf_gpt2.out" "tokenizer hf (vocab_size 50257, document separator 50256 '<|endoftext|>', shard version 1)"
+expect_file "$TMP/out5/hf_tokenizer.json"
+cmp -s "$TMP/gpt2_tokenizer.json" "$TMP/out5/hf_tokenizer.json" || fail "hf_tokenizer.json is not a copy"
+expect_in hf_gpt2 "$TMP/out5/tokenizer.json" '"type": "hf"'
+expect_in hf_gpt2 "$TMP/out5/tokenizer.json" '"file": "hf_tokenizer.json"'
+expect_tokens hf_gpt2 "$TMP/out5/train_000000.bin" u16 "50256 31373 995"
+
+# A vocabulary above 65536 ids writes version-2 (uint32) shards. The file: the 256 byte
+# tokens (GPT-2's byte-to-unicode symbols as \u escapes, id = byte), fillers, "hi" = 70000
+# (made by the merge "h i"), <|endoftext|> = 70256 as an added token.
+awk 'BEGIN {
+    printf "{\"added_tokens\": [{\"id\": 70256, \"content\": \"<|endoftext|>\", \"special\": true}],\n"
+    printf "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},\n"
+    printf "\"decoder\": {\"type\": \"ByteLevel\"},\n"
+    printf "\"model\": {\"type\": \"BPE\", \"merges\": [\"h i\"], \"vocab\": {"
+    next_cp = 256
+    for (b = 0; b < 256; b++) {
+        keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174
+        printf "\"\\u%04x\": %d, ", keep ? b : next_cp++, b
+    }
+    for (i = 256; i < 70256; i++) printf (i == 70000 ? "\"hi\": %d, " : "\"f%d\": %d, "), i, i
+    printf "\"last\": 70255}}}\n"
+}' | sed 's/"f70255": 70255, //' >"$TMP/big_tokenizer.json"
+printf 'hi hi' >"$TMP/hihi.txt"
+run hf_big 0 --input "$TMP/hihi.txt" --output "$TMP/out6" --tokenizer "$TMP/big_tokenizer.json"
+expect_in hf_big "$TMP/hf_big.out" "vocab_size 70257, document separator 70256 '<|endoftext|>', shard version 2"
+expect_tokens hf_big "$TMP/out6/train_000000.bin" u32 "70256 70000 32 70000"
+[ "$(header "$TMP/out6/train_000000.bin" 2>/dev/null)" = "20240520 2 4" ] ||
+    fail "big-vocabulary header is '$(header "$TMP/out6/train_000000.bin")', expected '20240520 2 4'"
 
 # --- Bad input: exit status 2 and a message naming the option or file --------------------
 run missing 2 --input "$TMP/no-such-file.txt" --output "$TMP/bad"
@@ -138,6 +180,24 @@ run unknownopt 2 --input "$TMP/hello.txt" --output "$TMP/bad" --bogus
 expect_in unknownopt "$TMP/unknownopt.err" "--bogus"
 
 [ -e "$TMP/bad" ] && [ -n "$(ls -A "$TMP/bad")" ] && fail "a rejected run wrote files into $TMP/bad"
+
+# Bad tokenizer.json files: exit 2 naming the file, the key and what is unsupported.
+# bad_hf NAME JSON TEXT: writes $TMP/NAME.json, expects exit 2 and TEXT in the message.
+bad_hf() {
+    printf '%s' "$2" >"$TMP/$1.json"
+    run "$1" 2 --input "$TMP/hello.txt" --output "$TMP/bad" --tokenizer "$TMP/$1.json"
+    expect_in "$1" "$TMP/$1.err" "$3"
+}
+bad_hf unigram '{"model": {"type": "Unigram", "vocab": []}}' \
+    'unigram.json: model.type: "Unigram" is not supported'
+bad_hf wordpiece '{"model": {"type": "WordPiece", "vocab": {}}}' \
+    'wordpiece.json: model.type: "WordPiece" is not supported'
+bad_hf nomerges '{"model": {"type": "BPE", "vocab": {"a": 0}}}' 'nomerges.json: model.merges: missing'
+bad_hf metaspace '{"model": {"type": "BPE", "vocab": {"a": 0, "</s>": 1}, "merges": []},
+ "pre_tokenizer": {"type": "Metaspace"}}' 'metaspace.json: pre_tokenizer.type: "Metaspace" is not supported'
+bad_hf truncated '{"model": ' 'truncated.json: not valid JSON'
+run hf_nofile 2 --input "$TMP/hello.txt" --output "$TMP/bad" --tokenizer "$TMP/none/tokenizer.json"
+expect_in hf_nofile "$TMP/hf_nofile.err" "--tokenizer: '$TMP/none/tokenizer.json' is not byte, gpt2 or an existing"
 
 run help 0 --help
 expect_in help "$TMP/help.out" "--doc-separator"

@@ -1,15 +1,18 @@
 // libFuzzer target: the tokenizer files (GPT-2 vocab.json + merges.txt via
-// zt::make_gpt2_tokenizer, the tokenizer.json description via zt::load_tokenizer) and the
-// GPT-2 pre-tokenizer over arbitrary bytes.
+// zt::make_gpt2_tokenizer, a Hugging Face tokenizer.json via zt::make_hf_tokenizer, the
+// tokenizer.json description via zt::load_tokenizer) and the GPT-2 and Llama 3
+// pre-tokenizers over arbitrary bytes.
 //
 // Input layout: up to three parts separated by NUL bytes (none of these text formats holds
 // a raw NUL): vocab.json \0 merges.txt \0 tokenizer.json. A missing merges part is an empty
-// file; a missing description part makes tokenizer.json a copy of the first part.
+// file; a missing description part makes tokenizer.json a copy of the first part. The first
+// part is also read as a Hugging Face tokenizer.json (a description of type "hf" names it
+// with "file": "vocab.json").
 // All files go into the harness's scratch folder; the description may only name files in
 // that folder (names without '/'), so the fuzzer cannot point it at /dev/zero.
 //
 // Expected rejections are zt::Error / zt::InputError; anything else is a finding, as is a
-// violated property: gpt2_pretokenize's pieces concatenate to its input, and a loaded
+// violated property: the pre-tokenizers' pieces concatenate to their input, and a loaded
 // tokenizer round-trips text it can encode (decode(encode(s)) == s), with every id
 // < vocab_size.
 #include <cstdint>
@@ -39,8 +42,7 @@ namespace {
         if (!(cond)) violated(#cond); \
     } while (0)
 
-void check_pretokenize(std::string_view text) {
-    const std::vector<std::string_view> pieces = zt::gpt2_pretokenize(text);
+void check_pieces(std::string_view text, const std::vector<std::string_view>& pieces) {
     size_t at = 0;
     for (std::string_view p : pieces) {
         FUZZ_CHECK(!p.empty());
@@ -50,12 +52,18 @@ void check_pretokenize(std::string_view text) {
     FUZZ_CHECK(at == text.size());
 }
 
+void check_pretokenize(std::string_view text) {
+    check_pieces(text, zt::gpt2_pretokenize(text));
+    check_pieces(text, zt::llama3_pretokenize(text));
+    check_pieces(text, zt::digits_pretokenize(text, true));
+}
+
 /// Encodes and decodes `text` with a tokenizer that loaded.
 void exercise(const zt::Tokenizer& tok, const std::string& text) {
     const int n = tok.vocab_size();
     FUZZ_CHECK(n > 0);
     FUZZ_CHECK(tok.eot() < static_cast<uint32_t>(n));
-    FUZZ_CHECK(tok.type() == "byte" || tok.type() == "gpt2");
+    FUZZ_CHECK(tok.type() == "byte" || tok.type() == "gpt2" || tok.type() == "hf");
     std::vector<uint32_t> ids;
     try {
         ids = tok.encode(text);
@@ -89,7 +97,7 @@ bool description_is_contained(const std::string& text) {
         return true;  // not JSON: load_tokenizer rejects it before opening anything else
     }
     if (!d.is_object()) return true;
-    for (const char* key : {"vocab", "merges"}) {
+    for (const char* key : {"vocab", "merges", "file"}) {
         if (d.contains(key) && d.at(key).is_string()) {
             const std::string name = d.at(key).get<std::string>();
             if (name.find('/') != std::string::npos) return false;
@@ -130,6 +138,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         const auto tok = zt::make_gpt2_tokenizer(vocab_path, merges_path);
         FUZZ_CHECK(tok->type() == "gpt2");
+        exercise(*tok, sentence);
+        exercise(*tok, sample);
+    } catch (const zt::Error&) {
+    }
+
+    try {
+        const auto tok = zt::make_hf_tokenizer(vocab_path);
+        FUZZ_CHECK(tok->type() == "hf");
         exercise(*tok, sentence);
         exercise(*tok, sample);
     } catch (const zt::Error&) {

@@ -83,6 +83,49 @@ int main(int argc, char** argv) {
         put(d, "gpt2_no_desc", vocab + nul + merges);
         put(d, "byte_desc", byte);
         put(d, "byte_desc_with_text", vocab + nul + "hello world, caf\xc3\xa9 123!\n  \t\xff\xfe" + nul + byte);
+
+        // Hugging Face tokenizer.json files over the tiny vocabulary (first part), with a
+        // description of type "hf" naming it.
+        nlohmann::json merges_list = nlohmann::json::array();
+        {
+            std::istringstream in(merges);
+            std::string line;
+            while (std::getline(in, line)) {
+                if (!line.empty() && line[0] != '#') merges_list.push_back(line);
+            }
+        }
+        const auto hf_file = [&](const nlohmann::json& pre, bool ignore_merges) {
+            nlohmann::json j;
+            j["added_tokens"] = nlohmann::json::array(
+                {{{"id", 39}, {"content", "<|endoftext|>"}, {"special", true}}});
+            j["normalizer"] = nullptr;
+            j["pre_tokenizer"] = pre;
+            j["post_processor"] = {{"type", "ByteLevel"}};
+            j["decoder"] = {{"type", "ByteLevel"}};
+            j["model"] = {{"type", "BPE"}, {"ignore_merges", ignore_merges},
+                          {"vocab", nlohmann::json::parse(vocab)}, {"merges", merges_list}};
+            return j.dump(1);
+        };
+        const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+        const nlohmann::json llama3_split = {
+            {"type", "Split"},
+            {"pattern", {{"Regex", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                   "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                                   "\\s+(?!\\S)|\\s+"}}},
+            {"behavior", "Isolated"}};
+        const nlohmann::json no_regex = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                         {"use_regex", false}};
+        const nlohmann::json digits = {{"type", "Digits"}, {"individual_digits", true}};
+        const std::string hf =
+            nlohmann::json{{"type", "hf"}, {"vocab_size", 40}, {"eot", 39}, {"file", "vocab.json"}}
+                .dump(2);
+        put(d, "hf_gpt2", hf_file(byte_level, false) + nul + "hello world<|endoftext|>" + nul + hf);
+        put(d, "hf_llama3",
+            hf_file({{"type", "Sequence"}, {"pretokenizers", {llama3_split, no_regex}}}, true) +
+                nul + "HE'LL 1234 don't\r\n\n  x" + nul + hf);
+        put(d, "hf_digits",
+            hf_file({{"type", "Sequence"}, {"pretokenizers", {digits, byte_level}}}, false) + nul +
+                "123 hello" + nul + hf);
     }
 
     // ---- a real checkpoint of the tiny model: meta.h5 and its JSON; safetensors exports ----

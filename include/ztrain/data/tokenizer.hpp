@@ -1,11 +1,14 @@
-// Tokenizers: byte-level and GPT-2 byte-pair encoding, plus the tokenizer description file.
+// Tokenizers: byte-level, GPT-2 byte-pair encoding, Hugging Face byte-level BPE
+// (tokenizer.json), plus the tokenizer description file.
 //
 // zt-prepare writes DIR/tokenizer.json next to the shards; ztrain loads it to decode
 // samples. Its fields:
 //   {"type": "byte", "vocab_size": 257, "eot": 256}
 //   {"type": "gpt2", "vocab_size": N, "eot": ID, "vocab": "vocab.json", "merges": "merges.txt"}
-// where the gpt2 file names are relative to the description's folder (zt-prepare copies the
-// vocabulary and merges there, so the folder is self-contained).
+//   {"type": "hf", "vocab_size": N, "eot": ID, "file": "hf_tokenizer.json"}
+// where the file names are relative to the description's folder (zt-prepare copies the
+// files there, so the folder is self-contained). The Hugging Face file is copied as
+// hf_tokenizer.json because the description itself is named tokenizer.json.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +24,9 @@ class Tokenizer {
     virtual ~Tokenizer() = default;
     virtual std::string type() const = 0;
     virtual int vocab_size() const = 0;
-    /// End-of-text token, appended between documents.
+    /// The document separator: zt-prepare writes it before every document and ztrain starts
+    /// samples from it. End-of-text for byte and gpt2 (llm.c's convention); for hf, the
+    /// tokenizer's BOS when it has one (Llama 3's <|begin_of_text|>), else its end-of-text.
     virtual uint32_t eot() const = 0;
     virtual std::vector<uint32_t> encode(const std::string& text) const = 0;
     /// Decodes tokens to UTF-8 bytes (invalid sequences are passed through as bytes).
@@ -43,6 +48,14 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& vocab_json_path,
                                                 const std::string& merges_path);
 
+/// A Hugging Face `tokenizers` file (tokenizer.json) of the byte-level BPE kind: model
+/// "BPE" (vocab + merges, as "a b" strings or [a, b] pairs; ignore_merges), added tokens
+/// (matched exactly in the text, before pre-tokenization), no normalizer, decoder ByteLevel,
+/// and a pre-tokenizer that is ByteLevel (GPT-2's split), Split with Llama 3's or GPT-2's
+/// regex followed by ByteLevel(use_regex=false), optionally after Digits. Throws InputError
+/// naming the file and the unsupported or malformed key.
+std::unique_ptr<Tokenizer> make_hf_tokenizer(const std::string& tokenizer_json_path);
+
 /// Loads a tokenizer description (tokenizer.json; a folder means FOLDER/tokenizer.json).
 /// Throws InputError naming the file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path);
@@ -51,5 +64,17 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path);
 /// exactly as GPT-2's regex does. The pieces view into `text` and concatenate to it.
 /// Exposed for tests.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+
+/// Llama 3's pre-tokenizer regex (see pretokenize.cpp), same contract as gpt2_pretokenize.
+std::vector<std::string_view> llama3_pretokenize(std::string_view text);
+
+/// Hugging Face's Digits pre-tokenizer: runs of numbers and of everything else, each digit
+/// alone when `individual_digits`.
+std::vector<std::string_view> digits_pretokenize(std::string_view text, bool individual_digits);
+
+/// The pre-tokenizers above, for composing them (appends the pieces of `text`).
+enum class Pretokenizer { kGpt2, kLlama3, kDigits, kIndividualDigits };
+void pretokenize_into(Pretokenizer rule, std::string_view text,
+                      std::vector<std::string_view>& pieces);
 
 }  // namespace zt

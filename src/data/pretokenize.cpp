@@ -1,17 +1,23 @@
-// GPT-2's pre-tokenizer, implemented by hand over UTF-8 code points.
+// Pre-tokenizers (the regex splits that run before BPE), by hand over UTF-8 code points.
 //
 // GPT-2 splits text with the regex (Python `regex` module)
 //     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// and runs BPE on each piece separately. This file reproduces that split exactly, including
-// the look-ahead rule that leaves the last of several spaces to prefix the next word.
+// Hugging Face's ByteLevel pre-tokenizer (use_regex=true) uses the same pattern. Llama 3
+// (tiktoken's cl100k family) uses
+//     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//      ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// and Hugging Face's Digits pre-tokenizer isolates digits. This file reproduces those splits
+// exactly (leftmost-first alternation, greedy runs, the look-ahead that leaves the last of
+// several spaces to prefix the next word); no std::regex, which has no \p{L} and is slow.
 // Character classes: ASCII is classified by hand; for other code points the tables below
 // were generated from the Python `regex` module itself (v2026.5.9, the engine GPT-2's
 // encoder.py uses), so \p{L}, \p{N} and \s agree with it code point for code point:
 //     for cp in range(0x80, 0x110000): regex.match(r'\p{L}', chr(cp))   # and \p{N}, \s
-// (surrogates excluded). Deliberately not handled: Unicode normalization (GPT-2 does none)
-// and special tokens in the text ("<|endoftext|>" in the input is ordinary text).
-// Bytes that are not valid UTF-8 (GPT-2 never sees them, it decodes text first) are each
-// treated as one code point of the "other" class, i.e. like punctuation, so any byte
+// (surrogates excluded). \s is Unicode's White_Space, as in Oniguruma (Hugging Face's
+// engine); JavaScript's \s differs at U+0085 and U+FEFF, and engines on older Unicode
+// versions differ at recently assigned letters. Deliberately not handled: Unicode
+// normalization (none of these tokenizers does any). Bytes that are not valid UTF-8 are
+// each treated as one code point of the "other" class, i.e. like punctuation, so any byte
 // string still splits and round-trips.
 #include "ztrain/data/tokenizer.hpp"
 
@@ -333,79 +339,240 @@ size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp) {
     return len;
 }
 
-}  // namespace
-
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
-    // Decode once: code points, their classes and byte offsets (offset[n] = text.size()).
+/// Text decoded once: code points, their classes and byte offsets (offset[n] = size).
+struct Decoded {
     std::vector<uint32_t> cps;
     std::vector<CharClass> cls;
     std::vector<size_t> offset;
-    cps.reserve(text.size());
-    cls.reserve(text.size());
-    offset.reserve(text.size() + 1);
-    for (size_t i = 0; i < text.size();) {
-        uint32_t cp = 0;
-        const size_t len = decode_utf8(text, i, cp);
-        cps.push_back(cp);
-        cls.push_back(classify(cp));
-        offset.push_back(i);
-        i += len;
-    }
-    offset.push_back(text.size());
+    std::string_view text;
+    std::vector<std::string_view>* out;
 
-    const size_t n = cps.size();
-    std::vector<std::string_view> pieces;
-    const auto emit = [&](size_t from, size_t to) {
-        pieces.push_back(text.substr(offset[from], offset[to] - offset[from]));
+    Decoded(std::string_view t, std::vector<std::string_view>& pieces) : text(t), out(&pieces) {
+        cps.reserve(text.size());
+        cls.reserve(text.size());
+        offset.reserve(text.size() + 1);
+        for (size_t i = 0; i < text.size();) {
+            uint32_t cp = 0;
+            const size_t len = decode_utf8(text, i, cp);
+            cps.push_back(cp);
+            cls.push_back(classify(cp));
+            offset.push_back(i);
+            i += len;
+        }
+        offset.push_back(text.size());
+    }
+    size_t size() const { return cps.size(); }
+    void emit(size_t from, size_t to) const {
+        out->push_back(text.substr(offset[from], offset[to] - offset[from]));
+    }
+    /// End of the run of class `c` starting at `from`.
+    size_t run_end(size_t from, CharClass c) const {
+        size_t j = from;
+        while (j < cps.size() && cls[j] == c) {
+            ++j;
+        }
+        return j;
+    }
+    /// `\s+(?!\S)|\s+` at i (a whitespace run): when a non-space follows, the look-ahead
+    /// makes the first alternative give back the run's last character (which then prefixes
+    /// the next piece, or stands alone); a run of one falls through to the plain `\s+`.
+    size_t whitespace_piece_end(size_t i) const {
+        size_t j = run_end(i, CharClass::kSpace);
+        if (j < cps.size() && j - i >= 2) {
+            --j;
+        }
+        return j;
+    }
+};
+
+bool is_cr_lf(uint32_t cp) {
+    return cp == '\r' || cp == '\n';
+}
+
+/// Length (0, 2 or 3 code points) of a contraction 's 't 're 've 'm 'll 'd at i; with
+/// `any_case`, as Llama 3's (?i:...) (Unicode simple case folding: 'S, and U+017F LONG S).
+size_t contraction_length(const Decoded& d, size_t i, bool any_case) {
+    const size_t n = d.size();
+    if (d.cps[i] != '\'' || i + 1 >= n) {
+        return 0;
+    }
+    const auto fold = [&](uint32_t c) -> uint32_t {
+        if (!any_case) {
+            return c;
+        }
+        if (c >= 'A' && c <= 'Z') {
+            return c - 'A' + 'a';
+        }
+        return c == 0x017F ? 's' : c;
     };
+    const uint32_t c1 = fold(d.cps[i + 1]);
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
+        return 2;
+    }
+    if (i + 2 < n) {
+        const uint32_t c2 = fold(d.cps[i + 2]);
+        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
+            return 3;
+        }
+    }
+    return 0;
+}
+
+void split_gpt2(std::string_view text, std::vector<std::string_view>& pieces) {
+    const Decoded d(text, pieces);
+    const size_t n = d.size();
     size_t i = 0;
     while (i < n) {
         // 's|'t|'re|'ve|'m|'ll|'d (lower case only, as in GPT-2's regex).
-        if (cps[i] == '\'' && i + 1 < n) {
-            const uint32_t c1 = cps[i + 1];
-            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
-                emit(i, i + 2);
-                i += 2;
-                continue;
-            }
-            if (i + 2 < n &&
-                ((c1 == 'r' && cps[i + 2] == 'e') || (c1 == 'v' && cps[i + 2] == 'e') ||
-                 (c1 == 'l' && cps[i + 2] == 'l'))) {
-                emit(i, i + 3);
-                i += 3;
-                continue;
-            }
+        if (const size_t len = contraction_length(d, i, false)) {
+            d.emit(i, i + len);
+            i += len;
+            continue;
         }
         // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: an optional ASCII space, then a run
         // of one class. The three alternatives cannot overlap, so one run scan covers them.
         size_t k = i;
-        if (cps[i] == ' ' && i + 1 < n && cls[i + 1] != CharClass::kSpace) {
+        if (d.cps[i] == ' ' && i + 1 < n && d.cls[i + 1] != CharClass::kSpace) {
             k = i + 1;
         }
-        if (cls[k] != CharClass::kSpace) {
-            const CharClass run = cls[k];
-            size_t j = k + 1;
-            while (j < n && cls[j] == run) {
-                ++j;
-            }
-            emit(i, j);
+        if (d.cls[k] != CharClass::kSpace) {
+            const size_t j = d.run_end(k + 1, d.cls[k]);
+            d.emit(i, j);
             i = j;
             continue;
         }
-        // `\s+(?!\S)|\s+`: a whitespace run. When a non-space follows, the look-ahead makes
-        // the first alternative give back the run's last character (which then prefixes
-        // the next piece, or stands alone if it is not a plain space); a run of one falls
-        // through to the plain `\s+`.
-        size_t j = i + 1;
-        while (j < n && cls[j] == CharClass::kSpace) {
-            ++j;
-        }
-        if (j < n && j - i >= 2) {
-            --j;
-        }
-        emit(i, j);
+        const size_t j = d.whitespace_piece_end(i);
+        d.emit(i, j);
         i = j;
     }
+}
+
+void split_llama3(std::string_view text, std::vector<std::string_view>& pieces) {
+    const Decoded d(text, pieces);
+    const size_t n = d.size();
+    const auto& cls = d.cls;
+    size_t i = 0;
+    while (i < n) {
+        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+        if (const size_t len = contraction_length(d, i, true)) {
+            d.emit(i, i + len);
+            i += len;
+            continue;
+        }
+        // [^\r\n\p{L}\p{N}]?\p{L}+: one optional leading character that is not CR, LF, a
+        // letter or a number (a space, punctuation, a tab ...), then letters.
+        if (cls[i] == CharClass::kLetter) {
+            const size_t j = d.run_end(i, CharClass::kLetter);
+            d.emit(i, j);
+            i = j;
+            continue;
+        }
+        if (cls[i] != CharClass::kNumber && !is_cr_lf(d.cps[i]) && i + 1 < n &&
+            cls[i + 1] == CharClass::kLetter) {
+            const size_t j = d.run_end(i + 1, CharClass::kLetter);
+            d.emit(i, j);
+            i = j;
+            continue;
+        }
+        // \p{N}{1,3}
+        if (cls[i] == CharClass::kNumber) {
+            size_t j = i + 1;
+            while (j < n && j < i + 3 && cls[j] == CharClass::kNumber) {
+                ++j;
+            }
+            d.emit(i, j);
+            i = j;
+            continue;
+        }
+        // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+        size_t k = i;
+        if (d.cps[i] == ' ' && i + 1 < n && cls[i + 1] == CharClass::kOther) {
+            k = i + 1;
+        }
+        if (cls[k] == CharClass::kOther) {
+            size_t j = d.run_end(k + 1, CharClass::kOther);
+            while (j < n && is_cr_lf(d.cps[j])) {
+                ++j;
+            }
+            d.emit(i, j);
+            i = j;
+            continue;
+        }
+        // Here cps[i] is whitespace. `\s*[\r\n]+`: the whitespace run up to and including
+        // its last CR or LF (greedy \s* backs off to the last line break).
+        const size_t run = d.run_end(i, CharClass::kSpace);
+        size_t last_break = run;
+        for (size_t m = run; m > i; --m) {
+            if (is_cr_lf(d.cps[m - 1])) {
+                last_break = m - 1;
+                break;
+            }
+        }
+        if (last_break != run) {
+            d.emit(i, last_break + 1);
+            i = last_break + 1;
+            continue;
+        }
+        // `\s+(?!\S)|\s+`
+        const size_t j = d.whitespace_piece_end(i);
+        d.emit(i, j);
+        i = j;
+    }
+}
+
+void split_digits(std::string_view text, bool individual, std::vector<std::string_view>& pieces) {
+    const Decoded d(text, pieces);
+    const size_t n = d.size();
+    size_t i = 0;
+    while (i < n) {
+        const bool digit = d.cls[i] == CharClass::kNumber;
+        size_t j = i + 1;
+        if (!(digit && individual)) {
+            while (j < n && (d.cls[j] == CharClass::kNumber) == digit) {
+                ++j;
+            }
+        }
+        d.emit(i, j);
+        i = j;
+    }
+}
+
+}  // namespace
+
+void pretokenize_into(Pretokenizer rule, std::string_view text,
+                      std::vector<std::string_view>& pieces) {
+    switch (rule) {
+        case Pretokenizer::kGpt2:
+            split_gpt2(text, pieces);
+            return;
+        case Pretokenizer::kLlama3:
+            split_llama3(text, pieces);
+            return;
+        case Pretokenizer::kDigits:
+            split_digits(text, false, pieces);
+            return;
+        case Pretokenizer::kIndividualDigits:
+            split_digits(text, true, pieces);
+            return;
+    }
+}
+
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+    std::vector<std::string_view> pieces;
+    pretokenize_into(Pretokenizer::kGpt2, text, pieces);
+    return pieces;
+}
+
+std::vector<std::string_view> llama3_pretokenize(std::string_view text) {
+    std::vector<std::string_view> pieces;
+    pretokenize_into(Pretokenizer::kLlama3, text, pieces);
+    return pieces;
+}
+
+std::vector<std::string_view> digits_pretokenize(std::string_view text, bool individual_digits) {
+    std::vector<std::string_view> pieces;
+    pretokenize_into(individual_digits ? Pretokenizer::kIndividualDigits : Pretokenizer::kDigits,
+                     text, pieces);
     return pieces;
 }
 
