@@ -94,7 +94,9 @@ class LiveStateSource final : public ShardSource {
 class SnapshotSource final : public ShardSource {
   public:
     explicit SnapshotSource(const CheckpointSnapshot& snapshot) : m_snapshot(snapshot) {}
-    size_t piece_floats() const override { return SIZE_MAX / sizeof(float); }
+    /// Pieces as large as one H5Dwrite handles well: a single call of hundreds of MB (the
+    /// embedding's m) measured slower than 16 MiB pieces.
+    size_t piece_floats() const override { return 4 * kStageFloats; }
     const float* read(int unit, int which, size_t begin, size_t) override {
         return m_snapshot.data(unit, which) + (begin - m_snapshot.plan().primary_range(unit, m_snapshot.rank()).begin);
     }
