@@ -28,7 +28,7 @@ CheckpointSaved saved_record(const CheckpointWriteReport& report, long step, boo
     saved.snapshot_s = snapshot_s;
     saved.shard_write_s = report.shard_write_s;
     saved.shard_sync_s = report.shard_sync_s;
-    saved.shard_hash_s = report.shard_hash_s;
+    saved.direct_io = report.direct_io;
     saved.publish_s = report.publish_s;
     return saved;
 }

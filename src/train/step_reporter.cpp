@@ -241,8 +241,8 @@ void StepReporter::checkpoint_written(const CheckpointSaved& saved) {
     rec["phases_ms"] = {{"snapshot", saved.snapshot_s * 1e3},
                         {"shard_write", saved.shard_write_s * 1e3},
                         {"shard_sync", saved.shard_sync_s * 1e3},
-                        {"shard_hash", saved.shard_hash_s * 1e3},
                         {"publish", saved.publish_s * 1e3}};
+    rec["direct_io"] = saved.direct_io;
     m_metrics.write(rec);
     if (saved.async) {
         std::printf("ztrain: checkpoint %s written in %.2f s (in the background; training blocked %.3f s)\n",

@@ -17,11 +17,14 @@
 //
 // Checksums: meta_json lists every shard file with its size and hash64 (below) of its bytes,
 // checked before a shard is used, so damage anywhere in a shard file (data or HDF5
-// structure) is caught; each shard dataset also carries its own hash64 attribute. meta.h5
-// is covered by CHECKSUM as a whole, and its meta_json dataset (chunked) by HDF5's
-// Fletcher32 filter; meta.h5 carries no attribute (none is opened on load). Shard datasets
-// are contiguous (no chunk copies, no filter), so a save costs little more than the raw
-// write of the bytes.
+// structure) is caught. (Checkpoints written before 2026-11-24 also carry a hash64
+// attribute per shard dataset, checked on whole-dataset reads; the whole-file hash covers
+// the same bytes, so new saves skip that second pass over the data.) meta.h5 is covered by
+// CHECKSUM as a whole, and its meta_json dataset (chunked) by HDF5's Fletcher32 filter;
+// meta.h5 carries no attribute (none is opened on load). Shard datasets are contiguous (no
+// chunk copies, no filter); those of 64 KiB and more start on 4 KiB boundaries and are
+// written by direct I/O after HDF5 has written the file's structure, and hashed from the
+// memory they are written from (checkpoint.cpp, write_regions).
 //
 // A checkpoint is complete or absent: every file goes to step_N.partial/, each rank fsyncs
 // its file, rank 0 writes meta.h5 (with the other files' hashes) after a barrier, renames
@@ -124,10 +127,10 @@ std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Comm
 struct CheckpointWriteReport {
     std::string dir;
     uint64_t bytes = 0;
-    double shard_write_s = 0;  ///< this rank's shard: HDF5 create, dataset writes, close
+    double shard_write_s = 0;  ///< this rank's shard: HDF5 structure, data written and hashed
     double shard_sync_s = 0;   ///< its fsync
-    double shard_hash_s = 0;   ///< its whole-file hash (data hashed from memory, structure read back)
     double publish_s = 0;      ///< agreements, meta.h5, renames, latest, pruning
+    bool direct_io = false;    ///< this rank's data went to the disk by O_DIRECT
 };
 
 /// One rank's part of a checkpoint, copied out of the live state at a step boundary: the
@@ -145,7 +148,8 @@ class CheckpointSnapshot {
     CheckpointSnapshot(const CheckpointSnapshot&) = delete;
     CheckpointSnapshot& operator=(const CheckpointSnapshot&) = delete;
 
-    /// Host bytes a snapshot of `rank`'s part of `plan` holds (the memory plan's item).
+    /// Host bytes a snapshot of `rank`'s part of `plan` holds (the memory plan's item):
+    /// 12 per primary element, each block rounded up to whole 4 KiB pages.
     static size_t planned_bytes(const ShardPlan& plan, int rank);
     size_t bytes() const { return m_floats * sizeof(float); }
 

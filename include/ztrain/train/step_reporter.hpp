@@ -69,7 +69,8 @@ struct CheckpointSaved {
     double blocked_s = 0;    ///< the training loop waited this long
     double write_s = 0;      ///< save start to published checkpoint
     /// Where rank 0's write time went (ckpt/checkpoint.hpp's CheckpointWriteReport).
-    double snapshot_s = 0, shard_write_s = 0, shard_sync_s = 0, shard_hash_s = 0, publish_s = 0;
+    double snapshot_s = 0, shard_write_s = 0, shard_sync_s = 0, publish_s = 0;
+    bool direct_io = false;  ///< rank 0's data went to the disk by O_DIRECT
 };
 
 class StepReporter {
