@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Checkpoint benchmark: the save time of the GPT-2 124M state at N = 2 (ZeRO-1: each rank
-# writes its half of master weights + AdamW m, v) next to a raw write of the same bytes on
-# the same disk by two parallel writers with fsync (goal: save <= 2x raw), then
-# zt-consolidate of that checkpoint to .safetensors and .h5: time and peak RSS.
+# Checkpoint benchmark, GPT-2 124M (fp32 master + AdamW m, v: 1.48 GB):
+# 1. the synchronous save at N = 2 (ZeRO-1: each rank writes its half) next to a raw write
+#    of the same bytes on the same disk by two parallel writers with fsync;
+# 2. saves during training, checkpoint.async = false vs true, at N = 1 and N = 2, runs
+#    interleaved: the time training is blocked per save, the step time while a background
+#    write is in flight vs without, and the time from save start to a published checkpoint
+#    against a raw write of the same bytes measured right after each run (goals, issue 18:
+#    blocked <= 10% of the synchronous save, steps during a write <= 10% slower, published
+#    <= 1.5x raw);
+# 3. zt-consolidate of a checkpoint to .safetensors and .h5: time and peak RSS.
 #
 #   bash bench/ckpt_bench.sh
 #
-# Knobs: REPS (3), BUILD_DIR (build-bench), OUT (results file), WORK (bench/work/ckpt).
+# Knobs: REPS (3), ASYNC_REPS (2), BUILD_DIR (build-bench), OUT (results file),
+# WORK (bench/work/ckpt).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 REPS="${REPS:-3}"
+ASYNC_REPS="${ASYNC_REPS:-2}"
 BUILD_DIR="${BUILD_DIR:-build-bench}"
 DATE="$(date +%F)"
 OUT="${OUT:-bench/results/ckpt_${DATE}.md}"
@@ -32,7 +40,7 @@ for rep in $(seq 1 "$REPS"); do
   rm -rf "$run"
   mpiexec --bind-to none -np 2 "$BUILD_DIR/bin/ztrain" "${MODEL[@]}" --data.train="$WORK/train.bin" \
     --train.micro_batch=1 --train.max_steps=1 --train.eval_every=0 --train.sample_tokens=0 --train.threads=1 \
-    --parallel.zero_stage=1 --run.dir="$run" --checkpoint.resume=never > "$run.log" 2>&1
+    --parallel.zero_stage=1 --run.dir="$run" --checkpoint.resume=never --checkpoint.async=false > "$run.log" 2>&1
   s=$(sed -n 's/.*checkpoint .* written in \([0-9.]*\) s/\1/p' "$run.log" | tail -1)
   save_s+=("$s")
   step=$(cat "$run/checkpoints/latest")
@@ -53,6 +61,86 @@ done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 save_med=$(median "${save_s[@]}")
 raw_med=$(median "${raw_s[@]}")
+
+# ---- 2. saves during training: sync vs async ----------------------------------------------
+# raw_write N BYTES: seconds for N parallel dd writers of BYTES/N each, with fsync.
+raw_write() {
+  local n=$1 each=$(( $2 / $1 / 1048576 )) t0 t1 i
+  rm -f "$WORK"/raw*; sync
+  t0=$(date +%s.%N)
+  for i in $(seq 1 "$n"); do dd if=/dev/zero of="$WORK/raw$i" bs=1M count="$each" conv=fsync status=none & done
+  wait
+  t1=$(date +%s.%N)
+  rm -f "$WORK"/raw*
+  awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'
+}
+STEPS="${STEPS:-30}"
+EVERY="${EVERY:-10}"
+rows="$WORK/async_rows.jsonl"
+: > "$rows"
+for rep in $(seq 1 "$ASYNC_REPS"); do
+  for np in 1 2; do
+    for async in false true; do
+      run="$WORK/train_np${np}_${async}_$rep"
+      rm -rf "$run"
+      mpiexec --bind-to none -np "$np" "$BUILD_DIR/bin/ztrain" "${MODEL[@]}" --data.train="$WORK/train.bin" \
+        --train.micro_batch=1 --train.max_steps=$STEPS --train.eval_every=0 --train.sample_tokens=0 \
+        --train.threads=$((2 / np)) --parallel.zero_stage=1 --checkpoint.every=$EVERY --checkpoint.keep=1 \
+        --run.dir="$run" --checkpoint.resume=never --checkpoint.async=$async > "$run.log" 2>&1 ||
+        { echo "run failed: $run.log" >&2; tail -5 "$run.log" >&2; exit 1; }
+      bytes=$(/usr/bin/python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if '\"checkpoint\"' in l][-1]['bytes'])" "$run/metrics.jsonl")
+      raw=$(raw_write "$np" "$bytes")
+      echo "{\"np\": $np, \"async\": $async, \"rep\": $rep, \"metrics\": \"$run/metrics.jsonl\", \"raw_s\": $raw}" >> "$rows"
+      echo "np $np async $async rep $rep: raw ${raw} s" >&2
+    done
+  done
+done
+async_table=$(/usr/bin/python3 - "$rows" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def analyse(path):
+    recs = [json.loads(l) for l in open(path)]
+    steps = [r for r in recs if "loss" in r]
+    saves = [r for r in recs if r.get("event") == "checkpoint"]
+    # A step runs during a background write when it starts before the write ends. Steps
+    # start back to back (the save's blocked time sits between step s and s+1).
+    during, outside = [], []
+    for r in steps[1:]:  # step 1 warms caches
+        s = r["step"]
+        busy = False
+        for c in saves:
+            if not c["async"] or c["step"] >= s: continue
+            t = c["blocked_ms"]  # time since the write started, at the start of step s
+            for q in steps:
+                if c["step"] < q["step"] < s: t += q["step_ms"]
+            busy |= t < c["write_ms"]
+        (during if busy else outside).append(r["step_ms"])
+    return saves, during, outside
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+out = []
+for np_ in (1, 2):
+    sync = [r for r in rows if r["np"] == np_ and not r["async"]]
+    asy = [r for r in rows if r["np"] == np_ and r["async"]]
+    s_saves, s_during, s_out = zip(*[analyse(r["metrics"]) for r in sync])
+    a_saves, a_during, a_out = zip(*[analyse(r["metrics"]) for r in asy])
+    sync_blocked = med([c["blocked_ms"] for ss in s_saves for c in ss])
+    # Saves at steps 10 and 20 (the one at the end has no steps after it).
+    a_blocked = [c["blocked_ms"] for ss in a_saves for c in ss]
+    a_write = [c["write_ms"] for ss in a_saves for c in ss]
+    raw = med([r["raw_s"] for r in rows if r["np"] == np_]) * 1e3
+    base = med([x for xs in s_out for x in xs])
+    dur = med([x for xs in a_during for x in xs])
+    n_during = sum(len(xs) for xs in a_during)
+    phases = {k: med([c["phases_ms"][k] for ss in a_saves for c in ss]) for k in a_saves[0][0]["phases_ms"]}
+    sync_phases = {k: med([c["phases_ms"][k] for ss in s_saves for c in ss]) for k in s_saves[0][0]["phases_ms"]}
+    out.append(f"| {np_} | {sync_blocked:.0f} | {med(a_blocked):.0f} ({med(a_blocked)/sync_blocked*100:.1f}%) | "
+               f"{base:.0f} | {dur:.0f} ({(dur/base-1)*100:+.1f}%, {n_during} steps) | {med(a_write):.0f} | "
+               f"{raw:.0f} | {med(a_write)/raw:.2f}x / {sync_blocked/raw:.2f}x |")
+    out.append(f"|   | phases (median ms) sync: " + ", ".join(f"{k} {v:.0f}" for k, v in sync_phases.items()) +
+               "; async: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()) + " | | | | | | |")
+print("\n".join(out))
+PY
+)
 
 ckpt="$WORK/run1/checkpoints"
 consolidate() {  # OUTPUT [ARGS] -> "seconds peak_kib"
@@ -82,6 +170,17 @@ st_bytes=$(stat -c %s "$WORK/model.safetensors")
   echo "|---|---|---|---|"
   echo "| ztrain save (shards + meta + fsync + rename + latest) | ${save_s[*]} | $save_med | $(awk -v a="$save_med" -v b="$raw_med" 'BEGIN{printf "%.2fx raw", a/b}') |"
   echo "| raw: 2 x dd of the same bytes, conv=fsync, in parallel | ${raw_s[*]} | $raw_med | 1.00x |"
+  echo
+  echo "## Saves during training: checkpoint.async = false vs true (median of $ASYNC_REPS interleaved reps)"
+  echo
+  echo "GPT-2 124M, micro_batch 1 x 64 tokens, ZeRO-1, $STEPS steps with a save every $EVERY; N = 1 trains on"
+  echo "2 threads, N = 2 on 1 thread per rank: the training threads take both cores, so the background"
+  echo "writer (nice 10) contends with them for CPU. Raw: N parallel dd writers of the published bytes"
+  echo "with conv=fsync, right after each run."
+  echo
+  echo "| N | sync save: blocked ms | async: blocked ms (% of sync) | step ms, no write | step ms during a write | async: save start to published, ms | raw write ms | published / raw: async / sync |"
+  echo "|---|---|---|---|---|---|---|---|"
+  echo "$async_table"
   echo
   echo "## zt-consolidate (streams one tensor at a time)"
   echo

@@ -69,7 +69,11 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
+    // Threads: checkpoint.async's writer makes MPI calls (on a communicator of its own)
+    // while the training thread makes its own; without MULTIPLE it falls back to
+    // synchronous saves.
+    int thread_level = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
     int code = zt::kExitOk;
     try {
         code = run(argc, argv);

@@ -8,6 +8,7 @@
 #include "ztrain/ckpt/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -15,17 +16,21 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <utility>
 
 #include "checkpoint_format.hpp"
 #include "hdf5_util.hpp"
 #include "model_record.hpp"
 #include "ztrain/comm/communicator.hpp"
+#include "ztrain/comm/device_memory.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
@@ -56,34 +61,113 @@ void fsync_path(const std::string& path, bool directory) {
 /// peak (GPT-2's embedding: 154 MB). Even, so every piece but the last hashes a multiple of
 /// 8 bytes (hash64 chains over such pieces).
 constexpr size_t kStageFloats = size_t{1} << 20;  // 4 MiB
+/// Direct I/O (O_DIRECT) moves whole 4 KiB blocks between page-aligned memory and
+/// block-aligned file offsets.
+constexpr size_t kDirectAlign = 4096;
 
-/// A contiguous float dataset (no chunk copies) with its hash64 as an attribute: the shard's
-/// whole-file hash is verified before any read, and the per-dataset hash lets a tool check
-/// one dataset on its own. Elements [begin, begin + n) of the state buffer `src` are written
-/// through `stage` (kStageFloats floats), a piece at a time.
-void write_float_dataset(hid_t group, const char* name, ModelState& state, const float* src, size_t n,
-                         std::vector<float>& stage, const std::string& file) {
+/// The three buffers a checkpoint holds per unit, as dataset names (the ShardSource's
+/// `which` indexes this).
+constexpr std::array<const char*, 3> kStateDatasets = {"master", "adam_m", "adam_v"};
+
+/// Where a shard's floats come from: the live model state, staged a piece at a time through
+/// a small host buffer, or a snapshot, read in place. `read` returns host memory holding
+/// elements [begin, begin + count) of unit `unit`'s buffer `which`, valid until the next
+/// read; `count` is at most piece_floats().
+class ShardSource {
+  public:
+    virtual ~ShardSource() = default;
+    virtual size_t piece_floats() const = 0;
+    virtual const float* read(int unit, int which, size_t begin, size_t count) = 0;
+};
+
+/// Page-aligned host memory (direct I/O reads from it without a bounce buffer).
+struct AlignedFloats {
+    explicit AlignedFloats(size_t n) {
+        void* p = nullptr;
+        if (::posix_memalign(&p, kDirectAlign, std::max<size_t>(n, 1) * sizeof(float)) != 0) {
+            throw Error(str("cannot allocate ", n * sizeof(float), " bytes of staging memory"));
+        }
+        data = static_cast<float*>(p);
+    }
+    ~AlignedFloats() { std::free(data); }
+    AlignedFloats(const AlignedFloats&) = delete;
+    AlignedFloats& operator=(const AlignedFloats&) = delete;
+    float* data = nullptr;
+};
+
+class LiveStateSource final : public ShardSource {
+  public:
+    explicit LiveStateSource(ModelState& state) : m_state(state), m_stage(kStageFloats) {}
+    size_t piece_floats() const override { return kStageFloats; }
+    const float* read(int unit, int which, size_t begin, size_t count) override {
+        float* base = which == 0 ? m_state.master_base(unit) : which == 1 ? m_state.adam_m_base(unit)
+                                                                          : m_state.adam_v_base(unit);
+        m_state.copy_to_host(m_stage.data, base + begin, count);
+        return m_stage.data;
+    }
+
+  private:
+    ModelState& m_state;
+    AlignedFloats m_stage;
+};
+
+class SnapshotSource final : public ShardSource {
+  public:
+    explicit SnapshotSource(const CheckpointSnapshot& snapshot) : m_snapshot(snapshot) {}
+    /// 16 MiB writes: large enough for the disk, small enough to interleave with hashing.
+    size_t piece_floats() const override { return 4 * kStageFloats; }
+    const float* read(int unit, int which, size_t begin, size_t) override {
+        return m_snapshot.data(unit, which) + (begin - m_snapshot.plan().primary_range(unit, m_snapshot.rank()).begin);
+    }
+
+  private:
+    const CheckpointSnapshot& m_snapshot;
+};
+
+/// A dataset whose elements are written after HDF5 has closed the file, straight from host
+/// memory to its place in the file.
+struct DataRegion {
+    uint64_t offset = 0;  ///< byte offset in the file
+    int unit = 0;
+    int which = 0;
+    size_t begin = 0;     ///< first element (unit coordinates)
+    size_t count = 0;
+};
+
+/// Datasets of at least this many bytes are allocated 4 KiB-aligned and written by
+/// write_regions; smaller ones go through H5Dwrite.
+constexpr size_t kDirectMinBytes = 64u << 10;
+
+/// A contiguous float dataset (no chunk copies, no filter) for elements [begin, begin + n)
+/// of unit `unit`'s buffer `which`. A large one is only allocated here (no fill: its bytes
+/// are written later, see write_regions) and returned as a region; a small one is written
+/// from `src` now. Its bytes are covered by the shard's whole-file hash.
+std::optional<DataRegion> create_float_dataset(hid_t group, int unit, int which, size_t begin, size_t n,
+                                               ShardSource& src, const std::string& file) {
+    const char* name = kStateDatasets[static_cast<size_t>(which)];
+    const bool direct = n * sizeof(float) >= kDirectMinBytes;
     const hsize_t dims[1] = {static_cast<hsize_t>(n)};
     H5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-    h5_require(space.ok(), false, file, str("cannot set up dataset ", name));
-    H5Handle ds(H5Dcreate2(group, name, H5T_NATIVE_FLOAT, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                H5Dclose);
-    h5_require(ds.ok(), false, file, str("cannot create dataset ", name));
-    uint64_t hash = kHashSeed;
-    for (size_t at = 0; at < n; at += kStageFloats) {
-        const size_t count = std::min(kStageFloats, n - at);
-        state.copy_to_host(stage.data(), src + at, count);
-        const hsize_t start[1] = {static_cast<hsize_t>(at)};
-        const hsize_t len[1] = {static_cast<hsize_t>(count)};
-        H5Handle mem(H5Screate_simple(1, len, nullptr), H5Sclose);
-        h5_require(mem.ok(), false, file, str("cannot set up dataset ", name));
-        h5_require(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, len, nullptr) >= 0, false, file,
-                   str("cannot select elements of dataset ", name));
-        h5_require(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, stage.data()) >= 0,
-                   false, file, str("cannot write dataset ", name, " (disk full?)"));
-        hash = hash64(stage.data(), count * sizeof(float), hash);
+    H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    h5_require(space.ok() && dcpl.ok(), false, file, str("cannot set up dataset ", name));
+    if (direct) {
+        h5_require(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) >= 0 &&
+                       H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) >= 0,
+                   false, file, str("cannot set up dataset ", name));
     }
-    write_u64_attr(ds.get(), "hash64", hash, file);
+    H5Handle ds(H5Dcreate2(group, name, H5T_NATIVE_FLOAT, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                H5Dclose);
+    h5_require(ds.ok(), false, file, str("cannot create dataset ", name, " (disk full?)"));
+    if (direct) {
+        const haddr_t offset = H5Dget_offset(ds.get());
+        h5_require(offset != HADDR_UNDEF, false, file, str("dataset ", name, " has no storage"));
+        return DataRegion{offset, unit, which, begin, n};
+    }
+    if (n > 0) {
+        h5_require(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src.read(unit, which, begin, n)) >= 0,
+                   false, file, str("cannot write dataset ", name, " (disk full?)"));
+    }
+    return std::nullopt;
 }
 
 /// Refuses to start a write that cannot fit: HDF5 does not recover cleanly from ENOSPC in
@@ -337,19 +421,156 @@ void prepare_partial_dir(const SaveTarget& t) {
     if (ec) throw Error(str(t.partial, ": cannot create: ", ec.message()));
 }
 
+/// hash64 over a byte stream fed in pieces of any length: the same value as hash64 of the
+/// concatenation (whole 8-byte words first, bytes that do not fill a word carried over).
+class Hash64Stream {
+  public:
+    void update(const void* data, size_t n) {
+        const unsigned char* p = static_cast<const unsigned char*>(data);
+        if (m_carry_len > 0) {
+            const size_t take = std::min(n, 8 - m_carry_len);
+            std::memcpy(m_carry + m_carry_len, p, take);
+            m_carry_len += take;
+            p += take;
+            n -= take;
+            if (m_carry_len < 8) return;
+            m_state = hash64(m_carry, 8, m_state);
+            m_carry_len = 0;
+        }
+        const size_t words = n / 8 * 8;
+        m_state = hash64(p, words, m_state);
+        std::memcpy(m_carry, p + words, n - words);
+        m_carry_len = n - words;
+    }
+    uint64_t value() const { return hash64(m_carry, m_carry_len, m_state); }
+
+  private:
+    uint64_t m_state = kHashSeed;
+    unsigned char m_carry[8] = {};
+    size_t m_carry_len = 0;
+};
+
+/// pwrite of all `n` bytes at `offset` (retrying short writes); errno on failure, else 0.
+int pwrite_all(int fd, const void* data, size_t n, uint64_t offset) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+        const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? errno : ENOSPC;
+        p += w;
+        n -= static_cast<size_t>(w);
+        offset += static_cast<uint64_t>(w);
+    }
+    return 0;
+}
+
+/// The second half of writing a shard, after HDF5 closed the file with every large
+/// dataset allocated (4 KiB-aligned) but unwritten: writes each region's bytes from `src`
+/// to its place, in file order, and returns the whole file's hash64. The datasets' bytes are
+/// hashed from the memory they are written from, and only HDF5's structure between them is
+/// read back, so no data is read back from disk.
+///
+/// The data goes through O_DIRECT where the file system takes it: straight from memory to
+/// the disk, without a copy into the page cache. That copy was most of a save's CPU time
+/// (measured on this machine: 3.5 s of system time for a buffered 1.48 GB dd, 0.14 s with
+/// O_DIRECT), which matters most when the write runs beside training. Block tails, and
+/// file systems without O_DIRECT (tmpfs), use ordinary writes.
+uint64_t write_regions(const std::string& file, std::vector<DataRegion> regions, ShardSource& src,
+                       bool* used_direct) {
+    std::sort(regions.begin(), regions.end(), [](const DataRegion& a, const DataRegion& b) { return a.offset < b.offset; });
+    int fd = ::open(file.c_str(), O_RDWR);
+    if (fd < 0) throw Error(str(file, ": cannot open to write its data: ", std::strerror(errno)));
+    int direct_fd = ::open(file.c_str(), O_WRONLY | O_DIRECT);
+    struct Close {
+        int& a;
+        int& b;
+        ~Close() {
+            if (a >= 0) ::close(a);
+            if (b >= 0) ::close(b);
+        }
+    } close_both{fd, direct_fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw Error(str(file, ": cannot stat: ", std::strerror(errno)));
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    *used_direct = false;
+    Hash64Stream h;
+    std::vector<char> gap;
+    uint64_t pos = 0;
+    auto hash_file_bytes = [&](uint64_t to) {  // HDF5 structure in [pos, to), read from the file
+        while (pos < to) {
+            gap.resize(static_cast<size_t>(std::min<uint64_t>(to - pos, 1u << 20)));
+            const ssize_t got = ::pread(fd, gap.data(), gap.size(), static_cast<off_t>(pos));
+            if (got <= 0) {
+                throw Error(str(file, ": cannot read it back to hash it: ", got < 0 ? std::strerror(errno) : "short file"));
+            }
+            h.update(gap.data(), static_cast<size_t>(got));
+            pos += static_cast<uint64_t>(got);
+        }
+    };
+    for (const DataRegion& r : regions) {
+        const uint64_t bytes = r.count * sizeof(float);
+        if (r.offset < pos || r.offset + bytes > size) {
+            throw Error(str(file, ": dataset storage at ", r.offset, " (+", bytes, ") overlaps another or lies past "
+                            "the end of the file (", size, " bytes)"));
+        }
+        hash_file_bytes(r.offset);
+        const size_t piece = src.piece_floats();
+        for (size_t at = 0; at < r.count; at += piece) {
+            const size_t count = std::min(piece, r.count - at);
+            const char* host = reinterpret_cast<const char*>(src.read(r.unit, r.which, r.begin + at, count));
+            const uint64_t offset = r.offset + at * sizeof(float);
+            const size_t n = count * sizeof(float);
+            size_t done = 0;
+            if (direct_fd >= 0 && offset % kDirectAlign == 0 && reinterpret_cast<uintptr_t>(host) % kDirectAlign == 0) {
+                const size_t blocks = n / kDirectAlign * kDirectAlign;
+                const int err = blocks > 0 ? pwrite_all(direct_fd, host, blocks, offset) : 0;
+                if (err == 0) {
+                    done = blocks;
+                    *used_direct = *used_direct || blocks > 0;
+                } else if (err == EINVAL) {
+                    ::close(direct_fd);  // opened, but refuses direct writes: ordinary ones from here
+                    direct_fd = -1;
+                } else {
+                    throw Error(str(file, ": cannot write its data: ", std::strerror(err), " (disk full?)"));
+                }
+            }
+            if (done < n) {
+                const int err = pwrite_all(fd, host + done, n - done, offset + done);
+                if (err != 0) throw Error(str(file, ": cannot write its data: ", std::strerror(err), " (disk full?)"));
+            }
+            h.update(host, n);
+        }
+        pos = r.offset + bytes;
+    }
+    hash_file_bytes(size);
+    return h.value();
+}
+
+/// Seconds since `t0` (steady clock).
+double seconds_from(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 /// This rank's shard file: master, adam_m and adam_v of every range it is the primary owner
-/// of. The buffers may be device memory: they go through the host buffer `host`.
-ShardRecord write_shard(const SaveTarget& t, ModelState& state, int rank, int world) {
-    const ShardPlan& plan = state.shard_plan();
+/// of, read from `src`. Times its phases into `report`.
+ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource& src, int rank,
+                        CheckpointWriteReport& report) {
+    const int world = plan.world_size();
     if (!plan.is_primary(rank)) return ShardRecord{};
     const std::string file = (fs::path(t.partial) / shard_file_name(rank, world)).string();
     uint64_t payload = 0;
     for (int u = 0; u < plan.num_units(); ++u) payload += 3 * sizeof(float) * plan.primary_range(u, rank).size();
     require_free_space(t.partial, payload, file);
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<DataRegion> regions;
     {
-        H5Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+        // Large datasets start on 4 KiB boundaries, so their bytes can go to the disk by
+        // direct I/O once HDF5 has written the structure and closed the file.
+        H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+        h5_require(fapl.ok() && H5Pset_alignment(fapl.get(), kDirectMinBytes, kDirectAlign) >= 0, false, file,
+                   "cannot set up the file");
+        H5Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
         h5_require(f.ok(), false, file, "cannot create (permissions? disk full?)");
-        std::vector<float> stage(kStageFloats);
         for (int u = 0; u < plan.num_units(); ++u) {
             const ElementRange r = plan.primary_range(u, rank);
             if (r.empty()) continue;
@@ -358,17 +579,22 @@ ShardRecord write_shard(const SaveTarget& t, ModelState& state, int rank, int wo
             h5_require(g.ok(), false, file, str("cannot create group ", unit_group_name(u)));
             write_u64_attr(g.get(), "begin", r.begin, file);
             write_u64_attr(g.get(), "end", r.end, file);
-            for (const auto& [which, base] : state_buffers(state, u)) {
-                write_float_dataset(g.get(), which, state, base + r.begin, r.size(), stage, file);
+            for (int which = 0; which < 3; ++which) {
+                if (auto region = create_float_dataset(g.get(), u, which, r.begin, r.size(), src, file)) {
+                    regions.push_back(*region);
+                }
             }
         }
         h5_require(H5Fflush(f.get(), H5F_SCOPE_GLOBAL) >= 0, false, file, "cannot flush (disk full?)");
     }
-    fsync_path(file, false);
     ShardRecord mine;
     mine.written = 1;
+    mine.fnv = write_regions(file, std::move(regions), src, &report.direct_io);
+    report.shard_write_s = seconds_from(t0);
+    t0 = std::chrono::steady_clock::now();
+    fsync_path(file, false);
+    report.shard_sync_s = seconds_from(t0);
     mine.bytes = static_cast<uint64_t>(fs::file_size(file));
-    mine.fnv = file_hash64(file);
     return mine;
 }
 
@@ -389,10 +615,19 @@ nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardReco
     return shard_list;
 }
 
-/// meta_json (fields: checkpoint.hpp).
-nlohmann::json make_meta(const ModelState& state, const CheckpointRecord& record, const nlohmann::json& shards) {
+/// The manifest fields that describe the model: fixed for a run.
+nlohmann::json layout_meta(const ModelLayout& layout) {
+    nlohmann::json meta;
+    meta["model"] = model_record(layout.model);
+    meta["units"] = layout.unit_numel;
+    meta["tensors"] = layout_json(layout);
+    return meta;
+}
+
+/// meta_json (fields: checkpoint.hpp) without its shard list.
+nlohmann::json make_meta_base(const nlohmann::json& layout_fields, int world_size, int zero_stage,
+                              const CheckpointRecord& record) {
     const TrainProgress& progress = record.progress;
-    const ModelLayout& layout = state.layout();
     nlohmann::json meta;
     meta["format"] = kFormatName;
     meta["version"] = kFormatVersion;
@@ -400,8 +635,8 @@ nlohmann::json make_meta(const ModelState& state, const CheckpointRecord& record
     meta["applied_steps"] = progress.applied_steps;
     meta["samples_seen"] = progress.samples_seen;
     meta["tokens_seen"] = progress.tokens_seen;
-    meta["world_size"] = state.shard_plan().world_size();
-    meta["zero_stage"] = state.zero_stage();
+    meta["world_size"] = world_size;
+    meta["zero_stage"] = zero_stage;
     meta["dtype"] = record.dtype;
     meta["seed"] = record.seed;
     meta["scaler"] = {{"scale", progress.loss_scale},
@@ -410,10 +645,7 @@ nlohmann::json make_meta(const ModelState& state, const CheckpointRecord& record
                       {"hysteresis_left", progress.scaler_hysteresis_left}};
     meta["bad_steps"] = progress.bad_steps;
     meta["config_ini"] = record.config_ini;
-    meta["model"] = model_record(layout.model);
-    meta["units"] = layout.unit_numel;
-    meta["tensors"] = layout_json(layout);
-    meta["shards"] = shards;
+    for (const auto& [key, value] : layout_fields.items()) meta[key] = value;
     return meta;
 }
 
@@ -505,28 +737,132 @@ void prune(const SaveTarget& t, int keep) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
-                            const CheckpointRecord& record, int keep) {
+namespace {
+
+/// The save's phases on every rank: prepare step_N.partial (rank 0), write the shards, then
+/// on rank 0 meta.h5, the renames, `latest` and pruning. Each phase ends in an agreement.
+CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step, const ShardPlan& plan,
+                                         ShardSource& src, nlohmann::json meta, Communicator& comm, int keep) {
     silence_hdf5();
     const int rank = comm.rank();
-    const SaveTarget target = save_target(ckpt_dir, record.progress.step);
+    const SaveTarget target = save_target(ckpt_dir, step);
+    CheckpointWriteReport report;
+    auto t0 = std::chrono::steady_clock::now();
     agree_across_ranks(comm, [&] {
         if (rank == 0) prepare_partial_dir(target);
     });
+    const double prepare_s = seconds_from(t0);
     ShardRecord mine;
-    agree_across_ranks(comm, [&] { mine = write_shard(target, state, rank, comm.size()); });
+    agree_across_ranks(comm, [&] { mine = write_shard(target, plan, src, rank, report); });
+    t0 = std::chrono::steady_clock::now();
     std::vector<ShardRecord> records(static_cast<size_t>(comm.size()));
     comm.all_gather_bytes(&mine, records.data(), sizeof(ShardRecord));
+    for (const ShardRecord& r : records) report.bytes += r.bytes;
+    uint64_t meta_bytes = 0;
     agree_across_ranks(comm, [&] {
         if (rank != 0) return;
-        write_meta(target.partial, make_meta(state, record, shard_manifest(state.shard_plan(), records)));
+        meta["shards"] = shard_manifest(plan, records);
+        write_meta(target.partial, meta);
+        meta_bytes = static_cast<uint64_t>(fs::file_size(fs::path(target.partial) / kMetaFile));
         const std::string replaced = move_into_place(target);
         point_latest_at(target);
         std::error_code ec;
         if (!replaced.empty()) fs::remove_all(replaced, ec);
         prune(target, keep);
     });
-    return target.final_dir;
+    comm.broadcast_bytes(&meta_bytes, sizeof meta_bytes, 0);
+    report.bytes += meta_bytes;
+    report.publish_s = prepare_s + seconds_from(t0);
+    report.dir = target.final_dir;
+    return report;
+}
+
+}  // namespace
+
+CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
+                                       const CheckpointRecord& record, int keep) {
+    LiveStateSource src(state);
+    const ShardPlan& plan = state.shard_plan();
+    return publish_checkpoint(ckpt_dir, record.progress.step, plan, src,
+                              make_meta_base(layout_meta(state.layout()), plan.world_size(), state.zero_stage(), record),
+                              comm, keep);
+}
+
+CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, const CheckpointSnapshot& snapshot,
+                                       Communicator& comm, int keep) {
+    ZT_REQUIRE(snapshot.step() >= 0, "write_checkpoint: the snapshot was never captured");
+    SnapshotSource src(snapshot);
+    return publish_checkpoint(ckpt_dir, snapshot.step(), snapshot.plan(), src, snapshot.meta_base(), comm, keep);
+}
+
+std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
+                            const CheckpointRecord& record, int keep) {
+    return write_checkpoint(ckpt_dir, state, comm, record, keep).dir;
+}
+
+// ---------------------------------------------------------------------------------------
+// Snapshot
+// ---------------------------------------------------------------------------------------
+namespace {
+/// A snapshot block's floats rounded up to whole 4 KiB pages: every block starts
+/// page-aligned, so its bytes can go to the disk by direct I/O.
+size_t page_floats(size_t n) {
+    constexpr size_t per_page = kDirectAlign / sizeof(float);
+    return (n + per_page - 1) / per_page * per_page;
+}
+}  // namespace
+
+size_t CheckpointSnapshot::planned_bytes(const ShardPlan& plan, int rank) {
+    size_t floats = 0;
+    for (int u = 0; u < plan.num_units(); ++u) floats += 3 * page_floats(plan.primary_range(u, rank).size());
+    return floats * sizeof(float);
+}
+
+CheckpointSnapshot::CheckpointSnapshot(const ModelState& state, int rank, DeviceMemory* pinned)
+    : m_plan(std::make_unique<ShardPlan>(state.shard_plan())), m_rank(rank), m_pinned(pinned) {
+    m_unit_offset.resize(static_cast<size_t>(m_plan->num_units()));
+    for (int u = 0; u < m_plan->num_units(); ++u) {
+        m_unit_offset[static_cast<size_t>(u)] = m_floats;
+        m_floats += 3 * page_floats(m_plan->primary_range(u, rank).size());
+    }
+    const size_t bytes = std::max<size_t>(m_floats, 1) * sizeof(float);
+    if (m_pinned) {
+        m_host = static_cast<float*>(m_pinned->alloc_host(bytes));  // page-aligned
+    } else {
+        void* p = nullptr;
+        if (::posix_memalign(&p, kDirectAlign, bytes) != 0) {
+            throw Error(str("cannot allocate the ", bytes, "-byte checkpoint snapshot"));
+        }
+        m_host = static_cast<float*>(p);
+    }
+    std::memset(m_host, 0, bytes);  // touch every page now, not during a capture
+    m_layout_json = layout_meta(state.layout());
+}
+
+CheckpointSnapshot::~CheckpointSnapshot() {
+    if (m_pinned) {
+        m_pinned->free_host(m_host);
+    } else {
+        std::free(m_host);
+    }
+}
+
+const float* CheckpointSnapshot::data(int unit, int which) const {
+    const size_t n = page_floats(m_plan->primary_range(unit, m_rank).size());
+    return m_host + m_unit_offset[static_cast<size_t>(unit)] + static_cast<size_t>(which) * n;
+}
+
+void CheckpointSnapshot::capture(ModelState& state, const CheckpointRecord& record) {
+    for (int u = 0; u < m_plan->num_units(); ++u) {
+        const ElementRange r = m_plan->primary_range(u, m_rank);
+        if (r.empty()) continue;
+        const float* bases[3] = {state.master_base(u), state.adam_m_base(u), state.adam_v_base(u)};
+        for (int which = 0; which < 3; ++which) {
+            state.copy_to_host(const_cast<float*>(data(u, which)), bases[which] + r.begin, r.size());
+        }
+    }
+    m_step = record.progress.step;
+    m_meta_base = make_meta_base(m_layout_json, m_plan->world_size(), state.zero_stage(), record);
 }
 
 // ---------------------------------------------------------------------------------------

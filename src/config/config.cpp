@@ -128,6 +128,9 @@ const KeyDef kKeys[] = {
     ZT_KEY("checkpoint.on_error", checkpoint.on_error,
            "when a save fails (disk full, ...): stop (exit 1) | continue (warn and train on); the previous "
            "checkpoint stays intact either way"),
+    ZT_KEY("checkpoint.async", checkpoint.async,
+           "true: training blocks only while the state is copied to a host snapshot, and a background thread "
+           "writes the checkpoint beside the next steps | false: training waits for the whole write"),
 
     ZT_KEY("run.dir", run.dir, "run directory (logs, resolved config, checkpoints)"),
     ZT_KEY("run.memory_check", run.memory_check,

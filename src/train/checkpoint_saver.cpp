@@ -2,55 +2,142 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <system_error>
+#include <thread>
 
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/step_reporter.hpp"
 
 namespace zt {
+namespace {
+
+/// The report of a published checkpoint.
+CheckpointSaved saved_record(const CheckpointWriteReport& report, long step, bool async, double blocked_s,
+                             double write_s, double snapshot_s) {
+    CheckpointSaved saved;
+    saved.dir = report.dir;
+    saved.step = step;
+    saved.async = async;
+    saved.bytes = report.bytes;
+    saved.blocked_s = blocked_s;
+    saved.write_s = write_s;
+    saved.snapshot_s = snapshot_s;
+    saved.shard_write_s = report.shard_write_s;
+    saved.shard_sync_s = report.shard_sync_s;
+    saved.direct_io = report.direct_io;
+    saved.publish_s = report.publish_s;
+    return saved;
+}
+
+/// Test hook: ZT_TEST_CHECKPOINT_DELAY_MS=N makes every background write wait N ms before
+/// it starts, so tests can act while a write is surely in flight (a signal, a kill).
+int test_write_delay_ms() {
+    const char* v = std::getenv("ZT_TEST_CHECKPOINT_DELAY_MS");
+    return v ? std::atoi(v) : 0;
+}
+
+/// Whether MPI lets a second thread make calls while the training thread makes its own.
+bool mpi_thread_multiple() {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    return provided >= MPI_THREAD_MULTIPLE;
+}
+
+}  // namespace
 
 CheckpointSaver::CheckpointSaver(const Config& cfg, std::string ckpt_dir, ModelState& state, Communicator& comm,
-                                 StepReporter& reporter)
-    : m_cfg(cfg), m_ckpt_dir(std::move(ckpt_dir)), m_state(state), m_comm(comm), m_reporter(reporter) {}
+                                 StepReporter& reporter, MPI_Comm mpi_comm, DeviceMemory* pinned)
+    : m_cfg(cfg), m_ckpt_dir(std::move(ckpt_dir)), m_state(state), m_comm(comm), m_reporter(reporter) {
+    if (!cfg.checkpoint.async) return;
+    // One rank: the checkpoint communicator's collectives make no MPI calls at all.
+    if (comm.size() > 1 && !mpi_thread_multiple()) {
+        if (comm.rank() == 0) {
+            std::printf("ztrain: note: checkpoint.async needs MPI_THREAD_MULTIPLE, which this MPI library does not "
+                        "provide; checkpoints are written synchronously\n");
+        }
+        return;
+    }
+    m_ckpt_comm = make_mpi_communicator(mpi_comm);  // a duplicate: its own message space
+    m_snapshot = std::make_unique<CheckpointSnapshot>(state, comm.rank(), pinned);
+}
+
+CheckpointSaver::~CheckpointSaver() = default;
 
 bool CheckpointSaver::due(long done, bool stop_requested) const {
     const bool periodic = m_cfg.checkpoint.every > 0 && done % m_cfg.checkpoint.every == 0;
     return stop_requested || periodic || done == m_cfg.train.max_steps;
 }
 
-void CheckpointSaver::save(const TrainProgress& p) {
+void CheckpointSaver::handle_failure(long step, const Error& e) {
+    // Every rank sees the same error (the save agrees on failures). `latest` still names a
+    // complete checkpoint; the half-written directory goes.
     const bool root = m_comm.rank() == 0;
-    const auto t_save = std::chrono::steady_clock::now();
-    try {
-        CheckpointRecord record;
-        record.progress = p;
-        record.dtype = dtype_name(m_cfg.precision.dtype);
-        record.seed = m_cfg.train.seed;
-        record.config_ini = to_ini(m_cfg);
-        const std::string dir = save_checkpoint(m_ckpt_dir, m_state, m_comm, record, m_cfg.checkpoint.keep);
-        m_reporter.checkpoint_written(
-            dir, seconds_since(t_save));
-    } catch (const Error& e) {
-        // Every rank sees the same error (the save agrees on failures). `latest` still
-        // names a complete checkpoint; the half-written directory goes.
-        if (root) {
-            std::error_code ec;
-            std::filesystem::remove_all(std::filesystem::path(m_ckpt_dir) / (checkpoint_dir_name(p.step) + ".partial"),
-                                        ec);
-        }
-        if (m_cfg.checkpoint.on_error == OnCheckpointError::kStop) {
-            throw Error(str("checkpoint at step ", p.step, " failed: ", e.what(),
-                            " (latest still names a complete checkpoint; checkpoint.on_error = continue trains "
-                            "on)"));
-        }
-        if (root) {
-            std::fprintf(stderr, "ztrain: warning: checkpoint at step %ld failed: %s; training continues "
-                         "(checkpoint.on_error = continue); latest still names a complete checkpoint\n",
-                         p.step, e.what());
-        }
+    if (root) {
+        std::error_code ec;
+        std::filesystem::remove_all(std::filesystem::path(m_ckpt_dir) / (checkpoint_dir_name(step) + ".partial"), ec);
     }
+    if (m_cfg.checkpoint.on_error == OnCheckpointError::kStop) {
+        throw Error(str("checkpoint at step ", step, " failed: ", e.what(),
+                        " (latest still names a complete checkpoint; checkpoint.on_error = continue trains on)"));
+    }
+    if (root) {
+        std::fprintf(stderr, "ztrain: warning: checkpoint at step %ld failed: %s; training continues "
+                     "(checkpoint.on_error = continue); latest still names a complete checkpoint\n",
+                     step, e.what());
+    }
+}
+
+void CheckpointSaver::collect_finished() {
+    if (!m_writer.in_flight()) return;
+    try {
+        const CheckpointWriteReport report = m_writer.collect();
+        m_reporter.checkpoint_written(saved_record(
+            report, m_pending_step, true, m_pending_blocked_s,
+            std::chrono::duration<double>(m_pending_end - m_pending_start).count(), m_pending_snapshot_s));
+    } catch (const Error& e) {
+        handle_failure(m_pending_step, e);
+    }
+}
+
+void CheckpointSaver::save(const TrainProgress& p) {
+    const auto t_save = std::chrono::steady_clock::now();
+    CheckpointRecord record;
+    record.progress = p;
+    record.dtype = dtype_name(m_cfg.precision.dtype);
+    record.seed = m_cfg.train.seed;
+    record.config_ini = to_ini(m_cfg);
+    if (!m_snapshot) {
+        try {
+            const CheckpointWriteReport report =
+                write_checkpoint(m_ckpt_dir, m_state, m_comm, record, m_cfg.checkpoint.keep);
+            const double took = seconds_since(t_save);
+            m_reporter.checkpoint_written(saved_record(report, p.step, false, took, took, 0));
+        } catch (const Error& e) {
+            handle_failure(p.step, e);
+        }
+        return;
+    }
+    // One write at a time: a save that comes while the previous one is still being written
+    // waits for it (its time counts as blocked), so no save is ever skipped and the snapshot
+    // buffer is free again.
+    collect_finished();
+    const auto t_snapshot = std::chrono::steady_clock::now();
+    m_snapshot->capture(m_state, record);
+    m_pending_snapshot_s = seconds_since(t_snapshot);
+    m_pending_step = p.step;
+    m_pending_start = t_save;
+    m_pending_blocked_s = seconds_since(t_save);
+    const int delay_ms = test_write_delay_ms();
+    m_writer.start([this, delay_ms] {
+        if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        CheckpointWriteReport report = write_checkpoint(m_ckpt_dir, *m_snapshot, *m_ckpt_comm, m_cfg.checkpoint.keep);
+        m_pending_end = std::chrono::steady_clock::now();
+        return report;
+    });
 }
 
 }  // namespace zt

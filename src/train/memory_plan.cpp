@@ -103,6 +103,9 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
     const double params = closed_form_params(m);
     const ZeroMemoryFormulas f =
         zero_memory_formulas(stage, world_size, static_cast<size_t>(std::min(params, 1e18)), work);
+    // checkpoint.async's host snapshot: fp32 master, m and v of the largest rank's primary
+    // ranges (CheckpointSnapshot::planned_bytes where the manifest exists).
+    double snapshot_bytes = 12.0 * params / (stage > 0 ? world_size : 1);
     if (m.n_layer > kManifestMaxLayers) {
         // No manifest: the ZeRO formulas over the closed-form count (no shard padding, no
         // per-unit scratch; the shape is refused long before those would matter).
@@ -119,13 +122,17 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
         plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
         plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
                               "gathered units, gradient scratch, reductions in flight (peak)"});
+        const ShardPlan shards(layout.unit_numel, world_size, stage);
+        snapshot_bytes = 0;
+        for (int r = 0; r < world_size; ++r) {
+            snapshot_bytes = std::max(snapshot_bytes, static_cast<double>(CheckpointSnapshot::planned_bytes(shards, r)));
+        }
         if (!device && world_size > 1 && stage == 0) {
             // Open MPI's non-blocking all-reduce (libnbc) works on a temporary copy of each
             // bucket, and DDP has every bucket in flight before the step's sync: up to the
             // whole gradient arena in the wire dtype (measured: bench/memory_plan_bench.sh).
             // With another wire dtype the units are reduced from pooled copies, at most
             // GradientReducer::kMaxPooledInFlight at a time.
-            const ShardPlan shards(layout.unit_numel, world_size, stage);
             double largest = 0;
             for (const UnitShard& u : shards.shards()) largest = std::max(largest, static_cast<double>(u.padded_numel));
             const double wire = reduce == work
@@ -142,6 +149,10 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
                               t.recompute ? ", recompute (block outputs only)" : "",
                               " (fp32 buffers", work == DType::kF32 || device ? "" : " holding 16-bit values", ")")});
     plan.items.push_back({"tokens", Gpt::token_bytes(m, t.micro_batch), "inputs and targets (int32)"});
+    if (!device && cfg.checkpoint.async) {
+        plan.items.push_back({"ckpt snapshot", snapshot_bytes,
+                              "owned master, m, v copied for background writes (checkpoint.async)"});
+    }
     if (!device) {
         plan.items.push_back({"host staging", kHostPieceBytes, "initial values, checkpoint I/O (4 MiB each)"});
         plan.items.push_back({"baseline", baseline_bytes, "this process before allocating (MPI, OpenMP, BLAS)"});
@@ -206,6 +217,9 @@ std::string check_memory_plan(const MemoryPlan& plan, MemoryCheck mode, Communic
         if (big.name == "activations" || big.name == "tokens") {
             hint = "a smaller train.micro_batch (with train.grad_accum for the same batch)";
             if (!plan.recompute) hint += ", train.recompute = true";
+        } else if (big.name == "ckpt snapshot") {
+            hint = "checkpoint.async = false (synchronous saves need no snapshot), a higher parallel.zero_stage, or "
+                   "more ranks";
         } else {
             hint = "a higher parallel.zero_stage, or more ranks";
         }

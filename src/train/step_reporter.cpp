@@ -113,7 +113,8 @@ StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root,
       m_op_profile(op_profile),
       m_run_start(Clock::now()) {}
 
-void StepReporter::start(const Config& cfg, const StateBytes& sb, int threads, size_t train_windows,
+void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapshot_bytes, int threads,
+                         size_t train_windows,
                          std::optional<size_t> val_windows, DType work, DType reduce, const LossScalePolicy& loss_scale) {
     if (!m_root) return;
     const ModelConfig& mc = cfg.model;
@@ -129,6 +130,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, int threads, s
     mem["activations"] = m_model.activation_bytes();
     mem["scratch"] = sb.scratch;
     mem["model_state"] = sb.model_state();
+    mem["checkpoint_snapshot"] = snapshot_bytes;
     mem["world_size"] = world;
     mem["zero_stage"] = cfg.parallel.zero_stage;
     mem["dtype"] = dtype_name(cfg.precision.dtype);
@@ -142,6 +144,10 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, int threads, s
                 threads, cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
                 val_windows ? str(", ", *val_windows, " val windows").c_str() : "");
     print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, world, n_params, work);
+    if (snapshot_bytes > 0) {
+        std::printf("  %-12s %10.2f   %s\n", "ckpt snapshot", static_cast<double>(snapshot_bytes) / 1048576.0,
+                    "host copy of the owned master, m, v for background writes (checkpoint.async)");
+    }
     if (m_plan_rank > 0) {
         const double gib = 1024.0 * 1024 * 1024;
         std::printf("ztrain: predicted peak memory %.2f GiB per rank, %.2f GiB on this node", m_plan_rank / gib,
@@ -223,9 +229,27 @@ void StepReporter::sample(long step, const std::string& text) {
     if (m_root) std::printf("sample at step %ld:\n    %s\n", step, printable_text(text).c_str());
 }
 
-void StepReporter::checkpoint_written(const std::string& dir, double seconds) {
+void StepReporter::checkpoint_written(const CheckpointSaved& saved) {
     if (!m_root) return;
-    std::printf("ztrain: checkpoint %s written in %.2f s\n", dir.c_str(), seconds);
+    nlohmann::ordered_json rec;
+    rec["event"] = "checkpoint";
+    rec["step"] = saved.step;
+    rec["async"] = saved.async;
+    rec["bytes"] = saved.bytes;
+    rec["blocked_ms"] = saved.blocked_s * 1e3;
+    rec["write_ms"] = saved.write_s * 1e3;
+    rec["phases_ms"] = {{"snapshot", saved.snapshot_s * 1e3},
+                        {"shard_write", saved.shard_write_s * 1e3},
+                        {"shard_sync", saved.shard_sync_s * 1e3},
+                        {"publish", saved.publish_s * 1e3}};
+    rec["direct_io"] = saved.direct_io;
+    m_metrics.write(rec);
+    if (saved.async) {
+        std::printf("ztrain: checkpoint %s written in %.2f s (in the background; training blocked %.3f s)\n",
+                    saved.dir.c_str(), saved.write_s, saved.blocked_s);
+    } else {
+        std::printf("ztrain: checkpoint %s written in %.2f s\n", saved.dir.c_str(), saved.write_s);
+    }
     std::fflush(stdout);
 }
 

@@ -21,6 +21,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/comm/communicator.hpp"
+#include "ztrain/comm/device_memory.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/data/token_data.hpp"
@@ -189,13 +190,16 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, setup.device_comm.get(), model,
                           setup.op_profile);
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
+    // A GPU state's snapshot goes to page-locked host memory (full-speed copies).
+    const std::unique_ptr<DeviceMemory> pinned =
+        setup.backend_kind == BackendChoice::kCuda && cfg.checkpoint.async ? make_cuda_device_memory(nullptr) : nullptr;
+    CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm, pinned.get());
     const std::optional<size_t> val_windows =
         setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt;
-    reporter.start(cfg, state.bytes(), setup.backend->threads(), setup.train_data->num_windows(), val_windows, work,
-                   reduce, loss_scale);
+    reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(),
+                   setup.train_data->num_windows(), val_windows, work, reduce, loss_scale);
 
     Evaluator evaluator(tc, model, state, comm, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
-    CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter);
     TrainStep train_step(cfg, model, state, comm, setup.device_comm.get(), *setup.train_sampler, loss_scale, reporter,
                          options, setup.op_profile);
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
@@ -219,16 +223,22 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) {
             record_evaluation(evaluator.evaluate(done), summary);
         }
-        // Ranks agree on a pending stop signal at the step boundary, so all save together.
-        double stop = signals.pending();
-        comm.all_reduce_scalars(&stop, 1, ReduceOp::kMax);
+        // Ranks agree at the step boundary on a pending stop signal, so all save together,
+        // and on whether every rank's background write has finished, so all take its
+        // outcome (or its failure) at the same step.
+        double flags[2] = {signals.pending(), saver.writing() ? 1.0 : 0.0};
+        comm.all_reduce_scalars(flags, 2, ReduceOp::kMax);
+        const double stop = flags[0];
+        if (flags[1] == 0) saver.collect_finished();
         if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale));
         if (stop > 0) {
+            saver.finish();
             reporter.stopped_by_signal(static_cast<int>(stop), done);
             summary.stopped_by_signal = true;
             break;
         }
     }
+    saver.finish();  // the last write is published before the run ends
     reporter.finish(progress.step);
     // Every rank's measured peak against the plan (host memory: the resident set's high-water
     // mark; a GPU run's device peak is not measured here).

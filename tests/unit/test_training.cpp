@@ -195,6 +195,7 @@ TEST(Training, MetricsCarryTheContractFields) {
     EXPECT_TRUE(m[0].contains("dtype") && m[0]["dtype"].is_string()) << m[0];
     int steps = 0;
     int evals = 0;
+    int saves = 0;
     // The last record is the measured peak memory per rank against the plan.
     ASSERT_EQ(m.back()["event"], "memory_peak") << m.back();
     EXPECT_TRUE(m.back()["predicted_peak"].is_number() && m.back()["measured_peak"].is_array() &&
@@ -207,6 +208,19 @@ TEST(Training, MetricsCarryTheContractFields) {
         if (r.contains("val_loss")) {
             EXPECT_TRUE(r["val_loss"].is_number()) << r;
             ++evals;
+            continue;
+        }
+        if (r.value("event", "") == "checkpoint") {
+            // One per save (the end of the run here), with the contract's fields.
+            EXPECT_EQ(r["step"], 3) << r;
+            EXPECT_TRUE(r["async"].is_boolean()) << r;
+            EXPECT_TRUE(r["bytes"].is_number_integer() && r["bytes"].get<int64_t>() > 0) << r;
+            for (const char* k : {"blocked_ms", "write_ms"}) {
+                EXPECT_TRUE(r.contains(k) && r[k].is_number() && r[k].get<double>() >= 0.0)
+                    << "checkpoint record: " << k << " in " << r;
+            }
+            EXPECT_LE(r["blocked_ms"].get<double>(), r["write_ms"].get<double>()) << r;
+            ++saves;
             continue;
         }
         ++steps;
@@ -227,7 +241,9 @@ TEST(Training, MetricsCarryTheContractFields) {
     }
     EXPECT_EQ(steps, 3);
     EXPECT_GE(evals, 1);
-    EXPECT_TRUE(m[m.size() - 2].contains("val_loss")) << "the last evaluation comes before the memory_peak record";
+    EXPECT_EQ(saves, 1);
+    EXPECT_TRUE(m[m.size() - 3].contains("val_loss"))
+        << "the last evaluation comes before the final checkpoint's and the memory_peak record";
 }
 
 // A run whose gradients keep going non-finite stops with a message instead of training on:

@@ -3,13 +3,18 @@
 // working dtype; the formula text and the model-state total follow the ZeRO paper.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
+#include "test_support.hpp"
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "ztrain/parallel/shard_layout.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
+#include "ztrain/train/memory_plan.hpp"
 
 namespace zt {
 namespace {
@@ -68,6 +73,40 @@ TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
             EXPECT_EQ(plan * sizeof(float), static_cast<double>(model.activation_bytes()))
                 << "batch " << batch << (recompute ? ", recompute" : "");
         }
+    }
+}
+
+TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
+    // checkpoint.async's host snapshot: the plan item is what CheckpointSnapshot allocates
+    // (12 bytes per primary element: master, m, v) at every stage, and absent when saves
+    // are synchronous. At N ranks the item is the largest rank's share.
+    Config cfg;
+    cfg.model = test::model_config(2, 2, 32, 16, 50);
+    const ModelLayout layout = make_gpt_layout(cfg.model);
+    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    const auto item = [](const MemoryPlan& plan) {
+        for (const MemoryItem& i : plan.items) {
+            if (i.name == "ckpt snapshot") return i.bytes;
+        }
+        return -1.0;
+    };
+    for (int stage = 0; stage <= 3; ++stage) {
+        cfg.parallel.zero_stage = stage;
+        ModelState state(layout, *backend, self_communicator(), stage, 4096, 1, DType::kF32, DType::kF32);
+        const CheckpointSnapshot snapshot(state, 0);
+        cfg.checkpoint.async = true;
+        EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), static_cast<double>(snapshot.bytes())) << "stage " << stage;
+        const ShardPlan four(layout.unit_numel, 4, stage);
+        double largest = 0;
+        for (int r = 0; r < 4; ++r) largest = std::max(largest, static_cast<double>(CheckpointSnapshot::planned_bytes(four, r)));
+        EXPECT_EQ(item(plan_memory(cfg, 4, 4, 0, 0, false)), largest) << "stage " << stage << ", 4 ranks";
+        if (stage == 0) {
+            EXPECT_EQ(largest, static_cast<double>(snapshot.bytes())) << "DDP: rank 0 saves everything";
+        } else {
+            EXPECT_LE(largest, static_cast<double>(snapshot.bytes())) << "stage " << stage << ": a ZeRO rank saves a part";
+        }
+        cfg.checkpoint.async = false;
+        EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), -1.0) << "no snapshot for synchronous saves";
     }
 }
 

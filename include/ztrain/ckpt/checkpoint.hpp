@@ -17,11 +17,14 @@
 //
 // Checksums: meta_json lists every shard file with its size and hash64 (below) of its bytes,
 // checked before a shard is used, so damage anywhere in a shard file (data or HDF5
-// structure) is caught; each shard dataset also carries its own hash64 attribute. meta.h5
-// is covered by CHECKSUM as a whole, and its meta_json dataset (chunked) by HDF5's
-// Fletcher32 filter; meta.h5 carries no attribute (none is opened on load). Shard datasets
-// are contiguous (no chunk copies, no filter), so a save costs little more than the raw
-// write of the bytes.
+// structure) is caught. (Checkpoints written before 2026-11-24 also carry a hash64
+// attribute per shard dataset, checked on whole-dataset reads; the whole-file hash covers
+// the same bytes, so new saves skip that second pass over the data.) meta.h5 is covered by
+// CHECKSUM as a whole, and its meta_json dataset (chunked) by HDF5's Fletcher32 filter;
+// meta.h5 carries no attribute (none is opened on load). Shard datasets are contiguous (no
+// chunk copies, no filter); those of 64 KiB and more start on 4 KiB boundaries and are
+// written by direct I/O after HDF5 has written the file's structure, and hashed from the
+// memory they are written from (checkpoint.cpp, write_regions).
 //
 // A checkpoint is complete or absent: every file goes to step_N.partial/, each rank fsyncs
 // its file, rank 0 writes meta.h5 (with the other files' hashes) after a barrier, renames
@@ -47,6 +50,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,7 +59,9 @@
 namespace zt {
 
 class Communicator;
+class DeviceMemory;
 class ModelState;
+class ShardPlan;
 
 /// Training-loop state that travels with the weights.
 struct TrainProgress {
@@ -115,6 +121,72 @@ uint64_t file_hash64(const std::string& path);
 /// directory, never a damaged complete checkpoint or `latest`.
 std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
                             const CheckpointRecord& record, int keep);
+
+/// What one save did, for the metrics record and the benchmark: where it went, the bytes of
+/// every file it published (all ranks' shards and meta.h5), and where this rank's time went.
+struct CheckpointWriteReport {
+    std::string dir;
+    uint64_t bytes = 0;
+    double shard_write_s = 0;  ///< this rank's shard: HDF5 structure, data written and hashed
+    double shard_sync_s = 0;   ///< its fsync
+    double publish_s = 0;      ///< agreements, meta.h5, renames, latest, pruning
+    bool direct_io = false;    ///< this rank's data went to the disk by O_DIRECT
+};
+
+/// One rank's part of a checkpoint, copied out of the live state at a step boundary: the
+/// master weights, AdamW m and v of every range this rank is the primary owner of, and the
+/// manifest fields. The write reads only the snapshot, so training may change the state
+/// while it runs (checkpoint.async). The buffer is allocated once and reused by every
+/// capture.
+class CheckpointSnapshot {
+  public:
+    /// Allocates the host buffer for this rank's primary ranges of `state`: pinned through
+    /// `pinned` where given (a GPU state: full-speed device-to-host copies), else plain host
+    /// memory. Every page is touched here, so no capture pays for page faults.
+    CheckpointSnapshot(const ModelState& state, int rank, DeviceMemory* pinned = nullptr);
+    ~CheckpointSnapshot();
+    CheckpointSnapshot(const CheckpointSnapshot&) = delete;
+    CheckpointSnapshot& operator=(const CheckpointSnapshot&) = delete;
+
+    /// Host bytes a snapshot of `rank`'s part of `plan` holds (the memory plan's item):
+    /// 12 per primary element, each block rounded up to whole 4 KiB pages.
+    static size_t planned_bytes(const ShardPlan& plan, int rank);
+    size_t bytes() const { return m_floats * sizeof(float); }
+
+    /// Copies the state as it is now, with `record`, into the buffer (waits for the state's
+    /// outstanding gathers; the copy itself is parallel on host memory).
+    void capture(ModelState& state, const CheckpointRecord& record);
+
+    long step() const { return m_step; }
+    int rank() const { return m_rank; }
+    const ShardPlan& plan() const { return *m_plan; }
+    /// The manifest without its shard list (make_meta's fields; filled by capture).
+    const nlohmann::json& meta_base() const { return m_meta_base; }
+    /// Element e of unit `unit`'s primary range, buffer `which` (0 master, 1 adam_m,
+    /// 2 adam_v), at pointer[e - primary_range.begin].
+    const float* data(int unit, int which) const;
+
+  private:
+    std::unique_ptr<ShardPlan> m_plan;
+    int m_rank;
+    DeviceMemory* m_pinned;
+    float* m_host = nullptr;
+    size_t m_floats = 0;
+    std::vector<size_t> m_unit_offset;  ///< per unit: offset of its master part in m_host
+    nlohmann::json m_layout_json;       ///< model, units, tensors: fixed for the run
+    nlohmann::json m_meta_base;
+    long m_step = -1;
+};
+
+/// Writes `state` + `record` (streamed through a small host buffer, no snapshot) and
+/// reports what it did. Collective; errors as save_checkpoint.
+CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
+                                       const CheckpointRecord& record, int keep);
+/// Writes a captured snapshot. Touches no ModelState, so it may run on a background thread
+/// while training goes on; `comm` must then be a communicator of its own (its collectives
+/// run beside the training ones). Collective; errors as save_checkpoint.
+CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, const CheckpointSnapshot& snapshot,
+                                       Communicator& comm, int keep);
 
 /// Resolves checkpoint.resume: "never" -> ""; "auto" -> the directory `latest` names in
 /// ckpt_dir, or "" when there is none; otherwise the given path (a step directory, or a

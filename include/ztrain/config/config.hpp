@@ -121,6 +121,9 @@ struct CheckpointConfig {
     int keep = 2;
     ResumeSetting resume;              ///< auto | never | PATH
     OnCheckpointError on_error = OnCheckpointError::kStop;  ///< stop (exit 1) | continue (warn, train on)
+    /// true: a save copies the state into a host snapshot and a background thread writes
+    /// it while training goes on; false: training waits for the whole write.
+    bool async = true;
 };
 
 struct RunConfig {

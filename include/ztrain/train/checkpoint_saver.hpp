@@ -2,36 +2,81 @@
 // stop signal; a failed save either stops the run (checkpoint.on_error = stop, exit 1) or is
 // reported and training goes on (continue). Either way `latest` still names a complete
 // checkpoint and the half-written directory goes. Not here: the format (ckpt/checkpoint.hpp).
+//
+// checkpoint.async = true: a save waits for the previous write (if one is still running),
+// copies this rank's owned state into a host snapshot (the only time training is blocked)
+// and hands the write to a background thread (ckpt/background_writer.hpp), whose
+// agreements and publish run on a communicator of their own beside the training
+// collectives. The write's outcome is taken at the first step boundary where every rank's
+// writer has finished (the loop's agreed flag), so all ranks report it, or stop on its
+// failure, at the same step.
 #pragma once
 
+#include <mpi.h>
+
+#include <chrono>
+#include <memory>
 #include <string>
 
+#include "ztrain/ckpt/background_writer.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/config/config.hpp"
 
 namespace zt {
 
 class Communicator;
+class Error;
+class DeviceMemory;
 class ModelState;
 class StepReporter;
 
 class CheckpointSaver {
   public:
+    /// `mpi_comm`: the training ranks (async saves talk over a duplicate of it). `pinned`:
+    /// page-locked host memory for a GPU state's snapshot (null: plain host memory).
     CheckpointSaver(const Config& cfg, std::string ckpt_dir, ModelState& state, Communicator& comm,
-                    StepReporter& reporter);
+                    StepReporter& reporter, MPI_Comm mpi_comm, DeviceMemory* pinned);
+    /// Waits for a write in flight without reporting it (an error is unwinding).
+    ~CheckpointSaver();
 
     /// Whether the loop saves after `done` steps: periodic, last step, or a stop signal.
     bool due(long done, bool stop_requested) const;
 
-    /// Saves `progress` (collective). Throws Error when the save failed and on_error = stop.
+    /// Saves `progress` (collective). Throws Error when the save (or, async, the previous
+    /// one, collected first) failed and on_error = stop.
     void save(const TrainProgress& progress);
 
+    /// Whether this rank's background write is still running: the step boundary's input to
+    /// the agreement that decides when every rank collects it.
+    bool writing() const { return m_writer.running(); }
+    /// Reports a finished background write, or handles its failure like a synchronous one.
+    /// Call when the ranks agreed that no writer is running (no-op when none is in flight).
+    void collect_finished();
+    /// Waits for the write in flight and reports it (end of training, stop signal).
+    void finish() { collect_finished(); }
+
+    bool async() const { return m_snapshot != nullptr; }
+    /// Host bytes the async snapshot holds (0 for synchronous saves).
+    size_t snapshot_bytes() const { return m_snapshot ? m_snapshot->bytes() : 0; }
+
   private:
+    /// A failed save: the partial directory goes; on_error decides stop or warn.
+    void handle_failure(long step, const Error& e);
+
     const Config& m_cfg;
     std::string m_ckpt_dir;
     ModelState& m_state;
     Communicator& m_comm;
     StepReporter& m_reporter;
+    std::unique_ptr<Communicator> m_ckpt_comm;   ///< async: checkpoint traffic only
+    std::unique_ptr<CheckpointSnapshot> m_snapshot;
+    // The write in flight.
+    long m_pending_step = 0;
+    double m_pending_blocked_s = 0;
+    double m_pending_snapshot_s = 0;
+    std::chrono::steady_clock::time_point m_pending_start;
+    std::chrono::steady_clock::time_point m_pending_end;  ///< set by the writer thread
+    BackgroundWriter m_writer;  ///< declared last: joined before anything it uses goes
 };
 
 }  // namespace zt

@@ -60,6 +60,19 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// A published checkpoint, as the metrics record and the console line report it.
+struct CheckpointSaved {
+    std::string dir;
+    long step = 0;
+    bool async = false;
+    uint64_t bytes = 0;      ///< every file published (all ranks' shards and meta.h5)
+    double blocked_s = 0;    ///< the training loop waited this long
+    double write_s = 0;      ///< save start to published checkpoint
+    /// Where rank 0's write time went (ckpt/checkpoint.hpp's CheckpointWriteReport).
+    double snapshot_s = 0, shard_write_s = 0, shard_sync_s = 0, publish_s = 0;
+    bool direct_io = false;  ///< rank 0's data went to the disk by O_DIRECT
+};
+
 class StepReporter {
   public:
     /// Opens run_dir/metrics.jsonl on rank 0 (`root`), appending when the run resumes.
@@ -81,7 +94,8 @@ class StepReporter {
     void memory_peaks(const std::vector<double>& measured);
     /// The memory record, the model and batch lines, the memory table (bytes per kind next to
     /// the ZeRO formula each should follow) and, for 16-bit runs, the precision line.
-    void start(const Config& cfg, const StateBytes& bytes, int threads, size_t train_windows,
+    /// `snapshot_bytes`: the async checkpoint snapshot's host buffer (0: synchronous saves).
+    void start(const Config& cfg, const StateBytes& bytes, size_t snapshot_bytes, int threads, size_t train_windows,
                std::optional<size_t> val_windows, DType work, DType reduce, const LossScalePolicy& loss_scale);
     /// Starts the clock of the closing line (the training loop begins); `first_step` is the
     /// number of steps already done (the resumed step; 0 for a fresh run). Speeds, the ETA
@@ -97,7 +111,8 @@ class StepReporter {
     void step(const StepReport& r);
     void val_loss(long step, double loss);
     void sample(long step, const std::string& text);
-    void checkpoint_written(const std::string& dir, double seconds);
+    /// {"event":"checkpoint","step","async","bytes","blocked_ms","write_ms"} and a console line.
+    void checkpoint_written(const CheckpointSaved& saved);
     void stopped_by_signal(int signal, long step);
     /// "ztrain: N steps in T" (fresh), "ztrain: N steps (A to B) in T" (resumed); `last_step`
     /// is the number of steps done at the end.

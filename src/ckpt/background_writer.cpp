@@ -1,0 +1,42 @@
+#include "ztrain/ckpt/background_writer.hpp"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <utility>
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+BackgroundWriter::~BackgroundWriter() {
+    if (m_thread.joinable()) m_thread.join();
+}
+
+void BackgroundWriter::start(Job job) {
+    ZT_REQUIRE(!in_flight(), "BackgroundWriter::start: the previous write was not collected");
+    m_done.store(false, std::memory_order_release);
+    m_error = nullptr;
+    m_thread = std::thread([this, job = std::move(job)] {
+        // Below the training threads: the write's CPU work (copies into the page cache,
+        // hashing) takes the cycles training leaves idle first, and its I/O waits cost
+        // nothing. Best effort: a failure leaves the thread at normal priority.
+        (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+        try {
+            m_report = job();
+        } catch (...) {
+            m_error = std::current_exception();
+        }
+        m_done.store(true, std::memory_order_release);
+    });
+}
+
+CheckpointWriteReport BackgroundWriter::collect() {
+    ZT_REQUIRE(in_flight(), "BackgroundWriter::collect: no write in flight");
+    m_thread.join();
+    if (m_error) std::rethrow_exception(std::exchange(m_error, nullptr));
+    return m_report;
+}
+
+}  // namespace zt

@@ -1,0 +1,157 @@
+// Asynchronous checkpoints on one rank: a snapshot is the state at capture, whatever the
+// state does afterwards; the background writer holds a write in flight until it is
+// collected and hands its failure (a real full file system) to the collector; the write
+// from a snapshot produces the same files a synchronous save does.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+#include "ztrain/ckpt/background_writer.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/model/gpt.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zt {
+namespace {
+
+/// Master, m and v of every owned element set from `salt`, so states are told apart.
+void fill_state(ModelState& s, float salt) {
+    for (int u = 0; u < s.layout().num_units(); ++u) {
+        for (size_t e = s.owned_begin(u); e < s.owned_end(u); ++e) {
+            s.master_base(u)[e] = salt + static_cast<float>(u) + static_cast<float>(e) * 1e-3f;
+            s.adam_m_base(u)[e] = -salt - static_cast<float>(e);
+            s.adam_v_base(u)[e] = 2 * salt + static_cast<float>(e);
+        }
+    }
+}
+
+CheckpointRecord record_at(long step) {
+    CheckpointRecord r;
+    r.dtype = "fp32";
+    r.seed = 5;
+    r.progress.step = step;
+    r.progress.applied_steps = step;
+    return r;
+}
+
+struct AsyncFixture {
+    ModelConfig mc = test::model_config(2, 2, 16, 8, 40);
+    ModelLayout layout = make_gpt_layout(mc);
+    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    test::ScratchDir dir{"async"};
+};
+
+TEST(CheckpointSnapshot, HoldsTheStateAtCaptureAndWritesWhatASyncSaveWrites) {
+    AsyncFixture f;
+    for (int stage : {0, 3}) {
+        ModelState state(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 1, DType::kF32, DType::kF32);
+        fill_state(state, 3.f);
+        const std::vector<float> at_capture = state.owned_optimizer_state();
+        CheckpointSnapshot snap(state, 0);
+        EXPECT_EQ(snap.bytes(), CheckpointSnapshot::planned_bytes(state.shard_plan(), 0));
+        // 12 bytes per owned element, each of the 3 x units blocks rounded up to 4 KiB pages.
+        EXPECT_GE(snap.bytes(), at_capture.size() * sizeof(float));
+        EXPECT_LT(snap.bytes(), at_capture.size() * sizeof(float) + 3 * f.layout.unit_numel.size() * 4096);
+        snap.capture(state, record_at(4));
+        fill_state(state, 9.f);  // training goes on
+        const std::string ckpt = f.dir.file("snap" + std::to_string(stage));
+        const CheckpointWriteReport report = write_checkpoint(ckpt, snap, self_communicator(), 2);
+        EXPECT_EQ(fs::path(report.dir).filename(), "step_00000004");
+        EXPECT_GT(report.bytes, at_capture.size() * sizeof(float)) << "shards + meta.h5";
+        ModelState loaded(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 2, DType::kF32, DType::kF32);
+        load_checkpoint(report.dir, loaded, self_communicator());
+        const std::vector<float> got = loaded.owned_optimizer_state();
+        ASSERT_EQ(got.size(), at_capture.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(got[i], at_capture[i]) << "stage " << stage << ": element " << i
+                                             << " is not the value at capture";
+        }
+        // The same state saved synchronously: the shard files are byte-identical.
+        fill_state(state, 3.f);
+        const std::string sync_ckpt = f.dir.file("sync" + std::to_string(stage));
+        const std::string sync_dir = save_checkpoint(sync_ckpt, state, self_communicator(), record_at(4), 2);
+        const std::string shard = "shard_00000_of_00001.h5";
+        EXPECT_EQ(file_hash64(report.dir + "/" + shard), file_hash64(sync_dir + "/" + shard))
+            << "stage " << stage << ": the snapshot's shard differs from the synchronous save's";
+    }
+}
+
+TEST(BackgroundWriter, ASlowWriteStaysInFlightUntilCollected) {
+    BackgroundWriter writer;
+    EXPECT_FALSE(writer.in_flight());
+    const auto t0 = std::chrono::steady_clock::now();
+    writer.start([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a slow file system
+        CheckpointWriteReport r;
+        r.dir = "written";
+        r.bytes = 42;
+        return r;
+    });
+    EXPECT_TRUE(writer.in_flight());
+    EXPECT_TRUE(writer.running()) << "the 300 ms write cannot have finished already";
+    EXPECT_THROW(writer.start([] { return CheckpointWriteReport{}; }), Error) << "one write at a time";
+    const CheckpointWriteReport r = writer.collect();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(waited, 0.3) << "collect returned before the write finished";
+    EXPECT_EQ(r.dir, "written");
+    EXPECT_EQ(r.bytes, 42u);
+    EXPECT_FALSE(writer.in_flight());
+    EXPECT_FALSE(writer.running());
+}
+
+TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStillLoads) {
+    AsyncFixture f;
+    f.mc = test::model_config(2, 2, 64, 8, 40);  // ~1.3 MB per checkpoint: well above the save's slack
+    f.layout = make_gpt_layout(f.mc);
+    // A real full disk: a tmpfs that holds one checkpoint of this model but not two.
+    const std::string mnt = f.dir.file("tmpfs");
+    fs::create_directories(mnt);
+    ModelState state(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 1, DType::kF32, DType::kF32);
+    const size_t one = CheckpointSnapshot::planned_bytes(state.shard_plan(), 0);
+    const std::string size = "size=" + std::to_string((one * 3 / 2 + (300u << 10)) / 4096 * 4096);
+    if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, size.c_str()) != 0) {
+        GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << std::strerror(errno);
+    }
+    struct Unmount {
+        std::string path;
+        ~Unmount() { ::umount(path.c_str()); }
+    } unmount{mnt};
+    const std::string ckpt = mnt + "/ckpt";
+    fill_state(state, 3.f);
+    const std::vector<float> first = state.owned_optimizer_state();
+    CheckpointSnapshot snap(state, 0);
+    BackgroundWriter writer;
+    snap.capture(state, record_at(2));
+    writer.start([&] { return write_checkpoint(ckpt, snap, self_communicator(), 2); });
+    EXPECT_EQ(fs::path(writer.collect().dir).filename(), "step_00000002");
+    fill_state(state, 7.f);
+    snap.capture(state, record_at(4));
+    writer.start([&] { return write_checkpoint(ckpt, snap, self_communicator(), 2); });
+    try {
+        writer.collect();
+        FAIL() << "a write larger than the free space succeeded";
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("step_00000004.partial/shard_00000_of_00001.h5"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("disk full"), std::string::npos) << msg;
+    }
+    EXPECT_FALSE(writer.in_flight());
+    EXPECT_EQ(resolve_resume("auto", ckpt), ckpt + "/step_00000002");
+    ModelState loaded(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 2, DType::kF32, DType::kF32);
+    load_checkpoint(ckpt + "/step_00000002", loaded, self_communicator());
+    EXPECT_EQ(loaded.owned_optimizer_state(), first);
+}
+
+}  // namespace
+}  // namespace zt
