@@ -54,6 +54,12 @@ std::string BackendCapabilities::work_dtypes() const {
     return out;
 }
 
+double cuda_attention_scratch_floats(int T, int NH) {
+    // The causal copy of P and dP -> dS for the NH query heads of one batch element
+    // (cuda/attention.cu works through the batch one element at a time).
+    return 2.0 * NH * static_cast<double>(T) * static_cast<double>(T);
+}
+
 BackendCapabilities cuda_capabilities() {
     // The precision ops (cast, accumulate) run on the GPU, but the model's compute ops take
     // fp32 activations only and the bf16/fp16 kernels are not wired into them yet (the GPU

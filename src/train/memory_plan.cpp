@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cuda_backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
@@ -171,7 +172,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
 MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) {
     const ModelConfig& m = cfg.model;
     const bool cuda = cfg.backend == BackendChoice::kCuda;
-    double scratch = 2.0 * m.n_head * static_cast<double>(m.seq_len) * m.seq_len;
+    double scratch = cuda_attention_scratch_floats(m.seq_len, m.n_head);
     if (!cuda) {
         int threads = cfg.train.threads;
         if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_per_node);

@@ -62,6 +62,11 @@ std::unique_ptr<CudaBackend> make_cuda_backend(int device);
 /// trainer's input check); CudaBackend::capabilities() returns the same.
 BackendCapabilities cuda_capabilities();
 
+/// Floats of attention-backward scratch the CUDA backend needs (its
+/// attention_scratch_floats), in every build: the memory plan sizes a GPU run with it
+/// before a device is opened. In double, so an absurd seq_len cannot overflow it.
+double cuda_attention_scratch_floats(int T, int NH);
+
 /// The compute stream of `b` (a cudaStream_t as void*) when it is a CudaBackend (also
 /// behind a decorator such as ProfilingBackend), else null.
 void* cuda_stream(Backend& b);

@@ -46,7 +46,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
 
 /// The plan `ztrain --plan` prints: cfg on `world_size` ranks, `ranks_per_node` per node,
 /// with the attention scratch of the backend cfg names (a CPU backend is made to ask it;
-/// cuda's is 2 n_head seq_len^2 floats, cuda/attention.cu) and this process's baseline.
+/// cuda's: cuda_attention_scratch_floats) and this process's baseline.
 MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node);
 
 /// This process's resident set now (VmRSS), in bytes; 0 when unknown.

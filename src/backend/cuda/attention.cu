@@ -75,11 +75,6 @@ void gqa_attention_forward(const Blas& blas, float* out, float* att, const float
     }
 }
 
-size_t attention_scratch_floats(int T, int NH) {
-    // The causal copy of P and dP -> dS for the NH query heads of one batch element.
-    return 2 * static_cast<size_t>(NH) * T * T;
-}
-
 void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
                             const float* att, int B, int T, int NH, int NKV, int hs, cudaStream_t stream) {
     const AttentionDims d = gqa_attention_dims(T, NH, NKV, hs);

@@ -220,7 +220,7 @@ class CudaBackendImpl final : public CudaBackend {
         cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_stream);
     }
     size_t attention_scratch_floats(int /*B*/, int T, int NH) const override {
-        return cuda::attention_scratch_floats(T, NH);
+        return static_cast<size_t>(cuda_attention_scratch_floats(T, NH));
     }
     void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                          int C) override {

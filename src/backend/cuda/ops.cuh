@@ -125,8 +125,6 @@ void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
 /// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH).
 void gqa_attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int NH,
                            int NKV, int hs, cudaStream_t stream);
-/// Scratch floats gqa_attention_backward needs (any NKV).
-size_t attention_scratch_floats(int T, int NH);
 void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
                             const float* att, int B, int T, int NH, int NKV, int hs, cudaStream_t stream);
 
