@@ -887,30 +887,27 @@ void validate(const Config& cfg) { validate_read(cfg, RejectedSettings{}); }
 
 namespace {
 
+/// The first of `keys` whose value (as text) is not its default, or nullptr.
+const char* first_not_default(const Validator& v, std::initializer_list<const char*> keys) {
+    const Config defaults;
+    for (const char* key : keys) {
+        if (v.value(key) != format_value(*find_key(key), defaults)) return key;
+    }
+    return nullptr;
+}
+
 /// The Llama keys: with arch = gpt2 each must keep its default (a value there would be
 /// silently ignored otherwise); with arch = llama, their values and relations.
 void check_llama_keys(const Validator& v, const ModelConfig& m) {
-    const ModelConfig d;
     v.check_read("model.rope_scaling");
     if (!m.is_llama()) {
-        const std::pair<const char*, bool> differs[] = {
-            {"model.n_kv_head", m.n_kv_head != d.n_kv_head},
-            {"model.ffn_dim", m.ffn_dim != d.ffn_dim},
-            {"model.rope_theta", m.rope_theta != d.rope_theta},
-            {"model.rope_scaling", m.rope_scaling != d.rope_scaling},
-            {"model.rope_factor", m.rope_factor != d.rope_factor},
-            {"model.rope_low_freq_factor", m.rope_low_freq_factor != d.rope_low_freq_factor},
-            {"model.rope_high_freq_factor", m.rope_high_freq_factor != d.rope_high_freq_factor},
-            {"model.rope_original_context", m.rope_original_context != d.rope_original_context},
-            {"model.norm_eps", m.norm_eps != d.norm_eps},
-            {"model.tie_embeddings", m.tie_embeddings != d.tie_embeddings},
-        };
-        for (const auto& [key, set] : differs) {
-            if (set) {
-                throw InputError(str(v.origin({key, "model.arch"}), key, " = ", v.value(key),
-                                     " applies only to model.arch = llama (model.arch is ", setting_text(m.arch),
-                                     "): remove it, or set model.arch = llama"));
-            }
+        if (const char* key = first_not_default(
+                v, {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling", "model.rope_factor",
+                    "model.rope_low_freq_factor", "model.rope_high_freq_factor", "model.rope_original_context",
+                    "model.norm_eps", "model.tie_embeddings"})) {
+            throw InputError(str(v.origin({key, "model.arch"}), key, " = ", v.value(key),
+                                 " applies only to model.arch = llama (model.arch is ", setting_text(m.arch),
+                                 "): remove it, or set model.arch = llama"));
         }
         return;
     }
@@ -925,22 +922,18 @@ void check_llama_keys(const Validator& v, const ModelConfig& m) {
                              " / ", m.n_head, " = ", m.head_size(),
                              " is odd: expected an even head size (rotary embeddings rotate pairs of channels)"));
     }
-    v.check(m.ffn_dim >= 1, "model.ffn_dim", "an integer >= 1 (the SwiGLU hidden width; required for llama)");
+    if (m.ffn_dim < 1) {  // named with model.arch: setting the arch is what made it required
+        throw InputError(str(v.origin({"model.ffn_dim", "model.arch"}), "model.ffn_dim = ", m.ffn_dim,
+                             ": expected an integer >= 1 (the SwiGLU hidden width; required for model.arch = llama)"));
+    }
     v.check(m.rope_theta > 1, "model.rope_theta", "a number > 1");
     v.check(m.norm_eps > 0, "model.norm_eps", "a number > 0");
     if (m.rope_scaling == RopeScaling::kNone) {
-        const std::pair<const char*, bool> differs[] = {
-            {"model.rope_factor", m.rope_factor != d.rope_factor},
-            {"model.rope_low_freq_factor", m.rope_low_freq_factor != d.rope_low_freq_factor},
-            {"model.rope_high_freq_factor", m.rope_high_freq_factor != d.rope_high_freq_factor},
-            {"model.rope_original_context", m.rope_original_context != d.rope_original_context},
-        };
-        for (const auto& [key, set] : differs) {
-            if (set) {
-                throw InputError(str(v.origin({key, "model.rope_scaling"}), key, " = ", v.value(key),
-                                     " applies only to model.rope_scaling = llama3 (it is none): remove it, or set "
-                                     "model.rope_scaling = llama3"));
-            }
+        if (const char* key = first_not_default(v, {"model.rope_factor", "model.rope_low_freq_factor",
+                                                    "model.rope_high_freq_factor", "model.rope_original_context"})) {
+            throw InputError(str(v.origin({key, "model.rope_scaling"}), key, " = ", v.value(key),
+                                 " applies only to model.rope_scaling = llama3 (it is none): remove it, or set "
+                                 "model.rope_scaling = llama3"));
         }
         return;
     }
