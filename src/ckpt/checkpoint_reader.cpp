@@ -101,7 +101,8 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
     // value() throws json::type_error for a non-object or a mistyped field: still bad input.
     try {
         h5_require(meta.is_object() && meta.value("format", "") == kFormatName, true, file, "not a ztrain checkpoint");
-        // Every number of the manifest is an integer except scaler.scale. A float anywhere else
+        // Every number of the manifest is an integer except scaler.scale and the Llama model
+        // record's real-valued fields (read as double only). A float anywhere else
         // (1e30 where a unit index belongs) would reach json::get<int> / get<size_t>, whose
         // float-to-integer conversion is undefined behaviour out of range: refuse it here, once,
         // for every reader of the manifest. Iterative: the nesting depth is the file's choice.
@@ -109,11 +110,20 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
         if (meta.contains("scaler") && meta.at("scaler").is_object() && meta.at("scaler").contains("scale")) {
             scale = &meta.at("scaler").at("scale");
         }
+        std::vector<const nlohmann::json*> reals;
+        if (scale != nullptr) reals.push_back(scale);
+        if (meta.contains("model") && meta.at("model").is_object()) {
+            const nlohmann::json& model = meta.at("model");
+            for (const char* key :
+                 {"rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "norm_eps"}) {
+                if (model.contains(key)) reals.push_back(&model.at(key));
+            }
+        }
         std::vector<const nlohmann::json*> todo{&meta};
         while (!todo.empty()) {
             const nlohmann::json* j = todo.back();
             todo.pop_back();
-            if (j != scale && j->is_number_float()) {
+            if (j->is_number_float() && std::find(reals.begin(), reals.end(), j) == reals.end()) {
                 throw InputError(str(file, ": meta_json holds the non-integer number ", j->dump(),
                                      " where an integer belongs"));
             }

@@ -102,17 +102,19 @@ CkptModel load_ckpt_model(const std::string& step_dir, nlohmann::json meta) {
     // What the tensors themselves say wins over (and is checked against) the record.
     int blocks = 0;
     for (CkptTensor& t : m.tensors) {
-        if (ends_with(t.name, ".ln_1.weight")) ++blocks;
+        if (ends_with(t.name, ".ln_1.weight") || ends_with(t.name, ".input_layernorm.weight")) ++blocks;
         if (t.name == "wpe.weight" && t.shape.size() == 2) m.model.seq_len = static_cast<int>(t.shape[0]);
-        if (t.name != "wte.weight") continue;
-        ZT_INPUT_CHECK(t.shape.size() == 2, m.meta_file, ": wte.weight has shape ", shape_str(t.shape));
+        // The vocabulary-row tensors (GPT-2's wte; Llama's embedding and untied head) are
+        // exported without their padded rows.
+        if (t.name != "wte.weight" && t.name != "model.embed_tokens.weight" && t.name != "lm_head.weight") continue;
+        ZT_INPUT_CHECK(t.shape.size() == 2, m.meta_file, ": ", t.name, " has shape ", shape_str(t.shape));
         m.padded_vocab = static_cast<long>(t.shape[0]);
         m.model.n_embd = static_cast<int>(t.shape[1]);
         ZT_INPUT_CHECK(m.model.vocab_size > 0, m.meta_file,
                        ": the checkpoint does not record model.vocab_size (neither in its model record nor in its "
                        "config_ini), so the padded embedding rows cannot be told apart");
         ZT_INPUT_CHECK(m.model.vocab_size <= m.padded_vocab, m.meta_file, ": model.vocab_size = ", m.model.vocab_size,
-                       " exceeds the ", m.padded_vocab, " rows of wte.weight");
+                       " exceeds the ", m.padded_vocab, " rows of ", t.name);
         t.live_shape[0] = static_cast<size_t>(m.model.vocab_size);
     }
     m.model.n_layer = blocks;
@@ -123,7 +125,8 @@ CkptModel load_ckpt_model(const std::string& step_dir, nlohmann::json meta) {
 /// Reads one tensor's exported elements of `which` ("master", "adam_m", "adam_v").
 void read_tensor(CheckpointReader& reader, const CkptTensor& t, const char* which, std::vector<float>& buf) {
     buf.resize(t.live_numel);
-    // The live rows of wte are its leading elements, so one contiguous range covers every tensor.
+    // The live rows of wte (or embed_tokens, lm_head) are its leading elements, so one
+    // contiguous range covers every tensor.
     reader.read(t.unit, t.offset, t.offset + t.live_numel, which, buf.data());
 }
 
@@ -237,6 +240,14 @@ void export_h5(CheckpointReader& reader, const CkptModel& m, const std::string& 
 // .safetensors (the family's Hugging Face names and layout)
 // ---------------------------------------------------------------------------------------
 
+/// Hugging Face files follow GPT-2's family only so far: a Llama checkpoint would come out
+/// under GPT-2's names and config, so it is refused until the Llama family exists here.
+void refuse_llama_hf_export(const ModelConfig& m, const std::string& step_dir) {
+    ZT_INPUT_CHECK(!m.is_llama(), step_dir, ": a model.arch = llama checkpoint cannot be exported to Hugging Face "
+                   "safetensors yet (only GPT-2's layout is implemented); --output FILE.h5 writes it, under Hugging "
+                   "Face Llama tensor names");
+}
+
 void export_safetensors(CheckpointReader& reader, const CkptModel& m, const HfFamily& family, const std::string& file,
                         DType t) {
     std::vector<SafetensorsWriter::Tensor> tensors;
@@ -289,6 +300,7 @@ void export_hf_directory(const std::string& ckpt_path, const std::string& output
     ZT_INPUT_CHECK(mc.n_layer > 0 && mc.n_head > 0 && mc.n_embd > 0 && mc.seq_len > 0 && mc.vocab_size > 0, step_dir,
                    ": the checkpoint does not record every model dimension (n_layer, n_head, n_embd, "
                    "seq_len, vocab_size) needed for config.json");
+    refuse_llama_hf_export(mc, step_dir);
     const HfFamily& family = gpt2_family();
     const std::string text = family.config_json(mc, dtype).dump(2) + "\n";
     std::error_code ec;
@@ -326,6 +338,7 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
     const std::string step_dir = resolve_step_dir(ckpt_path);
     CheckpointReader reader(step_dir);
     const CkptModel model = load_ckpt_model(step_dir, reader.meta());
+    if (fmt != WeightsFormat::kH5) refuse_llama_hf_export(model.model, step_dir);
     write_atomically(output, [&](const std::string& file) {
         if (fmt == WeightsFormat::kH5) {
             export_h5(reader, model, file, dtype, with_optimizer);

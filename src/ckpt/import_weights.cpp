@@ -54,7 +54,8 @@ std::vector<Expected> expected_tensors(const ModelLayout& layout, const ModelCon
         Expected e;
         e.spec = &p;
         e.live_shape = p.shape;
-        if (p.name == "wte.weight") e.live_shape[0] = static_cast<size_t>(cfg.vocab_size);
+        // Vocabulary-row tensors (wte; Llama's embed_tokens and lm_head) without their padding.
+        if (p.init_numel < p.numel) e.live_shape[0] = static_cast<size_t>(cfg.vocab_size);
         e.live_numel = shape_numel(e.live_shape);
         ZT_REQUIRE(e.live_numel <= p.numel, p.name);
         out.push_back(std::move(e));

@@ -17,6 +17,44 @@ constexpr IntField kIntFields[] = {
     {"vocab_size", &ModelConfig::vocab_size}, {"vocab_pad_to", &ModelConfig::vocab_pad_to},
 };
 
+/// The Llama fields (added after version 2 appeared): absent in older records, where the
+/// model is GPT-2 and they keep their defaults.
+void llama_fields_to(nlohmann::json& j, const ModelConfig& m) {
+    j["arch"] = setting_text(m.arch);
+    j["n_kv_head"] = m.n_kv_head;
+    j["ffn_dim"] = m.ffn_dim;
+    j["rope_theta"] = m.rope_theta;
+    j["rope_scaling"] = setting_text(m.rope_scaling);
+    j["rope_factor"] = m.rope_factor;
+    j["rope_low_freq_factor"] = m.rope_low_freq_factor;
+    j["rope_high_freq_factor"] = m.rope_high_freq_factor;
+    j["rope_original_context"] = m.rope_original_context;
+    j["norm_eps"] = m.norm_eps;
+    j["tie_embeddings"] = m.tie_embeddings;
+}
+
+void llama_fields_from(const nlohmann::json& j, ModelConfig& m, const std::string& meta_file) {
+    // The text fields go through the deck parser's own reading of those keys.
+    Config c;
+    c.model = m;
+    try {
+        if (j.contains("arch")) set_config_value(c, "model.arch", j.at("arch").get<std::string>());
+        if (j.contains("rope_scaling")) set_config_value(c, "model.rope_scaling", j.at("rope_scaling").get<std::string>());
+    } catch (const InputError& e) {
+        throw InputError(str(meta_file, ": malformed model record: ", e.what()));
+    }
+    m = c.model;
+    m.n_kv_head = j.value("n_kv_head", m.n_kv_head);
+    m.ffn_dim = j.value("ffn_dim", m.ffn_dim);
+    m.rope_theta = j.value("rope_theta", m.rope_theta);
+    m.rope_factor = j.value("rope_factor", m.rope_factor);
+    m.rope_low_freq_factor = j.value("rope_low_freq_factor", m.rope_low_freq_factor);
+    m.rope_high_freq_factor = j.value("rope_high_freq_factor", m.rope_high_freq_factor);
+    m.rope_original_context = j.value("rope_original_context", m.rope_original_context);
+    m.norm_eps = j.value("norm_eps", m.norm_eps);
+    m.tie_embeddings = j.value("tie_embeddings", m.tie_embeddings);
+}
+
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 /// Version 1: the deck's model (when the checkpoint kept a deck), then the record's fields.
@@ -39,6 +77,7 @@ ModelConfig recorded_model_v1(const nlohmann::json& meta, const std::string& met
 nlohmann::json model_record(const ModelConfig& model) {
     nlohmann::json j = {{"init_from", model.init_from}, {"padded_vocab", model.padded_vocab()}};
     for (const IntField& f : kIntFields) j[f.key] = model.*f.member;
+    llama_fields_to(j, model);
     return j;
 }
 
@@ -49,6 +88,7 @@ ModelConfig recorded_model(const nlohmann::json& meta, const std::string& meta_f
         ModelConfig m;
         for (const IntField& f : kIntFields) m.*f.member = record.at(f.key).get<int>();
         m.init_from = record.at("init_from").get<std::string>();
+        llama_fields_from(record, m, meta_file);
         return m;
     } catch (const nlohmann::json::exception& e) {
         throw InputError(str(meta_file, ": malformed model record: ", e.what()));

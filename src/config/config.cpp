@@ -47,7 +47,7 @@ namespace {
 // by parse_setting / setting_text below; to --help they are strings ("STR").
 using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*, DType*, std::optional<DType>*,
                               BackendChoice*, LrSchedule*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*,
-                              MemoryCheck*>;
+                              MemoryCheck*, ModelArch*, RopeScaling*>;
 
 struct KeyDef {
     const char* key;               ///< "section.key", or a bare top-level key
@@ -62,6 +62,7 @@ struct KeyDef {
 const KeyDef kKeys[] = {
     ZT_KEY("backend", backend, "compute backend: cpu | cuda | auto"),
 
+    ZT_KEY("model.arch", model.arch, "transformer family: gpt2 | llama"),
     ZT_KEY("model.n_layer", model.n_layer, "number of transformer blocks"),
     ZT_KEY("model.n_head", model.n_head, "attention heads per block (must divide n_embd)"),
     ZT_KEY("model.n_embd", model.n_embd, "embedding / residual width"),
@@ -69,6 +70,20 @@ const KeyDef kKeys[] = {
     ZT_KEY("model.vocab_size", model.vocab_size, "vocabulary size (tokens the data may contain)"),
     ZT_KEY("model.vocab_pad_to", model.vocab_pad_to, "embedding rows are padded to a multiple of this"),
     ZT_KEY("model.init_from", model.init_from, "optional weights file to start from"),
+    ZT_KEY("model.n_kv_head", model.n_kv_head,
+           "llama: key/value heads of grouped-query attention, dividing n_head (0: n_head)"),
+    ZT_KEY("model.ffn_dim", model.ffn_dim, "llama: SwiGLU hidden width (HF intermediate_size; required)"),
+    ZT_KEY("model.rope_theta", model.rope_theta, "llama: rotary embedding base (HF rope_theta)"),
+    ZT_KEY("model.rope_scaling", model.rope_scaling, "llama: rotary frequency scaling: none | llama3"),
+    ZT_KEY("model.rope_factor", model.rope_factor, "llama, rope_scaling = llama3: factor"),
+    ZT_KEY("model.rope_low_freq_factor", model.rope_low_freq_factor, "llama, rope_scaling = llama3: low_freq_factor"),
+    ZT_KEY("model.rope_high_freq_factor", model.rope_high_freq_factor,
+           "llama, rope_scaling = llama3: high_freq_factor"),
+    ZT_KEY("model.rope_original_context", model.rope_original_context,
+           "llama, rope_scaling = llama3: original_max_position_embeddings"),
+    ZT_KEY("model.norm_eps", model.norm_eps, "llama: RMSNorm epsilon (HF rms_norm_eps)"),
+    ZT_KEY("model.tie_embeddings", model.tie_embeddings,
+           "llama: LM head shares the token embedding (false: a separate lm_head.weight)"),
 
     ZT_KEY("data.train", data.train, "training token shards: file or glob (required; see zt-prepare)"),
     ZT_KEY("data.val", data.val, "validation token shards: file or glob (empty: no evaluation)"),
@@ -180,6 +195,9 @@ bool parse_choice(const std::string& s, Enum& out, const std::pair<const char*, 
     return false;
 }
 
+const std::pair<const char*, ModelArch> kArchNames[] = {{"gpt2", ModelArch::kGpt2}, {"llama", ModelArch::kLlama}};
+const std::pair<const char*, RopeScaling> kRopeScalingNames[] = {{"none", RopeScaling::kNone},
+                                                                 {"llama3", RopeScaling::kLlama3}};
 const std::pair<const char*, DType> kDTypeNames[] = {
     {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}};
 const std::pair<const char*, BackendChoice> kBackendNames[] = {
@@ -215,6 +233,12 @@ bool parse_setting(const std::string& s, std::optional<DType>& out, std::string&
     }
     out = t;
     return true;
+}
+bool parse_setting(const std::string& s, ModelArch& out, std::string& expected) {
+    return parse_choice(s, out, kArchNames, expected);
+}
+bool parse_setting(const std::string& s, RopeScaling& out, std::string& expected) {
+    return parse_choice(s, out, kRopeScalingNames, expected);
 }
 bool parse_setting(const std::string& s, BackendChoice& out, std::string& expected) {
     return parse_choice(s, out, kBackendNames, expected);
@@ -618,7 +642,7 @@ std::string help_text() {
     os << "Usage: mpirun -np N ztrain [--config FILE] [--section.key=VALUE ...]\n"
        << "       ztrain --help | --version | --env\n"
        << "       [mpirun -np N] ztrain --plan [--plan-world-size=N] [--config FILE] [--section.key=VALUE ...]\n\n"
-       << "Trains a GPT-2 style model with data parallelism over MPI ranks.\n\n"
+       << "Trains a GPT-2 or Llama style model with data parallelism over MPI ranks.\n\n"
        << "Options:\n"
        << "  --config FILE   INI deck: '[section]' headers, then 'key = value' lines ('#' comments)\n"
        << "  --help, -h      print this help and exit\n"
@@ -840,6 +864,8 @@ Config parse_deck_text(const std::string& text, const std::string& origin) {
     return cfg;
 }
 
+const char* setting_text(ModelArch v) { return choice_text(v, kArchNames); }
+const char* setting_text(RopeScaling v) { return choice_text(v, kRopeScalingNames); }
 const char* setting_text(BackendChoice v) { return choice_text(v, kBackendNames); }
 const char* setting_text(LrSchedule v) { return choice_text(v, kScheduleNames); }
 const char* setting_text(OnCheckpointError v) { return choice_text(v, kOnErrorNames); }
@@ -863,6 +889,67 @@ void set_config_value(Config& cfg, const std::string& key, const std::string& te
 void validate(const Config& cfg) { validate_read(cfg, RejectedSettings{}); }
 
 namespace {
+
+/// The first of `keys` whose value (as text) is not its default, or nullptr.
+const char* first_not_default(const Validator& v, std::initializer_list<const char*> keys) {
+    const Config defaults;
+    for (const char* key : keys) {
+        if (v.value(key) != format_value(*find_key(key), defaults)) return key;
+    }
+    return nullptr;
+}
+
+/// The Llama keys: with arch = gpt2 each must keep its default (a value there would be
+/// silently ignored otherwise); with arch = llama, their values and relations.
+void check_llama_keys(const Validator& v, const ModelConfig& m) {
+    v.check_read("model.rope_scaling");
+    if (!m.is_llama()) {
+        if (const char* key = first_not_default(
+                v, {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling", "model.rope_factor",
+                    "model.rope_low_freq_factor", "model.rope_high_freq_factor", "model.rope_original_context",
+                    "model.norm_eps", "model.tie_embeddings"})) {
+            throw InputError(str(v.origin({key, "model.arch"}), key, " = ", v.value(key),
+                                 " applies only to model.arch = llama (model.arch is ", setting_text(m.arch),
+                                 "): remove it, or set model.arch = llama"));
+        }
+        return;
+    }
+    v.check(m.n_kv_head >= 0, "model.n_kv_head", "an integer >= 1 dividing model.n_head (0: model.n_head)");
+    if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0) {
+        throw InputError(str(v.origin({"model.n_kv_head", "model.n_head"}), "model.n_kv_head = ", m.n_kv_head,
+                             " does not divide model.n_head = ", m.n_head,
+                             ": expected a divisor (each key/value head serves n_head / n_kv_head query heads)"));
+    }
+    if (m.head_size() % 2 != 0) {
+        throw InputError(str(v.origin({"model.n_embd", "model.n_head"}), "model.n_embd / model.n_head = ", m.n_embd,
+                             " / ", m.n_head, " = ", m.head_size(),
+                             " is odd: expected an even head size (rotary embeddings rotate pairs of channels)"));
+    }
+    if (m.ffn_dim < 1) {  // named with model.arch: setting the arch is what made it required
+        throw InputError(str(v.origin({"model.ffn_dim", "model.arch"}), "model.ffn_dim = ", m.ffn_dim,
+                             ": expected an integer >= 1 (the SwiGLU hidden width; required for model.arch = llama)"));
+    }
+    v.check(m.rope_theta > 1, "model.rope_theta", "a number > 1");
+    v.check(m.norm_eps > 0, "model.norm_eps", "a number > 0");
+    if (m.rope_scaling == RopeScaling::kNone) {
+        if (const char* key = first_not_default(v, {"model.rope_factor", "model.rope_low_freq_factor",
+                                                    "model.rope_high_freq_factor", "model.rope_original_context"})) {
+            throw InputError(str(v.origin({key, "model.rope_scaling"}), key, " = ", v.value(key),
+                                 " applies only to model.rope_scaling = llama3 (it is none): remove it, or set "
+                                 "model.rope_scaling = llama3"));
+        }
+        return;
+    }
+    v.check(m.rope_factor > 0, "model.rope_factor", "a number > 0");
+    v.check(m.rope_low_freq_factor > 0, "model.rope_low_freq_factor", "a number > 0");
+    if (m.rope_high_freq_factor <= m.rope_low_freq_factor) {
+        throw InputError(str(v.origin({"model.rope_high_freq_factor", "model.rope_low_freq_factor"}),
+                             "model.rope_high_freq_factor = ", v.value("model.rope_high_freq_factor"),
+                             " is not above model.rope_low_freq_factor = ", v.value("model.rope_low_freq_factor"),
+                             ": expected high_freq_factor > low_freq_factor > 0"));
+    }
+    v.check_int_min("model.rope_original_context", m.rope_original_context, 1);
+}
 
 /// validate(), plus the typed settings refused as the deck and command line were read,
 /// each reported where its check stood when these settings were strings.
@@ -895,6 +982,8 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected) {
                              " is not divisible by model.n_head = ", m.n_head,
                              " (each head gets n_embd / n_head channels)"));
     }
+    v.check_read("model.arch");
+    check_llama_keys(v, m);
     v.check_int_min("model.seq_len", m.seq_len, 1);
     v.check_int_min("model.vocab_size", m.vocab_size, 2);
     v.check_int_min("model.vocab_pad_to", m.vocab_pad_to, 1);

@@ -1,4 +1,5 @@
-// GPT-2 forward and backward, written out op by op (no autograd).
+// GPT-2 forward and backward, written out op by op (no autograd); the parts Llama shares
+// (embedding, final norm, LM head, loss, the unit protocol). Llama's block: llama.cpp.
 //
 // Order of UnitStore calls per micro-step (a sharded store relies on it):
 //   forward:  acquire(0) encoder release(0) | for l: acquire(1+l) ... release(1+l) |
@@ -14,25 +15,9 @@
 
 #include "ztrain/backend/activation_rounding.hpp"
 #include "ztrain/core/error.hpp"
+#include "gpt_layer.hpp"
 
 namespace zt {
-
-/// Activations one block saves for its backward. Shapes (B, T, ...) at allocation size.
-struct Gpt::Layer {
-    float* ln1;       // (B, T, C)
-    float* ln1_mean;  // (B, T)
-    float* ln1_rstd;  // (B, T)
-    float* qkv;       // (B, T, 3C)
-    float* atty;      // (B, T, C)
-    float* att;       // (B, NH, T, T)
-    float* residual2; // (B, T, C)
-    float* ln2;       // (B, T, C)
-    float* ln2_mean;  // (B, T)
-    float* ln2_rstd;  // (B, T)
-    float* fch;       // (B, T, 4C)
-    float* fch_gelu;  // (B, T, 4C)
-    float* residual3; // (B, T, C)  the block's output
-};
 
 float* Gpt::take(size_t n) {
     float* p = m_backend.alloc_floats(n);
@@ -44,6 +29,10 @@ float* Gpt::take(size_t n) {
 Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute)
     : m_cfg(cfg), m_backend(backend), m_layout(make_gpt_layout(cfg)), m_max_batch(max_batch), m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
+    if (cfg.is_llama()) {
+        llama_init(max_batch);
+        return;
+    }
     auto off = [&](const char* suffix) { return m_layout.find(str("h.0.", suffix)).offset; };
     if (cfg.n_layer > 0) {
         m_off = BlockOffsets{off("ln_1.weight"),       off("ln_1.bias"),          off("attn.c_attn.weight"),
@@ -104,6 +93,7 @@ Gpt::Gpt(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute
 }
 
 double Gpt::activation_floats(const ModelConfig& cfg, int max_batch, bool recompute, size_t attention_scratch_floats) {
+    if (cfg.is_llama()) return llama_activation_floats(cfg, max_batch, recompute, attention_scratch_floats);
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     const double C = cfg.n_embd;
     const double T = cfg.seq_len;
@@ -139,6 +129,10 @@ void Gpt::logits_row_to_host(int row, float* out) const {
 }
 
 void Gpt::layer_forward(int l, const float* w, const float* in, int B, int T) {
+    if (m_cfg.is_llama()) {
+        llama_layer_forward(l, w, in, B, T);
+        return;
+    }
     const BlockOffsets& o = m_off;
     Layer& L = m_layers[static_cast<size_t>(l)];
     const int C = m_cfg.n_embd;
@@ -183,7 +177,8 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     store.prefetch(0);
     const float* emb = store.acquire(0);
     store.prefetch(1);
-    m_compute->encoder_forward(m_encoded, inputs, emb, emb + m_wpe_offset, B, T, C);
+    // Llama has no learned positions (RoPE rotates q and k instead): it adds a zero table.
+    m_compute->encoder_forward(m_encoded, inputs, emb, m_cfg.is_llama() ? m_zero_wpe : emb + m_wpe_offset, B, T, C);
     store.release(0);
 
     const float* x = m_encoded;
@@ -196,11 +191,16 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
     }
     const float* wf = store.acquire(nL + 1);
     store.prefetch(0);
-    m_compute->layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
+    if (m_cfg.is_llama()) {
+        m_compute->rmsnorm_forward(m_lnf, m_lnf_rstd, x, wf, N, C, static_cast<float>(m_cfg.norm_eps));
+    } else {
+        m_compute->layernorm_forward(m_lnf, m_lnf_mean, m_lnf_rstd, x, wf, wf + m_lnf_bias_offset, N, C);
+    }
     store.release(nL + 1);
 
-    // LM head tied to the token embedding: logits (N, Vp) = lnf (N, C) @ wte (Vp, C)^T.
-    const float* wte = store.acquire(0);
+    // LM head, tied to the token embedding or Llama's untied lm_head (also in unit 0):
+    // logits (N, Vp) = lnf (N, C) @ head (Vp, C)^T.
+    const float* wte = store.acquire(0) + m_head_offset;
     m_compute->matmul_forward(m_logits, m_lnf, wte, nullptr, N, C, Vp);
     m_have_dlogits = false;
     if (targets == nullptr) {
@@ -231,6 +231,10 @@ float Gpt::forward(UnitStore& store, const int32_t* inputs, const int32_t* targe
 
 void Gpt::layer_backward(int l, const float* w, float* dw, bool zero_dw, const float* in, float* dres, int B,
                          int T) {
+    if (m_cfg.is_llama()) {
+        llama_layer_backward(l, w, dw, zero_dw, in, dres, B, T);
+        return;
+    }
     const BlockOffsets& o = m_off;
     Layer& L = m_layers[static_cast<size_t>(l)];
     const int C = m_cfg.n_embd;
@@ -288,8 +292,8 @@ void Gpt::backward(UnitStore& store) {
     const bool zero_emb = store.grads_need_zero(0);
     store.prefetch(nL + 1);
     m_backend.zero(m_dln, NC);
-    zero_grad_if(zero_emb, demb, static_cast<size_t>(Vp) * static_cast<size_t>(C));  // wte
-    m_compute->matmul_backward(m_dln, demb, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
+    zero_grad_if(zero_emb, demb + m_head_offset, static_cast<size_t>(Vp) * static_cast<size_t>(C));  // head
+    m_compute->matmul_backward(m_dln, demb + m_head_offset, nullptr, m_logits, m_lnf, m_head_weights, N, C, Vp);
 
     const float* x_last = nL > 0 ? m_layers[static_cast<size_t>(nL - 1)].residual3 : m_encoded;
     const float* wf = store.acquire(nL + 1);
@@ -298,7 +302,12 @@ void Gpt::backward(UnitStore& store) {
     store.prefetch(nL);
     m_backend.zero(m_dresidual, NC);
     zero_grad_if(zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
-    m_compute->layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean, m_lnf_rstd, N, C);
+    if (m_cfg.is_llama()) {
+        m_compute->rmsnorm_backward(m_dresidual, dwf, m_dln, x_last, wf, m_lnf_rstd, N, C);
+    } else {
+        m_compute->layernorm_backward(m_dresidual, dwf, dwf + m_lnf_bias_offset, m_dln, x_last, wf, m_lnf_mean,
+                                      m_lnf_rstd, N, C);
+    }
     store.grads_done(nL + 1);
     store.release(nL + 1);
 
@@ -316,8 +325,14 @@ void Gpt::backward(UnitStore& store) {
         store.release(1 + l);
     }
 
-    zero_grad_if(zero_emb, demb + m_wpe_offset, static_cast<size_t>(m_cfg.seq_len) * static_cast<size_t>(C));
-    m_compute->encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
+    if (m_cfg.is_llama()) {
+        // The token embedding's gradient was zeroed with the head's when they are one tensor.
+        if (m_head_offset != 0) zero_grad_if(zero_emb, demb, static_cast<size_t>(Vp) * static_cast<size_t>(C));
+        m_compute->encoder_backward(demb, nullptr, m_dresidual, m_inputs, B, T, C);
+    } else {
+        zero_grad_if(zero_emb, demb + m_wpe_offset, static_cast<size_t>(m_cfg.seq_len) * static_cast<size_t>(C));
+        m_compute->encoder_backward(demb, demb + m_wpe_offset, m_dresidual, m_inputs, B, T, C);
+    }
     store.grads_done(0);
     store.release(0);
     m_head_weights = nullptr;

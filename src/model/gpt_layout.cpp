@@ -1,4 +1,4 @@
-// The GPT-2 tensor manifest and its counter-based initialization.
+// The tensor manifests (GPT-2, Llama) and their counter-based initialization.
 //
 // Tensor starts inside a unit are aligned to 16 floats (64 bytes) so vectorized kernels
 // see aligned rows; the gaps are zero, get zero gradients and stay zero under AdamW.
@@ -25,6 +25,17 @@ class LayoutBuilder {
     }
     void add(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
              float init_value = 0.f, size_t init_numel = SIZE_MAX) {
+        add_at(name, std::move(shape), decay, init_std, init_value, init_numel, kTensorAlign);
+    }
+    /// A tensor that starts right where the previous one ends (no alignment gap), so that
+    /// consecutive tensors form one matrix: Llama's q|k|v and gate|up.
+    void add_packed(const std::string& name, std::vector<size_t> shape, bool decay, float init_std) {
+        add_at(name, std::move(shape), decay, init_std, 0.f, SIZE_MAX, 1);
+    }
+
+  private:
+    void add_at(const std::string& name, std::vector<size_t> shape, bool decay, float init_std, float init_value,
+                size_t init_numel, size_t align) {
         ParamSpec p;
         p.name = name;
         p.unit = static_cast<int>(m_layout.unit_numel.size()) - 1;
@@ -32,7 +43,7 @@ class LayoutBuilder {
         p.numel = 1;
         for (size_t d : p.shape) p.numel *= d;
         size_t& unit_size = m_layout.unit_numel.back();
-        p.offset = align_up(unit_size, kTensorAlign);
+        p.offset = align_up(unit_size, align);
         unit_size = p.offset + p.numel;
         p.decay = decay;
         p.init_std = init_std;
@@ -43,7 +54,6 @@ class LayoutBuilder {
         m_layout.params.push_back(std::move(p));
     }
 
-  private:
     ModelLayout& m_layout;
     size_t m_next_global = 0;
 };
@@ -56,7 +66,50 @@ const ParamSpec& ModelLayout::find(const std::string& name) const {
     throw Error(str("no parameter named '", name, "' in the model layout"));
 }
 
+/// Hugging Face LlamaForCausalLM's tensors under its own names, so an importer or exporter
+/// maps them one to one. q|k|v and gate|up are packed (add_packed) so each block runs one
+/// product for the three projections and one for the two: rows [0, NH hs) of the packed
+/// matrix are q_proj, then NKV hs rows of k_proj, then v_proj; gate_proj's F rows, then
+/// up_proj's. An untied lm_head sits in unit 0 next to the embedding, so the unit protocol
+/// (and the memory plan's "unit 0 is held from the LM head through backward") is GPT-2's.
+/// Init as HF's _init_weights: normal(0, 0.02) for every matrix, RMSNorm weights 1.
+static ModelLayout make_llama_layout(const ModelConfig& cfg) {
+    ModelLayout layout;
+    layout.model = cfg;
+    LayoutBuilder b(layout);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
+    const size_t hs = static_cast<size_t>(cfg.head_size());
+    const size_t q = static_cast<size_t>(cfg.n_head) * hs;
+    const size_t kv = static_cast<size_t>(cfg.kv_heads()) * hs;
+    const size_t F = static_cast<size_t>(cfg.ffn_dim);
+    const float std_base = 0.02f;
+    const size_t live_vocab = static_cast<size_t>(cfg.vocab_size) * C;
+
+    b.begin_unit();
+    b.add("model.embed_tokens.weight", {Vp, C}, true, std_base, 0.f, live_vocab);
+    if (!cfg.tie_embeddings) b.add("lm_head.weight", {Vp, C}, true, std_base, 0.f, live_vocab);
+    for (int l = 0; l < cfg.n_layer; ++l) {
+        const std::string h = str("model.layers.", l, ".");
+        b.begin_unit();
+        b.add(h + "input_layernorm.weight", {C}, false, 0.f, 1.f);
+        b.add(h + "self_attn.q_proj.weight", {q, C}, true, std_base);
+        b.add_packed(h + "self_attn.k_proj.weight", {kv, C}, true, std_base);
+        b.add_packed(h + "self_attn.v_proj.weight", {kv, C}, true, std_base);
+        b.add(h + "self_attn.o_proj.weight", {C, q}, true, std_base);
+        b.add(h + "post_attention_layernorm.weight", {C}, false, 0.f, 1.f);
+        b.add(h + "mlp.gate_proj.weight", {F, C}, true, std_base);
+        b.add_packed(h + "mlp.up_proj.weight", {F, C}, true, std_base);
+        b.add(h + "mlp.down_proj.weight", {C, F}, true, std_base);
+    }
+    b.begin_unit();
+    b.add("model.norm.weight", {C}, false, 0.f, 1.f);
+    for (size_t n : layout.unit_numel) layout.total_numel += n;
+    return layout;
+}
+
 ModelLayout make_gpt_layout(const ModelConfig& cfg) {
+    if (cfg.is_llama()) return make_llama_layout(cfg);
     ModelLayout layout;
     layout.model = cfg;
     LayoutBuilder b(layout);

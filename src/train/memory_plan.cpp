@@ -47,9 +47,16 @@ std::string human(double bytes) {
     return buf;
 }
 
-/// GPT-2's parameter count from its shape (no padding between tensors), in double.
+/// The parameter count from the model's shape (no padding between tensors), in double.
 double closed_form_params(const ModelConfig& m) {
     const double C = m.n_embd;
+    if (m.is_llama()) {
+        // Embedding (and an untied head), per block two RMSNorms, q|k|v, o, gate|up and
+        // down; the final RMSNorm.
+        const double heads = m.tie_embeddings ? 1 : 2;
+        const double block = 2 * C + C * m.qkv_dim() + C * C + 3.0 * m.ffn_dim * C;
+        return heads * m.padded_vocab() * C + static_cast<double>(m.n_layer) * block + C;
+    }
     return static_cast<double>(m.padded_vocab()) * C + static_cast<double>(m.seq_len) * C +
            static_cast<double>(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
 }
@@ -160,7 +167,8 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
     }
     plan.tokens_per_step = static_cast<double>(t.micro_batch) * t.grad_accum * world_size * m.seq_len;
     // Training FLOPs per token: 6 per parameter (forward + backward) plus attention's
-    // 12 * n_layer * seq_len * n_embd (its two T x T products, forward and backward).
+    // 12 * n_layer * seq_len * n_embd (its two T x T products, forward and backward; the
+    // query heads span n_embd in both families, whatever Llama's n_kv_head).
     plan.flops_per_step = plan.tokens_per_step * (6 * params + 12.0 * m.n_layer * m.seq_len * m.n_embd);
     if (!device) {
         plan.available = host_available_bytes();

@@ -137,9 +137,16 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     mem["num_params"] = n_params;
     mem["predicted_peak"] = m_plan_rank;
     m_metrics.write(mem);
-    std::printf("ztrain: %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n", mc.n_layer,
-                mc.n_head, mc.n_embd, mc.seq_len, mc.vocab_size, mc.padded_vocab(),
-                static_cast<double>(n_params) / 1e6);
+    if (mc.is_llama()) {
+        std::printf("ztrain: llama, %d layers, %d heads (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
+                    "%s head: %.2fM parameters\n",
+                    mc.n_layer, mc.n_head, mc.kv_heads(), mc.n_embd, mc.ffn_dim, mc.seq_len, mc.vocab_size,
+                    mc.padded_vocab(), mc.tie_embeddings ? "tied" : "untied", static_cast<double>(n_params) / 1e6);
+    } else {
+        std::printf("ztrain: %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
+                    mc.n_layer, mc.n_head, mc.n_embd, mc.seq_len, mc.vocab_size, mc.padded_vocab(),
+                    static_cast<double>(n_params) / 1e6);
+    }
     std::printf("ztrain: %d rank(s) x %d thread(s), global batch %d x %d tokens, %zu train windows%s\n", world,
                 threads, cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
                 val_windows ? str(", ", *val_windows, " val windows").c_str() : "");

@@ -220,6 +220,20 @@ t range.keep            "${CL}checkpoint.keep = 0: expected an integer >= 1" "${
 t enum.on_error         "${CL}checkpoint.on_error = 'bogus': expected one of stop \| continue" \
   "${Z[@]}" --checkpoint.on_error=bogus
 t enum.backend          "${CL}backend = 'bogus': expected one of cpu \| cuda \| auto" "${Z[@]}" --backend=bogus
+# -- model families (model.arch = llama and its keys)
+LL=("${Z[@]}" --model.arch=llama --model.ffn_dim=64)
+t enum.arch             "${CL}model.arch = 'mistral': expected one of gpt2 \| llama" "${Z[@]}" --model.arch=mistral
+t arch.llama_key_gpt2   "${CL}model.n_kv_head = 2 applies only to model.arch = llama \(model.arch is gpt2\)" \
+  "${Z[@]}" --model.n_kv_head=2
+t arch.kv_divides       "${CL}model.n_kv_head = 3 does not divide model.n_head = 2: expected a divisor" \
+  "${LL[@]}" --model.n_kv_head=3
+t arch.odd_head         "${CL}model.n_embd / model.n_head = 6 / 2 = 3 is odd: expected an even head size" \
+  "${LL[@]}" --model.n_embd=6
+t arch.ffn_dim          "${CL}model.ffn_dim = 0: expected an integer >= 1" "${Z[@]}" --model.arch=llama
+t enum.rope_scaling     "${CL}model.rope_scaling = 'yarn': expected one of none \| llama3" \
+  "${LL[@]}" --model.rope_scaling=yarn
+t arch.rope_factor_none "${CL}model.rope_factor = 32 applies only to model.rope_scaling = llama3" \
+  "${LL[@]}" --model.rope_factor=32
 t deck.duplicate_key    "dup_key.ini: key 'model.n_layer' is given more than once" \
   "${ZB[@]}" --config "$decks/dup_key.ini" --data.train="$shard"
 t deck.malformed_line   "malformed.ini:[0-9]+: cannot parse line 'n_layer 2'" \

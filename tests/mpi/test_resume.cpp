@@ -73,20 +73,29 @@ Config resume_config(const test::SharedDir& dir, const std::string& run, int sta
     return c;
 }
 
-class BitExactResume : public ::testing::TestWithParam<int> {};
+struct ResumeCase {
+    int stage;
+    bool llama = false;
+};
+
+class BitExactResume : public ::testing::TestWithParam<ResumeCase> {};
 
 TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
-    const int stage = GetParam();
+    const int stage = GetParam().stage;
+    auto config_for = [&](const test::SharedDir& d, const std::string& run, int s) {
+        const Config c = resume_config(d, run, s);
+        return GetParam().llama ? test::as_llama(c) : c;
+    };
     test::SharedDir dir("resume");
     if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
     MPI_Barrier(MPI_COMM_WORLD);
     TrainOptions opt;
     opt.collect_params = true;
-    const TrainSummary whole = train(resume_config(dir, "whole", stage), opt);
-    const TrainSummary first = train(resume_config(dir, "split", stage), stop_after(10));
+    const TrainSummary whole = train(config_for(dir, "whole", stage), opt);
+    const TrainSummary first = train(config_for(dir, "split", stage), stop_after(10));
     EXPECT_TRUE(first.stopped_by_signal);
     EXPECT_EQ(first.losses.size(), 10u);
-    Config second = resume_config(dir, "split", stage);  // same run dir: resume=auto finds latest
+    Config second = config_for(dir, "split", stage);  // same run dir: resume=auto finds latest
     const TrainSummary rest = train(second, opt);
     EXPECT_EQ(rest.losses.size(), 10u) << "the resumed run should train steps 11..20 only";
     EXPECT_EQ(std::memcmp(whole.final_params.data(), rest.final_params.data(),
@@ -104,8 +113,12 @@ TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume, ::testing::Values(0, 1, 2, 3),
-                         [](const auto& info) { return "stage" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume,
+                         ::testing::Values(ResumeCase{0}, ResumeCase{1}, ResumeCase{2}, ResumeCase{3},
+                                           ResumeCase{0, true}, ResumeCase{3, true}),
+                         [](const auto& info) {
+                             return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "");
+                         });
 
 // checkpoint.async: the save after step 5 is written in the background (held back 300 ms by
 // the test hook, so steps 6.. surely run while it is in flight) and training goes on to

@@ -44,6 +44,7 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
 struct StageCase {
     int stage;
     double bucket_mb;  // DDP bucket size; the tiny model's gradients are ~66 KB
+    bool llama = false;  // the same model as a Llama (test::as_llama)
 };
 
 class ZeroStage : public ::testing::TestWithParam<StageCase> {};
@@ -57,14 +58,15 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     MPI_Barrier(MPI_COMM_WORLD);
 
     // Reference: one rank (each rank computes it alone on MPI_COMM_SELF) with N x accumulation.
-    Config ref_cfg = test::tiny_mpi_config(dir.file("train.bin"), dir.file("ref" + std::to_string(me)));
+    auto model = [&](Config c) { return GetParam().llama ? test::as_llama(c) : c; };
+    Config ref_cfg = model(test::tiny_mpi_config(dir.file("train.bin"), dir.file("ref" + std::to_string(me))));
     ref_cfg.train.grad_accum *= N;
     TrainOptions self;
     self.comm = MPI_COMM_SELF;
     self.collect_params = true;
     const TrainSummary ref = train(ref_cfg, self);
 
-    Config cfg = test::tiny_mpi_config(dir.file("train.bin"), dir.file("world"));
+    Config cfg = model(test::tiny_mpi_config(dir.file("train.bin"), dir.file("world")));
     cfg.parallel.zero_stage = stage;
     cfg.parallel.bucket_mb = GetParam().bucket_mb;
     TrainOptions world;
@@ -135,10 +137,12 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
 
 INSTANTIATE_TEST_SUITE_P(AllStages, ZeroStage,
                          ::testing::Values(StageCase{0, 25}, StageCase{0, 0.004}, StageCase{1, 25},
-                                           StageCase{2, 25}, StageCase{3, 25}),
+                                           StageCase{2, 25}, StageCase{3, 25}, StageCase{0, 25, true},
+                                           StageCase{1, 25, true}, StageCase{3, 25, true}),
                          [](const auto& info) {
                              return "stage" + std::to_string(info.param.stage) +
-                                    (info.param.bucket_mb < 1 ? "_small_buckets" : "");
+                                    (info.param.bucket_mb < 1 ? "_small_buckets" : "") +
+                                    (info.param.llama ? "_llama" : "");
                          });
 
 // Model-state bytes per rank vs the ZeRO formulas, per dtype, with w the working dtype's size

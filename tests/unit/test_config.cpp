@@ -21,6 +21,9 @@ namespace {
 using zt::CliAction;
 using zt::CliResult;
 using zt::BackendChoice;
+using zt::ModelArch;
+using zt::ModelConfig;
+using zt::RopeScaling;
 using zt::Config;
 using zt::DType;
 using zt::LrSchedule;
@@ -317,7 +320,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 50);  // 49 section keys + backend
+    EXPECT_EQ(keys, 61);  // 60 section keys + backend
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
     // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
     const size_t ev = h.find("--train.eval_every=");
@@ -381,6 +384,53 @@ struct Rule {
     const char* expected;  ///< substring of the message
 };
 
+/// A valid Llama model on top of valid_config()'s (ffn_dim is required).
+ModelConfig& llama(Config& c) {
+    c.model.arch = ModelArch::kLlama;
+    c.model.ffn_dim = 256;
+    return c.model;
+}
+ModelConfig& llama3(Config& c) {
+    llama(c).rope_scaling = RopeScaling::kLlama3;
+    return c.model;
+}
+
+TEST(ConfigValidate, LlamaKeysParseAndValidate) {
+    Config c = valid_config();
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, std::string>>{{"model.arch", "llama"},
+                                                          {"model.n_kv_head", "2"},
+                                                          {"model.ffn_dim", "344"},
+                                                          {"model.rope_theta", "500000"},
+                                                          {"model.rope_scaling", "llama3"},
+                                                          {"model.rope_factor", "32"},
+                                                          {"model.rope_original_context", "8192"},
+                                                          {"model.norm_eps", "1e-6"},
+                                                          {"model.tie_embeddings", "false"}}) {
+        zt::set_config_value(c, key, value);
+    }
+    EXPECT_NO_THROW(validate(c));
+    EXPECT_TRUE(c.model.is_llama());
+    EXPECT_EQ(c.model.kv_heads(), 2);
+    EXPECT_EQ(c.model.qkv_dim(), (4 + 2 * 2) * 32);
+    // to_ini round-trips the new keys.
+    const Config back = zt::parse_deck_text(zt::to_ini(c), "dump");
+    EXPECT_EQ(back.model.arch, ModelArch::kLlama);
+    EXPECT_EQ(back.model.rope_scaling, RopeScaling::kLlama3);
+    EXPECT_EQ(back.model.rope_factor, 32);
+    EXPECT_EQ(back.model.norm_eps, 1e-6);
+    EXPECT_FALSE(back.model.tie_embeddings);
+    // n_kv_head 0 means n_head; gpt2 always uses n_head.
+    Config d = valid_config();
+    llama(d);
+    EXPECT_EQ(d.model.kv_heads(), d.model.n_head);
+    const std::string msg = zt::test::input_error_of([] {
+        Config e;
+        zt::set_config_value(e, "model.arch", "mistral");
+    });
+    EXPECT_NE(msg.find("model.arch = 'mistral': expected one of gpt2 | llama"), std::string::npos) << msg;
+}
+
 TEST(ConfigValidate, EveryRule) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const double inf = std::numeric_limits<double>::infinity();
@@ -430,6 +480,36 @@ TEST(ConfigValidate, EveryRule) {
          "checkpoint.resume = 'a#b': expected a value without '#'"},
         {"run_dir", [](Config& c) { c.run.dir.clear(); }, "run.dir = '': expected a directory name"},
         {"hash_in_string", [](Config& c) { c.data.val = "a#b"; }, "data.val = 'a#b': expected a value without '#'"},
+        // Llama keys with arch = gpt2 would be ignored silently: refused.
+        {"gpt2_n_kv_head", [](Config& c) { c.model.n_kv_head = 2; },
+         "model.n_kv_head = 2 applies only to model.arch = llama (model.arch is gpt2)"},
+        {"gpt2_ffn_dim", [](Config& c) { c.model.ffn_dim = 64; }, "model.ffn_dim = 64 applies only to model.arch = llama"},
+        {"gpt2_rope_theta", [](Config& c) { c.model.rope_theta = 5e5; },
+         "model.rope_theta = 500000 applies only to model.arch = llama"},
+        {"gpt2_rope_scaling", [](Config& c) { c.model.rope_scaling = RopeScaling::kLlama3; },
+         "model.rope_scaling = llama3 applies only to model.arch = llama"},
+        {"gpt2_norm_eps", [](Config& c) { c.model.norm_eps = 1e-6; },
+         "model.norm_eps = 1e-06 applies only to model.arch = llama"},
+        {"gpt2_untied", [](Config& c) { c.model.tie_embeddings = false; },
+         "model.tie_embeddings = false applies only to model.arch = llama"},
+        {"llama_kv_divides", [](Config& c) { llama(c).n_kv_head = 3; },
+         "model.n_kv_head = 3 does not divide model.n_head = 4: expected a divisor"},
+        {"llama_kv_negative", [](Config& c) { llama(c).n_kv_head = -1; }, "model.n_kv_head = -1: expected an integer >= 1"},
+        {"llama_odd_head", [](Config& c) { llama(c).n_embd = 12; },
+         "model.n_embd / model.n_head = 12 / 4 = 3 is odd: expected an even head size"},
+        {"llama_ffn_dim", [](Config& c) { llama(c).ffn_dim = 0; }, "model.ffn_dim = 0: expected an integer >= 1"},
+        {"llama_theta", [](Config& c) { llama(c).rope_theta = 1; }, "model.rope_theta = 1: expected a number > 1"},
+        {"llama_norm_eps", [](Config& c) { llama(c).norm_eps = 0; }, "model.norm_eps = 0: expected a number > 0"},
+        {"llama_norm_eps_nan", [nan](Config& c) { llama(c).norm_eps = nan; }, "model.norm_eps = nan: expected a finite"},
+        {"llama_factor_unscaled", [](Config& c) { llama(c).rope_factor = 32; },
+         "model.rope_factor = 32 applies only to model.rope_scaling = llama3"},
+        {"llama3_factor", [](Config& c) { llama3(c).rope_factor = 0; }, "model.rope_factor = 0: expected a number > 0"},
+        {"llama3_low", [](Config& c) { llama3(c).rope_low_freq_factor = -1; },
+         "model.rope_low_freq_factor = -1: expected a number > 0"},
+        {"llama3_high", [](Config& c) { llama3(c).rope_high_freq_factor = 1; },
+         "model.rope_high_freq_factor = 1 is not above model.rope_low_freq_factor = 1"},
+        {"llama3_context", [](Config& c) { llama3(c).rope_original_context = 0; },
+         "model.rope_original_context = 0: expected an integer >= 1"},
     };
     for (const Rule& r : rules) {
         Config c = valid_config();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
@@ -20,8 +21,20 @@ namespace {
 /// Vocabulary 11 padded to 16: exercises the padded LM-head columns.
 ModelConfig tiny_model() { return test::model_config(2, 2, 8, 6, 11, /*vocab_pad_to=*/8); }
 
-TEST(GptGradcheck, EveryTensorMatchesFiniteDifferences) {
-    const ModelConfig mc = tiny_model();
+/// Llama with grouped-query attention (2 query heads share 1 key/value head, head size 4),
+/// a tied or untied head, and a large RoPE angle step (theta 10) so rotation matters at 6
+/// positions.
+ModelConfig tiny_llama(bool tied, int n_kv_head) {
+    ModelConfig mc = tiny_model();
+    mc.arch = ModelArch::kLlama;
+    mc.n_kv_head = n_kv_head;
+    mc.ffn_dim = 12;
+    mc.rope_theta = 10;
+    mc.tie_embeddings = tied;
+    return mc;
+}
+
+void check_every_tensor(const ModelConfig& mc) {
     auto backend = make_cpu_backend(1);
     const int B = 2;
     const int T = mc.seq_len;
@@ -95,8 +108,13 @@ TEST(GptGradcheck, EveryTensorMatchesFiniteDifferences) {
     }
 }
 
-TEST(GptGradcheck, PaddedVocabularyRowsGetNoGradient) {
-    const ModelConfig mc = tiny_model();
+TEST(GptGradcheck, EveryTensorMatchesFiniteDifferences) { check_every_tensor(tiny_model()); }
+
+// Llama: RMSNorm, RoPE, grouped-query attention, SwiGLU, tied and untied heads.
+TEST(LlamaGradcheck, EveryTensorMatchesFiniteDifferencesGqaTied) { check_every_tensor(tiny_llama(true, 1)); }
+TEST(LlamaGradcheck, EveryTensorMatchesFiniteDifferencesMhaUntied) { check_every_tensor(tiny_llama(false, 2)); }
+
+void check_padded_rows(const ModelConfig& mc, const std::vector<std::string>& tensors) {
     auto backend = make_cpu_backend(1);
     Gpt model(mc, *backend, 1);
     ModelState state(model.layout(), *backend, 1);
@@ -105,19 +123,25 @@ TEST(GptGradcheck, PaddedVocabularyRowsGetNoGradient) {
     state.zero_grads();
     model.forward(state, inputs.data(), targets.data(), 1, 6, 1.0f);
     model.backward(state);
-    const ParamSpec& wte = model.layout().find("wte.weight");
-    const float* g = state.grads(0) + wte.offset;
-    const float* w = state.unit_params(0) + wte.offset;
-    for (size_t i = static_cast<size_t>(mc.vocab_size) * mc.n_embd; i < wte.numel; ++i) {
-        ASSERT_EQ(g[i], 0.f) << "padded wte element " << i << " got gradient";
-        ASSERT_EQ(w[i], 0.f) << "padded wte element " << i << " was initialized nonzero";
+    for (const std::string& name : tensors) {
+        const ParamSpec& wte = model.layout().find(name);
+        const float* g = state.grads(0) + wte.offset;
+        const float* w = state.unit_params(0) + wte.offset;
+        for (size_t i = static_cast<size_t>(mc.vocab_size) * mc.n_embd; i < wte.numel; ++i) {
+            ASSERT_EQ(g[i], 0.f) << "padded " << name << " element " << i << " got gradient";
+            ASSERT_EQ(w[i], 0.f) << "padded " << name << " element " << i << " was initialized nonzero";
+        }
     }
+}
+
+TEST(GptGradcheck, PaddedVocabularyRowsGetNoGradient) { check_padded_rows(tiny_model(), {"wte.weight"}); }
+TEST(LlamaGradcheck, PaddedVocabularyRowsGetNoGradient) {
+    check_padded_rows(tiny_llama(false, 1), {"model.embed_tokens.weight", "lm_head.weight"});
 }
 
 // Activation recomputation changes memory, not math: the same loss and bit-identical
 // gradients, with fewer activation bytes.
-TEST(GptRecompute, SameLossAndGradientsWithLessActivationMemory) {
-    ModelConfig mc = tiny_model();
+void check_recompute(ModelConfig mc) {
     mc.n_layer = 3;
     auto backend = make_cpu_backend(1);
     const int B = 2;
@@ -144,6 +168,9 @@ TEST(GptRecompute, SameLossAndGradientsWithLessActivationMemory) {
     }
     EXPECT_LT(recompute.activation_bytes(), plain.activation_bytes());
 }
+
+TEST(GptRecompute, SameLossAndGradientsWithLessActivationMemory) { check_recompute(tiny_model()); }
+TEST(LlamaRecompute, SameLossAndGradientsWithLessActivationMemory) { check_recompute(tiny_llama(false, 1)); }
 
 TEST(GptInit, IdenticalForEverySeedUseAndDependsOnSeed) {
     const ModelConfig mc = tiny_model();
@@ -227,6 +254,63 @@ TEST(GptInit, NonResidualWeightsHaveStd002) {
     EXPECT_EQ(n_base, 11u * 8 + 6u * 8 + 2 * (24u * 8 + 32u * 8));
     EXPECT_NEAR(std::sqrt(ss_base / static_cast<double>(n_base)), 0.02, 0.002);
     EXPECT_NEAR(std::sqrt(ss_resid / static_cast<double>(n_resid)), 0.01, 0.001);
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// The Llama manifest: Hugging Face's names; q|k|v and gate|up packed without gaps (one
+// product each); the untied head in unit 0; HF's init (std 0.02 for every matrix, RMSNorm 1).
+TEST(LlamaLayout, HuggingFaceNamesPackedProjectionsAndInit) {
+    ModelConfig mc = tiny_llama(false, 1);
+    const ModelLayout layout = make_gpt_layout(mc);
+    const size_t C = 8, hs = 4, F = 12;
+    ASSERT_EQ(layout.num_units(), mc.n_layer + 2);
+    EXPECT_EQ(layout.find("model.embed_tokens.weight").unit, 0);
+    EXPECT_EQ(layout.find("lm_head.weight").unit, 0);
+    EXPECT_EQ(layout.find("model.norm.weight").unit, mc.n_layer + 1);
+    const ParamSpec& q = layout.find("model.layers.1.self_attn.q_proj.weight");
+    const ParamSpec& k = layout.find("model.layers.1.self_attn.k_proj.weight");
+    const ParamSpec& v = layout.find("model.layers.1.self_attn.v_proj.weight");
+    EXPECT_EQ(q.shape, (std::vector<size_t>{2 * hs, C}));
+    EXPECT_EQ(k.shape, (std::vector<size_t>{hs, C}));
+    EXPECT_EQ(k.offset, q.offset + q.numel);
+    EXPECT_EQ(v.offset, k.offset + k.numel);
+    const ParamSpec& gate = layout.find("model.layers.1.mlp.gate_proj.weight");
+    const ParamSpec& up = layout.find("model.layers.1.mlp.up_proj.weight");
+    EXPECT_EQ(up.offset, gate.offset + gate.numel);
+    EXPECT_EQ(layout.find("model.layers.1.mlp.down_proj.weight").shape, (std::vector<size_t>{C, F}));
+    EXPECT_EQ(layout.find("model.layers.1.self_attn.o_proj.weight").shape, (std::vector<size_t>{C, 2 * hs}));
+    size_t numel = 0;
+    for (const ParamSpec& p : layout.params) {
+        numel += p.numel;
+        EXPECT_EQ(p.decay, p.shape.size() == 2) << p.name;
+        EXPECT_EQ(p.name.find("bias"), std::string::npos) << p.name;
+    }
+    EXPECT_EQ(numel, 2 * 16 * C + 2 * (2 * C + (2 * hs + 2 * hs) * C + C * 2 * hs + 3 * F * C) + C);
+    // Init: matrices std 0.02 (pooled over the model), norms 1.
+    double ss = 0;
+    size_t n = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+        std::vector<float> w(layout.unit_numel[static_cast<size_t>(u)]);
+        init_unit(layout, u, 5, w.data());
+        for (const ParamSpec& p : layout.params) {
+            if (p.unit != u) continue;
+            const size_t live = p.unit == 0 ? static_cast<size_t>(mc.vocab_size) * C : p.numel;
+            for (size_t i = 0; i < live; ++i) {
+                if (p.shape.size() == 1) {
+                    ASSERT_EQ(w[p.offset + i], 1.f) << p.name;
+                } else {
+                    ss += static_cast<double>(w[p.offset + i]) * w[p.offset + i];
+                    ++n;
+                }
+            }
+        }
+    }
+    EXPECT_NEAR(std::sqrt(ss / static_cast<double>(n)), 0.02, 0.002);
 }
 
 }  // namespace

@@ -49,8 +49,8 @@ std::vector<uint32_t> cycle_corpus(size_t n) {
     return out;
 }
 
-Config tiny_config(const test::ScratchDir& dir, const std::string& run) {
-    const std::string deck = std::string(ZT_SOURCE_DIR) + "/inputs/tiny.ini";
+Config tiny_config(const test::ScratchDir& dir, const std::string& run, const std::string& deck_name = "tiny.ini") {
+    const std::string deck = std::string(ZT_SOURCE_DIR) + "/inputs/" + deck_name;
     const std::string train = "--data.train=" + dir.file("train.bin");
     const std::string val = "--data.val=" + dir.file("val.bin");
     const std::string run_dir = "--run.dir=" + dir.file(run);
@@ -77,6 +77,19 @@ TEST(Training, TinyDeckLearnsACycleToNearZeroLoss) {
     write_token_shard(dir.file("train.bin"), cycle_corpus(20000));
     write_token_shard(dir.file("val.bin"), cycle_corpus(2000));
     const TrainSummary s = train(tiny_config(dir, "run"));
+    ASSERT_EQ(s.steps, 60);
+    EXPECT_GT(s.losses.front(), 4.0) << "initial loss should be near ln(257) = 5.55";
+    EXPECT_LT(s.losses.back(), 0.05) << "final train loss " << s.losses.back();
+    ASSERT_FALSE(s.val_losses.empty());
+    EXPECT_LT(s.val_losses.back(), 0.05) << "final val loss " << s.val_losses.back();
+}
+
+// The same task with the Llama deck (RMSNorm, RoPE, grouped-query attention, SwiGLU).
+TEST(Training, LlamaTinyDeckLearnsACycleToNearZeroLoss) {
+    test::ScratchDir dir("train-llama");
+    write_token_shard(dir.file("train.bin"), cycle_corpus(20000));
+    write_token_shard(dir.file("val.bin"), cycle_corpus(2000));
+    const TrainSummary s = train(tiny_config(dir, "run", "llama_tiny.ini"));
     ASSERT_EQ(s.steps, 60);
     EXPECT_GT(s.losses.front(), 4.0) << "initial loss should be near ln(257) = 5.55";
     EXPECT_LT(s.losses.back(), 0.05) << "final train loss " << s.losses.back();

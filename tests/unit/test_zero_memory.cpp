@@ -19,8 +19,19 @@
 namespace zt {
 namespace {
 
+/// The default model as a Llama: 4 query heads over 2 key/value heads, untied head.
+ModelConfig llama_model() {
+    ModelConfig m;
+    m.arch = ModelArch::kLlama;
+    m.n_kv_head = 2;
+    m.ffn_dim = 344;
+    m.tie_embeddings = false;
+    return m;
+}
+
 TEST(ZeroMemory, FormulasMatchModelStateBytesOnOneRank) {
-    const ModelLayout layout = make_gpt_layout(ModelConfig{});  // the default model: 4 layers, 128 wide
+  for (const ModelConfig& mc : {ModelConfig{}, llama_model()}) {
+    const ModelLayout layout = make_gpt_layout(mc);  // the default model: 4 layers, 128 wide
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     for (const DType work : {DType::kF32, DType::kBF16, DType::kF16}) {
         for (int stage = 0; stage <= 3; ++stage) {
@@ -37,12 +48,14 @@ TEST(ZeroMemory, FormulasMatchModelStateBytesOnOneRank) {
             EXPECT_EQ(static_cast<double>(sb.model_state()), f.model_state.bytes) << what;
         }
     }
+  }
 }
 
 TEST(MemoryPlan, ModelStatePlanIsWhatTheStateAllocates) {
     // plan_bytes sizes nothing it does not share with the allocation: every kind, every
     // stage and dtype, with a wire dtype that differs from the working one too.
-    const ModelLayout layout = make_gpt_layout(ModelConfig{});
+  for (const ModelConfig& mc : {ModelConfig{}, llama_model()}) {
+    const ModelLayout layout = make_gpt_layout(mc);
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     for (const DType work : {DType::kF32, DType::kBF16, DType::kF16}) {
         for (const DType reduce : {work, DType::kF32}) {
@@ -60,11 +73,12 @@ TEST(MemoryPlan, ModelStatePlanIsWhatTheStateAllocates) {
             }
         }
     }
+  }
 }
 
 TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
     std::unique_ptr<Backend> backend = make_cpu_backend(2);
-    ModelConfig cfg;
+  for (const ModelConfig& cfg : {ModelConfig{}, llama_model()}) {
     for (const bool recompute : {false, true}) {
         for (const int batch : {1, 3}) {
             Gpt model(cfg, *backend, batch, recompute);
@@ -74,6 +88,28 @@ TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
                 << "batch " << batch << (recompute ? ", recompute" : "");
         }
     }
+  }
+}
+
+// The plan's closed-form parameter count (behind the FLOPs per step and the ZeRO formulas)
+// is the manifest's, for both families; SmolLM2-135M's deck gives Hugging Face's count.
+TEST(MemoryPlan, ClosedFormParameterCountIsTheManifests) {
+    ModelConfig tied = llama_model();
+    tied.tie_embeddings = true;
+    tied.vocab_size = 1000;  // padded rows count: the plan sizes what is allocated
+    for (const ModelConfig& mc : {ModelConfig{}, llama_model(), tied}) {
+        Config cfg;
+        cfg.model = mc;
+        const MemoryPlan plan = plan_memory(cfg, 1, 1, 0, 0, false);
+        double params = 0;
+        for (const ParamSpec& p : make_gpt_layout(mc).params) params += static_cast<double>(p.numel);
+        const double per_token = plan.flops_per_step / plan.tokens_per_step;
+        EXPECT_DOUBLE_EQ(per_token, 6 * params + 12.0 * mc.n_layer * mc.seq_len * mc.n_embd) << setting_text(mc.arch);
+    }
+    const Config smol = parse_deck_text(test::read_file(ZT_SOURCE_DIR "/inputs/smollm2_135m.ini"), "smollm2_135m.ini");
+    double params = 0;
+    for (const ParamSpec& p : make_gpt_layout(smol.model).params) params += static_cast<double>(p.numel);
+    EXPECT_EQ(params, 134515008.0);
 }
 
 TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {

@@ -30,6 +30,11 @@ enum class OnCheckpointError { kStop, kContinue };
 /// run.memory_check: what a run whose predicted memory does not fit does.
 enum class MemoryCheck { kStrict, kWarn, kOff };
 
+/// model.arch: the transformer family (README, "Model families").
+enum class ModelArch { kGpt2, kLlama };
+/// model.rope_scaling (llama): none, or Llama 3.1's frequency rescaling (rope.hpp).
+enum class RopeScaling { kNone, kLlama3 };
+
 /// checkpoint.resume = auto | never | PATH.
 struct ResumeSetting {
     enum class Mode { kAuto, kNever, kPath };
@@ -46,6 +51,8 @@ struct LossScaleSetting {
 
 /// The text a typed value is written as in a deck ("fp32", "cosine", "auto", a path, ...);
 /// an unset reduce dtype is "".
+const char* setting_text(ModelArch v);
+const char* setting_text(RopeScaling v);
 const char* setting_text(BackendChoice v);
 const char* setting_text(LrSchedule v);
 const char* setting_text(OnCheckpointError v);
@@ -54,6 +61,7 @@ std::string setting_text(const ResumeSetting& v);
 std::string setting_text(const LossScaleSetting& v);
 
 struct ModelConfig {
+    ModelArch arch = ModelArch::kGpt2;
     int n_layer = 4;
     int n_head = 4;
     int n_embd = 128;
@@ -61,6 +69,23 @@ struct ModelConfig {
     int vocab_size = 257;      ///< real vocabulary (tokens the data may contain)
     int vocab_pad_to = 64;     ///< embedding rows are padded to a multiple of this
     std::string init_from;     ///< optional weights to start from (.h5 or .safetensors); ignored on resume
+    // Llama only (validate() refuses a value other than the default with arch = gpt2).
+    int n_kv_head = 0;         ///< key/value heads (grouped-query attention); 0 = n_head
+    int ffn_dim = 0;           ///< SwiGLU hidden width (HF intermediate_size); required (> 0)
+    double rope_theta = 10000.0;
+    RopeScaling rope_scaling = RopeScaling::kNone;
+    double rope_factor = 8.0;              ///< llama3 scaling: factor
+    double rope_low_freq_factor = 1.0;     ///< llama3 scaling: low_freq_factor
+    double rope_high_freq_factor = 4.0;    ///< llama3 scaling: high_freq_factor
+    int rope_original_context = 8192;      ///< llama3 scaling: original_max_position_embeddings
+    double norm_eps = 1e-5;                ///< RMSNorm epsilon (HF rms_norm_eps)
+    bool tie_embeddings = true;            ///< LM head = token embedding (else lm_head.weight)
+    bool is_llama() const { return arch == ModelArch::kLlama; }
+    /// Key/value heads: n_kv_head, or n_head when 0 (and always n_head for gpt2).
+    int kv_heads() const { return is_llama() && n_kv_head > 0 ? n_kv_head : n_head; }
+    int head_size() const { return n_embd / n_head; }
+    /// Width of the fused q|k|v projection: (n_head + 2 n_kv_head) * head_size (3 n_embd for gpt2).
+    int qkv_dim() const { return (n_head + 2 * kv_heads()) * head_size(); }
     /// vocab_size rounded up to vocab_pad_to; padded rows are never predicted.
     int padded_vocab() const { return (vocab_size + vocab_pad_to - 1) / vocab_pad_to * vocab_pad_to; }
 };

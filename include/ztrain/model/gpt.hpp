@@ -1,8 +1,9 @@
-// GPT-2: parameter layout (units + tensor manifest), initialization, forward and backward.
+// The transformer (GPT-2 or Llama, model.arch): parameter layout (units + tensor manifest),
+// initialization, forward and backward.
 //
-// Parameters live in flat per-unit buffers: unit 0 = token + position embedding (the token
-// embedding doubles as the tied LM head), units 1..L = transformer blocks, unit L+1 = the
-// final LayerNorm. A tensor is (unit, offset, shape). The model reads weights and writes
+// Parameters live in flat per-unit buffers: unit 0 = the embeddings (GPT-2: token +
+// position; Llama: token, plus lm_head when untied; a tied token embedding doubles as the
+// LM head), units 1..L = transformer blocks, unit L+1 = the final norm. A tensor is (unit, offset, shape). The model reads weights and writes
 // gradients only through a UnitStore, which decides where those buffers live (replicated,
 // sharded and gathered on demand, ...); the model never knows the parallel strategy.
 //
@@ -23,7 +24,8 @@ namespace zt {
 
 /// One tensor of the manifest.
 struct ParamSpec {
-    std::string name;          ///< e.g. "h.3.attn.c_attn.weight" (Hugging Face GPT-2 names)
+    std::string name;          ///< Hugging Face names: "h.3.attn.c_attn.weight" (GPT-2),
+                               ///< "model.layers.3.self_attn.q_proj.weight" (Llama)
     int unit = 0;
     size_t offset = 0;         ///< element offset inside the unit's buffer
     std::vector<size_t> shape; ///< ztrain orientation: matrices are (out, in)
@@ -46,10 +48,12 @@ struct ModelLayout {
     const ParamSpec& find(const std::string& name) const;
 };
 
+/// The layout of cfg.arch's family (GPT-2 or Llama; gpt_layout.cpp lists the tensors).
 ModelLayout make_gpt_layout(const ModelConfig& cfg);
 
 /// Fills `out` (unit_numel[unit] floats) with the initial values of that unit: GPT-2 init
-/// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0) from
+/// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0; Llama:
+/// std 0.02 everywhere, RMSNorm 1, as Hugging Face initializes it) from
 /// a counter-based generator keyed by each element's global index, so every rank and every
 /// strategy computes identical weights.
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out);
@@ -133,6 +137,15 @@ class Gpt {
     void layer_forward(int l, const float* w, const float* in, int B, int T);
     void layer_backward(int l, const float* w, float* dw, bool zero_dw, const float* in, float* dresidual,
                         int B, int T);
+    // Llama (llama.cpp): the same roles, Llama's block. Its BlockOffsets use ln1w, qkvw (the
+    // packed q|k|v), attprojw (o_proj), ln2w, fcw (packed gate|up), fcprojw (down_proj); the
+    // bias and LayerNorm-bias fields are unused.
+    void llama_init(int max_batch);
+    void llama_layer_forward(int l, const float* w, const float* in, int B, int T);
+    void llama_layer_backward(int l, const float* w, float* dw, bool zero_dw, const float* in, float* dresidual,
+                              int B, int T);
+    static double llama_activation_floats(const ModelConfig& cfg, int max_batch, bool recompute,
+                                          size_t attention_scratch_floats);
     /// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero).
     void zero_grad_if(bool zero, float* p, size_t n) {
         if (zero) m_backend.zero(p, n);
@@ -145,6 +158,9 @@ class Gpt {
     BlockOffsets m_off{};
     size_t m_wpe_offset = 0;
     size_t m_lnf_bias_offset = 0;
+    size_t m_head_offset = 0;      // the LM head inside unit 0 (0: tied to the token embedding)
+    float* m_zero_wpe = nullptr;   // Llama: (T, C) zeros, the encoder's "position embedding"
+    float* m_rope = nullptr;       // Llama: rope_table (T, hs) in backend memory
     int m_max_batch;
     bool m_recompute = false;
     /// What the model's ops run on: m_backend, or a rounding decorator over it (16-bit).
