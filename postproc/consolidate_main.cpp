@@ -5,9 +5,10 @@
 //
 // CKPT_DIR is a step directory (step_00000100) or a checkpoint directory, whose `latest`
 // names the step. FILE's extension picks the format: .h5 (ztrain names and layout) or
-// .safetensors (Hugging Face GPT-2 names and layout); see ckpt/export.hpp. A FILE that is a
-// directory (or ends with '/') becomes a Hugging Face model directory: model.safetensors plus
-// config.json, loadable with GPT2LMHeadModel.from_pretrained(FILE).
+// .safetensors (Hugging Face names and layout of the checkpoint's family, GPT-2 or Llama);
+// see ckpt/export.hpp. A FILE that is a directory (or ends with '/') becomes a Hugging Face
+// model directory: model.safetensors plus config.json (GPT2LMHeadModel or LlamaForCausalLM),
+// loadable with AutoModelForCausalLM.from_pretrained(FILE) and by ztrain's model.init_from.
 // A single process with no MPI launcher: checkpoints of any world size are read shard by
 // shard, one tensor at a time (peak memory: the largest tensor and one copy of it).
 // Deliberately does not: write tokenizer files (the run's tokenizer.json sits next to its
@@ -39,9 +40,10 @@ int run(int argc, char** argv) {
         "  zt-consolidate CKPT_DIR --output FILE [--dtype fp32|bf16|fp16] [--with-optimizer]\n"
         "  zt-consolidate CKPT_DIR --info\n\n"
         "CKPT_DIR: a checkpoint directory (its `latest` step is used) or a step_N directory.\n"
-        "FILE: .h5 (ztrain tensor names, one dataset each) or .safetensors (Hugging Face GPT-2\n"
-        "names and layout; load with GPT2LMHeadModel, lm_head is tied to wte). A directory (or a\n"
-        "name ending in /) gets model.safetensors + config.json: GPT2LMHeadModel.from_pretrained(DIR).\n\nOptions");
+        "FILE: .h5 (ztrain tensor names, one dataset each) or .safetensors (Hugging Face names and\n"
+        "layout of the checkpoint's family: GPT-2 or Llama). A directory (or a name ending in /)\n"
+        "gets model.safetensors + config.json (GPT2LMHeadModel or LlamaForCausalLM):\n"
+        "AutoModelForCausalLM.from_pretrained(DIR), or ztrain --model.from_hf=DIR.\n\nOptions");
     visible.add_options()
         ("help,h", "print this help and exit")
         ("output,o", po::value(&output), "the file to write (.h5, .hdf5 or .safetensors)")

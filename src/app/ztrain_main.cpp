@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "ztrain/ckpt/export.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/env/env.hpp"
@@ -32,7 +33,8 @@ int world_rank() {
 }
 
 int run(int argc, char** argv) {
-    const zt::CliResult cli = zt::parse_command_line(argc, argv);
+    // model.from_hf reads a Hugging Face config.json: ckpt/ knows that format, config/ does not.
+    const zt::CliResult cli = zt::parse_command_line(argc, argv, zt::read_hf_config);
     const bool root = world_rank() == 0;
     switch (cli.action) {
         case zt::CliAction::kHelp:

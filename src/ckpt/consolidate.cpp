@@ -240,14 +240,6 @@ void export_h5(CheckpointReader& reader, const CkptModel& m, const std::string& 
 // .safetensors (the family's Hugging Face names and layout)
 // ---------------------------------------------------------------------------------------
 
-/// Hugging Face files follow GPT-2's family only so far: a Llama checkpoint would come out
-/// under GPT-2's names and config, so it is refused until the Llama family exists here.
-void refuse_llama_hf_export(const ModelConfig& m, const std::string& step_dir) {
-    ZT_INPUT_CHECK(!m.is_llama(), step_dir, ": a model.arch = llama checkpoint cannot be exported to Hugging Face "
-                   "safetensors yet (only GPT-2's layout is implemented); --output FILE.h5 writes it, under Hugging "
-                   "Face Llama tensor names");
-}
-
 void export_safetensors(CheckpointReader& reader, const CkptModel& m, const HfFamily& family, const std::string& file,
                         DType t) {
     std::vector<SafetensorsWriter::Tensor> tensors;
@@ -300,8 +292,9 @@ void export_hf_directory(const std::string& ckpt_path, const std::string& output
     ZT_INPUT_CHECK(mc.n_layer > 0 && mc.n_head > 0 && mc.n_embd > 0 && mc.seq_len > 0 && mc.vocab_size > 0, step_dir,
                    ": the checkpoint does not record every model dimension (n_layer, n_head, n_embd, "
                    "seq_len, vocab_size) needed for config.json");
-    refuse_llama_hf_export(mc, step_dir);
-    const HfFamily& family = gpt2_family();
+    ZT_INPUT_CHECK(!mc.is_llama() || mc.ffn_dim > 0, step_dir,
+                   ": the checkpoint does not record model.ffn_dim, needed for config.json");
+    const HfFamily& family = hf_family(mc);
     const std::string text = family.config_json(mc, dtype).dump(2) + "\n";
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -338,12 +331,11 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
     const std::string step_dir = resolve_step_dir(ckpt_path);
     CheckpointReader reader(step_dir);
     const CkptModel model = load_ckpt_model(step_dir, reader.meta());
-    if (fmt != WeightsFormat::kH5) refuse_llama_hf_export(model.model, step_dir);
     write_atomically(output, [&](const std::string& file) {
         if (fmt == WeightsFormat::kH5) {
             export_h5(reader, model, file, dtype, with_optimizer);
         } else {
-            export_safetensors(reader, model, gpt2_family(), file, dtype);
+            export_safetensors(reader, model, hf_family(model.model), file, dtype);
         }
     });
 }

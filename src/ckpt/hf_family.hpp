@@ -17,7 +17,7 @@ namespace zt {
 
 struct HfFamily {
     std::string architecture;   ///< config.json "architectures": "GPT2LMHeadModel"
-    std::string prefix;         ///< prepended to ztrain's names: "transformer."
+    std::string prefix;         ///< prepended to ztrain's names: "transformer." ("" for Llama)
     /// ztrain name suffixes of the matrices Hugging Face stores [in, out] (GPT-2's Conv1D),
     /// the transpose of ztrain's (out, in).
     std::vector<std::string> transposed_suffixes;
@@ -39,8 +39,17 @@ struct HfFamily {
     std::vector<size_t> file_shape(const std::string& ztrain_name, const std::vector<size_t>& shape) const;
 };
 
-/// GPT-2 (GPT2LMHeadModel): the only family ztrain trains so far.
+/// GPT-2 (GPT2LMHeadModel).
 const HfFamily& gpt2_family();
+/// Llama (LlamaForCausalLM): ztrain's manifest already uses its names and orientation.
+const HfFamily& llama_family();
+/// The family of model.arch.
+const HfFamily& hf_family(const ModelConfig& model);
+
+/// The model keys a Hugging Face config.json determines (config.hpp's HfSetting), for
+/// model_type gpt2, llama or mistral. Refuses, naming `file` and the field, what ztrain
+/// cannot honour (biases, another activation or RoPE variant, a head_dim of its own, ...).
+std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std::string& file);
 
 /// dst (cols, rows) = transpose of src (rows, cols), both row-major; tiled for the cache.
 void transpose(const float* src, size_t rows, size_t cols, float* dst);

@@ -1,4 +1,5 @@
-// Weight import (model.init_from): a consolidated .h5 or a .safetensors file into the owned
+// Weight import (model.init_from): a consolidated .h5, a .safetensors file or a Hugging Face
+// model directory (config.json checked against the model; one file or index + shards) into the owned
 // master elements of a ModelState of any world size / stage (formats: export.hpp).
 //
 // Memory: one tensor at a time, and only tensors that overlap the rank's owned elements.
@@ -13,9 +14,12 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include "hdf5_util.hpp"
@@ -106,17 +110,75 @@ std::string read_str_attr(hid_t obj, const char* name, const std::string& file) 
     return v;
 }
 
-/// A safetensors file in the family's Hugging Face names and layout (the name prefix is
+/// The tensors of one safetensors file or of a sharded model's shards, by their file names.
+struct SafetensorsSet {
+    struct Item {
+        SafetensorsReader* reader;
+        const SafetensorsEntry* entry;
+    };
+    std::vector<std::unique_ptr<SafetensorsReader>> readers;
+    std::map<std::string, Item> by_name;
+    std::string source;  ///< the file, or the index: what a missing tensor is reported against
+
+    void add(const std::string& file) {
+        readers.push_back(std::make_unique<SafetensorsReader>(file));
+        for (const auto& [key, entry] : readers.back()->entries()) by_name.emplace(key, Item{readers.back().get(), &entry});
+    }
+};
+
+SafetensorsSet open_single(const std::string& file) {
+    SafetensorsSet set;
+    set.source = file;
+    set.add(file);
+    return set;
+}
+
+/// A sharded model: the index and its shards must agree tensor for tensor.
+SafetensorsSet open_sharded(const fs::path& dir, const std::string& index_file) {
+    const std::map<std::string, std::string> weight_map = read_safetensors_index(index_file);
+    std::set<std::string> shards;
+    for (const auto& kv : weight_map) shards.insert(kv.second);
+    // Every shard present before any is read: a missing one is the clearest message.
+    for (const std::string& shard : shards) {
+        ZT_INPUT_CHECK(fs::is_regular_file(dir / shard), index_file, ": shard ", shard, " (of tensor ",
+                       std::find_if(weight_map.begin(), weight_map.end(),
+                                    [&](const auto& kv) { return kv.second == shard; })->first,
+                       ") does not exist in ", dir.string());
+    }
+    SafetensorsSet set;
+    set.source = index_file;
+    for (const std::string& shard : shards) {
+        const std::string file = (dir / shard).string();
+        set.readers.push_back(std::make_unique<SafetensorsReader>(file));
+        for (const auto& [key, entry] : set.readers.back()->entries()) {
+            const auto seen = set.by_name.find(key);
+            ZT_INPUT_CHECK(seen == set.by_name.end(), index_file, ": tensor ", key, " is in two shards: ",
+                           seen == set.by_name.end() ? "" : seen->second.reader->file(), " and ", file);
+            const auto listed = weight_map.find(key);
+            ZT_INPUT_CHECK(listed != weight_map.end() && listed->second == shard, index_file, ": tensor ", key,
+                           " is in shard ", shard, " but weight_map ",
+                           listed == weight_map.end() ? std::string("does not list it") : "lists it in " + listed->second);
+            set.by_name.emplace(key, SafetensorsSet::Item{set.readers.back().get(), &entry});
+        }
+    }
+    for (const auto& [key, shard] : weight_map) {
+        ZT_INPUT_CHECK(set.by_name.count(key), index_file, ": weight_map lists tensor ", key, " in shard ", shard,
+                       ", which does not hold it");
+    }
+    return set;
+}
+
+/// Safetensors tensors in the family's Hugging Face names and layout (the name prefix is
 /// optional). Every name and shape is checked against the model before any data is read.
-void import_safetensors(const std::string& file, const HfFamily& family, const std::vector<Expected>& expected,
+void import_safetensors(SafetensorsSet& set, const HfFamily& family, const std::vector<Expected>& expected,
                         const Wanted& wanted, const Deliver& deliver) {
-    SafetensorsReader reader(file);
-    std::map<std::string, std::pair<std::string, const SafetensorsEntry*>> by_name;  // ztrain name -> (file name, entry)
-    for (const auto& [key, entry] : reader.entries()) {
+    using Item = SafetensorsSet::Item;
+    std::map<std::string, std::pair<std::string, Item>> by_name;  // ztrain name -> (file name, entry)
+    for (const auto& [key, item] : set.by_name) {
         std::string name = family.ztrain_name(key);
-        ZT_INPUT_CHECK(by_name.count(name) == 0, file, ": tensor ", name, " appears twice (with and without the ",
-                       family.prefix, " prefix)");
-        by_name.emplace(std::move(name), std::make_pair(key, &entry));
+        ZT_INPUT_CHECK(by_name.count(name) == 0, set.source, ": tensor ", name,
+                       " appears twice (with and without the ", family.prefix, " prefix)");
+        by_name.emplace(std::move(name), std::make_pair(key, item));
     }
     std::set<std::string> known;
     for (const Expected& x : expected) {
@@ -124,9 +186,10 @@ void import_safetensors(const std::string& file, const HfFamily& family, const s
         known.insert(name);
         const auto it = by_name.find(name);
         const std::vector<size_t> want = family.file_shape(name, x.live_shape);
-        ZT_INPUT_CHECK(it != by_name.end(), file, ": missing tensor ", family.hf_name(name), " (expected shape ",
-                       shape_str(want), ")");
-        const SafetensorsEntry& e = *it->second.second;
+        ZT_INPUT_CHECK(it != by_name.end(), set.source, ": missing tensor ", family.hf_name(name),
+                       " (expected shape ", shape_str(want), ")");
+        const SafetensorsEntry& e = *it->second.second.entry;
+        const std::string& file = it->second.second.reader->file();
         DType dtype = DType::kF32;
         ZT_INPUT_CHECK(safetensors_float_dtype(e.dtype, &dtype), file, ": tensor ", family.hf_name(name),
                        " has dtype ", e.dtype, " (import reads F32, BF16 and F16)");
@@ -134,7 +197,8 @@ void import_safetensors(const std::string& file, const HfFamily& family, const s
                        ", expected ", shape_str(want), " (model.* settings differ from the file's model?)");
     }
     for (const auto& kv : by_name) {
-        ZT_INPUT_CHECK(known.count(kv.first) || family.ignored(kv.first), file, ": unexpected tensor ", kv.first,
+        ZT_INPUT_CHECK(known.count(kv.first) || family.ignored(kv.first), kv.second.second.reader->file(),
+                       ": unexpected tensor ", kv.first,
                        " (the file's model has more layers or other parts than this model.*)");
     }
 
@@ -143,7 +207,8 @@ void import_safetensors(const std::string& file, const HfFamily& family, const s
     for (const Expected& x : expected) {
         if (!wanted(x)) continue;
         const std::string& name = x.spec->name;
-        reader.read_f32(family.hf_name(name), *by_name.at(name).second, buf);
+        const auto& [file_name, item] = by_name.at(name);
+        item.reader->read_f32(file_name, *item.entry, buf);
         const float* dst = buf.data();
         if (family.transposed(name)) {
             // The file holds [in, out]; ztrain wants (out, in).
@@ -153,6 +218,51 @@ void import_safetensors(const std::string& file, const HfFamily& family, const s
         }
         deliver(x, dst);
     }
+}
+
+/// DIR/config.json as JSON; InputError naming the file when it is missing or not JSON.
+nlohmann::json read_config_json(const std::string& dir) {
+    const std::string file = (fs::path(dir) / "config.json").string();
+    ZT_INPUT_CHECK(fs::is_regular_file(file), file, ": no such file (a Hugging Face model directory holds "
+                   "config.json next to its safetensors)");
+    std::ifstream in(file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    ZT_INPUT_CHECK(in.good() || in.eof(), file, ": cannot read");
+    try {
+        return nlohmann::json::parse(text.str());
+    } catch (const std::exception& e) {
+        throw InputError(str(file, ": not valid JSON: ", e.what()));
+    }
+}
+
+/// The model.init_from directory's config.json describes the model being trained.
+void check_hf_config(const std::string& dir, const ModelConfig& model) {
+    const std::string file = (fs::path(dir) / "config.json").string();
+    Config run;
+    run.model = model;
+    for (const HfSetting& s : hf_model_settings(read_config_json(dir), file)) {
+        if (!s.binding) continue;
+        Config theirs = run;
+        set_config_value(theirs, s.key, s.text);
+        const std::string ours = config_value_text(run, s.key);
+        const std::string want = config_value_text(theirs, s.key);
+        ZT_INPUT_CHECK(ours == want, "model.init_from = ", dir, ": ", file, ": ", s.hf_field, " = ", want, ", but ",
+                       s.key, " = ", ours, " (use --model.from_hf=", dir, " to take the model's settings)");
+    }
+}
+
+/// A Hugging Face model directory: config.json checked against the model, then
+/// model.safetensors, or the shards model.safetensors.index.json names.
+SafetensorsSet open_hf_directory(const std::string& dir, const ModelConfig& model) {
+    check_hf_config(dir, model);
+    const fs::path d(dir);
+    if (fs::exists(d / "model.safetensors")) return open_single((d / "model.safetensors").string());
+    const std::string index = (d / "model.safetensors.index.json").string();
+    ZT_INPUT_CHECK(fs::exists(index), "model.init_from = ", dir,
+                   ": holds neither model.safetensors nor model.safetensors.index.json (pytorch_model.bin is not "
+                   "read: convert the model to safetensors)");
+    return open_sharded(d, index);
 }
 
 /// A consolidated .h5 (ztrain names and orientation; fp32, or 16-bit with a dtype tag).
@@ -261,8 +371,10 @@ void import_weights(const std::string& path, const ModelLayout& layout, const Mo
                     Communicator* comm) {
     const auto body = [&] {
         ZT_REQUIRE(layout.unit_numel == state.layout().unit_numel, "import_weights: layout differs from the state's");
-        const WeightsFormat fmt = weights_format_of(path, "model.init_from");
-        ZT_INPUT_CHECK(fs::is_regular_file(path), "model.init_from: '", path, "' does not exist or is not a file");
+        const bool hf_dir = fs::is_directory(path);
+        const WeightsFormat fmt = hf_dir ? WeightsFormat::kSafetensors : weights_format_of(path, "model.init_from");
+        ZT_INPUT_CHECK(hf_dir || fs::is_regular_file(path), "model.init_from: '", path,
+                       "' does not exist or is not a file or directory");
         const std::vector<Expected> expected = expected_tensors(layout, cfg);
         zero_owned_master(state);
         // The part of a tensor this rank owns: [offset, offset + live_numel) within its unit.
@@ -280,7 +392,8 @@ void import_weights(const std::string& path, const ModelLayout& layout, const Mo
         if (fmt == WeightsFormat::kH5) {
             import_h5(path, expected, wanted, deliver);
         } else {
-            import_safetensors(path, gpt2_family(), expected, wanted, deliver);
+            SafetensorsSet set = hf_dir ? open_hf_directory(path, cfg) : open_single(path);
+            import_safetensors(set, hf_family(cfg), expected, wanted, deliver);
         }
     };
     if (comm) {
@@ -289,6 +402,12 @@ void import_weights(const std::string& path, const ModelLayout& layout, const Mo
         body();
     }
     state.sync_working_from_master();
+}
+
+std::vector<HfSetting> read_hf_config(const std::string& dir) {
+    ZT_INPUT_CHECK(fs::is_directory(dir), "model.from_hf = ", dir, ": not a directory (expected a Hugging Face model "
+                   "directory holding config.json)");
+    return hf_model_settings(read_config_json(dir), (fs::path(dir) / "config.json").string());
 }
 
 }  // namespace zt

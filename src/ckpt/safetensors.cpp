@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <utility>
 
 #include "weights_file.hpp"
@@ -184,6 +185,58 @@ SafetensorsReader::SafetensorsReader(const std::string& file) : m_file(file) {
         ZT_INPUT_CHECK(ranges[i].first >= ranges[i - 1].second, file, ": tensor byte ranges overlap at offset ",
                        ranges[i].first);
     }
+}
+
+std::map<std::string, std::string> read_safetensors_index(const std::string& index_file) {
+    // Real indexes are tens of KB (one line per tensor); a larger file is not one.
+    constexpr uint64_t kMaxIndexBytes = 64ull << 20;
+    std::error_code ec;
+    const uint64_t size = fs::file_size(index_file, ec);
+    ZT_INPUT_CHECK(!ec, index_file, ": cannot read: ", ec.message());
+    ZT_INPUT_CHECK(size <= kMaxIndexBytes, index_file, ": ", size, " bytes exceeds the ", kMaxIndexBytes,
+                   "-byte limit of a safetensors index");
+    std::ifstream in(index_file, std::ios::binary);
+    std::string text(static_cast<size_t>(size), '\0');
+    in.read(text.data(), static_cast<std::streamsize>(size));
+    ZT_INPUT_CHECK(in.good() || size == 0, index_file, ": cannot read");
+    // JSON objects may repeat a key (the parser keeps the last): a tensor listed twice in
+    // weight_map is caught while parsing, where the repetition is still visible.
+    std::string top_key;
+    std::string duplicate;
+    std::set<std::string> listed;
+    const nlohmann::json::parser_callback_t watch = [&](int depth, nlohmann::json::parse_event_t event,
+                                                        nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::key && parsed.is_string()) {
+            if (depth == 1) top_key = parsed.get<std::string>();
+            if (depth == 2 && top_key == "weight_map" && !listed.insert(parsed.get<std::string>()).second &&
+                duplicate.empty()) {
+                duplicate = parsed.get<std::string>();
+            }
+        }
+        return true;
+    };
+    nlohmann::json index;
+    try {
+        index = nlohmann::json::parse(text, watch);
+    } catch (const std::exception& e) {
+        throw InputError(str(index_file, ": not valid JSON: ", e.what()));
+    }
+    ZT_INPUT_CHECK(duplicate.empty(), index_file, ": weight_map lists tensor ", duplicate, " twice");
+    ZT_INPUT_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_file,
+                   ": expected an object with a weight_map object (tensor name -> shard file)");
+    std::map<std::string, std::string> out;
+    for (const auto& kv : index["weight_map"].items()) {
+        ZT_INPUT_CHECK(kv.value().is_string(), index_file, ": weight_map[", kv.key(), "] = ", kv.value().dump(),
+                       ": expected a shard file name");
+        const std::string shard = kv.value().get<std::string>();
+        ZT_INPUT_CHECK(!shard.empty() && shard != "." && shard != ".." && shard.find('/') == std::string::npos &&
+                           shard.find('\\') == std::string::npos,
+                       index_file, ": weight_map[", kv.key(), "] = '", shard,
+                       "': expected a file name next to the index (no directories)");
+        out.emplace(kv.key(), shard);
+    }
+    ZT_INPUT_CHECK(!out.empty(), index_file, ": weight_map is empty");
+    return out;
 }
 
 void SafetensorsReader::read_f32(const std::string& name, const SafetensorsEntry& e, std::vector<float>& out) {

@@ -80,6 +80,13 @@ class SafetensorsReader {
     std::vector<uint16_t> m_half;
 };
 
+/// A sharded model's model.safetensors.index.json: {"metadata": {...}, "weight_map":
+/// {tensor: shard file name}}. Returns weight_map after checking it is an object of strings,
+/// names no tensor twice and names plain files (the shards sit next to the index: no
+/// directories, no "..", so a downloaded index cannot point elsewhere). Whether the shards
+/// exist and hold what it says is the caller's check. Throws InputError naming the file.
+std::map<std::string, std::string> read_safetensors_index(const std::string& index_file);
+
 /// The DType of a safetensors dtype name ztrain reads ("F32", "BF16", "F16"); false for others.
 bool safetensors_float_dtype(const std::string& name, DType* out);
 

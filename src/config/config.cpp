@@ -69,7 +69,11 @@ const KeyDef kKeys[] = {
     ZT_KEY("model.seq_len", model.seq_len, "maximum sequence length (learned positions)"),
     ZT_KEY("model.vocab_size", model.vocab_size, "vocabulary size (tokens the data may contain)"),
     ZT_KEY("model.vocab_pad_to", model.vocab_pad_to, "embedding rows are padded to a multiple of this"),
-    ZT_KEY("model.init_from", model.init_from, "optional weights file to start from"),
+    ZT_KEY("model.init_from", model.init_from,
+           "optional weights to start from: .h5, .safetensors or a Hugging Face model directory"),
+    ZT_KEY("model.from_hf", model.from_hf,
+           "Hugging Face model directory: its config.json sets the model keys and init_from (explicit keys "
+           "must agree; model.seq_len may be shorter)"),
     ZT_KEY("model.n_kv_head", model.n_kv_head,
            "llama: key/value heads of grouped-query attention, dividing n_head (0: n_head)"),
     ZT_KEY("model.ffn_dim", model.ffn_dim, "llama: SwiGLU hidden width (HF intermediate_size; required)"),
@@ -736,13 +740,41 @@ class Validator {
 
 void validate_read(const Config& cfg, const RejectedSettings& rejected);
 
+/// model.from_hf: config.json's model keys under the explicit ones (parse_command_line).
+void apply_from_hf(Config& cfg, const po::variables_map& vm, const HfConfigReader& read_hf) {
+    const bool from_cli =
+        std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), "model.from_hf") != cfg.cli_keys.end();
+    const std::string origin = from_cli ? std::string("command line: ") : cfg.config_file + ": ";
+    ZT_INPUT_CHECK(read_hf != nullptr, origin, "model.from_hf is not supported by this program");
+    std::vector<HfSetting> settings = read_hf(cfg.model.from_hf);
+    settings.push_back({"model.init_from", cfg.model.from_hf, "", true});
+    const std::string file = cfg.model.from_hf + "/config.json";
+    for (const HfSetting& s : settings) {
+        const KeyDef* k = find_key(s.key);
+        ZT_REQUIRE(k != nullptr, "from_hf: unknown key ", s.key);
+        Config probe = cfg;
+        assign(probe, *k, s.text, file);
+        if (!vm.count(s.key)) {
+            cfg = probe;
+            continue;
+        }
+        // Given explicitly too: the same value, or (not binding) the explicit one wins.
+        if (!s.binding || format_value(*k, probe) == format_value(*k, cfg)) continue;
+        const bool key_cli = std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), s.key) != cfg.cli_keys.end();
+        throw InputError(str(key_cli ? std::string("command line") : cfg.config_file, ": ", s.key, " = ",
+                             format_value(*k, cfg), ", but model.from_hf = ", cfg.model.from_hf, " says ",
+                             format_value(*k, probe), s.hf_field.empty() ? "" : str(" (", file, ": ", s.hf_field, ")"),
+                             ": remove the key to take the model's value, or drop model.from_hf"));
+    }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // Public API
 // ---------------------------------------------------------------------------
 
-CliResult parse_command_line(int argc, const char* const* argv) {
+CliResult parse_command_line(int argc, const char* const* argv, const HfConfigReader& read_hf) {
     CliResult result;
     const po::options_description settings = settings_description();
 
@@ -847,6 +879,7 @@ CliResult parse_command_line(int argc, const char* const* argv) {
         assign(cfg, k, vm[k.key].as<std::string>(), from_cli ? std::string("command line") : cfg.config_file,
                &rejected);
     }
+    if (!cfg.model.from_hf.empty()) apply_from_hf(cfg, vm, read_hf);
 
     validate_read(cfg, rejected);
     return result;
@@ -887,6 +920,12 @@ void set_config_value(Config& cfg, const std::string& key, const std::string& te
 }
 
 void validate(const Config& cfg) { validate_read(cfg, RejectedSettings{}); }
+
+std::string config_value_text(const Config& cfg, const std::string& key) {
+    const KeyDef* k = find_key(key);
+    ZT_INPUT_CHECK(k != nullptr, "unknown key '", key, "'", suggestion(key, ""));
+    return format_value(*k, cfg);
+}
 
 namespace {
 

@@ -163,6 +163,46 @@ expect 2 "x\.safetensors.*wte\.weight has shape \[257, 32\], expected \[257, 64\
 printf 'not a safetensors file at all' > "$work/junk.safetensors"
 expect 2 "junk\.safetensors" "${run[@]}" --run.dir="$work/bad3" --model.init_from="$work/junk.safetensors"
 
+# Llama: a Hugging Face directory (LlamaForCausalLM) and a .safetensors file; ztrain starts
+# from the directory with --model.from_hf (no model keys needed) or with the deck's model keys
+# and model.init_from, checked against config.json.
+ldeck="$SRC/inputs/llama_tiny.ini"
+"$BIN/ztrain" --config "$ldeck" "${data[@]}" --run.dir="$work/llama" --train.threads=1 --train.max_steps=20 \
+  > "$work/llama.log" 2>&1 || { echo "FAIL: llama training run"; tail -5 "$work/llama.log"; exit 1; }
+lckpt="$work/llama/checkpoints"
+expect 0 "wrote .*hf_llama/model\.safetensors and config\.json" "$BIN/zt-consolidate" "$lckpt" --output "$work/hf_llama/"
+expect 0 "wrote .*l\.safetensors \(bf16" "$BIN/zt-consolidate" "$lckpt" --output "$work/l.safetensors" --dtype bf16
+grep -q '"LlamaForCausalLM"' "$work/hf_llama/config.json" && grep -q '"num_key_value_heads": 2' "$work/hf_llama/config.json" &&
+  echo "ok: config.json is a LlamaConfig" || { echo "FAIL: config.json"; failures=$((failures + 1)); }
+lrun=("$BIN/ztrain" "${data[@]}" --train.threads=1 --train.max_steps=3 --checkpoint.resume=never)
+"${lrun[@]}" --config "$ldeck" --run.dir="$work/lfresh" > "$work/lfresh.log" 2>&1
+"${lrun[@]}" --model.from_hf="$work/hf_llama" --run.dir="$work/lhf" > "$work/lhf.log" 2>&1
+lfresh=$(first_loss "$work/lfresh.log")
+lhf=$(first_loss "$work/lhf.log")
+if grep -q "initialized weights from .*hf_llama" "$work/lhf.log" && [ -n "$lfresh" ] && [ -n "$lhf" ] &&
+   awk -v a="$lhf" -v b="$lfresh" 'BEGIN { exit !(a < b - 0.5) }'; then
+  echo "ok: --model.from_hf alone: first loss $lhf < fresh start $lfresh"
+else
+  echo "FAIL: --model.from_hf: first loss '$lhf' vs fresh '$lfresh'"; tail -3 "$work/lhf.log"; failures=$((failures + 1))
+fi
+expect 0 "initialized weights from .*hf_llama" "${lrun[@]}" --config "$ldeck" --run.dir="$work/lhf2" \
+  --model.from_hf="$work/hf_llama"
+expect 0 "initialized weights from .*hf_llama" "${lrun[@]}" --config "$ldeck" --run.dir="$work/lhf3" \
+  --model.init_from="$work/hf_llama"
+expect 0 "initialized weights from .*l\.safetensors" "${lrun[@]}" --config "$ldeck" --run.dir="$work/lst" \
+  --model.init_from="$work/l.safetensors"
+expect 2 "command line: model\.n_layer = 3, but model\.from_hf = .*says 2 \(.*config\.json: num_hidden_layers\)" \
+  "${lrun[@]}" --config "$ldeck" --run.dir="$work/lbad1" --model.from_hf="$work/hf_llama" --model.n_layer=3
+expect 2 "config\.json: rms_norm_eps = 1e-05, but model\.norm_eps = 1e-06" "${lrun[@]}" --config "$ldeck" \
+  --run.dir="$work/lbad2" --model.init_from="$work/hf_llama" --model.norm_eps=1e-6
+mkdir -p "$work/hf_bad"
+sed 's/"attention_bias": false/"attention_bias": true/' "$work/hf_llama/config.json" > "$work/hf_bad/config.json"
+expect 2 "hf_bad/config\.json: attention_bias = true" "${lrun[@]}" --run.dir="$work/lbad3" --model.from_hf="$work/hf_bad"
+printf '{"model_type": ' > "$work/hf_bad/config.json"
+expect 2 "hf_bad/config\.json: not valid JSON" "${lrun[@]}" --run.dir="$work/lbad4" --model.from_hf="$work/hf_bad"
+[ ! -e "$work/lbad1" ] && [ ! -e "$work/lbad2" ] && [ ! -e "$work/lbad4" ] && echo "ok: refused runs wrote nothing" ||
+  { echo "FAIL: a refused run left its run directory"; failures=$((failures + 1)); }
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

@@ -7,6 +7,8 @@ rotate_half, repeat_kv, eager attention, LlamaMLP) and modeling_rope_utils.py
 Backward is written out by hand; --selfcheck compares it with central differences.
 
     llama_reference.py DIR [--selfcheck]
+    llama_reference.py --hf HF_DIR DIR
+
 
 DIR holds what test_llama_reference.cpp wrote: config.json, tokens.npy, targets.npy (-1 =
 ignored) and one TENSOR.npy per ztrain manifest tensor (Hugging Face names, HF's (out, in)
@@ -15,6 +17,13 @@ Writes into DIR: reference.json {"loss", "curve"} and grad_TENSOR.bin (float64, 
 gradient of the mean loss, padded rows zero), and with config "steps" > 0 the loss curve of
 that many AdamW steps taken exactly as ztrain takes them (src/optim, adamw_kernel):
 global-norm clip, bias corrections 1 - beta^t, decoupled decay on matrices only.
+
+With --hf the model is HF_DIR, a Hugging Face model directory as zt-consolidate writes it
+(config.json in LlamaConfig's fields, model.safetensors parsed here by hand from the format:
+u64 header length, JSON header, raw little-endian data), and only the loss of DIR's
+tokens.npy / targets.npy is computed, into DIR/hf_reference.json {"loss"}: that shows the
+export is a LlamaForCausalLM checkpoint (names, orientation, config), not just a file
+ztrain reads back.
 """
 import json
 import math
@@ -234,7 +243,68 @@ def selfcheck(model, tokens, targets, grads):
     print("selfcheck: worst relative difference %.3g" % worst)
 
 
+def read_safetensors(path):
+    """{name: float64 array} of a safetensors file (F32, BF16, F16)."""
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        chunk = data[b:end]
+        if e["dtype"] == "F32":
+            a = np.frombuffer(chunk, dtype="<f4")
+        elif e["dtype"] == "F16":
+            a = np.frombuffer(chunk, dtype="<f2")
+        elif e["dtype"] == "BF16":
+            a = (np.frombuffer(chunk, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise SystemExit("%s: tensor %s has dtype %s" % (path, name, e["dtype"]))
+        out[name] = a.reshape(e["shape"]).astype(np.float64)
+    return out
+
+
+def load_hf(hf_dir):
+    """The script's config and weights from a Hugging Face Llama directory."""
+    hf = json.load(open(os.path.join(hf_dir, "config.json")))
+    assert hf["architectures"] == ["LlamaForCausalLM"] and hf["model_type"] == "llama", hf
+    assert hf["hidden_act"] == "silu" and not hf.get("attention_bias") and not hf.get("mlp_bias"), hf
+    rs = hf.get("rope_scaling")
+    cfg = {
+        "n_layer": hf["num_hidden_layers"],
+        "n_head": hf["num_attention_heads"],
+        "n_kv_head": hf.get("num_key_value_heads", hf["num_attention_heads"]),
+        "n_embd": hf["hidden_size"],
+        "vocab_size": hf["vocab_size"],
+        "rope_theta": hf.get("rope_theta", 10000.0),
+        "rope_scaling": "llama3" if rs else "none",
+        "norm_eps": hf["rms_norm_eps"],
+        "tie_embeddings": hf.get("tie_word_embeddings", False),
+    }
+    if rs:
+        assert rs["rope_type"] == "llama3", rs
+        cfg.update(rope_factor=rs["factor"], rope_low_freq_factor=rs["low_freq_factor"],
+                   rope_high_freq_factor=rs["high_freq_factor"],
+                   rope_original_context=rs["original_max_position_embeddings"])
+    weights = read_safetensors(os.path.join(hf_dir, "model.safetensors"))
+    assert ("lm_head.weight" in weights) != cfg["tie_embeddings"], "lm_head.weight iff untied"
+    V, C = cfg["vocab_size"], cfg["n_embd"]
+    assert weights["model.embed_tokens.weight"].shape == (V, C)
+    return cfg, weights
+
+
 def main():
+    if sys.argv[1] == "--hf":
+        cfg, weights = load_hf(sys.argv[2])
+        d = sys.argv[3]
+        tokens = np.load(os.path.join(d, "tokens.npy")).astype(np.int64)
+        targets = np.load(os.path.join(d, "targets.npy")).astype(np.int64)
+        loss, _ = Llama(cfg, weights).forward(tokens, targets, False)
+        json.dump({"loss": loss}, open(os.path.join(d, "hf_reference.json"), "w"))
+        return
     d = sys.argv[1]
     cfg, weights, tokens, targets = load(d)
     model = Llama(cfg, weights)

@@ -86,4 +86,16 @@ inline SafeTensors parse_safetensors(const std::string& path) {
     return st;
 }
 
+/// Writes a safetensors file from a header and a data section (malformed on purpose or not;
+/// forced_len, when not 0, replaces the header length).
+inline void write_safetensors(const std::string& path, const nlohmann::json& header, const std::string& data,
+                              uint64_t forced_len = 0) {
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    const uint64_t n = forced_len ? forced_len : text.size();
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+    write_file(path, out + text + data);
+}
+
 }  // namespace zt::test

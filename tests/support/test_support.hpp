@@ -25,6 +25,29 @@ inline ModelConfig model_config(int n_layer, int n_head, int n_embd, int seq_len
     return m;
 }
 
+/// The small Llama of the numpy-reference tests (tests/reference/llama_reference.py): 2
+/// layers, 4 heads of size 4, SwiGLU 24, vocabulary 37 padded to 40, 8 positions, RoPE base
+/// 100 (large angles at 8 positions, so the rotation matters). llama3 scaling: with hs = 4
+/// the wavelengths 2 pi and 20 pi against 16 / 4 and 16 / 1 give one medium (smoothed) and
+/// one low (divided by the factor) frequency.
+inline ModelConfig small_llama(int n_kv_head, bool tied, bool llama3) {
+    ModelConfig m = model_config(2, 4, 16, 8, 37, 8);
+    m.arch = ModelArch::kLlama;
+    m.n_kv_head = n_kv_head;
+    m.ffn_dim = 24;
+    m.rope_theta = 100;
+    m.tie_embeddings = tied;
+    m.norm_eps = 1e-5;
+    if (llama3) {
+        m.rope_scaling = RopeScaling::kLlama3;
+        m.rope_factor = 2;
+        m.rope_low_freq_factor = 1;
+        m.rope_high_freq_factor = 4;
+        m.rope_original_context = 16;
+    }
+    return m;
+}
+
 /// The message of the InputError f throws; "WRONG EXCEPTION TYPE: ..." for another exception
 /// and "NO ERROR" when it throws none, so a test's find() on the message fails either way.
 template <typename F>
@@ -82,5 +105,13 @@ class ScratchDir {
 void write_file(const std::string& path, const std::string& content);
 /// Reads a whole file (binary).
 std::string read_file(const std::string& path);
+
+/// A python with numpy (for the numpy references under tests/reference/): $ZT_PYTHON,
+/// python3 on the PATH, or Debian's /usr/bin/python3 (the PATH's may be a pyenv without
+/// numpy); "" when none has it.
+std::string numpy_python();
+/// A .npy file (format 1.0) of little-endian float32 ("<f4") or int32 ("<i4") elements.
+void write_npy(const std::string& path, const void* data, const char* descr, size_t elem,
+               const std::vector<size_t>& shape);
 
 }  // namespace zt::test

@@ -34,6 +34,7 @@ using test::input_error_of;
 using test::is_hf_conv1d;
 using test::parse_safetensors;
 using test::SafeTensors;
+using test::write_safetensors;
 
 /// Vocabulary 40 padded to 64: 24 rows the export must drop.
 ModelConfig small_model() { return test::model_config(2, 2, 16, 8, 40, 64); }
@@ -89,17 +90,6 @@ long long h5_int_attr(hid_t file, const char* name) {
     H5Aread(attr, H5T_NATIVE_LLONG, &v);
     H5Aclose(attr);
     return v;
-}
-
-/// Writes a safetensors file from a header and a data section (malformed on purpose or not).
-void write_safetensors(const std::string& path, const nlohmann::json& header, const std::string& data,
-                       uint64_t forced_len = 0) {
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    const uint64_t n = forced_len ? forced_len : text.size();
-    std::string out(8, '\0');
-    for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-    test::write_file(path, out + text + data);
 }
 
 /// Every master element of a single-rank state, unit by unit.

@@ -31,41 +31,8 @@ namespace {
 
 const char* kScript = ZT_SOURCE_DIR "/tests/reference/llama_reference.py";
 
-/// A python with numpy: $ZT_PYTHON, python3 on the PATH, or Debian's /usr/bin/python3 (the
-/// PATH's may be a pyenv without numpy); "" when none has it.
-std::string numpy_python() {
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("ZT_PYTHON")) candidates.emplace_back(env);
-    candidates.emplace_back("python3");
-    candidates.emplace_back("/usr/bin/python3");
-    for (const std::string& py : candidates) {
-        if (std::system((py + " -c 'import numpy' > /dev/null 2>&1").c_str()) == 0) return py;
-    }
-    return "";
-}
-
-/// A .npy file (format 1.0) of little-endian float32 or int32.
-void write_npy(const std::string& path, const void* data, const char* descr, size_t elem,
-               const std::vector<size_t>& shape) {
-    std::string dims;
-    size_t n = 1;
-    for (size_t d : shape) {
-        dims += std::to_string(d) + ",";
-        n *= d;
-    }
-    if (shape.size() > 1) dims.pop_back();
-    std::string header = str("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", dims, "), }");
-    // Magic (6) + version (2) + length (2) + header, padded with spaces to 64 bytes, '\n' last.
-    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-    header += '\n';
-    std::ofstream out(path, std::ios::binary);
-    out.write("\x93NUMPY\x01\x00", 8);
-    const uint16_t len = static_cast<uint16_t>(header.size());
-    out.write(reinterpret_cast<const char*>(&len), 2);
-    out << header;
-    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n * elem));
-    ASSERT_TRUE(out.good()) << path;
-}
+using test::numpy_python;
+using test::write_npy;
 
 std::vector<double> read_f64(const std::string& path, size_t n) {
     std::vector<double> v(n);
@@ -88,22 +55,7 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
     const std::string python = numpy_python();
     if (python.empty()) GTEST_SKIP() << "no python3 with numpy ($ZT_PYTHON, python3, /usr/bin/python3)";
     const Case c = GetParam();
-    ModelConfig mc = test::model_config(2, 4, 16, 8, 37, 8);
-    mc.arch = ModelArch::kLlama;
-    mc.n_kv_head = c.n_kv_head;
-    mc.ffn_dim = 24;
-    mc.rope_theta = 100;  // large angles at 8 positions, so the rotation matters
-    mc.tie_embeddings = c.tied;
-    mc.norm_eps = 1e-5;
-    if (c.llama3) {
-        // hs = 4: wavelengths 2 pi and 20 pi against 16 / 4 and 16 / 1: one medium
-        // (smoothed) frequency and one low (divided by the factor).
-        mc.rope_scaling = RopeScaling::kLlama3;
-        mc.rope_factor = 2;
-        mc.rope_low_freq_factor = 1;
-        mc.rope_high_freq_factor = 4;
-        mc.rope_original_context = 16;
-    }
+    const ModelConfig mc = test::small_llama(c.n_kv_head, c.tied, c.llama3);
     TrainConfig tc;
     tc.lr = 2e-3;
     tc.beta1 = 0.9;

@@ -13,29 +13,37 @@
 //                 tokens_seen, n_layer, n_head, n_embd, seq_len, vocab_size, vocab_pad_to,
 //                 padded_vocab, dtype, source, config_ini. With the optimizer:
 //                 optimizer/<name>/adam_m and adam_v (fp32, same shapes).
-//   .safetensors  Hugging Face GPT-2 names and layout ("transformer.h.3.attn.c_attn.weight",
-//                 Conv1D matrices [in, out], i.e. ztrain's matrices transposed), dtype
-//                 F32 | BF16 | F16, __metadata__ {format: "pt", source, step, model dims,
-//                 config_ini}. lm_head.weight is not written: GPT-2 ties it to
-//                 transformer.wte.weight and Hugging Face re-ties it on load.
+//   .safetensors  the model family's Hugging Face names and layout, dtype F32 | BF16 | F16,
+//                 __metadata__ {format: "pt", source, step, model dims, config_ini}.
+//                 GPT-2: "transformer.h.3.attn.c_attn.weight", Conv1D matrices [in, out]
+//                 (ztrain's transposed); lm_head.weight is not written (tied to wte).
+//                 Llama: ztrain's own names and orientation ("model.layers.3.self_attn.
+//                 q_proj.weight", (out, in)); lm_head.weight only when untied.
+//                 Vocabulary rows beyond model.vocab_size are cut in both.
+//   DIRECTORY/    a Hugging Face model directory: model.safetensors as above plus config.json
+//                 (GPT2Config or LlamaConfig, hf_family.cpp), which from_pretrained reads.
 //
-// Import (model.init_from): reads either file (safetensors with or without the
-// "transformer." prefix; F32, BF16 or F16) into the owned master elements of a ModelState
-// of any world size / stage. Everything read from the file is validated before use (header
-// length, JSON, offsets, dtypes, names, exact shapes); a violation is an InputError naming
-// the file and, where there is one, the tensor.
+// Import (model.init_from): reads a .h5, a .safetensors file (with or without GPT-2's
+// "transformer." prefix; F32, BF16 or F16) or a Hugging Face model directory (config.json,
+// checked field by field against the model; model.safetensors, or the shards named by
+// model.safetensors.index.json) into the owned master elements of a ModelState of any world
+// size / stage. Everything read is validated before use (header length, JSON, offsets,
+// dtypes, names, exact shapes, the index against its shards); a violation is an InputError
+// naming the file and, where there is one, the tensor or field.
 //
 // Implementation: src/ckpt/consolidate.cpp (export, --info), import_weights.cpp (import),
-// safetensors.cpp (the file format), hf_family.cpp (Hugging Face names, Conv1D transposes
-// and config.json per model family: GPT-2 so far; a new family is one more table entry).
+// safetensors.cpp (the file format and the shard index), hf_family.cpp (Hugging Face names,
+// Conv1D transposes and config.json both ways per model family: GPT-2 and Llama).
 // Not here: AdamW state import (an initialized run starts its optimizer from zero),
 // tokenizer export.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "ztrain/config/config.hpp"
 #include "ztrain/core/dtype.hpp"
 
 namespace zt {
@@ -43,7 +51,6 @@ namespace zt {
 class Communicator;
 class ModelState;
 struct ModelLayout;
-struct ModelConfig;
 
 /// Writes the checkpoint at ckpt_path (a step directory, or a checkpoint directory whose
 /// `latest` names one) to `output` (.h5/.hdf5 or .safetensors) in `dtype`. With
@@ -52,8 +59,10 @@ struct ModelConfig;
 /// InputError naming the file for a missing/damaged checkpoint or an unusable output name,
 /// Error for I/O failures.
 /// An `output` that is an existing directory, or ends with '/', is a Hugging Face model
-/// directory: OUTPUT/model.safetensors plus OUTPUT/config.json (GPT2Config: dims, gelu_new,
-/// layer_norm_epsilon 1e-5, tied embeddings), which `GPT2LMHeadModel.from_pretrained(OUTPUT)`
+/// directory: OUTPUT/model.safetensors plus OUTPUT/config.json for the checkpoint's family
+/// (GPT2Config: dims, gelu_new, layer_norm_epsilon 1e-5, tied embeddings; LlamaConfig: dims,
+/// GQA heads, rms_norm_eps, rope_theta, rope_scaling, tie_word_embeddings,
+/// max_position_embeddings = seq_len), which `AutoModelForCausalLM.from_pretrained(OUTPUT)`
 /// reads. The directory itself is created if its parent exists.
 void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer);
 
@@ -68,8 +77,12 @@ nlohmann::json hf_gpt2_config(long n_layer, long n_head, long n_embd, long n_pos
 /// the recorded size; hashes are not computed here). Throws InputError for a bad path.
 std::string checkpoint_info(const std::string& ckpt_path);
 
-/// Sets the master weights of `state` from a consolidated .h5 or a .safetensors file (see
-/// above): each rank writes only its owned elements; padded vocabulary rows and alignment
+/// The model keys DIR/config.json determines (model.from_hf; hf_family.cpp says which and
+/// refuses what ztrain cannot honour). Throws InputError naming the file and the field.
+std::vector<HfSetting> read_hf_config(const std::string& dir);
+
+/// Sets the master weights of `state` from a consolidated .h5, a .safetensors file or a
+/// Hugging Face model directory (see above; the directory's config.json must describe `cfg`): each rank writes only its owned elements; padded vocabulary rows and alignment
 /// gaps become zero; then the working copy is re-derived (sync_working_from_master, which
 /// is collective: every rank must call import_weights). With `comm`, a failure on any rank
 /// is agreed so every rank throws the same error instead of leaving others in a collective.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,7 +69,11 @@ struct ModelConfig {
     int seq_len = 128;         ///< maximum sequence length = number of learned positions
     int vocab_size = 257;      ///< real vocabulary (tokens the data may contain)
     int vocab_pad_to = 64;     ///< embedding rows are padded to a multiple of this
-    std::string init_from;     ///< optional weights to start from (.h5 or .safetensors); ignored on resume
+    /// optional weights to start from: .h5, .safetensors or a Hugging Face model directory;
+    /// ignored on resume
+    std::string init_from;
+    /// a Hugging Face model directory whose config.json fills the model keys (and init_from)
+    std::string from_hf;
     // Llama only (validate() refuses a value other than the default with arch = gpt2).
     int n_kv_head = 0;         ///< key/value heads (grouped-query attention); 0 = n_head
     int ffn_dim = 0;           ///< SwiGLU hidden width (HF intermediate_size); required (> 0)
@@ -184,10 +189,33 @@ struct CliResult {
     int plan_world_size = 0;
 };
 
+/// One model key as a Hugging Face config.json determines it (ckpt's hf_model_settings).
+struct HfSetting {
+    std::string key;       ///< "model.n_layer"
+    std::string text;      ///< its value as a deck would write it
+    std::string hf_field;  ///< where it came from: "num_hidden_layers"
+    /// false: only a default; an explicit deck or command-line value wins without a
+    /// conflict (model.seq_len of a rotary model: the training context, not a weight shape)
+    bool binding = true;
+};
+/// Reads DIR/config.json into model keys; throws InputError naming the file and field.
+/// config/ cannot read Hugging Face files itself (that is ckpt/'s knowledge), so ztrain
+/// passes the reader in.
+using HfConfigReader = std::function<std::vector<HfSetting>(const std::string& dir)>;
+
 /// Parses `ztrain` arguments: --config FILE, --section.key=value overrides, --help,
 /// --version, --env. Throws InputError (naming the file, key and value) on an unknown key,
 /// a value of the wrong type, or a value validate() rejects.
-CliResult parse_command_line(int argc, const char* const* argv);
+///
+/// model.from_hf = DIR (deck or command line) fills every model key `read_hf` returns for
+/// DIR and sets model.init_from = DIR. A key also given explicitly must agree with
+/// config.json (an InputError names both values) unless the setting is not binding, in
+/// which case the explicit value wins. Without `read_hf`, model.from_hf is refused.
+CliResult parse_command_line(int argc, const char* const* argv, const HfConfigReader& read_hf = nullptr);
+
+/// `key`'s value in `cfg` as to_ini writes it ("12", "llama", "1e-05"): values compare equal
+/// exactly when their texts do. Throws InputError for an unknown key.
+std::string config_value_text(const Config& cfg, const std::string& key);
 
 /// Parses a deck given as text (e.g. the resolved deck a checkpoint stores) the way --config
 /// reads a file: defaults, then the deck's keys. `origin` names the text in messages. Not
