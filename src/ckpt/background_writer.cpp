@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <ctime>
+
 #include <utility>
 
 #include "ztrain/core/error.hpp"
@@ -19,12 +21,16 @@ void BackgroundWriter::start(Job job) {
     m_done.store(false, std::memory_order_release);
     m_error = nullptr;
     m_thread = std::thread([this, job = std::move(job)] {
-        // Below the training threads: the write's CPU work (copies into the page cache,
-        // hashing) takes the cycles training leaves idle first, and its I/O waits cost
-        // nothing. Best effort: a failure leaves the thread at normal priority.
+        // Below the training threads: the write's CPU work (hashing, HDF5's structure;
+        // measured about 0.3 s of CPU for GPT-2 124M's 1.48 GB) takes the cycles training
+        // leaves idle first, and its I/O waits (direct writes, fsync) cost nothing. Best
+        // effort: a failure leaves the thread at normal priority.
         (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
         try {
             m_report = job();
+            timespec cpu{};
+            ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+            m_report.writer_cpu_s = static_cast<double>(cpu.tv_sec) + 1e-9 * static_cast<double>(cpu.tv_nsec);
         } catch (...) {
             m_error = std::current_exception();
         }

@@ -29,6 +29,7 @@ CheckpointSaved saved_record(const CheckpointWriteReport& report, long step, boo
     saved.shard_write_s = report.shard_write_s;
     saved.shard_sync_s = report.shard_sync_s;
     saved.direct_io = report.direct_io;
+    saved.writer_cpu_s = report.writer_cpu_s;
     saved.publish_s = report.publish_s;
     return saved;
 }

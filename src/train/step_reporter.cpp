@@ -248,7 +248,8 @@ void StepReporter::checkpoint_written(const CheckpointSaved& saved) {
     rec["phases_ms"] = {{"snapshot", saved.snapshot_s * 1e3},
                         {"shard_write", saved.shard_write_s * 1e3},
                         {"shard_sync", saved.shard_sync_s * 1e3},
-                        {"publish", saved.publish_s * 1e3}};
+                        {"publish", saved.publish_s * 1e3},
+                        {"writer_cpu", saved.writer_cpu_s * 1e3}};
     rec["direct_io"] = saved.direct_io;
     m_metrics.write(rec);
     if (saved.async) {

@@ -131,6 +131,7 @@ struct CheckpointWriteReport {
     double shard_sync_s = 0;   ///< its fsync
     double publish_s = 0;      ///< agreements, meta.h5, renames, latest, pruning
     bool direct_io = false;    ///< this rank's data went to the disk by O_DIRECT
+    double writer_cpu_s = 0;   ///< CPU time of the background writer thread (async saves)
 };
 
 /// One rank's part of a checkpoint, copied out of the live state at a step boundary: the

@@ -71,6 +71,7 @@ struct CheckpointSaved {
     /// Where rank 0's write time went (ckpt/checkpoint.hpp's CheckpointWriteReport).
     double snapshot_s = 0, shard_write_s = 0, shard_sync_s = 0, publish_s = 0;
     bool direct_io = false;  ///< rank 0's data went to the disk by O_DIRECT
+    double writer_cpu_s = 0; ///< rank 0's background writer: CPU time it took from training
 };
 
 class StepReporter {
