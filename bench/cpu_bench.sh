@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# CPU benchmark: ztrain (CPU backend, OpenBLAS) next to a nanoGPT-style PyTorch trainer
-# (bench/torch_gpt.py) and the OpenBLAS sgemm ceiling (bench/sgemm_ceiling.cpp), in one run.
+# CPU benchmark: ztrain (CPU backend, OpenBLAS) next to a PyTorch trainer of the same model
+# (bench/torch_gpt.py: nanoGPT-style GPT-2; bench/torch_llama.py: Llama) and the OpenBLAS sgemm
+# ceiling (bench/sgemm_ceiling.cpp), in one run.
 #
-#   bash bench/cpu_bench.sh
+#   bash bench/cpu_bench.sh [CONFIG ...]    # CONFIG: a, b, llama; gpt2 = a b; all = a b llama
 #
 # Configurations (fp32, 2 threads, grad_accum 1, no evaluation, synthetic random tokens):
 #   a) GPT-2 124M: 12 layers x 768 wide x 12 heads, vocab 50257 (padded to 50304), seq 64, batch 4
 #   b) small:      4 layers x 256 wide x 4 heads,   vocab 50257 (padded to 50304), seq 256, batch 4
 #      (b keeps the real GPT-2 vocabulary, so the LM head/embedding is ~80% of its weights.)
+#   llama) SmolLM2-135M's shape (model.arch = llama, as inputs/smollm2_135m.ini): 30 layers x
+#      576 wide, 9 query heads sharing 3 key/value heads (hs 64), SwiGLU 1536, RoPE theta 1e5,
+#      vocab 49152 (a multiple of 128: no padding), LM head tied, seq 256, batch 4
+# Without arguments: a and b (the GPT-2 rows).
 # Each configuration runs REPS times in the order ztrain, torch, sgemm_ceiling, ztrain, torch,
 # sgemm_ceiling, ... so machine noise hits all three alike; the table shows medians over reps
 # of each run's median tokens/s over the steps after the first 2.
 #
-# Writes bench/results/cpu_<YYYY-MM-DD>.md and prints the table. Scratch (build of the
+# Writes bench/results/cpu_<YYYY-MM-DD>.md (cpu_llama_<YYYY-MM-DD>.md when llama is the only
+# configuration) and prints the table. Scratch (build of the
 # sgemm program, shards, run dirs, logs) goes to bench/work/ (git-ignored).
-# Knobs (environment): REPS (3), STEPS_A (12), STEPS_B (12), THREADS (2), BUILD_DIR (build-bench),
+# Knobs (environment): REPS (3), STEPS_A (12), STEPS_B (12), STEPS_L (12: llama), THREADS (2),
+# BUILD_DIR (build-bench),
 # PYTHON (/usr/bin/python3: Debian's PyTorch), OUT (the results file), PROFILE_OPS (1: ztrain
-# also records per-op times, ZT_PROFILE_OPS: two clock marks per backend call; 0 turns it off).
+# also records per-op times, ZT_PROFILE_OPS: two clock marks per backend call; 0 turns it off),
+# MALLOC_TUNE (1: every run gets glibc settings that keep freed memory in the heap,
+# MALLOC_MMAP_THRESHOLD_=4 GiB, MALLOC_TRIM_THRESHOLD_=64 GiB, MALLOC_TOP_PAD_=1 GiB, so PyTorch
+# reuses its per-step tensors instead of page-faulting fresh mmaps every step: 2.2x faster
+# steps for a 2-layer SmolLM2 on 2026-11-24; ztrain allocates once and is not affected;
+# 0: glibc's defaults, as the GPT-2 results up to 2026-11-22 were measured).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,21 +36,48 @@ cd "$ROOT"
 REPS="${REPS:-3}"
 STEPS_A="${STEPS_A:-12}"
 STEPS_B="${STEPS_B:-12}"
+STEPS_L="${STEPS_L:-12}"
 THREADS="${THREADS:-2}"
 PROFILE_OPS="${PROFILE_OPS:-1}"
+MALLOC_TUNE="${MALLOC_TUNE:-1}"
+if [ "$MALLOC_TUNE" = 1 ]; then
+    export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=1073741824
+fi
 BUILD_DIR="${BUILD_DIR:-build-bench}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 DATE="$(date +%F)"
-OUT="${OUT:-bench/results/cpu_${DATE}.md}"
+CONFIGS=()
+for arg in "${@:-gpt2}"; do
+    case "$arg" in
+        a | b | llama) CONFIGS+=("$arg") ;;
+        gpt2) CONFIGS+=(a b) ;;
+        all) CONFIGS+=(a b llama) ;;
+        *) echo "cpu_bench: unknown configuration '$arg' (a, b, llama, gpt2, all)" >&2; exit 2 ;;
+    esac
+done
+if [ "${CONFIGS[*]}" = llama ]; then
+    OUT="${OUT:-bench/results/cpu_llama_${DATE}.md}"
+else
+    OUT="${OUT:-bench/results/cpu_${DATE}.md}"
+fi
 WORK="bench/work"
 CMDLINE="$(printf '%q ' bash bench/cpu_bench.sh "$@")"
-ENVLINE="REPS=$REPS STEPS_A=$STEPS_A STEPS_B=$STEPS_B THREADS=$THREADS"
+ENVLINE="REPS=$REPS"
+for cfg in "${CONFIGS[@]}"; do
+    case "$cfg" in
+        a) ENVLINE="$ENVLINE STEPS_A=$STEPS_A" ;;
+        b) ENVLINE="$ENVLINE STEPS_B=$STEPS_B" ;;
+        llama) ENVLINE="$ENVLINE STEPS_L=$STEPS_L" ;;
+    esac
+done
+ENVLINE="$ENVLINE THREADS=$THREADS MALLOC_TUNE=$MALLOC_TUNE"
 T_START=$(date +%s)
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 mkdir -p "$WORK" bench/results
 rm -rf "$WORK/runs" && mkdir -p "$WORK/runs" "$WORK/logs"
 RECORDS="$WORK/records.tsv"
+CFGS="$WORK/configs.tsv"     # one line per configuration measured: its shape, for the report
 PHASES="$WORK/phases.jsonl"  # one JSON object per ztrain run: median ms per phase and per op
 : > "$RECORDS"
 : > "$PHASES"
@@ -59,27 +98,52 @@ fi
 ZTRAIN="$BUILD_DIR/bin/ztrain"
 
 log "building sgemm_ceiling"
-g++ -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_ceiling.cpp -lopenblas \
+g++ -O2 -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_ceiling.cpp -lopenblas \
     -o "$WORK/sgemm_ceiling"
 
 "$PYTHON" -c 'import torch, numpy' 2> /dev/null ||
     { echo "cpu_bench: $PYTHON cannot import torch and numpy (Debian: python3-torch)" >&2; exit 1; }
 
 # --- synthetic shards (llm.c format: 256 int32 header, then uint16 tokens) ------------------
-if [ ! -f "$WORK/data/train_000.bin" ]; then
-    log "writing synthetic shard $WORK/data/train_000.bin"
-    mkdir -p "$WORK/data"
-    "$PYTHON" - "$WORK/data/train_000.bin" <<'EOF'
+write_shard() {  # file vocab: 1M uniform-random token ids in [0, vocab)
+    [ -f "$1" ] && return 0
+    log "writing synthetic shard $1"
+    mkdir -p "$(dirname "$1")"
+    "$PYTHON" - "$1" "$2" <<'EOF'
 import sys, numpy as np
-n = 1 << 20  # 1M random tokens of the GPT-2 vocabulary
+n = 1 << 20
 header = np.zeros(256, np.int32)
 header[:3] = (20240520, 1, n)
-toks = np.random.default_rng(1337).integers(0, 50257, n, dtype=np.uint16)
+toks = np.random.default_rng(1337).integers(0, int(sys.argv[2]), n, dtype=np.uint16)
 with open(sys.argv[1], "wb") as f:
     f.write(header.tobytes())
     f.write(toks.tobytes())
 EOF
-fi
+}
+
+# --- configurations -----------------------------------------------------------------------
+# cfg_set CFG sets the shape of configuration CFG: ARCH L H KV C F T B V VP STEPS SHARD NAME
+# (KV and F: Llama's key/value heads and SwiGLU width; 0 for GPT-2).
+cfg_set() {
+    case "$1" in
+        a) ARCH=gpt2 L=12 H=12 KV=0 C=768 F=0 T=64 B=4 V=50257 STEPS=$STEPS_A
+           NAME="a) GPT-2 124M: 12L x 768 x 12H, seq 64, batch 4" ;;
+        b) ARCH=gpt2 L=4 H=4 KV=0 C=256 F=0 T=256 B=4 V=50257 STEPS=$STEPS_B
+           NAME="b) 4L x 256 x 4H, seq 256, batch 4, vocab 50257" ;;
+        llama) ARCH=llama L=30 H=9 KV=3 C=576 F=1536 T=256 B=4 V=49152 STEPS=$STEPS_L
+           NAME="llama) SmolLM2-135M: 30L x 576 x 9H/3KV, ffn 1536, seq 256, batch 4" ;;
+    esac
+    VP=$(((V + 127) / 128 * 128))  # model.vocab_pad_to=128
+    SHARD="$WORK/data/train_000.bin"  # token ids of the GPT-2 vocabulary
+    [ "$V" = 50257 ] || SHARD="$WORK/data/train_v${V}_000.bin"
+}
+: > "$CFGS"
+for cfg in "${CONFIGS[@]}"; do
+    cfg_set "$cfg"
+    write_shard "$SHARD" "$V"
+    printf '%s\t' "$cfg" "$ARCH" "$L" "$H" "$KV" "$C" "$F" "$T" "$B" "$V" "$VP" "$STEPS" >> "$CFGS"
+    printf '%s\n' "$NAME" >> "$CFGS"
+done
 
 # --- one measurement each ---------------------------------------------------------------
 # peak RSS (MiB) from a /usr/bin/time -v log
@@ -89,15 +153,20 @@ rss_mib() { awk -F': ' '/Maximum resident set size/ {printf "%.1f", $2 / 1024}' 
 # CPU share the run got (user+sys over wall, %; 200 = both cores busy for the whole run)
 cpu_pct() { awk -F': ' '/Percent of CPU this job got/ {sub(/%/, "", $2); print $2}' "$1"; }
 
-run_ztrain() {  # cfg rep steps layers heads embd seq batch
-    local cfg=$1 rep=$2 steps=$3 L=$4 H=$5 C=$6 T=$7 B=$8
+# run_ztrain / run_torch / run_sgemm CFG REP: one measurement of configuration CFG, whose
+# shape cfg_set has set.
+run_ztrain() {
+    local cfg=$1 rep=$2
     local dir="$WORK/runs/ztrain_${cfg}_${rep}" tlog="$WORK/logs/ztrain_${cfg}_${rep}.time"
+    local arch_args=()
+    [ "$ARCH" = llama ] && arch_args=(--model.arch=llama --model.n_kv_head="$KV" --model.ffn_dim="$F"
+        --model.rope_theta=100000 --model.tie_embeddings=true)
     rm -rf "$dir"
-    ZT_PROFILE_OPS="$PROFILE_OPS" /usr/bin/time -v -o "$tlog" "$ZTRAIN" --backend=cpu \
+    ZT_PROFILE_OPS="$PROFILE_OPS" /usr/bin/time -v -o "$tlog" "$ZTRAIN" --backend=cpu "${arch_args[@]}" \
         --model.n_layer="$L" --model.n_head="$H" --model.n_embd="$C" --model.seq_len="$T" \
-        --model.vocab_size=50257 --model.vocab_pad_to=128 \
-        --data.train="$WORK/data/train_000.bin" \
-        --train.micro_batch="$B" --train.grad_accum=1 --train.max_steps="$steps" \
+        --model.vocab_size="$V" --model.vocab_pad_to=128 \
+        --data.train="$SHARD" \
+        --train.micro_batch="$B" --train.grad_accum=1 --train.max_steps="$STEPS" \
         --train.lr=3e-4 --train.warmup_steps=2 --train.eval_every=0 --train.sample_tokens=0 \
         --train.threads="$THREADS" --precision.dtype=fp32 --parallel.zero_stage=0 \
         --checkpoint.resume=never --run.dir="$dir" > "$WORK/logs/ztrain_${cfg}_${rep}.out" 2>&1 ||
@@ -131,12 +200,15 @@ EOF
     log "ztrain $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
 }
 
-run_torch() {  # cfg rep steps layers heads embd seq batch
-    local cfg=$1 rep=$2 steps=$3 L=$4 H=$5 C=$6 T=$7 B=$8
+run_torch() {
+    local cfg=$1 rep=$2
     local tlog="$WORK/logs/torch_${cfg}_${rep}.time" olog="$WORK/logs/torch_${cfg}_${rep}.out"
-    /usr/bin/time -v -o "$tlog" "$PYTHON" bench/torch_gpt.py --n-layer "$L" --n-head "$H" \
-        --n-embd "$C" --seq-len "$T" --vocab 50257 --vocab-pad-to 128 --batch "$B" \
-        --steps "$steps" --threads "$THREADS" > "$olog" 2>&1 || { tail -20 "$olog"; exit 1; }
+    local script=bench/torch_gpt.py arch_args=()
+    [ "$ARCH" = llama ] && script=bench/torch_llama.py arch_args=(--n-kv-head "$KV" --ffn-dim "$F"
+        --rope-theta 100000)
+    /usr/bin/time -v -o "$tlog" "$PYTHON" "$script" "${arch_args[@]}" --n-layer "$L" --n-head "$H" \
+        --n-embd "$C" --seq-len "$T" --vocab "$V" --vocab-pad-to 128 --batch "$B" \
+        --steps "$STEPS" --threads "$THREADS" > "$olog" 2>&1 || { tail -20 "$olog"; exit 1; }
     local tps rss wall
     tps=$(printf '%.3f' "$(jget tokens_per_s < "$olog")")
     rss=$(rss_mib "$tlog")
@@ -145,11 +217,13 @@ run_torch() {  # cfg rep steps layers heads embd seq batch
     log "torch  $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
 }
 
-run_sgemm() {  # cfg rep layers embd seq batch
-    local cfg=$1 rep=$2 L=$3 C=$4 T=$5 B=$6
+run_sgemm() {
+    local cfg=$1 rep=$2
     local olog="$WORK/logs/sgemm_${cfg}_${rep}.out" tlog="$WORK/logs/sgemm_${cfg}_${rep}.time"
-    /usr/bin/time -v -o "$tlog" "$WORK/sgemm_ceiling" --layers "$L" --embd "$C" --bt $((B * T)) --seq "$T" \
-        --vocab-padded 50304 --threads "$THREADS" --reps 3 > "$olog"
+    local arch_args=()
+    [ "$ARCH" = llama ] && arch_args=(--heads "$H" --kv-heads "$KV" --ffn "$F")
+    /usr/bin/time -v -o "$tlog" "$WORK/sgemm_ceiling" --arch "$ARCH" "${arch_args[@]}" --layers "$L" \
+        --embd "$C" --bt $((B * T)) --seq "$T" --vocab-padded "$VP" --threads "$THREADS" --reps 3 > "$olog"
     local gf ceil
     gf=$(printf '%.2f' "$(jget gflops < "$olog")")
     ceil=$(printf '%.3f' "$(jget tokens_per_s_ceiling < "$olog")")
@@ -157,17 +231,19 @@ run_sgemm() {  # cfg rep layers embd seq batch
     log "sgemm  $cfg rep $rep: $gf GFLOP/s -> ceiling $ceil tok/s"
 }
 
-bench_cfg() {  # cfg steps layers heads embd seq batch
-    local cfg=$1 steps=$2 L=$3 H=$4 C=$5 T=$6 B=$7 rep
+bench_cfg() {  # cfg
+    local cfg=$1 rep
+    cfg_set "$cfg"
     for rep in $(seq 1 "$REPS"); do
-        run_ztrain "$cfg" "$rep" "$steps" "$L" "$H" "$C" "$T" "$B"
-        run_torch "$cfg" "$rep" "$steps" "$L" "$H" "$C" "$T" "$B"
-        run_sgemm "$cfg" "$rep" "$L" "$C" "$T" "$B"
+        run_ztrain "$cfg" "$rep"
+        run_torch "$cfg" "$rep"
+        run_sgemm "$cfg" "$rep"
     done
 }
 
-bench_cfg a "$STEPS_A" 12 12 768 64 4
-bench_cfg b "$STEPS_B" 4 4 256 256 4
+for cfg in "${CONFIGS[@]}"; do
+    bench_cfg "$cfg"
+done
 T_END=$(date +%s)
 LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -181,9 +257,13 @@ if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no -- src include
 fi
 TORCH_VER="$("$PYTHON" -c 'import torch; print(torch.__version__)')"
 BLAS="$(readlink -f "$(ldconfig -p | awk '/libopenblas.so.0 / {print $NF; exit}')" 2> /dev/null || echo libopenblas)"
+# OpenBLAS/OpenMP/malloc settings in the environment of every run (OPENBLAS_CORETYPE picks the
+# kernels: an AVX2 kernel on an AVX-512 CPU runs sgemm at about half the rate).
+RUN_ENV="$(env | grep -E '^(OPENBLAS_|OMP_|GOMP_|MALLOC_)' | sort | tr '\n' ' ')"
+CPU_ISA="$(grep -qw avx512f /proc/cpuinfo && echo 'AVX-512' || echo 'AVX2')"
 
-export PHASES DATE ENVLINE CMDLINE CPU_MODEL CORES MEM REV TORCH_VER BLAS BUILD_DIR THREADS PYTHON \
-    STEPS_A STEPS_B REPS LOAD_START LOAD_END
+export PHASES CFGS DATE ENVLINE CMDLINE CPU_MODEL CORES MEM REV TORCH_VER BLAS BUILD_DIR THREADS PYTHON \
+    REPS LOAD_START LOAD_END RUN_ENV CPU_ISA
 export NPROC="$(nproc)" ELAPSED="$((T_END - T_START))" UTC_NOW="$(date -u '+%Y-%m-%d %H:%M UTC')"
 "$PYTHON" - "$RECORDS" "$OUT" <<'EOF'
 import os, statistics, sys
@@ -194,10 +274,26 @@ for line in open(sys.argv[1]):
     kind, cfg, rep, v1, v2, cpu = line.split("\t")
     rec[cfg][kind].append((float(v1), float(v2), float(cpu)))
 med = statistics.median
-names = {"a": "a) GPT-2 124M: 12L x 768 x 12H, seq 64, batch 4",
-         "b": "b) 4L x 256 x 4H, seq 256, batch 4, vocab 50257"}
-dims = {"a": (12, 768, 64), "b": (4, 256, 256)}  # L, C, T; Vp = 50304, LM head tied to wte
-params = {k: (50304 * C + T * C + L * (12 * C * C + 13 * C) + 2 * C) / 1e6 for k, (L, C, T) in dims.items()}
+# The configurations measured, in run order (configs.tsv: written by cpu_bench.sh's cfg_set).
+cfgs, shape, names = [], {}, {}
+for line in open(E["CFGS"]):
+    f = line.rstrip("\n").split("\t")
+    cfg, arch = f[0], f[1]
+    L, H, KV, C, F, T, B, V, Vp, steps = map(int, f[2:12])
+    cfgs.append(cfg)
+    shape[cfg] = dict(arch=arch, L=L, H=H, KV=KV, C=C, F=F, T=T, B=B, V=V, Vp=Vp, steps=steps)
+    names[cfg] = f[12]
+
+
+def n_params(s):
+    L, C, F, T, Vp = s["L"], s["C"], s["F"], s["T"], s["Vp"]
+    if s["arch"] == "llama":  # tied embedding, q|k|v, o_proj, gate|up|down, 2 RMSNorms per block, final norm
+        qkv = (s["H"] + 2 * s["KV"]) * (C // s["H"])
+        return Vp * C + L * (C * qkv + C * C + 3 * C * F + 2 * C) + C
+    return Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C  # GPT-2, LM head tied to wte
+
+
+archs = sorted({shape[c]["arch"] for c in cfgs})
 table = ["| model | params | ztrain tok/s | PyTorch tok/s | ratio ztrain/PyTorch | ztrain peak RSS MiB | PyTorch peak RSS MiB |",
          "|---|---:|---:|---:|---:|---:|---:|"]
 ceil = ["| model | sgemm GFLOP/s | tok/s ceiling | ztrain % of ceiling | PyTorch % of ceiling |",
@@ -206,14 +302,15 @@ raw = ["| config | rep | ztrain tok/s (CPU %) | PyTorch tok/s (CPU %) | ratio | 
        "|---|---:|---:|---:|---:|---:|---:|"]
 best = ["| model | ztrain tok/s | PyTorch tok/s | ratio | sgemm GFLOP/s | tok/s ceiling | ztrain % of ceiling | PyTorch % of ceiling |",
         "|---|---:|---:|---:|---:|---:|---:|---:|"]
-for cfg in ("a", "b"):
+for cfg in cfgs:
     z, t, s = rec[cfg]["ztrain"], rec[cfg]["torch"], rec[cfg]["sgemm"]
     if not (z and t and s):
         continue
     zt, tt = med([x[0] for x in z]), med([x[0] for x in t])
     zr, tr = med([x[1] for x in z]), med([x[1] for x in t])
     ct, gf = med([x[0] for x in s]), med([x[1] for x in s])
-    table.append(f"| {names[cfg]} | {params[cfg]:.1f}M | {zt:.1f} | {tt:.1f} | {zt / tt:.2f} | {zr:.0f} | {tr:.0f} |")
+    table.append(f"| {names[cfg]} | {n_params(shape[cfg]) / 1e6:.1f}M | {zt:.1f} | {tt:.1f} | {zt / tt:.2f} | "
+                 f"{zr:.0f} | {tr:.0f} |")
     ceil.append(f"| {names[cfg]} | {gf:.1f} | {ct:.1f} | {100 * zt / ct:.0f}% | {100 * tt / ct:.0f}% |")
     for i, (zz, tq, ss) in enumerate(zip(z, t, s), 1):
         raw.append(f"| {cfg} | {i} | {zz[0]:.1f} ({zz[2]:.0f}%) | {tq[0]:.1f} ({tq[2]:.0f}%) | {zz[0] / tq[0]:.2f} | "
@@ -234,7 +331,7 @@ phase_keys = [("step_ms", "step"), ("zero_ms", "zero grads"), ("fwd_ms", "forwar
 phases = ["| model | " + " | ".join(n for _, n in phase_keys) + " | other |",
           "|---|" + "---:|" * (len(phase_keys) + 1)]
 op_names = []
-for cfg in ("a", "b"):
+for cfg in cfgs:
     if not runs[cfg]:
         continue
     m = {k: med([r.get(k, float("nan")) for r in runs[cfg]]) for k, _ in phase_keys}
@@ -245,23 +342,64 @@ for cfg in ("a", "b"):
             if op not in op_names:
                 op_names.append(op)
 ops = ["| model | " + " | ".join(op_names) + " |", "|---|" + "---:|" * len(op_names)]
-for cfg in ("a", "b"):
+for cfg in cfgs:
     with_ops = [r["ops_ms"] for r in runs[cfg] if "ops_ms" in r]
     if with_ops:
         ops.append(f"| {names[cfg]} | " + " | ".join(f"{med([o.get(op, float('nan')) for o in with_ops]):.1f}"
                                                    for op in op_names) + " |")
 phases = "\n".join(phases)
 ops = "\n".join(ops) if op_names else "(per-op times off: PROFILE_OPS=0)"
-md = f"""# ztrain CPU benchmark, {E['DATE']}
+# Where ztrain's step goes, per op, largest first, as a share of the step (one list per config).
+shares = []
+for cfg in cfgs:
+    with_ops = [r for r in runs[cfg] if "ops_ms" in r]
+    if not with_ops:
+        continue
+    step = med([r["step_ms"] for r in with_ops])
+    per_op = {op: med([r["ops_ms"].get(op, 0.0) for r in with_ops]) for op in op_names}
+    top = sorted(per_op.items(), key=lambda kv: -kv[1])
+    covered = sum(v for _, v in top)
+    shares.append(f"- {names[cfg]}: step {step:.0f} ms = " +
+                  ", ".join(f"{op} {v:.0f} ms ({100 * v / step:.1f}%)" for op, v in top if v >= 0.05) +
+                  f"; outside any op {step - covered:.0f} ms ({100 * (step - covered) / step:.1f}%)")
+shares = "\n".join(shares) if shares else ""
+
+scripts = {"gpt2": "bench/torch_gpt.py", "llama": "bench/torch_llama.py"}
+torch_scripts = " and ".join(f"`{E['PYTHON']} {scripts[a]}`" for a in archs)
+shapes_desc = []
+for cfg in cfgs:
+    s = shape[cfg]
+    vocab = f"vocabulary {s['V']}" + (f" padded to {s['Vp']}" if s["Vp"] != s["V"] else " (no padding)")
+    if s["arch"] == "llama":
+        shapes_desc.append(f"  - {cfg}: Llama (`--model.arch=llama`): {s['L']} layers x {s['C']} wide, {s['H']} query heads "
+                           f"sharing {s['KV']} key/value heads (hs {s['C'] // s['H']}), RMSNorm, RoPE theta 1e5, "
+                           f"SwiGLU {s['F']}, no biases, {vocab}, LM head tied; seq {s['T']}, batch {s['B']}; "
+                           f"{s['steps']} steps per run")
+    else:
+        shapes_desc.append(f"  - {cfg}: GPT-2: {s['L']} layers x {s['C']} wide x {s['H']} heads, {vocab}, LM head tied; "
+                           f"seq {s['T']}, batch {s['B']}; {s['steps']} steps per run")
+shapes_desc = "\n".join(shapes_desc)
+products, nmm = [], []
+if "gpt2" in archs:
+    products.append("GPT-2: qkv C->3C, attn proj C->C, fc C->4C, mlp proj 4C->C")
+    nmm.append("GPT-2: 12 * L * C^2 + C * Vp")
+if "llama" in archs:
+    products.append("Llama: q|k|v C->(NH+2*NKV)*hs, o_proj C->C, gate|up C->2F, down F->C")
+    nmm.append("Llama: L * (C * (NH+2*NKV)*hs + C^2 + 3 * C * F) + C * Vp")
+title = "ztrain CPU benchmark" + (" (Llama: SmolLM2-135M's shape)" if archs == ["llama"] else "")
+md = f"""# {title}, {E['DATE']}
 
 Command (from the repository root): `{E['ENVLINE']} {E['CMDLINE'].strip()}`; measurement took {E['ELAPSED']} s.
 
 - Machine: {E['CPU_MODEL']}, {E['CORES']} cores, nproc {E['NPROC']}, {E['MEM']} RAM; load average {E['LOAD_START']} at start, {E['LOAD_END']} at end (a shared, noisy machine)
 - Date: {E['UTC_NOW']}
 - ztrain revision: {E['REV']}; `{E['BUILD_DIR']}` Release, ZT_CUDA=OFF; one process (no mpirun), `--train.threads={E['THREADS']}`
-- PyTorch {E['TORCH_VER']} (`{E['PYTHON']} bench/torch_gpt.py`, `torch.set_num_threads({E['THREADS']})`, AdamW foreach, plain masked-softmax attention)
-- BLAS: {E['BLAS']} (ztrain: 1 OpenBLAS thread per OpenMP thread; PyTorch and sgemm_ceiling: OpenBLAS's own pool)
-- Settings: fp32, grad_accum 1, eval off, AdamW (weight decay 0.1 on 2-D weights), grad clip 1.0; synthetic uniform-random tokens over the GPT-2 vocabulary (50257, padded to 50304, LM head tied); steps per run: a {E['STEPS_A']}, b {E['STEPS_B']}; {E['REPS']} alternating reps per config (ztrain, PyTorch, sgemm, ztrain, PyTorch, sgemm, ...)
+- PyTorch {E['TORCH_VER']} ({torch_scripts}, `torch.set_num_threads({E['THREADS']})`, AdamW foreach, plain masked-softmax attention)
+- BLAS: {E['BLAS']} (ztrain: 1 OpenBLAS thread per OpenMP thread; PyTorch: OpenBLAS's own pool; sgemm_ceiling: both, the faster per shape); the CPU has {E['CPU_ISA']}
+- Environment of every run: `{E['RUN_ENV'].strip() or '(no OPENBLAS_/OMP_/MALLOC_ variables)'}`
+- Configurations:
+{shapes_desc}
+- Settings: fp32, grad_accum 1, eval off, AdamW (weight decay 0.1 on 2-D weights), grad clip 1.0; synthetic uniform-random tokens over each configuration's vocabulary; {E['REPS']} alternating reps per config (ztrain, PyTorch, sgemm, ztrain, PyTorch, sgemm, ...)
 - tok/s: median over reps of each run's median per-step tokens/s, steps 1-2 excluded; a timed step is zero_grad + forward + backward + grad-norm clip + AdamW. Peak RSS: `/usr/bin/time -v` "Maximum resident set size", median over reps.
 
 ## ztrain vs PyTorch
@@ -277,13 +415,18 @@ gradient reductions after backward (zero in one process); other = step minus the
 
 {phases}
 
-Per op (ms per step, `ZT_PROFILE_OPS=1`; forward and backward summed per kind unless the name says which):
+Per op (ms per step, `ZT_PROFILE_OPS=1`; forward and backward summed per kind unless the name says which;
+matmul_fwd and matmul_bwd cover the blocks' products and the LM head alike):
 
 {ops}
 
+Largest first, as a share of the step (median step of the runs):
+
+{shares}
+
 ## sgemm ceiling (bench/sgemm_ceiling.cpp)
 
-OpenBLAS cblas_sgemm with {E['THREADS']} threads at each configuration's forward, dgrad and wgrad shapes (M = B*T rows; qkv, attn proj, fc, mlp proj x n_layer, LM head x 1), median of 3 calls per shape; FLOP-weighted rate = sum(FLOPs) / sum(time). Ceiling tok/s = rate / (6 * N_mm + 12 * L * T * C), N_mm = 12 * L * C^2 + C * Vp: a trainer that spends time only in GEMMs at this rate (attention products assumed at the same rate; LN, GELU, softmax, cross-entropy, AdamW free).
+OpenBLAS cblas_sgemm with {E['THREADS']} threads at each configuration's forward, dgrad and wgrad shapes (M = B*T rows; per block, x n_layer: {'; '.join(products)}; LM head C->Vp x 1), median of 3 calls per shape, each shape timed both on OpenBLAS's own pool and split into one slab per OpenMP thread calling 1-thread sgemm (ztrain's way), the faster of the two counted; FLOP-weighted rate = sum(FLOPs) / sum(time). Ceiling tok/s = rate / (6 * N_mm + 12 * L * T * C), N_mm = the weights of all products ({'; '.join(nmm)}): a trainer that spends time only in GEMMs at this rate (attention products assumed at the same rate; norms, activations, RoPE, softmax, cross-entropy, AdamW free).
 
 {ceil}
 
@@ -305,6 +448,8 @@ print()
 print(phases)
 print()
 print(ops)
+print()
+print(shares)
 print()
 print(ceil)
 EOF
