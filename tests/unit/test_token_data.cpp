@@ -24,20 +24,7 @@ using zt::test::read_file;
 using zt::test::ScratchDir;
 using zt::test::write_file;
 
-/// Runs f, expecting an InputError whose message contains every one of `parts`.
-template <typename F>
-void expect_input_error(F&& f, const std::vector<std::string>& parts) {
-    try {
-        f();
-        ADD_FAILURE() << "expected zt::InputError";
-    } catch (const zt::InputError& e) {
-        const std::string msg = e.what();
-        for (const std::string& p : parts) {
-            EXPECT_NE(msg.find(p), std::string::npos)
-                << "message '" << msg << "' lacks '" << p << "'";
-        }
-    }
-}
+using zt::test::expect_input_error;
 
 /// A shard file built byte by byte, so tests can corrupt any field.
 std::string raw_shard(int32_t magic, int32_t version, int32_t count,

@@ -24,19 +24,7 @@ using Ids = std::vector<uint32_t>;
 
 const std::string kTinyDir = std::string(ZT_SOURCE_DIR) + "/tests/data/bpe_tiny";
 
-template <typename F>
-void expect_input_error(F&& f, const std::vector<std::string>& parts) {
-    try {
-        f();
-        ADD_FAILURE() << "expected zt::InputError";
-    } catch (const zt::InputError& e) {
-        const std::string msg = e.what();
-        for (const std::string& p : parts) {
-            EXPECT_NE(msg.find(p), std::string::npos)
-                << "message '" << msg << "' lacks '" << p << "'";
-        }
-    }
-}
+using zt::test::expect_input_error;
 
 std::vector<std::string> pieces(const std::string& text) {
     std::vector<std::string> out;
