@@ -31,6 +31,7 @@
 #include "model_record.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/comm/device_memory.hpp"
+#include "ztrain/core/clock.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
@@ -65,9 +66,14 @@ constexpr size_t kStageFloats = size_t{1} << 20;  // 4 MiB
 /// block-aligned file offsets.
 constexpr size_t kDirectAlign = 4096;
 
-/// The three buffers a checkpoint holds per unit, as dataset names (the ShardSource's
-/// `which` indexes this).
+/// The three buffers a checkpoint holds per unit, as dataset names: `which` (0, 1, 2)
+/// indexes this and state_buffer.
 constexpr std::array<const char*, 3> kStateDatasets = {"master", "adam_m", "adam_v"};
+
+/// Buffer `which` of `unit` in the state: base[e] is element e (may be device memory).
+float* state_buffer(ModelState& state, int unit, int which) {
+    return which == 0 ? state.master_base(unit) : which == 1 ? state.adam_m_base(unit) : state.adam_v_base(unit);
+}
 
 /// Where a shard's floats come from: the live model state, staged a piece at a time through
 /// a small host buffer, or a snapshot, read in place. `read` returns host memory holding
@@ -100,9 +106,7 @@ class LiveStateSource final : public ShardSource {
     explicit LiveStateSource(ModelState& state) : m_state(state), m_stage(kStageFloats) {}
     size_t piece_floats() const override { return kStageFloats; }
     const float* read(int unit, int which, size_t begin, size_t count) override {
-        float* base = which == 0 ? m_state.master_base(unit) : which == 1 ? m_state.adam_m_base(unit)
-                                                                          : m_state.adam_v_base(unit);
-        m_state.copy_to_host(m_stage.data, base + begin, count);
+        m_state.copy_to_host(m_stage.data, state_buffer(m_state, unit, which) + begin, count);
         return m_stage.data;
     }
 
@@ -184,10 +188,6 @@ void require_free_space(const std::string& dir, uint64_t bytes, const std::strin
     }
 }
 
-/// The three buffers a checkpoint holds per unit, by dataset name: base[e] is element e.
-std::array<std::pair<const char*, float*>, 3> state_buffers(ModelState& state, int unit) {
-    return {{{"master", state.master_base(unit)}, {"adam_m", state.adam_m_base(unit)}, {"adam_v", state.adam_v_base(unit)}}};
-}
 
 /// What each rank tells rank 0 about the shard file it wrote.
 struct ShardRecord {
@@ -546,11 +546,6 @@ uint64_t write_regions(const std::string& file, std::vector<DataRegion> regions,
     return h.value();
 }
 
-/// Seconds since `t0` (steady clock).
-double seconds_from(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 /// This rank's shard file: master, adam_m and adam_v of every range it is the primary owner
 /// of, read from `src`. Times its phases into `report`.
 ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource& src, int rank,
@@ -590,10 +585,10 @@ ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource&
     ShardRecord mine;
     mine.written = 1;
     mine.fnv = write_regions(file, std::move(regions), src, &report.direct_io);
-    report.shard_write_s = seconds_from(t0);
+    report.shard_write_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     fsync_path(file, false);
-    report.shard_sync_s = seconds_from(t0);
+    report.shard_sync_s = seconds_since(t0);
     mine.bytes = static_cast<uint64_t>(fs::file_size(file));
     return mine;
 }
@@ -751,7 +746,7 @@ CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step,
     agree_across_ranks(comm, [&] {
         if (rank == 0) prepare_partial_dir(target);
     });
-    const double prepare_s = seconds_from(t0);
+    const double prepare_s = seconds_since(t0);
     ShardRecord mine;
     agree_across_ranks(comm, [&] { mine = write_shard(target, plan, src, rank, report); });
     t0 = std::chrono::steady_clock::now();
@@ -772,7 +767,7 @@ CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step,
     });
     comm.broadcast_bytes(&meta_bytes, sizeof meta_bytes, 0);
     report.bytes += meta_bytes;
-    report.publish_s = prepare_s + seconds_from(t0);
+    report.publish_s = prepare_s + seconds_since(t0);
     report.dir = target.final_dir;
     return report;
 }
@@ -856,9 +851,8 @@ void CheckpointSnapshot::capture(ModelState& state, const CheckpointRecord& reco
     for (int u = 0; u < m_plan->num_units(); ++u) {
         const ElementRange r = m_plan->primary_range(u, m_rank);
         if (r.empty()) continue;
-        const float* bases[3] = {state.master_base(u), state.adam_m_base(u), state.adam_v_base(u)};
         for (int which = 0; which < 3; ++which) {
-            state.copy_to_host(const_cast<float*>(data(u, which)), bases[which] + r.begin, r.size());
+            state.copy_to_host(const_cast<float*>(data(u, which)), state_buffer(state, u, which) + r.begin, r.size());
         }
     }
     m_step = record.progress.step;
@@ -922,11 +916,11 @@ void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
     std::vector<float> stage(kStageFloats);
     for (int u = 0; u < plan.num_units(); ++u) {
         const ElementRange r = plan.owned_range(u, rank);
-        for (const auto& [which, base] : state_buffers(state, u)) {
+        for (int which = 0; which < 3; ++which) {
             for (size_t at = r.begin; at < r.end; at += kStageFloats) {
                 const size_t end = std::min(r.end, at + kStageFloats);
-                reader.read(u, at, end, which, stage.data());
-                state.copy_from_host(base + at, stage.data(), end - at);
+                reader.read(u, at, end, kStateDatasets[static_cast<size_t>(which)], stage.data());
+                state.copy_from_host(state_buffer(state, u, which) + at, stage.data(), end - at);
             }
         }
     }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ztrain/config/config.hpp"
+#include "ztrain/core/clock.hpp"
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/train/metrics.hpp"
 
@@ -55,10 +56,6 @@ std::string printable_text(const std::string& s);
 /// "1h02m", "3m05s", "42s"; "?" for a negative or absurd duration.
 std::string format_duration(double seconds);
 
-/// Wall seconds since t0 (the phase times, the save time and the run time all use it).
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 /// A published checkpoint, as the metrics record and the console line report it.
 struct CheckpointSaved {
