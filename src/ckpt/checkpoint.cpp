@@ -193,7 +193,8 @@ void require_free_space(const std::string& dir, uint64_t bytes, const std::strin
 struct ShardRecord {
     uint64_t bytes = 0;
     uint64_t fnv = 0;
-    uint64_t written = 0;  // 1 if this rank wrote a file
+    uint64_t written = 0;     // 1 if this rank wrote a file
+    uint64_t shard_rank = 0;  // whose shard it is (the file's index)
 };
 
 nlohmann::json layout_json(const ModelLayout& layout) {
@@ -548,10 +549,10 @@ uint64_t write_regions(const std::string& file, std::vector<DataRegion> regions,
 
 /// This rank's shard file: master, adam_m and adam_v of every range it is the primary owner
 /// of, read from `src`. Times its phases into `report`.
-ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource& src, int rank,
+ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource& src, int rank, bool writes,
                         CheckpointWriteReport& report) {
     const int world = plan.world_size();
-    if (!plan.is_primary(rank)) return ShardRecord{};
+    if (!writes || !plan.is_primary(rank)) return ShardRecord{};
     const std::string file = (fs::path(t.partial) / shard_file_name(rank, world)).string();
     uint64_t payload = 0;
     for (int u = 0; u < plan.num_units(); ++u) payload += 3 * sizeof(float) * plan.primary_range(u, rank).size();
@@ -584,6 +585,7 @@ ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource&
     }
     ShardRecord mine;
     mine.written = 1;
+    mine.shard_rank = static_cast<uint64_t>(rank);
     mine.fnv = write_regions(file, std::move(regions), src, &report.direct_io);
     report.shard_write_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
@@ -595,10 +597,17 @@ ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource&
 
 /// The manifest's shard list: every written file with its size, hash and ranges.
 nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardRecord>& records) {
+    // Records come in world-rank order, files in shard-rank order (the same order unless
+    // the groups are the nodes and ranks are placed round-robin).
+    std::vector<ShardRecord> written;
+    for (const ShardRecord& rec : records) {
+        if (rec.written) written.push_back(rec);
+    }
+    std::sort(written.begin(), written.end(),
+              [](const ShardRecord& a, const ShardRecord& b) { return a.shard_rank < b.shard_rank; });
     nlohmann::json shard_list = nlohmann::json::array();
-    for (int r = 0; r < plan.world_size(); ++r) {
-        const ShardRecord& rec = records[static_cast<size_t>(r)];
-        if (!rec.written) continue;
+    for (const ShardRecord& rec : written) {
+        const int r = static_cast<int>(rec.shard_rank);
         nlohmann::json units = nlohmann::json::array();
         for (int u = 0; u < plan.num_units(); ++u) {
             const ElementRange range = plan.primary_range(u, r);
@@ -620,8 +629,11 @@ nlohmann::json layout_meta(const ModelLayout& layout) {
 }
 
 /// meta_json (fields: checkpoint.hpp) without its shard list.
-nlohmann::json make_meta_base(const nlohmann::json& layout_fields, int world_size, int zero_stage,
+/// `state`'s run: world size, shard group and stage are information for people and the
+/// resume notes (the shard list says who saved what).
+nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelState& state,
                               const CheckpointRecord& record) {
+    const int group = state.shard_plan().world_size();
     const TrainProgress& progress = record.progress;
     nlohmann::json meta;
     meta["format"] = kFormatName;
@@ -630,8 +642,9 @@ nlohmann::json make_meta_base(const nlohmann::json& layout_fields, int world_siz
     meta["applied_steps"] = progress.applied_steps;
     meta["samples_seen"] = progress.samples_seen;
     meta["tokens_seen"] = progress.tokens_seen;
-    meta["world_size"] = world_size;
-    meta["zero_stage"] = zero_stage;
+    meta["world_size"] = group * state.replicas();
+    meta["shard_group"] = group;
+    meta["zero_stage"] = state.zero_stage();
     meta["dtype"] = record.dtype;
     meta["seed"] = record.seed;
     meta["scaler"] = {{"scale", progress.loss_scale},
@@ -737,7 +750,8 @@ namespace {
 /// The save's phases on every rank: prepare step_N.partial (rank 0), write the shards, then
 /// on rank 0 meta.h5, the renames, `latest` and pruning. Each phase ends in an agreement.
 CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step, const ShardPlan& plan,
-                                         ShardSource& src, nlohmann::json meta, Communicator& comm, int keep) {
+                                         int shard_rank, bool writes, ShardSource& src, nlohmann::json meta,
+                                         Communicator& comm, int keep) {
     silence_hdf5();
     const int rank = comm.rank();
     const SaveTarget target = save_target(ckpt_dir, step);
@@ -748,7 +762,7 @@ CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step,
     });
     const double prepare_s = seconds_since(t0);
     ShardRecord mine;
-    agree_across_ranks(comm, [&] { mine = write_shard(target, plan, src, rank, report); });
+    agree_across_ranks(comm, [&] { mine = write_shard(target, plan, src, shard_rank, writes, report); });
     t0 = std::chrono::steady_clock::now();
     std::vector<ShardRecord> records(static_cast<size_t>(comm.size()));
     comm.all_gather_bytes(&mine, records.data(), sizeof(ShardRecord));
@@ -778,8 +792,8 @@ CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, ModelState& 
                                        const CheckpointRecord& record, int keep) {
     LiveStateSource src(state);
     const ShardPlan& plan = state.shard_plan();
-    return publish_checkpoint(ckpt_dir, record.progress.step, plan, src,
-                              make_meta_base(layout_meta(state.layout()), plan.world_size(), state.zero_stage(), record),
+    return publish_checkpoint(ckpt_dir, record.progress.step, plan, state.shard_rank(), state.replica() == 0, src,
+                              make_meta_base(layout_meta(state.layout()), state, record),
                               comm, keep);
 }
 
@@ -787,7 +801,8 @@ CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, const Checkp
                                        Communicator& comm, int keep) {
     ZT_REQUIRE(snapshot.step() >= 0, "write_checkpoint: the snapshot was never captured");
     SnapshotSource src(snapshot);
-    return publish_checkpoint(ckpt_dir, snapshot.step(), snapshot.plan(), src, snapshot.meta_base(), comm, keep);
+    return publish_checkpoint(ckpt_dir, snapshot.step(), snapshot.plan(), snapshot.rank(), snapshot.writes(), src,
+                              snapshot.meta_base(), comm, keep);
 }
 
 std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
@@ -813,12 +828,15 @@ size_t CheckpointSnapshot::planned_bytes(const ShardPlan& plan, int rank) {
     return floats * sizeof(float);
 }
 
-CheckpointSnapshot::CheckpointSnapshot(const ModelState& state, int rank, DeviceMemory* pinned)
-    : m_plan(std::make_unique<ShardPlan>(state.shard_plan())), m_rank(rank), m_pinned(pinned) {
+CheckpointSnapshot::CheckpointSnapshot(const ModelState& state, DeviceMemory* pinned)
+    : m_plan(std::make_unique<ShardPlan>(state.shard_plan())),
+      m_rank(state.shard_rank()),
+      m_writes(state.replica() == 0),
+      m_pinned(pinned) {
     m_unit_offset.resize(static_cast<size_t>(m_plan->num_units()));
     for (int u = 0; u < m_plan->num_units(); ++u) {
         m_unit_offset[static_cast<size_t>(u)] = m_floats;
-        m_floats += 3 * page_floats(m_plan->primary_range(u, rank).size());
+        if (m_writes) m_floats += 3 * page_floats(m_plan->primary_range(u, m_rank).size());
     }
     const size_t bytes = std::max<size_t>(m_floats, 1) * sizeof(float);
     if (m_pinned) {
@@ -848,7 +866,7 @@ const float* CheckpointSnapshot::data(int unit, int which) const {
 }
 
 void CheckpointSnapshot::capture(ModelState& state, const CheckpointRecord& record) {
-    for (int u = 0; u < m_plan->num_units(); ++u) {
+    for (int u = 0; m_writes && u < m_plan->num_units(); ++u) {
         const ElementRange r = m_plan->primary_range(u, m_rank);
         if (r.empty()) continue;
         for (int which = 0; which < 3; ++which) {
@@ -856,7 +874,7 @@ void CheckpointSnapshot::capture(ModelState& state, const CheckpointRecord& reco
         }
     }
     m_step = record.progress.step;
-    m_meta_base = make_meta_base(m_layout_json, m_plan->world_size(), state.zero_stage(), record);
+    m_meta_base = make_meta_base(m_layout_json, state, record);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -905,6 +923,7 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     record.seed = meta.value("seed", uint64_t{0});
     record.config_ini = meta.value("config_ini", std::string());
     record.world_size = meta.value("world_size", 0);
+    record.shard_group = meta.value("shard_group", record.world_size);
     record.zero_stage = meta.value("zero_stage", -1);
     return record;
 }
@@ -935,7 +954,7 @@ CheckpointRecord load_checkpoint(const std::string& step_dir, ModelState& state,
         CheckpointReader reader(step_dir);
         require_same_model(reader, state.layout());
         record = record_of(reader.meta());
-        read_owned_state(reader, state, comm.rank());
+        read_owned_state(reader, state, state.shard_rank());
     });
     state.sync_working_from_master();
     return record;

@@ -65,21 +65,23 @@ CommChoice agree_comm(Communicator& comm, bool cuda_backend, const RankDevices& 
     return choose_comm(cuda_backend, all, nccl_available);
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, MPI_Comm comm, void* compute_stream) {
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, MPI_Comm comm, void* compute_stream,
+                                                const NodePlacement& node, const std::string& label) {
     ZT_REQUIRE(backend == "cpu" || backend == "cuda", "make_communicator: backend '", backend, "'");
     std::unique_ptr<Communicator> mpi = make_mpi_communicator(comm);
     const bool cuda = backend == "cuda";
     RankDevices mine;
-    mine.local_size = mpi->local_size();
+    mine.local_size = node.local_size > 0 ? node.local_size : mpi->local_size();
     mine.device_count = cuda ? cuda_device_count() : 0;
     int device = -1;
     if (mine.device_count > 0) {
-        device = local_device(mpi->local_rank(), mine.device_count);
+        device = local_device(node.local_rank >= 0 ? node.local_rank : mpi->local_rank(), mine.device_count);
         mine.uuid = cuda_device_uuid(device);
     }
     const CommChoice choice = agree_comm(*mpi, cuda, mine, nccl_built());
-    if (mpi->rank() == 0) {
-        std::printf("ztrain: communicator %s: %s\n", comm_kind_name(choice.kind), choice.reason.c_str());
+    if (mpi->rank() == 0 && !label.empty()) {
+        std::printf("ztrain: %s communicator %s: %s\n", label.c_str(), comm_kind_name(choice.kind),
+                    choice.reason.c_str());
         std::fflush(stdout);
     }
     switch (choice.kind) {

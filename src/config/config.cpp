@@ -47,7 +47,7 @@ namespace {
 // by parse_setting / setting_text below; to --help they are strings ("STR").
 using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*, DType*, std::optional<DType>*,
                               BackendChoice*, LrSchedule*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*,
-                              MemoryCheck*, ModelArch*, RopeScaling*>;
+                              MemoryCheck*, ModelArch*, RopeScaling*, ShardGroupSetting*>;
 
 struct KeyDef {
     const char* key;               ///< "section.key", or a bare top-level key
@@ -120,6 +120,9 @@ const KeyDef kKeys[] = {
 
     ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
     ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "DDP gradient all-reduce bucket size (MiB; fractions allowed)"),
+    ZT_KEY("parallel.shard_group", parallel.shard_group,
+           "ranks that shard the model state together (ZeRO 1-3; groups replicate each other): node | 0 (all "
+           "ranks) | N dividing the world"),
     ZT_KEY("parallel.timeout_s", parallel.timeout_s,
            "seconds one collective may wait before the job is aborted with a message (0: never)"),
 
@@ -282,6 +285,20 @@ bool parse_setting(const std::string& s, LossScaleSetting& out, std::string& exp
     out.dynamic = false;
     out.fixed = fixed;
     out.text = s;
+    return true;
+}
+
+bool parse_setting(const std::string& s, ShardGroupSetting& out, std::string& expected) {
+    expected = "node, 0 (all ranks) or a number of ranks > 0";
+    if (s == "node") {
+        out.ranks = -1;
+        return true;
+    }
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || end == s.c_str() || *end != '\0' || errno != 0 || v < 0 || v > 1 << 24) return false;
+    out.ranks = static_cast<int>(v);
     return true;
 }
 
@@ -912,6 +929,7 @@ std::string setting_text(const ResumeSetting& v) {
     return "?";
 }
 std::string setting_text(const LossScaleSetting& v) { return v.text; }
+std::string setting_text(const ShardGroupSetting& v) { return v.ranks < 0 ? "node" : std::to_string(v.ranks); }
 
 void set_config_value(Config& cfg, const std::string& key, const std::string& text) {
     const KeyDef* k = find_key(key);

@@ -38,7 +38,9 @@ GradientReducer::~GradientReducer() {
     // While an error unwinds, the job is about to be aborted (ztrain_main), and waiting could
     // block on ranks that never join; otherwise finish what was started.
     if (std::uncaught_exceptions() == 0) {
-        for (InFlight& f : m_in_flight) m_ctx.comm.wait(f.request);
+        for (InFlight& f : m_in_flight) {
+            (f.kind == InFlight::kReplicaAllReduce ? m_ctx.replica : m_ctx.comm).wait(f.request);
+        }
     }
     if (m_ctx.stage <= 1) {
         m_ctx.backend.free(m_arena);
@@ -147,6 +149,7 @@ void GradientReducer::start_unit_reduction(int unit) {
     InFlight f(InFlight::kReduceScatter);
     f.unit = unit;
     f.first = m_first_micro;
+    f.last = m_last_micro;
     const void* src = nullptr;
     void* out = nullptr;
     if (m_ctx.stage == 1) {
@@ -185,7 +188,38 @@ void GradientReducer::start_unit_reduction(int unit) {
     start(f);
 }
 
+void GradientReducer::start_replica_reduction(int unit) {
+    const UnitShard& s = m_ctx.shard(unit);
+    void* shard = grad_ptr(unit, s.begin(m_ctx.rank));
+    if (m_ctx.reduce == m_ctx.work) {
+        InFlight f(InFlight::kReplicaAllReduce);
+        f.unit = unit;
+        f.request = m_ctx.replica.start_all_reduce(shard, s.shard_numel, ReduceOp::kSum, m_ctx.work);
+        start(f);
+        return;
+    }
+    // Another wire dtype: through a pooled copy (the size of the reduce-scatter's result,
+    // given back just before), converted back when completed.
+    InFlight f(InFlight::kReplicaAllReduce);
+    f.unit = unit;
+    f.send_bytes = s.shard_numel * dtype_size(m_ctx.reduce);
+    f.send = m_ctx.pool.take(f.send_bytes);
+    m_ctx.backend.cast(f.send, m_ctx.reduce, shard, m_ctx.work, s.shard_numel);
+    f.request = m_ctx.replica.start_all_reduce(f.send, s.shard_numel, ReduceOp::kSum, m_ctx.reduce);
+    start(f);
+}
+
 void GradientReducer::complete(InFlight& f) {
+    if (f.kind == InFlight::kReplicaAllReduce) {
+        m_ctx.replica.wait(f.request);
+        if (f.send != nullptr) {
+            const UnitShard& s = m_ctx.shard(f.unit);
+            m_ctx.backend.cast(grad_ptr(f.unit, s.begin(m_ctx.rank)), m_ctx.work, f.send, m_ctx.reduce, s.shard_numel);
+            m_ctx.pool.give(f.send, f.send_bytes);
+            --m_pooled_in_flight;
+        }
+        return;
+    }
     m_ctx.comm.wait(f.request);
     const DType work = m_ctx.work;
     const DType reduce = m_ctx.reduce;
@@ -210,6 +244,8 @@ void GradientReducer::complete(InFlight& f) {
     if (f.recv != nullptr) m_ctx.pool.give(f.recv, f.recv_bytes);
     if (f.scratch != nullptr) m_ctx.pool.give(f.scratch, f.scratch_bytes);
     if (f.pooled()) --m_pooled_in_flight;
+    // The shard now holds the group's sum over every micro-step: the other groups' next.
+    if (f.kind == InFlight::kReduceScatter && f.last && m_ctx.replica.size() > 1) start_replica_reduction(f.unit);
 }
 
 void GradientReducer::complete_all() {

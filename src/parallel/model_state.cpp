@@ -33,14 +33,20 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, uint64_t see
 
 ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, int zero_stage,
                        size_t bucket_numel, uint64_t seed, DType work, DType reduce)
+    : ModelState(layout, backend, StateComms{comm, self_communicator()}, zero_stage, bucket_numel, seed, work,
+                 reduce) {}
+
+ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage,
+                       size_t bucket_numel, uint64_t seed, DType work, DType reduce)
     : m_layout(layout),
       m_backend(backend),
-      m_comm(comm),
+      m_comm(comms.shard),
+      m_replica(comms.replica),
       m_stage(checked_stage(zero_stage)),
-      m_rank(comm.rank()),
+      m_rank(comms.shard.rank()),
       m_work(work),
       m_reduce(reduce),
-      m_plan(layout.unit_numel, comm.size(), zero_stage),
+      m_plan(layout.unit_numel, comms.shard.size(), zero_stage),
       m_pool(backend),
       m_f32_tmp(alloc_conversion_buffer(backend, m_plan, work, &m_allocated.scratch)),
       m_params(context(), &m_allocated.params),
@@ -50,7 +56,9 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
     const BackendCapabilities caps = backend.capabilities();
     ZT_REQUIRE(caps.supports(work) && caps.supports(reduce), "backend ", backend.name(), " supports precision ",
                caps.work_dtypes(), " only; got ", dtype_name(work), "/", dtype_name(reduce));
-    const StateBytes planned = plan_bytes(layout, comm.size(), zero_stage, work, reduce);
+    ZT_REQUIRE(zero_stage > 0 || comms.replica.size() == 1, "ZeRO stage 0 replicates over one group of all ranks; got ",
+               comms.replica.size(), " replica groups");
+    const StateBytes planned = plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce);
     const StateBytes got = bytes();
     ZT_REQUIRE(got.params == planned.params && got.grads == planned.grads && got.master == planned.master &&
                    got.optimizer == planned.optimizer && got.scratch == planned.scratch,
@@ -79,7 +87,8 @@ ModelState::~ModelState() {
 }
 
 StateContext ModelState::context() {
-    return StateContext{m_layout, m_backend, m_comm, m_plan, m_stage, m_rank, m_work, m_reduce, m_pool, m_f32_tmp};
+    return StateContext{m_layout, m_backend, m_comm,   m_replica, m_plan,   m_stage,
+                        m_rank,   m_work,    m_reduce, m_pool,    m_f32_tmp};
 }
 
 // ---- UnitStore ----
@@ -97,7 +106,8 @@ void ModelState::finish_grad_sync() { m_grads.finish(); }
 
 double ModelState::grad_sum_squares() {
     double s = m_grads.local_sum_squares(m_optim.segments());
-    // DDP: every rank holds the same full gradient, the local sum is already global.
+    // DDP: every rank holds the same full gradient, the local sum is already global; ZeRO:
+    // the group's shards make one whole (the other groups hold the same shards).
     if (m_stage >= 1) m_comm.all_reduce_scalars(&s, 1);
     return s;
 }
@@ -109,6 +119,9 @@ double ModelState::grad_sum_squares_if_finite() {
     double s = m_grads.local_sum_squares(m_optim.segments());
     double bad = std::isfinite(s) ? 0.0 : 1.0;
     m_comm.all_reduce_scalars(&bad, 1, ReduceOp::kMax);
+    // Replicas hold the same reduced gradients, so they agree already; one more flag makes a
+    // skip decision that differs across groups (and a hang at the next collective) impossible.
+    if (m_replica.size() > 1) m_replica.all_reduce_scalars(&bad, 1, ReduceOp::kMax);
     if (bad != 0.0) return std::numeric_limits<double>::quiet_NaN();
     if (m_stage >= 1) m_comm.all_reduce_scalars(&s, 1);
     return s;
@@ -133,9 +146,9 @@ StateBytes ModelState::bytes() const {
     return b;
 }
 
-StateBytes ModelState::plan_bytes(const ModelLayout& layout, int world_size, int zero_stage, DType work,
+StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work,
                                   DType reduce) {
-    const ShardPlan plan(layout.unit_numel, world_size, checked_stage(zero_stage));
+    const ShardPlan plan(layout.unit_numel, group_size, checked_stage(zero_stage));
     const size_t w = dtype_size(work);
     StateBytes b;
     size_t max_padded = 0;

@@ -63,7 +63,7 @@ CheckpointSaver::CheckpointSaver(const Config& cfg, std::string ckpt_dir, ModelS
         return;
     }
     m_ckpt_comm = make_mpi_communicator(mpi_comm);  // a duplicate: its own message space
-    m_snapshot = std::make_unique<CheckpointSnapshot>(state, comm.rank(), pinned);
+    m_snapshot = std::make_unique<CheckpointSnapshot>(state, pinned);
 }
 
 CheckpointSaver::~CheckpointSaver() = default;

@@ -5,16 +5,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt {
 
-CollectiveWatchdog::CollectiveWatchdog(const Communicator& comm, Communicator* device, double timeout_s,
+CollectiveWatchdog::CollectiveWatchdog(std::vector<Communicator*> comms, double timeout_s,
                                        const std::atomic<long>& step)
-    : m_comm(comm), m_device(device), m_timeout_s(timeout_s), m_step(step) {
-    if (timeout_s > 0 && comm.size() > 1) m_thread = std::thread([this] { run(); });
+    : m_comms(std::move(comms)), m_timeout_s(timeout_s), m_step(step) {
+    ZT_REQUIRE(!m_comms.empty(), "CollectiveWatchdog: no communicator");
+    if (timeout_s > 0 && m_comms.front()->size() > 1) m_thread = std::thread([this] { run(); });
 }
 
 CollectiveWatchdog::~CollectiveWatchdog() {
@@ -29,32 +31,35 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 void CollectiveWatchdog::run() {
     const auto poll = std::chrono::milliseconds(static_cast<long>(std::min(1.0, m_timeout_s / 4) * 1000) + 1);
     std::unique_lock<std::mutex> lock(m_mutex);
+    const int rank = m_comms.front()->rank();
     while (!m_cv.wait_for(lock, poll, [this] { return m_stop; })) {
-        const std::string stall = m_device != nullptr ? m_device->device_stall(m_timeout_s) : std::string();
-        if (!stall.empty()) {
+        for (Communicator* c : m_comms) {
+            const std::string stall = c->device_stall(m_timeout_s);
+            if (!stall.empty()) {
+                std::fprintf(stderr,
+                             "ztrain: rank %d: %s in step %ld (parallel.timeout_s = %g): another rank is stuck or "
+                             "has died, or the device failed; aborting the job\n",
+                             rank, stall.c_str(), m_step.load() + 1, m_timeout_s);
+                std::fflush(stderr);
+                std::fflush(stdout);
+                std::_Exit(kExitFailure);
+            }
+            const char* name = c->pending_collective();
+            if (name == nullptr) continue;
+            const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+            const double waited = static_cast<double>(now - c->pending_since_ns()) * 1e-9;
+            // Re-read: the collective may have finished while the wait was computed.
+            if (waited < m_timeout_s || c->pending_collective() == nullptr) continue;
             std::fprintf(stderr,
-                         "ztrain: rank %d: %s in step %ld (parallel.timeout_s = %g): another rank is stuck or "
-                         "has died, or the device failed; aborting the job\n",
-                         m_comm.rank(), stall.c_str(), m_step.load() + 1, m_timeout_s);
+                         "ztrain: rank %d: collective %s has waited %.0f s in step %ld (parallel.timeout_s = %g): "
+                         "another rank is stuck or has died; aborting the job\n",
+                         rank, name, waited, m_step.load() + 1, m_timeout_s);
             std::fflush(stderr);
             std::fflush(stdout);
             std::_Exit(kExitFailure);
         }
-        const char* name = m_comm.pending_collective();
-        if (name == nullptr) continue;
-        const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch())
-                             .count();
-        const double waited = static_cast<double>(now - m_comm.pending_since_ns()) * 1e-9;
-        // Re-read: the collective may have finished while the wait was computed.
-        if (waited < m_timeout_s || m_comm.pending_collective() == nullptr) continue;
-        std::fprintf(stderr,
-                     "ztrain: rank %d: collective %s has waited %.0f s in step %ld (parallel.timeout_s = %g): "
-                     "another rank is stuck or has died; aborting the job\n",
-                     m_comm.rank(), name, waited, m_step.load() + 1, m_timeout_s);
-        std::fflush(stderr);
-        std::fflush(stdout);
-        std::_Exit(kExitFailure);
     }
 }
 

@@ -15,6 +15,7 @@
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "ztrain/parallel/shard_groups.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
 
 namespace zt {
@@ -101,19 +102,21 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
     MemoryPlan plan;
     plan.world_size = world_size;
     plan.ranks_per_node = ranks_per_node;
+    const int stage = cfg.parallel.zero_stage;
+    // The state is split over the shard group; the other groups hold replicas.
+    const int group = resolve_shard_group(cfg.parallel.shard_group.ranks, world_size, ranks_per_node, stage);
+    plan.shard_group = group;
     plan.device = device;
     plan.recompute = cfg.train.recompute;
     const ModelConfig& m = cfg.model;
     const TrainConfig& t = cfg.train;
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
-    const int stage = cfg.parallel.zero_stage;
     const double params = closed_form_params(m);
-    const ZeroMemoryFormulas f =
-        zero_memory_formulas(stage, world_size, static_cast<size_t>(std::min(params, 1e18)), work);
+    const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, static_cast<size_t>(std::min(params, 1e18)), work);
     // checkpoint.async's host snapshot: fp32 master, m and v of the largest rank's primary
     // ranges (CheckpointSnapshot::planned_bytes where the manifest exists).
-    double snapshot_bytes = 12.0 * params / (stage > 0 ? world_size : 1);
+    double snapshot_bytes = 12.0 * params / (stage > 0 ? group : 1);
     if (m.n_layer > kManifestMaxLayers) {
         // No manifest: the ZeRO formulas over the closed-form count (no shard padding, no
         // per-unit scratch; the shape is refused long before those would matter).
@@ -123,16 +126,16 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
         plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
     } else {
         const ModelLayout layout = make_gpt_layout(m);
-        const StateBytes sb = ModelState::plan_bytes(layout, world_size, stage, work, reduce);
+        const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce);
         plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
         plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
         plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
         plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
         plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
                               "gathered units, gradient scratch, reductions in flight (peak)"});
-        const ShardPlan shards(layout.unit_numel, world_size, stage);
+        const ShardPlan shards(layout.unit_numel, group, stage);
         snapshot_bytes = 0;
-        for (int r = 0; r < world_size; ++r) {
+        for (int r = 0; r < group; ++r) {
             snapshot_bytes = std::max(snapshot_bytes, static_cast<double>(CheckpointSnapshot::planned_bytes(shards, r)));
         }
         if (!device && world_size > 1 && stage == 0) {
@@ -193,7 +196,7 @@ MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) 
 std::string format_memory_plan(const MemoryPlan& plan) {
     std::ostringstream os;
     os << "memory plan per rank (" << (plan.device ? "GPU" : "host") << " memory), " << plan.world_size
-       << " rank(s), " << plan.ranks_per_node << " per node:\n";
+       << " rank(s), " << plan.ranks_per_node << " per node, state sharded over " << plan.shard_group << ":\n";
     char line[256];
     for (const MemoryItem& i : plan.items) {
         std::snprintf(line, sizeof line, "  %-14s %12s   %s\n", i.name.c_str(), human(i.bytes).c_str(), i.what.c_str());

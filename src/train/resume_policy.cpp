@@ -96,15 +96,18 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
     return loaded;
 }
 
-void ResumePolicy::report(const CheckpointRecord& resumed, int world_size) const {
+void ResumePolicy::report(const CheckpointRecord& resumed, int world_size, int shard_group) const {
     if (!resuming() || !m_root) return;
     const TrainProgress& progress = resumed.progress;
     std::printf("ztrain: resumed from %s at step %ld (%llu samples seen)\n", m_dir.c_str(), progress.step,
                 static_cast<unsigned long long>(progress.samples_seen));
-    const std::string was = str("world size ", resumed.world_size, ", ZeRO stage ", resumed.zero_stage, ", ",
-                                resumed.dtype);
-    const std::string now = str("world size ", world_size, ", ZeRO stage ", m_cfg.parallel.zero_stage, ", ",
-                                dtype_name(m_cfg.precision.dtype));
+    const auto groups = [](int world, int group) {
+        return group > 0 && group != world ? str(" in shard groups of ", group) : std::string();
+    };
+    const std::string was = str("world size ", resumed.world_size, groups(resumed.world_size, resumed.shard_group),
+                                ", ZeRO stage ", resumed.zero_stage, ", ", resumed.dtype);
+    const std::string now = str("world size ", world_size, groups(world_size, shard_group), ", ZeRO stage ",
+                                m_cfg.parallel.zero_stage, ", ", dtype_name(m_cfg.precision.dtype));
     if (resumed.world_size > 0 && resumed.zero_stage >= 0 && !resumed.dtype.empty() && was != now) {
         std::printf("ztrain: note: the checkpoint was written at %s; this run is %s (its state is resharded, "
                     "and the data continues from sample %llu)\n",

@@ -44,12 +44,12 @@ size_t utf8_sequence(const std::string& s, size_t i) {
 
 /// The start-up table: bytes per buffer kind on this rank next to the ZeRO formula each
 /// should follow, so a user sees what sharding bought.
-void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage, int world, size_t n_params,
-                        DType work) {
-    const ZeroMemoryFormulas f = zero_memory_formulas(stage, world, n_params, work);
+void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage, int group, int world,
+                        size_t n_params, DType work) {
+    const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, n_params, work);
     const double mib = 1048576.0;
-    std::printf("ztrain: memory per rank, ZeRO stage %d, N = %d, P = %zu parameters (%s)\n", stage, world, n_params,
-                dtype_name(work));
+    std::printf("ztrain: memory per rank, ZeRO stage %d, N = %d%s, P = %zu parameters (%s)\n", stage, group,
+                group != world ? " (the shard group)" : "", n_params, dtype_name(work));
     std::printf("  %-12s %10s   %s\n", "buffer", "MiB", "formula");
     std::printf("  %-12s %10.2f   %s\n", "params", sb.params / mib, f.params.formula);
     std::printf("  %-12s %10.2f   %s\n", "grads", sb.grads / mib, f.grads.formula);
@@ -100,7 +100,8 @@ std::string format_duration(double s) {
 }
 
 StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
-                           const Communicator& comm, const Communicator* device_comm, const Gpt& model,
+                           const Communicator& comm, const Communicator& shard, const Communicator& replica,
+                           const Gpt& model,
                            ProfilingBackend* op_profile)
     : m_root(root),
       m_max_steps(tc.max_steps),
@@ -108,7 +109,8 @@ StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root,
       // A resumed run appends to the metrics of the run it continues.
       m_metrics(root ? (std::filesystem::path(run_dir) / "metrics.jsonl").string() : std::string(), resuming),
       m_comm(comm),
-      m_device_comm(device_comm),
+      m_shard(shard),
+      m_replica(replica),
       m_model(model),
       m_op_profile(op_profile),
       m_run_start(Clock::now()) {}
@@ -132,6 +134,10 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     mem["model_state"] = sb.model_state();
     mem["checkpoint_snapshot"] = snapshot_bytes;
     mem["world_size"] = world;
+    mem["nodes"] = m_layout.nodes;
+    mem["ranks_per_node"] = m_layout.ranks_per_node;
+    mem["shard_group"] = m_shard.size();
+    mem["replicas"] = m_replica.size();
     mem["zero_stage"] = cfg.parallel.zero_stage;
     mem["dtype"] = dtype_name(cfg.precision.dtype);
     mem["num_params"] = n_params;
@@ -150,7 +156,9 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     std::printf("ztrain: %d rank(s) x %d thread(s), global batch %d x %d tokens, %zu train windows%s\n", world,
                 threads, cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
                 val_windows ? str(", ", *val_windows, " val windows").c_str() : "");
-    print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, world, n_params, work);
+    // The ZeRO formulas' N is the group the state is split over.
+    print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, m_shard.size(), world, n_params,
+                       work);
     if (snapshot_bytes > 0) {
         std::printf("  %-12s %10.2f   %s\n", "ckpt snapshot", static_cast<double>(snapshot_bytes) / 1048576.0,
                     "host copy of the owned master, m, v for background writes (checkpoint.async)");
@@ -194,13 +202,20 @@ void StepReporter::step(const StepReport& r) {
     rec["loss_scale"] = r.loss_scale;
     rec["skipped"] = r.skipped;
     nlohmann::ordered_json cb = nlohmann::ordered_json::object();
-    // On a GPU the model state's collectives go through device_comm: count both.
+    // Per kind over every communicator of the run, then the model state's two apart: inside
+    // the shard group (intra) and across the groups (inter).
     std::map<CollectiveKind, uint64_t> sent;
-    for (const Communicator* c : {&m_comm, m_device_comm}) {
-        if (c == nullptr) continue;
+    for (const Communicator* c : {&m_comm, &m_shard, &m_replica}) {
         for (const auto& [kind, entry] : c->stats().by_kind) sent[kind] += entry.bytes;
     }
     for (const auto& [kind, bytes] : sent) cb[collective_name(kind)] = bytes;
+    const auto per_kind = [](const Communicator& c) {
+        nlohmann::ordered_json o = nlohmann::ordered_json::object();
+        for (const auto& [kind, entry] : c.stats().by_kind) o[collective_name(kind)] = entry.bytes;
+        return o;
+    };
+    cb["intra"] = per_kind(m_shard);
+    cb["inter"] = per_kind(m_replica);
     rec["comm_bytes"] = cb;
     rec["zero_ms"] = r.phases.zero * 1e3;
     rec["fwd_ms"] = r.phases.fwd * 1e3;

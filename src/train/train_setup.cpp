@@ -72,6 +72,11 @@ TrainSetup::TrainSetup(TrainSetup&&) noexcept = default;
 TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     TrainSetup s;
     s.comm = make_mpi_communicator(mpi_comm);
+    s.groups = std::make_unique<ShardGroups>(mpi_comm, cfg.parallel.shard_group.ranks, cfg.parallel.zero_stage);
+    if (s.comm->rank() == 0) {
+        std::printf("ztrain: ranks: %s\n", s.groups->layout().describe().c_str());
+        if (!s.groups->note().empty()) std::printf("ztrain: note: %s\n", s.groups->note().c_str());
+    }
     // backend = cpu | cuda | auto: a cuda that cannot run here is bad input, before any work.
     std::string backend_note;
     // resolve_backend answers "cpu" or "cuda"; from here on it is an enum.
@@ -95,7 +100,7 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     return s;
 }
 
-void start_compute(TrainSetup& s, const Config& cfg, MPI_Comm mpi_comm) {
+void start_compute(TrainSetup& s, const Config& cfg) {
     // Ranks on one node share its cores unless told otherwise.
     int threads = cfg.train.threads;
     if (threads <= 0) {
@@ -104,8 +109,19 @@ void start_compute(TrainSetup& s, const Config& cfg, MPI_Comm mpi_comm) {
     // ZT_PROFILE_OPS=1 wraps the backend in a ProfilingBackend (per-op times in ops_ms).
     s.backend = profile_ops_from_env(make_backend(s.backend_kind, threads, s.comm->local_rank()));
     s.op_profile = dynamic_cast<ProfilingBackend*>(s.backend.get());
+    const RankLayout& L = s.groups->layout();
     if (s.backend_kind == BackendChoice::kCuda) {
-        s.device_comm = make_communicator(setting_text(s.backend_kind), mpi_comm, cuda_stream(*s.backend));
+        // Device buffers: NCCL (or staging) inside the group, and across groups when there are
+        // replicas; the node-local rank of the whole job picks the GPU.
+        const NodePlacement node{L.local_rank, L.local_size};
+        s.shard_comm = make_communicator("cuda", s.groups->shard_comm(), cuda_stream(*s.backend), node,
+                                         L.replicas > 1 ? "shard-group" : "model-state");
+        s.replica_comm = L.replicas > 1 ? make_communicator("cuda", s.groups->replica_comm(), cuda_stream(*s.backend),
+                                                            node, "replica")
+                                        : make_mpi_communicator(MPI_COMM_NULL);
+    } else {
+        s.shard_comm = make_mpi_communicator(s.groups->shard_comm());
+        s.replica_comm = make_mpi_communicator(L.replicas > 1 ? s.groups->replica_comm() : MPI_COMM_NULL);
     }
 }
 

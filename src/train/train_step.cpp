@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/comm/communicator.hpp"
@@ -20,13 +21,13 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 TrainStep::TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm,
-                     Communicator* device_comm, BatchSampler& sampler, LossScalePolicy& loss_scale,
+                     std::vector<Communicator*> counted, BatchSampler& sampler, LossScalePolicy& loss_scale,
                      StepReporter& reporter, const TrainOptions& options, ProfilingBackend* op_profile)
     : m_tc(cfg.train),
       m_model(model),
       m_state(state),
       m_comm(comm),
-      m_device_comm(device_comm),
+      m_counted(std::move(counted)),
       m_sampler(sampler),
       m_loss_scale(loss_scale),
       m_reporter(reporter),
@@ -43,8 +44,7 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
     StepOutcome out;
     PhaseTimes& ph = out.phases;  // where a step's time goes (metrics fields *_ms)
     const auto t0 = Clock::now();
-    m_comm.reset_stats();
-    if (m_device_comm) m_device_comm->reset_stats();
+    for (Communicator* c : m_counted) c->reset_stats();
     if (m_op_profile != nullptr) m_op_profile->reset();
     m_state.zero_grads();
     ph.zero = seconds_since(t0);

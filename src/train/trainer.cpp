@@ -18,6 +18,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/comm/communicator.hpp"
@@ -111,19 +113,22 @@ void prepare_run_dir(const Config& cfg, bool root) {
     if (root) std::ofstream(run_dir / "config.ini") << to_ini(cfg);
 }
 
-/// Aborts `comm`'s outstanding collectives when the scope is left by an exception, and does
-/// nothing on a normal exit.
+/// Aborts the outstanding collectives of `comms` when the scope is left by an exception, and
+/// does nothing on a normal exit.
 class AbortCollectivesOnError {
   public:
-    explicit AbortCollectivesOnError(Communicator& comm) : m_comm(comm), m_uncaught(std::uncaught_exceptions()) {}
+    explicit AbortCollectivesOnError(std::vector<Communicator*> comms)
+        : m_comms(std::move(comms)), m_uncaught(std::uncaught_exceptions()) {}
     ~AbortCollectivesOnError() {
-        if (std::uncaught_exceptions() > m_uncaught) m_comm.abort_outstanding();
+        if (std::uncaught_exceptions() > m_uncaught) {
+            for (Communicator* c : m_comms) c->abort_outstanding();
+        }
     }
     AbortCollectivesOnError(const AbortCollectivesOnError&) = delete;
     AbortCollectivesOnError& operator=(const AbortCollectivesOnError&) = delete;
 
   private:
-    Communicator& m_comm;
+    std::vector<Communicator*> m_comms;
     int m_uncaught;
 };
 
@@ -140,7 +145,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     Communicator& comm = *setup.comm;
     const bool root = comm.rank() == 0;
     ResumePolicy resume(cfg, comm);
-    start_compute(setup, cfg, options.comm);
+    start_compute(setup, cfg);
 
     // ---- memory: predicted from the deck, checked before anything model-sized exists ----
     MemoryPlan memory = plan_memory(
@@ -165,14 +170,14 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     model.set_activation_dtype(work);
     const size_t bucket_numel = std::max<size_t>(
         1, static_cast<size_t>(cfg.parallel.bucket_mb * 1048576.0 / static_cast<double>(dtype_size(reduce))));
-    ModelState state(model.layout(), *setup.backend, setup.state_comm(), cfg.parallel.zero_stage, bucket_numel,
+    ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage, bucket_numel,
                      tc.seed, work, reduce);
     // Destruction order on an error: this guard (declared after the model state, so it goes
     // first) aborts the device communicator's collectives, then ~ModelState and ~Gpt free
     // device memory, which synchronizes the compute stream. Without the abort that sync
     // waits on NCCL work the other ranks will never join, and the rank hangs instead of
     // exiting: ~NcclCommunicator's own abort runs only in ~TrainSetup, after them.
-    const AbortCollectivesOnError abort_collectives_on_error(setup.state_comm());
+    const AbortCollectivesOnError abort_collectives_on_error({setup.shard_comm.get(), setup.replica_comm.get()});
     LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
 
     // ---- where it starts: init_from, or a checkpoint and what its progress means ----
@@ -183,12 +188,13 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         const std::string note = loss_scale.restore(loss_scale_record(resumed));
         if (root && !note.empty()) std::printf("ztrain: %s\n", note.c_str());
     }
-    resume.report(resumed, comm.size());
+    resume.report(resumed, comm.size(), setup.shard_comm->size());
 
     // ---- inputs are accepted: now the run directory may change ----
     prepare_run_dir(cfg, root);
-    StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, setup.device_comm.get(), model,
-                          setup.op_profile);
+    StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
+                          model, setup.op_profile);
+    reporter.set_rank_layout(setup.groups->layout());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
     // A GPU state's snapshot goes to page-locked host memory (full-speed copies).
     const std::unique_ptr<DeviceMemory> pinned =
@@ -200,12 +206,12 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                    setup.train_data->num_windows(), val_windows, work, reduce, loss_scale);
 
     Evaluator evaluator(tc, model, state, comm, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
-    TrainStep train_step(cfg, model, state, comm, setup.device_comm.get(), *setup.train_sampler, loss_scale, reporter,
+    TrainStep train_step(cfg, model, state, comm, setup.all_comms(), *setup.train_sampler, loss_scale, reporter,
                          options, setup.op_profile);
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
     TrainSummary summary;
     std::atomic<long> current_step{progress.step};
-    const CollectiveWatchdog watchdog(comm, setup.device_comm.get(), cfg.parallel.timeout_s, current_step);
+    const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step);
 
     // ---- the step loop ----
     reporter.begin_training(progress.step);

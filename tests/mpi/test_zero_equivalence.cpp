@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "mpi_training.hpp"
+#include "test_support.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
@@ -32,14 +33,6 @@
 
 namespace zt {
 namespace {
-
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-    std::ifstream in(path);
-    std::vector<nlohmann::json> out;
-    std::string line;
-    while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-    return out;
-}
 
 struct StageCase {
     int stage;
@@ -84,26 +77,7 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     ASSERT_FALSE(got.grad_norms.empty());
     EXPECT_GT(got.grad_norms.front(), cfg.train.grad_clip) << "stage " << stage << ": clipping never engaged";
 
-    ASSERT_EQ(got.losses.size(), ref.losses.size());
-    for (size_t s = 0; s < ref.losses.size(); ++s) {
-        EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s]))
-            << "stage " << stage << " N=" << N << " step " << s + 1;
-    }
-    ASSERT_EQ(got.final_params.size(), ref.final_params.size());
-    double worst = -1.0;  // largest excess over the tolerance
-    size_t worst_i = 0;
-    size_t bad = 0;
-    for (size_t i = 0; i < ref.final_params.size(); ++i) {
-        const double diff = std::fabs(static_cast<double>(got.final_params[i]) - ref.final_params[i]);
-        const double excess = diff - (1e-5 * std::fabs(static_cast<double>(ref.final_params[i])) + 2e-6);
-        if (excess > 0) ++bad;
-        if (excess > worst) {
-            worst = excess;
-            worst_i = i;
-        }
-    }
-    EXPECT_EQ(bad, 0u) << "stage " << stage << " N=" << N << ": " << bad << " parameters differ; worst " << worst_i
-                       << " is " << got.final_params[worst_i] << ", one-rank reference " << ref.final_params[worst_i];
+    test::expect_matches_reference(got, ref, "stage " + std::to_string(stage) + " N=" + std::to_string(N));
 
     // Bytes moved per step against the per-stage theory (ring volumes, padded units).
     const ModelLayout layout = make_gpt_layout(cfg.model);
@@ -120,7 +94,7 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
         case 3: want_rs = A * ring; want_ag = A * 2 * ring; break;  // gather fwd + bwd per micro-step
     }
     if (me == 0) {
-        const auto records = read_jsonl(dir.file("world/metrics.jsonl"));
+        const auto records = test::read_jsonl(dir.file("world/metrics.jsonl"));
         int steps_seen = 0;
         for (const auto& r : records) {
             if (!r.contains("comm_bytes")) continue;

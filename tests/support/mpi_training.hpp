@@ -2,8 +2,10 @@
 // synthetic token shard and the small model configuration they train.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
+#include "ztrain/train/trainer.hpp"
 
 namespace zt::test {
 
@@ -71,6 +74,32 @@ inline Config as_llama(Config c) {
     c.model.ffn_dim = 40;
     c.model.tie_embeddings = false;
     return c;
+}
+
+/// A parallel run against the one-rank run with the same global batch (gradient
+/// accumulation), as the equivalence tests compare them: 1e-5 relative on every step's loss,
+/// and on the final parameters 1e-5 relative plus an absolute floor of 2e-6 (why: see
+/// test_zero_equivalence.cpp). `what` names the run in the messages.
+inline void expect_matches_reference(const TrainSummary& got, const TrainSummary& ref, const std::string& what) {
+    ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
+    for (size_t s = 0; s < ref.losses.size(); ++s) {
+        EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s])) << what << " step " << s + 1;
+    }
+    ASSERT_EQ(got.final_params.size(), ref.final_params.size()) << what;
+    double worst = -1.0;  // largest excess over the tolerance
+    size_t worst_i = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.final_params.size(); ++i) {
+        const double diff = std::fabs(static_cast<double>(got.final_params[i]) - ref.final_params[i]);
+        const double excess = diff - (1e-5 * std::fabs(static_cast<double>(ref.final_params[i])) + 2e-6);
+        if (excess > 0) ++bad;
+        if (excess > worst) {
+            worst = excess;
+            worst_i = i;
+        }
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " parameters differ; worst " << worst_i << " is "
+                       << got.final_params[worst_i] << ", one-rank reference " << ref.final_params[worst_i];
 }
 
 }  // namespace zt::test

@@ -87,14 +87,20 @@ inline void erase_timing_fields(nlohmann::json& j) {
     }
 }
 
-/// The per-step records of a metrics.jsonl (those with a loss), in order.
-inline std::vector<nlohmann::json> step_records(const std::string& path) {
+/// Every record of a metrics.jsonl, in order.
+inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
     std::ifstream in(path);
     std::vector<nlohmann::json> out;
     std::string line;
-    while (std::getline(in, line)) {
-        nlohmann::json j = nlohmann::json::parse(line);
-        if (j.contains("loss")) out.push_back(j);
+    while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+    return out;
+}
+
+/// The per-step records of a metrics.jsonl (those with a loss), in order.
+inline std::vector<nlohmann::json> step_records(const std::string& path) {
+    std::vector<nlohmann::json> out;
+    for (nlohmann::json& j : read_jsonl(path)) {
+        if (j.contains("loss")) out.push_back(std::move(j));
     }
     return out;
 }

@@ -58,7 +58,7 @@ TEST(CheckpointSnapshot, HoldsTheStateAtCaptureAndWritesWhatASyncSaveWrites) {
         ModelState state(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 1, DType::kF32, DType::kF32);
         fill_state(state, 3.f);
         const std::vector<float> at_capture = state.owned_optimizer_state();
-        CheckpointSnapshot snap(state, 0);
+        CheckpointSnapshot snap(state);
         EXPECT_EQ(snap.bytes(), CheckpointSnapshot::planned_bytes(state.shard_plan(), 0));
         // 12 bytes per owned element, each of the 3 x units blocks rounded up to 4 KiB pages.
         EXPECT_GE(snap.bytes(), at_capture.size() * sizeof(float));
@@ -130,7 +130,7 @@ TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStill
     const std::string ckpt = mnt + "/ckpt";
     fill_state(state, 3.f);
     const std::vector<float> first = state.owned_optimizer_state();
-    CheckpointSnapshot snap(state, 0);
+    CheckpointSnapshot snap(state);
     BackgroundWriter writer;
     snap.capture(state, record_at(2));
     writer.start([&] { return write_checkpoint(ckpt, snap, self_communicator(), 2); });

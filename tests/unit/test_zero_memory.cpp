@@ -129,7 +129,7 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
     for (int stage = 0; stage <= 3; ++stage) {
         cfg.parallel.zero_stage = stage;
         ModelState state(layout, *backend, self_communicator(), stage, 4096, 1, DType::kF32, DType::kF32);
-        const CheckpointSnapshot snapshot(state, 0);
+        const CheckpointSnapshot snapshot(state);
         cfg.checkpoint.async = true;
         EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), static_cast<double>(snapshot.bytes())) << "stage " << stage;
         const ShardPlan four(layout.unit_numel, 4, stage);

@@ -8,7 +8,9 @@
 //     CHECKSUM                        rank 0: "hash64 <16 hex digits> meta.h5", the hash of
 //                                     the whole meta.h5 file
 //     shard_00000_of_00004.h5 ...     each primary owner (ShardPlan::is_primary: every rank
-//                                     under ZeRO, rank 0 under DDP), its primary ranges:
+//                                     of the shard group under ZeRO, rank 0 under DDP; with
+//                                     hybrid sharding only replica 0's group, so one copy of
+//                                     each shard; "of N" is the group size), its primary ranges:
 //                                       /unit_00003/master   float32 [end - begin]
 //                                       /unit_00003/adam_m   float32 [end - begin]
 //                                       /unit_00003/adam_v   float32 [end - begin]
@@ -35,8 +37,8 @@
 // only after `latest` is replaced.
 //
 // meta_json fields (version 2): format ("ztrain-checkpoint"), version (2), step,
-// applied_steps, samples_seen, tokens_seen, world_size, zero_stage (information only: the
-// shard list below says who saved what), dtype, seed, scaler {scale, mode, clean_steps,
+// applied_steps, samples_seen, tokens_seen, world_size, shard_group (since 2026-11-24),
+// zero_stage (information only: the shard list below says who saved what), dtype, seed, scaler {scale, mode, clean_steps,
 // hysteresis_left}, bad_steps, config_ini (the resolved deck, information only), model
 // {n_layer, n_head, n_embd, seq_len, vocab_size, vocab_pad_to, init_from: every
 // ModelConfig field; padded_vocab: derived}, units [numel per unit], tensors [{name, unit,
@@ -91,6 +93,7 @@ struct CheckpointRecord {
     /// Where it was written (filled on load, from the meta; a save writes its state's own):
     /// 0 / -1 when the checkpoint does not record them.
     int world_size = 0;
+    int shard_group = 0;  ///< ranks its state was split over (world_size before hybrid sharding)
     int zero_stage = -1;
 };
 
@@ -141,10 +144,11 @@ struct CheckpointWriteReport {
 /// capture.
 class CheckpointSnapshot {
   public:
-    /// Allocates the host buffer for this rank's primary ranges of `state`: pinned through
-    /// `pinned` where given (a GPU state: full-speed device-to-host copies), else plain host
-    /// memory. Every page is touched here, so no capture pays for page faults.
-    CheckpointSnapshot(const ModelState& state, int rank, DeviceMemory* pinned = nullptr);
+    /// Allocates the host buffer for this rank's primary ranges of `state` (its shard rank's;
+    /// nothing on a replica other than 0, which writes no file): pinned through `pinned`
+    /// where given (a GPU state: full-speed device-to-host copies), else plain host memory.
+    /// Every page is touched here, so no capture pays for page faults.
+    explicit CheckpointSnapshot(const ModelState& state, DeviceMemory* pinned = nullptr);
     ~CheckpointSnapshot();
     CheckpointSnapshot(const CheckpointSnapshot&) = delete;
     CheckpointSnapshot& operator=(const CheckpointSnapshot&) = delete;
@@ -159,7 +163,9 @@ class CheckpointSnapshot {
     void capture(ModelState& state, const CheckpointRecord& record);
 
     long step() const { return m_step; }
+    /// The state's shard rank, and whether this rank writes its shard (replica 0).
     int rank() const { return m_rank; }
+    bool writes() const { return m_writes; }
     const ShardPlan& plan() const { return *m_plan; }
     /// The manifest without its shard list (make_meta's fields; filled by capture).
     const nlohmann::json& meta_base() const { return m_meta_base; }
@@ -170,6 +176,7 @@ class CheckpointSnapshot {
   private:
     std::unique_ptr<ShardPlan> m_plan;
     int m_rank;
+    bool m_writes;
     DeviceMemory* m_pinned;
     float* m_host = nullptr;
     size_t m_floats = 0;

@@ -46,9 +46,19 @@ CommChoice choose_comm(bool cuda_backend, const std::vector<RankDevices>& ranks,
 /// Collective: gathers `mine` from every rank of `comm` and decides; the same answer on all.
 CommChoice agree_comm(Communicator& comm, bool cuda_backend, const RankDevices& mine, bool nccl_available);
 
+/// Where this rank sits on its node, for a communicator over part of the job (a shard or
+/// replica group, whose own node split says nothing about the node): its node-local rank
+/// picks the device, the node's rank count says whether ranks share GPUs. -1: `comm`'s own.
+struct NodePlacement {
+    int local_rank = -1;
+    int local_size = -1;
+};
+
 /// The communicator for a run over `comm` (collective). `backend` is the resolved backend,
 /// "cpu" or "cuda"; `compute_stream` is the CUDA backend's stream (ignored on the cpu).
-/// For cuda it selects this rank's device (local_device) first. Rank 0 prints the choice.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, MPI_Comm comm, void* compute_stream);
+/// For cuda it selects this rank's device (local_device) first. With a non-empty `label`,
+/// rank 0 of `comm` prints the choice, naming it.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, MPI_Comm comm, void* compute_stream,
+                                                const NodePlacement& node = {}, const std::string& label = "run");
 
 }  // namespace zt

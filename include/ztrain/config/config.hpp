@@ -50,6 +50,12 @@ struct LossScaleSetting {
     std::string text = "dynamic";  ///< as written: messages and to_ini show it unchanged
 };
 
+/// parallel.shard_group = node | 0 | N: the ranks that shard the model state together
+/// (parallel/shard_groups.hpp; -1 is "node", the default).
+struct ShardGroupSetting {
+    int ranks = -1;
+};
+
 /// The text a typed value is written as in a deck ("fp32", "cosine", "auto", a path, ...);
 /// an unset reduce dtype is "".
 const char* setting_text(ModelArch v);
@@ -60,6 +66,7 @@ const char* setting_text(OnCheckpointError v);
 const char* setting_text(MemoryCheck v);
 std::string setting_text(const ResumeSetting& v);
 std::string setting_text(const LossScaleSetting& v);
+std::string setting_text(const ShardGroupSetting& v);
 
 struct ModelConfig {
     ModelArch arch = ModelArch::kGpt2;
@@ -131,6 +138,7 @@ struct ParallelConfig {
     int zero_stage = 0;                ///< 0 DDP, 1, 2, 3
     double bucket_mb = 25;             ///< DDP all-reduce bucket size (MiB; fractions allowed)
     double timeout_s = 600;            ///< a collective taking longer aborts the job; 0 = never
+    ShardGroupSetting shard_group;     ///< ranks sharding together (node | 0 = all | N)
 };
 
 struct PrecisionConfig {

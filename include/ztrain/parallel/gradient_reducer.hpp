@@ -6,6 +6,9 @@
 //               backward is done with it, and the rank keeps its own slice
 //   stages 2-3  shard only; each unit's full gradient is fp32 scratch, reduce-scattered as
 //               soon as backward is done with it (every micro-step) and added into the shard
+// With replica groups (hybrid sharding, stages 1-3), the reduce-scatter runs inside the shard
+// group, and at the last micro-step each unit's owned shard, once final, is all-reduced
+// across the groups (in place, or through a wire-dtype copy) while backward goes on.
 // Every reduction is started (non-blocking) and completed later: at most kMaxPooledInFlight
 // of those that hold pooled buffers (gradient scratch, wire-dtype copies, shard results) are
 // outstanding at once, so a reduction overlaps the backward of the next units without the
@@ -67,11 +70,12 @@ class GradientReducer {
   private:
     /// A started reduction and the pooled buffers it holds until completed.
     struct InFlight {
-        enum Kind { kBucket, kUnitAllReduce, kReduceScatter };
+        enum Kind { kBucket, kUnitAllReduce, kReduceScatter, kReplicaAllReduce };
         explicit InFlight(Kind k) : kind(k) {}
         Kind kind;
         int unit = -1;             // kUnitAllReduce, kReduceScatter
         bool first = false;        // the micro-step's first (kReduceScatter, stages 2-3)
+        bool last = false;         // the step's last micro-step (kReduceScatter)
         CommRequest request;
         void* send = nullptr;      // pooled wire-dtype copy of the input (null: storage read)
         size_t send_bytes = 0;
@@ -88,6 +92,8 @@ class GradientReducer {
     void complete_all();
     void start_bucket(const GradBucket& b);
     void start_unit_reduction(int unit);
+    /// The owned shard of `unit` is final for this step: all-reduce it across the groups.
+    void start_replica_reduction(int unit);
     void* grad_ptr(int unit, size_t element);
     /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing is left to
     /// the model (grads_need_zero) instead of a memset of every gradient at step start.

@@ -81,6 +81,11 @@ class ModelState : public UnitStore {
   public:
     /// Allocates this rank's buffers and initializes them from `seed` (counter-based, see
     /// init_unit: identical weights for every world size and stage).
+    /// Hybrid sharding: the state is split over comms.shard (its group) and replicated over
+    /// comms.replica (see parallel/shard_groups.hpp).
+    ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage, size_t bucket_numel,
+               uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32);
+    /// One group of all of `comm`'s ranks (no replication).
     ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, int zero_stage,
                size_t bucket_numel, uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32);
     /// Single-rank convenience (tests, tools): stage 0 on a communicator of size 1.
@@ -104,7 +109,8 @@ class ModelState : public UnitStore {
     void begin_micro_step(bool first, bool last);
     /// Waits for outstanding gradient reductions; afterwards owned gradients are final.
     void finish_grad_sync();
-    /// Global sum of squared gradients (over all ranks' owned elements).
+    /// Global sum of squared gradients (over the group's owned elements: replicas hold the
+    /// same ones).
     double grad_sum_squares();
     /// The global sum of squares and the overflow check in one pass over the gradients:
     /// returns NaN on every rank when any rank's owned gradients hold inf or NaN (agreed with
@@ -119,13 +125,20 @@ class ModelState : public UnitStore {
     /// What bytes() will be for these arguments, without allocating anything (the memory
     /// plan): the same size functions the parts allocate with. The constructor checks that
     /// it allocated exactly this.
-    static StateBytes plan_bytes(const ModelLayout& layout, int world_size, int zero_stage, DType work, DType reduce);
+    /// `group_size`: the ranks the state is split over (the shard group; the world without
+    /// hybrid sharding).
+    static StateBytes plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work, DType reduce);
     /// Bytes of per-unit scratch (gathered units, fp32 views, gradient scratch) allocated so
     /// far; buffers are pooled and reused, so this is the high-water mark of what is held.
     size_t dynamic_scratch_held() const { return m_pool.held(); }
     /// The planned peak of that per-unit scratch (included in bytes().scratch).
     size_t dynamic_scratch_planned() const;
     int zero_stage() const { return m_stage; }
+    /// This rank's place in its shard group (the shard it owns) and which replica it is;
+    /// replica 0 writes checkpoints.
+    int shard_rank() const { return m_rank; }
+    int replica() const { return m_replica.rank(); }
+    int replicas() const { return m_replica.size(); }
     /// DDP gradient buckets (stages 0 and 1 group units into them; 0 buckets at 2 and 3).
     size_t num_grad_buckets() const { return m_grads.num_buckets(); }
     const ModelLayout& layout() const { return m_layout; }
@@ -133,7 +146,7 @@ class ModelState : public UnitStore {
     /// Who owns which elements (shared with the checkpoint code).
     const ShardPlan& shard_plan() const { return m_plan; }
     /// Copies the full, unpadded parameters of `unit` into out (unit_numel floats).
-    /// Collective for stage 3 (every rank must call it).
+    /// Collective over the shard group for stage 3 (every rank must call it).
     void gather_unit_params(int unit, float* out);
     /// fp32 working copy of a replicated stage (0-2) only: direct access to a unit's full
     /// parameters (tests that perturb weights).
@@ -167,7 +180,8 @@ class ModelState : public UnitStore {
 
     const ModelLayout& m_layout;
     Backend& m_backend;
-    Communicator& m_comm;
+    Communicator& m_comm;     // the shard group
+    Communicator& m_replica;  // the same shard in the other groups
     int m_stage;
     int m_rank;
     DType m_work;

@@ -1,6 +1,6 @@
 // What the three parts of a rank's model state (ParameterStore, GradientReducer,
 // OptimizerState; composed by ModelState) share: who owns what, the dtypes, the backend and
-// communicator, and one pool of per-unit scratch.
+// communicators, and one pool of per-unit scratch.
 #pragma once
 
 #include <cstddef>
@@ -48,13 +48,22 @@ size_t pooled_peak(int first_unit, int end_unit, size_t live, BytesOf bytes_of) 
     return peak;
 }
 
+/// The communicators a model state works over: `shard`, the ranks its state is split
+/// over (its shard group, parallel/shard_groups.hpp), and `replica`, the ranks holding the
+/// same shard in the other groups (size 1 when nothing is replicated).
+struct StateComms {
+    Communicator& shard;
+    Communicator& replica;
+};
+
 struct StateContext {
     const ModelLayout& layout;
     Backend& backend;
-    Communicator& comm;
+    Communicator& comm;     ///< the shard group: reduce-scatters and all-gathers
+    Communicator& replica;  ///< across groups: the owned gradients' all-reduce
     const ShardPlan& plan;
     int stage;
-    int rank;
+    int rank;      ///< in the shard group
     DType work;    ///< parameters' working copy and stored gradients
     DType reduce;  ///< the gradients' wire format
     ScratchPool& pool;

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace zt {
 
@@ -16,20 +17,19 @@ class Communicator;
 
 class CollectiveWatchdog {
   public:
-    /// Watches `comm` from a thread (none for timeout_s <= 0 or a single rank); `step` is the
-    /// 0-based step the loop is in, for the message. `device` (null: none) is also polled for
-    /// collectives failing or stuck on the GPU (Communicator::device_stall), which block no
-    /// host call of its own and so never show in pending_collective().
-    CollectiveWatchdog(const Communicator& comm, Communicator* device, double timeout_s,
-                       const std::atomic<long>& step);
+    /// Watches `comms` (the run's first: its rank names this rank) from a thread (none for
+    /// timeout_s <= 0 or a single rank); `step` is the 0-based step the loop is in, for the
+    /// message. Each is polled for a host collective blocked too long (pending_collective)
+    /// and for collectives failing or stuck on the GPU (Communicator::device_stall), which
+    /// block no host call of their own.
+    CollectiveWatchdog(std::vector<Communicator*> comms, double timeout_s, const std::atomic<long>& step);
     ~CollectiveWatchdog();
     CollectiveWatchdog(const CollectiveWatchdog&) = delete;
     CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
   private:
     void run();
-    const Communicator& m_comm;
-    Communicator* m_device;
+    std::vector<Communicator*> m_comms;
     double m_timeout_s;
     const std::atomic<long>& m_step;
     std::thread m_thread;

@@ -24,6 +24,7 @@ struct MemoryItem {
 struct MemoryPlan {
     int world_size = 1;
     int ranks_per_node = 1;
+    int shard_group = 1;             ///< the ranks the state is split over (the ZeRO formulas' N)
     bool device = false;             ///< the items live in GPU memory (backend = cuda)
     bool recompute = false;          ///< train.recompute: the activations are already minimal
     std::vector<MemoryItem> items;   ///< per rank
@@ -36,8 +37,9 @@ struct MemoryPlan {
     const MemoryItem& largest() const;
 };
 
-/// The plan for cfg on `world_size` ranks, `ranks_per_node` of them per node.
-/// `attention_scratch_floats` is the backend's (Backend::attention_scratch_floats) and
+/// The plan for cfg on `world_size` ranks, `ranks_per_node` of them per node; the state is
+/// split over parallel.shard_group's groups (resolve_shard_group: InputError when it does
+/// not divide the world). `attention_scratch_floats` is the backend's (Backend::attention_scratch_floats) and
 /// `baseline_bytes` what a rank holds before allocating (measured_baseline_bytes()).
 /// Never allocates a model-sized buffer; an absurd shape (n_layer = 10^6) is planned from
 /// the closed-form parameter count without building the tensor manifest.

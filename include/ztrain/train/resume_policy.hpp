@@ -41,10 +41,10 @@ class ResumePolicy {
     CheckpointRecord load(ModelState& state, Communicator& comm);
 
     /// Rank 0: "resumed from ..."; a note when the checkpoint's run had another world size,
-    /// ZeRO stage or dtype, and one when the learning-rate schedule changed (with the lr at
+    /// shard group, ZeRO stage or dtype, and one when the learning-rate schedule changed (with the lr at
     /// the resumed step under both, and how to keep the old one); and, when the checkpoint
     /// already reaches max_steps, that there is nothing to train. Nothing for a fresh run.
-    void report(const CheckpointRecord& resumed, int world_size) const;
+    void report(const CheckpointRecord& resumed, int world_size, int shard_group) const;
 
   private:
     void refuse_earlier_run() const;

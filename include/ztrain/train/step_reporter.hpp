@@ -13,6 +13,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/clock.hpp"
 #include "ztrain/core/dtype.hpp"
+#include "ztrain/parallel/shard_groups.hpp"
 #include "ztrain/train/metrics.hpp"
 
 namespace zt {
@@ -74,11 +75,15 @@ struct CheckpointSaved {
 class StepReporter {
   public:
     /// Opens run_dir/metrics.jsonl on rank 0 (`root`), appending when the run resumes.
-    /// `comm` and `device_comm` (may be null) are the communicators whose per-step bytes the
-    /// records count; `model` gives the per-op profile when it is on.
+    /// `comm` (the run's: scalars, agreements) and the model state's `shard` and `replica`
+    /// communicators are those whose per-step bytes the records count (comm_bytes: the sum
+    /// per kind, and `intra` / `inter` for the shard group and across groups); `model` gives
+    /// the per-op profile when it is on.
     StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
-                 const Communicator& comm, const Communicator* device_comm, const Gpt& model,
-                 ProfilingBackend* op_profile);
+                 const Communicator& comm, const Communicator& shard, const Communicator& replica,
+                 const Gpt& model, ProfilingBackend* op_profile);
+    /// Where the ranks are (nodes, groups), for the memory record; call before start().
+    void set_rank_layout(const RankLayout& layout) { m_layout = layout; }
 
     /// The memory plan's figures (bytes), for the memory record (predicted_peak) and the
     /// start-up line; call before start().
@@ -122,7 +127,9 @@ class StepReporter {
     int m_log_every;
     MetricsLog m_metrics;
     const Communicator& m_comm;
-    const Communicator* m_device_comm;
+    const Communicator& m_shard;
+    const Communicator& m_replica;
+    RankLayout m_layout;
     const Gpt& m_model;
     ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
     std::chrono::steady_clock::time_point m_run_start;

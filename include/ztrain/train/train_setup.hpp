@@ -9,8 +9,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ztrain/config/config.hpp"
+#include "ztrain/parallel/shard_groups.hpp"
+#include "ztrain/parallel/state_context.hpp"
 
 namespace zt {
 
@@ -47,21 +50,27 @@ struct TrainSetup {
     std::unique_ptr<Backend> backend;
     /// `backend` itself when ZT_PROFILE_OPS wrapped it in a ProfilingBackend, else null.
     ProfilingBackend* op_profile = nullptr;
-    /// On a GPU the model state's collectives run on device buffers (NCCL, or host staging
-    /// where ranks share a GPU); null on the cpu.
-    std::unique_ptr<Communicator> device_comm;
+    /// Who is where: nodes, ranks per node, the shard groups and their MPI communicators.
+    std::unique_ptr<ShardGroups> groups;
+    /// The model state's collectives: inside its shard group, and across the groups (one
+    /// rank when nothing is replicated). MPI on host memory on the cpu; on a GPU, device
+    /// buffers (NCCL, or host staging where ranks share a GPU).
+    std::unique_ptr<Communicator> shard_comm;
+    std::unique_ptr<Communicator> replica_comm;
 
-    /// The communicator the model state reduces and gathers through.
-    Communicator& state_comm() const { return device_comm ? *device_comm : *comm; }
+    StateComms state_comms() const { return StateComms{*shard_comm, *replica_comm}; }
+    /// Every communicator of the run (per-step accounting, the watchdog).
+    std::vector<Communicator*> all_comms() const { return {comm.get(), shard_comm.get(), replica_comm.get()}; }
 };
 
-/// Sets up the communicator, the backend choice and the data of a run over `mpi_comm`
-/// (collective). Rank 0 prints the backend note of backend = auto.
+/// Sets up the communicator, the rank layout (shard groups), the backend choice and the data
+/// of a run over `mpi_comm` (collective). Rank 0 prints the layout and the backend note of
+/// backend = auto.
 TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm);
 
-/// Creates the backend (threads: train.threads, or the node's cores shared by its ranks) and,
-/// on a GPU, the device communicator (collective; rank 0 prints the choice). A second step,
+/// Creates the backend (threads: train.threads, or the node's cores shared by its ranks) and
+/// the model state's communicators (collective; on a GPU rank 0 prints the choice). A second step,
 /// so that the checkpoint to resume from is resolved (and its note printed) before it.
-void start_compute(TrainSetup& setup, const Config& cfg, MPI_Comm mpi_comm);
+void start_compute(TrainSetup& setup, const Config& cfg);
 
 }  // namespace zt

@@ -42,7 +42,9 @@ struct StepOutcome {
 
 class TrainStep {
   public:
-    TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm, Communicator* device_comm,
+    /// `comm`: the run's (the loss); `counted`: every communicator whose per-step bytes the
+    /// step's record reports (their counts restart with each step).
+    TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm, std::vector<Communicator*> counted,
               BatchSampler& sampler, LossScalePolicy& loss_scale, StepReporter& reporter,
               const TrainOptions& options, ProfilingBackend* op_profile);
 
@@ -55,7 +57,7 @@ class TrainStep {
     Gpt& m_model;
     ModelState& m_state;
     Communicator& m_comm;
-    Communicator* m_device_comm;
+    std::vector<Communicator*> m_counted;
     BatchSampler& m_sampler;
     LossScalePolicy& m_loss_scale;
     StepReporter& m_reporter;
