@@ -14,6 +14,8 @@
 #   ZT_REQUEUE_ON_SIGNAL [1] after a USR1 (the time-limit warning) and a clean ztrain exit,
 #                      requeue this job so it resumes from the checkpoint (checkpoint.resume=auto)
 #   ZT_MAX_RESTARTS    [100] no self-requeue once SLURM_RESTART_COUNT reaches this
+#   ZT_BACKEND         (multi_node.sbatch) [cuda when the job was given GPUs, otherwise the
+#                      deck's backend] passed as --backend=VALUE when set
 # Arguments to the batch script ("$@") are passed to ztrain after the settings above, so
 # --section.key=value overrides win.
 #
@@ -38,7 +40,14 @@
 #    cancel or preemption: no self-requeue (Slurm requeues preempted jobs itself when the
 #    site's PreemptMode says REQUEUE).
 
-# zt_init KIND: defaults, OpenMP threads, and the banner. KIND is cpu or cuda.
+# zt_job_has_gpus: true when Slurm gave this job GPUs on this node (--gpus-per-node, --gpus,
+# --gres=gpu:N).
+zt_job_has_gpus() {
+    [ -n "${SLURM_JOB_GPUS:-}${SLURM_GPUS_ON_NODE:-}${SLURM_GPUS_PER_NODE:-}${SLURM_GPUS:-}" ] &&
+        [ "${SLURM_GPUS_ON_NODE:-1}" != 0 ]
+}
+
+# zt_init KIND: defaults, OpenMP threads, and the banner. KIND names the backend (cpu, cuda).
 zt_init() {
     ZT_KIND="$1"
     ZT_HOME="${ZT_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}"

@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
-# A private one-node Slurm cluster on localhost for tests: its own munged (own key and
-# socket), slurmctld and slurmd, every file (config, state, spool, logs, pid files) under
-# SCRATCH, and free TCP ports picked at start, so it can run beside a site's Slurm or another
-# copy of itself. Needs root (slurmd launches jobs as their user) and the Debian packages
-# slurm-wlm and munge (.ci/setup.sh installs them).
+# A private Slurm cluster on this machine for tests: its own munged (own key and socket),
+# slurmctld and slurmd(s), every file (config, state, spool, logs, pid files) under SCRATCH,
+# so it can run beside a site's Slurm or another copy of itself. Needs root (slurmd launches
+# jobs as their user) and the Debian packages slurm-wlm and munge (.ci/setup.sh installs them).
 #
-#   bash start_local_slurm.sh start SCRATCH   # then: source SCRATCH/env.sh; sbatch ...
-#   bash start_local_slurm.sh stop SCRATCH    # cancels jobs, stops the daemons (idempotent)
+#   bash start_local_slurm.sh start SCRATCH [--nodes N]   # then: source SCRATCH/env.sh; sbatch ...
+#   bash start_local_slurm.sh stop SCRATCH                # cancels jobs, stops the daemons (idempotent)
 #
-# start exits 0 with the node idle, 77 when the machine cannot run it (not root, packages
+# One node (the default): slurmctld and slurmd on 127.0.0.1, free TCP ports picked at start.
+# N >= 2 nodes: each node is a network + UTS + mount namespace of its own (host name nodeI,
+# address 10.200.77.I on a veth pair to a bridge ztbr0 whose end, 10.200.77.254, is
+# slurmctld's; its own TmpFS, spool, log and pid files), one slurmd in each. Processes on
+# different nodes reach each other only over TCP through the bridge, as on real nodes. This
+# mode changes the network, so it runs only inside the sandbox of tests/slurm/lib.sh
+# (zt_enter_sandbox: private network/UTS/mount/PID namespaces) and refuses anywhere else.
+# env.sh then also exports ZT_SLURM_SUBNET (for OMPI_MCA_btl_tcp_if_include) and
+# ZT_SLURM_NODES.
+#
+# start exits 0 with every node idle, 77 when the machine cannot run it (not root, packages
 # missing), 1 on any other failure (with the daemon logs printed). The daemons keep running
 # after start returns: always pair it with stop (the tests do so in an EXIT trap).
 set -uo pipefail
 
+usage() { echo "usage: $0 start SCRATCH_DIR [--nodes N] | stop SCRATCH_DIR" >&2; exit 2; }
 cmd="${1:-}"
 SCR="${2:-}"
-if [ -z "$cmd" ] || [ -z "$SCR" ]; then
-    echo "usage: $0 start|stop SCRATCH_DIR" >&2
-    exit 2
+{ [ -z "$cmd" ] || [ -z "$SCR" ]; } && usage
+NODES=1
+if [ $# -gt 2 ]; then
+    if [ $# -ne 4 ] || [ "$3" != --nodes ] || [ "$cmd" != start ]; then usage; fi
+    NODES="$4"
+    case "$NODES" in ''|*[!0-9]*) usage ;; esac
+    { [ "$NODES" -ge 1 ] && [ "$NODES" -le 8 ]; } || { echo "--nodes: 1 to 8" >&2; exit 2; }
 fi
 SCR="$(mkdir -p "$SCR" && cd "$SCR" && pwd)"
 CONF="$SCR/etc/slurm.conf"
+# Multi-node network: node I is 10.200.77.I, slurmctld 10.200.77.254 on the bridge.
+NET_PREFIX=10.200.77
+BRIDGE=ztbr0
 
 log() { echo "local-slurm: $*"; }
 
@@ -75,7 +92,11 @@ do_stop() {
             done
         fi
     fi
-    stop_pid "$SCR/run/slurmd.pid" slurmd
+    local f
+    # slurmd.pid (one node), slurmd-NODE.pid (several)
+    for f in "$SCR"/run/slurmd*.pid; do
+        [ -f "$f" ] && stop_pid "$f" "$(basename "$f" .pid)"
+    done
     stop_pid "$SCR/run/slurmctld.pid" slurmctld
     # Whatever is left of this cluster's jobs (a slurmstepd outlives slurmd).
     local left
@@ -84,6 +105,15 @@ do_stop() {
         log "killing leftover job processes: $left"
         # shellcheck disable=SC2086
         kill -KILL $left 2>/dev/null
+    fi
+    # The node namespaces (several nodes): their holder process keeps them; with it the
+    # namespace, its veth end and so the pair go away.
+    for f in "$SCR"/run/netns-*.pid; do
+        [ -f "$f" ] && stop_pid "$f" "namespace holder $(basename "$f" .pid)"
+    done
+    if [ -f "$SCR/etc/bridge" ] && [ "$(cat "$SCR/etc/bridge")" = "$(readlink /proc/self/ns/net)" ] &&
+       ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link del "$BRIDGE" && log "removed bridge $BRIDGE"
     fi
     stop_pid "$SCR/run/munged.pid" munged
     return 0
@@ -111,6 +141,52 @@ show_logs() {
     done
 }
 
+# The multi-node mode changes the network: only inside the sandbox of tests/slurm/lib.sh,
+# whose network namespace is ZT_SANDBOX_NETNS and holds nothing but lo and our own links.
+check_sandbox() {
+    local here ifs
+    here="$(readlink /proc/self/ns/net)"
+    if [ "${ZT_SANDBOX_NETNS:-}" != "$here" ]; then
+        echo "FAIL: --nodes $NODES changes the network: run it inside the test sandbox" \
+             "(tests/slurm/lib.sh zt_enter_sandbox), not in this network namespace ($here)" >&2
+        exit 1
+    fi
+    ifs="$(ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' |
+           grep -vxE "lo|$BRIDGE|ztv[0-9]+" | tr '\n' ' ')"
+    if [ -n "${ifs// /}" ]; then
+        echo "FAIL: --nodes $NODES: this network namespace has other interfaces ($ifs):" \
+             "not a private sandbox, refusing to change it" >&2
+        exit 1
+    fi
+}
+
+# start_node_ns I: node I's namespaces (network, UTS, mount), held by a sleeping process,
+# wired to the bridge; its TmpFS is its own folder bound over $SCR/tmp.
+start_node_ns() {
+    local i="$1" name="node$1" pid
+    mkdir -p "$SCR/nodes/$name/tmp" "$SCR/spool/$name"
+    unshare --net --uts --mount --propagation private sleep infinity </dev/null >/dev/null 2>&1 &
+    pid=$!
+    echo "$pid" >"$SCR/run/netns-$name.pid"
+    # unshare execs sleep once the namespaces exist
+    for _ in $(seq 50); do
+        [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" != "$(readlink /proc/self/ns/net)" ] &&
+            [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sleep ] && break
+        sleep 0.1
+    done
+    if ! { ip link add "ztv$i" type veth peer name eth0 netns "$pid" &&
+           ip link set "ztv$i" master "$BRIDGE" up &&
+           nsenter -t "$pid" --net --uts --mount -- sh -ec "
+               hostname $name
+               ip link set lo up
+               ip addr add $NET_PREFIX.$i/24 dev eth0
+               ip link set eth0 up
+               mount --bind '$SCR/nodes/$name/tmp' '$SCR/tmp'"; }; then
+        echo "FAIL: could not set up the namespaces of $name" >&2
+        exit 1
+    fi
+}
+
 do_start() {
     if live_pid "$SCR/run/slurmctld.pid" >/dev/null; then
         log "already running under $SCR (stop it first to start afresh)"
@@ -124,10 +200,16 @@ do_start() {
     for b in munged slurmctld slurmd sbatch srun squeue scancel scontrol; do
         command -v "$b" >/dev/null 2>&1 || missing+=("$b")
     done
+    if [ "$NODES" -gt 1 ]; then
+        for b in ip unshare nsenter; do
+            command -v "$b" >/dev/null 2>&1 || missing+=("$b")
+        done
+    fi
     if [ ${#missing[@]} -ne 0 ]; then
-        echo "SKIP: not installed: ${missing[*]} (Debian packages slurm-wlm munge; bash .ci/setup.sh installs them)"
+        echo "SKIP: not installed: ${missing[*]} (Debian packages slurm-wlm munge iproute2; bash .ci/setup.sh installs them)"
         exit 77
     fi
+    [ "$NODES" -gt 1 ] && check_sandbox
 
     # munged wants every folder above its socket searchable by all (x for others).
     local d="$SCR"
@@ -144,7 +226,7 @@ do_start() {
     chmod 711 "$SCR/munge"   # munged refuses a socket folder others can write to
     chmod 700 "$SCR/state" "$SCR/etc"
 
-    # --- munge: own key, own socket -----------------------------------------------------
+    # --- munge: own key, own socket (a unix socket: every node namespace reaches it) ------
     local key="$SCR/etc/munge.key" sock="$SCR/munge/munge.socket"
     if [ ! -s "$key" ]; then
         head -c 1024 /dev/urandom >"$key"
@@ -175,17 +257,37 @@ do_start() {
         NodeName=*) ;;
         *) echo "FAIL: 'slurmd -C' printed no NodeName line" >&2; exit 1 ;;
     esac
-    local nodename="${node%% *}"
+    local nodename="${node%% *}" hw="${node#* }"
     nodename="${nodename#NodeName=}"
     if ! ctld_port="$(free_port)" || ! d_port="$(free_port)"; then
         echo "FAIL: no free TCP port found" >&2
         exit 1
     fi
     [ "$ctld_port" = "$d_port" ] && d_port=$((d_port + 1))
+    local ctld_addr=127.0.0.1 nodes=() node_lines="" per_node="" i
+    if [ "$NODES" -eq 1 ]; then
+        nodes=("$nodename")
+        node_lines="$node NodeAddr=127.0.0.1 State=UNKNOWN"
+        per_node="SlurmdSpoolDir=$SCR/spool
+SlurmdPidFile=$SCR/run/slurmd.pid
+SlurmdLogFile=$SCR/log/slurmd.log"
+    else
+        ctld_addr="$NET_PREFIX.254"
+        for i in $(seq "$NODES"); do
+            nodes+=("node$i")
+            node_lines+="NodeName=node$i $hw NodeAddr=$NET_PREFIX.$i State=UNKNOWN"$'\n'
+        done
+        # %n: the node's name, so every slurmd has its own spool, pid and log file.
+        per_node="SlurmdSpoolDir=$SCR/spool/%n
+SlurmdPidFile=$SCR/run/slurmd-%n.pid
+SlurmdLogFile=$SCR/log/slurmd-%n.log"
+    fi
+    local node_list
+    node_list="$(IFS=,; echo "${nodes[*]}")"
     cat >"$CONF" <<CONF
-# Generated by tests/slurm/start_local_slurm.sh: a private one-node cluster.
+# Generated by tests/slurm/start_local_slurm.sh: a private $NODES-node cluster.
 ClusterName=ztlocal
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$d_port
 SlurmUser=root
@@ -207,47 +309,78 @@ MinJobAge=5
 KillWait=10
 SchedulerParameters=bf_interval=1,sched_interval=1
 StateSaveLocation=$SCR/state
-SlurmdSpoolDir=$SCR/spool
 SlurmctldPidFile=$SCR/run/slurmctld.pid
-SlurmdPidFile=$SCR/run/slurmd.pid
 SlurmctldLogFile=$SCR/log/slurmctld.log
-SlurmdLogFile=$SCR/log/slurmd.log
+$per_node
 SlurmdDebug=info
 SlurmctldDebug=info
+# Jobs' temporary storage; with several nodes each node binds its own folder over it.
 TmpFS=$SCR/tmp
-$node NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName=debug Nodes=$nodename Default=YES MaxTime=INFINITE State=UP
+$node_lines
+PartitionName=debug Nodes=$node_list Default=YES MaxTime=INFINITE State=UP
 CONF
 
-    cat >"$SCR/env.sh" <<ENV
-export SLURM_CONF=$CONF
-ENV
+    {
+        echo "export SLURM_CONF=$CONF"
+        if [ "$NODES" -gt 1 ]; then
+            echo "export ZT_SLURM_SUBNET=$NET_PREFIX.0/24"
+            echo "export ZT_SLURM_NODES=$node_list"
+        fi
+    } >"$SCR/env.sh"
     export SLURM_CONF="$CONF"
+
+    # --- network (several nodes): a bridge here, one namespace set per node ----------------
+    if [ "$NODES" -gt 1 ]; then
+        readlink /proc/self/ns/net >"$SCR/etc/bridge"
+        if ! { ip link add "$BRIDGE" type bridge && ip addr add "$ctld_addr/24" dev "$BRIDGE" &&
+               ip link set "$BRIDGE" up; }; then
+            echo "FAIL: could not create the bridge $BRIDGE" >&2
+            exit 1
+        fi
+        for i in $(seq "$NODES"); do
+            start_node_ns "$i"
+        done
+    fi
 
     # --- daemons -------------------------------------------------------------------------
     if ! live_pid "$SCR/run/slurmctld.pid" >/dev/null; then
         slurmctld -f "$CONF" -i >"$SCR/log/slurmctld.out" 2>&1 || {
             echo "FAIL: slurmctld did not start" >&2; cat "$SCR/log/slurmctld.out" >&2; show_logs; exit 1; }
     fi
-    if ! live_pid "$SCR/run/slurmd.pid" >/dev/null; then
-        slurmd -f "$CONF" -N "$nodename" >"$SCR/log/slurmd.out" 2>&1 || {
-            echo "FAIL: slurmd did not start" >&2; cat "$SCR/log/slurmd.out" >&2; show_logs; exit 1; }
+    if [ "$NODES" -eq 1 ]; then
+        if ! live_pid "$SCR/run/slurmd.pid" >/dev/null; then
+            slurmd -f "$CONF" -N "$nodename" >"$SCR/log/slurmd.out" 2>&1 || {
+                echo "FAIL: slurmd did not start" >&2; cat "$SCR/log/slurmd.out" >&2; show_logs; exit 1; }
+        fi
+    else
+        local n ns
+        for n in "${nodes[@]}"; do
+            ns="$(cat "$SCR/run/netns-$n.pid")"
+            nsenter -t "$ns" --net --uts --mount -- slurmd -f "$CONF" -N "$n" \
+                >"$SCR/log/slurmd-$n.out" 2>&1 || {
+                echo "FAIL: slurmd on $n did not start" >&2; cat "$SCR/log/slurmd-$n.out" >&2; show_logs; exit 1; }
+        done
     fi
 
-    # --- wait for the node to be idle (bounded) ------------------------------------------
-    local state=""
+    # --- wait for every node to be idle (bounded) ----------------------------------------
+    local states=""
     for _ in $(seq 100); do
-        state="$(timeout 5 sinfo -h -n "$nodename" -o %t 2>/dev/null | head -1)"
-        [ "$state" = idle ] && break
+        states="$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | tr '\n' ' ')"
+        [ "$(grep -o ' idle' <<<"$states" | wc -l)" -eq "$NODES" ] && break
         sleep 0.2
     done
-    if [ "$state" != idle ]; then
-        echo "FAIL: node $nodename is '${state:-unknown}' 20 s after start, not idle" >&2
-        timeout 5 scontrol show node "$nodename" >&2
+    if [ "$(grep -o ' idle' <<<"$states" | wc -l)" -ne "$NODES" ]; then
+        echo "FAIL: not every node is idle 20 s after start: ${states:-no answer from sinfo}" >&2
+        timeout 5 scontrol show node >&2
         show_logs
         exit 1
     fi
-    log "cluster up: SLURM_CONF=$CONF, node $nodename idle, ports $ctld_port/$d_port"
+    if [ "$NODES" -eq 1 ]; then
+        log "cluster up: SLURM_CONF=$CONF, node $nodename idle, ports $ctld_port/$d_port"
+    else
+        log "cluster up: SLURM_CONF=$CONF, nodes $node_list idle ($NET_PREFIX.1-$NODES," \
+            "slurmctld $ctld_addr), ports $ctld_port/$d_port"
+    fi
 }
 
 # A failed start leaves nothing running.
@@ -265,5 +398,5 @@ case "$cmd" in
         do_start
         ;;
     stop) do_stop ;;
-    *) echo "usage: $0 start|stop SCRATCH_DIR" >&2; exit 2 ;;
+    *) usage ;;
 esac

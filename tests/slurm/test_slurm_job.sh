@@ -17,136 +17,23 @@ BIN_DIR="$(cd "${1:?usage: test_slurm_job.sh BIN_DIR SOURCE_DIR}" && pwd)"
 SRC="$(cd "${2:?usage: test_slurm_job.sh BIN_DIR SOURCE_DIR}" && pwd)"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SBATCH_SCRIPT="$SRC/slurm/cpu.sbatch"
-failures=0
-export PATH="$PATH:/usr/sbin:/sbin"   # munged, slurmd, slurmctld
-
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
+# shellcheck source=tests/slurm/lib.sh
+. "$HERE/lib.sh"   # the harness: checks, scratch and cluster, job helpers
 
 # --- Can this machine run it? ----------------------------------------------------------
-[ -x "$BIN_DIR/ztrain" ] || { echo "FAIL: $BIN_DIR/ztrain not found or not executable" >&2; exit 1; }
-[ -x "$BIN_DIR/zt-prepare" ] || { echo "FAIL: $BIN_DIR/zt-prepare not found or not executable" >&2; exit 1; }
-if [ "$(id -u)" -ne 0 ]; then
-    echo "SKIP: needs root (a private slurmd launches the jobs); uid is $(id -u)"
-    exit 77
-fi
-need_install=0
-for b in munged munge slurmctld slurmd sbatch srun squeue scancel scontrol sinfo; do
-    command -v "$b" >/dev/null 2>&1 || need_install=1
-done
-if [ "$need_install" = 1 ]; then
-    if [ "${ZT_TEST_NO_INSTALL:-0}" = 1 ]; then
-        echo "SKIP: Slurm/munge are not installed (apt-get install slurm-wlm munge) and ZT_TEST_NO_INSTALL=1"
-        exit 77
-    fi
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "SKIP: Slurm/munge are not installed and there is no apt-get to install them"
-        exit 77
-    fi
-    echo "slurm test: installing slurm-wlm munge with apt-get"
-    apt_log="$(mktemp "${TMPDIR:-/tmp}/zt-slurm-apt.XXXXXX")"
-    export DEBIAN_FRONTEND=noninteractive
-    apt_install() {
-        timeout 150 apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=60 \
-            slurm-wlm munge >>"$apt_log" 2>&1
-    }
-    if ! apt_install; then
-        timeout 90 apt-get update -qq >>"$apt_log" 2>&1
-        if ! apt_install; then
-            echo "SKIP: Slurm/munge are not installed and apt-get could not install them:"
-            tail -5 "$apt_log"
-            rm -f "$apt_log"
-            exit 77
-        fi
-    fi
-    rm -f "$apt_log"
-fi
+zt_require_bins "$BIN_DIR" ztrain zt-prepare
+zt_require_root
+zt_ensure_slurm
 
-# --- Scratch, cleanup ----------------------------------------------------------------------
-SCR="$(mktemp -d "${TMPDIR:-/tmp}/zt-slurm-test.XXXXXX")"
-chmod 711 "$SCR"   # munged's socket lies below: every folder above it must be searchable
-CLUSTER="$SCR/cluster"
-bg_pids=()
-
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    local p
-    for p in "${bg_pids[@]}"; do
-        kill "$p" 2>/dev/null
-    done
-    bash "$HERE/start_local_slurm.sh" stop "$CLUSTER" >/dev/null 2>&1 ||
-        echo "warning: stopping the local cluster failed" >&2
-    if [ "${ZT_TEST_KEEP:-0}" = 1 ]; then
-        echo "slurm test: kept $SCR"
-    else
-        rm -rf "$SCR"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# show_debug JOBNAME: the job's output and the daemons' last log lines, on stderr.
-show_debug() {
-    local f
-    for f in "$SCR/$1.out" "$CLUSTER"/log/slurmctld.log "$CLUSTER"/log/slurmd.log; do
-        [ -f "$f" ] || continue
-        echo "----- $f (last 40 lines) -----" >&2
-        tail -40 "$f" >&2
-    done
-    timeout 5 squeue >&2 2>&1
-}
-
-# wait_until SECONDS CMD...: runs CMD every 0.2 s until it succeeds; 1 after SECONDS.
-wait_until() {
-    local limit="$1" deadline
-    shift
-    deadline=$((SECONDS + limit))
-    while [ "$SECONDS" -lt "$deadline" ]; do
-        "$@" && return 0
-        sleep 0.2
-    done
-    "$@"
-}
+zt_scratch zt-slurm-test
 
 # --- The cluster -----------------------------------------------------------------------
-bash "$HERE/start_local_slurm.sh" start "$CLUSTER"
-rc=$?
-if [ "$rc" -eq 77 ]; then exit 77; fi
-[ "$rc" -eq 0 ] || { echo "FAIL: the local Slurm cluster did not start (status $rc)" >&2; exit 1; }
-# shellcheck source=/dev/null
-. "$CLUSTER/env.sh"
-
-# The jobs inherit this environment (sbatch --export=ALL).
-export TMPDIR="$SCR/tmp"   # Open MPI session folders
-mkdir -p "$TMPDIR"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_mpi_yield_when_idle=1   # 2 busy-polling ranks on few cores
-export ZT_HOME="$SRC" ZT_BIN="$BIN_DIR/ztrain" ZT_CONFIG="$SRC/inputs/tiny.ini"
-unset ZT_RUN_DIR ZT_SRUN_ARGS ZT_REQUEUE_ON_SIGNAL ZT_MAX_RESTARTS ZT_SRUN_MPI
-
+zt_start_cluster   # one node
 sbatch_opts=(-n 2 -c 1 --chdir="$SCR")
-node_cpus="$(timeout 5 sinfo -h -o %c 2>/dev/null | head -1)"
-if [ -n "$node_cpus" ] && [ "$node_cpus" -lt 2 ] 2>/dev/null; then
-    sbatch_opts+=(--overcommit)
-    export ZT_SRUN_ARGS="--overcommit"
-fi
+zt_overcommit_for 2
 
 # --- Data --------------------------------------------------------------------------------
-mkdir -p "$SCR/corpus"
-for i in $(seq 400); do
-    printf 'Record %d: the quick brown fox jumps over %d lazy dogs.\n%%\n' "$i" $((i * 7))
-done >"$SCR/corpus/text.txt"
-if ! "$BIN_DIR/zt-prepare" --input "$SCR/corpus/text.txt" --output "$SCR/data" \
-        --doc-separator % >"$SCR/prepare.out" 2>&1; then
-    echo "FAIL: zt-prepare failed:" >&2
-    cat "$SCR/prepare.out" >&2
-    exit 1
-fi
+zt_make_corpus "$BIN_DIR" "$SCR"
 DATA="--data.train=$SCR/data/train_*.bin"
 
 # run_job NAME ARGS...: sbatch --wait cpu.sbatch with ARGS (for ztrain); output in
@@ -156,21 +43,6 @@ run_job() {
     shift
     timeout 90 sbatch --wait --job-name="zt-$name" --output="$SCR/$name.out" \
         "${sbatch_opts[@]}" "$SBATCH_SCRIPT" "$@" >"$SCR/$name.sbatch" 2>&1
-}
-
-# check_status NAME RC: the job must have exited 0.
-check_status() {
-    if [ "$2" -eq 124 ]; then
-        fail "$1: sbatch --wait did not return within 90 s"
-        show_debug "$1"
-        return 1
-    elif [ "$2" -ne 0 ]; then
-        fail "$1: the job's exit code is $2, expected 0"
-        sed 's/^/    sbatch: /' "$SCR/$1.sbatch" >&2
-        show_debug "$1"
-        return 1
-    fi
-    return 0
 }
 
 # expect_line NAME ERE WHAT: NAME's output has a line matching ERE.
@@ -238,42 +110,22 @@ has_step_after_restart() {
     awk '/restart count 1/ { r = 1 } r && /^step +[0-9]+\// { found = 1 } END { exit !found }' \
         "$out3" 2>/dev/null
 }
-job_field() { timeout 5 scontrol show job "$JOB3" 2>/dev/null | grep -oE "(^| )$1=[^ ]*" | head -1 | sed 's/.*=//'; }
-is_requeued() { [ "$(job_field Restarts)" = 1 ]; }
 # checkpoint steps the job wrote, in order
 ckpt_steps() { sed -nE 's/.*checkpoint .*step_0*([0-9]+) written.*/\1/p' "$out3"; }
 
 if [ "$failures" -eq 0 ]; then
     RUN3="$SCR/run3"
-    ZT_MAX_RESTARTS=1 timeout 120 sbatch --wait --parsable --job-name=zt-job3 \
-        --output="$out3" "${sbatch_opts[@]}" "$SBATCH_SCRIPT" "$DATA" --run.dir="$RUN3" \
-        --train.max_steps=1000000 --train.log_every=20 --checkpoint.every=0 \
-        >"$SCR/job3.sbatch" 2>&1 &
-    sb3=$!
-    bg_pids+=("$sb3")
-    JOB3=""
-    wait_until 20 grep -qsE '^[0-9]+' "$SCR/job3.sbatch" && JOB3="$(grep -oE '^[0-9]+' "$SCR/job3.sbatch" | head -1)"
-    phase=""
-    if [ -z "$JOB3" ]; then
-        phase="job3: sbatch printed no job id: $(cat "$SCR/job3.sbatch")"
-    elif ! wait_until 60 has_step_line; then
-        phase="job3: no step line within 60 s of submitting"
-    else
+    ZT_MAX_RESTARTS=1 submit_bg job3 120 "${sbatch_opts[@]}" "$SBATCH_SCRIPT" "$DATA" \
+        --run.dir="$RUN3" --train.max_steps=1000000 --train.log_every=20 --checkpoint.every=0
+    sb3="$SUBMIT_PID"
+    JOB3="$JOB"
+    preempt_once job3 has_step_line
+    if [ -z "$phase" ] && ! wait_until 60 has_step_after_restart; then
+        phase="job3: the requeued job printed no step line within 60 s"
+    fi
+    if [ -z "$phase" ]; then
         timeout 10 scancel --batch --signal=USR1 "$JOB3" ||
-            phase="job3: scancel --batch --signal=USR1 failed"
-        # The job checkpoints, exits 0 and requeues itself; Slurm starts it again
-        # cred_expire + 1 s later (11 s in the private cluster, 120 s by default). Starting
-        # it earlier by hand fails: slurmd still holds the old run's credential as revoked.
-        if [ -z "$phase" ] && ! wait_until 60 is_requeued; then
-            phase="job3: not requeued (Restarts=1) within 60 s of the first USR1"
-        fi
-        if [ -z "$phase" ] && ! wait_until 60 has_step_after_restart; then
-            phase="job3: the requeued job printed no step line within 60 s"
-        fi
-        if [ -z "$phase" ]; then
-            timeout 10 scancel --batch --signal=USR1 "$JOB3" ||
-                phase="job3: the second scancel --batch --signal=USR1 failed"
-        fi
+            phase="job3: the second scancel --batch --signal=USR1 failed"
     fi
     if [ -n "$phase" ]; then
         fail "$phase"
