@@ -19,7 +19,8 @@ if [ "${1:-all}" != demo ]; then
     hdf5-tools                     # h5dump in the checkpoint tests
     googletest libgtest-dev
     clang libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
-    slurm-wlm munge                # tests/slurm: a private one-node Slurm cluster
+    slurm-wlm munge                # tests/slurm: private one- and two-node Slurm clusters
+    iproute2 util-linux            # ip, unshare, nsenter: the two-node test's namespaces
     python3 python3-numpy python3-h5py python3-matplotlib   # postproc/
     time                           # /usr/bin/time -v: peak RSS (tests/cli/test_consolidate.sh, bench/)
   )
