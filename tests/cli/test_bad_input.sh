@@ -217,6 +217,8 @@ t range.bucket_mb       "${CL}parallel.bucket_mb = 0: expected a size in MiB > 0
 t range.timeout_s       "${CL}parallel.timeout_s = -1: expected a number of seconds >= 0" \
   "${Z[@]}" --parallel.timeout_s=-1
 t range.keep            "${CL}checkpoint.keep = 0: expected an integer >= 1" "${Z[@]}" --checkpoint.keep=0
+t range.async_spread    "${CL}checkpoint.async_spread = 1: expected a fraction in \[0, 1\) of the time between saves" \
+  "${Z[@]}" --checkpoint.async_spread=1
 t enum.on_error         "${CL}checkpoint.on_error = 'bogus': expected one of stop \| continue" \
   "${Z[@]}" --checkpoint.on_error=bogus
 t enum.backend          "${CL}backend = 'bogus': expected one of cpu \| cuda \| auto" "${Z[@]}" --backend=bogus
