@@ -153,6 +153,10 @@ const KeyDef kKeys[] = {
     ZT_KEY("checkpoint.async", checkpoint.async,
            "true: training blocks only while the state is copied to a host snapshot, and a background thread "
            "writes the checkpoint beside the next steps | false: training waits for the whole write"),
+    ZT_KEY("checkpoint.async_spread", checkpoint.async_spread,
+           "async saves: spread the background write over this fraction of the expected time until the next "
+           "save (checkpoint.every x the recent median step time, or the steps left), so it slows the steps less; "
+           "a stop signal, the next save or the end of training makes it hurry. In [0, 1); 0: at full speed"),
 
     ZT_KEY("run.dir", run.dir, "run directory (logs, resolved config, checkpoints)"),
     ZT_KEY("run.memory_check", run.memory_check,
@@ -1079,6 +1083,7 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected) {
 
     v.check(cfg.parallel.zero_stage >= 0 && cfg.parallel.zero_stage <= 3, "parallel.zero_stage",
             "0 (DDP), 1, 2 or 3");
+    v.check_read("parallel.shard_group");  // divides the world: checked where the world is known
     v.check(cfg.parallel.bucket_mb > 0 && cfg.parallel.bucket_mb <= 1048576, "parallel.bucket_mb",
             "a size in MiB > 0 and <= 1048576 (fractions allowed)");
     v.check(cfg.parallel.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
@@ -1108,6 +1113,8 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected) {
     v.check(cfg.checkpoint.resume.mode != ResumeSetting::Mode::kPath || !cfg.checkpoint.resume.path.empty(),
             "checkpoint.resume", "auto | never | PATH of a checkpoint");
     v.check_read("checkpoint.on_error");
+    v.check(cfg.checkpoint.async_spread >= 0 && cfg.checkpoint.async_spread < 1, "checkpoint.async_spread",
+            "a fraction in [0, 1) of the time between saves (0: write at full speed)");
     v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
     v.check_read("run.memory_check");
 }

@@ -1,6 +1,8 @@
 #include "ztrain/train/checkpoint_saver.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -31,6 +33,9 @@ CheckpointSaved saved_record(const CheckpointWriteReport& report, long step, boo
     saved.direct_io = report.direct_io;
     saved.writer_cpu_s = report.writer_cpu_s;
     saved.publish_s = report.publish_s;
+    saved.pace_target_s = report.pace_target_s;
+    saved.paced_s = report.paced_s;
+    saved.hurried = report.hurried;
     return saved;
 }
 
@@ -48,7 +53,25 @@ bool mpi_thread_multiple() {
     return provided >= MPI_THREAD_MULTIPLE;
 }
 
+/// Step times the pace is taken from: the median of the last this many (an odd count, so
+/// the median is one of them; a few slow steps, an evaluation's, do not move it).
+constexpr size_t kStepWindow = 15;
+
 }  // namespace
+
+double async_pace_target_s(double spread, long step, int every, long max_steps, double step_s) {
+    long until = max_steps - step;  // the end of training waits for the write
+    if (every > 0) until = std::min(until, every - step % every);
+    if (!(spread > 0) || !(step_s > 0) || until <= 0) return 0;
+    return spread * static_cast<double>(until) * step_s;
+}
+
+double median_of(std::vector<double> v) {
+    if (v.empty()) return 0;
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    return *mid;
+}
 
 CheckpointSaver::CheckpointSaver(const Config& cfg, std::string ckpt_dir, ModelState& state, Communicator& comm,
                                  StepReporter& reporter, MPI_Comm mpi_comm, DeviceMemory* pinned)
@@ -71,6 +94,15 @@ CheckpointSaver::~CheckpointSaver() = default;
 bool CheckpointSaver::due(long done, bool stop_requested) const {
     const bool periodic = m_cfg.checkpoint.every > 0 && done % m_cfg.checkpoint.every == 0;
     return stop_requested || periodic || done == m_cfg.train.max_steps;
+}
+
+void CheckpointSaver::step_finished(double step_s) {
+    if (m_step_times.size() < kStepWindow) {
+        m_step_times.push_back(step_s);
+    } else {
+        m_step_times[m_step_next] = step_s;
+    }
+    m_step_next = (m_step_next + 1) % kStepWindow;
 }
 
 void CheckpointSaver::handle_failure(long step, const Error& e) {
@@ -123,8 +155,8 @@ void CheckpointSaver::save(const TrainProgress& p) {
         return;
     }
     // One write at a time: a save that comes while the previous one is still being written
-    // waits for it (its time counts as blocked), so no save is ever skipped and the snapshot
-    // buffer is free again.
+    // hurries it and waits for it (its time counts as blocked), so no save is ever skipped
+    // and the snapshot buffer is free again.
     collect_finished();
     const auto t_snapshot = std::chrono::steady_clock::now();
     m_snapshot->capture(m_state, record);
@@ -133,12 +165,17 @@ void CheckpointSaver::save(const TrainProgress& p) {
     m_pending_start = t_save;
     m_pending_blocked_s = seconds_since(t_save);
     const int delay_ms = test_write_delay_ms();
-    m_writer.start([this, delay_ms] {
-        if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-        CheckpointWriteReport report = write_checkpoint(m_ckpt_dir, *m_snapshot, *m_ckpt_comm, m_cfg.checkpoint.keep);
-        m_pending_end = std::chrono::steady_clock::now();
-        return report;
-    });
+    const double pace_s = async_pace_target_s(m_cfg.checkpoint.async_spread, p.step, m_cfg.checkpoint.every,
+                                              m_cfg.train.max_steps, median_of(m_step_times));
+    m_writer.start(
+        [this, delay_ms](WritePacer& pacer) {
+            if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+            CheckpointWriteReport report =
+                write_checkpoint(m_ckpt_dir, *m_snapshot, *m_ckpt_comm, m_cfg.checkpoint.keep, &pacer);
+            m_pending_end = std::chrono::steady_clock::now();
+            return report;
+        },
+        pace_s);
 }
 
 }  // namespace zt

@@ -266,6 +266,8 @@ void StepReporter::checkpoint_written(const CheckpointSaved& saved) {
                         {"publish", saved.publish_s * 1e3},
                         {"writer_cpu", saved.writer_cpu_s * 1e3}};
     rec["direct_io"] = saved.direct_io;
+    rec["paced_ms"] = {{"target", saved.pace_target_s * 1e3}, {"slept", saved.paced_s * 1e3}};
+    rec["hurried"] = saved.hurried;
     m_metrics.write(rec);
     if (saved.async) {
         std::printf("ztrain: checkpoint %s written in %.2f s (in the background; training blocked %.3f s)\n",

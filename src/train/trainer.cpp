@@ -225,6 +225,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         const long done = progress.step;
         record_step(out, done, summary);
         reporter.step(step_report(out, progress, step_tokens));
+        saver.step_finished(out.step_s);
         if (out.verdict.action == LossScalePolicy::Action::kStop) throw AgreedError(out.verdict.stop_reason);
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) {
             record_evaluation(evaluator.evaluate(done), summary);

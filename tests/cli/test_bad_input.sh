@@ -217,6 +217,10 @@ t range.bucket_mb       "${CL}parallel.bucket_mb = 0: expected a size in MiB > 0
 t range.timeout_s       "${CL}parallel.timeout_s = -1: expected a number of seconds >= 0" \
   "${Z[@]}" --parallel.timeout_s=-1
 t range.keep            "${CL}checkpoint.keep = 0: expected an integer >= 1" "${Z[@]}" --checkpoint.keep=0
+t enum.shard_group      "${CL}parallel.shard_group = 'half': expected node, 0 \(all ranks\) or a number of ranks > 0" \
+  "${Z[@]}" --parallel.shard_group=half
+t range.async_spread    "${CL}checkpoint.async_spread = 1: expected a fraction in \[0, 1\) of the time between saves" \
+  "${Z[@]}" --checkpoint.async_spread=1
 t enum.on_error         "${CL}checkpoint.on_error = 'bogus': expected one of stop \| continue" \
   "${Z[@]}" --checkpoint.on_error=bogus
 t enum.backend          "${CL}backend = 'bogus': expected one of cpu \| cuda \| auto" "${Z[@]}" --backend=bogus
@@ -322,6 +326,8 @@ if command -v mpiexec > /dev/null; then
     "${MPI2[@]}" "${ZD[@]}" --data.train="$fix/data/nope.bin"
   t np2.shard_flipped   "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
     "${MPI2[@]}" "${Z[@]}" --checkpoint.resume="$flip"
+  t np2.shard_group     "parallel.shard_group = 3: expected node, 0 \(all ranks\) or a number of ranks that divides the world size \(2\)" \
+    "${MPI2[@]}" "${Z[@]}" --parallel.zero_stage=2 --parallel.shard_group=3
 else
   echo "FAIL: no mpiexec"
   failed=$((failed + 1))

@@ -1,7 +1,9 @@
 // Asynchronous checkpoints on one rank: a snapshot is the state at capture, whatever the
 // state does afterwards; the background writer holds a write in flight until it is
 // collected and hands its failure (a real full file system) to the collector; the write
-// from a snapshot produces the same files a synchronous save does.
+// from a snapshot produces the same files a synchronous save does. Pacing: the sleep
+// arithmetic and the saver's target; a paced write ends its pacing once hurried (collect,
+// the destructor) and still publishes a checkpoint that loads.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 
@@ -15,10 +17,12 @@
 #include "test_support.hpp"
 #include "ztrain/ckpt/background_writer.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/write_pacer.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/gpt.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/checkpoint_saver.hpp"
 
 namespace fs = std::filesystem;
 
@@ -91,7 +95,7 @@ TEST(BackgroundWriter, ASlowWriteStaysInFlightUntilCollected) {
     BackgroundWriter writer;
     EXPECT_FALSE(writer.in_flight());
     const auto t0 = std::chrono::steady_clock::now();
-    writer.start([] {
+    writer.start([](WritePacer&) {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a slow file system
         CheckpointWriteReport r;
         r.dir = "written";
@@ -100,7 +104,7 @@ TEST(BackgroundWriter, ASlowWriteStaysInFlightUntilCollected) {
     });
     EXPECT_TRUE(writer.in_flight());
     EXPECT_TRUE(writer.running()) << "the 300 ms write cannot have finished already";
-    EXPECT_THROW(writer.start([] { return CheckpointWriteReport{}; }), Error) << "one write at a time";
+    EXPECT_THROW(writer.start([](WritePacer&) { return CheckpointWriteReport{}; }), Error) << "one write at a time";
     const CheckpointWriteReport r = writer.collect();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_GE(waited, 0.3) << "collect returned before the write finished";
@@ -133,11 +137,11 @@ TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStill
     CheckpointSnapshot snap(state);
     BackgroundWriter writer;
     snap.capture(state, record_at(2));
-    writer.start([&] { return write_checkpoint(ckpt, snap, self_communicator(), 2); });
+    writer.start([&](WritePacer& pacer) { return write_checkpoint(ckpt, snap, self_communicator(), 2, &pacer); });
     EXPECT_EQ(fs::path(writer.collect().dir).filename(), "step_00000002");
     fill_state(state, 7.f);
     snap.capture(state, record_at(4));
-    writer.start([&] { return write_checkpoint(ckpt, snap, self_communicator(), 2); });
+    writer.start([&](WritePacer& pacer) { return write_checkpoint(ckpt, snap, self_communicator(), 2, &pacer); });
     try {
         writer.collect();
         FAIL() << "a write larger than the free space succeeded";
@@ -151,6 +155,125 @@ TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStill
     ModelState loaded(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 2, DType::kF32, DType::kF32);
     load_checkpoint(ckpt + "/step_00000002", loaded, self_communicator());
     EXPECT_EQ(loaded.owned_optimizer_state(), first);
+}
+
+TEST(WritePacer, SleepsWhileTheBytesDoneAreAheadOfAnEvenSpread) {
+    // 10 s for 1000 bytes: 100 bytes are due after 1 s.
+    EXPECT_DOUBLE_EQ(pace_sleep_s(100, 1000, 0.0, 10.0), 1.0) << "ahead by the whole first tenth";
+    EXPECT_DOUBLE_EQ(pace_sleep_s(100, 1000, 0.25, 10.0), 0.75);
+    EXPECT_DOUBLE_EQ(pace_sleep_s(500, 1000, 2.0, 10.0), 3.0);
+    EXPECT_DOUBLE_EQ(pace_sleep_s(100, 1000, 1.0, 10.0), 0.0) << "exactly on pace";
+    EXPECT_DOUBLE_EQ(pace_sleep_s(100, 1000, 4.0, 10.0), 0.0) << "behind the pace: no sleep, no catching up later";
+    EXPECT_DOUBLE_EQ(pace_sleep_s(1000, 1000, 9.5, 10.0), 0.5) << "the last piece waits for the target";
+    EXPECT_DOUBLE_EQ(pace_sleep_s(1000, 1000, 12.0, 10.0), 0.0);
+    EXPECT_DOUBLE_EQ(pace_sleep_s(2000, 1000, 9.0, 10.0), 1.0) << "done beyond total counts as total";
+    EXPECT_DOUBLE_EQ(pace_sleep_s(0, 1000, 0.0, 10.0), 0.0) << "nothing done yet";
+    // Not paced.
+    EXPECT_DOUBLE_EQ(pace_sleep_s(100, 1000, 0.0, 0.0), 0.0);
+    EXPECT_DOUBLE_EQ(pace_sleep_s(100, 1000, 0.0, -1.0), 0.0);
+    EXPECT_DOUBLE_EQ(pace_sleep_s(0, 0, 0.0, 10.0), 0.0) << "no bytes to spread";
+    // A realistic write: 742 MB over 2.75 s, 16 MiB done after 10 ms.
+    const uint64_t total = 742u << 20;
+    EXPECT_NEAR(pace_sleep_s(16u << 20, total, 0.01, 2.75), 2.75 * 16.0 / 742.0 - 0.01, 1e-12);
+}
+
+TEST(WritePacer, AnUnpacedOrHurriedPacerNeverSleeps) {
+    WritePacer unpaced;
+    const auto t0 = std::chrono::steady_clock::now();
+    unpaced.pace(1, 1000);
+    WritePacer hurried(3600);
+    hurried.hurry();
+    EXPECT_TRUE(hurried.hurried());
+    hurried.pace(1, 2);  // half of an hour's target, at once: would sleep 30 minutes
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+    EXPECT_EQ(unpaced.slept_s(), 0.0);
+    EXPECT_EQ(hurried.slept_s(), 0.0);
+    EXPECT_EQ(hurried.target_s(), 3600.0);
+    // Cut short: a hurry while the write is still paced, not one after its paced part or
+    // of an unpaced write.
+    EXPECT_TRUE(hurried.cut_short());
+    unpaced.hurry();
+    EXPECT_FALSE(unpaced.cut_short());
+    WritePacer done_first(3600);
+    done_first.end();
+    done_first.hurry();
+    EXPECT_TRUE(done_first.hurried());
+    EXPECT_FALSE(done_first.cut_short());
+}
+
+TEST(CheckpointSaver, PacesOverTheSpreadOfTheStepsUntilItNextWaits) {
+    // spread x steps to the next periodic save x step time.
+    EXPECT_DOUBLE_EQ(async_pace_target_s(0.5, 10, 10, 1000, 0.5), 0.5 * 10 * 0.5);
+    EXPECT_DOUBLE_EQ(async_pace_target_s(0.25, 200, 100, 1000, 2.0), 0.25 * 100 * 2.0);
+    // A stop-signal save between periodic ones: to the next multiple of every.
+    EXPECT_DOUBLE_EQ(async_pace_target_s(0.5, 13, 10, 1000, 1.0), 0.5 * 7 * 1.0);
+    // The end of training comes first: it waits for the write too.
+    EXPECT_DOUBLE_EQ(async_pace_target_s(0.5, 95, 10, 98, 1.0), 0.5 * 3 * 1.0);
+    // No periodic saves: the end of training.
+    EXPECT_DOUBLE_EQ(async_pace_target_s(0.5, 40, 0, 100, 1.0), 0.5 * 60 * 1.0);
+    // Not paced: the last save, spread 0, no step time yet.
+    EXPECT_EQ(async_pace_target_s(0.5, 100, 10, 100, 1.0), 0.0);
+    EXPECT_EQ(async_pace_target_s(0.0, 10, 10, 1000, 1.0), 0.0);
+    EXPECT_EQ(async_pace_target_s(0.5, 10, 10, 1000, 0.0), 0.0);
+    // The step time is the median of the recent ones: a slow evaluation step does not move it.
+    EXPECT_EQ(median_of({}), 0.0);
+    EXPECT_EQ(median_of({0.5, 0.6, 9.0}), 0.6);
+    EXPECT_EQ(median_of({0.7, 0.5, 0.6, 30.0, 0.55}), 0.6);
+}
+
+TEST(BackgroundWriter, AHurriedWriteDropsItsPacingAndStillPublishes) {
+    AsyncFixture f;
+    f.mc = test::model_config(2, 2, 64, 8, 40);  // datasets of 64 KiB and more: written (and paced) in pieces
+    f.layout = make_gpt_layout(f.mc);
+    ModelState state(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 1, DType::kF32, DType::kF32);
+    fill_state(state, 3.f);
+    const std::vector<float> saved = state.owned_optimizer_state();
+    CheckpointSnapshot snap(state, 0);
+    snap.capture(state, record_at(6));
+    const std::string ckpt = f.dir.file("paced");
+    const double hour = 3600;
+    auto job = [&](WritePacer& pacer) { return write_checkpoint(ckpt, snap, self_communicator(), 3, &pacer); };
+    {
+        BackgroundWriter writer;
+        writer.start(job, hour);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        EXPECT_TRUE(writer.running()) << "a write paced over an hour ended within 300 ms: not paced";
+        const auto t0 = std::chrono::steady_clock::now();
+        const CheckpointWriteReport r = writer.collect();  // waits: hurries it
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_LT(waited, 60.0) << "collect did not end the pacing";
+        EXPECT_TRUE(r.hurried);
+        EXPECT_EQ(r.pace_target_s, hour);
+        EXPECT_GT(r.paced_s, 0.0) << "it slept before the hurry";
+        EXPECT_LT(r.paced_s, 60.0);
+        EXPECT_EQ(fs::path(r.dir).filename(), "step_00000006");
+    }
+    {
+        // An error unwinding past the writer (its destructor) hurries it too.
+        fill_state(state, 5.f);
+        snap.capture(state, record_at(8));
+        const auto t0 = std::chrono::steady_clock::now();
+        {
+            BackgroundWriter writer;
+            writer.start(job, hour);
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0)
+            << "the destructor did not end the pacing";
+        EXPECT_EQ(resolve_resume("auto", ckpt), ckpt + "/step_00000008") << "the hurried write was published";
+    }
+    // Unpaced, the same write reports no pacing.
+    snap.capture(state, record_at(10));
+    BackgroundWriter writer;
+    writer.start(job);
+    const CheckpointWriteReport r = writer.collect();
+    EXPECT_EQ(r.pace_target_s, 0.0);
+    EXPECT_EQ(r.paced_s, 0.0);
+    EXPECT_FALSE(r.hurried) << "collect waits for every write, but only a paced one is cut short";
+    // What the hurried write published loads, and is the state at its capture.
+    ModelState loaded(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 2, DType::kF32, DType::kF32);
+    load_checkpoint(ckpt + "/step_00000006", loaded, self_communicator());
+    EXPECT_EQ(loaded.owned_optimizer_state(), saved);
 }
 
 }  // namespace

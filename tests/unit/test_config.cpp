@@ -91,6 +91,9 @@ TEST(Config, DefaultsMatchStruct) {
     EXPECT_TRUE(c.precision.loss_scale.dynamic);
     EXPECT_EQ(c.checkpoint.on_error, OnCheckpointError::kStop);
     EXPECT_EQ(c.checkpoint.resume.mode, ResumeSetting::Mode::kAuto);
+    EXPECT_TRUE(c.checkpoint.async);
+    EXPECT_EQ(c.checkpoint.async_spread, 0.5);
+    EXPECT_EQ(c.parallel.shard_group.ranks, -1);  // node
     EXPECT_EQ(c.run.dir, "run");
     EXPECT_TRUE(c.config_file.empty());
     EXPECT_EQ(c.data.train, "t.bin");
@@ -320,7 +323,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 63);  // 62 section keys + backend
+    EXPECT_EQ(keys, 64);  // 63 section keys + backend
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
     // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
     const size_t ev = h.find("--train.eval_every=");
@@ -472,6 +475,13 @@ TEST(ConfigValidate, EveryRule) {
         {"bucket_mb", [](Config& c) { c.parallel.bucket_mb = 0; }, "parallel.bucket_mb = 0: expected a size in MiB > 0"},
         {"ckpt_every", [](Config& c) { c.checkpoint.every = -1; }, "checkpoint.every = -1: expected an integer >= 0"},
         {"keep", [](Config& c) { c.checkpoint.keep = 0; }, "checkpoint.keep = 0: expected an integer >= 1"},
+        {"async_spread_1", [](Config& c) { c.checkpoint.async_spread = 1; },
+         "checkpoint.async_spread = 1: expected a fraction in [0, 1) of the time between saves (0: write at full "
+         "speed)"},
+        {"async_spread_neg", [](Config& c) { c.checkpoint.async_spread = -0.1; },
+         "checkpoint.async_spread = -0.1: expected a fraction in [0, 1)"},
+        {"async_spread_nan", [nan](Config& c) { c.checkpoint.async_spread = nan; },
+         "checkpoint.async_spread = nan: expected a finite number"},
         {"resume", [](Config& c) { c.checkpoint.resume = ResumeSetting{ResumeSetting::Mode::kPath, ""}; },
          "checkpoint.resume = '': expected auto | never | PATH of a checkpoint"},
         {"loss_scale", [](Config& c) { c.precision.loss_scale = zt::LossScaleSetting{false, -2.0, "-2"}; },

@@ -64,6 +64,7 @@ class Communicator;
 class DeviceMemory;
 class ModelState;
 class ShardPlan;
+class WritePacer;
 
 /// Training-loop state that travels with the weights.
 struct TrainProgress {
@@ -131,10 +132,15 @@ struct CheckpointWriteReport {
     std::string dir;
     uint64_t bytes = 0;
     double shard_write_s = 0;  ///< this rank's shard: HDF5 structure, data written and hashed
+                               ///< (a paced write's sleeps included: paced_s)
     double shard_sync_s = 0;   ///< its fsync
     double publish_s = 0;      ///< agreements, meta.h5, renames, latest, pruning
     bool direct_io = false;    ///< this rank's data went to the disk by O_DIRECT
     double writer_cpu_s = 0;   ///< CPU time of the background writer thread (async saves)
+    // Pacing (async saves, ckpt/write_pacer.hpp; filled by BackgroundWriter):
+    double pace_target_s = 0;  ///< the duration the data pass was spread over (0: not paced)
+    double paced_s = 0;        ///< the time it slept to keep to that pace
+    bool hurried = false;      ///< someone waited for the write while it was paced: pacing cut short
 };
 
 /// One rank's part of a checkpoint, copied out of the live state at a step boundary: the
@@ -192,9 +198,11 @@ CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, ModelState& 
                                        const CheckpointRecord& record, int keep);
 /// Writes a captured snapshot. Touches no ModelState, so it may run on a background thread
 /// while training goes on; `comm` must then be a communicator of its own (its collectives
-/// run beside the training ones). Collective; errors as save_checkpoint.
+/// run beside the training ones). `pacer` (may be null: full speed) paces the shard's data
+/// pass, the direct writes and the hash (ckpt/write_pacer.hpp). Collective; errors as
+/// save_checkpoint.
 CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, const CheckpointSnapshot& snapshot,
-                                       Communicator& comm, int keep);
+                                       Communicator& comm, int keep, WritePacer* pacer = nullptr);
 
 /// Resolves checkpoint.resume: "never" -> ""; "auto" -> the directory `latest` names in
 /// ckpt_dir, or "" when there is none; otherwise the given path (a step directory, or a

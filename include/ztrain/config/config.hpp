@@ -162,6 +162,10 @@ struct CheckpointConfig {
     /// true: a save copies the state into a host snapshot and a background thread writes
     /// it while training goes on; false: training waits for the whole write.
     bool async = true;
+    /// Async saves: the background write's data pass is spread over this fraction of the
+    /// expected time until the saver next waits for it (the next save or the end of
+    /// training), so it disturbs the steps less; 0: as fast as it can. In [0, 1).
+    double async_spread = 0.5;
 };
 
 struct RunConfig {

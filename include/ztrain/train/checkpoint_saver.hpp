@@ -10,6 +10,12 @@
 // collectives. The write's outcome is taken at the first step boundary where every rank's
 // writer has finished (the loop's agreed flag), so all ranks report it, or stop on its
 // failure, at the same step.
+//
+// Pacing (checkpoint.async_spread): the write is spread over spread x the expected time
+// until the saver next has to wait for it, i.e. the steps to the next periodic save (or to
+// the end of training, whichever comes first) x the median of the recent step times. Every
+// wait hurries it (the next save, a stop signal, the end of training, an error unwinding
+// through the destructor), so pacing never makes a save, a stop or an exit slower.
 #pragma once
 
 #include <mpi.h>
@@ -17,6 +23,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ztrain/ckpt/background_writer.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
@@ -30,6 +37,14 @@ class DeviceMemory;
 class ModelState;
 class StepReporter;
 
+/// Seconds a background write after step `step` is paced over: `spread` x the steps until
+/// the next periodic save (every `every`; 0: none) or `max_steps`, whichever comes first,
+/// x `step_s` (the recent step time). 0 (full speed) when any factor is 0.
+double async_pace_target_s(double spread, long step, int every, long max_steps, double step_s);
+
+/// Median of `v` (the upper one of an even count); 0 when empty.
+double median_of(std::vector<double> v);
+
 class CheckpointSaver {
   public:
     /// `mpi_comm`: the training ranks (async saves talk over a duplicate of it). `pinned`:
@@ -42,6 +57,9 @@ class CheckpointSaver {
     /// Whether the loop saves after `done` steps: periodic, last step, or a stop signal.
     bool due(long done, bool stop_requested) const;
 
+    /// A step took `step_s` seconds: the recent step times set the pace of async writes.
+    void step_finished(double step_s);
+
     /// Saves `progress` (collective). Throws Error when the save (or, async, the previous
     /// one, collected first) failed and on_error = stop.
     void save(const TrainProgress& progress);
@@ -52,7 +70,8 @@ class CheckpointSaver {
     /// Reports a finished background write, or handles its failure like a synchronous one.
     /// Call when the ranks agreed that no writer is running (no-op when none is in flight).
     void collect_finished();
-    /// Waits for the write in flight and reports it (end of training, stop signal).
+    /// Waits for the write in flight (hurried: no more pacing) and reports it (end of
+    /// training, stop signal).
     void finish() { collect_finished(); }
 
     bool async() const { return m_snapshot != nullptr; }
@@ -70,6 +89,8 @@ class CheckpointSaver {
     StepReporter& m_reporter;
     std::unique_ptr<Communicator> m_ckpt_comm;   ///< async: checkpoint traffic only
     std::unique_ptr<CheckpointSnapshot> m_snapshot;
+    std::vector<double> m_step_times;  ///< the last kStepWindow step times (a ring)
+    size_t m_step_next = 0;            ///< where the next one goes in the ring
     // The write in flight.
     long m_pending_step = 0;
     double m_pending_blocked_s = 0;

@@ -70,6 +70,10 @@ struct CheckpointSaved {
     double snapshot_s = 0, shard_write_s = 0, shard_sync_s = 0, publish_s = 0;
     bool direct_io = false;  ///< rank 0's data went to the disk by O_DIRECT
     double writer_cpu_s = 0; ///< rank 0's background writer: CPU time it took from training
+    /// Rank 0's pacing (async): the duration its data pass was spread over (0: not paced),
+    /// the time it slept for that, and whether a wait for the write cut the pacing short.
+    double pace_target_s = 0, paced_s = 0;
+    bool hurried = false;
 };
 
 class StepReporter {
