@@ -20,6 +20,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <vector>
 
 #include "hdf5_util.hpp"
@@ -138,12 +139,18 @@ SafetensorsSet open_sharded(const fs::path& dir, const std::string& index_file) 
     const std::map<std::string, std::string> weight_map = read_safetensors_index(index_file);
     std::set<std::string> shards;
     for (const auto& kv : weight_map) shards.insert(kv.second);
-    // Every shard present before any is read: a missing one is the clearest message.
+    // Every shard present before any is read: a missing one is the clearest message. The
+    // error_code overload: a name the file system refuses (longer than NAME_MAX, a symlink
+    // loop) is bad input too, not a std::filesystem::filesystem_error escaping.
     for (const std::string& shard : shards) {
-        ZT_INPUT_CHECK(fs::is_regular_file(dir / shard), index_file, ": shard ", shard, " (of tensor ",
+        std::error_code ec;
+        const bool present = fs::is_regular_file(dir / shard, ec);
+        const bool missing = !ec || ec == std::errc::no_such_file_or_directory;
+        ZT_INPUT_CHECK(present, index_file, ": shard ", shard, " (of tensor ",
                        std::find_if(weight_map.begin(), weight_map.end(),
                                     [&](const auto& kv) { return kv.second == shard; })->first,
-                       ") does not exist in ", dir.string());
+                       missing ? ") does not exist in " : ") cannot be opened in ", dir.string(),
+                       missing ? "" : ": " + ec.message());
     }
     SafetensorsSet set;
     set.source = index_file;

@@ -229,6 +229,10 @@ std::map<std::string, std::string> read_safetensors_index(const std::string& ind
         ZT_INPUT_CHECK(kv.value().is_string(), index_file, ": weight_map[", kv.key(), "] = ", kv.value().dump(),
                        ": expected a shard file name");
         const std::string shard = kv.value().get<std::string>();
+        // A NUL ends the name the file system sees: "model.safetensors\u0000x" would open
+        // model.safetensors under another name.
+        ZT_INPUT_CHECK(shard.find('\0') == std::string::npos, index_file, ": weight_map[", kv.key(),
+                       "] = ", kv.value().dump(), ": a file name cannot contain a NUL character");
         ZT_INPUT_CHECK(!shard.empty() && shard != "." && shard != ".." && shard.find('/') == std::string::npos &&
                            shard.find('\\') == std::string::npos,
                        index_file, ": weight_map[", kv.key(), "] = '", shard,

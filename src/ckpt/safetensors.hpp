@@ -83,7 +83,7 @@ class SafetensorsReader {
 /// A sharded model's model.safetensors.index.json: {"metadata": {...}, "weight_map":
 /// {tensor: shard file name}}. Returns weight_map after checking it is an object of strings,
 /// names no tensor twice and names plain files (the shards sit next to the index: no
-/// directories, no "..", so a downloaded index cannot point elsewhere). Whether the shards
+/// directories, no "..", no NUL, so a downloaded index cannot point elsewhere). Whether the shards
 /// exist and hold what it says is the caller's check. Throws InputError naming the file.
 std::map<std::string, std::string> read_safetensors_index(const std::string& index_file);
 

@@ -20,32 +20,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "fuzz_support.hpp"
-#include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/model/gpt.hpp"
-#include "ztrain/parallel/model_state.hpp"
 
 namespace {
-
-struct Model {
-    zt::ModelLayout layout = zt::make_gpt_layout(zt::fuzz::tiny_model());
-    std::unique_ptr<zt::Backend> backend = zt::make_cpu_backend(1);
-    zt::ModelState state{layout, *backend, 1};
-};
-
-Model& model() {
-    static Model m;
-    return m;
-}
 
 bool shard_names_are_plain(const nlohmann::json& meta) {
     if (!meta.contains("shards") || !meta.at("shards").is_array()) return true;
@@ -63,7 +48,7 @@ bool shard_names_are_plain(const nlohmann::json& meta) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     zt::fuzz::quiet_hdf5();
     zt::fuzz::scratch_dir();
-    model();
+    zt::fuzz::tiny_state();
     return 0;
 }
 
@@ -97,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (shard_names_are_plain(meta)) {
         try {
-            (void)zt::load_checkpoint(dir, model().state, zt::self_communicator());
+            (void)zt::load_checkpoint(dir, zt::fuzz::tiny_state().state, zt::self_communicator());
         } catch (const zt::Error&) {
         }
     }

@@ -72,6 +72,55 @@ ModelConfig tiny_model() {
     return m;
 }
 
+ModelConfig tiny_llama_model() {
+    ModelConfig m = tiny_model();
+    m.arch = ModelArch::kLlama;
+    m.n_head = 2;
+    m.n_kv_head = 1;
+    m.n_embd = 8;
+    m.ffn_dim = 8;
+    m.rope_theta = 500000;
+    m.rope_scaling = RopeScaling::kLlama3;
+    m.rope_factor = 8;
+    m.rope_original_context = 2;
+    m.tie_embeddings = false;
+    return m;
+}
+
+TinyState::TinyState(const ModelConfig& model)
+    : cfg(model), layout(make_gpt_layout(cfg)), backend(make_cpu_backend(1)), state(layout, *backend, 1) {}
+
+TinyState& tiny_state() {
+    static TinyState m(tiny_model());
+    return m;
+}
+
+void fill_master(TinyState& m, float value) {
+    for (int u = 0; u < m.layout.num_units(); ++u) {
+        float* w = m.state.master_base(u);
+        std::fill(w + m.state.owned_begin(u), w + m.state.owned_end(u), value);
+    }
+}
+
+void require_zero_padding(TinyState& m, const char* target) {
+    for (const ParamSpec& p : m.layout.params) {
+        const float* w = m.state.master_base(p.unit) + p.offset;
+        for (size_t i = p.init_numel; i < p.numel; ++i) {
+            if (w[i] != 0.f) {
+                std::fprintf(stderr, "%s: padded %s element %zu is %g after an import\n", target, p.name.c_str(), i,
+                             static_cast<double>(w[i]));
+                std::abort();
+            }
+        }
+    }
+}
+
+std::string hf_shard_name(size_t k, size_t n) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k, n);
+    return buf;
+}
+
 namespace {
 [[noreturn]] void h5_fail(const std::string& path, const char* what) {
     std::fprintf(stderr, "fuzz harness: %s: %s failed\n", path.c_str(), what);

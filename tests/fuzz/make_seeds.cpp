@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../../src/ckpt/safetensors.hpp"
 #include "fuzz_support.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
@@ -37,6 +38,67 @@ void put(const fs::path& dir, const std::string& name, const std::string& bytes)
     fs::create_directories(dir);
     zt::fuzz::write_file((dir / name).string(), bytes);
     std::printf("  %s (%zu bytes)\n", (dir / name).string().c_str(), bytes.size());
+}
+
+/// save_checkpoint of a one-rank model of `mc` (seed 7, step 3) under `dir`; returns the step directory.
+std::string save_tiny_checkpoint(const zt::ModelConfig& mc, const std::string& dir) {
+    const zt::ModelLayout layout = zt::make_gpt_layout(mc);
+    const auto backend = zt::make_cpu_backend(1);
+    zt::ModelState state(layout, *backend, 7);
+    zt::Config cfg;
+    cfg.model = mc;
+    zt::CheckpointRecord record;
+    record.progress.step = 3;
+    record.progress.applied_steps = 3;
+    record.progress.samples_seen = 24;
+    record.progress.tokens_seen = 96;
+    record.dtype = "fp32";
+    record.seed = 7;
+    record.config_ini = zt::to_ini(cfg);
+    return zt::save_checkpoint(dir, state, zt::self_communicator(), record, 1);
+}
+
+/// A fuzz_hf_dir seed: the Hugging Face directory zt-consolidate writes for the checkpoint,
+/// its model.safetensors kept whole (shards = 0) or split into `shards` files (tensors dealt
+/// out in name order, each shard written by SafetensorsWriter) with the index
+/// transformers writes: {"metadata": {"total_size"}, "weight_map"}, sorted, indent 2.
+std::string hf_dir_seed(const std::string& step_dir, zt::DType dtype, size_t shards, const std::string& dir) {
+    zt::consolidate(step_dir, dir + "/", dtype, false);
+    const std::string weights_file = dir + "/model.safetensors";
+    const std::string weights = slurp(weights_file);
+    const std::string& sep = zt::fuzz::kHfDirSeparator;
+    std::string seed = slurp(dir + "/config.json") + sep;
+    if (shards == 0) return seed + sep + weights;
+
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<unsigned char>(weights[static_cast<size_t>(i)]);
+    const char* data = weights.data() + 8 + header;
+    const zt::SafetensorsReader reader(weights_file);
+    nlohmann::json weight_map = nlohmann::json::object();
+    uint64_t total = 0;
+    std::vector<std::string> shard_bytes;
+    for (size_t s = 0; s < shards; ++s) {
+        std::vector<zt::SafetensorsWriter::Tensor> tensors;
+        std::vector<const zt::SafetensorsEntry*> entries;
+        size_t i = 0;
+        for (const auto& [name, entry] : reader.entries()) {
+            if (i++ % shards != s) continue;
+            tensors.push_back({name, entry.shape});
+            entries.push_back(&entry);
+            weight_map[name] = zt::fuzz::hf_shard_name(s + 1, shards);
+        }
+        const std::string file = dir + "/" + zt::fuzz::hf_shard_name(s + 1, shards);
+        zt::SafetensorsWriter writer(file, tensors, dtype, nlohmann::ordered_json{{"format", "pt"}});
+        for (const zt::SafetensorsEntry* e : entries) {
+            writer.write(data + e->begin, e->end - e->begin);
+            total += e->end - e->begin;
+        }
+        writer.close();
+        shard_bytes.push_back(slurp(file));
+    }
+    seed += nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2);
+    for (const std::string& bytes : shard_bytes) seed += sep + bytes;
+    return seed;
 }
 
 }  // namespace
@@ -130,21 +192,7 @@ int main(int argc, char** argv) {
 
     // ---- a real checkpoint of the tiny model: meta.h5 and its JSON; safetensors exports ----
     {
-        const zt::ModelConfig mc = zt::fuzz::tiny_model();
-        const zt::ModelLayout layout = zt::make_gpt_layout(mc);
-        const auto backend = zt::make_cpu_backend(1);
-        zt::ModelState state(layout, *backend, 7);
-        zt::Config cfg;
-        cfg.model = mc;
-        zt::CheckpointRecord record;
-        record.progress.step = 3;
-        record.progress.applied_steps = 3;
-        record.progress.samples_seen = 24;
-        record.progress.tokens_seen = 96;
-        record.dtype = "fp32";
-        record.seed = 7;
-        record.config_ini = zt::to_ini(cfg);
-        const std::string step_dir = zt::save_checkpoint(tmp + "/ckpt", state, zt::self_communicator(), record, 1);
+        const std::string step_dir = save_tiny_checkpoint(zt::fuzz::tiny_model(), tmp + "/ckpt");
         const fs::path d = out / "fuzz_checkpoint_meta";
         put(d, "meta.h5", slurp(step_dir + "/meta.h5"));
         put(d, "meta_json.json", zt::read_checkpoint_meta(step_dir).dump(1));
@@ -156,6 +204,14 @@ int main(int argc, char** argv) {
             zt::consolidate(step_dir, f, dtype, false);
             put(s, std::string(name) + ".safetensors", slurp(f));
         }
+
+        // ---- Hugging Face model directories (fuzz_hf_dir): GPT-2 and Llama, one file or shards ----
+        const fs::path h = out / "fuzz_hf_dir";
+        put(h, "gpt2_f32", hf_dir_seed(step_dir, zt::DType::kF32, 0, tmp + "/hf_gpt2_f32"));
+        put(h, "gpt2_bf16_2_shards", hf_dir_seed(step_dir, zt::DType::kBF16, 2, tmp + "/hf_gpt2_bf16"));
+        const std::string llama = save_tiny_checkpoint(zt::fuzz::tiny_llama_model(), tmp + "/ckpt_llama");
+        put(h, "llama_f16", hf_dir_seed(llama, zt::DType::kF16, 0, tmp + "/hf_llama_f16"));
+        put(h, "llama_f32_3_shards", hf_dir_seed(llama, zt::DType::kF32, 3, tmp + "/hf_llama_f32"));
     }
     return 0;
 }

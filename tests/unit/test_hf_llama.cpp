@@ -255,6 +255,20 @@ TEST(HfLlamaImport, ShardedDirectoriesImportAndBadIndexesAreRefused) {
     test::write_file(index_file, j.dump());
     refused("shard outside the directory", {index_file, "no directories"});
 
+    // A NUL ends the name the file system sees: every shard renamed "NAME\0" used to open
+    // NAME and import (fuzz_hf_dir).
+    j = nlohmann::json::parse(index);
+    for (auto& kv : j["weight_map"].items()) kv.value() = kv.value().get<std::string>() + std::string(1, '\0');
+    test::write_file(index_file, j.dump());
+    refused("NUL in a shard name", {index_file, "weight_map[", "-of-00002.safetensors\\u0000\"", "NUL character"});
+
+    // A name longer than NAME_MAX: the file system's refusal used to escape as a
+    // std::filesystem::filesystem_error (fuzz_hf_dir).
+    j = nlohmann::json::parse(index);
+    j["weight_map"]["model.norm.weight"] = std::string(300, 'x') + ".safetensors";
+    test::write_file(index_file, j.dump());
+    refused("shard name too long", {index_file, "model.norm.weight", "cannot be opened", "File name too long"});
+
     // The index says shard 1, the tensor sits in shard 2.
     j = nlohmann::json::parse(index);
     const std::string norm_shard = j["weight_map"]["model.norm.weight"];
