@@ -16,15 +16,14 @@ F.scaled_dot_product_attention, so attention is the plain masked softmax; newer 
 versions use the same code path, so figures stay comparable across versions.
 """
 import argparse
-import json
 import math
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_timing import add_training_args, start, time_training
 
 
 class CausalSelfAttention(nn.Module):
@@ -112,14 +111,6 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def peak_rss_mib():
-    try:
-        import resource
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-    except Exception:  # pragma: no cover
-        return float("nan")
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-layer", type=int, default=12)
@@ -127,66 +118,14 @@ def main(argv=None):
     ap.add_argument("--n-embd", type=int, default=768)
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--vocab", type=int, default=50257)
-    ap.add_argument("--vocab-pad-to", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--warmup", type=int, default=2, help="leading steps excluded from the median")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=1337)
-    ap.add_argument("--quiet", action="store_true", help="only print the final JSON line")
+    add_training_args(ap)
     a = ap.parse_args(argv)
 
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-    vp = (a.vocab + a.vocab_pad_to - 1) // a.vocab_pad_to * a.vocab_pad_to
+    vp = start(a)
     model = GPT(a.n_layer, a.n_head, a.n_embd, a.seq_len, vp)
-    model.train()
-    n_params = sum(p.numel() for p in model.parameters())
-
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": a.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    opt_kwargs = dict(lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    try:  # fused= is CUDA-only in 2.x; foreach= exists from 1.12
-        opt = torch.optim.AdamW(groups, foreach=True, **opt_kwargs)
-        opt_impl = "foreach"
-    except TypeError:
-        opt = torch.optim.AdamW(groups, **opt_kwargs)
-        opt_impl = "default"
-
-    gen = torch.Generator().manual_seed(a.seed)
-    tokens = a.batch * a.seq_len
-    rates, step_ms = [], []
-    for step in range(1, a.steps + 1):
-        idx = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=gen)
-        tgt = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=gen)
-        t0 = time.perf_counter()
-        loss = model(idx, tgt)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        dt = time.perf_counter() - t0
-        rates.append(tokens / dt)
-        step_ms.append(dt * 1e3)
-        if not a.quiet:
-            print(f"step {step:4d}/{a.steps} | loss {loss.item():.4f} | norm {norm.item():.3f} | "
-                  f"{tokens / dt:.1f} tok/s | {dt * 1e3:.0f} ms", flush=True)
-
-    measured = rates[a.warmup:] if len(rates) > a.warmup else rates
-    print(json.dumps({
-        "impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+    return time_training(model, a, {
         "n_layer": a.n_layer, "n_head": a.n_head, "n_embd": a.n_embd, "seq_len": a.seq_len,
-        "vocab": a.vocab, "vocab_padded": vp, "batch": a.batch, "steps": a.steps,
-        "num_params": n_params, "adamw": opt_impl,
-        "tokens_per_s": statistics.median(measured),
-        "step_ms_median": statistics.median(step_ms[a.warmup:] or step_ms),
-        "peak_rss_mib": peak_rss_mib(),
-    }))
-    return 0
+        "vocab": a.vocab, "vocab_padded": vp})
 
 
 if __name__ == "__main__":
