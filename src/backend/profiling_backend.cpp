@@ -69,6 +69,9 @@ void ProfilingBackend::to_device(void* dst, const void* host_src, size_t bytes) 
 void ProfilingBackend::to_host(void* host_dst, const void* src, size_t bytes) {
     timed(kOpCopy, [&] { inner().to_host(host_dst, src, bytes); });
 }
+void ProfilingBackend::to_host_past_cache(void* host_dst, const void* src, size_t bytes) {
+    timed(kOpCopy, [&] { inner().to_host_past_cache(host_dst, src, bytes); });
+}
 
 void ProfilingBackend::cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
     timed(kOpCast, [&] { inner().cast(dst, dst_type, src, src_type, n); });

@@ -881,7 +881,8 @@ void CheckpointSnapshot::capture(ModelState& state, const CheckpointRecord& reco
         const ElementRange r = m_plan->primary_range(u, m_rank);
         if (r.empty()) continue;
         for (int which = 0; which < 3; ++which) {
-            state.copy_to_host(const_cast<float*>(data(u, which)), state_buffer(state, u, which) + r.begin, r.size());
+            state.snapshot_to_host(const_cast<float*>(data(u, which)), state_buffer(state, u, which) + r.begin,
+                                   r.size());
         }
     }
     m_step = record.progress.step;

@@ -201,6 +201,11 @@ void ModelState::copy_to_host(float* host, const float* src, size_t n) {
     m_backend.to_host(host, src, n * sizeof(float));
 }
 
+void ModelState::snapshot_to_host(float* host, const float* src, size_t n) {
+    m_params.wait_gathers();  // as copy_to_host
+    m_backend.to_host_past_cache(host, src, n * sizeof(float));
+}
+
 void ModelState::copy_from_host(float* dst, const float* host, size_t n) {
     m_params.wait_gathers();
     m_backend.to_device(dst, host, n * sizeof(float));

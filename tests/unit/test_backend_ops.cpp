@@ -163,6 +163,34 @@ StepResult one_step(Backend& be, DType t) {
     return r;
 }
 
+// The snapshot copy writes past the cache with 16-byte streaming stores after an unaligned
+// head: every destination alignment, lengths around the 64-byte loop, and the bytes just
+// outside the range untouched, through the CPU backend and the profiling decorator.
+TEST(BackendCopies, ToHostPastCacheCopiesExactlyTheRange) {
+    auto cpu = make_cpu_backend(1);
+    ProfilingBackend profiled(make_cpu_backend(1));
+    std::vector<unsigned char> src(4096 + 64);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+    for (Backend* b : {static_cast<Backend*>(cpu.get()), static_cast<Backend*>(&profiled)}) {
+        for (size_t dst_off = 0; dst_off < 16; ++dst_off) {
+            for (size_t src_off : {size_t{0}, size_t{3}}) {
+                for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{63}, size_t{64}, size_t{65},
+                                 size_t{200}, size_t{4000}}) {
+                    std::vector<unsigned char> dst(4096 + 64, 0xAB);
+                    b->to_host_past_cache(dst.data() + dst_off, src.data() + src_off, n);
+                    for (size_t i = 0; i < dst.size(); ++i) {
+                        const bool inside = i >= dst_off && i < dst_off + n;
+                        const unsigned char want = inside ? src[i - dst_off + src_off] : 0xAB;
+                        ASSERT_EQ(dst[i], want) << b->name() << ": byte " << i << " of a " << n
+                                                << "-byte copy to offset " << dst_off << " from offset " << src_off;
+                    }
+                }
+            }
+        }
+    }
+    EXPECT_GT(profiled.op_ms(ProfilingBackend::kOpCopy), 0.0);
+}
+
 // The decorator forwards every call unchanged (bit-identical step in every dtype) and files
 // time under the kinds that ran; reset() clears it.
 TEST(ProfilingBackend, ChangesNoResultAndTimesTheOpsThatRan) {

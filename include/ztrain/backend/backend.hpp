@@ -110,6 +110,10 @@ class Backend {
     virtual void to_host(void* host_dst, const void* src, size_t bytes) {
         if (bytes > 0) std::memcpy(host_dst, src, bytes);
     }
+    /// to_host for a large copy whose host side is read much later, by another thread (a
+    /// checkpoint snapshot): host memory backends write it past the CPU caches
+    /// (core/stream_copy.hpp); a device's copy is to_host.
+    virtual void to_host_past_cache(void* host_dst, const void* src, size_t bytes) { to_host(host_dst, src, bytes); }
 
     // ---- precision: the only ops that read or write buffers of a 16-bit dtype ----
     /// dst (n elements of dst_type) = src (n of src_type). To 16 bit rounds to nearest even

@@ -38,6 +38,9 @@ class ForwardingBackend : public Backend {
     void copy(float* dst, const float* src, size_t n) override { m_inner.copy(dst, src, n); }
     void to_device(void* dst, const void* host_src, size_t bytes) override { m_inner.to_device(dst, host_src, bytes); }
     void to_host(void* host_dst, const void* src, size_t bytes) override { m_inner.to_host(host_dst, src, bytes); }
+    void to_host_past_cache(void* host_dst, const void* src, size_t bytes) override {
+        m_inner.to_host_past_cache(host_dst, src, bytes);
+    }
 
     // ---- precision ----
     void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override {

@@ -47,6 +47,7 @@ class ProfilingBackend final : public ForwardingBackend {
     void copy(float* dst, const float* src, size_t n) override;
     void to_device(void* dst, const void* host_src, size_t bytes) override;
     void to_host(void* host_dst, const void* src, size_t bytes) override;
+    void to_host_past_cache(void* host_dst, const void* src, size_t bytes) override;
 
     // ---- precision ----
     void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override;

@@ -165,7 +165,7 @@ class CheckpointSnapshot {
     size_t bytes() const { return m_floats * sizeof(float); }
 
     /// Copies the state as it is now, with `record`, into the buffer (waits for the state's
-    /// outstanding gathers; the copy itself is parallel on host memory).
+    /// outstanding gathers; on host memory the copy bypasses the CPU caches).
     void capture(ModelState& state, const CheckpointRecord& record);
 
     long step() const { return m_step; }

@@ -165,6 +165,9 @@ class ModelState : public UnitStore {
     /// dereferences the base pointers above.
     void copy_to_host(float* host, const float* src, size_t n);
     void copy_from_host(float* dst, const float* host, size_t n);
+    /// copy_to_host into a buffer read later by another thread (the checkpoint snapshot):
+    /// Backend::to_host_past_cache.
+    void snapshot_to_host(float* host, const float* src, size_t n);
     /// After master weights were overwritten (checkpoint load): recompute the working copy
     /// from them and re-assemble full parameters where the stage keeps them. Collective.
     void sync_working_from_master();

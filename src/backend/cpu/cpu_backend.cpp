@@ -45,6 +45,7 @@
 #include "ztrain/backend/adamw_constants.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/stream_copy.hpp"
 
 #include <cblas.h>
 #include <omp.h>
@@ -688,6 +689,10 @@ class CpuBackend final : public Backend {
 
     void copy(float* dst, const float* src, size_t n) override {
         std::memcpy(dst, src, n * sizeof(float));
+    }
+
+    void to_host_past_cache(void* host_dst, const void* src, size_t bytes) override {
+        copy_past_cache(host_dst, src, bytes);
     }
 
     // --------------------------------------------------------------------------------
