@@ -16,8 +16,11 @@ cmake --build build-ci -j"$jobs"
 ctest --test-dir build-ci --output-on-failure -j"$jobs"
 
 # Sanitizers: the unit tests (no GPU code; leaks inside MPI/OpenMP runtimes are not ours).
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_WERROR=ON -DZT_SANITIZE=ON -DZT_CUDA=OFF
-cmake --build build-asan -j"$jobs"
+# Only their targets, at -O1 with line tables (the usual ASan setting): on 2 cores that build
+# takes 6 minutes where every target at -O2 -g took 15, and keeps CI under its 30.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+  -DZT_WERROR=ON -DZT_SANITIZE=ON -DZT_CUDA=OFF
+cmake --build build-asan -j"$jobs" --target unit_tests
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j"$jobs"
 
