@@ -97,6 +97,7 @@ if ! build_ztrain; then
 fi
 ZTRAIN="$BUILD_DIR/bin/ztrain"
 
+rm -f "$WORK/openblas_core"
 log "building sgemm_ceiling"
 g++ -O2 -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_ceiling.cpp -lopenblas \
     -o "$WORK/sgemm_ceiling"
@@ -228,6 +229,7 @@ run_sgemm() {
     gf=$(printf '%.2f' "$(jget gflops < "$olog")")
     ceil=$(printf '%.3f' "$(jget tokens_per_s_ceiling < "$olog")")
     printf 'sgemm\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$ceil" "$gf" "$(cpu_pct "$tlog")" >> "$RECORDS"
+    jget openblas_core < "$olog" > "$WORK/openblas_core"
     log "sgemm  $cfg rep $rep: $gf GFLOP/s -> ceiling $ceil tok/s"
 }
 
@@ -261,9 +263,12 @@ BLAS="$(readlink -f "$(ldconfig -p | awk '/libopenblas.so.0 / {print $NF; exit}'
 # kernels: an AVX2 kernel on an AVX-512 CPU runs sgemm at about half the rate).
 RUN_ENV="$(env | grep -E '^(OPENBLAS_|OMP_|GOMP_|MALLOC_)' | sort | tr '\n' ' ')"
 CPU_ISA="$(grep -qw avx512f /proc/cpuinfo && echo 'AVX-512' || echo 'AVX2')"
+# The kernels OpenBLAS ran (its own choice for the CPU, or OPENBLAS_CORETYPE's), as sgemm_ceiling
+# reported them: ztrain and PyTorch load the same library in the same environment.
+BLAS_CORE="$(cat "$WORK/openblas_core" 2> /dev/null || echo unknown)"
 
 export PHASES CFGS DATE ENVLINE CMDLINE CPU_MODEL CORES MEM REV TORCH_VER BLAS BUILD_DIR THREADS PYTHON \
-    REPS LOAD_START LOAD_END RUN_ENV CPU_ISA
+    REPS LOAD_START LOAD_END RUN_ENV CPU_ISA BLAS_CORE
 export NPROC="$(nproc)" ELAPSED="$((T_END - T_START))" UTC_NOW="$(date -u '+%Y-%m-%d %H:%M UTC')"
 "$PYTHON" - "$RECORDS" "$OUT" <<'EOF'
 import os, statistics, sys
@@ -395,7 +400,7 @@ Command (from the repository root): `{E['ENVLINE']} {E['CMDLINE'].strip()}`; mea
 - Date: {E['UTC_NOW']}
 - ztrain revision: {E['REV']}; `{E['BUILD_DIR']}` Release, ZT_CUDA=OFF; one process (no mpirun), `--train.threads={E['THREADS']}`
 - PyTorch {E['TORCH_VER']} ({torch_scripts}, `torch.set_num_threads({E['THREADS']})`, AdamW foreach, plain masked-softmax attention)
-- BLAS: {E['BLAS']} (ztrain: 1 OpenBLAS thread per OpenMP thread; PyTorch: OpenBLAS's own pool; sgemm_ceiling: both, the faster per shape); the CPU has {E['CPU_ISA']}
+- BLAS: {E['BLAS']} (ztrain: 1 OpenBLAS thread per OpenMP thread; PyTorch: OpenBLAS's own pool; sgemm_ceiling: both, the faster per shape); the CPU has {E['CPU_ISA']}; OpenBLAS kernels: {E['BLAS_CORE']}
 - Environment of every run: `{E['RUN_ENV'].strip() or '(no OPENBLAS_/OMP_/MALLOC_ variables)'}`
 - Configurations:
 {shapes_desc}

@@ -51,6 +51,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifdef _OPENMP
@@ -58,6 +59,7 @@
 #endif
 
 extern "C" void openblas_set_num_threads(int);
+extern "C" char* openblas_get_corename(void);
 
 namespace {
 
@@ -207,11 +209,18 @@ int main(int argc, char** argv) {
     }
     // Rounds over all shapes (rather than all reps of one shape in a row) spread the
     // noise of a shared machine evenly across shapes and both ways.
+    // After switching ways, the other way's idle threads still spin for a while (OpenBLAS's
+    // pool after a call, libgomp's team after a region) on the cores the next calls need: the
+    // first shapes timed after a switch ran at half speed (qkv at 70-100 instead of 185
+    // GFLOP/s). A pause lets them go to sleep before timing starts.
+    auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
     for (int r = 0; r < reps; ++r) {
         openblas_set_num_threads(threads);
+        settle();
         for (Shape& s : shapes) timed(s.secs, [&] { call(s); });
         if (split) {
             openblas_set_num_threads(1);
+            settle();
             for (Shape& s : shapes) timed(s.secs_split, [&] { call_split(s); });
         }
     }
@@ -248,8 +257,8 @@ int main(int argc, char** argv) {
     std::printf("tokens/s ceiling (GEMMs only, everything else free): %.1f\n", ceiling);
     std::printf("{\"arch\": \"%s\", \"threads\": %d, \"layers\": %d, \"embd\": %d, \"bt\": %d, \"seq\": %d, "
                 "\"vocab_padded\": %d, \"gflops\": %.2f, \"gflops_pool\": %.2f, \"gflops_split\": %.2f, "
-                "\"n_mm\": %.0f, \"flops_per_token\": %.0f, \"tokens_per_s_ceiling\": %.2f}\n",
+                "\"n_mm\": %.0f, \"flops_per_token\": %.0f, \"tokens_per_s_ceiling\": %.2f, \"openblas_core\": \"%s\"}\n",
                 arch.c_str(), threads, L, C, BT, T, Vp, rate * 1e-9, tot_flops / pool_secs * 1e-9,
-                split ? tot_flops / split_secs * 1e-9 : 0.0, n_mm, flops_tok, ceiling);
+                split ? tot_flops / split_secs * 1e-9 : 0.0, n_mm, flops_tok, ceiling, openblas_get_corename());
     return 0;
 }
