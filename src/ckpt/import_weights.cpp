@@ -403,18 +403,31 @@ void import_weights(const std::string& path, const ModelLayout& layout, const Mo
             import_safetensors(set, hf_family(cfg), expected, wanted, deliver);
         }
     };
+    // A path the file system refuses (no permission, a symlink loop, a name too long) is
+    // bad input naming the key, not a std::filesystem::filesystem_error (exit 1).
+    const auto checked_body = [&] {
+        try {
+            body();
+        } catch (const fs::filesystem_error& e) {
+            throw InputError(str("model.init_from = ", path, ": ", e.what()));
+        }
+    };
     if (comm) {
-        agree_across_ranks(*comm, body);
+        agree_across_ranks(*comm, checked_body);
     } else {
-        body();
+        checked_body();
     }
     state.sync_working_from_master();
 }
 
 std::vector<HfSetting> read_hf_config(const std::string& dir) {
-    ZT_INPUT_CHECK(fs::is_directory(dir), "model.from_hf = ", dir, ": not a directory (expected a Hugging Face model "
-                   "directory holding config.json)");
-    return hf_model_settings(read_config_json(dir), (fs::path(dir) / "config.json").string());
+    try {
+        ZT_INPUT_CHECK(fs::is_directory(dir), "model.from_hf = ", dir, ": not a directory (expected a Hugging Face "
+                       "model directory holding config.json)");
+        return hf_model_settings(read_config_json(dir), (fs::path(dir) / "config.json").string());
+    } catch (const fs::filesystem_error& e) {
+        throw InputError(str("model.from_hf = ", dir, ": ", e.what()));  // as in import_weights
+    }
 }
 
 }  // namespace zt

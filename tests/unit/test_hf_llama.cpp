@@ -379,6 +379,23 @@ TEST(HfLlamaImport, BadDirectoriesAndTensorsAreRefusedNamingFileAndField) {
         << msg;
 }
 
+// Paths the file system refuses (a symlink loop, a name over NAME_MAX) are input errors
+// naming the key and the path, for model.init_from and model.from_hf alike, not a
+// std::filesystem::filesystem_error (which would exit 1).
+TEST(HfLlamaImport, PathsTheFileSystemRefusesAreInputErrors) {
+    LlamaCkpt f(kCases[0]);
+    ModelState s(f.layout, *f.backend, 1);
+    const std::string loop = f.dir.file("loop");
+    fs::create_symlink("loop", loop);
+    const std::string too_long = f.dir.file(std::string(300, 'x'));
+    for (const std::string& path : {loop, too_long, loop + "/model.safetensors"}) {
+        std::string msg = input_error_of([&] { import_weights(path, f.layout, f.mc, s); });
+        EXPECT_NE(msg.find("model.init_from = " + path), std::string::npos) << msg;
+        msg = input_error_of([&] { read_hf_config(path); });
+        EXPECT_NE(msg.find("model.from_hf = " + path), std::string::npos) << msg;
+    }
+}
+
 /// parse_command_line on {"ztrain", args...} with ztrain's config.json reader.
 Config parse(std::vector<std::string> args) {
     std::vector<const char*> argv{"ztrain"};
