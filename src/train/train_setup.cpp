@@ -38,6 +38,17 @@ void check_cuda_training(const Config& cfg) {
 
 namespace {
 
+/// A path the file system refuses outright (a symlink loop, a component over NAME_MAX, a
+/// file where a directory must be) is bad input naming the key, found before any work; a
+/// path that does not exist yet is fine (run.dir and checkpoint.dir are created). Later
+/// std::filesystem calls on it then cannot throw filesystem_error (exit 1, no key named).
+void require_usable_path(const char* key, const std::string& path) {
+    if (path.empty()) return;
+    std::error_code ec;
+    (void)std::filesystem::status(path, ec);  // only the error matters
+    ZT_INPUT_CHECK(!ec || ec == std::errc::no_such_file_or_directory, key, " = ", path, ": ", ec.message());
+}
+
 /// Finds the tokenizer description: data.tokenizer, else tokenizer.json beside the first
 /// training shard. Returns null (samples shown as token ids) only when neither is set/found.
 std::unique_ptr<Tokenizer> find_tokenizer(const Config& cfg, const std::string& first_train_file) {
@@ -85,6 +96,9 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     if (s.backend_kind == BackendChoice::kCuda) check_cuda_training(cfg);
     if (s.comm->rank() == 0 && !backend_note.empty()) std::printf("ztrain: %s\n", backend_note.c_str());
 
+    require_usable_path("run.dir", cfg.run.dir);
+    require_usable_path("checkpoint.dir", cfg.checkpoint.dir);
+    require_usable_path("data.tokenizer", cfg.data.tokenizer);
     const ModelConfig& mc = cfg.model;
     s.train_data = std::make_unique<TokenDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len);
     if (!cfg.data.val.empty()) {

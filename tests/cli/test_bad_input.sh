@@ -94,6 +94,8 @@ printf 'a fairly long line of plain ascii text without any separator at all, %s\
 "$BIN/zt-prepare" --input "$work/ascii.txt" --output "$bad/tokbig" --val-fraction 0 > /dev/null ||
   setup_fail "zt-prepare (ascii)"
 poke "$bad/tokbig/train_000000.bin" 1024 'a\000'   # the leading end-of-text token (256)
+# A symlink that points at itself: every path through it fails with ELOOP.
+ln -s loop "$bad/loop"
 # Decks.
 decks="$fix/decks"
 mkdir -p "$decks/adir.ini"
@@ -277,6 +279,13 @@ t data.tokenizer_missing "data.tokenizer: cannot read '$fix/data/nope.json'" \
   "${Z[@]}" --data.tokenizer="$fix/data/nope.json"
 t data.tokenizer_too_big "model.vocab_size = 200 is smaller than the tokenizer's vocabulary \(257" \
   "${ZD[@]}" --data.train="$bad/tokbig/train_*.bin" --model.vocab_size=200
+# Paths the file system refuses outright: named with their key, before any work.
+t path.run_dir_loop     "run.dir = $bad/loop/run: Too many levels of symbolic links" \
+  "$BIN/ztrain" --config "$deck" --data.train="$fix/data/train_*.bin" --train.threads=1 --run.dir="$bad/loop/run"
+t path.ckpt_dir_in_file "checkpoint.dir = $bad/empty/train.bin/ck: Not a directory" \
+  "${Z[@]}" --checkpoint.dir="$bad/empty/train.bin/ck"
+t path.tokenizer_long   "data.tokenizer = $bad/x{300}: File name too long" \
+  "${Z[@]}" --data.tokenizer="$bad/$(printf 'x%.0s' $(seq 1 300))"
 
 # -- checkpoints (run.dir is the valid run: nothing in it may change)
 t ckpt.resume_missing   "checkpoint.resume: '$fix/nope' does not exist" "${Z[@]}" --checkpoint.resume="$fix/nope"
