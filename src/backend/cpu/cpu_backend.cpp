@@ -1037,8 +1037,11 @@ class CpuBackend final : public Backend {
     }
 
     size_t attention_scratch_floats(int /*B*/, int T, int /*NH*/) const override {
-        // Two (T, T) matrices per thread: the causal copy of P and dP -> dS.
-        return static_cast<size_t>(m_threads) * 2 * static_cast<size_t>(T) * T;
+        // Per thread: dP -> dS (T, T) and the causal copy of one diagonal block of P.
+        return static_cast<size_t>(m_threads) * attention_thread_scratch(T);
+    }
+    static size_t attention_thread_scratch(int T) {
+        return static_cast<size_t>(T) * T + static_cast<size_t>(kAttentionBlock) * kAttentionBlock;
     }
 
     void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -1051,8 +1054,8 @@ class CpuBackend final : public Backend {
         const size_t tt = static_cast<size_t>(T) * T;
 #pragma omp parallel num_threads(m_threads)
         {
-            float* pc = scratch + static_cast<size_t>(omp_get_thread_num()) * 2 * tt;
-            float* ds = pc + tt;
+            float* ds = scratch + static_cast<size_t>(omp_get_thread_num()) * attention_thread_scratch(T);
+            float* pc = ds + tt;
 #pragma omp for schedule(static)
             for (int u = 0; u < units; ++u) {
                 const int b = u / NKV;
@@ -1067,10 +1070,6 @@ class CpuBackend final : public Backend {
                     float* dq = dqkv + row0 * W + static_cast<size_t>(h) * hs;
                     const float* dout_h = dout + row0 * O + static_cast<size_t>(h) * hs;
                     const float* p = att + (static_cast<size_t>(b) * NH + h) * tt;
-                    for (int t = 0; t < T; ++t) {
-                        causal_copy_row_kernel(pc + static_cast<size_t>(t) * T, p + static_cast<size_t>(t) * T,
-                                               t + 1, T);
-                    }
                     // dP = dO V^T (row blocks, keys [0, r1)).
                     for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
                         const int r1 = std::min(T, r0 + kAttentionBlock);
@@ -1078,13 +1077,24 @@ class CpuBackend final : public Backend {
                               0.f, ds + static_cast<size_t>(r0) * T, T);
                     }
                     // dV += P^T dO: key block [c0, c1) gets contributions from queries [c0, T).
+                    // Queries past the block read att as it is (every entry there is at or
+                    // below the diagonal); only the diagonal block holds entries above it,
+                    // which the interface leaves unspecified, so that block alone is copied
+                    // with them zeroed (64 x 64 instead of the whole T x T).
                     for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
                         const int c1 = std::min(T, c0 + kAttentionBlock);
-                        sgemm(true, false, c1 - c0, hs, T - c0, 1.f, pc + static_cast<size_t>(c0) * T + c0, T,
-                              dout_h + static_cast<size_t>(c0) * O, O, 1.f, dv + static_cast<size_t>(c0) * W, W);
+                        const int bw = c1 - c0;
+                        for (int r = 0; r < bw; ++r) {
+                            causal_copy_row_kernel(pc + static_cast<size_t>(r) * kAttentionBlock,
+                                                   p + static_cast<size_t>(c0 + r) * T + c0, r + 1, bw);
+                        }
+                        sgemm(true, false, bw, hs, bw, 1.f, pc, kAttentionBlock, dout_h + static_cast<size_t>(c0) * O,
+                              O, 1.f, dv + static_cast<size_t>(c0) * W, W);
+                        sgemm(true, false, bw, hs, T - c1, 1.f, p + static_cast<size_t>(c1) * T + c0, T,
+                              dout_h + static_cast<size_t>(c1) * O, O, 1.f, dv + static_cast<size_t>(c0) * W, W);
                     }
                     for (int t = 0; t < T; ++t) {
-                        softmax_backward_row_kernel(ds + static_cast<size_t>(t) * T, pc + static_cast<size_t>(t) * T,
+                        softmax_backward_row_kernel(ds + static_cast<size_t>(t) * T, p + static_cast<size_t>(t) * T,
                                                     t + 1, T);
                     }
                     // dQ += scale * dS K.
