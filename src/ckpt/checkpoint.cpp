@@ -43,6 +43,7 @@ namespace zt {
 using h5::H5Handle;
 using h5::h5_require;
 using h5::silence_hdf5;
+using h5::untimed_create_plist;
 using h5::write_u64_attr;
 using namespace ckpt_format;
 
@@ -153,7 +154,7 @@ std::optional<DataRegion> create_float_dataset(hid_t group, int unit, int which,
     const bool direct = n * sizeof(float) >= kDirectMinBytes;
     const hsize_t dims[1] = {static_cast<hsize_t>(n)};
     H5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-    H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Handle dcpl(untimed_create_plist(H5P_DATASET_CREATE), H5Pclose);
     h5_require(space.ok() && dcpl.ok(), false, file, str("cannot set up dataset ", name));
     if (direct) {
         h5_require(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) >= 0 &&
@@ -579,7 +580,8 @@ ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource&
         for (int u = 0; u < plan.num_units(); ++u) {
             const ElementRange r = plan.primary_range(u, rank);
             if (r.empty()) continue;
-            H5Handle g(H5Gcreate2(f.get(), unit_group_name(u).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+            H5Handle gcpl(untimed_create_plist(H5P_GROUP_CREATE), H5Pclose);
+            H5Handle g(H5Gcreate2(f.get(), unit_group_name(u).c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
                        H5Gclose);
             h5_require(g.ok(), false, file, str("cannot create group ", unit_group_name(u)));
             write_u64_attr(g.get(), "begin", r.begin, file);
@@ -676,7 +678,7 @@ void write_meta(const std::string& dir, const nlohmann::json& meta) {
         h5_require(f.ok(), false, file, "cannot create (permissions? disk full?)");
         const hsize_t dims[1] = {static_cast<hsize_t>(text.size())};
         H5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-        H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+        H5Handle dcpl(untimed_create_plist(H5P_DATASET_CREATE), H5Pclose);
         const hsize_t chunk[1] = {std::min<hsize_t>(dims[0], kChunkElements)};
         h5_require(H5Pset_chunk(dcpl.get(), 1, chunk) >= 0 && H5Pset_fletcher32(dcpl.get()) >= 0, false, file,
                    "cannot set up meta_json");

@@ -182,7 +182,9 @@ void write_tensor_dataset(hid_t parent, const std::string& name, const std::vect
     H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
     h5_require(space.ok(), false, file, str("cannot create the dataspace of ", name));
     const hid_t type = t == DType::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
-    H5Handle ds(H5Dcreate2(parent, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    H5Handle dcpl(h5::untimed_create_plist(H5P_DATASET_CREATE), H5Pclose);
+    h5_require(dcpl.ok(), false, file, str("cannot set up dataset ", name));
+    H5Handle ds(H5Dcreate2(parent, name.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose);
     h5_require(ds.ok(), false, file, str("cannot create dataset ", name));
     const void* src = data;
     const size_t n = shape_numel(shape);
@@ -222,10 +224,12 @@ void export_h5(CheckpointReader& reader, const CkptModel& m, const std::string& 
         write_tensor_dataset(f.get(), tensor.name, tensor.live_shape, buf.data(), t, scratch, file);
     }
     if (with_optimizer) {
-        H5Handle opt(H5Gcreate2(f.get(), "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+        H5Handle gcpl(h5::untimed_create_plist(H5P_GROUP_CREATE), H5Pclose);
+        h5_require(gcpl.ok(), false, file, "cannot set up group optimizer");
+        H5Handle opt(H5Gcreate2(f.get(), "optimizer", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose);
         h5_require(opt.ok(), false, file, "cannot create group optimizer");
         for (const CkptTensor& tensor : m.tensors) {
-            H5Handle g(H5Gcreate2(opt.get(), tensor.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+            H5Handle g(H5Gcreate2(opt.get(), tensor.name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose);
             h5_require(g.ok(), false, file, str("cannot create group optimizer/", tensor.name));
             for (const char* which : {"adam_m", "adam_v"}) {
                 read_tensor(reader, tensor, which, buf);

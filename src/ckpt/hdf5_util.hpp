@@ -36,6 +36,19 @@ class H5Handle {
     herr_t (*m_close)(hid_t);
 };
 
+/// A dataset or group creation property list (`cls` H5P_DATASET_CREATE or H5P_GROUP_CREATE)
+/// that stores no modification time: HDF5 stamps one into every object header by default,
+/// so the same state saved a second later would give a different file (and hash64).
+/// Without it, equal state gives byte-identical checkpoint and consolidated files.
+inline hid_t untimed_create_plist(hid_t cls) {
+    const hid_t plist = H5Pcreate(cls);
+    if (plist >= 0 && H5Pset_obj_track_times(plist, false) < 0) {
+        H5Pclose(plist);
+        return -1;
+    }
+    return plist;
+}
+
 /// Throws Error (or InputError for reads of user-supplied files) naming the file.
 inline void h5_require(bool ok, bool input, const std::string& file, const std::string& what) {
     if (ok) return;

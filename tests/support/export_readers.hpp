@@ -28,6 +28,32 @@ inline bool is_hf_conv1d(const std::string& name) {
     return false;
 }
 
+/// The objects (groups, datasets) of HDF5 file `path` that carry a modification time, by
+/// name. ztrain writes none, so equal contents give byte-identical files.
+inline std::vector<std::string> h5_objects_with_mtime(const std::string& path) {
+    std::vector<std::string> timed;
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    EXPECT_GE(file, 0) << path;
+    if (file < 0) return {"(cannot open " + path + ")"};
+#if H5_VERSION_GE(1, 12, 0)
+    using ObjectInfo = H5O_info2_t;
+#define ZT_H5OVISIT H5Ovisit3
+#else
+    using ObjectInfo = H5O_info_t;
+#define ZT_H5OVISIT H5Ovisit2
+#endif
+    const auto visit = [](hid_t, const char* name, const ObjectInfo* info, void* out) -> herr_t {
+        if (info->ctime != 0 || info->mtime != 0 || info->atime != 0 || info->btime != 0) {
+            static_cast<std::vector<std::string>*>(out)->push_back(name);
+        }
+        return 0;
+    };
+    EXPECT_GE(ZT_H5OVISIT(file, H5_INDEX_NAME, H5_ITER_INC, visit, &timed, H5O_INFO_TIME), 0) << path;
+#undef ZT_H5OVISIT
+    H5Fclose(file);
+    return timed;
+}
+
 /// Dataset `name` of an open .h5 file as floats, its shape in `dims`. With mem_type
 /// H5T_NATIVE_UINT16 (16-bit exports) each element's raw bits land in the float's low half,
 /// for the caller to check. `dtype_attr`, when given, receives the dataset's "dtype" attribute.

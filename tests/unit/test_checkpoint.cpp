@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "export_readers.hpp"
 #include "test_support.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
@@ -300,6 +301,10 @@ TEST(Checkpoint, FilesCarryTheDocumentedChecksums) {
     EXPECT_EQ(meta["shards"][0]["file"], "shard_00000_of_00001.h5");
     EXPECT_EQ(meta["shards"][0]["bytes"].get<uint64_t>(), fs::file_size(shard));
     EXPECT_EQ(meta["shards"][0]["hash64"].get<uint64_t>(), file_hash64(shard));
+    // No object stores a time: the same state saved a second later is the same file.
+    for (const std::string& file : {shard, meta_file}) {
+        EXPECT_EQ(test::h5_objects_with_mtime(file), std::vector<std::string>{}) << file;
+    }
 }
 
 TEST(Checkpoint, DamagedTruncatedAndMismatchedCheckpointsAreRefusedNamingTheFile) {

@@ -142,6 +142,7 @@ TEST(Export, H5HoldsTheMasterWeightsExactlyWithoutPaddedRows) {
         for (size_t i = 0; i < m.size(); ++i) ASSERT_EQ(m[i], 0.5f * static_cast<float>(i)) << p.name;
     }
     H5Fclose(file);
+    EXPECT_EQ(test::h5_objects_with_mtime(out), std::vector<std::string>{}) << "the same checkpoint must give the same file";
 
     // bf16: uint16 bit patterns tagged dtype = "bf16", each the correctly rounded value.
     consolidate(f.step_dir, f.dir.file("w16.h5"), DType::kBF16, false);
