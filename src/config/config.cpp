@@ -862,10 +862,6 @@ CliResult parse_command_line(int argc, const char* const* argv, const HfConfigRe
         result.action = CliAction::kVersion;
         return result;
     }
-    if (vm.count("env")) {
-        result.action = CliAction::kEnv;
-        return result;
-    }
 
     Config& cfg = result.config;
     RejectedSettings rejected;
@@ -897,11 +893,18 @@ CliResult parse_command_line(int argc, const char* const* argv, const HfConfigRe
         }
         const bool from_cli =
             std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), k.key) != cfg.cli_keys.end();
+        // --env skips validate_read (below), so a value its type refuses is an error at once.
         assign(cfg, k, vm[k.key].as<std::string>(), from_cli ? std::string("command line") : cfg.config_file,
-               &rejected);
+               vm.count("env") ? nullptr : &rejected);
     }
     if (!cfg.model.from_hf.empty()) apply_from_hf(cfg, vm, read_hf);
 
+    // --env reports the groups this deck and these settings would form, so it reads them,
+    // but it runs nothing: no data.train needed.
+    if (vm.count("env")) {
+        result.action = CliAction::kEnv;
+        return result;
+    }
     validate_read(cfg, rejected);
     return result;
 }

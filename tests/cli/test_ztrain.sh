@@ -19,6 +19,9 @@ expect 0 "Usage" "$BIN/ztrain" --help
 expect 0 "model.n_layer" "$BIN/ztrain" --help
 expect 0 "^ztrain [0-9]" "$BIN/ztrain" --version
 expect 0 "OpenBLAS" "$BIN/ztrain" --env
+# --env shows the groups of the settings given with it.
+expect 0 "parallel.shard_group = 1\)" "$BIN/ztrain" --env --parallel.shard_group=1
+expect 2 "parallel.shard_group = .x" "$BIN/ztrain" --env --parallel.shard_group=x
 expect 0 "val loss" "${run[@]}" --train.max_steps=5
 [ -s "$work/run/metrics.jsonl" ] && echo "ok: metrics.jsonl written" || { echo "FAIL: no metrics.jsonl"; failures=$((failures + 1)); }
 [ -s "$work/run/config.ini" ] && echo "ok: config.ini written" || { echo "FAIL: no config.ini"; failures=$((failures + 1)); }

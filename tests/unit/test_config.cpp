@@ -336,6 +336,11 @@ TEST(ConfigActions, HelpListsEveryKey) {
 TEST(ConfigActions, VersionEnvAndShortHelp) {
     EXPECT_EQ(parse({"--version"}).action, CliAction::kVersion);
     EXPECT_EQ(parse({"--env"}).action, CliAction::kEnv);
+    // --env reports the layout of the settings given with it, not the defaults'.
+    const CliResult env = parse({"--env", "--parallel.shard_group=2"});
+    EXPECT_EQ(env.action, CliAction::kEnv);
+    EXPECT_EQ(env.config.parallel.shard_group.ranks, 2);
+    EXPECT_THROW(parse({"--env", "--parallel.shard_group=x"}), InputError);
     EXPECT_EQ(parse({"-h"}).action, CliAction::kHelp);
     // Actions do not need a valid configuration.
     EXPECT_EQ(parse({"--help", "--model.n_head=3"}).action, CliAction::kHelp);
