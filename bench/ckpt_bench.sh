@@ -127,6 +127,9 @@ for np_ in (1, 2):
     asy = [r for r in rows if r["np"] == np_ and r["async"]]
     s_saves, s_during, s_out = zip(*[analyse(r["metrics"]) for r in sync])
     a_saves, a_during, a_out = zip(*[analyse(r["metrics"]) for r in asy])
+    # The last save of a run is synchronous (no steps follow it): the async figures are the
+    # background saves'.
+    a_saves = [[c for c in ss if c["async"]] for ss in a_saves]
     sync_blocked = med([c["blocked_ms"] for ss in s_saves for c in ss])
     # Saves at steps 10 and 20 (the one at the end has no steps after it).
     a_blocked = [c["blocked_ms"] for ss in a_saves for c in ss]

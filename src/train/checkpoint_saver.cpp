@@ -73,10 +73,14 @@ double median_of(std::vector<double> v) {
     return *mid;
 }
 
+bool async_saves_planned(const Config& cfg) {
+    return cfg.checkpoint.async && cfg.checkpoint.every > 0 && cfg.checkpoint.every < cfg.train.max_steps;
+}
+
 CheckpointSaver::CheckpointSaver(const Config& cfg, std::string ckpt_dir, ModelState& state, Communicator& comm,
                                  StepReporter& reporter, MPI_Comm mpi_comm, DeviceMemory* pinned)
     : m_cfg(cfg), m_ckpt_dir(std::move(ckpt_dir)), m_state(state), m_comm(comm), m_reporter(reporter) {
-    if (!cfg.checkpoint.async) return;
+    if (!async_saves_planned(cfg)) return;
     // One rank: the checkpoint communicator's collectives make no MPI calls at all.
     if (comm.size() > 1 && !mpi_thread_multiple()) {
         if (comm.rank() == 0) {
@@ -136,18 +140,22 @@ void CheckpointSaver::collect_finished() {
     }
 }
 
-void CheckpointSaver::save(const TrainProgress& p) {
+void CheckpointSaver::save(const TrainProgress& p, bool stop_requested) {
     const auto t_save = std::chrono::steady_clock::now();
     CheckpointRecord record;
     record.progress = p;
     record.dtype = dtype_name(m_cfg.precision.dtype);
     record.seed = m_cfg.train.seed;
     record.config_ini = to_ini(m_cfg);
-    if (!m_snapshot) {
+    // The last save has no steps to overlap: copying a snapshot would only add its time.
+    const bool last = stop_requested || p.step >= m_cfg.train.max_steps;
+    if (!m_snapshot || last) {
+        collect_finished();  // one write at a time, in step order
+        const auto t_write = std::chrono::steady_clock::now();
         try {
             const CheckpointWriteReport report =
                 write_checkpoint(m_ckpt_dir, m_state, m_comm, record, m_cfg.checkpoint.keep);
-            const double took = seconds_since(t_save);
+            const double took = seconds_since(t_write);
             m_reporter.checkpoint_written(saved_record(report, p.step, false, took, took, 0));
         } catch (const Error& e) {
             handle_failure(p.step, e);

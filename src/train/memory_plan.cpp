@@ -17,6 +17,7 @@
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/shard_groups.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
+#include "ztrain/train/checkpoint_saver.hpp"
 
 namespace zt {
 namespace {
@@ -160,7 +161,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
                               t.recompute ? ", recompute (block outputs only)" : "",
                               " (fp32 buffers", work == DType::kF32 || device ? "" : " holding 16-bit values", ")")});
     plan.items.push_back({"tokens", Gpt::token_bytes(m, t.micro_batch), "inputs and targets (int32)"});
-    if (!device && cfg.checkpoint.async) {
+    if (!device && async_saves_planned(cfg)) {
         plan.items.push_back({"ckpt snapshot", snapshot_bytes,
                               "owned master, m, v copied for background writes (checkpoint.async)"});
     }

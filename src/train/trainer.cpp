@@ -197,8 +197,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     reporter.set_rank_layout(setup.groups->layout());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
     // A GPU state's snapshot goes to page-locked host memory (full-speed copies).
-    const std::unique_ptr<DeviceMemory> pinned =
-        setup.backend_kind == BackendChoice::kCuda && cfg.checkpoint.async ? make_cuda_device_memory(nullptr) : nullptr;
+    const bool pinned_snapshot = setup.backend_kind == BackendChoice::kCuda && async_saves_planned(cfg);
+    const std::unique_ptr<DeviceMemory> pinned = pinned_snapshot ? make_cuda_device_memory(nullptr) : nullptr;
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm, pinned.get());
     const std::optional<size_t> val_windows =
         setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt;
@@ -237,7 +237,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         comm.all_reduce_scalars(flags, 2, ReduceOp::kMax);
         const double stop = flags[0];
         if (flags[1] == 0) saver.collect_finished();
-        if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale));
+        if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
         if (stop > 0) {
             saver.finish();
             reporter.stopped_by_signal(static_cast<int>(stop), done);

@@ -118,6 +118,8 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
     // are synchronous. At N ranks the item is the largest rank's share.
     Config cfg;
     cfg.model = test::model_config(2, 2, 32, 16, 50);
+    cfg.train.max_steps = 100;
+    cfg.checkpoint.every = 10;  // periodic saves before the end: the async ones
     const ModelLayout layout = make_gpt_layout(cfg.model);
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     const auto item = [](const MemoryPlan& plan) {
@@ -141,6 +143,12 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
         } else {
             EXPECT_LE(largest, static_cast<double>(snapshot.bytes())) << "stage " << stage << ": a ZeRO rank saves a part";
         }
+        // Only the last save (synchronous whatever checkpoint.async says): no snapshot.
+        for (const int every : {0, 100, 150}) {
+            cfg.checkpoint.every = every;
+            EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), -1.0) << "checkpoint.every = " << every;
+        }
+        cfg.checkpoint.every = 10;
         cfg.checkpoint.async = false;
         EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), -1.0) << "no snapshot for synchronous saves";
     }

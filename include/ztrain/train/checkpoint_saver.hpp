@@ -45,6 +45,12 @@ double async_pace_target_s(double spread, long step, int every, long max_steps, 
 /// Median of `v` (the upper one of an even count); 0 when empty.
 double median_of(std::vector<double> v);
 
+/// Whether checkpoint.async has anything to overlap: a periodic save before the last step.
+/// The last save (end of training, stop signal) has no steps after it, so it is written
+/// synchronously, straight from the model state; with no periodic save the snapshot (and
+/// its host memory) is not needed at all. The memory plan and the saver both ask this.
+bool async_saves_planned(const Config& cfg);
+
 class CheckpointSaver {
   public:
     /// `mpi_comm`: the training ranks (async saves talk over a duplicate of it). `pinned`:
@@ -61,8 +67,9 @@ class CheckpointSaver {
     void step_finished(double step_s);
 
     /// Saves `progress` (collective). Throws Error when the save (or, async, the previous
-    /// one, collected first) failed and on_error = stop.
-    void save(const TrainProgress& progress);
+    /// one, collected first) failed and on_error = stop. The last save of the run (the last
+    /// step, or `stop_requested`) waits for a write in flight and then writes synchronously.
+    void save(const TrainProgress& progress, bool stop_requested);
 
     /// Whether this rank's background write is still running: the step boundary's input to
     /// the agreement that decides when every rank collects it.
