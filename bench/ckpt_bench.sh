@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoint benchmark, GPT-2 124M (fp32 master + AdamW m, v: 1.48 GB):
 # 1. the synchronous save at N = 2 (ZeRO-1: each rank writes its half) next to a raw write
-#    of the same bytes on the same disk by two parallel writers with fsync;
+#    of the same bytes on the same disk by two parallel writers with fsync, buffered and
+#    by direct I/O (the save's path);
 # 2. saves during training, checkpoint.async = false vs true, at N = 1 and N = 2, runs
 #    interleaved: the time training is blocked per save, the step time while a background
 #    write is in flight vs without, and the time from save start to a published checkpoint
@@ -37,6 +38,7 @@ MODEL=(--model.n_layer=12 --model.n_head=12 --model.n_embd=768 --model.seq_len=6
        --model.vocab_size=50257 --model.vocab_pad_to=128)
 save_s=()
 raw_s=()
+raw_direct_s=()
 bytes=0
 for rep in $(seq 1 "$REPS"); do
   run="$WORK/run$rep"
@@ -59,11 +61,22 @@ for rep in $(seq 1 "$REPS"); do
   t1=$(date +%s.%N)
   raw_s+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')")
   rm -f "$WORK/raw0" "$WORK/raw1"
-  echo "rep $rep: save ${s} s, raw ${raw_s[-1]} s, ${bytes} bytes" >&2
+  # The same by direct I/O (4 MiB blocks, as the save writes): on this VM the buffered raw
+  # write has swung between 0.9 and 3.1 s within an hour, the direct one much less.
+  sync
+  t0=$(date +%s.%N)
+  dd if=/dev/zero of="$WORK/raw0" bs=4M count="$(( half / 4 ))" oflag=direct conv=fsync status=none &
+  dd if=/dev/zero of="$WORK/raw1" bs=4M count="$(( half / 4 ))" oflag=direct conv=fsync status=none &
+  wait
+  t1=$(date +%s.%N)
+  raw_direct_s+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')")
+  rm -f "$WORK/raw0" "$WORK/raw1"
+  echo "rep $rep: save ${s} s, raw ${raw_s[-1]} s, raw direct ${raw_direct_s[-1]} s, ${bytes} bytes" >&2
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 save_med=$(median "${save_s[@]}")
 raw_med=$(median "${raw_s[@]}")
+raw_direct_med=$(median "${raw_direct_s[@]}")
 
 # ---- 2. saves during training: sync vs async ----------------------------------------------
 # raw_write N BYTES: seconds for N parallel dd writers of BYTES/N each, with fsync.
@@ -189,8 +202,9 @@ st_bytes=$(stat -c %s "$WORK/model.safetensors")
   echo
   echo "| | seconds (per rep) | median | ratio |"
   echo "|---|---|---|---|"
-  echo "| ztrain save (shards + meta + fsync + rename + latest) | ${save_s[*]} | $save_med | $(awk -v a="$save_med" -v b="$raw_med" 'BEGIN{printf "%.2fx raw", a/b}') |"
+  echo "| ztrain save (shards + meta + fsync + rename + latest) | ${save_s[*]} | $save_med | $(awk -v a="$save_med" -v b="$raw_med" -v c="$raw_direct_med" 'BEGIN{printf "%.2fx raw, %.2fx raw direct", a/b, a/c}') |"
   echo "| raw: 2 x dd of the same bytes, conv=fsync, in parallel | ${raw_s[*]} | $raw_med | 1.00x |"
+  echo "| raw direct: the same with oflag=direct, bs=4M (the save's own I/O path) | ${raw_direct_s[*]} | $raw_direct_med | |"
   echo
   echo "## Saves during training: checkpoint.async = false vs true (median of $ASYNC_REPS interleaved reps)"
   echo

@@ -15,14 +15,18 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -67,6 +71,10 @@ constexpr size_t kStageFloats = size_t{1} << 20;  // 4 MiB
 /// Direct I/O (O_DIRECT) moves whole 4 KiB blocks between page-aligned memory and
 /// block-aligned file offsets.
 constexpr size_t kDirectAlign = 4096;
+/// Pieces of a shard written at once, beside the caller reading and hashing the next one:
+/// a direct write returns only when the disk has the bytes, so with one piece at a time
+/// the disk idled while the CPU worked and the CPU while the disk did.
+constexpr size_t kWritesInFlight = 2;
 
 /// The three buffers a checkpoint holds per unit, as dataset names: `which` (0, 1, 2)
 /// indexes this and state_buffer.
@@ -78,9 +86,10 @@ float* state_buffer(ModelState& state, int unit, int which) {
 }
 
 /// Where a shard's floats come from: the live model state, staged a piece at a time through
-/// a small host buffer, or a snapshot, read in place. `read` returns host memory holding
-/// elements [begin, begin + count) of unit `unit`'s buffer `which`, valid until the next
-/// read; `count` is at most piece_floats().
+/// a few small host buffers, or a snapshot, read in place. `read` returns host memory
+/// holding elements [begin, begin + count) of unit `unit`'s buffer `which`, valid for
+/// kWritesInFlight further reads (the pieces still being written); `count` is at most
+/// piece_floats().
 class ShardSource {
   public:
     virtual ~ShardSource() = default;
@@ -105,16 +114,21 @@ struct AlignedFloats {
 
 class LiveStateSource final : public ShardSource {
   public:
-    explicit LiveStateSource(ModelState& state) : m_state(state), m_stage(kStageFloats) {}
+    explicit LiveStateSource(ModelState& state) : m_state(state) {
+        for (auto& stage : m_stages) stage = std::make_unique<AlignedFloats>(kStageFloats);
+    }
     size_t piece_floats() const override { return kStageFloats; }
     const float* read(int unit, int which, size_t begin, size_t count) override {
-        m_state.copy_to_host(m_stage.data, state_buffer(m_state, unit, which) + begin, count);
-        return m_stage.data;
+        float* stage = m_stages[m_next]->data;
+        m_next = (m_next + 1) % m_stages.size();
+        m_state.copy_to_host(stage, state_buffer(m_state, unit, which) + begin, count);
+        return stage;
     }
 
   private:
     ModelState& m_state;
-    AlignedFloats m_stage;
+    std::array<std::unique_ptr<AlignedFloats>, kWritesInFlight + 1> m_stages;
+    size_t m_next = 0;
 };
 
 class SnapshotSource final : public ShardSource {
@@ -467,6 +481,65 @@ int pwrite_all(int fd, const void* data, size_t n, uint64_t offset) {
     return 0;
 }
 
+/// Writes the pieces of one file on helper threads, up to kWritesInFlight at a time, so the
+/// disk works while the caller reads and hashes the next piece. Each piece goes by O_DIRECT
+/// where the file system takes it (whole blocks from aligned memory), the rest by ordinary
+/// writes. Pieces touch disjoint bytes, so their writes need no order among themselves.
+class PieceWriter {
+  public:
+    PieceWriter(std::string file, int fd, int direct_fd) : m_file(std::move(file)), m_fd(fd), m_direct_fd(direct_fd) {}
+    PieceWriter(const PieceWriter&) = delete;
+    PieceWriter& operator=(const PieceWriter&) = delete;
+    /// Waits for the writes in flight: their memory belongs to the caller.
+    ~PieceWriter() {
+        for (auto& w : m_flight) w.wait();
+    }
+
+    /// Starts writing `n` bytes from `host` at `offset`, after the oldest write in flight
+    /// finished if kWritesInFlight already are. `host` must stay valid until then.
+    void submit(const char* host, size_t n, uint64_t offset) {
+        if (m_flight.size() >= kWritesInFlight) finish_oldest();
+        m_flight.push_back(std::async(std::launch::async, [this, host, n, offset] { return write(host, n, offset); }));
+    }
+    /// Waits for every write in flight; throws on the first that failed.
+    void finish() {
+        while (!m_flight.empty()) finish_oldest();
+    }
+    bool used_direct() const { return m_used_direct.load(); }
+
+  private:
+    void finish_oldest() {
+        const int err = m_flight.front().get();
+        m_flight.pop_front();
+        if (err != 0) throw Error(str(m_file, ": cannot write its data: ", std::strerror(err), " (disk full?)"));
+    }
+    /// errno of the failed write, else 0.
+    int write(const char* host, size_t n, uint64_t offset) {
+        size_t done = 0;
+        if (m_direct_fd >= 0 && !m_direct_refused.load() && offset % kDirectAlign == 0 &&
+            reinterpret_cast<uintptr_t>(host) % kDirectAlign == 0) {
+            const size_t blocks = n / kDirectAlign * kDirectAlign;
+            const int err = blocks > 0 ? pwrite_all(m_direct_fd, host, blocks, offset) : 0;
+            if (err == 0) {
+                done = blocks;
+                if (blocks > 0) m_used_direct.store(true);
+            } else if (err == EINVAL) {
+                m_direct_refused.store(true);  // opened, but refuses direct writes: ordinary ones from here
+            } else {
+                return err;
+            }
+        }
+        return done < n ? pwrite_all(m_fd, host + done, n - done, offset + done) : 0;
+    }
+
+    const std::string m_file;
+    const int m_fd;
+    const int m_direct_fd;
+    std::atomic<bool> m_direct_refused{false};
+    std::atomic<bool> m_used_direct{false};
+    std::deque<std::future<int>> m_flight;
+};
+
 /// The second half of writing a shard, after HDF5 closed the file with every large
 /// dataset allocated (4 KiB-aligned) but unwritten: writes each region's bytes from `src`
 /// to its place, in file order, and returns the whole file's hash64. The datasets' bytes are
@@ -477,10 +550,11 @@ int pwrite_all(int fd, const void* data, size_t n, uint64_t offset) {
 /// the disk, without a copy into the page cache. That copy was most of a save's CPU time
 /// (measured on this machine: 3.5 s of system time for a buffered 1.48 GB dd, 0.14 s with
 /// O_DIRECT), which matters most when the write runs beside training. Block tails, and
-/// file systems without O_DIRECT (tmpfs), use ordinary writes.
+/// file systems without O_DIRECT (tmpfs), use ordinary writes. A PieceWriter keeps the
+/// disk busy while the next piece is read and hashed.
 ///
-/// `pacer` (may be null) spreads the pass over its target duration: after each piece (one
-/// write and its hash) it sleeps while the bytes done are ahead of an even pace.
+/// `pacer` (may be null) spreads the pass over its target duration: after each piece (its
+/// write started, its hash done) it sleeps while the bytes done are ahead of an even pace.
 uint64_t write_regions(const std::string& file, std::vector<DataRegion> regions, ShardSource& src,
                        bool* used_direct, WritePacer* pacer) {
     std::sort(regions.begin(), regions.end(), [](const DataRegion& a, const DataRegion& b) { return a.offset < b.offset; });
@@ -499,6 +573,7 @@ uint64_t write_regions(const std::string& file, std::vector<DataRegion> regions,
     if (::fstat(fd, &st) != 0) throw Error(str(file, ": cannot stat: ", std::strerror(errno)));
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     *used_direct = false;
+    PieceWriter writer(file, fd, direct_fd);
     Hash64Stream h;
     std::vector<char> gap;
     uint64_t pos = 0;
@@ -527,26 +602,8 @@ uint64_t write_regions(const std::string& file, std::vector<DataRegion> regions,
         for (size_t at = 0; at < r.count; at += piece) {
             const size_t count = std::min(piece, r.count - at);
             const char* host = reinterpret_cast<const char*>(src.read(r.unit, r.which, r.begin + at, count));
-            const uint64_t offset = r.offset + at * sizeof(float);
             const size_t n = count * sizeof(float);
-            size_t done = 0;
-            if (direct_fd >= 0 && offset % kDirectAlign == 0 && reinterpret_cast<uintptr_t>(host) % kDirectAlign == 0) {
-                const size_t blocks = n / kDirectAlign * kDirectAlign;
-                const int err = blocks > 0 ? pwrite_all(direct_fd, host, blocks, offset) : 0;
-                if (err == 0) {
-                    done = blocks;
-                    *used_direct = *used_direct || blocks > 0;
-                } else if (err == EINVAL) {
-                    ::close(direct_fd);  // opened, but refuses direct writes: ordinary ones from here
-                    direct_fd = -1;
-                } else {
-                    throw Error(str(file, ": cannot write its data: ", std::strerror(err), " (disk full?)"));
-                }
-            }
-            if (done < n) {
-                const int err = pwrite_all(fd, host + done, n - done, offset + done);
-                if (err != 0) throw Error(str(file, ": cannot write its data: ", std::strerror(err), " (disk full?)"));
-            }
+            writer.submit(host, n, r.offset + at * sizeof(float));
             h.update(host, n);
             data_done += n;
             if (pacer) pacer->pace(data_done, data_total);
@@ -554,6 +611,8 @@ uint64_t write_regions(const std::string& file, std::vector<DataRegion> regions,
         pos = r.offset + bytes;
     }
     hash_file_bytes(size);
+    writer.finish();
+    *used_direct = writer.used_direct();
     return h.value();
 }
 

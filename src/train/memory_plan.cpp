@@ -23,8 +23,9 @@ namespace zt {
 namespace {
 
 /// Host buffers of fixed size: initial values are made a 1 Mi-float piece at a time
-/// (ModelState), and checkpoints stream through one 1 Mi-float stage (ckpt/checkpoint.cpp).
-constexpr double kHostPieceBytes = 2.0 * 4 * 1048576;
+/// (ModelState), and a synchronous save streams through three 1 Mi-float stages, two being
+/// written while the next is read (ckpt/checkpoint.cpp, kWritesInFlight + 1).
+constexpr double kHostPieceBytes = 4.0 * 4 * 1048576;
 /// Shapes past these are planned from the closed-form parameter count: building their
 /// tensor manifest alone (16 named tensors per layer) would cost gigabytes.
 constexpr int kManifestMaxLayers = 4096;
