@@ -36,6 +36,21 @@ cmake --build "$BUILD_DIR" -j2 --target ztrain zt-consolidate >> "$WORK/build.lo
 
 MODEL=(--model.n_layer=12 --model.n_head=12 --model.n_embd=768 --model.seq_len=64
        --model.vocab_size=50257 --model.vocab_pad_to=128)
+# raw_write N BYTES [direct]: seconds for N parallel dd writers of BYTES/N each, with fsync;
+# `direct`: by direct I/O in 4 MiB blocks, the save's own path (on this VM the buffered raw
+# write has swung between 0.9 and 3.6 s within an hour, the direct one much less).
+raw_write() {
+  local n=$1 each=$(( $2 / $1 / 1048576 )) how=(bs=1M) t0 t1 i
+  [ "${3:-}" = direct ] && how=(bs=4M oflag=direct) && each=$(( each / 4 ))
+  rm -f "$WORK"/raw*; sync
+  t0=$(date +%s.%N)
+  for i in $(seq 1 "$n"); do dd if=/dev/zero of="$WORK/raw$i" "${how[@]}" count="$each" conv=fsync status=none & done
+  wait
+  t1=$(date +%s.%N)
+  rm -f "$WORK"/raw*
+  awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'
+}
+
 save_s=()
 raw_s=()
 raw_direct_s=()
@@ -51,26 +66,8 @@ for rep in $(seq 1 "$REPS"); do
   step=$(cat "$run/checkpoints/latest")
   bytes=$(du -cb "$run/checkpoints/$step"/*.h5 | tail -1 | cut -f1)
   # Raw: the same bytes, two writers in parallel (one per rank's share), each fsynced.
-  half=$(( bytes / 2 / 1048576 ))
-  rm -f "$WORK/raw0" "$WORK/raw1"
-  sync
-  t0=$(date +%s.%N)
-  dd if=/dev/zero of="$WORK/raw0" bs=1M count="$half" conv=fsync status=none &
-  dd if=/dev/zero of="$WORK/raw1" bs=1M count="$half" conv=fsync status=none &
-  wait
-  t1=$(date +%s.%N)
-  raw_s+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')")
-  rm -f "$WORK/raw0" "$WORK/raw1"
-  # The same by direct I/O (4 MiB blocks, as the save writes): on this VM the buffered raw
-  # write has swung between 0.9 and 3.1 s within an hour, the direct one much less.
-  sync
-  t0=$(date +%s.%N)
-  dd if=/dev/zero of="$WORK/raw0" bs=4M count="$(( half / 4 ))" oflag=direct conv=fsync status=none &
-  dd if=/dev/zero of="$WORK/raw1" bs=4M count="$(( half / 4 ))" oflag=direct conv=fsync status=none &
-  wait
-  t1=$(date +%s.%N)
-  raw_direct_s+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')")
-  rm -f "$WORK/raw0" "$WORK/raw1"
+  raw_s+=("$(raw_write 2 "$bytes")")
+  raw_direct_s+=("$(raw_write 2 "$bytes" direct)")
   echo "rep $rep: save ${s} s, raw ${raw_s[-1]} s, raw direct ${raw_direct_s[-1]} s, ${bytes} bytes" >&2
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
@@ -79,17 +76,6 @@ raw_med=$(median "${raw_s[@]}")
 raw_direct_med=$(median "${raw_direct_s[@]}")
 
 # ---- 2. saves during training: sync vs async ----------------------------------------------
-# raw_write N BYTES: seconds for N parallel dd writers of BYTES/N each, with fsync.
-raw_write() {
-  local n=$1 each=$(( $2 / $1 / 1048576 )) t0 t1 i
-  rm -f "$WORK"/raw*; sync
-  t0=$(date +%s.%N)
-  for i in $(seq 1 "$n"); do dd if=/dev/zero of="$WORK/raw$i" bs=1M count="$each" conv=fsync status=none & done
-  wait
-  t1=$(date +%s.%N)
-  rm -f "$WORK"/raw*
-  awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'
-}
 STEPS="${STEPS:-30}"
 EVERY="${EVERY:-10}"
 rows="$WORK/async_rows.jsonl"

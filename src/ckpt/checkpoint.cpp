@@ -127,7 +127,7 @@ class LiveStateSource final : public ShardSource {
 
   private:
     ModelState& m_state;
-    std::array<std::unique_ptr<AlignedFloats>, kWritesInFlight + 1> m_stages;
+    std::array<std::unique_ptr<AlignedFloats>, kWritesInFlight + 1> m_stages;  // save_staging_bytes counts them
     size_t m_next = 0;
 };
 
@@ -814,6 +814,10 @@ void prune(const SaveTarget& t, int keep) {
 }
 
 }  // namespace
+
+size_t save_staging_bytes(size_t largest_range_floats) {
+    return (kWritesInFlight + 1) * std::min(kStageFloats, largest_range_floats) * sizeof(float);
+}
 
 namespace {
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -22,13 +23,9 @@
 namespace zt {
 namespace {
 
-/// Host staging: initial values are made a 1 Mi-float piece at a time (ModelState, a zeroed
-/// vector: all of it touched), and a synchronous save streams through three 1 Mi-float
-/// stages, two being written while the next is read (ckpt/checkpoint.cpp, kWritesInFlight
-/// + 1). A stage is touched only as far as the pieces copied into it: at most the largest
-/// range a rank writes.
-constexpr double kHostPieceFloats = 1048576;
-constexpr int kSaveStages = 3;
+/// Initial values are made a 1 Mi-float piece at a time (ModelState, a zeroed vector: all
+/// of it touched); a synchronous save stages through the buffers save_staging_bytes counts.
+constexpr double kInitPieceBytes = 4.0 * 1048576;
 /// Shapes past these are planned from the closed-form parameter count: building their
 /// tensor manifest alone (16 named tensors per layer) would cost gigabytes.
 constexpr int kManifestMaxLayers = 4096;
@@ -122,7 +119,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
     // checkpoint.async's host snapshot: fp32 master, m and v of the largest rank's primary
     // ranges (CheckpointSnapshot::planned_bytes where the manifest exists).
     double snapshot_bytes = 12.0 * params / (stage > 0 ? group : 1);
-    double largest_written_range = kHostPieceFloats;  // no manifest: assume full pieces
+    size_t largest_written_range = SIZE_MAX;  // no manifest: assume full pieces
     if (m.n_layer > kManifestMaxLayers) {
         // No manifest: the ZeRO formulas over the closed-form count (no shard padding, no
         // per-unit scratch; the shape is refused long before those would matter).
@@ -145,8 +142,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
         for (int r = 0; r < group; ++r) {
             snapshot_bytes = std::max(snapshot_bytes, static_cast<double>(CheckpointSnapshot::planned_bytes(shards, r)));
             for (int u = 0; u < shards.num_units() && shards.is_primary(r); ++u) {
-                largest_written_range =
-                    std::max(largest_written_range, static_cast<double>(shards.primary_range(u, r).size()));
+                largest_written_range = std::max(largest_written_range, shards.primary_range(u, r).size());
             }
         }
         if (!device && world_size > 1 && stage == 0) {
@@ -176,8 +172,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
                               "owned master, m, v copied for background writes (checkpoint.async)"});
     }
     if (!device) {
-        const double staging =
-            sizeof(float) * (kHostPieceFloats + kSaveStages * std::min(kHostPieceFloats, largest_written_range));
+        const double staging = kInitPieceBytes + static_cast<double>(save_staging_bytes(largest_written_range));
         plan.items.push_back({"host staging", staging, "initial values, checkpoint I/O (4 MiB each at most)"});
         plan.items.push_back({"baseline", baseline_bytes, "this process before allocating (MPI, OpenMP, BLAS)"});
     }

@@ -192,10 +192,14 @@ class CheckpointSnapshot {
     long m_step = -1;
 };
 
-/// Writes `state` + `record` (streamed through a small host buffer, no snapshot) and
+/// Writes `state` + `record` (streamed through a few small host buffers, no snapshot) and
 /// reports what it did. Collective; errors as save_checkpoint.
 CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,
                                        const CheckpointRecord& record, int keep);
+/// Host bytes that write_checkpoint(state) touches in its staging buffers on a rank whose
+/// largest written range is `largest_range_floats` (for the memory plan): each buffer is
+/// touched only as far as the pieces copied into it.
+size_t save_staging_bytes(size_t largest_range_floats);
 /// Writes a captured snapshot. Touches no ModelState, so it may run on a background thread
 /// while training goes on; `comm` must then be a communicator of its own (its collectives
 /// run beside the training ones). `pacer` (may be null: full speed) paces the shard's data
