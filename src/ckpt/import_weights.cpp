@@ -29,7 +29,7 @@
 #include "weights_file.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/model_layout.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 namespace fs = std::filesystem;

@@ -12,11 +12,11 @@ namespace zt {
 GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, size_t* grads_bytes) : m_ctx(ctx) {
     const int U = ctx.num_units();
     const size_t w = ctx.work_size();
-    if (ctx.stage <= 1) {
+    if (!ctx.plan.policy().grads_sharded) {
         // One arena, units in backward order, so a DDP bucket is one contiguous span.
         m_buckets = make_grad_buckets(ctx.plan.shards(), bucket_numel);
         size_t total = 0;
-        for (int u = 0; u < U; ++u) total += stored_numel(ctx.plan, ctx.stage, u);
+        for (int u = 0; u < U; ++u) total += ctx.plan.stored_grads(u);
         m_arena = ctx.backend.alloc_bytes(total * w);
         *grads_bytes += total * w;
         m_grads.assign(static_cast<size_t>(U), nullptr);
@@ -27,7 +27,7 @@ GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, s
         }
     } else {
         for (int u = 0; u < U; ++u) {
-            const size_t n = stored_numel(ctx.plan, ctx.stage, u);
+            const size_t n = ctx.plan.stored_grads(u);
             m_grads.push_back(ctx.backend.alloc_bytes(n * w));
             *grads_bytes += n * w;
         }
@@ -42,7 +42,7 @@ GradientReducer::~GradientReducer() {
             (f.kind == InFlight::kReplicaAllReduce ? m_ctx.replica : m_ctx.comm).wait(f.request);
         }
     }
-    if (m_ctx.stage <= 1) {
+    if (m_arena != nullptr) {
         m_ctx.backend.free(m_arena);
     } else {
         for (void* p : m_grads) m_ctx.backend.free(p);
@@ -50,8 +50,8 @@ GradientReducer::~GradientReducer() {
 }
 
 void* GradientReducer::grad_ptr(int unit, size_t element) {
-    const size_t shift = m_ctx.stage >= 2 ? m_ctx.shard(unit).begin(m_ctx.rank) : 0;
-    return element_at(m_grads[static_cast<size_t>(unit)], element - shift, m_ctx.work);
+    const size_t start = m_ctx.plan.grads_start(unit, m_ctx.rank);
+    return element_at(m_grads[static_cast<size_t>(unit)], element - start, m_ctx.work);
 }
 
 // ---------------------------------------------------------------------------
@@ -60,7 +60,7 @@ void* GradientReducer::grad_ptr(int unit, size_t element) {
 float* GradientReducer::grads(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
     // fp32 with full gradient buffers: backward accumulates straight into them.
-    if (m_ctx.stage <= 1 && m_ctx.work == DType::kF32) return static_cast<float*>(m_grads[static_cast<size_t>(unit)]);
+    if (!m_ctx.plan.policy().grads_sharded && m_ctx.work == DType::kF32) return static_cast<float*>(m_grads[static_cast<size_t>(unit)]);
     auto it = m_scratch.find(unit);
     if (it != m_scratch.end()) return it->second;
     const size_t n = m_ctx.shard(unit).padded_numel;
@@ -79,7 +79,7 @@ bool GradientReducer::grads_need_zero(int unit) {
 }
 
 void GradientReducer::grads_done(int unit) {
-    if (m_ctx.stage >= 2) {
+    if (m_ctx.plan.grads_reduced_per_micro_step()) {
         start_unit_reduction(unit);
         return;
     }
@@ -91,8 +91,8 @@ void GradientReducer::grads_done(int unit) {
         m_ctx.pool.give(it->second, n * sizeof(float));
         m_scratch.erase(it);
     }
-    if (!m_last_micro) return;  // stages 0, 1: accumulate locally, communicate once per step
-    if (m_ctx.stage == 1) {
+    if (!m_last_micro) return;  // full gradients: accumulate locally, communicate once per step
+    if (!m_ctx.plan.grads_all_reduced()) {
         start_unit_reduction(unit);
         return;
     }
@@ -152,7 +152,7 @@ void GradientReducer::start_unit_reduction(int unit) {
     f.last = m_last_micro;
     const void* src = nullptr;
     void* out = nullptr;
-    if (m_ctx.stage == 1) {
+    if (!m_ctx.plan.policy().grads_sharded) {
         // The own slice of the full buffer receives the result when completed.
         src = m_grads[i];
         if (m_ctx.reduce != m_ctx.work) {
@@ -229,7 +229,7 @@ void GradientReducer::complete(InFlight& f) {
     } else if (f.kind == InFlight::kReduceScatter && f.recv != nullptr) {
         const UnitShard& s = m_ctx.shard(f.unit);
         void* shard = grad_ptr(f.unit, s.begin(m_ctx.rank));
-        if (m_ctx.stage == 1 || f.first) {
+        if (!m_ctx.plan.policy().grads_sharded || f.first) {
             m_ctx.backend.cast(shard, work, f.recv, reduce, s.shard_numel);
         } else if (reduce == DType::kF32 && work == DType::kF32) {
             float* g = static_cast<float*>(shard);
@@ -268,9 +268,7 @@ void GradientReducer::zero() {
         return;
     }
     for (int u = 0; u < m_ctx.num_units(); ++u) {
-        const UnitShard& s = m_ctx.shard(u);
-        const size_t n = m_ctx.stage <= 1 ? s.padded_numel : s.shard_numel;
-        m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(u)], n * m_ctx.work_size());
+        m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(u)], m_ctx.plan.stored_grads(u) * m_ctx.work_size());
     }
 }
 
@@ -331,13 +329,8 @@ void GradientReducer::poison_owned() {
     }
 }
 
-size_t GradientReducer::stored_numel(const ShardPlan& plan, int stage, int unit) {
-    const UnitShard& s = plan.shard(unit);
-    return stage <= 1 ? s.padded_numel : s.shard_numel;
-}
-
-size_t GradientReducer::planned_scratch(const ShardPlan& plan, int stage, DType work, DType reduce) {
-    // Per the model's unit protocol (gpt.cpp): unit 0's gradient is produced from the LM head
+size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType reduce) {
+    // Per the model's unit protocol (model/transformer.cpp): unit 0's gradient is produced from the LM head
     // through the whole backward; other units one at a time. Stages 2-3 hold a unit's fp32
     // scratch until its reduction completes (up to kMaxPooledInFlight behind the current).
     const int U = plan.num_units();
@@ -345,13 +338,14 @@ size_t GradientReducer::planned_scratch(const ShardPlan& plan, int stage, DType 
     const size_t r = dtype_size(reduce);
     auto padded = [&](int u) { return plan.shard(u).padded_numel; };
     size_t planned = 0;
-    if (stage >= 2 || work != DType::kF32) {  // fp32 gradient scratch
-        const size_t live = stage >= 2 ? 1 + K : 1;
+    const bool per_micro_step = plan.grads_reduced_per_micro_step();
+    if (per_micro_step || work != DType::kF32) {  // fp32 gradient scratch
+        const size_t live = per_micro_step ? 1 + K : 1;
         planned += padded(0) * sizeof(float) + pooled_peak(1, U, live, [&](int u) { return padded(u) * sizeof(float); });
     }
-    const bool wire_copy = stage <= 1 ? reduce != work : reduce != DType::kF32;
+    const bool wire_copy = !per_micro_step ? reduce != work : reduce != DType::kF32;
     if (wire_copy) planned += pooled_peak(0, U, K, [&](int u) { return padded(u) * r; });
-    if (stage >= 1) planned += pooled_peak(0, U, K, [&](int u) { return plan.shard(u).shard_numel * r; });
+    if (!plan.grads_all_reduced()) planned += pooled_peak(0, U, K, [&](int u) { return plan.shard(u).shard_numel * r; });
     return planned;
 }
 

@@ -21,11 +21,6 @@ float* alloc_conversion_buffer(Backend& backend, const ShardPlan& plan, DType wo
     return backend.alloc_floats(max_padded);
 }
 
-int checked_stage(int stage) {
-    ZT_REQUIRE(stage >= 0 && stage <= 3, "zero stage ", stage);
-    return stage;
-}
-
 }  // namespace
 
 ModelState::ModelState(const ModelLayout& layout, Backend& backend, uint64_t seed)
@@ -42,11 +37,11 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
       m_backend(backend),
       m_comm(comms.shard),
       m_replica(comms.replica),
-      m_stage(checked_stage(zero_stage)),
+      m_stage(zero_stage),
       m_rank(comms.shard.rank()),
       m_work(work),
       m_reduce(reduce),
-      m_plan(layout.unit_numel, comms.shard.size(), zero_stage),
+      m_plan(layout.unit_numel, comms.shard.size(), ShardingPolicy::zero_stage(zero_stage)),
       m_pool(backend),
       m_f32_tmp(alloc_conversion_buffer(backend, m_plan, work, &m_allocated.scratch)),
       m_params(context(), &m_allocated.params),
@@ -56,7 +51,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
     const BackendCapabilities caps = backend.capabilities();
     ZT_REQUIRE(caps.supports(work) && caps.supports(reduce), "backend ", backend.name(), " supports precision ",
                caps.work_dtypes(), " only; got ", dtype_name(work), "/", dtype_name(reduce));
-    ZT_REQUIRE(zero_stage > 0 || comms.replica.size() == 1, "ZeRO stage 0 replicates over one group of all ranks; got ",
+    ZT_REQUIRE(m_plan.ownership_partitioned() || comms.replica.size() == 1, "ZeRO stage 0 replicates over one group of all ranks; got ",
                comms.replica.size(), " replica groups");
     const StateBytes planned = plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce);
     const StateBytes got = bytes();
@@ -87,8 +82,7 @@ ModelState::~ModelState() {
 }
 
 StateContext ModelState::context() {
-    return StateContext{m_layout, m_backend, m_comm,   m_replica, m_plan,   m_stage,
-                        m_rank,   m_work,    m_reduce, m_pool,    m_f32_tmp};
+    return StateContext{m_layout, m_backend, m_comm, m_replica, m_plan, m_rank, m_work, m_reduce, m_pool, m_f32_tmp};
 }
 
 // ---- UnitStore ----
@@ -108,7 +102,7 @@ double ModelState::grad_sum_squares() {
     double s = m_grads.local_sum_squares(m_optim.segments());
     // DDP: every rank holds the same full gradient, the local sum is already global; ZeRO:
     // the group's shards make one whole (the other groups hold the same shards).
-    if (m_stage >= 1) m_comm.all_reduce_scalars(&s, 1);
+    if (m_plan.ownership_partitioned()) m_comm.all_reduce_scalars(&s, 1);
     return s;
 }
 
@@ -123,7 +117,7 @@ double ModelState::grad_sum_squares_if_finite() {
     // skip decision that differs across groups (and a hang at the next collective) impossible.
     if (m_replica.size() > 1) m_replica.all_reduce_scalars(&bad, 1, ReduceOp::kMax);
     if (bad != 0.0) return std::numeric_limits<double>::quiet_NaN();
-    if (m_stage >= 1) m_comm.all_reduce_scalars(&s, 1);
+    if (m_plan.ownership_partitioned()) m_comm.all_reduce_scalars(&s, 1);
     return s;
 }
 
@@ -148,21 +142,20 @@ StateBytes ModelState::bytes() const {
 
 StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work,
                                   DType reduce) {
-    const ShardPlan plan(layout.unit_numel, group_size, checked_stage(zero_stage));
+    const ShardPlan plan(layout.unit_numel, group_size, ShardingPolicy::zero_stage(zero_stage));
     const size_t w = dtype_size(work);
     StateBytes b;
     size_t max_padded = 0;
     for (int u = 0; u < layout.num_units(); ++u) {
         max_padded = std::max(max_padded, plan.shard(u).padded_numel);
-        b.params += ParameterStore::stored_numel(plan, zero_stage, u) * w;
-        b.grads += GradientReducer::stored_numel(plan, zero_stage, u) * w;
-        const size_t state = OptimizerState::state_numel(plan, zero_stage, u) * sizeof(float);
+        b.params += plan.stored_params(u) * w;
+        b.grads += plan.stored_grads(u) * w;
+        const size_t state = plan.stored_optimizer(u) * sizeof(float);
         if (work != DType::kF32) b.master += state;
         b.optimizer += 2 * state;
     }
     if (work != DType::kF32) b.scratch += max_padded * sizeof(float);  // the conversion buffer
-    b.scratch += ParameterStore::planned_scratch(plan, zero_stage, work) +
-                 GradientReducer::planned_scratch(plan, zero_stage, work, reduce);
+    b.scratch += ParameterStore::planned_scratch(plan, work) + GradientReducer::planned_scratch(plan, work, reduce);
     return b;
 }
 
@@ -178,13 +171,14 @@ float* ModelState::master_base(int unit) { return m_optim.master_base(unit); }
 float* ModelState::adam_m_base(int unit) { return m_optim.m_base(unit); }
 float* ModelState::adam_v_base(int unit) { return m_optim.v_base(unit); }
 
-float* ModelState::unit_params(int unit) { return m_params.unit_params(unit); }
-
 void ModelState::gather_unit_params(int unit, float* out) {
     m_params.wait_gathers();
     const UnitShard& s = m_plan.shard(unit);
     const float* master = m_optim.master_base(unit);
-    if (m_stage == 0 || (m_work == DType::kF32 && m_stage <= 2)) {
+    // The master is whole here when the optimizer is not sharded, or when it is the (fp32,
+    // unsharded) working copy.
+    const ShardingPolicy& p = m_plan.policy();
+    if (!p.optimizer_sharded || (m_work == DType::kF32 && !p.params_sharded)) {
         m_backend.to_host(out, master, s.numel * sizeof(float));
         return;
     }
@@ -210,25 +204,5 @@ void ModelState::copy_from_host(float* dst, const float* host, size_t n) {
     m_params.wait_gathers();
     m_backend.to_device(dst, host, n * sizeof(float));
 }
-
-std::vector<float> ModelState::owned_optimizer_state() {
-    std::vector<float> out;
-    for (int u = 0; u < m_layout.num_units(); ++u) {
-        const size_t b = owned_begin(u);
-        const size_t e = owned_end(u);
-        // Through the backend: the buffers may be device memory.
-        auto append = [&](const float* base) {
-            const size_t at_end = out.size();
-            out.resize(at_end + (e - b));
-            copy_to_host(out.data() + at_end, base + b, e - b);
-        };
-        append(m_optim.master_base(u));
-        append(m_optim.m_base(u));
-        append(m_optim.v_base(u));
-    }
-    return out;
-}
-
-void ModelState::poison_owned_grad() { m_grads.poison_owned(); }
 
 }  // namespace zt

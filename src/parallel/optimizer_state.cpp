@@ -14,7 +14,7 @@ OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, 
         return static_cast<float*>(ctx.backend.alloc_bytes(n * sizeof(float)));
     };
     for (int u = 0; u < ctx.num_units(); ++u) {
-        const size_t n = state_numel(ctx.plan, ctx.stage, u);
+        const size_t n = ctx.plan.stored_optimizer(u);
         if (ctx.work != DType::kF32) m_master.push_back(alloc_f32(n, master_bytes));
         m_m.push_back(alloc_f32(n, optimizer_bytes));
         m_v.push_back(alloc_f32(n, optimizer_bytes));
@@ -28,19 +28,12 @@ OptimizerState::~OptimizerState() {
     for (float* p : m_v) m_ctx.backend.free(p);
 }
 
-size_t OptimizerState::state_numel(const ShardPlan& plan, int stage, int unit) {
-    const UnitShard& s = plan.shard(unit);
-    return stage == 0 ? s.padded_numel : s.shard_numel;
-}
-
-size_t OptimizerState::state_shift(int unit) const {
-    return m_ctx.stage == 0 ? 0 : m_ctx.shard(unit).begin(m_ctx.rank);
-}
+size_t OptimizerState::state_shift(int unit) const { return m_ctx.plan.optimizer_start(unit, m_ctx.rank); }
 
 void OptimizerState::write_initial(int unit, size_t lo, size_t hi, const float* host) {
     if (m_ctx.work == DType::kF32) return;  // the working copy is the master
     const size_t begin = state_shift(unit);
-    const size_t end = begin + state_numel(m_ctx.plan, m_ctx.stage, unit);
+    const size_t end = begin + m_ctx.plan.stored_optimizer(unit);
     const size_t from = std::max(lo, begin);
     const size_t to = std::min(hi, end);
     if (to > from) {

@@ -28,7 +28,7 @@ void* ScratchPool::take(size_t bytes) {
 
 ParameterStore::ParameterStore(const StateContext& ctx, size_t* params_bytes) : m_ctx(ctx) {
     for (int u = 0; u < ctx.num_units(); ++u) {
-        const size_t n = stored_numel(ctx.plan, ctx.stage, u);
+        const size_t n = ctx.plan.stored_params(u);
         m_params.push_back(ctx.backend.alloc_bytes(n * ctx.work_size()));
         *params_bytes += n * ctx.work_size();
     }
@@ -46,14 +46,13 @@ ParameterStore::~ParameterStore() {
 }
 
 void* ParameterStore::work_ptr(int unit, size_t element) {
-    const size_t shift = m_ctx.stage == 3 ? m_ctx.shard(unit).begin(m_ctx.rank) : 0;
-    return element_at(m_params[static_cast<size_t>(unit)], element - shift, m_ctx.work);
+    const size_t start = m_ctx.plan.params_start(unit, m_ctx.rank);
+    return element_at(m_params[static_cast<size_t>(unit)], element - start, m_ctx.work);
 }
 
 void ParameterStore::write_initial(int unit, size_t lo, size_t hi, const float* host) {
-    const UnitShard& s = m_ctx.shard(unit);
-    const size_t begin = m_ctx.stage <= 2 ? 0 : s.begin(m_ctx.rank);
-    const size_t end = m_ctx.stage <= 2 ? s.padded_numel : s.end(m_ctx.rank);
+    const size_t begin = m_ctx.plan.params_start(unit, m_ctx.rank);
+    const size_t end = begin + m_ctx.plan.stored_params(unit);
     const size_t from = std::max(lo, begin);
     const size_t to = std::min(hi, end);
     if (to <= from) return;
@@ -67,7 +66,7 @@ void ParameterStore::write_initial(int unit, size_t lo, size_t hi, const float* 
 }
 
 void ParameterStore::prefetch(int unit) {
-    if (m_ctx.stage < 3 || m_resident.count(unit)) return;
+    if (!m_ctx.plan.params_gathered_per_unit() || m_resident.count(unit)) return;
     const UnitShard& s = m_ctx.shard(unit);
     Resident r;
     r.gathered = m_ctx.pool.take(s.padded_numel * m_ctx.work_size());
@@ -81,13 +80,14 @@ void ParameterStore::wait_gather(int unit) { m_ctx.comm.wait(m_gathers[static_ca
 const float* ParameterStore::acquire(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
     wait_gather(unit);
-    if (m_ctx.stage < 3 && m_ctx.work == DType::kF32) return static_cast<const float*>(m_params[static_cast<size_t>(unit)]);
+    const bool gathered = m_ctx.plan.params_gathered_per_unit();
+    if (!gathered && m_ctx.work == DType::kF32) return static_cast<const float*>(m_params[static_cast<size_t>(unit)]);
     const UnitShard& s = m_ctx.shard(unit);
-    if (m_ctx.stage == 3 && !m_resident.count(unit)) prefetch(unit);
+    if (gathered && !m_resident.count(unit)) prefetch(unit);
     Resident& r = m_resident[unit];
     if (r.compute != nullptr) return r.compute;
     m_ctx.comm.wait(r.request);
-    const void* src = m_ctx.stage == 3 ? r.gathered : m_params[static_cast<size_t>(unit)];
+    const void* src = gathered ? r.gathered : m_params[static_cast<size_t>(unit)];
     if (m_ctx.work == DType::kF32) {
         r.compute = static_cast<float*>(r.gathered);
     } else {
@@ -123,7 +123,7 @@ void ParameterStore::refresh_owned(int unit, const float* master_base) {
 }
 
 void ParameterStore::start_gathers() {
-    if (m_ctx.stage != 1 && m_ctx.stage != 2) return;
+    if (!m_ctx.plan.params_gathered_after_step()) return;
     for (int u = 0; u < m_ctx.num_units(); ++u) {
         wait_gather(u);
         m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_gather(
@@ -136,25 +136,20 @@ void ParameterStore::wait_gathers() {
 }
 
 float* ParameterStore::unit_params(int unit) {
-    ZT_REQUIRE(m_ctx.stage <= 2 && m_ctx.work == DType::kF32,
-               "unit_params() needs replicated fp32 parameters (stage <= 2, fp32); stage is ", m_ctx.stage);
+    ZT_REQUIRE(!m_ctx.plan.params_gathered_per_unit() && m_ctx.work == DType::kF32,
+               "unit_params() needs a full fp32 working copy (ZeRO stage <= 2, fp32)");
     wait_gather(unit);
     return static_cast<float*>(m_params.at(static_cast<size_t>(unit)));
 }
 
-size_t ParameterStore::stored_numel(const ShardPlan& plan, int stage, int unit) {
-    const UnitShard& s = plan.shard(unit);
-    return stage <= 2 ? s.padded_numel : s.shard_numel;
-}
-
-size_t ParameterStore::planned_scratch(const ShardPlan& plan, int stage, DType work) {
-    // Per the model's unit protocol (gpt.cpp): unit 0 is held from the LM head through
+size_t ParameterStore::planned_scratch(const ShardPlan& plan, DType work) {
+    // Per the model's unit protocol (model/transformer.cpp): unit 0 is held from the LM head through
     // backward; other units are used one at a time, the next one prefetched at stage 3.
     const int U = plan.num_units();
     const size_t w = dtype_size(work);
     auto padded = [&](int u) { return plan.shard(u).padded_numel; };
     size_t planned = 0;
-    if (stage == 3) {  // gathered units: current + prefetched
+    if (plan.params_gathered_per_unit()) {  // gathered units: current + prefetched
         planned += padded(0) * w + pooled_peak(1, U, 2, [&](int u) { return padded(u) * w; });
     }
     if (work != DType::kF32) {  // fp32 views of acquired units

@@ -20,14 +20,24 @@ std::vector<UnitShard> make_unit_shards(const std::vector<size_t>& unit_numel, i
     return out;
 }
 
-ShardPlan::ShardPlan(const std::vector<size_t>& unit_numel, int world_size, int zero_stage)
-    : m_shards(make_unit_shards(unit_numel, world_size)), m_world(world_size), m_replicated(zero_stage == 0) {
-    ZT_REQUIRE(zero_stage >= 0 && zero_stage <= 3, "zero stage ", zero_stage);
+ShardingPolicy ShardingPolicy::zero_stage(int stage) {
+    ZT_REQUIRE(stage >= 0 && stage <= 3, "zero stage ", stage);
+    ShardingPolicy p;
+    p.optimizer_sharded = stage >= 1;
+    p.grads_sharded = stage >= 2;
+    p.params_sharded = stage >= 3;
+    return p;
+}
+
+ShardPlan::ShardPlan(const std::vector<size_t>& unit_numel, int world_size, ShardingPolicy policy)
+    : m_shards(make_unit_shards(unit_numel, world_size)), m_world(world_size), m_policy(policy) {
+    ZT_REQUIRE(!policy.params_sharded || policy.grads_sharded, "sharded parameters need sharded gradients");
+    ZT_REQUIRE(!policy.grads_sharded || policy.optimizer_sharded, "sharded gradients need a sharded optimizer");
 }
 
 ElementRange ShardPlan::owned_range(int unit, int rank) const {
     const UnitShard& s = shard(unit);
-    if (m_replicated) return ElementRange{0, s.numel};
+    if (!m_policy.optimizer_sharded) return ElementRange{0, s.numel};
     return ElementRange{s.begin(rank), s.live_end(rank)};
 }
 

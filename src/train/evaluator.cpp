@@ -9,12 +9,12 @@
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/train/step_reporter.hpp"
 
 namespace zt {
 
-std::vector<uint32_t> generate(Gpt& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step) {
+std::vector<uint32_t> generate(Transformer& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step) {
     const ModelConfig& mc = model.config();
     const int V = mc.vocab_size;
     const int Vp = mc.padded_vocab();
@@ -54,7 +54,7 @@ std::vector<uint32_t> generate(Gpt& model, UnitStore& store, uint32_t start_toke
     return out;
 }
 
-Evaluator::Evaluator(const TrainConfig& tc, Gpt& model, UnitStore& store, Communicator& comm,
+Evaluator::Evaluator(const TrainConfig& tc, Transformer& model, UnitStore& store, Communicator& comm,
                      BatchSampler* val_sampler, const Tokenizer* tokenizer, StepReporter& reporter)
     : m_tc(tc),
       m_model(model),

@@ -14,7 +14,7 @@
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/shard_groups.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
@@ -128,7 +128,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
         plan.items.push_back({"master", f.master.bytes, f.master.formula});
         plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
     } else {
-        const ModelLayout layout = make_gpt_layout(m);
+        const ModelLayout layout = make_model_layout(m);
         const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce);
         plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
         plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
@@ -136,7 +136,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
         plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
         plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
                               "gathered units, gradient scratch, reductions in flight (peak)"});
-        const ShardPlan shards(layout.unit_numel, group, stage);
+        const ShardPlan shards(layout.unit_numel, group, ShardingPolicy::zero_stage(stage));
         snapshot_bytes = 0;
         largest_written_range = 0;
         for (int r = 0; r < group; ++r) {
@@ -159,14 +159,14 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
             plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
         }
     }
-    const double act = Gpt::activation_floats(m, t.micro_batch, t.recompute,
+    const double act = Transformer::activation_floats(m, t.micro_batch, t.recompute,
                                               static_cast<size_t>(std::max(0.0, attention_scratch_floats))) *
                        sizeof(float);
     plan.items.push_back({"activations", act,
                           str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
                               t.recompute ? ", recompute (block outputs only)" : "",
                               " (fp32 buffers", work == DType::kF32 || device ? "" : " holding 16-bit values", ")")});
-    plan.items.push_back({"tokens", Gpt::token_bytes(m, t.micro_batch), "inputs and targets (int32)"});
+    plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch), "inputs and targets (int32)"});
     if (!device && async_saves_planned(cfg)) {
         plan.items.push_back({"ckpt snapshot", snapshot_bytes,
                               "owned master, m, v copied for background writes (checkpoint.async)"});

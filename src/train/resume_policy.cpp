@@ -8,7 +8,7 @@
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
@@ -51,7 +51,7 @@ void ResumePolicy::refuse_earlier_run() const {
                          "files (rm -r ", m_cfg.run.dir, ")"));
 }
 
-void ResumePolicy::initial_weights(const Gpt& model, ModelState& state, Communicator& comm) const {
+void ResumePolicy::initial_weights(const Transformer& model, ModelState& state, Communicator& comm) const {
     const std::string& init_from = m_cfg.model.init_from;
     if (!init_from.empty() && !resuming()) {
         import_weights(init_from, model.layout(), m_cfg.model, state, &comm);

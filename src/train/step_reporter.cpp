@@ -10,7 +10,7 @@
 #include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/loss_scale_policy.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
@@ -101,7 +101,7 @@ std::string format_duration(double s) {
 
 StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
                            const Communicator& comm, const Communicator& shard, const Communicator& replica,
-                           const Gpt& model,
+                           const Transformer& model,
                            ProfilingBackend* op_profile)
     : m_root(root),
       m_max_steps(tc.max_steps),

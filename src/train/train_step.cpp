@@ -7,7 +7,7 @@
 #include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/data/token_data.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-TrainStep::TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm,
+TrainStep::TrainStep(const Config& cfg, Transformer& model, ModelState& state, Communicator& comm,
                      std::vector<Communicator*> counted, BatchSampler& sampler, LossScalePolicy& loss_scale,
                      StepReporter& reporter, const TrainOptions& options, ProfilingBackend* op_profile)
     : m_tc(cfg.train),

@@ -27,7 +27,7 @@
 #include "ztrain/core/error.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/data/token_data.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/loss_scale_policy.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/checkpoint_saver.hpp"
@@ -166,14 +166,14 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     // ---- model, its sharded state, the loss scale ----
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
-    Gpt model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute);
+    Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute);
     model.set_activation_dtype(work);
     const size_t bucket_numel = std::max<size_t>(
         1, static_cast<size_t>(cfg.parallel.bucket_mb * 1048576.0 / static_cast<double>(dtype_size(reduce))));
     ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage, bucket_numel,
                      tc.seed, work, reduce);
     // Destruction order on an error: this guard (declared after the model state, so it goes
-    // first) aborts the device communicator's collectives, then ~ModelState and ~Gpt free
+    // first) aborts the device communicator's collectives, then ~ModelState and ~Transformer free
     // device memory, which synchronizes the compute stream. Without the abort that sync
     // waits on NCCL work the other ranks will never join, and the rank hangs instead of
     // exiting: ~NcclCommunicator's own abort runs only in ~TrainSetup, after them.

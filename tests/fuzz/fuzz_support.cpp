@@ -88,7 +88,7 @@ ModelConfig tiny_llama_model() {
 }
 
 TinyState::TinyState(const ModelConfig& model)
-    : cfg(model), layout(make_gpt_layout(cfg)), backend(make_cpu_backend(1)), state(layout, *backend, 1) {}
+    : cfg(model), layout(make_model_layout(cfg)), backend(make_cpu_backend(1)), state(layout, *backend, 1) {}
 
 TinyState& tiny_state() {
     static TinyState m(tiny_model());

@@ -11,7 +11,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 namespace zt::fuzz {

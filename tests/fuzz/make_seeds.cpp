@@ -19,7 +19,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/data/token_data.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 namespace fs = std::filesystem;
@@ -42,7 +42,7 @@ void put(const fs::path& dir, const std::string& name, const std::string& bytes)
 
 /// save_checkpoint of a one-rank model of `mc` (seed 7, step 3) under `dir`; returns the step directory.
 std::string save_tiny_checkpoint(const zt::ModelConfig& mc, const std::string& dir) {
-    const zt::ModelLayout layout = zt::make_gpt_layout(mc);
+    const zt::ModelLayout layout = zt::make_model_layout(mc);
     const auto backend = zt::make_cpu_backend(1);
     zt::ModelState state(layout, *backend, 7);
     zt::Config cfg;

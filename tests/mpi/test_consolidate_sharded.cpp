@@ -18,7 +18,7 @@
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/core/dtype.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -51,7 +51,7 @@ TEST_P(ShardedConsolidation, EveryTensorEqualsTheGatheredWeights) {
     const std::string ckpt = dir.file("run/checkpoints");
     const std::string step_dir = ckpt + "/" + test::read_file(ckpt + "/latest").substr(0, 13);
     const nlohmann::json meta = read_checkpoint_meta(step_dir);
-    const ModelLayout layout = make_gpt_layout(cfg.model);
+    const ModelLayout layout = make_model_layout(cfg.model);
     ASSERT_EQ(meta["world_size"].get<int>(), test::world_size());
     ASSERT_EQ(meta["shards"].size(), static_cast<size_t>(test::world_size()));
     // The shards split every unit, and some tensor crosses a shard boundary.

@@ -26,11 +26,12 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/shard_groups.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
+#include "model_state_access.hpp"
 
 namespace zt {
 namespace {
@@ -49,7 +50,7 @@ std::string case_name(const HybridCase& c) {
 /// Every rank's hash of its owned master/m/v with its shard rank; ranks of one shard rank
 /// must agree (replicas are copies).
 void expect_replicas_identical(ModelState& state, const std::string& what) {
-    const std::vector<float> owned = state.owned_optimizer_state();
+    const std::vector<float> owned = ModelStateTestAccess::owned_optimizer_state(state);
     const uint64_t mine[2] = {static_cast<uint64_t>(state.shard_rank()),
                               hash64(owned.data(), owned.size() * sizeof(float))};
     std::vector<uint64_t> all(2 * static_cast<size_t>(test::world_size()));
@@ -102,8 +103,8 @@ TEST_P(HybridShard, MatchesOneRankAndMovesTheTheoreticalBytes) {
     // Bytes per step: the group's ZeRO volumes (N = G), and across the groups one
     // all-reduce of every unit's shard. Gradients travel in fp32 in every case here;
     // parameters are gathered in the working dtype.
-    const ModelLayout layout = make_gpt_layout(cfg.model);
-    const ShardPlan plan(layout.unit_numel, G, c.stage);
+    const ModelLayout layout = make_model_layout(cfg.model);
+    const ShardPlan plan(layout.unit_numel, G, ShardingPolicy::zero_stage(c.stage));
     uint64_t P = 0, inter = 0;
     for (const UnitShard& s : plan.shards()) {
         P += s.padded_numel;
@@ -241,7 +242,7 @@ TEST(HybridShardCheckpoint, SavedInGroupsLoadsAtEveryShapeAndTheReverse) {
             EXPECT_EQ(meta.at("shard_group").get<int>(), save_group) << run;
             EXPECT_EQ(meta.at("world_size").get<int>(), N) << run;
         }
-        const ModelLayout layout = make_gpt_layout(cfg.model);
+        const ModelLayout layout = make_model_layout(cfg.model);
         struct Shape {
             int ranks, group;
         };

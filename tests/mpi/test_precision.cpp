@@ -22,6 +22,7 @@
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/trainer.hpp"
+#include "model_state_access.hpp"
 
 namespace zt {
 namespace {
@@ -66,13 +67,13 @@ TEST_P(InjectedOverflow, EveryRankSkipsAndStateStaysBitIdentical) {
     TrainOptions opt;
     opt.after_grad_sync = [&](long step, ModelState& state) {
         if (step != bad_step) return;
-        if (me == bad_rank) state.poison_owned_grad();
-        before = state.owned_optimizer_state();
+        if (me == bad_rank) ModelStateTestAccess::poison_owned_grad(state);
+        before = ModelStateTestAccess::owned_optimizer_state(state);
     };
     opt.after_step = [&](long step, ModelState& state, bool skipped) {
         if (step != bad_step) return;
         EXPECT_TRUE(skipped) << "rank " << me << " did not skip the step rank " << bad_rank << " overflowed in";
-        const std::vector<float> after = state.owned_optimizer_state();
+        const std::vector<float> after = ModelStateTestAccess::owned_optimizer_state(state);
         ASSERT_EQ(after.size(), before.size());
         EXPECT_EQ(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)), 0)
             << "master weights or AdamW state changed on rank " << me << " in a skipped step";
@@ -193,7 +194,7 @@ TEST_P(OneMultiplier, Fp16ReportsAndAppliesTheUnscaledClippedGradient) {
         TrainOptions opt;
         opt.after_step = [&](long, ModelState& state, bool skipped) {
             ASSERT_FALSE(skipped) << dtype << " step 1 skipped";
-            const std::vector<float> all = state.owned_optimizer_state();
+            const std::vector<float> all = ModelStateTestAccess::owned_optimizer_state(state);
             size_t at = 0;
             for (int u = 0; u < state.layout().num_units(); ++u) {
                 const size_t n = state.owned_end(u) - state.owned_begin(u);

@@ -10,7 +10,7 @@
 #include "shared_dir.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -38,7 +38,7 @@ TEST(Uneven, PrimeUnitSizesTrainAtAnyWorldSize) {
     c.model.seq_len = 11;
     c.model.vocab_size = 7;
     c.model.vocab_pad_to = 1;
-    const ModelLayout layout = make_gpt_layout(c.model);
+    const ModelLayout layout = make_model_layout(c.model);
     for (size_t u = 0; u < layout.unit_numel.size(); ++u) {
         EXPECT_TRUE(is_prime(layout.unit_numel[u])) << "unit " << u << " has " << layout.unit_numel[u] << " elements";
     }

@@ -26,10 +26,11 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
 #include "ztrain/train/trainer.hpp"
+#include "model_state_access.hpp"
 
 namespace zt {
 namespace {
@@ -65,7 +66,7 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     TrainOptions world;
     world.collect_params = true;
     size_t buckets = 0;
-    world.after_step = [&](long, ModelState& state, bool) { buckets = state.num_grad_buckets(); };
+    world.after_step = [&](long, ModelState& state, bool) { buckets = ModelStateTestAccess::num_grad_buckets(state); };
     const TrainSummary got = train(cfg, world);
     if (stage <= 1) {
         // 25 MiB holds the whole model in one bucket; 0.004 MiB (4 KiB) splits it, so
@@ -80,7 +81,7 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     test::expect_matches_reference(got, ref, "stage " + std::to_string(stage) + " N=" + std::to_string(N));
 
     // Bytes moved per step against the per-stage theory (ring volumes, padded units).
-    const ModelLayout layout = make_gpt_layout(cfg.model);
+    const ModelLayout layout = make_model_layout(cfg.model);
     const auto shards = make_unit_shards(layout.unit_numel, N);
     uint64_t P = 0;
     for (const auto& s : shards) P += s.padded_numel;
@@ -134,7 +135,7 @@ TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
     mc.n_embd = 64;
     mc.seq_len = 32;
     mc.vocab_size = 300;
-    const ModelLayout layout = make_gpt_layout(mc);
+    const ModelLayout layout = make_model_layout(mc);
     double P = 0;
     for (const auto& p : layout.params) P += static_cast<double>(p.numel);
     auto backend = make_cpu_backend(1);
@@ -154,7 +155,7 @@ TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
                 << " bytes vs formula " << formula[stage] << " (" << 100.0 * (got / formula[stage] - 1.0) << "%)";
             // One training micro-step: the per-unit scratch really held (gathered units, fp32
             // views, gradient scratch) stays within what the memory record plans for it.
-            Gpt model(mc, *backend, 2);
+            Transformer model(mc, *backend, 2);
             model.set_activation_dtype(t);
             std::vector<int32_t> tokens(2 * static_cast<size_t>(mc.seq_len));
             for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % 300);
@@ -164,12 +165,12 @@ TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
             model.backward(state);
             state.finish_grad_sync();
             if (stage >= 2 || t != DType::kF32) {
-                EXPECT_GT(state.dynamic_scratch_held(), 0u);
+                EXPECT_GT(ModelStateTestAccess::dynamic_scratch_held(state), 0u);
             }
-            EXPECT_LE(state.dynamic_scratch_held(), state.dynamic_scratch_planned())
+            EXPECT_LE(ModelStateTestAccess::dynamic_scratch_held(state), ModelStateTestAccess::dynamic_scratch_planned(state))
                 << dtype_name(t) << " stage " << stage << " N=" << N << " rank " << comm.rank()
-                << ": per-unit scratch held " << state.dynamic_scratch_held() << " bytes, planned "
-                << state.dynamic_scratch_planned();
+                << ": per-unit scratch held " << ModelStateTestAccess::dynamic_scratch_held(state) << " bytes, planned "
+                << ModelStateTestAccess::dynamic_scratch_planned(state);
         }
     }
 }

@@ -20,9 +20,10 @@
 #include "ztrain/ckpt/write_pacer.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/checkpoint_saver.hpp"
+#include "model_state_access.hpp"
 
 namespace fs = std::filesystem;
 
@@ -51,7 +52,7 @@ CheckpointRecord record_at(long step) {
 
 struct AsyncFixture {
     ModelConfig mc = test::model_config(2, 2, 16, 8, 40);
-    ModelLayout layout = make_gpt_layout(mc);
+    ModelLayout layout = make_model_layout(mc);
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     test::ScratchDir dir{"async"};
 };
@@ -61,7 +62,7 @@ TEST(CheckpointSnapshot, HoldsTheStateAtCaptureAndWritesWhatASyncSaveWrites) {
     for (int stage : {0, 3}) {
         ModelState state(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 1, DType::kF32, DType::kF32);
         fill_state(state, 3.f);
-        const std::vector<float> at_capture = state.owned_optimizer_state();
+        const std::vector<float> at_capture = ModelStateTestAccess::owned_optimizer_state(state);
         CheckpointSnapshot snap(state);
         EXPECT_EQ(snap.bytes(), CheckpointSnapshot::planned_bytes(state.shard_plan(), 0));
         // 12 bytes per owned element, each of the 3 x units blocks rounded up to 4 KiB pages.
@@ -75,7 +76,7 @@ TEST(CheckpointSnapshot, HoldsTheStateAtCaptureAndWritesWhatASyncSaveWrites) {
         EXPECT_GT(report.bytes, at_capture.size() * sizeof(float)) << "shards + meta.h5";
         ModelState loaded(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 2, DType::kF32, DType::kF32);
         load_checkpoint(report.dir, loaded, self_communicator());
-        const std::vector<float> got = loaded.owned_optimizer_state();
+        const std::vector<float> got = ModelStateTestAccess::owned_optimizer_state(loaded);
         ASSERT_EQ(got.size(), at_capture.size());
         for (size_t i = 0; i < got.size(); ++i) {
             ASSERT_EQ(got[i], at_capture[i]) << "stage " << stage << ": element " << i
@@ -117,7 +118,7 @@ TEST(BackgroundWriter, ASlowWriteStaysInFlightUntilCollected) {
 TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStillLoads) {
     AsyncFixture f;
     f.mc = test::model_config(2, 2, 64, 8, 40);  // ~1.3 MB per checkpoint: well above the save's slack
-    f.layout = make_gpt_layout(f.mc);
+    f.layout = make_model_layout(f.mc);
     // A real full disk: a tmpfs that holds one checkpoint of this model but not two.
     const std::string mnt = f.dir.file("tmpfs");
     fs::create_directories(mnt);
@@ -133,7 +134,7 @@ TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStill
     } unmount{mnt};
     const std::string ckpt = mnt + "/ckpt";
     fill_state(state, 3.f);
-    const std::vector<float> first = state.owned_optimizer_state();
+    const std::vector<float> first = ModelStateTestAccess::owned_optimizer_state(state);
     CheckpointSnapshot snap(state);
     BackgroundWriter writer;
     snap.capture(state, record_at(2));
@@ -154,7 +155,7 @@ TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStill
     EXPECT_EQ(resolve_resume("auto", ckpt), ckpt + "/step_00000002");
     ModelState loaded(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 2, DType::kF32, DType::kF32);
     load_checkpoint(ckpt + "/step_00000002", loaded, self_communicator());
-    EXPECT_EQ(loaded.owned_optimizer_state(), first);
+    EXPECT_EQ(ModelStateTestAccess::owned_optimizer_state(loaded), first);
 }
 
 TEST(WritePacer, SleepsWhileTheBytesDoneAreAheadOfAnEvenSpread) {
@@ -224,10 +225,10 @@ TEST(CheckpointSaver, PacesOverTheSpreadOfTheStepsUntilItNextWaits) {
 TEST(BackgroundWriter, AHurriedWriteDropsItsPacingAndStillPublishes) {
     AsyncFixture f;
     f.mc = test::model_config(2, 2, 64, 8, 40);  // datasets of 64 KiB and more: written (and paced) in pieces
-    f.layout = make_gpt_layout(f.mc);
+    f.layout = make_model_layout(f.mc);
     ModelState state(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 1, DType::kF32, DType::kF32);
     fill_state(state, 3.f);
-    const std::vector<float> saved = state.owned_optimizer_state();
+    const std::vector<float> saved = ModelStateTestAccess::owned_optimizer_state(state);
     CheckpointSnapshot snap(state, 0);
     snap.capture(state, record_at(6));
     const std::string ckpt = f.dir.file("paced");
@@ -273,7 +274,7 @@ TEST(BackgroundWriter, AHurriedWriteDropsItsPacingAndStillPublishes) {
     // What the hurried write published loads, and is the state at its capture.
     ModelState loaded(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 2, DType::kF32, DType::kF32);
     load_checkpoint(ckpt + "/step_00000006", loaded, self_communicator());
-    EXPECT_EQ(loaded.owned_optimizer_state(), saved);
+    EXPECT_EQ(ModelStateTestAccess::owned_optimizer_state(loaded), saved);
 }
 
 }  // namespace

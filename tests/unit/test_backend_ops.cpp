@@ -15,11 +15,12 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
 #include "ztrain/backend/profiling_backend.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 #include "test_support.hpp"
+#include "model_state_access.hpp"
 
 namespace zt {
 namespace {
@@ -137,7 +138,7 @@ struct StepResult {
 /// One training step (forward, backward, grad norm, AdamW) of the tiny model on `be`.
 StepResult one_step(Backend& be, DType t) {
     const ModelConfig mc = tiny_model();
-    Gpt model(mc, be, 2);
+    Transformer model(mc, be, 2);
     model.set_activation_dtype(t);
     ModelState state(model.layout(), be, self_communicator(), 0, SIZE_MAX, 11, t, t);
     std::vector<int32_t> inputs(16);
@@ -159,7 +160,7 @@ StepResult one_step(Backend& be, DType t) {
     step.bias_correction1 = 0.1f;
     step.bias_correction2 = 0.05f;
     state.optimizer_step(step);
-    r.state = state.owned_optimizer_state();
+    r.state = ModelStateTestAccess::owned_optimizer_state(state);
     return r;
 }
 

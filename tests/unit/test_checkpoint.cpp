@@ -16,8 +16,9 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "model_state_access.hpp"
 
 namespace fs = std::filesystem;
 
@@ -39,7 +40,7 @@ void scribble(ModelState& s, float salt) {
 
 struct Fixture {
     ModelConfig mc = small_model();
-    ModelLayout layout = make_gpt_layout(mc);
+    ModelLayout layout = make_model_layout(mc);
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     test::ScratchDir dir{"ckpt"};
     std::string ckpt() const { return dir.file("ckpt"); }
@@ -94,8 +95,8 @@ TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
         EXPECT_TRUE(loaded.seed_known);
         EXPECT_EQ(loaded.seed, seed);
         EXPECT_EQ(loaded.config_ini, saved.config_ini);
-        const std::vector<float> sa = a.owned_optimizer_state();
-        const std::vector<float> sb = b.owned_optimizer_state();
+        const std::vector<float> sa = ModelStateTestAccess::owned_optimizer_state(a);
+        const std::vector<float> sb = ModelStateTestAccess::owned_optimizer_state(b);
         ASSERT_EQ(sa.size(), sb.size());
         EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << dtype_name(t);
         const nlohmann::json meta = read_checkpoint_meta(dir);
@@ -144,8 +145,8 @@ TEST(Checkpoint, ResavingAStepReplacesItWithoutLeftovers) {
     EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000007"}));
     ModelState b(f.layout, *f.backend, 99);
     load_checkpoint(dir, b, self_communicator());
-    const std::vector<float> sa = a.owned_optimizer_state();
-    const std::vector<float> sb = b.owned_optimizer_state();
+    const std::vector<float> sa = ModelStateTestAccess::owned_optimizer_state(a);
+    const std::vector<float> sb = ModelStateTestAccess::owned_optimizer_state(b);
     ASSERT_EQ(sa.size(), sb.size());
     EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0);
     EXPECT_EQ(std::memcmp(a.master_base(1), b.master_base(1), f.layout.unit_numel[1] * sizeof(float)), 0);
@@ -224,7 +225,7 @@ TEST(Checkpoint, KeepsOnlyTheNewestAndLatestIsAtomic) {
 // keep every element and the dataset's hash64 must be the hash of all of it.
 TEST(Checkpoint, AUnitLargerThanOneStagingPieceRoundTrips) {
     Fixture f;
-    const ModelLayout layout = make_gpt_layout(test::model_config(1, 1, 24, 8, 50257));
+    const ModelLayout layout = make_model_layout(test::model_config(1, 1, 24, 8, 50257));
     ASSERT_GT(layout.unit_numel[0], size_t{1} << 20) << "unit 0 must span more than one staging piece";
     ModelState a(layout, *f.backend, 1);
     scribble(a, 5.f);
@@ -244,8 +245,8 @@ TEST(Checkpoint, AUnitLargerThanOneStagingPieceRoundTrips) {
         << "unit 0's adam_v differs from the state it was saved from";
     ModelState b(layout, *f.backend, 99);
     load_checkpoint(dir, b, self_communicator());
-    const std::vector<float> sa = a.owned_optimizer_state();
-    const std::vector<float> sb = b.owned_optimizer_state();
+    const std::vector<float> sa = ModelStateTestAccess::owned_optimizer_state(a);
+    const std::vector<float> sb = ModelStateTestAccess::owned_optimizer_state(b);
     ASSERT_EQ(sa.size(), sb.size());
     EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << "load through the pieces";
 }
@@ -331,7 +332,7 @@ TEST(Checkpoint, DamagedTruncatedAndMismatchedCheckpointsAreRefusedNamingTheFile
     // A different model shape.
     ModelConfig other = f.mc;
     other.n_embd = 32;
-    const ModelLayout other_layout = make_gpt_layout(other);
+    const ModelLayout other_layout = make_model_layout(other);
     ModelState c(other_layout, *f.backend, 1);
     msg = input_error_of([&] { load_checkpoint(dir, c, self_communicator()); });
     EXPECT_NE(msg.find("meta.h5"), std::string::npos) << msg;

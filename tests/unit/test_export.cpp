@@ -21,8 +21,9 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "model_state_access.hpp"
 
 namespace fs = std::filesystem;
 
@@ -43,7 +44,7 @@ ModelConfig small_model() { return test::model_config(2, 2, 16, 8, 40, 64); }
 /// and garbage in the padded vocabulary rows, which export must drop and import must zero.
 struct Fixture {
     ModelConfig mc = small_model();
-    ModelLayout layout = make_gpt_layout(mc);
+    ModelLayout layout = make_model_layout(mc);
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     test::ScratchDir dir{"export"};
     ModelState state{layout, *backend, 5};
@@ -391,7 +392,7 @@ TEST(Export, MalformedFilesAreRefusedNamingTheFile) {
     consolidate(f.step_dir, h5, DType::kF32, false);
     ModelConfig wider = f.mc;
     wider.n_embd = 32;
-    const ModelLayout wl = make_gpt_layout(wider);
+    const ModelLayout wl = make_model_layout(wider);
     ModelState ws(wl, *f.backend, 1);
     std::string msg = input_error_of([&] { import_weights(h5, wl, wider, ws); });
     EXPECT_NE(msg.find(h5), std::string::npos) << msg;
@@ -399,7 +400,7 @@ TEST(Export, MalformedFilesAreRefusedNamingTheFile) {
     // ...and a deeper one (a tensor missing), and a garbage file.
     ModelConfig deeper = f.mc;
     deeper.n_layer = 3;
-    const ModelLayout dl = make_gpt_layout(deeper);
+    const ModelLayout dl = make_model_layout(deeper);
     ModelState ds(dl, *f.backend, 1);
     msg = input_error_of([&] { import_weights(h5, dl, deeper, ds); });
     EXPECT_NE(msg.find("missing tensor h.2.ln_1.weight"), std::string::npos) << msg;
@@ -495,7 +496,7 @@ TEST(Export, Version1CheckpointsStillLoadAndConsolidate) {
     const CheckpointRecord loaded = load_checkpoint(f.step_dir, b, self_communicator());
     EXPECT_EQ(loaded.progress.step, 12);
     EXPECT_EQ(loaded.seed, 5u);
-    EXPECT_EQ(b.owned_optimizer_state(), f.state.owned_optimizer_state());
+    EXPECT_EQ(ModelStateTestAccess::owned_optimizer_state(b), ModelStateTestAccess::owned_optimizer_state(f.state));
     consolidate(f.step_dir, f.dir.file("v1.h5"), DType::kF32, false);
     const hid_t h5 = H5Fopen(f.dir.file("v1.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     ASSERT_GE(h5, 0);

@@ -10,10 +10,11 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/random.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 #include "test_support.hpp"
+#include "model_state_access.hpp"
 
 namespace zt {
 namespace {
@@ -38,11 +39,11 @@ void check_every_tensor(const ModelConfig& mc) {
     auto backend = make_cpu_backend(1);
     const int B = 2;
     const int T = mc.seq_len;
-    Gpt model(mc, *backend, B);
+    Transformer model(mc, *backend, B);
     ModelState state(model.layout(), *backend, 42);
     // Larger-than-init weights give the nonlinearities (GELU, softmax, LayerNorm) real work.
     for (int u = 0; u < model.layout().num_units(); ++u) {
-        float* w = state.unit_params(u);
+        float* w = ModelStateTestAccess::unit_params(state, u);
         for (size_t i = 0; i < model.layout().unit_numel[static_cast<size_t>(u)]; ++i) {
             w[i] += static_cast<float>(0.3 * random_normal(7, 99, static_cast<uint64_t>(u) * 100000 + i));
         }
@@ -74,7 +75,7 @@ void check_every_tensor(const ModelConfig& mc) {
     // with |g| > 0.1 fails, as do wrong factors, missing terms and transposed indices.
     const double eps = 2e-2;
     for (const ParamSpec& p : model.layout().params) {
-        float* w = state.unit_params(p.unit) + p.offset;
+        float* w = ModelStateTestAccess::unit_params(state, p.unit) + p.offset;
         const float* g = state.grads(p.unit) + p.offset;
         size_t bad = 0;
         size_t worst_i = 0;
@@ -116,7 +117,7 @@ TEST(LlamaGradcheck, EveryTensorMatchesFiniteDifferencesMhaUntied) { check_every
 
 void check_padded_rows(const ModelConfig& mc, const std::vector<std::string>& tensors) {
     auto backend = make_cpu_backend(1);
-    Gpt model(mc, *backend, 1);
+    Transformer model(mc, *backend, 1);
     ModelState state(model.layout(), *backend, 1);
     std::vector<int32_t> inputs{1, 2, 3, 4, 5, 6};
     std::vector<int32_t> targets{2, 3, 4, 5, 6, 7};
@@ -126,7 +127,7 @@ void check_padded_rows(const ModelConfig& mc, const std::vector<std::string>& te
     for (const std::string& name : tensors) {
         const ParamSpec& wte = model.layout().find(name);
         const float* g = state.grads(0) + wte.offset;
-        const float* w = state.unit_params(0) + wte.offset;
+        const float* w = ModelStateTestAccess::unit_params(state, 0) + wte.offset;
         for (size_t i = static_cast<size_t>(mc.vocab_size) * mc.n_embd; i < wte.numel; ++i) {
             ASSERT_EQ(g[i], 0.f) << "padded " << name << " element " << i << " got gradient";
             ASSERT_EQ(w[i], 0.f) << "padded " << name << " element " << i << " was initialized nonzero";
@@ -146,8 +147,8 @@ void check_recompute(ModelConfig mc) {
     auto backend = make_cpu_backend(1);
     const int B = 2;
     const int T = mc.seq_len;
-    Gpt plain(mc, *backend, B, false);
-    Gpt recompute(mc, *backend, B, true);
+    Transformer plain(mc, *backend, B, false);
+    Transformer recompute(mc, *backend, B, true);
     ModelState a(plain.layout(), *backend, 5);
     ModelState b(recompute.layout(), *backend, 5);
     std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
@@ -174,7 +175,7 @@ TEST(LlamaRecompute, SameLossAndGradientsWithLessActivationMemory) { check_recom
 
 TEST(GptInit, IdenticalForEverySeedUseAndDependsOnSeed) {
     const ModelConfig mc = tiny_model();
-    const ModelLayout layout = make_gpt_layout(mc);
+    const ModelLayout layout = make_model_layout(mc);
     std::vector<float> a(layout.unit_numel[1]), b(layout.unit_numel[1]), c(layout.unit_numel[1]);
     init_unit(layout, 1, 5, a.data());
     init_unit(layout, 1, 5, b.data());
@@ -194,7 +195,7 @@ TEST(GptInit, IdenticalForEverySeedUseAndDependsOnSeed) {
 // including pieces that start or end inside a tensor or inside the padded vocabulary rows.
 TEST(GptInit, RangesGiveTheWholeUnitsValues) {
     const ModelConfig mc = tiny_model();
-    const ModelLayout layout = make_gpt_layout(mc);
+    const ModelLayout layout = make_model_layout(mc);
     for (int u = 0; u < layout.num_units(); ++u) {
         const size_t n = layout.unit_numel[static_cast<size_t>(u)];
         std::vector<float> whole(n);
@@ -214,7 +215,7 @@ TEST(GptInit, RangesGiveTheWholeUnitsValues) {
 // LayerNorm weights 1 and every bias 0.
 TEST(GptInit, NonResidualWeightsHaveStd002) {
     const ModelConfig mc = tiny_model();
-    const ModelLayout layout = make_gpt_layout(mc);
+    const ModelLayout layout = make_model_layout(mc);
     std::vector<std::vector<float>> units;
     for (int u = 0; u < layout.num_units(); ++u) {
         units.emplace_back(layout.unit_numel[static_cast<size_t>(u)]);
@@ -266,7 +267,7 @@ namespace {
 // product each); the untied head in unit 0; HF's init (std 0.02 for every matrix, RMSNorm 1).
 TEST(LlamaLayout, HuggingFaceNamesPackedProjectionsAndInit) {
     ModelConfig mc = tiny_llama(false, 1);
-    const ModelLayout layout = make_gpt_layout(mc);
+    const ModelLayout layout = make_model_layout(mc);
     const size_t C = 8, hs = 4, F = 12;
     ASSERT_EQ(layout.num_units(), mc.n_layer + 2);
     EXPECT_EQ(layout.find("model.embed_tokens.weight").unit, 0);

@@ -25,7 +25,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 namespace fs = std::filesystem;
@@ -56,7 +56,7 @@ ModelConfig llama_model(const Case& c) { return test::small_llama(c.n_kv_head, c
 /// the init, so the loss check exercises every nonlinearity) and whose padded vocabulary
 /// rows hold garbage that export must cut and import must zero.
 struct LlamaCkpt {
-    explicit LlamaCkpt(const Case& c) : mc(llama_model(c)), layout(make_gpt_layout(mc)) {
+    explicit LlamaCkpt(const Case& c) : mc(llama_model(c)), layout(make_model_layout(mc)) {
         for (const ParamSpec& p : layout.params) {
             float* w = state.master_base(p.unit) + p.offset;
             for (size_t i = 0; i < p.numel; ++i) {
@@ -195,7 +195,7 @@ TEST_P(HfLlama, NumpyReferenceReadsTheExportAndAgreesOnTheLoss) {
     std::ifstream in(f.dir.file("hf_reference.json"));
     const double ref = nlohmann::json::parse(in).at("loss").get<double>();
 
-    Gpt model(f.mc, *f.backend, B);
+    Transformer model(f.mc, *f.backend, B);
     ModelState s(model.layout(), *f.backend, 1);
     load_checkpoint(f.step_dir, s, self_communicator());
     const float loss = model.forward(s, inputs.data(), targets.data(), B, T, 1.0f / static_cast<float>(B * T));
@@ -370,7 +370,7 @@ TEST(HfLlamaImport, BadDirectoriesAndTensorsAreRefusedNamingFileAndField) {
     // A GQA split that does not match the checkpoint's: k_proj rows for 4 kv heads, not 2.
     ModelConfig mha = f.mc;
     mha.n_kv_head = 4;
-    const ModelLayout ml = make_gpt_layout(mha);
+    const ModelLayout ml = make_model_layout(mha);
     ModelState ms(ml, *f.backend, 1);
     write_safetensors(weights, st.header, st.data);
     const std::string msg = input_error_of([&] { import_weights(weights, ml, mha, ms); });

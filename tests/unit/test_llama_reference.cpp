@@ -20,11 +20,12 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/random.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 #include "test_support.hpp"
+#include "model_state_access.hpp"
 
 namespace zt {
 namespace {
@@ -67,12 +68,12 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
     const int B = 2;
     const int T = mc.seq_len;
     auto backend = make_cpu_backend(1);
-    Gpt model(mc, *backend, B);
+    Transformer model(mc, *backend, B);
     ModelState state(model.layout(), *backend, 11);
     const ModelLayout& layout = model.layout();
     // Weights larger than the init (std 0.02) so every nonlinearity does real work.
     for (int u = 0; u < layout.num_units(); ++u) {
-        float* w = state.unit_params(u);
+        float* w = ModelStateTestAccess::unit_params(state, u);
         for (const ParamSpec& p : layout.params) {
             if (p.unit != u) continue;
             const size_t live = p.unit == 0 ? static_cast<size_t>(mc.vocab_size) * mc.n_embd : p.numel;
@@ -114,7 +115,7 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
                           {"steps", steps}};
     for (const ParamSpec& p : layout.params) {
         cfg["tensors"].push_back(p.name);
-        write_npy(str(dir, "/", p.name, ".npy"), state.unit_params(p.unit) + p.offset, "<f4", 4, p.shape);
+        write_npy(str(dir, "/", p.name, ".npy"), ModelStateTestAccess::unit_params(state, p.unit) + p.offset, "<f4", 4, p.shape);
     }
     std::ofstream(dir + "/config.json") << cfg.dump(1);
     write_npy(dir + "/tokens.npy", inputs.data(), "<i4", 4, {static_cast<size_t>(B), static_cast<size_t>(T)});

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
 #include "test_support.hpp"
@@ -39,7 +39,7 @@ double stored_grad_norm(ModelState& state, int units, size_t numel_total, float 
 TEST(MixedPrecision, Fp16GradientsUnderflowWithoutLossScalingAndSurviveWithIt) {
     const ModelConfig mc = small_model();
     auto backend = make_cpu_backend(1);
-    const ModelLayout layout = make_gpt_layout(mc);
+    const ModelLayout layout = make_model_layout(mc);
     ModelState state(layout, *backend, self_communicator(), 0, SIZE_MAX, 1, DType::kF16, DType::kF16);
     const double expected = 1e-8 * std::sqrt(static_cast<double>(layout.total_numel));
     const double unscaled = stored_grad_norm(state, layout.num_units(), layout.total_numel, 1e-8f, 1.0);
@@ -57,7 +57,7 @@ TEST(MixedPrecision, Fp16GradientsUnderflowWithoutLossScalingAndSurviveWithIt) {
 TEST(MixedPrecision, MemoryFollowsThePerDtypeFormulas) {
     const ModelConfig mc = small_model();
     auto backend = make_cpu_backend(1);
-    const ModelLayout layout = make_gpt_layout(mc);
+    const ModelLayout layout = make_model_layout(mc);
     double P = 0;
     for (const auto& p : layout.params) P += static_cast<double>(p.numel);
     for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {

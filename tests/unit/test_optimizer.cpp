@@ -10,7 +10,7 @@
 
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 
 #include "test_support.hpp"
@@ -152,7 +152,7 @@ Segments segments(const ModelLayout& layout, int unit, size_t begin, size_t end)
 }
 
 TEST(DecaySegments, TwoDimensionalWeightsAndBothEmbeddingsDecay) {
-    const ModelLayout layout = make_gpt_layout(small_model());
+    const ModelLayout layout = make_model_layout(small_model());
     // Decay on exactly the 2-D weights: both embeddings (wte is tied to the LM head) and the
     // four matrices of each block; never a bias or a LayerNorm parameter.
     const std::set<std::string> decayed = {"wte.weight",           "wpe.weight",
@@ -168,14 +168,14 @@ TEST(DecaySegments, TwoDimensionalWeightsAndBothEmbeddingsDecay) {
 }
 
 TEST(DecaySegments, EmbeddingUnit) {
-    const ModelLayout layout = make_gpt_layout(small_model());
+    const ModelLayout layout = make_model_layout(small_model());
     // wte (10 x 3) at 0..30, a 2-element alignment gap, wpe (3 x 3) at 32..41.
     ASSERT_EQ(layout.unit_numel[0], 41u);
     EXPECT_EQ(segments(layout, 0, 0, 41), (Segments{{0, 30, 1}, {30, 32, 0}, {32, 41, 1}}));
 }
 
 TEST(DecaySegments, BlockUnitByHand) {
-    const ModelLayout layout = make_gpt_layout(small_model());
+    const ModelLayout layout = make_model_layout(small_model());
     // C = 3, tensors start at multiples of 16:
     //   ln_1.weight 0..3  ln_1.bias 16..19  c_attn.weight 32..59  c_attn.bias 64..73
     //   attn.c_proj.weight 80..89  attn.c_proj.bias 96..99  ln_2.weight 112..115
@@ -196,14 +196,14 @@ TEST(DecaySegments, BlockUnitByHand) {
 }
 
 TEST(DecaySegments, FinalLayerNormNeverDecays) {
-    const ModelLayout layout = make_gpt_layout(small_model());
+    const ModelLayout layout = make_model_layout(small_model());
     ASSERT_EQ(layout.num_units(), 3);
     // ln_f.weight 0..3, ln_f.bias 16..19.
     EXPECT_EQ(segments(layout, 2, 0, 19), (Segments{{0, 19, 0}}));
 }
 
 TEST(DecaySegments, CoverTheRangeAndMatchTheManifest) {
-    const ModelLayout layout = make_gpt_layout(model_config(2, 2, 24, 7, 257, 64));
+    const ModelLayout layout = make_model_layout(model_config(2, 2, 24, 7, 257, 64));
     for (int u = 0; u < layout.num_units(); ++u) {
         const size_t n = layout.unit_numel[static_cast<size_t>(u)];
         // Element by element: decay exactly inside a decayed tensor.

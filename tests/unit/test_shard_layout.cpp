@@ -3,6 +3,7 @@
 
 #include <numeric>
 
+#include "ztrain/core/error.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
 
 namespace zt {
@@ -46,7 +47,7 @@ TEST(ShardLayout, ShardPlanOwnershipAndPrimaryRangesCoverEachElementOnce) {
     for (int world : {1, 2, 3, 4, 7}) {
         for (int stage : {0, 1, 2, 3}) {
             SCOPED_TRACE(::testing::Message() << "world " << world << " stage " << stage);
-            const ShardPlan plan(units, world, stage);
+            const ShardPlan plan(units, world, ShardingPolicy::zero_stage(stage));
             ASSERT_EQ(plan.num_units(), static_cast<int>(units.size()));
             EXPECT_EQ(plan.world_size(), world);
             for (int u = 0; u < plan.num_units(); ++u) {
@@ -77,6 +78,42 @@ TEST(ShardLayout, ShardPlanOwnershipAndPrimaryRangesCoverEachElementOnce) {
             }
         }
     }
+}
+
+// The policy of each ZeRO stage, and the storage and movement the plan derives from it: the
+// table in model_state.hpp, asked as flags and sizes.
+TEST(ShardLayout, ZeroStagePoliciesStoreAndMoveWhatTheStageShards) {
+    const std::vector<size_t> units{1000, 17, 4099};
+    const int world = 4;
+    for (int stage : {0, 1, 2, 3}) {
+        SCOPED_TRACE(::testing::Message() << "stage " << stage);
+        const ShardingPolicy p = ShardingPolicy::zero_stage(stage);
+        EXPECT_EQ(p.optimizer_sharded, stage >= 1);
+        EXPECT_EQ(p.grads_sharded, stage >= 2);
+        EXPECT_EQ(p.params_sharded, stage >= 3);
+        const ShardPlan plan(units, world, p);
+        EXPECT_EQ(plan.grads_all_reduced(), stage == 0);
+        EXPECT_EQ(plan.grads_reduced_per_micro_step(), stage >= 2);
+        EXPECT_EQ(plan.params_gathered_per_unit(), stage == 3);
+        EXPECT_EQ(plan.params_gathered_after_step(), stage == 1 || stage == 2);
+        EXPECT_EQ(plan.ownership_partitioned(), stage >= 1);
+        for (int u = 0; u < plan.num_units(); ++u) {
+            const UnitShard& s = plan.shard(u);
+            EXPECT_EQ(plan.stored_params(u), stage >= 3 ? s.shard_numel : s.padded_numel) << "unit " << u;
+            EXPECT_EQ(plan.stored_grads(u), stage >= 2 ? s.shard_numel : s.padded_numel) << "unit " << u;
+            EXPECT_EQ(plan.stored_optimizer(u), stage >= 1 ? s.shard_numel : s.padded_numel) << "unit " << u;
+            for (int r = 0; r < world; ++r) {
+                EXPECT_EQ(plan.params_start(u, r), stage >= 3 ? s.begin(r) : 0u) << "unit " << u << " rank " << r;
+                EXPECT_EQ(plan.grads_start(u, r), stage >= 2 ? s.begin(r) : 0u) << "unit " << u << " rank " << r;
+                EXPECT_EQ(plan.optimizer_start(u, r), stage >= 1 ? s.begin(r) : 0u) << "unit " << u << " rank " << r;
+            }
+        }
+    }
+    EXPECT_THROW(ShardingPolicy::zero_stage(4), Error);
+    EXPECT_THROW(ShardingPolicy::zero_stage(-1), Error);
+    ShardingPolicy inconsistent;
+    inconsistent.params_sharded = true;
+    EXPECT_THROW(ShardPlan(units, world, inconsistent), Error);
 }
 
 TEST(ShardLayout, BucketsFollowBackwardOrderAndCoverEveryUnitOnce) {

@@ -20,6 +20,7 @@
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/step_reporter.hpp"
 #include "ztrain/train/trainer.hpp"
+#include "model_state_access.hpp"
 
 namespace zt {
 namespace {
@@ -268,7 +269,7 @@ TEST(Training, PersistentNonFiniteGradientsStopTheRun) {
     write_token_shard(dir.file("val.bin"), cycle_corpus(2000));
     TrainOptions poison;
     poison.after_grad_sync = [](long step, ModelState& state) {
-        if (step >= 3) state.poison_owned_grad();
+        if (step >= 3) ModelStateTestAccess::poison_owned_grad(state);
     };
     Config c = tiny_config(dir, "bf16");
     c.precision.dtype = DType::kBF16;
@@ -312,7 +313,7 @@ TEST(Training, Fp16AtTheFloorWithHysteresis2AbsorbsOneOverflowAndStopsAtTheSecon
     TrainOptions poison;
     std::vector<bool> skipped;
     poison.after_grad_sync = [](long step, ModelState& state) {
-        if (step >= 3) state.poison_owned_grad();
+        if (step >= 3) ModelStateTestAccess::poison_owned_grad(state);
     };
     poison.after_step = [&](long, ModelState&, bool s) { skipped.push_back(s); };
     Config h = tiny_config(dir, "fp16");

@@ -10,7 +10,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
@@ -31,7 +31,7 @@ ModelConfig llama_model() {
 
 TEST(ZeroMemory, FormulasMatchModelStateBytesOnOneRank) {
   for (const ModelConfig& mc : {ModelConfig{}, llama_model()}) {
-    const ModelLayout layout = make_gpt_layout(mc);  // the default model: 4 layers, 128 wide
+    const ModelLayout layout = make_model_layout(mc);  // the default model: 4 layers, 128 wide
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     for (const DType work : {DType::kF32, DType::kBF16, DType::kF16}) {
         for (int stage = 0; stage <= 3; ++stage) {
@@ -55,7 +55,7 @@ TEST(MemoryPlan, ModelStatePlanIsWhatTheStateAllocates) {
     // plan_bytes sizes nothing it does not share with the allocation: every kind, every
     // stage and dtype, with a wire dtype that differs from the working one too.
   for (const ModelConfig& mc : {ModelConfig{}, llama_model()}) {
-    const ModelLayout layout = make_gpt_layout(mc);
+    const ModelLayout layout = make_model_layout(mc);
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     for (const DType work : {DType::kF32, DType::kBF16, DType::kF16}) {
         for (const DType reduce : {work, DType::kF32}) {
@@ -81,8 +81,8 @@ TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
   for (const ModelConfig& cfg : {ModelConfig{}, llama_model()}) {
     for (const bool recompute : {false, true}) {
         for (const int batch : {1, 3}) {
-            Gpt model(cfg, *backend, batch, recompute);
-            const double plan = Gpt::activation_floats(cfg, batch, recompute,
+            Transformer model(cfg, *backend, batch, recompute);
+            const double plan = Transformer::activation_floats(cfg, batch, recompute,
                                                        backend->attention_scratch_floats(batch, cfg.seq_len, cfg.n_head));
             EXPECT_EQ(plan * sizeof(float), static_cast<double>(model.activation_bytes()))
                 << "batch " << batch << (recompute ? ", recompute" : "");
@@ -102,13 +102,13 @@ TEST(MemoryPlan, ClosedFormParameterCountIsTheManifests) {
         cfg.model = mc;
         const MemoryPlan plan = plan_memory(cfg, 1, 1, 0, 0, false);
         double params = 0;
-        for (const ParamSpec& p : make_gpt_layout(mc).params) params += static_cast<double>(p.numel);
+        for (const ParamSpec& p : make_model_layout(mc).params) params += static_cast<double>(p.numel);
         const double per_token = plan.flops_per_step / plan.tokens_per_step;
         EXPECT_DOUBLE_EQ(per_token, 6 * params + 12.0 * mc.n_layer * mc.seq_len * mc.n_embd) << setting_text(mc.arch);
     }
     const Config smol = parse_deck_text(test::read_file(ZT_SOURCE_DIR "/inputs/smollm2_135m.ini"), "smollm2_135m.ini");
     double params = 0;
-    for (const ParamSpec& p : make_gpt_layout(smol.model).params) params += static_cast<double>(p.numel);
+    for (const ParamSpec& p : make_model_layout(smol.model).params) params += static_cast<double>(p.numel);
     EXPECT_EQ(params, 134515008.0);
 }
 
@@ -120,7 +120,7 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
     cfg.model = test::model_config(2, 2, 32, 16, 50);
     cfg.train.max_steps = 100;
     cfg.checkpoint.every = 10;  // periodic saves before the end: the async ones
-    const ModelLayout layout = make_gpt_layout(cfg.model);
+    const ModelLayout layout = make_model_layout(cfg.model);
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     const auto item = [](const MemoryPlan& plan) {
         for (const MemoryItem& i : plan.items) {
@@ -134,7 +134,7 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
         const CheckpointSnapshot snapshot(state);
         cfg.checkpoint.async = true;
         EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), static_cast<double>(snapshot.bytes())) << "stage " << stage;
-        const ShardPlan four(layout.unit_numel, 4, stage);
+        const ShardPlan four(layout.unit_numel, 4, ShardingPolicy::zero_stage(stage));
         double largest = 0;
         for (int r = 0; r < 4; ++r) largest = std::max(largest, static_cast<double>(CheckpointSnapshot::planned_bytes(four, r)));
         EXPECT_EQ(item(plan_memory(cfg, 4, 4, 0, 0, false)), largest) << "stage " << stage << ", 4 ranks";

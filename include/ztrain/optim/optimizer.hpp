@@ -10,7 +10,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/model_layout.hpp"
 
 namespace zt {
 

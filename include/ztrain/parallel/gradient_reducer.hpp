@@ -59,13 +59,11 @@ class GradientReducer {
     size_t num_buckets() const { return m_buckets.size(); }
     /// Planned peak of the pooled scratch (gradient scratch, buffers of reductions in flight).
     size_t dynamic_scratch_planned() const {
-        return planned_scratch(m_ctx.plan, m_ctx.stage, m_ctx.work, m_ctx.reduce);
+        return planned_scratch(m_ctx.plan, m_ctx.work, m_ctx.reduce);
     }
 
     // ---- sizes, without allocating (the memory plan uses the same functions) ----
-    /// Elements of `unit` whose gradient this rank stores: all (stages 0-1) or a shard.
-    static size_t stored_numel(const ShardPlan& plan, int stage, int unit);
-    static size_t planned_scratch(const ShardPlan& plan, int stage, DType work, DType reduce);
+    static size_t planned_scratch(const ShardPlan& plan, DType work, DType reduce);
 
   private:
     /// A started reduction and the pooled buffers it holds until completed.
@@ -97,7 +95,7 @@ class GradientReducer {
     void* grad_ptr(int unit, size_t element);
     /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing is left to
     /// the model (grads_need_zero) instead of a memset of every gradient at step start.
-    bool lazy_zero() const { return m_ctx.work == DType::kF32 && m_ctx.stage <= 1; }
+    bool lazy_zero() const { return m_ctx.work == DType::kF32 && !m_ctx.plan.policy().grads_sharded; }
 
     StateContext m_ctx;
     std::vector<GradBucket> m_buckets;

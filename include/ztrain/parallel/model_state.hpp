@@ -39,7 +39,7 @@
 // shard (the full-size buffer cannot outlive the unit's backward without losing the saving).
 // Scratch: gathered units, fp32 views, gradient scratch and the buffers of reductions in
 // flight come from one pool that reuses a buffer of the same byte size. The model's
-// protocol (gpt.cpp: unit 0, the tied embedding, is held from the LM head through backward;
+// protocol (model/transformer.cpp: unit 0, the tied embedding, is held from the LM head through backward;
 // other units are used one at a time, the next one prefetched) and the reducer's bound on
 // reductions in flight bound what the pool holds; dynamic_scratch_planned() is that bound
 // and the ZeroEquivalence tests check real steps against it.
@@ -52,7 +52,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/dtype.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/model_layout.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/gradient_reducer.hpp"
 #include "ztrain/parallel/optimizer_state.hpp"
@@ -128,29 +128,21 @@ class ModelState : public UnitStore {
     /// `group_size`: the ranks the state is split over (the shard group; the world without
     /// hybrid sharding).
     static StateBytes plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work, DType reduce);
-    /// Bytes of per-unit scratch (gathered units, fp32 views, gradient scratch) allocated so
-    /// far; buffers are pooled and reused, so this is the high-water mark of what is held.
-    size_t dynamic_scratch_held() const { return m_pool.held(); }
-    /// The planned peak of that per-unit scratch (included in bytes().scratch).
-    size_t dynamic_scratch_planned() const;
+    /// The ZeRO stage the state was made with (recorded in checkpoints; the parts ask
+    /// shard_plan()'s policy instead).
     int zero_stage() const { return m_stage; }
     /// This rank's place in its shard group (the shard it owns) and which replica it is;
     /// replica 0 writes checkpoints.
     int shard_rank() const { return m_rank; }
     int replica() const { return m_replica.rank(); }
     int replicas() const { return m_replica.size(); }
-    /// DDP gradient buckets (stages 0 and 1 group units into them; 0 buckets at 2 and 3).
-    size_t num_grad_buckets() const { return m_grads.num_buckets(); }
     const ModelLayout& layout() const { return m_layout; }
     const std::vector<UnitShard>& shards() const { return m_plan.shards(); }
     /// Who owns which elements (shared with the checkpoint code).
     const ShardPlan& shard_plan() const { return m_plan; }
     /// Copies the full, unpadded parameters of `unit` into out (unit_numel floats).
-    /// Collective over the shard group for stage 3 (every rank must call it).
+    /// Collective over the shard group where the master is sharded (every rank must call it).
     void gather_unit_params(int unit, float* out);
-    /// fp32 working copy of a replicated stage (0-2) only: direct access to a unit's full
-    /// parameters (tests that perturb weights).
-    float* unit_params(int unit);
 
     // ---- checkpoints: this rank's owned elements [owned_begin, owned_end) of each unit
     // (shard_plan().owned_range for this rank) ----
@@ -172,20 +164,18 @@ class ModelState : public UnitStore {
     /// from them and re-assemble full parameters where the stage keeps them. Collective.
     void sync_working_from_master();
 
-    // ---- test hooks ----
-    /// This rank's master weights, AdamW m and v over its owned elements, concatenated.
-    std::vector<float> owned_optimizer_state();
-    /// Writes +inf into this rank's first owned gradient element (overflow injection).
-    void poison_owned_grad();
-
   private:
+    // Tests inspect and perturb the state through this (tests/support/model_state_access.hpp).
+    friend class ModelStateTestAccess;
     StateContext context();
+    /// The planned peak of the per-unit scratch (included in bytes().scratch).
+    size_t dynamic_scratch_planned() const;
 
     const ModelLayout& m_layout;
     Backend& m_backend;
     Communicator& m_comm;     // the shard group
     Communicator& m_replica;  // the same shard in the other groups
-    int m_stage;
+    int m_stage;              // reported only (zero_stage()); behaviour follows m_plan's policy
     int m_rank;
     DType m_work;
     DType m_reduce;

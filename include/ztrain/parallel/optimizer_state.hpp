@@ -34,10 +34,6 @@ class OptimizerState {
     /// The owned elements of each unit split where weight decay starts or stops.
     const std::vector<std::vector<DecaySegment>>& segments() const { return m_segments; }
 
-    /// Elements of `unit` the master / m / v buffers hold: all (DDP) or a shard (no
-    /// allocation: the memory plan uses it too).
-    static size_t state_numel(const ShardPlan& plan, int stage, int unit);
-
   private:
     /// Where buffers holding the owned elements start: 0 (DDP, whole units) or the shard.
     size_t state_shift(int unit) const;

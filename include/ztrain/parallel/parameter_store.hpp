@@ -50,12 +50,10 @@ class ParameterStore {
     /// fp32 stages 0-2: the full working copy of `unit` (tests that perturb weights).
     float* unit_params(int unit);
     /// Planned peak of the pooled scratch acquire/prefetch take (gathered units, fp32 views).
-    size_t dynamic_scratch_planned() const { return planned_scratch(m_ctx.plan, m_ctx.stage, m_ctx.work); }
+    size_t dynamic_scratch_planned() const { return planned_scratch(m_ctx.plan, m_ctx.work); }
 
     // ---- sizes, without allocating (the memory plan uses the same functions) ----
-    /// Elements of `unit` the working copy stores on every rank: all (stages 0-2) or a shard.
-    static size_t stored_numel(const ShardPlan& plan, int stage, int unit);
-    static size_t planned_scratch(const ShardPlan& plan, int stage, DType work);
+    static size_t planned_scratch(const ShardPlan& plan, DType work);
 
   private:
     /// A unit while acquired or prefetched (stage 3 and/or 16-bit).

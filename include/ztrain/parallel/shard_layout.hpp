@@ -1,5 +1,5 @@
-// Shard ranges, ownership and bucket boundaries: pure functions of (unit sizes, world size,
-// ZeRO stage), tested without MPI.
+// Shard ranges, the sharding policy, ownership and bucket boundaries: pure functions of
+// (unit sizes, world size, policy), tested without MPI.
 //
 // Each unit's flat buffer is padded to a multiple of world_size * kShardAlign elements, so
 // rank r owns the contiguous slice [r*S, (r+1)*S) with S = padded / world_size, aligned to
@@ -34,20 +34,39 @@ struct ElementRange {
     bool empty() const { return end <= begin; }
 };
 
-/// Which rank owns which elements of each unit: the one answer ModelState (the elements a
-/// rank applies AdamW to and keeps master weights and m, v for) and the checkpoint code
-/// (what a rank saves and loads) both use, so neither re-derives it from the ZeRO stage.
+/// What a ZeRO stage shards, decided once: the parts of a model state ask these flags (and
+/// the ShardPlan's answers built on them), never the stage number.
+///   stage 0 (DDP): nothing sharded; gradients all-reduced in buckets
+///   stage 1: optimizer state (fp32 master, AdamW m, v)
+///   stage 2: + stored gradients (reduce-scattered as backward produces them)
+///   stage 3: + the parameters' working copy (gathered per unit just before use)
+struct ShardingPolicy {
+    bool optimizer_sharded = false;  ///< master weights and m, v only for the owned elements
+    bool grads_sharded = false;      ///< stored gradients: the own shard only
+    bool params_sharded = false;     ///< working copy: the own shard only
+    /// The policy of ZeRO stage `stage` (0-3; anything else is an error).
+    static ShardingPolicy zero_stage(int stage);
+};
+
+/// Which rank owns which elements of each unit, and how much of each kind of state a rank
+/// stores: the one answer the model state's parts (ParameterStore, GradientReducer,
+/// OptimizerState) and the checkpoint code all use, so none re-derives it from the stage.
 ///
-/// Ownership is replicated under DDP (stage 0: every rank owns every element and applies
-/// the full update) and partitioned under ZeRO-1/2/3 (a rank owns the live part of its
-/// shard slice). Either way each element has one *primary* owner, the rank whose copy a
-/// checkpoint saves: the lowest rank that owns it.
+/// Ownership is replicated under DDP (every rank owns every element and applies the full
+/// update) and partitioned under ZeRO-1/2/3 (a rank owns the live part of its shard slice).
+/// Either way each element has one *primary* owner, the rank whose copy a checkpoint saves:
+/// the lowest rank that owns it.
+///
+/// The split is over one group of ranks (the shard group). A further mesh dimension
+/// (tensor or pipeline parallel) adds its own split of the units before this one; the
+/// parts keep asking the same questions.
 class ShardPlan {
   public:
-    ShardPlan(const std::vector<size_t>& unit_numel, int world_size, int zero_stage);
+    ShardPlan(const std::vector<size_t>& unit_numel, int world_size, ShardingPolicy policy);
 
     int world_size() const { return m_world; }
     int num_units() const { return static_cast<int>(m_shards.size()); }
+    const ShardingPolicy& policy() const { return m_policy; }
     /// The padded shard slices of every unit (storage of the partitioned stages).
     const std::vector<UnitShard>& shards() const { return m_shards; }
     const UnitShard& shard(int unit) const { return m_shards[static_cast<size_t>(unit)]; }
@@ -59,12 +78,42 @@ class ShardPlan {
     ElementRange primary_range(int unit, int rank) const;
     /// Whether `rank` is the primary owner of its part of the model (a checkpoint has one
     /// shard file per such rank, even one whose ranges are all empty).
-    bool is_primary(int rank) const { return !m_replicated || rank == 0; }
+    bool is_primary(int rank) const { return m_policy.optimizer_sharded || rank == 0; }
+    /// Whether each rank owns a part of the elements (so sums over owned elements, such as
+    /// the gradient norm, are completed across the group).
+    bool ownership_partitioned() const { return m_policy.optimizer_sharded; }
+
+    // Elements stored per unit by each kind of state (the padded unit or its shard), and
+    // the unit element at index 0 of such a buffer on `rank` (the shard start, or 0).
+    size_t stored_params(int unit) const { return stored(unit, m_policy.params_sharded); }
+    size_t stored_grads(int unit) const { return stored(unit, m_policy.grads_sharded); }
+    size_t stored_optimizer(int unit) const { return stored(unit, m_policy.optimizer_sharded); }
+    size_t params_start(int unit, int rank) const { return start(unit, rank, m_policy.params_sharded); }
+    size_t grads_start(int unit, int rank) const { return start(unit, rank, m_policy.grads_sharded); }
+    size_t optimizer_start(int unit, int rank) const { return start(unit, rank, m_policy.optimizer_sharded); }
+
+    // How gradients and parameters move.
+    /// Gradients all-reduced whole, in buckets (nothing partitioned: DDP).
+    bool grads_all_reduced() const { return !m_policy.optimizer_sharded; }
+    /// Each unit's gradient reduce-scattered every micro-step as backward produces it (the
+    /// full-size buffer is scratch); otherwise gradients accumulate locally and are reduced
+    /// once per step.
+    bool grads_reduced_per_micro_step() const { return m_policy.grads_sharded; }
+    /// Parameters gathered per unit just before use and dropped after it.
+    bool params_gathered_per_unit() const { return m_policy.params_sharded; }
+    /// Full parameters re-assembled by an all-gather after each optimizer step (the
+    /// optimizer updates only the owned shard of a full working copy).
+    bool params_gathered_after_step() const { return m_policy.optimizer_sharded && !m_policy.params_sharded; }
 
   private:
+    size_t stored(int unit, bool sharded) const {
+        return sharded ? shard(unit).shard_numel : shard(unit).padded_numel;
+    }
+    size_t start(int unit, int rank, bool sharded) const { return sharded ? shard(unit).begin(rank) : 0; }
+
     std::vector<UnitShard> m_shards;
     int m_world;
-    bool m_replicated;  ///< DDP: every rank owns whole units
+    ShardingPolicy m_policy;
 };
 
 /// A run of units, consecutive in backward order (last unit first), whose gradients are

@@ -11,7 +11,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/dtype.hpp"
-#include "ztrain/model/gpt.hpp"
+#include "ztrain/model/model_layout.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
 
 namespace zt {
@@ -62,7 +62,6 @@ struct StateContext {
     Communicator& comm;     ///< the shard group: reduce-scatters and all-gathers
     Communicator& replica;  ///< across groups: the owned gradients' all-reduce
     const ShardPlan& plan;
-    int stage;
     int rank;      ///< in the shard group
     DType work;    ///< parameters' working copy and stored gradients
     DType reduce;  ///< the gradients' wire format

@@ -15,14 +15,14 @@ namespace zt {
 
 class BatchSampler;
 class Communicator;
-class Gpt;
+class Transformer;
 class StepReporter;
 class Tokenizer;
 class UnitStore;
 
 /// Samples `n` tokens after `start_token` from the current weights, with temperature 1 and
 /// top-k 40, from a counter-based generator keyed by (seed, step): every rank draws the same.
-std::vector<uint32_t> generate(Gpt& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step);
+std::vector<uint32_t> generate(Transformer& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step);
 
 struct Evaluation {
     double val_loss = 0.0;
@@ -33,7 +33,7 @@ class Evaluator {
   public:
     /// `val_sampler` null: no validation data, evaluate() does nothing. `tokenizer` null:
     /// samples are shown as token ids.
-    Evaluator(const TrainConfig& tc, Gpt& model, UnitStore& store, Communicator& comm, BatchSampler* val_sampler,
+    Evaluator(const TrainConfig& tc, Transformer& model, UnitStore& store, Communicator& comm, BatchSampler* val_sampler,
               const Tokenizer* tokenizer, StepReporter& reporter);
 
     /// Evaluates after `step` steps and reports it (collective); nothing without data.val.
@@ -41,7 +41,7 @@ class Evaluator {
 
   private:
     const TrainConfig& m_tc;
-    Gpt& m_model;
+    Transformer& m_model;
     UnitStore& m_store;
     Communicator& m_comm;
     BatchSampler* m_val_sampler;

@@ -1,6 +1,6 @@
 // Each rank's peak memory predicted from the deck alone, before anything is allocated: the
 // model state (ModelState::plan_bytes: the same size functions its parts allocate with),
-// activations (Gpt::activation_floats: the figure the model's constructor checks it
+// activations (Transformer::activation_floats: the figure the model's constructor checks it
 // allocated), the staging buffers, and this process's measured baseline (MPI, OpenMP and
 // OpenBLAS runtimes, CUDA context: its resident set when the plan is made). `ztrain --plan`
 // prints it; every run checks it against what the node has (run.memory_check).

@@ -19,7 +19,7 @@
 namespace zt {
 
 class Communicator;
-class Gpt;
+class Transformer;
 class ProfilingBackend;
 class LossScalePolicy;
 struct StateBytes;
@@ -85,7 +85,7 @@ class StepReporter {
     /// the per-op profile when it is on.
     StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
                  const Communicator& comm, const Communicator& shard, const Communicator& replica,
-                 const Gpt& model, ProfilingBackend* op_profile);
+                 const Transformer& model, ProfilingBackend* op_profile);
     /// Where the ranks are (nodes, groups), for the memory record; call before start().
     void set_rank_layout(const RankLayout& layout) { m_layout = layout; }
 
@@ -134,7 +134,7 @@ class StepReporter {
     const Communicator& m_shard;
     const Communicator& m_replica;
     RankLayout m_layout;
-    const Gpt& m_model;
+    const Transformer& m_model;
     ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
     std::chrono::steady_clock::time_point m_run_start;
     double m_train_seconds = 0.0;  ///< this process's steps after its first (which warms caches)

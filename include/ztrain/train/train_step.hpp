@@ -24,7 +24,7 @@ namespace zt {
 
 class BatchSampler;
 class Communicator;
-class Gpt;
+class Transformer;
 class ModelState;
 class ProfilingBackend;
 struct TrainOptions;
@@ -44,7 +44,7 @@ class TrainStep {
   public:
     /// `comm`: the run's (the loss); `counted`: every communicator whose per-step bytes the
     /// step's record reports (their counts restart with each step).
-    TrainStep(const Config& cfg, Gpt& model, ModelState& state, Communicator& comm, std::vector<Communicator*> counted,
+    TrainStep(const Config& cfg, Transformer& model, ModelState& state, Communicator& comm, std::vector<Communicator*> counted,
               BatchSampler& sampler, LossScalePolicy& loss_scale, StepReporter& reporter,
               const TrainOptions& options, ProfilingBackend* op_profile);
 
@@ -54,7 +54,7 @@ class TrainStep {
 
   private:
     const TrainConfig& m_tc;
-    Gpt& m_model;
+    Transformer& m_model;
     ModelState& m_state;
     Communicator& m_comm;
     std::vector<Communicator*> m_counted;

@@ -1,0 +1,87 @@
+// The model's base, what every layer above the model depends on: the parameter layout
+// (units + tensor manifest), its counter-based initialization, and UnitStore, the face
+// through which the model reads weights and writes gradients.
+//
+// Parameters live in flat per-unit buffers: unit 0 = the embeddings (GPT-2: token +
+// position; Llama: token, plus lm_head when untied; a tied token embedding doubles as the
+// LM head), units 1..L = transformer blocks, unit L+1 = the final norm. A tensor is (unit,
+// offset, shape). The model reads weights and writes gradients only through a UnitStore,
+// which decides where those buffers live (replicated, sharded and gathered on demand, ...);
+// the model never knows the parallel strategy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ztrain/config/config.hpp"
+
+namespace zt {
+
+/// One tensor of the manifest.
+struct ParamSpec {
+    std::string name;          ///< Hugging Face names: "h.3.attn.c_attn.weight" (GPT-2),
+                               ///< "model.layers.3.self_attn.q_proj.weight" (Llama)
+    int unit = 0;
+    size_t offset = 0;         ///< element offset inside the unit's buffer
+    std::vector<size_t> shape; ///< ztrain orientation: matrices are (out, in)
+    size_t numel = 0;
+    bool decay = false;        ///< AdamW weight decay applies
+    float init_std = 0.f;      ///< normal(0, init_std); 0 means constant init_value
+    float init_value = 0.f;
+    size_t global_index = 0;   ///< index of the first element in the model-wide enumeration
+    size_t init_numel = 0;     ///< leading elements that get the init; the rest stay 0
+                               ///< (the padded vocabulary rows of wte)
+};
+
+/// Units and the tensor manifest; a pure function of the model config.
+struct ModelLayout {
+    ModelConfig model;                ///< the configuration the layout was made from
+    std::vector<ParamSpec> params;
+    std::vector<size_t> unit_numel;   ///< elements per unit (unpadded)
+    size_t total_numel = 0;
+    size_t head_offset = 0;           ///< the LM head inside unit 0 (0: tied to the token embedding)
+    int num_units() const { return static_cast<int>(unit_numel.size()); }
+    const ParamSpec& find(const std::string& name) const;
+};
+
+/// The layout of cfg.arch's family (each family's file lists its tensors: gpt2_block.cpp,
+/// llama_block.cpp).
+ModelLayout make_model_layout(const ModelConfig& cfg);
+
+/// Fills `out` (unit_numel[unit] floats) with the initial values of that unit: GPT-2 init
+/// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0; Llama:
+/// std 0.02 everywhere, RMSNorm 1, as Hugging Face initializes it) from
+/// a counter-based generator keyed by each element's global index, so every rank and every
+/// strategy computes identical weights.
+void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out);
+/// Elements [begin, end) of that unit (end <= unit_numel[unit]) into out[0, end - begin):
+/// the same values init_unit gives them, so a unit can be initialized in pieces.
+void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t begin, size_t end, float* out);
+
+/// Where the model gets gathered weights and puts gradients. Implemented by the parallel
+/// strategy. Calls come in a fixed order per micro-step (see Transformer::forward/backward).
+class UnitStore {
+  public:
+    virtual ~UnitStore() = default;
+    /// Full (gathered) parameters of `unit`, valid until release(unit).
+    virtual const float* acquire(int unit) = 0;
+    virtual void release(int unit) = 0;
+    /// Hint: `unit` will be acquired next; a sharded store may start gathering it.
+    virtual void prefetch(int unit) { (void)unit; }
+    /// Full-size gradient buffer of `unit`; backward accumulates into it.
+    virtual float* grads(int unit) = 0;
+    /// Backward has finished adding this micro-step's gradient of `unit`.
+    virtual void grads_done(int unit) { (void)unit; }
+    /// Asked once per unit per micro-step, after grads(unit): true when the store left that
+    /// buffer unzeroed for this optimizer step and the model must zero each gradient tensor
+    /// right before its first accumulation (the zeroed lines are then still in cache when the
+    /// product adds into them, instead of being zeroed at step start and read back from DRAM).
+    virtual bool grads_need_zero(int unit) {
+        (void)unit;
+        return false;
+    }
+};
+
+}  // namespace zt

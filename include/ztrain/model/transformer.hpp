@@ -1,0 +1,106 @@
+// The transformer: one driver of the unit protocol (embedding, blocks, final norm, LM head,
+// loss; forward, backward, recompute) over the block of the configured family (model.arch:
+// gpt2_block.cpp, llama_block.cpp). The driver owns what every family shares (the
+// embedding output, the final norm's output, the logits and losses, the residual gradient
+// stream); a family owns its blocks' activation slots and its own gradient scratch.
+//
+// Not here: the optimizer (optim/), data (data/), parallel strategy (parallel/); those
+// depend on model_layout.hpp only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/dtype.hpp"
+#include "ztrain/model/model_layout.hpp"
+
+namespace zt {
+
+class ActivationArena;
+class ModelFamily;
+
+class Transformer {
+  public:
+    /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens. With
+    /// `recompute`, only each block's output is kept; backward re-runs a block's forward
+    /// into one shared set of buffers just before its backward (activation checkpointing:
+    /// about one extra forward of compute for ~1/L of the block activations' memory).
+    Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false);
+    ~Transformer();
+    Transformer(const Transformer&) = delete;
+    Transformer& operator=(const Transformer&) = delete;
+
+    const ModelLayout& layout() const { return m_layout; }
+    const ModelConfig& config() const { return m_cfg; }
+
+    /// Forward over inputs (B, T). With targets, returns the mean cross-entropy over rows
+    /// whose target >= 0 and, when dloss != 0, leaves d(dloss * sum of row losses)/dlogits
+    /// ready for backward(). Without targets returns 0 and logits() holds (B, T, Vp).
+    float forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
+                  float dloss);
+    /// Backward of the last forward (which must have had targets and dloss != 0).
+    void backward(UnitStore& store);
+
+    /// Backend memory (device memory on a GPU backend; see logits_row_to_host).
+    const float* logits() const { return m_logits; }
+    /// Copies logits row `row` (Vp floats, of the last forward) into host memory at out.
+    void logits_row_to_host(int row, float* out) const;
+
+    /// Activations and activation gradients in `t`: for bf16/fp16 the model computes through
+    /// an ActivationRoundingBackend over its backend (16-bit values in fp32 buffers; see
+    /// activation_rounding.hpp). Default fp32. Requires backend.capabilities().supports(t).
+    void set_activation_dtype(DType t);
+    /// Bytes of activation (and activation-gradient) memory allocated.
+    size_t activation_bytes() const;
+    /// The floats the constructor allocates for these arguments, computed in double (so an
+    /// absurd shape gives a huge number, not an overflow) without allocating: the memory
+    /// plan's figure. The constructor checks that it allocated exactly this.
+    static double activation_floats(const ModelConfig& cfg, int max_batch, bool recompute,
+                                    size_t attention_scratch_floats);
+    /// Bytes of the token and target copies in backend memory (int32, (B, T) each).
+    static double token_bytes(const ModelConfig& cfg, int max_batch) {
+        return 2.0 * max_batch * cfg.seq_len * sizeof(int32_t);
+    }
+
+  private:
+    void embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T);
+    float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
+                        float dloss);
+    /// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero).
+    void zero_grad_if(bool zero, float* p, size_t n);
+
+    ModelConfig m_cfg;
+    Backend& m_backend;
+    ModelLayout m_layout;
+    std::unique_ptr<ActivationArena> m_arena;  // every activation buffer; freed last
+    std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch
+    size_t m_head_offset = 0;  // the LM head inside unit 0 (0: tied to the token embedding)
+    int m_max_batch;
+    bool m_recompute = false;
+    /// What the model's ops run on: m_backend, or a rounding decorator over it (16-bit).
+    std::unique_ptr<Backend> m_rounding;
+    Backend* m_compute = &m_backend;
+    int m_B = 0;
+    int m_T = 0;
+    // What every family shares. Shapes with B = m_max_batch, T = seq_len at allocation.
+    float* m_encoded = nullptr;    // (B, T, C) the embedding's output, the first block's input
+    float* m_normed = nullptr;     // (B, T, C) the final norm's output
+    float* m_logits = nullptr;     // (B, T, Vp); dlogits after a training forward
+    float* m_losses = nullptr;     // (B, T)
+    float* m_dresidual = nullptr;  // (B, T, C) d loss / d residual stream, block by block
+    float* m_dnormed = nullptr;    // (B, T, C) d loss / d final norm output
+    const int32_t* m_inputs = nullptr;  // the backend's copy of the last forward's tokens
+    // Tokens and targets copied from the caller's host arrays into backend memory, and the
+    // per-row losses read back for the mean (host memory).
+    int32_t* m_tokens_be = nullptr;   // (B, T)
+    int32_t* m_targets_be = nullptr;  // (B, T)
+    std::vector<float> m_losses_host;  // (B, T)
+    const float* m_head_weights = nullptr;  // unit 0, held from forward into backward
+    bool m_have_dlogits = false;
+};
+
+}  // namespace zt

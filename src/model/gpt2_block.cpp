@@ -1,0 +1,244 @@
+// The GPT-2 family: its manifest (Hugging Face GPT-2 names), its block written out op by op
+// (no autograd), learned position embeddings and the final LayerNorm.
+//   x2 = x + c_proj(attn(c_attn(ln_1(x))))
+//   y  = x2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x2))))
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ztrain/core/error.hpp"
+#include "model_family.hpp"
+
+namespace zt {
+
+namespace {
+
+ModelLayout gpt2_layout(const ModelConfig& cfg) {
+    ModelLayout layout;
+    layout.model = cfg;
+    LayoutBuilder b(layout);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
+    const size_t T = static_cast<size_t>(cfg.seq_len);
+    const float std_base = 0.02f;
+    // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer): each block adds two.
+    const float std_resid = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layer));
+
+    b.begin_unit();
+    b.add("wte.weight", {Vp, C}, true, std_base, 0.f, static_cast<size_t>(cfg.vocab_size) * C);
+    b.add("wpe.weight", {T, C}, true, std_base);
+    for (int l = 0; l < cfg.n_layer; ++l) {
+        const std::string h = str("h.", l, ".");
+        b.begin_unit();
+        b.add(h + "ln_1.weight", {C}, false, 0.f, 1.f);
+        b.add(h + "ln_1.bias", {C}, false, 0.f);
+        b.add(h + "attn.c_attn.weight", {3 * C, C}, true, std_base);
+        b.add(h + "attn.c_attn.bias", {3 * C}, false, 0.f);
+        b.add(h + "attn.c_proj.weight", {C, C}, true, std_resid);
+        b.add(h + "attn.c_proj.bias", {C}, false, 0.f);
+        b.add(h + "ln_2.weight", {C}, false, 0.f, 1.f);
+        b.add(h + "ln_2.bias", {C}, false, 0.f);
+        b.add(h + "mlp.c_fc.weight", {4 * C, C}, true, std_base);
+        b.add(h + "mlp.c_fc.bias", {4 * C}, false, 0.f);
+        b.add(h + "mlp.c_proj.weight", {C, 4 * C}, true, std_resid);
+        b.add(h + "mlp.c_proj.bias", {C}, false, 0.f);
+    }
+    b.begin_unit();
+    b.add("ln_f.weight", {C}, false, 0.f, 1.f);
+    b.add("ln_f.bias", {C}, false, 0.f);
+    b.finish();
+    return layout;
+}
+
+double gpt2_activation_floats(const ModelConfig& cfg, int max_batch, bool recompute) {
+    const double BT = static_cast<double>(max_batch) * cfg.seq_len;
+    const double C = cfg.n_embd;
+    const double T = cfg.seq_len;
+    // Per block (Slots): ln1, residual2, ln2, atty, output (5 x BTC), qkv (3), fc and
+    // fc_gelu (4 each), the attention probabilities (B NH T T), four LayerNorm statistics.
+    const double block = BT * C * (5 + 3 + 8) + static_cast<double>(max_batch) * cfg.n_head * T * T + 4 * BT;
+    const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
+    // ln_f's mean and rstd (2 x BT); gradient scratch: datty (BTC), dqkv (3), dfc and
+    // dfc_gelu (4 each).
+    return blocks + 2 * BT + BT * C * (1 + 3 + 8);
+}
+
+class Gpt2Blocks final : public ModelFamily {
+  public:
+    Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena, DriverScratch scratch,
+               int max_batch, bool recompute);
+
+    void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
+                       int T) override {
+        be.encoder_forward(out, tokens, unit0, unit0 + m_wpe_offset, B, T, m_cfg.n_embd);
+    }
+    void embed_backward(Backend& be, float* dunit0, bool zero, const float* dout, const int32_t* tokens, int B,
+                        int T) override {
+        const size_t C = static_cast<size_t>(m_cfg.n_embd);
+        zero_grad_if(be, zero, dunit0 + m_wpe_offset, static_cast<size_t>(m_cfg.seq_len) * C);
+        be.encoder_backward(dunit0, dunit0 + m_wpe_offset, dout, tokens, B, T, m_cfg.n_embd);
+    }
+    void block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) override;
+    void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in, float* dres,
+                        int B, int T) override;
+    const float* block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
+    void final_norm_forward(Backend& be, float* out, const float* in, const float* w, int N) override {
+        be.layernorm_forward(out, m_lnf_mean, m_lnf_rstd, in, w, w + m_lnf_bias_offset, N, m_cfg.n_embd);
+    }
+    void final_norm_backward(Backend& be, float* dinp, float* dw, const float* dout, const float* in, const float* w,
+                             int N) override {
+        be.layernorm_backward(dinp, dw, dw + m_lnf_bias_offset, dout, in, w, m_lnf_mean, m_lnf_rstd, N,
+                              m_cfg.n_embd);
+    }
+
+  private:
+    /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
+    struct Slots {
+        float* ln1 = nullptr;        // (B, T, C)
+        float* ln1_mean = nullptr;   // (B, T)
+        float* ln1_rstd = nullptr;   // (B, T)
+        float* qkv = nullptr;        // (B, T, 3C)
+        float* atty = nullptr;       // (B, T, C)
+        float* att = nullptr;        // (B, NH, T, T)
+        float* residual2 = nullptr;  // (B, T, C)
+        float* ln2 = nullptr;        // (B, T, C)
+        float* ln2_mean = nullptr;   // (B, T)
+        float* ln2_rstd = nullptr;   // (B, T)
+        float* fc = nullptr;         // (B, T, 4C)
+        float* fc_gelu = nullptr;    // (B, T, 4C)
+        float* output = nullptr;     // (B, T, C)
+    };
+    /// Offsets of one block's tensors inside its unit (identical for every block).
+    struct Offsets {
+        size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+    };
+
+    ModelConfig m_cfg;
+    Offsets m_off{};
+    size_t m_wpe_offset = 0;
+    size_t m_lnf_bias_offset = 0;
+    std::vector<Slots> m_slots;
+    float* m_lnf_mean = nullptr;  // (B, T)
+    float* m_lnf_rstd = nullptr;  // (B, T)
+    // Gradient scratch reused by every block (backward accumulates, so each is zeroed first).
+    float* m_datty = nullptr;     // (B, T, C)
+    float* m_dqkv = nullptr;      // (B, T, 3C)
+    float* m_dfc = nullptr;       // (B, T, 4C)
+    float* m_dfc_gelu = nullptr;  // (B, T, 4C)
+    DriverScratch m_scratch;
+};
+
+Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
+                       DriverScratch scratch, int max_batch, bool recompute)
+    : m_cfg(cfg), m_scratch(scratch) {
+    auto off = [&](const char* suffix) { return layout.find(str("h.0.", suffix)).offset; };
+    if (cfg.n_layer > 0) {
+        m_off = Offsets{off("ln_1.weight"),       off("ln_1.bias"),          off("attn.c_attn.weight"),
+                        off("attn.c_attn.bias"),  off("attn.c_proj.weight"), off("attn.c_proj.bias"),
+                        off("ln_2.weight"),       off("ln_2.bias"),          off("mlp.c_fc.weight"),
+                        off("mlp.c_fc.bias"),     off("mlp.c_proj.weight"),  off("mlp.c_proj.bias")};
+    }
+    m_wpe_offset = layout.find("wpe.weight").offset;
+    m_lnf_bias_offset = layout.find("ln_f.bias").offset;
+    const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t NH = static_cast<size_t>(cfg.n_head);
+    const size_t T = static_cast<size_t>(cfg.seq_len);
+    m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BT * C, [&](Slots& L) {
+        L.ln1 = arena.take(BT * C);
+        L.ln1_mean = arena.take(BT);
+        L.ln1_rstd = arena.take(BT);
+        L.qkv = arena.take(BT * 3 * C);
+        L.atty = arena.take(BT * C);
+        L.att = arena.take(static_cast<size_t>(max_batch) * NH * T * T);
+        L.residual2 = arena.take(BT * C);
+        L.ln2 = arena.take(BT * C);
+        L.ln2_mean = arena.take(BT);
+        L.ln2_rstd = arena.take(BT);
+        L.fc = arena.take(BT * 4 * C);
+        L.fc_gelu = arena.take(BT * 4 * C);
+        L.output = arena.take(BT * C);
+    });
+    m_lnf_mean = arena.take(BT);
+    m_lnf_rstd = arena.take(BT);
+    m_datty = arena.take(BT * C);
+    m_dqkv = arena.take(BT * 3 * C);
+    m_dfc = arena.take(BT * 4 * C);
+    m_dfc_gelu = arena.take(BT * 4 * C);
+}
+
+void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
+    const Offsets& o = m_off;
+    Slots& L = m_slots[static_cast<size_t>(l)];
+    const int C = m_cfg.n_embd;
+    const int NH = m_cfg.n_head;
+    const int N = B * T;
+    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
+    be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
+    be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
+    be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
+    // residual2 = in + atty @ Wproj^T + bproj in one op: no separate projection buffer.
+    be.matmul_residual_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, in, N, C, C);
+    be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
+    be.matmul_forward(L.fc, L.ln2, w + o.fcw, w + o.fcb, N, C, 4 * C);
+    be.gelu_forward(L.fc_gelu, L.fc, NC * 4);
+    be.matmul_residual_forward(L.output, L.fc_gelu, w + o.fcprojw, w + o.fcprojb, L.residual2, N, 4 * C, C);
+}
+
+void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in,
+                                float* dres, int B, int T) {
+    const Offsets& o = m_off;
+    Slots& L = m_slots[static_cast<size_t>(l)];
+    const int C = m_cfg.n_embd;
+    const int NH = m_cfg.n_head;
+    const int N = B * T;
+    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
+    const size_t CC = static_cast<size_t>(C) * static_cast<size_t>(C);
+    const size_t Cs = static_cast<size_t>(C);
+    float* dln = m_scratch.dscratch;
+    // dres holds d loss / d output. output = residual2 + mlp(...): the MLP branch gets dres
+    // as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
+    be.zero(m_dfc_gelu, NC * 4);
+    zero_grad_if(be, zero_dw, dw + o.fcprojw, 4 * CC);
+    zero_grad_if(be, zero_dw, dw + o.fcprojb, Cs);
+    be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fc_gelu, w + o.fcprojw, N, 4 * C, C);
+    be.zero(m_dfc, NC * 4);
+    be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NC * 4);
+    be.zero(dln, NC);
+    zero_grad_if(be, zero_dw, dw + o.fcw, 4 * CC);
+    zero_grad_if(be, zero_dw, dw + o.fcb, 4 * Cs);
+    be.matmul_backward(dln, dw + o.fcw, dw + o.fcb, m_dfc, L.ln2, w + o.fcw, N, C, 4 * C);
+    zero_grad_if(be, zero_dw, dw + o.ln2w, Cs);
+    zero_grad_if(be, zero_dw, dw + o.ln2b, Cs);
+    be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
+    // Same for the attention branch: dres becomes d/d block input.
+    be.zero(m_datty, NC);
+    zero_grad_if(be, zero_dw, dw + o.attprojw, CC);
+    zero_grad_if(be, zero_dw, dw + o.attprojb, Cs);
+    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
+    be.zero(m_dqkv, NC * 3);
+    be.attention_backward(m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, C, NH);
+    be.zero(dln, NC);
+    zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CC);
+    zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Cs);
+    be.matmul_backward(dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
+    zero_grad_if(be, zero_dw, dw + o.ln1w, Cs);
+    zero_grad_if(be, zero_dw, dw + o.ln1b, Cs);
+    be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
+}
+
+std::unique_ptr<ModelFamily> make_gpt2_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& /*backend*/,
+                                              ActivationArena& arena, DriverScratch scratch, int max_batch,
+                                              bool recompute) {
+    return std::make_unique<Gpt2Blocks>(cfg, layout, arena, scratch, max_batch, recompute);
+}
+
+}  // namespace
+
+const FamilyTraits& gpt2_traits() {
+    static const FamilyTraits traits{gpt2_layout, gpt2_activation_floats, make_gpt2_blocks};
+    return traits;
+}
+
+}  // namespace zt

@@ -1,0 +1,274 @@
+// The Llama family (Hugging Face LlamaForCausalLM): its manifest, its block
+// (LlamaDecoderLayer) forward and backward op by op, no learned positions (RoPE rotates q
+// and k in each block) and the final RMSNorm.
+//   x2 = x + o_proj(attn(rope(qkv_proj(rmsnorm1(x)))))
+//   y  = x2 + down_proj(silu(gate_proj(h)) * up_proj(h)),  h = rmsnorm2(x2)
+// with grouped-query attention (NKV key/value heads) and no biases.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ztrain/backend/rope.hpp"
+#include "ztrain/core/error.hpp"
+#include "model_family.hpp"
+
+namespace zt {
+
+namespace {
+
+/// Hugging Face LlamaForCausalLM's tensors under its own names, so an importer or exporter
+/// maps them one to one. q|k|v and gate|up are packed (add_packed) so each block runs one
+/// product for the three projections and one for the two: rows [0, NH hs) of the packed
+/// matrix are q_proj, then NKV hs rows of k_proj, then v_proj; gate_proj's F rows, then
+/// up_proj's. An untied lm_head sits in unit 0 next to the embedding, so the unit protocol
+/// (and the memory plan's "unit 0 is held from the LM head through backward") is GPT-2's.
+/// Init as HF's _init_weights: normal(0, 0.02) for every matrix, RMSNorm weights 1.
+ModelLayout llama_layout(const ModelConfig& cfg) {
+    ModelLayout layout;
+    layout.model = cfg;
+    LayoutBuilder b(layout);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
+    const size_t hs = static_cast<size_t>(cfg.head_size());
+    const size_t q = static_cast<size_t>(cfg.n_head) * hs;
+    const size_t kv = static_cast<size_t>(cfg.kv_heads()) * hs;
+    const size_t F = static_cast<size_t>(cfg.ffn_dim);
+    const float std_base = 0.02f;
+    const size_t live_vocab = static_cast<size_t>(cfg.vocab_size) * C;
+
+    b.begin_unit();
+    b.add("model.embed_tokens.weight", {Vp, C}, true, std_base, 0.f, live_vocab);
+    if (!cfg.tie_embeddings) {
+        b.add("lm_head.weight", {Vp, C}, true, std_base, 0.f, live_vocab);
+        layout.head_offset = layout.params.back().offset;
+    }
+    for (int l = 0; l < cfg.n_layer; ++l) {
+        const std::string h = str("model.layers.", l, ".");
+        b.begin_unit();
+        b.add(h + "input_layernorm.weight", {C}, false, 0.f, 1.f);
+        b.add(h + "self_attn.q_proj.weight", {q, C}, true, std_base);
+        b.add_packed(h + "self_attn.k_proj.weight", {kv, C}, true, std_base);
+        b.add_packed(h + "self_attn.v_proj.weight", {kv, C}, true, std_base);
+        b.add(h + "self_attn.o_proj.weight", {C, q}, true, std_base);
+        b.add(h + "post_attention_layernorm.weight", {C}, false, 0.f, 1.f);
+        b.add(h + "mlp.gate_proj.weight", {F, C}, true, std_base);
+        b.add_packed(h + "mlp.up_proj.weight", {F, C}, true, std_base);
+        b.add(h + "mlp.down_proj.weight", {C, F}, true, std_base);
+    }
+    b.begin_unit();
+    b.add("model.norm.weight", {C}, false, 0.f, 1.f);
+    b.finish();
+    return layout;
+}
+
+RopeOptions rope_options(const ModelConfig& m) {
+    RopeOptions o;
+    o.theta = m.rope_theta;
+    o.llama3_scaling = m.rope_scaling == RopeScaling::kLlama3;
+    o.llama3.factor = m.rope_factor;
+    o.llama3.low_freq_factor = m.rope_low_freq_factor;
+    o.llama3.high_freq_factor = m.rope_high_freq_factor;
+    o.llama3.original_max_position_embeddings = m.rope_original_context;
+    return o;
+}
+
+double llama_activation_floats(const ModelConfig& cfg, int max_batch, bool recompute) {
+    const double BT = static_cast<double>(max_batch) * cfg.seq_len;
+    const double C = cfg.n_embd;
+    const double T = cfg.seq_len;
+    const double QKV = cfg.qkv_dim();
+    const double F = cfg.ffn_dim;
+    // Per block (Slots): norm1, atty, residual2, norm2, output (5 x BTC), qkv (QKV), gate|up
+    // (2F) and the SwiGLU output (F), the attention probabilities (B NH T T), two RMSNorm rstd.
+    const double block = BT * (5 * C + QKV + 3 * F) + static_cast<double>(max_batch) * cfg.n_head * T * T + 2 * BT;
+    const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
+    // The final RMSNorm's rstd (BT); gradient scratch: datty (BTC), dqkv (QKV), d gate|up
+    // (2F), d swiglu (F); the zero position table (T C) and the rotary table (T hs).
+    return blocks + BT + BT * (C + QKV + 3 * F) + T * C + T * cfg.head_size();
+}
+
+class LlamaBlocks final : public ModelFamily {
+  public:
+    LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
+                DriverScratch scratch, int max_batch, bool recompute);
+
+    void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
+                       int T) override {
+        be.encoder_forward(out, tokens, unit0, m_zero_positions, B, T, m_cfg.n_embd);
+    }
+    void embed_backward(Backend& be, float* dunit0, bool /*zero*/, const float* dout, const int32_t* tokens, int B,
+                        int T) override {
+        be.encoder_backward(dunit0, nullptr, dout, tokens, B, T, m_cfg.n_embd);
+    }
+    void block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) override;
+    void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in, float* dres,
+                        int B, int T) override;
+    const float* block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
+    void final_norm_forward(Backend& be, float* out, const float* in, const float* w, int N) override {
+        be.rmsnorm_forward(out, m_norm_rstd, in, w, N, m_cfg.n_embd, static_cast<float>(m_cfg.norm_eps));
+    }
+    void final_norm_backward(Backend& be, float* dinp, float* dw, const float* dout, const float* in, const float* w,
+                             int N) override {
+        be.rmsnorm_backward(dinp, dw, dout, in, w, m_norm_rstd, N, m_cfg.n_embd);
+    }
+
+  private:
+    /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
+    struct Slots {
+        float* norm1 = nullptr;       // (B, T, C) input RMSNorm output
+        float* norm1_rstd = nullptr;  // (B, T)
+        float* qkv = nullptr;         // (B, T, (NH + 2 NKV) hs), q and k rotated
+        float* atty = nullptr;        // (B, T, C)
+        float* att = nullptr;         // (B, NH, T, T)
+        float* residual2 = nullptr;   // (B, T, C)
+        float* norm2 = nullptr;       // (B, T, C) post-attention RMSNorm output
+        float* norm2_rstd = nullptr;  // (B, T)
+        float* gate_up = nullptr;     // (B, T, 2F)
+        float* swiglu = nullptr;      // (B, T, F)
+        float* output = nullptr;      // (B, T, C)
+    };
+    /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
+    /// gate|up are packed, so qkv and gate_up address one matrix each.
+    struct Offsets {
+        size_t norm1, qkv, o_proj, norm2, gate_up, down_proj;
+    };
+
+    ModelConfig m_cfg;
+    Offsets m_off{};
+    std::vector<Slots> m_slots;
+    float* m_norm_rstd = nullptr;       // (B, T) the final RMSNorm's
+    float* m_zero_positions = nullptr;  // (T, C) zeros: the encoder's position table
+    float* m_rope = nullptr;            // rope_table (T, hs) in backend memory
+    // Gradient scratch reused by every block (backward accumulates, so each is zeroed first).
+    float* m_datty = nullptr;     // (B, T, C)
+    float* m_dqkv = nullptr;      // (B, T, QKV)
+    float* m_dgate_up = nullptr;  // (B, T, 2F)
+    float* m_dswiglu = nullptr;   // (B, T, F)
+    DriverScratch m_scratch;
+};
+
+LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
+                         DriverScratch scratch, int max_batch, bool recompute)
+    : m_cfg(cfg), m_scratch(scratch) {
+    auto off = [&](const char* suffix) { return layout.find(str("model.layers.0.", suffix)).offset; };
+    if (cfg.n_layer > 0) {
+        m_off = Offsets{off("input_layernorm.weight"),          off("self_attn.q_proj.weight"),
+                        off("self_attn.o_proj.weight"),         off("post_attention_layernorm.weight"),
+                        off("mlp.gate_proj.weight"),            off("mlp.down_proj.weight")};
+        // The packed products rely on k|v following q and up following gate with no gap.
+        const size_t C = static_cast<size_t>(cfg.n_embd);
+        ZT_REQUIRE(off("self_attn.v_proj.weight") + static_cast<size_t>(cfg.kv_heads() * cfg.head_size()) * C ==
+                           m_off.qkv + static_cast<size_t>(cfg.qkv_dim()) * C &&
+                       off("mlp.up_proj.weight") == m_off.gate_up + static_cast<size_t>(cfg.ffn_dim) * C,
+                   "Llama layout: q|k|v and gate|up must be contiguous");
+    }
+    const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t NH = static_cast<size_t>(cfg.n_head);
+    const size_t T = static_cast<size_t>(cfg.seq_len);
+    const size_t QKV = static_cast<size_t>(cfg.qkv_dim());
+    const size_t F = static_cast<size_t>(cfg.ffn_dim);
+    const size_t hs = static_cast<size_t>(cfg.head_size());
+    m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BT * C, [&](Slots& L) {
+        L.norm1 = arena.take(BT * C);
+        L.norm1_rstd = arena.take(BT);
+        L.qkv = arena.take(BT * QKV);
+        L.atty = arena.take(BT * C);
+        L.att = arena.take(static_cast<size_t>(max_batch) * NH * T * T);
+        L.residual2 = arena.take(BT * C);
+        L.norm2 = arena.take(BT * C);
+        L.norm2_rstd = arena.take(BT);
+        L.gate_up = arena.take(BT * 2 * F);
+        L.swiglu = arena.take(BT * F);
+        L.output = arena.take(BT * C);
+    });
+    m_norm_rstd = arena.take(BT);
+    m_datty = arena.take(BT * C);
+    m_dqkv = arena.take(BT * QKV);
+    m_dgate_up = arena.take(BT * 2 * F);
+    m_dswiglu = arena.take(BT * F);
+    m_zero_positions = arena.take(T * C);  // alloc_floats zero-initializes; never written
+    m_rope = arena.take(T * hs);
+    const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
+    backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
+}
+
+void LlamaBlocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
+    const Offsets& o = m_off;
+    Slots& L = m_slots[static_cast<size_t>(l)];
+    const int C = m_cfg.n_embd;
+    const int NH = m_cfg.n_head;
+    const int NKV = m_cfg.kv_heads();
+    const int hs = m_cfg.head_size();
+    const int F = m_cfg.ffn_dim;
+    const int N = B * T;
+    const float eps = static_cast<float>(m_cfg.norm_eps);
+    be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, N, C, eps);
+    be.matmul_forward(L.qkv, L.norm1, w + o.qkv, nullptr, N, C, m_cfg.qkv_dim());
+    // Rotated in place: attention and its backward only need the rotated q and k.
+    be.rope_forward(L.qkv, L.qkv, m_rope, B, T, NH, NKV, hs);
+    be.gqa_attention_forward(L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
+    be.matmul_residual_forward(L.residual2, L.atty, w + o.o_proj, nullptr, in, N, C, C);
+    be.rmsnorm_forward(L.norm2, L.norm2_rstd, L.residual2, w + o.norm2, N, C, eps);
+    be.matmul_forward(L.gate_up, L.norm2, w + o.gate_up, nullptr, N, C, 2 * F);
+    be.swiglu_forward(L.swiglu, L.gate_up, N, F);
+    be.matmul_residual_forward(L.output, L.swiglu, w + o.down_proj, nullptr, L.residual2, N, F, C);
+}
+
+void LlamaBlocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in,
+                                 float* dres, int B, int T) {
+    const Offsets& o = m_off;
+    Slots& L = m_slots[static_cast<size_t>(l)];
+    const int C = m_cfg.n_embd;
+    const int NH = m_cfg.n_head;
+    const int NKV = m_cfg.kv_heads();
+    const int hs = m_cfg.head_size();
+    const int F = m_cfg.ffn_dim;
+    const int QKV = m_cfg.qkv_dim();
+    const int N = B * T;
+    const size_t n = static_cast<size_t>(N);
+    const size_t Cs = static_cast<size_t>(C);
+    const size_t Fs = static_cast<size_t>(F);
+    float* dnorm = m_scratch.dscratch;
+    // dres holds d loss / d block output; each branch's RMSNorm backward adds into it, so it
+    // becomes d/d residual2 and then d/d block input (as in the GPT-2 block).
+    be.zero(m_dswiglu, n * Fs);
+    zero_grad_if(be, zero_dw, dw + o.down_proj, Cs * Fs);
+    be.matmul_backward(m_dswiglu, dw + o.down_proj, nullptr, dres, L.swiglu, w + o.down_proj, N, F, C);
+    be.zero(m_dgate_up, n * 2 * Fs);
+    be.swiglu_backward(m_dgate_up, L.gate_up, m_dswiglu, N, F);
+    be.zero(dnorm, n * Cs);
+    zero_grad_if(be, zero_dw, dw + o.gate_up, 2 * Fs * Cs);
+    be.matmul_backward(dnorm, dw + o.gate_up, nullptr, m_dgate_up, L.norm2, w + o.gate_up, N, C, 2 * F);
+    zero_grad_if(be, zero_dw, dw + o.norm2, Cs);
+    be.rmsnorm_backward(dres, dw + o.norm2, dnorm, L.residual2, w + o.norm2, L.norm2_rstd, N, C);
+
+    be.zero(m_datty, n * Cs);
+    zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cs);
+    be.matmul_backward(m_datty, dw + o.o_proj, nullptr, dres, L.atty, w + o.o_proj, N, C, C);
+    be.zero(m_dqkv, n * static_cast<size_t>(QKV));
+    be.gqa_attention_backward(m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
+    // The gradient w.r.t. the unrotated q|k|v, in place.
+    be.rope_backward(m_dqkv, m_dqkv, m_rope, B, T, NH, NKV, hs);
+    be.zero(dnorm, n * Cs);
+    zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
+    be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, w + o.qkv, N, C, QKV);
+    zero_grad_if(be, zero_dw, dw + o.norm1, Cs);
+    be.rmsnorm_backward(dres, dw + o.norm1, dnorm, in, w + o.norm1, L.norm1_rstd, N, C);
+}
+
+std::unique_ptr<ModelFamily> make_llama_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
+                                               ActivationArena& arena, DriverScratch scratch, int max_batch,
+                                               bool recompute) {
+    return std::make_unique<LlamaBlocks>(cfg, layout, backend, arena, scratch, max_batch, recompute);
+}
+
+}  // namespace
+
+const FamilyTraits& llama_traits() {
+    static const FamilyTraits traits{llama_layout, llama_activation_floats, make_llama_blocks};
+    return traits;
+}
+
+}  // namespace zt

@@ -1,0 +1,137 @@
+// What a model family supplies to the shared driver (transformer.cpp): its tensor manifest,
+// its block (forward, backward, the activation slots it keeps, its gradient scratch), and
+// the two places outside the blocks where families differ: the embedding (learned
+// positions or none) and the final norm. Private to model/.
+//
+// Adding a family: one file like gpt2_block.cpp or llama_block.cpp defining its
+// FamilyTraits, one case in family_traits() (transformer.cpp), and its Hugging Face name
+// map (ckpt/hf_family.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/model/model_layout.hpp"
+
+namespace zt {
+
+/// Every activation buffer of one model, in backend memory; counts what it handed out so
+/// the constructor can check it against the memory plan's figure.
+class ActivationArena {
+  public:
+    explicit ActivationArena(Backend& backend) : m_backend(backend) {}
+    ~ActivationArena();
+    ActivationArena(const ActivationArena&) = delete;
+    ActivationArena& operator=(const ActivationArena&) = delete;
+    /// n zeroed floats (Backend::alloc_floats), freed with the arena.
+    float* take(size_t n);
+    size_t floats() const { return m_floats; }
+
+  private:
+    Backend& m_backend;
+    std::vector<float*> m_all;
+    size_t m_floats = 0;
+};
+
+/// Appends tensors to a layout, unit by unit. Tensor starts inside a unit are aligned to 16
+/// floats (64 bytes) so vectorized kernels see aligned rows; the gaps are zero, get zero
+/// gradients and stay zero under AdamW.
+class LayoutBuilder {
+  public:
+    explicit LayoutBuilder(ModelLayout& layout) : m_layout(layout) {}
+    void begin_unit() { m_layout.unit_numel.push_back(0); }
+    void add(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
+             float init_value = 0.f, size_t init_numel = SIZE_MAX);
+    /// A tensor that starts right where the previous one ends (no alignment gap), so that
+    /// consecutive tensors form one matrix: Llama's q|k|v and gate|up.
+    void add_packed(const std::string& name, std::vector<size_t> shape, bool decay, float init_std);
+    /// Sums the units into total_numel once every tensor is added.
+    void finish();
+
+  private:
+    void add_at(const std::string& name, std::vector<size_t> shape, bool decay, float init_std, float init_value,
+                size_t init_numel, size_t align);
+
+    ModelLayout& m_layout;
+    size_t m_next_global = 0;
+};
+
+/// One Slots per block, each with an `output` member: fill(slots) takes a block's buffers
+/// from the arena. With recompute only block 0 is filled; the others share its buffers
+/// (rebuilt on demand by re-running the block's forward) and own just their output of
+/// output_floats, the next block's input.
+template <typename Slots, typename Fill>
+std::vector<Slots> allocate_block_slots(int n_layer, bool recompute, ActivationArena& arena, size_t output_floats,
+                                        Fill fill) {
+    std::vector<Slots> slots(static_cast<size_t>(n_layer));
+    for (size_t l = 0; l < slots.size(); ++l) {
+        if (recompute && l > 0) {
+            slots[l] = slots[0];
+            slots[l].output = arena.take(output_floats);
+        } else {
+            fill(slots[l]);
+        }
+    }
+    return slots;
+}
+
+/// Buffers the driver owns and lends to the family's blocks: `dscratch` (B, T, C) is free
+/// once the final norm's backward has read it, `attention_scratch` is the backend's
+/// attention backward scratch.
+struct DriverScratch {
+    float* dscratch = nullptr;
+    float* attention_scratch = nullptr;
+};
+
+/// One family's blocks at run time. Every method runs on the backend it is given (the
+/// model's compute backend: possibly a rounding decorator); weights w and gradients dw are
+/// a unit's buffers, `in` the block's input, dres d loss / d block output on entry and
+/// d loss / d block input on return.
+class ModelFamily {
+  public:
+    virtual ~ModelFamily() = default;
+    /// out (B, T, C) from the tokens and unit 0.
+    virtual void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
+                               int T) = 0;
+    /// Adds the embedding's gradients into dunit0; zeroes the position table's first when
+    /// `zero` (the token embedding's are zeroed by the driver with the LM head's).
+    virtual void embed_backward(Backend& be, float* dunit0, bool zero, const float* dout, const int32_t* tokens,
+                                int B, int T) = 0;
+    virtual void block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) = 0;
+    virtual void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in,
+                                float* dres, int B, int T) = 0;
+    /// Block l's output, the next block's input (kept even under recompute).
+    virtual const float* block_output(int l) const = 0;
+    /// The final norm: out (N, C) from in with the last unit's weights w.
+    virtual void final_norm_forward(Backend& be, float* out, const float* in, const float* w, int N) = 0;
+    /// dinp += d/d in, dw += d/d weights, from dout.
+    virtual void final_norm_backward(Backend& be, float* dinp, float* dw, const float* dout, const float* in,
+                                     const float* w, int N) = 0;
+
+  protected:
+    static void zero_grad_if(Backend& be, bool zero, float* p, size_t n) {
+        if (zero) be.zero(p, n);
+    }
+};
+
+/// A family: its manifest, its activation count and its blocks. activation_floats is what
+/// `make` takes from the arena for these arguments (without the driver's own buffers).
+struct FamilyTraits {
+    ModelLayout (*layout)(const ModelConfig& cfg);
+    double (*activation_floats)(const ModelConfig& cfg, int max_batch, bool recompute);
+    std::unique_ptr<ModelFamily> (*make)(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
+                                         ActivationArena& arena, DriverScratch scratch, int max_batch,
+                                         bool recompute);
+};
+
+const FamilyTraits& gpt2_traits();
+const FamilyTraits& llama_traits();
+/// The traits of cfg.arch's family.
+const FamilyTraits& family_traits(const ModelConfig& cfg);
+
+}  // namespace zt

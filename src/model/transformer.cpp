@@ -1,0 +1,247 @@
+// The driver of the unit protocol, shared by every family: embedding, blocks, final norm,
+// LM head and loss, forward and backward, recompute. The family's blocks (model_family.hpp)
+// do the per-family math.
+//
+// Order of UnitStore calls per micro-step (a sharded store relies on it):
+//   forward:  acquire(0) embedding release(0) | for l: acquire(1+l) ... release(1+l) |
+//             acquire(L+1) final norm release(L+1) | acquire(0) LM head (kept for backward)
+//   backward: LM head with unit 0 (still held) | acquire(L+1) grads_done(L+1) release(L+1) |
+//             for l descending: acquire(1+l) ... grads_done(1+l) release(1+l) |
+//             embedding, grads_done(0), release(0)
+// So per micro-step a sharded store gathers every unit twice, unit 0 included.
+// The next unit is announced with prefetch() before the current one is used.
+#include "ztrain/model/transformer.hpp"
+
+#include "ztrain/backend/activation_rounding.hpp"
+#include "ztrain/core/error.hpp"
+#include "model_family.hpp"
+
+namespace zt {
+
+ActivationArena::~ActivationArena() {
+    for (float* p : m_all) m_backend.free(p);
+}
+
+float* ActivationArena::take(size_t n) {
+    float* p = m_backend.alloc_floats(n);
+    m_all.push_back(p);
+    m_floats += n;
+    return p;
+}
+
+const FamilyTraits& family_traits(const ModelConfig& cfg) {
+    switch (cfg.arch) {
+        case ModelArch::kGpt2: return gpt2_traits();
+        case ModelArch::kLlama: return llama_traits();
+    }
+    throw Error(str("model.arch ", static_cast<int>(cfg.arch), " has no family"));
+}
+
+namespace {
+/// The driver's own floats: embedding output, final norm output, d residual, d final norm
+/// (4 x BTC), losses (BT), logits (BT Vp).
+double driver_floats(const ModelConfig& cfg, int max_batch) {
+    const double BT = static_cast<double>(max_batch) * cfg.seq_len;
+    return 4 * BT * cfg.n_embd + BT + BT * cfg.padded_vocab();
+}
+}  // namespace
+
+double Transformer::activation_floats(const ModelConfig& cfg, int max_batch, bool recompute,
+                                      size_t attention_scratch_floats) {
+    return driver_floats(cfg, max_batch) + family_traits(cfg).activation_floats(cfg, max_batch, recompute) +
+           static_cast<double>(attention_scratch_floats);
+}
+
+Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute)
+    : m_cfg(cfg),
+      m_backend(backend),
+      m_layout(make_model_layout(cfg)),
+      m_arena(std::make_unique<ActivationArena>(backend)),
+      m_head_offset(m_layout.head_offset),
+      m_max_batch(max_batch),
+      m_recompute(recompute) {
+    ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
+    const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
+    ActivationArena& a = *m_arena;
+    m_encoded = a.take(BT * C);
+    m_normed = a.take(BT * C);
+    m_logits = a.take(BT * Vp);
+    m_losses = a.take(BT);
+    m_dresidual = a.take(BT * C);
+    m_dnormed = a.take(BT * C);
+    const size_t att_scratch = backend.attention_scratch_floats(max_batch, cfg.seq_len, cfg.n_head);
+    const DriverScratch scratch{m_dnormed, a.take(att_scratch)};
+    m_family = family_traits(cfg).make(cfg, m_layout, backend, a, scratch, max_batch, recompute);
+    m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+    m_targets_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+    // The memory plan predicts this figure: the two must never drift apart.
+    ZT_REQUIRE(static_cast<double>(a.floats()) == activation_floats(cfg, max_batch, recompute, att_scratch),
+               "activation plan differs from the allocation: ", a.floats(), " floats allocated");
+}
+
+Transformer::~Transformer() {
+    m_family.reset();
+    m_arena.reset();
+    m_backend.free(m_tokens_be);
+    m_backend.free(m_targets_be);
+}
+
+size_t Transformer::activation_bytes() const { return m_arena->floats() * sizeof(float); }
+
+void Transformer::set_activation_dtype(DType t) {
+    if (t == DType::kF32) {
+        m_rounding.reset();
+        m_compute = &m_backend;
+        return;
+    }
+    m_rounding = std::make_unique<ActivationRoundingBackend>(m_backend, t);
+    m_compute = m_rounding.get();
+}
+
+void Transformer::logits_row_to_host(int row, float* out) const {
+    const size_t Vp = static_cast<size_t>(m_cfg.padded_vocab());
+    m_backend.to_host(out, m_logits + static_cast<size_t>(row) * Vp, Vp * sizeof(float));
+}
+
+void Transformer::zero_grad_if(bool zero, float* p, size_t n) {
+    if (zero) m_backend.zero(p, n);
+}
+
+float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
+                           float dloss) {
+    ZT_REQUIRE(B >= 1 && B <= m_max_batch, "batch ", B, " outside [1, ", m_max_batch, "]");
+    ZT_REQUIRE(T >= 1 && T <= m_cfg.seq_len, "sequence length ", T, " outside [1, ", m_cfg.seq_len, "]");
+    m_B = B;
+    m_T = T;
+    // The callers' token arrays are host memory; the backend reads its own copies (data in
+    // is one of the edges where host memory crosses to the backend; a memcpy on the CPU).
+    const int N = B * T;
+    const size_t token_bytes = static_cast<size_t>(N) * sizeof(int32_t);
+    const int32_t* targets_be = nullptr;
+    m_backend.to_device(m_tokens_be, inputs, token_bytes);
+    if (targets != nullptr) {
+        m_backend.to_device(m_targets_be, targets, token_bytes);
+        targets_be = m_targets_be;
+    }
+    m_inputs = m_tokens_be;
+    embed_and_blocks(store, m_inputs, B, T);
+    return head_and_loss(store, targets, targets_be, N, dloss);
+}
+
+void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T) {
+    const int nL = m_cfg.n_layer;
+    store.prefetch(0);
+    const float* emb = store.acquire(0);
+    store.prefetch(1);
+    m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
+    store.release(0);
+
+    const float* x = m_encoded;
+    for (int l = 0; l < nL; ++l) {
+        const float* w = store.acquire(1 + l);
+        store.prefetch(l + 2 <= nL ? l + 2 : nL + 1);
+        m_family->block_forward(*m_compute, l, w, x, B, T);
+        store.release(1 + l);
+        x = m_family->block_output(l);
+    }
+    const float* wf = store.acquire(nL + 1);
+    store.prefetch(0);
+    m_family->final_norm_forward(*m_compute, m_normed, x, wf, B * T);
+    store.release(nL + 1);
+}
+
+float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
+                                 float dloss) {
+    const int C = m_cfg.n_embd;
+    const int V = m_cfg.vocab_size;
+    const int Vp = m_cfg.padded_vocab();
+    // LM head, tied to the token embedding or an untied head (also in unit 0):
+    // logits (N, Vp) = normed (N, C) @ head (Vp, C)^T.
+    const float* head = store.acquire(0) + m_head_offset;
+    m_compute->matmul_forward(m_logits, m_normed, head, nullptr, N, C, Vp);
+    m_have_dlogits = false;
+    if (targets == nullptr) {
+        store.release(0);
+        return 0.f;
+    }
+    m_compute->softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
+    // The mean is taken on the host (targets is the caller's host array).
+    m_losses_host.resize(static_cast<size_t>(N));
+    m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
+    const float* losses = m_losses_host.data();
+    double sum = 0.0;
+    int counted = 0;
+    for (int i = 0; i < N; ++i) {
+        if (targets[i] >= 0) {
+            sum += losses[i];
+            ++counted;
+        }
+    }
+    m_have_dlogits = dloss != 0.f;
+    if (m_have_dlogits) {
+        m_head_weights = head;  // held through backward(), released at its end
+    } else {
+        store.release(0);
+    }
+    return counted > 0 ? static_cast<float>(sum / counted) : 0.f;
+}
+
+void Transformer::backward(UnitStore& store) {
+    ZT_REQUIRE(m_have_dlogits, "backward() needs a preceding forward() with targets and dloss != 0");
+    m_have_dlogits = false;
+    const int B = m_B;
+    const int T = m_T;
+    const int C = m_cfg.n_embd;
+    const int Vp = m_cfg.padded_vocab();
+    const int N = B * T;
+    const int nL = m_cfg.n_layer;
+    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
+    const size_t head_numel = static_cast<size_t>(Vp) * static_cast<size_t>(C);
+
+    // LM head: unit 0 is still acquired from forward() and stays so until the embedding's
+    // backward at the very end (the embedding is tied, so a sharded store need not gather it
+    // a third time).
+    float* demb = store.grads(0);
+    const bool zero_emb = store.grads_need_zero(0);
+    store.prefetch(nL + 1);
+    m_backend.zero(m_dnormed, NC);
+    zero_grad_if(zero_emb, demb + m_head_offset, head_numel);
+    m_compute->matmul_backward(m_dnormed, demb + m_head_offset, nullptr, m_logits, m_normed, m_head_weights, N, C,
+                               Vp);
+
+    const float* x_last = nL > 0 ? m_family->block_output(nL - 1) : m_encoded;
+    const float* wf = store.acquire(nL + 1);
+    float* dwf = store.grads(nL + 1);
+    const bool zero_f = store.grads_need_zero(nL + 1);
+    store.prefetch(nL);
+    m_backend.zero(m_dresidual, NC);
+    zero_grad_if(zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
+    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, m_dnormed, x_last, wf, N);
+    store.grads_done(nL + 1);
+    store.release(nL + 1);
+
+    for (int l = nL - 1; l >= 0; --l) {
+        const float* w = store.acquire(1 + l);
+        float* dw = store.grads(1 + l);
+        const bool zero_dw = store.grads_need_zero(1 + l);
+        store.prefetch(l >= 1 ? l : 0);
+        const float* in = l == 0 ? m_encoded : m_family->block_output(l - 1);
+        // Recompute writes the same values again into the block's (shared) buffers; its
+        // output is recomputed in place with bit-identical results.
+        if (m_recompute) m_family->block_forward(*m_compute, l, w, in, B, T);
+        m_family->block_backward(*m_compute, l, w, dw, zero_dw, in, m_dresidual, B, T);
+        store.grads_done(1 + l);
+        store.release(1 + l);
+    }
+
+    // The token embedding's gradient was zeroed with the head's when they are one tensor.
+    if (m_head_offset != 0) zero_grad_if(zero_emb, demb, head_numel);
+    m_family->embed_backward(*m_compute, demb, zero_emb, m_dresidual, m_inputs, B, T);
+    store.grads_done(0);
+    store.release(0);
+    m_head_weights = nullptr;
+}
+
+}  // namespace zt
