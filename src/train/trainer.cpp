@@ -132,6 +132,50 @@ class AbortCollectivesOnError {
     int m_uncaught;
 };
 
+/// Elements per DDP gradient bucket: parallel.bucket_mb of the wire format, at least one.
+size_t bucket_numel(const ParallelConfig& p, DType reduce) {
+    return std::max<size_t>(1, static_cast<size_t>(p.bucket_mb * 1048576.0 / static_cast<double>(dtype_size(reduce))));
+}
+
+/// Each rank's predicted peak from the deck, checked (and warned about on rank 0) before
+/// anything model-sized exists.
+MemoryPlan plan_and_check_memory(const Config& cfg, TrainSetup& setup, Communicator& comm) {
+    const TrainConfig& tc = cfg.train;
+    MemoryPlan memory = plan_memory(
+        cfg, comm.size(), comm.local_size(),
+        static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
+        measured_baseline_bytes(), setup.backend_kind == BackendChoice::kCuda);
+    size_t device_free = 0;
+    size_t device_total = 0;
+    // A GPU run's items are device memory: checked against the device's free memory, which
+    // already excludes the CUDA context the backend created (not yet run on a GPU).
+    if (memory.device && cuda_memory_info(&device_free, &device_total)) {
+        memory.available = static_cast<double>(device_free);
+        memory.available_what = "free GPU memory (cudaMemGetInfo)";
+    }
+    const std::string memory_warning = check_memory_plan(memory, cfg.run.memory_check, comm);
+    if (comm.rank() == 0 && !memory_warning.empty()) std::printf("ztrain: warning: %s\n", memory_warning.c_str());
+    return memory;
+}
+
+/// After the last step: every rank's measured peak against the plan (host memory: the
+/// resident set's high-water mark; a GPU run's device peak is not measured here), and the
+/// final parameters when the caller asked for them.
+void finish_run(const TrainOptions& options, const Transformer& model, ModelState& state, Communicator& comm,
+                StepReporter& reporter, TrainSummary& summary) {
+    const double my_peak = measured_peak_bytes();
+    std::vector<double> peaks(static_cast<size_t>(comm.size()));
+    comm.all_gather_bytes(&my_peak, peaks.data(), sizeof(double));
+    reporter.memory_peaks(peaks);
+    if (options.collect_params) {
+        for (int u = 0; u < model.layout().num_units(); ++u) {
+            std::vector<float> unit(model.layout().unit_numel[static_cast<size_t>(u)]);
+            state.gather_unit_params(u, unit.data());
+            summary.final_params.insert(summary.final_params.end(), unit.begin(), unit.end());
+        }
+    }
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
@@ -146,32 +190,16 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const bool root = comm.rank() == 0;
     ResumePolicy resume(cfg, comm);
     start_compute(setup, cfg);
-
-    // ---- memory: predicted from the deck, checked before anything model-sized exists ----
-    MemoryPlan memory = plan_memory(
-        cfg, comm.size(), comm.local_size(),
-        static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
-        measured_baseline_bytes(), setup.backend_kind == BackendChoice::kCuda);
-    size_t device_free = 0;
-    size_t device_total = 0;
-    // A GPU run's items are device memory: checked against the device's free memory, which
-    // already excludes the CUDA context the backend created (not yet run on a GPU).
-    if (memory.device && cuda_memory_info(&device_free, &device_total)) {
-        memory.available = static_cast<double>(device_free);
-        memory.available_what = "free GPU memory (cudaMemGetInfo)";
-    }
-    const std::string memory_warning = check_memory_plan(memory, cfg.run.memory_check, comm);
-    if (root && !memory_warning.empty()) std::printf("ztrain: warning: %s\n", memory_warning.c_str());
+    // Memory: predicted from the deck, checked before anything model-sized exists.
+    const MemoryPlan memory = plan_and_check_memory(cfg, setup, comm);
 
     // ---- model, its sharded state, the loss scale ----
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
     Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute);
     model.set_activation_dtype(work);
-    const size_t bucket_numel = std::max<size_t>(
-        1, static_cast<size_t>(cfg.parallel.bucket_mb * 1048576.0 / static_cast<double>(dtype_size(reduce))));
-    ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage, bucket_numel,
-                     tc.seed, work, reduce);
+    ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
+                     bucket_numel(cfg.parallel, reduce), tc.seed, work, reduce);
     // Destruction order on an error: this guard (declared after the model state, so it goes
     // first) aborts the device communicator's collectives, then ~ModelState and ~Transformer free
     // device memory, which synchronizes the compute stream. Without the abort that sync
@@ -200,10 +228,10 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const bool pinned_snapshot = setup.backend_kind == BackendChoice::kCuda && async_saves_planned(cfg);
     const std::unique_ptr<DeviceMemory> pinned = pinned_snapshot ? make_cuda_device_memory(nullptr) : nullptr;
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm, pinned.get());
-    const std::optional<size_t> val_windows =
-        setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt;
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(),
-                   setup.train_data->num_windows(), val_windows, work, reduce, loss_scale);
+                   setup.train_data->num_windows(),
+                   setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt, work, reduce,
+                   loss_scale);
 
     Evaluator evaluator(tc, model, state, comm, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
     TrainStep train_step(cfg, model, state, comm, setup.all_comms(), *setup.train_sampler, loss_scale, reporter,
@@ -247,20 +275,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     }
     saver.finish();  // the last write is published before the run ends
     reporter.finish(progress.step);
-    // Every rank's measured peak against the plan (host memory: the resident set's high-water
-    // mark; a GPU run's device peak is not measured here).
-    const double my_peak = measured_peak_bytes();
-    std::vector<double> peaks(static_cast<size_t>(comm.size()));
-    comm.all_gather_bytes(&my_peak, peaks.data(), sizeof(double));
-    reporter.memory_peaks(peaks);
-
-    if (options.collect_params) {
-        for (int u = 0; u < model.layout().num_units(); ++u) {
-            std::vector<float> unit(model.layout().unit_numel[static_cast<size_t>(u)]);
-            state.gather_unit_params(u, unit.data());
-            summary.final_params.insert(summary.final_params.end(), unit.begin(), unit.end());
-        }
-    }
+    finish_run(options, model, state, comm, reporter, summary);
     return summary;
 }
 
