@@ -5,7 +5,7 @@ manifest and, per shard file, the unit ranges it holds with min/max/mean of the 
 Usage: /usr/bin/python3 postproc/inspect_checkpoint.py run/demo/checkpoints [--tensors]
 The directory may be a checkpoint directory (its `latest` is used) or a step_N directory.
 For a one-file export use zt-consolidate (C++, build/bin/zt-consolidate; source
-postproc/consolidate_main.cpp), which verifies every shard's hash and streams the tensors.
+src/app/consolidate_main.cpp), which verifies every shard's hash and streams the tensors.
 Needs python3-h5py and python3-numpy (Debian).
 """
 import argparse

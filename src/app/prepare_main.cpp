@@ -281,8 +281,8 @@ void print_usage(std::ostream& os, const po::options_description& desc) {
        << desc << "\n";
 }
 
-int run(int argc, char** argv) {
-    Options opt;
+/// The options, bound to the fields of `opt`.
+po::options_description describe_options(Options& opt) {
     po::options_description desc("Options");
     // clang-format off
     desc.add_options()
@@ -301,27 +301,17 @@ int run(int argc, char** argv) {
         ("shard-tokens", po::value<long long>(&opt.shard_tokens)->default_value(100'000'000),
          "tokens per shard file");
     // clang-format on
+    return desc;
+}
 
-    // No positional arguments: an empty description makes boost reject stray words
-    // instead of silently ignoring them.
-    const po::positional_options_description no_positionals;
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(no_positionals).run(),
-              vm);
-    if (vm.count("help") != 0) {
-        print_usage(std::cout, desc);
-        return zt::kExitOk;
-    }
-    po::notify(vm);
-    if (vm.count("doc-separator") != 0) {
-        opt.doc_separator = vm["doc-separator"].as<std::string>();
-    }
+/// --tokenizer names a tokenizer.json file (not byte or gpt2).
+bool is_hf_tokenizer(const Options& opt) { return opt.tokenizer != "byte" && opt.tokenizer != "gpt2"; }
 
-    // Validate every option before touching any file.
+/// Validates every option before any file is touched.
+void check_options(const Options& opt) {
     ZT_INPUT_CHECK(!opt.inputs.empty(), "--input is required (text files or folders)");
     ZT_INPUT_CHECK(!opt.output.empty(), "--output is required (the folder for the shards)");
-    const bool hf = opt.tokenizer != "byte" && opt.tokenizer != "gpt2";
-    if (hf) {
+    if (is_hf_tokenizer(opt)) {
         std::error_code ec;
         ZT_INPUT_CHECK(fs::is_regular_file(opt.tokenizer, ec), "--tokenizer: '", opt.tokenizer,
                        "' is not byte, gpt2 or an existing tokenizer.json file");
@@ -339,87 +329,83 @@ int run(int argc, char** argv) {
                    "--shard-tokens: ", opt.shard_tokens, " is outside [1, ",
                    std::numeric_limits<int32_t>::max(),
                    "] (the shard header stores an int32 count)");
-    {
-        std::error_code ec;
-        if (fs::exists(opt.output, ec) && !fs::is_directory(opt.output, ec)) {
-            throw zt::InputError(
-                zt::str("--output: '", opt.output, "' exists and is not a folder"));
-        }
+    std::error_code ec;
+    if (fs::exists(opt.output, ec) && !fs::is_directory(opt.output, ec)) {
+        throw zt::InputError(zt::str("--output: '", opt.output, "' exists and is not a folder"));
     }
+}
 
-    const std::unique_ptr<zt::Tokenizer> tok =
-        hf                          ? zt::make_hf_tokenizer(opt.tokenizer)
-        : opt.tokenizer == "gpt2"   ? zt::make_gpt2_tokenizer(opt.vocab, opt.merges)
-                                    : zt::make_byte_tokenizer();
+std::unique_ptr<zt::Tokenizer> make_tokenizer(const Options& opt) {
+    return is_hf_tokenizer(opt)        ? zt::make_hf_tokenizer(opt.tokenizer)
+           : opt.tokenizer == "gpt2"   ? zt::make_gpt2_tokenizer(opt.vocab, opt.merges)
+                                       : zt::make_byte_tokenizer();
+}
 
-    SkipCounts skipped;
-    const std::vector<std::string> files = collect_files(opt.inputs, skipped);
+/// How many documents there are and where they go.
+struct DocumentCounts {
+    size_t docs = 0;
+    size_t blank = 0;  ///< blank documents skipped
+    size_t train = 0;
+    size_t val = 0;
+};
 
-    // Pass 1: count documents, so the split is known before anything is written.
-    size_t num_docs = 0;
-    size_t blank_docs = 0;
+/// Pass 1: counts the documents, so the split is known before anything is written.
+DocumentCounts count_documents(const std::vector<std::string>& files, const Options& opt) {
+    DocumentCounts counts;
     for (const std::string& f : files) {
         const std::string content = read_whole_file(f);
         ZT_INPUT_CHECK(!is_binary(content), "--input: '", f,
                        "' contains NUL bytes (binary?); zt-prepare reads text files only");
-        num_docs += split_documents(content, opt.doc_separator, blank_docs).size();
+        counts.docs += split_documents(content, opt.doc_separator, counts.blank).size();
     }
-    ZT_INPUT_CHECK(num_docs > 0, "--input: the ", files.size(),
+    ZT_INPUT_CHECK(counts.docs > 0, "--input: the ", files.size(),
                    " input file(s) hold no documents (all empty or whitespace)");
-    size_t num_val = 0;
-    if (opt.val_fraction > 0.0 && num_docs >= 2) {
-        num_val = static_cast<size_t>(std::floor(opt.val_fraction * static_cast<double>(num_docs)));
-        num_val = std::clamp<size_t>(num_val, 1, num_docs - 1);
+    if (opt.val_fraction > 0.0 && counts.docs >= 2) {
+        counts.val = static_cast<size_t>(std::floor(opt.val_fraction * static_cast<double>(counts.docs)));
+        counts.val = std::clamp<size_t>(counts.val, 1, counts.docs - 1);
     }
-    const size_t num_train = num_docs - num_val;
+    counts.train = counts.docs - counts.val;
+    return counts;
+}
 
-    std::error_code ec;
-    fs::create_directories(opt.output, ec);
-    if (ec) {
-        throw zt::InputError(
-            zt::str("--output: cannot create '", opt.output, "' (", ec.message(), ")"));
-    }
-
-    // Pass 2: tokenize and write.
-    const bool force_u32 = tok->vocab_size() > 65536;
-    const size_t shard_tokens = static_cast<size_t>(opt.shard_tokens);
-    ShardWriter train(opt.output, "train", shard_tokens, force_u32);
-    ShardWriter val(opt.output, "val", shard_tokens, force_u32);
+/// Pass 2: tokenizes the documents into `train` (the first counts.train) and `val`.
+void write_documents(const std::vector<std::string>& files, const Options& opt, const zt::Tokenizer& tok,
+                     const DocumentCounts& counts, ShardWriter& train, ShardWriter& val) {
     size_t doc_index = 0;
     size_t ignored = 0;
     for (const std::string& f : files) {
         const std::string content = read_whole_file(f);
         for (std::string_view doc : split_documents(content, opt.doc_separator, ignored)) {
-            ShardWriter& out = doc_index < num_train ? train : val;
-            out.append(tok->eot());
-            out.append(tok->encode(std::string(doc)));
+            ShardWriter& out = doc_index < counts.train ? train : val;
+            out.append(tok.eot());
+            out.append(tok.encode(std::string(doc)));
             ++doc_index;
         }
     }
-    ZT_REQUIRE(doc_index == num_docs, "input files changed between passes: ", doc_index,
-               " documents now, ", num_docs, " before");
+    ZT_REQUIRE(doc_index == counts.docs, "input files changed between passes: ", doc_index,
+               " documents now, ", counts.docs, " before");
     train.finish();
     val.finish();
+}
 
-    std::set<std::string> written(train.files().begin(), train.files().end());
-    written.insert(val.files().begin(), val.files().end());
-    const size_t stale = remove_stale_shards(opt.output, written);
-    tok->save(opt.output);
-
-    std::cout << "zt-prepare: tokenizer " << tok->type() << " (vocab_size " << tok->vocab_size()
-              << ", document separator " << tok->eot() << " '" << tok->decode({tok->eot()})
+/// The lines zt-prepare prints when it is done.
+void print_summary(const Options& opt, const zt::Tokenizer& tok, bool force_u32, size_t num_files,
+                   const SkipCounts& skipped, const DocumentCounts& counts, const ShardWriter& train,
+                   const ShardWriter& val, size_t stale) {
+    std::cout << "zt-prepare: tokenizer " << tok.type() << " (vocab_size " << tok.vocab_size()
+              << ", document separator " << tok.eot() << " '" << tok.decode({tok.eot()})
               << "', shard version " << (force_u32 ? zt::kShardVersionU32 : zt::kShardVersionU16)
               << ")\n";
-    std::cout << "zt-prepare: " << files.size() << " input file(s)";
+    std::cout << "zt-prepare: " << num_files << " input file(s)";
     if (skipped.binary + skipped.symlinks + skipped.other > 0) {
         std::cout << "; skipped in folders: " << skipped.binary << " binary, " << skipped.symlinks
                   << " symlink(s), " << skipped.other << " other";
     }
     std::cout << "\n";
-    std::cout << "zt-prepare: " << num_docs << " documents (" << num_train << " train, " << num_val
+    std::cout << "zt-prepare: " << counts.docs << " documents (" << counts.train << " train, " << counts.val
               << " val)";
-    if (blank_docs > 0) {
-        std::cout << "; " << blank_docs << " blank document(s) skipped";
+    if (counts.blank > 0) {
+        std::cout << "; " << counts.blank << " blank document(s) skipped";
     }
     std::cout << "\n";
     std::cout << "zt-prepare: train: " << train.total() << " tokens in " << train.files().size()
@@ -430,6 +416,51 @@ int run(int argc, char** argv) {
         std::cout << "zt-prepare: removed " << stale << " stale shard(s) from an earlier run\n";
     }
     std::cout << "zt-prepare: wrote " << (fs::path(opt.output) / "tokenizer.json").string() << "\n";
+}
+
+int run(int argc, char** argv) {
+    Options opt;
+    const po::options_description desc = describe_options(opt);
+
+    // No positional arguments: an empty description makes boost reject stray words
+    // instead of silently ignoring them.
+    const po::positional_options_description no_positionals;
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(desc).positional(no_positionals).run(),
+              vm);
+    if (vm.count("help") != 0) {
+        print_usage(std::cout, desc);
+        return zt::kExitOk;
+    }
+    po::notify(vm);
+    if (vm.count("doc-separator") != 0) {
+        opt.doc_separator = vm["doc-separator"].as<std::string>();
+    }
+    check_options(opt);
+
+    const std::unique_ptr<zt::Tokenizer> tok = make_tokenizer(opt);
+    SkipCounts skipped;
+    const std::vector<std::string> files = collect_files(opt.inputs, skipped);
+    const DocumentCounts counts = count_documents(files, opt);
+
+    std::error_code ec;
+    fs::create_directories(opt.output, ec);
+    if (ec) {
+        throw zt::InputError(
+            zt::str("--output: cannot create '", opt.output, "' (", ec.message(), ")"));
+    }
+
+    const bool force_u32 = tok->vocab_size() > 65536;
+    const size_t shard_tokens = static_cast<size_t>(opt.shard_tokens);
+    ShardWriter train(opt.output, "train", shard_tokens, force_u32);
+    ShardWriter val(opt.output, "val", shard_tokens, force_u32);
+    write_documents(files, opt, *tok, counts, train, val);
+
+    std::set<std::string> written(train.files().begin(), train.files().end());
+    written.insert(val.files().begin(), val.files().end());
+    const size_t stale = remove_stale_shards(opt.output, written);
+    tok->save(opt.output);
+    print_summary(opt, *tok, force_u32, files.size(), skipped, counts, train, val, stale);
     return zt::kExitOk;
 }
 

@@ -165,29 +165,119 @@ void BpeModel::encode(std::string_view piece, std::vector<uint32_t>& out) const 
     m_cache.emplace(std::string(piece), std::move(ids));
 }
 
-std::vector<uint32_t> BpeModel::bpe(std::string_view piece) const {
-    // Symbols form a doubly linked list; merged-away nodes are marked dead.
-    struct Node {
-        uint32_t id;
-        int32_t prev;
-        int32_t next;
-    };
-    // A candidate merge of node `pos` with its successor, valid only while both still
-    // hold the ids it was made from (ids only ever grow, so a stale entry never matches).
-    struct Candidate {
-        uint32_t rank;
-        int32_t pos;
-        uint32_t left;
-        uint32_t right;
-        bool operator>(const Candidate& o) const {
-            return rank != o.rank ? rank > o.rank : pos > o.pos;
-        }
-    };
+namespace {
 
-    const int32_t n = static_cast<int32_t>(piece.size());
-    std::vector<Node> nodes(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) {
-        const uint8_t b = static_cast<uint8_t>(piece[static_cast<size_t>(i)]);
+// Symbols form a doubly linked list; merged-away nodes are marked dead.
+struct Node {
+    uint32_t id;
+    int32_t prev;
+    int32_t next;
+};
+// A candidate merge of node `pos` with its successor, valid only while both still
+// hold the ids it was made from (ids only ever grow, so a stale entry never matches).
+struct Candidate {
+    uint32_t rank;
+    int32_t pos;
+    uint32_t left;
+    uint32_t right;
+    bool operator>(const Candidate& o) const {
+        return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+};
+
+/// Applies the merges to a run of byte tokens, in encoder.py's order. `find_merge(left,
+/// right)` is the pair's merge (its rank and result), or nullptr.
+template <class FindMerge>
+class MergeLoop {
+  public:
+    MergeLoop(const std::vector<uint32_t>& byte_ids, const FindMerge& find_merge)
+        : m_find_merge(find_merge),
+          m_nodes(byte_ids.size()),
+          m_alive(byte_ids.size(), true) {
+        const int32_t n = static_cast<int32_t>(byte_ids.size());
+        for (int32_t i = 0; i < n; ++i) {
+            m_nodes[static_cast<size_t>(i)] = Node{byte_ids[static_cast<size_t>(i)], i - 1, i + 1 < n ? i + 1 : -1};
+        }
+        for (int32_t i = 0; i + 1 < n; ++i) {
+            push_pair(i);
+        }
+    }
+
+    std::vector<uint32_t> run() {
+        std::vector<int32_t> merged_at;
+        while (!m_heap.empty()) {
+            // One round of encoder.py's loop: the lowest rank present, all its occurrences,
+            // left to right (the heap pops equal ranks in position order). New pairs are
+            // only queued after the round, as encoder.py recomputes pairs between rounds.
+            merge_round(merged_at);
+            for (int32_t pos : merged_at) {
+                push_pair(node(pos).prev);
+                push_pair(pos);
+            }
+        }
+        std::vector<uint32_t> ids;
+        for (int32_t i = 0; i >= 0; i = node(i).next) {
+            ids.push_back(node(i).id);
+        }
+        return ids;
+    }
+
+  private:
+    Node& node(int32_t pos) { return m_nodes[static_cast<size_t>(pos)]; }
+
+    void push_pair(int32_t pos) {
+        if (pos < 0) {
+            return;
+        }
+        const Node& a = node(pos);
+        if (a.next < 0) {
+            return;
+        }
+        const uint32_t right = node(a.next).id;
+        if (const auto* m = m_find_merge(a.id, right)) {
+            m_heap.push(Candidate{m->rank, pos, a.id, right});
+        }
+    }
+
+    bool valid(const Candidate& c) {
+        const Node& a = node(c.pos);
+        return a.id == c.left && a.next >= 0 && node(a.next).id == c.right;
+    }
+
+    /// Merges every occurrence of the lowest rank queued; `merged_at` gets the merged nodes.
+    void merge_round(std::vector<int32_t>& merged_at) {
+        const uint32_t rank = m_heap.top().rank;
+        merged_at.clear();
+        while (!m_heap.empty() && m_heap.top().rank == rank) {
+            const Candidate c = m_heap.top();
+            m_heap.pop();
+            if (!m_alive[static_cast<size_t>(c.pos)] || !valid(c)) {
+                continue;
+            }
+            Node& a = node(c.pos);
+            const int32_t b = a.next;
+            a.id = m_find_merge(c.left, c.right)->result;
+            a.next = node(b).next;
+            if (a.next >= 0) {
+                node(a.next).prev = c.pos;
+            }
+            m_alive[static_cast<size_t>(b)] = false;
+            merged_at.push_back(c.pos);
+        }
+    }
+
+    const FindMerge& m_find_merge;
+    std::vector<Node> m_nodes;
+    std::vector<bool> m_alive;
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> m_heap;
+};
+
+}  // namespace
+
+std::vector<uint32_t> BpeModel::byte_ids(std::string_view piece) const {
+    std::vector<uint32_t> ids(piece.size());
+    for (size_t i = 0; i < piece.size(); ++i) {
+        const uint8_t b = static_cast<uint8_t>(piece[i]);
         if (m_byte_id[b] == kNoToken) {
             std::string sym;
             append_utf8(sym, byte_to_codepoint()[b]);
@@ -195,80 +285,33 @@ std::vector<uint32_t> BpeModel::bpe(std::string_view piece) const {
                                  "'), which the text contains; a byte-level BPE vocabulary "
                                  "needs all 256 byte tokens"));
         }
-        nodes[static_cast<size_t>(i)] = Node{m_byte_id[b], i - 1, i + 1 < n ? i + 1 : -1};
-    }
-    if (n <= 1) {
-        return n == 1 ? std::vector<uint32_t>{nodes[0].id} : std::vector<uint32_t>{};
-    }
-    if (m_ignore_merges) {
-        std::string key;
-        for (int32_t i = 0; i < n; ++i) {
-            append_utf8(key,
-                        byte_to_codepoint()[static_cast<uint8_t>(piece[static_cast<size_t>(i)])]);
-        }
-        const auto it = m_key_to_id.find(key);
-        if (it != m_key_to_id.end()) {
-            return {it->second};
-        }
-    }
-
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-    const auto push_pair = [&](int32_t pos) {
-        if (pos < 0) {
-            return;
-        }
-        const Node& a = nodes[static_cast<size_t>(pos)];
-        if (a.next < 0) {
-            return;
-        }
-        const uint32_t right = nodes[static_cast<size_t>(a.next)].id;
-        if (const Merge* m = find_merge(a.id, right)) {
-            heap.push(Candidate{m->rank, pos, a.id, right});
-        }
-    };
-    const auto valid = [&](const Candidate& c) {
-        const Node& a = nodes[static_cast<size_t>(c.pos)];
-        return a.id == c.left && a.next >= 0 && nodes[static_cast<size_t>(a.next)].id == c.right;
-    };
-    for (int32_t i = 0; i + 1 < n; ++i) {
-        push_pair(i);
-    }
-
-    std::vector<bool> alive(static_cast<size_t>(n), true);
-    std::vector<int32_t> merged_at;
-    while (!heap.empty()) {
-        // One round of encoder.py's loop: the lowest rank present, all its occurrences,
-        // left to right (the heap pops equal ranks in position order). New pairs are
-        // only queued after the round, as encoder.py recomputes pairs between rounds.
-        const uint32_t rank = heap.top().rank;
-        merged_at.clear();
-        while (!heap.empty() && heap.top().rank == rank) {
-            const Candidate c = heap.top();
-            heap.pop();
-            if (!alive[static_cast<size_t>(c.pos)] || !valid(c)) {
-                continue;
-            }
-            Node& a = nodes[static_cast<size_t>(c.pos)];
-            const int32_t b = a.next;
-            a.id = find_merge(c.left, c.right)->result;
-            a.next = nodes[static_cast<size_t>(b)].next;
-            if (a.next >= 0) {
-                nodes[static_cast<size_t>(a.next)].prev = c.pos;
-            }
-            alive[static_cast<size_t>(b)] = false;
-            merged_at.push_back(c.pos);
-        }
-        for (int32_t pos : merged_at) {
-            push_pair(nodes[static_cast<size_t>(pos)].prev);
-            push_pair(pos);
-        }
-    }
-
-    std::vector<uint32_t> ids;
-    for (int32_t i = 0; i >= 0; i = nodes[static_cast<size_t>(i)].next) {
-        ids.push_back(nodes[static_cast<size_t>(i)].id);
+        ids[i] = m_byte_id[b];
     }
     return ids;
+}
+
+int64_t BpeModel::whole_piece_id(std::string_view piece) const {
+    std::string key;
+    for (const char c : piece) {
+        append_utf8(key, byte_to_codepoint()[static_cast<uint8_t>(c)]);
+    }
+    const auto it = m_key_to_id.find(key);
+    return it == m_key_to_id.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+std::vector<uint32_t> BpeModel::bpe(std::string_view piece) const {
+    std::vector<uint32_t> ids = byte_ids(piece);
+    if (ids.size() <= 1) {
+        return ids;
+    }
+    if (m_ignore_merges) {
+        const int64_t whole = whole_piece_id(piece);
+        if (whole >= 0) {
+            return {static_cast<uint32_t>(whole)};
+        }
+    }
+    const auto find = [this](uint32_t left, uint32_t right) { return find_merge(left, right); };
+    return MergeLoop<decltype(find)>(ids, find).run();
 }
 
 }  // namespace zt::detail

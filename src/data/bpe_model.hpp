@@ -66,7 +66,13 @@ class BpeModel {
         return (static_cast<uint64_t>(left) << 32) | right;
     }
     const Merge* find_merge(uint32_t left, uint32_t right) const;
+    /// The piece's ids: the merges applied to its byte tokens (bpe_model.cpp's MergeLoop).
     std::vector<uint32_t> bpe(std::string_view piece) const;
+    /// Each byte's single-byte token; throws InputError naming the vocabulary for a byte
+    /// without one.
+    std::vector<uint32_t> byte_ids(std::string_view piece) const;
+    /// The id of the whole piece as one vocabulary entry, or -1 (for ignore_merges).
+    int64_t whole_piece_id(std::string_view piece) const;
 
     std::string m_vocab_name;
     std::unordered_map<std::string, uint32_t> m_key_to_id;  // keys in GPT-2's alphabet

@@ -1,8 +1,8 @@
 // The run configuration: every key of an INI deck / --section.key=value override.
 //
-// Keys, defaults and one-line meanings live in one table (config.cpp) that drives the
-// Boost.Program_options parser, `ztrain --help`, the resolved-config dump and validation,
-// so a key cannot exist in one place and be missing in another.
+// Keys, defaults and one-line meanings live in one table (src/config/key_table.cpp) that
+// drives the Boost.Program_options parser, `ztrain --help`, the resolved-config dump and
+// validation, so a key cannot exist in one place and be missing in another.
 //
 // Keys with a fixed set of values (dtypes, backend, schedule, resume, on_error, loss scale)
 // are parsed into typed values once, as the deck or command line is read; code below

@@ -1,0 +1,207 @@
+// The ztrain command line: --config FILE, --section.key=value overrides, the actions
+// (--help, --version, --env, --plan), and `ztrain --help`'s text. Deliberately not done
+// here: anything that touches the file system beyond reading the deck (shard globs, run
+// directories, resume paths are checked by the components that use them), and anything
+// needing MPI.
+#include <sstream>
+
+#include "parsing.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+namespace {
+
+using namespace config_detail;
+
+std::string strip_option_token(std::string token) {
+    const auto eq = token.find('=');
+    if (eq != std::string::npos) {
+        token.resize(eq);
+    }
+    const auto first = token.find_first_not_of('-');
+    return first == std::string::npos ? token : token.substr(first);
+}
+
+std::string help_text() {
+    const Config defaults;
+    std::ostringstream os;
+    os << "Usage: mpirun -np N ztrain [--config FILE] [--section.key=VALUE ...]\n"
+       << "       ztrain --help | --version | --env\n"
+       << "       [mpirun -np N] ztrain --plan [--plan-world-size=N] [--config FILE] [--section.key=VALUE ...]\n\n"
+       << "Trains a GPT-2 or Llama style model with data parallelism over MPI ranks.\n\n"
+       << "Options:\n"
+       << "  --config FILE   INI deck: '[section]' headers, then 'key = value' lines ('#' comments)\n"
+       << "  --help, -h      print this help and exit\n"
+       << "  --version       print the ztrain version and exit\n"
+       << "  --env           print the build and machine environment and exit\n"
+       << "  --plan          print each rank's predicted peak memory, tokens and FLOPs per step for\n"
+       << "                  the deck, and exit without allocating or writing anything\n"
+       << "  --plan-world-size=N  plan for N ranks (all on this node) instead of the job's own\n\n"
+       << "Every key below can be set in the deck or overridden on the command line as\n"
+       << "--section.key=VALUE (or --section.key VALUE); the command line wins over the deck.\n"
+       << "'backend' is a top-level key: put it before any [section] or pass --backend=VALUE.\n";
+    std::string section = "\x01";  // never a real section, so the first key prints a header
+    for (const KeyDef& k : keys()) {
+        const std::string sec = section_of(k.key);
+        if (sec != section) {
+            section = sec;
+            os << "\n" << (sec.empty() ? std::string("(top level)") : "[" + sec + "]") << "\n";
+        }
+        const std::string value = format_value(k, defaults);
+        std::string left = str("  --", k.key, "=", type_name(k.field(const_cast<Config&>(defaults))));
+        if (left.size() < 34) {
+            left.resize(34, ' ');
+        } else {
+            left += ' ';
+        }
+        os << left << k.doc << " (default: " << (value.empty() ? "\"\"" : value) << ")\n";
+    }
+    return os.str();
+}
+
+/// The options `ztrain` takes: the actions, every key, and the positional words.
+po::options_description command_line_options(const po::options_description& settings) {
+    po::options_description actions("actions");
+    actions.add_options()("config", po::value<std::string>(), "INI deck")("help,h", "help")(
+        "version", "version")("env", "environment")("plan", "memory plan")(
+        "plan-world-size", po::value<int>(), "ranks to plan for");
+    po::options_description hidden;
+    hidden.add_options()("zt-positional", po::value<std::vector<std::string>>());
+
+    po::options_description cli;
+    cli.add(actions).add(settings).add(hidden);
+    return cli;
+}
+
+/// Boost's reading of the arguments, its errors worded as exit-2 messages.
+po::parsed_options tokenize_command_line(int argc, const char* const* argv, const po::options_description& cli) {
+    // Positional words are collected (not rejected by Boost) so the message can quote them.
+    po::positional_options_description positional;
+    positional.add("zt-positional", -1);
+
+    // Guessing is off: "--model.n_lay=3" silently meaning model.n_layer is a trap.
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    try {
+        return po::command_line_parser(argc, const_cast<char**>(argv))
+            .options(cli)
+            .positional(positional)
+            .style(style)
+            .run();
+    } catch (const po::unknown_option& e) {
+        std::string token = e.get_option_name();
+        token = token.substr(0, token.find('='));
+        throw InputError(str("command line: unknown option '", token, "'", suggestion(strip_option_token(token), "--"),
+                             "; see ztrain --help"));
+    } catch (const po::invalid_command_line_syntax& e) {
+        if (e.kind() == po::invalid_syntax::missing_parameter) {
+            throw InputError(str("command line: ", e.get_option_name(), " needs a value (",
+                                 e.get_option_name(), "=VALUE)"));
+        }
+        if (e.kind() == po::invalid_syntax::empty_adjacent_parameter) {
+            throw InputError(str("command line: ", e.get_option_name(), "= has no value (to set an empty value, write ",
+                                 e.get_option_name(), " \"\")"));
+        }
+        throw InputError(str("command line: ", e.what()));
+    } catch (const po::error& e) {
+        throw InputError(str("command line: ", e.what()));
+    }
+}
+
+/// Stores the parsed command line in `vm`; rejects a key given twice and a positional word.
+void store_command_line(const po::parsed_options& parsed_cli, po::variables_map& vm) {
+    check_duplicates(parsed_cli, "command line", {});
+    try {
+        po::store(parsed_cli, vm);
+    } catch (const po::error& e) {
+        throw InputError(str("command line: ", e.what()));
+    }
+    if (vm.count("zt-positional")) {
+        const auto& words = vm["zt-positional"].as<std::vector<std::string>>();
+        throw InputError(str("command line: unexpected argument '", words.front(),
+                             "' (settings are --section.key=VALUE, a deck is --config FILE; see ztrain --help)"));
+    }
+}
+
+/// The keys the command line sets, in its order.
+std::vector<std::string> command_line_keys(const po::parsed_options& parsed_cli) {
+    std::vector<std::string> cli_keys;
+    for (const po::option& opt : parsed_cli.options) {
+        if (find_key(opt.string_key) != nullptr) {
+            cli_keys.push_back(opt.string_key);
+        }
+    }
+    return cli_keys;
+}
+
+/// --plan and --plan-world-size.
+void read_plan_options(const po::variables_map& vm, CliResult& result) {
+    if (vm.count("plan") || vm.count("plan-world-size")) {
+        result.action = CliAction::kPlan;
+        if (vm.count("plan-world-size")) {
+            result.plan_world_size = vm["plan-world-size"].as<int>();
+            ZT_INPUT_CHECK(result.plan_world_size >= 1, "--plan-world-size = ", result.plan_world_size,
+                           ": expected an integer >= 1");
+        }
+    }
+}
+
+/// Sets every key the command line or the deck gives. With `rejected`, a typed setting that
+/// refuses its text is recorded there (validate_read reports it); without, it is thrown.
+void assign_settings(Config& cfg, const po::variables_map& vm, RejectedSettings* rejected) {
+    for (const KeyDef& k : keys()) {
+        if (!vm.count(k.key)) {
+            continue;
+        }
+        const bool from_cli = set_on_command_line(cfg, k.key);
+        assign(cfg, k, vm[k.key].as<std::string>(), from_cli ? std::string("command line") : cfg.config_file,
+               rejected);
+    }
+}
+
+}  // namespace
+
+CliResult parse_command_line(int argc, const char* const* argv, const HfConfigReader& read_hf) {
+    CliResult result;
+    const po::options_description settings = settings_description();
+    const po::options_description cli = command_line_options(settings);
+    const po::parsed_options parsed_cli = tokenize_command_line(argc, argv, cli);
+    po::variables_map vm;
+    store_command_line(parsed_cli, vm);
+    if (vm.count("help")) {
+        result.action = CliAction::kHelp;
+        result.help_text = help_text();
+        return result;
+    }
+    if (vm.count("version")) {
+        result.action = CliAction::kVersion;
+        return result;
+    }
+
+    Config& cfg = result.config;
+    RejectedSettings rejected;
+    cfg.cli_keys = command_line_keys(parsed_cli);
+
+    // The command line was stored first, so Boost keeps its values over the deck's.
+    if (vm.count("config")) {
+        cfg.config_file = vm["config"].as<std::string>();
+        ZT_INPUT_CHECK(!cfg.config_file.empty(), "--config: needs a file name");
+        store_deck(cfg.config_file, read_deck(cfg.config_file), settings, vm);
+    }
+    po::notify(vm);
+    read_plan_options(vm, result);
+
+    // --env skips validate_read (below), so a value its type refuses is an error at once.
+    assign_settings(cfg, vm, vm.count("env") ? nullptr : &rejected);
+    if (!cfg.model.from_hf.empty()) apply_from_hf(cfg, vm, read_hf);
+
+    // --env reports the groups this deck and these settings would form, so it reads them,
+    // but it runs nothing: no data.train needed.
+    if (vm.count("env")) {
+        result.action = CliAction::kEnv;
+        return result;
+    }
+    validate_read(cfg, rejected);
+    return result;
+}
+
+}  // namespace zt

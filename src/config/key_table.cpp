@@ -1,0 +1,221 @@
+// The key table: every key of a deck, where its value lives in Config and its one line of
+// help; looking keys up, and suggesting the nearest one for a key that does not exist.
+#include "key_table.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+namespace config_detail {
+namespace {
+
+// A capture-less lambda converts to the plain function pointer KeyDef wants.
+#define ZT_KEY(name, member, doc) \
+    KeyDef { name, [](Config& c) -> FieldRef { return &c.member; }, doc }
+
+const KeyDef kKeys[] = {
+    ZT_KEY("backend", backend, "compute backend: cpu | cuda | auto"),
+
+    ZT_KEY("model.arch", model.arch, "transformer family: gpt2 | llama"),
+    ZT_KEY("model.n_layer", model.n_layer, "number of transformer blocks"),
+    ZT_KEY("model.n_head", model.n_head, "attention heads per block (must divide n_embd)"),
+    ZT_KEY("model.n_embd", model.n_embd, "embedding / residual width"),
+    ZT_KEY("model.seq_len", model.seq_len, "maximum sequence length (learned positions)"),
+    ZT_KEY("model.vocab_size", model.vocab_size, "vocabulary size (tokens the data may contain)"),
+    ZT_KEY("model.vocab_pad_to", model.vocab_pad_to, "embedding rows are padded to a multiple of this"),
+    ZT_KEY("model.init_from", model.init_from,
+           "optional weights to start from: .h5, .safetensors or a Hugging Face model directory"),
+    ZT_KEY("model.from_hf", model.from_hf,
+           "Hugging Face model directory: its config.json sets the model keys and init_from (explicit keys "
+           "must agree; model.seq_len may be shorter)"),
+    ZT_KEY("model.n_kv_head", model.n_kv_head,
+           "llama: key/value heads of grouped-query attention, dividing n_head (0: n_head)"),
+    ZT_KEY("model.ffn_dim", model.ffn_dim, "llama: SwiGLU hidden width (HF intermediate_size; required)"),
+    ZT_KEY("model.rope_theta", model.rope_theta, "llama: rotary embedding base (HF rope_theta)"),
+    ZT_KEY("model.rope_scaling", model.rope_scaling, "llama: rotary frequency scaling: none | llama3"),
+    ZT_KEY("model.rope_factor", model.rope_factor, "llama, rope_scaling = llama3: factor"),
+    ZT_KEY("model.rope_low_freq_factor", model.rope_low_freq_factor, "llama, rope_scaling = llama3: low_freq_factor"),
+    ZT_KEY("model.rope_high_freq_factor", model.rope_high_freq_factor,
+           "llama, rope_scaling = llama3: high_freq_factor"),
+    ZT_KEY("model.rope_original_context", model.rope_original_context,
+           "llama, rope_scaling = llama3: original_max_position_embeddings"),
+    ZT_KEY("model.norm_eps", model.norm_eps, "llama: RMSNorm epsilon (HF rms_norm_eps)"),
+    ZT_KEY("model.tie_embeddings", model.tie_embeddings,
+           "llama: LM head shares the token embedding (false: a separate lm_head.weight)"),
+
+    ZT_KEY("data.train", data.train, "training token shards: file or glob (required; see zt-prepare)"),
+    ZT_KEY("data.val", data.val, "validation token shards: file or glob (empty: no evaluation)"),
+    ZT_KEY("data.tokenizer", data.tokenizer, "tokenizer file (empty: tokenizer.json next to the train shards)"),
+
+    ZT_KEY("train.micro_batch", train.micro_batch, "sequences per rank per micro-step"),
+    ZT_KEY("train.grad_accum", train.grad_accum, "micro-steps accumulated per optimizer step"),
+    ZT_KEY("train.max_steps", train.max_steps, "optimizer steps to run"),
+    ZT_KEY("train.lr", train.lr, "peak learning rate"),
+    ZT_KEY("train.lr_min", train.lr_min, "final learning rate of the decay schedule"),
+    ZT_KEY("train.warmup_steps", train.warmup_steps, "linear warmup steps"),
+    ZT_KEY("train.schedule", train.schedule, "learning-rate decay: cosine | linear | constant"),
+    ZT_KEY("train.schedule_steps", train.schedule_steps,
+           "steps the decay spans, then lr_min holds (0: train.max_steps)"),
+    ZT_KEY("train.weight_decay", train.weight_decay, "AdamW decoupled weight decay"),
+    ZT_KEY("train.beta1", train.beta1, "AdamW first-moment decay, in [0, 1)"),
+    ZT_KEY("train.beta2", train.beta2, "AdamW second-moment decay, in [0, 1)"),
+    ZT_KEY("train.eps", train.eps, "AdamW epsilon"),
+    ZT_KEY("train.grad_clip", train.grad_clip, "global gradient-norm clip (0 disables)"),
+    ZT_KEY("train.seed", train.seed, "random seed (initialisation, data order, sampling)"),
+    ZT_KEY("train.eval_every", train.eval_every, "steps between evaluations (0: only at the end)"),
+    ZT_KEY("train.eval_batches", train.eval_batches, "micro-batches per evaluation"),
+    ZT_KEY("train.sample_tokens", train.sample_tokens, "tokens sampled at each evaluation (0 disables)"),
+    ZT_KEY("train.log_every", train.log_every, "steps between log lines"),
+    ZT_KEY("train.threads", train.threads, "CPU threads per rank (0: cores / local ranks)"),
+    ZT_KEY("train.recompute", train.recompute, "recompute activations in backward to save memory"),
+    ZT_KEY("train.max_bad_steps", train.max_bad_steps,
+           "consecutive steps with non-finite gradients (skipped) before a bf16, fp32 or static-scale fp16 "
+           "run stops"),
+
+    ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
+    ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "DDP gradient all-reduce bucket size (MiB; fractions allowed)"),
+    ZT_KEY("parallel.shard_group", parallel.shard_group,
+           "ranks that shard the model state together (ZeRO 1-3; groups replicate each other): node | 0 (all "
+           "ranks) | N dividing the world"),
+    ZT_KEY("parallel.timeout_s", parallel.timeout_s,
+           "seconds one collective may wait before the job is aborted with a message (0: never)"),
+
+    ZT_KEY("precision.dtype", precision.dtype,
+           "working dtype of parameters, activations and gradients: fp32 | bf16 | fp16 (master weights "
+           "and AdamW state stay fp32)"),
+    ZT_KEY("precision.reduce_dtype", precision.reduce_dtype,
+           "dtype gradients are reduced in across ranks: fp32 | bf16 | fp16 (empty: the working dtype)"),
+    ZT_KEY("precision.loss_scale", precision.loss_scale,
+           "fp16 loss scaling: dynamic, or a fixed number > 0 (1 = no scaling)"),
+    ZT_KEY("precision.init_scale", precision.init_scale, "fp16 dynamic loss scale: initial value"),
+    ZT_KEY("precision.growth_interval", precision.growth_interval,
+           "fp16 dynamic loss scale: clean steps before it doubles"),
+    ZT_KEY("precision.hysteresis", precision.hysteresis,
+           "fp16 dynamic loss scale: it halves at the hysteresis-th overflow since its last change (2: the first "
+           "overflow is absorbed, the second halves it; 1: every overflow halves it)"),
+    ZT_KEY("precision.min_scale", precision.min_scale,
+           "fp16 dynamic loss scale: floor; there the overflow that would halve it stops the run (with "
+           "hysteresis 2: the first is absorbed, the second stops)"),
+
+    ZT_KEY("checkpoint.dir", checkpoint.dir, "checkpoint directory (empty: <run.dir>/checkpoints)"),
+    ZT_KEY("checkpoint.every", checkpoint.every, "steps between checkpoints (0: only at the end)"),
+    ZT_KEY("checkpoint.keep", checkpoint.keep, "checkpoints kept on disk"),
+    ZT_KEY("checkpoint.resume", checkpoint.resume, "auto | never | PATH of a checkpoint"),
+    ZT_KEY("checkpoint.on_error", checkpoint.on_error,
+           "when a save fails (disk full, ...): stop (exit 1) | continue (warn and train on); the previous "
+           "checkpoint stays intact either way"),
+    ZT_KEY("checkpoint.async", checkpoint.async,
+           "true: training blocks only while the state is copied to a host snapshot, and a background thread "
+           "writes the checkpoint beside the next steps | false: training waits for the whole write"),
+    ZT_KEY("checkpoint.async_spread", checkpoint.async_spread,
+           "async saves: spread the background write over this fraction of the expected time until the next "
+           "save (checkpoint.every x the recent median step time, or the steps left), so it slows the steps less; "
+           "a stop signal, the next save or the end of training makes it hurry. In [0, 1); 0: at full speed"),
+
+    ZT_KEY("run.dir", run.dir, "run directory (logs, resolved config, checkpoints)"),
+    ZT_KEY("run.memory_check", run.memory_check,
+           "a run whose predicted memory does not fit: strict (refused, exit 2) | warn | off"),
+};
+
+#undef ZT_KEY
+
+}  // namespace
+
+KeyRange keys() { return KeyRange{std::begin(kKeys), std::end(kKeys)}; }
+
+const KeyDef* find_key(const std::string& key) {
+    for (const KeyDef& k : kKeys) {
+        if (key == k.key) {
+            return &k;
+        }
+    }
+    return nullptr;
+}
+
+std::string section_of(const std::string& key) {
+    const auto dot = key.find('.');
+    return dot == std::string::npos ? std::string() : key.substr(0, dot);
+}
+
+std::string leaf_of(const std::string& key) {
+    const auto dot = key.find('.');
+    return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+bool set_on_command_line(const Config& cfg, const std::string& key) {
+    return std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), key) != cfg.cli_keys.end();
+}
+
+// ---------------------------------------------------------------------------
+// Suggestions for unknown keys
+// ---------------------------------------------------------------------------
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1);
+    std::vector<size_t> cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) {
+        prev[j] = j;
+    }
+    for (size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+        }
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+/// The registered key the user most likely meant, or "" when nothing is close.
+std::string nearest_key(const std::string& unknown) {
+    // A right key in the wrong section ("train.n_layer", or a bare "n_layer") is the
+    // commonest slip; edit distance would rank it poorly, so check it first.
+    const std::string leaf = leaf_of(unknown);
+    for (const KeyDef& k : kKeys) {
+        if (leaf == leaf_of(k.key)) {
+            return k.key;
+        }
+    }
+    std::string best;
+    size_t best_d = std::max<size_t>(2, unknown.size() / 4) + 1;
+    for (const KeyDef& k : kKeys) {
+        const size_t d = edit_distance(unknown, k.key);
+        if (d < best_d) {
+            best_d = d;
+            best = k.key;
+        }
+    }
+    return best;
+}
+
+}  // namespace
+
+std::string suggestion(const std::string& unknown, const char* prefix) {
+    const std::string near = nearest_key(unknown);
+    return near.empty() ? std::string() : str(" (did you mean '", prefix, near, "'?)");
+}
+
+}  // namespace config_detail
+
+using namespace config_detail;
+
+void set_config_value(Config& cfg, const std::string& key, const std::string& text) {
+    const KeyDef* k = find_key(key);
+    ZT_INPUT_CHECK(k != nullptr, "unknown key '", key, "'", suggestion(key, ""));
+    assign(cfg, *k, text, "");
+}
+
+std::string config_value_text(const Config& cfg, const std::string& key) {
+    const KeyDef* k = find_key(key);
+    ZT_INPUT_CHECK(k != nullptr, "unknown key '", key, "'", suggestion(key, ""));
+    return format_value(*k, cfg);
+}
+
+}  // namespace zt

@@ -1,0 +1,267 @@
+// validate(): every value and the relations between keys; an InputError names the key, the
+// value, what was expected, and whether to edit the deck or the command line. Does not touch
+// the file system.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <initializer_list>
+
+#include "parsing.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+namespace config_detail {
+namespace {
+
+class Validator {
+  public:
+    Validator(const Config& cfg, const RejectedSettings& rejected) : m_cfg(cfg), m_rejected(rejected) {}
+
+    /// Prefix naming where the values of `keys` came from, so the user knows what to edit:
+    /// "command line: " when any of them was overridden there, else the deck, else nothing.
+    std::string origin(std::initializer_list<const char*> keys) const {
+        for (const char* key : keys) {
+            if (set_on_command_line(m_cfg, key)) {
+                return "command line: ";
+            }
+        }
+        return m_cfg.config_file.empty() ? std::string() : m_cfg.config_file + ": ";
+    }
+    std::string origin(const std::string& key) const { return origin({key.c_str()}); }
+
+    /// The value as text; for a typed setting that refused its text, that text.
+    std::string value(const std::string& key) const {
+        const auto it = m_rejected.find(key);
+        return it != m_rejected.end() ? it->second.text : format_value(*find_key(key), m_cfg);
+    }
+
+    /// Throws "<origin>key = 'text': expected ..." when `key`'s text was refused as it was read.
+    void check_read(const std::string& key) const {
+        const auto it = m_rejected.find(key);
+        if (it != m_rejected.end()) {
+            check(false, key, it->second.expected);
+        }
+    }
+
+    /// Throws "<origin>key = value: expected <what>" unless `ok`.
+    void check(bool ok, const std::string& key, const std::string& expected) const {
+        if (!ok) {
+            throw InputError(str(origin(key), key, " = ", quoted(key), ": expected ", expected));
+        }
+    }
+
+    void check_int_min(const std::string& key, int v, int min) const {
+        check(v >= min, key, str("an integer >= ", min));
+    }
+
+    void check_finite(const std::string& key, double v) const {
+        check(std::isfinite(v), key, "a finite number");
+    }
+
+  private:
+    std::string quoted(const std::string& key) const {
+        const std::string v = value(key);
+        // Numbers read better bare; strings are quoted so an empty value is visible.
+        const FieldRef ref = find_key(key)->field(const_cast<Config&>(m_cfg));
+        return is_text(ref) ? "'" + v + "'" : v;
+    }
+
+    const Config& m_cfg;
+    const RejectedSettings& m_rejected;
+};
+
+/// The first of `keys` whose value (as text) is not its default, or nullptr.
+const char* first_not_default(const Validator& v, std::initializer_list<const char*> keys) {
+    const Config defaults;
+    for (const char* key : keys) {
+        if (v.value(key) != format_value(*find_key(key), defaults)) return key;
+    }
+    return nullptr;
+}
+
+/// The Llama keys: with arch = gpt2 each must keep its default (a value there would be
+/// silently ignored otherwise); with arch = llama, their values and relations.
+void check_llama_keys(const Validator& v, const ModelConfig& m) {
+    v.check_read("model.rope_scaling");
+    if (!m.is_llama()) {
+        if (const char* key = first_not_default(
+                v, {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling", "model.rope_factor",
+                    "model.rope_low_freq_factor", "model.rope_high_freq_factor", "model.rope_original_context",
+                    "model.norm_eps", "model.tie_embeddings"})) {
+            throw InputError(str(v.origin({key, "model.arch"}), key, " = ", v.value(key),
+                                 " applies only to model.arch = llama (model.arch is ", setting_text(m.arch),
+                                 "): remove it, or set model.arch = llama"));
+        }
+        return;
+    }
+    v.check(m.n_kv_head >= 0, "model.n_kv_head", "an integer >= 1 dividing model.n_head (0: model.n_head)");
+    if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0) {
+        throw InputError(str(v.origin({"model.n_kv_head", "model.n_head"}), "model.n_kv_head = ", m.n_kv_head,
+                             " does not divide model.n_head = ", m.n_head,
+                             ": expected a divisor (each key/value head serves n_head / n_kv_head query heads)"));
+    }
+    if (m.head_size() % 2 != 0) {
+        throw InputError(str(v.origin({"model.n_embd", "model.n_head"}), "model.n_embd / model.n_head = ", m.n_embd,
+                             " / ", m.n_head, " = ", m.head_size(),
+                             " is odd: expected an even head size (rotary embeddings rotate pairs of channels)"));
+    }
+    if (m.ffn_dim < 1) {  // named with model.arch: setting the arch is what made it required
+        throw InputError(str(v.origin({"model.ffn_dim", "model.arch"}), "model.ffn_dim = ", m.ffn_dim,
+                             ": expected an integer >= 1 (the SwiGLU hidden width; required for model.arch = llama)"));
+    }
+    v.check(m.rope_theta > 1, "model.rope_theta", "a number > 1");
+    v.check(m.norm_eps > 0, "model.norm_eps", "a number > 0");
+    if (m.rope_scaling == RopeScaling::kNone) {
+        if (const char* key = first_not_default(v, {"model.rope_factor", "model.rope_low_freq_factor",
+                                                    "model.rope_high_freq_factor", "model.rope_original_context"})) {
+            throw InputError(str(v.origin({key, "model.rope_scaling"}), key, " = ", v.value(key),
+                                 " applies only to model.rope_scaling = llama3 (it is none): remove it, or set "
+                                 "model.rope_scaling = llama3"));
+        }
+        return;
+    }
+    v.check(m.rope_factor > 0, "model.rope_factor", "a number > 0");
+    v.check(m.rope_low_freq_factor > 0, "model.rope_low_freq_factor", "a number > 0");
+    if (m.rope_high_freq_factor <= m.rope_low_freq_factor) {
+        throw InputError(str(v.origin({"model.rope_high_freq_factor", "model.rope_low_freq_factor"}),
+                             "model.rope_high_freq_factor = ", v.value("model.rope_high_freq_factor"),
+                             " is not above model.rope_low_freq_factor = ", v.value("model.rope_low_freq_factor"),
+                             ": expected high_freq_factor > low_freq_factor > 0"));
+    }
+    v.check_int_min("model.rope_original_context", m.rope_original_context, 1);
+}
+
+/// Every double is finite, and no text value holds '#' or a line break.
+void check_every_value(const Validator& v, const Config& cfg) {
+    // Every double must be finite before any range check: NaN compares false with
+    // everything and would slip through "x < 0" style tests.
+    for (const KeyDef& k : keys()) {
+        const FieldRef ref = k.field(const_cast<Config&>(cfg));
+        if (const auto* p = std::get_if<double*>(&ref)) {
+            v.check_finite(k.key, **p);
+        }
+        if (is_text(ref)) {
+            // '#' starts a comment and a newline ends the line in an INI deck: such a value
+            // could not be written back by to_ini() faithfully.
+            v.check(v.value(k.key).find_first_of("#\n\r") == std::string::npos, k.key,
+                    "a value without '#' or line breaks");
+        }
+    }
+}
+
+/// The model keys (the Llama ones in check_llama_keys).
+void check_model_keys(const Validator& v, const ModelConfig& m) {
+    v.check_int_min("model.n_layer", m.n_layer, 1);
+    v.check_int_min("model.n_head", m.n_head, 1);
+    v.check_int_min("model.n_embd", m.n_embd, 1);
+    if (m.n_embd % m.n_head != 0) {
+        throw InputError(str(v.origin({"model.n_embd", "model.n_head"}), "model.n_embd = ", m.n_embd,
+                             " is not divisible by model.n_head = ", m.n_head,
+                             " (each head gets n_embd / n_head channels)"));
+    }
+    v.check_read("model.arch");
+    check_llama_keys(v, m);
+    v.check_int_min("model.seq_len", m.seq_len, 1);
+    v.check_int_min("model.vocab_size", m.vocab_size, 2);
+    v.check_int_min("model.vocab_pad_to", m.vocab_pad_to, 1);
+    // padded_vocab() adds the two; keep that sum (and the round-up) inside int.
+    v.check(m.vocab_pad_to <= INT_MAX - m.vocab_size, "model.vocab_pad_to",
+            "vocab_size + vocab_pad_to to fit in a 32-bit integer");
+}
+
+/// data.train and the train keys but train.max_bad_steps (checked with the precision keys).
+void check_train_keys(const Validator& v, const Config& cfg) {
+    if (cfg.data.train.empty()) {
+        throw InputError(str(v.origin("data.train"),
+                             "data.train is required: a token shard file or glob (make one with zt-prepare)"));
+    }
+    const TrainConfig& t = cfg.train;
+    v.check_int_min("train.micro_batch", t.micro_batch, 1);
+    v.check_int_min("train.grad_accum", t.grad_accum, 1);
+    v.check_int_min("train.max_steps", t.max_steps, 1);
+    v.check(t.lr > 0, "train.lr", "a number > 0");
+    v.check(t.lr_min >= 0, "train.lr_min", "a number >= 0");
+    if (t.lr_min > t.lr) {
+        throw InputError(str(v.origin({"train.lr_min", "train.lr"}), "train.lr_min = ", format_double(t.lr_min),
+                             " is greater than train.lr = ", format_double(t.lr),
+                             ": expected 0 <= train.lr_min <= train.lr"));
+    }
+    v.check_int_min("train.warmup_steps", t.warmup_steps, 0);
+    v.check_int_min("train.schedule_steps", t.schedule_steps, 0);
+    v.check_read("train.schedule");
+    v.check(t.weight_decay >= 0, "train.weight_decay", "a number >= 0");
+    v.check(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "a number in [0, 1)");
+    v.check(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "a number in [0, 1)");
+    v.check(t.eps > 0, "train.eps", "a number > 0");
+    v.check(t.grad_clip >= 0, "train.grad_clip", "a number >= 0 (0 disables clipping)");
+    v.check_int_min("train.eval_every", t.eval_every, 0);
+    v.check_int_min("train.eval_batches", t.eval_batches, 1);
+    v.check_int_min("train.sample_tokens", t.sample_tokens, 0);
+    v.check_int_min("train.log_every", t.log_every, 1);
+    v.check_int_min("train.threads", t.threads, 0);
+}
+
+void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
+    v.check(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "0 (DDP), 1, 2 or 3");
+    v.check_read("parallel.shard_group");  // divides the world: checked where the world is known
+    v.check(p.bucket_mb > 0 && p.bucket_mb <= 1048576, "parallel.bucket_mb",
+            "a size in MiB > 0 and <= 1048576 (fractions allowed)");
+    v.check(p.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
+}
+
+/// The precision keys, then train.max_bad_steps.
+void check_precision_keys(const Validator& v, const Config& cfg) {
+    const PrecisionConfig& pr = cfg.precision;
+    v.check_read("precision.dtype");
+    v.check_read("precision.reduce_dtype");
+    v.check_read("precision.loss_scale");
+    // The typed settings were checked as they were read; a hand-built Config can still
+    // hold a fixed scale that is not a positive number, or a resume PATH that is empty.
+    v.check(pr.loss_scale.dynamic || fixed_loss_scale_ok(pr.loss_scale.fixed), "precision.loss_scale",
+            "dynamic, or a number > 0");
+    v.check(pr.init_scale > 0, "precision.init_scale", "a number > 0");
+    v.check_int_min("precision.growth_interval", pr.growth_interval, 1);
+    v.check_int_min("precision.hysteresis", pr.hysteresis, 1);
+    v.check(pr.min_scale > 0, "precision.min_scale", "a number > 0");
+    if (pr.min_scale > pr.init_scale) {
+        throw InputError(str(v.origin({"precision.min_scale", "precision.init_scale"}),
+                             "precision.min_scale = ", format_double(pr.min_scale), " is above precision.init_scale = ",
+                             format_double(pr.init_scale), ": expected min_scale <= init_scale"));
+    }
+    v.check_int_min("train.max_bad_steps", cfg.train.max_bad_steps, 1);
+}
+
+void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
+    v.check_int_min("checkpoint.every", cfg.checkpoint.every, 0);
+    v.check_int_min("checkpoint.keep", cfg.checkpoint.keep, 1);
+    v.check_read("checkpoint.resume");
+    v.check(cfg.checkpoint.resume.mode != ResumeSetting::Mode::kPath || !cfg.checkpoint.resume.path.empty(),
+            "checkpoint.resume", "auto | never | PATH of a checkpoint");
+    v.check_read("checkpoint.on_error");
+    v.check(cfg.checkpoint.async_spread >= 0 && cfg.checkpoint.async_spread < 1, "checkpoint.async_spread",
+            "a fraction in [0, 1) of the time between saves (0: write at full speed)");
+    v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
+    v.check_read("run.memory_check");
+}
+
+}  // namespace
+
+/// validate(), plus the typed settings refused as the deck and command line were read,
+/// each reported where its check stood when these settings were strings.
+void validate_read(const Config& cfg, const RejectedSettings& rejected) {
+    const Validator v(cfg, rejected);
+
+    check_every_value(v, cfg);
+    v.check_read("backend");
+    check_model_keys(v, cfg.model);
+    check_train_keys(v, cfg);
+    check_parallel_keys(v, cfg.parallel);
+    check_precision_keys(v, cfg);
+    check_checkpoint_and_run_keys(v, cfg);
+}
+
+}  // namespace config_detail
+
+void validate(const Config& cfg) { config_detail::validate_read(cfg, config_detail::RejectedSettings{}); }
+
+}  // namespace zt
