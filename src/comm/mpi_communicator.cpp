@@ -53,16 +53,33 @@ struct Placement {
     int rank = 0, size = 1, local_rank = 0, local_size = 1;
 };
 
+}  // namespace
+
+NodeComm::NodeComm(MPI_Comm comm) {
+    if (comm == MPI_COMM_NULL) return;
+    int rank = 0;
+    ZT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    ZT_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &m_comm));
+    ZT_MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
+    ZT_MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
+}
+
+NodeComm::~NodeComm() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (m_comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&m_comm);
+}
+
+namespace {
+
 Placement place(MPI_Comm comm) {
     Placement p;
     if (comm == MPI_COMM_NULL) return p;
     ZT_MPI_CHECK(MPI_Comm_rank(comm, &p.rank));
     ZT_MPI_CHECK(MPI_Comm_size(comm, &p.size));
-    MPI_Comm local = MPI_COMM_NULL;
-    ZT_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, p.rank, MPI_INFO_NULL, &local));
-    ZT_MPI_CHECK(MPI_Comm_rank(local, &p.local_rank));
-    ZT_MPI_CHECK(MPI_Comm_size(local, &p.local_size));
-    ZT_MPI_CHECK(MPI_Comm_free(&local));
+    const NodeComm node(comm);
+    p.local_rank = node.rank();
+    p.local_size = node.size();
     return p;
 }
 

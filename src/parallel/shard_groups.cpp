@@ -1,6 +1,7 @@
 // Shard groups and the rank layout (see include/ztrain/parallel/shard_groups.hpp).
 #include "ztrain/parallel/shard_groups.hpp"
 
+#include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt {
@@ -62,10 +63,9 @@ ShardGroups::ShardGroups(MPI_Comm world, int setting, int zero_stage) {
     }
     ZT_MPI_CHECK(MPI_Comm_rank(world, &L.world_rank));
     ZT_MPI_CHECK(MPI_Comm_size(world, &L.world_size));
-    MPI_Comm node = MPI_COMM_NULL;
-    ZT_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, L.world_rank, MPI_INFO_NULL, &node));
-    ZT_MPI_CHECK(MPI_Comm_rank(node, &L.local_rank));
-    ZT_MPI_CHECK(MPI_Comm_size(node, &L.local_size));
+    const NodeComm node(world);
+    L.local_rank = node.rank();
+    L.local_size = node.size();
     L.nodes = all_reduce_int(L.local_rank == 0 ? 1 : 0, MPI_SUM, world);
     const int min_local = all_reduce_int(L.local_size, MPI_MIN, world);
     const int max_local = all_reduce_int(L.local_size, MPI_MAX, world);
@@ -78,9 +78,8 @@ ShardGroups::ShardGroups(MPI_Comm world, int setting, int zero_stage) {
     // world rank order either way.
     int color = L.world_rank / L.shard_group * L.shard_group;
     if (setting == kShardGroupNode && zero_stage > 0 && L.shard_group == L.ranks_per_node) {
-        color = all_reduce_int(L.world_rank, MPI_MIN, node);
+        color = all_reduce_int(L.world_rank, MPI_MIN, node.get());
     }
-    ZT_MPI_CHECK(MPI_Comm_free(&node));
     ZT_MPI_CHECK(MPI_Comm_split(world, color, L.world_rank, &m_shard));
     ZT_MPI_CHECK(MPI_Comm_rank(m_shard, &L.shard_rank));
     int got = 0;
@@ -93,11 +92,8 @@ ShardGroups::ShardGroups(MPI_Comm world, int setting, int zero_stage) {
 
     // A group lies within a node when all of its ranks share one (a shared-memory split of
     // the group is the whole group).
-    MPI_Comm group_node = MPI_COMM_NULL;
-    ZT_MPI_CHECK(MPI_Comm_split_type(m_shard, MPI_COMM_TYPE_SHARED, L.shard_rank, MPI_INFO_NULL, &group_node));
-    ZT_MPI_CHECK(MPI_Comm_size(group_node, &got));
-    ZT_MPI_CHECK(MPI_Comm_free(&group_node));
-    L.groups_within_nodes = all_reduce_int(got == L.shard_group ? 1 : 0, MPI_MIN, world) == 1;
+    const NodeComm group_node(m_shard);
+    L.groups_within_nodes = all_reduce_int(group_node.size() == L.shard_group ? 1 : 0, MPI_MIN, world) == 1;
 }
 
 ShardGroups::~ShardGroups() {

@@ -189,6 +189,25 @@ class Communicator {
 /// tests without MPI_Init).
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
 
+/// The ranks of an MPI communicator that share this node (the MPI_COMM_TYPE_SHARED split,
+/// ordered by rank in `comm`): the one node query, for the communicators' local rank and
+/// for the shard groups. Freed on destruction. MPI_COMM_NULL: one rank, no MPI calls.
+class NodeComm {
+  public:
+    explicit NodeComm(MPI_Comm comm);
+    ~NodeComm();
+    NodeComm(const NodeComm&) = delete;
+    NodeComm& operator=(const NodeComm&) = delete;
+    MPI_Comm get() const { return m_comm; }
+    int rank() const { return m_rank; }
+    int size() const { return m_size; }
+
+  private:
+    MPI_Comm m_comm = MPI_COMM_NULL;
+    int m_rank = 0;
+    int m_size = 1;
+};
+
 /// A process-wide one-rank communicator for single-rank use.
 Communicator& self_communicator();
 
