@@ -9,8 +9,7 @@ namespace zt {
 /// the CPU has them (SSE2: every x86-64), memcpy elsewhere. For large copies whose
 /// destination is read much later, by another thread (a checkpoint snapshot): the stores
 /// skip reading each destination line first, a third of a copy's memory traffic, and leave
-/// the cache to the training that runs next. Measured on the dev box: a 742 MB snapshot in
-/// 80 ms instead of 105 ms (medians of 12 captures) at np 2 (bench/cpu_notes.md).
+/// the cache to the training that runs next (the measurement is in bench/cpu_notes.md).
 void copy_past_cache(void* dst, const void* src, size_t bytes);
 
 }  // namespace zt
