@@ -67,6 +67,7 @@ BackendCapabilities cuda_capabilities() {
     BackendCapabilities c;
     c.bf16 = false;
     c.fp16 = false;
+    c.device_memory = true;
     return c;
 }
 

@@ -124,7 +124,7 @@ void start_compute(TrainSetup& s, const Config& cfg) {
     s.backend = profile_ops_from_env(make_backend(s.backend_kind, threads, s.comm->local_rank()));
     s.op_profile = dynamic_cast<ProfilingBackend*>(s.backend.get());
     const RankLayout& L = s.groups->layout();
-    if (s.backend_kind == BackendChoice::kCuda) {
+    if (s.backend->capabilities().device_memory) {
         // Device buffers: NCCL (or staging) inside the group, and across groups when there are
         // replicas; the node-local rank of the whole job picks the GPU.
         const NodePlacement node{L.local_rank, L.local_size};

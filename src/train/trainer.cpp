@@ -144,7 +144,7 @@ MemoryPlan plan_and_check_memory(const Config& cfg, TrainSetup& setup, Communica
     MemoryPlan memory = plan_memory(
         cfg, comm.size(), comm.local_size(),
         static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
-        measured_baseline_bytes(), setup.backend_kind == BackendChoice::kCuda);
+        measured_baseline_bytes(), setup.backend->capabilities().device_memory);
     size_t device_free = 0;
     size_t device_total = 0;
     // A GPU run's items are device memory: checked against the device's free memory, which
@@ -224,8 +224,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                           model, setup.op_profile);
     reporter.set_rank_layout(setup.groups->layout());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
-    // A GPU state's snapshot goes to page-locked host memory (full-speed copies).
-    const bool pinned_snapshot = setup.backend_kind == BackendChoice::kCuda && async_saves_planned(cfg);
+    // A device-memory state's snapshot goes to page-locked host memory (full-speed copies).
+    const bool pinned_snapshot = setup.backend->capabilities().device_memory && async_saves_planned(cfg);
     const std::unique_ptr<DeviceMemory> pinned = pinned_snapshot ? make_cuda_device_memory(nullptr) : nullptr;
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm, pinned.get());
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(),

@@ -35,6 +35,10 @@ TEST(BackendCapabilities, CpuTrainsEveryDtypeCudaFp32Only) {
     EXPECT_FALSE(cuda.supports(DType::kBF16));
     EXPECT_FALSE(cuda.supports(DType::kF16));
     EXPECT_EQ(cuda.work_dtypes(), "fp32");
+    // Where the buffers live decides the snapshot's pinned memory, the communicator and the
+    // memory plan's budget: the capability, not the backend's name.
+    EXPECT_FALSE(cpu->capabilities().device_memory);
+    EXPECT_TRUE(cuda.device_memory);
 }
 
 /// fp32 values that exercise the rounding: ties, subnormals, overflow, infinities, NaN, and

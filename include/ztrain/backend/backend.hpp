@@ -36,6 +36,10 @@ struct BackendCapabilities {
     bool fp32 = true;
     bool bf16 = true;
     bool fp16 = true;
+    /// Buffers live in device memory: the host reaches them only through to_host/to_device
+    /// (page-locked host memory makes those full speed), collectives on them need a device
+    /// communicator, and the memory plan counts them against the device, not the host.
+    bool device_memory = false;
     bool supports(DType work) const;
     /// The supported working dtypes for messages: "fp32" or "fp32, bf16, fp16".
     std::string work_dtypes() const;
