@@ -547,9 +547,8 @@ class PieceWriter {
 /// read back, so no data is read back from disk.
 ///
 /// The data goes through O_DIRECT where the file system takes it: straight from memory to
-/// the disk, without a copy into the page cache. That copy was most of a save's CPU time
-/// (measured on this machine: 3.5 s of system time for a buffered 1.48 GB dd, 0.14 s with
-/// O_DIRECT), which matters most when the write runs beside training. Block tails, and
+/// the disk, without a copy into the page cache. That copy was most of a save's CPU time,
+/// which matters most when the write runs beside training. Block tails, and
 /// file systems without O_DIRECT (tmpfs), use ordinary writes. A PieceWriter keeps the
 /// disk busy while the next piece is read and hashed.
 ///
