@@ -32,6 +32,7 @@
 
 #include "checkpoint_format.hpp"
 #include "hdf5_util.hpp"
+#include "manifest_agreement.hpp"
 #include "model_record.hpp"
 #include "ztrain/ckpt/write_pacer.hpp"
 #include "ztrain/comm/communicator.hpp"
@@ -245,38 +246,6 @@ std::vector<std::string> list_checkpoints(const std::string& ckpt_dir) {
     }
     std::sort(steps.rbegin(), steps.rend());
     return steps;
-}
-
-void agree_across_ranks(Communicator& comm, const std::function<void()>& body) {
-    std::string msg;
-    double kind = 0;  // 0 ok, 1 Error, 2 InputError
-    try {
-        body();
-    } catch (const InputError& e) {
-        msg = e.what();
-        kind = 2;
-    } catch (const nlohmann::json::exception& e) {
-        // A manifest field of the wrong type or missing: the checkpoint is bad input.
-        msg = str("malformed checkpoint manifest: ", e.what());
-        kind = 2;
-    } catch (const std::exception& e) {
-        msg = e.what();
-        kind = 1;
-    }
-    // The lowest failing rank speaks for everyone: max of -rank is the smallest failing rank.
-    double first = kind > 0 ? -static_cast<double>(comm.rank()) : -static_cast<double>(comm.size());
-    comm.all_reduce_scalars(&first, 1, ReduceOp::kMax);
-    const int failing = static_cast<int>(-first);
-    if (failing >= comm.size()) return;
-    double k = failing == comm.rank() ? kind : 0;
-    comm.all_reduce_scalars(&k, 1, ReduceOp::kMax);
-    uint64_t len = failing == comm.rank() ? msg.size() : 0;
-    comm.broadcast_bytes(&len, sizeof len, failing);
-    msg.resize(len);
-    comm.broadcast_bytes(msg.data(), len, failing);
-    if (failing != comm.rank()) msg = str(msg, " (reported by rank ", failing, ")");
-    if (k >= 2) throw InputError(msg);
-    throw Error(msg);
 }
 
 std::string checkpoint_dir_name(long step) {
@@ -831,19 +800,19 @@ CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step,
     const SaveTarget target = save_target(ckpt_dir, step);
     CheckpointWriteReport report;
     auto t0 = std::chrono::steady_clock::now();
-    agree_across_ranks(comm, [&] {
+    agree_on_manifest(comm, [&] {
         if (rank == 0) prepare_partial_dir(target);
     });
     const double prepare_s = seconds_since(t0);
     ShardRecord mine;
-    agree_across_ranks(comm, [&] { mine = write_shard(target, plan, src, shard_rank, writes, report, pacer); });
+    agree_on_manifest(comm, [&] { mine = write_shard(target, plan, src, shard_rank, writes, report, pacer); });
     if (pacer) pacer->end();
     t0 = std::chrono::steady_clock::now();
     std::vector<ShardRecord> records(static_cast<size_t>(comm.size()));
     comm.all_gather_bytes(&mine, records.data(), sizeof(ShardRecord));
     for (const ShardRecord& r : records) report.bytes += r.bytes;
     uint64_t meta_bytes = 0;
-    agree_across_ranks(comm, [&] {
+    agree_on_manifest(comm, [&] {
         if (rank != 0) return;
         meta["shards"] = shard_manifest(plan, records);
         write_meta(target.partial, meta);
@@ -1026,7 +995,7 @@ void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
 CheckpointRecord load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm) {
     silence_hdf5();
     CheckpointRecord record;
-    agree_across_ranks(comm, [&] {
+    agree_on_manifest(comm, [&] {
         CheckpointReader reader(step_dir);
         require_same_model(reader, state.layout());
         record = record_of(reader.meta());

@@ -52,7 +52,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -101,11 +100,6 @@ struct CheckpointRecord {
 
 /// "step_00000100"
 std::string checkpoint_dir_name(long step);
-
-/// Runs `body` on every rank of `comm`; if any rank throws, every rank throws the lowest
-/// failing rank's message (InputError when that was one, or a malformed-JSON error), so no
-/// rank is left waiting in a collective. Collective.
-void agree_across_ranks(Communicator& comm, const std::function<void()>& body);
 
 /// Complete checkpoints (step_* directories, no *.partial) in ckpt_dir, newest first.
 std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
