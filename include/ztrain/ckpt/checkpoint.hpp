@@ -26,7 +26,7 @@
 // meta.h5 carries no attribute (none is opened on load). Shard datasets are contiguous (no
 // chunk copies, no filter); those of 64 KiB and more start on 4 KiB boundaries and are
 // written by direct I/O after HDF5 has written the file's structure, and hashed from the
-// memory they are written from (checkpoint.cpp, write_regions).
+// memory they are written from (shard_writer.cpp, write_regions).
 //
 // A checkpoint is complete or absent: every file goes to step_N.partial/, each rank fsyncs
 // its file, rank 0 writes meta.h5 (with the other files' hashes) after a barrier, renames
