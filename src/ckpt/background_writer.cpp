@@ -27,9 +27,9 @@ void BackgroundWriter::start(Job job, double pace_target_s) {
     m_error = nullptr;
     m_pacer = std::make_unique<WritePacer>(pace_target_s);  // its clock starts with the job
     m_thread = std::thread([this, pacer = m_pacer.get(), job = std::move(job)] {
-        // Below the training threads: the write's CPU work (hashing, HDF5's structure)
-        // takes the cycles training leaves idle first, and its I/O waits (direct writes,
-        // fsync) cost nothing. Best effort: a failure leaves the thread at normal priority.
+        // Below the training threads: the write's CPU work (hashing, HDF5's structure) takes
+        // the cycles training leaves idle first, and its I/O waits (direct writes, fsync)
+        // cost nothing. Best effort: a failure leaves the thread at normal priority.
         (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
         try {
             m_report = job(*pacer);
