@@ -1,6 +1,6 @@
 // The names and constants of the checkpoint layout on disk (described in checkpoint.hpp),
-// shared by the writer (checkpoint.cpp) and the reader (checkpoint_reader.cpp), so the two
-// cannot drift apart. Private to ckpt/.
+// shared by the writer (shard_writer.cpp, checkpoint_manifest.cpp, checkpoint_commit.cpp)
+// and the reader (checkpoint_reader.cpp), so the two cannot drift apart. Private to ckpt/.
 #pragma once
 
 #include <cstdint>

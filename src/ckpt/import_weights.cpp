@@ -25,6 +25,7 @@
 
 #include "hdf5_util.hpp"
 #include "hf_family.hpp"
+#include "manifest_agreement.hpp"
 #include "safetensors.hpp"
 #include "weights_file.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
@@ -413,7 +414,7 @@ void import_weights(const std::string& path, const ModelLayout& layout, const Mo
         }
     };
     if (comm) {
-        agree_across_ranks(*comm, checked_body);
+        agree_on_manifest(*comm, checked_body);
     } else {
         checked_body();
     }

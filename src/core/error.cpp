@@ -28,7 +28,6 @@ std::string mpi_error_string(int code) {
     if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return str("MPI error ", code);
     return std::string(buf, static_cast<size_t>(len));
 }
-std::string h5_error_string(long long status) { return str("HDF5 returned ", status); }
 }  // namespace detail
 
 }  // namespace zt

@@ -12,6 +12,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/comm/agree.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/transformer.hpp"

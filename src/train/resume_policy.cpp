@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ztrain/ckpt/export.hpp"
+#include "ztrain/comm/agree.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/transformer.hpp"

@@ -19,14 +19,14 @@
 //
 // Checksums: meta_json lists every shard file with its size and hash64 (below) of its bytes,
 // checked before a shard is used, so damage anywhere in a shard file (data or HDF5
-// structure) is caught. (Checkpoints written before 2026-11-24 also carry a hash64
-// attribute per shard dataset, checked on whole-dataset reads; the whole-file hash covers
-// the same bytes, so new saves skip that second pass over the data.) meta.h5 is covered by
+// structure) is caught. (Older checkpoints also carry a hash64 attribute per shard
+// dataset, checked on whole-dataset reads; the whole-file hash covers the same bytes, so
+// new saves skip that second pass over the data.) meta.h5 is covered by
 // CHECKSUM as a whole, and its meta_json dataset (chunked) by HDF5's Fletcher32 filter;
 // meta.h5 carries no attribute (none is opened on load). Shard datasets are contiguous (no
 // chunk copies, no filter); those of 64 KiB and more start on 4 KiB boundaries and are
 // written by direct I/O after HDF5 has written the file's structure, and hashed from the
-// memory they are written from (checkpoint.cpp, write_regions).
+// memory they are written from (shard_writer.cpp, write_regions).
 //
 // A checkpoint is complete or absent: every file goes to step_N.partial/, each rank fsyncs
 // its file, rank 0 writes meta.h5 (with the other files' hashes) after a barrier, renames
@@ -37,13 +37,14 @@
 // only after `latest` is replaced.
 //
 // meta_json fields (version 2): format ("ztrain-checkpoint"), version (2), step,
-// applied_steps, samples_seen, tokens_seen, world_size, shard_group (since 2026-11-24),
-// zero_stage (information only: the shard list below says who saved what), dtype, seed, scaler {scale, mode, clean_steps,
-// hysteresis_left}, bad_steps, config_ini (the resolved deck, information only), model
-// {n_layer, n_head, n_embd, seq_len, vocab_size, vocab_pad_to, init_from: every
-// ModelConfig field; padded_vocab: derived}, units [numel per unit], tensors [{name, unit,
-// offset, shape}], shards [{file, rank, bytes, hash64, units [{unit, begin, end}]}].
-// Version 1 (ztrain up to b08fcb7) is read too: the same fields, but its model record lacks
+// applied_steps, samples_seen, tokens_seen, world_size, shard_group (absent in older ones:
+// world_size then), zero_stage (information only: the shard list below says who saved
+// what), dtype, seed, scaler {scale, mode, clean_steps, hysteresis_left}, bad_steps,
+// config_ini (the resolved deck, information only), model {n_layer, n_head, n_embd,
+// seq_len, vocab_size, vocab_pad_to, init_from: every ModelConfig field; padded_vocab:
+// derived}, units [numel per unit], tensors [{name, unit, offset, shape}], shards [{file,
+// rank, bytes, hash64, units [{unit, begin, end}]}].
+// Version 1 (older ztrain) is read too: the same fields, but its model record lacks
 // vocab_pad_to and init_from (and is absent in the oldest ones); those come from config_ini,
 // read by the config parser.
 //
@@ -51,7 +52,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,11 +100,6 @@ struct CheckpointRecord {
 
 /// "step_00000100"
 std::string checkpoint_dir_name(long step);
-
-/// Runs `body` on every rank of `comm`; if any rank throws, every rank throws the lowest
-/// failing rank's message (InputError when that was one, or a malformed-JSON error), so no
-/// rank is left waiting in a collective. Collective.
-void agree_across_ranks(Communicator& comm, const std::function<void()>& body);
 
 /// Complete checkpoints (step_* directories, no *.partial) in ckpt_dir, newest first.
 std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);

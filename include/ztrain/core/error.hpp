@@ -80,13 +80,8 @@ class InputError : public Error {
 
 namespace zt::detail {
 std::string mpi_error_string(int code);
-std::string h5_error_string(long long status);
 inline bool mpi_ok(int code) { return code == 0; }
-inline bool h5_ok(long long status) { return status >= 0; }
 }  // namespace zt::detail
 
 /// Checks an MPI call (MPI_SUCCESS == 0).
 #define ZT_MPI_CHECK(expr) ZT_CHECK_GEN(expr, ::zt::detail::mpi_ok, ::zt::detail::mpi_error_string, "MPI")
-/// Checks an HDF5 call (negative herr_t / hid_t is failure).
-#define ZT_H5_CHECK(expr) \
-    ZT_CHECK_GEN(static_cast<long long>(expr), ::zt::detail::h5_ok, ::zt::detail::h5_error_string, "HDF5")
