@@ -31,7 +31,7 @@
 //   pool:  one cblas_sgemm call on OpenBLAS's own thread pool (openblas_set_num_threads);
 //   split: --threads OpenMP threads, each calling single-threaded sgemm on one slab of the
 //          output along its larger dimension, slab edges multiples of 16: what ztrain's CPU
-//          backend does (src/backend/cpu/cpu_backend.cpp, gemm_block). Built without
+//          backend does (src/backend/cpu/matmul.cpp, gemm_block). Built without
 //          -fopenmp, or with --no-split, only the pool is timed.
 // time_i is the median of --reps timed calls of the faster way for shape i (the faster
 // median), so the ceiling bounds a trainer using either way.
@@ -211,8 +211,8 @@ int main(int argc, char** argv) {
     // noise of a shared machine evenly across shapes and both ways.
     // After switching ways, the other way's idle threads still spin for a while (OpenBLAS's
     // pool after a call, libgomp's team after a region) on the cores the next calls need: the
-    // first shapes timed after a switch ran at half speed (qkv at 70-100 instead of 185
-    // GFLOP/s). A pause lets them go to sleep before timing starts.
+    // first shapes timed after a switch ran far slower. A pause lets them go to sleep before
+    // timing starts.
     auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
     for (int r = 0; r < reps; ++r) {
         openblas_set_num_threads(threads);

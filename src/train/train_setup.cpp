@@ -7,6 +7,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/backend_cuda/cuda_backend.hpp"
 #include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/comm/comm_select.hpp"
 #include "ztrain/comm/communicator.hpp"

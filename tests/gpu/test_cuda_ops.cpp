@@ -36,6 +36,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/backend_cuda/cuda_backend.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/backend/rope.hpp"

@@ -1,7 +1,7 @@
 // The CUDA backend's public face. Plain C++: no CUDA header is needed to include this, so
 // the trainer, the NCCL communicator and the tests can name it in any build. The functions
-// make_cuda_backend exists only in CUDA builds (ZT_HAVE_CUDA, include/ztrain/config.hpp);
-// cuda_stream and resolve_backend exist in every build.
+// declared here exist in every build; the factory, make_cuda_backend, is the backend_cuda
+// component's (ztrain/backend_cuda/cuda_backend.hpp) and exists only in CUDA builds.
 //
 // Memory: every float* / void* a CudaBackend hands out or takes is DEVICE memory, except
 // the host side of to_device/to_host. All work runs in order on one stream the backend
@@ -53,10 +53,6 @@ class CudaBackend : public Backend {
     virtual void matmul_backward_ex(void* dinp, void* dweight, const void* dout, const void* inp,
                                     const void* weight, int N, int C, int OC, DType dtype) = 0;
 };
-
-/// The CUDA backend on device `device` (CUDA builds only). Throws zt::Error when the device
-/// cannot be used.
-std::unique_ptr<CudaBackend> make_cuda_backend(int device);
 
 /// What backend = cuda trains with, in every build and before a device is opened (the
 /// trainer's input check); CudaBackend::capabilities() returns the same.

@@ -5,6 +5,8 @@
 // Host synchronization happens only where a host value is returned (sum_squares,
 // cross-entropy's target check, encoder_backward's token bucketing), in the synchronous
 // copies, in free() and when a profiling clock is read.
+#include "ztrain/backend_cuda/cuda_backend.hpp"
+
 #include "ztrain/backend/cuda_backend.hpp"
 
 #include "cuda_check.cuh"

@@ -1,5 +1,6 @@
-// The CUDA ops behind CudaBackend, one .cu file per op group, each with its CPU twin in
-// src/backend/cpu/cpu_backend.cpp as the reference the gpu tests compare against.
+// The CUDA ops behind CudaBackend, one .cu file per op group, each with its CPU twin of the
+// same base name in src/backend/cpu/ (declared in ops.hpp there) as the reference the gpu
+// tests compare against.
 //
 // Pattern (after ggml's acc.cu, see STYLE.md): kernels in an anonymous namespace, and one
 // launcher per op, zt::cuda::<op>(..., cudaStream_t), declared here, which checks what

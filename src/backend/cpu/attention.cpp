@@ -1,0 +1,203 @@
+// attention: causal grouped-query attention on qkv rows (backend.hpp's layout).
+//
+// One (batch, head) pair is one unit of work (cpu_backend.cpp's header comment says why
+// sgemm): units are spread over the team, and each product covers only the lower triangle of
+// kAttentionBlock-row blocks, so the masked work is the upper halves of the diagonal
+// blocks. Row block [r0, r1) of queries needs keys [0, r1); key block [c0, c1) gets
+// gradient from queries [c0, T).
+//
+// Grouped-query attention only changes where a head's k and v start (key/value head
+// h / group): with NKV = NH the pointers, leading dimensions and products are exactly
+// GPT-2's. In backward a unit is (batch, key/value head) and walks its group's query
+// heads in order, because they all accumulate into the same dk and dv (race-free and
+// deterministic); with NKV = NH that is again one (batch, head) per unit.
+#include "cpu_common.hpp"
+#include "ops.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+namespace zt::cpu {
+namespace {
+
+// Rows of the causal block decomposition in attention: products are done for the lower
+// block triangle only, so only the diagonal blocks carry wasted (masked) work.
+constexpr int kAttentionBlock = 64;
+
+/// In-place causal softmax of one attention row: row[0..len) -> probabilities, the rest of
+/// the row [len, T) -> 0 (the P.V product multiplies whole blocks, so it needs the zeros).
+ZT_VEC_CLONES
+void causal_softmax_row_kernel(float* row, int len, int T) {
+    float maxv = row[0];
+#pragma omp simd reduction(max : maxv)
+    for (int i = 0; i < len; ++i) {
+        maxv = row[i] > maxv ? row[i] : maxv;  // this form vectorizes; std::max does not
+    }
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < len; ++i) {
+        const float e = exp_approx(row[i] - maxv);
+        row[i] = e;
+        sum += e;
+    }
+    const float inv = 1.f / sum;
+#pragma omp simd
+    for (int i = 0; i < len; ++i) {
+        row[i] *= inv;
+    }
+    for (int i = len; i < T; ++i) {
+        row[i] = 0.f;
+    }
+}
+
+/// Copies the causal part of one probability row and zeroes the rest (att above the
+/// diagonal is unspecified by the interface, so backward never reads it).
+ZT_VEC_CLONES
+void causal_copy_row_kernel(float* __restrict dst, const float* __restrict src, int len, int T) {
+#pragma omp simd
+    for (int i = 0; i < len; ++i) {
+        dst[i] = src[i];
+    }
+    for (int i = len; i < T; ++i) {
+        dst[i] = 0.f;
+    }
+}
+
+/// Softmax backward of one row, in place on dP: dS = P * (dP - sum_j P_j dP_j); zeros past
+/// the diagonal.
+ZT_VEC_CLONES
+void softmax_backward_row_kernel(float* __restrict dp, const float* __restrict p, int len, int T) {
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < len; ++i) {
+        dot += p[i] * dp[i];
+    }
+#pragma omp simd
+    for (int i = 0; i < len; ++i) {
+        dp[i] = p[i] * (dp[i] - dot);
+    }
+    for (int i = len; i < T; ++i) {
+        dp[i] = 0.f;
+    }
+}
+
+size_t attention_thread_scratch(int T) {
+    return static_cast<size_t>(T) * T + static_cast<size_t>(kAttentionBlock) * kAttentionBlock;
+}
+
+}  // namespace
+
+size_t attention_scratch_floats(int T, int threads) {
+    // Per thread: dP -> dS (T, T) and the causal copy of one diagonal block of P.
+    return static_cast<size_t>(threads) * attention_thread_scratch(T);
+}
+
+void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV, int hs,
+                           int threads) {
+    const AttentionLayout lay = attention_layout(NH, NKV, hs);
+    const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+    const int units = B * NH;
+    const int W = lay.row;
+    const int O = lay.out_row;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int u = 0; u < units; ++u) {
+        const int b = u / NH;
+        const int h = u % NH;
+        const float* row0 = qkv + static_cast<size_t>(b) * T * W;
+        const float* q = row0 + static_cast<size_t>(h) * hs;
+        const float* k = row0 + lay.k_offset + static_cast<size_t>(h / lay.group) * hs;
+        const float* v = row0 + lay.v_offset + static_cast<size_t>(h / lay.group) * hs;
+        float* p = att + static_cast<size_t>(u) * T * T;
+        float* o = out + static_cast<size_t>(b) * T * O + static_cast<size_t>(h) * hs;
+        // S = scale * Q K^T, row block [r0, r1) against keys [0, r1).
+        for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+            const int r1 = std::min(T, r0 + kAttentionBlock);
+            sgemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<size_t>(r0) * W, W, k, W, 0.f,
+                  p + static_cast<size_t>(r0) * T, T);
+        }
+        for (int t = 0; t < T; ++t) {
+            causal_softmax_row_kernel(p + static_cast<size_t>(t) * T, t + 1, T);
+        }
+        // O = P V, same blocks (P is zero past the diagonal).
+        for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+            const int r1 = std::min(T, r0 + kAttentionBlock);
+            sgemm(false, false, r1 - r0, hs, r1, 1.f, p + static_cast<size_t>(r0) * T, T, v, W, 0.f,
+                  o + static_cast<size_t>(r0) * O, O);
+        }
+    }
+}
+
+void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                            int B, int T, int NH, int NKV, int hs, int threads) {
+    const AttentionLayout lay = attention_layout(NH, NKV, hs);
+    const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+    const int units = B * NKV;
+    const int W = lay.row;
+    const int O = lay.out_row;
+    const size_t tt = static_cast<size_t>(T) * T;
+#pragma omp parallel num_threads(threads)
+    {
+        float* ds = scratch + static_cast<size_t>(omp_get_thread_num()) * attention_thread_scratch(T);
+        float* pc = ds + tt;
+#pragma omp for schedule(static)
+        for (int u = 0; u < units; ++u) {
+            const int b = u / NKV;
+            const int kvh = u % NKV;
+            const size_t row0 = static_cast<size_t>(b) * T;
+            const float* k = qkv + row0 * W + lay.k_offset + static_cast<size_t>(kvh) * hs;
+            const float* v = qkv + row0 * W + lay.v_offset + static_cast<size_t>(kvh) * hs;
+            float* dk = dqkv + row0 * W + lay.k_offset + static_cast<size_t>(kvh) * hs;
+            float* dv = dqkv + row0 * W + lay.v_offset + static_cast<size_t>(kvh) * hs;
+            for (int h = kvh * lay.group; h < (kvh + 1) * lay.group; ++h) {
+                const float* q = qkv + row0 * W + static_cast<size_t>(h) * hs;
+                float* dq = dqkv + row0 * W + static_cast<size_t>(h) * hs;
+                const float* dout_h = dout + row0 * O + static_cast<size_t>(h) * hs;
+                const float* p = att + (static_cast<size_t>(b) * NH + h) * tt;
+                // dP = dO V^T (row blocks, keys [0, r1)).
+                for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+                    const int r1 = std::min(T, r0 + kAttentionBlock);
+                    sgemm(false, true, r1 - r0, r1, hs, 1.f, dout_h + static_cast<size_t>(r0) * O, O, v, W,
+                          0.f, ds + static_cast<size_t>(r0) * T, T);
+                }
+                // dV += P^T dO: key block [c0, c1) gets contributions from queries [c0, T).
+                // Queries past the block read att as it is (every entry there is at or
+                // below the diagonal); only the diagonal block holds entries above it,
+                // which the interface leaves unspecified, so that block alone is copied
+                // with them zeroed (64 x 64 instead of the whole T x T).
+                for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
+                    const int c1 = std::min(T, c0 + kAttentionBlock);
+                    const int bw = c1 - c0;
+                    for (int r = 0; r < bw; ++r) {
+                        causal_copy_row_kernel(pc + static_cast<size_t>(r) * kAttentionBlock,
+                                               p + static_cast<size_t>(c0 + r) * T + c0, r + 1, bw);
+                    }
+                    sgemm(true, false, bw, hs, bw, 1.f, pc, kAttentionBlock, dout_h + static_cast<size_t>(c0) * O,
+                          O, 1.f, dv + static_cast<size_t>(c0) * W, W);
+                    sgemm(true, false, bw, hs, T - c1, 1.f, p + static_cast<size_t>(c1) * T + c0, T,
+                          dout_h + static_cast<size_t>(c1) * O, O, 1.f, dv + static_cast<size_t>(c0) * W, W);
+                }
+                for (int t = 0; t < T; ++t) {
+                    softmax_backward_row_kernel(ds + static_cast<size_t>(t) * T, p + static_cast<size_t>(t) * T,
+                                                t + 1, T);
+                }
+                // dQ += scale * dS K.
+                for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+                    const int r1 = std::min(T, r0 + kAttentionBlock);
+                    sgemm(false, false, r1 - r0, hs, r1, scale, ds + static_cast<size_t>(r0) * T, T, k, W, 1.f,
+                          dq + static_cast<size_t>(r0) * W, W);
+                }
+                // dK += scale * dS^T Q.
+                for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
+                    const int c1 = std::min(T, c0 + kAttentionBlock);
+                    sgemm(true, false, c1 - c0, hs, T - c0, scale, ds + static_cast<size_t>(c0) * T + c0, T,
+                          q + static_cast<size_t>(c0) * W, W, 1.f, dk + static_cast<size_t>(c0) * W, W);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace zt::cpu

@@ -1,0 +1,77 @@
+// Softmax cross-entropy over the first V of Vp logits per row, with the gradient written
+// in place of the logits when dloss != 0.
+#include "cpu_common.hpp"
+#include "ops.hpp"
+#include "ztrain/core/error.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace zt::cpu {
+namespace {
+
+/// Cross-entropy of one logits row over the first V of Vp columns; returns the loss. When
+/// dloss != 0 the row is overwritten with dloss * (softmax - onehot), padded columns 0.
+ZT_VEC_CLONES
+float cross_entropy_row_kernel(float* row, int target, int V, int Vp, float dloss) {
+    float maxv = row[0];
+#pragma omp simd reduction(max : maxv)
+    for (int i = 0; i < V; ++i) {
+        maxv = row[i] > maxv ? row[i] : maxv;  // this form vectorizes; std::max does not
+    }
+    const float target_logit = row[target];
+    float sum = 0.f;
+    if (dloss != 0.f) {
+        // Store the exponentials so the gradient pass does not recompute them.
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; ++i) {
+            const float e = exp_approx(row[i] - maxv);
+            row[i] = e;
+            sum += e;
+        }
+        const float scale = dloss / sum;
+#pragma omp simd
+        for (int i = 0; i < V; ++i) {
+            row[i] *= scale;
+        }
+        row[target] -= dloss;
+        for (int i = V; i < Vp; ++i) {
+            row[i] = 0.f;
+        }
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; ++i) {
+            sum += exp_approx(row[i] - maxv);
+        }
+    }
+    return (maxv - target_logit) + std::log(sum);
+}
+
+}  // namespace
+
+void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+                           float dloss, int threads) {
+    ZT_REQUIRE(V > 0 && V <= Vp, "cross-entropy: need 0 < V <= Vp (V=", V, ", Vp=", Vp, ")");
+    // Validate before the parallel region: an exception must not escape an OpenMP region.
+    for (int r = 0; r < N; ++r) {
+        ZT_REQUIRE(targets[r] < V, "cross-entropy: target ", targets[r], " of row ", r,
+                   " is not below the vocabulary size ", V);
+    }
+    const bool parallel = static_cast<size_t>(N) * Vp >= kParallelMinElements;
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+    for (int r = 0; r < N; ++r) {
+        float* row = logits + static_cast<size_t>(r) * Vp;
+        if (targets[r] < 0) {
+            losses[r] = 0.f;
+            if (dloss != 0.f) {
+                std::memset(row, 0, static_cast<size_t>(Vp) * sizeof(float));
+            }
+            continue;
+        }
+        losses[r] = cross_entropy_row_kernel(row, targets[r], V, Vp, dloss);
+    }
+}
+
+}  // namespace zt::cpu

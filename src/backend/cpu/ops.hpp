@@ -1,0 +1,97 @@
+// The CPU ops behind CpuBackend, one .cpp file per op group with the base name of its CUDA
+// twin in src/backend/cuda/ (declared in ops.cuh there), so an op and its twin sit side by
+// side: matmul.cpp and matmul.cu, attention.cpp and attention.cu, ...
+//
+// Each op is a free function zt::cpu::<op>(..., int threads) that runs on an OpenMP team
+// of at most `threads` (the backend's thread count, where ops.cuh passes the stream).
+// Shapes, the row-major layout and the accumulate-into-gradient convention are those of
+// backend.hpp; CpuBackend's methods forward to these. What the op files share (thresholds,
+// vectorizable math, sgemm, partitions) is in cpu_common.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/core/dtype.hpp"
+
+namespace zt::cpu {
+
+// ---- matmul.cpp -----------------------------------------------------------------------
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                    int threads);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC, int threads);
+
+// ---- reduce.cpp -----------------------------------------------------------------------
+
+double sum_squares(const float* x, size_t n, int threads);
+/// Bit-identical to adding sum_squares() of each span, in one OpenMP region.
+double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count, int threads);
+
+// ---- layernorm.cpp, gelu.cpp, residual.cpp, adamw.cpp ----------------------------------------
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, int threads);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C, int threads);
+
+void gelu_forward(float* out, const float* inp, size_t n, int threads);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, int threads);
+
+void residual_forward(float* out, const float* a, const float* b, size_t n, int threads);
+
+void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWStep& step,
+                  int threads);
+void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step, int threads);
+
+// ---- attention.cpp ---------------------------------------------------------------------
+
+/// Floats of backward scratch for a team of `threads`: per thread dP -> dS (T, T) and one
+/// diagonal block of P.
+size_t attention_scratch_floats(int T, int threads);
+/// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH).
+void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV, int hs,
+                           int threads);
+void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                            int B, int T, int NH, int NKV, int hs, int threads);
+
+// ---- rmsnorm.cpp, rope.cpp, swiglu.cpp (Llama) ---------------------------------------------
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                     int threads);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C, int threads);
+
+void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV, int hs,
+                  int threads);
+void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV, int hs,
+                   int threads);
+
+void swiglu_forward(float* out, const float* inp, int N, int F, int threads);
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, int threads);
+
+// ---- encoder.cpp -----------------------------------------------------------------------
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                     int threads);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                      int threads);
+
+// ---- cross_entropy.cpp ------------------------------------------------------------------
+
+/// Validates targets (< V) before any work and throws zt::Error on a bad one.
+void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+                           float dloss, int threads);
+
+// ---- cast.cpp --------------------------------------------------------------------------
+
+/// Any dtype pair; same dtype: a copy (n * dtype_size bytes).
+void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n);
+/// dst (n of dst_type) = round(dst + src).
+void accumulate(void* dst, DType dst_type, const float* src, size_t n);
+/// x = float(T(x)) in place for T = t; fp32: nothing.
+void round_to(float* x, size_t n, DType t);
+
+}  // namespace zt::cpu
