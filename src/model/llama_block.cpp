@@ -84,8 +84,8 @@ double llama_activation_floats(const ModelConfig& cfg, int max_batch, bool recom
     const double block = BT * (5 * C + QKV + 3 * F) + static_cast<double>(max_batch) * cfg.n_head * T * T + 2 * BT;
     const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
     // The final RMSNorm's rstd (BT); gradient scratch: datty (BTC), dqkv (QKV), d gate|up
-    // (2F), d swiglu (F); the zero position table (T C) and the rotary table (T hs).
-    return blocks + BT + BT * (C + QKV + 3 * F) + T * C + T * cfg.head_size();
+    // (2F), d swiglu (F); the rotary table (T hs).
+    return blocks + BT + BT * (C + QKV + 3 * F) + T * cfg.head_size();
 }
 
 class LlamaBlocks final : public ModelFamily {
@@ -95,7 +95,7 @@ class LlamaBlocks final : public ModelFamily {
 
     void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
                        int T) override {
-        be.encoder_forward(out, tokens, unit0, m_zero_positions, B, T, m_cfg.n_embd);
+        be.encoder_forward(out, tokens, unit0, nullptr, B, T, m_cfg.n_embd);
     }
     void embed_backward(Backend& be, float* dunit0, bool /*zero*/, const float* dout, const int32_t* tokens, int B,
                         int T) override {
@@ -138,7 +138,6 @@ class LlamaBlocks final : public ModelFamily {
     Offsets m_off{};
     std::vector<Slots> m_slots;
     float* m_norm_rstd = nullptr;       // (B, T) the final RMSNorm's
-    float* m_zero_positions = nullptr;  // (T, C) zeros: the encoder's position table
     float* m_rope = nullptr;            // rope_table (T, hs) in backend memory
     // Gradient scratch reused by every block (backward accumulates, so each is zeroed first).
     float* m_datty = nullptr;     // (B, T, C)
@@ -188,7 +187,6 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     m_dqkv = arena.take(BT * QKV);
     m_dgate_up = arena.take(BT * 2 * F);
     m_dswiglu = arena.take(BT * F);
-    m_zero_positions = arena.take(T * C);  // alloc_floats zero-initializes; never written
     m_rope = arena.take(T * hs);
     const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
     backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));

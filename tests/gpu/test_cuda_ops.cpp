@@ -516,6 +516,10 @@ TEST_F(CudaOps, Encoder) {
     float* g_out = zeros(n);
     m_gpu->encoder_forward(g_out, g_tokens, up(wte), up(wpe), B, T, C);
     expect_close(down(g_out, n), out, kExact, "encoder_forward");
+    // No position table (Llama).
+    m_cpu->encoder_forward(out.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+    m_gpu->encoder_forward(g_out, g_tokens, up(wte), nullptr, B, T, C);
+    expect_close(down(g_out, n), out, kExact, "encoder_forward without wpe");
 
     const auto dout = rand(n);
     auto dwte = rand(wte.size());

@@ -607,6 +607,14 @@ TEST(CpuBackend, EncoderForwardAndBackward) {
         be->encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
         const std::string tag = " C=" + std::to_string(C);
         EXPECT_TRUE(all_close("encoder_forward" + tag, want, out, C));
+        // No position table (Llama): the token rows exactly.
+        be->encoder_forward(out.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+        for (int r = 0; r < B * T; ++r) {
+            for (int c = 0; c < C; ++c) {
+                ASSERT_EQ(out[static_cast<size_t>(r) * C + c], wte[static_cast<size_t>(tokens[r]) * C + c])
+                    << "encoder_forward without wpe" << tag << ", row " << r << ", channel " << c;
+            }
+        }
 
         const Vec dout = random_vec(want.size(), 63);
         const Vec dwte0 = random_vec(wte.size(), 64);

@@ -228,7 +228,8 @@ class Backend {
     /// dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)].
     virtual void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) = 0;
 
-    /// out (B, T, C) = wte[tokens[b, t]] + wpe[t].
+    /// out (B, T, C) = wte[tokens[b, t]] + wpe[t]; wpe null: no position table (Llama),
+    /// out = wte[tokens[b, t]].
     virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                                  int B, int T, int C) = 0;
     /// dwte (Vp, C) += scatter of dout by token; dwpe (T, C) += sum over batch.

@@ -14,7 +14,7 @@
 //    and the x86-64 baseline); the dynamic loader picks one per machine, so the binary runs
 //    on any x86-64 and the build needs no -march flag.
 //
-// Threading (measured on the 2-core dev machine, Zen 3, OpenBLAS 0.3.21 pthread)
+// Threading (OpenBLAS 0.3.21 pthread; the measurements behind it are in bench/cpu_notes.md)
 //  - OpenMP owns all the threads; OpenBLAS is set to ONE thread (deliberately, instead of
 //    `threads`) and each product is split by us into one row or column slab per OpenMP
 //    thread, each calling single-threaded sgemm. Letting OpenBLAS run its own pool made

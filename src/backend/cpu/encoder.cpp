@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace zt::cpu {
 
@@ -17,6 +18,10 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
     for (int r = 0; r < rows; ++r) {
         const int t = r % T;
         const float* e = wte + static_cast<size_t>(tokens[r]) * C;
+        if (wpe == nullptr) {
+            std::memcpy(out + static_cast<size_t>(r) * C, e, static_cast<size_t>(C) * sizeof(float));
+            continue;
+        }
         const float* pe = wpe + static_cast<size_t>(t) * C;
         add_kernel(out + static_cast<size_t>(r) * C, e, pe, static_cast<size_t>(C));
     }

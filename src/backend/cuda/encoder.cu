@@ -20,7 +20,8 @@ __global__ void encoder_forward_kernel(float* out, const int32_t* tokens, const 
     const int r = static_cast<int>(i / C);
     const int c = static_cast<int>(i % C);
     const int t = r % T;
-    out[i] = wte[static_cast<size_t>(tokens[r]) * C + c] + wpe[static_cast<size_t>(t) * C + c];
+    const float e = wte[static_cast<size_t>(tokens[r]) * C + c];
+    out[i] = wpe != nullptr ? e + wpe[static_cast<size_t>(t) * C + c] : e;
 }
 
 __global__ void encoder_dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
