@@ -18,6 +18,17 @@ void* cuda_stream(Backend& b) {
     return cuda != nullptr ? cuda->stream() : nullptr;
 }
 
+PlannedBackend planned_backend(const std::string& setting, int /*B*/, int T, int NH, int threads) {
+    PlannedBackend p;
+    if (setting == "cuda") {
+        p.capabilities = cuda_capabilities();
+        p.attention_scratch_floats = cuda_attention_scratch_floats(T, NH);
+    } else {
+        p.attention_scratch_floats = static_cast<double>(cpu_attention_scratch_floats(T, threads));
+    }
+    return p;
+}
+
 std::string resolve_backend(const std::string& requested, std::string* note) {
     if (note != nullptr) note->clear();
     if (requested == "cpu") return "cpu";

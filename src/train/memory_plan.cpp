@@ -191,15 +191,12 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
 
 MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) {
     const ModelConfig& m = cfg.model;
-    const bool cuda = cfg.backend == BackendChoice::kCuda;
-    double scratch = cuda_attention_scratch_floats(m.seq_len, m.n_head);
-    if (!cuda) {
-        int threads = cfg.train.threads;
-        if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_per_node);
-        scratch = static_cast<double>(
-            make_cpu_backend(threads)->attention_scratch_floats(cfg.train.micro_batch, m.seq_len, m.n_head));
-    }
-    return plan_memory(cfg, world_size, ranks_per_node, scratch, measured_baseline_bytes(), cuda);
+    int threads = cfg.train.threads;
+    if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_per_node);
+    const PlannedBackend backend =
+        planned_backend(setting_text(cfg.backend), cfg.train.micro_batch, m.seq_len, m.n_head, threads);
+    return plan_memory(cfg, world_size, ranks_per_node, backend.attention_scratch_floats, measured_baseline_bytes(),
+                       backend.capabilities.device_memory);
 }
 
 std::string format_memory_plan(const MemoryPlan& plan) {

@@ -41,6 +41,25 @@ TEST(BackendCapabilities, CpuTrainsEveryDtypeCudaFp32Only) {
     EXPECT_TRUE(cuda.device_memory);
 }
 
+// The memory plan of a deck asks what a backend will report without making one: the same
+// answers as the backend itself (cpu), or the CUDA formulas (cuda), and auto plans as cpu.
+TEST(BackendCapabilities, PlannedBackendAnswersAsTheBackendWould) {
+    for (int threads : {1, 3}) {
+        for (int T : {8, 64, 200}) {
+            const auto cpu = make_cpu_backend(threads);
+            for (const char* setting : {"cpu", "auto"}) {
+                const PlannedBackend p = planned_backend(setting, 2, T, 4, threads);
+                EXPECT_EQ(p.attention_scratch_floats, static_cast<double>(cpu->attention_scratch_floats(2, T, 4)))
+                    << setting << ", threads " << threads << ", T " << T;
+                EXPECT_FALSE(p.capabilities.device_memory) << setting;
+            }
+            const PlannedBackend g = planned_backend("cuda", 2, T, 4, threads);
+            EXPECT_EQ(g.attention_scratch_floats, cuda_attention_scratch_floats(T, 4)) << "T " << T;
+            EXPECT_TRUE(g.capabilities.device_memory);
+        }
+    }
+}
+
 /// fp32 values that exercise the rounding: ties, subnormals, overflow, infinities, NaN, and
 /// random bit patterns over every exponent.
 std::vector<float> special_and_random_floats() {

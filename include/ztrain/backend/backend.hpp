@@ -277,5 +277,16 @@ class Backend {
 /// The CPU backend: OpenBLAS sgemm for products, OpenMP for everything else.
 /// threads <= 0 means all cores.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+/// The CPU backend's attention_scratch_floats at `threads` threads, without making one.
+size_t cpu_attention_scratch_floats(int T, int threads);
+
+/// What a backend of the `backend` setting (cpu, cuda or auto; auto plans as cpu, what it
+/// resolves to) will report, without making one or needing its device: a deck's memory plan
+/// (ztrain --plan) on a machine that is not the one it will run on.
+struct PlannedBackend {
+    BackendCapabilities capabilities;
+    double attention_scratch_floats = 0;  ///< for (B, T, NH) at the given CPU threads
+};
+PlannedBackend planned_backend(const std::string& setting, int B, int T, int NH, int threads);
 
 }  // namespace zt

@@ -261,6 +261,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+size_t cpu_attention_scratch_floats(int T, int threads) { return cpu::attention_scratch_floats(T, threads); }
+
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
     return std::make_unique<CpuBackend>(threads);
 }
