@@ -93,6 +93,15 @@ class Gpt2Blocks final : public ModelFamily {
     }
 
   private:
+    /// A block's sizes for B sequences of T tokens: width, heads, rows, row elements.
+    struct Sizes {
+        int C, NH, N;
+        size_t NC;
+    };
+    Sizes sizes(int B, int T) const {
+        const int N = B * T;
+        return {m_cfg.n_embd, m_cfg.n_head, N, static_cast<size_t>(N) * static_cast<size_t>(m_cfg.n_embd)};
+    }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
         float* ln1 = nullptr;        // (B, T, C)
@@ -171,10 +180,7 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
 void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
     const Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const int C = m_cfg.n_embd;
-    const int NH = m_cfg.n_head;
-    const int N = B * T;
-    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
+    const auto [C, NH, N, NC] = sizes(B, T);
     be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
     be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
     be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
@@ -190,10 +196,7 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, b
                                 float* dres, int B, int T) {
     const Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const int C = m_cfg.n_embd;
-    const int NH = m_cfg.n_head;
-    const int N = B * T;
-    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
+    const auto [C, NH, N, NC] = sizes(B, T);
     const size_t CC = static_cast<size_t>(C) * static_cast<size_t>(C);
     const size_t Cs = static_cast<size_t>(C);
     float* dln = m_scratch.dscratch;

@@ -114,6 +114,15 @@ class LlamaBlocks final : public ModelFamily {
     }
 
   private:
+    /// A block's sizes for B sequences of T tokens: width, query and key/value heads, head
+    /// size, MLP width, packed q|k|v width, rows.
+    struct Sizes {
+        int C, NH, NKV, hs, F, QKV, N;
+    };
+    Sizes sizes(int B, int T) const {
+        return {m_cfg.n_embd, m_cfg.n_head, m_cfg.kv_heads(), m_cfg.head_size(), m_cfg.ffn_dim, m_cfg.qkv_dim(),
+                B * T};
+    }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
         float* norm1 = nullptr;       // (B, T, C) input RMSNorm output
@@ -195,15 +204,10 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
 void LlamaBlocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
     const Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const int C = m_cfg.n_embd;
-    const int NH = m_cfg.n_head;
-    const int NKV = m_cfg.kv_heads();
-    const int hs = m_cfg.head_size();
-    const int F = m_cfg.ffn_dim;
-    const int N = B * T;
+    const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
     const float eps = static_cast<float>(m_cfg.norm_eps);
     be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, N, C, eps);
-    be.matmul_forward(L.qkv, L.norm1, w + o.qkv, nullptr, N, C, m_cfg.qkv_dim());
+    be.matmul_forward(L.qkv, L.norm1, w + o.qkv, nullptr, N, C, QKV);
     // Rotated in place: attention and its backward only need the rotated q and k.
     be.rope_forward(L.qkv, L.qkv, m_rope, B, T, NH, NKV, hs);
     be.gqa_attention_forward(L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
@@ -218,13 +222,7 @@ void LlamaBlocks::block_backward(Backend& be, int l, const float* w, float* dw, 
                                  float* dres, int B, int T) {
     const Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const int C = m_cfg.n_embd;
-    const int NH = m_cfg.n_head;
-    const int NKV = m_cfg.kv_heads();
-    const int hs = m_cfg.head_size();
-    const int F = m_cfg.ffn_dim;
-    const int QKV = m_cfg.qkv_dim();
-    const int N = B * T;
+    const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
     const size_t n = static_cast<size_t>(N);
     const size_t Cs = static_cast<size_t>(C);
     const size_t Fs = static_cast<size_t>(F);

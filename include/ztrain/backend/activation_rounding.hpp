@@ -30,7 +30,6 @@ class ActivationRoundingBackend final : public ForwardingBackend {
     /// Rounds to `activation` (bf16 or fp16) on top of `inner`, which must outlive this and
     /// support that dtype (inner.round_to does the rounding, on inner's memory).
     ActivationRoundingBackend(Backend& inner, DType activation);
-    DType activation_dtype() const { return m_act; }
 
     // Everything not listed is forwarded unchanged (ForwardingBackend).
 
