@@ -2,7 +2,9 @@
 // size check and the AdamW constants every backend's kernel reads. Compiled in
 // every build, so the answer for cuda is available to the input checks of a build without
 // CUDA and to the CUDA backend itself alike.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <vector>
 
 #include "ztrain/backend/adamw_constants.hpp"
@@ -59,6 +61,16 @@ double cuda_attention_scratch_floats(int T, int NH) {
     // (cuda/attention.cu works through the batch one element at a time).
     return 2.0 * NH * static_cast<double>(T) * static_cast<double>(T);
 }
+
+void* Backend::alloc_host(size_t bytes) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kHostPageAlign, std::max<size_t>(bytes, 1)) != 0 || p == nullptr) {
+        throw Error(str("cannot allocate ", bytes, " bytes of host memory"));
+    }
+    return p;
+}
+
+void Backend::free_host(void* p) noexcept { std::free(p); }
 
 BackendCapabilities cuda_capabilities() {
     // The precision ops (cast, accumulate) run on the GPU, but the model's compute ops take

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "checkpoint_internal.hpp"
-#include "ztrain/comm/device_memory.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt {
@@ -28,37 +27,26 @@ size_t CheckpointSnapshot::planned_bytes(const ShardPlan& plan, int rank) {
     return floats * sizeof(float);
 }
 
-CheckpointSnapshot::CheckpointSnapshot(const ModelState& state, DeviceMemory* pinned)
+CheckpointSnapshot::CheckpointSnapshot(const ModelState& state)
     : m_plan(std::make_unique<ShardPlan>(state.shard_plan())),
       m_rank(state.shard_rank()),
       m_writes(state.replica() == 0),
-      m_pinned(pinned) {
+      m_state(state) {
     m_unit_offset.resize(static_cast<size_t>(m_plan->num_units()));
     for (int u = 0; u < m_plan->num_units(); ++u) {
         m_unit_offset[static_cast<size_t>(u)] = m_floats;
         if (m_writes) m_floats += 3 * page_floats(m_plan->primary_range(u, m_rank).size());
     }
     const size_t bytes = std::max<size_t>(m_floats, 1) * sizeof(float);
-    if (m_pinned) {
-        m_host = static_cast<float*>(m_pinned->alloc_host(bytes));  // page-aligned
-    } else {
-        void* p = nullptr;
-        if (::posix_memalign(&p, kDirectAlign, bytes) != 0) {
-            throw Error(str("cannot allocate the ", bytes, "-byte checkpoint snapshot"));
-        }
-        m_host = static_cast<float*>(p);
-    }
+    // Page-aligned (the shard writer's direct I/O writes from it) and, for a GPU state,
+    // page-locked (full-speed copies).
+    static_assert(kHostPageAlign % kDirectAlign == 0, "the snapshot is written by direct I/O");
+    m_host = static_cast<float*>(state.alloc_host(bytes));
     std::memset(m_host, 0, bytes);  // touch every page now, not during a capture
     m_layout_json = layout_meta(state.layout());
 }
 
-CheckpointSnapshot::~CheckpointSnapshot() {
-    if (m_pinned) {
-        m_pinned->free_host(m_host);
-    } else {
-        std::free(m_host);
-    }
-}
+CheckpointSnapshot::~CheckpointSnapshot() { m_state.free_host(m_host); }
 
 const float* CheckpointSnapshot::data(int unit, int which) const {
     const size_t n = page_floats(m_plan->primary_range(unit, m_rank).size());

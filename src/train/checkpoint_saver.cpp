@@ -78,7 +78,7 @@ bool async_saves_planned(const Config& cfg) {
 }
 
 CheckpointSaver::CheckpointSaver(const Config& cfg, std::string ckpt_dir, ModelState& state, Communicator& comm,
-                                 StepReporter& reporter, MPI_Comm mpi_comm, DeviceMemory* pinned)
+                                 StepReporter& reporter, MPI_Comm mpi_comm)
     : m_cfg(cfg), m_ckpt_dir(std::move(ckpt_dir)), m_state(state), m_comm(comm), m_reporter(reporter) {
     if (!async_saves_planned(cfg)) return;
     // One rank: the checkpoint communicator's collectives make no MPI calls at all.
@@ -90,7 +90,7 @@ CheckpointSaver::CheckpointSaver(const Config& cfg, std::string ckpt_dir, ModelS
         return;
     }
     m_ckpt_comm = make_mpi_communicator(mpi_comm);  // a duplicate: its own message space
-    m_snapshot = std::make_unique<CheckpointSnapshot>(state, pinned);
+    m_snapshot = std::make_unique<CheckpointSnapshot>(state);
 }
 
 CheckpointSaver::~CheckpointSaver() = default;

@@ -23,7 +23,6 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/comm/communicator.hpp"
-#include "ztrain/comm/device_memory.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/data/token_data.hpp"
@@ -224,10 +223,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                           model, setup.op_profile);
     reporter.set_rank_layout(setup.groups->layout());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
-    // A device-memory state's snapshot goes to page-locked host memory (full-speed copies).
-    const bool pinned_snapshot = setup.backend->capabilities().device_memory && async_saves_planned(cfg);
-    const std::unique_ptr<DeviceMemory> pinned = pinned_snapshot ? make_cuda_device_memory(nullptr) : nullptr;
-    CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm, pinned.get());
+    CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(),
                    setup.train_data->num_windows(),
                    setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt, work, reduce,

@@ -184,6 +184,20 @@ struct MatmulShape {
 // Odd (misaligned leading dimensions, ragged tiles) and GPT-like.
 const MatmulShape kMatmulShapes[] = {{67, 45, 97}, {128, 64, 192}, {5, 256, 3}};
 
+// The snapshot's host buffer: page-aligned (direct I/O) and usable by the copies both ways.
+TEST_F(CudaOps, AllocHostIsPageAlignedAndCopiesRoundTrip) {
+    const size_t n = 3 * 1024 + 7;
+    auto* host = static_cast<float*>(m_gpu->alloc_host(n * sizeof(float)));
+    ASSERT_NE(host, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(host) % zt::kHostPageAlign, 0u);
+    const auto want = rand(n);
+    float* dev = up(want);
+    m_gpu->to_host(host, dev, n * sizeof(float));
+    const std::vector<float> got(host, host + n);
+    m_gpu->free_host(host);
+    expect_close(got, want, kExact, "alloc_host round trip");
+}
+
 TEST_F(CudaOps, MatmulForwardFp32) {
     for (const auto& s : kMatmulShapes) {
         for (bool with_bias : {false, true}) {

@@ -229,7 +229,7 @@ TEST(BackgroundWriter, AHurriedWriteDropsItsPacingAndStillPublishes) {
     ModelState state(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 1, DType::kF32, DType::kF32);
     fill_state(state, 3.f);
     const std::vector<float> saved = ModelStateTestAccess::owned_optimizer_state(state);
-    CheckpointSnapshot snap(state, 0);
+    CheckpointSnapshot snap(state);
     snap.capture(state, record_at(6));
     const std::string ckpt = f.dir.file("paced");
     const double hour = 3600;

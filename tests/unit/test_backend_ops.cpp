@@ -190,6 +190,22 @@ StepResult one_step(Backend& be, DType t) {
 // The snapshot copy writes past the cache with 16-byte streaming stores after an unaligned
 // head: every destination alignment, lengths around the 64-byte loop, and the bytes just
 // outside the range untouched, through the CPU backend and the profiling decorator.
+// The host memory a backend's copies use (the checkpoint snapshot's buffer): page-aligned,
+// because the shard writer writes it by direct I/O, also through a decorator.
+TEST(BackendCopies, AllocHostIsPageAlignedAndWritable) {
+    auto cpu = make_cpu_backend(1);
+    ProfilingBackend profiled(make_cpu_backend(1));
+    for (Backend* b : {static_cast<Backend*>(cpu.get()), static_cast<Backend*>(&profiled)}) {
+        for (size_t bytes : {size_t{0}, size_t{1}, size_t{4096}, size_t{1} << 20}) {
+            void* p = b->alloc_host(bytes);
+            ASSERT_NE(p, nullptr) << b->name() << ", " << bytes << " bytes";
+            EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHostPageAlign, 0u) << b->name() << ", " << bytes << " bytes";
+            if (bytes > 0) std::memset(p, 0x5a, bytes);
+            b->free_host(p);
+        }
+    }
+}
+
 TEST(BackendCopies, ToHostPastCacheCopiesExactlyTheRange) {
     auto cpu = make_cpu_backend(1);
     ProfilingBackend profiled(make_cpu_backend(1));

@@ -31,6 +31,9 @@ namespace zt {
 /// cuda" is decided here and nowhere else: the model state, the model and the trainer's
 /// input check all ask it (Backend::capabilities, or cuda_capabilities() before a CUDA
 /// backend exists).
+/// Alignment of Backend::alloc_host memory (a page: what direct I/O needs).
+constexpr size_t kHostPageAlign = 4096;
+
 struct BackendCapabilities {
     /// Working dtypes (parameters, gradients, activations, the gradient wire format).
     bool fp32 = true;
@@ -118,6 +121,11 @@ class Backend {
     /// checkpoint snapshot): host memory backends write it past the CPU caches
     /// (core/stream_copy.hpp); a device's copy is to_host.
     virtual void to_host_past_cache(void* host_dst, const void* src, size_t bytes) { to_host(host_dst, src, bytes); }
+    /// Host memory this backend's copies run at full speed from and to (page-locked on a
+    /// GPU, plain memory otherwise), aligned to kHostPageAlign so direct I/O can write it as
+    /// is. Not zeroed; freed with free_host(). Throws zt::Error when none is left.
+    virtual void* alloc_host(size_t bytes);
+    virtual void free_host(void* p) noexcept;
 
     // ---- precision: the only ops that read or write buffers of a 16-bit dtype ----
     /// dst (n elements of dst_type) = src (n of src_type). To 16 bit rounds to nearest even

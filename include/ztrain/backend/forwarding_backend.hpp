@@ -41,6 +41,8 @@ class ForwardingBackend : public Backend {
     void to_host_past_cache(void* host_dst, const void* src, size_t bytes) override {
         m_inner.to_host_past_cache(host_dst, src, bytes);
     }
+    void* alloc_host(size_t bytes) override { return m_inner.alloc_host(bytes); }
+    void free_host(void* p) noexcept override { m_inner.free_host(p); }
 
     // ---- precision ----
     void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override {

@@ -61,7 +61,6 @@
 namespace zt {
 
 class Communicator;
-class DeviceMemory;
 class ModelState;
 class ShardPlan;
 class WritePacer;
@@ -146,10 +145,11 @@ struct CheckpointWriteReport {
 class CheckpointSnapshot {
   public:
     /// Allocates the host buffer for this rank's primary ranges of `state` (its shard rank's;
-    /// nothing on a replica other than 0, which writes no file): pinned through `pinned`
-    /// where given (a GPU state: full-speed device-to-host copies), else plain host memory.
-    /// Every page is touched here, so no capture pays for page faults.
-    explicit CheckpointSnapshot(const ModelState& state, DeviceMemory* pinned = nullptr);
+    /// nothing on a replica other than 0, which writes no file) with the state's
+    /// alloc_host: page-locked for a GPU state (full-speed device-to-host copies), plain host
+    /// memory otherwise. Every page is touched here, so no capture pays for page faults.
+    /// `state` must outlive the snapshot (it frees the buffer).
+    explicit CheckpointSnapshot(const ModelState& state);
     ~CheckpointSnapshot();
     CheckpointSnapshot(const CheckpointSnapshot&) = delete;
     CheckpointSnapshot& operator=(const CheckpointSnapshot&) = delete;
@@ -178,7 +178,7 @@ class CheckpointSnapshot {
     std::unique_ptr<ShardPlan> m_plan;
     int m_rank;
     bool m_writes;
-    DeviceMemory* m_pinned;
+    const ModelState& m_state;
     float* m_host = nullptr;
     size_t m_floats = 0;
     std::vector<size_t> m_unit_offset;  ///< per unit: offset of its master part in m_host

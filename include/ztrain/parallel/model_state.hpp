@@ -160,6 +160,10 @@ class ModelState : public UnitStore {
     /// copy_to_host into a buffer read later by another thread (the checkpoint snapshot):
     /// Backend::to_host_past_cache.
     void snapshot_to_host(float* host, const float* src, size_t n);
+    /// Host memory those copies run at full speed with (Backend::alloc_host: page-locked
+    /// for a GPU state), page-aligned; freed with free_host().
+    void* alloc_host(size_t bytes) const { return m_backend.alloc_host(bytes); }
+    void free_host(void* p) const noexcept { m_backend.free_host(p); }
     /// After master weights were overwritten (checkpoint load): recompute the working copy
     /// from them and re-assemble full parameters where the stage keeps them. Collective.
     void sync_working_from_master();

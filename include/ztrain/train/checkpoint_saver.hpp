@@ -33,7 +33,6 @@ namespace zt {
 
 class Communicator;
 class Error;
-class DeviceMemory;
 class ModelState;
 class StepReporter;
 
@@ -53,10 +52,9 @@ bool async_saves_planned(const Config& cfg);
 
 class CheckpointSaver {
   public:
-    /// `mpi_comm`: the training ranks (async saves talk over a duplicate of it). `pinned`:
-    /// page-locked host memory for a GPU state's snapshot (null: plain host memory).
+    /// `mpi_comm`: the training ranks (async saves talk over a duplicate of it).
     CheckpointSaver(const Config& cfg, std::string ckpt_dir, ModelState& state, Communicator& comm,
-                    StepReporter& reporter, MPI_Comm mpi_comm, DeviceMemory* pinned);
+                    StepReporter& reporter, MPI_Comm mpi_comm);
     /// Waits for a write in flight without reporting it (an error is unwinding).
     ~CheckpointSaver();
 

@@ -126,6 +126,14 @@ class CudaBackendImpl final : public CudaBackend {
         return p;
     }
     float* alloc_floats(size_t n) override { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
+    void* alloc_host(size_t bytes) override {
+        void* p = nullptr;  // page-locked and page-aligned
+        ZT_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
+        return p;
+    }
+    void free_host(void* p) noexcept override {
+        if (p != nullptr) (void)cudaFreeHost(p);
+    }
     void free(void* p) override {
         // Never throws: owners free in destructors, often while an exception unwinds. An
         // error here is an earlier asynchronous failure, already reported or about to be.
