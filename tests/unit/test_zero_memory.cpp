@@ -37,7 +37,7 @@ TEST(ZeroMemory, FormulasMatchModelStateBytesOnOneRank) {
         for (int stage = 0; stage <= 3; ++stage) {
             ModelState state(layout, *backend, self_communicator(), stage, SIZE_MAX, 1, work, work);
             size_t padded = 0;  // P as the buffers hold it: units padded for sharding
-            for (const UnitShard& s : state.shards()) padded += s.padded_numel;
+            for (const UnitShard& s : state.shard_plan().shards()) padded += s.padded_numel;
             const StateBytes sb = state.bytes();
             const ZeroMemoryFormulas f = zero_memory_formulas(stage, 1, padded, work);
             const std::string what = std::string(dtype_name(work)) + " stage " + std::to_string(stage);

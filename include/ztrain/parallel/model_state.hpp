@@ -137,7 +137,6 @@ class ModelState : public UnitStore {
     int replica() const { return m_replica.rank(); }
     int replicas() const { return m_replica.size(); }
     const ModelLayout& layout() const { return m_layout; }
-    const std::vector<UnitShard>& shards() const { return m_plan.shards(); }
     /// Who owns which elements (shared with the checkpoint code).
     const ShardPlan& shard_plan() const { return m_plan; }
     /// Copies the full, unpadded parameters of `unit` into out (unit_numel floats).
