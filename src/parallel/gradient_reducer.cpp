@@ -312,23 +312,6 @@ double GradientReducer::local_sum_squares(const std::vector<std::vector<DecaySeg
     return s;
 }
 
-void GradientReducer::poison_owned() {
-    complete_all();
-    for (int u = 0; u < m_ctx.num_units(); ++u) {
-        const size_t b = m_ctx.owned_begin(u);
-        if (m_ctx.owned_end(u) <= b) continue;
-        const float inf = std::numeric_limits<float>::infinity();
-        if (m_ctx.work == DType::kF32) {
-            m_ctx.backend.to_device(grad_ptr(u, b), &inf, sizeof(float));
-        } else {
-            // Up as fp32 into the conversion buffer (16-bit runs have one), then cast.
-            m_ctx.backend.to_device(m_ctx.f32_tmp, &inf, sizeof(float));
-            m_ctx.backend.cast(grad_ptr(u, b), m_ctx.work, m_ctx.f32_tmp, DType::kF32, 1);
-        }
-        return;
-    }
-}
-
 size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType reduce) {
     // Per the model's unit protocol (model/transformer.cpp): unit 0's gradient is produced from the LM head
     // through the whole backward; other units one at a time. Stages 2-3 hold a unit's fp32

@@ -135,13 +135,6 @@ void ParameterStore::wait_gathers() {
     for (int u = 0; u < m_ctx.num_units(); ++u) wait_gather(u);
 }
 
-float* ParameterStore::unit_params(int unit) {
-    ZT_REQUIRE(!m_ctx.plan.params_gathered_per_unit() && m_ctx.work == DType::kF32,
-               "unit_params() needs a full fp32 working copy (ZeRO stage <= 2, fp32)");
-    wait_gather(unit);
-    return static_cast<float*>(m_params.at(static_cast<size_t>(unit)));
-}
-
 size_t ParameterStore::planned_scratch(const ShardPlan& plan, DType work) {
     // Per the model's unit protocol (model/transformer.cpp): unit 0 is held from the LM head through
     // backward; other units are used one at a time, the next one prefetched at stage 3.

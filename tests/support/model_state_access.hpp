@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <vector>
+
+#include "ztrain/core/error.hpp"
 
 #include "ztrain/parallel/model_state.hpp"
 
@@ -30,12 +33,35 @@ class ModelStateTestAccess {
         return out;
     }
     /// Writes +inf into this rank's first owned gradient element (overflow injection).
-    static void poison_owned_grad(ModelState& s) { s.m_grads.poison_owned(); }
-    /// fp32 working copy of an unsharded working copy only: direct access to a unit's full
-    /// parameters (tests that perturb weights).
-    static float* unit_params(ModelState& s, int unit) { return s.m_params.unit_params(unit); }
+    static void poison_owned_grad(ModelState& s) {
+        GradientReducer& g = s.m_grads;
+        const StateContext& ctx = g.m_ctx;
+        g.complete_all();
+        for (int u = 0; u < ctx.num_units(); ++u) {
+            const size_t b = ctx.owned_begin(u);
+            if (ctx.owned_end(u) <= b) continue;
+            const float inf = std::numeric_limits<float>::infinity();
+            if (ctx.work == DType::kF32) {
+                ctx.backend.to_device(g.grad_ptr(u, b), &inf, sizeof(float));
+            } else {
+                // Up as fp32 into the conversion buffer (16-bit runs have one), then cast.
+                ctx.backend.to_device(ctx.f32_tmp, &inf, sizeof(float));
+                ctx.backend.cast(g.grad_ptr(u, b), ctx.work, ctx.f32_tmp, DType::kF32, 1);
+            }
+            return;
+        }
+    }
+    /// Direct access to a unit's full fp32 working copy (tests that perturb weights); only
+    /// where the working copy is whole (ZeRO stage <= 2) and fp32.
+    static float* unit_params(ModelState& s, int unit) {
+        ParameterStore& p = s.m_params;
+        ZT_REQUIRE(!p.m_ctx.plan.params_gathered_per_unit() && p.m_ctx.work == DType::kF32,
+                   "unit_params() needs a full fp32 working copy (ZeRO stage <= 2, fp32)");
+        p.wait_gather(unit);
+        return static_cast<float*>(p.m_params.at(static_cast<size_t>(unit)));
+    }
     /// DDP gradient buckets (units grouped where gradients are all-reduced; 0 otherwise).
-    static size_t num_grad_buckets(const ModelState& s) { return s.m_grads.num_buckets(); }
+    static size_t num_grad_buckets(const ModelState& s) { return s.m_grads.m_buckets.size(); }
     /// Bytes of per-unit scratch allocated so far (pooled: the high-water mark held).
     static size_t dynamic_scratch_held(const ModelState& s) { return s.m_pool.held(); }
     /// The planned peak of that scratch (included in bytes().scratch).

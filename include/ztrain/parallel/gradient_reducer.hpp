@@ -53,10 +53,6 @@ class GradientReducer {
     const float* owned_f32(int unit);
     /// This rank's sum of squares over `segments` of each unit's owned gradients.
     double local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments);
-    /// Writes +inf into the first owned gradient element (overflow injection).
-    void poison_owned();
-
-    size_t num_buckets() const { return m_buckets.size(); }
     /// Planned peak of the pooled scratch (gradient scratch, buffers of reductions in flight).
     size_t dynamic_scratch_planned() const {
         return planned_scratch(m_ctx.plan, m_ctx.work, m_ctx.reduce);
@@ -66,6 +62,7 @@ class GradientReducer {
     static size_t planned_scratch(const ShardPlan& plan, DType work, DType reduce);
 
   private:
+    friend class ModelStateTestAccess;  // tests/support/model_state_access.hpp
     /// A started reduction and the pooled buffers it holds until completed.
     struct InFlight {
         enum Kind { kBucket, kUnitAllReduce, kReduceScatter, kReplicaAllReduce };

@@ -47,8 +47,6 @@ class ParameterStore {
     /// or written).
     void wait_gathers();
 
-    /// fp32 stages 0-2: the full working copy of `unit` (tests that perturb weights).
-    float* unit_params(int unit);
     /// Planned peak of the pooled scratch acquire/prefetch take (gathered units, fp32 views).
     size_t dynamic_scratch_planned() const { return planned_scratch(m_ctx.plan, m_ctx.work); }
 
@@ -56,6 +54,7 @@ class ParameterStore {
     static size_t planned_scratch(const ShardPlan& plan, DType work);
 
   private:
+    friend class ModelStateTestAccess;  // tests/support/model_state_access.hpp
     /// A unit while acquired or prefetched (stage 3 and/or 16-bit).
     struct Resident {
         void* gathered = nullptr;  // stage 3: the gathered working copy (padded, work dtype)
