@@ -112,12 +112,13 @@ class ModelFamily {
     /// dinp += d/d in, dw += d/d weights, from dout.
     virtual void final_norm_backward(Backend& be, float* dinp, float* dw, const float* dout, const float* in,
                                      const float* w, int N) = 0;
-
-  protected:
-    static void zero_grad_if(Backend& be, bool zero, float* p, size_t n) {
-        if (zero) be.zero(p, n);
-    }
 };
+
+/// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero): the driver's
+/// and every family's gradients start their accumulation through it.
+inline void zero_grad_if(Backend& be, bool zero, float* p, size_t n) {
+    if (zero) be.zero(p, n);
+}
 
 /// A family: its manifest, its activation count and its blocks. activation_floats is what
 /// `make` takes from the arena for these arguments (without the driver's own buffers).

@@ -57,7 +57,6 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
       m_backend(backend),
       m_layout(make_model_layout(cfg)),
       m_arena(std::make_unique<ActivationArena>(backend)),
-      m_head_offset(m_layout.head_offset),
       m_max_batch(max_batch),
       m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
@@ -103,10 +102,6 @@ void Transformer::set_activation_dtype(DType t) {
 void Transformer::logits_row_to_host(int row, float* out) const {
     const size_t Vp = static_cast<size_t>(m_cfg.padded_vocab());
     m_backend.to_host(out, m_logits + static_cast<size_t>(row) * Vp, Vp * sizeof(float));
-}
-
-void Transformer::zero_grad_if(bool zero, float* p, size_t n) {
-    if (zero) m_backend.zero(p, n);
 }
 
 float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
@@ -159,7 +154,7 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     const int Vp = m_cfg.padded_vocab();
     // LM head, tied to the token embedding or an untied head (also in unit 0):
     // logits (N, Vp) = normed (N, C) @ head (Vp, C)^T.
-    const float* head = store.acquire(0) + m_head_offset;
+    const float* head = store.acquire(0) + m_layout.head_offset;
     m_compute->matmul_forward(m_logits, m_normed, head, nullptr, N, C, Vp);
     m_have_dlogits = false;
     if (targets == nullptr) {
@@ -207,9 +202,9 @@ void Transformer::backward(UnitStore& store) {
     const bool zero_emb = store.grads_need_zero(0);
     store.prefetch(nL + 1);
     m_backend.zero(m_dnormed, NC);
-    zero_grad_if(zero_emb, demb + m_head_offset, head_numel);
-    m_compute->matmul_backward(m_dnormed, demb + m_head_offset, nullptr, m_logits, m_normed, m_head_weights, N, C,
-                               Vp);
+    zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
+    m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head_weights,
+                               N, C, Vp);
 
     const float* x_last = nL > 0 ? m_family->block_output(nL - 1) : m_encoded;
     const float* wf = store.acquire(nL + 1);
@@ -217,7 +212,7 @@ void Transformer::backward(UnitStore& store) {
     const bool zero_f = store.grads_need_zero(nL + 1);
     store.prefetch(nL);
     m_backend.zero(m_dresidual, NC);
-    zero_grad_if(zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
+    zero_grad_if(m_backend, zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
     m_family->final_norm_backward(*m_compute, m_dresidual, dwf, m_dnormed, x_last, wf, N);
     store.grads_done(nL + 1);
     store.release(nL + 1);
@@ -237,7 +232,7 @@ void Transformer::backward(UnitStore& store) {
     }
 
     // The token embedding's gradient was zeroed with the head's when they are one tensor.
-    if (m_head_offset != 0) zero_grad_if(zero_emb, demb, head_numel);
+    if (m_layout.head_offset != 0) zero_grad_if(m_backend, zero_emb, demb, head_numel);
     m_family->embed_backward(*m_compute, demb, zero_emb, m_dresidual, m_inputs, B, T);
     store.grads_done(0);
     store.release(0);

@@ -37,7 +37,6 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
       m_backend(backend),
       m_comm(comms.shard),
       m_replica(comms.replica),
-      m_stage(zero_stage),
       m_rank(comms.shard.rank()),
       m_work(work),
       m_reduce(reduce),

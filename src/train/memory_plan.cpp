@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "ztrain/backend/backend.hpp"
-#include "ztrain/backend/cuda_backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/agree.hpp"
 #include "ztrain/comm/communicator.hpp"

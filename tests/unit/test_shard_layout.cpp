@@ -88,6 +88,7 @@ TEST(ShardLayout, ZeroStagePoliciesStoreAndMoveWhatTheStageShards) {
     for (int stage : {0, 1, 2, 3}) {
         SCOPED_TRACE(::testing::Message() << "stage " << stage);
         const ShardingPolicy p = ShardingPolicy::zero_stage(stage);
+        EXPECT_EQ(p.stage(), stage);
         EXPECT_EQ(p.optimizer_sharded, stage >= 1);
         EXPECT_EQ(p.grads_sharded, stage >= 2);
         EXPECT_EQ(p.params_sharded, stage >= 3);

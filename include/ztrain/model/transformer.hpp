@@ -70,15 +70,12 @@ class Transformer {
     void embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T);
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                         float dloss);
-    /// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero).
-    void zero_grad_if(bool zero, float* p, size_t n);
 
     ModelConfig m_cfg;
     Backend& m_backend;
     ModelLayout m_layout;
     std::unique_ptr<ActivationArena> m_arena;  // every activation buffer; freed last
     std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch
-    size_t m_head_offset = 0;  // the LM head inside unit 0 (0: tied to the token embedding)
     int m_max_batch;
     bool m_recompute = false;
     /// What the model's ops run on: m_backend, or a rounding decorator over it (16-bit).

@@ -130,7 +130,7 @@ class ModelState : public UnitStore {
     static StateBytes plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work, DType reduce);
     /// The ZeRO stage the state was made with (recorded in checkpoints; the parts ask
     /// shard_plan()'s policy instead).
-    int zero_stage() const { return m_stage; }
+    int zero_stage() const { return m_plan.policy().stage(); }
     /// This rank's place in its shard group (the shard it owns) and which replica it is;
     /// replica 0 writes checkpoints.
     int shard_rank() const { return m_rank; }
@@ -178,7 +178,6 @@ class ModelState : public UnitStore {
     Backend& m_backend;
     Communicator& m_comm;     // the shard group
     Communicator& m_replica;  // the same shard in the other groups
-    int m_stage;              // reported only (zero_stage()); behaviour follows m_plan's policy
     int m_rank;
     DType m_work;
     DType m_reduce;

@@ -46,6 +46,8 @@ struct ShardingPolicy {
     bool params_sharded = false;     ///< working copy: the own shard only
     /// The policy of ZeRO stage `stage` (0-3; anything else is an error).
     static ShardingPolicy zero_stage(int stage);
+    /// The ZeRO stage this policy is (the inverse of zero_stage()).
+    int stage() const { return params_sharded ? 3 : grads_sharded ? 2 : optimizer_sharded ? 1 : 0; }
 };
 
 /// Which rank owns which elements of each unit, and how much of each kind of state a rank
