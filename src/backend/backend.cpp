@@ -62,16 +62,6 @@ double cuda_attention_scratch_floats(int T, int NH) {
     return 2.0 * NH * static_cast<double>(T) * static_cast<double>(T);
 }
 
-void* Backend::alloc_host(size_t bytes) {
-    void* p = nullptr;
-    if (::posix_memalign(&p, kHostPageAlign, std::max<size_t>(bytes, 1)) != 0 || p == nullptr) {
-        throw Error(str("cannot allocate ", bytes, " bytes of host memory"));
-    }
-    return p;
-}
-
-void Backend::free_host(void* p) noexcept { std::free(p); }
-
 BackendCapabilities cuda_capabilities() {
     // The precision ops (cast, accumulate) run on the GPU, but the model's compute ops take
     // fp32 activations only and the bf16/fp16 kernels are not wired into them yet (the GPU

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <type_traits>
 
-#include "ztrain/comm/device_memory.hpp"
+#include "ztrain/memory/device_memory.hpp"
 #include "ztrain/comm/nccl_communicator.hpp"
 #include "ztrain/comm/staged_communicator.hpp"
 #include "ztrain/core/error.hpp"

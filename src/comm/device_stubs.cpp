@@ -1,6 +1,6 @@
-// What the CUDA-only communicator files (src/comm/cuda/) provide, for builds without them:
-// callers compile and link in every build and fail with a clear message at run time.
-#include "ztrain/comm/device_memory.hpp"
+// What the NCCL communicator (src/comm/cuda/nccl_communicator.cpp) provides, for builds
+// without NCCL: callers compile and link in every build and fail with a clear message at
+// run time.
 #include "ztrain/comm/nccl_communicator.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
@@ -10,12 +10,6 @@
 #endif
 
 namespace zt {
-
-#if !ZT_HAVE_CUDA
-std::unique_ptr<DeviceMemory> make_cuda_device_memory(void*) {
-    throw Error("CUDA device memory: this build has no CUDA (configure with -DZT_CUDA=ON)");
-}
-#endif
 
 #if !ZT_HAVE_NCCL
 bool nccl_built() { return false; }

@@ -12,7 +12,7 @@
 #include "collective_suite.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/comm/comm_select.hpp"
-#include "ztrain/comm/device_memory.hpp"
+#include "ztrain/memory/device_memory.hpp"
 #include "ztrain/comm/nccl_communicator.hpp"
 #include "ztrain/comm/staged_communicator.hpp"
 #include "ztrain/core/error.hpp"

@@ -1,14 +1,14 @@
 // The host-staged communicator over host "device" memory (copies deferred to synchronize(),
 // as on a stream): the shared collective suite, plus what staging adds.
 #include "collective_suite.hpp"
-#include "ztrain/comm/device_memory.hpp"
+#include "ztrain/memory/device_memory.hpp"
 #include "ztrain/comm/staged_communicator.hpp"
 
 namespace zt::test {
 namespace {
 
 std::unique_ptr<Communicator> make_staged(MPI_Comm comm) {
-    return make_staged_communicator(make_mpi_communicator(comm), make_host_device_memory());
+    return make_staged_communicator(make_mpi_communicator(comm), make_host_device_memory(HostCopyTiming::kAtSynchronize));
 }
 
 INSTANTIATE_TEST_SUITE_P(Staged, CollectiveSuite,

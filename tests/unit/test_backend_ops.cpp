@@ -187,9 +187,6 @@ StepResult one_step(Backend& be, DType t) {
     return r;
 }
 
-// The snapshot copy writes past the cache with 16-byte streaming stores after an unaligned
-// head: every destination alignment, lengths around the 64-byte loop, and the bytes just
-// outside the range untouched, through the CPU backend and the profiling decorator.
 // The host memory a backend's copies use (the checkpoint snapshot's buffer): page-aligned,
 // because the shard writer writes it by direct I/O, also through a decorator.
 TEST(BackendCopies, AllocHostIsPageAlignedAndWritable) {
@@ -206,6 +203,9 @@ TEST(BackendCopies, AllocHostIsPageAlignedAndWritable) {
     }
 }
 
+// The snapshot copy writes past the cache with 16-byte streaming stores after an unaligned
+// head: every destination alignment, lengths around the 64-byte loop, and the bytes just
+// outside the range untouched, through the CPU backend and the profiling decorator.
 TEST(BackendCopies, ToHostPastCacheCopiesExactlyTheRange) {
     auto cpu = make_cpu_backend(1);
     ProfilingBackend profiled(make_cpu_backend(1));

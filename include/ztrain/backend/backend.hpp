@@ -24,6 +24,7 @@
 #include <string>
 
 #include "ztrain/core/dtype.hpp"
+#include "ztrain/memory/device_memory.hpp"
 
 namespace zt {
 
@@ -31,9 +32,6 @@ namespace zt {
 /// cuda" is decided here and nowhere else: the model state, the model and the trainer's
 /// input check all ask it (Backend::capabilities, or cuda_capabilities() before a CUDA
 /// backend exists).
-/// Alignment of Backend::alloc_host memory (a page: what direct I/O needs).
-constexpr size_t kHostPageAlign = 4096;
-
 struct BackendCapabilities {
     /// Working dtypes (parameters, gradients, activations, the gradient wire format).
     bool fp32 = true;
@@ -109,23 +107,30 @@ class Backend {
 
     /// Zeroed memory of `bytes` bytes (any element type); freed with free().
     virtual void* alloc_bytes(size_t bytes) { return alloc_floats((bytes + sizeof(float) - 1) / sizeof(float)); }
+    /// The copy service of this backend's memory: host memory for a CPU backend (copies are
+    /// memcpy, done when called), the device's for a GPU backend (copies ordered after the
+    /// backend's stream). The copies and host allocations below go through it.
+    virtual DeviceMemory& memory() = 0;
     /// Host -> backend and backend -> host copies, synchronous (they return when done).
-    /// Plain memcpy for host memory, so code written against them costs the CPU nothing new.
     virtual void to_device(void* dst, const void* host_src, size_t bytes) {
-        if (bytes > 0) std::memcpy(dst, host_src, bytes);
+        memory().copy_to_device(dst, host_src, bytes);
+        memory().synchronize();
     }
     virtual void to_host(void* host_dst, const void* src, size_t bytes) {
-        if (bytes > 0) std::memcpy(host_dst, src, bytes);
+        memory().copy_to_host(host_dst, src, bytes);
+        memory().synchronize();
     }
     /// to_host for a large copy whose host side is read much later, by another thread (a
-    /// checkpoint snapshot): host memory backends write it past the CPU caches
-    /// (core/stream_copy.hpp); a device's copy is to_host.
-    virtual void to_host_past_cache(void* host_dst, const void* src, size_t bytes) { to_host(host_dst, src, bytes); }
+    /// checkpoint snapshot): DeviceMemory::copy_to_host_past_cache.
+    virtual void to_host_past_cache(void* host_dst, const void* src, size_t bytes) {
+        memory().copy_to_host_past_cache(host_dst, src, bytes);
+        memory().synchronize();
+    }
     /// Host memory this backend's copies run at full speed from and to (page-locked on a
     /// GPU, plain memory otherwise), aligned to kHostPageAlign so direct I/O can write it as
     /// is. Not zeroed; freed with free_host(). Throws zt::Error when none is left.
-    virtual void* alloc_host(size_t bytes);
-    virtual void free_host(void* p) noexcept;
+    void* alloc_host(size_t bytes) { return memory().alloc_host(bytes); }
+    void free_host(void* p) noexcept { memory().free_host(p); }
 
     // ---- precision: the only ops that read or write buffers of a 16-bit dtype ----
     /// dst (n elements of dst_type) = src (n of src_type). To 16 bit rounds to nearest even

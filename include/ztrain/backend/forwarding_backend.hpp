@@ -31,6 +31,7 @@ class ForwardingBackend : public Backend {
     int threads() const override { return m_inner.threads(); }
 
     // ---- memory ----
+    DeviceMemory& memory() override { return m_inner.memory(); }
     float* alloc_floats(size_t n) override { return m_inner.alloc_floats(n); }
     void* alloc_bytes(size_t bytes) override { return m_inner.alloc_bytes(bytes); }
     void free(void* p) override { m_inner.free(p); }
@@ -41,8 +42,6 @@ class ForwardingBackend : public Backend {
     void to_host_past_cache(void* host_dst, const void* src, size_t bytes) override {
         m_inner.to_host_past_cache(host_dst, src, bytes);
     }
-    void* alloc_host(size_t bytes) override { return m_inner.alloc_host(bytes); }
-    void free_host(void* p) noexcept override { m_inner.free_host(p); }
 
     // ---- precision ----
     void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) override {

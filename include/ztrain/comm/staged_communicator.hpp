@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "ztrain/comm/communicator.hpp"
-#include "ztrain/comm/device_memory.hpp"
+#include "ztrain/memory/device_memory.hpp"
 
 namespace zt {
 

@@ -50,7 +50,6 @@
 #include "ops.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/core/stream_copy.hpp"
 
 #include <cblas.h>
 #include <omp.h>
@@ -101,9 +100,7 @@ class CpuBackend final : public Backend {
         std::memcpy(dst, src, n * sizeof(float));
     }
 
-    void to_host_past_cache(void* host_dst, const void* src, size_t bytes) override {
-        copy_past_cache(host_dst, src, bytes);
-    }
+    DeviceMemory& memory() override { return *m_memory; }
 
     // --------------------------------------------------------------------------------
     // precision: the span conversions of core/dtype (OpenMP, round to nearest even)
@@ -257,6 +254,7 @@ class CpuBackend final : public Backend {
 
   private:
     int m_threads = 1;
+    std::unique_ptr<DeviceMemory> m_memory = make_host_device_memory(HostCopyTiming::kAtCall);
 };
 
 }  // namespace

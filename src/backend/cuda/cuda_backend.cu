@@ -88,6 +88,7 @@ class CudaBackendImpl final : public CudaBackend {
     explicit CudaBackendImpl(int device) : m_device(device) {
         cuda_set_device(device);
         m_stream = create_stream();
+        m_memory = make_cuda_device_memory(m_stream);
         ZT_CUBLAS_CHECK(cublasLtCreate(&m_blas.lt));
         ZT_CUBLAS_CHECK(cublasCreate(&m_blas.classic));
         ZT_CUDA_CHECK(cudaMalloc(&m_blas.workspace, kLtWorkspaceBytes));
@@ -99,6 +100,7 @@ class CudaBackendImpl final : public CudaBackend {
     ~CudaBackendImpl() override {
         // No throwing here: errors at teardown have nobody left to handle them.
         if (m_stream != nullptr) cudaStreamSynchronize(m_stream);
+        m_memory.reset();  // its transfer stream waits on m_stream's events: before m_stream goes
         if (m_sumsq != nullptr) cudaFree(m_sumsq);
         if (m_flag != nullptr) cudaFree(m_flag);
         if (m_blas.workspace != nullptr) cudaFree(m_blas.workspace);
@@ -126,14 +128,7 @@ class CudaBackendImpl final : public CudaBackend {
         return p;
     }
     float* alloc_floats(size_t n) override { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
-    void* alloc_host(size_t bytes) override {
-        void* p = nullptr;  // page-locked and page-aligned
-        ZT_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
-        return p;
-    }
-    void free_host(void* p) noexcept override {
-        if (p != nullptr) (void)cudaFreeHost(p);
-    }
+    DeviceMemory& memory() override { return *m_memory; }
     void free(void* p) override {
         // Never throws: owners free in destructors, often while an exception unwinds. An
         // error here is an earlier asynchronous failure, already reported or about to be.
@@ -152,16 +147,6 @@ class CudaBackendImpl final : public CudaBackend {
         if (n > 0 && dst != src) {
             ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, m_stream));
         }
-    }
-    void to_device(void* dst, const void* host_src, size_t bytes) override {
-        if (bytes == 0) return;
-        ZT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, m_stream));
-        synchronize();
-    }
-    void to_host(void* host_dst, const void* src, size_t bytes) override {
-        if (bytes == 0) return;
-        ZT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, m_stream));
-        synchronize();
     }
 
     // ---- matmul ----
@@ -289,6 +274,8 @@ class CudaBackendImpl final : public CudaBackend {
 
     int m_device = 0;
     cudaStream_t m_stream = nullptr;
+    /// Host copies and pinned memory: copies on a transfer stream ordered after m_stream.
+    std::unique_ptr<DeviceMemory> m_memory;
     cuda::Blas m_blas;
     int* m_flag = nullptr;
     double* m_sumsq = nullptr;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../host_backed_communicator.hpp"
-#include "ztrain/comm/device_memory.hpp"
+#include "ztrain/memory/device_memory.hpp"
 #include "ztrain/cuda_runtime/cuda_check.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/cuda_runtime/stream.hpp"

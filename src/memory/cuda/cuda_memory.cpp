@@ -1,14 +1,25 @@
-// DeviceMemory on CUDA: pinned staging buffers and copies on a transfer stream that waits
-// for the compute stream, so staging never blocks later compute and never reads a buffer
+// Page-locked host memory, and DeviceMemory on CUDA: copies on a transfer stream that waits
+// for the compute stream, so a copy never blocks later compute and never reads a buffer
 // before the kernels that write it have run.
-#include "ztrain/comm/device_memory.hpp"
-
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "ztrain/cuda_runtime/cuda_check.hpp"
 #include "ztrain/cuda_runtime/stream.hpp"
+#include "ztrain/memory/device_memory.hpp"
+#include "../pinned_memory.hpp"
 
 namespace zt {
+
+void* pinned_alloc(size_t bytes) {
+    void* p = nullptr;  // page-aligned by the CUDA runtime
+    ZT_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
+    return p;
+}
+
+void pinned_free(void* p) noexcept { (void)cudaFreeHost(p); }
+
 namespace {
 
 class CudaDeviceMemory final : public DeviceMemory {
@@ -24,12 +35,7 @@ class CudaDeviceMemory final : public DeviceMemory {
         cudaStreamDestroy(m_copy);
     }
     std::string name() const override { return "cuda"; }
-    void* alloc_host(size_t bytes) override {
-        void* p = nullptr;
-        ZT_CUDA_CHECK(cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocDefault));
-        return p;
-    }
-    void free_host(void* p) noexcept override { cudaFreeHost(p); }
+    HostMemoryKind host_memory_kind() const override { return HostMemoryKind::kPinned; }
     void copy_to_host(void* host, const void* device, size_t bytes) override {
         copy(host, device, bytes, cudaMemcpyDeviceToHost);
     }
@@ -44,6 +50,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   private:
     /// Enqueues the copy after everything the compute stream holds now.
     void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+        if (bytes == 0) return;
         ZT_CUDA_CHECK(cudaEventRecord(m_compute_done, m_compute));
         ZT_CUDA_CHECK(cudaStreamWaitEvent(m_copy, m_compute_done, 0));
         ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, m_copy));
