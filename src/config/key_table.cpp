@@ -119,6 +119,9 @@ const KeyDef kKeys[] = {
     ZT_KEY("run.dir", run.dir, "run directory (logs, resolved config, checkpoints)"),
     ZT_KEY("run.memory_check", run.memory_check,
            "a run whose predicted memory does not fit: strict (refused, exit 2) | warn | off"),
+    ZT_KEY("run.tensorboard", run.tensorboard,
+           "true: rank 0 also writes every metrics.jsonl scalar as a TensorBoard event file in <run.dir>/tb "
+           "(tensorboard --logdir <run.dir>/tb) | false"),
 };
 
 #undef ZT_KEY

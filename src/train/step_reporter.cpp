@@ -142,7 +142,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     mem["dtype"] = dtype_name(cfg.precision.dtype);
     mem["num_params"] = n_params;
     mem["predicted_peak"] = m_plan_rank;
-    m_metrics.write(mem);
+    record(mem);
     if (mc.is_llama()) {
         std::printf("ztrain: llama, %d layers, %d heads (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
                     "%s head: %.2fM parameters\n",
@@ -227,7 +227,7 @@ void StepReporter::step(const StepReport& r) {
         for (int k = 0; k < ProfilingBackend::kNumOps; ++k) ops[ProfilingBackend::op_name(k)] = m_op_profile->op_ms(k);
         rec["ops_ms"] = ops;
     }
-    m_metrics.write(rec);
+    record(rec);
     const long done = r.step;
     if (done % m_log_every == 0 || done == m_max_steps || done == 1) {
         const double avg = run_here > 1 ? m_train_seconds / static_cast<double>(run_here - 1) : r.step_s;
@@ -243,7 +243,7 @@ void StepReporter::val_loss(long step, double loss) {
     nlohmann::ordered_json rec;
     rec["step"] = step;
     rec["val_loss"] = loss;
-    m_metrics.write(rec);
+    record(rec);
     std::printf("step %ld | val loss %.4f\n", step, loss);
 }
 
@@ -268,7 +268,7 @@ void StepReporter::checkpoint_written(const CheckpointSaved& saved) {
     rec["direct_io"] = saved.direct_io;
     rec["paced_ms"] = {{"target", saved.pace_target_s * 1e3}, {"slept", saved.paced_s * 1e3}};
     rec["hurried"] = saved.hurried;
-    m_metrics.write(rec);
+    record(rec);
     if (saved.async) {
         std::printf("ztrain: checkpoint %s written in %.2f s (in the background; training blocked %.3f s)\n",
                     saved.dir.c_str(), saved.write_s, saved.blocked_s);
@@ -294,7 +294,7 @@ void StepReporter::memory_peaks(const std::vector<double>& measured) {
     rec["event"] = "memory_peak";
     rec["predicted_peak"] = m_plan_rank;
     rec["measured_peak"] = measured;
-    m_metrics.write(rec);
+    record(rec);
     const double top = *std::max_element(measured.begin(), measured.end());
     std::printf("ztrain: peak resident memory %.1f MiB (the largest rank's), predicted %.1f MiB\n",
                 top / 1048576.0, m_plan_rank / 1048576.0);

@@ -221,6 +221,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     prepare_run_dir(cfg, root);
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
                           model, setup.op_profile);
+    if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), progress.step);
     reporter.set_rank_layout(setup.groups->layout());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);

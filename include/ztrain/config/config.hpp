@@ -173,6 +173,8 @@ struct RunConfig {
     /// strict: a run whose predicted peak memory does not fit is refused (exit 2) before
     /// anything is allocated; warn: a warning; off: no check.
     MemoryCheck memory_check = MemoryCheck::kStrict;
+    /// Rank 0 also writes the metrics as TensorBoard scalars in <dir>/tb.
+    bool tensorboard = true;
 };
 
 struct Config {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/parallel/shard_groups.hpp"
 #include "ztrain/train/metrics.hpp"
+#include "ztrain/train/tensorboard.hpp"
 
 namespace zt {
 
@@ -86,6 +88,12 @@ class StepReporter {
     StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
                  const Communicator& comm, const Communicator& shard, const Communicator& replica,
                  const Transformer& model, ProfilingBackend* op_profile);
+    /// Mirrors every record into a TensorBoard event file in `dir` (rank 0; run.tensorboard),
+    /// a new one per run; `resumed_step`: the checkpoint's step (0: a fresh run). Call before
+    /// start().
+    void open_tensorboard(const std::string& dir, long resumed_step) {
+        if (m_root) m_tensorboard = std::make_unique<TensorBoardWriter>(dir, resumed_step);
+    }
     /// Where the ranks are (nodes, groups), for the memory record; call before start().
     void set_rank_layout(const RankLayout& layout) { m_layout = layout; }
 
@@ -126,10 +134,17 @@ class StepReporter {
     void finish(long last_step);
 
   private:
+    /// One record to metrics.jsonl and, when open, the TensorBoard file.
+    void record(const nlohmann::ordered_json& rec) {
+        m_metrics.write(rec);
+        if (m_tensorboard) m_tensorboard->write(rec);
+    }
+
     bool m_root;
     int m_max_steps;
     int m_log_every;
     MetricsLog m_metrics;
+    std::unique_ptr<TensorBoardWriter> m_tensorboard;
     const Communicator& m_comm;
     const Communicator& m_shard;
     const Communicator& m_replica;
