@@ -323,17 +323,22 @@ std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_si
     // The changes one at a time; where none fits alone, the cheapest first, added up until
     // the plan fits (a later micro_batch replaces an earlier one).
     bool any_alone = false;
+    std::vector<std::string> keys_shown;  // one change per key: the smallest that fits
     os << "changes that would fit, cheapest first (predicted peak per node):\n";
     for (const PlanChange& change : candidate_changes(cfg, world_size)) {
+        const std::string key = change.what.substr(0, change.what.find('='));
+        if (std::find(keys_shown.begin(), keys_shown.end(), key) != keys_shown.end()) continue;
         const MemoryPlan alone = plan_for_deck(change.cfg, world_size, ranks_per_node);
         if (plan_fits(alone)) {
             os << "  " << change.what << "   " << human(alone.per_node()) << "\n";
+            keys_shown.push_back(key);
             any_alone = true;
         }
     }
     if (any_alone) return os.str();
-    os << "  none alone; together:\n";
     Config together = cfg;
+    std::string line;
+    double together_peak = plan.per_node();
     std::vector<std::pair<std::string, std::string>> flags;  // (key, flag), in the order first set
     for (std::vector<PlanChange> next = candidate_changes(together, world_size); !next.empty();
          next = candidate_changes(together, world_size)) {
@@ -343,15 +348,17 @@ std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_si
         auto same = std::find_if(flags.begin(), flags.end(), [&](const auto& f) { return f.first == key; });
         if (same == flags.end()) flags.emplace_back(key, flag);
         else same->second = flag;
-        std::string line;
+        line.clear();
         for (const auto& f : flags) line += (line.empty() ? "" : " ") + f.second;
         const MemoryPlan plan_now = plan_for_deck(together, world_size, ranks_per_node);
+        together_peak = plan_now.per_node();
         if (plan_fits(plan_now)) {
-            os << "  " << line << "   " << human(plan_now.per_node()) << "\n";
+            os << "  none alone; together: " << line << "   " << human(together_peak) << "\n";
             return os.str();
         }
     }
-    os << "  nothing here fits: more nodes (with parallel.zero_stage >= 1) or a smaller model\n";
+    os << "  none, not even all of them together (" << (line.empty() ? "no change applies" : line) << ": "
+       << human(together_peak) << "): more nodes (with parallel.zero_stage >= 1) or a smaller model\n";
     return os.str();
 }
 

@@ -47,7 +47,7 @@ expect 2 "usage: ztrun N PROGRAM" "$prefix/bin/ztrun"
 mkdir -p "$work/user" && cd "$work/user" || exit 1
 export PATH="$prefix/bin:$PATH"
 for i in $(seq 1 400); do echo "a fortune $i: the early bird gets the worm"; echo "%"; done > fortunes.txt
-expect 0 "validation" zt-prepare --input fortunes.txt --output data/fortunes --doc-separator % --val-fraction 0.05
+expect 0 "val: [0-9]+ tokens" zt-prepare --input fortunes.txt --output data/fortunes --doc-separator % --val-fraction 0.05
 deck="$prefix/share/ztrain/inputs/demo.ini"
 expect 0 "^ztrain: 3 steps in" ztrun 2 ztrain --config "$deck" --train.max_steps=3 --train.eval_every=0 \
   --train.threads=1 --train.sample_tokens=0
