@@ -300,9 +300,10 @@ void StepReporter::stopped_by_signal(int signal, long step) {
                                            : "a stop signal";
     const std::string sent = launcher_stop_signal();
     if (signal == SIGUSR1 && !sent.empty()) {
-        std::printf("ztrain: stopped after %s, passed to the ranks as SIGUSR1) at step %ld; resume with "
+        const char* what = sent == "SIGINT" ? "Ctrl-C (SIGINT, passed" : "SIGTERM (passed";
+        std::printf("ztrain: stopped after %s to the ranks as SIGUSR1) at step %ld; resume with "
                     "checkpoint.resume=auto\n",
-                    sent == "SIGINT" ? "Ctrl-C (SIGINT" : "SIGTERM (", step);
+                    what, step);
         return;
     }
     std::printf("ztrain: stopped by %s (signal %d) after step %ld; resume with checkpoint.resume=auto\n", name,
