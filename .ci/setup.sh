@@ -13,6 +13,7 @@ packages=(
   libopenblas-dev
   nlohmann-json3-dev
   fortunes fortunes-min          # the demo corpus (English text)
+  python3 python3-matplotlib     # postproc/plot_metrics.py, which the demo suggests at its end
 )
 if [ "${1:-all}" != demo ]; then
   packages+=(
@@ -21,7 +22,7 @@ if [ "${1:-all}" != demo ]; then
     clang libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
     slurm-wlm munge                # tests/slurm: private one- and two-node Slurm clusters
     iproute2 util-linux            # ip, unshare, nsenter: the two-node test's namespaces
-    python3 python3-numpy python3-h5py python3-matplotlib   # postproc/
+    python3-numpy python3-h5py     # postproc/inspect_checkpoint.py
     time                           # /usr/bin/time -v: peak RSS (tests/cli/test_consolidate.sh, bench/)
   )
 fi

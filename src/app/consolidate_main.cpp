@@ -22,6 +22,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
@@ -71,7 +72,15 @@ int run(int argc, char** argv) {
     ZT_INPUT_CHECK(!output.empty(), "--output FILE is required (or --info)");
     const zt::DType t = zt::parse_dtype(dtype, "--dtype");
     const auto t0 = std::chrono::steady_clock::now();
-    zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0);
+    try {
+        zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0);
+    } catch (const zt::InputError& e) {
+        // A damaged step: name the newest complete one beside it, the one to consolidate.
+        const std::string good = zt::newest_complete_checkpoint(ckpt);
+        if (good.empty()) throw;
+        throw zt::InputError(zt::str(e.what(), ". The newest complete checkpoint there is ", good,
+                                     ": zt-consolidate ", good, " --output ", output));
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const bool hf_dir = std::filesystem::is_directory(output);
     const std::string weights = hf_dir ? (std::filesystem::path(output) / "model.safetensors").string() : output;

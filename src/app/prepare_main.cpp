@@ -412,6 +412,16 @@ void print_summary(const Options& opt, const zt::Tokenizer& tok, bool force_u32,
               << " shard(s): " << describe_files(train.files()) << "\n";
     std::cout << "zt-prepare: val: " << val.total() << " tokens in " << val.files().size()
               << " shard(s): " << describe_files(val.files()) << "\n";
+    if (counts.val == 0 && opt.val_fraction > 0) {
+        // Documents are whole files unless --doc-separator splits them: one file, one
+        // document, which goes to train; the validation loss would silently be missing.
+        std::cout << "zt-prepare: note: no validation tokens: --val-fraction " << opt.val_fraction << " of "
+                  << counts.docs << " document(s) is less than one"
+                  << (!opt.doc_separator ? " (each input file is one document: split the text with "
+                                                  "--doc-separator LINE, or give more files)"
+                                                : "")
+                  << "; leave data.val unset for this data\n";
+    }
     if (stale > 0) {
         std::cout << "zt-prepare: removed " << stale << " stale shard(s) from an earlier run\n";
     }

@@ -68,7 +68,8 @@ int run(int argc, char** argv) {
             const int world = cli.plan_world_size > 0 ? cli.plan_world_size : world_size();
             const int per_node = cli.plan_world_size > 0 ? cli.plan_world_size : local;
             const zt::MemoryPlan plan = zt::plan_for_deck(cli.config, world, per_node);
-            if (root) std::fputs(zt::format_memory_plan(plan).c_str(), stdout);
+            const std::string verdict = zt::plan_verdict(cli.config, plan, world, per_node);
+            if (root) std::fputs((zt::format_memory_plan(plan) + verdict).c_str(), stdout);
             return zt::kExitOk;
         }
         case zt::CliAction::kTrain:

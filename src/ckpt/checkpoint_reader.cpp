@@ -172,6 +172,30 @@ void verify_shard_file(const std::string& file, const nlohmann::json& shard) {
 }
 }  // namespace
 
+std::string verify_checkpoint_files(const std::string& step_dir) {
+    try {
+        const nlohmann::json meta = read_checkpoint_meta(step_dir);
+        for (const auto& shard : meta.at("shards")) verify_shard_file(shard_path(step_dir, shard), shard);
+    } catch (const InputError& e) {
+        return e.what();
+    } catch (const std::exception& e) {
+        return str(step_dir, ": ", e.what());
+    }
+    return "";
+}
+
+std::string newest_complete_checkpoint(const std::string& path) {
+    std::error_code ec;
+    const bool step_dir = fs::exists(fs::path(path) / kMetaFile, ec);
+    fs::path given = fs::path(path).lexically_normal();
+    if (!given.has_filename()) given = given.parent_path();  // "step_00000010/"
+    const fs::path dir = step_dir ? given.parent_path() : given;
+    for (const std::string& candidate : list_checkpoints(dir.empty() ? "." : dir.string())) {
+        if (verify_checkpoint_files(candidate).empty()) return candidate;
+    }
+    return "";
+}
+
 CheckpointReader::CheckpointReader(const std::string& step_dir)
     : m_dir(step_dir), m_meta(read_checkpoint_meta(step_dir)) {
     // Every range names a unit of the model: read() and the callers index unit tables with it.

@@ -79,6 +79,55 @@ double proc_kb_field(const char* file, const std::string& key) {
     return 0;
 }
 
+/// What the plan's ZeRO stage splits over its shard group, as the --plan header says it.
+std::string sharding_text(const MemoryPlan& plan) {
+    if (plan.zero_stage == 0) return "DDP: nothing sharded (every rank holds the whole state)";
+    if (plan.shard_group <= 1) {
+        return str("ZeRO-", plan.zero_stage, " in groups of 1 rank: nothing sharded (every rank holds the whole state)");
+    }
+    const char* what = plan.zero_stage == 1   ? "optimizer state"
+                       : plan.zero_stage == 2 ? "optimizer state and gradients"
+                                              : "parameters, gradients and optimizer state";
+    return str("ZeRO-", plan.zero_stage, ": ", what, " sharded over ", plan.shard_group, " rank(s)");
+}
+
+/// One change to a deck and the plan it gives.
+struct PlanChange {
+    std::string what;   ///< "--parallel.zero_stage=2"
+    Config cfg;
+};
+
+/// The changes `--plan` tries, cheapest first: a higher ZeRO stage (communication only),
+/// recompute (a third more compute), a smaller micro_batch with the grad_accum that keeps the
+/// batch (less efficient GEMMs), bf16 (precision). Each applies to `base`.
+std::vector<PlanChange> candidate_changes(const Config& base, int world_size) {
+    std::vector<PlanChange> out;
+    if (world_size > 1) {
+        for (int stage = base.parallel.zero_stage + 1; stage <= 3; ++stage) {
+            Config c = base;
+            c.parallel.zero_stage = stage;
+            out.push_back({str("--parallel.zero_stage=", stage), c});
+        }
+    }
+    if (!base.train.recompute) {
+        Config c = base;
+        c.train.recompute = true;
+        out.push_back({"--train.recompute=true", c});
+    }
+    for (int mb = base.train.micro_batch / 2; mb >= 1; mb /= 2) {
+        Config c = base;
+        c.train.micro_batch = mb;
+        c.train.grad_accum = base.train.grad_accum * (base.train.micro_batch / mb);
+        out.push_back({str("--train.micro_batch=", mb, " --train.grad_accum=", c.train.grad_accum), c});
+    }
+    if (base.precision.dtype == DType::kF32) {
+        Config c = base;
+        c.precision.dtype = DType::kBF16;
+        out.push_back({"--precision.dtype=bf16", c});
+    }
+    return out;
+}
+
 }  // namespace
 
 double MemoryPlan::per_rank() const {
@@ -108,6 +157,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
     // The state is split over the shard group; the other groups hold replicas.
     const int group = resolve_shard_group(cfg.parallel.shard_group.ranks, world_size, ranks_per_node, stage);
     plan.shard_group = group;
+    plan.zero_stage = stage;
     plan.device = device;
     plan.recompute = cfg.train.recompute;
     const ModelConfig& m = cfg.model;
@@ -201,7 +251,7 @@ MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) 
 std::string format_memory_plan(const MemoryPlan& plan) {
     std::ostringstream os;
     os << "memory plan per rank (" << (plan.device ? "GPU" : "host") << " memory), " << plan.world_size
-       << " rank(s), " << plan.ranks_per_node << " per node, state sharded over " << plan.shard_group << ":\n";
+       << " rank(s), " << plan.ranks_per_node << " per node, " << sharding_text(plan) << ":\n";
     char line[256];
     for (const MemoryItem& i : plan.items) {
         std::snprintf(line, sizeof line, "  %-14s %12s   %s\n", i.name.c_str(), human(i.bytes).c_str(), i.what.c_str());
@@ -252,6 +302,64 @@ std::string check_memory_plan(const MemoryPlan& plan, MemoryCheck mode, Communic
         if (!problem.empty() && mode == MemoryCheck::kStrict) throw InputError(problem);
     });
     return problem;
+}
+
+bool plan_fits(const MemoryPlan& plan) { return plan.available <= 0 || plan.per_node() <= 0.95 * plan.available; }
+
+std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_size, int ranks_per_node) {
+    if (plan.available <= 0) {
+        return str("verdict: not checked here: compare the peak per rank, ", human(plan.per_rank()),
+                   plan.device ? ", with each GPU's memory (less what the CUDA context takes)\n"
+                               : ", with what each node has\n");
+    }
+    if (plan_fits(plan)) {
+        return str("verdict: fits (peak per node ", human(plan.per_node()), " of ", human(0.95 * plan.available),
+                   " usable: the available less a 5% margin)\n");
+    }
+    std::ostringstream os;
+    os << "verdict: does not fit: " << human(plan.per_node() - 0.95 * plan.available)
+       << " over on each node (peak per node " << human(plan.per_node()) << ", usable " << human(0.95 * plan.available)
+       << ": the available less a 5% margin)\n";
+    // The changes one at a time; where none fits alone, the cheapest first, added up until
+    // the plan fits (a later micro_batch replaces an earlier one).
+    bool any_alone = false;
+    std::vector<std::string> keys_shown;  // one change per key: the smallest that fits
+    os << "changes that would fit, cheapest first (predicted peak per node):\n";
+    for (const PlanChange& change : candidate_changes(cfg, world_size)) {
+        const std::string key = change.what.substr(0, change.what.find('='));
+        if (std::find(keys_shown.begin(), keys_shown.end(), key) != keys_shown.end()) continue;
+        const MemoryPlan alone = plan_for_deck(change.cfg, world_size, ranks_per_node);
+        if (plan_fits(alone)) {
+            os << "  " << change.what << "   " << human(alone.per_node()) << "\n";
+            keys_shown.push_back(key);
+            any_alone = true;
+        }
+    }
+    if (any_alone) return os.str();
+    Config together = cfg;
+    std::string line;
+    double together_peak = plan.per_node();
+    std::vector<std::pair<std::string, std::string>> flags;  // (key, flag), in the order first set
+    for (std::vector<PlanChange> next = candidate_changes(together, world_size); !next.empty();
+         next = candidate_changes(together, world_size)) {
+        together = next.front().cfg;
+        const std::string& flag = next.front().what;
+        const std::string key = flag.substr(0, flag.find('='));
+        auto same = std::find_if(flags.begin(), flags.end(), [&](const auto& f) { return f.first == key; });
+        if (same == flags.end()) flags.emplace_back(key, flag);
+        else same->second = flag;
+        line.clear();
+        for (const auto& f : flags) line += (line.empty() ? "" : " ") + f.second;
+        const MemoryPlan plan_now = plan_for_deck(together, world_size, ranks_per_node);
+        together_peak = plan_now.per_node();
+        if (plan_fits(plan_now)) {
+            os << "  none alone; together: " << line << "   " << human(together_peak) << "\n";
+            return os.str();
+        }
+    }
+    os << "  none, not even all of them together (" << (line.empty() ? "no change applies" : line) << ": "
+       << human(together_peak) << "): more nodes (with parallel.zero_stage >= 1) or a smaller model\n";
+    return os.str();
 }
 
 }  // namespace zt

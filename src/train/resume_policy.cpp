@@ -14,6 +14,18 @@
 #include "ztrain/parallel/model_state.hpp"
 
 namespace zt {
+namespace {
+
+/// For an explicit checkpoint.resume that was refused: the newest complete checkpoint beside
+/// it, as a sentence to end the error with ("" when there is none).
+std::string complete_checkpoint_hint(const std::string& refused) {
+    const std::string good = newest_complete_checkpoint(refused);
+    if (good.empty()) return "";
+    return str(". The newest complete checkpoint there is ", good, ": resume it with --checkpoint.resume=", good,
+               " (checkpoint.resume=auto falls back to it by itself)");
+}
+
+}  // namespace
 
 ResumePolicy::ResumePolicy(const Config& cfg, Communicator& comm) : m_cfg(cfg), m_root(comm.rank() == 0) {
     m_ckpt_dir = cfg.checkpoint.dir.empty() ? (std::filesystem::path(cfg.run.dir) / "checkpoints").string()
@@ -79,7 +91,8 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
             m_dir = candidates[i];
             break;
         } catch (const InputError& e) {
-            if (i + 1 == candidates.size()) throw;
+            if (i + 1 == candidates.size() && candidates.size() > 1) throw;
+            if (i + 1 == candidates.size()) throw InputError(str(e.what(), complete_checkpoint_hint(candidates[i])));
             if (m_root) {
                 std::fprintf(stderr, "ztrain: warning: checkpoint %s rejected: %s; falling back to %s\n",
                              candidates[i].c_str(), e.what(), candidates[i + 1].c_str());
@@ -114,11 +127,40 @@ void ResumePolicy::report(const CheckpointRecord& resumed, int world_size, int s
                     "and the data continues from sample %llu)\n",
                     was.c_str(), now.c_str(), static_cast<unsigned long long>(progress.samples_seen));
     }
+    batch_note(resumed, world_size);
     schedule_note(resumed);
     if (progress.step >= m_cfg.train.max_steps) {
         std::printf("ztrain: the checkpoint already reaches train.max_steps = %d: nothing to train "
                     "(raise train.max_steps, or --checkpoint.resume=never to start over)\n",
                     m_cfg.train.max_steps);
+    }
+}
+
+void ResumePolicy::batch_note(const CheckpointRecord& resumed, int world_size) const {
+    // micro_batch is per rank: at another world size the same deck trains on another global
+    // batch, which changes the run as much as the learning rate does.
+    TrainConfig old;
+    try {
+        old = parse_deck_text(resumed.config_ini, str(m_dir, " (the checkpoint's config)")).train;
+    } catch (const std::exception&) {
+        return;
+    }
+    if (resumed.world_size <= 0) return;
+    const TrainConfig& now = m_cfg.train;
+    const long before = static_cast<long>(old.micro_batch) * old.grad_accum * resumed.world_size;
+    const long after = static_cast<long>(now.micro_batch) * now.grad_accum * world_size;
+    if (before == after) return;
+    std::printf("ztrain: note: the global batch changes from %ld to %ld sequences per step (train.micro_batch %d x "
+                "train.grad_accum %d x %d rank(s), where the checkpoint's run had %d x %d x %d: micro_batch is per "
+                "rank)",
+                before, after, now.micro_batch, now.grad_accum, world_size, old.micro_batch, old.grad_accum,
+                resumed.world_size);
+    const long per_accum = static_cast<long>(now.micro_batch) * world_size;
+    if (before % per_accum == 0) {
+        std::printf("; --train.grad_accum=%ld keeps it at %ld\n", before / per_accum, before);
+    } else {
+        std::printf("; no train.grad_accum keeps %ld exactly at micro_batch %d on %d rank(s)\n", before,
+                    now.micro_batch, world_size);
     }
 }
 

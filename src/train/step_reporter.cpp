@@ -4,6 +4,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <map>
 
@@ -19,6 +21,18 @@ namespace zt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// The signal the user sent to the launcher (tools/ztrun writes "SIGINT" or "SIGTERM" to
+/// the file ZT_LAUNCHER_STOP_FILE names before passing SIGUSR1 on); "" when there is no
+/// launcher or it sent nothing (a SIGUSR1 from Slurm or by hand).
+std::string launcher_stop_signal() {
+    const char* path = std::getenv("ZT_LAUNCHER_STOP_FILE");
+    if (path == nullptr || *path == '\0') return "";
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line == "SIGINT" || line == "SIGTERM" ? line : "";
+}
 
 /// Length of the valid UTF-8 sequence starting at s[i] (1-4), or 0 when it is not one
 /// (stray continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
@@ -284,6 +298,14 @@ void StepReporter::stopped_by_signal(int signal, long step) {
                        : signal == SIGTERM ? "SIGTERM"
                        : signal == SIGUSR1 ? "SIGUSR1"
                                            : "a stop signal";
+    const std::string sent = launcher_stop_signal();
+    if (signal == SIGUSR1 && !sent.empty()) {
+        const char* what = sent == "SIGINT" ? "Ctrl-C (SIGINT, passed" : "SIGTERM (passed";
+        std::printf("ztrain: stopped after %s to the ranks as SIGUSR1) at step %ld; resume with "
+                    "checkpoint.resume=auto\n",
+                    what, step);
+        return;
+    }
     std::printf("ztrain: stopped by %s (signal %d) after step %ld; resume with checkpoint.resume=auto\n", name,
                 signal, step);
 }

@@ -75,6 +75,9 @@ std::unique_ptr<Backend> make_backend(BackendChoice kind, int threads, int local
     return make_cpu_backend(threads);
 }
 
+/// Runs longer than this without periodic checkpoints get a note at start.
+constexpr int kLongRunSteps = 500;
+
 }  // namespace
 
 TrainSetup::TrainSetup() = default;
@@ -96,6 +99,12 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     s.backend_kind = resolved == "cuda" ? BackendChoice::kCuda : BackendChoice::kCpu;
     if (s.backend_kind == BackendChoice::kCuda) check_cuda_training(cfg);
     if (s.comm->rank() == 0 && !backend_note.empty()) std::printf("ztrain: %s\n", backend_note.c_str());
+    if (s.comm->rank() == 0 && cfg.checkpoint.every == 0 && cfg.train.max_steps > kLongRunSteps) {
+        std::printf("ztrain: note: train.max_steps = %d with checkpoint.every = 0: only the end of the run (or a "
+                    "stop signal) writes a checkpoint, so a crash or a kill -9 loses every step; set "
+                    "checkpoint.every (e.g. --checkpoint.every=%d)\n",
+                    cfg.train.max_steps, kLongRunSteps);
+    }
 
     require_usable_path("run.dir", cfg.run.dir);
     require_usable_path("checkpoint.dir", cfg.checkpoint.dir);

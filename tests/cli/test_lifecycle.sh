@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a user sees when starting, stopping and resuming (issue 19): Ctrl-C and kill through
-# .ci/mpirun.sh checkpoint and exit 0; a resumed run reports its own steps; a schedule change
+# ztrun (the launcher) checkpoint and exit 0, and the stop message names the signal sent; a resumed run reports its own steps; a schedule change
 # on resume is named, and train.schedule_steps keeps the old one; a fresh run refuses a
 # directory an earlier run left checkpoints or metrics in; samples never fail a run and are
 # printed escaped; deck errors name their line; whole numbers print as integers.
@@ -18,14 +18,14 @@ deck="$SRC/inputs/tiny.ini"
 data=(--data.train="$work/data/train_*.bin" --data.val="$work/data/val_*.bin")
 common=(--config "$deck" "${data[@]}" --train.threads=1)
 
-# ---- 1. Stopping a job run through .ci/mpirun.sh -------------------------------------------
+# ---- 1. Stopping a job run through ztrun ----------------------------------------------------
 # stop_job SIGNAL DIR [TARGET]: starts a long np-2 job in its own process group (as a terminal
 # runs it), sends SIGNAL once it trains -- to the whole group (TARGET=group, what Ctrl-C does)
 # or to the launcher script alone (TARGET=script, what `kill` does) -- and sets rc.
 stop_job() {
   local sig=$1 dir=$2 target=${3:-group}
   set -m
-  bash "$SRC/.ci/mpirun.sh" 2 "$BIN/ztrain" "${common[@]}" --run.dir="$dir" --train.max_steps=100000 \
+  "$BIN/ztrun" 2 ztrain "${common[@]}" --run.dir="$dir" --train.max_steps=100000 \
     --train.log_every=1 --train.eval_every=0 > "$dir.log" 2>&1 &
   local pid=$!
   set +m
@@ -43,8 +43,11 @@ if command -v mpiexec > /dev/null; then
     read -r sig target <<<"$case"
     dir="$work/stop_${sig}_$target"
     stop_job "$sig" "$dir" "$target"
-    if [ "$rc" -eq 0 ] && grep -q "mpirun.sh: SIG$sig: asking the ranks to checkpoint" "$dir.log" &&
-       grep -q "stopped by SIGUSR1 (signal 10) after step" "$dir.log" && [ -s "$dir/checkpoints/latest" ] &&
+    said="SIG$sig"; stopped="SIGTERM (passed to the ranks as SIGUSR1)"
+    [ "$sig" = INT ] && said="Ctrl-C (SIGINT)" && stopped="Ctrl-C (SIGINT, passed to the ranks as SIGUSR1)"
+    if [ "$rc" -eq 0 ] && grep -qF "ztrun: $said: asking the ranks to checkpoint" "$dir.log" &&
+       grep -qF "stopped after $stopped at step" "$dir.log" &&
+       [ -s "$dir/checkpoints/latest" ] &&
        ! grep -qiE "MPI_ABORT|mpiexec noticed|mpirun noticed" "$dir.log"; then
       echo "ok: SIG$sig to the $target: the job checkpointed ($(cat "$dir/checkpoints/latest")) and exited 0"
     else

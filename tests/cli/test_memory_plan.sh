@@ -39,6 +39,28 @@ out=$("${run[@]}" --plan --plan-world-size=4 --parallel.zero_stage=3 2>&1)
 check "--plan-world-size=4 plans 4 ranks on this node" grep -q "4 rank(s), 4 per node" <<<"$out"
 check "--plan-world-size=4 at stage 3 shards the parameters (4P/N)" grep -qE "params .* 4P/N" <<<"$out"
 expect 2 "plan-world-size = 0: expected an integer >= 1" "${run[@]}" --plan --plan-world-size=0
+
+# --plan's verdict (issue 35): "fits", or how much is over on each node and the cheapest
+# changes that fit, each with its predicted peak; exit 0 either way. The header says what
+# the planned stage shards (DDP: nothing).
+expect 0 "^verdict: fits \(peak per node" "${run[@]}" --plan
+out=$("${run[@]}" --plan --train.micro_batch=100000 2>&1)
+rc=$?
+check "--plan of a run that does not fit exits 0 ($rc)" test "$rc" -eq 0
+check "... with 'does not fit: X over on each node'" \
+  grep -qE "^verdict: does not fit: [0-9.]+ [KMGT]iB over on each node" <<<"$out"
+check "... and the cheapest changes with their predicted peaks" \
+  grep -qE "^  --train.recompute=true +[0-9.]+ [KMGT]iB$" <<<"$out"
+check "... micro_batch with the grad_accum that keeps the batch" \
+  grep -qE "^  --train.micro_batch=50000 --train.grad_accum=2 +[0-9.]+ [KMGT]iB$" <<<"$out"
+out=$("$BIN/ztrain" --config "$SRC/inputs/gpt2_124m.ini" --plan --plan-world-size=64 2>&1)
+check "gpt2_124m on 64 ranks of one node: nothing fits, said so" \
+  grep -qE "^  none, not even all of them together \(--parallel.zero_stage=3 .*\): more nodes" <<<"$out"
+check "a DDP plan's header says nothing is sharded" grep -q "64 per node, DDP: nothing sharded" <<<"$out"
+check "... and never 'state sharded over'" bash -c '! grep -q "state sharded over" <<<"$1"' _ "$out"
+out=$("${run[@]}" --plan --plan-world-size=4 --parallel.zero_stage=2 2>&1)
+check "a ZeRO-2 plan's header names what it shards" \
+  grep -q "ZeRO-2: optimizer state and gradients sharded over 4 rank(s)" <<<"$out"
 if command -v mpiexec > /dev/null; then
   out=$(timeout 60 mpiexec --oversubscribe --bind-to none -np 2 "${run[@]}" --plan 2>&1)
   check "--plan under mpiexec -np 2: 2 ranks, 2 per node (MPI_Comm_split_type), printed once" \

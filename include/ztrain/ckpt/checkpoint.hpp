@@ -211,6 +211,16 @@ CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, const Checkp
 /// (when given); with no complete checkpoint left it is an InputError.
 std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir, std::string* note = nullptr);
 
+/// Whether step_dir is a complete, undamaged checkpoint: its meta.h5 verifies and every shard
+/// it names has its recorded size and hash. "" when it is; otherwise why not (file named).
+/// Reads every shard file once: for an error path or a tool, not for each resume.
+std::string verify_checkpoint_files(const std::string& step_dir);
+
+/// The newest checkpoint next to `path` (a step directory: its siblings; a checkpoint
+/// directory: its steps) that verify_checkpoint_files accepts; "" when there is none. For
+/// an error about a damaged checkpoint to name the step to use instead.
+std::string newest_complete_checkpoint(const std::string& path);
+
 /// Reads and verifies a checkpoint's meta.h5 (every rank may call it). Throws InputError
 /// naming the file when it is missing, unreadable or fails its checks.
 nlohmann::json read_checkpoint_meta(const std::string& step_dir);

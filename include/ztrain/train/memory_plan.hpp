@@ -25,6 +25,7 @@ struct MemoryPlan {
     int world_size = 1;
     int ranks_per_node = 1;
     int shard_group = 1;             ///< the ranks the state is split over (the ZeRO formulas' N)
+    int zero_stage = 0;              ///< what is split: nothing (0), optimizer state (1), + grads (2), + params (3)
     bool device = false;             ///< the items live in GPU memory (backend = cuda)
     bool recompute = false;          ///< train.recompute: the activations are already minimal
     std::vector<MemoryItem> items;   ///< per rank
@@ -60,6 +61,16 @@ double host_available_bytes();
 
 /// The table `ztrain --plan` prints and the start-up line summarizes.
 std::string format_memory_plan(const MemoryPlan& plan);
+
+/// Whether the plan fits what its node has (less the 5% margin run.memory_check keeps).
+bool plan_fits(const MemoryPlan& plan);
+
+/// `ztrain --plan`'s verdict on cfg at `world_size` ranks, `ranks_per_node` per node: "fits",
+/// or "does not fit: X over on each node" followed by the cheapest changes that would fit
+/// (a higher ZeRO stage, recompute, a smaller micro_batch with the grad_accum that keeps
+/// the batch, bf16), each with its predicted peak, and their combination when none fits
+/// alone. GPU plans name the peak to compare with the GPU's memory (not known here).
+std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_size, int ranks_per_node);
 
 /// Whether the plan fits in `available` less a 5% margin. For a plan that does not: with
 /// run.memory_check = strict throws InputError carrying the predicted and available bytes,

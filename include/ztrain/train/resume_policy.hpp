@@ -48,6 +48,9 @@ class ResumePolicy {
 
   private:
     void refuse_earlier_run() const;
+    /// A note when the global batch (micro_batch x grad_accum x ranks) differs from the
+    /// checkpoint's run, with the grad_accum that keeps it.
+    void batch_note(const CheckpointRecord& resumed, int world_size) const;
     void schedule_note(const CheckpointRecord& resumed) const;
 
     const Config& m_cfg;
