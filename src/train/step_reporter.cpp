@@ -22,7 +22,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// The signal the user sent to the launcher (tools/ztrun writes "SIGINT" or "SIGTERM" to
+/// The signal the user sent to the launcher (src/app/ztrun writes "SIGINT" or "SIGTERM" to
 /// the file ZT_LAUNCHER_STOP_FILE names before passing SIGUSR1 on); "" when there is no
 /// launcher or it sent nothing (a SIGUSR1 from Slurm or by hand).
 std::string launcher_stop_signal() {
