@@ -58,17 +58,16 @@ LockHolder read_record(int fd) {
     return h;
 }
 
-void write_record(int fd, const LockHolder& h, const std::string& path) {
+/// Records `h` in the lock file; false (errno set) when it cannot be written.
+bool write_record(int fd, const LockHolder& h) {
     nlohmann::ordered_json j;
     j["host"] = h.host;
     j["pid"] = h.pid;
     j["slurm_job_id"] = h.slurm_job_id;
     j["started"] = h.started;
     const std::string text = j.dump() + "\n";
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
-        fsync(fd) != 0) {
-        throw InputError(str(path, ": cannot record this job as the directory's holder: ", std::strerror(errno)));
-    }
+    return ftruncate(fd, 0) == 0 && pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()) &&
+           fsync(fd) == 0;
 }
 
 /// Whether process `pid` exists on this host (EPERM: it exists, owned by someone else).
@@ -168,7 +167,12 @@ void DirectoryLock::acquire(const char* key, bool force_unlock, std::string* not
                          "): only the holder record in ", m_path, " guards this directory; ");
         }
         check_record(read_record(m_fd), kernel_locked, key, force_unlock, note);
-        write_record(m_fd, LockHolder::self(), m_path);
+        if (!write_record(m_fd, LockHolder::self())) {
+            // A full disk must not keep a run from resuming: the kernel lock still guards it.
+            const std::string why_not = std::strerror(errno);
+            if (!kernel_locked) throw InputError(str(key, ": cannot record this job in ", m_path, ": ", why_not));
+            if (note != nullptr) *note += str("cannot record this job in ", m_path, " (", why_not, "): the kernel lock alone guards it; ");
+        }
         return;
     }
     throw InputError(str(key, ": cannot lock ", m_path, ": it keeps being replaced by other processes"));

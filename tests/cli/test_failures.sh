@@ -86,12 +86,13 @@ else
 fi
 
 # 4. Disk full during a save: a 900 KiB tmpfs holds one tiny checkpoint (~0.5 MB) but not two.
+# The save at step 4 is a background (async) write; the last one (step 6) is synchronous.
 full="$work/full"
 mkdir -p "$full"
 if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   trap 'umount "$full" 2>/dev/null; pkill -KILL -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
   out=$("$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun" --checkpoint.dir="$full/ckpt" --checkpoint.keep=2 \
-        --train.max_steps=6 --checkpoint.every=2 2>&1)
+        --train.max_steps=6 --checkpoint.every=2 --checkpoint.async=true 2>&1)
   rc=$?
   if [ "$rc" -eq 1 ] && grep -q "checkpoint at step 4 failed: .*disk full" <<<"$out" &&
      [ "$(cat "$full/ckpt/latest")" = "step_00000002" ] && [ ! -e "$full/ckpt/step_00000004.partial" ]; then
@@ -107,6 +108,13 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   if [ "$rc" -eq 0 ] && grep -q "warning: checkpoint at step .* failed: .*training continues" <<<"$out" &&
      grep -qE "step +6/6" <<<"$out"; then
     echo "ok: disk full (on_error=continue) -> warning, training reached step 6"
+    # That disk was already full: no save completed, and none may look complete.
+    if ls -d "$full"/ckpt2/*.partial > /dev/null 2>&1 ||
+       { [ -e "$full/ckpt2/latest" ] && [ ! -f "$full/ckpt2/$(cat "$full/ckpt2/latest")/meta.h5" ]; }; then
+      fail "disk full (continue): a partial directory is left, or latest names an incomplete one: $(ls "$full/ckpt2")"
+    else
+      echo "ok: disk full (on_error=continue): no partial directory left, no incomplete checkpoint named by latest"
+    fi
   else
     fail "disk full (continue): exit $rc"; echo "$out" | grep -v "^step" | tail -4
   fi
