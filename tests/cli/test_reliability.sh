@@ -46,16 +46,21 @@ PY
 
 # ---- 1. Two jobs, one directory ---------------------------------------------------------
 run="$work/shared"
-"$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=1000000 --checkpoint.every=10 \
+# The first job runs as Slurm job 4242 would (SLURM_JOB_ID is all ztrain reads of Slurm).
+SLURM_JOB_ID=4242 "$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=1000000 --checkpoint.every=10 \
   --train.log_every=1 > "$work/first.log" 2>&1 &
 first=$!
 wait_step "$work/first.log" 15
-expect 2 "run.dir = $run is in use by another ztrain job \(host $(hostname), PID $first, started [0-9T:Z-]+; lock file $run/ztrain.lock\)" \
+expect 2 "run.dir = $run is in use by another ztrain job \(host $(hostname), PID $first, Slurm job 4242, started [0-9T:Z-]+; lock file $run/ztrain.lock\)" \
   "$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=30
 if command -v mpiexec > /dev/null; then
   expect 2 "is in use by another ztrain job \(host $(hostname), PID $first" \
     bash "$SRC/.ci/mpirun.sh" 2 "$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=30
 fi
+# A requeue of the same Slurm job while the old allocation's rank still runs: refused too
+# (the same job id takes over only a lock that no live process holds).
+expect 2 "is in use by another ztrain job \(host $(hostname), PID $first, Slurm job 4242" \
+  env SLURM_JOB_ID=4242 "$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=30
 # Another run.dir, the same checkpoint directory: refused by that lock.
 expect 2 "checkpoint.dir = $run/checkpoints is in use by another ztrain job \(host $(hostname), PID $first" \
   "$BIN/ztrain" "${common[@]}" --run.dir="$work/other" --checkpoint.dir="$run/checkpoints" --train.max_steps=30
