@@ -1,7 +1,9 @@
 // The training run: wires the components together and runs the step loop.
 //
 //   set_up_training   communicator, backend choice, data            (train_setup.hpp)
+//   RunLocks          one job per run.dir / checkpoint.dir          (run_lock.hpp)
 //   ResumePolicy      checkpoint.resume, fallback, seed, init_from  (resume_policy.hpp)
+//   input_fingerprint the data identity saved with checkpoints     (input_fingerprint.hpp)
 //   LossScalePolicy   apply / skip / stop per step                  (optim/loss_scale_policy.hpp)
 //   TrainStep         one optimizer step                            (train_step.hpp)
 //   Evaluator         validation loss and sample                    (evaluator.hpp)
@@ -9,7 +11,8 @@
 //   CheckpointSaver   periodic / final / on-signal saves            (checkpoint_saver.hpp)
 //
 // Nothing is written to run.dir until every input (data, checkpoint, init_from) has been
-// checked: a rejected run leaves an existing run directory exactly as it was.
+// checked: a rejected run leaves an existing run directory exactly as it was (the lock
+// file rank 0 holds meanwhile is removed when the run ends).
 #include "ztrain/train/trainer.hpp"
 
 #include <algorithm>
@@ -35,13 +38,13 @@
 #include "ztrain/train/evaluator.hpp"
 #include "ztrain/train/input_fingerprint.hpp"
 #include "ztrain/train/memory_plan.hpp"
+#include "ztrain/train/metrics.hpp"
 #include "ztrain/train/resume_policy.hpp"
 #include "ztrain/train/run_lock.hpp"
 #include "ztrain/train/step_reporter.hpp"
 #include "ztrain/train/stop_signals.hpp"
 #include "ztrain/train/train_setup.hpp"
 #include "ztrain/train/train_step.hpp"
-#include "ztrain/train/metrics.hpp"
 
 namespace zt {
 namespace {
