@@ -313,7 +313,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
     TrainSummary summary;
     std::atomic<long> current_step{progress.step};
-    const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step);
+    const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step, peer_hosts(comm));
 
     // ---- the step loop ----
     reporter.begin_training(progress.step);
