@@ -74,6 +74,20 @@ check "its latest checkpoint is complete" test -f "$run/checkpoints/$(cat "$run/
 check "no partial checkpoint is left" bash -c "! ls -d '$run'/checkpoints/*.partial 2>/dev/null"
 check "its lock files are gone after a clean exit" test ! -e "$run/ztrain.lock" -a ! -e "$run/checkpoints/ztrain.lock"
 
+# Two jobs started 1 s apart on a fresh directory: exactly one trains, the other exits 2.
+race="$work/race"
+"$BIN/ztrain" "${common[@]}" --run.dir="$race" --train.max_steps=20000 > "$work/race1.log" 2>&1 &
+p1=$!
+sleep 1
+"$BIN/ztrain" "${common[@]}" --run.dir="$race" --train.max_steps=20000 > "$work/race2.log" 2>&1
+rc2=$?
+kill -USR1 "$p1" 2>/dev/null
+wait "$p1"
+rc1=$?
+check "started 1 s apart: the first trains and stops cleanly (exit $rc1), the second exits 2 ($rc2) naming it" \
+  bash -c "[ $rc1 -eq 0 ] && [ $rc2 -eq 2 ] && grep -q 'PID $p1' '$work/race2.log' && ! grep -qE '^step ' '$work/race2.log'"
+check "the first's metrics hold each step once: $(steps_once "$race/metrics.jsonl" 2>&1)" steps_once "$race/metrics.jsonl"
+
 # ---- 2. Records left by a dead holder ------------------------------------------------------
 stale="$work/stale"
 mkdir -p "$stale"
