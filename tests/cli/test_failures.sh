@@ -127,6 +127,31 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
     fail "disk full: $latest does not load"; tail -3 "$work/full3.log"
   fi
   umount "$full"
+
+  # 5. ENOSPC inside a background write, at N = 2 (ZeRO-1: each rank writes half the state):
+  # each rank's free-space check passes for its own shard, but both together do not fit, so
+  # a data write itself fails with ENOSPC. A 9.5 MiB tmpfs holds one 5.2 MiB checkpoint
+  # (step 4); the async save at step 8 then runs out of space.
+  if mount -t tmpfs -o size=9728k tmpfs "$full" 2>/dev/null; then
+    wide=(--model.n_embd=128 --model.n_head=4 --parallel.zero_stage=1 --checkpoint.keep=1 --checkpoint.every=4
+          --checkpoint.async=true --train.max_steps=12)
+    for mode in continue stop; do
+      out=$("${MPI[@]}" -np 2 "$BIN/ztrain" "${common[@]}" "${wide[@]}" --run.dir="$work/enospc_$mode" \
+            --checkpoint.dir="$full/$mode" --checkpoint.on_error=$mode 2>&1)
+      rc=$?
+      want=0; [ "$mode" = stop ] && want=1
+      why=$(grep -oE "checkpoint at step 8 failed: .*(No space left on device|not enough space)" <<<"$out" | head -1)
+      if [ "$rc" -eq "$want" ] && [ -n "$why" ] && [ "$(cat "$full/$mode/latest")" = step_00000004 ] &&
+         ! ls -d "$full/$mode"/*.partial > /dev/null 2>&1; then
+        echo "ok: ENOSPC in an async write at N=2 (on_error=$mode) -> exit $rc, latest step_00000004, no partial: ${why##*: }"
+      else
+        fail "ENOSPC at N=2 (on_error=$mode): exit $rc (expected $want), latest $(cat "$full/$mode/latest" 2>/dev/null)"
+        echo "$out" | grep -v "^step" | tail -4
+      fi
+      rm -rf "${full:?}/$mode"  # room for the next mode
+    done
+    umount "$full"
+  fi
 else
   echo "skip: cannot mount a tmpfs here (needs root); disk-full case not run"
 fi
