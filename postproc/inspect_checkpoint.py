@@ -95,6 +95,15 @@ def describe(d, tensors):
         print(f"  model: {m['n_layer']} layers, {m['n_head']} heads, {m['n_embd']} wide, seq {m['seq_len']}, "
               f"vocab {m['vocab_size']} (padded {m['padded_vocab']})")
     print(f"  {len(meta['tensors'])} tensors in {len(meta['units'])} units, {sum(meta['units'])} elements")
+    inputs = meta.get("inputs")  # the data fingerprint (absent in older checkpoints)
+    if inputs:
+        for key in ("train", "val"):
+            files = inputs.get(key, [])
+            if files:
+                print(f"  data.{key}: {len(files)} file(s), {sum(f['bytes'] for f in files)} bytes "
+                      f"({', '.join(f['file'] for f in files[:3])}{', ...' if len(files) > 3 else ''})")
+        if inputs.get("tokenizer"):
+            print(f"  tokenizer: {inputs['tokenizer']['file']}, {inputs['tokenizer']['bytes']} bytes")
     if tensors:
         for t in meta["tensors"]:
             print(f"    {t['name']:32s} unit {t['unit']:3d} offset {t['offset']:10d} shape {t['shape']}")

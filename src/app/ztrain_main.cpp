@@ -72,9 +72,12 @@ int run(int argc, char** argv) {
             if (root) std::fputs((zt::format_memory_plan(plan) + verdict).c_str(), stdout);
             return zt::kExitOk;
         }
-        case zt::CliAction::kTrain:
-            zt::train(cli.config);
+        case zt::CliAction::kTrain: {
+            zt::TrainOptions options;
+            options.force_unlock = cli.force_unlock;
+            zt::train(cli.config, options);
             return zt::kExitOk;
+        }
     }
     return zt::kExitFailure;
 }

@@ -60,6 +60,7 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     record.world_size = meta.value("world_size", 0);
     record.shard_group = meta.value("shard_group", record.world_size);
     record.zero_stage = meta.value("zero_stage", -1);
+    record.inputs = meta.value("inputs", nlohmann::json());
     return record;
 }
 

@@ -100,6 +100,7 @@ nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelSt
                       {"hysteresis_left", progress.scaler_hysteresis_left}};
     meta["bad_steps"] = progress.bad_steps;
     meta["config_ini"] = record.config_ini;
+    if (!record.inputs.is_null()) meta["inputs"] = record.inputs;
     for (const auto& [key, value] : layout_fields.items()) meta[key] = value;
     return meta;
 }

@@ -27,6 +27,7 @@ std::string help_text() {
     std::ostringstream os;
     os << "Usage: mpirun -np N ztrain [--config FILE] [--section.key=VALUE ...]\n"
        << "       ztrain --help | --version | --env\n"
+       << "       [mpirun -np N] ztrain --config FILE --force-unlock [--section.key=VALUE ...]\n"
        << "       [mpirun -np N] ztrain --plan [--plan-world-size=N] [--config FILE] [--section.key=VALUE ...]\n\n"
        << "Trains a GPT-2 or Llama style model with data parallelism over MPI ranks.\n\n"
        << "Options:\n"
@@ -36,7 +37,9 @@ std::string help_text() {
        << "  --env           print the build and machine environment and exit\n"
        << "  --plan          print each rank's predicted peak memory, tokens and FLOPs per step for\n"
        << "                  the deck, and exit without allocating or writing anything\n"
-       << "  --plan-world-size=N  plan for N ranks (all on this node) instead of the job's own\n\n"
+       << "  --plan-world-size=N  plan for N ranks (all on this node) instead of the job's own\n"
+       << "  --force-unlock  take run.dir and checkpoint.dir although their lock file names a job on\n"
+       << "                  another host (only when that job is gone: README, One job per directory)\n\n"
        << "Every key below can be set in the deck or overridden on the command line as\n"
        << "--section.key=VALUE (or --section.key VALUE); the command line wins over the deck.\n"
        << "'backend' is a top-level key: put it before any [section] or pass --backend=VALUE.\n";
@@ -64,7 +67,7 @@ po::options_description command_line_options(const po::options_description& sett
     po::options_description actions("actions");
     actions.add_options()("config", po::value<std::string>(), "INI deck")("help,h", "help")(
         "version", "version")("env", "environment")("plan", "memory plan")(
-        "plan-world-size", po::value<int>(), "ranks to plan for");
+        "plan-world-size", po::value<int>(), "ranks to plan for")("force-unlock", "break another host's lock");
     po::options_description hidden;
     hidden.add_options()("zt-positional", po::value<std::vector<std::string>>());
 
@@ -189,6 +192,7 @@ CliResult parse_command_line(int argc, const char* const* argv, const HfConfigRe
     }
     po::notify(vm);
     read_plan_options(vm, result);
+    result.force_unlock = vm.count("force-unlock") > 0;
 
     // --env skips validate_read (below), so a value its type refuses is an error at once.
     assign_settings(cfg, vm, vm.count("env") ? nullptr : &rejected);

@@ -51,6 +51,9 @@ const KeyDef kKeys[] = {
     ZT_KEY("data.train", data.train, "training token shards: file or glob (required; see zt-prepare)"),
     ZT_KEY("data.val", data.val, "validation token shards: file or glob (empty: no evaluation)"),
     ZT_KEY("data.tokenizer", data.tokenizer, "tokenizer file (empty: tokenizer.json next to the train shards)"),
+    ZT_KEY("data.on_change", data.on_change,
+           "a resume whose training/validation data or tokenizer differ from the checkpoint's (names, sizes, "
+           "headers, first and last MiB): note (print what changed, go on) | error (exit 2)"),
 
     ZT_KEY("train.micro_batch", train.micro_batch, "sequences per rank per micro-step"),
     ZT_KEY("train.grad_accum", train.grad_accum, "micro-steps accumulated per optimizer step"),

@@ -54,6 +54,8 @@ const std::pair<const char*, OnCheckpointError> kOnErrorNames[] = {
     {"stop", OnCheckpointError::kStop}, {"continue", OnCheckpointError::kContinue}};
 const std::pair<const char*, MemoryCheck> kMemoryCheckNames[] = {
     {"strict", MemoryCheck::kStrict}, {"warn", MemoryCheck::kWarn}, {"off", MemoryCheck::kOff}};
+const std::pair<const char*, OnInputChange> kOnChangeNames[] = {
+    {"note", OnInputChange::kNote}, {"error", OnInputChange::kError}};
 
 template <class Enum, size_t N>
 const char* choice_text(Enum v, const std::pair<const char*, Enum> (&names)[N]) {
@@ -73,6 +75,7 @@ const auto& choice_names(BackendChoice) { return kBackendNames; }
 const auto& choice_names(LrSchedule) { return kScheduleNames; }
 const auto& choice_names(OnCheckpointError) { return kOnErrorNames; }
 const auto& choice_names(MemoryCheck) { return kMemoryCheckNames; }
+const auto& choice_names(OnInputChange) { return kOnChangeNames; }
 
 /// An enum-like setting: one of its names.
 template <class Enum>
@@ -316,6 +319,7 @@ const char* setting_text(BackendChoice v) { return choice_text(v, choice_names(v
 const char* setting_text(LrSchedule v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(OnCheckpointError v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(MemoryCheck v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(OnInputChange v) { return choice_text(v, choice_names(v)); }
 std::string setting_text(const ResumeSetting& v) {
     switch (v.mode) {
         case ResumeSetting::Mode::kAuto: return "auto";

@@ -242,6 +242,7 @@ void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
             "a fraction in [0, 1) of the time between saves (0: write at full speed)");
     v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
     v.check_read("run.memory_check");
+    v.check_read("data.on_change");
 }
 
 }  // namespace

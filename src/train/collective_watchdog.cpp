@@ -1,9 +1,13 @@
 #include "ztrain/train/collective_watchdog.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -12,9 +16,31 @@
 
 namespace zt {
 
+std::string peer_hosts(Communicator& comm) {
+    constexpr size_t kName = 64;
+    char mine[kName] = {};
+    if (gethostname(mine, kName - 1) != 0) std::strncpy(mine, "?", kName - 1);
+    std::vector<char> all(kName * static_cast<size_t>(comm.size()));
+    comm.all_gather_bytes(mine, all.data(), kName);
+    std::map<std::string, std::vector<int>> others;  // host -> its ranks, in rank order
+    for (int r = 0; r < comm.size(); ++r) {
+        const std::string host(&all[kName * static_cast<size_t>(r)]);
+        if (host != mine) others[host].push_back(r);
+    }
+    std::string out;
+    for (const auto& [host, ranks] : others) {
+        const bool run = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
+        std::string list;
+        for (int r : ranks) list += str(list.empty() ? "" : ", ", r);
+        out += str(out.empty() ? "" : ", ", host, " (rank", ranks.size() > 1 ? "s " : " ",
+                   run && ranks.size() > 2 ? str(ranks.front(), "-", ranks.back()) : list, ")");
+    }
+    return out.empty() ? out : "the ranks on other hosts: " + out;
+}
+
 CollectiveWatchdog::CollectiveWatchdog(std::vector<Communicator*> comms, double timeout_s,
-                                       const std::atomic<long>& step)
-    : m_comms(std::move(comms)), m_timeout_s(timeout_s), m_step(step) {
+                                       const std::atomic<long>& step, std::string peers)
+    : m_comms(std::move(comms)), m_timeout_s(timeout_s), m_peers(std::move(peers)), m_step(step) {
     ZT_REQUIRE(!m_comms.empty(), "CollectiveWatchdog: no communicator");
     if (timeout_s > 0 && m_comms.front()->size() > 1) m_thread = std::thread([this] { run(); });
 }
@@ -54,8 +80,9 @@ void CollectiveWatchdog::run() {
             if (waited < m_timeout_s || c->pending_collective() == nullptr) continue;
             std::fprintf(stderr,
                          "ztrain: rank %d: collective %s has waited %.0f s in step %ld (parallel.timeout_s = %g): "
-                         "another rank is stuck or has died; aborting the job\n",
-                         rank, name, waited, m_step.load() + 1, m_timeout_s);
+                         "another rank is stuck or has died, or a host is unreachable%s%s%s; aborting the job\n",
+                         rank, name, waited, m_step.load() + 1, m_timeout_s, m_peers.empty() ? "" : " (",
+                         m_peers.c_str(), m_peers.empty() ? "" : ")");
             std::fflush(stderr);
             std::fflush(stdout);
             std::_Exit(kExitFailure);

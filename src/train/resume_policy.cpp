@@ -27,9 +27,13 @@ std::string complete_checkpoint_hint(const std::string& refused) {
 
 }  // namespace
 
+std::string checkpoint_dir(const Config& cfg) {
+    return cfg.checkpoint.dir.empty() ? (std::filesystem::path(cfg.run.dir) / "checkpoints").string()
+                                      : cfg.checkpoint.dir;
+}
+
 ResumePolicy::ResumePolicy(const Config& cfg, Communicator& comm) : m_cfg(cfg), m_root(comm.rank() == 0) {
-    m_ckpt_dir = cfg.checkpoint.dir.empty() ? (std::filesystem::path(cfg.run.dir) / "checkpoints").string()
-                                            : cfg.checkpoint.dir;
+    m_ckpt_dir = checkpoint_dir(cfg);
     std::string note;
     m_dir = resolve_resume(setting_text(cfg.checkpoint.resume), m_ckpt_dir, &note);
     if (m_root && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
@@ -62,6 +66,15 @@ void ResumePolicy::refuse_earlier_run() const {
                          ": the new run would mix with it or overwrite it. Continue it with "
                          "--checkpoint.resume=auto, give this run another --run.dir, or remove the old "
                          "files (rm -r ", m_cfg.run.dir, ")"));
+}
+
+long ResumePolicy::checkpoint_step() const {
+    if (!resuming()) return -1;
+    try {
+        return read_checkpoint_meta(m_dir).at("step").get<long>();
+    } catch (const std::exception&) {
+        return -1;  // damaged or unreadable: load() decides (a fallback, or a refusal naming it)
+    }
 }
 
 void ResumePolicy::initial_weights(const Transformer& model, ModelState& state, Communicator& comm) const {

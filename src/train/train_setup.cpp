@@ -52,15 +52,18 @@ void require_usable_path(const char* key, const std::string& path) {
 
 /// Finds the tokenizer description: data.tokenizer, else tokenizer.json beside the first
 /// training shard. Returns null (samples shown as token ids) only when neither is set/found.
-std::unique_ptr<Tokenizer> find_tokenizer(const Config& cfg, const std::string& first_train_file) {
+/// `*file` names the file loaded.
+std::unique_ptr<Tokenizer> find_tokenizer(const Config& cfg, const std::string& first_train_file, std::string* file) {
     if (!cfg.data.tokenizer.empty()) {
         ZT_INPUT_CHECK(std::filesystem::exists(cfg.data.tokenizer), "data.tokenizer: cannot read '",
                        cfg.data.tokenizer, "'");
+        *file = cfg.data.tokenizer;
         return load_tokenizer(cfg.data.tokenizer);
     }
     const auto beside = std::filesystem::path(first_train_file).parent_path() / "tokenizer.json";
-    if (std::filesystem::exists(beside)) return load_tokenizer(beside.string());
-    return nullptr;
+    if (!std::filesystem::exists(beside)) return nullptr;
+    *file = beside.string();
+    return load_tokenizer(beside.string());
 }
 
 /// The compute backend `kind` (cpu or cuda, as resolved); a GPU run uses the device of this
@@ -114,7 +117,7 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     if (!cfg.data.val.empty()) {
         s.val_data = std::make_unique<TokenDataset>(cfg.data.val, "data.val", mc.vocab_size, mc.seq_len);
     }
-    s.tokenizer = find_tokenizer(cfg, s.train_data->files().front());
+    s.tokenizer = find_tokenizer(cfg, s.train_data->files().front(), &s.tokenizer_file);
     if (s.tokenizer) {
         ZT_INPUT_CHECK(s.tokenizer->vocab_size() <= mc.vocab_size, "model.vocab_size = ", mc.vocab_size,
                        " is smaller than the tokenizer's vocabulary (", s.tokenizer->vocab_size(), " tokens)");

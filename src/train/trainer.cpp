@@ -1,7 +1,9 @@
 // The training run: wires the components together and runs the step loop.
 //
 //   set_up_training   communicator, backend choice, data            (train_setup.hpp)
+//   RunLocks          one job per run.dir / checkpoint.dir          (run_lock.hpp)
 //   ResumePolicy      checkpoint.resume, fallback, seed, init_from  (resume_policy.hpp)
+//   input_fingerprint the data identity saved with checkpoints     (input_fingerprint.hpp)
 //   LossScalePolicy   apply / skip / stop per step                  (optim/loss_scale_policy.hpp)
 //   TrainStep         one optimizer step                            (train_step.hpp)
 //   Evaluator         validation loss and sample                    (evaluator.hpp)
@@ -9,7 +11,8 @@
 //   CheckpointSaver   periodic / final / on-signal saves            (checkpoint_saver.hpp)
 //
 // Nothing is written to run.dir until every input (data, checkpoint, init_from) has been
-// checked: a rejected run leaves an existing run directory exactly as it was.
+// checked: a rejected run leaves an existing run directory exactly as it was (the lock
+// file rank 0 holds meanwhile is removed when the run ends).
 #include "ztrain/train/trainer.hpp"
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/comm/agree.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
@@ -32,8 +36,11 @@
 #include "ztrain/train/checkpoint_saver.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
 #include "ztrain/train/evaluator.hpp"
+#include "ztrain/train/input_fingerprint.hpp"
 #include "ztrain/train/memory_plan.hpp"
+#include "ztrain/train/metrics.hpp"
 #include "ztrain/train/resume_policy.hpp"
+#include "ztrain/train/run_lock.hpp"
 #include "ztrain/train/step_reporter.hpp"
 #include "ztrain/train/stop_signals.hpp"
 #include "ztrain/train/train_setup.hpp"
@@ -59,6 +66,12 @@ LossScaleRecord loss_scale_record(const CheckpointRecord& loaded) {
     for_each_loss_scale_field(
         [&](auto progress_field, auto record_field) { r.*record_field = loaded.progress.*progress_field; });
     return r;
+}
+
+/// A resumed run takes the checkpoint's loss-scale state (rank 0 prints the note, if any).
+void restore_loss_scale(const CheckpointRecord& resumed, LossScalePolicy& loss_scale, bool root) {
+    const std::string note = loss_scale.restore(loss_scale_record(resumed));
+    if (root && !note.empty()) std::printf("ztrain: %s\n", note.c_str());
 }
 
 /// The progress a checkpoint saves: the loop's cursor plus the loss-scale state.
@@ -102,14 +115,78 @@ void record_step(const StepOutcome& out, long done, TrainSummary& summary) {
     summary.steps = static_cast<int>(done);
 }
 
-/// The run directory, once every input is accepted: created on every rank (all see the same
-/// outcome), the resolved deck written by rank 0.
-void prepare_run_dir(const Config& cfg, bool root) {
-    const std::filesystem::path run_dir(cfg.run.dir);
-    std::error_code ec;
-    std::filesystem::create_directories(run_dir, ec);
-    if (ec) throw InputError(str("run.dir: cannot create '", cfg.run.dir, "': ", ec.message()));
-    if (root) std::ofstream(run_dir / "config.ini") << to_ini(cfg);
+/// Rank 0 takes the locks of run.dir and checkpoint.dir before anything there is read; a
+/// refusal is agreed, so every rank exits 2 together. Null on the other ranks.
+std::unique_ptr<RunLocks> lock_run_dirs(const Config& cfg, const std::string& ckpt_dir, bool force_unlock,
+                                        Communicator& comm) {
+    std::unique_ptr<RunLocks> locks;
+    agree_across_ranks(comm, [&] {
+        if (comm.rank() == 0) locks = std::make_unique<RunLocks>(cfg, ckpt_dir, force_unlock);
+    });
+    return locks;
+}
+
+/// A resume whose checkpoint already reaches train.max_steps has nothing to do: it says so
+/// and ends before the model exists, changing no file. Every rank reads the same meta.
+bool nothing_to_train(const ResumePolicy& resume, const Config& cfg, bool root) {
+    const long step = resume.checkpoint_step();
+    if (step < cfg.train.max_steps) return false;
+    if (root) {
+        std::printf("ztrain: %s is at step %ld, which already reaches train.max_steps = %d: nothing to train, "
+                    "no file changed (raise train.max_steps to go on, or --checkpoint.resume=never with another "
+                    "run.dir to start over)\n",
+                    resume.dir().c_str(), step, cfg.train.max_steps);
+    }
+    return true;
+}
+
+/// Rank 0: this run's data and tokenizer fingerprint, which every checkpoint saves; on a
+/// resume, what differs from the checkpoint's is a note, or with data.on_change = error a
+/// refusal (agreed: exit 2 on every rank, before anything is written).
+nlohmann::json check_inputs(const Config& cfg, const TrainSetup& setup, const CheckpointRecord& resumed,
+                            bool resuming, Communicator& comm) {
+    nlohmann::json now;
+    agree_across_ranks(comm, [&] {
+        if (comm.rank() != 0) return;
+        now = input_fingerprint(setup.train_data->files(),
+                                setup.val_data ? setup.val_data->files() : std::vector<std::string>{},
+                                setup.tokenizer_file);
+        if (!resuming) return;
+        const std::vector<std::string> changes = input_changes(resumed.inputs, now);
+        if (changes.empty()) return;
+        std::string list;
+        for (const std::string& c : changes) list += str(list.empty() ? "" : "; ", c);
+        if (cfg.data.on_change == OnInputChange::kError) {
+            throw InputError(str("data.on_change = error: the inputs differ from those the checkpoint was trained "
+                                 "on: ", list, ". Resume with the checkpoint's data, or with --data.on_change=note "
+                                 "to go on with these"));
+        }
+        std::printf("ztrain: note: the inputs differ from those the checkpoint was trained on: %s "
+                    "(data.on_change = note: going on)\n",
+                    list.c_str());
+    });
+    return now;
+}
+
+/// The run directory, once every input is accepted: the resolved deck written by rank 0, and
+/// a resumed run's metrics.jsonl cut back to the checkpoint's step (agreed: an I/O error
+/// there stops every rank).
+void prepare_run_dir(const Config& cfg, bool resuming, long resumed_step, Communicator& comm) {
+    agree_across_ranks(comm, [&] {
+        const std::filesystem::path run_dir(cfg.run.dir);
+        std::error_code ec;
+        std::filesystem::create_directories(run_dir, ec);
+        if (ec) throw InputError(str("run.dir: cannot create '", cfg.run.dir, "': ", ec.message()));
+        if (comm.rank() != 0) return;
+        std::ofstream(run_dir / "config.ini") << to_ini(cfg);
+        if (!resuming) return;
+        const std::string metrics = (run_dir / "metrics.jsonl").string();
+        const MetricsRepair repair = supersede_metrics(metrics, resumed_step);
+        if (!repair.changed()) return;
+        std::printf("ztrain: note: %s: %zu record(s) past step %ld, from the interrupted run, superseded%s\n",
+                    metrics.c_str(), repair.superseded, resumed_step,
+                    repair.cut_line ? "; its cut last line dropped" : "");
+    });
 }
 
 /// Aborts the outstanding collectives of `comms` when the scope is left by an exception, and
@@ -187,7 +264,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     TrainSetup setup = set_up_training(cfg, options.comm);
     Communicator& comm = *setup.comm;
     const bool root = comm.rank() == 0;
+    const std::unique_ptr<RunLocks> locks = lock_run_dirs(cfg, checkpoint_dir(cfg), options.force_unlock, comm);
     ResumePolicy resume(cfg, comm);
+    if (resume.resuming() && nothing_to_train(resume, cfg, root)) return TrainSummary{};
     start_compute(setup, cfg);
     // Memory: predicted from the deck, checked before anything model-sized exists.
     const MemoryPlan memory = plan_and_check_memory(cfg, setup, comm);
@@ -211,20 +290,19 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     resume.initial_weights(model, state, comm);
     const CheckpointRecord resumed = resume.load(state, comm);
     TrainProgress progress = resumed.progress;
-    if (resume.resuming()) {
-        const std::string note = loss_scale.restore(loss_scale_record(resumed));
-        if (root && !note.empty()) std::printf("ztrain: %s\n", note.c_str());
-    }
+    if (resume.resuming()) restore_loss_scale(resumed, loss_scale, root);
     resume.report(resumed, comm.size(), setup.shard_comm->size());
+    nlohmann::json inputs = check_inputs(cfg, setup, resumed, resume.resuming(), comm);
 
     // ---- inputs are accepted: now the run directory may change ----
-    prepare_run_dir(cfg, root);
+    prepare_run_dir(cfg, resume.resuming(), progress.step, comm);
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
                           model, setup.op_profile);
     if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), progress.step);
     reporter.set_rank_layout(setup.groups->layout());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
+    saver.set_inputs(std::move(inputs));
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(),
                    setup.train_data->num_windows(),
                    setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt, work, reduce,
@@ -236,7 +314,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
     TrainSummary summary;
     std::atomic<long> current_step{progress.step};
-    const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step);
+    const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step, peer_hosts(comm));
 
     // ---- the step loop ----
     reporter.begin_training(progress.step);

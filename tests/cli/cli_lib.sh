@@ -28,3 +28,11 @@ check() {
   shift
   if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
 }
+
+# make_corpus: a small text corpus ($work/text.txt) prepared into $work/data (train, val and
+# tokenizer.json) with $BIN/zt-prepare; exits 1 when that fails.
+make_corpus() {
+  for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; echo "%"; done > "$work/text.txt"
+  "$BIN/zt-prepare" --input "$work/text.txt" --output "$work/data" --doc-separator % > /dev/null || {
+    echo "FAIL: zt-prepare"; exit 1; }
+}

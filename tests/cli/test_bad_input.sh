@@ -46,6 +46,11 @@ shard_h5=$(cd "$step" && ls shard_*.h5 | head -1)
 # init_from applies; an earlier run's metrics.jsonl would be refused before init_from).
 mkdir -p "$fix/run_nockpt"
 cp "$fix/run/config.ini" "$fix/run_nockpt/"
+# The valid run, its lock file left by a job on another host (issue 34): honoured until
+# --force-unlock, since a lock on a shared file system may not reach across hosts.
+cp -a "$fix/run" "$fix/run_locked"
+echo '{"host":"node-elsewhere","pid":31337,"slurm_job_id":"9001","started":"2026-01-01T00:00:00Z"}' \
+  > "$fix/run_locked/ztrain.lock"
 
 # Consolidated weights.
 "$BIN/zt-consolidate" "$ckpt" --output "$fix/model.safetensors" > "$out/setup_cons.log" 2>&1 ||
@@ -223,6 +228,8 @@ t enum.shard_group      "${CL}parallel.shard_group = 'half': expected node, 0 \(
   "${Z[@]}" --parallel.shard_group=half
 t range.async_spread    "${CL}checkpoint.async_spread = 1: expected a fraction in \[0, 1\) of the time between saves" \
   "${Z[@]}" --checkpoint.async_spread=1
+t enum.on_change        "${CL}data.on_change = 'bogus': expected one of note \| error" \
+  "${Z[@]}" --data.on_change=bogus
 t enum.on_error         "${CL}checkpoint.on_error = 'bogus': expected one of stop \| continue" \
   "${Z[@]}" --checkpoint.on_error=bogus
 t enum.backend          "${CL}backend = 'bogus': expected one of cpu \| cuda \| auto" "${Z[@]}" --backend=bogus
@@ -299,6 +306,10 @@ t ckpt.other_shape      "$ckpt/step_0000000[24]/meta.h5: the checkpoint's model 
   "${Z[@]}" --model.n_embd=64
 t ckpt.other_shape_path "$step/meta.h5: the checkpoint's model has .*this model has" \
   "${Z[@]}" --model.n_embd=64 --checkpoint.resume="$step"
+t ckpt.other_data       "data.on_change = error: the inputs differ from those the checkpoint was trained on: data.train: train_000000.bin: [0-9]+ -> [0-9]+ bytes" \
+  "${ZD[@]}" --data.train="$bad/tokbig/train_*.bin" --train.max_steps=8 --data.on_change=error
+t lock.other_host       "run.dir = $fix/run_locked may be in use by a job on another host \(host node-elsewhere, PID 31337, Slurm job 9001, started 2026-01-01T00:00:00Z; lock file $fix/run_locked/ztrain.lock\).*--force-unlock" \
+  "${TRAIN[@]}" --run.dir="$fix/run_locked" --train.max_steps=8
 t init.missing          "model.init_from: '$fix/nope.safetensors' does not exist" \
   "${ZI[@]}" --model.init_from="$fix/nope.safetensors"
 t init.not_safetensors  "not_weights.safetensors: .*(header length|safetensors|JSON)" \
@@ -335,6 +346,8 @@ if command -v mpiexec > /dev/null; then
     "${MPI2[@]}" "${ZD[@]}" --data.train="$fix/data/nope.bin"
   t np2.shard_flipped   "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
     "${MPI2[@]}" "${Z[@]}" --checkpoint.resume="$flip"
+  t np2.lock_other_host "run.dir = $fix/run_locked may be in use by a job on another host \(host node-elsewhere" \
+    "${MPI2[@]}" "${TRAIN[@]}" --run.dir="$fix/run_locked" --train.max_steps=8
   t np2.shard_group     "parallel.shard_group = 3: expected node, 0 \(all ranks\) or a number of ranks that divides the world size \(2\)" \
     "${MPI2[@]}" "${Z[@]}" --parallel.zero_stage=2 --parallel.shard_group=3
 else

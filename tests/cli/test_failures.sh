@@ -86,12 +86,13 @@ else
 fi
 
 # 4. Disk full during a save: a 900 KiB tmpfs holds one tiny checkpoint (~0.5 MB) but not two.
+# The save at step 4 is a background (async) write; the last one (step 6) is synchronous.
 full="$work/full"
 mkdir -p "$full"
 if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   trap 'umount "$full" 2>/dev/null; pkill -KILL -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
   out=$("$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun" --checkpoint.dir="$full/ckpt" --checkpoint.keep=2 \
-        --train.max_steps=6 --checkpoint.every=2 2>&1)
+        --train.max_steps=6 --checkpoint.every=2 --checkpoint.async=true 2>&1)
   rc=$?
   if [ "$rc" -eq 1 ] && grep -q "checkpoint at step 4 failed: .*disk full" <<<"$out" &&
      [ "$(cat "$full/ckpt/latest")" = "step_00000002" ] && [ ! -e "$full/ckpt/step_00000004.partial" ]; then
@@ -107,6 +108,13 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   if [ "$rc" -eq 0 ] && grep -q "warning: checkpoint at step .* failed: .*training continues" <<<"$out" &&
      grep -qE "step +6/6" <<<"$out"; then
     echo "ok: disk full (on_error=continue) -> warning, training reached step 6"
+    # That disk was already full: no save completed, and none may look complete.
+    if ls -d "$full"/ckpt2/*.partial > /dev/null 2>&1 ||
+       { [ -e "$full/ckpt2/latest" ] && [ ! -f "$full/ckpt2/$(cat "$full/ckpt2/latest")/meta.h5" ]; }; then
+      fail "disk full (continue): a partial directory is left, or latest names an incomplete one: $(ls "$full/ckpt2")"
+    else
+      echo "ok: disk full (on_error=continue): no partial directory left, no incomplete checkpoint named by latest"
+    fi
   else
     fail "disk full (continue): exit $rc"; echo "$out" | grep -v "^step" | tail -4
   fi
@@ -119,6 +127,31 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
     fail "disk full: $latest does not load"; tail -3 "$work/full3.log"
   fi
   umount "$full"
+
+  # 5. ENOSPC inside a background write, at N = 2 (ZeRO-1: each rank writes half the state):
+  # each rank's free-space check passes for its own shard, but both together do not fit, so
+  # a data write itself fails with ENOSPC. A 9.5 MiB tmpfs holds one 5.2 MiB checkpoint
+  # (step 4); the async save at step 8 then runs out of space.
+  if mount -t tmpfs -o size=9728k tmpfs "$full" 2>/dev/null; then
+    wide=(--model.n_embd=128 --model.n_head=4 --parallel.zero_stage=1 --checkpoint.keep=1 --checkpoint.every=4
+          --checkpoint.async=true --train.max_steps=12)
+    for mode in continue stop; do
+      out=$("${MPI[@]}" -np 2 "$BIN/ztrain" "${common[@]}" "${wide[@]}" --run.dir="$work/enospc_$mode" \
+            --checkpoint.dir="$full/$mode" --checkpoint.on_error=$mode 2>&1)
+      rc=$?
+      want=0; [ "$mode" = stop ] && want=1
+      why=$(grep -oE "checkpoint at step 8 failed: .*(No space left on device|not enough space)" <<<"$out" | head -1)
+      if [ "$rc" -eq "$want" ] && [ -n "$why" ] && [ "$(cat "$full/$mode/latest")" = step_00000004 ] &&
+         ! ls -d "$full/$mode"/*.partial > /dev/null 2>&1; then
+        echo "ok: ENOSPC in an async write at N=2 (on_error=$mode) -> exit $rc, latest step_00000004, no partial: ${why##*: }"
+      else
+        fail "ENOSPC at N=2 (on_error=$mode): exit $rc (expected $want), latest $(cat "$full/$mode/latest" 2>/dev/null)"
+        echo "$out" | grep -v "^step" | tail -4
+      fi
+      rm -rf "${full:?}/$mode"  # room for the next mode
+    done
+    umount "$full"
+  fi
 else
   echo "skip: cannot mount a tmpfs here (needs root); disk-full case not run"
 fi

@@ -11,9 +11,7 @@ SRC=$2
 # shellcheck source=tests/cli/cli_lib.sh
 source "$(dirname "$0")/cli_lib.sh"
 
-for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; echo "%"; done > "$work/text.txt"
-"$BIN/zt-prepare" --input "$work/text.txt" --output "$work/data" --doc-separator % > /dev/null || {
-  echo "FAIL: zt-prepare"; exit 1; }
+make_corpus
 deck="$SRC/inputs/tiny.ini"
 data=(--data.train="$work/data/train_*.bin" --data.val="$work/data/val_*.bin")
 common=(--config "$deck" "${data[@]}" --train.threads=1)

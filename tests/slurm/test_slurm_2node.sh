@@ -18,7 +18,10 @@
 #      metrics.jsonl, and the final validation loss, equal the reference's (JSON doubles are
 #      written with 17 digits: equal text is equal bits), and the final checkpoints hold the
 #      same bytes (every dataset of every shard file by h5diff, and the model's tensors after
-#      zt-consolidate).
+#      zt-consolidate);
+#   5. a link cut: while a job trains, node2's veth goes down; every rank ends within
+#      parallel.timeout_s (+30 s), node1's ranks name node2's, `latest` names a complete
+#      checkpoint, and with the link back a job resumes from it.
 # Exit 0: passed; 1: failed; 77: skipped (not root, Slurm or namespaces not available).
 # Usage: bash test_slurm_2node.sh BIN_DIR SOURCE_DIR
 #   ZT_TEST_NO_INSTALL=1: do not apt-get install slurm-wlm, munge or iproute2 when missing.
@@ -297,6 +300,61 @@ PY
 )"; then
         fail "final model (zt-consolidate): the resumed run differs from the reference:"
         sed 's/^/    /' <<<"$cmp_out" >&2
+    fi
+fi
+
+# --- 5. A link cut between the nodes -------------------------------------------------------
+# While a job trains, node2's link to the bridge goes down (its veth end in this sandbox).
+# Every rank must end within parallel.timeout_s plus a margin (the watchdog's poll, the
+# processes' exit) with a message naming the other node's ranks; `latest` must name a
+# complete checkpoint; once the link is back up, a job resumes from it.
+CUT="$SCR/cut"
+cut_out="$SCR/cut.out"
+CUT_TIMEOUT=10
+cut_ok=""
+ranks_gone() { ! pgrep -x ztrain >/dev/null; }
+has_checkpoint() { [ -s "$CUT/checkpoints/latest" ] && grep -qE '^step +25/' "$cut_out" 2>/dev/null; }
+ZT_REQUEUE_ON_SIGNAL=0 submit_bg cut 240 "${sbatch_opts[@]}" "$SBATCH_SCRIPT" "--data.train=$SCR/data/train_*.bin" \
+    --train.max_steps=1000000 --train.log_every=1 --checkpoint.every=10 --parallel.zero_stage=3 \
+    --parallel.shard_group=2 --parallel.timeout_s="$CUT_TIMEOUT" --run.dir="$CUT"
+sb="$SUBMIT_PID"
+if ! wait_until 90 has_checkpoint; then
+    fail "cut: the job wrote no checkpoint and reached no step 25 within 90 s"
+    show_debug cut
+else
+    ip link set ztv2 down || fail "cut: cannot take node2's link (ztv2) down"
+    t_cut=$SECONDS
+    if ! wait_until $((CUT_TIMEOUT + 30)) ranks_gone; then
+        fail "cut: ztrain ranks still alive $((SECONDS - t_cut)) s after the link went down (parallel.timeout_s = $CUT_TIMEOUT): $(pgrep -ax ztrain | tr '\n' ';')"
+    else
+        cut_s=$((SECONDS - t_cut))
+        echo "slurm 2-node test: link to node2 cut; every rank ended ${cut_s} s later (parallel.timeout_s = $CUT_TIMEOUT)"
+        cut_ok=1
+    fi
+    ip link set ztv2 up || fail "cut: cannot bring node2's link (ztv2) back up"
+fi
+wait "$sb"
+rc=$?
+bg_pids=()
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "cut: the job's exit code is $rc, expected a failure (not 0, not a timeout)"
+if [ -n "$cut_ok" ]; then
+    expect_lines cut 2 "^ztrain: rank [01]: collective .* has waited [0-9]+ s in step [0-9]+ \(parallel.timeout_s = $CUT_TIMEOUT\): .*the ranks on other hosts: node2 \(ranks 2, 3\)" \
+        "the watchdog of both ranks on node1 naming node2's ranks"
+    kc="$(tr -d '[:space:]' <"$CUT/checkpoints/latest" 2>/dev/null)"
+    if [ -z "$kc" ] || [ ! -f "$CUT/checkpoints/$kc/meta.h5" ] || [ ! -f "$CUT/checkpoints/$kc/CHECKSUM" ]; then
+        fail "cut: latest names '${kc:-nothing}', not a complete checkpoint"
+    else
+        kstep=$((10#${kc#step_}))
+        timeout 150 sbatch --wait --job-name=zt-cut2 --output="$SCR/cut2.out" "${sbatch_opts[@]}" "$SBATCH_SCRIPT" \
+            "--data.train=$SCR/data/train_*.bin" --train.max_steps=$((kstep + 5)) --train.log_every=1 \
+            --checkpoint.every=10 --parallel.zero_stage=3 --parallel.shard_group=2 --run.dir="$CUT" \
+            >"$SCR/cut2.sbatch" 2>&1
+        rc=$?
+        if check_status cut2 "$rc"; then
+            expect_lines cut2 1 "resumed from .*$kc at step $kstep" "the resume from the checkpoint before the cut"
+            expect_lines cut2 1 "^step +$((kstep + 5))/$((kstep + 5)) " "the last step after the resume"
+            echo "slurm 2-node test: after the cut, resumed from $kc with the link back"
+        fi
     fi
 fi
 

@@ -6,7 +6,10 @@
 #   3. the preemption path: USR1 to the batch shell only (what `--signal=B:USR1@120` does
 #      before a time limit) is forwarded to ztrain, which checkpoints and exits 0; the job
 #      requeues itself, resumes from that checkpoint (restart count 1), and a second USR1
-#      stops it for good (ZT_MAX_RESTARTS=1): exit 0, a newer checkpoint.
+#      stops it for good (ZT_MAX_RESTARTS=1): exit 0, a newer checkpoint;
+#   4. the same job submitted twice: while the first (1 rank) trains, a second sbatch on the
+#      same run.dir exits 2 naming the holder (host, PID, the first's Slurm job id); the
+#      first, stopped by USR1, exits 0 with every step once in metrics.jsonl.
 # Exit 0: passed; 1: failed; 77: skipped (not root, Slurm not installed and not installable).
 # Usage: bash test_slurm_job.sh BIN_DIR SOURCE_DIR
 #   ZT_TEST_NO_INSTALL=1: do not try to apt-get install slurm-wlm and munge when missing.
@@ -154,6 +157,42 @@ if [ "$failures" -eq 0 ]; then
             fi
             [ "$k2" -gt "$k1" ] || fail "job3: second checkpoint at step $k2, not after the first ($k1)"
             expect_latest job3 "$RUN3" "$k2"
+        fi
+    fi
+fi
+
+# --- 4. Submitted twice: one trains, the other exits 2 naming it ------------------------
+if [ "$failures" -eq 0 ]; then
+    RUN4="$SCR/run4"
+    one=(-n 1 -c 1 --chdir="$SCR")
+    ZT_REQUEUE_ON_SIGNAL=0 submit_bg job4 120 "${one[@]}" "$SBATCH_SCRIPT" "$DATA" \
+        --run.dir="$RUN4" --train.max_steps=1000000 --train.log_every=20 --checkpoint.every=50
+    sb4="$SUBMIT_PID"
+    JOB4="$JOB"
+    if [ -z "$JOB4" ] || ! wait_until 60 grep -qE '^step +[0-9]+/' "$SCR/job4.out"; then
+        fail "job4: no job id or no step line within 60 s"
+        show_debug job4
+    else
+        timeout 90 sbatch --wait --job-name=zt-job5 --output="$SCR/job5.out" "${one[@]}" "$SBATCH_SCRIPT" \
+            "$DATA" --run.dir="$RUN4" --train.max_steps=100 >"$SCR/job5.sbatch" 2>&1
+        rc=$?
+        [ "$rc" -eq 2 ] || fail "job5 (the same job submitted twice): exit $rc, expected 2"
+        expect_line job5 "run.dir = $RUN4 is in use by another ztrain job \(host [^,]+, PID [0-9]+, Slurm job $JOB4, started" \
+            "the refusal naming the first job"
+        timeout 10 scancel --batch --signal=USR1 "$JOB4" || fail "job4: scancel --batch --signal=USR1 failed"
+    fi
+    wait "$sb4"
+    rc=$?
+    bg_pids=()
+    if check_status job4 "$rc"; then
+        expect_line job4 'stopped by SIGUSR1' "the stop after the refusal"
+        if ! /usr/bin/python3 - "$RUN4/metrics.jsonl" <<'PY'
+import collections, json, sys
+c = collections.Counter(r["step"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r)
+sys.exit(0 if c and max(c.values()) == 1 and sorted(c) == list(range(1, max(c) + 1)) else 1)
+PY
+        then
+            fail "job4: metrics.jsonl does not hold each step once"
         fi
     fi
 fi

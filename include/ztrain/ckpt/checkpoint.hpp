@@ -40,7 +40,8 @@
 // applied_steps, samples_seen, tokens_seen, world_size, shard_group (absent in older ones:
 // world_size then), zero_stage (information only: the shard list below says who saved
 // what), dtype, seed, scaler {scale, mode, clean_steps, hysteresis_left}, bad_steps,
-// config_ini (the resolved deck, information only), model {n_layer, n_head, n_embd,
+// config_ini (the resolved deck, information only), inputs (the data and tokenizer
+// fingerprint, train/input_fingerprint.hpp; absent in older ones), model {n_layer, n_head, n_embd,
 // seq_len, vocab_size, vocab_pad_to, init_from: every ModelConfig field; padded_vocab:
 // derived}, units [numel per unit], tensors [{name, unit, offset, shape}], shards [{file,
 // rank, bytes, hash64, units [{unit, begin, end}]}].
@@ -95,6 +96,9 @@ struct CheckpointRecord {
     int world_size = 0;
     int shard_group = 0;  ///< ranks its state was split over (world_size before hybrid sharding)
     int zero_stage = -1;
+    /// The identity of the run's data and tokenizer (train/input_fingerprint.hpp), saved as
+    /// meta_json "inputs"; null when not known (older checkpoints, runs that give none).
+    nlohmann::json inputs;
 };
 
 /// "step_00000100"

@@ -28,6 +28,8 @@ enum class LrSchedule { kCosine, kLinear, kConstant };
 
 /// checkpoint.on_error: what a failed save does.
 enum class OnCheckpointError { kStop, kContinue };
+/// data.on_change: what a resume does when the data or tokenizer differ from the checkpoint's.
+enum class OnInputChange { kNote, kError };
 /// run.memory_check: what a run whose predicted memory does not fit does.
 enum class MemoryCheck { kStrict, kWarn, kOff };
 
@@ -64,6 +66,7 @@ const char* setting_text(BackendChoice v);
 const char* setting_text(LrSchedule v);
 const char* setting_text(OnCheckpointError v);
 const char* setting_text(MemoryCheck v);
+const char* setting_text(OnInputChange v);
 std::string setting_text(const ResumeSetting& v);
 std::string setting_text(const LossScaleSetting& v);
 std::string setting_text(const ShardGroupSetting& v);
@@ -106,6 +109,8 @@ struct DataConfig {
     std::string train;         ///< shard file or glob
     std::string val;           ///< shard file or glob (may be empty: no evaluation)
     std::string tokenizer;     ///< tokenizer description; default: tokenizer.json next to train shards
+    /// A resume whose data or tokenizer differ from the checkpoint's: note | error (exit 2).
+    OnInputChange on_change = OnInputChange::kNote;
 };
 
 struct TrainConfig {
@@ -201,6 +206,8 @@ struct CliResult {
     std::string help_text;  ///< filled for kHelp
     /// kPlan: --plan-world-size (0: the job's own world size).
     int plan_world_size = 0;
+    /// kTrain: --force-unlock (break a directory lock recorded by a job on another host).
+    bool force_unlock = false;
 };
 
 /// One model key as a Hugging Face config.json determines it (ckpt's hf_model_settings).

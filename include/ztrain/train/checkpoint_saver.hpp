@@ -79,6 +79,9 @@ class CheckpointSaver {
     /// training, stop signal).
     void finish() { collect_finished(); }
 
+    /// The run's input fingerprint (rank 0's; input_fingerprint.hpp), saved with every checkpoint.
+    void set_inputs(nlohmann::json inputs) { m_inputs = std::move(inputs); }
+
     bool async() const { return m_snapshot != nullptr; }
     /// Host bytes the async snapshot holds (0 for synchronous saves).
     size_t snapshot_bytes() const { return m_snapshot ? m_snapshot->bytes() : 0; }
@@ -94,6 +97,7 @@ class CheckpointSaver {
     StepReporter& m_reporter;
     std::unique_ptr<Communicator> m_ckpt_comm;   ///< async: checkpoint traffic only
     std::unique_ptr<CheckpointSnapshot> m_snapshot;
+    nlohmann::json m_inputs;
     std::vector<double> m_step_times;  ///< the last kStepWindow step times (a ring)
     size_t m_step_next = 0;            ///< where the next one goes in the ring
     // The write in flight.

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,7 +23,10 @@ class CollectiveWatchdog {
     /// message. Each is polled for a host collective blocked too long (pending_collective)
     /// and for collectives failing or stuck on the GPU (Communicator::device_stall), which
     /// block no host call of their own.
-    CollectiveWatchdog(std::vector<Communicator*> comms, double timeout_s, const std::atomic<long>& step);
+    /// `peers` (may be empty) is appended to the abort message: which hosts the other ranks
+    /// are on (peer_hosts), so a lost node or a cut link is named.
+    CollectiveWatchdog(std::vector<Communicator*> comms, double timeout_s, const std::atomic<long>& step,
+                       std::string peers = std::string());
     ~CollectiveWatchdog();
     CollectiveWatchdog(const CollectiveWatchdog&) = delete;
     CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -31,12 +35,19 @@ class CollectiveWatchdog {
     void run();
     std::vector<Communicator*> m_comms;
     double m_timeout_s;
+    std::string m_peers;
     const std::atomic<long>& m_step;
     std::thread m_thread;
     std::mutex m_mutex;
     std::condition_variable m_cv;
     bool m_stop = false;
 };
+
+/// "the ranks on other hosts: node2 (ranks 2-3)" for this rank of `comm` (collective: every
+/// rank's host name is gathered once, at start); "" when all ranks share this host. A stalled
+/// collective cannot tell which peer stopped answering; when this rank's own node is fine, a
+/// stall that every rank of the node reports points at these hosts.
+std::string peer_hosts(Communicator& comm);
 
 /// Test hook for the watchdog: ZT_DEBUG_STALL="RANK:STEP:SECONDS" makes that rank sleep
 /// before the gradient reduction of that (1-based) step, as a hung rank would.

@@ -16,6 +16,9 @@ class Communicator;
 class Transformer;
 class ModelState;
 
+/// The checkpoint directory: checkpoint.dir, or run.dir/checkpoints.
+std::string checkpoint_dir(const Config& cfg);
+
 class ResumePolicy {
   public:
     /// Resolves checkpoint.resume (every rank: the same answer). Throws InputError for a
@@ -30,6 +33,10 @@ class ResumePolicy {
     bool resuming() const { return !m_dir.empty(); }
     /// The step directory loaded (after load(): the one that was accepted).
     const std::string& dir() const { return m_dir; }
+
+    /// The step of the checkpoint to resume, read from its meta.h5 without loading it; -1
+    /// for a fresh run or a checkpoint whose meta cannot be read.
+    long checkpoint_step() const;
 
     /// model.init_from into `state` for a run that does not resume (collective); a resumed
     /// checkpoint has its own weights, so init_from is then ignored with a line saying so.

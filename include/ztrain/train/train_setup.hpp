@@ -45,6 +45,7 @@ struct TrainSetup {
     std::unique_ptr<TokenDataset> train_data;
     std::unique_ptr<TokenDataset> val_data;  ///< null without data.val
     std::unique_ptr<Tokenizer> tokenizer;    ///< null: samples are shown as token ids
+    std::string tokenizer_file;              ///< the file `tokenizer` came from ("" when none)
     std::unique_ptr<BatchSampler> train_sampler;
     std::unique_ptr<BatchSampler> val_sampler;  ///< null without data.val
     std::unique_ptr<Backend> backend;

@@ -31,6 +31,8 @@ struct TrainSummary {
 struct TrainOptions {
     MPI_Comm comm = MPI_COMM_WORLD;  ///< the ranks that train together
     bool collect_params = false;     ///< fill TrainSummary::final_params (tests)
+    /// --force-unlock: break a directory lock recorded by a job on another host (run_lock.hpp).
+    bool force_unlock = false;
     /// Test hooks: after the gradients of a step are reduced (before the overflow check),
     /// and after the step was applied or skipped. `step` is 1-based.
     std::function<void(long step, ModelState& state)> after_grad_sync;

@@ -1,0 +1,30 @@
+// The identity of a run's inputs, saved in each checkpoint (meta_json "inputs") so that a
+// resume can tell when data.train, data.val or the tokenizer changed under it.
+//
+// Cheap for corpora of any size: per file its name, size, a hash of its first KiB (a token
+// shard's header) and hashes of its first and last MiB; never the whole file. A change in the
+// middle of a large file alone is therefore not seen: the check is for files replaced,
+// added, removed, regenerated or truncated, not a content audit.
+//
+// Not here: what a change means for the run (data.on_change, trainer.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+/// {"train": [FILE...], "val": [FILE...], "tokenizer": FILE or null}, FILE = {"file" (base
+/// name), "bytes", "header", "head", "tail"} (hash64 hex of the first KiB, first and last
+/// MiB). Throws InputError naming a file that cannot be read.
+nlohmann::json input_fingerprint(const std::vector<std::string>& train_files,
+                                 const std::vector<std::string>& val_files, const std::string& tokenizer_file);
+
+/// What differs between a checkpoint's fingerprint `saved` and this run's `now`, one phrase
+/// each ("data.train: train_001.bin: 2048 -> 4096 bytes"); empty when nothing does, or when
+/// the checkpoint records no fingerprint (written before ztrain saved one).
+std::vector<std::string> input_changes(const nlohmann::json& saved, const nlohmann::json& now);
+
+}  // namespace zt
