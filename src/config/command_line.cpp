@@ -39,7 +39,7 @@ std::string help_text() {
        << "                  the deck, and exit without allocating or writing anything\n"
        << "  --plan-world-size=N  plan for N ranks (all on this node) instead of the job's own\n"
        << "  --force-unlock  take run.dir and checkpoint.dir although their lock file names a job on\n"
-       << "                  another host (only when that job is gone: README, One job per directory)\n\n"
+       << "                  another host (only when that job is gone: docs/reliability.md)\n\n"
        << "Every key below can be set in the deck or overridden on the command line as\n"
        << "--section.key=VALUE (or --section.key VALUE); the command line wins over the deck.\n"
        << "'backend' is a top-level key: put it before any [section] or pass --backend=VALUE.\n";

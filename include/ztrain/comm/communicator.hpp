@@ -11,7 +11,7 @@
 // staged_communicator.hpp); make_communicator (comm_select.hpp) picks one. Every call is
 // counted per collective kind, as the bytes this rank sends under the usual ring/
 // recursive algorithms, so the per-step volumes of each ZeRO stage can be checked against
-// theory (see README):
+// theory (docs/architecture.md):
 //   all_reduce(n)        2 * n * (N-1)/N elements (times the element size)
 //   reduce_scatter(n/N)  n * (N-1)/N      (n = total elements, n/N per rank)
 //   all_gather(n/N)      n * (N-1)/N

@@ -33,7 +33,7 @@ enum class OnInputChange { kNote, kError };
 /// run.memory_check: what a run whose predicted memory does not fit does.
 enum class MemoryCheck { kStrict, kWarn, kOff };
 
-/// model.arch: the transformer family (README, "Model families").
+/// model.arch: the transformer family (docs/architecture.md, "Model families").
 enum class ModelArch { kGpt2, kLlama };
 /// model.rope_scaling (llama): none, or Llama 3.1's frequency rescaling (rope.hpp).
 enum class RopeScaling { kNone, kLlama3 };

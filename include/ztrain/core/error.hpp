@@ -14,7 +14,7 @@
 
 namespace zt {
 
-/// Exit codes of every ztrain executable (see the contract in the README).
+/// Exit codes of every ztrain executable (README, ztrain usage: "Exit status").
 enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitBadInput = 2 };
 
 /// Concatenates any streamable values into one string: str("n_head=", 3).

@@ -1,4 +1,4 @@
-// metrics.jsonl: one JSON object per line, written by rank 0 only (see the README contract).
+// metrics.jsonl: one JSON object per line, written by rank 0 only (fields: docs/metrics.md).
 #pragma once
 
 #include <cstdio>

@@ -4,7 +4,7 @@
 // The lock is a kernel lock (an open-file-description fcntl lock, F_OFD_SETLK) on
 // DIR/ztrain.lock, so it dies with its process: a crashed job never blocks the next one. The
 // file also records the holder (host, PID, Slurm job id, start time), because shared file
-// systems differ in how far a kernel lock reaches (README, "One job per directory"): where a
+// systems differ in how far a kernel lock reaches (docs/reliability.md): where a
 // lock may be node-local only, a record naming another host is honoured as held until
 // --force-unlock breaks it (never automatically across hosts), except by a requeue of the
 // same Slurm job. A clean exit removes the file (and the directories the lock created, when
