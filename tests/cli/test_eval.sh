@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multiple-choice evaluation end to end on the shipped task file: in the training loop
-# (eval.tasks, eval.every, eval.limit: {"event":"eval",...} records, the TensorBoard-ready
-# fields) and zt-eval on the run's checkpoint and its Hugging Face export, at np 1 and 2
+# (eval.tasks, eval.every, eval.limit: {"event":"eval",...} records and their TensorBoard
+# tags) and zt-eval on the run's checkpoint and its Hugging Face export, at np 1 and 2
 # (the same counts), with --output.
 # Usage: test_eval.sh BIN_DIR SOURCE_DIR
 set -u
@@ -27,6 +27,10 @@ for r in recs:
     for k in ("acc", "acc_norm", "acc_token"):
         assert 0 <= r[k] <= 1 and abs(r[k] * 20 - round(r[k] * 20)) < 1e-9, r
 PY
+# TensorBoard: the event file equals metrics.jsonl, eval records as eval/<task>/<field>.
+check "TensorBoard event file equals metrics.jsonl" python3 "$SRC/tests/cli/read_tfevents.py" check "$work/run"
+check "TensorBoard tag eval/tiny_choice/acc_norm" bash -c \
+  "python3 '$SRC/tests/cli/read_tfevents.py' dump '$work'/run/tb/events.* | grep -q 'eval/tiny_choice/acc_norm='"
 
 # zt-eval on the checkpoint, one rank and two: the same numbers (counts summed over ranks).
 expect 0 "tiny_choice: n 32 " "$BIN/zt-eval" "$work/run/checkpoints" --tasks "$task" --threads 1 \
