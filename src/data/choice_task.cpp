@@ -66,12 +66,22 @@ ChoiceExample json_example(const std::string& line, const Tokenizer& tok, const 
                    ": field 'endings' missing or not an array of two or more strings");
     const bool harness = j.contains("activity_label") && j.contains("ctx_a") && j.contains("ctx_b");
     ChoiceExample ex;
-    ex.context = tok.encode(example_context(j, where));
+    // lm-evaluation-harness's _encode_pair: the context's trailing spaces move to the
+    // continuation (" " + ending), the pair is encoded whole, and the continuation's tokens
+    // are those after the context's own.
+    std::string context = example_context(j, where);
+    const size_t kept = context.find_last_not_of(' ') + 1;  // npos + 1 == 0: all spaces
+    const std::string moved = context.substr(kept);
+    context.resize(kept);
+    ex.context = tok.encode(context);
     for (const nlohmann::json& e : j["endings"]) {
         ZT_INPUT_CHECK(e.is_string(), where, ": an ending is not a string");
-        const std::string ending = " " + (harness ? hellaswag_preprocess(e.get<std::string>()) : e.get<std::string>());
-        ex.endings.push_back(tok.encode(ending));
+        const std::string ending = harness ? hellaswag_preprocess(e.get<std::string>()) : e.get<std::string>();
+        const std::vector<uint32_t> whole = tok.encode(context + moved + " " + ending);
+        const size_t cut = std::min(ex.context.size(), whole.size());
+        ex.endings.emplace_back(whole.begin() + static_cast<long>(cut), whole.end());
         ZT_INPUT_CHECK(!ex.endings.back().empty(), where, ": an ending encodes to no tokens");
+        // acc_norm's divisor: the harness takes len(choice), the ending without the space.
         ex.ending_chars.push_back(utf8_length(ending));
     }
     ex.label = example_label(j, ex.endings.size(), where);
@@ -130,7 +140,10 @@ std::vector<ChoiceExample> read_llmc(const std::string& path, const std::vector<
             for (uint32_t t : e.endings.back())
                 ZT_INPUT_CHECK(t < static_cast<uint32_t>(tok.vocab_size()), "eval task file '", path, "' example ",
                                ex, ": token ", t, " outside the tokenizer's ", tok.vocab_size());
-            e.ending_chars.push_back(utf8_length(tok.decode(e.endings.back())));
+            // The ending's characters without the leading space llm.c encodes with it (the
+            // harness's len(choice)).
+            const std::string text = tok.decode(e.endings.back());
+            e.ending_chars.push_back(utf8_length(text) - (!text.empty() && text[0] == ' ' ? 1 : 0));
         }
         out.push_back(std::move(e));
     }

@@ -123,7 +123,7 @@ TEST(ChoiceTaskFile, ReadsHellaSwagLinesWithTheHarnessContext) {
     EXPECT_EQ(tok->decode(e.context), "Making tea: A man fills a kettle with water and puts it on the stove. He");
     ASSERT_EQ(e.endings.size(), 4u);
     EXPECT_EQ(tok->decode(e.endings[0]), " throws the kettle out of the window and starts to dance.");
-    EXPECT_EQ(e.ending_chars[0], static_cast<int>(e.endings[0].size()));
+    EXPECT_EQ(e.ending_chars[0], static_cast<int>(e.endings[0].size()) - 1);  // bytes, less the space
     EXPECT_EQ(e.label, 3);
 }
 
@@ -136,12 +136,14 @@ TEST(ChoiceTaskFile, HarnessPreprocessing) {
 TEST(ChoiceTaskFile, PlainCtxAndStringLabels) {
     test::ScratchDir dir("choice_plain");
     const std::string f = dir.path() + "/plain.jsonl";
-    test::write_file(f, "{\"ctx\": \"ab\", \"endings\": [\"c\", \"d\"], \"label\": \"1\"}\n\n");
+    // A context's trailing spaces move to the ending: "ab " + " d" is "ab" then "  d".
+    test::write_file(f, "{\"ctx\": \"ab \", \"endings\": [\"c\", \"d\"], \"label\": \"1\"}\n\n");
     auto tok = make_byte_tokenizer();
     const ChoiceTask task = read_choice_task(f, *tok);
     ASSERT_EQ(task.examples.size(), 1u);
     EXPECT_EQ(task.examples[0].context, (std::vector<uint32_t>{'a', 'b'}));
-    EXPECT_EQ(task.examples[0].endings[1], (std::vector<uint32_t>{' ', 'd'}));
+    EXPECT_EQ(task.examples[0].endings[1], (std::vector<uint32_t>{' ', ' ', 'd'}));
+    EXPECT_EQ(task.examples[0].ending_chars[1], 1);
     EXPECT_EQ(task.examples[0].label, 1);
 }
 
@@ -185,7 +187,7 @@ TEST(ChoiceTaskFile, ReadsLlmcBinaryFormat) {
     ASSERT_EQ(task.examples.size(), 1u);
     EXPECT_EQ(task.examples[0].label, 1);
     EXPECT_EQ(task.examples[0].context, (std::vector<uint32_t>{'h', 'i'}));
-    EXPECT_EQ(task.examples[0].ending_chars, (std::vector<int>{2, 3}));
+    EXPECT_EQ(task.examples[0].ending_chars, (std::vector<int>{1, 2}));  // "a", "bc": no leading space
     write_llmc(f, {65535, 30, 0, 1, 2, 2, 'h', 'i', 2, ' '}, 1);
     test::expect_input_error([&] { read_choice_task(f, *tok); }, {"example 0", "the file ends inside it"});
 }

@@ -15,8 +15,8 @@ class Tokenizer;
 struct ChoiceExample {
     std::vector<uint32_t> context;
     std::vector<std::vector<uint32_t>> endings;  ///< each ending's tokens, after the context's
-    /// Each ending's length in characters (Unicode code points) with its leading space: the
-    /// divisor of acc_norm, as lm-evaluation-harness takes len(continuation).
+    /// Each ending's length in characters (Unicode code points), without the space put
+    /// before it: the divisor of acc_norm, as lm-evaluation-harness takes len(choice).
     std::vector<int> ending_chars;
     int label = 0;
 };
@@ -31,7 +31,9 @@ struct ChoiceTask {
 /// else JSON Lines, one example per line with `ctx` (or `activity_label`, `ctx_a`, `ctx_b`,
 /// joined and cleaned as lm-evaluation-harness's hellaswag task does), `endings` (two or
 /// more strings) and `label` (an index into endings, a number or a string of digits).
-/// Each ending is encoded as " " + ending; the context alone. Throws InputError naming the
+/// Tokenized as lm-evaluation-harness does: context + " " + ending encoded whole, the
+/// ending's tokens those after the context's (a context's trailing spaces move to the
+/// ending). Throws InputError naming the
 /// file and line (or example) on a missing file, malformed JSON, a missing or wrong field,
 /// or an empty task.
 ChoiceTask read_choice_task(const std::string& path, const Tokenizer& tokenizer);

@@ -24,7 +24,7 @@ struct ChoiceTask;
 struct EndingScore {
     double loglik = 0.0;
     int tokens = 0;  ///< tokens scored (the ending's, after any truncation)
-    int chars = 0;   ///< characters of " " + ending
+    int chars = 0;   ///< characters of the ending (without the space before it)
 };
 
 /// Examples and how many each rule got right.
