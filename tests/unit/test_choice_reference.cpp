@@ -1,5 +1,6 @@
 // Multiple-choice scores against a float64 numpy reference (tests/reference/choice_reference.py,
-// on llama_reference.py's model): every candidate ending's summed log-likelihood within 1e-5
+// on llama_reference.py's model), both reading the tiny model's Hugging Face export
+// (zt-consolidate's directory): every candidate ending's summed log-likelihood within 1e-5
 // relative, and the acc / acc_norm / acc_token counts of the script's own argmax. The rows
 // include left-truncated contexts (seq_len 8), and ztrain runs them three to a padded batch
 // while the script runs each alone. Skipped (GTEST_SKIP) without python3 and numpy.
@@ -13,6 +14,8 @@
 #include "model_state_access.hpp"
 #include "test_support.hpp"
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/export.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/choice_task.hpp"
@@ -67,17 +70,22 @@ TEST(ChoiceReference, LoglikelihoodsAndCountsMatchNumpy) {
     const ChoiceTask task = synthetic_task(mc.vocab_size);
     const uint32_t bos = 1;
 
+    // The model as a user has it: a checkpoint exported to a Hugging Face directory, which
+    // ztrain imports and the script reads.
     const test::ScratchDir scratch("choice-reference");
     const std::string& dir = scratch.path();
-    nlohmann::json cfg = {{"n_layer", mc.n_layer},   {"n_head", mc.n_head},     {"n_kv_head", mc.kv_heads()},
-                          {"n_embd", mc.n_embd},     {"ffn_dim", mc.ffn_dim},   {"vocab_size", mc.vocab_size},
-                          {"rope_theta", mc.rope_theta}, {"rope_scaling", "none"}, {"norm_eps", mc.norm_eps},
-                          {"tie_embeddings", mc.tie_embeddings}};
-    for (const ParamSpec& p : layout.params) {
-        cfg["tensors"].push_back(p.name);
-        test::write_npy(str(dir, "/", p.name, ".npy"), ModelStateTestAccess::unit_params(state, p.unit) + p.offset, "<f4",
-                        4, p.shape);
-    }
+    Config deck;
+    deck.model = mc;
+    CheckpointRecord record;
+    record.dtype = "fp32";
+    record.seed = 11;
+    record.config_ini = to_ini(deck);
+    const std::string step_dir = save_checkpoint(dir + "/ckpt", state, self_communicator(), record, 1);
+    const std::string hf = dir + "/hf";
+    consolidate(step_dir, hf + "/", DType::kF32, false);
+    ModelState imported(layout, *backend, 99);
+    import_weights(hf, layout, mc, imported);
+    nlohmann::json cfg;
     const size_t T = static_cast<size_t>(mc.seq_len);
     std::vector<int32_t> tokens, targets;
     for (size_t e = 0; e < task.examples.size(); ++e) {
@@ -96,12 +104,12 @@ TEST(ChoiceReference, LoglikelihoodsAndCountsMatchNumpy) {
     std::ofstream(dir + "/config.json") << cfg.dump(1);
     test::write_npy(dir + "/tokens.npy", tokens.data(), "<i4", 4, {R, T});
     test::write_npy(dir + "/targets.npy", targets.data(), "<i4", 4, {R, T});
-    const std::string cmd = str(python, " ", kScript, " ", dir);
+    const std::string cmd = str(python, " ", kScript, " --hf ", hf, " ", dir);
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ifstream ref_in(dir + "/choice_reference.json");
     const nlohmann::json ref = nlohmann::json::parse(ref_in);
 
-    ChoiceEvaluator evaluator(model, state, self_communicator(), 3, bos);
+    ChoiceEvaluator evaluator(model, imported, self_communicator(), 3, bos);
     const auto scores = evaluator.score_examples(task, 0, static_cast<long>(task.examples.size()));
     ChoiceCounts counts;
     size_t r = 0;
