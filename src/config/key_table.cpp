@@ -120,6 +120,11 @@ const KeyDef kKeys[] = {
            "save (checkpoint.every x the recent median step time, or the steps left), so it slows the steps less; "
            "a stop signal, the next save or the end of training makes it hurry. In [0, 1); 0: at full speed"),
 
+    ZT_KEY("eval.tasks", eval.tasks,
+           "multiple-choice task files, comma-separated: HellaSwag JSON Lines or llm.c's .bin (empty: none)"),
+    ZT_KEY("eval.every", eval.every, "steps between task evaluations (0: only at the end)"),
+    ZT_KEY("eval.limit", eval.limit, "examples of each task evaluated, from the first (0: all)"),
+
     ZT_KEY("run.dir", run.dir, "run directory (logs, resolved config, checkpoints)"),
     ZT_KEY("run.memory_check", run.memory_check,
            "a run whose predicted memory does not fit: strict (refused, exit 2) | warn | off"),

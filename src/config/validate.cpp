@@ -241,6 +241,11 @@ void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
     v.check(cfg.checkpoint.async_spread >= 0 && cfg.checkpoint.async_spread < 1, "checkpoint.async_spread",
             "a fraction in [0, 1) of the time between saves (0: write at full speed)");
     v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
+    v.check_int_min("eval.every", cfg.eval.every, 0);
+    v.check_int_min("eval.limit", cfg.eval.limit, 0);
+    const std::string& t = cfg.eval.tasks;
+    v.check(t.empty() || (t.front() != ',' && t.back() != ',' && t.find(",,") == std::string::npos), "eval.tasks",
+            "task files separated by commas, none empty");
     v.check_read("run.memory_check");
     v.check_read("data.on_change");
 }

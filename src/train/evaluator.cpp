@@ -7,6 +7,7 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
+#include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/transformer.hpp"
@@ -64,7 +65,28 @@ Evaluator::Evaluator(const TrainConfig& tc, Transformer& model, UnitStore& store
       m_tokenizer(tokenizer),
       m_reporter(reporter),
       m_inputs(static_cast<size_t>(tc.micro_batch) * static_cast<size_t>(model.config().seq_len)),
-      m_targets(m_inputs.size()) {}
+      m_targets(m_inputs.size()),
+      m_choice(model, store, comm, tc.micro_batch, tokenizer ? tokenizer->eot() : 0) {}
+
+void Evaluator::set_tasks(const std::vector<ChoiceTask>& tasks, const EvalConfig& ec) {
+    m_tasks = &tasks;
+    m_eval = ec;
+}
+
+std::optional<Evaluation> Evaluator::evaluate_at_start() {
+    std::optional<Evaluation> ev = m_tc.eval_every > 0 ? evaluate(0) : std::nullopt;
+    evaluate_tasks(0);
+    return ev;
+}
+
+void Evaluator::evaluate_tasks(long done) {
+    if (!m_tasks || m_tasks->empty()) return;
+    if (!((m_eval.every > 0 && done % m_eval.every == 0) || done == m_tc.max_steps)) return;
+    for (const ChoiceTask& task : *m_tasks) {
+        m_reporter.choice_eval(done, task.name, m_choice.evaluate(task, m_eval.limit));
+    }
+    std::fflush(stdout);
+}
 
 std::optional<Evaluation> Evaluator::evaluate(long step) {
     if (!m_val_sampler) return std::nullopt;

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "ztrain/backend/profiling_backend.hpp"
+#include "ztrain/train/choice_eval.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/transformer.hpp"
@@ -259,6 +260,21 @@ void StepReporter::val_loss(long step, double loss) {
     rec["val_loss"] = loss;
     record(rec);
     std::printf("step %ld | val loss %.4f\n", step, loss);
+}
+
+void StepReporter::choice_eval(long step, const std::string& task, const ChoiceCounts& c) {
+    if (!m_root) return;
+    const double n = static_cast<double>(std::max(1L, c.n));
+    nlohmann::ordered_json rec;
+    rec["event"] = "eval";
+    rec["step"] = step;
+    rec["task"] = task;
+    rec["n"] = c.n;
+    rec["acc"] = static_cast<double>(c.acc) / n;
+    rec["acc_norm"] = static_cast<double>(c.acc_norm) / n;
+    rec["acc_token"] = static_cast<double>(c.acc_token) / n;
+    record(rec);
+    std::printf("step %ld | eval %s\n", step, choice_summary(task, c).c_str());
 }
 
 void StepReporter::sample(long step, const std::string& text) {

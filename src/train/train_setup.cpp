@@ -68,6 +68,14 @@ std::unique_ptr<Tokenizer> find_tokenizer(const Config& cfg, const std::string& 
 
 /// The compute backend `kind` (cpu or cuda, as resolved); a GPU run uses the device of this
 /// rank's local rank, the same one make_communicator picks.
+/// eval.tasks, each read and tokenized on every rank (a bad file fails every rank alike).
+std::vector<ChoiceTask> read_eval_tasks(const Config& cfg, const Tokenizer* tokenizer) {
+    if (cfg.eval.tasks.empty()) return {};
+    ZT_INPUT_CHECK(tokenizer != nullptr, "eval.tasks = ", cfg.eval.tasks,
+                   ": needs a tokenizer (data.tokenizer, or tokenizer.json beside the training shards)");
+    return read_choice_tasks(cfg.eval.tasks, *tokenizer);
+}
+
 std::unique_ptr<Backend> make_backend(BackendChoice kind, int threads, int local_rank) {
 #if ZT_HAVE_CUDA
     if (kind == BackendChoice::kCuda) return make_cuda_backend(local_device(local_rank, cuda_device_count()));
@@ -122,6 +130,7 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
         ZT_INPUT_CHECK(s.tokenizer->vocab_size() <= mc.vocab_size, "model.vocab_size = ", mc.vocab_size,
                        " is smaller than the tokenizer's vocabulary (", s.tokenizer->vocab_size(), " tokens)");
     }
+    s.eval_tasks = read_eval_tasks(cfg, s.tokenizer.get());
     s.train_sampler = std::make_unique<BatchSampler>(*s.train_data, cfg.train.seed, true);
     if (s.val_data) s.val_sampler = std::make_unique<BatchSampler>(*s.val_data, cfg.train.seed, false);
     return s;

@@ -309,6 +309,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
                    loss_scale);
 
     Evaluator evaluator(tc, model, state, comm, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
+    evaluator.set_tasks(setup.eval_tasks, cfg.eval);
     TrainStep train_step(cfg, model, state, comm, setup.all_comms(), *setup.train_sampler, loss_scale, reporter,
                          options, setup.op_profile);
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
@@ -319,9 +320,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     // ---- the step loop ----
     reporter.begin_training(progress.step);
     // A fresh run evaluates once before training, so the curve starts at the untrained loss.
-    if (progress.step == 0 && tc.eval_every > 0 && progress.step < tc.max_steps) {
-        record_evaluation(evaluator.evaluate(0), summary);
-    }
+    if (progress.step == 0 && progress.step < tc.max_steps) record_evaluation(evaluator.evaluate_at_start(), summary);
     for (long step = progress.step; step < tc.max_steps; ++step) {
         current_step = step;
         const StepOutcome out = train_step.run(step, progress);
@@ -333,6 +332,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) {
             record_evaluation(evaluator.evaluate(done), summary);
         }
+        evaluator.evaluate_tasks(done);
         // Ranks agree at the step boundary on a pending stop signal, so all save together,
         // and on whether every rank's background write has finished, so all take its
         // outcome (or its failure) at the same step.

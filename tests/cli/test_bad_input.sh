@@ -6,7 +6,8 @@
 #     data, run directories, checkpoints, decks, weights; no file added or removed there),
 #   - leave no process behind (no rank, no launcher).
 # Covers decks and overrides, data shards and tokenizers, checkpoints and init_from weights,
-# zt-prepare, zt-consolidate, command-line syntax, and bad input under mpiexec -np 2.
+# zt-prepare, zt-consolidate, eval.* task files and zt-eval, command-line syntax, and bad input
+# under mpiexec -np 2.
 # Usage: test_bad_input.sh BIN_DIR SOURCE_DIR   (ZT_CASES=REGEX runs only the matching cases)
 set -u
 BIN=$1
@@ -114,6 +115,11 @@ printf 'this is not a safetensors file at all, just some text\n' > "$fix/not_wei
   > "$out/setup_wide.log" 2>&1 || { tail -5 "$out/setup_wide.log"; setup_fail "training the n_embd=64 run"; }
 "$BIN/zt-consolidate" "$out/wide/checkpoints" --output "$fix/wide.safetensors" > /dev/null 2>&1 ||
   setup_fail "zt-consolidate (wide)"
+# Multiple-choice task files (eval.tasks, zt-eval): one valid line, then a cut one / a bad label.
+mkdir -p "$fix/tasks"
+good_line='{"ctx": "a b", "endings": ["c", "d"], "label": 0}'
+printf '%s\n{"ctx": "a", "endings": ["b", "c"], "label": 0\n' "$good_line" > "$fix/tasks/cut.jsonl"
+printf '%s\n{"ctx": "a", "endings": ["b", "c"], "label": 7}\n' "$good_line" > "$fix/tasks/label.jsonl"
 # zt-prepare output that already exists: a failed prepare must not touch it.
 prep_out="$fix/data"
 
@@ -339,6 +345,24 @@ t consolidate.bad_dtype "--dtype.*'?fp8'?.*fp32.*bf16.*fp16" \
 t consolidate.damaged   "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
   "$BIN/zt-consolidate" "$flip" --output "$out/m.h5"
 
+# -- multiple-choice evaluation: eval.* keys and task files, zt-eval
+t eval.every            "${CL}eval.every = -1: expected an integer >= 0" "${Z[@]}" --eval.every=-1
+t eval.limit_type       "eval.limit.*'?all'?.*not an integer" "${Z[@]}" --eval.limit=all
+t eval.tasks_empty_item "${CL}eval.tasks = .*: expected task files separated by commas, none empty" \
+  "${Z[@]}" --eval.tasks="$fix/tasks/cut.jsonl,,$fix/tasks/cut.jsonl"
+t eval.task_missing     "eval task file '$fix/tasks/nope.jsonl': no such file" "${Z[@]}" --eval.tasks="$fix/tasks/nope.jsonl"
+t eval.task_cut_line    "eval task file '$fix/tasks/cut.jsonl' line 2: not valid JSON" \
+  "${Z[@]}" --eval.tasks="$fix/tasks/cut.jsonl"
+t eval.task_label       "eval task file '$fix/tasks/label.jsonl' line 2: label 7 is not an index into the 2 endings" \
+  "${Z[@]}" --eval.tasks="$fix/tasks/label.jsonl"
+t zteval.no_model       "model directory '$fix/nope' does not exist" "$BIN/zt-eval" "$fix/nope" --tasks "$fix/tasks/cut.jsonl"
+t zteval.no_tasks       "--tasks: no task file given" "$BIN/zt-eval" "$ckpt"
+t zteval.bad_limit      "--limit -3: expected an integer >= 0" "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/cut.jsonl" --limit=-3
+t zteval.task_cut_line  "eval task file '$fix/tasks/cut.jsonl' line 2: not valid JSON" \
+  "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/cut.jsonl" --output "$out/results.json"
+t zteval.damaged        "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
+  "$BIN/zt-eval" "$flip" --tasks "$SRC/inputs/tasks/tiny_choice.jsonl"
+
 # -- two ranks: every rank stops with exit 2, none left running
 if command -v mpiexec > /dev/null; then
   t np2.unknown_key     "${CL}unknown option '--model.n_layers'.*model.n_layer" "${MPI2[@]}" "${Z[@]}" --model.n_layers=3
@@ -350,6 +374,10 @@ if command -v mpiexec > /dev/null; then
     "${MPI2[@]}" "${TRAIN[@]}" --run.dir="$fix/run_locked" --train.max_steps=8
   t np2.shard_group     "parallel.shard_group = 3: expected node, 0 \(all ranks\) or a number of ranks that divides the world size \(2\)" \
     "${MPI2[@]}" "${Z[@]}" --parallel.zero_stage=2 --parallel.shard_group=3
+  t np2.eval_task_label "eval task file '$fix/tasks/label.jsonl' line 2: label 7" \
+    "${MPI2[@]}" "${Z[@]}" --eval.tasks="$fix/tasks/label.jsonl"
+  t np2.zteval_cut_line "eval task file '$fix/tasks/cut.jsonl' line 2: not valid JSON" \
+    "${MPI2[@]}" "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/cut.jsonl"
 else
   echo "FAIL: no mpiexec"
   failed=$((failed + 1))

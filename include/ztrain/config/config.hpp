@@ -182,10 +182,18 @@ struct RunConfig {
     bool tensorboard = true;
 };
 
+/// Multiple-choice evaluation in the training loop (docs/evaluation.md).
+struct EvalConfig {
+    std::string tasks;                 ///< comma-separated task files (empty: none)
+    int every = 0;                     ///< steps between task evaluations; 0: only at the end
+    int limit = 0;                     ///< the first `limit` examples of each task; 0: all
+};
+
 struct Config {
     ModelConfig model;
     DataConfig data;
     TrainConfig train;
+    EvalConfig eval;
     ParallelConfig parallel;
     PrecisionConfig precision;
     CheckpointConfig checkpoint;

@@ -45,6 +45,9 @@ class Transformer {
     /// Backward of the last forward (which must have had targets and dloss != 0).
     void backward(UnitStore& store);
 
+    /// Per-position losses (B*T, host memory) of the last forward with targets; positions
+    /// whose target < 0 hold no meaningful value.
+    const std::vector<float>& position_losses() const { return m_losses_host; }
     /// Backend memory (device memory on a GPU backend; see logits_row_to_host).
     const float* logits() const { return m_logits; }
     /// Copies logits row `row` (Vp floats, of the last forward) into host memory at out.

@@ -1,7 +1,9 @@
 // Evaluation during training: the validation loss over the same leading windows of
 // data.val every time (no shuffle, split over ranks), and a sample generated from the
 // current weights. Both are collective (a ZeRO-3 forward gathers parameters), so every rank
-// evaluates; the reporter prints on rank 0. Not here: when to evaluate (the trainer).
+// evaluates; the reporter prints on rank 0. Also the multiple-choice tasks of eval.tasks
+// (choice_eval.hpp), on eval.every's schedule. Not here: when to evaluate the validation
+// loss (the trainer).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "ztrain/config/config.hpp"
+#include "ztrain/train/choice_eval.hpp"
 
 namespace zt {
 
@@ -18,6 +21,7 @@ class Communicator;
 class Transformer;
 class StepReporter;
 class Tokenizer;
+struct ChoiceTask;
 class UnitStore;
 
 /// Samples `n` tokens after `start_token` from the current weights, with temperature 1 and
@@ -36,6 +40,17 @@ class Evaluator {
     Evaluator(const TrainConfig& tc, Transformer& model, UnitStore& store, Communicator& comm, BatchSampler* val_sampler,
               const Tokenizer* tokenizer, StepReporter& reporter);
 
+    /// The multiple-choice tasks to evaluate on eval.every's schedule (`tasks` outlives this).
+    void set_tasks(const std::vector<ChoiceTask>& tasks, const EvalConfig& ec);
+
+    /// A fresh run's evaluation before its first step: the validation loss when
+    /// train.eval_every > 0, the tasks when eval.every > 0.
+    std::optional<Evaluation> evaluate_at_start();
+
+    /// Evaluates every task and reports an eval record each when `done` steps are on the
+    /// schedule: a multiple of eval.every (step 0 included), or train.max_steps (collective).
+    void evaluate_tasks(long done);
+
     /// Evaluates after `step` steps and reports it (collective); nothing without data.val.
     std::optional<Evaluation> evaluate(long step);
 
@@ -49,6 +64,9 @@ class Evaluator {
     StepReporter& m_reporter;
     std::vector<int32_t> m_inputs;
     std::vector<int32_t> m_targets;
+    const std::vector<ChoiceTask>* m_tasks = nullptr;
+    EvalConfig m_eval;
+    ChoiceEvaluator m_choice;
 };
 
 }  // namespace zt

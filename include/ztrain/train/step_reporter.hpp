@@ -24,6 +24,7 @@ class Communicator;
 class Transformer;
 class ProfilingBackend;
 class LossScalePolicy;
+struct ChoiceCounts;
 struct StateBytes;
 
 /// Wall seconds of one optimizer step's phases. opt covers the overflow check, grad norm,
@@ -125,6 +126,8 @@ class StepReporter {
     /// The step's metrics record and, on log steps, its console line.
     void step(const StepReport& r);
     void val_loss(long step, double loss);
+    /// {"event":"eval","step","task","n","acc","acc_norm","acc_token"} and a console line.
+    void choice_eval(long step, const std::string& task, const ChoiceCounts& counts);
     void sample(long step, const std::string& text);
     /// {"event":"checkpoint","step","async","bytes","blocked_ms","write_ms"} and a console line.
     void checkpoint_written(const CheckpointSaved& saved);

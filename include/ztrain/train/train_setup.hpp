@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ztrain/config/config.hpp"
+#include "ztrain/data/choice_task.hpp"
 #include "ztrain/parallel/shard_groups.hpp"
 #include "ztrain/parallel/state_context.hpp"
 
@@ -46,6 +47,7 @@ struct TrainSetup {
     std::unique_ptr<TokenDataset> val_data;  ///< null without data.val
     std::unique_ptr<Tokenizer> tokenizer;    ///< null: samples are shown as token ids
     std::string tokenizer_file;              ///< the file `tokenizer` came from ("" when none)
+    std::vector<ChoiceTask> eval_tasks;      ///< eval.tasks, tokenized with `tokenizer`
     std::unique_ptr<BatchSampler> train_sampler;
     std::unique_ptr<BatchSampler> val_sampler;  ///< null without data.val
     std::unique_ptr<Backend> backend;

@@ -1,0 +1,86 @@
+// Multiple-choice evaluation (HellaSwag-style tasks, data/choice_task.hpp): each candidate
+// ending is scored from the model's per-token losses on the ending's tokens only, and an
+// example counts as right under three rules (docs/evaluation.md):
+//   acc        argmax of the summed log-likelihood (lm-evaluation-harness's acc)
+//   acc_norm   argmax of the summed log-likelihood / the ending's length in characters
+//              (lm-evaluation-harness's acc_norm)
+//   acc_token  argmax of the mean log-likelihood per token (llm.c's reported number)
+// Ties go to the first ending (numpy's argmax).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+class Communicator;
+class Transformer;
+class UnitStore;
+struct ChoiceExample;
+struct ChoiceTask;
+
+/// One candidate ending's score: the summed log-likelihood of its (scored) tokens.
+struct EndingScore {
+    double loglik = 0.0;
+    int tokens = 0;  ///< tokens scored (the ending's, after any truncation)
+    int chars = 0;   ///< characters of the ending (without the space before it)
+};
+
+/// Examples and how many each rule got right.
+struct ChoiceCounts {
+    long n = 0;
+    long acc = 0;
+    long acc_norm = 0;
+    long acc_token = 0;
+    void add(const ChoiceCounts& o);
+};
+
+/// Scores one example: adds 1 to n and to each rule whose choice is `label`.
+void score_example(const std::vector<EndingScore>& endings, int label, ChoiceCounts& counts);
+
+/// One row of a batch: context + ending, cut from the left of the context to at most
+/// seq_len + 1 tokens; `targets` is -1 except at the positions that predict the ending.
+struct ChoiceRow {
+    std::vector<int32_t> inputs;
+    std::vector<int32_t> targets;
+    int scored = 0;  ///< targets >= 0
+};
+/// `bos` is put before an empty context so that the ending's first token is predicted.
+ChoiceRow choice_row(const ChoiceExample& ex, int ending, int seq_len, uint32_t bos);
+
+/// The row's summed log-likelihood: minus the sum of `position_losses` (the row's
+/// cross-entropy per position, at least row.inputs.size() of them) where a target is set.
+double row_loglik(const ChoiceRow& row, const float* position_losses);
+
+/// Runs the forward over candidate rows, `max_batch` rows at a time, and scores examples.
+/// Examples are split in contiguous blocks over the communicator's ranks; every rank runs
+/// the same number of forwards (a sharded forward is collective) and the counts are summed.
+class ChoiceEvaluator {
+  public:
+    ChoiceEvaluator(Transformer& model, UnitStore& store, Communicator& comm, int max_batch, uint32_t bos);
+
+    /// The first `limit` examples (0: all) of `task`, counted over every rank (collective).
+    ChoiceCounts evaluate(const ChoiceTask& task, long limit);
+
+    /// The log-likelihoods of every ending of examples [first, last) on this rank alone
+    /// (not collective: for tests and the reference comparison on an unsharded model).
+    std::vector<std::vector<EndingScore>> score_examples(const ChoiceTask& task, long first, long last);
+
+  private:
+    /// Fills `rows` (pairs of example and ending) into forwards of at most max_batch rows;
+    /// `forwards` is the number every rank runs (extra ones run on a one-token dummy).
+    void run_rows(const ChoiceTask& task, const std::vector<std::pair<long, int>>& rows, long forwards,
+                  std::vector<std::vector<EndingScore>>& scores, long first);
+
+    Transformer& m_model;
+    UnitStore& m_store;
+    Communicator& m_comm;
+    int m_max_batch;
+    uint32_t m_bos;
+};
+
+/// The fractions of `counts` as the metrics record and zt-eval's output give them.
+std::string choice_summary(const std::string& task, const ChoiceCounts& counts);
+
+}  // namespace zt

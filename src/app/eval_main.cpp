@@ -1,0 +1,209 @@
+// zt-eval: multiple-choice evaluation (HellaSwag-style tasks) of a trained or downloaded model.
+//
+//   mpirun -np N zt-eval CKPT_DIR|HF_DIR --tasks FILE[,FILE...] [--limit K] [--output results.json]
+//                        [--tokenizer FILE] [--batch B] [--threads T]
+//
+// CKPT_DIR: a checkpoint directory (its `latest` step) or a step directory; the model and
+// the tokenizer come from the deck the checkpoint stores (data.tokenizer, or tokenizer.json
+// beside data.train). HF_DIR: a Hugging Face model directory (config.json + safetensors, as
+// model.from_hf reads it) with tokenizer.json, or vocab.json + merges.txt. The examples are
+// split over the ranks and the counts summed (train/choice_eval.hpp); the numbers and their
+// definitions: docs/evaluation.md. Exit status: 0 success, 2 bad input, 1 anything else.
+#include <mpi.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/export.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/data/choice_task.hpp"
+#include "ztrain/data/tokenizer.hpp"
+#include "ztrain/model/transformer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/choice_eval.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct EvalOptions {
+    std::string model;
+    std::string tasks;
+    std::string output;
+    std::string tokenizer;
+    long limit = 0;
+    int batch = 8;
+    int threads = 0;
+};
+
+/// Parses the command line; false for --help (printed by rank 0).
+bool parse(int argc, char** argv, EvalOptions& o, bool root) {
+    po::options_description visible(
+        "Usage:\n  mpirun -np N zt-eval CKPT_DIR|HF_DIR --tasks FILE[,FILE...] [--limit K] [--output results.json]\n\n"
+        "CKPT_DIR: a checkpoint directory (its latest step) or a step directory; HF_DIR: a Hugging Face\n"
+        "model directory (config.json, model.safetensors, tokenizer.json or vocab.json + merges.txt).\n"
+        "Prints acc, acc_norm and acc_token per task (definitions: docs/evaluation.md).\n\nOptions");
+    visible.add_options()("help,h", "print this help and exit")(
+        "tasks", po::value(&o.tasks), "task files, comma-separated: HellaSwag JSON Lines or llm.c's .bin")(
+        "limit", po::value(&o.limit), "the first K examples of each task (0: all)")(
+        "output,o", po::value(&o.output), "also write the results as JSON to this file")(
+        "tokenizer", po::value(&o.tokenizer), "a ztrain tokenizer description (default: found as said above)")(
+        "batch", po::value(&o.batch), "candidate rows per forward (default 8)")(
+        "threads", po::value(&o.threads), "CPU threads per rank (0: cores / ranks on the node)");
+    po::options_description all;
+    all.add(visible).add_options()("model", po::value(&o.model), "model directory");
+    po::positional_options_description positional;
+    positional.add("model", 1);
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+        if (root) std::cout << visible << "\n";
+        return false;
+    }
+    ZT_INPUT_CHECK(!o.model.empty(), "no model directory given (see --help)");
+    ZT_INPUT_CHECK(fs::is_directory(o.model), "model directory '", o.model, "' does not exist");
+    ZT_INPUT_CHECK(!o.tasks.empty(), "--tasks: no task file given (see --help)");
+    ZT_INPUT_CHECK(o.limit >= 0, "--limit ", o.limit, ": expected an integer >= 0");
+    ZT_INPUT_CHECK(o.batch >= 1, "--batch ", o.batch, ": expected an integer >= 1");
+    ZT_INPUT_CHECK(o.threads >= 0, "--threads ", o.threads, ": expected an integer >= 0");
+    if (!o.output.empty()) {
+        const fs::path parent = fs::absolute(o.output).parent_path();
+        ZT_INPUT_CHECK(fs::is_directory(parent), "--output ", o.output, ": directory '", parent.string(),
+                       "' does not exist");
+    }
+    return true;
+}
+
+bool is_hf_dir(const std::string& dir) { return fs::exists(fs::path(dir) / "config.json"); }
+
+/// The model's configuration: from config.json (Hugging Face) or the checkpoint's deck.
+zt::Config model_config(const std::string& dir, std::string* step_dir) {
+    zt::Config cfg;
+    if (is_hf_dir(dir)) {
+        for (const zt::HfSetting& s : zt::read_hf_config(dir)) zt::set_config_value(cfg, s.key, s.text);
+        cfg.model.init_from = dir;
+        return cfg;
+    }
+    *step_dir = zt::resolve_resume(dir, dir);
+    ZT_INPUT_CHECK(!step_dir->empty(), "'", dir, "': neither a Hugging Face model directory (config.json) nor a checkpoint");
+    const nlohmann::json meta = zt::read_checkpoint_meta(*step_dir);
+    cfg = zt::parse_deck_text(meta.value("config_ini", std::string()), *step_dir + " (the checkpoint's config)");
+    return cfg;
+}
+
+std::unique_ptr<zt::Tokenizer> find_tokenizer(const EvalOptions& o, const zt::Config& cfg) {
+    if (!o.tokenizer.empty()) return zt::load_tokenizer(o.tokenizer);
+    const fs::path dir(o.model);
+    if (is_hf_dir(o.model)) {
+        if (fs::exists(dir / "tokenizer.json")) return zt::make_hf_tokenizer((dir / "tokenizer.json").string());
+        if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"))
+            return zt::make_gpt2_tokenizer((dir / "vocab.json").string(), (dir / "merges.txt").string());
+        throw zt::InputError(zt::str("'", o.model, "' has no tokenizer.json nor vocab.json + merges.txt: give --tokenizer"));
+    }
+    if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer)) return zt::load_tokenizer(cfg.data.tokenizer);
+    const fs::path beside = fs::path(cfg.data.train).parent_path() / "tokenizer.json";
+    ZT_INPUT_CHECK(fs::exists(beside), "the checkpoint's run used no tokenizer that is still there (data.tokenizer = '",
+                   cfg.data.tokenizer, "', nor ", beside.string(), "): give --tokenizer");
+    return zt::load_tokenizer(beside.string());
+}
+
+void write_results(const std::string& path, const nlohmann::ordered_json& results) {
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp);
+        out << results.dump(2) << "\n";
+        ZT_REQUIRE(out.good(), "cannot write ", tmp);
+    }
+    fs::rename(tmp, path);  // a reader never sees half a file
+}
+
+int run(int argc, char** argv) {
+    auto comm = zt::make_mpi_communicator(MPI_COMM_WORLD);
+    const bool root = comm->rank() == 0;
+    EvalOptions o;
+    if (!parse(argc, argv, o, root)) return zt::kExitOk;
+    std::string step_dir;
+    const zt::Config cfg = model_config(o.model, &step_dir);
+    const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, cfg);
+    ZT_INPUT_CHECK(tok->vocab_size() <= cfg.model.vocab_size, "the tokenizer's ", tok->vocab_size(),
+                   " tokens exceed the model's vocabulary (", cfg.model.vocab_size, ")");
+    const std::vector<zt::ChoiceTask> tasks = zt::read_choice_tasks(o.tasks, *tok);
+
+    const int threads = o.threads > 0 ? o.threads
+                                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
+    auto backend = zt::make_cpu_backend(threads);
+    zt::Transformer model(cfg.model, *backend, o.batch);
+    zt::ModelState state(model.layout(), *backend, *comm, 0, 1 << 20, 1);
+    if (step_dir.empty()) {
+        zt::import_weights(o.model, model.layout(), cfg.model, state, comm.get());
+    } else {
+        zt::load_checkpoint(step_dir, state, *comm);
+    }
+    zt::ChoiceEvaluator evaluator(model, state, *comm, o.batch, tok->eot());
+    nlohmann::ordered_json results;
+    results["model"] = step_dir.empty() ? o.model : step_dir;
+    results["world_size"] = comm->size();
+    for (const zt::ChoiceTask& task : tasks) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const zt::ChoiceCounts c = evaluator.evaluate(task, o.limit);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double n = static_cast<double>(std::max(1L, c.n));
+        results["tasks"][task.name] = {{"file", task.file},
+                                       {"n", c.n},
+                                       {"acc", static_cast<double>(c.acc) / n},
+                                       {"acc_norm", static_cast<double>(c.acc_norm) / n},
+                                       {"acc_token", static_cast<double>(c.acc_token) / n},
+                                       {"seconds", s},
+                                       {"examples_per_s", static_cast<double>(c.n) / s}};
+        if (root) std::printf("%s  (%.1f examples/s)\n", zt::choice_summary(task.name, c).c_str(), static_cast<double>(c.n) / s);
+    }
+    if (root && !o.output.empty()) write_results(o.output, results);
+    return zt::kExitOk;
+}
+
+int world_rank() {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    int code = zt::kExitOk;
+    try {
+        code = run(argc, argv);
+    } catch (const zt::InputError& e) {
+        // Every rank reads the same inputs, so every rank fails alike: no rank is left waiting.
+        if (world_rank() == 0) std::fprintf(stderr, "zt-eval: error: %s\n", e.what());
+        code = zt::kExitBadInput;
+    } catch (const po::error& e) {
+        if (world_rank() == 0) std::fprintf(stderr, "zt-eval: error: %s (see --help)\n", e.what());
+        code = zt::kExitBadInput;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "zt-eval: rank %d: fatal: %s\n", world_rank(), e.what());
+        std::fflush(stderr);
+        int size = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        if (size > 1) MPI_Abort(MPI_COMM_WORLD, zt::kExitFailure);
+        code = zt::kExitFailure;
+    }
+    std::fflush(stdout);
+    MPI_Finalize();
+    return code;
+}

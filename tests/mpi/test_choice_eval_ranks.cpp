@@ -1,0 +1,98 @@
+// Multiple-choice evaluation across ranks: examples split over the ranks, counts summed,
+// give the counts of one rank scoring every example (np 1), at ZeRO stages 0 and 3 (a
+// sharded forward is collective, so every rank must run the same number of forwards); and
+// the in-loop record {"event":"eval",...} of a training run carries the same counts.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include "mpi_training.hpp"
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/data/choice_task.hpp"
+#include "ztrain/data/tokenizer.hpp"
+#include "ztrain/model/transformer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/choice_eval.hpp"
+
+namespace zt {
+namespace {
+
+const std::string kTinyTask = std::string(ZT_SOURCE_DIR) + "/inputs/tasks/tiny_choice.jsonl";
+
+ModelConfig eval_model() { return test::model_config(2, 2, 24, 48, 257, 8); }
+
+/// The counts of one rank scoring examples [0, limit) alone, from the weights of `seed`.
+ChoiceCounts one_rank_counts(const ChoiceTask& task, long limit, uint64_t seed) {
+    auto backend = make_cpu_backend(1);
+    Transformer model(eval_model(), *backend, 4);
+    ModelState state(model.layout(), *backend, seed);
+    ChoiceEvaluator ev(model, state, self_communicator(), 4, 256);
+    const auto scores = ev.score_examples(task, 0, limit);
+    ChoiceCounts c;
+    for (long i = 0; i < limit; ++i) score_example(scores[static_cast<size_t>(i)], task.examples[static_cast<size_t>(i)].label, c);
+    return c;
+}
+
+void expect_same_counts(const ChoiceCounts& got, const ChoiceCounts& want, const std::string& what) {
+    EXPECT_EQ(got.n, want.n) << what;
+    EXPECT_EQ(got.acc, want.acc) << what;
+    EXPECT_EQ(got.acc_norm, want.acc_norm) << what;
+    EXPECT_EQ(got.acc_token, want.acc_token) << what;
+}
+
+TEST(ChoiceEvalRanks, CountsEqualOneRanksAtStages0And3) {
+    auto tok = make_byte_tokenizer();
+    const ChoiceTask task = read_choice_task(kTinyTask, *tok);
+    // 30 examples: not a multiple of 4, so at np 4 the ranks hold 7 or 8 (unequal forwards).
+    const ChoiceCounts want = one_rank_counts(task, 30, 11);
+    auto backend = make_cpu_backend(1);
+    auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+    for (int stage : {0, 3}) {
+        Transformer model(eval_model(), *backend, 3);
+        ModelState state(model.layout(), *backend, *comm, stage, 1 << 16, 11);
+        ChoiceEvaluator ev(model, state, *comm, 3, tok->eot());
+        expect_same_counts(ev.evaluate(task, 30), want, "stage " + std::to_string(stage));
+    }
+}
+
+TEST(ChoiceEvalRanks, TrainingRunRecordsTheCountsOfEveryTask) {
+    test::SharedDir dir("choice_eval_run");
+    if (test::world_rank() == 0) {
+        test::write_random_shard(dir.file("train.bin"), 4096, 256);
+        make_byte_tokenizer()->save(dir.path());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    Config c = test::tiny_mpi_config(dir.file("train.bin"), dir.file("run"));
+    c.model = eval_model();
+    c.train.max_steps = 2;
+    c.train.seed = 5;
+    c.eval.tasks = kTinyTask + "," + kTinyTask;
+    c.eval.every = 2;
+    c.eval.limit = 13;
+    c.run.tensorboard = false;
+    train(c, TrainOptions{});
+    if (test::world_rank() != 0) return;
+    auto tok = make_byte_tokenizer();
+    const ChoiceCounts want = one_rank_counts(read_choice_task(kTinyTask, *tok), 13, 5);
+    int at_start = 0;
+    std::vector<long> steps;
+    for (const nlohmann::json& r : test::read_jsonl(dir.file("run/metrics.jsonl"))) {
+        if (r.value("event", "") != "eval") continue;
+        EXPECT_EQ(r["task"], "tiny_choice");
+        EXPECT_EQ(r["n"], 13);
+        steps.push_back(r["step"].get<long>());
+        if (r["step"] != 0) continue;
+        ++at_start;
+        ChoiceCounts got;
+        got.n = r["n"].get<long>();
+        got.acc = std::lround(r["acc"].get<double>() * 13);
+        got.acc_norm = std::lround(r["acc_norm"].get<double>() * 13);
+        got.acc_token = std::lround(r["acc_token"].get<double>() * 13);
+        expect_same_counts(got, want, "eval record at step 0");
+    }
+    EXPECT_EQ(at_start, 2);  // both tasks
+    EXPECT_EQ(steps, (std::vector<long>{0, 0, 2, 2}));
+}
+
+}  // namespace
+}  // namespace zt
