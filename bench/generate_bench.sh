@@ -7,6 +7,7 @@
 # Also reports whether the two produced the same tokens.
 # Usage: bench/generate_bench.sh [BUILD_DIR] [NEW_TOKENS] [THREADS]   (needs python3-torch)
 set -eu
+PY=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch lives in the system Python
 BUILD=${1:-build}
 NEW=${2:-128}
 THREADS=${3:-$(nproc)}
@@ -18,11 +19,11 @@ prompt="The quick brown fox jumps over the lazy dog"
 # zt-generate's prompt: the separator (byte tokenizer: 256), then the prompt's bytes.
 ids="256 $(printf '%s' "$prompt" | od -An -tu1 | tr -s ' \n' ' ')"
 for arch in gpt2 llama; do
-  python3 "$HERE/torch_generate.py" --arch "$arch" --hf-dir "$work/$arch" --prompt $ids --new "$NEW" \
+  "$PY" "$HERE/torch_generate.py" --arch "$arch" --hf-dir "$work/$arch" --prompt $ids --new "$NEW" \
     --threads "$THREADS" > "$work/torch_$arch.json"
   "$BUILD/bin/zt-generate" "$work/$arch" --tokenizer "$work/tokenizer.json" --prompt "$prompt" \
     --temperature 0 --ignore-eos --max-new-tokens "$NEW" --threads "$THREADS" > "$work/zt_$arch.txt" 2> "$work/zt_$arch.err"
-  python3 - "$work" "$arch" <<'PY'
+  "$PY" - "$work" "$arch" <<'PY'
 import json, re, sys
 work, arch = sys.argv[1], sys.argv[2]
 t = json.loads(open(f"{work}/torch_{arch}.json").read().splitlines()[-1])
