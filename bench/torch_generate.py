@@ -137,15 +137,17 @@ class Cache:
 
 
 def attend(q, k, v, pos, n, n_head, n_kv):
-    """q (n, NH, hs) at positions pos..pos+n-1 over the cache rows [0, pos + n)."""
-    group = n_head // n_kv
-    keys = k[:, :pos + n].repeat_interleave(group, 0)    # (NH, P, hs)
-    vals = v[:, :pos + n].repeat_interleave(group, 0)
-    att = torch.matmul(q.transpose(0, 1), keys.transpose(1, 2)) / math.sqrt(q.shape[-1])  # (NH, n, P)
+    """q (n, NH, hs) at positions pos..pos+n-1 over the cache rows [0, pos + n). The query
+    heads sharing a key/value head are stacked as rows of one product (no copies of the
+    cache, as repeat_kv would make)."""
+    group, hs, P = n_head // n_kv, q.shape[-1], pos + n
+    qg = q.transpose(0, 1).reshape(n_kv, group * n, hs)                 # (NKV, group n, hs)
+    att = torch.matmul(qg, k[:, :P].transpose(1, 2)) / math.sqrt(hs)    # (NKV, group n, P)
     if n > 1:
-        mask = torch.ones(n, pos + n, dtype=torch.bool).tril(pos)
+        mask = torch.ones(n, P, dtype=torch.bool).tril(pos).repeat(group, 1)
         att = att.masked_fill(~mask, float("-inf"))
-    return torch.matmul(att.softmax(-1), vals).transpose(0, 1).reshape(n, -1)
+    y = torch.matmul(att.softmax(-1), v[:, :P])                         # (NKV, group n, hs)
+    return y.view(n_head, n, hs).transpose(0, 1).reshape(n, n_head * hs)
 
 
 def gpt2_forward(w, s, cache, tokens, pos):
@@ -215,7 +217,7 @@ def main():
         ang = torch.cat((ang, ang), -1)
         rope = (ang.cos().float(), ang.sin().float())
         step = lambda toks, pos: llama_forward(w, s, cache, toks, pos, rope)  # noqa: E731
-    with torch.no_grad():
+    with torch.inference_mode():
         t0 = time.perf_counter()
         logits = step(torch.tensor(a.prompt), 0)
         t1 = time.perf_counter()

@@ -13,6 +13,7 @@
 // when the context (model.seq_len) is full. Timings and tokens/s go to stderr at the end, so
 // stdout holds the text only.
 // Exit status: 0 success, 2 bad input (options, model, tokenizer, prompt), 1 anything else.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -204,7 +205,10 @@ int run(int argc, char** argv) {
     }
 
     const std::unique_ptr<zt::Backend> backend = zt::make_cpu_backend(static_cast<int>(o.threads));
-    zt::Generator gen(mc, *backend);
+    // The cache holds what this run can reach, not the whole model.seq_len (a Hugging Face
+    // model may declare 128k positions).
+    const long reach = std::min<long>(mc.seq_len, T + o.max_new_tokens);
+    zt::Generator gen(mc, *backend, 1, static_cast<int>(reach), T);
     zt::ResidentWeights weights(gen.layout(), *backend);
     zt::read_model_weights(src, gen.layout(), [&](int unit, size_t begin, const float* data, size_t n) {
         weights.set(unit, begin, data, n);
@@ -232,7 +236,7 @@ int run(int argc, char** argv) {
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);
         if (generated >= o.max_new_tokens) break;
-        if (gen.position() >= mc.seq_len) {
+        if (gen.position() >= gen.context()) {
             why = zt::str("the model's context (", mc.seq_len, " tokens) is full");
             break;
         }

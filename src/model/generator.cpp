@@ -67,13 +67,17 @@ int sample_token(const float* logits, int V, const SamplingOptions& opt, uint64_
     return ids[n - 1];
 }
 
-Generator::Generator(const ModelConfig& cfg, Backend& backend, int logits_rows)
+Generator::Generator(const ModelConfig& cfg, Backend& backend, int logits_rows, int context, int max_rows)
     : m_cfg(cfg), m_backend(backend), m_layout(make_model_layout(cfg)) {
-    ZT_REQUIRE(logits_rows >= 1 && logits_rows <= cfg.seq_len, "Generator: logits_rows ", logits_rows,
-               " must be in [1, seq_len]");
+    m_context = context > 0 ? context : cfg.seq_len;
+    m_max_rows = max_rows > 0 ? max_rows : m_context;
+    ZT_REQUIRE(m_context <= cfg.seq_len && m_max_rows <= m_context && logits_rows >= 1 && logits_rows <= m_max_rows,
+               "Generator: context ", m_context, ", max_rows ", m_max_rows, " and logits_rows ", logits_rows,
+               " must satisfy 1 <= logits_rows <= max_rows <= context <= seq_len ", cfg.seq_len);
     m_logits_rows = logits_rows;
-    m_decoder = family_traits(cfg).make_decoder(cfg, m_layout, backend, cfg.seq_len);
-    const size_t T = static_cast<size_t>(cfg.seq_len);
+    m_decoder = family_traits(cfg).make_decoder(cfg, m_layout, backend, m_max_rows);
+    const size_t T = static_cast<size_t>(m_context);
+    const size_t rows = static_cast<size_t>(m_max_rows);
     const size_t C = static_cast<size_t>(cfg.n_embd);
     const size_t KV = static_cast<size_t>(cfg.kv_heads()) * static_cast<size_t>(cfg.head_size());
     auto take = [&](size_t n) {
@@ -85,10 +89,10 @@ Generator::Generator(const ModelConfig& cfg, Backend& backend, int logits_rows)
         m_k.push_back(take(T * KV));
         m_v.push_back(take(T * KV));
     }
-    m_x = take(T * C);
+    m_x = take(rows * C);
     m_normed = take(static_cast<size_t>(logits_rows) * C);
     m_logits = take(static_cast<size_t>(logits_rows) * static_cast<size_t>(cfg.padded_vocab()));
-    m_tokens = static_cast<int32_t*>(backend.alloc_bytes(T * sizeof(int32_t)));
+    m_tokens = static_cast<int32_t*>(backend.alloc_bytes(rows * sizeof(int32_t)));
     m_buffers.push_back(m_tokens);
 }
 
@@ -98,8 +102,8 @@ Generator::~Generator() {
 }
 
 void Generator::forward(UnitStore& store, const int32_t* tokens, int n) {
-    ZT_REQUIRE(n >= 1 && m_pos + n <= m_cfg.seq_len, "Generator::forward: ", n, " tokens at position ", m_pos,
-               " exceed seq_len ", m_cfg.seq_len);
+    ZT_REQUIRE(n >= 1 && n <= m_max_rows && m_pos + n <= m_context, "Generator::forward: ", n,
+               " tokens at position ", m_pos, " exceed max_rows ", m_max_rows, " or the context of ", m_context);
     const int L = m_cfg.n_layer;
     const int C = m_cfg.n_embd;
     m_backend.to_device(m_tokens, tokens, static_cast<size_t>(n) * sizeof(int32_t));

@@ -62,7 +62,8 @@ void check_greedy(const ModelConfig& mc) {
     Transformer model(mc, *backend, 1);
     ModelState state(model.layout(), *backend, 11);
     perturb(state, model.layout());
-    Generator gen(mc, *backend);
+    // Only what this decoding reaches: seq_len - 1 cached positions, 3 rows at a time.
+    Generator gen(mc, *backend, 1, mc.seq_len - 1, 3);
     const int V = mc.vocab_size;
     std::vector<float> cached(static_cast<size_t>(mc.padded_vocab()));
     std::vector<float> full(cached.size());

@@ -52,9 +52,11 @@ int sample_token(const float* logits, int V, const SamplingOptions& opt, uint64_
 
 class Generator {
   public:
-    /// Caches cfg.seq_len positions; forward takes up to cfg.seq_len new tokens at a time and
-    /// keeps the logits of its last `logits_rows` rows (1 for decoding).
-    Generator(const ModelConfig& cfg, Backend& backend, int logits_rows = 1);
+    /// Caches `context` positions (0: cfg.seq_len; at most cfg.seq_len); forward takes up to
+    /// `max_rows` new tokens at a time (0: context) and keeps the logits of its last
+    /// `logits_rows` rows (1 for decoding). Memory: the cache, 2 n_layer context NKV hs
+    /// floats, plus max_rows rows of one block's activations.
+    Generator(const ModelConfig& cfg, Backend& backend, int logits_rows = 1, int context = 0, int max_rows = 0);
     ~Generator();
     Generator(const Generator&) = delete;
     Generator& operator=(const Generator&) = delete;
@@ -66,8 +68,11 @@ class Generator {
     /// Forgets the cached sequence (the next forward starts at position 0).
     void reset() { m_pos = 0; }
 
-    /// Runs tokens[0, n) at positions [position(), position() + n), which must stay within
-    /// seq_len, appending them to the cache; then the logits of the last
+    /// Positions the cache holds.
+    int context() const { return m_context; }
+
+    /// Runs tokens[0, n) (n <= max_rows) at positions [position(), position() + n), which
+    /// must stay within context(), appending them to the cache; then the logits of the last
     /// min(n, logits_rows) rows are ready for logits_row_to_host.
     void forward(UnitStore& store, const int32_t* tokens, int n);
     /// Copies the logits (Vp floats) of row `row` counted back from the last token of the
@@ -80,15 +85,17 @@ class Generator {
     ModelLayout m_layout;
     std::unique_ptr<FamilyDecoder> m_decoder;
     int m_logits_rows = 1;
+    int m_context = 0;
+    int m_max_rows = 0;
     int m_pos = 0;
     int m_last_rows = 0;
     std::vector<void*> m_buffers;  // every backend buffer below, freed with the generator
-    std::vector<float*> m_k;       // per layer (seq_len, NKV hs)
+    std::vector<float*> m_k;       // per layer (context, NKV hs)
     std::vector<float*> m_v;
-    float* m_x = nullptr;          // (seq_len, C) the residual stream of the new rows
+    float* m_x = nullptr;          // (max_rows, C) the residual stream of the new rows
     float* m_normed = nullptr;     // (logits_rows, C)
     float* m_logits = nullptr;     // (logits_rows, Vp)
-    int32_t* m_tokens = nullptr;   // (seq_len) the new tokens in backend memory
+    int32_t* m_tokens = nullptr;   // (max_rows) the new tokens in backend memory
 };
 
 }  // namespace zt
