@@ -37,6 +37,11 @@ int mha_head_size(int C, int NH) {
     return C / NH;
 }
 
+void Backend::gqa_attention_cached(float* /*out*/, const float* /*qkv*/, float* /*k_cache*/, float* /*v_cache*/,
+                                   int /*past*/, int /*n*/, int /*NH*/, int /*NKV*/, int /*hs*/) {
+    throw Error(str("the ", name(), " backend has no key/value-cache attention yet (generation runs on cpu)"));
+}
+
 bool BackendCapabilities::supports(DType work) const {
     switch (work) {
         case DType::kF32: return fp32;

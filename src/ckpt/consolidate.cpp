@@ -27,6 +27,7 @@
 #include "safetensors.hpp"
 #include "weights_file.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/model_source.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace fs = std::filesystem;
@@ -342,6 +343,55 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
             export_safetensors(reader, model, hf_family(model.model), file, dtype);
         }
     });
+}
+
+ModelSource open_model_source(const std::string& path) {
+    silence_hdf5();
+    ModelSource src;
+    src.path = path;
+    ZT_INPUT_CHECK(!path.empty(), "no model given (a checkpoint directory or a Hugging Face model directory)");
+    ZT_INPUT_CHECK(fs::is_directory(path), path,
+                   ": no such directory (give a checkpoint directory, a step_N directory or a Hugging Face model "
+                   "directory)");
+    if (fs::exists(fs::path(path) / "config.json")) {
+        src.hf_dir = true;
+        Config cfg;
+        for (const HfSetting& s : read_hf_config(path)) set_config_value(cfg, s.key, s.text);
+        src.model = cfg.model;
+        return src;
+    }
+    src.step_dir = resolve_step_dir(path);
+    CheckpointReader reader(src.step_dir);
+    const CkptModel m = load_ckpt_model(src.step_dir, reader.meta());
+    src.model = m.model;
+    const ModelConfig& mc = m.model;
+    ZT_INPUT_CHECK(mc.n_layer > 0 && mc.n_head > 0 && mc.n_embd > 0 && mc.seq_len > 0 && mc.vocab_size > 0,
+                   src.step_dir, ": the checkpoint does not record every model dimension (n_layer, n_head, n_embd, "
+                   "seq_len, vocab_size)");
+    if (m.meta.contains("config_ini") && m.meta["config_ini"].is_string()) {
+        src.deck = m.meta["config_ini"].get<std::string>();
+    }
+    return src;
+}
+
+void read_model_weights(const ModelSource& source, const ModelLayout& layout, const WeightSink& put) {
+    if (source.hf_dir) {
+        read_hf_weights(source.path, layout, source.model, put);
+        return;
+    }
+    CheckpointReader reader(source.step_dir);
+    const auto units = reader.meta().at("units").get<std::vector<size_t>>();
+    ZT_INPUT_CHECK(units == layout.unit_numel, reader.meta_file(),
+                   ": the checkpoint's units do not match the model its record describes");
+    std::vector<float> buf(size_t{1} << 20);  // 4 MiB at a time
+    for (int u = 0; u < layout.num_units(); ++u) {
+        const size_t n = layout.unit_numel[static_cast<size_t>(u)];
+        for (size_t b = 0; b < n; b += buf.size()) {
+            const size_t e = std::min(n, b + buf.size());
+            reader.read(u, b, e, "master", buf.data());
+            put(u, b, buf.data(), e - b);
+        }
+    }
 }
 
 std::string checkpoint_info(const std::string& ckpt_path) {

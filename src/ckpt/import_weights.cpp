@@ -8,6 +8,7 @@
 // are written only through ModelState::copy_from_host (they may be device memory).
 // Not here: AdamW state import (an initialized run starts its optimizer from zero).
 #include "ztrain/ckpt/export.hpp"
+#include "ztrain/ckpt/model_source.hpp"
 
 #include <hdf5.h>
 
@@ -419,6 +420,14 @@ void import_weights(const std::string& path, const ModelLayout& layout, const Mo
         checked_body();
     }
     state.sync_working_from_master();
+}
+
+void read_hf_weights(const std::string& dir, const ModelLayout& layout, const ModelConfig& cfg, const WeightSink& put) {
+    const std::vector<Expected> expected = expected_tensors(layout, cfg);
+    SafetensorsSet set = open_hf_directory(dir, cfg);
+    import_safetensors(
+        set, hf_family(cfg), expected, [](const Expected&) { return true; },
+        [&](const Expected& x, const float* data) { put(x.spec->unit, x.spec->offset, data, x.live_numel); });
 }
 
 std::vector<HfSetting> read_hf_config(const std::string& dir) {

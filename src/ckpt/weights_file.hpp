@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "ztrain/ckpt/model_source.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/model/model_layout.hpp"
 
 namespace zt {
 
@@ -37,5 +39,10 @@ inline size_t shape_numel(const std::vector<size_t>& shape) {
 inline bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+/// A Hugging Face directory's tensors into `put` (import_weights.cpp; model_source.hpp's
+/// read_model_weights for a directory): config.json checked against cfg first.
+void read_hf_weights(const std::string& dir, const ModelLayout& layout, const ModelConfig& cfg,
+                     const WeightSink& put);
 
 }  // namespace zt

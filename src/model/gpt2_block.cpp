@@ -64,6 +64,19 @@ double gpt2_activation_floats(const ModelConfig& cfg, int max_batch, bool recomp
     return blocks + 2 * BT + BT * C * (1 + 3 + 8);
 }
 
+/// Offsets of one block's tensors inside its unit (identical for every block).
+struct Gpt2Offsets {
+    size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+};
+
+Gpt2Offsets gpt2_offsets(const ModelLayout& layout) {
+    auto off = [&](const char* suffix) { return layout.find(str("h.0.", suffix)).offset; };
+    return Gpt2Offsets{off("ln_1.weight"),      off("ln_1.bias"),          off("attn.c_attn.weight"),
+                       off("attn.c_attn.bias"), off("attn.c_proj.weight"), off("attn.c_proj.bias"),
+                       off("ln_2.weight"),      off("ln_2.bias"),          off("mlp.c_fc.weight"),
+                       off("mlp.c_fc.bias"),    off("mlp.c_proj.weight"),  off("mlp.c_proj.bias")};
+}
+
 class Gpt2Blocks final : public ModelFamily {
   public:
     Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena, DriverScratch scratch,
@@ -118,13 +131,8 @@ class Gpt2Blocks final : public ModelFamily {
         float* fc_gelu = nullptr;    // (B, T, 4C)
         float* output = nullptr;     // (B, T, C)
     };
-    /// Offsets of one block's tensors inside its unit (identical for every block).
-    struct Offsets {
-        size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
-    };
-
     ModelConfig m_cfg;
-    Offsets m_off{};
+    Gpt2Offsets m_off{};
     size_t m_wpe_offset = 0;
     size_t m_lnf_bias_offset = 0;
     std::vector<Slots> m_slots;
@@ -141,13 +149,7 @@ class Gpt2Blocks final : public ModelFamily {
 Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
                        DriverScratch scratch, int max_batch, bool recompute)
     : m_cfg(cfg), m_scratch(scratch) {
-    auto off = [&](const char* suffix) { return layout.find(str("h.0.", suffix)).offset; };
-    if (cfg.n_layer > 0) {
-        m_off = Offsets{off("ln_1.weight"),       off("ln_1.bias"),          off("attn.c_attn.weight"),
-                        off("attn.c_attn.bias"),  off("attn.c_proj.weight"), off("attn.c_proj.bias"),
-                        off("ln_2.weight"),       off("ln_2.bias"),          off("mlp.c_fc.weight"),
-                        off("mlp.c_fc.bias"),     off("mlp.c_proj.weight"),  off("mlp.c_proj.bias")};
-    }
+    if (cfg.n_layer > 0) m_off = gpt2_offsets(layout);
     m_wpe_offset = layout.find("wpe.weight").offset;
     m_lnf_bias_offset = layout.find("ln_f.bias").offset;
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
@@ -178,7 +180,7 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
 }
 
 void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
-    const Offsets& o = m_off;
+    const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, N, NC] = sizes(B, T);
     be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
@@ -194,7 +196,7 @@ void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, const float* 
 
 void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in,
                                 float* dres, int B, int T) {
-    const Offsets& o = m_off;
+    const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, N, NC] = sizes(B, T);
     const size_t CC = static_cast<size_t>(C) * static_cast<size_t>(C);
@@ -237,10 +239,75 @@ std::unique_ptr<ModelFamily> make_gpt2_blocks(const ModelConfig& cfg, const Mode
     return std::make_unique<Gpt2Blocks>(cfg, layout, arena, scratch, max_batch, recompute);
 }
 
+/// GPT-2's block for new rows only, over a key/value cache: the same ops as block_forward,
+/// with learned positions taken from row pos of wpe.
+class Gpt2Decoder final : public FamilyDecoder {
+  public:
+    Gpt2Decoder(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, int max_rows)
+        : m_cfg(cfg), m_arena(backend) {
+        if (cfg.n_layer > 0) m_off = gpt2_offsets(layout);
+        m_wpe_offset = layout.find("wpe.weight").offset;
+        m_lnf_bias_offset = layout.find("ln_f.bias").offset;
+        const size_t rows = static_cast<size_t>(max_rows);
+        const size_t C = static_cast<size_t>(cfg.n_embd);
+        for (float** p : {&m_ln, &m_atty, &m_residual2}) *p = take(rows * C);
+        for (float** p : {&m_mean, &m_rstd}) *p = take(rows);
+        m_qkv = take(rows * 3 * C);
+        m_fc = take(rows * 4 * C);
+        m_fc_gelu = take(rows * 4 * C);
+    }
+
+    void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, int pos, int n) override {
+        const float* wpe = unit0 + m_wpe_offset + static_cast<size_t>(pos) * static_cast<size_t>(m_cfg.n_embd);
+        be.encoder_forward(out, tokens, unit0, wpe, 1, n, m_cfg.n_embd);
+    }
+    void block(Backend& be, const float* w, float* x, KvLayer kv, int pos, int n) override {
+        const Gpt2Offsets& o = m_off;
+        const int C = m_cfg.n_embd;
+        const int NH = m_cfg.n_head;
+        const size_t NC = static_cast<size_t>(n) * static_cast<size_t>(C);
+        be.layernorm_forward(m_ln, m_mean, m_rstd, x, w + o.ln1w, w + o.ln1b, n, C);
+        be.matmul_forward(m_qkv, m_ln, w + o.qkvw, w + o.qkvb, n, C, 3 * C);
+        be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NH, mha_head_size(C, NH));
+        be.matmul_residual_forward(m_residual2, m_atty, w + o.attprojw, w + o.attprojb, x, n, C, C);
+        be.layernorm_forward(m_ln, m_mean, m_rstd, m_residual2, w + o.ln2w, w + o.ln2b, n, C);
+        be.matmul_forward(m_fc, m_ln, w + o.fcw, w + o.fcb, n, C, 4 * C);
+        be.gelu_forward(m_fc_gelu, m_fc, NC * 4);
+        // x is free once residual2 holds it: the block's output goes back into it.
+        be.matmul_residual_forward(x, m_fc_gelu, w + o.fcprojw, w + o.fcprojb, m_residual2, n, 4 * C, C);
+    }
+    void final_norm(Backend& be, float* out, const float* in, const float* w, int n) override {
+        be.layernorm_forward(out, m_mean, m_rstd, in, w, w + m_lnf_bias_offset, n, m_cfg.n_embd);
+    }
+
+  private:
+    float* take(size_t n) { return m_arena.take(n); }
+
+    ModelConfig m_cfg;
+    ActivationArena m_arena;  // every buffer below, freed with the decoder
+    Gpt2Offsets m_off{};
+    size_t m_wpe_offset = 0;
+    size_t m_lnf_bias_offset = 0;
+    // (rows, ...) buffers of one block, reused by every block.
+    float* m_ln = nullptr;
+    float* m_mean = nullptr;
+    float* m_rstd = nullptr;
+    float* m_qkv = nullptr;
+    float* m_atty = nullptr;
+    float* m_residual2 = nullptr;
+    float* m_fc = nullptr;
+    float* m_fc_gelu = nullptr;
+};
+
+std::unique_ptr<FamilyDecoder> make_gpt2_decoder(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
+                                                 int max_rows) {
+    return std::make_unique<Gpt2Decoder>(cfg, layout, backend, max_rows);
+}
+
 }  // namespace
 
 const FamilyTraits& gpt2_traits() {
-    static const FamilyTraits traits{gpt2_layout, gpt2_activation_floats, make_gpt2_blocks};
+    static const FamilyTraits traits{gpt2_layout, gpt2_activation_floats, make_gpt2_blocks, make_gpt2_decoder};
     return traits;
 }
 

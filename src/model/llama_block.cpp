@@ -88,6 +88,26 @@ double llama_activation_floats(const ModelConfig& cfg, int max_batch, bool recom
     return blocks + BT + BT * (C + QKV + 3 * F) + T * cfg.head_size();
 }
 
+/// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
+/// gate|up are packed, so qkv and gate_up address one matrix each.
+struct LlamaOffsets {
+    size_t norm1, qkv, o_proj, norm2, gate_up, down_proj;
+};
+
+LlamaOffsets llama_offsets(const ModelConfig& cfg, const ModelLayout& layout) {
+    auto off = [&](const char* suffix) { return layout.find(str("model.layers.0.", suffix)).offset; };
+    const LlamaOffsets o{off("input_layernorm.weight"),  off("self_attn.q_proj.weight"),
+                         off("self_attn.o_proj.weight"), off("post_attention_layernorm.weight"),
+                         off("mlp.gate_proj.weight"),    off("mlp.down_proj.weight")};
+    // The packed products rely on k|v following q and up following gate with no gap.
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    ZT_REQUIRE(off("self_attn.v_proj.weight") + static_cast<size_t>(cfg.kv_heads() * cfg.head_size()) * C ==
+                       o.qkv + static_cast<size_t>(cfg.qkv_dim()) * C &&
+                   off("mlp.up_proj.weight") == o.gate_up + static_cast<size_t>(cfg.ffn_dim) * C,
+               "Llama layout: q|k|v and gate|up must be contiguous");
+    return o;
+}
+
 class LlamaBlocks final : public ModelFamily {
   public:
     LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
@@ -137,14 +157,8 @@ class LlamaBlocks final : public ModelFamily {
         float* swiglu = nullptr;      // (B, T, F)
         float* output = nullptr;      // (B, T, C)
     };
-    /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
-    /// gate|up are packed, so qkv and gate_up address one matrix each.
-    struct Offsets {
-        size_t norm1, qkv, o_proj, norm2, gate_up, down_proj;
-    };
-
     ModelConfig m_cfg;
-    Offsets m_off{};
+    LlamaOffsets m_off{};
     std::vector<Slots> m_slots;
     float* m_norm_rstd = nullptr;       // (B, T) the final RMSNorm's
     float* m_rope = nullptr;            // rope_table (T, hs) in backend memory
@@ -159,18 +173,7 @@ class LlamaBlocks final : public ModelFamily {
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
                          DriverScratch scratch, int max_batch, bool recompute)
     : m_cfg(cfg), m_scratch(scratch) {
-    auto off = [&](const char* suffix) { return layout.find(str("model.layers.0.", suffix)).offset; };
-    if (cfg.n_layer > 0) {
-        m_off = Offsets{off("input_layernorm.weight"),          off("self_attn.q_proj.weight"),
-                        off("self_attn.o_proj.weight"),         off("post_attention_layernorm.weight"),
-                        off("mlp.gate_proj.weight"),            off("mlp.down_proj.weight")};
-        // The packed products rely on k|v following q and up following gate with no gap.
-        const size_t C = static_cast<size_t>(cfg.n_embd);
-        ZT_REQUIRE(off("self_attn.v_proj.weight") + static_cast<size_t>(cfg.kv_heads() * cfg.head_size()) * C ==
-                           m_off.qkv + static_cast<size_t>(cfg.qkv_dim()) * C &&
-                       off("mlp.up_proj.weight") == m_off.gate_up + static_cast<size_t>(cfg.ffn_dim) * C,
-                   "Llama layout: q|k|v and gate|up must be contiguous");
-    }
+    if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
     const size_t NH = static_cast<size_t>(cfg.n_head);
@@ -202,7 +205,7 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
 }
 
 void LlamaBlocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
-    const Offsets& o = m_off;
+    const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
     const float eps = static_cast<float>(m_cfg.norm_eps);
@@ -220,7 +223,7 @@ void LlamaBlocks::block_forward(Backend& be, int l, const float* w, const float*
 
 void LlamaBlocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in,
                                  float* dres, int B, int T) {
-    const Offsets& o = m_off;
+    const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
     const size_t n = static_cast<size_t>(N);
@@ -260,10 +263,81 @@ std::unique_ptr<ModelFamily> make_llama_blocks(const ModelConfig& cfg, const Mod
     return std::make_unique<LlamaBlocks>(cfg, layout, backend, arena, scratch, max_batch, recompute);
 }
 
+/// Llama's block for new rows only, over a key/value cache: the same ops as block_forward,
+/// q and k rotated at their own positions (rows pos.. of the rotary table), so the cache
+/// holds rotated keys.
+class LlamaDecoder final : public FamilyDecoder {
+  public:
+    LlamaDecoder(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, int max_rows)
+        : m_cfg(cfg), m_arena(backend) {
+        if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
+        const size_t rows = static_cast<size_t>(max_rows);
+        const size_t C = static_cast<size_t>(cfg.n_embd);
+        const size_t F = static_cast<size_t>(cfg.ffn_dim);
+        for (float** p : {&m_norm, &m_atty, &m_residual2}) *p = take(rows * C);
+        m_rstd = take(rows);
+        m_qkv = take(rows * static_cast<size_t>(cfg.qkv_dim()));
+        m_gate_up = take(rows * 2 * F);
+        m_swiglu = take(rows * F);
+        const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
+        m_rope = take(rope.size());
+        backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
+    }
+
+    void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, int /*pos*/, int n) override {
+        be.encoder_forward(out, tokens, unit0, nullptr, 1, n, m_cfg.n_embd);
+    }
+    void block(Backend& be, const float* w, float* x, KvLayer kv, int pos, int n) override {
+        const LlamaOffsets& o = m_off;
+        const int C = m_cfg.n_embd;
+        const int NH = m_cfg.n_head;
+        const int NKV = m_cfg.kv_heads();
+        const int hs = m_cfg.head_size();
+        const int F = m_cfg.ffn_dim;
+        const float eps = static_cast<float>(m_cfg.norm_eps);
+        be.rmsnorm_forward(m_norm, m_rstd, x, w + o.norm1, n, C, eps);
+        be.matmul_forward(m_qkv, m_norm, w + o.qkv, nullptr, n, C, m_cfg.qkv_dim());
+        // Row t of the table is position t: the rows from pos rotate positions pos.. .
+        const float* rope_at_pos = m_rope + static_cast<size_t>(pos) * static_cast<size_t>(hs);
+        be.rope_forward(m_qkv, m_qkv, rope_at_pos, 1, n, NH, NKV, hs);
+        be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NKV, hs);
+        be.matmul_residual_forward(m_residual2, m_atty, w + o.o_proj, nullptr, x, n, C, C);
+        be.rmsnorm_forward(m_norm, m_rstd, m_residual2, w + o.norm2, n, C, eps);
+        be.matmul_forward(m_gate_up, m_norm, w + o.gate_up, nullptr, n, C, 2 * F);
+        be.swiglu_forward(m_swiglu, m_gate_up, n, F);
+        // x is free once residual2 holds it: the block's output goes back into it.
+        be.matmul_residual_forward(x, m_swiglu, w + o.down_proj, nullptr, m_residual2, n, F, C);
+    }
+    void final_norm(Backend& be, float* out, const float* in, const float* w, int n) override {
+        be.rmsnorm_forward(out, m_rstd, in, w, n, m_cfg.n_embd, static_cast<float>(m_cfg.norm_eps));
+    }
+
+  private:
+    float* take(size_t n) { return m_arena.take(n); }
+
+    ModelConfig m_cfg;
+    ActivationArena m_arena;  // every buffer below, freed with the decoder
+    LlamaOffsets m_off{};
+    // (rows, ...) buffers of one block, reused by every block; the rotary table (seq_len, hs).
+    float* m_norm = nullptr;
+    float* m_rstd = nullptr;
+    float* m_qkv = nullptr;
+    float* m_atty = nullptr;
+    float* m_residual2 = nullptr;
+    float* m_gate_up = nullptr;
+    float* m_swiglu = nullptr;
+    float* m_rope = nullptr;
+};
+
+std::unique_ptr<FamilyDecoder> make_llama_decoder(const ModelConfig& cfg, const ModelLayout& layout,
+                                                  Backend& backend, int max_rows) {
+    return std::make_unique<LlamaDecoder>(cfg, layout, backend, max_rows);
+}
+
 }  // namespace
 
 const FamilyTraits& llama_traits() {
-    static const FamilyTraits traits{llama_layout, llama_activation_floats, make_llama_blocks};
+    static const FamilyTraits traits{llama_layout, llama_activation_floats, make_llama_blocks, make_llama_decoder};
     return traits;
 }
 

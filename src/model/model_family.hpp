@@ -114,6 +114,28 @@ class ModelFamily {
                                      const float* w, int N) = 0;
 };
 
+/// One layer's key/value cache for generation: rows are positions, (seq_len, NKV hs) each, in
+/// backend memory (keys of Llama already rotated).
+struct KvLayer {
+    float* k = nullptr;
+    float* v = nullptr;
+};
+
+/// One family's inference forward with a key/value cache (generator.cpp drives it): n new
+/// tokens at positions [pos, pos + n) of one sequence, each block computing q, k, v for those
+/// rows only and attending over its layer's cache. Buffers for up to max_rows new rows are
+/// its own (no activations are kept for a backward).
+class FamilyDecoder {
+  public:
+    virtual ~FamilyDecoder() = default;
+    /// out (n, C) from the tokens at positions [pos, pos + n) and unit 0.
+    virtual void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, int pos, int n) = 0;
+    /// x (n, C), block l's input, becomes its output; k and v of the rows go into kv.
+    virtual void block(Backend& be, const float* w, float* x, KvLayer kv, int pos, int n) = 0;
+    /// The final norm: out (n, C) from in with the last unit's weights w.
+    virtual void final_norm(Backend& be, float* out, const float* in, const float* w, int n) = 0;
+};
+
 /// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero): the driver's
 /// and every family's gradients start their accumulation through it.
 inline void zero_grad_if(Backend& be, bool zero, float* p, size_t n) {
@@ -128,6 +150,9 @@ struct FamilyTraits {
     std::unique_ptr<ModelFamily> (*make)(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
                                          ActivationArena& arena, DriverScratch scratch, int max_batch,
                                          bool recompute);
+    /// The inference path (generator.cpp) for up to max_rows new tokens per call.
+    std::unique_ptr<FamilyDecoder> (*make_decoder)(const ModelConfig& cfg, const ModelLayout& layout,
+                                                   Backend& backend, int max_rows);
 };
 
 const FamilyTraits& gpt2_traits();

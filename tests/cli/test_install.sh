@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The installed tool (issue 35): `cmake --install` of the existing build into a temporary
-# prefix lays out bin/ (ztrain, zt-prepare, zt-consolidate, zt-eval, ztrun), share/ztrain/ (decks,
+# prefix lays out bin/ (ztrain, zt-prepare, zt-consolidate, zt-eval, zt-generate, ztrun), share/ztrain/ (decks,
 # Slurm scripts, postproc) and a modulefile that puts bin/ on PATH; the demo deck then runs
 # from the prefix alone, outside the source tree, through the installed launcher, and a
 # Ctrl-C there stops it with a checkpoint and a message naming the signal.
@@ -16,7 +16,7 @@ prefix="$work/prefix"
 if ! cmake --install "$build" --prefix "$prefix" > "$work/install.log" 2>&1; then
   echo "FAIL: cmake --install $build --prefix $prefix"; tail -5 "$work/install.log"; exit 1
 fi
-for f in bin/ztrain bin/zt-prepare bin/zt-consolidate bin/zt-eval bin/ztrun; do
+for f in bin/ztrain bin/zt-prepare bin/zt-consolidate bin/zt-eval bin/zt-generate bin/ztrun; do
   check "installed $f (executable)" test -x "$prefix/$f"
 done
 for f in inputs/demo.ini inputs/tasks/tiny_choice.jsonl inputs/tiny.ini inputs/llama_tiny.ini inputs/gpt2_124m.ini inputs/smollm2_135m.ini \

@@ -279,9 +279,11 @@ TEST_P(Matmul, BackwardAccumulatesIntoAllGradients) {
 
 // 7x13x11: odd, below the threading threshold. 67x96x130: split across threads, with odd
 // remainders on both split dimensions. 5x40x300: few rows, so the split is by columns.
+// One row (a decoded token: the sgemv path), below the threshold and split by columns.
 INSTANTIATE_TEST_SUITE_P(CpuBackend, Matmul,
                          ::testing::Values(MatmulCase{7, 13, 11}, MatmulCase{67, 96, 130},
-                                           MatmulCase{5, 40, 300}),
+                                           MatmulCase{5, 40, 300}, MatmulCase{1, 13, 11},
+                                           MatmulCase{1, 200, 1501}),
                          [](const ::testing::TestParamInfo<MatmulCase>& info) {
                              return "N" + std::to_string(info.param.N) + "_C" +
                                     std::to_string(info.param.C) + "_OC" +

@@ -192,6 +192,14 @@ class Backend {
     /// Scratch floats of (gqa_)attention_backward for NH query heads, whatever NKV and hs.
     virtual size_t attention_scratch_floats(int B, int T, int NH) const = 0;
 
+    /// Inference attention over a key/value cache (batch 1, no backward): the k and v of the n
+    /// new rows of qkv ((n, (NH + 2*NKV)*hs), gqa_attention_forward's layout) are written to
+    /// rows [past, past + n) of k_cache and v_cache ((>= past + n, NKV*hs) each), then query
+    /// row i, at position past + i, attends to cache rows [0, past + i]. out (n, NH*hs).
+    /// Default: refuses (a backend without it cannot generate with a cache).
+    virtual void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n,
+                                      int NH, int NKV, int hs);
+
     /// GPT-2's causal multi-head self-attention: gqa_attention_forward with NKV = NH and
     /// hs = C / NH (C % NH == 0 required), so qkv (B, T, 3C) = [q | k | v] of C each, out
     /// (B, T, C), att (B, NH, T, T). Defined here on top of the GQA op so that backends and

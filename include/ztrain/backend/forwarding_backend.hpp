@@ -89,6 +89,10 @@ class ForwardingBackend : public Backend {
                                 int B, int T, int NH, int NKV, int hs) override {
         m_inner.gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
     }
+    void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
+                              int NKV, int hs) override {
+        m_inner.gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs);
+    }
     size_t attention_scratch_floats(int B, int T, int NH) const override {
         return m_inner.attention_scratch_floats(B, T, NH);
     }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 namespace zt::cpu {
 namespace {
@@ -196,6 +197,37 @@ void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, cons
                           q + static_cast<size_t>(c0) * W, W, 1.f, dk + static_cast<size_t>(c0) * W, W);
                 }
             }
+        }
+    }
+}
+
+void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
+                          int NKV, int hs, int threads) {
+    const AttentionLayout lay = attention_layout(NH, NKV, hs);
+    const size_t KV = static_cast<size_t>(NKV) * static_cast<size_t>(hs);
+    for (int i = 0; i < n; ++i) {
+        const float* row = qkv + static_cast<size_t>(i) * lay.row;
+        std::copy(row + lay.k_offset, row + lay.k_offset + KV, k_cache + static_cast<size_t>(past + i) * KV);
+        std::copy(row + lay.v_offset, row + lay.v_offset + KV, v_cache + static_cast<size_t>(past + i) * KV);
+    }
+    const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+    const int len_max = past + n;
+    // One (query row, head) pair per unit: a decode step (n = 1) still spreads its NH heads
+    // over the team. The scores of one unit fit a row of len_max floats.
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> p(static_cast<size_t>(len_max));
+#pragma omp for schedule(static)
+        for (int u = 0; u < n * NH; ++u) {
+            const int i = u / NH;
+            const int h = u % NH;
+            const int len = past + i + 1;
+            const float* q = qkv + static_cast<size_t>(i) * lay.row + static_cast<size_t>(h) * hs;
+            const size_t kv_head = static_cast<size_t>(h / lay.group) * static_cast<size_t>(hs);
+            sgemm(false, true, 1, len, hs, scale, q, hs, k_cache + kv_head, static_cast<int>(KV), 0.f, p.data(), len);
+            causal_softmax_row_kernel(p.data(), len, len);
+            float* o = out + static_cast<size_t>(i) * lay.out_row + static_cast<size_t>(h) * hs;
+            sgemm(false, false, 1, hs, len, 1.f, p.data(), len, v_cache + kv_head, static_cast<int>(KV), 0.f, o, hs);
         }
     }
 }

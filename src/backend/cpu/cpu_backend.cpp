@@ -188,6 +188,11 @@ class CpuBackend final : public Backend {
         cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads);
     }
 
+    void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
+                              int NKV, int hs) override {
+        cpu::gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs, m_threads);
+    }
+
     size_t attention_scratch_floats(int /*B*/, int T, int /*NH*/) const override {
         return cpu::attention_scratch_floats(T, m_threads);
     }

@@ -110,12 +110,34 @@ void column_sum_kernel(float* __restrict dbias, const float* __restrict dout, in
     }
 }
 
+/// out (1, OC) = inp (1, C) @ weight (OC, C)^T [+ bias] for one row (a decoded token): the
+/// product only streams the weight once, and sgemm would first pack all of it for that one
+/// row, so each thread runs sgemv over its slab of output columns instead.
+void matvec_forward(float* out, const float* inp, const float* weight, const float* bias, int C, int OC,
+                    int threads) {
+    const bool parallel = threads > 1 && gemm_worth_splitting(1, OC, C);
+#pragma omp parallel num_threads(threads) if (parallel)
+    {
+        const Block blk = gemm_block(1, OC, omp_get_thread_num(), omp_get_num_threads());
+        if (!blk.empty()) {
+            float* o = out + blk.n0;
+            if (bias != nullptr) bias_fill_kernel(o, bias + blk.n0, 1, blk.n1 - blk.n0, OC);
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, blk.n1 - blk.n0, C, 1.f, weight + static_cast<size_t>(blk.n0) * C,
+                        C, inp, 1, bias != nullptr ? 1.f : 0.f, o, 1);
+        }
+    }
+}
+
 }  // namespace
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
                     int threads) {
     // out (N, OC) = inp (N, C) @ weight (OC, C)^T [+ bias]. The bias is broadcast into
     // out first and folded into the product with beta = 1, so it costs no extra pass.
+    if (N == 1) {
+        matvec_forward(out, inp, weight, bias, C, OC, threads);
+        return;
+    }
     const Gemm g{false, true, N, OC, C, 1.f, inp, C, weight, C, bias != nullptr ? 1.f : 0.f, out, OC};
     const bool parallel = threads > 1 && gemm_worth_splitting(N, OC, C);
 #pragma omp parallel num_threads(threads) if (parallel)

@@ -56,6 +56,9 @@ void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int 
                            int threads);
 void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                             int B, int T, int NH, int NKV, int hs, int threads);
+/// Inference attention of n new rows over a key/value cache (Backend::gqa_attention_cached).
+void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
+                          int NKV, int hs, int threads);
 
 // ---- rmsnorm.cpp, rope.cpp, swiglu.cpp (Llama) ---------------------------------------------
 

@@ -1,0 +1,258 @@
+// zt-generate: text from a trained model, streamed to stdout as it is decoded.
+//
+//   zt-generate CKPT_DIR|HF_DIR --prompt TEXT|--prompt-file F [--max-new-tokens N]
+//               [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tokenizer F] [--threads N]
+//               [--ignore-eos]
+//
+// One process, the CPU backend's threads. The model is a checkpoint (any world size and ZeRO
+// stage, read piece by piece as zt-consolidate reads it) or a Hugging Face model directory;
+// its weights stay resident and decoding runs the model's key/value-cache forward
+// (model/generator.hpp), one row per token. The prompt starts with the tokenizer's document
+// separator, as every training document does (zt-prepare). Decoding stops at end-of-text
+// (the tokenizer's, and a Hugging Face directory's eos_token_id), after --max-new-tokens, or
+// when the context (model.seq_len) is full. Timings and tokens/s go to stderr at the end, so
+// stdout holds the text only.
+// Exit status: 0 success, 2 bad input (options, model, tokenizer, prompt), 1 anything else.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/ckpt/model_source.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/core/tool_main.hpp"
+#include "ztrain/data/tokenizer.hpp"
+#include "ztrain/model/generator.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Options {
+    std::string model;
+    std::string prompt;
+    std::string prompt_file;
+    std::string tokenizer;
+    long max_new_tokens = 128;
+    double temperature = 1.0;
+    long top_k = 0;
+    double top_p = 1.0;
+    long long seed = 1234;
+    long threads = 0;
+    bool chat = false;
+    bool ignore_eos = false;
+};
+
+/// JSON file contents; InputError naming the file when unreadable or not JSON.
+nlohmann::json read_json(const fs::path& file) {
+    std::ifstream in(file);
+    ZT_INPUT_CHECK(in.good(), file.string(), ": cannot read");
+    try {
+        return nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw zt::InputError(zt::str(file.string(), ": not JSON: ", e.what()));
+    }
+}
+
+/// A tokenizer file: zt-prepare's description ({"type": ...}) or a Hugging Face tokenizer.json.
+std::unique_ptr<zt::Tokenizer> load_any_tokenizer(const fs::path& path) {
+    const fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
+    ZT_INPUT_CHECK(fs::is_regular_file(file), "--tokenizer: '", file.string(), "' does not exist");
+    const nlohmann::json j = read_json(file);
+    if (j.is_object() && j.contains("type") && j["type"].is_string()) return zt::load_tokenizer(file.string());
+    return zt::make_hf_tokenizer(file.string());
+}
+
+/// --tokenizer; else a Hugging Face directory's tokenizer.json; else the checkpoint deck's
+/// data.tokenizer or the tokenizer.json beside its data.train.
+std::unique_ptr<zt::Tokenizer> find_tokenizer(const Options& o, const zt::ModelSource& src) {
+    if (!o.tokenizer.empty()) return load_any_tokenizer(o.tokenizer);
+    if (src.hf_dir) {
+        const fs::path file = fs::path(src.path) / "tokenizer.json";
+        ZT_INPUT_CHECK(fs::is_regular_file(file), src.path, ": holds no tokenizer.json (give --tokenizer F)");
+        return zt::make_hf_tokenizer(file.string());
+    }
+    std::vector<std::string> tried;
+    if (!src.deck.empty()) {
+        const zt::Config deck = zt::parse_deck_text(src.deck, src.step_dir + " (config_ini)");
+        if (!deck.data.tokenizer.empty()) tried.push_back(deck.data.tokenizer);
+        if (!deck.data.train.empty()) {
+            tried.push_back((fs::path(deck.data.train).parent_path() / "tokenizer.json").string());
+        }
+    }
+    for (const std::string& t : tried) {
+        if (fs::is_regular_file(t)) return zt::load_tokenizer(t);
+    }
+    std::string where;
+    for (const std::string& t : tried) where += " " + t;
+    throw zt::InputError(zt::str(src.path, ": no tokenizer found", tried.empty() ? "" : " (tried" + where + ")",
+                                 "; give --tokenizer F (zt-prepare's tokenizer.json or a Hugging Face one)"));
+}
+
+/// The token ids that end generation: the tokenizer's end-of-text and a Hugging Face
+/// directory's eos_token_id (a number or a list: Llama 3's instruct models end turns with
+/// <|eot_id|>).
+std::set<int> stop_tokens(const zt::Tokenizer& tok, const zt::ModelSource& src) {
+    std::set<int> stop{static_cast<int>(tok.eot())};
+    if (!src.hf_dir) return stop;
+    const nlohmann::json cfg = read_json(fs::path(src.path) / "config.json");
+    const nlohmann::json eos = cfg.value("eos_token_id", nlohmann::json());
+    for (const nlohmann::json& e : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+        if (e.is_number_integer()) stop.insert(e.get<int>());
+    }
+    return stop;
+}
+
+/// Parses the command line; false when --help was printed.
+bool parse(int argc, char** argv, Options& o) {
+    po::options_description visible(
+        "Usage:\n"
+        "  zt-generate CKPT_DIR|HF_DIR --prompt TEXT|--prompt-file F [--max-new-tokens N] [--temperature T]\n"
+        "              [--top-k K] [--top-p P] [--seed S] [--tokenizer F] [--threads N]\n\n"
+        "CKPT_DIR: a checkpoint directory (its `latest` step) or a step_N directory; HF_DIR: a Hugging Face\n"
+        "model directory (config.json, model.safetensors, tokenizer.json). The text streams to stdout;\n"
+        "timings and tokens/s go to stderr.\n\nOptions");
+    visible.add_options()
+        ("help,h", "print this help and exit")
+        ("prompt", po::value(&o.prompt), "the text to continue")
+        ("prompt-file", po::value(&o.prompt_file), "read the prompt from this file")
+        ("max-new-tokens", po::value(&o.max_new_tokens), "tokens to generate at most (default 128)")
+        ("temperature", po::value(&o.temperature), "softmax temperature; 0 = greedy (default 1)")
+        ("top-k", po::value(&o.top_k), "sample among the K most likely tokens; 0 = all (default 0)")
+        ("top-p", po::value(&o.top_p), "sample among the most likely tokens holding probability P (default 1)")
+        ("seed", po::value(&o.seed), "seed of the sampling draws (default 1234)")
+        ("tokenizer", po::value(&o.tokenizer),
+         "tokenizer file: zt-prepare's tokenizer.json or a Hugging Face one (default: the model's)")
+        ("threads", po::value(&o.threads), "compute threads; 0 = all cores (default 0)")
+        ("ignore-eos", "do not stop at end-of-text: always --max-new-tokens tokens (benchmarks)")
+        ("chat", "apply the model's chat template to the prompt (not available yet)");
+    po::options_description all;
+    all.add(visible).add_options()("model", po::value(&o.model), "checkpoint or Hugging Face directory");
+    po::positional_options_description positional;
+    positional.add("model", 1);
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+        std::cout << visible << "\n";
+        return false;
+    }
+    o.chat = vm.count("chat") > 0;
+    o.ignore_eos = vm.count("ignore-eos") > 0;
+    ZT_INPUT_CHECK(!o.chat, "--chat: chat templates are not available yet (they come with the fine-tuning work); "
+                   "give the prompt as plain text");
+    ZT_INPUT_CHECK(!o.model.empty(), "no model given: zt-generate CKPT_DIR|HF_DIR --prompt TEXT (see --help)");
+    ZT_INPUT_CHECK(vm.count("prompt") + vm.count("prompt-file") == 1,
+                   "give exactly one of --prompt TEXT and --prompt-file F");
+    ZT_INPUT_CHECK(o.max_new_tokens >= 1, "--max-new-tokens = ", o.max_new_tokens, ": must be at least 1");
+    ZT_INPUT_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "--temperature = ", o.temperature,
+                   ": must be a finite number >= 0");
+    ZT_INPUT_CHECK(o.top_k >= 0, "--top-k = ", o.top_k, ": must be >= 0");
+    ZT_INPUT_CHECK(o.top_p > 0 && o.top_p <= 1, "--top-p = ", o.top_p, ": must be in (0, 1]");
+    ZT_INPUT_CHECK(o.seed >= 0, "--seed = ", o.seed, ": must be >= 0");
+    ZT_INPUT_CHECK(o.threads >= 0 && o.threads <= 4096, "--threads = ", o.threads, ": must be in [0, 4096]");
+    if (!o.prompt_file.empty() || vm.count("prompt-file")) {
+        std::ifstream in(o.prompt_file, std::ios::binary);
+        ZT_INPUT_CHECK(in.good() && fs::is_regular_file(o.prompt_file), "--prompt-file: cannot read '",
+                       o.prompt_file, "'");
+        std::ostringstream text;
+        text << in.rdbuf();
+        o.prompt = text.str();
+    }
+    return true;
+}
+
+/// The tokens' text: ids past the tokenizer's vocabulary (a model vocabulary may be larger)
+/// show as <id>.
+std::string token_text(const zt::Tokenizer& tok, int id) {
+    if (id < tok.vocab_size()) return tok.decode({static_cast<uint32_t>(id)});
+    return zt::str("<", id, ">");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run(int argc, char** argv) {
+    Options o;
+    if (!parse(argc, argv, o)) return zt::kExitOk;
+    const auto t_load = std::chrono::steady_clock::now();
+    const zt::ModelSource src = zt::open_model_source(o.model);
+    const zt::ModelConfig& mc = src.model;
+    const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, src);
+    const std::set<int> stop = o.ignore_eos ? std::set<int>{} : stop_tokens(*tok, src);
+    std::vector<int32_t> prompt{static_cast<int32_t>(tok->eot())};
+    for (uint32_t t : tok->encode(o.prompt)) prompt.push_back(static_cast<int32_t>(t));
+    const int T = static_cast<int>(prompt.size());
+    ZT_INPUT_CHECK(T < mc.seq_len, "--prompt: ", T, " tokens (with the leading separator) leave no room in the ",
+                   "model's ", mc.seq_len, "-token context (model.seq_len)");
+    for (int32_t t : prompt) {
+        ZT_INPUT_CHECK(t < mc.vocab_size, "--prompt: token ", t, " is outside the model's vocabulary of ",
+                       mc.vocab_size, " (a tokenizer of another model? see --tokenizer)");
+    }
+
+    const std::unique_ptr<zt::Backend> backend = zt::make_cpu_backend(static_cast<int>(o.threads));
+    // The cache holds what this run can reach, not the whole model.seq_len (a Hugging Face
+    // model may declare 128k positions).
+    const long reach = std::min<long>(mc.seq_len, T + o.max_new_tokens);
+    zt::Generator gen(mc, *backend, 1, static_cast<int>(reach), T);
+    zt::ResidentWeights weights(gen.layout(), *backend);
+    zt::read_model_weights(src, gen.layout(), [&](int unit, size_t begin, const float* data, size_t n) {
+        weights.set(unit, begin, data, n);
+    });
+    const double load_s = seconds_since(t_load);
+
+    const zt::SamplingOptions sampling{o.temperature, static_cast<int>(o.top_k), o.top_p};
+    std::vector<float> logits(static_cast<size_t>(mc.padded_vocab()));
+    const auto t_prompt = std::chrono::steady_clock::now();
+    gen.forward(weights, prompt.data(), T);
+    const double prompt_s = seconds_since(t_prompt);
+    const auto t_decode = std::chrono::steady_clock::now();
+    long generated = 0;
+    std::string why = "--max-new-tokens reached";
+    for (;;) {
+        gen.logits_row_to_host(0, logits.data());
+        const int32_t next = zt::sample_token(logits.data(), mc.vocab_size, sampling, static_cast<uint64_t>(o.seed),
+                                              static_cast<uint64_t>(generated));
+        ++generated;
+        if (stop.count(next)) {
+            why = "end of text";
+            break;
+        }
+        const std::string text = token_text(*tok, next);
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        if (generated >= o.max_new_tokens) break;
+        if (gen.position() >= gen.context()) {
+            why = zt::str("the model's context (", mc.seq_len, " tokens) is full");
+            break;
+        }
+        gen.forward(weights, &next, 1);
+    }
+    const double decode_s = seconds_since(t_decode);
+    std::printf("\n");
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "zt-generate: loaded in %.2f s; prompt %d tokens in %.3f s (%.1f tokens/s); generated %ld tokens "
+                 "in %.3f s (%.1f tokens/s, %d threads); stopped: %s\n",
+                 load_s, T, prompt_s, T / prompt_s, generated, decode_s, generated / decode_s, backend->threads(),
+                 why.c_str());
+    return zt::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return zt::run_tool("zt-generate", [&] { return run(argc, argv); }); }

@@ -1,0 +1,139 @@
+#include "ztrain/model/generator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "ztrain/core/error.hpp"
+#include "ztrain/core/random.hpp"
+#include "model_family.hpp"
+
+namespace zt {
+
+ResidentWeights::ResidentWeights(const ModelLayout& layout, Backend& backend)
+    : m_backend(backend), m_numel(layout.unit_numel) {
+    for (size_t n : m_numel) m_units.push_back(backend.alloc_floats(n));
+}
+
+ResidentWeights::~ResidentWeights() {
+    for (float* p : m_units) m_backend.free(p);
+}
+
+void ResidentWeights::set(int unit, size_t begin, const float* data, size_t n) {
+    const size_t u = static_cast<size_t>(unit);
+    ZT_REQUIRE(u < m_units.size() && begin <= m_numel[u] && n <= m_numel[u] - begin, "ResidentWeights: elements [",
+               begin, ", ", begin + n, ") are outside unit ", unit);
+    m_backend.to_device(m_units[u] + begin, data, n * sizeof(float));
+}
+
+float* ResidentWeights::grads(int unit) {
+    throw Error(str("ResidentWeights: unit ", unit, " has no gradients (inference only)"));
+}
+
+int sample_token(const float* logits, int V, const SamplingOptions& opt, uint64_t seed, uint64_t index) {
+    ZT_REQUIRE(V > 0, "sample_token: empty vocabulary");
+    if (opt.temperature <= 0.0 || opt.top_k == 1) {
+        return static_cast<int>(std::max_element(logits, logits + V) - logits);
+    }
+    // Candidates by decreasing logit (ties: lower id first, so the order is deterministic).
+    std::vector<int> ids(static_cast<size_t>(V));
+    std::iota(ids.begin(), ids.end(), 0);
+    const size_t keep = opt.top_k > 0 ? std::min(static_cast<size_t>(opt.top_k), ids.size()) : ids.size();
+    const auto by_logit = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), by_logit);
+    ids.resize(keep);
+    std::vector<double> p(keep);
+    double total = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+        p[i] = std::exp((static_cast<double>(logits[ids[i]]) - logits[ids[0]]) / opt.temperature);
+        total += p[i];
+    }
+    // Nucleus: the shortest prefix whose probability reaches top_p (at least one token).
+    size_t n = keep;
+    if (opt.top_p < 1.0) {
+        double mass = 0.0;
+        for (n = 0; n < keep;) {
+            mass += p[n++] / total;
+            if (mass >= opt.top_p) break;
+        }
+        total = std::accumulate(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(n), 0.0);
+    }
+    double u = total * random_uniform(seed, static_cast<uint64_t>(RandomStream::kSample), index);
+    for (size_t i = 0; i < n; ++i) {
+        u -= p[i];
+        if (u < 0) return ids[i];
+    }
+    return ids[n - 1];
+}
+
+Generator::Generator(const ModelConfig& cfg, Backend& backend, int logits_rows, int context, int max_rows)
+    : m_cfg(cfg), m_backend(backend), m_layout(make_model_layout(cfg)) {
+    m_context = context > 0 ? context : cfg.seq_len;
+    m_max_rows = max_rows > 0 ? max_rows : m_context;
+    ZT_REQUIRE(m_context <= cfg.seq_len && m_max_rows <= m_context && logits_rows >= 1 && logits_rows <= m_max_rows,
+               "Generator: context ", m_context, ", max_rows ", m_max_rows, " and logits_rows ", logits_rows,
+               " must satisfy 1 <= logits_rows <= max_rows <= context <= seq_len ", cfg.seq_len);
+    m_logits_rows = logits_rows;
+    m_decoder = family_traits(cfg).make_decoder(cfg, m_layout, backend, m_max_rows);
+    const size_t T = static_cast<size_t>(m_context);
+    const size_t rows = static_cast<size_t>(m_max_rows);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t KV = static_cast<size_t>(cfg.kv_heads()) * static_cast<size_t>(cfg.head_size());
+    auto take = [&](size_t n) {
+        float* p = backend.alloc_floats(n);
+        m_buffers.push_back(p);
+        return p;
+    };
+    for (int l = 0; l < cfg.n_layer; ++l) {
+        m_k.push_back(take(T * KV));
+        m_v.push_back(take(T * KV));
+    }
+    m_x = take(rows * C);
+    m_normed = take(static_cast<size_t>(logits_rows) * C);
+    m_logits = take(static_cast<size_t>(logits_rows) * static_cast<size_t>(cfg.padded_vocab()));
+    m_tokens = static_cast<int32_t*>(backend.alloc_bytes(rows * sizeof(int32_t)));
+    m_buffers.push_back(m_tokens);
+}
+
+Generator::~Generator() {
+    m_decoder.reset();
+    for (void* p : m_buffers) m_backend.free(p);
+}
+
+void Generator::forward(UnitStore& store, const int32_t* tokens, int n) {
+    ZT_REQUIRE(n >= 1 && n <= m_max_rows && m_pos + n <= m_context, "Generator::forward: ", n,
+               " tokens at position ", m_pos, " exceed max_rows ", m_max_rows, " or the context of ", m_context);
+    const int L = m_cfg.n_layer;
+    const int C = m_cfg.n_embd;
+    m_backend.to_device(m_tokens, tokens, static_cast<size_t>(n) * sizeof(int32_t));
+    const float* unit0 = store.acquire(0);
+    m_decoder->embed(m_backend, m_x, m_tokens, unit0, m_pos, n);
+    store.release(0);
+    for (int l = 0; l < L; ++l) {
+        const float* w = store.acquire(1 + l);
+        m_decoder->block(m_backend, w, m_x, KvLayer{m_k[static_cast<size_t>(l)], m_v[static_cast<size_t>(l)]}, m_pos,
+                         n);
+        store.release(1 + l);
+    }
+    // Only the rows whose logits are wanted go through the final norm and the LM head.
+    const int rows = std::min(n, m_logits_rows);
+    const float* last = m_x + static_cast<size_t>(n - rows) * static_cast<size_t>(C);
+    m_decoder->final_norm(m_backend, m_normed, last, store.acquire(L + 1), rows);
+    store.release(L + 1);
+    const float* head = store.acquire(0) + m_layout.head_offset;
+    m_backend.matmul_forward(m_logits, m_normed, head, nullptr, rows, C, m_cfg.padded_vocab());
+    store.release(0);
+    m_pos += n;
+    m_last_rows = rows;
+}
+
+void Generator::logits_row_to_host(int row_from_last, float* out) const {
+    ZT_REQUIRE(row_from_last >= 0 && row_from_last < m_last_rows, "Generator: no logits kept for row ",
+               row_from_last, " from the last");
+    const size_t Vp = static_cast<size_t>(m_cfg.padded_vocab());
+    const size_t row = static_cast<size_t>(m_last_rows - 1 - row_from_last);
+    m_backend.to_host(out, m_logits + row * Vp, Vp * sizeof(float));
+}
+
+}  // namespace zt
