@@ -5,7 +5,11 @@
 // the NCCL communicator (GPU) overlaps for real on its own stream.
 #include <mpi.h>
 
+#include <chrono>
+#include <cstdio>
+#include <iterator>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "ztrain/comm/communicator.hpp"
@@ -98,6 +102,28 @@ class MpiCommunicator final : public Communicator {
         MPI_Comm_free(&m_comm);
     }
     std::string name() const override { return "mpi"; }
+    void end_outstanding(double timeout_s) noexcept override {
+        const auto start = std::chrono::steady_clock::now();
+        for (;;) {
+            for (auto it = m_requests.begin(); it != m_requests.end();) {
+                // A deferred reduce-scatter never started; a started one done: nothing left.
+                int done = 1;
+                if (!it->second.deferred_reduce_scatter) MPI_Test(&it->second.mpi, &done, MPI_STATUS_IGNORE);
+                it = done ? m_requests.erase(it) : std::next(it);
+            }
+            if (m_requests.empty()) return;
+            const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            if (timeout_s > 0 && waited > timeout_s) {
+                std::fprintf(stderr,
+                             "ztrain: rank %d: %zu collective(s) started before the error did not finish in %.0f s "
+                             "(parallel.timeout_s); aborting the job\n",
+                             rank(), m_requests.size(), waited);
+                std::fflush(stderr);
+                MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+    }
 
   protected:
     void do_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) override {

@@ -110,15 +110,17 @@ void CheckpointSaver::step_finished(double step_s) {
 }
 
 void CheckpointSaver::handle_failure(long step, const Error& e) {
-    // Every rank sees the same error (the save agrees on failures). `latest` still names a
-    // complete checkpoint; the half-written directory goes.
+    // Every rank sees the same error at the same step (the save agrees on failures, and the
+    // ranks agree on when to collect a background write): stopping is an AgreedError, one
+    // message and MPI_Finalize rather than MPI_Abort. `latest` still names a complete
+    // checkpoint; the half-written directory goes.
     const bool root = m_comm.rank() == 0;
     if (root) {
         std::error_code ec;
         std::filesystem::remove_all(std::filesystem::path(m_ckpt_dir) / (checkpoint_dir_name(step) + ".partial"), ec);
     }
     if (m_cfg.checkpoint.on_error == OnCheckpointError::kStop) {
-        throw Error(str("checkpoint at step ", step, " failed: ", e.what(),
+        throw AgreedError(str("checkpoint at step ", step, " failed: ", e.what(),
                         " (latest still names a complete checkpoint; checkpoint.on_error = continue trains on)"));
     }
     if (root) {

@@ -189,22 +189,23 @@ void prepare_run_dir(const Config& cfg, bool resuming, long resumed_step, Commun
     });
 }
 
-/// Aborts the outstanding collectives of `comms` when the scope is left by an exception, and
-/// does nothing on a normal exit.
-class AbortCollectivesOnError {
+/// Ends the outstanding collectives of `comms` (Communicator::end_outstanding) when the scope
+/// is left by an exception, and does nothing on a normal exit.
+class EndCollectivesOnError {
   public:
-    explicit AbortCollectivesOnError(std::vector<Communicator*> comms)
-        : m_comms(std::move(comms)), m_uncaught(std::uncaught_exceptions()) {}
-    ~AbortCollectivesOnError() {
+    EndCollectivesOnError(std::vector<Communicator*> comms, double timeout_s)
+        : m_comms(std::move(comms)), m_timeout_s(timeout_s), m_uncaught(std::uncaught_exceptions()) {}
+    ~EndCollectivesOnError() {
         if (std::uncaught_exceptions() > m_uncaught) {
-            for (Communicator* c : m_comms) c->abort_outstanding();
+            for (Communicator* c : m_comms) c->end_outstanding(m_timeout_s);
         }
     }
-    AbortCollectivesOnError(const AbortCollectivesOnError&) = delete;
-    AbortCollectivesOnError& operator=(const AbortCollectivesOnError&) = delete;
+    EndCollectivesOnError(const EndCollectivesOnError&) = delete;
+    EndCollectivesOnError& operator=(const EndCollectivesOnError&) = delete;
 
   private:
     std::vector<Communicator*> m_comms;
+    double m_timeout_s;
     int m_uncaught;
 };
 
@@ -279,11 +280,14 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
                      bucket_numel(cfg.parallel, reduce), tc.seed, work, reduce);
     // Destruction order on an error: this guard (declared after the model state, so it goes
-    // first) aborts the device communicator's collectives, then ~ModelState and ~Transformer free
-    // device memory, which synchronizes the compute stream. Without the abort that sync
-    // waits on NCCL work the other ranks will never join, and the rank hangs instead of
-    // exiting: ~NcclCommunicator's own abort runs only in ~TrainSetup, after them.
-    const AbortCollectivesOnError abort_collectives_on_error({setup.shard_comm.get(), setup.replica_comm.get()});
+    // first) ends the started collectives, then ~ModelState and ~Transformer free their
+    // buffers. NCCL's are aborted: freeing device memory synchronizes the compute stream, and
+    // without the abort that sync waits on work the other ranks will never join
+    // (~NcclCommunicator's own abort runs only in ~TrainSetup, after them). MPI's are
+    // completed: a ZeRO-1/2 parameter gather started after the optimizer step would
+    // otherwise still read and write the parameters after they are freed.
+    const EndCollectivesOnError end_collectives_on_error({setup.shard_comm.get(), setup.replica_comm.get()},
+                                                         cfg.parallel.timeout_s);
     LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
 
     // ---- where it starts: init_from, or a checkpoint and what its progress means ----

@@ -114,12 +114,14 @@ class Communicator {
     /// Completes a started collective and resets the request (no-op when inactive).
     void wait(CommRequest& request);
 
-    /// Ends the collectives this rank has started without waiting for the other ranks, for
-    /// an error that is unwinding: they may never join, and anything that waits for those
-    /// collectives (a device sync, a free) would hang this rank instead of letting it exit.
-    /// The communicator is unusable afterwards. Default: nothing, for implementations whose
-    /// outstanding work cannot block a device sync (MPI's host collectives).
-    virtual void abort_outstanding() noexcept {}
+    /// For an error that is unwinding, before the buffers of the collectives this rank has
+    /// started are freed: ends them. NCCL aborts them without waiting for the other ranks
+    /// (they may never join, and a device sync or free would hang on them); the communicator
+    /// is unusable afterwards. MPI cannot cancel a collective, and one still running writes
+    /// and reads its buffers: it completes them (the peers started the same ones and progress
+    /// them in whatever MPI call they wait in), for at most `timeout_s` seconds (0: no limit),
+    /// past which it aborts the job rather than free a buffer MPI still uses.
+    virtual void end_outstanding(double timeout_s) noexcept { (void)timeout_s; }
     /// For the collective watchdog's thread: why this rank's collectives are failing or stuck
     /// on the device (an asynchronous error, or one enqueued more than timeout_s ago and not
     /// finished), naming the collective; empty when neither. Host collectives block the

@@ -108,7 +108,7 @@ class NcclCommunicator final : public HostBackedCommunicator {
         }
         return {};
     }
-    void abort_outstanding() noexcept override {
+    void end_outstanding(double /*timeout_s*/) noexcept override {
         // Unchecked (noexcept): ncclCommAbort ends this rank's NCCL kernels, so the streams
         // waiting on them drain; the destructor then finds no communicator left to destroy.
         if (m_nccl != nullptr) ncclCommAbort(m_nccl);
