@@ -157,7 +157,10 @@ CommRequest Communicator::start_all_gather(const void* in, void* out, size_t cou
 void Communicator::wait(CommRequest& request) {
     if (!request.active()) return;
     PendingGuard g(*this, "wait (non-blocking collective)");
+    const auto t0 = std::chrono::steady_clock::now();
     do_wait(request);
+    m_stats.overlap.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++m_stats.overlap.waited;
     request.reset();
 }
 

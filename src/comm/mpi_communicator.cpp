@@ -1,19 +1,24 @@
 // MPI implementation of the Communicator for host buffers.
 //
-// Non-blocking forms use MPI-3 non-blocking collectives. Open MPI progresses them only
-// inside MPI calls, so on the CPU their value is ordering freedom rather than true overlap;
-// the NCCL communicator (GPU) overlaps for real on its own stream.
+// Started collectives: with the progress engine (progress_engine.hpp, the trainer's default)
+// a communication thread runs them as the blocking calls while the caller computes.
+// Without it they are MPI-3 non-blocking collectives, which Open MPI progresses only inside
+// MPI calls: ordering freedom rather than overlap. The NCCL communicator (GPU) overlaps on
+// its own stream.
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
+#include "progress_engine.hpp"
 
 namespace zt {
 
@@ -87,18 +92,41 @@ Placement place(MPI_Comm comm) {
     return p;
 }
 
+bool mpi_thread_multiple() {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    return provided >= MPI_THREAD_MULTIPLE;
+}
+
 class MpiCommunicator final : public Communicator {
   public:
-    MpiCommunicator(MPI_Comm comm, const Placement& p)
+    MpiCommunicator(MPI_Comm comm, const Placement& p, bool progress_thread)
         : Communicator(p.rank, p.size, p.local_rank, p.local_size) {
-        if (comm != MPI_COMM_NULL) ZT_MPI_CHECK(MPI_Comm_dup(comm, &m_comm));
+        if (comm == MPI_COMM_NULL) return;
+        ZT_MPI_CHECK(MPI_Comm_dup(comm, &m_comm));
+        if (progress_thread && p.size > 1 && mpi_thread_multiple()) {
+            // The engine's collectives get a communicator of their own: the training thread's
+            // blocking calls on m_comm never interleave with them.
+            ZT_MPI_CHECK(MPI_Comm_dup(comm, &m_engine_comm));
+            m_engine = ProgressEngine::acquire();
+        }
     }
     ~MpiCommunicator() override {
         int finalized = 0;
         MPI_Finalized(&finalized);
         if (finalized || m_comm == MPI_COMM_NULL) return;
         // A deferred reduce-scatter never started: nothing to wait for (its MPI request is null).
-        for (auto& [id, req] : m_requests) MPI_Wait(&req.mpi, MPI_STATUS_IGNORE);
+        for (auto& [id, req] : m_requests) {
+            if (req.ticket) {
+                try {
+                    m_engine->wait(*req.ticket);
+                } catch (...) {  // its error was for a wait that never came
+                }
+            } else {
+                MPI_Wait(&req.mpi, MPI_STATUS_IGNORE);
+            }
+        }
+        if (m_engine_comm != MPI_COMM_NULL) MPI_Comm_free(&m_engine_comm);
         MPI_Comm_free(&m_comm);
     }
     std::string name() const override { return "mpi"; }
@@ -108,7 +136,18 @@ class MpiCommunicator final : public Communicator {
             for (auto it = m_requests.begin(); it != m_requests.end();) {
                 // A deferred reduce-scatter never started; a started one done: nothing left.
                 int done = 1;
-                if (!it->second.deferred_reduce_scatter) MPI_Test(&it->second.mpi, &done, MPI_STATUS_IGNORE);
+                Request& r = it->second;
+                if (r.ticket) {
+                    done = m_engine->finished(*r.ticket) ? 1 : 0;
+                    if (done) {
+                        try {
+                            m_engine->wait(*r.ticket);
+                        } catch (...) {  // the error already unwinding is the one reported
+                        }
+                    }
+                } else if (!r.deferred_reduce_scatter) {
+                    MPI_Test(&r.mpi, &done, MPI_STATUS_IGNORE);
+                }
                 it = done ? m_requests.erase(it) : std::next(it);
             }
             if (m_requests.empty()) return;
@@ -155,26 +194,44 @@ class MpiCommunicator final : public Communicator {
                                    mpi_op(op), m_comm));
     }
     CommRequest do_start_all_reduce(void* buf, size_t count, ReduceOp op, DType dt) override {
+        const int n = checked_count(count, "all_reduce");
+        if (m_engine) {
+            return run_in_engine([=, c = m_engine_comm] {
+                ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, mpi_type(dt), mpi_op(op, dt), c));
+            });
+        }
         MPI_Request r;
-        ZT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(count, "all_reduce"), mpi_type(dt),
-                                    mpi_op(op, dt), m_comm, &r));
+        ZT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(dt), mpi_op(op, dt), m_comm, &r));
         return keep(r);
     }
-    // Started, but run as the blocking MPI_Reduce_scatter_block when waited for. Open MPI's
-    // non-blocking reduce-scatter (libnbc) adds in another order than the blocking one, so at
-    // 3+ ranks its fp32 sums differ in the last bits (1613 of 1000x4 elements in a probe):
-    // results would depend on whether a stage starts its reduction or calls it. Host MPI makes
-    // no progress on a started collective while the rank computes (no progress thread), so
-    // running it at the wait loses no overlap; NCCL's start_* does run beside the compute.
+    // Without the engine: started, but run as the blocking MPI_Reduce_scatter_block when
+    // waited for. Open MPI's non-blocking reduce-scatter (libnbc) adds in another order than
+    // the blocking one, so at 3+ ranks its fp32 sums differ in the last bits (1613 of 1000x4
+    // elements in a probe): results would depend on whether a stage starts its reduction or
+    // calls it. The engine runs the same blocking call, early.
     CommRequest do_start_reduce_scatter(const void* in, void* out, size_t count_per_rank, ReduceOp op,
                                         DType dt) override {
+        const int n = checked_count(count_per_rank, "reduce_scatter");
+        if (m_engine) {
+            return run_in_engine([=, c = m_engine_comm] {
+                ZT_MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, mpi_type(dt), mpi_op(op, dt), c));
+            });
+        }
         Request r;
-        r.deferred_reduce_scatter = DeferredReduceScatter{in, out, checked_count(count_per_rank, "reduce_scatter"),
-                                                          mpi_type(dt), mpi_op(op, dt)};
+        r.deferred_reduce_scatter = DeferredReduceScatter{in, out, n, mpi_type(dt), mpi_op(op, dt)};
         return keep(r);
     }
     CommRequest do_start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) override {
         const int n = checked_count(count_per_rank, "all_gather");
+        if (m_engine) {
+            return run_in_engine([=, c = m_engine_comm] {
+                if (in == nullptr) {
+                    ZT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, mpi_type(dt), c));
+                } else {
+                    ZT_MPI_CHECK(MPI_Allgather(in, n, mpi_type(dt), out, n, mpi_type(dt), c));
+                }
+            });
+        }
         MPI_Request r;
         if (in == nullptr) {
             ZT_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, mpi_type(dt), m_comm, &r));
@@ -186,14 +243,18 @@ class MpiCommunicator final : public Communicator {
     void do_wait(CommRequest& request) override {
         auto it = m_requests.find(request.handle());
         ZT_REQUIRE(it != m_requests.end(), "wait on unknown request ", request.handle());
-        Request& r = it->second;
-        if (r.deferred_reduce_scatter) {
+        Request r = it->second;
+        m_requests.erase(it);
+        if (r.ticket) {
+            const bool before = m_engine->finished(*r.ticket);
+            const ProgressEngine::JobTimes t = m_engine->wait(*r.ticket);
+            note_background_run(static_cast<double>(t.finished_ns - t.started_ns) * 1e-9, before);
+        } else if (r.deferred_reduce_scatter) {
             const DeferredReduceScatter& d = *r.deferred_reduce_scatter;
             ZT_MPI_CHECK(MPI_Reduce_scatter_block(d.in, d.out, d.count, d.type, d.op, m_comm));
         } else {
             ZT_MPI_CHECK(MPI_Wait(&r.mpi, MPI_STATUS_IGNORE));
         }
-        m_requests.erase(it);
     }
 
   private:
@@ -204,11 +265,18 @@ class MpiCommunicator final : public Communicator {
         MPI_Datatype type;
         MPI_Op op;
     };
-    /// A started collective: an MPI request, or a reduce-scatter run when waited for.
+    /// A started collective: an MPI request, a reduce-scatter run when waited for, or a
+    /// ticket of the progress engine.
     struct Request {
         MPI_Request mpi = MPI_REQUEST_NULL;
         std::optional<DeferredReduceScatter> deferred_reduce_scatter;
+        std::optional<ProgressEngine::Ticket> ticket;
     };
+    CommRequest run_in_engine(std::function<void()> job) {
+        Request q;
+        q.ticket = m_engine->submit(std::move(job));
+        return keep(q);
+    }
     CommRequest keep(MPI_Request r) {
         Request q;
         q.mpi = r;
@@ -220,14 +288,16 @@ class MpiCommunicator final : public Communicator {
         return CommRequest(id);
     }
     MPI_Comm m_comm = MPI_COMM_NULL;
+    MPI_Comm m_engine_comm = MPI_COMM_NULL;
+    std::shared_ptr<ProgressEngine> m_engine;  ///< null: started collectives progress in MPI calls
     std::unordered_map<int64_t, Request> m_requests;
     int64_t m_next_id = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) {
-    return std::make_unique<MpiCommunicator>(comm, place(comm));
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, bool progress_thread) {
+    return std::make_unique<MpiCommunicator>(comm, place(comm), progress_thread);
 }
 
 Communicator& self_communicator() {

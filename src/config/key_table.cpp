@@ -87,6 +87,9 @@ const KeyDef kKeys[] = {
            "ranks) | N dividing the world"),
     ZT_KEY("parallel.timeout_s", parallel.timeout_s,
            "seconds one collective may wait before the job is aborted with a message (0: never)"),
+    ZT_KEY("parallel.comm_thread", parallel.comm_thread,
+           "true: on the CPU a communication thread per rank runs the started collectives (ZeRO gathers and "
+           "reduce-scatters, DDP buckets) while the training thread computes | false: they run when waited for"),
 
     ZT_KEY("precision.dtype", precision.dtype,
            "working dtype of parameters, activations and gradients: fp32 | bf16 | fp16 (master weights "

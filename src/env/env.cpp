@@ -78,7 +78,13 @@ std::string mpi_line() {
     if (initialized && !finalized) {
         int size = 0;
         MPI_Comm_size(MPI_COMM_WORLD, &size);
-        out += str(", world size ", size);
+        int provided = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&provided);
+        // The progress engine (parallel.comm_thread) and background checkpoint writes call
+        // MPI from a second thread.
+        out += str(", world size ", size, ", thread level ",
+                   provided >= MPI_THREAD_MULTIPLE ? "MULTIPLE (communication thread and async checkpoints available)"
+                                                   : "below MULTIPLE (no communication thread, synchronous checkpoints)");
     } else {
         out += ", not initialised";
     }

@@ -232,6 +232,22 @@ void StepReporter::step(const StepReport& r) {
     cb["intra"] = per_kind(m_shard);
     cb["inter"] = per_kind(m_replica);
     rec["comm_bytes"] = cb;
+    // Started collectives waited for during the step (every communicator): how many, how
+    // many had finished before the wait, the time waited and the time they ran in the
+    // communication thread; run_ms - wait_ms is the communication hidden behind compute.
+    CommStats::Overlap ov;
+    for (const Communicator* c : {&m_comm, &m_shard, &m_replica}) {
+        ov.waited += c->stats().overlap.waited;
+        ov.done_before_wait += c->stats().overlap.done_before_wait;
+        ov.wait_s += c->stats().overlap.wait_s;
+        ov.run_s += c->stats().overlap.run_s;
+    }
+    nlohmann::ordered_json overlap = nlohmann::ordered_json::object();
+    overlap["waited"] = ov.waited;
+    overlap["finished_before_wait"] = ov.done_before_wait;
+    overlap["wait_ms"] = ov.wait_s * 1e3;
+    overlap["run_ms"] = ov.run_s * 1e3;
+    rec["comm_overlap"] = overlap;
     rec["zero_ms"] = r.phases.zero * 1e3;
     rec["fwd_ms"] = r.phases.fwd * 1e3;
     rec["bwd_ms"] = r.phases.bwd * 1e3;

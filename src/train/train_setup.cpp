@@ -156,8 +156,9 @@ void start_compute(TrainSetup& s, const Config& cfg) {
                                                             node, "replica")
                                         : make_mpi_communicator(MPI_COMM_NULL);
     } else {
-        s.shard_comm = make_mpi_communicator(s.groups->shard_comm());
-        s.replica_comm = make_mpi_communicator(L.replicas > 1 ? s.groups->replica_comm() : MPI_COMM_NULL);
+        const bool engine = cfg.parallel.comm_thread;
+        s.shard_comm = make_mpi_communicator(s.groups->shard_comm(), engine);
+        s.replica_comm = make_mpi_communicator(L.replicas > 1 ? s.groups->replica_comm() : MPI_COMM_NULL, engine);
     }
 }
 

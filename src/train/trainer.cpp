@@ -279,13 +279,10 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     model.set_activation_dtype(work);
     ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
                      bucket_numel(cfg.parallel, reduce), tc.seed, work, reduce);
-    // Destruction order on an error: this guard (declared after the model state, so it goes
-    // first) ends the started collectives, then ~ModelState and ~Transformer free their
-    // buffers. NCCL's are aborted: freeing device memory synchronizes the compute stream, and
-    // without the abort that sync waits on work the other ranks will never join
-    // (~NcclCommunicator's own abort runs only in ~TrainSetup, after them). MPI's are
-    // completed: a ZeRO-1/2 parameter gather started after the optimizer step would
-    // otherwise still read and write the parameters after they are freed.
+    // On an error this guard (declared after the model state, so destroyed first) ends the
+    // started collectives before ~ModelState frees their buffers: NCCL's are aborted (a device
+    // free would otherwise sync on work peers never join), MPI's completed (a ZeRO-1/2 gather
+    // would otherwise write into freed parameters).
     const EndCollectivesOnError end_collectives_on_error({setup.shard_comm.get(), setup.replica_comm.get()},
                                                          cfg.parallel.timeout_s);
     LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);

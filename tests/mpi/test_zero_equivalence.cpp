@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -79,6 +80,29 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     EXPECT_GT(got.grad_norms.front(), cfg.train.grad_clip) << "stage " << stage << ": clipping never engaged";
 
     test::expect_matches_reference(got, ref, "stage " + std::to_string(stage) + " N=" + std::to_string(N));
+
+    // The communication thread (parallel.comm_thread, on above) runs the same blocking calls
+    // in the same order as the training thread would: without it, every loss and parameter
+    // is the same bit for bit.
+    Config off_cfg = cfg;
+    off_cfg.run.dir = dir.file("world_no_comm_thread");
+    off_cfg.parallel.comm_thread = false;
+    TrainOptions off_opts;
+    off_opts.collect_params = true;
+    const TrainSummary off = train(off_cfg, off_opts);
+    ASSERT_EQ(off.losses.size(), got.losses.size());
+    for (size_t i = 0; i < got.losses.size(); ++i) {
+        EXPECT_EQ(off.losses[i], got.losses[i]) << "stage " << stage << " step " << i + 1 << ": loss with "
+                                                << "parallel.comm_thread = false differs from true";
+    }
+    ASSERT_EQ(off.final_params.size(), got.final_params.size());
+    size_t differing = 0, first = 0;
+    for (size_t i = 0; i < got.final_params.size(); ++i) {
+        if (std::memcmp(&off.final_params[i], &got.final_params[i], sizeof(float)) != 0 && differing++ == 0) first = i;
+    }
+    EXPECT_EQ(differing, 0u) << "stage " << stage << ": " << differing << " final parameters differ between "
+                             << "parallel.comm_thread = true and false; first: element " << first << ", "
+                             << got.final_params[first] << " vs " << off.final_params[first];
 
     // Bytes moved per step against the per-stage theory (ring volumes, padded units).
     const ModelLayout layout = make_model_layout(cfg.model);

@@ -45,6 +45,16 @@ struct CommStats {
         uint64_t calls = 0;
     };
     std::map<CollectiveKind, Entry> by_kind;
+    /// Started collectives, as waited for: how many, how many had already finished when
+    /// waited for, the time the caller spent in wait(), and the time they ran in the
+    /// progress engine (0 where none runs them). run_s - wait_s of those is the
+    /// communication hidden behind compute.
+    struct Overlap {
+        uint64_t waited = 0;
+        uint64_t done_before_wait = 0;
+        double wait_s = 0;
+        double run_s = 0;
+    } overlap;
     uint64_t bytes(CollectiveKind k) const {
         auto it = by_kind.find(k);
         return it == by_kind.end() ? 0 : it->second.bytes;
@@ -162,6 +172,12 @@ class Communicator {
     virtual void do_broadcast(void* buf, size_t bytes, int root) { do_broadcast_bytes(buf, bytes, root); }
     /// The one-rank case's copy between two buffers of the implementation's memory space.
     virtual void copy_local(const void* in, void* out, size_t bytes);
+    /// For do_wait of an implementation that runs started collectives in the background:
+    /// how long the one just waited for ran, and whether it had finished before the wait.
+    void note_background_run(double run_s, bool done_before_wait) {
+        m_stats.overlap.run_s += run_s;
+        if (done_before_wait) ++m_stats.overlap.done_before_wait;
+    }
 
   private:
     void record(CollectiveKind kind, uint64_t bytes);
@@ -189,7 +205,10 @@ class Communicator {
 /// MPI over host buffers. `comm` is duplicated, so ztrain's traffic never matches a user's
 /// messages. MPI_COMM_NULL gives a one-rank communicator that never calls MPI (tools, unit
 /// tests without MPI_Init).
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+/// `progress_thread`: started collectives run in the process's progress engine (a
+/// communication thread, src/comm/progress_engine.hpp) while the caller computes, instead of
+/// when waited for; ignored (off) for one rank or without MPI_THREAD_MULTIPLE.
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, bool progress_thread = false);
 
 /// The ranks of an MPI communicator that share this node (the MPI_COMM_TYPE_SHARED split,
 /// ordered by rank in `comm`): the one node query, for the communicators' local rank and

@@ -143,6 +143,7 @@ struct ParallelConfig {
     int zero_stage = 0;                ///< 0 DDP, 1, 2, 3
     double bucket_mb = 25;             ///< DDP all-reduce bucket size (MiB; fractions allowed)
     double timeout_s = 600;            ///< a collective taking longer aborts the job; 0 = never
+    bool comm_thread = true;           ///< host MPI: started collectives run in a communication thread
     ShardGroupSetting shard_group;     ///< ranks sharding together (node | 0 = all | N)
 };
 
