@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Writes the ZeRO benchmark report from bench/zero_bench.sh's run directories.
 
-Usage: zero_report.py WORK REPS STEPS "MEM_CASES" COMMAND
-Reads WORK/time_s{stage}_r{rep}/metrics.jsonl (step time at N=2) and
+Usage: zero_report.py WORK REPS STEPS "MEM_CASES" COMMAND "COMM_THREAD"
+Reads WORK/time_s{stage}_c{true|false}_r{rep}/metrics.jsonl (step time at N=2) and
 WORK/mem_n{N}_s{stage}_{dtype}/metrics.jsonl (the memory record); prints markdown.
 """
 import glob
@@ -17,6 +17,15 @@ import time
 def step_ms(path):
     ms = [r["step_ms"] for r in map(json.loads, open(path)) if "step_ms" in r]
     return statistics.median(ms[2:])  # the first steps warm caches and page in buffers
+
+
+def overlap(path):
+    """Medians over steps 3.. of the started collectives' wait and run time (ms) and counts."""
+    rs = [r for r in map(json.loads, open(path)) if "comm_overlap" in r][2:]
+    if not rs:
+        return None
+    med = lambda k: statistics.median(r["comm_overlap"][k] for r in rs)
+    return med("wait_ms"), med("run_ms"), med("waited"), med("finished_before_wait")
 
 
 def peak_rss_mib(run_dir):
@@ -43,16 +52,29 @@ def main():
           f" {' '.join(load_end)} at the end")
     print("- model: 4 layers x 256 wide x 4 heads, seq 256, vocab 50257 (padded 50304), 16.1M parameters;")
     print("  micro_batch 2, grad_accum 2, 1 thread per rank, synthetic tokens\n")
+    modes = sys.argv[6].split() if len(sys.argv) > 6 else ["true"]
     print(f"## Step time at N = 2 (median step_ms over steps 3..{steps}; median over {reps} interleaved reps)\n")
-    print("| stage | step ms per rep | median | vs DDP |")
-    print("|---|---|---|---|")
-    ddp = None
-    for stage in range(4):
-        per = [step_ms(f"{work}/time_s{stage}_r{r}/metrics.jsonl") for r in range(1, reps + 1)]
-        med = statistics.median(per)
-        ddp = ddp or med
-        name = "DDP" if stage == 0 else f"ZeRO-{stage}"
-        print(f"| {name} | {' '.join(f'{x:.0f}' for x in per)} | {med:.0f} | {med / ddp:.3f}x |")
+    print("`comm_thread` is parallel.comm_thread. `wait / run` are the medians per step of rank 0's")
+    print("`comm_overlap` (metrics.jsonl): the time the training thread waited for started collectives and")
+    print("the time they ran in the communication thread; `hidden` = 1 - wait/run, the share of that")
+    print("communication that overlapped compute.\n")
+    print("| stage | comm_thread | step ms per rep | median | vs DDP (same comm_thread) | wait / run ms | finished before wait | hidden |")
+    print("|---|---|---|---|---|---|---|---|")
+    for ct in modes:
+        ddp = None
+        for stage in range(4):
+            runs = [f"{work}/time_s{stage}_c{ct}_r{r}/metrics.jsonl" for r in range(1, reps + 1)]
+            per = [step_ms(p) for p in runs]
+            med = statistics.median(per)
+            ddp = ddp or med
+            name = "DDP" if stage == 0 else f"ZeRO-{stage}"
+            ov = overlap(runs[-1])
+            if ov and ov[2] > 0:
+                hidden = f"{1 - ov[0] / ov[1]:.2f}" if ov[1] > 0 else "-"
+                ovs = f"{ov[0]:.0f} / {ov[1]:.0f} | {ov[3]:.0f} of {ov[2]:.0f} | {hidden}"
+            else:
+                ovs = "- | - | -"
+            print(f"| {name} | {ct} | {' '.join(f'{x:.0f}' for x in per)} | {med:.0f} | {med / ddp:.3f}x | {ovs} |")
     print("\n## Model-state memory per rank (MiB, from each run's memory record; P = parameters)\n")
     print("Formula with w = bytes of the working dtype and m = 4 for a separate fp32 master (bf16/fp16),")
     print("0 in fp32: stage 0 (2w+m+8)P, stage 1 2wP + (m+8)P/N, stage 2 wP + (w+m+8)P/N, stage 3 (2w+m+8)P/N.\n")
