@@ -11,6 +11,7 @@ packages=(
   libhdf5-openmpi-dev
   libboost-program-options-dev
   libopenblas-dev
+  libdnnl-dev                    # oneDNN: bf16 products on CPUs with bf16 instructions (optional at build)
   nlohmann-json3-dev
   fortunes fortunes-min          # the demo corpus (English text)
   python3 python3-matplotlib     # postproc/plot_metrics.py, which the demo suggests at its end

@@ -20,7 +20,10 @@
 # Writes bench/results/cpu_<YYYY-MM-DD>.md (cpu_llama_<YYYY-MM-DD>.md when llama is the only
 # configuration) and prints the table. Scratch (build of the
 # sgemm program, shards, run dirs, logs) goes to bench/work/ (git-ignored).
-# Knobs (environment): REPS (3), STEPS_A (12), STEPS_B (12), STEPS_L (12: llama), THREADS (2),
+# Knobs (environment): BF16 (0; 1: each rep also runs ztrain with precision.dtype=bf16,
+# PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) and the oneDNN bf16 products-only
+# ceiling (bench/bf16_ceiling.cpp), reported in a bf16 table),
+# REPS (3), STEPS_A (12), STEPS_B (12), STEPS_L (12: llama), THREADS (2),
 # BUILD_DIR (build-bench),
 # PYTHON (/usr/bin/python3: Debian's PyTorch), OUT (the results file), PROFILE_OPS (1: ztrain
 # also records per-op times, ZT_PROFILE_OPS: two clock marks per backend call; 0 turns it off),
@@ -38,6 +41,7 @@ STEPS_A="${STEPS_A:-12}"
 STEPS_B="${STEPS_B:-12}"
 STEPS_L="${STEPS_L:-12}"
 THREADS="${THREADS:-2}"
+BF16="${BF16:-0}"
 PROFILE_OPS="${PROFILE_OPS:-1}"
 MALLOC_TUNE="${MALLOC_TUNE:-1}"
 if [ "$MALLOC_TUNE" = 1 ]; then
@@ -71,6 +75,7 @@ for cfg in "${CONFIGS[@]}"; do
     esac
 done
 ENVLINE="$ENVLINE THREADS=$THREADS MALLOC_TUNE=$MALLOC_TUNE"
+[ "$BF16" = 1 ] && ENVLINE="$ENVLINE BF16=1"
 T_START=$(date +%s)
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -101,6 +106,11 @@ rm -f "$WORK/openblas_core"
 log "building sgemm_ceiling"
 g++ -O2 -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_ceiling.cpp -lopenblas \
     -o "$WORK/sgemm_ceiling"
+
+if [ "$BF16" = 1 ]; then
+    log "building bf16_ceiling"
+    g++ -O2 -fopenmp bench/bf16_ceiling.cpp -ldnnl -o "$WORK/bf16_ceiling"
+fi
 
 "$PYTHON" -c 'import torch, numpy' 2> /dev/null ||
     { echo "cpu_bench: $PYTHON cannot import torch and numpy (Debian: python3-torch)" >&2; exit 1; }
@@ -156,9 +166,12 @@ cpu_pct() { awk -F': ' '/Percent of CPU this job got/ {sub(/%/, "", $2); print $
 
 # run_ztrain / run_torch / run_sgemm CFG REP: one measurement of configuration CFG, whose
 # shape cfg_set has set.
-run_ztrain() {
-    local cfg=$1 rep=$2
-    local dir="$WORK/runs/ztrain_${cfg}_${rep}" tlog="$WORK/logs/ztrain_${cfg}_${rep}.time"
+run_ztrain() {  # cfg rep [dtype: fp32 (default) or bf16]
+    local cfg=$1 rep=$2 dtype=${3:-fp32}
+    local kind=ztrain
+    [ "$dtype" = fp32 ] || kind="ztrain_$dtype"
+    local dir="$WORK/runs/${kind}_${cfg}_${rep}" tlog="$WORK/logs/${kind}_${cfg}_${rep}.time"
+    local olog="$WORK/logs/${kind}_${cfg}_${rep}.out"
     local arch_args=()
     [ "$ARCH" = llama ] && arch_args=(--model.arch=llama --model.n_kv_head="$KV" --model.ffn_dim="$F"
         --model.rope_theta=100000 --model.tie_embeddings=true)
@@ -169,18 +182,17 @@ run_ztrain() {
         --data.train="$SHARD" \
         --train.micro_batch="$B" --train.grad_accum=1 --train.max_steps="$STEPS" \
         --train.lr=3e-4 --train.warmup_steps=2 --train.eval_every=0 --train.sample_tokens=0 \
-        --train.threads="$THREADS" --precision.dtype=fp32 --parallel.zero_stage=0 \
-        --checkpoint.resume=never --run.dir="$dir" > "$WORK/logs/ztrain_${cfg}_${rep}.out" 2>&1 ||
-        { tail -20 "$WORK/logs/ztrain_${cfg}_${rep}.out"; exit 1; }
+        --train.threads="$THREADS" --precision.dtype="$dtype" --parallel.zero_stage=0 \
+        --checkpoint.resume=never --run.dir="$dir" > "$olog" 2>&1 || { tail -20 "$olog"; exit 1; }
     local tps
-    tps=$("$PYTHON" - "$dir/metrics.jsonl" "$cfg" "$rep" "$PHASES" <<'EOF'
+    tps=$("$PYTHON" - "$dir/metrics.jsonl" "$cfg" "$rep" "$PHASES" "$dtype" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 steps = [r for r in rows if "tokens_per_s" in r]
 timed = [r for r in steps if r["step"] > 2] or steps
 print(f"{statistics.median(r['tokens_per_s'] for r in timed):.3f}")
 # Per-phase (and, with ZT_PROFILE_OPS, per-op) medians over the timed steps of this run.
-ph = {"cfg": sys.argv[2], "rep": int(sys.argv[3])}
+ph = {"cfg": sys.argv[2], "rep": int(sys.argv[3]), "dtype": sys.argv[5]}
 for k in ("step_ms", "zero_ms", "fwd_ms", "bwd_ms", "comm_ms", "opt_ms"):
     if k in timed[0]:
         ph[k] = statistics.median(r[k] for r in timed)
@@ -196,26 +208,27 @@ EOF
     local rss wall
     rss=$(rss_mib "$tlog")
     wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tlog")
-    printf 'ztrain\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$tps" "$rss" "$(cpu_pct "$tlog")" >> "$RECORDS"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$cfg" "$rep" "$tps" "$rss" "$(cpu_pct "$tlog")" >> "$RECORDS"
     rm -rf "$dir/checkpoints"
-    log "ztrain $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
+    log "$kind $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
 }
 
-run_torch() {
-    local cfg=$1 rep=$2
-    local tlog="$WORK/logs/torch_${cfg}_${rep}.time" olog="$WORK/logs/torch_${cfg}_${rep}.out"
+run_torch() {  # cfg rep [bf16: under torch.autocast]
+    local cfg=$1 rep=$2 kind=torch autocast=()
+    [ "${3:-fp32}" = bf16 ] && kind=torch_bf16 autocast=(--autocast-bf16)
+    local tlog="$WORK/logs/${kind}_${cfg}_${rep}.time" olog="$WORK/logs/${kind}_${cfg}_${rep}.out"
     local script=bench/torch_gpt.py arch_args=()
     [ "$ARCH" = llama ] && script=bench/torch_llama.py arch_args=(--n-kv-head "$KV" --ffn-dim "$F"
         --rope-theta 100000)
-    /usr/bin/time -v -o "$tlog" "$PYTHON" "$script" "${arch_args[@]}" --n-layer "$L" --n-head "$H" \
+    /usr/bin/time -v -o "$tlog" "$PYTHON" "$script" "${arch_args[@]}" "${autocast[@]}" --n-layer "$L" --n-head "$H" \
         --n-embd "$C" --seq-len "$T" --vocab "$V" --vocab-pad-to 128 --batch "$B" \
         --steps "$STEPS" --threads "$THREADS" > "$olog" 2>&1 || { tail -20 "$olog"; exit 1; }
     local tps rss wall
     tps=$(printf '%.3f' "$(jget tokens_per_s < "$olog")")
     rss=$(rss_mib "$tlog")
     wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tlog")
-    printf 'torch\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$tps" "$rss" "$(cpu_pct "$tlog")" >> "$RECORDS"
-    log "torch  $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$cfg" "$rep" "$tps" "$rss" "$(cpu_pct "$tlog")" >> "$RECORDS"
+    log "$kind $cfg rep $rep: $tps tok/s, peak RSS $rss MiB, wall $wall"
 }
 
 run_sgemm() {
@@ -233,6 +246,20 @@ run_sgemm() {
     log "sgemm  $cfg rep $rep: $gf GFLOP/s -> ceiling $ceil tok/s"
 }
 
+run_bf16_ceiling() {  # cfg rep: sgemm_ceiling's figure for oneDNN's bf16 products
+    local cfg=$1 rep=$2
+    local olog="$WORK/logs/bf16_ceiling_${cfg}_${rep}.out" tlog="$WORK/logs/bf16_ceiling_${cfg}_${rep}.time"
+    local arch_args=()
+    [ "$ARCH" = llama ] && arch_args=(--heads "$H" --kv-heads "$KV" --ffn "$F")
+    /usr/bin/time -v -o "$tlog" "$WORK/bf16_ceiling" --arch "$ARCH" "${arch_args[@]}" --layers "$L" \
+        --embd "$C" --bt $((B * T)) --seq "$T" --vocab-padded "$VP" --threads "$THREADS" --reps 3 > "$olog"
+    local gf ceil
+    gf=$(printf '%.2f' "$(jget gflops < "$olog")")
+    ceil=$(printf '%.3f' "$(jget tokens_per_s_ceiling < "$olog")")
+    printf 'bf16_ceiling\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$ceil" "$gf" "$(cpu_pct "$tlog")" >> "$RECORDS"
+    log "bf16 ceiling $cfg rep $rep: $gf GFLOP/s -> ceiling $ceil tok/s ($(jget isa < "$olog"))"
+}
+
 bench_cfg() {  # cfg
     local cfg=$1 rep
     cfg_set "$cfg"
@@ -240,6 +267,11 @@ bench_cfg() {  # cfg
         run_ztrain "$cfg" "$rep"
         run_torch "$cfg" "$rep"
         run_sgemm "$cfg" "$rep"
+        if [ "$BF16" = 1 ]; then
+            run_ztrain "$cfg" "$rep" bf16
+            run_torch "$cfg" "$rep" bf16
+            run_bf16_ceiling "$cfg" "$rep"
+        fi
     done
 }
 
@@ -324,13 +356,44 @@ for cfg in cfgs:
     best.append(f"| {names[cfg]} | {zb:.1f} | {tb:.1f} | {zb / tb:.2f} | {sb[1]:.1f} | {sb[0]:.1f} | "
                 f"{100 * zb / sb[0]:.0f}% | {100 * tb / sb[0]:.0f}% |")
 table, ceil, raw, best = "\n".join(table), "\n".join(ceil), "\n".join(raw), "\n".join(best)
+# bf16 (BF16=1): ztrain bf16 vs its own fp32 runs and PyTorch's bf16 autocast, same reps.
+bf16 = ["| model | ztrain fp32 tok/s | ztrain bf16 tok/s | bf16 / fp32 | PyTorch bf16 autocast tok/s | "
+        "ztrain bf16 / PyTorch bf16 | peak RSS MiB fp32 / bf16 (ratio) | PyTorch bf16 peak RSS MiB | "
+        "bf16 GEMM GFLOP/s | bf16 tok/s ceiling | ztrain bf16 % of it |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+bf16_raw = ["| config | rep | ztrain fp32 tok/s (CPU %) | ztrain bf16 tok/s (CPU %) | bf16 / fp32 | PyTorch bf16 tok/s (CPU %) |",
+            "|---|---:|---:|---:|---:|---:|"]
+for cfg in cfgs:
+    z, zb, tb = rec[cfg]["ztrain"], rec[cfg]["ztrain_bf16"], rec[cfg]["torch_bf16"]
+    if not (z and zb and tb):
+        continue
+    zt, zbt, tbt = med([x[0] for x in z]), med([x[0] for x in zb]), med([x[0] for x in tb])
+    zr, zbr, tbr = med([x[1] for x in z]), med([x[1] for x in zb]), med([x[1] for x in tb])
+    bc = rec[cfg]["bf16_ceiling"]
+    bct, bgf = (med([x[0] for x in bc]), med([x[1] for x in bc])) if bc else (float("nan"), float("nan"))
+    bf16.append(f"| {names[cfg]} | {zt:.1f} | {zbt:.1f} | {zbt / zt:.2f} | {tbt:.1f} | {zbt / tbt:.2f} | "
+                f"{zr:.0f} / {zbr:.0f} ({zbr / zr:.2f}) | {tbr:.0f} | {bgf:.1f} | {bct:.1f} | {100 * zbt / bct:.0f}% |")
+    for i, (a, b, c) in enumerate(zip(z, zb, tb), 1):
+        bf16_raw.append(f"| {cfg} | {i} | {a[0]:.1f} ({a[2]:.0f}%) | {b[0]:.1f} ({b[2]:.0f}%) | {b[0] / a[0]:.2f} | "
+                        f"{c[0]:.1f} ({c[2]:.0f}%) |")
+bf16_section = ""
+if len(bf16) > 2:
+    bf16_section = ("\n## bf16: ztrain bf16 vs ztrain fp32 vs PyTorch bf16 autocast\n\n"
+                    "ztrain `--precision.dtype=bf16` (oneDNN bf16 products where the CPU has bf16 instructions: "
+                    "see its log's notes and `ztrain --env`) and PyTorch's forward under "
+                    "`torch.autocast(\"cpu\", dtype=torch.bfloat16)`, run in the same reps as the fp32 rows "
+                    "(order per rep: ztrain fp32, PyTorch fp32, sgemm, ztrain bf16, PyTorch bf16, bf16 ceiling). The bf16 "
+                    "ceiling is sgemm_ceiling's formula with oneDNN bf16 products on bf16 inputs "
+                    "(bench/bf16_ceiling.cpp; ztrain's own fp32 -> bf16 operand conversion not counted).\n\n"
+                    + "\n".join(bf16) + "\n\nPer rep:\n\n" + "\n".join(bf16_raw) + "\n")
 # ztrain's own per-phase times (metrics.jsonl fields), median over reps of each run's median.
 import json
 runs = defaultdict(list)
 for line in open(E["PHASES"]):
     if line.strip():
         r = json.loads(line)
-        runs[r["cfg"]].append(r)
+        if r.get("dtype", "fp32") == "fp32":  # the bf16 runs have their own table
+            runs[r["cfg"]].append(r)
 phase_keys = [("step_ms", "step"), ("zero_ms", "zero grads"), ("fwd_ms", "forward"), ("bwd_ms", "backward"),
               ("comm_ms", "comm wait"), ("opt_ms", "optimizer")]
 phases = ["| model | " + " | ".join(n for _, n in phase_keys) + " | other |",
@@ -439,6 +502,7 @@ OpenBLAS cblas_sgemm with {E['THREADS']} threads at each configuration's forward
 
 {best}
 
+{bf16_section}
 ## Per-rep figures (in run order)
 
 CPU % is `/usr/bin/time`'s "Percent of CPU this job got" over the whole run (start-up included): at
@@ -457,5 +521,7 @@ print()
 print(shares)
 print()
 print(ceil)
+if bf16_section:
+    print(bf16_section)
 EOF
 log "wrote $OUT"

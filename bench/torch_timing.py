@@ -18,6 +18,8 @@ def add_training_args(ap):
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--quiet", action="store_true", help="only print the final JSON line")
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help='forward under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch\'s CPU mixed precision)')
 
 
 def start(a):
@@ -59,7 +61,8 @@ def time_training(model, a, record):
         idx = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=gen)
         tgt = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=gen)
         t0 = time.perf_counter()
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast_bf16):
+            loss = model(idx, tgt)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -72,7 +75,8 @@ def time_training(model, a, record):
                   f"{tokens / dt:.1f} tok/s | {dt * 1e3:.0f} ms", flush=True)
 
     measured = rates[a.warmup:] if len(rates) > a.warmup else rates
-    out = {"impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads()}
+    out = {"impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "autocast_bf16": a.autocast_bf16}
     out.update(record)
     out.update({
         "batch": a.batch, "steps": a.steps, "num_params": n_params, "adamw": opt_impl,

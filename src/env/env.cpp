@@ -9,6 +9,8 @@
 // both: core stays free of any device code.
 #include "ztrain/env/env.hpp"
 
+#include "ztrain/backend/cpu_bf16.hpp"
+
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -185,6 +187,7 @@ std::string environment_report() {
        << "  MPI:     " << mpi_line() << "\n"
        << "  HDF5:    " << hdf5_line() << "\n"
        << "  BLAS:    " << blas_line() << "\n"
+       << "  oneDNN:  " << cpu_bf16_products_report() << "\n"
        << "  Boost:   " << BOOST_VERSION / 100000 << "." << BOOST_VERSION / 100 % 1000 << "."
        << BOOST_VERSION % 100 << "\n"
        << "  OpenMP:  " << openmp_line() << "\n"

@@ -90,6 +90,7 @@ Transformer::~Transformer() {
 size_t Transformer::activation_bytes() const { return m_arena->floats() * sizeof(float); }
 
 void Transformer::set_activation_dtype(DType t) {
+    m_backend.set_activation_dtype(t);
     if (t == DType::kF32) {
         m_rounding.reset();
         m_compute = &m_backend;

@@ -145,6 +145,10 @@ void start_compute(TrainSetup& s, const Config& cfg) {
     // ZT_PROFILE_OPS=1 wraps the backend in a ProfilingBackend (per-op times in ops_ms).
     s.backend = profile_ops_from_env(make_backend(s.backend_kind, threads, s.comm->local_rank()));
     s.op_profile = dynamic_cast<ProfilingBackend*>(s.backend.get());
+    // How the backend runs the working dtype's products, where worth saying (the CPU without
+    // bf16 instructions or with ZT_CPU_BF16=off); a bad ZT_CPU_BF16 is an input error here.
+    const std::string products_note = s.backend->activation_dtype_note(cfg.precision.dtype);
+    if (s.comm->rank() == 0 && !products_note.empty()) std::printf("ztrain: note: %s\n", products_note.c_str());
     const RankLayout& L = s.groups->layout();
     if (s.backend->capabilities().device_memory) {
         // Device buffers: NCCL (or staging) inside the group, and across groups when there are

@@ -253,6 +253,15 @@ void finish_run(const TrainOptions& options, const Transformer& model, ModelStat
     }
 }
 
+/// What the reporter says about the run before its first step: TensorBoard (when asked), the
+/// rank layout and the memory plan.
+void describe_run(StepReporter& reporter, const Config& cfg, const TrainSetup& setup, const MemoryPlan& memory,
+                  long step) {
+    if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), step);
+    reporter.set_rank_layout(setup.groups->layout());
+    reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
@@ -299,9 +308,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     prepare_run_dir(cfg, resume.resuming(), progress.step, comm);
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
                           model, setup.op_profile);
-    if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), progress.step);
-    reporter.set_rank_layout(setup.groups->layout());
-    reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
+    describe_run(reporter, cfg, setup, memory, progress.step);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
     saver.set_inputs(std::move(inputs));
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(),

@@ -19,6 +19,13 @@ expect 0 "Usage" "$BIN/ztrain" --help
 expect 0 "model.n_layer" "$BIN/ztrain" --help
 expect 0 "^ztrain [0-9]" "$BIN/ztrain" --version
 expect 0 "OpenBLAS" "$BIN/ztrain" --env
+# --env names the ISA oneDNN dispatches to (or that there is no oneDNN).
+expect 0 "oneDNN: +(oneDNN [0-9.]+, dispatches to [a-z0-9_]+|none)" "$BIN/ztrain" --env
+# bf16 products: ZT_CPU_BF16=off runs them in fp32 with one note; a bad value is an input error.
+bf16_run=("$BIN/ztrain" --config "$deck" "${data[@]}" --train.threads=1 --train.max_steps=2 --precision.dtype=bf16)
+expect 0 "note: bf16 products run in fp32 through OpenBLAS: ZT_CPU_BF16=off" env ZT_CPU_BF16=off "${bf16_run[@]}" \
+  --run.dir="$work/run_bf16_off"
+expect 2 "ZT_CPU_BF16=fast: expected auto, on or off" env ZT_CPU_BF16=fast "${bf16_run[@]}" --run.dir="$work/run_bf16_bad"
 # --env shows the groups of the settings given with it.
 expect 0 "parallel.shard_group = 1\)" "$BIN/ztrain" --env --parallel.shard_group=1
 expect 2 "parallel.shard_group = .x" "$BIN/ztrain" --env --parallel.shard_group=x

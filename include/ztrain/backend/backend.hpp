@@ -147,6 +147,16 @@ class Backend {
     /// 16-bit activations (activation_rounding.hpp). t = fp32 changes nothing.
     virtual void round_to(float* x, size_t n, DType t) = 0;
 
+    /// The dtype the activations handed to the compute ops hold (the model's working dtype;
+    /// fp32 until told otherwise). A backend with 16-bit products uses them for it (the CPU:
+    /// bf16 products through oneDNN, cpu_bf16.hpp); an fp32 dtype keeps every product fp32,
+    /// bit-identical to a backend never told. Default: nothing changes.
+    virtual void set_activation_dtype(DType /*t*/) {}
+    /// One sentence for the start-up report about how this backend runs the products of a
+    /// run in dtype t when that is worth a note (the CPU without bf16 instructions); empty
+    /// otherwise.
+    virtual std::string activation_dtype_note(DType /*t*/) const { return {}; }
+
     /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
     virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                                 int N, int C, int OC) = 0;

@@ -53,6 +53,9 @@ class ForwardingBackend : public Backend {
     void zero_bytes(void* p, size_t bytes) override { m_inner.zero_bytes(p, bytes); }
     void round_to(float* x, size_t n, DType t) override { m_inner.round_to(x, n, t); }
 
+    void set_activation_dtype(DType t) override { m_inner.set_activation_dtype(t); }
+    std::string activation_dtype_note(DType t) const override { return m_inner.activation_dtype_note(t); }
+
     // ---- GPT-2 compute ----
     void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                         int OC) override {

@@ -38,7 +38,9 @@
 // blocks beat whole-square products at T = 256 (forward, backward).
 //
 // What it deliberately does not do
-//  - No mixed precision and no fusion across ops (the interface is op by op).
+//  - No 16-bit buffers and no fusion across ops (the interface is op by op). A bf16 run's
+//    products (matmul forward/backward) run on bf16 instructions through oneDNN where the
+//    CPU has them (bf16_products.cpp, cpu_bf16.hpp); the rest computes in fp32.
 //  - No flash-style attention: att (B, NH, T, T) is materialized because the interface
 //    saves it for backward; at GPT-2 sizes it is small next to the MLP activations.
 //  - No validation of token ids against the vocabulary (only the caller knows Vp);
@@ -49,6 +51,7 @@
 // cpu_common.hpp. This file holds the class, whose ops forward to them.
 #include "ops.hpp"
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cpu_bf16.hpp"
 #include "ztrain/core/error.hpp"
 
 #include <cblas.h>
@@ -119,17 +122,42 @@ class CpuBackend final : public Backend {
         if (bytes > 0) std::memset(p, 0, bytes);
     }
 
+    void set_activation_dtype(DType t) override {
+        // bf16 products only where the activations are bf16 and the CPU multiplies bf16;
+        // everything else (fp32, fp16, no bf16 ISA, ZT_CPU_BF16=off) keeps the sgemm path.
+        if (t == DType::kBF16 && cpu_bf16_products().native) {
+            if (!m_bf16_products) m_bf16_products = std::make_unique<cpu::Bf16Products>(m_threads);
+        } else {
+            m_bf16_products.reset();
+        }
+    }
+    std::string activation_dtype_note(DType t) const override {
+        if (t != DType::kBF16) return {};
+        const CpuBf16Products& p = cpu_bf16_products();
+        if (p.native) return {};
+        return str("bf16 products run in fp32 through OpenBLAS: ", p.fallback_reason);
+    }
+
     // --------------------------------------------------------------------------------
     // matmul
     // --------------------------------------------------------------------------------
 
     void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                         int C, int OC) override {
+        if (m_bf16_products) {
+            cpu::matmul_forward_bf16(*m_bf16_products, out, inp, weight, bias, N, C, OC, m_threads);
+            return;
+        }
         cpu::matmul_forward(out, inp, weight, bias, N, C, OC, m_threads);
     }
 
     void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                          const float* inp, const float* weight, int N, int C, int OC) override {
+        if (m_bf16_products) {
+            cpu::matmul_backward_bf16(*m_bf16_products, dinp, dweight, dbias, dout, inp, weight, N, C, OC,
+                                      m_threads);
+            return;
+        }
         cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, m_threads);
     }
 
@@ -259,6 +287,8 @@ class CpuBackend final : public Backend {
 
   private:
     int m_threads = 1;
+    /// Made while the activations are bf16 and the CPU has bf16 products; null otherwise.
+    std::unique_ptr<cpu::Bf16Products> m_bf16_products;
     std::unique_ptr<DeviceMemory> m_memory = make_host_device_memory(HostCopyTiming::kAtCall);
 };
 

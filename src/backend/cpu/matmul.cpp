@@ -187,4 +187,34 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
 }
 
+void matmul_forward_bf16(Bf16Products& products, float* out, const float* inp, const float* weight,
+                         const float* bias, int N, int C, int OC, int threads) {
+    // As matmul_forward: the bias is broadcast into out, then the product accumulates on it.
+    if (bias != nullptr) {
+        parallel_chunks(static_cast<size_t>(N), threads, [&](size_t r0, size_t r1) {
+            bias_fill_kernel(out + r0 * OC, bias, static_cast<int>(r1 - r0), OC, OC);
+        });
+    }
+    products.gemm(Bf16Gemm{false, true, N, OC, C, inp, C, weight, C, bias != nullptr, out, OC});
+}
+
+void matmul_backward_bf16(Bf16Products& products, float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int C, int OC, int threads) {
+    // dinp (N, C) += dout (N, OC) @ weight (OC, C)
+    if (dinp != nullptr) products.gemm(Bf16Gemm{false, false, N, C, OC, dout, OC, weight, C, true, dinp, C});
+    // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
+    if (dweight != nullptr) products.gemm(Bf16Gemm{true, false, OC, C, N, dout, OC, inp, C, true, dweight, C});
+    if (dbias != nullptr) {
+        // The column slabs of matmul_backward's split, so dbias is bit-identical to it.
+        const bool parallel = threads > 1 && gemm_worth_splitting(N, OC, C);
+#pragma omp parallel num_threads(threads) if (parallel)
+        {
+            size_t c0 = 0;
+            size_t c1 = 0;
+            split_range(static_cast<size_t>(OC), omp_get_thread_num(), omp_get_num_threads(), 16, &c0, &c1);
+            if (c1 > c0) column_sum_kernel(dbias, dout, N, OC, static_cast<int>(c0), static_cast<int>(c1));
+        }
+    }
+}
+
 }  // namespace zt::cpu

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/dtype.hpp"
@@ -23,6 +24,48 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
                     int threads);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC, int threads);
+
+// ---- bf16_products.cpp: bf16 products through oneDNN (cpu_bf16.hpp) -------------------
+
+/// One row-major product C (M, N) = [C +] op(A) (M, K) @ op(B) (K, N), A and B rounded to bf16,
+/// fp32 accumulation and output. Built by aggregate initialization, fields in this order.
+struct Bf16Gemm {
+    bool trans_a = false;
+    bool trans_b = false;
+    int M = 0;
+    int N = 0;
+    int K = 0;
+    const float* A = nullptr;
+    int lda = 0;
+    const float* B = nullptr;
+    int ldb = 0;
+    bool accumulate = false;  ///< C += product (sgemm's beta = 1) instead of C = product
+    float* C = nullptr;
+    int ldc = 0;
+};
+
+/// The oneDNN engine, stream, per-shape primitives and bf16 operand scratch of one backend.
+/// Only made where cpu_bf16_products().native (throws in a build without oneDNN).
+class Bf16Products {
+  public:
+    explicit Bf16Products(int threads);
+    ~Bf16Products();
+    Bf16Products(const Bf16Products&) = delete;
+    Bf16Products& operator=(const Bf16Products&) = delete;
+    void gemm(const Bf16Gemm& g);
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+    int m_threads = 1;
+};
+
+/// matmul_forward / matmul_backward with every product through `products`; the bias and
+/// dbias stay fp32 loops as in the sgemm forms.
+void matmul_forward_bf16(Bf16Products& products, float* out, const float* inp, const float* weight,
+                         const float* bias, int N, int C, int OC, int threads);
+void matmul_backward_bf16(Bf16Products& products, float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int C, int OC, int threads);
 
 // ---- reduce.cpp -----------------------------------------------------------------------
 
