@@ -2,8 +2,15 @@
 //
 //   zt-prepare --input PATH... --output DIR [--tokenizer byte|gpt2|FILE.json]
 //              [--vocab F --merges F] [--val-fraction X] [--doc-separator LINE]
-//              [--shard-tokens N]
+//              [--shard-tokens N] [--format text|jsonl[:text|:prompt|:chat]]
+//              [--chat-template llama3|chatml] [--skip-bad] [--max-tokens N]
 //
+// JSON Lines (--format jsonl, or every input named *.jsonl): one fine-tuning example per
+// line, in the layouts of ztrain/data/examples.hpp, written as example shards (tokens, a
+// target mask, example boundaries). Every line is parsed and rendered before anything is
+// written: bad lines are reported as FILE:LINE: reason, and stop the run (exit 2, output
+// untouched) unless --skip-bad. The --val-fraction split is by example (a fixed-seed choice,
+// so the same input always splits the same way).
 // Tokenizers: byte, gpt2 (--vocab/--merges), or a path to a Hugging Face tokenizer.json
 // (byte-level BPE: GPT-2, Llama 3, SmolLM ...; copied into DIR as hf_tokenizer.json).
 // Documents: each input file is one document, or, with --doc-separator, each run of lines
@@ -46,6 +53,8 @@
 
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/tool_main.hpp"
+#include "ztrain/core/random.hpp"
+#include "ztrain/data/examples.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
 
@@ -63,6 +72,10 @@ struct Options {
     double val_fraction = 0.05;
     std::optional<std::string> doc_separator;
     long long shard_tokens = 100'000'000;
+    std::string format;  ///< "" (from the file names), text, jsonl, jsonl:text|prompt|chat
+    std::string chat_template;  ///< "" = from tokenizer_config.json beside --tokenizer
+    bool skip_bad = false;
+    long long max_tokens = 0;  ///< 0: no limit
 };
 
 struct SkipCounts {
@@ -299,7 +312,17 @@ po::options_description describe_options(Options& opt) {
         ("doc-separator", po::value<std::string>(),
          "a line equal to this separates documents within a file (e.g. % for fortunes)")
         ("shard-tokens", po::value<long long>(&opt.shard_tokens)->default_value(100'000'000),
-         "tokens per shard file");
+         "tokens per shard file (jsonl: at most, examples are never split)")
+        ("format", po::value<std::string>(&opt.format),
+         "text, or jsonl[:text|:prompt|:chat] for fine-tuning examples (default: jsonl when "
+         "every input file is named *.jsonl, text otherwise)")
+        ("chat-template", po::value<std::string>(&opt.chat_template),
+         "jsonl chat records: llama3 or chatml (default: from tokenizer_config.json beside "
+         "the tokenizer.json)")
+        ("skip-bad", po::bool_switch(&opt.skip_bad),
+         "jsonl: skip and count bad lines instead of stopping before writing anything")
+        ("max-tokens", po::value<long long>(&opt.max_tokens)->default_value(0),
+         "jsonl: an example longer than this many tokens is a bad line (0: no limit)");
     // clang-format on
     return desc;
 }
@@ -329,6 +352,15 @@ void check_options(const Options& opt) {
                    "--shard-tokens: ", opt.shard_tokens, " is outside [1, ",
                    std::numeric_limits<int32_t>::max(),
                    "] (the shard header stores an int32 count)");
+    ZT_INPUT_CHECK(opt.format.empty() || opt.format == "text" || opt.format == "jsonl" ||
+                       opt.format == "jsonl:text" || opt.format == "jsonl:prompt" ||
+                       opt.format == "jsonl:chat",
+                   "--format: '", opt.format,
+                   "' is not text, jsonl, jsonl:text, jsonl:prompt or jsonl:chat");
+    if (!opt.chat_template.empty()) {
+        zt::parse_chat_template(opt.chat_template, "--chat-template");
+    }
+    ZT_INPUT_CHECK(opt.max_tokens >= 0, "--max-tokens: ", opt.max_tokens, " is negative (0: no limit)");
     std::error_code ec;
     if (fs::exists(opt.output, ec) && !fs::is_directory(opt.output, ec)) {
         throw zt::InputError(zt::str("--output: '", opt.output, "' exists and is not a folder"));
@@ -428,6 +460,251 @@ void print_summary(const Options& opt, const zt::Tokenizer& tok, bool force_u32,
     std::cout << "zt-prepare: wrote " << (fs::path(opt.output) / "tokenizer.json").string() << "\n";
 }
 
+// ---------------------------------------------------------------------------------------
+// JSON Lines: fine-tuning examples into example shards (examples.hpp).
+// ---------------------------------------------------------------------------------------
+
+bool ends_with_jsonl(const std::string& path) {
+    const std::string ext = ".jsonl";
+    return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+/// Whether the files are JSON Lines: --format says so, or (without --format) every file is
+/// named *.jsonl. A mix without --format is an error: it is unclear what was meant.
+bool is_jsonl_run(const Options& opt, const std::vector<std::string>& files) {
+    if (!opt.format.empty()) {
+        return opt.format != "text";
+    }
+    const size_t jsonl = static_cast<size_t>(std::count_if(files.begin(), files.end(), ends_with_jsonl));
+    ZT_INPUT_CHECK(jsonl == 0 || jsonl == files.size(), "--input: ", jsonl, " of ", files.size(),
+                   " input files are named *.jsonl: give --format jsonl (all are JSON Lines) or "
+                   "--format text (all are text documents)");
+    return jsonl > 0;
+}
+
+zt::JsonlLayout forced_layout(const Options& opt) {
+    return opt.format == "jsonl:text"     ? zt::JsonlLayout::kText
+           : opt.format == "jsonl:prompt" ? zt::JsonlLayout::kPrompt
+           : opt.format == "jsonl:chat"   ? zt::JsonlLayout::kChat
+                                          : zt::JsonlLayout::kAuto;
+}
+
+/// A parsed line and where it came from.
+struct SourcedRecord {
+    zt::JsonlRecord record;
+    std::string file;
+    size_t line = 0;
+};
+
+/// Every record of the input, and every bad line as "FILE:LINE: reason".
+struct JsonlInput {
+    std::vector<SourcedRecord> records;
+    std::vector<std::string> bad;
+    size_t blank_lines = 0;
+    size_t by_layout[4] = {0, 0, 0, 0};  // indexed by JsonlLayout
+};
+
+/// Parses one file. Without --format jsonl:LAYOUT, the first good line fixes the file's
+/// layout, and a later line of another layout is bad.
+void read_jsonl_file(const std::string& file, zt::JsonlLayout forced, JsonlInput& in) {
+    const std::string content = read_whole_file(file);
+    zt::JsonlLayout layout = forced;
+    size_t line_no = 0;
+    size_t pos = 0;
+    while (pos < content.size()) {
+        size_t end = content.find('\n', pos);
+        end = end == std::string::npos ? content.size() : end;
+        const std::string_view line(content.data() + pos, end - pos);
+        pos = end + 1;
+        ++line_no;
+        if (is_blank(line)) {
+            ++in.blank_lines;
+            continue;
+        }
+        std::string reason;
+        std::optional<zt::JsonlRecord> rec = zt::parse_jsonl_line(line, layout, reason);
+        if (!rec) {
+            in.bad.push_back(zt::str(file, ":", line_no, ": ", reason));
+            continue;
+        }
+        layout = rec->layout;
+        ++in.by_layout[static_cast<int>(layout)];
+        in.records.push_back(SourcedRecord{std::move(*rec), file, line_no});
+    }
+}
+
+/// The chat template for chat records: --chat-template, else the one tokenizer_config.json
+/// beside the tokenizer.json names.
+zt::ChatTemplate choose_chat_template(const Options& opt) {
+    if (!opt.chat_template.empty()) {
+        return zt::parse_chat_template(opt.chat_template, "--chat-template");
+    }
+    if (is_hf_tokenizer(opt)) {
+        const std::string config = (fs::path(opt.tokenizer).parent_path() / "tokenizer_config.json").string();
+        if (const std::optional<zt::ChatTemplate> t = zt::detect_chat_template(config)) {
+            return *t;
+        }
+        throw zt::InputError(zt::str("--chat-template: the input has chat records (\"messages\") and ",
+                                     config, " has no chat_template recognisable as one of the "
+                                     "supported templates: give --chat-template llama3 or chatml"));
+    }
+    throw zt::InputError(zt::str("--chat-template: the input has chat records (\"messages\"): give "
+                                 "--chat-template llama3 or chatml (supported) with a tokenizer.json "
+                                 "that holds its special tokens"));
+}
+
+/// Renders the records; examples over --max-tokens are bad lines.
+zt::ExampleSet render_examples(const Options& opt, const zt::Tokenizer& tok, JsonlInput& in,
+                               std::optional<zt::ChatTemplate> tmpl) {
+    const zt::ExampleRenderer renderer(tok, tmpl);
+    zt::ExampleSet all;
+    std::vector<uint32_t> tokens;
+    std::vector<uint8_t> target;
+    for (const SourcedRecord& r : in.records) {
+        renderer.render(r.record, tokens, target);
+        if (opt.max_tokens > 0 && tokens.size() > static_cast<size_t>(opt.max_tokens)) {
+            in.bad.push_back(zt::str(r.file, ":", r.line, ": an example of ", tokens.size(),
+                                     " tokens, longer than --max-tokens ", opt.max_tokens));
+            continue;
+        }
+        all.append(tokens, target);
+    }
+    return all;
+}
+
+/// Prints the bad lines (the first 20, then a count) and, without --skip-bad, stops.
+void report_bad_lines(const Options& opt, const std::vector<std::string>& bad) {
+    if (bad.empty()) {
+        return;
+    }
+    constexpr size_t kShown = 20;
+    for (size_t i = 0; i < bad.size() && i < kShown; ++i) {
+        std::cerr << "zt-prepare: " << (opt.skip_bad ? "skipped: " : "bad line: ") << bad[i] << "\n";
+    }
+    if (bad.size() > kShown) {
+        std::cerr << "zt-prepare: ... and " << bad.size() - kShown << " more bad line(s)\n";
+    }
+    ZT_INPUT_CHECK(opt.skip_bad, "--input: ", bad.size(),
+                   " bad line(s) (listed above); nothing was written (--skip-bad skips them)");
+}
+
+/// Splits the examples: val gets floor(fraction * n) of them (at least one when the fraction
+/// is > 0 and n >= 2, never all), chosen by a fixed-seed shuffle so a sorted input does not
+/// put one kind of example in val; both keep the input order.
+void split_examples(const zt::ExampleSet& all, double val_fraction, zt::ExampleSet& train, zt::ExampleSet& val) {
+    const size_t n = all.num_examples();
+    size_t n_val = 0;
+    if (val_fraction > 0.0 && n >= 2) {
+        n_val = std::clamp<size_t>(static_cast<size_t>(std::floor(val_fraction * static_cast<double>(n))), 1, n - 1);
+    }
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) {
+        order[i] = i;
+    }
+    constexpr uint64_t kSplitSeed = 0x7a2d5b1e9c3f4a60ull;
+    for (size_t i = n; i > 1; --i) {
+        const uint64_t r = zt::random_bits(kSplitSeed, static_cast<uint64_t>(zt::RandomStream::kDataVal), i - 1);
+        std::swap(order[i - 1], order[static_cast<size_t>((static_cast<unsigned __int128>(r) * i) >> 64)]);
+    }
+    std::vector<uint8_t> is_val(n, 0);
+    for (size_t k = 0; k < n_val; ++k) {
+        is_val[order[k]] = 1;
+    }
+    for (size_t e = 0; e < n; ++e) {
+        (is_val[e] != 0 ? val : train).append_from(all, e);
+    }
+}
+
+/// Writes PREFIX_NNNNNN.bin example shards of at most shard_tokens tokens (an example
+/// longer than that gets a shard of its own); returns the files written.
+std::vector<std::string> write_example_shards(const Options& opt, const std::string& prefix,
+                                              const zt::ExampleSet& set, bool force_u32) {
+    std::vector<std::string> files;
+    zt::ExampleSet shard;
+    const auto flush = [&] {
+        char name[64];
+        std::snprintf(name, sizeof(name), "%s_%06zu.bin", prefix.c_str(), files.size());
+        files.push_back((fs::path(opt.output) / name).string());
+        zt::write_example_shard(files.back(), shard, force_u32);
+        shard = zt::ExampleSet();
+    };
+    for (size_t e = 0; e < set.num_examples(); ++e) {
+        if (shard.num_examples() > 0 &&
+            shard.tokens.size() + set.length(e) > static_cast<size_t>(opt.shard_tokens)) {
+            flush();
+        }
+        shard.append_from(set, e);
+    }
+    if (shard.num_examples() > 0) {
+        flush();
+    }
+    return files;
+}
+
+void print_example_summary(const Options& opt, const zt::Tokenizer& tok, const JsonlInput& in,
+                           std::optional<zt::ChatTemplate> tmpl, const zt::ExampleSet& train,
+                           const zt::ExampleSet& val, const std::vector<std::string>& train_files,
+                           const std::vector<std::string>& val_files) {
+    std::cout << "zt-prepare: tokenizer " << tok.type() << " (vocab_size " << tok.vocab_size()
+              << "), example shards (version " << zt::kShardVersionExamples << ")"
+              << (tmpl ? zt::str(", chat template ", zt::chat_template_name(*tmpl)) : std::string()) << "\n";
+    std::cout << "zt-prepare: " << train.num_examples() + val.num_examples() << " examples ("
+              << train.num_examples() << " train, " << val.num_examples() << " val): "
+              << in.by_layout[static_cast<int>(zt::JsonlLayout::kText)] << " text, "
+              << in.by_layout[static_cast<int>(zt::JsonlLayout::kPrompt)] << " prompt/completion, "
+              << in.by_layout[static_cast<int>(zt::JsonlLayout::kChat)] << " chat";
+    if (!in.bad.empty()) {
+        std::cout << "; " << in.bad.size() << " bad line(s) skipped";
+    }
+    if (in.blank_lines > 0) {
+        std::cout << "; " << in.blank_lines << " blank line(s)";
+    }
+    std::cout << "\n";
+    const auto describe = [&](const char* name, const zt::ExampleSet& set, const std::vector<std::string>& files) {
+        std::cout << "zt-prepare: " << name << ": " << set.tokens.size() << " tokens (" << set.num_targets()
+                  << " targets) in " << files.size() << " shard(s): " << describe_files(files) << "\n";
+    };
+    describe("train", train, train_files);
+    describe("val", val, val_files);
+    std::cout << "zt-prepare: wrote " << (fs::path(opt.output) / "tokenizer.json").string() << "\n";
+}
+
+/// zt-prepare for JSON Lines input: everything is read, checked and rendered before the
+/// output folder is touched, so a bad line (without --skip-bad) leaves nothing behind.
+int prepare_examples(const Options& opt, const zt::Tokenizer& tok, const std::vector<std::string>& files) {
+    JsonlInput in;
+    for (const std::string& f : files) {
+        read_jsonl_file(f, forced_layout(opt), in);
+    }
+    std::optional<zt::ChatTemplate> tmpl;
+    if (in.by_layout[static_cast<int>(zt::JsonlLayout::kChat)] > 0 || !opt.chat_template.empty()) {
+        tmpl = choose_chat_template(opt);
+    }
+    const zt::ExampleSet all = render_examples(opt, tok, in, tmpl);
+    report_bad_lines(opt, in.bad);
+    ZT_INPUT_CHECK(all.num_examples() > 0, "--input: the ", files.size(),
+                   " input file(s) hold no usable example");
+    zt::ExampleSet train;
+    zt::ExampleSet val;
+    split_examples(all, opt.val_fraction, train, val);
+
+    std::error_code ec;
+    fs::create_directories(opt.output, ec);
+    ZT_INPUT_CHECK(!ec, "--output: cannot create '", opt.output, "' (", ec.message(), ")");
+    const bool force_u32 = tok.vocab_size() > 65536;
+    const std::vector<std::string> train_files = write_example_shards(opt, "train", train, force_u32);
+    const std::vector<std::string> val_files = write_example_shards(opt, "val", val, force_u32);
+    std::set<std::string> written(train_files.begin(), train_files.end());
+    written.insert(val_files.begin(), val_files.end());
+    const size_t stale = remove_stale_shards(opt.output, written);
+    tok.save(opt.output);
+    print_example_summary(opt, tok, in, tmpl, train, val, train_files, val_files);
+    if (stale > 0) {
+        std::cout << "zt-prepare: removed " << stale << " stale shard(s) from an earlier run\n";
+    }
+    return zt::kExitOk;
+}
+
 int run(int argc, char** argv) {
     Options opt;
     const po::options_description desc = describe_options(opt);
@@ -451,6 +728,12 @@ int run(int argc, char** argv) {
     const std::unique_ptr<zt::Tokenizer> tok = make_tokenizer(opt);
     SkipCounts skipped;
     const std::vector<std::string> files = collect_files(opt.inputs, skipped);
+    if (is_jsonl_run(opt, files)) {
+        return prepare_examples(opt, *tok, files);
+    }
+    ZT_INPUT_CHECK(opt.chat_template.empty() && !opt.skip_bad && opt.max_tokens == 0,
+                   "--chat-template, --skip-bad and --max-tokens apply to JSON Lines input only "
+                   "(--format jsonl, or files named *.jsonl)");
     const DocumentCounts counts = count_documents(files, opt);
 
     std::error_code ec;

@@ -42,6 +42,12 @@ void Backend::gqa_attention_cached(float* /*out*/, const float* /*qkv*/, float* 
     throw Error(str("the ", name(), " backend has no key/value-cache attention yet (generation runs on cpu)"));
 }
 
+void Backend::gqa_attention_forward_segmented(float* /*out*/, float* /*att*/, const float* /*qkv*/,
+                                              const int32_t* /*attend_from*/, int /*B*/, int /*T*/, int /*NH*/,
+                                              int /*NKV*/, int /*hs*/) {
+    throw Error(str("the ", name(), " backend has no block-diagonal (packed-example) attention yet (it runs on cpu)"));
+}
+
 bool BackendCapabilities::supports(DType work) const {
     switch (work) {
         case DType::kF32: return fp32;

@@ -35,6 +35,10 @@ class Gpt2Tokenizer final : public Tokenizer {
     std::string type() const override { return "gpt2"; }
     int vocab_size() const override { return static_cast<int>(m_bpe.size()); }
     uint32_t eot() const override { return m_eot; }
+    std::optional<uint32_t> special_token(const std::string& text) const override {
+        // GPT-2 has one special token; other vocabulary entries are ordinary text.
+        return text == kEotText ? std::optional<uint32_t>(m_eot) : std::nullopt;
+    }
 
     std::vector<uint32_t> encode(const std::string& text) const override {
         std::vector<uint32_t> out;

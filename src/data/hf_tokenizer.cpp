@@ -149,6 +149,11 @@ class HfTokenizer final : public Tokenizer {
     std::string type() const override { return "hf"; }
     int vocab_size() const override { return static_cast<int>(m_vocab_size); }
     uint32_t eot() const override { return m_separator; }
+    uint32_t end_of_text() const override { return m_end_of_text; }
+    std::optional<uint32_t> special_token(const std::string& text) const override {
+        const int64_t id = find_token(text);
+        return id >= 0 ? std::optional<uint32_t>(static_cast<uint32_t>(id)) : std::nullopt;
+    }
 
     std::vector<uint32_t> encode(const std::string& text) const override {
         std::vector<uint32_t> out;
@@ -540,6 +545,7 @@ class HfTokenizer final : public Tokenizer {
                    "<|end_of_text|>, <|endoftext|> or </s>)");
         }
         m_separator = static_cast<uint32_t>(sep);
+        m_end_of_text = *eos >= 0 ? static_cast<uint32_t>(*eos) : m_separator;
     }
 
     /// The longest added token starting at text[i], or null.
@@ -562,6 +568,7 @@ class HfTokenizer final : public Tokenizer {
     std::vector<Pretokenizer> m_steps;
     bool m_byte_level = false;
     uint32_t m_separator = 0;
+    uint32_t m_end_of_text = 0;
 };
 
 }  // namespace

@@ -22,19 +22,13 @@
 
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
+#include "ztrain/data/examples.hpp"
+#include "shard_file.hpp"
 
 namespace zt {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "token shards are little-endian; reading them natively needs a little-endian host");
-
-namespace {
-
-constexpr uint64_t kHeaderBytes = kShardHeaderInts * sizeof(int32_t);
-
-const char* const kShardKind = "an llm.c token shard";
-
-}  // namespace
 
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens,
                        bool force_u32) {
@@ -51,30 +45,55 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
     header[1] = u16 ? kShardVersionU16 : kShardVersionU32;
     header[2] = static_cast<int32_t>(tokens.size());
 
+    detail::write_atomically(path, [&](std::ofstream& out) {
+        out.write(reinterpret_cast<const char*>(header.data()),
+                  static_cast<std::streamsize>(detail::kShardHeaderBytes));
+        detail::write_tokens(out, tokens, u16);
+    });
+}
+
+namespace detail {
+
+void write_tokens(std::ofstream& out, const std::vector<uint32_t>& tokens, bool u16) {
+    if (!u16) {
+        out.write(reinterpret_cast<const char*>(tokens.data()),
+                  static_cast<std::streamsize>(tokens.size() * sizeof(uint32_t)));
+        return;
+    }
+    // Narrow in chunks so a large shard does not need a second full-size buffer.
+    constexpr size_t kChunk = 1 << 16;
+    std::vector<uint16_t> buf;
+    buf.reserve(kChunk);
+    for (size_t i = 0; i < tokens.size(); i += kChunk) {
+        const size_t n = std::min(kChunk, tokens.size() - i);
+        buf.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                   tokens.begin() + static_cast<std::ptrdiff_t>(i + n));
+        out.write(reinterpret_cast<const char*>(buf.data()),
+                  static_cast<std::streamsize>(n * sizeof(uint16_t)));
+    }
+}
+
+void read_tokens(std::ifstream& in, size_t count, uint64_t token_bytes, std::vector<uint32_t>& tokens) {
+    tokens.resize(count);
+    if (token_bytes == 2) {
+        std::vector<uint16_t> raw(count);
+        in.read(reinterpret_cast<char*>(raw.data()),
+                static_cast<std::streamsize>(raw.size() * sizeof(uint16_t)));
+        std::copy(raw.begin(), raw.end(), tokens.begin());
+    } else {
+        in.read(reinterpret_cast<char*>(tokens.data()),
+                static_cast<std::streamsize>(tokens.size() * sizeof(uint32_t)));
+    }
+}
+
+void write_atomically(const std::string& path, const std::function<void(std::ofstream&)>& write) {
     const std::string tmp = path + ".tmp";
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) {
             throw Error(str(tmp, ": cannot open for writing (", std::strerror(errno), ")"));
         }
-        out.write(reinterpret_cast<const char*>(header.data()),
-                  static_cast<std::streamsize>(kHeaderBytes));
-        if (u16) {
-            // Narrow in chunks so a large shard does not need a second full-size buffer.
-            constexpr size_t kChunk = 1 << 16;
-            std::vector<uint16_t> buf;
-            buf.reserve(kChunk);
-            for (size_t i = 0; i < tokens.size(); i += kChunk) {
-                const size_t n = std::min(kChunk, tokens.size() - i);
-                buf.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i),
-                           tokens.begin() + static_cast<std::ptrdiff_t>(i + n));
-                out.write(reinterpret_cast<const char*>(buf.data()),
-                          static_cast<std::streamsize>(n * sizeof(uint16_t)));
-            }
-        } else {
-            out.write(reinterpret_cast<const char*>(tokens.data()),
-                      static_cast<std::streamsize>(tokens.size() * sizeof(uint32_t)));
-        }
+        write(out);
         out.flush();
         if (!out) {
             throw Error(str(tmp, ": write failed (", std::strerror(errno), ")"));
@@ -87,7 +106,7 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
     }
 }
 
-std::vector<uint32_t> read_token_shard(const std::string& path, int vocab_size) {
+ShardFile open_shard(const std::string& path) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const fs::file_status st = fs::status(path, ec);
@@ -98,35 +117,55 @@ std::vector<uint32_t> read_token_shard(const std::string& path, int vocab_size) 
         throw InputError(str(path, ": is a directory (expected ", kShardKind, ")"));
     }
 
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    ShardFile f;
+    f.in.open(path, std::ios::binary);
+    if (!f.in) {
         throw InputError(str(path, ": cannot open (", std::strerror(errno), ")"));
     }
+    std::ifstream& in = f.in;
     in.seekg(0, std::ios::end);
     const std::streamoff end = in.tellg();
     in.seekg(0, std::ios::beg);
     if (end < 0 || !in) {
         throw InputError(str(path, ": cannot determine the file size (expected ", kShardKind, ")"));
     }
-    const uint64_t file_bytes = static_cast<uint64_t>(end);
-    if (file_bytes == 0) {
+    f.file_bytes = static_cast<uint64_t>(end);
+    if (f.file_bytes == 0) {
         throw InputError(str(path, ": empty file (expected ", kShardKind, ")"));
     }
-    if (file_bytes < kHeaderBytes) {
-        throw InputError(str(path, ": ", file_bytes, " bytes, shorter than the ", kHeaderBytes,
+    if (f.file_bytes < kShardHeaderBytes) {
+        throw InputError(str(path, ": ", f.file_bytes, " bytes, shorter than the ", kShardHeaderBytes,
                              "-byte header of ", kShardKind, " (truncated?)"));
     }
 
-    std::vector<int32_t> header(kShardHeaderInts);
-    in.read(reinterpret_cast<char*>(header.data()), static_cast<std::streamsize>(kHeaderBytes));
+    f.header.resize(kShardHeaderInts);
+    in.read(reinterpret_cast<char*>(f.header.data()), static_cast<std::streamsize>(kShardHeaderBytes));
     if (!in) {
         throw InputError(str(path, ": cannot read the header"));
     }
-    if (header[0] != kShardMagic) {
-        throw InputError(str(path, ": bad magic ", header[0], " (expected ", kShardMagic, ", ",
+    if (f.header[0] != kShardMagic) {
+        throw InputError(str(path, ": bad magic ", f.header[0], " (expected ", kShardMagic, ", ",
                              kShardKind, ")"));
     }
+    return f;
+}
+
+}  // namespace detail
+
+int32_t read_shard_version(const std::string& path) { return detail::open_shard(path).header[1]; }
+
+std::vector<uint32_t> read_token_shard(const std::string& path, int vocab_size) {
+    detail::ShardFile f = detail::open_shard(path);
+    std::ifstream& in = f.in;
+    const std::vector<int32_t>& header = f.header;
+    const uint64_t file_bytes = f.file_bytes;
+    constexpr uint64_t kHeaderBytes = detail::kShardHeaderBytes;
     const int32_t version = header[1];
+    if (version == kShardVersionExamples) {
+        throw InputError(str(path, ": an example shard (version ", version,
+                             ", written by zt-prepare --format jsonl), not a token stream "
+                             "(expected version ", kShardVersionU16, " or ", kShardVersionU32, ")"));
+    }
     if (version != kShardVersionU16 && version != kShardVersionU32) {
         throw InputError(str(path, ": unsupported version ", version, " (expected ",
                              kShardVersionU16, " for uint16 tokens or ", kShardVersionU32,
@@ -150,16 +189,8 @@ std::vector<uint32_t> read_token_shard(const std::string& path, int vocab_size) 
                              " bytes with the header) but the file has ", file_bytes, " bytes"));
     }
 
-    std::vector<uint32_t> tokens(static_cast<size_t>(count));
-    if (version == kShardVersionU16) {
-        std::vector<uint16_t> raw(static_cast<size_t>(count));
-        in.read(reinterpret_cast<char*>(raw.data()),
-                static_cast<std::streamsize>(raw.size() * sizeof(uint16_t)));
-        std::copy(raw.begin(), raw.end(), tokens.begin());
-    } else {
-        in.read(reinterpret_cast<char*>(tokens.data()),
-                static_cast<std::streamsize>(tokens.size() * sizeof(uint32_t)));
-    }
+    std::vector<uint32_t> tokens;
+    detail::read_tokens(in, static_cast<size_t>(count), token_bytes, tokens);
     if (!in) {
         throw InputError(str(path, ": read failed after the header (file changed while reading?)"));
     }
@@ -273,6 +304,23 @@ void BatchSampler::fill(uint64_t first, int count, int32_t* inputs, int32_t* tar
     }
 }
 
+void epoch_permutation(uint64_t seed, uint64_t epoch, std::vector<uint32_t>& perm) {
+    const size_t n = perm.size();
+    std::iota(perm.begin(), perm.end(), 0u);
+    if (n < 2) {
+        return;
+    }
+    // The epoch is mixed into the seed (not the counter), so epochs draw from unrelated
+    // sequences; the permutation is a pure function of (seed, epoch).
+    const uint64_t epoch_seed = seed ^ mix64(epoch ^ 0x5eed0fe90c4ull);
+    for (size_t i = n - 1; i > 0; --i) {
+        const uint64_t r = random_bits(epoch_seed, static_cast<uint64_t>(RandomStream::kData), i);
+        // Lemire's multiply-shift maps r to [0, i] with bias < 2^-32 for n < 2^32.
+        const size_t j = static_cast<size_t>((static_cast<unsigned __int128>(r) * (i + 1)) >> 64);
+        std::swap(perm[i], perm[j]);
+    }
+}
+
 const std::vector<uint32_t>& BatchSampler::permutation(uint64_t epoch) const {
     const size_t n = m_data.num_windows();
     // The size check also covers the sentinel epoch UINT64_MAX before the first fill.
@@ -280,16 +328,7 @@ const std::vector<uint32_t>& BatchSampler::permutation(uint64_t epoch) const {
         return m_perm;
     }
     m_perm.resize(n);
-    std::iota(m_perm.begin(), m_perm.end(), 0u);
-    // The epoch is mixed into the seed (not the counter), so epochs draw from unrelated
-    // sequences; the permutation is a pure function of (seed, epoch).
-    const uint64_t epoch_seed = m_seed ^ mix64(epoch ^ 0x5eed0fe90c4ull);
-    for (size_t i = n - 1; i > 0; --i) {
-        const uint64_t r = random_bits(epoch_seed, static_cast<uint64_t>(RandomStream::kData), i);
-        // Lemire's multiply-shift maps r to [0, i] with bias < 2^-32 for n < 2^32.
-        const size_t j = static_cast<size_t>((static_cast<unsigned __int128>(r) * (i + 1)) >> 64);
-        std::swap(m_perm[i], m_perm[j]);
-    }
+    epoch_permutation(m_seed, epoch, m_perm);
     m_cached_epoch = epoch;
     return m_perm;
 }

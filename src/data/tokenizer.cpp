@@ -98,6 +98,9 @@ class ByteTokenizer final : public Tokenizer {
     std::string type() const override { return "byte"; }
     int vocab_size() const override { return kByteVocab; }
     uint32_t eot() const override { return kByteEot; }
+    std::optional<uint32_t> special_token(const std::string& text) const override {
+        return text == "<|endoftext|>" ? std::optional<uint32_t>(kByteEot) : std::nullopt;
+    }
 
     std::vector<uint32_t> encode(const std::string& text) const override {
         std::vector<uint32_t> out(text.size());

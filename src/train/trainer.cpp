@@ -262,6 +262,16 @@ void describe_run(StepReporter& reporter, const Config& cfg, const TrainSetup& s
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
 }
 
+/// Ranks agree at the step boundary on a pending stop signal, so all save together, and on
+/// whether every rank's background write has finished, so all take its outcome (or its
+/// failure) at the same step. Returns the agreed signal (0: none).
+double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver, Communicator& comm) {
+    double flags[2] = {signals.pending(), saver.writing() ? 1.0 : 0.0};
+    comm.all_reduce_scalars(flags, 2, ReduceOp::kMax);
+    if (flags[1] == 0) saver.collect_finished();
+    return flags[0];
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& options) {
@@ -341,13 +351,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
             record_evaluation(evaluator.evaluate(done), summary);
         }
         evaluator.evaluate_tasks(done);
-        // Ranks agree at the step boundary on a pending stop signal, so all save together,
-        // and on whether every rank's background write has finished, so all take its
-        // outcome (or its failure) at the same step.
-        double flags[2] = {signals.pending(), saver.writing() ? 1.0 : 0.0};
-        comm.all_reduce_scalars(flags, 2, ReduceOp::kMax);
-        const double stop = flags[0];
-        if (flags[1] == 0) saver.collect_finished();
+        const double stop = agree_at_step_boundary(signals, saver, comm);
         if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
         if (stop > 0) {
             saver.finish();

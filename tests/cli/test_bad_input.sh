@@ -122,6 +122,36 @@ printf '%s\n{"ctx": "a", "endings": ["b", "c"], "label": 0\n' "$good_line" > "$f
 printf '%s\n{"ctx": "a", "endings": ["b", "c"], "label": 7}\n' "$good_line" > "$fix/tasks/label.jsonl"
 # zt-prepare output that already exists: a failed prepare must not touch it.
 prep_out="$fix/data"
+# JSON Lines fine-tuning inputs: one bad line each, after a good one (outside the fixtures:
+# read, never written). chat_tiny's tokenizer holds both chat templates' special tokens.
+jl="$work/jsonl"
+mkdir -p "$jl"
+jl_good='{"prompt": "2+2=", "completion": " 4"}'
+printf '%s
+{"prompt": "a", "completion": "b"
+' "$jl_good" > "$jl/not_json.jsonl"
+printf '%s
+
+{"prompt": "a"}
+' "$jl_good" > "$jl/missing_key.jsonl"
+printf '%s
+{"prompt": "a", "completion": 4}
+' "$jl_good" > "$jl/wrong_type.jsonl"
+printf '%s
+{"prompt": "a", "completion": ""}
+' "$jl_good" > "$jl/empty_completion.jsonl"
+printf '%s
+' '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}' \
+  '{"messages": [{"role": "robot", "content": "q"}, {"role": "assistant", "content": "a"}]}' > "$jl/unknown_role.jsonl"
+printf '%s
+{"prompt": "%s", "completion": "b"}
+' "$jl_good" "$(printf 'x%.0s' $(seq 1 80))" > "$jl/too_long.jsonl"
+printf '%s
+' '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}' > "$jl/chat.jsonl"
+printf '%s
+' "$jl_good" > "$jl/good.jsonl"
+chat_tok="$SRC/tests/data/chat_tiny/tokenizer.json"
+"$BIN/zt-prepare" --input "$jl/good.jsonl" --output "$work/exdata" > /dev/null || setup_fail "zt-prepare (jsonl)"
 
 # A pristine copy: a case that changed a fixture gets it restored, so the cases stay independent.
 cp -a "$fix" "$work/pristine"
@@ -287,6 +317,8 @@ t data.val_bad_magic    "data.val: .*magic/train.bin: bad magic [0-9]+ \(expecte
   "${Z[@]}" --data.val="$bad/magic/train.bin"
 t data.too_few_tokens   "data.train: .*holds 10 tokens.*window of seq_len\+1 = 33" \
   "${ZD[@]}" --data.train="$bad/short/train.bin"
+t data.example_shard    "data.train: .*exdata/train_000000.bin: an example shard \(version 3, written by zt-prepare --format jsonl\), not a token stream" \
+  "${ZD[@]}" --data.train="$work/exdata/train_*.bin"
 t data.tokenizer_json   "tokjson/tokenizer.json: not valid JSON" "${ZD[@]}" --data.train="$bad/tokjson/train.bin"
 t data.tokenizer_missing "data.tokenizer: cannot read '$fix/data/nope.json'" \
   "${Z[@]}" --data.tokenizer="$fix/data/nope.json"
@@ -335,6 +367,32 @@ t prepare.val_fraction  "--val-fraction.*1.5.*\[0, 1\)" \
   "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --val-fraction 1.5
 t prepare.gpt2_no_vocab "gpt2.*--vocab" "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --tokenizer gpt2
 t prepare.no_output     "--output" "$BIN/zt-prepare" --input "$work/text.txt"
+t prepare.jsonl_not_json "not_json.jsonl:2: not valid JSON \(column 34: syntax error" \
+  "$BIN/zt-prepare" --input "$jl/not_json.jsonl" --output "$prep_out"
+t prepare.jsonl_missing_key "missing_key.jsonl:3: missing key \"completion\"" \
+  "$BIN/zt-prepare" --input "$jl/missing_key.jsonl" --output "$prep_out"
+t prepare.jsonl_wrong_type "wrong_type.jsonl:2: completion: expected a string, found number" \
+  "$BIN/zt-prepare" --input "$jl/wrong_type.jsonl" --output "$prep_out"
+t prepare.jsonl_empty_completion "empty_completion.jsonl:2: completion: empty completion" \
+  "$BIN/zt-prepare" --input "$jl/empty_completion.jsonl" --output "$prep_out"
+t prepare.jsonl_unknown_role "unknown_role.jsonl:2: messages\[0\].role: unknown role \"robot\" \(expected system, user or assistant\)" \
+  "$BIN/zt-prepare" --input "$jl/unknown_role.jsonl" --output "$prep_out" --tokenizer "$chat_tok"
+t prepare.jsonl_too_long "too_long.jsonl:2: an example of 83 tokens, longer than --max-tokens 64" \
+  "$BIN/zt-prepare" --input "$jl/too_long.jsonl" --output "$prep_out" --max-tokens 64
+t prepare.jsonl_forced_layout "good.jsonl:1: a prompt/completion record, expected the chat layout" \
+  "$BIN/zt-prepare" --input "$jl/good.jsonl" --output "$prep_out" --format jsonl:chat --tokenizer "$chat_tok"
+t prepare.jsonl_mixed   "--input: 1 of 2 input files are named \*.jsonl: give --format jsonl" \
+  "$BIN/zt-prepare" --input "$jl/good.jsonl" "$work/text.txt" --output "$prep_out"
+t prepare.bad_format    "--format: 'csv' is not text, jsonl" \
+  "$BIN/zt-prepare" --input "$jl/good.jsonl" --output "$prep_out" --format csv
+t prepare.chat_template_unknown "--chat-template: unknown chat template 'zephyr' \(supported: llama3, chatml\)" \
+  "$BIN/zt-prepare" --input "$jl/chat.jsonl" --output "$prep_out" --chat-template zephyr
+t prepare.chat_no_template "chat records .*give --chat-template llama3 or chatml" \
+  "$BIN/zt-prepare" --input "$jl/chat.jsonl" --output "$prep_out"
+t prepare.chat_missing_token "chat template llama3: the tokenizer \(byte, vocab_size 257\) has no special token '<\|begin_of_text\|>'" \
+  "$BIN/zt-prepare" --input "$jl/chat.jsonl" --output "$prep_out" --chat-template llama3
+t prepare.text_with_jsonl_options "--skip-bad and --max-tokens apply to JSON Lines input only" \
+  "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --skip-bad
 
 # -- zt-consolidate
 t consolidate.missing   "$fix/nope: no such checkpoint directory" "$BIN/zt-consolidate" "$fix/nope" --output "$out/m.h5"

@@ -213,5 +213,16 @@ int main(int argc, char** argv) {
         put(h, "llama_f16", hf_dir_seed(llama, zt::DType::kF16, 0, tmp + "/hf_llama_f16"));
         put(h, "llama_f32_3_shards", hf_dir_seed(llama, zt::DType::kF32, 3, tmp + "/hf_llama_f32"));
     }
+    // ---- JSON Lines fine-tuning examples (fuzz_jsonl): each layout, and bad lines ----
+    {
+        const fs::path d = out / "fuzz_jsonl";
+        put(d, "text.jsonl", "{\"text\": \"hello world\"}\n{\"text\": \"caf\\u00e9 <|eot_id|>\", \"id\": 3}\n");
+        put(d, "prompt.jsonl", "{\"prompt\": \"2+2=\", \"completion\": \" 4\"}\n{\"prompt\": \"\", \"completion\": \"x\"}\n");
+        put(d, "chat.jsonl",
+            "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+            "\"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \" Hello! \"}]}\n");
+        put(d, "bad.jsonl",
+            "{\"text\": 1}\n\n{\"prompt\": \"p\"}\n[1]\n{\"messages\": [{\"role\": \"tool\", \"content\": \"\"}]}\n{\"text\"\n");
+    }
     return 0;
 }

@@ -41,14 +41,14 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 artifacts="$build/fuzz-artifacts"
 mkdir -p "$artifacts"
 status=0
-for target in fuzz_token_shard fuzz_tokenizer fuzz_checkpoint_meta fuzz_safetensors fuzz_hf_dir; do
+for target in fuzz_token_shard fuzz_tokenizer fuzz_checkpoint_meta fuzz_safetensors fuzz_hf_dir fuzz_jsonl; do
   max_len=4096
   dict=()
   case "$target" in
     fuzz_checkpoint_meta|fuzz_safetensors|fuzz_hf_dir) max_len=16384 ;;
   esac
   case "$target" in
-    fuzz_tokenizer|fuzz_checkpoint_meta|fuzz_safetensors|fuzz_hf_dir) dict=(-dict=tests/fuzz/json.dict) ;;
+    fuzz_tokenizer|fuzz_checkpoint_meta|fuzz_safetensors|fuzz_hf_dir|fuzz_jsonl) dict=(-dict=tests/fuzz/json.dict) ;;
   esac
   # New inputs go to a scratch corpus; the committed seeds stay untouched.
   work="$build/fuzz-work/$target"

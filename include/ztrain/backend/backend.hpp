@@ -199,6 +199,13 @@ class Backend {
     /// that share it); scratch holds at least attention_scratch_floats(B, T, NH) floats.
     virtual void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                         const float* att, int B, int T, int NH, int NKV, int hs) = 0;
+    /// gqa_attention_forward with a block-diagonal causal mask: query t of row b attends to
+    /// keys [attend_from[b*T + t], t] only (attend_from: (B, T) int32 host memory, each
+    /// value in [0, t]), so examples packed into one row never see each other. att is zero
+    /// outside that range, so gqa_attention_backward of this att is the masked gradient.
+    /// Default: refuses (a backend without it cannot train on packed examples).
+    virtual void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
+                                                 int B, int T, int NH, int NKV, int hs);
     /// Scratch floats of (gqa_)attention_backward for NH query heads, whatever NKV and hs.
     virtual size_t attention_scratch_floats(int B, int T, int NH) const = 0;
 

@@ -96,6 +96,10 @@ class ForwardingBackend : public Backend {
                               int NKV, int hs) override {
         m_inner.gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs);
     }
+    void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
+                                         int B, int T, int NH, int NKV, int hs) override {
+        m_inner.gqa_attention_forward_segmented(out, att, qkv, attend_from, B, T, NH, NKV, hs);
+    }
     size_t attention_scratch_floats(int B, int T, int NH) const override {
         return m_inner.attention_scratch_floats(B, T, NH);
     }

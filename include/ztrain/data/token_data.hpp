@@ -62,6 +62,10 @@ class TokenDataset {
     int m_seq_len;
 };
 
+/// Fills perm (of its size n) with the shuffle of 0..n-1 for (seed, epoch): the order
+/// BatchSampler visits windows in, and ExampleRows examples.
+void epoch_permutation(uint64_t seed, uint64_t epoch, std::vector<uint32_t>& perm);
+
 /// Deterministic order over a dataset's windows: a pure function of (seed, sample index).
 /// Not thread-safe: it caches the current epoch's permutation (use one sampler per thread).
 class BatchSampler {

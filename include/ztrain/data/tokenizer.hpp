@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,13 @@ class Tokenizer {
     /// samples from it. End-of-text for byte and gpt2 (llm.c's convention); for hf, the
     /// tokenizer's BOS when it has one (Llama 3's <|begin_of_text|>), else its end-of-text.
     virtual uint32_t eot() const = 0;
+    /// The token that ends a text (what a model learns to emit to stop): eot() for byte and
+    /// gpt2; for hf, the end-of-sequence token (Llama 3's <|end_of_text|>), else eot().
+    virtual uint32_t end_of_text() const { return eot(); }
+    /// The id of a special token given by its text (e.g. "<|eot_id|>"): an added token of a
+    /// tokenizer.json (or its vocabulary entry); "<|endoftext|>" for byte and gpt2. Empty
+    /// when the tokenizer has no such token.
+    virtual std::optional<uint32_t> special_token(const std::string& text) const = 0;
     virtual std::vector<uint32_t> encode(const std::string& text) const = 0;
     /// Decodes tokens to UTF-8 bytes (invalid sequences are passed through as bytes).
     /// A token >= vocab_size() throws zt::Error.

@@ -97,7 +97,7 @@ size_t attention_scratch_floats(int T, int threads) {
 }
 
 void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV, int hs,
-                           int threads) {
+                           int threads, const int32_t* attend_from) {
     const AttentionLayout lay = attention_layout(NH, NKV, hs);
     const float scale = 1.f / std::sqrt(static_cast<float>(hs));
     const int units = B * NH;
@@ -119,8 +119,21 @@ void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int 
             sgemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<size_t>(r0) * W, W, k, W, 0.f,
                   p + static_cast<size_t>(r0) * T, T);
         }
-        for (int t = 0; t < T; ++t) {
-            causal_softmax_row_kernel(p + static_cast<size_t>(t) * T, t + 1, T);
+        if (attend_from == nullptr) {
+            for (int t = 0; t < T; ++t) {
+                causal_softmax_row_kernel(p + static_cast<size_t>(t) * T, t + 1, T);
+            }
+        } else {
+            // Block-diagonal: the softmax runs over keys [from, t] and the keys before
+            // `from` get probability 0, so the products below (and backward, which reads
+            // att) see exactly the example's own keys.
+            const int32_t* from = attend_from + static_cast<size_t>(b) * T;
+            for (int t = 0; t < T; ++t) {
+                float* row = p + static_cast<size_t>(t) * T;
+                const int f = std::clamp(static_cast<int>(from[t]), 0, t);
+                causal_softmax_row_kernel(row + f, t + 1 - f, T - f);
+                std::fill(row, row + f, 0.f);
+            }
         }
         // O = P V, same blocks (P is zero past the diagonal).
         for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {

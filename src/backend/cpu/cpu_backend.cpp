@@ -216,6 +216,12 @@ class CpuBackend final : public Backend {
         cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads);
     }
 
+    void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
+                                         int B, int T, int NH, int NKV, int hs) override {
+        ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from");
+        cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads, attend_from);
+    }
+
     void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
                               int NKV, int hs) override {
         cpu::gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs, m_threads);

@@ -94,9 +94,10 @@ void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& s
 /// Floats of backward scratch for a team of `threads`: per thread dP -> dS (T, T) and one
 /// diagonal block of P.
 size_t attention_scratch_floats(int T, int threads);
-/// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH).
+/// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH); with
+/// attend_from (B, T), query t attends to keys [attend_from[b*T + t], t] only.
 void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV, int hs,
-                           int threads);
+                           int threads, const int32_t* attend_from = nullptr);
 void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                             int B, int T, int NH, int NKV, int hs, int threads);
 /// Inference attention of n new rows over a key/value cache (Backend::gqa_attention_cached).

@@ -1,0 +1,209 @@
+// Fine-tuning examples: JSON Lines records in three layouts, the chat templates that render
+// them into tokens with a per-token target mask, and the example shards that store them.
+//
+// An example is a token sequence plus, per token, whether it is a *target*: a token the
+// model is trained to predict from the tokens before it in the same example. Its first token
+// is never a target (nothing precedes it). Layouts:
+//   {"text": T}                          [separator] T [end]             targets: T, end
+//   {"prompt": P, "completion": C}       [separator] P C [end]           targets: C, end
+//   {"messages": [{"role", "content"}]}  the chat template's rendering   targets: each
+//                                        assistant turn's content and its end-of-turn token
+// where separator is Tokenizer::eot() (the document separator zt-prepare puts before every
+// pretraining document) and end is Tokenizer::end_of_text(). Prompt and completion are
+// tokenized separately, so the mask boundary falls exactly between them.
+//
+// Example shard (version 3 of the llm.c-style header):
+//   header[0] = 20240520, header[1] = 3, header[2] = token count N, header[3] = example
+//   count E, header[4] = bytes per token (2 or 4); every other header word is 0.
+//   Then N tokens (uint16 or uint32), N target bytes (0 or 1), and E + 1 uint32 example
+//   starts (0 first, N last, strictly increasing): example e is [starts[e], starts[e+1]).
+// Versions 1 and 2 (token_data.hpp) are unchanged; a pretraining reader rejects version 3
+// with a message that says what the file is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ztrain/data/tokenizer.hpp"
+
+namespace zt {
+
+constexpr int32_t kShardVersionExamples = 3;
+
+/// Examples stored back to back: example e is tokens/target [starts[e], starts[e+1]).
+struct ExampleSet {
+    std::vector<uint32_t> tokens;
+    std::vector<uint8_t> target;      ///< 1 where the token is a target
+    std::vector<uint64_t> starts{0};  ///< num_examples() + 1 entries
+
+    size_t num_examples() const { return starts.size() - 1; }
+    size_t length(size_t e) const { return static_cast<size_t>(starts[e + 1] - starts[e]); }
+    /// Appends one example (tokens and target have the same, non-zero size).
+    void append(const std::vector<uint32_t>& example_tokens, const std::vector<uint8_t>& example_target);
+    /// Appends example e of `other`.
+    void append_from(const ExampleSet& other, size_t e);
+    /// Number of target tokens in the whole set.
+    size_t num_targets() const;
+};
+
+/// Writes an example shard (version 3), uint16 tokens unless force_u32 or a token needs 32
+/// bits. PATH.tmp then rename, like write_token_shard.
+void write_example_shard(const std::string& path, const ExampleSet& examples, bool force_u32 = false);
+
+/// Reads and validates an example shard: header, sizes against the file size before any
+/// allocation, target bytes 0/1, starts, tokens < vocab_size (when > 0), and that the first
+/// token of every example is not a target. Throws InputError naming the file.
+ExampleSet read_example_shard(const std::string& path, int vocab_size);
+
+/// The version word of a token or example shard (after checking the magic); InputError
+/// naming the file when it is not one.
+int32_t read_shard_version(const std::string& path);
+
+/// JSON Lines layouts; kAuto decides per line from the keys present.
+enum class JsonlLayout { kAuto, kText, kPrompt, kChat };
+
+/// "text", "prompt/completion", "chat" (for messages).
+const char* layout_name(JsonlLayout layout);
+
+struct ChatMessage {
+    std::string role;  ///< system, user or assistant
+    std::string content;
+};
+
+/// One parsed line: exactly the fields its layout uses.
+struct JsonlRecord {
+    JsonlLayout layout = JsonlLayout::kText;
+    std::string text;
+    std::string prompt;
+    std::string completion;
+    std::vector<ChatMessage> messages;
+};
+
+/// Parses one JSON Lines line. On a bad line returns nothing and sets `reason` (not JSON,
+/// not an object, missing key, wrong type, empty text/completion, unknown role, no
+/// assistant turn, keys of two layouts). `expected` (when not kAuto) is the layout the
+/// line must have. Keys other than the layout's are ignored.
+std::optional<JsonlRecord> parse_jsonl_line(std::string_view line, JsonlLayout expected, std::string& reason);
+
+/// The built-in chat templates.
+enum class ChatTemplate { kLlama3, kChatml };
+
+/// "llama3" or "chatml"; InputError naming `key` and the supported names otherwise.
+ChatTemplate parse_chat_template(const std::string& name, const std::string& key);
+const char* chat_template_name(ChatTemplate tmpl);
+
+/// The built-in template a Hugging Face tokenizer_config.json's `chat_template` is,
+/// recognised by its special tokens; nothing when the file has no chat_template or it is
+/// neither. Throws InputError naming the file when it is not valid JSON.
+std::optional<ChatTemplate> detect_chat_template(const std::string& tokenizer_config_path);
+
+/// Renders records into examples with a tokenizer (and, for chat records, a template).
+class ExampleRenderer {
+  public:
+    /// With a template, every special token it uses must exist in the tokenizer: an
+    /// InputError names the template and the missing token.
+    ExampleRenderer(const Tokenizer& tok, std::optional<ChatTemplate> tmpl);
+
+    /// Appends the rendering of `record` to tokens/target (cleared first). A chat record
+    /// needs the template (ZT_REQUIRE: the caller checks before rendering).
+    void render(const JsonlRecord& record, std::vector<uint32_t>& tokens, std::vector<uint8_t>& target) const;
+
+  private:
+    void render_chat(const JsonlRecord& record, std::vector<uint32_t>& tokens, std::vector<uint8_t>& target) const;
+
+    const Tokenizer& m_tok;
+    std::optional<ChatTemplate> m_template;
+    // The template's special tokens (llama3: begin, header start/end, end of turn;
+    // chatml: turn start, end of turn).
+    uint32_t m_begin = 0;
+    uint32_t m_header_start = 0;
+    uint32_t m_header_end = 0;
+    uint32_t m_end_of_turn = 0;
+};
+
+/// data.packing: how examples are laid into rows of seq_len input positions.
+enum class Packing {
+    kPack,  ///< whole examples, first-fit in arrival order, several per row
+    kPad,   ///< one example per row; a micro-batch is as long as its longest example
+};
+
+/// data.overlong: an example that needs more than seq_len input positions.
+enum class Overlong { kError, kTruncate, kDrop };
+
+/// The examples of one or many example shards, ready for rows of seq_len input positions.
+/// An example of n tokens needs n - 1 positions (inputs tokens[0..n-1), targets tokens[1..n)),
+/// so it fits when n - 1 <= seq_len.
+class ExampleDataset {
+  public:
+    /// `key` names the config key in error messages (data.train, data.val). An overlong
+    /// example is an InputError naming its index and length (kError), is cut to seq_len + 1
+    /// tokens (kTruncate), or is left out (kDrop). An example left without a target (one
+    /// token, or a truncation that cut every target off) is left out and counted.
+    ExampleDataset(const std::string& pattern, const std::string& key, int vocab_size, int seq_len,
+                   Overlong overlong);
+
+    const ExampleSet& examples() const { return m_examples; }
+    int seq_len() const { return m_seq_len; }
+    size_t truncated() const { return m_truncated; }
+    size_t dropped() const { return m_dropped; }
+    size_t without_targets() const { return m_without_targets; }
+    const std::vector<std::string>& files() const { return m_files; }
+
+  private:
+    void add(const ExampleSet& shard, size_t e, size_t global_index, const std::string& key, Overlong overlong);
+
+    std::vector<std::string> m_files;
+    ExampleSet m_examples;
+    int m_seq_len;
+    size_t m_truncated = 0;
+    size_t m_dropped = 0;
+    size_t m_without_targets = 0;
+};
+
+/// A micro-batch of rows: (rows, T) row-major, T = seq_len when packing, the longest
+/// example's positions when padding (dynamic padding).
+struct RowBatch {
+    int rows = 0;
+    int T = 0;
+    std::vector<int32_t> inputs;
+    std::vector<int32_t> targets;        ///< the next token where it is a target, else -1
+    std::vector<int32_t> positions;      ///< position within the example (restarts at 0)
+    std::vector<int32_t> segment_start;  ///< first position of the row this token may attend to
+    size_t num_targets = 0;              ///< targets >= 0
+    size_t num_tokens = 0;               ///< positions holding a real token (not padding)
+};
+
+/// Rows of examples in an order that is a pure function of (seed, epoch), whatever the
+/// world size: global row g of the run is row g - (rows of earlier epochs) of its epoch.
+/// Each epoch visits every example exactly once. Not thread-safe (caches one epoch).
+class ExampleRows {
+  public:
+    ExampleRows(const ExampleDataset& data, Packing packing, uint64_t seed, bool shuffle);
+
+    /// Rows of epoch e (pack: depends on the epoch's order; pad: the example count).
+    size_t rows_in_epoch(uint64_t epoch) const;
+    /// The epoch global row g belongs to, and g's row within it.
+    std::pair<uint64_t, size_t> locate(uint64_t g) const;
+    /// Example indices of row r of epoch e, in position order.
+    const std::vector<uint32_t>& row(uint64_t epoch, size_t r) const;
+    /// Fills `count` consecutive global rows starting at `first`.
+    void fill(uint64_t first, int count, RowBatch& batch) const;
+
+  private:
+    void build_epoch(uint64_t epoch) const;
+
+    const ExampleDataset& m_data;
+    Packing m_packing;
+    uint64_t m_seed;
+    bool m_shuffle;
+    mutable uint64_t m_cached_epoch = UINT64_MAX;
+    mutable std::vector<std::vector<uint32_t>> m_rows;   // the cached epoch's rows
+    mutable std::vector<uint64_t> m_epoch_end{};         // cumulative rows after each epoch
+};
+
+}  // namespace zt
