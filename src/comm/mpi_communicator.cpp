@@ -92,12 +92,6 @@ Placement place(MPI_Comm comm) {
     return p;
 }
 
-bool mpi_thread_multiple() {
-    int provided = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&provided);
-    return provided >= MPI_THREAD_MULTIPLE;
-}
-
 class MpiCommunicator final : public Communicator {
   public:
     MpiCommunicator(MPI_Comm comm, const Placement& p, bool progress_thread)
@@ -295,6 +289,12 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+bool mpi_thread_multiple() {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    return provided >= MPI_THREAD_MULTIPLE;
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, bool progress_thread) {
     return std::make_unique<MpiCommunicator>(comm, place(comm), progress_thread);

@@ -46,13 +46,6 @@ int test_write_delay_ms() {
     return v ? std::atoi(v) : 0;
 }
 
-/// Whether MPI lets a second thread make calls while the training thread makes its own.
-bool mpi_thread_multiple() {
-    int provided = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&provided);
-    return provided >= MPI_THREAD_MULTIPLE;
-}
-
 /// Step times the pace is taken from: the median of the last this many (an odd count, so
 /// the median is one of them; a few slow steps, an evaluation's, do not move it).
 constexpr size_t kStepWindow = 15;

@@ -205,6 +205,10 @@ class Communicator {
 /// MPI over host buffers. `comm` is duplicated, so ztrain's traffic never matches a user's
 /// messages. MPI_COMM_NULL gives a one-rank communicator that never calls MPI (tools, unit
 /// tests without MPI_Init).
+/// Whether MPI lets a second thread make calls while the training thread makes its own
+/// (MPI_THREAD_MULTIPLE): the progress engine and background checkpoint writes need it.
+bool mpi_thread_multiple();
+
 /// `progress_thread`: started collectives run in the process's progress engine (a
 /// communication thread, src/comm/progress_engine.hpp) while the caller computes, instead of
 /// when waited for; ignored (off) for one rank or without MPI_THREAD_MULTIPLE.
