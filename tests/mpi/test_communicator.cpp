@@ -71,9 +71,9 @@ TEST(MpiCommThread, StartedReductionsAreTheBlockingOnesBitForBit) {
 // Rank 0 computes (sleeps) for 1 s after starting three collectives; the others wait at
 // once. With the communication thread every collective finishes while rank 0 computes: its
 // collectives had finished before it waited (the engine's own record), and the other ranks
-// waited less than the 1 s (bound 0.9 s: 4 ranks on 2 loaded cores took up to 0.8 s for
-// 4 MiB blocks, hence 256 KiB ones and the long compute). Without progress during compute
-// the others would wait the whole 1 s and rank 0 would find nothing finished.
+// waited less than the 1 s (bound 0.9 s, with small blocks and a long compute: several ranks
+// oversubscribing loaded cores slow the copies a lot). Without progress during compute the
+// others would wait the whole 1 s and rank 0 would find nothing finished.
 TEST(MpiCommThread, StartedCollectivesFinishWhileARankComputes) {
     std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD, true);
     const int N = comm->size();
