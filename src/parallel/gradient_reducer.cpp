@@ -63,6 +63,10 @@ float* GradientReducer::grads(int unit) {
     if (!m_ctx.plan.policy().grads_sharded && m_ctx.work == DType::kF32) return static_cast<float*>(m_grads[static_cast<size_t>(unit)]);
     auto it = m_scratch.find(unit);
     if (it != m_scratch.end()) return it->second;
+    // The unit's reduction from the previous micro-step may still be in flight (it was left
+    // to run through this micro-step's forward): its result must land in the shard before
+    // this one's, and its scratch is given back for this one to take.
+    complete_through(unit);
     const size_t n = m_ctx.shard(unit).padded_numel;
     float* buf = static_cast<float*>(m_ctx.pool.take(n * sizeof(float)));
     m_ctx.backend.zero(buf, n);
@@ -248,6 +252,17 @@ void GradientReducer::complete(InFlight& f) {
     if (f.kind == InFlight::kReduceScatter && f.last && m_ctx.replica.size() > 1) start_replica_reduction(f.unit);
 }
 
+void GradientReducer::complete_through(int unit) {
+    size_t n = 0;
+    for (size_t i = 0; i < m_in_flight.size(); ++i) {
+        if (m_in_flight[i].unit == unit) n = i + 1;
+    }
+    for (; n > 0; --n) {
+        complete(m_in_flight.front());
+        m_in_flight.pop_front();
+    }
+}
+
 void GradientReducer::complete_all() {
     while (!m_in_flight.empty()) {
         complete(m_in_flight.front());
@@ -273,7 +288,8 @@ void GradientReducer::zero() {
 }
 
 void GradientReducer::begin_micro_step(bool first, bool last) {
-    complete_all();
+    // Reductions of the previous micro-step keep running through this one's forward; each
+    // unit's is completed when backward needs the unit's gradient scratch again (grads).
     m_first_micro = first;
     m_last_micro = last;
 }

@@ -89,12 +89,21 @@ const float* ModelState::acquire(int unit) { return m_params.acquire(unit); }
 void ModelState::release(int unit) { m_params.release(unit); }
 void ModelState::prefetch(int unit) { m_params.prefetch(unit); }
 float* ModelState::grads(int unit) { return m_grads.grads(unit); }
-void ModelState::grads_done(int unit) { m_grads.grads_done(unit); }
+void ModelState::grads_done(int unit) {
+    m_grads.grads_done(unit);
+    // Unit 0's gradient is the last of a backward: after the step's last one, the held
+    // unit 0 is released by the model's release(0) that follows.
+    if (unit == 0 && m_last_micro) m_params.hold_first_unit(false);
+}
 bool ModelState::grads_need_zero(int unit) { return m_grads.grads_need_zero(unit); }
 
 // ---- the trainer's face ----
 void ModelState::zero_grads() { m_grads.zero(); }
-void ModelState::begin_micro_step(bool first, bool last) { m_grads.begin_micro_step(first, last); }
+void ModelState::begin_micro_step(bool first, bool last) {
+    m_grads.begin_micro_step(first, last);
+    m_last_micro = last;
+    m_params.hold_first_unit(true);
+}
 void ModelState::finish_grad_sync() { m_grads.finish(); }
 
 double ModelState::grad_sum_squares() {
@@ -127,6 +136,7 @@ void ModelState::optimizer_step(const AdamWStep& step) {
 }
 
 void ModelState::sync_working_from_master() {
+    m_params.hold_first_unit(false);
     m_params.wait_gathers();
     for (int u = 0; u < m_layout.num_units(); ++u) m_params.refresh_owned(u, m_optim.master_base(u));
     m_params.start_gathers();
@@ -200,6 +210,7 @@ void ModelState::snapshot_to_host(float* host, const float* src, size_t n) {
 }
 
 void ModelState::copy_from_host(float* dst, const float* host, size_t n) {
+    m_params.hold_first_unit(false);
     m_params.wait_gathers();
     m_backend.to_device(dst, host, n * sizeof(float));
 }

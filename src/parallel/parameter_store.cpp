@@ -99,6 +99,7 @@ const float* ParameterStore::acquire(int unit) {
 }
 
 void ParameterStore::release(int unit) {
+    if (unit == 0 && m_hold_first_unit) return;
     auto it = m_resident.find(unit);
     if (it == m_resident.end()) return;
     Resident& r = it->second;
@@ -107,6 +108,12 @@ void ParameterStore::release(int unit) {
     if (r.gathered != nullptr) m_ctx.pool.give(r.gathered, s.padded_numel * m_ctx.work_size());
     if (r.owns_compute) m_ctx.pool.give(r.compute, s.padded_numel * sizeof(float));
     m_resident.erase(it);
+}
+
+void ParameterStore::hold_first_unit(bool hold) {
+    if (m_hold_first_unit == hold) return;
+    m_hold_first_unit = hold;
+    if (!hold) release(0);
 }
 
 float* ParameterStore::fp32_base(int unit) {

@@ -110,13 +110,15 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     uint64_t P = 0;
     for (const auto& s : shards) P += s.padded_numel;
     const uint64_t ring = P * 4 * static_cast<uint64_t>(N - 1) / static_cast<uint64_t>(N);
+    // Unit 0 (embedding and tied head) stays gathered through a step: once per step at stage 3.
+    const uint64_t ring0 = shards[0].padded_numel * 4 * static_cast<uint64_t>(N - 1) / static_cast<uint64_t>(N);
     const uint64_t A = static_cast<uint64_t>(cfg.train.grad_accum);
     uint64_t want_ar = 0, want_rs = 0, want_ag = 0;
     switch (stage) {
         case 0: want_ar = 2 * ring; break;                       // one all-reduce per step
         case 1: want_rs = ring; want_ag = ring; break;            // once per step
         case 2: want_rs = A * ring; want_ag = ring; break;        // reduce-scatter every micro-step
-        case 3: want_rs = A * ring; want_ag = A * 2 * ring; break;  // gather fwd + bwd per micro-step
+        case 3: want_rs = A * ring; want_ag = A * 2 * (ring - ring0) + ring0; break;  // fwd + bwd per micro-step
     }
     if (me == 0) {
         const auto records = test::read_jsonl(dir.file("world/metrics.jsonl"));

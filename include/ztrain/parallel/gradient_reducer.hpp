@@ -12,7 +12,8 @@
 // Every reduction is started (non-blocking) and completed later: at most kMaxPooledInFlight
 // of those that hold pooled buffers (gradient scratch, wire-dtype copies, shard results) are
 // outstanding at once, so a reduction overlaps the backward of the next units without the
-// memory of the whole model's gradients in flight. begin_micro_step and finish complete the
+// memory of the whole model's gradients in flight. Those of one micro-step run on through the
+// next one's forward, completed when backward returns to their unit; finish completes the
 // rest. A 16-bit working dtype stores rounded gradients; backward writes fp32 scratch that
 // is accumulated into them (Backend::accumulate).
 #pragma once
@@ -85,6 +86,8 @@ class GradientReducer {
     void start(InFlight f);
     void complete(InFlight& f);
     void complete_all();
+    /// Completes, oldest first, every reduction up to the newest one of `unit`.
+    void complete_through(int unit);
     void start_bucket(const GradBucket& b);
     void start_unit_reduction(int unit);
     /// The owned shard of `unit` is final for this step: all-reduce it across the groups.

@@ -180,6 +180,7 @@ class ModelState : public UnitStore {
     Communicator& m_replica;  // the same shard in the other groups
     int m_rank;
     DType m_work;
+    bool m_last_micro = true;  // the current micro-step is the step's last
     DType m_reduce;
     ShardPlan m_plan;
     ScratchPool m_pool;       // declared before the parts, which give buffers back to it

@@ -32,6 +32,12 @@ class ParameterStore {
     const float* acquire(int unit);
     void release(int unit);
     void prefetch(int unit);
+    /// Within a training step the parameters do not change, and unit 0 (the token embedding
+    /// and tied head) is used first in every forward and held from the LM head to the end of
+    /// every backward. While `hold` is on, release(0) keeps it resident, so a step gathers it
+    /// once instead of twice per micro-step (what FSDP does for its root unit). Turning it
+    /// off releases it; the optimizer step does so before the parameters change.
+    void hold_first_unit(bool hold);
 
     // ---- around the optimizer ----
     /// fp32 only: base[e] is element e of the working copy (the master weights), valid for
@@ -68,6 +74,7 @@ class ParameterStore {
     StateContext m_ctx;
     std::vector<void*> m_params;          // full (stages 0-2) or shard (stage 3), work dtype
     std::map<int, Resident> m_resident;
+    bool m_hold_first_unit = false;
     std::vector<CommRequest> m_gathers;   // stages 1-2: per unit, since the optimizer step
 };
 
