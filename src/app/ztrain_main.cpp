@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
     // while the training thread makes its own; without MULTIPLE it falls back to
     // synchronous saves.
     int thread_level = MPI_THREAD_SINGLE;
+    zt::prefer_mpi_yield_when_idle();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
     int code = zt::kExitOk;
     try {

@@ -29,6 +29,7 @@
 #include <mpi.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -86,7 +87,8 @@ std::string mpi_line() {
         // MPI from a second thread.
         out += str(", world size ", size, ", thread level ",
                    provided >= MPI_THREAD_MULTIPLE ? "MULTIPLE (communication thread and async checkpoints available)"
-                                                   : "below MULTIPLE (no communication thread, synchronous checkpoints)");
+                                                   : "below MULTIPLE (no communication thread, synchronous checkpoints)",
+                   "; polling ", mpi_polling_description());
     } else {
         out += ", not initialised";
     }
@@ -197,6 +199,18 @@ std::string environment_report() {
        << "  memory:  " << memory_line() << "\n"
        << cuda_lines();
     return os.str();
+}
+
+namespace {
+constexpr const char* kYieldVariable = "OMPI_MCA_mpi_yield_when_idle";
+}  // namespace
+
+void prefer_mpi_yield_when_idle() { setenv(kYieldVariable, "1", /*overwrite=*/0); }
+
+std::string mpi_polling_description() {
+    const char* v = std::getenv(kYieldVariable);
+    if (v != nullptr && std::string(v) == "1") return "yields the core while waiting (mpi_yield_when_idle = 1)";
+    return str("busy-polls while waiting (", kYieldVariable, " = ", v == nullptr ? "unset" : v, ")");
 }
 
 }  // namespace zt

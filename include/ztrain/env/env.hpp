@@ -17,4 +17,12 @@ std::string environment_report();
 /// e.g. 201511); "unknown" for a value no specification prescribes.
 std::string openmp_spec_version(long openmp_date);
 
+/// Call before MPI_Init: Open MPI's blocking calls poll for their peer without sleeping, and
+/// the communication thread's poll would take a core from the training threads it shares
+/// the cores with (and a rank waiting in a blocking call from its peer). So unless the user
+/// chose (OMPI_MCA_mpi_yield_when_idle set), the poll yields the core to runnable threads.
+void prefer_mpi_yield_when_idle();
+/// How MPI polls, for --env: "yields when idle" or "spins (...)".
+std::string mpi_polling_description();
+
 }  // namespace zt
