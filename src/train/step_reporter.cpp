@@ -115,7 +115,7 @@ std::string format_duration(double s) {
 }
 
 StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
-                           const Communicator& comm, const Communicator& shard, const Communicator& replica,
+                           Communicator& comm, const Communicator& shard, const Communicator& replica,
                            const Transformer& model,
                            ProfilingBackend* op_profile)
     : m_root(root),
@@ -205,6 +205,22 @@ void StepReporter::step(const StepReport& r) {
     // This process's first step warms caches: the average leaves it out when there are more.
     const long run_here = r.step - m_first_step;
     if (run_here > 1 || m_max_steps - m_first_step == 1) m_train_seconds += r.step_s;
+    // Every rank's waits and run times for started collectives: a straggler or a rank whose
+    // communication is not hidden shows here, not only rank 0's view. One small all-reduce
+    // (after the step's own collectives, so their byte counts below are unchanged).
+    CommStats::Overlap ov;
+    for (const Communicator* c : {static_cast<const Communicator*>(&m_comm), &m_shard, &m_replica}) {
+        ov.waited += c->stats().overlap.waited;
+        ov.done_before_wait += c->stats().overlap.done_before_wait;
+        ov.wait_s += c->stats().overlap.wait_s;
+        ov.run_s += c->stats().overlap.run_s;
+    }
+    const CommStats before_gather = m_comm.stats();
+    const size_t world = static_cast<size_t>(m_comm.size());
+    std::vector<double> per_rank(2 * world, 0.0);
+    per_rank[static_cast<size_t>(m_comm.rank())] = ov.wait_s * 1e3;
+    per_rank[world + static_cast<size_t>(m_comm.rank())] = ov.run_s * 1e3;
+    m_comm.all_reduce_scalars(per_rank.data(), per_rank.size());
     if (!m_root) return;
     nlohmann::ordered_json rec;
     rec["step"] = r.step;
@@ -220,13 +236,16 @@ void StepReporter::step(const StepReport& r) {
     // Per kind over every communicator of the run, then the model state's two apart: inside
     // the shard group (intra) and across the groups (inter).
     std::map<CollectiveKind, uint64_t> sent;
-    for (const Communicator* c : {&m_comm, &m_shard, &m_replica}) {
-        for (const auto& [kind, entry] : c->stats().by_kind) sent[kind] += entry.bytes;
+    for (const Communicator* c : {static_cast<const Communicator*>(&m_comm), &m_shard, &m_replica}) {
+        const CommStats& st = c == &m_comm ? before_gather : c->stats();
+        for (const auto& [kind, entry] : st.by_kind) sent[kind] += entry.bytes;
     }
     for (const auto& [kind, bytes] : sent) cb[collective_name(kind)] = bytes;
-    const auto per_kind = [](const Communicator& c) {
+    const auto per_kind = [&](const Communicator& c) {
         nlohmann::ordered_json o = nlohmann::ordered_json::object();
-        for (const auto& [kind, entry] : c.stats().by_kind) o[collective_name(kind)] = entry.bytes;
+        for (const auto& [kind, entry] : (&c == &m_comm ? before_gather : c.stats()).by_kind) {
+            o[collective_name(kind)] = entry.bytes;
+        }
         return o;
     };
     cb["intra"] = per_kind(m_shard);
@@ -235,18 +254,13 @@ void StepReporter::step(const StepReport& r) {
     // Started collectives waited for during the step (every communicator): how many, how
     // many had finished before the wait, the time waited and the time they ran in the
     // communication thread; run_ms - wait_ms is the communication hidden behind compute.
-    CommStats::Overlap ov;
-    for (const Communicator* c : {&m_comm, &m_shard, &m_replica}) {
-        ov.waited += c->stats().overlap.waited;
-        ov.done_before_wait += c->stats().overlap.done_before_wait;
-        ov.wait_s += c->stats().overlap.wait_s;
-        ov.run_s += c->stats().overlap.run_s;
-    }
     nlohmann::ordered_json overlap = nlohmann::ordered_json::object();
     overlap["waited"] = ov.waited;
     overlap["finished_before_wait"] = ov.done_before_wait;
     overlap["wait_ms"] = ov.wait_s * 1e3;
     overlap["run_ms"] = ov.run_s * 1e3;
+    overlap["wait_ms_by_rank"] = std::vector<double>(per_rank.begin(), per_rank.begin() + static_cast<long>(world));
+    overlap["run_ms_by_rank"] = std::vector<double>(per_rank.begin() + static_cast<long>(world), per_rank.end());
     rec["comm_overlap"] = overlap;
     rec["zero_ms"] = r.phases.zero * 1e3;
     rec["fwd_ms"] = r.phases.fwd * 1e3;

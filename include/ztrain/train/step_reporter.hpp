@@ -87,7 +87,7 @@ class StepReporter {
     /// per kind, and `intra` / `inter` for the shard group and across groups); `model` gives
     /// the per-op profile when it is on.
     StepReporter(const std::string& run_dir, bool resuming, bool root, const TrainConfig& tc,
-                 const Communicator& comm, const Communicator& shard, const Communicator& replica,
+                 Communicator& comm, const Communicator& shard, const Communicator& replica,
                  const Transformer& model, ProfilingBackend* op_profile);
     /// Mirrors every record into a TensorBoard event file in `dir` (rank 0; run.tensorboard),
     /// a new one per run; `resumed_step`: the checkpoint's step (0: a fresh run). Call before
@@ -148,7 +148,7 @@ class StepReporter {
     int m_log_every;
     MetricsLog m_metrics;
     std::unique_ptr<TensorBoardWriter> m_tensorboard;
-    const Communicator& m_comm;
+    Communicator& m_comm;  // non-const: step() gathers every rank's collective waits
     const Communicator& m_shard;
     const Communicator& m_replica;
     RankLayout m_layout;
