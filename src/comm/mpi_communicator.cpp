@@ -124,6 +124,7 @@ class MpiCommunicator final : public Communicator {
         MPI_Comm_free(&m_comm);
     }
     std::string name() const override { return "mpi"; }
+    bool has_communication_thread() const override { return m_engine != nullptr; }
     void end_outstanding(double timeout_s) noexcept override {
         const auto start = std::chrono::steady_clock::now();
         for (;;) {

@@ -102,4 +102,18 @@ void maybe_stall(int rank, long step) {
     }
 }
 
+const float* SlowUnitStore::acquire(int unit) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(m_sleep_s));
+    return m_inner.acquire(unit);
+}
+
+UnitStore& maybe_slow_units(int rank, UnitStore& store, std::unique_ptr<SlowUnitStore>& holder) {
+    const char* spec = std::getenv("ZT_DEBUG_SLOW_UNITS");
+    int r = -1;
+    double ms = 0;
+    if (spec == nullptr || std::sscanf(spec, "%d:%lf", &r, &ms) != 2 || r != rank || ms <= 0) return store;
+    holder = std::make_unique<SlowUnitStore>(store, ms / 1e3);
+    return *holder;
+}
+
 }  // namespace zt

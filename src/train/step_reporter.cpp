@@ -168,8 +168,12 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
                     mc.n_layer, mc.n_head, mc.n_embd, mc.seq_len, mc.vocab_size, mc.padded_vocab(),
                     static_cast<double>(n_params) / 1e6);
     }
-    std::printf("ztrain: %d rank(s) x %d thread(s), global batch %d x %d tokens, %zu train windows%s\n", world,
-                threads, cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
+    // The split of each rank's cores: train.threads compute threads, plus the communication
+    // thread (parallel.comm_thread) that runs the started collectives.
+    const bool comm_thread = m_shard.has_communication_thread() || m_replica.has_communication_thread();
+    std::printf("ztrain: %d rank(s) x %d thread(s)%s, global batch %d x %d tokens, %zu train windows%s\n", world,
+                threads, comm_thread ? " + 1 communication thread" : "",
+                cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
                 val_windows ? str(", ", *val_windows, " val windows").c_str() : "");
     // The ZeRO formulas' N is the group the state is split over.
     print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, m_shard.size(), world, n_params,

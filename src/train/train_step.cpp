@@ -26,6 +26,7 @@ TrainStep::TrainStep(const Config& cfg, Transformer& model, ModelState& state, C
     : m_tc(cfg.train),
       m_model(model),
       m_state(state),
+      m_store(maybe_slow_units(comm.rank(), state, m_slow_units)),
       m_comm(comm),
       m_counted(std::move(counted)),
       m_sampler(sampler),
@@ -59,10 +60,10 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
         m_sampler.fill(first, B, m_inputs.data(), m_targets.data());
         m_state.begin_micro_step(a == 0, a == m_tc.grad_accum - 1);
         auto tp = Clock::now();
-        loss_sum += m_model.forward(m_state, m_inputs.data(), m_targets.data(), B, T, dloss_step);
+        loss_sum += m_model.forward(m_store, m_inputs.data(), m_targets.data(), B, T, dloss_step);
         ph.fwd += seconds_since(tp);
         tp = Clock::now();
-        m_model.backward(m_state);
+        m_model.backward(m_store);
         ph.bwd += seconds_since(tp);
     }
     maybe_stall(rank, step + 1);

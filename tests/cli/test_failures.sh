@@ -20,10 +20,11 @@ for i in $(seq 1 400); do echo "a fairly ordinary sentence number $i, with words
 common=(--config "$SRC/inputs/tiny.ini" --data.train="$work/data/train_*.bin" --train.threads=1 --train.sample_tokens=0)
 MPI=(mpiexec --oversubscribe --bind-to none -x OMP_WAIT_POLICY)
 
-# 1. A hung rank.
+# 1. A hung rank. Rank 0 waits for the gradient all-reduce it started, which its
+# communication thread (parallel.comm_thread) is running: the watchdog must still see it.
 start=$(date +%s)
 ZT_DEBUG_STALL=1:3:120 timeout 60 "${MPI[@]}" -x ZT_DEBUG_STALL -np 2 "$BIN/ztrain" "${common[@]}" \
-  --run.dir="$work/stall" --parallel.timeout_s=3 > "$work/stall.log" 2>&1
+  --run.dir="$work/stall" --parallel.timeout_s=3 --parallel.comm_thread=true > "$work/stall.log" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
 if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then

@@ -90,6 +90,8 @@ class Communicator {
     Communicator& operator=(const Communicator&) = delete;
 
     virtual std::string name() const = 0;
+    /// Whether started collectives run in a communication thread (the progress engine).
+    virtual bool has_communication_thread() const { return false; }
     int rank() const { return m_rank; }
     int size() const { return m_size; }
     /// Rank and size among the ranks sharing this node (MPI_COMM_TYPE_SHARED split):

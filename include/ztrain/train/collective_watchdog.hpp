@@ -7,10 +7,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "ztrain/model/model_layout.hpp"
 
 namespace zt {
 
@@ -52,5 +55,26 @@ std::string peer_hosts(Communicator& comm);
 /// Test hook for the watchdog: ZT_DEBUG_STALL="RANK:STEP:SECONDS" makes that rank sleep
 /// before the gradient reduction of that (1-based) step, as a hung rank would.
 void maybe_stall(int rank, long step);
+
+/// Test hook for the communication thread: ZT_DEBUG_SLOW_UNITS="RANK:MS" makes that rank
+/// sleep MS before each unit it acquires, as a rank with slower compute would; the model
+/// then runs through the returned store. Nothing (the store itself) otherwise.
+class SlowUnitStore : public UnitStore {
+  public:
+    SlowUnitStore(UnitStore& inner, double sleep_s) : m_inner(inner), m_sleep_s(sleep_s) {}
+    const float* acquire(int unit) override;
+    void release(int unit) override { m_inner.release(unit); }
+    void prefetch(int unit) override { m_inner.prefetch(unit); }
+    float* grads(int unit) override { return m_inner.grads(unit); }
+    void grads_done(int unit) override { m_inner.grads_done(unit); }
+    bool grads_need_zero(int unit) override { return m_inner.grads_need_zero(unit); }
+
+  private:
+    UnitStore& m_inner;
+    double m_sleep_s;
+};
+/// The store the model should use on `rank`: a SlowUnitStore around `store` when
+/// ZT_DEBUG_SLOW_UNITS names this rank (kept in `holder`), else `store`.
+UnitStore& maybe_slow_units(int rank, UnitStore& store, std::unique_ptr<SlowUnitStore>& holder);
 
 }  // namespace zt

@@ -13,11 +13,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/optim/loss_scale_policy.hpp"
+#include "ztrain/train/collective_watchdog.hpp"
 #include "ztrain/train/step_reporter.hpp"
 
 namespace zt {
@@ -56,6 +58,8 @@ class TrainStep {
     const TrainConfig& m_tc;
     Transformer& m_model;
     ModelState& m_state;
+    std::unique_ptr<SlowUnitStore> m_slow_units;  ///< ZT_DEBUG_SLOW_UNITS test hook
+    UnitStore& m_store;                           ///< what the model runs on: m_state, or the hook
     Communicator& m_comm;
     std::vector<Communicator*> m_counted;
     BatchSampler& m_sampler;
