@@ -329,7 +329,10 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     saver.set_inputs(std::move(inputs));
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.train_units(),
                    setup.val_units(), work, reduce, loss_scale);
-    if (setup.examples && root) std::printf("ztrain: examples: %s\n", setup.examples->describe().c_str());
+    if (setup.examples && root) {
+        std::printf("ztrain: examples: %s%s\n", setup.examples->describe().c_str(),
+                    tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");
+    }
 
     Evaluator evaluator(tc, model, state, comm, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
     evaluator.set_tasks(setup.eval_tasks, cfg.eval);
