@@ -2,7 +2,7 @@
 // ranks with 2 micro-steps each match one rank with 2N micro-steps (every step's loss, the
 // validation losses and the final parameters, expect_matches_reference's tolerances) and
 // one rank taking each global batch as one micro-batch (the losses), packed and padded, GPT-2 and Llama,
-// ZeRO stages 0-3. The examples' lengths run from 2 to 17 tokens with prompts of random
+// ZeRO stages 0-3, and hybrid shard groups of 2 (two replicas at np 4). The examples' lengths run from 2 to 17 tokens with prompts of random
 // length, so the ranks' micro-batches hold very different numbers of targets: a loss taken
 // as the mean of per-rank or per-micro-step means would differ. And a run stopped after 5
 // steps and resumed at this world size from a checkpoint written at one rank continues
@@ -49,6 +49,7 @@ struct FinetuneCase {
     int stage;
     DataPacking packing;
     bool llama;
+    int shard_group = -1;  ///< parallel.shard_group (-1: the node; 2 at np 4: two replicas)
 };
 
 class FinetuneRanks : public ::testing::TestWithParam<FinetuneCase> {};
@@ -59,6 +60,7 @@ Config finetune_config(const test::SharedDir& dir, const std::string& run, const
     cfg.data.val = dir.file("val.bin");
     cfg.data.packing = c.packing;
     cfg.parallel.zero_stage = c.stage;
+    cfg.parallel.shard_group.ranks = c.shard_group;
     return cfg;
 }
 
@@ -95,6 +97,7 @@ TEST_P(FinetuneRanks, MatchOneRankWithAccumulationAndWithout) {
     // ranks in micro-batches: one rank covers the same rows with N times the batches.
     Config accumulated = finetune_config(dir, "acc" + std::to_string(me), GetParam());
     accumulated.parallel.zero_stage = 0;
+    accumulated.parallel.shard_group.ranks = -1;
     accumulated.train.grad_accum *= N;
     accumulated.train.eval_batches = cfg.train.eval_batches * N;
     const TrainSummary acc = train(accumulated, self);
@@ -105,6 +108,7 @@ TEST_P(FinetuneRanks, MatchOneRankWithAccumulationAndWithout) {
     // beyond expect_matches_reference's absolute floor (one element in 10^4 here).
     Config whole = finetune_config(dir, "one" + std::to_string(me), GetParam());
     whole.parallel.zero_stage = 0;
+    whole.parallel.shard_group.ranks = -1;
     whole.train.micro_batch *= N * accum;
     whole.train.grad_accum = 1;
     whole.train.eval_batches = 2;
@@ -125,7 +129,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, FinetuneRanks,
                                            FinetuneCase{0, DataPacking::kPad, false},
                                            FinetuneCase{1, DataPacking::kPack, true},
                                            FinetuneCase{2, DataPacking::kPad, true},
-                                           FinetuneCase{3, DataPacking::kPack, true}));
+                                           FinetuneCase{3, DataPacking::kPack, true},
+                                           FinetuneCase{3, DataPacking::kPack, false, 2}));
 
 // One rank trains 5 steps (N-way accumulation) and checkpoints; this world size resumes
 // from it to step 10 and must continue the one-rank run's 10-step curve.
