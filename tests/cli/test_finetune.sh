@@ -57,6 +57,10 @@ expect 0 "rows of padded examples" "$BIN/ztrain" "${deck[@]}" --data.packing=pad
 check "pad: every step has 8 rows of one example each" \
   bash -c '! grep "\"loss\"" "$1" | grep -vq "\"targets\":40,\"rows\":8,"' _ "$work/pad/metrics.jsonl"
 
+# 16-bit, recompute and ZeRO-3 on two ranks train packed examples too.
+expect 0 "ztrain: 3 steps in" "$BIN/ztrun" 2 ztrain "${deck[@]}" --precision.dtype=bf16 --train.recompute=true \
+  --parallel.zero_stage=3 --train.max_steps=3 --run.dir="$work/bf16"
+
 # Bad inputs: exit 2, naming the key.
 expect 2 "train.epochs = 2 and train.max_steps = 5 are both given" "$BIN/ztrain" "${deck[@]}" --train.epochs=2 \
   --train.max_steps=5 --run.dir="$work/bad1"
