@@ -78,6 +78,22 @@ void ActivationRoundingBackend::gqa_attention_backward(float* dqkv, float* scrat
     round(dqkv, elements(B * T, (NH + 2 * NKV) * hs));
 }
 
+void ActivationRoundingBackend::gqa_attention_forward_segmented(float* out, float* att, const float* qkv,
+                                                                const int32_t* attend_from, int B, int T, int NH,
+                                                                int NKV, int hs) {
+    inner().gqa_attention_forward_segmented(out, att, qkv, attend_from, B, T, NH, NKV, hs);
+    round(out, elements(B * T, NH * hs));
+    round(att, elements(B * NH, T) * static_cast<size_t>(T));
+}
+
+void ActivationRoundingBackend::gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout,
+                                                                 const float* qkv, const float* att,
+                                                                 const int32_t* attend_from, int B, int T, int NH,
+                                                                 int NKV, int hs) {
+    inner().gqa_attention_backward_segmented(dqkv, scratch, dout, qkv, att, attend_from, B, T, NH, NKV, hs);
+    round(dqkv, elements(B * T, (NH + 2 * NKV) * hs));
+}
+
 void ActivationRoundingBackend::encoder_forward(float* out, const int32_t* tokens, const float* wte,
                                                 const float* wpe, int B, int T, int C) {
     inner().encoder_forward(out, tokens, wte, wpe, B, T, C);

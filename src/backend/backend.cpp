@@ -48,6 +48,14 @@ void Backend::gqa_attention_forward_segmented(float* /*out*/, float* /*att*/, co
     throw Error(str("the ", name(), " backend has no block-diagonal (packed-example) attention yet (it runs on cpu)"));
 }
 
+void Backend::gqa_attention_backward_segmented(float* /*dqkv*/, float* /*scratch*/, const float* /*dout*/,
+                                               const float* /*qkv*/, const float* /*att*/,
+                                               const int32_t* /*attend_from*/, int /*B*/, int /*T*/, int /*NH*/,
+                                               int /*NKV*/, int /*hs*/) {
+    throw Error(str("the ", name(), " backend has no block-diagonal (packed-example) attention backward yet (it runs "
+                    "on cpu)"));
+}
+
 bool BackendCapabilities::supports(DType work) const {
     switch (work) {
         case DType::kF32: return fp32;

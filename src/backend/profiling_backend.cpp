@@ -125,6 +125,20 @@ void ProfilingBackend::gqa_attention_backward(float* dqkv, float* scratch, const
                                               const float* att, int B, int T, int NH, int NKV, int hs) {
     timed(kOpAttentionBwd, [&] { inner().gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs); });
 }
+void ProfilingBackend::gqa_attention_forward_segmented(float* out, float* att, const float* qkv,
+                                                       const int32_t* attend_from, int B, int T, int NH, int NKV,
+                                                       int hs) {
+    timed(kOpAttentionFwd,
+          [&] { inner().gqa_attention_forward_segmented(out, att, qkv, attend_from, B, T, NH, NKV, hs); });
+}
+void ProfilingBackend::gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout,
+                                                        const float* qkv, const float* att,
+                                                        const int32_t* attend_from, int B, int T, int NH, int NKV,
+                                                        int hs) {
+    timed(kOpAttentionBwd, [&] {
+        inner().gqa_attention_backward_segmented(dqkv, scratch, dout, qkv, att, attend_from, B, T, NH, NKV, hs);
+    });
+}
 void ProfilingBackend::encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                                        int T, int C) {
     timed(kOpEncoder, [&] { inner().encoder_forward(out, tokens, wte, wpe, B, T, C); });

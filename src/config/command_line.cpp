@@ -197,6 +197,13 @@ CliResult parse_command_line(int argc, const char* const* argv, const HfConfigRe
     // --env skips validate_read (below), so a value its type refuses is an error at once.
     assign_settings(cfg, vm, vm.count("env") ? nullptr : &rejected);
     if (!cfg.model.from_hf.empty()) apply_from_hf(cfg, vm, read_hf);
+    // max_steps has a default, so only here is it known whether the deck or command line
+    // gave it too: a run cannot be both a number of steps and a number of epochs long.
+    if (vm.count("train.epochs") && vm.count("train.max_steps") && cfg.train.epochs > 0) {
+        throw InputError(str("train.epochs = ", cfg.train.epochs, " and train.max_steps = ", cfg.train.max_steps,
+                             " are both given (", set_on_command_line(cfg, "train.max_steps") ? "command line" : cfg.config_file,
+                             "): give one of them"));
+    }
 
     // --env reports the groups this deck and these settings would form, so it reads them,
     // but it runs nothing: no data.train needed.

@@ -55,9 +55,19 @@ const KeyDef kKeys[] = {
            "a resume whose training/validation data or tokenizer differ from the checkpoint's (names, sizes, "
            "headers, first and last MiB): note (print what changed, go on) | error (exit 2)"),
 
+    ZT_KEY("data.packing", data.packing,
+           "example shards: pack (whole examples into rows of seq_len, attention never crossing one) | pad (one "
+           "example per row, each micro-batch as long as its longest); pretraining shards ignore it"),
+    ZT_KEY("data.overlong", data.overlong,
+           "example shards: an example longer than seq_len + 1 tokens: error (exit 2) | truncate | drop; "
+           "pretraining shards ignore it"),
+
     ZT_KEY("train.micro_batch", train.micro_batch, "sequences per rank per micro-step"),
     ZT_KEY("train.grad_accum", train.grad_accum, "micro-steps accumulated per optimizer step"),
     ZT_KEY("train.max_steps", train.max_steps, "optimizer steps to run"),
+    ZT_KEY("train.epochs", train.epochs,
+           "example shards: passes over the training examples instead of train.max_steps (0: use max_steps; "
+           "giving both exits 2)"),
     ZT_KEY("train.lr", train.lr, "peak learning rate"),
     ZT_KEY("train.lr_min", train.lr_min, "final learning rate of the decay schedule"),
     ZT_KEY("train.warmup_steps", train.warmup_steps, "linear warmup steps"),

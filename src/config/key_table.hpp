@@ -26,7 +26,8 @@ namespace zt::config_detail {
 // by parse_setting / setting_text (setting_values.cpp); to --help they are strings ("STR").
 using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*, DType*, std::optional<DType>*,
                               BackendChoice*, LrSchedule*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*,
-                              MemoryCheck*, OnInputChange*, ModelArch*, RopeScaling*, ShardGroupSetting*>;
+                              MemoryCheck*, OnInputChange*, ModelArch*, RopeScaling*, ShardGroupSetting*,
+                              DataPacking*, DataOverlong*>;
 
 struct KeyDef {
     const char* key;               ///< "section.key", or a bare top-level key

@@ -56,6 +56,9 @@ const std::pair<const char*, MemoryCheck> kMemoryCheckNames[] = {
     {"strict", MemoryCheck::kStrict}, {"warn", MemoryCheck::kWarn}, {"off", MemoryCheck::kOff}};
 const std::pair<const char*, OnInputChange> kOnChangeNames[] = {
     {"note", OnInputChange::kNote}, {"error", OnInputChange::kError}};
+const std::pair<const char*, DataPacking> kPackingNames[] = {{"pack", DataPacking::kPack}, {"pad", DataPacking::kPad}};
+const std::pair<const char*, DataOverlong> kOverlongNames[] = {
+    {"error", DataOverlong::kError}, {"truncate", DataOverlong::kTruncate}, {"drop", DataOverlong::kDrop}};
 
 template <class Enum, size_t N>
 const char* choice_text(Enum v, const std::pair<const char*, Enum> (&names)[N]) {
@@ -76,6 +79,8 @@ const auto& choice_names(LrSchedule) { return kScheduleNames; }
 const auto& choice_names(OnCheckpointError) { return kOnErrorNames; }
 const auto& choice_names(MemoryCheck) { return kMemoryCheckNames; }
 const auto& choice_names(OnInputChange) { return kOnChangeNames; }
+const auto& choice_names(DataPacking) { return kPackingNames; }
+const auto& choice_names(DataOverlong) { return kOverlongNames; }
 
 /// An enum-like setting: one of its names.
 template <class Enum>
@@ -320,6 +325,8 @@ const char* setting_text(LrSchedule v) { return choice_text(v, choice_names(v));
 const char* setting_text(OnCheckpointError v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(MemoryCheck v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(OnInputChange v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(DataPacking v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(DataOverlong v) { return choice_text(v, choice_names(v)); }
 std::string setting_text(const ResumeSetting& v) {
     switch (v.mode) {
         case ResumeSetting::Mode::kAuto: return "auto";

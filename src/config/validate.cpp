@@ -179,6 +179,7 @@ void check_train_keys(const Validator& v, const Config& cfg) {
     v.check_int_min("train.micro_batch", t.micro_batch, 1);
     v.check_int_min("train.grad_accum", t.grad_accum, 1);
     v.check_int_min("train.max_steps", t.max_steps, 1);
+    v.check_int_min("train.epochs", t.epochs, 0);
     v.check(t.lr > 0, "train.lr", "a number > 0");
     v.check(t.lr_min >= 0, "train.lr_min", "a number >= 0");
     if (t.lr_min > t.lr) {
@@ -248,6 +249,8 @@ void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
             "task files separated by commas, none empty");
     v.check_read("run.memory_check");
     v.check_read("data.on_change");
+    v.check_read("data.packing");
+    v.check_read("data.overlong");
 }
 
 }  // namespace

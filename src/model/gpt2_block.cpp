@@ -82,15 +82,33 @@ class Gpt2Blocks final : public ModelFamily {
     Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena, DriverScratch scratch,
                int max_batch, bool recompute);
 
+    // With position runs (packed examples) each run reads the rows of wpe from its first
+    // position on: the same op over a slice, so a run is embedded exactly as the same tokens
+    // alone at the start of a row.
     void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
                        int T) override {
-        be.encoder_forward(out, tokens, unit0, unit0 + m_wpe_offset, B, T, m_cfg.n_embd);
+        const int C = m_cfg.n_embd;
+        if (m_rows.runs == nullptr) {
+            be.encoder_forward(out, tokens, unit0, unit0 + m_wpe_offset, B, T, C);
+            return;
+        }
+        for (const PositionRun& r : *m_rows.runs) {
+            be.encoder_forward(out + row_offset(r.offset), tokens + r.offset, unit0,
+                               unit0 + m_wpe_offset + row_offset(r.position), 1, r.length, C);
+        }
     }
     void embed_backward(Backend& be, float* dunit0, bool zero, const float* dout, const int32_t* tokens, int B,
                         int T) override {
-        const size_t C = static_cast<size_t>(m_cfg.n_embd);
-        zero_grad_if(be, zero, dunit0 + m_wpe_offset, static_cast<size_t>(m_cfg.seq_len) * C);
-        be.encoder_backward(dunit0, dunit0 + m_wpe_offset, dout, tokens, B, T, m_cfg.n_embd);
+        const int C = m_cfg.n_embd;
+        zero_grad_if(be, zero, dunit0 + m_wpe_offset, row_offset(m_cfg.seq_len));
+        if (m_rows.runs == nullptr) {
+            be.encoder_backward(dunit0, dunit0 + m_wpe_offset, dout, tokens, B, T, C);
+            return;
+        }
+        for (const PositionRun& r : *m_rows.runs) {
+            be.encoder_backward(dunit0, dunit0 + m_wpe_offset + row_offset(r.position), dout + row_offset(r.offset),
+                                tokens + r.offset, 1, r.length, C);
+        }
     }
     void block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) override;
     void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in, float* dres,
@@ -106,6 +124,8 @@ class Gpt2Blocks final : public ModelFamily {
     }
 
   private:
+    /// Floats before token (or position) i of a (.., C) buffer.
+    size_t row_offset(int i) const { return static_cast<size_t>(i) * static_cast<size_t>(m_cfg.n_embd); }
     /// A block's sizes for B sequences of T tokens: width, heads, rows, row elements.
     struct Sizes {
         int C, NH, N;
@@ -185,7 +205,7 @@ void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, const float* 
     const auto [C, NH, N, NC] = sizes(B, T);
     be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
     be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
-    be.attention_forward(L.atty, L.att, L.qkv, B, T, C, NH);
+    attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NH, mha_head_size(C, NH));
     // residual2 = in + atty @ Wproj^T + bproj in one op: no separate projection buffer.
     be.matmul_residual_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, in, N, C, C);
     be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
@@ -223,7 +243,8 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, b
     zero_grad_if(be, zero_dw, dw + o.attprojb, Cs);
     be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
     be.zero(m_dqkv, NC * 3);
-    be.attention_backward(m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, C, NH);
+    attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH,
+                       mha_head_size(C, NH));
     be.zero(dln, NC);
     zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CC);
     zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Cs);

@@ -125,6 +125,8 @@ class LlamaBlocks final : public ModelFamily {
     void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in, float* dres,
                         int B, int T) override;
     const float* block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
+    /// RoPE on q and k of qkv in place (inverse: the gradient's R^T), at each token's position.
+    void rotate(Backend& be, float* qkv, int B, int T, bool inverse) const;
     void final_norm_forward(Backend& be, float* out, const float* in, const float* w, int N) override {
         be.rmsnorm_forward(out, m_norm_rstd, in, w, N, m_cfg.n_embd, static_cast<float>(m_cfg.norm_eps));
     }
@@ -204,6 +206,29 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
 }
 
+void LlamaBlocks::rotate(Backend& be, float* qkv, int B, int T, bool inverse) const {
+    const int NH = m_cfg.n_head;
+    const int NKV = m_cfg.kv_heads();
+    const int hs = m_cfg.head_size();
+    auto op = [&](float* x, const float* table, int b, int t) {
+        if (inverse) {
+            be.rope_backward(x, x, table, b, t, NH, NKV, hs);
+        } else {
+            be.rope_forward(x, x, table, b, t, NH, NKV, hs);
+        }
+    };
+    if (m_rows.runs == nullptr) {
+        op(qkv, m_rope, B, T);
+        return;
+    }
+    // Packed examples: each run rotates by the table rows of its own positions.
+    const size_t row = static_cast<size_t>(NH + 2 * NKV) * static_cast<size_t>(hs);
+    for (const PositionRun& r : *m_rows.runs) {
+        op(qkv + static_cast<size_t>(r.offset) * row, m_rope + static_cast<size_t>(r.position) * static_cast<size_t>(hs),
+           1, r.length);
+    }
+}
+
 void LlamaBlocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
@@ -212,8 +237,8 @@ void LlamaBlocks::block_forward(Backend& be, int l, const float* w, const float*
     be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, N, C, eps);
     be.matmul_forward(L.qkv, L.norm1, w + o.qkv, nullptr, N, C, QKV);
     // Rotated in place: attention and its backward only need the rotated q and k.
-    be.rope_forward(L.qkv, L.qkv, m_rope, B, T, NH, NKV, hs);
-    be.gqa_attention_forward(L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
+    rotate(be, L.qkv, B, T, /*inverse=*/false);
+    attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
     be.matmul_residual_forward(L.residual2, L.atty, w + o.o_proj, nullptr, in, N, C, C);
     be.rmsnorm_forward(L.norm2, L.norm2_rstd, L.residual2, w + o.norm2, N, C, eps);
     be.matmul_forward(L.gate_up, L.norm2, w + o.gate_up, nullptr, N, C, 2 * F);
@@ -247,9 +272,9 @@ void LlamaBlocks::block_backward(Backend& be, int l, const float* w, float* dw, 
     zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cs);
     be.matmul_backward(m_datty, dw + o.o_proj, nullptr, dres, L.atty, w + o.o_proj, N, C, C);
     be.zero(m_dqkv, n * static_cast<size_t>(QKV));
-    be.gqa_attention_backward(m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
+    attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
-    be.rope_backward(m_dqkv, m_dqkv, m_rope, B, T, NH, NKV, hs);
+    rotate(be, m_dqkv, B, T, /*inverse=*/true);
     be.zero(dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
     be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, w + o.qkv, N, C, QKV);

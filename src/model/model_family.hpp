@@ -17,6 +17,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/model/model_layout.hpp"
+#include "ztrain/model/transformer.hpp"
 
 namespace zt {
 
@@ -88,6 +89,18 @@ struct DriverScratch {
     float* attention_scratch = nullptr;
 };
 
+/// Rows holding packed examples (fine-tuning): where positions restart and what each token
+/// may attend to. Default (both null): every row is one sequence at positions 0..T-1 with
+/// causal attention, the pretraining path, unchanged.
+struct RowSegments {
+    /// Runs of consecutive positions over the B*T tokens: token offset + i is at position
+    /// position + i for i < length; a run never crosses a row. Null: positions are t.
+    const std::vector<PositionRun>* runs = nullptr;
+    /// (B, T) host memory: token t of row b attends to keys [attend_from[b*T + t], t]
+    /// (Backend::gqa_attention_forward_segmented). Null: causal over the whole row.
+    const int32_t* attend_from = nullptr;
+};
+
 /// One family's blocks at run time. Every method runs on the backend it is given (the
 /// model's compute backend: possibly a rounding decorator); weights w and gradients dw are
 /// a unit's buffers, `in` the block's input, dres d loss / d block output on entry and
@@ -95,6 +108,9 @@ struct DriverScratch {
 class ModelFamily {
   public:
     virtual ~ModelFamily() = default;
+    /// The segments of the rows the next forward (and its backward, and recompute) runs on;
+    /// the driver keeps what they point to alive until the next forward.
+    void set_rows(const RowSegments& rows) { m_rows = rows; }
     /// out (B, T, C) from the tokens and unit 0.
     virtual void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
                                int T) = 0;
@@ -112,6 +128,27 @@ class ModelFamily {
     /// dinp += d/d in, dw += d/d weights, from dout.
     virtual void final_norm_backward(Backend& be, float* dinp, float* dw, const float* dout, const float* in,
                                      const float* w, int N) = 0;
+
+  protected:
+    /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
+    void attention_forward(Backend& be, float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                           int hs) const {
+        if (m_rows.attend_from != nullptr) {
+            be.gqa_attention_forward_segmented(out, att, qkv, m_rows.attend_from, B, T, NH, NKV, hs);
+        } else {
+            be.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
+        }
+    }
+    void attention_backward(Backend& be, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, int B, int T, int NH, int NKV, int hs) const {
+        if (m_rows.attend_from != nullptr) {
+            be.gqa_attention_backward_segmented(dqkv, scratch, dout, qkv, att, m_rows.attend_from, B, T, NH, NKV, hs);
+        } else {
+            be.gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
+        }
+    }
+
+    RowSegments m_rows;
 };
 
 /// One layer's key/value cache for generation: rows are positions, (seq_len, NKV hs) each, in

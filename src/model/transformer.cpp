@@ -107,6 +107,40 @@ void Transformer::logits_row_to_host(int row, float* out) const {
 
 float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
                            float dloss) {
+    return forward(store, inputs, targets, B, T, dloss, TokenRows{});
+}
+
+void Transformer::set_rows(const TokenRows& rows, int B, int T) {
+    RowSegments seg;
+    const size_t N = static_cast<size_t>(B) * static_cast<size_t>(T);
+    if (rows.positions != nullptr) {
+        // Cut each row where the position does not continue the previous token's.
+        m_runs.clear();
+        for (int b = 0; b < B; ++b) {
+            for (int t = 0; t < T; ++t) {
+                const int i = b * T + t;
+                const int p = rows.positions[i];
+                ZT_REQUIRE(p >= 0 && p < m_cfg.seq_len, "position ", p, " of token ", i, " outside [0, ",
+                           m_cfg.seq_len, ")");
+                PositionRun* last = m_runs.empty() ? nullptr : &m_runs.back();
+                if (t > 0 && last != nullptr && p == last->position + last->length) {
+                    ++last->length;
+                } else {
+                    m_runs.push_back(PositionRun{i, 1, p});
+                }
+            }
+        }
+        seg.runs = &m_runs;
+    }
+    if (rows.segment_start != nullptr) {
+        m_attend_from.assign(rows.segment_start, rows.segment_start + N);
+        seg.attend_from = m_attend_from.data();
+    }
+    m_family->set_rows(seg);
+}
+
+float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
+                           float dloss, const TokenRows& rows) {
     ZT_REQUIRE(B >= 1 && B <= m_max_batch, "batch ", B, " outside [1, ", m_max_batch, "]");
     ZT_REQUIRE(T >= 1 && T <= m_cfg.seq_len, "sequence length ", T, " outside [1, ", m_cfg.seq_len, "]");
     m_B = B;
@@ -122,6 +156,7 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
         targets_be = m_targets_be;
     }
     m_inputs = m_tokens_be;
+    set_rows(rows, B, T);
     embed_and_blocks(store, m_inputs, B, T);
     return head_and_loss(store, targets, targets_be, N, dloss);
 }
@@ -158,6 +193,8 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     const float* head = store.acquire(0) + m_layout.head_offset;
     m_compute->matmul_forward(m_logits, m_normed, head, nullptr, N, C, Vp);
     m_have_dlogits = false;
+    m_loss_sum = 0.0;
+    m_target_count = 0;
     if (targets == nullptr) {
         store.release(0);
         return 0.f;
@@ -175,6 +212,8 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
             ++counted;
         }
     }
+    m_loss_sum = sum;
+    m_target_count = counted;
     m_have_dlogits = dloss != 0.f;
     if (m_have_dlogits) {
         m_head_weights = head;  // held through backward(), released at its end

@@ -11,6 +11,7 @@
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/transformer.hpp"
+#include "ztrain/train/example_feed.hpp"
 #include "ztrain/train/step_reporter.hpp"
 
 namespace zt {
@@ -88,8 +89,7 @@ void Evaluator::evaluate_tasks(long done) {
     std::fflush(stdout);
 }
 
-std::optional<Evaluation> Evaluator::evaluate(long step) {
-    if (!m_val_sampler) return std::nullopt;
+double Evaluator::window_val_loss() {
     const int B = m_tc.micro_batch;
     const int T = m_model.config().seq_len;
     const int rank = m_comm.rank();
@@ -103,8 +103,22 @@ std::optional<Evaluation> Evaluator::evaluate(long step) {
         sum += m_model.forward(m_store, m_inputs.data(), m_targets.data(), B, T, 0.f);
     }
     m_comm.all_reduce_scalars(&sum, 1);
+    return sum / (static_cast<double>(m_tc.eval_batches) * world);
+}
+
+double Evaluator::example_val_loss() {
+    // The same leading validation rows every time, split over ranks; prompts never count.
+    const auto [sum, targets] = m_examples->val_sums(m_model, m_store, m_tc, m_comm.rank());
+    double v[2] = {sum, static_cast<double>(targets)};
+    m_comm.all_reduce_scalars(v, 2);
+    return v[1] > 0 ? v[0] / v[1] : 0.0;
+}
+
+std::optional<Evaluation> Evaluator::evaluate(long step) {
+    const bool on_examples = m_examples != nullptr && m_examples->val() != nullptr;
+    if (!m_val_sampler && !on_examples) return std::nullopt;
     Evaluation ev;
-    ev.val_loss = sum / (static_cast<double>(m_tc.eval_batches) * world);
+    ev.val_loss = on_examples ? example_val_loss() : window_val_loss();
     m_reporter.val_loss(step, ev.val_loss);
     if (m_tc.sample_tokens > 0) {
         // Every rank generates (the same tokens, from the same counter-based draws): with

@@ -233,6 +233,8 @@ void StepReporter::step(const StepReport& r) {
     rec["grad_norm"] = std::isfinite(r.grad_norm) ? nlohmann::ordered_json(r.grad_norm) : nlohmann::ordered_json();
     rec["tokens"] = static_cast<long long>(static_cast<double>(r.tokens_seen));
     rec["tokens_per_s"] = r.tokens_per_s;
+    if (r.targets) rec["targets"] = *r.targets;
+    if (r.rows) rec["rows"] = *r.rows;
     rec["step_ms"] = r.step_s * 1e3;
     rec["loss_scale"] = r.loss_scale;
     rec["skipped"] = r.skipped;

@@ -16,6 +16,7 @@
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
+#include "ztrain/train/example_feed.hpp"
 
 namespace zt {
 
@@ -95,6 +96,22 @@ TrainSetup::TrainSetup() = default;
 TrainSetup::~TrainSetup() = default;
 TrainSetup::TrainSetup(TrainSetup&&) noexcept = default;
 
+std::vector<std::string> TrainSetup::train_files() const {
+    return examples ? examples->train().files() : train_data->files();
+}
+
+std::vector<std::string> TrainSetup::val_files() const {
+    if (examples) return examples->val() ? examples->val()->files() : std::vector<std::string>{};
+    return val_data ? val_data->files() : std::vector<std::string>{};
+}
+
+size_t TrainSetup::train_units() const { return examples ? examples->train_rows_in_epoch() : train_data->num_windows(); }
+
+std::optional<size_t> TrainSetup::val_units() const {
+    if (examples) return examples->val() ? std::optional<size_t>(examples->val_rows_in_epoch()) : std::nullopt;
+    return val_data ? std::optional<size_t>(val_data->num_windows()) : std::nullopt;
+}
+
 TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     TrainSetup s;
     s.comm = make_mpi_communicator(mpi_comm);
@@ -121,18 +138,28 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     require_usable_path("checkpoint.dir", cfg.checkpoint.dir);
     require_usable_path("data.tokenizer", cfg.data.tokenizer);
     const ModelConfig& mc = cfg.model;
-    s.train_data = std::make_unique<TokenDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len);
-    if (!cfg.data.val.empty()) {
-        s.val_data = std::make_unique<TokenDataset>(cfg.data.val, "data.val", mc.vocab_size, mc.seq_len);
+    // Example shards (version 3) train on example rows (example_feed.hpp); data.packing and
+    // data.overlong mean nothing to pretraining shards, which ignore them.
+    if (is_example_shard(cfg.data.train, "data.train")) {
+        // Block-diagonal attention runs on the cpu only; padded rows need no new op.
+        ZT_INPUT_CHECK(s.backend_kind != BackendChoice::kCuda || cfg.data.packing == DataPacking::kPad,
+                       "data.packing = pack: packed examples need block-diagonal attention, which backend = cuda "
+                       "does not have yet; use data.packing = pad or backend = cpu");
+        s.examples = std::make_unique<ExampleFeed>(cfg);
+    } else {
+        s.train_data = std::make_unique<TokenDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len);
+        if (!cfg.data.val.empty()) {
+            s.val_data = std::make_unique<TokenDataset>(cfg.data.val, "data.val", mc.vocab_size, mc.seq_len);
+        }
+        s.train_sampler = std::make_unique<BatchSampler>(*s.train_data, cfg.train.seed, true);
+        if (s.val_data) s.val_sampler = std::make_unique<BatchSampler>(*s.val_data, cfg.train.seed, false);
     }
-    s.tokenizer = find_tokenizer(cfg, s.train_data->files().front(), &s.tokenizer_file);
+    s.tokenizer = find_tokenizer(cfg, s.train_files().front(), &s.tokenizer_file);
     if (s.tokenizer) {
         ZT_INPUT_CHECK(s.tokenizer->vocab_size() <= mc.vocab_size, "model.vocab_size = ", mc.vocab_size,
                        " is smaller than the tokenizer's vocabulary (", s.tokenizer->vocab_size(), " tokens)");
     }
     s.eval_tasks = read_eval_tasks(cfg, s.tokenizer.get());
-    s.train_sampler = std::make_unique<BatchSampler>(*s.train_data, cfg.train.seed, true);
-    if (s.val_data) s.val_sampler = std::make_unique<BatchSampler>(*s.val_data, cfg.train.seed, false);
     return s;
 }
 

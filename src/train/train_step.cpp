@@ -11,6 +11,7 @@
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
+#include "ztrain/train/example_feed.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -21,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 TrainStep::TrainStep(const Config& cfg, Transformer& model, ModelState& state, Communicator& comm,
-                     std::vector<Communicator*> counted, BatchSampler& sampler, LossScalePolicy& loss_scale,
+                     std::vector<Communicator*> counted, BatchSampler* sampler, LossScalePolicy& loss_scale,
                      StepReporter& reporter, const TrainOptions& options, ProfilingBackend* op_profile)
     : m_tc(cfg.train),
       m_model(model),
@@ -54,10 +55,17 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
     // The loss is scaled through dloss: every gradient comes out multiplied by `scale`.
     const float dloss_step = static_cast<float>(scale / (static_cast<double>(m_global_batch) * T));
     double loss_sum = 0.0;
-    for (int a = 0; a < m_tc.grad_accum; ++a) {
+    ExampleStepTotals examples;
+    if (m_examples != nullptr) {
+        examples = m_examples->micro_steps(m_model, m_state, m_tc, rank, m_comm.size(), progress.samples_seen, scale, ph);
+        loss_sum = examples.loss_sum;
+        out.targets = examples.targets;
+        out.rows = examples.rows;
+    }
+    for (int a = 0; m_examples == nullptr && a < m_tc.grad_accum; ++a) {
         const uint64_t first =
             progress.samples_seen + static_cast<uint64_t>((static_cast<long>(rank) * m_tc.grad_accum + a) * B);
-        m_sampler.fill(first, B, m_inputs.data(), m_targets.data());
+        m_sampler->fill(first, B, m_inputs.data(), m_targets.data());
         m_state.begin_micro_step(a == 0, a == m_tc.grad_accum - 1);
         auto tp = Clock::now();
         loss_sum += m_model.forward(m_store, m_inputs.data(), m_targets.data(), B, T, dloss_step);
@@ -71,11 +79,13 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
     m_state.finish_grad_sync();
     ph.comm = seconds_since(tc0);
     if (m_options.after_grad_sync) m_options.after_grad_sync(step + 1, m_state);
-    double loss = loss_sum / m_tc.grad_accum;
+    // Pretraining: the mean of per-micro-batch means (every micro-batch has B * T targets);
+    // examples: the sum over every target of the global batch by their count.
+    double loss = m_examples != nullptr ? loss_sum : loss_sum / m_tc.grad_accum;
     tc0 = Clock::now();
     m_comm.all_reduce_scalars(&loss, 1);
     ph.comm += seconds_since(tc0);
-    loss /= m_comm.size();
+    loss /= m_examples != nullptr ? static_cast<double>(examples.targets) : m_comm.size();
     out.loss = loss;
 
     const auto t_opt = Clock::now();
@@ -101,7 +111,9 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
 
     progress.step = step + 1;
     progress.samples_seen += static_cast<uint64_t>(m_global_batch);
-    progress.tokens_seen += static_cast<uint64_t>(m_global_batch) * static_cast<uint64_t>(T);
+    // On examples, tokens are the target tokens trained on.
+    progress.tokens_seen +=
+        m_examples != nullptr ? examples.targets : static_cast<uint64_t>(m_global_batch) * static_cast<uint64_t>(T);
     return out;
 }
 

@@ -36,6 +36,7 @@
 #include "ztrain/train/checkpoint_saver.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
 #include "ztrain/train/evaluator.hpp"
+#include "ztrain/train/example_feed.hpp"
 #include "ztrain/train/input_fingerprint.hpp"
 #include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/metrics.hpp"
@@ -92,7 +93,7 @@ void record_evaluation(const std::optional<Evaluation>& ev, TrainSummary& summar
     if (ev->sample) summary.last_sample = *ev->sample;
 }
 
-StepReport step_report(const StepOutcome& out, const TrainProgress& cursor, long global_tokens) {
+StepReport step_report(const StepOutcome& out, const TrainProgress& cursor, long global_tokens, bool examples) {
     StepReport r;
     r.step = cursor.step;
     r.loss = out.loss;
@@ -101,7 +102,12 @@ StepReport step_report(const StepOutcome& out, const TrainProgress& cursor, long
     r.loss_scale = out.loss_scale;
     r.skipped = out.verdict.skipped();
     r.tokens_seen = cursor.tokens_seen;
-    r.tokens_per_s = static_cast<double>(global_tokens) / out.step_s;
+    // On examples the speed is of target tokens, the ones trained on.
+    r.tokens_per_s = static_cast<double>(examples ? static_cast<long>(out.targets) : global_tokens) / out.step_s;
+    if (examples) {
+        r.targets = out.targets;
+        r.rows = out.rows;
+    }
     r.step_s = out.step_s;
     r.phases = out.phases;
     return r;
@@ -148,9 +154,7 @@ nlohmann::json check_inputs(const Config& cfg, const TrainSetup& setup, const Ch
     nlohmann::json now;
     agree_across_ranks(comm, [&] {
         if (comm.rank() != 0) return;
-        now = input_fingerprint(setup.train_data->files(),
-                                setup.val_data ? setup.val_data->files() : std::vector<std::string>{},
-                                setup.tokenizer_file);
+        now = input_fingerprint(setup.train_files(), setup.val_files(), setup.tokenizer_file);
         if (!resuming) return;
         const std::vector<std::string> changes = input_changes(resumed.inputs, now);
         if (changes.empty()) return;
@@ -274,15 +278,17 @@ double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver
 
 }  // namespace
 
-TrainSummary train(const Config& cfg, const TrainOptions& options) {
+TrainSummary train(const Config& deck, const TrainOptions& options) {
     // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary. Installed first, so a
     // signal during start-up (data, checkpoint load) is not the default action (death) but a
     // stop after the first step.
     const StopSignals signals;
-    validate(cfg);
-    const TrainConfig& tc = cfg.train;
-    TrainSetup setup = set_up_training(cfg, options.comm);
+    validate(deck);
+    TrainSetup setup = set_up_training(deck, options.comm);
     Communicator& comm = *setup.comm;
+    // train.epochs becomes a number of steps once the examples are known.
+    const Config cfg = with_run_length(deck, setup.examples.get(), comm.size());
+    const TrainConfig& tc = cfg.train;
     const bool root = comm.rank() == 0;
     const std::unique_ptr<RunLocks> locks = lock_run_dirs(cfg, checkpoint_dir(cfg), options.force_unlock, comm);
     ResumePolicy resume(cfg, comm);
@@ -321,15 +327,19 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
     describe_run(reporter, cfg, setup, memory, progress.step);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
     saver.set_inputs(std::move(inputs));
-    reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(),
-                   setup.train_data->num_windows(),
-                   setup.val_data ? std::optional<size_t>(setup.val_data->num_windows()) : std::nullopt, work, reduce,
-                   loss_scale);
+    reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.train_units(),
+                   setup.val_units(), work, reduce, loss_scale);
+    if (setup.examples && root) {
+        std::printf("ztrain: examples: %s%s\n", setup.examples->describe().c_str(),
+                    tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");
+    }
 
     Evaluator evaluator(tc, model, state, comm, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
     evaluator.set_tasks(setup.eval_tasks, cfg.eval);
-    TrainStep train_step(cfg, model, state, comm, setup.all_comms(), *setup.train_sampler, loss_scale, reporter,
+    evaluator.use_examples(setup.examples.get());
+    TrainStep train_step(cfg, model, state, comm, setup.all_comms(), setup.train_sampler.get(), loss_scale, reporter,
                          options, setup.op_profile);
+    train_step.use_examples(setup.examples.get());
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
     TrainSummary summary;
     std::atomic<long> current_step{progress.step};
@@ -344,7 +354,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& options) {
         const StepOutcome out = train_step.run(step, progress);
         const long done = progress.step;
         record_step(out, done, summary);
-        reporter.step(step_report(out, progress, step_tokens));
+        reporter.step(step_report(out, progress, step_tokens, setup.examples != nullptr));
         saver.step_finished(out.step_s);
         if (out.verdict.action == LossScalePolicy::Action::kStop) throw AgreedError(out.verdict.stop_reason);
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) {

@@ -317,8 +317,13 @@ t data.val_bad_magic    "data.val: .*magic/train.bin: bad magic [0-9]+ \(expecte
   "${Z[@]}" --data.val="$bad/magic/train.bin"
 t data.too_few_tokens   "data.train: .*holds 10 tokens.*window of seq_len\+1 = 33" \
   "${ZD[@]}" --data.train="$bad/short/train.bin"
-t data.example_shard    "data.train: .*exdata/train_000000.bin: an example shard \(version 3, written by zt-prepare --format jsonl\), not a token stream" \
-  "${ZD[@]}" --data.train="$work/exdata/train_*.bin"
+# Example shards train (fine-tuning); what stays bad about them:
+t data.example_overlong "data.train: example 0 has [0-9]+ tokens, more than seq_len \+ 1 = 3 \(data.overlong = error" \
+  "${ZD[@]}" --data.train="$work/exdata/train_*.bin" --model.seq_len=2
+t data.example_val_kind "data.val = .*a pretraining shard, while data.train is an example shard" \
+  "${ZD[@]}" --data.train="$work/exdata/train_*.bin" --data.val="$fix/data/val_*.bin"
+t data.epochs_and_steps "train.epochs = 2 and train.max_steps = 60 are both given" \
+  "${ZD[@]}" --data.train="$work/exdata/train_*.bin" --train.epochs=2
 t data.tokenizer_json   "tokjson/tokenizer.json: not valid JSON" "${ZD[@]}" --data.train="$bad/tokjson/train.bin"
 t data.tokenizer_missing "data.tokenizer: cannot read '$fix/data/nope.json'" \
   "${Z[@]}" --data.tokenizer="$fix/data/nope.json"

@@ -11,7 +11,8 @@ Backward is written out by hand; --selfcheck compares it with central difference
 
 
 DIR holds what test_llama_reference.cpp wrote: config.json, tokens.npy, targets.npy (-1 =
-ignored) and one TENSOR.npy per ztrain manifest tensor (Hugging Face names, HF's (out, in)
+ignored), for packed examples positions.npy and segment_start.npy (each token's position
+and the first token of its row it may attend to), and one TENSOR.npy per ztrain manifest tensor (Hugging Face names, HF's (out, in)
 orientation; embeddings padded to padded_vocab rows, only the first vocab_size are HF's).
 Writes into DIR: reference.json {"loss", "curve"} and grad_TENSOR.bin (float64, the
 gradient of the mean loss, padded rows zero), and with config "steps" > 0 the loss curve of
@@ -79,6 +80,8 @@ def silu(a):
 
 class Llama:
     def __init__(self, cfg, weights):
+        self.positions = None  # packed examples: (B, T) positions and segment starts
+        self.segments = None
         self.cfg = cfg
         self.w = weights
         self.L = cfg["n_layer"]
@@ -98,13 +101,21 @@ class Llama:
         NH, NKV, hs, C, V = self.NH, self.NKV, self.hs, self.C, self.V
         rep = NH // NKV
         inv = rope_inv_freq(self.cfg, hs)
-        freqs = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
+        if self.positions is None:
+            freqs = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
+            mask = np.triu(np.full((T, T), -np.inf), 1)
+        else:
+            # Packed examples: each token rotates by its own position, and query t sees the
+            # keys [segment_start[t], t] of its row only (HF's position_ids and a 4-D mask).
+            freqs = (self.positions.astype(np.float64)[..., None] * inv)[:, None]  # (B, 1, T, hs/2)
+            t = np.arange(T)
+            seen = (t[None, None, :] <= t[None, :, None]) & (t[None, None, :] >= self.segments[:, :, None])
+            mask = np.where(seen, 0.0, -np.inf)[:, None]  # (B, 1, T, T)
         emb = np.concatenate([freqs, freqs], axis=-1)
-        cos, sin = np.cos(emb), np.sin(emb)  # (T, hs)
+        cos, sin = np.cos(emb), np.sin(emb)  # (T, hs), or (B, 1, T, hs) packed
         E = w["model.embed_tokens.weight"][:V]
         x = E[tokens]
         caches = []
-        mask = np.triu(np.full((T, T), -np.inf), 1)
         for l in range(self.L):
             p = "model.layers.%d." % l
             h1, r1 = rms_forward(x, w[p + "input_layernorm.weight"], self.eps)
@@ -308,6 +319,9 @@ def main():
     d = sys.argv[1]
     cfg, weights, tokens, targets = load(d)
     model = Llama(cfg, weights)
+    if os.path.exists(os.path.join(d, "positions.npy")):
+        model.positions = np.load(os.path.join(d, "positions.npy")).astype(np.int64)
+        model.segments = np.load(os.path.join(d, "segment_start.npy")).astype(np.int64)
     loss, grads = model.forward(tokens, targets, True)
     if "--selfcheck" in sys.argv[2:]:
         selfcheck(model, tokens, targets, grads)

@@ -1,7 +1,9 @@
 // Fidelity of the Llama model against an independent float64 numpy reference of Hugging
 // Face's LlamaForCausalLM (tests/reference/llama_reference.py): the fp32 loss and every
-// gradient of one batch, and a 20-step AdamW loss curve from the same weights. Skipped
-// (GTEST_SKIP) where python3 with numpy is not available.
+// gradient of one batch, and a 20-step AdamW loss curve from the same weights; also on rows
+// of packed examples (per-token positions, block-diagonal causal mask, prompt and padding
+// targets masked), which the reference computes with HF's position_ids and a 4-D mask.
+// Skipped (GTEST_SKIP) where python3 with numpy is not available.
 //
 // Norm: per tensor, ||g_ztrain - g_ref||_2 / ||g_ref||_2 (Frobenius, over all elements,
 // padded vocabulary rows included: both are zero there); loss and curve: |a - b| / |b|.
@@ -48,6 +50,30 @@ struct Case {
     int n_kv_head;
     bool tied;
     bool llama3;
+    bool packed = false;  ///< rows of packed examples (PackedRows)
+};
+
+/// Two rows of 8: examples of 3 and 5 positions, then one of 6 and 2 padding positions
+/// (no target, attending to themselves); the first position of each example is a prompt.
+struct PackedRows {
+    std::vector<int32_t> positions, segment_start;
+    PackedRows() {
+        const int starts[2][3] = {{0, 3, 8}, {0, 6, 8}};
+        for (int r = 0; r < 2; ++r) {
+            for (int t = 0; t < 8; ++t) {
+                const int s = t < starts[r][1] ? starts[r][0] : (r == 1 ? t : starts[r][1]);
+                positions.push_back(t - s);
+                segment_start.push_back(s);
+            }
+        }
+    }
+    /// Targets only where a token follows the first of its example, within it.
+    void mask(std::vector<int32_t>& targets) const {
+        for (size_t i = 0; i < targets.size(); ++i) {
+            const bool padding = i >= 14;
+            if (padding || positions[i] == 0) targets[i] = -1;
+        }
+    }
 };
 
 class LlamaReference : public ::testing::TestWithParam<Case> {};
@@ -88,7 +114,10 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
         targets[i] = static_cast<int32_t>(random_bits(4, 2, i) % static_cast<uint64_t>(mc.vocab_size));
     }
     targets[5] = -1;  // ignored, as HF's ignore_index
-    const int counted = B * T - 1;
+    const PackedRows packed;
+    if (c.packed) packed.mask(targets);
+    const TokenRows rows = c.packed ? TokenRows{packed.positions.data(), packed.segment_start.data()} : TokenRows{};
+    const int counted = static_cast<int>(std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; }));
 
     const test::ScratchDir scratch(str("llama-reference-", c.name));
     const std::string& dir = scratch.path();
@@ -120,6 +149,11 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
     std::ofstream(dir + "/config.json") << cfg.dump(1);
     write_npy(dir + "/tokens.npy", inputs.data(), "<i4", 4, {static_cast<size_t>(B), static_cast<size_t>(T)});
     write_npy(dir + "/targets.npy", targets.data(), "<i4", 4, {static_cast<size_t>(B), static_cast<size_t>(T)});
+    if (c.packed) {
+        const std::vector<size_t> shape{static_cast<size_t>(B), static_cast<size_t>(T)};
+        write_npy(dir + "/positions.npy", packed.positions.data(), "<i4", 4, shape);
+        write_npy(dir + "/segment_start.npy", packed.segment_start.data(), "<i4", 4, shape);
+    }
     const std::string cmd = str(python, " ", kScript, " ", dir, " --selfcheck");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ifstream ref_in(dir + "/reference.json");
@@ -127,7 +161,7 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
 
     // One forward/backward: the gradient of the mean loss (dloss = 1 / counted rows).
     state.zero_grads();
-    const float loss = model.forward(state, inputs.data(), targets.data(), B, T, 1.0f / counted);
+    const float loss = model.forward(state, inputs.data(), targets.data(), B, T, 1.0f / counted, rows);
     model.backward(state);
     const double ref_loss = ref.at("loss").get<double>();
     EXPECT_LT(std::fabs(loss - ref_loss) / std::fabs(ref_loss), 1e-5) << loss << " vs " << ref_loss;
@@ -158,7 +192,7 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
     for (int t = 1; t <= steps; ++t) {
         state.zero_grads();
         state.begin_micro_step(true, true);
-        const float l = model.forward(state, inputs.data(), targets.data(), B, T, 1.0f / counted);
+        const float l = model.forward(state, inputs.data(), targets.data(), B, T, 1.0f / counted, rows);
         model.backward(state);
         state.finish_grad_sync();
         const double norm = std::sqrt(state.grad_sum_squares());
@@ -176,7 +210,9 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
 
 INSTANTIATE_TEST_SUITE_P(Llama, LlamaReference,
                          ::testing::Values(Case{"gqa_tied", 2, true, false}, Case{"mha_untied", 4, false, false},
-                                           Case{"gqa_untied_llama3", 1, false, true}),
+                                           Case{"gqa_untied_llama3", 1, false, true},
+                                           Case{"gqa_packed_examples", 2, true, false, true},
+                                           Case{"mha_untied_packed_llama3", 4, false, true, true}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -51,6 +51,11 @@ class ActivationRoundingBackend final : public ForwardingBackend {
                                int hs) override;
     void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                                 int B, int T, int NH, int NKV, int hs) override;
+    void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from, int B,
+                                         int T, int NH, int NKV, int hs) override;
+    void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                          const float* att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+                                          int hs) override;
     void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                          int C) override;
     void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,

@@ -206,6 +206,12 @@ class Backend {
     /// Default: refuses (a backend without it cannot train on packed examples).
     virtual void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
                                                  int B, int T, int NH, int NKV, int hs);
+    /// The backward of gqa_attention_forward_segmented (same attend_from): dqkv += the
+    /// gradient given dout and the segmented forward's att. Keys outside a query's segment
+    /// get no gradient from it. Default: refuses, like the forward.
+    virtual void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                                  const float* att, const int32_t* attend_from, int B, int T,
+                                                  int NH, int NKV, int hs);
     /// Scratch floats of (gqa_)attention_backward for NH query heads, whatever NKV and hs.
     virtual size_t attention_scratch_floats(int B, int T, int NH) const = 0;
 

@@ -100,6 +100,11 @@ class ForwardingBackend : public Backend {
                                          int B, int T, int NH, int NKV, int hs) override {
         m_inner.gqa_attention_forward_segmented(out, att, qkv, attend_from, B, T, NH, NKV, hs);
     }
+    void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                          const float* att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+                                          int hs) override {
+        m_inner.gqa_attention_backward_segmented(dqkv, scratch, dout, qkv, att, attend_from, B, T, NH, NKV, hs);
+    }
     size_t attention_scratch_floats(int B, int T, int NH) const override {
         return m_inner.attention_scratch_floats(B, T, NH);
     }

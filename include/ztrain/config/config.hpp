@@ -30,6 +30,11 @@ enum class LrSchedule { kCosine, kLinear, kConstant };
 enum class OnCheckpointError { kStop, kContinue };
 /// data.on_change: what a resume does when the data or tokenizer differ from the checkpoint's.
 enum class OnInputChange { kNote, kError };
+/// data.packing (example shards): whole examples packed into rows of seq_len, or one
+/// example per row with each micro-batch padded to its longest (data/examples.hpp).
+enum class DataPacking { kPack, kPad };
+/// data.overlong (example shards): an example longer than seq_len + 1 tokens.
+enum class DataOverlong { kError, kTruncate, kDrop };
 /// run.memory_check: what a run whose predicted memory does not fit does.
 enum class MemoryCheck { kStrict, kWarn, kOff };
 
@@ -67,6 +72,8 @@ const char* setting_text(LrSchedule v);
 const char* setting_text(OnCheckpointError v);
 const char* setting_text(MemoryCheck v);
 const char* setting_text(OnInputChange v);
+const char* setting_text(DataPacking v);
+const char* setting_text(DataOverlong v);
 std::string setting_text(const ResumeSetting& v);
 std::string setting_text(const LossScaleSetting& v);
 std::string setting_text(const ShardGroupSetting& v);
@@ -111,12 +118,18 @@ struct DataConfig {
     std::string tokenizer;     ///< tokenizer description; default: tokenizer.json next to train shards
     /// A resume whose data or tokenizer differ from the checkpoint's: note | error (exit 2).
     OnInputChange on_change = OnInputChange::kNote;
+    /// Example shards (zt-prepare --format jsonl) only; pretraining shards ignore both.
+    DataPacking packing = DataPacking::kPack;
+    DataOverlong overlong = DataOverlong::kError;
 };
 
 struct TrainConfig {
     int micro_batch = 4;
     int grad_accum = 1;
     int max_steps = 100;
+    /// Example shards only: passes over the training examples, instead of max_steps (0: use
+    /// max_steps; giving both is an error).
+    int epochs = 0;
     double lr = 3e-4;
     double lr_min = 3e-5;
     int warmup_steps = 10;

@@ -23,6 +23,23 @@ namespace zt {
 class ActivationArena;
 class ModelFamily;
 
+/// Tokens at positions position .. position + length - 1, starting at token `offset` of the
+/// flattened (B, T) batch: how a row of packed examples is cut where positions restart.
+struct PositionRun {
+    int offset = 0;
+    int length = 0;
+    int position = 0;
+};
+
+/// Rows of packed examples (fine-tuning), in host memory, (B, T) each. positions: each
+/// token's position within its example (learned positions and RoPE read it instead of t);
+/// segment_start: the first token of its row a token may attend to (block-diagonal causal
+/// attention). Either may be null: positions t, causal attention over the whole row.
+struct TokenRows {
+    const int32_t* positions = nullptr;
+    const int32_t* segment_start = nullptr;
+};
+
 class Transformer {
   public:
     /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens. With
@@ -42,6 +59,13 @@ class Transformer {
     /// ready for backward(). Without targets returns 0 and logits() holds (B, T, Vp).
     float forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
                   float dloss);
+    /// The same over rows of packed examples (`rows`: see TokenRows; empty: the above).
+    float forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss,
+                  const TokenRows& rows);
+    /// The sum of the last forward's losses over its targets (>= 0), and how many there were:
+    /// what a caller normalising by a larger count (every target of a global batch) needs.
+    double last_loss_sum() const { return m_loss_sum; }
+    long last_target_count() const { return m_target_count; }
     /// Backward of the last forward (which must have had targets and dloss != 0).
     void backward(UnitStore& store);
 
@@ -71,6 +95,7 @@ class Transformer {
 
   private:
     void embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T);
+    void set_rows(const TokenRows& rows, int B, int T);
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                         float dloss);
 
@@ -101,6 +126,11 @@ class Transformer {
     std::vector<float> m_losses_host;  // (B, T)
     const float* m_head_weights = nullptr;  // unit 0, held from forward into backward
     bool m_have_dlogits = false;
+    double m_loss_sum = 0.0;
+    long m_target_count = 0;
+    // The segments of the last forward's rows (host memory; kept for backward and recompute).
+    std::vector<PositionRun> m_runs;
+    std::vector<int32_t> m_attend_from;
 };
 
 }  // namespace zt

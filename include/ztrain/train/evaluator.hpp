@@ -17,6 +17,7 @@
 namespace zt {
 
 class BatchSampler;
+class ExampleFeed;
 class Communicator;
 class Transformer;
 class StepReporter;
@@ -42,6 +43,9 @@ class Evaluator {
 
     /// The multiple-choice tasks to evaluate on eval.every's schedule (`tasks` outlives this).
     void set_tasks(const std::vector<ChoiceTask>& tasks, const EvalConfig& ec);
+    /// Validate on the feed's validation examples (when it has them): the masked loss, the
+    /// sum over every target by their count over all ranks.
+    void use_examples(ExampleFeed* feed) { m_examples = feed; }
 
     /// A fresh run's evaluation before its first step: the validation loss when
     /// train.eval_every > 0, the tasks when eval.every > 0.
@@ -55,11 +59,17 @@ class Evaluator {
     std::optional<Evaluation> evaluate(long step);
 
   private:
+    /// The mean loss over the leading validation windows (pretraining shards).
+    double window_val_loss();
+    /// The masked loss over the leading validation rows (example shards).
+    double example_val_loss();
+
     const TrainConfig& m_tc;
     Transformer& m_model;
     UnitStore& m_store;
     Communicator& m_comm;
     BatchSampler* m_val_sampler;
+    ExampleFeed* m_examples = nullptr;
     const Tokenizer* m_tokenizer;
     StepReporter& m_reporter;
     std::vector<int32_t> m_inputs;

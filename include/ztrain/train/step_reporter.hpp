@@ -50,6 +50,10 @@ struct StepReport {
     double tokens_per_s = 0.0;
     double step_s = 0.0;
     PhaseTimes phases;
+    /// Example shards only (absent from the record otherwise): the step's target tokens and
+    /// rows over every rank and micro-step.
+    std::optional<uint64_t> targets;
+    std::optional<uint64_t> rows;
 };
 
 /// Text (a sample) as a terminal should show it: valid UTF-8 as is, line breaks kept and

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ class ProfilingBackend;
 class Backend;
 class BatchSampler;
 class Communicator;
+class ExampleFeed;
 class TokenDataset;
 class Tokenizer;
 
@@ -43,8 +45,11 @@ struct TrainSetup {
     // the backend whose stream it uses, everything before the MPI communicator.
     std::unique_ptr<Communicator> comm;  ///< MPI: host-side traffic (scalars, checkpoints)
     BackendChoice backend_kind = BackendChoice::kCpu;  ///< kCpu | kCuda: `backend` resolved (never kAuto)
-    std::unique_ptr<TokenDataset> train_data;
-    std::unique_ptr<TokenDataset> val_data;  ///< null without data.val
+    std::unique_ptr<TokenDataset> train_data;  ///< null on example shards
+    std::unique_ptr<TokenDataset> val_data;  ///< null without data.val or on example shards
+    /// Example shards (zt-prepare --format jsonl): their rows instead of the windows and
+    /// samplers above; null on pretraining shards.
+    std::unique_ptr<ExampleFeed> examples;
     std::unique_ptr<Tokenizer> tokenizer;    ///< null: samples are shown as token ids
     std::string tokenizer_file;              ///< the file `tokenizer` came from ("" when none)
     std::vector<ChoiceTask> eval_tasks;      ///< eval.tasks, tokenized with `tokenizer`
@@ -60,6 +65,14 @@ struct TrainSetup {
     /// buffers (NCCL, or host staging where ranks share a GPU).
     std::unique_ptr<Communicator> shard_comm;
     std::unique_ptr<Communicator> replica_comm;
+
+    /// The training and validation files, whichever kind of shard they are.
+    std::vector<std::string> train_files() const;
+    std::vector<std::string> val_files() const;
+    /// Windows of the training data (rows of epoch 0 on examples), and of the validation
+    /// data when there is some.
+    size_t train_units() const;
+    std::optional<size_t> val_units() const;
 
     StateComms state_comms() const { return StateComms{*shard_comm, *replica_comm}; }
     /// Every communicator of the run (per-step accounting, the watchdog).

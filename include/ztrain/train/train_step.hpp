@@ -25,6 +25,7 @@
 namespace zt {
 
 class BatchSampler;
+class ExampleFeed;
 class Communicator;
 class Transformer;
 class ModelState;
@@ -40,6 +41,9 @@ struct StepOutcome {
     LossScalePolicy::Verdict verdict;
     PhaseTimes phases;
     double step_s = 0.0;     ///< wall time of the whole step
+    /// Example shards: the step's target tokens and rows over all ranks (0 otherwise).
+    uint64_t targets = 0;
+    uint64_t rows = 0;
 };
 
 class TrainStep {
@@ -47,12 +51,15 @@ class TrainStep {
     /// `comm`: the run's (the loss); `counted`: every communicator whose per-step bytes the
     /// step's record reports (their counts restart with each step).
     TrainStep(const Config& cfg, Transformer& model, ModelState& state, Communicator& comm, std::vector<Communicator*> counted,
-              BatchSampler& sampler, LossScalePolicy& loss_scale, StepReporter& reporter,
+              BatchSampler* sampler, LossScalePolicy& loss_scale, StepReporter& reporter,
               const TrainOptions& options, ProfilingBackend* op_profile);
 
     /// Runs 0-based step `step` from `progress` (its data cursor and applied-step count) and
     /// advances `progress` past it. Collective.
     StepOutcome run(long step, TrainProgress& progress);
+    /// Train on example shards instead of the sampler's windows (example_feed.hpp): the loss
+    /// is normalised by the global target count, progress counts rows and target tokens.
+    void use_examples(ExampleFeed* feed) { m_examples = feed; }
 
   private:
     const TrainConfig& m_tc;
@@ -62,11 +69,12 @@ class TrainStep {
     UnitStore& m_store;                           ///< what the model runs on: m_state, or the hook
     Communicator& m_comm;
     std::vector<Communicator*> m_counted;
-    BatchSampler& m_sampler;
+    BatchSampler* m_sampler;  ///< null on example shards (use_examples)
     LossScalePolicy& m_loss_scale;
     StepReporter& m_reporter;
     const TrainOptions& m_options;
     ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
+    ExampleFeed* m_examples = nullptr;
     long m_global_batch;  ///< sequences per optimizer step over all ranks
     std::vector<int32_t> m_inputs;
     std::vector<int32_t> m_targets;

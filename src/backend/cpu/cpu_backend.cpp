@@ -222,6 +222,16 @@ class CpuBackend final : public Backend {
         cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads, attend_from);
     }
 
+    // The segmented forward left att zero outside each query's segment, and the causal
+    // backward reads only att: a zero probability gives zero dV, dS, dQ and dK terms, so the
+    // causal backward of that att is exactly the block-diagonal gradient.
+    void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                          const float* att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+                                          int hs) override {
+        ZT_REQUIRE(attend_from != nullptr, "gqa_attention_backward_segmented needs attend_from");
+        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads);
+    }
+
     void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
                               int NKV, int hs) override {
         cpu::gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs, m_threads);

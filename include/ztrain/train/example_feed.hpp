@@ -1,0 +1,100 @@
+// Fine-tuning on example shards (zt-prepare --format jsonl, shard version 3): the training
+// and validation examples with data.overlong applied, their rows (data.packing), and the
+// micro-steps of one optimizer step over them.
+//
+// The loss of a step is the sum of the losses of every target token of the global batch
+// (all micro-steps, all ranks) divided by the number of those targets, so gradient
+// accumulation and the world size never change the gradient. That count is known before
+// any backward without communication: every rank counts the targets of all the step's
+// global rows from the (seed, epoch) order the rows are a pure function of.
+//
+// Rows: global row g of the run (g = step * global_rows + (rank * grad_accum + a) *
+// micro_batch + j, as for pretraining windows) is ExampleRows' row g, so any world size
+// with the same global batch sees the same rows, and the checkpoint's data cursor
+// (TrainProgress::samples_seen, counting rows here) is where a resume continues, in the
+// epoch it belongs to.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "ztrain/config/config.hpp"
+#include "ztrain/data/examples.hpp"
+
+namespace zt {
+
+class ExampleFeed;
+class ModelState;
+class Transformer;
+class UnitStore;
+struct PhaseTimes;
+
+/// True when the first file of `pattern` is an example shard (version 3); false when it is
+/// a pretraining shard, or no readable shard at all (the pretraining reader says why).
+bool is_example_shard(const std::string& pattern, const std::string& key);
+
+/// The deck with train.epochs turned into train.max_steps (steps of micro_batch *
+/// grad_accum * world rows, the last epoch completed); the deck itself without epochs.
+/// InputError for train.epochs without example shards.
+Config with_run_length(const Config& deck, const ExampleFeed* feed, int world);
+
+/// What the micro-steps of one step on examples produced.
+struct ExampleStepTotals {
+    double loss_sum = 0.0;     ///< this rank's sum of target losses
+    uint64_t targets = 0;      ///< target tokens of the whole global batch
+    uint64_t rows = 0;         ///< rows of the whole global batch
+};
+
+class ExampleFeed {
+  public:
+    /// data.train (and data.val, when set) as example shards, data.packing and data.overlong
+    /// applied; vocabulary and seq_len from the model. Bad input: InputError naming the key.
+    explicit ExampleFeed(const Config& cfg);
+
+    const ExampleDataset& train() const { return *m_train; }
+    /// Null without data.val.
+    const ExampleDataset* val() const { return m_val.get(); }
+    bool packed() const { return m_packing == Packing::kPack; }
+
+    /// Steps of `epochs` passes over the training examples at `global_rows` rows per step,
+    /// the last one completed (rounded up).
+    long steps_for_epochs(int epochs, long global_rows) const;
+    /// The epoch (0-based) global training row `row` belongs to.
+    uint64_t epoch_of(uint64_t row) const { return m_train_rows->locate(row).first; }
+    /// Target tokens of training rows [first, first + count).
+    uint64_t targets_in_rows(uint64_t first, uint64_t count) const;
+    void fill_train(uint64_t first, int count, RowBatch& batch) const { m_train_rows->fill(first, count, batch); }
+    void fill_val(uint64_t first, int count, RowBatch& batch) const { m_val_rows->fill(first, count, batch); }
+    size_t train_rows_in_epoch() const { return m_train_rows->rows_in_epoch(0); }
+    size_t val_rows_in_epoch() const { return m_val_rows ? m_val_rows->rows_in_epoch(0) : 0; }
+    /// The start line's description: examples, rows per epoch, truncated/dropped counts.
+    std::string describe() const;
+
+    /// Runs the grad_accum micro-steps of the step whose first global row is `first_row`
+    /// on this rank (rank of world), every gradient scaled by `scale` and normalised by the
+    /// global target count. Forward and backward times are added to `phases`.
+    ExampleStepTotals micro_steps(Transformer& model, ModelState& state, const TrainConfig& tc, int rank, int world,
+                                  uint64_t first_row, double scale, PhaseTimes& phases);
+    /// Masked validation: this rank's share of eval_batches micro-batches per rank of the
+    /// leading validation rows (no shuffle). Returns {sum of target losses, targets} of this
+    /// rank (the caller sums them over ranks).
+    std::pair<double, uint64_t> val_sums(Transformer& model, UnitStore& store, const TrainConfig& tc, int rank);
+
+  private:
+    /// Forward of m_batch (its B, T) with dloss; positions and segments when packing, plain
+    /// rows when padding (each row one example from position 0: causal attention is exact).
+    void forward(Transformer& model, UnitStore& store, float dloss) const;
+
+    Packing m_packing;
+    std::unique_ptr<ExampleDataset> m_train;
+    std::unique_ptr<ExampleDataset> m_val;
+    std::unique_ptr<ExampleRows> m_train_rows;
+    std::unique_ptr<ExampleRows> m_val_rows;
+    std::vector<uint32_t> m_train_targets;  ///< per training example
+    RowBatch m_batch;
+};
+
+}  // namespace zt

@@ -1,0 +1,155 @@
+// Fine-tuning on example shards: rows, the global target count, the micro-steps
+// (example_feed.hpp says why the loss is normalised the way it is).
+#include "ztrain/train/example_feed.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "ztrain/core/clock.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/data/token_data.hpp"
+#include "ztrain/model/transformer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/step_reporter.hpp"
+
+namespace zt {
+namespace {
+
+Packing to_packing(DataPacking p) { return p == DataPacking::kPad ? Packing::kPad : Packing::kPack; }
+
+Overlong to_overlong(DataOverlong o) {
+    switch (o) {
+        case DataOverlong::kTruncate: return Overlong::kTruncate;
+        case DataOverlong::kDrop: return Overlong::kDrop;
+        case DataOverlong::kError: break;
+    }
+    return Overlong::kError;
+}
+
+/// Targets of each example: its first token is never one, so every marked token counts.
+std::vector<uint32_t> targets_per_example(const ExampleSet& ex) {
+    std::vector<uint32_t> out(ex.num_examples());
+    for (size_t e = 0; e < out.size(); ++e) {
+        const auto begin = ex.target.begin() + static_cast<std::ptrdiff_t>(ex.starts[e]);
+        out[e] = static_cast<uint32_t>(std::count(begin, begin + static_cast<std::ptrdiff_t>(ex.length(e)), uint8_t{1}));
+    }
+    return out;
+}
+
+}  // namespace
+
+bool is_example_shard(const std::string& pattern, const std::string& key) {
+    // What is not a readable shard at all is left to the pretraining reader, which names the
+    // problem as it always has.
+    try {
+        const std::vector<std::string> files = expand_shard_glob(pattern, key);
+        return read_shard_version(files.front()) == kShardVersionExamples;
+    } catch (const InputError&) {
+        return false;
+    }
+}
+
+Config with_run_length(const Config& deck, const ExampleFeed* feed, int world) {
+    Config cfg = deck;
+    if (deck.train.epochs == 0) return cfg;
+    ZT_INPUT_CHECK(feed != nullptr, "train.epochs = ", deck.train.epochs,
+                   ": only example shards (zt-prepare --format jsonl) have epochs; use train.max_steps");
+    const long global_rows = static_cast<long>(deck.train.micro_batch) * deck.train.grad_accum * world;
+    const long steps = feed->steps_for_epochs(deck.train.epochs, global_rows);
+    ZT_INPUT_CHECK(steps <= INT32_MAX, "train.epochs = ", deck.train.epochs, ": ", steps, " steps is too many");
+    cfg.train.max_steps = static_cast<int>(steps);
+    return cfg;
+}
+
+ExampleFeed::ExampleFeed(const Config& cfg) : m_packing(to_packing(cfg.data.packing)) {
+    const ModelConfig& mc = cfg.model;
+    const Overlong overlong = to_overlong(cfg.data.overlong);
+    m_train = std::make_unique<ExampleDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len, overlong);
+    m_train_rows = std::make_unique<ExampleRows>(*m_train, m_packing, cfg.train.seed, true);
+    m_train_targets = targets_per_example(m_train->examples());
+    if (!cfg.data.val.empty()) {
+        ZT_INPUT_CHECK(is_example_shard(cfg.data.val, "data.val"), "data.val = ", cfg.data.val,
+                       ": a pretraining shard, while data.train is an example shard; give example shards "
+                       "(zt-prepare --format jsonl) for both");
+        m_val = std::make_unique<ExampleDataset>(cfg.data.val, "data.val", mc.vocab_size, mc.seq_len, overlong);
+        m_val_rows = std::make_unique<ExampleRows>(*m_val, m_packing, cfg.train.seed, false);
+    }
+}
+
+long ExampleFeed::steps_for_epochs(int epochs, long global_rows) const {
+    uint64_t rows = 0;
+    for (int e = 0; e < epochs; ++e) rows += m_train_rows->rows_in_epoch(static_cast<uint64_t>(e));
+    const uint64_t per = static_cast<uint64_t>(global_rows);
+    return static_cast<long>((rows + per - 1) / per);
+}
+
+uint64_t ExampleFeed::targets_in_rows(uint64_t first, uint64_t count) const {
+    uint64_t n = 0;
+    for (uint64_t g = first; g < first + count; ++g) {
+        const auto [epoch, r] = m_train_rows->locate(g);
+        for (uint32_t e : m_train_rows->row(epoch, r)) n += m_train_targets[e];
+    }
+    return n;
+}
+
+std::string ExampleFeed::describe() const {
+    auto one = [&](const char* what, const ExampleDataset& d, const ExampleRows& rows) {
+        return str(what, " ", d.examples().num_examples(), " examples (", d.examples().num_targets(), " targets, ",
+                   rows.rows_in_epoch(0), " rows of ", m_packing == Packing::kPack ? "packed" : "padded",
+                   " examples in epoch 0; ", d.truncated(), " truncated, ", d.dropped(), " dropped, ",
+                   d.without_targets(), " without a target)");
+    };
+    std::string s = one("train:", *m_train, *m_train_rows);
+    if (m_val) s += "; " + one("val:", *m_val, *m_val_rows);
+    return s;
+}
+
+void ExampleFeed::forward(Transformer& model, UnitStore& store, float dloss) const {
+    const RowBatch& b = m_batch;
+    const TokenRows rows = m_packing == Packing::kPack ? TokenRows{b.positions.data(), b.segment_start.data()}
+                                                       : TokenRows{};
+    model.forward(store, b.inputs.data(), b.targets.data(), b.rows, b.T, dloss, rows);
+}
+
+ExampleStepTotals ExampleFeed::micro_steps(Transformer& model, ModelState& state, const TrainConfig& tc, int rank,
+                                           int world, uint64_t first_row, double scale, PhaseTimes& phases) {
+    using Clock = std::chrono::steady_clock;
+    const int B = tc.micro_batch;
+    ExampleStepTotals totals;
+    totals.rows = static_cast<uint64_t>(B) * static_cast<uint64_t>(tc.grad_accum) * static_cast<uint64_t>(world);
+    totals.targets = targets_in_rows(first_row, totals.rows);
+    // Every row holds at least one example and every example a target.
+    ZT_REQUIRE(totals.targets > 0, "a step of ", totals.rows, " rows without a target");
+    const float dloss = static_cast<float>(scale / static_cast<double>(totals.targets));
+    for (int a = 0; a < tc.grad_accum; ++a) {
+        const uint64_t first = first_row + static_cast<uint64_t>((static_cast<long>(rank) * tc.grad_accum + a) * B);
+        m_train_rows->fill(first, B, m_batch);
+        state.begin_micro_step(a == 0, a == tc.grad_accum - 1);
+        auto t = Clock::now();
+        forward(model, state, dloss);
+        totals.loss_sum += model.last_loss_sum();
+        phases.fwd += seconds_since(t);
+        t = Clock::now();
+        model.backward(state);
+        phases.bwd += seconds_since(t);
+    }
+    return totals;
+}
+
+std::pair<double, uint64_t> ExampleFeed::val_sums(Transformer& model, UnitStore& store, const TrainConfig& tc,
+                                                  int rank) {
+    ZT_REQUIRE(m_val_rows != nullptr, "validation rows without data.val");
+    const int B = tc.micro_batch;
+    const uint64_t per_rank = static_cast<uint64_t>(tc.eval_batches) * static_cast<uint64_t>(B);
+    double sum = 0.0;
+    uint64_t targets = 0;
+    for (int e = 0; e < tc.eval_batches; ++e) {
+        m_val_rows->fill(static_cast<uint64_t>(rank) * per_rank + static_cast<uint64_t>(e * B), B, m_batch);
+        forward(model, store, 0.f);
+        sum += model.last_loss_sum();
+        targets += static_cast<uint64_t>(model.last_target_count());
+    }
+    return {sum, targets};
+}
+
+}  // namespace zt

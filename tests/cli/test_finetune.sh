@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Fine-tuning on example shards end to end (inputs/finetune_tiny.ini): prompts of random
+# letters and a fixed completion, so only the completion can be learned; the masked
+# validation loss (targets only) falls near 0, which a loss counting prompt tokens could
+# not. metrics.jsonl has targets and rows per step; train.epochs sets the number of steps;
+# a resume at the same world size continues the uninterrupted run's metrics exactly;
+# pack and pad both train; and the bad inputs exit 2 with a message naming the key.
+# Usage: test_finetune.sh BIN_DIR SOURCE_DIR
+set -u
+BIN=$1
+SRC=$2
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh"
+
+python3 - "$work/examples.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(400):
+        prompt = "".join(r.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(r.randint(3, 40)))
+        f.write(json.dumps({"prompt": prompt, "completion": " OK!"}) + "\n")
+PY
+"$BIN/zt-prepare" --input "$work/examples.jsonl" --output "$work/ex" --val-fraction 0.1 > /dev/null ||
+  { echo "FAIL: zt-prepare --format jsonl"; exit 1; }
+# schedule_steps: the 50 + 50 resume below keeps the 100-step schedule.
+deck=(--config "$SRC/inputs/finetune_tiny.ini" --data.train="$work/ex/train_*.bin" --data.val="$work/ex/val_*.bin"
+  --train.threads=1 --train.schedule_steps=100)
+
+# The mask: the validation loss over the completion's targets falls from ~5.6 to near 0.
+expect 0 "examples: train: 360 examples \(1800 targets" "$BIN/ztrain" "${deck[@]}" --run.dir="$work/mask"
+last_val=$(grep '"val_loss"' "$work/mask/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.e-]*\).*/\1/')
+first_val=$(grep '"val_loss"' "$work/mask/metrics.jsonl" | head -1 | sed 's/.*"val_loss":\([0-9.e-]*\).*/\1/')
+check "masked validation loss falls near 0 ($first_val -> $last_val)" \
+  python3 -c "import sys; sys.exit(not (float('$first_val') > 4 and float('$last_val') < 0.2))"
+check "metrics.jsonl has targets and rows per step" \
+  grep -q '"targets":[0-9]*,"rows":8,' "$work/mask/metrics.jsonl"
+
+# A resume at the same world size: 100 steps = 50 + 50, every step record the same.
+expect 0 "ztrain: 50 steps" "$BIN/ztrain" "${deck[@]}" --train.max_steps=50 --run.dir="$work/split"
+expect 0 "resum" "$BIN/ztrain" "${deck[@]}" --run.dir="$work/split"
+strip() { grep '"loss"' "$1" | sed 's/"tokens_per_s":[^,]*,//; s/"step_ms".*//'; }
+check "the resumed run's step records equal the uninterrupted run's" \
+  diff <(strip "$work/mask/metrics.jsonl") <(strip "$work/split/metrics.jsonl")
+
+# train.epochs: 2 passes over 360 examples packed into rows, 8 rows per step: the start line
+# says how many steps that is, and the run takes exactly them.
+grep -v "^max_steps" "$SRC/inputs/finetune_tiny.ini" > "$work/epochs.ini"
+"$BIN/ztrain" --config "$work/epochs.ini" --data.train="$work/ex/train_*.bin" --train.threads=1 --train.epochs=2 \
+  --run.dir="$work/epochs" > "$work/epochs.out" 2>&1 || { echo "FAIL: train.epochs = 2"; failures=$((failures + 1)); }
+ran=$(grep -o '"step":[0-9]*,"loss"' "$work/epochs/metrics.jsonl" | tail -1 | grep -o '[0-9]*')
+check "train.epochs = 2 ran the ${ran:-0} steps its start line planned" \
+  grep -q "train.epochs = 2: ${ran:-0} steps" "$work/epochs.out"
+# pad: one example per row, each micro-batch as long as its longest example.
+expect 0 "rows of padded examples" "$BIN/ztrain" "${deck[@]}" --data.packing=pad --train.max_steps=5 \
+  --run.dir="$work/pad"
+# Every example has 5 targets (" OK!" and the end of text): 8 rows of one example, 40 targets.
+check "pad: every step has 8 rows of one example each" \
+  bash -c '! grep "\"loss\"" "$1" | grep -vq "\"targets\":40,\"rows\":8,"' _ "$work/pad/metrics.jsonl"
+
+# 16-bit, recompute and ZeRO-3 on two ranks train packed examples too.
+expect 0 "ztrain: 3 steps in" "$BIN/ztrun" 2 ztrain "${deck[@]}" --precision.dtype=bf16 --train.recompute=true \
+  --parallel.zero_stage=3 --train.max_steps=3 --run.dir="$work/bf16"
+
+# Bad inputs: exit 2, naming the key.
+expect 2 "train.epochs = 2 and train.max_steps = 5 are both given" "$BIN/ztrain" "${deck[@]}" --train.epochs=2 \
+  --train.max_steps=5 --run.dir="$work/bad1"
+expect 2 "data.packing = .*squash.*expected one of pack \| pad" "$BIN/ztrain" "${deck[@]}" --data.packing=squash \
+  --run.dir="$work/bad2"
+expect 2 "data.train: example [0-9]+ has [0-9]+ tokens, more than seq_len \+ 1 = 9" "$BIN/ztrain" "${deck[@]}" \
+  --data.overlong=error --model.seq_len=8 --run.dir="$work/bad3"
+for i in $(seq 1 50); do echo "a pretraining document $i"; echo "%"; done > "$work/text.txt"
+"$BIN/zt-prepare" --input "$work/text.txt" --output "$work/pre" --doc-separator % > /dev/null
+expect 2 "train.epochs = 1: only example shards" "$BIN/ztrain" --config "$work/epochs.ini" \
+  --data.train="$work/pre/train_*.bin" --train.epochs=1 --train.threads=1 --run.dir="$work/bad4"
+expect 2 "data.val = .*a pretraining shard, while data.train is an example shard" "$BIN/ztrain" \
+  --config "$SRC/inputs/finetune_tiny.ini" --data.train="$work/ex/train_*.bin" --data.val="$work/pre/val_*.bin" \
+  --train.threads=1 --run.dir="$work/bad5"
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "all fine-tuning checks passed"
