@@ -100,9 +100,11 @@ class MpiCommunicator final : public Communicator {
         ZT_MPI_CHECK(MPI_Comm_dup(comm, &m_comm));
         if (progress_thread && p.size > 1 && mpi_thread_multiple()) {
             // The engine's collectives get a communicator of their own: the training thread's
-            // blocking calls on m_comm never interleave with them.
+            // blocking calls on m_comm never interleave with them. And an engine of its own:
+            // one communicator's collectives (a hybrid run's network all-reduce across groups)
+            // never queue behind another's (the group's gathers on the node).
             ZT_MPI_CHECK(MPI_Comm_dup(comm, &m_engine_comm));
-            m_engine = ProgressEngine::acquire();
+            m_engine = std::make_shared<ProgressEngine>();
         }
     }
     ~MpiCommunicator() override {

@@ -14,18 +14,6 @@ int64_t now_ns() {
 
 }  // namespace
 
-std::shared_ptr<ProgressEngine> ProgressEngine::acquire() {
-    static std::mutex mutex;
-    static std::weak_ptr<ProgressEngine> current;
-    const std::lock_guard<std::mutex> lock(mutex);
-    std::shared_ptr<ProgressEngine> engine = current.lock();
-    if (!engine) {
-        engine = std::make_shared<ProgressEngine>();
-        current = engine;
-    }
-    return engine;
-}
-
 ProgressEngine::ProgressEngine() : m_thread([this] { run(); }) {}
 
 ProgressEngine::~ProgressEngine() {

@@ -1,5 +1,7 @@
-// The progress engine: one communication thread per process that runs started host
-// collectives while the training thread computes (private to comm/).
+// The progress engine: a communication thread that runs one communicator's started host
+// collectives while the training thread computes (private to comm/). Each communicator that
+// asks for one has its own (the shard group's, and with replicas the replica group's), so
+// a slow network all-reduce across groups never holds up the group's gathers on the node.
 //
 // Open MPI makes no progress on a started collective outside MPI calls (no progress thread
 // in Debian's build), so a collective started at a unit boundary would otherwise move only
@@ -32,10 +34,6 @@ class ProgressEngine {
         int64_t finished_ns = 0;
     };
     using Ticket = uint64_t;
-
-    /// The process's engine, its thread started by the first user; it stops when the last
-    /// user lets go (every communicator holding it is destroyed before MPI_Finalize).
-    static std::shared_ptr<ProgressEngine> acquire();
 
     ProgressEngine();
     ~ProgressEngine();

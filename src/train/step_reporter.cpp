@@ -170,9 +170,10 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     }
     // The split of each rank's cores: train.threads compute threads, plus the communication
     // thread (parallel.comm_thread) that runs the started collectives.
-    const bool comm_thread = m_shard.has_communication_thread() || m_replica.has_communication_thread();
+    const int comm_threads = (m_shard.has_communication_thread() ? 1 : 0) + (m_replica.has_communication_thread() ? 1 : 0);
     std::printf("ztrain: %d rank(s) x %d thread(s)%s, global batch %d x %d tokens, %zu train windows%s\n", world,
-                threads, comm_thread ? " + 1 communication thread" : "",
+                threads,
+                comm_threads == 0 ? "" : str(" + ", comm_threads, " communication thread", comm_threads > 1 ? "s" : "").c_str(),
                 cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
                 val_windows ? str(", ", *val_windows, " val windows").c_str() : "");
     // The ZeRO formulas' N is the group the state is split over.
