@@ -58,8 +58,9 @@ def main():
     out.append(f"- network: 2 nodes (network namespaces, tests/slurm/start_local_slurm.sh --nodes 2), "
                f"2 ranks each; every veth end shaped with `tc qdisc ... tbf rate {rate} burst 256kb "
                f"latency 50ms`; no added delay (no netem in this kernel)")
-    out.append("- model: 4 layers x 256 wide x 4 heads, seq 256, vocab 50257, 16.1M parameters, fp32, "
-               "ZeRO-3, micro_batch 2, grad_accum 2, 1 compute thread per rank\n")
+    out.append("- model: 6 layers x 384 wide x 6 heads, seq 256, vocab 8192, 13.9M parameters (23% in the tied "
+               "embedding), fp32, ZeRO-3, micro_batch 2, grad_accum 2, 1 compute thread per rank, synthetic "
+               "tokens\n")
     out.append("## Step time and collective waits (np 4 = 2 nodes x 2)\n")
     out.append("`wait` / `run`: per rank, the median per step of the time the training thread waited for "
                "started collectives and the time they ran in the communication thread "

@@ -254,6 +254,11 @@ class MpiCommunicator final : public Communicator {
         }
     }
 
+    bool do_finished(const CommRequest& request) const override {
+        auto it = m_requests.find(request.handle());
+        return it != m_requests.end() && it->second.ticket && m_engine->finished(*it->second.ticket);
+    }
+
   private:
     struct DeferredReduceScatter {
         const void* in;

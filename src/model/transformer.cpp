@@ -8,7 +8,8 @@
 //   backward: LM head with unit 0 (still held) | acquire(L+1) grads_done(L+1) release(L+1) |
 //             for l descending: acquire(1+l) ... grads_done(1+l) release(1+l) |
 //             embedding, grads_done(0), release(0)
-// So per micro-step a sharded store gathers every unit twice, unit 0 included.
+// So per micro-step a sharded store gathers every unit twice, except unit 0, which it keeps
+// through the training step (ParameterStore::hold_first_unit).
 // The next unit is announced with prefetch() before the current one is used.
 #include "ztrain/model/transformer.hpp"
 

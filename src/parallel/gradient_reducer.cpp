@@ -83,6 +83,10 @@ bool GradientReducer::grads_need_zero(int unit) {
 }
 
 void GradientReducer::grads_done(int unit) {
+    // Reductions the communication thread has finished are completed now rather than when
+    // the in-flight bound forces it: a finished reduce-scatter of the last micro-step starts
+    // its unit's all-reduce across the groups (the network, in hybrid runs) at once.
+    complete_finished();
     if (m_ctx.plan.grads_reduced_per_micro_step()) {
         start_unit_reduction(unit);
         return;
@@ -250,6 +254,16 @@ void GradientReducer::complete(InFlight& f) {
     if (f.pooled()) --m_pooled_in_flight;
     // The shard now holds the group's sum over every micro-step: the other groups' next.
     if (f.kind == InFlight::kReduceScatter && f.last && m_ctx.replica.size() > 1) start_replica_reduction(f.unit);
+}
+
+void GradientReducer::complete_finished() {
+    while (!m_in_flight.empty()) {
+        InFlight& f = m_in_flight.front();
+        const Communicator& c = f.kind == InFlight::kReplicaAllReduce ? m_ctx.replica : m_ctx.comm;
+        if (!c.finished(f.request)) return;
+        complete(f);
+        m_in_flight.pop_front();
+    }
 }
 
 void GradientReducer::complete_through(int unit) {

@@ -125,6 +125,9 @@ class Communicator {
     CommRequest start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt = DType::kF32);
     /// Completes a started collective and resets the request (no-op when inactive).
     void wait(CommRequest& request);
+    /// Whether wait(request) would return at once because the collective already ran (in a
+    /// communication thread); false when not known without blocking. Never blocks.
+    bool finished(const CommRequest& request) const { return !request.active() || do_finished(request); }
 
     /// For an error that is unwinding, before the buffers of the collectives this rank has
     /// started are freed: ends them. NCCL aborts them without waiting for the other ranks
@@ -169,6 +172,10 @@ class Communicator {
                                                 DType dt) = 0;
     virtual CommRequest do_start_all_gather(const void* in, void* out, size_t count_per_rank, DType dt) = 0;
     virtual void do_wait(CommRequest& request) = 0;
+    virtual bool do_finished(const CommRequest& request) const {
+        (void)request;
+        return false;
+    }
     /// broadcast() of a buffer in the implementation's memory space; host implementations
     /// keep this default, device ones override it (broadcast_bytes stays host memory).
     virtual void do_broadcast(void* buf, size_t bytes, int root) { do_broadcast_bytes(buf, bytes, root); }

@@ -88,6 +88,8 @@ class GradientReducer {
     void complete_all();
     /// Completes, oldest first, every reduction up to the newest one of `unit`.
     void complete_through(int unit);
+    /// Completes, oldest first, the reductions that have already run (never blocks).
+    void complete_finished();
     void start_bucket(const GradBucket& b);
     void start_unit_reduction(int unit);
     /// The owned shard of `unit` is final for this step: all-reduce it across the groups.
