@@ -17,10 +17,15 @@
 namespace zt {
 
 std::vector<uint32_t> generate(Transformer& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step) {
+    return generate(model, store, std::vector<uint32_t>{start_token}, n, seed, step, std::nullopt);
+}
+
+std::vector<uint32_t> generate(Transformer& model, UnitStore& store, const std::vector<uint32_t>& prompt, int n,
+                               uint64_t seed, long step, std::optional<uint32_t> stop) {
     const ModelConfig& mc = model.config();
     const int V = mc.vocab_size;
     const int Vp = mc.padded_vocab();
-    std::vector<int32_t> ctx{static_cast<int32_t>(start_token)};
+    std::vector<int32_t> ctx(prompt.begin(), prompt.end());
     std::vector<uint32_t> out;
     std::vector<std::pair<float, int>> cand(static_cast<size_t>(V));
     std::vector<float> row(static_cast<size_t>(Vp));  // host copy: logits may be device memory
@@ -52,9 +57,36 @@ std::vector<uint32_t> generate(Transformer& model, UnitStore& store, uint32_t st
         const int token = cand[static_cast<size_t>(pick)].second;
         ctx.push_back(token);
         out.push_back(static_cast<uint32_t>(token));
+        if (stop && static_cast<uint32_t>(token) == *stop) break;
     }
     return out;
 }
+
+namespace {
+
+/// Tokens as text: decoded with the tokenizer where there is one (an id beyond its
+/// vocabulary, possible when the model's is larger, shows as <id>: a sample never fails a
+/// run), else the ids.
+std::string sample_text(const Tokenizer* tokenizer, const std::vector<uint32_t>& toks) {
+    std::string text;
+    if (tokenizer == nullptr) {
+        for (uint32_t t : toks) text += str(t, " ");
+        return text;
+    }
+    const uint32_t known = static_cast<uint32_t>(tokenizer->vocab_size());
+    std::vector<uint32_t> run;
+    for (uint32_t t : toks) {
+        if (t < known) {
+            run.push_back(t);
+            continue;
+        }
+        text += tokenizer->decode(run) + str("<", t, ">");
+        run.clear();
+    }
+    return text + tokenizer->decode(run);
+}
+
+}  // namespace
 
 Evaluator::Evaluator(const TrainConfig& tc, Transformer& model, UnitStore& store, Communicator& comm,
                      BatchSampler* val_sampler, const Tokenizer* tokenizer, StepReporter& reporter)
@@ -122,28 +154,19 @@ std::optional<Evaluation> Evaluator::evaluate(long step) {
     m_reporter.val_loss(step, ev.val_loss);
     if (m_tc.sample_tokens > 0) {
         // Every rank generates (the same tokens, from the same counter-based draws): with
-        // sharded parameters each forward is collective. Only rank 0 prints.
-        const uint32_t start = m_tokenizer ? m_tokenizer->eot() : 0;
-        const std::vector<uint32_t> toks = generate(m_model, m_store, start, m_tc.sample_tokens, m_tc.seed, step);
+        // sharded parameters each forward is collective. Only rank 0 prints. On examples the
+        // sample answers the first validation example's prompt (a chat's rendered user turn
+        // and assistant header) and stops at the token that ends its first answer.
+        std::vector<uint32_t> prompt{m_tokenizer ? m_tokenizer->eot() : 0};
+        std::optional<uint32_t> stop;
         std::string text;
-        if (m_tokenizer) {
-            // A model vocabulary larger than the tokenizer's (allowed: e.g. GPT-2's 50257 over
-            // byte tokens) can sample ids the tokenizer cannot decode: those show as <id>, a
-            // sample never fails a run.
-            const uint32_t known = static_cast<uint32_t>(m_tokenizer->vocab_size());
-            std::vector<uint32_t> run;
-            for (uint32_t t : toks) {
-                if (t < known) {
-                    run.push_back(t);
-                    continue;
-                }
-                text += m_tokenizer->decode(run) + str("<", t, ">");
-                run.clear();
-            }
-            text += m_tokenizer->decode(run);
-        } else {
-            for (uint32_t t : toks) text += str(t, " ");
+        if (on_examples) {
+            const SamplePrompt sp = m_examples->sample_prompt();
+            prompt = sp.prompt;
+            stop = sp.stop;
+            text = sample_text(m_tokenizer, prompt);
         }
+        text += sample_text(m_tokenizer, generate(m_model, m_store, prompt, m_tc.sample_tokens, m_tc.seed, step, stop));
         m_reporter.sample(step, text);
         ev.sample = text;
     }

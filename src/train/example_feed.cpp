@@ -92,6 +92,20 @@ uint64_t ExampleFeed::targets_in_rows(uint64_t first, uint64_t count) const {
     return n;
 }
 
+SamplePrompt ExampleFeed::sample_prompt() const {
+    ZT_REQUIRE(m_val != nullptr, "a sample prompt without data.val");
+    const ExampleSet& ex = m_val->examples();
+    const size_t begin = static_cast<size_t>(ex.starts[0]);
+    const size_t end = begin + ex.length(0);
+    size_t first = begin;
+    while (first < end && ex.target[first] == 0) ++first;  // every example has a target
+    size_t last = first;
+    while (last + 1 < end && ex.target[last + 1] != 0) ++last;
+    return SamplePrompt{std::vector<uint32_t>(ex.tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+                                              ex.tokens.begin() + static_cast<std::ptrdiff_t>(first)),
+                        ex.tokens[last]};
+}
+
 std::string ExampleFeed::describe() const {
     auto one = [&](const char* what, const ExampleDataset& d, const ExampleRows& rows) {
         return str(what, " ", d.examples().num_examples(), " examples (", d.examples().num_targets(), " targets, ",

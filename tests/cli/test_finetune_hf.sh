@@ -33,16 +33,22 @@ expect 0 "ztrain: 60 steps in" "$BIN/ztrain" --config "$SRC/inputs/llama_tiny.in
   --model.vocab_size=263 --train.threads=1 --train.sample_tokens=0 --run.dir=pretrain
 expect 0 "wrote hf_pretrained/model.safetensors" "$BIN/zt-consolidate" pretrain/checkpoints --output hf_pretrained/
 finetune=(--data.train="ft/train_*.bin" --data.val="ft/val_*.bin" --model.seq_len=64
-  --train.lr=1e-2 --train.lr_min=1e-3 --train.warmup_steps=5 --train.eval_every=20 --train.sample_tokens=0
+  --train.lr=1e-2 --train.lr_min=1e-3 --train.warmup_steps=5 --train.eval_every=20
   --train.threads=1)
-expect 0 "examples: train: 270 examples" "$BIN/ztrain" --model.from_hf=hf_pretrained "${finetune[@]}" \
-  --train.max_steps=60 --run.dir=finetune
+# The samples answer the first validation chat's user turn and stop at the end of the turn.
+"$BIN/ztrain" --model.from_hf=hf_pretrained "${finetune[@]}" --train.max_steps=60 --train.sample_tokens=40 \
+  --run.dir=finetune > finetune.out 2>&1 || { echo "FAIL: fine-tuning"; tail -5 finetune.out; exit 1; }
+check "the run says what it trains on" grep -q "examples: train: 270 examples" finetune.out
+sed -n '/^sample at step 60:/,$p' finetune.out | head -6 > sample.txt
+check "the last sample is an answer to a rendered user turn, ended by <|im_end|>" \
+  bash -c 'grep -q "<|im_start|>user" sample.txt && grep -qE "<\|im_start\|>assistant" sample.txt &&
+    grep -qE "^ *[0-9] plus [0-9] is [0-9]+\.<\|im_end\|>$" sample.txt'
 vals=$(grep -o '"val_loss":[0-9.e-]*' finetune/metrics.jsonl | cut -d: -f2 | tr '\n' ' ')
 check "the masked validation loss on held-out answers falls below half the pretrained model's ($vals)" \
   python3 -c "import sys; v = [float(x) for x in sys.argv[1:]]; sys.exit(not (len(v) == 4 and v[-1] < 0.5 * v[0]))" $vals
 expect 0 "wrote hf_finetuned/model.safetensors" "$BIN/zt-consolidate" finetune/checkpoints --output hf_finetuned/
 # The fine-tuned directory starts a run again: its first validation loss is the last above.
-expect 0 "step 0 \| val loss" "$BIN/ztrain" --model.from_hf=hf_finetuned "${finetune[@]}" --train.max_steps=1 \
+expect 0 "step 0 \| val loss" "$BIN/ztrain" --model.from_hf=hf_finetuned "${finetune[@]}" --train.max_steps=1 --train.sample_tokens=0 \
   --run.dir=again
 again=$(grep -o '"val_loss":[0-9.e-]*' again/metrics.jsonl | head -1 | cut -d: -f2)
 check "hf_finetuned gives the fine-tuned validation loss ($again)" \

@@ -28,6 +28,10 @@ class UnitStore;
 /// Samples `n` tokens after `start_token` from the current weights, with temperature 1 and
 /// top-k 40, from a counter-based generator keyed by (seed, step): every rank draws the same.
 std::vector<uint32_t> generate(Transformer& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step);
+/// The same after the tokens of `prompt` (the last seq_len of the context are seen), ending
+/// early after a sampled `stop` token (which is returned).
+std::vector<uint32_t> generate(Transformer& model, UnitStore& store, const std::vector<uint32_t>& prompt, int n,
+                               uint64_t seed, long step, std::optional<uint32_t> stop);
 
 struct Evaluation {
     double val_loss = 0.0;

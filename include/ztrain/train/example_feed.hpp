@@ -41,6 +41,13 @@ bool is_example_shard(const std::string& pattern, const std::string& key);
 /// InputError for train.epochs without example shards.
 Config with_run_length(const Config& deck, const ExampleFeed* feed, int world);
 
+/// The prompt of a sample during training: a validation example's tokens before its first
+/// target, and the token that ends its first run of targets (a chat's end-of-turn token).
+struct SamplePrompt {
+    std::vector<uint32_t> prompt;
+    uint32_t stop = 0;
+};
+
 /// What the micro-steps of one step on examples produced.
 struct ExampleStepTotals {
     double loss_sum = 0.0;     ///< this rank's sum of target losses
@@ -70,6 +77,8 @@ class ExampleFeed {
     void fill_val(uint64_t first, int count, RowBatch& batch) const { m_val_rows->fill(first, count, batch); }
     size_t train_rows_in_epoch() const { return m_train_rows->rows_in_epoch(0); }
     size_t val_rows_in_epoch() const { return m_val_rows ? m_val_rows->rows_in_epoch(0) : 0; }
+    /// From the first validation example (requires data.val).
+    SamplePrompt sample_prompt() const;
     /// The start line's description: examples, rows per epoch, truncated/dropped counts.
     std::string describe() const;
 

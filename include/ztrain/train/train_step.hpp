@@ -9,7 +9,9 @@
 // mean loss, for any world size. Global sample j of step s is sample g = s * global_batch + j
 // of the run; rank r's micro-step a covers j in [(r * grad_accum + a) * micro_batch, ... +
 // micro_batch). One rank with N-way accumulation therefore sees exactly the sequences N
-// ranks see.
+// ranks see. On example shards (use_examples) the same indices are global rows of examples,
+// and dloss = scale / (the global batch's target tokens), counted before the micro-steps
+// (example_feed.hpp).
 #pragma once
 
 #include <cstdint>
