@@ -1,6 +1,7 @@
 // to_ini: the resolved configuration written back as an INI deck (every key and its value,
 // loadable with --config), as ztrain stores it in the run directory and in checkpoints.
 #include <sstream>
+#include <string>
 
 #include "key_table.hpp"
 #include "ztrain/config.hpp"
@@ -31,7 +32,12 @@ std::string to_ini(const Config& cfg) {
                 os << "\n[" << sec << "]\n";
             }
         }
-        os << leaf_of(k.key) << " = " << format_value(k, cfg) << "\n";
+        // A run is train.epochs or train.max_steps long, never both (exit 2 when a deck gives
+        // both): an epochs run's steps, computed from the examples, are written as a comment,
+        // so the deck reloads.
+        const bool computed_steps = std::string(k.key) == "train.max_steps" && cfg.train.epochs > 0;
+        os << (computed_steps ? "# " : "") << leaf_of(k.key) << " = " << format_value(k, cfg)
+           << (computed_steps ? "  (from train.epochs)" : "") << "\n";
     }
     return os.str();
 }

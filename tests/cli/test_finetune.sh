@@ -50,6 +50,8 @@ grep -v "^max_steps" "$SRC/inputs/finetune_tiny.ini" > "$work/epochs.ini"
 ran=$(grep -o '"step":[0-9]*,"loss"' "$work/epochs/metrics.jsonl" | tail -1 | grep -o '[0-9]*')
 check "train.epochs = 2 ran the ${ran:-0} steps its start line planned" \
   grep -q "train.epochs = 2: ${ran:-0} steps" "$work/epochs.out"
+# The resolved deck of an epochs run reloads: its computed max_steps is a comment.
+expect 0 "ztrain: rank|peak" "$BIN/ztrain" --config "$work/epochs/config.ini" --plan
 # pad: one example per row, each micro-batch as long as its longest example.
 expect 0 "rows of padded examples" "$BIN/ztrain" "${deck[@]}" --data.packing=pad --train.max_steps=5 \
   --run.dir="$work/pad"
