@@ -104,7 +104,7 @@ class MpiCommunicator final : public Communicator {
             // one communicator's collectives (a hybrid run's network all-reduce across groups)
             // never queue behind another's (the group's gathers on the node).
             ZT_MPI_CHECK(MPI_Comm_dup(comm, &m_engine_comm));
-            m_engine = std::make_shared<ProgressEngine>();
+            m_engine = std::make_unique<ProgressEngine>();
         }
     }
     ~MpiCommunicator() override {
@@ -114,10 +114,7 @@ class MpiCommunicator final : public Communicator {
         // A deferred reduce-scatter never started: nothing to wait for (its MPI request is null).
         for (auto& [id, req] : m_requests) {
             if (req.ticket) {
-                try {
-                    m_engine->wait(*req.ticket);
-                } catch (...) {  // its error was for a wait that never came
-                }
+                finish_unwaited(*req.ticket);
             } else {
                 MPI_Wait(&req.mpi, MPI_STATUS_IGNORE);
             }
@@ -136,12 +133,7 @@ class MpiCommunicator final : public Communicator {
                 Request& r = it->second;
                 if (r.ticket) {
                     done = m_engine->finished(*r.ticket) ? 1 : 0;
-                    if (done) {
-                        try {
-                            m_engine->wait(*r.ticket);
-                        } catch (...) {  // the error already unwinding is the one reported
-                        }
-                    }
+                    if (done) finish_unwaited(*r.ticket);
                 } else if (!r.deferred_reduce_scatter) {
                     MPI_Test(&r.mpi, &done, MPI_STATUS_IGNORE);
                 }
@@ -274,6 +266,15 @@ class MpiCommunicator final : public Communicator {
         std::optional<DeferredReduceScatter> deferred_reduce_scatter;
         std::optional<ProgressEngine::Ticket> ticket;
     };
+    /// Lets the engine forget a job no caller will wait for; its error, if any, is dropped
+    /// (at teardown nobody asked for the result; while unwinding, the error already in flight
+    /// is the one reported).
+    void finish_unwaited(ProgressEngine::Ticket ticket) noexcept {
+        try {
+            m_engine->wait(ticket);
+        } catch (...) {
+        }
+    }
     CommRequest run_in_engine(std::function<void()> job) {
         Request q;
         q.ticket = m_engine->submit(std::move(job));
@@ -291,7 +292,7 @@ class MpiCommunicator final : public Communicator {
     }
     MPI_Comm m_comm = MPI_COMM_NULL;
     MPI_Comm m_engine_comm = MPI_COMM_NULL;
-    std::shared_ptr<ProgressEngine> m_engine;  ///< null: started collectives progress in MPI calls
+    std::unique_ptr<ProgressEngine> m_engine;  ///< null: started collectives progress in MPI calls
     std::unordered_map<int64_t, Request> m_requests;
     int64_t m_next_id = 0;
 };

@@ -206,6 +206,25 @@ void StepReporter::skipped(long step, bool fp16, double scale_before, double sca
                 fp16 ? str(", loss scale ", scale_before, " -> ", scale_after).c_str() : "");
 }
 
+nlohmann::ordered_json StepReporter::comm_bytes_record() const {
+    nlohmann::ordered_json cb = nlohmann::ordered_json::object();
+    // Per kind over every communicator of the run, then the model state's two apart: inside
+    // the shard group (intra) and across the groups (inter).
+    std::map<CollectiveKind, uint64_t> sent;
+    for (const Communicator* c : {static_cast<const Communicator*>(&m_comm), &m_shard, &m_replica}) {
+        for (const auto& [kind, entry] : c->stats().by_kind) sent[kind] += entry.bytes;
+    }
+    for (const auto& [kind, bytes] : sent) cb[collective_name(kind)] = bytes;
+    const auto per_kind = [](const Communicator& c) {
+        nlohmann::ordered_json o = nlohmann::ordered_json::object();
+        for (const auto& [kind, entry] : c.stats().by_kind) o[collective_name(kind)] = entry.bytes;
+        return o;
+    };
+    cb["intra"] = per_kind(m_shard);
+    cb["inter"] = per_kind(m_replica);
+    return cb;
+}
+
 void StepReporter::step(const StepReport& r) {
     // This process's first step warms caches: the average leaves it out when there are more.
     const long run_here = r.step - m_first_step;
@@ -220,7 +239,8 @@ void StepReporter::step(const StepReport& r) {
         ov.wait_s += c->stats().overlap.wait_s;
         ov.run_s += c->stats().overlap.run_s;
     }
-    const CommStats before_gather = m_comm.stats();
+    // Bytes per kind, taken before the all-reduce below adds to m_comm's counts.
+    const nlohmann::ordered_json cb = comm_bytes_record();
     const size_t world = static_cast<size_t>(m_comm.size());
     std::vector<double> per_rank(2 * world, 0.0);
     per_rank[static_cast<size_t>(m_comm.rank())] = ov.wait_s * 1e3;
@@ -239,24 +259,6 @@ void StepReporter::step(const StepReport& r) {
     rec["step_ms"] = r.step_s * 1e3;
     rec["loss_scale"] = r.loss_scale;
     rec["skipped"] = r.skipped;
-    nlohmann::ordered_json cb = nlohmann::ordered_json::object();
-    // Per kind over every communicator of the run, then the model state's two apart: inside
-    // the shard group (intra) and across the groups (inter).
-    std::map<CollectiveKind, uint64_t> sent;
-    for (const Communicator* c : {static_cast<const Communicator*>(&m_comm), &m_shard, &m_replica}) {
-        const CommStats& st = c == &m_comm ? before_gather : c->stats();
-        for (const auto& [kind, entry] : st.by_kind) sent[kind] += entry.bytes;
-    }
-    for (const auto& [kind, bytes] : sent) cb[collective_name(kind)] = bytes;
-    const auto per_kind = [&](const Communicator& c) {
-        nlohmann::ordered_json o = nlohmann::ordered_json::object();
-        for (const auto& [kind, entry] : (&c == &m_comm ? before_gather : c.stats()).by_kind) {
-            o[collective_name(kind)] = entry.bytes;
-        }
-        return o;
-    };
-    cb["intra"] = per_kind(m_shard);
-    cb["inter"] = per_kind(m_replica);
     rec["comm_bytes"] = cb;
     // Started collectives waited for during the step (every communicator): how many, how
     // many had finished before the wait, the time waited and the time they ran in the

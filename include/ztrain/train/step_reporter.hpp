@@ -141,6 +141,8 @@ class StepReporter {
     void finish(long last_step);
 
   private:
+    /// metrics.jsonl comm_bytes: this step's bytes per collective kind, in all and per group.
+    nlohmann::ordered_json comm_bytes_record() const;
     /// One record to metrics.jsonl and, when open, the TensorBoard file.
     void record(const nlohmann::ordered_json& rec) {
         m_metrics.write(rec);
