@@ -88,6 +88,9 @@ void GradientReducer::grads_done(int unit) {
     // its unit's all-reduce across the groups (the network, in hybrid runs) at once.
     complete_finished();
     if (m_ctx.plan.grads_reduced_per_micro_step()) {
+        // Unit 0's scratch stays for the next micro-step's backward to add into (see
+        // reduced_once_per_step); every other unit is reduced now.
+        if (!m_last_micro && reduced_once_per_step(unit)) return;
         start_unit_reduction(unit);
         return;
     }
@@ -156,7 +159,7 @@ void GradientReducer::start_unit_reduction(int unit) {
     make_room();  // before taking its buffers, so at most kMaxPooledInFlight are held
     InFlight f(InFlight::kReduceScatter);
     f.unit = unit;
-    f.first = m_first_micro;
+    f.first = m_first_micro || reduced_once_per_step(unit);
     f.last = m_last_micro;
     const void* src = nullptr;
     void* out = nullptr;

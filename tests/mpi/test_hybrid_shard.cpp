@@ -115,12 +115,14 @@ TEST_P(HybridShard, MatchesOneRankAndMovesTheTheoreticalBytes) {
     // Unit 0 (embedding and tied head) stays gathered through a step: once per step at stage 3.
     const uint64_t ring0_ag =
         plan.shard(0).padded_numel * dtype_size(c.dtype) * static_cast<uint64_t>(G - 1) / static_cast<uint64_t>(G);
+    // Unit 0's gradient is kept across micro-steps at stages 2-3: reduce-scattered once per step.
+    const uint64_t ring0 = plan.shard(0).padded_numel * 4 * static_cast<uint64_t>(G - 1) / static_cast<uint64_t>(G);
     const uint64_t A = static_cast<uint64_t>(cfg.train.grad_accum);
     uint64_t want_rs = 0, want_ag = 0;
     switch (c.stage) {
         case 1: want_rs = ring; want_ag = ring_ag; break;
-        case 2: want_rs = A * ring; want_ag = ring_ag; break;
-        case 3: want_rs = A * ring; want_ag = A * 2 * (ring_ag - ring0_ag) + ring0_ag; break;
+        case 2: want_rs = A * (ring - ring0) + ring0; want_ag = ring_ag; break;
+        case 3: want_rs = A * (ring - ring0) + ring0; want_ag = A * 2 * (ring_ag - ring0_ag) + ring0_ag; break;
     }
     int steps_seen = 0;
     for (const auto& r : test::step_records(dir.file("world/metrics.jsonl"))) {

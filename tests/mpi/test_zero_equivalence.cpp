@@ -117,8 +117,9 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     switch (stage) {
         case 0: want_ar = 2 * ring; break;                       // one all-reduce per step
         case 1: want_rs = ring; want_ag = ring; break;            // once per step
-        case 2: want_rs = A * ring; want_ag = ring; break;        // reduce-scatter every micro-step
-        case 3: want_rs = A * ring; want_ag = A * 2 * (ring - ring0) + ring0; break;  // fwd + bwd per micro-step
+        // Reduce-scatter every micro-step, but unit 0's once per step (its gradient is kept).
+        case 2: want_rs = A * (ring - ring0) + ring0; want_ag = ring; break;
+        case 3: want_rs = A * (ring - ring0) + ring0; want_ag = A * 2 * (ring - ring0) + ring0; break;  // fwd + bwd per micro-step
     }
     if (me == 0) {
         const auto records = test::read_jsonl(dir.file("world/metrics.jsonl"));

@@ -5,7 +5,9 @@
 //   stage 1     full arena; at the last micro-step each unit is reduce-scattered as soon as
 //               backward is done with it, and the rank keeps its own slice
 //   stages 2-3  shard only; each unit's full gradient is fp32 scratch, reduce-scattered as
-//               soon as backward is done with it (every micro-step) and added into the shard
+//               soon as backward is done with it (every micro-step) and added into the shard;
+//               unit 0's scratch is kept across the micro-steps of a step and reduced once
+//               (see reduced_once_per_step)
 // With replica groups (hybrid sharding, stages 1-3), the reduce-scatter runs inside the shard
 // group, and at the last micro-step each unit's owned shard, once final, is all-reduced
 // across the groups (in place, or through a wire-dtype copy) while backward goes on.
@@ -95,6 +97,14 @@ class GradientReducer {
     /// The owned shard of `unit` is final for this step: all-reduce it across the groups.
     void start_replica_reduction(int unit);
     void* grad_ptr(int unit, size_t element);
+    /// Stages 2-3: unit 0 (the token embedding and tied head) has its gradient written from
+    /// the LM head, the first op of backward, to the embedding, the last, so its full-size
+    /// scratch is live at the memory peak (the start of backward) in every micro-step anyway.
+    /// Keeping it through the forward between micro-steps adds nothing to the peak, and the
+    /// step reduces it once (as FSDP's no_sync does for a whole model) instead of once per
+    /// micro-step: for a model whose embedding is a large share, most of the reduce-scatter
+    /// bytes of gradient accumulation.
+    bool reduced_once_per_step(int unit) const { return unit == 0; }
     /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing is left to
     /// the model (grads_need_zero) instead of a memset of every gradient at step start.
     bool lazy_zero() const { return m_ctx.work == DType::kF32 && !m_ctx.plan.policy().grads_sharded; }
