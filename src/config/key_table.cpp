@@ -100,6 +100,10 @@ const KeyDef kKeys[] = {
     ZT_KEY("parallel.comm_thread", parallel.comm_thread,
            "true: on the CPU a communication thread per rank runs the started collectives (ZeRO gathers and "
            "reduce-scatters, DDP buckets) while the training thread computes | false: they run when waited for"),
+    ZT_KEY("parallel.overlap_depth", parallel.overlap_depth,
+           "how far communication runs ahead of compute: units gathered ahead of the one in use (ZeRO-3) and "
+           "reductions in flight (depth + 1); each step deeper holds one more unit-sized buffer of each | 0: the "
+           "memory plan's choice (2 when it fits, else 1)"),
 
     ZT_KEY("precision.dtype", precision.dtype,
            "working dtype of parameters, activations and gradients: fp32 | bf16 | fp16 (master weights "

@@ -208,6 +208,8 @@ void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
     v.check(p.bucket_mb > 0 && p.bucket_mb <= 1048576, "parallel.bucket_mb",
             "a size in MiB > 0 and <= 1048576 (fractions allowed)");
     v.check(p.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
+    v.check(p.overlap_depth >= 0 && p.overlap_depth <= kMaxOverlapDepth, "parallel.overlap_depth",
+            str("0 (the memory plan's choice) or a depth from 1 to ", kMaxOverlapDepth));
 }
 
 /// The precision keys, then train.max_bad_steps.

@@ -116,7 +116,7 @@ void GradientReducer::grads_done(int unit) {
 // Reductions in flight
 // ---------------------------------------------------------------------------
 void GradientReducer::make_room() {
-    while (m_pooled_in_flight >= kMaxPooledInFlight) {
+    while (m_pooled_in_flight >= m_ctx.reductions_in_flight()) {
         complete(m_in_flight.front());
         m_in_flight.pop_front();
     }
@@ -140,7 +140,7 @@ void GradientReducer::start_bucket(const GradBucket& b) {
     size_t off = 0;
     for (int u = b.first_unit; u >= b.last_unit; --u) {
         const size_t n = m_ctx.shard(u).padded_numel;
-        make_room();  // before taking its buffers, so at most kMaxPooledInFlight are held
+        make_room();  // before taking its buffers, so at most reductions_in_flight() are held
         InFlight f(InFlight::kUnitAllReduce);
         f.unit = u;
         f.send_bytes = n * dtype_size(m_ctx.reduce);
@@ -156,7 +156,7 @@ void GradientReducer::start_unit_reduction(int unit) {
     const UnitShard& s = m_ctx.shard(unit);
     const size_t i = static_cast<size_t>(unit);
     const size_t rsize = dtype_size(m_ctx.reduce);
-    make_room();  // before taking its buffers, so at most kMaxPooledInFlight are held
+    make_room();  // before taking its buffers, so at most reductions_in_flight() are held
     InFlight f(InFlight::kReduceScatter);
     f.unit = unit;
     f.first = m_first_micro || reduced_once_per_step(unit);
@@ -345,12 +345,12 @@ double GradientReducer::local_sum_squares(const std::vector<std::vector<DecaySeg
     return s;
 }
 
-size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType reduce) {
+size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType reduce, int overlap_depth) {
     // Per the model's unit protocol (model/transformer.cpp): unit 0's gradient is produced from the LM head
     // through the whole backward; other units one at a time. Stages 2-3 hold a unit's fp32
-    // scratch until its reduction completes (up to kMaxPooledInFlight behind the current).
+    // scratch until its reduction completes (up to depth + 1 behind the current).
     const int U = plan.num_units();
-    const size_t K = kMaxPooledInFlight;
+    const size_t K = static_cast<size_t>(overlap_depth) + 1;
     const size_t r = dtype_size(reduce);
     auto padded = [&](int u) { return plan.shard(u).padded_numel; };
     size_t planned = 0;

@@ -32,7 +32,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
                  reduce) {}
 
 ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage,
-                       size_t bucket_numel, uint64_t seed, DType work, DType reduce)
+                       size_t bucket_numel, uint64_t seed, DType work, DType reduce, int overlap_depth)
     : m_layout(layout),
       m_backend(backend),
       m_comm(comms.shard),
@@ -40,6 +40,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
       m_rank(comms.shard.rank()),
       m_work(work),
       m_reduce(reduce),
+      m_overlap_depth(overlap_depth),
       m_plan(layout.unit_numel, comms.shard.size(), ShardingPolicy::zero_stage(zero_stage)),
       m_pool(backend),
       m_f32_tmp(alloc_conversion_buffer(backend, m_plan, work, &m_allocated.scratch)),
@@ -52,7 +53,8 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
                caps.work_dtypes(), " only; got ", dtype_name(work), "/", dtype_name(reduce));
     ZT_REQUIRE(m_plan.ownership_partitioned() || comms.replica.size() == 1, "ZeRO stage 0 replicates over one group of all ranks; got ",
                comms.replica.size(), " replica groups");
-    const StateBytes planned = plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce);
+    ZT_REQUIRE(overlap_depth >= 1, "overlap depth ", overlap_depth);
+    const StateBytes planned = plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce, overlap_depth);
     const StateBytes got = bytes();
     ZT_REQUIRE(got.params == planned.params && got.grads == planned.grads && got.master == planned.master &&
                    got.optimizer == planned.optimizer && got.scratch == planned.scratch,
@@ -81,7 +83,8 @@ ModelState::~ModelState() {
 }
 
 StateContext ModelState::context() {
-    return StateContext{m_layout, m_backend, m_comm, m_replica, m_plan, m_rank, m_work, m_reduce, m_pool, m_f32_tmp};
+    return StateContext{m_layout, m_backend, m_comm,   m_replica, m_plan,   m_rank,
+                        m_work,   m_reduce,  m_overlap_depth, m_pool, m_f32_tmp};
 }
 
 // ---- UnitStore ----
@@ -93,7 +96,9 @@ void ModelState::grads_done(int unit) {
     m_grads.grads_done(unit);
     // Unit 0's gradient is the last of a backward: after the step's last one, the held
     // unit 0 is released by the model's release(0) that follows.
-    if (unit == 0 && m_last_micro) m_params.hold_first_unit(false);
+    if (unit != 0) return;
+    m_params.end_training_pass();
+    if (m_last_micro) m_params.hold_first_unit(false);
 }
 bool ModelState::grads_need_zero(int unit) { return m_grads.grads_need_zero(unit); }
 
@@ -103,6 +108,7 @@ void ModelState::begin_micro_step(bool first, bool last) {
     m_grads.begin_micro_step(first, last);
     m_last_micro = last;
     m_params.hold_first_unit(true);
+    m_params.begin_training_pass();
 }
 void ModelState::finish_grad_sync() { m_grads.finish(); }
 
@@ -150,7 +156,7 @@ StateBytes ModelState::bytes() const {
 }
 
 StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work,
-                                  DType reduce) {
+                                  DType reduce, int overlap_depth) {
     const ShardPlan plan(layout.unit_numel, group_size, ShardingPolicy::zero_stage(zero_stage));
     const size_t w = dtype_size(work);
     StateBytes b;
@@ -164,7 +170,8 @@ StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, int
         b.optimizer += 2 * state;
     }
     if (work != DType::kF32) b.scratch += max_padded * sizeof(float);  // the conversion buffer
-    b.scratch += ParameterStore::planned_scratch(plan, work) + GradientReducer::planned_scratch(plan, work, reduce);
+    b.scratch += ParameterStore::planned_scratch(plan, work, overlap_depth) +
+                 GradientReducer::planned_scratch(plan, work, reduce, overlap_depth);
     return b;
 }
 

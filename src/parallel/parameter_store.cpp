@@ -81,6 +81,7 @@ const float* ParameterStore::acquire(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
     wait_gather(unit);
     const bool gathered = m_ctx.plan.params_gathered_per_unit();
+    if (gathered && m_in_pass) look_ahead(unit);
     if (!gathered && m_ctx.work == DType::kF32) return static_cast<const float*>(m_params[static_cast<size_t>(unit)]);
     const UnitShard& s = m_ctx.shard(unit);
     if (gathered && !m_resident.count(unit)) prefetch(unit);
@@ -96,6 +97,37 @@ const float* ParameterStore::acquire(int unit) {
         m_ctx.backend.cast(r.compute, DType::kF32, src, m_ctx.work, s.padded_numel);
     }
     return r.compute;
+}
+
+void ParameterStore::look_ahead(int unit) {
+    if (m_recording) {
+        m_pass_order.push_back(unit);
+        return;
+    }
+    if (!m_following) return;
+    if (m_pass_pos >= m_pass_order.size() || m_pass_order[m_pass_pos] != unit) {
+        m_following = false;  // another order than the first pass's: the model's hints only
+        return;
+    }
+    ++m_pass_pos;
+    const size_t end = std::min(m_pass_order.size(), m_pass_pos + static_cast<size_t>(m_ctx.overlap_depth));
+    for (size_t i = m_pass_pos; i < end; ++i) prefetch(m_pass_order[i]);
+}
+
+void ParameterStore::begin_training_pass() {
+    m_in_pass = true;
+    m_recording = m_pass_order.empty();
+    m_following = !m_recording;
+    m_pass_pos = 0;
+}
+
+void ParameterStore::end_training_pass() {
+    m_in_pass = m_recording = m_following = false;
+    std::vector<int> unused;
+    for (const auto& [u, r] : m_resident) {
+        if (r.compute == nullptr) unused.push_back(u);
+    }
+    for (int u : unused) release(u);
 }
 
 void ParameterStore::release(int unit) {
@@ -142,15 +174,16 @@ void ParameterStore::wait_gathers() {
     for (int u = 0; u < m_ctx.num_units(); ++u) wait_gather(u);
 }
 
-size_t ParameterStore::planned_scratch(const ShardPlan& plan, DType work) {
+size_t ParameterStore::planned_scratch(const ShardPlan& plan, DType work, int overlap_depth) {
     // Per the model's unit protocol (model/transformer.cpp): unit 0 is held from the LM head through
-    // backward; other units are used one at a time, the next one prefetched at stage 3.
+    // backward; other units are used one at a time, overlap_depth more gathered ahead at stage 3.
     const int U = plan.num_units();
     const size_t w = dtype_size(work);
     auto padded = [&](int u) { return plan.shard(u).padded_numel; };
     size_t planned = 0;
-    if (plan.params_gathered_per_unit()) {  // gathered units: current + prefetched
-        planned += padded(0) * w + pooled_peak(1, U, 2, [&](int u) { return padded(u) * w; });
+    if (plan.params_gathered_per_unit()) {  // gathered units: current + those ahead
+        const size_t live = 1 + static_cast<size_t>(overlap_depth);
+        planned += padded(0) * w + pooled_peak(1, U, live, [&](int u) { return padded(u) * w; });
     }
     if (work != DType::kF32) {  // fp32 views of acquired units
         planned += padded(0) * sizeof(float) + pooled_peak(1, U, 1, [&](int u) { return padded(u) * sizeof(float); });

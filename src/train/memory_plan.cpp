@@ -148,9 +148,13 @@ double measured_peak_bytes() { return proc_kb_field("/proc/self/status", "VmHWM"
 
 double host_available_bytes() { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
 
-MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
-                       double baseline_bytes, bool device) {
+namespace {
+
+/// The plan with communication running `overlap_depth` units ahead of compute.
+MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
+                         double baseline_bytes, bool device, int overlap_depth) {
     MemoryPlan plan;
+    plan.overlap_depth = overlap_depth;
     plan.world_size = world_size;
     plan.ranks_per_node = ranks_per_node;
     const int stage = cfg.parallel.zero_stage;
@@ -179,13 +183,14 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
         plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
     } else {
         const ModelLayout layout = make_model_layout(m);
-        const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce);
+        const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce, overlap_depth);
         plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
         plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
         plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
         plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
         plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
-                              "gathered units, gradient scratch, reductions in flight (peak)"});
+                              str("gathered units, gradient scratch, reductions in flight (peak; overlap depth ",
+                                  overlap_depth, ")")});
         const ShardPlan shards(layout.unit_numel, group, ShardingPolicy::zero_stage(stage));
         snapshot_bytes = 0;
         largest_written_range = 0;
@@ -200,12 +205,12 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
             // bucket, and DDP has every bucket in flight before the step's sync: up to the
             // whole gradient arena in the wire dtype (measured: bench/memory_plan_bench.sh).
             // With another wire dtype the units are reduced from pooled copies, at most
-            // GradientReducer::kMaxPooledInFlight at a time.
+            // overlap_depth + 1 at a time.
             double largest = 0;
             for (const UnitShard& u : shards.shards()) largest = std::max(largest, static_cast<double>(u.padded_numel));
             const double wire = reduce == work
                                     ? static_cast<double>(sb.grads) / dtype_size(work) * dtype_size(reduce)
-                                    : GradientReducer::kMaxPooledInFlight * largest * dtype_size(reduce);
+                                    : (overlap_depth + 1.0) * largest * dtype_size(reduce);
             plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
         }
     }
@@ -236,6 +241,28 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
         plan.available_what = "MemAvailable in /proc/meminfo";
     }
     return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
+                       double baseline_bytes, bool device, double device_available) {
+    auto at = [&](int depth) {
+        MemoryPlan p =
+            plan_at_depth(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes, device, depth);
+        if (device && device_available > 0) {
+            p.available = device_available;
+            p.available_what = "free GPU memory (cudaMemGetInfo)";
+        }
+        return p;
+    };
+    const int asked = cfg.parallel.overlap_depth;
+    if (asked > 0) return at(asked);
+    // The plan's choice: the deeper overlap where the node has room for its buffers (one
+    // more gathered unit and one more reduction's buffers), else depth 1.
+    MemoryPlan deep = at(kAutoOverlapDepth);
+    if (plan_fits(deep)) return deep;
+    return at(1);
 }
 
 MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) {
@@ -273,6 +300,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     std::snprintf(line, sizeof line, "tokens per step %.0f, training FLOPs per step %.3g\n", plan.tokens_per_step,
                   plan.flops_per_step);
     os << line;
+    os << "overlap depth " << plan.overlap_depth << ": " << (plan.zero_stage == 3 ? "units gathered ahead of compute, " : "")
+       << "reductions in flight " << plan.overlap_depth + 1 << "\n";
     return os.str();
 }
 

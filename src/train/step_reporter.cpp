@@ -157,6 +157,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     mem["dtype"] = dtype_name(cfg.precision.dtype);
     mem["num_params"] = n_params;
     mem["predicted_peak"] = m_plan_rank;
+    mem["overlap_depth"] = m_overlap_depth;
     record(mem);
     if (mc.is_llama()) {
         std::printf("ztrain: llama, %d layers, %d heads (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
@@ -173,7 +174,10 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     const int comm_threads = (m_shard.has_communication_thread() ? 1 : 0) + (m_replica.has_communication_thread() ? 1 : 0);
     std::printf("ztrain: %d rank(s) x %d thread(s)%s, global batch %d x %d tokens, %zu train windows%s\n", world,
                 threads,
-                comm_threads == 0 ? "" : str(" + ", comm_threads, " communication thread", comm_threads > 1 ? "s" : "").c_str(),
+                comm_threads == 0 ? ""
+                                  : str(" + ", comm_threads, " communication thread", comm_threads > 1 ? "s" : "",
+                                        " (overlap depth ", m_overlap_depth, ")")
+                                        .c_str(),
                 cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
                 val_windows ? str(", ", *val_windows, " val windows").c_str() : "");
     // The ZeRO formulas' N is the group the state is split over.

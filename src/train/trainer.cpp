@@ -222,18 +222,16 @@ size_t bucket_numel(const ParallelConfig& p, DType reduce) {
 /// anything model-sized exists.
 MemoryPlan plan_and_check_memory(const Config& cfg, TrainSetup& setup, Communicator& comm) {
     const TrainConfig& tc = cfg.train;
-    MemoryPlan memory = plan_memory(
-        cfg, comm.size(), comm.local_size(),
-        static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
-        measured_baseline_bytes(), setup.backend->capabilities().device_memory);
+    const bool device = setup.backend->capabilities().device_memory;
     size_t device_free = 0;
     size_t device_total = 0;
     // A GPU run's items are device memory: checked against the device's free memory, which
     // already excludes the CUDA context the backend created (not yet run on a GPU).
-    if (memory.device && cuda_memory_info(&device_free, &device_total)) {
-        memory.available = static_cast<double>(device_free);
-        memory.available_what = "free GPU memory (cudaMemGetInfo)";
-    }
+    if (!device || !cuda_memory_info(&device_free, &device_total)) device_free = 0;
+    const MemoryPlan memory = plan_memory(
+        cfg, comm.size(), comm.local_size(),
+        static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
+        measured_baseline_bytes(), device, static_cast<double>(device_free));
     const std::string memory_warning = check_memory_plan(memory, cfg.run.memory_check, comm);
     if (comm.rank() == 0 && !memory_warning.empty()) std::printf("ztrain: warning: %s\n", memory_warning.c_str());
     return memory;
@@ -263,7 +261,7 @@ void describe_run(StepReporter& reporter, const Config& cfg, const TrainSetup& s
                   long step) {
     if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), step);
     reporter.set_rank_layout(setup.groups->layout());
-    reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available);
+    reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available, memory.overlap_depth);
 }
 
 /// Ranks agree at the step boundary on a pending stop signal, so all save together, and on
@@ -303,7 +301,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute);
     model.set_activation_dtype(work);
     ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
-                     bucket_numel(cfg.parallel, reduce), tc.seed, work, reduce);
+                     bucket_numel(cfg.parallel, reduce), tc.seed, work, reduce, memory.overlap_depth);
     // On an error this guard (declared after the model state, so destroyed first) ends the
     // started collectives before ~ModelState frees their buffers: NCCL's are aborted (a device
     // free would otherwise sync on work peers never join), MPI's completed (a ZeRO-1/2 gather

@@ -147,6 +147,17 @@ INSTANTIATE_TEST_SUITE_P(AllStages, ZeroStage,
                                     (info.param.llama ? "_llama" : "");
                          });
 
+/// A GPT-2 of `n_layer` blocks, 4 heads x 64 wide, vocabulary 300.
+ModelConfig small_model(int n_layer, int seq_len) {
+    ModelConfig mc;
+    mc.n_layer = n_layer;
+    mc.n_head = 4;
+    mc.n_embd = 64;
+    mc.seq_len = seq_len;
+    mc.vocab_size = 300;
+    return mc;
+}
+
 // Model-state bytes per rank vs the ZeRO formulas, per dtype, with w the working dtype's size
 // and m the master copy's (4 for bf16/fp16; 0 in fp32, where the parameters are the master):
 //   stage 0: (2w + m + 8) P                       fp32: 16P      16-bit: 16P
@@ -156,12 +167,7 @@ INSTANTIATE_TEST_SUITE_P(AllStages, ZeroStage,
 // with P the parameter count. Checked on every rank, within 5% (padding).
 TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
     const int N = test::world_size();
-    ModelConfig mc;
-    mc.n_layer = 3;
-    mc.n_head = 4;
-    mc.n_embd = 64;
-    mc.seq_len = 32;
-    mc.vocab_size = 300;
+    const ModelConfig mc = small_model(3, 32);
     const ModelLayout layout = make_model_layout(mc);
     double P = 0;
     for (const auto& p : layout.params) P += static_cast<double>(p.numel);
@@ -198,6 +204,74 @@ TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
                 << dtype_name(t) << " stage " << stage << " N=" << N << " rank " << comm.rank()
                 << ": per-unit scratch held " << ModelStateTestAccess::dynamic_scratch_held(state) << " bytes, planned "
                 << ModelStateTestAccess::dynamic_scratch_planned(state);
+        }
+    }
+}
+
+/// The model's face of a ModelState that counts, at each acquire, the units the store holds.
+class ResidentCounter : public UnitStore {
+  public:
+    explicit ResidentCounter(ModelState& s) : m_s(s) {}
+    const float* acquire(int unit) override {
+        const float* p = m_s.acquire(unit);
+        peak = std::max(peak, ModelStateTestAccess::resident_units(m_s));
+        return p;
+    }
+    void release(int unit) override { m_s.release(unit); }
+    void prefetch(int unit) override { m_s.prefetch(unit); }
+    float* grads(int unit) override { return m_s.grads(unit); }
+    void grads_done(int unit) override { m_s.grads_done(unit); }
+    bool grads_need_zero(int unit) override { return m_s.grads_need_zero(unit); }
+    size_t peak = 0;
+
+  private:
+    ModelState& m_s;
+};
+
+// Stage 3 with overlap depth D: from the second training pass on, every acquire has the next
+// D units of the pass started (the first pass, recorded, has the model's one announced unit),
+// the pooled scratch stays within the plan for D, and the gradients do not depend on D.
+TEST(ZeroMemory, Stage3GathersOverlapDepthUnitsAhead) {
+    const ModelConfig mc = small_model(6, 16);
+    const ModelLayout layout = make_model_layout(mc);
+    auto backend = make_cpu_backend(1);
+    auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+    std::vector<float> depth1_grads;
+    for (int depth = 1; depth <= 3; ++depth) {
+        ModelState state(layout, *backend, StateComms{*comm, self_communicator()}, 3, 1 << 20, 1, DType::kF32,
+                         DType::kF32, depth);
+        Transformer model(mc, *backend, 2);
+        std::vector<int32_t> tokens(2 * static_cast<size_t>(mc.seq_len));
+        for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + comm->rank()) % 300);
+        state.zero_grads();
+        std::vector<size_t> peaks;
+        for (int micro = 0; micro < 3; ++micro) {
+            ResidentCounter counter(state);
+            state.begin_micro_step(micro == 0, micro == 2);
+            model.forward(counter, tokens.data(), tokens.data(), 2, mc.seq_len, 1.0f);
+            model.backward(counter);
+            peaks.push_back(counter.peak);
+            // Nothing started ahead is left over between passes.
+            EXPECT_LE(ModelStateTestAccess::resident_units(state), 1u) << "depth " << depth << " micro-step " << micro;
+        }
+        state.finish_grad_sync();
+        // Unit 0 (held through the step), the unit in use and those ahead of it; in the
+        // recorded first pass nothing is ahead yet when acquire returns (the model announces
+        // the next unit after it).
+        EXPECT_EQ(peaks[0], 2u) << "depth " << depth << ": the recorded first pass";
+        for (int micro = 1; micro < 3; ++micro) {
+            EXPECT_EQ(peaks[static_cast<size_t>(micro)], static_cast<size_t>(2 + depth))
+                << "depth " << depth << " micro-step " << micro << ": units held at once";
+        }
+        EXPECT_LE(ModelStateTestAccess::dynamic_scratch_held(state), ModelStateTestAccess::dynamic_scratch_planned(state))
+            << "depth " << depth;
+        const std::vector<float> grads = ModelStateTestAccess::owned_grads(state);
+        if (depth == 1) {
+            depth1_grads = grads;
+        } else {
+            ASSERT_EQ(grads.size(), depth1_grads.size());
+            EXPECT_EQ(0, std::memcmp(grads.data(), depth1_grads.data(), grads.size() * sizeof(float)))
+                << "depth " << depth << ": gradients differ from depth 1's";
         }
     }
 }

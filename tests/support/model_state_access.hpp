@@ -66,6 +66,20 @@ class ModelStateTestAccess {
     static size_t dynamic_scratch_held(const ModelState& s) { return s.m_pool.held(); }
     /// The planned peak of that scratch (included in bytes().scratch).
     static size_t dynamic_scratch_planned(const ModelState& s) { return s.dynamic_scratch_planned(); }
+    /// This rank's final (reduced) gradients over its owned elements, fp32, units concatenated.
+    static std::vector<float> owned_grads(ModelState& s) {
+        std::vector<float> out;
+        for (int u = 0; u < s.m_layout.num_units(); ++u) {
+            const size_t b = s.owned_begin(u);
+            const size_t e = s.owned_end(u);
+            const size_t at_end = out.size();
+            out.resize(at_end + (e - b));
+            s.copy_to_host(out.data() + at_end, s.m_grads.owned_f32(u) + b, e - b);
+        }
+        return out;
+    }
+    /// Units whose parameters the store holds gathered now (acquired or started ahead).
+    static size_t resident_units(const ModelState& s) { return s.m_params.m_resident.size(); }
 };
 
 }  // namespace zt

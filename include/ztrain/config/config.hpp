@@ -152,11 +152,18 @@ struct TrainConfig {
     int max_bad_steps = 5;             ///< consecutive non-finite steps before the run stops
 };
 
+/// The deepest parallel.overlap_depth accepted: past a few units ahead the gathers and
+/// reductions are bound by the link, not by when they start, and each step costs memory.
+constexpr int kMaxOverlapDepth = 4;
+/// What parallel.overlap_depth = 0 becomes when the memory plan has room for it.
+constexpr int kAutoOverlapDepth = 2;
+
 struct ParallelConfig {
     int zero_stage = 0;                ///< 0 DDP, 1, 2, 3
     double bucket_mb = 25;             ///< DDP all-reduce bucket size (MiB; fractions allowed)
     double timeout_s = 600;            ///< a collective taking longer aborts the job; 0 = never
     bool comm_thread = true;           ///< host MPI: started collectives run in a communication thread
+    int overlap_depth = 0;             ///< units of communication ahead of compute; 0 = the memory plan's choice
     ShardGroupSetting shard_group;     ///< ranks sharding together (node | 0 = all | N)
 };
 

@@ -11,8 +11,8 @@
 // With replica groups (hybrid sharding, stages 1-3), the reduce-scatter runs inside the shard
 // group, and at the last micro-step each unit's owned shard, once final, is all-reduced
 // across the groups (in place, or through a wire-dtype copy) while backward goes on.
-// Every reduction is started (non-blocking) and completed later: at most kMaxPooledInFlight
-// of those that hold pooled buffers (gradient scratch, wire-dtype copies, shard results) are
+// Every reduction is started (non-blocking) and completed later: at most
+// StateContext::reductions_in_flight() of those that hold pooled buffers (gradient scratch, wire-dtype copies, shard results) are
 // outstanding at once, so a reduction overlaps the backward of the next units without the
 // memory of the whole model's gradients in flight. Those of one micro-step run on through the
 // next one's forward, completed when backward returns to their unit; finish completes the
@@ -31,9 +31,6 @@ namespace zt {
 
 class GradientReducer {
   public:
-    /// Reductions holding pooled buffers that may be outstanding at once.
-    static constexpr size_t kMaxPooledInFlight = 2;
-
     /// Allocates the stored gradients (zeroed); the bytes go to *grads_bytes.
     GradientReducer(const StateContext& ctx, size_t bucket_numel, size_t* grads_bytes);
     ~GradientReducer();
@@ -58,11 +55,11 @@ class GradientReducer {
     double local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments);
     /// Planned peak of the pooled scratch (gradient scratch, buffers of reductions in flight).
     size_t dynamic_scratch_planned() const {
-        return planned_scratch(m_ctx.plan, m_ctx.work, m_ctx.reduce);
+        return planned_scratch(m_ctx.plan, m_ctx.work, m_ctx.reduce, m_ctx.overlap_depth);
     }
 
     // ---- sizes, without allocating (the memory plan uses the same functions) ----
-    static size_t planned_scratch(const ShardPlan& plan, DType work, DType reduce);
+    static size_t planned_scratch(const ShardPlan& plan, DType work, DType reduce, int overlap_depth);
 
   private:
     friend class ModelStateTestAccess;  // tests/support/model_state_access.hpp
@@ -83,7 +80,7 @@ class GradientReducer {
         size_t scratch_bytes = 0;
         bool pooled() const { return send != nullptr || recv != nullptr || scratch != nullptr; }
     };
-    /// Completes the oldest reductions until fewer than kMaxPooledInFlight hold pool memory.
+    /// Completes the oldest reductions until fewer than reductions_in_flight() hold pool memory.
     void make_room();
     void start(InFlight f);
     void complete(InFlight& f);

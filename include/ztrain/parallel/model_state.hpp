@@ -82,9 +82,10 @@ class ModelState : public UnitStore {
     /// Allocates this rank's buffers and initializes them from `seed` (counter-based, see
     /// init_unit: identical weights for every world size and stage).
     /// Hybrid sharding: the state is split over comms.shard (its group) and replicated over
-    /// comms.replica (see parallel/shard_groups.hpp).
+    /// comms.replica (see parallel/shard_groups.hpp). `overlap_depth` (>= 1): how far
+    /// communication runs ahead of compute (StateContext::overlap_depth).
     ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage, size_t bucket_numel,
-               uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32);
+               uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32, int overlap_depth = 1);
     /// One group of all of `comm`'s ranks (no replication).
     ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, int zero_stage,
                size_t bucket_numel, uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32);
@@ -127,7 +128,8 @@ class ModelState : public UnitStore {
     /// it allocated exactly this.
     /// `group_size`: the ranks the state is split over (the shard group; the world without
     /// hybrid sharding).
-    static StateBytes plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work, DType reduce);
+    static StateBytes plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work, DType reduce,
+                                 int overlap_depth = 1);
     /// The ZeRO stage the state was made with (recorded in checkpoints; the parts ask
     /// shard_plan()'s policy instead).
     int zero_stage() const { return m_plan.policy().stage(); }
@@ -182,6 +184,7 @@ class ModelState : public UnitStore {
     DType m_work;
     bool m_last_micro = true;  // the current micro-step is the step's last
     DType m_reduce;
+    int m_overlap_depth;
     ShardPlan m_plan;
     ScratchPool m_pool;       // declared before the parts, which give buffers back to it
     StateBytes m_allocated;   // persistent bytes per kind (scratch: the conversion buffer)

@@ -4,7 +4,10 @@
 //   stages 1-2  full, persistent; after each optimizer step every unit's updated shard is
 //               all-gathered (started for all units at once, non-blocking), and acquire(u)
 //               waits for unit u's gather only, so the next forward overlaps the rest
-//   stage 3     shard only; acquire gathers the unit (prefetch starts the next one early)
+//   stage 3     shard only; acquire gathers the unit (prefetch starts the next one early).
+//               Within a training pass the store also looks overlap_depth units ahead in the
+//               order the model acquired them in its first training pass, so with depth > 1
+//               several gathers run ahead of compute (see begin_training_pass)
 // 16-bit working copies are widened into an fp32 view (pooled scratch) while acquired; in
 // fp32 the working copy is the master copy the optimizer updates.
 #pragma once
@@ -38,6 +41,15 @@ class ParameterStore {
     /// once instead of twice per micro-step (what FSDP does for its root unit). Turning it
     /// off releases it; the optimizer step does so before the parameters change.
     void hold_first_unit(bool hold);
+    /// A micro-step's forward and backward follow, acquiring units in the same order as every
+    /// other training pass (the model's unit protocol). The first pass is recorded; in later
+    /// ones each acquire also starts the gathers of the next overlap_depth units of that
+    /// order (the model itself announces only the next one). Evaluation and generation
+    /// passes, outside begin/end, get the model's announcements only.
+    void begin_training_pass();
+    /// Backward is done with every unit. A gather started ahead and never acquired (none
+    /// when the order held) is completed and its buffer given back.
+    void end_training_pass();
 
     // ---- around the optimizer ----
     /// fp32 only: base[e] is element e of the working copy (the master weights), valid for
@@ -54,10 +66,10 @@ class ParameterStore {
     void wait_gathers();
 
     /// Planned peak of the pooled scratch acquire/prefetch take (gathered units, fp32 views).
-    size_t dynamic_scratch_planned() const { return planned_scratch(m_ctx.plan, m_ctx.work); }
+    size_t dynamic_scratch_planned() const { return planned_scratch(m_ctx.plan, m_ctx.work, m_ctx.overlap_depth); }
 
     // ---- sizes, without allocating (the memory plan uses the same functions) ----
-    static size_t planned_scratch(const ShardPlan& plan, DType work);
+    static size_t planned_scratch(const ShardPlan& plan, DType work, int overlap_depth);
 
   private:
     friend class ModelStateTestAccess;  // tests/support/model_state_access.hpp
@@ -70,12 +82,21 @@ class ParameterStore {
     };
     void* work_ptr(int unit, size_t element);
     void wait_gather(int unit);
+    /// In a training pass: records `unit` (first pass) or follows the recorded order and
+    /// starts the gathers of the units ahead.
+    void look_ahead(int unit);
 
     StateContext m_ctx;
     std::vector<void*> m_params;          // full (stages 0-2) or shard (stage 3), work dtype
     std::map<int, Resident> m_resident;
     bool m_hold_first_unit = false;
     std::vector<CommRequest> m_gathers;   // stages 1-2: per unit, since the optimizer step
+    // Training passes (stage 3): the acquire order of the first, and where this one is in it.
+    std::vector<int> m_pass_order;
+    bool m_in_pass = false;
+    bool m_recording = false;
+    bool m_following = false;
+    size_t m_pass_pos = 0;  // entries of m_pass_order this pass has acquired
 };
 
 }  // namespace zt

@@ -65,6 +65,12 @@ struct StateContext {
     int rank;      ///< in the shard group
     DType work;    ///< parameters' working copy and stored gradients
     DType reduce;  ///< the gradients' wire format
+    /// How far communication runs ahead of compute (>= 1): at stage 3 the units gathered
+    /// ahead of the one in use, and the reductions holding pooled buffers at once (depth + 1).
+    /// Each step deeper holds one more unit-sized buffer of each kind (the memory plan's
+    /// choice, parallel.overlap_depth).
+    int overlap_depth;
+    size_t reductions_in_flight() const { return static_cast<size_t>(overlap_depth) + 1; }
     ScratchPool& pool;
     /// fp32 conversion buffer holding the largest padded unit (16-bit runs only, else null).
     float* f32_tmp;

@@ -33,6 +33,10 @@ struct MemoryPlan {
     std::string available_what;      ///< where `available` comes from
     double tokens_per_step = 0;
     double flops_per_step = 0;       ///< 6 N_params tokens + attention (training, per step)
+    /// How far communication runs ahead of compute (ModelState's overlap_depth): the deck's
+    /// parallel.overlap_depth, or where that is 0 the plan's choice, kAutoOverlapDepth when
+    /// the plan at that depth fits the node, else 1.
+    int overlap_depth = 1;
     double per_rank() const;
     double per_node() const { return per_rank() * (device ? 1 : ranks_per_node); }
     const MemoryItem& largest() const;
@@ -44,8 +48,10 @@ struct MemoryPlan {
 /// `baseline_bytes` what a rank holds before allocating (measured_baseline_bytes()).
 /// Never allocates a model-sized buffer; an absurd shape (n_layer = 10^6) is planned from
 /// the closed-form parameter count without building the tensor manifest.
+/// `device_available`: a GPU plan's free device memory (0: unknown; host plans read
+/// MemAvailable themselves).
 MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
-                       double baseline_bytes, bool device);
+                       double baseline_bytes, bool device, double device_available = 0);
 
 /// The plan `ztrain --plan` prints: cfg on `world_size` ranks, `ranks_per_node` per node,
 /// with the attention scratch of the backend cfg names (a CPU backend is made to ask it;

@@ -102,12 +102,13 @@ class StepReporter {
     /// Where the ranks are (nodes, groups), for the memory record; call before start().
     void set_rank_layout(const RankLayout& layout) { m_layout = layout; }
 
-    /// The memory plan's figures (bytes), for the memory record (predicted_peak) and the
-    /// start-up line; call before start().
-    void set_memory_plan(double per_rank, double per_node, double available) {
+    /// The memory plan's figures (bytes) and its overlap depth, for the memory record
+    /// (predicted_peak, overlap_depth) and the start-up line; call before start().
+    void set_memory_plan(double per_rank, double per_node, double available, int overlap_depth) {
         m_plan_rank = per_rank;
         m_plan_node = per_node;
         m_plan_available = available;
+        m_overlap_depth = overlap_depth;
     }
     /// At the end: every rank's measured peak resident set (bytes, rank order) against the
     /// plan, as a metrics record {"event":"memory_peak", ...} and a console line.
@@ -166,6 +167,7 @@ class StepReporter {
     double m_plan_rank = 0;
     double m_plan_node = 0;
     double m_plan_available = 0;
+    int m_overlap_depth = 1;
 };
 
 }  // namespace zt
