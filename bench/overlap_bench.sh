@@ -18,7 +18,9 @@
 # the embedding's gradient is the last one backward produces, so nothing is left to hide its
 # all-reduce behind.) Synthetic tokens, fp32, micro_batch 2, grad_accum 2, 1 compute thread
 # per rank (bench/zero_common.sh's training arguments).
-# Knobs: RATE, REPS (2), STEPS (6), BUILD_DIR (build-bench), OUT.
+# Knobs: RATE, REPS (2), STEPS (6), BUILD_DIR (build-bench), OUT, CASES (NAME:GROUP:THREAD[:DEPTH]
+# ...; NAME flat or hybrid, DEPTH parallel.overlap_depth, 0 or absent: the memory plan's choice),
+# e.g. CASES="hybrid:2:true:1 hybrid:2:true:2" compares overlap depths.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=tests/slurm/lib.sh
@@ -63,24 +65,25 @@ BUILD_DIR="$(dirname "$BIN_DIR")"
 . bench/zero_common.sh   # MODEL and TRAIN (the build is done already: nothing to do)
 MODEL=(--model.n_layer=6 --model.n_head=6 --model.n_embd=384 --model.seq_len=256 --model.vocab_size=8192)
 TRAIN=("${TRAIN[@]/#--data.train=*/--data.train=$WORK/train_8k.bin}" --parallel.zero_stage=3 --checkpoint.every=0)
-CASES="flat:4:true flat:4:false hybrid:2:true hybrid:2:false"
+CASES="${CASES:-flat:4:true flat:4:false hybrid:2:true hybrid:2:false}"
 echo "overlap_bench: RATE=$RATE, $REPS interleaved reps of $STEPS steps" >&2
 for rep in $(seq 1 "$REPS"); do
     for c in $CASES; do
-        IFS=: read -r name group thread <<<"$c"
-        d="$WORK/${name}_c${thread}_r$rep"
+        IFS=: read -r name group thread depth <<<"$c"
+        depth="${depth:-0}"
+        d="$WORK/${name}_c${thread}_d${depth}_r$rep"
         rm -rf "$d"
         if ! timeout 600 srun -N 2 --ntasks-per-node=2 --overcommit --mpi=pmix "$ZT_BIN" "${MODEL[@]}" "${TRAIN[@]}" \
                --parallel.shard_group="$group" --parallel.comm_thread="$thread" --train.max_steps="$STEPS" \
-               --run.dir="$d" >"$d.log" 2>&1; then
-            echo "overlap_bench: $name comm_thread=$thread failed:" >&2
+               --parallel.overlap_depth="$depth" --run.dir="$d" >"$d.log" 2>&1; then
+            echo "overlap_bench: $name comm_thread=$thread overlap_depth=$depth failed:" >&2
             tail -20 "$d.log" >&2
             exit 1
         fi
-        echo "  rep $rep $name comm_thread=$thread: $(grep -m1 '^ztrain: ranks' "$d.log")" >&2
+        echo "  rep $rep $name comm_thread=$thread overlap_depth=$depth: $(grep -m1 '^ztrain: ranks' "$d.log")" >&2
     done
 done
 
 /usr/bin/python3 "$SRC/bench/overlap_report.py" "$WORK" "$REPS" "$CASES" "$RATE" \
-    "RATE=$RATE REPS=$REPS STEPS=$STEPS bash bench/overlap_bench.sh" >"$OUT"
+    "RATE=$RATE REPS=$REPS STEPS=$STEPS CASES=\"$CASES\" bash bench/overlap_bench.sh" >"$OUT"
 cat "$OUT"

@@ -2,7 +2,8 @@
 """Markdown report of bench/overlap_bench.sh from its runs' metrics.jsonl.
 
 usage: overlap_report.py WORK REPS CASES RATE COMMAND
-CASES: "name:group:comm_thread ..." as the bench ran them; run folders WORK/NAME_cTHREAD_rREP.
+CASES: "name:group:comm_thread[:overlap_depth] ..." as the bench ran them; run folders
+WORK/NAME_cTHREAD_dDEPTH_rREP (depth 0: the memory plan's choice, read from the memory record).
 """
 import json
 import os
@@ -20,14 +21,25 @@ def steps(path):
     return recs[2:]
 
 
+def overlap_depth(path):
+    """The depth the run used (its memory record's overlap_depth)."""
+    with open(path) as f:
+        for r in map(json.loads, f):
+            if r.get("event") == "memory":
+                return r.get("overlap_depth", "?")
+    return "?"
+
+
 def main():
     work, reps, cases, rate, command = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4], sys.argv[5]
     rows = []
     for case in cases:
-        name, group, thread = case.split(":")
+        name, group, thread, asked = (case.split(":") + ["0"])[:4]
         step_meds, waits, runs, inter, intra = [], [], [], [], []
         for rep in range(1, reps + 1):
-            recs = steps(os.path.join(work, f"{name}_c{thread}_r{rep}", "metrics.jsonl"))
+            metrics = os.path.join(work, f"{name}_c{thread}_d{asked}_r{rep}", "metrics.jsonl")
+            depth = overlap_depth(metrics)
+            recs = steps(metrics)
             step_meds.append(statistics.median(r["step_ms"] for r in recs))
             world = len(recs[0]["comm_overlap"]["wait_ms_by_rank"])
             waits.append([statistics.median(r["comm_overlap"]["wait_ms_by_rank"][k] for r in recs) for k in range(world)])
@@ -38,10 +50,12 @@ def main():
         world = len(waits[0])
         wait = [statistics.median(w[k] for w in waits) for k in range(world)]
         run = [statistics.median(x[k] for x in runs) for k in range(world)]
-        rows.append(dict(name=name, group=group, thread=thread, steps=step_meds, step=statistics.median(step_meds),
+        rows.append(dict(name=name, group=group, thread=thread, depth=depth, steps=step_meds, step=statistics.median(step_meds),
                          wait=wait, run=run, intra=intra[0], inter=inter[0]))
 
-    by = {(r["name"], r["thread"]): r for r in rows}
+    by = {}
+    for r in rows:  # the first case of each layout and thread setting
+        by.setdefault((r["name"], r["thread"]), r)
     out = []
     out.append("# Communication overlap on an emulated two-node network\n")
     load_end = open("/proc/loadavg").read().split()[:3]
@@ -67,13 +81,13 @@ def main():
                "(metrics.jsonl `comm_overlap.wait_ms_by_rank` / `run_ms_by_rank`); `hidden` = 1 - "
                "sum(wait) / sum(run) over the ranks. Without the thread every collective runs while "
                "waited for (`run` 0), so its `wait` is all of its communication time.\n")
-    out.append("| layout | comm_thread | step ms per rep | median | wait ms per rank | run ms per rank | hidden "
-               "| MB/step in group / across groups |")
-    out.append("|---|---|---|---|---|---|---|---|")
+    out.append("| layout | comm_thread | overlap depth | step ms per rep | median | wait ms per rank | run ms per rank "
+               "| hidden | MB/step in group / across groups |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         layout = "flat (1 group of 4)" if r["name"] == "flat" else "hybrid (2 groups of 2)"
         hidden = "-" if sum(r["run"]) == 0 else f"{1 - sum(r['wait']) / sum(r['run']):.2f}"
-        out.append(f"| {layout} | {r['thread']} | {' '.join(str(round(s)) for s in r['steps'])} | "
+        out.append(f"| {layout} | {r['thread']} | {r['depth']} | {' '.join(str(round(s)) for s in r['steps'])} | "
                    f"{round(r['step'])} | {' '.join(str(round(w)) for w in r['wait'])} | "
                    f"{' '.join(str(round(x)) for x in r['run'])} | {hidden} | "
                    f"{r['intra'] / 1e6:.0f} / {r['inter'] / 1e6:.0f} |")
@@ -89,6 +103,13 @@ def main():
     if by.get(("hybrid", "true")) and by.get(("flat", "true")):
         lines.append(f"- hybrid vs flat (thread on): {by[('hybrid', 'true')]['step'] / by[('flat', 'true')]['step']:.2f}x "
                      f"the step time")
+    for name in ("flat", "hybrid"):
+        same = [r for r in rows if r["name"] == name and r["thread"] == "true"]
+        for a, b in zip(same, same[1:]):
+            if a["depth"] != b["depth"]:
+                lines.append(f"- {name}: overlap depth {a['depth']} -> {b['depth']}: step {round(a['step'])} -> "
+                             f"{round(b['step'])} ms ({b['step'] / a['step']:.2f}x), waits "
+                             f"{round(statistics.mean(a['wait']))} -> {round(statistics.mean(b['wait']))} ms per rank")
     out.extend(lines)
     print("\n".join(out))
 
