@@ -91,7 +91,9 @@ const KeyDef kKeys[] = {
            "run stops"),
 
     ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
-    ZT_KEY("parallel.bucket_mb", parallel.bucket_mb, "DDP gradient all-reduce bucket size (MiB; fractions allowed)"),
+    ZT_KEY("parallel.bucket_mb", parallel.bucket_mb,
+           "DDP gradient all-reduce bucket size (MiB; fractions allowed) | 0: the memory plan's choice, an eighth "
+           "of the gradients' wire bytes between 1 and 25 MiB"),
     ZT_KEY("parallel.shard_group", parallel.shard_group,
            "ranks that shard the model state together (ZeRO 1-3; groups replicate each other): node | 0 (all "
            "ranks) | N dividing the world"),

@@ -205,8 +205,8 @@ void check_train_keys(const Validator& v, const Config& cfg) {
 void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
     v.check(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "0 (DDP), 1, 2 or 3");
     v.check_read("parallel.shard_group");  // divides the world: checked where the world is known
-    v.check(p.bucket_mb > 0 && p.bucket_mb <= 1048576, "parallel.bucket_mb",
-            "a size in MiB > 0 and <= 1048576 (fractions allowed)");
+    v.check(p.bucket_mb >= 0 && p.bucket_mb <= 1048576, "parallel.bucket_mb",
+            "0 (the memory plan's choice) or a size in MiB > 0 and <= 1048576 (fractions allowed)");
     v.check(p.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
     v.check(p.overlap_depth >= 0 && p.overlap_depth <= kMaxOverlapDepth, "parallel.overlap_depth",
             str("0 (the memory plan's choice) or a depth from 1 to ", kMaxOverlapDepth));

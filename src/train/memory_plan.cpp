@@ -169,6 +169,8 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
     const double params = closed_form_params(m);
+    plan.bucket_bytes =
+        cfg.parallel.bucket_mb > 0 ? cfg.parallel.bucket_mb * 1048576.0 : ddp_bucket_bytes(params * dtype_size(reduce));
     const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, static_cast<size_t>(std::min(params, 1e18)), work);
     // checkpoint.async's host snapshot: fp32 master, m and v of the largest rank's primary
     // ranges (CheckpointSnapshot::planned_bytes where the manifest exists).
@@ -245,6 +247,11 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
 
 }  // namespace
 
+double ddp_bucket_bytes(double gradient_wire_bytes) {
+    constexpr double kMiB = 1048576.0;
+    return std::min(25 * kMiB, std::max(1 * kMiB, gradient_wire_bytes / 8));
+}
+
 MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
                        double baseline_bytes, bool device, double device_available) {
     auto at = [&](int depth) {
@@ -300,6 +307,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     std::snprintf(line, sizeof line, "tokens per step %.0f, training FLOPs per step %.3g\n", plan.tokens_per_step,
                   plan.flops_per_step);
     os << line;
+    if (plan.zero_stage == 0) os << "DDP gradient buckets of " << human(plan.bucket_bytes) << "\n";
     os << "overlap depth " << plan.overlap_depth << ": " << (plan.zero_stage == 3 ? "units gathered ahead of compute, " : "")
        << "reductions in flight " << plan.overlap_depth + 1 << "\n";
     return os.str();

@@ -213,9 +213,9 @@ class EndCollectivesOnError {
     int m_uncaught;
 };
 
-/// Elements per DDP gradient bucket: parallel.bucket_mb of the wire format, at least one.
-size_t bucket_numel(const ParallelConfig& p, DType reduce) {
-    return std::max<size_t>(1, static_cast<size_t>(p.bucket_mb * 1048576.0 / static_cast<double>(dtype_size(reduce))));
+/// Elements per DDP gradient bucket: the plan's bucket bytes of the wire format, at least one.
+size_t bucket_numel(const MemoryPlan& plan, DType reduce) {
+    return std::max<size_t>(1, static_cast<size_t>(plan.bucket_bytes / static_cast<double>(dtype_size(reduce))));
 }
 
 /// Each rank's predicted peak from the deck, checked (and warned about on rank 0) before
@@ -301,7 +301,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute);
     model.set_activation_dtype(work);
     ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
-                     bucket_numel(cfg.parallel, reduce), tc.seed, work, reduce, memory.overlap_depth);
+                     bucket_numel(memory, reduce), tc.seed, work, reduce, memory.overlap_depth);
     // On an error this guard (declared after the model state, so destroyed first) ends the
     // started collectives before ~ModelState frees their buffers: NCCL's are aborted (a device
     // free would otherwise sync on work peers never join), MPI's completed (a ZeRO-1/2 gather

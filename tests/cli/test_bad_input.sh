@@ -256,7 +256,7 @@ t enum.reduce_dtype     "${CL}precision.reduce_dtype = 'bogus': expected one of 
 t range.loss_scale      "${CL}precision.loss_scale = '-3': expected dynamic, or a number > 0" \
   "${Z[@]}" --precision.dtype=fp16 --precision.loss_scale=-3
 t range.zero_stage      "${CL}parallel.zero_stage = 4: expected 0 \(DDP\), 1, 2 or 3" "${Z[@]}" --parallel.zero_stage=4
-t range.bucket_mb       "${CL}parallel.bucket_mb = 0: expected a size in MiB > 0" "${Z[@]}" --parallel.bucket_mb=0
+t range.bucket_mb       "${CL}parallel.bucket_mb = -1: expected 0 .the memory plan.s choice. or a size in MiB > 0" "${Z[@]}" --parallel.bucket_mb=-1
 t range.timeout_s       "${CL}parallel.timeout_s = -1: expected a number of seconds >= 0" \
   "${Z[@]}" --parallel.timeout_s=-1
 t range.keep            "${CL}checkpoint.keep = 0: expected an integer >= 1" "${Z[@]}" --checkpoint.keep=0

@@ -477,7 +477,7 @@ TEST(ConfigValidate, EveryRule) {
         {"log_every", [](Config& c) { c.train.log_every = 0; }, "train.log_every = 0: expected an integer >= 1"},
         {"threads", [](Config& c) { c.train.threads = -2; }, "train.threads = -2: expected an integer >= 0"},
         {"zero_stage", [](Config& c) { c.parallel.zero_stage = 4; }, "parallel.zero_stage = 4: expected 0 (DDP), 1, 2 or 3"},
-        {"bucket_mb", [](Config& c) { c.parallel.bucket_mb = 0; }, "parallel.bucket_mb = 0: expected a size in MiB > 0"},
+        {"bucket_mb", [](Config& c) { c.parallel.bucket_mb = -1; }, "parallel.bucket_mb = -1: expected 0 (the memory plan's choice) or a size in MiB > 0"},
         {"ckpt_every", [](Config& c) { c.checkpoint.every = -1; }, "checkpoint.every = -1: expected an integer >= 0"},
         {"keep", [](Config& c) { c.checkpoint.keep = 0; }, "checkpoint.keep = 0: expected an integer >= 1"},
         {"async_spread_1", [](Config& c) { c.checkpoint.async_spread = 1; },

@@ -112,6 +112,24 @@ TEST(MemoryPlan, ClosedFormParameterCountIsTheManifests) {
     EXPECT_EQ(params, 134515008.0);
 }
 
+// parallel.bucket_mb = 0: an eighth of the gradients' wire bytes, between 1 and 25 MiB; a
+// size given is taken as it is.
+TEST(MemoryPlan, DdpBucketIsAnEighthOfTheGradientsWithin1To25MiB) {
+    const double MiB = 1048576.0;
+    EXPECT_EQ(ddp_bucket_bytes(1e6), 1 * MiB);
+    EXPECT_EQ(ddp_bucket_bytes(80 * MiB), 10 * MiB);
+    EXPECT_EQ(ddp_bucket_bytes(4e9), 25 * MiB);
+    Config cfg;
+    cfg.model.n_layer = 2;
+    cfg.precision.dtype = DType::kBF16;  // the wire dtype follows it
+    const MemoryPlan automatic = plan_memory(cfg, 2, 2, 0, 0, false);
+    double params = 0;
+    for (const ParamSpec& p : make_model_layout(cfg.model).params) params += static_cast<double>(p.numel);
+    EXPECT_EQ(automatic.bucket_bytes, ddp_bucket_bytes(params * 2));
+    cfg.parallel.bucket_mb = 0.5;
+    EXPECT_EQ(plan_memory(cfg, 2, 2, 0, 0, false).bucket_bytes, 0.5 * MiB);
+}
+
 TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
     // checkpoint.async's host snapshot: the plan item is what CheckpointSnapshot allocates
     // (12 bytes per primary element: master, m, v) at every stage, and absent when saves

@@ -160,7 +160,7 @@ constexpr int kAutoOverlapDepth = 2;
 
 struct ParallelConfig {
     int zero_stage = 0;                ///< 0 DDP, 1, 2, 3
-    double bucket_mb = 25;             ///< DDP all-reduce bucket size (MiB; fractions allowed)
+    double bucket_mb = 0;              ///< DDP all-reduce bucket size (MiB; fractions allowed); 0 = the memory plan's choice
     double timeout_s = 600;            ///< a collective taking longer aborts the job; 0 = never
     bool comm_thread = true;           ///< host MPI: started collectives run in a communication thread
     int overlap_depth = 0;             ///< units of communication ahead of compute; 0 = the memory plan's choice

@@ -37,10 +37,18 @@ struct MemoryPlan {
     /// parallel.overlap_depth, or where that is 0 the plan's choice, kAutoOverlapDepth when
     /// the plan at that depth fits the node, else 1.
     int overlap_depth = 1;
+    /// DDP's gradient bucket (bytes of the wire dtype): parallel.bucket_mb, or where that is 0
+    /// the plan's choice (ddp_bucket_bytes).
+    double bucket_bytes = 0;
     double per_rank() const;
     double per_node() const { return per_rank() * (device ? 1 : ranks_per_node); }
     const MemoryItem& largest() const;
 };
+
+/// DDP's gradient bucket when parallel.bucket_mb is 0: an eighth of the gradients' wire
+/// bytes, so the first all-reduce starts early in backward and the rest overlap it, kept
+/// between 1 MiB (below, per-message latency dominates) and 25 MiB (PyTorch DDP's bucket).
+double ddp_bucket_bytes(double gradient_wire_bytes);
 
 /// The plan for cfg on `world_size` ranks, `ranks_per_node` of them per node; the state is
 /// split over parallel.shard_group's groups (resolve_shard_group: InputError when it does
