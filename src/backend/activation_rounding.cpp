@@ -49,17 +49,17 @@ void ActivationRoundingBackend::layernorm_backward(float* dinp, float* dweight, 
     if (dinp != nullptr) round(dinp, elements(N, C));
 }
 
-void ActivationRoundingBackend::gelu_forward(float* out, const float* inp, size_t n) {
+void ActivationRoundingBackend::gelu_forward(ActPtr out, ConstActPtr inp, size_t n) {
     inner().gelu_forward(out, inp, n);
     round(out, n);
 }
 
-void ActivationRoundingBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+void ActivationRoundingBackend::gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) {
     inner().gelu_backward(dinp, inp, dout, n);
     round(dinp, n);
 }
 
-void ActivationRoundingBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
+void ActivationRoundingBackend::residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) {
     inner().residual_forward(out, a, b, n);
     round(out, n);
 }
@@ -132,12 +132,12 @@ void ActivationRoundingBackend::rope_backward(float* dinp, const float* dout, co
     round(dinp, elements(B * T, (NH + 2 * NKV) * hs));
 }
 
-void ActivationRoundingBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
+void ActivationRoundingBackend::swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) {
     inner().swiglu_forward(out, inp, N, F);
     round(out, elements(N, F));
 }
 
-void ActivationRoundingBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+void ActivationRoundingBackend::swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) {
     inner().swiglu_backward(dinp, inp, dout, N, F);
     round(dinp, elements(N, 2 * F));
 }

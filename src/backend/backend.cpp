@@ -37,6 +37,13 @@ int mha_head_size(int C, int NH) {
     return C / NH;
 }
 
+void Backend::require_f32_activations(const char* op, std::initializer_list<DType> dtypes) const {
+    for (DType t : dtypes) {
+        ZT_REQUIRE(t == DType::kF32, "backend ", name(), ": ", op, " has no ", dtype_name(t),
+                   " kernel (its activations must be fp32)");
+    }
+}
+
 void Backend::gqa_attention_cached(float* /*out*/, const float* /*qkv*/, float* /*k_cache*/, float* /*v_cache*/,
                                    int /*past*/, int /*n*/, int /*NH*/, int /*NKV*/, int /*hs*/) {
     throw Error(str("the ", name(), " backend has no key/value-cache attention yet (generation runs on cpu)"));

@@ -108,13 +108,13 @@ void ProfilingBackend::layernorm_backward(float* dinp, float* dweight, float* db
     timed(kOpLayerNorm,
           [&] { inner().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
 }
-void ProfilingBackend::gelu_forward(float* out, const float* inp, size_t n) {
+void ProfilingBackend::gelu_forward(ActPtr out, ConstActPtr inp, size_t n) {
     timed(kOpElementwise, [&] { inner().gelu_forward(out, inp, n); });
 }
-void ProfilingBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+void ProfilingBackend::gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) {
     timed(kOpElementwise, [&] { inner().gelu_backward(dinp, inp, dout, n); });
 }
-void ProfilingBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
+void ProfilingBackend::residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) {
     timed(kOpElementwise, [&] { inner().residual_forward(out, a, b, n); });
 }
 void ProfilingBackend::gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH,
@@ -167,10 +167,10 @@ void ProfilingBackend::rope_backward(float* dinp, const float* dout, const float
                                      int NKV, int hs) {
     timed(kOpRope, [&] { inner().rope_backward(dinp, dout, rope, B, T, NH, NKV, hs); });
 }
-void ProfilingBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
+void ProfilingBackend::swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) {
     timed(kOpSwiGlu, [&] { inner().swiglu_forward(out, inp, N, F); });
 }
-void ProfilingBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+void ProfilingBackend::swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) {
     timed(kOpSwiGlu, [&] { inner().swiglu_backward(dinp, inp, dout, N, F); });
 }
 void ProfilingBackend::adamw_update(float* param, float* m, float* v, const float* grad, size_t n,

@@ -44,9 +44,9 @@ class ActivationRoundingBackend final : public ForwardingBackend {
                            const float* bias, int N, int C) override;
     void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) override;
-    void gelu_forward(float* out, const float* inp, size_t n) override;
-    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
-    void residual_forward(float* out, const float* a, const float* b, size_t n) override;
+    void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
+    void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
+    void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
     void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
                                int hs) override;
     void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
@@ -68,11 +68,15 @@ class ActivationRoundingBackend final : public ForwardingBackend {
                       int hs) override;
     void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
                        int hs) override;
-    void swiglu_forward(float* out, const float* inp, int N, int F) override;
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+    void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) override;
+    void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) override;
 
   private:
     void round(float* x, size_t n) { inner().round_to(x, n, m_act); }
+    /// A typed output: fp32 buffers are rounded here; a 16-bit one the op rounded itself.
+    void round(ActPtr x, size_t n) {
+        if (x.f32()) round(x.as_f32(), n);
+    }
     DType m_act;
 };
 

@@ -11,15 +11,20 @@
 // activation gradients (so a residual stream's gradient can be summed in place). A null
 // gradient output pointer means "not needed" and is skipped.
 //
-// Element types: the compute ops take fp32 buffers. Buffers of another dtype (the bf16/fp16
-// working copies of parameters and gradients) are `void*` plus a DType, and only the
-// precision ops (cast, accumulate, zero_bytes) read or write them, so code above the
-// backend never converts, rounds or adds on memory the backend owns.
+// Element types: activations travel as ActPtr / ConstActPtr (a pointer and the dtype its
+// elements are stored in), moving op by op from fp32-only `float*` to typed buffers: an op
+// taking them reads and writes the stored dtype and computes in fp32 inside, its 16-bit
+// result rounded once (what ActivationRoundingBackend's emulation gives, bit for bit). A
+// float* converts to an fp32 ActPtr. Parameters and parameter gradients stay fp32 views.
+// Buffers of the bf16/fp16 working copies of parameters and gradients are `void*` plus a
+// DType, and only the precision ops (cast, accumulate, zero_bytes) read or write them, so
+// code above the backend never converts, rounds or adds on memory the backend owns.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -27,6 +32,29 @@
 #include "ztrain/memory/device_memory.hpp"
 
 namespace zt {
+
+/// Activations stored in `dtype` at `data` (backend memory).
+struct ActPtr {
+    void* data = nullptr;
+    DType dtype = DType::kF32;
+    ActPtr() = default;
+    ActPtr(void* p, DType t) : data(p), dtype(t) {}
+    ActPtr(float* p) : data(p) {}  // NOLINT(google-explicit-constructor): fp32 buffers as they are
+    bool f32() const { return dtype == DType::kF32; }
+    float* as_f32() const { return static_cast<float*>(data); }  ///< only when f32()
+};
+
+/// Read-only activations stored in `dtype` at `data`.
+struct ConstActPtr {
+    const void* data = nullptr;
+    DType dtype = DType::kF32;
+    ConstActPtr() = default;
+    ConstActPtr(const void* p, DType t) : data(p), dtype(t) {}
+    ConstActPtr(const float* p) : data(p) {}  // NOLINT(google-explicit-constructor)
+    ConstActPtr(ActPtr a) : data(a.data), dtype(a.dtype) {}  // NOLINT(google-explicit-constructor)
+    bool f32() const { return dtype == DType::kF32; }
+    const float* as_f32() const { return static_cast<const float*>(data); }  ///< only when f32()
+};
 
 /// What a backend can train with. One answer per backend kind, so "which precisions run on
 /// cuda" is decided here and nowhere else: the model state, the model and the trainer's
@@ -98,6 +126,13 @@ class Backend {
     virtual BackendCapabilities capabilities() const { return {}; }
     /// The clock ProfilingBackend times this backend's ops with (default: the host clock).
     virtual std::unique_ptr<OpClock> make_op_clock() const { return make_host_op_clock(); }
+
+  protected:
+    /// For a typed op this backend runs in fp32 only: throws naming the backend, the op and
+    /// the first dtype that is not fp32.
+    void require_f32_activations(const char* op, std::initializer_list<DType> dtypes) const;
+
+  public:
 
     /// Memory for activations / gradients / state. Zero-initialized. Freed with free().
     virtual float* alloc_floats(size_t n) = 0;
@@ -180,11 +215,13 @@ class Backend {
                                     const float* rstd, int N, int C) = 0;
 
     /// GELU, tanh approximation (GPT-2's).
-    virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
-    virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+    /// Typed (see ActPtr): a backend without 16-bit kernels for an op refuses other dtypes
+    /// by name (require_f32).
+    virtual void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) = 0;
+    virtual void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) = 0;
 
-    /// out = a + b (n elements). out may alias a or b.
-    virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+    /// out = a + b (n elements). out may alias a or b. Typed.
+    virtual void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) = 0;
 
     /// Causal grouped-query self-attention (Llama; GPT-2's multi-head attention is NKV = NH).
     /// qkv (B, T, (NH + 2*NKV)*hs): per row [q: NH*hs | k: NKV*hs | v: NKV*hs]; query head h
@@ -268,9 +305,9 @@ class Backend {
     /// SwiGLU: out (N, F) = silu(gate) * up, inp (N, 2F) per row [gate (F) | up (F)] (the
     /// output of one product with gate_proj and up_proj stacked as a (2F, C) weight),
     /// silu(x) = x * sigmoid(x).
-    virtual void swiglu_forward(float* out, const float* inp, int N, int F) = 0;
-    /// dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)].
-    virtual void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) = 0;
+    virtual void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) = 0;
+    /// dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)]. Typed.
+    virtual void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) = 0;
 
     /// out (B, T, C) = wte[tokens[b, t]] + wpe[t]; wpe null: no position table (Llama),
     /// out = wte[tokens[b, t]].

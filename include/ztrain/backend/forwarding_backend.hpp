@@ -77,11 +77,11 @@ class ForwardingBackend : public Backend {
                             const float* weight, const float* mean, const float* rstd, int N, int C) override {
         m_inner.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     }
-    void gelu_forward(float* out, const float* inp, size_t n) override { m_inner.gelu_forward(out, inp, n); }
-    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override { m_inner.gelu_forward(out, inp, n); }
+    void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override {
         m_inner.gelu_backward(dinp, inp, dout, n);
     }
-    void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override {
         m_inner.residual_forward(out, a, b, n);
     }
     void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
@@ -138,10 +138,10 @@ class ForwardingBackend : public Backend {
                        int hs) override {
         m_inner.rope_backward(dinp, dout, rope, B, T, NH, NKV, hs);
     }
-    void swiglu_forward(float* out, const float* inp, int N, int F) override {
+    void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) override {
         m_inner.swiglu_forward(out, inp, N, F);
     }
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
+    void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) override {
         m_inner.swiglu_backward(dinp, inp, dout, N, F);
     }
 

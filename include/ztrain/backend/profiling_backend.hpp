@@ -66,9 +66,9 @@ class ProfilingBackend final : public ForwardingBackend {
                            const float* bias, int N, int C) override;
     void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) override;
-    void gelu_forward(float* out, const float* inp, size_t n) override;
-    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
-    void residual_forward(float* out, const float* a, const float* b, size_t n) override;
+    void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
+    void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
+    void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
     void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
                                int hs) override;
     void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
@@ -92,8 +92,8 @@ class ProfilingBackend final : public ForwardingBackend {
                       int hs) override;
     void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
                        int hs) override;
-    void swiglu_forward(float* out, const float* inp, int N, int F) override;
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+    void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) override;
+    void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) override;
     void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                       const AdamWStep& step) override;
     void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override;

@@ -180,15 +180,15 @@ class CpuBackend final : public Backend {
     // element-wise
     // --------------------------------------------------------------------------------
 
-    void gelu_forward(float* out, const float* inp, size_t n) override {
+    void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override {
         cpu::gelu_forward(out, inp, n, m_threads);
     }
 
-    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override {
         cpu::gelu_backward(dinp, inp, dout, n, m_threads);
     }
 
-    void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override {
         cpu::residual_forward(out, a, b, n, m_threads);
     }
 
@@ -270,11 +270,11 @@ class CpuBackend final : public Backend {
         cpu::rope_backward(dinp, dout, rope, B, T, NH, NKV, hs, m_threads);
     }
 
-    void swiglu_forward(float* out, const float* inp, int N, int F) override {
+    void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) override {
         cpu::swiglu_forward(out, inp, N, F, m_threads);
     }
 
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
+    void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) override {
         cpu::swiglu_backward(dinp, inp, dout, N, F, m_threads);
     }
 

@@ -4,6 +4,8 @@
 // src/backend/cpu/; the ops themselves are declared in ops.hpp.
 #pragma once
 
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
 
 #include <cblas.h>
@@ -208,5 +210,44 @@ inline AttentionLayout attention_layout(int NH, int NKV, int hs) {
 /// out = a + b element-wise over n floats; out may alias a or b. Defined (multi-versioned)
 /// in residual.cpp; residual_forward, rope_backward and the encoder use it.
 void add_kernel(float* out, const float* a, const float* b, size_t n);
+
+// ---- typed activations ---------------------------------------------------------------
+// A typed op over 16-bit storage runs its fp32 kernel on blocks widened on the thread's
+// stack and narrows what it wrote, rounded once: bit for bit the fp32 op followed by
+// ActivationRoundingBackend's rounding, at half the activation memory.
+
+/// Elements widened at a time: a few operands of it fit L1, and it is long enough for the
+/// kernels' vector loops.
+constexpr size_t kTypedBlock = 1024;
+
+/// dst[0, n) = the fp32 values of src's elements [at, at + n).
+inline void widen(ConstActPtr src, size_t at, size_t n, float* dst) {
+    if (src.dtype == DType::kF32) {
+        std::memcpy(dst, src.as_f32() + at, n * sizeof(float));
+        return;
+    }
+    const uint16_t* s = static_cast<const uint16_t*>(src.data) + at;
+    if (src.dtype == DType::kBF16) {
+#pragma omp simd
+        for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+    } else {
+        for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+    }
+}
+
+/// dst's elements [at, at + n) = src[0, n) rounded to dst's dtype (round to nearest even).
+inline void narrow(const float* src, ActPtr dst, size_t at, size_t n) {
+    if (dst.dtype == DType::kF32) {
+        std::memcpy(dst.as_f32() + at, src, n * sizeof(float));
+        return;
+    }
+    uint16_t* d = static_cast<uint16_t*>(dst.data) + at;
+    if (dst.dtype == DType::kBF16) {
+#pragma omp simd
+        for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+    } else {
+        for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+    }
+}
 
 }  // namespace zt::cpu

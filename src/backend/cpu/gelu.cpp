@@ -2,6 +2,7 @@
 #include "cpu_common.hpp"
 #include "ops.hpp"
 
+#include <algorithm>
 #include <cstddef>
 
 namespace zt::cpu {
@@ -37,14 +38,44 @@ void gelu_backward_kernel(float* __restrict dinp, const float* __restrict inp,
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, size_t n, int threads) {
-    parallel_chunks(n, threads,
-                    [&](size_t b, size_t e) { gelu_forward_kernel(out + b, inp + b, e - b); });
+void gelu_forward(ActPtr out, ConstActPtr inp, size_t n, int threads) {
+    if (out.f32() && inp.f32()) {
+        parallel_chunks(n, threads, [&](size_t b, size_t e) {
+            gelu_forward_kernel(out.as_f32() + b, inp.as_f32() + b, e - b);
+        });
+        return;
+    }
+    parallel_chunks(n, threads, [&](size_t b, size_t e) {
+        float x[kTypedBlock];
+        float y[kTypedBlock];
+        for (size_t i = b; i < e; i += kTypedBlock) {
+            const size_t m = std::min(kTypedBlock, e - i);
+            widen(inp, i, m, x);
+            gelu_forward_kernel(y, x, m);
+            narrow(y, out, i, m);
+        }
+    });
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, int threads) {
+void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n, int threads) {
+    if (dinp.f32() && inp.f32() && dout.f32()) {
+        parallel_chunks(n, threads, [&](size_t b, size_t e) {
+            gelu_backward_kernel(dinp.as_f32() + b, inp.as_f32() + b, dout.as_f32() + b, e - b);
+        });
+        return;
+    }
     parallel_chunks(n, threads, [&](size_t b, size_t e) {
-        gelu_backward_kernel(dinp + b, inp + b, dout + b, e - b);
+        float dx[kTypedBlock];
+        float x[kTypedBlock];
+        float dy[kTypedBlock];
+        for (size_t i = b; i < e; i += kTypedBlock) {
+            const size_t m = std::min(kTypedBlock, e - i);
+            widen(dinp, i, m, dx);
+            widen(inp, i, m, x);
+            widen(dout, i, m, dy);
+            gelu_backward_kernel(dx, x, dy, m);
+            narrow(dx, dinp, i, m);
+        }
     });
 }
 

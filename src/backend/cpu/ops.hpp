@@ -80,10 +80,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C, int threads);
 
-void gelu_forward(float* out, const float* inp, size_t n, int threads);
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, int threads);
+// Typed (ActPtr: fp32, bf16 or fp16 storage, each operand its own).
+void gelu_forward(ActPtr out, ConstActPtr inp, size_t n, int threads);
+void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n, int threads);
 
-void residual_forward(float* out, const float* a, const float* b, size_t n, int threads);
+void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n, int threads);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWStep& step,
                   int threads);
@@ -116,8 +117,9 @@ void rope_forward(float* out, const float* inp, const float* rope, int B, int T,
 void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV, int hs,
                    int threads);
 
-void swiglu_forward(float* out, const float* inp, int N, int F, int threads);
-void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, int threads);
+// Typed.
+void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F, int threads);
+void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F, int threads);
 
 // ---- encoder.cpp -----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 #include "cpu_common.hpp"
 #include "ops.hpp"
 
+#include <algorithm>
 #include <cstddef>
 
 namespace zt::cpu {
@@ -16,9 +17,25 @@ void add_kernel(float* out, const float* a, const float* b, size_t n) {
     }
 }
 
-void residual_forward(float* out, const float* a, const float* b, size_t n, int threads) {
-    parallel_chunks(n, threads,
-                    [&](size_t lo, size_t hi) { add_kernel(out + lo, a + lo, b + lo, hi - lo); });
+void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n, int threads) {
+    if (out.f32() && a.f32() && b.f32()) {
+        parallel_chunks(n, threads, [&](size_t lo, size_t hi) {
+            add_kernel(out.as_f32() + lo, a.as_f32() + lo, b.as_f32() + lo, hi - lo);
+        });
+        return;
+    }
+    // out may alias a or b: each block is read whole before it is written.
+    parallel_chunks(n, threads, [&](size_t lo, size_t hi) {
+        float x[kTypedBlock];
+        float y[kTypedBlock];
+        for (size_t i = lo; i < hi; i += kTypedBlock) {
+            const size_t m = std::min(kTypedBlock, hi - i);
+            widen(a, i, m, x);
+            widen(b, i, m, y);
+            add_kernel(x, x, y, m);
+            narrow(x, out, i, m);
+        }
+    });
 }
 
 }  // namespace zt::cpu

@@ -185,12 +185,17 @@ class CudaBackendImpl final : public CudaBackend {
         }
         cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, m_stream);
     }
-    void gelu_forward(float* out, const float* inp, size_t n) override { cuda::gelu_forward(out, inp, n, m_stream); }
-    void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
-        cuda::gelu_backward(dinp, inp, dout, n, m_stream);
+    void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override {
+        require_f32_activations("gelu_forward", {out.dtype, inp.dtype});
+        cuda::gelu_forward(out.as_f32(), inp.as_f32(), n, m_stream);
     }
-    void residual_forward(float* out, const float* a, const float* b, size_t n) override {
-        cuda::residual_forward(out, a, b, n, m_stream);
+    void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override {
+        require_f32_activations("gelu_backward", {dinp.dtype, inp.dtype, dout.dtype});
+        cuda::gelu_backward(dinp.as_f32(), inp.as_f32(), dout.as_f32(), n, m_stream);
+    }
+    void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override {
+        require_f32_activations("residual_forward", {out.dtype, a.dtype, b.dtype});
+        cuda::residual_forward(out.as_f32(), a.as_f32(), b.as_f32(), n, m_stream);
     }
     double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(&x, &n, 1, m_sumsq, m_stream); }
     double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
@@ -249,11 +254,13 @@ class CudaBackendImpl final : public CudaBackend {
                        int hs) override {
         cuda::rope_backward(dinp, dout, rope, B, T, NH, NKV, hs, m_stream);
     }
-    void swiglu_forward(float* out, const float* inp, int N, int F) override {
-        cuda::swiglu_forward(out, inp, N, F, m_stream);
+    void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) override {
+        require_f32_activations("swiglu_forward", {out.dtype, inp.dtype});
+        cuda::swiglu_forward(out.as_f32(), inp.as_f32(), N, F, m_stream);
     }
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
-        cuda::swiglu_backward(dinp, inp, dout, N, F, m_stream);
+    void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) override {
+        require_f32_activations("swiglu_backward", {dinp.dtype, inp.dtype, dout.dtype});
+        cuda::swiglu_backward(dinp.as_f32(), inp.as_f32(), dout.as_f32(), N, F, m_stream);
     }
 
     // ---- precision ----
