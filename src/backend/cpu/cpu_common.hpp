@@ -220,6 +220,15 @@ void add_kernel(float* out, const float* a, const float* b, size_t n);
 /// kernels' vector loops.
 constexpr size_t kTypedBlock = 1024;
 
+/// Runs fn(at, m) over [0, n) in blocks [at, at + m) of at most kTypedBlock elements, split
+/// over a team as parallel_chunks splits it.
+template <typename Fn>
+void parallel_blocks(size_t n, int threads, Fn&& fn) {
+    parallel_chunks(n, threads, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; i += kTypedBlock) fn(i, std::min(kTypedBlock, e - i));
+    });
+}
+
 /// dst[0, n) = the fp32 values of src's elements [at, at + n).
 inline void widen(ConstActPtr src, size_t at, size_t n, float* dst) {
     if (src.dtype == DType::kF32) {

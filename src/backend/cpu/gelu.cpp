@@ -45,15 +45,12 @@ void gelu_forward(ActPtr out, ConstActPtr inp, size_t n, int threads) {
         });
         return;
     }
-    parallel_chunks(n, threads, [&](size_t b, size_t e) {
+    parallel_blocks(n, threads, [&](size_t i, size_t m) {
         float x[kTypedBlock];
         float y[kTypedBlock];
-        for (size_t i = b; i < e; i += kTypedBlock) {
-            const size_t m = std::min(kTypedBlock, e - i);
-            widen(inp, i, m, x);
-            gelu_forward_kernel(y, x, m);
-            narrow(y, out, i, m);
-        }
+        widen(inp, i, m, x);
+        gelu_forward_kernel(y, x, m);
+        narrow(y, out, i, m);
     });
 }
 
@@ -64,18 +61,15 @@ void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n, int
         });
         return;
     }
-    parallel_chunks(n, threads, [&](size_t b, size_t e) {
+    parallel_blocks(n, threads, [&](size_t i, size_t m) {
         float dx[kTypedBlock];
         float x[kTypedBlock];
         float dy[kTypedBlock];
-        for (size_t i = b; i < e; i += kTypedBlock) {
-            const size_t m = std::min(kTypedBlock, e - i);
-            widen(dinp, i, m, dx);
-            widen(inp, i, m, x);
-            widen(dout, i, m, dy);
-            gelu_backward_kernel(dx, x, dy, m);
-            narrow(dx, dinp, i, m);
-        }
+        widen(dinp, i, m, dx);
+        widen(inp, i, m, x);
+        widen(dout, i, m, dy);
+        gelu_backward_kernel(dx, x, dy, m);
+        narrow(dx, dinp, i, m);
     });
 }
 

@@ -25,16 +25,13 @@ void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n, int th
         return;
     }
     // out may alias a or b: each block is read whole before it is written.
-    parallel_chunks(n, threads, [&](size_t lo, size_t hi) {
+    parallel_blocks(n, threads, [&](size_t i, size_t m) {
         float x[kTypedBlock];
         float y[kTypedBlock];
-        for (size_t i = lo; i < hi; i += kTypedBlock) {
-            const size_t m = std::min(kTypedBlock, hi - i);
-            widen(a, i, m, x);
-            widen(b, i, m, y);
-            add_kernel(x, x, y, m);
-            narrow(x, out, i, m);
-        }
+        widen(a, i, m, x);
+        widen(b, i, m, y);
+        add_kernel(x, x, y, m);
+        narrow(x, out, i, m);
     });
 }
 
