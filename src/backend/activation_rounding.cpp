@@ -36,17 +36,17 @@ void ActivationRoundingBackend::matmul_backward(float* dinp, float* dweight, flo
     if (dinp != nullptr) round(dinp, elements(N, C));
 }
 
-void ActivationRoundingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void ActivationRoundingBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp,
                                                   const float* weight, const float* bias, int N, int C) {
     inner().layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
     round(out, elements(N, C));
 }
 
-void ActivationRoundingBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                                   const float* inp, const float* weight, const float* mean,
+void ActivationRoundingBackend::layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
+                                                   ConstActPtr inp, const float* weight, const float* mean,
                                                    const float* rstd, int N, int C) {
     inner().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-    if (dinp != nullptr) round(dinp, elements(N, C));
+    if (dinp.data != nullptr) round(dinp, elements(N, C));
 }
 
 void ActivationRoundingBackend::gelu_forward(ActPtr out, ConstActPtr inp, size_t n) {
@@ -106,16 +106,16 @@ void ActivationRoundingBackend::softmax_cross_entropy(float* losses, float* logi
     if (dloss != 0.f) round(logits, elements(N, Vp));  // dlogits
 }
 
-void ActivationRoundingBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
+void ActivationRoundingBackend::rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight,
                                                 int N, int C, float eps) {
     inner().rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
     round(out, elements(N, C));
 }
 
-void ActivationRoundingBackend::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+void ActivationRoundingBackend::rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp,
                                                  const float* weight, const float* rstd, int N, int C) {
     inner().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
-    if (dinp != nullptr) round(dinp, elements(N, C));
+    if (dinp.data != nullptr) round(dinp, elements(N, C));
 }
 
 void ActivationRoundingBackend::rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH,

@@ -98,12 +98,12 @@ void ProfilingBackend::matmul_backward(float* dinp, float* dweight, float* dbias
                                        const float* inp, const float* weight, int N, int C, int OC) {
     timed(kOpMatmulBwd, [&] { inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
 }
-void ProfilingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int N, int C) {
+void ProfilingBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
+                                         const float* bias, int N, int C) {
     timed(kOpLayerNorm, [&] { inner().layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
 }
-void ProfilingBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                          const float* inp, const float* weight, const float* mean,
+void ProfilingBackend::layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
+                                          ConstActPtr inp, const float* weight, const float* mean,
                                           const float* rstd, int N, int C) {
     timed(kOpLayerNorm,
           [&] { inner().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
@@ -151,11 +151,11 @@ void ProfilingBackend::softmax_cross_entropy(float* losses, float* logits, const
                                              int Vp, float dloss) {
     timed(kOpSoftmaxCe, [&] { inner().softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss); });
 }
-void ProfilingBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+void ProfilingBackend::rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                                        float eps) {
     timed(kOpRmsNorm, [&] { inner().rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
 }
-void ProfilingBackend::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+void ProfilingBackend::rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp,
                                         const float* weight, const float* rstd, int N, int C) {
     timed(kOpRmsNorm, [&] { inner().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }

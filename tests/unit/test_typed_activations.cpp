@@ -118,6 +118,56 @@ TEST_P(TypedActivations, SwiGluForwardAndBackward) {
     expect_bits(from16(dx16, t()), dx_want, "swiglu_backward dinp, " + at());
 }
 
+// Rows past the parallel threshold, C not a multiple of 16 (the channel slabs' alignment).
+constexpr int kRows = 520, kCols = 1030;
+
+TEST_P(TypedActivations, LayerNormForwardAndBackward) {
+    const int N = kRows, C = kCols;
+    const size_t n = static_cast<size_t>(N) * C;
+    const std::vector<float> x = values(n, 2.f, 0.5f, t()), dy = values(n, 0.4f, 0.8f, t());
+    const std::vector<float> dx0 = values(n, 0.1f, 1.7f, t());
+    const std::vector<float> w = values(C, 1.f, 0.3f, DType::kF32), b = values(C, 0.2f, 0.6f, DType::kF32);
+    std::vector<float> y_want(n), mean_want(N), rstd_want(N), dx_want = dx0;
+    std::vector<float> dw_want = values(C, 0.05f, 0.1f, DType::kF32), db_want = values(C, 0.05f, 0.2f, DType::kF32);
+    std::vector<float> dw = dw_want, db = db_want, mean(N), rstd(N);
+    emulated.layernorm_forward(y_want.data(), mean_want.data(), rstd_want.data(), x.data(), w.data(), b.data(), N, C);
+    emulated.layernorm_backward(dx_want.data(), dw_want.data(), db_want.data(), dy.data(), x.data(), w.data(),
+                                mean_want.data(), rstd_want.data(), N, C);
+    const std::vector<uint16_t> x16 = to16(x, t()), dy16 = to16(dy, t());
+    std::vector<uint16_t> y16(n), dx16 = to16(dx0, t());
+    cpu->layernorm_forward(ActPtr(y16.data(), t()), mean.data(), rstd.data(), ConstActPtr(x16.data(), t()), w.data(),
+                           b.data(), N, C);
+    cpu->layernorm_backward(ActPtr(dx16.data(), t()), dw.data(), db.data(), ConstActPtr(dy16.data(), t()),
+                            ConstActPtr(x16.data(), t()), w.data(), mean.data(), rstd.data(), N, C);
+    expect_bits(from16(y16, t()), y_want, "layernorm_forward out, " + at());
+    expect_bits(mean, mean_want, "layernorm_forward mean, " + at());
+    expect_bits(rstd, rstd_want, "layernorm_forward rstd, " + at());
+    expect_bits(from16(dx16, t()), dx_want, "layernorm_backward dinp, " + at());
+    expect_bits(dw, dw_want, "layernorm_backward dweight, " + at());
+    expect_bits(db, db_want, "layernorm_backward dbias, " + at());
+}
+
+TEST_P(TypedActivations, RmsNormForwardAndBackward) {
+    const int N = kRows, C = kCols;
+    const size_t n = static_cast<size_t>(N) * C;
+    const std::vector<float> x = values(n, 2.f, 0.9f, t()), dy = values(n, 0.4f, 0.2f, t());
+    const std::vector<float> dx0 = values(n, 0.1f, 2.7f, t());
+    const std::vector<float> w = values(C, 1.f, 0.4f, DType::kF32);
+    std::vector<float> y_want(n), rstd_want(N), dx_want = dx0, dw_want = values(C, 0.05f, 0.3f, DType::kF32);
+    std::vector<float> dw = dw_want, rstd(N);
+    emulated.rmsnorm_forward(y_want.data(), rstd_want.data(), x.data(), w.data(), N, C, 1e-5f);
+    emulated.rmsnorm_backward(dx_want.data(), dw_want.data(), dy.data(), x.data(), w.data(), rstd_want.data(), N, C);
+    const std::vector<uint16_t> x16 = to16(x, t()), dy16 = to16(dy, t());
+    std::vector<uint16_t> y16(n), dx16 = to16(dx0, t());
+    cpu->rmsnorm_forward(ActPtr(y16.data(), t()), rstd.data(), ConstActPtr(x16.data(), t()), w.data(), N, C, 1e-5f);
+    cpu->rmsnorm_backward(ActPtr(dx16.data(), t()), dw.data(), ConstActPtr(dy16.data(), t()),
+                          ConstActPtr(x16.data(), t()), w.data(), rstd.data(), N, C);
+    expect_bits(from16(y16, t()), y_want, "rmsnorm_forward out, " + at());
+    expect_bits(rstd, rstd_want, "rmsnorm_forward rstd, " + at());
+    expect_bits(from16(dx16, t()), dx_want, "rmsnorm_backward dinp, " + at());
+    expect_bits(dw, dw_want, "rmsnorm_backward dweight, " + at());
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, TypedActivations,
                          ::testing::Values(TypedCase{DType::kBF16, 1}, TypedCase{DType::kBF16, 2},
                                            TypedCase{DType::kF16, 1}, TypedCase{DType::kF16, 2}),

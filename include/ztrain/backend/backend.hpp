@@ -208,11 +208,11 @@ class Backend {
                                  const float* inp, const float* weight, int N, int C, int OC) = 0;
 
     /// out (N, C) = (inp - mean) * rstd * weight + bias, eps 1e-5; saves mean (N), rstd (N).
-    virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                   const float* weight, const float* bias, int N, int C) = 0;
-    virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                    const float* inp, const float* weight, const float* mean,
-                                    const float* rstd, int N, int C) = 0;
+    /// Typed out / dinp / dout / inp; the statistics and parameter gradients stay fp32.
+    virtual void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
+                                   const float* bias, int N, int C) = 0;
+    virtual void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                    const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
 
     /// GELU, tanh approximation (GPT-2's).
     /// Typed (see ActPtr): a backend without 16-bit kernels for an op refuses other dtypes
@@ -277,12 +277,13 @@ class Backend {
 
     /// RMSNorm: out (N, C) = inp * rstd * weight (C), rstd (N) = 1 / sqrt(mean_c(inp^2) + eps),
     /// computed in fp32; rstd is saved for backward.
-    virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+    /// Typed out / inp (rstd fp32).
+    virtual void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                                  float eps) = 0;
     /// dinp (N, C) += d(out)/d(inp)^T dout; dweight (C) += sum_rows dout * inp * rstd.
-    /// inp, weight and rstd are the forward's.
-    virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                                  const float* weight, const float* rstd, int N, int C) = 0;
+    /// inp, weight and rstd are the forward's. Typed dinp / dout / inp.
+    virtual void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
+                                  const float* rstd, int N, int C) = 0;
 
     /// Rotary position embeddings on the q and k heads of fused qkv rows, Hugging Face's
     /// rotate_half convention (the q/k weights as stored in HF Llama files, unpermuted): for

@@ -69,11 +69,11 @@ class ForwardingBackend : public Backend {
                          const float* weight, int N, int C, int OC) override {
         m_inner.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
-    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+    void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override {
         m_inner.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
     }
-    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) override {
         m_inner.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     }
@@ -122,11 +122,11 @@ class ForwardingBackend : public Backend {
     }
 
     // ---- Llama compute ----
-    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+    void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                          float eps) override {
         m_inner.rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
     }
-    void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                           const float* rstd, int N, int C) override {
         m_inner.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
     }

@@ -62,9 +62,9 @@ class ProfilingBackend final : public ForwardingBackend {
                                  const float* residual, int N, int C, int OC) override;
     void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC) override;
-    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+    void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override;
-    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) override;
     void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
     void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
@@ -84,9 +84,9 @@ class ProfilingBackend final : public ForwardingBackend {
                           int C) override;
     void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
                                float dloss) override;
-    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+    void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                          float eps) override;
-    void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                           const float* rstd, int N, int C) override;
     void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
                       int hs) override;

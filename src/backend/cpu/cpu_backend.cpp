@@ -165,14 +165,13 @@ class CpuBackend final : public Backend {
     // layernorm
     // --------------------------------------------------------------------------------
 
-    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                           const float* weight, const float* bias, int N, int C) override {
+    void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
+                           const float* bias, int N, int C) override {
         cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, m_threads);
     }
 
-    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* weight, const float* mean,
-                            const float* rstd, int N, int C) override {
+    void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int C) override {
         cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, m_threads);
     }
 
@@ -250,12 +249,12 @@ class CpuBackend final : public Backend {
     // Llama: RMSNorm, rotary embeddings, SwiGLU
     // --------------------------------------------------------------------------------
 
-    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+    void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                          float eps) override {
         cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, m_threads);
     }
 
-    void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                           const float* rstd, int N, int C) override {
         cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, m_threads);
     }

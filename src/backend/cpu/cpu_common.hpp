@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 // Function multi-versioning for the compute-heavy element-wise kernels (see the header
 // comment of cpu_backend.cpp). Clang and non-x86 targets simply get the baseline build.
@@ -229,6 +230,14 @@ void parallel_blocks(size_t n, int threads, Fn&& fn) {
     });
 }
 
+/// fp32 scratch of this thread, at least n floats, reused across calls: the typed row ops'
+/// widened rows (a row may be wider than a stack block).
+inline float* thread_rows(size_t n) {
+    thread_local std::vector<float> rows;
+    if (rows.size() < n) rows.resize(n);
+    return rows.data();
+}
+
 /// dst[0, n) = the fp32 values of src's elements [at, at + n).
 inline void widen(ConstActPtr src, size_t at, size_t n, float* dst) {
     if (src.dtype == DType::kF32) {
@@ -256,6 +265,27 @@ inline void narrow(const float* src, ActPtr dst, size_t at, size_t n) {
         for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
     } else {
         for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+    }
+}
+
+/// The typed parameter-gradient pass of a row normalization over channel slab [c0, c1):
+/// fn(d, x, r0, k, w) for blocks of up to 32 rows r0 .. r0 + k - 1, with d and x the slab's
+/// columns of those rows of dout and inp widened to fp32 (k rows of w floats each), in row
+/// order, so a kernel summing over rows adds in the order of the fp32 pass.
+template <typename Fn>
+void widened_slab_rows(ConstActPtr dout, ConstActPtr inp, int N, int C, int c0, int c1, Fn&& fn) {
+    constexpr int kRows = 32;
+    const size_t w = static_cast<size_t>(c1 - c0);
+    float* d = thread_rows(2 * kRows * w);
+    float* x = d + kRows * w;
+    for (int r0 = 0; r0 < N; r0 += kRows) {
+        const int k = std::min(kRows, N - r0);
+        for (int i = 0; i < k; ++i) {
+            const size_t at = static_cast<size_t>(r0 + i) * static_cast<size_t>(C) + static_cast<size_t>(c0);
+            widen(dout, at, w, d + static_cast<size_t>(i) * w);
+            widen(inp, at, w, x + static_cast<size_t>(i) * w);
+        }
+        fn(d, x, r0, k, static_cast<int>(w));
     }
 }
 

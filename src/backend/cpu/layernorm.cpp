@@ -3,6 +3,7 @@
 #include "cpu_common.hpp"
 #include "ops.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -89,25 +90,56 @@ void layernorm_param_kernel(float* __restrict dweight, float* __restrict dbias,
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, int threads) {
+void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight, const float* bias,
+                       int N, int C, int threads) {
     const bool parallel = static_cast<size_t>(N) * C >= kRowOpMinElements;
+    const size_t c = static_cast<size_t>(C);
+    const bool f32 = out.f32() && inp.f32();
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
     for (int r = 0; r < N; ++r) {
-        const size_t off = static_cast<size_t>(r) * C;
-        layernorm_row_kernel(out + off, mean + r, rstd + r, inp + off, weight, bias, C);
+        const size_t off = static_cast<size_t>(r) * c;
+        if (f32) {
+            layernorm_row_kernel(out.as_f32() + off, mean + r, rstd + r, inp.as_f32() + off, weight, bias, C);
+            continue;
+        }
+        float* x = thread_rows(2 * c);
+        widen(inp, off, c, x);
+        layernorm_row_kernel(x + c, mean + r, rstd + r, x, weight, bias, C);
+        narrow(x + c, out, off, c);
     }
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C, int threads) {
-    // dinp: rows are independent. dweight/dbias sum over rows, per channel slab.
-    rows_and_channel_slabs(
-        N, C, threads, dinp != nullptr, dweight != nullptr || dbias != nullptr,
-        [&](int r, size_t off) {
-            layernorm_dinp_row_kernel(dinp + off, dout + off, inp + off, weight, mean[r], rstd[r], C);
-        },
-        [&](int c0, int c1) { layernorm_param_kernel(dweight, dbias, dout, inp, mean, rstd, N, C, c0, c1); });
+    const size_t c = static_cast<size_t>(C);
+    const bool f32 = dinp.f32() && dout.f32() && inp.f32();
+    // dinp: rows are independent. dweight/dbias sum over rows, per channel slab. Typed: the
+    // same kernels on widened rows (and widened slabs of kTypedSlabRows rows), in the same
+    // order, so the sums are the fp32 path's.
+    auto rows = [&](int r, size_t off) {
+        if (f32) {
+            layernorm_dinp_row_kernel(dinp.as_f32() + off, dout.as_f32() + off, inp.as_f32() + off, weight, mean[r],
+                                      rstd[r], C);
+            return;
+        }
+        float* b = thread_rows(3 * c);
+        widen(dinp, off, c, b);
+        widen(dout, off, c, b + c);
+        widen(inp, off, c, b + 2 * c);
+        layernorm_dinp_row_kernel(b, b + c, b + 2 * c, weight, mean[r], rstd[r], C);
+        narrow(b, dinp, off, c);
+    };
+    auto slabs = [&](int c0, int c1) {
+        if (dout.f32() && inp.f32()) {
+            layernorm_param_kernel(dweight, dbias, dout.as_f32(), inp.as_f32(), mean, rstd, N, C, c0, c1);
+            return;
+        }
+        widened_slab_rows(dout, inp, N, C, c0, c1, [&](const float* d, const float* x, int r0, int k, int w) {
+            layernorm_param_kernel(dweight != nullptr ? dweight + c0 : nullptr, dbias != nullptr ? dbias + c0 : nullptr,
+                                   d, x, mean + r0, rstd + r0, k, w, 0, w);
+        });
+    };
+    rows_and_channel_slabs(N, C, threads, dinp.data != nullptr, dweight != nullptr || dbias != nullptr, rows, slabs);
 }
 
 }  // namespace zt::cpu

@@ -75,9 +75,10 @@ double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count,
 
 // ---- layernorm.cpp, gelu.cpp, residual.cpp, adamw.cpp ----------------------------------------
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, int threads);
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+// Typed activations (statistics and parameter gradients fp32).
+void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight, const float* bias,
+                       int N, int C, int threads);
+void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C, int threads);
 
 // Typed (ActPtr: fp32, bf16 or fp16 storage, each operand its own).
@@ -107,9 +108,10 @@ void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v
 
 // ---- rmsnorm.cpp, rope.cpp, swiglu.cpp (Llama) ---------------------------------------------
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+// Typed activations (rstd and dweight fp32).
+void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C, float eps,
                      int threads);
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                       const float* rstd, int N, int C, int threads);
 
 void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV, int hs,

@@ -3,6 +3,7 @@
 #include "cpu_common.hpp"
 #include "ops.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -60,23 +61,53 @@ void rmsnorm_dweight_kernel(float* __restrict dweight, const float* __restrict d
 
 }  // namespace
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C, float eps,
                      int threads) {
     const bool parallel = static_cast<size_t>(N) * C >= kRowOpMinElements;
+    const size_t c = static_cast<size_t>(C);
+    const bool f32 = out.f32() && inp.f32();
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
     for (int r = 0; r < N; ++r) {
-        const size_t off = static_cast<size_t>(r) * C;
-        rstd[r] = rmsnorm_row_kernel(out + off, inp + off, weight, C, eps);
+        const size_t off = static_cast<size_t>(r) * c;
+        if (f32) {
+            rstd[r] = rmsnorm_row_kernel(out.as_f32() + off, inp.as_f32() + off, weight, C, eps);
+            continue;
+        }
+        float* x = thread_rows(2 * c);
+        widen(inp, off, c, x);
+        rstd[r] = rmsnorm_row_kernel(x + c, x, weight, C, eps);
+        narrow(x + c, out, off, c);
     }
 }
 
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                       const float* rstd, int N, int C, int threads) {
-    // Channel slabs walking every row for dweight, as layernorm_backward's parameter gradients.
-    rows_and_channel_slabs(
-        N, C, threads, dinp != nullptr, dweight != nullptr,
-        [&](int r, size_t off) { rmsnorm_dinp_row_kernel(dinp + off, dout + off, inp + off, weight, rstd[r], C); },
-        [&](int c0, int c1) { rmsnorm_dweight_kernel(dweight, dout, inp, rstd, N, C, c0, c1); });
+    const size_t c = static_cast<size_t>(C);
+    const bool f32 = dinp.f32() && dout.f32() && inp.f32();
+    // Channel slabs walking every row for dweight, as layernorm_backward's parameter
+    // gradients; typed, the same kernels on widened rows and slabs, in the same order.
+    auto rows = [&](int r, size_t off) {
+        if (f32) {
+            rmsnorm_dinp_row_kernel(dinp.as_f32() + off, dout.as_f32() + off, inp.as_f32() + off, weight, rstd[r], C);
+            return;
+        }
+        float* b = thread_rows(3 * c);
+        widen(dinp, off, c, b);
+        widen(dout, off, c, b + c);
+        widen(inp, off, c, b + 2 * c);
+        rmsnorm_dinp_row_kernel(b, b + c, b + 2 * c, weight, rstd[r], C);
+        narrow(b, dinp, off, c);
+    };
+    auto slabs = [&](int c0, int c1) {
+        if (dout.f32() && inp.f32()) {
+            rmsnorm_dweight_kernel(dweight, dout.as_f32(), inp.as_f32(), rstd, N, C, c0, c1);
+            return;
+        }
+        widened_slab_rows(dout, inp, N, C, c0, c1, [&](const float* d, const float* x, int r0, int k, int w) {
+            rmsnorm_dweight_kernel(dweight + c0, d, x, rstd + r0, k, w, 0, w);
+        });
+    };
+    rows_and_channel_slabs(N, C, threads, dinp.data != nullptr, dweight != nullptr, rows, slabs);
 }
 
 }  // namespace zt::cpu

@@ -173,17 +173,20 @@ class CudaBackendImpl final : public CudaBackend {
 
     // ---- layernorm, element-wise ----
 
-    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+    void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override {
-        cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, m_stream);
+        require_f32_activations("layernorm_forward", {out.dtype, inp.dtype});
+        cuda::layernorm_forward(out.as_f32(), mean, rstd, inp.as_f32(), weight, bias, N, C, m_stream);
     }
-    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) override {
+        require_f32_activations("layernorm_backward", {dinp.dtype, dout.dtype, inp.dtype});
         float* scratch = nullptr;
         if ((dweight != nullptr || dbias != nullptr) && N > 0) {
             scratch = scratch_floats(2 * cuda::column_chunks(N) * C);
         }
-        cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, m_stream);
+        cuda::layernorm_backward(dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(), weight, mean, rstd, N, C,
+                                 scratch, m_stream);
     }
     void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override {
         require_f32_activations("gelu_forward", {out.dtype, inp.dtype});
@@ -237,14 +240,17 @@ class CudaBackendImpl final : public CudaBackend {
 
     // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----
 
-    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+    void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                          float eps) override {
-        cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, m_stream);
+        require_f32_activations("rmsnorm_forward", {out.dtype, inp.dtype});
+        cuda::rmsnorm_forward(out.as_f32(), rstd, inp.as_f32(), weight, N, C, eps, m_stream);
     }
-    void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                           const float* rstd, int N, int C) override {
+        require_f32_activations("rmsnorm_backward", {dinp.dtype, dout.dtype, inp.dtype});
         float* scratch = dweight != nullptr && N > 0 ? scratch_floats(cuda::column_chunks(N) * C) : nullptr;
-        cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, scratch, m_stream);
+        cuda::rmsnorm_backward(dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight, rstd, N, C, scratch,
+                               m_stream);
     }
     void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
                       int hs) override {
