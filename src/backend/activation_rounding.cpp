@@ -118,7 +118,7 @@ void ActivationRoundingBackend::rmsnorm_backward(ActPtr dinp, float* dweight, Co
     if (dinp.data != nullptr) round(dinp, elements(N, C));
 }
 
-void ActivationRoundingBackend::rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH,
+void ActivationRoundingBackend::rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH,
                                              int NKV, int hs) {
     inner().rope_forward(out, inp, rope, B, T, NH, NKV, hs);
     // The whole row: v is a copy of already rounded values (or untouched), so rounding it
@@ -126,7 +126,7 @@ void ActivationRoundingBackend::rope_forward(float* out, const float* inp, const
     round(out, elements(B * T, (NH + 2 * NKV) * hs));
 }
 
-void ActivationRoundingBackend::rope_backward(float* dinp, const float* dout, const float* rope, int B, int T,
+void ActivationRoundingBackend::rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T,
                                               int NH, int NKV, int hs) {
     inner().rope_backward(dinp, dout, rope, B, T, NH, NKV, hs);
     round(dinp, elements(B * T, (NH + 2 * NKV) * hs));

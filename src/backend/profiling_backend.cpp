@@ -159,11 +159,11 @@ void ProfilingBackend::rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr
                                         const float* weight, const float* rstd, int N, int C) {
     timed(kOpRmsNorm, [&] { inner().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }
-void ProfilingBackend::rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
+void ProfilingBackend::rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV,
                                     int hs) {
     timed(kOpRope, [&] { inner().rope_forward(out, inp, rope, B, T, NH, NKV, hs); });
 }
-void ProfilingBackend::rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH,
+void ProfilingBackend::rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH,
                                      int NKV, int hs) {
     timed(kOpRope, [&] { inner().rope_backward(dinp, dout, rope, B, T, NH, NKV, hs); });
 }

@@ -17,6 +17,7 @@
 #include "ztrain/backend/activation_rounding.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/forwarding_backend.hpp"
+#include "ztrain/backend/rope.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/dtype.hpp"
 
@@ -166,6 +167,31 @@ TEST_P(TypedActivations, RmsNormForwardAndBackward) {
     expect_bits(rstd, rstd_want, "rmsnorm_forward rstd, " + at());
     expect_bits(from16(dx16, t()), dx_want, "rmsnorm_backward dinp, " + at());
     expect_bits(dw, dw_want, "rmsnorm_backward dweight, " + at());
+}
+
+// RoPE on qkv rows: in place (as the model runs it) and out of place, and the backward both
+// in place (dout becomes R^T dout) and accumulating into another buffer.
+TEST_P(TypedActivations, RopeForwardAndBackward) {
+    const int B = 12, T = 64, NH = 8, NKV = 2, hs = 64;  // 768 rows of 768: past the parallel threshold
+    const size_t n = static_cast<size_t>(B) * T * (NH + 2 * NKV) * hs;
+    const std::vector<float> table = rope_table(T, hs, RopeOptions{});
+    const std::vector<float> x = values(n, 2.f, 0.5f, t()), dy = values(n, 0.4f, 0.1f, t());
+    const std::vector<float> dx0 = values(n, 0.1f, 1.1f, t());
+    std::vector<float> y_want = x, y2_want(n), dy_want = dy, dx_want = dx0;
+    emulated.rope_forward(y_want.data(), y_want.data(), table.data(), B, T, NH, NKV, hs);
+    emulated.rope_forward(y2_want.data(), x.data(), table.data(), B, T, NH, NKV, hs);
+    emulated.rope_backward(dy_want.data(), dy_want.data(), table.data(), B, T, NH, NKV, hs);
+    emulated.rope_backward(dx_want.data(), dy.data(), table.data(), B, T, NH, NKV, hs);
+    std::vector<uint16_t> y16 = to16(x, t()), y2_16(n), dy16 = to16(dy, t()), dx16 = to16(dx0, t());
+    const std::vector<uint16_t> x16 = to16(x, t()), dy16b = to16(dy, t());
+    cpu->rope_forward(ActPtr(y16.data(), t()), ActPtr(y16.data(), t()), table.data(), B, T, NH, NKV, hs);
+    cpu->rope_forward(ActPtr(y2_16.data(), t()), ConstActPtr(x16.data(), t()), table.data(), B, T, NH, NKV, hs);
+    cpu->rope_backward(ActPtr(dy16.data(), t()), ActPtr(dy16.data(), t()), table.data(), B, T, NH, NKV, hs);
+    cpu->rope_backward(ActPtr(dx16.data(), t()), ConstActPtr(dy16b.data(), t()), table.data(), B, T, NH, NKV, hs);
+    expect_bits(from16(y16, t()), y_want, "rope_forward in place, " + at());
+    expect_bits(from16(y2_16, t()), y2_want, "rope_forward, " + at());
+    expect_bits(from16(dy16, t()), dy_want, "rope_backward in place, " + at());
+    expect_bits(from16(dx16, t()), dx_want, "rope_backward accumulating, " + at());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, TypedActivations,

@@ -294,13 +294,13 @@ class Backend {
     /// table of rope_table() (row t = [cos (hs/2) | sin (hs/2)]), uploaded to this backend's
     /// memory. out == inp rotates in place; otherwise out must not overlap inp and the v
     /// part is copied to out, so out is a complete qkv buffer. hs must be even.
-    virtual void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
+    virtual void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV,
                               int hs) = 0;
     /// dinp (B, T, (NH + 2*NKV)*hs) += R^T dout (the inverse rotation on the q and k parts,
     /// dout itself on the v part). The one exception to the accumulate convention: dinp ==
     /// dout transforms the gradient in place (dout becomes R^T dout), which is what a model
     /// that rotated qkv in place wants.
-    virtual void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+    virtual void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV,
                                int hs) = 0;
 
     /// SwiGLU: out (N, F) = silu(gate) * up, inp (N, 2F) per row [gate (F) | up (F)] (the

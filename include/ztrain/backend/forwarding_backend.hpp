@@ -130,11 +130,10 @@ class ForwardingBackend : public Backend {
                           const float* rstd, int N, int C) override {
         m_inner.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
     }
-    void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
-                      int hs) override {
+    void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override {
         m_inner.rope_forward(out, inp, rope, B, T, NH, NKV, hs);
     }
-    void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+    void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV,
                        int hs) override {
         m_inner.rope_backward(dinp, dout, rope, B, T, NH, NKV, hs);
     }

@@ -88,9 +88,8 @@ class ProfilingBackend final : public ForwardingBackend {
                          float eps) override;
     void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                           const float* rstd, int N, int C) override;
-    void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
-                      int hs) override;
-    void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+    void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override;
+    void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV,
                        int hs) override;
     void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) override;
     void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) override;

@@ -259,12 +259,11 @@ class CpuBackend final : public Backend {
         cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, m_threads);
     }
 
-    void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
-                      int hs) override {
+    void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override {
         cpu::rope_forward(out, inp, rope, B, T, NH, NKV, hs, m_threads);
     }
 
-    void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+    void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV,
                        int hs) override {
         cpu::rope_backward(dinp, dout, rope, B, T, NH, NKV, hs, m_threads);
     }

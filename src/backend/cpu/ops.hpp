@@ -114,9 +114,8 @@ void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weig
 void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                       const float* rstd, int N, int C, int threads);
 
-void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV, int hs,
-                  int threads);
-void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV, int hs,
+void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs, int threads);
+void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV, int hs,
                    int threads);
 
 // Typed.

@@ -53,43 +53,78 @@ void rope_rotate_back_add_kernel(float* __restrict dinp, const float* __restrict
 
 }  // namespace
 
-void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV, int hs,
+namespace {
+
+/// One row of rope_forward in fp32 (out may equal inp).
+void rope_forward_row(float* out, const float* inp, const float* cos_t, const AttentionLayout& lay, int NH, int NKV,
+                      int hs) {
+    rope_rotate_kernel(out, inp, cos_t, cos_t + hs / 2, NH + NKV, hs / 2, 1.f);
+    if (out != inp) std::memcpy(out + lay.v_offset, inp + lay.v_offset, static_cast<size_t>(NKV) * hs * sizeof(float));
+}
+
+/// One row of rope_backward in fp32 (in place when dinp == dout).
+void rope_backward_row(float* dinp, const float* dout, const float* cos_t, const AttentionLayout& lay, int NH,
+                       int NKV, int hs) {
+    const int half = hs / 2;
+    if (dinp == dout) {
+        // R^T is the rotation by the negated angle; v's gradient stays as it is.
+        rope_rotate_kernel(dinp, dout, cos_t, cos_t + half, NH + NKV, half, -1.f);
+        return;
+    }
+    rope_rotate_back_add_kernel(dinp, dout, cos_t, cos_t + half, NH + NKV, half);
+    float* dv = dinp + lay.v_offset;
+    add_kernel(dv, dv, dout + lay.v_offset, static_cast<size_t>(NKV) * hs);
+}
+
+}  // namespace
+
+void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs,
                   int threads) {
     const AttentionLayout lay = rope_layout(NH, NKV, hs);
     const int rows = B * T;
-    const int half = hs / 2;
+    const size_t w = static_cast<size_t>(lay.row);
+    const bool f32 = out.f32() && inp.f32();
     const bool parallel = static_cast<size_t>(rows) * lay.row >= kRowOpMinElements;
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
     for (int r = 0; r < rows; ++r) {
         const float* cos_t = rope + static_cast<size_t>(r % T) * hs;
-        const size_t off = static_cast<size_t>(r) * lay.row;
-        // q and k are NH + NKV consecutive heads at the start of the row.
-        rope_rotate_kernel(out + off, inp + off, cos_t, cos_t + half, NH + NKV, half, 1.f);
-        if (out != inp) {
-            std::memcpy(out + off + lay.v_offset, inp + off + lay.v_offset,
-                        static_cast<size_t>(NKV) * hs * sizeof(float));
+        const size_t off = static_cast<size_t>(r) * w;
+        if (f32) {
+            rope_forward_row(out.as_f32() + off, inp.as_f32() + off, cos_t, lay, NH, NKV, hs);
+            continue;
         }
+        float* x = thread_rows(w);
+        widen(inp, off, w, x);
+        rope_forward_row(x, x, cos_t, lay, NH, NKV, hs);
+        narrow(x, out, off, w);
     }
 }
 
-void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV, int hs,
+void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV, int hs,
                    int threads) {
     const AttentionLayout lay = rope_layout(NH, NKV, hs);
     const int rows = B * T;
-    const int half = hs / 2;
-    const bool in_place = dinp == dout;
+    const size_t w = static_cast<size_t>(lay.row);
+    const bool f32 = dinp.f32() && dout.f32();
+    const bool in_place = dinp.data == dout.data;
     const bool parallel = static_cast<size_t>(rows) * lay.row >= kRowOpMinElements;
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
     for (int r = 0; r < rows; ++r) {
         const float* cos_t = rope + static_cast<size_t>(r % T) * hs;
-        const size_t off = static_cast<size_t>(r) * lay.row;
+        const size_t off = static_cast<size_t>(r) * w;
+        if (f32) {
+            rope_backward_row(dinp.as_f32() + off, dout.as_f32() + off, cos_t, lay, NH, NKV, hs);
+            continue;
+        }
+        float* d = thread_rows(2 * w);
+        widen(dout, off, w, d + w);
         if (in_place) {
-            // R^T is the rotation by the negated angle; v's gradient stays as it is.
-            rope_rotate_kernel(dinp + off, dout + off, cos_t, cos_t + half, NH + NKV, half, -1.f);
+            rope_backward_row(d + w, d + w, cos_t, lay, NH, NKV, hs);
+            narrow(d + w, dinp, off, w);
         } else {
-            rope_rotate_back_add_kernel(dinp + off, dout + off, cos_t, cos_t + half, NH + NKV, half);
-            float* dv = dinp + off + lay.v_offset;
-            add_kernel(dv, dv, dout + off + lay.v_offset, static_cast<size_t>(NKV) * hs);
+            widen(dinp, off, w, d);
+            rope_backward_row(d, d + w, cos_t, lay, NH, NKV, hs);
+            narrow(d, dinp, off, w);
         }
     }
 }

@@ -252,13 +252,14 @@ class CudaBackendImpl final : public CudaBackend {
         cuda::rmsnorm_backward(dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight, rstd, N, C, scratch,
                                m_stream);
     }
-    void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV,
-                      int hs) override {
-        cuda::rope_forward(out, inp, rope, B, T, NH, NKV, hs, m_stream);
+    void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override {
+        require_f32_activations("rope_forward", {out.dtype, inp.dtype});
+        cuda::rope_forward(out.as_f32(), inp.as_f32(), rope, B, T, NH, NKV, hs, m_stream);
     }
-    void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV,
+    void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV,
                        int hs) override {
-        cuda::rope_backward(dinp, dout, rope, B, T, NH, NKV, hs, m_stream);
+        require_f32_activations("rope_backward", {dinp.dtype, dout.dtype});
+        cuda::rope_backward(dinp.as_f32(), dout.as_f32(), rope, B, T, NH, NKV, hs, m_stream);
     }
     void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) override {
         require_f32_activations("swiglu_forward", {out.dtype, inp.dtype});
