@@ -2,7 +2,8 @@
 # Fine-tuning on example shards end to end (inputs/finetune_tiny.ini): prompts of random
 # letters and a fixed completion, so only the completion can be learned; the masked
 # validation loss (targets only) falls near 0, which a loss counting prompt tokens could
-# not. metrics.jsonl has targets and rows per step; train.epochs sets the number of steps;
+# not. metrics.jsonl has targets and rows per step; --plan has the example items;
+# train.epochs sets the number of steps;
 # a resume at the same world size continues the uninterrupted run's metrics exactly;
 # pack and pad both train; and the bad inputs exit 2 with a message naming the key.
 # Usage: test_finetune.sh BIN_DIR SOURCE_DIR
@@ -34,6 +35,12 @@ check "masked validation loss falls near 0 ($first_val -> $last_val)" \
   python3 -c "import sys; sys.exit(not (float('$first_val') > 4 and float('$last_val') < 0.2))"
 check "metrics.jsonl has targets and rows per step" \
   grep -q '"targets":[0-9]*,"rows":8,' "$work/mask/metrics.jsonl"
+# The memory plan counts the example feed's buffers (sized from the shards' headers).
+"$BIN/ztrain" "${deck[@]}" --plan > "$work/plan.out" 2>&1 ||
+  { echo "FAIL: --plan on example shards"; failures=$((failures + 1)); }
+for item in examples "example rows" "row batch" "row segments"; do
+  check "--plan on example shards has the '$item' item" grep -qE "^  $item +[0-9.]+ (B|KiB|MiB)" "$work/plan.out"
+done
 
 # A resume at the same world size: 100 steps = 50 + 50, every step record the same.
 expect 0 "ztrain: 50 steps" "$BIN/ztrain" "${deck[@]}" --train.max_steps=50 --run.dir="$work/split"

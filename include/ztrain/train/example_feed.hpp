@@ -41,6 +41,25 @@ bool is_example_shard(const std::string& pattern, const std::string& key);
 /// InputError for train.epochs without example shards.
 Config with_run_length(const Config& deck, const ExampleFeed* feed, int world);
 
+/// The counts in the example shards' headers of data.train and data.val (examples.hpp):
+/// what the memory plan sizes an example run's buffers from.
+struct ExampleRunSizes {
+    ExampleShardSizes train;
+    bool has_val = false;
+    ExampleShardSizes val;
+};
+
+/// The headers of data.train (and data.val, when set) read for their counts alone, as
+/// `ztrain --plan` does before any example is read. InputError naming the key and file.
+ExampleRunSizes read_example_run_sizes(const Config& cfg);
+
+/// An example run's buffers per rank, besides the model's: the memory plan's items.
+struct ExampleFeedBytes {
+    double examples = 0;  ///< training and validation examples held, target counts per example
+    double rows = 0;      ///< the order of the examples in rows (ExampleRows, train and val)
+    double batch = 0;     ///< the micro-batch being filled (RowBatch)
+};
+
 /// The prompt of a sample during training: a validation example's tokens before its first
 /// target, and the token that ends its first run of targets (a chat's end-of-turn token).
 struct SamplePrompt {
@@ -60,6 +79,15 @@ class ExampleFeed {
     /// data.train (and data.val, when set) as example shards, data.packing and data.overlong
     /// applied; vocabulary and seq_len from the model. Bad input: InputError naming the key.
     explicit ExampleFeed(const Config& cfg);
+
+    /// What an ExampleFeed over shards of `sizes` holds for cfg: what its constructor
+    /// allocates (the datasets and rows reserve for every example of the headers, the batch
+    /// for micro_batch x seq_len), so exact whatever data.overlong leaves out.
+    static ExampleFeedBytes planned_bytes(const Config& cfg, const ExampleRunSizes& sizes);
+    /// What it holds (capacities): planned_bytes of its shards.
+    ExampleFeedBytes bytes() const;
+    /// Its shards' header counts (the datasets read them before their examples).
+    ExampleRunSizes sizes() const;
 
     const ExampleDataset& train() const { return *m_train; }
     /// Null without data.val.
