@@ -169,6 +169,27 @@ std::string ExampleFeed::describe() const {
     return s;
 }
 
+std::string ExampleFeed::describe_units() const {
+    auto left_out = [](const ExampleDataset& d) {
+        std::string s;
+        if (d.truncated() > 0) s += str(d.truncated(), " truncated");
+        if (d.dropped() > 0) s += str(s.empty() ? "" : ", ", d.dropped(), " dropped");
+        if (!s.empty()) s += " by data.overlong";
+        if (d.without_targets() > 0) s += str(s.empty() ? "" : "; ", d.without_targets(), " left out without a target");
+        return s;
+    };
+    const char* packing = m_packing == Packing::kPack ? "pack" : "pad";
+    const std::string train_left = left_out(*m_train);
+    std::string s = str(m_train->examples().num_examples(), " train examples in ", m_train_rows->rows_in_epoch(0),
+                        " rows per epoch (", packing, train_left.empty() ? "" : "; ", train_left, ")");
+    if (m_val) {
+        const std::string val_left = left_out(*m_val);
+        s += str(", ", m_val->examples().num_examples(), " val examples in ", m_val_rows->rows_in_epoch(0), " rows",
+                 val_left.empty() ? "" : str(" (", val_left, ")"));
+    }
+    return s;
+}
+
 void ExampleFeed::forward(Transformer& model, UnitStore& store, float dloss) const {
     const RowBatch& b = m_batch;
     const TokenRows rows = m_packing == Packing::kPack ? TokenRows{b.positions.data(), b.segment_start.data()}

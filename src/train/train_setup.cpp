@@ -105,11 +105,10 @@ std::vector<std::string> TrainSetup::val_files() const {
     return val_data ? val_data->files() : std::vector<std::string>{};
 }
 
-size_t TrainSetup::train_units() const { return examples ? examples->train_rows_in_epoch() : train_data->num_windows(); }
-
-std::optional<size_t> TrainSetup::val_units() const {
-    if (examples) return examples->val() ? std::optional<size_t>(examples->val_rows_in_epoch()) : std::nullopt;
-    return val_data ? std::optional<size_t>(val_data->num_windows()) : std::nullopt;
+std::string TrainSetup::describe_data() const {
+    if (examples) return examples->describe_units();
+    return str(train_data->num_windows(), " train windows",
+               val_data ? str(", ", val_data->num_windows(), " val windows") : std::string());
 }
 
 TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {

@@ -329,8 +329,8 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     describe_run(reporter, cfg, setup, memory, progress.step);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
     saver.set_inputs(std::move(inputs));
-    reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.train_units(),
-                   setup.val_units(), work, reduce, loss_scale);
+    reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
+                   work, reduce, loss_scale);
     if (setup.examples && root) {
         std::printf("ztrain: examples: %s%s\n", setup.examples->describe().c_str(),
                     tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");

@@ -107,8 +107,12 @@ class ExampleFeed {
     size_t val_rows_in_epoch() const { return m_val_rows ? m_val_rows->rows_in_epoch(0) : 0; }
     /// From the first validation example (requires data.val).
     SamplePrompt sample_prompt() const;
-    /// The start line's description: examples, rows per epoch, truncated/dropped counts.
+    /// The examples line: examples, targets, rows of epoch 0, truncated/dropped counts.
     std::string describe() const;
+    /// The start-up line's data: "360 train examples in 75 rows per epoch (pack; 3
+    /// truncated, 1 dropped by data.overlong; 2 left out without a target), 40 val examples
+    /// in 9 rows" (pack: epoch 0's rows; the counts only where there are some).
+    std::string describe_units() const;
 
     /// Runs the grad_accum micro-steps of the step whose first global row is `first_row`
     /// on this rank (rank of world), every gradient scaled by `scale` and normalised by the
