@@ -12,6 +12,9 @@
 // shuffle); pack places each, in that order, into the first row with room (first fit) and
 // emits rows in the order they were opened; pad makes one row per example. Both depend on
 // (seed, epoch) only, so every world size sees the same rows.
+// Memory: the dataset reserves every example its shards' headers hold and the rows reserve
+// their arrays for that many examples, both at construction, so the memory plan computes
+// them exactly from the headers (planned_bytes) and nothing grows during training.
 // Deliberately does not: sort by length (it would change which examples share a step), or
 // split an example across rows.
 #include <algorithm>
@@ -28,6 +31,10 @@ ExampleDataset::ExampleDataset(const std::string& pattern, const std::string& ke
     : m_seq_len(seq_len) {
     ZT_REQUIRE(seq_len >= 1, key, ": seq_len must be positive, got ", seq_len);
     m_files = expand_shard_glob(pattern, key);
+    m_header_sizes = example_shard_sizes(m_files, key);
+    m_examples.tokens.reserve(m_header_sizes.tokens);
+    m_examples.target.reserve(m_header_sizes.tokens);
+    m_examples.starts.reserve(m_header_sizes.examples + 1);
     size_t global_index = 0;
     for (const std::string& file : m_files) {
         ExampleSet shard;
@@ -43,6 +50,16 @@ ExampleDataset::ExampleDataset(const std::string& pattern, const std::string& ke
     ZT_INPUT_CHECK(m_examples.num_examples() > 0, key, ": '", pattern, "' holds no example to train on (",
                    global_index, " read; ", m_dropped, " longer than seq_len + 1 = ", seq_len + 1,
                    " dropped, ", m_without_targets, " without a target)");
+}
+
+double ExampleDataset::planned_bytes(const ExampleShardSizes& sizes) {
+    return static_cast<double>(sizes.tokens) * (sizeof(uint32_t) + sizeof(uint8_t)) +
+           static_cast<double>(sizes.examples + 1) * sizeof(uint64_t);
+}
+
+size_t ExampleDataset::bytes() const {
+    return m_examples.tokens.capacity() * sizeof(uint32_t) + m_examples.target.capacity() * sizeof(uint8_t) +
+           m_examples.starts.capacity() * sizeof(uint64_t);
 }
 
 void ExampleDataset::add(const ExampleSet& shard, size_t e, size_t global_index, const std::string& key,
@@ -75,10 +92,41 @@ void ExampleDataset::add(const ExampleSet& shard, size_t e, size_t global_index,
                       target);
 }
 
+void RowBatch::reserve(int max_rows, int seq_len) {
+    const size_t n = static_cast<size_t>(max_rows) * static_cast<size_t>(seq_len);
+    for (std::vector<int32_t>* v : {&inputs, &targets, &positions, &segment_start}) v->reserve(n);
+}
+
+size_t RowBatch::bytes() const {
+    return (inputs.capacity() + targets.capacity() + positions.capacity() + segment_start.capacity()) *
+           sizeof(int32_t);
+}
+
 ExampleRows::ExampleRows(const ExampleDataset& data, Packing packing, uint64_t seed, bool shuffle)
     : m_data(data), m_packing(packing), m_seed(seed), m_shuffle(shuffle) {
     ZT_REQUIRE(data.examples().num_examples() > 0, "rows need at least one example");
     ZT_REQUIRE(data.examples().num_examples() <= UINT32_MAX, "too many examples for 32-bit indices");
+    // Sized for every example of the shards' headers, as the dataset is, so the plan made
+    // from the headers alone is exact.
+    const size_t E = static_cast<size_t>(data.header_sizes().examples);
+    m_order.reserve(E);
+    if (packing == Packing::kPack) {
+        m_row_begin.reserve(E + 1);
+        m_arrival.reserve(E);
+        m_row_of.reserve(E);
+        m_room.reserve(E);
+    }
+}
+
+double ExampleRows::planned_bytes(size_t num_examples, Packing packing) {
+    const double E = static_cast<double>(num_examples);
+    return packing == Packing::kPad ? E * sizeof(uint32_t) : (5 * E + 1) * sizeof(uint32_t);
+}
+
+size_t ExampleRows::bytes() const {
+    return (m_order.capacity() + m_row_begin.capacity() + m_arrival.capacity() + m_row_of.capacity() +
+            m_room.capacity()) *
+           sizeof(uint32_t);
 }
 
 void ExampleRows::build_epoch(uint64_t epoch) const {
@@ -86,40 +134,57 @@ void ExampleRows::build_epoch(uint64_t epoch) const {
         return;
     }
     const ExampleSet& ex = m_data.examples();
-    std::vector<uint32_t> order(ex.num_examples());
+    const size_t E = ex.num_examples();
+    // Padding: the epoch's order is its rows, one example each.
+    std::vector<uint32_t>& order = m_packing == Packing::kPad ? m_order : m_arrival;
+    order.resize(E);
     if (m_shuffle) {
         epoch_permutation(m_seed, epoch, order);
     } else {
         std::iota(order.begin(), order.end(), 0u);
     }
-    m_rows.clear();
     if (m_packing == Packing::kPad) {
-        for (uint32_t e : order) {
-            m_rows.push_back({e});
+        m_num_rows = E;
+        m_cached_epoch = epoch;
+        return;
+    }
+    // First fit: the first open row with room. Rows fill up front to back, so the search
+    // starts at the first row that still has room for the smallest example (1 position).
+    // A row is opened only for an example, so there are at most E rows (the reserve holds).
+    m_row_of.resize(E);
+    m_room.clear();
+    size_t first_open = 0;
+    for (size_t k = 0; k < E; ++k) {
+        const size_t need = ex.length(order[k]) - 1;
+        size_t r = first_open;
+        while (r < m_room.size() && m_room[r] < need) {
+            ++r;
         }
-    } else {
-        // First fit: the first open row with room. Rows fill up front to back, so the search
-        // starts at the first row that still has room for the smallest example (1 position).
-        std::vector<size_t> room;
-        size_t first_open = 0;
-        const auto positions = [&](uint32_t e) { return ex.length(e) - 1; };
-        for (uint32_t e : order) {
-            const size_t need = positions(e);
-            size_t r = first_open;
-            while (r < m_rows.size() && room[r] < need) {
-                ++r;
-            }
-            if (r == m_rows.size()) {
-                m_rows.emplace_back();
-                room.push_back(static_cast<size_t>(m_data.seq_len()));
-            }
-            m_rows[r].push_back(e);
-            room[r] -= need;
-            while (first_open < room.size() && room[first_open] == 0) {
-                ++first_open;
-            }
+        if (r == m_room.size()) {
+            m_room.push_back(static_cast<uint32_t>(m_data.seq_len()));
+        }
+        m_row_of[k] = static_cast<uint32_t>(r);
+        m_room[r] -= static_cast<uint32_t>(need);
+        while (first_open < m_room.size() && m_room[first_open] == 0) {
+            ++first_open;
         }
     }
+    // Group the examples by row, each row's in arrival order (a counting sort; m_room
+    // becomes each row's write cursor).
+    const size_t rows = m_room.size();
+    m_row_begin.assign(rows + 1, 0);
+    for (size_t k = 0; k < E; ++k) {
+        ++m_row_begin[m_row_of[k] + 1];
+    }
+    for (size_t r = 0; r < rows; ++r) {
+        m_row_begin[r + 1] += m_row_begin[r];
+        m_room[r] = m_row_begin[r];
+    }
+    m_order.resize(E);
+    for (size_t k = 0; k < E; ++k) {
+        m_order[m_room[m_row_of[k]]++] = order[k];
+    }
+    m_num_rows = rows;
     m_cached_epoch = epoch;
 }
 
@@ -128,7 +193,7 @@ size_t ExampleRows::rows_in_epoch(uint64_t epoch) const {
         return m_data.examples().num_examples();
     }
     build_epoch(epoch);
-    return m_rows.size();
+    return m_num_rows;
 }
 
 std::pair<uint64_t, size_t> ExampleRows::locate(uint64_t g) const {
@@ -144,31 +209,31 @@ std::pair<uint64_t, size_t> ExampleRows::locate(uint64_t g) const {
     return {epoch, static_cast<size_t>(g - start)};
 }
 
-const std::vector<uint32_t>& ExampleRows::row(uint64_t epoch, size_t r) const {
+std::pair<const uint32_t*, const uint32_t*> ExampleRows::cached_row(size_t r) const {
+    ZT_REQUIRE(r < m_num_rows, "row ", r, " of ", m_num_rows, " in epoch ", m_cached_epoch);
+    if (m_packing == Packing::kPad) {
+        return {m_order.data() + r, m_order.data() + r + 1};
+    }
+    return {m_order.data() + m_row_begin[r], m_order.data() + m_row_begin[r + 1]};
+}
+
+std::vector<uint32_t> ExampleRows::row(uint64_t epoch, size_t r) const {
     build_epoch(epoch);
-    ZT_REQUIRE(r < m_rows.size(), "row ", r, " of ", m_rows.size(), " in epoch ", epoch);
-    return m_rows[r];
+    const auto [begin, end] = cached_row(r);
+    return std::vector<uint32_t>(begin, end);
 }
 
 namespace {
 
-/// Positions a row's examples take.
-size_t row_positions(const ExampleSet& ex, const std::vector<uint32_t>& examples) {
-    size_t n = 0;
-    for (uint32_t e : examples) {
-        n += ex.length(e) - 1;
-    }
-    return n;
-}
-
-/// Writes one row's examples at positions [0, used) of row `b` and padding after them.
-void write_row(const ExampleSet& ex, const std::vector<uint32_t>& examples, int b, RowBatch& batch) {
-    const size_t T = static_cast<size_t>(batch.T);
-    const size_t base = static_cast<size_t>(b) * T;
+/// Writes one row's examples [begin, end) at positions [0, used) of row `b` (stride
+/// `stride` positions) and padding up to the stride; returns `used`.
+size_t write_row(const ExampleSet& ex, const uint32_t* begin, const uint32_t* end, int b, size_t stride,
+                 RowBatch& batch) {
+    const size_t base = static_cast<size_t>(b) * stride;
     size_t t = 0;
-    for (uint32_t e : examples) {
-        const size_t start = static_cast<size_t>(ex.starts[e]);
-        const size_t n = ex.length(e);
+    for (const uint32_t* it = begin; it != end; ++it) {
+        const size_t start = static_cast<size_t>(ex.starts[*it]);
+        const size_t n = ex.length(*it);
         for (size_t i = 0; i + 1 < n; ++i, ++t) {
             const size_t at = base + t;
             batch.inputs[at] = static_cast<int32_t>(ex.tokens[start + i]);
@@ -179,14 +244,16 @@ void write_row(const ExampleSet& ex, const std::vector<uint32_t>& examples, int 
             batch.num_targets += is_target ? 1 : 0;
         }
     }
-    batch.num_tokens += t;
-    for (; t < T; ++t) {
+    const size_t used = t;
+    batch.num_tokens += used;
+    for (; t < stride; ++t) {
         const size_t at = base + t;
         batch.inputs[at] = 0;
         batch.targets[at] = -1;
         batch.positions[at] = 0;
         batch.segment_start[at] = static_cast<int32_t>(t);
     }
+    return used;
 }
 
 }  // namespace
@@ -194,27 +261,40 @@ void write_row(const ExampleSet& ex, const std::vector<uint32_t>& examples, int 
 void ExampleRows::fill(uint64_t first, int count, RowBatch& batch) const {
     ZT_REQUIRE(count >= 1, "fill needs at least one row, got ", count);
     const ExampleSet& ex = m_data.examples();
-    // The rows' example lists (copied: a later row may sit in another epoch, which evicts
-    // the cached one).
-    std::vector<std::vector<uint32_t>> rows;
+    // Each row is written as it is located (a later row may sit in another epoch, which
+    // evicts the cached one) at stride seq_len; padding then keeps the leading T positions
+    // of each row, T its longest row's (dynamic padding). So the arrays never exceed
+    // count x seq_len (RowBatch::planned_bytes).
+    const size_t S = static_cast<size_t>(m_data.seq_len());
+    const size_t n = static_cast<size_t>(count) * S;
+    batch.inputs.resize(n);
+    batch.targets.resize(n);
+    batch.positions.resize(n);
+    batch.segment_start.resize(n);
+    batch.num_targets = 0;
+    batch.num_tokens = 0;
     size_t longest = 0;
     for (int j = 0; j < count; ++j) {
         const auto [epoch, r] = locate(first + static_cast<uint64_t>(j));
-        rows.push_back(row(epoch, r));
-        longest = std::max(longest, row_positions(ex, rows.back()));
+        build_epoch(epoch);
+        const auto [begin, end] = cached_row(r);
+        longest = std::max(longest, write_row(ex, begin, end, j, S, batch));
+    }
+    const size_t T = m_packing == Packing::kPack ? S : longest;
+    if (T < S) {
+        for (std::vector<int32_t>* v : {&batch.inputs, &batch.targets, &batch.positions, &batch.segment_start}) {
+            // Row j moves from j * S down to j * T: forward copies never overwrite a row
+            // before it is moved.
+            for (size_t j = 1; j < static_cast<size_t>(count); ++j) {
+                std::copy(v->begin() + static_cast<std::ptrdiff_t>(j * S),
+                          v->begin() + static_cast<std::ptrdiff_t>(j * S + T),
+                          v->begin() + static_cast<std::ptrdiff_t>(j * T));
+            }
+            v->resize(static_cast<size_t>(count) * T);
+        }
     }
     batch.rows = count;
-    batch.T = m_packing == Packing::kPack ? m_data.seq_len() : static_cast<int>(longest);
-    const size_t n = static_cast<size_t>(count) * static_cast<size_t>(batch.T);
-    batch.inputs.assign(n, 0);
-    batch.targets.assign(n, -1);
-    batch.positions.assign(n, 0);
-    batch.segment_start.assign(n, 0);
-    batch.num_targets = 0;
-    batch.num_tokens = 0;
-    for (int j = 0; j < count; ++j) {
-        write_row(ex, rows[static_cast<size_t>(j)], j, batch);
-    }
+    batch.T = static_cast<int>(T);
 }
 
 }  // namespace zt

@@ -123,6 +123,31 @@ void check_examples(const std::string& path, const ExampleSet& set, int vocab_si
 
 }  // namespace
 
+ExampleShardSizes read_example_shard_sizes(const std::string& path) {
+    const detail::ShardFile f = detail::open_shard(path);
+    const ExampleHeader eh = check_example_header(path, f);
+    return ExampleShardSizes{eh.tokens, eh.examples};
+}
+
+ExampleShardSizes example_shard_sizes(const std::string& pattern, const std::string& key) {
+    return example_shard_sizes(expand_shard_glob(pattern, key), key);
+}
+
+ExampleShardSizes example_shard_sizes(const std::vector<std::string>& files, const std::string& key) {
+    ExampleShardSizes sum;
+    for (const std::string& file : files) {
+        ExampleShardSizes one;
+        try {
+            one = read_example_shard_sizes(file);
+        } catch (const InputError& e) {
+            throw InputError(str(key, ": ", e.what()));
+        }
+        sum.tokens += one.tokens;
+        sum.examples += one.examples;
+    }
+    return sum;
+}
+
 ExampleSet read_example_shard(const std::string& path, int vocab_size) {
     detail::ShardFile f = detail::open_shard(path);
     const ExampleHeader eh = check_example_header(path, f);

@@ -114,7 +114,11 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
 void Transformer::set_rows(const TokenRows& rows, int B, int T) {
     RowSegments seg;
     const size_t N = static_cast<size_t>(B) * static_cast<size_t>(T);
+    // Reserved for the largest batch at once (row_segment_bytes: the memory plan's figure),
+    // so the copies never grow step by step.
+    const size_t max_tokens = static_cast<size_t>(m_max_batch) * static_cast<size_t>(m_cfg.seq_len);
     if (rows.positions != nullptr) {
+        m_runs.reserve(max_tokens);
         // Cut each row where the position does not continue the previous token's.
         m_runs.clear();
         for (int b = 0; b < B; ++b) {
@@ -134,6 +138,7 @@ void Transformer::set_rows(const TokenRows& rows, int B, int T) {
         seg.runs = &m_runs;
     }
     if (rows.segment_start != nullptr) {
+        m_attend_from.reserve(max_tokens);
         m_attend_from.assign(rows.segment_start, rows.segment_start + N);
         seg.attend_from = m_attend_from.data();
     }

@@ -27,8 +27,11 @@ Overlong to_overlong(DataOverlong o) {
 }
 
 /// Targets of each example: its first token is never one, so every marked token counts.
-std::vector<uint32_t> targets_per_example(const ExampleSet& ex) {
-    std::vector<uint32_t> out(ex.num_examples());
+/// Reserved for `capacity` examples (the headers'), as the dataset is.
+std::vector<uint32_t> targets_per_example(const ExampleSet& ex, size_t capacity) {
+    std::vector<uint32_t> out;
+    out.reserve(std::max(capacity, ex.num_examples()));
+    out.resize(ex.num_examples());
     for (size_t e = 0; e < out.size(); ++e) {
         const auto begin = ex.target.begin() + static_cast<std::ptrdiff_t>(ex.starts[e]);
         out[e] = static_cast<uint32_t>(std::count(begin, begin + static_cast<std::ptrdiff_t>(ex.length(e)), uint8_t{1}));
@@ -66,7 +69,8 @@ ExampleFeed::ExampleFeed(const Config& cfg) : m_packing(to_packing(cfg.data.pack
     const Overlong overlong = to_overlong(cfg.data.overlong);
     m_train = std::make_unique<ExampleDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len, overlong);
     m_train_rows = std::make_unique<ExampleRows>(*m_train, m_packing, cfg.train.seed, true);
-    m_train_targets = targets_per_example(m_train->examples());
+    m_train_targets = targets_per_example(m_train->examples(), m_train->header_sizes().examples);
+    m_batch.reserve(cfg.train.micro_batch, mc.seq_len);
     if (!cfg.data.val.empty()) {
         ZT_INPUT_CHECK(is_example_shard(cfg.data.val, "data.val"), "data.val = ", cfg.data.val,
                        ": a pretraining shard, while data.train is an example shard; give example shards "
@@ -74,6 +78,53 @@ ExampleFeed::ExampleFeed(const Config& cfg) : m_packing(to_packing(cfg.data.pack
         m_val = std::make_unique<ExampleDataset>(cfg.data.val, "data.val", mc.vocab_size, mc.seq_len, overlong);
         m_val_rows = std::make_unique<ExampleRows>(*m_val, m_packing, cfg.train.seed, false);
     }
+    // The memory plan predicts these figures from the headers: the two must never drift apart.
+    const ExampleFeedBytes made = bytes();
+    const ExampleFeedBytes plan = planned_bytes(cfg, sizes());
+    ZT_REQUIRE(made.examples == plan.examples && made.rows == plan.rows && made.batch == plan.batch,
+               "example feed allocated ", made.examples, " + ", made.rows, " + ", made.batch, " bytes, planned ",
+               plan.examples, " + ", plan.rows, " + ", plan.batch);
+}
+
+ExampleRunSizes read_example_run_sizes(const Config& cfg) {
+    ExampleRunSizes s;
+    s.train = example_shard_sizes(cfg.data.train, "data.train");
+    s.has_val = !cfg.data.val.empty();
+    if (s.has_val) s.val = example_shard_sizes(cfg.data.val, "data.val");
+    return s;
+}
+
+ExampleFeedBytes ExampleFeed::planned_bytes(const Config& cfg, const ExampleRunSizes& sizes) {
+    const Packing packing = to_packing(cfg.data.packing);
+    ExampleFeedBytes b;
+    b.examples = ExampleDataset::planned_bytes(sizes.train) + static_cast<double>(sizes.train.examples) * sizeof(uint32_t);
+    b.rows = ExampleRows::planned_bytes(sizes.train.examples, packing);
+    if (sizes.has_val) {
+        b.examples += ExampleDataset::planned_bytes(sizes.val);
+        b.rows += ExampleRows::planned_bytes(sizes.val.examples, packing);
+    }
+    b.batch = RowBatch::planned_bytes(cfg.train.micro_batch, cfg.model.seq_len);
+    return b;
+}
+
+ExampleFeedBytes ExampleFeed::bytes() const {
+    ExampleFeedBytes b;
+    b.examples = static_cast<double>(m_train->bytes() + m_train_targets.capacity() * sizeof(uint32_t));
+    b.rows = static_cast<double>(m_train_rows->bytes());
+    if (m_val) {
+        b.examples += static_cast<double>(m_val->bytes());
+        b.rows += static_cast<double>(m_val_rows->bytes());
+    }
+    b.batch = static_cast<double>(m_batch.bytes());
+    return b;
+}
+
+ExampleRunSizes ExampleFeed::sizes() const {
+    ExampleRunSizes s;
+    s.train = m_train->header_sizes();
+    s.has_val = m_val != nullptr;
+    if (m_val) s.val = m_val->header_sizes();
+    return s;
 }
 
 long ExampleFeed::steps_for_epochs(int epochs, long global_rows) const {
@@ -115,6 +166,27 @@ std::string ExampleFeed::describe() const {
     };
     std::string s = one("train:", *m_train, *m_train_rows);
     if (m_val) s += "; " + one("val:", *m_val, *m_val_rows);
+    return s;
+}
+
+std::string ExampleFeed::describe_units() const {
+    auto left_out = [](const ExampleDataset& d) {
+        std::string s;
+        if (d.truncated() > 0) s += str(d.truncated(), " truncated");
+        if (d.dropped() > 0) s += str(s.empty() ? "" : ", ", d.dropped(), " dropped");
+        if (!s.empty()) s += " by data.overlong";
+        if (d.without_targets() > 0) s += str(s.empty() ? "" : "; ", d.without_targets(), " left out without a target");
+        return s;
+    };
+    const char* packing = m_packing == Packing::kPack ? "pack" : "pad";
+    const std::string train_left = left_out(*m_train);
+    std::string s = str(m_train->examples().num_examples(), " train examples in ", m_train_rows->rows_in_epoch(0),
+                        " rows per epoch (", packing, train_left.empty() ? "" : "; ", train_left, ")");
+    if (m_val) {
+        const std::string val_left = left_out(*m_val);
+        s += str(", ", m_val->examples().num_examples(), " val examples in ", m_val_rows->rows_in_epoch(0), " rows",
+                 val_left.empty() ? "" : str(" (", val_left, ")"));
+    }
     return s;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "ztrain/parallel/shard_groups.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
 #include "ztrain/train/checkpoint_saver.hpp"
+#include "ztrain/train/example_feed.hpp"
 
 namespace zt {
 namespace {
@@ -150,9 +152,30 @@ double host_available_bytes() { return proc_kb_field("/proc/meminfo", "MemAvaila
 
 namespace {
 
+/// An example run's items: what ExampleFeed and the model's copies of packed rows allocate.
+void add_example_items(const Config& cfg, const ExampleRunSizes& examples, std::vector<MemoryItem>& items) {
+    const ExampleFeedBytes eb = ExampleFeed::planned_bytes(cfg, examples);
+    const bool pack = cfg.data.packing == DataPacking::kPack;
+    items.push_back({"examples", eb.examples,
+                     str("example shards held: ", examples.train.tokens + (examples.has_val ? examples.val.tokens : 0),
+                         " tokens x 5 B (token, target flag), ",
+                         examples.train.examples + (examples.has_val ? examples.val.examples : 0),
+                         " examples x 8 B (start), + 4 B each (training target counts)")});
+    items.push_back({"example rows", eb.rows,
+                     pack ? "each epoch's example order and first fit's arrays (5 x 4 B per example)"
+                          : "each epoch's example order (4 B per example)"});
+    items.push_back({"row batch", eb.batch,
+                     str("micro_batch ", cfg.train.micro_batch, " x seq_len ", cfg.model.seq_len,
+                         " inputs, targets, positions, segment starts (int32)")});
+    if (pack) {
+        items.push_back({"row segments", Transformer::row_segment_bytes(cfg.model, cfg.train.micro_batch),
+                         "the model's copy of packed rows' position runs and attention starts"});
+    }
+}
+
 /// The plan with communication running `overlap_depth` units ahead of compute.
 MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
-                         double baseline_bytes, bool device, int overlap_depth) {
+                         double baseline_bytes, bool device, int overlap_depth, const ExampleRunSizes* examples) {
     MemoryPlan plan;
     plan.overlap_depth = overlap_depth;
     plan.world_size = world_size;
@@ -224,6 +247,8 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
                               t.recompute ? ", recompute (block outputs only)" : "",
                               " (fp32 buffers", work == DType::kF32 || device ? "" : " holding 16-bit values", ")")});
     plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch), "inputs and targets (int32)"});
+    // An example run's host buffers (on a GPU run too, but the plan there counts device memory).
+    if (examples != nullptr && !device) add_example_items(cfg, *examples, plan.items);
     if (!device && async_saves_planned(cfg)) {
         plan.items.push_back({"ckpt snapshot", snapshot_bytes,
                               "owned master, m, v copied for background writes (checkpoint.async)"});
@@ -253,10 +278,11 @@ double ddp_bucket_bytes(double gradient_wire_bytes) {
 }
 
 MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
-                       double baseline_bytes, bool device, double device_available) {
+                       double baseline_bytes, bool device, double device_available,
+                       const ExampleRunSizes* examples) {
     auto at = [&](int depth) {
-        MemoryPlan p =
-            plan_at_depth(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes, device, depth);
+        MemoryPlan p = plan_at_depth(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes,
+                                     device, depth, examples);
         if (device && device_available > 0) {
             p.available = device_available;
             p.available_what = "free GPU memory (cudaMemGetInfo)";
@@ -278,8 +304,10 @@ MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) 
     if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_per_node);
     const PlannedBackend backend =
         planned_backend(setting_text(cfg.backend), cfg.train.micro_batch, m.seq_len, m.n_head, threads);
+    std::optional<ExampleRunSizes> examples;
+    if (is_example_shard(cfg.data.train, "data.train")) examples = read_example_run_sizes(cfg);
     return plan_memory(cfg, world_size, ranks_per_node, backend.attention_scratch_floats, measured_baseline_bytes(),
-                       backend.capabilities.device_memory);
+                       backend.capabilities.device_memory, 0, examples ? &*examples : nullptr);
 }
 
 std::string format_memory_plan(const MemoryPlan& plan) {

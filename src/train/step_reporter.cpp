@@ -131,8 +131,7 @@ StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root,
       m_run_start(Clock::now()) {}
 
 void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapshot_bytes, int threads,
-                         size_t train_windows,
-                         std::optional<size_t> val_windows, DType work, DType reduce, const LossScalePolicy& loss_scale) {
+                         const std::string& data_text, DType work, DType reduce, const LossScalePolicy& loss_scale) {
     if (!m_root) return;
     const ModelConfig& mc = cfg.model;
     const int world = m_comm.size();
@@ -172,14 +171,13 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     // The split of each rank's cores: train.threads compute threads, plus the communication
     // thread (parallel.comm_thread) that runs the started collectives.
     const int comm_threads = (m_shard.has_communication_thread() ? 1 : 0) + (m_replica.has_communication_thread() ? 1 : 0);
-    std::printf("ztrain: %d rank(s) x %d thread(s)%s, global batch %d x %d tokens, %zu train windows%s\n", world,
+    std::printf("ztrain: %d rank(s) x %d thread(s)%s, global batch %d x %d tokens, %s\n", world,
                 threads,
                 comm_threads == 0 ? ""
                                   : str(" + ", comm_threads, " communication thread", comm_threads > 1 ? "s" : "",
                                         " (overlap depth ", m_overlap_depth, ")")
                                         .c_str(),
-                cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, train_windows,
-                val_windows ? str(", ", *val_windows, " val windows").c_str() : "");
+                cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, data_text.c_str());
     // The ZeRO formulas' N is the group the state is split over.
     print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, m_shard.size(), world, n_params,
                        work);

@@ -105,11 +105,10 @@ std::vector<std::string> TrainSetup::val_files() const {
     return val_data ? val_data->files() : std::vector<std::string>{};
 }
 
-size_t TrainSetup::train_units() const { return examples ? examples->train_rows_in_epoch() : train_data->num_windows(); }
-
-std::optional<size_t> TrainSetup::val_units() const {
-    if (examples) return examples->val() ? std::optional<size_t>(examples->val_rows_in_epoch()) : std::nullopt;
-    return val_data ? std::optional<size_t>(val_data->num_windows()) : std::nullopt;
+std::string TrainSetup::describe_data() const {
+    if (examples) return examples->describe_units();
+    return str(train_data->num_windows(), " train windows",
+               val_data ? str(", ", val_data->num_windows(), " val windows") : std::string());
 }
 
 TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
@@ -141,10 +140,12 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     // Example shards (version 3) train on example rows (example_feed.hpp); data.packing and
     // data.overlong mean nothing to pretraining shards, which ignore them.
     if (is_example_shard(cfg.data.train, "data.train")) {
-        // Block-diagonal attention runs on the cpu only; padded rows need no new op.
+        // Block-diagonal attention is trusted on the cpu only: the CUDA version has not run on
+        // a GPU yet (its gpu test, CudaOps.SegmentedAttentionMatchesTheCpu, first). Padded rows
+        // need no new op.
         ZT_INPUT_CHECK(s.backend_kind != BackendChoice::kCuda || cfg.data.packing == DataPacking::kPad,
-                       "data.packing = pack: packed examples need block-diagonal attention, which backend = cuda "
-                       "does not have yet; use data.packing = pad or backend = cpu");
+                       "data.packing = pack: packed examples need block-diagonal attention, whose backend = cuda "
+                       "version has not run on a GPU yet; use data.packing = pad or backend = cpu");
         s.examples = std::make_unique<ExampleFeed>(cfg);
     } else {
         s.train_data = std::make_unique<TokenDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len);

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -228,10 +229,13 @@ MemoryPlan plan_and_check_memory(const Config& cfg, TrainSetup& setup, Communica
     // A GPU run's items are device memory: checked against the device's free memory, which
     // already excludes the CUDA context the backend created (not yet run on a GPU).
     if (!device || !cuda_memory_info(&device_free, &device_total)) device_free = 0;
+    // On example shards, the counts the feed read from their headers: the figures --plan has.
+    std::optional<ExampleRunSizes> examples;
+    if (setup.examples) examples = setup.examples->sizes();
     const MemoryPlan memory = plan_memory(
         cfg, comm.size(), comm.local_size(),
         static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
-        measured_baseline_bytes(), device, static_cast<double>(device_free));
+        measured_baseline_bytes(), device, static_cast<double>(device_free), examples ? &*examples : nullptr);
     const std::string memory_warning = check_memory_plan(memory, cfg.run.memory_check, comm);
     if (comm.rank() == 0 && !memory_warning.empty()) std::printf("ztrain: warning: %s\n", memory_warning.c_str());
     return memory;
@@ -325,8 +329,8 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     describe_run(reporter, cfg, setup, memory, progress.step);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
     saver.set_inputs(std::move(inputs));
-    reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.train_units(),
-                   setup.val_units(), work, reduce, loss_scale);
+    reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
+                   work, reduce, loss_scale);
     if (setup.examples && root) {
         std::printf("ztrain: examples: %s%s\n", setup.examples->describe().c_str(),
                     tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");

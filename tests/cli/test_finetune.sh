@@ -2,7 +2,8 @@
 # Fine-tuning on example shards end to end (inputs/finetune_tiny.ini): prompts of random
 # letters and a fixed completion, so only the completion can be learned; the masked
 # validation loss (targets only) falls near 0, which a loss counting prompt tokens could
-# not. metrics.jsonl has targets and rows per step; train.epochs sets the number of steps;
+# not. metrics.jsonl has targets and rows per step; the start-up line counts examples and
+# rows, and what data.overlong did; --plan has the example items; train.epochs sets the number of steps;
 # a resume at the same world size continues the uninterrupted run's metrics exactly;
 # pack and pad both train; and the bad inputs exit 2 with a message naming the key.
 # Usage: test_finetune.sh BIN_DIR SOURCE_DIR
@@ -34,6 +35,22 @@ check "masked validation loss falls near 0 ($first_val -> $last_val)" \
   python3 -c "import sys; sys.exit(not (float('$first_val') > 4 and float('$last_val') < 0.2))"
 check "metrics.jsonl has targets and rows per step" \
   grep -q '"targets":[0-9]*,"rows":8,' "$work/mask/metrics.jsonl"
+# The start-up line counts examples and the rows they make, not windows; what data.overlong
+# cut or left out is in it (seq_len 24: the longer prompts do not fit).
+expect 0 "tokens, 360 train examples in [0-9]+ rows per epoch \(pack\), 40 val examples in [0-9]+ rows$" \
+  "$BIN/ztrain" "${deck[@]}" --train.max_steps=1 --run.dir="$work/line"
+expect 0 "train examples in [0-9]+ rows per epoch \(pad; [0-9]+ dropped by data.overlong\), [0-9]+ val examples in [0-9]+ rows \([0-9]+ dropped by data.overlong\)$" \
+  "$BIN/ztrain" "${deck[@]}" --train.max_steps=1 --model.seq_len=24 --data.overlong=drop --data.packing=pad \
+  --run.dir="$work/line_drop"
+expect 0 "train examples in [0-9]+ rows per epoch \(pack; [0-9]+ truncated by data.overlong(; [0-9]+ left out without a target)?\)" \
+  "$BIN/ztrain" "${deck[@]}" --train.max_steps=1 --model.seq_len=24 --run.dir="$work/line_cut"
+
+# The memory plan counts the example feed's buffers (sized from the shards' headers).
+"$BIN/ztrain" "${deck[@]}" --plan > "$work/plan.out" 2>&1 ||
+  { echo "FAIL: --plan on example shards"; failures=$((failures + 1)); }
+for item in examples "example rows" "row batch" "row segments"; do
+  check "--plan on example shards has the '$item' item" grep -qE "^  $item +[0-9.]+ (B|KiB|MiB)" "$work/plan.out"
+done
 
 # A resume at the same world size: 100 steps = 50 + 50, every step record the same.
 expect 0 "ztrain: 50 steps" "$BIN/ztrain" "${deck[@]}" --train.max_steps=50 --run.dir="$work/split"

@@ -167,8 +167,9 @@ class CudaOps : public ::testing::Test {
         int B, T, NH, NKV, hs;
     };
     /// (GQA) attention forward and backward vs the CPU; gpt2_entry: through GPT-2's
-    /// attention_forward/backward (C, NH), which needs NKV = NH.
-    void check_attention(const AttentionShape& s, bool gpt2_entry);
+    /// attention_forward/backward (C, NH), which needs NKV = NH; attend_from ((B, T)):
+    /// the segmented (block-diagonal) versions instead.
+    void check_attention(const AttentionShape& s, bool gpt2_entry, const std::vector<int32_t>* attend_from = nullptr);
 
     std::mt19937_64 m_rng;
     std::unique_ptr<zt::CudaBackend> m_gpu;
@@ -383,7 +384,21 @@ TEST_F(CudaOps, GroupedQueryAttention) {
     }
 }
 
-void CudaOps::check_attention(const AttentionShape& s, bool gpt2_entry) {
+TEST_F(CudaOps, SegmentedAttentionMatchesTheCpu) {
+    // Packed rows: row 0 holds examples at [0, 10), [10, 11) (one token), [11, 30) and
+    // padding tokens that attend only to themselves; row 1 one example over the whole row
+    // (plain causal). MHA and GQA, odd T and hs.
+    for (const AttentionShape s : {AttentionShape{2, 37, 4, 4, 12}, AttentionShape{2, 37, 6, 2, 12}}) {
+        std::vector<int32_t> attend_from(static_cast<size_t>(s.B) * s.T);
+        for (int t = 0; t < s.T; ++t) {
+            attend_from[static_cast<size_t>(t)] = t < 10 ? 0 : t < 11 ? 10 : t < 30 ? 11 : t;
+            attend_from[static_cast<size_t>(s.T + t)] = 0;
+        }
+        check_attention(s, false, &attend_from);
+    }
+}
+
+void CudaOps::check_attention(const AttentionShape& s, bool gpt2_entry, const std::vector<int32_t>* attend_from) {
     const int W = (s.NH + 2 * s.NKV) * s.hs;
     const int C = s.NH * s.hs;  // GPT-2's entry points: NKV = NH, hs = C / NH
     const size_t n_qkv = static_cast<size_t>(s.B) * s.T * W;
@@ -394,20 +409,27 @@ void CudaOps::check_attention(const AttentionShape& s, bool gpt2_entry) {
     float* g_qkv = up(qkv);
     float* g_out = zeros(n_out);
     float* g_att = zeros(n_att);
-    if (gpt2_entry) {
+    if (attend_from != nullptr) {
+        m_cpu->gqa_attention_forward_segmented(out.data(), att.data(), qkv.data(), attend_from->data(), s.B, s.T, s.NH,
+                                               s.NKV, s.hs);
+        m_gpu->gqa_attention_forward_segmented(g_out, g_att, g_qkv, attend_from->data(), s.B, s.T, s.NH, s.NKV, s.hs);
+    } else if (gpt2_entry) {
         m_cpu->attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.NH);
         m_gpu->attention_forward(g_out, g_att, g_qkv, s.B, s.T, C, s.NH);
     } else {
         m_cpu->gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hs);
         m_gpu->gqa_attention_forward(g_out, g_att, g_qkv, s.B, s.T, s.NH, s.NKV, s.hs);
     }
-    const std::string tag = " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH) +
-                            " NKV=" + std::to_string(s.NKV) + " hs=" + std::to_string(s.hs);
+    const std::string tag = std::string(attend_from != nullptr ? " segmented" : "") + " T=" + std::to_string(s.T) +
+                            " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV) +
+                            " hs=" + std::to_string(s.hs);
     expect_close(down(g_out, n_out), out, kF32Sum, "attention out" + tag);
     const int T = s.T;
-    // Entries above the diagonal are unspecified.
+    // Entries above the diagonal are unspecified, except segmented: zero outside every
+    // query's segment on both sides (the backward relies on it).
+    const bool all = attend_from != nullptr;
     expect_close_masked(down(g_att, n_att), att, kF32Sum, "attention probabilities" + tag,
-                        [T](size_t i) { return static_cast<int>(i % T) <= static_cast<int>((i / T) % T); });
+                        [T, all](size_t i) { return all || static_cast<int>(i % T) <= static_cast<int>((i / T) % T); });
 
     const auto dout = rand(n_out);
     auto dqkv = rand(n_qkv);
@@ -418,7 +440,12 @@ void CudaOps::check_attention(const AttentionShape& s, bool gpt2_entry) {
     // the gradients of NH/NKV query heads.
     float* g_dout = up(dout);
     float* g_att_cpu = up(att);
-    if (gpt2_entry) {
+    if (attend_from != nullptr) {
+        m_gpu->gqa_attention_backward_segmented(g_dqkv, g_scratch, g_dout, g_qkv, g_att_cpu, attend_from->data(), s.B,
+                                                s.T, s.NH, s.NKV, s.hs);
+        m_cpu->gqa_attention_backward_segmented(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
+                                                attend_from->data(), s.B, s.T, s.NH, s.NKV, s.hs);
+    } else if (gpt2_entry) {
         m_gpu->attention_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_att_cpu, s.B, s.T, C, s.NH);
         m_cpu->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, C,
                                   s.NH);

@@ -64,6 +64,22 @@ ExampleSet read_example_shard(const std::string& path, int vocab_size);
 /// naming the file when it is not one.
 int32_t read_shard_version(const std::string& path);
 
+/// Token and example counts of example shards, from their headers alone.
+struct ExampleShardSizes {
+    uint64_t tokens = 0;
+    uint64_t examples = 0;
+};
+
+/// The counts in an example shard's header, checked as read_example_shard checks them
+/// (version, widths, the file size) without reading the body: what the memory plan sizes
+/// the resident examples from. InputError naming the file.
+ExampleShardSizes read_example_shard_sizes(const std::string& path);
+
+/// The counts of example shards `files`, summed; InputError naming `key` and the file.
+ExampleShardSizes example_shard_sizes(const std::vector<std::string>& files, const std::string& key);
+/// The same for every file `pattern` names (expand_shard_glob).
+ExampleShardSizes example_shard_sizes(const std::string& pattern, const std::string& key);
+
 /// JSON Lines layouts; kAuto decides per line from the keys present.
 enum class JsonlLayout { kAuto, kText, kPrompt, kChat };
 
@@ -153,11 +169,21 @@ class ExampleDataset {
     size_t dropped() const { return m_dropped; }
     size_t without_targets() const { return m_without_targets; }
     const std::vector<std::string>& files() const { return m_files; }
+    /// Tokens and examples of its shards' headers, before data.overlong.
+    const ExampleShardSizes& header_sizes() const { return m_header_sizes; }
+
+    /// Bytes a dataset over shards of `sizes` holds: the constructor reserves the tokens
+    /// (uint32), target flags (uint8) and starts (uint64) of every example in the headers
+    /// before reading, whatever data.overlong then leaves out, so this is exact.
+    static double planned_bytes(const ExampleShardSizes& sizes);
+    /// Bytes its example arrays hold (their capacities): planned_bytes of its shards.
+    size_t bytes() const;
 
   private:
     void add(const ExampleSet& shard, size_t e, size_t global_index, const std::string& key, Overlong overlong);
 
     std::vector<std::string> m_files;
+    ExampleShardSizes m_header_sizes;
     ExampleSet m_examples;
     int m_seq_len;
     size_t m_truncated = 0;
@@ -168,6 +194,14 @@ class ExampleDataset {
 /// A micro-batch of rows: (rows, T) row-major, T = seq_len when packing, the longest
 /// example's positions when padding (dynamic padding).
 struct RowBatch {
+    /// Bytes of the four (max_rows, seq_len) int32 arrays: what reserve allocates, and all a
+    /// fill of at most max_rows rows ever uses (rows are written at stride seq_len first).
+    static double planned_bytes(int max_rows, int seq_len) { return 4.0 * max_rows * seq_len * sizeof(int32_t); }
+    /// Allocates the arrays for up to max_rows rows of seq_len positions.
+    void reserve(int max_rows, int seq_len);
+    /// Bytes the arrays hold (their capacities).
+    size_t bytes() const;
+
     int rows = 0;
     int T = 0;
     std::vector<int32_t> inputs;
@@ -181,29 +215,51 @@ struct RowBatch {
 /// Rows of examples in an order that is a pure function of (seed, epoch), whatever the
 /// world size: global row g of the run is row g - (rows of earlier epochs) of its epoch.
 /// Each epoch visits every example exactly once. Not thread-safe (caches one epoch).
+/// Its arrays are allocated once, at construction (planned_bytes), and rebuilding an epoch
+/// reuses them, so a new epoch in the middle of training allocates nothing.
 class ExampleRows {
   public:
     ExampleRows(const ExampleDataset& data, Packing packing, uint64_t seed, bool shuffle);
+
+    /// Bytes of the arrays rows over `num_examples` examples hold: pad, the epoch's order;
+    /// pack, also first fit's row of each example, each row's room and start, and the
+    /// order grouped by row (every row holds an example, so rows <= examples). Not counted:
+    /// the epoch boundaries, 8 bytes per epoch reached.
+    static double planned_bytes(size_t num_examples, Packing packing);
+    /// Bytes its arrays hold (their capacities): planned_bytes of its examples.
+    size_t bytes() const;
 
     /// Rows of epoch e (pack: depends on the epoch's order; pad: the example count).
     size_t rows_in_epoch(uint64_t epoch) const;
     /// The epoch global row g belongs to, and g's row within it.
     std::pair<uint64_t, size_t> locate(uint64_t g) const;
-    /// Example indices of row r of epoch e, in position order.
-    const std::vector<uint32_t>& row(uint64_t epoch, size_t r) const;
+    /// Example indices of row r of epoch e, in position order (a copy: a later call may
+    /// rebuild the cached epoch).
+    std::vector<uint32_t> row(uint64_t epoch, size_t r) const;
     /// Fills `count` consecutive global rows starting at `first`.
     void fill(uint64_t first, int count, RowBatch& batch) const;
 
   private:
     void build_epoch(uint64_t epoch) const;
+    /// Row r of the cached epoch: [begin, end) of m_order.
+    std::pair<const uint32_t*, const uint32_t*> cached_row(size_t r) const;
 
     const ExampleDataset& m_data;
     Packing m_packing;
     uint64_t m_seed;
     bool m_shuffle;
     mutable uint64_t m_cached_epoch = UINT64_MAX;
-    mutable std::vector<std::vector<uint32_t>> m_rows;   // the cached epoch's rows
-    mutable std::vector<uint64_t> m_epoch_end{};         // cumulative rows after each epoch
+    mutable size_t m_num_rows = 0;                 // rows of the cached epoch
+    // The cached epoch's examples in row order (pad: one per row); pack: row r is
+    // m_order[m_row_begin[r] .. m_row_begin[r + 1]).
+    mutable std::vector<uint32_t> m_order;
+    mutable std::vector<uint32_t> m_row_begin;
+    // First fit's working arrays (pack): the epoch's arrival order, the row each example
+    // went to, each row's room left (then its fill cursor).
+    mutable std::vector<uint32_t> m_arrival;
+    mutable std::vector<uint32_t> m_row_of;
+    mutable std::vector<uint32_t> m_room;
+    mutable std::vector<uint64_t> m_epoch_end{};  // cumulative rows after each epoch
 };
 
 }  // namespace zt

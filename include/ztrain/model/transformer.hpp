@@ -92,6 +92,16 @@ class Transformer {
     static double token_bytes(const ModelConfig& cfg, int max_batch) {
         return 2.0 * max_batch * cfg.seq_len * sizeof(int32_t);
     }
+    /// Bytes of the host copies of packed rows' segments a forward over TokenRows keeps for
+    /// backward and recompute (position runs and attention starts, (B, T) at most each),
+    /// reserved whole on the first such forward; a model never given TokenRows holds none.
+    static double row_segment_bytes(const ModelConfig& cfg, int max_batch) {
+        return static_cast<double>(max_batch) * cfg.seq_len * (sizeof(PositionRun) + sizeof(int32_t));
+    }
+    /// Bytes those copies hold now (their capacities): 0, or row_segment_bytes.
+    size_t row_segment_bytes() const {
+        return m_runs.capacity() * sizeof(PositionRun) + m_attend_from.capacity() * sizeof(int32_t);
+    }
 
   private:
     void embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T);

@@ -41,6 +41,25 @@ bool is_example_shard(const std::string& pattern, const std::string& key);
 /// InputError for train.epochs without example shards.
 Config with_run_length(const Config& deck, const ExampleFeed* feed, int world);
 
+/// The counts in the example shards' headers of data.train and data.val (examples.hpp):
+/// what the memory plan sizes an example run's buffers from.
+struct ExampleRunSizes {
+    ExampleShardSizes train;
+    bool has_val = false;
+    ExampleShardSizes val;
+};
+
+/// The headers of data.train (and data.val, when set) read for their counts alone, as
+/// `ztrain --plan` does before any example is read. InputError naming the key and file.
+ExampleRunSizes read_example_run_sizes(const Config& cfg);
+
+/// An example run's buffers per rank, besides the model's: the memory plan's items.
+struct ExampleFeedBytes {
+    double examples = 0;  ///< training and validation examples held, target counts per example
+    double rows = 0;      ///< the order of the examples in rows (ExampleRows, train and val)
+    double batch = 0;     ///< the micro-batch being filled (RowBatch)
+};
+
 /// The prompt of a sample during training: a validation example's tokens before its first
 /// target, and the token that ends its first run of targets (a chat's end-of-turn token).
 struct SamplePrompt {
@@ -61,6 +80,15 @@ class ExampleFeed {
     /// applied; vocabulary and seq_len from the model. Bad input: InputError naming the key.
     explicit ExampleFeed(const Config& cfg);
 
+    /// What an ExampleFeed over shards of `sizes` holds for cfg: what its constructor
+    /// allocates (the datasets and rows reserve for every example of the headers, the batch
+    /// for micro_batch x seq_len), so exact whatever data.overlong leaves out.
+    static ExampleFeedBytes planned_bytes(const Config& cfg, const ExampleRunSizes& sizes);
+    /// What it holds (capacities): planned_bytes of its shards.
+    ExampleFeedBytes bytes() const;
+    /// Its shards' header counts (the datasets read them before their examples).
+    ExampleRunSizes sizes() const;
+
     const ExampleDataset& train() const { return *m_train; }
     /// Null without data.val.
     const ExampleDataset* val() const { return m_val.get(); }
@@ -79,8 +107,12 @@ class ExampleFeed {
     size_t val_rows_in_epoch() const { return m_val_rows ? m_val_rows->rows_in_epoch(0) : 0; }
     /// From the first validation example (requires data.val).
     SamplePrompt sample_prompt() const;
-    /// The start line's description: examples, rows per epoch, truncated/dropped counts.
+    /// The examples line: examples, targets, rows of epoch 0, truncated/dropped counts.
     std::string describe() const;
+    /// The start-up line's data: "360 train examples in 75 rows per epoch (pack; 3
+    /// truncated, 1 dropped by data.overlong; 2 left out without a target), 40 val examples
+    /// in 9 rows" (pack: epoch 0's rows; the counts only where there are some).
+    std::string describe_units() const;
 
     /// Runs the grad_accum micro-steps of the step whose first global row is `first_row`
     /// on this rank (rank of world), every gradient scaled by `scale` and normalised by the

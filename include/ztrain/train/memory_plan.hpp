@@ -14,6 +14,7 @@
 namespace zt {
 
 class Communicator;
+struct ExampleRunSizes;
 
 struct MemoryItem {
     std::string name;
@@ -57,13 +58,17 @@ double ddp_bucket_bytes(double gradient_wire_bytes);
 /// Never allocates a model-sized buffer; an absurd shape (n_layer = 10^6) is planned from
 /// the closed-form parameter count without building the tensor manifest.
 /// `device_available`: a GPU plan's free device memory (0: unknown; host plans read
-/// MemAvailable themselves).
+/// MemAvailable themselves). `examples`: the example shards' header counts of a run on
+/// example shards (null for pretraining shards), which add the example feed's host
+/// buffers (ExampleFeed::planned_bytes) and, for packed rows, the model's row segments.
 MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
-                       double baseline_bytes, bool device, double device_available = 0);
+                       double baseline_bytes, bool device, double device_available = 0,
+                       const ExampleRunSizes* examples = nullptr);
 
 /// The plan `ztrain --plan` prints: cfg on `world_size` ranks, `ranks_per_node` per node,
 /// with the attention scratch of the backend cfg names (a CPU backend is made to ask it;
-/// cuda's: cuda_attention_scratch_floats) and this process's baseline.
+/// cuda's: cuda_attention_scratch_floats) and this process's baseline. On example shards
+/// (data.train is one) their headers are read for their counts, nothing more.
 MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node);
 
 /// This process's resident set now (VmRSS), in bytes; 0 when unknown.

@@ -116,8 +116,9 @@ class StepReporter {
     /// The memory record, the model and batch lines, the memory table (bytes per kind next to
     /// the ZeRO formula each should follow) and, for 16-bit runs, the precision line.
     /// `snapshot_bytes`: the async checkpoint snapshot's host buffer (0: synchronous saves).
-    void start(const Config& cfg, const StateBytes& bytes, size_t snapshot_bytes, int threads, size_t train_windows,
-               std::optional<size_t> val_windows, DType work, DType reduce, const LossScalePolicy& loss_scale);
+    /// `data_text`: what the batch line says the data is (TrainSetup::describe_data).
+    void start(const Config& cfg, const StateBytes& bytes, size_t snapshot_bytes, int threads,
+               const std::string& data_text, DType work, DType reduce, const LossScalePolicy& loss_scale);
     /// Starts the clock of the closing line (the training loop begins); `first_step` is the
     /// number of steps already done (the resumed step; 0 for a fresh run). Speeds, the ETA
     /// and the closing line count only the steps this process runs.

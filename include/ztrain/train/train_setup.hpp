@@ -69,10 +69,11 @@ struct TrainSetup {
     /// The training and validation files, whichever kind of shard they are.
     std::vector<std::string> train_files() const;
     std::vector<std::string> val_files() const;
-    /// Windows of the training data (rows of epoch 0 on examples), and of the validation
-    /// data when there is some.
-    size_t train_units() const;
-    std::optional<size_t> val_units() const;
+    /// What the start-up line says the data is, in its own units: "N train windows, M val
+    /// windows" on token shards; on example shards the examples, the rows they make per
+    /// epoch (data.packing) and what data.overlong left out or cut
+    /// (ExampleFeed::describe_units).
+    std::string describe_data() const;
 
     StateComms state_comms() const { return StateComms{*shard_comm, *replica_comm}; }
     /// Every communicator of the run (per-step accounting, the watchdog).

@@ -5,6 +5,13 @@
 // The six products and their layout are in gemm_plan.hpp (unit-tested on the host). The
 // full T x T scores are computed and the softmax zeroes the part above the diagonal, so
 // the P.V products need no masking.
+//
+// Segmented (packed examples, block-diagonal causal): the same products; the softmax also
+// zeroes the keys before each query's attend_from, so att is zero outside every segment.
+// The backward then needs no mask of its own: it reads only att, and a zero probability
+// gives zero dV, dS, dQ and dK terms (the CPU twin's argument, cpu_backend.cpp). Wasted
+// work on the masked-out scores is the price of sharing the products (a flash-style
+// kernel would skip whole tiles).
 #include "cuda_check.cuh"
 #include "ops.cuh"
 
@@ -15,24 +22,29 @@ namespace {
 
 constexpr int kRowsPerBlock = kBlock / kWarpSize;
 
-/// In place on each score row (b, h, t): softmax over [0, t], zeros in (t, T). One warp a row.
-__global__ void causal_softmax_kernel(float* att, int rows, int T) {
+/// In place on each score row (b, h, t): softmax over [from, t], zeros elsewhere, where
+/// from = attend_from[b * T + t] ((B, T) device memory), or 0 without attend_from (plain
+/// causal). One warp a row.
+__global__ void causal_softmax_kernel(float* att, int rows, int T, int NH, const int32_t* attend_from) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
     if (row >= rows) return;
-    const int len = row % T + 1;
+    const int t = row % T;
+    const int len = t + 1;
+    // row = (b * NH + h) * T + t
+    const int from = attend_from == nullptr ? 0 : attend_from[static_cast<size_t>(row / (NH * T)) * T + t];
     float* p = att + static_cast<size_t>(row) * T;
     float maxv = -INFINITY;
-    for (int i = lane; i < len; i += kWarpSize) maxv = fmaxf(maxv, p[i]);
+    for (int i = from + lane; i < len; i += kWarpSize) maxv = fmaxf(maxv, p[i]);
     maxv = warp_max(maxv);
     float sum = 0.f;
-    for (int i = lane; i < len; i += kWarpSize) {
+    for (int i = from + lane; i < len; i += kWarpSize) {
         const float e = expf(p[i] - maxv);
         p[i] = e;
         sum += e;
     }
     const float inv = 1.f / warp_sum(sum);
-    for (int i = lane; i < T; i += kWarpSize) p[i] = i < len ? p[i] * inv : 0.f;
+    for (int i = lane; i < T; i += kWarpSize) p[i] = i >= from && i < len ? p[i] * inv : 0.f;
 }
 
 /// Per row: pc = causal copy of P (att above the diagonal is unspecified, so it is never
@@ -53,10 +65,9 @@ __global__ void softmax_backward_kernel(float* ds, float* pc, const float* att, 
     }
 }
 
-}  // namespace
-
-void gqa_attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int NH,
-                           int NKV, int hs, cudaStream_t stream) {
+/// The forward, plain causal (attend_from null) or segmented.
+void attention_forward(const Blas& blas, float* out, float* att, const float* qkv, const int32_t* attend_from, int B,
+                       int T, int NH, int NKV, int hs, cudaStream_t stream) {
     const AttentionDims d = gqa_attention_dims(T, NH, NKV, hs);
     if (B <= 0 || T <= 0) return;
     const size_t qkv_b = static_cast<size_t>(T) * d.W;
@@ -66,13 +77,28 @@ void gqa_attention_forward(const Blas& blas, float* out, float* att, const float
         for (int g = 0; g < d.G; ++g) gemm(blas, attention_scores_gemm(d, att + b * att_b, qkv + b * qkv_b, g), stream);
     }
     const int rows = B * NH * T;
-    causal_softmax_kernel<<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(att, rows, T);
+    causal_softmax_kernel<<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(att, rows, T, NH,
+                                                                                                    attend_from);
     ZT_KERNEL_CHECK("causal_softmax");
     for (int b = 0; b < B; ++b) {
         for (int g = 0; g < d.G; ++g) {
             gemm(blas, attention_out_gemm(d, out + b * out_b, att + b * att_b, qkv + b * qkv_b, g), stream);
         }
     }
+}
+
+}  // namespace
+
+void gqa_attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int NH,
+                           int NKV, int hs, cudaStream_t stream) {
+    attention_forward(blas, out, att, qkv, nullptr, B, T, NH, NKV, hs, stream);
+}
+
+void gqa_attention_forward_segmented(const Blas& blas, float* out, float* att, const float* qkv,
+                                     const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
+                                     cudaStream_t stream) {
+    ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from (device memory)");
+    attention_forward(blas, out, att, qkv, attend_from, B, T, NH, NKV, hs, stream);
 }
 
 void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,

@@ -222,6 +222,32 @@ class CudaBackendImpl final : public CudaBackend {
                                 int B, int T, int NH, int NKV, int hs) override {
         cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_stream);
     }
+    void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
+                                         int B, int T, int NH, int NKV, int hs) override {
+        ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from");
+        // attend_from is host memory (backend.hpp): checked here, where a bad value is still
+        // a clear error rather than a read outside the score row, then copied next to the
+        // scores (stream-ordered, so the next call's copy waits for this softmax).
+        const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
+        for (size_t i = 0; i < n; ++i) {
+            const int t = static_cast<int>(i % static_cast<size_t>(T));
+            ZT_REQUIRE(attend_from[i] >= 0 && attend_from[i] <= t, "attend_from ", attend_from[i], " of query ", t,
+                       " outside [0, ", t, "]");
+        }
+        auto* from = static_cast<int32_t*>(m_attend_ws.get(std::max<size_t>(n, 1) * sizeof(int32_t), m_stream));
+        if (n > 0) {
+            ZT_CUDA_CHECK(cudaMemcpyAsync(from, attend_from, n * sizeof(int32_t), cudaMemcpyHostToDevice, m_stream));
+        }
+        cuda::gqa_attention_forward_segmented(m_blas, out, att, qkv, from, B, T, NH, NKV, hs, m_stream);
+    }
+    // The segmented forward left att zero outside each query's segment, and the causal
+    // backward reads only att: its gradient is the block-diagonal one (attention.cu).
+    void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                          const float* att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+                                          int hs) override {
+        ZT_REQUIRE(attend_from != nullptr, "gqa_attention_backward_segmented needs attend_from");
+        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_stream);
+    }
     size_t attention_scratch_floats(int /*B*/, int T, int NH) const override {
         return static_cast<size_t>(cuda_attention_scratch_floats(T, NH));
     }
@@ -295,6 +321,7 @@ class CudaBackendImpl final : public CudaBackend {
     double* m_sumsq = nullptr;
     cuda::Workspace m_scratch;   ///< column-reduction partials
     cuda::Workspace m_index_ws;  ///< encoder_backward's bucket index
+    cuda::Workspace m_attend_ws; ///< the segmented attention's attend_from, copied to the device
     cuda::EncoderScratch m_encoder;
 };
 

@@ -128,6 +128,12 @@ void gqa_attention_forward(const Blas& blas, float* out, float* att, const float
                            int NKV, int hs, cudaStream_t stream);
 void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
                             const float* att, int B, int T, int NH, int NKV, int hs, cudaStream_t stream);
+/// Block-diagonal causal forward: query t of row b attends to keys [attend_from[b*T + t], t]
+/// (attend_from: (B, T) int32 in device memory, each in [0, t]); att is zero outside, so
+/// gqa_attention_backward of it is the segmented backward.
+void gqa_attention_forward_segmented(const Blas& blas, float* out, float* att, const float* qkv,
+                                     const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
+                                     cudaStream_t stream);
 
 // ---- rmsnorm.cu, rope.cu, swiglu.cu (Llama) ---------------------------------------------
 
