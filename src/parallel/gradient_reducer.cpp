@@ -350,7 +350,7 @@ size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType
     // through the whole backward; other units one at a time. Stages 2-3 hold a unit's fp32
     // scratch until its reduction completes (up to depth + 1 behind the current).
     const int U = plan.num_units();
-    const size_t K = static_cast<size_t>(overlap_depth) + 1;
+    const size_t K = reductions_in_flight(overlap_depth);
     const size_t r = dtype_size(reduce);
     auto padded = [&](int u) { return plan.shard(u).padded_numel; };
     size_t planned = 0;

@@ -230,12 +230,13 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
             // bucket, and DDP has every bucket in flight before the step's sync: up to the
             // whole gradient arena in the wire dtype (measured: bench/memory_plan_bench.sh).
             // With another wire dtype the units are reduced from pooled copies, at most
-            // overlap_depth + 1 at a time.
+            // reductions_in_flight(overlap_depth) at a time.
             double largest = 0;
             for (const UnitShard& u : shards.shards()) largest = std::max(largest, static_cast<double>(u.padded_numel));
             const double wire = reduce == work
                                     ? static_cast<double>(sb.grads) / dtype_size(work) * dtype_size(reduce)
-                                    : (overlap_depth + 1.0) * largest * dtype_size(reduce);
+                                    : static_cast<double>(reductions_in_flight(overlap_depth)) * largest *
+                                          dtype_size(reduce);
             plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
         }
     }
@@ -337,7 +338,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     os << line;
     if (plan.zero_stage == 0) os << "DDP gradient buckets of " << human(plan.bucket_bytes) << "\n";
     os << "overlap depth " << plan.overlap_depth << ": " << (plan.zero_stage == 3 ? "units gathered ahead of compute, " : "")
-       << "reductions in flight " << plan.overlap_depth + 1 << "\n";
+       << "reductions in flight " << reductions_in_flight(plan.overlap_depth) << "\n";
     return os.str();
 }
 

@@ -13,16 +13,7 @@ SRC=$2
 # shellcheck source=tests/cli/cli_lib.sh
 source "$(dirname "$0")/cli_lib.sh"
 
-python3 - "$work/examples.jsonl" <<'PY'
-import json, random, sys
-r = random.Random(7)
-with open(sys.argv[1], "w") as f:
-    for i in range(400):
-        prompt = "".join(r.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(r.randint(3, 40)))
-        f.write(json.dumps({"prompt": prompt, "completion": " OK!"}) + "\n")
-PY
-"$BIN/zt-prepare" --input "$work/examples.jsonl" --output "$work/ex" --val-fraction 0.1 > /dev/null ||
-  { echo "FAIL: zt-prepare --format jsonl"; exit 1; }
+make_prompt_examples 400 7 --val-fraction 0.1
 # schedule_steps: the 50 + 50 resume below keeps the 100-step schedule.
 deck=(--config "$SRC/inputs/finetune_tiny.ini" --data.train="$work/ex/train_*.bin" --data.val="$work/ex/val_*.bin"
   --train.threads=1 --train.schedule_steps=100)

@@ -23,16 +23,7 @@ SRC=$2
 # shellcheck source=tests/cli/cli_lib.sh
 source "$(dirname "$0")/cli_lib.sh"
 
-python3 - "$work/examples.jsonl" <<'PY'
-import json, random, sys
-r = random.Random(11)
-with open(sys.argv[1], "w") as f:
-    for i in range(160):
-        prompt = "".join(r.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(r.randint(3, 40)))
-        f.write(json.dumps({"prompt": prompt, "completion": " OK!"}) + "\n")
-PY
-"$BIN/zt-prepare" --input "$work/examples.jsonl" --output "$work/ex" > /dev/null ||
-  { echo "FAIL: zt-prepare --format jsonl"; exit 1; }
+make_prompt_examples 160 11
 grep -v "^max_steps" "$SRC/inputs/finetune_tiny.ini" > "$work/epochs.ini"
 # micro_batch 4: 16 rows per step at 2 ranks x grad_accum 2, 1 x 4 and 4 x 1.
 deck=(--config "$work/epochs.ini" --data.train="$work/ex/train_*.bin" --train.threads=1 --train.epochs=2

@@ -56,6 +56,10 @@ struct StateComms {
     Communicator& replica;
 };
 
+/// Reductions holding pooled buffers that may be outstanding at once, at an overlap depth
+/// (StateContext::overlap_depth): the one rule the reducer and the memory plan both use.
+inline size_t reductions_in_flight(int overlap_depth) { return static_cast<size_t>(overlap_depth) + 1; }
+
 struct StateContext {
     const ModelLayout& layout;
     Backend& backend;
@@ -70,7 +74,7 @@ struct StateContext {
     /// Each step deeper holds one more unit-sized buffer of each kind (the memory plan's
     /// choice, parallel.overlap_depth).
     int overlap_depth;
-    size_t reductions_in_flight() const { return static_cast<size_t>(overlap_depth) + 1; }
+    size_t reductions_in_flight() const { return zt::reductions_in_flight(overlap_depth); }
     ScratchPool& pool;
     /// fp32 conversion buffer holding the largest padded unit (16-bit runs only, else null).
     float* f32_tmp;

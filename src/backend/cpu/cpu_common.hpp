@@ -238,7 +238,9 @@ inline float* thread_rows(size_t n) {
     return rows.data();
 }
 
-/// dst[0, n) = the fp32 values of src's elements [at, at + n).
+/// dst[0, n) = the fp32 values of src's elements [at, at + n). Serial, unlike core/dtype's
+/// span conversions (convert_to_f32 / convert_from_f32): the typed ops call these per block
+/// inside their own team, where an OpenMP region per block would cost more than the block.
 inline void widen(ConstActPtr src, size_t at, size_t n, float* dst) {
     if (src.dtype == DType::kF32) {
         std::memcpy(dst, src.as_f32() + at, n * sizeof(float));
