@@ -211,6 +211,27 @@ submit_bg() {
     fi
 }
 
+# usr1_count NAME: how many USR1s the batch shell of NAME's job reported ("got SIGUSR1").
+usr1_count() { grep -c 'got SIGUSR1' "$SCR/$1.out" 2>/dev/null || true; }
+# usr1_more NAME N: more than N.
+usr1_more() { [ "$(usr1_count "$1")" -gt "$2" ]; }
+
+# signal_batch NAME JOBID: USR1 to the job's batch shell only (scancel --batch), as
+# `--signal=B:USR1@120` sends it. On a loaded machine slurmctld may answer scancel too late
+# although the signal went out, and a second USR1 to a job already stopping would requeue it
+# twice; so a failed scancel is repeated (3 tries in all) only while the job's output does
+# not show the shell got it. Fails when no try delivered it.
+signal_batch() {
+    local name="$1" job="$2" before try
+    before="$(usr1_count "$name")"
+    for try in 1 2 3; do
+        timeout 20 scancel --batch --signal=USR1 "$job" && return 0
+        echo "signal_batch: $name: scancel --batch --signal=USR1 $job failed (try $try)" >&2
+        wait_until 10 usr1_more "$name" "$before" && return 0
+    done
+    return 1
+}
+
 # is_requeued: Slurm counts one restart of job JOB (Restarts=1).
 is_requeued() {
     timeout 5 scontrol show job "$JOB" 2>/dev/null | grep -qE '(^| )Restarts=1( |$)'
@@ -231,7 +252,7 @@ preempt_once() {
         phase="$name: sbatch printed no job id: $(cat "$SCR/$name.sbatch")"
     elif ! wait_until 60 "$@"; then
         phase="$name: no step line ($*) within 60 s of submitting"
-    elif ! timeout 10 scancel --batch --signal=USR1 "$JOB"; then
+    elif ! signal_batch "$name" "$JOB"; then
         phase="$name: scancel --batch --signal=USR1 failed"
     elif ! wait_until 60 is_requeued; then
         phase="$name: not requeued (Restarts=1) within 60 s of the USR1"

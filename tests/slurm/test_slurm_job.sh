@@ -127,7 +127,7 @@ if [ "$failures" -eq 0 ]; then
         phase="job3: the requeued job printed no step line within 60 s"
     fi
     if [ -z "$phase" ]; then
-        timeout 10 scancel --batch --signal=USR1 "$JOB3" ||
+        signal_batch job3 "$JOB3" ||
             phase="job3: the second scancel --batch --signal=USR1 failed"
     fi
     if [ -n "$phase" ]; then
@@ -169,7 +169,7 @@ if [ "$failures" -eq 0 ]; then
         --run.dir="$RUN4" --train.max_steps=1000000 --train.log_every=20 --checkpoint.every=50
     sb4="$SUBMIT_PID"
     JOB4="$JOB"
-    if [ -z "$JOB4" ] || ! wait_until 60 grep -qE '^step +[0-9]+/' "$SCR/job4.out"; then
+    if [ -z "$JOB4" ] || ! wait_until 60 grep -qsE '^step +[0-9]+/' "$SCR/job4.out"; then
         fail "job4: no job id or no step line within 60 s"
         show_debug job4
     else
@@ -179,7 +179,7 @@ if [ "$failures" -eq 0 ]; then
         [ "$rc" -eq 2 ] || fail "job5 (the same job submitted twice): exit $rc, expected 2"
         expect_line job5 "run.dir = $RUN4 is in use by another ztrain job \(host [^,]+, PID [0-9]+, Slurm job $JOB4, started" \
             "the refusal naming the first job"
-        timeout 10 scancel --batch --signal=USR1 "$JOB4" || fail "job4: scancel --batch --signal=USR1 failed"
+        signal_batch job4 "$JOB4" || fail "job4: scancel --batch --signal=USR1 failed"
     fi
     wait "$sb4"
     rc=$?
