@@ -17,23 +17,23 @@ ActivationRoundingBackend::ActivationRoundingBackend(Backend& inner, DType activ
                " supports precision ", caps.work_dtypes(), " only");
 }
 
-void ActivationRoundingBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+void ActivationRoundingBackend::matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
                                                int N, int C, int OC) {
     inner().matmul_forward(out, inp, weight, bias, N, C, OC);
     round(out, elements(N, OC));
 }
 
-void ActivationRoundingBackend::matmul_residual_forward(float* out, const float* inp, const float* weight,
-                                                        const float* bias, const float* residual, int N, int C,
+void ActivationRoundingBackend::matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight,
+                                                        const float* bias, ConstActPtr residual, int N, int C,
                                                         int OC) {
     inner().matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
     round(out, elements(N, OC));
 }
 
-void ActivationRoundingBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                                const float* inp, const float* weight, int N, int C, int OC) {
+void ActivationRoundingBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
+                                                ConstActPtr inp, const float* weight, int N, int C, int OC) {
     inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-    if (dinp != nullptr) round(dinp, elements(N, C));
+    if (dinp.data != nullptr) round(dinp, elements(N, C));
 }
 
 void ActivationRoundingBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp,
@@ -64,21 +64,21 @@ void ActivationRoundingBackend::residual_forward(ActPtr out, ConstActPtr a, Cons
     round(out, n);
 }
 
-void ActivationRoundingBackend::gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T,
+void ActivationRoundingBackend::gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T,
                                                       int NH, int NKV, int hs) {
     inner().gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
     round(out, elements(B * T, NH * hs));
     round(att, elements(B * NH, T) * static_cast<size_t>(T));
 }
 
-void ActivationRoundingBackend::gqa_attention_backward(float* dqkv, float* scratch, const float* dout,
-                                                       const float* qkv, const float* att, int B, int T, int NH,
+void ActivationRoundingBackend::gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout,
+                                                       ConstActPtr qkv, ConstActPtr att, int B, int T, int NH,
                                                        int NKV, int hs) {
     inner().gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
     round(dqkv, elements(B * T, (NH + 2 * NKV) * hs));
 }
 
-void ActivationRoundingBackend::gqa_attention_forward_segmented(float* out, float* att, const float* qkv,
+void ActivationRoundingBackend::gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv,
                                                                 const int32_t* attend_from, int B, int T, int NH,
                                                                 int NKV, int hs) {
     inner().gqa_attention_forward_segmented(out, att, qkv, attend_from, B, T, NH, NKV, hs);
@@ -86,21 +86,21 @@ void ActivationRoundingBackend::gqa_attention_forward_segmented(float* out, floa
     round(att, elements(B * NH, T) * static_cast<size_t>(T));
 }
 
-void ActivationRoundingBackend::gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout,
-                                                                 const float* qkv, const float* att,
+void ActivationRoundingBackend::gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout,
+                                                                 ConstActPtr qkv, ConstActPtr att,
                                                                  const int32_t* attend_from, int B, int T, int NH,
                                                                  int NKV, int hs) {
     inner().gqa_attention_backward_segmented(dqkv, scratch, dout, qkv, att, attend_from, B, T, NH, NKV, hs);
     round(dqkv, elements(B * T, (NH + 2 * NKV) * hs));
 }
 
-void ActivationRoundingBackend::encoder_forward(float* out, const int32_t* tokens, const float* wte,
+void ActivationRoundingBackend::encoder_forward(ActPtr out, const int32_t* tokens, const float* wte,
                                                 const float* wpe, int B, int T, int C) {
     inner().encoder_forward(out, tokens, wte, wpe, B, T, C);
     round(out, elements(B * T, C));
 }
 
-void ActivationRoundingBackend::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N,
+void ActivationRoundingBackend::softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N,
                                                       int V, int Vp, float dloss) {
     inner().softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
     if (dloss != 0.f) round(logits, elements(N, Vp));  // dlogits

@@ -49,14 +49,14 @@ void Backend::gqa_attention_cached(float* /*out*/, const float* /*qkv*/, float* 
     throw Error(str("the ", name(), " backend has no key/value-cache attention yet (generation runs on cpu)"));
 }
 
-void Backend::gqa_attention_forward_segmented(float* /*out*/, float* /*att*/, const float* /*qkv*/,
+void Backend::gqa_attention_forward_segmented(ActPtr /*out*/, ActPtr /*att*/, ConstActPtr /*qkv*/,
                                               const int32_t* /*attend_from*/, int /*B*/, int /*T*/, int /*NH*/,
                                               int /*NKV*/, int /*hs*/) {
     throw Error(str("the ", name(), " backend has no block-diagonal (packed-example) attention yet (it runs on cpu)"));
 }
 
-void Backend::gqa_attention_backward_segmented(float* /*dqkv*/, float* /*scratch*/, const float* /*dout*/,
-                                               const float* /*qkv*/, const float* /*att*/,
+void Backend::gqa_attention_backward_segmented(ActPtr /*dqkv*/, float* /*scratch*/, ConstActPtr /*dout*/,
+                                               ConstActPtr /*qkv*/, ConstActPtr /*att*/,
                                                const int32_t* /*attend_from*/, int /*B*/, int /*T*/, int /*NH*/,
                                                int /*NKV*/, int /*hs*/) {
     throw Error(str("the ", name(), " backend has no block-diagonal (packed-example) attention backward yet (it runs "

@@ -86,16 +86,16 @@ void ProfilingBackend::zero_bytes(void* p, size_t bytes) {
     timed(kOpZero, [&] { inner().zero_bytes(p, bytes); });
 }
 
-void ProfilingBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+void ProfilingBackend::matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N,
                                       int C, int OC) {
     timed(kOpMatmulFwd, [&] { inner().matmul_forward(out, inp, weight, bias, N, C, OC); });
 }
-void ProfilingBackend::matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
-                                               const float* residual, int N, int C, int OC) {
+void ProfilingBackend::matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+                                               ConstActPtr residual, int N, int C, int OC) {
     timed(kOpMatmulFwd, [&] { inner().matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC); });
 }
-void ProfilingBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                       const float* inp, const float* weight, int N, int C, int OC) {
+void ProfilingBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                       const float* weight, int N, int C, int OC) {
     timed(kOpMatmulBwd, [&] { inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
 }
 void ProfilingBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
@@ -117,37 +117,37 @@ void ProfilingBackend::gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr d
 void ProfilingBackend::residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) {
     timed(kOpElementwise, [&] { inner().residual_forward(out, a, b, n); });
 }
-void ProfilingBackend::gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH,
+void ProfilingBackend::gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH,
                                              int NKV, int hs) {
     timed(kOpAttentionFwd, [&] { inner().gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs); });
 }
-void ProfilingBackend::gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                              const float* att, int B, int T, int NH, int NKV, int hs) {
+void ProfilingBackend::gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                              ConstActPtr att, int B, int T, int NH, int NKV, int hs) {
     timed(kOpAttentionBwd, [&] { inner().gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs); });
 }
-void ProfilingBackend::gqa_attention_forward_segmented(float* out, float* att, const float* qkv,
+void ProfilingBackend::gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv,
                                                        const int32_t* attend_from, int B, int T, int NH, int NKV,
                                                        int hs) {
     timed(kOpAttentionFwd,
           [&] { inner().gqa_attention_forward_segmented(out, att, qkv, attend_from, B, T, NH, NKV, hs); });
 }
-void ProfilingBackend::gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout,
-                                                        const float* qkv, const float* att,
+void ProfilingBackend::gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout,
+                                                        ConstActPtr qkv, ConstActPtr att,
                                                         const int32_t* attend_from, int B, int T, int NH, int NKV,
                                                         int hs) {
     timed(kOpAttentionBwd, [&] {
         inner().gqa_attention_backward_segmented(dqkv, scratch, dout, qkv, att, attend_from, B, T, NH, NKV, hs);
     });
 }
-void ProfilingBackend::encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+void ProfilingBackend::encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                                        int T, int C) {
     timed(kOpEncoder, [&] { inner().encoder_forward(out, tokens, wte, wpe, B, T, C); });
 }
-void ProfilingBackend::encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+void ProfilingBackend::encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B,
                                         int T, int C) {
     timed(kOpEncoder, [&] { inner().encoder_backward(dwte, dwpe, dout, tokens, B, T, C); });
 }
-void ProfilingBackend::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V,
+void ProfilingBackend::softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V,
                                              int Vp, float dloss) {
     timed(kOpSoftmaxCe, [&] { inner().softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss); });
 }

@@ -51,17 +51,19 @@ ModelLayout gpt2_layout(const ModelConfig& cfg) {
     return layout;
 }
 
-double gpt2_activation_floats(const ModelConfig& cfg, int max_batch, bool recompute) {
+ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool recompute) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     const double C = cfg.n_embd;
     const double T = cfg.seq_len;
     // Per block (Slots): ln1, residual2, ln2, atty, output (5 x BTC), qkv (3), fc and
-    // fc_gelu (4 each), the attention probabilities (B NH T T), four LayerNorm statistics.
-    const double block = BT * C * (5 + 3 + 8) + static_cast<double>(max_batch) * cfg.n_head * T * T + 4 * BT;
+    // fc_gelu (4 each), the attention probabilities (B NH T T); four LayerNorm statistics
+    // (fp32).
+    const double block = BT * C * (5 + 3 + 8) + static_cast<double>(max_batch) * cfg.n_head * T * T;
     const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
-    // ln_f's mean and rstd (2 x BT); gradient scratch: datty (BTC), dqkv (3), dfc and
-    // dfc_gelu (4 each).
-    return blocks + 2 * BT + BT * C * (1 + 3 + 8);
+    const double stats = (recompute ? 1 : cfg.n_layer) * 4 * BT;
+    // Gradient scratch: datty (BTC), dqkv (3), dfc and dfc_gelu (4 each); ln_f's mean and
+    // rstd (2 x BT, fp32).
+    return {blocks + BT * C * (1 + 3 + 8), stats + 2 * BT};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block).
@@ -85,7 +87,7 @@ class Gpt2Blocks final : public ModelFamily {
     // With position runs (packed examples) each run reads the rows of wpe from its first
     // position on: the same op over a slice, so a run is embedded exactly as the same tokens
     // alone at the start of a row.
-    void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
+    void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                        int T) override {
         const int C = m_cfg.n_embd;
         if (m_rows.runs == nullptr) {
@@ -93,11 +95,11 @@ class Gpt2Blocks final : public ModelFamily {
             return;
         }
         for (const PositionRun& r : *m_rows.runs) {
-            be.encoder_forward(out + row_offset(r.offset), tokens + r.offset, unit0,
+            be.encoder_forward(out.offset(row_offset(r.offset)), tokens + r.offset, unit0,
                                unit0 + m_wpe_offset + row_offset(r.position), 1, r.length, C);
         }
     }
-    void embed_backward(Backend& be, float* dunit0, bool zero, const float* dout, const int32_t* tokens, int B,
+    void embed_backward(Backend& be, float* dunit0, bool zero, ConstActPtr dout, const int32_t* tokens, int B,
                         int T) override {
         const int C = m_cfg.n_embd;
         zero_grad_if(be, zero, dunit0 + m_wpe_offset, row_offset(m_cfg.seq_len));
@@ -106,18 +108,19 @@ class Gpt2Blocks final : public ModelFamily {
             return;
         }
         for (const PositionRun& r : *m_rows.runs) {
-            be.encoder_backward(dunit0, dunit0 + m_wpe_offset + row_offset(r.position), dout + row_offset(r.offset),
+            be.encoder_backward(dunit0, dunit0 + m_wpe_offset + row_offset(r.position),
+                                dout.offset(row_offset(r.offset)),
                                 tokens + r.offset, 1, r.length, C);
         }
     }
-    void block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) override;
-    void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in, float* dres,
+    void block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) override;
+    void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in, ActPtr dres,
                         int B, int T) override;
-    const float* block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
-    void final_norm_forward(Backend& be, float* out, const float* in, const float* w, int N) override {
+    ConstActPtr block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
+    void final_norm_forward(Backend& be, ActPtr out, ConstActPtr in, const float* w, int N) override {
         be.layernorm_forward(out, m_lnf_mean, m_lnf_rstd, in, w, w + m_lnf_bias_offset, N, m_cfg.n_embd);
     }
-    void final_norm_backward(Backend& be, float* dinp, float* dw, const float* dout, const float* in, const float* w,
+    void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in, const float* w,
                              int N) override {
         be.layernorm_backward(dinp, dw, dw + m_lnf_bias_offset, dout, in, w, m_lnf_mean, m_lnf_rstd, N,
                               m_cfg.n_embd);
@@ -137,19 +140,19 @@ class Gpt2Blocks final : public ModelFamily {
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
-        float* ln1 = nullptr;        // (B, T, C)
+        ActPtr ln1;                  // (B, T, C)
         float* ln1_mean = nullptr;   // (B, T)
         float* ln1_rstd = nullptr;   // (B, T)
-        float* qkv = nullptr;        // (B, T, 3C)
-        float* atty = nullptr;       // (B, T, C)
-        float* att = nullptr;        // (B, NH, T, T)
-        float* residual2 = nullptr;  // (B, T, C)
-        float* ln2 = nullptr;        // (B, T, C)
+        ActPtr qkv;                  // (B, T, 3C)
+        ActPtr atty;                 // (B, T, C)
+        ActPtr att;                  // (B, NH, T, T)
+        ActPtr residual2;            // (B, T, C)
+        ActPtr ln2;                  // (B, T, C)
         float* ln2_mean = nullptr;   // (B, T)
         float* ln2_rstd = nullptr;   // (B, T)
-        float* fc = nullptr;         // (B, T, 4C)
-        float* fc_gelu = nullptr;    // (B, T, 4C)
-        float* output = nullptr;     // (B, T, C)
+        ActPtr fc;                   // (B, T, 4C)
+        ActPtr fc_gelu;              // (B, T, 4C)
+        ActPtr output;               // (B, T, C)
     };
     ModelConfig m_cfg;
     Gpt2Offsets m_off{};
@@ -159,10 +162,10 @@ class Gpt2Blocks final : public ModelFamily {
     float* m_lnf_mean = nullptr;  // (B, T)
     float* m_lnf_rstd = nullptr;  // (B, T)
     // Gradient scratch reused by every block (backward accumulates, so each is zeroed first).
-    float* m_datty = nullptr;     // (B, T, C)
-    float* m_dqkv = nullptr;      // (B, T, 3C)
-    float* m_dfc = nullptr;       // (B, T, 4C)
-    float* m_dfc_gelu = nullptr;  // (B, T, 4C)
+    ActPtr m_datty;     // (B, T, C)
+    ActPtr m_dqkv;      // (B, T, 3C)
+    ActPtr m_dfc;       // (B, T, 4C)
+    ActPtr m_dfc_gelu;  // (B, T, 4C)
     DriverScratch m_scratch;
 };
 
@@ -177,29 +180,29 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
     const size_t NH = static_cast<size_t>(cfg.n_head);
     const size_t T = static_cast<size_t>(cfg.seq_len);
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BT * C, [&](Slots& L) {
-        L.ln1 = arena.take(BT * C);
+        L.ln1 = arena.take_act(BT * C);
         L.ln1_mean = arena.take(BT);
         L.ln1_rstd = arena.take(BT);
-        L.qkv = arena.take(BT * 3 * C);
-        L.atty = arena.take(BT * C);
-        L.att = arena.take(static_cast<size_t>(max_batch) * NH * T * T);
-        L.residual2 = arena.take(BT * C);
-        L.ln2 = arena.take(BT * C);
+        L.qkv = arena.take_act(BT * 3 * C);
+        L.atty = arena.take_act(BT * C);
+        L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
+        L.residual2 = arena.take_act(BT * C);
+        L.ln2 = arena.take_act(BT * C);
         L.ln2_mean = arena.take(BT);
         L.ln2_rstd = arena.take(BT);
-        L.fc = arena.take(BT * 4 * C);
-        L.fc_gelu = arena.take(BT * 4 * C);
-        L.output = arena.take(BT * C);
+        L.fc = arena.take_act(BT * 4 * C);
+        L.fc_gelu = arena.take_act(BT * 4 * C);
+        L.output = arena.take_act(BT * C);
     });
     m_lnf_mean = arena.take(BT);
     m_lnf_rstd = arena.take(BT);
-    m_datty = arena.take(BT * C);
-    m_dqkv = arena.take(BT * 3 * C);
-    m_dfc = arena.take(BT * 4 * C);
-    m_dfc_gelu = arena.take(BT * 4 * C);
+    m_datty = arena.take_act(BT * C);
+    m_dqkv = arena.take_act(BT * 3 * C);
+    m_dfc = arena.take_act(BT * 4 * C);
+    m_dfc_gelu = arena.take_act(BT * 4 * C);
 }
 
-void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
+void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) {
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, N, NC] = sizes(B, T);
@@ -214,23 +217,23 @@ void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, const float* 
     be.matmul_residual_forward(L.output, L.fc_gelu, w + o.fcprojw, w + o.fcprojb, L.residual2, N, 4 * C, C);
 }
 
-void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in,
-                                float* dres, int B, int T) {
+void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in,
+                                ActPtr dres, int B, int T) {
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, N, NC] = sizes(B, T);
     const size_t CC = static_cast<size_t>(C) * static_cast<size_t>(C);
     const size_t Cs = static_cast<size_t>(C);
-    float* dln = m_scratch.dscratch;
+    const ActPtr dln = m_scratch.dscratch;
     // dres holds d loss / d output. output = residual2 + mlp(...): the MLP branch gets dres
     // as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
-    be.zero(m_dfc_gelu, NC * 4);
+    zero_act(be, m_dfc_gelu, NC * 4);
     zero_grad_if(be, zero_dw, dw + o.fcprojw, 4 * CC);
     zero_grad_if(be, zero_dw, dw + o.fcprojb, Cs);
     be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fc_gelu, w + o.fcprojw, N, 4 * C, C);
-    be.zero(m_dfc, NC * 4);
+    zero_act(be, m_dfc, NC * 4);
     be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NC * 4);
-    be.zero(dln, NC);
+    zero_act(be, dln, NC);
     zero_grad_if(be, zero_dw, dw + o.fcw, 4 * CC);
     zero_grad_if(be, zero_dw, dw + o.fcb, 4 * Cs);
     be.matmul_backward(dln, dw + o.fcw, dw + o.fcb, m_dfc, L.ln2, w + o.fcw, N, C, 4 * C);
@@ -238,14 +241,14 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, b
     zero_grad_if(be, zero_dw, dw + o.ln2b, Cs);
     be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
     // Same for the attention branch: dres becomes d/d block input.
-    be.zero(m_datty, NC);
+    zero_act(be, m_datty, NC);
     zero_grad_if(be, zero_dw, dw + o.attprojw, CC);
     zero_grad_if(be, zero_dw, dw + o.attprojb, Cs);
     be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
-    be.zero(m_dqkv, NC * 3);
+    zero_act(be, m_dqkv, NC * 3);
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH,
                        mha_head_size(C, NH));
-    be.zero(dln, NC);
+    zero_act(be, dln, NC);
     zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CC);
     zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Cs);
     be.matmul_backward(dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
@@ -328,7 +331,7 @@ std::unique_ptr<FamilyDecoder> make_gpt2_decoder(const ModelConfig& cfg, const M
 }  // namespace
 
 const FamilyTraits& gpt2_traits() {
-    static const FamilyTraits traits{gpt2_layout, gpt2_activation_floats, make_gpt2_blocks, make_gpt2_decoder};
+    static const FamilyTraits traits{gpt2_layout, gpt2_activations, make_gpt2_blocks, make_gpt2_decoder};
     return traits;
 }
 

@@ -73,19 +73,21 @@ RopeOptions rope_options(const ModelConfig& m) {
     return o;
 }
 
-double llama_activation_floats(const ModelConfig& cfg, int max_batch, bool recompute) {
+ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool recompute) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     const double C = cfg.n_embd;
     const double T = cfg.seq_len;
     const double QKV = cfg.qkv_dim();
     const double F = cfg.ffn_dim;
     // Per block (Slots): norm1, atty, residual2, norm2, output (5 x BTC), qkv (QKV), gate|up
-    // (2F) and the SwiGLU output (F), the attention probabilities (B NH T T), two RMSNorm rstd.
-    const double block = BT * (5 * C + QKV + 3 * F) + static_cast<double>(max_batch) * cfg.n_head * T * T + 2 * BT;
+    // (2F) and the SwiGLU output (F), the attention probabilities (B NH T T); two RMSNorm
+    // rstd (fp32).
+    const double block = BT * (5 * C + QKV + 3 * F) + static_cast<double>(max_batch) * cfg.n_head * T * T;
     const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
-    // The final RMSNorm's rstd (BT); gradient scratch: datty (BTC), dqkv (QKV), d gate|up
-    // (2F), d swiglu (F); the rotary table (T hs).
-    return blocks + BT + BT * (C + QKV + 3 * F) + T * cfg.head_size();
+    const double stats = (recompute ? 1 : cfg.n_layer) * 2 * BT;
+    // Gradient scratch: datty (BTC), dqkv (QKV), d gate|up (2F), d swiglu (F); the final
+    // RMSNorm's rstd (BT) and the rotary table (T hs), fp32.
+    return {blocks + BT * (C + QKV + 3 * F), stats + BT + T * cfg.head_size()};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
@@ -113,24 +115,24 @@ class LlamaBlocks final : public ModelFamily {
     LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
                 DriverScratch scratch, int max_batch, bool recompute);
 
-    void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
+    void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                        int T) override {
         be.encoder_forward(out, tokens, unit0, nullptr, B, T, m_cfg.n_embd);
     }
-    void embed_backward(Backend& be, float* dunit0, bool /*zero*/, const float* dout, const int32_t* tokens, int B,
+    void embed_backward(Backend& be, float* dunit0, bool /*zero*/, ConstActPtr dout, const int32_t* tokens, int B,
                         int T) override {
         be.encoder_backward(dunit0, nullptr, dout, tokens, B, T, m_cfg.n_embd);
     }
-    void block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) override;
-    void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in, float* dres,
+    void block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) override;
+    void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in, ActPtr dres,
                         int B, int T) override;
-    const float* block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
+    ConstActPtr block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
     /// RoPE on q and k of qkv in place (inverse: the gradient's R^T), at each token's position.
-    void rotate(Backend& be, float* qkv, int B, int T, bool inverse) const;
-    void final_norm_forward(Backend& be, float* out, const float* in, const float* w, int N) override {
+    void rotate(Backend& be, ActPtr qkv, int B, int T, bool inverse) const;
+    void final_norm_forward(Backend& be, ActPtr out, ConstActPtr in, const float* w, int N) override {
         be.rmsnorm_forward(out, m_norm_rstd, in, w, N, m_cfg.n_embd, static_cast<float>(m_cfg.norm_eps));
     }
-    void final_norm_backward(Backend& be, float* dinp, float* dw, const float* dout, const float* in, const float* w,
+    void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in, const float* w,
                              int N) override {
         be.rmsnorm_backward(dinp, dw, dout, in, w, m_norm_rstd, N, m_cfg.n_embd);
     }
@@ -147,17 +149,17 @@ class LlamaBlocks final : public ModelFamily {
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
-        float* norm1 = nullptr;       // (B, T, C) input RMSNorm output
+        ActPtr norm1;                 // (B, T, C) input RMSNorm output
         float* norm1_rstd = nullptr;  // (B, T)
-        float* qkv = nullptr;         // (B, T, (NH + 2 NKV) hs), q and k rotated
-        float* atty = nullptr;        // (B, T, C)
-        float* att = nullptr;         // (B, NH, T, T)
-        float* residual2 = nullptr;   // (B, T, C)
-        float* norm2 = nullptr;       // (B, T, C) post-attention RMSNorm output
+        ActPtr qkv;                   // (B, T, (NH + 2 NKV) hs), q and k rotated
+        ActPtr atty;                  // (B, T, C)
+        ActPtr att;                   // (B, NH, T, T)
+        ActPtr residual2;             // (B, T, C)
+        ActPtr norm2;                 // (B, T, C) post-attention RMSNorm output
         float* norm2_rstd = nullptr;  // (B, T)
-        float* gate_up = nullptr;     // (B, T, 2F)
-        float* swiglu = nullptr;      // (B, T, F)
-        float* output = nullptr;      // (B, T, C)
+        ActPtr gate_up;               // (B, T, 2F)
+        ActPtr swiglu;                // (B, T, F)
+        ActPtr output;                // (B, T, C)
     };
     ModelConfig m_cfg;
     LlamaOffsets m_off{};
@@ -165,10 +167,10 @@ class LlamaBlocks final : public ModelFamily {
     float* m_norm_rstd = nullptr;       // (B, T) the final RMSNorm's
     float* m_rope = nullptr;            // rope_table (T, hs) in backend memory
     // Gradient scratch reused by every block (backward accumulates, so each is zeroed first).
-    float* m_datty = nullptr;     // (B, T, C)
-    float* m_dqkv = nullptr;      // (B, T, QKV)
-    float* m_dgate_up = nullptr;  // (B, T, 2F)
-    float* m_dswiglu = nullptr;   // (B, T, F)
+    ActPtr m_datty;     // (B, T, C)
+    ActPtr m_dqkv;      // (B, T, QKV)
+    ActPtr m_dgate_up;  // (B, T, 2F)
+    ActPtr m_dswiglu;   // (B, T, F)
     DriverScratch m_scratch;
 };
 
@@ -184,33 +186,33 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     const size_t F = static_cast<size_t>(cfg.ffn_dim);
     const size_t hs = static_cast<size_t>(cfg.head_size());
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BT * C, [&](Slots& L) {
-        L.norm1 = arena.take(BT * C);
+        L.norm1 = arena.take_act(BT * C);
         L.norm1_rstd = arena.take(BT);
-        L.qkv = arena.take(BT * QKV);
-        L.atty = arena.take(BT * C);
-        L.att = arena.take(static_cast<size_t>(max_batch) * NH * T * T);
-        L.residual2 = arena.take(BT * C);
-        L.norm2 = arena.take(BT * C);
+        L.qkv = arena.take_act(BT * QKV);
+        L.atty = arena.take_act(BT * C);
+        L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
+        L.residual2 = arena.take_act(BT * C);
+        L.norm2 = arena.take_act(BT * C);
         L.norm2_rstd = arena.take(BT);
-        L.gate_up = arena.take(BT * 2 * F);
-        L.swiglu = arena.take(BT * F);
-        L.output = arena.take(BT * C);
+        L.gate_up = arena.take_act(BT * 2 * F);
+        L.swiglu = arena.take_act(BT * F);
+        L.output = arena.take_act(BT * C);
     });
     m_norm_rstd = arena.take(BT);
-    m_datty = arena.take(BT * C);
-    m_dqkv = arena.take(BT * QKV);
-    m_dgate_up = arena.take(BT * 2 * F);
-    m_dswiglu = arena.take(BT * F);
+    m_datty = arena.take_act(BT * C);
+    m_dqkv = arena.take_act(BT * QKV);
+    m_dgate_up = arena.take_act(BT * 2 * F);
+    m_dswiglu = arena.take_act(BT * F);
     m_rope = arena.take(T * hs);
     const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
     backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
 }
 
-void LlamaBlocks::rotate(Backend& be, float* qkv, int B, int T, bool inverse) const {
+void LlamaBlocks::rotate(Backend& be, ActPtr qkv, int B, int T, bool inverse) const {
     const int NH = m_cfg.n_head;
     const int NKV = m_cfg.kv_heads();
     const int hs = m_cfg.head_size();
-    auto op = [&](float* x, const float* table, int b, int t) {
+    auto op = [&](ActPtr x, const float* table, int b, int t) {
         if (inverse) {
             be.rope_backward(x, x, table, b, t, NH, NKV, hs);
         } else {
@@ -224,12 +226,13 @@ void LlamaBlocks::rotate(Backend& be, float* qkv, int B, int T, bool inverse) co
     // Packed examples: each run rotates by the table rows of its own positions.
     const size_t row = static_cast<size_t>(NH + 2 * NKV) * static_cast<size_t>(hs);
     for (const PositionRun& r : *m_rows.runs) {
-        op(qkv + static_cast<size_t>(r.offset) * row, m_rope + static_cast<size_t>(r.position) * static_cast<size_t>(hs),
+        op(qkv.offset(static_cast<size_t>(r.offset) * row),
+           m_rope + static_cast<size_t>(r.position) * static_cast<size_t>(hs),
            1, r.length);
     }
 }
 
-void LlamaBlocks::block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) {
+void LlamaBlocks::block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) {
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
@@ -246,36 +249,36 @@ void LlamaBlocks::block_forward(Backend& be, int l, const float* w, const float*
     be.matmul_residual_forward(L.output, L.swiglu, w + o.down_proj, nullptr, L.residual2, N, F, C);
 }
 
-void LlamaBlocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in,
-                                 float* dres, int B, int T) {
+void LlamaBlocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in,
+                                 ActPtr dres, int B, int T) {
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
     const size_t n = static_cast<size_t>(N);
     const size_t Cs = static_cast<size_t>(C);
     const size_t Fs = static_cast<size_t>(F);
-    float* dnorm = m_scratch.dscratch;
+    const ActPtr dnorm = m_scratch.dscratch;
     // dres holds d loss / d block output; each branch's RMSNorm backward adds into it, so it
     // becomes d/d residual2 and then d/d block input (as in the GPT-2 block).
-    be.zero(m_dswiglu, n * Fs);
+    zero_act(be, m_dswiglu, n * Fs);
     zero_grad_if(be, zero_dw, dw + o.down_proj, Cs * Fs);
     be.matmul_backward(m_dswiglu, dw + o.down_proj, nullptr, dres, L.swiglu, w + o.down_proj, N, F, C);
-    be.zero(m_dgate_up, n * 2 * Fs);
+    zero_act(be, m_dgate_up, n * 2 * Fs);
     be.swiglu_backward(m_dgate_up, L.gate_up, m_dswiglu, N, F);
-    be.zero(dnorm, n * Cs);
+    zero_act(be, dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.gate_up, 2 * Fs * Cs);
     be.matmul_backward(dnorm, dw + o.gate_up, nullptr, m_dgate_up, L.norm2, w + o.gate_up, N, C, 2 * F);
     zero_grad_if(be, zero_dw, dw + o.norm2, Cs);
     be.rmsnorm_backward(dres, dw + o.norm2, dnorm, L.residual2, w + o.norm2, L.norm2_rstd, N, C);
 
-    be.zero(m_datty, n * Cs);
+    zero_act(be, m_datty, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cs);
     be.matmul_backward(m_datty, dw + o.o_proj, nullptr, dres, L.atty, w + o.o_proj, N, C, C);
-    be.zero(m_dqkv, n * static_cast<size_t>(QKV));
+    zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
-    be.zero(dnorm, n * Cs);
+    zero_act(be, dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
     be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, w + o.qkv, N, C, QKV);
     zero_grad_if(be, zero_dw, dw + o.norm1, Cs);
@@ -362,7 +365,7 @@ std::unique_ptr<FamilyDecoder> make_llama_decoder(const ModelConfig& cfg, const 
 }  // namespace
 
 const FamilyTraits& llama_traits() {
-    static const FamilyTraits traits{llama_layout, llama_activation_floats, make_llama_blocks, make_llama_decoder};
+    static const FamilyTraits traits{llama_layout, llama_activations, make_llama_blocks, make_llama_decoder};
     return traits;
 }
 

@@ -22,21 +22,31 @@
 namespace zt {
 
 /// Every activation buffer of one model, in backend memory; counts what it handed out so
-/// the constructor can check it against the memory plan's figure.
+/// the constructor can check it against the memory plan's figure. Activations and their
+/// gradients are stored in the arena's activation dtype (take_act); what stays fp32 whatever
+/// the dtype (normalization statistics, losses, tables, the attention backward's scratch)
+/// is taken with take.
 class ActivationArena {
   public:
-    explicit ActivationArena(Backend& backend) : m_backend(backend) {}
+    explicit ActivationArena(Backend& backend, DType activation = DType::kF32)
+        : m_backend(backend), m_dtype(activation) {}
     ~ActivationArena();
     ActivationArena(const ActivationArena&) = delete;
     ActivationArena& operator=(const ActivationArena&) = delete;
-    /// n zeroed floats (Backend::alloc_floats), freed with the arena.
+    /// n zeroed floats, freed with the arena.
     float* take(size_t n);
-    size_t floats() const { return m_floats; }
+    /// n zeroed elements of the activation dtype, freed with the arena.
+    ActPtr take_act(size_t n);
+    DType activation_dtype() const { return m_dtype; }
+    /// What was handed out: fp32 elements, activation-dtype elements, and their bytes.
+    ActivationCount count() const { return m_count; }
+    size_t bytes() const { return static_cast<size_t>(m_count.bytes(m_dtype)); }
 
   private:
     Backend& m_backend;
-    std::vector<float*> m_all;
-    size_t m_floats = 0;
+    DType m_dtype;
+    std::vector<void*> m_all;
+    ActivationCount m_count;
 };
 
 /// Appends tensors to a layout, unit by unit. Tensor starts inside a unit are aligned to 16
@@ -65,15 +75,15 @@ class LayoutBuilder {
 /// One Slots per block, each with an `output` member: fill(slots) takes a block's buffers
 /// from the arena. With recompute only block 0 is filled; the others share its buffers
 /// (rebuilt on demand by re-running the block's forward) and own just their output of
-/// output_floats, the next block's input.
+/// output_elements, the next block's input.
 template <typename Slots, typename Fill>
-std::vector<Slots> allocate_block_slots(int n_layer, bool recompute, ActivationArena& arena, size_t output_floats,
+std::vector<Slots> allocate_block_slots(int n_layer, bool recompute, ActivationArena& arena, size_t output_elements,
                                         Fill fill) {
     std::vector<Slots> slots(static_cast<size_t>(n_layer));
     for (size_t l = 0; l < slots.size(); ++l) {
         if (recompute && l > 0) {
             slots[l] = slots[0];
-            slots[l].output = arena.take(output_floats);
+            slots[l].output = arena.take_act(output_elements);
         } else {
             fill(slots[l]);
         }
@@ -85,7 +95,7 @@ std::vector<Slots> allocate_block_slots(int n_layer, bool recompute, ActivationA
 /// once the final norm's backward has read it, `attention_scratch` is the backend's
 /// attention backward scratch.
 struct DriverScratch {
-    float* dscratch = nullptr;
+    ActPtr dscratch;
     float* attention_scratch = nullptr;
 };
 
@@ -112,26 +122,26 @@ class ModelFamily {
     /// the driver keeps what they point to alive until the next forward.
     void set_rows(const RowSegments& rows) { m_rows = rows; }
     /// out (B, T, C) from the tokens and unit 0.
-    virtual void embed_forward(Backend& be, float* out, const int32_t* tokens, const float* unit0, int B,
+    virtual void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                                int T) = 0;
     /// Adds the embedding's gradients into dunit0; zeroes the position table's first when
     /// `zero` (the token embedding's are zeroed by the driver with the LM head's).
-    virtual void embed_backward(Backend& be, float* dunit0, bool zero, const float* dout, const int32_t* tokens,
+    virtual void embed_backward(Backend& be, float* dunit0, bool zero, ConstActPtr dout, const int32_t* tokens,
                                 int B, int T) = 0;
-    virtual void block_forward(Backend& be, int l, const float* w, const float* in, int B, int T) = 0;
-    virtual void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, const float* in,
-                                float* dres, int B, int T) = 0;
+    virtual void block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) = 0;
+    virtual void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in,
+                                ActPtr dres, int B, int T) = 0;
     /// Block l's output, the next block's input (kept even under recompute).
-    virtual const float* block_output(int l) const = 0;
+    virtual ConstActPtr block_output(int l) const = 0;
     /// The final norm: out (N, C) from in with the last unit's weights w.
-    virtual void final_norm_forward(Backend& be, float* out, const float* in, const float* w, int N) = 0;
+    virtual void final_norm_forward(Backend& be, ActPtr out, ConstActPtr in, const float* w, int N) = 0;
     /// dinp += d/d in, dw += d/d weights, from dout.
-    virtual void final_norm_backward(Backend& be, float* dinp, float* dw, const float* dout, const float* in,
+    virtual void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in,
                                      const float* w, int N) = 0;
 
   protected:
     /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
-    void attention_forward(Backend& be, float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+    void attention_forward(Backend& be, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                            int hs) const {
         if (m_rows.attend_from != nullptr) {
             be.gqa_attention_forward_segmented(out, att, qkv, m_rows.attend_from, B, T, NH, NKV, hs);
@@ -139,8 +149,8 @@ class ModelFamily {
             be.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
         }
     }
-    void attention_backward(Backend& be, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                            const float* att, int B, int T, int NH, int NKV, int hs) const {
+    void attention_backward(Backend& be, ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                            ConstActPtr att, int B, int T, int NH, int NKV, int hs) const {
         if (m_rows.attend_from != nullptr) {
             be.gqa_attention_backward_segmented(dqkv, scratch, dout, qkv, att, m_rows.attend_from, B, T, NH, NKV, hs);
         } else {
@@ -179,11 +189,15 @@ inline void zero_grad_if(Backend& be, bool zero, float* p, size_t n) {
     if (zero) be.zero(p, n);
 }
 
-/// A family: its manifest, its activation count and its blocks. activation_floats is what
-/// `make` takes from the arena for these arguments (without the driver's own buffers).
+/// Zeroes n activation elements at p (any dtype): an activation gradient before an op
+/// accumulates into it.
+inline void zero_act(Backend& be, ActPtr p, size_t n) { be.zero_bytes(p.data, n * dtype_size(p.dtype)); }
+
+/// A family: its manifest, its activation count and its blocks. activations is what `make`
+/// takes from the arena for these arguments (without the driver's own buffers).
 struct FamilyTraits {
     ModelLayout (*layout)(const ModelConfig& cfg);
-    double (*activation_floats)(const ModelConfig& cfg, int max_batch, bool recompute);
+    ActivationCount (*activations)(const ModelConfig& cfg, int max_batch, bool recompute);
     std::unique_ptr<ModelFamily> (*make)(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
                                          ActivationArena& arena, DriverScratch scratch, int max_batch,
                                          bool recompute);

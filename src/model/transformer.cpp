@@ -17,17 +17,27 @@
 #include "ztrain/core/error.hpp"
 #include "model_family.hpp"
 
+#include <cstdint>
+#include <vector>
+
 namespace zt {
 
 ActivationArena::~ActivationArena() {
-    for (float* p : m_all) m_backend.free(p);
+    for (void* p : m_all) m_backend.free(p);
 }
 
 float* ActivationArena::take(size_t n) {
     float* p = m_backend.alloc_floats(n);
     m_all.push_back(p);
-    m_floats += n;
+    m_count.f32 += static_cast<double>(n);
     return p;
+}
+
+ActPtr ActivationArena::take_act(size_t n) {
+    void* p = m_backend.alloc_bytes(n * dtype_size(m_dtype));
+    m_all.push_back(p);
+    m_count.act += static_cast<double>(n);
+    return ActPtr(p, m_dtype);
 }
 
 const FamilyTraits& family_traits(const ModelConfig& cfg) {
@@ -39,46 +49,57 @@ const FamilyTraits& family_traits(const ModelConfig& cfg) {
 }
 
 namespace {
-/// The driver's own floats: embedding output, final norm output, d residual, d final norm
-/// (4 x BTC), losses (BT), logits (BT Vp).
-double driver_floats(const ModelConfig& cfg, int max_batch) {
+/// The driver's own buffers: embedding output, final norm output, d residual, d final norm
+/// (4 x BTC) and the logits (BT Vp) in the activation dtype; the losses (BT) fp32.
+ActivationCount driver_activations(const ModelConfig& cfg, int max_batch) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
-    return 4 * BT * cfg.n_embd + BT + BT * cfg.padded_vocab();
+    return {4 * BT * cfg.n_embd + BT * cfg.padded_vocab(), BT};
 }
 }  // namespace
 
-double Transformer::activation_floats(const ModelConfig& cfg, int max_batch, bool recompute,
-                                      size_t attention_scratch_floats) {
-    return driver_floats(cfg, max_batch) + family_traits(cfg).activation_floats(cfg, max_batch, recompute) +
-           static_cast<double>(attention_scratch_floats);
+ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, bool recompute,
+                                         size_t attention_scratch_floats) {
+    const ActivationCount driver = driver_activations(cfg, max_batch);
+    const ActivationCount family = family_traits(cfg).activations(cfg, max_batch, recompute);
+    return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats)};
 }
 
-Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute)
-    : m_cfg(cfg),
-      m_backend(backend),
-      m_layout(make_model_layout(cfg)),
-      m_arena(std::make_unique<ActivationArena>(backend)),
-      m_max_batch(max_batch),
-      m_recompute(recompute) {
+Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute, DType activation)
+    : m_cfg(cfg), m_backend(backend), m_layout(make_model_layout(cfg)), m_max_batch(max_batch), m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
-    const size_t C = static_cast<size_t>(cfg.n_embd);
-    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
-    ActivationArena& a = *m_arena;
-    m_encoded = a.take(BT * C);
-    m_normed = a.take(BT * C);
-    m_logits = a.take(BT * Vp);
-    m_losses = a.take(BT);
-    m_dresidual = a.take(BT * C);
-    m_dnormed = a.take(BT * C);
-    const size_t att_scratch = backend.attention_scratch_floats(max_batch, cfg.seq_len, cfg.n_head);
-    const DriverScratch scratch{m_dnormed, a.take(att_scratch)};
-    m_family = family_traits(cfg).make(cfg, m_layout, backend, a, scratch, max_batch, recompute);
     m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
     m_targets_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+    if (activation == DType::kF32) {
+        allocate_activations(DType::kF32);
+    } else {
+        set_activation_dtype(activation);
+    }
+}
+
+void Transformer::allocate_activations(DType stored) {
+    m_family.reset();
+    m_arena.reset();
+    const ModelConfig& cfg = m_cfg;
+    const size_t BT = static_cast<size_t>(m_max_batch) * static_cast<size_t>(cfg.seq_len);
+    const size_t C = static_cast<size_t>(cfg.n_embd);
+    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
+    m_arena = std::make_unique<ActivationArena>(m_backend, stored);
+    ActivationArena& a = *m_arena;
+    m_encoded = a.take_act(BT * C);
+    m_normed = a.take_act(BT * C);
+    m_logits = a.take_act(BT * Vp);
+    m_losses = a.take(BT);
+    m_dresidual = a.take_act(BT * C);
+    m_dnormed = a.take_act(BT * C);
+    const size_t att_scratch = m_backend.attention_scratch_floats(m_max_batch, cfg.seq_len, cfg.n_head);
+    const DriverScratch scratch{m_dnormed, a.take(att_scratch)};
+    m_family = family_traits(cfg).make(cfg, m_layout, m_backend, a, scratch, m_max_batch, m_recompute);
     // The memory plan predicts this figure: the two must never drift apart.
-    ZT_REQUIRE(static_cast<double>(a.floats()) == activation_floats(cfg, max_batch, recompute, att_scratch),
-               "activation plan differs from the allocation: ", a.floats(), " floats allocated");
+    const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch);
+    ZT_REQUIRE(a.count().act == plan.act && a.count().f32 == plan.f32, "activation plan differs from the allocation: ",
+               a.count().act, " activation elements and ", a.count().f32, " floats allocated, ", plan.act, " and ",
+               plan.f32, " planned");
 }
 
 Transformer::~Transformer() {
@@ -88,22 +109,31 @@ Transformer::~Transformer() {
     m_backend.free(m_targets_be);
 }
 
-size_t Transformer::activation_bytes() const { return m_arena->floats() * sizeof(float); }
+size_t Transformer::activation_bytes() const { return m_arena->bytes(); }
 
-void Transformer::set_activation_dtype(DType t) {
+void Transformer::set_activation_dtype(DType t, ActivationStorage storage) {
+    const BackendCapabilities caps = m_backend.capabilities();
+    ZT_REQUIRE(caps.supports(t), "activation dtype ", dtype_name(t), ": backend ", m_backend.name(),
+               " supports precision ", caps.work_dtypes(), " only");
     m_backend.set_activation_dtype(t);
-    if (t == DType::kF32) {
-        m_rounding.reset();
-        m_compute = &m_backend;
-        return;
-    }
-    m_rounding = std::make_unique<ActivationRoundingBackend>(m_backend, t);
-    m_compute = m_rounding.get();
+    m_act_dtype = t;
+    const bool emulate = t != DType::kF32 && storage == ActivationStorage::kEmulated;
+    m_rounding = emulate ? std::make_unique<ActivationRoundingBackend>(m_backend, t) : nullptr;
+    m_compute = emulate ? m_rounding.get() : &m_backend;
+    const DType stored = emulate ? DType::kF32 : t;
+    if (!m_arena || m_arena->activation_dtype() != stored) allocate_activations(stored);
 }
 
 void Transformer::logits_row_to_host(int row, float* out) const {
     const size_t Vp = static_cast<size_t>(m_cfg.padded_vocab());
-    m_backend.to_host(out, m_logits + static_cast<size_t>(row) * Vp, Vp * sizeof(float));
+    const ConstActPtr src = ConstActPtr(m_logits).offset(static_cast<size_t>(row) * Vp);
+    if (src.f32()) {
+        m_backend.to_host(out, src.data, Vp * sizeof(float));
+        return;
+    }
+    std::vector<uint16_t> stored(Vp);
+    m_backend.to_host(stored.data(), src.data, Vp * sizeof(uint16_t));
+    convert_to_f32(stored.data(), out, Vp, src.dtype);
 }
 
 float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
@@ -175,7 +205,7 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
     m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
     store.release(0);
 
-    const float* x = m_encoded;
+    ConstActPtr x = m_encoded;
     for (int l = 0; l < nL; ++l) {
         const float* w = store.acquire(1 + l);
         store.prefetch(l + 2 <= nL ? l + 2 : nL + 1);
@@ -247,17 +277,17 @@ void Transformer::backward(UnitStore& store) {
     float* demb = store.grads(0);
     const bool zero_emb = store.grads_need_zero(0);
     store.prefetch(nL + 1);
-    m_backend.zero(m_dnormed, NC);
+    zero_act(m_backend, m_dnormed, NC);
     zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
     m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head_weights,
                                N, C, Vp);
 
-    const float* x_last = nL > 0 ? m_family->block_output(nL - 1) : m_encoded;
+    const ConstActPtr x_last = nL > 0 ? m_family->block_output(nL - 1) : ConstActPtr(m_encoded);
     const float* wf = store.acquire(nL + 1);
     float* dwf = store.grads(nL + 1);
     const bool zero_f = store.grads_need_zero(nL + 1);
     store.prefetch(nL);
-    m_backend.zero(m_dresidual, NC);
+    zero_act(m_backend, m_dresidual, NC);
     zero_grad_if(m_backend, zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
     m_family->final_norm_backward(*m_compute, m_dresidual, dwf, m_dnormed, x_last, wf, N);
     store.grads_done(nL + 1);
@@ -268,7 +298,7 @@ void Transformer::backward(UnitStore& store) {
         float* dw = store.grads(1 + l);
         const bool zero_dw = store.grads_need_zero(1 + l);
         store.prefetch(l >= 1 ? l : 0);
-        const float* in = l == 0 ? m_encoded : m_family->block_output(l - 1);
+        const ConstActPtr in = l == 0 ? ConstActPtr(m_encoded) : m_family->block_output(l - 1);
         // Recompute writes the same values again into the block's (shared) buffers; its
         // output is recomputed in place with bit-identical results.
         if (m_recompute) m_family->block_forward(*m_compute, l, w, in, B, T);

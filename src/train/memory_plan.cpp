@@ -240,13 +240,13 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
             plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
         }
     }
-    const double act = Transformer::activation_floats(m, t.micro_batch, t.recompute,
-                                              static_cast<size_t>(std::max(0.0, attention_scratch_floats))) *
-                       sizeof(float);
+    // Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
+    const double act = Transformer::activations(m, t.micro_batch, t.recompute,
+                                                static_cast<size_t>(std::max(0.0, attention_scratch_floats)))
+                           .bytes(work);
     plan.items.push_back({"activations", act,
                           str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
-                              t.recompute ? ", recompute (block outputs only)" : "",
-                              " (fp32 buffers", work == DType::kF32 || device ? "" : " holding 16-bit values", ")")});
+                              t.recompute ? ", recompute (block outputs only)" : "", " (", dtype_name(work), ")")});
     plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch), "inputs and targets (int32)"});
     // An example run's host buffers (on a GPU run too, but the plan there counts device memory).
     if (examples != nullptr && !device) add_example_items(cfg, *examples, plan.items);

@@ -159,16 +159,16 @@ struct StepResult {
 };
 
 /// One training step (forward, backward, grad norm, AdamW) of the tiny model on `be`.
-StepResult one_step(Backend& be, DType t) {
-    const ModelConfig mc = tiny_model();
+StepResult one_step(Backend& be, DType t, ActivationStorage storage = ActivationStorage::kTyped,
+                    const ModelConfig& mc = tiny_model()) {
     Transformer model(mc, be, 2);
-    model.set_activation_dtype(t);
+    model.set_activation_dtype(t, storage);
     ModelState state(model.layout(), be, self_communicator(), 0, SIZE_MAX, 11, t, t);
     std::vector<int32_t> inputs(16);
     std::vector<int32_t> targets(16);
     for (size_t i = 0; i < inputs.size(); ++i) {
-        inputs[i] = static_cast<int32_t>((i * 7) % 40);
-        targets[i] = static_cast<int32_t>((i * 7 + 3) % 40);
+        inputs[i] = static_cast<int32_t>((i * 7) % mc.vocab_size);
+        targets[i] = static_cast<int32_t>((i * 7 + 3) % mc.vocab_size);
     }
     StepResult r;
     state.zero_grads();
@@ -185,6 +185,30 @@ StepResult one_step(Backend& be, DType t) {
     state.optimizer_step(step);
     r.state = ModelStateTestAccess::owned_optimizer_state(state);
     return r;
+}
+
+// 16-bit activations stored in their dtype give the emulation's step bit for bit (fp32
+// buffers holding 16-bit values, rounded by ActivationRoundingBackend after each op): loss,
+// gradient norm and the updated state, GPT-2 and Llama (grouped-query, RoPE), bf16 (on the
+// CPU's bf16 products where it has them) and fp16 (widened fp32 products).
+TEST(TypedActivations, ModelStepEqualsTheEmulationBitForBit) {
+    for (const ModelConfig& mc : {tiny_model(), test::small_llama(2, false, false)}) {
+        for (DType t : {DType::kBF16, DType::kF16}) {
+            const std::string what = std::string(mc.arch == ModelArch::kLlama ? "llama" : "gpt2") + ", " +
+                                     dtype_name(t);
+            auto emulated_be = make_cpu_backend(2);
+            auto typed_be = make_cpu_backend(2);
+            const StepResult want = one_step(*emulated_be, t, ActivationStorage::kEmulated, mc);
+            const StepResult got = one_step(*typed_be, t, ActivationStorage::kTyped, mc);
+            EXPECT_EQ(float_bits(got.loss), float_bits(want.loss)) << what << ": loss " << got.loss << " vs "
+                                                                   << want.loss;
+            EXPECT_EQ(got.grad_sum_squares, want.grad_sum_squares) << what;
+            ASSERT_EQ(got.state.size(), want.state.size());
+            EXPECT_EQ(as_bytes(got.state.data(), 4 * got.state.size()),
+                      as_bytes(want.state.data(), 4 * want.state.size()))
+                << what << ": the updated master weights and moments differ";
+        }
+    }
 }
 
 // The host memory a backend's copies use (the checkpoint snapshot's buffer): page-aligned,

@@ -7,6 +7,7 @@
 // output aliasing an input where the op allows it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
@@ -16,6 +17,7 @@
 
 #include "ztrain/backend/activation_rounding.hpp"
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cpu_bf16.hpp"
 #include "ztrain/backend/forwarding_backend.hpp"
 #include "ztrain/backend/rope.hpp"
 #include "ztrain/core/error.hpp"
@@ -58,6 +60,19 @@ void expect_bits(const std::vector<float>& got, const std::vector<float>& want, 
                              << first << ": typed " << got[first] << ", emulated " << want[first];
 }
 
+/// |got - want| <= rel * |want| + 1e-5 everywhere (one 16-bit ulp: rel = 2^-(mantissa
+/// bits); the absolute term for sums of O(1) terms that cancel to near zero).
+void expect_near_relative(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                          const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (std::fabs(double(got[i]) - want[i]) > rel * std::fabs(double(want[i])) + 1e-5 && bad++ == 0) first = i;
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements beyond " << rel
+                       << " relative; first " << first << ": typed " << got[first] << ", emulated " << want[first];
+}
+
 struct TypedCase {
     DType dtype;
     int threads;
@@ -66,7 +81,9 @@ struct TypedCase {
 class TypedActivations : public ::testing::TestWithParam<TypedCase> {
   protected:
     DType t() const { return GetParam().dtype; }
-    std::string at() const { return std::string(dtype_name(t())) + ", " + std::to_string(GetParam().threads) + " thread(s)"; }
+    std::string at() const {
+        return std::string(dtype_name(t())) + ", " + std::to_string(GetParam().threads) + " thread(s)";
+    }
     std::unique_ptr<Backend> cpu = make_cpu_backend(GetParam().threads);
     ActivationRoundingBackend emulated{*cpu, GetParam().dtype};
     /// Past the CPU ops' parallel threshold (2^19 elements), not a multiple of the block.
@@ -194,6 +211,157 @@ TEST_P(TypedActivations, RopeForwardAndBackward) {
     expect_bits(from16(dx16, t()), dx_want, "rope_backward accumulating, " + at());
 }
 
+TEST_P(TypedActivations, EncoderForwardAndBackwardWithAndWithoutPositions) {
+    const int B = 8, T = 100, C = 700, Vp = 50;  // 560 000 elements: past the threshold
+    const size_t n = static_cast<size_t>(B) * T * C;
+    std::vector<int32_t> tokens(static_cast<size_t>(B) * T);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919) % Vp);
+    const std::vector<float> wte = values(static_cast<size_t>(Vp) * C, 0.5f, 0.3f, DType::kF32);
+    const std::vector<float> wpe = values(static_cast<size_t>(T) * C, 0.2f, 0.8f, DType::kF32);
+    const std::vector<float> dy = values(n, 0.3f, 0.5f, t());
+    for (const float* pe : {wpe.data(), static_cast<const float*>(nullptr)}) {
+        const std::string what = std::string(pe != nullptr ? "with" : "without") + " positions, " + at();
+        std::vector<float> y_want(n), dwte_want = values(wte.size(), 0.01f, 0.1f, DType::kF32);
+        std::vector<float> dwpe_want = values(wpe.size(), 0.01f, 0.2f, DType::kF32);
+        std::vector<float> dwte = dwte_want, dwpe = dwpe_want;
+        emulated.encoder_forward(y_want.data(), tokens.data(), wte.data(), pe, B, T, C);
+        emulated.encoder_backward(dwte_want.data(), dwpe_want.data(), dy.data(), tokens.data(), B, T, C);
+        std::vector<uint16_t> y16(n);
+        const std::vector<uint16_t> dy16 = to16(dy, t());
+        cpu->encoder_forward(ActPtr(y16.data(), t()), tokens.data(), wte.data(), pe, B, T, C);
+        cpu->encoder_backward(dwte.data(), dwpe.data(), ConstActPtr(dy16.data(), t()), tokens.data(), B, T, C);
+        expect_bits(from16(y16, t()), y_want, "encoder_forward out, " + what);
+        expect_bits(dwte, dwte_want, "encoder_backward dwte, " + what);
+        expect_bits(dwpe, dwpe_want, "encoder_backward dwpe, " + what);
+    }
+}
+
+// Losses alone (logits untouched) and with the gradient written over the logits; rows with
+// target -1 are ignored.
+TEST_P(TypedActivations, SoftmaxCrossEntropyLossAndGradient) {
+    const int N = 300, V = 1900, Vp = 1920;  // 576 000 logits: past the threshold
+    const size_t n = static_cast<size_t>(N) * Vp;
+    std::vector<int32_t> targets(N);
+    for (int r = 0; r < N; ++r) targets[r] = r % 17 == 0 ? -1 : (r * 613) % V;
+    const std::vector<float> logits = values(n, 4.f, 0.2f, t());
+    for (float dloss : {0.f, 1.f / N}) {
+        const std::string what = (dloss != 0.f ? "with the gradient, " : "loss only, ") + at();
+        std::vector<float> want = logits, loss_want(N), loss(N);
+        emulated.softmax_cross_entropy(loss_want.data(), want.data(), targets.data(), N, V, Vp, dloss);
+        std::vector<uint16_t> l16 = to16(logits, t());
+        cpu->softmax_cross_entropy(loss.data(), ActPtr(l16.data(), t()), targets.data(), N, V, Vp, dloss);
+        expect_bits(loss, loss_want, "softmax_cross_entropy losses, " + what);
+        expect_bits(from16(l16, t()), want, "softmax_cross_entropy logits / dlogits, " + what);
+    }
+}
+
+// Attention, GPT-2 (NKV = NH) and grouped-query shapes, causal and block-diagonal: out and
+// the probabilities forward, dqkv backward (accumulating), T past one 64-row block and not a
+// multiple of it.
+TEST_P(TypedActivations, AttentionForwardAndBackward) {
+    struct Shape {
+        int B, T, NH, NKV, hs;
+    };
+    for (const Shape& sh : {Shape{2, 100, 4, 4, 16}, Shape{2, 100, 4, 2, 24}}) {
+        const auto [B, T, NH, NKV, hs] = sh;
+        const size_t nqkv = static_cast<size_t>(B) * T * (NH + 2 * NKV) * hs;
+        const size_t nout = static_cast<size_t>(B) * T * NH * hs, natt = static_cast<size_t>(B) * NH * T * T;
+        const std::vector<float> qkv = values(nqkv, 1.5f, 0.3f, t()), dy = values(nout, 0.4f, 0.9f, t());
+        const std::vector<float> dqkv0 = values(nqkv, 0.1f, 1.9f, t());
+        std::vector<int32_t> from(static_cast<size_t>(B) * T);
+        for (size_t i = 0; i < from.size(); ++i) {
+            const int tq = static_cast<int>(i % T);
+            from[i] = tq < 37 ? 0 : tq < 80 ? 37 : 80;  // three packed examples per row
+        }
+        std::vector<float> scratch(cpu->attention_scratch_floats(B, T, NH));
+        const int32_t* const segmented = from.data();
+        for (const int32_t* attend_from : {static_cast<const int32_t*>(nullptr), segmented}) {
+            const std::string what = std::string(attend_from != nullptr ? "segmented" : "causal") + ", NH " +
+                                     std::to_string(NH) + " NKV " + std::to_string(NKV) + ", " + at();
+            std::vector<float> out_want(nout), att_want(natt), dqkv_want = dqkv0;
+            std::vector<uint16_t> out16(nout), att16(natt), dqkv16 = to16(dqkv0, t());
+            const std::vector<uint16_t> qkv16 = to16(qkv, t()), dy16 = to16(dy, t());
+            const ActPtr o(out16.data(), t()), a(att16.data(), t()), dq(dqkv16.data(), t());
+            const ConstActPtr q(qkv16.data(), t()), d(dy16.data(), t());
+            if (attend_from == nullptr) {
+                emulated.gqa_attention_forward(out_want.data(), att_want.data(), qkv.data(), B, T, NH, NKV, hs);
+                emulated.gqa_attention_backward(dqkv_want.data(), scratch.data(), dy.data(), qkv.data(),
+                                                att_want.data(), B, T, NH, NKV, hs);
+                cpu->gqa_attention_forward(o, a, q, B, T, NH, NKV, hs);
+                cpu->gqa_attention_backward(dq, scratch.data(), d, q, a, B, T, NH, NKV, hs);
+            } else {
+                emulated.gqa_attention_forward_segmented(out_want.data(), att_want.data(), qkv.data(), attend_from,
+                                                         B, T, NH, NKV, hs);
+                emulated.gqa_attention_backward_segmented(dqkv_want.data(), scratch.data(), dy.data(), qkv.data(),
+                                                          att_want.data(), attend_from, B, T, NH, NKV, hs);
+                cpu->gqa_attention_forward_segmented(o, a, q, attend_from, B, T, NH, NKV, hs);
+                cpu->gqa_attention_backward_segmented(dq, scratch.data(), d, q, a, attend_from, B, T, NH, NKV, hs);
+            }
+            expect_bits(from16(out16, t()), out_want, "attention out, " + what);
+            // Only the causal part of att is specified.
+            std::vector<float> att_got = from16(att16, t());
+            for (size_t r = 0; r < natt / T; ++r) {
+                for (int c = static_cast<int>(r % T) + 1; c < T; ++c) att_got[r * T + c] = att_want[r * T + c];
+            }
+            expect_bits(att_got, att_want, "attention probabilities, " + what);
+            expect_bits(from16(dqkv16, t()), dqkv_want, "attention dqkv, " + what);
+        }
+    }
+}
+
+/// One typed product against the emulation: forward with a bias, the residual form, and the
+/// backward accumulating into non-zero dinp, dweight and dbias. N, C, OC are not multiples of
+/// 16 (the slabs' alignment) and past the size where the products split over the team.
+void check_typed_matmul(Backend& cpu, Backend& emulated, DType t, int N, int C, int OC, const std::string& at,
+                        bool exact = true) {
+    const size_t nx = static_cast<size_t>(N) * C, ny = static_cast<size_t>(N) * OC;
+    const std::vector<float> x = values(nx, 1.f, 0.2f, t), dy = values(ny, 0.3f, 0.6f, t);
+    const std::vector<float> res = values(ny, 1.f, 1.4f, t), dx0 = values(nx, 0.1f, 0.9f, t);
+    const std::vector<float> w = values(static_cast<size_t>(OC) * C, 0.05f, 0.4f, t);
+    const std::vector<float> b = values(OC, 0.2f, 0.1f, DType::kF32);
+    std::vector<float> y_want(ny), r_want(ny), dx_want = dx0;
+    std::vector<float> dw_want = values(w.size(), 0.01f, 0.7f, DType::kF32);
+    std::vector<float> db_want = values(OC, 0.01f, 0.8f, DType::kF32);
+    std::vector<float> dw = dw_want, db = db_want;
+    emulated.matmul_forward(y_want.data(), x.data(), w.data(), b.data(), N, C, OC);
+    emulated.matmul_residual_forward(r_want.data(), x.data(), w.data(), b.data(), res.data(), N, C, OC);
+    emulated.matmul_backward(dx_want.data(), dw_want.data(), db_want.data(), dy.data(), x.data(), w.data(), N, C, OC);
+    const std::vector<uint16_t> x16 = to16(x, t), dy16 = to16(dy, t), res16 = to16(res, t);
+    std::vector<uint16_t> y16(ny), r16(ny), dx16 = to16(dx0, t);
+    cpu.matmul_forward(ActPtr(y16.data(), t), ConstActPtr(x16.data(), t), w.data(), b.data(), N, C, OC);
+    cpu.matmul_residual_forward(ActPtr(r16.data(), t), ConstActPtr(x16.data(), t), w.data(), b.data(),
+                                ConstActPtr(res16.data(), t), N, C, OC);
+    cpu.matmul_backward(ActPtr(dx16.data(), t), dw.data(), db.data(), ConstActPtr(dy16.data(), t),
+                        ConstActPtr(x16.data(), t), w.data(), N, C, OC);
+    if (exact) {
+        expect_bits(from16(y16, t), y_want, "matmul_forward out, " + at);
+        expect_bits(from16(r16, t), r_want, "matmul_residual_forward out, " + at);
+        expect_bits(from16(dx16, t), dx_want, "matmul_backward dinp, " + at);
+        expect_bits(db, db_want, "matmul_backward dbias, " + at);
+        expect_bits(dw, dw_want, "matmul_backward dweight, " + at);
+        return;
+    }
+    // Row blocks: sgemm's fp32 sums depend on where a row falls in a thread's slab, so a sum
+    // may differ in its last fp32 bit and round to the neighbouring 16-bit value: within one
+    // unit in the last place of t. dweight adds the blocks' products in order: fp32 rounding
+    // of a sum of N terms, |error| <= N * 2^-24 * sum |terms| (|dy x| <= 0.3 * 1.1 per term).
+    const double ulp = std::ldexp(1.0, t == DType::kBF16 ? -7 : -10);
+    expect_near_relative(from16(y16, t), y_want, ulp, "matmul_forward out, " + at);
+    expect_near_relative(from16(r16, t), r_want, ulp, "matmul_residual_forward out, " + at);
+    expect_near_relative(from16(dx16, t), dx_want, ulp, "matmul_backward dinp, " + at);
+    expect_bits(db, db_want, "matmul_backward dbias, " + at);
+    const double bound = N * std::ldexp(1.0, -24) * N * 0.3 * 1.1;
+    double worst = 0.0;
+    for (size_t i = 0; i < dw.size(); ++i) worst = std::max(worst, std::fabs(double(dw[i]) - dw_want[i]));
+    EXPECT_LE(worst, bound) << "matmul_backward dweight over row blocks, " << at;
+}
+
+// Products without 16-bit products (fp16; bf16 where the CPU has no bf16 instructions):
+// widened rows through sgemm, equal to the emulation bit for bit.
+TEST_P(TypedActivations, MatmulWidenedForwardAndBackward) {
+    check_typed_matmul(*cpu, emulated, t(), 300, 200, 520, "widened, " + at());
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, TypedActivations,
                          ::testing::Values(TypedCase{DType::kBF16, 1}, TypedCase{DType::kBF16, 2},
                                            TypedCase{DType::kF16, 1}, TypedCase{DType::kF16, 2}),
@@ -201,6 +369,30 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, TypedActivations,
                              return std::string(dtype_name(info.param.dtype)) + "_threads" +
                                     std::to_string(info.param.threads);
                          });
+
+// Past the widened block budget (16 MiB of fp32 operands: 1040 of these rows, matmul.cpp's
+// widened_gemm_rows): the rows go in two blocks; out, dinp
+// and dbias stay bit-exact, dweight adds the blocks' products in order.
+TEST(TypedMatmul, WidenedRowBlocksBeyondTheBudget) {
+    std::unique_ptr<Backend> cpu = make_cpu_backend(2);
+    ActivationRoundingBackend emulated(*cpu, DType::kF16);
+    check_typed_matmul(*cpu, emulated, DType::kF16, 1100, 512, 3000, "fp16, two row blocks", false);
+}
+
+// bf16 on the CPU's bf16 instructions (oneDNN): bf16 operands read as stored, the bias and
+// the residual added before the one rounding: the emulation's products on fp32 buffers bit
+// for bit.
+TEST(TypedMatmul, Bf16ProductsMatchTheEmulation) {
+    if (!cpu_bf16_products().native) GTEST_SKIP() << cpu_bf16_products_report();
+    for (int threads : {1, 2}) {
+        std::unique_ptr<Backend> cpu = make_cpu_backend(threads);
+        cpu->set_activation_dtype(DType::kBF16);
+        ActivationRoundingBackend emulated(*cpu, DType::kBF16);
+        check_typed_matmul(*cpu, emulated, DType::kBF16, 300, 200, 520,
+                           "bf16 products, " + std::to_string(threads) + " thread(s)");
+        check_typed_matmul(*cpu, emulated, DType::kBF16, 1, 200, 520, "bf16 products, one row");
+    }
+}
 
 /// A backend whose GELU runs in fp32 only (the CUDA backend's state for now), over the CPU.
 class Fp32OnlyGelu : public ForwardingBackend {

@@ -81,11 +81,22 @@ TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
   for (const ModelConfig& cfg : {ModelConfig{}, llama_model()}) {
     for (const bool recompute : {false, true}) {
         for (const int batch : {1, 3}) {
-            Transformer model(cfg, *backend, batch, recompute);
-            const double plan = Transformer::activation_floats(cfg, batch, recompute,
-                                                       backend->attention_scratch_floats(batch, cfg.seq_len, cfg.n_head));
-            EXPECT_EQ(plan * sizeof(float), static_cast<double>(model.activation_bytes()))
-                << "batch " << batch << (recompute ? ", recompute" : "");
+            const ActivationCount plan = Transformer::activations(
+                cfg, batch, recompute, backend->attention_scratch_floats(batch, cfg.seq_len, cfg.n_head));
+            double fp32_bytes = 0;
+            for (const DType t : {DType::kF32, DType::kBF16}) {
+                Transformer model(cfg, *backend, batch, recompute, t);
+                const double got = static_cast<double>(model.activation_bytes());
+                EXPECT_EQ(plan.bytes(t), got)
+                    << dtype_name(t) << ", batch " << batch << (recompute ? ", recompute" : "");
+                if (t == DType::kF32) fp32_bytes = got;
+                // 16-bit storage halves everything but the fp32 items (statistics, losses,
+                // the attention scratch, the rotary table).
+                if (t != DType::kF32) {
+                    EXPECT_EQ(got, fp32_bytes - 2.0 * plan.act)
+                        << "bf16 activations " << got << " bytes vs fp32 " << fp32_bytes << ", batch " << batch;
+                }
+            }
         }
     }
   }

@@ -34,11 +34,11 @@ class ActivationRoundingBackend final : public ForwardingBackend {
     // Everything not listed is forwarded unchanged (ForwardingBackend).
 
     // ---- activation outputs rounded ----
-    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
                         int OC) override;
-    void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
-                                 const float* residual, int N, int C, int OC) override;
-    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+                                 ConstActPtr residual, int N, int C, int OC) override;
+    void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                          const float* weight, int N, int C, int OC) override;
     void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override;
@@ -47,18 +47,18 @@ class ActivationRoundingBackend final : public ForwardingBackend {
     void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
     void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
     void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
-    void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+    void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override;
-    void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+    void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,
                                 int B, int T, int NH, int NKV, int hs) override;
-    void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from, int B,
+    void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from, int B,
                                          int T, int NH, int NKV, int hs) override;
-    void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                          const float* att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+    void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                          ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
                                           int hs) override;
-    void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+    void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                          int C) override;
-    void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+    void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp,
                                float dloss) override;
     void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                          float eps) override;

@@ -42,6 +42,8 @@ struct ActPtr {
     ActPtr(float* p) : data(p) {}  // NOLINT(google-explicit-constructor): fp32 buffers as they are
     bool f32() const { return dtype == DType::kF32; }
     float* as_f32() const { return static_cast<float*>(data); }  ///< only when f32()
+    /// The buffer from element n on (same dtype).
+    ActPtr offset(size_t n) const { return {static_cast<char*>(data) + n * dtype_size(dtype), dtype}; }
 };
 
 /// Read-only activations stored in `dtype` at `data`.
@@ -54,6 +56,7 @@ struct ConstActPtr {
     ConstActPtr(ActPtr a) : data(a.data), dtype(a.dtype) {}  // NOLINT(google-explicit-constructor)
     bool f32() const { return dtype == DType::kF32; }
     const float* as_f32() const { return static_cast<const float*>(data); }  ///< only when f32()
+    ConstActPtr offset(size_t n) const { return {static_cast<const char*>(data) + n * dtype_size(dtype), dtype}; }
 };
 
 /// What a backend can train with. One answer per backend kind, so "which precisions run on
@@ -192,20 +195,23 @@ class Backend {
     /// otherwise.
     virtual std::string activation_dtype_note(DType /*t*/) const { return {}; }
 
-    /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
-    virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                                int N, int C, int OC) = 0;
+    /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null. Typed out and
+    /// inp: the product accumulates in fp32 and out is rounded once.
+    virtual void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
+                                int OC) = 0;
     /// out (N, OC) = inp @ weight^T + bias + residual (N, OC): a projection closing a residual
     /// branch. out must not alias inp or residual. Default: matmul_forward, then
-    /// residual_forward in place, so the sum is rounded once where activations are 16-bit.
-    virtual void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
-                                         const float* residual, int N, int C, int OC) {
+    /// residual_forward in place (exact for fp32 out only: a 16-bit out would be rounded
+    /// twice, so a backend with typed products overrides it).
+    virtual void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+                                         ConstActPtr residual, int N, int C, int OC) {
         matmul_forward(out, inp, weight, bias, N, C, OC);
         residual_forward(out, out, residual, static_cast<size_t>(N) * static_cast<size_t>(OC));
     }
     /// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_rows dout.
-    virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, int N, int C, int OC) = 0;
+    /// Typed dinp / dout / inp (dweight, dbias fp32); a 16-bit dinp is rounded once after the add.
+    virtual void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                 const float* weight, int N, int C, int OC) = 0;
 
     /// out (N, C) = (inp - mean) * rstd * weight + bias, eps 1e-5; saves mean (N), rstd (N).
     /// Typed out / dinp / dout / inp; the statistics and parameter gradients stay fp32.
@@ -229,25 +235,25 @@ class Backend {
     /// divide NH). Scores are scaled by 1/sqrt(hs).
     /// out (B, T, NH*hs); att (B, NH, T, T) receives the softmax probabilities (saved for
     /// backward; entries above the diagonal are unspecified).
-    virtual void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+    virtual void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                        int hs) = 0;
     /// dqkv (B, T, (NH + 2*NKV)*hs) += the gradient of out w.r.t. qkv given dout (B, T, NH*hs)
     /// and att from the forward (a key/value head sums the gradients of the NH/NKV query heads
     /// that share it); scratch holds at least attention_scratch_floats(B, T, NH) floats.
-    virtual void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                        const float* att, int B, int T, int NH, int NKV, int hs) = 0;
+    virtual void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                        ConstActPtr att, int B, int T, int NH, int NKV, int hs) = 0;
     /// gqa_attention_forward with a block-diagonal causal mask: query t of row b attends to
     /// keys [attend_from[b*T + t], t] only (attend_from: (B, T) int32 host memory, each
     /// value in [0, t]), so examples packed into one row never see each other. att is zero
     /// outside that range, so gqa_attention_backward of this att is the masked gradient.
     /// Default: refuses (a backend without it cannot train on packed examples).
-    virtual void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
+    virtual void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                                  int B, int T, int NH, int NKV, int hs);
     /// The backward of gqa_attention_forward_segmented (same attend_from): dqkv += the
     /// gradient given dout and the segmented forward's att. Keys outside a query's segment
     /// get no gradient from it. Default: refuses, like the forward.
-    virtual void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                                  const float* att, const int32_t* attend_from, int B, int T,
+    virtual void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                                  ConstActPtr att, const int32_t* attend_from, int B, int T,
                                                   int NH, int NKV, int hs);
     /// Scratch floats of (gqa_)attention_backward for NH query heads, whatever NKV and hs.
     virtual size_t attention_scratch_floats(int B, int T, int NH) const = 0;
@@ -264,11 +270,11 @@ class Backend {
     /// hs = C / NH (C % NH == 0 required), so qkv (B, T, 3C) = [q | k | v] of C each, out
     /// (B, T, C), att (B, NH, T, T). Defined here on top of the GQA op so that backends and
     /// decorators implement attention once.
-    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    void attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int C, int NH) {
         gqa_attention_forward(out, att, qkv, B, T, NH, NH, mha_head_size(C, NH));
     }
     /// dqkv (B, T, 3C) += ...: gqa_attention_backward with NKV = NH, hs = C / NH.
-    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+    void attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,
                             int B, int T, int C, int NH) {
         gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NH, mha_head_size(C, NH));
     }
@@ -311,18 +317,19 @@ class Backend {
     virtual void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) = 0;
 
     /// out (B, T, C) = wte[tokens[b, t]] + wpe[t]; wpe null: no position table (Llama),
-    /// out = wte[tokens[b, t]].
-    virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+    /// out = wte[tokens[b, t]]. Typed out and dout (the tables and their gradients fp32).
+    virtual void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe,
                                  int B, int T, int C) = 0;
     /// dwte (Vp, C) += scatter of dout by token; dwpe (T, C) += sum over batch.
-    virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+    virtual void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens,
                                   int B, int T, int C) = 0;
 
     /// Row-wise softmax cross-entropy over the first V of Vp logit columns (padded columns
     /// are never predicted). losses (N) = -log p[target]. If dloss != 0, logits (N, Vp) are
     /// overwritten by d(dloss * sum losses)/dlogits, with zeros in the padded columns.
-    /// A target < 0 marks a row that is ignored (loss 0, gradient 0).
-    virtual void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N,
+    /// A target < 0 marks a row that is ignored (loss 0, gradient 0). Typed logits: computed
+    /// in fp32 per row, a 16-bit gradient rounded once; losses fp32.
+    virtual void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N,
                                        int V, int Vp, float dloss) = 0;
 
     /// One AdamW step over n elements: param, m, v updated in place from grad * grad_scale.

@@ -57,15 +57,15 @@ class ForwardingBackend : public Backend {
     std::string activation_dtype_note(DType t) const override { return m_inner.activation_dtype_note(t); }
 
     // ---- GPT-2 compute ----
-    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
                         int OC) override {
         m_inner.matmul_forward(out, inp, weight, bias, N, C, OC);
     }
-    void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
-                                 const float* residual, int N, int C, int OC) override {
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+                                 ConstActPtr residual, int N, int C, int OC) override {
         m_inner.matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
     }
-    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                          const float* weight, int N, int C, int OC) override {
         m_inner.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
@@ -84,11 +84,11 @@ class ForwardingBackend : public Backend {
     void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override {
         m_inner.residual_forward(out, a, b, n);
     }
-    void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+    void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override {
         m_inner.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
     }
-    void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+    void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,
                                 int B, int T, int NH, int NKV, int hs) override {
         m_inner.gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
     }
@@ -96,27 +96,27 @@ class ForwardingBackend : public Backend {
                               int NKV, int hs) override {
         m_inner.gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs);
     }
-    void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
+    void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                          int B, int T, int NH, int NKV, int hs) override {
         m_inner.gqa_attention_forward_segmented(out, att, qkv, attend_from, B, T, NH, NKV, hs);
     }
-    void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                          const float* att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+    void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                          ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
                                           int hs) override {
         m_inner.gqa_attention_backward_segmented(dqkv, scratch, dout, qkv, att, attend_from, B, T, NH, NKV, hs);
     }
     size_t attention_scratch_floats(int B, int T, int NH) const override {
         return m_inner.attention_scratch_floats(B, T, NH);
     }
-    void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+    void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                          int C) override {
         m_inner.encoder_forward(out, tokens, wte, wpe, B, T, C);
     }
-    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+    void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
                           int C) override {
         m_inner.encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
     }
-    void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+    void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp,
                                float dloss) override {
         m_inner.softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
     }

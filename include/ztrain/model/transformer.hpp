@@ -40,13 +40,31 @@ struct TokenRows {
     const int32_t* segment_start = nullptr;
 };
 
+/// Activation memory by storage: elements kept in the activation dtype (activations and
+/// their gradients) and floats kept fp32 whatever it is (normalization statistics, losses,
+/// the rotary table, the attention backward's scratch).
+struct ActivationCount {
+    double act = 0;
+    double f32 = 0;
+    double bytes(DType activation) const {
+        return act * static_cast<double>(dtype_size(activation)) + f32 * sizeof(float);
+    }
+};
+
+/// How 16-bit activations are stored: in their dtype (what training runs), or as fp32
+/// buffers holding 16-bit values through an ActivationRoundingBackend, the emulation the
+/// typed ops are checked against (a test oracle only).
+enum class ActivationStorage { kTyped, kEmulated };
+
 class Transformer {
   public:
     /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens. With
     /// `recompute`, only each block's output is kept; backward re-runs a block's forward
     /// into one shared set of buffers just before its backward (activation checkpointing:
     /// about one extra forward of compute for ~1/L of the block activations' memory).
-    Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false);
+    /// Activations in `activation` (set_activation_dtype).
+    Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false,
+                DType activation = DType::kF32);
     ~Transformer();
     Transformer(const Transformer&) = delete;
     Transformer& operator=(const Transformer&) = delete;
@@ -56,7 +74,8 @@ class Transformer {
 
     /// Forward over inputs (B, T). With targets, returns the mean cross-entropy over rows
     /// whose target >= 0 and, when dloss != 0, leaves d(dloss * sum of row losses)/dlogits
-    /// ready for backward(). Without targets returns 0 and logits() holds (B, T, Vp).
+    /// ready for backward(). Without targets returns 0 and the logits (B, T, Vp) are kept
+    /// (logits_row_to_host).
     float forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
                   float dloss);
     /// The same over rows of packed examples (`rows`: see TokenRows; empty: the above).
@@ -72,22 +91,25 @@ class Transformer {
     /// Per-position losses (B*T, host memory) of the last forward with targets; positions
     /// whose target < 0 hold no meaningful value.
     const std::vector<float>& position_losses() const { return m_losses_host; }
-    /// Backend memory (device memory on a GPU backend; see logits_row_to_host).
-    const float* logits() const { return m_logits; }
-    /// Copies logits row `row` (Vp floats, of the last forward) into host memory at out.
+    /// Copies logits row `row` (Vp values of the last forward, widened to fp32) into host
+    /// memory at out.
     void logits_row_to_host(int row, float* out) const;
 
-    /// Activations and activation gradients in `t`: for bf16/fp16 the model computes through
-    /// an ActivationRoundingBackend over its backend (16-bit values in fp32 buffers; see
-    /// activation_rounding.hpp). Default fp32. Requires backend.capabilities().supports(t).
-    void set_activation_dtype(DType t);
+    /// Activations and activation gradients stored in `t` (default fp32): the buffers are
+    /// made again in t (before a forward, not between a forward and its backward), and the
+    /// backend is told (Backend::set_activation_dtype: its products for t). kEmulated keeps
+    /// fp32 buffers and rounds through an ActivationRoundingBackend instead (the oracle of
+    /// the tests). Requires backend.capabilities().supports(t).
+    void set_activation_dtype(DType t, ActivationStorage storage = ActivationStorage::kTyped);
+    DType activation_dtype() const { return m_act_dtype; }
     /// Bytes of activation (and activation-gradient) memory allocated.
     size_t activation_bytes() const;
-    /// The floats the constructor allocates for these arguments, computed in double (so an
-    /// absurd shape gives a huge number, not an overflow) without allocating: the memory
-    /// plan's figure. The constructor checks that it allocated exactly this.
-    static double activation_floats(const ModelConfig& cfg, int max_batch, bool recompute,
-                                    size_t attention_scratch_floats);
+    /// What the constructor allocates for these arguments, computed in double (so an absurd
+    /// shape gives a huge number, not an overflow) without allocating: the memory plan's
+    /// figure (ActivationCount::bytes of the run's activation dtype). The constructor checks
+    /// that it allocated exactly this.
+    static ActivationCount activations(const ModelConfig& cfg, int max_batch, bool recompute,
+                                       size_t attention_scratch_floats);
     /// Bytes of the token and target copies in backend memory (int32, (B, T) each).
     static double token_bytes(const ModelConfig& cfg, int max_batch) {
         return 2.0 * max_batch * cfg.seq_len * sizeof(int32_t);
@@ -104,6 +126,8 @@ class Transformer {
     }
 
   private:
+    /// (Re)makes every activation buffer in `stored` (the arena, the family's slots).
+    void allocate_activations(DType stored);
     void embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T);
     void set_rows(const TokenRows& rows, int B, int T);
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
@@ -116,18 +140,19 @@ class Transformer {
     std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch
     int m_max_batch;
     bool m_recompute = false;
-    /// What the model's ops run on: m_backend, or a rounding decorator over it (16-bit).
+    /// What the model's ops run on: m_backend, or the emulation's rounding decorator over it.
     std::unique_ptr<Backend> m_rounding;
     Backend* m_compute = &m_backend;
+    DType m_act_dtype = DType::kF32;  ///< the activations' dtype (their storage when typed)
     int m_B = 0;
     int m_T = 0;
     // What every family shares. Shapes with B = m_max_batch, T = seq_len at allocation.
-    float* m_encoded = nullptr;    // (B, T, C) the embedding's output, the first block's input
-    float* m_normed = nullptr;     // (B, T, C) the final norm's output
-    float* m_logits = nullptr;     // (B, T, Vp); dlogits after a training forward
-    float* m_losses = nullptr;     // (B, T)
-    float* m_dresidual = nullptr;  // (B, T, C) d loss / d residual stream, block by block
-    float* m_dnormed = nullptr;    // (B, T, C) d loss / d final norm output
+    ActPtr m_encoded;          // (B, T, C) the embedding's output, the first block's input
+    ActPtr m_normed;           // (B, T, C) the final norm's output
+    ActPtr m_logits;           // (B, T, Vp); dlogits after a training forward
+    float* m_losses = nullptr; // (B, T)
+    ActPtr m_dresidual;        // (B, T, C) d loss / d residual stream, block by block
+    ActPtr m_dnormed;          // (B, T, C) d loss / d final norm output
     const int32_t* m_inputs = nullptr;  // the backend's copy of the last forward's tokens
     // Tokens and targets copied from the caller's host arrays into backend memory, and the
     // per-row losses read back for the mean (host memory).

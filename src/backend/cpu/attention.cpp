@@ -96,85 +96,136 @@ size_t attention_scratch_floats(int T, int threads) {
     return static_cast<size_t>(threads) * attention_thread_scratch(T);
 }
 
-void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV, int hs,
+namespace {
+
+/// One head's (T, hs) columns of qkv-shaped (or out-shaped) rows as fp32 with a leading
+/// dimension: the rows themselves when stored fp32, else a widened copy on the thread's
+/// scratch (leading dimension hs). Element (t, i) is ptr[t * ld + i].
+struct HeadView {
+    float* ptr = nullptr;
+    int ld = 0;
+};
+
+/// A view of columns [col, col + hs) of T rows of width `row` starting at element `at`;
+/// widened into `scratch` (T * hs floats) when x is 16-bit.
+HeadView head_view(ConstActPtr x, size_t at, int row, int T, int hs, float* scratch) {
+    if (x.f32()) return {const_cast<float*>(x.as_f32()) + at, row};
+    for (int t = 0; t < T; ++t) {
+        widen(x, at + static_cast<size_t>(t) * row, static_cast<size_t>(hs), scratch + static_cast<size_t>(t) * hs);
+    }
+    return {scratch, hs};
+}
+
+/// Writes a widened head view back into x's rows, rounded once (nothing when x is fp32:
+/// the view is x itself).
+void head_store(const HeadView& v, ActPtr x, size_t at, int row, int T, int hs) {
+    if (x.f32()) return;
+    for (int t = 0; t < T; ++t) {
+        narrow(v.ptr + static_cast<size_t>(t) * v.ld, x, at + static_cast<size_t>(t) * row, static_cast<size_t>(hs));
+    }
+}
+
+}  // namespace
+
+void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV, int hs,
                            int threads, const int32_t* attend_from) {
     const AttentionLayout lay = attention_layout(NH, NKV, hs);
     const float scale = 1.f / std::sqrt(static_cast<float>(hs));
     const int units = B * NH;
     const int W = lay.row;
     const int O = lay.out_row;
+    const size_t Ts = static_cast<size_t>(T);
+    const size_t ths = Ts * static_cast<size_t>(hs);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int u = 0; u < units; ++u) {
         const int b = u / NH;
         const int h = u % NH;
-        const float* row0 = qkv + static_cast<size_t>(b) * T * W;
-        const float* q = row0 + static_cast<size_t>(h) * hs;
-        const float* k = row0 + lay.k_offset + static_cast<size_t>(h / lay.group) * hs;
-        const float* v = row0 + lay.v_offset + static_cast<size_t>(h / lay.group) * hs;
-        float* p = att + static_cast<size_t>(u) * T * T;
-        float* o = out + static_cast<size_t>(b) * T * O + static_cast<size_t>(h) * hs;
-        // S = scale * Q K^T, row block [r0, r1) against keys [0, r1).
+        // 16-bit buffers: q, k, v widened, a block of probability rows and of outputs in
+        // fp32 on the thread's scratch, each rounded once when stored.
+        float* scratch = out.f32() && att.f32() && qkv.f32()
+                             ? nullptr
+                             : thread_rows(4 * ths + static_cast<size_t>(kAttentionBlock) * Ts);
+        auto part = [&](size_t i) { return scratch != nullptr ? scratch + i * ths : nullptr; };
+        const size_t row0 = static_cast<size_t>(b) * Ts * W;
+        const HeadView q = head_view(qkv, row0 + static_cast<size_t>(h) * hs, W, T, hs, part(0));
+        const size_t kv_col = static_cast<size_t>(h / lay.group) * hs;
+        const HeadView k = head_view(qkv, row0 + lay.k_offset + kv_col, W, T, hs, part(1));
+        const HeadView v = head_view(qkv, row0 + lay.v_offset + kv_col, W, T, hs, part(2));
+        const size_t p_at = static_cast<size_t>(u) * Ts * Ts;
+        const size_t o_at = static_cast<size_t>(b) * Ts * O + static_cast<size_t>(h) * hs;
+        HeadView o{out.f32() ? out.as_f32() + o_at : part(3), out.f32() ? O : hs};
+        float* pblock = part(4);
+        // Row block [r0, r1) against keys [0, r1): S = scale * Q K^T, its softmax, O = P V
+        // (P is zero past the diagonal).
         for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
             const int r1 = std::min(T, r0 + kAttentionBlock);
-            sgemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<size_t>(r0) * W, W, k, W, 0.f,
-                  p + static_cast<size_t>(r0) * T, T);
-        }
-        if (attend_from == nullptr) {
-            for (int t = 0; t < T; ++t) {
-                causal_softmax_row_kernel(p + static_cast<size_t>(t) * T, t + 1, T);
-            }
-        } else {
-            // Block-diagonal: the softmax runs over keys [from, t] and the keys before
-            // `from` get probability 0, so the products below (and backward, which reads
-            // att) see exactly the example's own keys.
-            const int32_t* from = attend_from + static_cast<size_t>(b) * T;
-            for (int t = 0; t < T; ++t) {
-                float* row = p + static_cast<size_t>(t) * T;
-                const int f = std::clamp(static_cast<int>(from[t]), 0, t);
+            float* p = att.f32() ? att.as_f32() + p_at + static_cast<size_t>(r0) * Ts : pblock;
+            sgemm(false, true, r1 - r0, r1, hs, scale, q.ptr + static_cast<size_t>(r0) * q.ld, q.ld, k.ptr, k.ld,
+                  0.f, p, T);
+            for (int t = r0; t < r1; ++t) {
+                float* row = p + static_cast<size_t>(t - r0) * Ts;
+                if (attend_from == nullptr) {
+                    causal_softmax_row_kernel(row, t + 1, T);
+                    continue;
+                }
+                // Block-diagonal: the softmax runs over keys [from, t] and the keys before
+                // `from` get probability 0, so the product below (and backward, which reads
+                // att) sees exactly the example's own keys.
+                const int f = std::clamp(static_cast<int>(attend_from[static_cast<size_t>(b) * Ts + t]), 0, t);
                 causal_softmax_row_kernel(row + f, t + 1 - f, T - f);
                 std::fill(row, row + f, 0.f);
             }
+            sgemm(false, false, r1 - r0, hs, r1, 1.f, p, T, v.ptr, v.ld, 0.f, o.ptr + static_cast<size_t>(r0) * o.ld,
+                  o.ld);
+            if (!att.f32()) narrow(p, att, p_at + static_cast<size_t>(r0) * Ts, static_cast<size_t>(r1 - r0) * Ts);
         }
-        // O = P V, same blocks (P is zero past the diagonal).
-        for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
-            const int r1 = std::min(T, r0 + kAttentionBlock);
-            sgemm(false, false, r1 - r0, hs, r1, 1.f, p + static_cast<size_t>(r0) * T, T, v, W, 0.f,
-                  o + static_cast<size_t>(r0) * O, O);
-        }
+        head_store(o, out, o_at, O, T, hs);
     }
 }
 
-void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                            int B, int T, int NH, int NKV, int hs, int threads) {
+void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att, int B,
+                            int T, int NH, int NKV, int hs, int threads) {
     const AttentionLayout lay = attention_layout(NH, NKV, hs);
     const float scale = 1.f / std::sqrt(static_cast<float>(hs));
     const int units = B * NKV;
     const int W = lay.row;
     const int O = lay.out_row;
-    const size_t tt = static_cast<size_t>(T) * T;
+    const size_t Ts = static_cast<size_t>(T);
+    const size_t tt = Ts * Ts;
+    const size_t ths = Ts * static_cast<size_t>(hs);
+    const bool typed = !(dqkv.f32() && dout.f32() && qkv.f32() && att.f32());
 #pragma omp parallel num_threads(threads)
     {
         float* ds = scratch + static_cast<size_t>(omp_get_thread_num()) * attention_thread_scratch(T);
         float* pc = ds + tt;
+        // 16-bit buffers: k, v, dk, dv, q, dq and dout widened and one head's probabilities,
+        // on the thread's scratch; the gradients rounded once when stored.
+        float* wide = typed ? thread_rows(7 * ths + (att.f32() ? 0 : tt)) : nullptr;
+        auto part = [&](size_t i) { return wide != nullptr ? wide + i * ths : nullptr; };
 #pragma omp for schedule(static)
         for (int u = 0; u < units; ++u) {
             const int b = u / NKV;
             const int kvh = u % NKV;
-            const size_t row0 = static_cast<size_t>(b) * T;
-            const float* k = qkv + row0 * W + lay.k_offset + static_cast<size_t>(kvh) * hs;
-            const float* v = qkv + row0 * W + lay.v_offset + static_cast<size_t>(kvh) * hs;
-            float* dk = dqkv + row0 * W + lay.k_offset + static_cast<size_t>(kvh) * hs;
-            float* dv = dqkv + row0 * W + lay.v_offset + static_cast<size_t>(kvh) * hs;
+            const size_t row0 = static_cast<size_t>(b) * Ts;
+            const size_t k_at = row0 * W + lay.k_offset + static_cast<size_t>(kvh) * hs;
+            const size_t v_at = row0 * W + lay.v_offset + static_cast<size_t>(kvh) * hs;
+            const HeadView k = head_view(qkv, k_at, W, T, hs, part(0));
+            const HeadView v = head_view(qkv, v_at, W, T, hs, part(1));
+            const HeadView dk = head_view(dqkv, k_at, W, T, hs, part(2));
+            const HeadView dv = head_view(dqkv, v_at, W, T, hs, part(3));
             for (int h = kvh * lay.group; h < (kvh + 1) * lay.group; ++h) {
-                const float* q = qkv + row0 * W + static_cast<size_t>(h) * hs;
-                float* dq = dqkv + row0 * W + static_cast<size_t>(h) * hs;
-                const float* dout_h = dout + row0 * O + static_cast<size_t>(h) * hs;
-                const float* p = att + (static_cast<size_t>(b) * NH + h) * tt;
+                const size_t q_at = row0 * W + static_cast<size_t>(h) * hs;
+                const HeadView q = head_view(qkv, q_at, W, T, hs, part(4));
+                const HeadView dq = head_view(dqkv, q_at, W, T, hs, part(5));
+                const HeadView dy = head_view(dout, row0 * O + static_cast<size_t>(h) * hs, O, T, hs, part(6));
+                const size_t p_at = (static_cast<size_t>(b) * NH + h) * tt;
+                const float* p = att.f32() ? att.as_f32() + p_at : part(7);
+                if (!att.f32()) widen(att, p_at, tt, part(7));
                 // dP = dO V^T (row blocks, keys [0, r1)).
                 for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
                     const int r1 = std::min(T, r0 + kAttentionBlock);
-                    sgemm(false, true, r1 - r0, r1, hs, 1.f, dout_h + static_cast<size_t>(r0) * O, O, v, W,
-                          0.f, ds + static_cast<size_t>(r0) * T, T);
+                    sgemm(false, true, r1 - r0, r1, hs, 1.f, dy.ptr + static_cast<size_t>(r0) * dy.ld, dy.ld, v.ptr,
+                          v.ld, 0.f, ds + static_cast<size_t>(r0) * T, T);
                 }
                 // dV += P^T dO: key block [c0, c1) gets contributions from queries [c0, T).
                 // Queries past the block read att as it is (every entry there is at or
@@ -188,10 +239,11 @@ void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, cons
                         causal_copy_row_kernel(pc + static_cast<size_t>(r) * kAttentionBlock,
                                                p + static_cast<size_t>(c0 + r) * T + c0, r + 1, bw);
                     }
-                    sgemm(true, false, bw, hs, bw, 1.f, pc, kAttentionBlock, dout_h + static_cast<size_t>(c0) * O,
-                          O, 1.f, dv + static_cast<size_t>(c0) * W, W);
+                    float* dv_c = dv.ptr + static_cast<size_t>(c0) * dv.ld;
+                    sgemm(true, false, bw, hs, bw, 1.f, pc, kAttentionBlock, dy.ptr + static_cast<size_t>(c0) * dy.ld,
+                          dy.ld, 1.f, dv_c, dv.ld);
                     sgemm(true, false, bw, hs, T - c1, 1.f, p + static_cast<size_t>(c1) * T + c0, T,
-                          dout_h + static_cast<size_t>(c1) * O, O, 1.f, dv + static_cast<size_t>(c0) * W, W);
+                          dy.ptr + static_cast<size_t>(c1) * dy.ld, dy.ld, 1.f, dv_c, dv.ld);
                 }
                 for (int t = 0; t < T; ++t) {
                     softmax_backward_row_kernel(ds + static_cast<size_t>(t) * T, p + static_cast<size_t>(t) * T,
@@ -200,16 +252,20 @@ void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, cons
                 // dQ += scale * dS K.
                 for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
                     const int r1 = std::min(T, r0 + kAttentionBlock);
-                    sgemm(false, false, r1 - r0, hs, r1, scale, ds + static_cast<size_t>(r0) * T, T, k, W, 1.f,
-                          dq + static_cast<size_t>(r0) * W, W);
+                    sgemm(false, false, r1 - r0, hs, r1, scale, ds + static_cast<size_t>(r0) * T, T, k.ptr, k.ld, 1.f,
+                          dq.ptr + static_cast<size_t>(r0) * dq.ld, dq.ld);
                 }
                 // dK += scale * dS^T Q.
                 for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
                     const int c1 = std::min(T, c0 + kAttentionBlock);
                     sgemm(true, false, c1 - c0, hs, T - c0, scale, ds + static_cast<size_t>(c0) * T + c0, T,
-                          q + static_cast<size_t>(c0) * W, W, 1.f, dk + static_cast<size_t>(c0) * W, W);
+                          q.ptr + static_cast<size_t>(c0) * q.ld, q.ld, 1.f, dk.ptr + static_cast<size_t>(c0) * dk.ld,
+                          dk.ld);
                 }
+                head_store(dq, dqkv, q_at, W, T, hs);
             }
+            head_store(dk, dqkv, k_at, W, T, hs);
+            head_store(dv, dqkv, v_at, W, T, hs);
         }
     }
 }

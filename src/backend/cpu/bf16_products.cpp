@@ -2,23 +2,24 @@
 // they are used), and the decision itself.
 //
 // What it implements
-//  - Bf16Products::gemm: C (fp32) = or += bf16(op(A)) @ bf16(op(B)), accumulated in fp32 by
-//    oneDNN's matmul. The fp32 operands are rounded to bf16 (to nearest even, as
-//    zt::f32_to_bf16) into scratch first; in a bf16 run they already hold bf16 values (the
-//    activations are rounded by the model's ops, the parameters are widened bf16), so the
-//    rounding changes nothing and the product differs from sgemm's only by summation order.
+//  - Bf16Products::gemm: C = or += bf16(op(A)) @ bf16(op(B)) [+ bias] [+ add], accumulated
+//    in fp32 by oneDNN's matmul, C stored fp32 or bf16 and rounded once. bf16 operands (the
+//    typed activations of a bf16 run) are read as they are; fp32 ones are rounded to bf16
+//    (to nearest even, as zt::f32_to_bf16) into scratch first. In a bf16 run those already
+//    hold bf16 values (the parameters are widened bf16), so the rounding changes nothing.
+//  - The bias and a residual (`add`) are the primitive's bias and a binary post-op, added
+//    to the fp32 sum before C is rounded, as the fp32 forms followed by a rounding add them.
 //  - Transposes are strides in the memory descriptors, as sgemm's flags are: no copies.
-//  - One oneDNN primitive per product shape (transposes, sizes, leading dimensions, and
-//    whether it accumulates), made on first use and kept: choosing the kernels costs far more
+//  - One oneDNN primitive per product shape (transposes, sizes, leading dimensions, dtypes,
+//    bias, accumulate), made on first use and kept: choosing the kernels costs far more
 //    than a small product.
 //  - Threads: Debian's oneDNN uses the OpenMP runtime, so its team is the calling thread's
 //    omp_get_max_threads(), which the CPU backend sets to its thread count: oneDNN follows
 //    ztrain's thread setting without a call of its own.
 //
 // What it does not do
-//  - No bf16 output buffers yet: results are fp32 and the model's ops round them as the
-//    fp32-buffer emulation does (activation_rounding.hpp).
-//  - No fp16 products (no AVX512-FP16 on the CPUs this targets).
+//  - No fp16 products (no AVX512-FP16 on the CPUs this targets): fp16 storage takes the
+//    widened fp32 products (matmul.cpp).
 #include "ops.hpp"
 #include "cpu_common.hpp"
 
@@ -31,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #if ZT_HAVE_ONEDNN_BUILD
@@ -134,11 +136,16 @@ void to_bf16(uint16_t* dst, const float* src, size_t n, int threads) {
 
 using dnnl::memory;
 
+memory::data_type onednn_type(DType t) {
+    return t == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
 }  // namespace
 
 struct Bf16Products::Impl {
-    /// transposes, M, N, K, lda, ldb, ldc, accumulate: everything a primitive is made for.
-    using Key = std::array<int, 9>;
+    /// Everything a primitive is made for: transposes, sizes, leading dimensions, whether it
+    /// accumulates, the dtypes of C and of the added operand (-1: none), whether it has a bias.
+    using Key = std::array<int, 12>;
 
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
@@ -148,13 +155,17 @@ struct Bf16Products::Impl {
         memory::desc a;
         memory::desc b;
         memory::desc c;
+        memory::desc bias;
+        memory::desc add;
     };
     std::map<Key, Entry> primitives;
     std::vector<uint16_t> a16;
     std::vector<uint16_t> b16;
 
     const Entry& primitive(const Bf16Gemm& g) {
-        const Key key{g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.accumulate};
+        const bool add = g.add.data != nullptr;
+        const Key key{g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.accumulate,
+                      static_cast<int>(g.C.dtype), add ? static_cast<int>(g.add.dtype) : -1, g.bias != nullptr};
         auto it = primitives.find(key);
         if (it != primitives.end()) return it->second;
         // op(A) (M, K): A row-major (M, K) with ld lda, or transposed (K, M) read by strides.
@@ -162,17 +173,24 @@ struct Bf16Products::Impl {
         const memory::dims b_strides = g.trans_b ? memory::dims{1, g.ldb} : memory::dims{g.ldb, 1};
         const memory::desc a_md({g.M, g.K}, memory::data_type::bf16, a_strides);
         const memory::desc b_md({g.K, g.N}, memory::data_type::bf16, b_strides);
-        const memory::desc c_md({g.M, g.N}, memory::data_type::f32, memory::dims{g.ldc, 1});
+        const memory::desc c_md({g.M, g.N}, onednn_type(g.C.dtype), memory::dims{g.ldc, 1});
+        const memory::desc bias_md = g.bias != nullptr
+                                         ? memory::desc({1, g.N}, memory::data_type::f32, memory::dims{g.N, 1})
+                                         : memory::desc();
+        const memory::desc add_md =
+            add ? memory::desc({g.M, g.N}, onednn_type(g.add.dtype), memory::dims{g.ldc, 1}) : memory::desc();
         dnnl::primitive_attr attr;
+        dnnl::post_ops ops;
         if (g.accumulate) {
             // C += product: the sum post-op adds the old C in fp32, as sgemm's beta = 1.
-            dnnl::post_ops ops;
             ops.append_sum(1.f);
-            attr.set_post_ops(ops);
         }
-        const dnnl::matmul::desc desc(a_md, b_md, c_md);
+        if (add) ops.append_binary(dnnl::algorithm::binary_add, add_md);
+        if (g.accumulate || add) attr.set_post_ops(ops);
+        const dnnl::matmul::desc desc = g.bias != nullptr ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                                                         : dnnl::matmul::desc(a_md, b_md, c_md);
         const dnnl::matmul::primitive_desc pd(desc, attr, engine);
-        return primitives.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md}).first->second;
+        return primitives.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md, bias_md, add_md}).first->second;
     }
 };
 
@@ -186,12 +204,33 @@ Bf16Products::Bf16Products(int threads) : m_threads(threads) {
 
 Bf16Products::~Bf16Products() = default;
 
+namespace {
+
+/// An operand as oneDNN reads it: bf16 storage as it is, fp32 rounded to bf16 into scratch.
+const void* bf16_operand(ConstActPtr x, size_t numel, std::vector<uint16_t>& scratch, int threads) {
+    if (x.dtype == DType::kBF16) return x.data;
+    ZT_REQUIRE(x.f32(), "bf16 products: a ", dtype_name(x.dtype), " operand (fp32 or bf16 expected)");
+    if (scratch.size() < numel) scratch.resize(numel);
+    to_bf16(scratch.data(), x.as_f32(), numel, threads);
+    return scratch.data();
+}
+
+}  // namespace
+
 void Bf16Products::gemm(const Bf16Gemm& g) {
     if (g.M <= 0 || g.N <= 0) return;
+    ZT_REQUIRE(g.C.f32() || g.C.dtype == DType::kBF16, "bf16 products: a ", dtype_name(g.C.dtype), " output");
     if (g.K <= 0) {
-        // An empty product: C stays (accumulate) or becomes 0, as sgemm() treats it.
-        if (!g.accumulate) {
-            for (int m = 0; m < g.M; ++m) std::memset(g.C + static_cast<size_t>(m) * g.ldc, 0, g.N * sizeof(float));
+        // An empty product: C stays (accumulate) or becomes bias + add, rounded once, as
+        // the sgemm forms treat it.
+        if (g.accumulate) return;
+        std::vector<float> row(static_cast<size_t>(g.N));
+        std::vector<float> add(row.size(), 0.f);
+        for (int m = 0; m < g.M; ++m) {
+            const size_t at = static_cast<size_t>(m) * static_cast<size_t>(g.ldc);
+            if (g.add.data != nullptr) widen(g.add, at, add.size(), add.data());
+            for (int n = 0; n < g.N; ++n) row[n] = (g.bias != nullptr ? g.bias[n] : 0.f) + add[n];
+            narrow(row.data(), g.C, at, row.size());
         }
         return;
     }
@@ -199,16 +238,22 @@ void Bf16Products::gemm(const Bf16Gemm& g) {
     const size_t a_numel = static_cast<size_t>(g.trans_a ? g.K : g.M) * g.lda;
     const size_t b_numel = static_cast<size_t>(g.trans_b ? g.N : g.K) * g.ldb;
     Impl& im = *m_impl;
-    if (im.a16.size() < a_numel) im.a16.resize(a_numel);
-    if (im.b16.size() < b_numel) im.b16.resize(b_numel);
-    to_bf16(im.a16.data(), g.A, a_numel, m_threads);
-    to_bf16(im.b16.data(), g.B, b_numel, m_threads);
+    const void* a16 = bf16_operand(g.A, a_numel, im.a16, m_threads);
+    const void* b16 = bf16_operand(g.B, b_numel, im.b16, m_threads);
     try {
         const Impl::Entry& e = im.primitive(g);
-        memory a(e.a, im.engine, im.a16.data());
-        memory b(e.b, im.engine, im.b16.data());
-        memory c(e.c, im.engine, g.C);
-        e.matmul.execute(im.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+        memory a(e.a, im.engine, const_cast<void*>(a16));
+        memory b(e.b, im.engine, const_cast<void*>(b16));
+        memory c(e.c, im.engine, g.C.data);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+        if (g.bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(e.bias, im.engine, const_cast<float*>(g.bias)));
+        if (g.add.data != nullptr) {
+            // The binary post-op's index: after the sum post-op when there is one.
+            const int index = g.accumulate ? 1 : 0;
+            args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
+                         memory(e.add, im.engine, const_cast<void*>(g.add.data)));
+        }
+        e.matmul.execute(im.stream, args);
         im.stream.wait();
     } catch (const dnnl::error& err) {
         throw Error(str("oneDNN bf16 product (M=", g.M, " N=", g.N, " K=", g.K, " trans_a=", g.trans_a,

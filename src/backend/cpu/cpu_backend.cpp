@@ -60,6 +60,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <thread>
 
 namespace zt {
@@ -142,23 +143,37 @@ class CpuBackend final : public Backend {
     // matmul
     // --------------------------------------------------------------------------------
 
-    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                        int C, int OC) override {
-        if (m_bf16_products) {
-            cpu::matmul_forward_bf16(*m_bf16_products, out, inp, weight, bias, N, C, OC, m_threads);
-            return;
-        }
-        cpu::matmul_forward(out, inp, weight, bias, N, C, OC, m_threads);
+    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
+                        int OC) override {
+        matmul_residual_forward(out, inp, weight, bias, ConstActPtr{}, N, C, OC);
     }
 
-    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                         const float* inp, const float* weight, int N, int C, int OC) override {
-        if (m_bf16_products) {
+    /// residual.data null: no residual.
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+                                 ConstActPtr residual, int N, int C, int OC) override {
+        if (bf16_products_for({out.dtype, inp.dtype, residual.dtype})) {
+            cpu::matmul_forward_bf16(*m_bf16_products, out, inp, weight, bias, residual, N, C, OC);
+        } else if (out.f32() && inp.f32() && residual.f32()) {
+            cpu::matmul_forward(out.as_f32(), inp.as_f32(), weight, bias, N, C, OC, m_threads);
+            if (residual.data != nullptr) {
+                cpu::residual_forward(out, out, residual, static_cast<size_t>(N) * OC, m_threads);
+            }
+        } else {
+            cpu::matmul_forward_widened(out, inp, weight, bias, residual, N, C, OC, m_threads);
+        }
+    }
+
+    void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                         const float* weight, int N, int C, int OC) override {
+        if (bf16_products_for({dinp.dtype, dout.dtype, inp.dtype})) {
             cpu::matmul_backward_bf16(*m_bf16_products, dinp, dweight, dbias, dout, inp, weight, N, C, OC,
                                       m_threads);
-            return;
+        } else if (dinp.f32() && dout.f32() && inp.f32()) {
+            cpu::matmul_backward(dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(), weight, N, C, OC,
+                                 m_threads);
+        } else {
+            cpu::matmul_backward_widened(dinp, dweight, dbias, dout, inp, weight, N, C, OC, m_threads);
         }
-        cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, m_threads);
     }
 
     // --------------------------------------------------------------------------------
@@ -210,12 +225,12 @@ class CpuBackend final : public Backend {
     // attention (attention.cpp: the blocking and the work split)
     // --------------------------------------------------------------------------------
 
-    void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+    void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override {
         cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads);
     }
 
-    void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
+    void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                          int B, int T, int NH, int NKV, int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from");
         cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads, attend_from);
@@ -224,8 +239,8 @@ class CpuBackend final : public Backend {
     // The segmented forward left att zero outside each query's segment, and the causal
     // backward reads only att: a zero probability gives zero dV, dS, dQ and dK terms, so the
     // causal backward of that att is exactly the block-diagonal gradient.
-    void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                          const float* att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+    void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                          ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
                                           int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_backward_segmented needs attend_from");
         cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads);
@@ -240,8 +255,8 @@ class CpuBackend final : public Backend {
         return cpu::attention_scratch_floats(T, m_threads);
     }
 
-    void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                const float* att, int B, int T, int NH, int NKV, int hs) override {
+    void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                ConstActPtr att, int B, int T, int NH, int NKV, int hs) override {
         cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads);
     }
 
@@ -280,12 +295,12 @@ class CpuBackend final : public Backend {
     // encoder
     // --------------------------------------------------------------------------------
 
-    void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+    void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe,
                          int B, int T, int C) override {
         cpu::encoder_forward(out, tokens, wte, wpe, B, T, C, m_threads);
     }
 
-    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+    void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B,
                           int T, int C) override {
         cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C, m_threads);
     }
@@ -294,7 +309,7 @@ class CpuBackend final : public Backend {
     // loss
     // --------------------------------------------------------------------------------
 
-    void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V,
+    void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V,
                                int Vp, float dloss) override {
         cpu::softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss, m_threads);
     }
@@ -303,6 +318,15 @@ class CpuBackend final : public Backend {
     int m_threads = 1;
     /// Made while the activations are bf16 and the CPU has bf16 products; null otherwise.
     std::unique_ptr<cpu::Bf16Products> m_bf16_products;
+    /// Whether a product over operands of these dtypes runs on the bf16 products: made, and
+    /// no operand stored fp16 (those take the widened fp32 products).
+    bool bf16_products_for(std::initializer_list<DType> dtypes) const {
+        if (!m_bf16_products) return false;
+        for (DType t : dtypes) {
+            if (t == DType::kF16) return false;
+        }
+        return true;
+    }
     std::unique_ptr<DeviceMemory> m_memory = make_host_device_memory(HostCopyTiming::kAtCall);
 };
 

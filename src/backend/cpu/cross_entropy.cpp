@@ -51,26 +51,32 @@ float cross_entropy_row_kernel(float* row, int target, int V, int Vp, float dlos
 
 }  // namespace
 
-void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
-                           float dloss, int threads) {
+void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp, float dloss,
+                           int threads) {
     ZT_REQUIRE(V > 0 && V <= Vp, "cross-entropy: need 0 < V <= Vp (V=", V, ", Vp=", Vp, ")");
     // Validate before the parallel region: an exception must not escape an OpenMP region.
     for (int r = 0; r < N; ++r) {
         ZT_REQUIRE(targets[r] < V, "cross-entropy: target ", targets[r], " of row ", r,
                    " is not below the vocabulary size ", V);
     }
+    const size_t Vs = static_cast<size_t>(Vp);
     const bool parallel = static_cast<size_t>(N) * Vp >= kParallelMinElements;
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
     for (int r = 0; r < N; ++r) {
-        float* row = logits + static_cast<size_t>(r) * Vp;
+        const size_t at = static_cast<size_t>(r) * Vs;
         if (targets[r] < 0) {
             losses[r] = 0.f;
             if (dloss != 0.f) {
-                std::memset(row, 0, static_cast<size_t>(Vp) * sizeof(float));
+                std::memset(static_cast<char*>(logits.data) + at * dtype_size(logits.dtype), 0,
+                            Vs * dtype_size(logits.dtype));
             }
             continue;
         }
+        // 16-bit logits: the row widened on the thread's scratch, the gradient rounded once.
+        float* row = logits.f32() ? logits.as_f32() + at : thread_rows(Vs);
+        if (!logits.f32()) widen(logits, at, Vs, row);
         losses[r] = cross_entropy_row_kernel(row, targets[r], V, Vp, dloss);
+        if (!logits.f32() && dloss != 0.f) narrow(row, logits, at, Vs);
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 namespace zt::cpu {
 namespace {
@@ -187,34 +188,121 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
 }
 
-void matmul_forward_bf16(Bf16Products& products, float* out, const float* inp, const float* weight,
-                         const float* bias, int N, int C, int OC, int threads) {
-    // As matmul_forward: the bias is broadcast into out, then the product accumulates on it.
-    if (bias != nullptr) {
-        parallel_chunks(static_cast<size_t>(N), threads, [&](size_t r0, size_t r1) {
-            bias_fill_kernel(out + r0 * OC, bias, static_cast<int>(r1 - r0), OC, OC);
-        });
-    }
-    products.gemm(Bf16Gemm{false, true, N, OC, C, inp, C, weight, C, bias != nullptr, out, OC});
-}
+namespace {
 
-void matmul_backward_bf16(Bf16Products& products, float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, int N, int C, int OC, int threads) {
-    // dinp (N, C) += dout (N, OC) @ weight (OC, C)
-    if (dinp != nullptr) products.gemm(Bf16Gemm{false, false, N, C, OC, dout, OC, weight, C, true, dinp, C});
-    // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-    if (dweight != nullptr) products.gemm(Bf16Gemm{true, false, OC, C, N, dout, OC, inp, C, true, dweight, C});
-    if (dbias != nullptr) {
-        // The column slabs of matmul_backward's split, so dbias is bit-identical to it.
-        const bool parallel = threads > 1 && gemm_worth_splitting(N, OC, C);
+/// dbias[c] += sum over rows of dout[r, c], dout typed, over the team's column slabs: rows
+/// added in order per column, as column_sum_kernel adds them (bit-identical on fp32 values).
+void column_sums(float* dbias, ConstActPtr dout, int N, int OC, int threads, bool parallel) {
 #pragma omp parallel num_threads(threads) if (parallel)
-        {
-            size_t c0 = 0;
-            size_t c1 = 0;
-            split_range(static_cast<size_t>(OC), omp_get_thread_num(), omp_get_num_threads(), 16, &c0, &c1);
-            if (c1 > c0) column_sum_kernel(dbias, dout, N, OC, static_cast<int>(c0), static_cast<int>(c1));
+    {
+        size_t c0 = 0;
+        size_t c1 = 0;
+        split_range(static_cast<size_t>(OC), omp_get_thread_num(), omp_get_num_threads(), 16, &c0, &c1);
+        if (c1 > c0 && dout.f32()) {
+            column_sum_kernel(dbias, dout.as_f32(), N, OC, static_cast<int>(c0), static_cast<int>(c1));
+        } else if (c1 > c0) {
+            const size_t w = c1 - c0;
+            float* row = thread_rows(w);
+            for (int r = 0; r < N; ++r) {
+                widen(dout, static_cast<size_t>(r) * static_cast<size_t>(OC) + c0, w, row);
+                column_sum_kernel(dbias + c0, row, 1, static_cast<int>(w), 0, static_cast<int>(w));
+            }
         }
     }
+}
+
+/// dst[0, n) = src's elements [at, at + n) widened, over the team.
+void widen_parallel(ConstActPtr src, size_t at, size_t n, float* dst, int threads) {
+    parallel_blocks(n, threads, [&](size_t i, size_t m) { widen(src, at + i, m, dst + i); });
+}
+
+/// dst's elements [at, at + n) = src[0, n) [+ add's elements [at, at + n)], rounded once.
+void narrow_parallel(const float* src, ConstActPtr add, ActPtr dst, size_t at, size_t n, int threads) {
+    parallel_blocks(n, threads, [&](size_t i, size_t m) {
+        if (add.data == nullptr) {
+            narrow(src + i, dst, at + i, m);
+            return;
+        }
+        float sum[kTypedBlock];
+        widen(add, at + i, m, sum);
+        add_kernel(sum, src + i, sum, m);
+        narrow(sum, dst, at + i, m);
+    });
+}
+
+/// fp32 scratch of the widened products, reused across calls (the calling thread's).
+float* widened_operands(size_t n) {
+    thread_local std::vector<float> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+/// Floats a widened block may hold: 16 MiB of operands.
+constexpr size_t kWidenedBudget = size_t{4} << 20;
+
+}  // namespace
+
+int widened_gemm_rows(int N, int C, int OC) {
+    const size_t per_row = 2 * static_cast<size_t>(C) + static_cast<size_t>(OC);
+    if (static_cast<size_t>(N) * per_row <= kWidenedBudget) return std::max(N, 1);
+    const size_t rows = std::max<size_t>(16, kWidenedBudget / per_row / 16 * 16);
+    return static_cast<int>(std::min<size_t>(rows, static_cast<size_t>(N)));
+}
+
+void matmul_forward_widened(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+                            ConstActPtr residual, int N, int C, int OC, int threads) {
+    const int block = widened_gemm_rows(N, C, OC);
+    const size_t Cs = static_cast<size_t>(C);
+    const size_t OCs = static_cast<size_t>(OC);
+    float* x = widened_operands(static_cast<size_t>(block) * (Cs + OCs));
+    float* y = x + static_cast<size_t>(block) * Cs;
+    for (int r0 = 0; r0 < N; r0 += block) {
+        const int rows = std::min(block, N - r0);
+        widen_parallel(inp, static_cast<size_t>(r0) * Cs, static_cast<size_t>(rows) * Cs, x, threads);
+        matmul_forward(y, x, weight, bias, rows, C, OC, threads);
+        narrow_parallel(y, residual, out, static_cast<size_t>(r0) * OCs, static_cast<size_t>(rows) * OCs, threads);
+    }
+}
+
+void matmul_backward_widened(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                             const float* weight, int N, int C, int OC, int threads) {
+    const int block = widened_gemm_rows(N, C, OC);
+    const size_t Cs = static_cast<size_t>(C);
+    const size_t OCs = static_cast<size_t>(OC);
+    float* d = widened_operands(static_cast<size_t>(block) * (2 * Cs + OCs));
+    float* x = d + static_cast<size_t>(block) * OCs;
+    float* g = x + static_cast<size_t>(block) * Cs;
+    for (int r0 = 0; r0 < N; r0 += block) {
+        const int rows = std::min(block, N - r0);
+        const size_t nc = static_cast<size_t>(rows) * Cs;
+        const size_t at = static_cast<size_t>(r0) * Cs;
+        widen_parallel(dout, static_cast<size_t>(r0) * OCs, static_cast<size_t>(rows) * OCs, d, threads);
+        if (dweight != nullptr) widen_parallel(inp, at, nc, x, threads);
+        if (dinp.data != nullptr) widen_parallel(dinp, at, nc, g, threads);
+        matmul_backward(dinp.data != nullptr ? g : nullptr, dweight, dbias, d, x, weight, rows, C, OC, threads);
+        if (dinp.data != nullptr) narrow_parallel(g, ConstActPtr{}, dinp, at, nc, threads);
+    }
+}
+
+void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, const float* weight,
+                         const float* bias, ConstActPtr residual, int N, int C, int OC) {
+    // The bias and the residual are added to the fp32 sum inside the product, so out is
+    // rounded once, as the fp32-buffer forms followed by a rounding give it.
+    products.gemm(Bf16Gemm{false, true, N, OC, C, inp, C, weight, C, false, out, OC, bias, residual});
+}
+
+void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
+                          ConstActPtr inp, const float* weight, int N, int C, int OC, int threads) {
+    // dinp (N, C) += dout (N, OC) @ weight (OC, C)
+    if (dinp.data != nullptr) {
+        products.gemm(Bf16Gemm{false, false, N, C, OC, dout, OC, weight, C, true, dinp, C, nullptr, {}});
+    }
+    // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
+    if (dweight != nullptr) {
+        products.gemm(Bf16Gemm{true, false, OC, C, N, dout, OC, inp, C, true, dweight, C, nullptr, {}});
+    }
+    // The column slabs of matmul_backward's split, so dbias is bit-identical to it.
+    if (dbias != nullptr) column_sums(dbias, dout, N, OC, threads, threads > 1 && gemm_worth_splitting(N, OC, C));
 }
 
 }  // namespace zt::cpu

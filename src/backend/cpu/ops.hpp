@@ -25,23 +25,42 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC, int threads);
 
+/// The typed products without 16-bit products (fp16 storage, or bf16 where the CPU has no
+/// bf16 instructions): row blocks widened to fp32, the fp32 op on them, the 16-bit outputs
+/// narrowed once. out = inp @ weight^T + bias [+ residual] (residual.data may be null).
+/// While N fits one block (widened_gemm_rows) every output equals the fp32 op on the widened
+/// operands bit for bit. Past it, dbias still does; dweight adds the blocks' products in
+/// order, and out and dinp may differ in the last fp32 bit (sgemm's sums depend on where
+/// a row falls in a thread's slab).
+void matmul_forward_widened(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+                            ConstActPtr residual, int N, int C, int OC, int threads);
+void matmul_backward_widened(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                             const float* weight, int N, int C, int OC, int threads);
+/// Rows per widened block for a product of inner size C and outer size OC (a multiple of 16,
+/// at least 16, all N rows when the operands fit the block budget).
+int widened_gemm_rows(int N, int C, int OC);
+
 // ---- bf16_products.cpp: bf16 products through oneDNN (cpu_bf16.hpp) -------------------
 
-/// One row-major product C (M, N) = [C +] op(A) (M, K) @ op(B) (K, N), A and B rounded to bf16,
-/// fp32 accumulation and output. Built by aggregate initialization, fields in this order.
+/// One row-major product C (M, N) = [C +] op(A) (M, K) @ op(B) (K, N) [+ bias (N)] [+ add
+/// (M, N)]: fp32 accumulation, C rounded once to its dtype. A and B are used as stored when
+/// bf16 and rounded to bf16 first when fp32; C and add are fp32 or bf16 (add read with ldc).
+/// Built by aggregate initialization, fields in this order.
 struct Bf16Gemm {
     bool trans_a = false;
     bool trans_b = false;
     int M = 0;
     int N = 0;
     int K = 0;
-    const float* A = nullptr;
+    ConstActPtr A;
     int lda = 0;
-    const float* B = nullptr;
+    ConstActPtr B;
     int ldb = 0;
     bool accumulate = false;  ///< C += product (sgemm's beta = 1) instead of C = product
-    float* C = nullptr;
+    ActPtr C;
     int ldc = 0;
+    const float* bias = nullptr;
+    ConstActPtr add;  ///< add.data null: nothing added
 };
 
 /// The oneDNN engine, stream, per-shape primitives and bf16 operand scratch of one backend.
@@ -60,12 +79,13 @@ class Bf16Products {
     int m_threads = 1;
 };
 
-/// matmul_forward / matmul_backward with every product through `products`; the bias and
-/// dbias stay fp32 loops as in the sgemm forms.
-void matmul_forward_bf16(Bf16Products& products, float* out, const float* inp, const float* weight,
-                         const float* bias, int N, int C, int OC, int threads);
-void matmul_backward_bf16(Bf16Products& products, float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, int N, int C, int OC, int threads);
+/// matmul_forward (with residual: matmul_residual_forward) / matmul_backward with every
+/// product through `products`, fp32 or bf16 activations; dbias sums dout's columns in fp32
+/// as the sgemm forms do.
+void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, const float* weight,
+                         const float* bias, ConstActPtr residual, int N, int C, int OC);
+void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
+                          ConstActPtr inp, const float* weight, int N, int C, int OC, int threads);
 
 // ---- reduce.cpp -----------------------------------------------------------------------
 
@@ -98,10 +118,12 @@ void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& s
 size_t attention_scratch_floats(int T, int threads);
 /// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH); with
 /// attend_from (B, T), query t attends to keys [attend_from[b*T + t], t] only.
-void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV, int hs,
+/// Typed out, att, qkv, dqkv, dout: 16-bit operands are widened per head on the thread's
+/// scratch and 16-bit results rounded once (the probabilities after O = P V used them).
+void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV, int hs,
                            int threads, const int32_t* attend_from = nullptr);
-void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                            int B, int T, int NH, int NKV, int hs, int threads);
+void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att, int B,
+                            int T, int NH, int NKV, int hs, int threads);
 /// Inference attention of n new rows over a key/value cache (Backend::gqa_attention_cached).
 void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
                           int NKV, int hs, int threads);
@@ -124,16 +146,18 @@ void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int 
 
 // ---- encoder.cpp -----------------------------------------------------------------------
 
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+// Typed out / dout (the tables and their gradients fp32).
+void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
                      int threads);
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T, int C,
                       int threads);
 
 // ---- cross_entropy.cpp ------------------------------------------------------------------
 
-/// Validates targets (< V) before any work and throws zt::Error on a bad one.
-void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
-                           float dloss, int threads);
+/// Validates targets (< V) before any work and throws zt::Error on a bad one. Typed logits
+/// (losses fp32).
+void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp, float dloss,
+                           int threads);
 
 // ---- cast.cpp --------------------------------------------------------------------------
 

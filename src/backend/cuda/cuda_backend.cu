@@ -151,15 +151,19 @@ class CudaBackendImpl final : public CudaBackend {
 
     // ---- matmul ----
 
-    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
                         int OC) override {
-        cuda::matmul_forward(m_blas, out, inp, weight, bias, N, C, OC, DType::kF32, false, nullptr, m_stream);
+        require_f32_activations("matmul_forward", {out.dtype, inp.dtype});
+        cuda::matmul_forward(m_blas, out.as_f32(), inp.as_f32(), weight, bias, N, C, OC, DType::kF32, false, nullptr,
+                             m_stream);
     }
-    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                          const float* weight, int N, int C, int OC) override {
-        cuda::matmul_backward(m_blas, dinp, dweight, dout, inp, weight, N, C, OC, DType::kF32, m_stream);
+        require_f32_activations("matmul_backward", {dinp.dtype, dout.dtype, inp.dtype});
+        cuda::matmul_backward(m_blas, dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight, N, C, OC,
+                              DType::kF32, m_stream);
         if (dbias != nullptr && N > 0) {
-            cuda::column_sum(dbias, dout, N, OC, scratch_floats(cuda::column_chunks(N) * OC), m_stream);
+            cuda::column_sum(dbias, dout.as_f32(), N, OC, scratch_floats(cuda::column_chunks(N) * OC), m_stream);
         }
     }
     void matmul_forward_ex(void* out, const void* inp, const void* weight, int N, int C, int OC,
@@ -214,17 +218,21 @@ class CudaBackendImpl final : public CudaBackend {
 
     // ---- attention, encoder, loss ----
 
-    void gqa_attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+    void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override {
-        cuda::gqa_attention_forward(m_blas, out, att, qkv, B, T, NH, NKV, hs, m_stream);
+        require_f32_activations("gqa_attention_forward", {out.dtype, att.dtype, qkv.dtype});
+        cuda::gqa_attention_forward(m_blas, out.as_f32(), att.as_f32(), qkv.as_f32(), B, T, NH, NKV, hs, m_stream);
     }
-    void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+    void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,
                                 int B, int T, int NH, int NKV, int hs) override {
-        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_stream);
+        require_f32_activations("gqa_attention_backward", {dqkv.dtype, dout.dtype, qkv.dtype, att.dtype});
+        cuda::gqa_attention_backward(m_blas, dqkv.as_f32(), scratch, dout.as_f32(), qkv.as_f32(), att.as_f32(), B, T,
+                                     NH, NKV, hs, m_stream);
     }
-    void gqa_attention_forward_segmented(float* out, float* att, const float* qkv, const int32_t* attend_from,
+    void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                          int B, int T, int NH, int NKV, int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from");
+        require_f32_activations("gqa_attention_forward_segmented", {out.dtype, att.dtype, qkv.dtype});
         // attend_from is host memory (backend.hpp): checked here, where a bad value is still
         // a clear error rather than a read outside the score row, then copied next to the
         // scores (stream-ordered, so the next call's copy waits for this softmax).
@@ -238,30 +246,36 @@ class CudaBackendImpl final : public CudaBackend {
         if (n > 0) {
             ZT_CUDA_CHECK(cudaMemcpyAsync(from, attend_from, n * sizeof(int32_t), cudaMemcpyHostToDevice, m_stream));
         }
-        cuda::gqa_attention_forward_segmented(m_blas, out, att, qkv, from, B, T, NH, NKV, hs, m_stream);
+        cuda::gqa_attention_forward_segmented(m_blas, out.as_f32(), att.as_f32(), qkv.as_f32(), from, B, T, NH, NKV,
+                                              hs, m_stream);
     }
     // The segmented forward left att zero outside each query's segment, and the causal
     // backward reads only att: its gradient is the block-diagonal one (attention.cu).
-    void gqa_attention_backward_segmented(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                          const float* att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+    void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                          ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
                                           int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_backward_segmented needs attend_from");
-        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_stream);
+        require_f32_activations("gqa_attention_backward_segmented", {dqkv.dtype, dout.dtype, qkv.dtype, att.dtype});
+        cuda::gqa_attention_backward(m_blas, dqkv.as_f32(), scratch, dout.as_f32(), qkv.as_f32(), att.as_f32(), B, T,
+                                     NH, NKV, hs, m_stream);
     }
     size_t attention_scratch_floats(int /*B*/, int T, int NH) const override {
         return static_cast<size_t>(cuda_attention_scratch_floats(T, NH));
     }
-    void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+    void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                          int C) override {
-        cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, m_stream);
+        require_f32_activations("encoder_forward", {out.dtype});
+        cuda::encoder_forward(out.as_f32(), tokens, wte, wpe, B, T, C, m_stream);
     }
-    void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+    void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
                           int C) override {
-        cuda::encoder_backward(dwte, dwpe, dout, tokens, B, T, C, m_encoder, m_index_ws, m_stream);
+        require_f32_activations("encoder_backward", {dout.dtype});
+        cuda::encoder_backward(dwte, dwpe, dout.as_f32(), tokens, B, T, C, m_encoder, m_index_ws, m_stream);
     }
-    void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+    void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp,
                                float dloss) override {
-        cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss, m_flag, m_stream);
+        require_f32_activations("softmax_cross_entropy", {logits.dtype});
+        cuda::softmax_cross_entropy(losses, logits.as_f32(), targets, N, V, Vp, dloss, m_flag, m_stream);
     }
 
     // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----
