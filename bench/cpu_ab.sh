@@ -5,6 +5,8 @@
 #
 #   bash bench/cpu_ab.sh CFG STEPS ROUNDS BIN1 [BIN2 ...]     # CFG: a (GPT-2 124M, seq 64) | b (4L x 256, seq 256)
 #
+# A BIN may be PATH@DTYPE (fp32, bf16, fp16: precision.dtype of its runs; default fp32), so one
+# invocation can compare dtypes of one binary as well as binaries.
 # Per run it prints the medians over steps 3+ of tokens/s and of the phase times in metrics.jsonl
 # (step, zero, fwd, bwd, comm, opt ms), peak RSS and the last loss (equal losses = same numerics);
 # with ZT_PROFILE_OPS=1 in the environment also the per-op times. Knobs: THREADS (2), EXTRA (more
@@ -17,8 +19,10 @@ if [ "$cfg" = a ]; then L=12 H=12 C=768 T=64; else L=4 H=4 C=256 T=256; fi
 WORK=bench/work/ab
 mkdir -p "$WORK"
 for r in $(seq 1 "$rounds"); do
-    for bin in "$@"; do
-        tag="$(basename "$bin")_${cfg}_$r"
+    for spec in "$@"; do
+        bin="${spec%@*}" dtype=fp32
+        [ "$spec" != "$bin" ] && dtype="${spec##*@}"
+        tag="$(basename "$bin")_${dtype}_${cfg}_$r"
         dir="$WORK/$tag"
         rm -rf "$dir"
         # shellcheck disable=SC2086
@@ -26,10 +30,10 @@ for r in $(seq 1 "$rounds"); do
             --model.n_embd=$C --model.seq_len=$T --model.vocab_size=50257 --model.vocab_pad_to=128 \
             --data.train=bench/work/data/train_000.bin --train.micro_batch=4 --train.grad_accum=1 \
             --train.max_steps="$steps" --train.lr=3e-4 --train.warmup_steps=2 --train.eval_every=0 \
-            --train.sample_tokens=0 --train.threads="${THREADS:-2}" --precision.dtype=fp32 \
+            --train.sample_tokens=0 --train.threads="${THREADS:-2}" --precision.dtype="$dtype" \
             --parallel.zero_stage=0 --checkpoint.resume=never --run.dir="$dir" ${EXTRA:-} \
             > "$WORK/$tag.out" 2>&1 || { tail "$WORK/$tag.out"; exit 1; }
-        python3 - "$dir/metrics.jsonl" "$(basename "$bin")" "$(cat "$WORK/$tag.rss")" <<'PY'
+        python3 - "$dir/metrics.jsonl" "$(basename "$bin")@$dtype" "$(cat "$WORK/$tag.rss")" <<'PY'
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 s = [r for r in rows if "loss" in r and r["step"] > 2] or [r for r in rows if "loss" in r]
