@@ -3,7 +3,8 @@
 # AdamW, the same flags as cpu_bench.sh's run_ztrain). On a shared machine compare binaries only
 # within one invocation: they alternate, so load changes hit all of them alike.
 #
-#   bash bench/cpu_ab.sh CFG STEPS ROUNDS BIN1 [BIN2 ...]     # CFG: a (GPT-2 124M, seq 64) | b (4L x 256, seq 256)
+#   bash bench/cpu_ab.sh CFG STEPS ROUNDS BIN1 [BIN2 ...]
+#   CFG: a (GPT-2 124M, seq 64) | a1k (GPT-2 124M, seq 1024) | b (4L x 256, seq 256)
 #
 # A BIN may be PATH@DTYPE (fp32, bf16, fp16: precision.dtype of its runs; default fp32), so one
 # invocation can compare dtypes of one binary as well as binaries.
@@ -15,7 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cfg=$1 steps=$2 rounds=$3
 shift 3
-if [ "$cfg" = a ]; then L=12 H=12 C=768 T=64; else L=4 H=4 C=256 T=256; fi
+case "$cfg" in
+    a) L=12 H=12 C=768 T=64 ;;
+    a1k) L=12 H=12 C=768 T=1024 ;;
+    b) L=4 H=4 C=256 T=256 ;;
+    *) echo "cpu_ab.sh: CFG must be a, a1k or b, not '$cfg'" >&2; exit 2 ;;
+esac
 WORK=bench/work/ab
 mkdir -p "$WORK"
 for r in $(seq 1 "$rounds"); do

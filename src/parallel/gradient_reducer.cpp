@@ -313,35 +313,37 @@ void GradientReducer::begin_micro_step(bool first, bool last) {
 
 void GradientReducer::finish() { complete_all(); }
 
-const float* GradientReducer::owned_f32(int unit) {
+const float* GradientReducer::owned_f32(int unit, size_t from, size_t to) {
     complete_all();
     if (m_ctx.work == DType::kF32) return static_cast<const float*>(grad_ptr(unit, 0));
-    const size_t b = m_ctx.owned_begin(unit);
-    const size_t e = m_ctx.owned_end(unit);
-    if (e > b) m_ctx.backend.cast(m_ctx.f32_tmp, DType::kF32, grad_ptr(unit, b), m_ctx.work, e - b);
-    return m_ctx.f32_tmp - b;
+    ZT_REQUIRE(to - from <= conversion_chunk(m_ctx.plan), "owned_f32: ", to - from, " elements exceed the chunk");
+    if (to > from) m_ctx.backend.cast(m_ctx.f32_tmp, DType::kF32, grad_ptr(unit, from), m_ctx.work, to - from);
+    return m_ctx.f32_tmp - from;
 }
 
 double GradientReducer::local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments) {
     // All segments in one backend call (one parallel region on the CPU). A 16-bit unit's fp32
-    // view lives in a conversion buffer reused per unit, so there the call is per unit; the
-    // result is the same sum either way (segments are added in order).
+    // view lives in a conversion buffer reused chunk by chunk, so there the call is per
+    // chunk; the segments are added in order either way.
     double s = 0.0;
     std::vector<const float*> xs;
     std::vector<size_t> ns;
     const int U = m_ctx.num_units();
     for (int u = 0; u < U; ++u) {
-        const float* g = owned_f32(u);
-        for (const DecaySegment& seg : segments[static_cast<size_t>(u)]) {
-            xs.push_back(g + seg.begin);
-            ns.push_back(seg.end - seg.begin);
-        }
-        if (m_ctx.work != DType::kF32 || u + 1 == U) {
-            s += m_ctx.backend.sum_squares_spans(xs.data(), ns.data(), xs.size());
-            xs.clear();
-            ns.clear();
-        }
+        for_owned_chunks(u, [&](size_t from, size_t to) {
+            const float* g = owned_f32(u, from, to);
+            for_segments_within(segments[static_cast<size_t>(u)], from, to, [&](size_t b, size_t e, bool) {
+                xs.push_back(g + b);
+                ns.push_back(e - b);
+            });
+            if (m_ctx.work != DType::kF32) {
+                s += m_ctx.backend.sum_squares_spans(xs.data(), ns.data(), xs.size());
+                xs.clear();
+                ns.clear();
+            }
+        });
     }
+    if (!xs.empty()) s += m_ctx.backend.sum_squares_spans(xs.data(), ns.data(), xs.size());
     return s;
 }
 

@@ -15,10 +15,9 @@ namespace {
 /// The fp32 conversion buffer 16-bit runs need (largest padded unit), counted as scratch.
 float* alloc_conversion_buffer(Backend& backend, const ShardPlan& plan, DType work, size_t* scratch_bytes) {
     if (work == DType::kF32) return nullptr;
-    size_t max_padded = 0;
-    for (const UnitShard& s : plan.shards()) max_padded = std::max(max_padded, s.padded_numel);
-    *scratch_bytes += max_padded * sizeof(float);
-    return backend.alloc_floats(max_padded);
+    const size_t n = conversion_chunk(plan);
+    *scratch_bytes += n * sizeof(float);
+    return backend.alloc_floats(n);
 }
 
 }  // namespace
@@ -160,16 +159,14 @@ StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, int
     const ShardPlan plan(layout.unit_numel, group_size, ShardingPolicy::zero_stage(zero_stage));
     const size_t w = dtype_size(work);
     StateBytes b;
-    size_t max_padded = 0;
     for (int u = 0; u < layout.num_units(); ++u) {
-        max_padded = std::max(max_padded, plan.shard(u).padded_numel);
         b.params += plan.stored_params(u) * w;
         b.grads += plan.stored_grads(u) * w;
         const size_t state = plan.stored_optimizer(u) * sizeof(float);
         if (work != DType::kF32) b.master += state;
         b.optimizer += 2 * state;
     }
-    if (work != DType::kF32) b.scratch += max_padded * sizeof(float);  // the conversion buffer
+    if (work != DType::kF32) b.scratch += conversion_chunk(plan) * sizeof(float);  // the conversion buffer
     b.scratch += ParameterStore::planned_scratch(plan, work, overlap_depth) +
                  GradientReducer::planned_scratch(plan, work, reduce, overlap_depth);
     return b;

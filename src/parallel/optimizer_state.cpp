@@ -51,24 +51,27 @@ float* OptimizerState::m_base(int unit) { return m_m[static_cast<size_t>(unit)] 
 float* OptimizerState::v_base(int unit) { return m_v[static_cast<size_t>(unit)] - state_shift(unit); }
 
 void OptimizerState::update(const AdamWStep& step, GradientReducer& grads) {
-    // All segments in one backend call where the gradients stay put (fp32); per unit where
-    // a unit's fp32 gradient view is a reused conversion buffer (16-bit).
+    // All segments in one backend call where the gradients stay put (fp32); per chunk where
+    // a unit's fp32 gradient view is a reused conversion buffer (16-bit). AdamW is element
+    // by element, so the split changes nothing.
     std::vector<AdamWSpan> spans;
     const int U = m_ctx.num_units();
     for (int u = 0; u < U; ++u) {
         float* p = master_base(u);
-        const float* g = grads.owned_f32(u);
         float* m = m_base(u);
         float* v = v_base(u);
-        for (const DecaySegment& seg : m_segments[static_cast<size_t>(u)]) {
-            spans.push_back({p + seg.begin, m + seg.begin, v + seg.begin, g + seg.begin, seg.end - seg.begin,
-                             seg.decay});
-        }
-        if (m_ctx.work != DType::kF32 || u + 1 == U) {
-            m_ctx.backend.adamw_update_spans(spans.data(), spans.size(), step);
-            spans.clear();
-        }
+        grads.for_owned_chunks(u, [&](size_t from, size_t to) {
+            const float* g = grads.owned_f32(u, from, to);
+            for_segments_within(m_segments[static_cast<size_t>(u)], from, to, [&](size_t b, size_t e, bool decay) {
+                spans.push_back({p + b, m + b, v + b, g + b, e - b, decay});
+            });
+            if (m_ctx.work != DType::kF32) {
+                m_ctx.backend.adamw_update_spans(spans.data(), spans.size(), step);
+                spans.clear();
+            }
+        });
     }
+    if (!spans.empty()) m_ctx.backend.adamw_update_spans(spans.data(), spans.size(), step);
 }
 
 }  // namespace zt

@@ -59,9 +59,14 @@ void ParameterStore::write_initial(int unit, size_t lo, size_t hi, const float* 
     if (m_ctx.work == DType::kF32) {
         m_ctx.backend.to_device(work_ptr(unit, from), host + (from - lo), (to - from) * sizeof(float));
     } else {
-        // Up as fp32 into the conversion buffer, then rounded into the working copy.
-        m_ctx.backend.to_device(m_ctx.f32_tmp, host + (from - lo), (to - from) * sizeof(float));
-        m_ctx.backend.cast(work_ptr(unit, from), m_ctx.work, m_ctx.f32_tmp, DType::kF32, to - from);
+        // Up as fp32 into the conversion buffer, then rounded into the working copy, a chunk
+        // at a time.
+        const size_t chunk = conversion_chunk(m_ctx.plan);
+        for (size_t at = from; at < to; at += chunk) {
+            const size_t n = std::min(chunk, to - at);
+            m_ctx.backend.to_device(m_ctx.f32_tmp, host + (at - lo), n * sizeof(float));
+            m_ctx.backend.cast(work_ptr(unit, at), m_ctx.work, m_ctx.f32_tmp, DType::kF32, n);
+        }
     }
 }
 

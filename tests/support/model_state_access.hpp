@@ -70,11 +70,29 @@ class ModelStateTestAccess {
     static std::vector<float> owned_grads(ModelState& s) {
         std::vector<float> out;
         for (int u = 0; u < s.m_layout.num_units(); ++u) {
+            s.m_grads.for_owned_chunks(u, [&](size_t from, size_t to) {
+                const size_t at_end = out.size();
+                out.resize(at_end + (to - from));
+                s.copy_to_host(out.data() + at_end, s.m_grads.owned_f32(u, from, to) + from, to - from);
+            });
+        }
+        return out;
+    }
+    /// The same gradients read from their storage in the working dtype (no fp32 conversion
+    /// buffer in between), widened on the host: an independent view for checking it.
+    static std::vector<float> owned_grads_stored(ModelState& s) {
+        GradientReducer& g = s.m_grads;
+        g.complete_all();
+        const DType t = g.m_ctx.work;
+        std::vector<float> out;
+        for (int u = 0; u < s.m_layout.num_units(); ++u) {
             const size_t b = s.owned_begin(u);
-            const size_t e = s.owned_end(u);
+            const size_t n = s.owned_end(u) - b;
+            std::vector<unsigned char> raw(n * dtype_size(t));
+            s.m_backend.to_host(raw.data(), g.grad_ptr(u, b), raw.size());
             const size_t at_end = out.size();
-            out.resize(at_end + (e - b));
-            s.copy_to_host(out.data() + at_end, s.m_grads.owned_f32(u) + b, e - b);
+            out.resize(at_end + n);
+            convert_to_f32(raw.data(), out.data() + at_end, n, t);
         }
         return out;
     }

@@ -211,6 +211,51 @@ TEST(TypedActivations, ModelStepEqualsTheEmulationBitForBit) {
     }
 }
 
+// A 16-bit run converts its gradients to fp32 for AdamW and the gradient norm a chunk
+// (conversion_chunk: 4M elements) at a time. A unit larger than that (this embedding: 4.2M)
+// is updated element by element from its own gradient across the chunk boundary: after one
+// step from m = v = 0, m = (1 - beta1) g and v = (1 - beta2) g^2 for every owned element.
+TEST(ConversionChunks, Bf16StepOverAUnitLargerThanTheChunk) {
+    ModelConfig mc = test::model_config(1, 2, 128, 8, 33000);
+    mc.vocab_pad_to = 64;
+    auto be = make_cpu_backend(2);
+    Transformer model(mc, *be, 2, false, DType::kBF16);
+    ASSERT_GT(model.layout().unit_numel[0], size_t{1} << 22) << "unit 0 must exceed one conversion chunk";
+    ModelState state(model.layout(), *be, self_communicator(), 0, SIZE_MAX, 5, DType::kBF16, DType::kBF16);
+    std::vector<int32_t> inputs(16), targets(16);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        inputs[i] = static_cast<int32_t>((i * 4099) % 33000);
+        targets[i] = static_cast<int32_t>((i * 7919 + 3) % 33000);
+    }
+    state.zero_grads();
+    state.begin_micro_step(true, true);
+    model.forward(state, inputs.data(), targets.data(), 2, 8, 1.f / 16.f);
+    model.backward(state);
+    state.finish_grad_sync();
+    const std::vector<float> g = ModelStateTestAccess::owned_grads_stored(state);
+    ASSERT_EQ(g, ModelStateTestAccess::owned_grads(state)) << "the chunked fp32 view differs from the storage";
+    double want_ss = 0.0;
+    for (float x : g) want_ss += static_cast<double>(x) * x;
+    EXPECT_NEAR(state.grad_sum_squares_if_finite(), want_ss, 1e-9 * want_ss);
+    AdamWStep step;
+    step.lr = 1e-3f;
+    state.optimizer_step(step);
+    const std::vector<float> st = ModelStateTestAccess::owned_optimizer_state(state);
+    size_t at_g = 0, at_s = 0, checked = 0;
+    for (int u = 0; u < model.layout().num_units(); ++u) {
+        const size_t n = state.owned_end(u) - state.owned_begin(u);
+        for (size_t i = 0; i < n; ++i) {
+            const float gi = g[at_g + i], m = st[at_s + n + i], v = st[at_s + 2 * n + i];
+            ASSERT_NEAR(m, (1.f - step.beta1) * gi, 1e-6f * std::fabs(gi) + 1e-30f) << "unit " << u << " element " << i;
+            ASSERT_NEAR(v, (1.f - step.beta2) * gi * gi, 1e-5f * gi * gi + 1e-30f) << "unit " << u << " element " << i;
+            ++checked;
+        }
+        at_g += n;
+        at_s += 3 * n;
+    }
+    EXPECT_EQ(checked, g.size());
+}
+
 // The host memory a backend's copies use (the checkpoint snapshot's buffer): page-aligned,
 // because the shard writer writes it by direct I/O, also through a decorator.
 TEST(BackendCopies, AllocHostIsPageAlignedAndWritable) {

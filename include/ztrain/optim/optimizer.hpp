@@ -21,6 +21,16 @@ struct DecaySegment {
     bool decay = false;
 };
 
+/// fn(begin, end, decay) for the parts of `segments` inside [from, to), in order.
+template <typename Fn>
+void for_segments_within(const std::vector<DecaySegment>& segments, size_t from, size_t to, Fn&& fn) {
+    for (const DecaySegment& seg : segments) {
+        const size_t b = seg.begin > from ? seg.begin : from;
+        const size_t e = seg.end < to ? seg.end : to;
+        if (e > b) fn(b, e, seg.decay);
+    }
+}
+
 /// Cuts unit `unit` into segments covering [range_begin, range_end) (clipped to the unit),
 /// each with the decay flag of the tensor it lies in (gaps between tensors: no decay).
 std::vector<DecaySegment> decay_segments(const ModelLayout& layout, int unit, size_t range_begin,

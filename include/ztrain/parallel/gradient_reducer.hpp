@@ -48,9 +48,19 @@ class GradientReducer {
     void begin_micro_step(bool first, bool last);
     /// Completes every reduction: afterwards the owned gradients are final.
     void finish();
-    /// fp32 gradients of the owned range: base[e] for e in [owned_begin, owned_end). The
-    /// storage itself (fp32) or a converted copy valid until the next call (16-bit).
-    const float* owned_f32(int unit);
+    /// fp32 gradients of owned elements [from, to) of a unit: base[e] for e in [from, to).
+    /// The storage itself (fp32) or a converted copy valid until the next call (16-bit:
+    /// to - from <= conversion_chunk; for_owned_chunks walks the owned range so).
+    const float* owned_f32(int unit, size_t from, size_t to);
+    /// fn(from, to) over the owned range of a unit in order: one call with the whole range
+    /// (fp32), or ranges of at most conversion_chunk elements (16-bit).
+    template <typename Fn>
+    void for_owned_chunks(int unit, Fn&& fn) const {
+        const size_t b = m_ctx.owned_begin(unit);
+        const size_t e = m_ctx.owned_end(unit);
+        const size_t step = m_ctx.work == DType::kF32 ? std::max<size_t>(e - b, 1) : conversion_chunk(m_ctx.plan);
+        for (size_t from = b; from < e; from += step) fn(from, std::min(e, from + step));
+    }
     /// This rank's sum of squares over `segments` of each unit's owned gradients.
     double local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments);
     /// Planned peak of the pooled scratch (gradient scratch, buffers of reductions in flight).

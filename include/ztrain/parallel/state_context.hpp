@@ -3,6 +3,7 @@
 // communicators, and one pool of per-unit scratch.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <set>
@@ -76,7 +77,8 @@ struct StateContext {
     int overlap_depth;
     size_t reductions_in_flight() const { return zt::reductions_in_flight(overlap_depth); }
     ScratchPool& pool;
-    /// fp32 conversion buffer holding the largest padded unit (16-bit runs only, else null).
+    /// fp32 conversion buffer of conversion_chunk(plan) elements (16-bit runs only, else
+    /// null): 16-bit gradients and initial values pass through it chunk by chunk.
     float* f32_tmp;
 
     int num_units() const { return layout.num_units(); }
@@ -85,6 +87,15 @@ struct StateContext {
     size_t owned_end(int unit) const { return plan.owned_range(unit, rank).end; }
     size_t work_size() const { return dtype_size(work); }
 };
+
+/// Elements a conversion through StateContext::f32_tmp covers at a time: the largest padded
+/// unit, at most 4M (16 MiB of fp32), so a 16-bit run never holds a whole large unit
+/// (the embedding) in fp32 for its optimizer step.
+inline size_t conversion_chunk(const ShardPlan& plan) {
+    size_t largest = 0;
+    for (const UnitShard& s : plan.shards()) largest = std::max(largest, s.padded_numel);
+    return std::min(largest, size_t{1} << 22);
+}
 
 /// Address of element `element` in a buffer of dtype t.
 inline char* element_at(void* base, size_t element, DType t) {
