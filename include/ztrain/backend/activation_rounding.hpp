@@ -1,10 +1,11 @@
-// 16-bit activations on a backend that computes in fp32: a decorator that rounds every
-// activation (and activation gradient) an op writes to the working dtype, in place.
+// 16-bit activations emulated in fp32 buffers: a decorator that rounds every activation (and
+// activation gradient) an op writes to the working dtype, in place.
 //
-// The CPU computes in fp32 (OpenBLAS sgemm has no bf16 product worth using here), so a bf16
-// or fp16 run there keeps fp32 buffers that hold 16-bit values: the same numbers a 16-bit
-// buffer would hold, at twice the memory. This is that emulation, in one place: the model
-// calls its ops through an ActivationRoundingBackend and never rounds anything itself.
+// The buffers hold the numbers a 16-bit buffer would hold, at twice the memory. Training
+// stores activations in their dtype (the typed ops, backend.hpp's ActPtr); this emulation is
+// kept as their oracle: a model built with ActivationStorage::kEmulated computes through it,
+// and the typed ops and model must match it bit for bit (tests/unit/test_typed_activations.cpp,
+// TypedActivations.ModelStepEqualsTheEmulationBitForBit).
 //
 // What is rounded (the op's activation outputs) and what is not:
 //   rounded: encoder/layernorm/rmsnorm/matmul/gelu/swiglu/residual/rope/attention outputs
