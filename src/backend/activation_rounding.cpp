@@ -17,13 +17,13 @@ ActivationRoundingBackend::ActivationRoundingBackend(Backend& inner, DType activ
                " supports precision ", caps.work_dtypes(), " only");
 }
 
-void ActivationRoundingBackend::matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+void ActivationRoundingBackend::matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                                int N, int C, int OC) {
     inner().matmul_forward(out, inp, weight, bias, N, C, OC);
     round(out, elements(N, OC));
 }
 
-void ActivationRoundingBackend::matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight,
+void ActivationRoundingBackend::matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight,
                                                         const float* bias, ConstActPtr residual, int N, int C,
                                                         int OC) {
     inner().matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
@@ -31,7 +31,7 @@ void ActivationRoundingBackend::matmul_residual_forward(ActPtr out, ConstActPtr 
 }
 
 void ActivationRoundingBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
-                                                ConstActPtr inp, const float* weight, int N, int C, int OC) {
+                                                ConstActPtr inp, ConstActPtr weight, int N, int C, int OC) {
     inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     if (dinp.data != nullptr) round(dinp, elements(N, C));
 }

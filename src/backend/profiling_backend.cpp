@@ -86,16 +86,16 @@ void ProfilingBackend::zero_bytes(void* p, size_t bytes) {
     timed(kOpZero, [&] { inner().zero_bytes(p, bytes); });
 }
 
-void ProfilingBackend::matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N,
+void ProfilingBackend::matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N,
                                       int C, int OC) {
     timed(kOpMatmulFwd, [&] { inner().matmul_forward(out, inp, weight, bias, N, C, OC); });
 }
-void ProfilingBackend::matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+void ProfilingBackend::matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                                ConstActPtr residual, int N, int C, int OC) {
     timed(kOpMatmulFwd, [&] { inner().matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC); });
 }
 void ProfilingBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                                       const float* weight, int N, int C, int OC) {
+                                       ConstActPtr weight, int N, int C, int OC) {
     timed(kOpMatmulBwd, [&] { inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
 }
 void ProfilingBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,

@@ -113,8 +113,8 @@ class Gpt2Blocks final : public ModelFamily {
                                 tokens + r.offset, 1, r.length, C);
         }
     }
-    void block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) override;
-    void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in, ActPtr dres,
+    void block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) override;
+    void block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw, ConstActPtr in, ActPtr dres,
                         int B, int T) override;
     ConstActPtr block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
     void final_norm_forward(Backend& be, ActPtr out, ConstActPtr in, const float* w, int N) override {
@@ -202,23 +202,25 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
     m_dfc_gelu = arena.take_act(BT * 4 * C);
 }
 
-void Gpt2Blocks::block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) {
+void Gpt2Blocks::block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) {
+    const float* w = uw.f32;
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, N, NC] = sizes(B, T);
     be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
-    be.matmul_forward(L.qkv, L.ln1, w + o.qkvw, w + o.qkvb, N, C, 3 * C);
+    be.matmul_forward(L.qkv, L.ln1, uw.matrix(o.qkvw), w + o.qkvb, N, C, 3 * C);
     attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NH, mha_head_size(C, NH));
     // residual2 = in + atty @ Wproj^T + bproj in one op: no separate projection buffer.
-    be.matmul_residual_forward(L.residual2, L.atty, w + o.attprojw, w + o.attprojb, in, N, C, C);
+    be.matmul_residual_forward(L.residual2, L.atty, uw.matrix(o.attprojw), w + o.attprojb, in, N, C, C);
     be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
-    be.matmul_forward(L.fc, L.ln2, w + o.fcw, w + o.fcb, N, C, 4 * C);
+    be.matmul_forward(L.fc, L.ln2, uw.matrix(o.fcw), w + o.fcb, N, C, 4 * C);
     be.gelu_forward(L.fc_gelu, L.fc, NC * 4);
-    be.matmul_residual_forward(L.output, L.fc_gelu, w + o.fcprojw, w + o.fcprojb, L.residual2, N, 4 * C, C);
+    be.matmul_residual_forward(L.output, L.fc_gelu, uw.matrix(o.fcprojw), w + o.fcprojb, L.residual2, N, 4 * C, C);
 }
 
-void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in,
-                                ActPtr dres, int B, int T) {
+void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw,
+                                ConstActPtr in, ActPtr dres, int B, int T) {
+    const float* w = uw.f32;
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, N, NC] = sizes(B, T);
@@ -230,13 +232,13 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, b
     zero_act(be, m_dfc_gelu, NC * 4);
     zero_grad_if(be, zero_dw, dw + o.fcprojw, 4 * CC);
     zero_grad_if(be, zero_dw, dw + o.fcprojb, Cs);
-    be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fc_gelu, w + o.fcprojw, N, 4 * C, C);
+    be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fc_gelu, uw.matrix(o.fcprojw), N, 4 * C, C);
     zero_act(be, m_dfc, NC * 4);
     be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NC * 4);
     zero_act(be, dln, NC);
     zero_grad_if(be, zero_dw, dw + o.fcw, 4 * CC);
     zero_grad_if(be, zero_dw, dw + o.fcb, 4 * Cs);
-    be.matmul_backward(dln, dw + o.fcw, dw + o.fcb, m_dfc, L.ln2, w + o.fcw, N, C, 4 * C);
+    be.matmul_backward(dln, dw + o.fcw, dw + o.fcb, m_dfc, L.ln2, uw.matrix(o.fcw), N, C, 4 * C);
     zero_grad_if(be, zero_dw, dw + o.ln2w, Cs);
     zero_grad_if(be, zero_dw, dw + o.ln2b, Cs);
     be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
@@ -244,14 +246,14 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const float* w, float* dw, b
     zero_act(be, m_datty, NC);
     zero_grad_if(be, zero_dw, dw + o.attprojw, CC);
     zero_grad_if(be, zero_dw, dw + o.attprojb, Cs);
-    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, w + o.attprojw, N, C, C);
+    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, uw.matrix(o.attprojw), N, C, C);
     zero_act(be, m_dqkv, NC * 3);
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH,
                        mha_head_size(C, NH));
     zero_act(be, dln, NC);
     zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CC);
     zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Cs);
-    be.matmul_backward(dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, w + o.qkvw, N, C, 3 * C);
+    be.matmul_backward(dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, uw.matrix(o.qkvw), N, C, 3 * C);
     zero_grad_if(be, zero_dw, dw + o.ln1w, Cs);
     zero_grad_if(be, zero_dw, dw + o.ln1b, Cs);
     be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);

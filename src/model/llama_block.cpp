@@ -123,8 +123,8 @@ class LlamaBlocks final : public ModelFamily {
                         int T) override {
         be.encoder_backward(dunit0, nullptr, dout, tokens, B, T, m_cfg.n_embd);
     }
-    void block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) override;
-    void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in, ActPtr dres,
+    void block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) override;
+    void block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw, ConstActPtr in, ActPtr dres,
                         int B, int T) override;
     ConstActPtr block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
     /// RoPE on q and k of qkv in place (inverse: the gradient's R^T), at each token's position.
@@ -232,25 +232,27 @@ void LlamaBlocks::rotate(Backend& be, ActPtr qkv, int B, int T, bool inverse) co
     }
 }
 
-void LlamaBlocks::block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) {
+void LlamaBlocks::block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) {
+    const float* w = uw.f32;
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
     const float eps = static_cast<float>(m_cfg.norm_eps);
     be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, N, C, eps);
-    be.matmul_forward(L.qkv, L.norm1, w + o.qkv, nullptr, N, C, QKV);
+    be.matmul_forward(L.qkv, L.norm1, uw.matrix(o.qkv), nullptr, N, C, QKV);
     // Rotated in place: attention and its backward only need the rotated q and k.
     rotate(be, L.qkv, B, T, /*inverse=*/false);
     attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
-    be.matmul_residual_forward(L.residual2, L.atty, w + o.o_proj, nullptr, in, N, C, C);
+    be.matmul_residual_forward(L.residual2, L.atty, uw.matrix(o.o_proj), nullptr, in, N, C, C);
     be.rmsnorm_forward(L.norm2, L.norm2_rstd, L.residual2, w + o.norm2, N, C, eps);
-    be.matmul_forward(L.gate_up, L.norm2, w + o.gate_up, nullptr, N, C, 2 * F);
+    be.matmul_forward(L.gate_up, L.norm2, uw.matrix(o.gate_up), nullptr, N, C, 2 * F);
     be.swiglu_forward(L.swiglu, L.gate_up, N, F);
-    be.matmul_residual_forward(L.output, L.swiglu, w + o.down_proj, nullptr, L.residual2, N, F, C);
+    be.matmul_residual_forward(L.output, L.swiglu, uw.matrix(o.down_proj), nullptr, L.residual2, N, F, C);
 }
 
-void LlamaBlocks::block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in,
-                                 ActPtr dres, int B, int T) {
+void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw,
+                                 ConstActPtr in, ActPtr dres, int B, int T) {
+    const float* w = uw.f32;
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
@@ -262,25 +264,25 @@ void LlamaBlocks::block_backward(Backend& be, int l, const float* w, float* dw, 
     // becomes d/d residual2 and then d/d block input (as in the GPT-2 block).
     zero_act(be, m_dswiglu, n * Fs);
     zero_grad_if(be, zero_dw, dw + o.down_proj, Cs * Fs);
-    be.matmul_backward(m_dswiglu, dw + o.down_proj, nullptr, dres, L.swiglu, w + o.down_proj, N, F, C);
+    be.matmul_backward(m_dswiglu, dw + o.down_proj, nullptr, dres, L.swiglu, uw.matrix(o.down_proj), N, F, C);
     zero_act(be, m_dgate_up, n * 2 * Fs);
     be.swiglu_backward(m_dgate_up, L.gate_up, m_dswiglu, N, F);
     zero_act(be, dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.gate_up, 2 * Fs * Cs);
-    be.matmul_backward(dnorm, dw + o.gate_up, nullptr, m_dgate_up, L.norm2, w + o.gate_up, N, C, 2 * F);
+    be.matmul_backward(dnorm, dw + o.gate_up, nullptr, m_dgate_up, L.norm2, uw.matrix(o.gate_up), N, C, 2 * F);
     zero_grad_if(be, zero_dw, dw + o.norm2, Cs);
     be.rmsnorm_backward(dres, dw + o.norm2, dnorm, L.residual2, w + o.norm2, L.norm2_rstd, N, C);
 
     zero_act(be, m_datty, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cs);
-    be.matmul_backward(m_datty, dw + o.o_proj, nullptr, dres, L.atty, w + o.o_proj, N, C, C);
+    be.matmul_backward(m_datty, dw + o.o_proj, nullptr, dres, L.atty, uw.matrix(o.o_proj), N, C, C);
     zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
     zero_act(be, dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
-    be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, w + o.qkv, N, C, QKV);
+    be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, uw.matrix(o.qkv), N, C, QKV);
     zero_grad_if(be, zero_dw, dw + o.norm1, Cs);
     be.rmsnorm_backward(dres, dw + o.norm1, dnorm, in, w + o.norm1, L.norm1_rstd, N, C);
 }

@@ -99,6 +99,19 @@ struct DriverScratch {
     float* attention_scratch = nullptr;
 };
 
+/// An acquired unit's parameters as the ops take them: the fp32 view (norm weights, biases,
+/// tables) and, where the backend's products read them so (Backend::reads_weights_in), the
+/// unit's own 16-bit storage for the matrices, which then need no conversion back per
+/// product.
+struct UnitWeights {
+    const float* f32 = nullptr;
+    ConstActPtr stored;  ///< data null: the products take the fp32 view too
+    /// The matrix starting at element `offset`, as the products take it.
+    ConstActPtr matrix(size_t offset) const {
+        return stored.data != nullptr ? stored.offset(offset) : ConstActPtr(f32 + offset);
+    }
+};
+
 /// Rows holding packed examples (fine-tuning): where positions restart and what each token
 /// may attend to. Default (both null): every row is one sequence at positions 0..T-1 with
 /// causal attention, the pretraining path, unchanged.
@@ -128,8 +141,8 @@ class ModelFamily {
     /// `zero` (the token embedding's are zeroed by the driver with the LM head's).
     virtual void embed_backward(Backend& be, float* dunit0, bool zero, ConstActPtr dout, const int32_t* tokens,
                                 int B, int T) = 0;
-    virtual void block_forward(Backend& be, int l, const float* w, ConstActPtr in, int B, int T) = 0;
-    virtual void block_backward(Backend& be, int l, const float* w, float* dw, bool zero_dw, ConstActPtr in,
+    virtual void block_forward(Backend& be, int l, const UnitWeights& w, ConstActPtr in, int B, int T) = 0;
+    virtual void block_backward(Backend& be, int l, const UnitWeights& w, float* dw, bool zero_dw, ConstActPtr in,
                                 ActPtr dres, int B, int T) = 0;
     /// Block l's output, the next block's input (kept even under recompute).
     virtual ConstActPtr block_output(int l) const = 0;

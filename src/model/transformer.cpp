@@ -197,6 +197,14 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
     return head_and_loss(store, targets, targets_be, N, dloss);
 }
 
+UnitWeights Transformer::unit_weights(UnitStore& store, int unit) const {
+    UnitWeights w{store.acquire(unit), {}};
+    // The products take the unit's 16-bit storage itself where the backend reads it so.
+    const ConstActPtr stored = store.acquired_storage(unit);
+    if (stored.data != nullptr && !stored.f32() && m_backend.reads_weights_in(stored.dtype)) w.stored = stored;
+    return w;
+}
+
 void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T) {
     const int nL = m_cfg.n_layer;
     store.prefetch(0);
@@ -207,7 +215,7 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
 
     ConstActPtr x = m_encoded;
     for (int l = 0; l < nL; ++l) {
-        const float* w = store.acquire(1 + l);
+        const UnitWeights w = unit_weights(store, 1 + l);
         store.prefetch(l + 2 <= nL ? l + 2 : nL + 1);
         m_family->block_forward(*m_compute, l, w, x, B, T);
         store.release(1 + l);
@@ -226,7 +234,7 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     const int Vp = m_cfg.padded_vocab();
     // LM head, tied to the token embedding or an untied head (also in unit 0):
     // logits (N, Vp) = normed (N, C) @ head (Vp, C)^T.
-    const float* head = store.acquire(0) + m_layout.head_offset;
+    const ConstActPtr head = unit_weights(store, 0).matrix(m_layout.head_offset);
     m_compute->matmul_forward(m_logits, m_normed, head, nullptr, N, C, Vp);
     m_have_dlogits = false;
     m_loss_sum = 0.0;
@@ -252,7 +260,7 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     m_target_count = counted;
     m_have_dlogits = dloss != 0.f;
     if (m_have_dlogits) {
-        m_head_weights = head;  // held through backward(), released at its end
+        m_head = head;  // held through backward(), released at its end
     } else {
         store.release(0);
     }
@@ -279,7 +287,7 @@ void Transformer::backward(UnitStore& store) {
     store.prefetch(nL + 1);
     zero_act(m_backend, m_dnormed, NC);
     zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
-    m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head_weights,
+    m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
                                N, C, Vp);
 
     const ConstActPtr x_last = nL > 0 ? m_family->block_output(nL - 1) : ConstActPtr(m_encoded);
@@ -294,7 +302,7 @@ void Transformer::backward(UnitStore& store) {
     store.release(nL + 1);
 
     for (int l = nL - 1; l >= 0; --l) {
-        const float* w = store.acquire(1 + l);
+        const UnitWeights w = unit_weights(store, 1 + l);
         float* dw = store.grads(1 + l);
         const bool zero_dw = store.grads_need_zero(1 + l);
         store.prefetch(l >= 1 ? l : 0);
@@ -312,7 +320,7 @@ void Transformer::backward(UnitStore& store) {
     m_family->embed_backward(*m_compute, demb, zero_emb, m_dresidual, m_inputs, B, T);
     store.grads_done(0);
     store.release(0);
-    m_head_weights = nullptr;
+    m_head = ConstActPtr{};
 }
 
 }  // namespace zt

@@ -88,6 +88,7 @@ StateContext ModelState::context() {
 
 // ---- UnitStore ----
 const float* ModelState::acquire(int unit) { return m_params.acquire(unit); }
+ConstActPtr ModelState::acquired_storage(int unit) { return m_params.acquired_storage(unit); }
 void ModelState::release(int unit) { m_params.release(unit); }
 void ModelState::prefetch(int unit) { m_params.prefetch(unit); }
 float* ModelState::grads(int unit) { return m_grads.grads(unit); }

@@ -104,6 +104,15 @@ const float* ParameterStore::acquire(int unit) {
     return r.compute;
 }
 
+ConstActPtr ParameterStore::acquired_storage(int unit) const {
+    ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
+    if (!m_ctx.plan.params_gathered_per_unit()) return ConstActPtr(m_params[static_cast<size_t>(unit)], m_ctx.work);
+    const auto it = m_resident.find(unit);
+    ZT_REQUIRE(it != m_resident.end() && it->second.compute != nullptr, "acquired_storage(", unit,
+               "): the unit is not acquired");
+    return ConstActPtr(it->second.gathered, m_ctx.work);
+}
+
 void ParameterStore::look_ahead(int unit) {
     if (m_recording) {
         m_pass_order.push_back(unit);

@@ -14,6 +14,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/backend/forwarding_backend.hpp"
 #include "ztrain/backend/profiling_backend.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
@@ -208,6 +209,51 @@ TEST(TypedActivations, ModelStepEqualsTheEmulationBitForBit) {
                       as_bytes(want.state.data(), 4 * want.state.size()))
                 << what << ": the updated master weights and moments differ";
         }
+    }
+}
+
+/// Records the dtype of every weight the products are given; reads 16-bit weights when told to.
+class WeightDtypes : public ForwardingBackend {
+  public:
+    WeightDtypes(Backend& inner, bool reads16) : ForwardingBackend(inner), m_reads16(reads16) {}
+    bool reads_weights_in(DType t) const override { return t == DType::kF32 || m_reads16; }
+    void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr w, const float* bias, int N, int C,
+                        int OC) override {
+        seen.insert(w.dtype);
+        ForwardingBackend::matmul_forward(out, inp, w, bias, N, C, OC);
+    }
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr w, const float* bias, ConstActPtr res,
+                                 int N, int C, int OC) override {
+        seen.insert(w.dtype);
+        ForwardingBackend::matmul_residual_forward(out, inp, w, bias, res, N, C, OC);
+    }
+    void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp, ConstActPtr w,
+                         int N, int C, int OC) override {
+        seen.insert(w.dtype);
+        ForwardingBackend::matmul_backward(dinp, dweight, dbias, dout, inp, w, N, C, OC);
+    }
+    std::set<DType> seen;
+
+  private:
+    bool m_reads16;
+};
+
+// The model hands the products a unit's 16-bit storage exactly where the backend says it
+// reads such weights (Backend::reads_weights_in), and the fp32 view elsewhere; the step is
+// the same bit for bit either way.
+TEST(StoredWeights, TheProductsGetTheUnitsStorageWhereTheBackendReadsIt) {
+    for (DType t : {DType::kBF16, DType::kF16}) {
+        auto cpu_a = make_cpu_backend(1);
+        auto cpu_b = make_cpu_backend(1);
+        WeightDtypes reads(*cpu_a, true), views(*cpu_b, false);
+        const StepResult a = one_step(reads, t);
+        const StepResult b = one_step(views, t);
+        EXPECT_EQ(reads.seen, std::set<DType>{t}) << dtype_name(t);
+        EXPECT_EQ(views.seen, std::set<DType>{DType::kF32}) << dtype_name(t);
+        EXPECT_EQ(float_bits(a.loss), float_bits(b.loss)) << dtype_name(t);
+        EXPECT_EQ(a.grad_sum_squares, b.grad_sum_squares) << dtype_name(t);
+        EXPECT_EQ(as_bytes(a.state.data(), 4 * a.state.size()), as_bytes(b.state.data(), 4 * b.state.size()))
+            << dtype_name(t);
     }
 }
 

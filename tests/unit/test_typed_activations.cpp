@@ -313,7 +313,7 @@ TEST_P(TypedActivations, AttentionForwardAndBackward) {
 /// backward accumulating into non-zero dinp, dweight and dbias. N, C, OC are not multiples of
 /// 16 (the slabs' alignment) and past the size where the products split over the team.
 void check_typed_matmul(Backend& cpu, Backend& emulated, DType t, int N, int C, int OC, const std::string& at,
-                        bool exact = true) {
+                        bool exact = true, bool stored_weights = false) {
     const size_t nx = static_cast<size_t>(N) * C, ny = static_cast<size_t>(N) * OC;
     const std::vector<float> x = values(nx, 1.f, 0.2f, t), dy = values(ny, 0.3f, 0.6f, t);
     const std::vector<float> res = values(ny, 1.f, 1.4f, t), dx0 = values(nx, 0.1f, 0.9f, t);
@@ -328,11 +328,15 @@ void check_typed_matmul(Backend& cpu, Backend& emulated, DType t, int N, int C, 
     emulated.matmul_backward(dx_want.data(), dw_want.data(), db_want.data(), dy.data(), x.data(), w.data(), N, C, OC);
     const std::vector<uint16_t> x16 = to16(x, t), dy16 = to16(dy, t), res16 = to16(res, t);
     std::vector<uint16_t> y16(ny), r16(ny), dx16 = to16(dx0, t);
-    cpu.matmul_forward(ActPtr(y16.data(), t), ConstActPtr(x16.data(), t), w.data(), b.data(), N, C, OC);
-    cpu.matmul_residual_forward(ActPtr(r16.data(), t), ConstActPtr(x16.data(), t), w.data(), b.data(),
+    // The weights as a 16-bit unit stores them (the model passes those where the backend
+    // reads them so), or the fp32 view.
+    const std::vector<uint16_t> w16 = to16(w, t);
+    const ConstActPtr wt = stored_weights ? ConstActPtr(w16.data(), t) : ConstActPtr(w.data());
+    cpu.matmul_forward(ActPtr(y16.data(), t), ConstActPtr(x16.data(), t), wt, b.data(), N, C, OC);
+    cpu.matmul_residual_forward(ActPtr(r16.data(), t), ConstActPtr(x16.data(), t), wt, b.data(),
                                 ConstActPtr(res16.data(), t), N, C, OC);
     cpu.matmul_backward(ActPtr(dx16.data(), t), dw.data(), db.data(), ConstActPtr(dy16.data(), t),
-                        ConstActPtr(x16.data(), t), w.data(), N, C, OC);
+                        ConstActPtr(x16.data(), t), wt, N, C, OC);
     if (exact) {
         expect_bits(from16(y16, t), y_want, "matmul_forward out, " + at);
         expect_bits(from16(r16, t), r_want, "matmul_residual_forward out, " + at);
@@ -360,6 +364,7 @@ void check_typed_matmul(Backend& cpu, Backend& emulated, DType t, int N, int C, 
 // widened rows through sgemm, equal to the emulation bit for bit.
 TEST_P(TypedActivations, MatmulWidenedForwardAndBackward) {
     check_typed_matmul(*cpu, emulated, t(), 300, 200, 520, "widened, " + at());
+    check_typed_matmul(*cpu, emulated, t(), 300, 200, 520, "widened, 16-bit weights, " + at(), true, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, TypedActivations,
@@ -390,6 +395,10 @@ TEST(TypedMatmul, Bf16ProductsMatchTheEmulation) {
         ActivationRoundingBackend emulated(*cpu, DType::kBF16);
         check_typed_matmul(*cpu, emulated, DType::kBF16, 300, 200, 520,
                            "bf16 products, " + std::to_string(threads) + " thread(s)");
+        check_typed_matmul(*cpu, emulated, DType::kBF16, 300, 200, 520,
+                           "bf16 products, bf16 weights, " + std::to_string(threads) + " thread(s)", true, true);
+        EXPECT_TRUE(cpu->reads_weights_in(DType::kBF16));
+        EXPECT_FALSE(emulated.reads_weights_in(DType::kBF16)) << "the oracle multiplies by fp32 views";
         check_typed_matmul(*cpu, emulated, DType::kBF16, 1, 200, 520, "bf16 products, one row");
     }
 }

@@ -35,12 +35,14 @@ class ActivationRoundingBackend final : public ForwardingBackend {
     // Everything not listed is forwarded unchanged (ForwardingBackend).
 
     // ---- activation outputs rounded ----
-    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
+    /// The oracle multiplies by fp32 views of the weights, as the emulation always did.
+    bool reads_weights_in(DType t) const override { return t == DType::kF32; }
+    void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N, int C,
                         int OC) override;
-    void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                  ConstActPtr residual, int N, int C, int OC) override;
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         const float* weight, int N, int C, int OC) override;
+                         ConstActPtr weight, int N, int C, int OC) override;
     void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override;
     void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,

@@ -194,16 +194,22 @@ class Backend {
     /// run in dtype t when that is worth a note (the CPU without bf16 instructions); empty
     /// otherwise.
     virtual std::string activation_dtype_note(DType /*t*/) const { return {}; }
+    /// Whether the products read weights stored in t as they are. Where they do, the model
+    /// hands them a unit's 16-bit storage (UnitStore::acquired_storage) rather than its fp32
+    /// view, which saves converting every weight back for each product; elsewhere a 16-bit
+    /// weight still works, widened per call. Default: fp32 only.
+    virtual bool reads_weights_in(DType t) const { return t == DType::kF32; }
 
-    /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null. Typed out and
-    /// inp: the product accumulates in fp32 and out is rounded once.
-    virtual void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
+    /// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null. Typed out,
+    /// inp and weight (see reads_weights_in): the product accumulates in fp32 and out is
+    /// rounded once.
+    virtual void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N, int C,
                                 int OC) = 0;
     /// out (N, OC) = inp @ weight^T + bias + residual (N, OC): a projection closing a residual
     /// branch. out must not alias inp or residual. Default: matmul_forward, then
     /// residual_forward in place (exact for fp32 out only: a 16-bit out would be rounded
     /// twice, so a backend with typed products overrides it).
-    virtual void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+    virtual void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                          ConstActPtr residual, int N, int C, int OC) {
         matmul_forward(out, inp, weight, bias, N, C, OC);
         residual_forward(out, out, residual, static_cast<size_t>(N) * static_cast<size_t>(OC));
@@ -211,7 +217,7 @@ class Backend {
     /// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_rows dout.
     /// Typed dinp / dout / inp (dweight, dbias fp32); a 16-bit dinp is rounded once after the add.
     virtual void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                                 const float* weight, int N, int C, int OC) = 0;
+                                 ConstActPtr weight, int N, int C, int OC) = 0;
 
     /// out (N, C) = (inp - mean) * rstd * weight + bias, eps 1e-5; saves mean (N), rstd (N).
     /// Typed out / dinp / dout / inp; the statistics and parameter gradients stay fp32.

@@ -54,19 +54,20 @@ class ForwardingBackend : public Backend {
     void round_to(float* x, size_t n, DType t) override { m_inner.round_to(x, n, t); }
 
     void set_activation_dtype(DType t) override { m_inner.set_activation_dtype(t); }
+    bool reads_weights_in(DType t) const override { return m_inner.reads_weights_in(t); }
     std::string activation_dtype_note(DType t) const override { return m_inner.activation_dtype_note(t); }
 
     // ---- GPT-2 compute ----
-    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
+    void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N, int C,
                         int OC) override {
         m_inner.matmul_forward(out, inp, weight, bias, N, C, OC);
     }
-    void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                  ConstActPtr residual, int N, int C, int OC) override {
         m_inner.matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
     }
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         const float* weight, int N, int C, int OC) override {
+                         ConstActPtr weight, int N, int C, int OC) override {
         m_inner.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
     void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,

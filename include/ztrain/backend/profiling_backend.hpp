@@ -56,12 +56,12 @@ class ProfilingBackend final : public ForwardingBackend {
     void round_to(float* x, size_t n, DType t) override;
 
     // ---- compute ----
-    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
+    void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N, int C,
                         int OC) override;
-    void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                  ConstActPtr residual, int N, int C, int OC) override;
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         const float* weight, int N, int C, int OC) override;
+                         ConstActPtr weight, int N, int C, int OC) override;
     void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override;
     void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
 
 namespace zt {
@@ -67,6 +68,13 @@ class UnitStore {
     virtual ~UnitStore() = default;
     /// Full (gathered) parameters of `unit`, valid until release(unit).
     virtual const float* acquire(int unit) = 0;
+    /// The parameters of an acquired unit as stored, in the working dtype: what acquire()
+    /// widened in a 16-bit run (the same memory for fp32). Valid until release(unit).
+    /// Default: none (data null), and the model multiplies by acquire()'s fp32 view.
+    virtual ConstActPtr acquired_storage(int unit) {
+        (void)unit;
+        return {};
+    }
     virtual void release(int unit) = 0;
     /// Hint: `unit` will be acquired next; a sharded store may start gathering it.
     virtual void prefetch(int unit) { (void)unit; }

@@ -22,6 +22,7 @@ namespace zt {
 
 class ActivationArena;
 class ModelFamily;
+struct UnitWeights;
 
 /// Tokens at positions position .. position + length - 1, starting at token `offset` of the
 /// flattened (B, T) batch: how a row of packed examples is cut where positions restart.
@@ -128,6 +129,8 @@ class Transformer {
   private:
     /// (Re)makes every activation buffer in `stored` (the arena, the family's slots).
     void allocate_activations(DType stored);
+    /// Acquires `unit` and returns its parameters as the ops take them (UnitWeights).
+    UnitWeights unit_weights(UnitStore& store, int unit) const;
     void embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T);
     void set_rows(const TokenRows& rows, int B, int T);
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
@@ -159,7 +162,7 @@ class Transformer {
     int32_t* m_tokens_be = nullptr;   // (B, T)
     int32_t* m_targets_be = nullptr;  // (B, T)
     std::vector<float> m_losses_host;  // (B, T)
-    const float* m_head_weights = nullptr;  // unit 0, held from forward into backward
+    ConstActPtr m_head;  // the LM head's matrix (unit 0), held from forward into backward
     bool m_have_dlogits = false;
     double m_loss_sum = 0.0;
     long m_target_count = 0;

@@ -97,6 +97,7 @@ class ModelState : public UnitStore {
 
     // ---- UnitStore (the model's face) ----
     const float* acquire(int unit) override;
+    ConstActPtr acquired_storage(int unit) override;
     void release(int unit) override;
     void prefetch(int unit) override;
     float* grads(int unit) override;

@@ -33,6 +33,8 @@ class ParameterStore {
 
     // ---- the model's face (UnitStore) ----
     const float* acquire(int unit);
+    /// UnitStore::acquired_storage: the working copy of an acquired unit (gathered at stage 3).
+    ConstActPtr acquired_storage(int unit) const;
     void release(int unit);
     void prefetch(int unit);
     /// Within a training step the parameters do not change, and unit 0 (the token embedding

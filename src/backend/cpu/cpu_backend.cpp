@@ -62,6 +62,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <thread>
+#include <vector>
 
 namespace zt {
 namespace {
@@ -143,36 +144,45 @@ class CpuBackend final : public Backend {
     // matmul
     // --------------------------------------------------------------------------------
 
-    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
+    bool reads_weights_in(DType t) const override {
+        return t == DType::kF32 || (t == DType::kBF16 && m_bf16_products != nullptr);
+    }
+
+    void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N, int C,
                         int OC) override {
         matmul_residual_forward(out, inp, weight, bias, ConstActPtr{}, N, C, OC);
     }
 
     /// residual.data null: no residual.
-    void matmul_residual_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                  ConstActPtr residual, int N, int C, int OC) override {
-        if (bf16_products_for({out.dtype, inp.dtype, residual.dtype})) {
+        if (bf16_products_for({out.dtype, inp.dtype, residual.dtype, weight.dtype})) {
             cpu::matmul_forward_bf16(*m_bf16_products, out, inp, weight, bias, residual, N, C, OC);
-        } else if (out.f32() && inp.f32() && residual.f32()) {
-            cpu::matmul_forward(out.as_f32(), inp.as_f32(), weight, bias, N, C, OC, m_threads);
+            return;
+        }
+        const float* w = fp32_weight(weight, static_cast<size_t>(OC) * static_cast<size_t>(C));
+        if (out.f32() && inp.f32() && residual.f32()) {
+            cpu::matmul_forward(out.as_f32(), inp.as_f32(), w, bias, N, C, OC, m_threads);
             if (residual.data != nullptr) {
                 cpu::residual_forward(out, out, residual, static_cast<size_t>(N) * OC, m_threads);
             }
         } else {
-            cpu::matmul_forward_widened(out, inp, weight, bias, residual, N, C, OC, m_threads);
+            cpu::matmul_forward_widened(out, inp, w, bias, residual, N, C, OC, m_threads);
         }
     }
 
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         const float* weight, int N, int C, int OC) override {
-        if (bf16_products_for({dinp.dtype, dout.dtype, inp.dtype})) {
+                         ConstActPtr weight, int N, int C, int OC) override {
+        if (bf16_products_for({dinp.dtype, dout.dtype, inp.dtype, weight.dtype})) {
             cpu::matmul_backward_bf16(*m_bf16_products, dinp, dweight, dbias, dout, inp, weight, N, C, OC,
                                       m_threads);
-        } else if (dinp.f32() && dout.f32() && inp.f32()) {
-            cpu::matmul_backward(dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(), weight, N, C, OC,
-                                 m_threads);
+            return;
+        }
+        const float* w = fp32_weight(weight, static_cast<size_t>(OC) * static_cast<size_t>(C));
+        if (dinp.f32() && dout.f32() && inp.f32()) {
+            cpu::matmul_backward(dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(), w, N, C, OC, m_threads);
         } else {
-            cpu::matmul_backward_widened(dinp, dweight, dbias, dout, inp, weight, N, C, OC, m_threads);
+            cpu::matmul_backward_widened(dinp, dweight, dbias, dout, inp, w, N, C, OC, m_threads);
         }
     }
 
@@ -318,6 +328,16 @@ class CpuBackend final : public Backend {
     int m_threads = 1;
     /// Made while the activations are bf16 and the CPU has bf16 products; null otherwise.
     std::unique_ptr<cpu::Bf16Products> m_bf16_products;
+    /// A weight as fp32: itself, or a 16-bit one widened into m_wide_weight (a product
+    /// without 16-bit products given a stored weight: correct, not the fast path; the model
+    /// passes stored weights only where reads_weights_in says so).
+    const float* fp32_weight(ConstActPtr w, size_t n) {
+        if (w.f32()) return w.as_f32();
+        if (m_wide_weight.size() < n) m_wide_weight.resize(n);
+        cpu::cast(m_wide_weight.data(), DType::kF32, w.data, w.dtype, n);
+        return m_wide_weight.data();
+    }
+    std::vector<float> m_wide_weight;
     /// Whether a product over operands of these dtypes runs on the bf16 products: made, and
     /// no operand stored fp16 (those take the widened fp32 products).
     bool bf16_products_for(std::initializer_list<DType> dtypes) const {

@@ -284,7 +284,7 @@ void matmul_backward_widened(ActPtr dinp, float* dweight, float* dbias, ConstAct
     }
 }
 
-void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, const float* weight,
+void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, ConstActPtr weight,
                          const float* bias, ConstActPtr residual, int N, int C, int OC) {
     // The bias and the residual are added to the fp32 sum inside the product, so out is
     // rounded once, as the fp32-buffer forms followed by a rounding give it.
@@ -292,7 +292,7 @@ void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, co
 }
 
 void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
-                          ConstActPtr inp, const float* weight, int N, int C, int OC, int threads) {
+                          ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads) {
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
     if (dinp.data != nullptr) {
         products.gemm(Bf16Gemm{false, false, N, C, OC, dout, OC, weight, C, true, dinp, C, nullptr, {}});

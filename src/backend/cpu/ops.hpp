@@ -80,12 +80,12 @@ class Bf16Products {
 };
 
 /// matmul_forward (with residual: matmul_residual_forward) / matmul_backward with every
-/// product through `products`, fp32 or bf16 activations; dbias sums dout's columns in fp32
-/// as the sgemm forms do.
-void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, const float* weight,
+/// product through `products`, fp32 or bf16 activations and weights (bf16 weights are read
+/// as stored); dbias sums dout's columns in fp32 as the sgemm forms do.
+void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, ConstActPtr weight,
                          const float* bias, ConstActPtr residual, int N, int C, int OC);
 void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
-                          ConstActPtr inp, const float* weight, int N, int C, int OC, int threads);
+                          ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads);
 
 // ---- reduce.cpp -----------------------------------------------------------------------
 

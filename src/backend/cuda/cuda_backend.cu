@@ -151,16 +151,16 @@ class CudaBackendImpl final : public CudaBackend {
 
     // ---- matmul ----
 
-    void matmul_forward(ActPtr out, ConstActPtr inp, const float* weight, const float* bias, int N, int C,
+    void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N, int C,
                         int OC) override {
-        require_f32_activations("matmul_forward", {out.dtype, inp.dtype});
-        cuda::matmul_forward(m_blas, out.as_f32(), inp.as_f32(), weight, bias, N, C, OC, DType::kF32, false, nullptr,
-                             m_stream);
+        require_f32_activations("matmul_forward", {out.dtype, inp.dtype, weight.dtype});
+        cuda::matmul_forward(m_blas, out.as_f32(), inp.as_f32(), weight.as_f32(), bias, N, C, OC, DType::kF32, false,
+                             nullptr, m_stream);
     }
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         const float* weight, int N, int C, int OC) override {
-        require_f32_activations("matmul_backward", {dinp.dtype, dout.dtype, inp.dtype});
-        cuda::matmul_backward(m_blas, dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight, N, C, OC,
+                         ConstActPtr weight, int N, int C, int OC) override {
+        require_f32_activations("matmul_backward", {dinp.dtype, dout.dtype, inp.dtype, weight.dtype});
+        cuda::matmul_backward(m_blas, dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight.as_f32(), N, C, OC,
                               DType::kF32, m_stream);
         if (dbias != nullptr && N > 0) {
             cuda::column_sum(dbias, dout.as_f32(), N, OC, scratch_floats(cuda::column_chunks(N) * OC), m_stream);
