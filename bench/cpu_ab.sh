@@ -50,5 +50,6 @@ print(f"{sys.argv[2]:14s} tok/s {m('tokens_per_s'):7.1f} step {m('step_ms'):7.0f
 if "ops_ms" in s[0]:
     print("   ", " ".join(f"{k}={st.median(r['ops_ms'][k] for r in s):.0f}" for k in s[0]["ops_ms"]))
 PY
+        rm -rf "$dir/checkpoints"  # GPT-2 124M writes 1.5 GB per run; the figures are read
     done
 done

@@ -7,6 +7,7 @@
 #
 # Configurations (fp32, 2 threads, grad_accum 1, no evaluation, synthetic random tokens):
 #   a) GPT-2 124M: 12 layers x 768 wide x 12 heads, vocab 50257 (padded to 50304), seq 64, batch 4
+#   a1k) GPT-2 124M as a, at seq 1024 (the CPU bf16 issue's shape)
 #   b) small:      4 layers x 256 wide x 4 heads,   vocab 50257 (padded to 50304), seq 256, batch 4
 #      (b keeps the real GPT-2 vocabulary, so the LM head/embedding is ~80% of its weights.)
 #   llama) SmolLM2-135M's shape (model.arch = llama, as inputs/smollm2_135m.ini): 30 layers x
@@ -23,7 +24,7 @@
 # Knobs (environment): BF16 (0; 1: each rep also runs ztrain with precision.dtype=bf16,
 # PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) and the oneDNN bf16 products-only
 # ceiling (bench/bf16_ceiling.cpp), reported in a bf16 table),
-# REPS (3), STEPS_A (12), STEPS_B (12), STEPS_L (12: llama), THREADS (2),
+# REPS (3), STEPS_A (12), STEPS_K (5: a1k), STEPS_B (12), STEPS_L (12: llama), THREADS (2),
 # BUILD_DIR (build-bench),
 # PYTHON (/usr/bin/python3: Debian's PyTorch), OUT (the results file), PROFILE_OPS (1: ztrain
 # also records per-op times, ZT_PROFILE_OPS: two clock marks per backend call; 0 turns it off),
@@ -39,6 +40,7 @@ cd "$ROOT"
 REPS="${REPS:-3}"
 STEPS_A="${STEPS_A:-12}"
 STEPS_B="${STEPS_B:-12}"
+STEPS_K="${STEPS_K:-5}"
 STEPS_L="${STEPS_L:-12}"
 THREADS="${THREADS:-2}"
 BF16="${BF16:-0}"
@@ -53,10 +55,10 @@ DATE="$(date +%F)"
 CONFIGS=()
 for arg in "${@:-gpt2}"; do
     case "$arg" in
-        a | b | llama) CONFIGS+=("$arg") ;;
+        a | a1k | b | llama) CONFIGS+=("$arg") ;;
         gpt2) CONFIGS+=(a b) ;;
         all) CONFIGS+=(a b llama) ;;
-        *) echo "cpu_bench: unknown configuration '$arg' (a, b, llama, gpt2, all)" >&2; exit 2 ;;
+        *) echo "cpu_bench: unknown configuration '$arg' (a, a1k, b, llama, gpt2, all)" >&2; exit 2 ;;
     esac
 done
 if [ "${CONFIGS[*]}" = llama ]; then
@@ -70,6 +72,7 @@ ENVLINE="REPS=$REPS"
 for cfg in "${CONFIGS[@]}"; do
     case "$cfg" in
         a) ENVLINE="$ENVLINE STEPS_A=$STEPS_A" ;;
+        a1k) ENVLINE="$ENVLINE STEPS_K=$STEPS_K" ;;
         b) ENVLINE="$ENVLINE STEPS_B=$STEPS_B" ;;
         llama) ENVLINE="$ENVLINE STEPS_L=$STEPS_L" ;;
     esac
@@ -139,6 +142,8 @@ cfg_set() {
     case "$1" in
         a) ARCH=gpt2 L=12 H=12 KV=0 C=768 F=0 T=64 B=4 V=50257 STEPS=$STEPS_A
            NAME="a) GPT-2 124M: 12L x 768 x 12H, seq 64, batch 4" ;;
+        a1k) ARCH=gpt2 L=12 H=12 KV=0 C=768 F=0 T=1024 B=4 V=50257 STEPS=$STEPS_K
+           NAME="a1k) GPT-2 124M: 12L x 768 x 12H, seq 1024, batch 4" ;;
         b) ARCH=gpt2 L=4 H=4 KV=0 C=256 F=0 T=256 B=4 V=50257 STEPS=$STEPS_B
            NAME="b) 4L x 256 x 4H, seq 256, batch 4, vocab 50257" ;;
         llama) ARCH=llama L=30 H=9 KV=3 C=576 F=1536 T=256 B=4 V=49152 STEPS=$STEPS_L

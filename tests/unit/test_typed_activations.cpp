@@ -255,6 +255,18 @@ TEST_P(TypedActivations, SoftmaxCrossEntropyLossAndGradient) {
     }
 }
 
+/// Attention forward then backward on `be`: causal, or block-diagonal with attend_from.
+void attention_step(Backend& be, ActPtr out, ActPtr att, ConstActPtr qkv, ActPtr dqkv, float* scratch, ConstActPtr dy,
+                    const int32_t* attend_from, int B, int T, int NH, int NKV, int hs) {
+    if (attend_from == nullptr) {
+        be.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
+        be.gqa_attention_backward(dqkv, scratch, dy, qkv, att, B, T, NH, NKV, hs);
+        return;
+    }
+    be.gqa_attention_forward_segmented(out, att, qkv, attend_from, B, T, NH, NKV, hs);
+    be.gqa_attention_backward_segmented(dqkv, scratch, dy, qkv, att, attend_from, B, T, NH, NKV, hs);
+}
+
 // Attention, GPT-2 (NKV = NH) and grouped-query shapes, causal and block-diagonal: out and
 // the probabilities forward, dqkv backward (accumulating), T past one 64-row block and not a
 // multiple of it.
@@ -283,20 +295,9 @@ TEST_P(TypedActivations, AttentionForwardAndBackward) {
             const std::vector<uint16_t> qkv16 = to16(qkv, t()), dy16 = to16(dy, t());
             const ActPtr o(out16.data(), t()), a(att16.data(), t()), dq(dqkv16.data(), t());
             const ConstActPtr q(qkv16.data(), t()), d(dy16.data(), t());
-            if (attend_from == nullptr) {
-                emulated.gqa_attention_forward(out_want.data(), att_want.data(), qkv.data(), B, T, NH, NKV, hs);
-                emulated.gqa_attention_backward(dqkv_want.data(), scratch.data(), dy.data(), qkv.data(),
-                                                att_want.data(), B, T, NH, NKV, hs);
-                cpu->gqa_attention_forward(o, a, q, B, T, NH, NKV, hs);
-                cpu->gqa_attention_backward(dq, scratch.data(), d, q, a, B, T, NH, NKV, hs);
-            } else {
-                emulated.gqa_attention_forward_segmented(out_want.data(), att_want.data(), qkv.data(), attend_from,
-                                                         B, T, NH, NKV, hs);
-                emulated.gqa_attention_backward_segmented(dqkv_want.data(), scratch.data(), dy.data(), qkv.data(),
-                                                          att_want.data(), attend_from, B, T, NH, NKV, hs);
-                cpu->gqa_attention_forward_segmented(o, a, q, attend_from, B, T, NH, NKV, hs);
-                cpu->gqa_attention_backward_segmented(dq, scratch.data(), d, q, a, attend_from, B, T, NH, NKV, hs);
-            }
+            attention_step(emulated, out_want.data(), att_want.data(), qkv.data(), dqkv_want.data(), scratch.data(),
+                           dy.data(), attend_from, B, T, NH, NKV, hs);
+            attention_step(*cpu, o, a, q, dq, scratch.data(), d, attend_from, B, T, NH, NKV, hs);
             expect_bits(from16(out16, t()), out_want, "attention out, " + what);
             // Only the causal part of att is specified.
             std::vector<float> att_got = from16(att16, t());
@@ -403,7 +404,138 @@ TEST(TypedMatmul, Bf16ProductsMatchTheEmulation) {
     }
 }
 
-/// A backend whose GELU runs in fp32 only (the CUDA backend's state for now), over the CPU.
+/// Per-element error bounds of bf16 attention (block products on bf16 operands) against the
+/// emulation (fp32 attention on the same bf16 values, outputs rounded), from the
+/// emulation's own probabilities P (B, NH, T, T). Where the bf16 path multiplies a rounded
+/// value the emulation multiplies unrounded (P in O = P V; dS in dQ and dK), the operand is
+/// off by half a bf16 ulp (2^-8 relative), or a whole ulp (2^-7) where the fp32 scores differ
+/// in their last bit and P rounds the other way; 2^-6 per term covers both:
+///   out[i]  <= 2^-6 sum_j P_ij |v_j|
+///   dq[i]   <= 2^-6 scale sum_j |dS_ij| |k_j|,   dk[j] <= 2^-6 scale sum_i |dS_ij| |q_i|
+/// (dk summed over the key/value head's group), dS = P (dP - rowsum(P dP)), dP = dy v^T.
+/// dv multiplies the same bf16 P in both: no term. The comparison adds one ulp of the
+/// result (2^-7 relative: the sums differ in fp32 order and may round to a neighbour).
+struct AttentionBounds {
+    std::vector<double> out, dqkv;
+};
+
+AttentionBounds bf16_attention_bounds(const std::vector<float>& qkv, const std::vector<float>& dy,
+                                      const std::vector<float>& P, int B, int T, int NH, int NKV, int hs) {
+    const int W = (NH + 2 * NKV) * hs, O = NH * hs, group = NH / NKV;
+    const double scale = 1.0 / std::sqrt(double(hs)), u = std::ldexp(1.0, -6);
+    AttentionBounds r{std::vector<double>(dy.size()), std::vector<double>(qkv.size())};
+    auto at = [&](int b, int t, int col) { return (size_t(b) * T + t) * W + col; };
+    std::vector<double> ds(size_t(T) * T);
+    for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < NH; ++h) {
+            const int qc = h * hs, kc = NH * hs + (h / group) * hs, vc = (NH + NKV) * hs + (h / group) * hs;
+            const float* p = P.data() + (size_t(b) * NH + h) * T * T;
+            for (int i = 0; i < T; ++i) {
+                const float* dyi = dy.data() + (size_t(b) * T + i) * O + qc;
+                double rowsum = 0.0;
+                for (int j = 0; j < T; ++j) {
+                    double dp = 0.0;
+                    for (int c = 0; c < hs; ++c) dp += double(dyi[c]) * qkv[at(b, j, vc + c)];
+                    ds[size_t(i) * T + j] = dp;
+                    rowsum += p[size_t(i) * T + j] * dp;
+                }
+                for (int j = 0; j < T; ++j) {
+                    double& d = ds[size_t(i) * T + j];
+                    d = std::fabs(p[size_t(i) * T + j] * (d - rowsum));
+                    for (int c = 0; c < hs; ++c) {
+                        const double pv = p[size_t(i) * T + j] * std::fabs(qkv[at(b, j, vc + c)]);
+                        r.out[(size_t(b) * T + i) * O + qc + c] += u * pv;
+                        r.dqkv[at(b, i, qc + c)] += u * scale * d * std::fabs(qkv[at(b, j, kc + c)]);
+                        r.dqkv[at(b, j, kc + c)] += u * scale * d * std::fabs(qkv[at(b, i, qc + c)]);
+                    }
+                }
+            }
+        }
+    }
+    return r;
+}
+
+/// |got - want| <= bound + 2^-7 |want| + 1e-6 everywhere, naming the first element beyond.
+void expect_within(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& bound,
+                   const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double err = std::fabs(double(got[i]) - want[i]);
+        if (!(err <= bound[i] + std::ldexp(std::fabs(double(want[i])), -7) + 1e-6) && bad++ == 0) first = i;
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements beyond their bound; first "
+                       << first << ": bf16 " << got[first] << ", emulated " << want[first] << ", bound "
+                       << bound[first];
+}
+
+// bf16 attention on the CPU's bf16 instructions (oneDNN, one head per thread): within the
+// bounds above of the emulation, forward and backward (accumulating into dqkv), GPT-2 and
+// grouped-query shapes, causal and block-diagonal, T past one 64-row block; the same
+// results on one thread and two.
+TEST(TypedAttention, Bf16ProductsWithinTheirBound) {
+    if (!cpu_bf16_products().native) GTEST_SKIP() << cpu_bf16_products_report();
+    const DType t = DType::kBF16;
+    struct Shape {
+        int B, T, NH, NKV, hs;
+    };
+    for (const Shape& sh : {Shape{2, 100, 4, 4, 16}, Shape{2, 130, 4, 2, 24}}) {
+        const auto [B, T, NH, NKV, hs] = sh;
+        const size_t nqkv = size_t(B) * T * (NH + 2 * NKV) * hs;
+        const size_t nout = size_t(B) * T * NH * hs, natt = size_t(B) * NH * T * T;
+        const std::vector<float> qkv = values(nqkv, 1.5f, 0.3f, t), dy = values(nout, 0.4f, 0.9f, t);
+        const std::vector<float> dqkv0 = values(nqkv, 0.1f, 1.9f, t);
+        std::vector<int32_t> from(size_t(B) * T);
+        for (size_t i = 0; i < from.size(); ++i) {
+            const int tq = static_cast<int>(i % T);
+            from[i] = tq < 37 ? 0 : tq < 80 ? 37 : 80;
+        }
+        const int32_t* const segmented = from.data();
+        for (const int32_t* attend_from : {static_cast<const int32_t*>(nullptr), segmented}) {
+            std::vector<uint16_t> first_out, first_dqkv;
+            for (int threads : {1, 2}) {
+                const std::string what = std::string(attend_from != nullptr ? "segmented" : "causal") + ", T " +
+                                         std::to_string(T) + " NH " + std::to_string(NH) + " NKV " +
+                                         std::to_string(NKV) + ", " + std::to_string(threads) + " thread(s)";
+                std::unique_ptr<Backend> fp32 = make_cpu_backend(threads);
+                ActivationRoundingBackend emulated(*fp32, t);
+                std::unique_ptr<Backend> cpu = make_cpu_backend(threads);
+                cpu->set_activation_dtype(t);
+                std::vector<float> scratch(cpu->attention_scratch_floats(B, T, NH));
+                std::vector<float> out_want(nout), att_want(natt), dqkv_want = dqkv0;
+                std::vector<uint16_t> out16(nout), att16(natt), dqkv16 = to16(dqkv0, t);
+                const std::vector<uint16_t> qkv16 = to16(qkv, t), dy16 = to16(dy, t);
+                const ActPtr o(out16.data(), t), a(att16.data(), t), dq(dqkv16.data(), t);
+                const ConstActPtr q(qkv16.data(), t), d(dy16.data(), t);
+                attention_step(emulated, out_want.data(), att_want.data(), qkv.data(), dqkv_want.data(),
+                               scratch.data(), dy.data(), attend_from, B, T, NH, NKV, hs);
+                attention_step(*cpu, o, a, q, dq, scratch.data(), d, attend_from, B, T, NH, NKV, hs);
+                const AttentionBounds bound = bf16_attention_bounds(qkv, dy, att_want, B, T, NH, NKV, hs);
+                const std::vector<float> out_got = from16(out16, t);
+                expect_within(out_got, out_want, bound.out, "bf16 attention out, " + what);
+                // Only the causal part of att is specified; it is the emulation's within an ulp.
+                std::vector<float> att_got = from16(att16, t);
+                for (size_t r = 0; r < natt / T; ++r) {
+                    for (int c = static_cast<int>(r % T) + 1; c < T; ++c) att_got[r * T + c] = att_want[r * T + c];
+                }
+                expect_within(att_got, att_want, std::vector<double>(natt, 0.0),
+                              "bf16 attention probabilities, " + what);
+                expect_within(from16(dqkv16, t), dqkv_want, bound.dqkv, "bf16 attention dqkv, " + what);
+                size_t moved = 0;
+                for (size_t i = 0; i < nout; ++i) moved += out_got[i] != out_want[i];
+                EXPECT_GT(moved, 0u) << what << ": out equals the emulation everywhere; were the bf16 products used?";
+                if (threads == 1) {
+                    first_out = out16;
+                    first_dqkv = dqkv16;
+                } else {
+                    EXPECT_TRUE(first_out == out16 && first_dqkv == dqkv16) << what << ": differs from one thread";
+                }
+            }
+        }
+    }
+}
+
+/// A backend whose GELU runs in fp32 only (a backend without 16-bit kernels), over the CPU.
 class Fp32OnlyGelu : public ForwardingBackend {
   public:
     using ForwardingBackend::ForwardingBackend;

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace zt::cpu {
@@ -85,6 +87,42 @@ void softmax_backward_row_kernel(float* __restrict dp, const float* __restrict p
     }
 }
 
+/// Softmax of score rows [r0, r1) of one head (row t at p + (t - r0) * T), causal, or over
+/// keys [from[t], t] when `from` (the row's attend_from) is given: the keys before it get
+/// probability 0, so the P.V product (and backward, which reads att) sees exactly the
+/// example's own keys. Every row is zeroed from past its last key to `end`.
+void softmax_block(float* p, int r0, int r1, int T, int end, const int32_t* from) {
+    for (int t = r0; t < r1; ++t) {
+        float* row = p + static_cast<size_t>(t - r0) * static_cast<size_t>(T);
+        if (from == nullptr) {
+            causal_softmax_row_kernel(row, t + 1, end);
+            continue;
+        }
+        const int f = std::clamp(static_cast<int>(from[t]), 0, t);
+        causal_softmax_row_kernel(row + f, t + 1 - f, end - f);
+        std::fill(row, row + f, 0.f);
+    }
+}
+
+/// softmax_backward_row_kernel on bf16 probabilities, dS rounded to bf16 into `ds` (the
+/// products' operand); zeros in ds from len to end.
+ZT_VEC_CLONES
+void softmax_backward_row_bf16_kernel(uint16_t* __restrict ds, const float* __restrict dp,
+                                      const uint16_t* __restrict p, int len, int end) {
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < len; ++i) {
+        dot += bf16_to_f32(p[i]) * dp[i];
+    }
+#pragma omp simd
+    for (int i = 0; i < len; ++i) {
+        ds[i] = f32_to_bf16(bf16_to_f32(p[i]) * (dp[i] - dot));
+    }
+    for (int i = len; i < end; ++i) {
+        ds[i] = 0;
+    }
+}
+
 size_t attention_thread_scratch(int T) {
     return static_cast<size_t>(T) * T + static_cast<size_t>(kAttentionBlock) * kAttentionBlock;
 }
@@ -127,8 +165,162 @@ void head_store(const HeadView& v, ActPtr x, size_t at, int row, int T, int hs) 
 
 }  // namespace
 
+namespace {
+
+/// The end of the 64-row block holding row t: how far a row's zeros must reach for the
+/// block products (they multiply whole diagonal blocks).
+int block_end(int t, int T) { return std::min(T, (t / kAttentionBlock + 1) * kAttentionBlock); }
+
+bool all_bf16(std::initializer_list<DType> ts) {
+    for (DType t : ts) {
+        if (t != DType::kBF16) return false;
+    }
+    return true;
+}
+
+/// bf16 forward: S = scale Q K^T from the stored q and k into fp32, its softmax in fp32,
+/// P rounded into att, O = P V from att and the stored v straight into out (rounded once).
+/// Only the causal part of each att row is written (to its block's end).
+void attention_forward_bf16(Bf16Products* const* products, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T,
+                            int NH, int NKV, int hs, int threads, const int32_t* attend_from) {
+    const AttentionLayout lay = attention_layout(NH, NKV, hs);
+    const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+    const int W = lay.row;
+    const int O = lay.out_row;
+    const size_t Ts = static_cast<size_t>(T);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int u = 0; u < B * NH; ++u) {
+        Bf16Products& pr = *products[omp_get_thread_num()];
+        const int b = u / NH;
+        const int h = u % NH;
+        const size_t row0 = static_cast<size_t>(b) * Ts * W;
+        const size_t kv_col = static_cast<size_t>(h / lay.group) * hs;
+        const ConstActPtr q = qkv.offset(row0 + static_cast<size_t>(h) * hs);
+        const ConstActPtr k = qkv.offset(row0 + lay.k_offset + kv_col);
+        const ConstActPtr v = qkv.offset(row0 + lay.v_offset + kv_col);
+        const ActPtr p = att.offset(static_cast<size_t>(u) * Ts * Ts);
+        const ActPtr o = out.offset(static_cast<size_t>(b) * Ts * O + static_cast<size_t>(h) * hs);
+        const int32_t* from = attend_from != nullptr ? attend_from + static_cast<size_t>(b) * Ts : nullptr;
+        float* s = thread_rows(static_cast<size_t>(kAttentionBlock) * Ts);
+        for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+            const int r1 = std::min(T, r0 + kAttentionBlock);
+            const int m = r1 - r0;
+            pr.gemm({false, true, m, r1, hs, q.offset(static_cast<size_t>(r0) * W), W, k, W, false, ActPtr(s), T,
+                     nullptr, {}, scale});
+            softmax_block(s, r0, r1, T, r1, from);
+            for (int t = r0; t < r1; ++t) {
+                narrow(s + static_cast<size_t>(t - r0) * Ts, p, static_cast<size_t>(t) * Ts, static_cast<size_t>(r1));
+            }
+            pr.gemm({false, false, m, hs, r1, p.offset(static_cast<size_t>(r0) * Ts), T, v, W, false,
+                     o.offset(static_cast<size_t>(r0) * O), O, nullptr, {}});
+        }
+    }
+}
+
+/// One query head's share of the bf16 backward: dV and dK into the fp32 accumulators of its
+/// key/value head, dQ straight into dqkv (rounded once per element). ds (fp32, T x T) and
+/// ds16 (bf16, T x T) and pc16 (one diagonal block) are the thread's scratch.
+void attention_head_backward_bf16(Bf16Products& pr, ActPtr dq, float* dk, float* dv, ConstActPtr dy, ConstActPtr q,
+                                  ConstActPtr k, ConstActPtr v, ConstActPtr p, int T, int W, int O, int hs,
+                                  float scale, float* ds, uint16_t* ds16, uint16_t* pc16) {
+    const size_t Ts = static_cast<size_t>(T);
+    const size_t hss = static_cast<size_t>(hs);
+    const uint16_t* p16 = static_cast<const uint16_t*>(p.data);
+    // dP = dO V^T (row blocks, keys [0, r1)).
+    for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+        const int r1 = std::min(T, r0 + kAttentionBlock);
+        pr.gemm({false, true, r1 - r0, r1, hs, dy.offset(static_cast<size_t>(r0) * O), O, v, W, false,
+                 ActPtr(ds + static_cast<size_t>(r0) * Ts), T, nullptr, {}});
+    }
+    // dV += P^T dO: key block [c0, c1) from queries [c0, T); the diagonal block copied with
+    // the entries above the diagonal (unspecified in att) zeroed.
+    for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
+        const int c1 = std::min(T, c0 + kAttentionBlock);
+        const int bw = c1 - c0;
+        for (int r = 0; r < bw; ++r) {
+            const uint16_t* src = p16 + static_cast<size_t>(c0 + r) * Ts + c0;
+            uint16_t* dst = pc16 + static_cast<size_t>(r) * kAttentionBlock;
+            std::copy(src, src + r + 1, dst);
+            std::fill(dst + r + 1, dst + bw, uint16_t{0});
+        }
+        const ActPtr dv_c(dv + static_cast<size_t>(c0) * hss);
+        pr.gemm({true, false, bw, hs, bw, ConstActPtr(pc16, DType::kBF16), kAttentionBlock,
+                 dy.offset(static_cast<size_t>(c0) * O), O, true, dv_c, hs, nullptr, {}});
+        pr.gemm({true, false, bw, hs, T - c1, p.offset(static_cast<size_t>(c1) * Ts + c0), T,
+                 dy.offset(static_cast<size_t>(c1) * O), O, true, dv_c, hs, nullptr, {}});
+    }
+    for (int t = 0; t < T; ++t) {
+        const size_t at = static_cast<size_t>(t) * Ts;
+        softmax_backward_row_bf16_kernel(ds16 + at, ds + at, p16 + at, t + 1, block_end(t, T));
+    }
+    const ConstActPtr dS(ds16, DType::kBF16);
+    // dQ += scale * dS K.
+    for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
+        const int r1 = std::min(T, r0 + kAttentionBlock);
+        pr.gemm({false, false, r1 - r0, hs, r1, dS.offset(static_cast<size_t>(r0) * Ts), T, k, W, true,
+                 dq.offset(static_cast<size_t>(r0) * W), W, nullptr, {}, scale});
+    }
+    // dK += scale * dS^T Q.
+    for (int c0 = 0; c0 < T; c0 += kAttentionBlock) {
+        const int c1 = std::min(T, c0 + kAttentionBlock);
+        pr.gemm({true, false, c1 - c0, hs, T - c0, dS.offset(static_cast<size_t>(c0) * Ts + c0), T,
+                 q.offset(static_cast<size_t>(c0) * W), W, true, ActPtr(dk + static_cast<size_t>(c0) * hss), hs,
+                 nullptr, {}, scale});
+    }
+}
+
+/// bf16 backward: per (batch, key/value head), dk and dv summed over the group's query heads
+/// in fp32 (widened from dqkv, rounded once at the end); the products read q, k, v, att and
+/// dout as stored and dS rounded to bf16.
+void attention_backward_bf16(Bf16Products* const* products, ActPtr dqkv, float* scratch, ConstActPtr dout,
+                             ConstActPtr qkv, ConstActPtr att, int B, int T, int NH, int NKV, int hs, int threads) {
+    const AttentionLayout lay = attention_layout(NH, NKV, hs);
+    const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+    const int W = lay.row;
+    const int O = lay.out_row;
+    const size_t Ts = static_cast<size_t>(T);
+    const size_t tt = Ts * Ts;
+    const size_t ths = Ts * static_cast<size_t>(hs);
+#pragma omp parallel num_threads(threads)
+    {
+        Bf16Products& pr = *products[omp_get_thread_num()];
+        float* ds = scratch + static_cast<size_t>(omp_get_thread_num()) * attention_thread_scratch(T);
+        const size_t pc = static_cast<size_t>(kAttentionBlock) * kAttentionBlock;
+        float* dk = thread_rows(2 * ths + (tt + pc + 1) / 2);
+        float* dv = dk + ths;
+        uint16_t* ds16 = reinterpret_cast<uint16_t*>(dv + ths);
+        uint16_t* pc16 = ds16 + tt;
+#pragma omp for schedule(static)
+        for (int u = 0; u < B * NKV; ++u) {
+            const int b = u / NKV;
+            const int kvh = u % NKV;
+            const size_t row0 = static_cast<size_t>(b) * Ts;
+            const size_t k_at = row0 * W + lay.k_offset + static_cast<size_t>(kvh) * hs;
+            const size_t v_at = row0 * W + lay.v_offset + static_cast<size_t>(kvh) * hs;
+            head_view(dqkv, k_at, W, T, hs, dk);
+            head_view(dqkv, v_at, W, T, hs, dv);
+            for (int h = kvh * lay.group; h < (kvh + 1) * lay.group; ++h) {
+                const size_t q_at = row0 * W + static_cast<size_t>(h) * hs;
+                attention_head_backward_bf16(pr, dqkv.offset(q_at), dk, dv,
+                                             dout.offset(row0 * O + static_cast<size_t>(h) * hs), qkv.offset(q_at),
+                                             qkv.offset(k_at), qkv.offset(v_at),
+                                             att.offset((static_cast<size_t>(b) * NH + h) * tt), T, W, O, hs, scale,
+                                             ds, ds16, pc16);
+            }
+            head_store({dk, hs}, dqkv, k_at, W, T, hs);
+            head_store({dv, hs}, dqkv, v_at, W, T, hs);
+        }
+    }
+}
+
+}  // namespace
+
 void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV, int hs,
-                           int threads, const int32_t* attend_from) {
+                           int threads, const int32_t* attend_from, Bf16Products* const* bf16) {
+    if (bf16 != nullptr && all_bf16({out.dtype, att.dtype, qkv.dtype})) {
+        attention_forward_bf16(bf16, out, att, qkv, B, T, NH, NKV, hs, threads, attend_from);
+        return;
+    }
     const AttentionLayout lay = attention_layout(NH, NKV, hs);
     const float scale = 1.f / std::sqrt(static_cast<float>(hs));
     const int units = B * NH;
@@ -162,19 +354,8 @@ void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T
             float* p = att.f32() ? att.as_f32() + p_at + static_cast<size_t>(r0) * Ts : pblock;
             sgemm(false, true, r1 - r0, r1, hs, scale, q.ptr + static_cast<size_t>(r0) * q.ld, q.ld, k.ptr, k.ld,
                   0.f, p, T);
-            for (int t = r0; t < r1; ++t) {
-                float* row = p + static_cast<size_t>(t - r0) * Ts;
-                if (attend_from == nullptr) {
-                    causal_softmax_row_kernel(row, t + 1, T);
-                    continue;
-                }
-                // Block-diagonal: the softmax runs over keys [from, t] and the keys before
-                // `from` get probability 0, so the product below (and backward, which reads
-                // att) sees exactly the example's own keys.
-                const int f = std::clamp(static_cast<int>(attend_from[static_cast<size_t>(b) * Ts + t]), 0, t);
-                causal_softmax_row_kernel(row + f, t + 1 - f, T - f);
-                std::fill(row, row + f, 0.f);
-            }
+            const int32_t* from = attend_from != nullptr ? attend_from + static_cast<size_t>(b) * Ts : nullptr;
+            softmax_block(p, r0, r1, T, T, from);
             sgemm(false, false, r1 - r0, hs, r1, 1.f, p, T, v.ptr, v.ld, 0.f, o.ptr + static_cast<size_t>(r0) * o.ld,
                   o.ld);
             if (!att.f32()) narrow(p, att, p_at + static_cast<size_t>(r0) * Ts, static_cast<size_t>(r1 - r0) * Ts);
@@ -184,7 +365,11 @@ void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T
 }
 
 void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att, int B,
-                            int T, int NH, int NKV, int hs, int threads) {
+                            int T, int NH, int NKV, int hs, int threads, Bf16Products* const* bf16) {
+    if (bf16 != nullptr && all_bf16({dqkv.dtype, dout.dtype, qkv.dtype, att.dtype})) {
+        attention_backward_bf16(bf16, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, threads);
+        return;
+    }
     const AttentionLayout lay = attention_layout(NH, NKV, hs);
     const float scale = 1.f / std::sqrt(static_cast<float>(hs));
     const int units = B * NKV;

@@ -2,7 +2,7 @@
 // they are used), and the decision itself.
 //
 // What it implements
-//  - Bf16Products::gemm: C = or += bf16(op(A)) @ bf16(op(B)) [+ bias] [+ add], accumulated
+//  - Bf16Products::gemm: C = or += alpha bf16(op(A)) @ bf16(op(B)) [+ bias] [+ add], accumulated
 //    in fp32 by oneDNN's matmul, C stored fp32 or bf16 and rounded once. bf16 operands (the
 //    typed activations of a bf16 run) are read as they are; fp32 ones are rounded to bf16
 //    (to nearest even, as zt::f32_to_bf16) into scratch first. In a bf16 run those already
@@ -11,8 +11,9 @@
 //    to the fp32 sum before C is rounded, as the fp32 forms followed by a rounding add them.
 //  - Transposes are strides in the memory descriptors, as sgemm's flags are: no copies.
 //  - One oneDNN primitive per product shape (transposes, sizes, leading dimensions, dtypes,
-//    bias, accumulate), made on first use and kept: choosing the kernels costs far more
-//    than a small product.
+//    bias, accumulate, alpha), made on first use and kept with its memory objects: choosing
+//    the kernels costs far more than a small product. Each object has its own scratchpad
+//    (user mode), so objects on different threads run at once (attention, one per thread).
 //  - Threads: Debian's oneDNN uses the OpenMP runtime, so its team is the calling thread's
 //    omp_get_max_threads(), which the CPU backend sets to its thread count: oneDNN follows
 //    ztrain's thread setting without a call of its own.
@@ -144,28 +145,33 @@ memory::data_type onednn_type(DType t) {
 
 struct Bf16Products::Impl {
     /// Everything a primitive is made for: transposes, sizes, leading dimensions, whether it
-    /// accumulates, the dtypes of C and of the added operand (-1: none), whether it has a bias.
-    using Key = std::array<int, 12>;
+    /// accumulates, the dtypes of C and of the added operand (-1: none), whether it has a
+    /// bias, alpha's bits.
+    using Key = std::array<int, 13>;
 
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
-    /// A primitive and the operand descriptors it was made for.
+    /// A primitive and its arguments, kept with it: a product only points them at its
+    /// buffers (set_data_handle), since making memory objects per call costs about as much
+    /// as a small attention product.
     struct Entry {
         dnnl::matmul matmul;
-        memory::desc a;
-        memory::desc b;
-        memory::desc c;
-        memory::desc bias;
-        memory::desc add;
+        std::unordered_map<int, memory> args;
     };
     std::map<Key, Entry> primitives;
     std::vector<uint16_t> a16;
     std::vector<uint16_t> b16;
+    /// The primitives' scratchpad (user mode): this object's own, so objects used on
+    /// different threads at once share nothing.
+    std::vector<uint8_t> scratchpad;
 
-    const Entry& primitive(const Bf16Gemm& g) {
+    Entry& primitive(const Bf16Gemm& g) {
         const bool add = g.add.data != nullptr;
+        int alpha_bits = 0;
+        std::memcpy(&alpha_bits, &g.alpha, sizeof(alpha_bits));
         const Key key{g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.accumulate,
-                      static_cast<int>(g.C.dtype), add ? static_cast<int>(g.add.dtype) : -1, g.bias != nullptr};
+                      static_cast<int>(g.C.dtype), add ? static_cast<int>(g.add.dtype) : -1, g.bias != nullptr,
+                      alpha_bits};
         auto it = primitives.find(key);
         if (it != primitives.end()) return it->second;
         // op(A) (M, K): A row-major (M, K) with ld lda, or transposed (K, M) read by strides.
@@ -180,6 +186,10 @@ struct Bf16Products::Impl {
         const memory::desc add_md =
             add ? memory::desc({g.M, g.N}, onednn_type(g.add.dtype), memory::dims{g.ldc, 1}) : memory::desc();
         dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        // alpha scales the product before the post-ops, as sgemm's alpha (the old C is not
+        // scaled).
+        if (g.alpha != 1.f) attr.set_output_scales(0, {g.alpha});
         dnnl::post_ops ops;
         if (g.accumulate) {
             // C += product: the sum post-op adds the old C in fp32, as sgemm's beta = 1.
@@ -190,7 +200,18 @@ struct Bf16Products::Impl {
         const dnnl::matmul::desc desc = g.bias != nullptr ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
                                                          : dnnl::matmul::desc(a_md, b_md, c_md);
         const dnnl::matmul::primitive_desc pd(desc, attr, engine);
-        return primitives.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md, bias_md, add_md}).first->second;
+        const size_t pad = pd.scratchpad_desc().get_size();
+        if (scratchpad.size() < pad) scratchpad.resize(pad);
+        Entry e{dnnl::matmul(pd), {}};
+        e.args.emplace(DNNL_ARG_SRC, memory(a_md, engine, nullptr));
+        e.args.emplace(DNNL_ARG_WEIGHTS, memory(b_md, engine, nullptr));
+        e.args.emplace(DNNL_ARG_DST, memory(c_md, engine, nullptr));
+        e.args.emplace(DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), engine, nullptr));
+        if (g.bias != nullptr) e.args.emplace(DNNL_ARG_BIAS, memory(bias_md, engine, nullptr));
+        // The binary post-op's index: after the sum post-op when there is one.
+        if (add) e.args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(g.accumulate ? 1 : 0) | DNNL_ARG_SRC_1,
+                                memory(add_md, engine, nullptr));
+        return primitives.emplace(key, std::move(e)).first->second;
     }
 };
 
@@ -241,19 +262,18 @@ void Bf16Products::gemm(const Bf16Gemm& g) {
     const void* a16 = bf16_operand(g.A, a_numel, im.a16, m_threads);
     const void* b16 = bf16_operand(g.B, b_numel, im.b16, m_threads);
     try {
-        const Impl::Entry& e = im.primitive(g);
-        memory a(e.a, im.engine, const_cast<void*>(a16));
-        memory b(e.b, im.engine, const_cast<void*>(b16));
-        memory c(e.c, im.engine, g.C.data);
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-        if (g.bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(e.bias, im.engine, const_cast<float*>(g.bias)));
+        Impl::Entry& e = im.primitive(g);
+        // The scratchpad may have grown (and moved) since this entry was made.
+        e.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(im.scratchpad.data());
+        e.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(a16));
+        e.args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(b16));
+        e.args.at(DNNL_ARG_DST).set_data_handle(g.C.data);
+        if (g.bias != nullptr) e.args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<float*>(g.bias));
         if (g.add.data != nullptr) {
-            // The binary post-op's index: after the sum post-op when there is one.
-            const int index = g.accumulate ? 1 : 0;
-            args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
-                         memory(e.add, im.engine, const_cast<void*>(g.add.data)));
+            e.args.at(DNNL_ARG_ATTR_MULTIPLE_POST_OP(g.accumulate ? 1 : 0) | DNNL_ARG_SRC_1)
+                .set_data_handle(const_cast<void*>(g.add.data));
         }
-        e.matmul.execute(im.stream, args);
+        e.matmul.execute(im.stream, e.args);
         im.stream.wait();
     } catch (const dnnl::error& err) {
         throw Error(str("oneDNN bf16 product (M=", g.M, " N=", g.N, " K=", g.K, " trans_a=", g.trans_a,

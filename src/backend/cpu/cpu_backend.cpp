@@ -37,10 +37,14 @@
 // was faster at hs = 64 (sgemm runs near peak; the loops are load/store bound), and 64-row
 // blocks beat whole-square products at T = 256 (forward, backward).
 //
+// 16-bit activations: every op reads and writes the buffers' dtype and computes in fp32
+// inside. A bf16 run's products (matmul forward/backward, and attention's block products,
+// one single-threaded oneDNN set per team thread) run on bf16 instructions through oneDNN
+// where the CPU has them (bf16_products.cpp, cpu_bf16.hpp); fp16, or bf16 without them,
+// widens operands to fp32 for sgemm.
+//
 // What it deliberately does not do
-//  - No 16-bit buffers and no fusion across ops (the interface is op by op). A bf16 run's
-//    products (matmul forward/backward) run on bf16 instructions through oneDNN where the
-//    CPU has them (bf16_products.cpp, cpu_bf16.hpp); the rest computes in fp32.
+//  - No fusion across ops (the interface is op by op).
 //  - No flash-style attention: att (B, NH, T, T) is materialized because the interface
 //    saves it for backward; at GPT-2 sizes it is small next to the MLP activations.
 //  - No validation of token ids against the vocabulary (only the caller knows Vp);
@@ -129,8 +133,15 @@ class CpuBackend final : public Backend {
         // everything else (fp32, fp16, no bf16 ISA, ZT_CPU_BF16=off) keeps the sgemm path.
         if (t == DType::kBF16 && cpu_bf16_products().native) {
             if (!m_bf16_products) m_bf16_products = std::make_unique<cpu::Bf16Products>(m_threads);
+            // Attention multiplies one head per thread: one single-threaded set each.
+            while (m_attention_products.size() < static_cast<size_t>(m_threads)) {
+                m_attention_products.push_back(std::make_unique<cpu::Bf16Products>(1));
+                m_attention_pointers.push_back(m_attention_products.back().get());
+            }
         } else {
             m_bf16_products.reset();
+            m_attention_products.clear();
+            m_attention_pointers.clear();
         }
     }
     std::string activation_dtype_note(DType t) const override {
@@ -237,13 +248,13 @@ class CpuBackend final : public Backend {
 
     void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override {
-        cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads);
+        cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads, nullptr, attention_products());
     }
 
     void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                          int B, int T, int NH, int NKV, int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from");
-        cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads, attend_from);
+        cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads, attend_from, attention_products());
     }
 
     // The segmented forward left att zero outside each query's segment, and the causal
@@ -253,7 +264,8 @@ class CpuBackend final : public Backend {
                                           ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
                                           int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_backward_segmented needs attend_from");
-        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads);
+        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads,
+                                    attention_products());
     }
 
     void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
@@ -267,7 +279,8 @@ class CpuBackend final : public Backend {
 
     void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
                                 ConstActPtr att, int B, int T, int NH, int NKV, int hs) override {
-        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads);
+        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads,
+                                    attention_products());
     }
 
     // --------------------------------------------------------------------------------
@@ -328,6 +341,13 @@ class CpuBackend final : public Backend {
     int m_threads = 1;
     /// Made while the activations are bf16 and the CPU has bf16 products; null otherwise.
     std::unique_ptr<cpu::Bf16Products> m_bf16_products;
+    /// Attention's bf16 products, one per team thread (the same condition), and their
+    /// pointers as attention.cpp takes them.
+    std::vector<std::unique_ptr<cpu::Bf16Products>> m_attention_products;
+    std::vector<cpu::Bf16Products*> m_attention_pointers;
+    cpu::Bf16Products* const* attention_products() const {
+        return m_attention_pointers.empty() ? nullptr : m_attention_pointers.data();
+    }
     /// A weight as fp32: itself, or a 16-bit one widened into m_wide_weight (a product
     /// without 16-bit products given a stored weight: correct, not the fast path; the model
     /// passes stored weights only where reads_weights_in says so).

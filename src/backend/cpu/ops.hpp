@@ -61,9 +61,12 @@ struct Bf16Gemm {
     int ldc = 0;
     const float* bias = nullptr;
     ConstActPtr add;  ///< add.data null: nothing added
+    float alpha = 1.f;  ///< C = [C +] alpha * op(A) @ op(B) [+ bias] [+ add]
 };
 
-/// The oneDNN engine, stream, per-shape primitives and bf16 operand scratch of one backend.
+/// The oneDNN engine, stream, per-shape primitives and bf16 operand and primitive scratch of
+/// one user. One object serves one thread at a time; objects on different threads share
+/// nothing (a product called inside an OpenMP team runs on its calling thread alone).
 /// Only made where cpu_bf16_products().native (throws in a build without oneDNN).
 class Bf16Products {
   public:
@@ -119,11 +122,15 @@ size_t attention_scratch_floats(int T, int threads);
 /// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH); with
 /// attend_from (B, T), query t attends to keys [attend_from[b*T + t], t] only.
 /// Typed out, att, qkv, dqkv, dout: 16-bit operands are widened per head on the thread's
-/// scratch and 16-bit results rounded once (the probabilities after O = P V used them).
+/// scratch and 16-bit results rounded once (the probabilities after O = P V used them),
+/// unless every buffer is bf16 and `bf16` is given (one Bf16Products per team thread): then
+/// the block products run in bf16 on the stored operands, with the probabilities and dS
+/// rounded to bf16 as the products' inputs (PyTorch's CPU autocast does the same), the
+/// softmax and its backward in fp32.
 void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV, int hs,
-                           int threads, const int32_t* attend_from = nullptr);
+                           int threads, const int32_t* attend_from = nullptr, Bf16Products* const* bf16 = nullptr);
 void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att, int B,
-                            int T, int NH, int NKV, int hs, int threads);
+                            int T, int NH, int NKV, int hs, int threads, Bf16Products* const* bf16 = nullptr);
 /// Inference attention of n new rows over a key/value cache (Backend::gqa_attention_cached).
 void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
                           int NKV, int hs, int threads);
