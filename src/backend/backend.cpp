@@ -89,12 +89,10 @@ double cuda_attention_scratch_floats(int T, int NH) {
 }
 
 BackendCapabilities cuda_capabilities() {
-    // The precision ops (cast, accumulate) run on the GPU, but the model's compute ops take
-    // fp32 activations only and the bf16/fp16 kernels are not wired into them yet (the GPU
-    // speed issue): until then cuda trains in fp32.
+    // Every compute op reads and writes bf16/fp16 activations (src/backend/cuda/typed.cuh,
+    // the typed products in matmul.cu) and the precision ops run on the GPU: cuda trains in
+    // every working dtype.
     BackendCapabilities c;
-    c.bf16 = false;
-    c.fp16 = false;
     c.device_memory = true;
     return c;
 }

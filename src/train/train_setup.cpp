@@ -26,13 +26,11 @@ void check_cuda_training(const Config& cfg) {
     const BackendCapabilities caps = cuda_capabilities();
     const DType dt = cfg.precision.dtype;
     ZT_INPUT_CHECK(caps.supports(dt), "precision.dtype = ", dtype_name(dt), ": backend = cuda trains in ",
-                   caps.work_dtypes(),
-                   " only for now (bf16/fp16 are not integrated on the GPU yet), use precision.dtype = fp32 or "
-                   "backend = cpu");
+                   caps.work_dtypes(), " only, use one of those or backend = cpu");
     const std::optional<DType>& rd = cfg.precision.reduce_dtype;
     ZT_INPUT_CHECK(!rd || caps.supports(*rd), "precision.reduce_dtype = ", rd ? dtype_name(*rd) : "",
                    ": backend = cuda reduces gradients in ", caps.work_dtypes(),
-                   " only for now, leave precision.reduce_dtype empty or fp32, or use backend = cpu");
+                   " only, leave precision.reduce_dtype empty or use one of those, or use backend = cpu");
     ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
                    ": importing weights is not integrated with backend = cuda yet; start from a "
                    "checkpoint or use backend = cpu");

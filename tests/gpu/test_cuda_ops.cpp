@@ -21,6 +21,14 @@
 //    output. One ulp is at most 2^-7 = 7.8e-3 (bf16, 8 significant bits) and 2^-10 =
 //    9.8e-4 (fp16) relative; a different fp32 accumulation order can move a value across
 //    a rounding boundary, so the bounds allow one ulp (bf16) and two (fp16).
+//  - kTypedBF16 (2e-4, 2^-6) and kTypedF16 (2e-4, 2^-9): a typed op (16-bit activations)
+//    against the CPU backend's same typed op on the same stored inputs. Both compute in
+//    fp32 and round once, so they differ only where their fp32 results (within the fp32
+//    bounds above) straddle a rounding boundary: one ulp. bf16 keeps 8 significant bits, so
+//    one ulp is at most 2^-7 of the value (fp16, 11 bits: 2^-10); the bounds allow two ulps,
+//    for outputs computed from a stored 16-bit intermediate that may itself differ by one
+//    ulp (att in attention's backward is the CPU's, but the forward's out reads its own P).
+//    atol covers fp32 sums that cancel to near zero, where the 16-bit ulp is tiny.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,7 +65,28 @@ constexpr Tol kF32Sum{2e-4, 1e-4};
 constexpr Tol kBF16{1e-3, 1e-2};
 constexpr Tol kF16{1e-3, 2e-3};
 
+constexpr Tol kTypedBF16{2e-4, 1.0 / 64};
+constexpr Tol kTypedF16{2e-4, 1.0 / 512};
+
 Tol tol_for(DType t) { return t == DType::kBF16 ? kBF16 : t == DType::kF16 ? kF16 : kF32Sum; }
+/// CUDA's typed op vs the CPU's typed op (see kTypedBF16).
+Tol typed_tol(DType t) { return t == DType::kBF16 ? kTypedBF16 : t == DType::kF16 ? kTypedF16 : kF32Sum; }
+
+/// Host activations stored in `dtype`: the CPU twin's typed buffers.
+struct HostAct {
+    DType dtype;
+    std::vector<uint8_t> bytes;
+    HostAct(const std::vector<float>& v, DType t) : dtype(t), bytes(v.size() * zt::dtype_size(t)) {
+        zt::convert_from_f32(v.data(), bytes.data(), v.size(), t);
+    }
+    size_t size() const { return bytes.size() / zt::dtype_size(dtype); }
+    zt::ActPtr ptr() { return {bytes.data(), dtype}; }
+    std::vector<float> floats() const {
+        std::vector<float> f(size());
+        zt::convert_to_f32(bytes.data(), f.data(), f.size(), dtype);
+        return f;
+    }
+};
 
 /// Compares element-wise; reports how many are off, the worst, and the first offender.
 /// `mask(i)` false skips element i (unspecified entries).
@@ -154,6 +183,10 @@ class CudaOps : public ::testing::Test {
         zt::convert_to_f32(bytes.data(), h.data(), n, t);
         return h;
     }
+    /// A device copy of typed host activations.
+    zt::ActPtr up_act(const HostAct& h) { return {up(h.bytes), h.dtype}; }
+    /// n typed device activations as fp32 values.
+    std::vector<float> down_act(zt::ConstActPtr d, size_t n) { return down_as(d.data, n, d.dtype); }
     static std::vector<float> rounded(std::vector<float> v, DType t) {
         zt::round_to_dtype(v.data(), v.size(), t);
         return v;
@@ -170,6 +203,8 @@ class CudaOps : public ::testing::Test {
     /// attention_forward/backward (C, NH), which needs NKV = NH; attend_from ((B, T)):
     /// the segmented (block-diagonal) versions instead.
     void check_attention(const AttentionShape& s, bool gpt2_entry, const std::vector<int32_t>* attend_from = nullptr);
+    /// The same in dtype t (qkv, out, att, dout, dqkv typed) vs the CPU's typed attention.
+    void check_typed_attention(const AttentionShape& s, DType t, const std::vector<int32_t>* attend_from = nullptr);
 
     std::mt19937_64 m_rng;
     std::unique_ptr<zt::CudaBackend> m_gpu;
@@ -753,6 +788,393 @@ TEST_F(CudaOps, StreamAccessor) {
     EXPECT_EQ(zt::cuda_stream(*m_cpu), nullptr);
     EXPECT_EQ(m_gpu->name(), "cuda");
     m_gpu->synchronize();
+}
+
+// ---- typed activations (bf16, fp16) against the CPU's typed ops ----------------------
+//
+// Every op with 16-bit buffers, on both backends from the same stored inputs. The CPU
+// widens, computes in fp32 and rounds once; so must the GPU (see kTypedBF16 for the bound).
+
+const DType kTypedDtypes[] = {DType::kBF16, DType::kF16};
+
+std::string typed_tag(DType t) { return std::string(" ") + zt::dtype_name(t); }
+
+TEST_F(CudaOps, TypedCapabilitiesAndWeights) {
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        EXPECT_TRUE(m_gpu->capabilities().supports(t)) << zt::dtype_name(t);
+        // The model hands the products the units' 16-bit storage itself.
+        EXPECT_TRUE(m_gpu->reads_weights_in(t)) << zt::dtype_name(t);
+    }
+}
+
+TEST_F(CudaOps, TypedMatmulForward) {
+    for (DType t : kTypedDtypes) {
+        for (const auto& s : kMatmulShapes) {
+            // Weight stored in t (the units' storage) or fp32 (converted per call); bias on/off.
+            for (bool typed_weight : {true, false}) {
+                for (bool with_bias : {false, true}) {
+                    HostAct inp(rand(static_cast<size_t>(s.N) * s.C), t);
+                    const auto w32 = rounded(rand(static_cast<size_t>(s.OC) * s.C), t);
+                    HostAct w16(w32, t);
+                    const auto bias = rand(static_cast<size_t>(s.OC));
+                    const zt::ConstActPtr w_cpu =
+                        typed_weight ? zt::ConstActPtr(w16.ptr()) : zt::ConstActPtr(w32.data());
+                    HostAct out(std::vector<float>(static_cast<size_t>(s.N) * s.OC), t);
+                    m_cpu->matmul_forward(out.ptr(), inp.ptr(), w_cpu, with_bias ? bias.data() : nullptr, s.N, s.C,
+                                          s.OC);
+                    const zt::ActPtr g_out = up_act(HostAct(std::vector<float>(out.size()), t));
+                    const zt::ConstActPtr g_w = typed_weight ? zt::ConstActPtr(up_act(w16)) : zt::ConstActPtr(up(w32));
+                    m_gpu->matmul_forward(g_out, up_act(inp), g_w, with_bias ? up(bias) : nullptr, s.N, s.C, s.OC);
+                    expect_close(down_act(g_out, out.size()), out.floats(), typed_tol(t),
+                                 "typed matmul_forward N=" + std::to_string(s.N) + " bias=" +
+                                     std::to_string(with_bias) + " typed weight=" + std::to_string(typed_weight) +
+                                     typed_tag(t));
+                }
+            }
+        }
+    }
+}
+
+TEST_F(CudaOps, TypedMatmulResidualForward) {
+    // A residual of out's dtype (cuBLASLt's C) and an fp32 one (the fp32 product plus the
+    // epilogue kernel): out rounded once after the bias and the residual, as on the CPU.
+    for (DType t : kTypedDtypes) {
+        for (const auto& s : kMatmulShapes) {
+            for (DType res_t : {t, DType::kF32}) {
+                HostAct inp(rand(static_cast<size_t>(s.N) * s.C), t);
+                HostAct w(rand(static_cast<size_t>(s.OC) * s.C), t);
+                HostAct res(rand(static_cast<size_t>(s.N) * s.OC), res_t);
+                const auto bias = rand(static_cast<size_t>(s.OC));
+                HostAct out(std::vector<float>(res.size()), t);
+                m_cpu->matmul_residual_forward(out.ptr(), inp.ptr(), w.ptr(), bias.data(), res.ptr(), s.N, s.C, s.OC);
+                const zt::ActPtr g_out = up_act(out);
+                m_gpu->matmul_residual_forward(g_out, up_act(inp), up_act(w), up(bias), up_act(res), s.N, s.C, s.OC);
+                expect_close(down_act(g_out, out.size()), out.floats(), typed_tol(t),
+                             "typed matmul_residual_forward N=" + std::to_string(s.N) + " residual " +
+                                 zt::dtype_name(res_t) + typed_tag(t));
+            }
+        }
+    }
+}
+
+TEST_F(CudaOps, TypedMatmulBackward) {
+    for (DType t : kTypedDtypes) {
+        for (const auto& s : kMatmulShapes) {
+            for (bool typed_weight : {true, false}) {
+                const size_t nc = static_cast<size_t>(s.N) * s.C;
+                const size_t oc_c = static_cast<size_t>(s.OC) * s.C;
+                HostAct inp(rand(nc), t);
+                const auto w32 = rounded(rand(oc_c), t);
+                HostAct w16(w32, t);
+                HostAct dout(rand(static_cast<size_t>(s.N) * s.OC), t);
+                // Non-zero starting gradients: backward accumulates (dinp typed, the rest fp32).
+                HostAct dinp(rand(nc), t);
+                auto dw = rand(oc_c);
+                auto db = rand(static_cast<size_t>(s.OC));
+                const zt::ActPtr g_dinp = up_act(dinp);
+                float* g_dw = up(dw);
+                float* g_db = up(db);
+                const zt::ConstActPtr g_w = typed_weight ? zt::ConstActPtr(up_act(w16)) : zt::ConstActPtr(up(w32));
+                m_gpu->matmul_backward(g_dinp, g_dw, g_db, up_act(dout), up_act(inp), g_w, s.N, s.C, s.OC);
+                const zt::ConstActPtr w_cpu = typed_weight ? zt::ConstActPtr(w16.ptr()) : zt::ConstActPtr(w32.data());
+                m_cpu->matmul_backward(dinp.ptr(), dw.data(), db.data(), dout.ptr(), inp.ptr(), w_cpu, s.N, s.C, s.OC);
+                const std::string tag = " N=" + std::to_string(s.N) + " typed weight=" +
+                                        std::to_string(typed_weight) + typed_tag(t);
+                expect_close(down_act(g_dinp, nc), dinp.floats(), typed_tol(t), "typed dinp" + tag);
+                expect_close(down(g_dw, oc_c), dw, kF32Sum, "typed dweight" + tag);
+                expect_close(down(g_db, db.size()), db, kF32Sum, "typed dbias" + tag);
+            }
+        }
+    }
+}
+
+TEST_F(CudaOps, TypedLayerNorm) {
+    for (DType t : kTypedDtypes) {
+        for (int C : {45, 768}) {
+            const int N = 67;
+            const size_t n = static_cast<size_t>(N) * C;
+            HostAct inp(rand(n, 2.f, 4.f), t);
+            const auto w = rand(static_cast<size_t>(C));
+            const auto b = rand(static_cast<size_t>(C));
+            HostAct out(std::vector<float>(n), t);
+            std::vector<float> mean(N), rstd(N);
+            m_cpu->layernorm_forward(out.ptr(), mean.data(), rstd.data(), inp.ptr(), w.data(), b.data(), N, C);
+            const zt::ActPtr g_inp = up_act(inp);
+            float* g_w = up(w);
+            const zt::ActPtr g_out = up_act(out);
+            float* g_mean = zeros(N);
+            float* g_rstd = zeros(N);
+            m_gpu->layernorm_forward(g_out, g_mean, g_rstd, g_inp, g_w, up(b), N, C);
+            const std::string tag = " C=" + std::to_string(C) + typed_tag(t);
+            expect_close(down_act(g_out, n), out.floats(), typed_tol(t), "typed layernorm out" + tag);
+            expect_close(down(g_mean, N), mean, kF32Sum, "typed layernorm mean" + tag);
+            expect_close(down(g_rstd, N), rstd, kF32Sum, "typed layernorm rstd" + tag);
+
+            HostAct dout(rand(n), t);
+            HostAct dinp(rand(n), t);
+            auto dw = rand(static_cast<size_t>(C));
+            auto db = rand(static_cast<size_t>(C));
+            const zt::ActPtr g_dinp = up_act(dinp);
+            float* g_dw = up(dw);
+            float* g_db = up(db);
+            m_gpu->layernorm_backward(g_dinp, g_dw, g_db, up_act(dout), g_inp, g_w, up(mean), up(rstd), N, C);
+            m_cpu->layernorm_backward(dinp.ptr(), dw.data(), db.data(), dout.ptr(), inp.ptr(), w.data(), mean.data(),
+                                      rstd.data(), N, C);
+            expect_close(down_act(g_dinp, n), dinp.floats(), typed_tol(t), "typed layernorm dinp" + tag);
+            expect_close(down(g_dw, dw.size()), dw, kF32Sum, "typed layernorm dweight" + tag);
+            expect_close(down(g_db, db.size()), db, kF32Sum, "typed layernorm dbias" + tag);
+        }
+    }
+}
+
+TEST_F(CudaOps, TypedGeluResidual) {
+    const size_t n = 100003;
+    for (DType t : kTypedDtypes) {
+        HostAct x(rand(n, -6.f, 6.f), t);
+        HostAct y(rand(n), t);
+        HostAct out(std::vector<float>(n), t);
+        m_cpu->gelu_forward(out.ptr(), x.ptr(), n);
+        const zt::ActPtr g_x = up_act(x);
+        const zt::ActPtr g_out = up_act(HostAct(std::vector<float>(n), t));
+        m_gpu->gelu_forward(g_out, g_x, n);
+        expect_close(down_act(g_out, n), out.floats(), typed_tol(t), "typed gelu_forward" + typed_tag(t));
+
+        HostAct dinp(rand(n), t);
+        const zt::ActPtr g_dinp = up_act(dinp);
+        m_gpu->gelu_backward(g_dinp, g_x, up_act(y), n);
+        m_cpu->gelu_backward(dinp.ptr(), x.ptr(), y.ptr(), n);
+        expect_close(down_act(g_dinp, n), dinp.floats(), typed_tol(t), "typed gelu_backward" + typed_tag(t));
+
+        // The sum of two 16-bit values rounded once: the same float on both sides.
+        m_cpu->residual_forward(out.ptr(), x.ptr(), y.ptr(), n);
+        const zt::ActPtr g_y = up_act(y);
+        m_gpu->residual_forward(g_out, g_x, g_y, n);
+        expect_close(down_act(g_out, n), out.floats(), kExact, "typed residual_forward" + typed_tag(t));
+        m_gpu->residual_forward(g_y, g_x, g_y, n);  // out aliases b
+        expect_close(down_act(g_y, n), out.floats(), kExact, "typed residual_forward in place" + typed_tag(t));
+        // Mixed dtypes (an fp32 operand) read each buffer in its own dtype.
+        const auto a32 = rand(n);
+        m_cpu->residual_forward(out.ptr(), a32.data(), y.ptr(), n);
+        m_gpu->residual_forward(g_out, up(a32), up_act(y), n);
+        expect_close(down_act(g_out, n), out.floats(), kExact, "mixed residual_forward" + typed_tag(t));
+    }
+}
+
+TEST_F(CudaOps, TypedAttention) {
+    for (DType t : kTypedDtypes) {
+        for (const AttentionShape s : {AttentionShape{2, 37, 4, 4, 12}, AttentionShape{2, 64, 2, 2, 64}}) {
+            check_typed_attention(s, t);
+        }
+    }
+}
+
+TEST_F(CudaOps, TypedGroupedQueryAttention) {
+    for (DType t : kTypedDtypes) {
+        for (const AttentionShape s : {AttentionShape{2, 37, 6, 2, 12}, AttentionShape{1, 130, 8, 2, 64}}) {
+            check_typed_attention(s, t);
+        }
+    }
+}
+
+TEST_F(CudaOps, TypedSegmentedAttention) {
+    const AttentionShape s{2, 37, 6, 2, 12};
+    std::vector<int32_t> attend_from(static_cast<size_t>(s.B) * s.T);
+    for (int t = 0; t < s.T; ++t) {
+        attend_from[static_cast<size_t>(t)] = t < 10 ? 0 : t < 11 ? 10 : t < 30 ? 11 : t;
+        attend_from[static_cast<size_t>(s.T + t)] = 0;
+    }
+    for (DType t : kTypedDtypes) check_typed_attention(s, t, &attend_from);
+}
+
+void CudaOps::check_typed_attention(const AttentionShape& s, DType t, const std::vector<int32_t>* attend_from) {
+    const int W = (s.NH + 2 * s.NKV) * s.hs;
+    const size_t n_qkv = static_cast<size_t>(s.B) * s.T * W;
+    const size_t n_out = static_cast<size_t>(s.B) * s.T * s.NH * s.hs;
+    const size_t n_att = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
+    HostAct qkv(rand(n_qkv, -2.f, 2.f), t);
+    HostAct out(std::vector<float>(n_out), t);
+    HostAct att(std::vector<float>(n_att), t);
+    const zt::ActPtr g_qkv = up_act(qkv);
+    const zt::ActPtr g_out = up_act(out);
+    const zt::ActPtr g_att = up_act(att);
+    if (attend_from != nullptr) {
+        m_cpu->gqa_attention_forward_segmented(out.ptr(), att.ptr(), qkv.ptr(), attend_from->data(), s.B, s.T, s.NH,
+                                               s.NKV, s.hs);
+        m_gpu->gqa_attention_forward_segmented(g_out, g_att, g_qkv, attend_from->data(), s.B, s.T, s.NH, s.NKV, s.hs);
+    } else {
+        m_cpu->gqa_attention_forward(out.ptr(), att.ptr(), qkv.ptr(), s.B, s.T, s.NH, s.NKV, s.hs);
+        m_gpu->gqa_attention_forward(g_out, g_att, g_qkv, s.B, s.T, s.NH, s.NKV, s.hs);
+    }
+    const std::string tag = std::string(attend_from != nullptr ? " segmented" : "") + " T=" + std::to_string(s.T) +
+                            " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV) +
+                            " hs=" + std::to_string(s.hs) + typed_tag(t);
+    expect_close(down_act(g_out, n_out), out.floats(), typed_tol(t), "typed attention out" + tag);
+    const int T = s.T;
+    const bool all = attend_from != nullptr;
+    expect_close_masked(down_act(g_att, n_att), att.floats(), typed_tol(t), "typed attention probabilities" + tag,
+                        [T, all](size_t i) { return all || static_cast<int>(i % T) <= static_cast<int>((i / T) % T); });
+
+    HostAct dout(rand(n_out), t);
+    HostAct dqkv(rand(n_qkv), t);
+    const zt::ActPtr g_dqkv = up_act(dqkv);
+    float* g_scratch = zeros(m_gpu->attention_scratch_floats(s.B, s.T, s.NH));
+    std::vector<float> scratch(m_cpu->attention_scratch_floats(s.B, s.T, s.NH));
+    // Backward from the same (the CPU's) probabilities on both sides.
+    const zt::ActPtr g_att_cpu = up_act(att);
+    if (attend_from != nullptr) {
+        m_gpu->gqa_attention_backward_segmented(g_dqkv, g_scratch, up_act(dout), g_qkv, g_att_cpu,
+                                                attend_from->data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        m_cpu->gqa_attention_backward_segmented(dqkv.ptr(), scratch.data(), dout.ptr(), qkv.ptr(), att.ptr(),
+                                                attend_from->data(), s.B, s.T, s.NH, s.NKV, s.hs);
+    } else {
+        m_gpu->gqa_attention_backward(g_dqkv, g_scratch, up_act(dout), g_qkv, g_att_cpu, s.B, s.T, s.NH, s.NKV, s.hs);
+        m_cpu->gqa_attention_backward(dqkv.ptr(), scratch.data(), dout.ptr(), qkv.ptr(), att.ptr(), s.B, s.T, s.NH,
+                                      s.NKV, s.hs);
+    }
+    expect_close(down_act(g_dqkv, n_qkv), dqkv.floats(), typed_tol(t), "typed attention dqkv" + tag);
+}
+
+TEST_F(CudaOps, TypedRmsNorm) {
+    for (DType t : kTypedDtypes) {
+        for (int C : {45, 2048}) {
+            const int N = 67;
+            const size_t n = static_cast<size_t>(N) * C;
+            HostAct inp(rand(n, -3.f, 3.f), t);
+            const auto w = rand(static_cast<size_t>(C));
+            HostAct out(std::vector<float>(n), t);
+            std::vector<float> rstd(N);
+            m_cpu->rmsnorm_forward(out.ptr(), rstd.data(), inp.ptr(), w.data(), N, C, 1e-5f);
+            const zt::ActPtr g_inp = up_act(inp);
+            float* g_w = up(w);
+            const zt::ActPtr g_out = up_act(out);
+            float* g_rstd = zeros(N);
+            m_gpu->rmsnorm_forward(g_out, g_rstd, g_inp, g_w, N, C, 1e-5f);
+            const std::string tag = " C=" + std::to_string(C) + typed_tag(t);
+            expect_close(down_act(g_out, n), out.floats(), typed_tol(t), "typed rmsnorm out" + tag);
+            expect_close(down(g_rstd, N), rstd, kF32Sum, "typed rmsnorm rstd" + tag);
+
+            HostAct dout(rand(n), t);
+            HostAct dinp(rand(n), t);
+            auto dw = rand(static_cast<size_t>(C));
+            const zt::ActPtr g_dinp = up_act(dinp);
+            float* g_dw = up(dw);
+            m_gpu->rmsnorm_backward(g_dinp, g_dw, up_act(dout), g_inp, g_w, up(rstd), N, C);
+            m_cpu->rmsnorm_backward(dinp.ptr(), dw.data(), dout.ptr(), inp.ptr(), w.data(), rstd.data(), N, C);
+            expect_close(down_act(g_dinp, n), dinp.floats(), typed_tol(t), "typed rmsnorm dinp" + tag);
+            expect_close(down(g_dw, dw.size()), dw, kF32Sum, "typed rmsnorm dweight" + tag);
+        }
+    }
+}
+
+TEST_F(CudaOps, TypedRope) {
+    zt::RopeOptions llama31;
+    llama31.theta = 500000.0;
+    llama31.llama3_scaling = true;
+    const AttentionShape s{2, 37, 6, 2, 12};
+    const std::vector<float> table = zt::rope_table(s.T, s.hs, llama31);
+    const size_t n = static_cast<size_t>(s.B) * s.T * (s.NH + 2 * s.NKV) * s.hs;
+    float* g_table = up(table);
+    for (DType t : kTypedDtypes) {
+        HostAct x(rand(n), t);
+        HostAct out(std::vector<float>(n), t);
+        m_cpu->rope_forward(out.ptr(), x.ptr(), table.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        const zt::ActPtr g_x = up_act(x);
+        const zt::ActPtr g_out = up_act(HostAct(std::vector<float>(n), t));
+        m_gpu->rope_forward(g_out, g_x, g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down_act(g_out, n), out.floats(), typed_tol(t), "typed rope out" + typed_tag(t));
+        m_gpu->rope_forward(g_x, g_x, g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down_act(g_x, n), out.floats(), typed_tol(t), "typed rope in place" + typed_tag(t));
+        // Out of place into fp32 rows: the v part converted, not copied as bytes.
+        std::vector<float> out32(n);
+        HostAct x_again(x.floats(), t);
+        m_cpu->rope_forward(out32.data(), x_again.ptr(), table.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        float* g_out32 = zeros(n);
+        m_gpu->rope_forward(g_out32, up_act(x_again), g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down(g_out32, n), out32, kElementwise, "typed rope into fp32" + typed_tag(t));
+
+        HostAct dout(rand(n), t);
+        HostAct dinp(rand(n), t);
+        const zt::ActPtr g_dinp = up_act(dinp);
+        const zt::ActPtr g_dout = up_act(dout);
+        m_gpu->rope_backward(g_dinp, g_dout, g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        m_cpu->rope_backward(dinp.ptr(), dout.ptr(), table.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down_act(g_dinp, n), dinp.floats(), typed_tol(t), "typed rope dinp (accumulated)" + typed_tag(t));
+        m_gpu->rope_backward(g_dout, g_dout, g_table, s.B, s.T, s.NH, s.NKV, s.hs);
+        m_cpu->rope_backward(dout.ptr(), dout.ptr(), table.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+        expect_close(down_act(g_dout, n), dout.floats(), typed_tol(t), "typed rope dinp in place" + typed_tag(t));
+    }
+}
+
+TEST_F(CudaOps, TypedSwiGlu) {
+    const int N = 67, F = 1001;
+    const size_t n = static_cast<size_t>(N) * F;
+    for (DType t : kTypedDtypes) {
+        HostAct inp(rand(2 * n, -6.f, 6.f), t);
+        HostAct out(std::vector<float>(n), t);
+        m_cpu->swiglu_forward(out.ptr(), inp.ptr(), N, F);
+        const zt::ActPtr g_inp = up_act(inp);
+        const zt::ActPtr g_out = up_act(out);
+        m_gpu->swiglu_forward(g_out, g_inp, N, F);
+        expect_close(down_act(g_out, n), out.floats(), typed_tol(t), "typed swiglu out" + typed_tag(t));
+
+        HostAct dout(rand(n), t);
+        HostAct dinp(rand(2 * n), t);
+        const zt::ActPtr g_dinp = up_act(dinp);
+        m_gpu->swiglu_backward(g_dinp, g_inp, up_act(dout), N, F);
+        m_cpu->swiglu_backward(dinp.ptr(), inp.ptr(), dout.ptr(), N, F);
+        expect_close(down_act(g_dinp, 2 * n), dinp.floats(), typed_tol(t), "typed swiglu d(gate|up)" + typed_tag(t));
+    }
+}
+
+TEST_F(CudaOps, TypedEncoder) {
+    const int B = 3, T = 29, C = 40, Vp = 24;
+    const size_t n = static_cast<size_t>(B) * T * C;
+    const auto tokens = rand_ints(static_cast<size_t>(B) * T, 0, Vp - 1);
+    const auto wte = rand(static_cast<size_t>(Vp) * C);
+    const auto wpe = rand(static_cast<size_t>(T) * C);
+    int32_t* g_tokens = up(tokens);
+    for (DType t : kTypedDtypes) {
+        // wte + wpe in fp32, rounded once; the scatter adds the same widened values in the
+        // same order as the CPU: bit for bit.
+        HostAct out(std::vector<float>(n), t);
+        m_cpu->encoder_forward(out.ptr(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+        const zt::ActPtr g_out = up_act(out);
+        m_gpu->encoder_forward(g_out, g_tokens, up(wte), up(wpe), B, T, C);
+        expect_close(down_act(g_out, n), out.floats(), kExact, "typed encoder_forward" + typed_tag(t));
+
+        HostAct dout(rand(n), t);
+        auto dwte = rand(wte.size());
+        auto dwpe = rand(wpe.size());
+        float* g_dwte = up(dwte);
+        float* g_dwpe = up(dwpe);
+        m_gpu->encoder_backward(g_dwte, g_dwpe, up_act(dout), g_tokens, B, T, C);
+        m_cpu->encoder_backward(dwte.data(), dwpe.data(), dout.ptr(), tokens.data(), B, T, C);
+        expect_close(down(g_dwte, dwte.size()), dwte, kExact, "typed encoder dwte" + typed_tag(t));
+        expect_close(down(g_dwpe, dwpe.size()), dwpe, kExact, "typed encoder dwpe" + typed_tag(t));
+    }
+}
+
+TEST_F(CudaOps, TypedSoftmaxCrossEntropy) {
+    const int N = 40, V = 50, Vp = 64;
+    auto targets = rand_ints(N, 0, V - 1);
+    targets[3] = -1;
+    int32_t* g_targets = up(targets);
+    for (DType t : kTypedDtypes) {
+        // dloss 1: gradients are probabilities (minus 1 at the target), O(1) values whose
+        // 16-bit rounding the relative bound measures.
+        for (float dloss : {0.f, 1.f}) {
+            HostAct logits(rand(static_cast<size_t>(N) * Vp, -10.f, 10.f), t);
+            const zt::ActPtr g_logits = up_act(logits);
+            std::vector<float> losses(N);
+            m_cpu->softmax_cross_entropy(losses.data(), logits.ptr(), targets.data(), N, V, Vp, dloss);
+            float* g_losses = up(rand(N));
+            m_gpu->softmax_cross_entropy(g_losses, g_logits, g_targets, N, V, Vp, dloss);
+            const std::string tag = " dloss=" + std::to_string(dloss) + typed_tag(t);
+            expect_close(down(g_losses, N), losses, Tol{1e-5, 1e-6}, "typed losses" + tag);
+            expect_close(down_act(g_logits, logits.size()), logits.floats(),
+                         dloss == 0.f ? kExact : Tol{1e-6, typed_tol(t).rtol}, "typed dlogits" + tag);
+        }
+    }
 }
 
 }  // namespace

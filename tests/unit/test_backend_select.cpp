@@ -6,6 +6,7 @@
 #include "ztrain/backend/cuda_backend.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/config.hpp"
+#include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/train/train_setup.hpp"
 
@@ -55,7 +56,7 @@ TEST(BackendSelect, CudaNeedsACudaBuildAndADevice) {
 }
 
 // What backend = cuda trains is decided from the config alone (no GPU needed to test it).
-TEST(BackendSelect, CudaTrainsFp32AndNamesTheKeyItRefuses) {
+TEST(BackendSelect, CudaTrainsEveryDtypeAndNamesTheKeyItRefuses) {
     zt::Config cfg;
     EXPECT_NO_THROW(zt::check_cuda_training(cfg));  // defaults: fp32, no init_from
     for (int stage = 0; stage <= 3; ++stage) {
@@ -72,13 +73,16 @@ TEST(BackendSelect, CudaTrainsFp32AndNamesTheKeyItRefuses) {
             EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
         }
     };
+    // The GPU ops read and write 16-bit activations: bf16 and fp16 training and gradient
+    // reduction are accepted (cuda_capabilities).
     for (const zt::DType dt : {zt::DType::kBF16, zt::DType::kF16}) {
         zt::Config c;
         c.precision.dtype = dt;
-        refused_for(c, "precision.dtype");
+        EXPECT_NO_THROW(zt::check_cuda_training(c)) << zt::dtype_name(dt);
         zt::Config r;
+        r.precision.dtype = dt;
         r.precision.reduce_dtype = dt;
-        refused_for(r, "precision.reduce_dtype");
+        EXPECT_NO_THROW(zt::check_cuda_training(r)) << zt::dtype_name(dt);
     }
     zt::Config imp;
     imp.model.init_from = "gpt2.safetensors";

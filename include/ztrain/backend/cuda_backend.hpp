@@ -27,8 +27,9 @@ struct CudaMatmulOptions {
     void* pre_gelu = nullptr;    ///< (N, OC): product + bias before the GELU, for backward; needs gelu
 };
 
-/// A Backend whose buffers live on one GPU. Everything Backend promises holds (fp32,
-/// accumulate-into-gradient convention); the extra methods are the CUDA-only parts.
+/// A Backend whose buffers live on one GPU. Everything Backend promises holds (typed fp32,
+/// bf16 and fp16 activations, the accumulate-into-gradient convention); the extra methods
+/// are the CUDA-only parts.
 class CudaBackend : public Backend {
   public:
     /// The CUDA device ordinal this backend computes on.

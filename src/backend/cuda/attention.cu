@@ -1,6 +1,7 @@
 // Causal grouped-query attention (GPT-2's multi-head attention is NKV = NH), llm.c's
-// unfused form: cuBLASLt strided-batched products plus a causal softmax kernel. Correctness first: att (B, NH, T, T) is materialized
-// because the interface saves it for backward (a flash-style kernel is the follow-up).
+// unfused form: cuBLASLt strided-batched products plus a causal softmax kernel. Correctness
+// first: att (B, NH, T, T) is materialized because the interface saves it for backward (a
+// flash-style kernel is the follow-up).
 //
 // The six products and their layout are in gemm_plan.hpp (unit-tested on the host). The
 // full T x T scores are computed and the softmax zeroes the part above the diagonal, so
@@ -12,9 +13,19 @@
 // gives zero dV, dS, dQ and dK terms (the CPU twin's argument, cpu_backend.cpp). Wasted
 // work on the masked-out scores is the price of sharing the products (a flash-style
 // kernel would skip whole tiles).
+//
+// Typed buffers (bf16/fp16 qkv, out, att, dout, dqkv): one batch element at a time, its
+// 16-bit rows are widened into fp32 scratch, the fp32 products and kernels above run on
+// them, and what they wrote is rounded once into the typed buffers: the CPU twin's
+// arithmetic (fp32 products of widened heads, the fp32 probabilities multiplying V, dq/dk/dv
+// accumulated over the whole group in fp32 before one rounding). The backward reads a 16-bit
+// att directly (its causal copy is fp32 already). The products run in fp32, not on 16-bit
+// tensor cores: exactness first, a fused 16-bit kernel is the flash-attention follow-up.
 #include "cuda_check.cuh"
 #include "ops.cuh"
+#include "typed.cuh"
 
+#include <algorithm>
 #include <cmath>
 
 namespace zt::cuda {
@@ -49,7 +60,8 @@ __global__ void causal_softmax_kernel(float* att, int rows, int T, int NH, const
 
 /// Per row: pc = causal copy of P (att above the diagonal is unspecified, so it is never
 /// trusted), ds = P * (dP - sum_j P_j dP_j) in place on dP, zeros past the diagonal.
-__global__ void softmax_backward_kernel(float* ds, float* pc, const float* att, int rows, int T) {
+template <typename A>
+__global__ void softmax_backward_kernel(float* ds, float* pc, typename A::Src att, int rows, int T) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
     if (row >= rows) return;
@@ -65,44 +77,115 @@ __global__ void softmax_backward_kernel(float* ds, float* pc, const float* att, 
     }
 }
 
-/// The forward, plain causal (attend_from null) or segmented.
-void attention_forward(const Blas& blas, float* out, float* att, const float* qkv, const int32_t* attend_from, int B,
-                       int T, int NH, int NKV, int hs, cudaStream_t stream) {
-    const AttentionDims d = gqa_attention_dims(T, NH, NKV, hs);
-    if (B <= 0 || T <= 0) return;
+/// The forward of nb batch elements on fp32 buffers (pointers and attend_from at the first
+/// of them), plain causal (attend_from null) or segmented.
+void forward_f32(const Blas& blas, float* out, float* att, const float* qkv, const int32_t* attend_from, int nb,
+                 const AttentionDims& d, cudaStream_t stream) {
+    const int T = d.T;
     const size_t qkv_b = static_cast<size_t>(T) * d.W;
-    const size_t att_b = static_cast<size_t>(NH) * d.tt;
+    const size_t att_b = static_cast<size_t>(d.NH) * d.tt;
     const size_t out_b = static_cast<size_t>(T) * d.O;
-    for (int b = 0; b < B; ++b) {
+    for (int b = 0; b < nb; ++b) {
         for (int g = 0; g < d.G; ++g) gemm(blas, attention_scores_gemm(d, att + b * att_b, qkv + b * qkv_b, g), stream);
     }
-    const int rows = B * NH * T;
-    causal_softmax_kernel<<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(att, rows, T, NH,
-                                                                                                    attend_from);
+    const int rows = nb * d.NH * T;
+    causal_softmax_kernel<<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(
+        att, rows, T, d.NH, attend_from);
     ZT_KERNEL_CHECK("causal_softmax");
-    for (int b = 0; b < B; ++b) {
+    for (int b = 0; b < nb; ++b) {
         for (int g = 0; g < d.G; ++g) {
             gemm(blas, attention_out_gemm(d, out + b * out_b, att + b * att_b, qkv + b * qkv_b, g), stream);
         }
     }
 }
 
+/// x (n elements) as fp32: x itself, or widened into `scratch`.
+float* widened(ConstActPtr x, size_t n, Workspace& scratch, cudaStream_t stream) {
+    if (x.f32()) return const_cast<float*>(x.as_f32());
+    auto* wide = static_cast<float*>(scratch.get(std::max<size_t>(n, 1) * sizeof(float), stream));
+    cast(wide, DType::kF32, x.data, x.dtype, n, stream);
+    return wide;
+}
+/// fp32 scratch for a result of n elements that goes to x: x itself when fp32.
+float* result_buffer(ActPtr x, size_t n, Workspace& scratch, cudaStream_t stream) {
+    if (x.f32()) return x.as_f32();
+    return static_cast<float*>(scratch.get(std::max<size_t>(n, 1) * sizeof(float), stream));
+}
+/// x = wide rounded once (nothing when x is fp32: wide is x).
+void store_result(ActPtr x, const float* wide, size_t n, cudaStream_t stream) {
+    if (!x.f32()) cast(x.data, x.dtype, wide, DType::kF32, n, stream);
+}
+
+/// The forward with any typed buffer: one batch element at a time through fp32 scratch.
+void forward_typed(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from, int B,
+                   const AttentionDims& d, AttentionScratch& scratch, cudaStream_t stream) {
+    const size_t qkv_b = static_cast<size_t>(d.T) * d.W;
+    const size_t att_b = static_cast<size_t>(d.NH) * d.tt;
+    const size_t out_b = static_cast<size_t>(d.T) * d.O;
+    for (int b = 0; b < B; ++b) {
+        const size_t bs = static_cast<size_t>(b);
+        const float* q = widened(qkv.offset(bs * qkv_b), qkv_b, scratch.qkv, stream);
+        const ActPtr att_here = att.offset(bs * att_b);
+        const ActPtr out_here = out.offset(bs * out_b);
+        float* p = result_buffer(att_here, att_b, scratch.scores, stream);
+        float* o = result_buffer(out_here, out_b, scratch.out, stream);
+        const int32_t* from = attend_from != nullptr ? attend_from + bs * static_cast<size_t>(d.T) : nullptr;
+        forward_f32(blas, o, p, q, from, 1, d, stream);
+        store_result(att_here, p, att_b, stream);
+        store_result(out_here, o, out_b, stream);
+    }
+}
+
+/// The forward, plain causal (attend_from null) or segmented.
+void attention_forward(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from, int B,
+                       int T, int NH, int NKV, int hs, AttentionScratch& scratch, cudaStream_t stream) {
+    const AttentionDims d = gqa_attention_dims(T, NH, NKV, hs);
+    if (B <= 0 || T <= 0) return;
+    if (all_f32({out.dtype, att.dtype, qkv.dtype})) {
+        forward_f32(blas, out.as_f32(), att.as_f32(), qkv.as_f32(), attend_from, B, d, stream);
+    } else {
+        forward_typed(blas, out, att, qkv, attend_from, B, d, scratch, stream);
+    }
+}
+
+/// One batch element's backward on fp32 q/k/v, dout and dq/dk/dv (att_b in any dtype);
+/// pc and ds: the NH heads' causal copy of P and dP -> dS.
+void backward_one_f32(const Blas& blas, float* dq, float* pc, float* ds, const float* dout_b, const float* q,
+                      ConstActPtr att_b, const AttentionDims& d, cudaStream_t stream) {
+    for (int g = 0; g < d.G; ++g) gemm(blas, attention_dp_gemm(d, ds, dout_b, q, g), stream);
+    const int rows = d.NH * d.T;
+    with_access({att_b.dtype}, [&](auto access) {
+        using A = decltype(access);
+        softmax_backward_kernel<A><<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(
+            ds, pc, typename A::Src(att_b), rows, d.T);
+        ZT_KERNEL_CHECK("softmax_backward");
+    });
+    // The G group positions accumulate into the same dk and dv one after the other (one
+    // stream, beta 1): a fixed order, no atomics.
+    for (int g = 0; g < d.G; ++g) {
+        gemm(blas, attention_dv_gemm(d, dq, dout_b, pc, g), stream);
+        gemm(blas, attention_dq_gemm(d, dq, q, ds, g), stream);
+        gemm(blas, attention_dk_gemm(d, dq, q, ds, g), stream);
+    }
+}
+
 }  // namespace
 
-void gqa_attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int NH,
-                           int NKV, int hs, cudaStream_t stream) {
-    attention_forward(blas, out, att, qkv, nullptr, B, T, NH, NKV, hs, stream);
+void gqa_attention_forward(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
+                           int hs, AttentionScratch& scratch, cudaStream_t stream) {
+    attention_forward(blas, out, att, qkv, nullptr, B, T, NH, NKV, hs, scratch, stream);
 }
 
-void gqa_attention_forward_segmented(const Blas& blas, float* out, float* att, const float* qkv,
+void gqa_attention_forward_segmented(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv,
                                      const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
-                                     cudaStream_t stream) {
+                                     AttentionScratch& scratch, cudaStream_t stream) {
     ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from (device memory)");
-    attention_forward(blas, out, att, qkv, attend_from, B, T, NH, NKV, hs, stream);
+    attention_forward(blas, out, att, qkv, attend_from, B, T, NH, NKV, hs, scratch, stream);
 }
 
-void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                            const float* att, int B, int T, int NH, int NKV, int hs, cudaStream_t stream) {
+void gqa_attention_backward(const Blas& blas, ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                            ConstActPtr att, int B, int T, int NH, int NKV, int hs, AttentionScratch& wide,
+                            cudaStream_t stream) {
     const AttentionDims d = gqa_attention_dims(T, NH, NKV, hs);
     if (B <= 0 || T <= 0) return;
     const size_t qkv_b = static_cast<size_t>(T) * d.W;
@@ -110,22 +193,16 @@ void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const
     const size_t out_b = static_cast<size_t>(T) * d.O;
     float* pc = scratch;
     float* ds = scratch + att_b;
-    const int rows = NH * T;
     for (int b = 0; b < B; ++b) {
-        const float* q = qkv + b * qkv_b;
-        float* dq = dqkv + b * qkv_b;
-        const float* dout_b = dout + b * out_b;
-        for (int g = 0; g < d.G; ++g) gemm(blas, attention_dp_gemm(d, ds, dout_b, q, g), stream);
-        softmax_backward_kernel<<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(
-            ds, pc, att + b * att_b, rows, T);
-        ZT_KERNEL_CHECK("softmax_backward");
-        // The G group positions accumulate into the same dk and dv one after the other (one
-        // stream, beta 1): a fixed order, no atomics.
-        for (int g = 0; g < d.G; ++g) {
-            gemm(blas, attention_dv_gemm(d, dq, dout_b, pc, g), stream);
-            gemm(blas, attention_dq_gemm(d, dq, q, ds, g), stream);
-            gemm(blas, attention_dk_gemm(d, dq, q, ds, g), stream);
-        }
+        const size_t bs = static_cast<size_t>(b);
+        // fp32 buffers are used in place; 16-bit ones widened (dqkv: read, accumulated in
+        // fp32 over every head of the group, rounded once when stored back).
+        const float* q = widened(qkv.offset(bs * qkv_b), qkv_b, wide.qkv, stream);
+        const float* dout_b = widened(dout.offset(bs * out_b), out_b, wide.dout, stream);
+        const ActPtr dqkv_here = dqkv.offset(bs * qkv_b);
+        float* dq = widened(dqkv_here, qkv_b, wide.dqkv, stream);
+        backward_one_f32(blas, dq, pc, ds, dout_b, q, att.offset(bs * att_b), d, stream);
+        store_result(dqkv_here, dq, qkv_b, stream);
     }
 }
 

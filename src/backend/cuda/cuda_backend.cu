@@ -11,6 +11,7 @@
 
 #include "cuda_check.cuh"
 #include "ops.cuh"
+#include "typed.cuh"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/cuda_runtime/stream.hpp"
 
@@ -150,20 +151,40 @@ class CudaBackendImpl final : public CudaBackend {
     }
 
     // ---- matmul ----
+    //
+    // Activations of every dtype (ops.cuh: typed_matmul_*); all-fp32 calls keep the fp32
+    // products exactly as they were. The weight comes in the activations' dtype where the
+    // model stores one (reads_weights_in), else fp32, converted per call.
+
+    bool reads_weights_in(DType /*t*/) const override { return true; }
 
     void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N, int C,
                         int OC) override {
-        require_f32_activations("matmul_forward", {out.dtype, inp.dtype, weight.dtype});
+        matmul_residual_forward(out, inp, weight, bias, ConstActPtr{}, N, C, OC);
+    }
+    /// residual.data null: no residual. A 16-bit out is rounded once, after the residual.
+    void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
+                                 ConstActPtr residual, int N, int C, int OC) override {
+        if (!cuda::all_f32({out.dtype, inp.dtype, weight.dtype, residual.dtype})) {
+            cuda::typed_matmul_forward(m_blas, out, inp, weight, bias, residual, N, C, OC, m_matmul, m_stream);
+            return;
+        }
         cuda::matmul_forward(m_blas, out.as_f32(), inp.as_f32(), weight.as_f32(), bias, N, C, OC, DType::kF32, false,
                              nullptr, m_stream);
+        if (residual.data != nullptr) {
+            cuda::residual_forward(out, out, residual, static_cast<size_t>(N) * static_cast<size_t>(OC), m_stream);
+        }
     }
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                          ConstActPtr weight, int N, int C, int OC) override {
-        require_f32_activations("matmul_backward", {dinp.dtype, dout.dtype, inp.dtype, weight.dtype});
-        cuda::matmul_backward(m_blas, dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight.as_f32(), N, C, OC,
-                              DType::kF32, m_stream);
+        if (cuda::all_f32({dinp.dtype, dout.dtype, inp.dtype, weight.dtype})) {
+            cuda::matmul_backward(m_blas, dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight.as_f32(), N, C,
+                                  OC, DType::kF32, m_stream);
+        } else {
+            cuda::typed_matmul_backward(m_blas, dinp, dweight, dout, inp, weight, N, C, OC, m_matmul, m_stream);
+        }
         if (dbias != nullptr && N > 0) {
-            cuda::column_sum(dbias, dout.as_f32(), N, OC, scratch_floats(cuda::column_chunks(N) * OC), m_stream);
+            cuda::column_sum(dbias, dout, N, OC, scratch_floats(cuda::column_chunks(N) * OC), m_stream);
         }
     }
     void matmul_forward_ex(void* out, const void* inp, const void* weight, int N, int C, int OC,
@@ -179,30 +200,24 @@ class CudaBackendImpl final : public CudaBackend {
 
     void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override {
-        require_f32_activations("layernorm_forward", {out.dtype, inp.dtype});
-        cuda::layernorm_forward(out.as_f32(), mean, rstd, inp.as_f32(), weight, bias, N, C, m_stream);
+        cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, m_stream);
     }
     void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) override {
-        require_f32_activations("layernorm_backward", {dinp.dtype, dout.dtype, inp.dtype});
         float* scratch = nullptr;
         if ((dweight != nullptr || dbias != nullptr) && N > 0) {
             scratch = scratch_floats(2 * cuda::column_chunks(N) * C);
         }
-        cuda::layernorm_backward(dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(), weight, mean, rstd, N, C,
-                                 scratch, m_stream);
+        cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, m_stream);
     }
     void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override {
-        require_f32_activations("gelu_forward", {out.dtype, inp.dtype});
-        cuda::gelu_forward(out.as_f32(), inp.as_f32(), n, m_stream);
+        cuda::gelu_forward(out, inp, n, m_stream);
     }
     void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override {
-        require_f32_activations("gelu_backward", {dinp.dtype, inp.dtype, dout.dtype});
-        cuda::gelu_backward(dinp.as_f32(), inp.as_f32(), dout.as_f32(), n, m_stream);
+        cuda::gelu_backward(dinp, inp, dout, n, m_stream);
     }
     void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override {
-        require_f32_activations("residual_forward", {out.dtype, a.dtype, b.dtype});
-        cuda::residual_forward(out.as_f32(), a.as_f32(), b.as_f32(), n, m_stream);
+        cuda::residual_forward(out, a, b, n, m_stream);
     }
     double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(&x, &n, 1, m_sumsq, m_stream); }
     double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
@@ -220,19 +235,15 @@ class CudaBackendImpl final : public CudaBackend {
 
     void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override {
-        require_f32_activations("gqa_attention_forward", {out.dtype, att.dtype, qkv.dtype});
-        cuda::gqa_attention_forward(m_blas, out.as_f32(), att.as_f32(), qkv.as_f32(), B, T, NH, NKV, hs, m_stream);
+        cuda::gqa_attention_forward(m_blas, out, att, qkv, B, T, NH, NKV, hs, m_attention, m_stream);
     }
     void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,
                                 int B, int T, int NH, int NKV, int hs) override {
-        require_f32_activations("gqa_attention_backward", {dqkv.dtype, dout.dtype, qkv.dtype, att.dtype});
-        cuda::gqa_attention_backward(m_blas, dqkv.as_f32(), scratch, dout.as_f32(), qkv.as_f32(), att.as_f32(), B, T,
-                                     NH, NKV, hs, m_stream);
+        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_attention, m_stream);
     }
     void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                          int B, int T, int NH, int NKV, int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from");
-        require_f32_activations("gqa_attention_forward_segmented", {out.dtype, att.dtype, qkv.dtype});
         // attend_from is host memory (backend.hpp): checked here, where a bad value is still
         // a clear error rather than a read outside the score row, then copied next to the
         // scores (stream-ordered, so the next call's copy waits for this softmax).
@@ -246,8 +257,7 @@ class CudaBackendImpl final : public CudaBackend {
         if (n > 0) {
             ZT_CUDA_CHECK(cudaMemcpyAsync(from, attend_from, n * sizeof(int32_t), cudaMemcpyHostToDevice, m_stream));
         }
-        cuda::gqa_attention_forward_segmented(m_blas, out.as_f32(), att.as_f32(), qkv.as_f32(), from, B, T, NH, NKV,
-                                              hs, m_stream);
+        cuda::gqa_attention_forward_segmented(m_blas, out, att, qkv, from, B, T, NH, NKV, hs, m_attention, m_stream);
     }
     // The segmented forward left att zero outside each query's segment, and the causal
     // backward reads only att: its gradient is the block-diagonal one (attention.cu).
@@ -255,59 +265,47 @@ class CudaBackendImpl final : public CudaBackend {
                                           ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
                                           int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_backward_segmented needs attend_from");
-        require_f32_activations("gqa_attention_backward_segmented", {dqkv.dtype, dout.dtype, qkv.dtype, att.dtype});
-        cuda::gqa_attention_backward(m_blas, dqkv.as_f32(), scratch, dout.as_f32(), qkv.as_f32(), att.as_f32(), B, T,
-                                     NH, NKV, hs, m_stream);
+        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_attention, m_stream);
     }
     size_t attention_scratch_floats(int /*B*/, int T, int NH) const override {
         return static_cast<size_t>(cuda_attention_scratch_floats(T, NH));
     }
     void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                          int C) override {
-        require_f32_activations("encoder_forward", {out.dtype});
-        cuda::encoder_forward(out.as_f32(), tokens, wte, wpe, B, T, C, m_stream);
+        cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, m_stream);
     }
     void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
                           int C) override {
-        require_f32_activations("encoder_backward", {dout.dtype});
-        cuda::encoder_backward(dwte, dwpe, dout.as_f32(), tokens, B, T, C, m_encoder, m_index_ws, m_stream);
+        cuda::encoder_backward(dwte, dwpe, dout, tokens, B, T, C, m_encoder, m_index_ws, m_stream);
     }
     void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp,
                                float dloss) override {
-        require_f32_activations("softmax_cross_entropy", {logits.dtype});
-        cuda::softmax_cross_entropy(losses, logits.as_f32(), targets, N, V, Vp, dloss, m_flag, m_stream);
+        cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss, m_flag, m_stream);
     }
 
     // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----
 
     void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                          float eps) override {
-        require_f32_activations("rmsnorm_forward", {out.dtype, inp.dtype});
-        cuda::rmsnorm_forward(out.as_f32(), rstd, inp.as_f32(), weight, N, C, eps, m_stream);
+        cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, m_stream);
     }
     void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                           const float* rstd, int N, int C) override {
-        require_f32_activations("rmsnorm_backward", {dinp.dtype, dout.dtype, inp.dtype});
         float* scratch = dweight != nullptr && N > 0 ? scratch_floats(cuda::column_chunks(N) * C) : nullptr;
-        cuda::rmsnorm_backward(dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight, rstd, N, C, scratch,
-                               m_stream);
+        cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, scratch, m_stream);
     }
     void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override {
-        require_f32_activations("rope_forward", {out.dtype, inp.dtype});
-        cuda::rope_forward(out.as_f32(), inp.as_f32(), rope, B, T, NH, NKV, hs, m_stream);
+        cuda::rope_forward(out, inp, rope, B, T, NH, NKV, hs, m_stream);
     }
     void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV,
                        int hs) override {
-        require_f32_activations("rope_backward", {dinp.dtype, dout.dtype});
-        cuda::rope_backward(dinp.as_f32(), dout.as_f32(), rope, B, T, NH, NKV, hs, m_stream);
+        cuda::rope_backward(dinp, dout, rope, B, T, NH, NKV, hs, m_stream);
     }
     void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F) override {
-        require_f32_activations("swiglu_forward", {out.dtype, inp.dtype});
-        cuda::swiglu_forward(out.as_f32(), inp.as_f32(), N, F, m_stream);
+        cuda::swiglu_forward(out, inp, N, F, m_stream);
     }
     void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F) override {
-        require_f32_activations("swiglu_backward", {dinp.dtype, inp.dtype, dout.dtype});
-        cuda::swiglu_backward(dinp.as_f32(), inp.as_f32(), dout.as_f32(), N, F, m_stream);
+        cuda::swiglu_backward(dinp, inp, dout, N, F, m_stream);
     }
 
     // ---- precision ----
@@ -337,6 +335,8 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::Workspace m_index_ws;  ///< encoder_backward's bucket index
     cuda::Workspace m_attend_ws; ///< the segmented attention's attend_from, copied to the device
     cuda::EncoderScratch m_encoder;
+    cuda::MatmulScratch m_matmul;        ///< the typed products' converted operands
+    cuda::AttentionScratch m_attention;  ///< the typed attention's fp32 copies
 };
 
 }  // namespace

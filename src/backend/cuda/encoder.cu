@@ -5,26 +5,30 @@
 // host (B*T ints, once per backward), bucketed by token there, and one block per distinct
 // token adds its rows in ascending row order: the same order as the CPU twin, so the two
 // agree bit for bit. dwpe sums over the batch with one thread per (t, c), b in order.
+// Typed out / dout through typed.cuh (the tables and their gradients stay fp32).
 #include "cuda_check.cuh"
 #include "ops.cuh"
+#include "typed.cuh"
 
 #include <algorithm>
 
 namespace zt::cuda {
 namespace {
 
-__global__ void encoder_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                       int N, int T, int C) {
+template <typename A>
+__global__ void encoder_forward_kernel(typename A::Dst out, const int32_t* tokens, const float* wte,
+                                       const float* wpe, int N, int T, int C) {
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= static_cast<size_t>(N) * C) return;
     const int r = static_cast<int>(i / C);
     const int c = static_cast<int>(i % C);
     const int t = r % T;
     const float e = wte[static_cast<size_t>(tokens[r]) * C + c];
-    out[i] = wpe != nullptr ? e + wpe[static_cast<size_t>(t) * C + c] : e;
+    out.store(i, wpe != nullptr ? e + wpe[static_cast<size_t>(t) * C + c] : e);
 }
 
-__global__ void encoder_dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+template <typename A>
+__global__ void encoder_dwpe_kernel(float* dwpe, typename A::Src dout, int B, int T, int C) {
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= static_cast<size_t>(T) * C) return;
     const size_t tc = static_cast<size_t>(T) * C;
@@ -34,7 +38,8 @@ __global__ void encoder_dwpe_kernel(float* dwpe, const float* dout, int B, int T
 }
 
 /// Block k adds the rows of bucket k (rows[offsets[k] .. offsets[k+1])) into dwte[token[k]].
-__global__ void encoder_dwte_kernel(float* dwte, const float* dout, const int32_t* offsets,
+template <typename A>
+__global__ void encoder_dwte_kernel(float* dwte, typename A::Src dout, const int32_t* offsets,
                                     const int32_t* bucket_token, const int32_t* rows, int C) {
     const int k = blockIdx.x;
     const int begin = offsets[k];
@@ -49,22 +54,29 @@ __global__ void encoder_dwte_kernel(float* dwte, const float* dout, const int32_
 
 }  // namespace
 
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
                      cudaStream_t stream) {
     const size_t n = static_cast<size_t>(B) * T * C;
     if (n == 0) return;
-    encoder_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C);
-    ZT_KERNEL_CHECK("encoder_forward");
+    with_access({out.dtype}, [&](auto access) {
+        using A = decltype(access);
+        encoder_forward_kernel<A><<<grid_for(n, kBlock), kBlock, 0, stream>>>(typename A::Dst(out), tokens, wte,
+                                                                              wpe, B * T, T, C);
+        ZT_KERNEL_CHECK("encoder_forward");
+    });
 }
 
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T, int C,
                       EncoderScratch& host, Workspace& ws, cudaStream_t stream) {
     const int N = B * T;
     if (N <= 0 || C <= 0) return;
     if (dwpe != nullptr) {
-        encoder_dwpe_kernel<<<grid_for(static_cast<size_t>(T) * C, kBlock), kBlock, 0, stream>>>(dwpe, dout, B, T,
-                                                                                                  C);
-        ZT_KERNEL_CHECK("encoder_dwpe");
+        with_access({dout.dtype}, [&](auto access) {
+            using A = decltype(access);
+            encoder_dwpe_kernel<A><<<grid_for(static_cast<size_t>(T) * C, kBlock), kBlock, 0, stream>>>(
+                dwpe, typename A::Src(dout), B, T, C);
+            ZT_KERNEL_CHECK("encoder_dwpe");
+        });
     }
     if (dwte == nullptr) return;
     host.tokens.resize(static_cast<size_t>(N));
@@ -96,9 +108,12 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
     // host.index outlives the asynchronous copy: it is only rewritten after the next sync.
     ZT_CUDA_CHECK(cudaMemcpyAsync(dev, host.index.data(), host.index.size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, stream));
-    encoder_dwte_kernel<<<static_cast<unsigned>(nb), kBlock, 0, stream>>>(dwte, dout, dev, dev + nb + 1,
-                                                                         dev + 2 * nb + 1, C);
-    ZT_KERNEL_CHECK("encoder_dwte");
+    with_access({dout.dtype}, [&](auto access) {
+        using A = decltype(access);
+        encoder_dwte_kernel<A><<<static_cast<unsigned>(nb), kBlock, 0, stream>>>(
+            dwte, typename A::Src(dout), dev, dev + nb + 1, dev + 2 * nb + 1, C);
+        ZT_KERNEL_CHECK("encoder_dwte");
+    });
 }
 
 }  // namespace zt::cuda

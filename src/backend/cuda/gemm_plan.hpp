@@ -33,8 +33,9 @@ struct Output {
 };
 
 /// One (strided-batched) product in cuBLAS's column-major terms:
-/// D (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * D [+ bias (m)] [then GELU].
-/// A, B and D share `dtype`; accumulation is fp32.
+/// D (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C [+ bias (m)] [then GELU], with
+/// C = D unless `c` is set. A and B are stored in `dtype`, C and D in `out_dtype` (either
+/// `dtype` or fp32), the bias in `bias_dtype`; accumulation is fp32 and D is rounded once.
 struct Gemm {
     Gemm() = default;
     Gemm(int m_, int n_, int k_, Operand a_, Operand b_, Output d_) : m(m_), n(n_), k(k_), a(a_), b(b_), d(d_) {}
@@ -47,11 +48,23 @@ struct Gemm {
     int batch = 1;
     float alpha = 1.f;
     float beta = 0.f;
-    DType dtype = DType::kF32;
-    const void* bias = nullptr;  ///< (m), dtype as D
+    DType dtype = DType::kF32;      ///< of A and B
+    DType out_dtype = DType::kF32;  ///< of C and D
+    const void* bias = nullptr;     ///< (m)
+    DType bias_dtype = DType::kF32;
     bool gelu = false;
-    void* gelu_aux = nullptr;  ///< pre-GELU values (m, n), ld = d.ld; needs gelu
+    void* gelu_aux = nullptr;  ///< pre-GELU values (m, n), ld = d.ld, out_dtype; needs gelu
+    /// C when it is not D (d's layout, read with beta): a residual added before D is rounded.
+    /// cuBLASLt only (gemm_lt): the classic fallback accumulates into D itself.
+    const void* c = nullptr;
 };
+
+/// Every operand of g in t (A, B, C/D and the bias): a product entirely in one dtype.
+inline void set_dtype(Gemm& g, DType t) {
+    g.dtype = t;
+    g.out_dtype = t;
+    g.bias_dtype = t;
+}
 
 /// How gemm() applies a product's bias/GELU epilogue.
 enum class EpiloguePath {

@@ -20,6 +20,7 @@
 
 #include "gemm_plan.hpp"
 #include "ztrain/backend/adamw_constants.hpp"
+#include "ztrain/backend/backend.hpp"
 #include "ztrain/core/dtype.hpp"
 
 namespace zt::cuda {
@@ -80,7 +81,11 @@ struct Blas {
     size_t workspace_bytes = 0;
 };
 
+/// g through cuBLASLt, or, where it has no algorithm, its separate bias/GELU epilogue or
+/// classic cuBLAS (which need g.c null and one dtype for the epilogue).
 void gemm(const Blas& blas, const Gemm& g, cudaStream_t stream);
+/// g through cuBLASLt alone: false, with nothing enqueued, where it has no algorithm.
+bool gemm_lt(const Blas& blas, const Gemm& g, cudaStream_t stream);
 
 /// Row-major helpers for the Backend layout (weight (OC, C), out = inp @ weight^T).
 void matmul_forward(const Blas& blas, void* out, const void* inp, const void* weight, const void* bias,
@@ -88,14 +93,32 @@ void matmul_forward(const Blas& blas, void* out, const void* inp, const void* we
 void matmul_backward(const Blas& blas, void* dinp, void* dweight, const void* dout, const void* inp,
                      const void* weight, int N, int C, int OC, DType dtype, cudaStream_t stream);
 
+/// Operands of the typed products converted to the product's dtype, and the fp32 product of
+/// the epilogue fallback; grown on demand, reused call after call (stream-ordered).
+struct MatmulScratch {
+    Workspace weight;
+    Workspace inp;
+    Workspace dout;
+    Workspace product;
+};
+/// The Backend's typed products (backend.hpp): out (N, OC) = inp @ weight^T + bias (fp32)
+/// [+ residual (N, OC), null data: none], every buffer of any dtype, out rounded once.
+/// Products of 16-bit buffers run in 16 bit (fp32 accumulate): see matmul.cu.
+void typed_matmul_forward(const Blas& blas, ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
+                          ConstActPtr residual, int N, int C, int OC, MatmulScratch& scratch, cudaStream_t stream);
+/// dinp (N, C) += dout @ weight (rounded once), dweight (OC, C, fp32) += dout^T @ inp; null
+/// outputs skipped. The bias gradient is column_sum's.
+void typed_matmul_backward(const Blas& blas, ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp,
+                           ConstActPtr weight, int N, int C, int OC, MatmulScratch& scratch, cudaStream_t stream);
+
 // ---- reduce.cu -----------------------------------------------------------------------
 
 /// Rows per partial sum of the two-stage column reductions.
 constexpr int kRowsPerChunk = 128;
 inline size_t column_chunks(int N) { return (static_cast<size_t>(N) + kRowsPerChunk - 1) / kRowsPerChunk; }
 
-/// dst (C) += sum over rows of src (N, C); scratch holds column_chunks(N) * C floats.
-void column_sum(float* dst, const float* src, int N, int C, float* scratch, cudaStream_t stream);
+/// dst (C) += sum over rows of src (N, C, any dtype); scratch holds column_chunks(N) * C floats.
+void column_sum(float* dst, ConstActPtr src, int N, int C, float* scratch, cudaStream_t stream);
 /// dst (C) += sum over chunks of partial (chunks, C), chunks in order.
 void column_finalize(float* dst, const float* partial, size_t chunks, int C, cudaStream_t stream);
 /// Blocks of the first sum_squares pass (fixed, so the sum order does not depend on the GPU).
@@ -105,69 +128,85 @@ constexpr int kSumSquaresBlocks = 512;
 double sum_squares(const float* const* xs, const size_t* ns, size_t count, double* scratch, cudaStream_t stream);
 
 // ---- layernorm.cu, gelu.cu, residual.cu, adamw.cu ----------------------------------------
+//
+// From here on, the activations (ActPtr / ConstActPtr) are typed as backend.hpp says: read
+// in their stored dtype, computed in fp32, written rounded once (typed.cuh); statistics,
+// parameters and parameter gradients are fp32.
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                        const float* bias, int N, int C, cudaStream_t stream);
 /// scratch: 2 * column_chunks(N) * C floats (when dweight or dbias is wanted).
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C,
                         float* scratch, cudaStream_t stream);
 
-void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
+void gelu_forward(ActPtr out, ConstActPtr inp, size_t n, cudaStream_t stream);
+void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n, cudaStream_t stream);
 
-void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
+void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n, cudaStream_t stream);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWConstants& k,
                   cudaStream_t stream);
 
 // ---- attention.cu ---------------------------------------------------------------------
 
+/// fp32 copies of one batch element's typed buffers (attention.cu's typed path): qkv and
+/// dqkv (T, W), out and dout (T, NH*hs), the NH heads' scores (NH, T, T). Grown on demand.
+struct AttentionScratch {
+    Workspace qkv;
+    Workspace dqkv;
+    Workspace out;
+    Workspace dout;
+    Workspace scores;
+};
+
 /// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH).
-void gqa_attention_forward(const Blas& blas, float* out, float* att, const float* qkv, int B, int T, int NH,
-                           int NKV, int hs, cudaStream_t stream);
-void gqa_attention_backward(const Blas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                            const float* att, int B, int T, int NH, int NKV, int hs, cudaStream_t stream);
+void gqa_attention_forward(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
+                           int hs, AttentionScratch& scratch, cudaStream_t stream);
+/// scratch: cuda_attention_scratch_floats(T, NH) floats; `wide` the typed path's copies.
+void gqa_attention_backward(const Blas& blas, ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                            ConstActPtr att, int B, int T, int NH, int NKV, int hs, AttentionScratch& wide,
+                            cudaStream_t stream);
 /// Block-diagonal causal forward: query t of row b attends to keys [attend_from[b*T + t], t]
 /// (attend_from: (B, T) int32 in device memory, each in [0, t]); att is zero outside, so
 /// gqa_attention_backward of it is the segmented backward.
-void gqa_attention_forward_segmented(const Blas& blas, float* out, float* att, const float* qkv,
+void gqa_attention_forward_segmented(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv,
                                      const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
-                                     cudaStream_t stream);
+                                     AttentionScratch& scratch, cudaStream_t stream);
 
 // ---- rmsnorm.cu, rope.cu, swiglu.cu (Llama) ---------------------------------------------
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C, float eps,
                      cudaStream_t stream);
 /// scratch: column_chunks(N) * C floats (when dweight is wanted).
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                       const float* rstd, int N, int C, float* scratch, cudaStream_t stream);
 
-void rope_forward(float* out, const float* inp, const float* rope, int B, int T, int NH, int NKV, int hs,
+void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs,
                   cudaStream_t stream);
-void rope_backward(float* dinp, const float* dout, const float* rope, int B, int T, int NH, int NKV, int hs,
+void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV, int hs,
                    cudaStream_t stream);
 
-void swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t stream);
-void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, cudaStream_t stream);
+void swiglu_forward(ActPtr out, ConstActPtr inp, int N, int F, cudaStream_t stream);
+void swiglu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, int N, int F, cudaStream_t stream);
 
 // ---- encoder.cu -----------------------------------------------------------------------
 
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                      int C, cudaStream_t stream);
 /// Host-side state of the deterministic dwte scatter (tokens bucketed on the host).
 struct EncoderScratch {
     std::vector<int32_t> tokens;  ///< host copy of the batch's tokens
     std::vector<int32_t> index;   ///< [bucket offsets (nb + 1) | bucket token (nb) | rows (N)]
 };
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T, int C,
                       EncoderScratch& host, Workspace& ws, cudaStream_t stream);
 
 // ---- cross_entropy.cu ------------------------------------------------------------------
 
 /// Validates targets (< V) on the GPU; `flag` is one device int. Synchronizes to report a
 /// bad target as zt::Error, as the CPU twin does.
-void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
+void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp,
                            float dloss, int* flag, cudaStream_t stream);
 
 // ---- cast.cu --------------------------------------------------------------------------

@@ -1,14 +1,17 @@
 // Deterministic reductions: column sums (bias and LayerNorm parameter gradients) and the
 // sum of squares for the gradient norm. Both run in two passes with a fixed partition, so
 // the order of additions depends only on the shape, never on timing (no float atomics).
+// column_sum reads typed rows (a bias gradient from 16-bit dout) through typed.cuh.
 #include "cuda_check.cuh"
 #include "ops.cuh"
+#include "typed.cuh"
 
 namespace zt::cuda {
 namespace {
 
 /// partial[chunk, c] = sum of src[r, c] over the chunk's rows, in row order.
-__global__ void column_partial_kernel(float* partial, const float* src, int N, int C) {
+template <typename A>
+__global__ void column_partial_kernel(float* partial, typename A::Src src, int N, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     const int r0 = blockIdx.y * kRowsPerChunk;
@@ -65,12 +68,15 @@ void column_finalize(float* dst, const float* partial, size_t chunks, int C, cud
     ZT_KERNEL_CHECK("column_finalize");
 }
 
-void column_sum(float* dst, const float* src, int N, int C, float* scratch, cudaStream_t stream) {
+void column_sum(float* dst, ConstActPtr src, int N, int C, float* scratch, cudaStream_t stream) {
     if (N <= 0 || C <= 0) return;
     const size_t chunks = column_chunks(N);
     const dim3 grid(grid_for(static_cast<size_t>(C), kBlock), static_cast<unsigned>(chunks));
-    column_partial_kernel<<<grid, kBlock, 0, stream>>>(scratch, src, N, C);
-    ZT_KERNEL_CHECK("column_partial");
+    with_access({src.dtype}, [&](auto access) {
+        using A = decltype(access);
+        column_partial_kernel<A><<<grid, kBlock, 0, stream>>>(scratch, typename A::Src(src), N, C);
+        ZT_KERNEL_CHECK("column_partial");
+    });
     column_finalize(dst, scratch, chunks, C, stream);
 }
 
