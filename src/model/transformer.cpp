@@ -198,10 +198,13 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
 }
 
 UnitWeights Transformer::unit_weights(UnitStore& store, int unit) const {
-    UnitWeights w{store.acquire(unit), {}};
-    // The products take the unit's 16-bit storage itself where the backend reads it so.
-    const ConstActPtr stored = store.acquired_storage(unit);
-    if (stored.data != nullptr && !stored.f32() && m_backend.reads_weights_in(stored.dtype)) w.stored = stored;
+    // The products take the unit's 16-bit storage itself where the backend reads it so;
+    // the fp32 view then needs only the vectors (norm weights, biases).
+    const DType t = store.stored_dtype();
+    if (t == DType::kF32 || !m_backend.reads_weights_in(t)) return UnitWeights{store.acquire(unit), {}};
+    UnitWeights w{store.acquire_vectors(unit), store.acquired_storage(unit)};
+    ZT_REQUIRE(w.stored.data != nullptr && w.stored.dtype == t, "unit ", unit, ": the store keeps ", dtype_name(t),
+               " weights but hands out no such storage");
     return w;
 }
 

@@ -89,6 +89,8 @@ StateContext ModelState::context() {
 // ---- UnitStore ----
 const float* ModelState::acquire(int unit) { return m_params.acquire(unit); }
 ConstActPtr ModelState::acquired_storage(int unit) { return m_params.acquired_storage(unit); }
+DType ModelState::stored_dtype() const { return m_params.stored_dtype(); }
+const float* ModelState::acquire_vectors(int unit) { return m_params.acquire_vectors(unit); }
 void ModelState::release(int unit) { m_params.release(unit); }
 void ModelState::prefetch(int unit) { m_params.prefetch(unit); }
 float* ModelState::grads(int unit) { return m_grads.grads(unit); }

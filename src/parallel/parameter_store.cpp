@@ -33,6 +33,10 @@ ParameterStore::ParameterStore(const StateContext& ctx, size_t* params_bytes) : 
         *params_bytes += n * ctx.work_size();
     }
     m_gathers.resize(m_params.size());
+    m_vectors.resize(m_params.size());
+    for (const ParamSpec& p : ctx.layout.params) {
+        if (p.shape.size() == 1) m_vectors[static_cast<size_t>(p.unit)].emplace_back(p.offset, p.offset + p.numel);
+    }
 }
 
 ParameterStore::~ParameterStore() {
@@ -82,7 +86,11 @@ void ParameterStore::prefetch(int unit) {
 
 void ParameterStore::wait_gather(int unit) { m_ctx.comm.wait(m_gathers[static_cast<size_t>(unit)]); }
 
-const float* ParameterStore::acquire(int unit) {
+const float* ParameterStore::acquire(int unit) { return acquire_view(unit, true); }
+
+const float* ParameterStore::acquire_vectors(int unit) { return acquire_view(unit, false); }
+
+const float* ParameterStore::acquire_view(int unit, bool whole) {
     ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
     wait_gather(unit);
     const bool gathered = m_ctx.plan.params_gathered_per_unit();
@@ -91,17 +99,31 @@ const float* ParameterStore::acquire(int unit) {
     const UnitShard& s = m_ctx.shard(unit);
     if (gathered && !m_resident.count(unit)) prefetch(unit);
     Resident& r = m_resident[unit];
-    if (r.compute != nullptr) return r.compute;
-    m_ctx.comm.wait(r.request);
     const void* src = gathered ? r.gathered : m_params[static_cast<size_t>(unit)];
+    if (r.compute != nullptr) {
+        if (whole && r.vectors_only) widen_view(unit, r, src, true);
+        return r.compute;
+    }
+    m_ctx.comm.wait(r.request);
     if (m_ctx.work == DType::kF32) {
         r.compute = static_cast<float*>(r.gathered);
     } else {
         r.compute = static_cast<float*>(m_ctx.pool.take(s.padded_numel * sizeof(float)));
         r.owns_compute = true;
-        m_ctx.backend.cast(r.compute, DType::kF32, src, m_ctx.work, s.padded_numel);
+        widen_view(unit, r, src, whole);
     }
     return r.compute;
+}
+
+void ParameterStore::widen_view(int unit, Resident& r, const void* src, bool whole) {
+    r.vectors_only = !whole;
+    if (whole) {
+        m_ctx.backend.cast(r.compute, DType::kF32, src, m_ctx.work, m_ctx.shard(unit).padded_numel);
+        return;
+    }
+    for (const auto& [b, e] : m_vectors[static_cast<size_t>(unit)]) {
+        m_ctx.backend.cast(r.compute + b, DType::kF32, element_at(src, b, m_ctx.work), m_ctx.work, e - b);
+    }
 }
 
 ConstActPtr ParameterStore::acquired_storage(int unit) const {

@@ -266,6 +266,35 @@ TEST(StoredWeights, TheProductsGetTheUnitsStorageWhereTheBackendReadsIt) {
     }
 }
 
+// acquire_vectors widens only a unit's 1-D tensors (what the model reads from the fp32 view
+// when the products read the matrices as stored); acquire() of the still acquired unit then
+// widens the rest. Checked against the stored bf16 values, at stages 0 and 3.
+TEST(StoredWeights, AcquireVectorsWidensTheVectorsAndAcquireTheRest) {
+    auto cpu = make_cpu_backend(1);
+    const ModelLayout layout = make_model_layout(tiny_model());
+    for (int stage : {0, 3}) {
+        ModelState state(layout, *cpu, self_communicator(), stage, SIZE_MAX, 11, DType::kBF16, DType::kBF16);
+        EXPECT_EQ(state.stored_dtype(), DType::kBF16);
+        const int unit = 1;
+        const float* view = state.acquire_vectors(unit);
+        const ConstActPtr stored = state.acquired_storage(unit);
+        const size_t n = layout.unit_numel[unit];
+        std::vector<float> want(n);
+        convert_to_f32(stored.data, want.data(), n, DType::kBF16);
+        size_t vectors = 0;
+        for (const ParamSpec& p : layout.params) {
+            if (p.unit != unit || p.shape.size() != 1) continue;
+            ++vectors;
+            EXPECT_EQ(as_bytes(view + p.offset, 4 * p.numel), as_bytes(want.data() + p.offset, 4 * p.numel))
+                << p.name << ", stage " << stage;
+        }
+        EXPECT_GT(vectors, 0u);
+        EXPECT_EQ(state.acquire(unit), view) << "the same view, widened whole";
+        EXPECT_EQ(as_bytes(view, 4 * n), as_bytes(want.data(), 4 * n)) << "stage " << stage;
+        state.release(unit);
+    }
+}
+
 // A 16-bit run converts its gradients to fp32 for AdamW and the gradient norm a chunk
 // (conversion_chunk: 4M elements) at a time. A unit larger than that (this embedding: 4.2M)
 // is updated element by element from its own gradient across the chunk boundary: after one

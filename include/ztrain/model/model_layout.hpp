@@ -75,6 +75,14 @@ class UnitStore {
         (void)unit;
         return {};
     }
+    /// The dtype acquired_storage() hands out (fp32 when the store has no 16-bit copy).
+    virtual DType stored_dtype() const { return DType::kF32; }
+    /// acquire() for a caller whose products read the unit's matrices as stored
+    /// (acquired_storage): the fp32 view need hold only the unit's vectors (its 1-D
+    /// tensors: norm weights, biases), so a 16-bit store widens just those; the view's
+    /// matrix elements are then unspecified. A later acquire() of the still acquired unit
+    /// widens the rest. Default: acquire().
+    virtual const float* acquire_vectors(int unit) { return acquire(unit); }
     virtual void release(int unit) = 0;
     /// Hint: `unit` will be acquired next; a sharded store may start gathering it.
     virtual void prefetch(int unit) { (void)unit; }

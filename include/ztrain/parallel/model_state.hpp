@@ -27,9 +27,10 @@
 //
 // Precision: the working copy of parameters and the gradients are stored in the working
 // dtype (fp32, bf16 or fp16); fp32 master weights and AdamW state live with the optimizer's
-// elements. In fp32 the parameters are the master weights (no separate copy). The model
-// always computes on fp32 views: a 16-bit unit is widened when acquired (scratch), and a
-// unit's fp32 gradient scratch is rounded into 16-bit storage when backward is done with it.
+// elements. In fp32 the parameters are the master weights (no separate copy). A 16-bit unit
+// is widened into an fp32 view when acquired (scratch; only its vectors when the products
+// read its matrices as stored: acquire_vectors), and a unit's fp32 gradient scratch is
+// rounded into 16-bit storage when backward is done with it.
 // Every buffer is backend memory, and the widening, rounding and accumulation are backend
 // ops (Backend::cast / accumulate): nothing here converts or adds on the host.
 // Gradients are reduced in `reduce` dtype (the wire format; default: the working dtype).
@@ -98,6 +99,8 @@ class ModelState : public UnitStore {
     // ---- UnitStore (the model's face) ----
     const float* acquire(int unit) override;
     ConstActPtr acquired_storage(int unit) override;
+    DType stored_dtype() const override;
+    const float* acquire_vectors(int unit) override;
     void release(int unit) override;
     void prefetch(int unit) override;
     float* grads(int unit) override;

@@ -8,8 +8,9 @@
 //               Within a training pass the store also looks overlap_depth units ahead in the
 //               order the model acquired them in its first training pass, so with depth > 1
 //               several gathers run ahead of compute (see begin_training_pass)
-// 16-bit working copies are widened into an fp32 view (pooled scratch) while acquired; in
-// fp32 the working copy is the master copy the optimizer updates.
+// 16-bit working copies are widened into an fp32 view (pooled scratch) while acquired (only
+// the 1-D tensors for acquire_vectors); in fp32 the working copy is the master copy the
+// optimizer updates.
 #pragma once
 
 #include <map>
@@ -33,8 +34,11 @@ class ParameterStore {
 
     // ---- the model's face (UnitStore) ----
     const float* acquire(int unit);
+    /// UnitStore::acquire_vectors: in a 16-bit run only the unit's 1-D tensors are widened.
+    const float* acquire_vectors(int unit);
     /// UnitStore::acquired_storage: the working copy of an acquired unit (gathered at stage 3).
     ConstActPtr acquired_storage(int unit) const;
+    DType stored_dtype() const { return m_ctx.work; }
     void release(int unit);
     void prefetch(int unit);
     /// Within a training step the parameters do not change, and unit 0 (the token embedding
@@ -80,9 +84,14 @@ class ParameterStore {
         void* gathered = nullptr;  // stage 3: the gathered working copy (padded, work dtype)
         float* compute = nullptr;  // fp32 view handed to the model (may alias gathered)
         bool owns_compute = false;
+        bool vectors_only = false;  // 16-bit: only the unit's 1-D tensors widened so far
         CommRequest request;
     };
     void* work_ptr(int unit, size_t element);
+    /// acquire (whole) and acquire_vectors.
+    const float* acquire_view(int unit, bool whole);
+    /// Widens what `whole` asks of the unit's working copy `src` into r.compute.
+    void widen_view(int unit, Resident& r, const void* src, bool whole);
     void wait_gather(int unit);
     /// In a training pass: records `unit` (first pass) or follows the recorded order and
     /// starts the gathers of the units ahead.
@@ -91,6 +100,8 @@ class ParameterStore {
     StateContext m_ctx;
     std::vector<void*> m_params;          // full (stages 0-2) or shard (stage 3), work dtype
     std::map<int, Resident> m_resident;
+    /// Per unit: the [begin, end) element ranges of its 1-D tensors (acquire_vectors).
+    std::vector<std::vector<std::pair<size_t, size_t>>> m_vectors;
     bool m_hold_first_unit = false;
     std::vector<CommRequest> m_gathers;   // stages 1-2: per unit, since the optimizer step
     // Training passes (stage 3): the acquire order of the first, and where this one is in it.

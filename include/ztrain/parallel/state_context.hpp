@@ -101,5 +101,8 @@ inline size_t conversion_chunk(const ShardPlan& plan) {
 inline char* element_at(void* base, size_t element, DType t) {
     return static_cast<char*>(base) + element * dtype_size(t);
 }
+inline const char* element_at(const void* base, size_t element, DType t) {
+    return static_cast<const char*>(base) + element * dtype_size(t);
+}
 
 }  // namespace zt
