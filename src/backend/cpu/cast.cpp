@@ -1,4 +1,5 @@
 // precision: the span conversions of core/dtype (OpenMP, round to nearest even).
+#include "cpu_common.hpp"
 #include "ops.hpp"
 #include "ztrain/core/dtype.hpp"
 
@@ -7,6 +8,18 @@
 #include <cstring>
 
 namespace zt::cpu {
+
+ZT_CONVERT_CLONES
+void widen_bf16(const uint16_t* __restrict src, float* __restrict dst, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+ZT_CONVERT_CLONES
+void narrow_bf16(const float* __restrict src, uint16_t* __restrict dst, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
 
 void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
     if (dst_type == src_type) {

@@ -21,8 +21,11 @@
 // comment of cpu_backend.cpp). Clang and non-x86 targets simply get the baseline build.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(ZT_NO_CLONES)
 #define ZT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+// Conversions are exact bit operations, the same in every clone: AVX-512 too.
+#define ZT_CONVERT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ZT_VEC_CLONES
+#define ZT_CONVERT_CLONES
 #endif
 
 namespace zt::cpu {
@@ -238,6 +241,13 @@ inline float* thread_rows(size_t n) {
     return rows.data();
 }
 
+/// The bf16 <-> fp32 conversions of widen/narrow as out-of-line kernels compiled for
+/// AVX-512, AVX2 and the baseline (cast.cpp): integer bit operations, so every clone gives
+/// the same bits, and inline in a baseline-compiled caller they ran at SSE2 width, slower
+/// than the fp32 op they feed.
+void widen_bf16(const uint16_t* __restrict src, float* __restrict dst, size_t n);
+void narrow_bf16(const float* __restrict src, uint16_t* __restrict dst, size_t n);
+
 /// dst[0, n) = the fp32 values of src's elements [at, at + n). Serial, unlike core/dtype's
 /// span conversions (convert_to_f32 / convert_from_f32): the typed ops call these per block
 /// inside their own team, where an OpenMP region per block would cost more than the block.
@@ -248,8 +258,7 @@ inline void widen(ConstActPtr src, size_t at, size_t n, float* dst) {
     }
     const uint16_t* s = static_cast<const uint16_t*>(src.data) + at;
     if (src.dtype == DType::kBF16) {
-#pragma omp simd
-        for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+        widen_bf16(s, dst, n);
     } else {
         for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
     }
@@ -263,8 +272,7 @@ inline void narrow(const float* src, ActPtr dst, size_t at, size_t n) {
     }
     uint16_t* d = static_cast<uint16_t*>(dst.data) + at;
     if (dst.dtype == DType::kBF16) {
-#pragma omp simd
-        for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+        narrow_bf16(src, d, n);
     } else {
         for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
     }
