@@ -11,6 +11,10 @@
 // GPT-2's. In backward a unit is (batch, key/value head) and walks its group's query
 // heads in order, because they all accumulate into the same dk and dv (race-free and
 // deterministic); with NKV = NH that is again one (batch, head) per unit.
+//
+// With bf16 buffers and bf16 products (cpu_bf16.hpp) the same blocks run through oneDNN, one
+// single-threaded Bf16Products per team thread, on the buffers as stored; otherwise 16-bit
+// heads are widened to fp32 for sgemm.
 #include "cpu_common.hpp"
 #include "ops.hpp"
 
@@ -162,10 +166,6 @@ void head_store(const HeadView& v, ActPtr x, size_t at, int row, int T, int hs) 
         narrow(v.ptr + static_cast<size_t>(t) * v.ld, x, at + static_cast<size_t>(t) * row, static_cast<size_t>(hs));
     }
 }
-
-}  // namespace
-
-namespace {
 
 /// The end of the 64-row block holding row t: how far a row's zeros must reach for the
 /// block products (they multiply whole diagonal blocks).

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <omp.h>
+
 namespace zt::cpu {
 
 ZT_CONVERT_CLONES
@@ -24,6 +26,16 @@ void narrow_bf16(const float* __restrict src, uint16_t* __restrict dst, size_t n
 void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
     if (dst_type == src_type) {
         if (dst != src && n > 0) std::memcpy(dst, src, n * dtype_size(dst_type));
+    } else if (src_type == DType::kF32 && dst_type == DType::kBF16) {
+        // The parameter and gradient conversions of a bf16 step: the vector kernels that
+        // widen/narrow use, not core/dtype's baseline-width loops (the same bits).
+        const float* f = static_cast<const float*>(src);
+        uint16_t* h = static_cast<uint16_t*>(dst);
+        parallel_chunks(n, omp_get_max_threads(), [&](size_t b, size_t e) { narrow_bf16(f + b, h + b, e - b); });
+    } else if (src_type == DType::kBF16 && dst_type == DType::kF32) {
+        const uint16_t* h = static_cast<const uint16_t*>(src);
+        float* f = static_cast<float*>(dst);
+        parallel_chunks(n, omp_get_max_threads(), [&](size_t b, size_t e) { widen_bf16(h + b, f + b, e - b); });
     } else if (src_type == DType::kF32) {
         convert_from_f32(static_cast<const float*>(src), dst, n, dst_type);
     } else if (dst_type == DType::kF32) {
