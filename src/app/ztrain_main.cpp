@@ -15,7 +15,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/env/env.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/parallel/shard_groups.hpp"
+#include "ztrain/parallel/device_mesh.hpp"
 #include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/trainer.hpp"
 
@@ -48,7 +48,8 @@ int run(int argc, char** argv) {
             const std::string report = zt::environment_report();
             // Where the ranks are, and the groups a ZeRO run (stage 1-3) of this deck forms.
             const int stage = cli.config.parallel.zero_stage > 0 ? cli.config.parallel.zero_stage : 1;
-            const zt::ShardGroups groups(MPI_COMM_WORLD, cli.config.parallel.shard_group.ranks, stage);
+            const zt::DeviceMesh groups(MPI_COMM_WORLD, cli.config.parallel.tensor,
+                                        cli.config.parallel.shard_group.ranks, stage);
             if (root) {
                 std::fputs(report.c_str(), stdout);
                 std::printf("  ranks:   %s (ZeRO stages 1-3, parallel.shard_group = %s)\n",

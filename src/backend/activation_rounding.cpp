@@ -106,6 +106,13 @@ void ActivationRoundingBackend::softmax_cross_entropy(float* losses, ActPtr logi
     if (dloss != 0.f) round(logits, elements(N, Vp));  // dlogits
 }
 
+void ActivationRoundingBackend::split_cross_entropy(float* losses, ActPtr logits, const float* row_max,
+                                                    const float* sums, const int32_t* targets, int N, int V, int Vp,
+                                                    int vocab_begin, float dloss) {
+    inner().split_cross_entropy(losses, logits, row_max, sums, targets, N, V, Vp, vocab_begin, dloss);
+    if (dloss != 0.f) round(logits, elements(N, Vp));  // dlogits
+}
+
 void ActivationRoundingBackend::rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight,
                                                 int N, int C, float eps) {
     inner().rmsnorm_forward(out, rstd, inp, weight, N, C, eps);

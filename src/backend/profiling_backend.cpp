@@ -151,6 +151,19 @@ void ProfilingBackend::softmax_cross_entropy(float* losses, ActPtr logits, const
                                              int Vp, float dloss) {
     timed(kOpSoftmaxCe, [&] { inner().softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss); });
 }
+void ProfilingBackend::cross_entropy_row_max(float* row_max, ConstActPtr logits, int N, int V, int Vp) {
+    timed(kOpSoftmaxCe, [&] { inner().cross_entropy_row_max(row_max, logits, N, V, Vp); });
+}
+void ProfilingBackend::cross_entropy_row_sums(float* sums, ConstActPtr logits, const float* row_max,
+                                              const int32_t* targets, int N, int V, int Vp, int vocab_begin) {
+    timed(kOpSoftmaxCe, [&] { inner().cross_entropy_row_sums(sums, logits, row_max, targets, N, V, Vp, vocab_begin); });
+}
+void ProfilingBackend::split_cross_entropy(float* losses, ActPtr logits, const float* row_max, const float* sums,
+                                           const int32_t* targets, int N, int V, int Vp, int vocab_begin,
+                                           float dloss) {
+    timed(kOpSoftmaxCe,
+          [&] { inner().split_cross_entropy(losses, logits, row_max, sums, targets, N, V, Vp, vocab_begin, dloss); });
+}
 void ProfilingBackend::rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                                        float eps) {
     timed(kOpRmsNorm, [&] { inner().rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });

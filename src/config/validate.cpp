@@ -207,9 +207,29 @@ void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
     v.check_read("parallel.shard_group");  // divides the world: checked where the world is known
     v.check(p.bucket_mb >= 0 && p.bucket_mb <= 1048576, "parallel.bucket_mb",
             "0 (the memory plan's choice) or a size in MiB > 0 and <= 1048576 (fractions allowed)");
+    v.check(p.tensor >= 1, "parallel.tensor", "a number of ranks >= 1 (1: no tensor parallelism)");
     v.check(p.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
     v.check(p.overlap_depth >= 0 && p.overlap_depth <= kMaxOverlapDepth, "parallel.overlap_depth",
             str("0 (the memory plan's choice) or a depth from 1 to ", kMaxOverlapDepth));
+}
+
+/// What parallel.tensor = T splits must divide by T: the heads (whole heads per rank), the
+/// KV heads, the MLP width and the padded vocabulary. (The world size is checked where it is
+/// known, by the device mesh.)
+void check_tensor_split(const Validator& v, const Config& cfg) {
+    const int T = cfg.parallel.tensor;
+    const ModelConfig& m = cfg.model;
+    if (T <= 1) return;
+    v.check(m.n_head % T == 0, "model.n_head", str("a multiple of parallel.tensor = ", T, " (whole heads per rank)"));
+    v.check(m.kv_heads() % T == 0, m.is_llama() && m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
+            str("a multiple of parallel.tensor = ", T, " (KV heads replicated over a tensor group, n_kv_head < T, "
+                "are not supported yet)"));
+    if (m.is_llama()) {
+        v.check(m.ffn_dim % T == 0, "model.ffn_dim", str("a multiple of parallel.tensor = ", T));
+    }
+    v.check(m.padded_vocab() % T == 0, "model.vocab_pad_to",
+            str("a multiple of parallel.tensor = ", T, ": the padded vocabulary (", m.padded_vocab(),
+                " rows) is split over the tensor group"));
 }
 
 /// The precision keys, then train.max_bad_steps.
@@ -267,6 +287,7 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected) {
     check_model_keys(v, cfg.model);
     check_train_keys(v, cfg);
     check_parallel_keys(v, cfg.parallel);
+    check_tensor_split(v, cfg);
     check_precision_keys(v, cfg);
     check_checkpoint_and_run_keys(v, cfg);
 }

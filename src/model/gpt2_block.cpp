@@ -14,9 +14,17 @@ namespace zt {
 
 namespace {
 
-ModelLayout gpt2_layout(const ModelConfig& cfg) {
+/// c_attn's rows: q, k and v, each cut by head.
+constexpr SplitAlong kQkvRows{0, 3};
+
+/// Under tensor parallelism (Megatron's split): c_attn (q|k|v, three blocks of rows) and
+/// c_fc are column-parallel, their outputs' rows cut by head and by hidden unit; both
+/// c_proj are row-parallel, cut by input columns, their biases whole (added once); wte is
+/// cut by vocabulary rows; wpe and the LayerNorms are whole.
+ModelLayout gpt2_layout(const ModelConfig& cfg, TensorSplit split) {
     ModelLayout layout;
     layout.model = cfg;
+    layout.split = split;
     LayoutBuilder b(layout);
     const size_t C = static_cast<size_t>(cfg.n_embd);
     const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
@@ -26,22 +34,22 @@ ModelLayout gpt2_layout(const ModelConfig& cfg) {
     const float std_resid = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layer));
 
     b.begin_unit();
-    b.add("wte.weight", {Vp, C}, true, std_base, 0.f, static_cast<size_t>(cfg.vocab_size) * C);
+    b.add("wte.weight", {Vp, C}, true, std_base, 0.f, static_cast<size_t>(cfg.vocab_size) * C, kRows);
     b.add("wpe.weight", {T, C}, true, std_base);
     for (int l = 0; l < cfg.n_layer; ++l) {
         const std::string h = str("h.", l, ".");
         b.begin_unit();
         b.add(h + "ln_1.weight", {C}, false, 0.f, 1.f);
         b.add(h + "ln_1.bias", {C}, false, 0.f);
-        b.add(h + "attn.c_attn.weight", {3 * C, C}, true, std_base);
-        b.add(h + "attn.c_attn.bias", {3 * C}, false, 0.f);
-        b.add(h + "attn.c_proj.weight", {C, C}, true, std_resid);
+        b.add(h + "attn.c_attn.weight", {3 * C, C}, true, std_base, kQkvRows);
+        b.add(h + "attn.c_attn.bias", {3 * C}, false, 0.f, kQkvRows);
+        b.add(h + "attn.c_proj.weight", {C, C}, true, std_resid, kColumns);
         b.add(h + "attn.c_proj.bias", {C}, false, 0.f);
         b.add(h + "ln_2.weight", {C}, false, 0.f, 1.f);
         b.add(h + "ln_2.bias", {C}, false, 0.f);
-        b.add(h + "mlp.c_fc.weight", {4 * C, C}, true, std_base);
-        b.add(h + "mlp.c_fc.bias", {4 * C}, false, 0.f);
-        b.add(h + "mlp.c_proj.weight", {C, 4 * C}, true, std_resid);
+        b.add(h + "mlp.c_fc.weight", {4 * C, C}, true, std_base, kRows);
+        b.add(h + "mlp.c_fc.bias", {4 * C}, false, 0.f, kRows);
+        b.add(h + "mlp.c_proj.weight", {C, 4 * C}, true, std_resid, kColumns);
         b.add(h + "mlp.c_proj.bias", {C}, false, 0.f);
     }
     b.begin_unit();
@@ -51,19 +59,21 @@ ModelLayout gpt2_layout(const ModelConfig& cfg) {
     return layout;
 }
 
-ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool recompute) {
+ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     const double C = cfg.n_embd;
+    const double Cs = C / tensor;  // this rank's attention width (its heads)
     const double T = cfg.seq_len;
-    // Per block (Slots): ln1, residual2, ln2, atty, output (5 x BTC), qkv (3), fc and
-    // fc_gelu (4 each), the attention probabilities (B NH T T); four LayerNorm statistics
-    // (fp32).
-    const double block = BT * C * (5 + 3 + 8) + static_cast<double>(max_batch) * cfg.n_head * T * T;
+    // Per block (Slots): ln1, residual2, ln2, output (4 x BTC), the rank's atty (BT C/t), qkv
+    // (3), fc and fc_gelu (4 each), its heads' attention probabilities (B NH/t T T); four
+    // LayerNorm statistics (fp32).
+    const double block =
+        BT * (4 * C + Cs * (1 + 3 + 8)) + static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
     const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
     const double stats = (recompute ? 1 : cfg.n_layer) * 4 * BT;
-    // Gradient scratch: datty (BTC), dqkv (3), dfc and dfc_gelu (4 each); ln_f's mean and
+    // Gradient scratch: datty (BT C/t), dqkv (3), dfc and dfc_gelu (4 each); ln_f's mean and
     // rstd (2 x BT, fp32).
-    return {blocks + BT * C * (1 + 3 + 8), stats + 2 * BT};
+    return {blocks + BT * Cs * (1 + 3 + 8), stats + 2 * BT};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block).
@@ -90,13 +100,15 @@ class Gpt2Blocks final : public ModelFamily {
     void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                        int T) override {
         const int C = m_cfg.n_embd;
+        // The tensor group sums its ranks' embeddings: the positions are added by one of them.
+        const float* wpe = adds_once() ? unit0 + m_wpe_offset : nullptr;
         if (m_rows.runs == nullptr) {
-            be.encoder_forward(out, tokens, unit0, unit0 + m_wpe_offset, B, T, C);
+            be.encoder_forward(out, tokens, unit0, wpe, B, T, C);
             return;
         }
         for (const PositionRun& r : *m_rows.runs) {
             be.encoder_forward(out.offset(row_offset(r.offset)), tokens + r.offset, unit0,
-                               unit0 + m_wpe_offset + row_offset(r.position), 1, r.length, C);
+                               wpe != nullptr ? wpe + row_offset(r.position) : nullptr, 1, r.length, C);
         }
     }
     void embed_backward(Backend& be, float* dunit0, bool zero, ConstActPtr dout, const int32_t* tokens, int B,
@@ -129,14 +141,17 @@ class Gpt2Blocks final : public ModelFamily {
   private:
     /// Floats before token (or position) i of a (.., C) buffer.
     size_t row_offset(int i) const { return static_cast<size_t>(i) * static_cast<size_t>(m_cfg.n_embd); }
-    /// A block's sizes for B sequences of T tokens: width, heads, rows, row elements.
+    /// A block's sizes for B sequences of T tokens: width, this rank's heads and their width
+    /// (C under no tensor parallelism), head size, rows, row elements.
     struct Sizes {
-        int C, NH, N;
+        int C, NH, Ch, hs, N;
         size_t NC;
     };
     Sizes sizes(int B, int T) const {
         const int N = B * T;
-        return {m_cfg.n_embd, m_cfg.n_head, N, static_cast<size_t>(N) * static_cast<size_t>(m_cfg.n_embd)};
+        const int C = m_cfg.n_embd;
+        return {C, m_cfg.n_head / m_parts, C / m_parts, mha_head_size(C, m_cfg.n_head), N,
+                static_cast<size_t>(N) * static_cast<size_t>(C)};
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
@@ -155,6 +170,7 @@ class Gpt2Blocks final : public ModelFamily {
         ActPtr output;               // (B, T, C)
     };
     ModelConfig m_cfg;
+    int m_parts = 1;  ///< the tensor group's ranks (the layout's split)
     Gpt2Offsets m_off{};
     size_t m_wpe_offset = 0;
     size_t m_lnf_bias_offset = 0;
@@ -171,51 +187,57 @@ class Gpt2Blocks final : public ModelFamily {
 
 Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
                        DriverScratch scratch, int max_batch, bool recompute)
-    : m_cfg(cfg), m_scratch(scratch) {
+    : m_cfg(cfg), m_parts(layout.split.size), m_scratch(scratch) {
     if (cfg.n_layer > 0) m_off = gpt2_offsets(layout);
     m_wpe_offset = layout.find("wpe.weight").offset;
     m_lnf_bias_offset = layout.find("ln_f.bias").offset;
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
-    const size_t NH = static_cast<size_t>(cfg.n_head);
+    const size_t Ch = C / static_cast<size_t>(m_parts);
+    const size_t NH = static_cast<size_t>(cfg.n_head / m_parts);
     const size_t T = static_cast<size_t>(cfg.seq_len);
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BT * C, [&](Slots& L) {
         L.ln1 = arena.take_act(BT * C);
         L.ln1_mean = arena.take(BT);
         L.ln1_rstd = arena.take(BT);
-        L.qkv = arena.take_act(BT * 3 * C);
-        L.atty = arena.take_act(BT * C);
+        L.qkv = arena.take_act(BT * 3 * Ch);
+        L.atty = arena.take_act(BT * Ch);
         L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
         L.residual2 = arena.take_act(BT * C);
         L.ln2 = arena.take_act(BT * C);
         L.ln2_mean = arena.take(BT);
         L.ln2_rstd = arena.take(BT);
-        L.fc = arena.take_act(BT * 4 * C);
-        L.fc_gelu = arena.take_act(BT * 4 * C);
+        L.fc = arena.take_act(BT * 4 * Ch);
+        L.fc_gelu = arena.take_act(BT * 4 * Ch);
         L.output = arena.take_act(BT * C);
     });
     m_lnf_mean = arena.take(BT);
     m_lnf_rstd = arena.take(BT);
-    m_datty = arena.take_act(BT * C);
-    m_dqkv = arena.take_act(BT * 3 * C);
-    m_dfc = arena.take_act(BT * 4 * C);
-    m_dfc_gelu = arena.take_act(BT * 4 * C);
+    m_datty = arena.take_act(BT * Ch);
+    m_dqkv = arena.take_act(BT * 3 * Ch);
+    m_dfc = arena.take_act(BT * 4 * Ch);
+    m_dfc_gelu = arena.take_act(BT * 4 * Ch);
 }
 
+// Under tensor parallelism (Ch = C / t, NH = n_head / t): c_attn and c_fc are
+// column-parallel (no communication forward; their input gradient summed over the group in
+// backward, before the LayerNorm's backward reads it), both c_proj row-parallel (their
+// outputs summed over the group in forward).
 void Gpt2Blocks::block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) {
     const float* w = uw.f32;
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const auto [C, NH, N, NC] = sizes(B, T);
+    const auto [C, NH, Ch, hs, N, NC] = sizes(B, T);
+    const size_t NCh = static_cast<size_t>(N) * static_cast<size_t>(Ch);
     be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
-    be.matmul_forward(L.qkv, L.ln1, uw.matrix(o.qkvw), w + o.qkvb, N, C, 3 * C);
-    attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NH, mha_head_size(C, NH));
+    be.matmul_forward(L.qkv, L.ln1, uw.matrix(o.qkvw), w + o.qkvb, N, C, 3 * Ch);
+    attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NH, hs);
     // residual2 = in + atty @ Wproj^T + bproj in one op: no separate projection buffer.
-    be.matmul_residual_forward(L.residual2, L.atty, uw.matrix(o.attprojw), w + o.attprojb, in, N, C, C);
+    row_parallel_residual(be, L.residual2, L.atty, uw.matrix(o.attprojw), w + o.attprojb, in, N, Ch, C);
     be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
-    be.matmul_forward(L.fc, L.ln2, uw.matrix(o.fcw), w + o.fcb, N, C, 4 * C);
-    be.gelu_forward(L.fc_gelu, L.fc, NC * 4);
-    be.matmul_residual_forward(L.output, L.fc_gelu, uw.matrix(o.fcprojw), w + o.fcprojb, L.residual2, N, 4 * C, C);
+    be.matmul_forward(L.fc, L.ln2, uw.matrix(o.fcw), w + o.fcb, N, C, 4 * Ch);
+    be.gelu_forward(L.fc_gelu, L.fc, NCh * 4);
+    row_parallel_residual(be, L.output, L.fc_gelu, uw.matrix(o.fcprojw), w + o.fcprojb, L.residual2, N, 4 * Ch, C);
 }
 
 void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw,
@@ -223,37 +245,41 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, float
     const float* w = uw.f32;
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const auto [C, NH, N, NC] = sizes(B, T);
-    const size_t CC = static_cast<size_t>(C) * static_cast<size_t>(C);
+    const auto [C, NH, Ch, hs, N, NC] = sizes(B, T);
+    const size_t NCh = static_cast<size_t>(N) * static_cast<size_t>(Ch);
+    const size_t CCh = static_cast<size_t>(C) * static_cast<size_t>(Ch);
     const size_t Cs = static_cast<size_t>(C);
+    const size_t Chs = static_cast<size_t>(Ch);
     const ActPtr dln = m_scratch.dscratch;
     // dres holds d loss / d output. output = residual2 + mlp(...): the MLP branch gets dres
     // as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
-    zero_act(be, m_dfc_gelu, NC * 4);
-    zero_grad_if(be, zero_dw, dw + o.fcprojw, 4 * CC);
+    zero_act(be, m_dfc_gelu, NCh * 4);
+    zero_grad_if(be, zero_dw, dw + o.fcprojw, 4 * CCh);
     zero_grad_if(be, zero_dw, dw + o.fcprojb, Cs);
-    be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fc_gelu, uw.matrix(o.fcprojw), N, 4 * C, C);
-    zero_act(be, m_dfc, NC * 4);
-    be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NC * 4);
+    be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fc_gelu, uw.matrix(o.fcprojw), N, 4 * Ch,
+                       C);
+    zero_act(be, m_dfc, NCh * 4);
+    be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NCh * 4);
     zero_act(be, dln, NC);
-    zero_grad_if(be, zero_dw, dw + o.fcw, 4 * CC);
-    zero_grad_if(be, zero_dw, dw + o.fcb, 4 * Cs);
-    be.matmul_backward(dln, dw + o.fcw, dw + o.fcb, m_dfc, L.ln2, uw.matrix(o.fcw), N, C, 4 * C);
+    zero_grad_if(be, zero_dw, dw + o.fcw, 4 * CCh);
+    zero_grad_if(be, zero_dw, dw + o.fcb, 4 * Chs);
+    be.matmul_backward(dln, dw + o.fcw, dw + o.fcb, m_dfc, L.ln2, uw.matrix(o.fcw), N, C, 4 * Ch);
+    sum_over_group(dln, NC);
     zero_grad_if(be, zero_dw, dw + o.ln2w, Cs);
     zero_grad_if(be, zero_dw, dw + o.ln2b, Cs);
     be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
     // Same for the attention branch: dres becomes d/d block input.
-    zero_act(be, m_datty, NC);
-    zero_grad_if(be, zero_dw, dw + o.attprojw, CC);
+    zero_act(be, m_datty, NCh);
+    zero_grad_if(be, zero_dw, dw + o.attprojw, CCh);
     zero_grad_if(be, zero_dw, dw + o.attprojb, Cs);
-    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, uw.matrix(o.attprojw), N, C, C);
-    zero_act(be, m_dqkv, NC * 3);
-    attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH,
-                       mha_head_size(C, NH));
+    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, uw.matrix(o.attprojw), N, Ch, C);
+    zero_act(be, m_dqkv, NCh * 3);
+    attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH, hs);
     zero_act(be, dln, NC);
-    zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CC);
-    zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Cs);
-    be.matmul_backward(dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, uw.matrix(o.qkvw), N, C, 3 * C);
+    zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CCh);
+    zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Chs);
+    be.matmul_backward(dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, uw.matrix(o.qkvw), N, C, 3 * Ch);
+    sum_over_group(dln, NC);
     zero_grad_if(be, zero_dw, dw + o.ln1w, Cs);
     zero_grad_if(be, zero_dw, dw + o.ln1b, Cs);
     be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);

@@ -24,9 +24,13 @@ namespace {
 /// up_proj's. An untied lm_head sits in unit 0 next to the embedding, so the unit protocol
 /// (and the memory plan's "unit 0 is held from the LM head through backward") is GPT-2's.
 /// Init as HF's _init_weights: normal(0, 0.02) for every matrix, RMSNorm weights 1.
-ModelLayout llama_layout(const ModelConfig& cfg) {
+/// Under tensor parallelism q, k, v (by head), gate and up (by hidden unit), the embedding
+/// and the LM head (by vocabulary row) are cut by rows, o_proj and down_proj by columns, the
+/// norms whole; each rank's q|k|v and gate|up slices stay packed.
+ModelLayout llama_layout(const ModelConfig& cfg, TensorSplit split) {
     ModelLayout layout;
     layout.model = cfg;
+    layout.split = split;
     LayoutBuilder b(layout);
     const size_t C = static_cast<size_t>(cfg.n_embd);
     const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
@@ -38,23 +42,23 @@ ModelLayout llama_layout(const ModelConfig& cfg) {
     const size_t live_vocab = static_cast<size_t>(cfg.vocab_size) * C;
 
     b.begin_unit();
-    b.add("model.embed_tokens.weight", {Vp, C}, true, std_base, 0.f, live_vocab);
+    b.add("model.embed_tokens.weight", {Vp, C}, true, std_base, 0.f, live_vocab, kRows);
     if (!cfg.tie_embeddings) {
-        b.add("lm_head.weight", {Vp, C}, true, std_base, 0.f, live_vocab);
+        b.add("lm_head.weight", {Vp, C}, true, std_base, 0.f, live_vocab, kRows);
         layout.head_offset = layout.params.back().offset;
     }
     for (int l = 0; l < cfg.n_layer; ++l) {
         const std::string h = str("model.layers.", l, ".");
         b.begin_unit();
         b.add(h + "input_layernorm.weight", {C}, false, 0.f, 1.f);
-        b.add(h + "self_attn.q_proj.weight", {q, C}, true, std_base);
-        b.add_packed(h + "self_attn.k_proj.weight", {kv, C}, true, std_base);
-        b.add_packed(h + "self_attn.v_proj.weight", {kv, C}, true, std_base);
-        b.add(h + "self_attn.o_proj.weight", {C, q}, true, std_base);
+        b.add(h + "self_attn.q_proj.weight", {q, C}, true, std_base, kRows);
+        b.add_packed(h + "self_attn.k_proj.weight", {kv, C}, true, std_base, kRows);
+        b.add_packed(h + "self_attn.v_proj.weight", {kv, C}, true, std_base, kRows);
+        b.add(h + "self_attn.o_proj.weight", {C, q}, true, std_base, kColumns);
         b.add(h + "post_attention_layernorm.weight", {C}, false, 0.f, 1.f);
-        b.add(h + "mlp.gate_proj.weight", {F, C}, true, std_base);
-        b.add_packed(h + "mlp.up_proj.weight", {F, C}, true, std_base);
-        b.add(h + "mlp.down_proj.weight", {C, F}, true, std_base);
+        b.add(h + "mlp.gate_proj.weight", {F, C}, true, std_base, kRows);
+        b.add_packed(h + "mlp.up_proj.weight", {F, C}, true, std_base, kRows);
+        b.add(h + "mlp.down_proj.weight", {C, F}, true, std_base, kColumns);
     }
     b.begin_unit();
     b.add("model.norm.weight", {C}, false, 0.f, 1.f);
@@ -73,21 +77,24 @@ RopeOptions rope_options(const ModelConfig& m) {
     return o;
 }
 
-ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool recompute) {
+ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     const double C = cfg.n_embd;
     const double T = cfg.seq_len;
-    const double QKV = cfg.qkv_dim();
-    const double F = cfg.ffn_dim;
-    // Per block (Slots): norm1, atty, residual2, norm2, output (5 x BTC), qkv (QKV), gate|up
-    // (2F) and the SwiGLU output (F), the attention probabilities (B NH T T); two RMSNorm
-    // rstd (fp32).
-    const double block = BT * (5 * C + QKV + 3 * F) + static_cast<double>(max_batch) * cfg.n_head * T * T;
+    // This rank's slices under tensor parallelism: its heads' width, q|k|v and MLP width.
+    const double Cq = C / tensor;
+    const double QKV = cfg.qkv_dim() / tensor;
+    const double F = cfg.ffn_dim / tensor;
+    // Per block (Slots): norm1, residual2, norm2, output (4 x BTC), atty (BT Cq), qkv (QKV),
+    // gate|up (2F) and the SwiGLU output (F), the attention probabilities (B NH T T); two
+    // RMSNorm rstd (fp32).
+    const double block =
+        BT * (4 * C + Cq + QKV + 3 * F) + static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
     const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
     const double stats = (recompute ? 1 : cfg.n_layer) * 2 * BT;
-    // Gradient scratch: datty (BTC), dqkv (QKV), d gate|up (2F), d swiglu (F); the final
+    // Gradient scratch: datty (BT Cq), dqkv (QKV), d gate|up (2F), d swiglu (F); the final
     // RMSNorm's rstd (BT) and the rotary table (T hs), fp32.
-    return {blocks + BT * (C + QKV + 3 * F), stats + BT + T * cfg.head_size()};
+    return {blocks + BT * (Cq + QKV + 3 * F), stats + BT + T * cfg.head_size()};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
@@ -101,11 +108,13 @@ LlamaOffsets llama_offsets(const ModelConfig& cfg, const ModelLayout& layout) {
     const LlamaOffsets o{off("input_layernorm.weight"),  off("self_attn.q_proj.weight"),
                          off("self_attn.o_proj.weight"), off("post_attention_layernorm.weight"),
                          off("mlp.gate_proj.weight"),    off("mlp.down_proj.weight")};
-    // The packed products rely on k|v following q and up following gate with no gap.
+    // The packed products rely on k|v following q and up following gate with no gap (in
+    // this rank's slices under tensor parallelism).
     const size_t C = static_cast<size_t>(cfg.n_embd);
-    ZT_REQUIRE(off("self_attn.v_proj.weight") + static_cast<size_t>(cfg.kv_heads() * cfg.head_size()) * C ==
-                       o.qkv + static_cast<size_t>(cfg.qkv_dim()) * C &&
-                   off("mlp.up_proj.weight") == o.gate_up + static_cast<size_t>(cfg.ffn_dim) * C,
+    const size_t t = static_cast<size_t>(layout.split.size);
+    ZT_REQUIRE(off("self_attn.v_proj.weight") + static_cast<size_t>(cfg.kv_heads() * cfg.head_size()) / t * C ==
+                       o.qkv + static_cast<size_t>(cfg.qkv_dim()) / t * C &&
+                   off("mlp.up_proj.weight") == o.gate_up + static_cast<size_t>(cfg.ffn_dim) / t * C,
                "Llama layout: q|k|v and gate|up must be contiguous");
     return o;
 }
@@ -138,14 +147,17 @@ class LlamaBlocks final : public ModelFamily {
     }
 
   private:
-    /// A block's sizes for B sequences of T tokens: width, query and key/value heads, head
-    /// size, MLP width, packed q|k|v width, rows.
+    /// A block's sizes for B sequences of T tokens: width, this rank's query and key/value
+    /// heads (all of them without tensor parallelism), head size, MLP width, packed q|k|v
+    /// width, the heads' width (o_proj's input), rows.
     struct Sizes {
-        int C, NH, NKV, hs, F, QKV, N;
+        int C, NH, NKV, hs, F, QKV, Cq, N;
     };
     Sizes sizes(int B, int T) const {
-        return {m_cfg.n_embd, m_cfg.n_head, m_cfg.kv_heads(), m_cfg.head_size(), m_cfg.ffn_dim, m_cfg.qkv_dim(),
-                B * T};
+        const int t = m_parts;
+        const int hs = m_cfg.head_size();
+        return {m_cfg.n_embd,     m_cfg.n_head / t,      m_cfg.kv_heads() / t, hs,
+                m_cfg.ffn_dim / t, m_cfg.qkv_dim() / t, m_cfg.n_head / t * hs, B * T};
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
@@ -162,6 +174,7 @@ class LlamaBlocks final : public ModelFamily {
         ActPtr output;                // (B, T, C)
     };
     ModelConfig m_cfg;
+    int m_parts = 1;  ///< the tensor group's ranks (the layout's split)
     LlamaOffsets m_off{};
     std::vector<Slots> m_slots;
     float* m_norm_rstd = nullptr;       // (B, T) the final RMSNorm's
@@ -176,20 +189,22 @@ class LlamaBlocks final : public ModelFamily {
 
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
                          DriverScratch scratch, int max_batch, bool recompute)
-    : m_cfg(cfg), m_scratch(scratch) {
+    : m_cfg(cfg), m_parts(layout.split.size), m_scratch(scratch) {
     if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
+    const Sizes z = sizes(1, 1);
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
-    const size_t NH = static_cast<size_t>(cfg.n_head);
+    const size_t NH = static_cast<size_t>(z.NH);
     const size_t T = static_cast<size_t>(cfg.seq_len);
-    const size_t QKV = static_cast<size_t>(cfg.qkv_dim());
-    const size_t F = static_cast<size_t>(cfg.ffn_dim);
+    const size_t QKV = static_cast<size_t>(z.QKV);
+    const size_t F = static_cast<size_t>(z.F);
+    const size_t Cq = static_cast<size_t>(z.Cq);
     const size_t hs = static_cast<size_t>(cfg.head_size());
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BT * C, [&](Slots& L) {
         L.norm1 = arena.take_act(BT * C);
         L.norm1_rstd = arena.take(BT);
         L.qkv = arena.take_act(BT * QKV);
-        L.atty = arena.take_act(BT * C);
+        L.atty = arena.take_act(BT * Cq);
         L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
         L.residual2 = arena.take_act(BT * C);
         L.norm2 = arena.take_act(BT * C);
@@ -199,7 +214,7 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
         L.output = arena.take_act(BT * C);
     });
     m_norm_rstd = arena.take(BT);
-    m_datty = arena.take_act(BT * C);
+    m_datty = arena.take_act(BT * Cq);
     m_dqkv = arena.take_act(BT * QKV);
     m_dgate_up = arena.take_act(BT * 2 * F);
     m_dswiglu = arena.take_act(BT * F);
@@ -209,9 +224,10 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
 }
 
 void LlamaBlocks::rotate(Backend& be, ActPtr qkv, int B, int T, bool inverse) const {
-    const int NH = m_cfg.n_head;
-    const int NKV = m_cfg.kv_heads();
-    const int hs = m_cfg.head_size();
+    const Sizes z = sizes(B, T);
+    const int NH = z.NH;
+    const int NKV = z.NKV;
+    const int hs = z.hs;
     auto op = [&](ActPtr x, const float* table, int b, int t) {
         if (inverse) {
             be.rope_backward(x, x, table, b, t, NH, NKV, hs);
@@ -236,18 +252,20 @@ void LlamaBlocks::block_forward(Backend& be, int l, const UnitWeights& uw, Const
     const float* w = uw.f32;
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
+    const auto [C, NH, NKV, hs, F, QKV, Cq, N] = sizes(B, T);
     const float eps = static_cast<float>(m_cfg.norm_eps);
+    // Tensor parallelism as in GPT-2's block: q|k|v and gate|up column-parallel, o_proj and
+    // down_proj row-parallel (their outputs summed over the group).
     be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, N, C, eps);
     be.matmul_forward(L.qkv, L.norm1, uw.matrix(o.qkv), nullptr, N, C, QKV);
     // Rotated in place: attention and its backward only need the rotated q and k.
     rotate(be, L.qkv, B, T, /*inverse=*/false);
     attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
-    be.matmul_residual_forward(L.residual2, L.atty, uw.matrix(o.o_proj), nullptr, in, N, C, C);
+    row_parallel_residual(be, L.residual2, L.atty, uw.matrix(o.o_proj), nullptr, in, N, Cq, C);
     be.rmsnorm_forward(L.norm2, L.norm2_rstd, L.residual2, w + o.norm2, N, C, eps);
     be.matmul_forward(L.gate_up, L.norm2, uw.matrix(o.gate_up), nullptr, N, C, 2 * F);
     be.swiglu_forward(L.swiglu, L.gate_up, N, F);
-    be.matmul_residual_forward(L.output, L.swiglu, uw.matrix(o.down_proj), nullptr, L.residual2, N, F, C);
+    row_parallel_residual(be, L.output, L.swiglu, uw.matrix(o.down_proj), nullptr, L.residual2, N, F, C);
 }
 
 void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw,
@@ -255,10 +273,11 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
     const float* w = uw.f32;
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const auto [C, NH, NKV, hs, F, QKV, N] = sizes(B, T);
+    const auto [C, NH, NKV, hs, F, QKV, Cq, N] = sizes(B, T);
     const size_t n = static_cast<size_t>(N);
     const size_t Cs = static_cast<size_t>(C);
     const size_t Fs = static_cast<size_t>(F);
+    const size_t Cqs = static_cast<size_t>(Cq);
     const ActPtr dnorm = m_scratch.dscratch;
     // dres holds d loss / d block output; each branch's RMSNorm backward adds into it, so it
     // becomes d/d residual2 and then d/d block input (as in the GPT-2 block).
@@ -270,12 +289,13 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
     zero_act(be, dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.gate_up, 2 * Fs * Cs);
     be.matmul_backward(dnorm, dw + o.gate_up, nullptr, m_dgate_up, L.norm2, uw.matrix(o.gate_up), N, C, 2 * F);
+    sum_over_group(dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.norm2, Cs);
     be.rmsnorm_backward(dres, dw + o.norm2, dnorm, L.residual2, w + o.norm2, L.norm2_rstd, N, C);
 
-    zero_act(be, m_datty, n * Cs);
-    zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cs);
-    be.matmul_backward(m_datty, dw + o.o_proj, nullptr, dres, L.atty, uw.matrix(o.o_proj), N, C, C);
+    zero_act(be, m_datty, n * Cqs);
+    zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cqs);
+    be.matmul_backward(m_datty, dw + o.o_proj, nullptr, dres, L.atty, uw.matrix(o.o_proj), N, Cq, C);
     zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
@@ -283,6 +303,7 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
     zero_act(be, dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
     be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, uw.matrix(o.qkv), N, C, QKV);
+    sum_over_group(dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.norm1, Cs);
     be.rmsnorm_backward(dres, dw + o.norm1, dnorm, in, w + o.norm1, L.norm1_rstd, N, C);
 }

@@ -52,21 +52,37 @@ class ActivationArena {
 /// Appends tensors to a layout, unit by unit. Tensor starts inside a unit are aligned to 16
 /// floats (64 bytes) so vectorized kernels see aligned rows; the gaps are zero, get zero
 /// gradients and stay zero under AdamW.
+/// How a tensor is cut under tensor parallelism (TensorSlice): whole, or split along rows
+/// (dimension 0, in `blocks` equal blocks) or columns.
+struct SplitAlong {
+    int dim = -1;
+    int blocks = 1;
+};
+constexpr SplitAlong kWhole{};
+constexpr SplitAlong kRows{0, 1};
+constexpr SplitAlong kColumns{1, 1};
+
 class LayoutBuilder {
   public:
+    /// Shapes given to add() are the unsplit tensor's; the layout holds `layout.split`'s
+    /// slices of them.
     explicit LayoutBuilder(ModelLayout& layout) : m_layout(layout) {}
     void begin_unit() { m_layout.unit_numel.push_back(0); }
     void add(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
-             float init_value = 0.f, size_t init_numel = SIZE_MAX);
+             float init_value = 0.f, size_t init_numel = SIZE_MAX, SplitAlong split = kWhole);
+    void add(const std::string& name, std::vector<size_t> shape, bool decay, float init_std, SplitAlong split) {
+        add(name, std::move(shape), decay, init_std, 0.f, SIZE_MAX, split);
+    }
     /// A tensor that starts right where the previous one ends (no alignment gap), so that
     /// consecutive tensors form one matrix: Llama's q|k|v and gate|up.
-    void add_packed(const std::string& name, std::vector<size_t> shape, bool decay, float init_std);
+    void add_packed(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
+                    SplitAlong split = kWhole);
     /// Sums the units into total_numel once every tensor is added.
     void finish();
 
   private:
     void add_at(const std::string& name, std::vector<size_t> shape, bool decay, float init_std, float init_value,
-                size_t init_numel, size_t align);
+                size_t init_numel, size_t align, SplitAlong split);
 
     ModelLayout& m_layout;
     size_t m_next_global = 0;
@@ -134,6 +150,9 @@ class ModelFamily {
     /// The segments of the rows the next forward (and its backward, and recompute) runs on;
     /// the driver keeps what they point to alive until the next forward.
     void set_rows(const RowSegments& rows) { m_rows = rows; }
+    /// The tensor group the blocks split their products over (null: none). The family's
+    /// layout is this rank's split (ModelLayout::split).
+    void set_tensor_group(TensorGroup* group) { m_tensor = group; }
     /// out (B, T, C) from the tokens and unit 0.
     virtual void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                                int T) = 0;
@@ -162,6 +181,26 @@ class ModelFamily {
             be.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
         }
     }
+    /// Whether this rank adds the terms a sum over the tensor group must hold once (a
+    /// row-parallel product's bias and residual, the position embedding): rank 0 of the group.
+    bool adds_once() const { return m_tensor == nullptr || m_tensor->split().rank == 0; }
+    /// Sums each rank's partial x over the tensor group, in place (nothing without one).
+    void sum_over_group(ActPtr x, size_t n) const {
+        if (m_tensor != nullptr) m_tensor->all_reduce(x, n);
+    }
+    /// A row-parallel product (Megatron's RowParallelLinear) with the residual stream:
+    /// out = residual + inp @ w^T + bias, where inp (N, K) and w (M, K) hold this rank's
+    /// slice of K; the partial products are summed over the group, bias and residual added
+    /// once.
+    void row_parallel_residual(Backend& be, ActPtr out, ConstActPtr inp, ConstActPtr w, const float* bias,
+                               ConstActPtr residual, int N, int K, int M) const {
+        if (adds_once()) {
+            be.matmul_residual_forward(out, inp, w, bias, residual, N, K, M);
+        } else {
+            be.matmul_forward(out, inp, w, nullptr, N, K, M);
+        }
+        sum_over_group(out, static_cast<size_t>(N) * static_cast<size_t>(M));
+    }
     void attention_backward(Backend& be, ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
                             ConstActPtr att, int B, int T, int NH, int NKV, int hs) const {
         if (m_rows.attend_from != nullptr) {
@@ -172,6 +211,7 @@ class ModelFamily {
     }
 
     RowSegments m_rows;
+    TensorGroup* m_tensor = nullptr;
 };
 
 /// One layer's key/value cache for generation: rows are positions, (seq_len, NKV hs) each, in
@@ -209,8 +249,9 @@ inline void zero_act(Backend& be, ActPtr p, size_t n) { be.zero_bytes(p.data, n 
 /// A family: its manifest, its activation count and its blocks. activations is what `make`
 /// takes from the arena for these arguments (without the driver's own buffers).
 struct FamilyTraits {
-    ModelLayout (*layout)(const ModelConfig& cfg);
-    ActivationCount (*activations)(const ModelConfig& cfg, int max_batch, bool recompute);
+    ModelLayout (*layout)(const ModelConfig& cfg, TensorSplit split);
+    /// For one rank of a tensor group of `tensor` ranks.
+    ActivationCount (*activations)(const ModelConfig& cfg, int max_batch, bool recompute, int tensor);
     std::unique_ptr<ModelFamily> (*make)(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
                                          ActivationArena& arena, DriverScratch scratch, int max_batch,
                                          bool recompute);

@@ -15,22 +15,68 @@ namespace {
 constexpr size_t kTensorAlign = 16;
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/// init_unit_range's values for elements [lo, lo + count) of a split tensor: each keyed by
+/// its offset in the unsplit tensor, so every split holds the unsplit model's values.
+void init_slice(const ParamSpec& p, uint64_t seed, size_t lo, size_t count, float* dst) {
+    const long long n = static_cast<long long>(count);
+    #pragma omp parallel for schedule(static)
+    for (long long i = 0; i < n; ++i) {
+        const size_t g = p.slice.global_offset(lo + static_cast<size_t>(i), p.shape);
+        dst[i] = g < p.init_numel ? static_cast<float>(p.init_std * random_normal(seed,
+                                                           static_cast<uint64_t>(RandomStream::kInit),
+                                                           p.global_index + g))
+                                  : 0.f;
+    }
+}
 }  // namespace
 
-void LayoutBuilder::add(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
-                        float init_value, size_t init_numel) {
-    add_at(name, std::move(shape), decay, init_std, init_value, init_numel, kTensorAlign);
+size_t TensorSlice::global_offset(size_t i, const std::vector<size_t>& local_shape) const {
+    if (!split()) return i;
+    size_t numel = 1;
+    for (size_t d : local_shape) numel *= d;
+    const size_t rows = local_shape[0];
+    const size_t inner = numel / rows;
+    const size_t r = i / inner;
+    const size_t c = i % inner;
+    if (dim == 0) {
+        const size_t block = rows / static_cast<size_t>(blocks);  // this slice's rows per block
+        const size_t global_row = r / block * block * static_cast<size_t>(parts) +
+                                  static_cast<size_t>(part) * block + r % block;
+        return global_row * inner + c;
+    }
+    // Columns of a matrix: row r of the slice is columns [part * inner, ...) of row r.
+    return r * inner * static_cast<size_t>(parts) + static_cast<size_t>(part) * inner + c;
 }
 
-void LayoutBuilder::add_packed(const std::string& name, std::vector<size_t> shape, bool decay, float init_std) {
-    add_at(name, std::move(shape), decay, init_std, 0.f, SIZE_MAX, 1);
+void LayoutBuilder::add(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
+                        float init_value, size_t init_numel, SplitAlong split) {
+    add_at(name, std::move(shape), decay, init_std, init_value, init_numel, kTensorAlign, split);
+}
+
+void LayoutBuilder::add_packed(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
+                               SplitAlong split) {
+    add_at(name, std::move(shape), decay, init_std, 0.f, SIZE_MAX, 1, split);
 }
 
 void LayoutBuilder::add_at(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
-                           float init_value, size_t init_numel, size_t align) {
+                           float init_value, size_t init_numel, size_t align, SplitAlong split) {
     ParamSpec p;
     p.name = name;
     p.unit = static_cast<int>(m_layout.unit_numel.size()) - 1;
+    size_t global_numel = 1;
+    for (size_t d : shape) global_numel *= d;
+    const TensorSplit& ts = m_layout.split;
+    p.slice.global_shape = shape;
+    if (split.dim >= 0 && ts.size > 1) {
+        const size_t dim = static_cast<size_t>(split.dim);
+        const size_t cut = static_cast<size_t>(ts.size) * static_cast<size_t>(split.blocks);
+        ZT_REQUIRE(dim < shape.size() && shape[dim] % cut == 0, "tensor ", name, ": dimension ", dim,
+                   " cannot be cut into ", cut, " equal slices");
+        ZT_REQUIRE(split.dim == 0 || split.blocks == 1, "tensor ", name, ": blocks along rows only");
+        p.slice = TensorSlice{split.dim, ts.size, ts.rank, split.blocks, shape};
+        shape[dim] /= static_cast<size_t>(ts.size);
+    }
     p.shape = std::move(shape);
     p.numel = 1;
     for (size_t d : p.shape) p.numel *= d;
@@ -40,9 +86,9 @@ void LayoutBuilder::add_at(const std::string& name, std::vector<size_t> shape, b
     p.decay = decay;
     p.init_std = init_std;
     p.init_value = init_value;
-    p.init_numel = init_numel < p.numel ? init_numel : p.numel;
+    p.init_numel = init_numel < global_numel ? init_numel : global_numel;
     p.global_index = m_next_global;
-    m_next_global += p.numel;
+    m_next_global += global_numel;
     m_layout.params.push_back(std::move(p));
 }
 
@@ -58,7 +104,11 @@ const ParamSpec& ModelLayout::find(const std::string& name) const {
     throw Error(str("no parameter named '", name, "' in the model layout"));
 }
 
-ModelLayout make_model_layout(const ModelConfig& cfg) { return family_traits(cfg).layout(cfg); }
+ModelLayout make_model_layout(const ModelConfig& cfg, TensorSplit split) {
+    ZT_REQUIRE(split.size >= 1 && split.rank >= 0 && split.rank < split.size, "tensor split rank ", split.rank,
+               " of ", split.size);
+    return family_traits(cfg).layout(cfg, split);
+}
 
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out) {
     ZT_REQUIRE(unit >= 0 && unit < layout.num_units(), "unit ", unit);
@@ -85,6 +135,10 @@ void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t 
         // Padded vocabulary rows of the token embedding stay zero: they are never an input
         // and never predicted, so they must not disturb the tied LM head. Every element's
         // value depends only on its global index, so any range gives the same values.
+        if (p.slice.split()) {
+            init_slice(p, seed, lo, count, dst);
+            continue;
+        }
         const size_t live = std::min(p.init_numel, lo + count);
         const long long first = static_cast<long long>(lo);
         const long long last = static_cast<long long>(std::max(live, lo));

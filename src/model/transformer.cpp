@@ -17,6 +17,7 @@
 #include "ztrain/core/error.hpp"
 #include "model_family.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -50,26 +51,41 @@ const FamilyTraits& family_traits(const ModelConfig& cfg) {
 
 namespace {
 /// The driver's own buffers: embedding output, final norm output, d residual, d final norm
-/// (4 x BTC) and the logits (BT Vp) in the activation dtype; the losses (BT) fp32.
-ActivationCount driver_activations(const ModelConfig& cfg, int max_batch) {
+/// (4 x BTC) and the logits (BT Vp / T) in the activation dtype; the losses (BT) fp32, and
+/// under tensor parallelism the cross-entropy's row maxima and sums (3 BT).
+ActivationCount driver_activations(const ModelConfig& cfg, int max_batch, int tensor) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
-    return {4 * BT * cfg.n_embd + BT * cfg.padded_vocab(), BT};
+    return {4 * BT * cfg.n_embd + BT * (cfg.padded_vocab() / tensor), BT * (tensor > 1 ? 4 : 1)};
 }
 }  // namespace
 
 ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, bool recompute,
-                                         size_t attention_scratch_floats) {
-    const ActivationCount driver = driver_activations(cfg, max_batch);
-    const ActivationCount family = family_traits(cfg).activations(cfg, max_batch, recompute);
+                                         size_t attention_scratch_floats, int tensor) {
+    const ActivationCount driver = driver_activations(cfg, max_batch, tensor);
+    const ActivationCount family = family_traits(cfg).activations(cfg, max_batch, recompute, tensor);
     return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats)};
 }
 
-Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute, DType activation)
-    : m_cfg(cfg), m_backend(backend), m_layout(make_model_layout(cfg)), m_max_batch(max_batch), m_recompute(recompute) {
+Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute, DType activation,
+                         TensorGroup* tensor)
+    : m_cfg(cfg),
+      m_backend(backend),
+      m_tensor(tensor != nullptr && tensor->split().size > 1 ? tensor : nullptr),
+      m_layout(make_model_layout(cfg, m_tensor != nullptr ? m_tensor->split() : TensorSplit{})),
+      m_max_batch(max_batch),
+      m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
     m_targets_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+    // This rank's vocabulary rows (the embedding's and the LM head's slice).
+    m_vocab_local = cfg.padded_vocab() / m_layout.split.size;
+    m_vocab_begin = m_layout.split.rank * m_vocab_local;
+    m_vocab_live = std::max(0, std::min(m_vocab_local, cfg.vocab_size - m_vocab_begin));
+    if (m_tensor != nullptr) {
+        m_slice_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
+        m_slice_tokens.resize(BT);
+    }
     if (activation == DType::kF32) {
         allocate_activations(DType::kF32);
     } else {
@@ -83,20 +99,25 @@ void Transformer::allocate_activations(DType stored) {
     const ModelConfig& cfg = m_cfg;
     const size_t BT = static_cast<size_t>(m_max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
-    const size_t Vp = static_cast<size_t>(cfg.padded_vocab());
+    const int tensor = m_layout.split.size;
     m_arena = std::make_unique<ActivationArena>(m_backend, stored);
     ActivationArena& a = *m_arena;
     m_encoded = a.take_act(BT * C);
     m_normed = a.take_act(BT * C);
-    m_logits = a.take_act(BT * Vp);
+    m_logits = a.take_act(BT * static_cast<size_t>(m_vocab_local));
     m_losses = a.take(BT);
+    if (tensor > 1) {
+        m_ce_max = a.take(BT);
+        m_ce_sums = a.take(2 * BT);
+    }
     m_dresidual = a.take_act(BT * C);
     m_dnormed = a.take_act(BT * C);
-    const size_t att_scratch = m_backend.attention_scratch_floats(m_max_batch, cfg.seq_len, cfg.n_head);
+    const size_t att_scratch = m_backend.attention_scratch_floats(m_max_batch, cfg.seq_len, cfg.n_head / tensor);
     const DriverScratch scratch{m_dnormed, a.take(att_scratch)};
     m_family = family_traits(cfg).make(cfg, m_layout, m_backend, a, scratch, m_max_batch, m_recompute);
+    m_family->set_tensor_group(m_tensor);
     // The memory plan predicts this figure: the two must never drift apart.
-    const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch);
+    const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor);
     ZT_REQUIRE(a.count().act == plan.act && a.count().f32 == plan.f32, "activation plan differs from the allocation: ",
                a.count().act, " activation elements and ", a.count().f32, " floats allocated, ", plan.act, " and ",
                plan.f32, " planned");
@@ -107,6 +128,7 @@ Transformer::~Transformer() {
     m_arena.reset();
     m_backend.free(m_tokens_be);
     m_backend.free(m_targets_be);
+    if (m_slice_tokens_be != nullptr) m_backend.free(m_slice_tokens_be);
 }
 
 size_t Transformer::activation_bytes() const { return m_arena->bytes(); }
@@ -125,15 +147,19 @@ void Transformer::set_activation_dtype(DType t, ActivationStorage storage) {
 }
 
 void Transformer::logits_row_to_host(int row, float* out) const {
-    const size_t Vp = static_cast<size_t>(m_cfg.padded_vocab());
+    const size_t Vp = static_cast<size_t>(m_vocab_local);
     const ConstActPtr src = ConstActPtr(m_logits).offset(static_cast<size_t>(row) * Vp);
+    // Under tensor parallelism this rank's columns first, then every rank's in order.
+    std::vector<float> slice(m_tensor != nullptr ? Vp : 0);
+    float* mine = m_tensor != nullptr ? slice.data() : out;
     if (src.f32()) {
-        m_backend.to_host(out, src.data, Vp * sizeof(float));
-        return;
+        m_backend.to_host(mine, src.data, Vp * sizeof(float));
+    } else {
+        std::vector<uint16_t> stored(Vp);
+        m_backend.to_host(stored.data(), src.data, Vp * sizeof(uint16_t));
+        convert_to_f32(stored.data(), mine, Vp, src.dtype);
     }
-    std::vector<uint16_t> stored(Vp);
-    m_backend.to_host(stored.data(), src.data, Vp * sizeof(uint16_t));
-    convert_to_f32(stored.data(), out, Vp, src.dtype);
+    if (m_tensor != nullptr) m_tensor->all_gather_host(mine, out, Vp);
 }
 
 float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
@@ -192,6 +218,17 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
         targets_be = m_targets_be;
     }
     m_inputs = m_tokens_be;
+    if (m_tensor != nullptr) {
+        // The embedding reads its rows of this rank's slice; the others' tokens are -1.
+        for (int i = 0; i < N; ++i) {
+            const int local = inputs[i] - m_vocab_begin;
+            m_slice_tokens[static_cast<size_t>(i)] = local >= 0 && local < m_vocab_local ? local : -1;
+            ZT_REQUIRE(targets == nullptr || targets[i] < m_cfg.vocab_size, "cross-entropy: target ", targets[i],
+                       " of row ", i, " is not below the vocabulary size ", m_cfg.vocab_size);
+        }
+        m_backend.to_device(m_slice_tokens_be, m_slice_tokens.data(), token_bytes);
+        m_inputs = m_slice_tokens_be;
+    }
     set_rows(rows, B, T);
     embed_and_blocks(store, m_inputs, B, T);
     return head_and_loss(store, targets, targets_be, N, dloss);
@@ -215,6 +252,8 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
     store.prefetch(1);
     m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
     store.release(0);
+    // Each rank embedded the tokens of its vocabulary slice (zeros for the others').
+    if (m_tensor != nullptr) m_tensor->all_reduce(m_encoded, static_cast<size_t>(B * T) * m_cfg.n_embd);
 
     ConstActPtr x = m_encoded;
     for (int l = 0; l < nL; ++l) {
@@ -234,9 +273,9 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
                                  float dloss) {
     const int C = m_cfg.n_embd;
     const int V = m_cfg.vocab_size;
-    const int Vp = m_cfg.padded_vocab();
+    const int Vp = m_vocab_local;
     // LM head, tied to the token embedding or an untied head (also in unit 0):
-    // logits (N, Vp) = normed (N, C) @ head (Vp, C)^T.
+    // logits (N, Vp) = normed (N, C) @ head (Vp, C)^T, Vp of this rank's vocabulary slice.
     const ConstActPtr head = unit_weights(store, 0).matrix(m_layout.head_offset);
     m_compute->matmul_forward(m_logits, m_normed, head, nullptr, N, C, Vp);
     m_have_dlogits = false;
@@ -246,7 +285,11 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
         store.release(0);
         return 0.f;
     }
-    m_compute->softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
+    if (m_tensor != nullptr) {
+        split_cross_entropy(targets_be, N, dloss);
+    } else {
+        m_compute->softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
+    }
     // The mean is taken on the host (targets is the caller's host array).
     m_losses_host.resize(static_cast<size_t>(N));
     m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
@@ -270,13 +313,24 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     return counted > 0 ? static_cast<float>(sum / counted) : 0.f;
 }
 
+void Transformer::split_cross_entropy(const int32_t* targets_be, int N, float dloss) {
+    const size_t n = static_cast<size_t>(N);
+    m_compute->cross_entropy_row_max(m_ce_max, m_logits, N, m_vocab_live, m_vocab_local);
+    m_tensor->all_reduce_floats(m_ce_max, n, /*max=*/true);
+    m_compute->cross_entropy_row_sums(m_ce_sums, m_logits, m_ce_max, targets_be, N, m_vocab_live, m_vocab_local,
+                                      m_vocab_begin);
+    m_tensor->all_reduce_floats(m_ce_sums, 2 * n, /*max=*/false);
+    m_compute->split_cross_entropy(m_losses, m_logits, m_ce_max, m_ce_sums, targets_be, N, m_vocab_live,
+                                   m_vocab_local, m_vocab_begin, dloss);
+}
+
 void Transformer::backward(UnitStore& store) {
     ZT_REQUIRE(m_have_dlogits, "backward() needs a preceding forward() with targets and dloss != 0");
     m_have_dlogits = false;
     const int B = m_B;
     const int T = m_T;
     const int C = m_cfg.n_embd;
-    const int Vp = m_cfg.padded_vocab();
+    const int Vp = m_vocab_local;
     const int N = B * T;
     const int nL = m_cfg.n_layer;
     const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
@@ -292,6 +346,8 @@ void Transformer::backward(UnitStore& store) {
     zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
     m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
                                N, C, Vp);
+    // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
+    if (m_tensor != nullptr) m_tensor->all_reduce(m_dnormed, NC);
 
     const ConstActPtr x_last = nL > 0 ? m_family->block_output(nL - 1) : ConstActPtr(m_encoded);
     const float* wf = store.acquire(nL + 1);

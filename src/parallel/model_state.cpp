@@ -22,6 +22,36 @@ float* alloc_conversion_buffer(Backend& backend, const ShardPlan& plan, DType wo
 
 }  // namespace
 
+namespace {
+
+/// `segments` cut into the parts inside split tensors (TensorSlice::split) and the rest.
+void split_segments_by_tensor(const ModelLayout& layout, const std::vector<std::vector<DecaySegment>>& segments,
+                              std::vector<std::vector<DecaySegment>>* split,
+                              std::vector<std::vector<DecaySegment>>* whole) {
+    split->assign(segments.size(), {});
+    whole->assign(segments.size(), {});
+    for (size_t u = 0; u < segments.size(); ++u) {
+        std::vector<std::pair<size_t, size_t>> cuts;  // the split tensors of unit u, in order
+        for (const ParamSpec& p : layout.params) {
+            if (p.unit == static_cast<int>(u) && p.slice.split()) cuts.emplace_back(p.offset, p.offset + p.numel);
+        }
+        for (const DecaySegment& seg : segments[u]) {
+            size_t at = seg.begin;
+            for (const auto& [b, e] : cuts) {
+                const size_t lo = std::max(b, at);
+                const size_t hi = std::min(e, seg.end);
+                if (hi <= lo) continue;
+                if (lo > at) (*whole)[u].push_back({at, lo, seg.decay});
+                (*split)[u].push_back({lo, hi, seg.decay});
+                at = hi;
+            }
+            if (at < seg.end) (*whole)[u].push_back({at, seg.end, seg.decay});
+        }
+    }
+}
+
+}  // namespace
+
 ModelState::ModelState(const ModelLayout& layout, Backend& backend, uint64_t seed)
     : ModelState(layout, backend, self_communicator(), 0, SIZE_MAX, seed) {}
 
@@ -36,6 +66,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
       m_backend(backend),
       m_comm(comms.shard),
       m_replica(comms.replica),
+      m_tensor(comms.tensor != nullptr && comms.tensor->size() > 1 ? comms.tensor : nullptr),
       m_rank(comms.shard.rank()),
       m_work(work),
       m_reduce(reduce),
@@ -53,6 +84,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
     ZT_REQUIRE(m_plan.ownership_partitioned() || comms.replica.size() == 1, "ZeRO stage 0 replicates over one group of all ranks; got ",
                comms.replica.size(), " replica groups");
     ZT_REQUIRE(overlap_depth >= 1, "overlap depth ", overlap_depth);
+    if (m_tensor != nullptr) split_segments_by_tensor(layout, m_optim.segments(), &m_split_segments, &m_whole_segments);
     const StateBytes planned = plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce, overlap_depth);
     const StateBytes got = bytes();
     ZT_REQUIRE(got.params == planned.params && got.grads == planned.grads && got.master == planned.master &&
@@ -114,7 +146,25 @@ void ModelState::begin_micro_step(bool first, bool last) {
 }
 void ModelState::finish_grad_sync() { m_grads.finish(); }
 
+double ModelState::tensor_sum_squares(bool check) {
+    // Split tensors: each rank of the tensor group holds other elements, summed over it;
+    // whole ones: the same on every rank (their gradients come from the group's sums), so
+    // counted once.
+    double s[2] = {m_grads.local_sum_squares(m_split_segments), m_grads.local_sum_squares(m_whole_segments)};
+    if (check) {
+        double bad = std::isfinite(s[0] + s[1]) ? 0.0 : 1.0;
+        for (Communicator* c : {&m_comm, &m_replica, m_tensor}) {
+            if (c->size() > 1) c->all_reduce_scalars(&bad, 1, ReduceOp::kMax);
+        }
+        if (bad != 0.0) return std::numeric_limits<double>::quiet_NaN();
+    }
+    if (m_plan.ownership_partitioned()) m_comm.all_reduce_scalars(s, 2);
+    m_tensor->all_reduce_scalars(s, 1);
+    return s[0] + s[1];
+}
+
 double ModelState::grad_sum_squares() {
+    if (m_tensor != nullptr) return tensor_sum_squares(false);
     double s = m_grads.local_sum_squares(m_optim.segments());
     // DDP: every rank holds the same full gradient, the local sum is already global; ZeRO:
     // the group's shards make one whole (the other groups hold the same shards).
@@ -123,6 +173,7 @@ double ModelState::grad_sum_squares() {
 }
 
 double ModelState::grad_sum_squares_if_finite() {
+    if (m_tensor != nullptr) return tensor_sum_squares(true);
     // A double sum of squared floats is finite exactly when every element is (a finite float
     // squared is below 1.2e77, far from overflowing a double), so the overflow check needs
     // no pass of its own.

@@ -17,7 +17,7 @@
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
-#include "ztrain/parallel/shard_groups.hpp"
+#include "ztrain/parallel/device_mesh.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
 #include "ztrain/train/checkpoint_saver.hpp"
 #include "ztrain/train/example_feed.hpp"
@@ -181,8 +181,11 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     plan.world_size = world_size;
     plan.ranks_per_node = ranks_per_node;
     const int stage = cfg.parallel.zero_stage;
-    // The state is split over the shard group; the other groups hold replicas.
-    const int group = resolve_shard_group(cfg.parallel.shard_group.ranks, world_size, ranks_per_node, stage);
+    // Tensor parallelism: a rank's split, its state sharded over world / T data-parallel ranks.
+    const int tensor = std::max(1, cfg.parallel.tensor);
+    const int data_ranks = std::max(1, world_size / tensor);
+    const int data_per_node = ranks_per_node % tensor == 0 ? ranks_per_node / tensor : 0;
+    const int group = resolve_shard_group(cfg.parallel.shard_group.ranks, data_ranks, data_per_node, stage);
     plan.shard_group = group;
     plan.zero_stage = stage;
     plan.device = device;
@@ -191,10 +194,11 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     const TrainConfig& t = cfg.train;
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
-    const double params = closed_form_params(m);
+    const double model_params = closed_form_params(m);
+    const double params = model_params / tensor;  // a rank's share (the few whole tensors aside)
+    const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, static_cast<size_t>(std::min(params, 1e18)), work);
     plan.bucket_bytes =
         cfg.parallel.bucket_mb > 0 ? cfg.parallel.bucket_mb * 1048576.0 : ddp_bucket_bytes(params * dtype_size(reduce));
-    const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, static_cast<size_t>(std::min(params, 1e18)), work);
     // checkpoint.async's host snapshot: fp32 master, m and v of the largest rank's primary
     // ranges (CheckpointSnapshot::planned_bytes where the manifest exists).
     double snapshot_bytes = 12.0 * params / (stage > 0 ? group : 1);
@@ -207,7 +211,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         plan.items.push_back({"master", f.master.bytes, f.master.formula});
         plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
     } else {
-        const ModelLayout layout = make_model_layout(m);
+        const ModelLayout layout = make_model_layout(m, TensorSplit{tensor, 0});
         const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce, overlap_depth);
         plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
         plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
@@ -242,12 +246,12 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     }
     // Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
     const double act = Transformer::activations(m, t.micro_batch, t.recompute,
-                                                static_cast<size_t>(std::max(0.0, attention_scratch_floats)))
+                                                static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor)
                            .bytes(work);
     plan.items.push_back({"activations", act,
                           str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
                               t.recompute ? ", recompute (block outputs only)" : "", " (", dtype_name(work), ")")});
-    plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch), "inputs and targets (int32)"});
+    plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch, tensor), "inputs and targets (int32)"});
     // An example run's host buffers (on a GPU run too, but the plan there counts device memory).
     if (examples != nullptr && !device) add_example_items(cfg, *examples, plan.items);
     if (!device && async_saves_planned(cfg)) {
@@ -259,11 +263,11 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         plan.items.push_back({"host staging", staging, "initial values, checkpoint I/O (4 MiB each at most)"});
         plan.items.push_back({"baseline", baseline_bytes, "this process before allocating (MPI, OpenMP, BLAS)"});
     }
-    plan.tokens_per_step = static_cast<double>(t.micro_batch) * t.grad_accum * world_size * m.seq_len;
+    plan.tokens_per_step = static_cast<double>(t.micro_batch) * t.grad_accum * data_ranks * m.seq_len;
     // Training FLOPs per token: 6 per parameter (forward + backward) plus attention's
     // 12 * n_layer * seq_len * n_embd (its two T x T products, forward and backward; the
     // query heads span n_embd in both families, whatever Llama's n_kv_head).
-    plan.flops_per_step = plan.tokens_per_step * (6 * params + 12.0 * m.n_layer * m.seq_len * m.n_embd);
+    plan.flops_per_step = plan.tokens_per_step * (6 * model_params + 12.0 * m.n_layer * m.seq_len * m.n_embd);
     if (!device) {
         plan.available = host_available_bytes();
         plan.available_what = "MemAvailable in /proc/meminfo";
@@ -304,7 +308,8 @@ MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) 
     int threads = cfg.train.threads;
     if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_per_node);
     const PlannedBackend backend =
-        planned_backend(setting_text(cfg.backend), cfg.train.micro_batch, m.seq_len, m.n_head, threads);
+        planned_backend(setting_text(cfg.backend), cfg.train.micro_batch, m.seq_len,
+                        m.n_head / std::max(1, cfg.parallel.tensor), threads);
     std::optional<ExampleRunSizes> examples;
     if (is_example_shard(cfg.data.train, "data.train")) examples = read_example_run_sizes(cfg);
     return plan_memory(cfg, world_size, ranks_per_node, backend.attention_scratch_floats, measured_baseline_bytes(),

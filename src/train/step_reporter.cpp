@@ -135,8 +135,17 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     if (!m_root) return;
     const ModelConfig& mc = cfg.model;
     const int world = m_comm.size();
-    size_t n_params = 0;  // real parameters (the manifest), not alignment gaps
-    for (const ParamSpec& p : m_model.layout().params) n_params += p.numel;
+    // Real parameters (the manifest), not alignment gaps: this rank's (its tensor slices) and
+    // the model's.
+    size_t n_params = 0;
+    size_t model_params = 0;
+    for (const ParamSpec& p : m_model.layout().params) {
+        n_params += p.numel;
+        size_t whole = 1;
+        for (size_t d : p.slice.global_shape) whole *= d;
+        model_params += p.slice.split() ? whole : p.numel;
+    }
+    const int data_ranks = world / std::max(1, m_layout.tensor);
     nlohmann::ordered_json mem;
     mem["event"] = "memory";
     mem["params"] = sb.params;
@@ -150,11 +159,12 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     mem["world_size"] = world;
     mem["nodes"] = m_layout.nodes;
     mem["ranks_per_node"] = m_layout.ranks_per_node;
+    mem["tensor"] = m_layout.tensor;
     mem["shard_group"] = m_shard.size();
     mem["replicas"] = m_replica.size();
     mem["zero_stage"] = cfg.parallel.zero_stage;
     mem["dtype"] = dtype_name(cfg.precision.dtype);
-    mem["num_params"] = n_params;
+    mem["num_params"] = model_params;
     mem["predicted_peak"] = m_plan_rank;
     mem["overlap_depth"] = m_overlap_depth;
     record(mem);
@@ -162,11 +172,11 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
         std::printf("ztrain: llama, %d layers, %d heads (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
                     "%s head: %.2fM parameters\n",
                     mc.n_layer, mc.n_head, mc.kv_heads(), mc.n_embd, mc.ffn_dim, mc.seq_len, mc.vocab_size,
-                    mc.padded_vocab(), mc.tie_embeddings ? "tied" : "untied", static_cast<double>(n_params) / 1e6);
+                    mc.padded_vocab(), mc.tie_embeddings ? "tied" : "untied", static_cast<double>(model_params) / 1e6);
     } else {
         std::printf("ztrain: %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
                     mc.n_layer, mc.n_head, mc.n_embd, mc.seq_len, mc.vocab_size, mc.padded_vocab(),
-                    static_cast<double>(n_params) / 1e6);
+                    static_cast<double>(model_params) / 1e6);
     }
     // The split of each rank's cores: train.threads compute threads, plus the communication
     // thread (parallel.comm_thread) that runs the started collectives.
@@ -177,8 +187,9 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
                                   : str(" + ", comm_threads, " communication thread", comm_threads > 1 ? "s" : "",
                                         " (overlap depth ", m_overlap_depth, ")")
                                         .c_str(),
-                cfg.train.micro_batch * cfg.train.grad_accum * world, mc.seq_len, data_text.c_str());
-    // The ZeRO formulas' N is the group the state is split over.
+                cfg.train.micro_batch * cfg.train.grad_accum * data_ranks, mc.seq_len, data_text.c_str());
+    // The ZeRO formulas' N is the group the state is split over; P this rank's parameters
+    // (its tensor slices under tensor parallelism).
     print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, m_shard.size(), world, n_params,
                        work);
     if (snapshot_bytes > 0) {
@@ -208,12 +219,20 @@ void StepReporter::skipped(long step, bool fp16, double scale_before, double sca
                 fp16 ? str(", loss scale ", scale_before, " -> ", scale_after).c_str() : "");
 }
 
+std::vector<const Communicator*> StepReporter::counted() const {
+    std::vector<const Communicator*> all{&m_comm, &m_shard, &m_replica};
+    for (const Communicator* c : {m_tensor, m_data}) {
+        if (c != nullptr) all.push_back(c);
+    }
+    return all;
+}
+
 nlohmann::ordered_json StepReporter::comm_bytes_record() const {
     nlohmann::ordered_json cb = nlohmann::ordered_json::object();
     // Per kind over every communicator of the run, then the model state's two apart: inside
     // the shard group (intra) and across the groups (inter).
     std::map<CollectiveKind, uint64_t> sent;
-    for (const Communicator* c : {static_cast<const Communicator*>(&m_comm), &m_shard, &m_replica}) {
+    for (const Communicator* c : counted()) {
         for (const auto& [kind, entry] : c->stats().by_kind) sent[kind] += entry.bytes;
     }
     for (const auto& [kind, bytes] : sent) cb[collective_name(kind)] = bytes;
@@ -224,6 +243,7 @@ nlohmann::ordered_json StepReporter::comm_bytes_record() const {
     };
     cb["intra"] = per_kind(m_shard);
     cb["inter"] = per_kind(m_replica);
+    if (m_tensor != nullptr) cb["tensor"] = per_kind(*m_tensor);
     return cb;
 }
 
@@ -235,7 +255,7 @@ void StepReporter::step(const StepReport& r) {
     // communication is not hidden shows here, not only rank 0's view. One small all-reduce
     // (after the step's own collectives, so their byte counts below are unchanged).
     CommStats::Overlap ov;
-    for (const Communicator* c : {static_cast<const Communicator*>(&m_comm), &m_shard, &m_replica}) {
+    for (const Communicator* c : counted()) {
         ov.waited += c->stats().overlap.waited;
         ov.done_before_wait += c->stats().overlap.done_before_wait;
         ov.wait_s += c->stats().overlap.wait_s;

@@ -112,7 +112,9 @@ std::string TrainSetup::describe_data() const {
 TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     TrainSetup s;
     s.comm = make_mpi_communicator(mpi_comm);
-    s.groups = std::make_unique<ShardGroups>(mpi_comm, cfg.parallel.shard_group.ranks, cfg.parallel.zero_stage);
+    s.groups = std::make_unique<DeviceMesh>(mpi_comm, cfg.parallel.tensor, cfg.parallel.shard_group.ranks,
+                                            cfg.parallel.zero_stage);
+    if (s.groups->layout().tensor > 1) s.data_comm = make_mpi_communicator(s.groups->data_comm());
     if (s.comm->rank() == 0) {
         std::printf("ztrain: ranks: %s\n", s.groups->layout().describe().c_str());
         if (!s.groups->note().empty()) std::printf("ztrain: note: %s\n", s.groups->note().c_str());
@@ -185,11 +187,17 @@ void start_compute(TrainSetup& s, const Config& cfg) {
         s.replica_comm = L.replicas > 1 ? make_communicator("cuda", s.groups->replica_comm(), cuda_stream(*s.backend),
                                                             node, "replica")
                                         : make_mpi_communicator(MPI_COMM_NULL);
+        if (L.tensor > 1) {
+            s.tensor_comm = make_communicator("cuda", s.groups->tensor_comm(), cuda_stream(*s.backend), node, "tensor");
+        }
     } else {
         const bool engine = cfg.parallel.comm_thread;
         s.shard_comm = make_mpi_communicator(s.groups->shard_comm(), engine);
         s.replica_comm = make_mpi_communicator(L.replicas > 1 ? s.groups->replica_comm() : MPI_COMM_NULL, engine);
+        // The tensor group's sums are waited for at once (the next op reads them): no thread.
+        if (L.tensor > 1) s.tensor_comm = make_mpi_communicator(s.groups->tensor_comm());
     }
+    if (s.tensor_comm) s.tensor_group = std::make_unique<CommunicatorTensorGroup>(*s.tensor_comm);
 }
 
 }  // namespace zt

@@ -234,7 +234,8 @@ MemoryPlan plan_and_check_memory(const Config& cfg, TrainSetup& setup, Communica
     if (setup.examples) examples = setup.examples->sizes();
     const MemoryPlan memory = plan_memory(
         cfg, comm.size(), comm.local_size(),
-        static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len, cfg.model.n_head)),
+        static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len,
+                                                                    cfg.model.n_head / cfg.parallel.tensor)),
         measured_baseline_bytes(), device, static_cast<double>(device_free), examples ? &*examples : nullptr);
     const std::string memory_warning = check_memory_plan(memory, cfg.run.memory_check, comm);
     if (comm.rank() == 0 && !memory_warning.empty()) std::printf("ztrain: warning: %s\n", memory_warning.c_str());
@@ -265,6 +266,7 @@ void describe_run(StepReporter& reporter, const Config& cfg, const TrainSetup& s
                   long step) {
     if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), step);
     reporter.set_rank_layout(setup.groups->layout());
+    reporter.set_tensor_comms(setup.tensor_comm.get(), setup.data_comm.get());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available, memory.overlap_depth);
 }
 
@@ -278,22 +280,40 @@ double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver
     return flags[0];
 }
 
+/// Tensor-parallel state is not read or written by the checkpoint code yet (its files would
+/// hold slices under the unsplit layout's names): such a run starts fresh and saves none.
+void check_tensor_parallel_run(const Config& cfg, const ResumePolicy& resume, bool root) {
+    ZT_INPUT_CHECK(!resume.resuming(), "parallel.tensor = ", cfg.parallel.tensor, ": resuming from a checkpoint (",
+                   resume.ckpt_dir(), ") is not supported with tensor parallelism yet; resume with parallel.tensor "
+                   "= 1, or start in an empty checkpoint.dir");
+    ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
+                   ": importing weights is not supported with parallel.tensor = ", cfg.parallel.tensor, " yet");
+    if (root) {
+        std::printf("ztrain: warning: parallel.tensor = %d: checkpoints of tensor-parallel runs are not written yet; "
+                    "this run saves none\n",
+                    cfg.parallel.tensor);
+    }
+}
+
 }  // namespace
 
 TrainSummary train(const Config& deck, const TrainOptions& options) {
-    // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary. Installed first, so a
-    // signal during start-up (data, checkpoint load) is not the default action (death) but a
-    // stop after the first step.
+    // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary. Installed first: a signal
+    // during start-up (data, checkpoint load) stops after the first step instead of killing.
     const StopSignals signals;
     validate(deck);
     TrainSetup setup = set_up_training(deck, options.comm);
     Communicator& comm = *setup.comm;
-    // train.epochs becomes a number of steps once the examples are known.
-    const Config cfg = with_run_length(deck, setup.examples.get(), comm.size());
+    // The data is split over the data-parallel ranks (setup.data()); train.epochs becomes a
+    // number of steps once the examples are known.
+    Communicator& data = setup.data();
+    const Config cfg = with_run_length(deck, setup.examples.get(), data.size());
     const TrainConfig& tc = cfg.train;
     const bool root = comm.rank() == 0;
     const std::unique_ptr<RunLocks> locks = lock_run_dirs(cfg, checkpoint_dir(cfg), options.force_unlock, comm);
     ResumePolicy resume(cfg, comm);
+    const bool tensor_parallel = cfg.parallel.tensor > 1;
+    if (tensor_parallel) check_tensor_parallel_run(cfg, resume, root);  // no checkpoints yet
     if (resume.resuming() && nothing_to_train(resume, cfg, root)) return TrainSummary{};
     start_compute(setup, cfg);
     // Memory: predicted from the deck, checked before anything model-sized exists.
@@ -302,7 +322,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     // ---- model, its sharded state, the loss scale ----
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
-    Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute, work);
+    Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute, work, setup.tensor_group.get());
     ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
                      bucket_numel(memory, reduce), tc.seed, work, reduce, memory.overlap_depth);
     // On an error this guard (declared after the model state, so destroyed first) ends the
@@ -335,19 +355,18 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
                     tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");
     }
 
-    Evaluator evaluator(tc, model, state, comm, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
+    Evaluator evaluator(tc, model, state, data, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
     evaluator.set_tasks(setup.eval_tasks, cfg.eval);
     evaluator.use_examples(setup.examples.get());
-    TrainStep train_step(cfg, model, state, comm, setup.all_comms(), setup.train_sampler.get(), loss_scale, reporter,
+    TrainStep train_step(cfg, model, state, data, setup.all_comms(), setup.train_sampler.get(), loss_scale, reporter,
                          options, setup.op_profile);
     train_step.use_examples(setup.examples.get());
-    const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * comm.size() * cfg.model.seq_len;
+    const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * data.size() * cfg.model.seq_len;
     TrainSummary summary;
     std::atomic<long> current_step{progress.step};
     const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step, peer_hosts(comm));
 
-    // ---- the step loop ----
-    reporter.begin_training(progress.step);
+    reporter.begin_training(progress.step);  // the step loop
     // A fresh run evaluates once before training, so the curve starts at the untrained loss.
     if (progress.step == 0 && progress.step < tc.max_steps) record_evaluation(evaluator.evaluate_at_start(), summary);
     for (long step = progress.step; step < tc.max_steps; ++step) {
@@ -363,7 +382,8 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
         }
         evaluator.evaluate_tasks(done);
         const double stop = agree_at_step_boundary(signals, saver, comm);
-        if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
+        const bool save = !tensor_parallel && saver.due(done, stop > 0);
+        if (save) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
         if (stop > 0) {
             saver.finish();
             reporter.stopped_by_signal(static_cast<int>(stop), done);

@@ -1177,4 +1177,145 @@ TEST_F(CudaOps, TypedSoftmaxCrossEntropy) {
     }
 }
 
+// ---- tensor parallelism: vocabulary slices ------------------------------------------
+
+// Tokens < 0 (another rank's vocabulary slice): out is wpe[t] alone (zeros without wpe), and
+// the row adds nothing to dwte (its dout still goes into dwpe). Every dtype of out / dout;
+// the same operations in the same order as the CPU twin: bit for bit.
+TEST_F(CudaOps, EncoderNegativeTokens) {
+    const int B = 3, T = 29, C = 40, Vp = 24;
+    const size_t n = static_cast<size_t>(B) * T * C;
+    auto tokens = rand_ints(static_cast<size_t>(B) * T, -1, Vp - 1);
+    tokens[0] = -1;
+    tokens[1] = -1;
+    tokens[static_cast<size_t>(B) * T - 1] = -1;
+    std::vector<int32_t> none(static_cast<size_t>(B) * T, -1);  // no token of this slice at all
+    const auto wte = rand(static_cast<size_t>(Vp) * C);
+    const auto wpe = rand(static_cast<size_t>(T) * C);
+    const float* g_wte = up(wte);
+    const float* g_wpe = up(wpe);
+    for (const auto* toks : {&tokens, &none}) {
+        const int32_t* g_tokens = up(*toks);
+        const std::string which = toks == &none ? " (all -1)" : " (some -1)";
+        for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+            for (bool with_wpe : {true, false}) {
+                const std::string tag = which + typed_tag(t) + (with_wpe ? "" : " without wpe");
+                HostAct out(rand(n), t);  // garbage in: every row must be written
+                const zt::ActPtr g_out = up_act(out);
+                m_cpu->encoder_forward(out.ptr(), toks->data(), wte.data(), with_wpe ? wpe.data() : nullptr, B, T,
+                                       C);
+                m_gpu->encoder_forward(g_out, g_tokens, g_wte, with_wpe ? g_wpe : nullptr, B, T, C);
+                expect_close(down_act(g_out, n), out.floats(), kExact, "encoder_forward" + tag);
+
+                HostAct dout(rand(n), t);
+                auto dwte = rand(wte.size());
+                auto dwpe = rand(wpe.size());
+                float* g_dwte = up(dwte);
+                float* g_dwpe = up(dwpe);
+                float* pe = with_wpe ? dwpe.data() : nullptr;
+                m_gpu->encoder_backward(g_dwte, with_wpe ? g_dwpe : nullptr, up_act(dout), g_tokens, B, T, C);
+                m_cpu->encoder_backward(dwte.data(), pe, dout.ptr(), toks->data(), B, T, C);
+                expect_close(down(g_dwte, dwte.size()), dwte, kExact, "encoder dwte" + tag);
+                expect_close(down(g_dwpe, dwpe.size()), dwpe, kExact, "encoder dwpe" + tag);
+            }
+        }
+    }
+}
+
+// The vocabulary-parallel cross-entropy (tensor parallelism) over three ranks' slices of a
+// 90-token vocabulary, Vp = 64 columns each: [0, 64) all real, [64, 128) with 26 real and 38
+// padded, [128, 192) only padded (V = 0, row max -inf). The group's reductions (max of the
+// row maxima, sum of the sums) are done here on the host, each backend on its own values;
+// padded columns hold garbage that must be ignored. fp32 and bf16 logits.
+TEST_F(CudaOps, SplitCrossEntropy) {
+    constexpr int kSlices = 3;
+    const int N = 40, Vp = 64, Vtotal = 90;
+    const int vocab_begin[kSlices] = {0, Vp, 2 * Vp};
+    const int Vs[kSlices] = {Vp, Vtotal - Vp, 0};
+    auto targets = rand_ints(N, 0, Vtotal - 1);
+    targets[3] = -1;  // an ignored row
+    targets[5] = Vtotal - 1;
+    targets[6] = Vp;
+    targets[7] = Vp - 1;
+    targets[8] = 0;
+    int32_t* g_targets = up(targets);
+    const size_t rowsz = static_cast<size_t>(N) * Vp;
+    for (DType t : {DType::kF32, DType::kBF16}) {
+        // fp32: dloss 1/N as in SoftmaxCrossEntropy; bf16: dloss 1 as in TypedSoftmaxCrossEntropy.
+        const float dl = t == DType::kF32 ? 1.f / N : 1.f;
+        const Tol dtol = t == DType::kF32 ? Tol{1e-7, 1e-5} : Tol{1e-6, typed_tol(t).rtol};
+        for (float dloss : {0.f, dl}) {
+            const std::string tag = " dloss=" + std::to_string(dloss) + typed_tag(t);
+            std::vector<HostAct> logits;
+            std::vector<zt::ActPtr> g_logits;
+            for (int s = 0; s < kSlices; ++s) {
+                logits.emplace_back(rand(rowsz, -10.f, 10.f), t);
+                g_logits.push_back(up_act(logits.back()));
+            }
+            // Pass 1: row maxima, the group's maximum.
+            std::vector<float> max_cpu(N, -INFINITY);
+            std::vector<float> max_gpu(N, -INFINITY);
+            for (int s = 0; s < kSlices; ++s) {
+                const std::string st = tag + " slice " + std::to_string(s);
+                std::vector<float> m(N);
+                m_cpu->cross_entropy_row_max(m.data(), logits[s].ptr(), N, Vs[s], Vp);
+                float* g_m = up(rand(N));
+                m_gpu->cross_entropy_row_max(g_m, g_logits[s], N, Vs[s], Vp);
+                const auto gm = down(g_m, N);
+                if (Vs[s] == 0) {
+                    for (int r = 0; r < N; ++r) {
+                        EXPECT_TRUE(std::isinf(gm[r]) && gm[r] < 0) << "row_max " << r << st << ": " << gm[r];
+                        EXPECT_TRUE(std::isinf(m[r]) && m[r] < 0) << "cpu row_max " << r << st << ": " << m[r];
+                    }
+                } else {
+                    expect_close(gm, m, kExact, "row_max" + st);
+                }
+                for (int r = 0; r < N; ++r) {
+                    max_cpu[r] = std::max(max_cpu[r], m[r]);
+                    max_gpu[r] = std::max(max_gpu[r], gm[r]);
+                }
+            }
+            // Pass 2: sums of exponentials and the target logit, summed over the group.
+            std::vector<float> sums_cpu(2 * static_cast<size_t>(N), 0.f);
+            std::vector<float> sums_gpu(2 * static_cast<size_t>(N), 0.f);
+            const float* g_max = up(max_gpu);
+            for (int s = 0; s < kSlices; ++s) {
+                const std::string st = tag + " slice " + std::to_string(s);
+                std::vector<float> sm(2 * static_cast<size_t>(N));
+                m_cpu->cross_entropy_row_sums(sm.data(), logits[s].ptr(), max_cpu.data(), targets.data(), N, Vs[s],
+                                              Vp, vocab_begin[s]);
+                float* g_sm = up(rand(2 * static_cast<size_t>(N)));
+                m_gpu->cross_entropy_row_sums(g_sm, g_logits[s], g_max, g_targets, N, Vs[s], Vp, vocab_begin[s]);
+                const auto gsm = down(g_sm, 2 * static_cast<size_t>(N));
+                // Sums of <= 64 exponentials in (0, 1]; target logits are loads: exact.
+                const std::vector<float> exp_gpu(gsm.begin(), gsm.begin() + N);
+                const std::vector<float> exp_cpu(sm.begin(), sm.begin() + N);
+                const std::vector<float> tl_gpu(gsm.begin() + N, gsm.end());
+                const std::vector<float> tl_cpu(sm.begin() + N, sm.end());
+                expect_close(exp_gpu, exp_cpu, Tol{1e-5, 1e-5}, "row sums" + st);
+                expect_close(tl_gpu, tl_cpu, kExact, "target logits" + st);
+                for (size_t i = 0; i < sm.size(); ++i) {
+                    sums_cpu[i] += sm[i];
+                    sums_gpu[i] += gsm[i];
+                }
+            }
+            // Pass 3: losses (the same on every slice) and each slice's gradient.
+            const float* g_sums = up(sums_gpu);
+            for (int s = 0; s < kSlices; ++s) {
+                const std::string st = tag + " slice " + std::to_string(s);
+                std::vector<float> losses(N);
+                m_cpu->split_cross_entropy(losses.data(), logits[s].ptr(), max_cpu.data(), sums_cpu.data(),
+                                           targets.data(), N, Vs[s], Vp, vocab_begin[s], dloss);
+                float* g_losses = up(rand(N));  // garbage in: every row must be written
+                m_gpu->split_cross_entropy(g_losses, g_logits[s], g_max, g_sums, g_targets, N, Vs[s], Vp,
+                                           vocab_begin[s], dloss);
+                EXPECT_EQ(losses[3], 0.f) << "ignored row" << st;
+                expect_close(down(g_losses, N), losses, Tol{1e-5, 1e-6}, "split losses" + st);
+                expect_close(down_act(g_logits[s], rowsz), logits[s].floats(), dloss == 0.f ? kExact : dtol,
+                             "split dlogits" + st);
+            }
+        }
+    }
+}
+
 }  // namespace

@@ -28,7 +28,7 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
-#include "ztrain/parallel/shard_groups.hpp"
+#include "ztrain/parallel/device_mesh.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
 #include "model_state_access.hpp"
@@ -175,7 +175,7 @@ struct GroupedState {
           run(make_mpi_communicator(comm)),
           backend(make_cpu_backend(1)),
           state(layout, *backend, StateComms{*shard, *replica}, stage, 1 << 20, 7) {}
-    ShardGroups groups;
+    DeviceMesh groups;
     std::unique_ptr<Communicator> shard, replica, run;
     std::unique_ptr<Backend> backend;
     ModelState state;

@@ -324,6 +324,8 @@ class Backend {
 
     /// out (B, T, C) = wte[tokens[b, t]] + wpe[t]; wpe null: no position table (Llama),
     /// out = wte[tokens[b, t]]. Typed out and dout (the tables and their gradients fp32).
+    /// A token < 0 has no row here (another rank's vocabulary slice under tensor
+    /// parallelism): it contributes zeros, and nothing to dwte.
     virtual void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const float* wpe,
                                  int B, int T, int C) = 0;
     /// dwte (Vp, C) += scatter of dout by token; dwpe (T, C) += sum over batch.
@@ -337,6 +339,26 @@ class Backend {
     /// in fp32 per row, a 16-bit gradient rounded once; losses fp32.
     virtual void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N,
                                        int V, int Vp, float dloss) = 0;
+
+    /// The same over a vocabulary split across a tensor group (Megatron's vocab-parallel
+    /// cross-entropy): this rank's logits (N, Vp) are columns [vocab_begin, vocab_begin + Vp)
+    /// of the full vocabulary, of which the first V (0 <= V <= Vp) are real tokens; targets
+    /// index the full vocabulary (< 0: ignored row). Three passes around the group's
+    /// reductions, never exchanging logits:
+    /// row_max (N) = the maximum of each row's real columns (-inf where V = 0); the group
+    /// takes the maximum of them;
+    virtual void cross_entropy_row_max(float* row_max, ConstActPtr logits, int N, int V, int Vp) = 0;
+    /// with the group's row_max: sums (2, N) = the sum over real columns of
+    /// exp(logit - row_max), and the target's logit where this rank holds it (else 0); the
+    /// group sums them;
+    virtual void cross_entropy_row_sums(float* sums, ConstActPtr logits, const float* row_max,
+                                        const int32_t* targets, int N, int V, int Vp, int vocab_begin) = 0;
+    /// with the group's sums: losses (N) = log(sum) + row_max - target logit, and when
+    /// dloss != 0 logits become d(dloss * sum losses)/dlogits of this rank's columns (padded
+    /// columns and ignored rows 0). Typed logits as softmax_cross_entropy.
+    virtual void split_cross_entropy(float* losses, ActPtr logits, const float* row_max, const float* sums,
+                                     const int32_t* targets, int N, int V, int Vp, int vocab_begin,
+                                     float dloss) = 0;
 
     /// One AdamW step over n elements: param, m, v updated in place from grad * grad_scale.
     /// weight_decay applies to the whole span (callers split spans by decay mask).

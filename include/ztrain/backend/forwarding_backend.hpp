@@ -121,6 +121,17 @@ class ForwardingBackend : public Backend {
                                float dloss) override {
         m_inner.softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
     }
+    void cross_entropy_row_max(float* row_max, ConstActPtr logits, int N, int V, int Vp) override {
+        m_inner.cross_entropy_row_max(row_max, logits, N, V, Vp);
+    }
+    void cross_entropy_row_sums(float* sums, ConstActPtr logits, const float* row_max, const int32_t* targets, int N,
+                                int V, int Vp, int vocab_begin) override {
+        m_inner.cross_entropy_row_sums(sums, logits, row_max, targets, N, V, Vp, vocab_begin);
+    }
+    void split_cross_entropy(float* losses, ActPtr logits, const float* row_max, const float* sums,
+                             const int32_t* targets, int N, int V, int Vp, int vocab_begin, float dloss) override {
+        m_inner.split_cross_entropy(losses, logits, row_max, sums, targets, N, V, Vp, vocab_begin, dloss);
+    }
 
     // ---- Llama compute ----
     void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,

@@ -84,6 +84,11 @@ class ProfilingBackend final : public ForwardingBackend {
                           int C) override;
     void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp,
                                float dloss) override;
+    void cross_entropy_row_max(float* row_max, ConstActPtr logits, int N, int V, int Vp) override;
+    void cross_entropy_row_sums(float* sums, ConstActPtr logits, const float* row_max, const int32_t* targets, int N,
+                                int V, int Vp, int vocab_begin) override;
+    void split_cross_entropy(float* losses, ActPtr logits, const float* row_max, const float* sums,
+                             const int32_t* targets, int N, int V, int Vp, int vocab_begin, float dloss) override;
     void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weight, int N, int C,
                          float eps) override;
     void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,

@@ -58,7 +58,7 @@ struct LossScaleSetting {
 };
 
 /// parallel.shard_group = node | 0 | N: the ranks that shard the model state together
-/// (parallel/shard_groups.hpp; -1 is "node", the default).
+/// (parallel/device_mesh.hpp; -1 is "node", the default).
 struct ShardGroupSetting {
     int ranks = -1;
 };
@@ -165,6 +165,7 @@ struct ParallelConfig {
     bool comm_thread = true;           ///< host MPI: started collectives run in a communication thread
     int overlap_depth = 0;             ///< units of communication ahead of compute; 0 = the memory plan's choice
     ShardGroupSetting shard_group;     ///< ranks sharding together (node | 0 = all | N)
+    int tensor = 1;                    ///< T: consecutive ranks splitting each layer (tensor parallelism)
 };
 
 struct PrecisionConfig {

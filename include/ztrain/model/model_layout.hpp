@@ -20,6 +20,31 @@
 
 namespace zt {
 
+/// This rank's part of a tensor-parallel model (parallel.tensor, parallel/device_mesh.hpp):
+/// `size` ranks split every block's products, this one holds slice `rank` of each split
+/// tensor. {1, 0}: the whole model.
+struct TensorSplit {
+    int size = 1;
+    int rank = 0;
+};
+
+/// Where a tensor of a split layout lies in the unsplit tensor: dimension `dim` of the
+/// unsplit shape is `blocks` equal blocks (GPT-2's q|k|v rows: 3), each cut into `parts`
+/// equal slices, and this tensor is slice `part` of every block, blocks in order. dim -1:
+/// the whole tensor (replicated over the tensor group: norms, row-parallel biases,
+/// positions).
+struct TensorSlice {
+    int dim = -1;
+    int parts = 1;
+    int part = 0;
+    int blocks = 1;
+    std::vector<size_t> global_shape;  ///< the unsplit tensor's
+    bool split() const { return dim >= 0 && parts > 1; }
+    /// The row-major offset in the unsplit tensor of element i of this slice (of shape
+    /// `local_shape`).
+    size_t global_offset(size_t i, const std::vector<size_t>& local_shape) const;
+};
+
 /// One tensor of the manifest.
 struct ParamSpec {
     std::string name;          ///< Hugging Face names: "h.3.attn.c_attn.weight" (GPT-2),
@@ -31,14 +56,17 @@ struct ParamSpec {
     bool decay = false;        ///< AdamW weight decay applies
     float init_std = 0.f;      ///< normal(0, init_std); 0 means constant init_value
     float init_value = 0.f;
-    size_t global_index = 0;   ///< index of the first element in the model-wide enumeration
-    size_t init_numel = 0;     ///< leading elements that get the init; the rest stay 0
-                               ///< (the padded vocabulary rows of wte)
+    size_t global_index = 0;   ///< index of the unsplit tensor's first element in the
+                               ///< model-wide enumeration (the same for every TensorSplit)
+    size_t init_numel = 0;     ///< leading elements of the unsplit tensor that get the init;
+                               ///< the rest stay 0 (the padded vocabulary rows of wte)
+    TensorSlice slice;         ///< the slice of the unsplit tensor held (dim -1: all of it)
 };
 
 /// Units and the tensor manifest; a pure function of the model config.
 struct ModelLayout {
     ModelConfig model;                ///< the configuration the layout was made from
+    TensorSplit split;                ///< the tensor-parallel part it describes
     std::vector<ParamSpec> params;
     std::vector<size_t> unit_numel;   ///< elements per unit (unpadded)
     size_t total_numel = 0;
@@ -48,14 +76,16 @@ struct ModelLayout {
 };
 
 /// The layout of cfg.arch's family (each family's file lists its tensors: gpt2_block.cpp,
-/// llama_block.cpp).
-ModelLayout make_model_layout(const ModelConfig& cfg);
+/// llama_block.cpp), or of one rank's slices of it under tensor parallelism: column-parallel
+/// matrices (q/k/v, c_fc, gate/up, the embedding and LM head) split by rows, row-parallel
+/// ones (the attention and MLP output projections) by columns, the rest whole.
+ModelLayout make_model_layout(const ModelConfig& cfg, TensorSplit split = {});
 
 /// Fills `out` (unit_numel[unit] floats) with the initial values of that unit: GPT-2 init
 /// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0; Llama:
 /// std 0.02 everywhere, RMSNorm 1, as Hugging Face initializes it) from
-/// a counter-based generator keyed by each element's global index, so every rank and every
-/// strategy computes identical weights.
+/// a counter-based generator keyed by each element's global index (in the unsplit tensor),
+/// so every rank, every strategy and every tensor split computes identical weights.
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out);
 /// Elements [begin, end) of that unit (end <= unit_numel[unit]) into out[0, end - begin):
 /// the same values init_unit gives them, so a unit can be initialized in pieces.

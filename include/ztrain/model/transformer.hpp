@@ -24,6 +24,23 @@ class ActivationArena;
 class ModelFamily;
 struct UnitWeights;
 
+/// The collectives of the tensor group a model runs in (parallel.tensor; Megatron-style
+/// tensor parallelism), implemented over a communicator by the caller: model/ depends on no
+/// communication code. Buffers are backend memory unless said otherwise. Every rank of the
+/// group makes the same calls in the same order; a sum must give every rank the same bits
+/// (the replicated tensors' gradients are computed from it on each rank alike).
+class TensorGroup {
+  public:
+    virtual ~TensorGroup() = default;
+    virtual TensorSplit split() const = 0;
+    /// Sum over the group, in place, in the buffer's dtype.
+    virtual void all_reduce(ActPtr buf, size_t n) = 0;
+    /// Sum or maximum of fp32 values over the group, in place.
+    virtual void all_reduce_floats(float* buf, size_t n, bool max) = 0;
+    /// Host memory: out (size() * n floats) = every rank's n floats, in rank order.
+    virtual void all_gather_host(const float* in, float* out, size_t n) = 0;
+};
+
 /// Tokens at positions position .. position + length - 1, starting at token `offset` of the
 /// flattened (B, T) batch: how a row of packed examples is cut where positions restart.
 struct PositionRun {
@@ -64,8 +81,14 @@ class Transformer {
     /// into one shared set of buffers just before its backward (activation checkpointing:
     /// about one extra forward of compute for ~1/L of the block activations' memory).
     /// Activations in `activation` (set_activation_dtype).
+    /// With a tensor group (null: none) the model is this rank's split of it: its layout is
+    /// make_model_layout(cfg, group->split()), and forward and backward run the group's
+    /// collectives (4 sums of (B, T, C) per block and step: after each row-parallel product
+    /// in forward, before each column-parallel block's input gradient is used in backward;
+    /// one more each way for the embedding and LM head; the cross-entropy's row maxima and
+    /// sums).
     Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false,
-                DType activation = DType::kF32);
+                DType activation = DType::kF32, TensorGroup* tensor = nullptr);
     ~Transformer();
     Transformer(const Transformer&) = delete;
     Transformer& operator=(const Transformer&) = delete;
@@ -93,7 +116,7 @@ class Transformer {
     /// whose target < 0 hold no meaningful value.
     const std::vector<float>& position_losses() const { return m_losses_host; }
     /// Copies logits row `row` (Vp values of the last forward, widened to fp32) into host
-    /// memory at out.
+    /// memory at out. Collective over the tensor group (each rank holds Vp / T of them).
     void logits_row_to_host(int row, float* out) const;
 
     /// Activations and activation gradients stored in `t` (default fp32): the buffers are
@@ -109,11 +132,13 @@ class Transformer {
     /// shape gives a huge number, not an overflow) without allocating: the memory plan's
     /// figure (ActivationCount::bytes of the run's activation dtype). The constructor checks
     /// that it allocated exactly this.
+    /// `tensor`: the ranks of the tensor group (each holds its split's activations).
     static ActivationCount activations(const ModelConfig& cfg, int max_batch, bool recompute,
-                                       size_t attention_scratch_floats);
-    /// Bytes of the token and target copies in backend memory (int32, (B, T) each).
-    static double token_bytes(const ModelConfig& cfg, int max_batch) {
-        return 2.0 * max_batch * cfg.seq_len * sizeof(int32_t);
+                                       size_t attention_scratch_floats, int tensor = 1);
+    /// Bytes of the token and target copies in backend memory (int32, (B, T) each; a third
+    /// with the tokens of this rank's vocabulary slice under tensor parallelism).
+    static double token_bytes(const ModelConfig& cfg, int max_batch, int tensor = 1) {
+        return (tensor > 1 ? 3.0 : 2.0) * max_batch * cfg.seq_len * sizeof(int32_t);
     }
     /// Bytes of the host copies of packed rows' segments a forward over TokenRows keeps for
     /// backward and recompute (position runs and attention starts, (B, T) at most each),
@@ -136,9 +161,17 @@ class Transformer {
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                         float dloss);
 
+    /// The vocabulary-parallel LM head's cross-entropy: the rows' maxima and sums over the
+    /// tensor group, then the losses and dlogits (targets: backend memory).
+    void split_cross_entropy(const int32_t* targets_be, int N, float dloss);
+
     ModelConfig m_cfg;
     Backend& m_backend;
+    TensorGroup* m_tensor = nullptr;
     ModelLayout m_layout;
+    int m_vocab_begin = 0;  ///< the first vocabulary row of this rank's slice
+    int m_vocab_local = 0;  ///< padded vocabulary rows of the slice (Vp / T)
+    int m_vocab_live = 0;   ///< of which real tokens (below vocab_size)
     std::unique_ptr<ActivationArena> m_arena;  // every activation buffer; freed last
     std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch
     int m_max_batch;
@@ -161,6 +194,13 @@ class Transformer {
     // per-row losses read back for the mean (host memory).
     int32_t* m_tokens_be = nullptr;   // (B, T)
     int32_t* m_targets_be = nullptr;  // (B, T)
+    // Tensor parallelism: the tokens as rows of this rank's vocabulary slice (-1: another
+    // rank's), the cross-entropy's row maxima (B, T) and sums of exponentials and target
+    // logits (2, B, T).
+    int32_t* m_slice_tokens_be = nullptr;
+    std::vector<int32_t> m_slice_tokens;
+    float* m_ce_max = nullptr;
+    float* m_ce_sums = nullptr;
     std::vector<float> m_losses_host;  // (B, T)
     ConstActPtr m_head;  // the LM head's matrix (unit 0), held from forward into backward
     bool m_have_dlogits = false;

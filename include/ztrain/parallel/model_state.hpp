@@ -83,7 +83,7 @@ class ModelState : public UnitStore {
     /// Allocates this rank's buffers and initializes them from `seed` (counter-based, see
     /// init_unit: identical weights for every world size and stage).
     /// Hybrid sharding: the state is split over comms.shard (its group) and replicated over
-    /// comms.replica (see parallel/shard_groups.hpp). `overlap_depth` (>= 1): how far
+    /// comms.replica (see parallel/device_mesh.hpp). `overlap_depth` (>= 1): how far
     /// communication runs ahead of compute (StateContext::overlap_depth).
     ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage, size_t bucket_numel,
                uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32, int overlap_depth = 1);
@@ -184,6 +184,13 @@ class ModelState : public UnitStore {
     Backend& m_backend;
     Communicator& m_comm;     // the shard group
     Communicator& m_replica;  // the same shard in the other groups
+    Communicator* m_tensor;   // the tensor group (null: none)
+    /// Under tensor parallelism, the owned segments of split tensors and of the rest (whole
+    /// tensors, identical on every rank of the tensor group, and alignment gaps).
+    std::vector<std::vector<DecaySegment>> m_split_segments;
+    std::vector<std::vector<DecaySegment>> m_whole_segments;
+    /// The global sum of squares of the tensor-parallel state (checked finite when `check`).
+    double tensor_sum_squares(bool check);
     int m_rank;
     DType m_work;
     bool m_last_micro = true;  // the current micro-step is the step's last

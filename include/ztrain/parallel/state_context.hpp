@@ -50,11 +50,15 @@ size_t pooled_peak(int first_unit, int end_unit, size_t live, BytesOf bytes_of) 
 }
 
 /// The communicators a model state works over: `shard`, the ranks its state is split
-/// over (its shard group, parallel/shard_groups.hpp), and `replica`, the ranks holding the
+/// over (its shard group, parallel/device_mesh.hpp), and `replica`, the ranks holding the
 /// same shard in the other groups (size 1 when nothing is replicated).
 struct StateComms {
     Communicator& shard;
     Communicator& replica;
+    /// The tensor group (parallel.tensor > 1; null: none): its ranks hold the other slices
+    /// of the split tensors and the same whole ones, so the gradient norm and the overflow
+    /// verdict are agreed over it too.
+    Communicator* tensor = nullptr;
 };
 
 /// Reductions holding pooled buffers that may be outstanding at once, at an overlap depth

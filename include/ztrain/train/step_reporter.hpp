@@ -14,7 +14,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/clock.hpp"
 #include "ztrain/core/dtype.hpp"
-#include "ztrain/parallel/shard_groups.hpp"
+#include "ztrain/parallel/device_mesh.hpp"
 #include "ztrain/train/metrics.hpp"
 #include "ztrain/train/tensorboard.hpp"
 
@@ -101,6 +101,13 @@ class StepReporter {
     }
     /// Where the ranks are (nodes, groups), for the memory record; call before start().
     void set_rank_layout(const RankLayout& layout) { m_layout = layout; }
+    /// Tensor parallelism: the tensor group's communicator (its bytes also go to comm_bytes'
+    /// `tensor` object) and the data-parallel ranks' (the losses' sums), counted with the
+    /// others; call before the first step.
+    void set_tensor_comms(const Communicator* tensor, const Communicator* data) {
+        m_tensor = tensor;
+        m_data = data;
+    }
 
     /// The memory plan's figures (bytes) and its overlap depth, for the memory record
     /// (predicted_peak, overlap_depth) and the start-up line; call before start().
@@ -160,6 +167,10 @@ class StepReporter {
     const Communicator& m_shard;
     const Communicator& m_replica;
     RankLayout m_layout;
+    const Communicator* m_tensor = nullptr;
+    const Communicator* m_data = nullptr;
+    /// Every communicator whose bytes a step record counts.
+    std::vector<const Communicator*> counted() const;
     const Transformer& m_model;
     ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
     std::chrono::steady_clock::time_point m_run_start;

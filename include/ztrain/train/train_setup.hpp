@@ -14,7 +14,7 @@
 
 #include "ztrain/config/config.hpp"
 #include "ztrain/data/choice_task.hpp"
-#include "ztrain/parallel/shard_groups.hpp"
+#include "ztrain/parallel/device_mesh.hpp"
 #include "ztrain/parallel/state_context.hpp"
 
 namespace zt {
@@ -59,12 +59,20 @@ struct TrainSetup {
     /// `backend` itself when ZT_PROFILE_OPS wrapped it in a ProfilingBackend, else null.
     ProfilingBackend* op_profile = nullptr;
     /// Who is where: nodes, ranks per node, the shard groups and their MPI communicators.
-    std::unique_ptr<ShardGroups> groups;
+    std::unique_ptr<DeviceMesh> groups;
     /// The model state's collectives: inside its shard group, and across the groups (one
     /// rank when nothing is replicated). MPI on host memory on the cpu; on a GPU, device
     /// buffers (NCCL, or host staging where ranks share a GPU).
     std::unique_ptr<Communicator> shard_comm;
     std::unique_ptr<Communicator> replica_comm;
+    /// parallel.tensor > 1: the tensor group's collectives (device buffers on a GPU) and the
+    /// model's face of them; the data-parallel ranks' host communicator (this rank's tensor
+    /// rank), over which the data is split and its scalars (losses, counts) summed. Null
+    /// without tensor parallelism: the data-parallel ranks are then `comm`'s.
+    std::unique_ptr<Communicator> tensor_comm;
+    std::unique_ptr<TensorGroup> tensor_group;
+    std::unique_ptr<Communicator> data_comm;
+    Communicator& data() const { return data_comm ? *data_comm : *comm; }
 
     /// The training and validation files, whichever kind of shard they are.
     std::vector<std::string> train_files() const;
@@ -75,9 +83,15 @@ struct TrainSetup {
     /// (ExampleFeed::describe_units).
     std::string describe_data() const;
 
-    StateComms state_comms() const { return StateComms{*shard_comm, *replica_comm}; }
+    StateComms state_comms() const { return StateComms{*shard_comm, *replica_comm, tensor_comm.get()}; }
     /// Every communicator of the run (per-step accounting, the watchdog).
-    std::vector<Communicator*> all_comms() const { return {comm.get(), shard_comm.get(), replica_comm.get()}; }
+    std::vector<Communicator*> all_comms() const {
+        std::vector<Communicator*> all{comm.get(), shard_comm.get(), replica_comm.get()};
+        for (Communicator* c : {tensor_comm.get(), data_comm.get()}) {
+            if (c != nullptr) all.push_back(c);
+        }
+        return all;
+    }
 };
 
 /// Sets up the communicator, the rank layout (shard groups), the backend choice and the data

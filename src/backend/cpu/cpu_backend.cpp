@@ -336,6 +336,17 @@ class CpuBackend final : public Backend {
                                int Vp, float dloss) override {
         cpu::softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss, m_threads);
     }
+    void cross_entropy_row_max(float* row_max, ConstActPtr logits, int N, int V, int Vp) override {
+        cpu::cross_entropy_row_max(row_max, logits, N, V, Vp, m_threads);
+    }
+    void cross_entropy_row_sums(float* sums, ConstActPtr logits, const float* row_max, const int32_t* targets, int N,
+                                int V, int Vp, int vocab_begin) override {
+        cpu::cross_entropy_row_sums(sums, logits, row_max, targets, N, V, Vp, vocab_begin, m_threads);
+    }
+    void split_cross_entropy(float* losses, ActPtr logits, const float* row_max, const float* sums,
+                             const int32_t* targets, int N, int V, int Vp, int vocab_begin, float dloss) override {
+        cpu::split_cross_entropy(losses, logits, row_max, sums, targets, N, V, Vp, vocab_begin, dloss, m_threads);
+    }
 
   private:
     int m_threads = 1;

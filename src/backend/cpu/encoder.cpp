@@ -18,10 +18,17 @@ void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const 
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
     for (int r = 0; r < rows; ++r) {
         const int t = r % T;
-        const float* e = wte + static_cast<size_t>(tokens[r]) * Cs;
         // A 16-bit out: the fp32 row on the thread's scratch, rounded once into out.
         float* o = out.f32() ? out.as_f32() + static_cast<size_t>(r) * Cs : thread_rows(Cs);
-        if (wpe == nullptr) {
+        const int token = tokens[r];
+        const float* e = token >= 0 ? wte + static_cast<size_t>(token) * Cs : nullptr;
+        if (e == nullptr) {  // another rank's vocabulary: positions only
+            if (wpe == nullptr) {
+                std::memset(o, 0, Cs * sizeof(float));
+            } else {
+                std::memcpy(o, wpe + static_cast<size_t>(t) * Cs, Cs * sizeof(float));
+            }
+        } else if (wpe == nullptr) {
             std::memcpy(o, e, Cs * sizeof(float));
         } else {
             add_kernel(o, e, wpe + static_cast<size_t>(t) * Cs, Cs);
@@ -49,7 +56,7 @@ void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t*
             const size_t at = static_cast<size_t>(r) * C + c0;
             const float* d = dout.f32() ? dout.as_f32() + at : widened;
             if (!dout.f32()) widen(dout, at, w, widened);
-            if (dwte != nullptr) {
+            if (dwte != nullptr && tokens[r] >= 0) {
                 float* g = dwte + static_cast<size_t>(tokens[r]) * C + c0;
                 add_kernel(g, g, d, w);
             }

@@ -165,6 +165,12 @@ void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t*
 /// (losses fp32).
 void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp, float dloss,
                            int threads);
+/// The vocabulary-parallel passes (Backend::cross_entropy_row_max and the two after it).
+void cross_entropy_row_max(float* row_max, ConstActPtr logits, int N, int V, int Vp, int threads);
+void cross_entropy_row_sums(float* sums, ConstActPtr logits, const float* row_max, const int32_t* targets, int N,
+                            int V, int Vp, int vocab_begin, int threads);
+void split_cross_entropy(float* losses, ActPtr logits, const float* row_max, const float* sums,
+                         const int32_t* targets, int N, int V, int Vp, int vocab_begin, float dloss, int threads);
 
 // ---- cast.cpp --------------------------------------------------------------------------
 

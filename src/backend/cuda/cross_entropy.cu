@@ -4,6 +4,11 @@
 // gradient is asked for, an all-zero logits row. A target >= V is reported as zt::Error;
 // the kernel flags it (and leaves that row alone) and the launcher checks the flag. Typed
 // logits through typed.cuh: read as fp32, the gradient rounded once; losses stay fp32.
+//
+// The vocabulary-parallel form (tensor parallelism) splits the same computation into three
+// kernels around the group's reductions, one block a row each: the row maximum over this
+// slice's real columns, then the slice's sum of exp(logit - max) and its share of the
+// target logit, then the losses and the gradient from the group's totals.
 #include "cuda_check.cuh"
 #include "ops.cuh"
 #include "typed.cuh"
@@ -65,6 +70,71 @@ __global__ void cross_entropy_kernel(float* losses, typename A::Dst logits, cons
     }
 }
 
+/// row_max[r] = the maximum of row r's first V columns (-inf where V = 0).
+template <typename A>
+__global__ void ce_row_max_kernel(float* row_max, typename A::Src logits, int V, int Vp) {
+    __shared__ float shared[kCeWarps];
+    const int r = blockIdx.x;
+    const size_t row = static_cast<size_t>(r) * Vp;
+    float maxv = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) maxv = fmaxf(maxv, logits[row + i]);
+    maxv = block_reduce<true>(maxv, shared);
+    if (threadIdx.x == 0) row_max[r] = maxv;
+}
+
+/// sums[r] = sum over row r's first V columns of exp(logit - row_max[r]); sums[N + r] = the
+/// target's logit when this slice holds it (column target - vocab_begin in [0, V)), else 0.
+template <typename A>
+__global__ void ce_row_sums_kernel(float* sums, typename A::Src logits, const float* row_max, const int32_t* targets,
+                                   int N, int V, int Vp, int vocab_begin) {
+    __shared__ float shared[kCeWarps];
+    const int r = blockIdx.x;
+    const size_t row = static_cast<size_t>(r) * Vp;
+    const float m = row_max[r];
+    float sum = 0.f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(logits[row + i] - m);
+    sum = block_reduce<false>(sum, shared);
+    if (threadIdx.x == 0) {
+        const int target = targets[r];
+        const int local = target - vocab_begin;
+        sums[r] = sum;
+        sums[N + r] = target >= 0 && local >= 0 && local < V ? logits[row + local] : 0.f;
+    }
+}
+
+/// losses[r] = log(sums[r]) + row_max[r] - sums[N + r] (0 for an ignored row); dloss != 0:
+/// row r becomes dloss * (softmax - onehot) over this slice's columns, padded columns and
+/// ignored rows 0. Each thread reads and writes only its own columns: no barrier needed.
+template <typename A>
+__global__ void ce_split_kernel(float* losses, typename A::Dst logits, const float* row_max, const float* sums,
+                                const int32_t* targets, int N, int V, int Vp, int vocab_begin, float dloss) {
+    const int r = blockIdx.x;
+    const size_t row = static_cast<size_t>(r) * Vp;
+    const int target = targets[r];
+    if (target < 0) {
+        if (threadIdx.x == 0) losses[r] = 0.f;
+        if (dloss != 0.f) {
+            for (int i = threadIdx.x; i < Vp; i += blockDim.x) logits.store(row + i, 0.f);
+        }
+        return;
+    }
+    const float m = row_max[r];
+    const float sum = sums[r];
+    if (threadIdx.x == 0) losses[r] = (m - sums[N + r]) + logf(sum);
+    if (dloss == 0.f) return;
+    const float scale = dloss / sum;
+    const int local = target - vocab_begin;
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+        float g = 0.f;
+        if (i < V) g = expf(logits.load(row + i) - m) * scale - (i == local ? dloss : 0.f);
+        logits.store(row + i, g);
+    }
+}
+
+void require_split_shape(int V, int Vp) {
+    ZT_REQUIRE(V >= 0 && V <= Vp, "cross-entropy: need 0 <= V <= Vp (V=", V, ", Vp=", Vp, ")");
+}
+
 }  // namespace
 
 void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp,
@@ -89,6 +159,42 @@ void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets,
         ZT_REQUIRE(bad == kNoBadRow, "cross-entropy: target ", target, " of row ", bad,
                    " is not below the vocabulary size ", V);
     }
+}
+
+void cross_entropy_row_max(float* row_max, ConstActPtr logits, int N, int V, int Vp, cudaStream_t stream) {
+    require_split_shape(V, Vp);
+    if (N <= 0) return;
+    with_access({logits.dtype}, [&](auto access) {
+        using A = decltype(access);
+        ce_row_max_kernel<A><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(row_max, typename A::Src(logits), V,
+                                                                                 Vp);
+        ZT_KERNEL_CHECK("cross_entropy_row_max");
+    });
+}
+
+void cross_entropy_row_sums(float* sums, ConstActPtr logits, const float* row_max, const int32_t* targets, int N,
+                            int V, int Vp, int vocab_begin, cudaStream_t stream) {
+    require_split_shape(V, Vp);
+    if (N <= 0) return;
+    with_access({logits.dtype}, [&](auto access) {
+        using A = decltype(access);
+        ce_row_sums_kernel<A><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+            sums, typename A::Src(logits), row_max, targets, N, V, Vp, vocab_begin);
+        ZT_KERNEL_CHECK("cross_entropy_row_sums");
+    });
+}
+
+void split_cross_entropy(float* losses, ActPtr logits, const float* row_max, const float* sums,
+                         const int32_t* targets, int N, int V, int Vp, int vocab_begin, float dloss,
+                         cudaStream_t stream) {
+    require_split_shape(V, Vp);
+    if (N <= 0) return;
+    with_access({logits.dtype}, [&](auto access) {
+        using A = decltype(access);
+        ce_split_kernel<A><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+            losses, typename A::Dst(logits), row_max, sums, targets, N, V, Vp, vocab_begin, dloss);
+        ZT_KERNEL_CHECK("split_cross_entropy");
+    });
 }
 
 }  // namespace zt::cuda

@@ -5,6 +5,9 @@
 // host (B*T ints, once per backward), bucketed by token there, and one block per distinct
 // token adds its rows in ascending row order: the same order as the CPU twin, so the two
 // agree bit for bit. dwpe sums over the batch with one thread per (t, c), b in order.
+// A token < 0 (another rank's vocabulary slice under tensor parallelism) has no wte row:
+// its out row is wpe[t] alone (zeros without wpe), and it is left out of the buckets, so
+// it adds nothing to dwte (its dout still goes into dwpe).
 // Typed out / dout through typed.cuh (the tables and their gradients stay fp32).
 #include "cuda_check.cuh"
 #include "ops.cuh"
@@ -23,7 +26,12 @@ __global__ void encoder_forward_kernel(typename A::Dst out, const int32_t* token
     const int r = static_cast<int>(i / C);
     const int c = static_cast<int>(i % C);
     const int t = r % T;
-    const float e = wte[static_cast<size_t>(tokens[r]) * C + c];
+    const int token = tokens[r];
+    if (token < 0) {  // another rank's vocabulary: the position row alone
+        out.store(i, wpe != nullptr ? wpe[static_cast<size_t>(t) * C + c] : 0.f);
+        return;
+    }
+    const float e = wte[static_cast<size_t>(token) * C + c];
     out.store(i, wpe != nullptr ? e + wpe[static_cast<size_t>(t) * C + c] : e);
 }
 
@@ -83,22 +91,28 @@ void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t*
     ZT_CUDA_CHECK(cudaMemcpyAsync(host.tokens.data(), tokens, static_cast<size_t>(N) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
-    // Rows sorted by (token, row): a stable sort keeps each bucket's rows ascending.
-    std::vector<int32_t> order(static_cast<size_t>(N));
-    for (int r = 0; r < N; ++r) order[static_cast<size_t>(r)] = r;
+    // The rows with a token of this rank's vocabulary (>= 0), sorted by (token, row): a
+    // stable sort keeps each bucket's rows ascending.
+    std::vector<int32_t> order;
+    order.reserve(static_cast<size_t>(N));
+    for (int r = 0; r < N; ++r) {
+        if (host.tokens[static_cast<size_t>(r)] >= 0) order.push_back(r);
+    }
+    if (order.empty()) return;  // every token on another rank: no bucket (a zero grid is a launch error)
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
         return host.tokens[static_cast<size_t>(a)] < host.tokens[static_cast<size_t>(b)];
     });
+    const int rows = static_cast<int>(order.size());
     std::vector<int32_t> offsets;
     std::vector<int32_t> bucket_token;
-    for (int j = 0; j < N; ++j) {
+    for (int j = 0; j < rows; ++j) {
         const int32_t tok = host.tokens[static_cast<size_t>(order[static_cast<size_t>(j)])];
         if (j == 0 || tok != bucket_token.back()) {
             offsets.push_back(j);
             bucket_token.push_back(tok);
         }
     }
-    offsets.push_back(N);
+    offsets.push_back(rows);
     const size_t nb = bucket_token.size();
     host.index.clear();
     host.index.insert(host.index.end(), offsets.begin(), offsets.end());

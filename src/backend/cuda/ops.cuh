@@ -197,7 +197,7 @@ void encoder_forward(ActPtr out, const int32_t* tokens, const float* wte, const 
 /// Host-side state of the deterministic dwte scatter (tokens bucketed on the host).
 struct EncoderScratch {
     std::vector<int32_t> tokens;  ///< host copy of the batch's tokens
-    std::vector<int32_t> index;   ///< [bucket offsets (nb + 1) | bucket token (nb) | rows (N)]
+    std::vector<int32_t> index;   ///< [bucket offsets (nb + 1) | bucket token (nb) | rows (token >= 0)]
 };
 void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T, int C,
                       EncoderScratch& host, Workspace& ws, cudaStream_t stream);
@@ -208,6 +208,20 @@ void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t*
 /// bad target as zt::Error, as the CPU twin does.
 void softmax_cross_entropy(float* losses, ActPtr logits, const int32_t* targets, int N, int V, int Vp,
                            float dloss, int* flag, cudaStream_t stream);
+
+/// The vocabulary-parallel passes of backend.hpp (a rank's Vp columns from vocab_begin, the
+/// first V real; 0 <= V <= Vp). row_max (N): each row's maximum over its real columns
+/// (-inf where V = 0).
+void cross_entropy_row_max(float* row_max, ConstActPtr logits, int N, int V, int Vp, cudaStream_t stream);
+/// sums (2, N): [sum of exp(logit - row_max) over real columns | target logit where this
+/// slice holds it, else 0], with the group's row_max.
+void cross_entropy_row_sums(float* sums, ConstActPtr logits, const float* row_max, const int32_t* targets, int N,
+                            int V, int Vp, int vocab_begin, cudaStream_t stream);
+/// losses (N) from the group's row_max and sums; dloss != 0: logits become this slice's
+/// gradient (padded columns and ignored rows 0), rounded once.
+void split_cross_entropy(float* losses, ActPtr logits, const float* row_max, const float* sums,
+                         const int32_t* targets, int N, int V, int Vp, int vocab_begin, float dloss,
+                         cudaStream_t stream);
 
 // ---- cast.cu --------------------------------------------------------------------------
 

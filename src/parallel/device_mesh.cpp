@@ -1,5 +1,5 @@
-// Shard groups and the rank layout (see include/ztrain/parallel/shard_groups.hpp).
-#include "ztrain/parallel/shard_groups.hpp"
+// Shard groups and the rank layout (see include/ztrain/parallel/device_mesh.hpp).
+#include "ztrain/parallel/device_mesh.hpp"
 
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
@@ -13,6 +13,12 @@ std::string RankLayout::describe() const {
                  "/node");
     } else {
         s += str(nodes, " nodes with different numbers of ranks");
+    }
+    if (tensor > 1) {
+        s += str("; tensor ", tensor, " x shard ", shard_group, " x replica ", replicas);
+        if (!tensor_within_nodes) s += ", tensor groups span nodes";
+        if (!groups_within_nodes) s += ", shard groups span nodes";
+        return s;
     }
     s += str("; shard groups of ", shard_group, shard_group == 1 ? " rank" : " ranks", " (", replicas,
              replicas == 1 ? " replica" : " replicas", ")");
@@ -55,14 +61,21 @@ int all_reduce_int(int v, MPI_Op op, MPI_Comm comm) {
 
 }  // namespace
 
-ShardGroups::ShardGroups(MPI_Comm world, int setting, int zero_stage) {
+DeviceMesh::DeviceMesh(MPI_Comm world, int tensor, int setting, int zero_stage) {
     RankLayout& L = m_layout;
+    if (tensor < 1) throw InputError(str("parallel.tensor = ", tensor, ": expected a number of ranks >= 1"));
     if (world == MPI_COMM_NULL) {
+        if (tensor != 1) {
+            throw InputError(str("parallel.tensor = ", tensor, ": must divide the number of ranks (1)"));
+        }
         resolve_shard_group(setting, 1, 1, zero_stage);  // the same checks as with MPI
         return;
     }
     ZT_MPI_CHECK(MPI_Comm_rank(world, &L.world_rank));
     ZT_MPI_CHECK(MPI_Comm_size(world, &L.world_size));
+    if (L.world_size % tensor != 0) {
+        throw InputError(str("parallel.tensor = ", tensor, ": must divide the number of ranks (", L.world_size, ")"));
+    }
     const NodeComm node(world);
     L.local_rank = node.rank();
     L.local_size = node.size();
@@ -70,22 +83,37 @@ ShardGroups::ShardGroups(MPI_Comm world, int setting, int zero_stage) {
     const int min_local = all_reduce_int(L.local_size, MPI_MIN, world);
     const int max_local = all_reduce_int(L.local_size, MPI_MAX, world);
     L.ranks_per_node = min_local == max_local ? min_local : 0;
-    L.shard_group = resolve_shard_group(setting, L.world_size, L.ranks_per_node, zero_stage, &m_note);
-    L.replicas = L.world_size / L.shard_group;
+
+    // Tensor groups: T consecutive world ranks. The data-parallel ranks: one tensor rank.
+    L.tensor = tensor;
+    L.tensor_rank = L.world_rank % tensor;
+    L.data_size = L.world_size / tensor;
+    L.data_rank = L.world_rank / tensor;
+    if (tensor > 1) {
+        ZT_MPI_CHECK(MPI_Comm_split(world, L.data_rank, L.world_rank, &m_tensor));
+        const NodeComm tensor_node(m_tensor);
+        L.tensor_within_nodes = all_reduce_int(tensor_node.size() == tensor ? 1 : 0, MPI_MIN, world) == 1;
+    }
+    ZT_MPI_CHECK(MPI_Comm_split(world, L.tensor_rank, L.world_rank, &m_data));
+
+    // Shard groups among the data-parallel ranks; a node holds ranks_per_node / T of them.
+    const int data_per_node = L.ranks_per_node > 0 && L.ranks_per_node % tensor == 0 ? L.ranks_per_node / tensor : 0;
+    L.shard_group = resolve_shard_group(setting, L.data_size, data_per_node, zero_stage, &m_note);
+    L.replicas = L.data_size / L.shard_group;
 
     // The default groups are the nodes (whatever the placement of ranks); explicit sizes take
-    // consecutive world ranks. Colour = the group's lowest world rank, so group order follows
+    // consecutive data ranks. Colour = the group's lowest world rank, so group order follows
     // world rank order either way.
-    int color = L.world_rank / L.shard_group * L.shard_group;
-    if (setting == kShardGroupNode && zero_stage > 0 && L.shard_group == L.ranks_per_node) {
+    int color = L.data_rank / L.shard_group * L.shard_group * tensor;
+    if (setting == kShardGroupNode && zero_stage > 0 && L.shard_group == data_per_node) {
         color = all_reduce_int(L.world_rank, MPI_MIN, node.get());
     }
-    ZT_MPI_CHECK(MPI_Comm_split(world, color, L.world_rank, &m_shard));
+    ZT_MPI_CHECK(MPI_Comm_split(m_data, color, L.world_rank, &m_shard));
     ZT_MPI_CHECK(MPI_Comm_rank(m_shard, &L.shard_rank));
     int got = 0;
     ZT_MPI_CHECK(MPI_Comm_size(m_shard, &got));
     ZT_REQUIRE(got == L.shard_group, "shard group of ", got, " ranks, expected ", L.shard_group);
-    ZT_MPI_CHECK(MPI_Comm_split(world, L.shard_rank, L.world_rank, &m_replica));
+    ZT_MPI_CHECK(MPI_Comm_split(m_data, L.shard_rank, L.world_rank, &m_replica));
     ZT_MPI_CHECK(MPI_Comm_rank(m_replica, &L.replica));
     ZT_MPI_CHECK(MPI_Comm_size(m_replica, &got));
     ZT_REQUIRE(got == L.replicas, "replica group of ", got, " ranks, expected ", L.replicas);
@@ -96,12 +124,13 @@ ShardGroups::ShardGroups(MPI_Comm world, int setting, int zero_stage) {
     L.groups_within_nodes = all_reduce_int(group_node.size() == L.shard_group ? 1 : 0, MPI_MIN, world) == 1;
 }
 
-ShardGroups::~ShardGroups() {
+DeviceMesh::~DeviceMesh() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
-    if (m_shard != MPI_COMM_NULL) MPI_Comm_free(&m_shard);
-    if (m_replica != MPI_COMM_NULL) MPI_Comm_free(&m_replica);
+    for (MPI_Comm* c : {&m_shard, &m_replica, &m_tensor, &m_data}) {
+        if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    }
 }
 
 }  // namespace zt
