@@ -150,8 +150,8 @@ void prune(const SaveTarget& t, int keep) {
 /// on rank 0 meta.h5, the renames, `latest` and pruning. Each phase ends in an agreement.
 /// `pacer` (may be null) paces the shard's data pass.
 CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step, const ShardPlan& plan,
-                                         int shard_rank, bool writes, ShardSource& src, nlohmann::json meta,
-                                         Communicator& comm, int keep, WritePacer* pacer) {
+                                         int shard_rank, bool writes, TensorSplit split, ShardSource& src,
+                                         nlohmann::json meta, Communicator& comm, int keep, WritePacer* pacer) {
     silence_hdf5();
     const int rank = comm.rank();
     const SaveTarget target = save_target(ckpt_dir, step);
@@ -162,7 +162,8 @@ CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step,
     });
     const double prepare_s = seconds_since(t0);
     ShardRecord mine;
-    agree_on_manifest(comm, [&] { mine = write_shard(target, plan, src, shard_rank, writes, report, pacer); });
+    agree_on_manifest(comm,
+                      [&] { mine = write_shard(target, plan, src, shard_rank, writes, split, report, pacer); });
     if (pacer) pacer->end();
     t0 = std::chrono::steady_clock::now();
     std::vector<ShardRecord> records(static_cast<size_t>(comm.size()));
@@ -171,7 +172,7 @@ CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step,
     uint64_t meta_bytes = 0;
     agree_on_manifest(comm, [&] {
         if (rank != 0) return;
-        meta["shards"] = shard_manifest(plan, records);
+        meta["shards"] = shard_manifest(plan, records, split.size);
         write_meta(target.partial, meta);
         meta_bytes = static_cast<uint64_t>(fs::file_size(fs::path(target.partial) / kMetaFile));
         const std::string replaced = move_into_place(target);
@@ -193,17 +194,17 @@ CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, ModelState& 
                                        const CheckpointRecord& record, int keep) {
     LiveStateSource src(state);
     const ShardPlan& plan = state.shard_plan();
-    return publish_checkpoint(ckpt_dir, record.progress.step, plan, state.shard_rank(), state.replica() == 0, src,
-                              make_meta_base(layout_meta(state.layout()), state, record), comm, keep,
-                              nullptr);  // a synchronous save is never paced
+    return publish_checkpoint(ckpt_dir, record.progress.step, plan, state.shard_rank(), state.replica() == 0,
+                              state.layout().split, src, make_meta_base(layout_meta(state.layout()), state, record),
+                              comm, keep, nullptr);  // a synchronous save is never paced
 }
 
 CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, const CheckpointSnapshot& snapshot,
                                        Communicator& comm, int keep, WritePacer* pacer) {
     ZT_REQUIRE(snapshot.step() >= 0, "write_checkpoint: the snapshot was never captured");
     SnapshotSource src(snapshot);
-    return publish_checkpoint(ckpt_dir, snapshot.step(), snapshot.plan(), snapshot.rank(), snapshot.writes(), src,
-                              snapshot.meta_base(), comm, keep, pacer);
+    return publish_checkpoint(ckpt_dir, snapshot.step(), snapshot.plan(), snapshot.rank(), snapshot.writes(),
+                              snapshot.split(), src, snapshot.meta_base(), comm, keep, pacer);
 }
 
 std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,

@@ -24,9 +24,15 @@ inline std::string checksum_line(uint64_t meta_hash) {
     return buf;
 }
 
-inline std::string shard_file_name(int rank, int world) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d.h5", rank, world);
+/// Shard `rank` of a group of `world`; under tensor parallelism (tensor > 1) the file of
+/// one tensor rank's slices.
+inline std::string shard_file_name(int rank, int world, int tensor_rank = 0, int tensor = 1) {
+    char buf[96];
+    if (tensor > 1) {
+        std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d_tensor_%03d_of_%03d.h5", rank, world, tensor_rank, tensor);
+    } else {
+        std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d.h5", rank, world);
+    }
     return buf;
 }
 

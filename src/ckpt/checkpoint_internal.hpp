@@ -147,12 +147,14 @@ struct ShardRecord {
     uint64_t fnv = 0;
     uint64_t written = 0;     // 1 if this rank wrote a file
     uint64_t shard_rank = 0;  // whose shard it is (the file's index)
+    uint64_t tensor_rank = 0; // the tensor rank whose slices it holds
 };
 
 /// This rank's shard file: master, adam_m and adam_v of every range it is the primary owner
 /// of, read from `src`. Times its phases into `report`.
+/// `split`: the tensor slices the state holds (their file of the group).
 ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource& src, int rank, bool writes,
-                        CheckpointWriteReport& report, WritePacer* pacer);
+                        TensorSplit split, CheckpointWriteReport& report, WritePacer* pacer);
 
 // ---------------------------------------------------------------------------------------
 // The manifest (checkpoint_manifest.cpp)
@@ -161,7 +163,8 @@ ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource&
 /// meta_json's tensor list: name, unit, offset and shape of every parameter.
 nlohmann::json layout_json(const ModelLayout& layout);
 
-/// The manifest fields that describe the model: fixed for a run.
+/// The manifest fields that describe the model: fixed for a run. A split layout's are the
+/// unsplit model's, with `tensor`: T.
 nlohmann::json layout_meta(const ModelLayout& layout);
 
 /// meta_json (fields: checkpoint.hpp) without its shard list.
@@ -170,8 +173,9 @@ nlohmann::json layout_meta(const ModelLayout& layout);
 nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelState& state,
                               const CheckpointRecord& record);
 
-/// The manifest's shard list: every written file with its size, hash and ranges.
-nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardRecord>& records);
+/// The manifest's shard list: every written file with its size, hash and ranges (of the
+/// tensor slices' layout, with its tensor rank, when `tensor` > 1).
+nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardRecord>& records, int tensor);
 
 /// meta.h5 (meta_json chunked with Fletcher32) and CHECKSUM, both fsynced with their directory.
 void write_meta(const std::string& dir, const nlohmann::json& meta);

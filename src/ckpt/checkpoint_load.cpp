@@ -17,8 +17,11 @@ using namespace ckpt_impl;
 
 namespace {
 
-/// The checkpoint's model must be this one: same units, same tensors at the same places.
-void require_same_model(const CheckpointReader& reader, const ModelLayout& layout) {
+/// The checkpoint's model must be this one: same units, same tensors at the same places (in
+/// the unsplit layout: a checkpoint of any tensor split loads at any other).
+void require_same_model(const CheckpointReader& reader, const ModelLayout& state_layout) {
+    const ModelLayout layout =
+        state_layout.split.size > 1 ? make_model_layout(state_layout.model) : state_layout;
     const nlohmann::json& meta = reader.meta();
     const std::string meta_file = reader.meta_file();
     const auto units = meta.at("units").get<std::vector<size_t>>();
@@ -59,6 +62,7 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     record.config_ini = meta.value("config_ini", std::string());
     record.world_size = meta.value("world_size", 0);
     record.shard_group = meta.value("shard_group", record.world_size);
+    record.tensor = meta.value("tensor", 1);
     record.zero_stage = meta.value("zero_stage", -1);
     record.inputs = meta.value("inputs", nlohmann::json());
     return record;
@@ -74,7 +78,7 @@ void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
         for (int which = 0; which < 3; ++which) {
             for (size_t at = r.begin; at < r.end; at += kStageFloats) {
                 const size_t end = std::min(r.end, at + kStageFloats);
-                reader.read(u, at, end, kStateDatasets[static_cast<size_t>(which)], stage.data());
+                reader.read(state.layout(), u, at, end, kStateDatasets[static_cast<size_t>(which)], stage.data());
                 state.copy_from_host(state_buffer(state, u, which) + at, stage.data(), end - at);
             }
         }

@@ -47,15 +47,17 @@ nlohmann::json layout_json(const ModelLayout& layout) {
     return tensors;
 }
 
-nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardRecord>& records) {
-    // Records come in world-rank order, files in shard-rank order (the same order unless
-    // the groups are the nodes and ranks are placed round-robin).
+nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardRecord>& records, int tensor) {
+    // Records come in world-rank order, files in tensor-rank then shard-rank order (the same
+    // order unless the groups are the nodes and ranks are placed round-robin). Every tensor
+    // rank's slices have the same layout sizes, so one plan gives every file's ranges.
     std::vector<ShardRecord> written;
     for (const ShardRecord& rec : records) {
         if (rec.written) written.push_back(rec);
     }
-    std::sort(written.begin(), written.end(),
-              [](const ShardRecord& a, const ShardRecord& b) { return a.shard_rank < b.shard_rank; });
+    std::sort(written.begin(), written.end(), [](const ShardRecord& a, const ShardRecord& b) {
+        return a.tensor_rank != b.tensor_rank ? a.tensor_rank < b.tensor_rank : a.shard_rank < b.shard_rank;
+    });
     nlohmann::json shard_list = nlohmann::json::array();
     for (const ShardRecord& rec : written) {
         const int r = static_cast<int>(rec.shard_rank);
@@ -64,8 +66,11 @@ nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardReco
             const ElementRange range = plan.primary_range(u, r);
             if (!range.empty()) units.push_back({{"unit", u}, {"begin", range.begin}, {"end", range.end}});
         }
-        shard_list.push_back({{"file", shard_file_name(r, plan.world_size())}, {"rank", r}, {"bytes", rec.bytes},
-                              {"hash64", rec.fnv}, {"units", units}});
+        const int t = static_cast<int>(rec.tensor_rank);
+        nlohmann::json entry = {{"file", shard_file_name(r, plan.world_size(), t, tensor)}, {"rank", r},
+                                {"bytes", rec.bytes}, {"hash64", rec.fnv}, {"units", units}};
+        if (tensor > 1) entry["tensor_rank"] = t;
+        shard_list.push_back(std::move(entry));
     }
     return shard_list;
 }
@@ -73,8 +78,13 @@ nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardReco
 nlohmann::json layout_meta(const ModelLayout& layout) {
     nlohmann::json meta;
     meta["model"] = model_record(layout.model);
-    meta["units"] = layout.unit_numel;
-    meta["tensors"] = layout_json(layout);
+    // Tensor-parallel checkpoints describe the unsplit model: every tool reads them in its
+    // layout (CheckpointReader maps the slices), and they load at any T.
+    const int tensor = layout.split.size;
+    const ModelLayout whole = tensor > 1 ? make_model_layout(layout.model) : ModelLayout{};
+    meta["units"] = tensor > 1 ? whole.unit_numel : layout.unit_numel;
+    meta["tensors"] = layout_json(tensor > 1 ? whole : layout);
+    if (tensor > 1) meta["tensor"] = tensor;
     return meta;
 }
 
@@ -89,7 +99,7 @@ nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelSt
     meta["applied_steps"] = progress.applied_steps;
     meta["samples_seen"] = progress.samples_seen;
     meta["tokens_seen"] = progress.tokens_seen;
-    meta["world_size"] = group * state.replicas();
+    meta["world_size"] = group * state.replicas() * state.layout().split.size;
     meta["shard_group"] = group;
     meta["zero_stage"] = state.zero_stage();
     meta["dtype"] = record.dtype;

@@ -14,6 +14,7 @@
 
 #include "checkpoint_format.hpp"
 #include "hdf5_util.hpp"
+#include "model_record.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace fs = std::filesystem;
@@ -198,11 +199,17 @@ std::string newest_complete_checkpoint(const std::string& path) {
 
 CheckpointReader::CheckpointReader(const std::string& step_dir)
     : m_dir(step_dir), m_meta(read_checkpoint_meta(step_dir)) {
-    // Every range names a unit of the model: read() and the callers index unit tables with it.
+    // Every range names a unit of the model: read() and the callers index unit tables with it;
+    // every file a tensor rank of the split.
     try {
+        m_tensor = m_meta.value("tensor", 1);
+        if (m_tensor < 1 || m_tensor > (1 << 16)) throw InputError(str(meta_file(), ": tensor ", m_tensor));
+        m_parts.resize(static_cast<size_t>(m_tensor));
         const size_t num_units = m_meta.at("units").size();
         for (const auto& shard : m_meta.at("shards")) {
             const std::string file = shard_path(m_dir, shard);
+            const int t = shard.value("tensor_rank", 0);
+            if (t < 0 || t >= m_tensor) throw InputError(str(file, ": tensor rank ", t, " of ", m_tensor));
             for (const auto& r : shard.at("units")) {
                 const int u = r.at("unit").get<int>();
                 if (u < 0 || static_cast<size_t>(u) >= num_units) throw InputError(str(file, ": unit ", u, " out of range"));
@@ -213,11 +220,95 @@ CheckpointReader::CheckpointReader(const std::string& step_dir)
     }
 }
 
-std::string CheckpointReader::meta_file() const { return (fs::path(m_dir) / kMetaFile).string(); }
+const ModelLayout& CheckpointReader::whole() {
+    if (!m_whole) {
+        m_whole = std::make_unique<ModelLayout>(make_model_layout(recorded_model(m_meta, meta_file())));
+        ZT_INPUT_CHECK(m_whole->unit_numel == m_meta.at("units").get<std::vector<size_t>>(), meta_file(),
+                       ": the recorded model's layout differs from the manifest's units");
+    }
+    return *m_whole;
+}
+
+const ModelLayout& CheckpointReader::written_part(int r) {
+    std::unique_ptr<ModelLayout>& p = m_parts[static_cast<size_t>(r)];
+    if (!p) p = std::make_unique<ModelLayout>(make_model_layout(whole().model, TensorSplit{m_tensor, r}));
+    return *p;
+}
+
+namespace {
+
+/// A piece of a read: `length` elements from `from` in the source's coordinates to `to` in
+/// the destination's.
+struct Piece {
+    size_t from = 0;
+    size_t to = 0;
+    size_t length = 0;
+};
+
+/// The parts of `runs` inside [begin, end) of one side's coordinates (`local_side`: the
+/// runs' local ones, else their whole ones), as pieces from the other side to this one.
+std::vector<Piece> pieces_within(const std::vector<SliceRun>& runs, size_t begin, size_t end, bool local_side) {
+    std::vector<Piece> out;
+    for (const SliceRun& r : runs) {
+        const size_t at = local_side ? r.local : r.whole;
+        const size_t other = local_side ? r.whole : r.local;
+        const size_t lo = std::max(at, begin);
+        const size_t hi = std::min(at + r.length, end);
+        if (hi > lo) out.push_back({other + (lo - at), lo, hi - lo});
+    }
+    return out;
+}
+
+/// Reads the span of `pieces`' sources with `read_span` (begin, end, buffer) and copies each
+/// piece to out (indexed from `out_begin`).
+template <typename ReadSpan>
+void gather_pieces(const std::vector<Piece>& pieces, size_t out_begin, float* out, ReadSpan read_span) {
+    if (pieces.empty()) return;
+    size_t lo = SIZE_MAX;
+    size_t hi = 0;
+    for (const Piece& p : pieces) {
+        lo = std::min(lo, p.from);
+        hi = std::max(hi, p.from + p.length);
+    }
+    std::vector<float> span(hi - lo);
+    read_span(lo, hi, span.data());
+    for (const Piece& p : pieces) std::copy_n(span.data() + (p.from - lo), p.length, out + (p.to - out_begin));
+}
+
+}  // namespace
 
 void CheckpointReader::read(int unit, size_t begin, size_t end, const char* which, float* out) {
+    if (m_tensor == 1) {
+        read_written(0, unit, begin, end, which, out);
+        return;
+    }
+    // Each tensor rank's slices, mapped into the unsplit unit; alignment gaps are zero.
+    std::fill(out, out + (end - begin), 0.f);
+    for (int r = 0; r < m_tensor; ++r) {
+        const std::vector<Piece> pieces = pieces_within(slice_runs(written_part(r), whole(), unit), begin, end, false);
+        gather_pieces(pieces, begin, out,
+                      [&](size_t lo, size_t hi, float* buf) { read_written(r, unit, lo, hi, which, buf); });
+    }
+}
+
+void CheckpointReader::read(const ModelLayout& part, int unit, size_t begin, size_t end, const char* which,
+                            float* out) {
+    if (part.split.size == m_tensor) {
+        read_written(part.split.rank, unit, begin, end, which, out);
+        return;
+    }
+    std::fill(out, out + (end - begin), 0.f);
+    const std::vector<Piece> pieces = pieces_within(slice_runs(part, whole(), unit), begin, end, true);
+    gather_pieces(pieces, begin, out, [&](size_t lo, size_t hi, float* buf) { read(unit, lo, hi, which, buf); });
+}
+
+std::string CheckpointReader::meta_file() const { return (fs::path(m_dir) / kMetaFile).string(); }
+
+void CheckpointReader::read_written(int tensor_rank, int unit, size_t begin, size_t end, const char* which,
+                                    float* out) {
     size_t covered = 0;
     for (const auto& shard : m_meta["shards"]) {
+        if (shard.value("tensor_rank", 0) != tensor_rank) continue;
         const std::string file = shard_path(m_dir, shard);
         for (const auto& r : shard.at("units")) {
             if (r.at("unit").get<int>() != unit) continue;
@@ -240,8 +331,9 @@ void CheckpointReader::read(int unit, size_t begin, size_t end, const char* whic
         }
     }
     if (covered != end - begin) {
-        throw InputError(str(m_dir, ": the shards cover ", covered, " of elements [", begin, ", ", end, ") of unit ",
-                             unit, " (shard files missing from the list?)"));
+        throw InputError(str(m_dir, ": the shards", m_tensor > 1 ? str(" of tensor rank ", tensor_rank) : "",
+                             " cover ", covered, " of elements [", begin, ", ", end, ") of unit ", unit,
+                             " (shard files missing from the list?)"));
     }
 }
 

@@ -31,6 +31,7 @@ CheckpointSnapshot::CheckpointSnapshot(const ModelState& state)
     : m_plan(std::make_unique<ShardPlan>(state.shard_plan())),
       m_rank(state.shard_rank()),
       m_writes(state.replica() == 0),
+      m_split(state.layout().split),
       m_state(state) {
     m_unit_offset.resize(static_cast<size_t>(m_plan->num_units()));
     for (int u = 0; u < m_plan->num_units(); ++u) {

@@ -330,10 +330,11 @@ std::vector<DataRegion> write_shard_structure(const std::string& file, const Sha
 namespace ckpt_impl {
 
 ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource& src, int rank, bool writes,
-                        CheckpointWriteReport& report, WritePacer* pacer) {
+                        TensorSplit split, CheckpointWriteReport& report, WritePacer* pacer) {
     const int world = plan.world_size();
     if (!writes || !plan.is_primary(rank)) return ShardRecord{};
-    const std::string file = (fs::path(t.partial) / shard_file_name(rank, world)).string();
+    const std::string file =
+        (fs::path(t.partial) / shard_file_name(rank, world, split.rank, split.size)).string();
     uint64_t payload = 0;
     for (int u = 0; u < plan.num_units(); ++u) payload += 3 * sizeof(float) * plan.primary_range(u, rank).size();
     require_free_space(t.partial, payload, file);
@@ -342,6 +343,7 @@ ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource&
     ShardRecord mine;
     mine.written = 1;
     mine.shard_rank = static_cast<uint64_t>(rank);
+    mine.tensor_rank = static_cast<uint64_t>(split.rank);
     mine.fnv = write_regions(file, std::move(regions), src, &report.direct_io, pacer);
     report.shard_write_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();

@@ -110,6 +110,38 @@ ModelLayout make_model_layout(const ModelConfig& cfg, TensorSplit split) {
     return family_traits(cfg).layout(cfg, split);
 }
 
+std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& whole, int unit) {
+    ZT_REQUIRE(part.params.size() == whole.params.size(), "slice_runs: layouts of different models");
+    std::vector<SliceRun> runs;
+    for (size_t i = 0; i < part.params.size(); ++i) {
+        const ParamSpec& p = part.params[i];
+        if (p.unit != unit) continue;
+        const ParamSpec& w = whole.params[i];
+        ZT_REQUIRE(p.name == w.name && w.unit == unit, "slice_runs: ", p.name, " is not ", w.name);
+        const TensorSlice& s = p.slice;
+        if (!s.split()) {
+            runs.push_back({p.offset, w.offset, p.numel});
+            continue;
+        }
+        const size_t rows = p.shape[0];
+        const size_t inner = p.numel / rows;
+        const size_t parts = static_cast<size_t>(s.parts);
+        const size_t mine = static_cast<size_t>(s.part);
+        if (s.dim == 0) {
+            const size_t band = rows / static_cast<size_t>(s.blocks);  // rows of one block's slice
+            for (size_t b = 0; b < static_cast<size_t>(s.blocks); ++b) {
+                runs.push_back({p.offset + b * band * inner, w.offset + (b * band * parts + mine * band) * inner,
+                                band * inner});
+            }
+        } else {
+            for (size_t r = 0; r < rows; ++r) {
+                runs.push_back({p.offset + r * inner, w.offset + (r * parts + mine) * inner, inner});
+            }
+        }
+    }
+    return runs;
+}
+
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out) {
     ZT_REQUIRE(unit >= 0 && unit < layout.num_units(), "unit ", unit);
     init_unit_range(layout, unit, seed, 0, layout.unit_numel[static_cast<size_t>(unit)], out);

@@ -131,16 +131,19 @@ void ResumePolicy::report(const CheckpointRecord& resumed, int world_size, int s
     const auto groups = [](int world, int group) {
         return group > 0 && group != world ? str(" in shard groups of ", group) : std::string();
     };
-    const std::string was = str("world size ", resumed.world_size, groups(resumed.world_size, resumed.shard_group),
-                                ", ZeRO stage ", resumed.zero_stage, ", ", resumed.dtype);
-    const std::string now = str("world size ", world_size, groups(world_size, shard_group), ", ZeRO stage ",
+    const auto tensor = [](int t) { return t > 1 ? str(", tensor ", t) : std::string(); };
+    const std::string was = str("world size ", resumed.world_size, tensor(resumed.tensor),
+                                groups(resumed.world_size / resumed.tensor, resumed.shard_group), ", ZeRO stage ",
+                                resumed.zero_stage, ", ", resumed.dtype);
+    const std::string now = str("world size ", world_size, tensor(m_cfg.parallel.tensor),
+                                groups(world_size / m_cfg.parallel.tensor, shard_group), ", ZeRO stage ",
                                 m_cfg.parallel.zero_stage, ", ", dtype_name(m_cfg.precision.dtype));
     if (resumed.world_size > 0 && resumed.zero_stage >= 0 && !resumed.dtype.empty() && was != now) {
         std::printf("ztrain: note: the checkpoint was written at %s; this run is %s (its state is resharded, "
                     "and the data continues from sample %llu)\n",
                     was.c_str(), now.c_str(), static_cast<unsigned long long>(progress.samples_seen));
     }
-    batch_note(resumed, world_size);
+    batch_note(resumed, world_size / m_cfg.parallel.tensor);
     schedule_note(resumed);
     if (progress.step >= m_cfg.train.max_steps) {
         std::printf("ztrain: the checkpoint already reaches train.max_steps = %d: nothing to train "
@@ -160,14 +163,15 @@ void ResumePolicy::batch_note(const CheckpointRecord& resumed, int world_size) c
     }
     if (resumed.world_size <= 0) return;
     const TrainConfig& now = m_cfg.train;
-    const long before = static_cast<long>(old.micro_batch) * old.grad_accum * resumed.world_size;
+    const int old_ranks = resumed.world_size / std::max(1, resumed.tensor);  // data-parallel ranks
+    const long before = static_cast<long>(old.micro_batch) * old.grad_accum * old_ranks;
     const long after = static_cast<long>(now.micro_batch) * now.grad_accum * world_size;
     if (before == after) return;
     std::printf("ztrain: note: the global batch changes from %ld to %ld sequences per step (train.micro_batch %d x "
                 "train.grad_accum %d x %d rank(s), where the checkpoint's run had %d x %d x %d: micro_batch is per "
-                "rank)",
+                "data-parallel rank)",
                 before, after, now.micro_batch, now.grad_accum, world_size, old.micro_batch, old.grad_accum,
-                resumed.world_size);
+                old_ranks);
     const long per_accum = static_cast<long>(now.micro_batch) * world_size;
     if (before % per_accum == 0) {
         std::printf("; --train.grad_accum=%ld keeps it at %ld\n", before / per_accum, before);

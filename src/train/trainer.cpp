@@ -280,19 +280,11 @@ double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver
     return flags[0];
 }
 
-/// Tensor-parallel state is not read or written by the checkpoint code yet (its files would
-/// hold slices under the unsplit layout's names): such a run starts fresh and saves none.
-void check_tensor_parallel_run(const Config& cfg, const ResumePolicy& resume, bool root) {
-    ZT_INPUT_CHECK(!resume.resuming(), "parallel.tensor = ", cfg.parallel.tensor, ": resuming from a checkpoint (",
-                   resume.ckpt_dir(), ") is not supported with tensor parallelism yet; resume with parallel.tensor "
-                   "= 1, or start in an empty checkpoint.dir");
+/// Weights imported from Hugging Face files are not sliced for a tensor split yet.
+void check_tensor_parallel_run(const Config& cfg) {
     ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
-                   ": importing weights is not supported with parallel.tensor = ", cfg.parallel.tensor, " yet");
-    if (root) {
-        std::printf("ztrain: warning: parallel.tensor = %d: checkpoints of tensor-parallel runs are not written yet; "
-                    "this run saves none\n",
-                    cfg.parallel.tensor);
-    }
+                   ": importing weights is not supported with parallel.tensor = ", cfg.parallel.tensor,
+                   " yet; import at parallel.tensor = 1 and resume the checkpoint at any T");
 }
 
 }  // namespace
@@ -312,8 +304,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     const bool root = comm.rank() == 0;
     const std::unique_ptr<RunLocks> locks = lock_run_dirs(cfg, checkpoint_dir(cfg), options.force_unlock, comm);
     ResumePolicy resume(cfg, comm);
-    const bool tensor_parallel = cfg.parallel.tensor > 1;
-    if (tensor_parallel) check_tensor_parallel_run(cfg, resume, root);  // no checkpoints yet
+    if (cfg.parallel.tensor > 1) check_tensor_parallel_run(cfg);
     if (resume.resuming() && nothing_to_train(resume, cfg, root)) return TrainSummary{};
     start_compute(setup, cfg);
     // Memory: predicted from the deck, checked before anything model-sized exists.
@@ -382,8 +373,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
         }
         evaluator.evaluate_tasks(done);
         const double stop = agree_at_step_boundary(signals, saver, comm);
-        const bool save = !tensor_parallel && saver.due(done, stop > 0);
-        if (save) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
+        if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
         if (stop > 0) {
             saver.finish();
             reporter.stopped_by_signal(static_cast<int>(stop), done);

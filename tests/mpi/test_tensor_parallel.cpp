@@ -9,8 +9,12 @@
 // - Bytes: the tensor group's all-reduces per micro-step, exactly: 2 per block forward and 2
 //   backward of (B, T, C) elements, one each for the embedding and the LM head's input
 //   gradient, and the cross-entropy's row maxima and sums (3 floats per token).
+// - Checkpoints hold the unsplit model: one written at T = 2 loads bit for bit into every
+//   split (T = 1, 2, 4), saves again at T = 1 unchanged, and a run resumed from it at another
+//   T (and from a T = 1 one at T = 2) reproduces the uninterrupted run.
 // Cases whose T or data-parallel shape does not fit the job's N are skipped.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <mpi.h>
 
 #include <cmath>
@@ -18,9 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "export_readers.hpp"
 #include "mpi_training.hpp"
 #include "test_support.hpp"
+#include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/export.hpp"
+#include "ztrain/comm/communicator.hpp"
 #include "ztrain/model/model_layout.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
@@ -182,6 +190,149 @@ TEST(TensorParallelBytes, FourSumsPerBlockAndTheHeads) {
         EXPECT_EQ(t.value("scalar", uint64_t{0}), 16u) << t.dump();
     }
     EXPECT_EQ(seen, cfg.train.max_steps);
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints across splits
+// ---------------------------------------------------------------------------------------
+
+/// Every unit of dataset `which` of the checkpoint in the unsplit layout.
+std::vector<std::vector<float>> read_whole(CheckpointReader& reader, const ModelLayout& whole, const char* which) {
+    std::vector<std::vector<float>> units;
+    for (int u = 0; u < whole.num_units(); ++u) {
+        units.emplace_back(whole.unit_numel[static_cast<size_t>(u)]);
+        reader.read(u, 0, units.back().size(), which, units.back().data());
+    }
+    return units;
+}
+
+/// `state` (one rank, stage 0, a split layout) holds exactly the checkpoint's values of its
+/// slices: master, m and v, every run of every unit; its alignment gaps zero.
+void expect_state_holds(ModelState& state, const std::vector<std::vector<std::vector<float>>>& want,
+                        const ModelLayout& whole, const std::string& what) {
+    const ModelLayout& part = state.layout();
+    for (int u = 0; u < part.num_units(); ++u) {
+        const size_t n = part.unit_numel[static_cast<size_t>(u)];
+        std::vector<float> got(n);
+        for (int which = 0; which < 3; ++which) {
+            float* base = which == 0 ? state.master_base(u) : which == 1 ? state.adam_m_base(u) : state.adam_v_base(u);
+            state.copy_to_host(got.data(), base, n);
+            std::vector<float> expect(n, 0.f);
+            for (const SliceRun& r : slice_runs(part, whole, u)) {
+                std::copy_n(want[static_cast<size_t>(which)][static_cast<size_t>(u)].data() + r.whole, r.length,
+                            expect.data() + r.local);
+            }
+            ASSERT_EQ(std::memcmp(got.data(), expect.data(), n * sizeof(float)), 0)
+                << what << ": unit " << u << " dataset " << which << " differs from the checkpoint's";
+        }
+    }
+}
+
+TEST(TensorCheckpoint, LoadsIntoEverySplitBitForBit) {
+    const int N = test::world_size();
+    if (N % 2 != 0) GTEST_SKIP();
+    test::SharedDir dir("tensor_ckpt");
+    if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    Config cfg = tensor_config(TensorCase{2, 1}, dir.file("train.bin"), dir.file("run"));
+    cfg.parallel.tensor = 2;
+    cfg.train.max_steps = 4;
+    train(cfg, TrainOptions{});  // writes its checkpoint at the end
+    if (test::world_rank() != 0) return;
+    const std::string step = dir.file("run/checkpoints/" + checkpoint_dir_name(4));
+    CheckpointReader reader(step);
+    ASSERT_EQ(reader.tensor(), 2);
+    const ModelLayout whole = make_model_layout(cfg.model);
+    const std::vector<std::vector<std::vector<float>>> want = {
+        read_whole(reader, whole, "master"), read_whole(reader, whole, "adam_m"), read_whole(reader, whole, "adam_v")};
+    auto backend = make_cpu_backend(1);
+    auto self = make_mpi_communicator(MPI_COMM_SELF);
+    for (const TensorSplit split : {TensorSplit{1, 0}, TensorSplit{2, 0}, TensorSplit{2, 1}, TensorSplit{4, 0},
+                                    TensorSplit{4, 3}}) {
+        const std::string what = str("T = ", split.size, ", rank ", split.rank);
+        const ModelLayout layout = make_model_layout(cfg.model, split);
+        ModelState state(layout, *backend, 99);
+        const CheckpointRecord record = load_checkpoint(step, state, *self);
+        EXPECT_EQ(record.progress.step, 4) << what;
+        expect_state_holds(state, want, whole, what);
+        if (split.size != 1) continue;
+        // Saved again unsplit, it holds the same values.
+        const std::string again = save_checkpoint(dir.file("again"), state, *self, record, 1);
+        CheckpointReader back(again);
+        EXPECT_EQ(back.tensor(), 1);
+        EXPECT_EQ(read_whole(back, whole, "master"), want[0]);
+        EXPECT_EQ(read_whole(back, whole, "adam_v"), want[2]);
+        // zt-consolidate makes the same file of either (it knows nothing of the split).
+        consolidate(step, dir.file("split.h5"), DType::kF32, false);
+        consolidate(again, dir.file("again.h5"), DType::kF32, false);
+        const hid_t a = H5Fopen(dir.file("split.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+        const hid_t b = H5Fopen(dir.file("again.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+        for (const ParamSpec& p : whole.params) {
+            std::vector<hsize_t> da, db;
+            EXPECT_EQ(test::h5_read_floats(a, p.name, da), test::h5_read_floats(b, p.name, db)) << p.name;
+            EXPECT_EQ(da, db) << p.name;
+        }
+        H5Fclose(a);
+        H5Fclose(b);
+    }
+}
+
+TEST(TensorCheckpoint, ResumeAtAnotherSplitReproducesTheRun) {
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    if (N % 2 != 0) GTEST_SKIP();
+    test::SharedDir dir("tensor_resume");
+    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const TensorCase c{2, 2};
+    const int D = N / 2;  // data-parallel ranks of the T = 2 run
+    const auto config = [&](const std::string& run, int tensor, int accum, int steps) {
+        Config cfg = tensor_config(c, dir.file("train.bin"), dir.file(run));
+        cfg.parallel.tensor = tensor;
+        cfg.train.grad_accum *= accum;
+        cfg.train.max_steps = steps;
+        cfg.train.schedule_steps = 8;  // the first part's schedule is the whole run's
+        cfg.checkpoint.every = 4;
+        return cfg;
+    };
+    TrainOptions self;
+    self.comm = MPI_COMM_SELF;
+    self.collect_params = true;
+    // The uninterrupted run, one rank with the same global batch.
+    const std::string mine = std::to_string(me);
+    const TrainSummary ref = train(config("ref" + mine, 1, D, 8), self);
+    // Four steps at T = 2, then the rest at T = N on the world and at T = 1 on each rank.
+    train(config("first", 2, 1, 4), TrainOptions{});
+    const std::string step4 = dir.file("first/checkpoints/" + checkpoint_dir_name(4));
+    Config wide = config("wide", N, D, 8);
+    wide.checkpoint.resume = ResumeSetting{ResumeSetting::Mode::kPath, step4};
+    TrainOptions world;
+    world.collect_params = true;
+    const TrainSummary got_wide = train(wide, world);
+    Config alone = config("alone" + mine, 1, D, 8);
+    alone.checkpoint.resume = ResumeSetting{ResumeSetting::Mode::kPath, step4};
+    const TrainSummary got_alone = train(alone, self);
+    ASSERT_EQ(got_wide.losses.size(), 4u);
+    ASSERT_EQ(got_alone.losses.size(), 4u);
+    for (size_t s = 0; s < 4; ++s) {
+        const double r = ref.losses[4 + s];
+        EXPECT_NEAR(got_wide.losses[s], r, 1e-5 * std::fabs(r)) << "T = " << N << " step " << 5 + s;
+        EXPECT_NEAR(got_alone.losses[s], r, 1e-5 * std::fabs(r)) << "T = 1 step " << 5 + s;
+    }
+    expect_slices_match(wide.model, TensorSplit{N, me}, got_wide.final_params, ref.final_params, "resumed at T = N");
+    expect_slices_match(alone.model, TensorSplit{1, 0}, got_alone.final_params, ref.final_params, "resumed at T = 1");
+
+    // And the one-rank run's own checkpoint at step 4 resumed at T = 2.
+    Config two = config("two", 2, 1, 8);
+    two.checkpoint.resume =
+        ResumeSetting{ResumeSetting::Mode::kPath, dir.file("ref0/checkpoints/" + checkpoint_dir_name(4))};
+    const TrainSummary got_two = train(two, world);
+    ASSERT_EQ(got_two.losses.size(), 4u);
+    for (size_t s = 0; s < 4; ++s) {
+        EXPECT_NEAR(got_two.losses[s], ref.losses[4 + s], 1e-5 * std::fabs(ref.losses[4 + s])) << "step " << 5 + s;
+    }
+    expect_slices_match(two.model, TensorSplit{2, me % 2}, got_two.final_params, ref.final_params,
+                        "a T = 1 checkpoint resumed at T = 2");
 }
 
 }  // namespace

@@ -81,6 +81,32 @@ TEST(TensorSplit, SlicesTileTheUnsplitModelWithItsInitialValues) {
     }
 }
 
+TEST(TensorSplit, SliceRunsMapEveryElementWhereGlobalOffsetSays) {
+    for (const ModelConfig& mc : {gpt2_small(), llama_small()}) {
+        const ModelLayout whole = make_model_layout(mc);
+        for (int T : {1, 2, 4}) {
+            for (int r = 0; r < T; ++r) {
+                const ModelLayout part = make_model_layout(mc, TensorSplit{T, r});
+                for (int u = 0; u < part.num_units(); ++u) {
+                    std::vector<long> where(part.unit_numel[static_cast<size_t>(u)], -1);
+                    for (const SliceRun& run : slice_runs(part, whole, u)) {
+                        for (size_t i = 0; i < run.length; ++i) where[run.local + i] = static_cast<long>(run.whole + i);
+                    }
+                    for (size_t k = 0; k < part.params.size(); ++k) {
+                        const ParamSpec& p = part.params[k];
+                        if (p.unit != u) continue;
+                        const size_t base = whole.params[k].offset;
+                        for (size_t e = 0; e < p.numel; ++e) {
+                            ASSERT_EQ(where[p.offset + e], static_cast<long>(base + p.slice.global_offset(e, p.shape)))
+                                << p.name << " element " << e << " at T = " << T << ", rank " << r;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST(TensorSplit, GptSplitsHeadsOfQkvAndColumnsOfProjections) {
     const ModelLayout part = make_model_layout(gpt2_small(), TensorSplit{2, 1});
     const ParamSpec& qkv = part.find("h.0.attn.c_attn.weight");

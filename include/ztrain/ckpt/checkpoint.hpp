@@ -15,6 +15,11 @@
 //                                       /unit_00003/adam_m   float32 [end - begin]
 //                                       /unit_00003/adam_v   float32 [end - begin]
 //                                     attributes on /unit_00003: begin, end (unit elements)
+//     shard_00000_of_00002_tensor_001_of_004.h5 ...
+//                                     the same under tensor parallelism (parallel.tensor = 4):
+//                                     each tensor rank's group writes its files, whose ranges
+//                                     are elements of that rank's split layout
+//                                     (make_model_layout(model, {4, 1}))
 //   CKPT_DIR/latest                   text: the newest complete step directory's name
 //
 // Checksums: meta_json lists every shard file with its size and hash64 (below) of its bytes,
@@ -44,7 +49,10 @@
 // fingerprint, train/input_fingerprint.hpp; absent in older ones), model {n_layer, n_head, n_embd,
 // seq_len, vocab_size, vocab_pad_to, init_from: every ModelConfig field; padded_vocab:
 // derived}, units [numel per unit], tensors [{name, unit, offset, shape}], shards [{file,
-// rank, bytes, hash64, units [{unit, begin, end}]}].
+// rank, bytes, hash64, units [{unit, begin, end}], tensor_rank (tensor > 1 only)}], tensor (the
+// split it was written at; absent: 1). Units and tensors always describe the unsplit model:
+// CheckpointReader maps a split checkpoint's slices back (slice_runs), so it loads at any
+// tensor split, world size and stage, and zt-consolidate reads it like any other.
 // Version 1 (older ztrain) is read too: the same fields, but its model record lacks
 // vocab_pad_to and init_from (and is absent in the oldest ones); those come from config_ini,
 // read by the config parser.
@@ -58,6 +66,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "ztrain/model/model_layout.hpp"
 
 namespace zt {
 
@@ -95,6 +105,7 @@ struct CheckpointRecord {
     /// 0 / -1 when the checkpoint does not record them.
     int world_size = 0;
     int shard_group = 0;  ///< ranks its state was split over (world_size before hybrid sharding)
+    int tensor = 1;       ///< its tensor split (parallel.tensor); world_size / tensor read data
     int zero_stage = -1;
     /// The identity of the run's data and tokenizer (train/input_fingerprint.hpp), saved as
     /// meta_json "inputs"; null when not known (older checkpoints, runs that give none).
@@ -171,6 +182,8 @@ class CheckpointSnapshot {
     /// The state's shard rank, and whether this rank writes its shard (replica 0).
     int rank() const { return m_rank; }
     bool writes() const { return m_writes; }
+    /// The tensor slices the state holds (its file among the tensor group's).
+    TensorSplit split() const { return m_split; }
     const ShardPlan& plan() const { return *m_plan; }
     /// The manifest without its shard list (make_meta's fields; filled by capture).
     const nlohmann::json& meta_base() const { return m_meta_base; }
@@ -182,6 +195,7 @@ class CheckpointSnapshot {
     std::unique_ptr<ShardPlan> m_plan;
     int m_rank;
     bool m_writes;
+    TensorSplit m_split;
     const ModelState& m_state;
     float* m_host = nullptr;
     size_t m_floats = 0;
@@ -242,12 +256,31 @@ class CheckpointReader {
     const std::string& dir() const { return m_dir; }
     /// meta.h5's path, for messages about the manifest.
     std::string meta_file() const;
+    /// Elements [begin, end) of unit `unit` of dataset `which` ("master", "adam_m",
+    /// "adam_v") in the unsplit model's layout (the manifest's units), whatever tensor split
+    /// wrote them: a tensor-parallel checkpoint's slices are mapped back (slice_runs).
     void read(int unit, size_t begin, size_t end, const char* which, float* out);
+    /// The same in the layout of `part`, a split of the checkpoint's model (what a rank of
+    /// another tensor split loads): straight from its files when the checkpoint was written
+    /// at the same split, else through the unsplit layout.
+    void read(const ModelLayout& part, int unit, size_t begin, size_t end, const char* which, float* out);
+    /// The tensor split the checkpoint was written at (1: none).
+    int tensor() const { return m_tensor; }
 
   private:
+    /// [begin, end) of `unit` in the layout of the files of tensor rank `tensor_rank`.
+    void read_written(int tensor_rank, int unit, size_t begin, size_t end, const char* which, float* out);
+    /// The unsplit layout of the checkpoint's model (made on first use).
+    const ModelLayout& whole();
+    /// The layout of tensor rank r's files (made on first use).
+    const ModelLayout& written_part(int r);
+
     std::string m_dir;
     nlohmann::json m_meta;
     std::vector<std::string> m_verified;
+    int m_tensor = 1;
+    std::unique_ptr<ModelLayout> m_whole;
+    std::vector<std::unique_ptr<ModelLayout>> m_parts;
 };
 
 /// Loads master weights and AdamW state into `state` (any world size / stage: each rank

@@ -81,6 +81,20 @@ struct ModelLayout {
 /// ones (the attention and MLP output projections) by columns, the rest whole.
 ModelLayout make_model_layout(const ModelConfig& cfg, TensorSplit split = {});
 
+/// A run of elements of a split layout's unit that are consecutive in the unsplit layout's
+/// unit too: elements [local, local + length) of the one are [whole, whole + length) of the
+/// other.
+struct SliceRun {
+    size_t local = 0;
+    size_t whole = 0;
+    size_t length = 0;
+};
+/// The runs of unit `unit` of `part` (a split layout, or the unsplit one) in `whole` (the
+/// unsplit layout of the same model), in the order of the part's elements: one per tensor
+/// when whole, one per block of rows (row slices), one per row (column slices). The
+/// alignment gaps between tensors belong to no run.
+std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& whole, int unit);
+
 /// Fills `out` (unit_numel[unit] floats) with the initial values of that unit: GPT-2 init
 /// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0; Llama:
 /// std 0.02 everywhere, RMSNorm 1, as Hugging Face initializes it) from
