@@ -9,7 +9,7 @@
 #
 # Environment:
 #   ZT_GPU_STAGES    stages to run, in this order (default: all):
-#                      build env gpu unit mpi cli demo gpt2
+#                      build env gpu unit mpi cli demo tensor gpt2
 #                    'build' is added when a later stage needs a build that is not there.
 #   ZT_GPU_BUDGET_S  seconds for the whole script (default 560: the device kills a command
 #                    at 600 s); a stage that would not fit is skipped and named at the end
@@ -30,7 +30,7 @@ repo=$PWD
 die() { echo "run_device.sh: ERROR: $*" >&2; [ -n "${summary:-}" ] && echo "ERROR: $*" >>"$summary"; exit 2; }
 say() { echo "run_device.sh: $*"; }
 
-stages=${ZT_GPU_STAGES:-build env gpu unit mpi cli demo gpt2}
+stages=${ZT_GPU_STAGES:-build env gpu unit mpi cli demo tensor gpt2}
 budget=${ZT_GPU_BUDGET_S:-560}
 arch=${ZT_GPU_ARCH:-90}
 jobs=${ZT_GPU_JOBS:-$(nproc)}
@@ -39,7 +39,8 @@ px=${ZT_GPU_PREFIX:-/tmp/zt-gpu-prefix}
 cuda=${ZT_GPU_CUDA:-ON}
 backend=${ZT_GPU_BACKEND:-cuda}
 for s in $stages; do
-  case "$s" in build|env|gpu|unit|mpi|cli|demo|gpt2) ;; *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu unit mpi cli demo gpt2)" ;; esac
+  case "$s" in build|env|gpu|unit|mpi|cli|demo|tensor|gpt2) ;;
+    *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu unit mpi cli demo tensor gpt2)" ;; esac
 done
 
 out=${OUT:-/tmp/zt-gpu-out}
@@ -192,7 +193,7 @@ run_ctest() {  # stage label [extra ctest args]
 }
 
 if ! want build && [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; then
-  for s in env gpu unit mpi cli demo gpt2; do want "$s" && { stages="build $stages"; say "no build in $build: adding the build stage"; break; }; done
+  for s in env gpu unit mpi cli demo tensor gpt2; do want "$s" && { stages="build $stages"; say "no build in $build: adding the build stage"; break; }; done
 fi
 
 if want build && begin build; then
@@ -313,6 +314,25 @@ if want demo && begin demo; then
   fi
   tail -3 "$logs/demo.log" 2>/dev/null || true
   finish demo "$rc" "demo deck, backend=$backend, 1 rank: $(last_step "$logs/demo.log")"
+fi
+
+# Tensor parallelism on the device: the demo deck at np 2, parallel.tensor = 2 (both ranks on
+# the one GPU, so the tensor group's sums go through the host-staged communicator), the same
+# global batch as the demo's one rank: its last loss should be the demo's within noise.
+if want tensor && begin tensor; then
+  data=/tmp/zt-gpu-data/fortunes
+  rc=0
+  rm -rf /tmp/zt-gpu-run/tensor
+  set +e
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} cut_at_budget mpiexec --oversubscribe --bind-to none -np 2 "$ztrain" \
+    --config inputs/demo.ini --backend="$backend" --checkpoint.resume=never --parallel.tensor=2 \
+    --run.dir=/tmp/zt-gpu-run/tensor --data.train="$data/train_*.bin" --data.val="$data/val_*.bin" \
+    >"$logs/tensor.log" 2>&1
+  rc=$?
+  set -e
+  cp /tmp/zt-gpu-run/tensor/metrics.jsonl "$logs/tensor-metrics.jsonl" 2>/dev/null || true
+  tail -3 "$logs/tensor.log" 2>/dev/null || true
+  finish tensor "$rc" "demo deck, backend=$backend, np 2, tensor 2: $(last_step "$logs/tensor.log") (demo: $(last_step "$logs/demo.log" 2>/dev/null))"
 fi
 
 if want gpt2 && begin gpt2; then

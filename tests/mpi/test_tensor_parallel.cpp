@@ -200,6 +200,43 @@ TEST(TensorParallelBf16, TracksTheOneRankBf16Run) {
     }
 }
 
+// The ranks of a tensor group read the same micro-batches; different groups different ones.
+TEST(TensorParallelData, RanksOfATensorGroupReadTheSameTokens) {
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    if (N % 2 != 0) GTEST_SKIP();
+    test::SharedDir dir("tensor_data");
+    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    Config cfg = tensor_config(TensorCase{2, 0}, dir.file("train.bin"), dir.file("run"));
+    cfg.parallel.tensor = 2;
+    cfg.train.max_steps = 3;
+    std::vector<uint64_t> seen;  // a hash per micro-step
+    TrainOptions opts;
+    opts.on_inputs = [&](long, int, const std::vector<int32_t>& in) {
+        seen.push_back(hash64(in.data(), in.size() * sizeof(int32_t)));
+    };
+    train(cfg, opts);
+    const size_t n = seen.size();
+    ASSERT_EQ(n, static_cast<size_t>(cfg.train.max_steps * cfg.train.grad_accum));
+    std::vector<uint64_t> all(n * static_cast<size_t>(N));
+    MPI_Allgather(seen.data(), static_cast<int>(n), MPI_UINT64_T, all.data(), static_cast<int>(n), MPI_UINT64_T,
+                  MPI_COMM_WORLD);
+    for (int r = 0; r < N; ++r) {
+        const bool same_group = r / 2 == me / 2;
+        for (size_t i = 0; i < n; ++i) {
+            if (same_group) {
+                EXPECT_EQ(all[static_cast<size_t>(r) * n + i], seen[i])
+                    << "rank " << me << " and rank " << r << " (one tensor group) read different tokens, micro-step "
+                    << i;
+            } else {
+                EXPECT_NE(all[static_cast<size_t>(r) * n + i], seen[i])
+                    << "rank " << me << " and rank " << r << " (different data ranks) read the same tokens";
+            }
+        }
+    }
+}
+
 TEST(TensorParallelBytes, FourSumsPerBlockAndTheHeads) {
     const int N = test::world_size();
     if (N % 2 != 0) GTEST_SKIP();

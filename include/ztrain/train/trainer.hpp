@@ -37,6 +37,9 @@ struct TrainOptions {
     /// and after the step was applied or skipped. `step` is 1-based.
     std::function<void(long step, ModelState& state)> after_grad_sync;
     std::function<void(long step, ModelState& state, bool skipped)> after_step;
+    /// Pretraining micro-steps: the input tokens this rank trains on, before its forward
+    /// (`step` 1-based, `micro` from 0).
+    std::function<void(long step, int micro, const std::vector<int32_t>& inputs)> on_inputs;
 };
 
 /// Runs the whole job described by `cfg` (MPI must be initialized). Throws InputError for
