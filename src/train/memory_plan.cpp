@@ -182,11 +182,10 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     plan.ranks_per_node = ranks_per_node;
     const int stage = cfg.parallel.zero_stage;
     // Tensor parallelism: a rank's split, its state sharded over world / T data-parallel ranks.
-    const int tensor = std::max(1, cfg.parallel.tensor);
+    const int tensor = plan.tensor = std::max(1, cfg.parallel.tensor);
     const int data_ranks = std::max(1, world_size / tensor);
-    const int data_per_node = ranks_per_node % tensor == 0 ? ranks_per_node / tensor : 0;
-    const int group = resolve_shard_group(cfg.parallel.shard_group.ranks, data_ranks, data_per_node, stage);
-    plan.shard_group = group;
+    const int group = plan.shard_group = resolve_shard_group(
+        cfg.parallel.shard_group.ranks, data_ranks, ranks_per_node % tensor == 0 ? ranks_per_node / tensor : 0, stage);
     plan.zero_stage = stage;
     plan.device = device;
     plan.recompute = cfg.train.recompute;
@@ -319,7 +318,9 @@ MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) 
 std::string format_memory_plan(const MemoryPlan& plan) {
     std::ostringstream os;
     os << "memory plan per rank (" << (plan.device ? "GPU" : "host") << " memory), " << plan.world_size
-       << " rank(s), " << plan.ranks_per_node << " per node, " << sharding_text(plan) << ":\n";
+       << " rank(s), " << plan.ranks_per_node << " per node, "
+       << (plan.tensor > 1 ? str("tensor ", plan.tensor, " (each rank's slices), ") : std::string())
+       << sharding_text(plan) << ":\n";
     char line[256];
     for (const MemoryItem& i : plan.items) {
         std::snprintf(line, sizeof line, "  %-14s %12s   %s\n", i.name.c_str(), human(i.bytes).c_str(), i.what.c_str());

@@ -26,6 +26,7 @@ struct MemoryPlan {
     int world_size = 1;
     int ranks_per_node = 1;
     int shard_group = 1;             ///< the ranks the state is split over (the ZeRO formulas' N)
+    int tensor = 1;                  ///< parallel.tensor: each rank's items are its split's
     int zero_stage = 0;              ///< what is split: nothing (0), optimizer state (1), + grads (2), + params (3)
     bool device = false;             ///< the items live in GPU memory (backend = cuda)
     bool recompute = false;          ///< train.recompute: the activations are already minimal
