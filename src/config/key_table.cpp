@@ -99,8 +99,9 @@ const KeyDef kKeys[] = {
            "ranks) | N dividing the world"),
     ZT_KEY("parallel.tensor", parallel.tensor,
            "tensor parallelism: T consecutive ranks split every block's products, the embedding and the LM "
-           "head (Megatron-style); T divides the world, the heads, the KV heads, the MLP width and the padded "
-           "vocabulary; ZeRO and parallel.shard_group then count the world / T data-parallel ranks"),
+           "head (Megatron-style); T divides the world, the heads, the MLP width and the padded vocabulary (KV "
+           "heads: a multiple or a divisor of T); ZeRO and parallel.shard_group then count the world / T "
+           "data-parallel ranks"),
     ZT_KEY("parallel.timeout_s", parallel.timeout_s,
            "seconds one collective may wait before the job is aborted with a message (0: never)"),
     ZT_KEY("parallel.comm_thread", parallel.comm_thread,

@@ -221,9 +221,10 @@ void check_tensor_split(const Validator& v, const Config& cfg) {
     const ModelConfig& m = cfg.model;
     if (T <= 1) return;
     v.check(m.n_head % T == 0, "model.n_head", str("a multiple of parallel.tensor = ", T, " (whole heads per rank)"));
-    v.check(m.kv_heads() % T == 0, m.is_llama() && m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
-            str("a multiple of parallel.tensor = ", T, " (KV heads replicated over a tensor group, n_kv_head < T, "
-                "are not supported yet)"));
+    // Fewer KV heads than ranks: each is held by T / n_kv_head ranks (Megatron's replication).
+    const int kv = m.kv_heads();
+    v.check(kv % T == 0 || T % kv == 0, m.is_llama() && m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
+            str("a multiple or a divisor of parallel.tensor = ", T));
     if (m.is_llama()) {
         v.check(m.ffn_dim % T == 0, "model.ffn_dim", str("a multiple of parallel.tensor = ", T));
     }

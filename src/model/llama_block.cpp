@@ -26,7 +26,9 @@ namespace {
 /// Init as HF's _init_weights: normal(0, 0.02) for every matrix, RMSNorm weights 1.
 /// Under tensor parallelism q, k, v (by head), gate and up (by hidden unit), the embedding
 /// and the LM head (by vocabulary row) are cut by rows, o_proj and down_proj by columns, the
-/// norms whole; each rank's q|k|v and gate|up slices stay packed.
+/// norms whole; each rank's q|k|v and gate|up slices stay packed. With fewer KV heads than
+/// ranks, k and v are cut by KV head and each is held by the T / n_kv_head ranks whose query
+/// heads read it (Megatron's replicated KV heads).
 ModelLayout llama_layout(const ModelConfig& cfg, TensorSplit split) {
     ModelLayout layout;
     layout.model = cfg;
@@ -40,6 +42,7 @@ ModelLayout llama_layout(const ModelConfig& cfg, TensorSplit split) {
     const size_t F = static_cast<size_t>(cfg.ffn_dim);
     const float std_base = 0.02f;
     const size_t live_vocab = static_cast<size_t>(cfg.vocab_size) * C;
+    const SplitAlong kv_rows{0, 1, cfg.kv_heads()};
 
     b.begin_unit();
     b.add("model.embed_tokens.weight", {Vp, C}, true, std_base, 0.f, live_vocab, kRows);
@@ -52,8 +55,8 @@ ModelLayout llama_layout(const ModelConfig& cfg, TensorSplit split) {
         b.begin_unit();
         b.add(h + "input_layernorm.weight", {C}, false, 0.f, 1.f);
         b.add(h + "self_attn.q_proj.weight", {q, C}, true, std_base, kRows);
-        b.add_packed(h + "self_attn.k_proj.weight", {kv, C}, true, std_base, kRows);
-        b.add_packed(h + "self_attn.v_proj.weight", {kv, C}, true, std_base, kRows);
+        b.add_packed(h + "self_attn.k_proj.weight", {kv, C}, true, std_base, kv_rows);
+        b.add_packed(h + "self_attn.v_proj.weight", {kv, C}, true, std_base, kv_rows);
         b.add(h + "self_attn.o_proj.weight", {C, q}, true, std_base, kColumns);
         b.add(h + "post_attention_layernorm.weight", {C}, false, 0.f, 1.f);
         b.add(h + "mlp.gate_proj.weight", {F, C}, true, std_base, kRows);
@@ -77,13 +80,20 @@ RopeOptions rope_options(const ModelConfig& m) {
     return o;
 }
 
+/// This rank's key/value heads under a tensor group of `tensor` ranks: its share, or the one
+/// head its query heads read when there are fewer heads than ranks.
+int local_kv_heads(const ModelConfig& cfg, int tensor) {
+    return cfg.kv_heads() >= tensor ? cfg.kv_heads() / tensor : 1;
+}
+
 ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     const double C = cfg.n_embd;
     const double T = cfg.seq_len;
+    const double hs = cfg.head_size();
     // This rank's slices under tensor parallelism: its heads' width, q|k|v and MLP width.
     const double Cq = C / tensor;
-    const double QKV = cfg.qkv_dim() / tensor;
+    const double QKV = (cfg.n_head / tensor + 2 * local_kv_heads(cfg, tensor)) * hs;
     const double F = cfg.ffn_dim / tensor;
     // Per block (Slots): norm1, residual2, norm2, output (4 x BTC), atty (BT Cq), qkv (QKV),
     // gate|up (2F) and the SwiGLU output (F), the attention probabilities (B NH T T); two
@@ -94,7 +104,9 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool re
     const double stats = (recompute ? 1 : cfg.n_layer) * 2 * BT;
     // Gradient scratch: datty (BT Cq), dqkv (QKV), d gate|up (2F), d swiglu (F); the final
     // RMSNorm's rstd (BT) and the rotary table (T hs), fp32.
-    return {blocks + BT * (Cq + QKV + 3 * F), stats + BT + T * cfg.head_size()};
+    // Shared KV heads: q|k|v's weight gradient and the k, v gradients' exchange (fp32).
+    const double shared_kv = cfg.kv_heads() < tensor ? QKV * C + cfg.kv_heads() * 2 * hs * C : 0;
+    return {blocks + BT * (Cq + QKV + 3 * F), stats + BT + T * cfg.head_size() + shared_kv};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
@@ -111,10 +123,11 @@ LlamaOffsets llama_offsets(const ModelConfig& cfg, const ModelLayout& layout) {
     // The packed products rely on k|v following q and up following gate with no gap (in
     // this rank's slices under tensor parallelism).
     const size_t C = static_cast<size_t>(cfg.n_embd);
-    const size_t t = static_cast<size_t>(layout.split.size);
-    ZT_REQUIRE(off("self_attn.v_proj.weight") + static_cast<size_t>(cfg.kv_heads() * cfg.head_size()) / t * C ==
-                       o.qkv + static_cast<size_t>(cfg.qkv_dim()) / t * C &&
-                   off("mlp.up_proj.weight") == o.gate_up + static_cast<size_t>(cfg.ffn_dim) / t * C,
+    const int t = layout.split.size;
+    const size_t kv = static_cast<size_t>(local_kv_heads(cfg, t) * cfg.head_size());
+    const size_t qkv = static_cast<size_t>(cfg.n_head / t * cfg.head_size()) + 2 * kv;
+    ZT_REQUIRE(off("self_attn.v_proj.weight") + kv * C == o.qkv + qkv * C &&
+                   off("mlp.up_proj.weight") == o.gate_up + static_cast<size_t>(cfg.ffn_dim / t) * C,
                "Llama layout: q|k|v and gate|up must be contiguous");
     return o;
 }
@@ -156,8 +169,9 @@ class LlamaBlocks final : public ModelFamily {
     Sizes sizes(int B, int T) const {
         const int t = m_parts;
         const int hs = m_cfg.head_size();
-        return {m_cfg.n_embd,     m_cfg.n_head / t,      m_cfg.kv_heads() / t, hs,
-                m_cfg.ffn_dim / t, m_cfg.qkv_dim() / t, m_cfg.n_head / t * hs, B * T};
+        const int kv = local_kv_heads(m_cfg, t);
+        return {m_cfg.n_embd,     m_cfg.n_head / t,               kv, hs,
+                m_cfg.ffn_dim / t, (m_cfg.n_head / t + 2 * kv) * hs, m_cfg.n_head / t * hs, B * T};
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
@@ -185,6 +199,14 @@ class LlamaBlocks final : public ModelFamily {
     ActPtr m_dgate_up;  // (B, T, 2F)
     ActPtr m_dswiglu;   // (B, T, F)
     DriverScratch m_scratch;
+    // KV heads shared by several ranks (n_kv_head < T): q|k|v's weight gradient (QKV, C) and
+    // the k, v gradients of every head (n_kv_head, 2 hs, C), summed over the group; null
+    // otherwise.
+    float* m_dqkv_weight = nullptr;
+    float* m_kv_exchange = nullptr;
+    /// Adds q|k|v's weight gradient in m_dqkv_weight to dw: q's as it is, k's and v's summed
+    /// over the ranks sharing this rank's KV head.
+    void add_shared_kv_gradient(Backend& be, float* dw, bool zero_dw);
 };
 
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
@@ -219,6 +241,10 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     m_dgate_up = arena.take_act(BT * 2 * F);
     m_dswiglu = arena.take_act(BT * F);
     m_rope = arena.take(T * hs);
+    if (cfg.kv_heads() < m_parts) {
+        m_dqkv_weight = arena.take(QKV * C);
+        m_kv_exchange = arena.take(static_cast<size_t>(cfg.kv_heads()) * 2 * hs * C);
+    }
     const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
     backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
 }
@@ -301,11 +327,41 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
     zero_act(be, dnorm, n * Cs);
-    zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
-    be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, uw.matrix(o.qkv), N, C, QKV);
+    if (m_dqkv_weight != nullptr) {
+        be.zero(m_dqkv_weight, static_cast<size_t>(QKV) * Cs);
+        be.matmul_backward(dnorm, m_dqkv_weight, nullptr, m_dqkv, L.norm1, uw.matrix(o.qkv), N, C, QKV);
+        add_shared_kv_gradient(be, dw + o.qkv, zero_dw);
+    } else {
+        zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
+        be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, uw.matrix(o.qkv), N, C, QKV);
+    }
     sum_over_group(dnorm, n * Cs);
     zero_grad_if(be, zero_dw, dw + o.norm1, Cs);
     be.rmsnorm_backward(dres, dw + o.norm1, dnorm, in, w + o.norm1, L.norm1_rstd, N, C);
+}
+
+void LlamaBlocks::add_shared_kv_gradient(Backend& be, float* dw, bool zero_dw) {
+    const Sizes z = sizes(1, 1);
+    const size_t C = static_cast<size_t>(z.C);
+    const size_t q = static_cast<size_t>(z.NH * z.hs) * C;  // q rows' elements
+    const size_t kv = static_cast<size_t>(2 * z.hs) * C;    // one head's k and v rows
+    const int heads = m_cfg.kv_heads();
+    const int head = m_tensor->split().rank / (m_parts / heads);
+    const auto add = [&](float* dst, const float* src, size_t n) {
+        if (zero_dw) {
+            be.copy(dst, src, n);
+        } else {
+            be.accumulate(dst, DType::kF32, src, n);
+        }
+    };
+    add(dw, m_dqkv_weight, q);
+    // Each rank's k and v gradients come from its own query heads only: the group sums every
+    // head's slot, each rank filling its head's (one all-reduce of n_kv_head slots, not a
+    // sub-group's communicator).
+    be.zero(m_kv_exchange, static_cast<size_t>(heads) * kv);
+    be.copy(m_kv_exchange + static_cast<size_t>(head) * kv, m_dqkv_weight + q, kv);
+    m_tensor->all_reduce_floats(m_kv_exchange, static_cast<size_t>(heads) * kv, /*max=*/false);
+    add(dw + q, m_kv_exchange + static_cast<size_t>(head) * kv, kv);
 }
 
 std::unique_ptr<ModelFamily> make_llama_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,

@@ -57,6 +57,7 @@ class ActivationArena {
 struct SplitAlong {
     int dim = -1;
     int blocks = 1;
+    int max_parts = 0;  ///< at most this many slices (0: T); a group of more ranks holds copies
 };
 constexpr SplitAlong kWhole{};
 constexpr SplitAlong kRows{0, 1};

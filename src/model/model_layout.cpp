@@ -68,14 +68,16 @@ void LayoutBuilder::add_at(const std::string& name, std::vector<size_t> shape, b
     for (size_t d : shape) global_numel *= d;
     const TensorSplit& ts = m_layout.split;
     p.slice.global_shape = shape;
-    if (split.dim >= 0 && ts.size > 1) {
+    const int parts = split.max_parts > 0 && split.max_parts < ts.size ? split.max_parts : ts.size;
+    if (split.dim >= 0 && parts > 1) {
         const size_t dim = static_cast<size_t>(split.dim);
-        const size_t cut = static_cast<size_t>(ts.size) * static_cast<size_t>(split.blocks);
-        ZT_REQUIRE(dim < shape.size() && shape[dim] % cut == 0, "tensor ", name, ": dimension ", dim,
-                   " cannot be cut into ", cut, " equal slices");
+        const size_t cut = static_cast<size_t>(parts) * static_cast<size_t>(split.blocks);
+        ZT_REQUIRE(dim < shape.size() && shape[dim] % cut == 0 && ts.size % parts == 0, "tensor ", name,
+                   ": dimension ", dim, " cannot be cut into ", cut, " equal slices for ", ts.size, " ranks");
         ZT_REQUIRE(split.dim == 0 || split.blocks == 1, "tensor ", name, ": blocks along rows only");
-        p.slice = TensorSlice{split.dim, ts.size, ts.rank, split.blocks, shape};
-        shape[dim] /= static_cast<size_t>(ts.size);
+        const int copies = ts.size / parts;
+        p.slice = TensorSlice{split.dim, parts, ts.rank / copies, split.blocks, copies, shape};
+        shape[dim] /= static_cast<size_t>(parts);
     }
     p.shape = std::move(shape);
     p.numel = 1;
@@ -123,6 +125,7 @@ std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& who
             runs.push_back({p.offset, w.offset, p.numel});
             continue;
         }
+        // (A slice held by several ranks maps the same way on each.)
         const size_t rows = p.shape[0];
         const size_t inner = p.numel / rows;
         const size_t parts = static_cast<size_t>(s.parts);

@@ -24,25 +24,32 @@ float* alloc_conversion_buffer(Backend& backend, const ShardPlan& plan, DType wo
 
 namespace {
 
-/// `segments` cut into the parts inside split tensors (TensorSlice::split) and the rest.
+/// `segments` cut into the parts inside split tensors (TensorSlice::split) and the rest. A
+/// slice several ranks hold (TensorSlice::copies) is counted by the first of them only: its
+/// part goes to neither list on the others.
 void split_segments_by_tensor(const ModelLayout& layout, const std::vector<std::vector<DecaySegment>>& segments,
                               std::vector<std::vector<DecaySegment>>* split,
                               std::vector<std::vector<DecaySegment>>* whole) {
     split->assign(segments.size(), {});
     whole->assign(segments.size(), {});
     for (size_t u = 0; u < segments.size(); ++u) {
-        std::vector<std::pair<size_t, size_t>> cuts;  // the split tensors of unit u, in order
+        struct Cut {
+            size_t begin, end;
+            bool counted;
+        };
+        std::vector<Cut> cuts;  // the split tensors of unit u, in order
         for (const ParamSpec& p : layout.params) {
-            if (p.unit == static_cast<int>(u) && p.slice.split()) cuts.emplace_back(p.offset, p.offset + p.numel);
+            if (p.unit != static_cast<int>(u) || !p.slice.split()) continue;
+            cuts.push_back({p.offset, p.offset + p.numel, layout.split.rank % p.slice.copies == 0});
         }
         for (const DecaySegment& seg : segments[u]) {
             size_t at = seg.begin;
-            for (const auto& [b, e] : cuts) {
-                const size_t lo = std::max(b, at);
-                const size_t hi = std::min(e, seg.end);
+            for (const Cut& c : cuts) {
+                const size_t lo = std::max(c.begin, at);
+                const size_t hi = std::min(c.end, seg.end);
                 if (hi <= lo) continue;
                 if (lo > at) (*whole)[u].push_back({at, lo, seg.decay});
-                (*split)[u].push_back({lo, hi, seg.decay});
+                if (c.counted) (*split)[u].push_back({lo, hi, seg.decay});
                 at = hi;
             }
             if (at < seg.end) (*whole)[u].push_back({at, seg.end, seg.decay});
@@ -84,7 +91,9 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
     ZT_REQUIRE(m_plan.ownership_partitioned() || comms.replica.size() == 1, "ZeRO stage 0 replicates over one group of all ranks; got ",
                comms.replica.size(), " replica groups");
     ZT_REQUIRE(overlap_depth >= 1, "overlap depth ", overlap_depth);
-    if (m_tensor != nullptr) split_segments_by_tensor(layout, m_optim.segments(), &m_split_segments, &m_whole_segments);
+    if (m_tensor != nullptr) {
+        split_segments_by_tensor(layout, m_optim.segments(), &m_split_segments, &m_whole_segments);
+    }
     const StateBytes planned = plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce, overlap_depth);
     const StateBytes got = bytes();
     ZT_REQUIRE(got.params == planned.params && got.grads == planned.grads && got.master == planned.master &&

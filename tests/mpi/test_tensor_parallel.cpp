@@ -41,23 +41,25 @@ struct TensorCase {
     bool llama = false;
     int shard_group = 0;  // 0: all data-parallel ranks
     bool recompute = false;
+    int kv_heads = 0;  // Llama: 0 = T (one per rank); fewer: each shared by T / kv_heads ranks
 };
 
 std::string case_name(const TensorCase& c) {
     return std::string(c.llama ? "llama" : "gpt2") + "_tensor" + std::to_string(c.tensor) + "_stage" +
            std::to_string(c.stage) + (c.shard_group > 0 ? "_groups_of_" + std::to_string(c.shard_group) : "") +
-           (c.recompute ? "_recompute" : "");
+           (c.recompute ? "_recompute" : "") + (c.kv_heads > 0 ? "_kv" + std::to_string(c.kv_heads) : "");
 }
 
 /// The tiny model with heads enough for T: GPT-2 4 heads of 6; Llama 2T query heads of 4
-/// sharing T KV heads (grouped-query attention, each rank holding one KV head), SwiGLU width 40.
+/// sharing T KV heads (grouped-query attention, each rank holding one KV head; or fewer, each
+/// held by several ranks), SwiGLU width 40.
 Config tensor_config(const TensorCase& c, const std::string& train, const std::string& run) {
     Config cfg = test::tiny_mpi_config(train, run);
     cfg.model.n_head = 4;
     if (c.llama) {
         cfg = test::as_llama(cfg);
         cfg.model.n_head = 2 * c.tensor;
-        cfg.model.n_kv_head = c.tensor;
+        cfg.model.n_kv_head = c.kv_heads > 0 ? c.kv_heads : c.tensor;
         cfg.model.n_embd = 8 * c.tensor;  // head size 4 at T = 4 (rotary needs it even)
     }
     cfg.parallel.zero_stage = c.stage;
@@ -76,7 +78,12 @@ std::vector<size_t> unit_bases(const ModelLayout& layout) {
 }
 
 /// This rank's final parameters (its split's units, concatenated) against the same elements
-/// of the one-rank run's, at expect_matches_reference's tolerance.
+/// of the one-rank run's: 1e-5 relative as expect_matches_reference, with an absolute floor of
+/// 5e-6 instead of 2e-6. Tensor parallelism reorders the sums inside every product (each
+/// rank's share of K, then the group's sum), not only the reductions across ranks, and AdamW
+/// turns that noise on a weight whose gradient is near zero into updates of about lr * 1e-3
+/// (one element of 40k left the 2e-6 floor by 2e-6 in 10 steps at T = 4; a missing sum moves
+/// thousands by 1e-3).
 void expect_slices_match(const ModelConfig& mc, TensorSplit split, const std::vector<float>& got,
                          const std::vector<float>& ref, const std::string& what) {
     const ModelLayout local = make_model_layout(mc, split);
@@ -94,7 +101,7 @@ void expect_slices_match(const ModelConfig& mc, TensorSplit split, const std::ve
             const double g = got[lb[static_cast<size_t>(p.unit)] + p.offset + i];
             const size_t at = p.slice.global_offset(i, p.shape);
             const double r = ref[wb[static_cast<size_t>(w.unit)] + w.offset + at];
-            if (std::fabs(g - r) > 1e-5 * std::fabs(r) + 2e-6) {
+            if (std::fabs(g - r) > 1e-5 * std::fabs(r) + 5e-6) {
                 if (bad++ == 0) first = str(p.name, " element ", at, ": ", g, ", one-rank reference ", r);
             }
         }
@@ -163,7 +170,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                          ::testing::Values(TensorCase{2, 0}, TensorCase{2, 1}, TensorCase{2, 2}, TensorCase{2, 3},
                                            TensorCase{2, 0, true}, TensorCase{2, 3, true}, TensorCase{4, 0},
                                            TensorCase{4, 2, true}, TensorCase{2, 2, false, 1},
-                                           TensorCase{2, 3, true, 0, true}),
+                                           TensorCase{2, 3, true, 0, true}, TensorCase{2, 1, true, 0, false, 1},
+                                           TensorCase{4, 0, true, 0, false, 2}, TensorCase{4, 3, true, 0, false, 1}),
                          [](const auto& info) { return case_name(info.param); });
 
 // bf16: the tensor group's sums run in bf16 (each rank's partial product rounded before the

@@ -54,7 +54,7 @@ void expect_splits_tile_the_model(const ModelConfig& mc, int T) {
             const ParamSpec& w = whole.params[i];
             ASSERT_EQ(p.name, w.name);
             ASSERT_EQ(p.slice.global_shape, w.shape) << p.name;
-            EXPECT_EQ(p.numel * (p.slice.split() ? static_cast<size_t>(T) : 1), w.numel) << p.name;
+            EXPECT_EQ(p.numel * (p.slice.split() ? static_cast<size_t>(p.slice.parts) : 1), w.numel) << p.name;
             for (size_t e = 0; e < p.numel; ++e) {
                 const size_t g = p.slice.global_offset(e, p.shape);
                 ASSERT_LT(g, w.numel) << p.name;
@@ -67,9 +67,9 @@ void expect_splits_tile_the_model(const ModelConfig& mc, int T) {
     }
     for (size_t i = 0; i < whole.params.size(); ++i) {
         const ParamSpec& w = whole.params[i];
-        const bool split = make_model_layout(mc, TensorSplit{T, 0}).params[i].slice.split();
+        const TensorSlice s = make_model_layout(mc, TensorSplit{T, 0}).params[i].slice;
         for (size_t g = 0; g < w.numel; ++g) {
-            ASSERT_EQ(held[i][g], split ? 1 : T) << w.name << " element " << g << " at T = " << T;
+            ASSERT_EQ(held[i][g], s.split() ? s.copies : T) << w.name << " element " << g << " at T = " << T;
         }
     }
 }
@@ -77,12 +77,17 @@ void expect_splits_tile_the_model(const ModelConfig& mc, int T) {
 TEST(TensorSplit, SlicesTileTheUnsplitModelWithItsInitialValues) {
     for (int T : {2, 4}) {
         expect_splits_tile_the_model(gpt2_small(), T);
-        expect_splits_tile_the_model(llama_small(), T);
+        expect_splits_tile_the_model(llama_small(), T);  // 2 KV heads: each held by 2 ranks at T = 4
+        ModelConfig one_kv = llama_small();
+        one_kv.n_kv_head = 1;  // held by every rank
+        expect_splits_tile_the_model(one_kv, T);
     }
 }
 
 TEST(TensorSplit, SliceRunsMapEveryElementWhereGlobalOffsetSays) {
-    for (const ModelConfig& mc : {gpt2_small(), llama_small()}) {
+    ModelConfig one_kv = llama_small();
+    one_kv.n_kv_head = 1;
+    for (const ModelConfig& mc : {gpt2_small(), llama_small(), one_kv}) {
         const ModelLayout whole = make_model_layout(mc);
         for (int T : {1, 2, 4}) {
             for (int r = 0; r < T; ++r) {
@@ -246,7 +251,12 @@ TEST(TensorSplit, ConfigChecksNameTheKey) {
     c.model.vocab_size = 257;
     EXPECT_NE(validate_error(c).find("model.vocab_pad_to"), std::string::npos) << validate_error(c);
     c.model = llama_small();
-    c.model.n_kv_head = 1;
+    c.model.n_kv_head = 1;  // shared by both ranks
+    EXPECT_EQ(validate_error(c), "");
+    c.model.n_head = 12;
+    c.model.n_embd = 48;
+    c.model.n_kv_head = 6;  // neither a multiple nor a divisor of 4
+    c.parallel.tensor = 4;
     EXPECT_NE(validate_error(c).find("model.n_kv_head"), std::string::npos) << validate_error(c);
     c.model = llama_small();
     c.model.ffn_dim = 41;

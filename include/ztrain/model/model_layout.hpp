@@ -32,12 +32,16 @@ struct TensorSplit {
 /// unsplit shape is `blocks` equal blocks (GPT-2's q|k|v rows: 3), each cut into `parts`
 /// equal slices, and this tensor is slice `part` of every block, blocks in order. dim -1:
 /// the whole tensor (replicated over the tensor group: norms, row-parallel biases,
-/// positions).
+/// positions, and k and v of a single KV head shared by every rank).
 struct TensorSlice {
     int dim = -1;
     int parts = 1;
     int part = 0;
     int blocks = 1;
+    /// Ranks of the tensor group holding this same slice: T / parts when a tensor has fewer
+    /// slices than the group has ranks (Llama's k and v with fewer KV heads than T, each
+    /// head held by T / n_kv_head consecutive ranks), else 1.
+    int copies = 1;
     std::vector<size_t> global_shape;  ///< the unsplit tensor's
     bool split() const { return dim >= 0 && parts > 1; }
     /// The row-major offset in the unsplit tensor of element i of this slice (of shape
