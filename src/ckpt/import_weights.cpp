@@ -384,19 +384,45 @@ void import_weights(const std::string& path, const ModelLayout& layout, const Mo
         const WeightsFormat fmt = hf_dir ? WeightsFormat::kSafetensors : weights_format_of(path, "model.init_from");
         ZT_INPUT_CHECK(hf_dir || fs::is_regular_file(path), "model.init_from: '", path,
                        "' does not exist or is not a file or directory");
-        const std::vector<Expected> expected = expected_tensors(layout, cfg);
+        // The files hold unsplit tensors: a tensor-parallel rank takes its slices of them.
+        const bool split = layout.split.size > 1;
+        const ModelLayout whole = split ? make_model_layout(layout.model) : ModelLayout{};
+        const ModelLayout& file_layout = split ? whole : layout;
+        const std::vector<Expected> expected = expected_tensors(file_layout, cfg);
         zero_owned_master(state);
-        // The part of a tensor this rank owns: [offset, offset + live_numel) within its unit.
-        const auto owned_part = [&](const Expected& x) {
-            const ElementRange r = owned_range(state, x.spec->unit);
-            return ElementRange{std::max(x.spec->offset, r.begin), std::min(x.spec->offset + x.live_numel, r.end)};
+        // The runs of each tensor of this rank's layout in the unsplit one (one for a whole tensor).
+        const auto runs_of = [&](const Expected& x) {
+            const ParamSpec& w = *x.spec;
+            const ParamSpec& p = layout.params[static_cast<size_t>(&w - file_layout.params.data())];
+            std::vector<SliceRun> runs;
+            if (!split) return std::vector<SliceRun>{{p.offset, p.offset, p.numel}};
+            for (const SliceRun& r : slice_runs(layout, whole, p.unit)) {
+                if (r.local >= p.offset && r.local < p.offset + p.numel) runs.push_back(r);
+            }
+            return runs;
         };
-        const Wanted wanted = [&](const Expected& x) { return !owned_part(x).empty(); };
+        // Each run's part this rank owns and the file holds (live elements): its unit range, and
+        // where it starts in the tensor's data.
+        const auto for_owned = [&](const Expected& x, const std::function<void(ElementRange, size_t)>& fn) {
+            const ElementRange r = owned_range(state, x.spec->unit);
+            for (const SliceRun& run : runs_of(x)) {
+                const size_t from = run.whole - x.spec->offset;  // in the tensor's data
+                if (from >= x.live_numel) continue;
+                const size_t length = std::min(run.length, x.live_numel - from);
+                const size_t lo = std::max(run.local, r.begin);
+                const size_t hi = std::min(run.local + length, r.end);
+                if (hi > lo) fn(ElementRange{lo, hi}, from + (lo - run.local));
+            }
+        };
+        const Wanted wanted = [&](const Expected& x) {
+            bool any = false;
+            for_owned(x, [&](ElementRange, size_t) { any = true; });
+            return any;
+        };
         const Deliver deliver = [&](const Expected& x, const float* data) {
-            const ElementRange part = owned_part(x);
-            if (part.empty()) return;
-            state.copy_from_host(state.master_base(x.spec->unit) + part.begin, data + (part.begin - x.spec->offset),
-                                 part.size());
+            for_owned(x, [&](ElementRange part, size_t from) {
+                state.copy_from_host(state.master_base(x.spec->unit) + part.begin, data + from, part.size());
+            });
         };
         if (fmt == WeightsFormat::kH5) {
             import_h5(path, expected, wanted, deliver);

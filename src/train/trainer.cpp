@@ -280,13 +280,6 @@ double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver
     return flags[0];
 }
 
-/// Weights imported from Hugging Face files are not sliced for a tensor split yet.
-void check_tensor_parallel_run(const Config& cfg) {
-    ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
-                   ": importing weights is not supported with parallel.tensor = ", cfg.parallel.tensor,
-                   " yet; import at parallel.tensor = 1 and resume the checkpoint at any T");
-}
-
 }  // namespace
 
 TrainSummary train(const Config& deck, const TrainOptions& options) {
@@ -304,7 +297,6 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     const bool root = comm.rank() == 0;
     const std::unique_ptr<RunLocks> locks = lock_run_dirs(cfg, checkpoint_dir(cfg), options.force_unlock, comm);
     ResumePolicy resume(cfg, comm);
-    if (cfg.parallel.tensor > 1) check_tensor_parallel_run(cfg);
     if (resume.resuming() && nothing_to_train(resume, cfg, root)) return TrainSummary{};
     start_compute(setup, cfg);
     // Memory: predicted from the deck, checked before anything model-sized exists.

@@ -357,6 +357,17 @@ TEST(TensorCheckpoint, LoadsIntoEverySplitBitForBit) {
         }
         H5Fclose(a);
         H5Fclose(b);
+        // Imported (model.init_from) into each split, the weights are the same slices.
+        for (const TensorSplit part : {TensorSplit{2, 1}, TensorSplit{4, 2}}) {
+            const ModelLayout sliced = make_model_layout(cfg.model, part);
+            ModelState imported(sliced, *backend, 5);
+            import_weights(dir.file("again.h5"), sliced, cfg.model, imported, nullptr);
+            std::vector<std::vector<std::vector<float>>> master_only = want;
+            for (int w = 1; w < 3; ++w) {
+                for (auto& unit : master_only[static_cast<size_t>(w)]) std::fill(unit.begin(), unit.end(), 0.f);
+            }
+            expect_state_holds(imported, master_only, whole, str("imported at T = ", part.size));
+        }
     }
 }
 
