@@ -406,9 +406,11 @@ std::string checkpoint_info(const std::string& ckpt_path) {
         os << "  step " << meta.value("step", 0L) << " (" << meta.value("applied_steps", 0L) << " applied), "
            << meta.value("samples_seen", uint64_t{0}) << " samples, " << meta.value("tokens_seen", uint64_t{0})
            << " tokens seen\n";
-        os << "  written by " << meta.value("world_size", 0) << " rank(s), ZeRO stage " << meta.value("zero_stage", 0)
-           << ", working dtype " << meta.value("dtype", std::string("?")) << ", seed "
-           << meta.value("seed", uint64_t{0}) << "\n";
+        const int tensor = meta.value("tensor", 1);
+        os << "  written by " << meta.value("world_size", 0) << " rank(s)"
+           << (tensor > 1 ? str(" (tensor parallel ", tensor, ": each file holds one tensor rank's slices)") : "")
+           << ", ZeRO stage " << meta.value("zero_stage", 0) << ", working dtype "
+           << meta.value("dtype", std::string("?")) << ", seed " << meta.value("seed", uint64_t{0}) << "\n";
         os << "  model: " << dim(m.model.n_layer) << " layers, " << dim(m.model.n_head) << " heads, "
            << dim(m.model.n_embd) << " wide, seq " << dim(m.model.seq_len) << ", vocab " << dim(m.model.vocab_size)
            << " (padded " << dim(m.padded_vocab) << ")\n";
@@ -435,7 +437,8 @@ std::string checkpoint_info(const std::string& ckpt_path) {
             std::error_code ec;
             const bool present = fs::exists(p, ec);
             const uint64_t on_disk = present ? static_cast<uint64_t>(fs::file_size(p, ec)) : 0;
-            os << "    " << name << "  " << bytes << " bytes, rank " << s.value("rank", -1) << ", "
+            os << "    " << name << "  " << bytes << " bytes, rank " << s.value("rank", -1)
+               << (tensor > 1 ? str(", tensor rank ", s.value("tensor_rank", 0)) : "") << ", "
                << s.at("units").size() << " unit range(s)"
                << (!present ? "  MISSING" : on_disk != bytes ? str("  SIZE DIFFERS (", on_disk, " on disk)") : "")
                << "\n";
