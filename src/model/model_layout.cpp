@@ -16,9 +16,10 @@ constexpr size_t kTensorAlign = 16;
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/// init_unit_range's values for elements [lo, lo + count) of a split tensor: each keyed by
-/// its offset in the unsplit tensor, so every split holds the unsplit model's values.
-void init_slice(const ParamSpec& p, uint64_t seed, size_t lo, size_t count, float* dst) {
+/// init_unit_range's values for elements [lo, lo + count) of a tensor: each keyed by its
+/// offset in the unsplit tensor (itself when whole), so every split holds the unsplit
+/// model's values; elements past init_numel (padded vocabulary rows) are 0.
+void init_tensor_range(const ParamSpec& p, uint64_t seed, size_t lo, size_t count, float* dst) {
     const long long n = static_cast<long long>(count);
     #pragma omp parallel for schedule(static)
     for (long long i = 0; i < n; ++i) {
@@ -170,19 +171,7 @@ void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t 
         // Padded vocabulary rows of the token embedding stay zero: they are never an input
         // and never predicted, so they must not disturb the tied LM head. Every element's
         // value depends only on its global index, so any range gives the same values.
-        if (p.slice.split()) {
-            init_slice(p, seed, lo, count, dst);
-            continue;
-        }
-        const size_t live = std::min(p.init_numel, lo + count);
-        const long long first = static_cast<long long>(lo);
-        const long long last = static_cast<long long>(std::max(live, lo));
-        #pragma omp parallel for schedule(static)
-        for (long long i = first; i < last; ++i) {
-            dst[i - first] = static_cast<float>(
-                p.init_std * random_normal(seed, static_cast<uint64_t>(RandomStream::kInit),
-                                           p.global_index + static_cast<uint64_t>(i)));
-        }
+        init_tensor_range(p, seed, lo, count, dst);
     }
 }
 

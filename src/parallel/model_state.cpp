@@ -20,10 +20,6 @@ float* alloc_conversion_buffer(Backend& backend, const ShardPlan& plan, DType wo
     return backend.alloc_floats(n);
 }
 
-}  // namespace
-
-namespace {
-
 /// `segments` cut into the parts inside split tensors (TensorSlice::split) and the rest. A
 /// slice several ranks hold (TensorSlice::copies) is counted by the first of them only: its
 /// part goes to neither list on the others.
