@@ -12,6 +12,7 @@ packages=(
   libboost-program-options-dev
   libopenblas-dev
   libdnnl-dev                    # oneDNN: bf16 products on CPUs with bf16 instructions (optional at build)
+  ocl-icd-opencl-dev             # oneDNN's CMake config requires OpenCL (a Recommends apt skips here)
   nlohmann-json3-dev
   fortunes fortunes-min          # the demo corpus (English text)
   python3 python3-matplotlib     # postproc/plot_metrics.py, which the demo suggests at its end

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Tensor parallelism benchmark: np 2 at parallel.tensor T = 1, 2 and np 4 at T = 1, 2, 4, ZeRO-1
-# over the world / T data-parallel ranks, interleaved so machine noise hits every setting alike:
+# Tensor parallelism benchmark: np 2 at parallel.tensor T = 1, 2 and np 4 at T = 1, 2, 4, each T > 1
+# also with sequence parallelism (parallel.sequence, "2s"), ZeRO-1 over the world / T
+# data-parallel ranks, interleaved so machine noise hits every setting alike:
 # step time, tokens/s, and the bytes each rank sends per step by kind (comm_bytes: the tensor
 # group's all-reduces, ZeRO's intra-group reduce-scatter / all-gather, inter-group, scalars).
 # bench/tensor_report.py checks the tensor bytes against (4 L + 2) B S C + 3 B S elements per
-# micro-step (ring all-reduce: 2 n (T-1)/T elements sent per rank) and models 8 NVLink GPUs
+# micro-step (ring all-reduce: 2 n (T-1)/T elements sent per rank), the sequence-parallel runs'
+# all-gathers and reduce-scatters against theirs, and models 8 NVLink GPUs
 # for GPT-2 124M and a 7B-wide model from that formula.
 #
 #   env -u OPENBLAS_CORETYPE bash bench/tensor_bench.sh
@@ -28,12 +30,15 @@ WORK="bench/work/tensor"
 # shellcheck source=bench/zero_common.sh
 . bench/zero_common.sh
 TRAIN+=(--checkpoint.every=0 --checkpoint.async=false)
-SETTINGS=("2 1" "2 2" "4 1" "4 2" "4 4")  # np T
+SETTINGS=("2 1" "2 2" "2 2s" "4 1" "4 2" "4 2s" "4 4" "4 4s")  # np T (s: parallel.sequence)
 
-run() {  # run NP T RUNDIR: the trainer still writes a final checkpoint; it goes, the metrics stay
+run() {  # run NP T[s] RUNDIR: the trainer still writes a final checkpoint; it goes, the metrics stay
   rm -rf "$3" "$3.ckpt" "$3.log"
+  local sequence=false
+  [[ "$2" == *s ]] && sequence=true
   mpiexec --oversubscribe --bind-to none -np "$1" "$BUILD_DIR/bin/ztrain" "${MODEL[@]}" "${TRAIN[@]}" \
-    --parallel.zero_stage="$STAGE" --parallel.tensor="$2" --train.max_steps="$STEPS" \
+    --parallel.zero_stage="$STAGE" --parallel.tensor="${2%s}" --parallel.sequence="$sequence" \
+    --train.max_steps="$STEPS" \
     --checkpoint.dir="$3.ckpt" --run.dir="$3" > "$3.log" 2>&1 || { tail -20 "$3.log" >&2; exit 1; }
   rm -rf "$3.ckpt"
 }
@@ -53,7 +58,7 @@ done
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 {
-  echo "# Tensor parallelism: np 2 at T = 1, 2 and np 4 at T = 1, 2, 4 ($DATE)"
+  echo "# Tensor parallelism: np 2 at T = 1, 2 and np 4 at T = 1, 2, 4, with and without sequence parallelism ($DATE)"
   echo
   echo "Command: \`env -u OPENBLAS_CORETYPE REPS=$REPS STEPS=$STEPS STAGE=$STAGE bash bench/tensor_bench.sh\`" \
        "at $(git rev-parse --short HEAD)"

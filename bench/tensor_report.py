@@ -3,7 +3,7 @@
 several (np, T = parallel.tensor), an exact check of the tensor group's all-reduce bytes against
 the Megatron formula, and a model of 8 NVLink GPUs (H100 SXM) for GPT-2 124M and a 7B-wide model.
 
-usage: tensor_report.py [--stage S] NP:T:RUN_DIR ...
+usage: tensor_report.py [--stage S] NP:T:RUN_DIR ...   (T with an s suffix: parallel.sequence)
 """
 import argparse
 import configparser
@@ -45,6 +45,17 @@ def tensor_bytes_per_micro(t, layers, tokens, width, act_size=4, ce_size=4):
     return (4 * layers + 2) * ring_bytes(tokens * width, t, act_size) + 3 * ring_bytes(tokens, t, ce_size)
 
 
+def sequence_bytes_per_micro(t, layers, tokens, width, act_size=4, f32=4):
+    """Sequence parallelism (GPT-2) per rank and micro-step, by kind: all-gathers (6 per layer: the
+    2 norm outputs forward, d residual twice and the 2 norm outputs again in backward; the final norm
+    forward, the embedding's gradient backward), reduce-scatters (4 per layer; the embedding forward,
+    the LM head's input gradient backward) of tokens x width, n (T-1)/T elements sent each; all-reduces
+    of the cross-entropy's 3 floats a token and the norms' weight gradients ((4 L + 2) width fp32)."""
+    one = tokens * width * act_size * (t - 1) // t
+    return dict(all_gather=(6 * layers + 2) * one, reduce_scatter=(4 * layers + 2) * one,
+                all_reduce=ring_bytes(3 * tokens, t, f32) + ring_bytes((4 * layers + 2) * width, t, f32))
+
+
 def gpt2_params(layers, width, seq, vocab):
     """ztrain's GPT-2 count (tied embedding, padded vocabulary, learned positions, biases)."""
     return layers * (12 * width * width + 13 * width) + vocab * width + seq * width + 2 * width
@@ -56,12 +67,14 @@ def fmt_bytes(b):
 
 def load(spec):
     np_, t, run_dir = spec.split(":", 2)
+    sp = t.endswith("s")
+    t = t.rstrip("s")
     rs = records(os.path.join(run_dir, "metrics.jsonl"))
     cp = config(run_dir)
     steps = [r for r in rs if "step_ms" in r]
     mem = next(r for r in rs if r.get("event") == "memory")
     peak = next((r for r in rs if r.get("event") == "memory_peak"), None)
-    return dict(np=int(np_), t=int(t), steps=steps, mem=mem, peak=peak,
+    return dict(np=int(np_), t=int(t), sp=sp, steps=steps, mem=mem, peak=peak,
                 layers=cp.getint("model", "n_layer"), width=cp.getint("model", "n_embd"),
                 seq=cp.getint("model", "seq_len"), micro=cp.getint("train", "micro_batch"),
                 accum=cp.getint("train", "grad_accum"), vocab=cp.getint("model", "vocab_size"),
@@ -81,7 +94,11 @@ def summarize(runs):
               for k in ("fwd_ms", "bwd_ms", "comm_ms", "opt_ms")}
     return dict(times=times, med=statistics.median(times), tokens=tok[0], cb=cb, same=len(seen) == 1,
                 peak=peak, phases=phases,
-                **{k: first[k] for k in ("np", "t", "layers", "width", "seq", "micro", "accum", "mem", "vocab", "pad")})
+                **{k: first[k] for k in ("np", "t", "sp", "layers", "width", "seq", "micro", "accum", "mem", "vocab", "pad")})
+
+
+def label(r):
+    return f"{r['t']} SP" if r["sp"] else str(r["t"])
 
 
 def measured_table(rows, stage):
@@ -94,23 +111,26 @@ def measured_table(rows, stage):
           f"{'yes' if all(r['same'] for r in rows) else 'NO'}).")
     print()
     print("| np | T | data ranks | tokens/step | step ms (per rep) | tok/s | tensor all_reduce | "
-          "intra reduce_scatter | intra all_gather | inter | scalar (all groups) | peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "tensor all_gather | tensor reduce_scatter | intra reduce_scatter | intra all_gather | inter | "
+          "scalar (all groups) | activations MiB | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         cb = r["cb"]
+        tb = cb.get("tensor", {})
         inter = sum(cb.get("inter", {}).values())
         times = ", ".join(f"{x:.0f}" for x in r["times"])
-        print(f"| {r['np']} | {r['t']} | {r['np'] // r['t']} | {r['tokens']:,} | {times} | "
-              f"{r['tokens'] / (r['med'] / 1e3):,.0f} | {cb.get('tensor', {}).get('all_reduce', 0):,} | "
+        print(f"| {r['np']} | {label(r)} | {r['np'] // r['t']} | {r['tokens']:,} | {times} | "
+              f"{r['tokens'] / (r['med'] / 1e3):,.0f} | {tb.get('all_reduce', 0):,} | "
+              f"{tb.get('all_gather', 0):,} | {tb.get('reduce_scatter', 0):,} | "
               f"{cb['intra'].get('reduce_scatter', 0):,} | {cb['intra'].get('all_gather', 0):,} | {inter:,} | "
-              f"{cb.get('scalar', 0):,} | {r['peak'] / 2**20:.0f} |")
+              f"{cb.get('scalar', 0):,} | {r['mem']['activations'] / 2**20:.1f} | {r['peak'] / 2**20:.0f} |")
     print()
     for np_ in sorted({r["np"] for r in rows}):
-        base = next((r for r in rows if r["np"] == np_ and r["t"] == 1), None)
+        base = next((r for r in rows if r["np"] == np_ and r["t"] == 1 and not r["sp"]), None)
         if not base:
             continue
         rel = "; ".join(
-            f"T={r['t']} {r['tokens'] / r['med'] / (base['tokens'] / base['med']):.2f}x (per rep: "
+            f"T={label(r)} {r['tokens'] / r['med'] / (base['tokens'] / base['med']):.2f}x (per rep: "
             + ", ".join(f"{r['tokens'] / a / (base['tokens'] / b):.2f}" for a, b in zip(r["times"], base["times"]))
             + ")" for r in rows if r["np"] == np_ and r["t"] > 1)
         print(f"- np {np_}: tokens/s against T=1 of the same np, medians: {rel}.")
@@ -123,7 +143,7 @@ def measured_table(rows, stage):
     for r in rows:
         ph = r["phases"]
         per_k = (ph["fwd_ms"] + ph["bwd_ms"]) / r["tokens"] * 1e3
-        print(f"| {r['np']} | {r['t']} | {ph['fwd_ms']:.0f} | {ph['bwd_ms']:.0f} | {ph['comm_ms']:.0f} | "
+        print(f"| {r['np']} | {label(r)} | {ph['fwd_ms']:.0f} | {ph['bwd_ms']:.0f} | {ph['comm_ms']:.0f} | "
               f"{ph['opt_ms']:.0f} | {per_k:.0f} |")
     print()
 
@@ -150,6 +170,17 @@ def check_table(rows):
                   f"{'OK (no tensor group)' if ok else 'DIFF (tensor object at T=1)'} |")
             verdicts.append(ok)
             continue
+        if r["sp"]:
+            want = {k: r["accum"] * v for k, v in
+                    sequence_bytes_per_micro(r["t"], r["layers"], tokens, r["width"]).items()}
+            got = {k: r["cb"]["tensor"].get(k, 0) for k in want}
+            ok = got == want and r["same"]
+            verdicts.append(ok)
+            print(f"| {r['np']} | {label(r)} | {tokens * r['width']:,} | {sum(got.values()):,} | "
+                  f"{sum(want.values()):,} | (gather {got['all_gather']:,}, scatter {got['reduce_scatter']:,}, "
+                  f"all-reduce {got['all_reduce']:,}) | {r['cb']['tensor'].get('scalar', 0)} | "
+                  f"{'OK' if ok else 'DIFF ' + json.dumps({k: got[k] - want[k] for k in want})} |")
+            continue
         want = r["accum"] * tensor_bytes_per_micro(r["t"], r["layers"], tokens, r["width"])
         elems = got / (r["accum"] * 2 * 4 * (r["t"] - 1) / r["t"])
         coef = (elems - 3 * tokens - 2 * tokens * r["width"]) / (r["layers"] * tokens * r["width"])
@@ -157,6 +188,11 @@ def check_table(rows):
         verdicts.append(ok)
         print(f"| {r['np']} | {r['t']} | {tokens * r['width']:,} | {got:,} | {want:,} | {coef:.3f} | "
               f"{r['cb']['tensor'].get('scalar', 0)} | {'OK' if ok else f'DIFF ({got - want:+,})'} |")
+    print()
+    print("With sequence parallelism (T SP) the formula is sequence_bytes_per_micro: (6L+2) all-gathers and "
+          "(4L+2) reduce-scatters of B*S*C elements (n (T-1)/T sent each), and all-reduces of the 3*B*S "
+          "cross-entropy floats and of the norms' weight gradients ((4L+2) C floats); the per-layer column "
+          "gives the three kinds.")
     print()
     print(f"Byte check: {'OK' if all(verdicts) else 'DIFF'} ({sum(verdicts)}/{len(verdicts)} settings exact).")
     zero = []
@@ -169,6 +205,13 @@ def check_table(rows):
                     f"{'OK' if got == (want, want) else f'DIFF {got} vs {want}'}")
     print("ZeRO-1 intra bytes against one reduce-scatter and one all-gather of the rank's P_local fp32 "
           "parameters per step over its D data ranks (4 P_local (D-1)/D each): " + "; ".join(zero) + ".")
+    sp = [(r, next((q for q in rows if q["np"] == r["np"] and q["t"] == r["t"] and not q["sp"]), None))
+          for r in rows if r["sp"]]
+    print("Activations per rank, sequence parallelism against the same T without it (the memory record's "
+          "activations, allocated and checked against the plan): " + "; ".join(
+              f"np {r['np']} T={r['t']}: {q['mem']['activations'] / 2**20:.1f} -> "
+              f"{r['mem']['activations'] / 2**20:.1f} MiB ({r['mem']['activations'] / q['mem']['activations']:.2f}x)"
+              for r, q in sp if q) + ".")
     r0 = rows[0]
     p = gpt2_params(r0["layers"], r0["width"], r0["seq"], -(-r0["vocab"] // r0["pad"]) * r0["pad"])
     print(f"The parameter formula of the model below gives {p:,} for this model; ztrain reports "
@@ -257,7 +300,7 @@ def main():
     by = {}
     for spec in a.runs:
         run = load(spec)
-        by.setdefault((run["np"], run["t"]), []).append(run)
+        by.setdefault((run["np"], run["t"], run["sp"]), []).append(run)
     rows = [summarize(by[k]) for k in sorted(by)]
     measured_table(rows, a.stage)
     check_table(rows)

@@ -102,6 +102,11 @@ const KeyDef kKeys[] = {
            "head (Megatron-style); T divides the world, the heads, the MLP width and the padded vocabulary (KV "
            "heads: a multiple or a divisor of T); ZeRO and parallel.shard_group then count the world / T "
            "data-parallel ranks"),
+    ZT_KEY("parallel.sequence", parallel.sequence,
+           "true: sequence parallelism (Megatron-style) over the tensor group: the norms and the residual "
+           "stream hold seq_len / T rows per rank, the group's all-reduces become all-gathers and "
+           "reduce-scatters of the same volume | false: every rank holds every row (needs parallel.tensor > 1 "
+           "and seq_len a multiple of it)"),
     ZT_KEY("parallel.timeout_s", parallel.timeout_s,
            "seconds one collective may wait before the job is aborted with a message (0: never)"),
     ZT_KEY("parallel.comm_thread", parallel.comm_thread,

@@ -219,7 +219,11 @@ void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
 void check_tensor_split(const Validator& v, const Config& cfg) {
     const int T = cfg.parallel.tensor;
     const ModelConfig& m = cfg.model;
+    v.check(!cfg.parallel.sequence || T > 1, "parallel.sequence",
+            "false, or parallel.tensor > 1 (sequence parallelism splits the rows over the tensor group)");
     if (T <= 1) return;
+    v.check(!cfg.parallel.sequence || m.seq_len % T == 0, "model.seq_len",
+            str("a multiple of parallel.tensor = ", T, " under parallel.sequence (whole rows per rank)"));
     v.check(m.n_head % T == 0, "model.n_head", str("a multiple of parallel.tensor = ", T, " (whole heads per rank)"));
     // Fewer KV heads than ranks: each is held by T / n_kv_head ranks (Megatron's replication).
     const int kv = m.kv_heads();

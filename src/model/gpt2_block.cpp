@@ -59,21 +59,24 @@ ModelLayout gpt2_layout(const ModelConfig& cfg, TensorSplit split) {
     return layout;
 }
 
-ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor) {
+ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor,
+                                 bool sequence) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
+    // The rows of the residual stream and the norms: under sequence parallelism 1/t of them.
+    const double BTl = sequence && tensor > 1 ? BT / tensor : BT;
     const double C = cfg.n_embd;
     const double Cs = C / tensor;  // this rank's attention width (its heads)
     const double T = cfg.seq_len;
-    // Per block (Slots): ln1, residual2, ln2, output (4 x BTC), the rank's atty (BT C/t), qkv
-    // (3), fc and fc_gelu (4 each), its heads' attention probabilities (B NH/t T T); four
-    // LayerNorm statistics (fp32).
+    // Per block (Slots): ln1, residual2, ln2, output (4 x BTl C), the rank's atty (BT C/t),
+    // qkv (3), fc and fc_gelu (4 each), its heads' attention probabilities (B NH/t T T); four
+    // LayerNorm statistics (fp32, BTl).
     const double block =
-        BT * (4 * C + Cs * (1 + 3 + 8)) + static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
-    const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
-    const double stats = (recompute ? 1 : cfg.n_layer) * 4 * BT;
+        BTl * 4 * C + BT * Cs * (1 + 3 + 8) + static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
+    const double blocks = recompute ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
+    const double stats = (recompute ? 1 : cfg.n_layer) * 4 * BTl;
     // Gradient scratch: datty (BT C/t), dqkv (3), dfc and dfc_gelu (4 each); ln_f's mean and
-    // rstd (2 x BT, fp32).
-    return {blocks + BT * Cs * (1 + 3 + 8), stats + 2 * BT};
+    // rstd (2 x BTl, fp32).
+    return {blocks + BT * Cs * (1 + 3 + 8), stats + 2 * BTl};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block).
@@ -92,7 +95,7 @@ Gpt2Offsets gpt2_offsets(const ModelLayout& layout) {
 class Gpt2Blocks final : public ModelFamily {
   public:
     Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena, DriverScratch scratch,
-               int max_batch, bool recompute);
+               int max_batch, bool recompute, bool sequence);
 
     // With position runs (packed examples) each run reads the rows of wpe from its first
     // position on: the same op over a slice, so a run is embedded exactly as the same tokens
@@ -134,24 +137,28 @@ class Gpt2Blocks final : public ModelFamily {
     }
     void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in, const float* w,
                              int N) override {
-        be.layernorm_backward(dinp, dw, dw + m_lnf_bias_offset, dout, in, w, m_lnf_mean, m_lnf_rstd, N,
-                              m_cfg.n_embd);
+        const size_t C = static_cast<size_t>(m_cfg.n_embd);
+        be.layernorm_backward(dinp, norm_grad(be, dw, C, false), norm_grad(be, dw + m_lnf_bias_offset, C, false), dout,
+                              in, w, m_lnf_mean, m_lnf_rstd, N, m_cfg.n_embd);
+        add_norm_grads(be);
     }
 
   private:
     /// Floats before token (or position) i of a (.., C) buffer.
     size_t row_offset(int i) const { return static_cast<size_t>(i) * static_cast<size_t>(m_cfg.n_embd); }
     /// A block's sizes for B sequences of T tokens: width, this rank's heads and their width
-    /// (C under no tensor parallelism), head size, rows, row elements.
+    /// (C under no tensor parallelism), head size, rows, this rank's rows of the residual
+    /// stream (N but under sequence parallelism), and its elements.
     struct Sizes {
-        int C, NH, Ch, hs, N;
-        size_t NC;
+        int C, NH, Ch, hs, N, Nl;
+        size_t NlC;
     };
     Sizes sizes(int B, int T) const {
         const int N = B * T;
         const int C = m_cfg.n_embd;
-        return {C, m_cfg.n_head / m_parts, C / m_parts, mha_head_size(C, m_cfg.n_head), N,
-                static_cast<size_t>(N) * static_cast<size_t>(C)};
+        const int Nl = local_rows(N);
+        return {C, m_cfg.n_head / m_parts, C / m_parts, mha_head_size(C, m_cfg.n_head), N, Nl,
+                static_cast<size_t>(Nl) * static_cast<size_t>(C)};
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
@@ -170,7 +177,6 @@ class Gpt2Blocks final : public ModelFamily {
         ActPtr output;               // (B, T, C)
     };
     ModelConfig m_cfg;
-    int m_parts = 1;  ///< the tensor group's ranks (the layout's split)
     Gpt2Offsets m_off{};
     size_t m_wpe_offset = 0;
     size_t m_lnf_bias_offset = 0;
@@ -182,12 +188,11 @@ class Gpt2Blocks final : public ModelFamily {
     ActPtr m_dqkv;      // (B, T, 3C)
     ActPtr m_dfc;       // (B, T, 4C)
     ActPtr m_dfc_gelu;  // (B, T, 4C)
-    DriverScratch m_scratch;
 };
 
 Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
-                       DriverScratch scratch, int max_batch, bool recompute)
-    : m_cfg(cfg), m_parts(layout.split.size), m_scratch(scratch) {
+                       DriverScratch scratch, int max_batch, bool recompute, bool sequence)
+    : ModelFamily(scratch, layout.split.size, sequence), m_cfg(cfg) {
     if (cfg.n_layer > 0) m_off = gpt2_offsets(layout);
     m_wpe_offset = layout.find("wpe.weight").offset;
     m_lnf_bias_offset = layout.find("ln_f.bias").offset;
@@ -196,23 +201,24 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
     const size_t Ch = C / static_cast<size_t>(m_parts);
     const size_t NH = static_cast<size_t>(cfg.n_head / m_parts);
     const size_t T = static_cast<size_t>(cfg.seq_len);
-    m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BT * C, [&](Slots& L) {
-        L.ln1 = arena.take_act(BT * C);
-        L.ln1_mean = arena.take(BT);
-        L.ln1_rstd = arena.take(BT);
+    const size_t BTl = static_cast<size_t>(local_rows(static_cast<int>(BT)));
+    m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
+        L.ln1 = arena.take_act(BTl * C);
+        L.ln1_mean = arena.take(BTl);
+        L.ln1_rstd = arena.take(BTl);
         L.qkv = arena.take_act(BT * 3 * Ch);
         L.atty = arena.take_act(BT * Ch);
         L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
-        L.residual2 = arena.take_act(BT * C);
-        L.ln2 = arena.take_act(BT * C);
-        L.ln2_mean = arena.take(BT);
-        L.ln2_rstd = arena.take(BT);
+        L.residual2 = arena.take_act(BTl * C);
+        L.ln2 = arena.take_act(BTl * C);
+        L.ln2_mean = arena.take(BTl);
+        L.ln2_rstd = arena.take(BTl);
         L.fc = arena.take_act(BT * 4 * Ch);
         L.fc_gelu = arena.take_act(BT * 4 * Ch);
-        L.output = arena.take_act(BT * C);
+        L.output = arena.take_act(BTl * C);
     });
-    m_lnf_mean = arena.take(BT);
-    m_lnf_rstd = arena.take(BT);
+    m_lnf_mean = arena.take(BTl);
+    m_lnf_rstd = arena.take(BTl);
     m_datty = arena.take_act(BT * Ch);
     m_dqkv = arena.take_act(BT * 3 * Ch);
     m_dfc = arena.take_act(BT * 4 * Ch);
@@ -222,20 +228,23 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
 // Under tensor parallelism (Ch = C / t, NH = n_head / t): c_attn and c_fc are
 // column-parallel (no communication forward; their input gradient summed over the group in
 // backward, before the LayerNorm's backward reads it), both c_proj row-parallel (their
-// outputs summed over the group in forward).
+// outputs summed over the group in forward). Under sequence parallelism the LayerNorms and
+// residuals run on this rank's Nl rows: their outputs are gathered for the column-parallel
+// products (in forward, and again for the weight gradients in backward, rather than kept
+// whole), the row-parallel products reduce-scattered.
 void Gpt2Blocks::block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) {
     const float* w = uw.f32;
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const auto [C, NH, Ch, hs, N, NC] = sizes(B, T);
+    const auto [C, NH, Ch, hs, N, Nl, NlC] = sizes(B, T);
     const size_t NCh = static_cast<size_t>(N) * static_cast<size_t>(Ch);
-    be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, N, C);
-    be.matmul_forward(L.qkv, L.ln1, uw.matrix(o.qkvw), w + o.qkvb, N, C, 3 * Ch);
+    be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, Nl, C);
+    be.matmul_forward(L.qkv, gather_rows(L.ln1, N, C), uw.matrix(o.qkvw), w + o.qkvb, N, C, 3 * Ch);
     attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NH, hs);
     // residual2 = in + atty @ Wproj^T + bproj in one op: no separate projection buffer.
     row_parallel_residual(be, L.residual2, L.atty, uw.matrix(o.attprojw), w + o.attprojb, in, N, Ch, C);
-    be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, N, C);
-    be.matmul_forward(L.fc, L.ln2, uw.matrix(o.fcw), w + o.fcb, N, C, 4 * Ch);
+    be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, Nl, C);
+    be.matmul_forward(L.fc, gather_rows(L.ln2, N, C), uw.matrix(o.fcw), w + o.fcb, N, C, 4 * Ch);
     be.gelu_forward(L.fc_gelu, L.fc, NCh * 4);
     row_parallel_residual(be, L.output, L.fc_gelu, uw.matrix(o.fcprojw), w + o.fcprojb, L.residual2, N, 4 * Ch, C);
 }
@@ -245,50 +254,55 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, float
     const float* w = uw.f32;
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const auto [C, NH, Ch, hs, N, NC] = sizes(B, T);
+    const auto [C, NH, Ch, hs, N, Nl, NlC] = sizes(B, T);
     const size_t NCh = static_cast<size_t>(N) * static_cast<size_t>(Ch);
     const size_t CCh = static_cast<size_t>(C) * static_cast<size_t>(Ch);
     const size_t Cs = static_cast<size_t>(C);
     const size_t Chs = static_cast<size_t>(Ch);
-    const ActPtr dln = m_scratch.dscratch;
-    // dres holds d loss / d output. output = residual2 + mlp(...): the MLP branch gets dres
-    // as is, and its LayerNorm backward adds into dres, turning it into d/d residual2.
+    const size_t padded = padded_elements(N, C);
+    const ActPtr dpartial = m_scratch.dscratch;  // a column-parallel product's input gradient
+    // dres holds d loss / d output (this rank's Nl rows). output = residual2 + mlp(...): the
+    // MLP branch gets dres as is, and its LayerNorm backward adds into dres, turning it into
+    // d/d residual2. The row-parallel product's bias gradient comes from the whole batch's
+    // rows (gathered), the same on every rank.
     zero_act(be, m_dfc_gelu, NCh * 4);
     zero_grad_if(be, zero_dw, dw + o.fcprojw, 4 * CCh);
     zero_grad_if(be, zero_dw, dw + o.fcprojb, Cs);
-    be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, dres, L.fc_gelu, uw.matrix(o.fcprojw), N, 4 * Ch,
-                       C);
+    be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, gather_rows(dres, N, C), L.fc_gelu,
+                       uw.matrix(o.fcprojw), N, 4 * Ch, C);
     zero_act(be, m_dfc, NCh * 4);
     be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NCh * 4);
-    zero_act(be, dln, NC);
+    zero_act(be, dpartial, padded);
     zero_grad_if(be, zero_dw, dw + o.fcw, 4 * CCh);
     zero_grad_if(be, zero_dw, dw + o.fcb, 4 * Chs);
-    be.matmul_backward(dln, dw + o.fcw, dw + o.fcb, m_dfc, L.ln2, uw.matrix(o.fcw), N, C, 4 * Ch);
-    sum_over_group(dln, NC);
-    zero_grad_if(be, zero_dw, dw + o.ln2w, Cs);
-    zero_grad_if(be, zero_dw, dw + o.ln2b, Cs);
-    be.layernorm_backward(dres, dw + o.ln2w, dw + o.ln2b, dln, L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, N, C);
+    be.matmul_backward(dpartial, dw + o.fcw, dw + o.fcb, m_dfc, gather_rows(L.ln2, N, C), uw.matrix(o.fcw), N, C,
+                       4 * Ch);
+    ActPtr dln = sum_input_grad(dpartial, N, C);
+    be.layernorm_backward(dres, norm_grad(be, dw + o.ln2w, Cs, zero_dw), norm_grad(be, dw + o.ln2b, Cs, zero_dw), dln,
+                          L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, Nl, C);
     // Same for the attention branch: dres becomes d/d block input.
     zero_act(be, m_datty, NCh);
     zero_grad_if(be, zero_dw, dw + o.attprojw, CCh);
     zero_grad_if(be, zero_dw, dw + o.attprojb, Cs);
-    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, dres, L.atty, uw.matrix(o.attprojw), N, Ch, C);
+    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, gather_rows(dres, N, C), L.atty,
+                       uw.matrix(o.attprojw), N, Ch, C);
     zero_act(be, m_dqkv, NCh * 3);
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH, hs);
-    zero_act(be, dln, NC);
+    zero_act(be, dpartial, padded);
     zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CCh);
     zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Chs);
-    be.matmul_backward(dln, dw + o.qkvw, dw + o.qkvb, m_dqkv, L.ln1, uw.matrix(o.qkvw), N, C, 3 * Ch);
-    sum_over_group(dln, NC);
-    zero_grad_if(be, zero_dw, dw + o.ln1w, Cs);
-    zero_grad_if(be, zero_dw, dw + o.ln1b, Cs);
-    be.layernorm_backward(dres, dw + o.ln1w, dw + o.ln1b, dln, in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, N, C);
+    be.matmul_backward(dpartial, dw + o.qkvw, dw + o.qkvb, m_dqkv, gather_rows(L.ln1, N, C), uw.matrix(o.qkvw), N, C,
+                       3 * Ch);
+    dln = sum_input_grad(dpartial, N, C);
+    be.layernorm_backward(dres, norm_grad(be, dw + o.ln1w, Cs, zero_dw), norm_grad(be, dw + o.ln1b, Cs, zero_dw), dln,
+                          in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, Nl, C);
+    add_norm_grads(be);
 }
 
 std::unique_ptr<ModelFamily> make_gpt2_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& /*backend*/,
                                               ActivationArena& arena, DriverScratch scratch, int max_batch,
-                                              bool recompute) {
-    return std::make_unique<Gpt2Blocks>(cfg, layout, arena, scratch, max_batch, recompute);
+                                              bool recompute, bool sequence) {
+    return std::make_unique<Gpt2Blocks>(cfg, layout, arena, scratch, max_batch, recompute, sequence);
 }
 
 /// GPT-2's block for new rows only, over a key/value cache: the same ops as block_forward,

@@ -86,8 +86,11 @@ int local_kv_heads(const ModelConfig& cfg, int tensor) {
     return cfg.kv_heads() >= tensor ? cfg.kv_heads() / tensor : 1;
 }
 
-ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor) {
+ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor,
+                                  bool sequence) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
+    // The rows of the residual stream and the norms: under sequence parallelism 1/t of them.
+    const double BTl = sequence && tensor > 1 ? BT / tensor : BT;
     const double C = cfg.n_embd;
     const double T = cfg.seq_len;
     const double hs = cfg.head_size();
@@ -95,18 +98,18 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool re
     const double Cq = C / tensor;
     const double QKV = (cfg.n_head / tensor + 2 * local_kv_heads(cfg, tensor)) * hs;
     const double F = cfg.ffn_dim / tensor;
-    // Per block (Slots): norm1, residual2, norm2, output (4 x BTC), atty (BT Cq), qkv (QKV),
-    // gate|up (2F) and the SwiGLU output (F), the attention probabilities (B NH T T); two
-    // RMSNorm rstd (fp32).
-    const double block =
-        BT * (4 * C + Cq + QKV + 3 * F) + static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
-    const double blocks = recompute ? block + (cfg.n_layer - 1) * BT * C : cfg.n_layer * block;
-    const double stats = (recompute ? 1 : cfg.n_layer) * 2 * BT;
+    // Per block (Slots): norm1, residual2, norm2, output (4 x BTl C), atty (BT Cq), qkv
+    // (QKV), gate|up (2F) and the SwiGLU output (F), the attention probabilities (B NH T T);
+    // two RMSNorm rstd (fp32, BTl).
+    const double block = BTl * 4 * C + BT * (Cq + QKV + 3 * F) +
+                         static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
+    const double blocks = recompute ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
+    const double stats = (recompute ? 1 : cfg.n_layer) * 2 * BTl;
     // Gradient scratch: datty (BT Cq), dqkv (QKV), d gate|up (2F), d swiglu (F); the final
-    // RMSNorm's rstd (BT) and the rotary table (T hs), fp32.
+    // RMSNorm's rstd (BTl) and the rotary table (T hs), fp32.
     // Shared KV heads: q|k|v's weight gradient and the k, v gradients' exchange (fp32).
     const double shared_kv = cfg.kv_heads() < tensor ? QKV * C + cfg.kv_heads() * 2 * hs * C : 0;
-    return {blocks + BT * (Cq + QKV + 3 * F), stats + BT + T * cfg.head_size() + shared_kv};
+    return {blocks + BT * (Cq + QKV + 3 * F), stats + BTl + T * cfg.head_size() + shared_kv};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
@@ -135,7 +138,7 @@ LlamaOffsets llama_offsets(const ModelConfig& cfg, const ModelLayout& layout) {
 class LlamaBlocks final : public ModelFamily {
   public:
     LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
-                DriverScratch scratch, int max_batch, bool recompute);
+                DriverScratch scratch, int max_batch, bool recompute, bool sequence);
 
     void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                        int T) override {
@@ -156,22 +159,25 @@ class LlamaBlocks final : public ModelFamily {
     }
     void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in, const float* w,
                              int N) override {
-        be.rmsnorm_backward(dinp, dw, dout, in, w, m_norm_rstd, N, m_cfg.n_embd);
+        be.rmsnorm_backward(dinp, norm_grad(be, dw, static_cast<size_t>(m_cfg.n_embd), false), dout, in, w,
+                            m_norm_rstd, N, m_cfg.n_embd);
+        add_norm_grads(be);
     }
 
   private:
     /// A block's sizes for B sequences of T tokens: width, this rank's query and key/value
     /// heads (all of them without tensor parallelism), head size, MLP width, packed q|k|v
-    /// width, the heads' width (o_proj's input), rows.
+    /// width, the heads' width (o_proj's input), rows, this rank's rows of the residual
+    /// stream (N but under sequence parallelism).
     struct Sizes {
-        int C, NH, NKV, hs, F, QKV, Cq, N;
+        int C, NH, NKV, hs, F, QKV, Cq, N, Nl;
     };
     Sizes sizes(int B, int T) const {
         const int t = m_parts;
         const int hs = m_cfg.head_size();
         const int kv = local_kv_heads(m_cfg, t);
-        return {m_cfg.n_embd,     m_cfg.n_head / t,               kv, hs,
-                m_cfg.ffn_dim / t, (m_cfg.n_head / t + 2 * kv) * hs, m_cfg.n_head / t * hs, B * T};
+        return {m_cfg.n_embd,          m_cfg.n_head / t, kv,    hs, m_cfg.ffn_dim / t, (m_cfg.n_head / t + 2 * kv) * hs,
+                m_cfg.n_head / t * hs, B * T,            local_rows(B * T)};
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
@@ -188,7 +194,6 @@ class LlamaBlocks final : public ModelFamily {
         ActPtr output;                // (B, T, C)
     };
     ModelConfig m_cfg;
-    int m_parts = 1;  ///< the tensor group's ranks (the layout's split)
     LlamaOffsets m_off{};
     std::vector<Slots> m_slots;
     float* m_norm_rstd = nullptr;       // (B, T) the final RMSNorm's
@@ -198,7 +203,6 @@ class LlamaBlocks final : public ModelFamily {
     ActPtr m_dqkv;      // (B, T, QKV)
     ActPtr m_dgate_up;  // (B, T, 2F)
     ActPtr m_dswiglu;   // (B, T, F)
-    DriverScratch m_scratch;
     // KV heads shared by several ranks (n_kv_head < T): q|k|v's weight gradient (QKV, C) and
     // the k, v gradients of every head (n_kv_head, 2 hs, C), summed over the group; null
     // otherwise.
@@ -210,8 +214,8 @@ class LlamaBlocks final : public ModelFamily {
 };
 
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
-                         DriverScratch scratch, int max_batch, bool recompute)
-    : m_cfg(cfg), m_parts(layout.split.size), m_scratch(scratch) {
+                         DriverScratch scratch, int max_batch, bool recompute, bool sequence)
+    : ModelFamily(scratch, layout.split.size, sequence), m_cfg(cfg) {
     if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
     const Sizes z = sizes(1, 1);
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
@@ -222,20 +226,21 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     const size_t F = static_cast<size_t>(z.F);
     const size_t Cq = static_cast<size_t>(z.Cq);
     const size_t hs = static_cast<size_t>(cfg.head_size());
-    m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BT * C, [&](Slots& L) {
-        L.norm1 = arena.take_act(BT * C);
-        L.norm1_rstd = arena.take(BT);
+    const size_t BTl = static_cast<size_t>(local_rows(static_cast<int>(BT)));
+    m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
+        L.norm1 = arena.take_act(BTl * C);
+        L.norm1_rstd = arena.take(BTl);
         L.qkv = arena.take_act(BT * QKV);
         L.atty = arena.take_act(BT * Cq);
         L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
-        L.residual2 = arena.take_act(BT * C);
-        L.norm2 = arena.take_act(BT * C);
-        L.norm2_rstd = arena.take(BT);
+        L.residual2 = arena.take_act(BTl * C);
+        L.norm2 = arena.take_act(BTl * C);
+        L.norm2_rstd = arena.take(BTl);
         L.gate_up = arena.take_act(BT * 2 * F);
         L.swiglu = arena.take_act(BT * F);
-        L.output = arena.take_act(BT * C);
+        L.output = arena.take_act(BTl * C);
     });
-    m_norm_rstd = arena.take(BT);
+    m_norm_rstd = arena.take(BTl);
     m_datty = arena.take_act(BT * Cq);
     m_dqkv = arena.take_act(BT * QKV);
     m_dgate_up = arena.take_act(BT * 2 * F);
@@ -278,18 +283,19 @@ void LlamaBlocks::block_forward(Backend& be, int l, const UnitWeights& uw, Const
     const float* w = uw.f32;
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const auto [C, NH, NKV, hs, F, QKV, Cq, N] = sizes(B, T);
+    const auto [C, NH, NKV, hs, F, QKV, Cq, N, Nl] = sizes(B, T);
     const float eps = static_cast<float>(m_cfg.norm_eps);
-    // Tensor parallelism as in GPT-2's block: q|k|v and gate|up column-parallel, o_proj and
-    // down_proj row-parallel (their outputs summed over the group).
-    be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, N, C, eps);
-    be.matmul_forward(L.qkv, L.norm1, uw.matrix(o.qkv), nullptr, N, C, QKV);
+    // Tensor and sequence parallelism as in GPT-2's block: q|k|v and gate|up column-parallel,
+    // o_proj and down_proj row-parallel (their outputs summed over the group); under
+    // sequence parallelism the norms on this rank's Nl rows, gathered for the products.
+    be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, Nl, C, eps);
+    be.matmul_forward(L.qkv, gather_rows(L.norm1, N, C), uw.matrix(o.qkv), nullptr, N, C, QKV);
     // Rotated in place: attention and its backward only need the rotated q and k.
     rotate(be, L.qkv, B, T, /*inverse=*/false);
     attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
     row_parallel_residual(be, L.residual2, L.atty, uw.matrix(o.o_proj), nullptr, in, N, Cq, C);
-    be.rmsnorm_forward(L.norm2, L.norm2_rstd, L.residual2, w + o.norm2, N, C, eps);
-    be.matmul_forward(L.gate_up, L.norm2, uw.matrix(o.gate_up), nullptr, N, C, 2 * F);
+    be.rmsnorm_forward(L.norm2, L.norm2_rstd, L.residual2, w + o.norm2, Nl, C, eps);
+    be.matmul_forward(L.gate_up, gather_rows(L.norm2, N, C), uw.matrix(o.gate_up), nullptr, N, C, 2 * F);
     be.swiglu_forward(L.swiglu, L.gate_up, N, F);
     row_parallel_residual(be, L.output, L.swiglu, uw.matrix(o.down_proj), nullptr, L.residual2, N, F, C);
 }
@@ -299,45 +305,50 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
     const float* w = uw.f32;
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
-    const auto [C, NH, NKV, hs, F, QKV, Cq, N] = sizes(B, T);
+    const auto [C, NH, NKV, hs, F, QKV, Cq, N, Nl] = sizes(B, T);
     const size_t n = static_cast<size_t>(N);
     const size_t Cs = static_cast<size_t>(C);
     const size_t Fs = static_cast<size_t>(F);
     const size_t Cqs = static_cast<size_t>(Cq);
-    const ActPtr dnorm = m_scratch.dscratch;
+    const size_t padded = padded_elements(N, C);
+    const ActPtr dpartial = m_scratch.dscratch;  // a column-parallel product's input gradient
     // dres holds d loss / d block output; each branch's RMSNorm backward adds into it, so it
     // becomes d/d residual2 and then d/d block input (as in the GPT-2 block).
     zero_act(be, m_dswiglu, n * Fs);
     zero_grad_if(be, zero_dw, dw + o.down_proj, Cs * Fs);
-    be.matmul_backward(m_dswiglu, dw + o.down_proj, nullptr, dres, L.swiglu, uw.matrix(o.down_proj), N, F, C);
+    be.matmul_backward(m_dswiglu, dw + o.down_proj, nullptr, gather_rows(dres, N, C), L.swiglu,
+                       uw.matrix(o.down_proj), N, F, C);
     zero_act(be, m_dgate_up, n * 2 * Fs);
     be.swiglu_backward(m_dgate_up, L.gate_up, m_dswiglu, N, F);
-    zero_act(be, dnorm, n * Cs);
+    zero_act(be, dpartial, padded);
     zero_grad_if(be, zero_dw, dw + o.gate_up, 2 * Fs * Cs);
-    be.matmul_backward(dnorm, dw + o.gate_up, nullptr, m_dgate_up, L.norm2, uw.matrix(o.gate_up), N, C, 2 * F);
-    sum_over_group(dnorm, n * Cs);
-    zero_grad_if(be, zero_dw, dw + o.norm2, Cs);
-    be.rmsnorm_backward(dres, dw + o.norm2, dnorm, L.residual2, w + o.norm2, L.norm2_rstd, N, C);
+    be.matmul_backward(dpartial, dw + o.gate_up, nullptr, m_dgate_up, gather_rows(L.norm2, N, C),
+                       uw.matrix(o.gate_up), N, C, 2 * F);
+    ActPtr dnorm = sum_input_grad(dpartial, N, C);
+    be.rmsnorm_backward(dres, norm_grad(be, dw + o.norm2, Cs, zero_dw), dnorm, L.residual2, w + o.norm2,
+                        L.norm2_rstd, Nl, C);
 
     zero_act(be, m_datty, n * Cqs);
     zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cqs);
-    be.matmul_backward(m_datty, dw + o.o_proj, nullptr, dres, L.atty, uw.matrix(o.o_proj), N, Cq, C);
+    be.matmul_backward(m_datty, dw + o.o_proj, nullptr, gather_rows(dres, N, C), L.atty, uw.matrix(o.o_proj), N,
+                       Cq, C);
     zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
-    zero_act(be, dnorm, n * Cs);
+    zero_act(be, dpartial, padded);
+    const ConstActPtr norm1 = gather_rows(L.norm1, N, C);
     if (m_dqkv_weight != nullptr) {
         be.zero(m_dqkv_weight, static_cast<size_t>(QKV) * Cs);
-        be.matmul_backward(dnorm, m_dqkv_weight, nullptr, m_dqkv, L.norm1, uw.matrix(o.qkv), N, C, QKV);
+        be.matmul_backward(dpartial, m_dqkv_weight, nullptr, m_dqkv, norm1, uw.matrix(o.qkv), N, C, QKV);
         add_shared_kv_gradient(be, dw + o.qkv, zero_dw);
     } else {
         zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
-        be.matmul_backward(dnorm, dw + o.qkv, nullptr, m_dqkv, L.norm1, uw.matrix(o.qkv), N, C, QKV);
+        be.matmul_backward(dpartial, dw + o.qkv, nullptr, m_dqkv, norm1, uw.matrix(o.qkv), N, C, QKV);
     }
-    sum_over_group(dnorm, n * Cs);
-    zero_grad_if(be, zero_dw, dw + o.norm1, Cs);
-    be.rmsnorm_backward(dres, dw + o.norm1, dnorm, in, w + o.norm1, L.norm1_rstd, N, C);
+    dnorm = sum_input_grad(dpartial, N, C);
+    be.rmsnorm_backward(dres, norm_grad(be, dw + o.norm1, Cs, zero_dw), dnorm, in, w + o.norm1, L.norm1_rstd, Nl, C);
+    add_norm_grads(be);
 }
 
 void LlamaBlocks::add_shared_kv_gradient(Backend& be, float* dw, bool zero_dw) {
@@ -366,8 +377,8 @@ void LlamaBlocks::add_shared_kv_gradient(Backend& be, float* dw, bool zero_dw) {
 
 std::unique_ptr<ModelFamily> make_llama_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
                                                ActivationArena& arena, DriverScratch scratch, int max_batch,
-                                               bool recompute) {
-    return std::make_unique<LlamaBlocks>(cfg, layout, backend, arena, scratch, max_batch, recompute);
+                                               bool recompute, bool sequence) {
+    return std::make_unique<LlamaBlocks>(cfg, layout, backend, arena, scratch, max_batch, recompute, sequence);
 }
 
 /// Llama's block for new rows only, over a key/value cache: the same ops as block_forward,

@@ -110,10 +110,15 @@ std::vector<Slots> allocate_block_slots(int n_layer, bool recompute, ActivationA
 
 /// Buffers the driver owns and lends to the family's blocks: `dscratch` (B, T, C) is free
 /// once the final norm's backward has read it, `attention_scratch` is the backend's
-/// attention backward scratch.
+/// attention backward scratch. Under sequence parallelism also: `gathered` (B, T, C), free
+/// while the blocks run (the final norm's output); `dshard` (B T / t, C), a reduce-scattered
+/// gradient; `norm_grads` (4 C floats), the norm weights' gradients before their sum.
 struct DriverScratch {
     ActPtr dscratch;
     float* attention_scratch = nullptr;
+    ActPtr gathered;
+    ActPtr dshard;
+    float* norm_grads = nullptr;
 };
 
 /// An acquired unit's parameters as the ops take them: the fp32 view (norm weights, biases,
@@ -141,12 +146,26 @@ struct RowSegments {
     const int32_t* attend_from = nullptr;
 };
 
+/// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero): the driver's
+/// and every family's gradients start their accumulation through it.
+inline void zero_grad_if(Backend& be, bool zero, float* p, size_t n) {
+    if (zero) be.zero(p, n);
+}
+
+/// Zeroes n activation elements at p (any dtype): an activation gradient before an op
+/// accumulates into it.
+inline void zero_act(Backend& be, ActPtr p, size_t n) { be.zero_bytes(p.data, n * dtype_size(p.dtype)); }
+
 /// One family's blocks at run time. Every method runs on the backend it is given (the
 /// model's compute backend: possibly a rounding decorator); weights w and gradients dw are
 /// a unit's buffers, `in` the block's input, dres d loss / d block output on entry and
 /// d loss / d block input on return.
 class ModelFamily {
   public:
+    /// `parts`: the tensor group's ranks (the layout's split); `sequence`: sequence
+    /// parallelism over them (ignored for one rank).
+    ModelFamily(DriverScratch scratch, int parts, bool sequence)
+        : m_scratch(scratch), m_parts(parts), m_sequence(sequence && parts > 1) {}
     virtual ~ModelFamily() = default;
     /// The segments of the rows the next forward (and its backward, and recompute) runs on;
     /// the driver keeps what they point to alive until the next forward.
@@ -154,6 +173,18 @@ class ModelFamily {
     /// The tensor group the blocks split their products over (null: none). The family's
     /// layout is this rank's split (ModelLayout::split).
     void set_tensor_group(TensorGroup* group) { m_tensor = group; }
+    /// The rows of a (B T = n)-row buffer this rank's norms and residual stream hold: n, or
+    /// under sequence parallelism n / t rounded up (the last rows of the last ranks padding).
+    int local_rows(int n) const { return m_sequence ? (n + m_parts - 1) / m_parts : n; }
+    bool sequence_parallel() const { return m_sequence; }
+    /// Zeroes rows [N, local_rows(N) t) of a (.., width) buffer of the whole batch: the rows
+    /// sequence parallelism pads to a multiple of t, so the norms on them see zeros.
+    void zero_padding(Backend& be, ActPtr x, int N, int width) const {
+        const size_t pad = static_cast<size_t>(local_rows(N) * m_parts - N) * static_cast<size_t>(width);
+        if (m_sequence && pad > 0) {
+            be.zero_bytes(x.offset(static_cast<size_t>(N) * static_cast<size_t>(width)).data, pad * dtype_size(x.dtype));
+        }
+    }
     /// out (B, T, C) from the tokens and unit 0.
     virtual void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                                int T) = 0;
@@ -193,14 +224,74 @@ class ModelFamily {
     /// out = residual + inp @ w^T + bias, where inp (N, K) and w (M, K) hold this rank's
     /// slice of K; the partial products are summed over the group, bias and residual added
     /// once.
+    /// Under sequence parallelism out and residual hold this rank's local_rows(N): the
+    /// partial products (N rows, the padding zero) are reduce-scattered, then the residual added.
     void row_parallel_residual(Backend& be, ActPtr out, ConstActPtr inp, ConstActPtr w, const float* bias,
                                ConstActPtr residual, int N, int K, int M) const {
+        const float* once = adds_once() ? bias : nullptr;
+        if (m_sequence) {
+            const ActPtr partial = m_scratch.dscratch;
+            be.matmul_forward(partial, inp, w, once, N, K, M);
+            zero_padding(be, partial, N, M);
+            const size_t local = static_cast<size_t>(local_rows(N)) * static_cast<size_t>(M);
+            m_tensor->reduce_scatter(partial, out, local);
+            be.residual_forward(out, out, residual, local);
+            return;
+        }
         if (adds_once()) {
             be.matmul_residual_forward(out, inp, w, bias, residual, N, K, M);
         } else {
             be.matmul_forward(out, inp, w, nullptr, N, K, M);
         }
         sum_over_group(out, static_cast<size_t>(N) * static_cast<size_t>(M));
+    }
+    /// The whole batch's rows (N, width) of a buffer whose local_rows(N) this rank holds:
+    /// the buffer itself, or under sequence parallelism the group's rows gathered into the
+    /// driver's `gathered` scratch (valid until the next gather).
+    ConstActPtr gather_rows(ConstActPtr local, int N, int width) const {
+        if (!m_sequence) return local;
+        m_tensor->all_gather(local, m_scratch.gathered, static_cast<size_t>(local_rows(N)) * static_cast<size_t>(width));
+        return m_scratch.gathered;
+    }
+    /// A column-parallel product's input gradient: `partial` (N rows; the padding zeroed by
+    /// the caller) summed over the group, in place, or under sequence parallelism
+    /// reduce-scattered into this rank's rows (the driver's `dshard`). Returns the sum.
+    ActPtr sum_input_grad(ActPtr partial, int N, int width) const {
+        if (!m_sequence) {
+            sum_over_group(partial, static_cast<size_t>(N) * static_cast<size_t>(width));
+            return partial;
+        }
+        m_tensor->reduce_scatter(partial, m_scratch.dshard, static_cast<size_t>(local_rows(N)) * static_cast<size_t>(width));
+        return m_scratch.dshard;
+    }
+    /// Rows the whole-batch buffers of N rows span: N padded to a multiple of t under
+    /// sequence parallelism.
+    size_t padded_elements(int N, int width) const {
+        return static_cast<size_t>(local_rows(N) * (m_sequence ? m_parts : 1)) * static_cast<size_t>(width);
+    }
+    /// Where a norm's parameter gradient (n floats at dw, zeroed first when `zero`) is
+    /// computed: dw itself; under sequence parallelism (the norm saw this rank's rows only)
+    /// a zeroed piece of the driver's `norm_grads`, which add_norm_grads sums over the group
+    /// and adds to dw.
+    float* norm_grad(Backend& be, float* dw, size_t n, bool zero) {
+        zero_grad_if(be, zero, dw, n);
+        if (!m_sequence) return dw;
+        float* piece = m_scratch.norm_grads + m_norm_grad_used;
+        be.zero(piece, n);
+        m_pending_norm_grads.push_back({dw, m_norm_grad_used, n});
+        m_norm_grad_used += n;
+        return piece;
+    }
+    /// One sum over the group of the pieces norm_grad handed out since the last call, each
+    /// added to its gradient.
+    void add_norm_grads(Backend& be) {
+        if (m_pending_norm_grads.empty()) return;
+        m_tensor->all_reduce_floats(m_scratch.norm_grads, m_norm_grad_used, /*max=*/false);
+        for (const PendingNormGrad& p : m_pending_norm_grads) {
+            be.accumulate(p.dw, DType::kF32, m_scratch.norm_grads + p.at, p.n);
+        }
+        m_pending_norm_grads.clear();
+        m_norm_grad_used = 0;
     }
     void attention_backward(Backend& be, ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
                             ConstActPtr att, int B, int T, int NH, int NKV, int hs) const {
@@ -212,7 +303,19 @@ class ModelFamily {
     }
 
     RowSegments m_rows;
+    DriverScratch m_scratch;
+    int m_parts = 1;  ///< the tensor group's ranks (the layout's split)
+    bool m_sequence = false;
     TensorGroup* m_tensor = nullptr;
+
+  private:
+    struct PendingNormGrad {
+        float* dw;
+        size_t at;
+        size_t n;
+    };
+    std::vector<PendingNormGrad> m_pending_norm_grads;
+    size_t m_norm_grad_used = 0;
 };
 
 /// One layer's key/value cache for generation: rows are positions, (seq_len, NKV hs) each, in
@@ -237,25 +340,16 @@ class FamilyDecoder {
     virtual void final_norm(Backend& be, float* out, const float* in, const float* w, int n) = 0;
 };
 
-/// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero): the driver's
-/// and every family's gradients start their accumulation through it.
-inline void zero_grad_if(Backend& be, bool zero, float* p, size_t n) {
-    if (zero) be.zero(p, n);
-}
-
-/// Zeroes n activation elements at p (any dtype): an activation gradient before an op
-/// accumulates into it.
-inline void zero_act(Backend& be, ActPtr p, size_t n) { be.zero_bytes(p.data, n * dtype_size(p.dtype)); }
-
 /// A family: its manifest, its activation count and its blocks. activations is what `make`
 /// takes from the arena for these arguments (without the driver's own buffers).
 struct FamilyTraits {
     ModelLayout (*layout)(const ModelConfig& cfg, TensorSplit split);
     /// For one rank of a tensor group of `tensor` ranks.
-    ActivationCount (*activations)(const ModelConfig& cfg, int max_batch, bool recompute, int tensor);
+    /// `sequence`: under sequence parallelism (the norms' rows 1/tensor of the batch's).
+    ActivationCount (*activations)(const ModelConfig& cfg, int max_batch, bool recompute, int tensor, bool sequence);
     std::unique_ptr<ModelFamily> (*make)(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
                                          ActivationArena& arena, DriverScratch scratch, int max_batch,
-                                         bool recompute);
+                                         bool recompute, bool sequence);
     /// The inference path (generator.cpp) for up to max_rows new tokens per call.
     std::unique_ptr<FamilyDecoder> (*make_decoder)(const ModelConfig& cfg, const ModelLayout& layout,
                                                    Backend& backend, int max_rows);

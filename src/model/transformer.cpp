@@ -52,29 +52,39 @@ const FamilyTraits& family_traits(const ModelConfig& cfg) {
 namespace {
 /// The driver's own buffers: embedding output, final norm output, d residual, d final norm
 /// (4 x BTC) and the logits (BT Vp / T) in the activation dtype; the losses (BT) fp32, and
-/// under tensor parallelism the cross-entropy's row maxima and sums (3 BT).
-ActivationCount driver_activations(const ModelConfig& cfg, int max_batch, int tensor) {
+/// under tensor parallelism the cross-entropy's row maxima and sums (3 BT). Under sequence
+/// parallelism the embedding output and d residual hold BT / T rows, plus the reduce-scattered
+/// gradient (BT C / T) and the norm weights' gradients (4 C floats).
+ActivationCount driver_activations(const ModelConfig& cfg, int max_batch, int tensor, bool sequence) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
-    return {4 * BT * cfg.n_embd + BT * (cfg.padded_vocab() / tensor), BT * (tensor > 1 ? 4 : 1)};
+    const double C = cfg.n_embd;
+    const double ce = BT * (tensor > 1 ? 4 : 1);
+    if (sequence && tensor > 1) {
+        return {2 * BT * C + 3 * BT / tensor * C + BT * (cfg.padded_vocab() / tensor), ce + 4 * C};
+    }
+    return {4 * BT * C + BT * (cfg.padded_vocab() / tensor), ce};
 }
 }  // namespace
 
 ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, bool recompute,
-                                         size_t attention_scratch_floats, int tensor) {
-    const ActivationCount driver = driver_activations(cfg, max_batch, tensor);
-    const ActivationCount family = family_traits(cfg).activations(cfg, max_batch, recompute, tensor);
+                                         size_t attention_scratch_floats, int tensor, bool sequence) {
+    const ActivationCount driver = driver_activations(cfg, max_batch, tensor, sequence);
+    const ActivationCount family = family_traits(cfg).activations(cfg, max_batch, recompute, tensor, sequence);
     return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats)};
 }
 
 Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute, DType activation,
-                         TensorGroup* tensor)
+                         TensorGroup* tensor, bool sequence)
     : m_cfg(cfg),
       m_backend(backend),
       m_tensor(tensor != nullptr && tensor->split().size > 1 ? tensor : nullptr),
+      m_sequence(sequence && m_tensor != nullptr),
       m_layout(make_model_layout(cfg, m_tensor != nullptr ? m_tensor->split() : TensorSplit{})),
       m_max_batch(max_batch),
       m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
+    ZT_REQUIRE(!m_sequence || cfg.seq_len % m_layout.split.size == 0, "sequence parallelism: seq_len ", cfg.seq_len,
+               " is not a multiple of the tensor group's ", m_layout.split.size, " ranks");
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
     m_targets_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
@@ -100,9 +110,11 @@ void Transformer::allocate_activations(DType stored) {
     const size_t BT = static_cast<size_t>(m_max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
     const int tensor = m_layout.split.size;
+    // The residual stream's rows on this rank: all, or 1/T under sequence parallelism.
+    const size_t BTl = m_sequence ? BT / static_cast<size_t>(tensor) : BT;
     m_arena = std::make_unique<ActivationArena>(m_backend, stored);
     ActivationArena& a = *m_arena;
-    m_encoded = a.take_act(BT * C);
+    m_encoded = a.take_act(BTl * C);
     m_normed = a.take_act(BT * C);
     m_logits = a.take_act(BT * static_cast<size_t>(m_vocab_local));
     m_losses = a.take(BT);
@@ -110,14 +122,23 @@ void Transformer::allocate_activations(DType stored) {
         m_ce_max = a.take(BT);
         m_ce_sums = a.take(2 * BT);
     }
-    m_dresidual = a.take_act(BT * C);
+    m_dresidual = a.take_act(BTl * C);
     m_dnormed = a.take_act(BT * C);
     const size_t att_scratch = m_backend.attention_scratch_floats(m_max_batch, cfg.seq_len, cfg.n_head / tensor);
-    const DriverScratch scratch{m_dnormed, a.take(att_scratch)};
-    m_family = family_traits(cfg).make(cfg, m_layout, m_backend, a, scratch, m_max_batch, m_recompute);
+    DriverScratch scratch;
+    scratch.dscratch = m_dnormed;
+    scratch.attention_scratch = a.take(att_scratch);
+    if (m_sequence) {
+        // The blocks gather into the final norm's output buffer: it is written after them in
+        // forward and read before them in backward.
+        scratch.gathered = m_normed;
+        m_dshard = scratch.dshard = a.take_act(BTl * C);
+        m_norm_grads = scratch.norm_grads = a.take(4 * C);
+    }
+    m_family = family_traits(cfg).make(cfg, m_layout, m_backend, a, scratch, m_max_batch, m_recompute, m_sequence);
     m_family->set_tensor_group(m_tensor);
     // The memory plan predicts this figure: the two must never drift apart.
-    const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor);
+    const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence);
     ZT_REQUIRE(a.count().act == plan.act && a.count().f32 == plan.f32, "activation plan differs from the allocation: ",
                a.count().act, " activation elements and ", a.count().f32, " floats allocated, ", plan.act, " and ",
                plan.f32, " planned");
@@ -250,10 +271,19 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
     store.prefetch(0);
     const float* emb = store.acquire(0);
     store.prefetch(1);
-    m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
+    const int N = B * T;
+    const int C = m_cfg.n_embd;
+    // Each rank embeds the tokens of its vocabulary slice (zeros for the others'); the group
+    // sums them, each rank keeping its rows under sequence parallelism.
+    if (m_sequence) {
+        m_family->embed_forward(*m_compute, m_dnormed, inputs, emb, B, T);
+        m_family->zero_padding(m_backend, m_dnormed, N, C);
+        m_tensor->reduce_scatter(m_dnormed, m_encoded, local_elements(N));
+    } else {
+        m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
+        if (m_tensor != nullptr) m_tensor->all_reduce(m_encoded, static_cast<size_t>(N) * static_cast<size_t>(C));
+    }
     store.release(0);
-    // Each rank embedded the tokens of its vocabulary slice (zeros for the others').
-    if (m_tensor != nullptr) m_tensor->all_reduce(m_encoded, static_cast<size_t>(B * T) * m_cfg.n_embd);
 
     ConstActPtr x = m_encoded;
     for (int l = 0; l < nL; ++l) {
@@ -265,8 +295,19 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
     }
     const float* wf = store.acquire(nL + 1);
     store.prefetch(0);
-    m_family->final_norm_forward(*m_compute, m_normed, x, wf, B * T);
+    if (m_sequence) {
+        // This rank's rows of the output in place, then every rank's.
+        const size_t mine = local_elements(N) * static_cast<size_t>(m_layout.split.rank);
+        m_family->final_norm_forward(*m_compute, m_normed.offset(mine), x, wf, m_family->local_rows(N));
+        m_tensor->all_gather(ConstActPtr{}, m_normed, local_elements(N));
+    } else {
+        m_family->final_norm_forward(*m_compute, m_normed, x, wf, N);
+    }
     store.release(nL + 1);
+}
+
+size_t Transformer::local_elements(int N) const {
+    return static_cast<size_t>(m_family->local_rows(N)) * static_cast<size_t>(m_cfg.n_embd);
 }
 
 float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
@@ -342,21 +383,28 @@ void Transformer::backward(UnitStore& store) {
     float* demb = store.grads(0);
     const bool zero_emb = store.grads_need_zero(0);
     store.prefetch(nL + 1);
-    zero_act(m_backend, m_dnormed, NC);
+    const size_t local = local_elements(N);
+    zero_act(m_backend, m_dnormed, m_sequence ? local * static_cast<size_t>(m_layout.split.size) : NC);
     zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
     m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
                                N, C, Vp);
     // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
-    if (m_tensor != nullptr) m_tensor->all_reduce(m_dnormed, NC);
+    ActPtr dnormed = m_dnormed;
+    if (m_sequence) {
+        m_tensor->reduce_scatter(m_dnormed, m_dshard, local);
+        dnormed = m_dshard;
+    } else if (m_tensor != nullptr) {
+        m_tensor->all_reduce(m_dnormed, NC);
+    }
 
     const ConstActPtr x_last = nL > 0 ? m_family->block_output(nL - 1) : ConstActPtr(m_encoded);
     const float* wf = store.acquire(nL + 1);
     float* dwf = store.grads(nL + 1);
     const bool zero_f = store.grads_need_zero(nL + 1);
     store.prefetch(nL);
-    zero_act(m_backend, m_dresidual, NC);
+    zero_act(m_backend, m_dresidual, local);
     zero_grad_if(m_backend, zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
-    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, m_dnormed, x_last, wf, N);
+    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
     store.grads_done(nL + 1);
     store.release(nL + 1);
 
@@ -376,7 +424,14 @@ void Transformer::backward(UnitStore& store) {
 
     // The token embedding's gradient was zeroed with the head's when they are one tensor.
     if (m_layout.head_offset != 0) zero_grad_if(m_backend, zero_emb, demb, head_numel);
-    m_family->embed_backward(*m_compute, demb, zero_emb, m_dresidual, m_inputs, B, T);
+    // The embedding's gradient reads every row: under sequence parallelism the group's
+    // gathered into the final norm's output (no longer needed).
+    ConstActPtr dembedded = m_dresidual;
+    if (m_sequence) {
+        m_tensor->all_gather(m_dresidual, m_normed, local);
+        dembedded = m_normed;
+    }
+    m_family->embed_backward(*m_compute, demb, zero_emb, dembedded, m_inputs, B, T);
     store.grads_done(0);
     store.release(0);
     m_head = ConstActPtr{};

@@ -173,6 +173,22 @@ void add_example_items(const Config& cfg, const ExampleRunSizes& examples, std::
     }
 }
 
+/// Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
+MemoryItem activation_item(const Config& cfg, DType work, double attention_scratch_floats, int tensor) {
+    const TrainConfig& t = cfg.train;
+    const ModelConfig& m = cfg.model;
+    const bool sequence = cfg.parallel.sequence && tensor > 1;
+    const double act = Transformer::activations(m, t.micro_batch, t.recompute,
+                                                static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor,
+                                                sequence)
+                           .bytes(work);
+    return {"activations", act,
+            str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
+                t.recompute ? ", recompute (block outputs only)" : "",
+                sequence ? str(", sequence parallel (1/", tensor, " of the rows)") : std::string(), " (",
+                dtype_name(work), ")")};
+}
+
 /// The plan with communication running `overlap_depth` units ahead of compute.
 MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
                          double baseline_bytes, bool device, int overlap_depth, const ExampleRunSizes* examples) {
@@ -243,13 +259,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
             plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
         }
     }
-    // Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
-    const double act = Transformer::activations(m, t.micro_batch, t.recompute,
-                                                static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor)
-                           .bytes(work);
-    plan.items.push_back({"activations", act,
-                          str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
-                              t.recompute ? ", recompute (block outputs only)" : "", " (", dtype_name(work), ")")});
+    plan.items.push_back(activation_item(cfg, work, attention_scratch_floats, tensor));
     plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch, tensor), "inputs and targets (int32)"});
     // An example run's host buffers (on a GPU run too, but the plan there counts device memory).
     if (examples != nullptr && !device) add_example_items(cfg, *examples, plan.items);

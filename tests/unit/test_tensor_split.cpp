@@ -262,6 +262,14 @@ TEST(TensorSplit, ConfigChecksNameTheKey) {
     c.model.ffn_dim = 41;
     c.parallel.tensor = 2;
     EXPECT_NE(validate_error(c).find("model.ffn_dim"), std::string::npos) << validate_error(c);
+    c.model = llama_small();
+    c.parallel.sequence = true;
+    EXPECT_EQ(validate_error(c), "");
+    c.model.seq_len = 9;
+    EXPECT_NE(validate_error(c).find("model.seq_len"), std::string::npos) << validate_error(c);
+    c.model.seq_len = 8;
+    c.parallel.tensor = 1;
+    EXPECT_NE(validate_error(c).find("parallel.sequence"), std::string::npos) << validate_error(c);
 }
 
 TEST(TensorSplit, ActivationsPerRankShrinkWithTheSplit) {
@@ -275,6 +283,59 @@ TEST(TensorSplit, ActivationsPerRankShrinkWithTheSplit) {
     const double split1 = one.act - whole;
     EXPECT_DOUBLE_EQ(two.act - whole, split1 / 2);
     EXPECT_DOUBLE_EQ(two.f32 - one.f32, 3 * BT) << "the cross-entropy's row maxima and sums";
+}
+
+/// A tensor group that only names its split: enough to build a model, which runs no
+/// collective until its first forward.
+class SplitOnlyGroup final : public TensorGroup {
+  public:
+    explicit SplitOnlyGroup(TensorSplit split) : m_split(split) {}
+    TensorSplit split() const override { return m_split; }
+    void all_reduce(ActPtr, size_t) override { fail(); }
+    void all_reduce_floats(float*, size_t, bool) override { fail(); }
+    void all_gather_host(const float*, float*, size_t) override { fail(); }
+    void all_gather(ConstActPtr, ActPtr, size_t) override { fail(); }
+    void reduce_scatter(ConstActPtr, ActPtr, size_t) override { fail(); }
+
+  private:
+    static void fail() { throw Error("SplitOnlyGroup: no collectives"); }
+    TensorSplit m_split;
+};
+
+// Sequence parallelism keeps 1/T of the rows of what tensor parallelism leaves whole: per
+// block the norms' outputs, residual2 and the output (and the norms' statistics); the
+// embedding's output and d residual; the final norm's statistics. It adds the reduce-scattered
+// gradient (BT C / T) and the norms' weight gradients (4 C floats); the final norm's output
+// and d final norm stay whole (the LM head reads every row). The constructor allocates what
+// the count says (it checks; a model is built here at every case).
+TEST(TensorSplit, SequenceParallelismDividesTheWholeRowsByT) {
+    auto backend = make_cpu_backend(1);
+    for (const ModelConfig& m : {gpt2_small(), llama_small()}) {
+        const bool llama = m.is_llama();
+        const char* name = llama ? "llama" : "gpt2";
+        const int stats_per_block = llama ? 2 : 4;  // RMSNorm: rstd; LayerNorm: mean and rstd
+        const int final_stats = llama ? 1 : 2;
+        const double BT = 2.0 * m.seq_len;
+        const double C = m.n_embd;
+        for (const int T : {2, 4}) {
+            for (const bool recompute : {false, true}) {
+                const ActivationCount tp = Transformer::activations(m, 2, recompute, 0, T, false);
+                const ActivationCount sp = Transformer::activations(m, 2, recompute, 0, T, true);
+                const double rows_per_block = recompute ? 1 : m.n_layer;  // the blocks with all their slots
+                const double whole_act = rows_per_block * 3 * BT * C + m.n_layer * BT * C + 2 * BT * C;
+                EXPECT_DOUBLE_EQ(tp.act - sp.act, whole_act * (1 - 1.0 / T) - BT * C / T)
+                    << name << " T = " << T << (recompute ? " recompute" : "");
+                const double whole_f32 = rows_per_block * stats_per_block * BT + final_stats * BT;
+                EXPECT_DOUBLE_EQ(tp.f32 - sp.f32, whole_f32 * (1 - 1.0 / T) - 4 * C)
+                    << name << " T = " << T << (recompute ? " recompute" : "");
+                for (const int rank : {0, T - 1}) {
+                    SplitOnlyGroup group(TensorSplit{T, rank});
+                    EXPECT_NO_THROW(Transformer(m, *backend, 2, recompute, DType::kF32, &group, true))
+                        << name << " T = " << T;
+                }
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -166,6 +166,7 @@ struct ParallelConfig {
     int overlap_depth = 0;             ///< units of communication ahead of compute; 0 = the memory plan's choice
     ShardGroupSetting shard_group;     ///< ranks sharding together (node | 0 = all | N)
     int tensor = 1;                    ///< T: consecutive ranks splitting each layer (tensor parallelism)
+    bool sequence = false;             ///< sequence parallelism over the tensor group (norms on 1/T of the rows)
 };
 
 struct PrecisionConfig {

@@ -39,6 +39,11 @@ class TensorGroup {
     virtual void all_reduce_floats(float* buf, size_t n, bool max) = 0;
     /// Host memory: out (size() * n floats) = every rank's n floats, in rank order.
     virtual void all_gather_host(const float* in, float* out, size_t n) = 0;
+    /// out (size() * n elements) = every rank's n, in rank order; in null: this rank's are
+    /// already at out + rank * n. One dtype (out's) throughout.
+    virtual void all_gather(ConstActPtr in, ActPtr out, size_t n) = 0;
+    /// out (n elements) = block `rank` of the group's sum of in (size() * n elements).
+    virtual void reduce_scatter(ConstActPtr in, ActPtr out, size_t n) = 0;
 };
 
 /// Tokens at positions position .. position + length - 1, starting at token `offset` of the
@@ -86,9 +91,15 @@ class Transformer {
     /// collectives (4 sums of (B, T, C) per block and step: after each row-parallel product
     /// in forward, before each column-parallel block's input gradient is used in backward;
     /// one more each way for the embedding and LM head; the cross-entropy's row maxima and
-    /// sums).
+    /// sums). With `sequence` (parallel.sequence; Megatron's sequence parallelism) the
+    /// residual stream, the norms and the embedding's output hold 1/T of the rows per rank:
+    /// each of those sums becomes an all-gather before a column-parallel product (forward;
+    /// of the residual gradient before a row-parallel one in backward) and a reduce-scatter
+    /// after a row-parallel product (of the input gradient after a column-parallel one in
+    /// backward). Requires cfg.seq_len divisible by T; a batch of B x T rows not divisible
+    /// is padded to the next multiple (zero rows no product reads).
     Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false,
-                DType activation = DType::kF32, TensorGroup* tensor = nullptr);
+                DType activation = DType::kF32, TensorGroup* tensor = nullptr, bool sequence = false);
     ~Transformer();
     Transformer(const Transformer&) = delete;
     Transformer& operator=(const Transformer&) = delete;
@@ -132,9 +143,10 @@ class Transformer {
     /// shape gives a huge number, not an overflow) without allocating: the memory plan's
     /// figure (ActivationCount::bytes of the run's activation dtype). The constructor checks
     /// that it allocated exactly this.
-    /// `tensor`: the ranks of the tensor group (each holds its split's activations).
+    /// `tensor`: the ranks of the tensor group (each holds its split's activations);
+    /// `sequence`: sequence parallelism over them.
     static ActivationCount activations(const ModelConfig& cfg, int max_batch, bool recompute,
-                                       size_t attention_scratch_floats, int tensor = 1);
+                                       size_t attention_scratch_floats, int tensor = 1, bool sequence = false);
     /// Bytes of the token and target copies in backend memory (int32, (B, T) each; a third
     /// with the tokens of this rank's vocabulary slice under tensor parallelism).
     static double token_bytes(const ModelConfig& cfg, int max_batch, int tensor = 1) {
@@ -157,6 +169,8 @@ class Transformer {
     /// Acquires `unit` and returns its parameters as the ops take them (UnitWeights).
     UnitWeights unit_weights(UnitStore& store, int unit) const;
     void embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T);
+    /// Elements of this rank's rows of an (N, C) residual-stream buffer.
+    size_t local_elements(int N) const;
     void set_rows(const TokenRows& rows, int B, int T);
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                         float dloss);
@@ -168,6 +182,7 @@ class Transformer {
     ModelConfig m_cfg;
     Backend& m_backend;
     TensorGroup* m_tensor = nullptr;
+    bool m_sequence = false;  ///< sequence parallelism over m_tensor
     ModelLayout m_layout;
     int m_vocab_begin = 0;  ///< the first vocabulary row of this rank's slice
     int m_vocab_local = 0;  ///< padded vocabulary rows of the slice (Vp / T)
@@ -183,12 +198,15 @@ class Transformer {
     int m_B = 0;
     int m_T = 0;
     // What every family shares. Shapes with B = m_max_batch, T = seq_len at allocation.
-    ActPtr m_encoded;          // (B, T, C) the embedding's output, the first block's input
-    ActPtr m_normed;           // (B, T, C) the final norm's output
+    // Under sequence parallelism "(B, T, C) local" buffers hold this rank's B T / t rows.
+    ActPtr m_encoded;          // (B, T, C) local: the embedding's output, the first block's input
+    ActPtr m_normed;           // (B, T, C) the final norm's output (gathered); the blocks' gather buffer
     ActPtr m_logits;           // (B, T, Vp); dlogits after a training forward
     float* m_losses = nullptr; // (B, T)
-    ActPtr m_dresidual;        // (B, T, C) d loss / d residual stream, block by block
-    ActPtr m_dnormed;          // (B, T, C) d loss / d final norm output
+    ActPtr m_dresidual;        // (B, T, C) local: d loss / d residual stream, block by block
+    ActPtr m_dnormed;          // (B, T, C) d loss / d final norm output (each rank's partial under SP)
+    ActPtr m_dshard;           // (B, T, C) local, sequence parallelism: a reduce-scattered gradient
+    float* m_norm_grads = nullptr;  // (4 C) sequence parallelism: norm weights' gradients to sum
     const int32_t* m_inputs = nullptr;  // the backend's copy of the last forward's tokens
     // Tokens and targets copied from the caller's host arrays into backend memory, and the
     // per-row losses read back for the mean (host memory).

@@ -117,6 +117,10 @@ class CommunicatorTensorGroup final : public TensorGroup {
     void all_gather_host(const float* in, float* out, size_t n) override {
         m_comm.all_gather_bytes(in, out, n * sizeof(float));
     }
+    void all_gather(ConstActPtr in, ActPtr out, size_t n) override { m_comm.all_gather(in.data, out.data, n, out.dtype); }
+    void reduce_scatter(ConstActPtr in, ActPtr out, size_t n) override {
+        m_comm.reduce_scatter(in.data, out.data, n, ReduceOp::kSum, out.dtype);
+    }
 
   private:
     Communicator& m_comm;
