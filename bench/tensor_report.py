@@ -90,10 +90,11 @@ def summarize(runs):
     seen = {json.dumps(s["comm_bytes"], sort_keys=True) for run in runs for s in run["steps"]}
     cb = first["steps"][-1]["comm_bytes"]
     peak = max(max(run["peak"]["measured_peak"]) for run in runs if run["peak"])
+    predicted = max(run["peak"]["predicted_peak"] for run in runs if run["peak"])
     phases = {k: statistics.median(statistics.median(s[k] for s in run["steps"][2:]) for run in runs)
               for k in ("fwd_ms", "bwd_ms", "comm_ms", "opt_ms")}
     return dict(times=times, med=statistics.median(times), tokens=tok[0], cb=cb, same=len(seen) == 1,
-                peak=peak, phases=phases,
+                peak=peak, predicted=predicted, phases=phases,
                 **{k: first[k] for k in ("np", "t", "sp", "layers", "width", "seq", "micro", "accum", "mem", "vocab", "pad")})
 
 
@@ -108,11 +109,17 @@ def measured_table(rows, stage):
           "as T grows: compare tokens/s, not step times, across T. Step ms: median over steps 3.. of each "
           "run, one figure per interleaved rep; tok/s = tokens per step / the median of those. Bytes: what "
           "rank 0 sent in one step (metrics.jsonl comm_bytes; identical in every step of every rep: "
-          f"{'yes' if all(r['same'] for r in rows) else 'NO'}).")
+          f"{'yes' if all(r['same'] for r in rows) else 'NO'}). Activations: the memory record's (rank 0, "
+          "allocated exactly as planned). Peak RSS: the largest rank's measured peak over the reps, and in "
+          "brackets the memory plan's prediction for a rank. The tensor group's collectives have no item of "
+          "their own; with one data rank (D = 1) the measured peak is the plan's to 1%, so MPI's transient "
+          "copies for them fit in it. With several data ranks the ranks of data rank 0 exceed the plan (by up "
+          "to a quarter at np 4, T = 1) while the others stay within 2%: a data-parallel discrepancy that "
+          "T = 1 shows as well, not one of tensor parallelism.")
     print()
     print("| np | T | data ranks | tokens/step | step ms (per rep) | tok/s | tensor all_reduce | "
           "tensor all_gather | tensor reduce_scatter | intra reduce_scatter | intra all_gather | inter | "
-          "scalar (all groups) | activations MiB | peak RSS MiB |")
+          "scalar (all groups) | activations MiB | peak RSS MiB (plan) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         cb = r["cb"]
@@ -123,7 +130,8 @@ def measured_table(rows, stage):
               f"{r['tokens'] / (r['med'] / 1e3):,.0f} | {tb.get('all_reduce', 0):,} | "
               f"{tb.get('all_gather', 0):,} | {tb.get('reduce_scatter', 0):,} | "
               f"{cb['intra'].get('reduce_scatter', 0):,} | {cb['intra'].get('all_gather', 0):,} | {inter:,} | "
-              f"{cb.get('scalar', 0):,} | {r['mem']['activations'] / 2**20:.1f} | {r['peak'] / 2**20:.0f} |")
+              f"{cb.get('scalar', 0):,} | {r['mem']['activations'] / 2**20:.1f} | {r['peak'] / 2**20:.0f} "
+              f"({r['predicted'] / 2**20:.0f}) |")
     print()
     for np_ in sorted({r["np"] for r in rows}):
         base = next((r for r in rows if r["np"] == np_ and r["t"] == 1 and not r["sp"]), None)
@@ -292,6 +300,42 @@ def conclusions(m):
           "Across nodes (a 400 Gb/s NIC, 50 GB/s per GPU, instead of ~370 GB/s) the same bytes cost ~7x "
           "more, which is why T stays within a node.")
 
+HEADS = {"GPT-2 124M": 12, "7B-wide": 32}
+
+
+def sequence_section(m):
+    """Sequence parallelism on the modelled node: activation bytes per GPU with and without it
+    (ztrain's count, docs/memory-plan.md: sbh(8 + 24/T) + 2as^2b/T a layer without, (32 sbh +
+    2as^2b)/T with, bf16) against its extra traffic (the 2 re-gathers of the norms' outputs per
+    layer in backward; the other gathers and scatters carry the all-reduces' bytes)."""
+    print()
+    print()
+    print("## When sequence parallelism pays")
+    print()
+    print("Per GPU and micro-step, bf16, the model's layers (attention probabilities kept, no recompute): "
+          "activations without and with `parallel.sequence`, and the extra bytes it sends (2 all-gathers of "
+          "B S C (T-1)/T a layer) at the busBw above.")
+    print()
+    print("| model | T | activations | with SP | saved | extra SP bytes/micro | extra ms | of compute |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, layers, width, seq, micro, _vocab in MODELS:
+        sbh = seq * micro * width
+        att = 2 * HEADS[name] * seq * seq * micro
+        for t in (2, 4, 8):
+            without = layers * (sbh * (8 + 24 / t) + att / t)
+            with_sp = layers * (32 * sbh + att) / t
+            extra = layers * 2 * 2 * sbh * (t - 1) / t
+            ms = extra / NVLINK_BUSBW * 1e3
+            print(f"| {name} | {t} | {fmt_bytes(without)} | {fmt_bytes(with_sp)} | {fmt_bytes(without - with_sp)} | "
+                  f"{fmt_bytes(extra)} | {ms:.2f} | {ms / m[(name, t)]['comp_ms']:.0%} |")
+    print()
+    print("It pays where tensor parallelism does and activations are what does not fit: a long sequence "
+          "through wide layers, where the 8 sbh bytes a layer every rank keeps whole without it become the "
+          "largest item as T grows. On the CPU runs above (S = 256, logits of a 50k vocabulary per rank) "
+          "the residual stream is a small part of the activations, so it saves 5-15% there; the bytes it "
+          "adds are measured exactly in the table above.")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stage", type=int, default=1)
@@ -304,7 +348,9 @@ def main():
     rows = [summarize(by[k]) for k in sorted(by)]
     measured_table(rows, a.stage)
     check_table(rows)
-    conclusions(model_table())
+    m = model_table()
+    conclusions(m)
+    sequence_section(m)
 
 
 if __name__ == "__main__":

@@ -318,21 +318,28 @@ fi
 
 # Tensor parallelism on the device: the demo deck at np 2, parallel.tensor = 2 (both ranks on
 # the one GPU, so the tensor group's sums go through the host-staged communicator), the same
-# global batch as the demo's one rank: its last loss should be the demo's within noise.
+# global batch as the demo's one rank, without and with sequence parallelism: each last loss
+# should be the demo's within noise.
 if want tensor && begin tensor; then
   data=/tmp/zt-gpu-data/fortunes
   rc=0
-  rm -rf /tmp/zt-gpu-run/tensor
-  set +e
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} cut_at_budget mpiexec --oversubscribe --bind-to none -np 2 "$ztrain" \
-    --config inputs/demo.ini --backend="$backend" --checkpoint.resume=never --parallel.tensor=2 \
-    --run.dir=/tmp/zt-gpu-run/tensor --data.train="$data/train_*.bin" --data.val="$data/val_*.bin" \
-    >"$logs/tensor.log" 2>&1
-  rc=$?
-  set -e
-  cp /tmp/zt-gpu-run/tensor/metrics.jsonl "$logs/tensor-metrics.jsonl" 2>/dev/null || true
-  tail -3 "$logs/tensor.log" 2>/dev/null || true
-  finish tensor "$rc" "demo deck, backend=$backend, np 2, tensor 2: $(last_step "$logs/tensor.log") (demo: $(last_step "$logs/demo.log" 2>/dev/null))"
+  summary=""
+  for sequence in false true; do
+    run=/tmp/zt-gpu-run/tensor-sequence-$sequence
+    rm -rf "$run"
+    set +e
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} cut_at_budget mpiexec --oversubscribe --bind-to none -np 2 "$ztrain" \
+      --config inputs/demo.ini --backend="$backend" --checkpoint.resume=never --parallel.tensor=2 \
+      --parallel.sequence="$sequence" --run.dir="$run" --data.train="$data/train_*.bin" \
+      --data.val="$data/val_*.bin" >"$logs/tensor-sequence-$sequence.log" 2>&1
+    r=$?
+    set -e
+    [ "$r" -ne 0 ] && rc=$r
+    cp "$run/metrics.jsonl" "$logs/tensor-sequence-$sequence-metrics.jsonl" 2>/dev/null || true
+    tail -3 "$logs/tensor-sequence-$sequence.log" 2>/dev/null || true
+    summary="$summary sequence=$sequence: $(last_step "$logs/tensor-sequence-$sequence.log");"
+  done
+  finish tensor "$rc" "demo deck, backend=$backend, np 2, tensor 2:$summary (demo: $(last_step "$logs/demo.log" 2>/dev/null))"
 fi
 
 if want gpt2 && begin gpt2; then

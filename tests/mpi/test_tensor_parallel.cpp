@@ -11,7 +11,10 @@
 //   gradient, and the cross-entropy's row maxima and sums (3 floats per token).
 // - Checkpoints hold the unsplit model: one written at T = 2 loads bit for bit into every
 //   split (T = 1, 2, 4), saves again at T = 1 unchanged, and a run resumed from it at another
-//   T (and from a T = 1 one at T = 2) reproduces the uninterrupted run.
+//   T (and from a T = 1 one at T = 2, with sequence parallelism) reproduces the uninterrupted run.
+// - Sequence parallelism (parallel.sequence): equivalence cases as above, the same run as
+//   without it (losses, evaluations, samples, parameters), the bf16 run, and its bytes: the
+//   same rows as all-gathers and reduce-scatters.
 // Cases whose T or data-parallel shape does not fit the job's N are skipped.
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -539,8 +542,9 @@ TEST(TensorCheckpoint, ResumeAtAnotherSplitReproducesTheRun) {
     expect_slices_match(wide.model, TensorSplit{N, me}, got_wide.final_params, ref.final_params, "resumed at T = N");
     expect_slices_match(alone.model, TensorSplit{1, 0}, got_alone.final_params, ref.final_params, "resumed at T = 1");
 
-    // And the one-rank run's own checkpoint at step 4 resumed at T = 2.
+    // And the one-rank run's own checkpoint at step 4 resumed at T = 2 with sequence parallelism.
     Config two = config("two", 2, 1, 8);
+    two.parallel.sequence = true;
     two.checkpoint.resume =
         ResumeSetting{ResumeSetting::Mode::kPath, dir.file("ref0/checkpoints/" + checkpoint_dir_name(4))};
     const TrainSummary got_two = train(two, world);
@@ -549,7 +553,7 @@ TEST(TensorCheckpoint, ResumeAtAnotherSplitReproducesTheRun) {
         EXPECT_NEAR(got_two.losses[s], ref.losses[4 + s], 1e-5 * std::fabs(ref.losses[4 + s])) << "step " << 5 + s;
     }
     expect_slices_match(two.model, TensorSplit{2, me % 2}, got_two.final_params, ref.final_params,
-                        "a T = 1 checkpoint resumed at T = 2");
+                        "a T = 1 checkpoint resumed at T = 2 (sequence parallel)");
 }
 
 }  // namespace
