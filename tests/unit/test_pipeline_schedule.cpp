@@ -1,0 +1,126 @@
+// Pipeline schedules as data (parallel/pipeline_schedule.hpp): every schedule runs on the
+// clock without breaking a dependency, and its bubble and activations in flight are the
+// published ones: 1F1B (P - 1) / m with at most P - s micro-batches on stage s; Megatron's
+// interleaved (P - 1) / (v m); zero-bubble ZB-H1 (Qi et al. 2024) a bubble of
+// (P - 1)(F + B - W) at 1F1B's peak memory. Broken orders are refused by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "ztrain/core/error.hpp"
+#include "ztrain/parallel/pipeline_schedule.hpp"
+
+namespace zt {
+namespace {
+
+using Schedule = std::vector<std::vector<PipelinePass>>;
+
+std::string shape_text(PipelineScheduleKind kind, PipelineShape s) {
+    return str(pipeline_schedule_name(kind), " P=", s.stages, " m=", s.micro_batches, " v=", s.virtual_stages);
+}
+
+/// The message run_pipeline_schedule refuses `schedule` with ("" when it accepts it).
+std::string refusal(const Schedule& schedule, PipelineShape shape, PipelineScheduleKind kind) {
+    try {
+        run_pipeline_schedule(schedule, shape, kind);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(PipelineSchedule, OneForwardOneBackwardHasTheBubbleOfMegatron) {
+    for (int P : {1, 2, 3, 4, 8}) {
+        for (int m : {P, 2 * P, 8, 16}) {
+            const PipelineShape shape{P, m, 1};
+            const std::string what = shape_text(PipelineScheduleKind::k1F1B, shape);
+            const PipelineTimeline t =
+                run_pipeline_schedule(make_pipeline_schedule(PipelineScheduleKind::k1F1B, shape), shape,
+                                      PipelineScheduleKind::k1F1B);
+            EXPECT_NEAR(t.bubble_fraction(), static_cast<double>(P - 1) / m, 1e-12) << what;
+            EXPECT_DOUBLE_EQ(t.makespan, 3.0 * (m + P - 1)) << what;  // F 1, B 2
+            for (int s = 0; s < P; ++s) {
+                EXPECT_EQ(t.peak_in_flight[static_cast<size_t>(s)], std::min(P - s, m)) << what << " stage " << s;
+            }
+        }
+    }
+}
+
+TEST(PipelineSchedule, InterleavedDividesTheBubbleByTheChunks) {
+    for (int P : {2, 4}) {
+        for (int v : {2, 3, 4}) {
+            for (int m : {P, 2 * P, 4 * P}) {
+                const PipelineShape shape{P, m, v};
+                const std::string what = shape_text(PipelineScheduleKind::kInterleaved, shape);
+                // A chunk holds 1/v of a stage's layers.
+                const PassCosts chunk{1.0 / v, 1.0 / v, 1.0 / v};
+                const PipelineTimeline t =
+                    run_pipeline_schedule(make_pipeline_schedule(PipelineScheduleKind::kInterleaved, shape), shape,
+                                          PipelineScheduleKind::kInterleaved, chunk);
+                EXPECT_NEAR(t.bubble_fraction(), static_cast<double>(P - 1) / (v * m), 1e-9) << what;
+            }
+        }
+    }
+}
+
+TEST(PipelineSchedule, ZeroBubbleFillsTheBubbleWithWeightGradientsAtOneFOneBMemory) {
+    for (int P : {2, 3, 4, 8}) {
+        for (int m : {P, 2 * P, 3 * P + 1, 16, 32}) {
+            const PipelineShape shape{P, m, 1};
+            const std::string what = shape_text(PipelineScheduleKind::kZeroBubble, shape);
+            const PipelineTimeline zb =
+                run_pipeline_schedule(make_pipeline_schedule(PipelineScheduleKind::kZeroBubble, shape), shape,
+                                      PipelineScheduleKind::kZeroBubble);
+            const PipelineTimeline one =
+                run_pipeline_schedule(make_pipeline_schedule(PipelineScheduleKind::k1F1B, shape), shape,
+                                      PipelineScheduleKind::k1F1B);
+            // ZB-H1's bubble: (P - 1)(F + B - W) = P - 1 with unit passes, against 1F1B's 3 (P - 1).
+            const double worst = *std::max_element(zb.idle.begin(), zb.idle.end());
+            EXPECT_DOUBLE_EQ(worst, P - 1.0) << what;
+            EXPECT_DOUBLE_EQ(*std::max_element(one.idle.begin(), one.idle.end()), 3.0 * (P - 1)) << what;
+            // Activations wait for W: later stages keep more than under 1F1B, none more than its peak.
+            const int one_peak = *std::max_element(one.peak_in_flight.begin(), one.peak_in_flight.end());
+            EXPECT_EQ(one_peak, std::min(P, m)) << what;
+            for (int s = 0; s < P; ++s) {
+                EXPECT_LE(zb.peak_in_flight[static_cast<size_t>(s)], one_peak) << what << " stage " << s;
+            }
+        }
+    }
+}
+
+TEST(PipelineSchedule, BrokenOrdersAreRefusedByName) {
+    const PipelineShape two{2, 2, 1};
+    const Schedule good = make_pipeline_schedule(PipelineScheduleKind::k1F1B, two);
+    EXPECT_EQ(refusal(good, two, PipelineScheduleKind::k1F1B), "");
+    const auto F = [](int m) { return PipelinePass{PassKind::kForward, m, 0}; };
+    const auto B = [](int m) { return PipelinePass{PassKind::kBackward, m, 0}; };
+    // A backward before its own forward.
+    Schedule s = {{F(0), F(1), B(0), B(1)}, {B(0), F(0), F(1), B(1)}};
+    EXPECT_NE(refusal(s, two, PipelineScheduleKind::k1F1B).find("stage 1 can never run B0.0"), std::string::npos)
+        << refusal(s, two, PipelineScheduleKind::k1F1B);
+    // Stage 1 waits for micro-batch 1's activations, which stage 0 sends only after micro-batch
+    // 0's gradient, which stage 1 sends only after micro-batch 1: a deadlock.
+    s = {{F(0), B(0), F(1), B(1)}, {F(1), B(1), F(0), B(0)}};
+    EXPECT_NE(refusal(s, two, PipelineScheduleKind::k1F1B).find("can never run"), std::string::npos)
+        << refusal(s, two, PipelineScheduleKind::k1F1B);
+    s = {{F(0), F(0), B(0), B(1)}, good[1]};
+    EXPECT_NE(refusal(s, two, PipelineScheduleKind::k1F1B).find("stage 0 runs F0.0 twice"), std::string::npos)
+        << refusal(s, two, PipelineScheduleKind::k1F1B);
+    s = {{F(0), F(1), B(0)}, good[1]};
+    EXPECT_NE(refusal(s, two, PipelineScheduleKind::k1F1B).find("stage 0 runs 3 passes, expected 4"),
+              std::string::npos)
+        << refusal(s, two, PipelineScheduleKind::k1F1B);
+    s = {{F(0), F(1), B(0), PipelinePass{PassKind::kWeight, 0, 0}}, good[1]};
+    EXPECT_NE(refusal(s, two, PipelineScheduleKind::k1F1B).find("W0.0, which is not one of its passes"),
+              std::string::npos)
+        << refusal(s, two, PipelineScheduleKind::k1F1B);
+    EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kInterleaved, PipelineShape{2, 3, 2}), Error)
+        << "interleaved needs m a multiple of P";
+    EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::k1F1B, PipelineShape{2, 4, 2}), Error)
+        << "chunks are the interleaved schedule's";
+}
+
+}  // namespace
+}  // namespace zt
