@@ -16,6 +16,7 @@
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
+#include "ztrain/core/error.hpp"
 #include "ztrain/model/model_layout.hpp"
 #include "ztrain/model/transformer.hpp"
 
@@ -119,6 +120,7 @@ struct DriverScratch {
     ActPtr gathered;
     ActPtr dshard;
     float* norm_grads = nullptr;
+    size_t norm_grads_floats = 0;
 };
 
 /// An acquired unit's parameters as the ops take them: the fp32 view (norm weights, biases,
@@ -176,7 +178,6 @@ class ModelFamily {
     /// The rows of a (B T = n)-row buffer this rank's norms and residual stream hold: n, or
     /// under sequence parallelism n / t rounded up (the last rows of the last ranks padding).
     int local_rows(int n) const { return m_sequence ? (n + m_parts - 1) / m_parts : n; }
-    bool sequence_parallel() const { return m_sequence; }
     /// Zeroes rows [N, local_rows(N) t) of a (.., width) buffer of the whole batch: the rows
     /// sequence parallelism pads to a multiple of t, so the norms on them see zeros.
     void zero_padding(Backend& be, ActPtr x, int N, int width) const {
@@ -276,6 +277,8 @@ class ModelFamily {
     float* norm_grad(Backend& be, float* dw, size_t n, bool zero) {
         zero_grad_if(be, zero, dw, n);
         if (!m_sequence) return dw;
+        ZT_REQUIRE(m_norm_grad_used + n <= m_scratch.norm_grads_floats, "norm gradients: ", m_norm_grad_used + n,
+                   " floats pending, the scratch holds ", m_scratch.norm_grads_floats);
         float* piece = m_scratch.norm_grads + m_norm_grad_used;
         be.zero(piece, n);
         m_pending_norm_grads.push_back({dw, m_norm_grad_used, n});

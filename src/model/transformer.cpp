@@ -133,7 +133,8 @@ void Transformer::allocate_activations(DType stored) {
         // forward and read before them in backward.
         scratch.gathered = m_normed;
         m_dshard = scratch.dshard = a.take_act(BTl * C);
-        m_norm_grads = scratch.norm_grads = a.take(4 * C);
+        scratch.norm_grads_floats = 4 * C;  // GPT-2's block: both LayerNorms' weights and biases
+        m_norm_grads = scratch.norm_grads = a.take(scratch.norm_grads_floats);
     }
     m_family = family_traits(cfg).make(cfg, m_layout, m_backend, a, scratch, m_max_batch, m_recompute, m_sequence);
     m_family->set_tensor_group(m_tensor);
