@@ -134,6 +134,39 @@ INSTANTIATE_TEST_SUITE_P(Stages, FinetuneRanks,
 
 // One rank trains 5 steps (N-way accumulation) and checkpoints; this world size resumes
 // from it to step 10 and must continue the one-rank run's 10-step curve.
+// Packed examples under tensor parallelism with sequence parallelism (T = 2): position runs
+// restart inside rows and attention is block-diagonal, while the norms and the residual
+// stream hold half of the rows on each rank; every step's loss and every validation loss match
+// one rank accumulating the same micro-batches (GPT-2 and Llama, KV head shared by both ranks).
+TEST(FinetuneTensor, SequenceParallelMatchesOneRank) {
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    if (N % 2 != 0) GTEST_SKIP();
+    test::SharedDir dir("finetune_tensor");
+    if (me == 0) {
+        write_examples(dir.file("train.bin"), 300, 11);
+        write_examples(dir.file("val.bin"), 40, 12);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (const bool llama : {false, true}) {
+        const FinetuneCase c{1, DataPacking::kPack, llama};
+        Config cfg = finetune_config(dir, llama ? "llama" : "gpt2", c);
+        cfg.parallel.tensor = 2;
+        cfg.parallel.sequence = true;
+        cfg.train.eval_batches = 2 * cfg.train.grad_accum;
+        TrainOptions self;
+        self.comm = MPI_COMM_SELF;
+        Config ref = finetune_config(dir, str(llama ? "llama" : "gpt2", "_ref", me), c);
+        ref.parallel.zero_stage = 0;
+        ref.parallel.shard_group.ranks = -1;
+        ref.train.grad_accum *= N / 2;
+        ref.train.eval_batches = cfg.train.eval_batches * N / 2;
+        const TrainSummary one = train(ref, self);
+        const TrainSummary got = train(cfg, TrainOptions{});
+        expect_same_losses(got, one, str(llama ? "llama" : "gpt2", " np ", N, " tensor 2 sequence parallel"));
+    }
+}
+
 TEST(FinetuneResume, AtAnotherWorldSizeContinuesTheSameExamples) {
     const int N = test::world_size();
     const int me = test::world_rank();
