@@ -186,6 +186,30 @@ class ModelFamily {
             be.zero_bytes(x.offset(static_cast<size_t>(N) * static_cast<size_t>(width)).data, pad * dtype_size(x.dtype));
         }
     }
+    /// The whole batch's rows (N, width) of a buffer whose local_rows(N) this rank holds:
+    /// the buffer itself, or under sequence parallelism the group's rows gathered into the
+    /// driver's `gathered` scratch (valid until the next gather).
+    ConstActPtr gather_rows(ConstActPtr local, int N, int width) const {
+        if (!m_sequence) return local;
+        m_tensor->all_gather(local, m_scratch.gathered, static_cast<size_t>(local_rows(N)) * static_cast<size_t>(width));
+        return m_scratch.gathered;
+    }
+    /// A column-parallel product's input gradient: `partial` (N rows; the padding zeroed by
+    /// the caller) summed over the group, in place, or under sequence parallelism
+    /// reduce-scattered into this rank's rows (the driver's `dshard`). Returns the sum.
+    ActPtr sum_input_grad(ActPtr partial, int N, int width) const {
+        if (!m_sequence) {
+            sum_over_group(partial, static_cast<size_t>(N) * static_cast<size_t>(width));
+            return partial;
+        }
+        m_tensor->reduce_scatter(partial, m_scratch.dshard, static_cast<size_t>(local_rows(N)) * static_cast<size_t>(width));
+        return m_scratch.dshard;
+    }
+    /// Rows the whole-batch buffers of N rows span: N padded to a multiple of t under
+    /// sequence parallelism.
+    size_t padded_elements(int N, int width) const {
+        return static_cast<size_t>(local_rows(N) * (m_sequence ? m_parts : 1)) * static_cast<size_t>(width);
+    }
     /// out (B, T, C) from the tokens and unit 0.
     virtual void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                                int T) = 0;
@@ -245,30 +269,6 @@ class ModelFamily {
             be.matmul_forward(out, inp, w, nullptr, N, K, M);
         }
         sum_over_group(out, static_cast<size_t>(N) * static_cast<size_t>(M));
-    }
-    /// The whole batch's rows (N, width) of a buffer whose local_rows(N) this rank holds:
-    /// the buffer itself, or under sequence parallelism the group's rows gathered into the
-    /// driver's `gathered` scratch (valid until the next gather).
-    ConstActPtr gather_rows(ConstActPtr local, int N, int width) const {
-        if (!m_sequence) return local;
-        m_tensor->all_gather(local, m_scratch.gathered, static_cast<size_t>(local_rows(N)) * static_cast<size_t>(width));
-        return m_scratch.gathered;
-    }
-    /// A column-parallel product's input gradient: `partial` (N rows; the padding zeroed by
-    /// the caller) summed over the group, in place, or under sequence parallelism
-    /// reduce-scattered into this rank's rows (the driver's `dshard`). Returns the sum.
-    ActPtr sum_input_grad(ActPtr partial, int N, int width) const {
-        if (!m_sequence) {
-            sum_over_group(partial, static_cast<size_t>(N) * static_cast<size_t>(width));
-            return partial;
-        }
-        m_tensor->reduce_scatter(partial, m_scratch.dshard, static_cast<size_t>(local_rows(N)) * static_cast<size_t>(width));
-        return m_scratch.dshard;
-    }
-    /// Rows the whole-batch buffers of N rows span: N padded to a multiple of t under
-    /// sequence parallelism.
-    size_t padded_elements(int N, int width) const {
-        return static_cast<size_t>(local_rows(N) * (m_sequence ? m_parts : 1)) * static_cast<size_t>(width);
     }
     /// Where a norm's parameter gradient (n floats at dw, zeroed first when `zero`) is
     /// computed: dw itself; under sequence parallelism (the norm saw this rank's rows only)

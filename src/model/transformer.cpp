@@ -132,9 +132,9 @@ void Transformer::allocate_activations(DType stored) {
         // The blocks gather into the final norm's output buffer: it is written after them in
         // forward and read before them in backward.
         scratch.gathered = m_normed;
-        m_dshard = scratch.dshard = a.take_act(BTl * C);
+        scratch.dshard = a.take_act(BTl * C);
         scratch.norm_grads_floats = 4 * C;  // GPT-2's block: both LayerNorms' weights and biases
-        m_norm_grads = scratch.norm_grads = a.take(scratch.norm_grads_floats);
+        scratch.norm_grads = a.take(scratch.norm_grads_floats);
     }
     m_family = family_traits(cfg).make(cfg, m_layout, m_backend, a, scratch, m_max_batch, m_recompute, m_sequence);
     m_family->set_tensor_group(m_tensor);
@@ -375,7 +375,6 @@ void Transformer::backward(UnitStore& store) {
     const int Vp = m_vocab_local;
     const int N = B * T;
     const int nL = m_cfg.n_layer;
-    const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
     const size_t head_numel = static_cast<size_t>(Vp) * static_cast<size_t>(C);
 
     // LM head: unit 0 is still acquired from forward() and stays so until the embedding's
@@ -384,26 +383,19 @@ void Transformer::backward(UnitStore& store) {
     float* demb = store.grads(0);
     const bool zero_emb = store.grads_need_zero(0);
     store.prefetch(nL + 1);
-    const size_t local = local_elements(N);
-    zero_act(m_backend, m_dnormed, m_sequence ? local * static_cast<size_t>(m_layout.split.size) : NC);
+    zero_act(m_backend, m_dnormed, m_family->padded_elements(N, C));
     zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
     m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
                                N, C, Vp);
     // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
-    ActPtr dnormed = m_dnormed;
-    if (m_sequence) {
-        m_tensor->reduce_scatter(m_dnormed, m_dshard, local);
-        dnormed = m_dshard;
-    } else if (m_tensor != nullptr) {
-        m_tensor->all_reduce(m_dnormed, NC);
-    }
+    const ActPtr dnormed = m_family->sum_input_grad(m_dnormed, N, C);
 
     const ConstActPtr x_last = nL > 0 ? m_family->block_output(nL - 1) : ConstActPtr(m_encoded);
     const float* wf = store.acquire(nL + 1);
     float* dwf = store.grads(nL + 1);
     const bool zero_f = store.grads_need_zero(nL + 1);
     store.prefetch(nL);
-    zero_act(m_backend, m_dresidual, local);
+    zero_act(m_backend, m_dresidual, local_elements(N));
     zero_grad_if(m_backend, zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
     m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
     store.grads_done(nL + 1);
@@ -425,14 +417,9 @@ void Transformer::backward(UnitStore& store) {
 
     // The token embedding's gradient was zeroed with the head's when they are one tensor.
     if (m_layout.head_offset != 0) zero_grad_if(m_backend, zero_emb, demb, head_numel);
-    // The embedding's gradient reads every row: under sequence parallelism the group's
-    // gathered into the final norm's output (no longer needed).
-    ConstActPtr dembedded = m_dresidual;
-    if (m_sequence) {
-        m_tensor->all_gather(m_dresidual, m_normed, local);
-        dembedded = m_normed;
-    }
-    m_family->embed_backward(*m_compute, demb, zero_emb, dembedded, m_inputs, B, T);
+    // The embedding's gradient reads every row (under sequence parallelism gathered into the
+    // final norm's output, no longer needed).
+    m_family->embed_backward(*m_compute, demb, zero_emb, m_family->gather_rows(m_dresidual, N, C), m_inputs, B, T);
     store.grads_done(0);
     store.release(0);
     m_head = ConstActPtr{};

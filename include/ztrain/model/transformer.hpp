@@ -205,8 +205,6 @@ class Transformer {
     float* m_losses = nullptr; // (B, T)
     ActPtr m_dresidual;        // (B, T, C) local: d loss / d residual stream, block by block
     ActPtr m_dnormed;          // (B, T, C) d loss / d final norm output (each rank's partial under SP)
-    ActPtr m_dshard;           // (B, T, C) local, sequence parallelism: a reduce-scattered gradient
-    float* m_norm_grads = nullptr;  // (4 C) sequence parallelism: norm weights' gradients to sum
     const int32_t* m_inputs = nullptr;  // the backend's copy of the last forward's tokens
     // Tokens and targets copied from the caller's host arrays into backend memory, and the
     // per-row losses read back for the mean (host memory).
