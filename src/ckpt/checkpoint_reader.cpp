@@ -237,42 +237,24 @@ const ModelLayout& CheckpointReader::written_part(int r) {
 
 namespace {
 
-/// A piece of a read: `length` elements from `from` in the source's coordinates to `to` in
-/// the destination's.
-struct Piece {
-    size_t from = 0;
-    size_t to = 0;
-    size_t length = 0;
-};
-
-/// The parts of `runs` inside [begin, end) of one side's coordinates (`local_side`: the
-/// runs' local ones, else their whole ones), as pieces from the other side to this one.
-std::vector<Piece> pieces_within(const std::vector<SliceRun>& runs, size_t begin, size_t end, bool local_side) {
-    std::vector<Piece> out;
-    for (const SliceRun& r : runs) {
-        const size_t at = local_side ? r.local : r.whole;
-        const size_t other = local_side ? r.whole : r.local;
-        const size_t lo = std::max(at, begin);
-        const size_t hi = std::min(at + r.length, end);
-        if (hi > lo) out.push_back({other + (lo - at), lo, hi - lo});
-    }
-    return out;
-}
-
-/// Reads the span of `pieces`' sources with `read_span` (begin, end, buffer) and copies each
-/// piece to out (indexed from `out_begin`).
+/// Reads the span of `runs`' sources with `read_span` (begin, end, buffer) and copies each
+/// run to out (indexed from `out_begin`): from its whole coordinates to its local ones when
+/// `into_local`, else the other way.
 template <typename ReadSpan>
-void gather_pieces(const std::vector<Piece>& pieces, size_t out_begin, float* out, ReadSpan read_span) {
-    if (pieces.empty()) return;
+void gather_runs(const std::vector<SliceRun>& runs, bool into_local, size_t out_begin, float* out,
+                 ReadSpan read_span) {
+    if (runs.empty()) return;
+    const auto from = [&](const SliceRun& r) { return into_local ? r.whole : r.local; };
+    const auto to = [&](const SliceRun& r) { return into_local ? r.local : r.whole; };
     size_t lo = SIZE_MAX;
     size_t hi = 0;
-    for (const Piece& p : pieces) {
-        lo = std::min(lo, p.from);
-        hi = std::max(hi, p.from + p.length);
+    for (const SliceRun& r : runs) {
+        lo = std::min(lo, from(r));
+        hi = std::max(hi, from(r) + r.length);
     }
     std::vector<float> span(hi - lo);
     read_span(lo, hi, span.data());
-    for (const Piece& p : pieces) std::copy_n(span.data() + (p.from - lo), p.length, out + (p.to - out_begin));
+    for (const SliceRun& r : runs) std::copy_n(span.data() + (from(r) - lo), r.length, out + (to(r) - out_begin));
 }
 
 }  // namespace
@@ -285,9 +267,8 @@ void CheckpointReader::read(int unit, size_t begin, size_t end, const char* whic
     // Each tensor rank's slices, mapped into the unsplit unit; alignment gaps are zero.
     std::fill(out, out + (end - begin), 0.f);
     for (int r = 0; r < m_tensor; ++r) {
-        const std::vector<Piece> pieces = pieces_within(slice_runs(written_part(r), whole(), unit), begin, end, false);
-        gather_pieces(pieces, begin, out,
-                      [&](size_t lo, size_t hi, float* buf) { read_written(r, unit, lo, hi, which, buf); });
+        gather_runs(runs_within(slice_runs(written_part(r), whole(), unit), begin, end, false), false, begin, out,
+                    [&](size_t lo, size_t hi, float* buf) { read_written(r, unit, lo, hi, which, buf); });
     }
 }
 
@@ -298,8 +279,8 @@ void CheckpointReader::read(const ModelLayout& part, int unit, size_t begin, siz
         return;
     }
     std::fill(out, out + (end - begin), 0.f);
-    const std::vector<Piece> pieces = pieces_within(slice_runs(part, whole(), unit), begin, end, true);
-    gather_pieces(pieces, begin, out, [&](size_t lo, size_t hi, float* buf) { read(unit, lo, hi, which, buf); });
+    gather_runs(runs_within(slice_runs(part, whole(), unit), begin, end, true), true, begin, out,
+                [&](size_t lo, size_t hi, float* buf) { read(unit, lo, hi, which, buf); });
 }
 
 std::string CheckpointReader::meta_file() const { return (fs::path(m_dir) / kMetaFile).string(); }

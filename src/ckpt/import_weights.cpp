@@ -394,24 +394,17 @@ void import_weights(const std::string& path, const ModelLayout& layout, const Mo
         const auto runs_of = [&](const Expected& x) {
             const ParamSpec& w = *x.spec;
             const ParamSpec& p = layout.params[static_cast<size_t>(&w - file_layout.params.data())];
-            std::vector<SliceRun> runs;
             if (!split) return std::vector<SliceRun>{{p.offset, p.offset, p.numel}};
-            for (const SliceRun& r : slice_runs(layout, whole, p.unit)) {
-                if (r.local >= p.offset && r.local < p.offset + p.numel) runs.push_back(r);
-            }
-            return runs;
+            return runs_within(slice_runs(layout, whole, p.unit), p.offset, p.offset + p.numel, true);
         };
         // Each run's part this rank owns and the file holds (live elements): its unit range, and
         // where it starts in the tensor's data.
         const auto for_owned = [&](const Expected& x, const std::function<void(ElementRange, size_t)>& fn) {
             const ElementRange r = owned_range(state, x.spec->unit);
-            for (const SliceRun& run : runs_of(x)) {
+            for (const SliceRun& run : runs_within(runs_of(x), r.begin, r.end, true)) {
                 const size_t from = run.whole - x.spec->offset;  // in the tensor's data
                 if (from >= x.live_numel) continue;
-                const size_t length = std::min(run.length, x.live_numel - from);
-                const size_t lo = std::max(run.local, r.begin);
-                const size_t hi = std::min(run.local + length, r.end);
-                if (hi > lo) fn(ElementRange{lo, hi}, from + (lo - run.local));
+                fn(ElementRange{run.local, run.local + std::min(run.length, x.live_numel - from)}, from);
             }
         };
         const Wanted wanted = [&](const Expected& x) {

@@ -146,6 +146,17 @@ std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& who
     return runs;
 }
 
+std::vector<SliceRun> runs_within(const std::vector<SliceRun>& runs, size_t begin, size_t end, bool local_side) {
+    std::vector<SliceRun> out;
+    for (const SliceRun& r : runs) {
+        const size_t at = local_side ? r.local : r.whole;
+        const size_t lo = std::max(at, begin);
+        const size_t hi = std::min(at + r.length, end);
+        if (hi > lo) out.push_back({r.local + (lo - at), r.whole + (lo - at), hi - lo});
+    }
+    return out;
+}
+
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out) {
     ZT_REQUIRE(unit >= 0 && unit < layout.num_units(), "unit ", unit);
     init_unit_range(layout, unit, seed, 0, layout.unit_numel[static_cast<size_t>(unit)], out);

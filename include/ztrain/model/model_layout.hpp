@@ -98,6 +98,9 @@ struct SliceRun {
 /// when whole, one per block of rows (row slices), one per row (column slices). The
 /// alignment gaps between tensors belong to no run.
 std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& whole, int unit);
+/// The parts of `runs` inside [begin, end) of their local coordinates (`local_side`) or of
+/// their whole ones, each cut on both sides alike.
+std::vector<SliceRun> runs_within(const std::vector<SliceRun>& runs, size_t begin, size_t end, bool local_side);
 
 /// Fills `out` (unit_numel[unit] floats) with the initial values of that unit: GPT-2 init
 /// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0; Llama:
