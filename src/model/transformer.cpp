@@ -54,28 +54,40 @@ namespace {
 /// (4 x BTC) and the logits (BT Vp / T) in the activation dtype; the losses (BT) fp32, and
 /// under tensor parallelism the cross-entropy's row maxima and sums (3 BT). Under sequence
 /// parallelism the embedding output and d residual hold BT / T rows, plus the reduce-scattered
-/// gradient (BT C / T) and the norm weights' gradients (4 C floats).
-ActivationCount driver_activations(const ModelConfig& cfg, int max_batch, int tensor, bool sequence) {
+/// gradient (BT C / T) and the norm weights' gradients (4 C floats). A pipeline stage without
+/// the head keeps no logits, losses or row statistics.
+ActivationCount driver_activations(const ModelConfig& cfg, int max_batch, int tensor, bool sequence, bool head) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     const double C = cfg.n_embd;
-    const double ce = BT * (tensor > 1 ? 4 : 1);
-    if (sequence && tensor > 1) {
-        return {2 * BT * C + 3 * BT / tensor * C + BT * (cfg.padded_vocab() / tensor), ce + 4 * C};
-    }
-    return {4 * BT * C + BT * (cfg.padded_vocab() / tensor), ce};
+    const double ce = head ? BT * (tensor > 1 ? 4 : 1) : 0.0;
+    const double logits = head ? BT * (cfg.padded_vocab() / tensor) : 0.0;
+    if (sequence && tensor > 1) return {2 * BT * C + 3 * BT / tensor * C + logits, ce + 4 * C};
+    return {4 * BT * C + logits, ce};
+}
+
+/// The configuration the family's blocks are made for: the stage's blocks only.
+ModelConfig stage_config(const ModelConfig& cfg, StageBlocks stage) {
+    ModelConfig c = cfg;
+    c.n_layer = stage.last(cfg.n_layer) - stage.begin;
+    return c;
 }
 }  // namespace
 
 ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, bool recompute,
-                                         size_t attention_scratch_floats, int tensor, bool sequence) {
-    const ActivationCount driver = driver_activations(cfg, max_batch, tensor, sequence);
-    const ActivationCount family = family_traits(cfg).activations(cfg, max_batch, recompute, tensor, sequence);
+                                         size_t attention_scratch_floats, int tensor, bool sequence,
+                                         StageBlocks stage) {
+    const ActivationCount driver =
+        driver_activations(cfg, max_batch, tensor, sequence, stage.last_stage(cfg.n_layer));
+    const ModelConfig blocks = stage_config(cfg, stage);
+    const ActivationCount family = family_traits(cfg).activations(blocks, max_batch, recompute, tensor, sequence);
     return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats)};
 }
 
 Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute, DType activation,
-                         TensorGroup* tensor, bool sequence)
+                         TensorGroup* tensor, bool sequence, StageBlocks stage)
     : m_cfg(cfg),
+      m_stage{stage.begin, stage.last(cfg.n_layer)},
+      m_blocks(m_stage.end - m_stage.begin),
       m_backend(backend),
       m_tensor(tensor != nullptr && tensor->split().size > 1 ? tensor : nullptr),
       m_sequence(sequence && m_tensor != nullptr),
@@ -83,6 +95,9 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
       m_max_batch(max_batch),
       m_recompute(recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
+    ZT_REQUIRE(m_stage.begin >= 0 && m_stage.end <= cfg.n_layer && (m_blocks >= 1 || cfg.n_layer == 0),
+               "pipeline stage: blocks [", m_stage.begin, ", ", m_stage.end, ") are not a non-empty range of the ",
+               cfg.n_layer, " blocks");
     ZT_REQUIRE(!m_sequence || cfg.seq_len % m_layout.split.size == 0, "sequence parallelism: seq_len ", cfg.seq_len,
                " is not a multiple of the tensor group's ", m_layout.split.size, " ranks");
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
@@ -116,9 +131,12 @@ void Transformer::allocate_activations(DType stored) {
     ActivationArena& a = *m_arena;
     m_encoded = a.take_act(BTl * C);
     m_normed = a.take_act(BT * C);
-    m_logits = a.take_act(BT * static_cast<size_t>(m_vocab_local));
-    m_losses = a.take(BT);
-    if (tensor > 1) {
+    const bool head = last_stage();
+    if (head) {
+        m_logits = a.take_act(BT * static_cast<size_t>(m_vocab_local));
+        m_losses = a.take(BT);
+    }
+    if (tensor > 1 && head) {
         m_ce_max = a.take(BT);
         m_ce_sums = a.take(2 * BT);
     }
@@ -136,10 +154,11 @@ void Transformer::allocate_activations(DType stored) {
         scratch.norm_grads_floats = 4 * C;  // GPT-2's block: both LayerNorms' weights and biases
         scratch.norm_grads = a.take(scratch.norm_grads_floats);
     }
-    m_family = family_traits(cfg).make(cfg, m_layout, m_backend, a, scratch, m_max_batch, m_recompute, m_sequence);
+    m_family = family_traits(cfg).make(stage_config(cfg, m_stage), m_layout, m_backend, a, scratch, m_max_batch,
+                                       m_recompute, m_sequence);
     m_family->set_tensor_group(m_tensor);
     // The memory plan predicts this figure: the two must never drift apart.
-    const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence);
+    const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage);
     ZT_REQUIRE(a.count().act == plan.act && a.count().f32 == plan.f32, "activation plan differs from the allocation: ",
                a.count().act, " activation elements and ", a.count().f32, " floats allocated, ", plan.act, " and ",
                plan.f32, " planned");
@@ -253,7 +272,15 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
     }
     set_rows(rows, B, T);
     embed_and_blocks(store, m_inputs, B, T);
-    return head_and_loss(store, targets, targets_be, N, dloss);
+    if (last_stage()) return head_and_loss(store, targets, targets_be, N, dloss);
+    m_loss_sum = 0.0;
+    m_target_count = 0;
+    m_have_dlogits = targets != nullptr && dloss != 0.f;
+    return 0.f;
+}
+
+ConstActPtr Transformer::stage_output() const {
+    return m_blocks > 0 ? m_family->block_output(m_blocks - 1) : ConstActPtr(m_encoded);
 }
 
 UnitWeights Transformer::unit_weights(UnitStore& store, int unit) const {
@@ -269,31 +296,37 @@ UnitWeights Transformer::unit_weights(UnitStore& store, int unit) const {
 
 void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int B, int T) {
     const int nL = m_cfg.n_layer;
-    store.prefetch(0);
-    const float* emb = store.acquire(0);
-    store.prefetch(1);
+    const int first_unit = 1 + m_stage.begin;  // the stage's first block's unit
     const int N = B * T;
     const int C = m_cfg.n_embd;
-    // Each rank embeds the tokens of its vocabulary slice (zeros for the others'); the group
-    // sums them, each rank keeping its rows under sequence parallelism.
-    if (m_sequence) {
-        m_family->embed_forward(*m_compute, m_dnormed, inputs, emb, B, T);
-        m_family->zero_padding(m_backend, m_dnormed, N, C);
-        m_tensor->reduce_scatter(m_dnormed, m_encoded, local_elements(N));
+    if (first_stage()) {
+        store.prefetch(0);
+        const float* emb = store.acquire(0);
+        store.prefetch(first_unit);
+        // Each rank embeds the tokens of its vocabulary slice (zeros for the others'); the
+        // group sums them, each rank keeping its rows under sequence parallelism.
+        if (m_sequence) {
+            m_family->embed_forward(*m_compute, m_dnormed, inputs, emb, B, T);
+            m_family->zero_padding(m_backend, m_dnormed, N, C);
+            m_tensor->reduce_scatter(m_dnormed, m_encoded, local_elements(N));
+        } else {
+            m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
+            if (m_tensor != nullptr) m_tensor->all_reduce(m_encoded, static_cast<size_t>(N) * static_cast<size_t>(C));
+        }
+        store.release(0);
     } else {
-        m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
-        if (m_tensor != nullptr) m_tensor->all_reduce(m_encoded, static_cast<size_t>(N) * static_cast<size_t>(C));
+        store.prefetch(first_unit);
     }
-    store.release(0);
 
     ConstActPtr x = m_encoded;
-    for (int l = 0; l < nL; ++l) {
-        const UnitWeights w = unit_weights(store, 1 + l);
-        store.prefetch(l + 2 <= nL ? l + 2 : nL + 1);
+    for (int l = 0; l < m_blocks; ++l) {
+        const UnitWeights w = unit_weights(store, first_unit + l);
+        if (l + 1 < m_blocks || last_stage()) store.prefetch(l + 1 < m_blocks ? first_unit + l + 1 : nL + 1);
         m_family->block_forward(*m_compute, l, w, x, B, T);
-        store.release(1 + l);
+        store.release(first_unit + l);
         x = m_family->block_output(l);
     }
+    if (!last_stage()) return;
     const float* wf = store.acquire(nL + 1);
     store.prefetch(0);
     if (m_sequence) {
@@ -366,57 +399,92 @@ void Transformer::split_cross_entropy(const int32_t* targets_be, int N, float dl
                                    m_vocab_local, m_vocab_begin, dloss);
 }
 
+void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_emb) {
+    const int C = m_cfg.n_embd;
+    const int Vp = m_vocab_local;
+    const int nL = m_cfg.n_layer;
+    const size_t head_numel = static_cast<size_t>(Vp) * static_cast<size_t>(C);
+    // LM head: unit 0 is still acquired from forward(); on the whole model it stays so until
+    // the embedding's backward at the very end (the embedding is tied, so a sharded store
+    // need not gather it a third time).
+    store.prefetch(nL + 1);
+    zero_act(m_backend, m_dnormed, m_family->padded_elements(N, C));
+    // A last stage without the embedding owns all of unit 0's gradient buffer but adds only
+    // the head's: the rest must read zero when the stages' copies are summed.
+    if (first_stage()) {
+        zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
+    } else {
+        zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
+    }
+    m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
+                               N, C, Vp);
+    // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
+    const ActPtr dnormed = m_family->sum_input_grad(m_dnormed, N, C);
+
+    const ConstActPtr x_last = stage_output();
+    const float* wf = store.acquire(nL + 1);
+    float* dwf = store.grads(nL + 1);
+    const bool zero_f = store.grads_need_zero(nL + 1);
+    store.prefetch(m_stage.end);
+    zero_act(m_backend, m_dresidual, local_elements(N));
+    zero_grad_if(m_backend, zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
+    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
+    store.grads_done(nL + 1);
+    store.release(nL + 1);
+    if (!first_stage()) {
+        store.grads_done(0);
+        store.release(0);
+        m_head = ConstActPtr{};
+    }
+}
+
 void Transformer::backward(UnitStore& store) {
     ZT_REQUIRE(m_have_dlogits, "backward() needs a preceding forward() with targets and dloss != 0");
     m_have_dlogits = false;
     const int B = m_B;
     const int T = m_T;
     const int C = m_cfg.n_embd;
-    const int Vp = m_vocab_local;
     const int N = B * T;
-    const int nL = m_cfg.n_layer;
-    const size_t head_numel = static_cast<size_t>(Vp) * static_cast<size_t>(C);
+    const int first_unit = 1 + m_stage.begin;
+    // Unit 0's gradient is asked for once per micro-step, by its first user.
+    float* demb = nullptr;
+    bool zero_emb = false;
+    // A stage without the head starts from the d residual its caller wrote.
+    if (last_stage()) {
+        demb = store.grads(0);
+        zero_emb = store.grads_need_zero(0);
+        head_backward(store, N, demb, zero_emb);
+    } else {
+        store.prefetch(first_unit + m_blocks - 1);
+    }
 
-    // LM head: unit 0 is still acquired from forward() and stays so until the embedding's
-    // backward at the very end (the embedding is tied, so a sharded store need not gather it
-    // a third time).
-    float* demb = store.grads(0);
-    const bool zero_emb = store.grads_need_zero(0);
-    store.prefetch(nL + 1);
-    zero_act(m_backend, m_dnormed, m_family->padded_elements(N, C));
-    zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
-    m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
-                               N, C, Vp);
-    // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
-    const ActPtr dnormed = m_family->sum_input_grad(m_dnormed, N, C);
-
-    const ConstActPtr x_last = nL > 0 ? m_family->block_output(nL - 1) : ConstActPtr(m_encoded);
-    const float* wf = store.acquire(nL + 1);
-    float* dwf = store.grads(nL + 1);
-    const bool zero_f = store.grads_need_zero(nL + 1);
-    store.prefetch(nL);
-    zero_act(m_backend, m_dresidual, local_elements(N));
-    zero_grad_if(m_backend, zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
-    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
-    store.grads_done(nL + 1);
-    store.release(nL + 1);
-
-    for (int l = nL - 1; l >= 0; --l) {
-        const UnitWeights w = unit_weights(store, 1 + l);
-        float* dw = store.grads(1 + l);
-        const bool zero_dw = store.grads_need_zero(1 + l);
-        store.prefetch(l >= 1 ? l : 0);
+    for (int l = m_blocks - 1; l >= 0; --l) {
+        const UnitWeights w = unit_weights(store, first_unit + l);
+        float* dw = store.grads(first_unit + l);
+        const bool zero_dw = store.grads_need_zero(first_unit + l);
+        if (l >= 1 || first_stage()) store.prefetch(l >= 1 ? first_unit + l - 1 : 0);
         const ConstActPtr in = l == 0 ? ConstActPtr(m_encoded) : m_family->block_output(l - 1);
         // Recompute writes the same values again into the block's (shared) buffers; its
         // output is recomputed in place with bit-identical results.
         if (m_recompute) m_family->block_forward(*m_compute, l, w, in, B, T);
         m_family->block_backward(*m_compute, l, w, dw, zero_dw, in, m_dresidual, B, T);
-        store.grads_done(1 + l);
-        store.release(1 + l);
+        store.grads_done(first_unit + l);
+        store.release(first_unit + l);
     }
+    if (!first_stage()) return;
 
-    // The token embedding's gradient was zeroed with the head's when they are one tensor.
-    if (m_layout.head_offset != 0) zero_grad_if(m_backend, zero_emb, demb, head_numel);
+    if (!last_stage()) {
+        demb = store.grads(0);
+        zero_emb = store.grads_need_zero(0);
+    }
+    const size_t head_numel = static_cast<size_t>(m_vocab_local) * static_cast<size_t>(C);
+    // The token embedding's gradient was zeroed with the head's when they are one tensor; a
+    // first stage without the head zeroes the whole unit (the head's part reads zero).
+    if (!last_stage()) {
+        zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
+    } else if (m_layout.head_offset != 0) {
+        zero_grad_if(m_backend, zero_emb, demb, head_numel);
+    }
     // The embedding's gradient reads every row (under sequence parallelism gathered into the
     // final norm's output, no longer needed).
     m_family->embed_backward(*m_compute, demb, zero_emb, m_family->gather_rows(m_dresidual, N, C), m_inputs, B, T);

@@ -4,6 +4,8 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 
+#include <algorithm>
+
 namespace zt {
 
 std::string RankLayout::describe() const {
@@ -14,6 +16,7 @@ std::string RankLayout::describe() const {
     } else {
         s += str(nodes, " nodes with different numbers of ranks");
     }
+    if (pipeline > 1) s += str("; pipeline ", pipeline, " x ", stage_size, " ranks/stage");
     if (tensor > 1) {
         s += str("; tensor ", tensor, " x shard ", shard_group, " x replica ", replicas);
         if (!tensor_within_nodes) s += ", tensor groups span nodes";
@@ -61,10 +64,14 @@ int all_reduce_int(int v, MPI_Op op, MPI_Comm comm) {
 
 }  // namespace
 
-DeviceMesh::DeviceMesh(MPI_Comm world, int tensor, int setting, int zero_stage) {
+DeviceMesh::DeviceMesh(MPI_Comm world, int pipeline, int tensor, int setting, int zero_stage) {
     RankLayout& L = m_layout;
+    if (pipeline < 1) throw InputError(str("parallel.pipeline = ", pipeline, ": expected a number of stages >= 1"));
     if (tensor < 1) throw InputError(str("parallel.tensor = ", tensor, ": expected a number of ranks >= 1"));
     if (world == MPI_COMM_NULL) {
+        if (pipeline != 1) {
+            throw InputError(str("parallel.pipeline = ", pipeline, ": must divide the number of ranks (1)"));
+        }
         if (tensor != 1) {
             throw InputError(str("parallel.tensor = ", tensor, ": must divide the number of ranks (1)"));
         }
@@ -73,8 +80,26 @@ DeviceMesh::DeviceMesh(MPI_Comm world, int tensor, int setting, int zero_stage) 
     }
     ZT_MPI_CHECK(MPI_Comm_rank(world, &L.world_rank));
     ZT_MPI_CHECK(MPI_Comm_size(world, &L.world_size));
-    if (L.world_size % tensor != 0) {
-        throw InputError(str("parallel.tensor = ", tensor, ": must divide the number of ranks (", L.world_size, ")"));
+    if (L.world_size % (pipeline * tensor) != 0) {
+        throw InputError(pipeline > 1 ? str("parallel.pipeline = ", pipeline, " x parallel.tensor = ", tensor,
+                                            ": must divide the number of ranks (", L.world_size, ")")
+                                      : str("parallel.tensor = ", tensor, ": must divide the number of ranks (",
+                                            L.world_size, ")"));
+    }
+    // Stages: P blocks of S consecutive world ranks; the rest of the mesh is built inside the
+    // stage as if it were the world.
+    L.pipeline = pipeline;
+    L.stage_size = L.world_size / pipeline;
+    L.pipeline_rank = L.world_rank / L.stage_size;
+    L.stage_rank = L.world_rank % L.stage_size;
+    MPI_Comm stage = world;
+    if (pipeline > 1) {
+        ZT_MPI_CHECK(MPI_Comm_split(world, L.pipeline_rank, L.world_rank, &m_stage));
+        ZT_MPI_CHECK(MPI_Comm_split(world, L.stage_rank, L.world_rank, &m_pipeline));
+        m_owns_stage = true;
+        stage = m_stage;
+    } else {
+        m_stage = world;
     }
     const NodeComm node(world);
     L.local_rank = node.rank();
@@ -84,20 +109,22 @@ DeviceMesh::DeviceMesh(MPI_Comm world, int tensor, int setting, int zero_stage) 
     const int max_local = all_reduce_int(L.local_size, MPI_MAX, world);
     L.ranks_per_node = min_local == max_local ? min_local : 0;
 
-    // Tensor groups: T consecutive world ranks. The data-parallel ranks: one tensor rank.
+    // Tensor groups: T consecutive ranks of the stage. The data-parallel ranks: one tensor rank.
     L.tensor = tensor;
-    L.tensor_rank = L.world_rank % tensor;
-    L.data_size = L.world_size / tensor;
-    L.data_rank = L.world_rank / tensor;
+    L.tensor_rank = L.stage_rank % tensor;
+    L.data_size = L.stage_size / tensor;
+    L.data_rank = L.stage_rank / tensor;
     if (tensor > 1) {
-        ZT_MPI_CHECK(MPI_Comm_split(world, L.data_rank, L.world_rank, &m_tensor));
+        ZT_MPI_CHECK(MPI_Comm_split(stage, L.data_rank, L.world_rank, &m_tensor));
         const NodeComm tensor_node(m_tensor);
         L.tensor_within_nodes = all_reduce_int(tensor_node.size() == tensor ? 1 : 0, MPI_MIN, world) == 1;
     }
-    ZT_MPI_CHECK(MPI_Comm_split(world, L.tensor_rank, L.world_rank, &m_data));
+    ZT_MPI_CHECK(MPI_Comm_split(stage, L.tensor_rank, L.world_rank, &m_data));
 
-    // Shard groups among the data-parallel ranks; a node holds ranks_per_node / T of them.
-    const int data_per_node = L.ranks_per_node > 0 && L.ranks_per_node % tensor == 0 ? L.ranks_per_node / tensor : 0;
+    // Shard groups among the data-parallel ranks; a node holds ranks_per_node / T of them (of
+    // this stage's: a stage smaller than a node shares it with other stages).
+    const int stage_per_node = std::min(L.ranks_per_node, L.stage_size);
+    const int data_per_node = stage_per_node > 0 && stage_per_node % tensor == 0 ? stage_per_node / tensor : 0;
     L.shard_group = resolve_shard_group(setting, L.data_size, data_per_node, zero_stage, &m_note);
     L.replicas = L.data_size / L.shard_group;
 
@@ -128,9 +155,10 @@ DeviceMesh::~DeviceMesh() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
-    for (MPI_Comm* c : {&m_shard, &m_replica, &m_tensor, &m_data}) {
+    for (MPI_Comm* c : {&m_shard, &m_replica, &m_tensor, &m_data, &m_pipeline}) {
         if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
+    if (m_owns_stage) MPI_Comm_free(&m_stage);
 }
 
 }  // namespace zt

@@ -74,6 +74,19 @@ struct ActivationCount {
     }
 };
 
+/// The part of the model one pipeline stage runs (parallel.pipeline): blocks [begin, end) of
+/// the whole model's n_layer, with the embedding when begin == 0 (the first stage) and the
+/// final norm, LM head and loss when end == n_layer (the last). end -1: to the last block.
+/// The default is the whole model.
+struct StageBlocks {
+    int begin = 0;
+    int end = -1;
+    /// end resolved against n_layer.
+    int last(int n_layer) const { return end < 0 ? n_layer : end; }
+    bool first_stage() const { return begin == 0; }
+    bool last_stage(int n_layer) const { return last(n_layer) == n_layer; }
+};
+
 /// How 16-bit activations are stored: in their dtype (what training runs), or as fp32
 /// buffers holding 16-bit values through an ActivationRoundingBackend, the emulation the
 /// typed ops are checked against (a test oracle only).
@@ -98,13 +111,38 @@ class Transformer {
     /// after a row-parallel product (of the input gradient after a column-parallel one in
     /// backward). Requires cfg.seq_len divisible by T; a batch of B x T rows not divisible
     /// is padded to the next multiple (zero rows no product reads).
+    ///
+    /// With `stage` (a pipeline stage's blocks; default the whole model) forward and backward
+    /// run that part only, and the unit ids stay the whole model's. A stage without the
+    /// embedding reads its input from stage_input() (the previous stage's stage_output(),
+    /// written there by the caller before forward); a stage without the head starts backward
+    /// from stage_output_grad() (the next stage's stage_input_grad()). Such a stage keeps no
+    /// logits or losses and its forward returns 0. Unit 0's gradient on a stage that has only
+    /// one of the embedding and the head holds zeros where the other would add: the caller
+    /// sums it with the other stage's.
     Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false,
-                DType activation = DType::kF32, TensorGroup* tensor = nullptr, bool sequence = false);
+                DType activation = DType::kF32, TensorGroup* tensor = nullptr, bool sequence = false,
+                StageBlocks stage = {});
     ~Transformer();
     Transformer(const Transformer&) = delete;
     Transformer& operator=(const Transformer&) = delete;
 
     const ModelLayout& layout() const { return m_layout; }
+    const StageBlocks& stage() const { return m_stage; }
+    bool first_stage() const { return m_stage.first_stage(); }
+    bool last_stage() const { return m_stage.last_stage(m_cfg.n_layer); }
+    /// Elements of a stage boundary's activation (and its gradient) for a batch of B rows of
+    /// T tokens: this rank's rows of (B, T, C) (1/t of them under sequence parallelism).
+    size_t stage_elements(int B, int T) const { return local_elements(B * T); }
+    /// Where a stage without the embedding takes its input (stage_elements), in the
+    /// activation dtype. Valid for the next forward.
+    ActPtr stage_input() { return m_encoded; }
+    /// The last forward's output of a stage without the head: its last block's output.
+    ConstActPtr stage_output() const;
+    /// Where a stage without the head takes d loss / d stage_output() before backward.
+    ActPtr stage_output_grad() { return m_dresidual; }
+    /// After backward of a stage without the embedding: d loss / d stage_input().
+    ConstActPtr stage_input_grad() const { return m_dresidual; }
     const ModelConfig& config() const { return m_cfg; }
 
     /// Forward over inputs (B, T). With targets, returns the mean cross-entropy over rows
@@ -145,8 +183,10 @@ class Transformer {
     /// that it allocated exactly this.
     /// `tensor`: the ranks of the tensor group (each holds its split's activations);
     /// `sequence`: sequence parallelism over them.
+    /// `stage`: a pipeline stage's part (its blocks; logits and losses on the last only).
     static ActivationCount activations(const ModelConfig& cfg, int max_batch, bool recompute,
-                                       size_t attention_scratch_floats, int tensor = 1, bool sequence = false);
+                                       size_t attention_scratch_floats, int tensor = 1, bool sequence = false,
+                                       StageBlocks stage = {});
     /// Bytes of the token and target copies in backend memory (int32, (B, T) each; a third
     /// with the tokens of this rank's vocabulary slice under tensor parallelism).
     static double token_bytes(const ModelConfig& cfg, int max_batch, int tensor = 1) {
@@ -179,7 +219,13 @@ class Transformer {
     /// tensor group, then the losses and dlogits (targets: backend memory).
     void split_cross_entropy(const int32_t* targets_be, int N, float dloss);
 
+    /// Backward of the final norm and the LM head (the last stage): d residual from dlogits.
+    /// demb, zero_emb: unit 0's gradient buffer and whether it is to be zeroed.
+    void head_backward(UnitStore& store, int N, float* demb, bool zero_emb);
+
     ModelConfig m_cfg;
+    StageBlocks m_stage;  ///< resolved: end is a block index
+    int m_blocks = 0;     ///< the stage's blocks (the family's, indexed from 0)
     Backend& m_backend;
     TensorGroup* m_tensor = nullptr;
     bool m_sequence = false;  ///< sequence parallelism over m_tensor
@@ -219,7 +265,7 @@ class Transformer {
     float* m_ce_sums = nullptr;
     std::vector<float> m_losses_host;  // (B, T)
     ConstActPtr m_head;  // the LM head's matrix (unit 0), held from forward into backward
-    bool m_have_dlogits = false;
+    bool m_have_dlogits = false;  ///< a training forward ran: backward may follow
     double m_loss_sum = 0.0;
     long m_target_count = 0;
     // The segments of the last forward's rows (host memory; kept for backward and recompute).

@@ -1,5 +1,14 @@
-// Where a job's ranks sit and how they split the work: a device mesh of replica x shard x
-// tensor ranks (torchtitan's dp_replicate x dp_shard x tp; Megatron's DP x TP).
+// Where a job's ranks sit and how they split the work: a device mesh of pipeline x replica x
+// shard x tensor ranks (torchtitan's pp x dp_replicate x dp_shard x tp; Megatron's PP x DP x
+// TP).
+//
+// pipeline (outermost, parallel.pipeline = P): the world is P stages of S = world / P
+// consecutive ranks; stage p holds a run of the model's blocks (parallel/pipeline_stages.hpp)
+// and everything below applies inside each stage, over its S ranks, as if they were the
+// world. The P ranks at the same place of every stage form a pipeline (pipeline_comm(),
+// ordered by stage): they pass activations forward and gradients back, point to point, and
+// read the same micro-batches. Outermost, so the stages may sit on different nodes and only
+// that point-to-point traffic crosses between them.
 //
 // tensor (innermost, parallel.tensor = T): T consecutive world ranks split every block's
 // products (model/transformer.hpp, TensorGroup) and hold a 1/T slice of each split tensor
@@ -40,6 +49,10 @@ namespace zt {
 struct RankLayout {
     int world_size = 1;
     int world_rank = 0;
+    int pipeline = 1;        ///< P: stages (parallel.pipeline)
+    int pipeline_rank = 0;   ///< this rank's stage
+    int stage_size = 1;      ///< S = world / P: the ranks of one stage
+    int stage_rank = 0;      ///< this rank's place in its stage (world rank % S)
     int nodes = 1;
     int ranks_per_node = 1;  ///< 0 when the nodes hold different numbers of ranks
     int local_rank = 0;      ///< among the ranks of this node (picks the GPU)
@@ -47,7 +60,7 @@ struct RankLayout {
     int tensor = 1;          ///< T: ranks that split each layer (parallel.tensor)
     int tensor_rank = 0;     ///< this rank's place in its tensor group (which slice it holds)
     int data_size = 1;       ///< N / T data-parallel ranks (the same tensor rank)
-    int data_rank = 0;       ///< which micro-batches this rank reads: world rank / T
+    int data_rank = 0;       ///< which micro-batches this rank reads: stage rank / T
     bool tensor_within_nodes = true;  ///< every tensor group lies within one node
     int shard_group = 1;     ///< G: ranks that shard the state together
     int replicas = 1;        ///< R = (N / T) / G
@@ -70,13 +83,17 @@ constexpr int kShardGroupNode = -1;
 int resolve_shard_group(int setting, int world_size, int ranks_per_node, int zero_stage, std::string* note = nullptr);
 
 /// The mesh and its MPI communicators (collective over `world`; all ranks pass the same
-/// settings). MPI_COMM_NULL: one rank, no MPI calls, null comms. `tensor` (parallel.tensor)
-/// must divide the world size: else InputError naming the key.
+/// settings). MPI_COMM_NULL: one rank, no MPI calls, null comms. `pipeline` x `tensor`
+/// (parallel.pipeline, parallel.tensor) must divide the world size: else InputError naming
+/// the keys.
 class DeviceMesh {
   public:
-    DeviceMesh(MPI_Comm world, int tensor, int setting, int zero_stage);
-    /// Without tensor parallelism (T = 1).
-    DeviceMesh(MPI_Comm world, int setting, int zero_stage) : DeviceMesh(world, 1, setting, zero_stage) {}
+    DeviceMesh(MPI_Comm world, int pipeline, int tensor, int setting, int zero_stage);
+    /// Without pipeline parallelism (P = 1).
+    DeviceMesh(MPI_Comm world, int tensor, int setting, int zero_stage)
+        : DeviceMesh(world, 1, tensor, setting, zero_stage) {}
+    /// Without pipeline or tensor parallelism.
+    DeviceMesh(MPI_Comm world, int setting, int zero_stage) : DeviceMesh(world, 1, 1, setting, zero_stage) {}
     ~DeviceMesh();
     DeviceMesh(const DeviceMesh&) = delete;
     DeviceMesh& operator=(const DeviceMesh&) = delete;
@@ -91,6 +108,10 @@ class DeviceMesh {
     /// the tensor comm also when T = 1.
     MPI_Comm tensor_comm() const { return m_tensor; }
     MPI_Comm data_comm() const { return m_data; }
+    /// The P ranks of this rank's pipeline, ordered by stage (MPI_COMM_NULL when P = 1), and
+    /// the S ranks of its stage (the world when P = 1; MPI_COMM_NULL for one rank).
+    MPI_Comm pipeline_comm() const { return m_pipeline; }
+    MPI_Comm stage_comm() const { return m_stage; }
     /// A line for the log when the default could not be the node (uneven nodes); else "".
     const std::string& note() const { return m_note; }
 
@@ -100,6 +121,9 @@ class DeviceMesh {
     MPI_Comm m_replica = MPI_COMM_NULL;
     MPI_Comm m_tensor = MPI_COMM_NULL;
     MPI_Comm m_data = MPI_COMM_NULL;
+    MPI_Comm m_pipeline = MPI_COMM_NULL;
+    MPI_Comm m_stage = MPI_COMM_NULL;
+    bool m_owns_stage = false;  ///< m_stage was split off the world (P > 1)
     std::string m_note;
 };
 

@@ -1,0 +1,94 @@
+// One rank's part of a pipeline-parallel step (parallel.pipeline): it runs its stage's passes
+// in the order of the step's schedule (parallel/pipeline_schedule.hpp) over its chunks' models
+// (model/transformer.hpp with StageBlocks), and passes activations forward and their
+// gradients back to the neighbouring stages as MPI point-to-point messages in the activation
+// dtype. A receive waits for what its pass needs; a send is started and left to complete
+// while the stage computes, and its buffer is not written again before it has.
+//
+// Chunk c of stage s is virtual stage c * P + s (v = 1: the plain pipeline). Each chunk keeps
+// one model per micro-batch it can have in flight (slots_per_chunk: 1F1B's P - s on stage s),
+// so no activation is recomputed; micro-batch m uses slot m mod slots. The messages between
+// two stages for one virtual stage and direction go in micro-batch order on both sides (the
+// schedules run each chunk's forwards, and its backwards, in that order), so MPI's
+// non-overtaking rule pairs them and one tag per virtual stage and direction suffices.
+//
+// Host memory (the CPU backend); a device backend's buffers are on the GPU issue's list.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "ztrain/model/transformer.hpp"
+#include "ztrain/parallel/pipeline_schedule.hpp"
+
+namespace zt {
+
+/// Micro-batch m of a step, as every stage of a pipeline reads it (host memory, (B, T)).
+struct PipelineMicroBatch {
+    const int32_t* inputs = nullptr;
+    const int32_t* targets = nullptr;
+    TokenRows rows;
+};
+
+/// What one step's passes gave on this rank.
+struct PipelineStepTotals {
+    double loss_sum = 0.0;  ///< the last virtual stage's summed losses over its micro-batches (0 elsewhere)
+    long targets = 0;       ///< and how many targets they covered
+    double wait_s = 0.0;    ///< time blocked on receives and on sends still in flight
+    size_t bytes_sent = 0;  ///< activation and gradient bytes sent to the neighbours
+};
+
+class PipelineRunner {
+  public:
+    /// `pipeline`: the P ranks of this rank's pipeline, ordered by stage (DeviceMesh's
+    /// pipeline_comm). Throws Error for a shape the kind cannot run (make_pipeline_schedule),
+    /// and for zero-bubble, whose split backward the model does not have yet.
+    PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape);
+
+    int stage() const { return m_stage; }
+    int stages() const { return m_shape.stages; }
+    /// This stage's passes, in the order run() runs them.
+    const std::vector<PipelinePass>& passes() const { return m_passes; }
+    /// Models each chunk needs: the most micro-batches it has in flight (forward run,
+    /// backward not yet) in `passes`.
+    static std::vector<int> slots_per_chunk(const std::vector<PipelinePass>& passes, int chunks);
+    const std::vector<int>& slots() const { return m_slots; }
+    /// Blocks [begin, end) of virtual stage `virtual_stage` when the model's blocks are cut at
+    /// `bounds` (V + 1 ascending block indices from 0 to n_layer).
+    static StageBlocks chunk_blocks(const std::vector<int>& bounds, int virtual_stage) {
+        return StageBlocks{bounds[static_cast<size_t>(virtual_stage)], bounds[static_cast<size_t>(virtual_stage) + 1]};
+    }
+
+    /// Runs one step's passes. models[c][k]: chunk c's model for slot k (slots()[c] of them,
+    /// made with chunk_blocks of virtual stage c * P + stage()); batch(m): micro-batch m of B
+    /// rows of T tokens; before_backward(m, c), when given, runs before each backward pass
+    /// (the state's per-micro-step bookkeeping). Every forward gets `dloss` (the loss scale
+    /// over the global token count). Collective over the pipeline.
+    PipelineStepTotals run(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
+                           const std::function<PipelineMicroBatch(int)>& batch, int B, int T, float dloss,
+                           const std::function<void(int, int)>& before_backward = {});
+
+  private:
+    void forward_pass(UnitStore& store, Transformer& model, const PipelineMicroBatch& mb, int chunk, int slot, int B,
+                      int T, float dloss, PipelineStepTotals& totals);
+    void backward_pass(UnitStore& store, Transformer& model, int chunk, int slot, int B, int T,
+                       PipelineStepTotals& totals);
+    /// Waits for the sends still reading chunk c's slot k.
+    void settle(int chunk, int slot, PipelineStepTotals& totals);
+    int tag(int virtual_stage, bool gradient) const { return 2 * virtual_stage + (gradient ? 1 : 0); }
+
+    MPI_Comm m_comm;
+    PipelineScheduleKind m_kind;
+    PipelineShape m_shape;
+    int m_stage = 0;
+    std::vector<PipelinePass> m_passes;
+    std::vector<int> m_slots;
+    /// Sends in flight, per chunk and slot.
+    std::vector<std::vector<std::vector<MPI_Request>>> m_sends;
+};
+
+}  // namespace zt

@@ -1,0 +1,170 @@
+// One stage's passes of a pipeline step, with the point-to-point traffic between stages (see
+// include/ztrain/parallel/pipeline_runner.hpp).
+#include "ztrain/parallel/pipeline_runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int comm_rank(MPI_Comm c) {
+    int r = 0;
+    ZT_MPI_CHECK(MPI_Comm_rank(c, &r));
+    return r;
+}
+
+int comm_size(MPI_Comm c) {
+    int n = 0;
+    ZT_MPI_CHECK(MPI_Comm_size(c, &n));
+    return n;
+}
+
+size_t boundary_bytes(const Transformer& model, int B, int T) {
+    return model.stage_elements(B, T) * dtype_size(model.activation_dtype());
+}
+
+int as_count(size_t bytes) {
+    ZT_REQUIRE(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()), "pipeline message of ", bytes,
+               " bytes: more than one MPI message carries");
+    return static_cast<int>(bytes);
+}
+
+}  // namespace
+
+std::vector<int> PipelineRunner::slots_per_chunk(const std::vector<PipelinePass>& passes, int chunks) {
+    std::vector<int> in_flight(static_cast<size_t>(chunks), 0);
+    std::vector<int> peak(static_cast<size_t>(chunks), 0);
+    // Zero-bubble keeps a micro-batch's activations until its W pass; the others until B.
+    const bool split = std::any_of(passes.begin(), passes.end(), [](const PipelinePass& p) {
+        return p.kind == PassKind::kWeight;
+    });
+    for (const PipelinePass& p : passes) {
+        int& n = in_flight[static_cast<size_t>(p.chunk)];
+        if (p.kind == PassKind::kForward) {
+            ++n;
+            peak[static_cast<size_t>(p.chunk)] = std::max(peak[static_cast<size_t>(p.chunk)], n);
+        } else if (p.kind == (split ? PassKind::kWeight : PassKind::kBackward)) {
+            --n;
+        }
+    }
+    return peak;
+}
+
+PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape)
+    : m_comm(pipeline), m_kind(kind), m_shape(shape) {
+    ZT_REQUIRE(kind != PipelineScheduleKind::kZeroBubble,
+               "parallel.schedule = zb: the model's backward is not yet split into its input- and weight-gradient "
+               "passes");
+    ZT_REQUIRE(pipeline != MPI_COMM_NULL && comm_size(pipeline) == shape.stages, "pipeline communicator of ",
+               pipeline == MPI_COMM_NULL ? 0 : comm_size(pipeline), " ranks for ", shape.stages, " stages");
+    m_stage = comm_rank(pipeline);
+    m_passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(m_stage)];
+    m_slots = slots_per_chunk(m_passes, shape.virtual_stages);
+    // The messages of a chunk pair up by order (one tag per virtual stage and direction):
+    // its forwards, and its backwards, must come in micro-batch order.
+    std::vector<int> next_f(static_cast<size_t>(shape.virtual_stages), 0);
+    std::vector<int> next_b(static_cast<size_t>(shape.virtual_stages), 0);
+    for (const PipelinePass& p : m_passes) {
+        if (p.kind == PassKind::kWeight) continue;
+        int& next = (p.kind == PassKind::kForward ? next_f : next_b)[static_cast<size_t>(p.chunk)];
+        ZT_REQUIRE(p.micro == next, "stage ", m_stage, ": pass ", pass_name(p), " out of micro-batch order");
+        ++next;
+    }
+    const int V = shape.stages * shape.virtual_stages;
+    int* tag_ub = nullptr;
+    int found = 0;
+    ZT_MPI_CHECK(MPI_Comm_get_attr(pipeline, MPI_TAG_UB, &tag_ub, &found));
+    ZT_REQUIRE(!found || tag(V, true) <= *tag_ub, "pipeline of ", V, " virtual stages: MPI tags end at ", *tag_ub);
+    m_sends.resize(static_cast<size_t>(shape.virtual_stages));
+    for (size_t c = 0; c < m_sends.size(); ++c) m_sends[c].resize(static_cast<size_t>(m_slots[c]));
+}
+
+void PipelineRunner::settle(int chunk, int slot, PipelineStepTotals& totals) {
+    std::vector<MPI_Request>& pending = m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+    if (pending.empty()) return;
+    const auto t0 = Clock::now();
+    ZT_MPI_CHECK(MPI_Waitall(static_cast<int>(pending.size()), pending.data(), MPI_STATUSES_IGNORE));
+    totals.wait_s += seconds_since(t0);
+    pending.clear();
+}
+
+PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
+                                       const std::function<PipelineMicroBatch(int)>& batch, int B, int T, float dloss,
+                                       const std::function<void(int, int)>& before_backward) {
+    ZT_REQUIRE(models.size() == m_slots.size(), models.size(), " chunks' models for ", m_slots.size(), " chunks");
+    for (size_t c = 0; c < models.size(); ++c) {
+        ZT_REQUIRE(static_cast<int>(models[c].size()) >= m_slots[c], "chunk ", c, ": ", models[c].size(),
+                   " models for ", m_slots[c], " micro-batches in flight");
+    }
+    PipelineStepTotals totals;
+    for (const PipelinePass& p : m_passes) {
+        const int slot = p.micro % m_slots[static_cast<size_t>(p.chunk)];
+        Transformer& model = *models[static_cast<size_t>(p.chunk)][static_cast<size_t>(slot)];
+        settle(p.chunk, slot, totals);
+        if (p.kind == PassKind::kForward) {
+            forward_pass(store, model, batch(p.micro), p.chunk, slot, B, T, dloss, totals);
+        } else {
+            if (before_backward) before_backward(p.micro, p.chunk);
+            backward_pass(store, model, p.chunk, slot, B, T, totals);
+        }
+    }
+    for (size_t c = 0; c < m_sends.size(); ++c) {
+        for (size_t k = 0; k < m_sends[c].size(); ++k) settle(static_cast<int>(c), static_cast<int>(k), totals);
+    }
+    return totals;
+}
+
+void PipelineRunner::forward_pass(UnitStore& store, Transformer& model, const PipelineMicroBatch& mb, int chunk,
+                                  int slot, int B, int T, float dloss, PipelineStepTotals& totals) {
+    const int P = m_shape.stages;
+    const int vs = chunk * P + m_stage;
+    const int V = P * m_shape.virtual_stages;
+    const int bytes = as_count(boundary_bytes(model, B, T));
+    if (vs > 0) {
+        const auto t0 = Clock::now();
+        ZT_MPI_CHECK(MPI_Recv(model.stage_input().data, bytes, MPI_BYTE, (vs - 1) % P, tag(vs, false), m_comm,
+                              MPI_STATUS_IGNORE));
+        totals.wait_s += seconds_since(t0);
+    }
+    model.forward(store, mb.inputs, mb.targets, B, T, dloss, mb.rows);
+    if (vs == V - 1) {
+        totals.loss_sum += model.last_loss_sum();
+        totals.targets += model.last_target_count();
+        return;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    ZT_MPI_CHECK(MPI_Isend(model.stage_output().data, bytes, MPI_BYTE, (vs + 1) % P, tag(vs + 1, false), m_comm, &r));
+    m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)].push_back(r);
+    totals.bytes_sent += static_cast<size_t>(bytes);
+}
+
+void PipelineRunner::backward_pass(UnitStore& store, Transformer& model, int chunk, int slot, int B, int T,
+                                   PipelineStepTotals& totals) {
+    const int P = m_shape.stages;
+    const int vs = chunk * P + m_stage;
+    const int V = P * m_shape.virtual_stages;
+    const int bytes = as_count(boundary_bytes(model, B, T));
+    if (vs < V - 1) {
+        const auto t0 = Clock::now();
+        ZT_MPI_CHECK(MPI_Recv(model.stage_output_grad().data, bytes, MPI_BYTE, (vs + 1) % P, tag(vs, true), m_comm,
+                              MPI_STATUS_IGNORE));
+        totals.wait_s += seconds_since(t0);
+    }
+    model.backward(store);
+    if (vs == 0) return;
+    MPI_Request r = MPI_REQUEST_NULL;
+    ZT_MPI_CHECK(MPI_Isend(model.stage_input_grad().data, bytes, MPI_BYTE, (vs - 1) % P, tag(vs - 1, true), m_comm,
+                           &r));
+    m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)].push_back(r);
+    totals.bytes_sent += static_cast<size_t>(bytes);
+}
+
+}  // namespace zt

@@ -1,0 +1,201 @@
+// Pipeline parallelism over MPI: the device mesh's pipeline dimension, and one step of
+// PipelineRunner (1F1B and interleaved) with every rank a stage, against the whole model
+// accumulating the same micro-batches on one rank:
+// - the last stage's summed loss is the whole model's, bit for bit;
+// - every block's and the final norm's gradient on its stage is the whole model's, bit for
+//   bit (each chunk runs its micro-batches' backwards in order, as accumulation does);
+// - unit 0's gradient, summed over the first and last stage, matches to rounding;
+// - the bytes sent are 2 (V - 1) m B T C activation elements in all (V virtual stages).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host_store.hpp"
+#include "mpi_training.hpp"
+#include "test_support.hpp"
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/core/random.hpp"
+#include "ztrain/model/transformer.hpp"
+#include "ztrain/parallel/device_mesh.hpp"
+#include "ztrain/parallel/pipeline_runner.hpp"
+
+namespace zt {
+namespace {
+
+TEST(PipelineMesh, StagesAreOutermostAndPipelinesJoinTheSamePlaceOfEachStage) {
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    const DeviceMesh mesh(MPI_COMM_WORLD, /*pipeline=*/2, /*tensor=*/N / 2 >= 2 ? 2 : 1, /*setting=*/0, 1);
+    const RankLayout& L = mesh.layout();
+    EXPECT_EQ(L.pipeline, 2);
+    EXPECT_EQ(L.stage_size, N / 2);
+    EXPECT_EQ(L.pipeline_rank, me / (N / 2));
+    EXPECT_EQ(L.stage_rank, me % (N / 2));
+    EXPECT_EQ(L.data_size * L.tensor, N / 2);
+    int pipe_rank = -1;
+    int pipe_size = 0;
+    MPI_Comm_rank(mesh.pipeline_comm(), &pipe_rank);
+    MPI_Comm_size(mesh.pipeline_comm(), &pipe_size);
+    EXPECT_EQ(pipe_size, 2);
+    EXPECT_EQ(pipe_rank, L.pipeline_rank) << "the pipeline communicator is ordered by stage";
+    int stage_size = 0;
+    MPI_Comm_size(mesh.stage_comm(), &stage_size);
+    EXPECT_EQ(stage_size, N / 2);
+    // The pipeline's other rank sits at the same place of the other stage.
+    int other = -1;
+    const int mine = L.stage_rank;
+    MPI_Allreduce(&mine, &other, 1, MPI_INT, MPI_MAX, mesh.pipeline_comm());
+    EXPECT_EQ(other, mine);
+    if (N >= 4) {
+        EXPECT_EQ(L.tensor, 2);
+        EXPECT_EQ(L.tensor_rank, me % 2);
+    }
+}
+
+TEST(PipelineMesh, APipelineThatDoesNotDivideTheWorldNamesTheKeys) {
+    const int N = test::world_size();
+    try {
+        const DeviceMesh mesh(MPI_COMM_WORLD, N + 1, 1, 0, 1);
+        ADD_FAILURE() << "P = " << N + 1 << " on " << N << " ranks was accepted";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("parallel.pipeline = " + std::to_string(N + 1)), std::string::npos)
+            << e.what();
+    }
+}
+
+struct RunnerCase {
+    const char* name;
+    PipelineScheduleKind kind;
+    int micro_batches;
+    int virtual_stages;
+    ModelArch arch;
+    DType act;
+};
+
+class PipelineRunnerTest : public ::testing::TestWithParam<RunnerCase> {};
+
+TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) {
+    const RunnerCase& c = GetParam();
+    const int P = test::world_size();
+    const int s = test::world_rank();
+    const int v = c.virtual_stages;
+    const int V = P * v;
+    const int m = c.micro_batches;
+    if (c.kind == PipelineScheduleKind::kInterleaved && m % P != 0) GTEST_SKIP() << "interleaved needs m % P == 0";
+    auto backend = make_cpu_backend(1);
+    if (!backend->capabilities().supports(c.act)) GTEST_SKIP() << "no " << dtype_name(c.act) << " products here";
+    // Uneven blocks per virtual stage: 1 on the first, 2 on the others.
+    std::vector<int> bounds{0};
+    for (int k = 0; k < V; ++k) bounds.push_back(bounds.back() + (k == 0 ? 1 : 2));
+    const ModelConfig mc = test::tiny_stage_model(c.arch, bounds.back(), /*tied=*/false);
+    const int B = 2;
+    const int T = mc.seq_len;
+    const size_t n = static_cast<size_t>(B * T);
+    std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(m), std::vector<int32_t>(n));
+    std::vector<std::vector<int32_t>> targets = inputs;
+    for (int a = 0; a < m; ++a) {
+        for (size_t i = 0; i < n; ++i) {
+            inputs[static_cast<size_t>(a)][i] = static_cast<int32_t>(random_bits(8, 1 + a, i) % 11);
+            targets[static_cast<size_t>(a)][i] = static_cast<int32_t>(random_bits(8, 100 + a, i) % 11);
+        }
+    }
+    const float dloss = 1.f / static_cast<float>(m * B * T);
+
+    // The whole model, accumulating the m micro-batches on this rank.
+    Transformer whole(mc, *backend, B, false, c.act);
+    test::HostStore whole_store(whole.layout(), 42);
+    double whole_loss = 0.0;
+    for (int a = 0; a < m; ++a) {
+        whole.forward(whole_store, inputs[static_cast<size_t>(a)].data(), targets[static_cast<size_t>(a)].data(), B, T,
+                      dloss);
+        whole_loss += whole.last_loss_sum();
+        whole.backward(whole_store);
+    }
+
+    PipelineRunner runner(MPI_COMM_WORLD, c.kind, PipelineShape{P, m, v});
+    // 1F1B keeps P - s micro-batches in flight on stage s (at most m).
+    if (c.kind == PipelineScheduleKind::k1F1B) {
+        EXPECT_EQ(runner.slots()[0], std::min(P - s, m));
+    }
+    std::vector<std::vector<std::unique_ptr<Transformer>>> owned(static_cast<size_t>(v));
+    std::vector<std::vector<Transformer*>> models(static_cast<size_t>(v));
+    for (int k = 0; k < v; ++k) {
+        for (int slot = 0; slot < runner.slots()[static_cast<size_t>(k)]; ++slot) {
+            owned[static_cast<size_t>(k)].push_back(std::make_unique<Transformer>(
+                mc, *backend, B, false, c.act, nullptr, false, PipelineRunner::chunk_blocks(bounds, k * P + s)));
+            models[static_cast<size_t>(k)].push_back(owned[static_cast<size_t>(k)].back().get());
+        }
+    }
+    test::HostStore store(whole.layout(), 42);
+    auto batch = [&](int a) {
+        return PipelineMicroBatch{inputs[static_cast<size_t>(a)].data(), targets[static_cast<size_t>(a)].data(), {}};
+    };
+    const PipelineStepTotals got = runner.run(store, models, batch, B, T, dloss);
+
+    const bool has_head = s == P - 1;
+    if (has_head) {
+        EXPECT_EQ(got.loss_sum, whole_loss) << "the last stage's loss sum";
+        EXPECT_EQ(got.targets, static_cast<long>(m) * B * T);
+    } else {
+        EXPECT_EQ(got.loss_sum, 0.0);
+    }
+    // Every block's unit and the final norm's: on the stage that runs it, the same bits.
+    for (int k = 0; k < v; ++k) {
+        const StageBlocks blocks = PipelineRunner::chunk_blocks(bounds, k * P + s);
+        std::vector<int> units;
+        for (int l = blocks.begin; l < blocks.end; ++l) units.push_back(1 + l);
+        if (k == v - 1 && has_head) units.push_back(mc.n_layer + 1);
+        for (int u : units) {
+            const std::vector<float>& want = whole_store.grad(u);
+            const std::vector<float>& have = store.grad(u);
+            size_t differ = 0;
+            for (size_t i = 0; i < want.size(); ++i) differ += have[i] != want[i] ? 1 : 0;
+            EXPECT_EQ(differ, 0u) << "stage " << s << ", unit " << u << ": " << differ << " of " << want.size()
+                                  << " gradient elements differ";
+        }
+    }
+    // Unit 0: summed over the pipeline (stages without the embedding or head never touch it).
+    std::vector<float> unit0 = store.grad(0);
+    if (s != 0 && !has_head) {
+        EXPECT_EQ(store.touched.count(0), 0u) << "a middle stage touched unit 0";
+        std::fill(unit0.begin(), unit0.end(), 0.f);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, unit0.data(), static_cast<int>(unit0.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double worst = 0.0;
+    double scale = 0.0;
+    for (size_t i = 0; i < unit0.size(); ++i) {
+        worst = std::max(worst, std::fabs(static_cast<double>(unit0[i]) - whole_store.grad(0)[i]));
+        scale = std::max(scale, std::fabs(static_cast<double>(whole_store.grad(0)[i])));
+    }
+    EXPECT_LE(worst, 1e-6 * scale) << "unit 0 summed over the stages differs by " << worst << " (largest " << scale
+                                   << ")";
+    // Traffic: each of the V - 1 boundaries carries m activations forward and m gradients back.
+    double sent = static_cast<double>(got.bytes_sent);
+    MPI_Allreduce(MPI_IN_PLACE, &sent, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(sent, 2.0 * (V - 1) * m * B * T * mc.n_embd * static_cast<double>(dtype_size(c.act)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineRunnerTest,
+    ::testing::Values(RunnerCase{"onef1b_m4", PipelineScheduleKind::k1F1B, 4, 1, ModelArch::kGpt2, DType::kF32},
+                      RunnerCase{"onef1b_m1", PipelineScheduleKind::k1F1B, 1, 1, ModelArch::kGpt2, DType::kF32},
+                      RunnerCase{"onef1b_llama", PipelineScheduleKind::k1F1B, 6, 1, ModelArch::kLlama, DType::kF32},
+                      RunnerCase{"onef1b_bf16", PipelineScheduleKind::k1F1B, 4, 1, ModelArch::kGpt2, DType::kBF16},
+                      RunnerCase{"interleaved_m4", PipelineScheduleKind::kInterleaved, 4, 2, ModelArch::kGpt2,
+                                 DType::kF32},
+                      RunnerCase{"interleaved_llama_m8", PipelineScheduleKind::kInterleaved, 8, 2, ModelArch::kLlama,
+                                 DType::kF32}),
+    [](const ::testing::TestParamInfo<RunnerCase>& i) { return std::string(i.param.name); });
+
+TEST(PipelineRunnerChecks, ZeroBubbleIsRefusedUntilTheBackwardIsSplit) {
+    const int P = test::world_size();
+    EXPECT_THROW(PipelineRunner(MPI_COMM_WORLD, PipelineScheduleKind::kZeroBubble, PipelineShape{P, 4, 1}), Error);
+}
+
+}  // namespace
+}  // namespace zt
