@@ -113,6 +113,25 @@ ModelLayout make_model_layout(const ModelConfig& cfg, TensorSplit split) {
     return family_traits(cfg).layout(cfg, split);
 }
 
+ModelLayout stage_layout(const ModelLayout& whole, const std::vector<int>& held) {
+    std::vector<bool> keep(whole.unit_numel.size(), false);
+    for (int u : held) {
+        ZT_REQUIRE(u >= 0 && u < whole.num_units(), "stage_layout: unit ", u, " of ", whole.num_units());
+        keep[static_cast<size_t>(u)] = true;
+    }
+    ModelLayout out = whole;
+    out.params.clear();
+    for (const ParamSpec& p : whole.params) {
+        if (keep[static_cast<size_t>(p.unit)]) out.params.push_back(p);
+    }
+    out.total_numel = 0;
+    for (size_t u = 0; u < keep.size(); ++u) {
+        if (!keep[u]) out.unit_numel[u] = 0;
+        out.total_numel += out.unit_numel[u];
+    }
+    return out;
+}
+
 std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& whole, int unit) {
     ZT_REQUIRE(part.params.size() == whole.params.size(), "slice_runs: layouts of different models");
     std::vector<SliceRun> runs;

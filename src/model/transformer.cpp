@@ -73,6 +73,14 @@ ModelConfig stage_config(const ModelConfig& cfg, StageBlocks stage) {
 }
 }  // namespace
 
+std::vector<int> stage_units(const ModelConfig& cfg, StageBlocks stage) {
+    std::vector<int> units;
+    if (stage.first_stage() || stage.last_stage(cfg.n_layer)) units.push_back(0);
+    for (int l = stage.begin; l < stage.last(cfg.n_layer); ++l) units.push_back(1 + l);
+    if (stage.last_stage(cfg.n_layer)) units.push_back(cfg.n_layer + 1);
+    return units;
+}
+
 ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, bool recompute,
                                          size_t attention_scratch_floats, int tensor, bool sequence,
                                          StageBlocks stage) {

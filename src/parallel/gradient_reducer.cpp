@@ -313,6 +313,13 @@ void GradientReducer::begin_micro_step(bool first, bool last) {
 
 void GradientReducer::finish() { complete_all(); }
 
+void GradientReducer::sum_owned(int unit, Communicator& with) {
+    complete_all();
+    const size_t b = m_ctx.owned_begin(unit);
+    const size_t e = m_ctx.owned_end(unit);
+    if (e > b) with.all_reduce(grad_ptr(unit, b), e - b, ReduceOp::kSum, m_ctx.work);
+}
+
 const float* GradientReducer::owned_f32(int unit, size_t from, size_t to) {
     complete_all();
     if (m_ctx.work == DType::kF32) return static_cast<const float*>(grad_ptr(unit, 0));

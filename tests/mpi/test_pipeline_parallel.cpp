@@ -6,6 +6,10 @@
 //   bit (each chunk runs its micro-batches' backwards in order, as accumulation does);
 // - unit 0's gradient, summed over the first and last stage, matches to rounding;
 // - the bytes sent are 2 (V - 1) m B T C activation elements in all (V virtual stages).
+// And the state of a stage: a ModelState over stage_layout (the stage's units only) under
+// ZeRO-1 and ZeRO-3 over the stage's data-parallel ranks, with unit 0's gradient summed over
+// the first and last stage, trains two steps to the parameters of one rank training the whole
+// model on the same global batch.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -21,7 +25,10 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/model/transformer.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/device_mesh.hpp"
+#include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/pipeline_runner.hpp"
 
 namespace zt {
@@ -191,6 +198,107 @@ INSTANTIATE_TEST_SUITE_P(
                       RunnerCase{"interleaved_llama_m8", PipelineScheduleKind::kInterleaved, 8, 2, ModelArch::kLlama,
                                  DType::kF32}),
     [](const ::testing::TestParamInfo<RunnerCase>& i) { return std::string(i.param.name); });
+
+void bias_correct(AdamWStep& sp, int t) {
+    sp.bias_correction1 = 1.f - std::pow(sp.beta1, static_cast<float>(t));
+    sp.bias_correction2 = 1.f - std::pow(sp.beta2, static_cast<float>(t));
+}
+
+class PipelineState : public ::testing::TestWithParam<int> {};
+
+TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
+    const int zero_stage = GetParam();
+    const int P = 2;
+    const int m = 3;  // micro-batches per step and data rank
+    const int steps = 2;
+    const DeviceMesh mesh(MPI_COMM_WORLD, P, 1, /*setting=*/0, zero_stage);
+    const RankLayout& L = mesh.layout();
+    const int D = L.data_size;
+    auto backend = make_cpu_backend(1);
+    const ModelConfig mc = test::tiny_stage_model(ModelArch::kGpt2, 3);
+    const int B = 2;
+    const int T = mc.seq_len;
+    const size_t n = static_cast<size_t>(B * T);
+    // Global micro-batch g = d * m + a of each step (data rank d, micro-step a).
+    auto tokens = [&](int step, int g, uint64_t salt) {
+        std::vector<int32_t> t(n);
+        for (size_t i = 0; i < n; ++i) {
+            t[i] = static_cast<int32_t>(random_bits(11 + salt, static_cast<uint64_t>(step * 1000 + g), i) % 11);
+        }
+        return t;
+    };
+    const float dloss = 1.f / static_cast<float>(D * m * B * T);
+    AdamWStep sp;  // betas 0.9 and 0.95
+    sp.lr = 1e-2f;
+    sp.weight_decay = 0.1f;
+
+    // One rank, the whole model, D * m micro-batches a step.
+    Transformer whole(mc, *backend, B);
+    ModelState ref(whole.layout(), *backend, 42);
+    for (int step = 0; step < steps; ++step) {
+        ref.zero_grads();
+        for (int g = 0; g < D * m; ++g) {
+            ref.begin_micro_step(g == 0, g == D * m - 1);
+            const std::vector<int32_t> in = tokens(step, g, 0);
+            const std::vector<int32_t> tg = tokens(step, g, 1);
+            whole.forward(ref, in.data(), tg.data(), B, T, dloss);
+            whole.backward(ref);
+        }
+        ref.finish_grad_sync();
+        bias_correct(sp, step + 1);
+        ref.optimizer_step(sp);
+    }
+
+    // The pipeline: stage s runs blocks [bounds[s], bounds[s + 1]).
+    const std::vector<int> bounds{0, 2, 3};
+    const StageBlocks blocks = PipelineRunner::chunk_blocks(bounds, L.pipeline_rank);
+    const std::vector<int> units = stage_units(mc, blocks);
+    auto data = make_mpi_communicator(mesh.data_comm());
+    auto pipe = make_mpi_communicator(mesh.pipeline_comm());
+    ModelState state(stage_layout(whole.layout(), units), *backend, *data, zero_stage, 1 << 20, 42);
+    PipelineRunner runner(mesh.pipeline_comm(), PipelineScheduleKind::k1F1B, PipelineShape{P, m, 1});
+    std::vector<std::unique_ptr<Transformer>> slots;
+    std::vector<std::vector<Transformer*>> models(1);
+    for (int k = 0; k < runner.slots()[0]; ++k) {
+        slots.push_back(std::make_unique<Transformer>(mc, *backend, B, false, DType::kF32, nullptr, false, blocks));
+        models[0].push_back(slots.back().get());
+    }
+    std::vector<std::vector<int32_t>> in(static_cast<size_t>(m));
+    std::vector<std::vector<int32_t>> tg(static_cast<size_t>(m));
+    for (int step = 0; step < steps; ++step) {
+        for (int a = 0; a < m; ++a) {
+            in[static_cast<size_t>(a)] = tokens(step, L.data_rank * m + a, 0);
+            tg[static_cast<size_t>(a)] = tokens(step, L.data_rank * m + a, 1);
+        }
+        state.zero_grads();
+        runner.run(
+            state, models,
+            [&](int a) {
+                return PipelineMicroBatch{in[static_cast<size_t>(a)].data(), tg[static_cast<size_t>(a)].data(), {}};
+            },
+            B, T, dloss, [&](int a, int) { state.begin_micro_step(a == 0, a == m - 1); });
+        state.finish_grad_sync();
+        state.sum_unit_grads(0, *pipe);  // P = 2: the first and the last stage
+        bias_correct(sp, step + 1);
+        state.optimizer_step(sp);
+    }
+    for (int u : units) {
+        const size_t numel = whole.layout().unit_numel[static_cast<size_t>(u)];
+        std::vector<float> got(numel);
+        std::vector<float> want(numel);
+        state.gather_unit_params(u, got.data());
+        ref.gather_unit_params(u, want.data());
+        double worst = 0.0;
+        for (size_t i = 0; i < numel; ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+        EXPECT_LE(worst, 1e-5) << "ZeRO-" << zero_stage << ", stage " << L.pipeline_rank << ", unit " << u
+                               << ": parameters differ from the whole model's by " << worst;
+    }
+    // The stage's state holds its units only.
+    EXPECT_LT(state.bytes().model_state(), ref.bytes().model_state());
+}
+
+INSTANTIATE_TEST_SUITE_P(ZeroStages, PipelineState, ::testing::Values(1, 3),
+                         [](const ::testing::TestParamInfo<int>& i) { return "zero" + std::to_string(i.param); });
 
 TEST(PipelineRunnerChecks, ZeroBubbleIsRefusedUntilTheBackwardIsSplit) {
     const int P = test::world_size();

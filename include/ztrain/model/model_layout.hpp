@@ -102,6 +102,11 @@ std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& who
 /// their whole ones, each cut on both sides alike.
 std::vector<SliceRun> runs_within(const std::vector<SliceRun>& runs, size_t begin, size_t end, bool local_side);
 
+/// A pipeline stage's part of `whole`: every unit keeps its id, and those not in `held` are
+/// empty (no tensors, no elements), so a state made from it allocates, updates and saves the
+/// stage's units only.
+ModelLayout stage_layout(const ModelLayout& whole, const std::vector<int>& held);
+
 /// Fills `out` (unit_numel[unit] floats) with the initial values of that unit: GPT-2 init
 /// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0; Llama:
 /// std 0.02 everywhere, RMSNorm 1, as Hugging Face initializes it) from

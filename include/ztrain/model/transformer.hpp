@@ -87,6 +87,10 @@ struct StageBlocks {
     bool last_stage(int n_layer) const { return last(n_layer) == n_layer; }
 };
 
+/// The units a stage's part of the model reads and writes: its blocks', unit 0 on the first
+/// stage (the embedding) and the last (the LM head), the final norm's on the last.
+std::vector<int> stage_units(const ModelConfig& cfg, StageBlocks stage);
+
 /// How 16-bit activations are stored: in their dtype (what training runs), or as fp32
 /// buffers holding 16-bit values through an ActivationRoundingBackend, the emulation the
 /// typed ops are checked against (a test oracle only).

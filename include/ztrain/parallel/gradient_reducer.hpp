@@ -61,6 +61,9 @@ class GradientReducer {
         const size_t step = m_ctx.work == DType::kF32 ? std::max<size_t>(e - b, 1) : conversion_chunk(m_ctx.plan);
         for (size_t from = b; from < e; from += step) fn(from, std::min(e, from + step));
     }
+    /// Adds `with`'s other ranks' owned gradient of `unit` into this rank's, in place, in the
+    /// stored dtype (after finish()). Collective over `with`.
+    void sum_owned(int unit, Communicator& with);
     /// This rank's sum of squares over `segments` of each unit's owned gradients.
     double local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments);
     /// Planned peak of the pooled scratch (gradient scratch, buffers of reductions in flight).

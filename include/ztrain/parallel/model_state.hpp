@@ -114,6 +114,11 @@ class ModelState : public UnitStore {
     void begin_micro_step(bool first, bool last);
     /// Waits for outstanding gradient reductions; afterwards owned gradients are final.
     void finish_grad_sync();
+    /// Pipeline parallelism: adds the owned gradient of `unit` held by `with`'s other ranks
+    /// (the same unit's state on another stage, which owns the same elements: unit 0 on the
+    /// first and the last stage) into this rank's, in place. After finish_grad_sync;
+    /// collective over `with`.
+    void sum_unit_grads(int unit, Communicator& with) { m_grads.sum_owned(unit, with); }
     /// Global sum of squared gradients (over the group's owned elements: replicas hold the
     /// same ones).
     double grad_sum_squares();
