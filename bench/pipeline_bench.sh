@@ -25,12 +25,12 @@ unset OPENBLAS_CORETYPE
 # the bubble measured is the schedule's, not the stages' imbalance (both are reported).
 MODEL="layers=8 embd=256 heads=4 seq=128 batch=4 vocab=512 steps=5"
 raw=$(mktemp)
+MPI=(mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
 for rep in $(seq "$REPS"); do
   for m in 4 8 16; do
-    mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -np 1 "$BIN" 1f1b "$m" $MODEL >> "$raw"
-    mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -np 2 "$BIN" 1f1b "$m" $MODEL >> "$raw"
-    mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -np 2 "$BIN" interleaved "$m" \
-      $MODEL >> "$raw"
+    "${MPI[@]}" -np 1 "$BIN" 1f1b "$m" $MODEL >> "$raw"
+    "${MPI[@]}" -np 2 "$BIN" 1f1b "$m" $MODEL >> "$raw"
+    "${MPI[@]}" -np 2 "$BIN" interleaved "$m" $MODEL >> "$raw"
   done
   echo "round $rep of $REPS done" >&2
 done
@@ -38,7 +38,7 @@ done
   echo "# Pipeline parallelism on the CPU ($(date +%F))"
   echo
   echo "Command: \`bash bench/pipeline_bench.sh $REPS\` at $(git rev-parse --short HEAD)"
-  echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
+  echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores;" \
        "$(mpirun --version 2>/dev/null | head -1); one thread per rank."
   echo "Model: GPT-2 shape, 8 blocks, C = 256, 4 heads, s = 128, b = 4 rows per micro-batch, vocabulary"
   echo "512, fp32; blocks split by balance_pipeline_layers (FLOPs; the head on the last stage)."

@@ -151,11 +151,31 @@ void ModelState::begin_micro_step(bool first, bool last) {
 }
 void ModelState::finish_grad_sync() { m_grads.finish(); }
 
-double ModelState::tensor_sum_squares(bool check) {
+namespace {
+
+using UnitSegments = std::vector<std::vector<DecaySegment>>;
+
+/// `all` without the units in `skip` (their lists emptied); `all` itself when none.
+const UnitSegments& without_units(const UnitSegments& all, const std::vector<int>& skip, UnitSegments& copy) {
+    if (skip.empty()) return all;
+    copy = all;
+    for (int u : skip) {
+        ZT_REQUIRE(u >= 0 && static_cast<size_t>(u) < copy.size(), "unit ", u, " of ", copy.size());
+        copy[static_cast<size_t>(u)].clear();
+    }
+    return copy;
+}
+
+}  // namespace
+
+double ModelState::tensor_sum_squares(bool check, const std::vector<int>& skip) {
     // Split tensors: each rank of the tensor group holds other elements, summed over it;
     // whole ones: the same on every rank (their gradients come from the group's sums), so
     // counted once.
-    double s[2] = {m_grads.local_sum_squares(m_split_segments), m_grads.local_sum_squares(m_whole_segments)};
+    UnitSegments split_copy;
+    UnitSegments whole_copy;
+    double s[2] = {m_grads.local_sum_squares(without_units(m_split_segments, skip, split_copy)),
+                   m_grads.local_sum_squares(without_units(m_whole_segments, skip, whole_copy))};
     if (check) {
         double bad = std::isfinite(s[0] + s[1]) ? 0.0 : 1.0;
         for (Communicator* c : {&m_comm, &m_replica, m_tensor}) {
@@ -168,21 +188,23 @@ double ModelState::tensor_sum_squares(bool check) {
     return s[0] + s[1];
 }
 
-double ModelState::grad_sum_squares() {
-    if (m_tensor != nullptr) return tensor_sum_squares(false);
-    double s = m_grads.local_sum_squares(m_optim.segments());
+double ModelState::grad_sum_squares(const std::vector<int>& skip) {
+    if (m_tensor != nullptr) return tensor_sum_squares(false, skip);
+    UnitSegments copy;
+    double s = m_grads.local_sum_squares(without_units(m_optim.segments(), skip, copy));
     // DDP: every rank holds the same full gradient, the local sum is already global; ZeRO:
     // the group's shards make one whole (the other groups hold the same shards).
     if (m_plan.ownership_partitioned()) m_comm.all_reduce_scalars(&s, 1);
     return s;
 }
 
-double ModelState::grad_sum_squares_if_finite() {
-    if (m_tensor != nullptr) return tensor_sum_squares(true);
+double ModelState::grad_sum_squares_if_finite(const std::vector<int>& skip) {
+    if (m_tensor != nullptr) return tensor_sum_squares(true, skip);
     // A double sum of squared floats is finite exactly when every element is (a finite float
     // squared is below 1.2e77, far from overflowing a double), so the overflow check needs
     // no pass of its own.
-    double s = m_grads.local_sum_squares(m_optim.segments());
+    UnitSegments copy;
+    double s = m_grads.local_sum_squares(without_units(m_optim.segments(), skip, copy));
     double bad = std::isfinite(s) ? 0.0 : 1.0;
     m_comm.all_reduce_scalars(&bad, 1, ReduceOp::kMax);
     // Replicas hold the same reduced gradients, so they agree already; one more flag makes a

@@ -122,6 +122,28 @@ PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::
     return totals;
 }
 
+PipelineStepTotals PipelineRunner::run_forward(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
+                                               const std::function<PipelineMicroBatch(int)>& batch, int count, int B,
+                                               int T) {
+    ZT_REQUIRE(models.size() == m_slots.size(), models.size(), " chunks' models for ", m_slots.size(), " chunks");
+    PipelineStepTotals totals;
+    // Every forward's input comes from a lower virtual stage, which its stage runs earlier in
+    // this order: no stage waits on one that waits on it.
+    for (int c = 0; c < static_cast<int>(models.size()); ++c) {
+        const std::vector<Transformer*>& chunk = models[static_cast<size_t>(c)];
+        ZT_REQUIRE(!chunk.empty(), "chunk ", c, " has no model");
+        for (int a = 0; a < count; ++a) {
+            const int slot = a % static_cast<int>(std::min(chunk.size(), m_sends[static_cast<size_t>(c)].size()));
+            settle(c, slot, totals);
+            forward_pass(store, *chunk[static_cast<size_t>(slot)], batch(a), c, slot, B, T, 0.f, totals);
+        }
+    }
+    for (size_t c = 0; c < m_sends.size(); ++c) {
+        for (size_t k = 0; k < m_sends[c].size(); ++k) settle(static_cast<int>(c), static_cast<int>(k), totals);
+    }
+    return totals;
+}
+
 void PipelineRunner::forward_pass(UnitStore& store, Transformer& model, const PipelineMicroBatch& mb, int chunk,
                                   int slot, int B, int T, float dloss, PipelineStepTotals& totals) {
     const int P = m_shape.stages;

@@ -120,12 +120,13 @@ class ModelState : public UnitStore {
     /// collective over `with`.
     void sum_unit_grads(int unit, Communicator& with) { m_grads.sum_owned(unit, with); }
     /// Global sum of squared gradients (over the group's owned elements: replicas hold the
-    /// same ones).
-    double grad_sum_squares();
+    /// same ones). `skip`: units left out (pipeline parallelism: unit 0 on the last stage,
+    /// counted and checked on the first).
+    double grad_sum_squares(const std::vector<int>& skip = {});
     /// The global sum of squares and the overflow check in one pass over the gradients:
     /// returns NaN on every rank when any rank's owned gradients hold inf or NaN (agreed with
     /// an all-reduce MAX, so every rank takes the same decision), else the global sum.
-    double grad_sum_squares_if_finite();
+    double grad_sum_squares_if_finite(const std::vector<int>& skip = {});
     /// AdamW over this rank's owned elements, then re-assembles full parameters where the
     /// stage keeps them. `step.grad_scale` multiplies the gradients.
     void optimizer_step(const AdamWStep& step);
@@ -195,7 +196,7 @@ class ModelState : public UnitStore {
     std::vector<std::vector<DecaySegment>> m_split_segments;
     std::vector<std::vector<DecaySegment>> m_whole_segments;
     /// The global sum of squares of the tensor-parallel state (checked finite when `check`).
-    double tensor_sum_squares(bool check);
+    double tensor_sum_squares(bool check, const std::vector<int>& skip);
     int m_rank;
     DType m_work;
     bool m_last_micro = true;  // the current micro-step is the step's last

@@ -72,6 +72,13 @@ class PipelineRunner {
                            const std::function<PipelineMicroBatch(int)>& batch, int B, int T, float dloss,
                            const std::function<void(int, int)>& before_backward = {});
 
+    /// Forward only (evaluation: no gradient, dloss 0) of `count` micro-batches through every
+    /// chunk, each stage in chunk-then-micro-batch order; a model's activations are free again
+    /// once its output is sent, so micro-batch m uses slot m mod slots()[c]. The loss totals
+    /// are the last virtual stage's. Collective over the pipeline.
+    PipelineStepTotals run_forward(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
+                                   const std::function<PipelineMicroBatch(int)>& batch, int count, int B, int T);
+
   private:
     void forward_pass(UnitStore& store, Transformer& model, const PipelineMicroBatch& mb, int chunk, int slot, int B,
                       int T, float dloss, PipelineStepTotals& totals);
