@@ -7,7 +7,7 @@
 // - unit 0's gradient, summed over the first and last stage, matches to rounding;
 // - the bytes sent are 2 (V - 1) m B T C activation elements in all (V virtual stages).
 // And the state of a stage: a ModelState over stage_layout (the stage's units only) under
-// ZeRO-1 and ZeRO-3 over the stage's data-parallel ranks, with unit 0's gradient summed over
+// ZeRO-1, 2 and 3 over the stage's data-parallel ranks, with unit 0's gradient summed over
 // the first and last stage, trains two steps to the parameters of one rank training the whole
 // model on the same global batch.
 #include <gtest/gtest.h>
@@ -84,6 +84,28 @@ struct RunnerCase {
     DType act;
 };
 
+/// m micro-batches of n tokens and n targets below 11, from stream `salt`.
+struct MicroBatches {
+    std::vector<std::vector<int32_t>> inputs;
+    std::vector<std::vector<int32_t>> targets;
+    PipelineMicroBatch operator()(int a) {
+        return PipelineMicroBatch{inputs[static_cast<size_t>(a)].data(), targets[static_cast<size_t>(a)].data(), {}};
+    }
+};
+
+MicroBatches random_micro_batches(int m, size_t n, uint64_t salt) {
+    MicroBatches mb;
+    mb.inputs.assign(static_cast<size_t>(m), std::vector<int32_t>(n));
+    mb.targets = mb.inputs;
+    for (int a = 0; a < m; ++a) {
+        for (size_t i = 0; i < n; ++i) {
+            mb.inputs[static_cast<size_t>(a)][i] = static_cast<int32_t>(random_bits(salt, 1 + a, i) % 11);
+            mb.targets[static_cast<size_t>(a)][i] = static_cast<int32_t>(random_bits(salt, 100 + a, i) % 11);
+        }
+    }
+    return mb;
+}
+
 class PipelineRunnerTest : public ::testing::TestWithParam<RunnerCase> {};
 
 TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) {
@@ -103,14 +125,9 @@ TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) 
     const int B = 2;
     const int T = mc.seq_len;
     const size_t n = static_cast<size_t>(B * T);
-    std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(m), std::vector<int32_t>(n));
-    std::vector<std::vector<int32_t>> targets = inputs;
-    for (int a = 0; a < m; ++a) {
-        for (size_t i = 0; i < n; ++i) {
-            inputs[static_cast<size_t>(a)][i] = static_cast<int32_t>(random_bits(8, 1 + a, i) % 11);
-            targets[static_cast<size_t>(a)][i] = static_cast<int32_t>(random_bits(8, 100 + a, i) % 11);
-        }
-    }
+    MicroBatches batch = random_micro_batches(m, n, 8);
+    const std::vector<std::vector<int32_t>>& inputs = batch.inputs;
+    const std::vector<std::vector<int32_t>>& targets = batch.targets;
     const float dloss = 1.f / static_cast<float>(m * B * T);
 
     // The whole model, accumulating the m micro-batches on this rank.
@@ -139,9 +156,6 @@ TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) 
         }
     }
     test::HostStore store(whole.layout(), 42);
-    auto batch = [&](int a) {
-        return PipelineMicroBatch{inputs[static_cast<size_t>(a)].data(), targets[static_cast<size_t>(a)].data(), {}};
-    };
     const PipelineStepTotals got = runner.run(store, models, batch, B, T, dloss);
 
     const bool has_head = s == P - 1;
@@ -206,6 +220,75 @@ INSTANTIATE_TEST_SUITE_P(
 void bias_correct(AdamWStep& sp, int t) {
     sp.bias_correction1 = 1.f - std::pow(sp.beta1, static_cast<float>(t));
     sp.bias_correction2 = 1.f - std::pow(sp.beta2, static_cast<float>(t));
+}
+
+// 3D at np 4: two stages of a tensor group of 2 (with and without sequence parallelism)
+// against the tensor-parallel model alone on the same tensor group, accumulating the same
+// micro-batches: the same loss and stage gradients, bit for bit.
+TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
+    if (test::world_size() != 4) GTEST_SKIP() << "P = 2 x T = 2 needs 4 ranks";
+    const DeviceMesh mesh(MPI_COMM_WORLD, /*pipeline=*/2, /*tensor=*/2, /*setting=*/0, 1);
+    const RankLayout& L = mesh.layout();
+    auto tensor_comm = make_mpi_communicator(mesh.tensor_comm());
+    CommunicatorTensorGroup group(*tensor_comm);
+    auto backend = make_cpu_backend(1);
+    const ModelConfig mc = test::tiny_stage_model(ModelArch::kGpt2, 3);
+    const int B = 2;
+    const int T = mc.seq_len;
+    const int m = 4;
+    const size_t n = static_cast<size_t>(B * T);
+    MicroBatches batch = random_micro_batches(m, n, 9);
+    const std::vector<std::vector<int32_t>>& inputs = batch.inputs;
+    const std::vector<std::vector<int32_t>>& targets = batch.targets;
+    const float dloss = 1.f / static_cast<float>(m * B * T);
+    for (const bool sequence : {false, true}) {
+        SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
+        Transformer whole(mc, *backend, B, false, DType::kF32, &group, sequence);
+        test::HostStore whole_store(whole.layout(), 42);
+        double whole_loss = 0.0;
+        for (int a = 0; a < m; ++a) {
+            whole.forward(whole_store, inputs[static_cast<size_t>(a)].data(), targets[static_cast<size_t>(a)].data(),
+                          B, T, dloss);
+            whole_loss += whole.last_loss_sum();
+            whole.backward(whole_store);
+        }
+        const std::vector<int> bounds{0, 2, 3};
+        const StageBlocks blocks = PipelineRunner::chunk_blocks(bounds, L.pipeline_rank);
+        PipelineRunner runner(mesh.pipeline_comm(), PipelineScheduleKind::k1F1B, PipelineShape{2, m, 1});
+        std::vector<std::unique_ptr<Transformer>> slots;
+        std::vector<std::vector<Transformer*>> models(1);
+        for (int k = 0; k < runner.slots()[0]; ++k) {
+            slots.push_back(
+                std::make_unique<Transformer>(mc, *backend, B, false, DType::kF32, &group, sequence, blocks));
+            models[0].push_back(slots.back().get());
+        }
+        test::HostStore store(whole.layout(), 42);
+        const PipelineStepTotals got = runner.run(store, models, batch, B, T, dloss);
+        if (L.pipeline_rank == 1) {
+            EXPECT_EQ(got.loss_sum, whole_loss);
+        }
+        for (int u : stage_units(mc, blocks)) {
+            if (u == 0) continue;  // the stages' halves of it: below
+            size_t differ = 0;
+            for (size_t i = 0; i < whole_store.grad(u).size(); ++i) {
+                differ += store.grad(u)[i] != whole_store.grad(u)[i] ? 1 : 0;
+            }
+            EXPECT_EQ(differ, 0u) << "stage " << L.pipeline_rank << ", tensor rank " << L.tensor_rank << ", unit " << u;
+        }
+        std::vector<float> unit0 = store.grad(0);
+        MPI_Allreduce(MPI_IN_PLACE, unit0.data(), static_cast<int>(unit0.size()), MPI_FLOAT, MPI_SUM,
+                      mesh.pipeline_comm());
+        double worst = 0.0;
+        double scale = 0.0;
+        for (size_t i = 0; i < unit0.size(); ++i) {
+            worst = std::max(worst, std::fabs(static_cast<double>(unit0[i]) - whole_store.grad(0)[i]));
+            scale = std::max(scale, std::fabs(static_cast<double>(whole_store.grad(0)[i])));
+        }
+        EXPECT_LE(worst, 1e-6 * scale) << "unit 0 summed over the stages";
+        // Each stage sends this rank's rows only: 1/T of them under sequence parallelism.
+        const double rows = sequence ? n / 2.0 : static_cast<double>(n);
+        EXPECT_EQ(static_cast<double>(got.bytes_sent), m * rows * mc.n_embd * sizeof(float));
+    }
 }
 
 class PipelineState : public ::testing::TestWithParam<int> {};
@@ -311,7 +394,7 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
     EXPECT_LT(state.bytes().model_state(), ref.bytes().model_state());
 }
 
-INSTANTIATE_TEST_SUITE_P(ZeroStages, PipelineState, ::testing::Values(1, 3),
+INSTANTIATE_TEST_SUITE_P(ZeroStages, PipelineState, ::testing::Values(1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& i) { return "zero" + std::to_string(i.param); });
 
 TEST(PipelineRunnerChecks, ZeroBubbleIsRefusedUntilTheBackwardIsSplit) {
