@@ -58,6 +58,23 @@ std::vector<int> PipelineRunner::slots_per_chunk(const std::vector<PipelinePass>
     return peak;
 }
 
+ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, PipelineShape shape, int stage,
+                                                  const std::vector<int>& bounds, const ModelConfig& cfg,
+                                                  int max_batch, bool recompute, size_t attention_scratch_floats,
+                                                  int tensor, bool sequence) {
+    const std::vector<PipelinePass> passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(stage)];
+    const std::vector<int> slots = slots_per_chunk(passes, shape.virtual_stages);
+    ActivationCount total;
+    for (int c = 0; c < shape.virtual_stages; ++c) {
+        const ActivationCount one =
+            Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats, tensor, sequence,
+                                     chunk_blocks(bounds, c * shape.stages + stage));
+        total.act += slots[static_cast<size_t>(c)] * one.act;
+        total.f32 += slots[static_cast<size_t>(c)] * one.f32;
+    }
+    return total;
+}
+
 PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape)
     : m_comm(pipeline), m_kind(kind), m_shape(shape) {
     ZT_REQUIRE(kind != PipelineScheduleKind::kZeroBubble,

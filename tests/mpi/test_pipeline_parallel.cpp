@@ -156,6 +156,18 @@ TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) 
         }
     }
     test::HostStore store(whole.layout(), 42);
+    // The activations this stage allocated are what the plan says (slots x one chunk model);
+    // 1F1B's first stage keeps P micro-batches' (fewer when m < P).
+    size_t allocated = 0;
+    for (const auto& chunk : owned) {
+        for (const auto& model : chunk) allocated += model->activation_bytes();
+    }
+    const ActivationCount plan = PipelineRunner::stage_activations(
+        c.kind, PipelineShape{P, m, v}, s, bounds, mc, B, false, backend->attention_scratch_floats(B, T, mc.n_head));
+    EXPECT_EQ(static_cast<double>(allocated), plan.bytes(c.act)) << "stage " << s << "'s activation bytes";
+    if (c.kind == PipelineScheduleKind::k1F1B && s == 0) {
+        EXPECT_EQ(static_cast<double>(allocated), std::min(P, m) * static_cast<double>(owned[0][0]->activation_bytes()));
+    }
     const PipelineStepTotals got = runner.run(store, models, batch, B, T, dloss);
 
     const bool has_head = s == P - 1;

@@ -57,6 +57,13 @@ class PipelineRunner {
     /// backward not yet) in `passes`.
     static std::vector<int> slots_per_chunk(const std::vector<PipelinePass>& passes, int chunks);
     const std::vector<int>& slots() const { return m_slots; }
+    /// The activations stage `stage` of a pipeline allocates (the memory plan's figure): for
+    /// each of its chunks, slots_per_chunk models of that chunk's blocks (cut at `bounds`, as
+    /// chunk_blocks), each Transformer::activations of them. Pure: no MPI.
+    static ActivationCount stage_activations(PipelineScheduleKind kind, PipelineShape shape, int stage,
+                                             const std::vector<int>& bounds, const ModelConfig& cfg, int max_batch,
+                                             bool recompute, size_t attention_scratch_floats, int tensor = 1,
+                                             bool sequence = false);
     /// Blocks [begin, end) of virtual stage `virtual_stage` when the model's blocks are cut at
     /// `bounds` (V + 1 ascending block indices from 0 to n_layer).
     static StageBlocks chunk_blocks(const std::vector<int>& bounds, int virtual_stage) {
