@@ -166,7 +166,8 @@ TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) 
         c.kind, PipelineShape{P, m, v}, s, bounds, mc, B, false, backend->attention_scratch_floats(B, T, mc.n_head));
     EXPECT_EQ(static_cast<double>(allocated), plan.bytes(c.act)) << "stage " << s << "'s activation bytes";
     if (c.kind == PipelineScheduleKind::k1F1B && s == 0) {
-        EXPECT_EQ(static_cast<double>(allocated), std::min(P, m) * static_cast<double>(owned[0][0]->activation_bytes()));
+        const double one = static_cast<double>(owned[0][0]->activation_bytes());
+        EXPECT_EQ(static_cast<double>(allocated), std::min(P, m) * one);
     }
     const PipelineStepTotals got = runner.run(store, models, batch, B, T, dloss);
 
