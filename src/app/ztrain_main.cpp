@@ -48,7 +48,7 @@ int run(int argc, char** argv) {
             const std::string report = zt::environment_report();
             // Where the ranks are, and the groups a ZeRO run (stage 1-3) of this deck forms.
             const int stage = cli.config.parallel.zero_stage > 0 ? cli.config.parallel.zero_stage : 1;
-            const zt::DeviceMesh groups(MPI_COMM_WORLD, cli.config.parallel.tensor,
+            const zt::DeviceMesh groups(MPI_COMM_WORLD, cli.config.parallel.pipeline, cli.config.parallel.tensor,
                                         cli.config.parallel.shard_group.ranks, stage);
             if (root) {
                 std::fputs(report.c_str(), stdout);

@@ -107,6 +107,19 @@ const KeyDef kKeys[] = {
            "stream hold seq_len / T rows per rank, the group's all-reduces become all-gathers and "
            "reduce-scatters of the same volume | false: every rank holds every row (needs parallel.tensor > 1 "
            "and seq_len a multiple of it)"),
+    ZT_KEY("parallel.pipeline", parallel.pipeline,
+           "pipeline parallelism: P stages of world / P consecutive ranks each run a run of the blocks (the "
+           "embedding on the first, the head on the last) and pass activations point to point; P <= "
+           "train.grad_accum (the micro-batches in flight) and divides the world with parallel.tensor"),
+    ZT_KEY("parallel.schedule", parallel.schedule,
+           "the pipeline's order of passes: 1f1b (at most P micro-batches' activations on the first stage) | "
+           "interleaved (parallel.virtual_stages chunks per stage, bubble (P-1)/(v m); grad_accum a multiple "
+           "of P) | zb (zero-bubble; not built yet)"),
+    ZT_KEY("parallel.virtual_stages", parallel.virtual_stages,
+           "chunks per stage under parallel.schedule = interleaved (>= 2) | 0: 2 there, 1 elsewhere"),
+    ZT_KEY("parallel.pipeline_layers", parallel.pipeline_layers,
+           "blocks per virtual stage in pipeline order, e.g. 3,4,4,3 (they sum to model.n_layer) | empty: "
+           "balanced by the forward FLOPs of each block, the LM head counted on the last stage"),
     ZT_KEY("parallel.timeout_s", parallel.timeout_s,
            "seconds one collective may wait before the job is aborted with a message (0: never)"),
     ZT_KEY("parallel.comm_thread", parallel.comm_thread,

@@ -57,6 +57,10 @@ const std::pair<const char*, MemoryCheck> kMemoryCheckNames[] = {
 const std::pair<const char*, OnInputChange> kOnChangeNames[] = {
     {"note", OnInputChange::kNote}, {"error", OnInputChange::kError}};
 const std::pair<const char*, DataPacking> kPackingNames[] = {{"pack", DataPacking::kPack}, {"pad", DataPacking::kPad}};
+const std::pair<const char*, PipelineSchedule> kPipelineScheduleNames[] = {
+    {"1f1b", PipelineSchedule::k1F1B},
+    {"interleaved", PipelineSchedule::kInterleaved},
+    {"zb", PipelineSchedule::kZeroBubble}};
 const std::pair<const char*, DataOverlong> kOverlongNames[] = {
     {"error", DataOverlong::kError}, {"truncate", DataOverlong::kTruncate}, {"drop", DataOverlong::kDrop}};
 
@@ -80,6 +84,7 @@ const auto& choice_names(OnCheckpointError) { return kOnErrorNames; }
 const auto& choice_names(MemoryCheck) { return kMemoryCheckNames; }
 const auto& choice_names(OnInputChange) { return kOnChangeNames; }
 const auto& choice_names(DataPacking) { return kPackingNames; }
+const auto& choice_names(PipelineSchedule) { return kPipelineScheduleNames; }
 const auto& choice_names(DataOverlong) { return kOverlongNames; }
 
 /// An enum-like setting: one of its names.
@@ -327,6 +332,23 @@ const char* setting_text(MemoryCheck v) { return choice_text(v, choice_names(v))
 const char* setting_text(OnInputChange v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(DataPacking v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(DataOverlong v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(PipelineSchedule v) { return choice_text(v, choice_names(v)); }
+
+bool parse_pipeline_layers(const std::string& text, std::vector<int>& out) {
+    out.clear();
+    size_t at = 0;
+    while (at <= text.size()) {
+        const size_t comma = std::min(text.find(',', at), text.size());
+        std::string item = text.substr(at, comma - at);
+        item.erase(0, item.find_first_not_of(' '));
+        item.erase(item.find_last_not_of(' ') + 1);
+        int n = 0;
+        if (!parse_integer(item, n) || n < 1) return false;
+        out.push_back(n);
+        at = comma + 1;
+    }
+    return !out.empty();
+}
 std::string setting_text(const ResumeSetting& v) {
     switch (v.mode) {
         case ResumeSetting::Mode::kAuto: return "auto";

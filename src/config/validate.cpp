@@ -237,6 +237,44 @@ void check_tensor_split(const Validator& v, const Config& cfg) {
                 " rows) is split over the tensor group"));
 }
 
+/// parallel.pipeline and its schedule: enough micro-batches and blocks for the stages, and a
+/// layer split that covers the blocks exactly. (The world size is checked by the device mesh.)
+void check_pipeline(const Validator& v, const Config& cfg) {
+    const ParallelConfig& p = cfg.parallel;
+    v.check(p.pipeline >= 1, "parallel.pipeline", "a number of stages >= 1 (1: no pipeline parallelism)");
+    v.check_read("parallel.schedule");
+    v.check(p.virtual_stages >= 0, "parallel.virtual_stages", "0 (the schedule's default) or a number of chunks");
+    v.check(p.virtual_stages <= 1 || p.schedule == PipelineSchedule::kInterleaved, "parallel.virtual_stages",
+            "0 or 1 unless parallel.schedule = interleaved (the only schedule with several chunks per stage)");
+    if (p.pipeline <= 1) {
+        v.check(p.pipeline_layers.empty(), "parallel.pipeline_layers", "empty without parallel.pipeline > 1");
+        return;
+    }
+    v.check(p.schedule != PipelineSchedule::kZeroBubble, "parallel.schedule",
+            "1f1b or interleaved: zb (zero-bubble) needs the backward split into input- and weight-gradient "
+            "passes, which is not built yet");
+    const int m = cfg.train.grad_accum;
+    v.check(m >= p.pipeline, "train.grad_accum",
+            str("at least parallel.pipeline = ", p.pipeline, " micro-batches per step (one in flight per stage)"));
+    const int V = p.pipeline * p.chunks();
+    if (p.schedule == PipelineSchedule::kInterleaved) {
+        v.check(p.chunks() >= 2, "parallel.virtual_stages",
+                "0 (2) or at least 2 under parallel.schedule = interleaved");
+        v.check(m % p.pipeline == 0, "train.grad_accum",
+                str("a multiple of parallel.pipeline = ", p.pipeline, " under parallel.schedule = interleaved"));
+    }
+    v.check(cfg.model.n_layer >= V, "model.n_layer",
+            str("at least one block per virtual stage: parallel.pipeline x virtual stages = ", V));
+    if (p.pipeline_layers.empty()) return;
+    std::vector<int> counts;
+    v.check(parse_pipeline_layers(p.pipeline_layers, counts), "parallel.pipeline_layers",
+            "block counts >= 1 separated by commas, e.g. 3,4,4,3");
+    int sum = 0;
+    for (int c : counts) sum += c;
+    v.check(static_cast<int>(counts.size()) == V && sum == cfg.model.n_layer, "parallel.pipeline_layers",
+            str(V, " counts (one per virtual stage) summing to model.n_layer = ", cfg.model.n_layer));
+}
+
 /// The precision keys, then train.max_bad_steps.
 void check_precision_keys(const Validator& v, const Config& cfg) {
     const PrecisionConfig& pr = cfg.precision;
@@ -293,6 +331,7 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected) {
     check_train_keys(v, cfg);
     check_parallel_keys(v, cfg.parallel);
     check_tensor_split(v, cfg);
+    check_pipeline(v, cfg);
     check_precision_keys(v, cfg);
     check_checkpoint_and_run_keys(v, cfg);
 }

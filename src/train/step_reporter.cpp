@@ -145,7 +145,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
         for (size_t d : p.slice.global_shape) whole *= d;
         model_params += p.slice.split() ? whole : p.numel;
     }
-    const int data_ranks = world / std::max(1, m_layout.tensor);
+    const int data_ranks = world / std::max(1, m_layout.tensor * m_layout.pipeline);
     nlohmann::ordered_json mem;
     mem["event"] = "memory";
     mem["params"] = sb.params;

@@ -112,9 +112,11 @@ std::string TrainSetup::describe_data() const {
 TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     TrainSetup s;
     s.comm = make_mpi_communicator(mpi_comm);
-    s.groups = std::make_unique<DeviceMesh>(mpi_comm, cfg.parallel.tensor, cfg.parallel.shard_group.ranks,
-                                            cfg.parallel.zero_stage);
-    if (s.groups->layout().tensor > 1) s.data_comm = make_mpi_communicator(s.groups->data_comm());
+    s.groups = std::make_unique<DeviceMesh>(mpi_comm, cfg.parallel.pipeline, cfg.parallel.tensor,
+                                            cfg.parallel.shard_group.ranks, cfg.parallel.zero_stage);
+    const RankLayout& mesh = s.groups->layout();
+    if (mesh.tensor > 1 || mesh.pipeline > 1) s.data_comm = make_mpi_communicator(s.groups->data_comm());
+    if (mesh.pipeline > 1) s.pipeline_comm = make_mpi_communicator(s.groups->pipeline_comm());
     if (s.comm->rank() == 0) {
         std::printf("ztrain: ranks: %s\n", s.groups->layout().describe().c_str());
         if (!s.groups->note().empty()) std::printf("ztrain: note: %s\n", s.groups->note().c_str());

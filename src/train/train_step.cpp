@@ -21,6 +21,24 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+void apply_or_skip(double sum_sq, long step, const TrainConfig& tc, ModelState& state, LossScalePolicy& loss_scale,
+                   StepReporter& reporter, TrainProgress& progress, StepOutcome& out) {
+    const double scale = out.loss_scale;
+    out.grad_norm = std::sqrt(sum_sq) / scale;
+    // A run that cannot go on stops after this step's record is written (the trainer throws).
+    out.verdict = loss_scale.judge(std::isnan(sum_sq), step + 1, out.loss);
+    out.lr = learning_rate(tc, progress.applied_steps);
+    if (out.verdict.skipped()) {
+        reporter.skipped(step + 1, loss_scale.fp16(), scale, loss_scale.scale());
+        return;
+    }
+    // Unscaling and clipping share one multiplier, applied as AdamW reads the gradient.
+    AdamWStep sp = adamw_step_params(tc, out.lr, progress.applied_steps + 1);
+    sp.grad_scale = static_cast<float>(clip_multiplier(out.grad_norm, tc.grad_clip) / scale);
+    state.optimizer_step(sp);
+    ++progress.applied_steps;
+}
+
 TrainStep::TrainStep(const Config& cfg, Transformer& model, ModelState& state, Communicator& comm,
                      std::vector<Communicator*> counted, BatchSampler* sampler, LossScalePolicy& loss_scale,
                      StepReporter& reporter, const TrainOptions& options, ProfilingBackend* op_profile)
@@ -91,21 +109,7 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
 
     const auto t_opt = Clock::now();
     // Every rank checks its own gradients; the flag is agreed (MAX) so all skip together.
-    const double sum_sq = m_state.grad_sum_squares_if_finite();
-    const bool non_finite = std::isnan(sum_sq);
-    out.grad_norm = std::sqrt(sum_sq) / scale;
-    // A run that cannot go on stops after this step's record is written (the trainer throws).
-    out.verdict = m_loss_scale.judge(non_finite, step + 1, loss);
-    out.lr = learning_rate(m_tc, progress.applied_steps);
-    if (out.verdict.skipped()) {
-        m_reporter.skipped(step + 1, m_loss_scale.fp16(), scale, m_loss_scale.scale());
-    } else {
-        // Unscaling and clipping share one multiplier, applied as AdamW reads the gradient.
-        AdamWStep sp = adamw_step_params(m_tc, out.lr, progress.applied_steps + 1);
-        sp.grad_scale = static_cast<float>(clip_multiplier(out.grad_norm, m_tc.grad_clip) / scale);
-        m_state.optimizer_step(sp);
-        ++progress.applied_steps;
-    }
+    apply_or_skip(m_state.grad_sum_squares_if_finite(), step, m_tc, m_state, m_loss_scale, m_reporter, progress, out);
     ph.opt = seconds_since(t_opt);
     if (m_options.after_step) m_options.after_step(step + 1, m_state, out.verdict.skipped());
     out.step_s = seconds_since(t0);

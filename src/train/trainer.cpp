@@ -41,6 +41,7 @@
 #include "ztrain/train/input_fingerprint.hpp"
 #include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/metrics.hpp"
+#include "ztrain/train/pipeline_training.hpp"
 #include "ztrain/train/resume_policy.hpp"
 #include "ztrain/train/run_lock.hpp"
 #include "ztrain/train/step_reporter.hpp"
@@ -280,6 +281,86 @@ double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver
     return flags[0];
 }
 
+/// What a pipeline run does not do yet, refused before anything is written (every rank reads
+/// the same deck and the same run directory, so every rank refuses alike).
+void refuse_for_pipeline(const Config& cfg, const TrainSetup& setup, const ResumePolicy& resume) {
+    const std::string p = str("parallel.pipeline = ", cfg.parallel.pipeline, ": ");
+    ZT_INPUT_CHECK(setup.backend_kind == BackendChoice::kCpu, p, "backend = cuda has no pipeline yet (the stages' "
+                   "messages are host memory); use backend = cpu or parallel.pipeline = 1");
+    ZT_INPUT_CHECK(!setup.examples, p, "example shards (", cfg.data.train, ") are not trained with a pipeline yet; "
+                   "use pretraining token shards or parallel.pipeline = 1");
+    ZT_INPUT_CHECK(cfg.eval.tasks.empty(), p, "eval.tasks are not scored with a pipeline yet; leave eval.tasks "
+                   "empty or use parallel.pipeline = 1");
+    ZT_INPUT_CHECK(cfg.model.init_from.empty(), p, "model.init_from is not read into a pipeline yet; leave it "
+                   "empty or use parallel.pipeline = 1");
+    ZT_INPUT_CHECK(cfg.checkpoint.every == 0, p, "pipeline runs write no checkpoints yet; set checkpoint.every = "
+                   "0 or use parallel.pipeline = 1");
+    ZT_INPUT_CHECK(!resume.resuming(), p, "pipeline runs do not resume from checkpoints yet (", resume.dir(),
+                   " holds one); use --checkpoint.resume=never with a new run.dir, or parallel.pipeline = 1");
+}
+
+/// The run with pipeline parallelism (pipeline_training.hpp): the step loop of train() with
+/// its validation loss; no checkpoint, sample or memory plan yet.
+TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOptions& options,
+                            const ResumePolicy& resume, const StopSignals& signals) {
+    refuse_for_pipeline(cfg, setup, resume);
+    Communicator& comm = *setup.comm;
+    const TrainConfig& tc = cfg.train;
+    const bool root = comm.rank() == 0;
+    const DType work = cfg.precision.dtype;
+    LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
+    PipelineTraining pipe(cfg, setup, loss_scale);
+    prepare_run_dir(cfg, false, 0, comm);
+    StepReporter reporter(cfg.run.dir, false, root, tc, comm, *setup.shard_comm, *setup.replica_comm, pipe.model(),
+                          setup.op_profile);
+    if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), 0);
+    reporter.set_rank_layout(setup.groups->layout());
+    reporter.set_tensor_comms(setup.tensor_comm.get(), setup.data_comm.get());
+    reporter.start(cfg, pipe.state().bytes(), 0, setup.backend->threads(), setup.describe_data(), work,
+                   cfg.precision.reduce(), loss_scale);
+    if (root) {
+        std::string layers;
+        for (int k = 0; k < pipe.split().count(); ++k) layers += str(k ? "," : "", pipe.split().layers(k));
+        std::printf("ztrain: pipeline: %d stages, schedule %s, blocks per virtual stage %s; this run writes no "
+                    "checkpoint and no sample (not built for pipelines yet)\n",
+                    cfg.parallel.pipeline, setting_text(cfg.parallel.schedule), layers.c_str());
+    }
+    const long step_tokens =
+        static_cast<long>(tc.micro_batch) * tc.grad_accum * setup.data().size() * cfg.model.seq_len;
+    TrainSummary summary;
+    TrainProgress progress;
+    std::atomic<long> current_step{0};
+    const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step, peer_hosts(comm));
+    reporter.begin_training(0);
+    auto evaluate = [&](long step) {
+        if (!setup.val_sampler) return;
+        const double val = pipe.val_loss(*setup.val_sampler);
+        reporter.val_loss(step, val);
+        summary.val_losses.push_back(val);
+    };
+    if (tc.eval_every > 0 && tc.max_steps > 0) evaluate(0);
+    for (long step = 0; step < tc.max_steps; ++step) {
+        current_step = step;
+        const StepOutcome out = pipe.step(step, progress, reporter);
+        const long done = progress.step;
+        record_step(out, done, summary);
+        reporter.step(step_report(out, progress, step_tokens, false));
+        if (out.verdict.action == LossScalePolicy::Action::kStop) throw AgreedError(out.verdict.stop_reason);
+        if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) evaluate(done);
+        double stop = signals.pending();
+        comm.all_reduce_scalars(&stop, 1, ReduceOp::kMax);
+        if (stop > 0) {
+            reporter.stopped_by_signal(static_cast<int>(stop), done);
+            summary.stopped_by_signal = true;
+            break;
+        }
+    }
+    reporter.finish(progress.step);
+    // No memory_peak record: a pipeline run has no memory plan to compare with yet.
+    if (options.collect_params) summary.final_params = pipe.gather_params();
+    return summary;
+}
+
 }  // namespace
 
 TrainSummary train(const Config& deck, const TrainOptions& options) {
@@ -299,6 +380,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     ResumePolicy resume(cfg, comm);
     if (resume.resuming() && nothing_to_train(resume, cfg, root)) return TrainSummary{};
     start_compute(setup, cfg);
+    if (cfg.parallel.pipeline > 1) return train_pipeline(cfg, setup, options, resume, signals);
     // Memory: predicted from the deck, checked before anything model-sized exists.
     const MemoryPlan memory = plan_and_check_memory(cfg, setup, comm);
 

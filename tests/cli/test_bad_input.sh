@@ -271,6 +271,22 @@ t range.timeout_s       "${CL}parallel.timeout_s = -1: expected a number of seco
 t range.keep            "${CL}checkpoint.keep = 0: expected an integer >= 1" "${Z[@]}" --checkpoint.keep=0
 t enum.shard_group      "${CL}parallel.shard_group = 'half': expected node, 0 \(all ranks\) or a number of ranks > 0" \
   "${Z[@]}" --parallel.shard_group=half
+t enum.pipe_schedule    "${CL}parallel.schedule = 'gpipe': expected one of 1f1b \| interleaved \| zb" \
+  "${Z[@]}" --parallel.schedule=gpipe
+t pipe.grad_accum       "tiny.ini: train.grad_accum = 1: expected at least parallel.pipeline = 2 micro-batches" \
+  "${Z[@]}" --parallel.pipeline=2
+t pipe.zero_bubble      "${CL}parallel.schedule = 'zb': expected 1f1b or interleaved: zb .zero-bubble. needs" \
+  "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2 --parallel.schedule=zb
+t pipe.layers_sum       "${CL}parallel.pipeline_layers = '1,2': expected 2 counts .one per virtual stage. summing to model.n_layer = 2" \
+  "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2 --parallel.pipeline_layers=1,2
+t pipe.layers_text      "${CL}parallel.pipeline_layers = '1,x': expected block counts >= 1 separated by commas" \
+  "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2 --parallel.pipeline_layers=1,x
+t pipe.virtual_stages   "${CL}parallel.virtual_stages = 2: expected 0 or 1 unless parallel.schedule = interleaved" \
+  "${Z[@]}" --parallel.virtual_stages=2
+t pipe.interleaved_m    "${CL}train.grad_accum = 3: expected a multiple of parallel.pipeline = 2 under parallel.schedule = interleaved" \
+  "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=3 --parallel.schedule=interleaved --model.n_layer=4
+t pipe.one_rank         "parallel.pipeline = 2 x parallel.tensor = 1: must divide the number of ranks \(1\)" \
+  "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2
 t range.async_spread    "${CL}checkpoint.async_spread = 1: expected a fraction in \[0, 1\) of the time between saves" \
   "${Z[@]}" --checkpoint.async_spread=1
 t enum.on_change        "${CL}data.on_change = 'bogus': expected one of note \| error" \
@@ -446,6 +462,10 @@ if command -v mpiexec > /dev/null; then
     "${MPI2[@]}" "${TRAIN[@]}" --run.dir="$fix/run_locked" --train.max_steps=8
   t np2.shard_group     "parallel.shard_group = 3: expected node, 0 \(all ranks\) or a number of ranks that divides the world size \(2\)" \
     "${MPI2[@]}" "${Z[@]}" --parallel.zero_stage=2 --parallel.shard_group=3
+  t np2.pipeline_world  "parallel.pipeline = 4 x parallel.tensor = 1: must divide the number of ranks \(2\)" \
+    "${MPI2[@]}" "${Z[@]}" --parallel.pipeline=4 --train.grad_accum=4 --model.n_layer=4
+  t np2.pipeline_ckpt   "parallel.pipeline = 2: pipeline runs write no checkpoints yet; set checkpoint.every" \
+    "${MPI2[@]}" "${ZI[@]}" --parallel.pipeline=2 --train.grad_accum=2 --checkpoint.every=1
   t np2.eval_task_label "eval task file '$fix/tasks/label.jsonl' line 2: label 7" \
     "${MPI2[@]}" "${Z[@]}" --eval.tasks="$fix/tasks/label.jsonl"
   t np2.zteval_cut_line "eval task file '$fix/tasks/cut.jsonl' line 2: not valid JSON" \

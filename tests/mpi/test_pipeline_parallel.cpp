@@ -357,7 +357,8 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
     const std::vector<int> units = stage_units(mc, blocks);
     auto data = make_mpi_communicator(mesh.data_comm());
     auto pipe = make_mpi_communicator(mesh.pipeline_comm());
-    ModelState state(stage_layout(whole.layout(), units), *backend, *data, zero_stage, 1 << 20, 42);
+    const ModelLayout layout = stage_layout(whole.layout(), units);  // the state keeps a reference
+    ModelState state(layout, *backend, *data, zero_stage, 1 << 20, 42);
     PipelineRunner runner(mesh.pipeline_comm(), PipelineScheduleKind::k1F1B, PipelineShape{P, m, 1});
     std::vector<std::unique_ptr<Transformer>> slots;
     std::vector<std::vector<Transformer*>> models(1);

@@ -35,6 +35,8 @@ enum class OnInputChange { kNote, kError };
 enum class DataPacking { kPack, kPad };
 /// data.overlong (example shards): an example longer than seq_len + 1 tokens.
 enum class DataOverlong { kError, kTruncate, kDrop };
+/// parallel.schedule: how a pipeline orders its stages' passes (parallel/pipeline_schedule.hpp).
+enum class PipelineSchedule { k1F1B, kInterleaved, kZeroBubble };
 /// run.memory_check: what a run whose predicted memory does not fit does.
 enum class MemoryCheck { kStrict, kWarn, kOff };
 
@@ -74,6 +76,10 @@ const char* setting_text(MemoryCheck v);
 const char* setting_text(OnInputChange v);
 const char* setting_text(DataPacking v);
 const char* setting_text(DataOverlong v);
+const char* setting_text(PipelineSchedule v);
+/// parallel.pipeline_layers' block counts ("3,4,4,3"): false unless every item is an integer
+/// >= 1.
+bool parse_pipeline_layers(const std::string& text, std::vector<int>& out);
 std::string setting_text(const ResumeSetting& v);
 std::string setting_text(const LossScaleSetting& v);
 std::string setting_text(const ShardGroupSetting& v);
@@ -167,6 +173,14 @@ struct ParallelConfig {
     ShardGroupSetting shard_group;     ///< ranks sharding together (node | 0 = all | N)
     int tensor = 1;                    ///< T: consecutive ranks splitting each layer (tensor parallelism)
     bool sequence = false;             ///< sequence parallelism over the tensor group (norms on 1/T of the rows)
+    int pipeline = 1;                  ///< P: pipeline stages (outermost mesh dimension)
+    PipelineSchedule schedule = PipelineSchedule::k1F1B;
+    int virtual_stages = 0;            ///< chunks per stage under interleaved; 0 = 2 there, 1 elsewhere
+    std::string pipeline_layers;       ///< "3,4,4,3": blocks per virtual stage; empty = balanced by FLOPs
+    /// v: the chunks per stage the schedule runs.
+    int chunks() const {
+        return schedule == PipelineSchedule::kInterleaved ? (virtual_stages > 0 ? virtual_stages : 2) : 1;
+    }
 };
 
 struct PrecisionConfig {

@@ -81,7 +81,8 @@ struct StateBytes {
 class ModelState : public UnitStore {
   public:
     /// Allocates this rank's buffers and initializes them from `seed` (counter-based, see
-    /// init_unit: identical weights for every world size and stage).
+    /// init_unit: identical weights for every world size and stage). `layout` is kept by
+    /// reference: it must outlive the state.
     /// Hybrid sharding: the state is split over comms.shard (its group) and replicated over
     /// comms.replica (see parallel/device_mesh.hpp). `overlap_depth` (>= 1): how far
     /// communication runs ahead of compute (StateContext::overlap_depth).

@@ -72,6 +72,10 @@ struct TrainSetup {
     std::unique_ptr<Communicator> tensor_comm;
     std::unique_ptr<TensorGroup> tensor_group;
     std::unique_ptr<Communicator> data_comm;
+    /// parallel.pipeline > 1: the host communicator of this rank's pipeline (the ranks at its
+    /// place in every stage, by stage), over which the stages agree on the loss, the norm and
+    /// the overflow verdict. Null without pipeline parallelism.
+    std::unique_ptr<Communicator> pipeline_comm;
     Communicator& data() const { return data_comm ? *data_comm : *comm; }
 
     /// The training and validation files, whichever kind of shard they are.
@@ -87,7 +91,7 @@ struct TrainSetup {
     /// Every communicator of the run (per-step accounting, the watchdog).
     std::vector<Communicator*> all_comms() const {
         std::vector<Communicator*> all{comm.get(), shard_comm.get(), replica_comm.get()};
-        for (Communicator* c : {tensor_comm.get(), data_comm.get()}) {
+        for (Communicator* c : {tensor_comm.get(), data_comm.get(), pipeline_comm.get()}) {
             if (c != nullptr) all.push_back(c);
         }
         return all;

@@ -48,6 +48,14 @@ struct StepOutcome {
     uint64_t rows = 0;
 };
 
+/// The end of a step, once its gradients are synchronized: the norm from `sum_sq` (the
+/// global squared norm of the scaled gradients, NaN when any rank overflowed), the loss-scale
+/// policy's verdict on out.loss, and AdamW (unscaled and clipped) unless the step is skipped.
+/// Fills out.grad_norm, out.verdict and out.lr (out.loss and out.loss_scale are read);
+/// advances progress.applied_steps when applied.
+void apply_or_skip(double sum_sq, long step, const TrainConfig& tc, ModelState& state, LossScalePolicy& loss_scale,
+                   StepReporter& reporter, TrainProgress& progress, StepOutcome& out);
+
 class TrainStep {
   public:
     /// `comm`: the run's (the loss); `counted`: every communicator whose per-step bytes the

@@ -1,0 +1,76 @@
+// One rank's part of a pipeline-parallel run (parallel.pipeline > 1): its stage's models (one
+// per chunk and micro-batch in flight, parallel/pipeline_runner.hpp), its stage's model state
+// (the stage's units only, sharded over the stage's data-parallel ranks), and the step and the
+// validation loss agreed across the stages:
+//   - unit 0's gradient lives on the first and the last stage; after the gradient sync the two
+//     add each other's, so both take the same AdamW step;
+//   - the gradient norm and the overflow verdict sum every stage's (unit 0 counted once);
+//   - the loss is the last stage's, summed over the pipeline so rank 0 reports the true loss
+//     of the global batch.
+// The trainer's loop (trainer.cpp) drives it like TrainStep. Not here yet: checkpoints, the
+// sample, example shards, evaluation tasks (the trainer refuses or skips them).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "ztrain/config/config.hpp"
+#include "ztrain/model/transformer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/parallel/pipeline_runner.hpp"
+#include "ztrain/parallel/pipeline_stages.hpp"
+#include "ztrain/train/train_step.hpp"
+
+namespace zt {
+
+class BatchSampler;
+struct TrainSetup;
+
+class PipelineTraining {
+  public:
+    /// Builds this rank's models and state from `setup` (its mesh has the pipeline).
+    PipelineTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale);
+    ~PipelineTraining();
+
+    /// The stage's first model (the reporter's view of the model: layout, one slot's
+    /// activations) and its state.
+    Transformer& model() { return *m_owned[0][0]; }
+    ModelState& state() { return *m_state; }
+    const PipelineStages& split() const { return m_split; }
+    /// The activation bytes of every model this rank holds.
+    size_t activation_bytes() const;
+
+    /// Runs 0-based step `step`, as TrainStep::run (`reporter` hears of a skipped step).
+    /// Collective over the world.
+    StepOutcome step(long step, TrainProgress& progress, StepReporter& reporter);
+    /// Every unit's full parameters in unit order (TrainSummary::final_params): each gathered
+    /// by the stage that holds it and broadcast over the pipeline. Collective over the world.
+    std::vector<float> gather_params();
+    /// The mean validation loss over train.eval_batches micro-batches per data rank (the same
+    /// leading windows every time). Collective over the world.
+    double val_loss(BatchSampler& val);
+
+  private:
+    /// Micro-batch a of the buffers the step or the evaluation filled.
+    PipelineMicroBatch micro_batch(int a);
+    /// The global squared gradient norm, or NaN on every rank when any stage overflowed.
+    double agreed_sum_squares();
+
+    const Config& m_cfg;
+    TrainSetup& m_setup;
+    LossScalePolicy& m_loss_scale;
+    PipelineStages m_split;
+    std::unique_ptr<PipelineRunner> m_runner;
+    std::vector<std::vector<std::unique_ptr<Transformer>>> m_owned;
+    std::vector<std::vector<Transformer*>> m_models;
+    ModelLayout m_layout;  ///< the stage's units (stage_layout); m_state keeps a reference
+    std::unique_ptr<ModelState> m_state;
+    /// The first and the last stage (unit 0's holders); null on the others.
+    MPI_Comm m_ends_mpi = MPI_COMM_NULL;
+    std::unique_ptr<Communicator> m_ends;
+    long m_global_batch = 0;
+    std::vector<std::vector<int32_t>> m_inputs;
+    std::vector<std::vector<int32_t>> m_targets;
+};
+
+}  // namespace zt

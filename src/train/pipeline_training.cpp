@@ -1,0 +1,216 @@
+// One rank's part of a pipeline-parallel run (see include/ztrain/train/pipeline_training.hpp).
+#include "ztrain/train/pipeline_training.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/data/token_data.hpp"
+#include "ztrain/optim/optimizer.hpp"
+#include "ztrain/train/train_setup.hpp"
+
+namespace zt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+PipelineScheduleKind schedule_kind(PipelineSchedule s) {
+    switch (s) {
+        case PipelineSchedule::k1F1B: return PipelineScheduleKind::k1F1B;
+        case PipelineSchedule::kInterleaved: return PipelineScheduleKind::kInterleaved;
+        case PipelineSchedule::kZeroBubble: return PipelineScheduleKind::kZeroBubble;
+    }
+    throw Error("parallel.schedule: unknown value");
+}
+
+PipelineStages stage_split(const Config& cfg) {
+    const int P = cfg.parallel.pipeline;
+    const int v = cfg.parallel.chunks();
+    if (cfg.parallel.pipeline_layers.empty()) return balance_pipeline_layers(cfg.model, P, v);
+    std::vector<int> counts;
+    ZT_INPUT_CHECK(parse_pipeline_layers(cfg.parallel.pipeline_layers, counts), "parallel.pipeline_layers = ",
+                   cfg.parallel.pipeline_layers, ": expected block counts separated by commas");
+    return pipeline_layers_as_given(cfg.model, P, v, counts);
+}
+
+/// Elements per DDP gradient bucket, as the memory plan chooses them: parallel.bucket_mb, or
+/// an eighth of the stage's gradient wire bytes between 1 and 25 MiB.
+size_t stage_bucket_numel(const Config& cfg, const ModelLayout& layout) {
+    const double elem = static_cast<double>(dtype_size(cfg.precision.reduce()));
+    const double mib = 1024.0 * 1024.0;
+    const double bytes = cfg.parallel.bucket_mb > 0
+                             ? cfg.parallel.bucket_mb * mib
+                             : std::clamp(static_cast<double>(layout.total_numel) * elem / 8, mib, 25 * mib);
+    return std::max<size_t>(1, static_cast<size_t>(bytes / elem));
+}
+
+}  // namespace
+
+PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale)
+    : m_cfg(cfg), m_setup(setup), m_loss_scale(loss_scale), m_split(stage_split(cfg)) {
+    const ModelConfig& mc = cfg.model;
+    const TrainConfig& tc = cfg.train;
+    const RankLayout& L = setup.groups->layout();
+    const int P = L.pipeline;
+    const int s = L.pipeline_rank;
+    const int v = cfg.parallel.chunks();
+    m_runner = std::make_unique<PipelineRunner>(setup.groups->pipeline_comm(), schedule_kind(cfg.parallel.schedule),
+                                                PipelineShape{P, tc.grad_accum, v});
+    std::vector<int> units;
+    m_owned.resize(static_cast<size_t>(v));
+    m_models.resize(static_cast<size_t>(v));
+    for (int c = 0; c < v; ++c) {
+        const StageBlocks blocks = PipelineRunner::chunk_blocks(m_split.first_layer, c * P + s);
+        for (int u : stage_units(mc, blocks)) units.push_back(u);
+        for (int k = 0; k < m_runner->slots()[static_cast<size_t>(c)]; ++k) {
+            m_owned[static_cast<size_t>(c)].push_back(std::make_unique<Transformer>(
+                mc, *setup.backend, tc.micro_batch, tc.recompute, cfg.precision.dtype, setup.tensor_group.get(),
+                cfg.parallel.sequence, blocks));
+            m_models[static_cast<size_t>(c)].push_back(m_owned[static_cast<size_t>(c)].back().get());
+        }
+    }
+    std::sort(units.begin(), units.end());
+    units.erase(std::unique(units.begin(), units.end()), units.end());
+    m_layout = stage_layout(m_owned[0][0]->layout(), units);
+    const int overlap = cfg.parallel.overlap_depth > 0 ? cfg.parallel.overlap_depth : 1;
+    m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
+                                           stage_bucket_numel(cfg, m_layout), tc.seed, cfg.precision.dtype,
+                                           cfg.precision.reduce(), overlap);
+    // Unit 0's two holders: the first and the last stage (the whole pipeline when P = 2).
+    const bool holds_unit0 = s == 0 || s == P - 1;
+    ZT_MPI_CHECK(MPI_Comm_split(setup.groups->pipeline_comm(), holds_unit0 ? 0 : MPI_UNDEFINED, s, &m_ends_mpi));
+    if (holds_unit0) m_ends = make_mpi_communicator(m_ends_mpi);
+    m_global_batch = static_cast<long>(tc.micro_batch) * tc.grad_accum * setup.data().size();
+    const size_t n = static_cast<size_t>(tc.micro_batch) * static_cast<size_t>(mc.seq_len);
+    const size_t batches = static_cast<size_t>(std::max(tc.grad_accum, tc.eval_batches));
+    m_inputs.assign(batches, std::vector<int32_t>(n));
+    m_targets.assign(batches, std::vector<int32_t>(n));
+}
+
+PipelineTraining::~PipelineTraining() {
+    m_ends.reset();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && m_ends_mpi != MPI_COMM_NULL) MPI_Comm_free(&m_ends_mpi);
+}
+
+PipelineMicroBatch PipelineTraining::micro_batch(int a) {
+    return PipelineMicroBatch{m_inputs[static_cast<size_t>(a)].data(), m_targets[static_cast<size_t>(a)].data(), {}};
+}
+
+size_t PipelineTraining::activation_bytes() const {
+    size_t total = 0;
+    for (const auto& chunk : m_owned) {
+        for (const auto& model : chunk) total += model->activation_bytes();
+    }
+    return total;
+}
+
+double PipelineTraining::agreed_sum_squares() {
+    const RankLayout& L = m_setup.groups->layout();
+    // Unit 0 is the same on the first and the last stage after the sum: counted on the first.
+    const bool last = L.pipeline_rank == L.pipeline - 1;
+    const double own = m_state->grad_sum_squares_if_finite(last ? std::vector<int>{0} : std::vector<int>{});
+    double bad = std::isnan(own) ? 1.0 : 0.0;
+    double sum = std::isnan(own) ? 0.0 : own;
+    m_setup.pipeline_comm->all_reduce_scalars(&bad, 1, ReduceOp::kMax);
+    m_setup.pipeline_comm->all_reduce_scalars(&sum, 1);
+    return bad != 0.0 ? std::numeric_limits<double>::quiet_NaN() : sum;
+}
+
+StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepReporter& reporter) {
+    const TrainConfig& tc = m_cfg.train;
+    const int B = tc.micro_batch;
+    const int T = m_cfg.model.seq_len;
+    const int m = tc.grad_accum;
+    Communicator& data = m_setup.data();
+    StepOutcome out;
+    PhaseTimes& ph = out.phases;
+    const auto t0 = Clock::now();
+    for (Communicator* c : m_setup.all_comms()) c->reset_stats();
+    m_state->zero_grads();
+    ph.zero = since(t0);
+    const double scale = m_loss_scale.scale();
+    out.loss_scale = scale;
+    const float dloss = static_cast<float>(scale / (static_cast<double>(m_global_batch) * T));
+    // Every stage of a pipeline reads the same micro-batches: those of its data rank.
+    for (int a = 0; a < m; ++a) {
+        const long row = (static_cast<long>(data.rank()) * m + a) * B;
+        m_setup.train_sampler->fill(progress.samples_seen + static_cast<uint64_t>(row), B,
+                                    m_inputs[static_cast<size_t>(a)].data(), m_targets[static_cast<size_t>(a)].data());
+    }
+    auto batch = [&](int a) { return micro_batch(a); };
+    const auto tp = Clock::now();
+    const PipelineStepTotals totals = m_runner->run(*m_state, m_models, batch, B, T, dloss,
+                                                    [&](int a, int) { m_state->begin_micro_step(a == 0, a == m - 1); });
+    // Forward and backward interleave: their time is fwd_ms, the time blocked on neighbours comm_ms.
+    ph.fwd = since(tp) - totals.wait_s;
+    ph.comm = totals.wait_s;
+    auto tc0 = Clock::now();
+    m_state->finish_grad_sync();
+    if (m_ends) m_state->sum_unit_grads(0, *m_ends);
+    // The loss: the last stage's mean over its micro-batches (every target counts), summed
+    // over the pipeline (the other stages add 0) and averaged over the data ranks.
+    double loss = totals.loss_sum / (static_cast<double>(m) * B * T);
+    m_setup.pipeline_comm->all_reduce_scalars(&loss, 1);
+    data.all_reduce_scalars(&loss, 1);
+    loss /= data.size();
+    out.loss = loss;
+    ph.comm += since(tc0);
+
+    const auto t_opt = Clock::now();
+    apply_or_skip(agreed_sum_squares(), step, tc, *m_state, m_loss_scale, reporter, progress, out);
+    ph.opt = since(t_opt);
+    out.step_s = since(t0);
+    progress.step = step + 1;
+    progress.samples_seen += static_cast<uint64_t>(m_global_batch);
+    progress.tokens_seen += static_cast<uint64_t>(m_global_batch) * static_cast<uint64_t>(T);
+    return out;
+}
+
+std::vector<float> PipelineTraining::gather_params() {
+    const RankLayout& L = m_setup.groups->layout();
+    const ModelLayout& whole = m_owned[0][0]->layout();
+    const int nL = m_cfg.model.n_layer;
+    std::vector<float> out;
+    for (int u = 0; u < whole.num_units(); ++u) {
+        // The stage holding the unit (unit 0: the first, which also holds it when P = 1).
+        int owner = u == nL + 1 ? L.pipeline - 1 : 0;
+        for (int k = 0; u >= 1 && u <= nL && k < m_split.count(); ++k) {
+            const StageBlocks blocks = PipelineRunner::chunk_blocks(m_split.first_layer, k);
+            if (u - 1 >= blocks.begin && u - 1 < blocks.end) owner = m_split.stage_of(k);
+        }
+        std::vector<float> unit(whole.unit_numel[static_cast<size_t>(u)]);
+        if (L.pipeline_rank == owner) m_state->gather_unit_params(u, unit.data());
+        m_setup.pipeline_comm->broadcast_bytes(unit.data(), unit.size() * sizeof(float), owner);
+        out.insert(out.end(), unit.begin(), unit.end());
+    }
+    return out;
+}
+
+double PipelineTraining::val_loss(BatchSampler& val) {
+    const TrainConfig& tc = m_cfg.train;
+    const int B = tc.micro_batch;
+    const int T = m_cfg.model.seq_len;
+    const int E = tc.eval_batches;
+    Communicator& data = m_setup.data();
+    // The same leading windows every time, split over the data ranks, as Evaluator reads them.
+    const long per_rank = static_cast<long>(E) * B;
+    for (int e = 0; e < E; ++e) {
+        const uint64_t first = static_cast<uint64_t>(data.rank() * per_rank + e * B);
+        val.fill(first, B, m_inputs[static_cast<size_t>(e)].data(), m_targets[static_cast<size_t>(e)].data());
+    }
+    auto batch = [&](int e) { return micro_batch(e); };
+    const PipelineStepTotals totals = m_runner->run_forward(*m_state, m_models, batch, E, B, T);
+    double v[2] = {totals.loss_sum, static_cast<double>(totals.targets)};
+    m_setup.pipeline_comm->all_reduce_scalars(v, 2);
+    data.all_reduce_scalars(v, 2);
+    return v[1] > 0 ? v[0] / v[1] : 0.0;
+}
+
+}  // namespace zt

@@ -1,0 +1,181 @@
+// ztrain's training loop with parallel.pipeline > 1 against one rank training the same global
+// batch (gradient accumulation over the data ranks' micro-batches): every step's loss (the
+// true loss of the global batch, on every rank), the validation loss and the final
+// parameters, as the other equivalence tests compare them (expect_matches_reference).
+// - np 2: P = 2, 1F1B and interleaved, GPT-2 and Llama, ZeRO 0-3;
+// - bf16 and fp16 track the one-rank run of their dtype (unit 0's two halves are summed in
+//   the stored dtype), and fp16's loss scale skips the same steps (the verdict is agreed over
+//   the stages);
+// - np 4: P = 2 x data 2 at ZeRO-1 and ZeRO-3, and P = 2 x T = 2 (losses);
+// - refused settings exit with the key named, before any file is written.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "mpi_training.hpp"
+#include "test_support.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/train/trainer.hpp"
+
+namespace zt {
+namespace {
+
+struct PipeCase {
+    const char* name;
+    PipelineSchedule schedule;
+    int zero_stage;
+    bool llama;
+    DType dtype;
+};
+
+Config pipe_config(const PipeCase& c, const std::string& train, const std::string& val, const std::string& run) {
+    Config cfg = test::tiny_mpi_config(train, run);
+    if (c.llama) cfg = test::as_llama(cfg);
+    cfg.model.n_layer = 4;
+    cfg.data.val = val;
+    cfg.train.grad_accum = 4;
+    cfg.train.max_steps = 6;
+    cfg.train.eval_every = 3;
+    cfg.train.eval_batches = 2;
+    cfg.parallel.zero_stage = c.zero_stage;
+    cfg.parallel.shard_group.ranks = 0;
+    cfg.parallel.schedule = c.schedule;
+    cfg.precision.dtype = c.dtype;
+    cfg.run.tensorboard = false;
+    return cfg;
+}
+
+class PipelineTraining : public ::testing::TestWithParam<PipeCase> {};
+
+TEST_P(PipelineTraining, MatchesOneRank) {
+    const PipeCase c = GetParam();
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    const int P = 2;
+    const int D = N / P;
+    const std::string what = std::string(c.name) + " N=" + std::to_string(N);
+    test::SharedDir dir("pipeline");
+    if (me == 0) {
+        test::write_random_shard(dir.file("train.bin"), 30000, 61);
+        test::write_random_shard(dir.file("val.bin"), 4000, 61);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    Config cfg = pipe_config(c, dir.file("train.bin"), dir.file("val.bin"), dir.file("world"));
+    cfg.parallel.pipeline = P;
+    TrainOptions world;
+    world.collect_params = true;
+    const TrainSummary got = train(cfg, world);
+
+    Config ref_cfg = pipe_config(c, dir.file("train.bin"), dir.file("val.bin"), dir.file("ref" + std::to_string(me)));
+    ref_cfg.parallel.zero_stage = 0;
+    ref_cfg.train.grad_accum *= D;
+    // The reference evaluates the same windows: the pipeline's D data ranks read eval_batches
+    // micro-batches each.
+    ref_cfg.train.eval_batches *= D;
+    TrainOptions self;
+    self.comm = MPI_COMM_SELF;
+    self.collect_params = true;
+    const TrainSummary ref = train(ref_cfg, self);
+    test::expect_matches_reference(got, ref, what);
+    ASSERT_EQ(got.val_losses.size(), ref.val_losses.size()) << what;
+    for (size_t i = 0; i < ref.val_losses.size(); ++i) {
+        EXPECT_NEAR(got.val_losses[i], ref.val_losses[i], 1e-5 * ref.val_losses[i]) << what << " evaluation " << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PipelineTraining,
+    ::testing::Values(PipeCase{"onef1b_ddp", PipelineSchedule::k1F1B, 0, false, DType::kF32},
+                      PipeCase{"interleaved_zero1", PipelineSchedule::kInterleaved, 1, false, DType::kF32},
+                      PipeCase{"onef1b_llama_zero3", PipelineSchedule::k1F1B, 3, true, DType::kF32},
+                      PipeCase{"interleaved_llama_zero2", PipelineSchedule::kInterleaved, 2, true, DType::kF32}),
+    [](const ::testing::TestParamInfo<PipeCase>& i) { return std::string(i.param.name); });
+
+TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    test::SharedDir dir("pipeline_16bit");
+    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (const DType dt : {DType::kBF16, DType::kF16}) {
+        const PipeCase c{"16bit", PipelineSchedule::k1F1B, 1, false, dt};
+        auto configure = [&](const std::string& run) {
+            Config cfg = pipe_config(c, dir.file("train.bin"), "", run);
+            cfg.train.eval_every = 0;
+            cfg.precision.init_scale = 2e6;  // fp16: overflows in the first steps, so steps are skipped
+            cfg.precision.hysteresis = 1;
+            return cfg;
+        };
+        Config cfg = configure(dir.file(str("world_", dtype_name(dt))));
+        cfg.parallel.pipeline = 2;
+        const TrainSummary got = train(cfg, TrainOptions{});
+        Config ref_cfg = configure(dir.file(str("ref", me, "_", dtype_name(dt))));
+        ref_cfg.parallel.zero_stage = 0;
+        ref_cfg.train.grad_accum *= N / 2;
+        TrainOptions self;
+        self.comm = MPI_COMM_SELF;
+        const TrainSummary ref = train(ref_cfg, self);
+        ASSERT_EQ(got.losses.size(), ref.losses.size());
+        EXPECT_EQ(got.skipped, ref.skipped) << dtype_name(dt) << ": the steps the loss scale skipped differ";
+        if (dt == DType::kF16) {
+            EXPECT_GT(std::count(ref.skipped.begin(), ref.skipped.end(), true), 0) << "no step overflowed";
+        }
+        double worst = 0;
+        for (size_t s = 0; s < ref.losses.size(); ++s) {
+            worst = std::max(worst, std::fabs(got.losses[s] - ref.losses[s]) / ref.losses[s]);
+        }
+        EXPECT_LT(worst, 2e-3) << dtype_name(dt) << ": worst relative loss difference " << worst;
+    }
+}
+
+TEST(PipelineTensorTraining, TwoStagesOfTensorPairsTrackOneRank) {
+    const int N = test::world_size();
+    if (N != 4) GTEST_SKIP() << "P = 2 x T = 2 needs 4 ranks";
+    const int me = test::world_rank();
+    test::SharedDir dir("pipeline_tensor");
+    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const PipeCase c{"3d", PipelineSchedule::k1F1B, 1, false, DType::kF32};
+    Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("world"));
+    cfg.train.eval_every = 0;
+    cfg.parallel.pipeline = 2;
+    cfg.parallel.tensor = 2;
+    cfg.parallel.sequence = true;
+    const TrainSummary got = train(cfg, TrainOptions{});
+    Config ref_cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("ref" + std::to_string(me)));
+    ref_cfg.train.eval_every = 0;
+    ref_cfg.parallel.zero_stage = 0;
+    TrainOptions self;
+    self.comm = MPI_COMM_SELF;
+    const TrainSummary ref = train(ref_cfg, self);
+    ASSERT_EQ(got.losses.size(), ref.losses.size());
+    for (size_t s = 0; s < ref.losses.size(); ++s) {
+        EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s])) << "step " << s + 1;
+    }
+}
+
+TEST(PipelineTrainingInput, UnbuiltCombinationsAreRefusedNamingTheKey) {
+    test::SharedDir dir("pipeline_refused");
+    if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const PipeCase c{"refused", PipelineSchedule::k1F1B, 0, false, DType::kF32};
+    Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("refused"));
+    cfg.parallel.pipeline = 2;
+    cfg.checkpoint.every = 2;
+    try {
+        train(cfg, TrainOptions{});
+        ADD_FAILURE() << "checkpoint.every with a pipeline was accepted";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("checkpoint.every"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.file("refused") + "/metrics.jsonl")) << "a refused run wrote metrics";
+}
+
+}  // namespace
+}  // namespace zt
