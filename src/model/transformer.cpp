@@ -10,6 +10,9 @@
 //             embedding, grads_done(0), release(0)
 // So per micro-step a sharded store gathers every unit twice, except unit 0, which it keeps
 // through the training step (ParameterStore::hold_first_unit).
+// A pipeline stage (StageBlocks) makes the same calls for its part: without the embedding
+// the forward starts at its first block, without the head it ends at its last; unit 0's
+// grads_done is the last call of a backward on every stage that uses unit 0.
 // The next unit is announced with prefetch() before the current one is used.
 #include "ztrain/model/transformer.hpp"
 
@@ -439,11 +442,6 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
     store.grads_done(nL + 1);
     store.release(nL + 1);
-    if (!first_stage()) {
-        store.grads_done(0);
-        store.release(0);
-        m_head = ConstActPtr{};
-    }
 }
 
 void Transformer::backward(UnitStore& store) {
@@ -479,7 +477,16 @@ void Transformer::backward(UnitStore& store) {
         store.grads_done(first_unit + l);
         store.release(first_unit + l);
     }
-    if (!first_stage()) return;
+    if (!first_stage()) {
+        // Unit 0's gradient is the last a backward finishes, on every stage that has it (a
+        // store reduces buckets and releases the held unit 0 on that promise).
+        if (last_stage()) {
+            store.grads_done(0);
+            store.release(0);
+            m_head = ConstActPtr{};
+        }
+        return;
+    }
 
     if (!last_stage()) {
         demb = store.grads(0);

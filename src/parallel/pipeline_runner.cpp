@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 
 #include "ztrain/core/error.hpp"
 
@@ -108,6 +109,8 @@ void PipelineRunner::settle(int chunk, int slot, PipelineStepTotals& totals) {
     std::vector<MPI_Request>& pending = m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
     if (pending.empty()) return;
     const auto t0 = Clock::now();
+    std::optional<Communicator::PendingGuard> pending_guard;
+    if (m_watch != nullptr) pending_guard.emplace(*m_watch, "pipeline send");
     ZT_MPI_CHECK(MPI_Waitall(static_cast<int>(pending.size()), pending.data(), MPI_STATUSES_IGNORE));
     totals.wait_s += seconds_since(t0);
     pending.clear();
@@ -169,6 +172,8 @@ void PipelineRunner::forward_pass(UnitStore& store, Transformer& model, const Pi
     const int bytes = as_count(boundary_bytes(model, B, T));
     if (vs > 0) {
         const auto t0 = Clock::now();
+        std::optional<Communicator::PendingGuard> pending_guard;
+        if (m_watch != nullptr) pending_guard.emplace(*m_watch, "pipeline receive (activations)");
         ZT_MPI_CHECK(MPI_Recv(model.stage_input().data, bytes, MPI_BYTE, (vs - 1) % P, tag(vs, false), m_comm,
                               MPI_STATUS_IGNORE));
         totals.wait_s += seconds_since(t0);
@@ -193,6 +198,8 @@ void PipelineRunner::backward_pass(UnitStore& store, Transformer& model, int chu
     const int bytes = as_count(boundary_bytes(model, B, T));
     if (vs < V - 1) {
         const auto t0 = Clock::now();
+        std::optional<Communicator::PendingGuard> pending_guard;
+        if (m_watch != nullptr) pending_guard.emplace(*m_watch, "pipeline receive (gradients)");
         ZT_MPI_CHECK(MPI_Recv(model.stage_output_grad().data, bytes, MPI_BYTE, (vs + 1) % P, tag(vs, true), m_comm,
                               MPI_STATUS_IGNORE));
         totals.wait_s += seconds_since(t0);

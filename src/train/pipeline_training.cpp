@@ -10,6 +10,7 @@
 #include "ztrain/core/error.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/optim/optimizer.hpp"
+#include "ztrain/train/collective_watchdog.hpp"
 #include "ztrain/train/train_setup.hpp"
 
 namespace zt {
@@ -61,6 +62,7 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
     const int v = cfg.parallel.chunks();
     m_runner = std::make_unique<PipelineRunner>(setup.groups->pipeline_comm(), schedule_kind(cfg.parallel.schedule),
                                                 PipelineShape{P, tc.grad_accum, v});
+    m_runner->watch_with(setup.pipeline_comm.get());
     std::vector<int> units;
     m_owned.resize(static_cast<size_t>(v));
     m_models.resize(static_cast<size_t>(v));
@@ -145,6 +147,7 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
                                     m_inputs[static_cast<size_t>(a)].data(), m_targets[static_cast<size_t>(a)].data());
     }
     auto batch = [&](int a) { return micro_batch(a); };
+    maybe_stall(m_setup.comm->rank(), step + 1);  // the watchdog's test hook
     const auto tp = Clock::now();
     const PipelineStepTotals totals = m_runner->run(*m_state, m_models, batch, B, T, dloss,
                                                     [&](int a, int) { m_state->begin_micro_step(a == 0, a == m - 1); });

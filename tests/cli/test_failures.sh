@@ -35,6 +35,22 @@ else
   echo "ok: hung rank -> watchdog aborted the job in ${took} s: $(grep -o 'rank 0: collective [^:]*' "$work/stall.log")"
 fi
 
+# 1b. A hung stage of a pipeline: its neighbour blocks in a point-to-point receive or send
+# outside any collective, which the runner marks as pending for the watchdog.
+start=$(date +%s)
+ZT_DEBUG_STALL=1:3:120 timeout 60 "${MPI[@]}" -x ZT_DEBUG_STALL -np 2 "$BIN/ztrain" "${common[@]}" \
+  --run.dir="$work/stall_pipe" --parallel.timeout_s=3 --parallel.pipeline=2 --train.grad_accum=2 \
+  > "$work/stall_pipe.log" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+  fail "stalled pipeline stage: exit $rc (expected a non-zero exit from the watchdog)"
+elif ! grep -qE "rank 0: collective pipeline (send|receive)[^:]* has waited [0-9]+ s in step 3" "$work/stall_pipe.log"; then
+  fail "stalled pipeline stage: no watchdog message naming the pipeline wait"; tail -5 "$work/stall_pipe.log"
+else
+  echo "ok: hung pipeline stage -> watchdog aborted the job in ${took} s"
+fi
+
 # 2. A rank killed with SIGKILL mid-run.
 for np in 2 4; do
   run="$work/kill$np"

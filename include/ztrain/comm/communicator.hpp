@@ -188,10 +188,10 @@ class Communicator {
         if (done_before_wait) ++m_stats.overlap.done_before_wait;
     }
 
-  private:
-    void record(CollectiveKind kind, uint64_t bytes);
-    void copy_elements(const void* in, void* out, size_t n, DType dt);
-    /// Marks this rank as blocked in `name` for the lifetime of the guard.
+  public:
+    /// Marks this rank as blocked in `name` for the lifetime of the guard (pending_collective,
+    /// which the watchdog polls): this communicator's own blocking calls, and waits on its
+    /// ranks made outside it (a pipeline's point-to-point receives, parallel/pipeline_runner).
     class PendingGuard {
       public:
         PendingGuard(Communicator& c, const char* name);
@@ -202,6 +202,10 @@ class Communicator {
       private:
         Communicator& m_comm;
     };
+
+  private:
+    void record(CollectiveKind kind, uint64_t bytes);
+    void copy_elements(const void* in, void* out, size_t n, DType dt);
     std::atomic<const char*> m_pending{nullptr};
     std::atomic<int64_t> m_pending_since_ns{0};
     int m_rank;

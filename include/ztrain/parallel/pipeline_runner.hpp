@@ -22,6 +22,7 @@
 #include <functional>
 #include <vector>
 
+#include "ztrain/comm/communicator.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/pipeline_schedule.hpp"
 
@@ -49,6 +50,10 @@ class PipelineRunner {
     /// and for zero-bubble, whose split backward the model does not have yet.
     PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape);
 
+    /// Marks the runner's blocking waits (receives, sends still in flight) as pending on
+    /// `watch` (a communicator over the same ranks), so the collective watchdog ends a job
+    /// whose neighbouring stage died or hangs. Null: unwatched.
+    void watch_with(Communicator* watch) { m_watch = watch; }
     int stage() const { return m_stage; }
     int stages() const { return m_shape.stages; }
     /// This stage's passes, in the order run() runs them.
@@ -96,6 +101,7 @@ class PipelineRunner {
     int tag(int virtual_stage, bool gradient) const { return 2 * virtual_stage + (gradient ? 1 : 0); }
 
     MPI_Comm m_comm;
+    Communicator* m_watch = nullptr;
     PipelineScheduleKind m_kind;
     PipelineShape m_shape;
     int m_stage = 0;
