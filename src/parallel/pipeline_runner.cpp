@@ -77,7 +77,7 @@ ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, Pip
 }
 
 PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape)
-    : m_comm(pipeline), m_kind(kind), m_shape(shape) {
+    : m_comm(pipeline), m_shape(shape) {
     ZT_REQUIRE(kind != PipelineScheduleKind::kZeroBubble,
                "parallel.schedule = zb: the model's backward is not yet split into its input- and weight-gradient "
                "passes");

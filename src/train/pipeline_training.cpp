@@ -11,6 +11,7 @@
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
+#include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/train_setup.hpp"
 
 namespace zt {
@@ -39,14 +40,12 @@ PipelineStages stage_split(const Config& cfg) {
     return pipeline_layers_as_given(cfg.model, P, v, counts);
 }
 
-/// Elements per DDP gradient bucket, as the memory plan chooses them: parallel.bucket_mb, or
-/// an eighth of the stage's gradient wire bytes between 1 and 25 MiB.
+/// Elements per DDP gradient bucket: parallel.bucket_mb, or the memory plan's choice
+/// (ddp_bucket_bytes) for the stage's gradients.
 size_t stage_bucket_numel(const Config& cfg, const ModelLayout& layout) {
     const double elem = static_cast<double>(dtype_size(cfg.precision.reduce()));
-    const double mib = 1024.0 * 1024.0;
-    const double bytes = cfg.parallel.bucket_mb > 0
-                             ? cfg.parallel.bucket_mb * mib
-                             : std::clamp(static_cast<double>(layout.total_numel) * elem / 8, mib, 25 * mib);
+    const double bytes = cfg.parallel.bucket_mb > 0 ? cfg.parallel.bucket_mb * 1048576.0
+                                                    : ddp_bucket_bytes(static_cast<double>(layout.total_numel) * elem);
     return std::max<size_t>(1, static_cast<size_t>(bytes / elem));
 }
 

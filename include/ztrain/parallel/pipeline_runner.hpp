@@ -102,7 +102,6 @@ class PipelineRunner {
 
     MPI_Comm m_comm;
     Communicator* m_watch = nullptr;
-    PipelineScheduleKind m_kind;
     PipelineShape m_shape;
     int m_stage = 0;
     std::vector<PipelinePass> m_passes;
