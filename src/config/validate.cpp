@@ -256,7 +256,8 @@ void check_pipeline(const Validator& v, const Config& cfg) {
     const int m = cfg.train.grad_accum;
     v.check(m >= p.pipeline, "train.grad_accum",
             str("at least parallel.pipeline = ", p.pipeline, " micro-batches per step (one in flight per stage)"));
-    const int V = p.pipeline * p.chunks();
+    // In 64 bits: a huge parallel.virtual_stages must be refused here, not wrap around.
+    const long long V = static_cast<long long>(p.pipeline) * p.chunks();
     if (p.schedule == PipelineSchedule::kInterleaved) {
         v.check(p.chunks() >= 2, "parallel.virtual_stages",
                 "0 (2) or at least 2 under parallel.schedule = interleaved");

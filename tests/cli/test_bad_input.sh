@@ -285,6 +285,8 @@ t pipe.virtual_stages   "${CL}parallel.virtual_stages = 2: expected 0 or 1 unles
   "${Z[@]}" --parallel.virtual_stages=2
 t pipe.interleaved_m    "${CL}train.grad_accum = 3: expected a multiple of parallel.pipeline = 2 under parallel.schedule = interleaved" \
   "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=3 --parallel.schedule=interleaved --model.n_layer=4
+t pipe.huge_chunks      "tiny.ini: model.n_layer = 2: expected at least one block per virtual stage: parallel.pipeline x virtual stages = 4000000000" \
+  "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2 --parallel.schedule=interleaved --parallel.virtual_stages=2000000000
 t pipe.one_rank         "parallel.pipeline = 2 x parallel.tensor = 1: must divide the number of ranks \(1\)" \
   "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2
 t range.async_spread    "${CL}checkpoint.async_spread = 1: expected a fraction in \[0, 1\) of the time between saves" \
