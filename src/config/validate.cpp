@@ -270,7 +270,7 @@ void check_pipeline(const Validator& v, const Config& cfg) {
     std::vector<int> counts;
     v.check(parse_pipeline_layers(p.pipeline_layers, counts), "parallel.pipeline_layers",
             "block counts >= 1 separated by commas, e.g. 3,4,4,3");
-    int sum = 0;
+    long long sum = 0;  // a few huge counts must not wrap to n_layer
     for (int c : counts) sum += c;
     v.check(static_cast<int>(counts.size()) == V && sum == cfg.model.n_layer, "parallel.pipeline_layers",
             str(V, " counts (one per virtual stage) summing to model.n_layer = ", cfg.model.n_layer));
