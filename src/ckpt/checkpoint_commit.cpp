@@ -9,6 +9,7 @@
 // leaves the others waiting, and every rank throws the same error.
 #include <fcntl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -146,11 +147,27 @@ void prune(const SaveTarget& t, int keep) {
     }
 }
 
+/// Every rank's `mine` (text of any length), in rank order, on every rank.
+std::vector<std::string> all_gather_text(Communicator& comm, const std::string& mine) {
+    const size_t n = static_cast<size_t>(comm.size());
+    std::vector<uint64_t> sizes(n);
+    const uint64_t my_size = mine.size();
+    comm.all_gather_bytes(&my_size, sizes.data(), sizeof my_size);
+    const size_t width = static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end()));
+    std::string padded = mine;
+    padded.resize(width);
+    std::string all(width * n, '\0');
+    if (width > 0) comm.all_gather_bytes(padded.data(), all.data(), width);
+    std::vector<std::string> out(n);
+    for (size_t r = 0; r < n; ++r) out[r] = all.substr(r * width, static_cast<size_t>(sizes[r]));
+    return out;
+}
+
 /// The save's phases on every rank: prepare step_N.partial (rank 0), write the shards, then
 /// on rank 0 meta.h5, the renames, `latest` and pruning. Each phase ends in an agreement.
 /// `pacer` (may be null) paces the shard's data pass.
 CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step, const ShardPlan& plan,
-                                         int shard_rank, bool writes, TensorSplit split, ShardSource& src,
+                                         int shard_rank, bool writes, const ShardFile& which, ShardSource& src,
                                          nlohmann::json meta, Communicator& comm, int keep, WritePacer* pacer) {
     silence_hdf5();
     const int rank = comm.rank();
@@ -163,16 +180,23 @@ CheckpointWriteReport publish_checkpoint(const std::string& ckpt_dir, long step,
     const double prepare_s = seconds_since(t0);
     ShardRecord mine;
     agree_on_manifest(comm,
-                      [&] { mine = write_shard(target, plan, src, shard_rank, writes, split, report, pacer); });
+                      [&] { mine = write_shard(target, plan, src, shard_rank, writes, which, report, pacer); });
     if (pacer) pacer->end();
     t0 = std::chrono::steady_clock::now();
-    std::vector<ShardRecord> records(static_cast<size_t>(comm.size()));
-    comm.all_gather_bytes(&mine, records.data(), sizeof(ShardRecord));
-    for (const ShardRecord& r : records) report.bytes += r.bytes;
+    // Each writer describes its own file: the stages of a pipeline hold different units.
+    const std::vector<std::string> entries =
+        all_gather_text(comm, mine.written ? shard_entry(plan, mine, which).dump() : std::string());
+    std::vector<uint64_t> shard_bytes(static_cast<size_t>(comm.size()));
+    comm.all_gather_bytes(&mine.bytes, shard_bytes.data(), sizeof(uint64_t));
+    for (const uint64_t b : shard_bytes) report.bytes += b;
     uint64_t meta_bytes = 0;
     agree_on_manifest(comm, [&] {
         if (rank != 0) return;
-        meta["shards"] = shard_manifest(plan, records, split.size);
+        std::vector<nlohmann::json> written;
+        for (const std::string& e : entries) {
+            if (!e.empty()) written.push_back(nlohmann::json::parse(e));
+        }
+        meta["shards"] = shard_manifest(std::move(written));
         write_meta(target.partial, meta);
         meta_bytes = static_cast<uint64_t>(fs::file_size(fs::path(target.partial) / kMetaFile));
         const std::string replaced = move_into_place(target);
@@ -195,7 +219,7 @@ CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, ModelState& 
     LiveStateSource src(state);
     const ShardPlan& plan = state.shard_plan();
     return publish_checkpoint(ckpt_dir, record.progress.step, plan, state.shard_rank(), state.replica() == 0,
-                              state.layout().split, src, make_meta_base(layout_meta(state.layout()), state, record),
+                              ShardFile{state.layout().split, state.layout().stage}, src, make_meta_base(layout_meta(state.layout()), state, record),
                               comm, keep, nullptr);  // a synchronous save is never paced
 }
 
@@ -204,7 +228,8 @@ CheckpointWriteReport write_checkpoint(const std::string& ckpt_dir, const Checkp
     ZT_REQUIRE(snapshot.step() >= 0, "write_checkpoint: the snapshot was never captured");
     SnapshotSource src(snapshot);
     return publish_checkpoint(ckpt_dir, snapshot.step(), snapshot.plan(), snapshot.rank(), snapshot.writes(),
-                              snapshot.split(), src, snapshot.meta_base(), comm, keep, pacer);
+                              ShardFile{snapshot.split(), snapshot.stage()}, src, snapshot.meta_base(), comm, keep,
+                              pacer);
 }
 
 std::string save_checkpoint(const std::string& ckpt_dir, ModelState& state, Communicator& comm,

@@ -26,13 +26,13 @@ inline std::string checksum_line(uint64_t meta_hash) {
 
 /// Shard `rank` of a group of `world`; under tensor parallelism (tensor > 1) the file of
 /// one tensor rank's slices.
-inline std::string shard_file_name(int rank, int world, int tensor_rank = 0, int tensor = 1) {
-    char buf[96];
-    if (tensor > 1) {
-        std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d_tensor_%03d_of_%03d.h5", rank, world, tensor_rank, tensor);
-    } else {
-        std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d.h5", rank, world);
-    }
+inline std::string shard_file_name(int rank, int world, int tensor_rank = 0, int tensor = 1, int stage = 0,
+                                   int stages = 1) {
+    char buf[128];
+    int n = std::snprintf(buf, sizeof buf, "shard_%05d_of_%05d", rank, world);
+    if (tensor > 1) n += std::snprintf(buf + n, sizeof buf - n, "_tensor_%03d_of_%03d", tensor_rank, tensor);
+    if (stages > 1) n += std::snprintf(buf + n, sizeof buf - n, "_stage_%03d_of_%03d", stage, stages);
+    std::snprintf(buf + n, sizeof buf - n, ".h5");
     return buf;
 }
 

@@ -49,6 +49,12 @@ constexpr size_t kWritesInFlight = 2;
 /// indexes this and state_buffer.
 constexpr std::array<const char*, 3> kStateDatasets = {"master", "adam_m", "adam_v"};
 
+/// The part of `unit` that `rank` saves: its primary range, none of a unit that another
+/// pipeline stage saves (`stage.mirrored`).
+inline ElementRange saved_range(const ShardPlan& plan, const PipelineStage& stage, int unit, int rank) {
+    return stage.mirrors(unit) ? ElementRange{} : plan.primary_range(unit, rank);
+}
+
 /// Buffer `which` of `unit` in the state: base[e] is element e (may be device memory).
 inline float* state_buffer(ModelState& state, int unit, int which) {
     return which == 0 ? state.master_base(unit) : which == 1 ? state.adam_m_base(unit) : state.adam_v_base(unit);
@@ -122,7 +128,8 @@ class SnapshotSource final : public ShardSource {
     /// 16 MiB writes: large enough for the disk, small enough to interleave with hashing.
     size_t piece_floats() const override { return 4 * kStageFloats; }
     const float* read(int unit, int which, size_t begin, size_t) override {
-        return m_snapshot.data(unit, which) + (begin - m_snapshot.plan().primary_range(unit, m_snapshot.rank()).begin);
+        return m_snapshot.data(unit, which) +
+               (begin - saved_range(m_snapshot.plan(), m_snapshot.stage(), unit, m_snapshot.rank()).begin);
     }
 
   private:
@@ -147,14 +154,19 @@ struct ShardRecord {
     uint64_t fnv = 0;
     uint64_t written = 0;     // 1 if this rank wrote a file
     uint64_t shard_rank = 0;  // whose shard it is (the file's index)
-    uint64_t tensor_rank = 0; // the tensor rank whose slices it holds
 };
 
-/// This rank's shard file: master, adam_m and adam_v of every range it is the primary owner
-/// of, read from `src`. Times its phases into `report`.
-/// `split`: the tensor slices the state holds (their file of the group).
+/// Which file of a checkpoint a state's shard goes to: the tensor slices it holds and its
+/// pipeline stage (their files of the group), besides its shard rank.
+struct ShardFile {
+    TensorSplit split;
+    PipelineStage stage;
+};
+
+/// This rank's shard file: master, adam_m and adam_v of every range it saves (saved_range),
+/// read from `src`. Times its phases into `report`.
 ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource& src, int rank, bool writes,
-                        TensorSplit split, CheckpointWriteReport& report, WritePacer* pacer);
+                        const ShardFile& which, CheckpointWriteReport& report, WritePacer* pacer);
 
 // ---------------------------------------------------------------------------------------
 // The manifest (checkpoint_manifest.cpp)
@@ -163,8 +175,8 @@ ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource&
 /// meta_json's tensor list: name, unit, offset and shape of every parameter.
 nlohmann::json layout_json(const ModelLayout& layout);
 
-/// The manifest fields that describe the model: fixed for a run. A split layout's are the
-/// unsplit model's, with `tensor`: T.
+/// The manifest fields that describe the model: fixed for a run. A split layout's and a
+/// stage's are the whole unsplit model's, with `tensor`: T and `pipeline`: P.
 nlohmann::json layout_meta(const ModelLayout& layout);
 
 /// meta_json (fields: checkpoint.hpp) without its shard list.
@@ -173,9 +185,13 @@ nlohmann::json layout_meta(const ModelLayout& layout);
 nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelState& state,
                               const CheckpointRecord& record);
 
-/// The manifest's shard list: every written file with its size, hash and ranges (of the
-/// tensor slices' layout, with its tensor rank, when `tensor` > 1).
-nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardRecord>& records, int tensor);
+/// The manifest's entry for the shard file `rec` (written by the rank that wrote it): its
+/// name, size, hash and ranges (of the tensor slices' layout), with its tensor rank when
+/// split and its stage under pipeline parallelism.
+nlohmann::json shard_entry(const ShardPlan& plan, const ShardRecord& rec, const ShardFile& which);
+/// The manifest's shard list: the entries of every written file, in stage, tensor rank and
+/// shard rank order.
+nlohmann::json shard_manifest(std::vector<nlohmann::json> entries);
 
 /// meta.h5 (meta_json chunked with Fletcher32) and CHECKSUM, both fsynced with their directory.
 void write_meta(const std::string& dir, const nlohmann::json& meta);

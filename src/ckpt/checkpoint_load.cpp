@@ -18,10 +18,10 @@ using namespace ckpt_impl;
 namespace {
 
 /// The checkpoint's model must be this one: same units, same tensors at the same places (in
-/// the unsplit layout: a checkpoint of any tensor split loads at any other).
+/// the whole unsplit layout: a checkpoint of any tensor split and pipeline loads at any other).
 void require_same_model(const CheckpointReader& reader, const ModelLayout& state_layout) {
-    const ModelLayout layout =
-        state_layout.split.size > 1 ? make_model_layout(state_layout.model) : state_layout;
+    const bool part = state_layout.split.size > 1 || state_layout.stage.size > 1;
+    const ModelLayout layout = part ? make_model_layout(state_layout.model) : state_layout;
     const nlohmann::json& meta = reader.meta();
     const std::string meta_file = reader.meta_file();
     const auto units = meta.at("units").get<std::vector<size_t>>();
@@ -63,22 +63,25 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     record.world_size = meta.value("world_size", 0);
     record.shard_group = meta.value("shard_group", record.world_size);
     record.tensor = meta.value("tensor", 1);
+    record.pipeline = meta.value("pipeline", 1);
     record.zero_stage = meta.value("zero_stage", -1);
     record.inputs = meta.value("inputs", nlohmann::json());
     return record;
 }
 
 /// Reads master, adam_m and adam_v of every range this rank owns, kStageFloats at a time
-/// through host memory (the state's buffers may be device memory).
+/// through host memory (the state's buffers may be device memory). A pipeline stage owns its
+/// units only; the reader maps its tensor slices through the layout of every stage's.
 void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
     const ShardPlan& plan = state.shard_plan();
+    const ModelLayout layout = all_stages(state.layout());
     std::vector<float> stage(kStageFloats);
     for (int u = 0; u < plan.num_units(); ++u) {
         const ElementRange r = plan.owned_range(u, rank);
         for (int which = 0; which < 3; ++which) {
             for (size_t at = r.begin; at < r.end; at += kStageFloats) {
                 const size_t end = std::min(r.end, at + kStageFloats);
-                reader.read(state.layout(), u, at, end, kStateDatasets[static_cast<size_t>(which)], stage.data());
+                reader.read(layout, u, at, end, kStateDatasets[static_cast<size_t>(which)], stage.data());
                 state.copy_from_host(state_buffer(state, u, which) + at, stage.data(), end - at);
             }
         }

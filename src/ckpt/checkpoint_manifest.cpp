@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "checkpoint_format.hpp"
 #include "checkpoint_internal.hpp"
@@ -47,44 +48,50 @@ nlohmann::json layout_json(const ModelLayout& layout) {
     return tensors;
 }
 
-nlohmann::json shard_manifest(const ShardPlan& plan, const std::vector<ShardRecord>& records, int tensor) {
-    // Records come in world-rank order, files in tensor-rank then shard-rank order (the same
-    // order unless the groups are the nodes and ranks are placed round-robin). Every tensor
-    // rank's slices have the same layout sizes, so one plan gives every file's ranges.
-    std::vector<ShardRecord> written;
-    for (const ShardRecord& rec : records) {
-        if (rec.written) written.push_back(rec);
+nlohmann::json shard_entry(const ShardPlan& plan, const ShardRecord& rec, const ShardFile& which) {
+    const int r = static_cast<int>(rec.shard_rank);
+    nlohmann::json units = nlohmann::json::array();
+    for (int u = 0; u < plan.num_units(); ++u) {
+        const ElementRange range = saved_range(plan, which.stage, u, r);
+        if (!range.empty()) units.push_back({{"unit", u}, {"begin", range.begin}, {"end", range.end}});
     }
-    std::sort(written.begin(), written.end(), [](const ShardRecord& a, const ShardRecord& b) {
-        return a.tensor_rank != b.tensor_rank ? a.tensor_rank < b.tensor_rank : a.shard_rank < b.shard_rank;
-    });
-    nlohmann::json shard_list = nlohmann::json::array();
-    for (const ShardRecord& rec : written) {
-        const int r = static_cast<int>(rec.shard_rank);
-        nlohmann::json units = nlohmann::json::array();
-        for (int u = 0; u < plan.num_units(); ++u) {
-            const ElementRange range = plan.primary_range(u, r);
-            if (!range.empty()) units.push_back({{"unit", u}, {"begin", range.begin}, {"end", range.end}});
-        }
-        const int t = static_cast<int>(rec.tensor_rank);
-        nlohmann::json entry = {{"file", shard_file_name(r, plan.world_size(), t, tensor)}, {"rank", r},
-                                {"bytes", rec.bytes}, {"hash64", rec.fnv}, {"units", units}};
-        if (tensor > 1) entry["tensor_rank"] = t;
-        shard_list.push_back(std::move(entry));
-    }
-    return shard_list;
+    const TensorSplit& t = which.split;
+    const PipelineStage& s = which.stage;
+    nlohmann::json entry = {{"file", shard_file_name(r, plan.world_size(), t.rank, t.size, s.rank, s.size)},
+                            {"rank", r},
+                            {"bytes", rec.bytes},
+                            {"hash64", rec.fnv},
+                            {"units", units}};
+    if (t.size > 1) entry["tensor_rank"] = t.rank;
+    if (s.size > 1) entry["stage"] = s.rank;
+    return entry;
+}
+
+nlohmann::json shard_manifest(std::vector<nlohmann::json> entries) {
+    // Entries come in world-rank order; files are listed by stage, tensor rank, shard rank
+    // (the same order unless the groups are the nodes and ranks are placed round-robin).
+    const auto key = [](const nlohmann::json& e) {
+        return std::make_tuple(e.value("stage", 0), e.value("tensor_rank", 0), e.at("rank").get<int>());
+    };
+    std::sort(entries.begin(), entries.end(),
+              [&](const nlohmann::json& a, const nlohmann::json& b) { return key(a) < key(b); });
+    return nlohmann::json(std::move(entries));
 }
 
 nlohmann::json layout_meta(const ModelLayout& layout) {
     nlohmann::json meta;
     meta["model"] = model_record(layout.model);
-    // Tensor-parallel checkpoints describe the unsplit model: every tool reads them in its
-    // layout (CheckpointReader maps the slices), and they load at any T.
+    // Tensor-parallel and pipeline checkpoints describe the whole unsplit model: every tool
+    // reads them in its layout (CheckpointReader maps the slices; each unit is in one stage's
+    // files), and they load at any T and P.
     const int tensor = layout.split.size;
-    const ModelLayout whole = tensor > 1 ? make_model_layout(layout.model) : ModelLayout{};
-    meta["units"] = tensor > 1 ? whole.unit_numel : layout.unit_numel;
-    meta["tensors"] = layout_json(tensor > 1 ? whole : layout);
+    const int stages = layout.stage.size;
+    const bool part = tensor > 1 || stages > 1;
+    const ModelLayout whole = part ? make_model_layout(layout.model) : ModelLayout{};
+    meta["units"] = part ? whole.unit_numel : layout.unit_numel;
+    meta["tensors"] = layout_json(part ? whole : layout);
     if (tensor > 1) meta["tensor"] = tensor;
+    if (stages > 1) meta["pipeline"] = stages;
     return meta;
 }
 
@@ -99,7 +106,7 @@ nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelSt
     meta["applied_steps"] = progress.applied_steps;
     meta["samples_seen"] = progress.samples_seen;
     meta["tokens_seen"] = progress.tokens_seen;
-    meta["world_size"] = group * state.replicas() * state.layout().split.size;
+    meta["world_size"] = group * state.replicas() * state.layout().split.size * state.layout().stage.size;
     meta["shard_group"] = group;
     meta["zero_stage"] = state.zero_stage();
     meta["dtype"] = record.dtype;

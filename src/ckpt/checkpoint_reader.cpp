@@ -204,6 +204,8 @@ CheckpointReader::CheckpointReader(const std::string& step_dir)
     try {
         m_tensor = m_meta.value("tensor", 1);
         if (m_tensor < 1 || m_tensor > (1 << 16)) throw InputError(str(meta_file(), ": tensor ", m_tensor));
+        const int stages = m_meta.value("pipeline", 1);
+        if (stages < 1 || stages > (1 << 16)) throw InputError(str(meta_file(), ": pipeline ", stages));
         m_parts.resize(static_cast<size_t>(m_tensor));
         const size_t num_units = m_meta.at("units").size();
         for (const auto& shard : m_meta.at("shards")) {

@@ -32,11 +32,12 @@ CheckpointSnapshot::CheckpointSnapshot(const ModelState& state)
       m_rank(state.shard_rank()),
       m_writes(state.replica() == 0),
       m_split(state.layout().split),
+      m_stage(state.layout().stage),
       m_state(state) {
     m_unit_offset.resize(static_cast<size_t>(m_plan->num_units()));
     for (int u = 0; u < m_plan->num_units(); ++u) {
         m_unit_offset[static_cast<size_t>(u)] = m_floats;
-        if (m_writes) m_floats += 3 * page_floats(m_plan->primary_range(u, m_rank).size());
+        if (m_writes) m_floats += 3 * page_floats(saved_range(*m_plan, m_stage, u, m_rank).size());
     }
     const size_t bytes = std::max<size_t>(m_floats, 1) * sizeof(float);
     // Page-aligned (the shard writer's direct I/O writes from it) and, for a GPU state,
@@ -50,13 +51,13 @@ CheckpointSnapshot::CheckpointSnapshot(const ModelState& state)
 CheckpointSnapshot::~CheckpointSnapshot() { m_state.free_host(m_host); }
 
 const float* CheckpointSnapshot::data(int unit, int which) const {
-    const size_t n = page_floats(m_plan->primary_range(unit, m_rank).size());
+    const size_t n = page_floats(saved_range(*m_plan, m_stage, unit, m_rank).size());
     return m_host + m_unit_offset[static_cast<size_t>(unit)] + static_cast<size_t>(which) * n;
 }
 
 void CheckpointSnapshot::capture(ModelState& state, const CheckpointRecord& record) {
     for (int u = 0; m_writes && u < m_plan->num_units(); ++u) {
-        const ElementRange r = m_plan->primary_range(u, m_rank);
+        const ElementRange r = saved_range(*m_plan, m_stage, u, m_rank);
         if (r.empty()) continue;
         for (int which = 0; which < 3; ++which) {
             state.snapshot_to_host(const_cast<float*>(data(u, which)), state_buffer(state, u, which) + r.begin,

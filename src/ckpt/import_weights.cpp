@@ -376,10 +376,14 @@ void zero_owned_master(ModelState& state) {
 
 }  // namespace
 
-void import_weights(const std::string& path, const ModelLayout& layout, const ModelConfig& cfg, ModelState& state,
-                    Communicator* comm) {
+void import_weights(const std::string& path, const ModelLayout& state_layout, const ModelConfig& cfg,
+                    ModelState& state, Communicator* comm) {
     const auto body = [&] {
-        ZT_REQUIRE(layout.unit_numel == state.layout().unit_numel, "import_weights: layout differs from the state's");
+        ZT_REQUIRE(state_layout.unit_numel == state.layout().unit_numel,
+                   "import_weights: layout differs from the state's");
+        // The files hold every tensor: a pipeline stage expects them all and takes its own
+        // units' (it owns no elements of the others).
+        const ModelLayout layout = all_stages(state_layout);
         const bool hf_dir = fs::is_directory(path);
         const WeightsFormat fmt = hf_dir ? WeightsFormat::kSafetensors : weights_format_of(path, "model.init_from");
         ZT_INPUT_CHECK(hf_dir || fs::is_regular_file(path), "model.init_from: '", path,

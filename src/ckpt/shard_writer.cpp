@@ -296,8 +296,8 @@ uint64_t write_regions(const std::string& file, std::vector<DataRegion> regions,
 /// this rank's primary range (attributes begin, end) and its three datasets, writes the
 /// small datasets and closes the file. Returns the large datasets, allocated but unwritten
 /// (write_regions writes them).
-std::vector<DataRegion> write_shard_structure(const std::string& file, const ShardPlan& plan, ShardSource& src,
-                                              int rank) {
+std::vector<DataRegion> write_shard_structure(const std::string& file, const ShardPlan& plan,
+                                              const PipelineStage& stage, ShardSource& src, int rank) {
     std::vector<DataRegion> regions;
     // Large datasets start on 4 KiB boundaries, so their bytes can go to the disk by
     // direct I/O once HDF5 has written the structure and closed the file.
@@ -307,7 +307,7 @@ std::vector<DataRegion> write_shard_structure(const std::string& file, const Sha
     H5Handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     h5_require(f.ok(), false, file, "cannot create (permissions? disk full?)");
     for (int u = 0; u < plan.num_units(); ++u) {
-        const ElementRange r = plan.primary_range(u, rank);
+        const ElementRange r = saved_range(plan, stage, u, rank);
         if (r.empty()) continue;
         H5Handle gcpl(untimed_create_plist(H5P_GROUP_CREATE), H5Pclose);
         H5Handle g(H5Gcreate2(f.get(), unit_group_name(u).c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
@@ -330,20 +330,24 @@ std::vector<DataRegion> write_shard_structure(const std::string& file, const Sha
 namespace ckpt_impl {
 
 ShardRecord write_shard(const SaveTarget& t, const ShardPlan& plan, ShardSource& src, int rank, bool writes,
-                        TensorSplit split, CheckpointWriteReport& report, WritePacer* pacer) {
+                        const ShardFile& which, CheckpointWriteReport& report, WritePacer* pacer) {
     const int world = plan.world_size();
     if (!writes || !plan.is_primary(rank)) return ShardRecord{};
+    const TensorSplit& split = which.split;
     const std::string file =
-        (fs::path(t.partial) / shard_file_name(rank, world, split.rank, split.size)).string();
+        (fs::path(t.partial) /
+         shard_file_name(rank, world, split.rank, split.size, which.stage.rank, which.stage.size))
+            .string();
     uint64_t payload = 0;
-    for (int u = 0; u < plan.num_units(); ++u) payload += 3 * sizeof(float) * plan.primary_range(u, rank).size();
+    for (int u = 0; u < plan.num_units(); ++u) {
+        payload += 3 * sizeof(float) * saved_range(plan, which.stage, u, rank).size();
+    }
     require_free_space(t.partial, payload, file);
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<DataRegion> regions = write_shard_structure(file, plan, src, rank);
+    std::vector<DataRegion> regions = write_shard_structure(file, plan, which.stage, src, rank);
     ShardRecord mine;
     mine.written = 1;
     mine.shard_rank = static_cast<uint64_t>(rank);
-    mine.tensor_rank = static_cast<uint64_t>(split.rank);
     mine.fnv = write_regions(file, std::move(regions), src, &report.direct_io, pacer);
     report.shard_write_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();

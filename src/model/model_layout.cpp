@@ -113,7 +113,15 @@ ModelLayout make_model_layout(const ModelConfig& cfg, TensorSplit split) {
     return family_traits(cfg).layout(cfg, split);
 }
 
-ModelLayout stage_layout(const ModelLayout& whole, const std::vector<int>& held) {
+bool PipelineStage::mirrors(int unit) const {
+    return std::find(mirrored.begin(), mirrored.end(), unit) != mirrored.end();
+}
+
+ModelLayout all_stages(const ModelLayout& part) {
+    return part.stage.size > 1 ? make_model_layout(part.model, part.split) : part;
+}
+
+ModelLayout stage_layout(const ModelLayout& whole, const std::vector<int>& held, PipelineStage stage) {
     std::vector<bool> keep(whole.unit_numel.size(), false);
     for (int u : held) {
         ZT_REQUIRE(u >= 0 && u < whole.num_units(), "stage_layout: unit ", u, " of ", whole.num_units());
@@ -129,6 +137,11 @@ ModelLayout stage_layout(const ModelLayout& whole, const std::vector<int>& held)
         if (!keep[u]) out.unit_numel[u] = 0;
         out.total_numel += out.unit_numel[u];
     }
+    for (int u : stage.mirrored) {
+        ZT_REQUIRE(u >= 0 && u < whole.num_units() && keep[static_cast<size_t>(u)], "stage_layout: mirrors unit ", u,
+                   ", which it does not hold");
+    }
+    out.stage = std::move(stage);
     return out;
 }
 

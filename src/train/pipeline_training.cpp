@@ -77,7 +77,10 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
     }
     std::sort(units.begin(), units.end());
     units.erase(std::unique(units.begin(), units.end()), units.end());
-    m_layout = stage_layout(m_owned[0][0]->layout(), units);
+    // Unit 0 (the embedding, tied to the head) lives on the first and the last stage; the
+    // first counts and saves it.
+    m_layout = stage_layout(m_owned[0][0]->layout(), units,
+                            PipelineStage{P, s, s == P - 1 ? std::vector<int>{0} : std::vector<int>{}});
     const int overlap = cfg.parallel.overlap_depth > 0 ? cfg.parallel.overlap_depth : 1;
     m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
                                            stage_bucket_numel(cfg, m_layout), tc.seed, cfg.precision.dtype,
@@ -113,10 +116,8 @@ size_t PipelineTraining::activation_bytes() const {
 }
 
 double PipelineTraining::agreed_sum_squares() {
-    const RankLayout& L = m_setup.groups->layout();
     // Unit 0 is the same on the first and the last stage after the sum: counted on the first.
-    const bool last = L.pipeline_rank == L.pipeline - 1;
-    const double own = m_state->grad_sum_squares_if_finite(last ? std::vector<int>{0} : std::vector<int>{});
+    const double own = m_state->grad_sum_squares_if_finite(m_layout.stage.mirrored);
     double bad = std::isnan(own) ? 1.0 : 0.0;
     double sum = std::isnan(own) ? 0.0 : own;
     m_setup.pipeline_comm->all_reduce_scalars(&bad, 1, ReduceOp::kMax);

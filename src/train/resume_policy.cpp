@@ -77,10 +77,10 @@ long ResumePolicy::checkpoint_step() const {
     }
 }
 
-void ResumePolicy::initial_weights(const Transformer& model, ModelState& state, Communicator& comm) const {
+void ResumePolicy::initial_weights(ModelState& state, Communicator& comm) const {
     const std::string& init_from = m_cfg.model.init_from;
     if (!init_from.empty() && !resuming()) {
-        import_weights(init_from, model.layout(), m_cfg.model, state, &comm);
+        import_weights(init_from, state.layout(), m_cfg.model, state, &comm);
         if (m_root) std::printf("ztrain: initialized weights from %s\n", init_from.c_str());
     } else if (!init_from.empty() && m_root) {
         std::printf("ztrain: model.init_from ignored: resuming from a checkpoint of this run\n");
@@ -131,19 +131,22 @@ void ResumePolicy::report(const CheckpointRecord& resumed, int world_size, int s
     const auto groups = [](int world, int group) {
         return group > 0 && group != world ? str(" in shard groups of ", group) : std::string();
     };
-    const auto tensor = [](int t) { return t > 1 ? str(", tensor ", t) : std::string(); };
-    const std::string was = str("world size ", resumed.world_size, tensor(resumed.tensor),
-                                groups(resumed.world_size / resumed.tensor, resumed.shard_group), ", ZeRO stage ",
-                                resumed.zero_stage, ", ", resumed.dtype);
-    const std::string now = str("world size ", world_size, tensor(m_cfg.parallel.tensor),
-                                groups(world_size / m_cfg.parallel.tensor, shard_group), ", ZeRO stage ",
-                                m_cfg.parallel.zero_stage, ", ", dtype_name(m_cfg.precision.dtype));
+    const auto mesh = [](int t, int p) {
+        return str(t > 1 ? str(", tensor ", t) : std::string(), p > 1 ? str(", pipeline ", p) : std::string());
+    };
+    const int parts = m_cfg.parallel.tensor * m_cfg.parallel.pipeline;  // ranks per data-parallel rank
+    const std::string was = str("world size ", resumed.world_size, mesh(resumed.tensor, resumed.pipeline),
+                                groups(resumed.world_size / (resumed.tensor * resumed.pipeline), resumed.shard_group),
+                                ", ZeRO stage ", resumed.zero_stage, ", ", resumed.dtype);
+    const std::string now = str("world size ", world_size, mesh(m_cfg.parallel.tensor, m_cfg.parallel.pipeline),
+                                groups(world_size / parts, shard_group), ", ZeRO stage ", m_cfg.parallel.zero_stage,
+                                ", ", dtype_name(m_cfg.precision.dtype));
     if (resumed.world_size > 0 && resumed.zero_stage >= 0 && !resumed.dtype.empty() && was != now) {
         std::printf("ztrain: note: the checkpoint was written at %s; this run is %s (its state is resharded, "
                     "and the data continues from sample %llu)\n",
                     was.c_str(), now.c_str(), static_cast<unsigned long long>(progress.samples_seen));
     }
-    batch_note(resumed, world_size / m_cfg.parallel.tensor);
+    batch_note(resumed, world_size / parts);
     schedule_note(resumed);
     if (progress.step >= m_cfg.train.max_steps) {
         std::printf("ztrain: the checkpoint already reaches train.max_steps = %d: nothing to train "
@@ -163,7 +166,7 @@ void ResumePolicy::batch_note(const CheckpointRecord& resumed, int world_size) c
     }
     if (resumed.world_size <= 0) return;
     const TrainConfig& now = m_cfg.train;
-    const int old_ranks = resumed.world_size / std::max(1, resumed.tensor);  // data-parallel ranks
+    const int old_ranks = resumed.world_size / std::max(1, resumed.tensor * resumed.pipeline);  // data-parallel
     const long before = static_cast<long>(old.micro_batch) * old.grad_accum * old_ranks;
     const long after = static_cast<long>(now.micro_batch) * now.grad_accum * world_size;
     if (before == after) return;

@@ -283,7 +283,7 @@ double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver
 
 /// What a pipeline run does not do yet, refused before anything is written (every rank reads
 /// the same deck and the same run directory, so every rank refuses alike).
-void refuse_for_pipeline(const Config& cfg, const TrainSetup& setup, const ResumePolicy& resume) {
+void refuse_for_pipeline(const Config& cfg, const TrainSetup& setup) {
     const std::string p = str("parallel.pipeline = ", cfg.parallel.pipeline, ": ");
     ZT_INPUT_CHECK(setup.backend_kind == BackendChoice::kCpu, p, "backend = cuda has no pipeline yet (the stages' "
                    "messages are host memory); use backend = cpu or parallel.pipeline = 1");
@@ -291,70 +291,89 @@ void refuse_for_pipeline(const Config& cfg, const TrainSetup& setup, const Resum
                    "use pretraining token shards or parallel.pipeline = 1");
     ZT_INPUT_CHECK(cfg.eval.tasks.empty(), p, "eval.tasks are not scored with a pipeline yet; leave eval.tasks "
                    "empty or use parallel.pipeline = 1");
-    ZT_INPUT_CHECK(cfg.model.init_from.empty(), p, "model.init_from is not read into a pipeline yet; leave it "
-                   "empty or use parallel.pipeline = 1");
-    ZT_INPUT_CHECK(cfg.checkpoint.every == 0, p, "pipeline runs write no checkpoints yet; set checkpoint.every = "
-                   "0 or use parallel.pipeline = 1");
-    ZT_INPUT_CHECK(!resume.resuming(), p, "pipeline runs do not resume from checkpoints yet (", resume.dir(),
-                   " holds one); use --checkpoint.resume=never with a new run.dir, or parallel.pipeline = 1");
+}
+
+/// Where a run starts: model.init_from, or a checkpoint (with its loss scale and the notes on
+/// what changed since), and the inputs' fingerprint (`inputs`, for the saver) checked against
+/// the checkpoint's. Once the inputs are accepted the run directory is prepared. Returns the
+/// progress to continue from. Collective.
+TrainProgress start_point(const Config& cfg, TrainSetup& setup, ResumePolicy& resume, ModelState& state,
+                          LossScalePolicy& loss_scale, nlohmann::json& inputs) {
+    Communicator& comm = *setup.comm;
+    resume.initial_weights(state, comm);
+    const CheckpointRecord resumed = resume.load(state, comm);
+    if (resume.resuming()) restore_loss_scale(resumed, loss_scale, comm.rank() == 0);
+    resume.report(resumed, comm.size(), setup.shard_comm->size());
+    inputs = check_inputs(cfg, setup, resumed, resume.resuming(), comm);
+    prepare_run_dir(cfg, resume.resuming(), resumed.progress.step, comm);
+    return resumed.progress;
 }
 
 /// The run with pipeline parallelism (pipeline_training.hpp): the step loop of train() with
-/// its validation loss; no checkpoint, sample or memory plan yet.
+/// its validation loss and checkpoints (each stage saves its units, in the whole model's
+/// layout); no sample or memory plan yet.
 TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOptions& options,
-                            const ResumePolicy& resume, const StopSignals& signals) {
-    refuse_for_pipeline(cfg, setup, resume);
+                            ResumePolicy& resume, const StopSignals& signals) {
+    refuse_for_pipeline(cfg, setup);
     Communicator& comm = *setup.comm;
     const TrainConfig& tc = cfg.train;
     const bool root = comm.rank() == 0;
     const DType work = cfg.precision.dtype;
     LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
     PipelineTraining pipe(cfg, setup, loss_scale);
-    prepare_run_dir(cfg, false, 0, comm);
-    StepReporter reporter(cfg.run.dir, false, root, tc, comm, *setup.shard_comm, *setup.replica_comm, pipe.model(),
-                          setup.op_profile);
-    if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), 0);
+    // Weights and checkpoints of any pipeline, split and world size: each stage reads its own units.
+    nlohmann::json inputs;
+    TrainProgress progress = start_point(cfg, setup, resume, pipe.state(), loss_scale, inputs);
+    StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
+                          pipe.model(), setup.op_profile);
+    if (cfg.run.tensorboard) {
+        reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), progress.step);
+    }
     reporter.set_rank_layout(setup.groups->layout());
     reporter.set_tensor_comms(setup.tensor_comm.get(), setup.data_comm.get());
-    reporter.start(cfg, pipe.state().bytes(), 0, setup.backend->threads(), setup.describe_data(), work,
-                   cfg.precision.reduce(), loss_scale);
+    CheckpointSaver saver(cfg, resume.ckpt_dir(), pipe.state(), comm, reporter, options.comm);
+    saver.set_inputs(std::move(inputs));
+    reporter.start(cfg, pipe.state().bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
+                   work, cfg.precision.reduce(), loss_scale);
     if (root) {
         std::string layers;
         for (int k = 0; k < pipe.split().count(); ++k) layers += str(k ? "," : "", pipe.split().layers(k));
-        std::printf("ztrain: pipeline: %d stages, schedule %s, blocks per virtual stage %s; this run writes no "
-                    "checkpoint and no sample (not built for pipelines yet)\n",
+        std::printf("ztrain: pipeline: %d stages, schedule %s, blocks per virtual stage %s; this run prints no "
+                    "sample (not built for pipelines yet)\n",
                     cfg.parallel.pipeline, setting_text(cfg.parallel.schedule), layers.c_str());
     }
     const long step_tokens =
         static_cast<long>(tc.micro_batch) * tc.grad_accum * setup.data().size() * cfg.model.seq_len;
     TrainSummary summary;
-    TrainProgress progress;
-    std::atomic<long> current_step{0};
+    std::atomic<long> current_step{progress.step};
     const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step, peer_hosts(comm));
-    reporter.begin_training(0);
+    reporter.begin_training(progress.step);
     auto evaluate = [&](long step) {
         if (!setup.val_sampler) return;
         const double val = pipe.val_loss(*setup.val_sampler);
         reporter.val_loss(step, val);
         summary.val_losses.push_back(val);
     };
-    if (tc.eval_every > 0 && tc.max_steps > 0) evaluate(0);
-    for (long step = 0; step < tc.max_steps; ++step) {
+    if (tc.eval_every > 0 && progress.step == 0 && tc.max_steps > 0) evaluate(0);
+    for (long step = progress.step; step < tc.max_steps; ++step) {
         current_step = step;
         const StepOutcome out = pipe.step(step, progress, reporter);
         const long done = progress.step;
         record_step(out, done, summary);
         reporter.step(step_report(out, progress, step_tokens, false));
+        saver.step_finished(out.step_s);
         if (out.verdict.action == LossScalePolicy::Action::kStop) throw AgreedError(out.verdict.stop_reason);
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) evaluate(done);
-        double stop = signals.pending();
-        comm.all_reduce_scalars(&stop, 1, ReduceOp::kMax);
+        const double stop = agree_at_step_boundary(signals, saver, comm);
+        if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
         if (stop > 0) {
+            saver.finish();
             reporter.stopped_by_signal(static_cast<int>(stop), done);
             summary.stopped_by_signal = true;
             break;
         }
     }
+    saver.finish();
     reporter.finish(progress.step);
     // No memory_peak record: a pipeline run has no memory plan to compare with yet.
     if (options.collect_params) summary.final_params = pipe.gather_params();
@@ -400,15 +419,8 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
 
     // ---- where it starts: init_from, or a checkpoint and what its progress means ----
-    resume.initial_weights(model, state, comm);
-    const CheckpointRecord resumed = resume.load(state, comm);
-    TrainProgress progress = resumed.progress;
-    if (resume.resuming()) restore_loss_scale(resumed, loss_scale, root);
-    resume.report(resumed, comm.size(), setup.shard_comm->size());
-    nlohmann::json inputs = check_inputs(cfg, setup, resumed, resume.resuming(), comm);
-
-    // ---- inputs are accepted: now the run directory may change ----
-    prepare_run_dir(cfg, resume.resuming(), progress.step, comm);
+    nlohmann::json inputs;
+    TrainProgress progress = start_point(cfg, setup, resume, state, loss_scale, inputs);
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
                           model, setup.op_profile);
     describe_run(reporter, cfg, setup, memory, progress.step);

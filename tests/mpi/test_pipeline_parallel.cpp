@@ -357,7 +357,9 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
     const std::vector<int> units = stage_units(mc, blocks);
     auto data = make_mpi_communicator(mesh.data_comm());
     auto pipe = make_mpi_communicator(mesh.pipeline_comm());
-    const ModelLayout layout = stage_layout(whole.layout(), units);  // the state keeps a reference
+    const std::vector<int> counted_elsewhere = L.pipeline_rank == P - 1 ? std::vector<int>{0} : std::vector<int>{};
+    // The state keeps a reference to its layout.
+    const ModelLayout layout = stage_layout(whole.layout(), units, PipelineStage{P, L.pipeline_rank, counted_elsewhere});
     ModelState state(layout, *backend, *data, zero_stage, 1 << 20, 42);
     PipelineRunner runner(mesh.pipeline_comm(), PipelineScheduleKind::k1F1B, PipelineShape{P, m, 1});
     std::vector<std::unique_ptr<Transformer>> slots;
@@ -385,7 +387,6 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
         // The pipeline's squared norm: every stage's, unit 0 counted on the first only (the
         // data ranks' sums and unit 0's stage sum round in another order than one rank's
         // accumulation: 1e-5 relative, where counting unit 0 twice is off by a third here).
-        const std::vector<int> counted_elsewhere = L.pipeline_rank == P - 1 ? std::vector<int>{0} : std::vector<int>{};
         double sum_sq = state.grad_sum_squares_if_finite(counted_elsewhere);
         pipe->all_reduce_scalars(&sum_sq, 1);
         EXPECT_NEAR(sum_sq, ref_norms[static_cast<size_t>(step)], 1e-5 * ref_norms[static_cast<size_t>(step)])

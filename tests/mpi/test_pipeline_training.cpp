@@ -14,11 +14,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "mpi_training.hpp"
 #include "test_support.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/train/trainer.hpp"
 
@@ -164,6 +166,73 @@ TEST(PipelineTensorTraining, TwoStagesOfTensorPairsTrackOneRank) {
     }
 }
 
+// Checkpoints at any mesh: each stage saves its units in the whole model's layout, so a
+// checkpoint written at P = 2 resumes at P = 2 (another ZeRO stage), at P = 1 with a tensor
+// pair, and (np 4) at P = 4, and one written at P = 1 resumes at P = 2: each resumed run
+// reproduces the uninterrupted P = 2 run's last steps and final parameters (the same global
+// batch throughout).
+TEST(PipelineCheckpoints, ResumeAtAnyPipelineReproducesTheUninterruptedRun) {
+    const int N = test::world_size();
+    const int D = N / 2;  // data-parallel ranks of the P = 2 runs
+    test::SharedDir dir("pipeline_ckpt");
+    if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const PipeCase c{"ckpt", PipelineSchedule::k1F1B, 1, false, DType::kF32};
+    // A run of `pipeline` stages x `tensor` over the world, into `run`, keeping D x 4
+    // micro-batches per step.
+    auto mesh = [&](const std::string& run, int pipeline, int tensor) {
+        Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file(run));
+        cfg.train.eval_every = 0;
+        cfg.parallel.pipeline = pipeline;
+        cfg.parallel.tensor = tensor;
+        cfg.train.grad_accum = 4 * D * pipeline * tensor / N;
+        return cfg;
+    };
+    // Every unit's master weights in a run's final checkpoint, in the whole model's layout
+    // (through the one reader: at any T and P).
+    auto final_master = [&](const std::string& run) {
+        CheckpointReader reader(dir.file(run) + "/checkpoints/step_00000006");
+        std::vector<float> all;
+        const auto units = reader.meta().at("units").get<std::vector<size_t>>();
+        for (size_t u = 0; u < units.size(); ++u) {
+            std::vector<float> unit(units[u]);
+            reader.read(static_cast<int>(u), 0, units[u], "master", unit.data());
+            all.insert(all.end(), unit.begin(), unit.end());
+        }
+        return all;
+    };
+    Config full_cfg = mesh("full", 2, 1);
+    full_cfg.checkpoint.every = 3;
+    TrainSummary tail = train(full_cfg, TrainOptions{});  // what a run resumed after step 3 must reproduce
+    ASSERT_EQ(tail.losses.size(), 6u);
+    tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 3);
+    tail.final_params = final_master("full");
+    const std::string step3 = dir.file("full") + "/checkpoints/step_00000003";
+    ASSERT_TRUE(std::filesystem::exists(step3 + "/shard_00000_of_" + str(D == 1 ? "00001" : "00002") +
+                                        "_stage_001_of_002.h5"))
+        << "no file of stage 1 in " << step3;
+
+    auto resumed = [&](const std::string& run, int pipeline, int tensor, int zero_stage, const std::string& from) {
+        Config cfg = mesh(run, pipeline, tensor);
+        cfg.parallel.zero_stage = zero_stage;
+        cfg.checkpoint.resume.mode = ResumeSetting::Mode::kPath;
+        cfg.checkpoint.resume.path = from;
+        TrainSummary got = train(cfg, TrainOptions{});
+        got.final_params = final_master(run);
+        test::expect_matches_reference(got, tail, str(run, ": P = 2 step 3 resumed at P = ", pipeline, " x T = ",
+                                                      tensor, ", ZeRO-", zero_stage, " (N = ", N, ")"));
+    };
+    resumed("at_p2_zero3", 2, 1, 3, step3);
+    resumed("at_p1_t2", 1, 2, 2, step3);
+    if (N == 4) resumed("at_p4", 4, 1, 1, step3);
+
+    // The other way: a run at P = 1 (a tensor pair) saved after step 3, resumed at P = 2.
+    Config first = mesh("p1_first", 1, 2);
+    first.checkpoint.every = 3;
+    train(first, TrainOptions{});
+    resumed("p1_at_p2", 2, 1, 0, dir.file("p1_first") + "/checkpoints/step_00000003");
+}
+
 TEST(PipelineTrainingInput, UnbuiltCombinationsAreRefusedNamingTheKey) {
     test::SharedDir dir("pipeline_refused");
     if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
@@ -171,12 +240,16 @@ TEST(PipelineTrainingInput, UnbuiltCombinationsAreRefusedNamingTheKey) {
     const PipeCase c{"refused", PipelineSchedule::k1F1B, 0, false, DType::kF32};
     Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("refused"));
     cfg.parallel.pipeline = 2;
-    cfg.checkpoint.every = 2;
+    if (test::world_rank() == 0) {
+        std::ofstream(dir.file("tasks.jsonl")) << R"({"ctx": "a b", "endings": ["c", "d"], "label": 0})" << "\n";
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    cfg.eval.tasks = dir.file("tasks.jsonl");
     try {
         train(cfg, TrainOptions{});
-        ADD_FAILURE() << "checkpoint.every with a pipeline was accepted";
+        ADD_FAILURE() << "eval.tasks with a pipeline was accepted";
     } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("checkpoint.every"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("eval.tasks"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(std::filesystem::exists(dir.file("refused") + "/metrics.jsonl")) << "a refused run wrote metrics";
 }

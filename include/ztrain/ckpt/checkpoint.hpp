@@ -20,6 +20,11 @@
 //                                     each tensor rank's group writes its files, whose ranges
 //                                     are elements of that rank's split layout
 //                                     (make_model_layout(model, {4, 1}))
+//     shard_00000_of_00002_stage_001_of_002.h5 ...
+//                                     the same under pipeline parallelism (parallel.pipeline
+//                                     = 2; after _tensor_ when both): each stage's group writes
+//                                     the units of its stage, unit 0 (held by the first and
+//                                     the last stage) only the first
 //   CKPT_DIR/latest                   text: the newest complete step directory's name
 //
 // Checksums: meta_json lists every shard file with its size and hash64 (below) of its bytes,
@@ -49,10 +54,12 @@
 // fingerprint, train/input_fingerprint.hpp; absent in older ones), model {n_layer, n_head, n_embd,
 // seq_len, vocab_size, vocab_pad_to, init_from: every ModelConfig field; padded_vocab:
 // derived}, units [numel per unit], tensors [{name, unit, offset, shape}], shards [{file,
-// rank, bytes, hash64, units [{unit, begin, end}], tensor_rank (tensor > 1 only)}], tensor (the
-// split it was written at; absent: 1). Units and tensors always describe the unsplit model:
-// CheckpointReader maps a split checkpoint's slices back (slice_runs), so it loads at any
-// tensor split, world size and stage, and zt-consolidate reads it like any other.
+// rank, bytes, hash64, units [{unit, begin, end}], tensor_rank (tensor > 1 only), stage (pipeline > 1
+// only)}], tensor (the split it was written at; absent: 1), pipeline (its stages; absent: 1).
+// Units and tensors always describe the whole unsplit model: CheckpointReader maps a split
+// checkpoint's slices back (slice_runs) and finds each unit in whichever stage's files hold
+// it, so it loads at any tensor split, pipeline, world size and stage, and zt-consolidate
+// reads it like any other.
 // Version 1 (older ztrain) is read too: the same fields, but its model record lacks
 // vocab_pad_to and init_from (and is absent in the oldest ones); those come from config_ini,
 // read by the config parser.
@@ -106,6 +113,7 @@ struct CheckpointRecord {
     int world_size = 0;
     int shard_group = 0;  ///< ranks its state was split over (world_size before hybrid sharding)
     int tensor = 1;       ///< its tensor split (parallel.tensor); world_size / tensor read data
+    int pipeline = 1;     ///< its pipeline stages (parallel.pipeline)
     int zero_stage = -1;
     /// The identity of the run's data and tokenizer (train/input_fingerprint.hpp), saved as
     /// meta_json "inputs"; null when not known (older checkpoints, runs that give none).
@@ -182,8 +190,9 @@ class CheckpointSnapshot {
     /// The state's shard rank, and whether this rank writes its shard (replica 0).
     int rank() const { return m_rank; }
     bool writes() const { return m_writes; }
-    /// The tensor slices the state holds (its file among the tensor group's).
+    /// The tensor slices the state holds and its pipeline stage (its file among the groups').
     TensorSplit split() const { return m_split; }
+    const PipelineStage& stage() const { return m_stage; }
     const ShardPlan& plan() const { return *m_plan; }
     /// The manifest without its shard list (make_meta's fields; filled by capture).
     const nlohmann::json& meta_base() const { return m_meta_base; }
@@ -196,6 +205,7 @@ class CheckpointSnapshot {
     int m_rank;
     bool m_writes;
     TensorSplit m_split;
+    PipelineStage m_stage;
     const ModelState& m_state;
     float* m_host = nullptr;
     size_t m_floats = 0;

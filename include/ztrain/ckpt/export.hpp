@@ -81,8 +81,10 @@ std::string checkpoint_info(const std::string& ckpt_path);
 /// refuses what ztrain cannot honour). Throws InputError naming the file and the field.
 std::vector<HfSetting> read_hf_config(const std::string& dir);
 
-/// Sets the master weights of `state` from a consolidated .h5, a .safetensors file or a
-/// Hugging Face model directory (see above; the directory's config.json must describe `cfg`): each rank writes only its owned elements; padded vocabulary rows and alignment
+/// Sets the master weights of `state` (whose layout is `layout`: the model's, a tensor split's
+/// or a pipeline stage's) from a consolidated .h5, a .safetensors file or a Hugging Face model
+/// directory (see above; the directory's config.json must describe `cfg`): each rank writes
+/// only its owned elements; padded vocabulary rows and alignment
 /// gaps become zero; then the working copy is re-derived (sync_working_from_master, which
 /// is collective: every rank must call import_weights). With `comm`, a failure on any rank
 /// is agreed so every rank throws the same error instead of leaving others in a collective.

@@ -67,10 +67,21 @@ struct ParamSpec {
     TensorSlice slice;         ///< the slice of the unsplit tensor held (dim -1: all of it)
 };
 
+/// The pipeline stage a layout describes (stage_layout); size 1: the whole model.
+struct PipelineStage {
+    int size = 1;
+    int rank = 0;
+    /// Units held as a copy of another stage's (unit 0 on the last stage, which the first
+    /// holds too): that stage alone counts them in the gradient norm and saves them.
+    std::vector<int> mirrored;
+    bool mirrors(int unit) const;
+};
+
 /// Units and the tensor manifest; a pure function of the model config.
 struct ModelLayout {
     ModelConfig model;                ///< the configuration the layout was made from
     TensorSplit split;                ///< the tensor-parallel part it describes
+    PipelineStage stage;              ///< the pipeline stage it describes
     std::vector<ParamSpec> params;
     std::vector<size_t> unit_numel;   ///< elements per unit (unpadded)
     size_t total_numel = 0;
@@ -104,8 +115,11 @@ std::vector<SliceRun> runs_within(const std::vector<SliceRun>& runs, size_t begi
 
 /// A pipeline stage's part of `whole`: every unit keeps its id, and those not in `held` are
 /// empty (no tensors, no elements), so a state made from it allocates, updates and saves the
-/// stage's units only.
-ModelLayout stage_layout(const ModelLayout& whole, const std::vector<int>& held);
+/// stage's units only (`stage.mirrored` ones are saved by another stage).
+ModelLayout stage_layout(const ModelLayout& whole, const std::vector<int>& held, PipelineStage stage);
+/// The layout `part` is a stage of: the model's at part's tensor split (part itself when it
+/// is no pipeline stage).
+ModelLayout all_stages(const ModelLayout& part);
 
 /// Fills `out` (unit_numel[unit] floats) with the initial values of that unit: GPT-2 init
 /// (std 0.02, residual projections 0.02/sqrt(2L), LayerNorm 1/0, padded vocab rows 0; Llama:

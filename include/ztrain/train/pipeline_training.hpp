@@ -7,8 +7,9 @@
 //   - the gradient norm and the overflow verdict sum every stage's (unit 0 counted once);
 //   - the loss is the last stage's, summed over the pipeline so rank 0 reports the true loss
 //     of the global batch.
-// The trainer's loop (trainer.cpp) drives it like TrainStep. Not here yet: checkpoints, the
-// sample, example shards, evaluation tasks (the trainer refuses or skips them).
+// The trainer's loop (trainer.cpp) drives it like TrainStep and saves and loads its state
+// (a stage's units, in the whole model's layout). Not here yet: the sample, example shards,
+// evaluation tasks (the trainer refuses or skips them).
 #pragma once
 
 #include <memory>

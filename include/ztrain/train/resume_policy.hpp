@@ -40,7 +40,7 @@ class ResumePolicy {
 
     /// model.init_from into `state` for a run that does not resume (collective); a resumed
     /// checkpoint has its own weights, so init_from is then ignored with a line saying so.
-    void initial_weights(const Transformer& model, ModelState& state, Communicator& comm) const;
+    void initial_weights(ModelState& state, Communicator& comm) const;
 
     /// Loads the checkpoint into `state` (collective) and returns its record (progress, dtype,
     /// seed); a fresh run returns step 0. Throws InputError when no candidate loads, or when train.seed differs
