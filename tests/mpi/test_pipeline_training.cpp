@@ -21,6 +21,7 @@
 #include "mpi_training.hpp"
 #include "test_support.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/export.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/train/trainer.hpp"
 
@@ -205,6 +206,7 @@ TEST(PipelineCheckpoints, ResumeAtAnyPipelineReproducesTheUninterruptedRun) {
     full_cfg.checkpoint.every = 3;
     TrainSummary tail = train(full_cfg, TrainOptions{});  // what a run resumed after step 3 must reproduce
     ASSERT_EQ(tail.losses.size(), 6u);
+    const double fresh_first_loss = tail.losses[0];
     tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 3);
     tail.final_params = final_master("full");
     const std::string step3 = dir.file("full") + "/checkpoints/step_00000003";
@@ -231,6 +233,25 @@ TEST(PipelineCheckpoints, ResumeAtAnyPipelineReproducesTheUninterruptedRun) {
     first.checkpoint.every = 3;
     train(first, TrainOptions{});
     resumed("p1_at_p2", 2, 1, 0, dir.file("p1_first") + "/checkpoints/step_00000003");
+
+    // model.init_from: step 3's weights, consolidated, start a P = 2 run as they start a P = 1
+    // one (a tensor pair): the same losses.
+    if (test::world_rank() == 0) consolidate(step3, dir.file("step3.safetensors"), DType::kF32, false);
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::vector<double> first_losses[2];
+    for (const int pipeline : {1, 2}) {
+        Config cfg = mesh(str("init_p", pipeline), pipeline, 3 - pipeline);
+        cfg.model.init_from = dir.file("step3.safetensors");
+        cfg.train.max_steps = 2;
+        first_losses[pipeline - 1] = train(cfg, TrainOptions{}).losses;
+    }
+    ASSERT_EQ(first_losses[1].size(), 2u);
+    for (size_t s = 0; s < 2; ++s) {
+        EXPECT_NEAR(first_losses[1][s], first_losses[0][s], 1e-5 * first_losses[0][s])
+            << "step " << s + 1 << " from model.init_from at P = 2 vs P = 1";
+    }
+    EXPECT_GT(std::fabs(first_losses[1][0] - fresh_first_loss), 1e-3)
+        << "the imported weights were not used: the loss of a fresh model";
 }
 
 TEST(PipelineTrainingInput, UnbuiltCombinationsAreRefusedNamingTheKey) {
