@@ -22,7 +22,15 @@ std::vector<uint32_t> generate(Transformer& model, UnitStore& store, uint32_t st
 
 std::vector<uint32_t> generate(Transformer& model, UnitStore& store, const std::vector<uint32_t>& prompt, int n,
                                uint64_t seed, long step, std::optional<uint32_t> stop) {
-    const ModelConfig& mc = model.config();
+    const NextLogits next = [&](const int32_t* window, int T, float* row) {
+        model.forward(store, window, nullptr, 1, T, 0.f);
+        model.logits_row_to_host(T - 1, row);
+    };
+    return generate(next, model.config(), prompt, n, seed, step, stop);
+}
+
+std::vector<uint32_t> generate(const NextLogits& next, const ModelConfig& mc, const std::vector<uint32_t>& prompt,
+                               int n, uint64_t seed, long step, std::optional<uint32_t> stop) {
     const int V = mc.vocab_size;
     const int Vp = mc.padded_vocab();
     std::vector<int32_t> ctx(prompt.begin(), prompt.end());
@@ -33,8 +41,7 @@ std::vector<uint32_t> generate(Transformer& model, UnitStore& store, const std::
     for (int i = 0; i < n; ++i) {
         const int T = static_cast<int>(std::min<size_t>(ctx.size(), static_cast<size_t>(mc.seq_len)));
         const int32_t* window = ctx.data() + (ctx.size() - static_cast<size_t>(T));
-        model.forward(store, window, nullptr, 1, T, 0.f);
-        model.logits_row_to_host(T - 1, row.data());
+        next(window, T, row.data());
         for (int v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {row[static_cast<size_t>(v)], v};
         std::partial_sort(cand.begin(), cand.begin() + top_k, cand.end(),
                           [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -62,11 +69,8 @@ std::vector<uint32_t> generate(Transformer& model, UnitStore& store, const std::
     return out;
 }
 
-namespace {
-
-/// Tokens as text: decoded with the tokenizer where there is one (an id beyond its
-/// vocabulary, possible when the model's is larger, shows as <id>: a sample never fails a
-/// run), else the ids.
+// An id beyond the tokenizer's vocabulary, possible when the model's is larger, shows as
+// <id>: a sample never fails a run.
 std::string sample_text(const Tokenizer* tokenizer, const std::vector<uint32_t>& toks) {
     std::string text;
     if (tokenizer == nullptr) {
@@ -85,8 +89,6 @@ std::string sample_text(const Tokenizer* tokenizer, const std::vector<uint32_t>&
     }
     return text + tokenizer->decode(run);
 }
-
-}  // namespace
 
 Evaluator::Evaluator(const TrainConfig& tc, Transformer& model, UnitStore& store, Communicator& comm,
                      BatchSampler* val_sampler, const Tokenizer* tokenizer, StepReporter& reporter)

@@ -11,6 +11,7 @@
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
+#include "ztrain/train/evaluator.hpp"
 #include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/train_setup.hpp"
 
@@ -194,6 +195,22 @@ std::vector<float> PipelineTraining::gather_params() {
         out.insert(out.end(), unit.begin(), unit.end());
     }
     return out;
+}
+
+std::vector<uint32_t> PipelineTraining::generate(const std::vector<uint32_t>& prompt, int n, uint64_t seed,
+                                                long step) {
+    const RankLayout& L = m_setup.groups->layout();
+    const size_t Vp = static_cast<size_t>(m_cfg.model.padded_vocab());
+    // The last virtual stage is the last chunk of the last stage; one micro-batch runs in its slot 0.
+    Transformer& head = *m_models.back().front();
+    const NextLogits next = [&](const int32_t* window, int T, float* row) {
+        std::copy(window, window + T, m_inputs[0].data());
+        const auto batch = [&](int) { return PipelineMicroBatch{m_inputs[0].data(), nullptr, {}}; };
+        m_runner->run_forward(*m_state, m_models, batch, 1, 1, T);
+        if (L.pipeline_rank == L.pipeline - 1) head.logits_row_to_host(T - 1, row);
+        m_setup.pipeline_comm->broadcast_bytes(row, Vp * sizeof(float), L.pipeline - 1);
+    };
+    return zt::generate(next, m_cfg.model, prompt, n, seed, step, std::nullopt);
 }
 
 double PipelineTraining::val_loss(BatchSampler& val) {

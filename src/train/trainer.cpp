@@ -310,8 +310,8 @@ TrainProgress start_point(const Config& cfg, TrainSetup& setup, ResumePolicy& re
 }
 
 /// The run with pipeline parallelism (pipeline_training.hpp): the step loop of train() with
-/// its validation loss and checkpoints (each stage saves its units, in the whole model's
-/// layout); no sample or memory plan yet.
+/// its validation loss, sample and checkpoints (each stage saves its units, in the whole
+/// model's layout); no memory plan yet.
 TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOptions& options,
                             ResumePolicy& resume, const StopSignals& signals) {
     refuse_for_pipeline(cfg, setup);
@@ -338,9 +338,8 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
     if (root) {
         std::string layers;
         for (int k = 0; k < pipe.split().count(); ++k) layers += str(k ? "," : "", pipe.split().layers(k));
-        std::printf("ztrain: pipeline: %d stages, schedule %s, blocks per virtual stage %s; this run prints no "
-                    "sample (not built for pipelines yet)\n",
-                    cfg.parallel.pipeline, setting_text(cfg.parallel.schedule), layers.c_str());
+        std::printf("ztrain: pipeline: %d stages, schedule %s, blocks per virtual stage %s\n", cfg.parallel.pipeline,
+                    setting_text(cfg.parallel.schedule), layers.c_str());
     }
     const long step_tokens =
         static_cast<long>(tc.micro_batch) * tc.grad_accum * setup.data().size() * cfg.model.seq_len;
@@ -348,11 +347,19 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
     std::atomic<long> current_step{progress.step};
     const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step, peer_hosts(comm));
     reporter.begin_training(progress.step);
+    // As Evaluator::evaluate: the validation loss, then a sample from the current weights.
     auto evaluate = [&](long step) {
         if (!setup.val_sampler) return;
-        const double val = pipe.val_loss(*setup.val_sampler);
-        reporter.val_loss(step, val);
-        summary.val_losses.push_back(val);
+        Evaluation ev;
+        ev.val_loss = pipe.val_loss(*setup.val_sampler);
+        reporter.val_loss(step, ev.val_loss);
+        if (tc.sample_tokens > 0) {
+            const std::vector<uint32_t> prompt{setup.tokenizer ? setup.tokenizer->eot() : 0};
+            ev.sample = sample_text(setup.tokenizer.get(), pipe.generate(prompt, tc.sample_tokens, tc.seed, step));
+            reporter.sample(step, *ev.sample);
+        }
+        std::fflush(stdout);
+        record_evaluation(ev, summary);
     };
     if (tc.eval_every > 0 && progress.step == 0 && tc.max_steps > 0) evaluate(0);
     for (long step = progress.step; step < tc.max_steps; ++step) {

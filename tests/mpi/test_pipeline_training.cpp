@@ -2,7 +2,8 @@
 // batch (gradient accumulation over the data ranks' micro-batches): every step's loss (the
 // true loss of the global batch, on every rank), the validation loss and the final
 // parameters, as the other equivalence tests compare them (expect_matches_reference).
-// - np 2: P = 2, 1F1B and interleaved, GPT-2 and Llama, ZeRO 0-3;
+// - np 2: P = 2, 1F1B and interleaved, GPT-2 and Llama, ZeRO 0-3; the sample (generated
+//   through the stages) is the one rank's;
 // - bf16 and fp16 track the one-rank run of their dtype (unit 0's two halves are summed in
 //   the stored dtype), and fp16's loss scale skips the same steps (the verdict is agreed over
 //   the stages);
@@ -45,6 +46,7 @@ Config pipe_config(const PipeCase& c, const std::string& train, const std::strin
     cfg.train.max_steps = 6;
     cfg.train.eval_every = 3;
     cfg.train.eval_batches = 2;
+    cfg.train.sample_tokens = 12;
     cfg.parallel.zero_stage = c.zero_stage;
     cfg.parallel.shard_group.ranks = 0;
     cfg.parallel.schedule = c.schedule;
@@ -94,6 +96,9 @@ TEST_P(PipelineTraining, MatchesOneRank) {
     for (size_t i = 0; i < ref.val_losses.size(); ++i) {
         EXPECT_NEAR(got.val_losses[i], ref.val_losses[i], 1e-5 * ref.val_losses[i]) << what << " evaluation " << i;
     }
+    // The sample runs each token's forward through the stages: the same tokens as one rank.
+    EXPECT_FALSE(ref.last_sample.empty()) << what;
+    EXPECT_EQ(got.last_sample, ref.last_sample) << what << ": the last sample";
 }
 
 INSTANTIATE_TEST_SUITE_P(

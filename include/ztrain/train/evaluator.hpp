@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,14 @@ std::vector<uint32_t> generate(Transformer& model, UnitStore& store, uint32_t st
 /// early after a sampled `stop` token (which is returned).
 std::vector<uint32_t> generate(Transformer& model, UnitStore& store, const std::vector<uint32_t>& prompt, int n,
                                uint64_t seed, long step, std::optional<uint32_t> stop);
+/// Writes the logits (host memory, cfg.padded_vocab() floats) of the last of the T tokens at
+/// `window`, after a forward over them.
+using NextLogits = std::function<void(const int32_t* window, int T, float* row)>;
+/// The same, with the forward `next` (a pipeline's, whose last stage has the logits).
+std::vector<uint32_t> generate(const NextLogits& next, const ModelConfig& mc, const std::vector<uint32_t>& prompt,
+                               int n, uint64_t seed, long step, std::optional<uint32_t> stop);
+/// Tokens as text: decoded with the tokenizer where there is one (null: the ids).
+std::string sample_text(const Tokenizer* tokenizer, const std::vector<uint32_t>& toks);
 
 struct Evaluation {
     double val_loss = 0.0;

@@ -8,8 +8,8 @@
 //   - the loss is the last stage's, summed over the pipeline so rank 0 reports the true loss
 //     of the global batch.
 // The trainer's loop (trainer.cpp) drives it like TrainStep and saves and loads its state
-// (a stage's units, in the whole model's layout). Not here yet: the sample, example shards,
-// evaluation tasks (the trainer refuses or skips them).
+// (a stage's units, in the whole model's layout), and samples through the stages. Not here
+// yet: example shards, evaluation tasks (the trainer refuses them).
 #pragma once
 
 #include <memory>
@@ -50,6 +50,10 @@ class PipelineTraining {
     /// The mean validation loss over train.eval_batches micro-batches per data rank (the same
     /// leading windows every time). Collective over the world.
     double val_loss(BatchSampler& val);
+    /// `n` tokens sampled after `prompt` as `generate` (evaluator.hpp) draws them on one rank:
+    /// each token's forward runs through the stages, and the last stage's logits row is
+    /// broadcast over the pipeline, so every rank draws the same token. Collective over the world.
+    std::vector<uint32_t> generate(const std::vector<uint32_t>& prompt, int n, uint64_t seed, long step);
 
   private:
     /// Micro-batch a of the buffers the step or the evaluation filled.
