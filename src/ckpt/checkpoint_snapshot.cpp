@@ -21,9 +21,9 @@ size_t page_floats(size_t n) {
 }
 }  // namespace
 
-size_t CheckpointSnapshot::planned_bytes(const ShardPlan& plan, int rank) {
+size_t CheckpointSnapshot::planned_bytes(const ShardPlan& plan, int rank, const PipelineStage& stage) {
     size_t floats = 0;
-    for (int u = 0; u < plan.num_units(); ++u) floats += 3 * page_floats(plan.primary_range(u, rank).size());
+    for (int u = 0; u < plan.num_units(); ++u) floats += 3 * page_floats(saved_range(plan, stage, u, rank).size());
     return floats * sizeof(float);
 }
 

@@ -76,6 +76,19 @@ ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, Pip
     return total;
 }
 
+ModelLayout PipelineRunner::stage_state_layout(const ModelLayout& whole, PipelineShape shape, int stage,
+                                               const std::vector<int>& bounds) {
+    std::vector<int> units;
+    for (int c = 0; c < shape.virtual_stages; ++c) {
+        for (int u : stage_units(whole.model, chunk_blocks(bounds, c * shape.stages + stage))) units.push_back(u);
+    }
+    std::sort(units.begin(), units.end());
+    units.erase(std::unique(units.begin(), units.end()), units.end());
+    // Unit 0 (the embedding, tied to the head) lives on the first and the last stage.
+    const bool mirrors = shape.stages > 1 && stage == shape.stages - 1;
+    return stage_layout(whole, units, PipelineStage{shape.stages, stage, mirrors ? std::vector<int>{0} : std::vector<int>{}});
+}
+
 PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape)
     : m_comm(pipeline), m_shape(shape) {
     ZT_REQUIRE(kind != PipelineScheduleKind::kZeroBubble,

@@ -86,6 +86,25 @@ PipelineStages balance_pipeline_layers(const ModelConfig& m, int stages, int vir
     return with_costs(m, stages, virtual_stages, first);
 }
 
+PipelineStages pipeline_split(const Config& cfg) {
+    const int P = cfg.parallel.pipeline;
+    const int v = cfg.parallel.chunks();
+    if (cfg.parallel.pipeline_layers.empty()) return balance_pipeline_layers(cfg.model, P, v);
+    std::vector<int> counts;
+    ZT_INPUT_CHECK(parse_pipeline_layers(cfg.parallel.pipeline_layers, counts), "parallel.pipeline_layers = ",
+                   cfg.parallel.pipeline_layers, ": expected block counts separated by commas");
+    return pipeline_layers_as_given(cfg.model, P, v, counts);
+}
+
+PipelineScheduleKind pipeline_schedule_kind(PipelineSchedule s) {
+    switch (s) {
+        case PipelineSchedule::k1F1B: return PipelineScheduleKind::k1F1B;
+        case PipelineSchedule::kInterleaved: return PipelineScheduleKind::kInterleaved;
+        case PipelineSchedule::kZeroBubble: return PipelineScheduleKind::kZeroBubble;
+    }
+    throw Error("parallel.schedule: unknown value");
+}
+
 PipelineStages pipeline_layers_as_given(const ModelConfig& m, int stages, int virtual_stages,
                                         const std::vector<int>& blocks) {
     check_shape(m, stages, virtual_stages);

@@ -18,6 +18,8 @@
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/device_mesh.hpp"
+#include "ztrain/parallel/pipeline_runner.hpp"
+#include "ztrain/parallel/pipeline_stages.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
 #include "ztrain/train/checkpoint_saver.hpp"
 #include "ztrain/train/example_feed.hpp"
@@ -138,6 +140,22 @@ double MemoryPlan::per_rank() const {
     return s;
 }
 
+double MemoryPlan::per_node() const {
+    if (device) return per_rank();
+    if (stage_per_rank.empty() || ranks_per_node <= 0) return per_rank() * ranks_per_node;
+    // Stage s is world / P consecutive ranks; node k holds ranks [k n, (k + 1) n).
+    const int per_stage = std::max(1, world_size / static_cast<int>(stage_per_rank.size()));
+    double most = 0;
+    for (int first = 0; first < std::max(world_size, ranks_per_node); first += ranks_per_node) {
+        double node = 0;
+        for (int r = first; r < first + ranks_per_node; ++r) {
+            node += stage_per_rank[std::min(stage_per_rank.size() - 1, static_cast<size_t>(r / per_stage))];
+        }
+        most = std::max(most, node);
+    }
+    return most;
+}
+
 const MemoryItem& MemoryPlan::largest() const {
     ZT_REQUIRE(!items.empty(), "empty memory plan");
     return *std::max_element(items.begin(), items.end(),
@@ -189,19 +207,76 @@ MemoryItem activation_item(const Config& cfg, DType work, double attention_scrat
                 dtype_name(work), ")")};
 }
 
-/// The plan with communication running `overlap_depth` units ahead of compute.
+/// Where one rank of a plan sits: its tensor split, and under pipeline parallelism its
+/// stage (the plan is made for each stage and the largest kept).
+struct PlannedRank {
+    int tensor = 1;
+    int stages = 1;
+    int stage = 0;
+    PipelineStages split;  ///< the blocks of each virtual stage (stages > 1)
+};
+
+/// The model state's items (params, grads, master, optimizer, scratch; DDP's MPI copies) of a
+/// rank holding `layout`, and its checkpoint snapshot's bytes and largest written range.
+void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemoryFormulas& f, DType work,
+                     DType reduce, double* snapshot_bytes, size_t* largest_written_range) {
+    const int group = plan.shard_group;
+    const int stage = plan.zero_stage;
+    const int depth = plan.overlap_depth;
+    const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce, depth);
+    plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
+    plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
+    plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
+    plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
+    plan.items.push_back(
+        {"scratch", static_cast<double>(sb.scratch),
+         str("gathered units, gradient scratch, reductions in flight (peak; overlap depth ", depth, ")")});
+    const ShardPlan shards(layout.unit_numel, group, ShardingPolicy::zero_stage(stage));
+    *snapshot_bytes = 0;
+    *largest_written_range = 0;
+    for (int r = 0; r < group; ++r) {
+        *snapshot_bytes = std::max(*snapshot_bytes,
+                                   static_cast<double>(CheckpointSnapshot::planned_bytes(shards, r, layout.stage)));
+        for (int u = 0; u < shards.num_units() && shards.is_primary(r); ++u) {
+            *largest_written_range = std::max(*largest_written_range, shards.primary_range(u, r).size());
+        }
+    }
+    if (!plan.device && plan.world_size > 1 && stage == 0) {
+        // Open MPI's non-blocking all-reduce (libnbc) works on a temporary copy of each
+        // bucket, and DDP has every bucket in flight before the step's sync: up to the
+        // whole gradient arena in the wire dtype (measured: bench/memory_plan_bench.sh).
+        // With another wire dtype the units are reduced from pooled copies, at most
+        // reductions_in_flight(overlap_depth) at a time.
+        double largest = 0;
+        for (const UnitShard& u : shards.shards()) largest = std::max(largest, static_cast<double>(u.padded_numel));
+        const double wire = reduce == work ? static_cast<double>(sb.grads) / dtype_size(work) * dtype_size(reduce)
+                                           : static_cast<double>(reductions_in_flight(depth)) * largest *
+                                                 dtype_size(reduce);
+        plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
+    }
+}
+
+/// The plan of rank `at` with communication running `overlap_depth` units ahead of compute.
 MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
-                         double baseline_bytes, bool device, int overlap_depth, const ExampleRunSizes* examples) {
+                         double baseline_bytes, bool device, int overlap_depth, const ExampleRunSizes* examples,
+                         const PlannedRank& at) {
     MemoryPlan plan;
     plan.overlap_depth = overlap_depth;
     plan.world_size = world_size;
     plan.ranks_per_node = ranks_per_node;
     const int stage = cfg.parallel.zero_stage;
-    // Tensor parallelism: a rank's split, its state sharded over world / T data-parallel ranks.
-    const int tensor = plan.tensor = std::max(1, cfg.parallel.tensor);
-    const int data_ranks = std::max(1, world_size / tensor);
-    const int group = plan.shard_group = resolve_shard_group(
-        cfg.parallel.shard_group.ranks, data_ranks, ranks_per_node % tensor == 0 ? ranks_per_node / tensor : 0, stage);
+    // Tensor and pipeline parallelism: a rank's split of its stage, its state sharded over the
+    // world / (T P) data-parallel ranks.
+    const int tensor = plan.tensor = at.tensor;
+    plan.pipeline = at.stages;
+    plan.pipeline_stage = at.stage;
+    const int data_ranks = std::max(1, world_size / (tensor * at.stages));
+    // As DeviceMesh: a node holds ranks_per_node / T of a stage's data ranks (a stage smaller
+    // than a node shares it with other stages).
+    const int stage_per_node = std::min(ranks_per_node, world_size / at.stages);
+    const int node_data = stage_per_node > 0 && stage_per_node % tensor == 0 ? stage_per_node / tensor : 0;
+    const int group = plan.shard_group =
+        resolve_shard_group(cfg.parallel.shard_group.ranks, data_ranks, node_data, stage);
     plan.zero_stage = stage;
     plan.device = device;
     plan.recompute = cfg.train.recompute;
@@ -210,7 +285,15 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
     const double model_params = closed_form_params(m);
-    const double params = model_params / tensor;  // a rank's share (the few whole tensors aside)
+    const bool manifest = m.n_layer <= kManifestMaxLayers;
+    std::optional<ModelLayout> layout;
+    const PipelineShape shape{at.stages, t.grad_accum, cfg.parallel.chunks()};
+    if (manifest) layout = make_model_layout(m, TensorSplit{tensor, 0});
+    if (manifest && at.stages > 1) {
+        layout = PipelineRunner::stage_state_layout(*layout, shape, at.stage, at.split.first_layer);
+    }
+    // A rank's share (the few whole tensors aside; a stage's share of the closed form is even).
+    const double params = layout ? static_cast<double>(layout->total_numel) : model_params / tensor / at.stages;
     const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, static_cast<size_t>(std::min(params, 1e18)), work);
     plan.bucket_bytes =
         cfg.parallel.bucket_mb > 0 ? cfg.parallel.bucket_mb * 1048576.0 : ddp_bucket_bytes(params * dtype_size(reduce));
@@ -218,7 +301,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     // ranges (CheckpointSnapshot::planned_bytes where the manifest exists).
     double snapshot_bytes = 12.0 * params / (stage > 0 ? group : 1);
     size_t largest_written_range = SIZE_MAX;  // no manifest: assume full pieces
-    if (m.n_layer > kManifestMaxLayers) {
+    if (!layout) {
         // No manifest: the ZeRO formulas over the closed-form count (no shard padding, no
         // per-unit scratch; the shape is refused long before those would matter).
         plan.items.push_back({"params", f.params.bytes, f.params.formula});
@@ -226,40 +309,19 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         plan.items.push_back({"master", f.master.bytes, f.master.formula});
         plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
     } else {
-        const ModelLayout layout = make_model_layout(m, TensorSplit{tensor, 0});
-        const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce, overlap_depth);
-        plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
-        plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
-        plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
-        plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
-        plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
-                              str("gathered units, gradient scratch, reductions in flight (peak; overlap depth ",
-                                  overlap_depth, ")")});
-        const ShardPlan shards(layout.unit_numel, group, ShardingPolicy::zero_stage(stage));
-        snapshot_bytes = 0;
-        largest_written_range = 0;
-        for (int r = 0; r < group; ++r) {
-            snapshot_bytes = std::max(snapshot_bytes, static_cast<double>(CheckpointSnapshot::planned_bytes(shards, r)));
-            for (int u = 0; u < shards.num_units() && shards.is_primary(r); ++u) {
-                largest_written_range = std::max(largest_written_range, shards.primary_range(u, r).size());
-            }
-        }
-        if (!device && world_size > 1 && stage == 0) {
-            // Open MPI's non-blocking all-reduce (libnbc) works on a temporary copy of each
-            // bucket, and DDP has every bucket in flight before the step's sync: up to the
-            // whole gradient arena in the wire dtype (measured: bench/memory_plan_bench.sh).
-            // With another wire dtype the units are reduced from pooled copies, at most
-            // reductions_in_flight(overlap_depth) at a time.
-            double largest = 0;
-            for (const UnitShard& u : shards.shards()) largest = std::max(largest, static_cast<double>(u.padded_numel));
-            const double wire = reduce == work
-                                    ? static_cast<double>(sb.grads) / dtype_size(work) * dtype_size(reduce)
-                                    : static_cast<double>(reductions_in_flight(overlap_depth)) * largest *
-                                          dtype_size(reduce);
-            plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
-        }
+        add_state_items(plan, *layout, f, work, reduce, &snapshot_bytes, &largest_written_range);
     }
-    plan.items.push_back(activation_item(cfg, work, attention_scratch_floats, tensor));
+    MemoryItem act = activation_item(cfg, work, attention_scratch_floats, tensor);
+    if (at.stages > 1) {
+        // Every model the stage holds: 1F1B keeps P - s micro-batches in flight on stage s.
+        act.bytes = PipelineRunner::stage_activations(pipeline_schedule_kind(cfg.parallel.schedule), shape, at.stage,
+                                                      at.split.first_layer, m, t.micro_batch, t.recompute,
+                                                      static_cast<size_t>(std::max(0.0, attention_scratch_floats)),
+                                                      tensor, cfg.parallel.sequence && tensor > 1)
+                        .bytes(work);
+        act.what += str(", the models of stage ", at.stage, "'s micro-batches in flight");
+    }
+    plan.items.push_back(act);
     plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch, tensor), "inputs and targets (int32)"});
     // An example run's host buffers (on a GPU run too, but the plan there counts device memory).
     if (examples != nullptr && !device) add_example_items(cfg, *examples, plan.items);
@@ -284,6 +346,30 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     return plan;
 }
 
+/// The plan of the rank that needs the most: under pipeline parallelism every stage is
+/// planned, the largest kept, and every stage's peak per rank recorded.
+MemoryPlan plan_largest_rank(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
+                             double baseline_bytes, bool device, int overlap_depth, const ExampleRunSizes* examples) {
+    PlannedRank at;
+    at.tensor = std::max(1, cfg.parallel.tensor);
+    at.stages = std::max(1, cfg.parallel.pipeline);
+    if (at.stages == 1) {
+        return plan_at_depth(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes, device,
+                             overlap_depth, examples, at);
+    }
+    at.split = pipeline_split(cfg);
+    std::vector<MemoryPlan> stages;
+    std::vector<double> peaks;
+    for (at.stage = 0; at.stage < at.stages; ++at.stage) {
+        stages.push_back(plan_at_depth(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes,
+                                       device, overlap_depth, examples, at));
+        peaks.push_back(stages.back().per_rank());
+    }
+    MemoryPlan plan = stages[static_cast<size_t>(std::max_element(peaks.begin(), peaks.end()) - peaks.begin())];
+    plan.stage_per_rank = peaks;
+    return plan;
+}
+
 }  // namespace
 
 double ddp_bucket_bytes(double gradient_wire_bytes) {
@@ -295,8 +381,8 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
                        double baseline_bytes, bool device, double device_available,
                        const ExampleRunSizes* examples) {
     auto at = [&](int depth) {
-        MemoryPlan p = plan_at_depth(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes,
-                                     device, depth, examples);
+        MemoryPlan p = plan_largest_rank(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes,
+                                         device, depth, examples);
         if (device && device_available > 0) {
             p.available = device_available;
             p.available_what = "free GPU memory (cudaMemGetInfo)";
@@ -330,6 +416,9 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     os << "memory plan per rank (" << (plan.device ? "GPU" : "host") << " memory), " << plan.world_size
        << " rank(s), " << plan.ranks_per_node << " per node, "
        << (plan.tensor > 1 ? str("tensor ", plan.tensor, " (each rank's slices), ") : std::string())
+       << (plan.pipeline > 1 ? str("pipeline ", plan.pipeline, " (stage ", plan.pipeline_stage, "'s ranks, which need "
+                                   "the most), ")
+                             : std::string())
        << sharding_text(plan) << ":\n";
     char line[256];
     for (const MemoryItem& i : plan.items) {
@@ -339,6 +428,11 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     std::snprintf(line, sizeof line, "  %-14s %12s   (largest: %s)\n", "peak per rank", human(plan.per_rank()).c_str(),
                   plan.largest().name.c_str());
     os << line;
+    for (size_t k = 0; k < plan.stage_per_rank.size(); ++k) {
+        std::snprintf(line, sizeof line, "  %-14s %12s\n", str("  stage ", k).c_str(),
+                      human(plan.stage_per_rank[k]).c_str());
+        os << line;
+    }
     if (!plan.device) {
         std::snprintf(line, sizeof line, "  %-14s %12s   %d rank(s) on this node\n", "peak per node",
                       human(plan.per_node()).c_str(), plan.ranks_per_node);

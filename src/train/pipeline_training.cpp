@@ -22,25 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-PipelineScheduleKind schedule_kind(PipelineSchedule s) {
-    switch (s) {
-        case PipelineSchedule::k1F1B: return PipelineScheduleKind::k1F1B;
-        case PipelineSchedule::kInterleaved: return PipelineScheduleKind::kInterleaved;
-        case PipelineSchedule::kZeroBubble: return PipelineScheduleKind::kZeroBubble;
-    }
-    throw Error("parallel.schedule: unknown value");
-}
-
-PipelineStages stage_split(const Config& cfg) {
-    const int P = cfg.parallel.pipeline;
-    const int v = cfg.parallel.chunks();
-    if (cfg.parallel.pipeline_layers.empty()) return balance_pipeline_layers(cfg.model, P, v);
-    std::vector<int> counts;
-    ZT_INPUT_CHECK(parse_pipeline_layers(cfg.parallel.pipeline_layers, counts), "parallel.pipeline_layers = ",
-                   cfg.parallel.pipeline_layers, ": expected block counts separated by commas");
-    return pipeline_layers_as_given(cfg.model, P, v, counts);
-}
-
 /// Elements per DDP gradient bucket: parallel.bucket_mb, or the memory plan's choice
 /// (ddp_bucket_bytes) for the stage's gradients.
 size_t stage_bucket_numel(const Config& cfg, const ModelLayout& layout) {
@@ -52,23 +33,22 @@ size_t stage_bucket_numel(const Config& cfg, const ModelLayout& layout) {
 
 }  // namespace
 
-PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale)
-    : m_cfg(cfg), m_setup(setup), m_loss_scale(loss_scale), m_split(stage_split(cfg)) {
+PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale,
+                                   int overlap_depth)
+    : m_cfg(cfg), m_setup(setup), m_loss_scale(loss_scale), m_split(pipeline_split(cfg)) {
     const ModelConfig& mc = cfg.model;
     const TrainConfig& tc = cfg.train;
     const RankLayout& L = setup.groups->layout();
     const int P = L.pipeline;
     const int s = L.pipeline_rank;
     const int v = cfg.parallel.chunks();
-    m_runner = std::make_unique<PipelineRunner>(setup.groups->pipeline_comm(), schedule_kind(cfg.parallel.schedule),
+    m_runner = std::make_unique<PipelineRunner>(setup.groups->pipeline_comm(), pipeline_schedule_kind(cfg.parallel.schedule),
                                                 PipelineShape{P, tc.grad_accum, v});
     m_runner->watch_with(setup.pipeline_comm.get());
-    std::vector<int> units;
     m_owned.resize(static_cast<size_t>(v));
     m_models.resize(static_cast<size_t>(v));
     for (int c = 0; c < v; ++c) {
         const StageBlocks blocks = PipelineRunner::chunk_blocks(m_split.first_layer, c * P + s);
-        for (int u : stage_units(mc, blocks)) units.push_back(u);
         for (int k = 0; k < m_runner->slots()[static_cast<size_t>(c)]; ++k) {
             m_owned[static_cast<size_t>(c)].push_back(std::make_unique<Transformer>(
                 mc, *setup.backend, tc.micro_batch, tc.recompute, cfg.precision.dtype, setup.tensor_group.get(),
@@ -76,16 +56,11 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
             m_models[static_cast<size_t>(c)].push_back(m_owned[static_cast<size_t>(c)].back().get());
         }
     }
-    std::sort(units.begin(), units.end());
-    units.erase(std::unique(units.begin(), units.end()), units.end());
-    // Unit 0 (the embedding, tied to the head) lives on the first and the last stage; the
-    // first counts and saves it.
-    m_layout = stage_layout(m_owned[0][0]->layout(), units,
-                            PipelineStage{P, s, s == P - 1 ? std::vector<int>{0} : std::vector<int>{}});
-    const int overlap = cfg.parallel.overlap_depth > 0 ? cfg.parallel.overlap_depth : 1;
+    m_layout = PipelineRunner::stage_state_layout(m_owned[0][0]->layout(), PipelineShape{P, tc.grad_accum, v}, s,
+                                                  m_split.first_layer);
     m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
                                            stage_bucket_numel(cfg, m_layout), tc.seed, cfg.precision.dtype,
-                                           cfg.precision.reduce(), overlap);
+                                           cfg.precision.reduce(), overlap_depth);
     // Unit 0's two holders: the first and the last stage (the whole pipeline when P = 2).
     const bool holds_unit0 = s == 0 || s == P - 1;
     ZT_MPI_CHECK(MPI_Comm_split(setup.groups->pipeline_comm(), holds_unit0 ? 0 : MPI_UNDEFINED, s, &m_ends_mpi));

@@ -244,14 +244,18 @@ MemoryPlan plan_and_check_memory(const Config& cfg, TrainSetup& setup, Communica
 }
 
 /// After the last step: every rank's measured peak against the plan (host memory: the
-/// resident set's high-water mark; a GPU run's device peak is not measured here), and the
-/// final parameters when the caller asked for them.
-void finish_run(const TrainOptions& options, const Transformer& model, ModelState& state, Communicator& comm,
-                StepReporter& reporter, TrainSummary& summary) {
+/// resident set's high-water mark; a GPU run's device peak is not measured here).
+void report_memory_peaks(Communicator& comm, StepReporter& reporter) {
     const double my_peak = measured_peak_bytes();
     std::vector<double> peaks(static_cast<size_t>(comm.size()));
     comm.all_gather_bytes(&my_peak, peaks.data(), sizeof(double));
     reporter.memory_peaks(peaks);
+}
+
+/// The memory peaks, and the final parameters when the caller asked for them.
+void finish_run(const TrainOptions& options, const Transformer& model, ModelState& state, Communicator& comm,
+                StepReporter& reporter, TrainSummary& summary) {
+    report_memory_peaks(comm, reporter);
     if (options.collect_params) {
         for (int u = 0; u < model.layout().num_units(); ++u) {
             std::vector<float> unit(model.layout().unit_numel[static_cast<size_t>(u)]);
@@ -310,8 +314,8 @@ TrainProgress start_point(const Config& cfg, TrainSetup& setup, ResumePolicy& re
 }
 
 /// The run with pipeline parallelism (pipeline_training.hpp): the step loop of train() with
-/// its validation loss, sample and checkpoints (each stage saves its units, in the whole
-/// model's layout); no memory plan yet.
+/// its memory plan (the stage that needs the most), validation loss, sample and checkpoints
+/// (each stage saves its units, in the whole model's layout).
 TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOptions& options,
                             ResumePolicy& resume, const StopSignals& signals) {
     refuse_for_pipeline(cfg, setup);
@@ -319,18 +323,15 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
     const TrainConfig& tc = cfg.train;
     const bool root = comm.rank() == 0;
     const DType work = cfg.precision.dtype;
+    const MemoryPlan memory = plan_and_check_memory(cfg, setup, comm);
     LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
-    PipelineTraining pipe(cfg, setup, loss_scale);
+    PipelineTraining pipe(cfg, setup, loss_scale, memory.overlap_depth);
     // Weights and checkpoints of any pipeline, split and world size: each stage reads its own units.
     nlohmann::json inputs;
     TrainProgress progress = start_point(cfg, setup, resume, pipe.state(), loss_scale, inputs);
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
                           pipe.model(), setup.op_profile);
-    if (cfg.run.tensorboard) {
-        reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), progress.step);
-    }
-    reporter.set_rank_layout(setup.groups->layout());
-    reporter.set_tensor_comms(setup.tensor_comm.get(), setup.data_comm.get());
+    describe_run(reporter, cfg, setup, memory, progress.step);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), pipe.state(), comm, reporter, options.comm);
     saver.set_inputs(std::move(inputs));
     reporter.start(cfg, pipe.state().bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
@@ -382,7 +383,7 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
     }
     saver.finish();
     reporter.finish(progress.step);
-    // No memory_peak record: a pipeline run has no memory plan to compare with yet.
+    report_memory_peaks(comm, reporter);
     if (options.collect_params) summary.final_params = pipe.gather_params();
     return summary;
 }

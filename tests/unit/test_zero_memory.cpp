@@ -12,6 +12,8 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "ztrain/parallel/pipeline_runner.hpp"
+#include "ztrain/parallel/pipeline_stages.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
 #include "ztrain/parallel/zero_memory.hpp"
 #include "ztrain/train/memory_plan.hpp"
@@ -181,6 +183,62 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
         cfg.checkpoint.async = false;
         EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), -1.0) << "no snapshot for synchronous saves";
     }
+}
+
+// Pipeline parallelism: each stage is planned over its own units (its chunks' blocks; unit 0
+// on the first and the last) and its models in flight, and the plan keeps the stage that
+// needs the most. Its state items are what a ModelState over the stage's layout allocates,
+// its snapshot what CheckpointSnapshot allocates (the last stage saves no unit 0), and a
+// node holding both stages' ranks counts each rank's own stage.
+TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
+    Config cfg;
+    cfg.model = test::model_config(4, 2, 32, 16, 50);
+    cfg.train.max_steps = 100;
+    cfg.train.grad_accum = 4;
+    cfg.checkpoint.every = 10;
+    cfg.checkpoint.async = true;
+    cfg.parallel.pipeline = 2;
+    const auto item = [](const MemoryPlan& plan, const std::string& name) {
+        for (const MemoryItem& i : plan.items) {
+            if (i.name == name) return i.bytes;
+        }
+        return -1.0;
+    };
+    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    const ModelLayout whole = make_model_layout(cfg.model);
+    for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved}) {
+        cfg.parallel.schedule = schedule;
+        const PipelineStages split = pipeline_split(cfg);
+        const PipelineShape shape{2, 4, cfg.parallel.chunks()};
+        for (int zero = 0; zero <= 3; ++zero) {
+            cfg.parallel.zero_stage = zero;
+            const std::string what = str(setting_text(schedule), " ZeRO-", zero);
+            const MemoryPlan plan = plan_memory(cfg, 2, 2, 0, 0, false);
+            ASSERT_EQ(plan.stage_per_rank.size(), 2u) << what;
+            EXPECT_EQ(plan.pipeline, 2) << what;
+            EXPECT_EQ(plan.per_rank(), std::max(plan.stage_per_rank[0], plan.stage_per_rank[1])) << what;
+            EXPECT_EQ(plan.per_rank(), plan.stage_per_rank[static_cast<size_t>(plan.pipeline_stage)]) << what;
+            EXPECT_DOUBLE_EQ(plan.per_node(), plan.stage_per_rank[0] + plan.stage_per_rank[1]) << what;
+            const int s = plan.pipeline_stage;
+            const ModelLayout layout = PipelineRunner::stage_state_layout(whole, shape, s, split.first_layer);
+            ModelState state(layout, *backend, self_communicator(), zero, 4096, 1, DType::kF32, DType::kF32);
+            const StateBytes got = state.bytes();
+            EXPECT_EQ(item(plan, "params"), static_cast<double>(got.params)) << what << " stage " << s;
+            EXPECT_EQ(item(plan, "grads"), static_cast<double>(got.grads)) << what << " stage " << s;
+            EXPECT_EQ(item(plan, "optimizer"), static_cast<double>(got.optimizer)) << what << " stage " << s;
+            EXPECT_EQ(item(plan, "ckpt snapshot"), static_cast<double>(CheckpointSnapshot(state).bytes()))
+                << what << " stage " << s;
+            const double act = PipelineRunner::stage_activations(pipeline_schedule_kind(schedule), shape, s,
+                                                                 split.first_layer, cfg.model, cfg.train.micro_batch,
+                                                                 false, 0)
+                                   .bytes(DType::kF32);
+            EXPECT_EQ(item(plan, "activations"), act) << what << " stage " << s;
+        }
+    }
+    // The last stage's snapshot leaves out unit 0, which the first stage saves.
+    const ModelLayout last = PipelineRunner::stage_state_layout(whole, PipelineShape{2, 4, 1}, 1, {0, 2, 4});
+    const ShardPlan one(last.unit_numel, 1, ShardingPolicy::zero_stage(1));
+    EXPECT_LT(CheckpointSnapshot::planned_bytes(one, 0, last.stage), CheckpointSnapshot::planned_bytes(one, 0));
 }
 
 TEST(ZeroMemory, TheZeroPapersFormulas) {

@@ -178,8 +178,9 @@ class CheckpointSnapshot {
     CheckpointSnapshot& operator=(const CheckpointSnapshot&) = delete;
 
     /// Host bytes a snapshot of `rank`'s part of `plan` holds (the memory plan's item):
-    /// 12 per primary element, each block rounded up to whole 4 KiB pages.
-    static size_t planned_bytes(const ShardPlan& plan, int rank);
+    /// 12 per element it saves (a pipeline `stage` saves no mirrored unit), each block rounded
+    /// up to whole 4 KiB pages.
+    static size_t planned_bytes(const ShardPlan& plan, int rank, const PipelineStage& stage = {});
     size_t bytes() const { return m_floats * sizeof(float); }
 
     /// Copies the state as it is now, with `record`, into the buffer (waits for the state's

@@ -69,6 +69,10 @@ class PipelineRunner {
                                              const std::vector<int>& bounds, const ModelConfig& cfg, int max_batch,
                                              bool recompute, size_t attention_scratch_floats, int tensor = 1,
                                              bool sequence = false);
+    /// The layout of stage `stage`'s state: the units of its chunks (stage_units) cut from
+    /// `whole` (stage_layout), unit 0 mirrored on the last stage (the first counts and saves it).
+    static ModelLayout stage_state_layout(const ModelLayout& whole, PipelineShape shape, int stage,
+                                          const std::vector<int>& bounds);
     /// Blocks [begin, end) of virtual stage `virtual_stage` when the model's blocks are cut at
     /// `bounds` (V + 1 ascending block indices from 0 to n_layer).
     static StageBlocks chunk_blocks(const std::vector<int>& bounds, int virtual_stage) {

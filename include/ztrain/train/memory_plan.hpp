@@ -27,6 +27,9 @@ struct MemoryPlan {
     int ranks_per_node = 1;
     int shard_group = 1;             ///< the ranks the state is split over (the ZeRO formulas' N)
     int tensor = 1;                  ///< parallel.tensor: each rank's items are its split's
+    int pipeline = 1;                ///< parallel.pipeline: the items are those of stage pipeline_stage,
+    int pipeline_stage = 0;          ///< the stage whose ranks need the most
+    std::vector<double> stage_per_rank;  ///< pipeline > 1: each stage's peak per rank
     int zero_stage = 0;              ///< what is split: nothing (0), optimizer state (1), + grads (2), + params (3)
     bool device = false;             ///< the items live in GPU memory (backend = cuda)
     bool recompute = false;          ///< train.recompute: the activations are already minimal
@@ -43,7 +46,9 @@ struct MemoryPlan {
     /// the plan's choice (ddp_bucket_bytes).
     double bucket_bytes = 0;
     double per_rank() const;
-    double per_node() const { return per_rank() * (device ? 1 : ranks_per_node); }
+    /// A host plan's node: ranks_per_node ranks (of a pipeline: consecutive ranks, whose
+    /// stages the node holding the most determines).
+    double per_node() const;
     const MemoryItem& largest() const;
 };
 

@@ -29,8 +29,9 @@ struct TrainSetup;
 
 class PipelineTraining {
   public:
-    /// Builds this rank's models and state from `setup` (its mesh has the pipeline).
-    PipelineTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale);
+    /// Builds this rank's models and state from `setup` (its mesh has the pipeline), the
+    /// state's communication `overlap_depth` units ahead (the memory plan's).
+    PipelineTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale, int overlap_depth);
     ~PipelineTraining();
 
     /// The stage's first model (the reporter's view of the model: layout, one slot's
