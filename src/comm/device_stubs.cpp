@@ -1,7 +1,8 @@
-// What the NCCL communicator (src/comm/cuda/nccl_communicator.cpp) provides, for builds
+// What the NCCL communicator and point-to-point messages (src/comm/cuda/) provide, for builds
 // without NCCL: callers compile and link in every build and fail with a clear message at
 // run time.
 #include "ztrain/comm/nccl_communicator.hpp"
+#include "ztrain/comm/point_to_point.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -15,6 +16,10 @@ namespace zt {
 bool nccl_built() { return false; }
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator>, void*) {
     throw Error("NCCL communicator: this build has no NCCL (CUDA build with nccl.h and libnccl)");
+}
+bool nccl_point_to_point_built() { return false; }
+std::unique_ptr<PointToPoint> make_nccl_point_to_point(MPI_Comm, void*) {
+    throw Error("NCCL point-to-point: this build has no NCCL (CUDA build with nccl.h and libnccl)");
 }
 #endif
 

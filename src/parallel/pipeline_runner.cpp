@@ -16,26 +16,8 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-int comm_rank(MPI_Comm c) {
-    int r = 0;
-    ZT_MPI_CHECK(MPI_Comm_rank(c, &r));
-    return r;
-}
-
-int comm_size(MPI_Comm c) {
-    int n = 0;
-    ZT_MPI_CHECK(MPI_Comm_size(c, &n));
-    return n;
-}
-
 size_t boundary_bytes(const Transformer& model, int B, int T) {
     return model.stage_elements(B, T) * dtype_size(model.activation_dtype());
-}
-
-int as_count(size_t bytes) {
-    ZT_REQUIRE(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()), "pipeline message of ", bytes,
-               " bytes: more than one MPI message carries");
-    return static_cast<int>(bytes);
 }
 
 }  // namespace
@@ -90,13 +72,16 @@ ModelLayout PipelineRunner::stage_state_layout(const ModelLayout& whole, Pipelin
 }
 
 PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape)
-    : m_comm(pipeline), m_shape(shape) {
+    : PipelineRunner(pipeline == MPI_COMM_NULL ? nullptr : make_mpi_point_to_point(pipeline), kind, shape) {}
+
+PipelineRunner::PipelineRunner(std::unique_ptr<PointToPoint> link, PipelineScheduleKind kind, PipelineShape shape)
+    : m_link(std::move(link)), m_shape(shape) {
     ZT_REQUIRE(kind != PipelineScheduleKind::kZeroBubble,
                "parallel.schedule = zb: the model's backward is not yet split into its input- and weight-gradient "
                "passes");
-    ZT_REQUIRE(pipeline != MPI_COMM_NULL && comm_size(pipeline) == shape.stages, "pipeline communicator of ",
-               pipeline == MPI_COMM_NULL ? 0 : comm_size(pipeline), " ranks for ", shape.stages, " stages");
-    m_stage = comm_rank(pipeline);
+    ZT_REQUIRE(m_link && m_link->size() == shape.stages, "pipeline communicator of ", m_link ? m_link->size() : 0,
+               " ranks for ", shape.stages, " stages");
+    m_stage = m_link->rank();
     m_passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(m_stage)];
     m_slots = slots_per_chunk(m_passes, shape.virtual_stages);
     // The messages of a chunk pair up by order (one tag per virtual stage and direction):
@@ -110,23 +95,36 @@ PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, Pip
         ++next;
     }
     const int V = shape.stages * shape.virtual_stages;
-    int* tag_ub = nullptr;
-    int found = 0;
-    ZT_MPI_CHECK(MPI_Comm_get_attr(pipeline, MPI_TAG_UB, &tag_ub, &found));
-    ZT_REQUIRE(!found || tag(V, true) <= *tag_ub, "pipeline of ", V, " virtual stages: MPI tags end at ", *tag_ub);
+    ZT_REQUIRE(tag(V, true) <= m_link->max_tag(), "pipeline of ", V, " virtual stages: message tags end at ",
+               m_link->max_tag());
     m_sends.resize(static_cast<size_t>(shape.virtual_stages));
     for (size_t c = 0; c < m_sends.size(); ++c) m_sends[c].resize(static_cast<size_t>(m_slots[c]));
 }
 
 void PipelineRunner::settle(int chunk, int slot, PipelineStepTotals& totals) {
-    std::vector<MPI_Request>& pending = m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+    std::vector<SendRequest>& pending = m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
     if (pending.empty()) return;
     const auto t0 = Clock::now();
     std::optional<Communicator::PendingGuard> pending_guard;
     if (m_watch != nullptr) pending_guard.emplace(*m_watch, "pipeline send");
-    ZT_MPI_CHECK(MPI_Waitall(static_cast<int>(pending.size()), pending.data(), MPI_STATUSES_IGNORE));
+    for (SendRequest& r : pending) m_link->wait(r);
     totals.wait_s += seconds_since(t0);
     pending.clear();
+}
+
+void PipelineRunner::receive(void* buf, size_t bytes, int peer, int tag, const char* what,
+                             PipelineStepTotals& totals) {
+    const auto t0 = Clock::now();
+    std::optional<Communicator::PendingGuard> pending_guard;
+    if (m_watch != nullptr) pending_guard.emplace(*m_watch, what);
+    m_link->recv(buf, bytes, peer, tag);
+    totals.wait_s += seconds_since(t0);
+}
+
+void PipelineRunner::send(int chunk, int slot, const void* buf, size_t bytes, int peer, int tag,
+                          PipelineStepTotals& totals) {
+    m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)].push_back(m_link->start_send(buf, bytes, peer, tag));
+    totals.bytes_sent += bytes;
 }
 
 PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
@@ -182,14 +180,9 @@ void PipelineRunner::forward_pass(UnitStore& store, Transformer& model, const Pi
     const int P = m_shape.stages;
     const int vs = chunk * P + m_stage;
     const int V = P * m_shape.virtual_stages;
-    const int bytes = as_count(boundary_bytes(model, B, T));
+    const size_t bytes = boundary_bytes(model, B, T);
     if (vs > 0) {
-        const auto t0 = Clock::now();
-        std::optional<Communicator::PendingGuard> pending_guard;
-        if (m_watch != nullptr) pending_guard.emplace(*m_watch, "pipeline receive (activations)");
-        ZT_MPI_CHECK(MPI_Recv(model.stage_input().data, bytes, MPI_BYTE, (vs - 1) % P, tag(vs, false), m_comm,
-                              MPI_STATUS_IGNORE));
-        totals.wait_s += seconds_since(t0);
+        receive(model.stage_input().data, bytes, (vs - 1) % P, tag(vs, false), "pipeline receive (activations)", totals);
     }
     model.forward(store, mb.inputs, mb.targets, B, T, dloss, mb.rows);
     if (vs == V - 1) {
@@ -197,10 +190,7 @@ void PipelineRunner::forward_pass(UnitStore& store, Transformer& model, const Pi
         totals.targets += model.last_target_count();
         return;
     }
-    MPI_Request r = MPI_REQUEST_NULL;
-    ZT_MPI_CHECK(MPI_Isend(model.stage_output().data, bytes, MPI_BYTE, (vs + 1) % P, tag(vs + 1, false), m_comm, &r));
-    m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)].push_back(r);
-    totals.bytes_sent += static_cast<size_t>(bytes);
+    send(chunk, slot, model.stage_output().data, bytes, (vs + 1) % P, tag(vs + 1, false), totals);
 }
 
 void PipelineRunner::backward_pass(UnitStore& store, Transformer& model, int chunk, int slot, int B, int T,
@@ -208,22 +198,14 @@ void PipelineRunner::backward_pass(UnitStore& store, Transformer& model, int chu
     const int P = m_shape.stages;
     const int vs = chunk * P + m_stage;
     const int V = P * m_shape.virtual_stages;
-    const int bytes = as_count(boundary_bytes(model, B, T));
+    const size_t bytes = boundary_bytes(model, B, T);
     if (vs < V - 1) {
-        const auto t0 = Clock::now();
-        std::optional<Communicator::PendingGuard> pending_guard;
-        if (m_watch != nullptr) pending_guard.emplace(*m_watch, "pipeline receive (gradients)");
-        ZT_MPI_CHECK(MPI_Recv(model.stage_output_grad().data, bytes, MPI_BYTE, (vs + 1) % P, tag(vs, true), m_comm,
-                              MPI_STATUS_IGNORE));
-        totals.wait_s += seconds_since(t0);
+        receive(model.stage_output_grad().data, bytes, (vs + 1) % P, tag(vs, true), "pipeline receive (gradients)",
+                totals);
     }
     model.backward(store);
     if (vs == 0) return;
-    MPI_Request r = MPI_REQUEST_NULL;
-    ZT_MPI_CHECK(MPI_Isend(model.stage_input_grad().data, bytes, MPI_BYTE, (vs - 1) % P, tag(vs - 1, true), m_comm,
-                           &r));
-    m_sends[static_cast<size_t>(chunk)][static_cast<size_t>(slot)].push_back(r);
-    totals.bytes_sent += static_cast<size_t>(bytes);
+    send(chunk, slot, model.stage_input_grad().data, bytes, (vs - 1) % P, tag(vs - 1, true), totals);
 }
 
 }  // namespace zt

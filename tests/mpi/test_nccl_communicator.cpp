@@ -1,6 +1,7 @@
 // The device communicators on a GPU: the shared collective suite on device buffers through
 // make_communicator("cuda") (NCCL with a GPU per rank, host staging when ranks share one),
-// and the staged communicator over CUDA memory explicitly. Skips without CUDA or a GPU;
+// the staged communicator over CUDA memory explicitly, and the pipeline's NCCL point-to-point
+// link. Skips without CUDA or a GPU;
 // labelled gpu as well as mpi.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "ztrain/comm/comm_select.hpp"
 #include "ztrain/memory/device_memory.hpp"
 #include "ztrain/comm/nccl_communicator.hpp"
+#include "ztrain/comm/point_to_point.hpp"
 #include "ztrain/comm/staged_communicator.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -83,6 +85,42 @@ TEST(DeviceCommunicator, AutoPicksNcclOnlyWithAGpuPerRank) {
     auto comm = make_auto();
     const bool shared = comm->local_size() > cuda_device_count();
     EXPECT_EQ(comm->name(), shared ? "staged(cuda)" : "nccl");
+}
+
+// The pipeline's NCCL link (comm/point_to_point.hpp) between ranks that each hold a distinct
+// GPU: a ring of device buffers, each rank's sent values arriving at its successor. NCCL
+// cannot pair a rank with itself outside a group call, so it needs two GPUs.
+TEST(NcclPointToPoint, RingPassesDeviceBuffers) {
+    if (!have_gpu() || !nccl_point_to_point_built()) GTEST_SKIP() << "no GPU or no NCCL";
+    auto world = make_mpi_communicator(MPI_COMM_WORLD);
+    MPI_Comm group = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, world->local_rank() / cuda_device_count(), world->rank(), &group);
+    int n = 0;
+    MPI_Comm_size(group, &n);
+    if (n < 2) {
+        MPI_Comm_free(&group);
+        GTEST_SKIP() << "needs 2 GPUs (ranks of a ring on distinct GPUs)";
+    }
+    cuda_set_device(local_device(world->local_rank(), cuda_device_count()));
+    auto link = make_nccl_point_to_point(group, nullptr);
+    const int me = link->rank();
+    CudaTestMemory mem;
+    const size_t count = 4096;
+    std::vector<float> host(count, static_cast<float>(me + 1));
+    void* out = mem.alloc(count * sizeof(float));
+    void* in = mem.alloc(count * sizeof(float));
+    mem.upload(out, host.data(), count * sizeof(float));
+    SendRequest r = link->start_send(out, count * sizeof(float), (me + 1) % n, 0);
+    link->recv(in, count * sizeof(float), (me + n - 1) % n, 0);
+    link->wait(r);
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    mem.download(host.data(), in, count * sizeof(float));
+    const int prev = (me + n - 1) % n;
+    for (float v : host) ASSERT_EQ(v, static_cast<float>(prev + 1)) << "from rank " << prev;
+    link.reset();
+    mem.free(out);
+    mem.free(in);
+    MPI_Comm_free(&group);
 }
 
 }  // namespace

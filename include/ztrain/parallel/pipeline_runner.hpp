@@ -1,8 +1,8 @@
 // One rank's part of a pipeline-parallel step (parallel.pipeline): it runs its stage's passes
 // in the order of the step's schedule (parallel/pipeline_schedule.hpp) over its chunks' models
 // (model/transformer.hpp with StageBlocks), and passes activations forward and their
-// gradients back to the neighbouring stages as MPI point-to-point messages in the activation
-// dtype. A receive waits for what its pass needs; a send is started and left to complete
+// gradients back to the neighbouring stages as point-to-point messages in the activation
+// dtype (comm/point_to_point.hpp: MPI on host memory, NCCL on the device). A receive waits for what its pass needs; a send is started and left to complete
 // while the stage computes, and its buffer is not written again before it has.
 //
 // Chunk c of stage s is virtual stage c * P + s (v = 1: the plain pipeline). Each chunk keeps
@@ -12,7 +12,8 @@
 // schedules run each chunk's forwards, and its backwards, in that order), so MPI's
 // non-overtaking rule pairs them and one tag per virtual stage and direction suffices.
 //
-// Host memory (the CPU backend); a device backend's buffers are on the GPU issue's list.
+// Runs on the CPU backend over MPI; the NCCL link is written and compiled, and running the
+// stages on the device is on the GPU issue's list (the trainer refuses backend = cuda).
 #pragma once
 
 #include <mpi.h>
@@ -20,9 +21,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "ztrain/comm/communicator.hpp"
+#include "ztrain/comm/point_to_point.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/pipeline_schedule.hpp"
 
@@ -49,6 +52,9 @@ class PipelineRunner {
     /// pipeline_comm). Throws Error for a shape the kind cannot run (make_pipeline_schedule),
     /// and for zero-bubble, whose split backward the model does not have yet.
     PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape);
+    /// The same over `link` (its ranks ordered by stage): MPI on host memory, or NCCL on the
+    /// device (comm/point_to_point.hpp).
+    PipelineRunner(std::unique_ptr<PointToPoint> link, PipelineScheduleKind kind, PipelineShape shape);
 
     /// Marks the runner's blocking waits (receives, sends still in flight) as pending on
     /// `watch` (a communicator over the same ranks), so the collective watchdog ends a job
@@ -100,18 +106,22 @@ class PipelineRunner {
                       int T, float dloss, PipelineStepTotals& totals);
     void backward_pass(UnitStore& store, Transformer& model, int chunk, int slot, int B, int T,
                        PipelineStepTotals& totals);
+    /// A blocking receive marked pending (`what`) for the watchdog, its wait counted.
+    void receive(void* buf, size_t bytes, int peer, int tag, const char* what, PipelineStepTotals& totals);
+    /// A started send of chunk c's slot k's buffer, settled before the slot is used again.
+    void send(int chunk, int slot, const void* buf, size_t bytes, int peer, int tag, PipelineStepTotals& totals);
     /// Waits for the sends still reading chunk c's slot k.
     void settle(int chunk, int slot, PipelineStepTotals& totals);
     int tag(int virtual_stage, bool gradient) const { return 2 * virtual_stage + (gradient ? 1 : 0); }
 
-    MPI_Comm m_comm;
+    std::unique_ptr<PointToPoint> m_link;
     Communicator* m_watch = nullptr;
     PipelineShape m_shape;
     int m_stage = 0;
     std::vector<PipelinePass> m_passes;
     std::vector<int> m_slots;
     /// Sends in flight, per chunk and slot.
-    std::vector<std::vector<std::vector<MPI_Request>>> m_sends;
+    std::vector<std::vector<std::vector<SendRequest>>> m_sends;
 };
 
 }  // namespace zt

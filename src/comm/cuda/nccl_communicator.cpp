@@ -12,23 +12,11 @@
 #include <vector>
 
 #include "../host_backed_communicator.hpp"
+#include "nccl_check.hpp"
 #include "ztrain/memory/device_memory.hpp"
 #include "ztrain/cuda_runtime/cuda_check.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/cuda_runtime/stream.hpp"
-
-namespace zt {
-namespace detail {
-inline bool nccl_ok(ncclResult_t r) { return r == ncclSuccess; }
-inline std::string nccl_error_string(ncclResult_t r) {
-    const char* last = ncclGetLastError(nullptr);
-    return str(ncclGetErrorString(r), last != nullptr && *last != '\0' ? str(" (", last, ")") : std::string());
-}
-}  // namespace detail
-}  // namespace zt
-
-/// Checks an NCCL call (ncclSuccess), naming the call, file and line like ZT_CUDA_CHECK.
-#define ZT_NCCL_CHECK(expr) ZT_CHECK_GEN(expr, ::zt::detail::nccl_ok, ::zt::detail::nccl_error_string, "NCCL")
 
 namespace zt {
 namespace {
@@ -51,16 +39,8 @@ class NcclCommunicator final : public HostBackedCommunicator {
         m_device = select_local_device(local_rank());
         m_stream = create_stream();
         ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m_compute_done, cudaEventDisableTiming));
-        // Rank 0 sends its status with the id, so a failure there fails every rank instead
-        // of leaving them waiting in ncclCommInitRank.
-        struct {
-            ncclUniqueId id;
-            int ok;
-        } boot{};
-        if (rank() == 0) boot.ok = ncclGetUniqueId(&boot.id) == ncclSuccess ? 1 : 0;
-        host_comm().broadcast_bytes(&boot, sizeof boot, 0);
-        ZT_REQUIRE(boot.ok == 1, "NCCL: rank 0 could not create the unique id (ncclGetUniqueId)");
-        ZT_NCCL_CHECK(ncclCommInitRank(&m_nccl, size(), boot.id, rank()));
+        m_nccl = detail::init_nccl_comm(rank(), size(),
+                                        [&](void* buf, size_t bytes) { host_comm().broadcast_bytes(buf, bytes, 0); });
     }
     ~NcclCommunicator() override {
         // Unchecked teardown: a destructor must not throw. While an exception unwinds, the
