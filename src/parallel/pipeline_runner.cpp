@@ -140,11 +140,13 @@ PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::
         const int slot = p.micro % m_slots[static_cast<size_t>(p.chunk)];
         Transformer& model = *models[static_cast<size_t>(p.chunk)][static_cast<size_t>(slot)];
         settle(p.chunk, slot, totals);
+        const PipelineMicroBatch mb = batch(p.micro);
+        const int rows_T = mb.T > 0 ? mb.T : T;
         if (p.kind == PassKind::kForward) {
-            forward_pass(store, model, batch(p.micro), p.chunk, slot, B, T, dloss, totals);
+            forward_pass(store, model, mb, p.chunk, slot, B, rows_T, dloss, totals);
         } else {
             if (before_backward) before_backward(p.micro, p.chunk);
-            backward_pass(store, model, p.chunk, slot, B, T, totals);
+            backward_pass(store, model, p.chunk, slot, B, rows_T, totals);
         }
     }
     for (size_t c = 0; c < m_sends.size(); ++c) {
@@ -166,7 +168,8 @@ PipelineStepTotals PipelineRunner::run_forward(UnitStore& store, const std::vect
         for (int a = 0; a < count; ++a) {
             const int slot = a % static_cast<int>(std::min(chunk.size(), m_sends[static_cast<size_t>(c)].size()));
             settle(c, slot, totals);
-            forward_pass(store, *chunk[static_cast<size_t>(slot)], batch(a), c, slot, B, T, 0.f, totals);
+            const PipelineMicroBatch mb = batch(a);
+            forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, B, mb.T > 0 ? mb.T : T, 0.f, totals);
         }
     }
     for (size_t c = 0; c < m_sends.size(); ++c) {

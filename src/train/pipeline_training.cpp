@@ -12,6 +12,7 @@
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
 #include "ztrain/train/evaluator.hpp"
+#include "ztrain/train/example_feed.hpp"
 #include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/train_setup.hpp"
 
@@ -66,10 +67,14 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
     ZT_MPI_CHECK(MPI_Comm_split(setup.groups->pipeline_comm(), holds_unit0 ? 0 : MPI_UNDEFINED, s, &m_ends_mpi));
     if (holds_unit0) m_ends = make_mpi_communicator(m_ends_mpi);
     m_global_batch = static_cast<long>(tc.micro_batch) * tc.grad_accum * setup.data().size();
-    const size_t n = static_cast<size_t>(tc.micro_batch) * static_cast<size_t>(mc.seq_len);
-    const size_t batches = static_cast<size_t>(std::max(tc.grad_accum, tc.eval_batches));
-    m_inputs.assign(batches, std::vector<int32_t>(n));
-    m_targets.assign(batches, std::vector<int32_t>(n));
+    m_batches.resize(static_cast<size_t>(std::max(tc.grad_accum, tc.eval_batches)));
+    const size_t window = static_cast<size_t>(tc.micro_batch) * static_cast<size_t>(mc.seq_len);
+    for (RowBatch& b : m_batches) {
+        b.reserve(tc.micro_batch, mc.seq_len);
+        b.inputs.resize(window);  // the samplers' windows; example rows resize them as they fill
+        b.targets.resize(window);
+    }
+    m_window.resize(static_cast<size_t>(mc.seq_len));
 }
 
 PipelineTraining::~PipelineTraining() {
@@ -80,7 +85,12 @@ PipelineTraining::~PipelineTraining() {
 }
 
 PipelineMicroBatch PipelineTraining::micro_batch(int a) {
-    return PipelineMicroBatch{m_inputs[static_cast<size_t>(a)].data(), m_targets[static_cast<size_t>(a)].data(), {}};
+    RowBatch& b = m_batches[static_cast<size_t>(a)];
+    // Packed example rows: every stage's attention keeps to each row's segments.
+    const bool packed = m_setup.examples && m_setup.examples->packed();
+    // Pretraining windows leave b.T at 0: the step's seq_len.
+    return PipelineMicroBatch{b.inputs.data(), b.targets.data(),
+                              packed ? TokenRows{b.positions.data(), b.segment_start.data()} : TokenRows{}, b.T};
 }
 
 size_t PipelineTraining::activation_bytes() const {
@@ -115,12 +125,22 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
     ph.zero = since(t0);
     const double scale = m_loss_scale.scale();
     out.loss_scale = scale;
-    const float dloss = static_cast<float>(scale / (static_cast<double>(m_global_batch) * T));
+    // The loss is the mean over the global batch's targets: every token of a window, or on
+    // example shards the target tokens of the step's rows (ExampleFeed::micro_steps).
+    const ExampleFeed* feed = m_setup.examples.get();
+    const uint64_t rows = static_cast<uint64_t>(m_global_batch);
+    const uint64_t targets = feed ? feed->targets_in_rows(progress.samples_seen, rows) : rows * static_cast<uint64_t>(T);
+    ZT_REQUIRE(targets > 0, "a step of ", rows, " rows without a target");
+    const float dloss = static_cast<float>(scale / static_cast<double>(targets));
     // Every stage of a pipeline reads the same micro-batches: those of its data rank.
     for (int a = 0; a < m; ++a) {
-        const long row = (static_cast<long>(data.rank()) * m + a) * B;
-        m_setup.train_sampler->fill(progress.samples_seen + static_cast<uint64_t>(row), B,
-                                    m_inputs[static_cast<size_t>(a)].data(), m_targets[static_cast<size_t>(a)].data());
+        const uint64_t first = progress.samples_seen + static_cast<uint64_t>((static_cast<long>(data.rank()) * m + a) * B);
+        RowBatch& b = m_batches[static_cast<size_t>(a)];
+        if (feed) {
+            feed->fill_train(first, B, b);
+        } else {
+            m_setup.train_sampler->fill(first, B, b.inputs.data(), b.targets.data());
+        }
     }
     auto batch = [&](int a) { return micro_batch(a); };
     maybe_stall(m_setup.comm->rank(), step + 1);  // the watchdog's test hook
@@ -133,13 +153,16 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
     auto tc0 = Clock::now();
     m_state->finish_grad_sync();
     if (m_ends) m_state->sum_unit_grads(0, *m_ends);
-    // The loss: the last stage's mean over its micro-batches (every target counts), summed
-    // over the pipeline (the other stages add 0) and averaged over the data ranks.
-    double loss = totals.loss_sum / (static_cast<double>(m) * B * T);
+    // The loss: the last stage's sum over its micro-batches, summed over the pipeline (the
+    // other stages add 0) and the data ranks, over the global batch's targets.
+    double loss = totals.loss_sum;
     m_setup.pipeline_comm->all_reduce_scalars(&loss, 1);
     data.all_reduce_scalars(&loss, 1);
-    loss /= data.size();
-    out.loss = loss;
+    out.loss = loss / static_cast<double>(targets);
+    if (feed) {
+        out.targets = targets;
+        out.rows = rows;
+    }
     ph.comm += since(tc0);
 
     const auto t_opt = Clock::now();
@@ -147,8 +170,8 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
     ph.opt = since(t_opt);
     out.step_s = since(t0);
     progress.step = step + 1;
-    progress.samples_seen += static_cast<uint64_t>(m_global_batch);
-    progress.tokens_seen += static_cast<uint64_t>(m_global_batch) * static_cast<uint64_t>(T);
+    progress.samples_seen += rows;
+    progress.tokens_seen += targets;
     return out;
 }
 
@@ -173,32 +196,43 @@ std::vector<float> PipelineTraining::gather_params() {
 }
 
 std::vector<uint32_t> PipelineTraining::generate(const std::vector<uint32_t>& prompt, int n, uint64_t seed,
-                                                long step) {
+                                                long step, std::optional<uint32_t> stop) {
     const RankLayout& L = m_setup.groups->layout();
     const size_t Vp = static_cast<size_t>(m_cfg.model.padded_vocab());
     // The last virtual stage is the last chunk of the last stage; one micro-batch runs in its slot 0.
     Transformer& head = *m_models.back().front();
     const NextLogits next = [&](const int32_t* window, int T, float* row) {
-        std::copy(window, window + T, m_inputs[0].data());
-        const auto batch = [&](int) { return PipelineMicroBatch{m_inputs[0].data(), nullptr, {}}; };
+        std::copy(window, window + T, m_window.data());
+        const auto batch = [&](int) { return PipelineMicroBatch{m_window.data(), nullptr, {}, 0}; };
         m_runner->run_forward(*m_state, m_models, batch, 1, 1, T);
         if (L.pipeline_rank == L.pipeline - 1) head.logits_row_to_host(T - 1, row);
         m_setup.pipeline_comm->broadcast_bytes(row, Vp * sizeof(float), L.pipeline - 1);
     };
-    return zt::generate(next, m_cfg.model, prompt, n, seed, step, std::nullopt);
+    return zt::generate(next, m_cfg.model, prompt, n, seed, step, stop);
 }
 
-double PipelineTraining::val_loss(BatchSampler& val) {
+bool PipelineTraining::has_validation() const {
+    return m_setup.val_sampler || (m_setup.examples && m_setup.examples->val());
+}
+
+double PipelineTraining::val_loss() {
     const TrainConfig& tc = m_cfg.train;
     const int B = tc.micro_batch;
     const int T = m_cfg.model.seq_len;
     const int E = tc.eval_batches;
     Communicator& data = m_setup.data();
-    // The same leading windows every time, split over the data ranks, as Evaluator reads them.
+    // The same leading windows (or example rows) every time, split over the data ranks, as
+    // Evaluator reads them; the loss over every target they hold.
     const long per_rank = static_cast<long>(E) * B;
+    const bool examples = m_setup.examples && m_setup.examples->val();
     for (int e = 0; e < E; ++e) {
         const uint64_t first = static_cast<uint64_t>(data.rank() * per_rank + e * B);
-        val.fill(first, B, m_inputs[static_cast<size_t>(e)].data(), m_targets[static_cast<size_t>(e)].data());
+        RowBatch& b = m_batches[static_cast<size_t>(e)];
+        if (examples) {
+            m_setup.examples->fill_val(first, B, b);
+        } else {
+            m_setup.val_sampler->fill(first, B, b.inputs.data(), b.targets.data());
+        }
     }
     auto batch = [&](int e) { return micro_batch(e); };
     const PipelineStepTotals totals = m_runner->run_forward(*m_state, m_models, batch, E, B, T);

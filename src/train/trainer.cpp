@@ -285,14 +285,19 @@ double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver
     return flags[0];
 }
 
+/// The example shards' summary line (rank 0), with the steps train.epochs came to.
+void describe_examples(const TrainSetup& setup, const TrainConfig& tc, bool root) {
+    if (!setup.examples || !root) return;
+    std::printf("ztrain: examples: %s%s\n", setup.examples->describe().c_str(),
+                tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");
+}
+
 /// What a pipeline run does not do yet, refused before anything is written (every rank reads
 /// the same deck and the same run directory, so every rank refuses alike).
 void refuse_for_pipeline(const Config& cfg, const TrainSetup& setup) {
     const std::string p = str("parallel.pipeline = ", cfg.parallel.pipeline, ": ");
     ZT_INPUT_CHECK(setup.backend_kind == BackendChoice::kCpu, p, "backend = cuda has no pipeline yet (the stages' "
                    "messages are host memory); use backend = cpu or parallel.pipeline = 1");
-    ZT_INPUT_CHECK(!setup.examples, p, "example shards (", cfg.data.train, ") are not trained with a pipeline yet; "
-                   "use pretraining token shards or parallel.pipeline = 1");
     ZT_INPUT_CHECK(cfg.eval.tasks.empty(), p, "eval.tasks are not scored with a pipeline yet; leave eval.tasks "
                    "empty or use parallel.pipeline = 1");
 }
@@ -336,6 +341,7 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
     saver.set_inputs(std::move(inputs));
     reporter.start(cfg, pipe.state().bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
                    work, cfg.precision.reduce(), loss_scale);
+    describe_examples(setup, tc, root);
     if (root) {
         std::string layers;
         for (int k = 0; k < pipe.split().count(); ++k) layers += str(k ? "," : "", pipe.split().layers(k));
@@ -350,14 +356,24 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
     reporter.begin_training(progress.step);
     // As Evaluator::evaluate: the validation loss, then a sample from the current weights.
     auto evaluate = [&](long step) {
-        if (!setup.val_sampler) return;
+        if (!pipe.has_validation()) return;
         Evaluation ev;
-        ev.val_loss = pipe.val_loss(*setup.val_sampler);
+        ev.val_loss = pipe.val_loss();
         reporter.val_loss(step, ev.val_loss);
         if (tc.sample_tokens > 0) {
-            const std::vector<uint32_t> prompt{setup.tokenizer ? setup.tokenizer->eot() : 0};
-            ev.sample = sample_text(setup.tokenizer.get(), pipe.generate(prompt, tc.sample_tokens, tc.seed, step));
-            reporter.sample(step, *ev.sample);
+            // On examples: the first validation example's prompt, up to its answer's end.
+            std::vector<uint32_t> prompt{setup.tokenizer ? setup.tokenizer->eot() : 0};
+            std::optional<uint32_t> stop;
+            std::string text;
+            if (setup.examples && setup.examples->val()) {
+                const SamplePrompt sp = setup.examples->sample_prompt();
+                prompt = sp.prompt;
+                stop = sp.stop;
+                text = sample_text(setup.tokenizer.get(), prompt);
+            }
+            text += sample_text(setup.tokenizer.get(), pipe.generate(prompt, tc.sample_tokens, tc.seed, step, stop));
+            ev.sample = text;
+            reporter.sample(step, text);
         }
         std::fflush(stdout);
         record_evaluation(ev, summary);
@@ -368,7 +384,7 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
         const StepOutcome out = pipe.step(step, progress, reporter);
         const long done = progress.step;
         record_step(out, done, summary);
-        reporter.step(step_report(out, progress, step_tokens, false));
+        reporter.step(step_report(out, progress, step_tokens, setup.examples != nullptr));
         saver.step_finished(out.step_s);
         if (out.verdict.action == LossScalePolicy::Action::kStop) throw AgreedError(out.verdict.stop_reason);
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) evaluate(done);
@@ -436,10 +452,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     saver.set_inputs(std::move(inputs));
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
                    work, reduce, loss_scale);
-    if (setup.examples && root) {
-        std::printf("ztrain: examples: %s%s\n", setup.examples->describe().c_str(),
-                    tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");
-    }
+    describe_examples(setup, tc, root);
 
     Evaluator evaluator(tc, model, state, data, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
     evaluator.set_tasks(setup.eval_tasks, cfg.eval);

@@ -36,6 +36,9 @@ struct PipelineMicroBatch {
     const int32_t* inputs = nullptr;
     const int32_t* targets = nullptr;
     TokenRows rows;
+    /// Positions per row when it differs from the step's T (dynamically padded example rows:
+    /// the longest example's); 0: the step's.
+    int T = 0;
 };
 
 /// What one step's passes gave on this rank.

@@ -9,13 +9,15 @@
 //     of the global batch.
 // The trainer's loop (trainer.cpp) drives it like TrainStep and saves and loads its state
 // (a stage's units, in the whole model's layout), and samples through the stages. Not here
-// yet: example shards, evaluation tasks (the trainer refuses them).
+// yet: evaluation tasks (the trainer refuses them).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ztrain/config/config.hpp"
+#include "ztrain/data/examples.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/pipeline_runner.hpp"
@@ -24,7 +26,6 @@
 
 namespace zt {
 
-class BatchSampler;
 struct TrainSetup;
 
 class PipelineTraining {
@@ -48,13 +49,16 @@ class PipelineTraining {
     /// Every unit's full parameters in unit order (TrainSummary::final_params): each gathered
     /// by the stage that holds it and broadcast over the pipeline. Collective over the world.
     std::vector<float> gather_params();
-    /// The mean validation loss over train.eval_batches micro-batches per data rank (the same
-    /// leading windows every time). Collective over the world.
-    double val_loss(BatchSampler& val);
+    /// Whether the run has validation data (data.val: windows or example rows).
+    bool has_validation() const;
+    /// The mean validation loss over train.eval_batches micro-batches per data rank (the
+    /// same leading windows, or example rows, every time). Collective over the world.
+    double val_loss();
     /// `n` tokens sampled after `prompt` as `generate` (evaluator.hpp) draws them on one rank:
     /// each token's forward runs through the stages, and the last stage's logits row is
     /// broadcast over the pipeline, so every rank draws the same token. Collective over the world.
-    std::vector<uint32_t> generate(const std::vector<uint32_t>& prompt, int n, uint64_t seed, long step);
+    std::vector<uint32_t> generate(const std::vector<uint32_t>& prompt, int n, uint64_t seed, long step,
+                                   std::optional<uint32_t> stop = std::nullopt);
 
   private:
     /// Micro-batch a of the buffers the step or the evaluation filled.
@@ -75,8 +79,10 @@ class PipelineTraining {
     MPI_Comm m_ends_mpi = MPI_COMM_NULL;
     std::unique_ptr<Communicator> m_ends;
     long m_global_batch = 0;
-    std::vector<std::vector<int32_t>> m_inputs;
-    std::vector<std::vector<int32_t>> m_targets;
+    /// The micro-batches of a step or an evaluation (tokens and targets; on example shards
+    /// also the packed rows' positions and segments).
+    std::vector<RowBatch> m_batches;
+    std::vector<int32_t> m_window;  ///< a sample's context, one forward at a time
 };
 
 }  // namespace zt
