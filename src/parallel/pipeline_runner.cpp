@@ -112,6 +112,12 @@ void PipelineRunner::settle(int chunk, int slot, PipelineStepTotals& totals) {
     pending.clear();
 }
 
+void PipelineRunner::settle_all(PipelineStepTotals& totals) {
+    for (size_t c = 0; c < m_sends.size(); ++c) {
+        for (size_t k = 0; k < m_sends[c].size(); ++k) settle(static_cast<int>(c), static_cast<int>(k), totals);
+    }
+}
+
 void PipelineRunner::receive(void* buf, size_t bytes, int peer, int tag, const char* what,
                              PipelineStepTotals& totals) {
     const auto t0 = Clock::now();
@@ -149,9 +155,7 @@ PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::
             backward_pass(store, model, p.chunk, slot, B, rows_T, totals);
         }
     }
-    for (size_t c = 0; c < m_sends.size(); ++c) {
-        for (size_t k = 0; k < m_sends[c].size(); ++k) settle(static_cast<int>(c), static_cast<int>(k), totals);
-    }
+    settle_all(totals);
     return totals;
 }
 
@@ -172,9 +176,7 @@ PipelineStepTotals PipelineRunner::run_forward(UnitStore& store, const std::vect
             forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, B, mb.T > 0 ? mb.T : T, 0.f, totals);
         }
     }
-    for (size_t c = 0; c < m_sends.size(); ++c) {
-        for (size_t k = 0; k < m_sends[c].size(); ++k) settle(static_cast<int>(c), static_cast<int>(k), totals);
-    }
+    settle_all(totals);
     return totals;
 }
 

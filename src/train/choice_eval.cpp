@@ -63,11 +63,20 @@ double row_loglik(const ChoiceRow& row, const float* position_losses) {
 
 ChoiceEvaluator::ChoiceEvaluator(Transformer& model, UnitStore& store, Communicator& comm, int max_batch,
                                  uint32_t bos)
-    : m_model(model), m_store(store), m_comm(comm), m_max_batch(max_batch), m_bos(bos) {}
+    : ChoiceEvaluator(
+          [&model, &store](const int32_t* inputs, const int32_t* targets, int B, int T) {
+              model.forward(store, inputs, targets, B, T, 0.f);
+              return model.position_losses().data();
+          },
+          model.config().seq_len, comm, max_batch, bos) {}
+
+ChoiceEvaluator::ChoiceEvaluator(PositionLosses forward, int seq_len, Communicator& comm, int max_batch,
+                                 uint32_t bos)
+    : m_forward(std::move(forward)), m_seq_len(seq_len), m_comm(comm), m_max_batch(max_batch), m_bos(bos) {}
 
 void ChoiceEvaluator::run_rows(const ChoiceTask& task, const std::vector<std::pair<long, int>>& rows, long forwards,
                                std::vector<std::vector<EndingScore>>& scores, long first) {
-    const int seq_len = m_model.config().seq_len;
+    const int seq_len = m_seq_len;
     std::vector<int32_t> inputs;
     std::vector<int32_t> targets;
     size_t next = 0;
@@ -88,13 +97,12 @@ void ChoiceEvaluator::run_rows(const ChoiceTask& task, const std::vector<std::pa
             std::copy(batch[b].inputs.begin(), batch[b].inputs.end(), inputs.begin() + static_cast<long>(b * T));
             std::copy(batch[b].targets.begin(), batch[b].targets.end(), targets.begin() + static_cast<long>(b * T));
         }
-        m_model.forward(m_store, inputs.data(), targets.data(), static_cast<int>(batch.size()), static_cast<int>(T),
-                        0.f);
-        const std::vector<float>& losses = m_model.position_losses();
+        const float* losses = m_forward(inputs.data(), targets.data(), static_cast<int>(batch.size()),
+                                        static_cast<int>(T));
         for (size_t b = 0; b < batch.size() && begin + b < next; ++b) {
             const auto [ex, k] = rows[begin + b];
             EndingScore& s = scores[static_cast<size_t>(ex - first)][static_cast<size_t>(k)];
-            s.loglik = row_loglik(batch[b], losses.data() + b * T);
+            s.loglik = row_loglik(batch[b], losses + b * T);
             s.tokens = batch[b].scored;
             s.chars = task.examples[static_cast<size_t>(ex)].ending_chars[static_cast<size_t>(k)];
         }

@@ -114,13 +114,16 @@ std::optional<Evaluation> Evaluator::evaluate_at_start() {
     return ev;
 }
 
-void Evaluator::evaluate_tasks(long done) {
-    if (!m_tasks || m_tasks->empty()) return;
-    if (!((m_eval.every > 0 && done % m_eval.every == 0) || done == m_tc.max_steps)) return;
-    for (const ChoiceTask& task : *m_tasks) {
-        m_reporter.choice_eval(done, task.name, m_choice.evaluate(task, m_eval.limit));
-    }
+void evaluate_tasks_due(ChoiceEvaluator& choice, const std::vector<ChoiceTask>& tasks, const EvalConfig& ec,
+                        const TrainConfig& tc, long done, StepReporter& reporter) {
+    if (tasks.empty()) return;
+    if (!((ec.every > 0 && done % ec.every == 0) || done == tc.max_steps)) return;
+    for (const ChoiceTask& task : tasks) reporter.choice_eval(done, task.name, choice.evaluate(task, ec.limit));
     std::fflush(stdout);
+}
+
+void Evaluator::evaluate_tasks(long done) {
+    if (m_tasks) evaluate_tasks_due(m_choice, *m_tasks, m_eval, m_tc, done, m_reporter);
 }
 
 double Evaluator::window_val_loss() {

@@ -215,6 +215,27 @@ bool PipelineTraining::has_validation() const {
     return m_setup.val_sampler || (m_setup.examples && m_setup.examples->val());
 }
 
+const float* PipelineTraining::position_losses(const int32_t* inputs, const int32_t* targets, int B, int T) {
+    const RankLayout& L = m_setup.groups->layout();
+    ZT_REQUIRE(B <= m_cfg.train.micro_batch && T <= m_cfg.model.seq_len, "position_losses: ", B, " rows of ", T,
+               " tokens exceed the models' ", m_cfg.train.micro_batch, " of ", m_cfg.model.seq_len);
+    const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
+    RowBatch& b = m_batches[0];
+    if (b.inputs.size() < n) b.inputs.resize(n);  // example rows may have left it shorter
+    if (b.targets.size() < n) b.targets.resize(n);
+    std::copy(inputs, inputs + n, b.inputs.data());
+    std::copy(targets, targets + n, b.targets.data());
+    const auto batch = [&](int) { return PipelineMicroBatch{b.inputs.data(), b.targets.data(), {}, T}; };
+    m_runner->run_forward(*m_state, m_models, batch, 1, B, T);
+    m_losses.resize(n);
+    if (L.pipeline_rank == L.pipeline - 1) {
+        const std::vector<float>& last = m_models.back().front()->position_losses();
+        std::copy(last.begin(), last.begin() + static_cast<long>(n), m_losses.begin());
+    }
+    m_setup.pipeline_comm->broadcast_bytes(m_losses.data(), n * sizeof(float), L.pipeline - 1);
+    return m_losses.data();
+}
+
 double PipelineTraining::val_loss() {
     const TrainConfig& tc = m_cfg.train;
     const int B = tc.micro_batch;

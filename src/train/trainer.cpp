@@ -296,10 +296,8 @@ void describe_examples(const TrainSetup& setup, const TrainConfig& tc, bool root
 /// the same deck and the same run directory, so every rank refuses alike).
 void refuse_for_pipeline(const Config& cfg, const TrainSetup& setup) {
     const std::string p = str("parallel.pipeline = ", cfg.parallel.pipeline, ": ");
-    ZT_INPUT_CHECK(setup.backend_kind == BackendChoice::kCpu, p, "backend = cuda has no pipeline yet (the stages' "
-                   "messages are host memory); use backend = cpu or parallel.pipeline = 1");
-    ZT_INPUT_CHECK(cfg.eval.tasks.empty(), p, "eval.tasks are not scored with a pipeline yet; leave eval.tasks "
-                   "empty or use parallel.pipeline = 1");
+    ZT_INPUT_CHECK(setup.backend_kind == BackendChoice::kCpu, p, "backend = cuda has no pipeline yet (its NCCL "
+                   "messages are written but not yet run on a GPU); use backend = cpu or parallel.pipeline = 1");
 }
 
 /// Where a run starts: model.init_from, or a checkpoint (with its loss scale and the notes on
@@ -378,7 +376,16 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
         std::fflush(stdout);
         record_evaluation(ev, summary);
     };
-    if (tc.eval_every > 0 && progress.step == 0 && tc.max_steps > 0) evaluate(0);
+    // eval.tasks: each candidate row's forward runs through the stages.
+    ChoiceEvaluator choice(
+        [&pipe](const int32_t* inputs, const int32_t* targets, int B, int T) {
+            return pipe.position_losses(inputs, targets, B, T);
+        },
+        cfg.model.seq_len, setup.data(), tc.micro_batch, setup.tokenizer ? setup.tokenizer->eot() : 0);
+    if (progress.step == 0 && tc.max_steps > 0) {
+        if (tc.eval_every > 0) evaluate(0);
+        evaluate_tasks_due(choice, setup.eval_tasks, cfg.eval, tc, 0, reporter);
+    }
     for (long step = progress.step; step < tc.max_steps; ++step) {
         current_step = step;
         const StepOutcome out = pipe.step(step, progress, reporter);
@@ -388,6 +395,7 @@ TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOpt
         saver.step_finished(out.step_s);
         if (out.verdict.action == LossScalePolicy::Action::kStop) throw AgreedError(out.verdict.stop_reason);
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) evaluate(done);
+        evaluate_tasks_due(choice, setup.eval_tasks, cfg.eval, tc, done, reporter);
         const double stop = agree_at_step_boundary(signals, saver, comm);
         if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
         if (stop > 0) {

@@ -118,7 +118,6 @@ printf 'this is not a safetensors file at all, just some text\n' > "$fix/not_wei
 # Multiple-choice task files (eval.tasks, zt-eval): one valid line, then a cut one / a bad label.
 mkdir -p "$fix/tasks"
 good_line='{"ctx": "a b", "endings": ["c", "d"], "label": 0}'
-printf '%s\n' "$good_line" > "$fix/tasks/good.jsonl"
 printf '%s\n{"ctx": "a", "endings": ["b", "c"], "label": 0\n' "$good_line" > "$fix/tasks/cut.jsonl"
 printf '%s\n{"ctx": "a", "endings": ["b", "c"], "label": 7}\n' "$good_line" > "$fix/tasks/label.jsonl"
 # zt-prepare output that already exists: a failed prepare must not touch it.
@@ -467,8 +466,6 @@ if command -v mpiexec > /dev/null; then
     "${MPI2[@]}" "${Z[@]}" --parallel.zero_stage=2 --parallel.shard_group=3
   t np2.pipeline_world  "parallel.pipeline = 4 x parallel.tensor = 1: must divide the number of ranks \(2\)" \
     "${MPI2[@]}" "${Z[@]}" --parallel.pipeline=4 --train.grad_accum=4 --model.n_layer=4
-  t np2.pipeline_tasks  "parallel.pipeline = 2: eval.tasks are not scored with a pipeline yet; leave eval.tasks" \
-    "${MPI2[@]}" "${ZI[@]}" --parallel.pipeline=2 --train.grad_accum=2 --eval.tasks="$fix/tasks/good.jsonl"
   t np2.eval_task_label "eval task file '$fix/tasks/label.jsonl' line 2: label 7" \
     "${MPI2[@]}" "${Z[@]}" --eval.tasks="$fix/tasks/label.jsonl"
   t np2.zteval_cut_line "eval task file '$fix/tasks/cut.jsonl' line 2: not valid JSON" \

@@ -22,36 +22,35 @@ MPI=(mpiexec --oversubscribe --bind-to none -x OMP_WAIT_POLICY)
 # Open MPI's own start-up failures (no ztrain code has run yet).
 MPI_START_FAILED="orte_session_dir failed|before MPI_INIT completed|orte_init failed|ompi_mpi_init: "
 
+# A run in which rank 1 stalls in step 3 (ZT_DEBUG_STALL) must end with the watchdog's
+# message. stalled NAME WHAT REGEX ARGS...: REGEX is the message expected in the output.
+stalled() {
+  local name=$1 what=$2 regex=$3
+  shift 3
+  local start rc took
+  start=$(date +%s)
+  ZT_DEBUG_STALL=1:3:120 timeout 60 "${MPI[@]}" -x ZT_DEBUG_STALL -np 2 "$BIN/ztrain" "${common[@]}" \
+    --run.dir="$work/$name" --parallel.timeout_s=3 "$@" > "$work/$name.log" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+    fail "$what: exit $rc (expected a non-zero exit from the watchdog)"
+  elif ! grep -qE "$regex" "$work/$name.log"; then
+    fail "$what: no watchdog message matching '$regex'"; tail -5 "$work/$name.log"
+  else
+    echo "ok: $what -> watchdog aborted the job in ${took} s: $(grep -oE "$regex" "$work/$name.log" | head -1)"
+  fi
+}
+
 # 1. A hung rank. Rank 0 waits for the gradient all-reduce it started, which its
 # communication thread (parallel.comm_thread) is running: the watchdog must still see it.
-start=$(date +%s)
-ZT_DEBUG_STALL=1:3:120 timeout 60 "${MPI[@]}" -x ZT_DEBUG_STALL -np 2 "$BIN/ztrain" "${common[@]}" \
-  --run.dir="$work/stall" --parallel.timeout_s=3 --parallel.comm_thread=true > "$work/stall.log" 2>&1
-rc=$?
-took=$(( $(date +%s) - start ))
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
-  fail "stalled rank: exit $rc (expected a non-zero exit from the watchdog)"
-elif ! grep -qE "rank 0: collective .* has waited [0-9]+ s in step 3 \(parallel.timeout_s = 3\)" "$work/stall.log"; then
-  fail "stalled rank: no watchdog message naming collective, step and rank"; tail -5 "$work/stall.log"
-else
-  echo "ok: hung rank -> watchdog aborted the job in ${took} s: $(grep -o 'rank 0: collective [^:]*' "$work/stall.log")"
-fi
+stalled stall "hung rank" "rank 0: collective .* has waited [0-9]+ s in step 3 \(parallel.timeout_s = 3\)" \
+  --parallel.comm_thread=true
 
 # 1b. A hung stage of a pipeline: its neighbour blocks in a point-to-point receive or send
 # outside any collective, which the runner marks as pending for the watchdog.
-start=$(date +%s)
-ZT_DEBUG_STALL=1:3:120 timeout 60 "${MPI[@]}" -x ZT_DEBUG_STALL -np 2 "$BIN/ztrain" "${common[@]}" \
-  --run.dir="$work/stall_pipe" --parallel.timeout_s=3 --parallel.pipeline=2 --train.grad_accum=2 \
-  > "$work/stall_pipe.log" 2>&1
-rc=$?
-took=$(( $(date +%s) - start ))
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
-  fail "stalled pipeline stage: exit $rc (expected a non-zero exit from the watchdog)"
-elif ! grep -qE "rank 0: collective pipeline (send|receive)[^:]* has waited [0-9]+ s in step 3" "$work/stall_pipe.log"; then
-  fail "stalled pipeline stage: no watchdog message naming the pipeline wait"; tail -5 "$work/stall_pipe.log"
-else
-  echo "ok: hung pipeline stage -> watchdog aborted the job in ${took} s"
-fi
+stalled stall_pipe "hung pipeline stage" "rank 0: collective pipeline (send|receive)[^:]* has waited [0-9]+ s in step 3" \
+  --parallel.pipeline=2 --train.grad_accum=2
 
 # 2. A rank killed with SIGKILL mid-run.
 for np in 2 4; do

@@ -94,5 +94,62 @@ TEST(ChoiceEvalRanks, TrainingRunRecordsTheCountsOfEveryTask) {
     EXPECT_EQ(steps, (std::vector<long>{0, 0, 2, 2}));
 }
 
+// eval.tasks in a pipeline run (P = 2): each candidate row's forward runs through the stages
+// and the last stage's per-position losses are broadcast over the pipeline. The records at
+// step 0 and after 2 steps carry the counts of one rank training the same global batch.
+TEST(ChoiceEvalRanks, PipelineRunRecordsTheOneRanksCounts) {
+    const int D = test::world_size() / 2;
+    test::SharedDir dir("choice_eval_pipeline");
+    if (test::world_rank() == 0) {
+        test::write_random_shard(dir.file("train.bin"), 4096, 256);
+        make_byte_tokenizer()->save(dir.path());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto configure = [&](const std::string& run) {
+        Config c = test::tiny_mpi_config(dir.file("train.bin"), dir.file(run));
+        c.model = eval_model();
+        c.train.max_steps = 2;
+        c.train.seed = 5;
+        c.eval.tasks = kTinyTask;
+        c.eval.every = 2;
+        c.eval.limit = 13;
+        c.run.tensorboard = false;
+        return c;
+    };
+    Config c = configure("pipe");
+    c.parallel.pipeline = 2;
+    train(c, TrainOptions{});
+    Config ref = configure("ref" + std::to_string(test::world_rank()));
+    ref.train.grad_accum *= D;
+    TrainOptions self;
+    self.comm = MPI_COMM_SELF;
+    train(ref, self);
+    if (test::world_rank() != 0) return;
+    auto records = [&](const std::string& run) {
+        std::vector<nlohmann::json> out;
+        for (const nlohmann::json& r : test::read_jsonl(dir.file(run + "/metrics.jsonl"))) {
+            if (r.value("event", "") == "eval") out.push_back(r);
+        }
+        return out;
+    };
+    const std::vector<nlohmann::json> got = records("pipe");
+    const std::vector<nlohmann::json> want = records("ref0");
+    ASSERT_EQ(got.size(), 2u);
+    ASSERT_EQ(want.size(), 2u);
+    for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i]["step"], want[i]["step"]);
+        for (const char* key : {"n", "acc", "acc_norm", "acc_token"}) {
+            EXPECT_EQ(got[i][key], want[i][key]) << key << " at step " << got[i]["step"];
+        }
+    }
+    ChoiceCounts start;
+    start.n = got[0]["n"].get<long>();
+    start.acc = std::lround(got[0]["acc"].get<double>() * 13);
+    start.acc_norm = std::lround(got[0]["acc_norm"].get<double>() * 13);
+    start.acc_token = std::lround(got[0]["acc_token"].get<double>() * 13);
+    expect_same_counts(start, one_rank_counts(read_choice_task(kTinyTask, *make_byte_tokenizer()), 13, 5),
+                       "pipeline record at step 0");
+}
+
 }  // namespace
 }  // namespace zt

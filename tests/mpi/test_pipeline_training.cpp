@@ -8,14 +8,12 @@
 //   the stored dtype), and fp16's loss scale skips the same steps (the verdict is agreed over
 //   the stages);
 // - np 4: P = 2 x data 2 at ZeRO-1 and ZeRO-3, and P = 2 x T = 2 (losses);
-// - refused settings exit with the key named, before any file is written.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -257,27 +255,6 @@ TEST(PipelineCheckpoints, ResumeAtAnyPipelineReproducesTheUninterruptedRun) {
     }
     EXPECT_GT(std::fabs(first_losses[1][0] - fresh_first_loss), 1e-3)
         << "the imported weights were not used: the loss of a fresh model";
-}
-
-TEST(PipelineTrainingInput, UnbuiltCombinationsAreRefusedNamingTheKey) {
-    test::SharedDir dir("pipeline_refused");
-    if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
-    const PipeCase c{"refused", PipelineSchedule::k1F1B, 0, false, DType::kF32};
-    Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("refused"));
-    cfg.parallel.pipeline = 2;
-    if (test::world_rank() == 0) {
-        std::ofstream(dir.file("tasks.jsonl")) << R"({"ctx": "a b", "endings": ["c", "d"], "label": 0})" << "\n";
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    cfg.eval.tasks = dir.file("tasks.jsonl");
-    try {
-        train(cfg, TrainOptions{});
-        ADD_FAILURE() << "eval.tasks with a pipeline was accepted";
-    } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("eval.tasks"), std::string::npos) << e.what();
-    }
-    EXPECT_FALSE(std::filesystem::exists(dir.file("refused") + "/metrics.jsonl")) << "a refused run wrote metrics";
 }
 
 }  // namespace

@@ -115,6 +115,8 @@ class PipelineRunner {
     void send(int chunk, int slot, const void* buf, size_t bytes, int peer, int tag, PipelineStepTotals& totals);
     /// Waits for the sends still reading chunk c's slot k.
     void settle(int chunk, int slot, PipelineStepTotals& totals);
+    /// Waits for every send in flight (the end of a step or an evaluation).
+    void settle_all(PipelineStepTotals& totals);
     int tag(int virtual_stage, bool gradient) const { return 2 * virtual_stage + (gradient ? 1 : 0); }
 
     std::unique_ptr<PointToPoint> m_link;

@@ -8,6 +8,8 @@
 // Ties go to the first ending (numpy's argmax).
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,12 +55,18 @@ ChoiceRow choice_row(const ChoiceExample& ex, int ending, int seq_len, uint32_t 
 /// cross-entropy per position, at least row.inputs.size() of them) where a target is set.
 double row_loglik(const ChoiceRow& row, const float* position_losses);
 
+/// A forward over B rows of T tokens with their targets, giving the per-position losses
+/// (B*T, host memory) as Transformer::position_losses: the model's, or a pipeline's.
+using PositionLosses = std::function<const float*(const int32_t* inputs, const int32_t* targets, int B, int T)>;
+
 /// Runs the forward over candidate rows, `max_batch` rows at a time, and scores examples.
 /// Examples are split in contiguous blocks over the communicator's ranks; every rank runs
 /// the same number of forwards (a sharded forward is collective) and the counts are summed.
 class ChoiceEvaluator {
   public:
     ChoiceEvaluator(Transformer& model, UnitStore& store, Communicator& comm, int max_batch, uint32_t bos);
+    /// The same over `forward` (rows of at most `seq_len` + 1 tokens).
+    ChoiceEvaluator(PositionLosses forward, int seq_len, Communicator& comm, int max_batch, uint32_t bos);
 
     /// The first `limit` examples (0: all) of `task`, counted over every rank (collective).
     ChoiceCounts evaluate(const ChoiceTask& task, long limit);
@@ -73,8 +81,8 @@ class ChoiceEvaluator {
     void run_rows(const ChoiceTask& task, const std::vector<std::pair<long, int>>& rows, long forwards,
                   std::vector<std::vector<EndingScore>>& scores, long first);
 
-    Transformer& m_model;
-    UnitStore& m_store;
+    PositionLosses m_forward;
+    int m_seq_len;
     Communicator& m_comm;
     int m_max_batch;
     uint32_t m_bos;

@@ -42,6 +42,12 @@ std::vector<uint32_t> generate(const NextLogits& next, const ModelConfig& mc, co
 /// Tokens as text: decoded with the tokenizer where there is one (null: the ids).
 std::string sample_text(const Tokenizer* tokenizer, const std::vector<uint32_t>& toks);
 
+/// Evaluates every task of `tasks` with `choice` and reports an eval record each when `done`
+/// steps are on the schedule: a multiple of eval.every (step 0 included), or train.max_steps
+/// (collective). Evaluator::evaluate_tasks, and a pipeline run's.
+void evaluate_tasks_due(ChoiceEvaluator& choice, const std::vector<ChoiceTask>& tasks, const EvalConfig& ec,
+                        const TrainConfig& tc, long done, StepReporter& reporter);
+
 struct Evaluation {
     double val_loss = 0.0;
     std::optional<std::string> sample;  ///< when train.sample_tokens > 0

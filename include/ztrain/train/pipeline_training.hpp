@@ -9,7 +9,7 @@
 //     of the global batch.
 // The trainer's loop (trainer.cpp) drives it like TrainStep and saves and loads its state
 // (a stage's units, in the whole model's layout), and samples through the stages. Not here
-// yet: evaluation tasks (the trainer refuses them).
+// yet: the GPU (the trainer refuses backend = cuda).
 #pragma once
 
 #include <memory>
@@ -59,6 +59,10 @@ class PipelineTraining {
     /// broadcast over the pipeline, so every rank draws the same token. Collective over the world.
     std::vector<uint32_t> generate(const std::vector<uint32_t>& prompt, int n, uint64_t seed, long step,
                                    std::optional<uint32_t> stop = std::nullopt);
+    /// A forward over B (at most train.micro_batch) rows of T tokens through the stages, and
+    /// the last stage's per-position losses (B*T, broadcast over the pipeline): the
+    /// multiple-choice tasks' forward (choice_eval.hpp's PositionLosses). Collective over the world.
+    const float* position_losses(const int32_t* inputs, const int32_t* targets, int B, int T);
 
   private:
     /// Micro-batch a of the buffers the step or the evaluation filled.
@@ -83,6 +87,7 @@ class PipelineTraining {
     /// also the packed rows' positions and segments).
     std::vector<RowBatch> m_batches;
     std::vector<int32_t> m_window;  ///< a sample's context, one forward at a time
+    std::vector<float> m_losses;    ///< position_losses' result
 };
 
 }  // namespace zt
