@@ -268,14 +268,14 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, float
     zero_act(be, m_dfc_gelu, NCh * 4);
     zero_grad_if(be, zero_dw, dw + o.fcprojw, 4 * CCh);
     zero_grad_if(be, zero_dw, dw + o.fcprojb, Cs);
-    be.matmul_backward(m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, gather_rows(dres, N, C), L.fc_gelu,
+    product_backward(be, m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, gather_rows(dres, N, C), L.fc_gelu,
                        uw.matrix(o.fcprojw), N, 4 * Ch, C);
     zero_act(be, m_dfc, NCh * 4);
     be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NCh * 4);
     zero_act(be, dpartial, padded);
     zero_grad_if(be, zero_dw, dw + o.fcw, 4 * CCh);
     zero_grad_if(be, zero_dw, dw + o.fcb, 4 * Chs);
-    be.matmul_backward(dpartial, dw + o.fcw, dw + o.fcb, m_dfc, gather_rows(L.ln2, N, C), uw.matrix(o.fcw), N, C,
+    product_backward(be, dpartial, dw + o.fcw, dw + o.fcb, m_dfc, gather_rows(L.ln2, N, C), uw.matrix(o.fcw), N, C,
                        4 * Ch);
     ActPtr dln = sum_input_grad(dpartial, N, C);
     be.layernorm_backward(dres, norm_grad(be, dw + o.ln2w, Cs, zero_dw), norm_grad(be, dw + o.ln2b, Cs, zero_dw), dln,
@@ -284,14 +284,14 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, float
     zero_act(be, m_datty, NCh);
     zero_grad_if(be, zero_dw, dw + o.attprojw, CCh);
     zero_grad_if(be, zero_dw, dw + o.attprojb, Cs);
-    be.matmul_backward(m_datty, dw + o.attprojw, dw + o.attprojb, gather_rows(dres, N, C), L.atty,
+    product_backward(be, m_datty, dw + o.attprojw, dw + o.attprojb, gather_rows(dres, N, C), L.atty,
                        uw.matrix(o.attprojw), N, Ch, C);
     zero_act(be, m_dqkv, NCh * 3);
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH, hs);
     zero_act(be, dpartial, padded);
     zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CCh);
     zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Chs);
-    be.matmul_backward(dpartial, dw + o.qkvw, dw + o.qkvb, m_dqkv, gather_rows(L.ln1, N, C), uw.matrix(o.qkvw), N, C,
+    product_backward(be, dpartial, dw + o.qkvw, dw + o.qkvb, m_dqkv, gather_rows(L.ln1, N, C), uw.matrix(o.qkvw), N, C,
                        3 * Ch);
     dln = sum_input_grad(dpartial, N, C);
     be.layernorm_backward(dres, norm_grad(be, dw + o.ln1w, Cs, zero_dw), norm_grad(be, dw + o.ln1b, Cs, zero_dw), dln,

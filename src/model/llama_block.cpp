@@ -316,13 +316,13 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
     // becomes d/d residual2 and then d/d block input (as in the GPT-2 block).
     zero_act(be, m_dswiglu, n * Fs);
     zero_grad_if(be, zero_dw, dw + o.down_proj, Cs * Fs);
-    be.matmul_backward(m_dswiglu, dw + o.down_proj, nullptr, gather_rows(dres, N, C), L.swiglu,
+    product_backward(be, m_dswiglu, dw + o.down_proj, nullptr, gather_rows(dres, N, C), L.swiglu,
                        uw.matrix(o.down_proj), N, F, C);
     zero_act(be, m_dgate_up, n * 2 * Fs);
     be.swiglu_backward(m_dgate_up, L.gate_up, m_dswiglu, N, F);
     zero_act(be, dpartial, padded);
     zero_grad_if(be, zero_dw, dw + o.gate_up, 2 * Fs * Cs);
-    be.matmul_backward(dpartial, dw + o.gate_up, nullptr, m_dgate_up, gather_rows(L.norm2, N, C),
+    product_backward(be, dpartial, dw + o.gate_up, nullptr, m_dgate_up, gather_rows(L.norm2, N, C),
                        uw.matrix(o.gate_up), N, C, 2 * F);
     ActPtr dnorm = sum_input_grad(dpartial, N, C);
     be.rmsnorm_backward(dres, norm_grad(be, dw + o.norm2, Cs, zero_dw), dnorm, L.residual2, w + o.norm2,
@@ -330,7 +330,7 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
 
     zero_act(be, m_datty, n * Cqs);
     zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cqs);
-    be.matmul_backward(m_datty, dw + o.o_proj, nullptr, gather_rows(dres, N, C), L.atty, uw.matrix(o.o_proj), N,
+    product_backward(be, m_datty, dw + o.o_proj, nullptr, gather_rows(dres, N, C), L.atty, uw.matrix(o.o_proj), N,
                        Cq, C);
     zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
@@ -344,7 +344,7 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
         add_shared_kv_gradient(be, dw + o.qkv, zero_dw);
     } else {
         zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
-        be.matmul_backward(dpartial, dw + o.qkv, nullptr, m_dqkv, norm1, uw.matrix(o.qkv), N, C, QKV);
+        product_backward(be, dpartial, dw + o.qkv, nullptr, m_dqkv, norm1, uw.matrix(o.qkv), N, C, QKV);
     }
     dnorm = sum_input_grad(dpartial, N, C);
     be.rmsnorm_backward(dres, norm_grad(be, dw + o.norm1, Cs, zero_dw), dnorm, in, w + o.norm1, L.norm1_rstd, Nl, C);

@@ -168,7 +168,11 @@ class ModelFamily {
     /// parallelism over them (ignored for one rank).
     ModelFamily(DriverScratch scratch, int parts, bool sequence)
         : m_scratch(scratch), m_parts(parts), m_sequence(sequence && parts > 1) {}
-    virtual ~ModelFamily() = default;
+    virtual ~ModelFamily() {
+        for (const DoutCopy& c : m_dout_copies) {
+            if (c.data != nullptr && m_copies_backend != nullptr) m_copies_backend->free(c.data);
+        }
+    }
     /// The segments of the rows the next forward (and its backward, and recompute) runs on;
     /// the driver keeps what they point to alive until the next forward.
     void set_rows(const RowSegments& rows) { m_rows = rows; }
@@ -228,7 +232,43 @@ class ModelFamily {
     virtual void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in,
                                      const float* w, int N) = 0;
 
+    /// Zero-bubble pipelines: from now on block_backward computes the products' input
+    /// gradients only and leaves their weight and bias gradients to run_deferred_products.
+    void defer_product_weight_grads(bool on) { m_defer = on; }
+    /// The weight and bias gradients block_backward left, in the order it left them.
+    void run_deferred_products(Backend& be) {
+        for (const DeferredProduct& d : m_deferred) {
+            be.matmul_backward(ActPtr{nullptr, d.dout.dtype}, d.dw, d.db, d.dout, d.inp, d.w, d.N, d.C, d.OC);
+        }
+        m_deferred.clear();
+    }
+
   protected:
+    /// A product's backward (Backend::matmul_backward) inside block_backward: all of it, or
+    /// under deferred weight gradients the input gradient now, with a copy of dout kept for
+    /// the weight and bias gradients (inp and w are the block's own and stay until then).
+    void product_backward(Backend& be, ActPtr dinp, float* dw, float* db, ConstActPtr dout, ConstActPtr inp,
+                          ConstActPtr w, int N, int C, int OC) {
+        if (!m_defer) {
+            be.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+            return;
+        }
+        be.matmul_backward(dinp, nullptr, nullptr, dout, inp, w, N, C, OC);
+        const size_t bytes = static_cast<size_t>(N) * static_cast<size_t>(OC) * dtype_size(dout.dtype);
+        ZT_REQUIRE(bytes % sizeof(float) == 0, "deferred product: ", bytes, " bytes of dout");
+        const size_t k = m_deferred.size();
+        if (k == m_dout_copies.size()) m_dout_copies.push_back(DoutCopy{});
+        DoutCopy& copy = m_dout_copies[k];
+        if (copy.bytes < bytes) {
+            if (copy.data != nullptr) be.free(copy.data);
+            copy.data = be.alloc_bytes(bytes);
+            copy.bytes = bytes;
+            m_copies_backend = &be;
+        }
+        be.copy(static_cast<float*>(copy.data), static_cast<const float*>(dout.data), bytes / sizeof(float));
+        m_deferred.push_back(DeferredProduct{dw, db, ConstActPtr{copy.data, dout.dtype}, inp, w, N, C, OC});
+    }
+
     /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
     void attention_forward(Backend& be, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                            int hs) const {
@@ -319,6 +359,22 @@ class ModelFamily {
     };
     std::vector<PendingNormGrad> m_pending_norm_grads;
     size_t m_norm_grad_used = 0;
+    struct DeferredProduct {
+        float* dw;
+        float* db;
+        ConstActPtr dout;
+        ConstActPtr inp;
+        ConstActPtr w;
+        int N, C, OC;
+    };
+    struct DoutCopy {
+        void* data = nullptr;
+        size_t bytes = 0;
+    };
+    bool m_defer = false;
+    std::vector<DeferredProduct> m_deferred;
+    std::vector<DoutCopy> m_dout_copies;  ///< one per product of a backward, kept for the next ones
+    Backend* m_copies_backend = nullptr;
 };
 
 /// One layer's key/value cache for generation: rows are positions, (seq_len, NKV hs) each, in

@@ -440,7 +440,7 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     zero_act(m_backend, m_dresidual, local_elements(N));
     zero_grad_if(m_backend, zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
     m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
-    store.grads_done(nL + 1);
+    grads_done(store, nL + 1);
     store.release(nL + 1);
 }
 
@@ -474,14 +474,14 @@ void Transformer::backward(UnitStore& store) {
         // output is recomputed in place with bit-identical results.
         if (m_recompute) m_family->block_forward(*m_compute, l, w, in, B, T);
         m_family->block_backward(*m_compute, l, w, dw, zero_dw, in, m_dresidual, B, T);
-        store.grads_done(first_unit + l);
+        grads_done(store, first_unit + l);
         store.release(first_unit + l);
     }
     if (!first_stage()) {
         // Unit 0's gradient is the last a backward finishes, on every stage that has it (a
         // store reduces buckets and releases the held unit 0 on that promise).
         if (last_stage()) {
-            store.grads_done(0);
+            grads_done(store, 0);
             store.release(0);
             m_head = ConstActPtr{};
         }
@@ -503,9 +503,30 @@ void Transformer::backward(UnitStore& store) {
     // The embedding's gradient reads every row (under sequence parallelism gathered into the
     // final norm's output, no longer needed).
     m_family->embed_backward(*m_compute, demb, zero_emb, m_family->gather_rows(m_dresidual, N, C), m_inputs, B, T);
-    store.grads_done(0);
+    grads_done(store, 0);
     store.release(0);
     m_head = ConstActPtr{};
+}
+
+void Transformer::grads_done(UnitStore& store, int unit) {
+    if (m_defer_weights) {
+        m_done_later.push_back(unit);
+    } else {
+        store.grads_done(unit);
+    }
+}
+
+void Transformer::defer_weight_grads(bool on) {
+    ZT_REQUIRE(!on || !m_recompute, "deferred weight gradients need the blocks' activations kept (no recompute)");
+    ZT_REQUIRE(m_done_later.empty(), "defer_weight_grads: the last backward's weight gradients are still owed");
+    m_defer_weights = on;
+    m_family->defer_product_weight_grads(on);
+}
+
+void Transformer::backward_weights(UnitStore& store) {
+    m_family->run_deferred_products(*m_compute);
+    for (int u : m_done_later) store.grads_done(u);
+    m_done_later.clear();
 }
 
 }  // namespace zt

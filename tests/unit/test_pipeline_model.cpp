@@ -151,6 +151,56 @@ TEST(PipelineModel, Bf16ActivationsCrossInTheirDtype) {
     check_stages({"gpt2 bf16 1+2", gpt2(3), {0, 1, 3}, false, DType::kBF16});
 }
 
+// Zero-bubble's split backward: two micro-batches on two models (as two pipeline slots),
+// each backward() leaving its products' weight gradients, then backward_weights() of both,
+// give every unit's gradient bit for bit as the plain backward of the same two micro-batches
+// (each gradient element sums the same terms in the same order).
+void check_deferred_weights(const ModelConfig& mc, DType act) {
+    auto backend = make_cpu_backend(1);
+    const int B = 2;
+    const int T = mc.seq_len;
+    auto tokens = [&](int mb, int stream) {
+        std::vector<int32_t> t(static_cast<size_t>(B * T));
+        for (size_t i = 0; i < t.size(); ++i) {
+            t[i] = static_cast<int32_t>(random_bits(9, static_cast<uint64_t>(stream), i + 1000 * static_cast<size_t>(mb)) %
+                                        static_cast<uint64_t>(mc.vocab_size));
+        }
+        return t;
+    };
+    const float dloss = 1.f / static_cast<float>(2 * B * T);
+    Transformer plain(mc, *backend, B, false, act);
+    HostStore want(plain.layout(), 42);
+    for (int mb = 0; mb < 2; ++mb) {
+        plain.forward(want, tokens(mb, 1).data(), tokens(mb, 2).data(), B, T, dloss);
+        plain.backward(want);
+    }
+    Transformer first(mc, *backend, B, false, act);
+    Transformer second(mc, *backend, B, false, act);
+    HostStore got(first.layout(), 42);
+    first.defer_weight_grads(true);
+    second.defer_weight_grads(true);
+    first.forward(got, tokens(0, 1).data(), tokens(0, 2).data(), B, T, dloss);
+    first.backward(got);
+    second.forward(got, tokens(1, 1).data(), tokens(1, 2).data(), B, T, dloss);
+    second.backward(got);
+    first.backward_weights(got);
+    second.backward_weights(got);
+    for (int u = 0; u < plain.layout().num_units(); ++u) {
+        const std::vector<float>& a = want.grad(u);
+        const std::vector<float>& b = got.grad(u);
+        size_t differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i] ? 1 : 0;
+        EXPECT_EQ(differ, 0u) << "unit " << u << ": " << differ << " of " << a.size()
+                              << " gradient elements differ from the plain backward's";
+    }
+}
+
+TEST(PipelineModel, DeferredWeightGradientsAreThePlainBackwards) {
+    check_deferred_weights(gpt2(2), DType::kF32);
+    check_deferred_weights(llama(2, false), DType::kF32);
+    if (make_cpu_backend(1)->capabilities().supports(DType::kBF16)) check_deferred_weights(gpt2(2), DType::kBF16);
+}
+
 TEST(PipelineModel, TheStageRangeIsChecked) {
     auto backend = make_cpu_backend(1);
     const ModelConfig mc = gpt2(3);

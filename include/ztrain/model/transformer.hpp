@@ -164,6 +164,15 @@ class Transformer {
     long last_target_count() const { return m_target_count; }
     /// Backward of the last forward (which must have had targets and dloss != 0).
     void backward(UnitStore& store);
+    /// Zero-bubble pipelines (Qi et al.): with `on`, backward() computes the input gradients
+    /// and the small parameter gradients (norms, the head, the embedding) but leaves the
+    /// blocks' products' weight and bias gradients, and every grads_done, to
+    /// backward_weights(), which must follow before the next backward. The store's units must
+    /// stay resident in between (a state of ZeRO stage 0 or 1).
+    void defer_weight_grads(bool on);
+    /// The weight and bias gradients the last backward() left, then its grads_done calls in
+    /// backward's order (unit 0 last).
+    void backward_weights(UnitStore& store);
 
     /// Per-position losses (B*T, host memory) of the last forward with targets; positions
     /// whose target < 0 hold no meaningful value.
@@ -270,6 +279,10 @@ class Transformer {
     std::vector<float> m_losses_host;  // (B, T)
     ConstActPtr m_head;  // the LM head's matrix (unit 0), held from forward into backward
     bool m_have_dlogits = false;  ///< a training forward ran: backward may follow
+    bool m_defer_weights = false;  ///< defer_weight_grads
+    std::vector<int> m_done_later;  ///< the units whose grads_done backward_weights owes
+    /// store.grads_done(unit), or under deferred weight gradients noted for backward_weights.
+    void grads_done(UnitStore& store, int unit);
     double m_loss_sum = 0.0;
     long m_target_count = 0;
     // The segments of the last forward's rows (host memory; kept for backward and recompute).
