@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism on this machine (bench/pipeline_step.cpp through PipelineRunner): P = 2
 # stages at np 2 against the same model and micro-batches on one rank, for m = 4, 8, 16
-# micro-batches per step and each schedule the runner has (1f1b; interleaved with v = 2).
+# micro-batches per step and each schedule the runner has (1f1b; interleaved with v = 2; zb,
+# zero-bubble ZB-H1, whose formula is 1F1B's over 3 when F = B = W).
 # Per configuration: the median step time, each stage's time blocked on its neighbour (its
 # bubble, measured) and busy time, the measured bubble fraction (idle over busy, the worse
 # stage, and the busiest one, whose idle time is the schedule's alone) against the schedule's
@@ -31,6 +32,7 @@ for rep in $(seq "$REPS"); do
     "${MPI[@]}" -np 1 "$BIN" 1f1b "$m" $MODEL >> "$raw"
     "${MPI[@]}" -np 2 "$BIN" 1f1b "$m" $MODEL >> "$raw"
     "${MPI[@]}" -np 2 "$BIN" interleaved "$m" $MODEL >> "$raw"
+    "${MPI[@]}" -np 2 "$BIN" zb "$m" $MODEL >> "$raw"
   done
   echo "round $rep of $REPS done" >&2
 done

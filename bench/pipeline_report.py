@@ -21,7 +21,7 @@ def med_list(key, rs):
 
 
 print("| schedule | P | v | m | layers per virtual stage | step s | vs 1 rank | idle s per stage | busy s per stage "
-      "| imbalance | bubble, worst stage | bubble, busiest stage | (P-1)/(v m) | MB sent | formula MB |")
+      "| imbalance | bubble, worst stage | bubble, busiest stage | formula (zb: over 3) | MB sent | formula MB |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 rows = []
 for (schedule, P, m), rs in sorted(runs.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):

@@ -63,12 +63,13 @@ int run(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &P);
     MPI_Comm_rank(MPI_COMM_WORLD, &s);
     if (argc < 3) {
-        if (s == 0) std::fprintf(stderr, "usage: pipeline_step_bench 1f1b|interleaved M [key=value ...]\n");
+        if (s == 0) std::fprintf(stderr, "usage: pipeline_step_bench 1f1b|interleaved|zb M [key=value ...]\n");
         return 2;
     }
     const std::string schedule = argv[1];
-    const PipelineScheduleKind kind =
-        schedule == "interleaved" ? PipelineScheduleKind::kInterleaved : PipelineScheduleKind::k1F1B;
+    const PipelineScheduleKind kind = schedule == "interleaved" ? PipelineScheduleKind::kInterleaved
+                                      : schedule == "zb"        ? PipelineScheduleKind::kZeroBubble
+                                                                : PipelineScheduleKind::k1F1B;
     const int m = std::atoi(argv[2]);
     const int v = kind == PipelineScheduleKind::kInterleaved ? setting(argc, argv, "v", 2) : 1;
     ModelConfig mc;
@@ -141,12 +142,15 @@ int run(int argc, char** argv) {
     std::string layers;
     for (int k = 0; k < split.count(); ++k) layers += (k ? "," : "") + std::to_string(split.layers(k));
     const int V = P * v;
+    // (P - 1) / (v m); zero-bubble ZB-H1 with F = B = W: (P - 1)(F + B - W) / (m (F + B + W)).
+    const double bubble_formula = static_cast<double>(P - 1) / (v * m) /
+                                  (kind == PipelineScheduleKind::kZeroBubble ? 3.0 : 1.0);
     const double formula_bytes = 2.0 * (V - 1) * m * B * T * mc.n_embd * sizeof(float);
     std::printf("{\"schedule\":\"%s\",\"P\":%d,\"v\":%d,\"m\":%d,\"layers\":\"%s\",\"step_s\":%.4f,"
                 "\"wait_s\":[%s],\"busy_s\":[%s],\"bubble_measured\":%.4f,\"bubble_formula\":%.4f,\"bytes\":%.0f,"
                 "\"bytes_formula\":%.0f}\n",
                 schedule.c_str(), P, v, m, layers.c_str(), step, per_stage.c_str(), busy.c_str(), bubble,
-                static_cast<double>(P - 1) / (v * m), sent, formula_bytes);
+                bubble_formula, sent, formula_bytes);
     return 0;
 }
 

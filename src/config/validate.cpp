@@ -250,9 +250,16 @@ void check_pipeline(const Validator& v, const Config& cfg) {
         v.check(p.pipeline_layers.empty(), "parallel.pipeline_layers", "empty without parallel.pipeline > 1");
         return;
     }
-    v.check(p.schedule != PipelineSchedule::kZeroBubble, "parallel.schedule",
-            "1f1b or interleaved: zb (zero-bubble) needs the backward split into input- and weight-gradient "
-            "passes, which is not built yet");
+    if (p.schedule == PipelineSchedule::kZeroBubble) {
+        // The weight passes run after later micro-batches' backwards: every gradient must
+        // stay in its full buffer until then, with the blocks' activations.
+        v.check(p.zero_stage <= 1, "parallel.zero_stage",
+                "0 or 1 under parallel.schedule = zb (ZeRO-2/3 reduce each micro-batch's gradients as its "
+                "backward finishes, before zero-bubble's weight passes have run)");
+        v.check(p.tensor == 1, "parallel.tensor", "1 under parallel.schedule = zb (not built for tensor groups yet)");
+        v.check(!cfg.train.recompute, "train.recompute",
+                "false under parallel.schedule = zb (its weight passes read the blocks' kept activations)");
+    }
     const int m = cfg.train.grad_accum;
     v.check(m >= p.pipeline, "train.grad_accum",
             str("at least parallel.pipeline = ", p.pipeline, " micro-batches per step (one in flight per stage)"));

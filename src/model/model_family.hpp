@@ -235,6 +235,12 @@ class ModelFamily {
     /// Zero-bubble pipelines: from now on block_backward computes the products' input
     /// gradients only and leaves their weight and bias gradients to run_deferred_products.
     void defer_product_weight_grads(bool on) { m_defer = on; }
+    /// Bytes of the output-gradient copies the deferred products hold.
+    size_t deferred_bytes() const {
+        size_t n = 0;
+        for (const DoutCopy& c : m_dout_copies) n += c.bytes;
+        return n;
+    }
     /// The weight and bias gradients block_backward left, in the order it left them.
     void run_deferred_products(Backend& be) {
         for (const DeferredProduct& d : m_deferred) {

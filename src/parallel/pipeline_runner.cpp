@@ -47,12 +47,15 @@ ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, Pip
                                                   int tensor, bool sequence) {
     const std::vector<PipelinePass> passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(stage)];
     const std::vector<int> slots = slots_per_chunk(passes, shape.virtual_stages);
+    const bool split = kind == PipelineScheduleKind::kZeroBubble;
     ActivationCount total;
     for (int c = 0; c < shape.virtual_stages; ++c) {
+        const StageBlocks blocks = chunk_blocks(bounds, c * shape.stages + stage);
         const ActivationCount one =
-            Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats, tensor, sequence,
-                                     chunk_blocks(bounds, c * shape.stages + stage));
-        total.act += slots[static_cast<size_t>(c)] * one.act;
+            Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats, tensor, sequence, blocks);
+        // Zero-bubble: each model also keeps its products' output gradients for the weight pass.
+        const double deferred = split ? Transformer::deferred_grad_elements(cfg, max_batch, blocks) : 0.0;
+        total.act += slots[static_cast<size_t>(c)] * (one.act + deferred);
         total.f32 += slots[static_cast<size_t>(c)] * one.f32;
     }
     return total;
@@ -76,21 +79,21 @@ PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, Pip
 
 PipelineRunner::PipelineRunner(std::unique_ptr<PointToPoint> link, PipelineScheduleKind kind, PipelineShape shape)
     : m_link(std::move(link)), m_shape(shape) {
-    ZT_REQUIRE(kind != PipelineScheduleKind::kZeroBubble,
-               "parallel.schedule = zb: the model's backward is not yet split into its input- and weight-gradient "
-               "passes");
     ZT_REQUIRE(m_link && m_link->size() == shape.stages, "pipeline communicator of ", m_link ? m_link->size() : 0,
                " ranks for ", shape.stages, " stages");
     m_stage = m_link->rank();
     m_passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(m_stage)];
     m_slots = slots_per_chunk(m_passes, shape.virtual_stages);
     // The messages of a chunk pair up by order (one tag per virtual stage and direction):
-    // its forwards, and its backwards, must come in micro-batch order.
+    // its forwards, and its backwards, must come in micro-batch order. Its weight passes too:
+    // micro-batch m's slot (m mod slots) is free again once every earlier one's is.
     std::vector<int> next_f(static_cast<size_t>(shape.virtual_stages), 0);
     std::vector<int> next_b(static_cast<size_t>(shape.virtual_stages), 0);
+    std::vector<int> next_w(static_cast<size_t>(shape.virtual_stages), 0);
     for (const PipelinePass& p : m_passes) {
-        if (p.kind == PassKind::kWeight) continue;
-        int& next = (p.kind == PassKind::kForward ? next_f : next_b)[static_cast<size_t>(p.chunk)];
+        m_split |= p.kind == PassKind::kWeight;
+        std::vector<int>& order = p.kind == PassKind::kForward ? next_f : p.kind == PassKind::kBackward ? next_b : next_w;
+        int& next = order[static_cast<size_t>(p.chunk)];
         ZT_REQUIRE(p.micro == next, "stage ", m_stage, ": pass ", pass_name(p), " out of micro-batch order");
         ++next;
     }
@@ -150,9 +153,16 @@ PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::
         const int rows_T = mb.T > 0 ? mb.T : T;
         if (p.kind == PassKind::kForward) {
             forward_pass(store, model, mb, p.chunk, slot, B, rows_T, dloss, totals);
+        } else if (p.kind == PassKind::kBackward) {
+            // A split backward leaves the weight gradients, and the micro-step's gradient
+            // bookkeeping, to the weight pass.
+            if (before_backward && !m_split) before_backward(p.micro, p.chunk);
+            model.defer_weight_grads(m_split);
+            backward_pass(store, model, p.chunk, slot, B, rows_T, totals);
         } else {
             if (before_backward) before_backward(p.micro, p.chunk);
-            backward_pass(store, model, p.chunk, slot, B, rows_T, totals);
+            model.backward_weights(store);
+            model.defer_weight_grads(false);
         }
     }
     settle_all(totals);

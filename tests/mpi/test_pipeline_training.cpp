@@ -2,7 +2,7 @@
 // batch (gradient accumulation over the data ranks' micro-batches): every step's loss (the
 // true loss of the global batch, on every rank), the validation loss and the final
 // parameters, as the other equivalence tests compare them (expect_matches_reference).
-// - np 2: P = 2, 1F1B and interleaved, GPT-2 and Llama, ZeRO 0-3; the sample (generated
+// - np 2: P = 2, 1F1B, interleaved and zero-bubble, GPT-2 and Llama, ZeRO 0-3 (zero-bubble 0-1); the sample (generated
 //   through the stages) is the one rank's;
 // - bf16 and fp16 track the one-rank run of their dtype (unit 0's two halves are summed in
 //   the stored dtype), and fp16's loss scale skips the same steps (the verdict is agreed over
@@ -104,7 +104,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PipeCase{"onef1b_ddp", PipelineSchedule::k1F1B, 0, false, DType::kF32},
                       PipeCase{"interleaved_zero1", PipelineSchedule::kInterleaved, 1, false, DType::kF32},
                       PipeCase{"onef1b_llama_zero3", PipelineSchedule::k1F1B, 3, true, DType::kF32},
-                      PipeCase{"interleaved_llama_zero2", PipelineSchedule::kInterleaved, 2, true, DType::kF32}),
+                      PipeCase{"interleaved_llama_zero2", PipelineSchedule::kInterleaved, 2, true, DType::kF32},
+                      PipeCase{"zero_bubble_ddp", PipelineSchedule::kZeroBubble, 0, false, DType::kF32},
+                      PipeCase{"zero_bubble_llama_zero1", PipelineSchedule::kZeroBubble, 1, true, DType::kF32}),
     [](const ::testing::TestParamInfo<PipeCase>& i) { return std::string(i.param.name); });
 
 TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {

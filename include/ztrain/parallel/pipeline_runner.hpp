@@ -52,8 +52,10 @@ struct PipelineStepTotals {
 class PipelineRunner {
   public:
     /// `pipeline`: the P ranks of this rank's pipeline, ordered by stage (DeviceMesh's
-    /// pipeline_comm). Throws Error for a shape the kind cannot run (make_pipeline_schedule),
-    /// and for zero-bubble, whose split backward the model does not have yet.
+    /// pipeline_comm). Throws Error for a shape the kind cannot run (make_pipeline_schedule).
+    /// Zero-bubble's backward passes compute input gradients and its weight passes the
+    /// blocks' weight gradients (Transformer::defer_weight_grads): the store must keep its
+    /// units resident between them (ZeRO stage 0 or 1).
     PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape);
     /// The same over `link` (its ranks ordered by stage): MPI on host memory, or NCCL on the
     /// device (comm/point_to_point.hpp).
@@ -90,8 +92,9 @@ class PipelineRunner {
 
     /// Runs one step's passes. models[c][k]: chunk c's model for slot k (slots()[c] of them,
     /// made with chunk_blocks of virtual stage c * P + stage()); batch(m): micro-batch m of B
-    /// rows of T tokens; before_backward(m, c), when given, runs before each backward pass
-    /// (the state's per-micro-step bookkeeping). Every forward gets `dloss` (the loss scale
+    /// rows of T tokens; before_backward(m, c), when given, runs before each backward pass,
+    /// or under zero-bubble before each weight pass, where the micro-step's gradients are
+    /// finished (the state's per-micro-step bookkeeping). Every forward gets `dloss` (the loss scale
     /// over the global token count). Collective over the pipeline.
     PipelineStepTotals run(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
                            const std::function<PipelineMicroBatch(int)>& batch, int B, int T, float dloss,
@@ -120,6 +123,7 @@ class PipelineRunner {
     int tag(int virtual_stage, bool gradient) const { return 2 * virtual_stage + (gradient ? 1 : 0); }
 
     std::unique_ptr<PointToPoint> m_link;
+    bool m_split = false;  ///< the schedule has weight passes (zero-bubble): backwards defer them
     Communicator* m_watch = nullptr;
     PipelineShape m_shape;
     int m_stage = 0;
