@@ -235,16 +235,33 @@ class ModelFamily {
     /// Zero-bubble pipelines: from now on block_backward computes the products' input
     /// gradients only and leaves their weight and bias gradients to run_deferred_products.
     void defer_product_weight_grads(bool on) { m_defer = on; }
+    /// Under deferred weight gradients: the next block_backward is block l's, whose gradient
+    /// buffer is `dw` (the products' gradients are kept as offsets into it).
+    void begin_deferred_block(int l, const float* dw) {
+        m_defer_block = l;
+        m_defer_base = dw;
+    }
     /// Bytes of the output-gradient copies the deferred products hold.
     size_t deferred_bytes() const {
         size_t n = 0;
         for (const DoutCopy& c : m_dout_copies) n += c.bytes;
         return n;
     }
-    /// The weight and bias gradients block_backward left, in the order it left them.
-    void run_deferred_products(Backend& be) {
+    /// The weight and bias gradients block_backward left, in the order it left them, into
+    /// grads_of(l), block l's gradient buffer now: a store may hand out another buffer than
+    /// at the backward (a 16-bit state's fp32 scratch, given back at each grads_done).
+    template <typename GradsOf>
+    void run_deferred_products(Backend& be, GradsOf grads_of) {
+        int block = -1;
+        float* base = nullptr;
         for (const DeferredProduct& d : m_deferred) {
-            be.matmul_backward(ActPtr{nullptr, d.dout.dtype}, d.dw, d.db, d.dout, d.inp, d.w, d.N, d.C, d.OC);
+            if (d.block != block) {
+                block = d.block;
+                base = grads_of(block);
+            }
+            float* db = d.db_offset == kNoBias ? nullptr : base + d.db_offset;
+            be.matmul_backward(ActPtr{nullptr, d.dout.dtype}, base + d.dw_offset, db, d.dout, d.inp, d.w, d.N, d.C,
+                               d.OC);
         }
         m_deferred.clear();
     }
@@ -272,7 +289,10 @@ class ModelFamily {
             m_copies_backend = &be;
         }
         be.copy(static_cast<float*>(copy.data), static_cast<const float*>(dout.data), bytes / sizeof(float));
-        m_deferred.push_back(DeferredProduct{dw, db, ConstActPtr{copy.data, dout.dtype}, inp, w, N, C, OC});
+        ZT_REQUIRE(m_defer_base != nullptr, "deferred product outside begin_deferred_block");
+        m_deferred.push_back(DeferredProduct{m_defer_block, static_cast<size_t>(dw - m_defer_base),
+                                             db == nullptr ? kNoBias : static_cast<size_t>(db - m_defer_base),
+                                             ConstActPtr{copy.data, dout.dtype}, inp, w, N, C, OC});
     }
 
     /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
@@ -365,9 +385,11 @@ class ModelFamily {
     };
     std::vector<PendingNormGrad> m_pending_norm_grads;
     size_t m_norm_grad_used = 0;
+    static constexpr size_t kNoBias = SIZE_MAX;
     struct DeferredProduct {
-        float* dw;
-        float* db;
+        int block;         ///< whose gradient buffer (begin_deferred_block)
+        size_t dw_offset;  ///< the weight's gradient in that buffer
+        size_t db_offset;  ///< the bias's, or kNoBias
         ConstActPtr dout;
         ConstActPtr inp;
         ConstActPtr w;
@@ -378,6 +400,8 @@ class ModelFamily {
         size_t bytes = 0;
     };
     bool m_defer = false;
+    int m_defer_block = -1;
+    const float* m_defer_base = nullptr;
     std::vector<DeferredProduct> m_deferred;
     std::vector<DoutCopy> m_dout_copies;  ///< one per product of a backward, kept for the next ones
     Backend* m_copies_backend = nullptr;

@@ -473,6 +473,7 @@ void Transformer::backward(UnitStore& store) {
         // Recompute writes the same values again into the block's (shared) buffers; its
         // output is recomputed in place with bit-identical results.
         if (m_recompute) m_family->block_forward(*m_compute, l, w, in, B, T);
+        if (m_defer_weights) m_family->begin_deferred_block(l, dw);
         m_family->block_backward(*m_compute, l, w, dw, zero_dw, in, m_dresidual, B, T);
         grads_done(store, first_unit + l);
         store.release(first_unit + l);
@@ -533,7 +534,10 @@ void Transformer::defer_weight_grads(bool on) {
 }
 
 void Transformer::backward_weights(UnitStore& store) {
-    m_family->run_deferred_products(*m_compute);
+    // Each block's gradient buffer asked for again: the one the backward wrote into may have
+    // been given back by an earlier weight pass's grads_done (a 16-bit state's scratch).
+    const int first_unit = 1 + m_stage.begin;
+    m_family->run_deferred_products(*m_compute, [&](int l) { return store.grads(first_unit + l); });
     for (int u : m_done_later) store.grads_done(u);
     m_done_later.clear();
 }

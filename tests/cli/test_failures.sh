@@ -2,8 +2,8 @@
 # Failures across ranks: no rank is left waiting.
 #  - A rank that hangs (ZT_DEBUG_STALL test hook) trips the collective watchdog
 #    (parallel.timeout_s): the job exits non-zero with a message naming collective, step, rank.
-#  - A rank killed with SIGKILL mid-run (N = 2 and 4): the whole job exits non-zero within
-#    30 s, and the newest complete checkpoint loads.
+#  - A rank killed with SIGKILL mid-run (N = 2 and 4, and a pipeline stage at N = 2): the whole
+#    job exits non-zero within 30 s, and the newest complete checkpoint loads.
 # Usage: test_failures.sh BIN_DIR SOURCE_DIR
 set -u
 BIN=$1
@@ -52,48 +52,55 @@ stalled stall "hung rank" "rank 0: collective .* has waited [0-9]+ s in step 3 \
 stalled stall_pipe "hung pipeline stage" "rank 0: collective pipeline (send|receive)[^:]* has waited [0-9]+ s in step 3" \
   --parallel.pipeline=2 --train.grad_accum=2
 
-# 2. A rank killed with SIGKILL mid-run.
-for np in 2 4; do
-  run="$work/kill$np"
-  "${MPI[@]}" -np "$np" "$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=1000000 \
-    --checkpoint.every=20 --train.log_every=10 > "$work/kill$np.log" 2>&1 &
+# 2. A rank killed with SIGKILL mid-run: N = 2 and 4, and a pipeline's stage at N = 2 ("2p").
+for mode in 2 4 2p; do
+  np=${mode%p}
+  extra=()
+  label="N=$np"
+  if [ "$mode" = 2p ]; then
+    extra=(--parallel.pipeline=2 --train.grad_accum=2)
+    label="N=$np, pipeline 2"
+  fi
+  run="$work/kill$mode"
+  "${MPI[@]}" -np "$np" "$BIN/ztrain" "${common[@]}" "${extra[@]}" --run.dir="$run" --train.max_steps=1000000 \
+    --checkpoint.every=20 --train.log_every=10 > "$work/kill$mode.log" 2>&1 &
   launcher=$!
   for _ in $(seq 1 300); do [ -s "$run/checkpoints/latest" ] && break; sleep 0.1; done
   victim=$(pgrep -P "$launcher" | tail -1)
   if [ -z "$victim" ] || [ ! -s "$run/checkpoints/latest" ]; then
-    fail "N=$np: no rank process or no checkpoint before the kill"; kill -KILL "$launcher" 2>/dev/null; continue
+    fail "$label: no rank process or no checkpoint before the kill"; kill -KILL "$launcher" 2>/dev/null; continue
   fi
   kill -KILL "$victim"
   start=$(date +%s)
   for _ in $(seq 1 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
   took=$(( $(date +%s) - start ))
   if kill -0 "$launcher" 2>/dev/null; then
-    fail "N=$np: job still running 30 s after a rank was killed"; pkill -KILL -f "$run"; continue
+    fail "$label: job still running 30 s after a rank was killed"; pkill -KILL -f "$run"; continue
   fi
   wait "$launcher"
   rc=$?
-  if pgrep -f "$run" > /dev/null; then fail "N=$np: a rank outlived the job"; pkill -KILL -f "$run"; fi
-  [ "$rc" -ne 0 ] || fail "N=$np: exit 0 after a rank was killed"
+  if pgrep -f "$run" > /dev/null; then fail "$label: a rank outlived the job"; pkill -KILL -f "$run"; fi
+  [ "$rc" -ne 0 ] || fail "$label: exit 0 after a rank was killed"
   latest=$(cat "$run/checkpoints/latest")
   at=$((10#${latest#step_}))
   resume() {
-    "${MPI[@]}" -np "$np" "$BIN/ztrain" "${common[@]}" --run.dir="$run" --train.max_steps=$((at + 2)) \
-      > "$work/resume$np.log" 2>&1
+    "${MPI[@]}" -np "$np" "$BIN/ztrain" "${common[@]}" "${extra[@]}" --run.dir="$run" \
+      --train.max_steps=$((at + 2)) > "$work/resume$mode.log" 2>&1
   }
   resume
   resumed=$?
   # The killed job's Open MPI session may still be torn down while this one starts: a start-up
   # failure inside Open MPI, before any of ztrain runs, gets one more try (as test_bad_input).
-  if [ "$resumed" -ne 0 ] && grep -qE "$MPI_START_FAILED" "$work/resume$np.log"; then
-    echo "note: N=$np: the resume run failed inside Open MPI's start-up; once more:"
-    grep -E "$MPI_START_FAILED" "$work/resume$np.log" | head -3 | sed 's/^/  /'
+  if [ "$resumed" -ne 0 ] && grep -qE "$MPI_START_FAILED" "$work/resume$mode.log"; then
+    echo "note: $label: the resume run failed inside Open MPI's start-up; once more:"
+    grep -E "$MPI_START_FAILED" "$work/resume$mode.log" | head -3 | sed 's/^/  /'
     resume
     resumed=$?
   fi
-  if [ "$resumed" -eq 0 ] && grep -q "resumed from .*at step $at" "$work/resume$np.log"; then
-    echo "ok: N=$np: rank killed -> job exited $rc in ${took} s; $latest loads and training continues"
+  if [ "$resumed" -eq 0 ] && grep -q "resumed from .*at step $at" "$work/resume$mode.log"; then
+    echo "ok: $label: rank killed -> job exited $rc in ${took} s; $latest loads and training continues"
   else
-    fail "N=$np: the newest checkpoint $latest did not resume"; tail -5 "$work/resume$np.log"
+    fail "$label: the newest checkpoint $latest did not resume"; tail -5 "$work/resume$mode.log"
   fi
 done
 
