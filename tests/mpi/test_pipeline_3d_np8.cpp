@@ -11,24 +11,10 @@
 
 #include "mpi_training.hpp"
 #include "test_support.hpp"
-#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
 namespace {
-
-/// Every unit's master weights in `step_dir`, in the whole model's layout.
-std::vector<float> master_weights(const std::string& step_dir) {
-    CheckpointReader reader(step_dir);
-    std::vector<float> all;
-    const auto units = reader.meta().at("units").get<std::vector<size_t>>();
-    for (size_t u = 0; u < units.size(); ++u) {
-        std::vector<float> unit(units[u]);
-        reader.read(static_cast<int>(u), 0, units[u], "master", unit.data());
-        all.insert(all.end(), unit.begin(), unit.end());
-    }
-    return all;
-}
 
 TEST(Pipeline3D, TwoStagesOfTensorPairsOverTwoDataRanksMatchOneRank) {
     if (test::world_size() != 8) GTEST_SKIP() << "P = 2 x T = 2 x data 2 needs 8 ranks";
@@ -66,8 +52,8 @@ TEST(Pipeline3D, TwoStagesOfTensorPairsOverTwoDataRanksMatchOneRank) {
         self.comm = MPI_COMM_SELF;
         TrainSummary ref = train(ref_cfg, self);
         MPI_Barrier(MPI_COMM_WORLD);
-        got.final_params = master_weights(dir.file(str(c.name, "_3d")) + "/checkpoints/step_00000004");
-        ref.final_params = master_weights(dir.file(str(c.name, "_ref", me)) + "/checkpoints/step_00000004");
+        got.final_params = test::checkpoint_master(dir.file(str(c.name, "_3d")) + "/checkpoints/step_00000004");
+        ref.final_params = test::checkpoint_master(dir.file(str(c.name, "_ref", me)) + "/checkpoints/step_00000004");
         test::expect_matches_reference(got, ref, str(c.name, ": P = 2 x T = 2 x data 2 at np 8"));
     }
 }

@@ -21,7 +21,6 @@
 
 #include "mpi_training.hpp"
 #include "test_support.hpp"
-#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/train/trainer.hpp"
@@ -232,18 +231,9 @@ TEST(PipelineCheckpoints, ResumeAtAnyPipelineReproducesTheUninterruptedRun) {
         cfg.train.grad_accum = 4 * D * pipeline * tensor / N;
         return cfg;
     };
-    // Every unit's master weights in a run's final checkpoint, in the whole model's layout
-    // (through the one reader: at any T and P).
+    // Every unit's master weights in a run's final checkpoint, in the whole model's layout.
     auto final_master = [&](const std::string& run) {
-        CheckpointReader reader(dir.file(run) + "/checkpoints/step_00000006");
-        std::vector<float> all;
-        const auto units = reader.meta().at("units").get<std::vector<size_t>>();
-        for (size_t u = 0; u < units.size(); ++u) {
-            std::vector<float> unit(units[u]);
-            reader.read(static_cast<int>(u), 0, units[u], "master", unit.data());
-            all.insert(all.end(), unit.begin(), unit.end());
-        }
-        return all;
+        return test::checkpoint_master(dir.file(run) + "/checkpoints/step_00000006");
     };
     Config full_cfg = mesh("full", 2, 1);
     full_cfg.checkpoint.every = 3;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shared_dir.hpp"
+#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
@@ -74,6 +75,20 @@ inline Config as_llama(Config c) {
     c.model.ffn_dim = 40;
     c.model.tie_embeddings = false;
     return c;
+}
+
+/// Every unit's master weights in checkpoint `step_dir`, in the whole model's layout (read
+/// through CheckpointReader, so the same at any tensor split and pipeline that wrote it).
+inline std::vector<float> checkpoint_master(const std::string& step_dir) {
+    CheckpointReader reader(step_dir);
+    std::vector<float> all;
+    const auto units = reader.meta().at("units").get<std::vector<size_t>>();
+    for (size_t u = 0; u < units.size(); ++u) {
+        std::vector<float> unit(units[u]);
+        reader.read(static_cast<int>(u), 0, units[u], "master", unit.data());
+        all.insert(all.end(), unit.begin(), unit.end());
+    }
+    return all;
 }
 
 /// A parallel run against the one-rank run with the same global batch (gradient
