@@ -251,11 +251,6 @@ void check_pipeline(const Validator& v, const Config& cfg) {
         return;
     }
     if (p.schedule == PipelineSchedule::kZeroBubble) {
-        // The weight passes run after later micro-batches' backwards: every gradient must
-        // stay in its full buffer until then, with the blocks' activations.
-        v.check(p.zero_stage <= 1, "parallel.zero_stage",
-                "0 or 1 under parallel.schedule = zb (ZeRO-2/3 reduce each micro-batch's gradients as its "
-                "backward finishes, before zero-bubble's weight passes have run)");
         v.check(p.tensor == 1, "parallel.tensor", "1 under parallel.schedule = zb (not built for tensor groups yet)");
         v.check(!cfg.train.recompute, "train.recompute",
                 "false under parallel.schedule = zb (its weight passes read the blocks' kept activations)");

@@ -129,17 +129,17 @@ class Gpt2Blocks final : public ModelFamily {
         }
     }
     void block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) override;
-    void block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw, ConstActPtr in, ActPtr dres,
-                        int B, int T) override;
+    void block_backward(Backend& be, int l, const UnitWeights& uw, UnitGrads dw, ConstActPtr in, ActPtr dres, int B,
+                        int T) override;
     ConstActPtr block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
     void final_norm_forward(Backend& be, ActPtr out, ConstActPtr in, const float* w, int N) override {
         be.layernorm_forward(out, m_lnf_mean, m_lnf_rstd, in, w, w + m_lnf_bias_offset, N, m_cfg.n_embd);
     }
-    void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in, const float* w,
+    void final_norm_backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr in, const float* w,
                              int N) override {
         const size_t C = static_cast<size_t>(m_cfg.n_embd);
-        be.layernorm_backward(dinp, norm_grad(be, dw, C, false), norm_grad(be, dw + m_lnf_bias_offset, C, false), dout,
-                              in, w, m_lnf_mean, m_lnf_rstd, N, m_cfg.n_embd);
+        be.layernorm_backward(dinp, norm_grad(be, dw, 0, C), norm_grad(be, dw, m_lnf_bias_offset, C), dout, in, w,
+                              m_lnf_mean, m_lnf_rstd, N, m_cfg.n_embd);
         add_norm_grads(be);
     }
 
@@ -249,16 +249,14 @@ void Gpt2Blocks::block_forward(Backend& be, int l, const UnitWeights& uw, ConstA
     row_parallel_residual(be, L.output, L.fc_gelu, uw.matrix(o.fcprojw), w + o.fcprojb, L.residual2, N, 4 * Ch, C);
 }
 
-void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw,
-                                ConstActPtr in, ActPtr dres, int B, int T) {
+void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, UnitGrads dw, ConstActPtr in, ActPtr dres,
+                                int B, int T) {
     const float* w = uw.f32;
     const Gpt2Offsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, Ch, hs, N, Nl, NlC] = sizes(B, T);
     const size_t NCh = static_cast<size_t>(N) * static_cast<size_t>(Ch);
-    const size_t CCh = static_cast<size_t>(C) * static_cast<size_t>(Ch);
     const size_t Cs = static_cast<size_t>(C);
-    const size_t Chs = static_cast<size_t>(Ch);
     const size_t padded = padded_elements(N, C);
     const ActPtr dpartial = m_scratch.dscratch;  // a column-parallel product's input gradient
     // dres holds d loss / d output (this rank's Nl rows). output = residual2 + mlp(...): the
@@ -266,36 +264,27 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, float
     // d/d residual2. The row-parallel product's bias gradient comes from the whole batch's
     // rows (gathered), the same on every rank.
     zero_act(be, m_dfc_gelu, NCh * 4);
-    zero_grad_if(be, zero_dw, dw + o.fcprojw, 4 * CCh);
-    zero_grad_if(be, zero_dw, dw + o.fcprojb, Cs);
-    product_backward(be, m_dfc_gelu, dw + o.fcprojw, dw + o.fcprojb, gather_rows(dres, N, C), L.fc_gelu,
-                       uw.matrix(o.fcprojw), N, 4 * Ch, C);
+    product_backward(be, m_dfc_gelu, dw, o.fcprojw, o.fcprojb, gather_rows(dres, N, C), L.fc_gelu,
+                     uw.matrix(o.fcprojw), N, 4 * Ch, C);
     zero_act(be, m_dfc, NCh * 4);
     be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NCh * 4);
     zero_act(be, dpartial, padded);
-    zero_grad_if(be, zero_dw, dw + o.fcw, 4 * CCh);
-    zero_grad_if(be, zero_dw, dw + o.fcb, 4 * Chs);
-    product_backward(be, dpartial, dw + o.fcw, dw + o.fcb, m_dfc, gather_rows(L.ln2, N, C), uw.matrix(o.fcw), N, C,
-                       4 * Ch);
+    product_backward(be, dpartial, dw, o.fcw, o.fcb, m_dfc, gather_rows(L.ln2, N, C), uw.matrix(o.fcw), N, C, 4 * Ch);
     ActPtr dln = sum_input_grad(dpartial, N, C);
-    be.layernorm_backward(dres, norm_grad(be, dw + o.ln2w, Cs, zero_dw), norm_grad(be, dw + o.ln2b, Cs, zero_dw), dln,
-                          L.residual2, w + o.ln2w, L.ln2_mean, L.ln2_rstd, Nl, C);
+    be.layernorm_backward(dres, norm_grad(be, dw, o.ln2w, Cs), norm_grad(be, dw, o.ln2b, Cs), dln, L.residual2,
+                          w + o.ln2w, L.ln2_mean, L.ln2_rstd, Nl, C);
     // Same for the attention branch: dres becomes d/d block input.
     zero_act(be, m_datty, NCh);
-    zero_grad_if(be, zero_dw, dw + o.attprojw, CCh);
-    zero_grad_if(be, zero_dw, dw + o.attprojb, Cs);
-    product_backward(be, m_datty, dw + o.attprojw, dw + o.attprojb, gather_rows(dres, N, C), L.atty,
-                       uw.matrix(o.attprojw), N, Ch, C);
+    product_backward(be, m_datty, dw, o.attprojw, o.attprojb, gather_rows(dres, N, C), L.atty,
+                     uw.matrix(o.attprojw), N, Ch, C);
     zero_act(be, m_dqkv, NCh * 3);
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH, hs);
     zero_act(be, dpartial, padded);
-    zero_grad_if(be, zero_dw, dw + o.qkvw, 3 * CCh);
-    zero_grad_if(be, zero_dw, dw + o.qkvb, 3 * Chs);
-    product_backward(be, dpartial, dw + o.qkvw, dw + o.qkvb, m_dqkv, gather_rows(L.ln1, N, C), uw.matrix(o.qkvw), N, C,
-                       3 * Ch);
+    product_backward(be, dpartial, dw, o.qkvw, o.qkvb, m_dqkv, gather_rows(L.ln1, N, C), uw.matrix(o.qkvw), N, C,
+                     3 * Ch);
     dln = sum_input_grad(dpartial, N, C);
-    be.layernorm_backward(dres, norm_grad(be, dw + o.ln1w, Cs, zero_dw), norm_grad(be, dw + o.ln1b, Cs, zero_dw), dln,
-                          in, w + o.ln1w, L.ln1_mean, L.ln1_rstd, Nl, C);
+    be.layernorm_backward(dres, norm_grad(be, dw, o.ln1w, Cs), norm_grad(be, dw, o.ln1b, Cs), dln, in, w + o.ln1w,
+                          L.ln1_mean, L.ln1_rstd, Nl, C);
     add_norm_grads(be);
 }
 

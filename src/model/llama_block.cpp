@@ -149,18 +149,18 @@ class LlamaBlocks final : public ModelFamily {
         be.encoder_backward(dunit0, nullptr, dout, tokens, B, T, m_cfg.n_embd);
     }
     void block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) override;
-    void block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw, ConstActPtr in, ActPtr dres,
-                        int B, int T) override;
+    void block_backward(Backend& be, int l, const UnitWeights& uw, UnitGrads dw, ConstActPtr in, ActPtr dres, int B,
+                        int T) override;
     ConstActPtr block_output(int l) const override { return m_slots[static_cast<size_t>(l)].output; }
     /// RoPE on q and k of qkv in place (inverse: the gradient's R^T), at each token's position.
     void rotate(Backend& be, ActPtr qkv, int B, int T, bool inverse) const;
     void final_norm_forward(Backend& be, ActPtr out, ConstActPtr in, const float* w, int N) override {
         be.rmsnorm_forward(out, m_norm_rstd, in, w, N, m_cfg.n_embd, static_cast<float>(m_cfg.norm_eps));
     }
-    void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in, const float* w,
+    void final_norm_backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr in, const float* w,
                              int N) override {
-        be.rmsnorm_backward(dinp, norm_grad(be, dw, static_cast<size_t>(m_cfg.n_embd), false), dout, in, w,
-                            m_norm_rstd, N, m_cfg.n_embd);
+        be.rmsnorm_backward(dinp, norm_grad(be, dw, 0, static_cast<size_t>(m_cfg.n_embd)), dout, in, w, m_norm_rstd,
+                            N, m_cfg.n_embd);
         add_norm_grads(be);
     }
 
@@ -300,8 +300,8 @@ void LlamaBlocks::block_forward(Backend& be, int l, const UnitWeights& uw, Const
     row_parallel_residual(be, L.output, L.swiglu, uw.matrix(o.down_proj), nullptr, L.residual2, N, F, C);
 }
 
-void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, float* dw, bool zero_dw,
-                                 ConstActPtr in, ActPtr dres, int B, int T) {
+void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, UnitGrads dw, ConstActPtr in, ActPtr dres,
+                                 int B, int T) {
     const float* w = uw.f32;
     const LlamaOffsets& o = m_off;
     Slots& L = m_slots[static_cast<size_t>(l)];
@@ -315,23 +315,20 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
     // dres holds d loss / d block output; each branch's RMSNorm backward adds into it, so it
     // becomes d/d residual2 and then d/d block input (as in the GPT-2 block).
     zero_act(be, m_dswiglu, n * Fs);
-    zero_grad_if(be, zero_dw, dw + o.down_proj, Cs * Fs);
-    product_backward(be, m_dswiglu, dw + o.down_proj, nullptr, gather_rows(dres, N, C), L.swiglu,
-                       uw.matrix(o.down_proj), N, F, C);
+    product_backward(be, m_dswiglu, dw, o.down_proj, kNoBias, gather_rows(dres, N, C), L.swiglu,
+                     uw.matrix(o.down_proj), N, F, C);
     zero_act(be, m_dgate_up, n * 2 * Fs);
     be.swiglu_backward(m_dgate_up, L.gate_up, m_dswiglu, N, F);
     zero_act(be, dpartial, padded);
-    zero_grad_if(be, zero_dw, dw + o.gate_up, 2 * Fs * Cs);
-    product_backward(be, dpartial, dw + o.gate_up, nullptr, m_dgate_up, gather_rows(L.norm2, N, C),
-                       uw.matrix(o.gate_up), N, C, 2 * F);
+    product_backward(be, dpartial, dw, o.gate_up, kNoBias, m_dgate_up, gather_rows(L.norm2, N, C),
+                     uw.matrix(o.gate_up), N, C, 2 * F);
     ActPtr dnorm = sum_input_grad(dpartial, N, C);
-    be.rmsnorm_backward(dres, norm_grad(be, dw + o.norm2, Cs, zero_dw), dnorm, L.residual2, w + o.norm2,
-                        L.norm2_rstd, Nl, C);
+    be.rmsnorm_backward(dres, norm_grad(be, dw, o.norm2, Cs), dnorm, L.residual2, w + o.norm2, L.norm2_rstd, Nl,
+                        C);
 
     zero_act(be, m_datty, n * Cqs);
-    zero_grad_if(be, zero_dw, dw + o.o_proj, Cs * Cqs);
-    product_backward(be, m_datty, dw + o.o_proj, nullptr, gather_rows(dres, N, C), L.atty, uw.matrix(o.o_proj), N,
-                       Cq, C);
+    product_backward(be, m_datty, dw, o.o_proj, kNoBias, gather_rows(dres, N, C), L.atty, uw.matrix(o.o_proj), N, Cq,
+                     C);
     zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
@@ -341,13 +338,13 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, floa
     if (m_dqkv_weight != nullptr) {
         be.zero(m_dqkv_weight, static_cast<size_t>(QKV) * Cs);
         be.matmul_backward(dpartial, m_dqkv_weight, nullptr, m_dqkv, norm1, uw.matrix(o.qkv), N, C, QKV);
-        add_shared_kv_gradient(be, dw + o.qkv, zero_dw);
+        ZT_REQUIRE(dw.base != nullptr, "deferred weight gradients with shared key/value heads are not built");
+        add_shared_kv_gradient(be, dw.base + o.qkv, dw.zero);
     } else {
-        zero_grad_if(be, zero_dw, dw + o.qkv, static_cast<size_t>(QKV) * Cs);
-        product_backward(be, dpartial, dw + o.qkv, nullptr, m_dqkv, norm1, uw.matrix(o.qkv), N, C, QKV);
+        product_backward(be, dpartial, dw, o.qkv, kNoBias, m_dqkv, norm1, uw.matrix(o.qkv), N, C, QKV);
     }
     dnorm = sum_input_grad(dpartial, N, C);
-    be.rmsnorm_backward(dres, norm_grad(be, dw + o.norm1, Cs, zero_dw), dnorm, in, w + o.norm1, L.norm1_rstd, Nl, C);
+    be.rmsnorm_backward(dres, norm_grad(be, dw, o.norm1, Cs), dnorm, in, w + o.norm1, L.norm1_rstd, Nl, C);
     add_norm_grads(be);
 }
 

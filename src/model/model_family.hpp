@@ -148,6 +148,16 @@ struct RowSegments {
     const int32_t* attend_from = nullptr;
 };
 
+/// A unit's gradient buffer as block_backward and final_norm_backward add into it: `base`,
+/// zeroed first where `zero` (UnitStore::grads_need_zero); or, under deferred weight
+/// gradients, none yet (base null): the family keeps what it owes as offsets into the unit
+/// and adds it in run_deferred (zero-bubble's weight pass), so a backward leaves the store's
+/// gradients untouched.
+struct UnitGrads {
+    float* base = nullptr;
+    bool zero = false;
+};
+
 /// Zeroes n gradient floats at p when `zero` (see UnitStore::grads_need_zero): the driver's
 /// and every family's gradients start their accumulation through it.
 inline void zero_grad_if(Backend& be, bool zero, float* p, size_t n) {
@@ -169,8 +179,10 @@ class ModelFamily {
     ModelFamily(DriverScratch scratch, int parts, bool sequence)
         : m_scratch(scratch), m_parts(parts), m_sequence(sequence && parts > 1) {}
     virtual ~ModelFamily() {
-        for (const DoutCopy& c : m_dout_copies) {
-            if (c.data != nullptr && m_copies_backend != nullptr) m_copies_backend->free(c.data);
+        for (const std::vector<KeptBuffer>* kept : {&m_dout_copies, &m_norm_pieces}) {
+            for (const KeptBuffer& b : *kept) {
+                if (b.data != nullptr && m_kept_backend != nullptr) m_kept_backend->free(b.data);
+            }
         }
     }
     /// The segments of the rows the next forward (and its backward, and recompute) runs on;
@@ -222,77 +234,89 @@ class ModelFamily {
     virtual void embed_backward(Backend& be, float* dunit0, bool zero, ConstActPtr dout, const int32_t* tokens,
                                 int B, int T) = 0;
     virtual void block_forward(Backend& be, int l, const UnitWeights& w, ConstActPtr in, int B, int T) = 0;
-    virtual void block_backward(Backend& be, int l, const UnitWeights& w, float* dw, bool zero_dw, ConstActPtr in,
-                                ActPtr dres, int B, int T) = 0;
+    virtual void block_backward(Backend& be, int l, const UnitWeights& w, UnitGrads dw, ConstActPtr in, ActPtr dres,
+                                int B, int T) = 0;
     /// Block l's output, the next block's input (kept even under recompute).
     virtual ConstActPtr block_output(int l) const = 0;
     /// The final norm: out (N, C) from in with the last unit's weights w.
     virtual void final_norm_forward(Backend& be, ActPtr out, ConstActPtr in, const float* w, int N) = 0;
     /// dinp += d/d in, dw += d/d weights, from dout.
-    virtual void final_norm_backward(Backend& be, ActPtr dinp, float* dw, ConstActPtr dout, ConstActPtr in,
+    virtual void final_norm_backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr in,
                                      const float* w, int N) = 0;
 
-    /// Zero-bubble pipelines: from now on block_backward computes the products' input
-    /// gradients only and leaves their weight and bias gradients to run_deferred_products.
-    void defer_product_weight_grads(bool on) { m_defer = on; }
-    /// Under deferred weight gradients: the next block_backward is block l's, whose gradient
-    /// buffer is `dw` (the products' gradients are kept as offsets into it).
-    void begin_deferred_block(int l, const float* dw) {
-        m_defer_block = l;
-        m_defer_base = dw;
+    /// Zero-bubble pipelines: from now on block_backward and final_norm_backward compute the
+    /// input gradients only and keep what they owe the unit's gradient (the products' weight
+    /// and bias gradients, the norms' parameter gradients) for run_deferred.
+    void defer_product_weight_grads(bool on) {
+        ZT_REQUIRE(!on || !m_sequence, "deferred weight gradients under sequence parallelism are not built");
+        m_defer = on;
     }
+    /// Under deferred weight gradients: what follows is block l's backward (kFinalNorm: the
+    /// final norm's), whose gradients are owed to that unit.
+    void begin_deferred_block(int l) { m_defer_block = l; }
+    static constexpr int kFinalNorm = -1;
     /// Bytes of the output-gradient copies the deferred products hold.
     size_t deferred_bytes() const {
         size_t n = 0;
-        for (const DoutCopy& c : m_dout_copies) n += c.bytes;
+        for (const KeptBuffer& c : m_dout_copies) n += c.bytes;
         return n;
     }
-    /// The weight and bias gradients block_backward left, in the order it left them, into
-    /// grads_of(l), block l's gradient buffer now: a store may hand out another buffer than
-    /// at the backward (a 16-bit state's fp32 scratch, given back at each grads_done).
-    template <typename GradsOf>
-    void run_deferred_products(Backend& be, GradsOf grads_of) {
-        int block = -1;
-        float* base = nullptr;
-        for (const DeferredProduct& d : m_deferred) {
-            if (d.block != block) {
-                block = d.block;
-                base = grads_of(block);
-            }
-            float* db = d.db_offset == kNoBias ? nullptr : base + d.db_offset;
-            be.matmul_backward(ActPtr{nullptr, d.dout.dtype}, base + d.dw_offset, db, d.dout, d.inp, d.w, d.N, d.C,
-                               d.OC);
+    /// Adds what the backward owes block l's unit (kFinalNorm: the final norm's) into its
+    /// gradient buffer `dw` (zeroed first where dw.zero), in the order the backward left it.
+    /// Blocks come in the backward's order; the last one's call leaves nothing owed.
+    void run_deferred(Backend& be, int l, UnitGrads dw) {
+        ZT_REQUIRE(dw.base != nullptr, "run_deferred: no gradient buffer for block ", l);
+        for (; m_next_product < m_deferred.size() && m_deferred[m_next_product].block == l; ++m_next_product) {
+            const DeferredProduct& d = m_deferred[m_next_product];
+            float* dwp = dw.base + d.dw_offset;
+            float* db = d.db_offset == kNoBias ? nullptr : dw.base + d.db_offset;
+            zero_grad_if(be, dw.zero, dwp, static_cast<size_t>(d.OC) * static_cast<size_t>(d.C));
+            if (db != nullptr) zero_grad_if(be, dw.zero, db, static_cast<size_t>(d.OC));
+            // No input gradient, so no weight: the product's weights may be released by now
+            // (a ZeRO-3 store gathers them for the backward only); its dtype picks the same
+            // product kernel as the backward's.
+            be.matmul_backward(ActPtr{nullptr, d.dout.dtype}, dwp, db, d.dout, d.inp, ConstActPtr{nullptr, d.w_dtype},
+                               d.N, d.C, d.OC);
         }
-        m_deferred.clear();
+        for (; m_next_norm < m_deferred_norms.size() && m_deferred_norms[m_next_norm].block == l; ++m_next_norm) {
+            const DeferredNorm& d = m_deferred_norms[m_next_norm];
+            float* g = dw.base + d.offset;
+            zero_grad_if(be, dw.zero, g, d.n);
+            be.accumulate(g, DType::kF32, static_cast<const float*>(m_norm_pieces[m_next_norm].data), d.n);
+        }
+        if (m_next_product == m_deferred.size() && m_next_norm == m_deferred_norms.size()) {
+            m_deferred.clear();
+            m_deferred_norms.clear();
+            m_next_product = m_next_norm = 0;
+        }
     }
+    /// Whether a backward's deferred gradients are still owed.
+    bool owes_deferred() const { return !m_deferred.empty() || !m_deferred_norms.empty(); }
 
   protected:
-    /// A product's backward (Backend::matmul_backward) inside block_backward: all of it, or
-    /// under deferred weight gradients the input gradient now, with a copy of dout kept for
-    /// the weight and bias gradients (inp and w are the block's own and stay until then).
-    void product_backward(Backend& be, ActPtr dinp, float* dw, float* db, ConstActPtr dout, ConstActPtr inp,
-                          ConstActPtr w, int N, int C, int OC) {
+    static constexpr size_t kNoBias = SIZE_MAX;
+    /// A product's backward (Backend::matmul_backward) inside block_backward, its weight's
+    /// gradient at `w_offset` of the unit's and its bias's at `b_offset` (kNoBias: none),
+    /// zeroed first where dw.zero: all of it, or under deferred weight gradients the input
+    /// gradient now, with a copy of dout kept for the weight and bias gradients (inp is the
+    /// block's activation and stays until then).
+    void product_backward(Backend& be, ActPtr dinp, UnitGrads dw, size_t w_offset, size_t b_offset, ConstActPtr dout,
+                          ConstActPtr inp, ConstActPtr w, int N, int C, int OC) {
         if (!m_defer) {
-            be.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+            float* dwp = dw.base + w_offset;
+            float* db = b_offset == kNoBias ? nullptr : dw.base + b_offset;
+            zero_grad_if(be, dw.zero, dwp, static_cast<size_t>(OC) * static_cast<size_t>(C));
+            if (db != nullptr) zero_grad_if(be, dw.zero, db, static_cast<size_t>(OC));
+            be.matmul_backward(dinp, dwp, db, dout, inp, w, N, C, OC);
             return;
         }
         be.matmul_backward(dinp, nullptr, nullptr, dout, inp, w, N, C, OC);
         const size_t bytes = static_cast<size_t>(N) * static_cast<size_t>(OC) * dtype_size(dout.dtype);
         ZT_REQUIRE(bytes % sizeof(float) == 0, "deferred product: ", bytes, " bytes of dout");
-        const size_t k = m_deferred.size();
-        if (k == m_dout_copies.size()) m_dout_copies.push_back(DoutCopy{});
-        DoutCopy& copy = m_dout_copies[k];
-        if (copy.bytes < bytes) {
-            if (copy.data != nullptr) be.free(copy.data);
-            copy.data = be.alloc_bytes(bytes);
-            copy.bytes = bytes;
-            m_copies_backend = &be;
-        }
-        be.copy(static_cast<float*>(copy.data), static_cast<const float*>(dout.data), bytes / sizeof(float));
-        ZT_REQUIRE(m_defer_base != nullptr, "deferred product outside begin_deferred_block");
-        m_deferred.push_back(DeferredProduct{m_defer_block, static_cast<size_t>(dw - m_defer_base),
-                                             db == nullptr ? kNoBias : static_cast<size_t>(db - m_defer_base),
-                                             ConstActPtr{copy.data, dout.dtype}, inp, w, N, C, OC});
+        void* copy = kept_buffer(m_dout_copies, m_deferred.size(), bytes, be);
+        be.copy(static_cast<float*>(copy), static_cast<const float*>(dout.data), bytes / sizeof(float));
+        m_deferred.push_back(
+            DeferredProduct{m_defer_block, w_offset, b_offset, ConstActPtr{copy, dout.dtype}, inp, w.dtype, N, C, OC});
     }
 
     /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
@@ -336,18 +360,26 @@ class ModelFamily {
         }
         sum_over_group(out, static_cast<size_t>(N) * static_cast<size_t>(M));
     }
-    /// Where a norm's parameter gradient (n floats at dw, zeroed first when `zero`) is
-    /// computed: dw itself; under sequence parallelism (the norm saw this rank's rows only)
-    /// a zeroed piece of the driver's `norm_grads`, which add_norm_grads sums over the group
-    /// and adds to dw.
-    float* norm_grad(Backend& be, float* dw, size_t n, bool zero) {
-        zero_grad_if(be, zero, dw, n);
-        if (!m_sequence) return dw;
+    /// Where a norm's parameter gradient (n floats at `offset` of the unit's gradient, zeroed
+    /// first where dw.zero) is computed: there; under sequence parallelism (the norm saw this
+    /// rank's rows only) a zeroed piece of the driver's `norm_grads`, which add_norm_grads
+    /// sums over the group and adds there; under deferred weight gradients a zeroed piece
+    /// kept for run_deferred.
+    float* norm_grad(Backend& be, UnitGrads dw, size_t offset, size_t n) {
+        if (m_defer) {
+            float* piece = static_cast<float*>(kept_buffer(m_norm_pieces, m_deferred_norms.size(), n * sizeof(float), be));
+            be.zero(piece, n);
+            m_deferred_norms.push_back(DeferredNorm{m_defer_block, offset, n});
+            return piece;
+        }
+        float* g = dw.base + offset;
+        zero_grad_if(be, dw.zero, g, n);
+        if (!m_sequence) return g;
         ZT_REQUIRE(m_norm_grad_used + n <= m_scratch.norm_grads_floats, "norm gradients: ", m_norm_grad_used + n,
                    " floats pending, the scratch holds ", m_scratch.norm_grads_floats);
         float* piece = m_scratch.norm_grads + m_norm_grad_used;
         be.zero(piece, n);
-        m_pending_norm_grads.push_back({dw, m_norm_grad_used, n});
+        m_pending_norm_grads.push_back({g, m_norm_grad_used, n});
         m_norm_grad_used += n;
         return piece;
     }
@@ -385,26 +417,46 @@ class ModelFamily {
     };
     std::vector<PendingNormGrad> m_pending_norm_grads;
     size_t m_norm_grad_used = 0;
-    static constexpr size_t kNoBias = SIZE_MAX;
     struct DeferredProduct {
-        int block;         ///< whose gradient buffer (begin_deferred_block)
-        size_t dw_offset;  ///< the weight's gradient in that buffer
+        int block;         ///< whose unit (begin_deferred_block)
+        size_t dw_offset;  ///< the weight's gradient in that unit's
         size_t db_offset;  ///< the bias's, or kNoBias
         ConstActPtr dout;
         ConstActPtr inp;
-        ConstActPtr w;
+        DType w_dtype;  ///< the weights' (not read for weight gradients, but picking the kernel)
         int N, C, OC;
     };
-    struct DoutCopy {
+    struct DeferredNorm {
+        int block;
+        size_t offset;  ///< the norm parameters' gradient in the unit's
+        size_t n;       ///< floats, in the piece of the same index (m_norm_pieces)
+    };
+    /// A buffer kept from one backward to the next (allocated once, grown if needed).
+    struct KeptBuffer {
         void* data = nullptr;
         size_t bytes = 0;
     };
+    /// Buffer k of `kept`, at least `bytes` long.
+    void* kept_buffer(std::vector<KeptBuffer>& kept, size_t k, size_t bytes, Backend& be) {
+        if (k == kept.size()) kept.push_back(KeptBuffer{});
+        KeptBuffer& b = kept[k];
+        if (b.bytes < bytes) {
+            if (b.data != nullptr) be.free(b.data);
+            b.data = be.alloc_bytes(bytes);
+            b.bytes = bytes;
+            m_kept_backend = &be;
+        }
+        return b.data;
+    }
     bool m_defer = false;
     int m_defer_block = -1;
-    const float* m_defer_base = nullptr;
     std::vector<DeferredProduct> m_deferred;
-    std::vector<DoutCopy> m_dout_copies;  ///< one per product of a backward, kept for the next ones
-    Backend* m_copies_backend = nullptr;
+    std::vector<DeferredNorm> m_deferred_norms;
+    size_t m_next_product = 0;  ///< run_deferred's place in m_deferred
+    size_t m_next_norm = 0;     ///< and in m_deferred_norms
+    std::vector<KeptBuffer> m_dout_copies;  ///< one per product of a backward, kept for the next ones
+    std::vector<KeptBuffer> m_norm_pieces;  ///< one per norm of a backward
+    Backend* m_kept_backend = nullptr;
 };
 
 /// One layer's key/value cache for generation: rows are positions, (seq_len, NKV hs) each, in

@@ -434,11 +434,15 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
 
     const ConstActPtr x_last = stage_output();
     const float* wf = store.acquire(nL + 1);
-    float* dwf = store.grads(nL + 1);
-    const bool zero_f = store.grads_need_zero(nL + 1);
+    // Deferred weight gradients: the final norm's are kept for backward_weights.
+    UnitGrads dwf;
+    if (m_defer_weights) {
+        m_family->begin_deferred_block(ModelFamily::kFinalNorm);
+    } else {
+        dwf = UnitGrads{store.grads(nL + 1), store.grads_need_zero(nL + 1)};
+    }
     store.prefetch(m_stage.end);
     zero_act(m_backend, m_dresidual, local_elements(N));
-    zero_grad_if(m_backend, zero_f, dwf, m_layout.unit_numel[static_cast<size_t>(nL + 1)]);
     m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
     grads_done(store, nL + 1);
     store.release(nL + 1);
@@ -466,15 +470,21 @@ void Transformer::backward(UnitStore& store) {
 
     for (int l = m_blocks - 1; l >= 0; --l) {
         const UnitWeights w = unit_weights(store, first_unit + l);
-        float* dw = store.grads(first_unit + l);
-        const bool zero_dw = store.grads_need_zero(first_unit + l);
+        // Deferred weight gradients: the block's are kept for backward_weights, which asks
+        // for the unit's buffer then (a store reducing each micro-step's gradients keeps
+        // each unit's between one grads() and its grads_done()).
+        UnitGrads dw;
+        if (m_defer_weights) {
+            m_family->begin_deferred_block(l);
+        } else {
+            dw = UnitGrads{store.grads(first_unit + l), store.grads_need_zero(first_unit + l)};
+        }
         if (l >= 1 || first_stage()) store.prefetch(l >= 1 ? first_unit + l - 1 : 0);
         const ConstActPtr in = l == 0 ? ConstActPtr(m_encoded) : m_family->block_output(l - 1);
         // Recompute writes the same values again into the block's (shared) buffers; its
         // output is recomputed in place with bit-identical results.
         if (m_recompute) m_family->block_forward(*m_compute, l, w, in, B, T);
-        if (m_defer_weights) m_family->begin_deferred_block(l, dw);
-        m_family->block_backward(*m_compute, l, w, dw, zero_dw, in, m_dresidual, B, T);
+        m_family->block_backward(*m_compute, l, w, dw, in, m_dresidual, B, T);
         grads_done(store, first_unit + l);
         store.release(first_unit + l);
     }
@@ -534,12 +544,22 @@ void Transformer::defer_weight_grads(bool on) {
 }
 
 void Transformer::backward_weights(UnitStore& store) {
-    // Each block's gradient buffer asked for again: the one the backward wrote into may have
-    // been given back by an earlier weight pass's grads_done (a 16-bit state's scratch).
+    // The units in the backward's order, each one's gradients asked for, added and finished
+    // here, as a plain backward does: a store that reduces each unit's gradient at
+    // grads_done sees one micro-step's complete unit at a time. Unit 0's (the head's and the
+    // embedding's) were added by the backward itself: its buffer is kept through the step.
+    const int nL = m_cfg.n_layer;
     const int first_unit = 1 + m_stage.begin;
-    m_family->run_deferred_products(*m_compute, [&](int l) { return store.grads(first_unit + l); });
-    for (int u : m_done_later) store.grads_done(u);
+    for (int u : m_done_later) {
+        const bool block = u >= first_unit && u < first_unit + m_blocks;
+        if (block || u == nL + 1) {
+            const UnitGrads dw{store.grads(u), store.grads_need_zero(u)};
+            m_family->run_deferred(*m_compute, block ? u - first_unit : ModelFamily::kFinalNorm, dw);
+        }
+        store.grads_done(u);
+    }
     m_done_later.clear();
+    ZT_REQUIRE(!m_family->owes_deferred(), "backward_weights: deferred gradients left for no unit");
 }
 
 }  // namespace zt

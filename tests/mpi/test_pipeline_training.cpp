@@ -2,7 +2,7 @@
 // batch (gradient accumulation over the data ranks' micro-batches): every step's loss (the
 // true loss of the global batch, on every rank), the validation loss and the final
 // parameters, as the other equivalence tests compare them (expect_matches_reference).
-// - np 2: P = 2, 1F1B, interleaved and zero-bubble, GPT-2 and Llama, ZeRO 0-3 (zero-bubble 0-1); the sample (generated
+// - np 2: P = 2, 1F1B, interleaved and zero-bubble, GPT-2 and Llama, ZeRO 0-3; the sample (generated
 //   through the stages) is the one rank's;
 // - bf16 and fp16 track the one-rank run of their dtype (unit 0's two halves are summed in
 //   the stored dtype), and fp16's loss scale skips the same steps (the verdict is agreed over
@@ -107,7 +107,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeCase{"onef1b_llama_zero3", PipelineSchedule::k1F1B, 3, true, DType::kF32},
                       PipeCase{"interleaved_llama_zero2", PipelineSchedule::kInterleaved, 2, true, DType::kF32},
                       PipeCase{"zero_bubble_ddp", PipelineSchedule::kZeroBubble, 0, false, DType::kF32},
-                      PipeCase{"zero_bubble_llama_zero1", PipelineSchedule::kZeroBubble, 1, true, DType::kF32}),
+                      PipeCase{"zero_bubble_llama_zero1", PipelineSchedule::kZeroBubble, 1, true, DType::kF32},
+                      PipeCase{"zero_bubble_zero2", PipelineSchedule::kZeroBubble, 2, false, DType::kF32},
+                      PipeCase{"zero_bubble_llama_zero3", PipelineSchedule::kZeroBubble, 3, true, DType::kF32}),
     [](const ::testing::TestParamInfo<PipeCase>& i) { return std::string(i.param.name); });
 
 TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {
@@ -155,7 +157,8 @@ TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {
 }
 
 // Hybrid shard groups inside the stages (np 4: P = 2 x data 2, shard groups of 1 rank, so
-// each stage's state is replicated over 2 replicas) at ZeRO-2 and ZeRO-3: one rank's run.
+// each stage's state is replicated over 2 replicas) at ZeRO-2 and ZeRO-3 (1F1B and
+// zero-bubble): one rank's run.
 TEST(PipelineHybridTraining, ReplicatedStagesMatchOneRank) {
     const int N = test::world_size();
     if (N != 4) GTEST_SKIP() << "P = 2 x two replicas needs 4 ranks";
@@ -163,23 +166,26 @@ TEST(PipelineHybridTraining, ReplicatedStagesMatchOneRank) {
     test::SharedDir dir("pipeline_hybrid");
     if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
     MPI_Barrier(MPI_COMM_WORLD);
-    for (const int zero : {2, 3}) {
-        const PipeCase c{"hybrid", PipelineSchedule::k1F1B, zero, zero == 3, DType::kF32};
-        Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file(str("world", zero)));
+    for (const auto& [zero, schedule] : {std::pair{2, PipelineSchedule::k1F1B}, std::pair{3, PipelineSchedule::k1F1B},
+                                         std::pair{3, PipelineSchedule::kZeroBubble}}) {
+        const PipeCase c{"hybrid", schedule, zero, zero == 3, DType::kF32};
+        const std::string run = str(zero, "_", setting_text(schedule));
+        Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("world" + run));
         cfg.train.eval_every = 0;
         cfg.parallel.pipeline = 2;
         cfg.parallel.shard_group.ranks = 1;
         TrainOptions world;
         world.collect_params = true;
         const TrainSummary got = train(cfg, world);
-        Config ref_cfg = pipe_config(c, dir.file("train.bin"), "", dir.file(str("ref", zero, "_", me)));
+        Config ref_cfg = pipe_config(c, dir.file("train.bin"), "", dir.file(str("ref", run, "_", me)));
         ref_cfg.train.eval_every = 0;
         ref_cfg.parallel.zero_stage = 0;
         ref_cfg.train.grad_accum *= 2;
         TrainOptions self;
         self.comm = MPI_COMM_SELF;
         self.collect_params = true;
-        test::expect_matches_reference(got, train(ref_cfg, self), str("P = 2 x 2 replicas, ZeRO-", zero));
+        test::expect_matches_reference(got, train(ref_cfg, self),
+                                       str("P = 2 x 2 replicas, ZeRO-", zero, ", ", setting_text(schedule)));
     }
 }
 

@@ -3,9 +3,13 @@
 // and hands out gradient buffers full of garbage where the model must zero them itself.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "ztrain/model/model_layout.hpp"
@@ -73,5 +77,33 @@ class HostStore final : public UnitStore {
     std::vector<std::vector<float>> m_grads;
     std::vector<bool> m_zero_pending;
 };
+
+/// Unit `unit`'s gradient `have` against `want`, tensor by tensor: bit for bit, except a
+/// norm's parameter gradient when `norms_rounded` (zero-bubble's weight pass adds a norm's
+/// per micro-batch sum where a plain backward adds row by row): within 1e-6 of its largest
+/// element.
+inline void expect_unit_grads(const ModelLayout& layout, int unit, const std::vector<float>& want,
+                              const std::vector<float>& have, bool norms_rounded, const std::string& what) {
+    ASSERT_EQ(have.size(), want.size()) << what << ", unit " << unit;
+    for (const ParamSpec& p : layout.params) {
+        if (p.unit != unit) continue;
+        const bool norm = p.name.find("ln") != std::string::npos || p.name.find("norm") != std::string::npos;
+        size_t differ = 0;
+        double worst = 0;  // the largest difference
+        double scale = 0;  // the largest gradient element
+        for (size_t i = p.offset; i < p.offset + p.numel; ++i) {
+            differ += have[i] != want[i] ? 1 : 0;
+            worst = std::max(worst, std::fabs(static_cast<double>(have[i]) - want[i]));
+            scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+        }
+        if (norm && norms_rounded) {
+            EXPECT_LE(worst, 1e-6 * scale) << what << ", " << p.name << ": largest difference (its largest "
+                                           << "gradient element " << scale << ")";
+        } else {
+            EXPECT_EQ(differ, 0u) << what << ", " << p.name << ": " << differ << " of " << p.numel
+                                  << " gradient elements differ";
+        }
+    }
+}
 
 }  // namespace zt::test

@@ -165,13 +165,13 @@ class Transformer {
     /// Backward of the last forward (which must have had targets and dloss != 0).
     void backward(UnitStore& store);
     /// Zero-bubble pipelines (Qi et al.): with `on`, backward() computes the input gradients
-    /// and the small parameter gradients (norms, the head, the embedding) but leaves the
-    /// blocks' products' weight and bias gradients, and every grads_done, to
-    /// backward_weights(), which must follow before the next backward. The store's units must
-    /// stay resident in between (a state of ZeRO stage 0 or 1).
+    /// and unit 0's (the head's, the embedding's) but asks for no other unit's gradient: it
+    /// keeps the blocks' and the final norm's weight, bias and norm gradients, and owes every
+    /// grads_done, to backward_weights(), which must follow before the next backward. The
+    /// weights need not stay acquired in between (a ZeRO-3 store may release them).
     void defer_weight_grads(bool on);
-    /// The weight and bias gradients the last backward() left, then its grads_done calls in
-    /// backward's order (unit 0 last).
+    /// The gradients the last backward() left: per unit in backward's order (unit 0 last),
+    /// grads(), the unit's kept gradients added, grads_done().
     void backward_weights(UnitStore& store);
 
     /// Per-position losses (B*T, host memory) of the last forward with targets; positions

@@ -54,8 +54,8 @@ class PipelineRunner {
     /// `pipeline`: the P ranks of this rank's pipeline, ordered by stage (DeviceMesh's
     /// pipeline_comm). Throws Error for a shape the kind cannot run (make_pipeline_schedule).
     /// Zero-bubble's backward passes compute input gradients and its weight passes the
-    /// blocks' weight gradients (Transformer::defer_weight_grads): the store must keep its
-    /// units resident between them (ZeRO stage 0 or 1).
+    /// weight gradients (Transformer::defer_weight_grads), where the store sees each unit's
+    /// gradient whole, as from a plain backward (any ZeRO stage).
     PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape);
     /// The same over `link` (its ranks ordered by stage): MPI on host memory, or NCCL on the
     /// device (comm/point_to_point.hpp).

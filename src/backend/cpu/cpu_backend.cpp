@@ -363,7 +363,8 @@ class CpuBackend final : public Backend {
     /// without 16-bit products given a stored weight: correct, not the fast path; the model
     /// passes stored weights only where reads_weights_in says so).
     const float* fp32_weight(ConstActPtr w, size_t n) {
-        if (w.f32()) return w.as_f32();
+        // No weight: a product's backward for its weight gradient only (no input gradient).
+        if (w.f32() || w.data == nullptr) return static_cast<const float*>(w.data);
         if (m_wide_weight.size() < n) m_wide_weight.resize(n);
         cpu::cast(m_wide_weight.data(), DType::kF32, w.data, w.dtype, n);
         return m_wide_weight.data();
