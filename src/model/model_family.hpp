@@ -179,10 +179,8 @@ class ModelFamily {
     ModelFamily(DriverScratch scratch, int parts, bool sequence)
         : m_scratch(scratch), m_parts(parts), m_sequence(sequence && parts > 1) {}
     virtual ~ModelFamily() {
-        for (const std::vector<KeptBuffer>* kept : {&m_dout_copies, &m_norm_pieces}) {
-            for (const KeptBuffer& b : *kept) {
-                if (b.data != nullptr && m_kept_backend != nullptr) m_kept_backend->free(b.data);
-            }
+        for (const KeptBuffer& b : m_norm_pieces) {
+            if (b.data != nullptr && m_kept_backend != nullptr) m_kept_backend->free(b.data);
         }
     }
     /// The segments of the rows the next forward (and its backward, and recompute) runs on;
@@ -255,12 +253,6 @@ class ModelFamily {
     /// final norm's), whose gradients are owed to that unit.
     void begin_deferred_block(int l) { m_defer_block = l; }
     static constexpr int kFinalNorm = -1;
-    /// Bytes of the output-gradient copies the deferred products hold.
-    size_t deferred_bytes() const {
-        size_t n = 0;
-        for (const KeptBuffer& c : m_dout_copies) n += c.bytes;
-        return n;
-    }
     /// Adds what the backward owes block l's unit (kFinalNorm: the final norm's) into its
     /// gradient buffer `dw` (zeroed first where dw.zero), in the order the backward left it.
     /// Blocks come in the backward's order; the last one's call leaves nothing owed.
@@ -298,10 +290,13 @@ class ModelFamily {
     /// A product's backward (Backend::matmul_backward) inside block_backward, its weight's
     /// gradient at `w_offset` of the unit's and its bias's at `b_offset` (kNoBias: none),
     /// zeroed first where dw.zero: all of it, or under deferred weight gradients the input
-    /// gradient now, with a copy of dout kept for the weight and bias gradients (inp is the
-    /// block's activation and stays until then).
+    /// gradient now, with dout copied into `keep` for the weight and bias gradients. `keep`
+    /// (N OC elements of dout's dtype) is an activation of the block that its backward has
+    /// read for the last time (the product's own output, or what it was computed from), so
+    /// the weight pass costs no memory beyond 1F1B's; inp is the block's activation and
+    /// stays until then.
     void product_backward(Backend& be, ActPtr dinp, UnitGrads dw, size_t w_offset, size_t b_offset, ConstActPtr dout,
-                          ConstActPtr inp, ConstActPtr w, int N, int C, int OC) {
+                          ConstActPtr inp, ConstActPtr w, ActPtr keep, int N, int C, int OC) {
         if (!m_defer) {
             float* dwp = dw.base + w_offset;
             float* db = b_offset == kNoBias ? nullptr : dw.base + b_offset;
@@ -311,12 +306,11 @@ class ModelFamily {
             return;
         }
         be.matmul_backward(dinp, nullptr, nullptr, dout, inp, w, N, C, OC);
-        const size_t bytes = static_cast<size_t>(N) * static_cast<size_t>(OC) * dtype_size(dout.dtype);
-        ZT_REQUIRE(bytes % sizeof(float) == 0, "deferred product: ", bytes, " bytes of dout");
-        void* copy = kept_buffer(m_dout_copies, m_deferred.size(), bytes, be);
-        be.copy(static_cast<float*>(copy), static_cast<const float*>(dout.data), bytes / sizeof(float));
-        m_deferred.push_back(
-            DeferredProduct{m_defer_block, w_offset, b_offset, ConstActPtr{copy, dout.dtype}, inp, w.dtype, N, C, OC});
+        const size_t n = static_cast<size_t>(N) * static_cast<size_t>(OC);
+        ZT_REQUIRE(keep.data != nullptr && keep.dtype == dout.dtype, "deferred product: no ", dtype_name(dout.dtype),
+                   " buffer to keep its output gradient in");
+        be.cast(keep.data, keep.dtype, dout.data, dout.dtype, n);
+        m_deferred.push_back(DeferredProduct{m_defer_block, w_offset, b_offset, keep, inp, w.dtype, N, C, OC});
     }
 
     /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
@@ -454,7 +448,6 @@ class ModelFamily {
     std::vector<DeferredNorm> m_deferred_norms;
     size_t m_next_product = 0;  ///< run_deferred's place in m_deferred
     size_t m_next_norm = 0;     ///< and in m_deferred_norms
-    std::vector<KeptBuffer> m_dout_copies;  ///< one per product of a backward, kept for the next ones
     std::vector<KeptBuffer> m_norm_pieces;  ///< one per norm of a backward
     Backend* m_kept_backend = nullptr;
 };

@@ -519,15 +519,6 @@ void Transformer::backward(UnitStore& store) {
     m_head = ConstActPtr{};
 }
 
-double Transformer::deferred_grad_elements(const ModelConfig& cfg, int max_batch, StageBlocks stage) {
-    const int blocks = (stage.end > 0 ? stage.end : cfg.n_layer) - stage.begin;
-    const double C = cfg.n_embd;
-    const double width = cfg.is_llama() ? 2 * C + 2.0 * cfg.ffn_dim + cfg.qkv_dim() : 9 * C;
-    return static_cast<double>(blocks) * max_batch * cfg.seq_len * width;
-}
-
-size_t Transformer::deferred_grad_bytes() const { return m_family->deferred_bytes(); }
-
 void Transformer::grads_done(UnitStore& store, int unit) {
     if (m_defer_weights) {
         m_done_later.push_back(unit);

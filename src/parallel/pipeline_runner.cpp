@@ -47,15 +47,14 @@ ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, Pip
                                                   int tensor, bool sequence) {
     const std::vector<PipelinePass> passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(stage)];
     const std::vector<int> slots = slots_per_chunk(passes, shape.virtual_stages);
-    const bool split = kind == PipelineScheduleKind::kZeroBubble;
     ActivationCount total;
     for (int c = 0; c < shape.virtual_stages; ++c) {
         const StageBlocks blocks = chunk_blocks(bounds, c * shape.stages + stage);
+        // Zero-bubble's weight passes keep the products' output gradients in the blocks' own
+        // activations (ModelFamily::product_backward): nothing more per model.
         const ActivationCount one =
             Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats, tensor, sequence, blocks);
-        // Zero-bubble: each model also keeps its products' output gradients for the weight pass.
-        const double deferred = split ? Transformer::deferred_grad_elements(cfg, max_batch, blocks) : 0.0;
-        total.act += slots[static_cast<size_t>(c)] * (one.act + deferred);
+        total.act += slots[static_cast<size_t>(c)] * one.act;
         total.f32 += slots[static_cast<size_t>(c)] * one.f32;
     }
     return total;

@@ -197,13 +197,6 @@ class Transformer {
     /// `tensor`: the ranks of the tensor group (each holds its split's activations);
     /// `sequence`: sequence parallelism over them.
     /// `stage`: a pipeline stage's part (its blocks; logits and losses on the last only).
-    /// Activation-dtype elements a model of `stage`'s blocks keeps under deferred weight
-    /// gradients (defer_weight_grads): a copy of every block product's output gradient,
-    /// max_batch seq_len rows of its width (GPT-2: C + 4C + C + 3C; Llama: C + 2 ffn_dim + C +
-    /// qkv_dim). Allocated by the first deferred backward and kept (deferred_grad_bytes).
-    static double deferred_grad_elements(const ModelConfig& cfg, int max_batch, StageBlocks stage = {});
-    /// Bytes of those copies this model holds now.
-    size_t deferred_grad_bytes() const;
     static ActivationCount activations(const ModelConfig& cfg, int max_batch, bool recompute,
                                        size_t attention_scratch_floats, int tensor = 1, bool sequence = false,
                                        StageBlocks stage = {});
