@@ -267,25 +267,25 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, UnitG
     // Deferred weight gradients keep each product's output gradient in an activation this
     // backward has read for the last time: the product's output (output, residual2) or its
     // input's source (fc before the GELU, qkv after the attention's backward).
-    product_backward(be, m_dfc_gelu, dw, o.fcprojw, o.fcprojb, gather_rows(dres, N, C), L.fc_gelu,
+    product_backward(be, m_dfc_gelu, dw, o.fcprojw, o.fcprojb, rows_operand(dres), whole_operand(L.fc_gelu),
                      uw.matrix(o.fcprojw), L.output, N, 4 * Ch, C);
     zero_act(be, m_dfc, NCh * 4);
     be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NCh * 4);
     zero_act(be, dpartial, padded);
-    product_backward(be, dpartial, dw, o.fcw, o.fcb, m_dfc, gather_rows(L.ln2, N, C), uw.matrix(o.fcw), L.fc, N, C,
-                     4 * Ch);
+    product_backward(be, dpartial, dw, o.fcw, o.fcb, whole_operand(m_dfc), rows_operand(L.ln2), uw.matrix(o.fcw), L.fc,
+                     N, C, 4 * Ch);
     ActPtr dln = sum_input_grad(dpartial, N, C);
     be.layernorm_backward(dres, norm_grad(be, dw, o.ln2w, Cs), norm_grad(be, dw, o.ln2b, Cs), dln, L.residual2,
                           w + o.ln2w, L.ln2_mean, L.ln2_rstd, Nl, C);
     // Same for the attention branch: dres becomes d/d block input.
     zero_act(be, m_datty, NCh);
-    product_backward(be, m_datty, dw, o.attprojw, o.attprojb, gather_rows(dres, N, C), L.atty,
+    product_backward(be, m_datty, dw, o.attprojw, o.attprojb, rows_operand(dres), whole_operand(L.atty),
                      uw.matrix(o.attprojw), L.residual2, N, Ch, C);
     zero_act(be, m_dqkv, NCh * 3);
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH, hs);
     zero_act(be, dpartial, padded);
-    product_backward(be, dpartial, dw, o.qkvw, o.qkvb, m_dqkv, gather_rows(L.ln1, N, C), uw.matrix(o.qkvw), L.qkv, N,
-                     C, 3 * Ch);
+    product_backward(be, dpartial, dw, o.qkvw, o.qkvb, whole_operand(m_dqkv), rows_operand(L.ln1), uw.matrix(o.qkvw),
+                     L.qkv, N, C, 3 * Ch);
     dln = sum_input_grad(dpartial, N, C);
     be.layernorm_backward(dres, norm_grad(be, dw, o.ln1w, Cs), norm_grad(be, dw, o.ln1b, Cs), dln, in, w + o.ln1w,
                           L.ln1_mean, L.ln1_rstd, Nl, C);

@@ -317,33 +317,34 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, Unit
     zero_act(be, m_dswiglu, n * Fs);
     // Deferred weight gradients keep each product's output gradient in an activation this
     // backward has read for the last time (as in the GPT-2 block).
-    product_backward(be, m_dswiglu, dw, o.down_proj, kNoBias, gather_rows(dres, N, C), L.swiglu,
+    product_backward(be, m_dswiglu, dw, o.down_proj, kNoBias, rows_operand(dres), whole_operand(L.swiglu),
                      uw.matrix(o.down_proj), L.output, N, F, C);
     zero_act(be, m_dgate_up, n * 2 * Fs);
     be.swiglu_backward(m_dgate_up, L.gate_up, m_dswiglu, N, F);
     zero_act(be, dpartial, padded);
-    product_backward(be, dpartial, dw, o.gate_up, kNoBias, m_dgate_up, gather_rows(L.norm2, N, C),
+    product_backward(be, dpartial, dw, o.gate_up, kNoBias, whole_operand(m_dgate_up), rows_operand(L.norm2),
                      uw.matrix(o.gate_up), L.gate_up, N, C, 2 * F);
     ActPtr dnorm = sum_input_grad(dpartial, N, C);
     be.rmsnorm_backward(dres, norm_grad(be, dw, o.norm2, Cs), dnorm, L.residual2, w + o.norm2, L.norm2_rstd, Nl,
                         C);
 
     zero_act(be, m_datty, n * Cqs);
-    product_backward(be, m_datty, dw, o.o_proj, kNoBias, gather_rows(dres, N, C), L.atty, uw.matrix(o.o_proj),
-                     L.residual2, N, Cq, C);
+    product_backward(be, m_datty, dw, o.o_proj, kNoBias, rows_operand(dres), whole_operand(L.atty),
+                     uw.matrix(o.o_proj), L.residual2, N, Cq, C);
     zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
     attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
     zero_act(be, dpartial, padded);
-    const ConstActPtr norm1 = gather_rows(L.norm1, N, C);
     if (m_dqkv_weight != nullptr) {
         be.zero(m_dqkv_weight, static_cast<size_t>(QKV) * Cs);
-        be.matmul_backward(dpartial, m_dqkv_weight, nullptr, m_dqkv, norm1, uw.matrix(o.qkv), N, C, QKV);
+        be.matmul_backward(dpartial, m_dqkv_weight, nullptr, m_dqkv, gather_rows(L.norm1, N, C), uw.matrix(o.qkv), N, C,
+                           QKV);
         ZT_REQUIRE(dw.base != nullptr, "deferred weight gradients with shared key/value heads are not built");
         add_shared_kv_gradient(be, dw.base + o.qkv, dw.zero);
     } else {
-        product_backward(be, dpartial, dw, o.qkv, kNoBias, m_dqkv, norm1, uw.matrix(o.qkv), L.qkv, N, C, QKV);
+        product_backward(be, dpartial, dw, o.qkv, kNoBias, whole_operand(m_dqkv), rows_operand(L.norm1),
+                         uw.matrix(o.qkv), L.qkv, N, C, QKV);
     }
     dnorm = sum_input_grad(dpartial, N, C);
     be.rmsnorm_backward(dres, norm_grad(be, dw, o.norm1, Cs), dnorm, in, w + o.norm1, L.norm1_rstd, Nl, C);

@@ -245,10 +245,7 @@ class ModelFamily {
     /// Zero-bubble pipelines: from now on block_backward and final_norm_backward compute the
     /// input gradients only and keep what they owe the unit's gradient (the products' weight
     /// and bias gradients, the norms' parameter gradients) for run_deferred.
-    void defer_product_weight_grads(bool on) {
-        ZT_REQUIRE(!on || !m_sequence, "deferred weight gradients under sequence parallelism are not built");
-        m_defer = on;
-    }
+    void defer_product_weight_grads(bool on) { m_defer = on; }
     /// Under deferred weight gradients: what follows is block l's backward (kFinalNorm: the
     /// final norm's), whose gradients are owed to that unit.
     void begin_deferred_block(int l) { m_defer_block = l; }
@@ -266,15 +263,19 @@ class ModelFamily {
             if (db != nullptr) zero_grad_if(be, dw.zero, db, static_cast<size_t>(d.OC));
             // No input gradient, so no weight: the product's weights may be released by now
             // (a ZeRO-3 store gathers them for the backward only); its dtype picks the same
-            // product kernel as the backward's.
-            be.matmul_backward(ActPtr{nullptr, d.dout.dtype}, dwp, db, d.dout, d.inp, ConstActPtr{nullptr, d.w_dtype},
-                               d.N, d.C, d.OC);
+            // product kernel as the backward's. Sequence parallelism gathers an operand's rows
+            // again (collective over the group, whose ranks run the same passes).
+            be.matmul_backward(ActPtr{nullptr, d.dout.data.dtype}, dwp, db, operand(d.dout, d.N, d.OC),
+                               operand(d.inp, d.N, d.C), ConstActPtr{nullptr, d.w_dtype}, d.N, d.C, d.OC);
         }
         for (; m_next_norm < m_deferred_norms.size() && m_deferred_norms[m_next_norm].block == l; ++m_next_norm) {
             const DeferredNorm& d = m_deferred_norms[m_next_norm];
+            float* piece = static_cast<float*>(m_norm_pieces[m_next_norm].data);
+            // Under sequence parallelism each rank's piece covers its rows: summed over the group.
+            if (m_sequence) m_tensor->all_reduce_floats(piece, d.n, /*max=*/false);
             float* g = dw.base + d.offset;
             zero_grad_if(be, dw.zero, g, d.n);
-            be.accumulate(g, DType::kF32, static_cast<const float*>(m_norm_pieces[m_next_norm].data), d.n);
+            be.accumulate(g, DType::kF32, piece, d.n);
         }
         if (m_next_product == m_deferred.size() && m_next_norm == m_deferred_norms.size()) {
             m_deferred.clear();
@@ -287,30 +288,47 @@ class ModelFamily {
 
   protected:
     static constexpr size_t kNoBias = SIZE_MAX;
+    /// A product's operand as the block holds it: whole on every rank, or this rank's rows of
+    /// it (`rows`), which sequence parallelism gathers over the group for the product.
+    struct ProductOperand {
+        ConstActPtr data;
+        bool rows = false;
+    };
+    static ProductOperand whole_operand(ConstActPtr x) { return {x, false}; }
+    static ProductOperand rows_operand(ConstActPtr x) { return {x, true}; }
+    /// The N rows (of `width`) the product reads: x itself, or its rows gathered (gather_rows).
+    ConstActPtr operand(ProductOperand x, int N, int width) const {
+        return x.rows ? gather_rows(x.data, N, width) : x.data;
+    }
     /// A product's backward (Backend::matmul_backward) inside block_backward, its weight's
     /// gradient at `w_offset` of the unit's and its bias's at `b_offset` (kNoBias: none),
     /// zeroed first where dw.zero: all of it, or under deferred weight gradients the input
-    /// gradient now, with dout copied into `keep` for the weight and bias gradients. `keep`
-    /// (N OC elements of dout's dtype) is an activation of the block that its backward has
-    /// read for the last time (the product's own output, or what it was computed from), so
-    /// the weight pass costs no memory beyond 1F1B's; inp is the block's activation and
-    /// stays until then.
-    void product_backward(Backend& be, ActPtr dinp, UnitGrads dw, size_t w_offset, size_t b_offset, ConstActPtr dout,
-                          ConstActPtr inp, ConstActPtr w, ActPtr keep, int N, int C, int OC) {
+    /// gradient now, with this rank's dout copied into `keep` for the weight and bias
+    /// gradients. `keep` (dout's elements and dtype) is an activation of the block that its
+    /// backward has read for the last time (the product's own output, or what it was computed
+    /// from), so the weight pass costs no memory beyond 1F1B's; inp is the block's activation
+    /// and stays until then. Under sequence parallelism at most one operand is rows (both
+    /// would be gathered into the driver's one `gathered` buffer).
+    void product_backward(Backend& be, ActPtr dinp, UnitGrads dw, size_t w_offset, size_t b_offset,
+                          ProductOperand dout, ProductOperand inp, ConstActPtr w, ActPtr keep, int N, int C, int OC) {
+        ZT_REQUIRE(!(dout.rows && inp.rows), "product backward: both operands gathered into one buffer");
+        const ConstActPtr d = operand(dout, N, OC);
         if (!m_defer) {
             float* dwp = dw.base + w_offset;
             float* db = b_offset == kNoBias ? nullptr : dw.base + b_offset;
             zero_grad_if(be, dw.zero, dwp, static_cast<size_t>(OC) * static_cast<size_t>(C));
             if (db != nullptr) zero_grad_if(be, dw.zero, db, static_cast<size_t>(OC));
-            be.matmul_backward(dinp, dwp, db, dout, inp, w, N, C, OC);
+            be.matmul_backward(dinp, dwp, db, d, operand(inp, N, C), w, N, C, OC);
             return;
         }
-        be.matmul_backward(dinp, nullptr, nullptr, dout, inp, w, N, C, OC);
-        const size_t n = static_cast<size_t>(N) * static_cast<size_t>(OC);
-        ZT_REQUIRE(keep.data != nullptr && keep.dtype == dout.dtype, "deferred product: no ", dtype_name(dout.dtype),
-                   " buffer to keep its output gradient in");
-        be.cast(keep.data, keep.dtype, dout.data, dout.dtype, n);
-        m_deferred.push_back(DeferredProduct{m_defer_block, w_offset, b_offset, keep, inp, w.dtype, N, C, OC});
+        // The input gradient reads no input.
+        be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.data.dtype}, w, N, C, OC);
+        const size_t n = static_cast<size_t>(dout.rows ? local_rows(N) : N) * static_cast<size_t>(OC);
+        ZT_REQUIRE(keep.data != nullptr && keep.dtype == dout.data.dtype, "deferred product: no ",
+                   dtype_name(dout.data.dtype), " buffer to keep its output gradient in");
+        be.cast(keep.data, keep.dtype, dout.data.data, dout.data.dtype, n);
+        m_deferred.push_back(DeferredProduct{m_defer_block, w_offset, b_offset, ProductOperand{keep, dout.rows}, inp,
+                                             w.dtype, N, C, OC});
     }
 
     /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
@@ -415,8 +433,8 @@ class ModelFamily {
         int block;         ///< whose unit (begin_deferred_block)
         size_t dw_offset;  ///< the weight's gradient in that unit's
         size_t db_offset;  ///< the bias's, or kNoBias
-        ConstActPtr dout;
-        ConstActPtr inp;
+        ProductOperand dout;  ///< this rank's, kept
+        ProductOperand inp;
         DType w_dtype;  ///< the weights' (not read for weight gradients, but picking the kernel)
         int N, C, OC;
     };

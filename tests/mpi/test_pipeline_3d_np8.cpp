@@ -2,7 +2,7 @@
 // ranks, against one rank training the same global batch: every step's loss at 1e-5 and the
 // final master weights (read from both runs' last checkpoints in the whole model's layout) at
 // the equivalence tests' tolerance, for GPT-2 at ZeRO-1 and Llama at ZeRO-3 with sequence
-// parallelism.
+// parallelism (1F1B), and GPT-2 at ZeRO-2 with sequence parallelism under zero-bubble.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -27,8 +27,11 @@ TEST(Pipeline3D, TwoStagesOfTensorPairsOverTwoDataRanksMatchOneRank) {
         bool llama;
         int zero_stage;
         bool sequence;
+        PipelineSchedule schedule;
     };
-    for (const Case c : {Case{"gpt2_zero1", false, 1, false}, Case{"llama_zero3_sp", true, 3, true}}) {
+    for (const Case c : {Case{"gpt2_zero1", false, 1, false, PipelineSchedule::k1F1B},
+                         Case{"llama_zero3_sp", true, 3, true, PipelineSchedule::k1F1B},
+                         Case{"gpt2_zero2_sp_zb", false, 2, true, PipelineSchedule::kZeroBubble}}) {
         auto configure = [&](const std::string& run) {
             Config cfg = test::tiny_mpi_config(dir.file("train.bin"), dir.file(run));
             if (c.llama) cfg = test::as_llama(cfg);
@@ -44,6 +47,7 @@ TEST(Pipeline3D, TwoStagesOfTensorPairsOverTwoDataRanksMatchOneRank) {
         cfg.parallel.tensor = 2;
         cfg.parallel.sequence = c.sequence;
         cfg.parallel.zero_stage = c.zero_stage;
+        cfg.parallel.schedule = c.schedule;
         cfg.parallel.shard_group.ranks = 0;
         TrainSummary got = train(cfg, TrainOptions{});
         Config ref_cfg = configure(str(c.name, "_ref", me));

@@ -259,8 +259,11 @@ TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
     const std::vector<std::vector<int32_t>>& inputs = batch.inputs;
     const std::vector<std::vector<int32_t>>& targets = batch.targets;
     const float dloss = 1.f / static_cast<float>(m * B * T);
-    for (const bool sequence : {false, true}) {
-        SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
+    for (const auto& [sequence, kind] : {std::pair{false, PipelineScheduleKind::k1F1B},
+                                         std::pair{true, PipelineScheduleKind::k1F1B},
+                                         std::pair{false, PipelineScheduleKind::kZeroBubble},
+                                         std::pair{true, PipelineScheduleKind::kZeroBubble}}) {
+        SCOPED_TRACE(str(sequence ? "sequence parallel, " : "tensor parallel, ", pipeline_schedule_name(kind)));
         Transformer whole(mc, *backend, B, false, DType::kF32, &group, sequence);
         test::HostStore whole_store(whole.layout(), 42);
         double whole_loss = 0.0;
@@ -272,7 +275,7 @@ TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
         }
         const std::vector<int> bounds{0, 2, 3};
         const StageBlocks blocks = PipelineRunner::chunk_blocks(bounds, L.pipeline_rank);
-        PipelineRunner runner(mesh.pipeline_comm(), PipelineScheduleKind::k1F1B, PipelineShape{2, m, 1});
+        PipelineRunner runner(mesh.pipeline_comm(), kind, PipelineShape{2, m, 1});
         std::vector<std::unique_ptr<Transformer>> slots;
         std::vector<std::vector<Transformer*>> models(1);
         for (int k = 0; k < runner.slots()[0]; ++k) {
@@ -287,11 +290,9 @@ TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
         }
         for (int u : stage_units(mc, blocks)) {
             if (u == 0) continue;  // the stages' halves of it: below
-            size_t differ = 0;
-            for (size_t i = 0; i < whole_store.grad(u).size(); ++i) {
-                differ += store.grad(u)[i] != whole_store.grad(u)[i] ? 1 : 0;
-            }
-            EXPECT_EQ(differ, 0u) << "stage " << L.pipeline_rank << ", tensor rank " << L.tensor_rank << ", unit " << u;
+            test::expect_unit_grads(whole.layout(), u, whole_store.grad(u), store.grad(u),
+                                    kind == PipelineScheduleKind::kZeroBubble,
+                                    str("stage ", L.pipeline_rank, ", tensor rank ", L.tensor_rank));
         }
         std::vector<float> unit0 = store.grad(0);
         MPI_Allreduce(MPI_IN_PLACE, unit0.data(), static_cast<int>(unit0.size()), MPI_FLOAT, MPI_SUM,

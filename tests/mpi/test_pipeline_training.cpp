@@ -8,7 +8,7 @@
 //   the stored dtype), and fp16's loss scale skips the same steps (the verdict is agreed over
 //   the stages);
 // - np 4: P = 2 x data 2 at ZeRO-1 and ZeRO-3, hybrid (2 replicas of 1-rank shard groups) at
-//   ZeRO-2 and ZeRO-3, and P = 2 x T = 2 (losses);
+//   ZeRO-2 and ZeRO-3, and P = 2 x T = 2 with sequence parallelism, 1F1B and zero-bubble (losses);
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -196,22 +196,25 @@ TEST(PipelineTensorTraining, TwoStagesOfTensorPairsTrackOneRank) {
     test::SharedDir dir("pipeline_tensor");
     if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
     MPI_Barrier(MPI_COMM_WORLD);
-    const PipeCase c{"3d", PipelineSchedule::k1F1B, 1, false, DType::kF32};
-    Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("world"));
-    cfg.train.eval_every = 0;
-    cfg.parallel.pipeline = 2;
-    cfg.parallel.tensor = 2;
-    cfg.parallel.sequence = true;
-    const TrainSummary got = train(cfg, TrainOptions{});
-    Config ref_cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("ref" + std::to_string(me)));
-    ref_cfg.train.eval_every = 0;
-    ref_cfg.parallel.zero_stage = 0;
-    TrainOptions self;
-    self.comm = MPI_COMM_SELF;
-    const TrainSummary ref = train(ref_cfg, self);
-    ASSERT_EQ(got.losses.size(), ref.losses.size());
-    for (size_t s = 0; s < ref.losses.size(); ++s) {
-        EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s])) << "step " << s + 1;
+    for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kZeroBubble}) {
+        const PipeCase c{"3d", schedule, 1, false, DType::kF32};
+        const std::string name = setting_text(schedule);
+        Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("world_" + name));
+        cfg.train.eval_every = 0;
+        cfg.parallel.pipeline = 2;
+        cfg.parallel.tensor = 2;
+        cfg.parallel.sequence = true;
+        const TrainSummary got = train(cfg, TrainOptions{});
+        Config ref_cfg = pipe_config(c, dir.file("train.bin"), "", dir.file(str("ref", me, "_", name)));
+        ref_cfg.train.eval_every = 0;
+        ref_cfg.parallel.zero_stage = 0;
+        TrainOptions self;
+        self.comm = MPI_COMM_SELF;
+        const TrainSummary ref = train(ref_cfg, self);
+        ASSERT_EQ(got.losses.size(), ref.losses.size());
+        for (size_t s = 0; s < ref.losses.size(); ++s) {
+            EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s])) << name << " step " << s + 1;
+        }
     }
 }
 
