@@ -115,7 +115,7 @@ const KeyDef kKeys[] = {
            "the pipeline's order of passes: 1f1b (at most P micro-batches' activations on the first stage) | "
            "interleaved (parallel.virtual_stages chunks per stage, bubble (P-1)/(v m); grad_accum a multiple "
            "of P) | zb (zero-bubble ZB-H1: backward split into input- and weight-gradient passes, the latter in "
-           "the bubble; no recompute, and for Llama parallel.tensor <= model.n_kv_head)"),
+           "the bubble; no recompute)"),
     ZT_KEY("parallel.virtual_stages", parallel.virtual_stages,
            "chunks per stage under parallel.schedule = interleaved (>= 2) | 0: 2 there, 1 elsewhere"),
     ZT_KEY("parallel.pipeline_layers", parallel.pipeline_layers,

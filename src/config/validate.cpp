@@ -251,11 +251,6 @@ void check_pipeline(const Validator& v, const Config& cfg) {
         return;
     }
     if (p.schedule == PipelineSchedule::kZeroBubble) {
-        // A Llama key/value head shared by several tensor ranks sums its weight gradient
-        // over them inside the backward (not deferred).
-        v.check(cfg.model.kv_heads() >= p.tensor, "parallel.tensor",
-                str("at most model.n_kv_head = ", cfg.model.kv_heads(),
-                    " under parallel.schedule = zb (key/value heads shared by tensor ranks are not deferred)"));
         v.check(!cfg.train.recompute, "train.recompute",
                 "false under parallel.schedule = zb (its weight passes read each block's inputs and keep its output "
                 "gradients in the block's activations, which recompute does not keep)");

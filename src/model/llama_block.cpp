@@ -208,9 +208,10 @@ class LlamaBlocks final : public ModelFamily {
     // otherwise.
     float* m_dqkv_weight = nullptr;
     float* m_kv_exchange = nullptr;
-    /// Adds q|k|v's weight gradient in m_dqkv_weight to dw: q's as it is, k's and v's summed
-    /// over the ranks sharing this rank's KV head.
-    void add_shared_kv_gradient(Backend& be, float* dw, bool zero_dw);
+    /// q|k|v's weight gradient into m_dqkv_weight, then added to dw: q's as it is, k's and v's
+    /// summed over the ranks sharing this rank's KV head.
+    void add_summed_weight_grad(Backend& be, float* dw, bool zero_dw, ConstActPtr dout, ConstActPtr inp, DType w_dtype,
+                                int N, int C, int OC) override;
 };
 
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
@@ -336,22 +337,20 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, Unit
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
     zero_act(be, dpartial, padded);
-    if (m_dqkv_weight != nullptr) {
-        be.zero(m_dqkv_weight, static_cast<size_t>(QKV) * Cs);
-        be.matmul_backward(dpartial, m_dqkv_weight, nullptr, m_dqkv, gather_rows(L.norm1, N, C), uw.matrix(o.qkv), N, C,
-                           QKV);
-        ZT_REQUIRE(dw.base != nullptr, "deferred weight gradients with shared key/value heads are not built");
-        add_shared_kv_gradient(be, dw.base + o.qkv, dw.zero);
-    } else {
-        product_backward(be, dpartial, dw, o.qkv, kNoBias, whole_operand(m_dqkv), rows_operand(L.norm1),
-                         uw.matrix(o.qkv), L.qkv, N, C, QKV);
-    }
+    // Key/value heads shared by several ranks: their weight gradient is summed over them.
+    product_backward(be, dpartial, dw, o.qkv, kNoBias, whole_operand(m_dqkv), rows_operand(L.norm1), uw.matrix(o.qkv),
+                     L.qkv, N, C, QKV, /*summed=*/m_dqkv_weight != nullptr);
     dnorm = sum_input_grad(dpartial, N, C);
     be.rmsnorm_backward(dres, norm_grad(be, dw, o.norm1, Cs), dnorm, in, w + o.norm1, L.norm1_rstd, Nl, C);
     add_norm_grads(be);
 }
 
-void LlamaBlocks::add_shared_kv_gradient(Backend& be, float* dw, bool zero_dw) {
+void LlamaBlocks::add_summed_weight_grad(Backend& be, float* dw, bool zero_dw, ConstActPtr dout, ConstActPtr inp,
+                                         DType w_dtype, int N, int C_in, int OC) {
+    ZT_REQUIRE(m_dqkv_weight != nullptr, "a summed weight gradient without shared key/value heads");
+    be.zero(m_dqkv_weight, static_cast<size_t>(OC) * static_cast<size_t>(C_in));
+    be.matmul_backward(ActPtr{nullptr, dout.dtype}, m_dqkv_weight, nullptr, dout, inp, ConstActPtr{nullptr, w_dtype}, N,
+                       C_in, OC);
     const Sizes z = sizes(1, 1);
     const size_t C = static_cast<size_t>(z.C);
     const size_t q = static_cast<size_t>(z.NH * z.hs) * C;  // q rows' elements

@@ -265,6 +265,11 @@ class ModelFamily {
             // (a ZeRO-3 store gathers them for the backward only); its dtype picks the same
             // product kernel as the backward's. Sequence parallelism gathers an operand's rows
             // again (collective over the group, whose ranks run the same passes).
+            if (d.summed) {
+                add_summed_weight_grad(be, dwp, dw.zero, operand(d.dout, d.N, d.OC), operand(d.inp, d.N, d.C),
+                                       d.w_dtype, d.N, d.C, d.OC);
+                continue;
+            }
             be.matmul_backward(ActPtr{nullptr, d.dout.data.dtype}, dwp, db, operand(d.dout, d.N, d.OC),
                                operand(d.inp, d.N, d.C), ConstActPtr{nullptr, d.w_dtype}, d.N, d.C, d.OC);
         }
@@ -308,11 +313,19 @@ class ModelFamily {
     /// backward has read for the last time (the product's own output, or what it was computed
     /// from), so the weight pass costs no memory beyond 1F1B's; inp is the block's activation
     /// and stays until then. Under sequence parallelism at most one operand is rows (both
-    /// would be gathered into the driver's one `gathered` buffer).
+    /// would be gathered into the driver's one `gathered` buffer). `summed`: the weight
+    /// gradient goes through add_summed_weight_grad (no bias).
     void product_backward(Backend& be, ActPtr dinp, UnitGrads dw, size_t w_offset, size_t b_offset,
-                          ProductOperand dout, ProductOperand inp, ConstActPtr w, ActPtr keep, int N, int C, int OC) {
+                          ProductOperand dout, ProductOperand inp, ConstActPtr w, ActPtr keep, int N, int C, int OC,
+                          bool summed = false) {
         ZT_REQUIRE(!(dout.rows && inp.rows), "product backward: both operands gathered into one buffer");
+        ZT_REQUIRE(!summed || b_offset == kNoBias, "a summed weight gradient with a bias");
         const ConstActPtr d = operand(dout, N, OC);
+        if (!m_defer && summed) {
+            be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.data.dtype}, w, N, C, OC);
+            add_summed_weight_grad(be, dw.base + w_offset, dw.zero, d, operand(inp, N, C), w.dtype, N, C, OC);
+            return;
+        }
         if (!m_defer) {
             float* dwp = dw.base + w_offset;
             float* db = b_offset == kNoBias ? nullptr : dw.base + b_offset;
@@ -328,7 +341,16 @@ class ModelFamily {
                    dtype_name(dout.data.dtype), " buffer to keep its output gradient in");
         be.cast(keep.data, keep.dtype, dout.data.data, dout.data.dtype, n);
         m_deferred.push_back(DeferredProduct{m_defer_block, w_offset, b_offset, ProductOperand{keep, dout.rows}, inp,
-                                             w.dtype, N, C, OC});
+                                             w.dtype, N, C, OC, summed});
+    }
+    /// A product's weight gradient (OC, C) from dout (N, OC) and inp (N, C) that this rank does
+    /// not own alone (Llama's key/value heads shared by tensor ranks): added into dw (zeroed
+    /// first where `zero`), with the shared part summed over the group. `w_dtype` picks the
+    /// product kernel as the weights' dtype would. Default: the family has no such product.
+    virtual void add_summed_weight_grad(Backend& be, float* dw, bool zero, ConstActPtr dout, ConstActPtr inp,
+                                        DType w_dtype, int N, int C, int OC) {
+        (void)be, (void)dw, (void)zero, (void)dout, (void)inp, (void)w_dtype, (void)N, (void)C, (void)OC;
+        ZT_REQUIRE(false, "this model family has no summed weight gradient");
     }
 
     /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
@@ -437,6 +459,7 @@ class ModelFamily {
         ProductOperand inp;
         DType w_dtype;  ///< the weights' (not read for weight gradients, but picking the kernel)
         int N, C, OC;
+        bool summed;  ///< through add_summed_weight_grad
     };
     struct DeferredNorm {
         int block;
