@@ -120,11 +120,7 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
     StepOutcome out;
     PhaseTimes& ph = out.phases;
     const auto t0 = Clock::now();
-    for (Communicator* c : m_setup.all_comms()) c->reset_stats();
-    m_state->zero_grads();
-    ph.zero = since(t0);
-    const double scale = m_loss_scale.scale();
-    out.loss_scale = scale;
+    const double scale = start_step(m_setup.all_comms(), *m_state, m_loss_scale, out);
     // The loss is the mean over the global batch's targets: every token of a window, or on
     // example shards the target tokens of the step's rows (ExampleFeed::micro_steps).
     const ExampleFeed* feed = m_setup.examples.get();
@@ -169,9 +165,7 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
     apply_or_skip(agreed_sum_squares(), step, tc, *m_state, m_loss_scale, reporter, progress, out);
     ph.opt = since(t_opt);
     out.step_s = since(t0);
-    progress.step = step + 1;
-    progress.samples_seen += rows;
-    progress.tokens_seen += targets;
+    advance_progress(progress, step, rows, targets);
     return out;
 }
 

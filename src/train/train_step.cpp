@@ -21,6 +21,22 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+double start_step(const std::vector<Communicator*>& counted, ModelState& state, const LossScalePolicy& loss_scale,
+                  StepOutcome& out) {
+    const auto t0 = Clock::now();
+    for (Communicator* c : counted) c->reset_stats();
+    state.zero_grads();
+    out.phases.zero = seconds_since(t0);
+    out.loss_scale = loss_scale.scale();
+    return out.loss_scale;
+}
+
+void advance_progress(TrainProgress& progress, long step, uint64_t rows, uint64_t tokens) {
+    progress.step = step + 1;
+    progress.samples_seen += rows;
+    progress.tokens_seen += tokens;
+}
+
 void apply_or_skip(double sum_sq, long step, const TrainConfig& tc, ModelState& state, LossScalePolicy& loss_scale,
                    StepReporter& reporter, TrainProgress& progress, StepOutcome& out) {
     const double scale = out.loss_scale;
@@ -64,12 +80,8 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
     StepOutcome out;
     PhaseTimes& ph = out.phases;  // where a step's time goes (metrics fields *_ms)
     const auto t0 = Clock::now();
-    for (Communicator* c : m_counted) c->reset_stats();
     if (m_op_profile != nullptr) m_op_profile->reset();
-    m_state.zero_grads();
-    ph.zero = seconds_since(t0);
-    const double scale = m_loss_scale.scale();
-    out.loss_scale = scale;
+    const double scale = start_step(m_counted, m_state, m_loss_scale, out);
     // The loss is scaled through dloss: every gradient comes out multiplied by `scale`.
     const float dloss_step = static_cast<float>(scale / (static_cast<double>(m_global_batch) * T));
     double loss_sum = 0.0;
@@ -114,11 +126,10 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
     if (m_options.after_step) m_options.after_step(step + 1, m_state, out.verdict.skipped());
     out.step_s = seconds_since(t0);
 
-    progress.step = step + 1;
-    progress.samples_seen += static_cast<uint64_t>(m_global_batch);
     // On examples, tokens are the target tokens trained on.
-    progress.tokens_seen +=
-        m_examples != nullptr ? examples.targets : static_cast<uint64_t>(m_global_batch) * static_cast<uint64_t>(T);
+    advance_progress(progress, step, static_cast<uint64_t>(m_global_batch),
+                     m_examples != nullptr ? examples.targets
+                                           : static_cast<uint64_t>(m_global_batch) * static_cast<uint64_t>(T));
     return out;
 }
 

@@ -50,11 +50,7 @@ TEST(Pipeline3D, TwoStagesOfTensorPairsOverTwoDataRanksMatchOneRank) {
         cfg.parallel.schedule = c.schedule;
         cfg.parallel.shard_group.ranks = 0;
         TrainSummary got = train(cfg, TrainOptions{});
-        Config ref_cfg = configure(str(c.name, "_ref", me));
-        ref_cfg.train.grad_accum *= 2;  // the two data-parallel ranks' micro-batches
-        TrainOptions self;
-        self.comm = MPI_COMM_SELF;
-        TrainSummary ref = train(ref_cfg, self);
+        TrainSummary ref = test::one_rank_reference(configure(str(c.name, "_ref", me)), 2, /*collect_params=*/false);
         MPI_Barrier(MPI_COMM_WORLD);
         got.final_params = test::checkpoint_master(dir.file(str(c.name, "_3d")) + "/checkpoints/step_00000004");
         ref.final_params = test::checkpoint_master(dir.file(str(c.name, "_ref", me)) + "/checkpoints/step_00000004");

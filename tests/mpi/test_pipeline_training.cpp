@@ -81,15 +81,10 @@ TEST_P(PipelineTraining, MatchesOneRank) {
     const TrainSummary got = train(cfg, world);
 
     Config ref_cfg = pipe_config(c, dir.file("train.bin"), dir.file("val.bin"), dir.file("ref" + std::to_string(me)));
-    ref_cfg.parallel.zero_stage = 0;
-    ref_cfg.train.grad_accum *= D;
     // The reference evaluates the same windows: the pipeline's D data ranks read eval_batches
     // micro-batches each.
     ref_cfg.train.eval_batches *= D;
-    TrainOptions self;
-    self.comm = MPI_COMM_SELF;
-    self.collect_params = true;
-    const TrainSummary ref = train(ref_cfg, self);
+    const TrainSummary ref = test::one_rank_reference(ref_cfg, D);
     test::expect_matches_reference(got, ref, what);
     ASSERT_EQ(got.val_losses.size(), ref.val_losses.size()) << what;
     for (size_t i = 0; i < ref.val_losses.size(); ++i) {
@@ -138,11 +133,7 @@ TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {
         const TrainSummary got = train(cfg, TrainOptions{});
         Config ref_cfg = configure(dir.file(str("ref", me, "_", dtype_name(dt), "_", setting_text(schedule))));
         ref_cfg.parallel.schedule = PipelineSchedule::k1F1B;
-        ref_cfg.parallel.zero_stage = 0;
-        ref_cfg.train.grad_accum *= N / 2;
-        TrainOptions self;
-        self.comm = MPI_COMM_SELF;
-        const TrainSummary ref = train(ref_cfg, self);
+        const TrainSummary ref = test::one_rank_reference(ref_cfg, N / 2, /*collect_params=*/false);
         ASSERT_EQ(got.losses.size(), ref.losses.size());
         EXPECT_EQ(got.skipped, ref.skipped) << what << ": the steps the loss scale skipped differ";
         if (dt == DType::kF16) {
@@ -179,12 +170,7 @@ TEST(PipelineHybridTraining, ReplicatedStagesMatchOneRank) {
         const TrainSummary got = train(cfg, world);
         Config ref_cfg = pipe_config(c, dir.file("train.bin"), "", dir.file(str("ref", run, "_", me)));
         ref_cfg.train.eval_every = 0;
-        ref_cfg.parallel.zero_stage = 0;
-        ref_cfg.train.grad_accum *= 2;
-        TrainOptions self;
-        self.comm = MPI_COMM_SELF;
-        self.collect_params = true;
-        test::expect_matches_reference(got, train(ref_cfg, self),
+        test::expect_matches_reference(got, test::one_rank_reference(ref_cfg, 2),
                                        str("P = 2 x 2 replicas, ZeRO-", zero, ", ", setting_text(schedule)));
     }
 }
@@ -207,10 +193,7 @@ TEST(PipelineTensorTraining, TwoStagesOfTensorPairsTrackOneRank) {
         const TrainSummary got = train(cfg, TrainOptions{});
         Config ref_cfg = pipe_config(c, dir.file("train.bin"), "", dir.file(str("ref", me, "_", name)));
         ref_cfg.train.eval_every = 0;
-        ref_cfg.parallel.zero_stage = 0;
-        TrainOptions self;
-        self.comm = MPI_COMM_SELF;
-        const TrainSummary ref = train(ref_cfg, self);
+        const TrainSummary ref = test::one_rank_reference(ref_cfg, 1, /*collect_params=*/false);
         ASSERT_EQ(got.losses.size(), ref.losses.size());
         for (size_t s = 0; s < ref.losses.size(); ++s) {
             EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s])) << name << " step " << s + 1;

@@ -91,6 +91,22 @@ inline std::vector<float> checkpoint_master(const std::string& step_dir) {
     return all;
 }
 
+/// The one-rank run (MPI_COMM_SELF, DDP, one pipeline stage, no tensor group) of the global
+/// batch `cfg` trains on `data_ranks` data-parallel ranks: each of its steps accumulates their
+/// micro-batches, in the same order (gradient accumulation over grad_accum x data_ranks).
+/// What every equivalence test compares a parallel run with.
+inline TrainSummary one_rank_reference(Config cfg, int data_ranks, bool collect_params = true) {
+    cfg.parallel.zero_stage = 0;
+    cfg.parallel.pipeline = 1;
+    cfg.parallel.tensor = 1;
+    cfg.parallel.sequence = false;
+    cfg.train.grad_accum *= data_ranks;
+    TrainOptions self;
+    self.comm = MPI_COMM_SELF;
+    self.collect_params = collect_params;
+    return train(cfg, self);
+}
+
 /// A parallel run against the one-rank run with the same global batch (gradient
 /// accumulation), as the equivalence tests compare them: 1e-5 relative on every step's loss,
 /// and on the final parameters 1e-5 relative plus an absolute floor of 2e-6 (why: see

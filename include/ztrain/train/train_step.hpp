@@ -48,6 +48,16 @@ struct StepOutcome {
     uint64_t rows = 0;
 };
 
+/// The start of every training step (TrainStep, PipelineTraining): the communicators'
+/// counters reset, the gradients zeroed (out.phases.zero) and the loss scale the step runs
+/// with read into out.loss_scale, which it returns.
+double start_step(const std::vector<Communicator*>& counted, ModelState& state, const LossScalePolicy& loss_scale,
+                  StepOutcome& out);
+
+/// After step `step` trained `rows` rows and `tokens` tokens (targets on example shards):
+/// progress advanced past it.
+void advance_progress(TrainProgress& progress, long step, uint64_t rows, uint64_t tokens);
+
 /// The end of a step, once its gradients are synchronized: the norm from `sum_sq` (the
 /// global squared norm of the scaled gradients, NaN when any rank overflowed), the loss-scale
 /// policy's verdict on out.loss, and AdamW (unscaled and clipped) unless the step is skipped.
