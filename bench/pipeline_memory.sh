@@ -4,18 +4,16 @@
 # {"event":"memory_peak"} record of metrics.jsonl, with `ztrain --plan`'s per-stage peaks.
 # A model whose activations dominate (12 blocks of 384, s = 256, b = 8, m = 4), fp32, DDP,
 # 2 steps each (no evaluation, sample or checkpoint).
-#   bash bench/pipeline_memory.sh [OUT]   (default: print; needs build/bin/ztrain, zt-prepare)
+#   bash bench/pipeline_memory.sh [OUT]   (default: print; needs build/bin/ztrain)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-}"
 BIN=build/bin
 WORK=bench/work/pipeline_memory
 rm -rf "$WORK" && mkdir -p "$WORK"
-for i in $(seq 1 3000); do echo "the quick brown fox $i jumps over the lazy dog, and then it rests"; echo "%"; done \
-  > "$WORK/text.txt"
-"$BIN/zt-prepare" --input "$WORK/text.txt" --output "$WORK/data" --doc-separator % > /dev/null
+/usr/bin/python3 bench/make_shard.py "$WORK/train.bin" 400000 257  # random tokens of the byte vocabulary
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ARGS=(--config inputs/tiny.ini --data.train="$WORK/data/train_*.bin" --data.val "" --model.n_layer=12
+ARGS=(--config inputs/tiny.ini --data.train="$WORK/train.bin" --data.val "" --model.n_layer=12
       --model.n_embd=384 --model.n_head=6 --model.seq_len=256 --train.micro_batch=8 --train.grad_accum=4
       --train.max_steps=2 --train.eval_every=0 --train.sample_tokens=0 --checkpoint.every=0 --run.tensorboard=false
       --parallel.zero_stage=0 --parallel.pipeline=2 --train.threads=1)
