@@ -2,7 +2,9 @@
 // clock without breaking a dependency, and its bubble and activations in flight are the
 // published ones: 1F1B (P - 1) / m with at most P - s micro-batches on stage s; Megatron's
 // interleaved (P - 1) / (v m); zero-bubble ZB-H1 (Qi et al. 2024) a bubble of
-// (P - 1)(F + B - W) at 1F1B's peak memory. Broken orders are refused by name.
+// (P - 1)(F + B - W) at 1F1B's peak memory. Broken orders are refused by name. Between any two
+// stages, messages arrive in the order they are sent (NCCL pairs a peer's sends and receives
+// by order, not by tag).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,6 +90,86 @@ TEST(PipelineSchedule, ZeroBubbleFillsTheBubbleWithWeightGradientsAtOneFOneBMemo
             }
         }
     }
+}
+
+/// Each stage's messages to each other stage, in the order it runs its passes, as
+/// PipelineRunner sends them (or, `receives`, as the receiver runs the passes that wait for
+/// them): a forward of virtual stage vs > 0 receives activations from vs - 1, one of vs < V - 1
+/// sends them to vs + 1; a backward of vs < V - 1 receives gradients from vs + 1, one of vs > 0
+/// sends them to vs - 1. A message is (tag 2 vs + gradient, micro-batch); [from][to].
+using Messages = std::vector<std::vector<std::vector<std::pair<int, int>>>>;
+Messages pipeline_messages(const Schedule& schedule, PipelineShape shape, bool receives) {
+    const int P = shape.stages;
+    const int V = P * shape.virtual_stages;
+    Messages out(static_cast<size_t>(P), std::vector<std::vector<std::pair<int, int>>>(static_cast<size_t>(P)));
+    for (int s = 0; s < P; ++s) {
+        for (const PipelinePass& p : schedule[static_cast<size_t>(s)]) {
+            const int vs = p.chunk * P + s;
+            const bool forward = p.kind == PassKind::kForward;
+            if (!forward && p.kind != PassKind::kBackward) continue;  // weight passes send nothing
+            // The neighbour a forward receives from / a backward sends to, and the other one.
+            const int below = vs - 1;
+            const int above = vs + 1;
+            if (receives) {
+                const int from = forward ? below : above;
+                if (from < 0 || from >= V) continue;
+                out[static_cast<size_t>(from % P)][static_cast<size_t>(s)].push_back({2 * vs + (forward ? 0 : 1), p.micro});
+            } else {
+                const int to = forward ? above : below;
+                if (to < 0 || to >= V) continue;
+                out[static_cast<size_t>(s)][static_cast<size_t>(to % P)].push_back({2 * to + (forward ? 0 : 1), p.micro});
+            }
+        }
+    }
+    return out;
+}
+
+TEST(PipelineSchedule, EveryPairOfStagesReceivesInTheOrderSent) {
+    for (const PipelineScheduleKind kind :
+         {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kInterleaved, PipelineScheduleKind::kZeroBubble}) {
+        for (int P : {2, 3, 4, 8}) {
+            for (int m : {P, 2 * P, 3 * P, 16}) {
+                const int v = kind == PipelineScheduleKind::kInterleaved ? 2 : 1;
+                const PipelineShape shape{P, m, v};
+                if (kind == PipelineScheduleKind::kInterleaved && m % P != 0) continue;
+                const Schedule schedule = make_pipeline_schedule(kind, shape);
+                const Messages sent = pipeline_messages(schedule, shape, false);
+                const Messages received = pipeline_messages(schedule, shape, true);
+                for (int a = 0; a < P; ++a) {
+                    for (int b = 0; b < P; ++b) {
+                        const auto& x = sent[static_cast<size_t>(a)][static_cast<size_t>(b)];
+                        const auto& y = received[static_cast<size_t>(a)][static_cast<size_t>(b)];
+                        ASSERT_EQ(x.size(), y.size()) << shape_text(kind, shape) << ": stage " << a << " to " << b;
+                        for (size_t i = 0; i < x.size(); ++i) {
+                            ASSERT_EQ(x[i], y[i]) << shape_text(kind, shape) << ": stage " << a << " to " << b
+                                                  << ", message " << i << " sent with tag " << x[i].first
+                                                  << " (micro-batch " << x[i].second << "), received as tag "
+                                                  << y[i].first << " (micro-batch " << y[i].second << ")";
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(PipelineSchedule, ReceivesOutOfTheSendersOrderAreSeen) {
+    // Interleaved P = 2: stage 1 receives both activations and gradients from stage 0. Two of
+    // its receiving passes swapped (a forward's and a backward's) take them out of the order
+    // stage 0 sent them in.
+    const PipelineShape shape{2, 4, 2};
+    Schedule schedule = make_pipeline_schedule(PipelineScheduleKind::kInterleaved, shape);
+    std::vector<PipelinePass>& one = schedule[1];
+    const auto receives_from_0 = [](const PipelinePass& p) {
+        return (p.kind == PassKind::kForward && p.chunk == 1) || (p.kind == PassKind::kBackward && p.chunk == 0);
+    };
+    size_t i = 0;
+    while (i + 1 < one.size() && !(receives_from_0(one[i]) && receives_from_0(one[i + 1]) && one[i].kind != one[i + 1].kind)) {
+        ++i;
+    }
+    ASSERT_LT(i + 1, one.size()) << "no adjacent forward and backward receiving from stage 0";
+    std::swap(one[i], one[i + 1]);
+    EXPECT_NE(pipeline_messages(schedule, shape, false)[0][1], pipeline_messages(schedule, shape, true)[0][1]);
 }
 
 TEST(PipelineSchedule, BrokenOrdersAreRefusedByName) {

@@ -10,7 +10,10 @@
 // so no activation is recomputed; micro-batch m uses slot m mod slots. The messages between
 // two stages for one virtual stage and direction go in micro-batch order on both sides (the
 // schedules run each chunk's forwards, and its backwards, in that order), so MPI's
-// non-overtaking rule pairs them and one tag per virtual stage and direction suffices.
+// non-overtaking rule pairs them and one tag per virtual stage and direction suffices. Across
+// tags too, each stage receives a neighbour's messages in the order the neighbour sends them
+// (test_pipeline_schedule checks it for every schedule), which NCCL's send/recv needs: it
+// pairs a peer's messages by order, not by tag.
 //
 // Runs on the CPU backend over MPI; the NCCL link is written and compiled, and running the
 // stages on the device is on the GPU issue's list (the trainer refuses backend = cuda).
