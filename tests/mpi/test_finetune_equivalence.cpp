@@ -198,7 +198,8 @@ TEST(FinetuneResume, AtAnotherWorldSizeContinuesTheSameExamples) {
 // every stage reads the same rows, packed rows' segments reach every stage's attention, and
 // the loss is the last stage's target sum over the global batch's targets. Every step's loss,
 // the validation losses, the final parameters and the sample (the first validation example's
-// prompt, generated through the stages) match one rank accumulating the same micro-batches.
+// prompt, generated through the stages) match one rank accumulating the same micro-batches,
+// under 1F1B and zero-bubble.
 TEST(FinetunePipeline, ExamplesThroughTwoStagesMatchOneRank) {
     const int N = test::world_size();
     const int me = test::world_rank();
@@ -209,11 +210,18 @@ TEST(FinetunePipeline, ExamplesThroughTwoStagesMatchOneRank) {
         write_examples(dir.file("val.bin"), 40, 12);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    // Padded rows are as long as their micro-batch's longest example: the stages' messages too.
-    for (const FinetuneCase& c : {FinetuneCase{1, DataPacking::kPack, false}, FinetuneCase{0, DataPacking::kPad, true},
-                                  FinetuneCase{3, DataPacking::kPad, false}, FinetuneCase{2, DataPacking::kPack, true}}) {
-        const std::string what = str("np ", N, " P = 2, ", c.llama ? "Llama" : "GPT-2", " ZeRO-", c.stage,
-                                     c.packing == DataPacking::kPack ? " packed" : " padded");
+    // Padded rows are as long as their micro-batch's longest example: the stages' messages too,
+    // and under zero-bubble the weight passes' products.
+    const PipelineSchedule one_f = PipelineSchedule::k1F1B;
+    const PipelineSchedule zb = PipelineSchedule::kZeroBubble;
+    for (const auto& [c, schedule] : {std::pair{FinetuneCase{1, DataPacking::kPack, false}, one_f},
+                                      std::pair{FinetuneCase{0, DataPacking::kPad, true}, one_f},
+                                      std::pair{FinetuneCase{3, DataPacking::kPad, false}, one_f},
+                                      std::pair{FinetuneCase{2, DataPacking::kPack, true}, one_f},
+                                      std::pair{FinetuneCase{3, DataPacking::kPad, false}, zb},
+                                      std::pair{FinetuneCase{2, DataPacking::kPack, true}, zb}}) {
+        const std::string what = str("np ", N, " P = 2 ", setting_text(schedule), ", ", c.llama ? "Llama" : "GPT-2",
+                                     " ZeRO-", c.stage, c.packing == DataPacking::kPack ? " packed" : " padded");
         auto configure = [&](const std::string& run) {
             Config cfg = finetune_config(dir, run, c);
             cfg.model.n_layer = 4;
@@ -223,12 +231,13 @@ TEST(FinetunePipeline, ExamplesThroughTwoStagesMatchOneRank) {
             cfg.run.tensorboard = false;
             return cfg;
         };
-        Config cfg = configure(str("pipe_", c.stage, c.llama));
+        Config cfg = configure(str("pipe_", c.stage, c.llama, setting_text(schedule)));
         cfg.parallel.pipeline = 2;
+        cfg.parallel.schedule = schedule;
         TrainOptions world;
         world.collect_params = true;
         const TrainSummary got = train(cfg, world);
-        Config ref_cfg = configure(str("ref_", c.stage, c.llama, "_", me));
+        Config ref_cfg = configure(str("ref_", c.stage, c.llama, setting_text(schedule), "_", me));
         ref_cfg.parallel.zero_stage = 0;
         ref_cfg.parallel.shard_group.ranks = -1;
         ref_cfg.train.grad_accum *= D;
