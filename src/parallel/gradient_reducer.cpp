@@ -365,7 +365,8 @@ size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType
     size_t planned = 0;
     const bool per_micro_step = plan.grads_reduced_per_micro_step();
     if (per_micro_step || work != DType::kF32) {  // fp32 gradient scratch
-        const size_t live = per_micro_step ? 1 + K : 1;
+        // Reduced once per step: every unit's scratch lives through the step.
+        const size_t live = !per_micro_step ? 1 : plan.policy().reduce_once_per_step ? static_cast<size_t>(U) : 1 + K;
         planned += padded(0) * sizeof(float) + pooled_peak(1, U, live, [&](int u) { return padded(u) * sizeof(float); });
     }
     const bool wire_copy = !per_micro_step ? reduce != work : reduce != DType::kF32;

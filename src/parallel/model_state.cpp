@@ -64,7 +64,8 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator
                  reduce) {}
 
 ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage,
-                       size_t bucket_numel, uint64_t seed, DType work, DType reduce, int overlap_depth)
+                       size_t bucket_numel, uint64_t seed, DType work, DType reduce, int overlap_depth,
+                       bool once_per_step)
     : m_layout(layout),
       m_backend(backend),
       m_comm(comms.shard),
@@ -74,7 +75,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
       m_work(work),
       m_reduce(reduce),
       m_overlap_depth(overlap_depth),
-      m_plan(layout.unit_numel, comms.shard.size(), ShardingPolicy::zero_stage(zero_stage)),
+      m_plan(layout.unit_numel, comms.shard.size(), ShardingPolicy::zero_stage(zero_stage, once_per_step)),
       m_pool(backend),
       m_f32_tmp(alloc_conversion_buffer(backend, m_plan, work, &m_allocated.scratch)),
       m_params(context(), &m_allocated.params),
@@ -90,7 +91,8 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
     if (m_tensor != nullptr) {
         split_segments_by_tensor(layout, m_optim.segments(), &m_split_segments, &m_whole_segments);
     }
-    const StateBytes planned = plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce, overlap_depth);
+    const StateBytes planned =
+        plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce, overlap_depth, once_per_step);
     const StateBytes got = bytes();
     ZT_REQUIRE(got.params == planned.params && got.grads == planned.grads && got.master == planned.master &&
                    got.optimizer == planned.optimizer && got.scratch == planned.scratch,
@@ -236,8 +238,8 @@ StateBytes ModelState::bytes() const {
 }
 
 StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work,
-                                  DType reduce, int overlap_depth) {
-    const ShardPlan plan(layout.unit_numel, group_size, ShardingPolicy::zero_stage(zero_stage));
+                                  DType reduce, int overlap_depth, bool once_per_step) {
+    const ShardPlan plan(layout.unit_numel, group_size, ShardingPolicy::zero_stage(zero_stage, once_per_step));
     const size_t w = dtype_size(work);
     StateBytes b;
     for (int u = 0; u < layout.num_units(); ++u) {

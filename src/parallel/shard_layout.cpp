@@ -20,12 +20,13 @@ std::vector<UnitShard> make_unit_shards(const std::vector<size_t>& unit_numel, i
     return out;
 }
 
-ShardingPolicy ShardingPolicy::zero_stage(int stage) {
+ShardingPolicy ShardingPolicy::zero_stage(int stage, bool once_per_step) {
     ZT_REQUIRE(stage >= 0 && stage <= 3, "zero stage ", stage);
     ShardingPolicy p;
     p.optimizer_sharded = stage >= 1;
     p.grads_sharded = stage >= 2;
     p.params_sharded = stage >= 3;
+    p.reduce_once_per_step = once_per_step && p.grads_sharded;
     return p;
 }
 

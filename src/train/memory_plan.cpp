@@ -223,14 +223,18 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     const int group = plan.shard_group;
     const int stage = plan.zero_stage;
     const int depth = plan.overlap_depth;
-    const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce, depth);
+    // A pipeline stage's ZeRO-2/3 state keeps its units' whole gradients through the step.
+    const bool once = plan.pipeline > 1 && stage >= 2;
+    const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce, depth, once);
     plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
     plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
     plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
     plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
-    plan.items.push_back(
-        {"scratch", static_cast<double>(sb.scratch),
-         str("gathered units, gradient scratch, reductions in flight (peak; overlap depth ", depth, ")")});
+    plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
+                          str("gathered units, ",
+                              once ? "the stage's whole fp32 gradients (reduce-scattered once per step)"
+                                   : "gradient scratch",
+                              ", reductions in flight (peak; overlap depth ", depth, ")")});
     const ShardPlan shards(layout.unit_numel, group, ShardingPolicy::zero_stage(stage));
     *snapshot_bytes = 0;
     *largest_written_range = 0;

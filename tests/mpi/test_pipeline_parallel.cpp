@@ -10,7 +10,8 @@
 // And the state of a stage: a ModelState over stage_layout (the stage's units only) under
 // ZeRO-1, 2 and 3 over the stage's data-parallel ranks, with unit 0's gradient summed over
 // the first and last stage, trains two steps to the parameters of one rank training the whole
-// model on the same global batch.
+// model on the same global batch; at ZeRO-2/3 with one reduce-scatter per unit and step (after
+// the stage's last backward, not one per micro-batch).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -367,7 +368,10 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
     const std::vector<int> counted_elsewhere = L.pipeline_rank == P - 1 ? std::vector<int>{0} : std::vector<int>{};
     // The state keeps a reference to its layout.
     const ModelLayout layout = stage_layout(whole.layout(), units, PipelineStage{P, L.pipeline_rank, counted_elsewhere});
-    ModelState state(layout, *backend, *data, zero_stage, 1 << 20, 42);
+    // As PipelineTraining makes it: ZeRO-2/3 reduce-scatter each unit once per step, after
+    // the stage's last backward.
+    ModelState state(layout, *backend, StateComms{*data, self_communicator()}, zero_stage, 1 << 20, 42, DType::kF32,
+                     DType::kF32, 1, /*once_per_step=*/true);
     PipelineRunner runner(mesh.pipeline_comm(), PipelineScheduleKind::k1F1B, PipelineShape{P, m, 1});
     std::vector<std::unique_ptr<Transformer>> slots;
     std::vector<std::vector<Transformer*>> models(1);
@@ -383,6 +387,7 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
             tg[static_cast<size_t>(a)] = tokens(step, L.data_rank * m + a, 1);
         }
         state.zero_grads();
+        data->reset_stats();
         runner.run(
             state, models,
             [&](int a) {
@@ -390,6 +395,10 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
             },
             B, T, dloss, [&](int a, int) { state.begin_micro_step(a == 0, a == m - 1); });
         state.finish_grad_sync();
+        if (zero_stage >= 2) {
+            EXPECT_EQ(data->stats().calls(CollectiveKind::kReduceScatter), units.size())
+                << "ZeRO-" << zero_stage << ", step " << step << ": one reduce-scatter per unit of the stage";
+        }
         state.sum_unit_grads(0, *pipe);  // P = 2: the first and the last stage
         // The pipeline's squared norm: every stage's, unit 0 counted on the first only (the
         // data ranks' sums and unit 0's stage sum round in another order than one rank's

@@ -187,12 +187,15 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
 
 // Pipeline parallelism: each stage is planned over its own units (its chunks' blocks; unit 0
 // on the first and the last) and its models in flight, and the plan keeps the stage that
-// needs the most. Its state items are what a ModelState over the stage's layout allocates,
+// needs the most. Its state items (the scratch too: at ZeRO-2/3 the stage's whole gradients,
+// reduced once per step) are what a ModelState over the stage's layout allocates,
 // its snapshot what CheckpointSnapshot allocates (the last stage saves no unit 0), and a
 // node holding both stages' ranks counts each rank's own stage.
 TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
     Config cfg;
-    cfg.model = test::model_config(4, 2, 32, 16, 50);
+    // 8 blocks: a stage has more units than reductions in flight, so keeping every unit's
+    // gradient through the step (ZeRO-2/3) shows in the scratch.
+    cfg.model = test::model_config(8, 2, 32, 16, 50);
     cfg.train.max_steps = 100;
     cfg.train.grad_accum = 4;
     cfg.checkpoint.every = 10;
@@ -206,7 +209,8 @@ TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
     };
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     const ModelLayout whole = make_model_layout(cfg.model);
-    for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved}) {
+    for (const PipelineSchedule schedule :
+         {PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved, PipelineSchedule::kZeroBubble}) {
         cfg.parallel.schedule = schedule;
         const PipelineStages split = pipeline_split(cfg);
         const PipelineShape shape{2, 4, cfg.parallel.chunks()};
@@ -221,8 +225,12 @@ TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
             EXPECT_DOUBLE_EQ(plan.per_node(), plan.stage_per_rank[0] + plan.stage_per_rank[1]) << what;
             const int s = plan.pipeline_stage;
             const ModelLayout layout = PipelineRunner::stage_state_layout(whole, shape, s, split.first_layer);
-            ModelState state(layout, *backend, self_communicator(), zero, 4096, 1, DType::kF32, DType::kF32);
+            // As PipelineTraining makes it: ZeRO-2/3 keep the stage's whole gradients through
+            // the step and reduce-scatter them once.
+            ModelState state(layout, *backend, StateComms{self_communicator(), self_communicator()}, zero, 4096, 1,
+                             DType::kF32, DType::kF32, plan.overlap_depth, /*once_per_step=*/true);
             const StateBytes got = state.bytes();
+            EXPECT_EQ(item(plan, "scratch"), static_cast<double>(got.scratch)) << what << " stage " << s;
             EXPECT_EQ(item(plan, "params"), static_cast<double>(got.params)) << what << " stage " << s;
             EXPECT_EQ(item(plan, "grads"), static_cast<double>(got.grads)) << what << " stage " << s;
             EXPECT_EQ(item(plan, "optimizer"), static_cast<double>(got.optimizer)) << what << " stage " << s;
@@ -236,7 +244,7 @@ TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
         }
     }
     // The last stage's snapshot leaves out unit 0, which the first stage saves.
-    const ModelLayout last = PipelineRunner::stage_state_layout(whole, PipelineShape{2, 4, 1}, 1, {0, 2, 4});
+    const ModelLayout last = PipelineRunner::stage_state_layout(whole, PipelineShape{2, 4, 1}, 1, {0, 4, 8});
     const ShardPlan one(last.unit_numel, 1, ShardingPolicy::zero_stage(1));
     EXPECT_LT(CheckpointSnapshot::planned_bytes(one, 0, last.stage), CheckpointSnapshot::planned_bytes(one, 0));
 }

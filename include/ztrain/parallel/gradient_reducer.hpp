@@ -7,7 +7,8 @@
 //   stages 2-3  shard only; each unit's full gradient is fp32 scratch, reduce-scattered as
 //               soon as backward is done with it (every micro-step) and added into the shard;
 //               unit 0's scratch is kept across the micro-steps of a step and reduced once
-//               (see reduced_once_per_step)
+//               (see reduced_once_per_step); a pipeline stage's state keeps every unit's
+//               so (ShardingPolicy::reduce_once_per_step)
 // With replica groups (hybrid sharding, stages 1-3), the reduce-scatter runs inside the shard
 // group, and at the last micro-step each unit's owned shard, once final, is all-reduced
 // across the groups (in place, or through a wire-dtype copy) while backward goes on.
@@ -113,8 +114,9 @@ class GradientReducer {
     /// Keeping it through the forward between micro-steps adds nothing to the peak, and the
     /// step reduces it once (as FSDP's no_sync does for a whole model) instead of once per
     /// micro-step: for a model whose embedding is a large share, most of the reduce-scatter
-    /// bytes of gradient accumulation.
-    bool reduced_once_per_step(int unit) const { return unit == 0; }
+    /// bytes of gradient accumulation. Under ShardingPolicy::reduce_once_per_step (pipeline
+    /// stages) every unit is.
+    bool reduced_once_per_step(int unit) const { return unit == 0 || m_ctx.plan.policy().reduce_once_per_step; }
     /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing is left to
     /// the model (grads_need_zero) instead of a memset of every gradient at step start.
     bool lazy_zero() const { return m_ctx.work == DType::kF32 && !m_ctx.plan.policy().grads_sharded; }

@@ -86,8 +86,10 @@ class ModelState : public UnitStore {
     /// Hybrid sharding: the state is split over comms.shard (its group) and replicated over
     /// comms.replica (see parallel/device_mesh.hpp). `overlap_depth` (>= 1): how far
     /// communication runs ahead of compute (StateContext::overlap_depth).
+    /// `once_per_step`: ShardingPolicy::reduce_once_per_step (a pipeline stage's state).
     ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage, size_t bucket_numel,
-               uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32, int overlap_depth = 1);
+               uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32, int overlap_depth = 1,
+               bool once_per_step = false);
     /// One group of all of `comm`'s ranks (no replication).
     ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, int zero_stage,
                size_t bucket_numel, uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32);
@@ -140,7 +142,7 @@ class ModelState : public UnitStore {
     /// `group_size`: the ranks the state is split over (the shard group; the world without
     /// hybrid sharding).
     static StateBytes plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work, DType reduce,
-                                 int overlap_depth = 1);
+                                 int overlap_depth = 1, bool once_per_step = false);
     /// The ZeRO stage the state was made with (recorded in checkpoints; the parts ask
     /// shard_plan()'s policy instead).
     int zero_stage() const { return m_plan.policy().stage(); }

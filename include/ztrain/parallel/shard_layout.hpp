@@ -44,8 +44,13 @@ struct ShardingPolicy {
     bool optimizer_sharded = false;  ///< master weights and m, v only for the owned elements
     bool grads_sharded = false;      ///< stored gradients: the own shard only
     bool params_sharded = false;     ///< working copy: the own shard only
-    /// The policy of ZeRO stage `stage` (0-3; anything else is an error).
-    static ShardingPolicy zero_stage(int stage);
+    /// With sharded gradients: each unit's whole gradient is accumulated through the step's
+    /// micro-steps and reduce-scattered once, after the last (a pipeline stage's, as FSDP's
+    /// no-sync between micro-batches), instead of once per micro-step.
+    bool reduce_once_per_step = false;
+    /// The policy of ZeRO stage `stage` (0-3; anything else is an error); `once_per_step`:
+    /// reduce_once_per_step where the gradients are sharded (stages 2-3).
+    static ShardingPolicy zero_stage(int stage, bool once_per_step = false);
     /// The ZeRO stage this policy is (the inverse of zero_stage()).
     int stage() const { return params_sharded ? 3 : grads_sharded ? 2 : optimizer_sharded ? 1 : 0; }
 };
