@@ -115,11 +115,18 @@ TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {
     MPI_Barrier(MPI_COMM_WORLD);
     // Zero-bubble too: a 16-bit state hands out an fp32 scratch per unit and micro-step, given
     // back at grads_done, so a weight pass must ask for its unit's buffer again.
-    for (const auto& [dt, schedule] : {std::pair{DType::kBF16, PipelineSchedule::k1F1B},
-                                       std::pair{DType::kF16, PipelineSchedule::k1F1B},
-                                       std::pair{DType::kBF16, PipelineSchedule::kZeroBubble},
-                                       std::pair{DType::kF16, PipelineSchedule::kZeroBubble}}) {
-        const PipeCase c{"16bit", schedule, 1, false, dt};
+    // ZeRO-2/3 too: a stage keeps its whole fp32 gradients through the step and reduces them
+    // once, into the 16-bit shard.
+    struct LowCase {
+        DType dt;
+        PipelineSchedule schedule;
+        int zero;
+    };
+    for (const auto& [dt, schedule, zero] : {LowCase{DType::kBF16, PipelineSchedule::k1F1B, 1},
+                                             LowCase{DType::kF16, PipelineSchedule::k1F1B, 3},
+                                             LowCase{DType::kBF16, PipelineSchedule::kZeroBubble, 2},
+                                             LowCase{DType::kF16, PipelineSchedule::kZeroBubble, 1}}) {
+        const PipeCase c{"16bit", schedule, zero, false, dt};
         auto configure = [&](const std::string& run) {
             Config cfg = pipe_config(c, dir.file("train.bin"), "", run);
             cfg.train.eval_every = 0;
@@ -127,7 +134,7 @@ TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {
             cfg.precision.hysteresis = 1;
             return cfg;
         };
-        const std::string what = str(dtype_name(dt), " ", setting_text(schedule));
+        const std::string what = str(dtype_name(dt), " ", setting_text(schedule), " ZeRO-", zero);
         Config cfg = configure(dir.file(str("world_", dtype_name(dt), "_", setting_text(schedule))));
         cfg.parallel.pipeline = 2;
         const TrainSummary got = train(cfg, TrainOptions{});
