@@ -179,8 +179,8 @@ class ModelFamily {
     ModelFamily(DriverScratch scratch, int parts, bool sequence)
         : m_scratch(scratch), m_parts(parts), m_sequence(sequence && parts > 1) {}
     virtual ~ModelFamily() {
-        for (const KeptBuffer& b : m_norm_pieces) {
-            if (b.data != nullptr && m_kept_backend != nullptr) m_kept_backend->free(b.data);
+        for (const NormPiece& p : m_norm_pieces) {
+            if (p.data != nullptr && m_pieces_backend != nullptr) m_pieces_backend->free(p.data);
         }
     }
     /// The segments of the rows the next forward (and its backward, and recompute) runs on;
@@ -257,25 +257,22 @@ class ModelFamily {
         ZT_REQUIRE(dw.base != nullptr, "run_deferred: no gradient buffer for block ", l);
         for (; m_next_product < m_deferred.size() && m_deferred[m_next_product].block == l; ++m_next_product) {
             const DeferredProduct& d = m_deferred[m_next_product];
-            float* dwp = dw.base + d.dw_offset;
-            float* db = d.db_offset == kNoBias ? nullptr : dw.base + d.db_offset;
-            zero_grad_if(be, dw.zero, dwp, static_cast<size_t>(d.OC) * static_cast<size_t>(d.C));
-            if (db != nullptr) zero_grad_if(be, dw.zero, db, static_cast<size_t>(d.OC));
             // No input gradient, so no weight: the product's weights may be released by now
             // (a ZeRO-3 store gathers them for the backward only); its dtype picks the same
             // product kernel as the backward's. Sequence parallelism gathers an operand's rows
             // again (collective over the group, whose ranks run the same passes).
             if (d.summed) {
-                add_summed_weight_grad(be, dwp, dw.zero, operand(d.dout, d.N, d.OC), operand(d.inp, d.N, d.C),
-                                       d.w_dtype, d.N, d.C, d.OC);
+                add_summed_weight_grad(be, dw.base + d.dw_offset, dw.zero, operand(d.dout, d.N, d.OC),
+                                       operand(d.inp, d.N, d.C), d.w_dtype, d.N, d.C, d.OC);
                 continue;
             }
-            be.matmul_backward(ActPtr{nullptr, d.dout.data.dtype}, dwp, db, operand(d.dout, d.N, d.OC),
+            const ProductGrads g = product_grads(be, dw, d.dw_offset, d.db_offset, d.C, d.OC);
+            be.matmul_backward(ActPtr{nullptr, d.dout.data.dtype}, g.dw, g.db, operand(d.dout, d.N, d.OC),
                                operand(d.inp, d.N, d.C), ConstActPtr{nullptr, d.w_dtype}, d.N, d.C, d.OC);
         }
         for (; m_next_norm < m_deferred_norms.size() && m_deferred_norms[m_next_norm].block == l; ++m_next_norm) {
             const DeferredNorm& d = m_deferred_norms[m_next_norm];
-            float* piece = static_cast<float*>(m_norm_pieces[m_next_norm].data);
+            float* piece = m_norm_pieces[m_next_norm].data;
             // Under sequence parallelism each rank's piece covers its rows: summed over the group.
             if (m_sequence) m_tensor->all_reduce_floats(piece, d.n, /*max=*/false);
             float* g = dw.base + d.offset;
@@ -293,6 +290,18 @@ class ModelFamily {
 
   protected:
     static constexpr size_t kNoBias = SIZE_MAX;
+    /// A product's weight (OC, C) and bias (OC; null for kNoBias) gradients at their offsets
+    /// in the unit's gradient buffer, zeroed first where dw.zero.
+    struct ProductGrads {
+        float* dw;
+        float* db;
+    };
+    static ProductGrads product_grads(Backend& be, UnitGrads dw, size_t w_offset, size_t b_offset, int C, int OC) {
+        const ProductGrads g{dw.base + w_offset, b_offset == kNoBias ? nullptr : dw.base + b_offset};
+        zero_grad_if(be, dw.zero, g.dw, static_cast<size_t>(OC) * static_cast<size_t>(C));
+        if (g.db != nullptr) zero_grad_if(be, dw.zero, g.db, static_cast<size_t>(OC));
+        return g;
+    }
     /// A product's operand as the block holds it: whole on every rank, or this rank's rows of
     /// it (`rows`), which sequence parallelism gathers over the group for the product.
     struct ProductOperand {
@@ -327,11 +336,8 @@ class ModelFamily {
             return;
         }
         if (!m_defer) {
-            float* dwp = dw.base + w_offset;
-            float* db = b_offset == kNoBias ? nullptr : dw.base + b_offset;
-            zero_grad_if(be, dw.zero, dwp, static_cast<size_t>(OC) * static_cast<size_t>(C));
-            if (db != nullptr) zero_grad_if(be, dw.zero, db, static_cast<size_t>(OC));
-            be.matmul_backward(dinp, dwp, db, d, operand(inp, N, C), w, N, C, OC);
+            const ProductGrads g = product_grads(be, dw, w_offset, b_offset, C, OC);
+            be.matmul_backward(dinp, g.dw, g.db, d, operand(inp, N, C), w, N, C, OC);
             return;
         }
         // The input gradient reads no input.
@@ -401,7 +407,7 @@ class ModelFamily {
     /// kept for run_deferred.
     float* norm_grad(Backend& be, UnitGrads dw, size_t offset, size_t n) {
         if (m_defer) {
-            float* piece = static_cast<float*>(kept_buffer(m_norm_pieces, m_deferred_norms.size(), n * sizeof(float), be));
+            float* piece = norm_piece(m_deferred_norms.size(), n, be);
             be.zero(piece, n);
             m_deferred_norms.push_back(DeferredNorm{m_defer_block, offset, n});
             return piece;
@@ -466,22 +472,23 @@ class ModelFamily {
         size_t offset;  ///< the norm parameters' gradient in the unit's
         size_t n;       ///< floats, in the piece of the same index (m_norm_pieces)
     };
-    /// A buffer kept from one backward to the next (allocated once, grown if needed).
-    struct KeptBuffer {
-        void* data = nullptr;
-        size_t bytes = 0;
+    /// A norm's deferred parameter gradient: fp32 kept from one backward to the next
+    /// (allocated once, grown if needed).
+    struct NormPiece {
+        float* data = nullptr;
+        size_t n = 0;
     };
-    /// Buffer k of `kept`, at least `bytes` long.
-    void* kept_buffer(std::vector<KeptBuffer>& kept, size_t k, size_t bytes, Backend& be) {
-        if (k == kept.size()) kept.push_back(KeptBuffer{});
-        KeptBuffer& b = kept[k];
-        if (b.bytes < bytes) {
-            if (b.data != nullptr) be.free(b.data);
-            b.data = be.alloc_bytes(bytes);
-            b.bytes = bytes;
-            m_kept_backend = &be;
+    /// Piece k, at least n floats.
+    float* norm_piece(size_t k, size_t n, Backend& be) {
+        if (k == m_norm_pieces.size()) m_norm_pieces.push_back(NormPiece{});
+        NormPiece& p = m_norm_pieces[k];
+        if (p.n < n) {
+            if (p.data != nullptr) be.free(p.data);
+            p.data = be.alloc_floats(n);
+            p.n = n;
+            m_pieces_backend = &be;
         }
-        return b.data;
+        return p.data;
     }
     bool m_defer = false;
     int m_defer_block = -1;
@@ -489,8 +496,8 @@ class ModelFamily {
     std::vector<DeferredNorm> m_deferred_norms;
     size_t m_next_product = 0;  ///< run_deferred's place in m_deferred
     size_t m_next_norm = 0;     ///< and in m_deferred_norms
-    std::vector<KeptBuffer> m_norm_pieces;  ///< one per norm of a backward
-    Backend* m_kept_backend = nullptr;
+    std::vector<NormPiece> m_norm_pieces;  ///< one per norm of a backward
+    Backend* m_pieces_backend = nullptr;
 };
 
 /// One layer's key/value cache for generation: rows are positions, (seq_len, NKV hs) each, in
