@@ -75,8 +75,7 @@ TEST_P(HybridShard, MatchesOneRankAndMovesTheTheoreticalBytes) {
     const int me = test::world_rank();
     const std::string what = case_name(c) + " N=" + std::to_string(N);
     test::SharedDir dir("hybrid");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
 
     Config cfg = test::tiny_mpi_config(dir.file("train.bin"), dir.file("world"));
     cfg.parallel.zero_stage = c.stage;

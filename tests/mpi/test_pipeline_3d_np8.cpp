@@ -20,8 +20,7 @@ TEST(Pipeline3D, TwoStagesOfTensorPairsOverTwoDataRanksMatchOneRank) {
     if (test::world_size() != 8) GTEST_SKIP() << "P = 2 x T = 2 x data 2 needs 8 ranks";
     const int me = test::world_rank();
     test::SharedDir dir("pipeline_3d");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
     struct Case {
         const char* name;
         bool llama;

@@ -111,8 +111,7 @@ TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {
     const int N = test::world_size();
     const int me = test::world_rank();
     test::SharedDir dir("pipeline_16bit");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
     // Zero-bubble too: a 16-bit state hands out an fp32 scratch per unit and micro-step, given
     // back at grads_done, so a weight pass must ask for its unit's buffer again.
     // ZeRO-2/3 too: a stage keeps its whole fp32 gradients through the step and reduces them
@@ -162,8 +161,7 @@ TEST(PipelineHybridTraining, ReplicatedStagesMatchOneRank) {
     if (N != 4) GTEST_SKIP() << "P = 2 x two replicas needs 4 ranks";
     const int me = test::world_rank();
     test::SharedDir dir("pipeline_hybrid");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
     for (const auto& [zero, schedule] : {std::pair{2, PipelineSchedule::k1F1B}, std::pair{3, PipelineSchedule::k1F1B},
                                          std::pair{3, PipelineSchedule::kZeroBubble}}) {
         const PipeCase c{"hybrid", schedule, zero, zero == 3, DType::kF32};
@@ -187,8 +185,7 @@ TEST(PipelineTensorTraining, TwoStagesOfTensorPairsTrackOneRank) {
     if (N != 4) GTEST_SKIP() << "P = 2 x T = 2 needs 4 ranks";
     const int me = test::world_rank();
     test::SharedDir dir("pipeline_tensor");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
     for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kZeroBubble}) {
         const PipeCase c{"3d", schedule, 1, false, DType::kF32};
         const std::string name = setting_text(schedule);

@@ -148,8 +148,7 @@ TEST_P(TensorParallel, MatchesOneRank) {
     if (c.shard_group > 0 && D % c.shard_group != 0) GTEST_SKIP() << "groups of " << c.shard_group << " in " << D;
     const std::string what = case_name(c) + " N=" + std::to_string(N);
     test::SharedDir dir("tensor");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
 
     Config cfg = tensor_config(c, dir.file("train.bin"), dir.file("world"));
     cfg.parallel.tensor = c.tensor;
@@ -196,8 +195,7 @@ TEST(TensorParallelLowPrecision, TracksTheOneRankRunOfItsDtype) {
     const int me = test::world_rank();
     if (N % 2 != 0) GTEST_SKIP();
     test::SharedDir dir("tensor_16bit");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
     for (int i = 0; i < 6; ++i) {
         const DType dt = i < 2 || i >= 4 ? DType::kBF16 : DType::kF16;
         const bool llama = i % 2 == 1;
@@ -239,8 +237,7 @@ TEST(TensorParallelData, RanksOfATensorGroupReadTheSameTokens) {
     const int me = test::world_rank();
     if (N % 2 != 0) GTEST_SKIP();
     test::SharedDir dir("tensor_data");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
     Config cfg = tensor_config(TensorCase{2, 0}, dir.file("train.bin"), dir.file("run"));
     cfg.parallel.tensor = 2;
     cfg.train.max_steps = 3;
@@ -502,8 +499,7 @@ TEST(TensorCheckpoint, ResumeAtAnotherSplitReproducesTheRun) {
     const int me = test::world_rank();
     if (N % 2 != 0) GTEST_SKIP();
     test::SharedDir dir("tensor_resume");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
     const TensorCase c{2, 2};
     const int D = N / 2;  // data-parallel ranks of the T = 2 run
     const auto config = [&](const std::string& run, int tensor, int accum, int steps) {

@@ -49,8 +49,7 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     const int N = test::world_size();
     const int me = test::world_rank();
     test::SharedDir dir("zero");
-    if (me == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test::write_shared_train_shard(dir);
 
     // Reference: one rank (each rank computes it alone on MPI_COMM_SELF) with N x accumulation.
     auto model = [&](Config c) { return GetParam().llama ? test::as_llama(c) : c; };

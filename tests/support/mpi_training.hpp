@@ -38,6 +38,13 @@ inline void write_random_shard(const std::string& path, size_t n, uint32_t vocab
     write_token_shard(path, tokens);
 }
 
+/// `dir`'s train.bin, 30000 tokens of tiny_mpi_config's vocabulary (write_random_shard),
+/// written by rank 0 and there for every rank on return. Collective over the world.
+inline void write_shared_train_shard(const SharedDir& dir) {
+    if (world_rank() == 0) write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /// Two layers, 24 wide, seq 16, vocab 61 (padded to 64): small enough to train 10 steps under
 /// every strategy in a second, large enough to exercise every unit and clipping.
 inline Config tiny_mpi_config(const std::string& train_file, const std::string& run_dir) {
