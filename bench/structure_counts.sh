@@ -6,22 +6,15 @@
 #
 #   bash bench/structure_counts.sh [TREE]     (TREE: a checkout, default this one)
 #
-# The longest function is measured by lizard (PyPI), installed on first use into
-# bench/.venv-tools (git ignores it). Counts are grep patterns, printed with the figures so
-# that two trees are compared with the same patterns.
+# Counts are grep patterns, printed with the figures so that two trees are compared with the
+# same patterns.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TREE=$(cd "${1:-$ROOT}" && pwd)
-VENV=$ROOT/bench/.venv-tools
-if [ ! -x "$VENV/bin/lizard" ]; then
-    python3 -m venv "$VENV" > /dev/null
-    "$VENV/bin/pip" install -q lizard==1.17.10 > /dev/null
-fi
 cd "$TREE"
 PIPE='pipeline > 1|pipeline == 1|pipeline_rank == 0|first_stage|last_stage|is_first|is_last'
 TENSOR='tensor > 1|tensor == 1|tensor_size > 1|parts > 1|m_sequence|\.sequence\b|sequence_parallel'
 ARCH='is_llama\(\)|ModelArch::k'
-count() { grep -rnE "$1" src | grep -vE "^src/model/" -c || true; }
 count_all() { grep -rnE "$1" src -c | awk -F: '{s += $2} END {print s + 0}'; }
 echo "tree: $TREE ($(git -C "$TREE" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 echo "pipeline size/stage tests in src/:       $(count_all "$PIPE")   /$PIPE/"
@@ -31,10 +24,11 @@ hdr=include/ztrain/parallel/model_state.hpp
 methods=$(awk '/^class ModelState /{on=1} on && /^  public:/{pub=1; next} on && /^  (private|protected):/{pub=0}
                on && /^};/{exit} pub && /^    [A-Za-z~].*\(/ && !/^    \/\// {n++} END {print n + 0}' "$hdr")
 echo "ModelState public methods (declarations): $methods"
-# lizard exits non-zero when any function passes its own thresholds; its table is still whole.
-longest=$({ "$VENV/bin/lizard" -l cpp src 2>/dev/null || true; } | awk '$1 ~ /^[0-9]+$/ && NF >= 6 && $6 ~ /@/ {print $5, $6}' |
-          sort -n | tail -1)
-echo "longest function (lines, lizard length):  $longest"
+# The house checker (cmake/check_function_length.py) with a limit of one line lists every
+# function with its length; the longest is the last after sorting.
+longest=$(python3 "$ROOT/cmake/check_function_length.py" --max 1 src 2> /dev/null |
+          awk -F': ' '/ lines \(limit/ {split($3, n, " "); print n[1], $1 ": " $2}' | sort -n | tail -1 || true)
+echo "longest function (lines):               $longest"
 largest=$(find src -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' | xargs wc -l |
           grep -v ' total$' | sort -n | tail -1)
-echo "largest file in src/ (lines):            $largest"
+echo "largest file in src/ (lines):    $largest"
