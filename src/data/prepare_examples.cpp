@@ -124,9 +124,9 @@ void report_bad_lines(const PrepareOptions& opt, const std::vector<std::string>&
 void print_example_summary(std::ostream& out, const Tokenizer& tok, const JsonlInput& in,
                            std::optional<ChatTemplate> tmpl, const ExampleSet& train, const ExampleSet& val,
                            const std::vector<std::string>& train_files, const std::vector<std::string>& val_files) {
-    out << "zt-prepare: tokenizer " << tok.type() << " (vocab_size " << tok.vocab_size() << "), example shards (version "
-        << kShardVersionExamples << ")" << (tmpl ? str(", chat template ", chat_template_name(*tmpl)) : std::string())
-        << "\n";
+    out << "zt-prepare: tokenizer " << tok.type() << " (vocab_size " << tok.vocab_size()
+        << "), example shards (version " << kShardVersionExamples << ")"
+        << (tmpl ? str(", chat template ", chat_template_name(*tmpl)) : std::string()) << "\n";
     out << "zt-prepare: " << train.num_examples() + val.num_examples() << " examples (" << train.num_examples()
         << " train, " << val.num_examples() << " val): " << in.count(JsonlLayout::kText) << " text, "
         << in.count(JsonlLayout::kPrompt) << " prompt/completion, " << in.count(JsonlLayout::kChat) << " chat";
@@ -138,8 +138,8 @@ void print_example_summary(std::ostream& out, const Tokenizer& tok, const JsonlI
     }
     out << "\n";
     const auto describe = [&](const char* name, const ExampleSet& set, const std::vector<std::string>& files) {
-        out << "zt-prepare: " << name << ": " << set.tokens.size() << " tokens (" << set.num_targets() << " targets) in "
-            << files.size() << " shard(s): " << detail::describe_files(files) << "\n";
+        out << "zt-prepare: " << name << ": " << set.tokens.size() << " tokens (" << set.num_targets()
+            << " targets) in " << files.size() << " shard(s): " << detail::describe_files(files) << "\n";
     };
     describe("train", train, train_files);
     describe("val", val, val_files);
@@ -209,8 +209,10 @@ void detail::prepare_examples(const PrepareOptions& opt, const Tokenizer& tok, c
     create_output_folder(opt.output);
     const bool force_u32 = tok.vocab_size() > 65536;
     const auto shard_tokens = static_cast<size_t>(opt.shard_tokens);
-    const std::vector<std::string> train_files = write_example_shards(opt.output, "train", train, shard_tokens, force_u32);
-    const std::vector<std::string> val_files = write_example_shards(opt.output, "val", val, shard_tokens, force_u32);
+    const std::vector<std::string> train_files =
+        write_example_shards(opt.output, "train", train, shard_tokens, force_u32);
+    const std::vector<std::string> val_files =
+        write_example_shards(opt.output, "val", val, shard_tokens, force_u32);
     const size_t stale = finish_output(opt, tok, train_files, val_files);
     print_example_summary(out, tok, in, tmpl, train, val, train_files, val_files);
     print_tokenizer_written(out, opt);
