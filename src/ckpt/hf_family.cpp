@@ -1,4 +1,4 @@
-// Hugging Face model families (hf_family.hpp): GPT-2 and Llama, both directions of config.json.
+// Hugging Face config.json into model keys (hf_family.hpp): model_type gpt2, llama or mistral.
 #include "hf_family.hpp"
 
 #include <algorithm>
@@ -12,125 +12,19 @@
 
 namespace zt {
 
-namespace {
-const char* torch_dtype(DType dtype) {
-    return dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
-}
-}  // namespace
-
-std::string HfFamily::ztrain_name(const std::string& file_name) const {
-    return file_name.rfind(prefix, 0) == 0 ? file_name.substr(prefix.size()) : file_name;
-}
-
-bool HfFamily::transposed(const std::string& ztrain_name) const {
-    return std::any_of(transposed_suffixes.begin(), transposed_suffixes.end(),
-                       [&](const std::string& s) { return ends_with(ztrain_name, s); });
-}
-
-bool HfFamily::ignored(const std::string& ztrain_name) const {
-    return std::find(ignored_names.begin(), ignored_names.end(), ztrain_name) != ignored_names.end() ||
-           std::any_of(ignored_suffixes.begin(), ignored_suffixes.end(),
-                       [&](const std::string& s) { return ends_with(ztrain_name, s); });
-}
-
-std::vector<size_t> HfFamily::file_shape(const std::string& ztrain_name, const std::vector<size_t>& shape) const {
-    if (transposed(ztrain_name) && shape.size() == 2) return {shape[1], shape[0]};
-    return shape;
-}
-
 nlohmann::json hf_gpt2_config(long n_layer, long n_head, long n_embd, long n_positions, long vocab_size,
                               DType dtype) {
-    const bool gpt2_vocab = vocab_size == 50257;
-    nlohmann::json c = {
-        {"architectures", {"GPT2LMHeadModel"}},
-        {"model_type", "gpt2"},
-        {"vocab_size", vocab_size},
-        {"n_positions", n_positions},
-        {"n_ctx", n_positions},
-        {"n_embd", n_embd},
-        {"n_layer", n_layer},
-        {"n_head", n_head},
-        {"n_inner", nullptr},                  // 4 * n_embd, as ztrain's MLP
-        {"activation_function", "gelu_new"},   // GELU with the tanh approximation
-        {"layer_norm_epsilon", 1e-5},          // ztrain's LayerNorm epsilon
-        {"initializer_range", 0.02},
-        {"resid_pdrop", 0.0},
-        {"embd_pdrop", 0.0},
-        {"attn_pdrop", 0.0},                   // ztrain trains without dropout
-        {"scale_attn_weights", true},          // scores / sqrt(head size)
-        {"tie_word_embeddings", true},         // lm_head is wte
-        {"torch_dtype", torch_dtype(dtype)},
-    };
-    c["bos_token_id"] = gpt2_vocab ? nlohmann::json(50256) : nlohmann::json(nullptr);
-    c["eos_token_id"] = gpt2_vocab ? nlohmann::json(50256) : nlohmann::json(nullptr);
-    return c;
-}
-
-const HfFamily& gpt2_family() {
-    static const HfFamily family{
-        "GPT2LMHeadModel",
-        "transformer.",
-        {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"},
-        // lm_head is tied to wte (Hugging Face re-ties it on load); the attention bias
-        // buffers are causal masks some GPT-2 exports include.
-        {"lm_head.weight"},
-        {".attn.bias", ".attn.masked_bias"},
-        [](const ModelConfig& m, DType dtype) {
-            return hf_gpt2_config(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size, dtype);
-        },
-        [](const ModelConfig& m) {
-            return std::vector<std::pair<std::string, std::string>>{
-                {"n_layer", std::to_string(m.n_layer)},
-                {"n_head", std::to_string(m.n_head)},
-                {"n_embd", std::to_string(m.n_embd)},
-                {"n_positions", std::to_string(m.seq_len)},
-                {"vocab_size", std::to_string(m.vocab_size)},
-                {"tied", "lm_head.weight = transformer.wte.weight"}};
-        },
-    };
-    return family;
+    ModelConfig m;
+    m.arch = ModelArch::kGpt2;
+    m.n_layer = static_cast<int>(n_layer);
+    m.n_head = static_cast<int>(n_head);
+    m.n_embd = static_cast<int>(n_embd);
+    m.seq_len = static_cast<int>(n_positions);
+    m.vocab_size = static_cast<int>(vocab_size);
+    return model_family(m).hf_config(m, dtype);
 }
 
 namespace {
-
-/// LlamaConfig as transformers writes it, for the fields LlamaForCausalLM reads.
-nlohmann::json hf_llama_config(const ModelConfig& m, DType dtype) {
-    nlohmann::json rope_scaling = nullptr;
-    if (m.rope_scaling == RopeScaling::kLlama3) {
-        rope_scaling = {{"rope_type", "llama3"},
-                        {"factor", m.rope_factor},
-                        {"low_freq_factor", m.rope_low_freq_factor},
-                        {"high_freq_factor", m.rope_high_freq_factor},
-                        {"original_max_position_embeddings", m.rope_original_context}};
-    }
-    return {
-        {"architectures", {"LlamaForCausalLM"}},
-        {"model_type", "llama"},
-        {"vocab_size", m.vocab_size},  // unpadded: the padded rows are not exported
-        {"hidden_size", m.n_embd},
-        {"intermediate_size", m.ffn_dim},
-        {"num_hidden_layers", m.n_layer},
-        {"num_attention_heads", m.n_head},
-        {"num_key_value_heads", m.kv_heads()},
-        {"head_dim", m.head_size()},
-        {"hidden_act", "silu"},
-        {"max_position_embeddings", m.seq_len},
-        {"rms_norm_eps", m.norm_eps},
-        {"rope_theta", m.rope_theta},
-        {"rope_scaling", rope_scaling},
-        {"tie_word_embeddings", m.tie_embeddings},
-        {"attention_bias", false},
-        {"mlp_bias", false},
-        {"attention_dropout", 0.0},
-        {"initializer_range", 0.02},
-        {"pretraining_tp", 1},
-        {"use_cache", true},
-        // ztrain does not know the tokenizer's special tokens (LlamaConfig's 1 and 2 would be guesses).
-        {"bos_token_id", nullptr},
-        {"eos_token_id", nullptr},
-        {"torch_dtype", torch_dtype(dtype)},
-    };
-}
 
 /// Reads config.json fields, each checked for its kind, into deck texts; every message names
 /// the file and the field.
@@ -255,32 +149,6 @@ std::vector<HfSetting> llama_settings(const HfConfigFields& f, const std::string
 }
 
 }  // namespace
-
-const HfFamily& llama_family() {
-    static const HfFamily family{
-        "LlamaForCausalLM",
-        "",
-        {},  // HF's nn.Linear is (out, in), as ztrain's matrices
-        // A tied model's file may still carry lm_head.weight (HF re-ties it on load; an
-        // untied model expects it, so it is never ignored there).
-        {"lm_head.weight"},
-        {".self_attn.rotary_emb.inv_freq"},  // a buffer older transformers saved
-        hf_llama_config,
-        [](const ModelConfig& m) {
-            return std::vector<std::pair<std::string, std::string>>{
-                {"n_layer", std::to_string(m.n_layer)},
-                {"n_head", std::to_string(m.n_head)},
-                {"n_kv_head", std::to_string(m.kv_heads())},
-                {"n_embd", std::to_string(m.n_embd)},
-                {"ffn_dim", std::to_string(m.ffn_dim)},
-                {"vocab_size", std::to_string(m.vocab_size)},
-                {"tied", m.tie_embeddings ? "lm_head.weight = model.embed_tokens.weight" : "no"}};
-        },
-    };
-    return family;
-}
-
-const HfFamily& hf_family(const ModelConfig& model) { return model.is_llama() ? llama_family() : gpt2_family(); }
 
 std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std::string& file) {
     ZT_INPUT_CHECK(config.is_object(), file, ": expected a JSON object (a Hugging Face config.json)");
