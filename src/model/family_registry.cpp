@@ -9,6 +9,7 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "hf_config_fields.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt {
@@ -116,6 +117,18 @@ const Family& model_family(ModelArch arch) {
 }
 
 const FamilyKeyRules& family_key_rules(ModelArch arch) { return model_family(arch); }
+
+std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std::string& file) {
+    ZT_INPUT_CHECK(config.is_object(), file, ": expected a JSON object (a Hugging Face config.json)");
+    const HfConfigFields f(config, file);
+    const std::string type = f.text_or("model_type", "");
+    for (const Family* family : model_families()) {
+        const std::vector<std::string> types = family->hf_model_types();
+        if (std::find(types.begin(), types.end(), type) != types.end()) return family->hf_settings(f, file);
+    }
+    throw InputError(str(file, ": model_type = '", type, "': expected llama, mistral (LlamaForCausalLM layout) or gpt2",
+                         type == "qwen2" ? " (qwen2 has q/k/v biases, which ztrain's Llama has not)" : ""));
+}
 
 void validate(const Config& cfg) { validate_deck(cfg, family_key_rules); }
 

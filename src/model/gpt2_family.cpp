@@ -3,6 +3,7 @@
 // gpt2_block.cpp's gpt2_traits().
 #include <nlohmann/json.hpp>
 
+#include "hf_config_fields.hpp"
 #include "model_family.hpp"
 #include "ztrain/model/family.hpp"
 
@@ -75,6 +76,21 @@ class Gpt2Family final : public Family {
                 {"n_positions", std::to_string(m.seq_len)},
                 {"vocab_size", std::to_string(m.vocab_size)},
                 {"tied", "lm_head.weight = transformer.wte.weight"}};
+    }
+    std::vector<std::string> hf_model_types() const override { return {"gpt2"}; }
+    std::vector<HfSetting> hf_settings(const HfConfigFields& f, const std::string&) const override {
+        const long n_embd = f.integer("n_embd", 1);
+        f.refuse_unless(f.text_or("activation_function", "gelu_new") == "gelu_new", "activation_function",
+                        "ztrain's GPT-2 uses gelu_new (GELU, tanh approximation)");
+        f.refuse_unless(!f.has("n_inner") || f.integer("n_inner", 1) == 4 * n_embd, "n_inner",
+                        "ztrain's GPT-2 MLP is 4 * n_embd wide (null)");
+        return {{"model.arch", "gpt2", "model_type"},
+                {"model.n_layer", std::to_string(f.integer("n_layer", 1)), "n_layer"},
+                {"model.n_head", std::to_string(f.integer("n_head", 1)), "n_head"},
+                {"model.n_embd", std::to_string(n_embd), "n_embd"},
+                // GPT-2's learned positions are a weight: the context is fixed by the file.
+                {"model.seq_len", std::to_string(f.integer("n_positions", 1)), "n_positions"},
+                {"model.vocab_size", std::to_string(f.integer("vocab_size", 2)), "vocab_size"}};
     }
     const char* missing_hf_key(const ModelConfig&) const override { return nullptr; }
 

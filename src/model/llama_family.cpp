@@ -2,8 +2,12 @@
 // llama3 scaling, RMSNorm epsilon, tied head), parameter count, pipeline cost, banner and
 // Hugging Face names (LlamaForCausalLM, whose names and orientation ztrain's manifest already
 // uses). Its tensors and blocks are llama_block.cpp's llama_traits().
+#include <cstdio>
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
+#include "hf_config_fields.hpp"
 #include "model_family.hpp"
 #include "ztrain/model/family.hpp"
 
@@ -68,6 +72,8 @@ class LlamaFamily final : public Family {
                 {"vocab_size", std::to_string(m.vocab_size)},
                 {"tied", m.tie_embeddings ? "lm_head.weight = model.embed_tokens.weight" : "no"}};
     }
+    std::vector<std::string> hf_model_types() const override { return {"llama", "mistral"}; }
+    std::vector<HfSetting> hf_settings(const HfConfigFields& f, const std::string& file) const override;
     const char* missing_hf_key(const ModelConfig& m) const override {
         return m.ffn_dim > 0 ? nullptr : "model.ffn_dim";
     }
@@ -118,6 +124,69 @@ nlohmann::json LlamaFamily::hf_config(const ModelConfig& m, DType dtype) const {
         {"eos_token_id", nullptr},
         {"torch_dtype", hf_torch_dtype(dtype)},
     };
+}
+
+/// Shortest text that reads back as the same double (the deck parser reads it).
+std::string number_text(double v) {
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+        if (std::strtod(buf, nullptr) == v) break;
+    }
+    return buf;
+}
+
+std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const std::string& file) const {
+    const long C = f.integer("hidden_size", 1);
+    const long NH = f.integer("num_attention_heads", 1);
+    const long NKV = f.integer_or("num_key_value_heads", 1, NH);
+    ZT_INPUT_CHECK(C % NH == 0, file, ": hidden_size = ", C, " is not divisible by num_attention_heads = ", NH);
+    ZT_INPUT_CHECK(NH % NKV == 0, file, ": num_key_value_heads = ", NKV, " does not divide num_attention_heads = ",
+                   NH, " (each key/value head serves num_attention_heads / num_key_value_heads query heads)");
+    f.refuse_unless(!f.has("head_dim") || f.integer("head_dim", 1) == C / NH, "head_dim",
+                    str("ztrain's head size is hidden_size / num_attention_heads = ", C / NH));
+    f.refuse_unless(!f.boolean_or("attention_bias", false), "attention_bias", "ztrain's Llama has no q/k/v/o biases");
+    f.refuse_unless(!f.boolean_or("mlp_bias", false), "mlp_bias", "ztrain's Llama has no MLP biases");
+    f.refuse_unless(f.text_or("hidden_act", "silu") == "silu", "hidden_act", "ztrain's Llama MLP is SwiGLU (silu)");
+    f.refuse_unless(!f.has("sliding_window"), "sliding_window", "ztrain attends over the whole context (null)");
+    std::vector<HfSetting> out = {
+        {"model.arch", "llama", "model_type"},
+        {"model.n_layer", std::to_string(f.integer("num_hidden_layers", 1)), "num_hidden_layers"},
+        {"model.n_head", std::to_string(NH), "num_attention_heads"},
+        {"model.n_kv_head", std::to_string(NKV), "num_key_value_heads"},
+        {"model.n_embd", std::to_string(C), "hidden_size"},
+        {"model.ffn_dim", std::to_string(f.integer("intermediate_size", 1)), "intermediate_size"},
+        {"model.vocab_size", std::to_string(f.integer("vocab_size", 2)), "vocab_size"},
+        // Rotary positions have no table: a shorter training context is the user's choice.
+        {"model.seq_len", std::to_string(f.integer("max_position_embeddings", 1)), "max_position_embeddings", false},
+        // LlamaConfig's defaults where the file is silent (1e-6, not ztrain's 1e-5; untied).
+        {"model.norm_eps", number_text(f.number_or("rms_norm_eps", 1e-6)), "rms_norm_eps"},
+        {"model.rope_theta", number_text(f.number_or("rope_theta", 10000.0)), "rope_theta"},
+        {"model.tie_embeddings", f.boolean_or("tie_word_embeddings", false) ? "true" : "false", "tie_word_embeddings"},
+    };
+    if (!f.has("rope_scaling")) {
+        out.push_back({"model.rope_scaling", "none", "rope_scaling"});
+        return out;
+    }
+    const nlohmann::json& rs = f.at("rope_scaling");
+    ZT_INPUT_CHECK(rs.is_object(), file, ": rope_scaling = ", rs.dump(), ": expected null or an object");
+    const HfConfigFields r(rs, file);
+    // transformers reads "rope_type", and "type" in older files.
+    const std::string type = r.text_or("rope_type", r.text_or("type", "default"));
+    ZT_INPUT_CHECK(type == "llama3" || type == "default", file, ": rope_scaling.rope_type = '", type,
+                   "': ztrain implements llama3 (and default, no scaling) only");
+    if (type == "default") {
+        out.push_back({"model.rope_scaling", "none", "rope_scaling.rope_type"});
+        return out;
+    }
+    out.push_back({"model.rope_scaling", "llama3", "rope_scaling.rope_type"});
+    out.push_back({"model.rope_factor", number_text(r.number("factor")), "rope_scaling.factor"});
+    out.push_back({"model.rope_low_freq_factor", number_text(r.number("low_freq_factor")), "rope_scaling.low_freq_factor"});
+    out.push_back(
+        {"model.rope_high_freq_factor", number_text(r.number("high_freq_factor")), "rope_scaling.high_freq_factor"});
+    out.push_back({"model.rope_original_context", std::to_string(r.integer("original_max_position_embeddings", 1)),
+                   "rope_scaling.original_max_position_embeddings"});
+    return out;
 }
 
 void LlamaFamily::check_own_keys(const ModelConfig& m, const SettingCheck& v) const {

@@ -1,6 +1,7 @@
 // Unit tests for the model family registry (ztrain/model/family.hpp): every model.arch the
 // deck accepts has a registered family that answers every family question consistently with
-// its own tensor manifest; an arch without a family is refused naming the value. The
+// its own tensor manifest, and reads its own config.json back; an arch without a family is
+// refused naming the value. The
 // families' key rules are tested through validate() in test_config.cpp, their Hugging Face
 // names by the export and import tests.
 #include <gtest/gtest.h>
@@ -81,6 +82,23 @@ TEST(ModelFamily, EveryDeckArchHasAFamilyThatAnswers) {
         // Every tensor has a Hugging Face name that maps back to it.
         for (const ParamSpec& p : layout.params) {
             EXPECT_EQ(f.hf_naming().ztrain_name(f.hf_naming().hf_name(p.name)), p.name);
+        }
+    }
+}
+
+TEST(ModelFamily, ConfigJsonReadsBackAsTheSameModel) {
+    for (const Family* f : model_families()) {
+        SCOPED_TRACE(f->name());
+        const ModelConfig m = small_model(f->arch());
+        Config back;
+        for (const HfSetting& s : hf_model_settings(f->hf_config(m, DType::kF32), "config.json")) {
+            set_config_value(back, s.key, s.text);
+        }
+        for (const char* key : {"model.arch", "model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size",
+                                "model.n_kv_head", "model.ffn_dim", "model.tie_embeddings"}) {
+            Config original;
+            original.model = m;
+            EXPECT_EQ(config_value_text(back, key), config_value_text(original, key)) << key;
         }
     }
 }

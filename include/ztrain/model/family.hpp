@@ -20,7 +20,8 @@
 
 namespace zt {
 
-struct FamilyTraits;  // src/model/model_family.hpp: private to model/
+struct FamilyTraits;     // src/model/model_family.hpp: private to model/
+class HfConfigFields;    // src/model/hf_config_fields.hpp: private to model/
 
 /// How a family's tensors are named and laid out in a Hugging Face file.
 struct HfNaming {
@@ -72,6 +73,11 @@ class Family : public FamilyKeyRules {
     virtual nlohmann::json hf_config(const ModelConfig& m, DType dtype) const = 0;
     /// The model's dimensions in the safetensors __metadata__ (string values).
     virtual std::vector<std::pair<std::string, std::string>> hf_metadata(const ModelConfig& m) const = 0;
+    /// The config.json model_type values this family reads ("llama", "mistral").
+    virtual std::vector<std::string> hf_model_types() const = 0;
+    /// The model keys a config.json of one of those types determines; refuses, naming `file`
+    /// and the field, what this family cannot honour.
+    virtual std::vector<HfSetting> hf_settings(const HfConfigFields& fields, const std::string& file) const = 0;
     /// A key hf_config needs besides n_layer, n_head, n_embd, seq_len and vocab_size that `m`
     /// does not record (0 or less), or nullptr.
     virtual const char* missing_hf_key(const ModelConfig& m) const = 0;
@@ -95,6 +101,11 @@ const Family& model_family(ModelArch arch);
 inline const Family& model_family(const ModelConfig& m) { return model_family(m.arch); }
 /// model_family as config/'s checks take it (FamilyRulesOf).
 const FamilyKeyRules& family_key_rules(ModelArch arch);
+
+/// The model keys a Hugging Face config.json determines (config.hpp's HfSetting), by the
+/// family that reads its model_type. Refuses, naming `file` and the field, what ztrain cannot
+/// honour (another model_type, biases, another activation or RoPE variant, ...).
+std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std::string& file);
 
 /// Checks every value and the relations between them (config.hpp's validate_deck with the
 /// registered families); throws InputError naming the key, the value and what was expected.
