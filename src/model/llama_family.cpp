@@ -19,10 +19,9 @@ class LlamaFamily final : public Family {
   public:
     ModelArch arch() const override { return ModelArch::kLlama; }
     std::vector<const char*> own_keys() const override {
-        return {"model.n_kv_head",  "model.ffn_dim",           "model.rope_theta",
-                "model.rope_scaling", "model.rope_factor",     "model.rope_low_freq_factor",
-                "model.rope_high_freq_factor", "model.rope_original_context", "model.norm_eps",
-                "model.tie_embeddings"};
+        return {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling",
+                "model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
+                "model.rope_original_context", "model.norm_eps", "model.tie_embeddings"};
     }
     void check_tensor_split(const ModelConfig& m, int tensor, const SettingCheck& check) const override {
         check.check(m.ffn_dim % tensor == 0, "model.ffn_dim", str("a multiple of parallel.tensor = ", tensor));

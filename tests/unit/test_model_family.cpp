@@ -1,9 +1,8 @@
 // Unit tests for the model family registry (ztrain/model/family.hpp): every model.arch the
 // deck accepts has a registered family that answers every family question consistently with
 // its own tensor manifest, and reads its own config.json back; an arch without a family is
-// refused naming the value. The
-// families' key rules are tested through validate() in test_config.cpp, their Hugging Face
-// names by the export and import tests.
+// refused naming the value. The families' key rules are tested through validate() in
+// test_config.cpp, their Hugging Face names by the export and import tests.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
