@@ -68,6 +68,7 @@ class Family : public FamilyKeyRules {
     /// The line ztrain prints about the model ("ztrain: ... parameters"), without a newline.
     virtual std::string banner(const ModelConfig& m, double params) const = 0;
 
+    /// Its tensors' names and orientation in Hugging Face files.
     virtual const HfNaming& hf_naming() const = 0;
     /// config.json for a model in `dtype`.
     virtual nlohmann::json hf_config(const ModelConfig& m, DType dtype) const = 0;
