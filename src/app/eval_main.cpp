@@ -147,7 +147,7 @@ int run(int argc, char** argv) {
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
     auto backend = zt::make_cpu_backend(threads);
     zt::Transformer model(cfg.model, *backend, o.batch);
-    zt::ModelState state(model.layout(), *backend, *comm, 0, 1 << 20, 1);
+    zt::ModelState state(model.layout(), *backend, *comm, zt::StateOptions::zero(0).with_buckets(1 << 20).with_seed(1));
     if (step_dir.empty()) {
         zt::import_weights(o.model, model.layout(), cfg.model, state, comm.get());
     } else {

@@ -56,43 +56,40 @@ void split_segments_by_tensor(const ModelLayout& layout, const std::vector<std::
 }  // namespace
 
 ModelState::ModelState(const ModelLayout& layout, Backend& backend, uint64_t seed)
-    : ModelState(layout, backend, self_communicator(), 0, SIZE_MAX, seed) {}
+    : ModelState(layout, backend, self_communicator(), StateOptions::zero(0).with_seed(seed)) {}
 
-ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, int zero_stage,
-                       size_t bucket_numel, uint64_t seed, DType work, DType reduce)
-    : ModelState(layout, backend, StateComms{comm, self_communicator()}, zero_stage, bucket_numel, seed, work,
-                 reduce) {}
+ModelState::ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, const StateOptions& options)
+    : ModelState(layout, backend, StateComms{comm, self_communicator()}, options) {}
 
-ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage,
-                       size_t bucket_numel, uint64_t seed, DType work, DType reduce, int overlap_depth,
-                       bool once_per_step)
+ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, const StateOptions& options)
     : m_layout(layout),
       m_backend(backend),
       m_comm(comms.shard),
       m_replica(comms.replica),
       m_tensor(comms.tensor != nullptr && comms.tensor->size() > 1 ? comms.tensor : nullptr),
       m_rank(comms.shard.rank()),
-      m_work(work),
-      m_reduce(reduce),
-      m_overlap_depth(overlap_depth),
-      m_plan(layout.unit_numel, comms.shard.size(), ShardingPolicy::zero_stage(zero_stage, once_per_step)),
+      m_work(options.work),
+      m_reduce(options.reduce),
+      m_overlap_depth(options.overlap_depth),
+      m_plan(layout.unit_numel, comms.shard.size(),
+             ShardingPolicy::zero_stage(options.zero_stage, options.reduce_once_per_step)),
       m_pool(backend),
-      m_f32_tmp(alloc_conversion_buffer(backend, m_plan, work, &m_allocated.scratch)),
+      m_f32_tmp(alloc_conversion_buffer(backend, m_plan, options.work, &m_allocated.scratch)),
       m_params(context(), &m_allocated.params),
-      m_grads(context(), bucket_numel, &m_allocated.grads),
+      m_grads(context(), options.bucket_numel, &m_allocated.grads),
       m_optim(context(), m_params, &m_allocated.master, &m_allocated.optimizer) {
     // What the backend trains in is its answer (the trainer refuses other configs earlier).
     const BackendCapabilities caps = backend.capabilities();
-    ZT_REQUIRE(caps.supports(work) && caps.supports(reduce), "backend ", backend.name(), " supports precision ",
-               caps.work_dtypes(), " only; got ", dtype_name(work), "/", dtype_name(reduce));
+    ZT_REQUIRE(caps.supports(options.work) && caps.supports(options.reduce), "backend ", backend.name(),
+               " supports precision ", caps.work_dtypes(), " only; got ", dtype_name(options.work), "/",
+               dtype_name(options.reduce));
     ZT_REQUIRE(m_plan.ownership_partitioned() || comms.replica.size() == 1, "ZeRO stage 0 replicates over one group of all ranks; got ",
                comms.replica.size(), " replica groups");
-    ZT_REQUIRE(overlap_depth >= 1, "overlap depth ", overlap_depth);
+    ZT_REQUIRE(options.overlap_depth >= 1, "overlap depth ", options.overlap_depth);
     if (m_tensor != nullptr) {
         split_segments_by_tensor(layout, m_optim.segments(), &m_split_segments, &m_whole_segments);
     }
-    const StateBytes planned =
-        plan_bytes(layout, comms.shard.size(), zero_stage, work, reduce, overlap_depth, once_per_step);
+    const StateBytes planned = plan_bytes(layout, comms.shard.size(), options);
     const StateBytes got = bytes();
     ZT_REQUIRE(got.params == planned.params && got.grads == planned.grads && got.master == planned.master &&
                    got.optimizer == planned.optimizer && got.scratch == planned.scratch,
@@ -109,7 +106,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
             const size_t hi = std::min(s.padded_numel, lo + kInitPieceNumel);
             // Padding past the unit's numel is zero.
             std::fill(piece.begin(), piece.begin() + static_cast<std::ptrdiff_t>(hi - lo), 0.f);
-            if (lo < s.numel) init_unit_range(layout, u, seed, lo, std::min(hi, s.numel), piece.data());
+            if (lo < s.numel) init_unit_range(layout, u, options.seed, lo, std::min(hi, s.numel), piece.data());
             m_params.write_initial(u, lo, hi, piece.data());
             m_optim.write_initial(u, lo, hi, piece.data());
         }
@@ -237,9 +234,12 @@ StateBytes ModelState::bytes() const {
     return b;
 }
 
-StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work,
-                                  DType reduce, int overlap_depth, bool once_per_step) {
-    const ShardPlan plan(layout.unit_numel, group_size, ShardingPolicy::zero_stage(zero_stage, once_per_step));
+StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, const StateOptions& options) {
+    const ShardPlan plan(layout.unit_numel, group_size,
+                         ShardingPolicy::zero_stage(options.zero_stage, options.reduce_once_per_step));
+    const DType work = options.work;
+    const DType reduce = options.reduce;
+    const int overlap_depth = options.overlap_depth;
     const size_t w = dtype_size(work);
     StateBytes b;
     for (int u = 0; u < layout.num_units(); ++u) {

@@ -211,7 +211,9 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     const int depth = plan.overlap_depth;
     // A pipeline stage's ZeRO-2/3 state keeps its units' whole gradients through the step.
     const bool once = plan.pipeline > 1 && stage >= 2;
-    const StateBytes sb = ModelState::plan_bytes(layout, group, stage, work, reduce, depth, once);
+    const StateBytes sb = ModelState::plan_bytes(
+        layout, group,
+        StateOptions::zero(stage).in(work, reduce).with_overlap_depth(depth).reduced_once_per_step(once));
     plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
     plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
     plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});

@@ -61,9 +61,13 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
                                                   m_split.first_layer);
     // ZeRO-2/3 reduce-scatter each unit's gradient once, after the stage's last backward
     // (ShardingPolicy::reduce_once_per_step): not once per micro-batch.
-    m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
-                                           stage_bucket_numel(cfg, m_layout), tc.seed, cfg.precision.dtype,
-                                           cfg.precision.reduce(), overlap_depth, /*once_per_step=*/true);
+    m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(),
+                                           StateOptions::zero(cfg.parallel.zero_stage)
+                                               .with_buckets(stage_bucket_numel(cfg, m_layout))
+                                               .with_seed(tc.seed)
+                                               .in(cfg.precision.dtype, cfg.precision.reduce())
+                                               .with_overlap_depth(overlap_depth)
+                                               .reduced_once_per_step());
     // Unit 0's two holders: the first and the last stage (the whole pipeline when P = 2).
     const bool holds_unit0 = s == 0 || s == P - 1;
     ZT_MPI_CHECK(MPI_Comm_split(setup.groups->pipeline_comm(), holds_unit0 ? 0 : MPI_UNDEFINED, s, &m_ends_mpi));

@@ -440,8 +440,12 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     const DType reduce = cfg.precision.reduce();
     Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute, work, setup.tensor_group.get(),
                       cfg.parallel.sequence);
-    ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
-                     bucket_numel(memory, reduce), tc.seed, work, reduce, memory.overlap_depth);
+    ModelState state(model.layout(), *setup.backend, setup.state_comms(),
+                     StateOptions::zero(cfg.parallel.zero_stage)
+                         .with_buckets(bucket_numel(memory, reduce))
+                         .with_seed(tc.seed)
+                         .in(work, reduce)
+                         .with_overlap_depth(memory.overlap_depth));
     // On an error this guard (declared after the model state, so destroyed first) ends the
     // started collectives before ~ModelState frees their buffers: NCCL's are aborted (a device
     // free would otherwise sync on work peers never join), MPI's completed (a ZeRO-1/2 gather

@@ -49,7 +49,8 @@ TEST(ChoiceEvalRanks, CountsEqualOneRanksAtStages0And3) {
     auto comm = make_mpi_communicator(MPI_COMM_WORLD);
     for (int stage : {0, 3}) {
         Transformer model(eval_model(), *backend, 3);
-        ModelState state(model.layout(), *backend, *comm, stage, 1 << 16, 11);
+        ModelState state(model.layout(), *backend, *comm,
+                         StateOptions::zero(stage).with_buckets(1 << 16).with_seed(11));
         ChoiceEvaluator ev(model, state, *comm, 3, tok->eot());
         expect_same_counts(ev.evaluate(task, 30), want, "stage " + std::to_string(stage));
     }

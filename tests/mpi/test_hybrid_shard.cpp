@@ -173,7 +173,8 @@ struct GroupedState {
           replica(make_mpi_communicator(groups.layout().replicas > 1 ? groups.replica_comm() : MPI_COMM_NULL)),
           run(make_mpi_communicator(comm)),
           backend(make_cpu_backend(1)),
-          state(layout, *backend, StateComms{*shard, *replica}, stage, 1 << 20, 7) {}
+          state(layout, *backend, StateComms{*shard, *replica},
+                StateOptions::zero(stage).with_buckets(1 << 20).with_seed(7)) {}
     DeviceMesh groups;
     std::unique_ptr<Communicator> shard, replica, run;
     std::unique_ptr<Backend> backend;

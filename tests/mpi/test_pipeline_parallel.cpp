@@ -370,8 +370,12 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
     const ModelLayout layout = stage_layout(whole.layout(), units, PipelineStage{P, L.pipeline_rank, counted_elsewhere});
     // As PipelineTraining makes it: ZeRO-2/3 reduce-scatter each unit once per step, after
     // the stage's last backward.
-    ModelState state(layout, *backend, StateComms{*data, self_communicator()}, zero_stage, 1 << 20, 42, DType::kF32,
-                     DType::kF32, 1, /*once_per_step=*/true);
+    ModelState state(layout, *backend, StateComms{*data, self_communicator()},
+                     StateOptions::zero(zero_stage)
+                         .with_buckets(1 << 20)
+                         .with_seed(42)
+                         .with_overlap_depth(1)
+                         .reduced_once_per_step());
     PipelineRunner runner(mesh.pipeline_comm(), PipelineScheduleKind::k1F1B, PipelineShape{P, m, 1});
     std::vector<std::unique_ptr<Transformer>> slots;
     std::vector<std::vector<Transformer*>> models(1);

@@ -179,7 +179,8 @@ TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
         const double formula[4] = {(2 * w + m + 8) * P, 2 * w * P + (m + 8) * P / N, w * P + (w + m + 8) * P / N,
                                    (2 * w + m + 8) * P / N};
         for (int stage = 0; stage <= 3; ++stage) {
-            ModelState state(layout, *backend, comm, stage, 1 << 20, 1, t, t);
+            ModelState state(layout, *backend, comm,
+                             StateOptions::zero(stage).with_buckets(1 << 20).with_seed(1).in(t, t));
             // bytes() sums what the constructor allocated per kind, so this checks allocations.
             const double got = static_cast<double>(state.bytes().model_state());
             EXPECT_NEAR(got, formula[stage], 0.05 * formula[stage])
@@ -237,8 +238,8 @@ TEST(ZeroMemory, Stage3GathersOverlapDepthUnitsAhead) {
     auto comm = make_mpi_communicator(MPI_COMM_WORLD);
     std::vector<float> depth1_grads;
     for (int depth = 1; depth <= 3; ++depth) {
-        ModelState state(layout, *backend, StateComms{*comm, self_communicator()}, 3, 1 << 20, 1, DType::kF32,
-                         DType::kF32, depth);
+        ModelState state(layout, *backend, StateComms{*comm, self_communicator()},
+                         StateOptions::zero(3).with_buckets(1 << 20).with_seed(1).with_overlap_depth(depth));
         Transformer model(mc, *backend, 2);
         std::vector<int32_t> tokens(2 * static_cast<size_t>(mc.seq_len));
         for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + comm->rank()) % 300);

@@ -60,7 +60,7 @@ struct AsyncFixture {
 TEST(CheckpointSnapshot, HoldsTheStateAtCaptureAndWritesWhatASyncSaveWrites) {
     AsyncFixture f;
     for (int stage : {0, 3}) {
-        ModelState state(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 1, DType::kF32, DType::kF32);
+        ModelState state(f.layout, *f.backend, self_communicator(), StateOptions::zero(stage).with_seed(1));
         fill_state(state, 3.f);
         const std::vector<float> at_capture = ModelStateTestAccess::owned_optimizer_state(state);
         CheckpointSnapshot snap(state);
@@ -74,7 +74,7 @@ TEST(CheckpointSnapshot, HoldsTheStateAtCaptureAndWritesWhatASyncSaveWrites) {
         const CheckpointWriteReport report = write_checkpoint(ckpt, snap, self_communicator(), 2);
         EXPECT_EQ(fs::path(report.dir).filename(), "step_00000004");
         EXPECT_GT(report.bytes, at_capture.size() * sizeof(float)) << "shards + meta.h5";
-        ModelState loaded(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 2, DType::kF32, DType::kF32);
+        ModelState loaded(f.layout, *f.backend, self_communicator(), StateOptions::zero(stage).with_seed(2));
         load_checkpoint(report.dir, loaded, self_communicator());
         const std::vector<float> got = ModelStateTestAccess::owned_optimizer_state(loaded);
         ASSERT_EQ(got.size(), at_capture.size());
@@ -122,7 +122,7 @@ TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStill
     // A real full disk: a tmpfs that holds one checkpoint of this model but not two.
     const std::string mnt = f.dir.file("tmpfs");
     fs::create_directories(mnt);
-    ModelState state(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 1, DType::kF32, DType::kF32);
+    ModelState state(f.layout, *f.backend, self_communicator(), StateOptions::zero(0).with_seed(1));
     const size_t one = CheckpointSnapshot::planned_bytes(state.shard_plan(), 0);
     const std::string size = "size=" + std::to_string((one * 3 / 2 + (300u << 10)) / 4096 * 4096);
     if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, size.c_str()) != 0) {
@@ -153,7 +153,7 @@ TEST(BackgroundWriter, ADiskFullWriteFailsAtCollectAndThePreviousCheckpointStill
     }
     EXPECT_FALSE(writer.in_flight());
     EXPECT_EQ(resolve_resume("auto", ckpt), ckpt + "/step_00000002");
-    ModelState loaded(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 2, DType::kF32, DType::kF32);
+    ModelState loaded(f.layout, *f.backend, self_communicator(), StateOptions::zero(0).with_seed(2));
     load_checkpoint(ckpt + "/step_00000002", loaded, self_communicator());
     EXPECT_EQ(ModelStateTestAccess::owned_optimizer_state(loaded), first);
 }
@@ -226,7 +226,7 @@ TEST(BackgroundWriter, AHurriedWriteDropsItsPacingAndStillPublishes) {
     AsyncFixture f;
     f.mc = test::model_config(2, 2, 64, 8, 40);  // datasets of 64 KiB and more: written (and paced) in pieces
     f.layout = make_model_layout(f.mc);
-    ModelState state(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 1, DType::kF32, DType::kF32);
+    ModelState state(f.layout, *f.backend, self_communicator(), StateOptions::zero(0).with_seed(1));
     fill_state(state, 3.f);
     const std::vector<float> saved = ModelStateTestAccess::owned_optimizer_state(state);
     CheckpointSnapshot snap(state);
@@ -272,7 +272,7 @@ TEST(BackgroundWriter, AHurriedWriteDropsItsPacingAndStillPublishes) {
     EXPECT_EQ(r.paced_s, 0.0);
     EXPECT_FALSE(r.hurried) << "collect waits for every write, but only a paced one is cut short";
     // What the hurried write published loads, and is the state at its capture.
-    ModelState loaded(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 2, DType::kF32, DType::kF32);
+    ModelState loaded(f.layout, *f.backend, self_communicator(), StateOptions::zero(0).with_seed(2));
     load_checkpoint(ckpt + "/step_00000006", loaded, self_communicator());
     EXPECT_EQ(ModelStateTestAccess::owned_optimizer_state(loaded), saved);
 }

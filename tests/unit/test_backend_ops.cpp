@@ -164,7 +164,7 @@ StepResult one_step(Backend& be, DType t, ActivationStorage storage = Activation
                     const ModelConfig& mc = tiny_model()) {
     Transformer model(mc, be, 2);
     model.set_activation_dtype(t, storage);
-    ModelState state(model.layout(), be, self_communicator(), 0, SIZE_MAX, 11, t, t);
+    ModelState state(model.layout(), be, self_communicator(), StateOptions::zero(0).with_seed(11).in(t, t));
     std::vector<int32_t> inputs(16);
     std::vector<int32_t> targets(16);
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -273,7 +273,8 @@ TEST(StoredWeights, AcquireVectorsWidensTheVectorsAndAcquireTheRest) {
     auto cpu = make_cpu_backend(1);
     const ModelLayout layout = make_model_layout(tiny_model());
     for (int stage : {0, 3}) {
-        ModelState state(layout, *cpu, self_communicator(), stage, SIZE_MAX, 11, DType::kBF16, DType::kBF16);
+        ModelState state(layout, *cpu, self_communicator(),
+                         StateOptions::zero(stage).with_seed(11).in(DType::kBF16, DType::kBF16));
         EXPECT_EQ(state.stored_dtype(), DType::kBF16);
         const int unit = 1;
         const float* view = state.acquire_vectors(unit);
@@ -305,7 +306,8 @@ TEST(ConversionChunks, Bf16StepOverAUnitLargerThanTheChunk) {
     auto be = make_cpu_backend(2);
     Transformer model(mc, *be, 2, false, DType::kBF16);
     ASSERT_GT(model.layout().unit_numel[0], size_t{1} << 22) << "unit 0 must exceed one conversion chunk";
-    ModelState state(model.layout(), *be, self_communicator(), 0, SIZE_MAX, 5, DType::kBF16, DType::kBF16);
+    ModelState state(model.layout(), *be, self_communicator(),
+                     StateOptions::zero(0).with_seed(5).in(DType::kBF16, DType::kBF16));
     std::vector<int32_t> inputs(16), targets(16);
     for (size_t i = 0; i < inputs.size(); ++i) {
         inputs[i] = static_cast<int32_t>((i * 4099) % 33000);

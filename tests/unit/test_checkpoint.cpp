@@ -71,14 +71,14 @@ TEST(Checkpoint, RoundTripRestoresEveryFieldAndElement) {
     for (DType t : {DType::kF32, DType::kBF16}) {
         const int stage = t == DType::kF32 ? 0 : 2;
         const uint64_t seed = t == DType::kF32 ? 424242 : 17;
-        ModelState a(f.layout, *f.backend, self_communicator(), stage, SIZE_MAX, 1, t, t);
+        ModelState a(f.layout, *f.backend, self_communicator(), StateOptions::zero(stage).with_seed(1).in(t, t));
         scribble(a, 3.f);
         CheckpointRecord saved = sample_record(dtype_name(t), seed);
         saved.config_ini = "[model]\n";
         const std::string dir = save_checkpoint(f.ckpt(), a, self_communicator(), saved, 2);
         EXPECT_EQ(fs::path(dir).filename(), "step_00000007");
         EXPECT_EQ(resolve_resume("auto", f.ckpt()), dir);
-        ModelState b(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 99, t, t);
+        ModelState b(f.layout, *f.backend, self_communicator(), StateOptions::zero(0).with_seed(99).in(t, t));
         const CheckpointRecord loaded = load_checkpoint(dir, b, self_communicator());
         const TrainProgress& p = loaded.progress;
         const TrainProgress& want = saved.progress;

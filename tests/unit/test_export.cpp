@@ -290,7 +290,8 @@ TEST(Export, ImportReproducesTheWeightsFromBothFormats) {
         }
     }
     // A 16-bit working copy is re-derived from the imported master weights.
-    ModelState c(f.layout, *f.backend, self_communicator(), 0, SIZE_MAX, 3, DType::kBF16, DType::kBF16);
+    ModelState c(f.layout, *f.backend, self_communicator(),
+                 StateOptions::zero(0).with_seed(3).in(DType::kBF16, DType::kBF16));
     import_weights(f.dir.file("w.safetensors"), f.layout, f.mc, c);
     const float* w = c.acquire(0);
     EXPECT_EQ(w[f.layout.find("wpe.weight").offset], bf16_to_f32(f32_to_bf16(want[0][f.layout.find("wpe.weight").offset])));

@@ -40,14 +40,16 @@ TEST(MixedPrecision, Fp16GradientsUnderflowWithoutLossScalingAndSurviveWithIt) {
     const ModelConfig mc = small_model();
     auto backend = make_cpu_backend(1);
     const ModelLayout layout = make_model_layout(mc);
-    ModelState state(layout, *backend, self_communicator(), 0, SIZE_MAX, 1, DType::kF16, DType::kF16);
+    ModelState state(layout, *backend, self_communicator(),
+                     StateOptions::zero(0).with_seed(1).in(DType::kF16, DType::kF16));
     const double expected = 1e-8 * std::sqrt(static_cast<double>(layout.total_numel));
     const double unscaled = stored_grad_norm(state, layout.num_units(), layout.total_numel, 1e-8f, 1.0);
     EXPECT_EQ(unscaled, 0.0) << "without scaling, fp16 should flush 1e-8 gradients to zero";
     const double scaled = stored_grad_norm(state, layout.num_units(), layout.total_numel, 1e-8f, 65536.0);
     EXPECT_NEAR(scaled, expected, 1e-3 * expected) << "with scale 2^16 the gradient survives fp16 storage";
     // bf16 has fp32's exponent range: no underflow even unscaled.
-    ModelState bf(layout, *backend, self_communicator(), 0, SIZE_MAX, 1, DType::kBF16, DType::kBF16);
+    ModelState bf(layout, *backend, self_communicator(),
+                  StateOptions::zero(0).with_seed(1).in(DType::kBF16, DType::kBF16));
     const double bf_norm = stored_grad_norm(bf, layout.num_units(), layout.total_numel, 1e-8f, 1.0);
     EXPECT_NEAR(bf_norm, expected, 1e-2 * expected);
 }
@@ -62,7 +64,7 @@ TEST(MixedPrecision, MemoryFollowsThePerDtypeFormulas) {
     for (const auto& p : layout.params) P += static_cast<double>(p.numel);
     for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
         for (int stage = 0; stage <= 3; ++stage) {
-            ModelState state(layout, *backend, self_communicator(), stage, SIZE_MAX, 1, t, t);
+            ModelState state(layout, *backend, self_communicator(), StateOptions::zero(stage).with_seed(1).in(t, t));
             const StateBytes b = state.bytes();
             const double w = static_cast<double>(dtype_size(t));
             const double master = t == DType::kF32 ? 0.0 : 4.0;

@@ -37,7 +37,8 @@ TEST(ZeroMemory, FormulasMatchModelStateBytesOnOneRank) {
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     for (const DType work : {DType::kF32, DType::kBF16, DType::kF16}) {
         for (int stage = 0; stage <= 3; ++stage) {
-            ModelState state(layout, *backend, self_communicator(), stage, SIZE_MAX, 1, work, work);
+            ModelState state(layout, *backend, self_communicator(),
+                             StateOptions::zero(stage).with_seed(1).in(work, work));
             size_t padded = 0;  // P as the buffers hold it: units padded for sharding
             for (const UnitShard& s : state.shard_plan().shards()) padded += s.padded_numel;
             const StateBytes sb = state.bytes();
@@ -62,9 +63,10 @@ TEST(MemoryPlan, ModelStatePlanIsWhatTheStateAllocates) {
     for (const DType work : {DType::kF32, DType::kBF16, DType::kF16}) {
         for (const DType reduce : {work, DType::kF32}) {
             for (int stage = 0; stage <= 3; ++stage) {
-                ModelState state(layout, *backend, self_communicator(), stage, 4096, 1, work, reduce);
+                ModelState state(layout, *backend, self_communicator(),
+                                 StateOptions::zero(stage).with_buckets(4096).with_seed(1).in(work, reduce));
                 const StateBytes got = state.bytes();
-                const StateBytes plan = ModelState::plan_bytes(layout, 1, stage, work, reduce);
+                const StateBytes plan = ModelState::plan_bytes(layout, 1, StateOptions::zero(stage).in(work, reduce));
                 const std::string what = std::string(dtype_name(work)) + "/" + dtype_name(reduce) + " stage " +
                                          std::to_string(stage);
                 EXPECT_EQ(plan.params, got.params) << what;
@@ -161,7 +163,8 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
     };
     for (int stage = 0; stage <= 3; ++stage) {
         cfg.parallel.zero_stage = stage;
-        ModelState state(layout, *backend, self_communicator(), stage, 4096, 1, DType::kF32, DType::kF32);
+        ModelState state(layout, *backend, self_communicator(),
+                         StateOptions::zero(stage).with_buckets(4096).with_seed(1));
         const CheckpointSnapshot snapshot(state);
         cfg.checkpoint.async = true;
         EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), static_cast<double>(snapshot.bytes())) << "stage " << stage;
@@ -227,8 +230,12 @@ TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
             const ModelLayout layout = PipelineRunner::stage_state_layout(whole, shape, s, split.first_layer);
             // As PipelineTraining makes it: ZeRO-2/3 keep the stage's whole gradients through
             // the step and reduce-scatter them once.
-            ModelState state(layout, *backend, StateComms{self_communicator(), self_communicator()}, zero, 4096, 1,
-                             DType::kF32, DType::kF32, plan.overlap_depth, /*once_per_step=*/true);
+            ModelState state(layout, *backend, StateComms{self_communicator(), self_communicator()},
+                             StateOptions::zero(zero)
+                                 .with_buckets(4096)
+                                 .with_seed(1)
+                                 .with_overlap_depth(plan.overlap_depth)
+                                 .reduced_once_per_step());
             const StateBytes got = state.bytes();
             EXPECT_EQ(item(plan, "scratch"), static_cast<double>(got.scratch)) << what << " stage " << s;
             EXPECT_EQ(item(plan, "params"), static_cast<double>(got.params)) << what << " stage " << s;

@@ -78,21 +78,59 @@ struct StateBytes {
     size_t model_state() const { return params + grads + master + optimizer; }
 };
 
+/// How a ModelState is sharded, stored and initialised: its constructor's options, named at
+/// the call site, e.g. StateOptions::zero(3).with_seed(1).in(DType::kBF16, DType::kBF16).
+struct StateOptions {
+    int zero_stage = 0;
+    /// DDP gradient bucket elements (ZeRO stage 0); SIZE_MAX: one bucket.
+    size_t bucket_numel = SIZE_MAX;
+    uint64_t seed = 1;           ///< the counter-based initialisation's key
+    DType work = DType::kF32;    ///< parameters, gradients and activations
+    DType reduce = DType::kF32;  ///< the gradients on the wire
+    /// How far communication runs ahead of compute, >= 1 (StateContext::overlap_depth).
+    int overlap_depth = 1;
+    /// ShardingPolicy::reduce_once_per_step: ZeRO-2/3 keep each unit's whole gradient through
+    /// the step and reduce it once (a pipeline stage's state).
+    bool reduce_once_per_step = false;
+
+    static StateOptions zero(int stage) {
+        StateOptions o;
+        o.zero_stage = stage;
+        return o;
+    }
+    StateOptions& with_seed(uint64_t s) {
+        seed = s;
+        return *this;
+    }
+    StateOptions& with_buckets(size_t numel) {
+        bucket_numel = numel;
+        return *this;
+    }
+    StateOptions& in(DType work_dtype, DType reduce_dtype) {
+        work = work_dtype;
+        reduce = reduce_dtype;
+        return *this;
+    }
+    StateOptions& with_overlap_depth(int depth) {
+        overlap_depth = depth;
+        return *this;
+    }
+    StateOptions& reduced_once_per_step(bool on = true) {
+        reduce_once_per_step = on;
+        return *this;
+    }
+};
+
 class ModelState : public UnitStore {
   public:
-    /// Allocates this rank's buffers and initializes them from `seed` (counter-based, see
-    /// init_unit: identical weights for every world size and stage). `layout` is kept by
+    /// Allocates this rank's buffers and initializes them from `options.seed` (counter-based,
+    /// see init_unit: identical weights for every world size and stage). `layout` is kept by
     /// reference: it must outlive the state.
     /// Hybrid sharding: the state is split over comms.shard (its group) and replicated over
-    /// comms.replica (see parallel/device_mesh.hpp). `overlap_depth` (>= 1): how far
-    /// communication runs ahead of compute (StateContext::overlap_depth).
-    /// `once_per_step`: ShardingPolicy::reduce_once_per_step (a pipeline stage's state).
-    ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, int zero_stage, size_t bucket_numel,
-               uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32, int overlap_depth = 1,
-               bool once_per_step = false);
+    /// comms.replica (see parallel/device_mesh.hpp).
+    ModelState(const ModelLayout& layout, Backend& backend, StateComms comms, const StateOptions& options);
     /// One group of all of `comm`'s ranks (no replication).
-    ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, int zero_stage,
-               size_t bucket_numel, uint64_t seed, DType work = DType::kF32, DType reduce = DType::kF32);
+    ModelState(const ModelLayout& layout, Backend& backend, Communicator& comm, const StateOptions& options);
     /// Single-rank convenience (tests, tools): stage 0 on a communicator of size 1.
     ModelState(const ModelLayout& layout, Backend& backend, uint64_t seed);
     ~ModelState() override;
@@ -136,13 +174,12 @@ class ModelState : public UnitStore {
 
     // ---- inspection (tests, checkpoints, import) ----
     StateBytes bytes() const;
-    /// What bytes() will be for these arguments, without allocating anything (the memory
+    /// What bytes() will be for these options, without allocating anything (the memory
     /// plan): the same size functions the parts allocate with. The constructor checks that
     /// it allocated exactly this.
     /// `group_size`: the ranks the state is split over (the shard group; the world without
-    /// hybrid sharding).
-    static StateBytes plan_bytes(const ModelLayout& layout, int group_size, int zero_stage, DType work, DType reduce,
-                                 int overlap_depth = 1, bool once_per_step = false);
+    /// hybrid sharding). `options.seed` and `options.bucket_numel` do not matter.
+    static StateBytes plan_bytes(const ModelLayout& layout, int group_size, const StateOptions& options);
     /// The ZeRO stage the state was made with (recorded in checkpoints; the parts ask
     /// shard_plan()'s policy instead).
     int zero_stage() const { return m_plan.policy().stage(); }
