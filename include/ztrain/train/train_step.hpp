@@ -66,17 +66,19 @@ void advance_progress(TrainProgress& progress, long step, uint64_t rows, uint64_
 void apply_or_skip(double sum_sq, long step, const TrainConfig& tc, ModelState& state, LossScalePolicy& loss_scale,
                    StepReporter& reporter, TrainProgress& progress, StepOutcome& out);
 
+/// The step of one stage (parallel.pipeline = 1): forward + backward per micro-batch, the
+/// model state reducing each unit as its gradient is final (stage_training.hpp).
 class TrainStep {
   public:
-    /// `comm`: the run's (the loss); `counted`: every communicator whose per-step bytes the
-    /// step's record reports (their counts restart with each step).
+    /// `comm`: the data-parallel ranks' (the loss); `counted`: every communicator whose
+    /// per-step bytes the step's record reports (their counts restart with each step).
     TrainStep(const Config& cfg, Transformer& model, ModelState& state, Communicator& comm, std::vector<Communicator*> counted,
-              BatchSampler* sampler, LossScalePolicy& loss_scale, StepReporter& reporter,
-              const TrainOptions& options, ProfilingBackend* op_profile);
+              BatchSampler* sampler, LossScalePolicy& loss_scale, const TrainOptions& options,
+              ProfilingBackend* op_profile);
 
     /// Runs 0-based step `step` from `progress` (its data cursor and applied-step count) and
-    /// advances `progress` past it. Collective.
-    StepOutcome run(long step, TrainProgress& progress);
+    /// advances `progress` past it; `reporter` hears of a skipped step. Collective.
+    StepOutcome run(long step, TrainProgress& progress, StepReporter& reporter);
     /// Train on example shards instead of the sampler's windows (example_feed.hpp): the loss
     /// is normalised by the global target count, progress counts rows and target tokens.
     void use_examples(ExampleFeed* feed) { m_examples = feed; }
@@ -91,7 +93,6 @@ class TrainStep {
     std::vector<Communicator*> m_counted;
     BatchSampler* m_sampler;  ///< null on example shards (use_examples)
     LossScalePolicy& m_loss_scale;
-    StepReporter& m_reporter;
     const TrainOptions& m_options;
     ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
     ExampleFeed* m_examples = nullptr;
