@@ -111,7 +111,7 @@ std::string TrainSetup::describe_data() const {
                val_data ? str(", ", val_data->num_windows(), " val windows") : std::string());
 }
 
-TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
+TrainSetup set_up_mesh(const Config& cfg, MPI_Comm mpi_comm) {
     TrainSetup s;
     s.comm = make_mpi_communicator(mpi_comm);
     s.mesh = std::make_unique<DeviceMesh>(mpi_comm, cfg.parallel.pipeline, cfg.parallel.tensor,
@@ -119,6 +119,11 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     // An absent dimension's MPI communicator is MPI_COMM_NULL: a communicator of one rank.
     s.data_comm = make_mpi_communicator(s.mesh->data_comm());
     s.pipeline_comm = make_mpi_communicator(s.mesh->pipeline_comm());
+    return s;
+}
+
+TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
+    TrainSetup s = set_up_mesh(cfg, mpi_comm);
     if (s.comm->rank() == 0) {
         std::printf("ztrain: ranks: %s\n", s.layout().describe().c_str());
         if (!s.mesh->note().empty()) std::printf("ztrain: note: %s\n", s.mesh->note().c_str());

@@ -104,6 +104,13 @@ struct TrainSetup {
     }
 };
 
+/// The communicator and the mesh of `cfg`'s parallel.* over `mpi_comm`, with its data and
+/// pipeline communicators (the tensor group's comes with start_compute's backend); the
+/// backend choice cpu, no data.
+/// What set_up_training starts from, and all a model that is not trained needs before
+/// start_compute (zt-eval). Collective.
+TrainSetup set_up_mesh(const Config& cfg, MPI_Comm mpi_comm);
+
 /// Sets up the communicator, the rank layout (shard groups), the backend choice and the data
 /// of a run over `mpi_comm` (collective). Rank 0 prints the layout and the backend note of
 /// backend = auto.

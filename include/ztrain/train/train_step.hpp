@@ -48,7 +48,7 @@ struct StepOutcome {
     uint64_t rows = 0;
 };
 
-/// The start of every training step (TrainStep, PipelineTraining): the communicators'
+/// The start of every training step (TrainStep, the pipeline's stage): the communicators'
 /// counters reset, the gradients zeroed (out.phases.zero) and the loss scale the step runs
 /// with read into out.loss_scale, which it returns.
 double start_step(const std::vector<Communicator*>& counted, ModelState& state, const LossScalePolicy& loss_scale,
