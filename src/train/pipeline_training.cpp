@@ -131,7 +131,7 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
     const float dloss = static_cast<float>(scale / static_cast<double>(targets));
     // Every stage of a pipeline reads the same micro-batches: those of its data rank.
     for (int a = 0; a < m; ++a) {
-        const uint64_t first = progress.samples_seen + static_cast<uint64_t>((static_cast<long>(data.rank()) * m + a) * B);
+        const uint64_t first = micro_batch_first(progress.samples_seen, data.rank(), tc, a);
         RowBatch& b = m_batches[static_cast<size_t>(a)];
         if (feed) {
             feed->fill_train(first, B, b);
@@ -236,11 +236,10 @@ double PipelineTraining::val_loss() {
     const int E = tc.eval_batches;
     Communicator& data = m_setup.data();
     // The same leading windows (or example rows) every time, split over the data ranks, as
-    // Evaluator reads them; the loss over every target they hold.
-    const long per_rank = static_cast<long>(E) * B;
+    // one stage reads them (val_batch_first); the loss over every target they hold.
     const bool examples = m_setup.examples && m_setup.examples->val();
     for (int e = 0; e < E; ++e) {
-        const uint64_t first = static_cast<uint64_t>(data.rank() * per_rank + e * B);
+        const uint64_t first = val_batch_first(data.rank(), tc, e);
         RowBatch& b = m_batches[static_cast<size_t>(e)];
         if (examples) {
             m_setup.examples->fill_val(first, B, b);

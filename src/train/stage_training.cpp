@@ -82,11 +82,9 @@ class OneStageTraining final : public StageTraining {
         const int B = m_tc.micro_batch;
         const int T = m_model.config().seq_len;
         Communicator& data = m_setup.data();
-        const long per_rank = static_cast<long>(m_tc.eval_batches) * B;
         double sum = 0.0;
         for (int e = 0; e < m_tc.eval_batches; ++e) {
-            const uint64_t first = static_cast<uint64_t>(data.rank() * per_rank + e * B);
-            m_setup.val_sampler->fill(first, B, m_inputs.data(), m_targets.data());
+            m_setup.val_sampler->fill(val_batch_first(data.rank(), m_tc, e), B, m_inputs.data(), m_targets.data());
             sum += m_model.forward(m_state, m_inputs.data(), m_targets.data(), B, T, 0.f);
         }
         data.all_reduce_scalars(&sum, 1);

@@ -92,9 +92,7 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress, StepReporter& rep
         out.rows = examples.rows;
     }
     for (int a = 0; m_examples == nullptr && a < m_tc.grad_accum; ++a) {
-        const uint64_t first =
-            progress.samples_seen + static_cast<uint64_t>((static_cast<long>(rank) * m_tc.grad_accum + a) * B);
-        m_sampler->fill(first, B, m_inputs.data(), m_targets.data());
+        m_sampler->fill(micro_batch_first(progress.samples_seen, rank, m_tc, a), B, m_inputs.data(), m_targets.data());
         if (m_options.on_inputs) m_options.on_inputs(step + 1, a, m_inputs);
         m_state.begin_micro_step(a == 0, a == m_tc.grad_accum - 1);
         auto tp = Clock::now();

@@ -48,6 +48,21 @@ struct StepOutcome {
     uint64_t rows = 0;
 };
 
+/// Where micro-step `a` of data rank `rank` starts, in global samples (windows, or example
+/// rows) from `step_first`, the step's first: each data rank reads train.grad_accum
+/// consecutive micro-batches of train.micro_batch, ranks in order (every stage of a pipeline
+/// reads its data rank's).
+inline uint64_t micro_batch_first(uint64_t step_first, int rank, const TrainConfig& tc, int a) {
+    return step_first + static_cast<uint64_t>((static_cast<long>(rank) * tc.grad_accum + a) * tc.micro_batch);
+}
+
+/// Where validation micro-batch `e` of data rank `rank` starts: the same leading samples
+/// every evaluation, train.eval_batches micro-batches per rank, ranks in order.
+inline uint64_t val_batch_first(int rank, const TrainConfig& tc, int e) {
+    return static_cast<uint64_t>(static_cast<long>(rank) * tc.eval_batches * tc.micro_batch +
+                                 static_cast<long>(e) * tc.micro_batch);
+}
+
 /// The start of every training step (TrainStep, the pipeline's stage): the communicators'
 /// counters reset, the gradients zeroed (out.phases.zero) and the loss scale the step runs
 /// with read into out.loss_scale, which it returns.
