@@ -260,6 +260,8 @@ void describe_run(StepReporter& reporter, const Config& cfg, const TrainSetup& s
                   long step) {
     if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), step);
     reporter.set_rank_layout(setup.layout());
+    // The data communicator carries the loss's sum whatever its ranks (all of them without
+    // tensor or pipeline parallelism): counted, so the step's scalar bytes are all there.
     reporter.set_tensor_comms(setup.split_tensor_comm(), setup.data_comm.get());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available, memory.overlap_depth);
 }
