@@ -31,8 +31,13 @@
 #include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/transformer.hpp"
+#include "ztrain/optim/loss_scale_policy.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/choice_eval.hpp"
+#include "ztrain/train/memory_plan.hpp"
+#include "ztrain/train/stage_training.hpp"
+#include "ztrain/train/train_setup.hpp"
+#include "ztrain/train/trainer.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -131,6 +136,20 @@ void write_results(const std::string& path, const nlohmann::ordered_json& result
     fs::rename(tmp, path);  // a reader never sees half a file
 }
 
+/// The deck of the model to evaluate: the run's model on every rank whole (no pipeline, tensor
+/// or ZeRO sharding), in fp32, with forwards of `batch` rows on `threads` cpu threads; the
+/// state's seed 1 (every weight is then loaded).
+zt::Config evaluation_config(const zt::Config& model_cfg, int batch, int threads) {
+    zt::Config cfg;
+    cfg.model = model_cfg.model;
+    cfg.backend = zt::BackendChoice::kCpu;
+    cfg.train.micro_batch = batch;
+    cfg.train.threads = threads;
+    cfg.train.seed = 1;
+    cfg.parallel.comm_thread = false;
+    return cfg;
+}
+
 int run(int argc, char** argv) {
     auto comm = zt::make_mpi_communicator(MPI_COMM_WORLD);
     const bool root = comm->rank() == 0;
@@ -145,15 +164,25 @@ int run(int argc, char** argv) {
 
     const int threads = o.threads > 0 ? o.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
-    auto backend = zt::make_cpu_backend(threads);
-    zt::Transformer model(cfg.model, *backend, o.batch);
-    zt::ModelState state(model.layout(), *backend, *comm, zt::StateOptions::zero(0).with_buckets(1 << 20).with_seed(1));
+    const zt::Config run_cfg = evaluation_config(cfg, o.batch, threads);
+    zt::TrainSetup setup = zt::set_up_mesh(run_cfg, MPI_COMM_WORLD);
+    zt::start_compute(setup, run_cfg);
+    // The model as a training run holds it (stage_training.hpp); nothing here trains it.
+    zt::LossScalePolicy no_scaling(zt::DType::kF32, run_cfg.precision, run_cfg.train.max_bad_steps);
+    zt::MemoryPlan plan;
+    plan.bucket_bytes = static_cast<double>(sizeof(float) << 20);
+    const std::unique_ptr<zt::StageTraining> model =
+        zt::make_stage_training(run_cfg, setup, no_scaling, plan, zt::TrainOptions{});
     if (step_dir.empty()) {
-        zt::import_weights(o.model, model.layout(), cfg.model, state, comm.get());
+        zt::import_weights(o.model, model->model().layout(), cfg.model, model->state(), setup.comm.get());
     } else {
-        zt::load_checkpoint(step_dir, state, *comm);
+        zt::load_checkpoint(step_dir, model->state(), *setup.comm);
     }
-    zt::ChoiceEvaluator evaluator(model, state, *comm, o.batch, tok->eot());
+    zt::ChoiceEvaluator evaluator(
+        [&model](const int32_t* inputs, const int32_t* targets, int B, int T) {
+            return model->position_losses(inputs, targets, B, T);
+        },
+        cfg.model.seq_len, setup.data(), o.batch, tok->eot());
     nlohmann::ordered_json results;
     results["model"] = step_dir.empty() ? o.model : step_dir;
     results["world_size"] = comm->size();

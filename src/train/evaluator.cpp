@@ -12,22 +12,11 @@
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/train/example_feed.hpp"
+#include "ztrain/train/stage_training.hpp"
 #include "ztrain/train/step_reporter.hpp"
+#include "ztrain/train/train_setup.hpp"
 
 namespace zt {
-
-std::vector<uint32_t> generate(Transformer& model, UnitStore& store, uint32_t start_token, int n, uint64_t seed, long step) {
-    return generate(model, store, std::vector<uint32_t>{start_token}, n, seed, step, std::nullopt);
-}
-
-std::vector<uint32_t> generate(Transformer& model, UnitStore& store, const std::vector<uint32_t>& prompt, int n,
-                               uint64_t seed, long step, std::optional<uint32_t> stop) {
-    const NextLogits next = [&](const int32_t* window, int T, float* row) {
-        model.forward(store, window, nullptr, 1, T, 0.f);
-        model.logits_row_to_host(T - 1, row);
-    };
-    return generate(next, model.config(), prompt, n, seed, step, stop);
-}
 
 std::vector<uint32_t> generate(const NextLogits& next, const ModelConfig& mc, const std::vector<uint32_t>& prompt,
                                int n, uint64_t seed, long step, std::optional<uint32_t> stop) {
@@ -90,18 +79,16 @@ std::string sample_text(const Tokenizer* tokenizer, const std::vector<uint32_t>&
     return text + tokenizer->decode(run);
 }
 
-Evaluator::Evaluator(const TrainConfig& tc, Transformer& model, UnitStore& store, Communicator& comm,
-                     BatchSampler* val_sampler, const Tokenizer* tokenizer, StepReporter& reporter)
+Evaluator::Evaluator(const TrainConfig& tc, StageTraining& training, const TrainSetup& setup, StepReporter& reporter)
     : m_tc(tc),
-      m_model(model),
-      m_store(store),
-      m_comm(comm),
-      m_val_sampler(val_sampler),
-      m_tokenizer(tokenizer),
+      m_training(training),
+      m_setup(setup),
       m_reporter(reporter),
-      m_inputs(static_cast<size_t>(tc.micro_batch) * static_cast<size_t>(model.config().seq_len)),
-      m_targets(m_inputs.size()),
-      m_choice(model, store, comm, tc.micro_batch, tokenizer ? tokenizer->eot() : 0) {}
+      m_choice([&training](const int32_t* inputs, const int32_t* targets, int B, int T) {
+                   return training.position_losses(inputs, targets, B, T);
+               },
+               training.model().config().seq_len, setup.data(), tc.micro_batch,
+               setup.tokenizer ? setup.tokenizer->eot() : 0) {}
 
 void Evaluator::set_tasks(const std::vector<ChoiceTask>& tasks, const EvalConfig& ec) {
     m_tasks = &tasks;
@@ -114,64 +101,41 @@ std::optional<Evaluation> Evaluator::evaluate_at_start() {
     return ev;
 }
 
-void evaluate_tasks_due(ChoiceEvaluator& choice, const std::vector<ChoiceTask>& tasks, const EvalConfig& ec,
-                        const TrainConfig& tc, long done, StepReporter& reporter) {
-    if (tasks.empty()) return;
-    if (!((ec.every > 0 && done % ec.every == 0) || done == tc.max_steps)) return;
-    for (const ChoiceTask& task : tasks) reporter.choice_eval(done, task.name, choice.evaluate(task, ec.limit));
+void Evaluator::evaluate_tasks(long done) {
+    if (m_tasks == nullptr || m_tasks->empty()) return;
+    if (!((m_eval.every > 0 && done % m_eval.every == 0) || done == m_tc.max_steps)) return;
+    for (const ChoiceTask& task : *m_tasks) {
+        m_reporter.choice_eval(done, task.name, m_choice.evaluate(task, m_eval.limit));
+    }
     std::fflush(stdout);
 }
 
-void Evaluator::evaluate_tasks(long done) {
-    if (m_tasks) evaluate_tasks_due(m_choice, *m_tasks, m_eval, m_tc, done, m_reporter);
-}
-
-double Evaluator::window_val_loss() {
-    const int B = m_tc.micro_batch;
-    const int T = m_model.config().seq_len;
-    const int rank = m_comm.rank();
-    const int world = m_comm.size();
-    // Validation covers the same leading windows every time (no shuffle), split over ranks.
-    const long per_rank = static_cast<long>(m_tc.eval_batches) * B;
-    double sum = 0.0;
-    for (int e = 0; e < m_tc.eval_batches; ++e) {
-        const uint64_t first = static_cast<uint64_t>(rank * per_rank + e * B);
-        m_val_sampler->fill(first, B, m_inputs.data(), m_targets.data());
-        sum += m_model.forward(m_store, m_inputs.data(), m_targets.data(), B, T, 0.f);
-    }
-    m_comm.all_reduce_scalars(&sum, 1);
-    return sum / (static_cast<double>(m_tc.eval_batches) * world);
-}
-
-double Evaluator::example_val_loss() {
-    // The same leading validation rows every time, split over ranks; prompts never count.
-    const auto [sum, targets] = m_examples->val_sums(m_model, m_store, m_tc, m_comm.rank());
-    double v[2] = {sum, static_cast<double>(targets)};
-    m_comm.all_reduce_scalars(v, 2);
-    return v[1] > 0 ? v[0] / v[1] : 0.0;
-}
-
 std::optional<Evaluation> Evaluator::evaluate(long step) {
-    const bool on_examples = m_examples != nullptr && m_examples->val() != nullptr;
-    if (!m_val_sampler && !on_examples) return std::nullopt;
+    if (!m_setup.has_validation()) return std::nullopt;
     Evaluation ev;
-    ev.val_loss = on_examples ? example_val_loss() : window_val_loss();
+    ev.val_loss = m_training.val_loss();
     m_reporter.val_loss(step, ev.val_loss);
     if (m_tc.sample_tokens > 0) {
         // Every rank generates (the same tokens, from the same counter-based draws): with
-        // sharded parameters each forward is collective. Only rank 0 prints. On examples the
-        // sample answers the first validation example's prompt (a chat's rendered user turn
-        // and assistant header) and stops at the token that ends its first answer.
-        std::vector<uint32_t> prompt{m_tokenizer ? m_tokenizer->eot() : 0};
+        // sharded parameters or stages each forward is collective. Only rank 0 prints. On
+        // examples the sample answers the first validation example's prompt (a chat's
+        // rendered user turn and assistant header) and stops at the token that ends its
+        // first answer.
+        const Tokenizer* tokenizer = m_setup.tokenizer.get();
+        std::vector<uint32_t> prompt{tokenizer ? tokenizer->eot() : 0};
         std::optional<uint32_t> stop;
         std::string text;
-        if (on_examples) {
-            const SamplePrompt sp = m_examples->sample_prompt();
+        if (m_setup.examples && m_setup.examples->val()) {
+            const SamplePrompt sp = m_setup.examples->sample_prompt();
             prompt = sp.prompt;
             stop = sp.stop;
-            text = sample_text(m_tokenizer, prompt);
+            text = sample_text(tokenizer, prompt);
         }
-        text += sample_text(m_tokenizer, generate(m_model, m_store, prompt, m_tc.sample_tokens, m_tc.seed, step, stop));
+        const NextLogits next = [this](const int32_t* window, int T, float* row) {
+            m_training.next_logits(window, T, row);
+        };
+        text += sample_text(tokenizer, generate(next, m_training.model().config(), prompt, m_tc.sample_tokens,
+                                                m_tc.seed, step, stop));
         m_reporter.sample(step, text);
         ev.sample = text;
     }

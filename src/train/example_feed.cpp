@@ -11,6 +11,7 @@
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/step_reporter.hpp"
+#include "ztrain/train/train_step.hpp"
 
 namespace zt {
 namespace {
@@ -208,8 +209,7 @@ ExampleStepTotals ExampleFeed::micro_steps(Transformer& model, ModelState& state
     ZT_REQUIRE(totals.targets > 0, "a step of ", totals.rows, " rows without a target");
     const float dloss = static_cast<float>(scale / static_cast<double>(totals.targets));
     for (int a = 0; a < tc.grad_accum; ++a) {
-        const uint64_t first = first_row + static_cast<uint64_t>((static_cast<long>(rank) * tc.grad_accum + a) * B);
-        m_train_rows->fill(first, B, m_batch);
+        m_train_rows->fill(micro_batch_first(first_row, rank, tc, a), B, m_batch);
         state.begin_micro_step(a == 0, a == tc.grad_accum - 1);
         auto t = Clock::now();
         forward(model, state, dloss);
@@ -226,11 +226,10 @@ std::pair<double, uint64_t> ExampleFeed::val_sums(Transformer& model, UnitStore&
                                                   int rank) {
     ZT_REQUIRE(m_val_rows != nullptr, "validation rows without data.val");
     const int B = tc.micro_batch;
-    const uint64_t per_rank = static_cast<uint64_t>(tc.eval_batches) * static_cast<uint64_t>(B);
     double sum = 0.0;
     uint64_t targets = 0;
     for (int e = 0; e < tc.eval_batches; ++e) {
-        m_val_rows->fill(static_cast<uint64_t>(rank) * per_rank + static_cast<uint64_t>(e * B), B, m_batch);
+        m_val_rows->fill(val_batch_first(rank, tc, e), B, m_batch);
         forward(model, store, 0.f);
         sum += model.last_loss_sum();
         targets += static_cast<uint64_t>(model.last_target_count());

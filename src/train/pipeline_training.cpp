@@ -1,5 +1,5 @@
-// One rank's part of a pipeline-parallel run (see include/ztrain/train/pipeline_training.hpp).
-#include "ztrain/train/pipeline_training.hpp"
+// One rank's stage of a pipeline-parallel run (see pipeline_training.hpp beside this file).
+#include "pipeline_training.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,6 @@
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
-#include "ztrain/train/evaluator.hpp"
 #include "ztrain/train/example_feed.hpp"
 #include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/train_setup.hpp"
@@ -39,11 +38,11 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
     : m_cfg(cfg), m_setup(setup), m_loss_scale(loss_scale), m_split(pipeline_split(cfg)) {
     const ModelConfig& mc = cfg.model;
     const TrainConfig& tc = cfg.train;
-    const RankLayout& L = setup.groups->layout();
+    const RankLayout& L = setup.layout();
     const int P = L.pipeline;
     const int s = L.pipeline_rank;
     const int v = cfg.parallel.chunks();
-    m_runner = std::make_unique<PipelineRunner>(setup.groups->pipeline_comm(), pipeline_schedule_kind(cfg.parallel.schedule),
+    m_runner = std::make_unique<PipelineRunner>(setup.mesh->pipeline_comm(), pipeline_schedule_kind(cfg.parallel.schedule),
                                                 PipelineShape{P, tc.grad_accum, v});
     m_runner->watch_with(setup.pipeline_comm.get());
     m_owned.resize(static_cast<size_t>(v));
@@ -52,7 +51,7 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
         const StageBlocks blocks = PipelineRunner::chunk_blocks(m_split.first_layer, c * P + s);
         for (int k = 0; k < m_runner->slots()[static_cast<size_t>(c)]; ++k) {
             m_owned[static_cast<size_t>(c)].push_back(std::make_unique<Transformer>(
-                mc, *setup.backend, tc.micro_batch, tc.recompute, cfg.precision.dtype, setup.tensor_group.get(),
+                mc, *setup.backend, tc.micro_batch, tc.recompute, cfg.precision.dtype, setup.tensor_group_or_null(),
                 cfg.parallel.sequence, blocks));
             m_models[static_cast<size_t>(c)].push_back(m_owned[static_cast<size_t>(c)].back().get());
         }
@@ -70,7 +69,7 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
                                                .reduced_once_per_step());
     // Unit 0's two holders: the first and the last stage (the whole pipeline when P = 2).
     const bool holds_unit0 = s == 0 || s == P - 1;
-    ZT_MPI_CHECK(MPI_Comm_split(setup.groups->pipeline_comm(), holds_unit0 ? 0 : MPI_UNDEFINED, s, &m_ends_mpi));
+    ZT_MPI_CHECK(MPI_Comm_split(setup.mesh->pipeline_comm(), holds_unit0 ? 0 : MPI_UNDEFINED, s, &m_ends_mpi));
     if (holds_unit0) m_ends = make_mpi_communicator(m_ends_mpi);
     m_global_batch = static_cast<long>(tc.micro_batch) * tc.grad_accum * setup.data().size();
     m_batches.resize(static_cast<size_t>(std::max(tc.grad_accum, tc.eval_batches)));
@@ -136,7 +135,7 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
     const float dloss = static_cast<float>(scale / static_cast<double>(targets));
     // Every stage of a pipeline reads the same micro-batches: those of its data rank.
     for (int a = 0; a < m; ++a) {
-        const uint64_t first = progress.samples_seen + static_cast<uint64_t>((static_cast<long>(data.rank()) * m + a) * B);
+        const uint64_t first = micro_batch_first(progress.samples_seen, data.rank(), tc, a);
         RowBatch& b = m_batches[static_cast<size_t>(a)];
         if (feed) {
             feed->fill_train(first, B, b);
@@ -176,7 +175,7 @@ StepOutcome PipelineTraining::step(long step, TrainProgress& progress, StepRepor
 }
 
 std::vector<float> PipelineTraining::gather_params() {
-    const RankLayout& L = m_setup.groups->layout();
+    const RankLayout& L = m_setup.layout();
     const ModelLayout& whole = m_owned[0][0]->layout();
     const int nL = m_cfg.model.n_layer;
     std::vector<float> out;
@@ -195,28 +194,26 @@ std::vector<float> PipelineTraining::gather_params() {
     return out;
 }
 
-std::vector<uint32_t> PipelineTraining::generate(const std::vector<uint32_t>& prompt, int n, uint64_t seed,
-                                                long step, std::optional<uint32_t> stop) {
-    const RankLayout& L = m_setup.groups->layout();
+void PipelineTraining::next_logits(const int32_t* window, int T, float* row) {
+    const RankLayout& L = m_setup.layout();
     const size_t Vp = static_cast<size_t>(m_cfg.model.padded_vocab());
     // The last virtual stage is the last chunk of the last stage; one micro-batch runs in its slot 0.
-    Transformer& head = *m_models.back().front();
-    const NextLogits next = [&](const int32_t* window, int T, float* row) {
-        std::copy(window, window + T, m_window.data());
-        const auto batch = [&](int) { return PipelineMicroBatch{m_window.data(), nullptr, {}, 0}; };
-        m_runner->run_forward(*m_state, m_models, batch, 1, 1, T);
-        if (L.pipeline_rank == L.pipeline - 1) head.logits_row_to_host(T - 1, row);
-        m_setup.pipeline_comm->broadcast_bytes(row, Vp * sizeof(float), L.pipeline - 1);
-    };
-    return zt::generate(next, m_cfg.model, prompt, n, seed, step, stop);
+    std::copy(window, window + T, m_window.data());
+    const auto batch = [&](int) { return PipelineMicroBatch{m_window.data(), nullptr, {}, 0}; };
+    m_runner->run_forward(*m_state, m_models, batch, 1, 1, T);
+    if (L.pipeline_rank == L.pipeline - 1) m_models.back().front()->logits_row_to_host(T - 1, row);
+    m_setup.pipeline_comm->broadcast_bytes(row, Vp * sizeof(float), L.pipeline - 1);
 }
 
-bool PipelineTraining::has_validation() const {
-    return m_setup.val_sampler || (m_setup.examples && m_setup.examples->val());
+std::string PipelineTraining::describe() const {
+    std::string layers;
+    for (int k = 0; k < m_split.count(); ++k) layers += str(k ? "," : "", m_split.layers(k));
+    return str("pipeline: ", m_cfg.parallel.pipeline, " stages, schedule ", setting_text(m_cfg.parallel.schedule),
+               ", blocks per virtual stage ", layers);
 }
 
 const float* PipelineTraining::position_losses(const int32_t* inputs, const int32_t* targets, int B, int T) {
-    const RankLayout& L = m_setup.groups->layout();
+    const RankLayout& L = m_setup.layout();
     ZT_REQUIRE(B <= m_cfg.train.micro_batch && T <= m_cfg.model.seq_len, "position_losses: ", B, " rows of ", T,
                " tokens exceed the models' ", m_cfg.train.micro_batch, " of ", m_cfg.model.seq_len);
     const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
@@ -243,11 +240,10 @@ double PipelineTraining::val_loss() {
     const int E = tc.eval_batches;
     Communicator& data = m_setup.data();
     // The same leading windows (or example rows) every time, split over the data ranks, as
-    // Evaluator reads them; the loss over every target they hold.
-    const long per_rank = static_cast<long>(E) * B;
+    // one stage reads them (val_batch_first); the loss over every target they hold.
     const bool examples = m_setup.examples && m_setup.examples->val();
     for (int e = 0; e < E; ++e) {
-        const uint64_t first = static_cast<uint64_t>(data.rank() * per_rank + e * B);
+        const uint64_t first = val_batch_first(data.rank(), tc, e);
         RowBatch& b = m_batches[static_cast<size_t>(e)];
         if (examples) {
             m_setup.examples->fill_val(first, B, b);

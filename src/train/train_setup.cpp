@@ -94,6 +94,8 @@ TrainSetup::TrainSetup() = default;
 TrainSetup::~TrainSetup() = default;
 TrainSetup::TrainSetup(TrainSetup&&) noexcept = default;
 
+bool TrainSetup::has_validation() const { return val_sampler || (examples && examples->val()); }
+
 std::vector<std::string> TrainSetup::train_files() const {
     return examples ? examples->train().files() : train_data->files();
 }
@@ -109,17 +111,22 @@ std::string TrainSetup::describe_data() const {
                val_data ? str(", ", val_data->num_windows(), " val windows") : std::string());
 }
 
-TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
+TrainSetup set_up_mesh(const Config& cfg, MPI_Comm mpi_comm) {
     TrainSetup s;
     s.comm = make_mpi_communicator(mpi_comm);
-    s.groups = std::make_unique<DeviceMesh>(mpi_comm, cfg.parallel.pipeline, cfg.parallel.tensor,
-                                            cfg.parallel.shard_group.ranks, cfg.parallel.zero_stage);
-    const RankLayout& mesh = s.groups->layout();
-    if (mesh.tensor > 1 || mesh.pipeline > 1) s.data_comm = make_mpi_communicator(s.groups->data_comm());
-    if (mesh.pipeline > 1) s.pipeline_comm = make_mpi_communicator(s.groups->pipeline_comm());
+    s.mesh = std::make_unique<DeviceMesh>(mpi_comm, cfg.parallel.pipeline, cfg.parallel.tensor,
+                                          cfg.parallel.shard_group.ranks, cfg.parallel.zero_stage);
+    // An absent dimension's MPI communicator is MPI_COMM_NULL: a communicator of one rank.
+    s.data_comm = make_mpi_communicator(s.mesh->data_comm());
+    s.pipeline_comm = make_mpi_communicator(s.mesh->pipeline_comm());
+    return s;
+}
+
+TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
+    TrainSetup s = set_up_mesh(cfg, mpi_comm);
     if (s.comm->rank() == 0) {
-        std::printf("ztrain: ranks: %s\n", s.groups->layout().describe().c_str());
-        if (!s.groups->note().empty()) std::printf("ztrain: note: %s\n", s.groups->note().c_str());
+        std::printf("ztrain: ranks: %s\n", s.layout().describe().c_str());
+        if (!s.mesh->note().empty()) std::printf("ztrain: note: %s\n", s.mesh->note().c_str());
     }
     // backend = cpu | cuda | auto: a cuda that cannot run here is bad input, before any work.
     std::string backend_note;
@@ -179,27 +186,27 @@ void start_compute(TrainSetup& s, const Config& cfg) {
     // bf16 instructions or with ZT_CPU_BF16=off); a bad ZT_CPU_BF16 is an input error here.
     const std::string products_note = s.backend->activation_dtype_note(cfg.precision.dtype);
     if (s.comm->rank() == 0 && !products_note.empty()) std::printf("ztrain: note: %s\n", products_note.c_str());
-    const RankLayout& L = s.groups->layout();
+    const RankLayout& L = s.layout();
     if (s.backend->capabilities().device_memory) {
         // Device buffers: NCCL (or staging) inside the group, and across groups when there are
         // replicas; the node-local rank of the whole job picks the GPU.
         const NodePlacement node{L.local_rank, L.local_size};
-        s.shard_comm = make_communicator("cuda", s.groups->shard_comm(), cuda_stream(*s.backend), node,
+        s.shard_comm = make_communicator("cuda", s.mesh->shard_comm(), cuda_stream(*s.backend), node,
                                          L.replicas > 1 ? "shard-group" : "model-state");
-        s.replica_comm = L.replicas > 1 ? make_communicator("cuda", s.groups->replica_comm(), cuda_stream(*s.backend),
+        s.replica_comm = L.replicas > 1 ? make_communicator("cuda", s.mesh->replica_comm(), cuda_stream(*s.backend),
                                                             node, "replica")
                                         : make_mpi_communicator(MPI_COMM_NULL);
-        if (L.tensor > 1) {
-            s.tensor_comm = make_communicator("cuda", s.groups->tensor_comm(), cuda_stream(*s.backend), node, "tensor");
-        }
+        s.tensor_comm = L.tensor > 1 ? make_communicator("cuda", s.mesh->tensor_comm(), cuda_stream(*s.backend),
+                                                         node, "tensor")
+                                     : make_mpi_communicator(MPI_COMM_NULL);
     } else {
         const bool engine = cfg.parallel.comm_thread;
-        s.shard_comm = make_mpi_communicator(s.groups->shard_comm(), engine);
-        s.replica_comm = make_mpi_communicator(L.replicas > 1 ? s.groups->replica_comm() : MPI_COMM_NULL, engine);
+        s.shard_comm = make_mpi_communicator(s.mesh->shard_comm(), engine);
+        s.replica_comm = make_mpi_communicator(L.replicas > 1 ? s.mesh->replica_comm() : MPI_COMM_NULL, engine);
         // The tensor group's sums are waited for at once (the next op reads them): no thread.
-        if (L.tensor > 1) s.tensor_comm = make_mpi_communicator(s.groups->tensor_comm());
+        s.tensor_comm = make_mpi_communicator(s.mesh->tensor_comm());  // MPI_COMM_NULL when T = 1: one rank
     }
-    if (s.tensor_comm) s.tensor_group = std::make_unique<CommunicatorTensorGroup>(*s.tensor_comm);
+    s.tensor_group = std::make_unique<CommunicatorTensorGroup>(*s.tensor_comm);
 }
 
 }  // namespace zt

@@ -57,7 +57,7 @@ void apply_or_skip(double sum_sq, long step, const TrainConfig& tc, ModelState& 
 
 TrainStep::TrainStep(const Config& cfg, Transformer& model, ModelState& state, Communicator& comm,
                      std::vector<Communicator*> counted, BatchSampler* sampler, LossScalePolicy& loss_scale,
-                     StepReporter& reporter, const TrainOptions& options, ProfilingBackend* op_profile)
+                     const TrainOptions& options, ProfilingBackend* op_profile)
     : m_tc(cfg.train),
       m_model(model),
       m_state(state),
@@ -66,14 +66,13 @@ TrainStep::TrainStep(const Config& cfg, Transformer& model, ModelState& state, C
       m_counted(std::move(counted)),
       m_sampler(sampler),
       m_loss_scale(loss_scale),
-      m_reporter(reporter),
       m_options(options),
       m_op_profile(op_profile),
       m_global_batch(static_cast<long>(cfg.train.micro_batch) * cfg.train.grad_accum * comm.size()),
       m_inputs(static_cast<size_t>(cfg.train.micro_batch) * static_cast<size_t>(cfg.model.seq_len)),
       m_targets(m_inputs.size()) {}
 
-StepOutcome TrainStep::run(long step, TrainProgress& progress) {
+StepOutcome TrainStep::run(long step, TrainProgress& progress, StepReporter& reporter) {
     const int B = m_tc.micro_batch;
     const int T = m_model.config().seq_len;
     const int rank = m_comm.rank();
@@ -93,9 +92,7 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
         out.rows = examples.rows;
     }
     for (int a = 0; m_examples == nullptr && a < m_tc.grad_accum; ++a) {
-        const uint64_t first =
-            progress.samples_seen + static_cast<uint64_t>((static_cast<long>(rank) * m_tc.grad_accum + a) * B);
-        m_sampler->fill(first, B, m_inputs.data(), m_targets.data());
+        m_sampler->fill(micro_batch_first(progress.samples_seen, rank, m_tc, a), B, m_inputs.data(), m_targets.data());
         if (m_options.on_inputs) m_options.on_inputs(step + 1, a, m_inputs);
         m_state.begin_micro_step(a == 0, a == m_tc.grad_accum - 1);
         auto tp = Clock::now();
@@ -121,7 +118,7 @@ StepOutcome TrainStep::run(long step, TrainProgress& progress) {
 
     const auto t_opt = Clock::now();
     // Every rank checks its own gradients; the flag is agreed (MAX) so all skip together.
-    apply_or_skip(m_state.grad_sum_squares_if_finite(), step, m_tc, m_state, m_loss_scale, m_reporter, progress, out);
+    apply_or_skip(m_state.grad_sum_squares_if_finite(), step, m_tc, m_state, m_loss_scale, reporter, progress, out);
     ph.opt = seconds_since(t_opt);
     if (m_options.after_step) m_options.after_step(step + 1, m_state, out.verdict.skipped());
     out.step_s = seconds_since(t0);

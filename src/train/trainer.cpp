@@ -5,7 +5,7 @@
 //   ResumePolicy      checkpoint.resume, fallback, seed, init_from  (resume_policy.hpp)
 //   input_fingerprint the data identity saved with checkpoints     (input_fingerprint.hpp)
 //   LossScalePolicy   apply / skip / stop per step                  (optim/loss_scale_policy.hpp)
-//   TrainStep         one optimizer step                            (train_step.hpp)
+//   StageTraining     this rank's stages: the step, the evaluations' forwards (stage_training.hpp)
 //   Evaluator         validation loss and sample                    (evaluator.hpp)
 //   StepReporter      metrics.jsonl, console lines, memory table    (step_reporter.hpp)
 //   CheckpointSaver   periodic / final / on-signal saves            (checkpoint_saver.hpp)
@@ -41,11 +41,11 @@
 #include "ztrain/train/input_fingerprint.hpp"
 #include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/metrics.hpp"
-#include "ztrain/train/pipeline_training.hpp"
 #include "ztrain/train/resume_policy.hpp"
 #include "ztrain/train/run_lock.hpp"
 #include "ztrain/train/step_reporter.hpp"
 #include "ztrain/train/stop_signals.hpp"
+#include "ztrain/train/stage_training.hpp"
 #include "ztrain/train/train_setup.hpp"
 #include "ztrain/train/train_step.hpp"
 
@@ -215,11 +215,6 @@ class EndCollectivesOnError {
     int m_uncaught;
 };
 
-/// Elements per DDP gradient bucket: the plan's bucket bytes of the wire format, at least one.
-size_t bucket_numel(const MemoryPlan& plan, DType reduce) {
-    return std::max<size_t>(1, static_cast<size_t>(plan.bucket_bytes / static_cast<double>(dtype_size(reduce))));
-}
-
 /// Each rank's predicted peak from the deck, checked (and warned about on rank 0) before
 /// anything model-sized exists.
 MemoryPlan plan_and_check_memory(const Config& cfg, TrainSetup& setup, Communicator& comm) {
@@ -253,16 +248,10 @@ void report_memory_peaks(Communicator& comm, StepReporter& reporter) {
 }
 
 /// The memory peaks, and the final parameters when the caller asked for them.
-void finish_run(const TrainOptions& options, const Transformer& model, ModelState& state, Communicator& comm,
-                StepReporter& reporter, TrainSummary& summary) {
+void finish_run(const TrainOptions& options, StageTraining& training, Communicator& comm, StepReporter& reporter,
+                TrainSummary& summary) {
     report_memory_peaks(comm, reporter);
-    if (options.collect_params) {
-        for (int u = 0; u < model.layout().num_units(); ++u) {
-            std::vector<float> unit(model.layout().unit_numel[static_cast<size_t>(u)]);
-            state.gather_unit_params(u, unit.data());
-            summary.final_params.insert(summary.final_params.end(), unit.begin(), unit.end());
-        }
-    }
+    if (options.collect_params) summary.final_params = training.gather_params();
 }
 
 /// What the reporter says about the run before its first step: TensorBoard (when asked), the
@@ -270,8 +259,10 @@ void finish_run(const TrainOptions& options, const Transformer& model, ModelStat
 void describe_run(StepReporter& reporter, const Config& cfg, const TrainSetup& setup, const MemoryPlan& memory,
                   long step) {
     if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), step);
-    reporter.set_rank_layout(setup.groups->layout());
-    reporter.set_tensor_comms(setup.tensor_comm.get(), setup.data_comm.get());
+    reporter.set_rank_layout(setup.layout());
+    // The data communicator carries the loss's sum whatever its ranks (all of them without
+    // tensor or pipeline parallelism): counted, so the step's scalar bytes are all there.
+    reporter.set_tensor_comms(setup.split_tensor_comm(), setup.data_comm.get());
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available, memory.overlap_depth);
 }
 
@@ -292,14 +283,6 @@ void describe_examples(const TrainSetup& setup, const TrainConfig& tc, bool root
                 tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");
 }
 
-/// What a pipeline run does not do yet, refused before anything is written (every rank reads
-/// the same deck and the same run directory, so every rank refuses alike).
-void refuse_for_pipeline(const Config& cfg, const TrainSetup& setup) {
-    const std::string p = str("parallel.pipeline = ", cfg.parallel.pipeline, ": ");
-    ZT_INPUT_CHECK(setup.backend_kind == BackendChoice::kCpu, p, "backend = cuda has no pipeline yet (its NCCL "
-                   "messages are written but not yet run on a GPU); use backend = cpu or parallel.pipeline = 1");
-}
-
 /// Where a run starts: model.init_from, or a checkpoint (with its loss scale and the notes on
 /// what changed since), and the inputs' fingerprint (`inputs`, for the saver) checked against
 /// the checkpoint's. Once the inputs are accepted the run directory is prepared. Returns the
@@ -314,102 +297,6 @@ TrainProgress start_point(const Config& cfg, TrainSetup& setup, ResumePolicy& re
     inputs = check_inputs(cfg, setup, resumed, resume.resuming(), comm);
     prepare_run_dir(cfg, resume.resuming(), resumed.progress.step, comm);
     return resumed.progress;
-}
-
-/// The run with pipeline parallelism (pipeline_training.hpp): the step loop of train() with
-/// its memory plan (the stage that needs the most), validation loss, sample and checkpoints
-/// (each stage saves its units, in the whole model's layout).
-TrainSummary train_pipeline(const Config& cfg, TrainSetup& setup, const TrainOptions& options,
-                            ResumePolicy& resume, const StopSignals& signals) {
-    refuse_for_pipeline(cfg, setup);
-    Communicator& comm = *setup.comm;
-    const TrainConfig& tc = cfg.train;
-    const bool root = comm.rank() == 0;
-    const DType work = cfg.precision.dtype;
-    const MemoryPlan memory = plan_and_check_memory(cfg, setup, comm);
-    LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
-    PipelineTraining pipe(cfg, setup, loss_scale, memory.overlap_depth);
-    // Weights and checkpoints of any pipeline, split and world size: each stage reads its own units.
-    nlohmann::json inputs;
-    TrainProgress progress = start_point(cfg, setup, resume, pipe.state(), loss_scale, inputs);
-    StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
-                          pipe.model(), setup.op_profile);
-    describe_run(reporter, cfg, setup, memory, progress.step);
-    CheckpointSaver saver(cfg, resume.ckpt_dir(), pipe.state(), comm, reporter, options.comm);
-    saver.set_inputs(std::move(inputs));
-    reporter.start(cfg, pipe.state().bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
-                   work, cfg.precision.reduce(), loss_scale);
-    describe_examples(setup, tc, root);
-    if (root) {
-        std::string layers;
-        for (int k = 0; k < pipe.split().count(); ++k) layers += str(k ? "," : "", pipe.split().layers(k));
-        std::printf("ztrain: pipeline: %d stages, schedule %s, blocks per virtual stage %s\n", cfg.parallel.pipeline,
-                    setting_text(cfg.parallel.schedule), layers.c_str());
-    }
-    const long step_tokens =
-        static_cast<long>(tc.micro_batch) * tc.grad_accum * setup.data().size() * cfg.model.seq_len;
-    TrainSummary summary;
-    std::atomic<long> current_step{progress.step};
-    const CollectiveWatchdog watchdog(setup.all_comms(), cfg.parallel.timeout_s, current_step, peer_hosts(comm));
-    reporter.begin_training(progress.step);
-    // As Evaluator::evaluate: the validation loss, then a sample from the current weights.
-    auto evaluate = [&](long step) {
-        if (!pipe.has_validation()) return;
-        Evaluation ev;
-        ev.val_loss = pipe.val_loss();
-        reporter.val_loss(step, ev.val_loss);
-        if (tc.sample_tokens > 0) {
-            // On examples: the first validation example's prompt, up to its answer's end.
-            std::vector<uint32_t> prompt{setup.tokenizer ? setup.tokenizer->eot() : 0};
-            std::optional<uint32_t> stop;
-            std::string text;
-            if (setup.examples && setup.examples->val()) {
-                const SamplePrompt sp = setup.examples->sample_prompt();
-                prompt = sp.prompt;
-                stop = sp.stop;
-                text = sample_text(setup.tokenizer.get(), prompt);
-            }
-            text += sample_text(setup.tokenizer.get(), pipe.generate(prompt, tc.sample_tokens, tc.seed, step, stop));
-            ev.sample = text;
-            reporter.sample(step, text);
-        }
-        std::fflush(stdout);
-        record_evaluation(ev, summary);
-    };
-    // eval.tasks: each candidate row's forward runs through the stages.
-    ChoiceEvaluator choice(
-        [&pipe](const int32_t* inputs, const int32_t* targets, int B, int T) {
-            return pipe.position_losses(inputs, targets, B, T);
-        },
-        cfg.model.seq_len, setup.data(), tc.micro_batch, setup.tokenizer ? setup.tokenizer->eot() : 0);
-    if (progress.step == 0 && tc.max_steps > 0) {
-        if (tc.eval_every > 0) evaluate(0);
-        evaluate_tasks_due(choice, setup.eval_tasks, cfg.eval, tc, 0, reporter);
-    }
-    for (long step = progress.step; step < tc.max_steps; ++step) {
-        current_step = step;
-        const StepOutcome out = pipe.step(step, progress, reporter);
-        const long done = progress.step;
-        record_step(out, done, summary);
-        reporter.step(step_report(out, progress, step_tokens, setup.examples != nullptr));
-        saver.step_finished(out.step_s);
-        if (out.verdict.action == LossScalePolicy::Action::kStop) throw AgreedError(out.verdict.stop_reason);
-        if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) evaluate(done);
-        evaluate_tasks_due(choice, setup.eval_tasks, cfg.eval, tc, done, reporter);
-        const double stop = agree_at_step_boundary(signals, saver, comm);
-        if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
-        if (stop > 0) {
-            saver.finish();
-            reporter.stopped_by_signal(static_cast<int>(stop), done);
-            summary.stopped_by_signal = true;
-            break;
-        }
-    }
-    saver.finish();
-    reporter.finish(progress.step);
-    report_memory_peaks(comm, reporter);
-    if (options.collect_params) summary.final_params = pipe.gather_params();
-    return summary;
 }
 
 }  // namespace
@@ -431,47 +318,38 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     ResumePolicy resume(cfg, comm);
     if (resume.resuming() && nothing_to_train(resume, cfg, root)) return TrainSummary{};
     start_compute(setup, cfg);
-    if (cfg.parallel.pipeline > 1) return train_pipeline(cfg, setup, options, resume, signals);
+    check_stages(cfg, setup);
     // Memory: predicted from the deck, checked before anything model-sized exists.
     const MemoryPlan memory = plan_and_check_memory(cfg, setup, comm);
 
-    // ---- model, its sharded state, the loss scale ----
+    // ---- this rank's stages of the model, their sharded state, the loss scale ----
     const DType work = cfg.precision.dtype;
-    const DType reduce = cfg.precision.reduce();
-    Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute, work, setup.tensor_group.get(),
-                      cfg.parallel.sequence);
-    ModelState state(model.layout(), *setup.backend, setup.state_comms(),
-                     StateOptions::zero(cfg.parallel.zero_stage)
-                         .with_buckets(bucket_numel(memory, reduce))
-                         .with_seed(tc.seed)
-                         .in(work, reduce)
-                         .with_overlap_depth(memory.overlap_depth));
+    LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
+    const std::unique_ptr<StageTraining> training = make_stage_training(cfg, setup, loss_scale, memory, options);
+    ModelState& state = training->state();
     // On an error this guard (declared after the model state, so destroyed first) ends the
     // started collectives before ~ModelState frees their buffers: NCCL's are aborted (a device
     // free would otherwise sync on work peers never join), MPI's completed (a ZeRO-1/2 gather
     // would otherwise write into freed parameters).
     const EndCollectivesOnError end_collectives_on_error({setup.shard_comm.get(), setup.replica_comm.get()},
                                                          cfg.parallel.timeout_s);
-    LossScalePolicy loss_scale(work, cfg.precision, tc.max_bad_steps);
 
     // ---- where it starts: init_from, or a checkpoint and what its progress means ----
     nlohmann::json inputs;
     TrainProgress progress = start_point(cfg, setup, resume, state, loss_scale, inputs);
     StepReporter reporter(cfg.run.dir, resume.resuming(), root, tc, comm, *setup.shard_comm, *setup.replica_comm,
-                          model, setup.op_profile);
+                          training->model(), setup.op_profile);
     describe_run(reporter, cfg, setup, memory, progress.step);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
     saver.set_inputs(std::move(inputs));
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
-                   work, reduce, loss_scale);
+                   work, cfg.precision.reduce(), loss_scale);
     describe_examples(setup, tc, root);
+    const std::string stages = training->describe();
+    if (root && !stages.empty()) std::printf("ztrain: %s\n", stages.c_str());
 
-    Evaluator evaluator(tc, model, state, data, setup.val_sampler.get(), setup.tokenizer.get(), reporter);
+    Evaluator evaluator(tc, *training, setup, reporter);
     evaluator.set_tasks(setup.eval_tasks, cfg.eval);
-    evaluator.use_examples(setup.examples.get());
-    TrainStep train_step(cfg, model, state, data, setup.all_comms(), setup.train_sampler.get(), loss_scale, reporter,
-                         options, setup.op_profile);
-    train_step.use_examples(setup.examples.get());
     const long step_tokens = static_cast<long>(tc.micro_batch) * tc.grad_accum * data.size() * cfg.model.seq_len;
     TrainSummary summary;
     std::atomic<long> current_step{progress.step};
@@ -482,7 +360,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     if (progress.step == 0 && progress.step < tc.max_steps) record_evaluation(evaluator.evaluate_at_start(), summary);
     for (long step = progress.step; step < tc.max_steps; ++step) {
         current_step = step;
-        const StepOutcome out = train_step.run(step, progress);
+        const StepOutcome out = training->step(step, progress, reporter);
         const long done = progress.step;
         record_step(out, done, summary);
         reporter.step(step_report(out, progress, step_tokens, setup.examples != nullptr));
@@ -503,7 +381,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     }
     saver.finish();  // the last write is published before the run ends
     reporter.finish(progress.step);
-    finish_run(options, model, state, comm, reporter, summary);
+    finish_run(options, *training, comm, reporter, summary);
     return summary;
 }
 

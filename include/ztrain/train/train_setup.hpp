@@ -58,26 +58,35 @@ struct TrainSetup {
     std::unique_ptr<Backend> backend;
     /// `backend` itself when ZT_PROFILE_OPS wrapped it in a ProfilingBackend, else null.
     ProfilingBackend* op_profile = nullptr;
-    /// Who is where: nodes, ranks per node, the shard groups and their MPI communicators.
-    std::unique_ptr<DeviceMesh> groups;
+    /// Who is where: nodes, ranks per node, the mesh's groups and their MPI communicators.
+    std::unique_ptr<DeviceMesh> mesh;
     /// The model state's collectives: inside its shard group, and across the groups (one
     /// rank when nothing is replicated). MPI on host memory on the cpu; on a GPU, device
     /// buffers (NCCL, or host staging where ranks share a GPU).
     std::unique_ptr<Communicator> shard_comm;
     std::unique_ptr<Communicator> replica_comm;
-    /// parallel.tensor > 1: the tensor group's collectives (device buffers on a GPU) and the
-    /// model's face of them; the data-parallel ranks' host communicator (this rank's tensor
-    /// rank), over which the data is split and its scalars (losses, counts) summed. Null
-    /// without tensor parallelism: the data-parallel ranks are then `comm`'s.
+    /// The mesh's other dimensions, each a communicator whatever its size (one rank when the
+    /// dimension is absent): the tensor group's collectives (device buffers on a GPU when
+    /// parallel.tensor > 1) and the model's face of them; the data-parallel ranks' host
+    /// communicator (this rank's tensor rank and stage), over which the data is split and
+    /// its scalars (losses, counts) summed; the host communicator of this rank's pipeline
+    /// (the ranks at its place in every stage, by stage), over which the stages agree on the
+    /// loss, the norm and the overflow verdict.
     std::unique_ptr<Communicator> tensor_comm;
     std::unique_ptr<TensorGroup> tensor_group;
     std::unique_ptr<Communicator> data_comm;
-    /// parallel.pipeline > 1: the host communicator of this rank's pipeline (the ranks at its
-    /// place in every stage, by stage), over which the stages agree on the loss, the norm and
-    /// the overflow verdict. Null without pipeline parallelism.
     std::unique_ptr<Communicator> pipeline_comm;
-    Communicator& data() const { return data_comm ? *data_comm : *comm; }
+    Communicator& data() const { return *data_comm; }
+    const RankLayout& layout() const { return mesh->layout(); }
+    /// The tensor group as the model takes it: null when parallel.tensor = 1, which the
+    /// model reads as "no tensor parallelism" (model/transformer.hpp).
+    TensorGroup* tensor_group_or_null() const { return layout().tensor > 1 ? tensor_group.get() : nullptr; }
+    /// The tensor group's communicator when it has more than one rank, else null: the step
+    /// records then keep no `tensor` bytes (StepReporter::set_tensor_comms).
+    const Communicator* split_tensor_comm() const { return layout().tensor > 1 ? tensor_comm.get() : nullptr; }
 
+    /// Whether the run has validation data (data.val: windows or example rows).
+    bool has_validation() const;
     /// The training and validation files, whichever kind of shard they are.
     std::vector<std::string> train_files() const;
     std::vector<std::string> val_files() const;
@@ -90,13 +99,17 @@ struct TrainSetup {
     StateComms state_comms() const { return StateComms{*shard_comm, *replica_comm, tensor_comm.get()}; }
     /// Every communicator of the run (per-step accounting, the watchdog).
     std::vector<Communicator*> all_comms() const {
-        std::vector<Communicator*> all{comm.get(), shard_comm.get(), replica_comm.get()};
-        for (Communicator* c : {tensor_comm.get(), data_comm.get(), pipeline_comm.get()}) {
-            if (c != nullptr) all.push_back(c);
-        }
-        return all;
+        return {comm.get(), shard_comm.get(), replica_comm.get(), tensor_comm.get(), data_comm.get(),
+                pipeline_comm.get()};
     }
 };
+
+/// The communicator and the mesh of `cfg`'s parallel.* over `mpi_comm`, with its data and
+/// pipeline communicators (the tensor group's comes with start_compute's backend); the
+/// backend choice cpu, no data.
+/// What set_up_training starts from, and all a model that is not trained needs before
+/// start_compute (zt-eval). Collective.
+TrainSetup set_up_mesh(const Config& cfg, MPI_Comm mpi_comm);
 
 /// Sets up the communicator, the rank layout (shard groups), the backend choice and the data
 /// of a run over `mpi_comm` (collective). Rank 0 prints the layout and the backend note of

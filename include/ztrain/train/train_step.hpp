@@ -48,7 +48,22 @@ struct StepOutcome {
     uint64_t rows = 0;
 };
 
-/// The start of every training step (TrainStep, PipelineTraining): the communicators'
+/// Where micro-step `a` of data rank `rank` starts, in global samples (windows, or example
+/// rows) from `step_first`, the step's first: each data rank reads train.grad_accum
+/// consecutive micro-batches of train.micro_batch, ranks in order (every stage of a pipeline
+/// reads its data rank's).
+inline uint64_t micro_batch_first(uint64_t step_first, int rank, const TrainConfig& tc, int a) {
+    return step_first + static_cast<uint64_t>((static_cast<long>(rank) * tc.grad_accum + a) * tc.micro_batch);
+}
+
+/// Where validation micro-batch `e` of data rank `rank` starts: the same leading samples
+/// every evaluation, train.eval_batches micro-batches per rank, ranks in order.
+inline uint64_t val_batch_first(int rank, const TrainConfig& tc, int e) {
+    return static_cast<uint64_t>(static_cast<long>(rank) * tc.eval_batches * tc.micro_batch +
+                                 static_cast<long>(e) * tc.micro_batch);
+}
+
+/// The start of every training step (TrainStep, the pipeline's stage): the communicators'
 /// counters reset, the gradients zeroed (out.phases.zero) and the loss scale the step runs
 /// with read into out.loss_scale, which it returns.
 double start_step(const std::vector<Communicator*>& counted, ModelState& state, const LossScalePolicy& loss_scale,
@@ -66,17 +81,19 @@ void advance_progress(TrainProgress& progress, long step, uint64_t rows, uint64_
 void apply_or_skip(double sum_sq, long step, const TrainConfig& tc, ModelState& state, LossScalePolicy& loss_scale,
                    StepReporter& reporter, TrainProgress& progress, StepOutcome& out);
 
+/// The step of one stage (parallel.pipeline = 1): forward + backward per micro-batch, the
+/// model state reducing each unit as its gradient is final (stage_training.hpp).
 class TrainStep {
   public:
-    /// `comm`: the run's (the loss); `counted`: every communicator whose per-step bytes the
-    /// step's record reports (their counts restart with each step).
+    /// `comm`: the data-parallel ranks' (the loss); `counted`: every communicator whose
+    /// per-step bytes the step's record reports (their counts restart with each step).
     TrainStep(const Config& cfg, Transformer& model, ModelState& state, Communicator& comm, std::vector<Communicator*> counted,
-              BatchSampler* sampler, LossScalePolicy& loss_scale, StepReporter& reporter,
-              const TrainOptions& options, ProfilingBackend* op_profile);
+              BatchSampler* sampler, LossScalePolicy& loss_scale, const TrainOptions& options,
+              ProfilingBackend* op_profile);
 
     /// Runs 0-based step `step` from `progress` (its data cursor and applied-step count) and
-    /// advances `progress` past it. Collective.
-    StepOutcome run(long step, TrainProgress& progress);
+    /// advances `progress` past it; `reporter` hears of a skipped step. Collective.
+    StepOutcome run(long step, TrainProgress& progress, StepReporter& reporter);
     /// Train on example shards instead of the sampler's windows (example_feed.hpp): the loss
     /// is normalised by the global target count, progress counts rows and target tokens.
     void use_examples(ExampleFeed* feed) { m_examples = feed; }
@@ -91,7 +108,6 @@ class TrainStep {
     std::vector<Communicator*> m_counted;
     BatchSampler* m_sampler;  ///< null on example shards (use_examples)
     LossScalePolicy& m_loss_scale;
-    StepReporter& m_reporter;
     const TrainOptions& m_options;
     ProfilingBackend* m_op_profile;  ///< null unless ZT_PROFILE_OPS is on
     ExampleFeed* m_examples = nullptr;
