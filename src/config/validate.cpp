@@ -157,26 +157,27 @@ void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
             str("0 (the memory plan's choice) or a depth from 1 to ", kMaxOverlapDepth));
 }
 
-/// What parallel.tensor = T splits must divide by T: the heads (whole heads per rank), the
+/// What parallel.tensor splits must divide by its size: the heads (whole heads per rank), the
 /// KV heads, the MLP width and the padded vocabulary. (The world size is checked where it is
 /// known, by the device mesh.)
 void check_tensor_split(const Validator& v, const Config& cfg, FamilyRulesOf family_rules) {
-    const int T = cfg.parallel.tensor;
+    const int tensor_size = cfg.parallel.tensor;
     const ModelConfig& m = cfg.model;
-    v.check(!cfg.parallel.sequence || T > 1, "parallel.sequence",
+    v.check(!cfg.parallel.sequence || tensor_size > 1, "parallel.sequence",
             "false, or parallel.tensor > 1 (sequence parallelism splits the rows over the tensor group)");
-    if (T <= 1) return;
-    v.check(!cfg.parallel.sequence || m.seq_len % T == 0, "model.seq_len",
-            str("a multiple of parallel.tensor = ", T, " under parallel.sequence (whole rows per rank)"));
-    v.check(m.n_head % T == 0, "model.n_head", str("a multiple of parallel.tensor = ", T, " (whole heads per rank)"));
-    // Fewer KV heads than ranks: each is held by T / n_kv_head ranks (Megatron's replication).
+    if (tensor_size <= 1) return;
+    v.check(!cfg.parallel.sequence || m.seq_len % tensor_size == 0, "model.seq_len",
+            str("a multiple of parallel.tensor = ", tensor_size, " under parallel.sequence (whole rows per rank)"));
+    v.check(m.n_head % tensor_size == 0, "model.n_head",
+            str("a multiple of parallel.tensor = ", tensor_size, " (whole heads per rank)"));
+    // Fewer KV heads than ranks: each is held by tensor_size / n_kv_head ranks (Megatron's replication).
     const int kv = m.kv_heads();
     // (The family's key checks kept n_kv_head at 0 where the family has no such key.)
-    v.check(kv % T == 0 || T % kv == 0, m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
-            str("a multiple or a divisor of parallel.tensor = ", T));
-    family_rules(m.arch).check_tensor_split(m, T, v);
-    v.check(m.padded_vocab() % T == 0, "model.vocab_pad_to",
-            str("a multiple of parallel.tensor = ", T, ": the padded vocabulary (", m.padded_vocab(),
+    v.check(kv % tensor_size == 0 || tensor_size % kv == 0, m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
+            str("a multiple or a divisor of parallel.tensor = ", tensor_size));
+    family_rules(m.arch).check_tensor_split(m, tensor_size, v);
+    v.check(m.padded_vocab() % tensor_size == 0, "model.vocab_pad_to",
+            str("a multiple of parallel.tensor = ", tensor_size, ": the padded vocabulary (", m.padded_vocab(),
                 " rows) is split over the tensor group"));
 }
 

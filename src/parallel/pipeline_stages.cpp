@@ -81,7 +81,7 @@ PipelineStages balance_pipeline_layers(const ModelConfig& m, int stages, int vir
     return with_costs(m, stages, virtual_stages, first);
 }
 
-PipelineStages pipeline_split(const Config& cfg) {
+PipelineStages pipeline_blocks(const Config& cfg) {
     const int P = cfg.parallel.pipeline;
     const int v = cfg.parallel.chunks();
     if (cfg.parallel.pipeline_layers.empty()) return balance_pipeline_layers(cfg.model, P, v);

@@ -93,10 +93,10 @@ struct PlanChange {
 std::vector<PlanChange> candidate_changes(const Config& base, int world_size) {
     std::vector<PlanChange> out;
     if (world_size > 1) {
-        for (int stage = base.parallel.zero_stage + 1; stage <= 3; ++stage) {
+        for (int zero_stage = base.parallel.zero_stage + 1; zero_stage <= 3; ++zero_stage) {
             Config c = base;
-            c.parallel.zero_stage = stage;
-            out.push_back({str("--parallel.zero_stage=", stage), c});
+            c.parallel.zero_stage = zero_stage;
+            out.push_back({str("--parallel.zero_stage=", zero_stage), c});
         }
     }
     if (!base.train.recompute) {
@@ -197,9 +197,9 @@ MemoryItem activation_item(const Config& cfg, DType work, double attention_scrat
 /// stage (the plan is made for each stage and the largest kept).
 struct PlannedRank {
     int tensor = 1;
-    int stages = 1;
-    int stage = 0;
-    PipelineStages split;  ///< the blocks of each virtual stage (stages > 1)
+    int pipeline_stages = 1;
+    int pipeline_stage = 0;
+    PipelineStages blocks;  ///< the blocks of each virtual stage (pipeline_stages > 1)
 };
 
 /// The model state's items (params, grads, master, optimizer, scratch; DDP's MPI copies) of a
@@ -207,13 +207,13 @@ struct PlannedRank {
 void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemoryFormulas& f, DType work,
                      DType reduce, double* snapshot_bytes, size_t* largest_written_range) {
     const int group = plan.shard_group;
-    const int stage = plan.zero_stage;
+    const int zero_stage = plan.zero_stage;
     const int depth = plan.overlap_depth;
     // A pipeline stage's ZeRO-2/3 state keeps its units' whole gradients through the step.
-    const bool once = plan.pipeline > 1 && stage >= 2;
+    const bool once = plan.pipeline > 1 && zero_stage >= 2;
     const StateBytes sb = ModelState::plan_bytes(
         layout, group,
-        StateOptions::zero(stage).in(work, reduce).with_overlap_depth(depth).reduced_once_per_step(once));
+        StateOptions::zero(zero_stage).in(work, reduce).with_overlap_depth(depth).reduced_once_per_step(once));
     plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
     plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
     plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
@@ -223,7 +223,7 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
                               once ? "the stage's whole fp32 gradients (reduce-scattered once per step)"
                                    : "gradient scratch",
                               ", reductions in flight (peak; overlap depth ", depth, ")")});
-    const ShardPlan shards(layout.unit_numel, group, ShardingPolicy::zero_stage(stage));
+    const ShardPlan shards(layout.unit_numel, group, ShardingPolicy::zero_stage(zero_stage));
     *snapshot_bytes = 0;
     *largest_written_range = 0;
     for (int r = 0; r < group; ++r) {
@@ -233,7 +233,7 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
             *largest_written_range = std::max(*largest_written_range, shards.primary_range(u, r).size());
         }
     }
-    if (!plan.device && plan.world_size > 1 && stage == 0) {
+    if (!plan.device && plan.world_size > 1 && zero_stage == 0) {
         // Open MPI's non-blocking all-reduce (libnbc) works on a temporary copy of each
         // bucket, and DDP has every bucket in flight before the step's sync: up to the
         // whole gradient arena in the wire dtype (measured: bench/memory_plan_bench.sh).
@@ -256,20 +256,21 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     plan.overlap_depth = overlap_depth;
     plan.world_size = world_size;
     plan.ranks_per_node = ranks_per_node;
-    const int stage = cfg.parallel.zero_stage;
-    // Tensor and pipeline parallelism: a rank's split of its stage, its state sharded over the
+    const int zero_stage = cfg.parallel.zero_stage;
+    // Tensor and pipeline parallelism: a rank's split of its pipeline stage, its state sharded over the
     // world / (T P) data-parallel ranks.
     const int tensor = plan.tensor = at.tensor;
-    plan.pipeline = at.stages;
-    plan.pipeline_stage = at.stage;
-    const int data_ranks = std::max(1, world_size / (tensor * at.stages));
+    plan.pipeline = at.pipeline_stages;
+    plan.pipeline_stage = at.pipeline_stage;
+    const int data_ranks = std::max(1, world_size / (tensor * at.pipeline_stages));
     // As DeviceMesh: a node holds ranks_per_node / T of a stage's data ranks (a stage smaller
     // than a node shares it with other stages).
-    const int stage_per_node = std::min(ranks_per_node, world_size / at.stages);
-    const int node_data = stage_per_node > 0 && stage_per_node % tensor == 0 ? stage_per_node / tensor : 0;
+    const int pipeline_stage_per_node = std::min(ranks_per_node, world_size / at.pipeline_stages);
+    const int node_data =
+        pipeline_stage_per_node > 0 && pipeline_stage_per_node % tensor == 0 ? pipeline_stage_per_node / tensor : 0;
     const int group = plan.shard_group =
-        resolve_shard_group(cfg.parallel.shard_group.ranks, data_ranks, node_data, stage);
-    plan.zero_stage = stage;
+        resolve_shard_group(cfg.parallel.shard_group.ranks, data_ranks, node_data, zero_stage);
+    plan.zero_stage = zero_stage;
     plan.device = device;
     plan.recompute = cfg.train.recompute;
     const ModelConfig& m = cfg.model;
@@ -280,19 +281,21 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     const double model_params = family.parameter_count(m);
     const bool manifest = m.n_layer <= kManifestMaxLayers;
     std::optional<ModelLayout> layout;
-    const PipelineShape shape{at.stages, t.grad_accum, cfg.parallel.chunks()};
+    const PipelineShape shape{at.pipeline_stages, t.grad_accum, cfg.parallel.chunks()};
     if (manifest) layout = make_model_layout(m, TensorSplit{tensor, 0});
-    if (manifest && at.stages > 1) {
-        layout = PipelineRunner::stage_state_layout(*layout, shape, at.stage, at.split.first_layer);
+    if (manifest && at.pipeline_stages > 1) {
+        layout = PipelineRunner::stage_state_layout(*layout, shape, at.pipeline_stage, at.blocks.first_layer);
     }
     // A rank's share (the few whole tensors aside; a stage's share of the closed form is even).
-    const double params = layout ? static_cast<double>(layout->total_numel) : model_params / tensor / at.stages;
-    const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, static_cast<size_t>(std::min(params, 1e18)), work);
+    const double params =
+        layout ? static_cast<double>(layout->total_numel) : model_params / tensor / at.pipeline_stages;
+    const ZeroMemoryFormulas f =
+        zero_memory_formulas(zero_stage, group, static_cast<size_t>(std::min(params, 1e18)), work);
     plan.bucket_bytes =
         cfg.parallel.bucket_mb > 0 ? cfg.parallel.bucket_mb * 1048576.0 : ddp_bucket_bytes(params * dtype_size(reduce));
     // checkpoint.async's host snapshot: fp32 master, m and v of the largest rank's primary
     // ranges (CheckpointSnapshot::planned_bytes where the manifest exists).
-    double snapshot_bytes = 12.0 * params / (stage > 0 ? group : 1);
+    double snapshot_bytes = 12.0 * params / (zero_stage > 0 ? group : 1);
     size_t largest_written_range = SIZE_MAX;  // no manifest: assume full pieces
     if (!layout) {
         // No manifest: the ZeRO formulas over the closed-form count (no shard padding, no
@@ -305,14 +308,14 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         add_state_items(plan, *layout, f, work, reduce, &snapshot_bytes, &largest_written_range);
     }
     MemoryItem act = activation_item(cfg, work, attention_scratch_floats, tensor);
-    if (at.stages > 1) {
+    if (at.pipeline_stages > 1) {
         // Every model the stage holds: 1F1B keeps P - s micro-batches in flight on stage s.
-        act.bytes = PipelineRunner::stage_activations(pipeline_schedule_kind(cfg.parallel.schedule), shape, at.stage,
-                                                      at.split.first_layer, m, t.micro_batch, t.recompute,
-                                                      static_cast<size_t>(std::max(0.0, attention_scratch_floats)),
-                                                      tensor, cfg.parallel.sequence && tensor > 1)
+        act.bytes = PipelineRunner::stage_activations(
+                        pipeline_schedule_kind(cfg.parallel.schedule), shape, at.pipeline_stage, at.blocks.first_layer,
+                        m, t.micro_batch, t.recompute, static_cast<size_t>(std::max(0.0, attention_scratch_floats)),
+                        tensor, cfg.parallel.sequence && tensor > 1)
                         .bytes(work);
-        act.what += str(", the models of stage ", at.stage, "'s micro-batches in flight");
+        act.what += str(", the models of stage ", at.pipeline_stage, "'s micro-batches in flight");
     }
     plan.items.push_back(act);
     plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch, tensor), "inputs and targets (int32)"});
@@ -342,15 +345,15 @@ MemoryPlan plan_largest_rank(const Config& cfg, int world_size, int ranks_per_no
                              double baseline_bytes, bool device, int overlap_depth, const ExampleRunSizes* examples) {
     PlannedRank at;
     at.tensor = std::max(1, cfg.parallel.tensor);
-    at.stages = std::max(1, cfg.parallel.pipeline);
-    if (at.stages == 1) {
+    at.pipeline_stages = std::max(1, cfg.parallel.pipeline);
+    if (at.pipeline_stages == 1) {
         return plan_at_depth(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes, device,
                              overlap_depth, examples, at);
     }
-    at.split = pipeline_split(cfg);
+    at.blocks = pipeline_blocks(cfg);
     std::vector<MemoryPlan> stages;
     std::vector<double> peaks;
-    for (at.stage = 0; at.stage < at.stages; ++at.stage) {
+    for (at.pipeline_stage = 0; at.pipeline_stage < at.pipeline_stages; ++at.pipeline_stage) {
         stages.push_back(plan_at_depth(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes,
                                        device, overlap_depth, examples, at));
         peaks.push_back(stages.back().per_rank());

@@ -33,9 +33,8 @@ size_t stage_bucket_numel(const Config& cfg, const ModelLayout& layout) {
 
 }  // namespace
 
-PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale,
-                                   int overlap_depth)
-    : m_cfg(cfg), m_setup(setup), m_loss_scale(loss_scale), m_split(pipeline_split(cfg)) {
+PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale, int overlap_depth)
+    : m_cfg(cfg), m_setup(setup), m_loss_scale(loss_scale), m_stages(pipeline_blocks(cfg)) {
     const ModelConfig& mc = cfg.model;
     const TrainConfig& tc = cfg.train;
     const RankLayout& L = setup.layout();
@@ -48,7 +47,7 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
     m_owned.resize(static_cast<size_t>(v));
     m_models.resize(static_cast<size_t>(v));
     for (int c = 0; c < v; ++c) {
-        const StageBlocks blocks = PipelineRunner::chunk_blocks(m_split.first_layer, c * P + s);
+        const StageBlocks blocks = PipelineRunner::chunk_blocks(m_stages.first_layer, c * P + s);
         for (int k = 0; k < m_runner->slots()[static_cast<size_t>(c)]; ++k) {
             m_owned[static_cast<size_t>(c)].push_back(std::make_unique<Transformer>(
                 mc, *setup.backend, tc.micro_batch, tc.recompute, cfg.precision.dtype, setup.tensor_group_or_null(),
@@ -57,7 +56,7 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
         }
     }
     m_layout = PipelineRunner::stage_state_layout(m_owned[0][0]->layout(), PipelineShape{P, tc.grad_accum, v}, s,
-                                                  m_split.first_layer);
+                                                  m_stages.first_layer);
     // ZeRO-2/3 reduce-scatter each unit's gradient once, after the stage's last backward
     // (ShardingPolicy::reduce_once_per_step): not once per micro-batch.
     m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(),
@@ -182,9 +181,9 @@ std::vector<float> PipelineTraining::gather_params() {
     for (int u = 0; u < whole.num_units(); ++u) {
         // The stage holding the unit (unit 0: the first, which also holds it when P = 1).
         int owner = u == nL + 1 ? L.pipeline - 1 : 0;
-        for (int k = 0; u >= 1 && u <= nL && k < m_split.count(); ++k) {
-            const StageBlocks blocks = PipelineRunner::chunk_blocks(m_split.first_layer, k);
-            if (u - 1 >= blocks.begin && u - 1 < blocks.end) owner = m_split.stage_of(k);
+        for (int k = 0; u >= 1 && u <= nL && k < m_stages.count(); ++k) {
+            const StageBlocks blocks = PipelineRunner::chunk_blocks(m_stages.first_layer, k);
+            if (u - 1 >= blocks.begin && u - 1 < blocks.end) owner = m_stages.stage_of(k);
         }
         std::vector<float> unit(whole.unit_numel[static_cast<size_t>(u)]);
         if (L.pipeline_rank == owner) m_state->gather_unit_params(u, unit.data());
@@ -207,7 +206,7 @@ void PipelineTraining::next_logits(const int32_t* window, int T, float* row) {
 
 std::string PipelineTraining::describe() const {
     std::string layers;
-    for (int k = 0; k < m_split.count(); ++k) layers += str(k ? "," : "", m_split.layers(k));
+    for (int k = 0; k < m_stages.count(); ++k) layers += str(k ? "," : "", m_stages.layers(k));
     return str("pipeline: ", m_cfg.parallel.pipeline, " stages, schedule ", setting_text(m_cfg.parallel.schedule),
                ", blocks per virtual stage ", layers);
 }

@@ -63,7 +63,7 @@ class PipelineTraining final : public StageTraining {
     const Config& m_cfg;
     TrainSetup& m_setup;
     LossScalePolicy& m_loss_scale;
-    PipelineStages m_split;
+    PipelineStages m_stages;
     std::unique_ptr<PipelineRunner> m_runner;
     std::vector<std::vector<std::unique_ptr<Transformer>>> m_owned;
     std::vector<std::vector<Transformer*>> m_models;

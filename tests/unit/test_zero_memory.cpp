@@ -215,7 +215,7 @@ TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
     for (const PipelineSchedule schedule :
          {PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved, PipelineSchedule::kZeroBubble}) {
         cfg.parallel.schedule = schedule;
-        const PipelineStages split = pipeline_split(cfg);
+        const PipelineStages split = pipeline_blocks(cfg);
         const PipelineShape shape{2, 4, cfg.parallel.chunks()};
         for (int zero = 0; zero <= 3; ++zero) {
             cfg.parallel.zero_stage = zero;

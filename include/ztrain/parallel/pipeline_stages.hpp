@@ -42,9 +42,9 @@ PipelineStages balance_pipeline_layers(const ModelConfig& m, int stages, int vir
 /// add up to model.n_layer.
 PipelineStages pipeline_layers_as_given(const ModelConfig& m, int stages, int virtual_stages,
                                         const std::vector<int>& blocks);
-/// cfg's split: parallel.pipeline_layers as given, or balanced (parallel.pipeline stages of
-/// ParallelConfig::chunks() chunks).
-PipelineStages pipeline_split(const Config& cfg);
+/// cfg's blocks per virtual stage: parallel.pipeline_layers as given, or balanced
+/// (parallel.pipeline stages of ParallelConfig::chunks() chunks).
+PipelineStages pipeline_blocks(const Config& cfg);
 /// parallel.schedule as the schedules' kind.
 PipelineScheduleKind pipeline_schedule_kind(PipelineSchedule s);
 
