@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
 # Behaviour A/B of two ztrain builds: the same small training runs on an OLD and a NEW binary,
-# and every step's loss, grad_norm, lr, loss_scale, skipped, tokens and every val_loss in rank
-# 0's metrics.jsonl must be identical as printed (bench/ab_compare.py; no tolerance).
+# and every step's loss, grad_norm, lr, loss_scale, skipped, tokens (targets, rows on example
+# shards) and every val_loss in rank 0's metrics.jsonl must be identical as printed
+# (bench/ab_compare.py; no tolerance).
 #
 #   bash bench/ab_behaviour.sh [--old-ref REV | --old-bin DIR] [--new-bin DIR] [--quick]
 #                              [--out FILE] [--case REGEX] [--keep]
 #
-#   --old-ref REV  old side: REV (default b08fcb7), checked out as a git worktree in
+#   --old-ref REV  old side: REV (default bc13bce), checked out as a git worktree in
 #                  $ZT_AB_CACHE/<commit> (default /tmp/ztrain-ab) and built there once
 #                  (build-ab/, -DZT_CUDA=OFF, ccache); later runs reuse it
 #   --old-bin DIR  old side: the ztrain and zt-prepare in DIR (or DIR/bin) instead
 #   --new-bin DIR  new side: default this tree, built into build-ab/ with the same flags
-#   --quick        6 of the cases (marked q in CASES below) for fast iteration
+#   --quick        9 of the cases (marked q in CASES below) for fast iteration
 #   --out FILE     also write the results as markdown (e.g. bench/results/ab_behaviour_<date>.md)
 #   --case REGEX   only the cases whose name matches REGEX (grep -E)
 #   --keep         keep the scratch directory (runs, logs) and print where it is
 #
 # Environment: ZT_AB_CACHE (old builds), ZT_AB_JOBS (build jobs, 2), ZT_AB_TIMEOUT (seconds per
-# run, 300), ZT_AB_CORPUS (text for zt-prepare, /usr/share/games/fortunes), and ZT_AB_PERTURB:
-# extra ztrain overrides for the NEW runs only (e.g. --train.lr=0.0100001), to check that the
-# script does catch a difference. Exit status: 0 when every case passes, 1 otherwise, 2 on
-# bad usage or a failed build.
+# run, 300), ZT_AB_CORPUS (text for zt-prepare and the fine-tuning examples,
+# /usr/share/games/fortunes), and ZT_AB_PERTURB: extra ztrain overrides for the NEW runs only
+# (e.g. --train.lr=0.0100001, or --train.grad_clip=0.99999, which leaves lr alone and changes
+# only the losses and gradient norms), to check that the script does catch a difference.
+# The full run takes about 4 minutes on 2 busy cores once both sides are built (--quick: 30 s).
+# Exit status: 0 when every case passes, 1 otherwise, 2 on bad usage or a failed build.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +37,7 @@ CACHE=${ZT_AB_CACHE:-/tmp/ztrain-ab}
 die() { echo "ab_behaviour: error: $*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-old_ref=b08fcb7 old_ref_given=0 old_bin="" new_bin="" quick=0 out="" only="" keep=0
+old_ref=bc13bce old_ref_given=0 old_bin="" new_bin="" quick=0 out="" only="" keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --old-ref) [ $# -ge 2 ] || die "--old-ref needs a revision"; old_ref=$2; old_ref_given=1; shift ;;
@@ -203,10 +206,13 @@ compare() {
 }
 
 # ---- the cases ----------------------------------------------------------------------------
-# Every axis is covered by some case, not the cross product: np 1/2/4, ZeRO stages 0-3,
+# Every axis is covered by some case, not the cross product: np 1/2/4/8, ZeRO stages 0-3,
 # fp32/bf16/fp16 (with fp16 overflow skips), grad_accum, recompute, DDP buckets, 2 threads,
-# resume, a checkpoint written by OLD resumed by both (also at another np and stage), and
-# the demo deck. Kinds:
+# hybrid shard groups, tensor parallelism T = 2 with and without sequence parallelism,
+# pipeline P = 2 under each schedule, the 3D mesh P x T x D = 2 x 2 x 2, GPT-2 and Llama,
+# fine-tuning on example shards (packed, padded, truncated), resume (also under shard groups,
+# a pipeline, a P x T mesh and example shards), a checkpoint written by OLD resumed by both
+# (also at another np and stage), and the demo deck. Kinds:
 #   plain    the same run on both sides; their metrics must match.
 #   resume   each side runs 2K steps with a checkpoint at K, then resumes from its own step-K
 #            checkpoint into a new run directory up to 2K. Old vs new must match for both
@@ -219,7 +225,8 @@ compare() {
 #            ranks (a resharded load).
 # np2-s2-fp16-overflow starts the dynamic scale at 1e6: steps 1-6 overflow and are skipped
 # while it backs off to 1.25e5, then it grows every 4 clean steps and overflows again.
-# Columns: name, q (in --quick) or -, ranks, kind, deck, overrides.
+# Columns: name, q (in --quick) or -, ranks, kind, deck (inputs/DECK.ini; DECK+ex: on the
+# example shards that both zt-prepares make from the corpus as JSON Lines), overrides.
 K=10  # resume cases: checkpoint at K, runs to 2K
 CASES=(
     "np1-s0-fp32                 q 1 plain   tiny"
@@ -242,21 +249,65 @@ CASES=(
     "xresume-np2-s3-fp32         q 2 xresume tiny --parallel.zero_stage=3"
     "xresume-np2-s2-bf16-np4-s1  - 2 xresume tiny --parallel.zero_stage=2 --precision.dtype=bf16 :: np=4 --parallel.zero_stage=1"
     "demo-np2-s0-fp32            - 2 plain   demo --train.max_steps=30 --train.eval_every=15"
+    # hybrid shard groups: ZeRO within groups of 2 ranks, replicated across the 2 groups
+    "np4-s3-fp32-shard2          q 4 plain   tiny --parallel.zero_stage=3 --parallel.shard_group=2"
+    "np4-s2-fp32-shard2-ga2      - 4 plain   tiny --parallel.zero_stage=2 --parallel.shard_group=2 --train.grad_accum=2"
+    "np4-s1-bf16-shard2          - 4 plain   tiny --parallel.zero_stage=1 --parallel.shard_group=2 --precision.dtype=bf16"
+    "resume-np4-s3-bf16-shard2   - 4 resume  tiny --parallel.zero_stage=3 --parallel.shard_group=2 --precision.dtype=bf16"
+    # tensor parallelism T = 2, with and without sequence parallelism
+    "np2-t2-fp32                 - 2 plain   tiny --parallel.tensor=2"
+    "np2-t2-sp-fp32              - 2 plain   tiny --parallel.tensor=2 --parallel.sequence=true"
+    "np2-t2-bf16                 - 2 plain   tiny --parallel.tensor=2 --precision.dtype=bf16"
+    "np4-t2-sp-s3-bf16           - 4 plain   tiny --parallel.tensor=2 --parallel.sequence=true --parallel.zero_stage=3 --precision.dtype=bf16"
+    # pipeline P = 2 with each schedule (grad_accum = micro-batches, at least P; interleaved:
+    # 2 chunks per stage, so 4 blocks)
+    "np2-p2-1f1b-fp32            - 2 plain   tiny --parallel.pipeline=2 --parallel.schedule=1f1b --train.grad_accum=2"
+    "np2-p2-interleaved-fp32     - 2 plain   tiny --parallel.pipeline=2 --parallel.schedule=interleaved --model.n_layer=4 --train.grad_accum=4"
+    "np2-p2-zb-fp32              - 2 plain   tiny --parallel.pipeline=2 --parallel.schedule=zb --train.grad_accum=2"
+    "np2-p2-1f1b-bf16-recompute  - 2 plain   tiny --parallel.pipeline=2 --parallel.schedule=1f1b --train.grad_accum=3 --precision.dtype=bf16 --train.recompute=true"
+    "np4-p2-zb-s2-bf16           - 4 plain   tiny --parallel.pipeline=2 --parallel.schedule=zb --train.grad_accum=4 --parallel.zero_stage=2 --precision.dtype=bf16"
+    "resume-np2-p2-zb-fp32       - 2 resume  tiny --parallel.pipeline=2 --parallel.schedule=zb --train.grad_accum=2"
+    # 3D: pipeline x tensor x data = 2 x 2 x 2
+    "np8-p2-t2-s1-fp32           q 8 plain   tiny --parallel.pipeline=2 --parallel.tensor=2 --parallel.zero_stage=1 --train.grad_accum=2"
+    "np8-p2-t2-sp-zb-s3-bf16     - 8 plain   tiny --parallel.pipeline=2 --parallel.schedule=zb --parallel.tensor=2 --parallel.sequence=true --parallel.zero_stage=3 --precision.dtype=bf16 --train.grad_accum=2"
+    # Llama (RoPE, grouped-query attention, SwiGLU, tied embeddings) on the same axes
+    "llama-np1-s0-fp32           - 1 plain   llama_tiny"
+    "llama-np2-s3-bf16           - 2 plain   llama_tiny --parallel.zero_stage=3 --precision.dtype=bf16"
+    "llama-np4-s2-fp32-shard2    - 4 plain   llama_tiny --parallel.zero_stage=2 --parallel.shard_group=2"
+    "llama-np2-t2-fp32           - 2 plain   llama_tiny --parallel.tensor=2"
+    "llama-np2-t2-sp-bf16        - 2 plain   llama_tiny --parallel.tensor=2 --parallel.sequence=true --precision.dtype=bf16 --train.recompute=true"
+    "llama-np2-p2-interleaved-bf16 - 2 plain llama_tiny --parallel.pipeline=2 --parallel.schedule=interleaved --model.n_layer=4 --train.grad_accum=4 --precision.dtype=bf16"
+    "llama-np8-p2-t2-sp-interleaved-s2-fp32 - 8 plain llama_tiny --parallel.pipeline=2 --parallel.schedule=interleaved --model.n_layer=4 --train.grad_accum=4 --parallel.tensor=2 --parallel.sequence=true --parallel.zero_stage=2"
+    "resume-llama-np4-p2-t2-fp32 - 4 resume  llama_tiny --parallel.pipeline=2 --parallel.tensor=2 --train.grad_accum=2"
+    # fine-tuning on the example shards (+ex): masked loss; packed, padded and truncated rows
+    "ft-llama-np1-pack-fp32      - 1 plain   finetune_tiny+ex"
+    "ft-llama-np2-pad-s3-bf16    - 2 plain   finetune_tiny+ex --data.packing=pad --parallel.zero_stage=3 --precision.dtype=bf16"
+    "ft-llama-np4-pack-t2-sp-bf16 q 4 plain  finetune_tiny+ex --parallel.tensor=2 --parallel.sequence=true --precision.dtype=bf16"
+    "ft-llama-np2-pack-p2-1f1b-fp32 - 2 plain finetune_tiny+ex --parallel.pipeline=2 --parallel.schedule=1f1b"
+    "ft-np2-pack-truncate-s1-fp32 - 2 plain  tiny+ex --parallel.zero_stage=1 --data.overlong=truncate"
+    "resume-ft-llama-np2-pack-s2-fp32 - 2 resume finetune_tiny+ex --parallel.zero_stage=2"
 )
 
 DATA=$WORK/data
-# deck_args DECK: the deck file and the overrides every run of that deck gets (DECK, DECK_ARGS).
+EXAMPLES=$WORK/examples  # the fine-tuning example shards (decks marked +ex)
+# deck_args DECK[+ex]: the deck file and the overrides every run of that deck gets (DECK,
+# DECK_ARGS); +ex trains on the example shards instead of the pretraining ones.
 deck_args() {
-    DECK=inputs/$1.ini
+    local data=$DATA
+    DECK=inputs/${1%+ex}.ini
+    [ "$1" = "${1%+ex}" ] || data=$EXAMPLES
     # train.threads is fixed (1, or 2 in one case): the CPU backend is bit-identical run to run
     # only for a given thread count (static partitions, see cpu_backend.cpp), and the default
     # 0 picks cores / local ranks, which differs between machines and np. (The backend sets
     # the OpenMP and OpenBLAS thread counts itself; OMP_NUM_THREADS does not matter.) np >
     # cores is oversubscribed by .ci/mpirun.sh with OMP_WAIT_POLICY=PASSIVE: speed, not results.
-    DECK_ARGS=(--data.train="$DATA/train_*.bin" --data.val="$DATA/val_*.bin" --train.threads=1
+    DECK_ARGS=(--data.train="$data/train_*.bin" --data.val="$data/val_*.bin" --train.threads=1
                --checkpoint.resume=never)
-    # The tiny deck's 60 steps cut to 2K = 20, evaluated every K (val_loss at steps 0, K, 2K).
-    if [ "$1" = tiny ]; then DECK_ARGS+=(--train.max_steps="$((2 * K))" --train.eval_every="$K"); fi
+    # The tiny decks' 60 (finetune_tiny: 100) steps cut to 2K = 20, evaluated every K
+    # (val_loss at steps 0, K, 2K).
+    case "${1%+ex}" in
+        tiny | llama_tiny | finetune_tiny) DECK_ARGS+=(--train.max_steps="$((2 * K))" --train.eval_every="$K") ;;
+    esac
 }
 
 run_case() {
@@ -317,20 +368,55 @@ echo "ab_behaviour: old: $OLD_DESC"
 echo "ab_behaviour: new: $NEW_DESC"
 ROWS=()   # name|np|steps|result|maxrel|notes
 FAILED=0
-prep() {  # prep SIDE OUTDIR
-    local bin=$OLD
+prep() {  # prep SIDE OUTDIR ZT_PREPARE_ARG...
+    local bin=$OLD out=$2
     [ "$1" = new ] && bin=$NEW
-    "$bin/zt-prepare" --input "$CORPUS" --output "$2" --tokenizer byte --doc-separator % --val-fraction 0.05 \
-        > "$2.log" 2>&1 || { echo "  $1 zt-prepare failed:"; tail -5 "$2.log" | sed 's/^/    /'; return 1; }
+    "$bin/zt-prepare" --output "$out" "${@:3}" > "$out.log" 2>&1 ||
+        { echo "  $1 zt-prepare failed:"; tail -5 "$out.log" | sed 's/^/    /'; return 1; }
 }
-prep old "$DATA" || die "the old zt-prepare failed; no data for the runs"
-if prep new "$WORK/data-new" && diff -r -q "$DATA" "$WORK/data-new" > "$WORK/prepare.diff" 2>&1; then
-    ROWS+=("zt-prepare|1|-|PASS|0|")
-    echo "zt-prepare: PASS (shards and tokenizer byte-identical)"
-else
-    ROWS+=("zt-prepare|1|-|FAIL|-|output differs: $(head -1 "$WORK/prepare.diff")")
-    echo "zt-prepare: FAIL"; sed 's/^/  /' "$WORK/prepare.diff" | head -5
-    FAILED=$((FAILED + 1))
+# prepare_both ROW DIR ZT_PREPARE_ARG...: the old zt-prepare writes DIR (every run's data), the
+# new one DIR-new, which must be byte-identical; adds the result as row ROW.
+prepare_both() {
+    local row=$1 dir=$2
+    shift 2
+    prep old "$dir" "$@" || die "the old zt-prepare failed; no data for the runs ($row)"
+    if prep new "$dir-new" "$@" && diff -r -q "$dir" "$dir-new" > "$dir.diff" 2>&1; then
+        ROWS+=("$row|1|-|PASS|0|")
+        echo "$row: PASS (shards and tokenizer byte-identical)"
+    else
+        ROWS+=("$row|1|-|FAIL|-|output differs: $(head -1 "$dir.diff")")
+        echo "$row: FAIL"; sed 's/^/  /' "$dir.diff" | head -5
+        FAILED=$((FAILED + 1))
+    fi
+}
+# make_examples FILE: fine-tuning examples from the corpus as JSON Lines, the same every time:
+# 400 fortunes of at most 40 bytes (finetune_tiny's rows of 64 tokens mostly hold two), each
+# cut at a space near its middle into a prompt and a completion.
+make_examples() {
+    python3 - "$CORPUS" "$1" <<'PY'
+import json, os, sys
+src, out = sys.argv[1], sys.argv[2]
+files = [src] if os.path.isfile(src) else sorted(
+    os.path.join(src, n) for n in os.listdir(src) if "." not in n and os.path.isfile(os.path.join(src, n)))
+docs = []
+for path in files:
+    with open(path, "rb") as f:
+        text = f.read().decode("utf-8", errors="replace")
+    docs += [d.strip("\n") for d in text.split("\n%\n")]
+picked = [d for d in docs if " " in d.strip() and len(d) <= 40]
+picked = picked[:: max(1, len(picked) // 400)][:400]
+with open(out, "w", encoding="utf-8") as f:
+    for d in picked:
+        cut = d.find(" ", len(d) // 2)
+        cut = cut if cut > 0 else d.rfind(" ")
+        f.write(json.dumps({"prompt": d[: cut + 1], "completion": d[cut + 1 :]}) + "\n")
+PY
+}
+prepare_both zt-prepare "$DATA" --input "$CORPUS" --tokenizer byte --doc-separator % --val-fraction 0.05
+if [[ " ${SELECTED[*]} " == *+ex\ * ]]; then
+    make_examples "$WORK/examples.jsonl" || die "could not write fine-tuning examples from $CORPUS"
+    prepare_both zt-prepare-jsonl "$EXAMPLES" --input "$WORK/examples.jsonl" --format jsonl --tokenizer byte \
+        --val-fraction 0.1
 fi
 
 for line in "${SELECTED[@]}"; do
@@ -338,7 +424,9 @@ for line in "${SELECTED[@]}"; do
     name=${f[0]} np=${f[2]}
     C_STEPS=0 C_MAXREL=0 C_RESULT=PASS C_NOTES=""
     t0=$(date +%s)
-    echo "== $name (np $np, ${f[3]}, ${f[4]}.ini${f[5]:+ }${f[*]:5})"
+    data=""
+    [ "${f[4]}" = "${f[4]%+ex}" ] || data=" on the example shards"
+    echo "== $name (np $np, ${f[3]}, ${f[4]%+ex}.ini$data${f[5]:+ }${f[*]:5})"
     if ! run_case "$name" "$np" "${f[3]}" "${f[4]}" "${f[@]:5}"; then
         C_RESULT=FAIL C_MAXREL=- C_NOTES="a run failed (exit status or timeout)"
     fi
@@ -378,7 +466,7 @@ if [ -n "$out" ]; then
         echo "- new: $NEW_DESC"
         echo "- machine: $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average $LOAD_START at the start, $LOAD_END at the end"
         echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), runtime ${ELAPSED} s"
-        echo "- compared, as printed (no tolerance): per step loss, grad_norm, lr, loss_scale, skipped, tokens; every val_loss"
+        echo "- compared, as printed (no tolerance): per step loss, grad_norm, lr, loss_scale, skipped, tokens (targets, rows on example shards); every val_loss"
         echo
         table
         echo

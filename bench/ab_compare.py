@@ -3,12 +3,13 @@
 
     python3 bench/ab_compare.py OLD.jsonl NEW.jsonl [--after-step K] [--labels OLD,NEW]
 
-Compared: every step record (`loss`, `grad_norm`, `lr`, `loss_scale`, `skipped`, `tokens`) and
-every evaluation record (`val_loss`), matched by step. Numbers are compared as the text ztrain
-printed, not within a tolerance: "identical" means the same digits. Everything else (timings,
-tokens_per_s, step_ms, comm_bytes, *_ms, ops_ms, the memory event) legitimately differs run to
-run or is not training behaviour, and is ignored. --after-step K keeps only records of steps > K
-(a resumed run against the tail of a run straight through).
+Compared: every step record (`loss`, `grad_norm`, `lr`, `loss_scale`, `skipped`, `tokens`, and
+on example shards `targets` and `rows`) and every evaluation record (`val_loss`), matched by
+step. Numbers are compared as the text ztrain printed, not within a tolerance: "identical"
+means the same digits. Everything else (timings, tokens_per_s, step_ms, comm_bytes, *_ms, ops_ms,
+the memory event) legitimately differs run to run or is not training behaviour, and is ignored.
+--after-step K keeps only records of steps > K (a resumed run against the tail of a run
+straight through).
 
 The first output line is `PASS|FAIL STEPS MAXREL` (STEPS: step records compared; MAXREL: the
 largest relative difference of any compared number); on FAIL the lines after it name the first
@@ -19,7 +20,7 @@ import argparse
 import json
 import sys
 
-STEP_FIELDS = ("loss", "grad_norm", "lr", "loss_scale", "skipped", "tokens")
+STEP_FIELDS = ("loss", "grad_norm", "lr", "loss_scale", "skipped", "tokens", "targets", "rows")
 EVAL_FIELDS = ("val_loss",)
 
 
