@@ -94,17 +94,16 @@ ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, 
     return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats)};
 }
 
-Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute, DType activation,
-                         TensorGroup* tensor, bool sequence, StageBlocks stage)
+Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, const TransformerOptions& options)
     : m_cfg(cfg),
-      m_stage{stage.begin, stage.last(cfg.n_layer)},
+      m_stage{options.stage.begin, options.stage.last(cfg.n_layer)},
       m_blocks(m_stage.end - m_stage.begin),
       m_backend(backend),
-      m_tensor(tensor != nullptr && tensor->split().size > 1 ? tensor : nullptr),
-      m_sequence(sequence && m_tensor != nullptr),
+      m_tensor(options.tensor != nullptr && options.tensor->split().size > 1 ? options.tensor : nullptr),
+      m_sequence(options.sequence && m_tensor != nullptr),
       m_layout(make_model_layout(cfg, m_tensor != nullptr ? m_tensor->split() : TensorSplit{})),
       m_max_batch(max_batch),
-      m_recompute(recompute) {
+      m_recompute(options.recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
     ZT_REQUIRE(m_stage.begin >= 0 && m_stage.end <= cfg.n_layer && (m_blocks >= 1 || cfg.n_layer == 0),
                "pipeline stage: blocks [", m_stage.begin, ", ", m_stage.end, ") are not a non-empty range of the ",
@@ -122,10 +121,10 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
         m_slice_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
         m_slice_tokens.resize(BT);
     }
-    if (activation == DType::kF32) {
+    if (options.activation == DType::kF32) {
         allocate_activations(DType::kF32);
     } else {
-        set_activation_dtype(activation);
+        set_activation_dtype(options.activation);
     }
 }
 
@@ -155,19 +154,20 @@ void Transformer::allocate_activations(DType stored) {
     m_dnormed = a.take_act(BT * C);
     const size_t att_scratch = m_backend.attention_scratch_floats(m_max_batch, cfg.seq_len, cfg.n_head / tensor);
     DriverScratch scratch;
-    scratch.dscratch = m_dnormed;
+    TensorParallel::Buffers buffers;
+    buffers.partial = m_dnormed;
     scratch.attention_scratch = a.take(att_scratch);
     if (m_sequence) {
         // The blocks gather into the final norm's output buffer: it is written after them in
         // forward and read before them in backward.
-        scratch.gathered = m_normed;
-        scratch.dshard = a.take_act(BTl * C);
+        buffers.gathered = m_normed;
+        buffers.dshard = a.take_act(BTl * C);
         scratch.norm_grads_floats = 4 * C;  // GPT-2's block: both LayerNorms' weights and biases
         scratch.norm_grads = a.take(scratch.norm_grads_floats);
     }
+    scratch.parallel = TensorParallel(m_tensor, m_sequence, buffers);
     m_family = family_traits(cfg).make(stage_config(cfg, m_stage), m_layout, m_backend, a, scratch, m_max_batch,
-                                       m_recompute, m_sequence);
-    m_family->set_tensor_group(m_tensor);
+                                       m_recompute);
     // The memory plan predicts this figure: the two must never drift apart.
     const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage);
     ZT_REQUIRE(a.count().act == plan.act && a.count().f32 == plan.f32, "activation plan differs from the allocation: ",
@@ -316,14 +316,10 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
         store.prefetch(first_unit);
         // Each rank embeds the tokens of its vocabulary slice (zeros for the others'); the
         // group sums them, each rank keeping its rows under sequence parallelism.
-        if (m_sequence) {
-            m_family->embed_forward(*m_compute, m_dnormed, inputs, emb, B, T);
-            m_family->zero_padding(m_backend, m_dnormed, N, C);
-            m_tensor->reduce_scatter(m_dnormed, m_encoded, local_elements(N));
-        } else {
-            m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
-            if (m_tensor != nullptr) m_tensor->all_reduce(m_encoded, static_cast<size_t>(N) * static_cast<size_t>(C));
-        }
+        const TensorParallel& tp = m_family->parallel();
+        const ActPtr partial = tp.partial_output(m_encoded);
+        m_family->embed_forward(*m_compute, partial, inputs, emb, B, T);
+        tp.sum_output(m_backend, partial, m_encoded, N, C);
         store.release(0);
     } else {
         store.prefetch(first_unit);
@@ -340,19 +336,15 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
     if (!last_stage()) return;
     const float* wf = store.acquire(nL + 1);
     store.prefetch(0);
-    if (m_sequence) {
-        // This rank's rows of the output in place, then every rank's.
-        const size_t mine = local_elements(N) * static_cast<size_t>(m_layout.split.rank);
-        m_family->final_norm_forward(*m_compute, m_normed.offset(mine), x, wf, m_family->local_rows(N));
-        m_tensor->all_gather(ConstActPtr{}, m_normed, local_elements(N));
-    } else {
-        m_family->final_norm_forward(*m_compute, m_normed, x, wf, N);
-    }
+    // This rank's rows of the output in place, then every rank's (sequence parallelism).
+    const TensorParallel& tp = m_family->parallel();
+    m_family->final_norm_forward(*m_compute, tp.own_rows(m_normed, N, C), x, wf, tp.local_rows(N));
+    tp.gather_in_place(m_normed, N, C);
     store.release(nL + 1);
 }
 
 size_t Transformer::local_elements(int N) const {
-    return static_cast<size_t>(m_family->local_rows(N)) * static_cast<size_t>(m_cfg.n_embd);
+    return m_family->parallel().local_elements(N, m_cfg.n_embd);
 }
 
 float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
@@ -419,7 +411,8 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     // the embedding's backward at the very end (the embedding is tied, so a sharded store
     // need not gather it a third time).
     store.prefetch(nL + 1);
-    zero_act(m_backend, m_dnormed, m_family->padded_elements(N, C));
+    const TensorParallel& tp = m_family->parallel();
+    zero_act(m_backend, m_dnormed, tp.padded_elements(N, C));
     // A last stage without the embedding owns all of unit 0's gradient buffer but adds only
     // the head's: the rest must read zero when the stages' copies are summed.
     if (first_stage()) {
@@ -430,7 +423,7 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
                                N, C, Vp);
     // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
-    const ActPtr dnormed = m_family->sum_input_grad(m_dnormed, N, C);
+    const ActPtr dnormed = tp.sum_input_grad(m_dnormed, N, C);
 
     const ConstActPtr x_last = stage_output();
     const float* wf = store.acquire(nL + 1);
@@ -443,7 +436,7 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     }
     store.prefetch(m_stage.end);
     zero_act(m_backend, m_dresidual, local_elements(N));
-    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
+    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, tp.local_rows(N));
     grads_done(store, nL + 1);
     store.release(nL + 1);
 }
@@ -513,7 +506,8 @@ void Transformer::backward(UnitStore& store) {
     }
     // The embedding's gradient reads every row (under sequence parallelism gathered into the
     // final norm's output, no longer needed).
-    m_family->embed_backward(*m_compute, demb, zero_emb, m_family->gather_rows(m_dresidual, N, C), m_inputs, B, T);
+    m_family->embed_backward(*m_compute, demb, zero_emb, m_family->parallel().gather_rows(m_dresidual, N, C),
+                             m_inputs, B, T);
     grads_done(store, 0);
     store.release(0);
     m_head = ConstActPtr{};

@@ -438,8 +438,9 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     // ---- model, its sharded state, the loss scale ----
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
-    Transformer model(cfg.model, *setup.backend, tc.micro_batch, tc.recompute, work, setup.tensor_group.get(),
-                      cfg.parallel.sequence);
+    Transformer model(cfg.model, *setup.backend, tc.micro_batch,
+                      TransformerOptions().with_recompute(tc.recompute).with_activation(work).with_tensor(
+                          setup.tensor_group.get(), cfg.parallel.sequence));
     ModelState state(model.layout(), *setup.backend, setup.state_comms(), cfg.parallel.zero_stage,
                      bucket_numel(memory, reduce), tc.seed, work, reduce, memory.overlap_depth);
     // On an error this guard (declared after the model state, so destroyed first) ends the

@@ -303,7 +303,7 @@ TEST(ConversionChunks, Bf16StepOverAUnitLargerThanTheChunk) {
     ModelConfig mc = test::model_config(1, 2, 128, 8, 33000);
     mc.vocab_pad_to = 64;
     auto be = make_cpu_backend(2);
-    Transformer model(mc, *be, 2, false, DType::kBF16);
+    Transformer model(mc, *be, 2, TransformerOptions().with_activation(DType::kBF16));
     ASSERT_GT(model.layout().unit_numel[0], size_t{1} << 22) << "unit 0 must exceed one conversion chunk";
     ModelState state(model.layout(), *be, self_communicator(), 0, SIZE_MAX, 5, DType::kBF16, DType::kBF16);
     std::vector<int32_t> inputs(16), targets(16);

@@ -91,6 +91,43 @@ struct StageBlocks {
 /// stage (the embedding) and the last (the LM head), the final norm's on the last.
 std::vector<int> stage_units(const ModelConfig& cfg, StageBlocks stage);
 
+/// How a Transformer is built beyond its configuration, backend and batch: what it keeps
+/// of its activations and in what dtype, the tensor group it is a rank's split of, and the
+/// pipeline stage it runs. The defaults are the whole model on one rank, every activation
+/// kept in fp32. Set fields by name (or chain the setters):
+///   TransformerOptions o;  o.recompute = true;  o.stage = blocks;
+struct TransformerOptions {
+    /// Keep only each block's output; backward re-runs a block's forward into one shared set
+    /// of buffers just before its backward (activation checkpointing).
+    bool recompute = false;
+    /// The activations' dtype (Transformer::set_activation_dtype).
+    DType activation = DType::kF32;
+    /// The tensor group the model is this rank's split of (null or one rank: none).
+    TensorGroup* tensor = nullptr;
+    /// Sequence parallelism over the tensor group (parallel.sequence).
+    bool sequence = false;
+    /// The pipeline stage's blocks (default: the whole model).
+    StageBlocks stage{};
+
+    TransformerOptions& with_recompute(bool on) {
+        recompute = on;
+        return *this;
+    }
+    TransformerOptions& with_activation(DType t) {
+        activation = t;
+        return *this;
+    }
+    TransformerOptions& with_tensor(TensorGroup* group, bool sequence_parallel) {
+        tensor = group;
+        sequence = sequence_parallel;
+        return *this;
+    }
+    TransformerOptions& with_stage(StageBlocks blocks) {
+        stage = blocks;
+        return *this;
+    }
+};
+
 /// How 16-bit activations are stored: in their dtype (what training runs), or as fp32
 /// buffers holding 16-bit values through an ActivationRoundingBackend, the emulation the
 /// typed ops are checked against (a test oracle only).
@@ -98,10 +135,11 @@ enum class ActivationStorage { kTyped, kEmulated };
 
 class Transformer {
   public:
-    /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens. With
-    /// `recompute`, only each block's output is kept; backward re-runs a block's forward
-    /// into one shared set of buffers just before its backward (activation checkpointing:
-    /// about one extra forward of compute for ~1/L of the block activations' memory).
+    /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens, as
+    /// `options` says (TransformerOptions). With `recompute`, only each block's output is
+    /// kept; backward re-runs a block's forward into one shared set of buffers just before
+    /// its backward (activation checkpointing: about one extra forward of compute for ~1/L
+    /// of the block activations' memory).
     /// Activations in `activation` (set_activation_dtype).
     /// With a tensor group (null: none) the model is this rank's split of it: its layout is
     /// make_model_layout(cfg, group->split()), and forward and backward run the group's
@@ -124,9 +162,7 @@ class Transformer {
     /// logits or losses and its forward returns 0. Unit 0's gradient on a stage that has only
     /// one of the embedding and the head holds zeros where the other would add: the caller
     /// sums it with the other stage's.
-    Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false,
-                DType activation = DType::kF32, TensorGroup* tensor = nullptr, bool sequence = false,
-                StageBlocks stage = {});
+    Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, const TransformerOptions& options = {});
     ~Transformer();
     Transformer(const Transformer&) = delete;
     Transformer& operator=(const Transformer&) = delete;
