@@ -201,17 +201,18 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
     : ModelFamily(scratch), m_cfg(cfg) {
     if (cfg.n_layer > 0) m_off = gpt2_offsets(layout);
     const Gpt2Offsets& o = m_off;
-    const int Cw = cfg.n_embd;
-    const int Chw = Cw / m_parallel.parts();
-    m_qkv = ColumnParallelLinear(products(), {o.qkvw, o.qkvb, Cw, 3 * Chw});
-    m_attn_proj = RowParallelLinear(products(), {o.attprojw, o.attprojb, Chw, Cw});
-    m_fc = ColumnParallelLinear(products(), {o.fcw, o.fcb, Cw, 4 * Chw});
-    m_fc_proj = RowParallelLinear(products(), {o.fcprojw, o.fcprojb, 4 * Chw, Cw});
+    // This rank's features of the products: the width and its heads' width (C / t).
+    const int width = cfg.n_embd;
+    const int heads_width = width / m_parallel.parts();
+    m_qkv = ColumnParallelLinear(products(), {o.qkvw, o.qkvb, width, 3 * heads_width});
+    m_attn_proj = RowParallelLinear(products(), {o.attprojw, o.attprojb, heads_width, width});
+    m_fc = ColumnParallelLinear(products(), {o.fcw, o.fcb, width, 4 * heads_width});
+    m_fc_proj = RowParallelLinear(products(), {o.fcprojw, o.fcprojb, 4 * heads_width, width});
     m_wpe_offset = layout.find("wpe.weight").offset;
     m_lnf_bias_offset = layout.find("ln_f.bias").offset;
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
-    const size_t Ch = static_cast<size_t>(Chw);
+    const size_t Ch = static_cast<size_t>(heads_width);
     const size_t NH = static_cast<size_t>(cfg.n_head / m_parallel.parts());
     const size_t T = static_cast<size_t>(cfg.seq_len);
     const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));

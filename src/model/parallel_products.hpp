@@ -278,7 +278,8 @@ class RowParallelLinear final : public ParallelLinear {
     void forward_residual(Backend& be, ActPtr out, ConstActPtr in, const UnitWeights& w, ConstActPtr residual,
                           int N) const;
     /// dinp (N, in) = d loss / d in from dout (this rank's rows of d loss / d out), the
-    /// weight and bias gradients into dw; the residual's gradient is dout itself.
+    /// weight and bias gradients into dw (the bias's from the whole batch's rows, gathered:
+    /// the same on every rank); the residual's gradient is dout itself.
     void backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr in, const UnitWeights& w,
                   ActPtr keep, int N) {
         zero_act(be, dinp, static_cast<size_t>(N) * static_cast<size_t>(m_shape.in));
