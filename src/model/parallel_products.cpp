@@ -3,6 +3,10 @@
 // defer goes to deferred_grads.hpp.
 #include "parallel_products.hpp"
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 #include "ztrain/core/error.hpp"
 #include "deferred_grads.hpp"
 
@@ -152,6 +156,70 @@ void NormGrads::sum(Backend& be) {
     for (const Pending& p : m_pending) be.accumulate(p.dw, DType::kF32, m_scratch + p.at, p.n);
     m_pending.clear();
     m_used = 0;
+}
+
+VocabParallel::VocabParallel(const ModelConfig& cfg, TensorGroup* group, Backend& backend, size_t max_tokens)
+    : m_group(group != nullptr && group->split().size > 1 ? group : nullptr),
+      m_backend(backend),
+      m_vocab_size(cfg.vocab_size) {
+    const TensorSplit split = m_group != nullptr ? m_group->split() : TensorSplit{};
+    m_local = cfg.padded_vocab() / split.size;
+    m_begin = split.rank * m_local;
+    m_live = std::max(0, std::min(m_local, cfg.vocab_size - m_begin));
+    if (m_group != nullptr) {
+        m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(max_tokens * sizeof(int32_t)));
+        m_tokens.resize(max_tokens);
+    }
+}
+
+VocabParallel::~VocabParallel() {
+    if (m_tokens_be != nullptr) m_backend.free(m_tokens_be);
+}
+
+const int32_t* VocabParallel::embedding_tokens(const int32_t* tokens, const int32_t* targets, const int32_t* copied,
+                                               int N) {
+    if (m_group == nullptr) return copied;
+    // The embedding reads its rows of this rank's slice; the others' tokens are -1.
+    for (int i = 0; i < N; ++i) {
+        const int local = tokens[i] - m_begin;
+        m_tokens[static_cast<size_t>(i)] = local >= 0 && local < m_local ? local : -1;
+        ZT_REQUIRE(targets == nullptr || targets[i] < m_vocab_size, "cross-entropy: target ", targets[i], " of row ", i,
+                   " is not below the vocabulary size ", m_vocab_size);
+    }
+    m_backend.to_device(m_tokens_be, m_tokens.data(), static_cast<size_t>(N) * sizeof(int32_t));
+    return m_tokens_be;
+}
+
+void VocabParallel::cross_entropy(Backend& be, float* losses, ActPtr logits, const int32_t* targets, int N,
+                                  float dloss) const {
+    if (m_group == nullptr) {
+        be.softmax_cross_entropy(losses, logits, targets, N, m_vocab_size, m_local, dloss);
+        return;
+    }
+    // Three backend passes around the group's reductions of the rows' maxima and of their
+    // sums of exponentials and target logits.
+    const size_t n = static_cast<size_t>(N);
+    be.cross_entropy_row_max(m_row_max, logits, N, m_live, m_local);
+    m_group->all_reduce_floats(m_row_max, n, /*max=*/true);
+    be.cross_entropy_row_sums(m_row_sums, logits, m_row_max, targets, N, m_live, m_local, m_begin);
+    m_group->all_reduce_floats(m_row_sums, 2 * n, /*max=*/false);
+    be.split_cross_entropy(losses, logits, m_row_max, m_row_sums, targets, N, m_live, m_local, m_begin, dloss);
+}
+
+void VocabParallel::logits_row_to_host(ConstActPtr logits, int row, float* out) const {
+    const size_t Vp = static_cast<size_t>(m_local);
+    const ConstActPtr src = logits.offset(static_cast<size_t>(row) * Vp);
+    // Under a group this rank's columns first, then every rank's in order.
+    std::vector<float> slice(m_group != nullptr ? Vp : 0);
+    float* mine = m_group != nullptr ? slice.data() : out;
+    if (src.f32()) {
+        m_backend.to_host(mine, src.data, Vp * sizeof(float));
+    } else {
+        std::vector<uint16_t> stored(Vp);
+        m_backend.to_host(stored.data(), src.data, Vp * sizeof(uint16_t));
+        convert_to_f32(stored.data(), mine, Vp, src.dtype);
+    }
+    if (m_group != nullptr) m_group->all_gather_host(mine, out, Vp);
 }
 
 }  // namespace zt

@@ -7,8 +7,10 @@
 // norms' parameter gradients, which sequence parallelism leaves as partial sums. Private
 // to model/.
 //
-// Not here: which tensor is cut how (the layouts, LayoutBuilder's SplitAlong), the driver's
-// vocabulary-parallel embedding and cross-entropy (transformer.cpp).
+// Also the vocabulary cut over the group (VocabParallel): the embedding's tokens, the
+// cross-entropy over the LM head's logits, a row of them for the host.
+//
+// Not here: which tensor is cut how (the layouts, LayoutBuilder's SplitAlong).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/config/config.hpp"
 #include "ztrain/model/transformer.hpp"
 
 namespace zt {
@@ -314,6 +317,51 @@ class NormGrads {
     size_t m_scratch_floats = 0;
     std::vector<Pending> m_pending;
     size_t m_used = 0;
+};
+
+/// The vocabulary cut over the tensor group (Megatron's VocabParallelEmbedding and its
+/// vocabulary-parallel cross-entropy): this rank holds rows [begin, begin + local) of the
+/// padded vocabulary of the token embedding and the LM head, of which `live` are real tokens.
+/// The logits are never exchanged: the loss sums 3 floats a row over the group.
+class VocabParallel {
+  public:
+    /// For batches of up to max_tokens tokens; `group` null or of one rank: none.
+    VocabParallel(const ModelConfig& cfg, TensorGroup* group, Backend& backend, size_t max_tokens);
+    ~VocabParallel();
+    VocabParallel(const VocabParallel&) = delete;
+    VocabParallel& operator=(const VocabParallel&) = delete;
+    int begin() const { return m_begin; }
+    int local() const { return m_local; }
+    /// Whether the cross-entropy needs the group's row statistics (set_row_statistics).
+    bool needs_row_statistics() const { return m_group != nullptr; }
+    /// Where they are kept (fp32, backend memory, the driver's arena): the rows' maxima (N)
+    /// and their sums of exponentials and target logits (2, N), N the largest batch's rows.
+    void set_row_statistics(float* row_max, float* row_sums) {
+        m_row_max = row_max;
+        m_row_sums = row_sums;
+    }
+    /// The N tokens as this rank's embedding reads them (backend memory): `copied` (the
+    /// backend's copy of `tokens`), or under a group their rows of this slice (-1: another
+    /// rank's). Under a group each target (if any) must be below the vocabulary size.
+    const int32_t* embedding_tokens(const int32_t* tokens, const int32_t* targets, const int32_t* copied, int N);
+    /// losses (N) and, with dloss != 0, dloss * d loss / d logits in place of the logits
+    /// (N, local) from the targets (backend memory), over the whole vocabulary.
+    void cross_entropy(Backend& be, float* losses, ActPtr logits, const int32_t* targets, int N, float dloss) const;
+    /// Row `row` of the logits (N, local), widened to fp32, into host memory at out (every
+    /// rank's slice in rank order). Collective over the group.
+    void logits_row_to_host(ConstActPtr logits, int row, float* out) const;
+
+  private:
+    TensorGroup* m_group;
+    Backend& m_backend;
+    int m_vocab_size;
+    int m_begin = 0;
+    int m_local = 0;
+    int m_live = 0;
+    int32_t* m_tokens_be = nullptr;  ///< (max_tokens) the slice's rows of the tokens
+    std::vector<int32_t> m_tokens;   ///< their host copy
+    float* m_row_max = nullptr;
+    float* m_row_sums = nullptr;
 };
 
 }  // namespace zt

@@ -114,13 +114,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
     m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
     m_targets_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
     // This rank's vocabulary rows (the embedding's and the LM head's slice).
-    m_vocab_local = cfg.padded_vocab() / m_layout.split.size;
-    m_vocab_begin = m_layout.split.rank * m_vocab_local;
-    m_vocab_live = std::max(0, std::min(m_vocab_local, cfg.vocab_size - m_vocab_begin));
-    if (m_tensor != nullptr) {
-        m_slice_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
-        m_slice_tokens.resize(BT);
-    }
+    m_vocab = std::make_unique<VocabParallel>(cfg, m_tensor, backend, BT);
     if (options.activation == DType::kF32) {
         allocate_activations(DType::kF32);
     } else {
@@ -143,12 +137,12 @@ void Transformer::allocate_activations(DType stored) {
     m_normed = a.take_act(BT * C);
     const bool head = last_stage();
     if (head) {
-        m_logits = a.take_act(BT * static_cast<size_t>(m_vocab_local));
+        m_logits = a.take_act(BT * static_cast<size_t>(m_vocab->local()));
         m_losses = a.take(BT);
     }
-    if (tensor > 1 && head) {
-        m_ce_max = a.take(BT);
-        m_ce_sums = a.take(2 * BT);
+    if (head && m_vocab->needs_row_statistics()) {
+        float* row_max = a.take(BT);
+        m_vocab->set_row_statistics(row_max, a.take(2 * BT));
     }
     m_dresidual = a.take_act(BTl * C);
     m_dnormed = a.take_act(BT * C);
@@ -180,7 +174,7 @@ Transformer::~Transformer() {
     m_arena.reset();
     m_backend.free(m_tokens_be);
     m_backend.free(m_targets_be);
-    if (m_slice_tokens_be != nullptr) m_backend.free(m_slice_tokens_be);
+    m_vocab.reset();
 }
 
 size_t Transformer::activation_bytes() const { return m_arena->bytes(); }
@@ -198,21 +192,7 @@ void Transformer::set_activation_dtype(DType t, ActivationStorage storage) {
     if (!m_arena || m_arena->activation_dtype() != stored) allocate_activations(stored);
 }
 
-void Transformer::logits_row_to_host(int row, float* out) const {
-    const size_t Vp = static_cast<size_t>(m_vocab_local);
-    const ConstActPtr src = ConstActPtr(m_logits).offset(static_cast<size_t>(row) * Vp);
-    // Under tensor parallelism this rank's columns first, then every rank's in order.
-    std::vector<float> slice(m_tensor != nullptr ? Vp : 0);
-    float* mine = m_tensor != nullptr ? slice.data() : out;
-    if (src.f32()) {
-        m_backend.to_host(mine, src.data, Vp * sizeof(float));
-    } else {
-        std::vector<uint16_t> stored(Vp);
-        m_backend.to_host(stored.data(), src.data, Vp * sizeof(uint16_t));
-        convert_to_f32(stored.data(), mine, Vp, src.dtype);
-    }
-    if (m_tensor != nullptr) m_tensor->all_gather_host(mine, out, Vp);
-}
+void Transformer::logits_row_to_host(int row, float* out) const { m_vocab->logits_row_to_host(m_logits, row, out); }
 
 float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
                            float dloss) {
@@ -269,18 +249,7 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
         m_backend.to_device(m_targets_be, targets, token_bytes);
         targets_be = m_targets_be;
     }
-    m_inputs = m_tokens_be;
-    if (m_tensor != nullptr) {
-        // The embedding reads its rows of this rank's slice; the others' tokens are -1.
-        for (int i = 0; i < N; ++i) {
-            const int local = inputs[i] - m_vocab_begin;
-            m_slice_tokens[static_cast<size_t>(i)] = local >= 0 && local < m_vocab_local ? local : -1;
-            ZT_REQUIRE(targets == nullptr || targets[i] < m_cfg.vocab_size, "cross-entropy: target ", targets[i],
-                       " of row ", i, " is not below the vocabulary size ", m_cfg.vocab_size);
-        }
-        m_backend.to_device(m_slice_tokens_be, m_slice_tokens.data(), token_bytes);
-        m_inputs = m_slice_tokens_be;
-    }
+    m_inputs = m_vocab->embedding_tokens(inputs, targets, m_tokens_be, N);
     set_rows(rows, B, T);
     embed_and_blocks(store, m_inputs, B, T);
     if (last_stage()) return head_and_loss(store, targets, targets_be, N, dloss);
@@ -350,8 +319,7 @@ size_t Transformer::local_elements(int N) const {
 float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                                  float dloss) {
     const int C = m_cfg.n_embd;
-    const int V = m_cfg.vocab_size;
-    const int Vp = m_vocab_local;
+    const int Vp = m_vocab->local();
     // LM head, tied to the token embedding or an untied head (also in unit 0):
     // logits (N, Vp) = normed (N, C) @ head (Vp, C)^T, Vp of this rank's vocabulary slice.
     const ConstActPtr head = unit_weights(store, 0).matrix(m_layout.head_offset);
@@ -363,11 +331,7 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
         store.release(0);
         return 0.f;
     }
-    if (m_tensor != nullptr) {
-        split_cross_entropy(targets_be, N, dloss);
-    } else {
-        m_compute->softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
-    }
+    m_vocab->cross_entropy(*m_compute, m_losses, m_logits, targets_be, N, dloss);
     // The mean is taken on the host (targets is the caller's host array).
     m_losses_host.resize(static_cast<size_t>(N));
     m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
@@ -391,20 +355,9 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     return counted > 0 ? static_cast<float>(sum / counted) : 0.f;
 }
 
-void Transformer::split_cross_entropy(const int32_t* targets_be, int N, float dloss) {
-    const size_t n = static_cast<size_t>(N);
-    m_compute->cross_entropy_row_max(m_ce_max, m_logits, N, m_vocab_live, m_vocab_local);
-    m_tensor->all_reduce_floats(m_ce_max, n, /*max=*/true);
-    m_compute->cross_entropy_row_sums(m_ce_sums, m_logits, m_ce_max, targets_be, N, m_vocab_live, m_vocab_local,
-                                      m_vocab_begin);
-    m_tensor->all_reduce_floats(m_ce_sums, 2 * n, /*max=*/false);
-    m_compute->split_cross_entropy(m_losses, m_logits, m_ce_max, m_ce_sums, targets_be, N, m_vocab_live,
-                                   m_vocab_local, m_vocab_begin, dloss);
-}
-
 void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_emb) {
     const int C = m_cfg.n_embd;
-    const int Vp = m_vocab_local;
+    const int Vp = m_vocab->local();
     const int nL = m_cfg.n_layer;
     const size_t head_numel = static_cast<size_t>(Vp) * static_cast<size_t>(C);
     // LM head: unit 0 is still acquired from forward(); on the whole model it stays so until
@@ -496,7 +449,7 @@ void Transformer::backward(UnitStore& store) {
         demb = store.grads(0);
         zero_emb = store.grads_need_zero(0);
     }
-    const size_t head_numel = static_cast<size_t>(m_vocab_local) * static_cast<size_t>(C);
+    const size_t head_numel = static_cast<size_t>(m_vocab->local()) * static_cast<size_t>(C);
     // The token embedding's gradient was zeroed with the head's when they are one tensor; a
     // first stage without the head zeroes the whole unit (the head's part reads zero).
     if (!last_stage()) {

@@ -23,6 +23,7 @@ namespace zt {
 class ActivationArena;
 class ModelFamily;
 struct UnitWeights;
+class VocabParallel;
 
 /// The collectives of the tensor group a model runs in (parallel.tensor; Megatron-style
 /// tensor parallelism), implemented over a communicator by the caller: model/ depends on no
@@ -264,10 +265,6 @@ class Transformer {
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                         float dloss);
 
-    /// The vocabulary-parallel LM head's cross-entropy: the rows' maxima and sums over the
-    /// tensor group, then the losses and dlogits (targets: backend memory).
-    void split_cross_entropy(const int32_t* targets_be, int N, float dloss);
-
     /// Backward of the final norm and the LM head (the last stage): d residual from dlogits.
     /// demb, zero_emb: unit 0's gradient buffer and whether it is to be zeroed.
     void head_backward(UnitStore& store, int N, float* demb, bool zero_emb);
@@ -279,9 +276,7 @@ class Transformer {
     TensorGroup* m_tensor = nullptr;
     bool m_sequence = false;  ///< sequence parallelism over m_tensor
     ModelLayout m_layout;
-    int m_vocab_begin = 0;  ///< the first vocabulary row of this rank's slice
-    int m_vocab_local = 0;  ///< padded vocabulary rows of the slice (Vp / T)
-    int m_vocab_live = 0;   ///< of which real tokens (below vocab_size)
+    std::unique_ptr<VocabParallel> m_vocab;  ///< this rank's vocabulary slice (the embedding's and the head's)
     std::unique_ptr<ActivationArena> m_arena;  // every activation buffer; freed last
     std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch
     int m_max_batch;
@@ -305,13 +300,6 @@ class Transformer {
     // per-row losses read back for the mean (host memory).
     int32_t* m_tokens_be = nullptr;   // (B, T)
     int32_t* m_targets_be = nullptr;  // (B, T)
-    // Tensor parallelism: the tokens as rows of this rank's vocabulary slice (-1: another
-    // rank's), the cross-entropy's row maxima (B, T) and sums of exponentials and target
-    // logits (2, B, T).
-    int32_t* m_slice_tokens_be = nullptr;
-    std::vector<int32_t> m_slice_tokens;
-    float* m_ce_max = nullptr;
-    float* m_ce_sums = nullptr;
     std::vector<float> m_losses_host;  // (B, T)
     ConstActPtr m_head;  // the LM head's matrix (unit 0), held from forward into backward
     bool m_have_dlogits = false;  ///< a training forward ran: backward may follow
