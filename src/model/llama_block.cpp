@@ -197,6 +197,8 @@ class LlamaBlocks final : public ModelFamily {
     LlamaOffsets m_off{};
     std::vector<Slots> m_slots;
     // The products: q|k|v and gate|up column-parallel, o_proj and down_proj row-parallel.
+    /// Makes them (and takes the shared KV heads' buffers from the arena).
+    void make_products(ActivationArena& arena);
     ColumnParallelLinear m_qkv;
     RowParallelLinear m_o_proj;
     ColumnParallelLinear m_gate_up;
@@ -215,7 +217,6 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     : ModelFamily(scratch), m_cfg(cfg) {
     if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
     const Sizes z = sizes(1, 1);
-    const LlamaOffsets& o = m_off;
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
     const size_t NH = static_cast<size_t>(z.NH);
@@ -244,13 +245,22 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     m_dgate_up = arena.take_act(BT * 2 * F);
     m_dswiglu = arena.take_act(BT * F);
     m_rope = arena.take(T * hs);
+    make_products(arena);
+    const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
+    backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
+}
+
+void LlamaBlocks::make_products(ActivationArena& arena) {
+    const Sizes z = sizes(1, 1);
+    const LlamaOffsets& o = m_off;
     const ParallelLinear::Shape qkv{o.qkv, kNoBias, z.C, z.QKV};
-    if (cfg.kv_heads() < m_parallel.parts()) {
+    if (m_cfg.kv_heads() < m_parallel.parts()) {
         // KV heads shared by several ranks: q|k|v's weight gradient (QKV, C) and the k, v
         // gradients of every head (n_kv_head, 2 hs, C), summed over the group.
-        SharedWeightRows kv{z.NH * z.hs, 2 * z.hs, cfg.kv_heads(), nullptr, nullptr};
-        kv.weight_grad = arena.take(QKV * C);
-        kv.exchange = arena.take(static_cast<size_t>(cfg.kv_heads()) * 2 * hs * C);
+        SharedWeightRows kv{z.NH * z.hs, 2 * z.hs, m_cfg.kv_heads(), nullptr, nullptr};
+        const size_t C = static_cast<size_t>(z.C);
+        kv.weight_grad = arena.take(static_cast<size_t>(z.QKV) * C);
+        kv.exchange = arena.take(static_cast<size_t>(m_cfg.kv_heads() * 2 * z.hs) * C);
         m_qkv = ColumnParallelLinear(products(), qkv, kv);
     } else {
         m_qkv = ColumnParallelLinear(products(), qkv);
@@ -258,8 +268,6 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     m_o_proj = RowParallelLinear(products(), {o.o_proj, kNoBias, z.Cq, z.C});
     m_gate_up = ColumnParallelLinear(products(), {o.gate_up, kNoBias, z.C, 2 * z.F});
     m_down_proj = RowParallelLinear(products(), {o.down_proj, kNoBias, z.F, z.C});
-    const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
-    backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
 }
 
 void LlamaBlocks::rotate(Backend& be, ActPtr qkv, int B, int T, bool inverse) const {

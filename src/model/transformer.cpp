@@ -397,23 +397,29 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
 void Transformer::backward(UnitStore& store) {
     ZT_REQUIRE(m_have_dlogits, "backward() needs a preceding forward() with targets and dloss != 0");
     m_have_dlogits = false;
-    const int B = m_B;
-    const int T = m_T;
-    const int C = m_cfg.n_embd;
-    const int N = B * T;
-    const int first_unit = 1 + m_stage.begin;
-    // Unit 0's gradient is asked for once per micro-step, by its first user.
-    float* demb = nullptr;
-    bool zero_emb = false;
-    // A stage without the head starts from the d residual its caller wrote.
+    // Unit 0's gradient is asked for once per micro-step, by its first user: the head on the
+    // last stage, the embedding on a first stage without the head.
+    UnitGrads demb;
     if (last_stage()) {
-        demb = store.grads(0);
-        zero_emb = store.grads_need_zero(0);
-        head_backward(store, N, demb, zero_emb);
+        demb = UnitGrads{store.grads(0), store.grads_need_zero(0)};
+        head_backward(store, m_B * m_T, demb.base, demb.zero);
     } else {
-        store.prefetch(first_unit + m_blocks - 1);
+        // A stage without the head starts from the d residual its caller wrote.
+        store.prefetch(m_stage.end);  // the last block's unit
     }
+    blocks_backward(store);
+    if (first_stage()) embedding_backward(store, demb);
+    // Unit 0's gradient is the last a backward finishes, on every stage that has it (a
+    // store reduces buckets and releases the held unit 0 on that promise).
+    if (first_stage() || last_stage()) {
+        grads_done(store, 0);
+        store.release(0);
+        m_head = ConstActPtr{};
+    }
+}
 
+void Transformer::blocks_backward(UnitStore& store) {
+    const int first_unit = 1 + m_stage.begin;
     for (int l = m_blocks - 1; l >= 0; --l) {
         const UnitWeights w = unit_weights(store, first_unit + l);
         // Deferred weight gradients: the block's are kept for backward_weights, which asks
@@ -429,41 +435,29 @@ void Transformer::backward(UnitStore& store) {
         const ConstActPtr in = l == 0 ? ConstActPtr(m_encoded) : m_family->block_output(l - 1);
         // Recompute writes the same values again into the block's (shared) buffers; its
         // output is recomputed in place with bit-identical results.
-        if (m_recompute) m_family->block_forward(*m_compute, l, w, in, B, T);
-        m_family->block_backward(*m_compute, l, w, dw, in, m_dresidual, B, T);
+        if (m_recompute) m_family->block_forward(*m_compute, l, w, in, m_B, m_T);
+        m_family->block_backward(*m_compute, l, w, dw, in, m_dresidual, m_B, m_T);
         grads_done(store, first_unit + l);
         store.release(first_unit + l);
     }
-    if (!first_stage()) {
-        // Unit 0's gradient is the last a backward finishes, on every stage that has it (a
-        // store reduces buckets and releases the held unit 0 on that promise).
-        if (last_stage()) {
-            grads_done(store, 0);
-            store.release(0);
-            m_head = ConstActPtr{};
-        }
-        return;
-    }
+}
 
-    if (!last_stage()) {
-        demb = store.grads(0);
-        zero_emb = store.grads_need_zero(0);
-    }
+void Transformer::embedding_backward(UnitStore& store, UnitGrads demb) {
+    const int C = m_cfg.n_embd;
     const size_t head_numel = static_cast<size_t>(m_vocab->local()) * static_cast<size_t>(C);
     // The token embedding's gradient was zeroed with the head's when they are one tensor; a
-    // first stage without the head zeroes the whole unit (the head's part reads zero).
+    // first stage without the head asks for unit 0's now and zeroes all of it (the head's
+    // part reads zero).
     if (!last_stage()) {
-        zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
+        demb = UnitGrads{store.grads(0), store.grads_need_zero(0)};
+        zero_grad_if(m_backend, demb.zero, demb.base, m_layout.unit_numel[0]);
     } else if (m_layout.head_offset != 0) {
-        zero_grad_if(m_backend, zero_emb, demb, head_numel);
+        zero_grad_if(m_backend, demb.zero, demb.base, head_numel);
     }
     // The embedding's gradient reads every row (under sequence parallelism gathered into the
     // final norm's output, no longer needed).
-    m_family->embed_backward(*m_compute, demb, zero_emb, m_family->parallel().gather_rows(m_dresidual, N, C),
-                             m_inputs, B, T);
-    grads_done(store, 0);
-    store.release(0);
-    m_head = ConstActPtr{};
+    const ConstActPtr dout = m_family->parallel().gather_rows(m_dresidual, m_B * m_T, C);
+    m_family->embed_backward(*m_compute, demb.base, demb.zero, dout, m_inputs, m_B, m_T);
 }
 
 void Transformer::grads_done(UnitStore& store, int unit) {

@@ -23,6 +23,7 @@ namespace zt {
 class ActivationArena;
 class ModelFamily;
 struct UnitWeights;
+struct UnitGrads;
 class VocabParallel;
 
 /// The collectives of the tensor group a model runs in (parallel.tensor; Megatron-style
@@ -268,6 +269,11 @@ class Transformer {
     /// Backward of the final norm and the LM head (the last stage): d residual from dlogits.
     /// demb, zero_emb: unit 0's gradient buffer and whether it is to be zeroed.
     void head_backward(UnitStore& store, int N, float* demb, bool zero_emb);
+    /// Backward of the stage's blocks, last to first: d residual from the blocks' output's.
+    void blocks_backward(UnitStore& store);
+    /// Backward of the embedding (the first stage) into unit 0's gradient `demb` (asked for
+    /// here on a stage without the head).
+    void embedding_backward(UnitStore& store, UnitGrads demb);
 
     ModelConfig m_cfg;
     StageBlocks m_stage;  ///< resolved: end is a block index
