@@ -297,7 +297,7 @@ class RowParallelLinear final : public ParallelLinear {
 class NormGrads {
   public:
     NormGrads() = default;
-    /// `scratch`: norm_floats fp32 values of the driver's (sequence parallelism only).
+    /// `scratch`: scratch_floats fp32 values of the driver's (sequence parallelism only).
     NormGrads(ProductContext ctx, float* scratch, size_t scratch_floats)
         : m_ctx(ctx), m_scratch(scratch), m_scratch_floats(scratch_floats) {}
     /// Where the norm's parameter gradient is to be computed (see above).
