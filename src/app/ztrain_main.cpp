@@ -14,6 +14,7 @@
 #include "ztrain/config.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/env/env.hpp"
+#include "ztrain/model/family.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/parallel/device_mesh.hpp"
 #include "ztrain/train/memory_plan.hpp"
@@ -35,7 +36,7 @@ int world_rank() {
 
 int run(int argc, char** argv) {
     // model.from_hf reads a Hugging Face config.json: ckpt/ knows that format, config/ does not.
-    const zt::CliResult cli = zt::parse_command_line(argc, argv, zt::read_hf_config);
+    const zt::CliResult cli = zt::parse_command_line(argc, argv, zt::family_key_rules, zt::read_hf_config);
     const bool root = world_rank() == 0;
     switch (cli.action) {
         case zt::CliAction::kHelp:

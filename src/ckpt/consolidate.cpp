@@ -5,7 +5,7 @@
 // nothing here ever holds the whole model. Trust: meta.h5 is hash-checked by
 // read_checkpoint_meta and the shards by CheckpointReader (the reader resume uses too).
 // Not here: the safetensors byte format (safetensors.cpp), Hugging Face names and layouts
-// (hf_family.cpp), the model record's versions (model_record.cpp).
+// (the model family's, ztrain/model/family.hpp), the model record's versions (model_record.cpp).
 #include "ztrain/ckpt/export.hpp"
 
 #include <hdf5.h>
@@ -245,16 +245,17 @@ void export_h5(CheckpointReader& reader, const CkptModel& m, const std::string& 
 // .safetensors (the family's Hugging Face names and layout)
 // ---------------------------------------------------------------------------------------
 
-void export_safetensors(CheckpointReader& reader, const CkptModel& m, const HfFamily& family, const std::string& file,
+void export_safetensors(CheckpointReader& reader, const CkptModel& m, const Family& family, const std::string& file,
                         DType t) {
+    const HfNaming& names = family.hf_naming();
     std::vector<SafetensorsWriter::Tensor> tensors;
     for (const CkptTensor& tensor : m.tensors) {
-        tensors.push_back({family.hf_name(tensor.name), family.file_shape(tensor.name, tensor.live_shape)});
+        tensors.push_back({names.hf_name(tensor.name), names.file_shape(tensor.name, tensor.live_shape)});
     }
     nlohmann::ordered_json metadata = {{"format", "pt"},
                                        {"source", "ztrain"},
                                        {"step", std::to_string(m.meta.value("step", 0L))}};
-    for (const auto& [key, value] : family.metadata(m.model)) metadata[key] = value;
+    for (const auto& [key, value] : family.hf_metadata(m.model)) metadata[key] = value;
     metadata["config_ini"] = m.meta.value("config_ini", std::string());
     SafetensorsWriter out(file, tensors, t, metadata);
     std::vector<float> buf;
@@ -262,7 +263,7 @@ void export_safetensors(CheckpointReader& reader, const CkptModel& m, const HfFa
     for (const CkptTensor& tensor : m.tensors) {
         read_tensor(reader, tensor, "master", buf);
         const float* src = buf.data();
-        if (family.transposed(tensor.name)) {
+        if (names.transposed(tensor.name)) {
             other.resize(tensor.live_numel);
             transpose(buf.data(), tensor.live_shape[0], tensor.live_shape[1], other.data());
             src = other.data();
@@ -297,10 +298,11 @@ void export_hf_directory(const std::string& ckpt_path, const std::string& output
     ZT_INPUT_CHECK(mc.n_layer > 0 && mc.n_head > 0 && mc.n_embd > 0 && mc.seq_len > 0 && mc.vocab_size > 0, step_dir,
                    ": the checkpoint does not record every model dimension (n_layer, n_head, n_embd, "
                    "seq_len, vocab_size) needed for config.json");
-    ZT_INPUT_CHECK(!mc.is_llama() || mc.ffn_dim > 0, step_dir,
-                   ": the checkpoint does not record model.ffn_dim, needed for config.json");
-    const HfFamily& family = hf_family(mc);
-    const std::string text = family.config_json(mc, dtype).dump(2) + "\n";
+    const Family& family = model_family(mc);
+    const char* missing = family.missing_hf_key(mc);
+    ZT_INPUT_CHECK(missing == nullptr, step_dir, ": the checkpoint does not record ", missing,
+                   ", needed for config.json");
+    const std::string text = family.hf_config(mc, dtype).dump(2) + "\n";
     std::error_code ec;
     fs::create_directories(dir, ec);
     ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
@@ -340,7 +342,7 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
         if (fmt == WeightsFormat::kH5) {
             export_h5(reader, model, file, dtype, with_optimizer);
         } else {
-            export_safetensors(reader, model, hf_family(model.model), file, dtype);
+            export_safetensors(reader, model, model_family(model.model), file, dtype);
         }
     });
 }

@@ -179,7 +179,7 @@ SafetensorsSet open_sharded(const fs::path& dir, const std::string& index_file) 
 
 /// Safetensors tensors in the family's Hugging Face names and layout (the name prefix is
 /// optional). Every name and shape is checked against the model before any data is read.
-void import_safetensors(SafetensorsSet& set, const HfFamily& family, const std::vector<Expected>& expected,
+void import_safetensors(SafetensorsSet& set, const HfNaming& family, const std::vector<Expected>& expected,
                         const Wanted& wanted, const Deliver& deliver) {
     using Item = SafetensorsSet::Item;
     std::map<std::string, std::pair<std::string, Item>> by_name;  // ztrain name -> (file name, entry)
@@ -425,7 +425,7 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
             import_h5(path, expected, wanted, deliver);
         } else {
             SafetensorsSet set = hf_dir ? open_hf_directory(path, cfg) : open_single(path);
-            import_safetensors(set, hf_family(cfg), expected, wanted, deliver);
+            import_safetensors(set, model_family(cfg).hf_naming(), expected, wanted, deliver);
         }
     };
     // A path the file system refuses (no permission, a symlink loop, a name too long) is
@@ -449,7 +449,7 @@ void read_hf_weights(const std::string& dir, const ModelLayout& layout, const Mo
     const std::vector<Expected> expected = expected_tensors(layout, cfg);
     SafetensorsSet set = open_hf_directory(dir, cfg);
     import_safetensors(
-        set, hf_family(cfg), expected, [](const Expected&) { return true; },
+        set, model_family(cfg).hf_naming(), expected, [](const Expected&) { return true; },
         [&](const Expected& x, const float* data) { put(x.spec->unit, x.spec->offset, data, x.live_numel); });
 }
 

@@ -163,7 +163,8 @@ void assign_settings(Config& cfg, const po::variables_map& vm, RejectedSettings*
 
 }  // namespace
 
-CliResult parse_command_line(int argc, const char* const* argv, const HfConfigReader& read_hf) {
+CliResult parse_command_line(int argc, const char* const* argv, FamilyRulesOf family_rules,
+                             const HfConfigReader& read_hf) {
     CliResult result;
     const po::options_description settings = settings_description();
     const po::options_description cli = command_line_options(settings);
@@ -211,7 +212,7 @@ CliResult parse_command_line(int argc, const char* const* argv, const HfConfigRe
         result.action = CliAction::kEnv;
         return result;
     }
-    validate_read(cfg, rejected);
+    validate_read(cfg, rejected, family_rules);
     return result;
 }
 

@@ -37,8 +37,8 @@ void store_deck(const std::string& origin, const std::string& text, const po::op
 /// model.from_hf: config.json's model keys under the explicit ones (hf_settings.cpp).
 void apply_from_hf(Config& cfg, const po::variables_map& vm, const HfConfigReader& read_hf);
 
-/// validate(), plus the typed settings refused as the deck and command line were read,
+/// validate_deck(), plus the typed settings refused as the deck and command line were read,
 /// each reported where its check stood when these settings were strings (validate.cpp).
-void validate_read(const Config& cfg, const RejectedSettings& rejected);
+void validate_read(const Config& cfg, const RejectedSettings& rejected, FamilyRulesOf family_rules);
 
 }  // namespace zt::config_detail

@@ -1,6 +1,7 @@
-// validate(): every value and the relations between keys; an InputError names the key, the
-// value, what was expected, and whether to edit the deck or the command line. Does not touch
-// the file system.
+// validate_deck(): every value and the relations between keys; an InputError names the key,
+// the value, what was expected, and whether to edit the deck or the command line. Does not
+// touch the file system. The model family's own keys are checked by its FamilyKeyRules
+// (model/), at the place in the order where they always were.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -13,13 +14,13 @@ namespace zt {
 namespace config_detail {
 namespace {
 
-class Validator {
+class Validator : public SettingCheck {
   public:
     Validator(const Config& cfg, const RejectedSettings& rejected) : m_cfg(cfg), m_rejected(rejected) {}
 
     /// Prefix naming where the values of `keys` came from, so the user knows what to edit:
     /// "command line: " when any of them was overridden there, else the deck, else nothing.
-    std::string origin(std::initializer_list<const char*> keys) const {
+    std::string origin(std::initializer_list<const char*> keys) const override {
         for (const char* key : keys) {
             if (set_on_command_line(m_cfg, key)) {
                 return "command line: ";
@@ -30,13 +31,13 @@ class Validator {
     std::string origin(const std::string& key) const { return origin({key.c_str()}); }
 
     /// The value as text; for a typed setting that refused its text, that text.
-    std::string value(const std::string& key) const {
+    std::string value(const std::string& key) const override {
         const auto it = m_rejected.find(key);
         return it != m_rejected.end() ? it->second.text : format_value(*find_key(key), m_cfg);
     }
 
     /// Throws "<origin>key = 'text': expected ..." when `key`'s text was refused as it was read.
-    void check_read(const std::string& key) const {
+    void check_read(const std::string& key) const override {
         const auto it = m_rejected.find(key);
         if (it != m_rejected.end()) {
             check(false, key, it->second.expected);
@@ -44,18 +45,22 @@ class Validator {
     }
 
     /// Throws "<origin>key = value: expected <what>" unless `ok`.
-    void check(bool ok, const std::string& key, const std::string& expected) const {
+    void check(bool ok, const std::string& key, const std::string& expected) const override {
         if (!ok) {
             throw InputError(str(origin(key), key, " = ", quoted(key), ": expected ", expected));
         }
     }
 
-    void check_int_min(const std::string& key, int v, int min) const {
-        check(v >= min, key, str("an integer >= ", min));
-    }
-
     void check_finite(const std::string& key, double v) const {
         check(std::isfinite(v), key, "a finite number");
+    }
+
+    const char* first_not_default(std::initializer_list<const char*> keys) const override {
+        const Config defaults;
+        for (const char* key : keys) {
+            if (value(key) != format_value(*find_key(key), defaults)) return key;
+        }
+        return nullptr;
     }
 
   private:
@@ -69,67 +74,6 @@ class Validator {
     const Config& m_cfg;
     const RejectedSettings& m_rejected;
 };
-
-/// The first of `keys` whose value (as text) is not its default, or nullptr.
-const char* first_not_default(const Validator& v, std::initializer_list<const char*> keys) {
-    const Config defaults;
-    for (const char* key : keys) {
-        if (v.value(key) != format_value(*find_key(key), defaults)) return key;
-    }
-    return nullptr;
-}
-
-/// The Llama keys: with arch = gpt2 each must keep its default (a value there would be
-/// silently ignored otherwise); with arch = llama, their values and relations.
-void check_llama_keys(const Validator& v, const ModelConfig& m) {
-    v.check_read("model.rope_scaling");
-    if (!m.is_llama()) {
-        if (const char* key = first_not_default(
-                v, {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling", "model.rope_factor",
-                    "model.rope_low_freq_factor", "model.rope_high_freq_factor", "model.rope_original_context",
-                    "model.norm_eps", "model.tie_embeddings"})) {
-            throw InputError(str(v.origin({key, "model.arch"}), key, " = ", v.value(key),
-                                 " applies only to model.arch = llama (model.arch is ", setting_text(m.arch),
-                                 "): remove it, or set model.arch = llama"));
-        }
-        return;
-    }
-    v.check(m.n_kv_head >= 0, "model.n_kv_head", "an integer >= 1 dividing model.n_head (0: model.n_head)");
-    if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0) {
-        throw InputError(str(v.origin({"model.n_kv_head", "model.n_head"}), "model.n_kv_head = ", m.n_kv_head,
-                             " does not divide model.n_head = ", m.n_head,
-                             ": expected a divisor (each key/value head serves n_head / n_kv_head query heads)"));
-    }
-    if (m.head_size() % 2 != 0) {
-        throw InputError(str(v.origin({"model.n_embd", "model.n_head"}), "model.n_embd / model.n_head = ", m.n_embd,
-                             " / ", m.n_head, " = ", m.head_size(),
-                             " is odd: expected an even head size (rotary embeddings rotate pairs of channels)"));
-    }
-    if (m.ffn_dim < 1) {  // named with model.arch: setting the arch is what made it required
-        throw InputError(str(v.origin({"model.ffn_dim", "model.arch"}), "model.ffn_dim = ", m.ffn_dim,
-                             ": expected an integer >= 1 (the SwiGLU hidden width; required for model.arch = llama)"));
-    }
-    v.check(m.rope_theta > 1, "model.rope_theta", "a number > 1");
-    v.check(m.norm_eps > 0, "model.norm_eps", "a number > 0");
-    if (m.rope_scaling == RopeScaling::kNone) {
-        if (const char* key = first_not_default(v, {"model.rope_factor", "model.rope_low_freq_factor",
-                                                    "model.rope_high_freq_factor", "model.rope_original_context"})) {
-            throw InputError(str(v.origin({key, "model.rope_scaling"}), key, " = ", v.value(key),
-                                 " applies only to model.rope_scaling = llama3 (it is none): remove it, or set "
-                                 "model.rope_scaling = llama3"));
-        }
-        return;
-    }
-    v.check(m.rope_factor > 0, "model.rope_factor", "a number > 0");
-    v.check(m.rope_low_freq_factor > 0, "model.rope_low_freq_factor", "a number > 0");
-    if (m.rope_high_freq_factor <= m.rope_low_freq_factor) {
-        throw InputError(str(v.origin({"model.rope_high_freq_factor", "model.rope_low_freq_factor"}),
-                             "model.rope_high_freq_factor = ", v.value("model.rope_high_freq_factor"),
-                             " is not above model.rope_low_freq_factor = ", v.value("model.rope_low_freq_factor"),
-                             ": expected high_freq_factor > low_freq_factor > 0"));
-    }
-    v.check_int_min("model.rope_original_context", m.rope_original_context, 1);
-}
 
 /// Every double is finite, and no text value holds '#' or a line break.
 void check_every_value(const Validator& v, const Config& cfg) {
@@ -149,8 +93,8 @@ void check_every_value(const Validator& v, const Config& cfg) {
     }
 }
 
-/// The model keys (the Llama ones in check_llama_keys).
-void check_model_keys(const Validator& v, const ModelConfig& m) {
+/// The model keys (the family's own with its rules).
+void check_model_keys(const Validator& v, const ModelConfig& m, FamilyRulesOf family_rules) {
     v.check_int_min("model.n_layer", m.n_layer, 1);
     v.check_int_min("model.n_head", m.n_head, 1);
     v.check_int_min("model.n_embd", m.n_embd, 1);
@@ -160,7 +104,7 @@ void check_model_keys(const Validator& v, const ModelConfig& m) {
                              " (each head gets n_embd / n_head channels)"));
     }
     v.check_read("model.arch");
-    check_llama_keys(v, m);
+    family_rules(m.arch).check_keys(m, v);
     v.check_int_min("model.seq_len", m.seq_len, 1);
     v.check_int_min("model.vocab_size", m.vocab_size, 2);
     v.check_int_min("model.vocab_pad_to", m.vocab_pad_to, 1);
@@ -216,7 +160,7 @@ void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
 /// What parallel.tensor = T splits must divide by T: the heads (whole heads per rank), the
 /// KV heads, the MLP width and the padded vocabulary. (The world size is checked where it is
 /// known, by the device mesh.)
-void check_tensor_split(const Validator& v, const Config& cfg) {
+void check_tensor_split(const Validator& v, const Config& cfg, FamilyRulesOf family_rules) {
     const int T = cfg.parallel.tensor;
     const ModelConfig& m = cfg.model;
     v.check(!cfg.parallel.sequence || T > 1, "parallel.sequence",
@@ -227,11 +171,10 @@ void check_tensor_split(const Validator& v, const Config& cfg) {
     v.check(m.n_head % T == 0, "model.n_head", str("a multiple of parallel.tensor = ", T, " (whole heads per rank)"));
     // Fewer KV heads than ranks: each is held by T / n_kv_head ranks (Megatron's replication).
     const int kv = m.kv_heads();
-    v.check(kv % T == 0 || T % kv == 0, m.is_llama() && m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
+    // (The family's key checks kept n_kv_head at 0 where the family has no such key.)
+    v.check(kv % T == 0 || T % kv == 0, m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
             str("a multiple or a divisor of parallel.tensor = ", T));
-    if (m.is_llama()) {
-        v.check(m.ffn_dim % T == 0, "model.ffn_dim", str("a multiple of parallel.tensor = ", T));
-    }
+    family_rules(m.arch).check_tensor_split(m, T, v);
     v.check(m.padded_vocab() % T == 0, "model.vocab_pad_to",
             str("a multiple of parallel.tensor = ", T, ": the padded vocabulary (", m.padded_vocab(),
                 " rows) is split over the tensor group"));
@@ -325,15 +268,15 @@ void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
 
 /// validate(), plus the typed settings refused as the deck and command line were read,
 /// each reported where its check stood when these settings were strings.
-void validate_read(const Config& cfg, const RejectedSettings& rejected) {
+void validate_read(const Config& cfg, const RejectedSettings& rejected, FamilyRulesOf family_rules) {
     const Validator v(cfg, rejected);
 
     check_every_value(v, cfg);
     v.check_read("backend");
-    check_model_keys(v, cfg.model);
+    check_model_keys(v, cfg.model, family_rules);
     check_train_keys(v, cfg);
     check_parallel_keys(v, cfg.parallel);
-    check_tensor_split(v, cfg);
+    check_tensor_split(v, cfg, family_rules);
     check_pipeline(v, cfg);
     check_precision_keys(v, cfg);
     check_checkpoint_and_run_keys(v, cfg);
@@ -341,6 +284,12 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected) {
 
 }  // namespace config_detail
 
-void validate(const Config& cfg) { config_detail::validate_read(cfg, config_detail::RejectedSettings{}); }
+void SettingCheck::check_int_min(const std::string& key, int v, int min) const {
+    check(v >= min, key, str("an integer >= ", min));
+}
+
+void validate_deck(const Config& cfg, FamilyRulesOf family_rules) {
+    config_detail::validate_read(cfg, config_detail::RejectedSettings{}, family_rules);
+}
 
 }  // namespace zt

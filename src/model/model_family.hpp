@@ -7,9 +7,10 @@
 // asks for a column- or row-parallel one and writes the one-rank math) and what a
 // zero-bubble backward defers (deferred_grads.hpp).
 //
-// Adding a family: one file like gpt2_block.cpp or llama_block.cpp defining its
-// FamilyTraits, one case in family_traits() (transformer.cpp), and its Hugging Face name
-// map (ckpt/hf_family.cpp).
+// Adding a family: one file in src/model/ defining its Family (ztrain/model/family.hpp:
+// keys, counts, banner, Hugging Face names) and its FamilyTraits, one line in
+// family_registry.cpp, and its model.arch name (config/); GPT-2 and Llama keep their traits
+// in *_block.cpp, the rest in *_family.cpp. README.md, "Adding a model family".
 #pragma once
 
 #include <cstddef>

@@ -44,13 +44,7 @@ ActPtr ActivationArena::take_act(size_t n) {
     return ActPtr(p, m_dtype);
 }
 
-const FamilyTraits& family_traits(const ModelConfig& cfg) {
-    switch (cfg.arch) {
-        case ModelArch::kGpt2: return gpt2_traits();
-        case ModelArch::kLlama: return llama_traits();
-    }
-    throw Error(str("model.arch ", static_cast<int>(cfg.arch), " has no family"));
-}
+const FamilyTraits& family_traits(const ModelConfig& cfg) { return model_family(cfg).traits(); }
 
 namespace {
 /// The driver's own buffers: embedding output, final norm output, d residual, d final norm

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "ztrain/core/error.hpp"
+#include "ztrain/model/family.hpp"
 
 namespace zt {
 
@@ -40,13 +41,7 @@ void check_shape(const ModelConfig& m, int stages, int virtual_stages) {
 
 double pipeline_block_cost(const ModelConfig& m) {
     const double C = m.n_embd;
-    double weights = 12 * C * C;  // GPT-2: q|k|v, its projection, the 4C MLP's two products
-    if (m.is_llama()) {
-        const double q = static_cast<double>(m.n_head) * m.head_size();
-        const double kv = static_cast<double>(m.kv_heads()) * m.head_size();
-        weights = C * (q + 2 * kv) + q * C + 3 * C * m.ffn_dim;
-    }
-    return 2 * weights + 4.0 * m.seq_len * C;
+    return 2 * model_family(m).block_product_weights(m) + 4.0 * m.seq_len * C;
 }
 
 double pipeline_head_cost(const ModelConfig& m) { return 2.0 * m.padded_vocab() * m.n_embd; }

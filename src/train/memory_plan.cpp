@@ -54,20 +54,6 @@ std::string human(double bytes) {
     return buf;
 }
 
-/// The parameter count from the model's shape (no padding between tensors), in double.
-double closed_form_params(const ModelConfig& m) {
-    const double C = m.n_embd;
-    if (m.is_llama()) {
-        // Embedding (and an untied head), per block two RMSNorms, q|k|v, o, gate|up and
-        // down; the final RMSNorm.
-        const double heads = m.tie_embeddings ? 1 : 2;
-        const double block = 2 * C + C * m.qkv_dim() + C * C + 3.0 * m.ffn_dim * C;
-        return heads * m.padded_vocab() * C + static_cast<double>(m.n_layer) * block + C;
-    }
-    return static_cast<double>(m.padded_vocab()) * C + static_cast<double>(m.seq_len) * C +
-           static_cast<double>(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
-}
-
 /// A "key: value" field of a /proc file, in bytes (the files give kB); 0 when absent.
 double proc_kb_field(const char* file, const std::string& key) {
     std::ifstream in(file);
@@ -288,7 +274,8 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     const TrainConfig& t = cfg.train;
     const DType work = cfg.precision.dtype;
     const DType reduce = cfg.precision.reduce();
-    const double model_params = closed_form_params(m);
+    const Family& family = model_family(m);
+    const double model_params = family.parameter_count(m);
     const bool manifest = m.n_layer <= kManifestMaxLayers;
     std::optional<ModelLayout> layout;
     const PipelineShape shape{at.stages, t.grad_accum, cfg.parallel.chunks()};
@@ -339,10 +326,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         plan.items.push_back({"baseline", baseline_bytes, "this process before allocating (MPI, OpenMP, BLAS)"});
     }
     plan.tokens_per_step = static_cast<double>(t.micro_batch) * t.grad_accum * data_ranks * m.seq_len;
-    // Training FLOPs per token: 6 per parameter (forward + backward) plus attention's
-    // 12 * n_layer * seq_len * n_embd (its two T x T products, forward and backward; the
-    // query heads span n_embd in both families, whatever Llama's n_kv_head).
-    plan.flops_per_step = plan.tokens_per_step * (6 * model_params + 12.0 * m.n_layer * m.seq_len * m.n_embd);
+    plan.flops_per_step = plan.tokens_per_step * family.flops_per_token(m);
     if (!device) {
         plan.available = host_available_bytes();
         plan.available_what = "MemAvailable in /proc/meminfo";

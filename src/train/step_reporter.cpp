@@ -168,16 +168,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     mem["predicted_peak"] = m_plan_rank;
     mem["overlap_depth"] = m_overlap_depth;
     record(mem);
-    if (mc.is_llama()) {
-        std::printf("ztrain: llama, %d layers, %d heads (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
-                    "%s head: %.2fM parameters\n",
-                    mc.n_layer, mc.n_head, mc.kv_heads(), mc.n_embd, mc.ffn_dim, mc.seq_len, mc.vocab_size,
-                    mc.padded_vocab(), mc.tie_embeddings ? "tied" : "untied", static_cast<double>(model_params) / 1e6);
-    } else {
-        std::printf("ztrain: %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
-                    mc.n_layer, mc.n_head, mc.n_embd, mc.seq_len, mc.vocab_size, mc.padded_vocab(),
-                    static_cast<double>(model_params) / 1e6);
-    }
+    std::printf("%s\n", model_family(mc).banner(mc, static_cast<double>(model_params)).c_str());
     // The split of each rank's cores: train.threads compute threads, plus the communication
     // thread (parallel.comm_thread) that runs the started collectives.
     const int comm_threads = (m_shard.has_communication_thread() ? 1 : 0) + (m_replica.has_communication_thread() ? 1 : 0);

@@ -46,6 +46,7 @@
 #include "fuzz_support.hpp"
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/model/family.hpp"
 
 namespace fs = std::filesystem;
 

@@ -265,7 +265,7 @@ TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
         const bool sequence = (c & 1) != 0;
         const PipelineScheduleKind kind = (c & 2) != 0 ? PipelineScheduleKind::kZeroBubble : PipelineScheduleKind::k1F1B;
         const ModelConfig mc = test::tiny_stage_model((c & 4) != 0 ? ModelArch::kLlama : ModelArch::kGpt2, 3);
-        SCOPED_TRACE(str(mc.is_llama() ? "llama, " : "gpt2, ", sequence ? "sequence parallel, " : "tensor parallel, ",
+        SCOPED_TRACE(str(mc.arch == ModelArch::kLlama ? "llama, " : "gpt2, ", sequence ? "sequence parallel, " : "tensor parallel, ",
                          pipeline_schedule_name(kind)));
         Transformer whole(mc, *backend, B, TransformerOptions().with_tensor(&group, sequence));
         test::HostStore whole_store(whole.layout(), 42);

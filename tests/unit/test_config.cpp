@@ -5,6 +5,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/env/env.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/model/family.hpp"
 
 #include "test_support.hpp"
 
@@ -41,7 +42,7 @@ CliResult parse(std::vector<std::string> args) {
         argv.push_back(a.c_str());
     }
     argv.push_back(nullptr);
-    return zt::parse_command_line(static_cast<int>(args.size()), argv.data());
+    return zt::parse_command_line(static_cast<int>(args.size()), argv.data(), zt::family_key_rules);
 }
 
 /// The InputError message parse() throws, or "" when it does not throw.
@@ -418,7 +419,7 @@ TEST(ConfigValidate, LlamaKeysParseAndValidate) {
         zt::set_config_value(c, key, value);
     }
     EXPECT_NO_THROW(validate(c));
-    EXPECT_TRUE(c.model.is_llama());
+    EXPECT_EQ(c.model.arch, ModelArch::kLlama);
     EXPECT_EQ(c.model.kv_heads(), 2);
     EXPECT_EQ(c.model.qkv_dim(), (4 + 2 * 2) * 32);
     // to_ini round-trips the new keys.

@@ -25,6 +25,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
+#include "ztrain/model/family.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
@@ -400,7 +401,7 @@ TEST(HfLlamaImport, PathsTheFileSystemRefusesAreInputErrors) {
 Config parse(std::vector<std::string> args) {
     std::vector<const char*> argv{"ztrain"};
     for (const std::string& a : args) argv.push_back(a.c_str());
-    return parse_command_line(static_cast<int>(argv.size()), argv.data(), read_hf_config).config;
+    return parse_command_line(static_cast<int>(argv.size()), argv.data(), family_key_rules, read_hf_config).config;
 }
 
 TEST(HfLlamaFromHf, FillsTheModelKeysAndRefusesConflicts) {
@@ -410,7 +411,7 @@ TEST(HfLlamaFromHf, FillsTheModelKeysAndRefusesConflicts) {
     const std::string train = "--data.train=x.bin";
     Config c = parse({"--model.from_hf=" + hf, train});
     EXPECT_EQ(c.model.init_from, hf);
-    EXPECT_TRUE(c.model.is_llama());
+    EXPECT_EQ(c.model.arch, ModelArch::kLlama);
     EXPECT_EQ(c.model.n_layer, 2);
     EXPECT_EQ(c.model.kv_heads(), 1);
     EXPECT_EQ(c.model.ffn_dim, 24);
@@ -438,7 +439,7 @@ TEST(HfLlamaFromHf, FillsTheModelKeysAndRefusesConflicts) {
     EXPECT_NE(msg.find("model.init_from = other.h5"), std::string::npos) << msg;
     // Without a reader (a program that does not read Hugging Face files) it is refused.
     std::vector<const char*> argv{"ztrain", "--model.from_hf=x", "--data.train=x.bin"};
-    msg = input_error_of([&] { parse_command_line(3, argv.data()); });
+    msg = input_error_of([&] { parse_command_line(3, argv.data(), family_key_rules); });
     EXPECT_NE(msg.find("model.from_hf"), std::string::npos) << msg;
     msg = input_error_of([&] { parse({"--model.from_hf=" + f.dir.file("nope"), train}); });
     EXPECT_NE(msg.find("nope"), std::string::npos) << msg;
@@ -448,7 +449,7 @@ TEST(HfLlamaFromHf, FillsTheModelKeysAndRefusesConflicts) {
     fs::create_directories(g);
     test::write_file(g + "/config.json", hf_gpt2_config(3, 2, 16, 32, 50, DType::kF32).dump());
     c = parse({"--model.from_hf=" + g, train});
-    EXPECT_FALSE(c.model.is_llama());
+    EXPECT_EQ(c.model.arch, ModelArch::kGpt2);
     EXPECT_EQ(c.model.n_layer, 3);
     EXPECT_EQ(c.model.n_head, 2);
     EXPECT_EQ(c.model.seq_len, 32);

@@ -311,7 +311,7 @@ class SplitOnlyGroup final : public TensorGroup {
 TEST(TensorSplit, SequenceParallelismDividesTheWholeRowsByT) {
     auto backend = make_cpu_backend(1);
     for (const ModelConfig& m : {gpt2_small(), llama_small()}) {
-        const bool llama = m.is_llama();
+        const bool llama = m.arch == ModelArch::kLlama;
         const char* name = llama ? "llama" : "gpt2";
         const int stats_per_block = llama ? 2 : 4;  // RMSNorm: rstd; LayerNorm: mean and rstd
         const int final_stats = llama ? 1 : 2;

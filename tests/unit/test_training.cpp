@@ -17,6 +17,7 @@
 #include "ztrain/core/error.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
+#include "ztrain/model/family.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/step_reporter.hpp"
 #include "ztrain/train/trainer.hpp"
@@ -57,7 +58,7 @@ Config tiny_config(const test::ScratchDir& dir, const std::string& run, const st
     const std::string run_dir = "--run.dir=" + dir.file(run);
     const char* argv[] = {"ztrain", "--config", deck.c_str(), train.c_str(), val.c_str(), run_dir.c_str(),
                           "--train.sample_tokens=0", "--train.threads=1"};
-    return parse_command_line(static_cast<int>(std::size(argv)), argv).config;
+    return parse_command_line(static_cast<int>(std::size(argv)), argv, family_key_rules).config;
 }
 
 /// The records of a metrics.jsonl, by default without the fields that differ run to run.

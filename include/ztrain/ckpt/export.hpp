@@ -66,7 +66,7 @@ struct ModelLayout;
 /// reads. The directory itself is created if its parent exists.
 void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer);
 
-/// The Hugging Face GPT2Config (config.json; the GPT-2 family's, hf_family.cpp) describing a model of these dimensions stored
+/// The Hugging Face GPT2Config (config.json; the GPT-2 family's Family::hf_config) describing a model of these dimensions stored
 /// in `dtype`; vocab_size is the unpadded vocabulary. bos/eos are GPT-2's 50256 for the
 /// GPT-2 vocabulary (50257) and null otherwise.
 nlohmann::json hf_gpt2_config(long n_layer, long n_head, long n_embd, long n_positions, long vocab_size,

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,7 +98,7 @@ struct ModelConfig {
     std::string init_from;
     /// a Hugging Face model directory whose config.json fills the model keys (and init_from)
     std::string from_hf;
-    // Llama only (validate() refuses a value other than the default with arch = gpt2).
+    // Llama only (its family's key checks refuse a value other than the default with arch = gpt2).
     int n_kv_head = 0;         ///< key/value heads (grouped-query attention); 0 = n_head
     int ffn_dim = 0;           ///< SwiGLU hidden width (HF intermediate_size); required (> 0)
     double rope_theta = 10000.0;
@@ -108,9 +109,9 @@ struct ModelConfig {
     int rope_original_context = 8192;      ///< llama3 scaling: original_max_position_embeddings
     double norm_eps = 1e-5;                ///< RMSNorm epsilon (HF rms_norm_eps)
     bool tie_embeddings = true;            ///< LM head = token embedding (else lm_head.weight)
-    bool is_llama() const { return arch == ModelArch::kLlama; }
-    /// Key/value heads: n_kv_head, or n_head when 0 (and always n_head for gpt2).
-    int kv_heads() const { return is_llama() && n_kv_head > 0 ? n_kv_head : n_head; }
+    /// Key/value heads: n_kv_head, or n_head when 0 (always n_head for gpt2, whose family
+    /// refuses any other n_kv_head than 0).
+    int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
     int head_size() const { return n_embd / n_head; }
     /// Width of the fused q|k|v projection: (n_head + 2 n_kv_head) * head_size (3 n_embd for gpt2).
     int qkv_dim() const { return (n_head + 2 * kv_heads()) * head_size(); }
@@ -269,15 +270,51 @@ struct HfSetting {
 /// passes the reader in.
 using HfConfigReader = std::function<std::vector<HfSetting>(const std::string& dir)>;
 
+/// How the checks word a refused setting, for the checks config/ is given (FamilyKeyRules):
+/// every message names where the value came from (deck or command line), the key, the value
+/// and what was expected.
+class SettingCheck {
+  public:
+    virtual ~SettingCheck() = default;
+    /// "command line: " when any of `keys` was set there, else "<deck>: ", else "".
+    virtual std::string origin(std::initializer_list<const char*> keys) const = 0;
+    /// `key`'s value as text; for a typed setting that refused its text, that text.
+    virtual std::string value(const std::string& key) const = 0;
+    /// Throws "<origin>key = value: expected <expected>" unless `ok`.
+    virtual void check(bool ok, const std::string& key, const std::string& expected) const = 0;
+    /// Throws "<origin>key = 'text': expected ..." when `key`'s text was refused as it was read.
+    virtual void check_read(const std::string& key) const = 0;
+    /// The first of `keys` whose value (as text) is not its default, or nullptr.
+    virtual const char* first_not_default(std::initializer_list<const char*> keys) const = 0;
+    /// check(v >= min, key, "an integer >= min").
+    void check_int_min(const std::string& key, int v, int min) const;
+};
+
+/// A model family's rules for the keys only it reads, and what parallel.tensor must divide
+/// of them. config/ knows no family (model/ implements one per model.arch, ztrain/model/
+/// family.hpp), so the checks are given these. Each throws InputError worded by `check`.
+class FamilyKeyRules {
+  public:
+    virtual ~FamilyKeyRules() = default;
+    /// The family's keys, checked once model.arch is read and the heads divide n_embd; a
+    /// key another family reads must keep its default here.
+    virtual void check_keys(const ModelConfig& m, const SettingCheck& check) const = 0;
+    /// What parallel.tensor = `tensor` (> 1, dividing n_head) must also divide.
+    virtual void check_tensor_split(const ModelConfig& m, int tensor, const SettingCheck& check) const = 0;
+};
+/// The rules of model.arch's family (ztrain/model/family.hpp: family_key_rules).
+using FamilyRulesOf = const FamilyKeyRules& (*)(ModelArch arch);
+
 /// Parses `ztrain` arguments: --config FILE, --section.key=value overrides, --help,
 /// --version, --env. Throws InputError (naming the file, key and value) on an unknown key,
-/// a value of the wrong type, or a value validate() rejects.
+/// a value of the wrong type, or a value validate_deck() rejects (with `family_rules`).
 ///
 /// model.from_hf = DIR (deck or command line) fills every model key `read_hf` returns for
 /// DIR and sets model.init_from = DIR. A key also given explicitly must agree with
 /// config.json (an InputError names both values) unless the setting is not binding, in
 /// which case the explicit value wins. Without `read_hf`, model.from_hf is refused.
-CliResult parse_command_line(int argc, const char* const* argv, const HfConfigReader& read_hf = nullptr);
+CliResult parse_command_line(int argc, const char* const* argv, FamilyRulesOf family_rules,
+                             const HfConfigReader& read_hf = nullptr);
 
 /// `key`'s value in `cfg` as to_ini writes it ("12", "llama", "1e-05"): values compare equal
 /// exactly when their texts do. Throws InputError for an unknown key.
@@ -293,9 +330,11 @@ Config parse_deck_text(const std::string& text, const std::string& origin);
 /// for an unknown key or a value its type rejects.
 void set_config_value(Config& cfg, const std::string& key, const std::string& text);
 
-/// Checks every value and the relations between them; throws InputError naming the key,
-/// the value and what was expected. Does not touch the file system.
-void validate(const Config& cfg);
+/// Checks every value and the relations between them, the model family's keys with
+/// `family_rules`; throws InputError naming the key, the value and what was expected. Does
+/// not touch the file system. Callers use validate() (ztrain/model/family.hpp), which passes
+/// the registered families.
+void validate_deck(const Config& cfg, FamilyRulesOf family_rules);
 
 /// The resolved configuration as an INI deck (every key, its value; loadable with --config).
 std::string to_ini(const Config& cfg);

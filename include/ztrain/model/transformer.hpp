@@ -16,6 +16,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/dtype.hpp"
+#include "ztrain/model/family.hpp"
 #include "ztrain/model/model_layout.hpp"
 
 namespace zt {

@@ -1,0 +1,135 @@
+// The family registry (family.hpp): every model family, keyed by model.arch, and what all
+// families share: the Hugging Face name rules, the keys of other families keeping their
+// defaults, the FLOPs formula and the whole-deck validate().
+//
+// Adding a family: its file (src/model/<name>_family.cpp) and one line in kFamilies below.
+#include "ztrain/model/family.hpp"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+
+#include "hf_config_fields.hpp"
+#include "ztrain/core/error.hpp"
+
+namespace zt {
+
+const Family& gpt2_family();
+const Family& llama_family();
+
+namespace {
+
+/// The registry: one line per family.
+constexpr const Family& (*kFamilies[])() = {
+    gpt2_family,
+    llama_family,
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool owns(const Family& f, const char* key) {
+    const std::vector<const char*> own = f.own_keys();
+    return std::any_of(own.begin(), own.end(), [&](const char* k) { return std::string(k) == key; });
+}
+
+}  // namespace
+
+std::string HfNaming::ztrain_name(const std::string& file_name) const {
+    return file_name.rfind(prefix, 0) == 0 ? file_name.substr(prefix.size()) : file_name;
+}
+
+bool HfNaming::transposed(const std::string& ztrain_name) const {
+    return std::any_of(transposed_suffixes.begin(), transposed_suffixes.end(),
+                       [&](const std::string& s) { return ends_with(ztrain_name, s); });
+}
+
+bool HfNaming::ignored(const std::string& ztrain_name) const {
+    return std::find(ignored_names.begin(), ignored_names.end(), ztrain_name) != ignored_names.end() ||
+           std::any_of(ignored_suffixes.begin(), ignored_suffixes.end(),
+                       [&](const std::string& s) { return ends_with(ztrain_name, s); });
+}
+
+std::vector<size_t> HfNaming::file_shape(const std::string& ztrain_name, const std::vector<size_t>& shape) const {
+    if (transposed(ztrain_name) && shape.size() == 2) return {shape[1], shape[0]};
+    return shape;
+}
+
+void Family::check_keys(const ModelConfig& m, const SettingCheck& check) const {
+    // Another family's key with a value here would be silently ignored: refused, naming the
+    // family that reads it. A text its type refused is reported as such first.
+    std::vector<std::pair<const char*, const Family*>> foreign;
+    for (const Family* f : model_families()) {
+        if (f == this) continue;
+        for (const char* key : f->own_keys()) {
+            if (!owns(*this, key)) foreign.push_back({key, f});
+        }
+    }
+    for (const auto& [key, owner] : foreign) check.check_read(key);
+    for (const auto& [key, owner] : foreign) {
+        if (check.first_not_default({key}) == nullptr) continue;
+        throw InputError(str(check.origin({key, "model.arch"}), key, " = ", check.value(key),
+                             " applies only to model.arch = ", owner->name(), " (model.arch is ", name(),
+                             "): remove it, or set model.arch = ", owner->name()));
+    }
+    check_own_keys(m, check);
+}
+
+std::string Family::printf_text(const char* format, ...) {
+    va_list args;
+    va_start(args, format);
+    va_list again;
+    va_copy(again, args);
+    const int n = std::vsnprintf(nullptr, 0, format, args);
+    va_end(args);
+    std::string out(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
+    std::vsnprintf(out.data(), out.size(), format, again);
+    va_end(again);
+    out.resize(out.size() - 1);
+    return out;
+}
+
+const char* Family::hf_torch_dtype(DType dtype) {
+    return dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
+}
+
+double Family::flops_per_token(const ModelConfig& m) const {
+    // The query heads span n_embd in every family, whatever its key/value heads.
+    return 6 * parameter_count(m) + 12.0 * m.n_layer * m.seq_len * m.n_embd;
+}
+
+const std::vector<const Family*>& model_families() {
+    static const std::vector<const Family*> families = [] {
+        std::vector<const Family*> out;
+        for (const auto family : kFamilies) out.push_back(&family());
+        return out;
+    }();
+    return families;
+}
+
+const Family& model_family(ModelArch arch) {
+    for (const Family* f : model_families()) {
+        if (f->arch() == arch) return *f;
+    }
+    throw Error(str("model.arch ", static_cast<int>(arch),
+                    " has no model family: none is registered for it (src/model/family_registry.cpp)"));
+}
+
+const FamilyKeyRules& family_key_rules(ModelArch arch) { return model_family(arch); }
+
+std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std::string& file) {
+    ZT_INPUT_CHECK(config.is_object(), file, ": expected a JSON object (a Hugging Face config.json)");
+    const HfConfigFields f(config, file);
+    const std::string type = f.text_or("model_type", "");
+    for (const Family* family : model_families()) {
+        const std::vector<std::string> types = family->hf_model_types();
+        if (std::find(types.begin(), types.end(), type) != types.end()) return family->hf_settings(f, file);
+    }
+    throw InputError(str(file, ": model_type = '", type, "': expected llama, mistral (LlamaForCausalLM layout) or gpt2",
+                         type == "qwen2" ? " (qwen2 has q/k/v biases, which ztrain's Llama has not)" : ""));
+}
+
+void validate(const Config& cfg) { validate_deck(cfg, family_key_rules); }
+
+}  // namespace zt

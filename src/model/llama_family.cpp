@@ -1,0 +1,242 @@
+// The Llama family (family.hpp): its keys (grouped-query heads, SwiGLU width, RoPE and its
+// llama3 scaling, RMSNorm epsilon, tied head), parameter count, pipeline cost, banner and
+// Hugging Face names (LlamaForCausalLM, whose names and orientation ztrain's manifest already
+// uses). Its tensors and blocks are llama_block.cpp's llama_traits().
+#include <cstdio>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "hf_config_fields.hpp"
+#include "model_family.hpp"
+#include "ztrain/model/family.hpp"
+
+namespace zt {
+
+namespace {
+
+class LlamaFamily final : public Family {
+  public:
+    ModelArch arch() const override { return ModelArch::kLlama; }
+    std::vector<const char*> own_keys() const override {
+        return {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling",
+                "model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
+                "model.rope_original_context", "model.norm_eps", "model.tie_embeddings"};
+    }
+    void check_tensor_split(const ModelConfig& m, int tensor, const SettingCheck& check) const override {
+        check.check(m.ffn_dim % tensor == 0, "model.ffn_dim", str("a multiple of parallel.tensor = ", tensor));
+    }
+
+    double parameter_count(const ModelConfig& m) const override {
+        // Embedding (and an untied head), per block two RMSNorms, q|k|v, o, gate|up and
+        // down; the final RMSNorm.
+        const double C = m.n_embd;
+        const double heads = m.tie_embeddings ? 1 : 2;
+        const double block = 2 * C + C * m.qkv_dim() + C * C + 3.0 * m.ffn_dim * C;
+        return heads * m.padded_vocab() * C + static_cast<double>(m.n_layer) * block + C;
+    }
+    double block_product_weights(const ModelConfig& m) const override {
+        const double C = m.n_embd;
+        const double q = static_cast<double>(m.n_head) * m.head_size();
+        const double kv = static_cast<double>(m.kv_heads()) * m.head_size();
+        return C * (q + 2 * kv) + q * C + 3 * C * m.ffn_dim;
+    }
+    std::string banner(const ModelConfig& m, double params) const override {
+        return printf_text(
+            "ztrain: llama, %d layers, %d heads (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
+            "%s head: %.2fM parameters",
+            m.n_layer, m.n_head, m.kv_heads(), m.n_embd, m.ffn_dim, m.seq_len, m.vocab_size, m.padded_vocab(),
+            m.tie_embeddings ? "tied" : "untied", params / 1e6);
+    }
+
+    const HfNaming& hf_naming() const override {
+        static const HfNaming naming{
+            "LlamaForCausalLM",
+            "",
+            {},  // HF's nn.Linear is (out, in), as ztrain's matrices
+            // A tied model's file may still carry lm_head.weight (HF re-ties it on load; an
+            // untied model expects it, so it is never ignored there).
+            {"lm_head.weight"},
+            {".self_attn.rotary_emb.inv_freq"},  // a buffer older transformers saved
+        };
+        return naming;
+    }
+    nlohmann::json hf_config(const ModelConfig& m, DType dtype) const override;
+    std::vector<std::pair<std::string, std::string>> hf_metadata(const ModelConfig& m) const override {
+        return {{"n_layer", std::to_string(m.n_layer)},
+                {"n_head", std::to_string(m.n_head)},
+                {"n_kv_head", std::to_string(m.kv_heads())},
+                {"n_embd", std::to_string(m.n_embd)},
+                {"ffn_dim", std::to_string(m.ffn_dim)},
+                {"vocab_size", std::to_string(m.vocab_size)},
+                {"tied", m.tie_embeddings ? "lm_head.weight = model.embed_tokens.weight" : "no"}};
+    }
+    std::vector<std::string> hf_model_types() const override { return {"llama", "mistral"}; }
+    std::vector<HfSetting> hf_settings(const HfConfigFields& f, const std::string& file) const override;
+    const char* missing_hf_key(const ModelConfig& m) const override {
+        return m.ffn_dim > 0 ? nullptr : "model.ffn_dim";
+    }
+
+    const FamilyTraits& traits() const override { return llama_traits(); }
+
+  protected:
+    void check_own_keys(const ModelConfig& m, const SettingCheck& v) const override;
+
+  private:
+    static void check_rope_scaling(const ModelConfig& m, const SettingCheck& v);
+};
+
+/// LlamaConfig as transformers writes it, for the fields LlamaForCausalLM reads.
+nlohmann::json LlamaFamily::hf_config(const ModelConfig& m, DType dtype) const {
+    nlohmann::json rope_scaling = nullptr;
+    if (m.rope_scaling == RopeScaling::kLlama3) {
+        rope_scaling = {{"rope_type", "llama3"},
+                        {"factor", m.rope_factor},
+                        {"low_freq_factor", m.rope_low_freq_factor},
+                        {"high_freq_factor", m.rope_high_freq_factor},
+                        {"original_max_position_embeddings", m.rope_original_context}};
+    }
+    return {
+        {"architectures", {"LlamaForCausalLM"}},
+        {"model_type", "llama"},
+        {"vocab_size", m.vocab_size},  // unpadded: the padded rows are not exported
+        {"hidden_size", m.n_embd},
+        {"intermediate_size", m.ffn_dim},
+        {"num_hidden_layers", m.n_layer},
+        {"num_attention_heads", m.n_head},
+        {"num_key_value_heads", m.kv_heads()},
+        {"head_dim", m.head_size()},
+        {"hidden_act", "silu"},
+        {"max_position_embeddings", m.seq_len},
+        {"rms_norm_eps", m.norm_eps},
+        {"rope_theta", m.rope_theta},
+        {"rope_scaling", rope_scaling},
+        {"tie_word_embeddings", m.tie_embeddings},
+        {"attention_bias", false},
+        {"mlp_bias", false},
+        {"attention_dropout", 0.0},
+        {"initializer_range", 0.02},
+        {"pretraining_tp", 1},
+        {"use_cache", true},
+        // ztrain does not know the tokenizer's special tokens (LlamaConfig's 1 and 2 would be guesses).
+        {"bos_token_id", nullptr},
+        {"eos_token_id", nullptr},
+        {"torch_dtype", hf_torch_dtype(dtype)},
+    };
+}
+
+/// Shortest text that reads back as the same double (the deck parser reads it).
+std::string number_text(double v) {
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+        if (std::strtod(buf, nullptr) == v) break;
+    }
+    return buf;
+}
+
+std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const std::string& file) const {
+    const long C = f.integer("hidden_size", 1);
+    const long NH = f.integer("num_attention_heads", 1);
+    const long NKV = f.integer_or("num_key_value_heads", 1, NH);
+    ZT_INPUT_CHECK(C % NH == 0, file, ": hidden_size = ", C, " is not divisible by num_attention_heads = ", NH);
+    ZT_INPUT_CHECK(NH % NKV == 0, file, ": num_key_value_heads = ", NKV, " does not divide num_attention_heads = ",
+                   NH, " (each key/value head serves num_attention_heads / num_key_value_heads query heads)");
+    f.refuse_unless(!f.has("head_dim") || f.integer("head_dim", 1) == C / NH, "head_dim",
+                    str("ztrain's head size is hidden_size / num_attention_heads = ", C / NH));
+    f.refuse_unless(!f.boolean_or("attention_bias", false), "attention_bias", "ztrain's Llama has no q/k/v/o biases");
+    f.refuse_unless(!f.boolean_or("mlp_bias", false), "mlp_bias", "ztrain's Llama has no MLP biases");
+    f.refuse_unless(f.text_or("hidden_act", "silu") == "silu", "hidden_act", "ztrain's Llama MLP is SwiGLU (silu)");
+    f.refuse_unless(!f.has("sliding_window"), "sliding_window", "ztrain attends over the whole context (null)");
+    std::vector<HfSetting> out = {
+        {"model.arch", "llama", "model_type"},
+        {"model.n_layer", std::to_string(f.integer("num_hidden_layers", 1)), "num_hidden_layers"},
+        {"model.n_head", std::to_string(NH), "num_attention_heads"},
+        {"model.n_kv_head", std::to_string(NKV), "num_key_value_heads"},
+        {"model.n_embd", std::to_string(C), "hidden_size"},
+        {"model.ffn_dim", std::to_string(f.integer("intermediate_size", 1)), "intermediate_size"},
+        {"model.vocab_size", std::to_string(f.integer("vocab_size", 2)), "vocab_size"},
+        // Rotary positions have no table: a shorter training context is the user's choice.
+        {"model.seq_len", std::to_string(f.integer("max_position_embeddings", 1)), "max_position_embeddings", false},
+        // LlamaConfig's defaults where the file is silent (1e-6, not ztrain's 1e-5; untied).
+        {"model.norm_eps", number_text(f.number_or("rms_norm_eps", 1e-6)), "rms_norm_eps"},
+        {"model.rope_theta", number_text(f.number_or("rope_theta", 10000.0)), "rope_theta"},
+        {"model.tie_embeddings", f.boolean_or("tie_word_embeddings", false) ? "true" : "false", "tie_word_embeddings"},
+    };
+    if (!f.has("rope_scaling")) {
+        out.push_back({"model.rope_scaling", "none", "rope_scaling"});
+        return out;
+    }
+    const nlohmann::json& rs = f.at("rope_scaling");
+    ZT_INPUT_CHECK(rs.is_object(), file, ": rope_scaling = ", rs.dump(), ": expected null or an object");
+    const HfConfigFields r(rs, file);
+    // transformers reads "rope_type", and "type" in older files.
+    const std::string type = r.text_or("rope_type", r.text_or("type", "default"));
+    ZT_INPUT_CHECK(type == "llama3" || type == "default", file, ": rope_scaling.rope_type = '", type,
+                   "': ztrain implements llama3 (and default, no scaling) only");
+    if (type == "default") {
+        out.push_back({"model.rope_scaling", "none", "rope_scaling.rope_type"});
+        return out;
+    }
+    out.push_back({"model.rope_scaling", "llama3", "rope_scaling.rope_type"});
+    out.push_back({"model.rope_factor", number_text(r.number("factor")), "rope_scaling.factor"});
+    out.push_back({"model.rope_low_freq_factor", number_text(r.number("low_freq_factor")), "rope_scaling.low_freq_factor"});
+    out.push_back(
+        {"model.rope_high_freq_factor", number_text(r.number("high_freq_factor")), "rope_scaling.high_freq_factor"});
+    out.push_back({"model.rope_original_context", std::to_string(r.integer("original_max_position_embeddings", 1)),
+                   "rope_scaling.original_max_position_embeddings"});
+    return out;
+}
+
+void LlamaFamily::check_own_keys(const ModelConfig& m, const SettingCheck& v) const {
+    v.check_read("model.rope_scaling");
+    v.check(m.n_kv_head >= 0, "model.n_kv_head", "an integer >= 1 dividing model.n_head (0: model.n_head)");
+    if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0) {
+        throw InputError(str(v.origin({"model.n_kv_head", "model.n_head"}), "model.n_kv_head = ", m.n_kv_head,
+                             " does not divide model.n_head = ", m.n_head,
+                             ": expected a divisor (each key/value head serves n_head / n_kv_head query heads)"));
+    }
+    if (m.head_size() % 2 != 0) {
+        throw InputError(str(v.origin({"model.n_embd", "model.n_head"}), "model.n_embd / model.n_head = ", m.n_embd,
+                             " / ", m.n_head, " = ", m.head_size(),
+                             " is odd: expected an even head size (rotary embeddings rotate pairs of channels)"));
+    }
+    if (m.ffn_dim < 1) {  // named with model.arch: setting the arch is what made it required
+        throw InputError(str(v.origin({"model.ffn_dim", "model.arch"}), "model.ffn_dim = ", m.ffn_dim,
+                             ": expected an integer >= 1 (the SwiGLU hidden width; required for model.arch = llama)"));
+    }
+    v.check(m.rope_theta > 1, "model.rope_theta", "a number > 1");
+    v.check(m.norm_eps > 0, "model.norm_eps", "a number > 0");
+    check_rope_scaling(m, v);
+}
+
+/// The llama3 scaling keys: their defaults without it, their values and relations with it.
+void LlamaFamily::check_rope_scaling(const ModelConfig& m, const SettingCheck& v) {
+    if (m.rope_scaling == RopeScaling::kNone) {
+        if (const char* key = v.first_not_default({"model.rope_factor", "model.rope_low_freq_factor",
+                                                   "model.rope_high_freq_factor", "model.rope_original_context"})) {
+            throw InputError(str(v.origin({key, "model.rope_scaling"}), key, " = ", v.value(key),
+                                 " applies only to model.rope_scaling = llama3 (it is none): remove it, or set "
+                                 "model.rope_scaling = llama3"));
+        }
+        return;
+    }
+    v.check(m.rope_factor > 0, "model.rope_factor", "a number > 0");
+    v.check(m.rope_low_freq_factor > 0, "model.rope_low_freq_factor", "a number > 0");
+    if (m.rope_high_freq_factor <= m.rope_low_freq_factor) {
+        throw InputError(str(v.origin({"model.rope_high_freq_factor", "model.rope_low_freq_factor"}),
+                             "model.rope_high_freq_factor = ", v.value("model.rope_high_freq_factor"),
+                             " is not above model.rope_low_freq_factor = ", v.value("model.rope_low_freq_factor"),
+                             ": expected high_freq_factor > low_freq_factor > 0"));
+    }
+    v.check_int_min("model.rope_original_context", m.rope_original_context, 1);
+}
+
+}  // namespace
+
+const Family& llama_family() {
+    static const LlamaFamily family;
+    return family;
+}
+
+}  // namespace zt
