@@ -63,7 +63,7 @@ ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool rec
                                  bool sequence) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     // The rows of the residual stream and the norms: under sequence parallelism 1/t of them.
-    const double BTl = sequence && tensor > 1 ? BT / tensor : BT;
+    const double BTl = TensorParallel::local_rows(BT, tensor, sequence);
     const double C = cfg.n_embd;
     const double Cs = C / tensor;  // this rank's attention width (its heads)
     const double T = cfg.seq_len;

@@ -80,6 +80,7 @@ class TensorParallel {
         : m_group(group != nullptr && group->split().size > 1 ? group : nullptr),
           m_parts(m_group != nullptr ? m_group->split().size : 1),
           m_sequence(sequence && m_parts > 1),
+          m_row_parts(m_sequence ? m_parts : 1),
           m_buffers(buffers) {}
 
     /// The group's ranks (the layout's split): 1 without one.
@@ -89,7 +90,12 @@ class TensorParallel {
     const Buffers& buffers() const { return m_buffers; }
     /// The rows of a (B T = n)-row buffer this rank's norms and residual stream hold: n, or
     /// under sequence parallelism n / t rounded up (the last rows of the last ranks padding).
-    int local_rows(int n) const { return m_sequence ? (n + m_parts - 1) / m_parts : n; }
+    int local_rows(int n) const { return (n + m_row_parts - 1) / m_row_parts; }
+    /// The same as a count, for the memory plan: `rows` of the batch, a group of `tensor`
+    /// ranks, with or without sequence parallelism (rows divisible by tensor).
+    static double local_rows(double rows, int tensor, bool sequence) {
+        return sequence && tensor > 1 ? rows / tensor : rows;
+    }
     /// Elements of those rows of width `width`.
     size_t local_elements(int n, int width) const {
         return static_cast<size_t>(local_rows(n)) * static_cast<size_t>(width);
@@ -97,13 +103,13 @@ class TensorParallel {
     /// Elements the whole-batch buffers of N rows span: N padded to a multiple of t under
     /// sequence parallelism.
     size_t padded_elements(int N, int width) const {
-        return static_cast<size_t>(local_rows(N) * (m_sequence ? m_parts : 1)) * static_cast<size_t>(width);
+        return static_cast<size_t>(local_rows(N) * m_row_parts) * static_cast<size_t>(width);
     }
     /// Zeroes rows [N, local_rows(N) t) of a (.., width) buffer of the whole batch: the rows
     /// sequence parallelism pads to a multiple of t, so the norms on them see zeros.
     void zero_padding(Backend& be, ActPtr x, int N, int width) const {
         const size_t pad = padded_elements(N, width) - static_cast<size_t>(N) * static_cast<size_t>(width);
-        if (m_sequence && pad > 0) {
+        if (pad > 0) {
             be.zero_bytes(x.offset(static_cast<size_t>(N) * static_cast<size_t>(width)).data, pad * dtype_size(x.dtype));
         }
     }
@@ -168,6 +174,7 @@ class TensorParallel {
     TensorGroup* m_group = nullptr;
     int m_parts = 1;
     bool m_sequence = false;
+    int m_row_parts = 1;  ///< the ranks the batch's rows are cut over: t under sequence parallelism, else 1
     Buffers m_buffers;
 };
 
