@@ -90,8 +90,8 @@ int run(int argc, char** argv) {
     for (int c = 0; c < v; ++c) {
         for (int k = 0; k < runner.slots()[static_cast<size_t>(c)]; ++k) {
             owned[static_cast<size_t>(c)].push_back(std::make_unique<Transformer>(
-                mc, *backend, B, false, DType::kF32, nullptr, false,
-                PipelineRunner::chunk_blocks(split.first_layer, c * P + s)));
+                mc, *backend, B,
+                TransformerOptions().with_stage(PipelineRunner::chunk_blocks(split.first_layer, c * P + s))));
             models[static_cast<size_t>(c)].push_back(owned[static_cast<size_t>(c)].back().get());
         }
     }

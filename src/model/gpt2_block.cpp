@@ -63,7 +63,7 @@ ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool rec
                                  bool sequence) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     // The rows of the residual stream and the norms: under sequence parallelism 1/t of them.
-    const double BTl = sequence && tensor > 1 ? BT / tensor : BT;
+    const double BTl = TensorParallel::local_rows(BT, tensor, sequence);
     const double C = cfg.n_embd;
     const double Cs = C / tensor;  // this rank's attention width (its heads)
     const double T = cfg.seq_len;
@@ -94,8 +94,8 @@ Gpt2Offsets gpt2_offsets(const ModelLayout& layout) {
 
 class Gpt2Blocks final : public ModelFamily {
   public:
-    Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena, DriverScratch scratch,
-               int max_batch, bool recompute, bool sequence);
+    Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
+               const DriverScratch& scratch, int max_batch, bool recompute);
 
     // With position runs (packed examples) each run reads the rows of wpe from its first
     // position on: the same op over a slice, so a run is embedded exactly as the same tokens
@@ -104,7 +104,7 @@ class Gpt2Blocks final : public ModelFamily {
                        int T) override {
         const int C = m_cfg.n_embd;
         // The tensor group sums its ranks' embeddings: the positions are added by one of them.
-        const float* wpe = adds_once() ? unit0 + m_wpe_offset : nullptr;
+        const float* wpe = m_parallel.adds_once() ? unit0 + m_wpe_offset : nullptr;
         if (m_rows.runs == nullptr) {
             be.encoder_forward(out, tokens, unit0, wpe, B, T, C);
             return;
@@ -156,8 +156,9 @@ class Gpt2Blocks final : public ModelFamily {
     Sizes sizes(int B, int T) const {
         const int N = B * T;
         const int C = m_cfg.n_embd;
-        const int Nl = local_rows(N);
-        return {C, m_cfg.n_head / m_parts, C / m_parts, mha_head_size(C, m_cfg.n_head), N, Nl,
+        const int Nl = m_parallel.local_rows(N);
+        const int t = m_parallel.parts();
+        return {C, m_cfg.n_head / t, C / t, mha_head_size(C, m_cfg.n_head), N, Nl,
                 static_cast<size_t>(Nl) * static_cast<size_t>(C)};
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
@@ -181,6 +182,11 @@ class Gpt2Blocks final : public ModelFamily {
     size_t m_wpe_offset = 0;
     size_t m_lnf_bias_offset = 0;
     std::vector<Slots> m_slots;
+    // The products: c_attn and c_fc column-parallel, both c_proj row-parallel.
+    ColumnParallelLinear m_qkv;
+    RowParallelLinear m_attn_proj;
+    ColumnParallelLinear m_fc;
+    RowParallelLinear m_fc_proj;
     float* m_lnf_mean = nullptr;  // (B, T)
     float* m_lnf_rstd = nullptr;  // (B, T)
     // Gradient scratch reused by every block (backward accumulates, so each is zeroed first).
@@ -191,17 +197,25 @@ class Gpt2Blocks final : public ModelFamily {
 };
 
 Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
-                       DriverScratch scratch, int max_batch, bool recompute, bool sequence)
-    : ModelFamily(scratch, layout.split.size, sequence), m_cfg(cfg) {
+                       const DriverScratch& scratch, int max_batch, bool recompute)
+    : ModelFamily(scratch), m_cfg(cfg) {
     if (cfg.n_layer > 0) m_off = gpt2_offsets(layout);
+    const Gpt2Offsets& o = m_off;
+    // This rank's features of the products: the width and its heads' width (C / t).
+    const int width = cfg.n_embd;
+    const int heads_width = width / m_parallel.parts();
+    m_qkv = ColumnParallelLinear(products(), {o.qkvw, o.qkvb, width, 3 * heads_width});
+    m_attn_proj = RowParallelLinear(products(), {o.attprojw, o.attprojb, heads_width, width});
+    m_fc = ColumnParallelLinear(products(), {o.fcw, o.fcb, width, 4 * heads_width});
+    m_fc_proj = RowParallelLinear(products(), {o.fcprojw, o.fcprojb, 4 * heads_width, width});
     m_wpe_offset = layout.find("wpe.weight").offset;
     m_lnf_bias_offset = layout.find("ln_f.bias").offset;
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
-    const size_t Ch = C / static_cast<size_t>(m_parts);
-    const size_t NH = static_cast<size_t>(cfg.n_head / m_parts);
+    const size_t Ch = static_cast<size_t>(heads_width);
+    const size_t NH = static_cast<size_t>(cfg.n_head / m_parallel.parts());
     const size_t T = static_cast<size_t>(cfg.seq_len);
-    const size_t BTl = static_cast<size_t>(local_rows(static_cast<int>(BT)));
+    const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
         L.ln1 = arena.take_act(BTl * C);
         L.ln1_mean = arena.take(BTl);
@@ -225,13 +239,11 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
     m_dfc_gelu = arena.take_act(BT * 4 * Ch);
 }
 
-// Under tensor parallelism (Ch = C / t, NH = n_head / t): c_attn and c_fc are
-// column-parallel (no communication forward; their input gradient summed over the group in
-// backward, before the LayerNorm's backward reads it), both c_proj row-parallel (their
-// outputs summed over the group in forward). Under sequence parallelism the LayerNorms and
-// residuals run on this rank's Nl rows: their outputs are gathered for the column-parallel
-// products (in forward, and again for the weight gradients in backward, rather than kept
-// whole), the row-parallel products reduce-scattered.
+// Under tensor parallelism (Ch = C / t, NH = n_head / t) the products say what the group
+// does (parallel_products.hpp): c_attn and c_fc are column-parallel, both c_proj
+// row-parallel. Under sequence parallelism the LayerNorms and residuals run on this rank's
+// Nl rows; the products gather them (in forward, and again for the weight gradients in
+// backward, rather than keep them whole).
 void Gpt2Blocks::block_forward(Backend& be, int l, const UnitWeights& uw, ConstActPtr in, int B, int T) {
     const float* w = uw.f32;
     const Gpt2Offsets& o = m_off;
@@ -239,14 +251,14 @@ void Gpt2Blocks::block_forward(Backend& be, int l, const UnitWeights& uw, ConstA
     const auto [C, NH, Ch, hs, N, Nl, NlC] = sizes(B, T);
     const size_t NCh = static_cast<size_t>(N) * static_cast<size_t>(Ch);
     be.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, in, w + o.ln1w, w + o.ln1b, Nl, C);
-    be.matmul_forward(L.qkv, gather_rows(L.ln1, N, C), uw.matrix(o.qkvw), w + o.qkvb, N, C, 3 * Ch);
+    m_qkv.forward(be, L.qkv, L.ln1, uw, N);
     attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NH, hs);
     // residual2 = in + atty @ Wproj^T + bproj in one op: no separate projection buffer.
-    row_parallel_residual(be, L.residual2, L.atty, uw.matrix(o.attprojw), w + o.attprojb, in, N, Ch, C);
+    m_attn_proj.forward_residual(be, L.residual2, L.atty, uw, in, N);
     be.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.residual2, w + o.ln2w, w + o.ln2b, Nl, C);
-    be.matmul_forward(L.fc, gather_rows(L.ln2, N, C), uw.matrix(o.fcw), w + o.fcb, N, C, 4 * Ch);
+    m_fc.forward(be, L.fc, L.ln2, uw, N);
     be.gelu_forward(L.fc_gelu, L.fc, NCh * 4);
-    row_parallel_residual(be, L.output, L.fc_gelu, uw.matrix(o.fcprojw), w + o.fcprojb, L.residual2, N, 4 * Ch, C);
+    m_fc_proj.forward_residual(be, L.output, L.fc_gelu, uw, L.residual2, N);
 }
 
 void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, UnitGrads dw, ConstActPtr in, ActPtr dres,
@@ -257,45 +269,32 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, UnitG
     const auto [C, NH, Ch, hs, N, Nl, NlC] = sizes(B, T);
     const size_t NCh = static_cast<size_t>(N) * static_cast<size_t>(Ch);
     const size_t Cs = static_cast<size_t>(C);
-    const size_t padded = padded_elements(N, C);
-    const ActPtr dpartial = m_scratch.dscratch;  // a column-parallel product's input gradient
     // dres holds d loss / d output (this rank's Nl rows). output = residual2 + mlp(...): the
     // MLP branch gets dres as is, and its LayerNorm backward adds into dres, turning it into
-    // d/d residual2. The row-parallel product's bias gradient comes from the whole batch's
-    // rows (gathered), the same on every rank.
-    zero_act(be, m_dfc_gelu, NCh * 4);
+    // d/d residual2.
     // Deferred weight gradients keep each product's output gradient in an activation this
     // backward has read for the last time: the product's output (output, residual2) or its
     // input's source (fc before the GELU, qkv after the attention's backward).
-    product_backward(be, m_dfc_gelu, dw, o.fcprojw, o.fcprojb, rows_operand(dres), whole_operand(L.fc_gelu),
-                     uw.matrix(o.fcprojw), L.output, N, 4 * Ch, C);
+    m_fc_proj.backward(be, m_dfc_gelu, dw, dres, L.fc_gelu, uw, L.output, N);
     zero_act(be, m_dfc, NCh * 4);
     be.gelu_backward(m_dfc, L.fc, m_dfc_gelu, NCh * 4);
-    zero_act(be, dpartial, padded);
-    product_backward(be, dpartial, dw, o.fcw, o.fcb, whole_operand(m_dfc), rows_operand(L.ln2), uw.matrix(o.fcw), L.fc,
-                     N, C, 4 * Ch);
-    ActPtr dln = sum_input_grad(dpartial, N, C);
+    ActPtr dln = m_fc.backward(be, dw, m_dfc, L.ln2, uw, L.fc, N);
     be.layernorm_backward(dres, norm_grad(be, dw, o.ln2w, Cs), norm_grad(be, dw, o.ln2b, Cs), dln, L.residual2,
                           w + o.ln2w, L.ln2_mean, L.ln2_rstd, Nl, C);
     // Same for the attention branch: dres becomes d/d block input.
-    zero_act(be, m_datty, NCh);
-    product_backward(be, m_datty, dw, o.attprojw, o.attprojb, rows_operand(dres), whole_operand(L.atty),
-                     uw.matrix(o.attprojw), L.residual2, N, Ch, C);
+    m_attn_proj.backward(be, m_datty, dw, dres, L.atty, uw, L.residual2, N);
     zero_act(be, m_dqkv, NCh * 3);
-    attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NH, hs);
-    zero_act(be, dpartial, padded);
-    product_backward(be, dpartial, dw, o.qkvw, o.qkvb, whole_operand(m_dqkv), rows_operand(L.ln1), uw.matrix(o.qkvw),
-                     L.qkv, N, C, 3 * Ch);
-    dln = sum_input_grad(dpartial, N, C);
+    attention_backward(be, m_dqkv, m_datty, L.qkv, L.att, B, T, NH, NH, hs);
+    dln = m_qkv.backward(be, dw, m_dqkv, L.ln1, uw, L.qkv, N);
     be.layernorm_backward(dres, norm_grad(be, dw, o.ln1w, Cs), norm_grad(be, dw, o.ln1b, Cs), dln, in, w + o.ln1w,
                           L.ln1_mean, L.ln1_rstd, Nl, C);
     add_norm_grads(be);
 }
 
 std::unique_ptr<ModelFamily> make_gpt2_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& /*backend*/,
-                                              ActivationArena& arena, DriverScratch scratch, int max_batch,
-                                              bool recompute, bool sequence) {
-    return std::make_unique<Gpt2Blocks>(cfg, layout, arena, scratch, max_batch, recompute, sequence);
+                                              ActivationArena& arena, const DriverScratch& scratch, int max_batch,
+                                              bool recompute) {
+    return std::make_unique<Gpt2Blocks>(cfg, layout, arena, scratch, max_batch, recompute);
 }
 
 /// GPT-2's block for new rows only, over a key/value cache: the same ops as block_forward,

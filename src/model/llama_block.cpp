@@ -90,7 +90,7 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool re
                                   bool sequence) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     // The rows of the residual stream and the norms: under sequence parallelism 1/t of them.
-    const double BTl = sequence && tensor > 1 ? BT / tensor : BT;
+    const double BTl = TensorParallel::local_rows(BT, tensor, sequence);
     const double C = cfg.n_embd;
     const double T = cfg.seq_len;
     const double hs = cfg.head_size();
@@ -138,7 +138,7 @@ LlamaOffsets llama_offsets(const ModelConfig& cfg, const ModelLayout& layout) {
 class LlamaBlocks final : public ModelFamily {
   public:
     LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
-                DriverScratch scratch, int max_batch, bool recompute, bool sequence);
+                const DriverScratch& scratch, int max_batch, bool recompute);
 
     void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                        int T) override {
@@ -173,11 +173,11 @@ class LlamaBlocks final : public ModelFamily {
         int C, NH, NKV, hs, F, QKV, Cq, N, Nl;
     };
     Sizes sizes(int B, int T) const {
-        const int t = m_parts;
+        const int t = m_parallel.parts();
         const int hs = m_cfg.head_size();
         const int kv = local_kv_heads(m_cfg, t);
         return {m_cfg.n_embd,          m_cfg.n_head / t, kv,    hs, m_cfg.ffn_dim / t, (m_cfg.n_head / t + 2 * kv) * hs,
-                m_cfg.n_head / t * hs, B * T,            local_rows(B * T)};
+                m_cfg.n_head / t * hs, B * T,            m_parallel.local_rows(B * T)};
     }
     /// What one block keeps for its backward. Shapes (B, T, ...) at allocation size.
     struct Slots {
@@ -196,6 +196,13 @@ class LlamaBlocks final : public ModelFamily {
     ModelConfig m_cfg;
     LlamaOffsets m_off{};
     std::vector<Slots> m_slots;
+    // The products: q|k|v and gate|up column-parallel, o_proj and down_proj row-parallel.
+    /// Makes them (and takes the shared KV heads' buffers from the arena).
+    void make_products(ActivationArena& arena);
+    ColumnParallelLinear m_qkv;
+    RowParallelLinear m_o_proj;
+    ColumnParallelLinear m_gate_up;
+    RowParallelLinear m_down_proj;
     float* m_norm_rstd = nullptr;       // (B, T) the final RMSNorm's
     float* m_rope = nullptr;            // rope_table (T, hs) in backend memory
     // Gradient scratch reused by every block (backward accumulates, so each is zeroed first).
@@ -203,20 +210,11 @@ class LlamaBlocks final : public ModelFamily {
     ActPtr m_dqkv;      // (B, T, QKV)
     ActPtr m_dgate_up;  // (B, T, 2F)
     ActPtr m_dswiglu;   // (B, T, F)
-    // KV heads shared by several ranks (n_kv_head < T): q|k|v's weight gradient (QKV, C) and
-    // the k, v gradients of every head (n_kv_head, 2 hs, C), summed over the group; null
-    // otherwise.
-    float* m_dqkv_weight = nullptr;
-    float* m_kv_exchange = nullptr;
-    /// q|k|v's weight gradient into m_dqkv_weight, then added to dw: q's as it is, k's and v's
-    /// summed over the ranks sharing this rank's KV head.
-    void add_summed_weight_grad(Backend& be, float* dw, bool zero_dw, ConstActPtr dout, ConstActPtr inp, DType w_dtype,
-                                int N, int C, int OC) override;
 };
 
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
-                         DriverScratch scratch, int max_batch, bool recompute, bool sequence)
-    : ModelFamily(scratch, layout.split.size, sequence), m_cfg(cfg) {
+                         const DriverScratch& scratch, int max_batch, bool recompute)
+    : ModelFamily(scratch), m_cfg(cfg) {
     if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
     const Sizes z = sizes(1, 1);
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
@@ -227,7 +225,7 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     const size_t F = static_cast<size_t>(z.F);
     const size_t Cq = static_cast<size_t>(z.Cq);
     const size_t hs = static_cast<size_t>(cfg.head_size());
-    const size_t BTl = static_cast<size_t>(local_rows(static_cast<int>(BT)));
+    const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
         L.norm1 = arena.take_act(BTl * C);
         L.norm1_rstd = arena.take(BTl);
@@ -247,12 +245,29 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     m_dgate_up = arena.take_act(BT * 2 * F);
     m_dswiglu = arena.take_act(BT * F);
     m_rope = arena.take(T * hs);
-    if (cfg.kv_heads() < m_parts) {
-        m_dqkv_weight = arena.take(QKV * C);
-        m_kv_exchange = arena.take(static_cast<size_t>(cfg.kv_heads()) * 2 * hs * C);
-    }
+    make_products(arena);
     const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
     backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
+}
+
+void LlamaBlocks::make_products(ActivationArena& arena) {
+    const Sizes z = sizes(1, 1);
+    const LlamaOffsets& o = m_off;
+    const ParallelLinear::Shape qkv{o.qkv, kNoBias, z.C, z.QKV};
+    if (m_cfg.kv_heads() < m_parallel.parts()) {
+        // KV heads shared by several ranks: q|k|v's weight gradient (QKV, C) and the k, v
+        // gradients of every head (n_kv_head, 2 hs, C), summed over the group.
+        SharedWeightRows kv{z.NH * z.hs, 2 * z.hs, m_cfg.kv_heads(), nullptr, nullptr};
+        const size_t C = static_cast<size_t>(z.C);
+        kv.weight_grad = arena.take(static_cast<size_t>(z.QKV) * C);
+        kv.exchange = arena.take(static_cast<size_t>(m_cfg.kv_heads() * 2 * z.hs) * C);
+        m_qkv = ColumnParallelLinear(products(), qkv, kv);
+    } else {
+        m_qkv = ColumnParallelLinear(products(), qkv);
+    }
+    m_o_proj = RowParallelLinear(products(), {o.o_proj, kNoBias, z.Cq, z.C});
+    m_gate_up = ColumnParallelLinear(products(), {o.gate_up, kNoBias, z.C, 2 * z.F});
+    m_down_proj = RowParallelLinear(products(), {o.down_proj, kNoBias, z.F, z.C});
 }
 
 void LlamaBlocks::rotate(Backend& be, ActPtr qkv, int B, int T, bool inverse) const {
@@ -286,19 +301,18 @@ void LlamaBlocks::block_forward(Backend& be, int l, const UnitWeights& uw, Const
     Slots& L = m_slots[static_cast<size_t>(l)];
     const auto [C, NH, NKV, hs, F, QKV, Cq, N, Nl] = sizes(B, T);
     const float eps = static_cast<float>(m_cfg.norm_eps);
-    // Tensor and sequence parallelism as in GPT-2's block: q|k|v and gate|up column-parallel,
-    // o_proj and down_proj row-parallel (their outputs summed over the group); under
-    // sequence parallelism the norms on this rank's Nl rows, gathered for the products.
+    // Tensor and sequence parallelism as in GPT-2's block: the products know what the group
+    // does; under sequence parallelism the norms run on this rank's Nl rows.
     be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, Nl, C, eps);
-    be.matmul_forward(L.qkv, gather_rows(L.norm1, N, C), uw.matrix(o.qkv), nullptr, N, C, QKV);
+    m_qkv.forward(be, L.qkv, L.norm1, uw, N);
     // Rotated in place: attention and its backward only need the rotated q and k.
     rotate(be, L.qkv, B, T, /*inverse=*/false);
     attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
-    row_parallel_residual(be, L.residual2, L.atty, uw.matrix(o.o_proj), nullptr, in, N, Cq, C);
+    m_o_proj.forward_residual(be, L.residual2, L.atty, uw, in, N);
     be.rmsnorm_forward(L.norm2, L.norm2_rstd, L.residual2, w + o.norm2, Nl, C, eps);
-    be.matmul_forward(L.gate_up, gather_rows(L.norm2, N, C), uw.matrix(o.gate_up), nullptr, N, C, 2 * F);
+    m_gate_up.forward(be, L.gate_up, L.norm2, uw, N);
     be.swiglu_forward(L.swiglu, L.gate_up, N, F);
-    row_parallel_residual(be, L.output, L.swiglu, uw.matrix(o.down_proj), nullptr, L.residual2, N, F, C);
+    m_down_proj.forward_residual(be, L.output, L.swiglu, uw, L.residual2, N);
 }
 
 void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, UnitGrads dw, ConstActPtr in, ActPtr dres,
@@ -310,74 +324,31 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, Unit
     const size_t n = static_cast<size_t>(N);
     const size_t Cs = static_cast<size_t>(C);
     const size_t Fs = static_cast<size_t>(F);
-    const size_t Cqs = static_cast<size_t>(Cq);
-    const size_t padded = padded_elements(N, C);
-    const ActPtr dpartial = m_scratch.dscratch;  // a column-parallel product's input gradient
     // dres holds d loss / d block output; each branch's RMSNorm backward adds into it, so it
     // becomes d/d residual2 and then d/d block input (as in the GPT-2 block).
-    zero_act(be, m_dswiglu, n * Fs);
     // Deferred weight gradients keep each product's output gradient in an activation this
     // backward has read for the last time (as in the GPT-2 block).
-    product_backward(be, m_dswiglu, dw, o.down_proj, kNoBias, rows_operand(dres), whole_operand(L.swiglu),
-                     uw.matrix(o.down_proj), L.output, N, F, C);
+    m_down_proj.backward(be, m_dswiglu, dw, dres, L.swiglu, uw, L.output, N);
     zero_act(be, m_dgate_up, n * 2 * Fs);
     be.swiglu_backward(m_dgate_up, L.gate_up, m_dswiglu, N, F);
-    zero_act(be, dpartial, padded);
-    product_backward(be, dpartial, dw, o.gate_up, kNoBias, whole_operand(m_dgate_up), rows_operand(L.norm2),
-                     uw.matrix(o.gate_up), L.gate_up, N, C, 2 * F);
-    ActPtr dnorm = sum_input_grad(dpartial, N, C);
+    ActPtr dnorm = m_gate_up.backward(be, dw, m_dgate_up, L.norm2, uw, L.gate_up, N);
     be.rmsnorm_backward(dres, norm_grad(be, dw, o.norm2, Cs), dnorm, L.residual2, w + o.norm2, L.norm2_rstd, Nl,
                         C);
 
-    zero_act(be, m_datty, n * Cqs);
-    product_backward(be, m_datty, dw, o.o_proj, kNoBias, rows_operand(dres), whole_operand(L.atty),
-                     uw.matrix(o.o_proj), L.residual2, N, Cq, C);
+    m_o_proj.backward(be, m_datty, dw, dres, L.atty, uw, L.residual2, N);
     zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
-    attention_backward(be, m_dqkv, m_scratch.attention_scratch, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
+    attention_backward(be, m_dqkv, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
-    zero_act(be, dpartial, padded);
-    // Key/value heads shared by several ranks: their weight gradient is summed over them.
-    product_backward(be, dpartial, dw, o.qkv, kNoBias, whole_operand(m_dqkv), rows_operand(L.norm1), uw.matrix(o.qkv),
-                     L.qkv, N, C, QKV, /*summed=*/m_dqkv_weight != nullptr);
-    dnorm = sum_input_grad(dpartial, N, C);
+    dnorm = m_qkv.backward(be, dw, m_dqkv, L.norm1, uw, L.qkv, N);
     be.rmsnorm_backward(dres, norm_grad(be, dw, o.norm1, Cs), dnorm, in, w + o.norm1, L.norm1_rstd, Nl, C);
     add_norm_grads(be);
 }
 
-void LlamaBlocks::add_summed_weight_grad(Backend& be, float* dw, bool zero_dw, ConstActPtr dout, ConstActPtr inp,
-                                         DType w_dtype, int N, int C_in, int OC) {
-    ZT_REQUIRE(m_dqkv_weight != nullptr, "a summed weight gradient without shared key/value heads");
-    be.zero(m_dqkv_weight, static_cast<size_t>(OC) * static_cast<size_t>(C_in));
-    be.matmul_backward(ActPtr{nullptr, dout.dtype}, m_dqkv_weight, nullptr, dout, inp, ConstActPtr{nullptr, w_dtype}, N,
-                       C_in, OC);
-    const Sizes z = sizes(1, 1);
-    const size_t C = static_cast<size_t>(z.C);
-    const size_t q = static_cast<size_t>(z.NH * z.hs) * C;  // q rows' elements
-    const size_t kv = static_cast<size_t>(2 * z.hs) * C;    // one head's k and v rows
-    const int heads = m_cfg.kv_heads();
-    const int head = m_tensor->split().rank / (m_parts / heads);
-    const auto add = [&](float* dst, const float* src, size_t n) {
-        if (zero_dw) {
-            be.copy(dst, src, n);
-        } else {
-            be.accumulate(dst, DType::kF32, src, n);
-        }
-    };
-    add(dw, m_dqkv_weight, q);
-    // Each rank's k and v gradients come from its own query heads only: the group sums every
-    // head's slot, each rank filling its head's (one all-reduce of n_kv_head slots, not a
-    // sub-group's communicator).
-    be.zero(m_kv_exchange, static_cast<size_t>(heads) * kv);
-    be.copy(m_kv_exchange + static_cast<size_t>(head) * kv, m_dqkv_weight + q, kv);
-    m_tensor->all_reduce_floats(m_kv_exchange, static_cast<size_t>(heads) * kv, /*max=*/false);
-    add(dw + q, m_kv_exchange + static_cast<size_t>(head) * kv, kv);
-}
-
 std::unique_ptr<ModelFamily> make_llama_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
-                                               ActivationArena& arena, DriverScratch scratch, int max_batch,
-                                               bool recompute, bool sequence) {
-    return std::make_unique<LlamaBlocks>(cfg, layout, backend, arena, scratch, max_batch, recompute, sequence);
+                                               ActivationArena& arena, const DriverScratch& scratch, int max_batch,
+                                               bool recompute) {
+    return std::make_unique<LlamaBlocks>(cfg, layout, backend, arena, scratch, max_batch, recompute);
 }
 
 /// Llama's block for new rows only, over a key/value cache: the same ops as block_forward,

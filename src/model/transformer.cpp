@@ -88,17 +88,16 @@ ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, 
     return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats)};
 }
 
-Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute, DType activation,
-                         TensorGroup* tensor, bool sequence, StageBlocks stage)
+Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, const TransformerOptions& options)
     : m_cfg(cfg),
-      m_stage{stage.begin, stage.last(cfg.n_layer)},
+      m_stage{options.stage.begin, options.stage.last(cfg.n_layer)},
       m_blocks(m_stage.end - m_stage.begin),
       m_backend(backend),
-      m_tensor(tensor != nullptr && tensor->split().size > 1 ? tensor : nullptr),
-      m_sequence(sequence && m_tensor != nullptr),
+      m_tensor(options.tensor != nullptr && options.tensor->split().size > 1 ? options.tensor : nullptr),
+      m_sequence(options.sequence && m_tensor != nullptr),
       m_layout(make_model_layout(cfg, m_tensor != nullptr ? m_tensor->split() : TensorSplit{})),
       m_max_batch(max_batch),
-      m_recompute(recompute) {
+      m_recompute(options.recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
     ZT_REQUIRE(m_stage.begin >= 0 && m_stage.end <= cfg.n_layer && (m_blocks >= 1 || cfg.n_layer == 0),
                "pipeline stage: blocks [", m_stage.begin, ", ", m_stage.end, ") are not a non-empty range of the ",
@@ -109,17 +108,11 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
     m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
     m_targets_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
     // This rank's vocabulary rows (the embedding's and the LM head's slice).
-    m_vocab_local = cfg.padded_vocab() / m_layout.split.size;
-    m_vocab_begin = m_layout.split.rank * m_vocab_local;
-    m_vocab_live = std::max(0, std::min(m_vocab_local, cfg.vocab_size - m_vocab_begin));
-    if (m_tensor != nullptr) {
-        m_slice_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(BT * sizeof(int32_t)));
-        m_slice_tokens.resize(BT);
-    }
-    if (activation == DType::kF32) {
+    m_vocab = std::make_unique<VocabParallel>(cfg, m_tensor, backend, BT);
+    if (options.activation == DType::kF32) {
         allocate_activations(DType::kF32);
     } else {
-        set_activation_dtype(activation);
+        set_activation_dtype(options.activation);
     }
 }
 
@@ -138,30 +131,31 @@ void Transformer::allocate_activations(DType stored) {
     m_normed = a.take_act(BT * C);
     const bool head = last_stage();
     if (head) {
-        m_logits = a.take_act(BT * static_cast<size_t>(m_vocab_local));
+        m_logits = a.take_act(BT * static_cast<size_t>(m_vocab->local()));
         m_losses = a.take(BT);
     }
-    if (tensor > 1 && head) {
-        m_ce_max = a.take(BT);
-        m_ce_sums = a.take(2 * BT);
+    if (head && m_vocab->needs_row_statistics()) {
+        float* row_max = a.take(BT);
+        m_vocab->set_row_statistics(row_max, a.take(2 * BT));
     }
     m_dresidual = a.take_act(BTl * C);
     m_dnormed = a.take_act(BT * C);
     const size_t att_scratch = m_backend.attention_scratch_floats(m_max_batch, cfg.seq_len, cfg.n_head / tensor);
     DriverScratch scratch;
-    scratch.dscratch = m_dnormed;
+    TensorParallel::Buffers buffers;
+    buffers.partial = m_dnormed;
     scratch.attention_scratch = a.take(att_scratch);
     if (m_sequence) {
         // The blocks gather into the final norm's output buffer: it is written after them in
         // forward and read before them in backward.
-        scratch.gathered = m_normed;
-        scratch.dshard = a.take_act(BTl * C);
+        buffers.gathered = m_normed;
+        buffers.dshard = a.take_act(BTl * C);
         scratch.norm_grads_floats = 4 * C;  // GPT-2's block: both LayerNorms' weights and biases
         scratch.norm_grads = a.take(scratch.norm_grads_floats);
     }
+    scratch.parallel = TensorParallel(m_tensor, m_sequence, buffers);
     m_family = family_traits(cfg).make(stage_config(cfg, m_stage), m_layout, m_backend, a, scratch, m_max_batch,
-                                       m_recompute, m_sequence);
-    m_family->set_tensor_group(m_tensor);
+                                       m_recompute);
     // The memory plan predicts this figure: the two must never drift apart.
     const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage);
     ZT_REQUIRE(a.count().act == plan.act && a.count().f32 == plan.f32, "activation plan differs from the allocation: ",
@@ -174,7 +168,7 @@ Transformer::~Transformer() {
     m_arena.reset();
     m_backend.free(m_tokens_be);
     m_backend.free(m_targets_be);
-    if (m_slice_tokens_be != nullptr) m_backend.free(m_slice_tokens_be);
+    m_vocab.reset();
 }
 
 size_t Transformer::activation_bytes() const { return m_arena->bytes(); }
@@ -192,21 +186,7 @@ void Transformer::set_activation_dtype(DType t, ActivationStorage storage) {
     if (!m_arena || m_arena->activation_dtype() != stored) allocate_activations(stored);
 }
 
-void Transformer::logits_row_to_host(int row, float* out) const {
-    const size_t Vp = static_cast<size_t>(m_vocab_local);
-    const ConstActPtr src = ConstActPtr(m_logits).offset(static_cast<size_t>(row) * Vp);
-    // Under tensor parallelism this rank's columns first, then every rank's in order.
-    std::vector<float> slice(m_tensor != nullptr ? Vp : 0);
-    float* mine = m_tensor != nullptr ? slice.data() : out;
-    if (src.f32()) {
-        m_backend.to_host(mine, src.data, Vp * sizeof(float));
-    } else {
-        std::vector<uint16_t> stored(Vp);
-        m_backend.to_host(stored.data(), src.data, Vp * sizeof(uint16_t));
-        convert_to_f32(stored.data(), mine, Vp, src.dtype);
-    }
-    if (m_tensor != nullptr) m_tensor->all_gather_host(mine, out, Vp);
-}
+void Transformer::logits_row_to_host(int row, float* out) const { m_vocab->logits_row_to_host(m_logits, row, out); }
 
 float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
                            float dloss) {
@@ -263,18 +243,7 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
         m_backend.to_device(m_targets_be, targets, token_bytes);
         targets_be = m_targets_be;
     }
-    m_inputs = m_tokens_be;
-    if (m_tensor != nullptr) {
-        // The embedding reads its rows of this rank's slice; the others' tokens are -1.
-        for (int i = 0; i < N; ++i) {
-            const int local = inputs[i] - m_vocab_begin;
-            m_slice_tokens[static_cast<size_t>(i)] = local >= 0 && local < m_vocab_local ? local : -1;
-            ZT_REQUIRE(targets == nullptr || targets[i] < m_cfg.vocab_size, "cross-entropy: target ", targets[i],
-                       " of row ", i, " is not below the vocabulary size ", m_cfg.vocab_size);
-        }
-        m_backend.to_device(m_slice_tokens_be, m_slice_tokens.data(), token_bytes);
-        m_inputs = m_slice_tokens_be;
-    }
+    m_inputs = m_vocab->embedding_tokens(inputs, targets, m_tokens_be, N);
     set_rows(rows, B, T);
     embed_and_blocks(store, m_inputs, B, T);
     if (last_stage()) return head_and_loss(store, targets, targets_be, N, dloss);
@@ -310,14 +279,10 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
         store.prefetch(first_unit);
         // Each rank embeds the tokens of its vocabulary slice (zeros for the others'); the
         // group sums them, each rank keeping its rows under sequence parallelism.
-        if (m_sequence) {
-            m_family->embed_forward(*m_compute, m_dnormed, inputs, emb, B, T);
-            m_family->zero_padding(m_backend, m_dnormed, N, C);
-            m_tensor->reduce_scatter(m_dnormed, m_encoded, local_elements(N));
-        } else {
-            m_family->embed_forward(*m_compute, m_encoded, inputs, emb, B, T);
-            if (m_tensor != nullptr) m_tensor->all_reduce(m_encoded, static_cast<size_t>(N) * static_cast<size_t>(C));
-        }
+        const TensorParallel& tp = m_family->parallel();
+        const ActPtr partial = tp.partial_output(m_encoded);
+        m_family->embed_forward(*m_compute, partial, inputs, emb, B, T);
+        tp.sum_output(m_backend, partial, m_encoded, N, C);
         store.release(0);
     } else {
         store.prefetch(first_unit);
@@ -334,26 +299,21 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
     if (!last_stage()) return;
     const float* wf = store.acquire(nL + 1);
     store.prefetch(0);
-    if (m_sequence) {
-        // This rank's rows of the output in place, then every rank's.
-        const size_t mine = local_elements(N) * static_cast<size_t>(m_layout.split.rank);
-        m_family->final_norm_forward(*m_compute, m_normed.offset(mine), x, wf, m_family->local_rows(N));
-        m_tensor->all_gather(ConstActPtr{}, m_normed, local_elements(N));
-    } else {
-        m_family->final_norm_forward(*m_compute, m_normed, x, wf, N);
-    }
+    // This rank's rows of the output in place, then every rank's (sequence parallelism).
+    const TensorParallel& tp = m_family->parallel();
+    m_family->final_norm_forward(*m_compute, tp.own_rows(m_normed, N, C), x, wf, tp.local_rows(N));
+    tp.gather_in_place(m_normed, N, C);
     store.release(nL + 1);
 }
 
 size_t Transformer::local_elements(int N) const {
-    return static_cast<size_t>(m_family->local_rows(N)) * static_cast<size_t>(m_cfg.n_embd);
+    return m_family->parallel().local_elements(N, m_cfg.n_embd);
 }
 
 float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                                  float dloss) {
     const int C = m_cfg.n_embd;
-    const int V = m_cfg.vocab_size;
-    const int Vp = m_vocab_local;
+    const int Vp = m_vocab->local();
     // LM head, tied to the token embedding or an untied head (also in unit 0):
     // logits (N, Vp) = normed (N, C) @ head (Vp, C)^T, Vp of this rank's vocabulary slice.
     const ConstActPtr head = unit_weights(store, 0).matrix(m_layout.head_offset);
@@ -365,11 +325,7 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
         store.release(0);
         return 0.f;
     }
-    if (m_tensor != nullptr) {
-        split_cross_entropy(targets_be, N, dloss);
-    } else {
-        m_compute->softmax_cross_entropy(m_losses, m_logits, targets_be, N, V, Vp, dloss);
-    }
+    m_vocab->cross_entropy(*m_compute, m_losses, m_logits, targets_be, N, dloss);
     // The mean is taken on the host (targets is the caller's host array).
     m_losses_host.resize(static_cast<size_t>(N));
     m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
@@ -393,27 +349,17 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     return counted > 0 ? static_cast<float>(sum / counted) : 0.f;
 }
 
-void Transformer::split_cross_entropy(const int32_t* targets_be, int N, float dloss) {
-    const size_t n = static_cast<size_t>(N);
-    m_compute->cross_entropy_row_max(m_ce_max, m_logits, N, m_vocab_live, m_vocab_local);
-    m_tensor->all_reduce_floats(m_ce_max, n, /*max=*/true);
-    m_compute->cross_entropy_row_sums(m_ce_sums, m_logits, m_ce_max, targets_be, N, m_vocab_live, m_vocab_local,
-                                      m_vocab_begin);
-    m_tensor->all_reduce_floats(m_ce_sums, 2 * n, /*max=*/false);
-    m_compute->split_cross_entropy(m_losses, m_logits, m_ce_max, m_ce_sums, targets_be, N, m_vocab_live,
-                                   m_vocab_local, m_vocab_begin, dloss);
-}
-
 void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_emb) {
     const int C = m_cfg.n_embd;
-    const int Vp = m_vocab_local;
+    const int Vp = m_vocab->local();
     const int nL = m_cfg.n_layer;
     const size_t head_numel = static_cast<size_t>(Vp) * static_cast<size_t>(C);
     // LM head: unit 0 is still acquired from forward(); on the whole model it stays so until
     // the embedding's backward at the very end (the embedding is tied, so a sharded store
     // need not gather it a third time).
     store.prefetch(nL + 1);
-    zero_act(m_backend, m_dnormed, m_family->padded_elements(N, C));
+    const TensorParallel& tp = m_family->parallel();
+    zero_act(m_backend, m_dnormed, tp.padded_elements(N, C));
     // A last stage without the embedding owns all of unit 0's gradient buffer but adds only
     // the head's: the rest must read zero when the stages' copies are summed.
     if (first_stage()) {
@@ -424,7 +370,7 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
                                N, C, Vp);
     // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
-    const ActPtr dnormed = m_family->sum_input_grad(m_dnormed, N, C);
+    const ActPtr dnormed = tp.sum_input_grad(m_dnormed, N, C);
 
     const ConstActPtr x_last = stage_output();
     const float* wf = store.acquire(nL + 1);
@@ -437,7 +383,7 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     }
     store.prefetch(m_stage.end);
     zero_act(m_backend, m_dresidual, local_elements(N));
-    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, m_family->local_rows(N));
+    m_family->final_norm_backward(*m_compute, m_dresidual, dwf, dnormed, x_last, wf, tp.local_rows(N));
     grads_done(store, nL + 1);
     store.release(nL + 1);
 }
@@ -445,23 +391,29 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
 void Transformer::backward(UnitStore& store) {
     ZT_REQUIRE(m_have_dlogits, "backward() needs a preceding forward() with targets and dloss != 0");
     m_have_dlogits = false;
-    const int B = m_B;
-    const int T = m_T;
-    const int C = m_cfg.n_embd;
-    const int N = B * T;
-    const int first_unit = 1 + m_stage.begin;
-    // Unit 0's gradient is asked for once per micro-step, by its first user.
-    float* demb = nullptr;
-    bool zero_emb = false;
-    // A stage without the head starts from the d residual its caller wrote.
+    // Unit 0's gradient is asked for once per micro-step, by its first user: the head on the
+    // last stage, the embedding on a first stage without the head.
+    UnitGrads demb;
     if (last_stage()) {
-        demb = store.grads(0);
-        zero_emb = store.grads_need_zero(0);
-        head_backward(store, N, demb, zero_emb);
+        demb = UnitGrads{store.grads(0), store.grads_need_zero(0)};
+        head_backward(store, m_B * m_T, demb.base, demb.zero);
     } else {
-        store.prefetch(first_unit + m_blocks - 1);
+        // A stage without the head starts from the d residual its caller wrote.
+        store.prefetch(m_stage.end);  // the last block's unit
     }
+    blocks_backward(store);
+    if (first_stage()) embedding_backward(store, demb);
+    // Unit 0's gradient is the last a backward finishes, on every stage that has it (a
+    // store reduces buckets and releases the held unit 0 on that promise).
+    if (first_stage() || last_stage()) {
+        grads_done(store, 0);
+        store.release(0);
+        m_head = ConstActPtr{};
+    }
+}
 
+void Transformer::blocks_backward(UnitStore& store) {
+    const int first_unit = 1 + m_stage.begin;
     for (int l = m_blocks - 1; l >= 0; --l) {
         const UnitWeights w = unit_weights(store, first_unit + l);
         // Deferred weight gradients: the block's are kept for backward_weights, which asks
@@ -477,40 +429,29 @@ void Transformer::backward(UnitStore& store) {
         const ConstActPtr in = l == 0 ? ConstActPtr(m_encoded) : m_family->block_output(l - 1);
         // Recompute writes the same values again into the block's (shared) buffers; its
         // output is recomputed in place with bit-identical results.
-        if (m_recompute) m_family->block_forward(*m_compute, l, w, in, B, T);
-        m_family->block_backward(*m_compute, l, w, dw, in, m_dresidual, B, T);
+        if (m_recompute) m_family->block_forward(*m_compute, l, w, in, m_B, m_T);
+        m_family->block_backward(*m_compute, l, w, dw, in, m_dresidual, m_B, m_T);
         grads_done(store, first_unit + l);
         store.release(first_unit + l);
     }
-    if (!first_stage()) {
-        // Unit 0's gradient is the last a backward finishes, on every stage that has it (a
-        // store reduces buckets and releases the held unit 0 on that promise).
-        if (last_stage()) {
-            grads_done(store, 0);
-            store.release(0);
-            m_head = ConstActPtr{};
-        }
-        return;
-    }
+}
 
-    if (!last_stage()) {
-        demb = store.grads(0);
-        zero_emb = store.grads_need_zero(0);
-    }
-    const size_t head_numel = static_cast<size_t>(m_vocab_local) * static_cast<size_t>(C);
+void Transformer::embedding_backward(UnitStore& store, UnitGrads demb) {
+    const int C = m_cfg.n_embd;
+    const size_t head_numel = static_cast<size_t>(m_vocab->local()) * static_cast<size_t>(C);
     // The token embedding's gradient was zeroed with the head's when they are one tensor; a
-    // first stage without the head zeroes the whole unit (the head's part reads zero).
+    // first stage without the head asks for unit 0's now and zeroes all of it (the head's
+    // part reads zero).
     if (!last_stage()) {
-        zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
+        demb = UnitGrads{store.grads(0), store.grads_need_zero(0)};
+        zero_grad_if(m_backend, demb.zero, demb.base, m_layout.unit_numel[0]);
     } else if (m_layout.head_offset != 0) {
-        zero_grad_if(m_backend, zero_emb, demb, head_numel);
+        zero_grad_if(m_backend, demb.zero, demb.base, head_numel);
     }
     // The embedding's gradient reads every row (under sequence parallelism gathered into the
     // final norm's output, no longer needed).
-    m_family->embed_backward(*m_compute, demb, zero_emb, m_family->gather_rows(m_dresidual, N, C), m_inputs, B, T);
-    grads_done(store, 0);
-    store.release(0);
-    m_head = ConstActPtr{};
+    const ConstActPtr dout = m_family->parallel().gather_rows(m_dresidual, m_B * m_T, C);
+    m_family->embed_backward(*m_compute, demb.base, demb.zero, dout, m_inputs, m_B, m_T);
 }
 
 void Transformer::grads_done(UnitStore& store, int unit) {

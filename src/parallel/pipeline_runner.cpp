@@ -51,7 +51,7 @@ ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, Pip
     for (int c = 0; c < shape.virtual_stages; ++c) {
         const StageBlocks blocks = chunk_blocks(bounds, c * shape.stages + stage);
         // Zero-bubble's weight passes keep the products' output gradients in the blocks' own
-        // activations (ModelFamily::product_backward): nothing more per model.
+        // activations (ParallelLinear::backward_into): nothing more per model.
         const ActivationCount one =
             Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats, tensor, sequence, blocks);
         total.act += slots[static_cast<size_t>(c)] * one.act;

@@ -50,8 +50,12 @@ PipelineTraining::PipelineTraining(const Config& cfg, TrainSetup& setup, LossSca
         const StageBlocks blocks = PipelineRunner::chunk_blocks(m_stages.first_layer, c * P + s);
         for (int k = 0; k < m_runner->slots()[static_cast<size_t>(c)]; ++k) {
             m_owned[static_cast<size_t>(c)].push_back(std::make_unique<Transformer>(
-                mc, *setup.backend, tc.micro_batch, tc.recompute, cfg.precision.dtype, setup.tensor_group_or_null(),
-                cfg.parallel.sequence, blocks));
+                mc, *setup.backend, tc.micro_batch,
+                TransformerOptions()
+                    .with_recompute(tc.recompute)
+                    .with_activation(cfg.precision.dtype)
+                    .with_tensor(setup.tensor_group_or_null(), cfg.parallel.sequence)
+                    .with_stage(blocks)));
             m_models[static_cast<size_t>(c)].push_back(m_owned[static_cast<size_t>(c)].back().get());
         }
     }

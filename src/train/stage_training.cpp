@@ -30,8 +30,11 @@ class OneStageTraining final : public StageTraining {
                      const TrainOptions& options)
         : m_tc(cfg.train),
           m_setup(setup),
-          m_model(cfg.model, *setup.backend, cfg.train.micro_batch, cfg.train.recompute, cfg.precision.dtype,
-                  setup.tensor_group_or_null(), cfg.parallel.sequence),
+          m_model(cfg.model, *setup.backend, cfg.train.micro_batch,
+                  TransformerOptions()
+                      .with_recompute(cfg.train.recompute)
+                      .with_activation(cfg.precision.dtype)
+                      .with_tensor(setup.tensor_group_or_null(), cfg.parallel.sequence)),
           m_state(m_model.layout(), *setup.backend, setup.state_comms(),
                   StateOptions::zero(cfg.parallel.zero_stage)
                       .with_buckets(bucket_numel(plan, cfg.precision.reduce()))

@@ -133,7 +133,7 @@ TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) 
     const float dloss = 1.f / static_cast<float>(m * B * T);
 
     // The whole model, accumulating the m micro-batches on this rank.
-    Transformer whole(mc, *backend, B, false, c.act);
+    Transformer whole(mc, *backend, B, TransformerOptions().with_activation(c.act));
     test::HostStore whole_store(whole.layout(), 42);
     double whole_loss = 0.0;
     for (int a = 0; a < m; ++a) {
@@ -153,7 +153,8 @@ TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) 
     for (int k = 0; k < v; ++k) {
         for (int slot = 0; slot < runner.slots()[static_cast<size_t>(k)]; ++slot) {
             owned[static_cast<size_t>(k)].push_back(std::make_unique<Transformer>(
-                mc, *backend, B, false, c.act, nullptr, false, PipelineRunner::chunk_blocks(bounds, k * P + s)));
+                mc, *backend, B,
+                TransformerOptions().with_activation(c.act).with_stage(PipelineRunner::chunk_blocks(bounds, k * P + s))));
             models[static_cast<size_t>(k)].push_back(owned[static_cast<size_t>(k)].back().get());
         }
     }
@@ -266,7 +267,7 @@ TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
         const ModelConfig mc = test::tiny_stage_model((c & 4) != 0 ? ModelArch::kLlama : ModelArch::kGpt2, 3);
         SCOPED_TRACE(str(mc.arch == ModelArch::kLlama ? "llama, " : "gpt2, ", sequence ? "sequence parallel, " : "tensor parallel, ",
                          pipeline_schedule_name(kind)));
-        Transformer whole(mc, *backend, B, false, DType::kF32, &group, sequence);
+        Transformer whole(mc, *backend, B, TransformerOptions().with_tensor(&group, sequence));
         test::HostStore whole_store(whole.layout(), 42);
         double whole_loss = 0.0;
         for (int a = 0; a < m; ++a) {
@@ -282,7 +283,7 @@ TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
         std::vector<std::vector<Transformer*>> models(1);
         for (int k = 0; k < runner.slots()[0]; ++k) {
             slots.push_back(
-                std::make_unique<Transformer>(mc, *backend, B, false, DType::kF32, &group, sequence, blocks));
+                std::make_unique<Transformer>(mc, *backend, B, TransformerOptions().with_tensor(&group, sequence).with_stage(blocks)));
             models[0].push_back(slots.back().get());
         }
         test::HostStore store(whole.layout(), 42);
@@ -380,7 +381,7 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
     std::vector<std::unique_ptr<Transformer>> slots;
     std::vector<std::vector<Transformer*>> models(1);
     for (int k = 0; k < runner.slots()[0]; ++k) {
-        slots.push_back(std::make_unique<Transformer>(mc, *backend, B, false, DType::kF32, nullptr, false, blocks));
+        slots.push_back(std::make_unique<Transformer>(mc, *backend, B, TransformerOptions().with_stage(blocks)));
         models[0].push_back(slots.back().get());
     }
     std::vector<std::vector<int32_t>> in(static_cast<size_t>(m));

@@ -304,7 +304,7 @@ TEST(ConversionChunks, Bf16StepOverAUnitLargerThanTheChunk) {
     ModelConfig mc = test::model_config(1, 2, 128, 8, 33000);
     mc.vocab_pad_to = 64;
     auto be = make_cpu_backend(2);
-    Transformer model(mc, *be, 2, false, DType::kBF16);
+    Transformer model(mc, *be, 2, TransformerOptions().with_activation(DType::kBF16));
     ASSERT_GT(model.layout().unit_numel[0], size_t{1} << 22) << "unit 0 must exceed one conversion chunk";
     ModelState state(model.layout(), *be, self_communicator(),
                      StateOptions::zero(0).with_seed(5).in(DType::kBF16, DType::kBF16));

@@ -147,8 +147,8 @@ void check_recompute(ModelConfig mc) {
     auto backend = make_cpu_backend(1);
     const int B = 2;
     const int T = mc.seq_len;
-    Transformer plain(mc, *backend, B, false);
-    Transformer recompute(mc, *backend, B, true);
+    Transformer plain(mc, *backend, B);
+    Transformer recompute(mc, *backend, B, TransformerOptions().with_recompute(true));
     ModelState a(plain.layout(), *backend, 5);
     ModelState b(recompute.layout(), *backend, 5);
     std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());

@@ -218,7 +218,7 @@ TEST(PackedTraining, RecomputeGivesTheSameGradients) {
     auto backend = make_cpu_backend(1);
     std::vector<std::vector<float>> grads;
     for (bool recompute : {false, true}) {
-        Transformer model(mc, *backend, 1, recompute);
+        Transformer model(mc, *backend, 1, TransformerOptions().with_recompute(recompute));
         ModelState state(model.layout(), *backend, 42);
         state.zero_grads();
         state.begin_micro_step(true, true);

@@ -52,7 +52,7 @@ void check_stages(const Case& c) {
     targets[1] = -1;
     const float dloss = 1.f / static_cast<float>(B * T);
 
-    Transformer whole(mc, *backend, B, c.recompute, c.act);
+    Transformer whole(mc, *backend, B, TransformerOptions().with_recompute(c.recompute).with_activation(c.act));
     HostStore whole_store(whole.layout(), 42);
     const float whole_loss = whole.forward(whole_store, inputs.data(), targets.data(), B, T, dloss);
     whole.backward(whole_store);
@@ -62,7 +62,8 @@ void check_stages(const Case& c) {
     std::vector<std::unique_ptr<HostStore>> stores;
     for (int s = 0; s < P; ++s) {
         const StageBlocks blocks{c.bounds[static_cast<size_t>(s)], c.bounds[static_cast<size_t>(s) + 1]};
-        stages.push_back(std::make_unique<Transformer>(mc, *backend, B, c.recompute, c.act, nullptr, false, blocks));
+        stages.push_back(std::make_unique<Transformer>(
+            mc, *backend, B, TransformerOptions().with_recompute(c.recompute).with_activation(c.act).with_stage(blocks)));
         stores.push_back(std::make_unique<HostStore>(whole.layout(), 42));
         EXPECT_EQ(stages.back()->first_stage(), s == 0);
         EXPECT_EQ(stages.back()->last_stage(), s == P - 1);
@@ -170,14 +171,14 @@ void check_deferred_weights(const ModelConfig& mc, DType act) {
         return t;
     };
     const float dloss = 1.f / static_cast<float>(2 * B * T);
-    Transformer plain(mc, *backend, B, false, act);
+    Transformer plain(mc, *backend, B, TransformerOptions().with_activation(act));
     HostStore want(plain.layout(), 42);
     for (int mb = 0; mb < 2; ++mb) {
         plain.forward(want, tokens(mb, 1).data(), tokens(mb, 2).data(), B, T, dloss);
         plain.backward(want);
     }
-    Transformer first(mc, *backend, B, false, act);
-    Transformer second(mc, *backend, B, false, act);
+    Transformer first(mc, *backend, B, TransformerOptions().with_activation(act));
+    Transformer second(mc, *backend, B, TransformerOptions().with_activation(act));
     HostStore got(first.layout(), 42);
     first.defer_weight_grads(true);
     second.defer_weight_grads(true);
@@ -201,8 +202,8 @@ TEST(PipelineModel, DeferredWeightGradientsAreThePlainBackwards) {
 TEST(PipelineModel, TheStageRangeIsChecked) {
     auto backend = make_cpu_backend(1);
     const ModelConfig mc = gpt2(3);
-    EXPECT_THROW(Transformer(mc, *backend, 1, false, DType::kF32, nullptr, false, StageBlocks{2, 2}), Error);
-    EXPECT_THROW(Transformer(mc, *backend, 1, false, DType::kF32, nullptr, false, StageBlocks{1, 4}), Error);
+    EXPECT_THROW(Transformer(mc, *backend, 1, TransformerOptions().with_stage(StageBlocks{2, 2})), Error);
+    EXPECT_THROW(Transformer(mc, *backend, 1, TransformerOptions().with_stage(StageBlocks{1, 4})), Error);
     // What the memory plan predicts for a stage is what the stage allocates (the
     // constructor checks it) and less than the whole model's.
     const ActivationCount all = Transformer::activations(mc, 2, false, 0);

@@ -330,7 +330,7 @@ TEST(TensorSplit, SequenceParallelismDividesTheWholeRowsByT) {
                     << name << " T = " << T << (recompute ? " recompute" : "");
                 for (const int rank : {0, T - 1}) {
                     SplitOnlyGroup group(TensorSplit{T, rank});
-                    EXPECT_NO_THROW(Transformer(m, *backend, 2, recompute, DType::kF32, &group, true))
+                    EXPECT_NO_THROW(Transformer(m, *backend, 2, TransformerOptions().with_recompute(recompute).with_tensor(&group, true)))
                         << name << " T = " << T;
                 }
             }

@@ -89,7 +89,7 @@ TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
                 cfg, batch, recompute, backend->attention_scratch_floats(batch, cfg.seq_len, cfg.n_head));
             double fp32_bytes = 0;
             for (const DType t : {DType::kF32, DType::kBF16}) {
-                Transformer model(cfg, *backend, batch, recompute, t);
+                Transformer model(cfg, *backend, batch, TransformerOptions().with_recompute(recompute).with_activation(t));
                 const double got = static_cast<double>(model.activation_bytes());
                 EXPECT_EQ(plan.bytes(t), got)
                     << dtype_name(t) << ", batch " << batch << (recompute ? ", recompute" : "");

@@ -24,6 +24,8 @@ namespace zt {
 class ActivationArena;
 class ModelFamily;
 struct UnitWeights;
+struct UnitGrads;
+class VocabParallel;
 
 /// The collectives of the tensor group a model runs in (parallel.tensor; Megatron-style
 /// tensor parallelism), implemented over a communicator by the caller: model/ depends on no
@@ -92,6 +94,43 @@ struct StageBlocks {
 /// stage (the embedding) and the last (the LM head), the final norm's on the last.
 std::vector<int> stage_units(const ModelConfig& cfg, StageBlocks stage);
 
+/// How a Transformer is built beyond its configuration, backend and batch: what it keeps
+/// of its activations and in what dtype, the tensor group it is a rank's split of, and the
+/// pipeline stage it runs. The defaults are the whole model on one rank, every activation
+/// kept in fp32. Set fields by name (or chain the setters):
+///   TransformerOptions o;  o.recompute = true;  o.stage = blocks;
+struct TransformerOptions {
+    /// Keep only each block's output; backward re-runs a block's forward into one shared set
+    /// of buffers just before its backward (activation checkpointing).
+    bool recompute = false;
+    /// The activations' dtype (Transformer::set_activation_dtype).
+    DType activation = DType::kF32;
+    /// The tensor group the model is this rank's split of (null or one rank: none).
+    TensorGroup* tensor = nullptr;
+    /// Sequence parallelism over the tensor group (parallel.sequence).
+    bool sequence = false;
+    /// The pipeline stage's blocks (default: the whole model).
+    StageBlocks stage{};
+
+    TransformerOptions& with_recompute(bool on) {
+        recompute = on;
+        return *this;
+    }
+    TransformerOptions& with_activation(DType t) {
+        activation = t;
+        return *this;
+    }
+    TransformerOptions& with_tensor(TensorGroup* group, bool sequence_parallel) {
+        tensor = group;
+        sequence = sequence_parallel;
+        return *this;
+    }
+    TransformerOptions& with_stage(StageBlocks blocks) {
+        stage = blocks;
+        return *this;
+    }
+};
+
 /// How 16-bit activations are stored: in their dtype (what training runs), or as fp32
 /// buffers holding 16-bit values through an ActivationRoundingBackend, the emulation the
 /// typed ops are checked against (a test oracle only).
@@ -99,10 +138,11 @@ enum class ActivationStorage { kTyped, kEmulated };
 
 class Transformer {
   public:
-    /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens. With
-    /// `recompute`, only each block's output is kept; backward re-runs a block's forward
-    /// into one shared set of buffers just before its backward (activation checkpointing:
-    /// about one extra forward of compute for ~1/L of the block activations' memory).
+    /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens, as
+    /// `options` says (TransformerOptions). With `recompute`, only each block's output is
+    /// kept; backward re-runs a block's forward into one shared set of buffers just before
+    /// its backward (activation checkpointing: about one extra forward of compute for ~1/L
+    /// of the block activations' memory).
     /// Activations in `activation` (set_activation_dtype).
     /// With a tensor group (null: none) the model is this rank's split of it: its layout is
     /// make_model_layout(cfg, group->split()), and forward and backward run the group's
@@ -125,9 +165,7 @@ class Transformer {
     /// logits or losses and its forward returns 0. Unit 0's gradient on a stage that has only
     /// one of the embedding and the head holds zeros where the other would add: the caller
     /// sums it with the other stage's.
-    Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, bool recompute = false,
-                DType activation = DType::kF32, TensorGroup* tensor = nullptr, bool sequence = false,
-                StageBlocks stage = {});
+    Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, const TransformerOptions& options = {});
     ~Transformer();
     Transformer(const Transformer&) = delete;
     Transformer& operator=(const Transformer&) = delete;
@@ -229,13 +267,14 @@ class Transformer {
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                         float dloss);
 
-    /// The vocabulary-parallel LM head's cross-entropy: the rows' maxima and sums over the
-    /// tensor group, then the losses and dlogits (targets: backend memory).
-    void split_cross_entropy(const int32_t* targets_be, int N, float dloss);
-
     /// Backward of the final norm and the LM head (the last stage): d residual from dlogits.
     /// demb, zero_emb: unit 0's gradient buffer and whether it is to be zeroed.
     void head_backward(UnitStore& store, int N, float* demb, bool zero_emb);
+    /// Backward of the stage's blocks, last to first: d residual from the blocks' output's.
+    void blocks_backward(UnitStore& store);
+    /// Backward of the embedding (the first stage) into unit 0's gradient `demb` (asked for
+    /// here on a stage without the head).
+    void embedding_backward(UnitStore& store, UnitGrads demb);
 
     ModelConfig m_cfg;
     StageBlocks m_stage;  ///< resolved: end is a block index
@@ -244,9 +283,7 @@ class Transformer {
     TensorGroup* m_tensor = nullptr;
     bool m_sequence = false;  ///< sequence parallelism over m_tensor
     ModelLayout m_layout;
-    int m_vocab_begin = 0;  ///< the first vocabulary row of this rank's slice
-    int m_vocab_local = 0;  ///< padded vocabulary rows of the slice (Vp / T)
-    int m_vocab_live = 0;   ///< of which real tokens (below vocab_size)
+    std::unique_ptr<VocabParallel> m_vocab;  ///< this rank's vocabulary slice (the embedding's and the head's)
     std::unique_ptr<ActivationArena> m_arena;  // every activation buffer; freed last
     std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch
     int m_max_batch;
@@ -270,13 +307,6 @@ class Transformer {
     // per-row losses read back for the mean (host memory).
     int32_t* m_tokens_be = nullptr;   // (B, T)
     int32_t* m_targets_be = nullptr;  // (B, T)
-    // Tensor parallelism: the tokens as rows of this rank's vocabulary slice (-1: another
-    // rank's), the cross-entropy's row maxima (B, T) and sums of exponentials and target
-    // logits (2, B, T).
-    int32_t* m_slice_tokens_be = nullptr;
-    std::vector<int32_t> m_slice_tokens;
-    float* m_ce_max = nullptr;
-    float* m_ce_sums = nullptr;
     std::vector<float> m_losses_host;  // (B, T)
     ConstActPtr m_head;  // the LM head's matrix (unit 0), held from forward into backward
     bool m_have_dlogits = false;  ///< a training forward ran: backward may follow

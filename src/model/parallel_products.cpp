@@ -1,0 +1,225 @@
+// The column- and row-parallel products' forward and backward over the tensor group and the
+// norms' parameter gradients under sequence parallelism (parallel_products.hpp); what they
+// defer goes to deferred_grads.hpp.
+#include "parallel_products.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "ztrain/core/error.hpp"
+#include "deferred_grads.hpp"
+
+namespace zt {
+
+namespace {
+/// A product's weight (out, in) and bias (out; null for kNoBias) gradients at their offsets
+/// in the unit's gradient buffer, zeroed first where dw.zero.
+struct ProductGrads {
+    float* dw;
+    float* db;
+};
+ProductGrads product_grads(Backend& be, UnitGrads dw, const ParallelLinear::Shape& s) {
+    const ProductGrads g{dw.base + s.w_offset, s.b_offset == ParallelLinear::kNoBias ? nullptr : dw.base + s.b_offset};
+    zero_grad_if(be, dw.zero, g.dw, static_cast<size_t>(s.out) * static_cast<size_t>(s.in));
+    if (g.db != nullptr) zero_grad_if(be, dw.zero, g.db, static_cast<size_t>(s.out));
+    return g;
+}
+}  // namespace
+
+void ParallelLinear::backward_into(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr inp,
+                                   ConstActPtr w, ActPtr keep, int N) {
+    const int C = m_shape.in;
+    const int OC = m_shape.out;
+    const bool shared = m_shared.weight_grad != nullptr;
+    const bool defer = m_ctx.deferred->on();
+    const ConstActPtr d = operand(dout, m_dout_rows, N, OC);
+    if (!defer && shared) {
+        be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.dtype}, w, N, C, OC);
+        add_shared_weight_grad(be, dw.base + m_shape.w_offset, dw.zero, d, operand(inp, m_in_rows, N, C), w.dtype, N);
+        return;
+    }
+    if (!defer) {
+        const ProductGrads g = product_grads(be, dw, m_shape);
+        be.matmul_backward(dinp, g.dw, g.db, d, operand(inp, m_in_rows, N, C), w, N, C, OC);
+        return;
+    }
+    // The input gradient reads no input.
+    be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.dtype}, w, N, C, OC);
+    const size_t n = static_cast<size_t>(m_dout_rows ? parallel().local_rows(N) : N) * static_cast<size_t>(OC);
+    ZT_REQUIRE(keep.data != nullptr && keep.dtype == dout.dtype, "deferred product: no ", dtype_name(dout.dtype),
+               " buffer to keep its output gradient in");
+    be.cast(keep.data, keep.dtype, dout.data, dout.dtype, n);
+    m_ctx.deferred->keep_product(*this, keep, inp, w.dtype, N);
+}
+
+void ParallelLinear::weight_grads(Backend& be, UnitGrads dw, ConstActPtr dout, ConstActPtr inp, DType w_dtype,
+                                  int N) const {
+    // No input gradient, so no weight: the product's weights may be released by now (a
+    // ZeRO-3 store gathers them for the backward only); its dtype picks the same product
+    // kernel as the backward's. Sequence parallelism gathers an operand's rows again
+    // (collective over the group, whose ranks run the same passes).
+    const int C = m_shape.in;
+    const int OC = m_shape.out;
+    if (m_shared.weight_grad != nullptr) {
+        add_shared_weight_grad(be, dw.base + m_shape.w_offset, dw.zero, operand(dout, m_dout_rows, N, OC),
+                               operand(inp, m_in_rows, N, C), w_dtype, N);
+        return;
+    }
+    const ProductGrads g = product_grads(be, dw, m_shape);
+    be.matmul_backward(ActPtr{nullptr, dout.dtype}, g.dw, g.db, operand(dout, m_dout_rows, N, OC),
+                       operand(inp, m_in_rows, N, C), ConstActPtr{nullptr, w_dtype}, N, C, OC);
+}
+
+void ParallelLinear::add_shared_weight_grad(Backend& be, float* dw, bool zero, ConstActPtr dout, ConstActPtr inp,
+                                            DType w_dtype, int N) const {
+    const SharedWeightRows& s = m_shared;
+    const size_t C = static_cast<size_t>(m_shape.in);
+    be.zero(s.weight_grad, static_cast<size_t>(m_shape.out) * C);
+    be.matmul_backward(ActPtr{nullptr, dout.dtype}, s.weight_grad, nullptr, dout, inp, ConstActPtr{nullptr, w_dtype}, N,
+                       m_shape.in, m_shape.out);
+    const size_t owned = static_cast<size_t>(s.owned_rows) * C;
+    const size_t shared = static_cast<size_t>(s.shared_rows) * C;
+    const int slot = parallel().rank() / (parallel().parts() / s.slots);
+    const auto add = [&](float* dst, const float* src, size_t n) {
+        if (zero) {
+            be.copy(dst, src, n);
+        } else {
+            be.accumulate(dst, DType::kF32, src, n);
+        }
+    };
+    add(dw, s.weight_grad, owned);
+    // Each rank's shared rows' gradient comes from its own owned rows' outputs only: the
+    // group sums every slot, each rank filling its own (one all-reduce of all slots, not a
+    // sub-group's communicator).
+    be.zero(s.exchange, static_cast<size_t>(s.slots) * shared);
+    be.copy(s.exchange + static_cast<size_t>(slot) * shared, s.weight_grad + owned, shared);
+    parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * shared);
+    add(dw + owned, s.exchange + static_cast<size_t>(slot) * shared, shared);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(ProductContext ctx, Shape shape, SharedWeightRows shared)
+    : ParallelLinear(ctx, shape, false, true) {
+    ZT_REQUIRE(shape.b_offset == kNoBias, "a column-parallel product with shared weight rows and a bias");
+    ZT_REQUIRE(shared.weight_grad != nullptr && shared.exchange != nullptr && shared.slots > 0,
+               "shared weight rows without their buffers");
+    m_shared = shared;
+}
+
+ActPtr ColumnParallelLinear::backward(Backend& be, UnitGrads dw, ConstActPtr dout, ConstActPtr in,
+                                      const UnitWeights& w, ActPtr keep, int N) {
+    const ActPtr partial = parallel().buffers().partial;
+    zero_act(be, partial, parallel().padded_elements(N, m_shape.in));
+    backward_into(be, partial, dw, dout, in, w.matrix(m_shape.w_offset), keep, N);
+    return parallel().sum_input_grad(partial, N, m_shape.in);
+}
+
+void RowParallelLinear::forward_residual(Backend& be, ActPtr out, ConstActPtr in, const UnitWeights& w,
+                                         ConstActPtr residual, int N) const {
+    const TensorParallel& tp = parallel();
+    const ConstActPtr weight = w.matrix(m_shape.w_offset);
+    const int K = m_shape.in;
+    const int M = m_shape.out;
+    if (tp.sequence()) {
+        // The partial products (N rows, the padding zero) reduce-scattered, then the residual.
+        const ActPtr partial = tp.partial_output(out);
+        be.matmul_forward(partial, in, weight, tp.adds_once() ? bias(w) : nullptr, N, K, M);
+        tp.sum_output(be, partial, out, N, M);
+        be.residual_forward(out, out, residual, tp.local_elements(N, M));
+        return;
+    }
+    if (tp.adds_once()) {
+        be.matmul_residual_forward(out, in, weight, bias(w), residual, N, K, M);
+    } else {
+        be.matmul_forward(out, in, weight, nullptr, N, K, M);
+    }
+    tp.sum_over_group(out, static_cast<size_t>(N) * static_cast<size_t>(M));
+}
+
+float* NormGrads::at(Backend& be, UnitGrads dw, size_t offset, size_t n) {
+    if (m_ctx.deferred->on()) return m_ctx.deferred->keep_norm(be, offset, n);
+    float* g = dw.base + offset;
+    zero_grad_if(be, dw.zero, g, n);
+    if (!m_ctx.parallel->sequence()) return g;
+    ZT_REQUIRE(m_used + n <= m_scratch_floats, "norm gradients: ", m_used + n, " floats pending, the scratch holds ",
+               m_scratch_floats);
+    float* piece = m_scratch + m_used;
+    be.zero(piece, n);
+    m_pending.push_back({g, m_used, n});
+    m_used += n;
+    return piece;
+}
+
+void NormGrads::sum(Backend& be) {
+    if (m_pending.empty()) return;
+    m_ctx.parallel->sum_floats(m_scratch, m_used);
+    for (const Pending& p : m_pending) be.accumulate(p.dw, DType::kF32, m_scratch + p.at, p.n);
+    m_pending.clear();
+    m_used = 0;
+}
+
+VocabParallel::VocabParallel(const ModelConfig& cfg, TensorGroup* group, Backend& backend, size_t max_tokens)
+    : m_group(group != nullptr && group->split().size > 1 ? group : nullptr),
+      m_backend(backend),
+      m_vocab_size(cfg.vocab_size) {
+    const TensorSplit split = m_group != nullptr ? m_group->split() : TensorSplit{};
+    m_local = cfg.padded_vocab() / split.size;
+    m_begin = split.rank * m_local;
+    m_live = std::max(0, std::min(m_local, cfg.vocab_size - m_begin));
+    if (m_group != nullptr) {
+        m_tokens_be = static_cast<int32_t*>(backend.alloc_bytes(max_tokens * sizeof(int32_t)));
+        m_tokens.resize(max_tokens);
+    }
+}
+
+VocabParallel::~VocabParallel() {
+    if (m_tokens_be != nullptr) m_backend.free(m_tokens_be);
+}
+
+const int32_t* VocabParallel::embedding_tokens(const int32_t* tokens, const int32_t* targets, const int32_t* copied,
+                                               int N) {
+    if (m_group == nullptr) return copied;
+    // The embedding reads its rows of this rank's slice; the others' tokens are -1.
+    for (int i = 0; i < N; ++i) {
+        const int local = tokens[i] - m_begin;
+        m_tokens[static_cast<size_t>(i)] = local >= 0 && local < m_local ? local : -1;
+        ZT_REQUIRE(targets == nullptr || targets[i] < m_vocab_size, "cross-entropy: target ", targets[i], " of row ", i,
+                   " is not below the vocabulary size ", m_vocab_size);
+    }
+    m_backend.to_device(m_tokens_be, m_tokens.data(), static_cast<size_t>(N) * sizeof(int32_t));
+    return m_tokens_be;
+}
+
+void VocabParallel::cross_entropy(Backend& be, float* losses, ActPtr logits, const int32_t* targets, int N,
+                                  float dloss) const {
+    if (m_group == nullptr) {
+        be.softmax_cross_entropy(losses, logits, targets, N, m_vocab_size, m_local, dloss);
+        return;
+    }
+    // Three backend passes around the group's reductions of the rows' maxima and of their
+    // sums of exponentials and target logits.
+    const size_t n = static_cast<size_t>(N);
+    be.cross_entropy_row_max(m_row_max, logits, N, m_live, m_local);
+    m_group->all_reduce_floats(m_row_max, n, /*max=*/true);
+    be.cross_entropy_row_sums(m_row_sums, logits, m_row_max, targets, N, m_live, m_local, m_begin);
+    m_group->all_reduce_floats(m_row_sums, 2 * n, /*max=*/false);
+    be.split_cross_entropy(losses, logits, m_row_max, m_row_sums, targets, N, m_live, m_local, m_begin, dloss);
+}
+
+void VocabParallel::logits_row_to_host(ConstActPtr logits, int row, float* out) const {
+    const size_t Vp = static_cast<size_t>(m_local);
+    const ConstActPtr src = logits.offset(static_cast<size_t>(row) * Vp);
+    // Under a group this rank's columns first, then every rank's in order.
+    std::vector<float> slice(m_group != nullptr ? Vp : 0);
+    float* mine = m_group != nullptr ? slice.data() : out;
+    if (src.f32()) {
+        m_backend.to_host(mine, src.data, Vp * sizeof(float));
+    } else {
+        std::vector<uint16_t> stored(Vp);
+        m_backend.to_host(stored.data(), src.data, Vp * sizeof(uint16_t));
+        convert_to_f32(stored.data(), mine, Vp, src.dtype);
+    }
+    if (m_group != nullptr) m_group->all_gather_host(mine, out, Vp);
+}
+
+}  // namespace zt
