@@ -10,7 +10,6 @@ namespace zt {
 nlohmann::json hf_gpt2_config(long n_layer, long n_head, long n_embd, long n_positions, long vocab_size,
                               DType dtype) {
     ModelConfig m;
-    m.arch = ModelArch::kGpt2;
     m.n_layer = static_cast<int>(n_layer);
     m.n_head = static_cast<int>(n_head);
     m.n_embd = static_cast<int>(n_embd);

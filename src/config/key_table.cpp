@@ -20,7 +20,7 @@ namespace {
 const KeyDef kKeys[] = {
     ZT_KEY("backend", backend, "compute backend: cpu | cuda | auto"),
 
-    ZT_KEY("model.arch", model.arch, "transformer family: gpt2 | llama"),
+    ZT_KEY("model.arch", model.arch, "model family, by name: gpt2, llama, ... (README: model families)"),
     ZT_KEY("model.n_layer", model.n_layer, "number of transformer blocks"),
     ZT_KEY("model.n_head", model.n_head, "attention heads per block (must divide n_embd)"),
     ZT_KEY("model.n_embd", model.n_embd, "embedding / residual width"),

@@ -41,7 +41,6 @@ bool parse_choice(const std::string& s, Enum& out, const std::pair<const char*, 
     return false;
 }
 
-const std::pair<const char*, ModelArch> kArchNames[] = {{"gpt2", ModelArch::kGpt2}, {"llama", ModelArch::kLlama}};
 const std::pair<const char*, RopeScaling> kRopeScalingNames[] = {{"none", RopeScaling::kNone},
                                                                  {"llama3", RopeScaling::kLlama3}};
 const std::pair<const char*, DType> kDTypeNames[] = {
@@ -76,7 +75,6 @@ const char* choice_text(Enum v, const std::pair<const char*, Enum> (&names)[N]) 
 
 // The names of each enum-like setting (DType, the enums).
 const auto& choice_names(DType) { return kDTypeNames; }
-const auto& choice_names(ModelArch) { return kArchNames; }
 const auto& choice_names(RopeScaling) { return kRopeScalingNames; }
 const auto& choice_names(BackendChoice) { return kBackendNames; }
 const auto& choice_names(LrSchedule) { return kScheduleNames; }
@@ -131,6 +129,17 @@ bool parse_setting(const std::string& s, LossScaleSetting& out, std::string& exp
     out.fixed = fixed;
     out.text = s;
     return true;
+}
+
+/// model.arch: a family's name (lower-case letters, digits, '_' or '-'); whether a family has
+/// it is validation's question (FamilyRulesOf), since model/ holds the families.
+bool parse_setting(const std::string& s, ModelArch& out, std::string& expected) {
+    expected = "a model family's name (lower-case letters, digits, '_' or '-')";
+    const bool name = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    });
+    if (name) out = ModelArch(s);
+    return name;
 }
 
 bool parse_setting(const std::string& s, ShardGroupSetting& out, std::string& expected) {
@@ -323,7 +332,7 @@ void assign(Config& cfg, const KeyDef& k, const std::string& text, const std::st
 
 using namespace config_detail;
 
-const char* setting_text(ModelArch v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(const ModelArch& v) { return v.name().c_str(); }
 const char* setting_text(RopeScaling v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(BackendChoice v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(LrSchedule v) { return choice_text(v, choice_names(v)); }

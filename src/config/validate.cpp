@@ -104,7 +104,7 @@ void check_model_keys(const Validator& v, const ModelConfig& m, FamilyRulesOf fa
                              " (each head gets n_embd / n_head channels)"));
     }
     v.check_read("model.arch");
-    family_rules(m.arch).check_keys(m, v);
+    family_rules(m.arch, v).check_keys(m, v);
     v.check_int_min("model.seq_len", m.seq_len, 1);
     v.check_int_min("model.vocab_size", m.vocab_size, 2);
     v.check_int_min("model.vocab_pad_to", m.vocab_pad_to, 1);
@@ -175,7 +175,7 @@ void check_tensor_split(const Validator& v, const Config& cfg, FamilyRulesOf fam
     // (The family's key checks kept n_kv_head at 0 where the family has no such key.)
     v.check(kv % tensor_size == 0 || tensor_size % kv == 0, m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
             str("a multiple or a divisor of parallel.tensor = ", tensor_size));
-    family_rules(m.arch).check_tensor_split(m, tensor_size, v);
+    family_rules(m.arch, v).check_tensor_split(m, tensor_size, v);
     v.check(m.padded_vocab() % tensor_size == 0, "model.vocab_pad_to",
             str("a multiple of parallel.tensor = ", tensor_size, ": the padded vocabulary (", m.padded_vocab(),
                 " rows) is split over the tensor group"));

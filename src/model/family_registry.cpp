@@ -108,25 +108,49 @@ const std::vector<const Family*>& model_families() {
     return families;
 }
 
-const Family& model_family(ModelArch arch) {
+namespace {
+
+const Family* find_family(const ModelArch& arch) {
     for (const Family* f : model_families()) {
-        if (f->arch() == arch) return *f;
+        if (arch.name() == f->name()) return f;
     }
-    throw Error(str("model.arch ", static_cast<int>(arch),
-                    " has no model family: none is registered for it (src/model/family_registry.cpp)"));
+    return nullptr;
 }
 
-const FamilyKeyRules& family_key_rules(ModelArch arch) { return model_family(arch); }
+/// The registered families' names: "gpt2 | llama" (with `separator` " | ").
+std::string family_names(const char* separator) {
+    std::string names;
+    for (const Family* f : model_families()) names += str(names.empty() ? "" : separator, f->name());
+    return names;
+}
+
+}  // namespace
+
+const Family& model_family(const ModelArch& arch) {
+    const Family* f = find_family(arch);
+    if (f == nullptr) {
+        throw Error(str("model.arch '", arch.name(), "' has no model family: none is registered for it (",
+                        family_names(", "), " are; src/model/family_registry.cpp)"));
+    }
+    return *f;
+}
+
+const FamilyKeyRules& family_key_rules(const ModelArch& arch, const SettingCheck& check) {
+    check.check(find_family(arch) != nullptr, "model.arch", str("one of ", family_names(" | ")));
+    return model_family(arch);
+}
 
 std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std::string& file) {
     ZT_INPUT_CHECK(config.is_object(), file, ": expected a JSON object (a Hugging Face config.json)");
     const HfConfigFields f(config, file);
     const std::string type = f.text_or("model_type", "");
+    std::string known;
     for (const Family* family : model_families()) {
         const std::vector<std::string> types = family->hf_model_types();
         if (std::find(types.begin(), types.end(), type) != types.end()) return family->hf_settings(f, file);
+        for (const std::string& t : types) known += str(known.empty() ? "" : ", ", t, " (", family->name(), ")");
     }
-    throw InputError(str(file, ": model_type = '", type, "': expected llama, mistral (LlamaForCausalLM layout) or gpt2",
+    throw InputError(str(file, ": model_type = '", type, "': expected one of ", known,
                          type == "qwen2" ? " (qwen2 has q/k/v biases, which ztrain's Llama has not)" : ""));
 }
 

@@ -13,7 +13,7 @@ namespace {
 
 class Gpt2Family final : public Family {
   public:
-    ModelArch arch() const override { return ModelArch::kGpt2; }
+    const char* name() const override { return "gpt2"; }
     std::vector<const char*> own_keys() const override { return {}; }
     void check_tensor_split(const ModelConfig&, int, const SettingCheck&) const override {}
 

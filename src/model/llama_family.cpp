@@ -17,7 +17,7 @@ namespace {
 
 class LlamaFamily final : public Family {
   public:
-    ModelArch arch() const override { return ModelArch::kLlama; }
+    const char* name() const override { return "llama"; }
     std::vector<const char*> own_keys() const override {
         return {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling",
                 "model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",

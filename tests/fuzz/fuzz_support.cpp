@@ -74,7 +74,7 @@ ModelConfig tiny_model() {
 
 ModelConfig tiny_llama_model() {
     ModelConfig m = tiny_model();
-    m.arch = ModelArch::kLlama;
+    m.arch = ModelArch("llama");
     m.n_head = 2;
     m.n_kv_head = 1;
     m.n_embd = 8;

@@ -220,21 +220,17 @@ TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) 
 
 INSTANTIATE_TEST_SUITE_P(
     Schedules, PipelineRunnerTest,
-    ::testing::Values(RunnerCase{"onef1b_m4", PipelineScheduleKind::k1F1B, 4, 1, ModelArch::kGpt2, DType::kF32},
-                      RunnerCase{"onef1b_m1", PipelineScheduleKind::k1F1B, 1, 1, ModelArch::kGpt2, DType::kF32},
-                      RunnerCase{"onef1b_llama", PipelineScheduleKind::k1F1B, 6, 1, ModelArch::kLlama, DType::kF32},
-                      RunnerCase{"onef1b_bf16", PipelineScheduleKind::k1F1B, 4, 1, ModelArch::kGpt2, DType::kBF16},
-                      RunnerCase{"interleaved_m4", PipelineScheduleKind::kInterleaved, 4, 2, ModelArch::kGpt2,
-                                 DType::kF32},
-                      RunnerCase{"interleaved_llama_m8", PipelineScheduleKind::kInterleaved, 8, 2, ModelArch::kLlama,
-                                 DType::kF32},
-                      // Zero-bubble: weight passes after later micro-batches' backwards, the same bits.
-                      RunnerCase{"zero_bubble_m4", PipelineScheduleKind::kZeroBubble, 4, 1, ModelArch::kGpt2,
-                                 DType::kF32},
-                      RunnerCase{"zero_bubble_llama_m6", PipelineScheduleKind::kZeroBubble, 6, 1, ModelArch::kLlama,
-                                 DType::kF32},
-                      RunnerCase{"zero_bubble_bf16", PipelineScheduleKind::kZeroBubble, 8, 1, ModelArch::kGpt2,
-                                 DType::kBF16}),
+    ::testing::Values(
+        RunnerCase{"onef1b_m4", PipelineScheduleKind::k1F1B, 4, 1, ModelArch("gpt2"), DType::kF32},
+        RunnerCase{"onef1b_m1", PipelineScheduleKind::k1F1B, 1, 1, ModelArch("gpt2"), DType::kF32},
+        RunnerCase{"onef1b_llama", PipelineScheduleKind::k1F1B, 6, 1, ModelArch("llama"), DType::kF32},
+        RunnerCase{"onef1b_bf16", PipelineScheduleKind::k1F1B, 4, 1, ModelArch("gpt2"), DType::kBF16},
+        RunnerCase{"interleaved_m4", PipelineScheduleKind::kInterleaved, 4, 2, ModelArch("gpt2"), DType::kF32},
+        RunnerCase{"interleaved_llama_m8", PipelineScheduleKind::kInterleaved, 8, 2, ModelArch("llama"), DType::kF32},
+        // Zero-bubble: weight passes after later micro-batches' backwards, the same bits.
+        RunnerCase{"zero_bubble_m4", PipelineScheduleKind::kZeroBubble, 4, 1, ModelArch("gpt2"), DType::kF32},
+        RunnerCase{"zero_bubble_llama_m6", PipelineScheduleKind::kZeroBubble, 6, 1, ModelArch("llama"), DType::kF32},
+        RunnerCase{"zero_bubble_bf16", PipelineScheduleKind::kZeroBubble, 8, 1, ModelArch("gpt2"), DType::kBF16}),
     [](const ::testing::TestParamInfo<RunnerCase>& i) { return std::string(i.param.name); });
 
 void bias_correct(AdamWStep& sp, int t) {
@@ -253,7 +249,7 @@ TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
     CommunicatorTensorGroup group(*tensor_comm);
     auto backend = make_cpu_backend(1);
     const int B = 2;
-    const int T = test::tiny_stage_model(ModelArch::kGpt2, 3).seq_len;
+    const int T = test::tiny_stage_model(ModelArch("gpt2"), 3).seq_len;
     const int m = 4;
     const size_t n = static_cast<size_t>(B * T);
     MicroBatches batch = random_micro_batches(m, n, 9);
@@ -264,9 +260,9 @@ TEST(PipelineTensor, TwoStagesOfATensorPairMatchTheTensorParallelModel) {
     for (int c = 0; c < 8; ++c) {
         const bool sequence = (c & 1) != 0;
         const PipelineScheduleKind kind = (c & 2) != 0 ? PipelineScheduleKind::kZeroBubble : PipelineScheduleKind::k1F1B;
-        const ModelConfig mc = test::tiny_stage_model((c & 4) != 0 ? ModelArch::kLlama : ModelArch::kGpt2, 3);
-        SCOPED_TRACE(str(mc.arch == ModelArch::kLlama ? "llama, " : "gpt2, ", sequence ? "sequence parallel, " : "tensor parallel, ",
-                         pipeline_schedule_name(kind)));
+        const ModelConfig mc = test::tiny_stage_model((c & 4) != 0 ? ModelArch("llama") : ModelArch("gpt2"), 3);
+        SCOPED_TRACE(str(mc.arch == ModelArch("llama") ? "llama, " : "gpt2, ",
+                         sequence ? "sequence parallel, " : "tensor parallel, ", pipeline_schedule_name(kind)));
         Transformer whole(mc, *backend, B, TransformerOptions().with_tensor(&group, sequence));
         test::HostStore whole_store(whole.layout(), 42);
         double whole_loss = 0.0;
@@ -324,7 +320,7 @@ TEST_P(PipelineState, StageStatesTrainTheWholeModelsParameters) {
     const RankLayout& L = mesh.layout();
     const int D = L.data_size;
     auto backend = make_cpu_backend(1);
-    const ModelConfig mc = test::tiny_stage_model(ModelArch::kGpt2, 3);
+    const ModelConfig mc = test::tiny_stage_model(ModelArch("gpt2"), 3);
     const int B = 2;
     const int T = mc.seq_len;
     const size_t n = static_cast<size_t>(B * T);

@@ -27,8 +27,8 @@ inline ModelConfig tiny_stage_model(ModelArch arch, int n_layer, bool tied = tru
     m.seq_len = 6;
     m.vocab_size = 11;
     m.vocab_pad_to = 8;
-    if (arch == ModelArch::kLlama) {
-        m.arch = ModelArch::kLlama;
+    if (arch == ModelArch("llama")) {
+        m.arch = ModelArch("llama");
         m.n_kv_head = 1;
         m.ffn_dim = 12;
         m.rope_theta = 10;

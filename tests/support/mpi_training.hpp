@@ -77,7 +77,7 @@ inline Config tiny_mpi_config(const std::string& train_file, const std::string& 
 /// tiny_mpi_config's model as a Llama: 2 query heads sharing 1 key/value head (head size 12),
 /// SwiGLU width 40, an untied head (unit 0 then holds embedding and head).
 inline Config as_llama(Config c) {
-    c.model.arch = ModelArch::kLlama;
+    c.model.arch = ModelArch("llama");
     c.model.n_kv_head = 1;
     c.model.ffn_dim = 40;
     c.model.tie_embeddings = false;

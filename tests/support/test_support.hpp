@@ -34,7 +34,7 @@ inline ModelConfig model_config(int n_layer, int n_head, int n_embd, int seq_len
 /// one low (divided by the factor) frequency.
 inline ModelConfig small_llama(int n_kv_head, bool tied, bool llama3) {
     ModelConfig m = model_config(2, 4, 16, 8, 37, 8);
-    m.arch = ModelArch::kLlama;
+    m.arch = ModelArch("llama");
     m.n_kv_head = n_kv_head;
     m.ffn_dim = 24;
     m.rope_theta = 100;

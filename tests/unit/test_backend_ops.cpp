@@ -198,8 +198,7 @@ StepResult one_step(Backend& be, DType t, ActivationStorage storage = Activation
 TEST(TypedActivations, ModelStepEqualsTheEmulation) {
     for (const ModelConfig& mc : {tiny_model(), test::small_llama(2, false, false)}) {
         for (DType t : {DType::kBF16, DType::kF16}) {
-            const std::string what = std::string(mc.arch == ModelArch::kLlama ? "llama" : "gpt2") + ", " +
-                                     dtype_name(t);
+            const std::string what = mc.arch.name() + ", " + dtype_name(t);
             auto emulated_be = make_cpu_backend(2);
             auto typed_be = make_cpu_backend(2);
             const StepResult want = one_step(*emulated_be, t, ActivationStorage::kEmulated, mc);

@@ -395,7 +395,7 @@ struct Rule {
 
 /// A valid Llama model on top of valid_config()'s (ffn_dim is required).
 ModelConfig& llama(Config& c) {
-    c.model.arch = ModelArch::kLlama;
+    c.model.arch = ModelArch("llama");
     c.model.ffn_dim = 256;
     return c.model;
 }
@@ -419,12 +419,12 @@ TEST(ConfigValidate, LlamaKeysParseAndValidate) {
         zt::set_config_value(c, key, value);
     }
     EXPECT_NO_THROW(validate(c));
-    EXPECT_EQ(c.model.arch, ModelArch::kLlama);
+    EXPECT_EQ(c.model.arch, ModelArch("llama"));
     EXPECT_EQ(c.model.kv_heads(), 2);
     EXPECT_EQ(c.model.qkv_dim(), (4 + 2 * 2) * 32);
     // to_ini round-trips the new keys.
     const Config back = zt::parse_deck_text(zt::to_ini(c), "dump");
-    EXPECT_EQ(back.model.arch, ModelArch::kLlama);
+    EXPECT_EQ(back.model.arch, ModelArch("llama"));
     EXPECT_EQ(back.model.rope_scaling, RopeScaling::kLlama3);
     EXPECT_EQ(back.model.rope_factor, 32);
     EXPECT_EQ(back.model.norm_eps, 1e-6);
@@ -433,11 +433,20 @@ TEST(ConfigValidate, LlamaKeysParseAndValidate) {
     Config d = valid_config();
     llama(d);
     EXPECT_EQ(d.model.kv_heads(), d.model.n_head);
+    // A name no family has is refused by validation (model/ holds the families), a text that
+    // is no name as it is read.
     const std::string msg = zt::test::input_error_of([] {
-        Config e;
+        Config e = valid_config();
         zt::set_config_value(e, "model.arch", "mistral");
+        zt::validate(e);
     });
     EXPECT_NE(msg.find("model.arch = 'mistral': expected one of gpt2 | llama"), std::string::npos) << msg;
+    const std::string not_a_name = zt::test::input_error_of([] {
+        Config e;
+        zt::set_config_value(e, "model.arch", "Llama 3");
+    });
+    EXPECT_NE(not_a_name.find("model.arch = 'Llama 3': expected a model family's name"), std::string::npos)
+        << not_a_name;
 }
 
 TEST(ConfigValidate, EveryRule) {

@@ -27,7 +27,7 @@ ModelConfig tiny_model() { return test::model_config(2, 2, 8, 6, 11, /*vocab_pad
 /// positions.
 ModelConfig tiny_llama(bool tied, int n_kv_head) {
     ModelConfig mc = tiny_model();
-    mc.arch = ModelArch::kLlama;
+    mc.arch = ModelArch("llama");
     mc.n_kv_head = n_kv_head;
     mc.ffn_dim = 12;
     mc.rope_theta = 10;

@@ -411,7 +411,7 @@ TEST(HfLlamaFromHf, FillsTheModelKeysAndRefusesConflicts) {
     const std::string train = "--data.train=x.bin";
     Config c = parse({"--model.from_hf=" + hf, train});
     EXPECT_EQ(c.model.init_from, hf);
-    EXPECT_EQ(c.model.arch, ModelArch::kLlama);
+    EXPECT_EQ(c.model.arch, ModelArch("llama"));
     EXPECT_EQ(c.model.n_layer, 2);
     EXPECT_EQ(c.model.kv_heads(), 1);
     EXPECT_EQ(c.model.ffn_dim, 24);
@@ -449,7 +449,7 @@ TEST(HfLlamaFromHf, FillsTheModelKeysAndRefusesConflicts) {
     fs::create_directories(g);
     test::write_file(g + "/config.json", hf_gpt2_config(3, 2, 16, 32, 50, DType::kF32).dump());
     c = parse({"--model.from_hf=" + g, train});
-    EXPECT_EQ(c.model.arch, ModelArch::kGpt2);
+    EXPECT_EQ(c.model.arch, ModelArch("gpt2"));
     EXPECT_EQ(c.model.n_layer, 3);
     EXPECT_EQ(c.model.n_head, 2);
     EXPECT_EQ(c.model.seq_len, 32);

@@ -132,8 +132,8 @@ void check_stages(const Case& c) {
                                    << scale << ")";
 }
 
-ModelConfig gpt2(int n_layer) { return test::tiny_stage_model(ModelArch::kGpt2, n_layer); }
-ModelConfig llama(int n_layer, bool tied) { return test::tiny_stage_model(ModelArch::kLlama, n_layer, tied); }
+ModelConfig gpt2(int n_layer) { return test::tiny_stage_model(ModelArch("gpt2"), n_layer); }
+ModelConfig llama(int n_layer, bool tied) { return test::tiny_stage_model(ModelArch("llama"), n_layer, tied); }
 
 TEST(PipelineModel, Gpt2TwoStagesMatchTheWholeModel) { check_stages({"gpt2 2+1", gpt2(3), {0, 2, 3}}); }
 

@@ -61,7 +61,7 @@ TEST(PipelineStages, BalancedSplitIsTheBestOfAll) {
                 if (P > L) continue;
                 ModelConfig m = test::model_config(L, 4, 64, 128, 1000, 8);
                 if (llama) {
-                    m.arch = ModelArch::kLlama;
+                    m.arch = ModelArch("llama");
                     m.ffn_dim = 172;
                     m.n_kv_head = 2;
                 }

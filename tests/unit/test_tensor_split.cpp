@@ -23,7 +23,7 @@ ModelConfig gpt2_small() { return test::model_config(2, 4, 24, 8, 61, 8); }
 
 ModelConfig llama_small() {
     ModelConfig m = test::model_config(2, 4, 32, 8, 61, 8);
-    m.arch = ModelArch::kLlama;
+    m.arch = ModelArch("llama");
     m.n_kv_head = 2;
     m.ffn_dim = 40;
     m.tie_embeddings = false;
@@ -311,7 +311,7 @@ class SplitOnlyGroup final : public TensorGroup {
 TEST(TensorSplit, SequenceParallelismDividesTheWholeRowsByT) {
     auto backend = make_cpu_backend(1);
     for (const ModelConfig& m : {gpt2_small(), llama_small()}) {
-        const bool llama = m.arch == ModelArch::kLlama;
+        const bool llama = m.arch == ModelArch("llama");
         const char* name = llama ? "llama" : "gpt2";
         const int stats_per_block = llama ? 2 : 4;  // RMSNorm: rstd; LayerNorm: mean and rstd
         const int final_stats = llama ? 1 : 2;

@@ -24,7 +24,7 @@ namespace {
 /// The default model as a Llama: 4 query heads over 2 key/value heads, untied head.
 ModelConfig llama_model() {
     ModelConfig m;
-    m.arch = ModelArch::kLlama;
+    m.arch = ModelArch("llama");
     m.n_kv_head = 2;
     m.ffn_dim = 344;
     m.tie_embeddings = false;

@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ztrain/core/dtype.hpp"
@@ -41,8 +42,20 @@ enum class PipelineSchedule { k1F1B, kInterleaved, kZeroBubble };
 /// run.memory_check: what a run whose predicted memory does not fit does.
 enum class MemoryCheck { kStrict, kWarn, kOff };
 
-/// model.arch: the transformer family (docs/architecture.md, "Model families").
-enum class ModelArch { kGpt2, kLlama };
+/// model.arch: the name of a model family (docs/architecture.md, "Model families"). config/
+/// knows no family: model/'s registry (ztrain/model/family.hpp) holds them, and validation
+/// refuses a name none of them has (FamilyRulesOf). Adding a family changes nothing here.
+class ModelArch {
+  public:
+    ModelArch() = default;
+    explicit ModelArch(std::string name) : m_name(std::move(name)) {}
+    const std::string& name() const { return m_name; }
+    bool operator==(const ModelArch& other) const { return m_name == other.m_name; }
+    bool operator!=(const ModelArch& other) const { return m_name != other.m_name; }
+
+  private:
+    std::string m_name = "gpt2";
+};
 /// model.rope_scaling (llama): none, or Llama 3.1's frequency rescaling (rope.hpp).
 enum class RopeScaling { kNone, kLlama3 };
 
@@ -68,7 +81,8 @@ struct ShardGroupSetting {
 
 /// The text a typed value is written as in a deck ("fp32", "cosine", "auto", a path, ...);
 /// an unset reduce dtype is "".
-const char* setting_text(ModelArch v);
+/// (ModelArch: its name's characters, valid while `v` lives.)
+const char* setting_text(const ModelArch& v);
 const char* setting_text(RopeScaling v);
 const char* setting_text(BackendChoice v);
 const char* setting_text(LrSchedule v);
@@ -86,7 +100,7 @@ std::string setting_text(const LossScaleSetting& v);
 std::string setting_text(const ShardGroupSetting& v);
 
 struct ModelConfig {
-    ModelArch arch = ModelArch::kGpt2;
+    ModelArch arch;  ///< gpt2 unless set
     int n_layer = 4;
     int n_head = 4;
     int n_embd = 128;
@@ -303,7 +317,8 @@ class FamilyKeyRules {
     virtual void check_tensor_split(const ModelConfig& m, int tensor, const SettingCheck& check) const = 0;
 };
 /// The rules of model.arch's family (ztrain/model/family.hpp: family_key_rules).
-using FamilyRulesOf = const FamilyKeyRules& (*)(ModelArch arch);
+/// A name no family has is refused through `check` (model.arch = 'x': expected one of ...).
+using FamilyRulesOf = const FamilyKeyRules& (*)(const ModelArch& arch, const SettingCheck& check);
 
 /// Parses `ztrain` arguments: --config FILE, --section.key=value overrides, --help,
 /// --version, --env. Throws InputError (naming the file, key and value) on an unknown key,

@@ -48,9 +48,9 @@ struct HfNaming {
 /// family_registry.cpp.
 class Family : public FamilyKeyRules {
   public:
-    /// model.arch's value for this family; its text is setting_text(arch()).
-    virtual ModelArch arch() const = 0;
-    const char* name() const { return setting_text(arch()); }
+    /// model.arch's value for this family: its name ("gpt2", "llama").
+    virtual const char* name() const = 0;
+    ModelArch arch() const { return ModelArch(name()); }
 
     /// The keys only this family reads ("model.ffn_dim", ...), in the order they are checked.
     virtual std::vector<const char*> own_keys() const = 0;
@@ -97,11 +97,13 @@ class Family : public FamilyKeyRules {
 
 /// Every registered family, in registration order.
 const std::vector<const Family*>& model_families();
-/// The family of model.arch = `arch`; Error naming the value when none is registered.
-const Family& model_family(ModelArch arch);
+/// The family of model.arch = `arch`; Error naming the value when none is registered (a
+/// validated deck's always is).
+const Family& model_family(const ModelArch& arch);
 inline const Family& model_family(const ModelConfig& m) { return model_family(m.arch); }
-/// model_family as config/'s checks take it (FamilyRulesOf).
-const FamilyKeyRules& family_key_rules(ModelArch arch);
+/// model_family as config/'s checks take it (FamilyRulesOf): a name no family has is refused
+/// through `check` ("model.arch = 'x': expected one of gpt2 | llama").
+const FamilyKeyRules& family_key_rules(const ModelArch& arch, const SettingCheck& check);
 
 /// The model keys a Hugging Face config.json determines (config.hpp's HfSetting), by the
 /// family that reads its model_type. Refuses, naming `file` and the field, what ztrain cannot
