@@ -8,9 +8,9 @@
 // zero-bubble backward defers (deferred_grads.hpp).
 //
 // Adding a family: one file in src/model/ defining its Family (ztrain/model/family.hpp:
-// keys, counts, banner, Hugging Face names) and its FamilyTraits, one line in
-// family_registry.cpp, and its model.arch name (config/); GPT-2 and Llama keep their traits
-// in *_block.cpp, the rest in *_family.cpp. README.md, "Adding a model family".
+// keys, counts, banner, Hugging Face names; its name() is its model.arch) and its
+// FamilyTraits, and one line in family_registry.cpp; GPT-2 and Llama keep their traits in
+// *_block.cpp, the rest in *_family.cpp. README.md, "Adding a model family".
 #pragma once
 
 #include <cstddef>
