@@ -86,12 +86,14 @@ std::vector<size_t> unit_bases(const ModelLayout& layout) {
 
 /// This rank's final parameters (its split's units, concatenated) against the same elements
 /// of the one-rank run's: 1e-5 relative as expect_matches_reference, with an absolute floor of
-/// 1e-5 instead of 2e-6. Tensor parallelism reorders the sums inside every product (each
+/// 2e-5 instead of 4e-6. Tensor parallelism reorders the sums inside every product (each
 /// rank's share of K, then the group's sum), not only the reductions across ranks, and AdamW
 /// turns that noise on a weight whose gradient is near zero into updates of about lr * 1e-3:
 /// in 10 steps at T = 4 one element of 40k left 2e-6 by 2e-6, and with sequence parallelism
 /// (which reorders the residual adds too) one Llama element reached 6.3e-6 (4.2e-6 without
-/// it; every other element of the run within 6e-7). A missing sum moves thousands by 1e-3.
+/// it; every other element of the run within 6e-7), and on a CPU with AVX-512 kernels one
+/// gate_proj element of the T = 4, 2 KV heads, sequence-parallel ZeRO-2 run reached 1.06e-5.
+/// A missing sum moves thousands by 1e-3.
 void expect_slices_match(const ModelConfig& mc, TensorSplit split, const std::vector<float>& got,
                          const std::vector<float>& ref, const std::string& what) {
     const ModelLayout local = make_model_layout(mc, split);
@@ -109,7 +111,7 @@ void expect_slices_match(const ModelConfig& mc, TensorSplit split, const std::ve
             const double g = got[lb[static_cast<size_t>(p.unit)] + p.offset + i];
             const size_t at = p.slice.global_offset(i, p.shape);
             const double r = ref[wb[static_cast<size_t>(w.unit)] + w.offset + at];
-            if (std::fabs(g - r) > 1e-5 * std::fabs(r) + 1e-5) {
+            if (std::fabs(g - r) > 1e-5 * std::fabs(r) + 2e-5) {
                 if (bad++ == 0) first = str(p.name, " element ", at, ": ", g, ", one-rank reference ", r);
             }
         }
