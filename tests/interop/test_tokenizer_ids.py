@@ -1,0 +1,122 @@
+"""zt-prepare's token ids against Hugging Face's `tokenizers`, id for id.
+
+    python test_tokenizer_ids.py BIN_DIR SOURCE_DIR
+
+For each real tokenizer.json (GPT-2's in tests/data/hf; Llama 3's in ../shared/data, when
+that folder is there), a multilingual text of more than 100 kB (prose, code, emoji with
+joiners and skin tones, CJK, right-to-left scripts, numbers, runs of spaces, tabs and
+newlines, combining characters, contractions) is written as one document. zt-prepare
+tokenizes it into a token shard; `tokenizers.Tokenizer.from_file(...).encode(text,
+add_special_tokens=False)` must give the same ids after the document separator zt-prepare
+writes first. A difference names the tokenizer, the first differing position, both ids and
+the text around it. Exit 0: equal; 1: a difference; 77: skipped (no `tokenizers`, unless
+ZT_REQUIRE_INTEROP=1).
+"""
+import gzip
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import tokenizers
+except ImportError:
+    MSG = "the Python package 'tokenizers' is missing (tests/interop/requirements.txt)"
+    if os.environ.get("ZT_REQUIRE_INTEROP") == "1":
+        print("interop: FAILED: " + MSG)
+        sys.exit(1)
+    print("interop: SKIPPED: " + MSG)
+    sys.exit(77)
+
+PIECES = [
+    "The quick brown fox jumps over the lazy dog. It's 5 o'clock; we'll see, they've said, I'M SURE.",
+    "def train(model, steps=1_000):\n\tfor i in range(steps):\n        loss = model(i) ** 2  # squared\n",
+    "int main() {\n    std::vector<float> v(1 << 20, 0.5f);\n    return v.size() > 0 ? 0 : 1;\n}\n",
+    "Emoji: 😀😃🙂 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️‍🔥 ✌🏿",
+    "中文：机器学习是人工智能的一个分支。日本語：今日はいい天気ですね。한국어: 안녕하세요, 반갑습니다.",
+    "العربية: مرحبا بالعالم. עברית: שלום עולם. Русский: Привет, мир! Ελληνικά: Γειά σου Κόσμε.",
+    "Numbers: 0 7 42 123 1234 12345 3.14159 2,718,281 1e-5 0x1F 100000000000000000000 -273.15",
+    "Spaces:    four, then a tab\tand two\t\ttabs,   trailing   \n\n\nthree newlines\r\nCRLF.",
+    "Combining: e\u0301 a\u0308 n\u0303 Vie\u0323\u0302t Nam, \u00e9 vs e\u0301, Zalgo: Z\u0351\u034b\u0354a\u0301\u0300.",
+    "Mixed: naïve café résumé coöperate — “quotes” ‘single’ … «guillemets» 1st 2nd 3rd ½ ¾ ™ ©.",
+    "URLs and paths: https://example.org/a/b?c=d&e=f#g C:\\Users\\me\\file.txt /usr/local/bin/ztrain",
+    "   leading spaces and a line of dashes ----- and ===== and ***** and .....",
+]
+
+
+def multilingual_text(min_bytes=102400, seed=1234):
+    """A deterministic mix of the pieces, past min_bytes of UTF-8."""
+    rng = random.Random(seed)
+    parts = []
+    size = 0
+    while size < min_bytes:
+        piece = rng.choice(PIECES)
+        sep = rng.choice([" ", "\n", "\n\n", "  ", "\t", ""])
+        parts.append(piece + sep)
+        size += len((piece + sep).encode("utf-8"))
+    return "".join(parts)
+
+
+def read_shard(path):
+    """The token ids of an llm.c shard (256 int32 header: magic, version, count)."""
+    with open(path, "rb") as f:
+        header = struct.unpack("<256i", f.read(1024))
+        version, count = header[1], header[2]
+        width = {1: ("H", 2), 2: ("I", 4)}[version]
+        data = f.read(count * width[1])
+    return list(struct.unpack("<%d%s" % (count, width[0]), data))
+
+
+def compare(name, tokenizer_json, bin_dir, work, text):
+    """zt-prepare's ids of `text` against tokenizers'; returns a message, '' when equal."""
+    doc = os.path.join(work, name + ".txt")
+    with open(doc, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    out = os.path.join(work, name + "-shards")
+    subprocess.run([os.path.join(bin_dir, "zt-prepare"), "--input", doc, "--output", out, "--tokenizer",
+                    tokenizer_json, "--val-fraction", "0"], check=True, stdout=subprocess.DEVNULL)
+    ours = read_shard(os.path.join(out, "train_000000.bin"))
+    theirs = tokenizers.Tokenizer.from_file(tokenizer_json).encode(text, add_special_tokens=False).ids
+    body = ours[1:]  # zt-prepare writes the document separator first
+    if body == theirs:
+        print(f"{name}: {len(theirs)} ids of {len(text.encode('utf-8'))} bytes equal tokenizers {tokenizers.__version__}'s")
+        return ""
+    at = next((i for i, (a, b) in enumerate(zip(body, theirs)) if a != b), min(len(body), len(theirs)))
+    enc = tokenizers.Tokenizer.from_file(tokenizer_json).encode(text, add_special_tokens=False)
+    where = enc.offsets[at][0] if at < len(enc.offsets) else len(text)
+    return (f"{name}: zt-prepare gives {len(body)} ids, tokenizers {len(theirs)}; first difference at id {at}: "
+            f"{body[at:at + 3]} vs {theirs[at:at + 3]}, text {text[max(0, where - 20):where + 20]!r}")
+
+
+def unzip(src, dst):
+    with gzip.open(src, "rb") as f, open(dst, "wb") as g:
+        shutil.copyfileobj(f, g)
+    return dst
+
+
+def main(bin_dir, src_dir):
+    text = multilingual_text()
+    shared = os.environ.get("ZT_SHARED_DATA", os.path.join(src_dir, "..", "shared", "data"))
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="zt-interop-") as work:
+        cases = [("gpt2", unzip(os.path.join(src_dir, "tests", "data", "hf", "gpt2_tokenizer.json.gz"),
+                                os.path.join(work, "gpt2.json")))]
+        llama3 = os.path.join(shared, "tokenizers", "llama3", "tokenizer.json.gz")
+        if os.path.exists(llama3):
+            cases.append(("llama3", unzip(llama3, os.path.join(work, "llama3.json"))))
+        else:
+            print(f"llama3: skipped: {llama3} not found (ZT_SHARED_DATA names the shared data folder)")
+        for name, path in cases:
+            msg = compare(name, path, bin_dir, work, text)
+            if msg:
+                failures.append(msg)
+    for msg in failures:
+        print("FAILED: " + msg)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
