@@ -4,8 +4,9 @@
 // embedding output, the final norm's output, the logits and losses, the residual gradient
 // stream); a family owns its blocks' activation slots and its own gradient scratch.
 //
-// Not here: the optimizer (optim/), data (data/), parallel strategy (parallel/); those
-// depend on model_layout.hpp only.
+// Not here: the optimizer (optim/), data (data/), parallel strategy (parallel/). optim/ and
+// ckpt/ depend on model_layout.hpp only; parallel/ also on this header, for the pipeline
+// runner's stage models and the device mesh's TensorGroup.
 #pragma once
 
 #include <cstddef>
