@@ -28,11 +28,7 @@ namespace {
 
 using nlohmann::json;
 
-bool is_blank(const std::string& s) {
-    return std::all_of(s.begin(), s.end(), [](char c) {
-        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-    });
-}
+using detail::is_blank;
 
 std::string trimmed(const std::string& s) {
     const char* ws = " \t\n\r\f\v";

@@ -36,11 +36,6 @@ std::string read_prepare_input(const std::string& path) {
 
 bool is_binary(const std::string& content) { return content.find('\0') != std::string::npos; }
 
-bool is_blank(std::string_view s) {
-    return std::all_of(s.begin(), s.end(), [](char c) {
-        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-    });
-}
 
 bool is_hf_tokenizer(const PrepareOptions& opt) { return opt.tokenizer != "byte" && opt.tokenizer != "gpt2"; }
 

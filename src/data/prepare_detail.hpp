@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <ostream>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "tokenizer_detail.hpp"
 #include "ztrain/data/prepare.hpp"
 #include "ztrain/data/tokenizer.hpp"
 
@@ -18,9 +18,6 @@ std::string read_prepare_input(const std::string& path);
 
 /// True when the content holds a NUL byte.
 bool is_binary(const std::string& content);
-
-/// True when `s` is empty or only whitespace.
-bool is_blank(std::string_view s);
 
 /// --tokenizer names a tokenizer.json file (not byte or gpt2).
 bool is_hf_tokenizer(const PrepareOptions& opt);

@@ -5,6 +5,7 @@
 // Face tokenizer.json reader in hf_tokenizer.cpp, their shared BPE in bpe_model.cpp and the
 // pre-tokenizers in pretokenize.cpp. Deliberately does not support other tokenizer families
 // (SentencePiece, WordPiece, Unigram): the description's "type" is the hook.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +24,12 @@ namespace zt {
 namespace fs = std::filesystem;
 
 namespace detail {
+
+bool is_blank(std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    });
+}
 
 std::string read_input_file(const std::string& path, const std::string& what) {
     std::error_code ec;

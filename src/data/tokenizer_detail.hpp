@@ -1,11 +1,16 @@
-// Helpers shared by the tokenizer sources (not part of the public API).
+// Helpers shared by the data component's sources: the tokenizers, the examples' renderer
+// and the corpus preparation (not part of the public API).
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 namespace zt::detail {
+
+/// True when `s` is empty or only whitespace (space, tab, newline, CR, FF, VT).
+bool is_blank(std::string_view s);
 
 /// Reads a whole file; a missing or unreadable file is an InputError naming it and `what`
 /// the file was expected to be.
