@@ -143,9 +143,9 @@ TEST(SplitExamples, FixedSeedChoiceBothKeepInputOrder) {
     zt::ExampleSet train;
     zt::ExampleSet val;
     zt::split_examples(numbered_examples(10), 0.3, train, val);
-    // The choice zt-prepare has always made for 10 examples at 0.3 (bc13bce's binary puts
-    // questions 2, 3 and 10 of tests/cli/test_prepare_jsonl.sh's qa.jsonl in val); a change
-    // here changes every prepared fine-tuning corpus.
+    // The choice zt-prepare has always made for 10 examples at 0.3 (it puts questions 2, 3
+    // and 10 of tests/cli/test_prepare_jsonl.sh's qa.jsonl in val); a change here changes
+    // every prepared fine-tuning corpus.
     EXPECT_EQ(example_numbers(val), (Ids{1, 2, 9}));
     EXPECT_EQ(example_numbers(train), (Ids{0, 3, 4, 5, 6, 7, 8}));
     EXPECT_EQ(train.num_targets() + val.num_targets(), 10u);
