@@ -76,12 +76,31 @@ ModelLayout PipelineRunner::stage_state_layout(const ModelLayout& whole, Pipelin
 PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape)
     : PipelineRunner(pipeline == MPI_COMM_NULL ? nullptr : make_mpi_point_to_point(pipeline), kind, shape) {}
 
+namespace {
+
+/// For each pass of `passes`: a forward directly followed by its micro-batch's backward on
+/// its chunk (no other pass between them).
+std::vector<bool> backward_follows(const std::vector<PipelinePass>& passes) {
+    std::vector<bool> out(passes.size(), false);
+    for (size_t i = 0; i + 1 < passes.size(); ++i) {
+        const PipelinePass& f = passes[i];
+        const PipelinePass& b = passes[i + 1];
+        out[i] = f.kind == PassKind::kForward && b.kind == PassKind::kBackward && b.micro == f.micro &&
+                 b.chunk == f.chunk;
+    }
+    return out;
+}
+
+}  // namespace
+
 PipelineRunner::PipelineRunner(std::unique_ptr<PointToPoint> link, PipelineScheduleKind kind, PipelineShape shape)
     : m_link(std::move(link)), m_shape(shape) {
-    ZT_REQUIRE(m_link && m_link->size() == shape.stages, "pipeline communicator of ", m_link ? m_link->size() : 0,
-               " ranks for ", shape.stages, " stages");
-    m_stage = m_link->rank();
+    // One stage sends nothing: it needs no link.
+    const int ranks = m_link ? m_link->size() : 1;
+    ZT_REQUIRE(ranks == shape.stages, "pipeline communicator of ", ranks, " ranks for ", shape.stages, " stages");
+    m_stage = m_link ? m_link->rank() : 0;
     m_passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(m_stage)];
+    m_backward_follows = backward_follows(m_passes);
     m_slots = slots_per_chunk(m_passes, shape.virtual_stages);
     // The messages of a chunk pair up by order (one tag per virtual stage and direction):
     // its forwards, and its backwards, must come in micro-batch order. Its weight passes too:
@@ -97,7 +116,7 @@ PipelineRunner::PipelineRunner(std::unique_ptr<PointToPoint> link, PipelineSched
         ++next;
     }
     const int V = shape.stages * shape.virtual_stages;
-    ZT_REQUIRE(tag(V, true) <= m_link->max_tag(), "pipeline of ", V, " virtual stages: message tags end at ",
+    ZT_REQUIRE(!m_link || tag(V, true) <= m_link->max_tag(), "pipeline of ", V, " virtual stages: message tags end at ",
                m_link->max_tag());
     m_sends.resize(static_cast<size_t>(shape.virtual_stages));
     for (size_t c = 0; c < m_sends.size(); ++c) m_sends[c].resize(static_cast<size_t>(m_slots[c]));
@@ -137,31 +156,40 @@ void PipelineRunner::send(int chunk, int slot, const void* buf, size_t bytes, in
 
 PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
                                        const std::function<PipelineMicroBatch(int)>& batch, int B, int T, float dloss,
-                                       const std::function<void(int, int)>& before_backward) {
+                                       const std::function<void(int, int)>& begin_micro_step) {
     ZT_REQUIRE(models.size() == m_slots.size(), models.size(), " chunks' models for ", m_slots.size(), " chunks");
     for (size_t c = 0; c < models.size(); ++c) {
         ZT_REQUIRE(static_cast<int>(models[c].size()) >= m_slots[c], "chunk ", c, ": ", models[c].size(),
                    " models for ", m_slots[c], " micro-batches in flight");
     }
     PipelineStepTotals totals;
-    for (const PipelinePass& p : m_passes) {
+    bool begun = false;  // the micro-step of the backward that follows began at its forward
+    for (size_t i = 0; i < m_passes.size(); ++i) {
+        const PipelinePass& p = m_passes[i];
         const int slot = p.micro % m_slots[static_cast<size_t>(p.chunk)];
         Transformer& model = *models[static_cast<size_t>(p.chunk)][static_cast<size_t>(slot)];
         settle(p.chunk, slot, totals);
         const PipelineMicroBatch mb = batch(p.micro);
         const int rows_T = mb.T > 0 ? mb.T : T;
+        const bool begins_here = p.kind == PassKind::kForward   ? !m_split && m_backward_follows[i]
+                                 : p.kind == PassKind::kBackward ? !m_split && !begun
+                                                                 : true;
+        if (begin_micro_step && begins_here) begin_micro_step(p.micro, p.chunk);
+        begun = p.kind == PassKind::kForward && begins_here;
         if (p.kind == PassKind::kForward) {
             forward_pass(store, model, mb, p.chunk, slot, B, rows_T, dloss, totals);
-        } else if (p.kind == PassKind::kBackward) {
+            continue;
+        }
+        const auto t0 = Clock::now();
+        if (p.kind == PassKind::kBackward) {
             // A split backward leaves the weight gradients, and the micro-step's gradient
             // bookkeeping, to the weight pass.
-            if (before_backward && !m_split) before_backward(p.micro, p.chunk);
             model.defer_weight_grads(m_split);
             backward_pass(store, model, p.chunk, slot, B, rows_T, totals);
         } else {
-            if (before_backward) before_backward(p.micro, p.chunk);
             model.backward_weights(store);
             model.defer_weight_grads(false);
+            totals.backward_s += seconds_since(t0);
         }
     }
     settle_all(totals);
@@ -198,8 +226,11 @@ void PipelineRunner::forward_pass(UnitStore& store, Transformer& model, const Pi
     if (vs > 0) {
         receive(model.stage_input().data, bytes, (vs - 1) % P, tag(vs, false), "pipeline receive (activations)", totals);
     }
-    model.forward(store, mb.inputs, mb.targets, B, T, dloss, mb.rows);
+    const auto t0 = Clock::now();
+    const float mean = model.forward(store, mb.inputs, mb.targets, B, T, dloss, mb.rows);
+    totals.forward_s += seconds_since(t0);
     if (vs == V - 1) {
+        totals.loss_means += mean;
         totals.loss_sum += model.last_loss_sum();
         totals.targets += model.last_target_count();
         return;
@@ -217,7 +248,9 @@ void PipelineRunner::backward_pass(UnitStore& store, Transformer& model, int chu
         receive(model.stage_output_grad().data, bytes, (vs + 1) % P, tag(vs, true), "pipeline receive (gradients)",
                 totals);
     }
+    const auto t0 = Clock::now();
     model.backward(store);
+    totals.backward_s += seconds_since(t0);
     if (vs == 0) return;
     send(chunk, slot, model.stage_input_grad().data, bytes, (vs - 1) % P, tag(vs - 1, true), totals);
 }

@@ -100,6 +100,10 @@ PipelineScheduleKind pipeline_schedule_kind(PipelineSchedule s) {
     throw Error("parallel.schedule: unknown value");
 }
 
+PipelineScheduleKind pipeline_schedule_kind(const ParallelConfig& p) {
+    return p.pipeline > 1 ? pipeline_schedule_kind(p.schedule) : PipelineScheduleKind::k1F1B;
+}
+
 PipelineStages pipeline_layers_as_given(const ModelConfig& m, int stages, int virtual_stages,
                                         const std::vector<int>& blocks) {
     check_shape(m, stages, virtual_stages);

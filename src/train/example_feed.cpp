@@ -1,17 +1,11 @@
-// Fine-tuning on example shards: rows, the global target count, the micro-steps
-// (example_feed.hpp says why the loss is normalised the way it is).
+// Fine-tuning on example shards: rows and the global target count (example_feed.hpp says
+// why the loss is normalised the way it is).
 #include "ztrain/train/example_feed.hpp"
 
 #include <algorithm>
-#include <chrono>
 
-#include "ztrain/core/clock.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/data/token_data.hpp"
-#include "ztrain/model/transformer.hpp"
-#include "ztrain/parallel/model_state.hpp"
-#include "ztrain/train/step_reporter.hpp"
-#include "ztrain/train/train_step.hpp"
 
 namespace zt {
 namespace {
@@ -71,7 +65,6 @@ ExampleFeed::ExampleFeed(const Config& cfg) : m_packing(to_packing(cfg.data.pack
     m_train = std::make_unique<ExampleDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len, overlong);
     m_train_rows = std::make_unique<ExampleRows>(*m_train, m_packing, cfg.train.seed, true);
     m_train_targets = targets_per_example(m_train->examples(), m_train->header_sizes().examples);
-    m_batch.reserve(cfg.train.micro_batch, mc.seq_len);
     if (!cfg.data.val.empty()) {
         ZT_INPUT_CHECK(is_example_shard(cfg.data.val, "data.val"), "data.val = ", cfg.data.val,
                        ": a pretraining shard, while data.train is an example shard; give example shards "
@@ -82,9 +75,8 @@ ExampleFeed::ExampleFeed(const Config& cfg) : m_packing(to_packing(cfg.data.pack
     // The memory plan predicts these figures from the headers: the two must never drift apart.
     const ExampleFeedBytes made = bytes();
     const ExampleFeedBytes plan = planned_bytes(cfg, sizes());
-    ZT_REQUIRE(made.examples == plan.examples && made.rows == plan.rows && made.batch == plan.batch,
-               "example feed allocated ", made.examples, " + ", made.rows, " + ", made.batch, " bytes, planned ",
-               plan.examples, " + ", plan.rows, " + ", plan.batch);
+    ZT_REQUIRE(made.examples == plan.examples && made.rows == plan.rows, "example feed allocated ", made.examples,
+               " + ", made.rows, " bytes, planned ", plan.examples, " + ", plan.rows);
 }
 
 ExampleRunSizes read_example_run_sizes(const Config& cfg) {
@@ -104,7 +96,6 @@ ExampleFeedBytes ExampleFeed::planned_bytes(const Config& cfg, const ExampleRunS
         b.examples += ExampleDataset::planned_bytes(sizes.val);
         b.rows += ExampleRows::planned_bytes(sizes.val.examples, packing);
     }
-    b.batch = RowBatch::planned_bytes(cfg.train.micro_batch, cfg.model.seq_len);
     return b;
 }
 
@@ -116,7 +107,6 @@ ExampleFeedBytes ExampleFeed::bytes() const {
         b.examples += static_cast<double>(m_val->bytes());
         b.rows += static_cast<double>(m_val_rows->bytes());
     }
-    b.batch = static_cast<double>(m_batch.bytes());
     return b;
 }
 
@@ -189,52 +179,6 @@ std::string ExampleFeed::describe_units() const {
                  val_left.empty() ? "" : str(" (", val_left, ")"));
     }
     return s;
-}
-
-void ExampleFeed::forward(Transformer& model, UnitStore& store, float dloss) const {
-    const RowBatch& b = m_batch;
-    const TokenRows rows = m_packing == Packing::kPack ? TokenRows{b.positions.data(), b.segment_start.data()}
-                                                       : TokenRows{};
-    model.forward(store, b.inputs.data(), b.targets.data(), b.rows, b.T, dloss, rows);
-}
-
-ExampleStepTotals ExampleFeed::micro_steps(Transformer& model, ModelState& state, const TrainConfig& tc, int rank,
-                                           int world, uint64_t first_row, double scale, PhaseTimes& phases) {
-    using Clock = std::chrono::steady_clock;
-    const int B = tc.micro_batch;
-    ExampleStepTotals totals;
-    totals.rows = static_cast<uint64_t>(B) * static_cast<uint64_t>(tc.grad_accum) * static_cast<uint64_t>(world);
-    totals.targets = targets_in_rows(first_row, totals.rows);
-    // Every row holds at least one example and every example a target.
-    ZT_REQUIRE(totals.targets > 0, "a step of ", totals.rows, " rows without a target");
-    const float dloss = static_cast<float>(scale / static_cast<double>(totals.targets));
-    for (int a = 0; a < tc.grad_accum; ++a) {
-        m_train_rows->fill(micro_batch_first(first_row, rank, tc, a), B, m_batch);
-        state.begin_micro_step(a == 0, a == tc.grad_accum - 1);
-        auto t = Clock::now();
-        forward(model, state, dloss);
-        totals.loss_sum += model.last_loss_sum();
-        phases.fwd += seconds_since(t);
-        t = Clock::now();
-        model.backward(state);
-        phases.bwd += seconds_since(t);
-    }
-    return totals;
-}
-
-std::pair<double, uint64_t> ExampleFeed::val_sums(Transformer& model, UnitStore& store, const TrainConfig& tc,
-                                                  int rank) {
-    ZT_REQUIRE(m_val_rows != nullptr, "validation rows without data.val");
-    const int B = tc.micro_batch;
-    double sum = 0.0;
-    uint64_t targets = 0;
-    for (int e = 0; e < tc.eval_batches; ++e) {
-        m_val_rows->fill(val_batch_first(rank, tc, e), B, m_batch);
-        forward(model, store, 0.f);
-        sum += model.last_loss_sum();
-        targets += static_cast<uint64_t>(model.last_target_count());
-    }
-    return {sum, targets};
 }
 
 }  // namespace zt

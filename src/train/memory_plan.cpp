@@ -168,7 +168,7 @@ void add_example_items(const Config& cfg, const ExampleRunSizes& examples, std::
     items.push_back({"example rows", eb.rows,
                      pack ? "each epoch's example order and first fit's arrays (5 x 4 B per example)"
                           : "each epoch's example order (4 B per example)"});
-    items.push_back({"row batch", eb.batch,
+    items.push_back({"row batch", RowBatch::planned_bytes(cfg.train.micro_batch, cfg.model.seq_len),
                      str("micro_batch ", cfg.train.micro_batch, " x seq_len ", cfg.model.seq_len,
                          " inputs, targets, positions, segment starts (int32)")});
     if (pack) {
@@ -311,7 +311,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     if (at.pipeline_stages > 1) {
         // Every model the stage holds: 1F1B keeps P - s micro-batches in flight on stage s.
         act.bytes = PipelineRunner::stage_activations(
-                        pipeline_schedule_kind(cfg.parallel.schedule), shape, at.pipeline_stage, at.blocks.first_layer,
+                        pipeline_schedule_kind(cfg.parallel), shape, at.pipeline_stage, at.blocks.first_layer,
                         m, t.micro_batch, t.recompute, static_cast<size_t>(std::max(0.0, attention_scratch_floats)),
                         tensor, cfg.parallel.sequence && tensor > 1)
                         .bytes(work);

@@ -47,7 +47,6 @@
 #include "ztrain/train/stop_signals.hpp"
 #include "ztrain/train/stage_training.hpp"
 #include "ztrain/train/train_setup.hpp"
-#include "ztrain/train/train_step.hpp"
 
 namespace zt {
 namespace {

@@ -11,7 +11,8 @@
 // ZeRO-1, 2 and 3 over the stage's data-parallel ranks, with unit 0's gradient summed over
 // the first and last stage, trains two steps to the parameters of one rank training the whole
 // model on the same global batch; at ZeRO-2/3 with one reduce-scatter per unit and step (after
-// the stage's last backward, not one per micro-batch).
+// the stage's last backward, not one per micro-batch). One stage runs without a link, each
+// micro-batch's forward then its backward, the whole model's bits.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -232,6 +233,53 @@ INSTANTIATE_TEST_SUITE_P(
         RunnerCase{"zero_bubble_llama_m6", PipelineScheduleKind::kZeroBubble, 6, 1, ModelArch("llama"), DType::kF32},
         RunnerCase{"zero_bubble_bf16", PipelineScheduleKind::kZeroBubble, 8, 1, ModelArch("gpt2"), DType::kBF16}),
     [](const ::testing::TestParamInfo<RunnerCase>& i) { return std::string(i.param.name); });
+
+// One stage (parallel.pipeline = 1) is the schedule of a run without a pipeline: no link,
+// each micro-batch's forward then its backward, its micro-step begun before its forward (so
+// the store sees one training pass), the whole model's bits, and no message.
+TEST(PipelineRunnerOneStage, IsEachMicroBatchsForwardThenBackwardWithoutALink) {
+    EXPECT_THROW(PipelineRunner(MPI_COMM_NULL, PipelineScheduleKind::k1F1B, PipelineShape{2, 2, 1}), Error)
+        << "two stages need a link";
+    auto backend = make_cpu_backend(1);
+    const ModelConfig mc = test::tiny_stage_model(ModelArch("gpt2"), 3, /*tied=*/true);
+    const int m = 3;
+    const int B = 2;
+    const int T = mc.seq_len;
+    const MicroBatches mb = random_micro_batches(m, static_cast<size_t>(B * T), 9);
+    const float dloss = 1.f / static_cast<float>(m * B * T);
+    Transformer whole(mc, *backend, B);
+    test::HostStore whole_store(whole.layout(), 42);
+    double whole_loss = 0.0;
+    double whole_means = 0.0;
+    for (int a = 0; a < m; ++a) {
+        whole_means += whole.forward(whole_store, mb.inputs[static_cast<size_t>(a)].data(),
+                                     mb.targets[static_cast<size_t>(a)].data(), B, T, dloss);
+        whole_loss += whole.last_loss_sum();
+        whole.backward(whole_store);
+    }
+
+    PipelineRunner runner(MPI_COMM_NULL, PipelineScheduleKind::k1F1B, PipelineShape{1, m, 1});
+    ASSERT_EQ(runner.slots(), std::vector<int>{1});
+    Transformer model(mc, *backend, B, TransformerOptions().with_stage(PipelineRunner::chunk_blocks({0, 3}, 0)));
+    test::HostStore store(whole.layout(), 42);
+    std::string events;  // b<m>: micro-batch m asked for (before each pass); s<m>: its micro-step begun
+    const auto batch = [&](int a) {
+        events += str("b", a, " ");
+        return PipelineMicroBatch{mb.inputs[static_cast<size_t>(a)].data(), mb.targets[static_cast<size_t>(a)].data(),
+                                  {}, 0};
+    };
+    const PipelineStepTotals got =
+        runner.run(store, {{&model}}, batch, B, T, dloss, [&](int a, int) { events += str("s", a, " "); });
+    EXPECT_EQ(events, "b0 s0 b0 b1 s1 b1 b2 s2 b2 ") << "each micro-step begins before its forward";
+    EXPECT_EQ(got.loss_sum, whole_loss);
+    EXPECT_EQ(got.loss_means, whole_means) << "the micro-batch means, summed in order";
+    EXPECT_EQ(got.targets, static_cast<long>(m) * B * T);
+    EXPECT_EQ(got.bytes_sent, 0u);
+    EXPECT_EQ(got.wait_s, 0.0);
+    for (int u = 0; u < whole.layout().num_units(); ++u) {
+        EXPECT_EQ(store.grad(u), whole_store.grad(u)) << "unit " << u << "'s gradient";
+    }
+}
 
 void bias_correct(AdamWStep& sp, int t) {
     sp.bias_correction1 = 1.f - std::pow(sp.beta1, static_cast<float>(t));

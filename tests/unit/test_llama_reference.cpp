@@ -185,7 +185,7 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
     std::printf("[%s] loss %.9g (reference %.9g, relative %.2e); largest gradient error %.2e (%s)\n", c.name, loss,
                 ref_loss, std::fabs(loss - ref_loss) / std::fabs(ref_loss), worst, worst_name.c_str());
 
-    // The AdamW curve, taken as TrainStep takes a step.
+    // The AdamW curve, taken as the stages' step takes it (stage_training.cpp).
     const std::vector<double> curve = ref.at("curve").get<std::vector<double>>();
     ASSERT_EQ(curve.size(), static_cast<size_t>(steps));
     double worst_curve = 0;

@@ -115,5 +115,26 @@ TEST(PipelineStages, SplitsAsGivenAreCheckedByName) {
     }
 }
 
+// parallel.schedule and parallel.virtual_stages are a pipeline's: one stage runs 1F1B's
+// one-stage schedule with one chunk (the whole model), whatever they say.
+TEST(PipelineStages, OneStageRunsOneChunkOfOneForwardOneBackward) {
+    Config cfg;
+    cfg.model = gpt2_124m();
+    for (PipelineSchedule schedule :
+         {PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved, PipelineSchedule::kZeroBubble}) {
+        cfg.parallel.schedule = schedule;
+        cfg.parallel.virtual_stages = schedule == PipelineSchedule::kInterleaved ? 3 : 0;
+        cfg.parallel.pipeline = 1;
+        EXPECT_EQ(cfg.parallel.chunks(), 1) << setting_text(schedule);
+        EXPECT_EQ(pipeline_schedule_kind(cfg.parallel), PipelineScheduleKind::k1F1B) << setting_text(schedule);
+        const PipelineStages one = pipeline_blocks(cfg);
+        EXPECT_EQ(one.count(), 1) << setting_text(schedule);
+        expect_covers(one, 12, "one stage");
+        cfg.parallel.pipeline = 2;
+        EXPECT_EQ(cfg.parallel.chunks(), schedule == PipelineSchedule::kInterleaved ? 3 : 1) << setting_text(schedule);
+        EXPECT_EQ(pipeline_schedule_kind(cfg.parallel), pipeline_schedule_kind(schedule)) << setting_text(schedule);
+    }
+}
+
 }  // namespace
 }  // namespace zt

@@ -192,9 +192,11 @@ struct ParallelConfig {
     PipelineSchedule schedule = PipelineSchedule::k1F1B;
     int virtual_stages = 0;            ///< chunks per stage under interleaved; 0 = 2 there, 1 elsewhere
     std::string pipeline_layers;       ///< "3,4,4,3": blocks per virtual stage; empty = balanced by FLOPs
-    /// v: the chunks per stage the schedule runs.
+    /// v: the chunks per stage the schedule runs (one stage has one: parallel.schedule is a
+    /// pipeline's).
     int chunks() const {
-        return schedule == PipelineSchedule::kInterleaved ? (virtual_stages > 0 ? virtual_stages : 2) : 1;
+        if (pipeline <= 1 || schedule != PipelineSchedule::kInterleaved) return 1;
+        return virtual_stages > 0 ? virtual_stages : 2;
     }
 };
 

@@ -15,8 +15,12 @@
 // (test_pipeline_schedule checks it for every schedule), which NCCL's send/recv needs: it
 // pairs a peer's messages by order, not by tag.
 //
-// Runs on the CPU backend over MPI; the NCCL link is written and compiled, and running the
-// stages on the device is on the GPU issue's list (the trainer refuses backend = cuda).
+// One stage (P = 1, v = 1) is the schedule of a run without a pipeline: each micro-batch's
+// forward, then its backward, and no message at all (no link needed).
+//
+// Runs on the CPU backend over MPI; the NCCL link is written and compiled, and running
+// several stages on the device is on the GPU issue's list (the trainer refuses backend =
+// cuda with parallel.pipeline > 1).
 #pragma once
 
 #include <mpi.h>
@@ -48,6 +52,10 @@ struct PipelineMicroBatch {
 struct PipelineStepTotals {
     double loss_sum = 0.0;  ///< the last virtual stage's summed losses over its micro-batches (0 elsewhere)
     long targets = 0;       ///< and how many targets they covered
+    /// The last virtual stage's micro-batch mean losses (Transformer::forward's), summed.
+    double loss_means = 0.0;
+    double forward_s = 0.0;   ///< time in the models' forward passes
+    double backward_s = 0.0;  ///< time in their backward and weight passes
     double wait_s = 0.0;    ///< time blocked on receives and on sends still in flight
     size_t bytes_sent = 0;  ///< activation and gradient bytes sent to the neighbours
 };
@@ -55,13 +63,13 @@ struct PipelineStepTotals {
 class PipelineRunner {
   public:
     /// `pipeline`: the P ranks of this rank's pipeline, ordered by stage (DeviceMesh's
-    /// pipeline_comm). Throws Error for a shape the kind cannot run (make_pipeline_schedule).
+    /// pipeline_comm; MPI_COMM_NULL for one stage). Throws Error for a shape the kind cannot run (make_pipeline_schedule).
     /// Zero-bubble's backward passes compute input gradients and its weight passes the
     /// weight gradients (Transformer::defer_weight_grads), where the store sees each unit's
     /// gradient whole, as from a plain backward (any ZeRO stage).
     PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape);
     /// The same over `link` (its ranks ordered by stage): MPI on host memory, or NCCL on the
-    /// device (comm/point_to_point.hpp).
+    /// device (comm/point_to_point.hpp); null for one stage.
     PipelineRunner(std::unique_ptr<PointToPoint> link, PipelineScheduleKind kind, PipelineShape shape);
 
     /// Marks the runner's blocking waits (receives, sends still in flight) as pending on
@@ -95,13 +103,16 @@ class PipelineRunner {
 
     /// Runs one step's passes. models[c][k]: chunk c's model for slot k (slots()[c] of them,
     /// made with chunk_blocks of virtual stage c * P + stage()); batch(m): micro-batch m of B
-    /// rows of T tokens; before_backward(m, c), when given, runs before each backward pass,
-    /// or under zero-bubble before each weight pass, where the micro-step's gradients are
-    /// finished (the state's per-micro-step bookkeeping). Every forward gets `dloss` (the loss scale
-    /// over the global token count). Collective over the pipeline.
+    /// rows of T tokens (asked for before each of its passes). begin_micro_step(m, c), when
+    /// given, runs once per micro-batch and chunk where the state's per-micro-step gradient
+    /// bookkeeping begins: before the forward when the backward follows it at once (one
+    /// stage; 1F1B's last), so the store sees one training pass; else before the backward, or
+    /// under zero-bubble before the weight pass, where the gradients are finished. Every
+    /// forward gets `dloss` (the loss scale over the global token count). Collective over the
+    /// pipeline.
     PipelineStepTotals run(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
                            const std::function<PipelineMicroBatch(int)>& batch, int B, int T, float dloss,
-                           const std::function<void(int, int)>& before_backward = {});
+                           const std::function<void(int, int)>& begin_micro_step = {});
 
     /// Forward only (evaluation: no gradient, dloss 0) of `count` micro-batches through every
     /// chunk, each stage in chunk-then-micro-batch order; a model's activations are free again
@@ -131,6 +142,8 @@ class PipelineRunner {
     PipelineShape m_shape;
     int m_stage = 0;
     std::vector<PipelinePass> m_passes;
+    /// Per pass: a forward whose micro-batch's backward (on its chunk) is the next pass.
+    std::vector<bool> m_backward_follows;
     std::vector<int> m_slots;
     /// Sends in flight, per chunk and slot.
     std::vector<std::vector<std::vector<SendRequest>>> m_sends;

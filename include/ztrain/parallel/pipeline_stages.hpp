@@ -47,5 +47,9 @@ PipelineStages pipeline_layers_as_given(const ModelConfig& m, int stages, int vi
 PipelineStages pipeline_blocks(const Config& cfg);
 /// parallel.schedule as the schedules' kind.
 PipelineScheduleKind pipeline_schedule_kind(PipelineSchedule s);
+/// The kind of schedule the stages of `p` run: parallel.schedule's with a pipeline; one
+/// stage's (parallel.pipeline = 1) is 1F1B's, each micro-batch's forward then its backward,
+/// whatever parallel.schedule says.
+PipelineScheduleKind pipeline_schedule_kind(const ParallelConfig& p);
 
 }  // namespace zt

@@ -1,6 +1,6 @@
 // Fine-tuning on example shards (zt-prepare --format jsonl, shard version 3): the training
 // and validation examples with data.overlong applied, their rows (data.packing), and the
-// micro-steps of one optimizer step over them.
+// target count of a step's rows (the stages' step, stage_training.hpp, runs the passes).
 //
 // The loss of a step is the sum of the losses of every target token of the global batch
 // (all micro-steps, all ranks) divided by the number of those targets, so gradient
@@ -27,10 +27,6 @@
 namespace zt {
 
 class ExampleFeed;
-class ModelState;
-class Transformer;
-class UnitStore;
-struct PhaseTimes;
 
 /// True when the first file of `pattern` is an example shard (version 3); false when it is
 /// a pretraining shard, or no readable shard at all (the pretraining reader says why).
@@ -57,7 +53,6 @@ ExampleRunSizes read_example_run_sizes(const Config& cfg);
 struct ExampleFeedBytes {
     double examples = 0;  ///< training and validation examples held, target counts per example
     double rows = 0;      ///< the order of the examples in rows (ExampleRows, train and val)
-    double batch = 0;     ///< the micro-batch being filled (RowBatch)
 };
 
 /// The prompt of a sample during training: a validation example's tokens before its first
@@ -65,13 +60,6 @@ struct ExampleFeedBytes {
 struct SamplePrompt {
     std::vector<uint32_t> prompt;
     uint32_t stop = 0;
-};
-
-/// What the micro-steps of one step on examples produced.
-struct ExampleStepTotals {
-    double loss_sum = 0.0;     ///< this rank's sum of target losses
-    uint64_t targets = 0;      ///< target tokens of the whole global batch
-    uint64_t rows = 0;         ///< rows of the whole global batch
 };
 
 class ExampleFeed {
@@ -114,28 +102,13 @@ class ExampleFeed {
     /// in 9 rows" (pack: epoch 0's rows; the counts only where there are some).
     std::string describe_units() const;
 
-    /// Runs the grad_accum micro-steps of the step whose first global row is `first_row`
-    /// on this rank (rank of world), every gradient scaled by `scale` and normalised by the
-    /// global target count. Forward and backward times are added to `phases`.
-    ExampleStepTotals micro_steps(Transformer& model, ModelState& state, const TrainConfig& tc, int rank, int world,
-                                  uint64_t first_row, double scale, PhaseTimes& phases);
-    /// Masked validation: this rank's share of eval_batches micro-batches per rank of the
-    /// leading validation rows (no shuffle). Returns {sum of target losses, targets} of this
-    /// rank (the caller sums them over ranks).
-    std::pair<double, uint64_t> val_sums(Transformer& model, UnitStore& store, const TrainConfig& tc, int rank);
-
   private:
-    /// Forward of m_batch (its B, T) with dloss; positions and segments when packing, plain
-    /// rows when padding (each row one example from position 0: causal attention is exact).
-    void forward(Transformer& model, UnitStore& store, float dloss) const;
-
     Packing m_packing;
     std::unique_ptr<ExampleDataset> m_train;
     std::unique_ptr<ExampleDataset> m_val;
     std::unique_ptr<ExampleRows> m_train_rows;
     std::unique_ptr<ExampleRows> m_val_rows;
     std::vector<uint32_t> m_train_targets;  ///< per training example
-    RowBatch m_batch;
 };
 
 }  // namespace zt

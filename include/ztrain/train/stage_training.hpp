@@ -2,14 +2,24 @@
 // parallel.pipeline = 1), their models and model state, and every pass over them that the
 // run makes: the training step, the validation loss, the next-token logits of a sample, the
 // per-position losses of the multiple-choice tasks, and the final parameters. The trainer,
-// the Evaluator and the ChoiceEvaluator go through this interface alone, whatever the mesh.
+// the Evaluator, the ChoiceEvaluator and zt-eval go through this interface alone, whatever
+// the mesh.
 //
-// A step is a schedule of forward and backward passes over the stages held:
-//   - one stage (parallel.pipeline = 1): forward + backward per micro-batch, grad_accum of
-//     them (TrainStep, train_step.hpp), the model state reducing as each unit finishes;
-//   - a pipeline (parallel.pipeline > 1): the stage's models and PipelineRunner's schedule
-//     (src/train/pipeline_training.hpp), the stages agreeing on the loss, the norm and the
-//     overflow verdict.
+// A step is a schedule of forward and backward passes over the stages held
+// (parallel/pipeline_runner.hpp): a run without a pipeline is the one-stage schedule, each
+// micro-batch's forward then its backward, the model state reducing each unit's gradient as
+// it is final; a pipeline's stage runs parallel.schedule's passes, its ZeRO-2/3 state
+// reducing once per step, and the stages agree on the loss, the norm and the overflow
+// verdict (unit 0, which the first and the last stage both hold, summed between them).
+//
+// The loss is normalised by the global token count (dloss = scale / (micro_batch * T *
+// grad_accum * data ranks)), so the sum of every rank's gradient is the gradient of the
+// global mean loss, for any world size. Global sample j of step s is sample g = s *
+// global_batch + j of the run; data rank r's micro-batch a covers j in [(r * grad_accum + a)
+// * micro_batch, ... + micro_batch), on every stage of its pipeline. One rank with N-way
+// accumulation therefore sees exactly the sequences N ranks see. On example shards the same
+// indices are global rows of examples, and dloss = scale / (the global batch's target
+// tokens), counted before the passes (example_feed.hpp).
 // Not here: when to evaluate, the reports, the checkpoints (the trainer's loop).
 #pragma once
 
@@ -19,18 +29,33 @@
 #include <string>
 #include <vector>
 
+#include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/config/config.hpp"
-#include "ztrain/train/train_step.hpp"
+#include "ztrain/optim/loss_scale_policy.hpp"
+#include "ztrain/train/step_reporter.hpp"
 
 namespace zt {
 
-class LossScalePolicy;
 class ModelState;
 class StepReporter;
 class Transformer;
 struct MemoryPlan;
 struct TrainOptions;
 struct TrainSetup;
+
+/// What one step produced.
+struct StepOutcome {
+    double loss = 0.0;       ///< global mean train loss
+    double lr = 0.0;
+    double grad_norm = 0.0;  ///< unscaled global norm (not finite when the step was skipped)
+    double loss_scale = 1.0; ///< the scale the step ran with
+    LossScalePolicy::Verdict verdict;
+    PhaseTimes phases;
+    double step_s = 0.0;     ///< wall time of the whole step
+    /// Example shards: the step's target tokens and rows over all ranks (0 otherwise).
+    uint64_t targets = 0;
+    uint64_t rows = 0;
+};
 
 class StageTraining {
   public:
@@ -49,8 +74,9 @@ class StageTraining {
     /// advances `progress` past it; `reporter` hears of a skipped step. Collective.
     virtual StepOutcome step(long step, TrainProgress& progress, StepReporter& reporter) = 0;
     /// The mean validation loss over train.eval_batches micro-batches per data rank (the
-    /// same leading windows, or example rows, every time; example shards: the loss over
-    /// every target). Needs validation data (TrainSetup::has_validation). Collective.
+    /// same leading windows, or example rows, every time): windows, the mean of their
+    /// micro-batch means; example shards, the loss over every target. Needs validation data
+    /// (TrainSetup::has_validation). Collective.
     virtual double val_loss() = 0;
     /// Writes the logits (host memory, model.padded_vocab() floats, the same on every rank)
     /// of the last of the T tokens at `window`, after a forward over them: a sample's draw
@@ -69,9 +95,9 @@ class StageTraining {
 /// reads the same deck, so every rank refuses alike): backend = cuda with a pipeline.
 void check_stages(const Config& cfg, const TrainSetup& setup);
 
-/// This rank's stages of `cfg`'s model over `setup`'s mesh, with the model state's
-/// communication overlap and bucket from `plan`, the loss scale `loss_scale` and the test
-/// hooks of `options` (which outlive it).
+/// This rank's stages of `cfg`'s model over `setup`'s mesh (and its op profile, when on),
+/// with the model state's communication overlap and bucket from `plan`, the loss scale
+/// `loss_scale` and the test hooks of `options` (all of which outlive it).
 std::unique_ptr<StageTraining> make_stage_training(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale,
                                                    const MemoryPlan& plan, const TrainOptions& options);
 
