@@ -6,9 +6,9 @@
 // CKPT_DIR: a checkpoint directory (its `latest` step) or a step directory; the model and
 // the tokenizer come from the deck the checkpoint stores (data.tokenizer, or tokenizer.json
 // beside data.train). HF_DIR: a Hugging Face model directory (config.json + safetensors, as
-// model.from_hf reads it) with tokenizer.json, or vocab.json + merges.txt. The examples are
-// split over the ranks and the counts summed (train/choice_eval.hpp); the numbers and their
-// definitions: docs/evaluation.md. Exit status: 0 success, 2 bad input, 1 anything else.
+// model.from_hf reads it) with tokenizer.json, or vocab.json + merges.txt. The forwards are
+// split over the ranks, each row's score the same at any world size (train/choice_eval.hpp);
+// the numbers and their definitions: docs/evaluation.md. Exit status: 0 success, 2 bad input, 1 anything else.
 #include <mpi.h>
 
 #include <boost/program_options.hpp>
