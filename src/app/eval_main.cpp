@@ -1,14 +1,14 @@
 // zt-eval: multiple-choice evaluation (HellaSwag-style tasks) of a trained or downloaded model.
 //
 //   mpirun -np N zt-eval CKPT_DIR|HF_DIR --tasks FILE[,FILE...] [--limit K] [--output results.json]
-//                        [--tokenizer FILE] [--batch B] [--threads T]
+//                        [--per-item items.jsonl] [--tokenizer FILE] [--batch B] [--threads T]
 //
 // CKPT_DIR: a checkpoint directory (its `latest` step) or a step directory; the model and
 // the tokenizer come from the deck the checkpoint stores (data.tokenizer, or tokenizer.json
 // beside data.train). HF_DIR: a Hugging Face model directory (config.json + safetensors, as
-// model.from_hf reads it) with tokenizer.json, or vocab.json + merges.txt. The examples are
-// split over the ranks and the counts summed (train/choice_eval.hpp); the numbers and their
-// definitions: docs/evaluation.md. Exit status: 0 success, 2 bad input, 1 anything else.
+// model.from_hf reads it) with tokenizer.json, or vocab.json + merges.txt. The forwards are
+// split over the ranks, each row's score the same at any world size (train/choice_eval.hpp);
+// the numbers and their definitions: docs/evaluation.md. Exit status: 0 success, 2 bad input, 1 anything else.
 #include <mpi.h>
 
 #include <boost/program_options.hpp>
@@ -48,6 +48,7 @@ struct EvalOptions {
     std::string model;
     std::string tasks;
     std::string output;
+    std::string per_item;
     std::string tokenizer;
     long limit = 0;
     int batch = 8;
@@ -65,6 +66,9 @@ bool parse(int argc, char** argv, EvalOptions& o, bool root) {
         "tasks", po::value(&o.tasks), "task files, comma-separated: HellaSwag JSON Lines or llm.c's .bin")(
         "limit", po::value(&o.limit), "the first K examples of each task (0: all)")(
         "output,o", po::value(&o.output), "also write the results as JSON to this file")(
+        "per-item", po::value(&o.per_item),
+        "also write one JSON line per example to this file: task, index, label and each ending's summed "
+        "log-likelihood (loglik), characters (chars) and scored tokens (tokens)")(
         "tokenizer", po::value(&o.tokenizer), "a ztrain tokenizer description (default: found as said above)")(
         "batch", po::value(&o.batch), "candidate rows per forward (default 8)")(
         "threads", po::value(&o.threads), "CPU threads per rank (0: cores / ranks on the node)");
@@ -85,9 +89,11 @@ bool parse(int argc, char** argv, EvalOptions& o, bool root) {
     ZT_INPUT_CHECK(o.limit >= 0, "--limit ", o.limit, ": expected an integer >= 0");
     ZT_INPUT_CHECK(o.batch >= 1, "--batch ", o.batch, ": expected an integer >= 1");
     ZT_INPUT_CHECK(o.threads >= 0, "--threads ", o.threads, ": expected an integer >= 0");
-    if (!o.output.empty()) {
-        const fs::path parent = fs::absolute(o.output).parent_path();
-        ZT_INPUT_CHECK(fs::is_directory(parent), "--output ", o.output, ": directory '", parent.string(),
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--output", o.output},
+                                     std::pair<const char*, const std::string&>{"--per-item", o.per_item}}) {
+        if (path.empty()) continue;
+        const fs::path parent = fs::absolute(path).parent_path();
+        ZT_INPUT_CHECK(fs::is_directory(parent), flag, " ", path, ": directory '", parent.string(),
                        "' does not exist");
     }
     return true;
@@ -126,14 +132,29 @@ std::unique_ptr<zt::Tokenizer> find_tokenizer(const EvalOptions& o, const zt::Co
     return zt::load_tokenizer(beside.string());
 }
 
-void write_results(const std::string& path, const nlohmann::ordered_json& results) {
+void write_file(const std::string& path, const std::string& text) {
     const std::string tmp = path + ".tmp";
     {
         std::ofstream out(tmp);
-        out << results.dump(2) << "\n";
+        out << text;
         ZT_REQUIRE(out.good(), "cannot write ", tmp);
     }
     fs::rename(tmp, path);  // a reader never sees half a file
+}
+
+/// --per-item's lines for one task: each example's ending scores, in example order.
+std::string per_item_lines(const zt::ChoiceTask& task, const std::vector<std::vector<zt::EndingScore>>& items) {
+    std::string text;
+    for (size_t i = 0; i < items.size(); ++i) {
+        nlohmann::ordered_json line{{"task", task.name}, {"index", i}, {"label", task.examples[i].label}};
+        for (const zt::EndingScore& s : items[i]) {
+            line["loglik"].push_back(s.loglik);
+            line["chars"].push_back(s.chars);
+            line["tokens"].push_back(s.tokens);
+        }
+        text += line.dump() + "\n";
+    }
+    return text;
 }
 
 /// The deck of the model to evaluate: the run's model on every rank whole (no pipeline, tensor
@@ -186,10 +207,13 @@ int run(int argc, char** argv) {
     nlohmann::ordered_json results;
     results["model"] = step_dir.empty() ? o.model : step_dir;
     results["world_size"] = comm->size();
+    std::string per_item;
     for (const zt::ChoiceTask& task : tasks) {
         const auto t0 = std::chrono::steady_clock::now();
-        const zt::ChoiceCounts c = evaluator.evaluate(task, o.limit);
+        std::vector<std::vector<zt::EndingScore>> items;
+        const zt::ChoiceCounts c = evaluator.evaluate(task, o.limit, o.per_item.empty() ? nullptr : &items);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        per_item += per_item_lines(task, items);
         const double n = static_cast<double>(std::max(1L, c.n));
         results["tasks"][task.name] = {{"file", task.file},
                                        {"n", c.n},
@@ -200,7 +224,8 @@ int run(int argc, char** argv) {
                                        {"examples_per_s", static_cast<double>(c.n) / s}};
         if (root) std::printf("%s  (%.1f examples/s)\n", zt::choice_summary(task.name, c).c_str(), static_cast<double>(c.n) / s);
     }
-    if (root && !o.output.empty()) write_results(o.output, results);
+    if (root && !o.output.empty()) write_file(o.output, results.dump(2) + "\n");
+    if (root && !o.per_item.empty()) write_file(o.per_item, per_item);
     return zt::kExitOk;
 }
 

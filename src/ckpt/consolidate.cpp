@@ -11,6 +11,8 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -245,11 +247,13 @@ void export_h5(CheckpointReader& reader, const CkptModel& m, const std::string& 
 // .safetensors (the family's Hugging Face names and layout)
 // ---------------------------------------------------------------------------------------
 
+/// Writes the tensors m.tensors[i] for i in `which` (in that order) to `file`.
 void export_safetensors(CheckpointReader& reader, const CkptModel& m, const Family& family, const std::string& file,
-                        DType t) {
+                        DType t, const std::vector<size_t>& which) {
     const HfNaming& names = family.hf_naming();
     std::vector<SafetensorsWriter::Tensor> tensors;
-    for (const CkptTensor& tensor : m.tensors) {
+    for (size_t i : which) {
+        const CkptTensor& tensor = m.tensors[i];
         tensors.push_back({names.hf_name(tensor.name), names.file_shape(tensor.name, tensor.live_shape)});
     }
     nlohmann::ordered_json metadata = {{"format", "pt"},
@@ -260,7 +264,8 @@ void export_safetensors(CheckpointReader& reader, const CkptModel& m, const Fami
     SafetensorsWriter out(file, tensors, t, metadata);
     std::vector<float> buf;
     std::vector<float> other;  // transposed copy, or the 16-bit conversion's storage
-    for (const CkptTensor& tensor : m.tensors) {
+    for (size_t i : which) {
+        const CkptTensor& tensor = m.tensors[i];
         read_tensor(reader, tensor, "master", buf);
         const float* src = buf.data();
         if (names.transposed(tensor.name)) {
@@ -284,8 +289,117 @@ void export_safetensors(CheckpointReader& reader, const CkptModel& m, const Fami
     out.close();
 }
 
-/// A Hugging Face model directory: model.safetensors + config.json.
-void export_hf_directory(const std::string& ckpt_path, const std::string& output, DType dtype) {
+std::vector<size_t> every_tensor(const CkptModel& m) {
+    std::vector<size_t> all(m.tensors.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    return all;
+}
+
+/// The tensors of each weights file, as save_pretrained(max_shard_size=...) splits them
+/// (huggingface_hub's split_state_dict_into_shards_factory): in order, a file is closed when
+/// the next tensor would take it over `max_bytes`; a tensor larger than `max_bytes` gets a
+/// file of its own, listed at once (before the file being filled). 0: one file.
+std::vector<std::vector<size_t>> split_into_shards(const CkptModel& m, DType t, uint64_t max_bytes) {
+    if (max_bytes == 0) return {every_tensor(m)};
+    std::vector<std::vector<size_t>> shards;
+    std::vector<size_t> current;
+    uint64_t current_bytes = 0;
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+        const uint64_t bytes = static_cast<uint64_t>(m.tensors[i].live_numel) * dtype_size(t);
+        if (bytes > max_bytes) {
+            shards.push_back({i});
+            continue;
+        }
+        if (current_bytes + bytes > max_bytes && !current.empty()) {
+            shards.push_back(std::move(current));
+            current.clear();
+            current_bytes = 0;
+        }
+        current.push_back(i);
+        current_bytes += bytes;
+    }
+    if (!current.empty()) shards.push_back(std::move(current));
+    return shards;
+}
+
+/// "model-00002-of-00005.safetensors": save_pretrained's name of shard k (from 0) of n.
+std::string shard_file_name(size_t k, size_t n) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+    return name;
+}
+
+/// model.safetensors.index.json as save_pretrained writes it: {"metadata": {"total_parameters",
+/// "total_size" (bytes of tensor data)}, "weight_map": {Hugging Face name: shard file}}, keys
+/// sorted, indented by 2, with a final newline.
+std::string shard_index_text(const CkptModel& m, const Family& family, DType t,
+                             const std::vector<std::vector<size_t>>& shards) {
+    nlohmann::json index;  // nlohmann::json keeps its keys sorted, as json.dumps(sort_keys=True)
+    uint64_t params = 0;
+    for (const CkptTensor& tensor : m.tensors) params += tensor.live_numel;
+    index["metadata"] = {{"total_parameters", params}, {"total_size", params * dtype_size(t)}};
+    index["weight_map"] = nlohmann::json::object();
+    for (size_t k = 0; k < shards.size(); ++k) {
+        for (size_t i : shards[k]) {
+            index["weight_map"][family.hf_naming().hf_name(m.tensors[i].name)] = shard_file_name(k, shards.size());
+        }
+    }
+    return index.dump(2) + "\n";
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+    write_atomically(path, [&](const std::string& file) {
+        std::ofstream out(file, std::ios::binary);
+        out << text;
+        out.close();
+        if (!out) throw Error(str("cannot write ", file, " (disk full?)"));
+    });
+}
+
+/// Removes what an earlier export left in `dir` that this one did not write: the single file,
+/// the index or shards of another count, any of which a loader could otherwise read.
+void remove_stale_weights(const fs::path& dir, const std::vector<std::string>& written) {
+    std::vector<fs::path> stale;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        const bool weights = name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                             (name.rfind("model-", 0) == 0 && ends_with(name, ".safetensors") &&
+                              name.find("-of-") != std::string::npos);
+        if (weights && std::find(written.begin(), written.end(), name) == written.end()) stale.push_back(e.path());
+    }
+    for (const fs::path& p : stale) {
+        std::error_code ec;
+        fs::remove(p, ec);
+        if (ec) throw Error(str("cannot remove ", p.string(), " (an earlier export's): ", ec.message()));
+    }
+}
+
+/// The weights of a Hugging Face directory: model.safetensors, or shards and their index.
+/// Returns the files written.
+std::vector<std::string> export_hf_weights(CheckpointReader& reader, const CkptModel& m, const Family& family,
+                                           const fs::path& dir, DType dtype, uint64_t max_shard_bytes) {
+    const std::vector<std::vector<size_t>> shards = split_into_shards(m, dtype, max_shard_bytes);
+    std::vector<std::string> names;
+    for (size_t k = 0; k < shards.size(); ++k) {
+        names.push_back(shards.size() == 1 ? "model.safetensors" : shard_file_name(k, shards.size()));
+        write_atomically((dir / names.back()).string(), [&](const std::string& file) {
+            export_safetensors(reader, m, family, file, dtype, shards[k]);
+        });
+    }
+    std::vector<std::string> written = names;
+    if (shards.size() > 1) {
+        write_text_file((dir / "model.safetensors.index.json").string(), shard_index_text(m, family, dtype, shards));
+        written.push_back("model.safetensors.index.json");
+    }
+    remove_stale_weights(dir, written);
+    std::vector<std::string> paths;
+    for (const std::string& name : names) paths.push_back((dir / name).string());
+    return paths;
+}
+
+/// A Hugging Face model directory: model.safetensors (or its shards and index) + config.json.
+std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const std::string& output, DType dtype,
+                                             uint64_t max_shard_bytes) {
     const fs::path dir = fs::path(output).lexically_normal();
     const fs::path parent = dir.has_filename() ? dir.parent_path() : dir.parent_path().parent_path();
     ZT_INPUT_CHECK(fs::is_directory(dir) || parent.empty() || fs::is_directory(parent), "--output: directory '",
@@ -307,27 +421,24 @@ void export_hf_directory(const std::string& ckpt_path, const std::string& output
     fs::create_directories(dir, ec);
     ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
     // config.json goes last: a directory with a config holds the matching weights.
-    write_atomically((dir / "model.safetensors").string(),
-                     [&](const std::string& file) { export_safetensors(reader, m, family, file, dtype); });
-    write_atomically((dir / "config.json").string(), [&](const std::string& file) {
-        std::ofstream out(file, std::ios::binary);
-        out << text;
-        out.close();
-        if (!out) throw Error(str("cannot write ", file, " (disk full?)"));
-    });
+    const std::vector<std::string> files = export_hf_weights(reader, m, family, dir, dtype, max_shard_bytes);
+    write_text_file((dir / "config.json").string(), text);
+    return files;
 }
 
 }  // namespace
 
-void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer) {
+std::vector<std::string> consolidate(const std::string& ckpt_path, const std::string& output, DType dtype,
+                                     bool with_optimizer, uint64_t max_shard_bytes) {
     silence_hdf5();
     ZT_INPUT_CHECK(!output.empty(), "--output: no file name given");
     if (fs::is_directory(output) || output.back() == '/') {
         ZT_INPUT_CHECK(!with_optimizer, "--with-optimizer: a Hugging Face directory ('", output,
                        "') holds weights only; write a .h5 file for the optimizer state");
-        export_hf_directory(ckpt_path, output, dtype);
-        return;
+        return export_hf_directory(ckpt_path, output, dtype, max_shard_bytes);
     }
+    ZT_INPUT_CHECK(max_shard_bytes == 0, "--max-shard-size: splits a Hugging Face directory's weights; '", output,
+                   "' is a file (give a directory, or a name ending in /)");
     const WeightsFormat fmt = weights_format_of(output, "--output");
     ZT_INPUT_CHECK(!with_optimizer || fmt == WeightsFormat::kH5, "--with-optimizer: only .h5 output holds optimizer "
                    "state ('", output, "' is safetensors)");
@@ -342,9 +453,38 @@ void consolidate(const std::string& ckpt_path, const std::string& output, DType 
         if (fmt == WeightsFormat::kH5) {
             export_h5(reader, model, file, dtype, with_optimizer);
         } else {
-            export_safetensors(reader, model, model_family(model.model), file, dtype);
+            export_safetensors(reader, model, model_family(model.model), file, dtype, every_tensor(model));
         }
     });
+    return {output};
+}
+
+uint64_t parse_max_shard_size(const std::string& text) {
+    // huggingface_hub's parse_size_to_int: a number and KB, MB, GB or TB (powers of 10, any
+    // case); also a plain count of bytes.
+    const std::string expected = str("--max-shard-size '", text,
+                                     "': expected a size such as 5GB, 500MB or 100KB (powers of 10, as "
+                                     "save_pretrained's max_shard_size), or a number of bytes");
+    static const std::pair<const char*, double> kUnits[] = {{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+    const size_t first = text.find_first_not_of(' ');
+    const std::string trimmed = first == std::string::npos ? "" : text.substr(first, text.find_last_not_of(' ') + 1 - first);
+    std::string number = trimmed;
+    double scale = 1;
+    std::string unit = trimmed.size() >= 2 ? trimmed.substr(trimmed.size() - 2) : "";
+    for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (const auto& [name, factor] : kUnits) {
+        if (unit == name) {
+            number = trimmed.substr(0, trimmed.find_last_not_of(' ', trimmed.size() - 3) + 1);
+            scale = factor;
+        }
+    }
+    const size_t digits = number.find_first_not_of("0123456789.");
+    ZT_INPUT_CHECK(!number.empty() && digits == std::string::npos && number.find_first_of("0123456789") == 0 &&
+                       std::count(number.begin(), number.end(), '.') <= 1,
+                   expected);
+    const double bytes = std::stod(number) * scale;
+    ZT_INPUT_CHECK(bytes >= 1 && bytes < 1e18, expected, " of at least 1 byte");
+    return static_cast<uint64_t>(bytes);
 }
 
 ModelSource open_model_source(const std::string& path) {

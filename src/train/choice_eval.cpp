@@ -74,19 +74,72 @@ ChoiceEvaluator::ChoiceEvaluator(PositionLosses forward, int seq_len, Communicat
                                  uint32_t bos)
     : m_forward(std::move(forward)), m_seq_len(seq_len), m_comm(comm), m_max_batch(max_batch), m_bos(bos) {}
 
-void ChoiceEvaluator::run_rows(const ChoiceTask& task, const std::vector<std::pair<long, int>>& rows, long forwards,
-                               std::vector<std::vector<EndingScore>>& scores, long first) {
-    const int seq_len = m_seq_len;
+namespace {
+
+/// The distinct candidate rows of examples [first, last), in example order, and where each
+/// (example, ending) finds its row. An ending whose row equals an earlier ending's of the
+/// same example (a repeated ending, or two that the window cuts to the same tokens) shares
+/// that row: scored once, the two tie exactly, whichever forward either would have been in.
+struct RowPlan {
+    std::vector<std::pair<long, int>> rows;  ///< (example, ending) of each distinct row
+    std::vector<std::vector<size_t>> row_of;  ///< [example - first][ending]: index into rows
+};
+
+RowPlan plan_rows(const ChoiceTask& task, long first, long last, int seq_len, uint32_t bos) {
+    RowPlan plan;
+    for (long i = first; i < last; ++i) {
+        const ChoiceExample& ex = task.examples[static_cast<size_t>(i)];
+        std::vector<ChoiceRow> built;
+        std::vector<size_t>& of = plan.row_of.emplace_back();
+        for (int k = 0; k < static_cast<int>(ex.endings.size()); ++k) {
+            built.push_back(choice_row(ex, k, seq_len, bos));
+            size_t same = 0;
+            while (same < of.size() && (built[same].inputs != built.back().inputs ||
+                                        built[same].targets != built.back().targets))
+                ++same;
+            if (same < of.size()) {
+                of.push_back(of[same]);
+            } else {
+                of.push_back(plan.rows.size());
+                plan.rows.emplace_back(i, k);
+            }
+        }
+    }
+    return plan;
+}
+
+/// Each ending's score from its row's (loglik, tokens) pair in `row_sums`.
+std::vector<std::vector<EndingScore>> ending_scores(const ChoiceTask& task, const RowPlan& plan, long first,
+                                                    const std::vector<double>& row_sums) {
+    std::vector<std::vector<EndingScore>> scores;
+    for (size_t e = 0; e < plan.row_of.size(); ++e) {
+        const ChoiceExample& ex = task.examples[static_cast<size_t>(first) + e];
+        std::vector<EndingScore>& example = scores.emplace_back(plan.row_of[e].size());
+        for (size_t k = 0; k < example.size(); ++k) {
+            const size_t row = plan.row_of[e][k];
+            example[k].loglik = row_sums[2 * row];
+            example[k].tokens = static_cast<int>(row_sums[2 * row + 1]);
+            example[k].chars = ex.ending_chars[k];
+        }
+    }
+    return scores;
+}
+
+}  // namespace
+
+void ChoiceEvaluator::run_forwards(const ChoiceTask& task, const std::vector<std::pair<long, int>>& rows,
+                                   long first_forward, long end_forward, long forwards,
+                                   std::vector<double>& row_sums) {
     std::vector<int32_t> inputs;
     std::vector<int32_t> targets;
-    size_t next = 0;
-    for (long f = 0; f < forwards; ++f) {
+    const size_t max_batch = static_cast<size_t>(m_max_batch);
+    for (long f = first_forward; f < first_forward + forwards; ++f) {
+        const size_t begin = f < end_forward ? static_cast<size_t>(f) * max_batch : rows.size();
+        const size_t end = std::min(rows.size(), begin + max_batch);
         std::vector<ChoiceRow> batch;
-        const size_t begin = next;
-        while (next < rows.size() && batch.size() < static_cast<size_t>(m_max_batch)) {
-            const auto [ex, k] = rows[next++];
-            batch.push_back(choice_row(task.examples[static_cast<size_t>(ex)], k, seq_len, m_bos));
-        }
+        for (size_t r = begin; r < end; ++r)
+            batch.push_back(choice_row(task.examples[static_cast<size_t>(rows[r].first)], rows[r].second, m_seq_len,
+                                       m_bos));
         if (batch.empty()) batch.push_back(ChoiceRow{{0}, {-1}, 0});  // this rank has no rows left
         size_t T = 0;
         for (const ChoiceRow& r : batch) T = std::max(T, r.inputs.size());
@@ -99,71 +152,43 @@ void ChoiceEvaluator::run_rows(const ChoiceTask& task, const std::vector<std::pa
         }
         const float* losses = m_forward(inputs.data(), targets.data(), static_cast<int>(batch.size()),
                                         static_cast<int>(T));
-        for (size_t b = 0; b < batch.size() && begin + b < next; ++b) {
-            const auto [ex, k] = rows[begin + b];
-            EndingScore& s = scores[static_cast<size_t>(ex - first)][static_cast<size_t>(k)];
-            s.loglik = row_loglik(batch[b], losses + b * T);
-            s.tokens = batch[b].scored;
-            s.chars = task.examples[static_cast<size_t>(ex)].ending_chars[static_cast<size_t>(k)];
+        for (size_t r = begin; r < end; ++r) {
+            row_sums[2 * r] = row_loglik(batch[r - begin], losses + (r - begin) * T);
+            row_sums[2 * r + 1] = batch[r - begin].scored;
         }
     }
 }
 
-namespace {
-long rows_of(const ChoiceTask& task, long first, long last) {
-    long n = 0;
-    for (long i = first; i < last; ++i) n += static_cast<long>(task.examples[static_cast<size_t>(i)].endings.size());
-    return n;
-}
-
-/// The (example, ending) rows of examples [first, last), and a score slot for each.
-void list_rows(const ChoiceTask& task, long first, long last, std::vector<std::pair<long, int>>& rows,
-               std::vector<std::vector<EndingScore>>& scores) {
-    for (long i = first; i < last; ++i) {
-        const size_t n = task.examples[static_cast<size_t>(i)].endings.size();
-        scores.emplace_back(n);
-        for (size_t k = 0; k < n; ++k) rows.emplace_back(i, static_cast<int>(k));
-    }
-}
-}  // namespace
-
 std::vector<std::vector<EndingScore>> ChoiceEvaluator::score_examples(const ChoiceTask& task, long first, long last) {
-    std::vector<std::pair<long, int>> rows;
-    std::vector<std::vector<EndingScore>> scores;
-    list_rows(task, first, last, rows, scores);
-    const long forwards = (static_cast<long>(rows.size()) + m_max_batch - 1) / m_max_batch;
-    run_rows(task, rows, forwards, scores, first);
-    return scores;
+    const RowPlan plan = plan_rows(task, first, last, m_seq_len, m_bos);
+    const long forwards = (static_cast<long>(plan.rows.size()) + m_max_batch - 1) / m_max_batch;
+    std::vector<double> row_sums(2 * plan.rows.size(), 0.0);
+    run_forwards(task, plan.rows, 0, forwards, forwards, row_sums);
+    return ending_scores(task, plan, first, row_sums);
 }
 
-ChoiceCounts ChoiceEvaluator::evaluate(const ChoiceTask& task, long limit) {
+ChoiceCounts ChoiceEvaluator::evaluate(const ChoiceTask& task, long limit,
+                                       std::vector<std::vector<EndingScore>>* items) {
     const long total = static_cast<long>(task.examples.size());
     const long n = limit > 0 ? std::min(limit, total) : total;
+    // The forwards are those of one rank scoring every row (the same rows in the same
+    // batches at any world size, so the same numbers), split over the ranks in contiguous
+    // blocks; every rank runs as many as the largest block (a sharded forward is collective).
+    const RowPlan plan = plan_rows(task, 0, n, m_seq_len, m_bos);
+    const long forwards = (static_cast<long>(plan.rows.size()) + m_max_batch - 1) / m_max_batch;
     const long world = m_comm.size();
-    auto block_start = [&](long r) { return n * r / world; };
-    // Every rank holds the task, so each knows every rank's row count: the number of
-    // forwards all run is the largest, with no collective to agree on it.
-    long forwards = 0;
-    for (long r = 0; r < world; ++r)
-        forwards = std::max(forwards, (rows_of(task, block_start(r), block_start(r + 1)) + m_max_batch - 1) / m_max_batch);
-    const long first = block_start(m_comm.rank());
-    const long last = block_start(m_comm.rank() + 1);
-    std::vector<std::pair<long, int>> rows;
-    std::vector<std::vector<EndingScore>> scores;
-    list_rows(task, first, last, rows, scores);
-    run_rows(task, rows, forwards, scores, first);
-    ChoiceCounts local;
-    for (long i = first; i < last; ++i)
-        score_example(scores[static_cast<size_t>(i - first)], task.examples[static_cast<size_t>(i)].label, local);
-    double sums[4] = {static_cast<double>(local.n), static_cast<double>(local.acc),
-                      static_cast<double>(local.acc_norm), static_cast<double>(local.acc_token)};
-    m_comm.all_reduce_scalars(sums, 4);
-    ChoiceCounts all;
-    all.n = static_cast<long>(sums[0]);
-    all.acc = static_cast<long>(sums[1]);
-    all.acc_norm = static_cast<long>(sums[2]);
-    all.acc_token = static_cast<long>(sums[3]);
-    return all;
+    const long rank = m_comm.rank();
+    std::vector<double> row_sums(2 * plan.rows.size(), 0.0);
+    run_forwards(task, plan.rows, forwards * rank / world, forwards * (rank + 1) / world, (forwards + world - 1) / world,
+                 row_sums);
+    // Each row's pair is set on one rank and 0 on the others: the sum is exact.
+    m_comm.all_reduce_scalars(row_sums.data(), row_sums.size());
+    std::vector<std::vector<EndingScore>> scores = ending_scores(task, plan, 0, row_sums);
+    ChoiceCounts counts;
+    for (long i = 0; i < n; ++i)
+        score_example(scores[static_cast<size_t>(i)], task.examples[static_cast<size_t>(i)].label, counts);
+    if (items != nullptr) *items = std::move(scores);
+    return counts;
 }
 
 std::string choice_summary(const std::string& task, const ChoiceCounts& c) {

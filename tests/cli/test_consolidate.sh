@@ -189,6 +189,16 @@ expect 0 "initialized weights from .*hf_llama" "${lrun[@]}" --config "$ldeck" --
   --model.from_hf="$work/hf_llama"
 expect 0 "initialized weights from .*hf_llama" "${lrun[@]}" --config "$ldeck" --run.dir="$work/lhf3" \
   --model.init_from="$work/hf_llama"
+# --max-shard-size: shards and their index, as save_pretrained writes them; the same first loss.
+expect 0 "wrote .*hf_sharded/model-00001-of-([0-9]{5})\.safetensors \.\.\. model-\1-of-\1\.safetensors \([0-9]+ shards\), model\.safetensors\.index\.json and config\.json" \
+  "$BIN/zt-consolidate" "$lckpt" --output "$work/hf_sharded/" --max-shard-size 20KB
+"${lrun[@]}" --model.from_hf="$work/hf_sharded" --run.dir="$work/lsharded" > "$work/lsharded.log" 2>&1
+[ -n "$lhf" ] && [ "$(first_loss "$work/lsharded.log")" = "$lhf" ] && echo "ok: sharded export: first loss $lhf" ||
+  { echo "FAIL: sharded export: first loss '$(first_loss "$work/lsharded.log")' vs '$lhf'"; failures=$((failures + 1)); }
+expect 2 "--max-shard-size '5XB': expected a size such as 5GB" "$BIN/zt-consolidate" "$lckpt" --output "$work/hf_x/" \
+  --max-shard-size 5XB
+expect 2 "--max-shard-size: splits a Hugging Face directory's weights; '.*l2\.safetensors' is a file" \
+  "$BIN/zt-consolidate" "$lckpt" --output "$work/l2.safetensors" --max-shard-size 1GB
 expect 0 "initialized weights from .*l\.safetensors" "${lrun[@]}" --config "$ldeck" --run.dir="$work/lst" \
   --model.init_from="$work/l.safetensors"
 expect 2 "command line: model\.n_layer = 3, but model\.from_hf = .*says 2 \(.*config\.json: num_hidden_layers\)" \

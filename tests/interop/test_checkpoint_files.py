@@ -12,7 +12,12 @@ A tiny GPT-2 trains 4 steps at np 2 under ZeRO-2 (two shard files), then:
   - safetensors.safe_open reads zt-consolidate's .safetensors: metadata "format" = "pt" (what
     transformers requires), every tensor equal to the .h5's (or its transpose, for the
     matrices Hugging Face's GPT-2 stores in Conv1D layout); the --dtype bf16 file has the
-    same names and shapes, each BF16.
+    same names and shapes, each BF16;
+  - zt-consolidate --output DIR/ --max-shard-size 10KB: the shard files and
+    model.safetensors.index.json are those huggingface_hub's split_state_dict_into_shards_factory
+    (what save_pretrained calls) makes of the same tensors in the same order, the index laid out as
+    save_pretrained writes it, and safe_open reads every shard: metadata "format" = "pt", each
+    tensor equal to the single file's.
 Exit 0: all equal; 1: a difference, named; 77: skipped (a package missing, unless
 ZT_REQUIRE_INTEROP=1).
 """
@@ -139,6 +144,48 @@ def check_safetensors(path, bf16_path, tensors):
     return len(shapes)
 
 
+def check_sharded(consolidate, step_dir, work, single_path):
+    """zt-consolidate --max-shard-size against huggingface_hub's split and safe_open; the shard count."""
+    out = os.path.join(work, "sharded")
+    limit = "10KB"
+    subprocess.run([consolidate, step_dir, "--output", out + "/", "--max-shard-size", limit], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(single_path, "rb") as f:  # the single file's header, in its tensors' order
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    sizes = {k: v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if k != "__metadata__"}
+    index_path = os.path.join(out, "model.safetensors.index.json")
+    with open(index_path) as f:
+        text = f.read()
+    index = json.loads(text)
+    check(text == json.dumps(index, indent=2, sort_keys=True) + "\n",
+          f"{index_path}: not laid out as save_pretrained writes it (json.dumps(indent=2, sort_keys=True))")
+    check(index["metadata"].get("total_size") == sum(sizes.values()),
+          f"{index_path}: metadata.total_size {index['metadata'].get('total_size')}, the tensors hold {sum(sizes.values())}")
+    try:
+        from huggingface_hub.serialization import split_state_dict_into_shards_factory
+        split = split_state_dict_into_shards_factory(sizes, get_storage_size=lambda n: n, max_shard_size=limit,
+                                                     filename_pattern="model{suffix}.safetensors")
+        check(index["weight_map"] == split.tensor_to_filename,
+              f"{index_path}: weight_map differs from huggingface_hub's split at {limit}: "
+              f"{sorted(set(index['weight_map'].items()) ^ set(split.tensor_to_filename.items()))}")
+    except ImportError:
+        check(os.environ.get("ZT_REQUIRE_INTEROP") != "1", "the Python package 'huggingface_hub' is missing")
+        print("interop: note: huggingface_hub missing, the split is not judged against it")
+    files = sorted(set(index["weight_map"].values()))
+    check(sorted(f for f in os.listdir(out) if f.endswith(".safetensors")) == files,
+          f"{out}: the weight files are not those the index names")
+    with safe_open(single_path, framework="numpy") as single:
+        for name in files:
+            with safe_open(os.path.join(out, name), framework="numpy") as s:
+                check(s.metadata().get("format") == "pt", f"{name}: metadata format is not 'pt'")
+                check(sorted(s.keys()) == sorted(k for k, v in index["weight_map"].items() if v == name),
+                      f"{name}: holds {sorted(s.keys())}, not what the index maps to it")
+                for key in s.keys():
+                    check(np.array_equal(s.get_tensor(key), single.get_tensor(key)),
+                          f"{name}: {key} differs from the single file's")
+    return len(files)
+
+
 def main(bin_dir, src_dir):
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -153,11 +200,13 @@ def main(bin_dir, src_dir):
             subprocess.run([consolidate, step_dir, "--output", path] + extra, check=True, stdout=subprocess.DEVNULL)
         tensors = check_h5(out[".h5"], meta, masters)
         n = check_safetensors(out[".safetensors"], out["-bf16.safetensors"], tensors)
+        n_sharded = check_sharded(consolidate, step_dir, work, out[".safetensors"])
     for what in FAILURES:
         print("FAILED: " + what)
     if not FAILURES:
         print(f"{len(meta['shards'])} shards and {len(tensors)} tensors (h5py {h5py.__version__}), {n} safetensors "
-              f"entries in fp32 and bf16 (safetensors {__import__('safetensors').__version__}): as ztrain wrote them")
+              f"entries in fp32 and bf16 (safetensors {__import__('safetensors').__version__}), {n_sharded} "
+              f"safetensors shards and their index: as ztrain wrote them")
     return 1 if FAILURES else 0
 
 

@@ -1,7 +1,8 @@
 // Multiple-choice evaluation across ranks: examples split over the ranks, counts summed,
 // give the counts of one rank scoring every example (np 1), at ZeRO stages 0 and 3 (a
-// sharded forward is collective, so every rank must run the same number of forwards); and
-// the in-loop record {"event":"eval",...} of a training run carries the same counts.
+// sharded forward is collective, so every rank must run the same number of forwards); every
+// ending's score is one rank's, whatever a forward's shape does to its rounding; and the
+// in-loop record {"event":"eval",...} of a training run carries the same counts.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -53,6 +54,42 @@ TEST(ChoiceEvalRanks, CountsEqualOneRanksAtStages0And3) {
                          StateOptions::zero(stage).with_buckets(1 << 16).with_seed(11));
         ChoiceEvaluator ev(model, state, *comm, 3, tok->eot());
         expect_same_counts(ev.evaluate(task, 30), want, "stage " + std::to_string(stage));
+    }
+}
+
+// Every ending's score at any world size is one rank's (the same rows in the same forwards),
+// even where a forward's rounding depends on its shape: here each loss carries a trace of B,
+// T and the row's place. 30 examples: the ranks' blocks of rows are unequal.
+TEST(ChoiceEvalRanks, EveryEndingScoresAsAtOneRankWhateverTheForwardsShape) {
+    std::vector<float> losses;
+    const PositionLosses shaped = [&losses](const int32_t* inputs, const int32_t*, int B, int T) {
+        losses.resize(static_cast<size_t>(B) * static_cast<size_t>(T));
+        for (size_t i = 0; i < losses.size(); ++i) {
+            const size_t place = i / static_cast<size_t>(T);
+            losses[i] = 0.01f * static_cast<float>(inputs[i] % 17) + 1e-4f * static_cast<float>(B) +
+                        1e-5f * static_cast<float>(T) + 1e-6f * static_cast<float>(place);
+        }
+        return losses.data();
+    };
+    auto tok = make_byte_tokenizer();
+    const ChoiceTask task = read_choice_task(kTinyTask, *tok);
+    auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+    for (int batch : {1, 3, 8}) {
+        ChoiceEvaluator alone(shaped, 48, self_communicator(), batch, tok->eot());
+        ChoiceEvaluator all(shaped, 48, *comm, batch, tok->eot());
+        std::vector<std::vector<EndingScore>> want;
+        std::vector<std::vector<EndingScore>> got;
+        const ChoiceCounts want_counts = alone.evaluate(task, 30, &want);
+        expect_same_counts(all.evaluate(task, 30, &got), want_counts, "batch " + std::to_string(batch));
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(got[i].size(), want[i].size());
+            for (size_t k = 0; k < got[i].size(); ++k) {
+                EXPECT_EQ(got[i][k].loglik, want[i][k].loglik) << "batch " << batch << " example " << i << " ending " << k;
+                EXPECT_EQ(got[i][k].tokens, want[i][k].tokens) << "batch " << batch << " example " << i;
+                EXPECT_EQ(got[i][k].chars, want[i][k].chars) << "batch " << batch << " example " << i;
+            }
+        }
     }
 }
 

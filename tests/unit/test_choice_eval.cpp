@@ -1,6 +1,7 @@
 // Multiple-choice evaluation: the three scoring rules on hand-made numbers and logits, the
 // rows (context + ending, left truncation, targets on the ending only), the task readers
-// (JSON Lines, llm.c's binary format, bad files), and padding that leaves scores unchanged.
+// (JSON Lines, llm.c's binary format, bad files), padding that leaves scores unchanged, and a
+// repeated ending that ties exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -211,6 +212,29 @@ TEST(ChoiceEvaluation, PaddingLeavesScoresUnchanged) {
             EXPECT_EQ(a[i][k].tokens, b[i][k].tokens);
             EXPECT_GT(a[i][k].tokens, 0);
         }
+    }
+}
+
+// A repeated ending is scored once, so the two tie exactly and the first counts, even where a
+// forward's rounding depends on a row's place in its batch (here: a loss that falls with it,
+// which would favour the later copy whenever they sit in one batch).
+TEST(ChoiceEvaluation, ARepeatedEndingTiesWhereverItsRowsFall) {
+    std::vector<float> losses;
+    const PositionLosses by_place = [&losses](const int32_t*, const int32_t*, int B, int T) {
+        losses.resize(static_cast<size_t>(B) * static_cast<size_t>(T));
+        for (size_t i = 0; i < losses.size(); ++i) losses[i] = 1.f - 0.001f * static_cast<float>(i / static_cast<size_t>(T));
+        return losses.data();
+    };
+    ChoiceTask task;
+    task.examples = {example({1, 2}, {{3}, {5, 6, 7}, {3}}, 2)};  // the label is the repeat
+    for (int batch : {1, 2, 3}) {
+        ChoiceEvaluator ev(by_place, 16, self_communicator(), batch, 9);
+        std::vector<std::vector<EndingScore>> items;
+        const ChoiceCounts c = ev.evaluate(task, 0, &items);
+        ASSERT_EQ(items.size(), 1u);
+        EXPECT_EQ(items[0][0].loglik, items[0][2].loglik) << "batch " << batch;
+        EXPECT_EQ(items[0][0].tokens, items[0][2].tokens) << "batch " << batch;
+        EXPECT_EQ(c.acc + c.acc_norm + c.acc_token, 0) << "batch " << batch << ": the first of a tie counts";
     }
 }
 

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -296,6 +298,107 @@ TEST(Export, ImportReproducesTheWeightsFromBothFormats) {
     const float* w = c.acquire(0);
     EXPECT_EQ(w[f.layout.find("wpe.weight").offset], bf16_to_f32(f32_to_bf16(want[0][f.layout.find("wpe.weight").offset])));
     c.release(0);
+}
+
+/// save_pretrained's split (huggingface_hub's split_state_dict_into_shards_factory), written
+/// again here from its definition: tensors in order, a shard closed when the next tensor would
+/// take it over `limit`, a tensor over `limit` alone in a shard listed at once.
+std::vector<std::vector<std::string>> hf_split(const std::vector<std::pair<std::string, uint64_t>>& tensors,
+                                               uint64_t limit) {
+    std::vector<std::vector<std::string>> shards;
+    std::vector<std::string> current;
+    uint64_t size = 0;
+    for (const auto& [name, bytes] : tensors) {
+        if (bytes > limit) {
+            shards.push_back({name});
+            continue;
+        }
+        if (size + bytes > limit) {
+            shards.push_back(current);
+            current.clear();
+            size = 0;
+        }
+        current.push_back(name);
+        size += bytes;
+    }
+    if (!current.empty()) shards.push_back(current);
+    return shards;
+}
+
+// A directory's weights split at max_shard_bytes: the shards and the index save_pretrained
+// would write for the same tensors in the same order (names, weight_map, metadata), each
+// shard holding its tensors' bytes; they import as the single file does; and each export
+// removes the other layout's files, which a loader would otherwise read first.
+TEST(Export, ShardedDirectoryIsSplitAsSavePretrainedSplits) {
+    Fixture f;
+    const std::string single = f.dir.file("single") + "/";
+    consolidate(f.step_dir, single, DType::kF32, false);
+    const SafeTensors whole = parse_safetensors(single + "model.safetensors");
+    std::vector<std::pair<uint64_t, std::string>> by_offset;
+    for (const auto& kv : whole.header.items()) {
+        if (kv.key() != "__metadata__") by_offset.emplace_back(kv.value()["data_offsets"][0].get<uint64_t>(), kv.key());
+    }
+    std::sort(by_offset.begin(), by_offset.end());  // the order the tensors were written in
+    std::vector<std::pair<std::string, uint64_t>> tensors;
+    uint64_t total = 0;
+    for (const auto& [offset, name] : by_offset) {
+        const auto& off = whole.header[name]["data_offsets"];
+        tensors.emplace_back(name, off[1].get<uint64_t>() - off[0].get<uint64_t>());
+        total += tensors.back().second;
+    }
+    const uint64_t limit = 2000;  // under wte (2560 B) and the matrices: those get shards of their own
+    const std::string hf = f.dir.file("sharded") + "/";
+    const std::vector<std::string> files = consolidate(f.step_dir, hf, DType::kF32, false, limit);
+    const std::vector<std::vector<std::string>> want = hf_split(tensors, limit);
+    ASSERT_EQ(files.size(), want.size());
+    const nlohmann::json index = nlohmann::json::parse(test::read_file(hf + "model.safetensors.index.json"));
+    EXPECT_EQ(index["metadata"]["total_size"], total);
+    EXPECT_EQ(index["metadata"]["total_parameters"], total / 4);
+    EXPECT_EQ(index["weight_map"].size(), tensors.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, want.size());
+        EXPECT_EQ(files[k], hf + name);
+        const SafeTensors shard = parse_safetensors(files[k]);
+        EXPECT_EQ(shard.header["__metadata__"]["format"], "pt") << name;
+        EXPECT_EQ(shard.header.size(), want[k].size() + 1) << name;
+        for (const std::string& t : want[k]) {
+            EXPECT_EQ(index["weight_map"].value(t, ""), name) << t;
+            ASSERT_TRUE(shard.header.contains(t)) << name << " lacks " << t;
+            const auto& a = shard.header[t]["data_offsets"];
+            const auto& b = whole.header[t]["data_offsets"];
+            EXPECT_EQ(shard.data.substr(a[0].get<size_t>(), a[1].get<size_t>() - a[0].get<size_t>()),
+                      whole.data.substr(b[0].get<size_t>(), b[1].get<size_t>() - b[0].get<size_t>()))
+                << t;
+        }
+    }
+    EXPECT_EQ(test::read_file(hf + "config.json"), test::read_file(single + "config.json"));
+    EXPECT_FALSE(fs::exists(hf + "model.safetensors"));
+    ModelState b(f.layout, *f.backend, 99);
+    import_weights(hf, f.layout, f.mc, b);
+    const auto got = all_master(b);
+    const auto exact = expected_master(f, DType::kF32);
+    for (size_t u = 0; u < got.size(); ++u) {
+        ASSERT_EQ(std::memcmp(got[u].data(), exact[u].data(), got[u].size() * sizeof(float)), 0) << "unit " << u;
+    }
+    // Unsharded into the same directory: the shards and the index go; and back again.
+    consolidate(f.step_dir, hf, DType::kF32, false, 1000000);  // everything fits one file
+    EXPECT_EQ(test::read_file(hf + "model.safetensors"), test::read_file(single + "model.safetensors"));
+    EXPECT_FALSE(fs::exists(hf + "model.safetensors.index.json"));
+    EXPECT_FALSE(fs::exists(files[0]));
+    EXPECT_EQ(consolidate(f.step_dir, hf, DType::kF32, false, limit), files);
+    EXPECT_FALSE(fs::exists(hf + "model.safetensors"));
+    // Sizes as save_pretrained reads them; a file output cannot be split.
+    EXPECT_EQ(parse_max_shard_size("5GB"), 5000000000u);
+    EXPECT_EQ(parse_max_shard_size("0.5mb"), 500000u);
+    EXPECT_EQ(parse_max_shard_size(" 2 KB "), 2000u);
+    EXPECT_EQ(parse_max_shard_size("1234"), 1234u);
+    for (const char* bad : {"", "GB", "5XB", "5GiB", "-1MB", "1.2.3KB", "0"}) {
+        const std::string msg = input_error_of([&] { parse_max_shard_size(bad); });
+        EXPECT_NE(msg.find("--max-shard-size '"), std::string::npos) << bad << ": " << msg;
+    }
+    const std::string msg = input_error_of([&] { consolidate(f.step_dir, f.dir.file("x.safetensors"), DType::kF32, false, limit); });
+    EXPECT_NE(msg.find("--max-shard-size"), std::string::npos) << msg;
 }
 
 TEST(Export, ImportAcceptsExportsWithoutPrefixAndWithATiedHead) {

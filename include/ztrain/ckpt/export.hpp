@@ -21,7 +21,9 @@
 //                 q_proj.weight", (out, in)); lm_head.weight only when untied.
 //                 Vocabulary rows beyond model.vocab_size are cut in both.
 //   DIRECTORY/    a Hugging Face model directory: model.safetensors as above plus config.json
-//                 (GPT2Config or LlamaConfig, hf_family.cpp), which from_pretrained reads.
+//                 (GPT2Config or LlamaConfig, hf_family.cpp), which from_pretrained reads;
+//                 or, split at a maximum size, model-0000k-of-0000n.safetensors files with
+//                 model.safetensors.index.json, as save_pretrained writes them.
 //
 // Import (model.init_from): reads a .h5, a .safetensors file (with or without GPT-2's
 // "transformer." prefix; F32, BF16 or F16) or a Hugging Face model directory (config.json,
@@ -38,6 +40,7 @@
 // tokenizer export.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -64,7 +67,19 @@ struct ModelLayout;
 /// GQA heads, rms_norm_eps, rope_theta, rope_scaling, tie_word_embeddings,
 /// max_position_embeddings = seq_len), which `AutoModelForCausalLM.from_pretrained(OUTPUT)`
 /// reads. The directory itself is created if its parent exists.
-void consolidate(const std::string& ckpt_path, const std::string& output, DType dtype, bool with_optimizer);
+/// With max_shard_bytes > 0 (a directory only) the weights are split as save_pretrained(
+/// max_shard_size=...) splits them: in the checkpoint's tensor order, a file closed when the
+/// next tensor would take it over the limit (a larger tensor alone in its own), written as
+/// model-00001-of-0000N.safetensors ... with model.safetensors.index.json ({"metadata":
+/// {"total_parameters", "total_size"}, "weight_map": {name: file}}); everything fitting in one
+/// file is model.safetensors, as there. Weight files an earlier export left in the directory
+/// and this one did not write are removed. Returns the weight files written.
+std::vector<std::string> consolidate(const std::string& ckpt_path, const std::string& output, DType dtype,
+                                     bool with_optimizer, uint64_t max_shard_bytes = 0);
+/// zt-consolidate --max-shard-size: bytes, or a number and KB | MB | GB | TB (powers of 10, any
+/// case; huggingface_hub's parse_size_to_int), e.g. "5GB" = 5e9, "0.5MB" = 500000. Throws
+/// InputError naming the text.
+uint64_t parse_max_shard_size(const std::string& text);
 
 /// The Hugging Face GPT2Config (config.json; the GPT-2 family's Family::hf_config) describing a model of these dimensions stored
 /// in `dtype`; vocab_size is the unpadded vocabulary. bos/eos are GPT-2's 50256 for the

@@ -60,8 +60,11 @@ double row_loglik(const ChoiceRow& row, const float* position_losses);
 using PositionLosses = std::function<const float*(const int32_t* inputs, const int32_t* targets, int B, int T)>;
 
 /// Runs the forward over candidate rows, `max_batch` rows at a time, and scores examples.
-/// Examples are split in contiguous blocks over the communicator's ranks; every rank runs
-/// the same number of forwards (a sharded forward is collective) and the counts are summed.
+/// The rows of the examples evaluated, in example order, make the forwards one rank scoring
+/// them all would run; these are split in contiguous blocks over the communicator's ranks,
+/// so that every row's score (and so every count) is the same at any world size. Every rank
+/// runs the same number of forwards (a sharded forward is collective). An ending whose row
+/// equals an earlier ending's of the same example is scored once (the two tie exactly).
 class ChoiceEvaluator {
   public:
     ChoiceEvaluator(Transformer& model, UnitStore& store, Communicator& comm, int max_batch, uint32_t bos);
@@ -69,17 +72,21 @@ class ChoiceEvaluator {
     ChoiceEvaluator(PositionLosses forward, int seq_len, Communicator& comm, int max_batch, uint32_t bos);
 
     /// The first `limit` examples (0: all) of `task`, counted over every rank (collective).
-    ChoiceCounts evaluate(const ChoiceTask& task, long limit);
+    /// With `items`, also those examples' ending scores, in example order, on every rank
+    /// (zt-eval --per-item).
+    ChoiceCounts evaluate(const ChoiceTask& task, long limit, std::vector<std::vector<EndingScore>>* items = nullptr);
 
     /// The log-likelihoods of every ending of examples [first, last) on this rank alone
     /// (not collective: for tests and the reference comparison on an unsharded model).
     std::vector<std::vector<EndingScore>> score_examples(const ChoiceTask& task, long first, long last);
 
   private:
-    /// Fills `rows` (pairs of example and ending) into forwards of at most max_batch rows;
-    /// `forwards` is the number every rank runs (extra ones run on a one-token dummy).
-    void run_rows(const ChoiceTask& task, const std::vector<std::pair<long, int>>& rows, long forwards,
-                  std::vector<std::vector<EndingScore>>& scores, long first);
+    /// Runs `forwards` forwards from `first_forward` over `rows` (pairs of example and
+    /// ending), forward f holding rows [f * max_batch, (f + 1) * max_batch); those from
+    /// `end_forward` on run a one-token dummy. Writes each row's (loglik, tokens) into
+    /// row_sums[2 * row], row_sums[2 * row + 1].
+    void run_forwards(const ChoiceTask& task, const std::vector<std::pair<long, int>>& rows, long first_forward,
+                      long end_forward, long forwards, std::vector<double>& row_sums);
 
     PositionLosses m_forward;
     int m_seq_len;
