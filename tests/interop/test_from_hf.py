@@ -12,7 +12,8 @@ holding exactly one batch (micro_batch windows of seq_len + 1 tokens: the window
 sampler draws changes no mean), and its step-1 loss (the loss before the update) equals
 transformers' cross-entropy on the same windows within 1e-5 relative.
 Configs transformers accepts but ztrain cannot train exit 2 naming the field: an unknown
-architecture (GPTNeoXForCausalLM: model_type) and a rope type ztrain lacks (yarn).
+architecture (GPTNeoXForCausalLM: model_type), a rope type ztrain lacks (yarn), and a Llama
+with a classification head (LlamaForSequenceClassification: architectures).
 Exit 0: all equal; 1: a difference, named; 77: skipped (a package missing, unless
 ZT_REQUIRE_INTEROP=1).
 """
@@ -122,7 +123,11 @@ def refusals(bin_dir, work, shard):
         num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64, vocab_size=VOCAB,
         max_position_embeddings=T, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
                                                     "original_max_position_embeddings": 8}))
-    cases = {"gpt_neox": (neox, "model_type = 'gpt_neox'"), "yarn": (yarn, "rope_parameters.rope_type = 'yarn'")}
+    classifier = t.LlamaForSequenceClassification(t.LlamaConfig(
+        num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64, vocab_size=VOCAB,
+        max_position_embeddings=T, num_labels=3, pad_token_id=0))
+    cases = {"gpt_neox": (neox, "model_type = 'gpt_neox'"), "yarn": (yarn, "rope_parameters.rope_type = 'yarn'"),
+             "classifier": (classifier, 'architectures = ["LlamaForSequenceClassification"]')}
     for name, (model, field) in cases.items():
         model_dir = os.path.join(work, name)
         model.save_pretrained(model_dir)
@@ -142,7 +147,7 @@ def main(bin_dir, src_dir):
         results = compare_losses(bin_dir, work, shard, windows)
         refusals(bin_dir, work, shard)
     return FAIL.report(f"ztrain's first loss equals transformers' {transformers.__version__} (torch "
-                       f"{torch.__version__}): {', '.join(results)}; gpt_neox and yarn refused, naming the field")
+                       f"{torch.__version__}): {', '.join(results)}; gpt_neox, yarn and a classifier refused, naming the field")
 
 
 if __name__ == "__main__":

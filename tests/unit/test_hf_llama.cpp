@@ -342,6 +342,8 @@ TEST(HfLlamaImport, BadDirectoriesAndTensorsAreRefusedNamingFileAndField) {
     refused("hidden_act", {config_file, "hidden_act = \"gelu\""});
     with_config([](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
     refused("rope_type", {config_file, "rope_type = 'yarn'"});
+    with_config([](nlohmann::json& c) { c["architectures"] = {"LlamaForSequenceClassification"}; });
+    refused("a classifier", {config_file, "architectures = [\"LlamaForSequenceClassification\"]", "causal"});
     with_config([](nlohmann::json& c) { c["model_type"] = "qwen2"; });
     refused("qwen2", {config_file, "model_type = 'qwen2'", "biases"});
     with_config([](nlohmann::json& c) { c["hidden_size"] = "16"; });
