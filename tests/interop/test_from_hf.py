@@ -24,6 +24,7 @@ import tempfile
 
 from interop_common import Failures, read_metrics, require, run
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only: no hub lookups
 np, torch, transformers = require("numpy", "torch", "transformers")
 
 B, T, VOCAB = 4, 16, 96  # micro_batch, seq_len, vocabulary (not a multiple of ztrain's padding)
