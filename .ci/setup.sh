@@ -46,18 +46,34 @@ if [ ${#missing[@]} -gt 0 ]; then
     tail -20 /tmp/ztrain-apt.log; exit 1; }
 fi
 
-# The interop tests' Python packages (tests/interop/requirements.txt), from PyPI into the
-# project's own virtual environment (.venv), never the system Python. Idempotent: redone only
-# when the requirements file changed since the last install (its hash is kept in the venv).
+# The interop tests' Python packages, from PyPI into the project's own virtual environment
+# (.venv, or ZT_INTEROP_VENV as tests/interop/run.sh reads it), never the system Python.
+# requirements-lock.txt goes in with --no-deps: it pins everything requirements.txt needs
+# except the CUDA wheels torch would pull (about 4 GB; the lock's header says why). Where
+# torch then fails to import (no CUDA toolkit on the machine to supply its libraries),
+# requirements.txt is installed with its dependencies, the CUDA wheels included. Idempotent:
+# redone only when either file changed since the last install (their hash is kept in the venv).
 if [ "${1:-all}" != demo ]; then
   root=$(cd "$(dirname "$0")/.." && pwd)
   requirements=$root/tests/interop/requirements.txt
-  stamp=$root/.venv/.requirements.sha256
-  if [ ! -f "$stamp" ] || [ "$(sha256sum < "$requirements")" != "$(cat "$stamp")" ]; then
-    echo "setup: installing the interop tests' Python packages into .venv (tests/interop/requirements.txt)"
-    /usr/bin/python3 -m venv "$root/.venv"
-    "$root/.venv/bin/pip" install -q --disable-pip-version-check -r "$requirements" > /tmp/ztrain-pip.log 2>&1 || {
+  lock=$root/tests/interop/requirements-lock.txt
+  venv=${ZT_INTEROP_VENV:-$root/.venv}
+  stamp=$venv/.requirements.sha256
+  digest=$(cat "$requirements" "$lock" | sha256sum)
+  if [ ! -f "$stamp" ] || [ "$digest" != "$(cat "$stamp")" ]; then
+    for pin in $(sed -e 's/#.*//' "$requirements"); do
+      grep -qx "$pin" <(sed -e 's/ *#.*//' "$lock") || {
+        echo "setup: $lock lacks $pin, which $requirements pins: regenerate it (its header says how)" >&2; exit 1; }
+    done
+    echo "setup: installing the interop tests' Python packages into $venv (tests/interop/requirements-lock.txt)"
+    pip=("$venv/bin/pip" install -q --disable-pip-version-check)
+    /usr/bin/python3 -m venv "$venv"
+    "${pip[@]}" --no-deps -r "$lock" > /tmp/ztrain-pip.log 2>&1 || {
       tail -20 /tmp/ztrain-pip.log; exit 1; }
-    sha256sum < "$requirements" > "$stamp"
+    if ! "$venv/bin/python" -c 'import torch; torch.randn(3) @ torch.randn(3)' >> /tmp/ztrain-pip.log 2>&1; then
+      echo "setup: torch does not load with this machine's CUDA libraries; installing its own (requirements.txt)"
+      "${pip[@]}" -r "$requirements" >> /tmp/ztrain-pip.log 2>&1 || { tail -20 /tmp/ztrain-pip.log; exit 1; }
+    fi
+    echo "$digest" > "$stamp"
   fi
 fi

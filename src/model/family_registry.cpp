@@ -124,6 +124,20 @@ std::string family_names(const char* separator) {
     return names;
 }
 
+/// config.json's architectures, where given, name a causal language model (...ForCausalLM,
+/// GPT-2's ...LMHeadModel) or a bare base model (...Model: a missing head the weight check
+/// names); another head (...ForSequenceClassification, ...) is not what ztrain trains.
+void check_architectures(const HfConfigFields& f, const std::string& file) {
+    if (!f.has("architectures")) return;
+    const nlohmann::json& names = f.at("architectures");
+    for (const nlohmann::json& n : names.is_array() ? names : nlohmann::json::array({names})) {
+        const std::string name = n.is_string() ? n.get<std::string>() : "";
+        ZT_INPUT_CHECK(ends_with(name, "ForCausalLM") || ends_with(name, "Model"), file,
+                       ": architectures = ", names.dump(),
+                       ": ztrain trains causal language models (a class ending in ForCausalLM or LMHeadModel)");
+    }
+}
+
 }  // namespace
 
 const Family& model_family(const ModelArch& arch) {
@@ -143,6 +157,7 @@ const FamilyKeyRules& family_key_rules(const ModelArch& arch, const SettingCheck
 std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std::string& file) {
     ZT_INPUT_CHECK(config.is_object(), file, ": expected a JSON object (a Hugging Face config.json)");
     const HfConfigFields f(config, file);
+    check_architectures(f, file);
     const std::string type = f.text_or("model_type", "");
     std::string known;
     for (const Family* family : model_families()) {

@@ -84,6 +84,8 @@ class LlamaFamily final : public Family {
 
   private:
     static void check_rope_scaling(const ModelConfig& m, const SettingCheck& v);
+    static const char* rope_group(const HfConfigFields& f);
+    static HfSetting rope_theta_setting(const HfConfigFields& f, const std::string& file);
 };
 
 /// LlamaConfig as transformers writes it, for the fields LlamaForCausalLM reads.
@@ -160,32 +162,56 @@ std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const s
         {"model.seq_len", std::to_string(f.integer("max_position_embeddings", 1)), "max_position_embeddings", false},
         // LlamaConfig's defaults where the file is silent (1e-6, not ztrain's 1e-5; untied).
         {"model.norm_eps", number_text(f.number_or("rms_norm_eps", 1e-6)), "rms_norm_eps"},
-        {"model.rope_theta", number_text(f.number_or("rope_theta", 10000.0)), "rope_theta"},
+        rope_theta_setting(f, file),
         {"model.tie_embeddings", f.boolean_or("tie_word_embeddings", false) ? "true" : "false", "tie_word_embeddings"},
     };
-    if (!f.has("rope_scaling")) {
-        out.push_back({"model.rope_scaling", "none", "rope_scaling"});
+    const char* group = rope_group(f);
+    if (!f.has(group)) {
+        out.push_back({"model.rope_scaling", "none", group});
         return out;
     }
-    const nlohmann::json& rs = f.at("rope_scaling");
-    ZT_INPUT_CHECK(rs.is_object(), file, ": rope_scaling = ", rs.dump(), ": expected null or an object");
+    const nlohmann::json& rs = f.at(group);
     const HfConfigFields r(rs, file);
+    const std::string field = str(group, ".");
     // transformers reads "rope_type", and "type" in older files.
     const std::string type = r.text_or("rope_type", r.text_or("type", "default"));
-    ZT_INPUT_CHECK(type == "llama3" || type == "default", file, ": rope_scaling.rope_type = '", type,
+    ZT_INPUT_CHECK(type == "llama3" || type == "default", file, ": ", field, "rope_type = '", type,
                    "': ztrain implements llama3 (and default, no scaling) only");
     if (type == "default") {
-        out.push_back({"model.rope_scaling", "none", "rope_scaling.rope_type"});
+        out.push_back({"model.rope_scaling", "none", field + "rope_type"});
         return out;
     }
-    out.push_back({"model.rope_scaling", "llama3", "rope_scaling.rope_type"});
-    out.push_back({"model.rope_factor", number_text(r.number("factor")), "rope_scaling.factor"});
-    out.push_back({"model.rope_low_freq_factor", number_text(r.number("low_freq_factor")), "rope_scaling.low_freq_factor"});
+    out.push_back({"model.rope_scaling", "llama3", field + "rope_type"});
+    out.push_back({"model.rope_factor", number_text(r.number("factor")), field + "factor"});
+    out.push_back({"model.rope_low_freq_factor", number_text(r.number("low_freq_factor")), field + "low_freq_factor"});
     out.push_back(
-        {"model.rope_high_freq_factor", number_text(r.number("high_freq_factor")), "rope_scaling.high_freq_factor"});
+        {"model.rope_high_freq_factor", number_text(r.number("high_freq_factor")), field + "high_freq_factor"});
     out.push_back({"model.rope_original_context", std::to_string(r.integer("original_max_position_embeddings", 1)),
-                   "rope_scaling.original_max_position_embeddings"});
+                   field + "original_max_position_embeddings"});
     return out;
+}
+
+/// Where RoPE's type and scaling are, as transformers looks: the rope_scaling object of older
+/// files, else rope_parameters (what transformers 5 writes). An empty rope_scaling counts as
+/// none, as in transformers ("rope_scaling or rope_parameters").
+const char* LlamaFamily::rope_group(const HfConfigFields& f) {
+    const bool legacy = f.has("rope_scaling") && !(f.at("rope_scaling").is_object() && f.at("rope_scaling").empty());
+    return legacy || !f.has("rope_parameters") ? "rope_scaling" : "rope_parameters";
+}
+
+/// model.rope_theta: the RoPE object's rope_theta (transformers 5 keeps it there), else the
+/// top-level field, else LlamaConfig's default.
+HfSetting LlamaFamily::rope_theta_setting(const HfConfigFields& f, const std::string& file) {
+    const char* group = rope_group(f);
+    if (f.has(group)) {
+        const nlohmann::json& rs = f.at(group);
+        ZT_INPUT_CHECK(rs.is_object(), file, ": ", group, " = ", rs.dump(), ": expected null or an object");
+        const HfConfigFields r(rs, file);
+        if (r.has("rope_theta")) {
+            return {"model.rope_theta", number_text(r.number("rope_theta")), str(group, ".rope_theta")};
+        }
+    }
+    return {"model.rope_theta", number_text(f.number_or("rope_theta", 10000.0)), "rope_theta"};
 }
 
 void LlamaFamily::check_own_keys(const ModelConfig& m, const SettingCheck& v) const {

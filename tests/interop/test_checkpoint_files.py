@@ -28,17 +28,10 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import h5py
-    import numpy as np
-    from safetensors import safe_open
-except ImportError as e:
-    MSG = f"the Python package '{e.name}' is missing (tests/interop/requirements.txt)"
-    if os.environ.get("ZT_REQUIRE_INTEROP") == "1":
-        print("interop: FAILED: " + MSG)
-        sys.exit(1)
-    print("interop: SKIPPED: " + MSG)
-    sys.exit(77)
+from interop_common import require
+
+h5py, np, safetensors = require("h5py", "numpy", "safetensors")
+safe_open = safetensors.safe_open
 
 FAILURES = []
 

@@ -21,15 +21,9 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import tokenizers
-except ImportError:
-    MSG = "the Python package 'tokenizers' is missing (tests/interop/requirements.txt)"
-    if os.environ.get("ZT_REQUIRE_INTEROP") == "1":
-        print("interop: FAILED: " + MSG)
-        sys.exit(1)
-    print("interop: SKIPPED: " + MSG)
-    sys.exit(77)
+from interop_common import require
+
+tokenizers, = require("tokenizers")
 
 PIECES = [
     "The quick brown fox jumps over the lazy dog. It's 5 o'clock; we'll see, they've said, I'M SURE.",

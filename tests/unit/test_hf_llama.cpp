@@ -342,6 +342,8 @@ TEST(HfLlamaImport, BadDirectoriesAndTensorsAreRefusedNamingFileAndField) {
     refused("hidden_act", {config_file, "hidden_act = \"gelu\""});
     with_config([](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
     refused("rope_type", {config_file, "rope_type = 'yarn'"});
+    with_config([](nlohmann::json& c) { c["architectures"] = {"LlamaForSequenceClassification"}; });
+    refused("a classifier", {config_file, "architectures = [\"LlamaForSequenceClassification\"]", "causal"});
     with_config([](nlohmann::json& c) { c["model_type"] = "qwen2"; });
     refused("qwen2", {config_file, "model_type = 'qwen2'", "biases"});
     with_config([](nlohmann::json& c) { c["hidden_size"] = "16"; });
@@ -456,6 +458,46 @@ TEST(HfLlamaFromHf, FillsTheModelKeysAndRefusesConflicts) {
     EXPECT_EQ(c.model.vocab_size, 50);
     msg = input_error_of([&] { parse({"--model.from_hf=" + g, train, "--model.seq_len=16"}); });
     EXPECT_NE(msg.find("n_positions"), std::string::npos) << msg;
+}
+
+// transformers 5 writes RoPE as rope_parameters (rope_theta inside, no rope_scaling); older
+// files' rope_scaling, when present, wins, as in transformers.
+TEST(HfLlamaFromHf, ReadsRopeParametersAsTransformers5WritesThem) {
+    LlamaCkpt f(kCases[2]);
+    const std::string hf = f.dir.file("hf");
+    consolidate(f.step_dir, hf + "/", DType::kF32, false);
+    const std::string file = hf + "/config.json";
+    nlohmann::json legacy = nlohmann::json::parse(test::read_file(file));
+    nlohmann::json v5 = legacy;
+    v5["rope_parameters"] = legacy["rope_scaling"];
+    v5["rope_parameters"]["rope_theta"] = 250.0;
+    v5.erase("rope_scaling");
+    v5.erase("rope_theta");
+    test::write_file(file, v5.dump());
+    Config c = parse({"--model.from_hf=" + hf, "--data.train=x.bin"});
+    EXPECT_EQ(c.model.rope_theta, 250);
+    EXPECT_EQ(c.model.rope_scaling, RopeScaling::kLlama3);
+    EXPECT_EQ(c.model.rope_original_context, 16);
+    std::string msg =
+        input_error_of([&] { parse({"--model.from_hf=" + hf, "--data.train=x.bin", "--model.rope_theta=100"}); });
+    EXPECT_NE(msg.find("config.json: rope_parameters.rope_theta"), std::string::npos) << msg;
+
+    v5["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+    test::write_file(file, v5.dump());
+    msg = input_error_of([&] { parse({"--model.from_hf=" + hf, "--data.train=x.bin"}); });
+    EXPECT_NE(msg.find(file + ": rope_parameters.rope_type = 'yarn'"), std::string::npos) << msg;
+
+    v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+    test::write_file(file, v5.dump());
+    c = parse({"--model.from_hf=" + hf, "--data.train=x.bin"});
+    EXPECT_EQ(c.model.rope_theta, 500000);
+    EXPECT_EQ(c.model.rope_scaling, RopeScaling::kNone);
+
+    legacy["rope_parameters"] = v5["rope_parameters"];  // rope_scaling (llama3) and theta 100 win
+    test::write_file(file, legacy.dump());
+    c = parse({"--model.from_hf=" + hf, "--data.train=x.bin"});
+    EXPECT_EQ(c.model.rope_theta, 100);
+    EXPECT_EQ(c.model.rope_scaling, RopeScaling::kLlama3);
 }
 
 }  // namespace
