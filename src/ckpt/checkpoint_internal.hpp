@@ -56,8 +56,8 @@ inline ElementRange saved_range(const ShardPlan& plan, const PipelineStage& stag
 }
 
 /// Buffer `which` of `unit` in the state: base[e] is element e (may be device memory).
-inline float* state_buffer(ModelState& state, int unit, int which) {
-    return which == 0 ? state.master_base(unit) : which == 1 ? state.adam_m_base(unit) : state.adam_v_base(unit);
+inline float* state_buffer(StateShards& shards, int unit, int which) {
+    return which == 0 ? shards.master_base(unit) : which == 1 ? shards.adam_m_base(unit) : shards.adam_v_base(unit);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -105,19 +105,19 @@ struct AlignedFloats {
 
 class LiveStateSource final : public ShardSource {
   public:
-    explicit LiveStateSource(ModelState& state) : m_state(state) {
+    explicit LiveStateSource(ModelState& state) : m_shards(state.shards()) {
         for (auto& stage : m_stages) stage = std::make_unique<AlignedFloats>(kStageFloats);
     }
     size_t piece_floats() const override { return kStageFloats; }
     const float* read(int unit, int which, size_t begin, size_t count) override {
         float* stage = m_stages[m_next]->data;
         m_next = (m_next + 1) % m_stages.size();
-        m_state.copy_to_host(stage, state_buffer(m_state, unit, which) + begin, count);
+        m_shards.copy_to_host(stage, state_buffer(m_shards, unit, which) + begin, count);
         return stage;
     }
 
   private:
-    ModelState& m_state;
+    StateShards m_shards;
     std::array<std::unique_ptr<AlignedFloats>, kWritesInFlight + 1> m_stages;  // save_staging_bytes counts them
     size_t m_next = 0;
 };

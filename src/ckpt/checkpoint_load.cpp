@@ -75,6 +75,7 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
 void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
     const ShardPlan& plan = state.shard_plan();
     const ModelLayout layout = all_stages(state.layout());
+    StateShards shards = state.shards();
     std::vector<float> stage(kStageFloats);
     for (int u = 0; u < plan.num_units(); ++u) {
         const ElementRange r = plan.owned_range(u, rank);
@@ -82,7 +83,7 @@ void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
             for (size_t at = r.begin; at < r.end; at += kStageFloats) {
                 const size_t end = std::min(r.end, at + kStageFloats);
                 reader.read(layout, u, at, end, kStateDatasets[static_cast<size_t>(which)], stage.data());
-                state.copy_from_host(state_buffer(state, u, which) + at, stage.data(), end - at);
+                shards.copy_from_host(state_buffer(shards, u, which) + at, stage.data(), end - at);
             }
         }
     }
@@ -99,7 +100,7 @@ CheckpointRecord load_checkpoint(const std::string& step_dir, ModelState& state,
         record = record_of(reader.meta());
         read_owned_state(reader, state, state.shard_rank());
     });
-    state.sync_working_from_master();
+    state.shards().sync_working_from_master();
     return record;
 }
 

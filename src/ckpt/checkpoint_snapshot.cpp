@@ -27,7 +27,7 @@ size_t CheckpointSnapshot::planned_bytes(const ShardPlan& plan, int rank, const 
     return floats * sizeof(float);
 }
 
-CheckpointSnapshot::CheckpointSnapshot(const ModelState& state)
+CheckpointSnapshot::CheckpointSnapshot(ModelState& state)
     : m_plan(std::make_unique<ShardPlan>(state.shard_plan())),
       m_rank(state.shard_rank()),
       m_writes(state.replica() == 0),
@@ -43,12 +43,12 @@ CheckpointSnapshot::CheckpointSnapshot(const ModelState& state)
     // Page-aligned (the shard writer's direct I/O writes from it) and, for a GPU state,
     // page-locked (full-speed copies).
     static_assert(kHostPageAlign % kDirectAlign == 0, "the snapshot is written by direct I/O");
-    m_host = static_cast<float*>(state.alloc_host(bytes));
+    m_host = static_cast<float*>(state.shards().alloc_host(bytes));
     std::memset(m_host, 0, bytes);  // touch every page now, not during a capture
     m_layout_json = layout_meta(state.layout());
 }
 
-CheckpointSnapshot::~CheckpointSnapshot() { m_state.free_host(m_host); }
+CheckpointSnapshot::~CheckpointSnapshot() { m_state.shards().free_host(m_host); }
 
 const float* CheckpointSnapshot::data(int unit, int which) const {
     const size_t n = page_floats(saved_range(*m_plan, m_stage, unit, m_rank).size());
@@ -56,12 +56,13 @@ const float* CheckpointSnapshot::data(int unit, int which) const {
 }
 
 void CheckpointSnapshot::capture(ModelState& state, const CheckpointRecord& record) {
+    StateShards shards = state.shards();
     for (int u = 0; m_writes && u < m_plan->num_units(); ++u) {
         const ElementRange r = saved_range(*m_plan, m_stage, u, m_rank);
         if (r.empty()) continue;
         for (int which = 0; which < 3; ++which) {
-            state.snapshot_to_host(const_cast<float*>(data(u, which)), state_buffer(state, u, which) + r.begin,
-                                   r.size());
+            shards.snapshot_to_host(const_cast<float*>(data(u, which)), state_buffer(shards, u, which) + r.begin,
+                                    r.size());
         }
     }
     m_step = record.progress.step;

@@ -354,8 +354,8 @@ void import_h5(const std::string& file, const std::vector<Expected>& expected, c
 }
 
 /// This rank's owned elements of a unit (the state's shard plan, for the state's rank).
-ElementRange owned_range(const ModelState& state, int unit) {
-    return ElementRange{state.owned_begin(unit), state.owned_end(unit)};
+ElementRange owned_range(StateShards& shards, int unit) {
+    return ElementRange{shards.owned_begin(unit), shards.owned_end(unit)};
 }
 
 /// Zeroes the owned master elements of every unit: the padded vocabulary rows and the
@@ -363,13 +363,14 @@ ElementRange owned_range(const ModelState& state, int unit) {
 /// there before. A bounded host buffer of zeros, copied in pieces.
 void zero_owned_master(ModelState& state) {
     const int num_units = state.layout().num_units();
+    StateShards shards = state.shards();
     size_t largest = 0;
-    for (int u = 0; u < num_units; ++u) largest = std::max(largest, owned_range(state, u).size());
+    for (int u = 0; u < num_units; ++u) largest = std::max(largest, owned_range(shards, u).size());
     const std::vector<float> zeros(std::min<size_t>(largest, size_t{1} << 20), 0.f);
     for (int u = 0; u < num_units; ++u) {
-        const ElementRange r = owned_range(state, u);
+        const ElementRange r = owned_range(shards, u);
         for (size_t e = r.begin; e < r.end; e += zeros.size()) {
-            state.copy_from_host(state.master_base(u) + e, zeros.data(), std::min(zeros.size(), r.end - e));
+            shards.copy_from_host(shards.master_base(u) + e, zeros.data(), std::min(zeros.size(), r.end - e));
         }
     }
 }
@@ -394,6 +395,7 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
         const ModelLayout& file_layout = split ? whole : layout;
         const std::vector<Expected> expected = expected_tensors(file_layout, cfg);
         zero_owned_master(state);
+        StateShards shards = state.shards();
         // The runs of each tensor of this rank's layout in the unsplit one (one for a whole tensor).
         const auto runs_of = [&](const Expected& x) {
             const ParamSpec& w = *x.spec;
@@ -404,7 +406,7 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
         // Each run's part this rank owns and the file holds (live elements): its unit range, and
         // where it starts in the tensor's data.
         const auto for_owned = [&](const Expected& x, const std::function<void(ElementRange, size_t)>& fn) {
-            const ElementRange r = owned_range(state, x.spec->unit);
+            const ElementRange r = owned_range(shards, x.spec->unit);
             for (const SliceRun& run : runs_within(runs_of(x), r.begin, r.end, true)) {
                 const size_t from = run.whole - x.spec->offset;  // in the tensor's data
                 if (from >= x.live_numel) continue;
@@ -418,7 +420,7 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
         };
         const Deliver deliver = [&](const Expected& x, const float* data) {
             for_owned(x, [&](ElementRange part, size_t from) {
-                state.copy_from_host(state.master_base(x.spec->unit) + part.begin, data + from, part.size());
+                shards.copy_from_host(shards.master_base(x.spec->unit) + part.begin, data + from, part.size());
             });
         };
         if (fmt == WeightsFormat::kH5) {
@@ -442,7 +444,7 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
     } else {
         checked_body();
     }
-    state.sync_working_from_master();
+    state.shards().sync_working_from_master();
 }
 
 void read_hf_weights(const std::string& dir, const ModelLayout& layout, const ModelConfig& cfg, const WeightSink& put) {

@@ -260,12 +260,18 @@ size_t ModelState::dynamic_scratch_planned() const {
     return m_params.dynamic_scratch_planned() + m_grads.dynamic_scratch_planned();
 }
 
-size_t ModelState::owned_begin(int unit) const { return m_plan.owned_range(unit, m_rank).begin; }
-size_t ModelState::owned_end(int unit) const { return m_plan.owned_range(unit, m_rank).end; }
+StateShards ModelState::shards() { return StateShards(*this); }
 
-float* ModelState::master_base(int unit) { return m_optim.master_base(unit); }
-float* ModelState::adam_m_base(int unit) { return m_optim.m_base(unit); }
-float* ModelState::adam_v_base(int unit) { return m_optim.v_base(unit); }
+size_t StateShards::owned_begin(int unit) const { return m_state.m_plan.owned_range(unit, m_state.m_rank).begin; }
+size_t StateShards::owned_end(int unit) const { return m_state.m_plan.owned_range(unit, m_state.m_rank).end; }
+
+float* StateShards::master_base(int unit) { return m_state.m_optim.master_base(unit); }
+float* StateShards::adam_m_base(int unit) { return m_state.m_optim.m_base(unit); }
+float* StateShards::adam_v_base(int unit) { return m_state.m_optim.v_base(unit); }
+
+void* StateShards::alloc_host(size_t bytes) const { return m_state.m_backend.alloc_host(bytes); }
+void StateShards::free_host(void* p) const noexcept { m_state.m_backend.free_host(p); }
+void StateShards::sync_working_from_master() { m_state.sync_working_from_master(); }
 
 void ModelState::gather_unit_params(int unit, float* out) {
     m_params.wait_gathers();
@@ -286,20 +292,20 @@ void ModelState::gather_unit_params(int unit, float* out) {
     m_pool.give(full, s.padded_numel * sizeof(float));
 }
 
-void ModelState::copy_to_host(float* host, const float* src, size_t n) {
-    m_params.wait_gathers();  // fp32: the master is the working copy a gather may be filling
-    m_backend.to_host(host, src, n * sizeof(float));
+void StateShards::copy_to_host(float* host, const float* src, size_t n) {
+    m_state.m_params.wait_gathers();  // fp32: the master is the working copy a gather may be filling
+    m_state.m_backend.to_host(host, src, n * sizeof(float));
 }
 
-void ModelState::snapshot_to_host(float* host, const float* src, size_t n) {
-    m_params.wait_gathers();  // as copy_to_host
-    m_backend.to_host_past_cache(host, src, n * sizeof(float));
+void StateShards::snapshot_to_host(float* host, const float* src, size_t n) {
+    m_state.m_params.wait_gathers();  // as copy_to_host
+    m_state.m_backend.to_host_past_cache(host, src, n * sizeof(float));
 }
 
-void ModelState::copy_from_host(float* dst, const float* host, size_t n) {
-    m_params.hold_first_unit(false);
-    m_params.wait_gathers();
-    m_backend.to_device(dst, host, n * sizeof(float));
+void StateShards::copy_from_host(float* dst, const float* host, size_t n) {
+    m_state.m_params.hold_first_unit(false);
+    m_state.m_params.wait_gathers();
+    m_state.m_backend.to_device(dst, host, n * sizeof(float));
 }
 
 }  // namespace zt

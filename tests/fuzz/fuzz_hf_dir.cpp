@@ -135,8 +135,8 @@ zt::fuzz::TinyState* model_from(const std::vector<zt::HfSetting>& settings) {
 std::vector<float> master_copy(zt::fuzz::TinyState& m) {
     std::vector<float> out;
     for (int u = 0; u < m.layout.num_units(); ++u) {
-        const float* w = m.state.master_base(u);
-        out.insert(out.end(), w + m.state.owned_begin(u), w + m.state.owned_end(u));
+        const float* w = m.state.shards().master_base(u);
+        out.insert(out.end(), w + m.state.shards().owned_begin(u), w + m.state.shards().owned_end(u));
     }
     return out;
 }

@@ -97,14 +97,14 @@ TinyState& tiny_state() {
 
 void fill_master(TinyState& m, float value) {
     for (int u = 0; u < m.layout.num_units(); ++u) {
-        float* w = m.state.master_base(u);
-        std::fill(w + m.state.owned_begin(u), w + m.state.owned_end(u), value);
+        float* w = m.state.shards().master_base(u);
+        std::fill(w + m.state.shards().owned_begin(u), w + m.state.shards().owned_end(u), value);
     }
 }
 
 void require_zero_padding(TinyState& m, const char* target) {
     for (const ParamSpec& p : m.layout.params) {
-        const float* w = m.state.master_base(p.unit) + p.offset;
+        const float* w = m.state.shards().master_base(p.unit) + p.offset;
         for (size_t i = p.init_numel; i < p.numel; ++i) {
             if (w[i] != 0.f) {
                 std::fprintf(stderr, "%s: padded %s element %zu is %g after an import\n", target, p.name.c_str(), i,

@@ -196,15 +196,15 @@ void expect_loads_exactly(MPI_Comm comm, const ModelLayout& layout, const std::s
         reader.read(u, 0, numel, "master", want.data());
         g.state.gather_unit_params(u, got.data());  // collective over the group
         EXPECT_EQ(std::memcmp(want.data(), got.data(), numel * sizeof(float)), 0) << what << ": unit " << u << " params";
-        bases[0] = g.state.master_base(u);
-        bases[1] = g.state.adam_m_base(u);
-        bases[2] = g.state.adam_v_base(u);
-        const size_t b = g.state.owned_begin(u), e = std::min(g.state.owned_end(u), numel);
+        bases[0] = g.state.shards().master_base(u);
+        bases[1] = g.state.shards().adam_m_base(u);
+        bases[2] = g.state.shards().adam_v_base(u);
+        const size_t b = g.state.shards().owned_begin(u), e = std::min(g.state.shards().owned_end(u), numel);
         if (e <= b) continue;
         for (int which = 0; which < 3; ++which) {
             std::vector<float> file(e - b), mine(e - b);
             reader.read(u, b, e, names[which], file.data());
-            g.state.copy_to_host(mine.data(), bases[which] + b, e - b);
+            g.state.shards().copy_to_host(mine.data(), bases[which] + b, e - b);
             EXPECT_EQ(std::memcmp(file.data(), mine.data(), (e - b) * sizeof(float)), 0)
                 << what << ": unit " << u << " " << names[which] << " [" << b << ", " << e << ") on rank "
                 << test::world_rank();

@@ -197,7 +197,7 @@ TEST_P(OneMultiplier, Fp16ReportsAndAppliesTheUnscaledClippedGradient) {
             const std::vector<float> all = ModelStateTestAccess::owned_optimizer_state(state);
             size_t at = 0;
             for (int u = 0; u < state.layout().num_units(); ++u) {
-                const size_t n = state.owned_end(u) - state.owned_begin(u);
+                const size_t n = state.shards().owned_end(u) - state.shards().owned_begin(u);
                 out.m.insert(out.m.end(), all.begin() + static_cast<long>(at + n), all.begin() + static_cast<long>(at + 2 * n));
                 out.v.insert(out.v.end(), all.begin() + static_cast<long>(at + 2 * n), all.begin() + static_cast<long>(at + 3 * n));
                 at += 3 * n;

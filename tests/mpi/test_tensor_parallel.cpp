@@ -423,8 +423,8 @@ void expect_state_holds(ModelState& state, const std::vector<std::vector<std::ve
         const size_t n = part.unit_numel[static_cast<size_t>(u)];
         std::vector<float> got(n);
         for (int which = 0; which < 3; ++which) {
-            float* base = which == 0 ? state.master_base(u) : which == 1 ? state.adam_m_base(u) : state.adam_v_base(u);
-            state.copy_to_host(got.data(), base, n);
+            float* base = which == 0 ? state.shards().master_base(u) : which == 1 ? state.shards().adam_m_base(u) : state.shards().adam_v_base(u);
+            state.shards().copy_to_host(got.data(), base, n);
             std::vector<float> expect(n, 0.f);
             for (const SliceRun& r : slice_runs(part, whole, u)) {
                 std::copy_n(want[static_cast<size_t>(which)][static_cast<size_t>(u)].data() + r.whole, r.length,

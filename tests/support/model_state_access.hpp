@@ -18,13 +18,13 @@ class ModelStateTestAccess {
     static std::vector<float> owned_optimizer_state(ModelState& s) {
         std::vector<float> out;
         for (int u = 0; u < s.m_layout.num_units(); ++u) {
-            const size_t b = s.owned_begin(u);
-            const size_t e = s.owned_end(u);
+            const size_t b = s.shards().owned_begin(u);
+            const size_t e = s.shards().owned_end(u);
             // Through the backend: the buffers may be device memory.
             auto append = [&](const float* base) {
                 const size_t at_end = out.size();
                 out.resize(at_end + (e - b));
-                s.copy_to_host(out.data() + at_end, base + b, e - b);
+                s.shards().copy_to_host(out.data() + at_end, base + b, e - b);
             };
             append(s.m_optim.master_base(u));
             append(s.m_optim.m_base(u));
@@ -73,7 +73,7 @@ class ModelStateTestAccess {
             s.m_grads.for_owned_chunks(u, [&](size_t from, size_t to) {
                 const size_t at_end = out.size();
                 out.resize(at_end + (to - from));
-                s.copy_to_host(out.data() + at_end, s.m_grads.owned_f32(u, from, to) + from, to - from);
+                s.shards().copy_to_host(out.data() + at_end, s.m_grads.owned_f32(u, from, to) + from, to - from);
             });
         }
         return out;
@@ -86,8 +86,8 @@ class ModelStateTestAccess {
         const DType t = g.m_ctx.work;
         std::vector<float> out;
         for (int u = 0; u < s.m_layout.num_units(); ++u) {
-            const size_t b = s.owned_begin(u);
-            const size_t n = s.owned_end(u) - b;
+            const size_t b = s.shards().owned_begin(u);
+            const size_t n = s.shards().owned_end(u) - b;
             std::vector<unsigned char> raw(n * dtype_size(t));
             s.m_backend.to_host(raw.data(), g.grad_ptr(u, b), raw.size());
             const size_t at_end = out.size();

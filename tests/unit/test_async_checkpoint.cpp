@@ -33,10 +33,10 @@ namespace {
 /// Master, m and v of every owned element set from `salt`, so states are told apart.
 void fill_state(ModelState& s, float salt) {
     for (int u = 0; u < s.layout().num_units(); ++u) {
-        for (size_t e = s.owned_begin(u); e < s.owned_end(u); ++e) {
-            s.master_base(u)[e] = salt + static_cast<float>(u) + static_cast<float>(e) * 1e-3f;
-            s.adam_m_base(u)[e] = -salt - static_cast<float>(e);
-            s.adam_v_base(u)[e] = 2 * salt + static_cast<float>(e);
+        for (size_t e = s.shards().owned_begin(u); e < s.shards().owned_end(u); ++e) {
+            s.shards().master_base(u)[e] = salt + static_cast<float>(u) + static_cast<float>(e) * 1e-3f;
+            s.shards().adam_m_base(u)[e] = -salt - static_cast<float>(e);
+            s.shards().adam_v_base(u)[e] = 2 * salt + static_cast<float>(e);
         }
     }
 }

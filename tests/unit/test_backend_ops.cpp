@@ -328,7 +328,7 @@ TEST(ConversionChunks, Bf16StepOverAUnitLargerThanTheChunk) {
     const std::vector<float> st = ModelStateTestAccess::owned_optimizer_state(state);
     size_t at_g = 0, at_s = 0, checked = 0;
     for (int u = 0; u < model.layout().num_units(); ++u) {
-        const size_t n = state.owned_end(u) - state.owned_begin(u);
+        const size_t n = state.shards().owned_end(u) - state.shards().owned_begin(u);
         for (size_t i = 0; i < n; ++i) {
             const float gi = g[at_g + i], m = st[at_s + n + i], v = st[at_s + 2 * n + i];
             ASSERT_NEAR(m, (1.f - step.beta1) * gi, 1e-6f * std::fabs(gi) + 1e-30f) << "unit " << u << " element " << i;

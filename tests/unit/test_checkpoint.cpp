@@ -30,10 +30,10 @@ ModelConfig small_model() { return test::model_config(2, 2, 16, 8, 40); }
 /// Fills master, m and v with distinct values so a misplaced element cannot go unnoticed.
 void scribble(ModelState& s, float salt) {
     for (int u = 0; u < s.layout().num_units(); ++u) {
-        for (size_t e = s.owned_begin(u); e < s.owned_end(u); ++e) {
-            s.master_base(u)[e] = salt + static_cast<float>(u) * 1000.f + static_cast<float>(e) * 0.001f;
-            s.adam_m_base(u)[e] = -salt - static_cast<float>(e);
-            s.adam_v_base(u)[e] = salt * 2 + static_cast<float>(e);
+        for (size_t e = s.shards().owned_begin(u); e < s.shards().owned_end(u); ++e) {
+            s.shards().master_base(u)[e] = salt + static_cast<float>(u) * 1000.f + static_cast<float>(e) * 0.001f;
+            s.shards().adam_m_base(u)[e] = -salt - static_cast<float>(e);
+            s.shards().adam_v_base(u)[e] = salt * 2 + static_cast<float>(e);
         }
     }
 }
@@ -149,7 +149,7 @@ TEST(Checkpoint, ResavingAStepReplacesItWithoutLeftovers) {
     const std::vector<float> sb = ModelStateTestAccess::owned_optimizer_state(b);
     ASSERT_EQ(sa.size(), sb.size());
     EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0);
-    EXPECT_EQ(std::memcmp(a.master_base(1), b.master_base(1), f.layout.unit_numel[1] * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(a.shards().master_base(1), b.shards().master_base(1), f.layout.unit_numel[1] * sizeof(float)), 0);
 }
 
 /// Checkpoints of steps 2 and 4 (keep 3) in f.ckpt(); returns the record used.
@@ -241,7 +241,7 @@ TEST(Checkpoint, AUnitLargerThanOneStagingPieceRoundTrips) {
     EXPECT_EQ(H5Dget_offset(ds) % 4096, 0u) << "unit 0's adam_v at file offset " << H5Dget_offset(ds);
     H5Dclose(ds);
     H5Fclose(file);
-    EXPECT_EQ(std::memcmp(v.data(), a.adam_v_base(0), v.size() * sizeof(float)), 0)
+    EXPECT_EQ(std::memcmp(v.data(), a.shards().adam_v_base(0), v.size() * sizeof(float)), 0)
         << "unit 0's adam_v differs from the state it was saved from";
     ModelState b(layout, *f.backend, 99);
     load_checkpoint(dir, b, self_communicator());
@@ -275,8 +275,8 @@ TEST(Checkpoint, FilesCarryTheDocumentedChecksums) {
             H5Pclose(dcpl);
             std::vector<float> v(f.layout.unit_numel[static_cast<size_t>(u)]);
             EXPECT_GE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
-            const float* saved = std::string(which) == "master" ? a.master_base(u)
-                                 : std::string(which) == "adam_m" ? a.adam_m_base(u) : a.adam_v_base(u);
+            const float* saved = std::string(which) == "master" ? a.shards().master_base(u)
+                                 : std::string(which) == "adam_m" ? a.shards().adam_m_base(u) : a.shards().adam_v_base(u);
             EXPECT_EQ(std::memcmp(v.data(), saved, v.size() * sizeof(float)), 0) << name;
             H5Dclose(ds);
         }

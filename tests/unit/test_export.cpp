@@ -54,11 +54,11 @@ struct Fixture {
 
     Fixture() {
         for (const ParamSpec& p : layout.params) {
-            float* w = state.master_base(p.unit) + p.offset;
+            float* w = state.shards().master_base(p.unit) + p.offset;
             for (size_t i = 0; i < p.numel; ++i) {
                 w[i] = i < p.init_numel ? w[i] + 1e-3f * static_cast<float>(i % 97) : 1234.5f;
-                state.adam_m_base(p.unit)[p.offset + i] = 0.5f * static_cast<float>(i);
-                state.adam_v_base(p.unit)[p.offset + i] = 0.25f + static_cast<float>(i);
+                state.shards().adam_m_base(p.unit)[p.offset + i] = 0.5f * static_cast<float>(i);
+                state.shards().adam_v_base(p.unit)[p.offset + i] = 0.25f + static_cast<float>(i);
             }
         }
         Config cfg;
@@ -74,7 +74,7 @@ struct Fixture {
     }
     /// The tensor's exported values (ztrain orientation, live rows only).
     std::vector<float> live(const ParamSpec& p) const {
-        const float* w = const_cast<ModelState&>(state).master_base(p.unit) + p.offset;
+        const float* w = const_cast<ModelState&>(state).shards().master_base(p.unit) + p.offset;
         return std::vector<float>(w, w + p.init_numel);
     }
     std::vector<size_t> live_shape(const ParamSpec& p) const {
@@ -99,7 +99,7 @@ long long h5_int_attr(hid_t file, const char* name) {
 std::vector<std::vector<float>> all_master(ModelState& s) {
     std::vector<std::vector<float>> out;
     for (int u = 0; u < s.layout().num_units(); ++u) {
-        const float* m = s.master_base(u);
+        const float* m = s.shards().master_base(u);
         out.emplace_back(m, m + s.layout().unit_numel[static_cast<size_t>(u)]);
     }
     return out;

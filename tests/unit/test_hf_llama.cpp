@@ -59,7 +59,7 @@ ModelConfig llama_model(const Case& c) { return test::small_llama(c.n_kv_head, c
 struct LlamaCkpt {
     explicit LlamaCkpt(const Case& c) : mc(llama_model(c)), layout(make_model_layout(mc)) {
         for (const ParamSpec& p : layout.params) {
-            float* w = state.master_base(p.unit) + p.offset;
+            float* w = state.shards().master_base(p.unit) + p.offset;
             for (size_t i = 0; i < p.numel; ++i) {
                 w[i] = i < p.init_numel ? w[i] + static_cast<float>(0.2 * random_normal(9, 3, p.global_index + i))
                                         : 1234.5f;
@@ -79,7 +79,7 @@ struct LlamaCkpt {
         std::vector<std::vector<float>> out;
         for (size_t n : layout.unit_numel) out.emplace_back(n, 0.f);
         for (const ParamSpec& p : layout.params) {
-            std::vector<float> v(state.master_base(p.unit) + p.offset, state.master_base(p.unit) + p.offset + p.init_numel);
+            std::vector<float> v(state.shards().master_base(p.unit) + p.offset, state.shards().master_base(p.unit) + p.offset + p.init_numel);
             round_to_dtype(v.data(), v.size(), t);
             std::copy(v.begin(), v.end(), out[static_cast<size_t>(p.unit)].begin() + static_cast<long>(p.offset));
         }
@@ -91,7 +91,7 @@ struct LlamaCkpt {
         import_weights(path, layout, mc, b);
         const auto want = expected(t);
         for (int u = 0; u < layout.num_units(); ++u) {
-            ASSERT_EQ(std::memcmp(b.master_base(u), want[static_cast<size_t>(u)].data(),
+            ASSERT_EQ(std::memcmp(b.shards().master_base(u), want[static_cast<size_t>(u)].data(),
                                   want[static_cast<size_t>(u)].size() * sizeof(float)),
                       0)
                 << path << " unit " << u;
@@ -147,7 +147,7 @@ TEST_P(HfLlama, DirectoryAndFileExportsImportBackBitExactly) {
     EXPECT_EQ(st.header["model.layers.0.mlp.down_proj.weight"]["shape"], nlohmann::json({16, 24}));
     const ParamSpec& q = f.layout.find("model.layers.1.self_attn.q_proj.weight");
     const auto& qe = st.header[q.name]["data_offsets"];
-    EXPECT_EQ(std::memcmp(st.data.data() + qe[0].get<size_t>(), f.state.master_base(q.unit) + q.offset, q.numel * 4),
+    EXPECT_EQ(std::memcmp(st.data.data() + qe[0].get<size_t>(), f.state.shards().master_base(q.unit) + q.offset, q.numel * 4),
               0);
 
     f.expect_imports_exactly(hf);

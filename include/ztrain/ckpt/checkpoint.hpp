@@ -172,7 +172,7 @@ class CheckpointSnapshot {
     /// alloc_host: page-locked for a GPU state (full-speed device-to-host copies), plain host
     /// memory otherwise. Every page is touched here, so no capture pays for page faults.
     /// `state` must outlive the snapshot (it frees the buffer).
-    explicit CheckpointSnapshot(const ModelState& state);
+    explicit CheckpointSnapshot(ModelState& state);
     ~CheckpointSnapshot();
     CheckpointSnapshot(const CheckpointSnapshot&) = delete;
     CheckpointSnapshot& operator=(const CheckpointSnapshot&) = delete;
@@ -207,7 +207,7 @@ class CheckpointSnapshot {
     bool m_writes;
     TensorSplit m_split;
     PipelineStage m_stage;
-    const ModelState& m_state;
+    ModelState& m_state;
     float* m_host = nullptr;
     size_t m_floats = 0;
     std::vector<size_t> m_unit_offset;  ///< per unit: offset of its master part in m_host

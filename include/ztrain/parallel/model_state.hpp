@@ -1,6 +1,7 @@
-// The model state one rank holds, for every sharding strategy, behind two narrow faces:
+// The model state one rank holds, for every sharding strategy, behind three narrow faces:
 // the model sees a UnitStore (acquire/release/prefetch/grads/grads_done), the trainer sees
-// begin_micro_step / finish_grad_sync / grad_sum_squares / optimizer_step. Neither ever
+// begin_micro_step / finish_grad_sync / grad_sum_squares / optimizer_step, and checkpoints
+// and imports see StateShards (shards(): the owned master and AdamW elements). None ever
 // branches on the ZeRO stage: all of that is here, in three parts along its axes:
 //
 //   ParameterStore   the working copy: replicated, or sharded and gathered per unit with
@@ -121,6 +122,8 @@ struct StateOptions {
     }
 };
 
+class StateShards;
+
 class ModelState : public UnitStore {
   public:
     /// Allocates this rank's buffers and initializes them from `options.seed` (counter-based,
@@ -195,34 +198,17 @@ class ModelState : public UnitStore {
     /// Collective over the shard group where the master is sharded (every rank must call it).
     void gather_unit_params(int unit, float* out);
 
-    // ---- checkpoints: this rank's owned elements [owned_begin, owned_end) of each unit
-    // (shard_plan().owned_range for this rank) ----
-    size_t owned_begin(int unit) const;
-    size_t owned_end(int unit) const;
-    /// Base pointers such that base[e] is unit element e, valid for owned elements.
-    float* master_base(int unit);
-    float* adam_m_base(int unit);
-    float* adam_v_base(int unit);
-    /// n floats from this state's memory (e.g. master_base(u) + b) to host memory, and back:
-    /// the one edge between host and backend memory (a memcpy on the CPU). Host code never
-    /// dereferences the base pointers above.
-    void copy_to_host(float* host, const float* src, size_t n);
-    void copy_from_host(float* dst, const float* host, size_t n);
-    /// copy_to_host into a buffer read later by another thread (the checkpoint snapshot):
-    /// Backend::to_host_past_cache.
-    void snapshot_to_host(float* host, const float* src, size_t n);
-    /// Host memory those copies run at full speed with (Backend::alloc_host: page-locked
-    /// for a GPU state), page-aligned; freed with free_host().
-    void* alloc_host(size_t bytes) const { return m_backend.alloc_host(bytes); }
-    void free_host(void* p) const noexcept { m_backend.free_host(p); }
-    /// After master weights were overwritten (checkpoint load): recompute the working copy
-    /// from them and re-assemble full parameters where the stage keeps them. Collective.
-    void sync_working_from_master();
+    // ---- checkpoints and imports ----
+    /// This rank's shards of the master weights and AdamW moments, and the host copies of
+    /// them (the checkpoint's face; StateShards below).
+    StateShards shards();
 
   private:
     // Tests inspect and perturb the state through this (tests/support/model_state_access.hpp).
     friend class ModelStateTestAccess;
+    friend class StateShards;
     StateContext context();
+    void sync_working_from_master();
     /// The planned peak of the per-unit scratch (included in bytes().scratch).
     size_t dynamic_scratch_planned() const;
 
@@ -249,6 +235,40 @@ class ModelState : public UnitStore {
     ParameterStore m_params;
     GradientReducer m_grads;
     OptimizerState m_optim;
+};
+
+/// The checkpoint's face of a ModelState (ModelState::shards()): this rank's owned elements
+/// [owned_begin, owned_end) of each unit (shard_plan().owned_range for this rank) of the
+/// fp32 master weights and the AdamW moments, the copies between them and host memory, and
+/// the working copy recomputed after a load. A view: it holds the state by reference.
+class StateShards {
+  public:
+    size_t owned_begin(int unit) const;
+    size_t owned_end(int unit) const;
+    /// Base pointers such that base[e] is unit element e, valid for owned elements.
+    float* master_base(int unit);
+    float* adam_m_base(int unit);
+    float* adam_v_base(int unit);
+    /// n floats from this state's memory (e.g. master_base(u) + b) to host memory, and back:
+    /// the one edge between host and backend memory (a memcpy on the CPU). Host code never
+    /// dereferences the base pointers above.
+    void copy_to_host(float* host, const float* src, size_t n);
+    void copy_from_host(float* dst, const float* host, size_t n);
+    /// copy_to_host into a buffer read later by another thread (the checkpoint snapshot):
+    /// Backend::to_host_past_cache.
+    void snapshot_to_host(float* host, const float* src, size_t n);
+    /// Host memory those copies run at full speed with (Backend::alloc_host: page-locked
+    /// for a GPU state), page-aligned; freed with free_host().
+    void* alloc_host(size_t bytes) const;
+    void free_host(void* p) const noexcept;
+    /// After master weights were overwritten (checkpoint load): recompute the working copy
+    /// from them and re-assemble full parameters where the stage keeps them. Collective.
+    void sync_working_from_master();
+
+  private:
+    friend class ModelState;
+    explicit StateShards(ModelState& state) : m_state(state) {}
+    ModelState& m_state;
 };
 
 }  // namespace zt
