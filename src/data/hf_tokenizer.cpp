@@ -4,7 +4,8 @@
 // Encoding follows the `tokenizers` pipeline: added tokens are split out of the text first
 // (matched exactly, leftmost then longest), each remaining segment goes through the
 // normalizer (none, or NFC as Qwen2's: nfc.cpp) and the pre-tokenizer steps (pretokenize.cpp:
-// GPT-2's ByteLevel regex, Llama 3's or Qwen2's Split regex, Digits), and each piece through byte-level BPE (bpe_model.cpp, with `ignore_merges`).
+// GPT-2's ByteLevel regex, Llama 3's or Qwen2's Split regex, Digits), and each piece
+// through byte-level BPE (bpe_model.cpp, with `ignore_merges`).
 // Decoding maps vocabulary tokens back to their bytes (the ByteLevel decoder) and added
 // tokens to their text.
 // The document separator (Tokenizer::eot) is the BOS token when the file has one (the
