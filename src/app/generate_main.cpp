@@ -2,15 +2,19 @@
 //
 //   zt-generate CKPT_DIR|HF_DIR --prompt TEXT|--prompt-file F [--max-new-tokens N]
 //               [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tokenizer F] [--threads N]
-//               [--ignore-eos]
+//               [--ignore-eos] [--chat [--chat-template llama3|chatml]] [--print-prompt-tokens]
 //
 // One process, the CPU backend's threads. The model is a checkpoint (any world size and ZeRO
 // stage, read piece by piece as zt-consolidate reads it) or a Hugging Face model directory;
 // its weights stay resident and decoding runs the model's key/value-cache forward
 // (model/generator.hpp), one row per token. The prompt starts with the tokenizer's document
-// separator, as every training document does (zt-prepare). Decoding stops at end-of-text
-// (the tokenizer's, and a Hugging Face directory's eos_token_id), after --max-new-tokens, or
-// when the context (model.seq_len) is full. Timings and tokens/s go to stderr at the end, so
+// separator, as every training document does (zt-prepare); with --chat it is a conversation
+// rendered by the chat template (zt-prepare's llama3 or chatml, from --chat-template or the
+// tokenizer_config.json beside the tokenizer) followed by the assistant's header, as
+// apply_chat_template(..., add_generation_prompt=True) renders it. Decoding stops at
+// end-of-text (the tokenizer's, and a Hugging Face directory's eos_token_id), at the
+// template's end-of-turn token with --chat, after --max-new-tokens, or when the context
+// (model.seq_len) is full. Timings and tokens/s go to stderr at the end, so
 // stdout holds the text only.
 // Exit status: 0 success, 2 bad input (options, model, tokenizer, prompt), 1 anything else.
 #include <algorithm>
@@ -20,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -33,6 +38,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/tool_main.hpp"
+#include "ztrain/data/examples.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/generator.hpp"
 
@@ -53,6 +59,8 @@ struct Options {
     long long seed = 1234;
     long threads = 0;
     bool chat = false;
+    std::string chat_template;
+    bool print_prompt_tokens = false;
     bool ignore_eos = false;
 };
 
@@ -121,7 +129,8 @@ bool parse(int argc, char** argv, Options& o) {
     po::options_description visible(
         "Usage:\n"
         "  zt-generate CKPT_DIR|HF_DIR --prompt TEXT|--prompt-file F [--max-new-tokens N] [--temperature T]\n"
-        "              [--top-k K] [--top-p P] [--seed S] [--tokenizer F] [--threads N]\n\n"
+        "              [--top-k K] [--top-p P] [--seed S] [--tokenizer F] [--threads N]\n"
+        "              [--chat [--chat-template llama3|chatml]] [--print-prompt-tokens]\n\n"
         "CKPT_DIR: a checkpoint directory (its `latest` step) or a step_N directory; HF_DIR: a Hugging Face\n"
         "model directory (config.json, model.safetensors, tokenizer.json). The text streams to stdout;\n"
         "timings and tokens/s go to stderr.\n\nOptions");
@@ -138,7 +147,11 @@ bool parse(int argc, char** argv, Options& o) {
          "tokenizer file: zt-prepare's tokenizer.json or a Hugging Face one (default: the model's)")
         ("threads", po::value(&o.threads), "compute threads; 0 = all cores (default 0)")
         ("ignore-eos", "do not stop at end-of-text: always --max-new-tokens tokens (benchmarks)")
-        ("chat", "apply the model's chat template to the prompt (not available yet)");
+        ("chat", "the prompt is a conversation: {\"messages\": [...]} or one user message; rendered with the "
+                 "chat template, generation stops at its end-of-turn token")
+        ("chat-template", po::value(&o.chat_template),
+         "llama3 or chatml (default: from the tokenizer_config.json beside the tokenizer)")
+        ("print-prompt-tokens", "write the prompt's token ids to stderr before generating");
     po::options_description all;
     all.add(visible).add_options()("model", po::value(&o.model), "checkpoint or Hugging Face directory");
     po::positional_options_description positional;
@@ -152,8 +165,8 @@ bool parse(int argc, char** argv, Options& o) {
     }
     o.chat = vm.count("chat") > 0;
     o.ignore_eos = vm.count("ignore-eos") > 0;
-    ZT_INPUT_CHECK(!o.chat, "--chat: chat templates are not available yet (they come with the fine-tuning work); "
-                   "give the prompt as plain text");
+    o.print_prompt_tokens = vm.count("print-prompt-tokens") > 0;
+    ZT_INPUT_CHECK(o.chat || o.chat_template.empty(), "--chat-template applies with --chat only");
     ZT_INPUT_CHECK(!o.model.empty(), "no model given: zt-generate CKPT_DIR|HF_DIR --prompt TEXT (see --help)");
     ZT_INPUT_CHECK(vm.count("prompt") + vm.count("prompt-file") == 1,
                    "give exactly one of --prompt TEXT and --prompt-file F");
@@ -182,6 +195,69 @@ std::string token_text(const zt::Tokenizer& tok, int id) {
     return zt::str("<", id, ">");
 }
 
+/// --chat's template: --chat-template, else the one the tokenizer_config.json beside the
+/// tokenizer (--tokenizer's folder, or the Hugging Face directory) names.
+zt::ChatTemplate chat_template(const Options& o, const zt::ModelSource& src) {
+    if (!o.chat_template.empty()) return zt::parse_chat_template(o.chat_template, "--chat-template");
+    fs::path dir;
+    if (!o.tokenizer.empty()) {
+        dir = fs::is_directory(o.tokenizer) ? fs::path(o.tokenizer) : fs::path(o.tokenizer).parent_path();
+    } else if (src.hf_dir) {
+        dir = src.path;
+    }
+    const fs::path config = dir / "tokenizer_config.json";
+    if (!dir.empty()) {
+        if (const std::optional<zt::ChatTemplate> t = zt::detect_chat_template(config.string())) return *t;
+    }
+    throw zt::InputError(zt::str("--chat: ", dir.empty() ? std::string("no tokenizer_config.json to read")
+                                                         : config.string() + " has no chat_template recognisable",
+                                 " as llama3 or chatml; give --chat-template llama3|chatml"));
+}
+
+/// --chat's conversation: a prompt that is a JSON object with "messages" (a list of
+/// {"role": system|user|assistant, "content": TEXT}), else the prompt as one user message.
+std::vector<zt::ChatMessage> conversation(const std::string& prompt) {
+    const nlohmann::json j = nlohmann::json::parse(prompt, nullptr, false);
+    if (!j.is_object() || !j.contains("messages")) return {zt::ChatMessage{"user", prompt}};
+    const nlohmann::json& list = j.at("messages");
+    ZT_INPUT_CHECK(list.is_array() && !list.empty(), "--chat: \"messages\" must be a non-empty list, found ",
+                   list.dump());
+    std::vector<zt::ChatMessage> out;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const nlohmann::json& m = list[i];
+        const bool ok = m.is_object() && m.value("role", nlohmann::json()).is_string() &&
+                        m.value("content", nlohmann::json()).is_string();
+        ZT_INPUT_CHECK(ok, "--chat: messages[", i, "]: expected {\"role\": ..., \"content\": ...}, found ", m.dump());
+        const std::string role = m.at("role").get<std::string>();
+        ZT_INPUT_CHECK(role == "system" || role == "user" || role == "assistant", "--chat: messages[", i,
+                       "].role: unknown role \"", role, "\" (expected system, user or assistant)");
+        out.push_back(zt::ChatMessage{role, m.at("content").get<std::string>()});
+    }
+    return out;
+}
+
+/// The prompt's tokens: the document separator then the text, or with --chat the
+/// conversation as the template renders it for the assistant to continue (then
+/// `end_of_turn` is the template's end-of-turn token).
+std::vector<int32_t> prompt_tokens(const Options& o, const zt::ModelSource& src, const zt::Tokenizer& tok,
+                                   std::optional<uint32_t>& end_of_turn) {
+    std::vector<uint32_t> ids;
+    if (o.chat) {
+        const zt::ExampleRenderer renderer(tok, chat_template(o, src));
+        ids = renderer.render_generation_prompt(conversation(o.prompt));
+        end_of_turn = renderer.end_of_turn();
+    } else {
+        ids.push_back(tok.eot());
+        for (uint32_t t : tok.encode(o.prompt)) ids.push_back(t);
+    }
+    if (o.print_prompt_tokens) {
+        std::string list;
+        for (uint32_t t : ids) list += (list.empty() ? "" : ", ") + std::to_string(t);
+        std::fprintf(stderr, "zt-generate: prompt tokens: [%s]\n", list.c_str());
+    }
+    return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -193,12 +269,13 @@ int run(int argc, char** argv) {
     const zt::ModelSource src = zt::open_model_source(o.model);
     const zt::ModelConfig& mc = src.model;
     const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, src);
-    const std::set<int> stop = o.ignore_eos ? std::set<int>{} : stop_tokens(*tok, src);
-    std::vector<int32_t> prompt{static_cast<int32_t>(tok->eot())};
-    for (uint32_t t : tok->encode(o.prompt)) prompt.push_back(static_cast<int32_t>(t));
+    std::optional<uint32_t> end_of_turn;
+    const std::vector<int32_t> prompt = prompt_tokens(o, src, *tok, end_of_turn);
+    std::set<int> stop = o.ignore_eos ? std::set<int>{} : stop_tokens(*tok, src);
+    if (end_of_turn && !o.ignore_eos) stop.insert(static_cast<int>(*end_of_turn));
     const int T = static_cast<int>(prompt.size());
-    ZT_INPUT_CHECK(T < mc.seq_len, "--prompt: ", T, " tokens (with the leading separator) leave no room in the ",
-                   "model's ", mc.seq_len, "-token context (model.seq_len)");
+    ZT_INPUT_CHECK(T < mc.seq_len, "--prompt: ", T, " tokens (with the leading separator or template) leave no ",
+                   "room in the model's ", mc.seq_len, "-token context (model.seq_len)");
     for (int32_t t : prompt) {
         ZT_INPUT_CHECK(t < mc.vocab_size, "--prompt: token ", t, " is outside the model's vocabulary of ",
                        mc.vocab_size, " (a tokenizer of another model? see --tokenizer)");
@@ -229,7 +306,7 @@ int run(int argc, char** argv) {
                                               static_cast<uint64_t>(generated));
         ++generated;
         if (stop.count(next)) {
-            why = "end of text";
+            why = end_of_turn && next == static_cast<int32_t>(*end_of_turn) ? "end of turn" : "end of text";
             break;
         }
         const std::string text = token_text(*tok, next);

@@ -3,8 +3,9 @@
 //
 // Encoding follows the `tokenizers` pipeline: added tokens are split out of the text first
 // (matched exactly, leftmost then longest), each remaining segment goes through the
-// pre-tokenizer steps (pretokenize.cpp: GPT-2's ByteLevel regex, Llama 3's Split regex,
-// Digits), and each piece through byte-level BPE (bpe_model.cpp, with `ignore_merges`).
+// normalizer (none, or NFC as Qwen2's: nfc.cpp) and the pre-tokenizer steps (pretokenize.cpp:
+// GPT-2's ByteLevel regex, Llama 3's or Qwen2's Split regex, Digits), and each piece
+// through byte-level BPE (bpe_model.cpp, with `ignore_merges`).
 // Decoding maps vocabulary tokens back to their bytes (the ByteLevel decoder) and added
 // tokens to their text.
 // The document separator (Tokenizer::eot) is the BOS token when the file has one (the
@@ -13,7 +14,7 @@
 // token TemplateProcessing puts after the sequence, else one named <|end_of_text|>,
 // <|endoftext|> or </s>).
 // Deliberately rejected, naming the key: other models (Unigram, WordPiece, WordLevel),
-// normalizers, other pre-tokenizers or regexes, ByteLevel with add_prefix_space, byte
+// normalizers other than NFC, other pre-tokenizers or regexes, ByteLevel with add_prefix_space, byte
 // fallback, dropout, subword prefixes/suffixes, and added tokens with lstrip / rstrip /
 // single_word: each would change the encoding, and a silently different encoding is worse
 // than a clear refusal.
@@ -43,6 +44,10 @@ constexpr const char* kCopyName = "hf_tokenizer.json";
 // The Split regexes we implement by hand, exactly as they appear in tokenizer.json files.
 constexpr const char* kLlama3Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen2's: Llama 3's with `\p{N}` (single digits) for `\p{N}{1,3}`.
+constexpr const char* kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char* kGpt2Regex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -132,9 +137,7 @@ class HfTokenizer final : public Tokenizer {
         if (!root.is_object()) {
             r.fail("(top level)", str("expected a JSON object, found ", root.type_name()));
         }
-        if (root.contains("normalizer") && !root.at("normalizer").is_null()) {
-            r.unsupported("normalizer", root.at("normalizer"), "expected null");
-        }
+        load_normalizer(r, root);
         load_model(r, root);
         load_added_tokens(r, root);
         check_dense_ids(r);
@@ -160,11 +163,16 @@ class HfTokenizer final : public Tokenizer {
         out.reserve(text.size() / 3 + 1);
         std::vector<std::string_view> pieces;
         std::vector<std::string_view> next;
+        std::string normalized;  // the NFC segment the pieces view into
         const std::string_view all(text);
         size_t segment = 0;
         const auto encode_segment = [&](std::string_view s) {
             if (s.empty()) {
                 return;
+            }
+            if (m_nfc) {
+                normalized = nfc_normalize(s);
+                s = normalized;
             }
             pieces.assign(1, s);
             for (Pretokenizer step : m_steps) {
@@ -222,6 +230,19 @@ class HfTokenizer final : public Tokenizer {
     }
 
   private:
+    /// None, or NFC (Qwen2's): applied to each segment between added tokens, as
+    /// `tokenizers` does for added tokens that are not `normalized`.
+    void load_normalizer(const Reader& r, const json& root) {
+        if (!root.contains("normalizer") || root.at("normalizer").is_null()) {
+            return;
+        }
+        const json& n = root.at("normalizer");
+        if (!n.is_object() || n.value("type", json()) != "NFC" || n.size() != 1) {
+            r.unsupported("normalizer", n, "expected null or {\"type\": \"NFC\"}");
+        }
+        m_nfc = true;
+    }
+
     void load_model(const Reader& r, const json& root) {
         const json& model = r.object(root, "model", "model");
         if (!model.contains("type")) {
@@ -396,16 +417,18 @@ class HfTokenizer final : public Tokenizer {
             const json& pattern = r.object(p, "pattern", name + ".pattern");
             if (!pattern.contains("Regex")) {
                 r.unsupported(name + ".pattern", pattern,
-                              "expected {\"Regex\": ...} with Llama 3's or GPT-2's regex");
+                              "expected {\"Regex\": ...} with Llama 3's, Qwen2's or GPT-2's regex");
             }
             const json& regex = pattern.at("Regex");
             if (regex == kLlama3Regex) {
                 m_steps.push_back(Pretokenizer::kLlama3);
+            } else if (regex == kQwen2Regex) {
+                m_steps.push_back(Pretokenizer::kQwen2);
             } else if (regex == kGpt2Regex) {
                 m_steps.push_back(Pretokenizer::kGpt2);
             } else {
                 r.unsupported(name + ".pattern.Regex", regex,
-                              "expected Llama 3's or GPT-2's regex");
+                              "expected Llama 3's, Qwen2's or GPT-2's regex");
             }
             if (!p.contains("behavior") || p.at("behavior") != "Isolated") {
                 r.unsupported(name + ".behavior", p.value("behavior", json()),
@@ -566,6 +589,7 @@ class HfTokenizer final : public Tokenizer {
     // Added tokens by their first byte, longest first (pointers into m_added).
     std::array<std::vector<const AddedToken*>, 256> m_added_by_first{};
     std::vector<Pretokenizer> m_steps;
+    bool m_nfc = false;
     bool m_byte_level = false;
     uint32_t m_separator = 0;
     uint32_t m_end_of_text = 0;

@@ -5,13 +5,15 @@
 // generation prompt, since every conversation here is complete):
 //   llama3: <|begin_of_text|> then per message
 //           <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>
-//           (CONTENT with surrounding whitespace trimmed, as Llama 3's template does);
+//           (CONTENT with surrounding whitespace trimmed, as Llama 3's template's Jinja
+//           `trim` does: Python's str.strip(), Unicode spaces included);
 //   chatml: per message <|im_start|>ROLE\nCONTENT<|im_end|>\n (SmolLM2, Qwen; a model's own
 //           default system message, if its template adds one, is not added).
 // Each piece between special tokens is tokenized on its own, so the mask boundary is exact:
 // the targets are an assistant message's CONTENT tokens and its end-of-turn token.
-// Deliberately does not: run Jinja templates, support tool calls or other roles, or add a
-// generation prompt.
+// A generation prompt (zt-generate --chat) is the messages then the assistant's header
+// (llama3: <|start_header_id|>assistant<|end_header_id|>\n\n; chatml: <|im_start|>assistant\n).
+// Deliberately does not: run Jinja templates, or support tool calls or other roles.
 #include <algorithm>
 #include <array>
 #include <filesystem>
@@ -30,13 +32,28 @@ using nlohmann::json;
 
 using detail::is_blank;
 
+/// Python's str.isspace(), which Jinja's `trim` (Llama 3's template) strips: ASCII
+/// whitespace, U+001C..U+001F, NEL, no-break and ideographic spaces, line separators ...
+bool is_python_space(uint32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+/// `s` without leading and trailing whitespace, as Jinja's `trim` (Python's str.strip()).
 std::string trimmed(const std::string& s) {
-    const char* ws = " \t\n\r\f\v";
-    const size_t first = s.find_first_not_of(ws);
-    if (first == std::string::npos) {
-        return "";
+    size_t first = std::string::npos;
+    size_t end = 0;
+    for (size_t i = 0; i < s.size();) {
+        uint32_t cp = 0;
+        const size_t len = detail::decode_utf8(s, i, cp);
+        if (!is_python_space(cp)) {
+            first = std::min(first, i);
+            end = i + len;
+        }
+        i += len;
     }
-    return s.substr(first, s.find_last_not_of(ws) - first + 1);
+    return first == std::string::npos ? std::string() : s.substr(first, end - first);
 }
 
 /// nlohmann's parse message without its exception id, and with "line 1, column N" (a
@@ -327,6 +344,31 @@ void ExampleRenderer::render_chat(const JsonlRecord& record, std::vector<uint32_
             add(m_tok.encode("\n"), 0);
         }
     }
+}
+
+std::vector<uint32_t> ExampleRenderer::render_generation_prompt(const std::vector<ChatMessage>& messages) const {
+    ZT_REQUIRE(m_template.has_value(), "a generation prompt needs a chat template");
+    JsonlRecord record;
+    record.layout = JsonlLayout::kChat;
+    record.messages = messages;
+    std::vector<uint32_t> tokens;
+    std::vector<uint8_t> target;
+    render_chat(record, tokens, target);
+    const auto add = [&](const std::vector<uint32_t>& ids) { tokens.insert(tokens.end(), ids.begin(), ids.end()); };
+    add({m_header_start});
+    if (*m_template == ChatTemplate::kLlama3) {
+        add(m_tok.encode("assistant"));
+        add({m_header_end});
+        add(m_tok.encode("\n\n"));
+    } else {
+        add(m_tok.encode("assistant\n"));
+    }
+    return tokens;
+}
+
+uint32_t ExampleRenderer::end_of_turn() const {
+    ZT_REQUIRE(m_template.has_value(), "no chat template, so no end-of-turn token");
+    return m_end_of_turn;
 }
 
 }  // namespace zt

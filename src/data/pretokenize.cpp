@@ -6,6 +6,7 @@
 // (tiktoken's cl100k family) uses
 //     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //      ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Qwen2 (and Qwen2.5) uses the same with `\p{N}` (each digit alone) for `\p{N}{1,3}`,
 // and Hugging Face's Digits pre-tokenizer isolates digits. This file reproduces those splits
 // exactly (leftmost-first alternation, greedy runs, the look-ahead that leaves the last of
 // several spaces to prefix the next word); no std::regex, which has no \p{L} and is slow.
@@ -15,11 +16,13 @@
 //     for cp in range(0x80, 0x110000): regex.match(r'\p{L}', chr(cp))   # and \p{N}, \s
 // (surrogates excluded). \s is Unicode's White_Space, as in Oniguruma (Hugging Face's
 // engine); JavaScript's \s differs at U+0085 and U+FEFF, and engines on older Unicode
-// versions differ at recently assigned letters. Deliberately not handled: Unicode
-// normalization (none of these tokenizers does any). Bytes that are not valid UTF-8 are
+// versions differ at recently assigned letters. Unicode normalization (Qwen2's NFC) is
+// nfc.cpp's, before these splits. Bytes that are not valid UTF-8 are
 // each treated as one code point of the "other" class, i.e. like punctuation, so any byte
 // string still splits and round-trips.
 #include "ztrain/data/tokenizer.hpp"
+
+#include "tokenizer_detail.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -254,7 +257,8 @@ const CodeRange kSpaces[] = {
 
 enum class CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
 
-constexpr uint32_t kInvalid = 0xFFFFFFFFu;
+using detail::decode_utf8;
+constexpr uint32_t kInvalid = detail::kInvalidCodePoint;
 
 template <size_t N>
 bool in_ranges(const CodeRange (&ranges)[N], uint32_t cp) {
@@ -291,52 +295,6 @@ CharClass classify(uint32_t cp) {
         return CharClass::kSpace;
     }
     return CharClass::kOther;
-}
-
-/// Decodes one UTF-8 sequence at s[i]; returns its length and sets cp (kInvalid and
-/// length 1 for a byte that does not start a valid, shortest-form, non-surrogate sequence).
-size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp) {
-    const auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
-    const uint8_t b0 = byte(i);
-    if (b0 < 0x80) {
-        cp = b0;
-        return 1;
-    }
-    size_t len = 0;
-    uint32_t min_cp = 0;
-    if ((b0 & 0xE0) == 0xC0) {
-        len = 2;
-        cp = b0 & 0x1Fu;
-        min_cp = 0x80;
-    } else if ((b0 & 0xF0) == 0xE0) {
-        len = 3;
-        cp = b0 & 0x0Fu;
-        min_cp = 0x800;
-    } else if ((b0 & 0xF8) == 0xF0) {
-        len = 4;
-        cp = b0 & 0x07u;
-        min_cp = 0x10000;
-    } else {
-        cp = kInvalid;
-        return 1;
-    }
-    if (i + len > s.size()) {
-        cp = kInvalid;
-        return 1;
-    }
-    for (size_t k = 1; k < len; ++k) {
-        const uint8_t b = byte(i + k);
-        if ((b & 0xC0) != 0x80) {
-            cp = kInvalid;
-            return 1;
-        }
-        cp = (cp << 6) | (b & 0x3Fu);
-    }
-    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-        cp = kInvalid;
-        return 1;
-    }
-    return len;
 }
 
 /// Text decoded once: code points, their classes and byte offsets (offset[n] = size).
@@ -447,7 +405,8 @@ void split_gpt2(std::string_view text, std::vector<std::string_view>& pieces) {
     }
 }
 
-void split_llama3(std::string_view text, std::vector<std::string_view>& pieces) {
+/// Llama 3's regex; `max_digits` 3 for its `\p{N}{1,3}`, 1 for Qwen2's `\p{N}`.
+void split_llama3(std::string_view text, size_t max_digits, std::vector<std::string_view>& pieces) {
     const Decoded d(text, pieces);
     const size_t n = d.size();
     const auto& cls = d.cls;
@@ -474,10 +433,10 @@ void split_llama3(std::string_view text, std::vector<std::string_view>& pieces) 
             i = j;
             continue;
         }
-        // \p{N}{1,3}
+        // \p{N}{1,3} (Qwen2: \p{N})
         if (cls[i] == CharClass::kNumber) {
             size_t j = i + 1;
-            while (j < n && j < i + 3 && cls[j] == CharClass::kNumber) {
+            while (j < n && j < i + max_digits && cls[j] == CharClass::kNumber) {
                 ++j;
             }
             d.emit(i, j);
@@ -546,7 +505,10 @@ void pretokenize_into(Pretokenizer rule, std::string_view text,
             split_gpt2(text, pieces);
             return;
         case Pretokenizer::kLlama3:
-            split_llama3(text, pieces);
+            split_llama3(text, 3, pieces);
+            return;
+        case Pretokenizer::kQwen2:
+            split_llama3(text, 1, pieces);
             return;
         case Pretokenizer::kDigits:
             split_digits(text, false, pieces);
@@ -575,5 +537,53 @@ std::vector<std::string_view> digits_pretokenize(std::string_view text, bool ind
                      text, pieces);
     return pieces;
 }
+
+namespace detail {
+
+size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp) {
+    const auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+    const uint8_t b0 = byte(i);
+    if (b0 < 0x80) {
+        cp = b0;
+        return 1;
+    }
+    size_t len = 0;
+    uint32_t min_cp = 0;
+    if ((b0 & 0xE0) == 0xC0) {
+        len = 2;
+        cp = b0 & 0x1Fu;
+        min_cp = 0x80;
+    } else if ((b0 & 0xF0) == 0xE0) {
+        len = 3;
+        cp = b0 & 0x0Fu;
+        min_cp = 0x800;
+    } else if ((b0 & 0xF8) == 0xF0) {
+        len = 4;
+        cp = b0 & 0x07u;
+        min_cp = 0x10000;
+    } else {
+        cp = kInvalidCodePoint;
+        return 1;
+    }
+    if (i + len > s.size()) {
+        cp = kInvalidCodePoint;
+        return 1;
+    }
+    for (size_t k = 1; k < len; ++k) {
+        const uint8_t b = byte(i + k);
+        if ((b & 0xC0) != 0x80) {
+            cp = kInvalidCodePoint;
+            return 1;
+        }
+        cp = (cp << 6) | (b & 0x3Fu);
+    }
+    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+        cp = kInvalidCodePoint;
+        return 1;
+    }
+    return len;
+}
+
+}  // namespace detail
 
 }  // namespace zt

@@ -2,12 +2,22 @@
 // and the corpus preparation (not part of the public API).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
 namespace zt::detail {
+
+/// The code point decode_utf8 gives a byte that does not start a valid UTF-8 sequence.
+constexpr uint32_t kInvalidCodePoint = 0xFFFFFFFFu;
+
+/// Decodes one UTF-8 sequence at s[i]; returns its length and sets cp (kInvalidCodePoint
+/// and length 1 for a byte that does not start a valid, shortest-form, non-surrogate
+/// sequence).
+size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp);
 
 /// True when `s` is empty or only whitespace (space, tab, newline, CR, FF, VT).
 bool is_blank(std::string_view s);

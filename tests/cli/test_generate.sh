@@ -2,7 +2,7 @@
 # zt-generate end to end: text from a checkpoint of a short GPT-2 run and of a short Llama
 # run, the same greedy text from the checkpoint and from its Hugging Face export, the same
 # sampled text for the same seed, tokens/s on stderr, and every bad input refused with exit 2
-# naming the option.
+# naming the option (--chat's rendering and stop: tests/interop/test_generate_chat.py).
 # Usage: test_generate.sh BIN_DIR SOURCE_DIR
 set -u
 BIN=$1
@@ -39,7 +39,16 @@ sample() { "${gen[@]}" "$ckpt" --prompt-file "$work/prompt.txt" --top-k 20 --top
 check "the same seed gives the same sample" test "$(sample 7)" = "$(sample 7)"
 
 # Bad input: exit 2, naming the option and the value.
-expect 2 "chat templates are not available" "${gen[@]}" "$ckpt" --prompt x --chat
+expect 2 "--chat: no tokenizer_config.json to read.*give --chat-template" "${gen[@]}" "$ckpt" --prompt x --chat
+expect 2 "chat template chatml: .* no special token '<\|im_start\|>'" "${gen[@]}" "$ckpt" --prompt x --chat \
+  --chat-template chatml
+expect 2 "--chat-template applies with --chat only" "${gen[@]}" "$ckpt" --prompt x --chat-template llama3
+expect 2 "--chat-template: unknown chat template 'zephyr'" "${gen[@]}" "$ckpt" --prompt x --chat --chat-template zephyr
+chat_tok="$SRC/tests/data/chat_tiny/tokenizer.json"
+expect 2 "--chat: messages\[0\].role: unknown role \"robot\"" "${gen[@]}" "$ckpt" --tokenizer "$chat_tok" --chat \
+  --prompt '{"messages": [{"role": "robot", "content": "x"}]}'
+expect 2 "--chat: messages\[0\]: expected \{\"role\"" "${gen[@]}" "$ckpt" --tokenizer "$chat_tok" --chat \
+  --prompt '{"messages": [{"role": "user"}]}'
 expect 2 "no such directory" "${gen[@]}" "$work/missing" --prompt x
 expect 2 "exactly one of --prompt" "${gen[@]}" "$ckpt"
 expect 2 "exactly one of --prompt" "${gen[@]}" "$ckpt" --prompt x --prompt-file "$work/prompt.txt"

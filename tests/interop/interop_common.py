@@ -8,17 +8,30 @@ import subprocess
 import sys
 
 
+def missing(msg):
+    """Exits 77 (skipped), or 1 under ZT_REQUIRE_INTEROP=1, saying what is missing."""
+    if os.environ.get("ZT_REQUIRE_INTEROP") == "1":
+        print("interop: FAILED: " + msg)
+        sys.exit(1)
+    print("interop: SKIPPED: " + msg)
+    sys.exit(77)
+
+
 def require(*names):
     """The modules NAMES, imported; exits 77 (or 1 under ZT_REQUIRE_INTEROP=1) when one is missing."""
     try:
         return [importlib.import_module(n) for n in names]
     except ImportError as e:
-        msg = f"the Python package '{e.name}' is missing (tests/interop/requirements.txt)"
-        if os.environ.get("ZT_REQUIRE_INTEROP") == "1":
-            print("interop: FAILED: " + msg)
-            sys.exit(1)
-        print("interop: SKIPPED: " + msg)
-        sys.exit(77)
+        missing(f"the Python package '{e.name}' is missing (tests/interop/requirements.txt)")
+
+
+def shared_data(src_dir):
+    """The shared data folder (ZT_SHARED_DATA, else ../shared/data beside the checkout); exits
+    77 (or 1 under ZT_REQUIRE_INTEROP=1) when it holds no tokenizers/."""
+    shared = os.environ.get("ZT_SHARED_DATA", os.path.join(src_dir, "..", "shared", "data"))
+    if not os.path.isdir(os.path.join(shared, "tokenizers")):
+        missing(f"{shared}/tokenizers not found (ZT_SHARED_DATA names the shared data folder)")
+    return shared
 
 
 class Failures:

@@ -2,8 +2,8 @@
 
     python test_tokenizer_ids.py BIN_DIR SOURCE_DIR
 
-For each real tokenizer.json (GPT-2's in tests/data/hf; Llama 3's in ../shared/data, when
-that folder is there), a multilingual text of more than 100 kB (prose, code, emoji with
+For each real tokenizer.json (GPT-2's in tests/data/hf; Llama 3's and Qwen2.5's, with its
+NFC normalizer and single-digit split, in ../shared/data, when that folder is there), a multilingual text of more than 100 kB (prose, code, emoji with
 joiners and skin tones, CJK, right-to-left scripts, numbers, runs of spaces, tabs and
 newlines, combining characters, contractions) is written as one document. zt-prepare
 tokenizes it into a token shard; `tokenizers.Tokenizer.from_file(...).encode(text,
@@ -38,6 +38,8 @@ PIECES = [
     "Mixed: naïve café résumé coöperate — “quotes” ‘single’ … «guillemets» 1st 2nd 3rd ½ ¾ ™ ©.",
     "URLs and paths: https://example.org/a/b?c=d&e=f#g C:\\Users\\me\\file.txt /usr/local/bin/ztrain",
     "   leading spaces and a line of dashes ----- and ===== and ***** and .....",
+    "NFC: \u1100\u1161\u11a8 \u1112\u1161\u11ab\uac00\u11a8 a\u0301\u0316 q\u0307\u0323 \u212b \u2126 \uf900 "
+    "\u0958 o\u031b\u0301 \u1e0b\u0323 \u00c5\u0301; digits: \u0663\u0664\u0665 \uff11\uff12\uff13 \u00b2 \u2167 99999.",
 ]
 
 
@@ -98,11 +100,12 @@ def main(bin_dir, src_dir):
     with tempfile.TemporaryDirectory(prefix="zt-interop-") as work:
         cases = [("gpt2", unzip(os.path.join(src_dir, "tests", "data", "hf", "gpt2_tokenizer.json.gz"),
                                 os.path.join(work, "gpt2.json")))]
-        llama3 = os.path.join(shared, "tokenizers", "llama3", "tokenizer.json.gz")
-        if os.path.exists(llama3):
-            cases.append(("llama3", unzip(llama3, os.path.join(work, "llama3.json"))))
-        else:
-            print(f"llama3: skipped: {llama3} not found (ZT_SHARED_DATA names the shared data folder)")
+        for name in ("llama3", "qwen2_5"):
+            packed = os.path.join(shared, "tokenizers", name, "tokenizer.json.gz")
+            if os.path.exists(packed):
+                cases.append((name, unzip(packed, os.path.join(work, name + ".json"))))
+            else:
+                print(f"{name}: skipped: {packed} not found (ZT_SHARED_DATA names the shared data folder)")
         for name, path in cases:
             msg = compare(name, path, bin_dir, work, text)
             if msg:

@@ -41,7 +41,13 @@ constexpr uint32_t kImEnd = 262;
 
 std::unique_ptr<zt::Tokenizer> chat_tokenizer() { return zt::make_hf_tokenizer(kChatDir + "/tokenizer.json"); }
 
-Ids bytes(const std::string& s) { return Ids(s.begin(), s.end()); }
+Ids bytes(const std::string& s) {
+    Ids out;
+    for (char c : s) {
+        out.push_back(static_cast<uint8_t>(c));
+    }
+    return out;
+}
 
 /// Concatenation of token runs and the matching mask runs.
 struct Expected {
@@ -250,6 +256,41 @@ TEST(ExampleRenderer, Llama3TrimsContentLikeItsTemplate) {
     turn("user", "V", 0);
     turn("assistant", "B", 1);
     expect_rendering(r, kConversation, want);
+}
+
+TEST(ExampleRenderer, Llama3TrimsUnicodeSpacesAsJinjaDoes) {
+    // Jinja's trim is Python's str.strip(): no-break, ideographic and other Unicode spaces too.
+    const auto tok = chat_tokenizer();
+    const zt::ExampleRenderer r(*tok, zt::ChatTemplate::kLlama3);
+    const std::string line = "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                             "\"\\u3000\\u00a0 A\\u2028B\\u0085\\u001c\"}]}";
+    expect_rendering(r, line,
+                     Expected()
+                         .add({kBegin, kHeaderStart}, 0)
+                         .add(bytes("assistant"), 0)
+                         .add({kHeaderEnd}, 0)
+                         .add(bytes("\n\n"), 0)
+                         .add(bytes("A\u2028B"), 1)
+                         .add({kEotId}, 1));
+}
+
+TEST(ExampleRenderer, GenerationPromptEndsWithTheAssistantHeader) {
+    const auto tok = chat_tokenizer();
+    const std::vector<zt::ChatMessage> msgs{{"system", "S"}, {"user", " U\n"}};
+    const zt::ExampleRenderer chatml(*tok, zt::ChatTemplate::kChatml);
+    Expected want;
+    want.add({kImStart}, 0).add(bytes("system\nS"), 0).add({kImEnd}, 0).add(bytes("\n"), 0);
+    want.add({kImStart}, 0).add(bytes("user\n U\n"), 0).add({kImEnd}, 0).add(bytes("\n"), 0);
+    want.add({kImStart}, 0).add(bytes("assistant\n"), 0);
+    EXPECT_EQ(chatml.render_generation_prompt(msgs), want.tokens);
+    EXPECT_EQ(chatml.end_of_turn(), kImEnd);
+    const zt::ExampleRenderer llama3(*tok, zt::ChatTemplate::kLlama3);
+    Expected want3;
+    want3.add({kBegin, kHeaderStart}, 0).add(bytes("system"), 0).add({kHeaderEnd}, 0).add(bytes("\n\nS"), 0);
+    want3.add({kEotId, kHeaderStart}, 0).add(bytes("user"), 0).add({kHeaderEnd}, 0).add(bytes("\n\nU"), 0);
+    want3.add({kEotId, kHeaderStart}, 0).add(bytes("assistant"), 0).add({kHeaderEnd}, 0).add(bytes("\n\n"), 0);
+    EXPECT_EQ(llama3.render_generation_prompt(msgs), want3.tokens);
+    EXPECT_EQ(llama3.end_of_turn(), kEotId);
 }
 
 TEST(ExampleRenderer, TemplateTokensMustExist) {

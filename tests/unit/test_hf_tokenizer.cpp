@@ -139,6 +139,67 @@ TEST(HfTokenizerPretokenize, DigitsIndividualAndGrouped) {
     EXPECT_EQ(pieces("ab 123x٣", false), (V{"ab ", "123", "x", "٣"}));
 }
 
+TEST(HfTokenizerPretokenize, Qwen2SplitsEveryDigit) {
+    const auto pieces = [](const std::string& t) {
+        std::vector<std::string> out;
+        std::vector<std::string_view> views;
+        zt::pretokenize_into(zt::Pretokenizer::kQwen2, t, views);
+        for (std::string_view p : views) {
+            out.emplace_back(p);
+        }
+        return out;
+    };
+    using V = std::vector<std::string>;
+    // Llama 3's regex but \p{N} alone: every number character is its own piece, any script.
+    EXPECT_EQ(pieces("x 1234 \u0663\u0664 \uff11\uff12"),
+              (V{"x", " ", "1", "2", "3", "4", " ", "\u0663", "\u0664", " ", "\uff11", "\uff12"}));
+    EXPECT_EQ(pieces("v2.10 it's"), (V{"v", "2", ".", "1", "0", " it", "'s"}));
+    EXPECT_EQ(llama3_pieces("v2.10 it's"), (V{"v", "2", ".", "10", " it", "'s"}));
+}
+
+// NFC (nfc.cpp): the results are what Python's unicodedata.normalize("NFC", ...) gives
+// (and Hugging Face's tokenizers, for these characters).
+TEST(Nfc, ComposesBaseAndMark) {
+    EXPECT_EQ(zt::nfc_normalize("e\u0301"), "\u00e9");
+    EXPECT_EQ(zt::nfc_normalize("Vie\u0323\u0302t"), "Vi\u1ec7t");  // two marks, one composite
+    EXPECT_EQ(zt::nfc_normalize("\u00e9"), "\u00e9");                // already composed
+    EXPECT_EQ(zt::nfc_normalize("A\u030a\u0301"), "\u01fa");         // A ring, then acute
+    // Singletons and excluded composites decompose and stay so.
+    EXPECT_EQ(zt::nfc_normalize("\u212b"), "\u00c5");   // ANGSTROM SIGN
+    EXPECT_EQ(zt::nfc_normalize("\u2126"), "\u03a9");   // OHM SIGN
+    EXPECT_EQ(zt::nfc_normalize("\u0958"), "\u0915\u093c");  // DEVANAGARI QA (exclusion)
+    EXPECT_EQ(zt::nfc_normalize("plain ASCII\n"), "plain ASCII\n");
+}
+
+TEST(Nfc, OrdersMarksByCombiningClass) {
+    // acute (230) after dot below (220): reordered, then a + acute composes past the dot
+    // below, which does not block it (lower class).
+    EXPECT_EQ(zt::nfc_normalize("a\u0301\u0316"), "\u00e1\u0316");
+    EXPECT_EQ(zt::nfc_normalize("q\u0307\u0323"), "q\u0323\u0307");  // no composites
+    // Same class: order kept, so only the first composes.
+    EXPECT_EQ(zt::nfc_normalize("a\u0301\u0300"), "\u00e1\u0300");
+    EXPECT_EQ(zt::nfc_normalize("a\u0300\u0301"), "\u00e0\u0301");
+    // A starter between blocks composition (b + acute has no composite; a is left alone);
+    // an o with acute then horn (lower class) is reordered and composes fully.
+    EXPECT_EQ(zt::nfc_normalize("ab\u0301"), "a\u0062\u0301");
+    EXPECT_EQ(zt::nfc_normalize("o\u0301\u031b"), "\u1edb");
+    // A mark with no starter before it stays.
+    EXPECT_EQ(zt::nfc_normalize("\u0301a"), "\u0301a");
+}
+
+TEST(Nfc, Hangul) {
+    EXPECT_EQ(zt::nfc_normalize("\u1100\u1161"), "\uac00");                // L V
+    EXPECT_EQ(zt::nfc_normalize("\u1100\u1161\u11a8"), "\uac01");         // L V T
+    EXPECT_EQ(zt::nfc_normalize("\uac00\u11a8"), "\uac01");               // LV T
+    EXPECT_EQ(zt::nfc_normalize("\ud55c\uad6d\uc5b4"), "\ud55c\uad6d\uc5b4");  // composed stays
+    EXPECT_EQ(zt::nfc_normalize("\u1100\u1100\u1161"), "\u1100\uac00");
+}
+
+TEST(Nfc, InvalidBytesPassThroughAndBlock) {
+    const std::string bad = std::string("e\xff") + "\u0301" + "\xcc";
+    EXPECT_EQ(zt::nfc_normalize(bad), bad);
+}
+
 // ---------------------------------------------------------------------------------------
 // Real tokenizer files against Hugging Face's JavaScript encoder
 // ---------------------------------------------------------------------------------------
@@ -337,6 +398,21 @@ TEST(HfTokenizer, BosAndEosRules) {
 }
 
 // SmolLM's layout: Digits(individual_digits) then ByteLevel with GPT-2's regex.
+TEST(HfTokenizer, Qwen2StyleNormalizesAndSplitsDigits) {
+    ScratchDir dir("hf_qwen2_style");
+    json j = llama_style();
+    j["normalizer"] = {{"type", "NFC"}};
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+        "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    const auto tok = load_json(dir, j);
+    // One digit a piece, so the merge "1 2" never applies (Llama 3's regex gives 260 here).
+    EXPECT_EQ(tok->encode("12"), (Ids{'1', '2'}));
+    // e + COMBINING ACUTE is U+00E9 (bytes C3 A9) after NFC, on each side of an added token.
+    EXPECT_EQ(tok->encode("e\u0301<|end_of_text|>e\u0301"), (Ids{0xC3, 0xA9, 262, 0xC3, 0xA9}));
+    EXPECT_EQ(tok->decode(tok->encode("e\u0301")), "\u00e9");
+}
+
 TEST(HfTokenizer, DigitsThenByteLevel) {
     ScratchDir dir("hf_digits");
     json j = llama_style();
@@ -441,8 +517,10 @@ TEST_F(HfTokenizerBadFile, ModelKeys) {
 
 TEST_F(HfTokenizerBadFile, UnsupportedPipelineParts) {
     json j = llama_style();
-    j["normalizer"] = {{"type", "NFC"}};
-    expect_rejected(j, {"normalizer", "NFC", "not supported"});
+    j["normalizer"] = {{"type", "NFKC"}};
+    expect_rejected(j, {"normalizer", "NFKC", "not supported"});
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}})}};
+    expect_rejected(j, {"normalizer", "Sequence", "not supported"});
     j = llama_style();
     j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
     expect_rejected(j, {"pre_tokenizer.type", "Metaspace"});

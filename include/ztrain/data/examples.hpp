@@ -129,6 +129,13 @@ class ExampleRenderer {
     /// needs the template (ZT_REQUIRE: the caller checks before rendering).
     void render(const JsonlRecord& record, std::vector<uint32_t>& tokens, std::vector<uint8_t>& target) const;
 
+    /// The tokens of a conversation to be continued by the assistant, as the template
+    /// renders it with add_generation_prompt (zt-generate --chat): the messages (no
+    /// assistant message needed), then the assistant's header. Needs the template.
+    std::vector<uint32_t> render_generation_prompt(const std::vector<ChatMessage>& messages) const;
+    /// The template's end-of-turn token (<|eot_id|>, <|im_end|>); needs the template.
+    uint32_t end_of_turn() const;
+
   private:
     void render_chat(const JsonlRecord& record, std::vector<uint32_t>& tokens, std::vector<uint8_t>& target) const;
 

@@ -58,9 +58,9 @@ std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& vocab_json_pat
 
 /// A Hugging Face `tokenizers` file (tokenizer.json) of the byte-level BPE kind: model
 /// "BPE" (vocab + merges, as "a b" strings or [a, b] pairs; ignore_merges), added tokens
-/// (matched exactly in the text, before pre-tokenization), no normalizer, decoder ByteLevel,
-/// and a pre-tokenizer that is ByteLevel (GPT-2's split), Split with Llama 3's or GPT-2's
-/// regex followed by ByteLevel(use_regex=false), optionally after Digits. Throws InputError
+/// (matched exactly in the text, before pre-tokenization), no normalizer or NFC, decoder
+/// ByteLevel, and a pre-tokenizer that is ByteLevel (GPT-2's split), Split with Llama 3's,
+/// Qwen2's or GPT-2's regex followed by ByteLevel(use_regex=false), optionally after Digits. Throws InputError
 /// naming the file and the unsupported or malformed key.
 std::unique_ptr<Tokenizer> make_hf_tokenizer(const std::string& tokenizer_json_path);
 
@@ -80,8 +80,14 @@ std::vector<std::string_view> llama3_pretokenize(std::string_view text);
 /// alone when `individual_digits`.
 std::vector<std::string_view> digits_pretokenize(std::string_view text, bool individual_digits);
 
+/// Unicode NFC normalization as Hugging Face's `tokenizers` does it (a tokenizer.json's
+/// {"type": "NFC"} normalizer; its Unicode version, see nfc.cpp). Bytes that are not valid
+/// UTF-8 pass through unchanged.
+std::string nfc_normalize(std::string_view text);
+
 /// The pre-tokenizers above, for composing them (appends the pieces of `text`).
-enum class Pretokenizer { kGpt2, kLlama3, kDigits, kIndividualDigits };
+/// kQwen2 is Llama 3's regex with `\p{N}` (one digit a piece) for its `\p{N}{1,3}`.
+enum class Pretokenizer { kGpt2, kLlama3, kQwen2, kDigits, kIndividualDigits };
 void pretokenize_into(Pretokenizer rule, std::string_view text,
                       std::vector<std::string_view>& pieces);
 
