@@ -15,8 +15,9 @@ ASCII corpus:
 Each is consolidated with zt-consolidate --output DIR/ and then:
   - AutoModelForCausalLM.from_pretrained(DIR) loads with no missing, unexpected or mismatched
     keys and no warning, in fp32; config.json's bos/eos_token_id are the tokenizer's;
-  - AutoTokenizer.from_pretrained(DIR) loads (GPT2Tokenizer / PreTrainedTokenizerFast) and
-    encodes a text to the ids `tokenizers` gives with the run's own tokenizer file;
+  - AutoTokenizer.from_pretrained(DIR) loads (GPT2Tokenizer / PreTrainedTokenizerFast), and it
+    and `tokenizers` reading DIR/tokenizer.json encode a text (with "<|endoftext|>") to the ids
+    `tokenizers` gives with the run's own tokenizer file; its bos/eos are config.json's;
   - every ending's log-likelihood from zt-eval --per-item (on the checkpoint, the run's
     tokenizer) equals transformers' on the export within 1e-4 relative, with the same token
     and character counts (24 HellaSwag-layout examples, 4 endings);
@@ -123,10 +124,15 @@ def check_tokenizer(name, model_dir, reference_json, config):
     with Warnings() as seen:
         tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     FAIL.check(not seen.seen, f"{name}: AutoTokenizer.from_pretrained warned: {seen.seen}")
-    text = "The chef cuts the green brush, quickly!  Then 12345 dogs walk\n\ninto the garden?"
+    # "<|endoftext|>" is GPT-2's special token (an added token of its tokenizer.json), plain text to Llama 3.
+    text = "The chef cuts the green brush, quickly!  Then 12345 dogs walk\n\ninto the garden?<|endoftext|> Done."
     want = tokenizers.Tokenizer.from_file(reference_json).encode(text, add_special_tokens=False).ids
     got = tok(text, add_special_tokens=False).input_ids
-    FAIL.check(got == want, f"{name}: AutoTokenizer's ids {got[:20]}... differ from tokenizers' {want[:20]}...")
+    FAIL.check(got == want, f"{name}: AutoTokenizer's ids {got} differ from tokenizers' {want} (the run's file)")
+    # The file itself, as tokenizers (and transformers 4's fast tokenizers) read it.
+    exported = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    got = exported.encode(text, add_special_tokens=False).ids
+    FAIL.check(got == want, f"{name}: the exported tokenizer.json's ids {got} differ from the run's file's {want}")
     for which in ("bos", "eos"):
         tid = tok.convert_tokens_to_ids(getattr(tok, which + "_token"))
         FAIL.check(tid == config[which + "_token_id"], f"{name}: tokenizer {which}_token "
