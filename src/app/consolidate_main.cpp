@@ -114,7 +114,9 @@ int run(int argc, char** argv) {
         "FILE: .h5 (ztrain tensor names, one dataset each) or .safetensors (Hugging Face names and\n"
         "layout of the checkpoint's family: GPT-2 or Llama). A directory (or a name ending in /)\n"
         "gets model.safetensors + config.json (GPT2LMHeadModel or LlamaForCausalLM):\n"
-        "AutoModelForCausalLM.from_pretrained(DIR), or ztrain --model.from_hf=DIR.\n\nOptions");
+        "AutoModelForCausalLM.from_pretrained(DIR), or ztrain --model.from_hf=DIR; and the run's\n"
+        "tokenizer.json + tokenizer_config.json when it used a Hugging Face or GPT-2 tokenizer\n"
+        "(found as zt-eval finds it: data.tokenizer, or tokenizer.json beside data.train).\n\nOptions");
     visible.add_options()
         ("help,h", "print this help and exit")
         ("output,o", po::value(&output), "the file to write (.h5, .hdf5 or .safetensors)")
