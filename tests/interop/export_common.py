@@ -14,7 +14,6 @@ from interop_common import run
 WORDS = ("the a man woman dog cat child player chef driver runs walks jumps throws catches cuts paints "
          "washes lifts opens ball knife brush car door window table garden kitchen street field "
          "red green small large quickly slowly then and while after before with into onto over").split()
-LLAMA3_GZ = "data/tokenizers/llama3/tokenizer.json.gz"  # under ../shared (its README)
 
 
 def sentence(rng, n_min=5, n_max=12):
@@ -53,8 +52,10 @@ def gpt2_files(src_dir, work):
 
 
 def llama3_tokenizer(src_dir, work):
-    """Llama 3's tokenizer.json from ../shared, decompressed into WORK; None without it."""
-    gz = os.path.join(os.path.dirname(os.path.abspath(src_dir)), "shared", LLAMA3_GZ)
+    """Llama 3's tokenizer.json from ../shared/data (or ZT_SHARED_DATA, as test_tokenizer_ids
+    reads it), decompressed into WORK; None without it."""
+    shared = os.environ.get("ZT_SHARED_DATA", os.path.join(src_dir, "..", "shared", "data"))
+    gz = os.path.join(shared, "tokenizers", "llama3", "tokenizer.json.gz")
     if not os.path.exists(gz):
         return None
     path = os.path.join(work, "llama3_tokenizer.json")

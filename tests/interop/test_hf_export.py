@@ -114,7 +114,7 @@ def tokenizer_setup(runs, kind, src_dir):
         return ["--tokenizer", "gpt2", "--vocab", g["vocab"], "--merges", g["merges"]], g["tokenizer.json"], 50257
     llama3 = llama3_tokenizer(src_dir, runs.work) if kind == "llama3" else None
     if kind == "llama3" and llama3 is None:
-        print("note: no ../shared/data/tokenizers/llama3: llama-gqa uses GPT-2's tokenizer.json")
+        print("note: no Llama 3 tokenizer in ../shared/data (ZT_SHARED_DATA): llama-gqa uses GPT-2's tokenizer.json")
     path = llama3 or g["tokenizer.json"]
     return ["--tokenizer", path], path, 128256 if llama3 else 50257
 
