@@ -113,7 +113,7 @@ class ZtrainRuns:
 def choice_items(n, seed=11):
     """N multiple-choice examples in HellaSwag's layout (activity_label, ctx_a, ctx_b, endings,
     label as a string), a few with the WikiHow artifacts ([title], [header]) that the
-    harness's preprocess rewrites."""
+    harness's preprocess rewrites, a few with endings of more bytes than characters."""
     rng = random.Random(seed)
     items = []
     for i in range(n):
@@ -123,6 +123,8 @@ def choice_items(n, seed=11):
         if i % 7 == 3:
             ctx_a = "[header] " + ctx_a + " [title] " + sentence(rng, 2, 4)
             endings[1] = endings[1] + " [step] " + sentence(rng, 2, 4)
+        if i % 5 == 2:  # characters that are not bytes: acc_norm divides by characters
+            endings[i % 4] = endings[i % 4][:-1] + " at the café, naïve señor — ok."
         items.append({"ind": i, "activity_label": rng.choice(["Cooking", "Painting a room", "Walking the dog",
                                                               "Washing a car", "Gardening"]),
                       "ctx_a": ctx_a, "ctx_b": ctx_b, "ctx": ctx_a + " " + ctx_b, "endings": endings,

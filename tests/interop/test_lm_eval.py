@@ -10,7 +10,9 @@ lm-eval's YAML format over it: the hellaswag task's own process_docs, doc_to_tex
 doc_to_choice and metrics, the data from the local file (no hub download; HF_HUB_OFFLINE and
 HF_DATASETS_OFFLINE set). Then `lm_eval --model hf --model_args pretrained=DIR,dtype=float32
 --device cpu --log_samples` and `zt-eval DIR --per-item` score it:
-  - acc and acc_norm are equal (the same examples right, example by example);
+  - acc and acc_norm are equal (the same examples right, example by example), and so are
+    acc_norm's divisors (the harness's len(choice), zt-eval's chars; a few endings have
+    more bytes than characters);
   - every ending's log-likelihood agrees within 1e-4 relative.
 Exit 0: all equal; 1: a difference, named; 77: skipped (a package missing, unless
 ZT_REQUIRE_INTEROP=1).
@@ -99,6 +101,10 @@ def compare(zt_result, zt_items, lm_result, lm_samples):
         if s is None:
             continue
         lm_ll = [float(r[0]) for r in s["filtered_resps"]]
+        # acc_norm's divisors: the harness's len(choice) of its processed doc, zt-eval's chars.
+        chars = [len(c) for c in s["doc"]["choices"]]
+        FAIL.check(item["chars"] == chars, f"example {item['index']}: zt-eval's ending lengths {item['chars']}, "
+                   f"the harness's len(choice) {chars}")
         for k, (a, b) in enumerate(zip(item["loglik"], lm_ll)):
             rel = abs(a - b) / abs(b)
             worst = max(worst, rel)
