@@ -77,8 +77,8 @@ std::optional<zt::HfTokenizerFiles> run_tokenizer(const std::string& ckpt, std::
         *note = zt::str("the run's tokenizer ", path, " is not there (relative to this directory)");
         return std::nullopt;
     }
-    // The tokenizer's entry alone (the data may have moved); a checkpoint written before
-    // ztrain fingerprinted its inputs has nothing to compare.
+    // The tokenizer's entry alone (the training shards need not be there); a checkpoint
+    // written before ztrain fingerprinted its inputs has nothing to compare.
     const nlohmann::json recorded = inputs.is_object() ? nlohmann::json{{"tokenizer", inputs["tokenizer"]}} : inputs;
     const std::vector<std::string> changes = zt::input_changes(recorded, zt::input_fingerprint({}, {}, path));
     if (!changes.empty()) {
@@ -91,9 +91,17 @@ std::optional<zt::HfTokenizerFiles> run_tokenizer(const std::string& ckpt, std::
 }
 
 /// A directory export's extras: the run's tokenizer files and special ids, when it has them.
+/// A tokenizer (or recorded deck) that cannot be read costs the export its tokenizer files
+/// only: the weights never needed them.
 zt::HfDirectoryExtras tokenizer_extras(const std::string& ckpt, std::string* note) {
     zt::HfDirectoryExtras extras;
-    if (const std::optional<zt::HfTokenizerFiles> tok = run_tokenizer(ckpt, note)) {
+    std::optional<zt::HfTokenizerFiles> tok;
+    try {
+        tok = run_tokenizer(ckpt, note);
+    } catch (const zt::InputError& e) {
+        *note = e.what();
+    }
+    if (tok) {
         extras.config_fields = {{"bos_token_id", tok->bos}, {"eos_token_id", tok->eos}};
         extras.files = {{"tokenizer.json", tok->tokenizer_json}, {"tokenizer_config.json", tok->tokenizer_config}};
     }

@@ -242,7 +242,12 @@ expect 0 "note: no tokenizer files: .*data_hf/tokenizer\.json is not the run's t
 mv "$work/data_hf" "$work/data_hf_moved"
 expect 0 "note: no tokenizer files: the run's tokenizer .*data_hf/tokenizer\.json is not there" \
   "$BIN/zt-consolidate" "$work/run_hf/checkpoints" --output "$work/hf_tok3/"
-[ ! -e "$work/hf_tok2/tokenizer.json" ] && [ ! -e "$work/hf_tok3/tokenizer.json" ] &&
+mv "$work/data_hf_moved" "$work/data_hf"
+cp "$work/tokenizer.json.saved" "$work/data_hf/tokenizer.json"
+echo '{}' > "$work/data_hf/hf_tokenizer.json"
+expect 0 "note: no tokenizer files: .*data_hf/hf_tokenizer\.json: model: missing" \
+  "$BIN/zt-consolidate" "$work/run_hf/checkpoints" --output "$work/hf_tok4/"
+[ ! -e "$work/hf_tok2/tokenizer.json" ] && [ ! -e "$work/hf_tok3/tokenizer.json" ] && [ ! -e "$work/hf_tok4/tokenizer.json" ] &&
   [ ! -e "$work/hf_tok2/tokenizer_config.json" ] && echo "ok: no tokenizer files after a note" ||
   { echo "FAIL: tokenizer files written after a note"; failures=$((failures + 1)); }
 
