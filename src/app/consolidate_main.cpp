@@ -12,29 +12,101 @@
 // loadable with AutoModelForCausalLM.from_pretrained(FILE) and by ztrain's model.init_from;
 // --max-shard-size splits its weights into model-0000k-of-0000n.safetensors files with
 // model.safetensors.index.json, as save_pretrained(max_shard_size=SIZE) does.
+// A directory also gets the run's tokenizer as tokenizer.json + tokenizer_config.json (and
+// its special ids as config.json's bos/eos_token_id) when the run used a Hugging Face or
+// GPT-2 tokenizer that is still where zt-eval finds it (data.tokenizer, or tokenizer.json
+// beside data.train, relative to the working directory) and still the file the checkpoint
+// fingerprinted; otherwise a note says why there is none.
 // A single process with no MPI launcher: checkpoints of any world size are read shard by
 // shard, one tensor at a time (peak memory: the largest tensor and one copy of it).
-// Deliberately does not: write tokenizer files (the run's tokenizer.json sits next to its
-// shards), or re-shard a checkpoint for another world size (ztrain loads any world size).
+// Deliberately does not: re-shard a checkpoint for another world size (ztrain loads any
+// world size).
 // Exit status: 0 success, 2 bad input (options, checkpoint), 1 anything else.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
+#include "ztrain/config/config.hpp"
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/tool_main.hpp"
+#include "ztrain/data/tokenizer.hpp"
+#include "ztrain/train/input_fingerprint.hpp"
 
 namespace po = boost::program_options;
+namespace fs = std::filesystem;
 
 namespace {
+
+/// The run's tokenizer description: data.tokenizer, else tokenizer.json beside data.train.
+std::string run_tokenizer_path(const zt::Config& deck) {
+    if (!deck.data.tokenizer.empty()) return deck.data.tokenizer;
+    return (fs::path(deck.data.train).parent_path() / "tokenizer.json").string();
+}
+
+/// The run's tokenizer in Hugging Face's files for a directory export of `ckpt`; empty, with
+/// `note` saying why, when there is none to add. A checkpoint that cannot be read is left
+/// to consolidate(), which names what is wrong with it.
+std::optional<zt::HfTokenizerFiles> run_tokenizer(const std::string& ckpt, std::string* note) {
+    std::string step_dir;
+    nlohmann::json meta;
+    try {
+        step_dir = zt::resolve_resume(ckpt, ckpt);
+        meta = zt::read_checkpoint_meta(step_dir);
+    } catch (const zt::InputError&) {
+        return std::nullopt;
+    }
+    const zt::Config deck = zt::parse_deck_text(meta.value("config_ini", std::string()),
+                                                step_dir + " (the checkpoint's config)");
+    const nlohmann::json inputs = meta.value("inputs", nlohmann::json());
+    const std::string path = run_tokenizer_path(deck);
+    if (inputs.is_object() && !inputs.value("tokenizer", nlohmann::json()).is_object()) {
+        *note = "the run used no tokenizer file";
+        return std::nullopt;
+    }
+    if (!fs::is_regular_file(path)) {
+        *note = zt::str("the run's tokenizer ", path, " is not there (relative to this directory)");
+        return std::nullopt;
+    }
+    // The tokenizer's entry alone (the training shards need not be there); a checkpoint
+    // written before ztrain fingerprinted its inputs has nothing to compare.
+    const nlohmann::json recorded = inputs.is_object() ? nlohmann::json{{"tokenizer", inputs["tokenizer"]}} : inputs;
+    const std::vector<std::string> changes = zt::input_changes(recorded, zt::input_fingerprint({}, {}, path));
+    if (!changes.empty()) {
+        *note = zt::str(path, " is not the run's tokenizer (", changes.front(), ")");
+        return std::nullopt;
+    }
+    std::optional<zt::HfTokenizerFiles> files = zt::hf_tokenizer_files(path, deck.model.seq_len);
+    if (!files) *note = zt::str("the run's tokenizer (", path, ") is the byte tokenizer, which Hugging Face has no equal of");
+    return files;
+}
+
+/// A directory export's extras: the run's tokenizer files and special ids, when it has them.
+/// A tokenizer (or recorded deck) that cannot be read costs the export its tokenizer files
+/// only: the weights never needed them.
+zt::HfDirectoryExtras tokenizer_extras(const std::string& ckpt, std::string* note) {
+    zt::HfDirectoryExtras extras;
+    std::optional<zt::HfTokenizerFiles> tok;
+    try {
+        tok = run_tokenizer(ckpt, note);
+    } catch (const zt::InputError& e) {
+        *note = e.what();
+    }
+    if (tok) {
+        extras.config_fields = {{"bos_token_id", tok->bos}, {"eos_token_id", tok->eos}};
+        extras.files = {{"tokenizer.json", tok->tokenizer_json}, {"tokenizer_config.json", tok->tokenizer_config}};
+    }
+    return extras;
+}
 
 int run(int argc, char** argv) {
     std::string ckpt;
@@ -50,7 +122,9 @@ int run(int argc, char** argv) {
         "FILE: .h5 (ztrain tensor names, one dataset each) or .safetensors (Hugging Face names and\n"
         "layout of the checkpoint's family: GPT-2 or Llama). A directory (or a name ending in /)\n"
         "gets model.safetensors + config.json (GPT2LMHeadModel or LlamaForCausalLM):\n"
-        "AutoModelForCausalLM.from_pretrained(DIR), or ztrain --model.from_hf=DIR.\n\nOptions");
+        "AutoModelForCausalLM.from_pretrained(DIR), or ztrain --model.from_hf=DIR; and the run's\n"
+        "tokenizer.json + tokenizer_config.json when it used a Hugging Face or GPT-2 tokenizer\n"
+        "(found as zt-eval finds it: data.tokenizer, or tokenizer.json beside data.train).\n\nOptions");
     visible.add_options()
         ("help,h", "print this help and exit")
         ("output,o", po::value(&output), "the file to write (.h5, .hdf5 or .safetensors)")
@@ -85,9 +159,12 @@ int run(int argc, char** argv) {
                    "--max-shard-size: splits a Hugging Face directory's weights; '", output,
                    "' is a file (give a directory, or a name ending in /)");
     const auto t0 = std::chrono::steady_clock::now();
+    const bool to_dir = fs::is_directory(output) || output.back() == '/';
+    std::string tokenizer_note;
+    const zt::HfDirectoryExtras extras = to_dir ? tokenizer_extras(ckpt, &tokenizer_note) : zt::HfDirectoryExtras{};
     std::vector<std::string> files;
     try {
-        files = zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0, shard_bytes);
+        files = zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0, shard_bytes, extras);
     } catch (const zt::InputError& e) {
         // A damaged step: name the newest complete one beside it, the one to consolidate.
         const std::string good = zt::newest_complete_checkpoint(ckpt);
@@ -111,8 +188,11 @@ int run(int argc, char** argv) {
                                                   : zt::str(shown(files.front()), " ... ",
                                                             std::filesystem::path(files.back()).filename().string(), " (",
                                                             files.size(), " shards), model.safetensors.index.json");
-    std::printf("zt-consolidate: wrote %s%s (%s, %.2f MiB) in %.2f s\n", weights.c_str(),
-                hf_dir ? " and config.json" : "", zt::dtype_name(t), bytes / 1048576.0, s);
+    std::string others = hf_dir ? " and config.json" : "";
+    for (const auto& file : extras.files) others += ", " + file.first;
+    std::printf("zt-consolidate: wrote %s%s (%s, %.2f MiB) in %.2f s\n", weights.c_str(), others.c_str(),
+                zt::dtype_name(t), bytes / 1048576.0, s);
+    if (!tokenizer_note.empty()) std::printf("zt-consolidate: note: no tokenizer files: %s\n", tokenizer_note.c_str());
     return zt::kExitOk;
 }
 

@@ -397,9 +397,10 @@ std::vector<std::string> export_hf_weights(CheckpointReader& reader, const CkptM
     return paths;
 }
 
-/// A Hugging Face model directory: model.safetensors (or its shards and index) + config.json.
+/// A Hugging Face model directory: model.safetensors (or its shards and index), the extras'
+/// files, config.json.
 std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const std::string& output, DType dtype,
-                                             uint64_t max_shard_bytes) {
+                                             uint64_t max_shard_bytes, const HfDirectoryExtras& extras) {
     const fs::path dir = fs::path(output).lexically_normal();
     const fs::path parent = dir.has_filename() ? dir.parent_path() : dir.parent_path().parent_path();
     ZT_INPUT_CHECK(fs::is_directory(dir) || parent.empty() || fs::is_directory(parent), "--output: directory '",
@@ -416,12 +417,15 @@ std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const
     const char* missing = family.missing_hf_key(mc);
     ZT_INPUT_CHECK(missing == nullptr, step_dir, ": the checkpoint does not record ", missing,
                    ", needed for config.json");
-    const std::string text = family.hf_config(mc, dtype).dump(2) + "\n";
+    nlohmann::json config = family.hf_config(mc, dtype);
+    for (const auto& [key, value] : extras.config_fields.items()) config[key] = value;
+    const std::string text = config.dump(2) + "\n";
     std::error_code ec;
     fs::create_directories(dir, ec);
     ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
     // config.json goes last: a directory with a config holds the matching weights.
     const std::vector<std::string> files = export_hf_weights(reader, m, family, dir, dtype, max_shard_bytes);
+    for (const auto& [name, contents] : extras.files) write_text_file((dir / name).string(), contents);
     write_text_file((dir / "config.json").string(), text);
     return files;
 }
@@ -429,13 +433,13 @@ std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const
 }  // namespace
 
 std::vector<std::string> consolidate(const std::string& ckpt_path, const std::string& output, DType dtype,
-                                     bool with_optimizer, uint64_t max_shard_bytes) {
+                                     bool with_optimizer, uint64_t max_shard_bytes, const HfDirectoryExtras& extras) {
     silence_hdf5();
     ZT_INPUT_CHECK(!output.empty(), "--output: no file name given");
     if (fs::is_directory(output) || output.back() == '/') {
         ZT_INPUT_CHECK(!with_optimizer, "--with-optimizer: a Hugging Face directory ('", output,
                        "') holds weights only; write a .h5 file for the optimizer state");
-        return export_hf_directory(ckpt_path, output, dtype, max_shard_bytes);
+        return export_hf_directory(ckpt_path, output, dtype, max_shard_bytes, extras);
     }
     ZT_INPUT_CHECK(max_shard_bytes == 0, "--max-shard-size: splits a Hugging Face directory's weights; '", output,
                    "' is a file (give a directory, or a name ending in /)");

@@ -213,6 +213,44 @@ expect 2 "hf_bad/config\.json: not valid JSON" "${lrun[@]}" --run.dir="$work/lba
 [ ! -e "$work/lbad1" ] && [ ! -e "$work/lbad2" ] && [ ! -e "$work/lbad4" ] && echo "ok: refused runs wrote nothing" ||
   { echo "FAIL: a refused run left its run directory"; failures=$((failures + 1)); }
 
+# The run's tokenizer goes into a directory export: a Hugging Face tokenizer.json as it is,
+# tokenizer_config.json, and its special ids in config.json; a note instead when the run's
+# tokenizer is the byte one, has changed since the run, or is not where the deck says.
+expect 0 "note: no tokenizer files: the run's tokenizer [(].*data/tokenizer\.json[)] is the byte tokenizer" \
+  "$BIN/zt-consolidate" "$ckpt" --output "$work/hf_byte/"
+[ ! -e "$work/hf_byte/tokenizer.json" ] && echo "ok: no tokenizer.json for the byte tokenizer" ||
+  { echo "FAIL: a byte-tokenizer export has a tokenizer.json"; failures=$((failures + 1)); }
+gzip -dc "$SRC/tests/data/hf/gpt2_tokenizer.json.gz" > "$work/gpt2_tokenizer.json"
+"$BIN/zt-prepare" --input "$work/text.txt" --output "$work/data_hf" --doc-separator % \
+  --tokenizer "$work/gpt2_tokenizer.json" > /dev/null || { echo "FAIL: zt-prepare (GPT-2 tokenizer.json)"; exit 1; }
+"$BIN/ztrain" --config "$deck" --data.train="$work/data_hf/train_*.bin" --run.dir="$work/run_hf" --train.threads=1 \
+  --train.max_steps=2 --model.vocab_size=50257 > "$work/run_hf.log" 2>&1 ||
+  { echo "FAIL: training with the GPT-2 tokenizer"; tail -5 "$work/run_hf.log"; exit 1; }
+expect 0 "wrote .*hf_tok/model\.safetensors and config\.json, tokenizer\.json, tokenizer_config\.json" \
+  "$BIN/zt-consolidate" "$work/run_hf/checkpoints" --output "$work/hf_tok/"
+cmp -s "$work/hf_tok/tokenizer.json" "$work/gpt2_tokenizer.json" &&
+  grep -q '"tokenizer_class": "PreTrainedTokenizerFast"' "$work/hf_tok/tokenizer_config.json" &&
+  grep -q '"eos_token": "<|endoftext|>"' "$work/hf_tok/tokenizer_config.json" &&
+  grep -q '"model_max_length": 32' "$work/hf_tok/tokenizer_config.json" &&
+  grep -q '"bos_token_id": 50256' "$work/hf_tok/config.json" && grep -q '"eos_token_id": 50256' "$work/hf_tok/config.json" &&
+  echo "ok: the export carries the run's tokenizer.json, a tokenizer_config.json and the special ids" ||
+  { echo "FAIL: the export's tokenizer files or special ids"; failures=$((failures + 1)); }
+cp "$work/data_hf/tokenizer.json" "$work/tokenizer.json.saved"
+sed -i 's/"eot": 50256/"eot":  50256/' "$work/data_hf/tokenizer.json"
+expect 0 "note: no tokenizer files: .*data_hf/tokenizer\.json is not the run's tokenizer \(tokenizer: .*120 -> 121 bytes\)" \
+  "$BIN/zt-consolidate" "$work/run_hf/checkpoints" --output "$work/hf_tok2/"
+mv "$work/data_hf" "$work/data_hf_moved"
+expect 0 "note: no tokenizer files: the run's tokenizer .*data_hf/tokenizer\.json is not there" \
+  "$BIN/zt-consolidate" "$work/run_hf/checkpoints" --output "$work/hf_tok3/"
+mv "$work/data_hf_moved" "$work/data_hf"
+cp "$work/tokenizer.json.saved" "$work/data_hf/tokenizer.json"
+echo '{}' > "$work/data_hf/hf_tokenizer.json"
+expect 0 "note: no tokenizer files: .*data_hf/hf_tokenizer\.json: model: missing" \
+  "$BIN/zt-consolidate" "$work/run_hf/checkpoints" --output "$work/hf_tok4/"
+[ ! -e "$work/hf_tok2/tokenizer.json" ] && [ ! -e "$work/hf_tok3/tokenizer.json" ] && [ ! -e "$work/hf_tok4/tokenizer.json" ] &&
+  [ ! -e "$work/hf_tok2/tokenizer_config.json" ] && echo "ok: no tokenizer files after a note" ||
+  { echo "FAIL: tokenizer files written after a note"; failures=$((failures + 1)); }
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

@@ -37,7 +37,7 @@ expect 0 "tiny_choice: n 32 " "$BIN/zt-eval" "$work/run/checkpoints" --tasks "$t
   --output "$work/np1.json"
 expect 0 "tiny_choice: n 32 " "${MPI2[@]}" "$BIN/zt-eval" "$work/run/checkpoints" --tasks "$task" --threads 1 \
   --output "$work/np2.json"
-# Its Hugging Face export (tokenizer given: zt-consolidate writes none).
+# Its Hugging Face export (tokenizer given: zt-consolidate writes none for the byte tokenizer).
 "$BIN/zt-consolidate" "$work/run/checkpoints" --output "$work/hf/" > /dev/null || { echo "FAIL: zt-consolidate"; exit 1; }
 expect 0 "tiny_choice: n 32 " "$BIN/zt-eval" "$work/hf" --tasks "$task" --tokenizer "$work/data/tokenizer.json" \
   --threads 1 --output "$work/hf.json"

@@ -37,11 +37,13 @@
 // safetensors.cpp (the file format and the shard index), hf_family.cpp (Hugging Face names,
 // Conv1D transposes and config.json both ways per model family: GPT-2 and Llama).
 // Not here: AdamW state import (an initialized run starts its optimizer from zero),
-// tokenizer export.
+// tokenizer files (ckpt knows no tokenizers: zt-consolidate adds the run's through
+// HfDirectoryExtras).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -54,6 +56,14 @@ namespace zt {
 class Communicator;
 class ModelState;
 struct ModelLayout;
+
+/// What a caller adds to a Hugging Face directory besides the weights (zt-consolidate: the
+/// run's tokenizer): fields set in config.json, and text files (name, contents) written
+/// before it (config.json goes last, so a directory with a config holds everything else).
+struct HfDirectoryExtras {
+    nlohmann::json config_fields = nlohmann::json::object();
+    std::vector<std::pair<std::string, std::string>> files;
+};
 
 /// Writes the checkpoint at ckpt_path (a step directory, or a checkpoint directory whose
 /// `latest` names one) to `output` (.h5/.hdf5 or .safetensors) in `dtype`. With
@@ -73,9 +83,11 @@ struct ModelLayout;
 /// model-00001-of-0000N.safetensors ... with model.safetensors.index.json ({"metadata":
 /// {"total_parameters", "total_size"}, "weight_map": {name: file}}); everything fitting in one
 /// file is model.safetensors, as there. Weight files an earlier export left in the directory
-/// and this one did not write are removed. Returns the weight files written.
+/// and this one did not write are removed. `extras` applies to a directory only. Returns the
+/// weight files written.
 std::vector<std::string> consolidate(const std::string& ckpt_path, const std::string& output, DType dtype,
-                                     bool with_optimizer, uint64_t max_shard_bytes = 0);
+                                     bool with_optimizer, uint64_t max_shard_bytes = 0,
+                                     const HfDirectoryExtras& extras = {});
 /// zt-consolidate --max-shard-size: bytes, or a number and KB | MB | GB | TB (powers of 10, any
 /// case; huggingface_hub's parse_size_to_int), e.g. "5GB" = 5e9, "0.5MB" = 500000. Throws
 /// InputError naming the text.

@@ -68,6 +68,22 @@ std::unique_ptr<Tokenizer> make_hf_tokenizer(const std::string& tokenizer_json_p
 /// Throws InputError naming the file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path);
 
+/// A tokenizer in Hugging Face's files (a model directory's tokenizer.json and
+/// tokenizer_config.json, as AutoTokenizer.from_pretrained reads them) and its special ids.
+struct HfTokenizerFiles {
+    std::string tokenizer_json;
+    std::string tokenizer_config;
+    uint32_t bos = 0;  ///< the document separator (eot()): config.json's bos_token_id
+    uint32_t eos = 0;  ///< end_of_text(): config.json's eos_token_id
+};
+
+/// The Hugging Face files of the tokenizer the description at `description_path` loads (see
+/// hf_tokenizer_export.cpp): an hf description's tokenizer.json as it is, a gpt2 one's
+/// vocabulary and merges in GPT-2's tokenizer.json layout. model_max_length is the model's
+/// context. Empty for the byte tokenizer, which Hugging Face has no equal of. Throws
+/// InputError naming a bad description or file.
+std::optional<HfTokenizerFiles> hf_tokenizer_files(const std::string& description_path, long model_max_length);
+
 /// GPT-2's pre-tokenizer: splits text into the pieces that BPE encodes independently,
 /// exactly as GPT-2's regex does. The pieces view into `text` and concatenate to it.
 /// Exposed for tests.
