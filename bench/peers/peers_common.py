@@ -14,7 +14,7 @@ import glob
 import math
 import struct
 
-import numpy as np
+# numpy is imported where used: the driver (run.py, standard library only) reads SHAPES.
 
 # name: (n_layer, n_head, n_embd, seq_len, micro_batch)
 SHAPES = {
@@ -50,6 +50,7 @@ def epoch_permutation(seed, epoch, n):
 
 
 def read_shard(path):
+    import numpy as np
     with open(path, "rb") as f:
         header = struct.unpack("<256i", f.read(1024))
         magic, version, count = header[0], header[1], header[2]
@@ -77,6 +78,7 @@ class ZtrainWindows:
             self.starts.extend(base + s for s in range(0, tokens.size - seq_len, seq_len))
             parts.append(tokens)
             base += tokens.size
+        import numpy as np
         self.tokens = np.concatenate(parts)
         self.n = len(self.starts)
         self._perm_epoch, self._perm = None, None
@@ -89,6 +91,7 @@ class ZtrainWindows:
 
     def batch(self, first, count):
         """Inputs and targets [count, T] of global samples first .. first + count - 1."""
+        import numpy as np
         rows = [self.tokens[self.starts[self.window_of(first + j)]:][: self.T + 1] for j in range(count)]
         w = np.stack(rows)
         return np.ascontiguousarray(w[:, :-1]), np.ascontiguousarray(w[:, 1:])
