@@ -33,7 +33,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from peers_common import ZtrainWindows, peak_rss_kib, ztrain_lr_factor
+from peers_common import ZtrainWindows, peak_rss_kib, val_batch, ztrain_lr_factor
 
 
 def parse():
@@ -41,6 +41,8 @@ def parse():
     ap.add_argument("--mode", choices=["accelerate", "fsdp2", "single"], required=True)
     ap.add_argument("--model", required=True, help="Hugging Face model directory (make_init.py)")
     ap.add_argument("--train", required=True, help="ztrain training shards (glob)")
+    ap.add_argument("--val", default="", help="ztrain validation shards (glob): one val_loss at the end")
+    ap.add_argument("--eval-batches", type=int, default=4, help="ztrain's train.eval_batches")
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--compile", action="store_true", help="single: torch.compile the model")
@@ -169,6 +171,23 @@ def train(a, run, model, opt, sched, data, out):
             out.flush()
 
 
+def validate(a, run, model, T, out):
+    """ztrain's evaluation: eval_batches micro-batches per rank from the val shards' leading
+    windows, the mean loss over every rank's."""
+    data = ZtrainWindows(a.val, T, a.seed, shuffle=False)
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for e in range(a.eval_batches):
+            x, y = val_batch(data, run.rank, e, a.micro_batch, a.eval_batches)
+            x, y = torch.from_numpy(x), torch.from_numpy(y)
+            with run.autocast():
+                total += float(model(input_ids=x, labels=x, shift_labels=y).loss)
+    val = run.mean_over_ranks(total / a.eval_batches)
+    if run.rank == 0:
+        out.write(json.dumps({"step": a.steps, "val_loss": val}) + "\n")
+
+
 def main():
     a = parse()
     run = Runner(a)
@@ -187,6 +206,8 @@ def main():
     t0 = time.perf_counter()
     train(a, run, model, opt, sched, data, out)
     total_s = time.perf_counter() - t0
+    if a.val:
+        validate(a, run, model, data.T, out)
     rss = run.gather_rss()
     if run.rank == 0:
         versions = {"torch": torch.__version__, "transformers": transformers.__version__,

@@ -64,14 +64,16 @@ def read_shard(path):
 
 
 class ZtrainWindows:
-    """The training windows of the shards `pattern` in ztrain's order for `seed`."""
+    """The windows of the shards `pattern` in ztrain's order: shuffled by `seed` (training),
+    or in file order (validation: ztrain's val sampler does not shuffle)."""
 
-    def __init__(self, pattern, seq_len, seed):
+    def __init__(self, pattern, seq_len, seed, shuffle=True):
         files = sorted(glob.glob(pattern))
         if not files:
             raise SystemExit(f"{pattern}: no shard matches")
         self.T = seq_len
         self.seed = seed
+        self.shuffle = shuffle
         parts, self.starts, base = [], [], 0
         for path in files:
             tokens = read_shard(path)
@@ -85,6 +87,8 @@ class ZtrainWindows:
 
     def window_of(self, g):
         epoch, i = divmod(g, self.n)
+        if not self.shuffle:
+            return i
         if epoch != self._perm_epoch:
             self._perm, self._perm_epoch = epoch_permutation(self.seed, epoch, self.n), epoch
         return self._perm[i]
@@ -99,6 +103,11 @@ class ZtrainWindows:
     def micro_batch(self, step, rank, a, micro_batch, grad_accum, world):
         first = step * micro_batch * grad_accum * world + (rank * grad_accum + a) * micro_batch
         return self.batch(first, micro_batch)
+
+
+def val_batch(data, rank, e, micro_batch, eval_batches):
+    """Validation micro-batch e of data rank `rank`, as ztrain's val_batch_first."""
+    return data.batch(rank * eval_batches * micro_batch + e * micro_batch, micro_batch)
 
 
 def ztrain_lr_factor(step, warmup, max_steps, schedule, lr, lr_min):

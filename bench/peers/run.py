@@ -47,6 +47,7 @@ def parse():
     ap.add_argument("--curve-only", action="store_true")
     ap.add_argument("--curve-steps", type=int, default=50)
     ap.add_argument("--curve-np", type=int, default=2)
+    ap.add_argument("--bf16-steps", type=int, default=0, help="with --curve: also N steps of each in bf16 (0: not)")
     ap.add_argument("--python", default=os.environ.get("PEERS_PYTHON",
                                                          os.environ.get("ZT_INTEROP_VENV", os.path.join(ROOT, ".venv"))
                                                          + "/bin/python"))
@@ -164,7 +165,7 @@ class Bench:
         return rec
 
     def read_zt(self, name):
-        steps, losses, norms = [], [], []
+        steps, losses, norms, val = [], [], [], None
         with open(os.path.join(self.a.work, "runs", name, "metrics.jsonl")) as f:
             for line in f:
                 r = json.loads(line)
@@ -172,27 +173,31 @@ class Bench:
                     steps.append(r["step_ms"])
                     losses.append(r["loss"])
                     norms.append(r["grad_norm"])
+                elif "val_loss" in r:
+                    val = r["val_loss"]
         prefix = os.path.join(self.a.work, "runs", name + ".rss")
         rss, rank = [], 0
         while os.path.exists(f"{prefix}.{rank}"):
             with open(f"{prefix}.{rank}") as f:
                 rss.append(int(f.read().split()[-1]))
             rank += 1
-        return {"step_ms_all": steps, "losses": losses, "grad_norms": norms, "rss_kib": rss}
+        return {"step_ms_all": steps, "losses": losses, "grad_norms": norms, "rss_kib": rss, "val_loss": val}
 
     def read_peer(self, name):
-        steps, losses, norms, summary = [], [], [], {}
+        steps, losses, norms, summary, val = [], [], [], {}, None
         with open(os.path.join(self.a.work, "runs", name + ".jsonl")) as f:
             for line in f:
                 r = json.loads(line)
                 if r.get("event") == "summary":
                     summary = r
+                elif "val_loss" in r:
+                    val = r["val_loss"]
                 else:
                     steps.append(r["step_ms"])
                     losses.append(r["loss"])
                     norms.append(r["grad_norm"])
         return {"step_ms_all": steps, "losses": losses, "grad_norms": norms, "rss_kib": summary.get("rss_kib", []),
-                "versions": summary.get("versions", {})}
+                "versions": summary.get("versions", {}), "val_loss": val}
 
     # ---- generation (pair 5) ---------------------------------------------------------------
     def generate(self, label, side, name, shape, cache="dynamic"):
@@ -263,21 +268,29 @@ def speed(b, shape, pairs):
 CURVE_TRAIN = dict(TRAIN, lr=6e-4, lr_min=0.0, warmup=10, schedule="linear")
 
 
-def curve(b):
-    """The same curve: shape small, fp32, both sides fed the same windows."""
+def curve(b, dtype="fp32", steps=None):
+    """The same curve: shape small, both sides fed the same windows from the same init; with
+    bf16 also one validation loss at the end (ztrain's train.eval_batches leading val windows)."""
     a, shape, np_ = b.a, "small", b.a.curve_np
-    zt = b.run("curve", f"ztrain np {np_} fp32", "ztrain", "curve_ztrain",
-               b.zt_cmd("curve_ztrain", shape, np_, a.curve_steps, {}, CURVE_TRAIN), {},
-               np_ * SHAPES[shape][4] * SHAPES[shape][3])
+    steps = steps or a.curve_steps
+    val = b.train_glob.replace("train_", "val_")
+    zt_name, pe_name = f"curve_ztrain_{dtype}", f"curve_peer_{dtype}"
+    zt_keys = {"precision.dtype": dtype}
+    peer_extra = ["--dtype", dtype]
+    if dtype != "fp32":
+        zt_keys.update({"data.val": val, "train.eval_every": 0})
+        peer_extra += ["--val", val]
+    tokens = np_ * SHAPES[shape][4] * SHAPES[shape][3]
+    zt = b.run("curve", f"ztrain np {np_} {dtype}", "ztrain", zt_name,
+               b.zt_cmd(zt_name, shape, np_, steps, zt_keys, CURVE_TRAIN), {}, tokens)
     mode = "accelerate" if np_ > 1 else "single"
-    cmd, env = b.peer_cmd("curve_peer", shape, mode, np_, a.curve_steps, [], CURVE_TRAIN)
-    pe = b.run("curve", f"{mode} np {np_} fp32", "peer", "curve_peer", cmd, env,
-               np_ * SHAPES[shape][4] * SHAPES[shape][3])
-    png = os.path.join(os.path.dirname(b.out), os.path.basename(b.out).replace(".md", "_curve.png"))
+    cmd, env = b.peer_cmd(pe_name, shape, mode, np_, steps, peer_extra, CURVE_TRAIN)
+    pe = b.run("curve", f"{mode} np {np_} {dtype}", "peer", pe_name, cmd, env, tokens)
+    png = b.out.replace(".md", f"_curve_{dtype}.png")
     subprocess.run(["/usr/bin/python3", os.path.join(HERE, "plot_curves.py"), "-o", png,
-                    "--label", f"ztrain ({zt['label']})", os.path.join(a.work, "runs", "curve_ztrain", "metrics.jsonl"),
-                    "--label", f"peer ({pe['label']})", os.path.join(a.work, "runs", "curve_peer.jsonl")], check=True)
-    return zt, pe, png
+                    "--label", f"ztrain ({zt['label']})", os.path.join(a.work, "runs", zt_name, "metrics.jsonl"),
+                    "--label", f"peer ({pe['label']})", os.path.join(a.work, "runs", pe_name + ".jsonl")], check=True)
+    return zt, pe, png, dtype
 
 
 # ---- the results file ------------------------------------------------------------------------
@@ -347,6 +360,18 @@ def ratio_rows(summary):
     return rows
 
 
+def sharding_ratios(summary, w):
+    """Pair 3's second question: each side's ZeRO-3 (FSDP2) against its own DDP."""
+    pick = {k[1]: v for k, v in summary.items()}
+    sides = [("ztrain", "ztrain ZeRO-3 np 2 fp32", "ztrain DDP np 2 fp32"),
+             ("peer", "FSDP2 fully_shard np 2 fp32", "accelerate DDP np 2 fp32")]
+    if not all(z in pick and d in pick for _, z, d in sides):
+        return
+    w("\nZeRO-3 / DDP on each side (pair 3 against pair 1): " + "; ".join(
+        f"{side}: tokens/s {pick[z][0] / pick[d][0]:.2f}x, peak RSS {pick[z][2] / pick[d][2]:.2f}x"
+        for side, z, d in sides) + ".")
+
+
 def write_report(b, summary_rows, curve_result):
     a = b.a
     lines = []
@@ -363,6 +388,11 @@ def write_report(b, summary_rows, curve_result):
       f"each run's median; {a.cores} threads in all (cores / ranks per rank, both sides).  ")
     w(f"Data: `zt-prepare --tokenizer` GPT-2's tokenizer.json on `{a.corpus}`; the peers read ztrain's "
       f"shards in ztrain's window order (bench/peers/peers_common.py).  ")
+    loads = [r["load"][0] for r in b.runs]
+    if loads and med(loads) > a.cores:
+        w(f"**Preliminary**: the machine was shared; the 1-minute load average before the runs was "
+          f"{min(loads)} to {max(loads)} (median {med(loads):.1f}) on {a.cores} cores, so every figure is "
+          f"noisy; the interleaving spreads the noise over both sides, not away.  ")
     w("Machine:\n")
     w("```\n" + "\n".join(machine()) + "\n```\n")
     if summary_rows is not None:
@@ -372,10 +402,11 @@ def write_report(b, summary_rows, curve_result):
         w("|---|---|---|---|---|---|---|")
         for pair, zl, pl, t, r, goal, met in rows:
             w(f"| {pair} | {zl} | {pl} | {t:.2f} | {r:.2f} | {goal} | {met} |")
+        sharding_ratios(summary, w)
         w("")
         speed_tables(b, w)
-    if curve_result:
-        curve_section(b, w, *curve_result)
+    for c in curve_result or []:
+        curve_section(b, w, *c)
     w("\n## Commands\n")
     for r in b.runs:
         w(f"- `{r['name']}`: `{r['cmd']}`")
@@ -384,10 +415,15 @@ def write_report(b, summary_rows, curve_result):
     print(f"wrote {b.out}")
 
 
-def curve_section(b, w, zt, pe, png):
-    w("\n## The same curve\n")
-    w(f"Shape `small` {SHAPES['small']}, fp32, {len(zt['losses'])} steps, {zt['label']} against {pe['label']}, "
+def curve_section(b, w, zt, pe, png, dtype):
+    w(f"\n## The same curve, {dtype}\n")
+    w(f"Shape `small` {SHAPES['small']}, {dtype}, {len(zt['losses'])} steps, {zt['label']} against {pe['label']}, "
       f"settings {CURVE_TRAIN}.\n")
+    if dtype != "fp32":
+        vz, vp = zt["val_loss"], pe["val_loss"]
+        rel = abs(vz - vp) / abs(vp)
+        w(f"Final validation loss: ztrain {vz:.5f}, peer {vp:.5f}, relative difference {rel:.2e} "
+          f"(goal < 1%: {'met' if rel < 0.01 else 'NOT met'}).\n")
     w(f"![loss curves]({os.path.basename(png)})\n")
     w("| step | ztrain loss | peer loss | relative difference | ztrain grad norm | peer grad norm |")
     w("|---|---|---|---|---|---|")
@@ -396,8 +432,9 @@ def curve_section(b, w, zt, pe, png):
         rel = abs(x - y) / abs(y)
         worst = max(worst, rel)
         w(f"| {i} | {x:.7f} | {y:.7f} | {rel:.2e} | {zt['grad_norms'][i - 1]:.5f} | {pe['grad_norms'][i - 1]:.5f} |")
-    w(f"\nLargest relative difference of the losses: **{worst:.2e}** (goal < 1e-4: "
-      f"{'met' if worst < 1e-4 else 'NOT met'}).")
+    goal = "goal < 1e-4" if dtype == "fp32" else "no goal per step in bf16"
+    w(f"\nLargest relative difference of the losses: **{worst:.2e}** ({goal}"
+      + (f": {'met' if worst < 1e-4 else 'NOT met'}" if dtype == "fp32" else "") + ").")
 
 
 def main():
@@ -411,7 +448,11 @@ def main():
     summary_rows = None
     if not a.curve_only:
         speed(b, a.shape, pairs)
-    curve_result = curve(b) if a.curve else None
+    curve_result = []
+    if a.curve:
+        curve_result.append(curve(b))
+        if a.bf16_steps:
+            curve_result.append(curve(b, "bf16", a.bf16_steps))
     if not a.curve_only:
         summary = speed_tables(b, lambda _: None)
         summary_rows = (summary, ratio_rows(summary))
