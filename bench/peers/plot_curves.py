@@ -25,7 +25,7 @@ def main():
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--label", action="append", required=True)
     ap.add_argument("files", nargs="+")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()
     if len(a.label) != len(a.files):
         raise SystemExit("plot_curves.py: one --label per file")
     import matplotlib

@@ -55,6 +55,7 @@ def parse():
     ap.add_argument("--work", default=os.path.join(ROOT, "bench", "work", "peers"))
     ap.add_argument("--corpus", default="/usr/share/vim/vim90/doc", help="text file(s) or folder for zt-prepare")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--reuse", action="store_true", help="take runs an earlier invocation finished (same names) as they are")
     return ap.parse_args()
 
 
@@ -149,9 +150,18 @@ class Bench:
         return path
 
     # ---- running and reading ---------------------------------------------------------------
+    def finished(self, name, side):
+        """--reuse: the run's records from an earlier invocation, when it got to its end."""
+        path = os.path.join(self.a.work, "runs", name, "metrics.jsonl") if side == "ztrain" else \
+            os.path.join(self.a.work, "runs", name + ".jsonl")
+        return self.a.reuse and os.path.exists(path) and ('"summary"' in open(path).read() or side == "ztrain"
+                                                         and os.path.exists(os.path.join(self.a.work, "runs", name + ".rss.0")))
+
     def run(self, pair, label, side, name, cmd, env_extra, tokens_per_step):
         load_before = os.getloadavg()
-        wall = self.sh(cmd, name, dict(self.env, **env_extra))
+        wall = float("nan")
+        if not self.finished(name, side):
+            wall = self.sh(cmd, name, dict(self.env, **env_extra))
         rec = {"pair": pair, "label": label, "side": side, "name": name, "cmd": shlex.join(cmd),
                "load": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
                "wall_s": wall}
