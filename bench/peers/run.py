@@ -150,21 +150,24 @@ class Bench:
         return path
 
     # ---- running and reading ---------------------------------------------------------------
-    def finished(self, name, side):
-        """--reuse: the run's records from an earlier invocation, when it got to its end."""
-        path = os.path.join(self.a.work, "runs", name, "metrics.jsonl") if side == "ztrain" else \
-            os.path.join(self.a.work, "runs", name + ".jsonl")
-        return self.a.reuse and os.path.exists(path) and ('"summary"' in open(path).read() or side == "ztrain"
-                                                         and os.path.exists(os.path.join(self.a.work, "runs", name + ".rss.0")))
+    def finished(self, name):
+        """--reuse: the load and wall time of a run an earlier invocation finished, or None."""
+        path = os.path.join(self.a.work, "runs", name + ".done")
+        if not (self.a.reuse and os.path.exists(path)):
+            return None
+        with open(path) as f:
+            return json.load(f)
 
     def run(self, pair, label, side, name, cmd, env_extra, tokens_per_step):
-        load_before = os.getloadavg()
-        wall = float("nan")
-        if not self.finished(name, side):
+        done = self.finished(name)
+        if done is None:
+            load_before = [round(x, 2) for x in os.getloadavg()]
             wall = self.sh(cmd, name, dict(self.env, **env_extra))
-        rec = {"pair": pair, "label": label, "side": side, "name": name, "cmd": shlex.join(cmd),
-               "load": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
-               "wall_s": wall}
+            done = {"load": load_before, "load_after": [round(x, 2) for x in os.getloadavg()], "wall_s": wall}
+            with open(os.path.join(self.a.work, "runs", name + ".done"), "w") as f:
+                json.dump(done, f)
+        rec = {"pair": pair, "label": label, "side": side, "name": name, "cmd": shlex.join(cmd)}
+        rec.update(done)
         rec.update(self.read_zt(name) if side == "ztrain" else self.read_peer(name))
         steps = rec["step_ms_all"][self.a.skip:] or rec["step_ms_all"]
         rec["step_ms"] = statistics.median(steps)
@@ -262,7 +265,8 @@ def pair_runs(b, shape, pairs):
     return [(p, label, side, make, ranks * micro * T) for p, label, side, make, ranks in runs]
 
 
-def speed(b, shape, pairs):
+def speed(b, shape, pairs, after_rep=lambda: None):
+    """Every pair's runs in turn, --reps times; after_rep() once each repetition is done."""
     runs = pair_runs(b, shape, pairs)
     for rep in range(1, b.a.reps + 1):
         for p, label, side, make, tokens in runs:
@@ -273,6 +277,7 @@ def speed(b, shape, pairs):
             b.generate("zt-generate greedy 128", "ztrain", f"p5_zt_{shape}_r{rep}", shape)
             b.generate("generate() DynamicCache greedy 128", "peer", f"p5_hf_{shape}_r{rep}", shape)
             b.generate("generate() static cache greedy 128", "peer", f"p5_hfstatic_{shape}_r{rep}", shape, "static")
+        after_rep()
 
 
 CURVE_TRAIN = dict(TRAIN, lr=6e-4, lr_min=0.0, warmup=10, schedule="linear")
@@ -456,8 +461,13 @@ def main():
     b.train_glob = b.data()
     pairs = [p for p in a.pairs.split(",") if p]
     summary_rows = None
+
+    def report_so_far():  # a run stopped early still leaves the repetitions it finished
+        summary = speed_tables(b, lambda _: None)
+        write_report(b, (summary, ratio_rows(summary)), [])
+
     if not a.curve_only:
-        speed(b, a.shape, pairs)
+        speed(b, a.shape, pairs, report_so_far)
     curve_result = []
     if a.curve:
         curve_result.append(curve(b))
