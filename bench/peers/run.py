@@ -1,0 +1,483 @@
+#!/usr/bin/env python3
+"""ztrain side by side with what users would run instead (issue 50): one driver.
+
+  python3 bench/peers/run.py [--shape tiny|small|124m] [--reps 3] [--steps 6] [--pairs 1,3,4]
+                             [--curve] [--curve-steps 50] [--out FILE]
+
+From the repository root. Writes, once, under --work (bench/work/peers): the corpus's token
+shards (zt-prepare, GPT-2's tokenizer, the Vim documentation unless --corpus) and the
+shared initial model per shape as a Hugging Face directory (make_init.py). Then runs each
+pair's runs back to back, interleaved, --reps times, and writes the results file (commands,
+versions, machine, load average, every repetition, medians, ratios against the issue's
+goals). --curve adds the "same curve" check: ztrain and the Accelerate script fed the same
+windows from the same init, one loss per step each, the largest relative difference, a
+plot. The driver needs only the standard library; the peers run under --python (a venv
+holding bench/peers/requirements.txt), the plot under /usr/bin/python3 with matplotlib.
+"""
+import argparse
+import datetime
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from peers_common import SHAPES  # noqa: E402  (stdlib + numpy-free names only)
+
+GOALS = {"1": (3.0, 0.7), "3": (3.0, 0.7), "4": (None, None), "5": (2.0, None)}
+# Training settings both sides get explicitly (ztrain's defaults, and what the peer is told).
+TRAIN = dict(lr=3e-4, lr_min=3e-5, warmup=10, schedule="cosine", weight_decay=0.1, beta1=0.9,
+             beta2=0.95, eps=1e-8, clip=1.0, seed=1337)
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=6, help="optimizer steps per speed run")
+    ap.add_argument("--skip", type=int, default=2, help="leading steps left out of a run's median")
+    ap.add_argument("--pairs", default="1,3,4", help="comma-separated: 1 3 4 5")
+    ap.add_argument("--cores", type=int, default=os.cpu_count(), help="threads in all: np ranks get cores/np each")
+    ap.add_argument("--curve", action="store_true", help="also the same-curve check (shape small)")
+    ap.add_argument("--curve-only", action="store_true")
+    ap.add_argument("--curve-steps", type=int, default=50)
+    ap.add_argument("--curve-np", type=int, default=2)
+    ap.add_argument("--bf16-steps", type=int, default=0, help="with --curve: also N steps of each in bf16 (0: not)")
+    ap.add_argument("--python", default=os.environ.get("PEERS_PYTHON",
+                                                         os.environ.get("ZT_INTEROP_VENV", os.path.join(ROOT, ".venv"))
+                                                         + "/bin/python"))
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--work", default=os.path.join(ROOT, "bench", "work", "peers"))
+    ap.add_argument("--corpus", default="/usr/share/vim/vim90/doc", help="text file(s) or folder for zt-prepare")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--reuse", action="store_true", help="take runs an earlier invocation finished (same names) as they are")
+    return ap.parse_args()
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.bin = os.path.join(a.build, "bin")
+        self.runs = []  # every run's record, in the order run
+        self.log = []
+        os.makedirs(os.path.join(a.work, "runs"), exist_ok=True)
+        os.makedirs(os.path.join(a.work, "logs"), exist_ok=True)
+        self.env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                        MASTER_ADDR="127.0.0.1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
+                        HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+        self.port = 29500 + os.getpid() % 1000
+
+    # ---- one-time inputs -------------------------------------------------------------------
+    def sh(self, cmd, log_name, env=None):
+        path = os.path.join(self.a.work, "logs", log_name + ".log")
+        with open(path, "w") as f:
+            f.write("$ " + shlex.join(cmd) + "\n")
+            f.flush()
+            t0 = time.time()
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env or self.env, cwd=self.a.work).returncode
+        if rc != 0:
+            raise SystemExit(f"run.py: {shlex.join(cmd)} exited {rc}; see {path}")
+        return time.time() - t0
+
+    def data(self):
+        d = os.path.join(self.a.work, "data")
+        if not os.path.exists(os.path.join(d, "tokenizer.json")):
+            tok = os.path.join(self.a.work, "gpt2_tokenizer.json")
+            subprocess.run(f"zcat {shlex.quote(ROOT)}/tests/data/hf/gpt2_tokenizer.json.gz > {shlex.quote(tok)}",
+                           shell=True, check=True)
+            self.sh([os.path.join(self.bin, "zt-prepare"), "--input", self.a.corpus, "--output", d,
+                     "--tokenizer", tok, "--val-fraction", "0.02"], "prepare")
+        return os.path.join(d, "train_*.bin")
+
+    def init(self, shape):
+        d = os.path.join(self.a.work, f"init_{shape}")
+        if not os.path.exists(os.path.join(d, "model.safetensors")):
+            self.sh([self.a.python, os.path.join(HERE, "make_init.py"), "--shape", shape, "--out", d], f"init_{shape}")
+            # zt-generate reads the tokenizer from the model directory.
+            subprocess.run(["cp", os.path.join(self.a.work, "gpt2_tokenizer.json"), os.path.join(d, "tokenizer.json")],
+                           check=True)
+        return d
+
+    # ---- commands ----------------------------------------------------------------------------
+    def zt_cmd(self, name, shape, np_, steps, extra, train=TRAIN):
+        init, micro = self.init(shape), SHAPES[shape][4]
+        rss = os.path.join(self.a.work, "runs", name + ".rss")
+        wrap = [os.path.join(HERE, "rss_wrap.sh"), rss, os.path.join(self.bin, "ztrain")]
+        launch = [os.path.join(self.bin, "ztrun"), str(np_)] + wrap if np_ > 1 else wrap
+        keys = {"model.from_hf": init, "data.train": self.train_glob, "train.micro_batch": micro,
+                "train.grad_accum": 1, "train.max_steps": steps, "train.lr": train["lr"],
+                "train.lr_min": train["lr_min"], "train.warmup_steps": train["warmup"],
+                "train.schedule": train["schedule"], "train.weight_decay": train["weight_decay"],
+                "train.beta1": train["beta1"], "train.beta2": train["beta2"], "train.eps": train["eps"],
+                "train.grad_clip": train["clip"], "train.seed": train["seed"], "train.sample_tokens": 0,
+                "train.threads": max(1, self.a.cores // np_), "checkpoint.async": "false",
+                "checkpoint.resume": "never", "run.tensorboard": "false",
+                "run.dir": os.path.join(self.a.work, "runs", name)}
+        keys.update(extra)
+        return launch + [f"--{k}={v}" for k, v in keys.items()]
+
+    def peer_cmd(self, name, shape, mode, np_, steps, extra, train=TRAIN):
+        script = os.path.join(HERE, "peer_train.py")
+        args = ["--mode", mode, "--model", self.init(shape), "--train", self.train_glob,
+                "--metrics", os.path.join(self.a.work, "runs", name + ".jsonl"),
+                "--threads", str(max(1, self.a.cores // np_)), "--steps", str(steps),
+                "--micro-batch", str(SHAPES[shape][4]), "--lr", str(train["lr"]), "--lr-min", str(train["lr_min"]),
+                "--warmup", str(train["warmup"]), "--schedule", train["schedule"],
+                "--weight-decay", str(train["weight_decay"]), "--beta1", str(train["beta1"]),
+                "--beta2", str(train["beta2"]), "--eps", str(train["eps"]), "--clip", str(train["clip"]),
+                "--seed", str(train["seed"])] + extra
+        self.port += 1
+        if mode == "accelerate":
+            accelerate = os.path.join(os.path.dirname(self.a.python), "accelerate")
+            mp = "bf16" if "bf16" in extra else "no"
+            return [accelerate, "launch", "--cpu", "--num_processes", str(np_), "--num_machines", "1",
+                    "--mpirun_hostfile", self.hostfile(np_), "--mixed_precision", mp, "--dynamo_backend", "no",
+                    script] + args, {"MASTER_PORT": str(self.port)}
+        if mode == "fsdp2":
+            return [self.a.python, "-m", "torch.distributed.run", "--nproc_per_node", str(np_),
+                    "--master_port", str(self.port), script] + args, {}
+        return [self.a.python, script] + args, {}
+
+    def hostfile(self, np_):
+        path = os.path.join(self.a.work, f"hostfile_{np_}")
+        with open(path, "w") as f:
+            f.write(f"localhost slots={np_}\n")
+        return path
+
+    # ---- running and reading ---------------------------------------------------------------
+    def finished(self, name):
+        """--reuse: the load and wall time of a run an earlier invocation finished, or None."""
+        path = os.path.join(self.a.work, "runs", name + ".done")
+        if not (self.a.reuse and os.path.exists(path)):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    def run(self, pair, label, side, name, cmd, env_extra, tokens_per_step):
+        done = self.finished(name)
+        if done is None:
+            load_before = [round(x, 2) for x in os.getloadavg()]
+            wall = self.sh(cmd, name, dict(self.env, **env_extra))
+            done = {"load": load_before, "load_after": [round(x, 2) for x in os.getloadavg()], "wall_s": wall}
+            with open(os.path.join(self.a.work, "runs", name + ".done"), "w") as f:
+                json.dump(done, f)
+        rec = {"pair": pair, "label": label, "side": side, "name": name, "cmd": shlex.join(cmd)}
+        rec.update(done)
+        rec.update(self.read_zt(name) if side == "ztrain" else self.read_peer(name))
+        steps = rec["step_ms_all"][self.a.skip:] or rec["step_ms_all"]
+        rec["step_ms"] = statistics.median(steps)
+        rec["tokens_per_s"] = tokens_per_step / (rec["step_ms"] / 1e3)
+        self.runs.append(rec)
+        print(f"{name}: {rec['tokens_per_s']:.0f} tok/s, {rec['step_ms']:.0f} ms/step, "
+              f"RSS {[round(r / 1024) for r in rec['rss_kib']]} MiB, load {rec['load'][0]}", flush=True)
+        return rec
+
+    def read_zt(self, name):
+        steps, losses, norms, val = [], [], [], None
+        with open(os.path.join(self.a.work, "runs", name, "metrics.jsonl")) as f:
+            for line in f:
+                r = json.loads(line)
+                if "loss" in r and "step_ms" in r:
+                    steps.append(r["step_ms"])
+                    losses.append(r["loss"])
+                    norms.append(r["grad_norm"])
+                elif "val_loss" in r:
+                    val = r["val_loss"]
+        prefix = os.path.join(self.a.work, "runs", name + ".rss")
+        rss, rank = [], 0
+        while os.path.exists(f"{prefix}.{rank}"):
+            with open(f"{prefix}.{rank}") as f:
+                rss.append(int(f.read().split()[-1]))
+            rank += 1
+        return {"step_ms_all": steps, "losses": losses, "grad_norms": norms, "rss_kib": rss, "val_loss": val}
+
+    def read_peer(self, name):
+        steps, losses, norms, summary, val = [], [], [], {}, None
+        with open(os.path.join(self.a.work, "runs", name + ".jsonl")) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("event") == "summary":
+                    summary = r
+                elif "val_loss" in r:
+                    val = r["val_loss"]
+                else:
+                    steps.append(r["step_ms"])
+                    losses.append(r["loss"])
+                    norms.append(r["grad_norm"])
+        return {"step_ms_all": steps, "losses": losses, "grad_norms": norms, "rss_kib": summary.get("rss_kib", []),
+                "versions": summary.get("versions", {}), "val_loss": val}
+
+    # ---- generation (pair 5) ---------------------------------------------------------------
+    def generate(self, label, side, name, shape, cache="dynamic"):
+        init, prompt, n = self.init(shape), "The quick brown fox jumps over the lazy dog.", 128
+        threads = str(self.a.cores)
+        if side == "ztrain":
+            cmd = [os.path.join(HERE, "rss_wrap.sh"), os.path.join(self.a.work, "runs", name + ".rss"),
+                   os.path.join(self.bin, "zt-generate"), init, "--prompt", prompt, "--max-new-tokens", str(n),
+                   "--temperature", "0", "--ignore-eos", "--threads", threads]
+        else:
+            cmd = [self.a.python, os.path.join(HERE, "hf_generate.py"), "--model", init, "--prompt", prompt,
+                   "--max-new-tokens", str(n), "--threads", threads, "--cache", cache]
+        load = os.getloadavg()
+        self.sh(cmd, name)
+        text = open(os.path.join(self.a.work, "logs", name + ".log")).read()
+        if side == "ztrain":
+            import re
+            m = re.search(r"prompt (\d+) tokens in ([\d.]+) s .*generated (\d+) tokens in ([\d.]+) s", text)
+            total = float(m.group(2)) + float(m.group(4))
+            with open(os.path.join(self.a.work, "runs", name + ".rss.0")) as f:
+                rss = [int(f.read().split()[-1])]
+        else:
+            r = json.loads(text.strip().splitlines()[-1])
+            total, rss = r["total_s"], r["rss_kib"]
+        rec = {"pair": "5", "label": label, "side": side, "name": name, "cmd": shlex.join(cmd),
+               "load": [round(x, 2) for x in load], "step_ms": total * 1e3, "tokens_per_s": n / total,
+               "rss_kib": rss, "losses": []}
+        self.runs.append(rec)
+        print(f"{name}: {rec['tokens_per_s']:.1f} new tok/s, load {rec['load'][0]}", flush=True)
+
+
+def pair_runs(b, shape, pairs):
+    """(pair, label, side, make(name) -> (cmd, env), tokens per step) of every speed run."""
+    a, T, micro = b.a, SHAPES[shape][3], SHAPES[shape][4]
+    runs = []
+    if "1" in pairs:
+        runs += [("1", "ztrain DDP np 2 fp32", "ztrain", lambda n: (b.zt_cmd(n, shape, 2, a.steps, {}), {}), 2),
+                 ("1", "accelerate DDP np 2 fp32", "peer",
+                  lambda n: b.peer_cmd(n, shape, "accelerate", 2, a.steps, []), 2)]
+    if "3" in pairs:
+        runs += [("3", "ztrain ZeRO-3 np 2 fp32", "ztrain",
+                  lambda n: (b.zt_cmd(n, shape, 2, a.steps, {"parallel.zero_stage": 3}), {}), 2),
+                 ("3", "FSDP2 fully_shard np 2 fp32", "peer", lambda n: b.peer_cmd(n, shape, "fsdp2", 2, a.steps, []), 2)]
+    if "4" in pairs:
+        for dt in ("fp32", "bf16"):
+            runs.append(("4", f"ztrain np 1 {dt}", "ztrain",
+                         lambda n, dt=dt: (b.zt_cmd(n, shape, 1, a.steps, {"precision.dtype": dt}), {}), 1))
+            for comp in (False, True):
+                extra = ["--dtype", dt] + (["--compile"] if comp else [])
+                runs.append(("4", f"torch {'compile' if comp else 'eager'} {dt}", "peer",
+                             lambda n, extra=extra: b.peer_cmd(n, shape, "single", 1, a.steps, extra), 1))
+    return [(p, label, side, make, ranks * micro * T) for p, label, side, make, ranks in runs]
+
+
+def speed(b, shape, pairs, after_rep=lambda: None):
+    """Every pair's runs in turn, --reps times; after_rep() once each repetition is done."""
+    runs = pair_runs(b, shape, pairs)
+    for rep in range(1, b.a.reps + 1):
+        for p, label, side, make, tokens in runs:
+            name = f"p{p}_{label.replace(' ', '_')}_{shape}_r{rep}"
+            cmd, env = make(name)
+            b.run(p, label, side, name, cmd, env, tokens)
+        if "5" in pairs:
+            b.generate("zt-generate greedy 128", "ztrain", f"p5_zt_{shape}_r{rep}", shape)
+            b.generate("generate() DynamicCache greedy 128", "peer", f"p5_hf_{shape}_r{rep}", shape)
+            b.generate("generate() static cache greedy 128", "peer", f"p5_hfstatic_{shape}_r{rep}", shape, "static")
+        after_rep()
+
+
+CURVE_TRAIN = dict(TRAIN, lr=6e-4, lr_min=0.0, warmup=10, schedule="linear")
+
+
+def curve(b, dtype="fp32", steps=None):
+    """The same curve: shape small, both sides fed the same windows from the same init; with
+    bf16 also one validation loss at the end (ztrain's train.eval_batches leading val windows)."""
+    a, shape, np_ = b.a, "small", b.a.curve_np
+    steps = steps or a.curve_steps
+    val = b.train_glob.replace("train_", "val_")
+    zt_name, pe_name = f"curve_ztrain_{dtype}", f"curve_peer_{dtype}"
+    zt_keys = {"precision.dtype": dtype}
+    peer_extra = ["--dtype", dtype]
+    if dtype != "fp32":
+        zt_keys.update({"data.val": val, "train.eval_every": 0})
+        peer_extra += ["--val", val]
+    tokens = np_ * SHAPES[shape][4] * SHAPES[shape][3]
+    zt = b.run("curve", f"ztrain np {np_} {dtype}", "ztrain", zt_name,
+               b.zt_cmd(zt_name, shape, np_, steps, zt_keys, CURVE_TRAIN), {}, tokens)
+    mode = "accelerate" if np_ > 1 else "single"
+    cmd, env = b.peer_cmd(pe_name, shape, mode, np_, steps, peer_extra, CURVE_TRAIN)
+    pe = b.run("curve", f"{mode} np {np_} {dtype}", "peer", pe_name, cmd, env, tokens)
+    png = b.out.replace(".md", f"_curve_{dtype}.png")
+    subprocess.run(["/usr/bin/python3", os.path.join(HERE, "plot_curves.py"), "-o", png,
+                    "--label", f"ztrain ({zt['label']})", os.path.join(a.work, "runs", zt_name, "metrics.jsonl"),
+                    "--label", f"peer ({pe['label']})", os.path.join(a.work, "runs", pe_name + ".jsonl")], check=True)
+    return zt, pe, png, dtype
+
+
+# ---- the results file ------------------------------------------------------------------------
+def machine():
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+    keep = ("Model name", "CPU(s):", "Thread(s) per core", "Core(s) per socket", "Flags", "Hypervisor vendor")
+    lines = [ln for ln in out if ln.startswith(keep)]
+    with open("/proc/meminfo") as f:
+        lines.append(f.readline().strip())
+    return lines
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def mib(kib):
+    return kib / 1024.0
+
+
+def speed_tables(b, w):
+    labels = []
+    for r in b.runs:
+        if r["pair"] != "curve" and (r["pair"], r["label"]) not in labels:
+            labels.append((r["pair"], r["label"]))
+    w("## Every repetition\n")
+    w("| pair | run | rep | load (1/5/15 min) before | tokens/s | step ms (median) | peak RSS per rank MiB |")
+    w("|---|---|---|---|---|---|---|")
+    summary = {}
+    for pair, label in labels:
+        rs = [r for r in b.runs if r["pair"] == pair and r["label"] == label]
+        for i, r in enumerate(rs, 1):
+            w(f"| {pair} | {label} | {i} | {' / '.join(str(x) for x in r['load'])} | {r['tokens_per_s']:.1f} | "
+              f"{r['step_ms']:.0f} | {', '.join(f'{mib(k):.0f}' for k in r['rss_kib'])} |")
+        summary[(pair, label)] = (med([r["tokens_per_s"] for r in rs]), med([r["step_ms"] for r in rs]),
+                                  med([max(r["rss_kib"]) for r in rs if r["rss_kib"]]), rs[0]["side"], len(rs))
+    w("\n## Medians and ratios\n")
+    w("| pair | run | reps | tokens/s | step ms | peak RSS (largest rank) MiB |")
+    w("|---|---|---|---|---|---|")
+    for (pair, label), (tps, ms, rss, side, n) in summary.items():
+        w(f"| {pair} | {label} | {n} | {tps:.1f} | {ms:.0f} | {mib(rss):.0f} |")
+    return summary
+
+
+def ratio_rows(summary):
+    """(pair, ztrain run, peer run, tokens/s ratio, RSS ratio, goal text)."""
+    rows = []
+    by_pair = {}
+    for (pair, label), v in summary.items():
+        by_pair.setdefault(pair, []).append((label, v))
+    for pair, items in by_pair.items():
+        zts = [(lbl, v) for lbl, v in items if v[3] == "ztrain"]
+        peers = [(lbl, v) for lbl, v in items if v[3] == "peer"]
+        for zl, zv in zts:
+            for pl, pv in peers:
+                if pair == "4" and zl.split()[-1] != pl.split()[-1]:
+                    continue  # fp32 against fp32, bf16 against bf16
+                tps = zv[0] / pv[0]
+                rss = zv[2] / pv[2] if pv[2] == pv[2] and pv[2] else float("nan")
+                if pair == "4":
+                    goal_t, goal_r = (1.3 if "compile" in pl else 2.0), None
+                else:
+                    goal_t, goal_r = GOALS.get(pair, (None, None))
+                met = (goal_t is None or tps >= goal_t) and (goal_r is None or rss <= goal_r)
+                goal = f"tokens/s >= {goal_t}x" + (f", RSS <= {goal_r}x" if goal_r else "")
+                rows.append((pair, zl, pl, tps, rss, goal, "met" if met else "NOT met"))
+    return rows
+
+
+def sharding_ratios(summary, w):
+    """Pair 3's second question: each side's ZeRO-3 (FSDP2) against its own DDP."""
+    pick = {k[1]: v for k, v in summary.items()}
+    sides = [("ztrain", "ztrain ZeRO-3 np 2 fp32", "ztrain DDP np 2 fp32"),
+             ("peer", "FSDP2 fully_shard np 2 fp32", "accelerate DDP np 2 fp32")]
+    if not all(z in pick and d in pick for _, z, d in sides):
+        return
+    w("\nZeRO-3 / DDP on each side (pair 3 against pair 1): " + "; ".join(
+        f"{side}: tokens/s {pick[z][0] / pick[d][0]:.2f}x, peak RSS {pick[z][2] / pick[d][2]:.2f}x"
+        for side, z, d in sides) + ".")
+
+
+def write_report(b, summary_rows, curve_result):
+    a = b.a
+    lines = []
+    w = lines.append
+    today = datetime.date.today().isoformat()
+    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    versions = next((r["versions"] for r in b.runs if r.get("versions")), {})
+    zt_version = subprocess.run([os.path.join(b.bin, "ztrain"), "--version"], capture_output=True, text=True).stdout.strip()
+    w(f"# ztrain beside its peers, {today} (bench/peers/run.py)\n")
+    w(f"Command: `python3 {' '.join(shlex.quote(x) for x in sys.argv)}` at {rev} ({zt_version}).  ")
+    w(f"Peers: {', '.join(f'{k} {v}' for k, v in versions.items())} ({a.python}).  ")
+    w(f"Shape of the speed runs: `{a.shape}` = n_layer, n_head, n_embd, seq_len, micro_batch "
+      f"{SHAPES[a.shape]}, GPT-2 vocabulary 50257; {a.steps} steps per run, the first {a.skip} left out of "
+      f"each run's median; {a.cores} threads in all (cores / ranks per rank, both sides).  ")
+    w(f"Data: `zt-prepare --tokenizer` GPT-2's tokenizer.json on `{a.corpus}`; the peers read ztrain's "
+      f"shards in ztrain's window order (bench/peers/peers_common.py).  ")
+    loads = [r["load"][0] for r in b.runs]
+    if loads and med(loads) > a.cores:
+        w(f"**Preliminary**: the machine was shared; the 1-minute load average before the runs was "
+          f"{min(loads)} to {max(loads)} (median {med(loads):.1f}) on {a.cores} cores, so every figure is "
+          f"noisy; the interleaving spreads the noise over both sides, not away.  ")
+    w("Machine:\n")
+    w("```\n" + "\n".join(machine()) + "\n```\n")
+    if summary_rows is not None:
+        summary, rows = summary_rows
+        w("## Ratios against the issue's goals (ratio of medians)\n")
+        w("| pair | ztrain | peer | tokens/s ztrain / peer | peak RSS ztrain / peer | goal | |")
+        w("|---|---|---|---|---|---|---|")
+        for pair, zl, pl, t, r, goal, met in rows:
+            w(f"| {pair} | {zl} | {pl} | {t:.2f} | {r:.2f} | {goal} | {met} |")
+        sharding_ratios(summary, w)
+        w("")
+        speed_tables(b, w)
+    for c in curve_result or []:
+        curve_section(b, w, *c)
+    w("\n## Commands\n")
+    for r in b.runs:
+        w(f"- `{r['name']}`: `{r['cmd']}`")
+    with open(b.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {b.out}")
+
+
+def curve_section(b, w, zt, pe, png, dtype):
+    w(f"\n## The same curve, {dtype}\n")
+    w(f"Shape `small` {SHAPES['small']}, {dtype}, {len(zt['losses'])} steps, {zt['label']} against {pe['label']}, "
+      f"settings {CURVE_TRAIN}.\n")
+    if dtype != "fp32":
+        vz, vp = zt["val_loss"], pe["val_loss"]
+        rel = abs(vz - vp) / abs(vp)
+        w(f"Final validation loss: ztrain {vz:.5f}, peer {vp:.5f}, relative difference {rel:.2e} "
+          f"(goal < 1%: {'met' if rel < 0.01 else 'NOT met'}).\n")
+    w(f"![loss curves]({os.path.basename(png)})\n")
+    w("| step | ztrain loss | peer loss | relative difference | ztrain grad norm | peer grad norm |")
+    w("|---|---|---|---|---|---|")
+    worst = 0.0
+    for i, (x, y) in enumerate(zip(zt["losses"], pe["losses"]), 1):
+        rel = abs(x - y) / abs(y)
+        worst = max(worst, rel)
+        w(f"| {i} | {x:.7f} | {y:.7f} | {rel:.2e} | {zt['grad_norms'][i - 1]:.5f} | {pe['grad_norms'][i - 1]:.5f} |")
+    goal = "goal < 1e-4" if dtype == "fp32" else "no goal per step in bf16"
+    w(f"\nLargest relative difference of the losses: **{worst:.2e}** ({goal}"
+      + (f": {'met' if worst < 1e-4 else 'NOT met'}" if dtype == "fp32" else "") + ").")
+
+
+def main():
+    a = parse()
+    if a.curve_only:
+        a.curve = True
+    b = Bench(a)
+    b.out = a.out or os.path.join(ROOT, "bench", "results", f"peers_{datetime.date.today().isoformat()}.md")
+    b.train_glob = b.data()
+    pairs = [p for p in a.pairs.split(",") if p]
+    summary_rows = None
+
+    def report_so_far():  # a run stopped early still leaves the repetitions it finished
+        summary = speed_tables(b, lambda _: None)
+        write_report(b, (summary, ratio_rows(summary)), [])
+
+    if not a.curve_only:
+        speed(b, a.shape, pairs, report_so_far)
+    curve_result = []
+    if a.curve:
+        curve_result.append(curve(b))
+        if a.bf16_steps:
+            curve_result.append(curve(b, "bf16", a.bf16_steps))
+    if not a.curve_only:
+        summary = speed_tables(b, lambda _: None)
+        summary_rows = (summary, ratio_rows(summary))
+    write_report(b, summary_rows, curve_result)
+
+
+if __name__ == "__main__":
+    main()
