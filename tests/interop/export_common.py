@@ -9,7 +9,7 @@ import os
 import random
 import shutil
 
-from interop_common import run
+from interop_common import run, shared_data_path
 
 WORDS = ("the a man woman dog cat child player chef driver runs walks jumps throws catches cuts paints "
          "washes lifts opens ball knife brush car door window table garden kitchen street field "
@@ -54,7 +54,7 @@ def gpt2_files(src_dir, work):
 def llama3_tokenizer(src_dir, work):
     """Llama 3's tokenizer.json from ../shared/data (or ZT_SHARED_DATA, as test_tokenizer_ids
     reads it), decompressed into WORK; None without it."""
-    shared = os.environ.get("ZT_SHARED_DATA", os.path.join(src_dir, "..", "shared", "data"))
+    shared = shared_data_path(src_dir)
     gz = os.path.join(shared, "tokenizers", "llama3", "tokenizer.json.gz")
     if not os.path.exists(gz):
         return None

@@ -25,10 +25,15 @@ def require(*names):
         missing(f"the Python package '{e.name}' is missing (tests/interop/requirements.txt)")
 
 
+def shared_data_path(src_dir):
+    """Where the shared data folder is: ZT_SHARED_DATA, else ../shared/data beside the checkout."""
+    return os.environ.get("ZT_SHARED_DATA", os.path.join(src_dir, "..", "shared", "data"))
+
+
 def shared_data(src_dir):
-    """The shared data folder (ZT_SHARED_DATA, else ../shared/data beside the checkout); exits
-    77 (or 1 under ZT_REQUIRE_INTEROP=1) when it holds no tokenizers/."""
-    shared = os.environ.get("ZT_SHARED_DATA", os.path.join(src_dir, "..", "shared", "data"))
+    """The shared data folder (shared_data_path); exits 77 (or 1 under ZT_REQUIRE_INTEROP=1)
+    when it holds no tokenizers/."""
+    shared = shared_data_path(src_dir)
     if not os.path.isdir(os.path.join(shared, "tokenizers")):
         missing(f"{shared}/tokenizers not found (ZT_SHARED_DATA names the shared data folder)")
     return shared

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from interop_common import require
+from interop_common import require, shared_data_path
 
 tokenizers, = require("tokenizers")
 
@@ -95,7 +95,7 @@ def unzip(src, dst):
 
 def main(bin_dir, src_dir):
     text = multilingual_text()
-    shared = os.environ.get("ZT_SHARED_DATA", os.path.join(src_dir, "..", "shared", "data"))
+    shared = shared_data_path(src_dir)
     failures = []
     with tempfile.TemporaryDirectory(prefix="zt-interop-") as work:
         cases = [("gpt2", unzip(os.path.join(src_dir, "tests", "data", "hf", "gpt2_tokenizer.json.gz"),
