@@ -19,6 +19,15 @@ The scheduler is a LambdaLR on ztrain's formula and is NOT passed to accelerator
 a prepared scheduler steps num_processes times per optimizer step (accelerate scales it for
 a dataloader it shards), which is not the schedule the run asked for.
 
+Examples (pair 2): with --examples FILE (JSON Lines of {"text": ...}) the batches are whole
+examples instead of ztrain's windows, tokenized once before the timed steps as the seed's
+script does (`tokenizer(text, truncation=True, max_length=seq_len)` with the end-of-text
+token as padding), in a --seed shuffled order: --padding max_length pads every row to
+seq_len (the seed's `padding="max_length"`), --padding longest to the micro-batch's longest
+example (DataCollatorWithPadding). Padding positions get label -100 and attention mask 0, so
+the loss is the mean over the micro-batch's targets; each step record adds `targets`, the
+target tokens of every rank.
+
 Rank 0 writes one JSON line per step to --metrics (step, loss averaged over the ranks, lr,
 grad_norm before clipping, step_ms, tokens_per_s of all ranks) and a final
 {"event": "summary"} line with every rank's peak RSS (VmHWM) and the versions.
@@ -60,7 +69,38 @@ def parse():
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1337, help="ztrain's train.seed: the data order")
+    ap.add_argument("--examples", default="", help="JSON Lines of {\"text\": ...}: train on padded examples")
+    ap.add_argument("--padding", choices=["max_length", "longest"], default="max_length")
     return ap.parse_args()
+
+
+class PaddedExamples:
+    """The seed's fine-tuning batches: every example tokenized once (truncated to seq_len),
+    a shuffled order, rows padded with the end-of-text token and masked out of the loss."""
+
+    def __init__(self, path, model_dir, seq_len, padding, seed, count):
+        import random
+        from transformers import PreTrainedTokenizerFast
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(model_dir, "tokenizer.json"))
+        with open(path) as f:
+            texts = [json.loads(line)["text"] for line in f if line.strip()]
+        random.Random(seed).shuffle(texts)
+        # Only the examples the run takes (the seed's script maps the whole set; untimed either way).
+        self.ids = [e for e in tok(texts[:count], truncation=True, max_length=seq_len)["input_ids"] if len(e) > 1]
+        self.T, self.padding, self.pad = seq_len, padding, 50256
+
+    def micro_batch(self, step, rank, a, micro_batch, grad_accum, world):
+        import numpy as np
+        first = step * micro_batch * grad_accum * world + (rank * grad_accum + a) * micro_batch
+        rows = [self.ids[(first + j) % len(self.ids)] for j in range(micro_batch)]
+        width = self.T if self.padding == "max_length" else max(len(r) for r in rows)
+        x = np.full((micro_batch, width), self.pad, dtype=np.int64)
+        mask = np.zeros((micro_batch, width), dtype=np.int64)
+        for i, r in enumerate(rows):
+            x[i, :len(r)] = r
+            mask[i, :len(r)] = 1
+        labels = np.where(mask == 1, x, -100)
+        return x, labels, mask, int(sum(len(r) - 1 for r in rows))
 
 
 def param_groups(model, weight_decay):
@@ -142,21 +182,32 @@ class Runner:
         return [int(r[0]) for r in out]
 
 
+def forward_loss(a, model, data, step, run, m):
+    """The micro-batch's loss (divided by grad_accum) and its target tokens."""
+    if isinstance(data, PaddedExamples):
+        x, labels, mask, targets = data.micro_batch(step, run.rank, m, a.micro_batch, a.grad_accum, run.world)
+        x, labels, mask = torch.from_numpy(x), torch.from_numpy(labels), torch.from_numpy(mask)
+        with run.autocast():
+            loss = model(input_ids=x, attention_mask=mask, labels=labels).loss / a.grad_accum
+        return loss, targets
+    x, y = data.micro_batch(step, run.rank, m, a.micro_batch, a.grad_accum, run.world)
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    with run.autocast():
+        # labels only switch the loss on; shift_labels are ztrain's targets, so every
+        # one of the T positions is a target, as in ztrain (no token lost to the shift).
+        loss = model(input_ids=x, labels=x, shift_labels=y).loss / a.grad_accum
+    return loss, a.micro_batch * data.T
+
+
 def train(a, run, model, opt, sched, data, out):
-    T = data.T
-    tokens_per_step = a.micro_batch * a.grad_accum * run.world * T
     for step in range(a.steps):
         t0 = time.perf_counter()
-        loss_sum = 0.0
+        loss_sum, targets = 0.0, 0
         for m in range(a.grad_accum):
-            x, y = data.micro_batch(step, run.rank, m, a.micro_batch, a.grad_accum, run.world)
-            x, y = torch.from_numpy(x), torch.from_numpy(y)
-            with run.autocast():
-                # labels only switch the loss on; shift_labels are ztrain's targets, so every
-                # one of the T positions is a target, as in ztrain (no token lost to the shift).
-                loss = model(input_ids=x, labels=x, shift_labels=y).loss / a.grad_accum
+            loss, n = forward_loss(a, model, data, step, run, m)
             run.backward(loss)
             loss_sum += float(loss.detach())
+            targets += n
         grad_norm = run.clip(model)
         lr = opt.param_groups[0]["lr"]
         opt.step()
@@ -164,10 +215,11 @@ def train(a, run, model, opt, sched, data, out):
         opt.zero_grad(set_to_none=True)
         step_s = time.perf_counter() - t0
         loss_mean = run.mean_over_ranks(loss_sum)
+        targets = round(run.mean_over_ranks(targets) * run.world)
         if run.rank == 0:
             out.write(json.dumps({"step": step + 1, "loss": loss_mean, "lr": lr, "grad_norm": grad_norm,
-                                  "step_ms": step_s * 1e3, "tokens": tokens_per_step,
-                                  "tokens_per_s": tokens_per_step / step_s}) + "\n")
+                                  "step_ms": step_s * 1e3, "tokens": targets, "targets": targets,
+                                  "tokens_per_s": targets / step_s}) + "\n")
             out.flush()
 
 
@@ -200,8 +252,10 @@ def main():
     model, opt = run.prepare(model, opt)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: ztrain_lr_factor(s, a.warmup, a.steps, a.schedule, a.lr, a.lr_min))
-    data = ZtrainWindows(a.train, model.config.n_positions if hasattr(model, "config")
-                         else model.module.config.n_positions, a.seed)
+    n_positions = model.config.n_positions if hasattr(model, "config") else model.module.config.n_positions
+    global_batch = a.micro_batch * a.grad_accum * run.world
+    data = (PaddedExamples(a.examples, a.model, n_positions, a.padding, a.seed, a.steps * global_batch) if a.examples
+            else ZtrainWindows(a.train, n_positions, a.seed))
     out = open(a.metrics, "w") if run.rank == 0 else None
     t0 = time.perf_counter()
     train(a, run, model, opt, sched, data, out)

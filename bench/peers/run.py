@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from peers_common import SHAPES  # noqa: E402  (stdlib + numpy-free names only)
 
-GOALS = {"1": (3.0, 0.7), "3": (3.0, 0.7), "4": (None, None), "5": (2.0, None)}
+GOALS = {"1": (3.0, 0.7), "2": (3.0, 0.7), "3": (3.0, 0.7), "4": (None, None), "5": (2.0, None), "6": (2.0, None)}
 # Training settings both sides get explicitly (ztrain's defaults, and what the peer is told).
 TRAIN = dict(lr=3e-4, lr_min=3e-5, warmup=10, schedule="cosine", weight_decay=0.1, beta1=0.9,
              beta2=0.95, eps=1e-8, clip=1.0, seed=1337)
@@ -41,7 +41,7 @@ def parse():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per speed run")
     ap.add_argument("--skip", type=int, default=2, help="leading steps left out of a run's median")
-    ap.add_argument("--pairs", default="1,3,4", help="comma-separated: 1 3 4 5")
+    ap.add_argument("--pairs", default="1,3,4", help="comma-separated: 1 2 3 4 5 6")
     ap.add_argument("--cores", type=int, default=os.cpu_count(), help="threads in all: np ranks get cores/np each")
     ap.add_argument("--curve", action="store_true", help="also the same-curve check (shape small)")
     ap.add_argument("--curve-only", action="store_true")
@@ -54,6 +54,7 @@ def parse():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--work", default=os.path.join(ROOT, "bench", "work", "peers"))
     ap.add_argument("--corpus", default="/usr/share/vim/vim90/doc", help="text file(s) or folder for zt-prepare")
+    ap.add_argument("--choice-items", type=int, default=200, help="pair 6: items of the multiple-choice task")
     ap.add_argument("--out", default=None)
     ap.add_argument("--reuse", action="store_true", help="take runs an earlier invocation finished (same names) as they are")
     return ap.parse_args()
@@ -93,6 +94,66 @@ class Bench:
             self.sh([os.path.join(self.bin, "zt-prepare"), "--input", self.a.corpus, "--output", d,
                      "--tokenizer", tok, "--val-fraction", "0.02"], "prepare")
         return os.path.join(d, "train_*.bin")
+
+    def paragraphs(self):
+        """The corpus's paragraphs (blank-line separated, at least 80 characters), in file order."""
+        files = ([os.path.join(r, f) for r, _, fs in os.walk(self.a.corpus) for f in sorted(fs)]
+                 if os.path.isdir(self.a.corpus) else [self.a.corpus])
+        for path in sorted(files):
+            with open(path, errors="replace") as f:
+                for para in f.read().split("\n\n"):
+                    if len(para.strip()) >= 80:
+                        yield para.strip()
+
+    def examples(self):
+        """Pair 2's examples: the corpus's paragraphs as {"text": ...} lines, and their example
+        shards (zt-prepare)."""
+        d = os.path.join(self.a.work, "examples")
+        jsonl = os.path.join(self.a.work, "examples.jsonl")
+        if not os.path.exists(os.path.join(d, "tokenizer.json")):
+            self.data()
+            with open(jsonl, "w") as out:
+                for para in self.paragraphs():
+                    out.write(json.dumps({"text": para}) + "\n")
+            self.sh([os.path.join(self.bin, "zt-prepare"), "--input", jsonl, "--output", d, "--tokenizer",
+                     os.path.join(self.a.work, "gpt2_tokenizer.json"), "--val-fraction", "0.02"], "prepare_examples")
+        return jsonl, os.path.join(d, "train_*.bin")
+
+    def choice_task(self):
+        """Pair 6's task, from the corpus: a sentence and the first three words of the one after
+        it as the context (HellaSwag's ctx_a, ctx_b), that sentence's rest as the right ending
+        and the rests of three other sentences as the wrong ones; and lm-eval's YAML for it
+        (the hellaswag task's own process_docs, as tests/interop/test_lm_eval.py)."""
+        import random
+        folder = os.path.join(self.a.work, "choice_task")
+        items = os.path.join(folder, "vim_choice.jsonl")
+        if os.path.exists(items):
+            return items, folder
+        os.makedirs(folder, exist_ok=True)
+        pairs, rests = [], []
+        for para in self.paragraphs():
+            sents = [" ".join(x.split()).rstrip(".") for x in para.replace("\n", " ").split(". ")]
+            sents = [x for x in sents if 40 <= len(x) <= 200 and x.isascii() and len(x.split()) >= 7]
+            pairs += list(zip(sents, sents[1:]))
+            rests += [" ".join(x.split()[3:]) for x in sents]
+        rng = random.Random(7)
+        with open(items, "w") as out:
+            for i, (a, b) in enumerate(rng.sample(pairs, self.a.choice_items)):
+                words, label = b.split(), rng.randrange(4)
+                endings = [r + "." for r in rng.sample(rests, 3)]
+                endings.insert(label, " ".join(words[3:]) + ".")
+                out.write(json.dumps({"ind": i, "activity_label": "Vim", "ctx_a": a + ".", "ctx_b": " ".join(words[:3]),
+                                      "endings": endings, "label": str(label)}) + "\n")
+        yaml = (f"task: vim_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    validation: {items}\n"
+                "output_type: multiple_choice\nvalidation_split: validation\nprocess_docs: !function utils.process_docs\n"
+                'doc_to_text: "{{query}}"\ndoc_to_target: "{{label}}"\ndoc_to_choice: "choices"\n'
+                "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+                "  - metric: acc_norm\n    aggregation: mean\n    higher_is_better: true\nmetadata:\n  version: 1.0\n")
+        with open(os.path.join(folder, "vim_choice.yaml"), "w") as f:
+            f.write(yaml)
+        with open(os.path.join(folder, "utils.py"), "w") as f:
+            f.write("from lm_eval.tasks.hellaswag.utils import process_docs  # noqa: F401 (the hellaswag task's)\n")
+        return items, folder
 
     def init(self, shape):
         d = os.path.join(self.a.work, f"init_{shape}")
@@ -171,19 +232,25 @@ class Bench:
         rec.update(self.read_zt(name) if side == "ztrain" else self.read_peer(name))
         steps = rec["step_ms_all"][self.a.skip:] or rec["step_ms_all"]
         rec["step_ms"] = statistics.median(steps)
-        rec["tokens_per_s"] = tokens_per_step / (rec["step_ms"] / 1e3)
+        if tokens_per_step is None:  # examples: target tokens vary per step; all of them over all the time
+            targets = rec["targets_all"][self.a.skip:] or rec["targets_all"]
+            rec["tokens_per_s"] = sum(targets) / (sum(steps) / 1e3)
+        else:
+            rec["tokens_per_s"] = tokens_per_step / (rec["step_ms"] / 1e3)
         self.runs.append(rec)
         print(f"{name}: {rec['tokens_per_s']:.0f} tok/s, {rec['step_ms']:.0f} ms/step, "
               f"RSS {[round(r / 1024) for r in rec['rss_kib']]} MiB, load {rec['load'][0]}", flush=True)
         return rec
 
     def read_zt(self, name):
-        steps, losses, norms, val = [], [], [], None
+        steps, losses, norms, val, targets = [], [], [], None, []
         with open(os.path.join(self.a.work, "runs", name, "metrics.jsonl")) as f:
             for line in f:
                 r = json.loads(line)
                 if "loss" in r and "step_ms" in r:
                     steps.append(r["step_ms"])
+                    if "targets" in r:
+                        targets.append(r["targets"])
                     losses.append(r["loss"])
                     norms.append(r["grad_norm"])
                 elif "val_loss" in r:
@@ -194,10 +261,11 @@ class Bench:
             with open(f"{prefix}.{rank}") as f:
                 rss.append(int(f.read().split()[-1]))
             rank += 1
-        return {"step_ms_all": steps, "losses": losses, "grad_norms": norms, "rss_kib": rss, "val_loss": val}
+        return {"step_ms_all": steps, "losses": losses, "grad_norms": norms, "rss_kib": rss, "val_loss": val,
+                "targets_all": targets}
 
     def read_peer(self, name):
-        steps, losses, norms, summary, val = [], [], [], {}, None
+        steps, losses, norms, summary, val, targets = [], [], [], {}, None, []
         with open(os.path.join(self.a.work, "runs", name + ".jsonl")) as f:
             for line in f:
                 r = json.loads(line)
@@ -207,10 +275,11 @@ class Bench:
                     val = r["val_loss"]
                 else:
                     steps.append(r["step_ms"])
+                    targets.append(r.get("targets"))
                     losses.append(r["loss"])
                     norms.append(r["grad_norm"])
         return {"step_ms_all": steps, "losses": losses, "grad_norms": norms, "rss_kib": summary.get("rss_kib", []),
-                "versions": summary.get("versions", {}), "val_loss": val}
+                "versions": summary.get("versions", {}), "val_loss": val, "targets_all": targets}
 
     # ---- generation (pair 5) ---------------------------------------------------------------
     def generate(self, label, side, name, shape, cache="dynamic"):
@@ -242,6 +311,43 @@ class Bench:
         print(f"{name}: {rec['tokens_per_s']:.1f} new tok/s, load {rec['load'][0]}", flush=True)
 
 
+    # ---- evaluation (pair 6) ---------------------------------------------------------------
+    def evaluate(self, label, side, name, shape):
+        """One scoring of pair 6's task: items per second over the whole command (loading the
+        model, tokenizing, scoring), and its acc for the record."""
+        import glob as globmod
+        init, (items, folder) = self.init(shape), self.choice_task()
+        out = os.path.join(self.a.work, "runs", name)
+        os.makedirs(out, exist_ok=True)
+        rss = os.path.join(self.a.work, "runs", name + ".rss")
+        if side == "ztrain":
+            cmd = [os.path.join(HERE, "rss_wrap.sh"), rss, os.path.join(self.bin, "zt-eval"), init, "--tasks", items,
+                   "--threads", str(self.a.cores), "--output", os.path.join(out, "eval.json")]
+            env = {}
+        else:
+            lm_eval = os.path.join(os.path.dirname(self.a.python), "lm_eval")
+            cmd = ["/usr/bin/time", "-f", "%M", "-o", rss + ".0", lm_eval, "--model", "hf", "--model_args",
+                   f"pretrained={init},dtype=float32", "--tasks", "vim_choice", "--include_path", folder,
+                   "--device", "cpu", "--batch_size", "8", "--output_path", out]
+            env = {"HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": os.path.join(out, "datasets-cache"),
+                   "OMP_NUM_THREADS": str(self.a.cores)}
+        load = os.getloadavg()
+        wall = self.sh(cmd, name, dict(self.env, **env))
+        if side == "ztrain":
+            with open(os.path.join(out, "eval.json")) as f:
+                acc = json.load(f)["tasks"]["vim_choice"]["acc"]
+        else:
+            with open(globmod.glob(os.path.join(out, "**", "results_*.json"), recursive=True)[0]) as f:
+                acc = json.load(f)["results"]["vim_choice"]["acc,none"]
+        with open(rss + ".0") as f:
+            peak = [int(f.read().split()[-1])]
+        rec = {"pair": "6", "label": label, "side": side, "name": name, "cmd": shlex.join(cmd),
+               "load": [round(x, 2) for x in load], "step_ms": wall * 1e3,
+               "tokens_per_s": self.a.choice_items / wall, "rss_kib": peak, "losses": [], "acc": acc}
+        self.runs.append(rec)
+        print(f"{name}: {rec['tokens_per_s']:.1f} items/s (acc {acc:.3f}), load {rec['load'][0]}", flush=True)
+
+
 def pair_runs(b, shape, pairs):
     """(pair, label, side, make(name) -> (cmd, env), tokens per step) of every speed run."""
     a, T, micro = b.a, SHAPES[shape][3], SHAPES[shape][4]
@@ -250,6 +356,16 @@ def pair_runs(b, shape, pairs):
         runs += [("1", "ztrain DDP np 2 fp32", "ztrain", lambda n: (b.zt_cmd(n, shape, 2, a.steps, {}), {}), 2),
                  ("1", "accelerate DDP np 2 fp32", "peer",
                   lambda n: b.peer_cmd(n, shape, "accelerate", 2, a.steps, []), 2)]
+    if "2" in pairs:
+        jsonl, shards = b.examples()
+        for packing in ("pack", "pad"):
+            keys = {"data.train": shards, "data.packing": packing, "data.overlong": "truncate"}
+            runs.append(("2", f"ztrain DDP np 2 examples {packing}", "ztrain",
+                         lambda n, keys=keys: (b.zt_cmd(n, shape, 2, a.steps, keys), {}), None))
+        for padding in ("max_length", "longest"):
+            runs.append(("2", f"accelerate DDP np 2 examples padding={padding}", "peer",
+                         lambda n, padding=padding: b.peer_cmd(n, shape, "accelerate", 2, a.steps,
+                                                               ["--examples", jsonl, "--padding", padding]), None))
     if "3" in pairs:
         runs += [("3", "ztrain ZeRO-3 np 2 fp32", "ztrain",
                   lambda n: (b.zt_cmd(n, shape, 2, a.steps, {"parallel.zero_stage": 3}), {}), 2),
@@ -262,7 +378,7 @@ def pair_runs(b, shape, pairs):
                 extra = ["--dtype", dt] + (["--compile"] if comp else [])
                 runs.append(("4", f"torch {'compile' if comp else 'eager'} {dt}", "peer",
                              lambda n, extra=extra: b.peer_cmd(n, shape, "single", 1, a.steps, extra), 1))
-    return [(p, label, side, make, ranks * micro * T) for p, label, side, make, ranks in runs]
+    return [(p, label, side, make, ranks and ranks * micro * T) for p, label, side, make, ranks in runs]
 
 
 def speed(b, shape, pairs, after_rep=lambda: None):
@@ -277,6 +393,9 @@ def speed(b, shape, pairs, after_rep=lambda: None):
             b.generate("zt-generate greedy 128", "ztrain", f"p5_zt_{shape}_r{rep}", shape)
             b.generate("generate() DynamicCache greedy 128", "peer", f"p5_hf_{shape}_r{rep}", shape)
             b.generate("generate() static cache greedy 128", "peer", f"p5_hfstatic_{shape}_r{rep}", shape, "static")
+        if "6" in pairs:
+            b.evaluate("zt-eval", "ztrain", f"p6_zt_{shape}_r{rep}", shape)
+            b.evaluate("lm-eval hf batch 8", "peer", f"p6_lm_{shape}_r{rep}", shape)
         after_rep()
 
 
