@@ -139,11 +139,17 @@ TEST(HfTokenizerPretokenize, DigitsIndividualAndGrouped) {
     EXPECT_EQ(pieces("ab 123x٣", false), (V{"ab ", "123", "x", "٣"}));
 }
 
+// Qwen2.5's Split regex: Llama 3's with \p{N} for \p{N}{1,3}.
+const char* const kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 TEST(HfTokenizerPretokenize, Qwen2SplitsEveryDigit) {
     const auto pieces = [](const std::string& t) {
         std::vector<std::string> out;
         std::vector<std::string_view> views;
-        zt::pretokenize_into(zt::Pretokenizer::kQwen2, t, views);
+        const zt::RegexSplit qwen2(kQwen2Regex, "test");
+        qwen2.split_into(t, views);
         for (std::string_view p : views) {
             out.emplace_back(p);
         }
@@ -525,8 +531,14 @@ TEST_F(HfTokenizerBadFile, UnsupportedPipelineParts) {
     j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
     expect_rejected(j, {"pre_tokenizer.type", "Metaspace"});
     j = llama_style();
-    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
-    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].pattern.Regex", "\\\\w+"});
+    j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].behavior", "Removed", "\"Isolated\""});
+    j = llama_style();
+    j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true;
+    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].invert"});
+    j = llama_style();
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", " "}};
+    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].pattern", "{\"Regex\""});
     j = llama_style();
     j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
     expect_rejected(j, {"pre_tokenizer.pretokenizers[1].add_prefix_space"});
