@@ -2,10 +2,10 @@
 // by utf8proc (canonical decomposition, ordering and composition, UAX #15).
 // utf8proc 2.8 has Unicode 15's data; Hugging Face's `tokenizers` normalizes with older data
 // (its crate unicode-normalization-alignments), so for the combining marks assigned since
-// then (listed in tests/unit/test_hf_tokenizer.cpp, Nfc.NewerUnicodeThanTokenizers, and
-// checked code point by code point in tests/interop/test_nfc.py) the two can order or compose
-// differently; everywhere else they agree. Bytes that are not valid UTF-8 pass through
-// unchanged and block composition across them (`tokenizers` only sees valid strings).
+// then (109 of them, listed in tests/interop/test_tokenizer_unicode.py, which checks every
+// other code point against `tokenizers`) the two can order or compose differently. Bytes
+// that are not valid UTF-8 pass through unchanged and block composition across them
+// (`tokenizers` only sees valid strings).
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
