@@ -9,9 +9,11 @@
 // (Qwen2.5's is the same with \p{N} for \p{N}{1,3}). `tokenizers` runs them with Oniguruma;
 // PCRE2 with PCRE2_UTF | PCRE2_UCP gives the same splits (leftmost-first alternation,
 // look-ahead, Unicode case folding in (?i:...)). Where the two engines' Unicode data differ
-// the splits can too: PCRE2 10.42 has Unicode 14; its \s also matches U+180E (MONGOLIAN VOWEL
-// SEPARATOR, \h in PCRE2, not White_Space). PCRE2_MATCH_INVALID_UTF lets any byte string
-// through: a byte that is not valid UTF-8 matches nothing, so it lies between matches.
+// the splits can too: PCRE2 10.42 has Unicode 14 (the letters and numbers of 15 and 16 are
+// unassigned there); its \s also matches U+180E (MONGOLIAN VOWEL SEPARATOR, \h in PCRE2, not
+// White_Space); tests/interop/test_tokenizer_unicode.py lists them. PCRE2_MATCH_INVALID_UTF
+// lets any byte string through: a byte that is not valid UTF-8 matches nothing, so it lies
+// between matches.
 // The JIT (when PCRE2 has one) and one match block per thread keep this off zt-prepare's
 // profile: pcre2_match is called once per piece.
 #include "ztrain/data/tokenizer.hpp"
@@ -102,10 +104,12 @@ void RegexSplit::split_into(std::string_view text, std::vector<std::string_view>
             pieces.push_back(text.substr(start, end - start));
             emitted = end;
             from = end;
-        } else {
+        } else if (start < text.size()) {
             // An empty match: search again one character on, as Oniguruma's iteration does.
             uint32_t cp = 0;
             from = start + detail::decode_utf8(text, start, cp);
+        } else {
+            break;  // an empty match at the end
         }
     }
     if (emitted < text.size()) {

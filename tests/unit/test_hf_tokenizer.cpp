@@ -232,6 +232,7 @@ TEST(RegexSplit, MatchesAndTheTextBetweenThemArePieces) {
     // An empty match yields no piece and moves one character on.
     EXPECT_EQ(regex_pieces("x*", "axxb\u00e9"), (V{"a", "xx", "b", "\u00e9"}));
     EXPECT_TRUE(regex_pieces("x", "").empty());
+    EXPECT_EQ(regex_pieces("$", "ab"), (V{"ab"}));  // an empty match at the very end
     // Unicode properties and caseless matching (PCRE2_UCP): long s folds to s.
     EXPECT_EQ(regex_pieces("\\p{L}+|(?i:'s)", "\u00e9t\u00e9'\u017f"), (V{"\u00e9t\u00e9", "'\u017f"}));
     // Bytes that are not valid UTF-8 match nothing: they lie between matches.
