@@ -421,7 +421,7 @@ class HfTokenizer final : public Tokenizer {
                 r.unsupported(name + ".add_prefix_space", true, "expected false");
             }
             if (r.boolean(p, "use_regex", name + ".use_regex", true)) {
-                m_steps.emplace_back(kGpt2Regex, str(r.path(), ": ", name));
+                m_steps.emplace_back(detail::kGpt2Regex, str(r.path(), ": ", name));
             }
             m_byte_level = true;
         } else if (type == "Split") {

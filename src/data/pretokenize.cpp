@@ -28,11 +28,17 @@
 
 namespace zt {
 
-const char* const kGpt2Regex =
+const char* const detail::kGpt2Regex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+namespace {
+
+// Llama 3's Split regex (tiktoken's cl100k), as it appears in its tokenizer.json.
 const char* const kLlama3Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+}  // namespace
 
 struct RegexSplit::Compiled {
     pcre2_code* code = nullptr;
@@ -128,7 +134,7 @@ std::vector<std::string_view> split(const RegexSplit& regex, std::string_view te
 }  // namespace
 
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
-    static const RegexSplit regex(kGpt2Regex, "GPT-2's pre-tokenizer");
+    static const RegexSplit regex(detail::kGpt2Regex, "GPT-2's pre-tokenizer");
     return split(regex, text);
 }
 

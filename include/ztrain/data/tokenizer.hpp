@@ -96,7 +96,6 @@ class RegexSplit {
     RegexSplit(const std::string& pattern, const std::string& where);
     /// Appends the pieces of `text`: non-empty, viewing into `text`, concatenating to it.
     void split_into(std::string_view text, std::vector<std::string_view>& pieces) const;
-    const std::string& pattern() const { return m_pattern; }
 
   private:
     struct Compiled;
@@ -104,11 +103,6 @@ class RegexSplit {
     std::string m_pattern;
     std::string m_where;
 };
-
-/// GPT-2's regex (encoder.py), also that of Hugging Face's ByteLevel pre-tokenizer with
-/// use_regex, and Llama 3's Split regex (tiktoken's cl100k), as they appear in tokenizer.json.
-extern const char* const kGpt2Regex;
-extern const char* const kLlama3Regex;
 
 /// GPT-2's pre-tokenizer: splits text into the pieces that BPE encodes independently,
 /// exactly as GPT-2's regex does. The pieces view into `text` and concatenate to it.
