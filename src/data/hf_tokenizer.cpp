@@ -3,9 +3,10 @@
 //
 // Encoding follows the `tokenizers` pipeline: added tokens are split out of the text first
 // (matched exactly, leftmost then longest), each remaining segment goes through the
-// normalizer (none, or NFC as Qwen2's: nfc.cpp) and the pre-tokenizer steps (pretokenize.cpp:
-// GPT-2's ByteLevel regex, Llama 3's or Qwen2's Split regex, Digits), and each piece
-// through byte-level BPE (bpe_model.cpp, with `ignore_merges`).
+// normalizer (none, or NFC as Qwen2's: nfc.cpp, utf8proc) and the pre-tokenizer steps
+// (pretokenize.cpp, PCRE2: a Split step's own regex, GPT-2's regex of ByteLevel with
+// use_regex, Digits), and each piece through byte-level BPE (bpe_model.cpp, with
+// `ignore_merges`).
 // Decoding maps vocabulary tokens back to their bytes (the ByteLevel decoder) and added
 // tokens to their text.
 // The document separator (Tokenizer::eot) is the BOS token when the file has one (the
@@ -14,7 +15,8 @@
 // token TemplateProcessing puts after the sequence, else one named <|end_of_text|>,
 // <|endoftext|> or </s>).
 // Deliberately rejected, naming the key: other models (Unigram, WordPiece, WordLevel),
-// normalizers other than NFC, other pre-tokenizers or regexes, ByteLevel with add_prefix_space, byte
+// normalizers other than NFC, other pre-tokenizers, Split behaviours other than Isolated
+// (and invert), regexes PCRE2 cannot compile, ByteLevel with add_prefix_space, byte
 // fallback, dropout, subword prefixes/suffixes, and added tokens with lstrip / rstrip /
 // single_word: each would change the encoding, and a silently different encoding is worse
 // than a clear refusal.
@@ -40,17 +42,6 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kCopyName = "hf_tokenizer.json";
-
-// The Split regexes we implement by hand, exactly as they appear in tokenizer.json files.
-constexpr const char* kLlama3Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-// Qwen2's: Llama 3's with `\p{N}` (single digits) for `\p{N}{1,3}`.
-constexpr const char* kQwen2Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr const char* kGpt2Regex =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 struct AddedToken {
     std::string content;
@@ -175,10 +166,10 @@ class HfTokenizer final : public Tokenizer {
                 s = normalized;
             }
             pieces.assign(1, s);
-            for (Pretokenizer step : m_steps) {
+            for (const RegexSplit& step : m_steps) {
                 next.clear();
                 for (std::string_view p : pieces) {
-                    pretokenize_into(step, p, next);
+                    step.split_into(p, next);
                 }
                 pieces.swap(next);
             }
@@ -396,6 +387,26 @@ class HfTokenizer final : public Tokenizer {
         }
     }
 
+    /// A Split step: its regex compiled by PCRE2 (an InputError naming the file, the key, the
+    /// pattern and PCRE2's message when it cannot be), with behavior Isolated, not inverted
+    /// (what every tokenizer.json checked against `tokenizers` here uses).
+    void add_split(const Reader& r, const json& p, const std::string& name) {
+        const json& pattern = r.object(p, "pattern", name + ".pattern");
+        if (!pattern.contains("Regex") || !pattern.at("Regex").is_string()) {
+            r.unsupported(name + ".pattern", pattern, "expected {\"Regex\": \"...\"}");
+        }
+        if (!p.contains("behavior") || p.at("behavior") != "Isolated") {
+            r.unsupported(name + ".behavior", p.value("behavior", json()),
+                          "expected \"Isolated\"; Removed, MergedWithPrevious, MergedWithNext and "
+                          "Contiguous are not implemented");
+        }
+        if (r.boolean(p, "invert", name + ".invert", false)) {
+            r.unsupported(name + ".invert", true, "expected false");
+        }
+        m_steps.emplace_back(pattern.at("Regex").get<std::string>(),
+                             str(r.path(), ": ", name, ".pattern.Regex"));
+    }
+
     /// One pre-tokenizer step (an element of a Sequence, or the whole pre_tokenizer).
     void add_step(const Reader& r, const json& p, const std::string& name, bool last) {
         if (!p.is_object()) {
@@ -410,37 +421,14 @@ class HfTokenizer final : public Tokenizer {
                 r.unsupported(name + ".add_prefix_space", true, "expected false");
             }
             if (r.boolean(p, "use_regex", name + ".use_regex", true)) {
-                m_steps.push_back(Pretokenizer::kGpt2);
+                m_steps.emplace_back(detail::kGpt2Regex, str(r.path(), ": ", name));
             }
             m_byte_level = true;
         } else if (type == "Split") {
-            const json& pattern = r.object(p, "pattern", name + ".pattern");
-            if (!pattern.contains("Regex")) {
-                r.unsupported(name + ".pattern", pattern,
-                              "expected {\"Regex\": ...} with Llama 3's, Qwen2's or GPT-2's regex");
-            }
-            const json& regex = pattern.at("Regex");
-            if (regex == kLlama3Regex) {
-                m_steps.push_back(Pretokenizer::kLlama3);
-            } else if (regex == kQwen2Regex) {
-                m_steps.push_back(Pretokenizer::kQwen2);
-            } else if (regex == kGpt2Regex) {
-                m_steps.push_back(Pretokenizer::kGpt2);
-            } else {
-                r.unsupported(name + ".pattern.Regex", regex,
-                              "expected Llama 3's, Qwen2's or GPT-2's regex");
-            }
-            if (!p.contains("behavior") || p.at("behavior") != "Isolated") {
-                r.unsupported(name + ".behavior", p.value("behavior", json()),
-                              "expected \"Isolated\"");
-            }
-            if (r.boolean(p, "invert", name + ".invert", false)) {
-                r.unsupported(name + ".invert", true, "expected false");
-            }
+            add_split(r, p, name);
         } else if (type == "Digits") {
-            m_steps.push_back(r.boolean(p, "individual_digits", name + ".individual_digits", false)
-                                  ? Pretokenizer::kIndividualDigits
-                                  : Pretokenizer::kDigits);
+            m_steps.push_back(
+                digits_split(r.boolean(p, "individual_digits", name + ".individual_digits", false)));
         } else {
             r.unsupported(name + ".type", type, "expected ByteLevel, Split, Digits or Sequence");
         }
@@ -588,7 +576,7 @@ class HfTokenizer final : public Tokenizer {
     std::unordered_map<uint32_t, std::string> m_added_by_id;
     // Added tokens by their first byte, longest first (pointers into m_added).
     std::array<std::vector<const AddedToken*>, 256> m_added_by_first{};
-    std::vector<Pretokenizer> m_steps;
+    std::vector<RegexSplit> m_steps;
     bool m_nfc = false;
     bool m_byte_level = false;
     uint32_t m_separator = 0;

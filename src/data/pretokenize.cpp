@@ -1,541 +1,158 @@
-// Pre-tokenizers (the regex splits that run before BPE), by hand over UTF-8 code points.
+// Pre-tokenizers (the regex splits that run before BPE), by PCRE2.
 //
-// GPT-2 splits text with the regex (Python `regex` module)
+// A tokenizer.json's Split step names its regex; GPT-2's encoder.py (and Hugging Face's
+// ByteLevel pre-tokenizer with use_regex) splits with
 //     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// Hugging Face's ByteLevel pre-tokenizer (use_regex=true) uses the same pattern. Llama 3
-// (tiktoken's cl100k family) uses
+// and Llama 3 (tiktoken's cl100k family) with
 //     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //      ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-// Qwen2 (and Qwen2.5) uses the same with `\p{N}` (each digit alone) for `\p{N}{1,3}`,
-// and Hugging Face's Digits pre-tokenizer isolates digits. This file reproduces those splits
-// exactly (leftmost-first alternation, greedy runs, the look-ahead that leaves the last of
-// several spaces to prefix the next word); no std::regex, which has no \p{L} and is slow.
-// Character classes: ASCII is classified by hand; for other code points the tables below
-// were generated from the Python `regex` module itself (v2026.5.9, the engine GPT-2's
-// encoder.py uses), so \p{L}, \p{N} and \s agree with it code point for code point:
-//     for cp in range(0x80, 0x110000): regex.match(r'\p{L}', chr(cp))   # and \p{N}, \s
-// (surrogates excluded). \s is Unicode's White_Space, as in Oniguruma (Hugging Face's
-// engine); JavaScript's \s differs at U+0085 and U+FEFF, and engines on older Unicode
-// versions differ at recently assigned letters. Unicode normalization (Qwen2's NFC) is
-// nfc.cpp's, before these splits. Bytes that are not valid UTF-8 are
-// each treated as one code point of the "other" class, i.e. like punctuation, so any byte
-// string still splits and round-trips.
+// (Qwen2.5's is the same with \p{N} for \p{N}{1,3}). `tokenizers` runs them with Oniguruma;
+// PCRE2 with PCRE2_UTF | PCRE2_UCP gives the same splits (leftmost-first alternation,
+// look-ahead, Unicode case folding in (?i:...)). Where the two engines' Unicode data differ
+// the splits can too: PCRE2 10.42 has Unicode 14 (the letters and numbers of 15 and 16 are
+// unassigned there); its \s also matches U+180E (MONGOLIAN VOWEL SEPARATOR, \h in PCRE2, not
+// White_Space); tests/interop/test_tokenizer_unicode.py lists them. PCRE2_MATCH_INVALID_UTF
+// lets any byte string through: a byte that is not valid UTF-8 matches nothing, so it lies
+// between matches.
+// The JIT (when PCRE2 has one) and one match block per thread keep this off zt-prepare's
+// profile: pcre2_match is called once per piece.
 #include "ztrain/data/tokenizer.hpp"
 
-#include "tokenizer_detail.hpp"
+#include <memory>
 
-#include <algorithm>
-#include <cstdint>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "tokenizer_detail.hpp"
+#include "ztrain/core/error.hpp"
 
 namespace zt {
 
+const char* const detail::kGpt2Regex =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
 namespace {
 
-struct CodeRange {
-    uint32_t lo;
-    uint32_t hi;
+// Llama 3's Split regex (tiktoken's cl100k), as it appears in its tokenizer.json.
+const char* const kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+}  // namespace
+
+struct RegexSplit::Compiled {
+    pcre2_code* code = nullptr;
+    ~Compiled() { pcre2_code_free(code); }
 };
 
-const CodeRange kLetters[] = {
-    {0x000AA, 0x000AA}, {0x000B5, 0x000B5}, {0x000BA, 0x000BA}, {0x000C0, 0x000D6},
-    {0x000D8, 0x000F6}, {0x000F8, 0x002C1}, {0x002C6, 0x002D1}, {0x002E0, 0x002E4},
-    {0x002EC, 0x002EC}, {0x002EE, 0x002EE}, {0x00370, 0x00374}, {0x00376, 0x00377},
-    {0x0037A, 0x0037D}, {0x0037F, 0x0037F}, {0x00386, 0x00386}, {0x00388, 0x0038A},
-    {0x0038C, 0x0038C}, {0x0038E, 0x003A1}, {0x003A3, 0x003F5}, {0x003F7, 0x00481},
-    {0x0048A, 0x0052F}, {0x00531, 0x00556}, {0x00559, 0x00559}, {0x00560, 0x00588},
-    {0x005D0, 0x005EA}, {0x005EF, 0x005F2}, {0x00620, 0x0064A}, {0x0066E, 0x0066F},
-    {0x00671, 0x006D3}, {0x006D5, 0x006D5}, {0x006E5, 0x006E6}, {0x006EE, 0x006EF},
-    {0x006FA, 0x006FC}, {0x006FF, 0x006FF}, {0x00710, 0x00710}, {0x00712, 0x0072F},
-    {0x0074D, 0x007A5}, {0x007B1, 0x007B1}, {0x007CA, 0x007EA}, {0x007F4, 0x007F5},
-    {0x007FA, 0x007FA}, {0x00800, 0x00815}, {0x0081A, 0x0081A}, {0x00824, 0x00824},
-    {0x00828, 0x00828}, {0x00840, 0x00858}, {0x00860, 0x0086A}, {0x00870, 0x00887},
-    {0x00889, 0x0088F}, {0x008A0, 0x008C9}, {0x00904, 0x00939}, {0x0093D, 0x0093D},
-    {0x00950, 0x00950}, {0x00958, 0x00961}, {0x00971, 0x00980}, {0x00985, 0x0098C},
-    {0x0098F, 0x00990}, {0x00993, 0x009A8}, {0x009AA, 0x009B0}, {0x009B2, 0x009B2},
-    {0x009B6, 0x009B9}, {0x009BD, 0x009BD}, {0x009CE, 0x009CE}, {0x009DC, 0x009DD},
-    {0x009DF, 0x009E1}, {0x009F0, 0x009F1}, {0x009FC, 0x009FC}, {0x00A05, 0x00A0A},
-    {0x00A0F, 0x00A10}, {0x00A13, 0x00A28}, {0x00A2A, 0x00A30}, {0x00A32, 0x00A33},
-    {0x00A35, 0x00A36}, {0x00A38, 0x00A39}, {0x00A59, 0x00A5C}, {0x00A5E, 0x00A5E},
-    {0x00A72, 0x00A74}, {0x00A85, 0x00A8D}, {0x00A8F, 0x00A91}, {0x00A93, 0x00AA8},
-    {0x00AAA, 0x00AB0}, {0x00AB2, 0x00AB3}, {0x00AB5, 0x00AB9}, {0x00ABD, 0x00ABD},
-    {0x00AD0, 0x00AD0}, {0x00AE0, 0x00AE1}, {0x00AF9, 0x00AF9}, {0x00B05, 0x00B0C},
-    {0x00B0F, 0x00B10}, {0x00B13, 0x00B28}, {0x00B2A, 0x00B30}, {0x00B32, 0x00B33},
-    {0x00B35, 0x00B39}, {0x00B3D, 0x00B3D}, {0x00B5C, 0x00B5D}, {0x00B5F, 0x00B61},
-    {0x00B71, 0x00B71}, {0x00B83, 0x00B83}, {0x00B85, 0x00B8A}, {0x00B8E, 0x00B90},
-    {0x00B92, 0x00B95}, {0x00B99, 0x00B9A}, {0x00B9C, 0x00B9C}, {0x00B9E, 0x00B9F},
-    {0x00BA3, 0x00BA4}, {0x00BA8, 0x00BAA}, {0x00BAE, 0x00BB9}, {0x00BD0, 0x00BD0},
-    {0x00C05, 0x00C0C}, {0x00C0E, 0x00C10}, {0x00C12, 0x00C28}, {0x00C2A, 0x00C39},
-    {0x00C3D, 0x00C3D}, {0x00C58, 0x00C5A}, {0x00C5C, 0x00C5D}, {0x00C60, 0x00C61},
-    {0x00C80, 0x00C80}, {0x00C85, 0x00C8C}, {0x00C8E, 0x00C90}, {0x00C92, 0x00CA8},
-    {0x00CAA, 0x00CB3}, {0x00CB5, 0x00CB9}, {0x00CBD, 0x00CBD}, {0x00CDC, 0x00CDE},
-    {0x00CE0, 0x00CE1}, {0x00CF1, 0x00CF2}, {0x00D04, 0x00D0C}, {0x00D0E, 0x00D10},
-    {0x00D12, 0x00D3A}, {0x00D3D, 0x00D3D}, {0x00D4E, 0x00D4E}, {0x00D54, 0x00D56},
-    {0x00D5F, 0x00D61}, {0x00D7A, 0x00D7F}, {0x00D85, 0x00D96}, {0x00D9A, 0x00DB1},
-    {0x00DB3, 0x00DBB}, {0x00DBD, 0x00DBD}, {0x00DC0, 0x00DC6}, {0x00E01, 0x00E30},
-    {0x00E32, 0x00E33}, {0x00E40, 0x00E46}, {0x00E81, 0x00E82}, {0x00E84, 0x00E84},
-    {0x00E86, 0x00E8A}, {0x00E8C, 0x00EA3}, {0x00EA5, 0x00EA5}, {0x00EA7, 0x00EB0},
-    {0x00EB2, 0x00EB3}, {0x00EBD, 0x00EBD}, {0x00EC0, 0x00EC4}, {0x00EC6, 0x00EC6},
-    {0x00EDC, 0x00EDF}, {0x00F00, 0x00F00}, {0x00F40, 0x00F47}, {0x00F49, 0x00F6C},
-    {0x00F88, 0x00F8C}, {0x01000, 0x0102A}, {0x0103F, 0x0103F}, {0x01050, 0x01055},
-    {0x0105A, 0x0105D}, {0x01061, 0x01061}, {0x01065, 0x01066}, {0x0106E, 0x01070},
-    {0x01075, 0x01081}, {0x0108E, 0x0108E}, {0x010A0, 0x010C5}, {0x010C7, 0x010C7},
-    {0x010CD, 0x010CD}, {0x010D0, 0x010FA}, {0x010FC, 0x01248}, {0x0124A, 0x0124D},
-    {0x01250, 0x01256}, {0x01258, 0x01258}, {0x0125A, 0x0125D}, {0x01260, 0x01288},
-    {0x0128A, 0x0128D}, {0x01290, 0x012B0}, {0x012B2, 0x012B5}, {0x012B8, 0x012BE},
-    {0x012C0, 0x012C0}, {0x012C2, 0x012C5}, {0x012C8, 0x012D6}, {0x012D8, 0x01310},
-    {0x01312, 0x01315}, {0x01318, 0x0135A}, {0x01380, 0x0138F}, {0x013A0, 0x013F5},
-    {0x013F8, 0x013FD}, {0x01401, 0x0166C}, {0x0166F, 0x0167F}, {0x01681, 0x0169A},
-    {0x016A0, 0x016EA}, {0x016F1, 0x016F8}, {0x01700, 0x01711}, {0x0171F, 0x01731},
-    {0x01740, 0x01751}, {0x01760, 0x0176C}, {0x0176E, 0x01770}, {0x01780, 0x017B3},
-    {0x017D7, 0x017D7}, {0x017DC, 0x017DC}, {0x01820, 0x01878}, {0x01880, 0x01884},
-    {0x01887, 0x018A8}, {0x018AA, 0x018AA}, {0x018B0, 0x018F5}, {0x01900, 0x0191E},
-    {0x01950, 0x0196D}, {0x01970, 0x01974}, {0x01980, 0x019AB}, {0x019B0, 0x019C9},
-    {0x01A00, 0x01A16}, {0x01A20, 0x01A54}, {0x01AA7, 0x01AA7}, {0x01B05, 0x01B33},
-    {0x01B45, 0x01B4C}, {0x01B83, 0x01BA0}, {0x01BAE, 0x01BAF}, {0x01BBA, 0x01BE5},
-    {0x01C00, 0x01C23}, {0x01C4D, 0x01C4F}, {0x01C5A, 0x01C7D}, {0x01C80, 0x01C8A},
-    {0x01C90, 0x01CBA}, {0x01CBD, 0x01CBF}, {0x01CE9, 0x01CEC}, {0x01CEE, 0x01CF3},
-    {0x01CF5, 0x01CF6}, {0x01CFA, 0x01CFA}, {0x01D00, 0x01DBF}, {0x01E00, 0x01F15},
-    {0x01F18, 0x01F1D}, {0x01F20, 0x01F45}, {0x01F48, 0x01F4D}, {0x01F50, 0x01F57},
-    {0x01F59, 0x01F59}, {0x01F5B, 0x01F5B}, {0x01F5D, 0x01F5D}, {0x01F5F, 0x01F7D},
-    {0x01F80, 0x01FB4}, {0x01FB6, 0x01FBC}, {0x01FBE, 0x01FBE}, {0x01FC2, 0x01FC4},
-    {0x01FC6, 0x01FCC}, {0x01FD0, 0x01FD3}, {0x01FD6, 0x01FDB}, {0x01FE0, 0x01FEC},
-    {0x01FF2, 0x01FF4}, {0x01FF6, 0x01FFC}, {0x02071, 0x02071}, {0x0207F, 0x0207F},
-    {0x02090, 0x0209C}, {0x02102, 0x02102}, {0x02107, 0x02107}, {0x0210A, 0x02113},
-    {0x02115, 0x02115}, {0x02119, 0x0211D}, {0x02124, 0x02124}, {0x02126, 0x02126},
-    {0x02128, 0x02128}, {0x0212A, 0x0212D}, {0x0212F, 0x02139}, {0x0213C, 0x0213F},
-    {0x02145, 0x02149}, {0x0214E, 0x0214E}, {0x02183, 0x02184}, {0x02C00, 0x02CE4},
-    {0x02CEB, 0x02CEE}, {0x02CF2, 0x02CF3}, {0x02D00, 0x02D25}, {0x02D27, 0x02D27},
-    {0x02D2D, 0x02D2D}, {0x02D30, 0x02D67}, {0x02D6F, 0x02D6F}, {0x02D80, 0x02D96},
-    {0x02DA0, 0x02DA6}, {0x02DA8, 0x02DAE}, {0x02DB0, 0x02DB6}, {0x02DB8, 0x02DBE},
-    {0x02DC0, 0x02DC6}, {0x02DC8, 0x02DCE}, {0x02DD0, 0x02DD6}, {0x02DD8, 0x02DDE},
-    {0x02E2F, 0x02E2F}, {0x03005, 0x03006}, {0x03031, 0x03035}, {0x0303B, 0x0303C},
-    {0x03041, 0x03096}, {0x0309D, 0x0309F}, {0x030A1, 0x030FA}, {0x030FC, 0x030FF},
-    {0x03105, 0x0312F}, {0x03131, 0x0318E}, {0x031A0, 0x031BF}, {0x031F0, 0x031FF},
-    {0x03400, 0x04DBF}, {0x04E00, 0x0A48C}, {0x0A4D0, 0x0A4FD}, {0x0A500, 0x0A60C},
-    {0x0A610, 0x0A61F}, {0x0A62A, 0x0A62B}, {0x0A640, 0x0A66E}, {0x0A67F, 0x0A69D},
-    {0x0A6A0, 0x0A6E5}, {0x0A717, 0x0A71F}, {0x0A722, 0x0A788}, {0x0A78B, 0x0A7DC},
-    {0x0A7F1, 0x0A801}, {0x0A803, 0x0A805}, {0x0A807, 0x0A80A}, {0x0A80C, 0x0A822},
-    {0x0A840, 0x0A873}, {0x0A882, 0x0A8B3}, {0x0A8F2, 0x0A8F7}, {0x0A8FB, 0x0A8FB},
-    {0x0A8FD, 0x0A8FE}, {0x0A90A, 0x0A925}, {0x0A930, 0x0A946}, {0x0A960, 0x0A97C},
-    {0x0A984, 0x0A9B2}, {0x0A9CF, 0x0A9CF}, {0x0A9E0, 0x0A9E4}, {0x0A9E6, 0x0A9EF},
-    {0x0A9FA, 0x0A9FE}, {0x0AA00, 0x0AA28}, {0x0AA40, 0x0AA42}, {0x0AA44, 0x0AA4B},
-    {0x0AA60, 0x0AA76}, {0x0AA7A, 0x0AA7A}, {0x0AA7E, 0x0AAAF}, {0x0AAB1, 0x0AAB1},
-    {0x0AAB5, 0x0AAB6}, {0x0AAB9, 0x0AABD}, {0x0AAC0, 0x0AAC0}, {0x0AAC2, 0x0AAC2},
-    {0x0AADB, 0x0AADD}, {0x0AAE0, 0x0AAEA}, {0x0AAF2, 0x0AAF4}, {0x0AB01, 0x0AB06},
-    {0x0AB09, 0x0AB0E}, {0x0AB11, 0x0AB16}, {0x0AB20, 0x0AB26}, {0x0AB28, 0x0AB2E},
-    {0x0AB30, 0x0AB5A}, {0x0AB5C, 0x0AB69}, {0x0AB70, 0x0ABE2}, {0x0AC00, 0x0D7A3},
-    {0x0D7B0, 0x0D7C6}, {0x0D7CB, 0x0D7FB}, {0x0F900, 0x0FA6D}, {0x0FA70, 0x0FAD9},
-    {0x0FB00, 0x0FB06}, {0x0FB13, 0x0FB17}, {0x0FB1D, 0x0FB1D}, {0x0FB1F, 0x0FB28},
-    {0x0FB2A, 0x0FB36}, {0x0FB38, 0x0FB3C}, {0x0FB3E, 0x0FB3E}, {0x0FB40, 0x0FB41},
-    {0x0FB43, 0x0FB44}, {0x0FB46, 0x0FBB1}, {0x0FBD3, 0x0FD3D}, {0x0FD50, 0x0FD8F},
-    {0x0FD92, 0x0FDC7}, {0x0FDF0, 0x0FDFB}, {0x0FE70, 0x0FE74}, {0x0FE76, 0x0FEFC},
-    {0x0FF21, 0x0FF3A}, {0x0FF41, 0x0FF5A}, {0x0FF66, 0x0FFBE}, {0x0FFC2, 0x0FFC7},
-    {0x0FFCA, 0x0FFCF}, {0x0FFD2, 0x0FFD7}, {0x0FFDA, 0x0FFDC}, {0x10000, 0x1000B},
-    {0x1000D, 0x10026}, {0x10028, 0x1003A}, {0x1003C, 0x1003D}, {0x1003F, 0x1004D},
-    {0x10050, 0x1005D}, {0x10080, 0x100FA}, {0x10280, 0x1029C}, {0x102A0, 0x102D0},
-    {0x10300, 0x1031F}, {0x1032D, 0x10340}, {0x10342, 0x10349}, {0x10350, 0x10375},
-    {0x10380, 0x1039D}, {0x103A0, 0x103C3}, {0x103C8, 0x103CF}, {0x10400, 0x1049D},
-    {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10500, 0x10527}, {0x10530, 0x10563},
-    {0x10570, 0x1057A}, {0x1057C, 0x1058A}, {0x1058C, 0x10592}, {0x10594, 0x10595},
-    {0x10597, 0x105A1}, {0x105A3, 0x105B1}, {0x105B3, 0x105B9}, {0x105BB, 0x105BC},
-    {0x105C0, 0x105F3}, {0x10600, 0x10736}, {0x10740, 0x10755}, {0x10760, 0x10767},
-    {0x10780, 0x10785}, {0x10787, 0x107B0}, {0x107B2, 0x107BA}, {0x10800, 0x10805},
-    {0x10808, 0x10808}, {0x1080A, 0x10835}, {0x10837, 0x10838}, {0x1083C, 0x1083C},
-    {0x1083F, 0x10855}, {0x10860, 0x10876}, {0x10880, 0x1089E}, {0x108E0, 0x108F2},
-    {0x108F4, 0x108F5}, {0x10900, 0x10915}, {0x10920, 0x10939}, {0x10940, 0x10959},
-    {0x10980, 0x109B7}, {0x109BE, 0x109BF}, {0x10A00, 0x10A00}, {0x10A10, 0x10A13},
-    {0x10A15, 0x10A17}, {0x10A19, 0x10A35}, {0x10A60, 0x10A7C}, {0x10A80, 0x10A9C},
-    {0x10AC0, 0x10AC7}, {0x10AC9, 0x10AE4}, {0x10B00, 0x10B35}, {0x10B40, 0x10B55},
-    {0x10B60, 0x10B72}, {0x10B80, 0x10B91}, {0x10C00, 0x10C48}, {0x10C80, 0x10CB2},
-    {0x10CC0, 0x10CF2}, {0x10D00, 0x10D23}, {0x10D4A, 0x10D65}, {0x10D6F, 0x10D85},
-    {0x10E80, 0x10EA9}, {0x10EB0, 0x10EB1}, {0x10EC2, 0x10EC7}, {0x10F00, 0x10F1C},
-    {0x10F27, 0x10F27}, {0x10F30, 0x10F45}, {0x10F70, 0x10F81}, {0x10FB0, 0x10FC4},
-    {0x10FE0, 0x10FF6}, {0x11003, 0x11037}, {0x11071, 0x11072}, {0x11075, 0x11075},
-    {0x11083, 0x110AF}, {0x110D0, 0x110E8}, {0x11103, 0x11126}, {0x11144, 0x11144},
-    {0x11147, 0x11147}, {0x11150, 0x11172}, {0x11176, 0x11176}, {0x11183, 0x111B2},
-    {0x111C1, 0x111C4}, {0x111DA, 0x111DA}, {0x111DC, 0x111DC}, {0x11200, 0x11211},
-    {0x11213, 0x1122B}, {0x1123F, 0x11240}, {0x11280, 0x11286}, {0x11288, 0x11288},
-    {0x1128A, 0x1128D}, {0x1128F, 0x1129D}, {0x1129F, 0x112A8}, {0x112B0, 0x112DE},
-    {0x11305, 0x1130C}, {0x1130F, 0x11310}, {0x11313, 0x11328}, {0x1132A, 0x11330},
-    {0x11332, 0x11333}, {0x11335, 0x11339}, {0x1133D, 0x1133D}, {0x11350, 0x11350},
-    {0x1135D, 0x11361}, {0x11380, 0x11389}, {0x1138B, 0x1138B}, {0x1138E, 0x1138E},
-    {0x11390, 0x113B5}, {0x113B7, 0x113B7}, {0x113D1, 0x113D1}, {0x113D3, 0x113D3},
-    {0x11400, 0x11434}, {0x11447, 0x1144A}, {0x1145F, 0x11461}, {0x11480, 0x114AF},
-    {0x114C4, 0x114C5}, {0x114C7, 0x114C7}, {0x11580, 0x115AE}, {0x115D8, 0x115DB},
-    {0x11600, 0x1162F}, {0x11644, 0x11644}, {0x11680, 0x116AA}, {0x116B8, 0x116B8},
-    {0x11700, 0x1171A}, {0x11740, 0x11746}, {0x11800, 0x1182B}, {0x118A0, 0x118DF},
-    {0x118FF, 0x11906}, {0x11909, 0x11909}, {0x1190C, 0x11913}, {0x11915, 0x11916},
-    {0x11918, 0x1192F}, {0x1193F, 0x1193F}, {0x11941, 0x11941}, {0x119A0, 0x119A7},
-    {0x119AA, 0x119D0}, {0x119E1, 0x119E1}, {0x119E3, 0x119E3}, {0x11A00, 0x11A00},
-    {0x11A0B, 0x11A32}, {0x11A3A, 0x11A3A}, {0x11A50, 0x11A50}, {0x11A5C, 0x11A89},
-    {0x11A9D, 0x11A9D}, {0x11AB0, 0x11AF8}, {0x11BC0, 0x11BE0}, {0x11C00, 0x11C08},
-    {0x11C0A, 0x11C2E}, {0x11C40, 0x11C40}, {0x11C72, 0x11C8F}, {0x11D00, 0x11D06},
-    {0x11D08, 0x11D09}, {0x11D0B, 0x11D30}, {0x11D46, 0x11D46}, {0x11D60, 0x11D65},
-    {0x11D67, 0x11D68}, {0x11D6A, 0x11D89}, {0x11D98, 0x11D98}, {0x11DB0, 0x11DDB},
-    {0x11EE0, 0x11EF2}, {0x11F02, 0x11F02}, {0x11F04, 0x11F10}, {0x11F12, 0x11F33},
-    {0x11FB0, 0x11FB0}, {0x12000, 0x12399}, {0x12480, 0x12543}, {0x12F90, 0x12FF0},
-    {0x13000, 0x1342F}, {0x13441, 0x13446}, {0x13460, 0x143FA}, {0x14400, 0x14646},
-    {0x16100, 0x1611D}, {0x16800, 0x16A38}, {0x16A40, 0x16A5E}, {0x16A70, 0x16ABE},
-    {0x16AD0, 0x16AED}, {0x16B00, 0x16B2F}, {0x16B40, 0x16B43}, {0x16B63, 0x16B77},
-    {0x16B7D, 0x16B8F}, {0x16D40, 0x16D6C}, {0x16E40, 0x16E7F}, {0x16EA0, 0x16EB8},
-    {0x16EBB, 0x16ED3}, {0x16F00, 0x16F4A}, {0x16F50, 0x16F50}, {0x16F93, 0x16F9F},
-    {0x16FE0, 0x16FE1}, {0x16FE3, 0x16FE3}, {0x16FF2, 0x16FF3}, {0x17000, 0x18CD5},
-    {0x18CFF, 0x18D1E}, {0x18D80, 0x18DF2}, {0x1AFF0, 0x1AFF3}, {0x1AFF5, 0x1AFFB},
-    {0x1AFFD, 0x1AFFE}, {0x1B000, 0x1B122}, {0x1B132, 0x1B132}, {0x1B150, 0x1B152},
-    {0x1B155, 0x1B155}, {0x1B164, 0x1B167}, {0x1B170, 0x1B2FB}, {0x1BC00, 0x1BC6A},
-    {0x1BC70, 0x1BC7C}, {0x1BC80, 0x1BC88}, {0x1BC90, 0x1BC99}, {0x1D400, 0x1D454},
-    {0x1D456, 0x1D49C}, {0x1D49E, 0x1D49F}, {0x1D4A2, 0x1D4A2}, {0x1D4A5, 0x1D4A6},
-    {0x1D4A9, 0x1D4AC}, {0x1D4AE, 0x1D4B9}, {0x1D4BB, 0x1D4BB}, {0x1D4BD, 0x1D4C3},
-    {0x1D4C5, 0x1D505}, {0x1D507, 0x1D50A}, {0x1D50D, 0x1D514}, {0x1D516, 0x1D51C},
-    {0x1D51E, 0x1D539}, {0x1D53B, 0x1D53E}, {0x1D540, 0x1D544}, {0x1D546, 0x1D546},
-    {0x1D54A, 0x1D550}, {0x1D552, 0x1D6A5}, {0x1D6A8, 0x1D6C0}, {0x1D6C2, 0x1D6DA},
-    {0x1D6DC, 0x1D6FA}, {0x1D6FC, 0x1D714}, {0x1D716, 0x1D734}, {0x1D736, 0x1D74E},
-    {0x1D750, 0x1D76E}, {0x1D770, 0x1D788}, {0x1D78A, 0x1D7A8}, {0x1D7AA, 0x1D7C2},
-    {0x1D7C4, 0x1D7CB}, {0x1DF00, 0x1DF1E}, {0x1DF25, 0x1DF2A}, {0x1E030, 0x1E06D},
-    {0x1E100, 0x1E12C}, {0x1E137, 0x1E13D}, {0x1E14E, 0x1E14E}, {0x1E290, 0x1E2AD},
-    {0x1E2C0, 0x1E2EB}, {0x1E4D0, 0x1E4EB}, {0x1E5D0, 0x1E5ED}, {0x1E5F0, 0x1E5F0},
-    {0x1E6C0, 0x1E6DE}, {0x1E6E0, 0x1E6E2}, {0x1E6E4, 0x1E6E5}, {0x1E6E7, 0x1E6ED},
-    {0x1E6F0, 0x1E6F4}, {0x1E6FE, 0x1E6FF}, {0x1E7E0, 0x1E7E6}, {0x1E7E8, 0x1E7EB},
-    {0x1E7ED, 0x1E7EE}, {0x1E7F0, 0x1E7FE}, {0x1E800, 0x1E8C4}, {0x1E900, 0x1E943},
-    {0x1E94B, 0x1E94B}, {0x1EE00, 0x1EE03}, {0x1EE05, 0x1EE1F}, {0x1EE21, 0x1EE22},
-    {0x1EE24, 0x1EE24}, {0x1EE27, 0x1EE27}, {0x1EE29, 0x1EE32}, {0x1EE34, 0x1EE37},
-    {0x1EE39, 0x1EE39}, {0x1EE3B, 0x1EE3B}, {0x1EE42, 0x1EE42}, {0x1EE47, 0x1EE47},
-    {0x1EE49, 0x1EE49}, {0x1EE4B, 0x1EE4B}, {0x1EE4D, 0x1EE4F}, {0x1EE51, 0x1EE52},
-    {0x1EE54, 0x1EE54}, {0x1EE57, 0x1EE57}, {0x1EE59, 0x1EE59}, {0x1EE5B, 0x1EE5B},
-    {0x1EE5D, 0x1EE5D}, {0x1EE5F, 0x1EE5F}, {0x1EE61, 0x1EE62}, {0x1EE64, 0x1EE64},
-    {0x1EE67, 0x1EE6A}, {0x1EE6C, 0x1EE72}, {0x1EE74, 0x1EE77}, {0x1EE79, 0x1EE7C},
-    {0x1EE7E, 0x1EE7E}, {0x1EE80, 0x1EE89}, {0x1EE8B, 0x1EE9B}, {0x1EEA1, 0x1EEA3},
-    {0x1EEA5, 0x1EEA9}, {0x1EEAB, 0x1EEBB}, {0x20000, 0x2A6DF}, {0x2A700, 0x2B81D},
-    {0x2B820, 0x2CEAD}, {0x2CEB0, 0x2EBE0}, {0x2EBF0, 0x2EE5D}, {0x2F800, 0x2FA1D},
-    {0x30000, 0x3134A}, {0x31350, 0x33479},
-};
+namespace {
 
-const CodeRange kNumbers[] = {
-    {0x000B2, 0x000B3}, {0x000B9, 0x000B9}, {0x000BC, 0x000BE}, {0x00660, 0x00669},
-    {0x006F0, 0x006F9}, {0x007C0, 0x007C9}, {0x00966, 0x0096F}, {0x009E6, 0x009EF},
-    {0x009F4, 0x009F9}, {0x00A66, 0x00A6F}, {0x00AE6, 0x00AEF}, {0x00B66, 0x00B6F},
-    {0x00B72, 0x00B77}, {0x00BE6, 0x00BF2}, {0x00C66, 0x00C6F}, {0x00C78, 0x00C7E},
-    {0x00CE6, 0x00CEF}, {0x00D58, 0x00D5E}, {0x00D66, 0x00D78}, {0x00DE6, 0x00DEF},
-    {0x00E50, 0x00E59}, {0x00ED0, 0x00ED9}, {0x00F20, 0x00F33}, {0x01040, 0x01049},
-    {0x01090, 0x01099}, {0x01369, 0x0137C}, {0x016EE, 0x016F0}, {0x017E0, 0x017E9},
-    {0x017F0, 0x017F9}, {0x01810, 0x01819}, {0x01946, 0x0194F}, {0x019D0, 0x019DA},
-    {0x01A80, 0x01A89}, {0x01A90, 0x01A99}, {0x01B50, 0x01B59}, {0x01BB0, 0x01BB9},
-    {0x01C40, 0x01C49}, {0x01C50, 0x01C59}, {0x02070, 0x02070}, {0x02074, 0x02079},
-    {0x02080, 0x02089}, {0x02150, 0x02182}, {0x02185, 0x02189}, {0x02460, 0x0249B},
-    {0x024EA, 0x024FF}, {0x02776, 0x02793}, {0x02CFD, 0x02CFD}, {0x03007, 0x03007},
-    {0x03021, 0x03029}, {0x03038, 0x0303A}, {0x03192, 0x03195}, {0x03220, 0x03229},
-    {0x03248, 0x0324F}, {0x03251, 0x0325F}, {0x03280, 0x03289}, {0x032B1, 0x032BF},
-    {0x0A620, 0x0A629}, {0x0A6E6, 0x0A6EF}, {0x0A830, 0x0A835}, {0x0A8D0, 0x0A8D9},
-    {0x0A900, 0x0A909}, {0x0A9D0, 0x0A9D9}, {0x0A9F0, 0x0A9F9}, {0x0AA50, 0x0AA59},
-    {0x0ABF0, 0x0ABF9}, {0x0FF10, 0x0FF19}, {0x10107, 0x10133}, {0x10140, 0x10178},
-    {0x1018A, 0x1018B}, {0x102E1, 0x102FB}, {0x10320, 0x10323}, {0x10341, 0x10341},
-    {0x1034A, 0x1034A}, {0x103D1, 0x103D5}, {0x104A0, 0x104A9}, {0x10858, 0x1085F},
-    {0x10879, 0x1087F}, {0x108A7, 0x108AF}, {0x108FB, 0x108FF}, {0x10916, 0x1091B},
-    {0x109BC, 0x109BD}, {0x109C0, 0x109CF}, {0x109D2, 0x109FF}, {0x10A40, 0x10A48},
-    {0x10A7D, 0x10A7E}, {0x10A9D, 0x10A9F}, {0x10AEB, 0x10AEF}, {0x10B58, 0x10B5F},
-    {0x10B78, 0x10B7F}, {0x10BA9, 0x10BAF}, {0x10CFA, 0x10CFF}, {0x10D30, 0x10D39},
-    {0x10D40, 0x10D49}, {0x10E60, 0x10E7E}, {0x10F1D, 0x10F26}, {0x10F51, 0x10F54},
-    {0x10FC5, 0x10FCB}, {0x11052, 0x1106F}, {0x110F0, 0x110F9}, {0x11136, 0x1113F},
-    {0x111D0, 0x111D9}, {0x111E1, 0x111F4}, {0x112F0, 0x112F9}, {0x11450, 0x11459},
-    {0x114D0, 0x114D9}, {0x11650, 0x11659}, {0x116C0, 0x116C9}, {0x116D0, 0x116E3},
-    {0x11730, 0x1173B}, {0x118E0, 0x118F2}, {0x11950, 0x11959}, {0x11BF0, 0x11BF9},
-    {0x11C50, 0x11C6C}, {0x11D50, 0x11D59}, {0x11DA0, 0x11DA9}, {0x11DE0, 0x11DE9},
-    {0x11F50, 0x11F59}, {0x11FC0, 0x11FD4}, {0x12400, 0x1246E}, {0x16130, 0x16139},
-    {0x16A60, 0x16A69}, {0x16AC0, 0x16AC9}, {0x16B50, 0x16B59}, {0x16B5B, 0x16B61},
-    {0x16D70, 0x16D79}, {0x16E80, 0x16E96}, {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9},
-    {0x1D2C0, 0x1D2D3}, {0x1D2E0, 0x1D2F3}, {0x1D360, 0x1D378}, {0x1D7CE, 0x1D7FF},
-    {0x1E140, 0x1E149}, {0x1E2F0, 0x1E2F9}, {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA},
-    {0x1E8C7, 0x1E8CF}, {0x1E950, 0x1E959}, {0x1EC71, 0x1ECAB}, {0x1ECAD, 0x1ECAF},
-    {0x1ECB1, 0x1ECB4}, {0x1ED01, 0x1ED2D}, {0x1ED2F, 0x1ED3D}, {0x1F100, 0x1F10C},
-    {0x1FBF0, 0x1FBF9},
-};
-
-const CodeRange kSpaces[] = {
-    {0x00085, 0x00085}, {0x000A0, 0x000A0}, {0x01680, 0x01680}, {0x02000, 0x0200A},
-    {0x02028, 0x02029}, {0x0202F, 0x0202F}, {0x0205F, 0x0205F}, {0x03000, 0x03000},
-};
-
-enum class CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
-
-using detail::decode_utf8;
-constexpr uint32_t kInvalid = detail::kInvalidCodePoint;
-
-template <size_t N>
-bool in_ranges(const CodeRange (&ranges)[N], uint32_t cp) {
-    // First range whose upper end is >= cp; the tables are sorted and disjoint.
-    const CodeRange* it = std::lower_bound(std::begin(ranges), std::end(ranges), cp,
-                                           [](const CodeRange& r, uint32_t c) { return r.hi < c; });
-    return it != std::end(ranges) && it->lo <= cp;
+std::string pcre2_message(int code) {
+    PCRE2_UCHAR buffer[256];
+    if (pcre2_get_error_message(code, buffer, sizeof buffer) < 0) {
+        return str("PCRE2 error ", code);
+    }
+    return reinterpret_cast<const char*>(buffer);
 }
 
-CharClass classify(uint32_t cp) {
-    if (cp < 0x80) {
-        if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) {
-            return CharClass::kLetter;
-        }
-        if (cp >= '0' && cp <= '9') {
-            return CharClass::kNumber;
-        }
-        // regex's \s in ASCII: \t \n \v \f \r and space (not the 0x1C..0x1F separators).
-        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) {
-            return CharClass::kSpace;
-        }
-        return CharClass::kOther;
+/// One match block per thread, shared by every regex: only the whole match's offsets are
+/// read, so one pair of offsets suffices (pcre2_match returns 0 for patterns with groups).
+pcre2_match_data* thread_match_data() {
+    thread_local const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+        pcre2_match_data_create(1, nullptr), &pcre2_match_data_free);
+    if (!data) {
+        throw Error("pre-tokenizer: out of memory for PCRE2's match data");
     }
-    if (cp == kInvalid) {
-        return CharClass::kOther;
-    }
-    if (in_ranges(kLetters, cp)) {
-        return CharClass::kLetter;
-    }
-    if (in_ranges(kNumbers, cp)) {
-        return CharClass::kNumber;
-    }
-    if (in_ranges(kSpaces, cp)) {
-        return CharClass::kSpace;
-    }
-    return CharClass::kOther;
-}
-
-/// Text decoded once: code points, their classes and byte offsets (offset[n] = size).
-struct Decoded {
-    std::vector<uint32_t> cps;
-    std::vector<CharClass> cls;
-    std::vector<size_t> offset;
-    std::string_view text;
-    std::vector<std::string_view>* out;
-
-    Decoded(std::string_view t, std::vector<std::string_view>& pieces) : text(t), out(&pieces) {
-        cps.reserve(text.size());
-        cls.reserve(text.size());
-        offset.reserve(text.size() + 1);
-        for (size_t i = 0; i < text.size();) {
-            uint32_t cp = 0;
-            const size_t len = decode_utf8(text, i, cp);
-            cps.push_back(cp);
-            cls.push_back(classify(cp));
-            offset.push_back(i);
-            i += len;
-        }
-        offset.push_back(text.size());
-    }
-    size_t size() const { return cps.size(); }
-    void emit(size_t from, size_t to) const {
-        out->push_back(text.substr(offset[from], offset[to] - offset[from]));
-    }
-    /// End of the run of class `c` starting at `from`.
-    size_t run_end(size_t from, CharClass c) const {
-        size_t j = from;
-        while (j < cps.size() && cls[j] == c) {
-            ++j;
-        }
-        return j;
-    }
-    /// `\s+(?!\S)|\s+` at i (a whitespace run): when a non-space follows, the look-ahead
-    /// makes the first alternative give back the run's last character (which then prefixes
-    /// the next piece, or stands alone); a run of one falls through to the plain `\s+`.
-    size_t whitespace_piece_end(size_t i) const {
-        size_t j = run_end(i, CharClass::kSpace);
-        if (j < cps.size() && j - i >= 2) {
-            --j;
-        }
-        return j;
-    }
-};
-
-bool is_cr_lf(uint32_t cp) {
-    return cp == '\r' || cp == '\n';
-}
-
-/// Length (0, 2 or 3 code points) of a contraction 's 't 're 've 'm 'll 'd at i; with
-/// `any_case`, as Llama 3's (?i:...) (Unicode simple case folding: 'S, and U+017F LONG S).
-size_t contraction_length(const Decoded& d, size_t i, bool any_case) {
-    const size_t n = d.size();
-    if (d.cps[i] != '\'' || i + 1 >= n) {
-        return 0;
-    }
-    const auto fold = [&](uint32_t c) -> uint32_t {
-        if (!any_case) {
-            return c;
-        }
-        if (c >= 'A' && c <= 'Z') {
-            return c - 'A' + 'a';
-        }
-        return c == 0x017F ? 's' : c;
-    };
-    const uint32_t c1 = fold(d.cps[i + 1]);
-    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
-        return 2;
-    }
-    if (i + 2 < n) {
-        const uint32_t c2 = fold(d.cps[i + 2]);
-        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-            return 3;
-        }
-    }
-    return 0;
-}
-
-void split_gpt2(std::string_view text, std::vector<std::string_view>& pieces) {
-    const Decoded d(text, pieces);
-    const size_t n = d.size();
-    size_t i = 0;
-    while (i < n) {
-        // 's|'t|'re|'ve|'m|'ll|'d (lower case only, as in GPT-2's regex).
-        if (const size_t len = contraction_length(d, i, false)) {
-            d.emit(i, i + len);
-            i += len;
-            continue;
-        }
-        // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: an optional ASCII space, then a run
-        // of one class. The three alternatives cannot overlap, so one run scan covers them.
-        size_t k = i;
-        if (d.cps[i] == ' ' && i + 1 < n && d.cls[i + 1] != CharClass::kSpace) {
-            k = i + 1;
-        }
-        if (d.cls[k] != CharClass::kSpace) {
-            const size_t j = d.run_end(k + 1, d.cls[k]);
-            d.emit(i, j);
-            i = j;
-            continue;
-        }
-        const size_t j = d.whitespace_piece_end(i);
-        d.emit(i, j);
-        i = j;
-    }
-}
-
-/// Llama 3's regex; `max_digits` 3 for its `\p{N}{1,3}`, 1 for Qwen2's `\p{N}`.
-void split_llama3(std::string_view text, size_t max_digits, std::vector<std::string_view>& pieces) {
-    const Decoded d(text, pieces);
-    const size_t n = d.size();
-    const auto& cls = d.cls;
-    size_t i = 0;
-    while (i < n) {
-        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-        if (const size_t len = contraction_length(d, i, true)) {
-            d.emit(i, i + len);
-            i += len;
-            continue;
-        }
-        // [^\r\n\p{L}\p{N}]?\p{L}+: one optional leading character that is not CR, LF, a
-        // letter or a number (a space, punctuation, a tab ...), then letters.
-        if (cls[i] == CharClass::kLetter) {
-            const size_t j = d.run_end(i, CharClass::kLetter);
-            d.emit(i, j);
-            i = j;
-            continue;
-        }
-        if (cls[i] != CharClass::kNumber && !is_cr_lf(d.cps[i]) && i + 1 < n &&
-            cls[i + 1] == CharClass::kLetter) {
-            const size_t j = d.run_end(i + 1, CharClass::kLetter);
-            d.emit(i, j);
-            i = j;
-            continue;
-        }
-        // \p{N}{1,3} (Qwen2: \p{N})
-        if (cls[i] == CharClass::kNumber) {
-            size_t j = i + 1;
-            while (j < n && j < i + max_digits && cls[j] == CharClass::kNumber) {
-                ++j;
-            }
-            d.emit(i, j);
-            i = j;
-            continue;
-        }
-        // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-        size_t k = i;
-        if (d.cps[i] == ' ' && i + 1 < n && cls[i + 1] == CharClass::kOther) {
-            k = i + 1;
-        }
-        if (cls[k] == CharClass::kOther) {
-            size_t j = d.run_end(k + 1, CharClass::kOther);
-            while (j < n && is_cr_lf(d.cps[j])) {
-                ++j;
-            }
-            d.emit(i, j);
-            i = j;
-            continue;
-        }
-        // Here cps[i] is whitespace. `\s*[\r\n]+`: the whitespace run up to and including
-        // its last CR or LF (greedy \s* backs off to the last line break).
-        const size_t run = d.run_end(i, CharClass::kSpace);
-        size_t last_break = run;
-        for (size_t m = run; m > i; --m) {
-            if (is_cr_lf(d.cps[m - 1])) {
-                last_break = m - 1;
-                break;
-            }
-        }
-        if (last_break != run) {
-            d.emit(i, last_break + 1);
-            i = last_break + 1;
-            continue;
-        }
-        // `\s+(?!\S)|\s+`
-        const size_t j = d.whitespace_piece_end(i);
-        d.emit(i, j);
-        i = j;
-    }
-}
-
-void split_digits(std::string_view text, bool individual, std::vector<std::string_view>& pieces) {
-    const Decoded d(text, pieces);
-    const size_t n = d.size();
-    size_t i = 0;
-    while (i < n) {
-        const bool digit = d.cls[i] == CharClass::kNumber;
-        size_t j = i + 1;
-        if (!(digit && individual)) {
-            while (j < n && (d.cls[j] == CharClass::kNumber) == digit) {
-                ++j;
-            }
-        }
-        d.emit(i, j);
-        i = j;
-    }
+    return data.get();
 }
 
 }  // namespace
 
-void pretokenize_into(Pretokenizer rule, std::string_view text,
-                      std::vector<std::string_view>& pieces) {
-    switch (rule) {
-        case Pretokenizer::kGpt2:
-            split_gpt2(text, pieces);
-            return;
-        case Pretokenizer::kLlama3:
-            split_llama3(text, 3, pieces);
-            return;
-        case Pretokenizer::kQwen2:
-            split_llama3(text, 1, pieces);
-            return;
-        case Pretokenizer::kDigits:
-            split_digits(text, false, pieces);
-            return;
-        case Pretokenizer::kIndividualDigits:
-            split_digits(text, true, pieces);
-            return;
+RegexSplit::RegexSplit(const std::string& pattern, const std::string& where)
+    : m_pattern(pattern), m_where(where) {
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    auto compiled = std::make_shared<Compiled>();
+    compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset,
+                                   nullptr);
+    if (compiled->code == nullptr) {
+        throw InputError(str(where, ": PCRE2 cannot compile the regex \"", pattern, "\": ",
+                             pcre2_message(error), " (at offset ", offset, ")"));
+    }
+    // Without a JIT (PCRE2_ERROR_JIT_BADOPTION) pcre2_match interprets the pattern instead.
+    pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE);
+    m_compiled = std::move(compiled);
+}
+
+void RegexSplit::split_into(std::string_view text, std::vector<std::string_view>& pieces) const {
+    pcre2_match_data* match = thread_match_data();
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t emitted = 0;  // text[0, emitted) is in pieces
+    size_t from = 0;     // where the next search starts
+    while (from < text.size()) {
+        const int rc = pcre2_match(m_compiled->code, subject, text.size(), from, 0, match, nullptr);
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            break;
+        }
+        if (rc < 0) {
+            throw InputError(str(m_where, ": the regex \"", m_pattern, "\" failed on the text at byte ",
+                                 from, ": ", pcre2_message(rc)));
+        }
+        const PCRE2_SIZE* offsets = pcre2_get_ovector_pointer(match);
+        const size_t start = offsets[0];
+        const size_t end = offsets[1];
+        if (start > emitted) {
+            pieces.push_back(text.substr(emitted, start - emitted));
+            emitted = start;
+        }
+        if (end > start) {
+            pieces.push_back(text.substr(start, end - start));
+            emitted = end;
+            from = end;
+        } else if (start < text.size()) {
+            // An empty match: search again one character on, as Oniguruma's iteration does.
+            uint32_t cp = 0;
+            from = start + detail::decode_utf8(text, start, cp);
+        } else {
+            break;  // an empty match at the end
+        }
+    }
+    if (emitted < text.size()) {
+        pieces.push_back(text.substr(emitted));
     }
 }
 
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+namespace {
+
+std::vector<std::string_view> split(const RegexSplit& regex, std::string_view text) {
     std::vector<std::string_view> pieces;
-    pretokenize_into(Pretokenizer::kGpt2, text, pieces);
+    regex.split_into(text, pieces);
     return pieces;
+}
+
+}  // namespace
+
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+    static const RegexSplit regex(detail::kGpt2Regex, "GPT-2's pre-tokenizer");
+    return split(regex, text);
 }
 
 std::vector<std::string_view> llama3_pretokenize(std::string_view text) {
-    std::vector<std::string_view> pieces;
-    pretokenize_into(Pretokenizer::kLlama3, text, pieces);
-    return pieces;
+    static const RegexSplit regex(kLlama3Regex, "Llama 3's pre-tokenizer");
+    return split(regex, text);
+}
+
+const RegexSplit& digits_split(bool individual_digits) {
+    // Hugging Face's Digits: Rust's char::is_numeric, i.e. \p{N}; runs of the rest are the
+    // stretches between matches.
+    static const RegexSplit grouped("\\p{N}+", "the Digits pre-tokenizer");
+    static const RegexSplit individual("\\p{N}", "the Digits pre-tokenizer");
+    return individual_digits ? individual : grouped;
 }
 
 std::vector<std::string_view> digits_pretokenize(std::string_view text, bool individual_digits) {
-    std::vector<std::string_view> pieces;
-    pretokenize_into(individual_digits ? Pretokenizer::kIndividualDigits : Pretokenizer::kDigits,
-                     text, pieces);
-    return pieces;
+    return split(digits_split(individual_digits), text);
 }
 
 namespace detail {

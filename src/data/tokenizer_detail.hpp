@@ -19,6 +19,10 @@ constexpr uint32_t kInvalidCodePoint = 0xFFFFFFFFu;
 /// sequence).
 size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp);
 
+/// GPT-2's regex (encoder.py), also that of Hugging Face's ByteLevel pre-tokenizer with
+/// use_regex (pretokenize.cpp).
+extern const char* const kGpt2Regex;
+
 /// True when `s` is empty or only whitespace (space, tab, newline, CR, FF, VT).
 bool is_blank(std::string_view s);
 

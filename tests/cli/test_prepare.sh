@@ -196,6 +196,9 @@ bad_hf nomerges '{"model": {"type": "BPE", "vocab": {"a": 0}}}' 'nomerges.json: 
 bad_hf metaspace '{"model": {"type": "BPE", "vocab": {"a": 0, "</s>": 1}, "merges": []},
  "pre_tokenizer": {"type": "Metaspace"}}' 'metaspace.json: pre_tokenizer.type: "Metaspace" is not supported'
 bad_hf truncated '{"model": ' 'truncated.json: not valid JSON'
+bad_hf badregex '{"model": {"type": "BPE", "vocab": {"a": 0, "</s>": 1}, "merges": []},
+ "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a[z-a]"}, "behavior": "Isolated"}}' \
+    'badregex.json: pre_tokenizer.pattern.Regex: PCRE2 cannot compile the regex "a[z-a]": range out of order in character class'
 run hf_nofile 2 --input "$TMP/hello.txt" --output "$TMP/bad" --tokenizer "$TMP/none/tokenizer.json"
 expect_in hf_nofile "$TMP/hf_nofile.err" "--tokenizer: '$TMP/none/tokenizer.json' is not byte, gpt2 or an existing"
 

@@ -139,11 +139,17 @@ TEST(HfTokenizerPretokenize, DigitsIndividualAndGrouped) {
     EXPECT_EQ(pieces("ab 123x٣", false), (V{"ab ", "123", "x", "٣"}));
 }
 
+// Qwen2.5's Split regex: Llama 3's with \p{N} for \p{N}{1,3}.
+const char* const kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 TEST(HfTokenizerPretokenize, Qwen2SplitsEveryDigit) {
     const auto pieces = [](const std::string& t) {
         std::vector<std::string> out;
         std::vector<std::string_view> views;
-        zt::pretokenize_into(zt::Pretokenizer::kQwen2, t, views);
+        const zt::RegexSplit qwen2(kQwen2Regex, "test");
+        qwen2.split_into(t, views);
         for (std::string_view p : views) {
             out.emplace_back(p);
         }
@@ -198,6 +204,46 @@ TEST(Nfc, Hangul) {
 TEST(Nfc, InvalidBytesPassThroughAndBlock) {
     const std::string bad = std::string("e\xff") + "\u0301" + "\xcc";
     EXPECT_EQ(zt::nfc_normalize(bad), bad);
+}
+
+// utf8proc's Unicode 15 against the older data of Hugging Face's tokenizers: the marks listed
+// in tests/interop/test_tokenizer_unicode.py (NFC_NEWER_UNICODE) differ, e.g. these two.
+TEST(Nfc, NewerUnicodeThanTokenizers) {
+    // NKO DANTAYALAN (class 220 since Unicode 11; 0 in tokenizers): reordered before U+0334.
+    EXPECT_EQ(zt::nfc_normalize("\u07fd\u0334"), "\u0334\u07fd");
+    // DIVES AKURU VOWEL SIGN O (Unicode 13) composes here, not in tokenizers.
+    EXPECT_EQ(zt::nfc_normalize("\U00011935\U00011930"), "\U00011938");
+}
+
+// ---------------------------------------------------------------------------------------
+// RegexSplit (PCRE2)
+// ---------------------------------------------------------------------------------------
+
+std::vector<std::string> regex_pieces(const std::string& pattern, const std::string& text) {
+    std::vector<std::string_view> views;
+    zt::RegexSplit(pattern, "test").split_into(text, views);
+    return std::vector<std::string>(views.begin(), views.end());
+}
+
+TEST(RegexSplit, MatchesAndTheTextBetweenThemArePieces) {
+    using V = std::vector<std::string>;
+    // Isolated: the stretches no match covers are pieces too.
+    EXPECT_EQ(regex_pieces("\\p{N}+", "ab12c3"), (V{"ab", "12", "c", "3"}));
+    // An empty match yields no piece and moves one character on.
+    EXPECT_EQ(regex_pieces("x*", "axxb\u00e9"), (V{"a", "xx", "b", "\u00e9"}));
+    EXPECT_TRUE(regex_pieces("x", "").empty());
+    EXPECT_EQ(regex_pieces("$", "ab"), (V{"ab"}));  // an empty match at the very end
+    // Unicode properties and caseless matching (PCRE2_UCP): long s folds to s.
+    EXPECT_EQ(regex_pieces("\\p{L}+|(?i:'s)", "\u00e9t\u00e9'\u017f"), (V{"\u00e9t\u00e9", "'\u017f"}));
+    // Bytes that are not valid UTF-8 match nothing: they lie between matches.
+    EXPECT_EQ(regex_pieces("\\p{L}+|[^\\p{L}]+", "ab\xff!c"), (V{"ab", "\xff", "!", "c"}));
+}
+
+TEST(RegexSplit, BadRegexNamesWhereThePatternAndPcre2sMessage) {
+    expect_input_error([] { zt::RegexSplit("a[z-a]", "file.json: key"); },
+                       {"file.json: key", "a[z-a]", "PCRE2 cannot compile",
+                        "range out of order in character class", "offset"});
+    expect_input_error([] { zt::RegexSplit("(?<n", "f"); }, {"(?<n", "PCRE2 cannot compile"});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -413,6 +459,16 @@ TEST(HfTokenizer, Qwen2StyleNormalizesAndSplitsDigits) {
     EXPECT_EQ(tok->decode(tok->encode("e\u0301")), "\u00e9");
 }
 
+// Any regex PCRE2 compiles is a Split step, not only the known ones.
+TEST(HfTokenizer, AnySplitRegexLoads) {
+    ScratchDir dir("hf_any_regex");
+    json j = llama_style();
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\d|\\w+|\\s+";
+    const auto tok = load_json(dir, j);
+    // "1" and "2" split, so the merge "1 2" never applies; " " and "the" are two pieces.
+    EXPECT_EQ(tok->encode("12 the"), (Ids{'1', '2', ' ', 't', 257}));
+}
+
 TEST(HfTokenizer, DigitsThenByteLevel) {
     ScratchDir dir("hf_digits");
     json j = llama_style();
@@ -525,8 +581,18 @@ TEST_F(HfTokenizerBadFile, UnsupportedPipelineParts) {
     j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
     expect_rejected(j, {"pre_tokenizer.type", "Metaspace"});
     j = llama_style();
-    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
-    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].pattern.Regex", "\\\\w+"});
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{L}+|[z-a]";
+    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].pattern.Regex", "\\p{L}+|[z-a]",
+                        "PCRE2 cannot compile", "range out of order"});
+    j = llama_style();
+    j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].behavior", "Removed", "\"Isolated\""});
+    j = llama_style();
+    j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true;
+    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].invert"});
+    j = llama_style();
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", " "}};
+    expect_rejected(j, {"pre_tokenizer.pretokenizers[0].pattern", "{\"Regex\""});
     j = llama_style();
     j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
     expect_rejected(j, {"pre_tokenizer.pretokenizers[1].add_prefix_space"});

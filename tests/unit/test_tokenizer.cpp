@@ -142,10 +142,11 @@ TEST(Gpt2Pretokenize, NonAscii) {
     EXPECT_EQ(pieces("a\u00a0b"), (Pieces{"a", "\u00a0", "b"}));  // NBSP is \s
     EXPECT_EQ(pieces("a \u00a0b"), (Pieces{"a", " ", "\u00a0", "b"}));
     EXPECT_EQ(pieces("e\u0301"), (Pieces{"e", "\u0301"}));  // a mark is not \p{L}
-    // Invalid UTF-8 bytes count as punctuation-like "other" code points (documented).
+    // Invalid UTF-8 bytes match nothing (PCRE2_MATCH_INVALID_UTF): they lie between the
+    // matches, each stretch of them one piece, and a space before one stands alone.
     EXPECT_EQ(pieces("\xff\xfe"
                      "ab \xc3"),
-              (Pieces{"\xff\xfe", "ab", " \xc3"}));
+              (Pieces{"\xff\xfe", "ab", " ", "\xc3"}));
 }
 
 TEST(Gpt2Pretokenize, PiecesConcatenateToText) {

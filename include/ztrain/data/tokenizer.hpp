@@ -84,27 +84,43 @@ struct HfTokenizerFiles {
 /// InputError naming a bad description or file.
 std::optional<HfTokenizerFiles> hf_tokenizer_files(const std::string& description_path, long model_max_length);
 
+/// A pre-tokenizer step: text split by a regex (a tokenizer.json's Split pattern, or GPT-2's
+/// regex), run by PCRE2 with UTF and Unicode properties (\p{L}, \p{N}, \s), JIT-compiled where
+/// PCRE2 has a JIT. As Hugging Face's Split with behavior "Isolated": each match and each
+/// stretch of text between matches is a piece. Bytes that are not valid UTF-8 match nothing,
+/// so they end up in the stretches between matches.
+class RegexSplit {
+  public:
+    /// Compiles `pattern`; one PCRE2 cannot compile is an InputError naming `where` (the file
+    /// and key it came from), the pattern and PCRE2's message.
+    RegexSplit(const std::string& pattern, const std::string& where);
+    /// Appends the pieces of `text`: non-empty, viewing into `text`, concatenating to it.
+    void split_into(std::string_view text, std::vector<std::string_view>& pieces) const;
+
+  private:
+    struct Compiled;
+    std::shared_ptr<const Compiled> m_compiled;
+    std::string m_pattern;
+    std::string m_where;
+};
+
 /// GPT-2's pre-tokenizer: splits text into the pieces that BPE encodes independently,
 /// exactly as GPT-2's regex does. The pieces view into `text` and concatenate to it.
-/// Exposed for tests.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
-/// Llama 3's pre-tokenizer regex (see pretokenize.cpp), same contract as gpt2_pretokenize.
+/// Llama 3's pre-tokenizer regex, same contract as gpt2_pretokenize.
 std::vector<std::string_view> llama3_pretokenize(std::string_view text);
 
-/// Hugging Face's Digits pre-tokenizer: runs of numbers and of everything else, each digit
-/// alone when `individual_digits`.
+/// Hugging Face's Digits pre-tokenizer: runs of numbers (\p{N}) and of everything else, each
+/// number character alone when `individual_digits`.
 std::vector<std::string_view> digits_pretokenize(std::string_view text, bool individual_digits);
 
-/// Unicode NFC normalization as Hugging Face's `tokenizers` does it (a tokenizer.json's
-/// {"type": "NFC"} normalizer; its Unicode version, see nfc.cpp). Bytes that are not valid
-/// UTF-8 pass through unchanged.
-std::string nfc_normalize(std::string_view text);
+/// The RegexSplit of Hugging Face's Digits pre-tokenizer (\p{N}+, or \p{N} when individual).
+const RegexSplit& digits_split(bool individual_digits);
 
-/// The pre-tokenizers above, for composing them (appends the pieces of `text`).
-/// kQwen2 is Llama 3's regex with `\p{N}` (one digit a piece) for its `\p{N}{1,3}`.
-enum class Pretokenizer { kGpt2, kLlama3, kQwen2, kDigits, kIndividualDigits };
-void pretokenize_into(Pretokenizer rule, std::string_view text,
-                      std::vector<std::string_view>& pieces);
+/// Unicode NFC normalization for a tokenizer.json's {"type": "NFC"} normalizer (utf8proc;
+/// its Unicode version against `tokenizers`', see nfc.cpp). Bytes that are not valid UTF-8
+/// pass through unchanged.
+std::string nfc_normalize(std::string_view text);
 
 }  // namespace zt
