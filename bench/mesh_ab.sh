@@ -9,6 +9,7 @@
 #   bash bench/mesh_ab.sh OLD_BIN_DIR NEW_BIN_DIR [REPS] [STEPS]     (REPS 3, STEPS 6)
 #
 # Writes its table to stdout; with OUT=FILE also as markdown with the machine and the command.
+# ONLY=name,name (e.g. ONLY=t2,t2-sp) runs just those settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -32,6 +33,12 @@ SETTINGS=(
     "p2-zb|2|--parallel.pipeline=2 --parallel.schedule=zb --train.grad_accum=4"
     "p2-t2-d2|8|--parallel.pipeline=2 --parallel.tensor=2 --parallel.sequence=true --train.grad_accum=4"
 )
+if [ -n "${ONLY:-}" ]; then
+    kept=()
+    for s in "${SETTINGS[@]}"; do [[ ",$ONLY," == *",${s%%|*},"* ]] && kept+=("$s"); done
+    [ ${#kept[@]} -gt 0 ] || { echo "mesh_ab: ONLY=$ONLY names no setting" >&2; exit 2; }
+    SETTINGS=("${kept[@]}")
+fi
 
 # run BIN_DIR NP DIR ARGS...: one training run; prints its step times after the first two and
 # its last loss.
@@ -81,7 +88,7 @@ if [ -n "${OUT:-}" ]; then
     {
         echo "# Mesh A/B: step time of two ztrain builds, interleaved ($(date -u +%Y-%m-%d))"
         echo
-        echo "Command: \`OUT=$OUT bash bench/mesh_ab.sh $*\`"
+        echo "Command: \`${ONLY:+ONLY=$ONLY }OUT=$OUT bash bench/mesh_ab.sh $*\`"
         echo
         echo "- old: $OLD; new: $NEW"
         echo "- machine: $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
