@@ -10,14 +10,17 @@
 #   - the checkpoint directory holds at most keep + 1 step directories (the newest is
 #     published before the oldest is pruned) and its size is bounded accordingly;
 #     no *.partial left at the end;
-#   - metrics.jsonl holds every step 1..STEPS exactly once.
+#   - metrics.jsonl holds every step 1..STEPS exactly once;
+#   - the state checks (parallel.check_every = CHECK_EVERY, issue 55) raise no false alarm
+#     (no exit 3) and their printed cost is recorded.
 # Writes OUT (markdown), the samples (CSV) and a plot of RSS over time (PNG) next to it.
 #
 #   bash bench/soak.sh
 #
 # Knobs: STEPS (2400), NP (2), BUILD_DIR (build), WORK (bench/work/soak),
 # OUT (bench/results/soak_DATE.md), MODEL (--model.* overrides of inputs/tiny.ini; default a
-# 2-layer, 64-wide model, so 2,400 steps take minutes on 2 cores).
+# 2-layer, 64-wide model, so 2,400 steps take minutes on 2 cores), CHECK_EVERY (100; 0: off),
+# EXTRA (more ztrain arguments, e.g. --precision.dtype=bf16 --parallel.zero_stage=1).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -28,6 +31,8 @@ WORK="${WORK:-bench/work/soak}"
 DATE="$(date +%F)"
 OUT="${OUT:-bench/results/soak_${DATE}.md}"
 MODEL="${MODEL:---model.n_layer=2 --model.n_head=2 --model.n_embd=64 --model.seq_len=32}"
+CHECK_EVERY="${CHECK_EVERY:-100}"
+EXTRA="${EXTRA:-}"
 BIN="$BUILD_DIR/bin"
 rm -rf "$WORK"
 mkdir -p "$WORK" "$(dirname "$OUT")"
@@ -43,7 +48,7 @@ run="$WORK/run"
 args=(--config inputs/tiny.ini $MODEL --data.train="$WORK/data/train_*.bin" --data.val="$WORK/data/val_*.bin"
   --run.dir="$run" --train.max_steps="$STEPS" --train.schedule_steps="$STEPS" --checkpoint.every=10
   --checkpoint.keep=3 --checkpoint.async=true --train.eval_every=50 --train.eval_batches=2
-  --train.sample_tokens=16 --train.log_every=50)
+  --train.sample_tokens=16 --train.log_every=50 --parallel.check_every="$CHECK_EVERY" $EXTRA)
 
 # sample RUN_LABEL: one CSV row per rank every 0.5 s while the job's ranks live.
 echo "t_s,run,rank_pid,step,rss_kb,fds,threads,ckpt_bytes,ckpt_steps,partials" > "$csv"
@@ -96,9 +101,9 @@ wait "$sampler" || true
 wall=$(( $(date +%s) - start ))
 
 /usr/bin/python3 - "$csv" "$run/metrics.jsonl" "$OUT" "$png" "$STEPS" "$NP" "$rc1" "$rc2" "$stopped_at" "$wall" \
-  "$MODEL" "$run/checkpoints" <<'PY'
-import collections, csv, json, os, statistics, sys
-(csv_path, metrics, out, png, steps, np_, rc1, rc2, stopped, wall, model, ckdir) = sys.argv[1:13]
+  "$MODEL $EXTRA" "$run/checkpoints" "$CHECK_EVERY" "$WORK/part1.log" "$WORK/part2.log" <<'PY'
+import collections, csv, json, os, re, statistics, sys
+(csv_path, metrics, out, png, steps, np_, rc1, rc2, stopped, wall, model, ckdir, check_every, log1, log2) = sys.argv[1:16]
 steps = int(steps)
 rows = list(csv.DictReader(open(csv_path)))
 verdicts = []
@@ -108,7 +113,11 @@ lines = [f"# Soak: {steps} steps at N = {np_}, async checkpoints every 10, keep 
          f"SIGUSR1 at step {stopped} and resume", "",
          f"`bash bench/soak.sh` (model: `{model}`), wall {wall} s; exit codes {rc1} (SIGUSR1 stop) and {rc2} (resume).",
          f"Samples every 0.5 s: `{os.path.basename(csv_path)}`; RSS plot: `{os.path.basename(png)}`.", ""]
-verdict(rc1 == "0" and rc2 == "0", f"both parts exit 0 ({rc1}, {rc2})")
+verdict(rc1 == "0" and rc2 == "0", f"both parts exit 0 ({rc1}, {rc2}; 3 would be a state check's alarm)")
+if check_every != "0":
+    costs = [m.group(0) for log in (log1, log2) for m in re.finditer(r"\d+ state check\(s\).*", open(log).read())]
+    lines += [f"State checks (`parallel.check_every = {check_every}`): " + ("; ".join(costs) or "none printed"), ""]
+    verdict(len(costs) == 2, f"both parts printed the state checks' cost ({len(costs)})")
 lines += ["| run | rank pid | samples | RSS after warm-up (MiB) | RSS at end (MiB) | growth | fds (1st half / 2nd half) | threads (1st / 2nd) |",
           "|---|---|---|---|---|---|---|---|"]
 by = collections.defaultdict(list)

@@ -1,6 +1,7 @@
 // ztrain: the training executable. MPI from the first line, even without mpirun.
 //
-// Exit status (the contract): 0 done, 2 bad input rejected before work starts, 1 anything
+// Exit status (the contract): 0 done, 2 bad input rejected before work starts, 3 replicas or
+// state checksums disagree (parallel.check_every), 4 too many loss-spike rollbacks, 1 anything
 // else. Bad input is detected identically on every rank (same deck, same files), so every
 // rank finalizes and exits 2 together; any other failure may be local to one rank, so it is
 // reported with the rank and the whole job is taken down with MPI_Abort: no rank is left
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
         code = zt::kExitBadInput;
     } catch (const zt::AgreedError& e) {
         if (world_rank() == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
-        code = zt::kExitFailure;
+        code = e.exit_status();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "ztrain: rank %d: fatal: %s\n", world_rank(), e.what());
         std::fflush(stderr);

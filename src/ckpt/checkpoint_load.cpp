@@ -57,6 +57,9 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     p.scaler_clean_steps = meta.at("scaler").value("clean_steps", 0);
     p.scaler_hysteresis_left = meta.at("scaler").value("hysteresis_left", 1);
     p.bad_steps = meta.value("bad_steps", 0);
+    for (const auto& k : meta.value("skipped_samples", nlohmann::json::array())) {
+        p.skipped.push_back(SkippedSpan{k.at(0).get<uint64_t>(), k.at(1).get<uint64_t>()});
+    }
     record.seed_known = meta.contains("seed");
     record.seed = meta.value("seed", uint64_t{0});
     record.config_ini = meta.value("config_ini", std::string());

@@ -116,6 +116,7 @@ nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelSt
                       {"clean_steps", progress.scaler_clean_steps},
                       {"hysteresis_left", progress.scaler_hysteresis_left}};
     meta["bad_steps"] = progress.bad_steps;
+    for (const SkippedSpan& k : progress.skipped) meta["skipped_samples"].push_back({k.from, k.samples});
     meta["config_ini"] = record.config_ini;
     if (!record.inputs.is_null()) meta["inputs"] = record.inputs;
     for (const auto& [key, value] : layout_fields.items()) meta[key] = value;

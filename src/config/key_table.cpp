@@ -89,6 +89,19 @@ const KeyDef kKeys[] = {
     ZT_KEY("train.max_bad_steps", train.max_bad_steps,
            "consecutive steps with non-finite gradients (skipped) before a bf16, fp32 or static-scale fp16 "
            "run stops"),
+    ZT_KEY("train.spike", train.spike,
+           "a loss spike: off | rollback (restore the last in-memory snapshot in the process, skip the global "
+           "batches since it and go on; exit 4 after train.spike_max_rollbacks)"),
+    ZT_KEY("train.spike_factor", train.spike_factor,
+           "train.spike = rollback: a loss above this factor x the median of the recent losses is a spike step "
+           "(a non-finite loss always is)"),
+    ZT_KEY("train.spike_patience", train.spike_patience,
+           "train.spike = rollback: consecutive spike steps before the run rolls back"),
+    ZT_KEY("train.spike_snapshot_every", train.spike_snapshot_every,
+           "train.spike = rollback: steps between in-memory snapshots of the state (host copies of the owned "
+           "master, m, v; independent of checkpoint.keep)"),
+    ZT_KEY("train.spike_max_rollbacks", train.spike_max_rollbacks,
+           "train.spike = rollback: rollbacks before the run ends with exit status 4"),
 
     ZT_KEY("parallel.zero_stage", parallel.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage"),
     ZT_KEY("parallel.bucket_mb", parallel.bucket_mb,
@@ -121,6 +134,10 @@ const KeyDef kKeys[] = {
     ZT_KEY("parallel.pipeline_layers", parallel.pipeline_layers,
            "blocks per virtual stage in pipeline order, e.g. 3,4,4,3 (they sum to model.n_layer) | empty: "
            "balanced by the forward FLOPs of each block, the LM head counted on the last stage"),
+    ZT_KEY("parallel.check_every", parallel.check_every,
+           "steps between state checks for silent data corruption: replicas compare hashes of their master, "
+           "AdamW state and parameters, unreplicated shards verify checksums taken after the optimizer; a "
+           "mismatch ends the job with exit status 3 (0: off)"),
     ZT_KEY("parallel.timeout_s", parallel.timeout_s,
            "seconds one collective may wait before the job is aborted with a message (0: never)"),
     ZT_KEY("parallel.comm_thread", parallel.comm_thread,
@@ -174,6 +191,9 @@ const KeyDef kKeys[] = {
     ZT_KEY("run.tensorboard", run.tensorboard,
            "true: rank 0 also writes every metrics.jsonl scalar as a TensorBoard event file in <run.dir>/tb "
            "(tensorboard --logdir <run.dir>/tb) | false"),
+    ZT_KEY("run.report_every", run.report_every,
+           "steps between straggler reports: ranks whose compute time is more than 20% above the median are "
+           "named with their hosts and slowest phase (0: never)"),
 };
 
 #undef ZT_KEY

@@ -60,6 +60,8 @@ const std::pair<const char*, PipelineSchedule> kPipelineScheduleNames[] = {
     {"1f1b", PipelineSchedule::k1F1B},
     {"interleaved", PipelineSchedule::kInterleaved},
     {"zb", PipelineSchedule::kZeroBubble}};
+const std::pair<const char*, SpikePolicy> kSpikeNames[] = {{"off", SpikePolicy::kOff},
+                                                           {"rollback", SpikePolicy::kRollback}};
 const std::pair<const char*, DataOverlong> kOverlongNames[] = {
     {"error", DataOverlong::kError}, {"truncate", DataOverlong::kTruncate}, {"drop", DataOverlong::kDrop}};
 
@@ -84,6 +86,7 @@ const auto& choice_names(OnInputChange) { return kOnChangeNames; }
 const auto& choice_names(DataPacking) { return kPackingNames; }
 const auto& choice_names(PipelineSchedule) { return kPipelineScheduleNames; }
 const auto& choice_names(DataOverlong) { return kOverlongNames; }
+const auto& choice_names(SpikePolicy) { return kSpikeNames; }
 
 /// An enum-like setting: one of its names.
 template <class Enum>
@@ -342,6 +345,7 @@ const char* setting_text(OnInputChange v) { return choice_text(v, choice_names(v
 const char* setting_text(DataPacking v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(DataOverlong v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(PipelineSchedule v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(SpikePolicy v) { return choice_text(v, choice_names(v)); }
 
 bool parse_pipeline_layers(const std::string& text, std::vector<int>& out) {
     out.clear();

@@ -144,6 +144,11 @@ void check_train_keys(const Validator& v, const Config& cfg) {
     v.check_int_min("train.sample_tokens", t.sample_tokens, 0);
     v.check_int_min("train.log_every", t.log_every, 1);
     v.check_int_min("train.threads", t.threads, 0);
+    v.check_read("train.spike");
+    v.check(t.spike_factor > 1, "train.spike_factor", "a factor > 1 over the median loss");
+    v.check_int_min("train.spike_patience", t.spike_patience, 1);
+    v.check_int_min("train.spike_snapshot_every", t.spike_snapshot_every, 1);
+    v.check_int_min("train.spike_max_rollbacks", t.spike_max_rollbacks, 1);
 }
 
 void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
@@ -153,6 +158,7 @@ void check_parallel_keys(const Validator& v, const ParallelConfig& p) {
             "0 (the memory plan's choice) or a size in MiB > 0 and <= 1048576 (fractions allowed)");
     v.check(p.tensor >= 1, "parallel.tensor", "a number of ranks >= 1 (1: no tensor parallelism)");
     v.check(p.timeout_s >= 0, "parallel.timeout_s", "a number of seconds >= 0 (0 disables the watchdog)");
+    v.check_int_min("parallel.check_every", p.check_every, 0);
     v.check(p.overlap_depth >= 0 && p.overlap_depth <= kMaxOverlapDepth, "parallel.overlap_depth",
             str("0 (the memory plan's choice) or a depth from 1 to ", kMaxOverlapDepth));
 }
@@ -254,6 +260,7 @@ void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
     v.check(cfg.checkpoint.async_spread >= 0 && cfg.checkpoint.async_spread < 1, "checkpoint.async_spread",
             "a fraction in [0, 1) of the time between saves (0: write at full speed)");
     v.check(!cfg.run.dir.empty(), "run.dir", "a directory name");
+    v.check_int_min("run.report_every", cfg.run.report_every, 0);
     v.check_int_min("eval.every", cfg.eval.every, 0);
     v.check_int_min("eval.limit", cfg.eval.limit, 0);
     const std::string& t = cfg.eval.tasks;

@@ -16,15 +16,23 @@
 
 namespace zt {
 
-std::string peer_hosts(Communicator& comm) {
+std::vector<std::string> rank_hosts(Communicator& comm) {
     constexpr size_t kName = 64;
     char mine[kName] = {};
     if (gethostname(mine, kName - 1) != 0) std::strncpy(mine, "?", kName - 1);
     std::vector<char> all(kName * static_cast<size_t>(comm.size()));
     comm.all_gather_bytes(mine, all.data(), kName);
+    std::vector<std::string> hosts;
+    for (int r = 0; r < comm.size(); ++r) hosts.emplace_back(&all[kName * static_cast<size_t>(r)]);
+    return hosts;
+}
+
+std::string peer_hosts(Communicator& comm) {
+    const std::vector<std::string> hosts = rank_hosts(comm);
+    const std::string& mine = hosts[static_cast<size_t>(comm.rank())];
     std::map<std::string, std::vector<int>> others;  // host -> its ranks, in rank order
     for (int r = 0; r < comm.size(); ++r) {
-        const std::string host(&all[kName * static_cast<size_t>(r)]);
+        const std::string& host = hosts[static_cast<size_t>(r)];
         if (host != mine) others[host].push_back(r);
     }
     std::string out;

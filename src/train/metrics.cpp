@@ -46,7 +46,9 @@ MetricsRepair supersede_metrics(const std::string& path, long step) {
             repair.cut_line = true;  // the last line, complete but not JSON: cut as well
             break;
         }
-        if (j.is_object() && j.contains("step") && j["step"].is_number() && j["step"].get<double>() > step) {
+        const bool rollback = j.is_object() && j.value("event", std::string()) == "rollback";
+        if (j.is_object() && !rollback && j.contains("step") && j["step"].is_number() &&
+            j["step"].get<double>() > step) {
             ++repair.superseded;
             continue;
         }
@@ -81,6 +83,15 @@ MetricsLog::MetricsLog(const std::string& path, bool append) : m_path(path) {
 
 MetricsLog::~MetricsLog() {
     if (m_file != nullptr) std::fclose(m_file);
+}
+
+void MetricsLog::supersede_after(long step) {
+    if (m_file == nullptr) return;
+    std::fclose(m_file);
+    m_file = nullptr;
+    supersede_metrics(m_path, step);
+    m_file = std::fopen(m_path.c_str(), "a");
+    if (m_file == nullptr) throw Error(str("cannot open ", m_path, " for writing: ", std::strerror(errno)));
 }
 
 void MetricsLog::write(const nlohmann::ordered_json& record) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <filesystem>
+#include <iterator>
 #include <map>
 
 #include "ztrain/backend/profiling_backend.hpp"
@@ -74,6 +75,18 @@ void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage
                 f.model_state.bytes / mib);
     std::printf("  %-12s %10.2f\n", "activations", activation_bytes / mib);
     std::printf("  %-12s %10.2f   %s\n", "scratch", sb.scratch / mib, "gathered units, gradient scratch (peak)");
+}
+
+/// Every rank's compute time and phases from the step's gathered figures (rows of `world`:
+/// wait, run, compute, forward, backward, communication, optimizer).
+std::vector<RankStepTimes> rank_step_times(const std::vector<double>& per_rank, size_t world) {
+    std::vector<RankStepTimes> ranks(world);
+    for (size_t r = 0; r < world; ++r) {
+        ranks[r].compute_ms = per_rank[2 * world + r];
+        ranks[r].step_ms = per_rank[r] + ranks[r].compute_ms;  // waited + computed
+        for (size_t k = 0; k < ranks[r].phase_ms.size(); ++k) ranks[r].phase_ms[k] = per_rank[(3 + k) * world + r];
+    }
+    return ranks;
 }
 
 }  // namespace
@@ -255,10 +268,16 @@ void StepReporter::step(const StepReport& r) {
     // Bytes per kind, taken before the all-reduce below adds to m_comm's counts.
     const nlohmann::ordered_json cb = comm_bytes_record();
     const size_t world = static_cast<size_t>(m_comm.size());
-    std::vector<double> per_rank(2 * world, 0.0);
-    per_rank[static_cast<size_t>(m_comm.rank())] = ov.wait_s * 1e3;
-    per_rank[world + static_cast<size_t>(m_comm.rank())] = ov.run_s * 1e3;
+    // Per rank: wait, run, compute (the step less its waits) and the phases (stragglers).
+    const size_t me = static_cast<size_t>(m_comm.rank());
+    const double own[] = {ov.wait_s, ov.run_s, r.step_s - ov.wait_s, r.phases.fwd, r.phases.bwd, r.phases.comm,
+                          r.phases.opt};
+    std::vector<double> per_rank(std::size(own) * world, 0.0);
+    for (size_t k = 0; k < std::size(own); ++k) per_rank[k * world + me] = own[k] * 1e3;
     m_comm.all_reduce_scalars(per_rank.data(), per_rank.size());
+    const std::vector<RankStepTimes> rank_times = rank_step_times(per_rank, world);
+    const std::optional<Stragglers> stragglers = m_stragglers ? m_stragglers->add(r.step, rank_times, run_here == 1)
+                                                              : std::nullopt;
     if (!m_root) return;
     nlohmann::ordered_json rec;
     rec["step"] = r.step;
@@ -282,8 +301,12 @@ void StepReporter::step(const StepReport& r) {
     overlap["wait_ms"] = ov.wait_s * 1e3;
     overlap["run_ms"] = ov.run_s * 1e3;
     overlap["wait_ms_by_rank"] = std::vector<double>(per_rank.begin(), per_rank.begin() + static_cast<long>(world));
-    overlap["run_ms_by_rank"] = std::vector<double>(per_rank.begin() + static_cast<long>(world), per_rank.end());
+    overlap["run_ms_by_rank"] =
+        std::vector<double>(per_rank.begin() + static_cast<long>(world), per_rank.begin() + static_cast<long>(2 * world));
     rec["comm_overlap"] = overlap;
+    const ComputeExtremes ce = compute_extremes(rank_times);
+    rec["compute_ms"] = {{"slowest", ce.slowest_ms}, {"slowest_rank", ce.slowest_rank}, {"fastest", ce.fastest_ms},
+                         {"fastest_rank", ce.fastest_rank}};
     rec["zero_ms"] = r.phases.zero * 1e3;
     rec["fwd_ms"] = r.phases.fwd * 1e3;
     rec["bwd_ms"] = r.phases.bwd * 1e3;
@@ -295,6 +318,7 @@ void StepReporter::step(const StepReport& r) {
         rec["ops_ms"] = ops;
     }
     record(rec);
+    if (stragglers) report_stragglers(*stragglers);
     const long done = r.step;
     if (done % m_log_every == 0 || done == m_max_steps || done == 1) {
         const double avg = run_here > 1 ? m_train_seconds / static_cast<double>(run_here - 1) : r.step_s;
@@ -303,6 +327,20 @@ void StepReporter::step(const StepReport& r) {
                     format_duration(avg * static_cast<double>(m_max_steps - done)).c_str());
         std::fflush(stdout);
     }
+}
+
+void StepReporter::report_stragglers(const Stragglers& s) {
+    nlohmann::ordered_json rec;
+    rec["event"] = "stragglers";
+    rec["step"] = s.step;
+    rec["ranks"] = s.ranks;
+    rec["hosts"] = s.hosts;
+    rec["phase"] = s.phase;
+    rec["ratios"] = s.ratios;
+    rec["median_compute_ms"] = s.median_ms;
+    record(rec);
+    std::printf("ztrain: %s\n", describe(s).c_str());
+    std::fflush(stdout);
 }
 
 void StepReporter::val_loss(long step, double loss) {
@@ -376,6 +414,23 @@ void StepReporter::stopped_by_signal(int signal, long step) {
     }
     std::printf("ztrain: stopped by %s (signal %d) after step %ld; resume with checkpoint.resume=auto\n", name,
                 signal, step);
+}
+
+void StepReporter::rolled_back(const Rollback& rb) {
+    if (!m_root) return;
+    m_metrics.supersede_after(rb.to_step);
+    nlohmann::ordered_json rec;
+    rec["event"] = "rollback";
+    rec["step"] = rb.step;
+    rec["to_step"] = rb.to_step;
+    rec["skipped_batches"] = rb.skipped_batches;
+    rec["reason"] = rb.reason;
+    record(rec);
+    std::printf("ztrain: step %ld: loss spike (%s): rolled back to step %ld, skipping %zu global batch(es) from "
+                "%llu\n",
+                rb.step, rb.reason.c_str(), rb.to_step, rb.skipped_batches.size(),
+                static_cast<unsigned long long>(rb.skipped_batches.empty() ? 0 : rb.skipped_batches.front()));
+    std::fflush(stdout);
 }
 
 void StepReporter::memory_peaks(const std::vector<double>& measured) {

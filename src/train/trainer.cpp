@@ -41,8 +41,10 @@
 #include "ztrain/train/input_fingerprint.hpp"
 #include "ztrain/train/memory_plan.hpp"
 #include "ztrain/train/metrics.hpp"
+#include "ztrain/train/replica_check.hpp"
 #include "ztrain/train/resume_policy.hpp"
 #include "ztrain/train/run_lock.hpp"
+#include "ztrain/train/spike_guard.hpp"
 #include "ztrain/train/step_reporter.hpp"
 #include "ztrain/train/stop_signals.hpp"
 #include "ztrain/train/stage_training.hpp"
@@ -83,6 +85,7 @@ TrainProgress checkpoint_progress(const TrainProgress& cursor, const LossScalePo
     p.applied_steps = cursor.applied_steps;
     p.samples_seen = cursor.samples_seen;
     p.tokens_seen = cursor.tokens_seen;
+    p.skipped = cursor.skipped;
     const LossScaleRecord r = loss_scale.record();
     for_each_loss_scale_field([&](auto progress_field, auto record_field) { p.*progress_field = r.*record_field; });
     return p;
@@ -121,6 +124,37 @@ void record_step(const StepOutcome& out, long done, TrainSummary& summary) {
     summary.grad_norms.push_back(out.grad_norm);
     summary.steps = static_cast<int>(done);
 }
+
+/// The step loop's long-run checks: replicas and checksums (parallel.check_every) and
+/// loss spikes (train.spike).
+struct LongRunChecks {
+    ReplicaCheck replicas;
+    SpikeGuard spikes;
+    LongRunChecks(const Config& cfg, TrainSetup& setup, ModelState& state, uint64_t rows_per_step)
+        : replicas(cfg.parallel.check_every, state, *setup.comm, *setup.shard_comm, *setup.replica_comm),
+          spikes(cfg.train, state, *setup.comm, rows_per_step) {}
+    /// Before step `step` (0-based): skipped batches, snapshot, checksums verified.
+    void before_step(long step, TrainProgress& progress, const LossScalePolicy& loss_scale) {
+        replicas.before_step(step + 1);
+        spikes.before_step(progress, loss_scale);
+    }
+    /// After a step's record: the state check, then the spike verdict; true when the state
+    /// was rolled back (`progress` and `summary` then go back with it).
+    bool rolled_back(const StepOutcome& out, TrainProgress& progress, LossScalePolicy& loss_scale,
+                     StepReporter& reporter, TrainSummary& summary) {
+        replicas.after_step(progress.step, out.step_s);
+        const std::optional<Rollback> rb = spikes.judge(progress.step, out.loss, progress);
+        if (!rb) return false;
+        const size_t undone = static_cast<size_t>(rb->step - rb->to_step);
+        for (auto* v : {&summary.losses, &summary.loss_scales, &summary.grad_norms}) v->resize(v->size() - undone);
+        summary.skipped.resize(summary.skipped.size() - undone);
+        summary.steps = static_cast<int>(rb->to_step);
+        progress = spikes.roll_back(progress, loss_scale);
+        replicas.state_replaced();
+        reporter.rolled_back(*rb);
+        return true;
+    }
+};
 
 /// Rank 0 takes the locks of run.dir and checkpoint.dir before anything there is read; a
 /// refusal is agreed, so every rank exits 2 together. Null on the other ranks.
@@ -259,6 +293,7 @@ void describe_run(StepReporter& reporter, const Config& cfg, const TrainSetup& s
                   long step) {
     if (cfg.run.tensorboard) reporter.open_tensorboard((std::filesystem::path(cfg.run.dir) / "tb").string(), step);
     reporter.set_rank_layout(setup.layout());
+    reporter.watch_stragglers(cfg.run.report_every, rank_hosts(*setup.comm));
     // The data communicator carries the loss's sum whatever its ranks (all of them without
     // tensor or pipeline parallelism): counted, so the step's scalar bytes are all there.
     reporter.set_tensor_comms(setup.split_tensor_comm(), setup.data_comm.get());
@@ -357,13 +392,20 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     reporter.begin_training(progress.step);  // the step loop
     // A fresh run evaluates once before training, so the curve starts at the untrained loss.
     if (progress.step == 0 && progress.step < tc.max_steps) record_evaluation(evaluator.evaluate_at_start(), summary);
+    LongRunChecks checks(cfg, setup, state, static_cast<uint64_t>(step_tokens / cfg.model.seq_len));
     for (long step = progress.step; step < tc.max_steps; ++step) {
         current_step = step;
-        const StepOutcome out = training->step(step, progress, reporter);
+        checks.before_step(step, progress, loss_scale);
+        StepOutcome out = training->step(step, progress, reporter);
+        out.loss = checks.spikes.debug_loss(out.loss);
         const long done = progress.step;
         record_step(out, done, summary);
         reporter.step(step_report(out, progress, step_tokens, setup.examples != nullptr));
         saver.step_finished(out.step_s);
+        if (checks.rolled_back(out, progress, loss_scale, reporter, summary)) {
+            step = progress.step - 1;  // the loop's ++step: the step after the snapshot
+            continue;
+        }
         if (out.verdict.action == LossScalePolicy::Action::kStop) throw AgreedError(out.verdict.stop_reason);
         if ((tc.eval_every > 0 && done % tc.eval_every == 0) || done == tc.max_steps) {
             record_evaluation(evaluator.evaluate(done), summary);
@@ -380,6 +422,8 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     }
     saver.finish();  // the last write is published before the run ends
     reporter.finish(progress.step);
+    const std::string check_cost = checks.replicas.cost();
+    if (root && !check_cost.empty()) std::printf("ztrain: %s\n", check_cost.c_str());
     finish_run(options, *training, comm, reporter, summary);
     return summary;
 }

@@ -84,6 +84,13 @@ class ShardPlan;
 class WritePacer;
 
 /// Training-loop state that travels with the weights.
+/// Global samples a loss-spike rollback skipped (train/spike_guard.hpp): when the data
+/// cursor reaches `from`, it moves on by `samples`.
+struct SkippedSpan {
+    uint64_t from = 0;
+    uint64_t samples = 0;
+};
+
 struct TrainProgress {
     long step = 0;             ///< optimizer-loop steps done (skipped ones included)
     long applied_steps = 0;    ///< steps whose update was applied (LR schedule, AdamW t)
@@ -96,6 +103,9 @@ struct TrainProgress {
     int scaler_clean_steps = 0;
     int scaler_hysteresis_left = 0;
     int bad_steps = 0;
+    /// The spans rollbacks skipped, in the order they were skipped (meta "skipped_samples",
+    /// written only when there are any).
+    std::vector<SkippedSpan> skipped;
 };
 
 /// Everything a checkpoint holds besides the model state: save_checkpoint takes it,

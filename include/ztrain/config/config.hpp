@@ -41,6 +41,9 @@ enum class DataOverlong { kError, kTruncate, kDrop };
 enum class PipelineSchedule { k1F1B, kInterleaved, kZeroBubble };
 /// run.memory_check: what a run whose predicted memory does not fit does.
 enum class MemoryCheck { kStrict, kWarn, kOff };
+/// train.spike: what a loss spike does (train/spike_guard.hpp): nothing, or a rollback to
+/// an in-memory snapshot with the batches that led to it skipped.
+enum class SpikePolicy { kOff, kRollback };
 
 /// model.arch: the name of a model family (docs/architecture.md, "Model families"). config/
 /// knows no family: model/'s registry (ztrain/model/family.hpp) holds them, and validation
@@ -92,6 +95,7 @@ const char* setting_text(OnInputChange v);
 const char* setting_text(DataPacking v);
 const char* setting_text(DataOverlong v);
 const char* setting_text(PipelineSchedule v);
+const char* setting_text(SpikePolicy v);
 /// parallel.pipeline_layers' block counts ("3,4,4,3"): false unless every item is an integer
 /// >= 1.
 bool parse_pipeline_layers(const std::string& text, std::vector<int>& out);
@@ -171,6 +175,11 @@ struct TrainConfig {
     int threads = 0;                   ///< CPU threads per rank; 0 = cores / local ranks
     bool recompute = false;            ///< recompute activations in backward (saves memory)
     int max_bad_steps = 5;             ///< consecutive non-finite steps before the run stops
+    SpikePolicy spike = SpikePolicy::kOff;  ///< off | rollback (train/spike_guard.hpp)
+    double spike_factor = 3.0;         ///< a loss above factor x the running median is a spike step
+    int spike_patience = 2;            ///< consecutive spike steps before a rollback
+    int spike_snapshot_every = 50;     ///< steps between in-memory snapshots (rollback)
+    int spike_max_rollbacks = 3;       ///< rollbacks before the run ends with exit status 4
 };
 
 /// The deepest parallel.overlap_depth accepted: past a few units ahead the gathers and
@@ -192,6 +201,7 @@ struct ParallelConfig {
     PipelineSchedule schedule = PipelineSchedule::k1F1B;
     int virtual_stages = 0;            ///< chunks per stage under interleaved; 0 = 2 there, 1 elsewhere
     std::string pipeline_layers;       ///< "3,4,4,3": blocks per virtual stage; empty = balanced by FLOPs
+    int check_every = 0;               ///< steps between replica / checksum state checks; 0 = off
     /// v: the chunks per stage the schedule runs (one stage has one: parallel.schedule is a
     /// pipeline's).
     int chunks() const {
@@ -234,6 +244,8 @@ struct RunConfig {
     MemoryCheck memory_check = MemoryCheck::kStrict;
     /// Rank 0 also writes the metrics as TensorBoard scalars in <dir>/tb.
     bool tensorboard = true;
+    /// Steps between straggler reports (a rank > 20% slower than the median); 0 = never.
+    int report_every = 100;
 };
 
 /// Multiple-choice evaluation in the training loop (docs/evaluation.md).

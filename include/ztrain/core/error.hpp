@@ -15,7 +15,9 @@
 namespace zt {
 
 /// Exit codes of every ztrain executable (README, ztrain usage: "Exit status").
-enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitBadInput = 2 };
+/// 3: replicas or state checksums disagree (silent data corruption suspected; parallel.check_every);
+/// 4: train.spike_max_rollbacks loss-spike rollbacks were not enough.
+enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitBadInput = 2, kExitStateMismatch = 3, kExitTooManyRollbacks = 4 };
 
 /// Concatenates any streamable values into one string: str("n_head=", 3).
 template <typename... Args>
@@ -33,10 +35,16 @@ class Error : public std::runtime_error {
 
 /// A failure every rank detects at the same point, through values agreed by a collective
 /// (e.g. a diverging run's non-finite gradients): rank 0 reports it once and every rank
-/// exits 1 through MPI_Finalize, with no MPI_Abort and nothing left unwritten.
+/// exits 1 (or `exit_status`: 3, 4 for the long-run checks) through MPI_Finalize, with no
+/// MPI_Abort and nothing left unwritten.
 class AgreedError : public Error {
   public:
-    explicit AgreedError(const std::string& what) : Error(what) {}
+    explicit AgreedError(const std::string& what, int exit_status = kExitFailure)
+        : Error(what), m_exit_status(exit_status) {}
+    int exit_status() const { return m_exit_status; }
+
+  private:
+    int m_exit_status;
 };
 
 /// Bad input from the user: config, command line, data or checkpoint (exit status 2).

@@ -51,6 +51,8 @@ class CollectiveWatchdog {
 /// collective cannot tell which peer stopped answering; when this rank's own node is fine, a
 /// stall that every rank of the node reports points at these hosts.
 std::string peer_hosts(Communicator& comm);
+/// Every rank's host name, in rank order (collective over `comm`: one gather).
+std::vector<std::string> rank_hosts(Communicator& comm);
 
 /// Test hook for the watchdog: ZT_DEBUG_STALL="RANK:STEP:SECONDS" makes that rank sleep
 /// before the gradient reduction of that (1-based) step, as a hung rank would.

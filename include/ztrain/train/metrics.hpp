@@ -18,7 +18,8 @@ struct MetricsRepair {
 /// Makes the metrics of a run resumed from a checkpoint at `step` hold each step once: a
 /// cut last line is dropped, and so is every record whose "step" is past `step` (the
 /// interrupted run's, which the resumed run writes again). Records without a step (the
-/// memory records) and the rest stay as they were. The file is rewritten beside itself and
+/// memory records), rollback records (history, whatever step they name) and the rest stay
+/// as they were. The file is rewritten beside itself and
 /// renamed over it (fsynced), so a crash here leaves the old or the new file, whole; a file
 /// that needs no change is not touched. A missing file is fine. Throws Error on I/O failure.
 MetricsRepair supersede_metrics(const std::string& path, long step);
@@ -34,6 +35,9 @@ class MetricsLog {
 
     /// Appends one record and flushes, so a crash loses at most the current line.
     void write(const nlohmann::ordered_json& record);
+    /// A loss-spike rollback to `step`: the records past it superseded (supersede_metrics)
+    /// and the file reopened for appending.
+    void supersede_after(long step);
 
   private:
     std::FILE* m_file = nullptr;

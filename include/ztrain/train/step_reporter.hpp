@@ -16,6 +16,8 @@
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/parallel/device_mesh.hpp"
 #include "ztrain/train/metrics.hpp"
+#include "ztrain/train/spike_guard.hpp"
+#include "ztrain/train/straggler_report.hpp"
 #include "ztrain/train/tensorboard.hpp"
 
 namespace zt {
@@ -109,6 +111,12 @@ class StepReporter {
         m_data = data;
     }
 
+    /// Straggler reports every `report_every` steps (run.report_every; 0: none), naming
+    /// `hosts` (every rank's, rank order); call before the first step.
+    void watch_stragglers(int report_every, std::vector<std::string> hosts) {
+        m_stragglers = std::make_unique<StragglerReport>(report_every, std::move(hosts));
+    }
+
     /// The memory plan's figures (bytes) and its overlap depth, for the memory record
     /// (predicted_peak, overlap_depth) and the start-up line; call before start().
     void set_memory_plan(double per_rank, double per_node, double available, int overlap_depth) {
@@ -145,6 +153,9 @@ class StepReporter {
     /// {"event":"checkpoint","step","async","bytes","blocked_ms","write_ms"} and a console line.
     void checkpoint_written(const CheckpointSaved& saved);
     void stopped_by_signal(int signal, long step);
+    /// A loss-spike rollback: the records past rb.to_step superseded, then
+    /// {"event":"rollback","step","to_step","skipped_batches","reason"} and a console line.
+    void rolled_back(const Rollback& rb);
     /// "ztrain: N steps in T" (fresh), "ztrain: N steps (A to B) in T" (resumed); `last_step`
     /// is the number of steps done at the end.
     void finish(long last_step);
@@ -152,6 +163,8 @@ class StepReporter {
   private:
     /// metrics.jsonl comm_bytes: this step's bytes per collective kind, in all and per group.
     nlohmann::ordered_json comm_bytes_record() const;
+    /// {"event":"stragglers","step","ranks","hosts","phase",...} and its console line.
+    void report_stragglers(const Stragglers& s);
     /// One record to metrics.jsonl and, when open, the TensorBoard file.
     void record(const nlohmann::ordered_json& rec) {
         m_metrics.write(rec);
@@ -163,6 +176,7 @@ class StepReporter {
     int m_log_every;
     MetricsLog m_metrics;
     std::unique_ptr<TensorBoardWriter> m_tensorboard;
+    std::unique_ptr<StragglerReport> m_stragglers;  ///< null until watch_stragglers
     Communicator& m_comm;  // non-const: step() gathers every rank's collective waits
     const Communicator& m_shard;
     const Communicator& m_replica;
