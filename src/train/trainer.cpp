@@ -285,7 +285,7 @@ void describe_examples(const TrainSetup& setup, const TrainConfig& tc, bool root
                 tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");
 }
 
-/// Where a run starts: model.init_from, or a checkpoint (with its loss scale and the notes on
+/// Where a run starts: model.init_from, or a checkpoint (with its loss scale, a blend's cursor and the notes on
 /// what changed since), and the inputs' fingerprint (`inputs`, for the saver) checked against
 /// the checkpoint's. Once the inputs are accepted the run directory is prepared. Returns the
 /// progress to continue from. Collective.
@@ -295,11 +295,11 @@ TrainProgress start_point(const Config& cfg, TrainSetup& setup, ResumePolicy& re
     resume.initial_weights(state, comm);
     const CheckpointRecord resumed = resume.load(state, comm);
     if (resume.resuming()) restore_loss_scale(resumed, loss_scale, comm.rank() == 0);
+    resume.report(resumed, comm.size(), setup.shard_comm->size());
     if (resume.resuming() && setup.train_sampler) {
         const std::string note = resume_blend(resumed, *setup.train_data, *setup.train_sampler);
         if (comm.rank() == 0 && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
     }
-    resume.report(resumed, comm.size(), setup.shard_comm->size());
     inputs = check_inputs(cfg, setup, resumed, resume.resuming(), comm);
     prepare_run_dir(cfg, resume.resuming(), resumed.progress.step, comm);
     return resumed.progress;
