@@ -39,6 +39,7 @@
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/tool_main.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/train/input_fingerprint.hpp"
 
@@ -50,7 +51,7 @@ namespace {
 /// The run's tokenizer description: data.tokenizer, else tokenizer.json beside data.train.
 std::string run_tokenizer_path(const zt::Config& deck) {
     if (!deck.data.tokenizer.empty()) return deck.data.tokenizer;
-    return (fs::path(deck.data.train).parent_path() / "tokenizer.json").string();
+    return (fs::path(zt::first_corpus_pattern(deck.data.train)).parent_path() / "tokenizer.json").string();
 }
 
 /// The run's tokenizer in Hugging Face's files for a directory export of `ckpt`; empty, with

@@ -28,6 +28,7 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/transformer.hpp"
@@ -126,7 +127,7 @@ std::unique_ptr<zt::Tokenizer> find_tokenizer(const EvalOptions& o, const zt::Co
         throw zt::InputError(zt::str("'", o.model, "' has no tokenizer.json nor vocab.json + merges.txt: give --tokenizer"));
     }
     if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer)) return zt::load_tokenizer(cfg.data.tokenizer);
-    const fs::path beside = fs::path(cfg.data.train).parent_path() / "tokenizer.json";
+    const fs::path beside = fs::path(zt::first_corpus_pattern(cfg.data.train)).parent_path() / "tokenizer.json";
     ZT_INPUT_CHECK(fs::exists(beside), "the checkpoint's run used no tokenizer that is still there (data.tokenizer = '",
                    cfg.data.tokenizer, "', nor ", beside.string(), "): give --tokenizer");
     return zt::load_tokenizer(beside.string());

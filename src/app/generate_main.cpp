@@ -38,6 +38,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/tool_main.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/data/examples.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/generator.hpp"
@@ -98,7 +99,7 @@ std::unique_ptr<zt::Tokenizer> find_tokenizer(const Options& o, const zt::ModelS
         const zt::Config deck = zt::parse_deck_text(src.deck, src.step_dir + " (config_ini)");
         if (!deck.data.tokenizer.empty()) tried.push_back(deck.data.tokenizer);
         if (!deck.data.train.empty()) {
-            tried.push_back((fs::path(deck.data.train).parent_path() / "tokenizer.json").string());
+            tried.push_back((fs::path(zt::first_corpus_pattern(deck.data.train)).parent_path() / "tokenizer.json").string());
         }
     }
     for (const std::string& t : tried) {

@@ -69,6 +69,7 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     record.pipeline = meta.value("pipeline", 1);
     record.zero_stage = meta.value("zero_stage", -1);
     record.inputs = meta.value("inputs", nlohmann::json());
+    record.blend = meta.value("blend", nlohmann::json());
     return record;
 }
 

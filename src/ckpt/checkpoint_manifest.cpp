@@ -119,6 +119,7 @@ nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelSt
     for (const SkippedSpan& k : progress.skipped) meta["skipped_samples"].push_back({k.from, k.samples});
     meta["config_ini"] = record.config_ini;
     if (!record.inputs.is_null()) meta["inputs"] = record.inputs;
+    if (!record.blend.is_null()) meta["blend"] = record.blend;
     for (const auto& [key, value] : layout_fields.items()) meta[key] = value;
     return meta;
 }

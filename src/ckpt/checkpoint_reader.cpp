@@ -102,8 +102,8 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
     // value() throws json::type_error for a non-object or a mistyped field: still bad input.
     try {
         h5_require(meta.is_object() && meta.value("format", "") == kFormatName, true, file, "not a ztrain checkpoint");
-        // Every number of the manifest is an integer except scaler.scale and the Llama model
-        // record's real-valued fields (read as double only). A float anywhere else
+        // Every number of the manifest is an integer except scaler.scale, the Llama model
+        // record's real-valued fields and a blend's corpus weights (read as double only). A float anywhere else
         // (1e30 where a unit index belongs) would reach json::get<int> / get<size_t>, whose
         // float-to-integer conversion is undefined behaviour out of range: refuse it here, once,
         // for every reader of the manifest. Iterative: the nesting depth is the file's choice.
@@ -118,6 +118,12 @@ nlohmann::json read_checkpoint_meta(const std::string& step_dir) {
             for (const char* key :
                  {"rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "norm_eps"}) {
                 if (model.contains(key)) reals.push_back(&model.at(key));
+            }
+        }
+        if (meta.contains("blend") && meta.at("blend").is_object() && meta.at("blend").contains("corpora") &&
+            meta.at("blend").at("corpora").is_array()) {
+            for (const nlohmann::json& c : meta.at("blend").at("corpora")) {
+                if (c.is_object() && c.contains("weight")) reals.push_back(&c.at("weight"));
             }
         }
         std::vector<const nlohmann::json*> todo{&meta};

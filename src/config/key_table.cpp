@@ -48,8 +48,8 @@ const KeyDef kKeys[] = {
     ZT_KEY("model.tie_embeddings", model.tie_embeddings,
            "llama: LM head shares the token embedding (false: a separate lm_head.weight)"),
 
-    ZT_KEY("data.train", data.train, "training token shards: file or glob (required; see zt-prepare)"),
-    ZT_KEY("data.val", data.val, "validation token shards: file or glob (empty: no evaluation)"),
+    ZT_KEY("data.train", data.train, "training token shards: file or glob, or a blend GLOB:W, GLOB:W, ... (required; see zt-prepare)"),
+    ZT_KEY("data.val", data.val, "validation token shards: file or glob, or a blend GLOB:W, ... (empty: no evaluation)"),
     ZT_KEY("data.tokenizer", data.tokenizer, "tokenizer file (empty: tokenizer.json next to the train shards)"),
     ZT_KEY("data.on_change", data.on_change,
            "a resume whose training/validation data or tokenizer differ from the checkpoint's (names, sizes, "

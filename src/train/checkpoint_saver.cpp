@@ -143,6 +143,7 @@ void CheckpointSaver::save(const TrainProgress& p, bool stop_requested) {
     record.seed = m_cfg.train.seed;
     record.config_ini = to_ini(m_cfg);
     record.inputs = m_inputs;
+    if (m_blend_record) record.blend = m_blend_record(p.samples_seen);
     // The last save has no steps to overlap: copying a snapshot would only add its time.
     const bool last = stop_requested || p.step >= m_cfg.train.max_steps;
     if (!m_snapshot || last) {

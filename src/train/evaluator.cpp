@@ -7,6 +7,7 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
@@ -113,8 +114,19 @@ void Evaluator::evaluate_tasks(long done) {
 std::optional<Evaluation> Evaluator::evaluate(long step) {
     if (!m_setup.has_validation()) return std::nullopt;
     Evaluation ev;
-    ev.val_loss = m_training.val_loss();
-    m_reporter.val_loss(step, ev.val_loss);
+    const TokenCorpora* val = m_setup.val_data.get();
+    if (val != nullptr && val->weighted()) {
+        // Each corpus on its own leading windows; the loss is their mean under data.val's weights.
+        CorpusLosses by_corpus;
+        for (size_t c = 0; c < val->size(); ++c) {
+            by_corpus.emplace_back(val->spec(c).pattern, m_training.val_loss(c));
+            ev.val_loss += val->spec(c).weight * by_corpus.back().second;
+        }
+        m_reporter.val_loss(step, ev.val_loss, by_corpus);
+    } else {
+        ev.val_loss = m_training.val_loss(0);
+        m_reporter.val_loss(step, ev.val_loss);
+    }
     if (m_tc.sample_tokens > 0) {
         // Every rank generates (the same tokens, from the same counter-based draws): with
         // sharded parameters or stages each forward is collective. Only rank 0 prints. On

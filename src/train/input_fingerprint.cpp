@@ -80,8 +80,13 @@ void list_changes(const char* key, const nlohmann::json& was, const nlohmann::js
                   std::vector<std::string>& out) {
     std::map<std::string, nlohmann::json> before;
     std::map<std::string, nlohmann::json> after;
-    for (const auto& f : was) before[f.value("file", "")] = f;
-    for (const auto& f : now) after[f.value("file", "")] = f;
+    // A blend's files are named with their corpus: two corpora may hold files of one name.
+    const auto name_of = [](const nlohmann::json& f) {
+        const std::string corpus = f.value("corpus", "");
+        return corpus.empty() ? f.value("file", "") : str(corpus, ": ", f.value("file", ""));
+    };
+    for (const auto& f : was) before[name_of(f)] = f;
+    for (const auto& f : now) after[name_of(f)] = f;
     for (const auto& [name, f] : before) {
         const auto it = after.find(name);
         if (it == after.end()) {
@@ -95,15 +100,25 @@ void list_changes(const char* key, const nlohmann::json& was, const nlohmann::js
     }
 }
 
+/// The fingerprints of `files`, each with its corpus when `corpora` names them.
+nlohmann::json files_fingerprint(const std::vector<std::string>& files, const std::vector<std::string>& corpora) {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t i = 0; i < files.size(); ++i) {
+        out.push_back(file_fingerprint(files[i]));
+        if (i < corpora.size()) out.back()["corpus"] = corpora[i];
+    }
+    return out;
+}
+
 }  // namespace
 
 nlohmann::json input_fingerprint(const std::vector<std::string>& train_files,
-                                 const std::vector<std::string>& val_files, const std::string& tokenizer_file) {
+                                 const std::vector<std::string>& val_files, const std::string& tokenizer_file,
+                                 const std::vector<std::string>& train_corpora,
+                                 const std::vector<std::string>& val_corpora) {
     nlohmann::json j;
-    j["train"] = nlohmann::json::array();
-    for (const std::string& f : train_files) j["train"].push_back(file_fingerprint(f));
-    j["val"] = nlohmann::json::array();
-    for (const std::string& f : val_files) j["val"].push_back(file_fingerprint(f));
+    j["train"] = files_fingerprint(train_files, train_corpora);
+    j["val"] = files_fingerprint(val_files, val_corpora);
     j["tokenizer"] = tokenizer_file.empty() ? nlohmann::json() : file_fingerprint(tokenizer_file);
     return j;
 }

@@ -15,6 +15,7 @@
 #include "ztrain/comm/agree.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/device_mesh.hpp"
@@ -175,6 +176,25 @@ void add_example_items(const Config& cfg, const ExampleRunSizes& examples, std::
         items.push_back({"row segments", Transformer::row_segment_bytes(cfg.model, cfg.train.micro_batch),
                          "the model's copy of packed rows' position runs and attention starts"});
     }
+}
+
+/// The corpora of a weighted data.train / data.val held in memory (data/blend.hpp). Only a
+/// blend is counted, so the plan of one corpus stays what it was; none when neither is one.
+std::optional<MemoryItem> blend_item(const Config& cfg) {
+    double bytes = 0;
+    size_t corpora = 0;
+    const std::pair<const std::string*, const char*> keys[] = {{&cfg.data.train, "data.train"},
+                                                               {&cfg.data.val, "data.val"}};
+    for (const auto& [text, key] : keys) {
+        if (text->empty()) continue;
+        const CorpusList list = parse_corpus_list(*text, key);
+        if (!list.weighted) continue;
+        bytes += planned_corpus_bytes(list, key, cfg.model.seq_len);
+        corpora += list.corpora.size();
+    }
+    if (corpora == 0) return std::nullopt;
+    return MemoryItem{"corpora", bytes,
+                      str(corpora, " blended corpora held: tokens x 4 B, windows x 12 B (start, shuffled order)")};
 }
 
 /// Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
@@ -373,9 +393,11 @@ double ddp_bucket_bytes(double gradient_wire_bytes) {
 MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
                        double baseline_bytes, bool device, double device_available,
                        const ExampleRunSizes* examples) {
+    const std::optional<MemoryItem> corpora = device ? std::nullopt : blend_item(cfg);
     auto at = [&](int depth) {
         MemoryPlan p = plan_largest_rank(cfg, world_size, ranks_per_node, attention_scratch_floats, baseline_bytes,
                                          device, depth, examples);
+        if (corpora) p.items.push_back(*corpora);
         if (device && device_available > 0) {
             p.available = device_available;
             p.available_what = "free GPU memory (cudaMemGetInfo)";

@@ -11,6 +11,7 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/clock.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/data/examples.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/model/transformer.hpp"
@@ -84,7 +85,7 @@ class ScheduledTraining final : public StageTraining {
     size_t activation_bytes() const override;
     std::string describe() const override;
     StepOutcome step(long step, TrainProgress& progress, StepReporter& reporter) override;
-    double val_loss() override;
+    double val_loss(size_t corpus) override;
     void next_logits(const int32_t* window, int T, float* row) override;
     const float* position_losses(const int32_t* inputs, const int32_t* targets, int B, int T) override;
     std::vector<float> gather_params() override;
@@ -125,6 +126,7 @@ class ScheduledTraining final : public StageTraining {
     std::vector<RowBatch> m_batches;
     std::vector<long> m_batch_holds;
     std::vector<float> m_losses;  ///< position_losses' result
+    size_t m_val_corpus = 0;      ///< the validation corpus val_loss reads
 };
 
 ScheduledTraining::ScheduledTraining(const Config& cfg, TrainSetup& setup, LossScalePolicy& loss_scale,
@@ -213,7 +215,7 @@ PipelineMicroBatch ScheduledTraining::micro_batch(Source source, uint64_t first,
             if (feed && feed->val()) {
                 feed->fill_val(at, B, b);
             } else {
-                m_setup.val_sampler->fill(at, B, b.inputs.data(), b.targets.data());
+                m_setup.val_samplers[m_val_corpus]->fill(at, B, b.inputs.data(), b.targets.data());
             }
         }
         m_batch_holds[slot] = a;
@@ -345,8 +347,9 @@ StepOutcome ScheduledTraining::step(long step, TrainProgress& progress, StepRepo
     return out;
 }
 
-double ScheduledTraining::val_loss() {
+double ScheduledTraining::val_loss(size_t corpus) {
     const TrainConfig& tc = m_cfg.train;
+    m_val_corpus = corpus;
     const int E = tc.eval_batches;
     // The same leading windows (or example rows) every time, split over the data ranks.
     const bool examples = m_setup.examples && m_setup.examples->val();

@@ -288,6 +288,11 @@ void StepReporter::step(const StepReport& r) {
     rec["tokens_per_s"] = r.tokens_per_s;
     if (r.targets) rec["targets"] = *r.targets;
     if (r.rows) rec["rows"] = *r.rows;
+    if (!r.tokens_by_corpus.empty()) {
+        nlohmann::ordered_json by = nlohmann::ordered_json::object();
+        for (const auto& [corpus, tokens] : r.tokens_by_corpus) by[corpus] = tokens;
+        rec["tokens_by_corpus"] = by;
+    }
     rec["step_ms"] = r.step_s * 1e3;
     rec["loss_scale"] = r.loss_scale;
     rec["skipped"] = r.skipped;
@@ -343,13 +348,25 @@ void StepReporter::report_stragglers(const Stragglers& s) {
     std::fflush(stdout);
 }
 
-void StepReporter::val_loss(long step, double loss) {
+void StepReporter::val_loss(long step, double loss, const CorpusLosses& by_corpus) {
     if (!m_root) return;
     nlohmann::ordered_json rec;
     rec["step"] = step;
     rec["val_loss"] = loss;
+    std::string each;
+    if (!by_corpus.empty()) {
+        nlohmann::ordered_json by = nlohmann::ordered_json::object();
+        for (const auto& [corpus, l] : by_corpus) {
+            by[corpus] = l;
+            char value[32];
+            std::snprintf(value, sizeof value, "%.4f", l);
+            each += str(each.empty() ? " (" : ", ", corpus, " ", value);
+        }
+        rec["val_loss_by_corpus"] = by;
+        each += ")";
+    }
     record(rec);
-    std::printf("step %ld | val loss %.4f\n", step, loss);
+    std::printf("step %ld | val loss %.4f%s\n", step, loss, each.c_str());
 }
 
 void StepReporter::choice_eval(long step, const std::string& task, const ChoiceCounts& c) {

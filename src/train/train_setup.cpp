@@ -14,6 +14,7 @@
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/train/example_feed.hpp"
@@ -85,6 +86,32 @@ std::unique_ptr<Backend> make_backend(BackendChoice kind, int threads, int local
     return make_cpu_backend(threads);
 }
 
+/// The corpora of `key` (data.train or data.val, set): one file or glob, or a weighted
+/// blend, whose corpora must be pretraining shards; rank 0 prints the weights' normalisation.
+std::unique_ptr<TokenCorpora> read_corpora(const std::string& text, const char* key, const ModelConfig& mc,
+                                           bool root) {
+    const CorpusList list = parse_corpus_list(text, key);
+    for (const CorpusSpec& c : list.corpora) {
+        ZT_INPUT_CHECK(!list.weighted || !is_example_shard(c.pattern, key), key, ": corpus '", c.pattern,
+                       "' holds example shards (zt-prepare --format jsonl): blends are of pretraining shards; "
+                       "fine-tune on one example corpus without weights");
+    }
+    if (root && !list.note.empty()) std::printf("ztrain: note: %s\n", list.note.c_str());
+    return std::make_unique<TokenCorpora>(list, key, mc.vocab_size, mc.seq_len);
+}
+
+/// data.train and data.val as pretraining corpora, with their samplers: the blend's order
+/// for training, each validation corpus's leading windows for evaluation.
+void read_pretraining_data(const Config& cfg, TrainSetup& s) {
+    const bool root = s.comm->rank() == 0;
+    s.train_data = read_corpora(cfg.data.train, "data.train", cfg.model, root);
+    if (!cfg.data.val.empty()) s.val_data = read_corpora(cfg.data.val, "data.val", cfg.model, root);
+    s.train_sampler = std::make_unique<BlendSampler>(*s.train_data, cfg.train.seed, true);
+    for (size_t c = 0; s.val_data && c < s.val_data->size(); ++c) {
+        s.val_samplers.push_back(std::make_unique<BatchSampler>(s.val_data->dataset(c), cfg.train.seed, false));
+    }
+}
+
 /// Runs longer than this without periodic checkpoints get a note at start.
 constexpr int kLongRunSteps = 500;
 
@@ -94,7 +121,7 @@ TrainSetup::TrainSetup() = default;
 TrainSetup::~TrainSetup() = default;
 TrainSetup::TrainSetup(TrainSetup&&) noexcept = default;
 
-bool TrainSetup::has_validation() const { return val_sampler || (examples && examples->val()); }
+bool TrainSetup::has_validation() const { return !val_samplers.empty() || (examples && examples->val()); }
 
 std::vector<std::string> TrainSetup::train_files() const {
     return examples ? examples->train().files() : train_data->files();
@@ -105,10 +132,31 @@ std::vector<std::string> TrainSetup::val_files() const {
     return val_data ? val_data->files() : std::vector<std::string>{};
 }
 
+namespace {
+
+/// Each file's corpus pattern, for a weighted list; empty for one plain corpus.
+std::vector<std::string> file_corpora(const TokenCorpora* corpora) {
+    std::vector<std::string> out;
+    if (corpora == nullptr || !corpora->weighted()) return out;
+    for (size_t c = 0; c < corpora->size(); ++c) {
+        out.insert(out.end(), corpora->dataset(c).files().size(), corpora->spec(c).pattern);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::vector<std::string> TrainSetup::train_file_corpora() const { return file_corpora(train_data.get()); }
+
+std::vector<std::string> TrainSetup::val_file_corpora() const { return file_corpora(val_data.get()); }
+
 std::string TrainSetup::describe_data() const {
     if (examples) return examples->describe_units();
-    return str(train_data->num_windows(), " train windows",
-               val_data ? str(", ", val_data->num_windows(), " val windows") : std::string());
+    const auto corpora = [](const TokenCorpora& d) {
+        return d.weighted() ? str(" in ", d.size(), " corpora") : std::string();
+    };
+    return str(train_data->num_windows(), " train windows", corpora(*train_data),
+               val_data ? str(", ", val_data->num_windows(), " val windows", corpora(*val_data)) : std::string());
 }
 
 TrainSetup set_up_mesh(const Config& cfg, MPI_Comm mpi_comm) {
@@ -155,14 +203,12 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
         ZT_INPUT_CHECK(s.backend_kind != BackendChoice::kCuda || cfg.data.packing == DataPacking::kPad,
                        "data.packing = pack: packed examples need block-diagonal attention, whose backend = cuda "
                        "version has not run on a GPU yet; use data.packing = pad or backend = cpu");
+        ZT_INPUT_CHECK(cfg.data.val.empty() || !parse_corpus_list(cfg.data.val, "data.val").weighted,
+                       "data.val = ", cfg.data.val, ": a weighted list, while data.train holds example shards: "
+                       "blends are of pretraining shards; give one example corpus without weights");
         s.examples = std::make_unique<ExampleFeed>(cfg);
     } else {
-        s.train_data = std::make_unique<TokenDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len);
-        if (!cfg.data.val.empty()) {
-            s.val_data = std::make_unique<TokenDataset>(cfg.data.val, "data.val", mc.vocab_size, mc.seq_len);
-        }
-        s.train_sampler = std::make_unique<BatchSampler>(*s.train_data, cfg.train.seed, true);
-        if (s.val_data) s.val_sampler = std::make_unique<BatchSampler>(*s.val_data, cfg.train.seed, false);
+        read_pretraining_data(cfg, s);
     }
     s.tokenizer = find_tokenizer(cfg, s.train_files().front(), &s.tokenizer_file);
     if (s.tokenizer) {

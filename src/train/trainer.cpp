@@ -30,10 +30,12 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/loss_scale_policy.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/blend_cursor.hpp"
 #include "ztrain/train/checkpoint_saver.hpp"
 #include "ztrain/train/collective_watchdog.hpp"
 #include "ztrain/train/evaluator.hpp"
@@ -189,7 +191,8 @@ nlohmann::json check_inputs(const Config& cfg, const TrainSetup& setup, const Ch
     nlohmann::json now;
     agree_across_ranks(comm, [&] {
         if (comm.rank() != 0) return;
-        now = input_fingerprint(setup.train_files(), setup.val_files(), setup.tokenizer_file);
+        now = input_fingerprint(setup.train_files(), setup.val_files(), setup.tokenizer_file,
+                                setup.train_file_corpora(), setup.val_file_corpora());
         if (!resuming) return;
         const std::vector<std::string> changes = input_changes(resumed.inputs, now);
         if (changes.empty()) return;
@@ -317,7 +320,7 @@ void describe_examples(const TrainSetup& setup, const TrainConfig& tc, bool root
                 tc.epochs > 0 ? str("; train.epochs = ", tc.epochs, ": ", tc.max_steps, " steps").c_str() : "");
 }
 
-/// Where a run starts: model.init_from, or a checkpoint (with its loss scale and the notes on
+/// Where a run starts: model.init_from, or a checkpoint (with its loss scale, a blend's cursor and the notes on
 /// what changed since), and the inputs' fingerprint (`inputs`, for the saver) checked against
 /// the checkpoint's. Once the inputs are accepted the run directory is prepared. Returns the
 /// progress to continue from. Collective.
@@ -328,6 +331,10 @@ TrainProgress start_point(const Config& cfg, TrainSetup& setup, ResumePolicy& re
     const CheckpointRecord resumed = resume.load(state, comm);
     if (resume.resuming()) restore_loss_scale(resumed, loss_scale, comm.rank() == 0);
     resume.report(resumed, comm.size(), setup.shard_comm->size());
+    if (resume.resuming() && setup.train_sampler) {
+        const std::string note = resume_blend(resumed, *setup.train_data, *setup.train_sampler);
+        if (comm.rank() == 0 && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
+    }
     inputs = check_inputs(cfg, setup, resumed, resume.resuming(), comm);
     prepare_run_dir(cfg, resume.resuming(), resumed.progress.step, comm);
     return resumed.progress;
@@ -376,6 +383,11 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     describe_run(reporter, cfg, setup, memory, progress.step);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
     saver.set_inputs(std::move(inputs));
+    if (setup.train_sampler) {
+        saver.set_blend_record([&setup](uint64_t samples_seen) {
+            return blend_record(*setup.train_data, *setup.train_sampler, samples_seen);
+        });
+    }
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
                    work, cfg.precision.reduce(), loss_scale);
     describe_examples(setup, tc, root);
@@ -400,7 +412,11 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
         out.loss = checks.spikes.debug_loss(out.loss);
         const long done = progress.step;
         record_step(out, done, summary);
-        reporter.step(step_report(out, progress, step_tokens, setup.examples != nullptr));
+        StepReport report = step_report(out, progress, step_tokens, setup.examples != nullptr);
+        if (setup.train_sampler) {
+            report.tokens_by_corpus = tokens_by_corpus(*setup.train_data, *setup.train_sampler, progress.samples_seen);
+        }
+        reporter.step(report);
         saver.step_finished(out.step_s);
         if (checks.rolled_back(out, progress, loss_scale, reporter, summary)) {
             step = progress.step - 1;  // the loop's ++step: the step after the snapshot

@@ -344,6 +344,13 @@ t data.val_bad_magic    "data.val: .*magic/train.bin: bad magic [0-9]+ \(expecte
   "${Z[@]}" --data.val="$bad/magic/train.bin"
 t data.too_few_tokens   "data.train: .*holds 10 tokens.*window of seq_len\+1 = 33" \
   "${ZD[@]}" --data.train="$bad/short/train.bin"
+# Blends (data.train = GLOB:W, ...): a bad weight names itself; example shards do not blend.
+t data.blend_negative   "data.train: weight -0.2 of corpus '$fix/data/val_\*.bin' is negative \(expected a weight > 0\)" \
+  "${ZD[@]}" --data.train="$fix/data/train_*.bin:0.8, $fix/data/val_*.bin:-0.2"
+t data.blend_unparsable "data.train: weight '0.5x' of corpus '$fix/data/val_\*.bin' is not a number" \
+  "${ZD[@]}" --data.train="$fix/data/train_*.bin:0.5, $fix/data/val_*.bin:0.5x"
+t data.blend_examples   "data.train: corpus '$work/exdata/train_\*.bin' holds example shards.*blends are of pretraining shards" \
+  "${ZD[@]}" --data.train="$fix/data/train_*.bin:0.5, $work/exdata/train_*.bin:0.5"
 # Example shards train (fine-tuning); what stays bad about them:
 t data.example_overlong "data.train: example 0 has [0-9]+ tokens, more than seq_len \+ 1 = 3 \(data.overlong = error" \
   "${ZD[@]}" --data.train="$work/exdata/train_*.bin" --model.seq_len=2

@@ -51,7 +51,8 @@
 // world_size then), zero_stage (information only: the shard list below says who saved
 // what), dtype, seed, scaler {scale, mode, clean_steps, hysteresis_left}, bad_steps,
 // config_ini (the resolved deck, information only), inputs (the data and tokenizer
-// fingerprint, train/input_fingerprint.hpp; absent in older ones), model {n_layer, n_head, n_embd,
+// fingerprint, train/input_fingerprint.hpp; absent in older ones), blend (a weighted
+// data.train's cursor per corpus, train/blend_cursor.hpp; absent otherwise), model {n_layer, n_head, n_embd,
 // seq_len, vocab_size, vocab_pad_to, init_from: every ModelConfig field; padded_vocab:
 // derived}, units [numel per unit], tensors [{name, unit, offset, shape}], shards [{file,
 // rank, bytes, hash64, units [{unit, begin, end}], tensor_rank (tensor > 1 only), stage (pipeline > 1
@@ -128,6 +129,9 @@ struct CheckpointRecord {
     /// The identity of the run's data and tokenizer (train/input_fingerprint.hpp), saved as
     /// meta_json "inputs"; null when not known (older checkpoints, runs that give none).
     nlohmann::json inputs;
+    /// The data cursor of a weighted data.train, per corpus (train/blend_cursor.hpp), saved
+    /// as meta_json "blend"; null for one corpus without weights (samples_seen is its cursor).
+    nlohmann::json blend;
 };
 
 /// "step_00000100"

@@ -21,6 +21,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,11 @@ class CheckpointSaver {
 
     /// The run's input fingerprint (rank 0's; input_fingerprint.hpp), saved with every checkpoint.
     void set_inputs(nlohmann::json inputs) { m_inputs = std::move(inputs); }
+    /// The blend's data cursor at a save's samples_seen (blend_cursor.hpp's record; null:
+    /// none), saved with every checkpoint. Unset: no record.
+    void set_blend_record(std::function<nlohmann::json(uint64_t samples_seen)> record) {
+        m_blend_record = std::move(record);
+    }
 
     bool async() const { return m_snapshot != nullptr; }
     /// Host bytes the async snapshot holds (0 for synchronous saves).
@@ -98,6 +104,7 @@ class CheckpointSaver {
     std::unique_ptr<Communicator> m_ckpt_comm;   ///< async: checkpoint traffic only
     std::unique_ptr<CheckpointSnapshot> m_snapshot;
     nlohmann::json m_inputs;
+    std::function<nlohmann::json(uint64_t)> m_blend_record;
     std::vector<double> m_step_times;  ///< the last kStepWindow step times (a ring)
     size_t m_step_next = 0;            ///< where the next one goes in the ring
     // The write in flight.

@@ -18,9 +18,13 @@ namespace zt {
 
 /// {"train": [FILE...], "val": [FILE...], "tokenizer": FILE or null}, FILE = {"file" (base
 /// name), "bytes", "header", "head", "tail"} (hash64 hex of the first KiB, first and last
-/// MiB). Throws InputError naming a file that cannot be read.
+/// MiB). Throws InputError naming a file that cannot be read. `train_corpora` /
+/// `val_corpora`: each file's corpus pattern for a weighted list (FILE then has "corpus", and
+/// changes are matched by corpus and name), empty otherwise.
 nlohmann::json input_fingerprint(const std::vector<std::string>& train_files,
-                                 const std::vector<std::string>& val_files, const std::string& tokenizer_file);
+                                 const std::vector<std::string>& val_files, const std::string& tokenizer_file,
+                                 const std::vector<std::string>& train_corpora = {},
+                                 const std::vector<std::string>& val_corpora = {});
 
 /// What differs between a checkpoint's fingerprint `saved` and this run's `now`, one phrase
 /// each ("data.train: train_001.bin: 2048 -> 4096 bytes"); empty when nothing does, or when

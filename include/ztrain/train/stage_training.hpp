@@ -76,8 +76,9 @@ class StageTraining {
     /// The mean validation loss over train.eval_batches micro-batches per data rank (the
     /// same leading windows, or example rows, every time): windows, the mean of their
     /// micro-batch means; example shards, the loss over every target. Needs validation data
-    /// (TrainSetup::has_validation). Collective.
-    virtual double val_loss() = 0;
+    /// (TrainSetup::has_validation). `corpus`: which corpus of a data.val blend (0 otherwise).
+    /// Collective.
+    virtual double val_loss(size_t corpus) = 0;
     /// Writes the logits (host memory, model.padded_vocab() floats, the same on every rank)
     /// of the last of the T tokens at `window`, after a forward over them: a sample's draw
     /// (evaluator.hpp's NextLogits). Collective.

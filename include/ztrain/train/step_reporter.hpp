@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ztrain/config/config.hpp"
@@ -56,7 +57,13 @@ struct StepReport {
     /// rows over every rank and micro-step.
     std::optional<uint64_t> targets;
     std::optional<uint64_t> rows;
+    /// A weighted data.train only (absent otherwise): the tokens taken from each corpus so
+    /// far, keyed by its pattern, in the list's order (they sum to tokens_seen).
+    std::vector<std::pair<std::string, uint64_t>> tokens_by_corpus;
 };
+
+/// A validation loss per corpus of a weighted data.val, keyed by its pattern.
+using CorpusLosses = std::vector<std::pair<std::string, double>>;
 
 /// Text (a sample) as a terminal should show it: valid UTF-8 as is, line breaks kept and
 /// indented by four spaces, every control byte and every byte of invalid UTF-8 escaped as
@@ -146,7 +153,9 @@ class StepReporter {
     void skipped(long step, bool fp16, double scale_before, double scale_after);
     /// The step's metrics record and, on log steps, its console line.
     void step(const StepReport& r);
-    void val_loss(long step, double loss);
+    /// {"step","val_loss"}, with "val_loss_by_corpus" when `by_corpus` is not empty (a
+    /// weighted data.val; `loss` is then their weighted mean).
+    void val_loss(long step, double loss, const CorpusLosses& by_corpus = {});
     /// {"event":"eval","step","task","n","acc","acc_norm","acc_token"} and a console line.
     void choice_eval(long step, const std::string& task, const ChoiceCounts& counts);
     void sample(long step, const std::string& text);

@@ -23,9 +23,10 @@ class ProfilingBackend;
 
 class Backend;
 class BatchSampler;
+class BlendSampler;
 class Communicator;
 class ExampleFeed;
-class TokenDataset;
+class TokenCorpora;
 class Tokenizer;
 
 /// backend = cuda trains what is integrated on device memory: fp32 (precision.dtype and
@@ -45,16 +46,18 @@ struct TrainSetup {
     // the backend whose stream it uses, everything before the MPI communicator.
     std::unique_ptr<Communicator> comm;  ///< MPI: host-side traffic (scalars, checkpoints)
     BackendChoice backend_kind = BackendChoice::kCpu;  ///< kCpu | kCuda: `backend` resolved (never kAuto)
-    std::unique_ptr<TokenDataset> train_data;  ///< null on example shards
-    std::unique_ptr<TokenDataset> val_data;  ///< null without data.val or on example shards
+    /// data.train's corpora (one, or a weighted blend: data/blend.hpp); null on example shards.
+    std::unique_ptr<TokenCorpora> train_data;
+    std::unique_ptr<TokenCorpora> val_data;  ///< null without data.val or on example shards
     /// Example shards (zt-prepare --format jsonl): their rows instead of the windows and
     /// samplers above; null on pretraining shards.
     std::unique_ptr<ExampleFeed> examples;
     std::unique_ptr<Tokenizer> tokenizer;    ///< null: samples are shown as token ids
     std::string tokenizer_file;              ///< the file `tokenizer` came from ("" when none)
     std::vector<ChoiceTask> eval_tasks;      ///< eval.tasks, tokenized with `tokenizer`
-    std::unique_ptr<BatchSampler> train_sampler;
-    std::unique_ptr<BatchSampler> val_sampler;  ///< null without data.val
+    std::unique_ptr<BlendSampler> train_sampler;
+    /// One per corpus of data.val (each evaluated on its own); empty without data.val.
+    std::vector<std::unique_ptr<BatchSampler>> val_samplers;
     std::unique_ptr<Backend> backend;
     /// `backend` itself when ZT_PROFILE_OPS wrapped it in a ProfilingBackend, else null.
     ProfilingBackend* op_profile = nullptr;
@@ -90,6 +93,10 @@ struct TrainSetup {
     /// The training and validation files, whichever kind of shard they are.
     std::vector<std::string> train_files() const;
     std::vector<std::string> val_files() const;
+    /// The corpus (its pattern) of each of train_files() / val_files() when data.train /
+    /// data.val is a weighted list; empty otherwise (the fingerprint then names files alone).
+    std::vector<std::string> train_file_corpora() const;
+    std::vector<std::string> val_file_corpora() const;
     /// What the start-up line says the data is, in its own units: "N train windows, M val
     /// windows" on token shards; on example shards the examples, the rows they make per
     /// epoch (data.packing) and what data.overlong left out or cut
