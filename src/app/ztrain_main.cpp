@@ -82,6 +82,7 @@ int run(int argc, char** argv) {
                 zt::PlanSearchOptions options;
                 options.all = cli.plan_all;
                 options.write_deck = cli.plan_write;
+                options.cluster_memory = cli.plan_cluster;  // else this node's, as --plan's verdict
                 const std::string table = zt::search_plans(cli.config, cluster, world, per_node, options);
                 if (root) std::fputs(table.c_str(), stdout);
                 return zt::kExitOk;
