@@ -286,7 +286,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
                   str(buckets, " bucket(s) of ", bucket / 1048576, " MiB over ", mesh.data, " ranks (", one.algorithm,
                       ", ", where, "-node)"));
     }
-    if (stage == 0 || mesh.shard <= 1) return;
+    if (stage == 0 || mesh.data <= 1) return;
     // ZeRO: each unit reduce-scattered over the shard group (stage 1: once per step; 2, 3:
     // every micro-batch, or once under a pipeline), the owned shard all-reduced over the
     // replicas (hybrid), and the parameters all-gathered (1, 2: after the step; 3: each unit
@@ -306,10 +306,13 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
                                   shard_link).seconds;
     }
     const int reductions = (stage >= 2 && mesh.pipeline == 1) ? in.micro_batches : 1;
-    add_phase(plan, "grad reduce-scatter", reductions * rs,
-              reductions * exposed_seconds(rs, in.backward_s, rs_tail, mesh.overlap),
-              str(in.unit_numel.size(), " units over ", mesh.shard, " ranks (ring, ", where, "-node), ", reductions,
-                  reductions == 1 ? " time" : " times", " a step"));
+    // Shard groups of one rank: nothing to scatter or gather, only the replicas' all-reduce.
+    if (mesh.shard > 1) {
+        add_phase(plan, "grad reduce-scatter", reductions * rs,
+                  reductions * exposed_seconds(rs, in.backward_s, rs_tail, mesh.overlap),
+                  str(in.unit_numel.size(), " units over ", mesh.shard, " ranks (ring, ", where, "-node), ",
+                      reductions, reductions == 1 ? " time" : " times", " a step"));
+    }
     if (mesh.replicas > 1) {
         const GroupPlacement rp = place_group(mesh.replicas, mesh.shard * mesh.tensor, mesh.ranks_per_node);
         const Link rl = group_link(c, rp, mesh.active_on_node);
@@ -323,6 +326,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
                   str("the owned shards over ", mesh.replicas, " replicas (", ar.algorithm, ", ",
                       rl.inter_node ? "inter" : "intra", "-node; hybrid sharding)"));
     }
+    if (mesh.shard <= 1) return;
     if (stage == 3) {
         const double passes = 2.0 * in.micro_batches;
         const double exposed = in.micro_batches * (exposed_seconds(ag, in.forward_s, ag_tail, mesh.overlap) +

@@ -193,6 +193,13 @@ TEST(TimePlan, DataParallelAddsTheGradientCollective) {
     const zt::TimePlan t3 = zt::plan_time(z3, cluster, 2, 2, zt::plan_memory(z3, 2, 2, 0, 0, false));
     EXPECT_GT(phase_exposed(t3, "param all-gather"), 0);
     EXPECT_GT(phase_exposed(t3, "grad reduce-scatter"), 0);
+    // Shard groups of one rank: no scatter or gather, the replicas' all-reduce only.
+    Config hybrid = z3;
+    hybrid.parallel.shard_group.ranks = 1;
+    const zt::TimePlan th = zt::plan_time(hybrid, cluster, 2, 2, zt::plan_memory(hybrid, 2, 2, 0, 0, false));
+    EXPECT_EQ(phase_exposed(th, "grad reduce-scatter"), -1);
+    EXPECT_EQ(phase_exposed(th, "param all-gather"), -1);
+    EXPECT_GT(phase_exposed(th, "replica all-reduce"), 0);
 }
 
 TEST(PlanSearch, RanksFittingMeshesOfTheGlobalBatch) {
