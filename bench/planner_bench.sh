@@ -75,7 +75,7 @@ for shape in "${shapes[@]}"; do
       dir="$WORK/run_${shape}_np${np}_${name}"
       # shellcheck disable=SC2086
       common=(--config inputs/tiny.ini ${SHAPES[$shape]} $flags --data.train="$WORK/data/train_*.bin"
-              --train.max_steps=6 --train.eval_every=0 --train.eval_batches=0 --train.sample_tokens=0
+              --train.max_steps=6 --train.sample_tokens=0
               --checkpoint.every=0 --run.dir="$dir")
       # T x P must divide np: the other meshes are skipped at this np.
       tensor=$(grep -oE "parallel.tensor=[0-9]+" <<<"$flags" | cut -d= -f2 || true)
