@@ -90,7 +90,12 @@ int run(int argc, char** argv) {
             const zt::MemoryPlan plan = cli.plan_cluster
                                             ? zt::plan_memory_on_cluster(cli.config, cluster, world, per_node)
                                             : zt::plan_for_deck(cli.config, world, per_node);
-            const std::string verdict = zt::plan_verdict(cli.config, plan, world, per_node);
+            const auto on_cluster = [&](const zt::Config& changed) {
+                return zt::plan_memory_on_cluster(changed, cluster, world, per_node);
+            };
+            const std::string verdict =
+                cli.plan_cluster ? zt::plan_verdict(cli.config, plan, world, per_node, on_cluster)
+                                 : zt::plan_verdict(cli.config, plan, world, per_node);
             const zt::TimePlan time = zt::plan_time(cli.config, cluster, world, per_node, plan);
             if (root) {
                 std::fputs((zt::format_memory_plan(plan) + verdict + zt::format_time_plan(time)).c_str(), stdout);

@@ -41,6 +41,9 @@ expect 0 "time plan per step \(16 rank\(s\) = 2 node\(s\) x 8, gpu" "$BIN/ztrain
   --data.train="$work/none_*.bin" --plan --cluster "$SRC/inputs/clusters/h100_node.ini" --cluster.nodes=2
 expect 0 "^predicted step: " "$BIN/ztrain" --config "$SRC/inputs/gpt2_124m.ini" --data.train="$work/none_*.bin" \
   --plan --cluster "$SRC/inputs/clusters/a100_node.ini"
+# The verdict's changes are sized on the cluster (a GPU's memory), not this node.
+expect 0 "^  --train.micro_batch=32 --train.grad_accum=64 " "$BIN/ztrain" --config "$SRC/inputs/gpt2_124m.ini" \
+  --data.train="$work/none_*.bin" --plan --cluster "$SRC/inputs/clusters/h100_node.ini" --train.micro_batch=256
 printf '[cluster]\nnodes = 2\nintra_gbps = -3\n' > "$work/bad.ini"
 expect 2 "bad.ini: cluster.intra_gbps = -3: expected a number > 0" "${plan[@]}" --cluster "$work/bad.ini"
 printf '[cluster]\nnodes = 2\n[train]\nlr = 1\n' > "$work/bad.ini"
