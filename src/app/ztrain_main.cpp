@@ -18,7 +18,10 @@
 #include "ztrain/model/family.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/parallel/device_mesh.hpp"
+#include "ztrain/train/calibration.hpp"
 #include "ztrain/train/memory_plan.hpp"
+#include "ztrain/train/plan_search.hpp"
+#include "ztrain/train/time_plan.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace {
@@ -62,17 +65,47 @@ int run(int argc, char** argv) {
             return zt::kExitOk;
         }
         case zt::CliAction::kPlan: {
-            // Alone with --plan-world-size=N: N ranks on this node; under mpirun: the job's.
+            // With a cluster: its nodes x ranks_per_node. Alone with --plan-world-size=N: N
+            // ranks on this node; under mpirun: the job's.
             int local = 1;
             MPI_Comm node = MPI_COMM_NULL;
             MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
             MPI_Comm_size(node, &local);
             MPI_Comm_free(&node);
-            const int world = cli.plan_world_size > 0 ? cli.plan_world_size : world_size();
-            const int per_node = cli.plan_world_size > 0 ? cli.plan_world_size : local;
-            const zt::MemoryPlan plan = zt::plan_for_deck(cli.config, world, per_node);
-            const std::string verdict = zt::plan_verdict(cli.config, plan, world, per_node);
-            if (root) std::fputs((zt::format_memory_plan(plan) + verdict).c_str(), stdout);
+            const zt::ClusterConfig& cluster = cli.config.cluster;
+            int world = cli.plan_world_size > 0 ? cli.plan_world_size : world_size();
+            int per_node = cli.plan_world_size > 0 ? cli.plan_world_size : local;
+            if (cli.plan_cluster) {
+                world = cluster.nodes * cluster.ranks_per_node;
+                per_node = cluster.ranks_per_node;
+            }
+            if (cli.plan_search) {
+                zt::PlanSearchOptions options;
+                options.all = cli.plan_all;
+                options.write_deck = cli.plan_write;
+                options.cluster_memory = cli.plan_cluster;  // else this node's, as --plan's verdict
+                const std::string table = zt::search_plans(cli.config, cluster, world, per_node, options);
+                if (root) std::fputs(table.c_str(), stdout);
+                return zt::kExitOk;
+            }
+            const zt::MemoryPlan plan = cli.plan_cluster
+                                            ? zt::plan_memory_on_cluster(cli.config, cluster, world, per_node)
+                                            : zt::plan_for_deck(cli.config, world, per_node);
+            const auto on_cluster = [&](const zt::Config& changed) {
+                return zt::plan_memory_on_cluster(changed, cluster, world, per_node);
+            };
+            const std::string verdict =
+                cli.plan_cluster ? zt::plan_verdict(cli.config, plan, world, per_node, on_cluster)
+                                 : zt::plan_verdict(cli.config, plan, world, per_node);
+            const zt::TimePlan time = zt::plan_time(cli.config, cluster, world, per_node, plan);
+            if (root) {
+                std::fputs((zt::format_memory_plan(plan) + verdict + zt::format_time_plan(time)).c_str(), stdout);
+            }
+            return zt::kExitOk;
+        }
+        case zt::CliAction::kCalibrate: {
+            const std::string written = zt::calibrate_cluster(cli.cluster_out);
+            if (root) std::fputs(written.c_str(), stdout);
             return zt::kExitOk;
         }
         case zt::CliAction::kTrain: {

@@ -3,6 +3,7 @@
 // here: anything that touches the file system beyond reading the deck (shard globs, run
 // directories, resume paths are checked by the components that use them), and anything
 // needing MPI.
+#include <algorithm>
 #include <sstream>
 
 #include "parsing.hpp"
@@ -28,7 +29,9 @@ std::string help_text() {
     os << "Usage: mpirun -np N ztrain [--config FILE] [--section.key=VALUE ...]\n"
        << "       ztrain --help | --version | --env\n"
        << "       [mpirun -np N] ztrain --config FILE --force-unlock [--section.key=VALUE ...]\n"
-       << "       [mpirun -np N] ztrain --plan [--plan-world-size=N] [--config FILE] [--section.key=VALUE ...]\n\n"
+       << "       [mpirun -np N] ztrain --plan [--plan-world-size=N] [--config FILE] [--section.key=VALUE ...]\n"
+       << "       ztrain --config FILE --plan [--search [--all] [--write DECK]] [--plan-world-size=N | --cluster FILE]\n"
+       << "       [mpirun -np N] ztrain --calibrate --cluster-out FILE\n\n"
        << "Trains a GPT-2 or Llama style model with data parallelism over MPI ranks.\n\n"
        << "Options:\n"
        << "  --config FILE   INI deck: '[section]' headers, then 'key = value' lines ('#' comments)\n"
@@ -37,7 +40,13 @@ std::string help_text() {
        << "  --env           print the build and machine environment and exit\n"
        << "  --plan          print each rank's predicted peak memory, tokens and FLOPs per step for\n"
        << "                  the deck, and exit without allocating or writing anything\n"
+       << "                  and the time of a step on the cluster ([cluster] keys; ending 'predicted step: N ms')\n"
        << "  --plan-world-size=N  plan for N ranks (all on this node) instead of the job's own\n"
+       << "  --cluster FILE  plan for the cluster a [cluster] file describes (its nodes x ranks_per_node)\n"
+       << "  --search        with --plan: rank the meshes of the deck's global batch by predicted step time\n"
+       << "                  (the ten fastest; --all: every candidate); --write DECK writes the fastest as a deck\n"
+       << "  --calibrate     measure this machine (products, element-wise bandwidth, MPI collectives) and\n"
+       << "                  write a cluster file to --cluster-out FILE\n"
        << "  --force-unlock  take run.dir and checkpoint.dir although their lock file names a job on\n"
        << "                  another host (only when that job is gone: docs/reliability.md)\n\n"
        << "Every key below can be set in the deck or overridden on the command line as\n"
@@ -67,7 +76,10 @@ po::options_description command_line_options(const po::options_description& sett
     po::options_description actions("actions");
     actions.add_options()("config", po::value<std::string>(), "INI deck")("help,h", "help")(
         "version", "version")("env", "environment")("plan", "memory plan")(
-        "plan-world-size", po::value<int>(), "ranks to plan for")("force-unlock", "break another host's lock");
+        "plan-world-size", po::value<int>(), "ranks to plan for")("force-unlock", "break another host's lock")(
+        "cluster", po::value<std::string>(), "cluster file")("search", "search the meshes")("all", "every candidate")(
+        "write", po::value<std::string>(), "deck to write")("calibrate", "measure this machine")(
+        "cluster-out", po::value<std::string>(), "cluster file to write");
     po::options_description hidden;
     hidden.add_options()("zt-positional", po::value<std::vector<std::string>>());
 
@@ -136,7 +148,8 @@ std::vector<std::string> command_line_keys(const po::parsed_options& parsed_cli)
     return cli_keys;
 }
 
-/// --plan and --plan-world-size.
+/// --plan and its options (--plan-world-size, --cluster, --search, --all, --write), and
+/// --calibrate --cluster-out: each option only with the action it belongs to.
 void read_plan_options(const po::variables_map& vm, CliResult& result) {
     if (vm.count("plan") || vm.count("plan-world-size")) {
         result.action = CliAction::kPlan;
@@ -146,6 +159,29 @@ void read_plan_options(const po::variables_map& vm, CliResult& result) {
                            ": expected an integer >= 1");
         }
     }
+    const bool cluster_keys = vm.count("cluster.nodes") > 0 || vm.count("cluster.ranks_per_node") > 0;
+    result.plan_cluster = vm.count("cluster") > 0 || cluster_keys;
+    ZT_INPUT_CHECK(!(vm.count("cluster") && vm.count("plan-world-size")),
+                   "command line: --plan-world-size and --cluster are both given: with --cluster the world is "
+                   "cluster.nodes x cluster.ranks_per_node; give one of them");
+    ZT_INPUT_CHECK(!(cluster_keys && vm.count("plan-world-size")),
+                   "command line: --plan-world-size and cluster.nodes / cluster.ranks_per_node are both given: the "
+                   "cluster's world is nodes x ranks_per_node; give one of them");
+    result.plan_search = vm.count("search") > 0;
+    result.plan_all = vm.count("all") > 0;
+    if (vm.count("write")) result.plan_write = vm["write"].as<std::string>();
+    ZT_INPUT_CHECK(!result.plan_search || result.action == CliAction::kPlan, "command line: --search needs --plan");
+    ZT_INPUT_CHECK(!(result.plan_all || vm.count("write")) || result.plan_search,
+                   "command line: --all and --write need --plan --search");
+    ZT_INPUT_CHECK(!vm.count("write") || !result.plan_write.empty(), "command line: --write needs a file name");
+    if (vm.count("calibrate")) {
+        ZT_INPUT_CHECK(result.action != CliAction::kPlan, "command line: --calibrate and --plan are both given");
+        result.action = CliAction::kCalibrate;
+        ZT_INPUT_CHECK(vm.count("cluster-out") && !vm["cluster-out"].as<std::string>().empty(),
+                       "command line: --calibrate needs --cluster-out FILE (the cluster file it writes)");
+        result.cluster_out = vm["cluster-out"].as<std::string>();
+    }
+    ZT_INPUT_CHECK(!vm.count("cluster-out") || vm.count("calibrate"), "command line: --cluster-out needs --calibrate");
 }
 
 /// Sets every key the command line or the deck gives. With `rejected`, a typed setting that
@@ -156,8 +192,10 @@ void assign_settings(Config& cfg, const po::variables_map& vm, RejectedSettings*
             continue;
         }
         const bool from_cli = set_on_command_line(cfg, k.key);
-        assign(cfg, k, vm[k.key].as<std::string>(), from_cli ? std::string("command line") : cfg.config_file,
-               rejected);
+        const auto& cluster_keys = cfg.cluster_file_keys;
+        const bool from_cluster = std::find(cluster_keys.begin(), cluster_keys.end(), k.key) != cluster_keys.end();
+        assign(cfg, k, vm[k.key].as<std::string>(),
+               from_cli ? std::string("command line") : from_cluster ? cfg.cluster_file : cfg.config_file, rejected);
     }
 }
 
@@ -185,7 +223,15 @@ CliResult parse_command_line(int argc, const char* const* argv, FamilyRulesOf fa
     RejectedSettings rejected;
     cfg.cli_keys = command_line_keys(parsed_cli);
 
-    // The command line was stored first, so Boost keeps its values over the deck's.
+    // The command line was stored first, so Boost keeps its values over the cluster file's,
+    // and those over the deck's.
+    if (vm.count("cluster")) {
+        cfg.cluster_file = vm["cluster"].as<std::string>();
+        ZT_INPUT_CHECK(!cfg.cluster_file.empty(), "--cluster: needs a file name");
+        for (const std::string& key : store_cluster_file(cfg.cluster_file, settings, vm)) {
+            if (!set_on_command_line(cfg, key)) cfg.cluster_file_keys.push_back(key);
+        }
+    }
     if (vm.count("config")) {
         cfg.config_file = vm["config"].as<std::string>();
         ZT_INPUT_CHECK(!cfg.config_file.empty(), "--config: needs a file name");
@@ -212,6 +258,8 @@ CliResult parse_command_line(int argc, const char* const* argv, FamilyRulesOf fa
         result.action = CliAction::kEnv;
         return result;
     }
+    // --calibrate measures the machine: it reads no deck.
+    if (result.action == CliAction::kCalibrate) return result;
     validate_read(cfg, rejected, family_rules);
     return result;
 }

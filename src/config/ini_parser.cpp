@@ -144,6 +144,34 @@ void store_deck(const std::string& origin, const std::string& text, const po::op
     }
 }
 
+std::vector<std::string> store_cluster_file(const std::string& path, const po::options_description& settings,
+                                            po::variables_map& vm) {
+    std::ifstream in(path, std::ios::binary);
+    ZT_INPUT_CHECK(in, "--cluster: cannot read '", path, "' (no such file, or no permission)");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    const po::parsed_options parsed = parse_deck(path, text, settings);
+    const auto lines = scan_key_lines(text);
+    check_duplicates(parsed, path, lines);
+    std::vector<std::string> keys;
+    for (const po::option& opt : parsed.options) {
+        if (opt.string_key.rfind("cluster.", 0) != 0) {
+            const auto it = lines.find(opt.string_key);
+            throw InputError(str(it != lines.end() ? str(path, ":", it->second.front()) : path, ": key '",
+                                 opt.string_key, "' is not a [cluster] key (a cluster file describes machines only; "
+                                 "the run's keys belong in the deck)"));
+        }
+        keys.push_back(opt.string_key);
+    }
+    try {
+        po::store(parsed, vm);
+    } catch (const po::error& e) {
+        throw InputError(str(path, ": ", e.what()));
+    }
+    return keys;
+}
+
 }  // namespace config_detail
 
 using namespace config_detail;

@@ -194,6 +194,26 @@ const KeyDef kKeys[] = {
     ZT_KEY("run.report_every", run.report_every,
            "steps between straggler reports: ranks whose compute time is more than 20% above the median are "
            "named with their hosts and slowest phase (0: never)"),
+
+    ZT_KEY("cluster.nodes", cluster.nodes, "ztrain --plan: nodes of the cluster planned for (training ignores [cluster])"),
+    ZT_KEY("cluster.ranks_per_node", cluster.ranks_per_node, "ztrain --plan: ranks on each node (a GPU: one per GPU)"),
+    ZT_KEY("cluster.device", cluster.device,
+           "cpu (peaks, memory and bandwidths are the node's, shared by its ranks) | gpu (per GPU)"),
+    ZT_KEY("cluster.peak_tflops_fp32", cluster.peak_tflops_fp32, "dense fp32 peak, TFLOP/s (a node's or a GPU's)"),
+    ZT_KEY("cluster.peak_tflops_bf16", cluster.peak_tflops_bf16, "dense bf16 (and fp16) peak, TFLOP/s"),
+    ZT_KEY("cluster.memory_gib", cluster.memory_gib, "memory a plan may fill, GiB (a node's or a GPU's)"),
+    ZT_KEY("cluster.intra_gbps", cluster.intra_gbps,
+           "bandwidth between the ranks of a node, GB/s (10^9 bytes/s) one way (a GPU's link; cpu: the node's)"),
+    ZT_KEY("cluster.intra_latency_us", cluster.intra_latency_us, "latency of a message inside a node, microseconds"),
+    ZT_KEY("cluster.inter_gbps", cluster.inter_gbps,
+           "bandwidth out of a node, GB/s one way, all its network ports together (400 Gb/s = 50 GB/s)"),
+    ZT_KEY("cluster.inter_latency_us", cluster.inter_latency_us, "latency of a message between nodes, microseconds"),
+    ZT_KEY("cluster.memory_gbps", cluster.memory_gbps,
+           "element-wise ops' memory bandwidth, GB/s (a GPU's; cpu: the node's)"),
+    ZT_KEY("cluster.product_efficiency", cluster.product_efficiency,
+           "fraction of the peak a large matrix product reaches, in (0, 1]"),
+    ZT_KEY("cluster.product_half_gflop", cluster.product_half_gflop,
+           "size of the product (GFLOP) that reaches half that rate: smaller products run slower"),
 };
 
 #undef ZT_KEY

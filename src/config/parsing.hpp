@@ -30,6 +30,12 @@ void check_duplicates(const po::parsed_options& parsed, const std::string& origi
 void store_deck(const std::string& origin, const std::string& text, const po::options_description& settings,
                 po::variables_map& vm);
 
+/// Adds a cluster file's values to `vm` (the command line's win; they win over the deck's
+/// when stored before it) and returns its keys; InputError naming the file and line for a
+/// key outside [cluster].
+std::vector<std::string> store_cluster_file(const std::string& path, const po::options_description& settings,
+                                            po::variables_map& vm);
+
 // ---------------------------------------------------------------------------
 // The other steps of parse_command_line
 // ---------------------------------------------------------------------------

@@ -24,8 +24,13 @@ std::string to_ini(const Config& cfg) {
     }
     os << "\n# Reload with: ztrain --config THIS_FILE\n";
     std::string section = "\x01";
+    const Config defaults;
     for (const KeyDef& k : keys()) {
         const std::string sec = section_of(k.key);
+        // [cluster] describes the machines `ztrain --plan` plans for, not the run: written
+        // only where it differs from this machine kind, so a reloaded run deck does not turn
+        // --plan's world into cluster.nodes x cluster.ranks_per_node.
+        if (sec == "cluster" && format_value(k, cfg) == format_value(k, defaults)) continue;
         if (sec != section) {
             section = sec;
             if (!sec.empty()) {

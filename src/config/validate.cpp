@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <initializer_list>
+#include <utility>
 
 #include "parsing.hpp"
 #include "ztrain/core/error.hpp"
@@ -24,6 +25,12 @@ class Validator : public SettingCheck {
         for (const char* key : keys) {
             if (set_on_command_line(m_cfg, key)) {
                 return "command line: ";
+            }
+        }
+        for (const char* key : keys) {
+            const auto& from_file = m_cfg.cluster_file_keys;
+            if (std::find(from_file.begin(), from_file.end(), key) != from_file.end()) {
+                return m_cfg.cluster_file + ": ";
             }
         }
         return m_cfg.config_file.empty() ? std::string() : m_cfg.config_file + ": ";
@@ -272,6 +279,26 @@ void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
     v.check_read("data.overlong");
 }
 
+/// [cluster]: every count and rate positive (a rate of 0 would make the time model divide
+/// by it), the device one the model knows.
+void check_cluster_keys(const Validator& v, const ClusterConfig& c) {
+    v.check_int_min("cluster.nodes", c.nodes, 1);
+    v.check_int_min("cluster.ranks_per_node", c.ranks_per_node, 1);
+    v.check(c.device == "cpu" || c.device == "gpu", "cluster.device",
+            "cpu (the node's figures, shared by its ranks) or gpu (per GPU)");
+    for (const auto& [key, value] :
+         {std::pair<const char*, double>{"cluster.peak_tflops_fp32", c.peak_tflops_fp32},
+          {"cluster.peak_tflops_bf16", c.peak_tflops_bf16}, {"cluster.memory_gib", c.memory_gib},
+          {"cluster.intra_gbps", c.intra_gbps}, {"cluster.inter_gbps", c.inter_gbps},
+          {"cluster.memory_gbps", c.memory_gbps}, {"cluster.product_half_gflop", c.product_half_gflop}}) {
+        v.check(value > 0, key, "a number > 0");
+    }
+    v.check(c.intra_latency_us >= 0, "cluster.intra_latency_us", "a number of microseconds >= 0");
+    v.check(c.inter_latency_us >= 0, "cluster.inter_latency_us", "a number of microseconds >= 0");
+    v.check(c.product_efficiency > 0 && c.product_efficiency <= 1, "cluster.product_efficiency",
+            "a fraction in (0, 1]");
+}
+
 }  // namespace
 
 /// validate(), plus the typed settings refused as the deck and command line were read,
@@ -288,6 +315,7 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected, FamilyRu
     check_pipeline(v, cfg);
     check_precision_keys(v, cfg);
     check_checkpoint_and_run_keys(v, cfg);
+    check_cluster_keys(v, cfg.cluster);
 }
 
 }  // namespace config_detail

@@ -497,7 +497,11 @@ std::string check_memory_plan(const MemoryPlan& plan, MemoryCheck mode, Communic
 
 bool plan_fits(const MemoryPlan& plan) { return plan.available <= 0 || plan.per_node() <= 0.95 * plan.available; }
 
-std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_size, int ranks_per_node) {
+std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_size, int ranks_per_node,
+                         const std::function<MemoryPlan(const Config&)>& replan) {
+    const auto plan_of = [&](const Config& changed) {
+        return replan ? replan(changed) : plan_for_deck(changed, world_size, ranks_per_node);
+    };
     if (plan.available <= 0) {
         return str("verdict: not checked here: compare the peak per rank, ", human(plan.per_rank()),
                    plan.device ? ", with each GPU's memory (less what the CUDA context takes)\n"
@@ -519,7 +523,7 @@ std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_si
     for (const PlanChange& change : candidate_changes(cfg, world_size)) {
         const std::string key = change.what.substr(0, change.what.find('='));
         if (std::find(keys_shown.begin(), keys_shown.end(), key) != keys_shown.end()) continue;
-        const MemoryPlan alone = plan_for_deck(change.cfg, world_size, ranks_per_node);
+        const MemoryPlan alone = plan_of(change.cfg);
         if (plan_fits(alone)) {
             os << "  " << change.what << "   " << human(alone.per_node()) << "\n";
             keys_shown.push_back(key);
@@ -541,7 +545,7 @@ std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_si
         else same->second = flag;
         line.clear();
         for (const auto& f : flags) line += (line.empty() ? "" : " ") + f.second;
-        const MemoryPlan plan_now = plan_for_deck(together, world_size, ranks_per_node);
+        const MemoryPlan plan_now = plan_of(together);
         together_peak = plan_now.per_node();
         if (plan_fits(plan_now)) {
             os << "  none alone; together: " << line << "   " << human(together_peak) << "\n";

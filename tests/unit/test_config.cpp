@@ -324,7 +324,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 87);  // 86 section keys + backend
+    EXPECT_EQ(keys, 87);  // 86 section keys + backend ([cluster] only where not the default)
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
     // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
     const size_t ev = h.find("--train.eval_every=");
@@ -654,6 +654,58 @@ TEST(Env, ReportsTheOpenMpVersion) {
     const std::string r = zt::environment_report();
     EXPECT_NE(r.find(line), std::string::npos) << "'" << line << "' missing in:\n" << r;
 #endif
+}
+
+// --- the cluster description ([cluster], --cluster FILE; issue 53) --------------------
+
+TEST(ClusterDescription, DefaultsAreTheShippedFileOfThisMachineKind) {
+    const std::string path = std::string(ZT_SOURCE_DIR) + "/inputs/clusters/epyc_2core_vm.ini";
+    const Config from_file = zt::parse_deck_text(zt::test::read_file(path), path);
+    const Config defaults;
+    EXPECT_EQ(zt::to_ini(from_file), zt::to_ini(defaults)) << "ClusterConfig's defaults and " << path << " differ";
+}
+
+TEST(ClusterDescription, ShippedFilesPassTheChecks) {
+    for (const char* name : {"epyc_2core_vm", "h100_node", "a100_node"}) {
+        const std::string path = std::string(ZT_SOURCE_DIR) + "/inputs/clusters/" + name + ".ini";
+        const CliResult r = parse({"--plan", "--cluster", path, "--data.train=x.bin"});
+        EXPECT_TRUE(r.plan_cluster) << name;
+        EXPECT_GT(r.config.cluster.peak_tflops_bf16, 0) << name;
+    }
+    const std::string h = std::string(ZT_SOURCE_DIR) + "/inputs/clusters/h100_node.ini";
+    const CliResult r = parse({"--plan", "--cluster", h, "--data.train=x.bin", "--cluster.nodes=4"});
+    EXPECT_EQ(r.config.cluster.nodes, 4);  // the command line wins over the file
+    EXPECT_EQ(r.config.cluster.ranks_per_node, 8);
+    EXPECT_EQ(r.config.cluster.device, "gpu");
+}
+
+TEST(ClusterDescription, BadFilesExit2NamingFileAndKey) {
+    zt::test::ScratchDir dir("cluster");
+    const std::string bad = dir.file("bad.ini");
+    zt::test::write_file(bad, "[cluster]\nnodes = 0\n");
+    std::string e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
+    EXPECT_NE(e.find(bad + ": cluster.nodes = 0: expected an integer >= 1"), std::string::npos) << e;
+    zt::test::write_file(bad, "[cluster]\ndevice = tpu\n");
+    e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
+    EXPECT_NE(e.find("cluster.device = 'tpu': expected cpu"), std::string::npos) << e;
+    zt::test::write_file(bad, "[cluster]\ninter_gbps = fast\n");
+    e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
+    EXPECT_NE(e.find("cluster.inter_gbps"), std::string::npos) << e;
+    EXPECT_NE(e.find(bad), std::string::npos) << e;
+    zt::test::write_file(bad, "[cluster]\nnodes = 2\n[train]\nlr = 1\n");
+    e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
+    EXPECT_NE(e.find(bad + ":4: key 'train.lr' is not a [cluster] key"), std::string::npos) << e;
+    e = parse_error({"--plan", "--cluster", dir.file("none.ini"), "--data.train=x.bin"});
+    EXPECT_NE(e.find("--cluster: cannot read"), std::string::npos) << e;
+    zt::test::write_file(bad, "[cluster]\nnodes = 2\n");
+    e = parse_error({"--plan", "--cluster", bad, "--plan-world-size=4", "--data.train=x.bin"});
+    EXPECT_NE(e.find("--plan-world-size and --cluster are both given"), std::string::npos) << e;
+    e = parse_error({"--search", "--data.train=x.bin"});
+    EXPECT_NE(e.find("--search needs --plan"), std::string::npos) << e;
+    e = parse_error({"--plan", "--write", "x.ini", "--data.train=x.bin"});
+    EXPECT_NE(e.find("--all and --write need --plan --search"), std::string::npos) << e;
+    e = parse_error({"--calibrate"});
+    EXPECT_NE(e.find("--calibrate needs --cluster-out FILE"), std::string::npos) << e;
 }
 
 }  // namespace

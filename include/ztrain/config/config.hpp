@@ -255,6 +255,27 @@ struct EvalConfig {
     int limit = 0;                     ///< the first `limit` examples of each task; 0: all
 };
 
+/// The machines a plan is for ([cluster] keys, or ztrain --plan --cluster FILE): the time
+/// model's rates and the memory each rank has. The defaults describe this project's machine
+/// kind, a 2-core AVX-512 EPYC VM (inputs/clusters/epyc_2core_vm.ini, which a test keeps
+/// equal to them). Training ignores these keys.
+struct ClusterConfig {
+    int nodes = 1;
+    int ranks_per_node = 2;
+    std::string device = "cpu";        ///< cpu: peaks, memory and bandwidths are the node's, shared by its ranks; gpu: per GPU
+    double peak_tflops_fp32 = 0.237;   ///< dense peak (TFLOP/s)
+    double peak_tflops_bf16 = 0.528;
+    double memory_gib = 23.5;          ///< memory a plan may fill (GiB)
+    double intra_gbps = 2.76;           ///< GB/s (10^9 bytes/s) one way between ranks of a node
+    double intra_latency_us = 0.23;
+    double inter_gbps = 1.25;          ///< GB/s one way out of a node (all its network ports)
+    double inter_latency_us = 30;
+    double memory_gbps = 9.26;         ///< element-wise ops' bandwidth (GB/s)
+    double product_efficiency = 0.873;   ///< fraction of the peak a large product reaches
+    double product_half_gflop = 0.000152;  ///< a product of this many GFLOP reaches half of that
+    bool is_cpu() const { return device == "cpu"; }
+};
+
 struct Config {
     ModelConfig model;
     DataConfig data;
@@ -264,15 +285,18 @@ struct Config {
     PrecisionConfig precision;
     CheckpointConfig checkpoint;
     RunConfig run;
+    ClusterConfig cluster;
     BackendChoice backend = BackendChoice::kCpu;
     std::string config_file;           ///< the deck it came from (empty: defaults + overrides)
     /// Keys set on the command line (not written by to_ini): lets messages say whether to
     /// edit the deck or the command line.
     std::vector<std::string> cli_keys;
+    std::string cluster_file;                ///< --cluster FILE (empty: none)
+    std::vector<std::string> cluster_file_keys;  ///< the keys it set (messages name the file)
 };
 
 /// What the command line asked for besides a configuration.
-enum class CliAction { kTrain, kHelp, kVersion, kEnv, kPlan };
+enum class CliAction { kTrain, kHelp, kVersion, kEnv, kPlan, kCalibrate };
 
 struct CliResult {
     CliAction action = CliAction::kTrain;
@@ -280,6 +304,13 @@ struct CliResult {
     std::string help_text;  ///< filled for kHelp
     /// kPlan: --plan-world-size (0: the job's own world size).
     int plan_world_size = 0;
+    /// kPlan: the world is cluster.nodes x cluster.ranks_per_node (--cluster FILE, or the deck
+    /// or command line sets either key), not --plan-world-size or the job's.
+    bool plan_cluster = false;
+    bool plan_search = false;   ///< --search: rank the meshes
+    bool plan_all = false;      ///< --all: every candidate, not the ten fastest
+    std::string plan_write;     ///< --write DECK: the fastest candidate as a deck
+    std::string cluster_out;    ///< kCalibrate: --cluster-out FILE
     /// kTrain: --force-unlock (break a directory lock recorded by a job on another host).
     bool force_unlock = false;
 };

@@ -6,6 +6,7 @@
 // prints it; every run checks it against what the node has (run.memory_check).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,7 +96,10 @@ bool plan_fits(const MemoryPlan& plan);
 /// (a higher ZeRO stage, recompute, a smaller micro_batch with the grad_accum that keeps
 /// the batch, bf16), each with its predicted peak, and their combination when none fits
 /// alone. GPU plans name the peak to compare with the GPU's memory (not known here).
-std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_size, int ranks_per_node);
+/// `replan`: how a changed deck is planned (null: plan_for_deck on this node; a cluster's
+/// plan passes its own, plan_memory_on_cluster).
+std::string plan_verdict(const Config& cfg, const MemoryPlan& plan, int world_size, int ranks_per_node,
+                         const std::function<MemoryPlan(const Config&)>& replan = nullptr);
 
 /// Whether the plan fits in `available` less a 5% margin. For a plan that does not: with
 /// run.memory_check = strict throws InputError carrying the predicted and available bytes,

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Accuracy of the time plan (issue 53): `ztrain --plan`'s predicted step against the measured
+# step (median step_ms of metrics.jsonl after the first steps) over a matrix of meshes at
+# np 2 and 4, two shapes (a GPT-2 124M-like width and a Llama one, shrunk in depth and
+# length to run in seconds here):
+#   DDP, ZeRO-1/2/3, hybrid groups, T = 2/4 with and without SP, P = 2/4 with each schedule.
+# Reports every run's prediction and measurement, the median absolute error, Spearman's rank
+# correlation and whether the predicted best mesh is within 10% of the measured best.
+#
+#   bash bench/planner_bench.sh [--quick] [--cluster FILE] [--out FILE]   (repository root)
+#
+# --quick: np 2 only, one shape (a try on a loaded machine). --cluster: the calibrated file
+# (default: calibrate now, mpirun -np 2 ztrain --calibrate). --out: the table as markdown.
+# Needs build/bin/ztrain and zt-prepare, python3 and mpiexec.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+QUICK=0
+OUT=""
+CLUSTER=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --out) OUT=$2; shift ;;
+    --cluster) CLUSTER=$2; shift ;;
+    *) echo "usage: bash bench/planner_bench.sh [--quick] [--cluster FILE] [--out FILE]" >&2; exit 2 ;;
+  esac
+  shift
+done
+BIN=build/bin
+WORK=bench/work/planner
+rm -rf "$WORK" && mkdir -p "$WORK"
+for i in $(seq 1 3000); do echo "the quick brown fox $i jumps over the lazy dog, and then it rests"; echo "%"; done \
+  > "$WORK/text.txt"
+"$BIN/zt-prepare" --input "$WORK/text.txt" --output "$WORK/data" --doc-separator % > /dev/null
+if [ -z "$CLUSTER" ]; then
+  CLUSTER="$WORK/calibrated.ini"
+  bash .ci/mpirun.sh 2 "$BIN/ztrain" --calibrate --cluster-out "$CLUSTER" > "$WORK/calibrate.log"
+fi
+
+# name: model overrides (the tiny deck's data and byte vocabulary)
+declare -A SHAPES=(
+  [gpt2w]="--model.n_layer=4 --model.n_embd=768 --model.n_head=12 --model.seq_len=128 --train.micro_batch=4 --train.grad_accum=4"
+  [llamaw]="--model.arch=llama --model.n_layer=4 --model.n_embd=512 --model.n_head=8 --model.n_kv_head=4 --model.ffn_dim=1536 --model.seq_len=128 --train.micro_batch=4 --train.grad_accum=4"
+)
+shapes=(gpt2w llamaw)
+nps=(2 4)
+if [ "$QUICK" = 1 ]; then shapes=(gpt2w); nps=(2); fi
+
+# mesh: overrides (world-size dependent ones are skipped where the checks refuse them)
+meshes=(
+  "ddp|--parallel.zero_stage=0"
+  "z1|--parallel.zero_stage=1"
+  "z2|--parallel.zero_stage=2"
+  "z3|--parallel.zero_stage=3"
+  "z3_rc|--parallel.zero_stage=3 --train.recompute=true"
+  "z2_hybrid2|--parallel.zero_stage=2 --parallel.shard_group=2"
+  "t2|--parallel.tensor=2"
+  "t2_sp|--parallel.tensor=2 --parallel.sequence=true"
+  "t4|--parallel.tensor=4"
+  "t4_sp|--parallel.tensor=4 --parallel.sequence=true"
+  "p2_1f1b|--parallel.pipeline=2 --parallel.schedule=1f1b"
+  "p2_int|--parallel.pipeline=2 --parallel.schedule=interleaved"
+  "p2_zb|--parallel.pipeline=2 --parallel.schedule=zb"
+  "p4_1f1b|--parallel.pipeline=4 --parallel.schedule=1f1b"
+  "t2_p2|--parallel.tensor=2 --parallel.pipeline=2"
+)
+
+rows="$WORK/rows.tsv"
+: > "$rows"
+for shape in "${shapes[@]}"; do
+  for np in "${nps[@]}"; do
+    for entry in "${meshes[@]}"; do
+      name=${entry%%|*}
+      flags=${entry#*|}
+      dir="$WORK/run_${shape}_np${np}_${name}"
+      # shellcheck disable=SC2086
+      common=(--config inputs/tiny.ini ${SHAPES[$shape]} $flags --data.train="$WORK/data/train_*.bin"
+              --train.max_steps=6 --train.sample_tokens=0
+              --checkpoint.every=0 --run.dir="$dir")
+      # T x P must divide np: the other meshes are skipped at this np.
+      tensor=$(grep -oE "parallel.tensor=[0-9]+" <<<"$flags" | cut -d= -f2 || true)
+      pipeline=$(grep -oE "parallel.pipeline=[0-9]+" <<<"$flags" | cut -d= -f2 || true)
+      if [ $((np % (${tensor:-1} * ${pipeline:-1}))) -ne 0 ]; then continue; fi
+      # The world is the cluster's: one node of np ranks. The deck's checks may refuse a mesh.
+      if ! "$BIN/ztrain" "${common[@]}" --plan --cluster "$CLUSTER" --cluster.ranks_per_node="$np" \
+          > "$dir.plan" 2>&1; then
+        echo "refused (skipped): $name at np $np: $(tail -1 "$dir.plan")" >&2; continue
+      fi
+      if ! timeout 600 bash .ci/mpirun.sh "$np" "$BIN/ztrain" "${common[@]}" > "$dir.log" 2>&1; then
+        echo "run failed (skipped): $dir.log" >&2; tail -3 "$dir.log" >&2; continue
+      fi
+      python3 - "$dir/metrics.jsonl" "$dir.plan" "$shape" "$np" "$name" >> "$rows" <<'PY'
+import json, re, statistics, sys
+metrics, plan, shape, np, name = sys.argv[1:]
+steps = [json.loads(l) for l in open(metrics) if '"step_ms"' in l and '"event"' not in l]
+measured = statistics.median(s["step_ms"] for s in steps[2:] or steps)
+predicted = float(re.search(r"^predicted step: ([0-9.]+) ms", open(plan).read(), re.M).group(1))
+print(f"{shape}\t{np}\t{name}\t{predicted:.1f}\t{measured:.1f}")
+PY
+    done
+  done
+done
+
+python3 - "$rows" "$OUT" <<'PY'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0.0] * len(v)
+    for k, i in enumerate(order):
+        r[i] = k + 1.0
+    return r
+pred = [float(r[3]) for r in rows]
+meas = [float(r[4]) for r in rows]
+errors = [abs(p - m) / m for p, m in zip(pred, meas)]
+lines = ["| shape | np | mesh | predicted ms | measured ms | error |", "|---|---|---|---|---|---|"]
+for r, e in zip(rows, errors):
+    lines.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {100 * (float(r[3]) - float(r[4])) / float(r[4]):+.1f}% |")
+summary = []
+if len(rows) >= 2:
+    rp, rm = ranks(pred), ranks(meas)
+    n = len(rows)
+    spearman = 1 - 6 * sum((a - b) ** 2 for a, b in zip(rp, rm)) / (n * (n * n - 1))
+    summary.append(f"runs {n}, median absolute error {100 * statistics.median(errors):.1f}% "
+                   f"(target <= 15%), Spearman {spearman:.3f} (target >= 0.85)")
+    for group in sorted({(r[0], r[1]) for r in rows}):
+        idx = [i for i, r in enumerate(rows) if (r[0], r[1]) == group]
+        best_pred = min(idx, key=lambda i: pred[i])
+        best_meas = min(idx, key=lambda i: meas[i])
+        summary.append(f"{group[0]} np {group[1]}: predicted best {rows[best_pred][2]} measures "
+                       f"{meas[best_pred]:.1f} ms, measured best {rows[best_meas][2]} {meas[best_meas]:.1f} ms "
+                       f"({100 * (meas[best_pred] / meas[best_meas] - 1):+.1f}%, target <= 10%)")
+text = "\n".join(lines + [""] + summary) + "\n"
+print(text)
+if sys.argv[2]:
+    open(sys.argv[2], "w").write(text)
+PY

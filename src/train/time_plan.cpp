@@ -1,0 +1,465 @@
+// The time plan (see time_plan.hpp): the formulas, then a step of a deck on a mesh.
+#include "ztrain/train/time_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "ztrain/core/error.hpp"
+#include "ztrain/model/family.hpp"
+#include "ztrain/model/model_layout.hpp"
+#include "ztrain/parallel/pipeline_schedule.hpp"
+#include "ztrain/parallel/pipeline_stages.hpp"
+
+namespace zt {
+
+GroupPlacement place_group(int ranks, int stride, int ranks_per_node) {
+    GroupPlacement g;
+    g.ranks = std::max(1, ranks);
+    const int per_node = std::max(1, ranks_per_node);
+    int nodes = 0;
+    int last_node = -1;
+    for (int k = 0; k < g.ranks; ++k) {
+        const int node = static_cast<int>(static_cast<long long>(k) * std::max(1, stride) / per_node);
+        if (node != last_node) ++nodes;  // ranks ascend, so a new node is never one seen before
+        last_node = node;
+    }
+    g.nodes = nodes;
+    g.ranks_on_node = std::max(1, g.ranks / nodes);
+    return g;
+}
+
+Link group_link(const ClusterConfig& c, const GroupPlacement& g, int active_ranks_on_node) {
+    const int active = std::max(1, active_ranks_on_node);
+    // A GPU's NVLink is its own; a cpu node's memory copies share the node's bandwidth.
+    const double intra = c.intra_gbps * 1e9 / (c.is_cpu() ? active : 1);
+    Link link;
+    if (g.nodes <= 1) {
+        link.latency_s = c.intra_latency_us * 1e-6;
+        link.bytes_per_s = intra;
+        return link;
+    }
+    link.inter_node = true;
+    link.latency_s = c.inter_latency_us * 1e-6;
+    // The node's ports are shared by the groups crossing it: active / ranks_on_node of them.
+    link.bytes_per_s = std::min(intra, c.inter_gbps * 1e9 * g.ranks_on_node / active);
+    return link;
+}
+
+CollectiveTime collective_time(PlannedCollective kind, double bytes, int ranks, const Link& link) {
+    CollectiveTime t;
+    if (kind != PlannedCollective::kSendRecv && ranks <= 1) {
+        t.algorithm = "none";
+        return t;
+    }
+    const double n = ranks;
+    const double a = link.latency_s;
+    const double b = link.bytes_per_s;
+    switch (kind) {
+        case PlannedCollective::kAllReduce: {
+            const double ring = 2 * (n - 1) * a + 2 * (n - 1) / n * bytes / b;
+            const double tree = 2 * std::ceil(std::log2(n)) * a + 2 * bytes / b;
+            t.algorithm = tree < ring ? "tree" : "ring";
+            t.seconds = std::min(ring, tree);
+            return t;
+        }
+        case PlannedCollective::kReduceScatter:
+        case PlannedCollective::kAllGather:
+            t.algorithm = "ring";
+            t.seconds = (n - 1) * a + (n - 1) / n * bytes / b;
+            return t;
+        case PlannedCollective::kSendRecv:
+            t.algorithm = "p2p";
+            t.seconds = a + bytes / b;
+            return t;
+    }
+    return t;
+}
+
+double product_seconds(double flops, double peak_flops, const ClusterConfig& c) {
+    if (flops <= 0) return 0;
+    const double rate = peak_flops * c.product_efficiency * flops / (flops + c.product_half_gflop * 1e9);
+    return flops / rate;
+}
+
+double rank_peak_flops(const ClusterConfig& c, DType work, int ranks_on_node) {
+    const double tflops = work == DType::kF32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16;
+    return tflops * 1e12 / (c.is_cpu() ? std::max(1, ranks_on_node) : 1);
+}
+
+double rank_memory_bytes_per_s(const ClusterConfig& c, int ranks_on_node) {
+    return c.memory_gbps * 1e9 / (c.is_cpu() ? std::max(1, ranks_on_node) : 1);
+}
+
+double exposed_seconds(double total_s, double window_s, double tail_s, bool overlap) {
+    if (!overlap) return total_s;
+    return std::min(total_s, std::max(tail_s, total_s - window_s));
+}
+
+double pipeline_makespan(PipelineScheduleKind kind, int stages, int micro_batches, int chunks, double forward_s,
+                         double backward_input_s, double weight_s) {
+    const PipelineShape shape{stages, micro_batches, chunks};
+    PassCosts costs;
+    costs.forward = forward_s;
+    costs.backward_input = backward_input_s;
+    costs.weight = weight_s;
+    return run_pipeline_schedule(make_pipeline_schedule(kind, shape), shape, kind, costs).makespan;
+}
+
+namespace {
+
+/// The mesh as the time model needs it: group sizes and where their ranks sit.
+struct Mesh {
+    int world = 1;
+    int ranks_per_node = 1;
+    int active_on_node = 1;  ///< ranks on a node: min(world, ranks_per_node)
+    int tensor = 1;
+    int pipeline = 1;
+    int chunks = 1;
+    int data = 1;            ///< data-parallel ranks of a stage
+    int shard = 1;           ///< the ZeRO shard group
+    int replicas = 1;        ///< data / shard
+    bool sequence = false;
+    bool overlap = true;     ///< collectives run beside compute (GPU streams, the comm thread)
+};
+
+/// One micro-batch through one rank's whole share of the model (all its stages' chunks: the
+/// caller divides by the pipeline), in seconds.
+struct MicroBatchCost {
+    double block_products = 0;   ///< forward, every block
+    double head_products = 0;    ///< forward, the LM head
+    double attention = 0;        ///< forward, every block
+    double elementwise = 0;      ///< forward: norms, activations, residuals, softmax, loss
+    double tensor_comm = 0;      ///< one pass's tensor-group collectives
+    double pipeline_send = 0;    ///< one activation (or its gradient) to the next stage
+    std::string product_what;
+    std::string tensor_what;
+    /// The forward of a micro-batch, and its backward (twice the products, recompute's forward).
+    double forward() const { return block_products + head_products + attention + elementwise + tensor_comm; }
+    double recompute(bool on) const { return on ? block_products + attention + elementwise + tensor_comm : 0; }
+    double backward(bool recompute_on) const {
+        return 2 * (block_products + head_products + attention + elementwise) + tensor_comm + recompute(recompute_on);
+    }
+};
+
+/// The products of one block (from the layout of the rank's tensor split: every matrix of a
+/// block is one product over the micro-batch's rows) and the LM head's.
+void add_products(const Config& cfg, const Mesh& mesh, double peak, const ClusterConfig& c, MicroBatchCost& out) {
+    const ModelConfig& m = cfg.model;
+    const double rows = static_cast<double>(cfg.train.micro_batch) * m.seq_len;
+    const ModelLayout layout = make_model_layout(m, TensorSplit{mesh.tensor, 0});
+    double block = 0;
+    double block_flops = 0;
+    int products = 0;
+    for (const ParamSpec& p : layout.params) {
+        if (p.unit != 1 || p.shape.size() != 2) continue;
+        const double flops = 2 * rows * static_cast<double>(p.numel);
+        block += product_seconds(flops, peak, c);
+        block_flops += flops;
+        ++products;
+    }
+    out.block_products = block * m.n_layer;
+    const double head_flops = 2 * rows * (static_cast<double>(m.padded_vocab()) / mesh.tensor) * m.n_embd;
+    out.head_products = product_seconds(head_flops, peak, c);
+    const double rate = (block_flops * m.n_layer + head_flops) / (out.block_products + out.head_products);
+    out.product_what = str(products, " per block + LM head, forward and 2x backward, at ",
+                           static_cast<int>(std::lround(100 * rate / peak)), "% of peak");
+}
+
+/// Attention's two (T x T) products per head (causal: half the positions on average) and
+/// the element-wise passes, by the bytes they read and write.
+void add_attention_and_elementwise(const Config& cfg, const Mesh& mesh, double peak, double bandwidth,
+                                   const ClusterConfig& c, MicroBatchCost& out) {
+    const ModelConfig& m = cfg.model;
+    const double b = cfg.train.micro_batch;
+    const double s = m.seq_len;
+    const double heads = std::max(1, m.n_head / mesh.tensor);
+    // One kernel runs every head of the micro-batch (the CPU's threads split the heads), so
+    // its size class is the block's whole attention.
+    const double block_attention = 2 * b * heads * 2 * s * (s + 1) / 2 * m.head_size();
+    out.attention = m.n_layer * product_seconds(block_attention, peak, c);
+    const double rows = b * s;
+    const double norm_rows = mesh.sequence ? rows / mesh.tensor : rows;
+    const double C = m.n_embd;
+    const bool swiglu = m.ffn_dim > 0;
+    const double ffn = (swiglu ? m.ffn_dim : 4 * C) / mesh.tensor;
+    // Per block: two norms (read, write), two residual adds (read 2, write 1), the MLP's
+    // activation (GELU: read, write; SwiGLU: read 2, write 1), softmax (read, write the scores).
+    const double elements = norm_rows * C * (2 * 2 + 2 * 3) + rows * ffn * (swiglu ? 3 : 2) +
+                            b * heads * s * (s + 1) / 2 * 2;
+    const double loss = rows * m.padded_vocab() / mesh.tensor * 3;  // softmax + its gradient, fp32
+    const double act = dtype_size(cfg.precision.dtype);
+    out.elementwise = (m.n_layer * elements * act + loss * 4) / bandwidth;
+}
+
+/// The tensor group's collectives of one pass (Megatron's f and g): two per block (attention
+/// and MLP outputs), one for the embedding; all-reduces, or under sequence parallelism an
+/// all-gather and a reduce-scatter each. They block the products that need them.
+void add_tensor_comm(const Config& cfg, const Mesh& mesh, const ClusterConfig& c, MicroBatchCost& out) {
+    if (mesh.tensor <= 1) return;
+    const ModelConfig& m = cfg.model;
+    const double bytes = static_cast<double>(cfg.train.micro_batch) * m.seq_len * m.n_embd *
+                         dtype_size(cfg.precision.dtype);
+    const Link link = group_link(c, place_group(mesh.tensor, 1, mesh.ranks_per_node), mesh.active_on_node);
+    const int count = 2 * m.n_layer + 1;
+    if (mesh.sequence) {
+        const CollectiveTime ag = collective_time(PlannedCollective::kAllGather, bytes, mesh.tensor, link);
+        const CollectiveTime rs = collective_time(PlannedCollective::kReduceScatter, bytes, mesh.tensor, link);
+        out.tensor_comm = count * (ag.seconds + rs.seconds);
+        out.tensor_what = str(count, " all-gathers + reduce-scatters (", ag.algorithm, ", ",
+                              link.inter_node ? "inter" : "intra", "-node) per pass");
+    } else {
+        const CollectiveTime ar = collective_time(PlannedCollective::kAllReduce, bytes, mesh.tensor, link);
+        out.tensor_comm = count * ar.seconds;
+        out.tensor_what = str(count, " all-reduces (", ar.algorithm, ", ", link.inter_node ? "inter" : "intra",
+                              "-node) per pass");
+    }
+}
+
+MicroBatchCost micro_batch_cost(const Config& cfg, const Mesh& mesh, const ClusterConfig& c) {
+    MicroBatchCost out;
+    const double peak = rank_peak_flops(c, cfg.precision.dtype, mesh.active_on_node);
+    const double bandwidth = rank_memory_bytes_per_s(c, mesh.active_on_node);
+    add_products(cfg, mesh, peak, c, out);
+    add_attention_and_elementwise(cfg, mesh, peak, bandwidth, c, out);
+    add_tensor_comm(cfg, mesh, c, out);
+    if (mesh.pipeline > 1) {
+        const ModelConfig& m = cfg.model;
+        const double rows = static_cast<double>(cfg.train.micro_batch) * m.seq_len / (mesh.sequence ? mesh.tensor : 1);
+        const int stage_size = mesh.world / mesh.pipeline;
+        const Link link = group_link(c, place_group(2, stage_size, mesh.ranks_per_node), mesh.active_on_node);
+        out.pipeline_send =
+            collective_time(PlannedCollective::kSendRecv, rows * m.n_embd * dtype_size(cfg.precision.dtype), 2, link)
+                .seconds;
+    }
+    return out;
+}
+
+Mesh mesh_of(const Config& cfg, const ClusterConfig& c, int world, int ranks_per_node, const MemoryPlan& memory) {
+    Mesh mesh;
+    mesh.world = world;
+    mesh.ranks_per_node = std::max(1, ranks_per_node);
+    mesh.active_on_node = std::min(world, mesh.ranks_per_node);
+    mesh.tensor = std::max(1, cfg.parallel.tensor);
+    mesh.pipeline = std::max(1, cfg.parallel.pipeline);
+    mesh.chunks = cfg.parallel.chunks();
+    mesh.data = std::max(1, world / (mesh.tensor * mesh.pipeline));
+    mesh.shard = cfg.parallel.zero_stage > 0 ? std::max(1, memory.shard_group) : mesh.data;
+    mesh.replicas = std::max(1, mesh.data / mesh.shard);
+    mesh.sequence = cfg.parallel.sequence && mesh.tensor > 1;
+    mesh.overlap = !c.is_cpu() || cfg.parallel.comm_thread;
+    return mesh;
+}
+
+void add_phase(TimePlan& plan, const std::string& name, double total_s, double exposed_s, const std::string& what) {
+    plan.phases.push_back({name, total_s * 1e3, exposed_s * 1e3, what});
+}
+
+/// The data-parallel collectives of a step (gradients, parameters, the replicas'), each
+/// with what the schedule overlaps of it. `unit_bytes`: each unit's elements on this rank.
+struct DataParallelInput {
+    std::vector<double> unit_numel;  ///< per unit, this rank's (its tensor split and stage)
+    double forward_s = 0;            ///< one micro-batch's forward on this rank
+    double backward_s = 0;           ///< and its backward
+    int micro_batches = 1;
+};
+
+void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, const MemoryPlan& memory,
+                       const DataParallelInput& in, TimePlan& plan) {
+    const int stage = cfg.parallel.zero_stage;
+    const double work = dtype_size(cfg.precision.dtype);
+    const double reduce = dtype_size(cfg.precision.reduce());
+    double total_numel = 0;
+    for (double n : in.unit_numel) total_numel += n;
+    const GroupPlacement shard_place = place_group(mesh.shard, mesh.tensor, mesh.ranks_per_node);
+    const Link shard_link = group_link(c, shard_place, mesh.active_on_node);
+    const char* where = shard_link.inter_node ? "inter" : "intra";
+    if (stage == 0 && mesh.data > 1) {
+        // DDP: the summed gradients all-reduced in buckets during the last micro-batch's backward.
+        const double bytes = total_numel * reduce;
+        const double bucket = std::min(bytes, std::max(1.0, memory.bucket_bytes));
+        const int buckets = static_cast<int>(std::ceil(bytes / bucket));
+        const CollectiveTime one = collective_time(PlannedCollective::kAllReduce, bucket, mesh.data, shard_link);
+        const double total = buckets * one.seconds;
+        add_phase(plan, "grad all-reduce", total, exposed_seconds(total, in.backward_s, one.seconds, mesh.overlap),
+                  str(buckets, " bucket(s) of ", bucket / 1048576, " MiB over ", mesh.data, " ranks (", one.algorithm,
+                      ", ", where, "-node)"));
+    }
+    if (stage == 0 || mesh.data <= 1) return;
+    // ZeRO: each unit reduce-scattered over the shard group (stage 1: once per step; 2, 3:
+    // every micro-batch, or once under a pipeline), the owned shard all-reduced over the
+    // replicas (hybrid), and the parameters all-gathered (1, 2: after the step; 3: each unit
+    // before its forward and its backward, overlap_depth ahead).
+    double rs = 0;
+    double ag = 0;
+    double rs_tail = 0;
+    double ag_tail = 0;
+    for (double n : in.unit_numel) {
+        rs += collective_time(PlannedCollective::kReduceScatter, n * reduce, mesh.shard, shard_link).seconds;
+        const double g = collective_time(PlannedCollective::kAllGather, n * work, mesh.shard, shard_link).seconds;
+        ag += g;
+        ag_tail = std::max(ag_tail, g);
+    }
+    if (!in.unit_numel.empty()) {
+        rs_tail = collective_time(PlannedCollective::kReduceScatter, in.unit_numel.front() * reduce, mesh.shard,
+                                  shard_link).seconds;
+    }
+    const int reductions = (stage >= 2 && mesh.pipeline == 1) ? in.micro_batches : 1;
+    // Shard groups of one rank: nothing to scatter or gather, only the replicas' all-reduce.
+    if (mesh.shard > 1) {
+        add_phase(plan, "grad reduce-scatter", reductions * rs,
+                  reductions * exposed_seconds(rs, in.backward_s, rs_tail, mesh.overlap),
+                  str(in.unit_numel.size(), " units over ", mesh.shard, " ranks (ring, ", where, "-node), ",
+                      reductions, reductions == 1 ? " time" : " times", " a step"));
+    }
+    if (mesh.replicas > 1) {
+        const GroupPlacement rp = place_group(mesh.replicas, mesh.shard * mesh.tensor, mesh.ranks_per_node);
+        const Link rl = group_link(c, rp, mesh.active_on_node);
+        const CollectiveTime ar =
+            collective_time(PlannedCollective::kAllReduce, total_numel / mesh.shard * reduce, mesh.replicas, rl);
+        // Each unit's starts when its reduce-scatter of the last micro-batch ends, so it runs
+        // beside what is left of that backward; unit 0's (the last) cannot.
+        const double tail = ar.seconds * (in.unit_numel.empty() ? 1 : in.unit_numel.front() / total_numel);
+        add_phase(plan, "replica all-reduce", ar.seconds,
+                  exposed_seconds(ar.seconds, std::max(0.0, in.backward_s - rs), tail, mesh.overlap),
+                  str("the owned shards over ", mesh.replicas, " replicas (", ar.algorithm, ", ",
+                      rl.inter_node ? "inter" : "intra", "-node; hybrid sharding)"));
+    }
+    if (mesh.shard <= 1) return;
+    if (stage == 3) {
+        const double passes = 2.0 * in.micro_batches;
+        const double exposed = in.micro_batches * (exposed_seconds(ag, in.forward_s, ag_tail, mesh.overlap) +
+                                                   exposed_seconds(ag, in.backward_s, ag_tail, mesh.overlap));
+        add_phase(plan, "param all-gather", passes * ag, exposed,
+                  str("every unit before each forward and backward (", passes, " a step, depth ",
+                      memory.overlap_depth, " ahead; ring, ", where, "-node)"));
+    } else {
+        add_phase(plan, "param all-gather", ag, exposed_seconds(ag, in.forward_s, ag_tail, mesh.overlap),
+                  str("the updated shards after the step, waited for by the next forward (ring, ", where, "-node)"));
+    }
+}
+
+/// The optimizer's pass over the owned parameters (AdamW: master, m, v read and written,
+/// the gradient read, the working copy written) and the step's scalar all-reduces.
+void add_optimizer(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, double rank_numel, TimePlan& plan) {
+    const bool sharded = cfg.parallel.zero_stage > 0;
+    const double owned = rank_numel / (sharded ? mesh.shard : 1);
+    const double bytes_each = 6 * 4 + dtype_size(cfg.precision.reduce()) + dtype_size(cfg.precision.dtype) + 4;
+    const double seconds = owned * bytes_each / rank_memory_bytes_per_s(c, mesh.active_on_node);
+    add_phase(plan, "optimizer", seconds, seconds,
+              str("AdamW over ", owned / 1e6, " M owned parameters (", bytes_each, " B each) + the gradient norm"));
+    const GroupPlacement world = place_group(mesh.world, 1, mesh.ranks_per_node);
+    const Link link = group_link(c, world, mesh.active_on_node);
+    const double scalars = 3 * collective_time(PlannedCollective::kAllReduce, 8, mesh.world, link).seconds;
+    if (mesh.world > 1) add_phase(plan, "scalars", scalars, scalars, "loss, gradient norm, finite check (all ranks)");
+}
+
+/// This rank's elements of each unit (its tensor split; under a pipeline, a stage's share).
+std::vector<double> rank_unit_numel(const Config& cfg, const Mesh& mesh) {
+    const ModelLayout layout = make_model_layout(cfg.model, TensorSplit{mesh.tensor, 0});
+    std::vector<double> out;
+    for (size_t n : layout.unit_numel) out.push_back(static_cast<double>(n));
+    if (mesh.pipeline <= 1) return out;
+    // A stage holds its blocks (and the first and last the embedding, head and final norm):
+    // by FLOPs about 1/P of the units, which the time model takes as every unit / P.
+    for (double& n : out) n /= mesh.pipeline;
+    return out;
+}
+
+}  // namespace
+
+TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, int ranks_per_node,
+                   const MemoryPlan& memory) {
+    const Mesh mesh = mesh_of(cfg, c, world_size, ranks_per_node, memory);
+    const MicroBatchCost mb = micro_batch_cost(cfg, mesh, c);
+    const bool recompute = cfg.train.recompute;
+    const int m = std::max(1, cfg.train.grad_accum);
+    const double P = mesh.pipeline;
+    TimePlan plan;
+    add_phase(plan, "products", m * 3 * (mb.block_products + mb.head_products) / P,
+              m * 3 * (mb.block_products + mb.head_products) / P, mb.product_what);
+    add_phase(plan, "attention", m * 3 * mb.attention / P, m * 3 * mb.attention / P,
+              "two (T x T) products per head, causal, forward and 2x backward");
+    add_phase(plan, "element-wise", m * 3 * mb.elementwise / P, m * 3 * mb.elementwise / P,
+              "norms, activations, residuals, softmax, loss: bytes at the memory bandwidth");
+    if (recompute) {
+        add_phase(plan, "recompute", m * mb.recompute(true) / P, m * mb.recompute(true) / P,
+                  "every block's forward again in backward");
+    }
+    if (mesh.tensor > 1) add_phase(plan, "tensor comm", m * 2 * mb.tensor_comm / P, m * 2 * mb.tensor_comm / P, mb.tensor_what);
+    const double forward = mb.forward() / P;
+    const double backward = mb.backward(recompute) / P;
+    if (mesh.pipeline > 1) {
+        const int v = mesh.chunks;
+        const double sends = 2.0 * m * v * mb.pipeline_send;
+        add_phase(plan, "pipeline p2p", sends, sends, str("activations and their gradients, ", 2 * m * v,
+                                                          " messages a step per stage boundary"));
+        const double f = forward / v + mb.pipeline_send;
+        const double weight = (mb.block_products + mb.head_products) / P / v;  // the weight-gradient products
+        const double b = backward / v + mb.pipeline_send;
+        const PipelineScheduleKind kind = pipeline_schedule_kind(cfg.parallel);
+        // Zero-bubble runs the weight products as passes of their own; the others inside B.
+        const double makespan = pipeline_makespan(kind, mesh.pipeline, m, v, f, b - weight, weight);
+        const double busy = m * v * (f + b);
+        add_phase(plan, "pipeline bubble", makespan - busy, makespan - busy,
+                  str(pipeline_schedule_name(kind), ", ", mesh.pipeline, " stages x ", v, " chunk(s), ", m,
+                      " micro-batches: its schedule on a clock"));
+    }
+    DataParallelInput dp;
+    dp.unit_numel = rank_unit_numel(cfg, mesh);
+    dp.forward_s = forward;
+    dp.backward_s = backward;
+    dp.micro_batches = m;
+    add_data_parallel(cfg, c, mesh, memory, dp, plan);
+    double rank_numel = 0;
+    for (double n : dp.unit_numel) rank_numel += n;
+    add_optimizer(cfg, c, mesh, rank_numel, plan);
+    double most = -1;
+    for (const TimePhase& p : plan.phases) {
+        plan.step_ms += p.exposed_ms;
+        if (p.exposed_ms > most) {
+            most = p.exposed_ms;
+            plan.bottleneck = p.name;
+        }
+    }
+    plan.tokens_per_step = memory.tokens_per_step;
+    plan.tokens_per_s = plan.step_ms > 0 ? memory.tokens_per_step / (plan.step_ms / 1e3) : 0;
+    const double peak = rank_peak_flops(c, cfg.precision.dtype, mesh.active_on_node) * world_size;
+    plan.mfu = plan.step_ms > 0 ? memory.flops_per_step / (plan.step_ms / 1e3) / peak : 0;
+    plan.cluster_what = str(world_size, " rank(s) = ", (world_size + mesh.ranks_per_node - 1) / mesh.ranks_per_node,
+                            " node(s) x ", mesh.active_on_node, ", ", c.device, ", mesh: data ", mesh.data,
+                            " x tensor ", mesh.tensor, mesh.sequence ? " (sequence)" : "", " x pipeline ",
+                            mesh.pipeline, ", ZeRO-", cfg.parallel.zero_stage);
+    return plan;
+}
+
+std::string format_time_plan(const TimePlan& plan) {
+    std::ostringstream os;
+    os << "time plan per step (" << plan.cluster_what << "):\n";
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-20s %12s %12s   %s\n", "phase", "total ms", "exposed ms", "what");
+    os << line;
+    for (const TimePhase& p : plan.phases) {
+        std::snprintf(line, sizeof line, "  %-20s %12.3f %12.3f   %s\n", p.name.c_str(), p.total_ms, p.exposed_ms,
+                      p.what.c_str());
+        os << line;
+    }
+    std::snprintf(line, sizeof line, "tokens per step %.0f, %.0f tokens/s, MFU %.1f%%, bottleneck: %s\n",
+                  plan.tokens_per_step, plan.tokens_per_s, 100 * plan.mfu, plan.bottleneck.c_str());
+    os << line;
+    std::snprintf(line, sizeof line, "predicted step: %.1f ms\n", plan.step_ms);
+    os << line;
+    return os.str();
+}
+
+MemoryPlan plan_memory_on_cluster(const Config& cfg, const ClusterConfig& c, int world_size, int ranks_per_node) {
+    Config planned = cfg;
+    planned.backend = c.is_cpu() ? BackendChoice::kCpu : BackendChoice::kCuda;
+    MemoryPlan plan = plan_for_deck(planned, world_size, ranks_per_node);
+    plan.available = c.memory_gib * 1024.0 * 1024 * 1024;
+    plan.available_what = str("cluster.memory_gib (", c.is_cpu() ? "each node" : "each GPU", ")");
+    return plan;
+}
+
+}  // namespace zt

@@ -1,0 +1,224 @@
+// Unit tests of the planner (issue 53): each time-model formula against hand-computed cases
+// (group placement, links, alpha-beta collectives, product rates, overlap, the pipeline's
+// clock), a step's phases on a tiny deck, and the mesh search. The cluster description's
+// keys and files are test_config.cpp's. No MPI.
+#include "ztrain/train/plan_search.hpp"
+#include "ztrain/train/time_plan.hpp"
+
+#include "ztrain/config/config.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/model/family.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+using zt::ClusterConfig;
+using zt::Config;
+using zt::PlannedCollective;
+
+ClusterConfig h100() {
+    ClusterConfig c;
+    c.nodes = 2;
+    c.ranks_per_node = 8;
+    c.device = "gpu";
+    c.peak_tflops_fp32 = 67;
+    c.peak_tflops_bf16 = 989;
+    c.intra_gbps = 450;
+    c.intra_latency_us = 3;
+    c.inter_gbps = 400;
+    c.inter_latency_us = 6;
+    c.memory_gbps = 3350;
+    return c;
+}
+
+/// A cpu node with round figures (the defaults are this machine's measured ones).
+ClusterConfig cpu_node() {
+    ClusterConfig c;
+    c.peak_tflops_fp32 = 0.166;
+    c.intra_gbps = 8;
+    c.memory_gbps = 12;
+    return c;
+}
+
+TEST(TimePlanFormula, GroupPlacementFollowsConsecutiveRanks) {
+    // 4 consecutive ranks on 8-rank nodes: one node.
+    zt::GroupPlacement g = zt::place_group(4, 1, 8);
+    EXPECT_EQ(g.nodes, 1);
+    EXPECT_EQ(g.ranks_on_node, 4);
+    // 4 ranks 8 apart (data ranks under T = 8): one on each of 4 nodes.
+    g = zt::place_group(4, 8, 8);
+    EXPECT_EQ(g.nodes, 4);
+    EXPECT_EQ(g.ranks_on_node, 1);
+    // 16 consecutive ranks: two full nodes.
+    g = zt::place_group(16, 1, 8);
+    EXPECT_EQ(g.nodes, 2);
+    EXPECT_EQ(g.ranks_on_node, 8);
+    // Ranks 0 and 4 (a pipeline boundary of 4-rank stages) on 8-rank nodes: the same node.
+    EXPECT_EQ(zt::place_group(2, 4, 8).nodes, 1);
+}
+
+TEST(TimePlanFormula, LinksShareTheNodesPorts) {
+    const ClusterConfig c = h100();
+    // Inside a node: the GPU's NVLink, whatever the others do.
+    zt::Link l = zt::group_link(c, zt::place_group(8, 1, 8), 8);
+    EXPECT_FALSE(l.inter_node);
+    EXPECT_DOUBLE_EQ(l.bytes_per_s, 450e9);
+    EXPECT_DOUBLE_EQ(l.latency_s, 3e-6);
+    // A group of whole nodes owns its nodes' 400 GB/s.
+    l = zt::group_link(c, zt::place_group(16, 1, 8), 8);
+    EXPECT_TRUE(l.inter_node);
+    EXPECT_DOUBLE_EQ(l.bytes_per_s, 400e9);
+    EXPECT_DOUBLE_EQ(l.latency_s, 6e-6);
+    // One rank per node, 8 such groups at once: an eighth each (one 400 Gb/s port = 50 GB/s).
+    l = zt::group_link(c, zt::place_group(2, 8, 8), 8);
+    EXPECT_DOUBLE_EQ(l.bytes_per_s, 50e9);
+    // A cpu node's copies share its bandwidth: 8 GB/s over 2 active ranks.
+    EXPECT_DOUBLE_EQ(zt::group_link(cpu_node(), zt::place_group(2, 1, 2), 2).bytes_per_s, 4e9);
+}
+
+TEST(TimePlanFormula, CollectivesFollowAlphaBeta) {
+    zt::Link l;
+    l.latency_s = 1e-6;
+    l.bytes_per_s = 1e9;
+    // Ring all-reduce of 1 MB over 4: 2*3*1us + 2*3/4*1ms = 1.506 ms; tree: 4us + 2 ms.
+    zt::CollectiveTime t = zt::collective_time(PlannedCollective::kAllReduce, 1e6, 4, l);
+    EXPECT_EQ(t.algorithm, "ring");
+    EXPECT_NEAR(t.seconds, 1.506e-3, 1e-12);
+    // 8 bytes over 64: ring 126 us of latency, tree 2*6 us: the tree wins.
+    t = zt::collective_time(PlannedCollective::kAllReduce, 8, 64, l);
+    EXPECT_EQ(t.algorithm, "tree");
+    EXPECT_NEAR(t.seconds, 12e-6 + 16e-9, 1e-15);
+    // Reduce-scatter and all-gather: half the ring all-reduce: 3 us + 0.75 ms.
+    EXPECT_NEAR(zt::collective_time(PlannedCollective::kReduceScatter, 1e6, 4, l).seconds, 0.753e-3, 1e-12);
+    EXPECT_NEAR(zt::collective_time(PlannedCollective::kAllGather, 1e6, 4, l).seconds, 0.753e-3, 1e-12);
+    EXPECT_NEAR(zt::collective_time(PlannedCollective::kSendRecv, 1e6, 2, l).seconds, 1.001e-3, 1e-12);
+    // One rank: nothing to do.
+    EXPECT_EQ(zt::collective_time(PlannedCollective::kAllReduce, 1e6, 1, l).seconds, 0);
+}
+
+TEST(TimePlanFormula, ProductRateBySize) {
+    ClusterConfig c;
+    c.product_efficiency = 0.5;
+    c.product_half_gflop = 1;
+    // 1 GFLOP at half of 0.5 of 1 TFLOP/s: 2.5e11 FLOP/s, 4 ms.
+    EXPECT_NEAR(zt::product_seconds(1e9, 1e12, c), 4e-3, 1e-15);
+    // 99 GFLOP: 0.5 * 99/100 of the peak.
+    EXPECT_NEAR(zt::product_seconds(99e9, 1e12, c), 99e9 / (0.5 * 0.99 * 1e12), 1e-12);
+    // A cpu node's peak is shared by its ranks; a GPU's is its own; bf16 has its own peak.
+    EXPECT_DOUBLE_EQ(zt::rank_peak_flops(cpu_node(), zt::DType::kF32, 2), 0.083e12);
+    EXPECT_DOUBLE_EQ(zt::rank_peak_flops(h100(), zt::DType::kBF16, 8), 989e12);
+    EXPECT_DOUBLE_EQ(zt::rank_memory_bytes_per_s(cpu_node(), 2), 6e9);
+}
+
+TEST(TimePlanFormula, OverlapHidesWhatComputeCovers) {
+    EXPECT_DOUBLE_EQ(zt::exposed_seconds(10, 4, 1, true), 6);   // 4 of 10 under compute
+    EXPECT_DOUBLE_EQ(zt::exposed_seconds(10, 20, 1, true), 1);  // all but the tail
+    EXPECT_DOUBLE_EQ(zt::exposed_seconds(10, 20, 1, false), 10);
+    EXPECT_DOUBLE_EQ(zt::exposed_seconds(0.5, 20, 1, true), 0.5);  // never more than the total
+}
+
+TEST(TimePlanFormula, PipelineBubblePerSchedule) {
+    // 1F1B, P = 4, m = 8, F = 1, B = 2: (m + P - 1)(F + B) = 33.
+    EXPECT_DOUBLE_EQ(zt::pipeline_makespan(zt::PipelineScheduleKind::k1F1B, 4, 8, 1, 1, 1, 1), 33);
+    // Interleaved, 2 chunks of half the cost: bubble (P - 1)(F + B) / v = 4.5 on 24.
+    EXPECT_DOUBLE_EQ(zt::pipeline_makespan(zt::PipelineScheduleKind::kInterleaved, 4, 8, 2, 0.5, 0.5, 0.5), 28.5);
+    // Zero-bubble: the weight passes fill the bubble, so less than 1F1B's 33.
+    EXPECT_LT(zt::pipeline_makespan(zt::PipelineScheduleKind::kZeroBubble, 4, 8, 1, 1, 1, 1), 33);
+    // One stage: no bubble.
+    EXPECT_DOUBLE_EQ(zt::pipeline_makespan(zt::PipelineScheduleKind::k1F1B, 1, 8, 1, 1, 1, 1), 24);
+}
+
+Config tiny_deck() {
+    Config c;
+    c.data.train = "shards/train_*.bin";
+    c.model.n_layer = 2;
+    c.model.n_head = 4;
+    c.model.n_embd = 64;
+    c.model.seq_len = 32;
+    c.train.micro_batch = 4;
+    c.train.grad_accum = 2;
+    return c;
+}
+
+double phase_exposed(const zt::TimePlan& p, const std::string& name) {
+    for (const zt::TimePhase& ph : p.phases) {
+        if (ph.name == name) return ph.exposed_ms;
+    }
+    return -1;
+}
+
+TEST(TimePlan, OneRankIsComputeAndOptimizer) {
+    const Config c = tiny_deck();
+    const ClusterConfig cluster;
+    const zt::MemoryPlan memory = zt::plan_memory(c, 1, 1, 0, 0, false);
+    const zt::TimePlan t = zt::plan_time(c, cluster, 1, 1, memory);
+    EXPECT_GT(phase_exposed(t, "products"), 0);
+    EXPECT_GT(phase_exposed(t, "optimizer"), 0);
+    EXPECT_EQ(phase_exposed(t, "grad all-reduce"), -1);
+    double sum = 0;
+    for (const zt::TimePhase& p : t.phases) sum += p.exposed_ms;
+    EXPECT_DOUBLE_EQ(t.step_ms, sum);
+    // The products: a GPT-2 block has 4 (q|k|v, attention output, MLP up, MLP down), each
+    // over the micro-batch's 128 rows: (3 + 1 + 4 + 4) C^2 multiply-adds per block.
+    EXPECT_NE(t.phases.front().what.find("4 per block"), std::string::npos) << t.phases.front().what;
+    const double C = 64, rows = 128;
+    const double block_s = zt::product_seconds(2 * rows * 3 * C * C, zt::rank_peak_flops(cluster, zt::DType::kF32, 1), cluster) +
+              zt::product_seconds(2 * rows * C * C, zt::rank_peak_flops(cluster, zt::DType::kF32, 1), cluster) +
+              2 * zt::product_seconds(2 * rows * 4 * C * C, zt::rank_peak_flops(cluster, zt::DType::kF32, 1), cluster);
+    const double head_s = zt::product_seconds(2 * rows * 320 * C, zt::rank_peak_flops(cluster, zt::DType::kF32, 1),
+                                              cluster);  // 257 tokens padded to 320 rows
+    // 2 micro-batches, forward + 2x backward.
+    EXPECT_NEAR(phase_exposed(t, "products"), 1e3 * 2 * 3 * (2 * block_s + head_s), 1e-9);
+    const std::string text = zt::format_time_plan(t);
+    char last[64];
+    std::snprintf(last, sizeof last, "predicted step: %.1f ms\n", t.step_ms);
+    EXPECT_EQ(text.substr(text.rfind("predicted step: ")), last);
+}
+
+TEST(TimePlan, DataParallelAddsTheGradientCollective) {
+    const Config c = tiny_deck();
+    const ClusterConfig cluster;
+    const zt::MemoryPlan memory = zt::plan_memory(c, 2, 2, 0, 0, false);
+    const zt::TimePlan ddp = zt::plan_time(c, cluster, 2, 2, memory);
+    EXPECT_GT(phase_exposed(ddp, "grad all-reduce"), 0);
+    Config z3 = c;
+    z3.parallel.zero_stage = 3;
+    const zt::TimePlan t3 = zt::plan_time(z3, cluster, 2, 2, zt::plan_memory(z3, 2, 2, 0, 0, false));
+    EXPECT_GT(phase_exposed(t3, "param all-gather"), 0);
+    EXPECT_GT(phase_exposed(t3, "grad reduce-scatter"), 0);
+    // Shard groups of one rank: no scatter or gather, the replicas' all-reduce only.
+    Config hybrid = z3;
+    hybrid.parallel.shard_group.ranks = 1;
+    const zt::TimePlan th = zt::plan_time(hybrid, cluster, 2, 2, zt::plan_memory(hybrid, 2, 2, 0, 0, false));
+    EXPECT_EQ(phase_exposed(th, "grad reduce-scatter"), -1);
+    EXPECT_EQ(phase_exposed(th, "param all-gather"), -1);
+    EXPECT_GT(phase_exposed(th, "replica all-reduce"), 0);
+}
+
+TEST(PlanSearch, RanksFittingMeshesOfTheGlobalBatch) {
+    const Config c = tiny_deck();
+    zt::PlanSearchOptions options;
+    options.cluster_memory = true;
+    const zt::PlanSearch s = zt::search_meshes(c, ClusterConfig{}, 2, 2, options);
+    EXPECT_EQ(s.global_batch, 8 * 2);  // micro_batch 4 x grad_accum 2 x 2 data ranks
+    ASSERT_FALSE(s.fitting.empty());
+    for (size_t i = 1; i < s.fitting.size(); ++i) {
+        EXPECT_LE(s.fitting[i - 1].time.step_ms, s.fitting[i].time.step_ms);
+    }
+    // Every candidate keeps the global batch.
+    for (const zt::PlanCandidate& p : s.fitting) {
+        const int data = 2 / (p.cfg.parallel.tensor * p.cfg.parallel.pipeline);
+        EXPECT_EQ(p.cfg.train.micro_batch * p.cfg.train.grad_accum * data, 16) << p.mesh;
+    }
+    // The deck's own rules refuse some (pipeline 2 with grad_accum 1, ...).
+    EXPECT_GT(s.refused, 0);
+}
+
+}  // namespace
