@@ -144,6 +144,20 @@ std::vector<ProductAdapter> LoraAdapters::of_product(size_t w_offset, int in, in
     return found;
 }
 
+void LoraAdapters::merge_into(Backend& be, float* merged, const float* w, size_t unit_numel, float* scaled_b) const {
+    be.copy(merged, w, unit_numel);
+    for (const Entry& e : m_entries) {
+        const ProductAdapter& a = e.adapter;
+        const size_t b_numel = static_cast<size_t>(a.out_width) * static_cast<size_t>(a.rank);
+        // scale B, then W (out, in) += (scale B) (out, r) @ A (r, in): a product's input gradient.
+        be.zero(scaled_b, b_numel);
+        be.scale_add_columns(ActPtr(scaled_b), a.rank, 0, ConstActPtr(w + a.b_offset), a.rank, 0, a.rank,
+                             a.out_width, m_scale);
+        be.matmul_backward(ActPtr(merged + e.w_offset), nullptr, nullptr, ConstActPtr(scaled_b), ConstActPtr{},
+                           ConstActPtr(w + a.a_offset), a.out_width, static_cast<int>(e.in), a.rank);
+    }
+}
+
 int LoraAdapters::max_rank() const {
     int r = 0;
     for (const Entry& e : m_entries) r = std::max(r, e.adapter.rank);

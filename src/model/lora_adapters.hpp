@@ -63,12 +63,20 @@ class LoraAdapters {
     void set_scratch(Scratch s) { m_scratch = s; }
     const Scratch& scratch() const { return m_scratch; }
 
-  private:
+    /// Every adapted weight of a block: where it lies in the unit, its input features and
+    /// its adapter (out_begin 0).
     struct Entry {
         size_t w_offset;  ///< the adapted weight's offset in the unit
         size_t in;
         ProductAdapter adapter;
     };
+    const std::vector<Entry>& entries() const { return m_entries; }
+    /// Writes into `merged` (a block unit's elements, backend memory) the unit `w` with every
+    /// adapter merged into its weight, W + scale B A; `scaled_b` holds widest() x max_rank()
+    /// floats of scratch. For inference paths that run a unit's weights as they are.
+    void merge_into(Backend& be, float* merged, const float* w, size_t unit_numel, float* scaled_b) const;
+
+  private:
     bool m_on = false;
     float m_scale = 0.f;
     std::vector<Entry> m_entries;
