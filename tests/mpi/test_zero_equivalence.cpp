@@ -146,10 +146,15 @@ INSTANTIATE_TEST_SUITE_P(AllStages, ZeroStage,
                                     (info.param.llama ? "_llama" : "");
                          });
 
-/// LoRA (lora.rank 4, lora.alpha 8) under ZeRO at N ranks matches one rank with N-way
-/// accumulation (the tolerance above), and the frozen base ends where it started: bit for
-/// bit the same as an untrained run's, whatever the stage.
-class LoraZeroStage : public ::testing::TestWithParam<StageCase> {};
+/// LoRA (lora.rank 4, lora.alpha 8) under ZeRO (and pipeline stages) at N ranks matches one
+/// rank with N-way accumulation (the tolerance above), and the frozen base ends where it
+/// started: bit for bit the same as an untrained run's, whatever the stage.
+struct LoraCase {
+    int stage;
+    bool llama;
+    int pipeline = 1;
+};
+class LoraZeroStage : public ::testing::TestWithParam<LoraCase> {};
 
 TEST_P(LoraZeroStage, MatchesOneRankAndKeepsTheBase) {
     const int N = test::world_size();
@@ -163,18 +168,21 @@ TEST_P(LoraZeroStage, MatchesOneRankAndKeepsTheBase) {
         c.train.max_steps = 4;
         return c;
     };
+    const int P = GetParam().pipeline;
     Config ref_cfg = lora(test::tiny_mpi_config(dir.file("train.bin"), dir.file("ref" + std::to_string(me))));
-    ref_cfg.train.grad_accum *= N;
+    ref_cfg.train.grad_accum *= N / P;
     TrainOptions self;
     self.comm = MPI_COMM_SELF;
     self.collect_params = true;
     const TrainSummary ref = train(ref_cfg, self);
     Config cfg = lora(test::tiny_mpi_config(dir.file("train.bin"), dir.file("world")));
     cfg.parallel.zero_stage = GetParam().stage;
+    cfg.parallel.pipeline = P;
     TrainOptions world;
     world.collect_params = true;
     const TrainSummary got = train(cfg, world);
-    const std::string what = "lora stage " + std::to_string(GetParam().stage) + " N=" + std::to_string(N);
+    const std::string what =
+        "lora stage " + std::to_string(GetParam().stage) + " P=" + std::to_string(P) + " N=" + std::to_string(N);
     test::expect_matches_reference(got, ref, what);
     // The base: its initial values (unit by unit, unpadded as final_params lists them).
     const ModelLayout layout = make_model_layout(cfg.model);
@@ -197,9 +205,11 @@ TEST_P(LoraZeroStage, MatchesOneRankAndKeepsTheBase) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, LoraZeroStage,
-                         ::testing::Values(StageCase{1, 25}, StageCase{3, 25}, StageCase{3, 25, true}),
+                         ::testing::Values(LoraCase{1, false}, LoraCase{3, false}, LoraCase{3, true},
+                                           LoraCase{1, false, 2}, LoraCase{3, true, 2}),
                          [](const auto& info) {
-                             return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "");
+                             return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "") +
+                                    (info.param.pipeline > 1 ? "_pipeline" : "");
                          });
 
 /// A GPT-2 of `n_layer` blocks, 4 heads x 64 wide, vocabulary 300.
