@@ -114,10 +114,12 @@ int run(int argc, char** argv) {
     std::string output;
     std::string dtype = "fp32";
     std::string max_shard_size;
+    std::string lora;
     po::options_description visible(
         "Usage:\n"
         "  zt-consolidate CKPT_DIR --output FILE [--dtype fp32|bf16|fp16] [--with-optimizer]\n"
         "  zt-consolidate CKPT_DIR --output DIR/ [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
+        "  zt-consolidate CKPT_DIR --output DIR/ --lora adapter|merge [--dtype fp32|bf16|fp16]\n"
         "  zt-consolidate CKPT_DIR --info\n\n"
         "CKPT_DIR: a checkpoint directory (its `latest` step is used) or a step_N directory.\n"
         "FILE: .h5 (ztrain tensor names, one dataset each) or .safetensors (Hugging Face names and\n"
@@ -134,6 +136,10 @@ int run(int argc, char** argv) {
         ("max-shard-size", po::value(&max_shard_size),
          "a directory's weights in files of at most SIZE (5GB, 500MB, 100KB: powers of 10; or bytes), "
          "model-00001-of-0000N.safetensors ... + model.safetensors.index.json, as save_pretrained")
+        ("lora", po::value(&lora),
+         "a LoRA run's checkpoint into a directory: adapter (PEFT's adapter_model.safetensors + "
+         "adapter_config.json, for peft.PeftModel.from_pretrained) | merge (a Hugging Face model, the "
+         "adapters merged into its weights)")
         ("info", "describe the checkpoint (step, world size, tensors, shard files) and exit");
     po::options_description all;
     all.add(visible).add_options()("checkpoint", po::value(&ckpt), "checkpoint directory");
@@ -155,6 +161,11 @@ int run(int argc, char** argv) {
     }
     ZT_INPUT_CHECK(!output.empty(), "--output FILE is required (or --info)");
     const zt::DType t = zt::parse_dtype(dtype, "--dtype");
+    ZT_INPUT_CHECK(lora.empty() || lora == "adapter" || lora == "merge", "--lora = '", lora,
+                   "': expected adapter or merge");
+    const zt::LoraExport lora_export = lora == "adapter" ? zt::LoraExport::kAdapter
+                                       : lora == "merge" ? zt::LoraExport::kMerge
+                                                         : zt::LoraExport::kNone;
     const uint64_t shard_bytes = vm.count("max-shard-size") ? zt::parse_max_shard_size(max_shard_size) : 0;
     ZT_INPUT_CHECK(shard_bytes == 0 || std::filesystem::is_directory(output) || output.back() == '/',
                    "--max-shard-size: splits a Hugging Face directory's weights; '", output,
@@ -165,7 +176,7 @@ int run(int argc, char** argv) {
     const zt::HfDirectoryExtras extras = to_dir ? tokenizer_extras(ckpt, &tokenizer_note) : zt::HfDirectoryExtras{};
     std::vector<std::string> files;
     try {
-        files = zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0, shard_bytes, extras);
+        files = zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0, shard_bytes, extras, lora_export);
     } catch (const zt::InputError& e) {
         // A damaged step: name the newest complete one beside it, the one to consolidate.
         const std::string good = zt::newest_complete_checkpoint(ckpt);
@@ -189,8 +200,10 @@ int run(int argc, char** argv) {
                                                   : zt::str(shown(files.front()), " ... ",
                                                             std::filesystem::path(files.back()).filename().string(), " (",
                                                             files.size(), " shards), model.safetensors.index.json");
-    std::string others = hf_dir ? " and config.json" : "";
-    for (const auto& file : extras.files) others += ", " + file.first;
+    // A PEFT adapter directory: adapter_config.json, no model config or tokenizer.
+    const bool adapter = lora_export == zt::LoraExport::kAdapter;
+    std::string others = !hf_dir ? "" : adapter ? " and adapter_config.json" : " and config.json";
+    for (const auto& file : extras.files) others += adapter ? "" : ", " + file.first;
     std::printf("zt-consolidate: wrote %s%s (%s, %.2f MiB) in %.2f s\n", weights.c_str(), others.c_str(),
                 zt::dtype_name(t), bytes / 1048576.0, s);
     if (!tokenizer_note.empty()) std::printf("zt-consolidate: note: no tokenizer files: %s\n", tokenizer_note.c_str());

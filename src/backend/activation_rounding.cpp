@@ -64,6 +64,12 @@ void ActivationRoundingBackend::residual_forward(ActPtr out, ConstActPtr a, Cons
     round(out, n);
 }
 
+void ActivationRoundingBackend::scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src,
+                                                  int src_width, int src_col, int width, int N, float scale) {
+    inner().scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale);
+    round(dst, elements(N, dst_width));
+}
+
 void ActivationRoundingBackend::gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T,
                                                       int NH, int NKV, int hs) {
     inner().gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);

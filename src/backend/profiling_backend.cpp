@@ -117,6 +117,12 @@ void ProfilingBackend::gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr d
 void ProfilingBackend::residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) {
     timed(kOpElementwise, [&] { inner().residual_forward(out, a, b, n); });
 }
+
+void ProfilingBackend::scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width,
+                                         int src_col, int width, int N, float scale) {
+    timed(kOpElementwise,
+          [&] { inner().scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale); });
+}
 void ProfilingBackend::gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH,
                                              int NKV, int hs) {
     timed(kOpAttentionFwd, [&] { inner().gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs); });

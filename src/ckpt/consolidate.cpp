@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -55,6 +56,12 @@ struct CkptTensor {
     size_t live_numel = 0;
 };
 
+/// An adapted weight's LoRA tensors, merged into it by --lora merge.
+struct CkptAdapter {
+    CkptTensor a;  ///< (r, in)
+    CkptTensor b;  ///< (out, r)
+};
+
 struct CkptModel {
     std::string step_dir;
     std::string meta_file;
@@ -64,6 +71,10 @@ struct CkptModel {
     /// version 1 checkpoint records neither (n_head is in no tensor shape).
     ModelConfig model;
     long padded_vocab = -1;
+    /// --lora merge: the adapters by the name of the weight they adapt (they are then no
+    /// tensors of the export), and their scale alpha / r.
+    std::map<std::string, CkptAdapter> merged;
+    double lora_scale = 0.0;
 };
 
 std::string resolve_step_dir(const std::string& ckpt_path) {
@@ -247,14 +258,35 @@ void export_h5(CheckpointReader& reader, const CkptModel& m, const std::string& 
 // .safetensors (the family's Hugging Face names and layout)
 // ---------------------------------------------------------------------------------------
 
-/// Writes the tensors m.tensors[i] for i in `which` (in that order) to `file`.
+/// w (out, in) += scale B A, from the adapter's tensors in the checkpoint.
+void merge_adapter(CheckpointReader& reader, const CkptAdapter& adapter, double scale, std::vector<float>& w) {
+    std::vector<float> a;
+    std::vector<float> b;
+    read_tensor(reader, adapter.a, "master", a);
+    read_tensor(reader, adapter.b, "master", b);
+    const size_t r = adapter.a.shape[0];
+    const size_t in = adapter.a.shape[1];
+    const size_t out = adapter.b.shape[0];
+    ZT_INPUT_CHECK(w.size() == out * in && adapter.b.shape[1] == r, adapter.a.name, ": adapter shapes ",
+                   shape_str(adapter.a.shape), " and ", shape_str(adapter.b.shape), " do not fit their weight");
+    for (size_t o = 0; o < out; ++o) {
+        for (size_t i = 0; i < in; ++i) {
+            double sum = 0.0;
+            for (size_t k = 0; k < r; ++k) sum += static_cast<double>(b[o * r + k]) * a[k * in + i];
+            w[o * in + i] = static_cast<float>(w[o * in + i] + scale * sum);
+        }
+    }
+}
+
+/// Writes the tensors m.tensors[i] for i in `which` (in that order) to `file`, each named
+/// `prefix` + its Hugging Face name.
 void export_safetensors(CheckpointReader& reader, const CkptModel& m, const Family& family, const std::string& file,
-                        DType t, const std::vector<size_t>& which) {
+                        DType t, const std::vector<size_t>& which, const std::string& prefix = "") {
     const HfNaming& names = family.hf_naming();
     std::vector<SafetensorsWriter::Tensor> tensors;
     for (size_t i : which) {
         const CkptTensor& tensor = m.tensors[i];
-        tensors.push_back({names.hf_name(tensor.name), names.file_shape(tensor.name, tensor.live_shape)});
+        tensors.push_back({prefix + names.hf_name(tensor.name), names.file_shape(tensor.name, tensor.live_shape)});
     }
     nlohmann::ordered_json metadata = {{"format", "pt"},
                                        {"source", "ztrain"},
@@ -267,6 +299,8 @@ void export_safetensors(CheckpointReader& reader, const CkptModel& m, const Fami
     for (size_t i : which) {
         const CkptTensor& tensor = m.tensors[i];
         read_tensor(reader, tensor, "master", buf);
+        const auto adapter = m.merged.find(tensor.name);
+        if (adapter != m.merged.end()) merge_adapter(reader, adapter->second, m.lora_scale, buf);
         const float* src = buf.data();
         if (names.transposed(tensor.name)) {
             other.resize(tensor.live_numel);
@@ -397,10 +431,75 @@ std::vector<std::string> export_hf_weights(CheckpointReader& reader, const CkptM
     return paths;
 }
 
+bool is_adapter(const std::string& name) {
+    return ends_with(name, ".lora_A.weight") || ends_with(name, ".lora_B.weight");
+}
+
+/// The run's [lora] settings, from the resolved deck the checkpoint records.
+Config recorded_deck(const CkptModel& m) {
+    const std::string ini = m.meta.value("config_ini", std::string());
+    ZT_INPUT_CHECK(!ini.empty(), m.meta_file, ": the checkpoint records no config_ini (its lora.* settings)");
+    return parse_deck_text(ini, m.meta_file + " (config_ini)");
+}
+
+/// --lora merge: the adapters leave the tensors and go to m.merged, under their weights.
+void take_adapters_for_merge(CkptModel& m) {
+    const LoraConfig lora = recorded_deck(m).model.lora;
+    m.lora_scale = lora.alpha / lora.rank;
+    std::vector<CkptTensor> kept;
+    for (const CkptTensor& t : m.tensors) {
+        if (!is_adapter(t.name)) {
+            kept.push_back(t);
+            continue;
+        }
+        const std::string weight = t.name.substr(0, t.name.size() - std::string(".lora_A.weight").size()) + ".weight";
+        (ends_with(t.name, ".lora_A.weight") ? m.merged[weight].a : m.merged[weight].b) = t;
+    }
+    m.tensors = std::move(kept);
+}
+
+/// --lora adapter: PEFT's adapter_model.safetensors and adapter_config.json in `dir`.
+std::vector<std::string> export_peft_adapter(CheckpointReader& reader, const CkptModel& m, const Family& family,
+                                             const fs::path& dir, DType dtype) {
+    const Config deck = recorded_deck(m);
+    const LoraConfig& lora = deck.model.lora;
+    CkptModel adapters = m;
+    adapters.tensors.clear();
+    bool transposed = false;  // GPT-2's Conv1D: PEFT's fan_in_fan_out
+    for (const CkptTensor& t : m.tensors) {
+        if (!is_adapter(t.name)) continue;
+        adapters.tensors.push_back(t);
+        const std::string weight = t.name.substr(0, t.name.size() - std::string(".lora_A.weight").size()) + ".weight";
+        transposed = transposed || family.hf_naming().transposed(weight);
+    }
+    const std::string file = (dir / "adapter_model.safetensors").string();
+    write_atomically(file, [&](const std::string& f) {
+        export_safetensors(reader, adapters, family, f, dtype, every_tensor(adapters), "base_model.model.");
+    });
+    const std::string targets = lora.targets == "default" ? family.lora_default_targets() : lora.targets;
+    nlohmann::json modules = nlohmann::json::array();
+    for (size_t at = 0; at <= targets.size();) {
+        const size_t comma = std::min(targets.find(',', at), targets.size());
+        modules.push_back(targets.substr(at, comma - at));
+        at = comma + 1;
+    }
+    const std::string base = !deck.model.from_hf.empty() ? deck.model.from_hf : deck.model.init_from;
+    const nlohmann::ordered_json config = {
+        {"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"base_model_name_or_path", base},
+        {"r", lora.rank}, {"lora_alpha", lora.alpha}, {"lora_dropout", lora.dropout},
+        {"target_modules", modules}, {"fan_in_fan_out", transposed}, {"bias", "none"},
+        {"inference_mode", true}, {"init_lora_weights", true}, {"use_rslora", false}, {"use_dora", false},
+        {"modules_to_save", nullptr}, {"layers_to_transform", nullptr}, {"layers_pattern", nullptr},
+        {"rank_pattern", nlohmann::json::object()}, {"alpha_pattern", nlohmann::json::object()}};
+    write_text_file((dir / "adapter_config.json").string(), config.dump(2) + "\n");
+    return {file};
+}
+
 /// A Hugging Face model directory: model.safetensors (or its shards and index), the extras'
 /// files, config.json.
 std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const std::string& output, DType dtype,
-                                             uint64_t max_shard_bytes, const HfDirectoryExtras& extras) {
+                                             uint64_t max_shard_bytes, const HfDirectoryExtras& extras,
+                                             LoraExport lora) {
     const fs::path dir = fs::path(output).lexically_normal();
     const fs::path parent = dir.has_filename() ? dir.parent_path() : dir.parent_path().parent_path();
     ZT_INPUT_CHECK(fs::is_directory(dir) || parent.empty() || fs::is_directory(parent), "--output: directory '",
@@ -408,7 +507,16 @@ std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const
     // Everything that can refuse the checkpoint runs before the directory is touched.
     const std::string step_dir = resolve_step_dir(ckpt_path);
     CheckpointReader reader(step_dir);
-    const CkptModel m = load_ckpt_model(step_dir, reader.meta());
+    CkptModel m = load_ckpt_model(step_dir, reader.meta());
+    const bool adapted = std::any_of(m.tensors.begin(), m.tensors.end(), [](const CkptTensor& t) {
+        return is_adapter(t.name);
+    });
+    ZT_INPUT_CHECK(adapted || lora == LoraExport::kNone, step_dir,
+                   ": --lora: the checkpoint holds no LoRA adapters (its run had lora.rank = 0)");
+    ZT_INPUT_CHECK(!adapted || lora != LoraExport::kNone, step_dir,
+                   ": the checkpoint holds LoRA adapters: give --lora adapter (PEFT's adapter files) or --lora merge "
+                   "(a Hugging Face model with the adapters merged into its weights)");
+    if (lora == LoraExport::kMerge) take_adapters_for_merge(m);
     const ModelConfig& mc = m.model;
     ZT_INPUT_CHECK(mc.n_layer > 0 && mc.n_head > 0 && mc.n_embd > 0 && mc.seq_len > 0 && mc.vocab_size > 0, step_dir,
                    ": the checkpoint does not record every model dimension (n_layer, n_head, n_embd, "
@@ -423,6 +531,7 @@ std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const
     std::error_code ec;
     fs::create_directories(dir, ec);
     ZT_INPUT_CHECK(!ec, "--output: cannot create directory '", dir.string(), "': ", ec.message());
+    if (lora == LoraExport::kAdapter) return export_peft_adapter(reader, m, family, dir, dtype);
     // config.json goes last: a directory with a config holds the matching weights.
     const std::vector<std::string> files = export_hf_weights(reader, m, family, dir, dtype, max_shard_bytes);
     for (const auto& [name, contents] : extras.files) write_text_file((dir / name).string(), contents);
@@ -433,14 +542,17 @@ std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const
 }  // namespace
 
 std::vector<std::string> consolidate(const std::string& ckpt_path, const std::string& output, DType dtype,
-                                     bool with_optimizer, uint64_t max_shard_bytes, const HfDirectoryExtras& extras) {
+                                     bool with_optimizer, uint64_t max_shard_bytes, const HfDirectoryExtras& extras,
+                                     LoraExport lora) {
     silence_hdf5();
     ZT_INPUT_CHECK(!output.empty(), "--output: no file name given");
     if (fs::is_directory(output) || output.back() == '/') {
         ZT_INPUT_CHECK(!with_optimizer, "--with-optimizer: a Hugging Face directory ('", output,
                        "') holds weights only; write a .h5 file for the optimizer state");
-        return export_hf_directory(ckpt_path, output, dtype, max_shard_bytes, extras);
+        return export_hf_directory(ckpt_path, output, dtype, max_shard_bytes, extras, lora);
     }
+    ZT_INPUT_CHECK(lora == LoraExport::kNone, "--lora: writes a Hugging Face directory; '", output,
+                   "' is a file (give a directory, or a name ending in /)");
     ZT_INPUT_CHECK(max_shard_bytes == 0, "--max-shard-size: splits a Hugging Face directory's weights; '", output,
                    "' is a file (give a directory, or a name ending in /)");
     const WeightsFormat fmt = weights_format_of(output, "--output");

@@ -58,6 +58,7 @@ struct Expected {
 std::vector<Expected> expected_tensors(const ModelLayout& layout, const ModelConfig& cfg) {
     std::vector<Expected> out;
     for (const ParamSpec& p : layout.params) {
+        if (p.adapter) continue;  // LoRA's adapters: not in a base model's file
         Expected e;
         e.spec = &p;
         e.live_shape = p.shape;
@@ -360,18 +361,28 @@ ElementRange owned_range(StateShards& shards, int unit) {
 
 /// Zeroes the owned master elements of every unit: the padded vocabulary rows and the
 /// alignment gaps between tensors must be zero (they are never trained), whatever was
-/// there before. A bounded host buffer of zeros, copied in pieces.
+/// there before. A bounded host buffer of zeros, copied in pieces. LoRA's adapters keep
+/// their initial values (no base model's file holds them).
 void zero_owned_master(ModelState& state) {
     const int num_units = state.layout().num_units();
     StateShards shards = state.shards();
     size_t largest = 0;
     for (int u = 0; u < num_units; ++u) largest = std::max(largest, owned_range(shards, u).size());
     const std::vector<float> zeros(std::min<size_t>(largest, size_t{1} << 20), 0.f);
+    const auto zero = [&](int u, size_t begin, size_t end) {
+        for (size_t e = begin; e < end; e += zeros.size()) {
+            shards.copy_from_host(shards.master_base(u) + e, zeros.data(), std::min(zeros.size(), end - e));
+        }
+    };
     for (int u = 0; u < num_units; ++u) {
         const ElementRange r = owned_range(shards, u);
-        for (size_t e = r.begin; e < r.end; e += zeros.size()) {
-            shards.copy_from_host(shards.master_base(u) + e, zeros.data(), std::min(zeros.size(), r.end - e));
+        size_t at = r.begin;
+        for (const ParamSpec& p : state.layout().params) {
+            if (p.unit != u || !p.adapter) continue;
+            zero(u, at, std::max(at, std::min(p.offset, r.end)));
+            at = std::max(at, std::min(p.offset + p.numel, r.end));
         }
+        zero(u, at, r.end);
     }
 }
 

@@ -78,6 +78,15 @@ nlohmann::json model_record(const ModelConfig& model) {
     nlohmann::json j = {{"init_from", model.init_from}, {"padded_vocab", model.padded_vocab()}};
     for (const IntField& f : kIntFields) j[f.key] = model.*f.member;
     llama_fields_to(j, model);
+    // LoRA's adapters are tensors of the layout: a reader rebuilds it with them.
+    // (alpha as the deck writes it: meta_json holds integers and text only.)
+    if (model.lora.on()) {
+        Config c;
+        c.model.lora = model.lora;
+        j["lora"] = {{"rank", model.lora.rank},
+                     {"alpha", config_value_text(c, "lora.alpha")},
+                     {"targets", model.lora.targets}};
+    }
     return j;
 }
 
@@ -89,6 +98,14 @@ ModelConfig recorded_model(const nlohmann::json& meta, const std::string& meta_f
         for (const IntField& f : kIntFields) m.*f.member = record.at(f.key).get<int>();
         m.init_from = record.at("init_from").get<std::string>();
         llama_fields_from(record, m, meta_file);
+        if (record.contains("lora")) {
+            const nlohmann::json& lora = record.at("lora");
+            Config c;
+            set_config_value(c, "lora.alpha", lora.at("alpha").get<std::string>());
+            m.lora.rank = lora.at("rank").get<int>();
+            m.lora.alpha = c.model.lora.alpha;
+            m.lora.targets = lora.at("targets").get<std::string>();
+        }
         return m;
     } catch (const nlohmann::json::exception& e) {
         throw InputError(str(meta_file, ": malformed model record: ", e.what()));

@@ -48,6 +48,19 @@ const KeyDef kKeys[] = {
     ZT_KEY("model.tie_embeddings", model.tie_embeddings,
            "llama: LM head shares the token embedding (false: a separate lm_head.weight)"),
 
+    ZT_KEY("lora.rank", model.lora.rank,
+           "LoRA rank r: low-rank adapters on lora.targets, the base weights frozen (0: off, full fine-tuning)"),
+    ZT_KEY("lora.alpha", model.lora.alpha,
+           "LoRA scale numerator: adapters add (alpha / rank) x B A x (PEFT's lora_alpha)"),
+    ZT_KEY("lora.dropout", model.lora.dropout, "dropout on the adapters' input, in [0, 1)"),
+    ZT_KEY("lora.targets", model.lora.targets,
+           "products that get adapters, by the family's Hugging Face module names, comma-separated, matched as "
+           "PEFT's target_modules (a name matches every module whose path ends in it: gpt2's c_proj is attention's "
+           "and the MLP's, attn.c_proj one) | default: PEFT's default (llama: q_proj,v_proj; gpt2: c_attn) | empty: "
+           "none"),
+    ZT_KEY("lora.base_dtype", model.lora.base_dtype,
+           "storage of the frozen base weights: fp32 | bf16 (empty: precision.dtype)"),
+
     ZT_KEY("data.train", data.train, "training token shards: file or glob, or a blend GLOB:W, GLOB:W, ... (required; see zt-prepare)"),
     ZT_KEY("data.val", data.val, "validation token shards: file or glob, or a blend GLOB:W, ... (empty: no evaluation)"),
     ZT_KEY("data.tokenizer", data.tokenizer, "tokenizer file (empty: tokenizer.json next to the train shards)"),

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "hf_config_fields.hpp"
+#include "lora_adapters.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt {
@@ -74,6 +75,14 @@ void Family::check_keys(const ModelConfig& m, const SettingCheck& check) const {
                              "): remove it, or set model.arch = ", owner->name()));
     }
     check_own_keys(m, check);
+    if (m.lora.on()) {
+        // The family's tensors without adapters: the products the names must match.
+        ModelConfig base = m;
+        base.lora.rank = 0;
+        ModelLayout layout = make_model_layout(base);
+        layout.model.lora = m.lora;
+        check.check(lora_targets_problem(layout).empty(), "lora.targets", lora_targets_problem(layout));
+    }
 }
 
 std::string Family::printf_text(const char* format, ...) {

@@ -94,6 +94,13 @@ Generator::Generator(const ModelConfig& cfg, Backend& backend, int logits_rows, 
     m_logits = take(static_cast<size_t>(logits_rows) * static_cast<size_t>(cfg.padded_vocab()));
     m_tokens = static_cast<int32_t*>(backend.alloc_bytes(rows * sizeof(int32_t)));
     m_buffers.push_back(m_tokens);
+    // LoRA: each block runs with its adapters merged into a copy of its unit (the decoders
+    // run a unit's products as they are).
+    m_lora = std::make_unique<LoraAdapters>(m_layout);
+    if (m_lora->frozen_base()) {
+        m_merged = take(m_layout.unit_numel[1]);
+        m_scaled_b = take(static_cast<size_t>(m_lora->widest()) * static_cast<size_t>(m_lora->max_rank()));
+    }
 }
 
 Generator::~Generator() {
@@ -112,6 +119,10 @@ void Generator::forward(UnitStore& store, const int32_t* tokens, int n) {
     store.release(0);
     for (int l = 0; l < L; ++l) {
         const float* w = store.acquire(1 + l);
+        if (m_merged != nullptr) {
+            m_lora->merge_into(m_backend, m_merged, w, m_layout.unit_numel[static_cast<size_t>(1 + l)], m_scaled_b);
+            w = m_merged;
+        }
         m_decoder->block(m_backend, w, m_x, KvLayer{m_k[static_cast<size_t>(l)], m_v[static_cast<size_t>(l)]}, m_pos,
                          n);
         store.release(1 + l);

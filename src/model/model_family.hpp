@@ -25,6 +25,7 @@
 #include "ztrain/model/model_layout.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "deferred_grads.hpp"
+#include "lora_adapters.hpp"
 #include "parallel_products.hpp"
 
 namespace zt {
@@ -86,12 +87,17 @@ class LayoutBuilder {
     /// consecutive tensors form one matrix: Llama's q|k|v and gate|up.
     void add_packed(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
                     SplitAlong split = kWhole);
-    /// Sums the units into total_numel once every tensor is added.
+    /// Adds the LoRA adapters (model.lora) and sums the units into total_numel once every
+    /// tensor is added.
     void finish();
 
   private:
-    void add_at(const std::string& name, std::vector<size_t> shape, bool decay, float init_std, float init_value,
-                size_t init_numel, size_t align, SplitAlong split);
+    int last_unit() const { return static_cast<int>(m_layout.unit_numel.size()) - 1; }
+    void add_at(int unit, const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
+                float init_value, size_t init_numel, size_t align, SplitAlong split);
+    /// The adapters of the product weights lora.targets names, each at the end of its
+    /// weight's unit; every other tensor frozen.
+    void add_lora_adapters();
 
     ModelLayout& m_layout;
     size_t m_next_global = 0;
@@ -123,6 +129,8 @@ std::vector<Slots> allocate_block_slots(int n_layer, bool recompute, ActivationA
 /// parallelism, `norm_grads` (4 C floats), the norm weights' gradients before their sum.
 struct DriverScratch {
     TensorParallel parallel;
+    /// The model's LoRA adapters with their scratch (null: none), which the products apply.
+    const LoraAdapters* lora = nullptr;
     float* attention_scratch = nullptr;
     float* norm_grads = nullptr;
     size_t norm_grads_floats = 0;
@@ -151,8 +159,10 @@ class ModelFamily {
     explicit ModelFamily(const DriverScratch& scratch)
         : m_parallel(scratch.parallel),
           m_attention_scratch(scratch.attention_scratch),
+          m_lora(scratch.lora),
           m_deferred(m_parallel),
-          m_norm_grads(ProductContext{&m_parallel, &m_deferred}, scratch.norm_grads, scratch.norm_grads_floats) {}
+          m_norm_grads(ProductContext{&m_parallel, &m_deferred, m_lora}, scratch.norm_grads,
+                       scratch.norm_grads_floats) {}
     virtual ~ModelFamily() = default;
     ModelFamily(const ModelFamily&) = delete;
     ModelFamily& operator=(const ModelFamily&) = delete;
@@ -196,7 +206,7 @@ class ModelFamily {
   protected:
     static constexpr size_t kNoBias = ParallelLinear::kNoBias;
     /// What the family's products are made with: its group and its deferral.
-    ProductContext products() { return ProductContext{&m_parallel, &m_deferred}; }
+    ProductContext products() { return ProductContext{&m_parallel, &m_deferred, m_lora}; }
     /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
     void attention_forward(Backend& be, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                            int hs) const {
@@ -225,6 +235,7 @@ class ModelFamily {
     float* m_attention_scratch = nullptr;
 
   private:
+    const LoraAdapters* m_lora = nullptr;
     DeferredWeightGrads m_deferred;
     NormGrads m_norm_grads;
 };

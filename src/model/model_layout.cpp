@@ -24,9 +24,14 @@ void init_tensor_range(const ParamSpec& p, uint64_t seed, size_t lo, size_t coun
     #pragma omp parallel for schedule(static)
     for (long long i = 0; i < n; ++i) {
         const size_t g = p.slice.global_offset(lo + static_cast<size_t>(i), p.shape);
-        dst[i] = g < p.init_numel ? static_cast<float>(p.init_std * random_normal(seed,
-                                                           static_cast<uint64_t>(RandomStream::kInit),
-                                                           p.global_index + g))
+        const uint64_t stream = static_cast<uint64_t>(RandomStream::kInit);
+        if (p.init_bound > 0.f) {
+            // Counters past every normal draw's (2 per element of the tensors before it).
+            const double u = random_uniform(seed, stream, 2 * (p.global_index + g));
+            dst[i] = static_cast<float>(p.init_bound * (2.0 * u - 1.0));
+            continue;
+        }
+        dst[i] = g < p.init_numel ? static_cast<float>(p.init_std * random_normal(seed, stream, p.global_index + g))
                                   : 0.f;
     }
 }
@@ -52,19 +57,19 @@ size_t TensorSlice::global_offset(size_t i, const std::vector<size_t>& local_sha
 
 void LayoutBuilder::add(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
                         float init_value, size_t init_numel, SplitAlong split) {
-    add_at(name, std::move(shape), decay, init_std, init_value, init_numel, kTensorAlign, split);
+    add_at(last_unit(), name, std::move(shape), decay, init_std, init_value, init_numel, kTensorAlign, split);
 }
 
 void LayoutBuilder::add_packed(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
                                SplitAlong split) {
-    add_at(name, std::move(shape), decay, init_std, 0.f, SIZE_MAX, 1, split);
+    add_at(last_unit(), name, std::move(shape), decay, init_std, 0.f, SIZE_MAX, 1, split);
 }
 
-void LayoutBuilder::add_at(const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
+void LayoutBuilder::add_at(int unit, const std::string& name, std::vector<size_t> shape, bool decay, float init_std,
                            float init_value, size_t init_numel, size_t align, SplitAlong split) {
     ParamSpec p;
     p.name = name;
-    p.unit = static_cast<int>(m_layout.unit_numel.size()) - 1;
+    p.unit = unit;
     size_t global_numel = 1;
     for (size_t d : shape) global_numel *= d;
     const TensorSplit& ts = m_layout.split;
@@ -83,7 +88,7 @@ void LayoutBuilder::add_at(const std::string& name, std::vector<size_t> shape, b
     p.shape = std::move(shape);
     p.numel = 1;
     for (size_t d : p.shape) p.numel *= d;
-    size_t& unit_size = m_layout.unit_numel.back();
+    size_t& unit_size = m_layout.unit_numel[static_cast<size_t>(unit)];
     p.offset = align_up(unit_size, align);
     unit_size = p.offset + p.numel;
     p.decay = decay;
@@ -95,7 +100,38 @@ void LayoutBuilder::add_at(const std::string& name, std::vector<size_t> shape, b
     m_layout.params.push_back(std::move(p));
 }
 
+void LayoutBuilder::add_lora_adapters() {
+    const std::vector<bool> targeted = lora_targeted(m_layout);
+    std::vector<ParamSpec> base;
+    base.swap(m_layout.params);
+    const size_t r = static_cast<size_t>(m_layout.model.lora.rank);
+    // Each unit's tensors, then its adapters: the manifest stays grouped by unit.
+    for (size_t i = 0; i < base.size(); ++i) {
+        base[i].trainable = false;
+        m_layout.params.push_back(base[i]);
+        const bool unit_ends = i + 1 == base.size() || base[i + 1].unit != base[i].unit;
+        if (!unit_ends) continue;
+        for (size_t j = 0; j < base.size(); ++j) {
+            const ParamSpec& w = base[j];
+            if (w.unit != base[i].unit || !targeted[j]) continue;
+            const size_t out = w.slice.global_shape[0];
+            const size_t in = w.slice.global_shape[1];
+            // A reads the product's input, B writes its output: B is cut as the weight's rows
+            // are (a column-parallel product), A as its columns (a row-parallel one).
+            const SplitAlong a_split = w.slice.dim == 1 ? SplitAlong{1, 1, w.slice.parts} : kWhole;
+            const SplitAlong b_split = w.slice.dim == 0 ? SplitAlong{0, w.slice.blocks, w.slice.parts} : kWhole;
+            const std::string module = w.name.substr(0, w.name.size() - std::string(".weight").size());
+            add_at(w.unit, module + ".lora_A.weight", {r, in}, true, 0.f, 0.f, SIZE_MAX, kTensorAlign, a_split);
+            m_layout.params.back().init_bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in)));
+            m_layout.params.back().adapter = true;
+            add_at(w.unit, module + ".lora_B.weight", {out, r}, true, 0.f, 0.f, SIZE_MAX, kTensorAlign, b_split);
+            m_layout.params.back().adapter = true;
+        }
+    }
+}
+
 void LayoutBuilder::finish() {
+    if (m_layout.model.lora.on()) add_lora_adapters();
     m_layout.total_numel = 0;
     for (size_t n : m_layout.unit_numel) m_layout.total_numel += n;
 }
@@ -207,7 +243,7 @@ void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t 
         if (hi <= p.offset + lo) continue;
         const size_t count = hi - (p.offset + lo);
         float* dst = out + (p.offset + lo - begin);
-        if (p.init_std == 0.f) {
+        if (p.init_std == 0.f && p.init_bound == 0.f) {
             for (size_t i = 0; i < count; ++i) dst[i] = p.init_value;
             continue;
         }

@@ -27,13 +27,66 @@ ProductGrads product_grads(Backend& be, UnitGrads dw, const ParallelLinear::Shap
 }
 }  // namespace
 
+void ParallelLinear::find_adapters() {
+    if (m_ctx.lora == nullptr || !m_ctx.lora->frozen_base()) return;
+    m_frozen = true;
+    m_adapters = m_ctx.lora->of_product(m_shape.w_offset, m_shape.in, m_shape.out);
+    ZT_REQUIRE(m_adapters.empty() || parallel().parts() == 1,
+               "LoRA adapters under tensor parallelism are not implemented (validate() refuses them)");
+}
+
+void ParallelLinear::add_adapters(Backend& be, ActPtr out, ConstActPtr x, const UnitWeights& w, int N) const {
+    if (m_adapters.empty()) return;
+    const LoraAdapters::Scratch& s = m_ctx.lora->scratch();
+    for (const ProductAdapter& a : m_adapters) {
+        // u = x A^T (N, r), v = u B^T (N, out_width), then out's features += scale v.
+        be.matmul_forward(s.u, x, w.matrix(a.a_offset), nullptr, N, m_shape.in, a.rank);
+        be.matmul_forward(s.v, s.u, w.matrix(a.b_offset), nullptr, N, a.rank, a.out_width);
+        be.scale_add_columns(out, m_shape.out, a.out_begin, s.v, a.out_width, 0, a.out_width, N,
+                             m_ctx.lora->scale());
+    }
+}
+
+void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr x,
+                                       const UnitWeights& w, int N) const {
+    const LoraAdapters::Scratch& s = m_ctx.lora->scratch();
+    const size_t n = static_cast<size_t>(N);
+    const int C = m_shape.in;
+    for (const ProductAdapter& a : m_adapters) {
+        const size_t r = static_cast<size_t>(a.rank);
+        const size_t rows = static_cast<size_t>(a.out_width);
+        float* dA = dw.base + a.a_offset;
+        float* dB = dw.base + a.b_offset;
+        zero_grad_if(be, dw.zero, dA, r * static_cast<size_t>(C));
+        zero_grad_if(be, dw.zero, dB, rows * r);
+        // u again (cheaper to recompute than to keep per block); dv = scale * dout's features.
+        be.matmul_forward(s.u, x, w.matrix(a.a_offset), nullptr, N, C, a.rank);
+        zero_act(be, s.v, n * rows);
+        be.scale_add_columns(s.v, a.out_width, 0, dout, m_shape.out, a.out_begin, a.out_width, N,
+                             m_ctx.lora->scale());
+        zero_act(be, s.du, n * r);
+        be.matmul_backward(s.du, dB, nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank, a.out_width);
+        be.matmul_backward(dinp, dA, nullptr, s.du, x, w.matrix(a.a_offset), N, C, a.rank);
+    }
+}
+
 void ParallelLinear::backward_into(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr inp,
-                                   ConstActPtr w, ActPtr keep, int N) {
+                                   const UnitWeights& uw, ActPtr keep, int N) {
     const int C = m_shape.in;
     const int OC = m_shape.out;
+    const ConstActPtr w = uw.matrix(m_shape.w_offset);
     const bool shared = m_shared.weight_grad != nullptr;
     const bool defer = m_ctx.deferred->on();
     const ConstActPtr d = operand(dout, m_dout_rows, N, OC);
+    if (m_frozen) {
+        // The base's gradient is never computed: its buffer is only zeroed where the store
+        // asks, so the sums over ranks add zeros.
+        ZT_REQUIRE(!defer && !shared, "a frozen product under deferred weight gradients or shared weight rows");
+        product_grads(be, dw, m_shape);
+        be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.dtype}, w, N, C, OC);
+        if (!m_adapters.empty()) adapters_backward(be, dinp, dw, d, operand(inp, m_in_rows, N, C), uw, N);
+        return;
+    }
     if (!defer && shared) {
         be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.dtype}, w, N, C, OC);
         add_shared_weight_grad(be, dw.base + m_shape.w_offset, dw.zero, d, operand(inp, m_in_rows, N, C), w.dtype, N);
@@ -110,7 +163,7 @@ ActPtr ColumnParallelLinear::backward(Backend& be, UnitGrads dw, ConstActPtr dou
                                       const UnitWeights& w, ActPtr keep, int N) {
     const ActPtr partial = parallel().buffers().partial;
     zero_act(be, partial, parallel().padded_elements(N, m_shape.in));
-    backward_into(be, partial, dw, dout, in, w.matrix(m_shape.w_offset), keep, N);
+    backward_into(be, partial, dw, dout, in, w, keep, N);
     return parallel().sum_input_grad(partial, N, m_shape.in);
 }
 
@@ -133,6 +186,7 @@ void RowParallelLinear::forward_residual(Backend& be, ActPtr out, ConstActPtr in
     } else {
         be.matmul_forward(out, in, weight, nullptr, N, K, M);
     }
+    add_adapters(be, out, in, w, N);
     tp.sum_over_group(out, static_cast<size_t>(N) * static_cast<size_t>(M));
 }
 
@@ -140,6 +194,8 @@ float* NormGrads::at(Backend& be, UnitGrads dw, size_t offset, size_t n) {
     if (m_ctx.deferred->on()) return m_ctx.deferred->keep_norm(be, offset, n);
     float* g = dw.base + offset;
     zero_grad_if(be, dw.zero, g, n);
+    // A frozen norm (LoRA): no gradient (the ops take a null one).
+    if (m_ctx.lora != nullptr && m_ctx.lora->frozen_base()) return nullptr;
     if (!m_ctx.parallel->sequence()) return g;
     ZT_REQUIRE(m_used + n <= m_scratch_floats, "norm gradients: ", m_used + n, " floats pending, the scratch holds ",
                m_scratch_floats);

@@ -20,6 +20,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/model/transformer.hpp"
+#include "lora_adapters.hpp"
 
 namespace zt {
 
@@ -183,6 +184,8 @@ class TensorParallel {
 struct ProductContext {
     const TensorParallel* parallel = nullptr;
     DeferredWeightGrads* deferred = nullptr;
+    /// The model's LoRA adapters (null or none: the plain products, every weight trained).
+    const LoraAdapters* lora = nullptr;
 };
 
 /// Rows of a column-parallel product's weight that this rank holds with others (Llama's
@@ -220,7 +223,9 @@ class ParallelLinear {
     /// rank's rows of the batch (gathered for the product under sequence parallelism) rather
     /// than all of them. At most one is: both would be gathered into one buffer.
     ParallelLinear(ProductContext ctx, Shape shape, bool dout_rows, bool in_rows)
-        : m_ctx(ctx), m_shape(shape), m_dout_rows(dout_rows), m_in_rows(in_rows) {}
+        : m_ctx(ctx), m_shape(shape), m_dout_rows(dout_rows), m_in_rows(in_rows) {
+        find_adapters();
+    }
     const float* bias(const UnitWeights& w) const {
         return m_shape.b_offset == kNoBias ? nullptr : w.f32 + m_shape.b_offset;
     }
@@ -230,20 +235,30 @@ class ParallelLinear {
     /// is an activation of the block its backward has read for the last time (the product's
     /// own output, or what it was computed from), so the weight pass costs no memory beyond
     /// 1F1B's; inp is the block's activation and stays until then.
-    void backward_into(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr inp, ConstActPtr w,
-                       ActPtr keep, int N);
+    void backward_into(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr inp,
+                       const UnitWeights& uw, ActPtr keep, int N);
+    /// out (N, out) += the LoRA adapters' outputs from x (N, in), the product's input rows.
+    void add_adapters(Backend& be, ActPtr out, ConstActPtr x, const UnitWeights& w, int N) const;
     const TensorParallel& parallel() const { return *m_ctx.parallel; }
 
     ProductContext m_ctx;
     Shape m_shape;
     /// Set for a product whose weight has rows shared with other ranks (summed gradient).
     SharedWeightRows m_shared;
+    /// Its LoRA adapters (m_ctx.lora's for its weight) and whether its weight is frozen.
+    std::vector<ProductAdapter> m_adapters;
+    bool m_frozen = false;
 
   private:
     /// An operand the product reads whole: x itself, or its rows gathered (`rows`).
     ConstActPtr operand(ConstActPtr x, bool rows, int N, int width) const {
         return rows ? parallel().gather_rows(x, N, width) : x;
     }
+    void find_adapters();
+    /// dinp += the adapters' input gradient; their A and B gradients into dw (dout, x: the
+    /// product's whole rows).
+    void adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr x,
+                           const UnitWeights& w, int N) const;
     /// The weight gradient through m_shared: this rank's rows added, the shared ones summed
     /// over the group first.
     void add_shared_weight_grad(Backend& be, float* dw, bool zero, ConstActPtr dout, ConstActPtr inp, DType w_dtype,
@@ -267,8 +282,9 @@ class ColumnParallelLinear final : public ParallelLinear {
     /// out (N, out) from in: this rank's rows of the batch (N of them without sequence
     /// parallelism).
     void forward(Backend& be, ActPtr out, ConstActPtr in, const UnitWeights& w, int N) const {
-        be.matmul_forward(out, parallel().gather_rows(in, N, m_shape.in), w.matrix(m_shape.w_offset), bias(w), N,
-                          m_shape.in, m_shape.out);
+        const ConstActPtr x = parallel().gather_rows(in, N, m_shape.in);
+        be.matmul_forward(out, x, w.matrix(m_shape.w_offset), bias(w), N, m_shape.in, m_shape.out);
+        add_adapters(be, out, x, w, N);
     }
     /// d loss / d in (this rank's rows; in the driver's buffers, valid until the next
     /// product's backward) from dout (N, out), the weight and bias gradients into dw.
@@ -293,7 +309,7 @@ class RowParallelLinear final : public ParallelLinear {
     void backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr in, const UnitWeights& w,
                   ActPtr keep, int N) {
         zero_act(be, dinp, static_cast<size_t>(N) * static_cast<size_t>(m_shape.in));
-        backward_into(be, dinp, dw, dout, in, w.matrix(m_shape.w_offset), keep, N);
+        backward_into(be, dinp, dw, dout, in, w, keep, N);
     }
 };
 

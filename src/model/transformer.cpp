@@ -58,8 +58,12 @@ ActivationCount driver_activations(const ModelConfig& cfg, int max_batch, int te
     const double C = cfg.n_embd;
     const double ce = head ? BT * (tensor > 1 ? 4 : 1) : 0.0;
     const double logits = head ? BT * (cfg.padded_vocab() / tensor) : 0.0;
-    if (sequence && tensor > 1) return {2 * BT * C + 3 * BT / tensor * C + logits, ce + 4 * C};
-    return {4 * BT * C + logits, ce};
+    // LoRA: the adapters' scratch (LoraAdapters::Scratch), shared by every product.
+    const double lora = cfg.lora.on() ? static_cast<double>(LoraAdapters::scratch_elements(
+                                            make_model_layout(cfg, TensorSplit{tensor, 0}), static_cast<size_t>(BT)))
+                                      : 0.0;
+    if (sequence && tensor > 1) return {2 * BT * C + 3 * BT / tensor * C + logits + lora, ce + 4 * C};
+    return {4 * BT * C + logits + lora, ce};
 }
 
 /// The configuration the family's blocks are made for: the stage's blocks only.
@@ -96,6 +100,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
       m_tensor(options.tensor != nullptr && options.tensor->split().size > 1 ? options.tensor : nullptr),
       m_sequence(options.sequence && m_tensor != nullptr),
       m_layout(make_model_layout(cfg, m_tensor != nullptr ? m_tensor->split() : TensorSplit{})),
+      m_lora(std::make_unique<LoraAdapters>(m_layout)),
       m_max_batch(max_batch),
       m_recompute(options.recompute) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
@@ -154,6 +159,13 @@ void Transformer::allocate_activations(DType stored) {
         scratch.norm_grads = a.take(scratch.norm_grads_floats);
     }
     scratch.parallel = TensorParallel(m_tensor, m_sequence, buffers);
+    if (m_lora->frozen_base()) {
+        const size_t r = static_cast<size_t>(m_lora->max_rank());
+        const ActPtr u = a.take_act(BT * r);
+        const ActPtr du = a.take_act(BT * r);
+        m_lora->set_scratch({u, du, a.take_act(BT * static_cast<size_t>(m_lora->widest()))});
+        scratch.lora = m_lora.get();
+    }
     m_family = family_traits(cfg).make(stage_config(cfg, m_stage), m_layout, m_backend, a, scratch, m_max_batch,
                                        m_recompute);
     // The memory plan predicts this figure: the two must never drift apart.
@@ -367,8 +379,9 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     } else {
         zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
     }
-    m_compute->matmul_backward(m_dnormed, demb + m_layout.head_offset, nullptr, m_logits, m_normed, m_head,
-                               N, C, Vp);
+    // A frozen head (LoRA): its input gradient only.
+    m_compute->matmul_backward(m_dnormed, m_lora->frozen_base() ? nullptr : demb + m_layout.head_offset, nullptr,
+                               m_logits, m_normed, m_head, N, C, Vp);
     // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
     const ActPtr dnormed = tp.sum_input_grad(m_dnormed, N, C);
 
@@ -450,6 +463,11 @@ void Transformer::embedding_backward(UnitStore& store, UnitGrads demb) {
     }
     // The embedding's gradient reads every row (under sequence parallelism gathered into the
     // final norm's output, no longer needed).
+    if (m_lora->frozen_base()) {
+        // A frozen embedding (LoRA): its gradient, zeroed where the store asks, stays zero.
+        zero_grad_if(m_backend, demb.zero, demb.base, m_layout.unit_numel[0]);
+        return;
+    }
     const ConstActPtr dout = m_family->parallel().gather_rows(m_dresidual, m_B * m_T, C);
     m_family->embed_backward(*m_compute, demb.base, demb.zero, dout, m_inputs, m_B, m_T);
 }

@@ -27,7 +27,8 @@ std::vector<DecaySegment> decay_segments(const ModelLayout& layout, int unit, si
     for (const ParamSpec& p : layout.params) {
         if (p.unit != unit) continue;
         push(cursor, p.offset, false);  // alignment gap
-        push(p.offset, p.offset + p.numel, p.decay);
+        // A frozen tensor (LoRA's base) is in no segment: AdamW never touches it.
+        if (p.trainable) push(p.offset, p.offset + p.numel, p.decay);
         cursor = p.offset + p.numel;
     }
     push(cursor, unit_end, false);

@@ -120,7 +120,28 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
                              loaded.seed, " (the data order depends on it): resume with --train.seed=",
                              loaded.seed, ", or start over with checkpoint.resume=never"));
     }
+    check_lora_base(loaded);
     return loaded;
+}
+
+void ResumePolicy::check_lora_base(const CheckpointRecord& loaded) const {
+    // LoRA trains adapters for one base: the checkpoint holds the base it was given, and a
+    // resume naming another would silently continue on the old one.
+    if (!m_cfg.model.lora.on() || m_cfg.model.init_from.empty()) return;
+    std::string old;
+    try {
+        old = parse_deck_text(loaded.config_ini, str(m_dir, " (the checkpoint's config)")).model.init_from;
+    } catch (const std::exception&) {
+        return;
+    }
+    const auto same = [](const std::string& a, const std::string& b) {
+        std::error_code ec;
+        return a == b || std::filesystem::equivalent(a, b, ec);
+    };
+    if (old.empty() || same(old, m_cfg.model.init_from)) return;
+    throw InputError(str(m_dir, ": the LoRA run's base is ", old, ", this run names ", m_cfg.model.init_from,
+                         " (model.init_from / model.from_hf): its adapters were trained on the first; resume with "
+                         "the same base, or start over with checkpoint.resume=never"));
 }
 
 void ResumePolicy::report(const CheckpointRecord& resumed, int world_size, int shard_group) const {

@@ -122,6 +122,18 @@ TEST(Generator, LlamaMhaTiedGreedyWithCacheMatchesRecompute) { check_greedy(tiny
 TEST(Generator, Gpt2PromptInPiecesMatchesTrainingForward) { check_prompt_rows(tiny_gpt2()); }
 TEST(Generator, LlamaPromptInPiecesMatchesTrainingForward) { check_prompt_rows(tiny_llama(1, false)); }
 
+/// LoRA: the adapters (B perturbed away from zero) merged into each block's weights.
+ModelConfig with_lora(ModelConfig mc, const char* targets) {
+    mc.lora.rank = 2;
+    mc.lora.alpha = 3;
+    mc.lora.targets = targets;
+    return mc;
+}
+TEST(Generator, Gpt2LoraMatchesTrainingForward) { check_prompt_rows(with_lora(tiny_gpt2(), "c_attn,c_proj,c_fc")); }
+TEST(Generator, LlamaLoraMatchesTrainingForward) {
+    check_prompt_rows(with_lora(tiny_llama(1, false), "q_proj,v_proj,o_proj,up_proj,down_proj"));
+}
+
 TEST(Sampling, GreedyTopKAndTopP) {
     const std::vector<float> logits{1.f, 3.f, 3.f, 2.f, -1.f};
     SamplingOptions greedy;

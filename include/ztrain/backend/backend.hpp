@@ -234,6 +234,12 @@ class Backend {
 
     /// out = a + b (n elements). out may alias a or b. Typed.
     virtual void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) = 0;
+    /// dst[i, dst_col + j] += scale * src[i, src_col + j] for i < N rows, j < width: a column
+    /// range of one (N, dst_width) buffer from one of an (N, src_width) buffer (a LoRA
+    /// adapter's output into its part of a packed product's). Typed, in fp32, rounded once;
+    /// dst must not alias src.
+    virtual void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
+                                   int width, int N, float scale) = 0;
 
     /// Causal grouped-query self-attention (Llama; GPT-2's multi-head attention is NKV = NH).
     /// qkv (B, T, (NH + 2*NKV)*hs): per row [q: NH*hs | k: NKV*hs | v: NKV*hs]; query head h

@@ -85,6 +85,10 @@ class ForwardingBackend : public Backend {
     void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override {
         m_inner.residual_forward(out, a, b, n);
     }
+    void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
+                           int width, int N, float scale) override {
+        m_inner.scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale);
+    }
     void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override {
         m_inner.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);

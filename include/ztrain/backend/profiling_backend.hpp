@@ -69,6 +69,8 @@ class ProfilingBackend final : public ForwardingBackend {
     void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
     void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
     void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
+    void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
+                           int width, int N, float scale) override;
     void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override;
     void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,

@@ -103,6 +103,22 @@ std::string setting_text(const ResumeSetting& v);
 std::string setting_text(const LossScaleSetting& v);
 std::string setting_text(const ShardGroupSetting& v);
 
+/// [lora]: low-rank adapters on the blocks' products, the base frozen (docs/lora.md). Part of
+/// the model's configuration because the adapters are tensors of its layout.
+struct LoraConfig {
+    int rank = 0;                      ///< r; 0: no adapters (full fine-tuning)
+    double alpha = 8.0;                ///< the adapter's output is scaled by alpha / rank (PEFT's lora_alpha)
+    double dropout = 0.0;              ///< on the adapter's input
+    /// Hugging Face module names, comma-separated, matched as PEFT's target_modules (a name
+    /// matches every module whose path ends in it); "default": PEFT's default for the family.
+    std::string targets = "default";
+    std::optional<DType> base_dtype;   ///< the frozen base's storage; unset: precision.dtype
+    /// Whether any product gets an adapter (rank > 0 and some target named).
+    bool on() const { return rank > 0 && !targets.empty(); }
+    /// The adapter's output scale, alpha / rank.
+    double scale() const { return alpha / rank; }
+};
+
 struct ModelConfig {
     ModelArch arch;  ///< gpt2 unless set
     int n_layer = 4;
@@ -127,6 +143,7 @@ struct ModelConfig {
     int rope_original_context = 8192;      ///< llama3 scaling: original_max_position_embeddings
     double norm_eps = 1e-5;                ///< RMSNorm epsilon (HF rms_norm_eps)
     bool tie_embeddings = true;            ///< LM head = token embedding (else lm_head.weight)
+    LoraConfig lora;                       ///< the [lora] section's keys
     /// Key/value heads: n_kv_head, or n_head when 0 (always n_head for gpt2, whose family
     /// refuses any other n_kv_head than 0).
     int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

@@ -83,6 +83,10 @@ class Family : public FamilyKeyRules {
     /// does not record (0 or less), or nullptr.
     virtual const char* missing_hf_key(const ModelConfig& m) const = 0;
 
+    /// PEFT's default target_modules for the family (lora.targets = default): "q_proj,v_proj"
+    /// unless the family says otherwise.
+    virtual const char* lora_default_targets() const { return "q_proj,v_proj"; }
+
     /// Tensors, activations and blocks (model/ only).
     virtual const FamilyTraits& traits() const = 0;
 

@@ -50,6 +50,8 @@ struct SamplingOptions {
 /// the same seed and index give the same token.
 int sample_token(const float* logits, int V, const SamplingOptions& opt, uint64_t seed, uint64_t index);
 
+class LoraAdapters;
+
 class Generator {
   public:
     /// Caches `context` positions (0: cfg.seq_len; at most cfg.seq_len); forward takes up to
@@ -96,6 +98,10 @@ class Generator {
     float* m_normed = nullptr;     // (logits_rows, C)
     float* m_logits = nullptr;     // (logits_rows, Vp)
     int32_t* m_tokens = nullptr;   // (max_rows) the new tokens in backend memory
+    // LoRA: a block's weights with its adapters merged (a block unit) and the scaled B.
+    std::unique_ptr<LoraAdapters> m_lora;
+    float* m_merged = nullptr;
+    float* m_scaled_b = nullptr;
 };
 
 }  // namespace zt

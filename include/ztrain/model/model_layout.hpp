@@ -8,6 +8,11 @@
 // offset, shape). The model reads weights and writes gradients only through a UnitStore,
 // which decides where those buffers live (replicated, sharded and gathered on demand, ...);
 // the model never knows the parallel strategy.
+//
+// Under LoRA (lora.rank > 0) every targeted product weight of a block has two more tensors at
+// the end of its block's unit, named as PEFT names them ("h.3.attn.c_attn.lora_A.weight" (r,
+// in), "...lora_B.weight" (out, r)), and the rest of the model is frozen (ParamSpec::trainable);
+// with rank 0 the layout is the family's, unchanged.
 #pragma once
 
 #include <cstddef>
@@ -60,6 +65,14 @@ struct ParamSpec {
     bool decay = false;        ///< AdamW weight decay applies
     float init_std = 0.f;      ///< normal(0, init_std); 0 means constant init_value
     float init_value = 0.f;
+    /// > 0: uniform(-init_bound, init_bound) instead (LoRA's A: PEFT's kaiming_uniform_(a =
+    /// sqrt(5)), bound 1 / sqrt(fan_in))
+    float init_bound = 0.f;
+    /// Whether training updates it: false for a frozen base under LoRA (no gradient is
+    /// computed for it and AdamW skips it); true otherwise.
+    bool trainable = true;
+    /// A LoRA adapter's A or B (not in a base model's files: initialized, never imported).
+    bool adapter = false;
     size_t global_index = 0;   ///< index of the unsplit tensor's first element in the
                                ///< model-wide enumeration (the same for every TensorSplit)
     size_t init_numel = 0;     ///< leading elements of the unsplit tensor that get the init;

@@ -24,6 +24,7 @@ namespace zt {
 
 class ActivationArena;
 class ModelFamily;
+class LoraAdapters;
 struct UnitWeights;
 struct UnitGrads;
 class VocabParallel;
@@ -284,6 +285,7 @@ class Transformer {
     TensorGroup* m_tensor = nullptr;
     bool m_sequence = false;  ///< sequence parallelism over m_tensor
     ModelLayout m_layout;
+    std::unique_ptr<LoraAdapters> m_lora;  ///< the layout's LoRA adapters (none without model.lora)
     std::unique_ptr<VocabParallel> m_vocab;  ///< this rank's vocabulary slice (the embedding's and the head's)
     std::unique_ptr<ActivationArena> m_arena;  // every activation buffer; freed last
     std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch

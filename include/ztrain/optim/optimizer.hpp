@@ -32,7 +32,8 @@ void for_segments_within(const std::vector<DecaySegment>& segments, size_t from,
 }
 
 /// Cuts unit `unit` into segments covering [range_begin, range_end) (clipped to the unit),
-/// each with the decay flag of the tensor it lies in (gaps between tensors: no decay).
+/// each with the decay flag of the tensor it lies in (gaps between tensors: no decay); the
+/// elements of frozen tensors (ParamSpec::trainable false) lie in none.
 std::vector<DecaySegment> decay_segments(const ModelLayout& layout, int unit, size_t range_begin,
                                          size_t range_end);
 

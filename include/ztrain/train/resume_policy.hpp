@@ -55,6 +55,9 @@ class ResumePolicy {
 
   private:
     void refuse_earlier_run() const;
+    /// A LoRA run resumed with another base model (model.init_from) than its checkpoint's:
+    /// InputError naming both.
+    void check_lora_base(const CheckpointRecord& loaded) const;
     /// A note when the global batch (micro_batch x grad_accum x ranks) differs from the
     /// checkpoint's run, with the grad_accum that keeps it.
     void batch_note(const CheckpointRecord& resumed, int world_size) const;

@@ -227,6 +227,11 @@ class CpuBackend final : public Backend {
         cpu::residual_forward(out, a, b, n, m_threads);
     }
 
+    void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
+                           int width, int N, float scale) override {
+        cpu::scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale, m_threads);
+    }
+
     double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n, m_threads); }
 
     double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {

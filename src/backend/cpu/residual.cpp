@@ -1,4 +1,5 @@
 // residual: out = a + b element-wise; add_kernel also serves rope_backward and the encoder.
+// Also scale_add_columns, the scaled add of a column range (LoRA adapters' outputs).
 #include "cpu_common.hpp"
 #include "ops.hpp"
 
@@ -32,6 +33,27 @@ void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n, int th
         widen(b, i, m, y);
         add_kernel(x, x, y, m);
         narrow(x, out, i, m);
+    });
+}
+
+void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col, int width,
+                       int N, float scale, int threads) {
+    const size_t w = static_cast<size_t>(width);
+    // One row at a time (widened on the stack when 16-bit): rows are independent.
+    parallel_chunks(static_cast<size_t>(N), threads, [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i) {
+            const size_t d = i * static_cast<size_t>(dst_width) + static_cast<size_t>(dst_col);
+            const size_t s = i * static_cast<size_t>(src_width) + static_cast<size_t>(src_col);
+            for (size_t j = 0; j < w; j += kTypedBlock) {
+                const size_t m = std::min(kTypedBlock, w - j);
+                float x[kTypedBlock];
+                float y[kTypedBlock];
+                widen(ConstActPtr(dst.data, dst.dtype), d + j, m, x);
+                widen(src, s + j, m, y);
+                for (size_t k = 0; k < m; ++k) x[k] += scale * y[k];
+                narrow(x, dst, d + j, m);
+            }
+        }
     });
 }
 

@@ -219,6 +219,10 @@ class CudaBackendImpl final : public CudaBackend {
     void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override {
         cuda::residual_forward(out, a, b, n, m_stream);
     }
+    void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
+                           int width, int N, float scale) override {
+        cuda::scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale, m_stream);
+    }
     double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(&x, &n, 1, m_sumsq, m_stream); }
     double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
         const size_t doubles = count * cuda::kSumSquaresBlocks + 1;

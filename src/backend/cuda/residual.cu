@@ -1,5 +1,5 @@
 // Element-wise residual add (out may alias a or b), typed through typed.cuh: the sum in
-// fp32, rounded once.
+// fp32, rounded once; the scaled add of a column range (LoRA adapters' outputs).
 #include "cuda_check.cuh"
 #include "ops.cuh"
 #include "typed.cuh"
@@ -13,7 +13,30 @@ __global__ void residual_kernel(typename A::Dst out, typename A::Src a, typename
     if (i < n) out.store(i, a[i] + b[i]);
 }
 
+template <typename A>
+__global__ void scale_add_columns_kernel(typename A::Dst dst, int dst_width, int dst_col, typename A::Src src,
+                                         int src_width, int src_col, int width, size_t n, float scale) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const size_t row = i / static_cast<size_t>(width);
+    const size_t col = i % static_cast<size_t>(width);
+    const size_t d = row * static_cast<size_t>(dst_width) + static_cast<size_t>(dst_col) + col;
+    dst.store(d, dst.load(d) + scale * src[row * static_cast<size_t>(src_width) + static_cast<size_t>(src_col) + col]);
+}
+
 }  // namespace
+
+void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col, int width,
+                       int N, float scale, cudaStream_t stream) {
+    const size_t n = static_cast<size_t>(N) * static_cast<size_t>(width);
+    if (n == 0) return;
+    with_access({dst.dtype, src.dtype}, [&](auto access) {
+        using A = decltype(access);
+        scale_add_columns_kernel<A><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
+            typename A::Dst(dst), dst_width, dst_col, typename A::Src(src), src_width, src_col, width, n, scale);
+        ZT_KERNEL_CHECK("scale_add_columns");
+    });
+}
 
 void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n, cudaStream_t stream) {
     if (n == 0) return;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# LoRA from the command line: a tiny GPT-2 pretrained by ztrain and consolidated to a Hugging
+# Face directory is the base of `--model.from_hf=DIR --lora.rank=4`; the run resumes with the
+# same base (also at 2 ranks, ZeRO-3) and refuses (exit 2, naming both) a resume naming another
+# one; a bad target exits 2 listing the family's names; zt-consolidate writes the adapter and
+# the merged model, and zt-generate samples from the checkpoint.
+# Usage: test_lora.sh BIN_DIR SOURCE_DIR
+set -u
+BIN=$1
+SRC=$2
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh"
+make_corpus
+cd "$work" || exit 1
+tiny=(--data.train="data/train_*.bin" --model.n_layer=2 --model.n_embd=32 --model.n_head=2 --model.seq_len=32
+  --train.micro_batch=2 --train.threads=1 --train.sample_tokens=0 --train.eval_every=0)
+expect 0 "ztrain: 4 steps in" "$BIN/ztrain" "${tiny[@]}" --train.max_steps=4 --run.dir=pre
+expect 0 "wrote base/model.safetensors" "$BIN/zt-consolidate" pre/checkpoints --output base/
+cp -r base other
+lora=(--data.train="data/train_*.bin" --model.seq_len=32 --train.micro_batch=2 --train.threads=1
+  --train.sample_tokens=0 --train.eval_every=0 --lora.rank=4 --train.lr=1e-2 --run.dir=lora)
+expect 2 "lora.targets = 'q_proj'.*c_attn,c_proj,c_fc" "$BIN/ztrain" --model.from_hf=base "${lora[@]}" \
+  --lora.targets=q_proj --train.max_steps=2
+expect 0 "ztrain: 2 steps in" "$BIN/ztrain" --model.from_hf=base "${lora[@]}" --train.max_steps=2
+expect 2 "the LoRA run's base is base, this run names other" "$BIN/ztrain" --model.from_hf=other "${lora[@]}" \
+  --train.max_steps=3
+expect 0 "resumed from .* at step 2" "$BIN/ztrain" --model.from_hf=base "${lora[@]}" --train.max_steps=3
+# At another world size and ZeRO stage the state is resharded from the layout the checkpoint
+# records (with its adapters).
+expect 0 "resumed from .* at step 3" "$BIN/ztrun" 2 ztrain --model.from_hf=base "${lora[@]}" --train.max_steps=4 \
+  --parallel.zero_stage=3 --train.grad_accum=1
+expect 2 "give --lora adapter .* or --lora merge" "$BIN/zt-consolidate" lora/checkpoints --output plain/
+expect 0 "wrote adapter/adapter_model.safetensors and adapter_config.json" "$BIN/zt-consolidate" lora/checkpoints \
+  --output adapter/ --lora adapter
+expect 0 "wrote merged/model.safetensors and config.json" "$BIN/zt-consolidate" lora/checkpoints --output merged/ \
+  --lora merge
+# Greedy samples from the checkpoint (adapters merged per block) and from the merged model agree.
+from_ckpt=$("$BIN/zt-generate" lora/checkpoints --prompt "the quick" --max-new-tokens 8 --temperature 0 2>/dev/null)
+from_merged=$("$BIN/zt-generate" merged --tokenizer data/tokenizer.json --prompt "the quick" --max-new-tokens 8 \
+  --temperature 0 2>/dev/null)
+check "zt-generate: the checkpoint's greedy text ('$from_ckpt') is the merged model's ('$from_merged')" \
+  test -n "$from_ckpt" -a "$from_ckpt" = "$from_merged"
+check "adapter_config.json names the targets" grep -q '"c_attn"' adapter/adapter_config.json
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "all LoRA command-line checks passed"

@@ -1,0 +1,437 @@
+// LoRA (lora.*): the keys and their checks, the adapters' tensors in the layout (PEFT's
+// names, init and splits), their gradients against finite differences for both families, a
+// frozen base whose gradient is never computed, and AdamW leaving the base alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/forwarding_backend.hpp"
+#include "ztrain/core/error.hpp"
+#include "ztrain/core/random.hpp"
+#include "ztrain/model/family.hpp"
+#include "ztrain/model/transformer.hpp"
+#include "ztrain/optim/optimizer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+#include "model_state_access.hpp"
+#include "test_support.hpp"
+
+namespace zt {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_adapter(const ParamSpec& p) { return p.name.find(".lora_") != std::string::npos; }
+
+ModelConfig tiny_gpt2(int rank, const std::string& targets) {
+    ModelConfig mc = test::model_config(2, 2, 8, 6, 11, /*vocab_pad_to=*/8);
+    mc.lora.rank = rank;
+    mc.lora.alpha = 3.0;  // scale 1.5 at rank 2: a wrong scale shows
+    mc.lora.targets = targets;
+    return mc;
+}
+
+ModelConfig tiny_llama(int rank, const std::string& targets) {
+    ModelConfig mc = tiny_gpt2(rank, targets);
+    mc.arch = ModelArch("llama");
+    mc.n_kv_head = 1;
+    mc.ffn_dim = 12;
+    mc.rope_theta = 10;
+    return mc;
+}
+
+std::vector<std::string> adapter_names(const ModelLayout& layout) {
+    std::vector<std::string> names;
+    for (const ParamSpec& p : layout.params) {
+        if (is_adapter(p)) names.push_back(p.name);
+    }
+    return names;
+}
+
+/// lora.targets as a list, as PEFT's target_modules.
+std::vector<std::string> lora_targets(const ModelConfig& mc) {
+    std::vector<std::string> out;
+    std::string rest = mc.lora.targets;
+    while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        out.push_back(rest.substr(0, comma));
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    }
+    return out;
+}
+
+// --- keys and targets ---------------------------------------------------------------------
+
+Config lora_config(const std::string& arch, const std::string& targets) {
+    Config c;
+    c.data.train = "t.bin";
+    set_config_value(c, "model.arch", arch);
+    if (arch == "llama") set_config_value(c, "model.ffn_dim", "256");
+    set_config_value(c, "lora.rank", "4");
+    set_config_value(c, "lora.targets", targets);
+    return c;
+}
+
+TEST(LoraKeys, DefaultsAreOffAndPeftsTargets) {
+    const Config c;
+    EXPECT_EQ(c.model.lora.rank, 0);
+    EXPECT_FALSE(c.model.lora.on());
+    EXPECT_EQ(c.model.lora.targets, "default");
+    EXPECT_NO_THROW(validate(lora_config("gpt2", "default")));
+    const ModelLayout gpt2 = make_model_layout(tiny_gpt2(2, "default"));
+    EXPECT_EQ(adapter_names(gpt2).size(), 4u);  // c_attn's A and B in each of 2 blocks
+    EXPECT_EQ(gpt2.find("h.1.attn.c_attn.lora_A.weight").shape, (std::vector<size_t>{2, 8}));
+    EXPECT_EQ(gpt2.find("h.1.attn.c_attn.lora_B.weight").shape, (std::vector<size_t>{24, 2}));
+    const ModelLayout llama = make_model_layout(tiny_llama(2, "default"));
+    EXPECT_EQ(adapter_names(llama), (std::vector<std::string>{
+                                        "model.layers.0.self_attn.q_proj.lora_A.weight",
+                                        "model.layers.0.self_attn.q_proj.lora_B.weight",
+                                        "model.layers.0.self_attn.v_proj.lora_A.weight",
+                                        "model.layers.0.self_attn.v_proj.lora_B.weight",
+                                        "model.layers.1.self_attn.q_proj.lora_A.weight",
+                                        "model.layers.1.self_attn.q_proj.lora_B.weight",
+                                        "model.layers.1.self_attn.v_proj.lora_A.weight",
+                                        "model.layers.1.self_attn.v_proj.lora_B.weight",
+                                    }));
+}
+
+TEST(LoraKeys, TargetsMatchAsPeftsTargetModules) {
+    // c_proj names attention's and the MLP's output projections; attn.c_proj one of them.
+    EXPECT_EQ(adapter_names(make_model_layout(tiny_gpt2(2, "c_proj"))).size(), 8u);
+    const std::vector<std::string> one = adapter_names(make_model_layout(tiny_gpt2(2, "attn.c_proj")));
+    ASSERT_EQ(one.size(), 4u);
+    EXPECT_EQ(one[0], "h.0.attn.c_proj.lora_A.weight");
+    EXPECT_EQ(adapter_names(make_model_layout(tiny_gpt2(2, "transformer.h.0.attn.c_proj,h.1.attn.c_proj"))).size(),
+              4u);
+    EXPECT_NO_THROW(validate(lora_config("llama", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")));
+}
+
+TEST(LoraKeys, BadValuesExitTwoNamingKeyAndFamilysNames) {
+    const std::string unknown = test::input_error_of([] { validate(lora_config("llama", "q_proj,c_attn")); });
+    EXPECT_NE(unknown.find("lora.targets = 'q_proj,c_attn'"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("'c_attn' matches none"), std::string::npos) << unknown;
+    const std::string some = test::input_error_of([] { validate(lora_config("gpt2", "h.0.attn.c_attn")); });
+    EXPECT_NE(some.find("attn.c_attn is named in 1 of the 4 blocks"), std::string::npos) << some;
+    Config c = lora_config("gpt2", "c_attn");
+    c.model.lora.alpha = 0;
+    EXPECT_NE(test::input_error_of([&] { validate(c); }).find("lora.alpha = 0: expected a number > 0"),
+              std::string::npos);
+    c = lora_config("gpt2", "c_attn");
+    set_config_value(c, "lora.base_dtype", "fp16");
+    EXPECT_NE(test::input_error_of([&] { validate(c); }).find("lora.base_dtype"), std::string::npos);
+    c = lora_config("gpt2", "c_attn");
+    c.model.lora.rank = -1;
+    EXPECT_NE(test::input_error_of([&] { validate(c); }).find("lora.rank = -1"), std::string::npos);
+}
+
+// --- layout -------------------------------------------------------------------------------
+
+TEST(LoraLayout, RankZeroOrNoTargetsIsTheFamilysLayout) {
+    for (const ModelConfig& off : {tiny_gpt2(0, "c_attn"), tiny_gpt2(4, ""), tiny_llama(0, "default")}) {
+        ModelConfig plain = off;
+        plain.lora = LoraConfig{};
+        const ModelLayout a = make_model_layout(off);
+        const ModelLayout b = make_model_layout(plain);
+        ASSERT_EQ(a.params.size(), b.params.size());
+        EXPECT_EQ(a.unit_numel, b.unit_numel);
+        for (const ParamSpec& p : a.params) EXPECT_TRUE(p.trainable) << p.name;
+    }
+}
+
+TEST(LoraLayout, AdaptersFollowTheBaseWhichKeepsItsPlacesAndValues) {
+    const ModelConfig mc = tiny_llama(2, "q_proj,v_proj,down_proj");
+    ModelConfig plain = mc;
+    plain.lora = LoraConfig{};
+    const ModelLayout lora = make_model_layout(mc);
+    const ModelLayout base = make_model_layout(plain);
+    for (const ParamSpec& p : base.params) {
+        const ParamSpec& q = lora.find(p.name);
+        EXPECT_EQ(q.offset, p.offset) << p.name;
+        EXPECT_EQ(q.global_index, p.global_index) << p.name;
+        EXPECT_FALSE(q.trainable) << p.name;
+    }
+    for (int u = 0; u < lora.num_units(); ++u) {
+        std::vector<float> a(lora.unit_numel[static_cast<size_t>(u)]);
+        std::vector<float> b(base.unit_numel[static_cast<size_t>(u)]);
+        init_unit(lora, u, 9, a.data());
+        init_unit(base, u, 9, b.data());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), b.size() * sizeof(float)), 0) << "unit " << u;
+        for (const ParamSpec& p : lora.params) {
+            if (p.unit != u || !is_adapter(p)) continue;
+            EXPECT_TRUE(p.trainable && p.decay) << p.name;
+            const float* v = a.data() + p.offset;
+            if (ends_with(p.name, "lora_B.weight")) {
+                EXPECT_TRUE(std::all_of(v, v + p.numel, [](float x) { return x == 0.f; })) << p.name;
+                continue;
+            }
+            // PEFT's kaiming_uniform_(a = sqrt(5)): uniform within 1 / sqrt(in).
+            const float bound = 1.f / std::sqrt(static_cast<float>(p.shape[1]));
+            float largest = 0.f;
+            for (size_t i = 0; i < p.numel; ++i) largest = std::max(largest, std::fabs(v[i]));
+            EXPECT_LE(largest, bound) << p.name;
+            EXPECT_GT(largest, 0.5f * bound) << p.name;
+        }
+    }
+}
+
+// --- gradients ----------------------------------------------------------------------------
+
+/// Records every parameter gradient an op is asked to compute.
+class GradientRecorder final : public ForwardingBackend {
+  public:
+    using ForwardingBackend::ForwardingBackend;
+    void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                         ConstActPtr weight, int N, int C, int OC) override {
+        if (dweight != nullptr) written.push_back(dweight);
+        if (dbias != nullptr) written.push_back(dbias);
+        ForwardingBackend::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    }
+    void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int C) override {
+        if (dweight != nullptr) written.push_back(dweight);
+        if (dbias != nullptr) written.push_back(dbias);
+        ForwardingBackend::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    }
+    void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
+                          const float* rstd, int N, int C) override {
+        if (dweight != nullptr) written.push_back(dweight);
+        ForwardingBackend::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+    }
+    void encoder_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
+                          int C) override {
+        written.push_back(dwte);
+        ForwardingBackend::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    }
+    std::vector<const float*> written;
+};
+
+/// Every weight moved by normal noise of std `scale`, B away from zero among them.
+void perturb(ModelState& state, const ModelLayout& layout, double scale) {
+    for (int u = 0; u < layout.num_units(); ++u) {
+        float* w = ModelStateTestAccess::unit_params(state, u);
+        for (size_t i = 0; i < layout.unit_numel[static_cast<size_t>(u)]; ++i) {
+            w[i] += static_cast<float>(scale * random_normal(7, 99, static_cast<uint64_t>(u) * 100000 + i));
+        }
+    }
+}
+
+struct Batch {
+    std::vector<int32_t> inputs;
+    std::vector<int32_t> targets;
+};
+
+Batch batch(const ModelConfig& mc, int B) {
+    Batch b;
+    for (size_t i = 0; i < static_cast<size_t>(B * mc.seq_len); ++i) {
+        b.inputs.push_back(static_cast<int32_t>(random_bits(3, 1, i) % static_cast<uint64_t>(mc.vocab_size)));
+        b.targets.push_back(static_cast<int32_t>(random_bits(3, 2, i) % static_cast<uint64_t>(mc.vocab_size)));
+    }
+    return b;
+}
+
+/// Every adapter element's gradient against central differences (the tolerance of
+/// test_gpt_gradcheck.cpp), with B perturbed away from 0 so A's gradient is not zero; the
+/// base's gradient buffer reads zero and no op computed a gradient outside the adapters.
+void check_adapters(const ModelConfig& mc) {
+    auto cpu = make_cpu_backend(1);
+    GradientRecorder backend(*cpu);
+    const int B = 2;
+    const int T = mc.seq_len;
+    Transformer model(mc, backend, B);
+    ModelState state(model.layout(), *cpu, 42);
+    const ModelLayout& layout = model.layout();
+    perturb(state, layout, 0.3);
+    const Batch data = batch(mc, B);
+    const int counted = B * T;
+    state.zero_grads();
+    model.forward(state, data.inputs.data(), data.targets.data(), B, T, 1.0f);
+    model.backward(state);
+    auto summed_loss = [&] {
+        return static_cast<double>(model.forward(state, data.inputs.data(), data.targets.data(), B, T, 0.f)) *
+               counted;
+    };
+    const double eps = 2e-2;
+    size_t adapted = 0;
+    for (const ParamSpec& p : layout.params) {
+        const float* g = state.grads(p.unit) + p.offset;
+        if (!is_adapter(p)) {
+            EXPECT_TRUE(std::all_of(g, g + p.numel, [](float x) { return x == 0.f; })) << "frozen " << p.name;
+            continue;
+        }
+        ++adapted;
+        float* w = ModelStateTestAccess::unit_params(state, p.unit) + p.offset;
+        size_t bad = 0;
+        double worst = 0.0;
+        for (size_t i = 0; i < p.numel; ++i) {
+            const float saved = w[i];
+            auto central = [&](double h) {
+                w[i] = saved + static_cast<float>(h);
+                const double up = summed_loss();
+                w[i] = saved - static_cast<float>(h);
+                const double down = summed_loss();
+                w[i] = saved;
+                return (up - down) / (2 * h);
+            };
+            const double numeric = (4 * central(eps / 2) - central(eps)) / 3;
+            const double tol = 2e-3 * std::max(std::fabs(numeric), std::fabs(double{g[i]})) + 6e-4;
+            const double excess = std::fabs(g[i] - numeric) - tol;
+            if (excess > 0) ++bad;
+            worst = std::max(worst, std::fabs(g[i] - numeric));
+        }
+        EXPECT_EQ(bad, 0u) << p.name << ": " << bad << " of " << p.numel
+                           << " elements disagree with finite differences; largest difference " << worst;
+    }
+    EXPECT_GT(adapted, 0u);
+    // No op was asked for a gradient outside the adapters.
+    for (const float* at : backend.written) {
+        const bool inside = std::any_of(layout.params.begin(), layout.params.end(), [&](const ParamSpec& p) {
+            const float* g = state.grads(p.unit) + p.offset;
+            return is_adapter(p) && at >= g && at < g + p.numel;
+        });
+        EXPECT_TRUE(inside) << "a gradient was computed outside the adapters";
+    }
+    EXPECT_FALSE(backend.written.empty());
+}
+
+TEST(LoraGradcheck, Gpt2EveryAdapterElement) { check_adapters(tiny_gpt2(2, "c_attn,c_proj,c_fc")); }
+// q and v adapt part of the packed q|k|v product, gate and up both halves of gate|up.
+TEST(LoraGradcheck, LlamaEveryAdapterElement) {
+    check_adapters(tiny_llama(2, "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"));
+}
+
+/// B starts at zero: the model with adapters computes the base model's loss, bit for bit.
+void check_step_zero_is_the_base(const ModelConfig& mc) {
+    ModelConfig plain = mc;
+    plain.lora = LoraConfig{};
+    auto backend = make_cpu_backend(1);
+    const int B = 2;
+    Transformer with(mc, *backend, B);
+    Transformer without(plain, *backend, B);
+    ModelState a(with.layout(), *backend, 5);
+    ModelState b(without.layout(), *backend, 5);
+    const Batch data = batch(mc, B);
+    EXPECT_EQ(with.forward(a, data.inputs.data(), data.targets.data(), B, mc.seq_len, 0.f),
+              without.forward(b, data.inputs.data(), data.targets.data(), B, mc.seq_len, 0.f));
+}
+
+TEST(LoraForward, StepZeroIsTheBaseModel) {
+    check_step_zero_is_the_base(tiny_gpt2(2, "c_attn,c_proj"));
+    check_step_zero_is_the_base(tiny_llama(2, "q_proj,v_proj,gate_proj"));
+}
+
+TEST(LoraOptimizer, AdamWSegmentsCoverTheAdaptersOnly) {
+    const ModelLayout layout = make_model_layout(tiny_llama(2, "default"));
+    for (int u = 0; u < layout.num_units(); ++u) {
+        for (const DecaySegment& s : decay_segments(layout, u, 0, SIZE_MAX)) {
+            for (const ParamSpec& p : layout.params) {
+                if (p.unit != u || p.trainable) continue;
+                EXPECT_TRUE(s.end <= p.offset || s.begin >= p.offset + p.numel) << "AdamW would update " << p.name;
+            }
+        }
+    }
+}
+
+// --- against PEFT ---------------------------------------------------------------------------
+
+/// The interop virtual environment's Python (ZT_INTEROP_VENV, else .venv at the repository
+/// root, as tests/interop/run.sh finds it), or "".
+std::string interop_python() {
+    const char* venv = std::getenv("ZT_INTEROP_VENV");
+    const std::string py = std::string(venv != nullptr ? venv : ZT_SOURCE_DIR "/.venv") + "/bin/python";
+    return std::filesystem::exists(py) ? py : "";
+}
+
+/// Writes the model's tensors (ztrain names and orientation, live vocabulary rows), the
+/// batch and the settings for tests/reference/lora_peft_reference.py.
+void write_case(const std::string& dir, const ModelConfig& mc, const ModelLayout& layout, ModelState& state,
+                const Batch& data, int B) {
+    nlohmann::json tensors = nlohmann::json::object();
+    for (const ParamSpec& p : layout.params) {
+        std::vector<size_t> shape = p.shape;
+        if (p.init_numel < p.numel) shape[0] = static_cast<size_t>(mc.vocab_size);
+        const std::string file = p.name + ".npy";
+        test::write_npy(dir + "/" + file, ModelStateTestAccess::unit_params(state, p.unit) + p.offset, "<f4", 4, shape);
+        tensors[p.name] = file;
+    }
+    const std::vector<size_t> rows{static_cast<size_t>(B), static_cast<size_t>(mc.seq_len)};
+    test::write_npy(dir + "/inputs.npy", data.inputs.data(), "<i4", 4, rows);
+    test::write_npy(dir + "/targets.npy", data.targets.data(), "<i4", 4, rows);
+    const nlohmann::json c = {
+        {"arch", mc.arch.name()},
+        {"model", {{"n_layer", mc.n_layer}, {"n_head", mc.n_head}, {"n_kv_head", mc.kv_heads()}, {"n_embd", mc.n_embd},
+                   {"seq_len", mc.seq_len}, {"vocab_size", mc.vocab_size}, {"ffn_dim", mc.ffn_dim},
+                   {"norm_eps", mc.norm_eps}, {"rope_theta", mc.rope_theta}, {"tie_embeddings", mc.tie_embeddings}}},
+        {"lora", {{"rank", mc.lora.rank}, {"alpha", mc.lora.alpha}, {"targets", lora_targets(mc)}}},
+        {"tensors", tensors}};
+    std::ofstream(dir + "/case.json") << c.dump();
+}
+
+/// ztrain's fp32 loss and adapter gradients of one batch against PEFT's in float64, from the
+/// same base and adapter weights (B away from zero): loss within 1e-6 relative, each
+/// adapter's gradient within 1e-5 (||g - g_peft|| / ||g_peft||).
+void check_against_peft(const ModelConfig& mc) {
+    const std::string py = interop_python();
+    if (py.empty()) {
+        if (std::getenv("ZT_REQUIRE_INTEROP") != nullptr && std::string(std::getenv("ZT_REQUIRE_INTEROP")) == "1") {
+            FAIL() << "no interop virtual environment (ZT_INTEROP_VENV or .venv)";
+        }
+        GTEST_SKIP() << "no interop virtual environment (ZT_INTEROP_VENV or .venv): PEFT comparison skipped";
+    }
+    auto backend = make_cpu_backend(1);
+    const int B = 2;
+    Transformer model(mc, *backend, B);
+    ModelState state(model.layout(), *backend, 42);
+    const ModelLayout& layout = model.layout();
+    perturb(state, layout, 0.1);
+    // (Padded vocabulary rows are never read or predicted; the files hold the live ones.)
+    const Batch data = batch(mc, B);
+    state.zero_grads();
+    const float loss = model.forward(state, data.inputs.data(), data.targets.data(), B, mc.seq_len, 1.0f);
+    model.backward(state);
+    const test::ScratchDir scratch("lora_peft");
+    const std::string& dir = scratch.path();
+    write_case(dir, mc, layout, state, data, B);
+    const int rc = std::system((py + " " ZT_SOURCE_DIR "/tests/reference/lora_peft_reference.py " + dir).c_str());
+    ASSERT_EQ(rc, 0) << "the PEFT reference failed";
+    nlohmann::json ref;
+    std::ifstream(dir + "/reference.json") >> ref;
+    const double ref_loss = ref["loss"].get<double>();
+    EXPECT_LT(std::fabs(loss - ref_loss) / std::fabs(ref_loss), 1e-6) << "loss " << loss << " vs PEFT's " << ref_loss;
+    size_t compared = 0;
+    for (const ParamSpec& p : layout.params) {
+        if (!is_adapter(p)) continue;
+        const std::vector<double> want = ref["grads"].at(p.name).get<std::vector<double>>();
+        ASSERT_EQ(want.size(), p.numel) << p.name;
+        const float* g = state.grads(p.unit) + p.offset;
+        double diff = 0.0;
+        double norm = 0.0;
+        for (size_t i = 0; i < p.numel; ++i) {
+            diff += (g[i] - want[i]) * (g[i] - want[i]);
+            norm += want[i] * want[i];
+        }
+        EXPECT_LT(std::sqrt(diff / norm), 1e-5) << p.name << ": gradient differs from PEFT's";
+        ++compared;
+    }
+    EXPECT_GT(compared, 0u);
+}
+
+TEST(LoraPeft, Gpt2LossAndAdapterGradients) { check_against_peft(tiny_gpt2(2, "c_attn,c_proj,c_fc")); }
+TEST(LoraPeft, LlamaLossAndAdapterGradients) {
+    check_against_peft(tiny_llama(2, "q_proj,v_proj,o_proj,gate_proj,down_proj"));
+}
+
+}  // namespace
+}  // namespace zt
