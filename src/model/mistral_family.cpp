@@ -47,6 +47,11 @@ class MistralFamily final : public LlamaFamily {
         c["sliding_window"] = m.sliding_window > 0 ? nlohmann::json(m.sliding_window) : nlohmann::json(nullptr);
         return c;
     }
+    std::vector<std::pair<std::string, std::string>> hf_metadata(const ModelConfig& m) const override {
+        std::vector<std::pair<std::string, std::string>> meta = LlamaFamily::hf_metadata(m);
+        meta.emplace_back("sliding_window", std::to_string(m.sliding_window));
+        return meta;
+    }
     std::vector<std::string> hf_model_types() const override { return {"mistral"}; }
     std::vector<HfSetting> hf_settings(const HfConfigFields& f, const std::string& file) const override {
         std::vector<HfSetting> out = llama_settings(f, file);

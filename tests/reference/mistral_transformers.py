@@ -69,6 +69,8 @@ def adamw_curve(model, tokens):
 
 
 def main(out_dir):
+    torch.set_num_threads(1)  # a tiny model: threads would only contend with the tests beside it
+    transformers.utils.logging.disable_progress_bar()
     model = make_model(out_dir)
     tokens = torch.from_numpy(np.random.default_rng(3).integers(0, VOCAB, size=(B, T + 1)).astype(np.int64))
     loss = loss_of(model, tokens)

@@ -39,7 +39,10 @@ using test::read_f64;
 std::string interop_python() {
     const char* venv = std::getenv("ZT_INTEROP_VENV");
     const std::string python = str(venv != nullptr ? venv : ZT_SOURCE_DIR "/.venv", "/bin/python");
-    const std::string probe = python + " -c 'import torch, transformers' > /dev/null 2>&1";
+    // find_spec, not import: importing torch costs seconds, the script pays it once.
+    const std::string probe = python +
+                              " -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec(\"torch\") and "
+                              "u.find_spec(\"transformers\")))' > /dev/null 2>&1";
     return std::system(probe.c_str()) == 0 ? python : "";
 }
 
