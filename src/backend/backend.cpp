@@ -45,7 +45,7 @@ void Backend::require_f32_activations(const char* op, std::initializer_list<DTyp
 }
 
 void Backend::gqa_attention_cached(float* /*out*/, const float* /*qkv*/, float* /*k_cache*/, float* /*v_cache*/,
-                                   int /*past*/, int /*n*/, int /*NH*/, int /*NKV*/, int /*hs*/) {
+                                   int /*past*/, int /*n*/, int /*NH*/, int /*NKV*/, int /*hs*/, int /*window*/) {
     throw Error(str("the ", name(), " backend has no key/value-cache attention yet (generation runs on cpu)"));
 }
 

@@ -17,8 +17,8 @@ constexpr IntField kIntFields[] = {
     {"vocab_size", &ModelConfig::vocab_size}, {"vocab_pad_to", &ModelConfig::vocab_pad_to},
 };
 
-/// The Llama fields (added after version 2 appeared): absent in older records, where the
-/// model is GPT-2 and they keep their defaults.
+/// The Llama fields (added after version 2 appeared) and Mistral's window: absent in older
+/// records, where the model is GPT-2 (or Llama) and they keep their defaults.
 void llama_fields_to(nlohmann::json& j, const ModelConfig& m) {
     j["arch"] = setting_text(m.arch);
     j["n_kv_head"] = m.n_kv_head;
@@ -31,6 +31,7 @@ void llama_fields_to(nlohmann::json& j, const ModelConfig& m) {
     j["rope_original_context"] = m.rope_original_context;
     j["norm_eps"] = m.norm_eps;
     j["tie_embeddings"] = m.tie_embeddings;
+    j["sliding_window"] = m.sliding_window;
 }
 
 void llama_fields_from(const nlohmann::json& j, ModelConfig& m, const std::string& meta_file) {
@@ -53,6 +54,7 @@ void llama_fields_from(const nlohmann::json& j, ModelConfig& m, const std::strin
     m.rope_original_context = j.value("rope_original_context", m.rope_original_context);
     m.norm_eps = j.value("norm_eps", m.norm_eps);
     m.tie_embeddings = j.value("tie_embeddings", m.tie_embeddings);
+    m.sliding_window = j.value("sliding_window", m.sliding_window);  // absent before Mistral: 0
 }
 
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }

@@ -47,6 +47,9 @@ const KeyDef kKeys[] = {
     ZT_KEY("model.norm_eps", model.norm_eps, "llama: RMSNorm epsilon (HF rms_norm_eps)"),
     ZT_KEY("model.tie_embeddings", model.tie_embeddings,
            "llama: LM head shares the token embedding (false: a separate lm_head.weight)"),
+    ZT_KEY("model.sliding_window", model.sliding_window,
+           "mistral: sliding-window attention, each token attending to the last this many positions, itself "
+           "included (HF sliding_window; 0 = the whole causal context)"),
 
     ZT_KEY("lora.rank", model.lora.rank,
            "LoRA rank r: low-rank adapters on lora.targets, the base weights frozen (0: off, full fine-tuning)"),

@@ -17,6 +17,7 @@ namespace zt {
 
 const Family& gpt2_family();
 const Family& llama_family();
+const Family& mistral_family();
 
 namespace {
 
@@ -24,6 +25,7 @@ namespace {
 constexpr const Family& (*kFamilies[])() = {
     gpt2_family,
     llama_family,
+    mistral_family,
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {

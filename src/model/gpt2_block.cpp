@@ -326,7 +326,7 @@ class Gpt2Decoder final : public FamilyDecoder {
         const size_t NC = static_cast<size_t>(n) * static_cast<size_t>(C);
         be.layernorm_forward(m_ln, m_mean, m_rstd, x, w + o.ln1w, w + o.ln1b, n, C);
         be.matmul_forward(m_qkv, m_ln, w + o.qkvw, w + o.qkvb, n, C, 3 * C);
-        be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NH, mha_head_size(C, NH));
+        be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NH, mha_head_size(C, NH), 0);
         be.matmul_residual_forward(m_residual2, m_atty, w + o.attprojw, w + o.attprojb, x, n, C, C);
         be.layernorm_forward(m_ln, m_mean, m_rstd, m_residual2, w + o.ln2w, w + o.ln2b, n, C);
         be.matmul_forward(m_fc, m_ln, w + o.fcw, w + o.fcb, n, C, 4 * C);

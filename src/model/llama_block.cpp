@@ -215,6 +215,7 @@ class LlamaBlocks final : public ModelFamily {
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
                          const DriverScratch& scratch, int max_batch, bool recompute)
     : ModelFamily(scratch), m_cfg(cfg) {
+    set_sliding_window(cfg.sliding_window);
     if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
     const Sizes z = sizes(1, 1);
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
@@ -388,7 +389,7 @@ class LlamaDecoder final : public FamilyDecoder {
         // Row t of the table is position t: the rows from pos rotate positions pos.. .
         const float* rope_at_pos = m_rope + static_cast<size_t>(pos) * static_cast<size_t>(hs);
         be.rope_forward(m_qkv, m_qkv, rope_at_pos, 1, n, NH, NKV, hs);
-        be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NKV, hs);
+        be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NKV, hs, m_cfg.sliding_window);
         be.matmul_residual_forward(m_residual2, m_atty, w + o.o_proj, nullptr, x, n, C, C);
         be.rmsnorm_forward(m_norm, m_rstd, m_residual2, w + o.norm2, n, C, eps);
         be.matmul_forward(m_gate_up, m_norm, w + o.gate_up, nullptr, n, C, 2 * F);

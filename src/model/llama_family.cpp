@@ -7,86 +7,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llama_family.hpp"
+
 #include "hf_config_fields.hpp"
 #include "model_family.hpp"
-#include "ztrain/model/family.hpp"
 
 namespace zt {
 
 namespace {
 
-class LlamaFamily final : public Family {
-  public:
-    const char* name() const override { return "llama"; }
-    std::vector<const char*> own_keys() const override {
-        return {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling",
-                "model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
-                "model.rope_original_context", "model.norm_eps", "model.tie_embeddings"};
+/// Shortest text that reads back as the same double (the deck parser reads it).
+std::string number_text(double v) {
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+        if (std::strtod(buf, nullptr) == v) break;
     }
-    void check_tensor_split(const ModelConfig& m, int tensor, const SettingCheck& check) const override {
-        check.check(m.ffn_dim % tensor == 0, "model.ffn_dim", str("a multiple of parallel.tensor = ", tensor));
-    }
+    return buf;
+}
 
-    double parameter_count(const ModelConfig& m) const override {
-        // Embedding (and an untied head), per block two RMSNorms, q|k|v, o, gate|up and
-        // down; the final RMSNorm.
-        const double C = m.n_embd;
-        const double heads = m.tie_embeddings ? 1 : 2;
-        const double block = 2 * C + C * m.qkv_dim() + C * C + 3.0 * m.ffn_dim * C;
-        return heads * m.padded_vocab() * C + static_cast<double>(m.n_layer) * block + C;
-    }
-    double block_product_weights(const ModelConfig& m) const override {
-        const double C = m.n_embd;
-        const double q = static_cast<double>(m.n_head) * m.head_size();
-        const double kv = static_cast<double>(m.kv_heads()) * m.head_size();
-        return C * (q + 2 * kv) + q * C + 3 * C * m.ffn_dim;
-    }
-    std::string banner(const ModelConfig& m, double params) const override {
-        return printf_text(
-            "ztrain: llama, %d layers, %d heads (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
-            "%s head: %.2fM parameters",
-            m.n_layer, m.n_head, m.kv_heads(), m.n_embd, m.ffn_dim, m.seq_len, m.vocab_size, m.padded_vocab(),
-            m.tie_embeddings ? "tied" : "untied", params / 1e6);
-    }
-
-    const HfNaming& hf_naming() const override {
-        static const HfNaming naming{
-            "LlamaForCausalLM",
-            "",
-            {},  // HF's nn.Linear is (out, in), as ztrain's matrices
-            // A tied model's file may still carry lm_head.weight (HF re-ties it on load; an
-            // untied model expects it, so it is never ignored there).
-            {"lm_head.weight"},
-            {".self_attn.rotary_emb.inv_freq"},  // a buffer older transformers saved
-        };
-        return naming;
-    }
-    nlohmann::json hf_config(const ModelConfig& m, DType dtype) const override;
-    std::vector<std::pair<std::string, std::string>> hf_metadata(const ModelConfig& m) const override {
-        return {{"n_layer", std::to_string(m.n_layer)},
-                {"n_head", std::to_string(m.n_head)},
-                {"n_kv_head", std::to_string(m.kv_heads())},
-                {"n_embd", std::to_string(m.n_embd)},
-                {"ffn_dim", std::to_string(m.ffn_dim)},
-                {"vocab_size", std::to_string(m.vocab_size)},
-                {"tied", m.tie_embeddings ? "lm_head.weight = model.embed_tokens.weight" : "no"}};
-    }
-    std::vector<std::string> hf_model_types() const override { return {"llama", "mistral"}; }
-    std::vector<HfSetting> hf_settings(const HfConfigFields& f, const std::string& file) const override;
-    const char* missing_hf_key(const ModelConfig& m) const override {
-        return m.ffn_dim > 0 ? nullptr : "model.ffn_dim";
-    }
-
-    const FamilyTraits& traits() const override { return llama_traits(); }
-
-  protected:
-    void check_own_keys(const ModelConfig& m, const SettingCheck& v) const override;
-
-  private:
-    static void check_rope_scaling(const ModelConfig& m, const SettingCheck& v);
-    static const char* rope_group(const HfConfigFields& f);
-    static HfSetting rope_theta_setting(const HfConfigFields& f, const std::string& file);
-};
+}  // namespace
 
 /// LlamaConfig as transformers writes it, for the fields LlamaForCausalLM reads.
 nlohmann::json LlamaFamily::hf_config(const ModelConfig& m, DType dtype) const {
@@ -127,17 +67,13 @@ nlohmann::json LlamaFamily::hf_config(const ModelConfig& m, DType dtype) const {
     };
 }
 
-/// Shortest text that reads back as the same double (the deck parser reads it).
-std::string number_text(double v) {
-    char buf[40];
-    for (int precision = 1; precision <= 17; ++precision) {
-        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-        if (std::strtod(buf, nullptr) == v) break;
-    }
-    return buf;
+std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const std::string& file) const {
+    f.refuse_unless(!f.has("sliding_window"), "sliding_window",
+                    "a Llama attends over the whole context (null; model_type mistral has sliding windows)");
+    return llama_settings(f, file);
 }
 
-std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const std::string& file) const {
+std::vector<HfSetting> LlamaFamily::llama_settings(const HfConfigFields& f, const std::string& file) const {
     const long C = f.integer("hidden_size", 1);
     const long NH = f.integer("num_attention_heads", 1);
     const long NKV = f.integer_or("num_key_value_heads", 1, NH);
@@ -149,9 +85,8 @@ std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const s
     f.refuse_unless(!f.boolean_or("attention_bias", false), "attention_bias", "ztrain's Llama has no q/k/v/o biases");
     f.refuse_unless(!f.boolean_or("mlp_bias", false), "mlp_bias", "ztrain's Llama has no MLP biases");
     f.refuse_unless(f.text_or("hidden_act", "silu") == "silu", "hidden_act", "ztrain's Llama MLP is SwiGLU (silu)");
-    f.refuse_unless(!f.has("sliding_window"), "sliding_window", "ztrain attends over the whole context (null)");
     std::vector<HfSetting> out = {
-        {"model.arch", "llama", "model_type"},
+        {"model.arch", name(), "model_type"},
         {"model.n_layer", std::to_string(f.integer("num_hidden_layers", 1)), "num_hidden_layers"},
         {"model.n_head", std::to_string(NH), "num_attention_heads"},
         {"model.n_kv_head", std::to_string(NKV), "num_key_value_heads"},
@@ -257,8 +192,6 @@ void LlamaFamily::check_rope_scaling(const ModelConfig& m, const SettingCheck& v
     }
     v.check_int_min("model.rope_original_context", m.rope_original_context, 1);
 }
-
-}  // namespace
 
 const Family& llama_family() {
     static const LlamaFamily family;

@@ -13,6 +13,7 @@
 // *_block.cpp, the rest in *_family.cpp. README.md, "Adding a model family".
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -207,20 +208,23 @@ class ModelFamily {
     static constexpr size_t kNoBias = ParallelLinear::kNoBias;
     /// What the family's products are made with: its group and its deferral.
     ProductContext products() { return ProductContext{&m_parallel, &m_deferred, m_lora}; }
-    /// Attention over the segments of m_rows (causal when it has none): out, att from qkv.
+    /// Sliding-window attention (Mistral): a query attends to the last `window` positions
+    /// of its row at most, itself included (0: the whole causal context).
+    void set_sliding_window(int window) { m_window = window; }
+    /// Attention over the segments of m_rows (causal when it has none) and the sliding
+    /// window: out, att from qkv.
     void attention_forward(Backend& be, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
-                           int hs) const {
-        if (m_rows.attend_from != nullptr) {
-            be.gqa_attention_forward_segmented(out, att, qkv, m_rows.attend_from, B, T, NH, NKV, hs);
+                           int hs) {
+        if (const int32_t* from = attend_from(B, T)) {
+            be.gqa_attention_forward_segmented(out, att, qkv, from, B, T, NH, NKV, hs);
         } else {
             be.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
         }
     }
     void attention_backward(Backend& be, ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att, int B,
-                            int T, int NH, int NKV, int hs) const {
-        if (m_rows.attend_from != nullptr) {
-            be.gqa_attention_backward_segmented(dqkv, m_attention_scratch, dout, qkv, att, m_rows.attend_from, B, T,
-                                                NH, NKV, hs);
+                            int T, int NH, int NKV, int hs) {
+        if (const int32_t* from = attend_from(B, T)) {
+            be.gqa_attention_backward_segmented(dqkv, m_attention_scratch, dout, qkv, att, from, B, T, NH, NKV, hs);
         } else {
             be.gqa_attention_backward(dqkv, m_attention_scratch, dout, qkv, att, B, T, NH, NKV, hs);
         }
@@ -236,8 +240,25 @@ class ModelFamily {
 
   private:
     const LoraAdapters* m_lora = nullptr;
+    /// Where each query's keys start ((B, T), Backend::gqa_attention_forward_segmented): the
+    /// segments' starts, moved up to the sliding window's (key j is seen from query t iff
+    /// t - j < window, transformers' sliding mask); null (plain causal) when the rows have no
+    /// segments and the window spans them.
+    const int32_t* attend_from(int B, int T) {
+        if (m_window <= 0 || m_window >= T) return m_rows.attend_from;
+        m_window_from.resize(static_cast<size_t>(B) * static_cast<size_t>(T));
+        for (size_t i = 0; i < m_window_from.size(); ++i) {
+            const int t = static_cast<int>(i % static_cast<size_t>(T));
+            const int segment = m_rows.attend_from != nullptr ? m_rows.attend_from[i] : 0;
+            m_window_from[i] = std::max(segment, t - m_window + 1);
+        }
+        return m_window_from.data();
+    }
+
     DeferredWeightGrads m_deferred;
     NormGrads m_norm_grads;
+    int m_window = 0;
+    std::vector<int32_t> m_window_from;  ///< attend_from's window, (B, T) host memory
 };
 
 /// One layer's key/value cache for generation: rows are positions, (seq_len, NKV hs) each, in

@@ -298,7 +298,7 @@ t enum.on_error         "${CL}checkpoint.on_error = 'bogus': expected one of sto
 t enum.backend          "${CL}backend = 'bogus': expected one of cpu \| cuda \| auto" "${Z[@]}" --backend=bogus
 # -- model families (model.arch = llama and its keys)
 LL=("${Z[@]}" --model.arch=llama --model.ffn_dim=64)
-t enum.arch             "${CL}model.arch = 'mistral': expected one of gpt2 \| llama" "${Z[@]}" --model.arch=mistral
+t enum.arch             "${CL}model.arch = 'mamba': expected one of gpt2 \| llama \| mistral" "${Z[@]}" --model.arch=mamba
 t arch.llama_key_gpt2   "${CL}model.n_kv_head = 2 applies only to model.arch = llama \(model.arch is gpt2\)" \
   "${Z[@]}" --model.n_kv_head=2
 t arch.kv_divides       "${CL}model.n_kv_head = 3 does not divide model.n_head = 2: expected a divisor" \

@@ -32,6 +32,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -433,6 +434,33 @@ TEST_F(CudaOps, SegmentedAttentionMatchesTheCpu) {
     }
 }
 
+TEST_F(CudaOps, SlidingWindowAttentionMatchesTheCpu) {
+    // Mistral's window as attend_from (max(segment start, t - window + 1)), with T past two
+    // of the CPU kernel's 64-row blocks so it skips whole key blocks (its att is unspecified
+    // there, and the GPU backward is given the CPU's att): a window of 40 alone (row 0) and
+    // with a packed example boundary at 90 (row 1).
+    const AttentionShape s{2, 150, 4, 2, 16};
+    const int window = 40;
+    std::vector<int32_t> attend_from(static_cast<size_t>(s.B) * s.T);
+    for (int t = 0; t < s.T; ++t) {
+        attend_from[static_cast<size_t>(t)] = std::max(0, t - window + 1);
+        attend_from[static_cast<size_t>(s.T + t)] = std::max(t < 90 ? 0 : 90, t - window + 1);
+    }
+    check_attention(s, false, &attend_from);
+}
+
+/// Whether entry i of att (B, NH, T, T) is specified: key <= query and, segmented, key >=
+/// the query's attend_from (the CPU skips key blocks no query of a row block reads).
+std::function<bool(size_t)> attended(int T, int NH, const std::vector<int32_t>* attend_from) {
+    return [T, NH, attend_from](size_t i) {
+        const int key = static_cast<int>(i % static_cast<size_t>(T));
+        const int query = static_cast<int>((i / static_cast<size_t>(T)) % static_cast<size_t>(T));
+        const size_t row = i / (static_cast<size_t>(T) * static_cast<size_t>(T) * static_cast<size_t>(NH));
+        const int from = attend_from != nullptr ? (*attend_from)[row * static_cast<size_t>(T) + query] : 0;
+        return key <= query && key >= from;
+    };
+}
+
 void CudaOps::check_attention(const AttentionShape& s, bool gpt2_entry, const std::vector<int32_t>* attend_from) {
     const int W = (s.NH + 2 * s.NKV) * s.hs;
     const int C = s.NH * s.hs;  // GPT-2's entry points: NKV = NH, hs = C / NH
@@ -460,11 +488,8 @@ void CudaOps::check_attention(const AttentionShape& s, bool gpt2_entry, const st
                             " hs=" + std::to_string(s.hs);
     expect_close(down(g_out, n_out), out, kF32Sum, "attention out" + tag);
     const int T = s.T;
-    // Entries above the diagonal are unspecified, except segmented: zero outside every
-    // query's segment on both sides (the backward relies on it).
-    const bool all = attend_from != nullptr;
     expect_close_masked(down(g_att, n_att), att, kF32Sum, "attention probabilities" + tag,
-                        [T, all](size_t i) { return all || static_cast<int>(i % T) <= static_cast<int>((i / T) % T); });
+                        attended(T, s.NH, attend_from));
 
     const auto dout = rand(n_out);
     auto dqkv = rand(n_qkv);
@@ -986,6 +1011,13 @@ TEST_F(CudaOps, TypedSegmentedAttention) {
     for (DType t : kTypedDtypes) check_typed_attention(s, t, &attend_from);
 }
 
+TEST_F(CudaOps, TypedSlidingWindowAttention) {
+    const AttentionShape s{1, 150, 4, 2, 16};  // past two 64-row blocks: the CPU skips key blocks
+    std::vector<int32_t> attend_from(static_cast<size_t>(s.T));
+    for (int t = 0; t < s.T; ++t) attend_from[static_cast<size_t>(t)] = std::max(0, t - 39);  // a window of 40
+    for (DType t : kTypedDtypes) check_typed_attention(s, t, &attend_from);
+}
+
 void CudaOps::check_typed_attention(const AttentionShape& s, DType t, const std::vector<int32_t>* attend_from) {
     const int W = (s.NH + 2 * s.NKV) * s.hs;
     const size_t n_qkv = static_cast<size_t>(s.B) * s.T * W;
@@ -1009,10 +1041,8 @@ void CudaOps::check_typed_attention(const AttentionShape& s, DType t, const std:
                             " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV) +
                             " hs=" + std::to_string(s.hs) + typed_tag(t);
     expect_close(down_act(g_out, n_out), out.floats(), typed_tol(t), "typed attention out" + tag);
-    const int T = s.T;
-    const bool all = attend_from != nullptr;
     expect_close_masked(down_act(g_att, n_att), att.floats(), typed_tol(t), "typed attention probabilities" + tag,
-                        [T, all](size_t i) { return all || static_cast<int>(i % T) <= static_cast<int>((i / T) % T); });
+                        attended(s.T, s.NH, attend_from));
 
     HostAct dout(rand(n_out), t);
     HostAct dqkv(rand(n_qkv), t);

@@ -6,7 +6,9 @@ transformers' save_pretrained writes randomly initialised tiny models:
   - gpt2: GPT2LMHeadModel (tied head), fp32, one model.safetensors;
   - llama-gqa: LlamaForCausalLM, grouped-query (4 heads, 2 key/value), untied head, rope_theta
     500000 with llama3 scaling, fp32, sharded (model.safetensors.index.json and its shards);
-  - llama-bf16: LlamaForCausalLM, multi-head, tied head, saved in bf16.
+  - llama-bf16: LlamaForCausalLM, multi-head, tied head, saved in bf16;
+  - mistral: MistralForCausalLM, grouped-query, untied head, a sliding window of 5 tokens
+    (shorter than the 16 of a row, so the loss depends on the mask), fp32.
 For each, ztrain --model.from_hf=DIR trains one step (np 1, fp32) on a token shard written here
 holding exactly one batch (micro_batch windows of seq_len + 1 tokens: the window order the
 sampler draws changes no mean), and its step-1 loss (the loss before the update) equals
@@ -50,8 +52,12 @@ def tiny_models():
         num_hidden_layers=2, num_attention_heads=2, hidden_size=32, intermediate_size=64, vocab_size=VOCAB,
         max_position_embeddings=T, tie_word_embeddings=True, initializer_range=INIT, bos_token_id=0,
         eos_token_id=0))
+    mistral = t.MistralForCausalLM(t.MistralConfig(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=48,
+        vocab_size=VOCAB, max_position_embeddings=T, rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=5,
+        initializer_range=INIT, bos_token_id=0, eos_token_id=0))
     return {"gpt2": (gpt2, {}), "llama-gqa": (gqa, {"max_shard_size": "20KB"}),
-            "llama-bf16": (mha.to(torch.bfloat16), {})}
+            "llama-bf16": (mha.to(torch.bfloat16), {}), "mistral": (mistral, {})}
 
 
 def write_batch(path):

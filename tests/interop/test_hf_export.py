@@ -11,7 +11,10 @@ ASCII corpus:
     scaling (factor 4 from 32 positions, so it moves the frequencies within 96), with Llama 3's
     tokenizer.json (../shared; GPT-2's tokenizer.json when that folder is not there);
   - llama-mha: Llama, multi-head, tied head, rope_theta 2000, with GPT-2's tokenizer.json
-    (zt-prepare --tokenizer FILE).
+    (zt-prepare --tokenizer FILE);
+  - mistral: Mistral, 4 query / 2 key-value heads, untied head, sliding window 24 (shorter
+    than the context and than the generated text), GPT-2's tokenizer.json; its export is a
+    MistralForCausalLM with config.json's sliding_window 24.
 Each is consolidated with zt-consolidate --output DIR/ and then:
   - AutoModelForCausalLM.from_pretrained(DIR) loads with no missing, unexpected or mismatched
     keys and no warning, in fp32; config.json's bos/eos_token_id are the tokenizer's;
@@ -64,6 +67,13 @@ CASES = {
         num_hidden_layers=2, num_attention_heads=4, hidden_size=32, intermediate_size=64, vocab_size=v,
         max_position_embeddings=SEQ, rms_norm_eps=1e-5, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 2000.0})),
+    # Mistral: a sliding window of 24 inside the 96-token context, so training, the
+    # log-likelihoods and the 64 generated tokens (past the window: the key/value cache's
+    # window) all mask keys further back than it.
+    "mistral": ("gpt2-hf", lambda t, v: t.MistralConfig(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=64,
+        vocab_size=v, max_position_embeddings=SEQ, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        sliding_window=24, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
 
 
@@ -260,6 +270,10 @@ def run_case(name, runs, src_dir, task, items):
     tok = check_tokenizer(name, out_dir, reference_json, config)
     worst = compare_logliks(name, runs, ckpt, model, tok, items, task)
     compare_generate(name, runs, ckpt, model, tok, config["bos_token_id"])
+    if name == "mistral":
+        FAIL.check(config["architectures"] == ["MistralForCausalLM"] and config["sliding_window"] == 24,
+                   f"{name}: the export's config is {config['architectures']}, sliding_window "
+                   f"{config.get('sliding_window')} (expected MistralForCausalLM, 24)")
     if name == "llama-gqa":
         check_bf16(name, runs, ckpt, model)
     else:

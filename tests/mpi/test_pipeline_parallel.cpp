@@ -225,6 +225,7 @@ INSTANTIATE_TEST_SUITE_P(
         RunnerCase{"onef1b_m4", PipelineScheduleKind::k1F1B, 4, 1, ModelArch("gpt2"), DType::kF32},
         RunnerCase{"onef1b_m1", PipelineScheduleKind::k1F1B, 1, 1, ModelArch("gpt2"), DType::kF32},
         RunnerCase{"onef1b_llama", PipelineScheduleKind::k1F1B, 6, 1, ModelArch("llama"), DType::kF32},
+        RunnerCase{"onef1b_mistral", PipelineScheduleKind::k1F1B, 4, 1, ModelArch("mistral"), DType::kF32},
         RunnerCase{"onef1b_bf16", PipelineScheduleKind::k1F1B, 4, 1, ModelArch("gpt2"), DType::kBF16},
         RunnerCase{"interleaved_m4", PipelineScheduleKind::kInterleaved, 4, 2, ModelArch("gpt2"), DType::kF32},
         RunnerCase{"interleaved_llama_m8", PipelineScheduleKind::kInterleaved, 8, 2, ModelArch("llama"), DType::kF32},

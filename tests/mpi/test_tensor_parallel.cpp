@@ -1,9 +1,9 @@
 // Tensor parallelism (parallel.tensor = T): the world is a mesh of replica x shard x tensor
 // ranks, T consecutive ranks splitting every block's products, the embedding and the LM head.
 // - Equivalence: T ranks per tensor group, with ZeRO stages 0-3 over the N/T data-parallel
-//   ranks, match one rank training the same global batch (N/T-way accumulation), GPT-2 and
-//   Llama (KV heads split), each rank's slices compared with the same elements of the
-//   one-rank model.
+//   ranks, match one rank training the same global batch (N/T-way accumulation), GPT-2,
+//   Llama (KV heads split) and Mistral (a sliding window of 5 in rows of 16), each rank's
+//   slices compared with the same elements of the one-rank model.
 // - Whole tensors (norms, row-parallel biases, positions) stay bit-identical on every rank of
 //   a tensor group: their gradients come from the group's sums on each rank alike.
 // - Bytes: the tensor group's all-reduces per micro-step, exactly: 2 per block forward and 2
@@ -47,10 +47,12 @@ struct TensorCase {
     bool recompute = false;
     int kv_heads = 0;  // Llama: 0 = T (one per rank); fewer: each shared by T / kv_heads ranks
     bool sequence = false;  // parallel.sequence
+    int window = 0;  // > 0: the Llama as a Mistral with this sliding window (shorter than the rows)
 };
 
 std::string case_name(const TensorCase& c) {
-    return std::string(c.llama ? "llama" : "gpt2") + "_tensor" + std::to_string(c.tensor) + "_stage" +
+    return std::string(c.window > 0 ? "mistral_window" + std::to_string(c.window) : c.llama ? "llama" : "gpt2") +
+           "_tensor" + std::to_string(c.tensor) + "_stage" +
            std::to_string(c.stage) + (c.shard_group > 0 ? "_groups_of_" + std::to_string(c.shard_group) : "") +
            (c.recompute ? "_recompute" : "") + (c.kv_heads > 0 ? "_kv" + std::to_string(c.kv_heads) : "") +
            (c.sequence ? "_sequence" : "");
@@ -67,6 +69,10 @@ Config tensor_config(const TensorCase& c, const std::string& train, const std::s
         cfg.model.n_head = 2 * c.tensor;
         cfg.model.n_kv_head = c.kv_heads > 0 ? c.kv_heads : c.tensor;
         cfg.model.n_embd = 8 * c.tensor;  // head size 4 at T = 4 (rotary needs it even)
+    }
+    if (c.window > 0) {
+        cfg.model.arch = ModelArch("mistral");
+        cfg.model.sliding_window = c.window;
     }
     cfg.parallel.zero_stage = c.stage;
     cfg.parallel.shard_group.ranks = c.shard_group;
@@ -185,7 +191,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                                            TensorCase{2, 1, false, 0, false, 0, true},
                                            TensorCase{2, 3, true, 0, true, 0, true},
                                            TensorCase{4, 2, true, 0, false, 2, true},
-                                           TensorCase{4, 0, false, 0, true, 0, true}),
+                                           TensorCase{4, 0, false, 0, true, 0, true},
+                                           // Mistral: the window in every rank's attention.
+                                           TensorCase{2, 3, true, 0, false, 0, false, 5},
+                                           TensorCase{2, 1, true, 0, false, 0, true, 5}),
                          [](const auto& info) { return case_name(info.param); });
 
 // bf16 and fp16: the tensor group's sums run in the activation dtype (each rank's partial

@@ -18,7 +18,7 @@ namespace zt::test {
 
 /// The pipeline tests' model: n_layer blocks of width 8 (2 heads), 6 positions, vocabulary 11
 /// padded to 16; Llama with one KV head, a 12-wide MLP and RoPE theta 10 (so rotation matters
-/// at 6 positions).
+/// at 6 positions); Mistral the same with a sliding window of 3.
 inline ModelConfig tiny_stage_model(ModelArch arch, int n_layer, bool tied = true) {
     ModelConfig m;
     m.n_layer = n_layer;
@@ -27,8 +27,9 @@ inline ModelConfig tiny_stage_model(ModelArch arch, int n_layer, bool tied = tru
     m.seq_len = 6;
     m.vocab_size = 11;
     m.vocab_pad_to = 8;
-    if (arch == ModelArch("llama")) {
-        m.arch = ModelArch("llama");
+    if (arch == ModelArch("llama") || arch == ModelArch("mistral")) {
+        m.arch = arch;
+        m.sliding_window = arch == ModelArch("mistral") ? 3 : 0;  // half the rows
         m.n_kv_head = 1;
         m.ffn_dim = 12;
         m.rope_theta = 10;

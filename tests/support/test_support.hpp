@@ -50,6 +50,28 @@ inline ModelConfig small_llama(int n_kv_head, bool tied, bool llama3) {
     return m;
 }
 
+/// n float64 values from a raw little-endian file (a reference's gradients).
+inline std::vector<double> read_f64(const std::string& path, size_t n) {
+    std::vector<double> v(n);
+    std::ifstream in(path, std::ios::binary);
+    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(double)));
+    EXPECT_TRUE(in.good()) << path;
+    return v;
+}
+
+/// The AdamW of the reference tests' 20-step curves (test_llama_reference,
+/// test_mistral_reference; their references take the same numbers).
+inline TrainConfig reference_adamw() {
+    TrainConfig tc;
+    tc.lr = 2e-3;
+    tc.beta1 = 0.9;
+    tc.beta2 = 0.95;
+    tc.eps = 1e-8;
+    tc.weight_decay = 0.1;
+    tc.grad_clip = 1.0;
+    return tc;
+}
+
 /// The message of the InputError f throws; "WRONG EXCEPTION TYPE: ..." for another exception
 /// and "NO ERROR" when it throws none, so a test's find() on the message fails either way.
 template <typename F>

@@ -30,6 +30,15 @@ ModelConfig tiny_llama(int n_kv_head, bool tied) {
     return mc;
 }
 
+/// That Llama (2 key/value heads, untied) as a Mistral with a sliding window of 5: the cache
+/// must attend to the last 5 positions, as the training forward does.
+ModelConfig tiny_mistral() {
+    ModelConfig mc = tiny_llama(2, false);
+    mc.arch = ModelArch("mistral");
+    mc.sliding_window = 5;
+    return mc;
+}
+
 /// Weights larger than init so attention and the norms do real work.
 void perturb(ModelState& state, const ModelLayout& layout) {
     for (int u = 0; u < layout.num_units(); ++u) {
@@ -121,6 +130,8 @@ TEST(Generator, LlamaGqaGreedyWithCacheMatchesRecompute) { check_greedy(tiny_lla
 TEST(Generator, LlamaMhaTiedGreedyWithCacheMatchesRecompute) { check_greedy(tiny_llama(4, true)); }
 TEST(Generator, Gpt2PromptInPiecesMatchesTrainingForward) { check_prompt_rows(tiny_gpt2()); }
 TEST(Generator, LlamaPromptInPiecesMatchesTrainingForward) { check_prompt_rows(tiny_llama(1, false)); }
+TEST(Generator, MistralWindowGreedyWithCacheMatchesRecompute) { check_greedy(tiny_mistral()); }
+TEST(Generator, MistralWindowPromptInPiecesMatchesTrainingForward) { check_prompt_rows(tiny_mistral()); }
 
 /// LoRA: the adapters (B perturbed away from zero) merged into each block's weights.
 ModelConfig with_lora(ModelConfig mc, const char* targets) {

@@ -35,15 +35,8 @@ namespace {
 const char* kScript = ZT_SOURCE_DIR "/tests/reference/llama_reference.py";
 
 using test::numpy_python;
+using test::read_f64;
 using test::write_npy;
-
-std::vector<double> read_f64(const std::string& path, size_t n) {
-    std::vector<double> v(n);
-    std::ifstream in(path, std::ios::binary);
-    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(double)));
-    EXPECT_TRUE(in.good()) << path;
-    return v;
-}
 
 struct Case {
     const char* name;
@@ -83,13 +76,7 @@ TEST_P(LlamaReference, LossGradientsAndAdamWCurveMatchNumpy) {
     if (python.empty()) GTEST_SKIP() << "no python3 with numpy ($ZT_PYTHON, python3, /usr/bin/python3)";
     const Case c = GetParam();
     const ModelConfig mc = test::small_llama(c.n_kv_head, c.tied, c.llama3);
-    TrainConfig tc;
-    tc.lr = 2e-3;
-    tc.beta1 = 0.9;
-    tc.beta2 = 0.95;
-    tc.eps = 1e-8;
-    tc.weight_decay = 0.1;
-    tc.grad_clip = 1.0;
+    const TrainConfig tc = test::reference_adamw();
     const int steps = 20;
     const int B = 2;
     const int T = mc.seq_len;

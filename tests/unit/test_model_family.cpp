@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,8 @@ std::vector<std::string> deck_arch_names() {
 /// A small model of `arch`'s family that passes its key checks.
 ModelConfig small_model(ModelArch arch) {
     ModelConfig m = test::model_config(2, 4, 32, 16, 50, 16);
-    if (arch == ModelArch("llama")) m = test::small_llama(2, false, false);
+    if (arch == ModelArch("llama") || arch == ModelArch("mistral")) m = test::small_llama(2, false, false);
+    if (arch == ModelArch("mistral")) m.sliding_window = m.seq_len / 2;
     m.arch = arch;
     return m;
 }
@@ -67,7 +69,9 @@ TEST(ModelFamily, EveryDeckArchHasAFamilyThatAnswers) {
         double manifest = 0;
         for (const ParamSpec& p : layout.params) manifest += static_cast<double>(p.numel);
         EXPECT_EQ(f.parameter_count(m), manifest) << "the closed form differs from the manifest";
-        EXPECT_EQ(f.flops_per_token(m), 6 * manifest + 12.0 * m.n_layer * m.seq_len * m.n_embd);
+        // Attention's term: the keys a query reads (a sliding window's, when shorter).
+        const double keys = m.sliding_window > 0 ? std::min(m.sliding_window, m.seq_len) : m.seq_len;
+        EXPECT_EQ(f.flops_per_token(m), 6 * manifest + 12.0 * m.n_layer * keys * m.n_embd);
         EXPECT_GT(f.block_product_weights(m), 0);
         const std::string banner = f.banner(m, manifest);
         EXPECT_EQ(banner.rfind("ztrain: ", 0), 0u) << banner;
@@ -95,7 +99,7 @@ TEST(ModelFamily, ConfigJsonReadsBackAsTheSameModel) {
             set_config_value(back, s.key, s.text);
         }
         for (const char* key : {"model.arch", "model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size",
-                                "model.n_kv_head", "model.ffn_dim", "model.tie_embeddings"}) {
+                                "model.n_kv_head", "model.ffn_dim", "model.tie_embeddings", "model.sliding_window"}) {
             Config original;
             original.model = m;
             EXPECT_EQ(config_value_text(back, key), config_value_text(original, key)) << key;
@@ -111,6 +115,12 @@ TEST(ModelFamily, BannersAreTheRunLogLines) {
     EXPECT_EQ(model_family(llama).banner(llama, 2500000),
               "ztrain: llama, 2 layers, 4 heads (2 key/value), 16 wide, ffn 24, seq 8, vocab 37 (padded 40), "
               "untied head: 2.50M parameters");
+    ModelConfig mistral = llama;
+    mistral.arch = ModelArch("mistral");
+    mistral.sliding_window = 4;
+    EXPECT_EQ(model_family(mistral).banner(mistral, 2500000),
+              "ztrain: mistral, 2 layers, 4 heads (2 key/value), 16 wide, ffn 24, seq 8, vocab 37 (padded 40), "
+              "untied head: 2.50M parameters, sliding window 4");
 }
 
 TEST(ModelFamily, OnlyTheFamilysOwnKeysAreAccepted) {
@@ -132,12 +142,12 @@ TEST(ModelFamily, OnlyTheFamilysOwnKeysAreAccepted) {
 }
 
 TEST(ModelFamily, AnArchWithoutAFamilyIsRefused) {
-    const ModelArch unknown("mistral");
+    const ModelArch unknown("mamba");
     try {
         model_family(unknown);
         ADD_FAILURE() << "model_family accepted an arch with no family";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("model.arch 'mistral' has no model family: none is registered for it"),
+        EXPECT_NE(std::string(e.what()).find("model.arch 'mamba' has no model family: none is registered for it"),
                   std::string::npos)
             << e.what();
     }
@@ -146,9 +156,10 @@ TEST(ModelFamily, AnArchWithoutAFamilyIsRefused) {
     c.model.arch = unknown;
     try {
         validate(c);
-        ADD_FAILURE() << "validate accepted model.arch = mistral";
+        ADD_FAILURE() << "validate accepted model.arch = mamba";
     } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("model.arch = 'mistral': expected one of gpt2 | llama"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("model.arch = 'mamba': expected one of gpt2 | llama | mistral"),
+                  std::string::npos)
             << e.what();
     }
 }

@@ -256,8 +256,11 @@ class Backend {
                                         ConstActPtr att, int B, int T, int NH, int NKV, int hs) = 0;
     /// gqa_attention_forward with a block-diagonal causal mask: query t of row b attends to
     /// keys [attend_from[b*T + t], t] only (attend_from: (B, T) int32 host memory, each
-    /// value in [0, t]), so examples packed into one row never see each other. att is zero
-    /// outside that range, so gqa_attention_backward of this att is the masked gradient.
+    /// value in [0, t]), so examples packed into one row never see each other; a sliding
+    /// window of w is attend_from[t] >= t - w + 1. att holds zero before attend_from where
+    /// the backend computed it; entries it skipped (whole key blocks no query of a block
+    /// reads: a window costs O(T * w), not O(T^2)) are unspecified, so only the segmented
+    /// backward, given the same attend_from, reads this att.
     /// Default: refuses (a backend without it cannot train on packed examples).
     virtual void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                                  int B, int T, int NH, int NKV, int hs);
@@ -273,10 +276,11 @@ class Backend {
     /// Inference attention over a key/value cache (batch 1, no backward): the k and v of the n
     /// new rows of qkv ((n, (NH + 2*NKV)*hs), gqa_attention_forward's layout) are written to
     /// rows [past, past + n) of k_cache and v_cache ((>= past + n, NKV*hs) each), then query
-    /// row i, at position past + i, attends to cache rows [0, past + i]. out (n, NH*hs).
-    /// Default: refuses (a backend without it cannot generate with a cache).
+    /// row i, at position past + i, attends to cache rows [0, past + i], or with a sliding
+    /// `window` > 0 to the last `window` of them, [max(0, past + i - window + 1), past + i].
+    /// out (n, NH*hs). Default: refuses (a backend without it cannot generate with a cache).
     virtual void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n,
-                                      int NH, int NKV, int hs);
+                                      int NH, int NKV, int hs, int window);
 
     /// GPT-2's causal multi-head self-attention: gqa_attention_forward with NKV = NH and
     /// hs = C / NH (C % NH == 0 required), so qkv (B, T, 3C) = [q | k | v] of C each, out

@@ -98,8 +98,8 @@ class ForwardingBackend : public Backend {
         m_inner.gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
     }
     void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
-                              int NKV, int hs) override {
-        m_inner.gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs);
+                              int NKV, int hs, int window) override {
+        m_inner.gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs, window);
     }
     void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                          int B, int T, int NH, int NKV, int hs) override {

@@ -143,6 +143,9 @@ struct ModelConfig {
     int rope_original_context = 8192;      ///< llama3 scaling: original_max_position_embeddings
     double norm_eps = 1e-5;                ///< RMSNorm epsilon (HF rms_norm_eps)
     bool tie_embeddings = true;            ///< LM head = token embedding (else lm_head.weight)
+    /// Mistral only: a query attends to the last sliding_window positions at most, itself
+    /// included (HF sliding_window); 0 = the whole causal context.
+    int sliding_window = 0;
     LoraConfig lora;                       ///< the [lora] section's keys
     /// Key/value heads: n_kv_head, or n_head when 0 (always n_head for gpt2, whose family
     /// refuses any other n_kv_head than 0).

@@ -262,20 +262,19 @@ class CpuBackend final : public Backend {
         cpu::gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs, m_threads, attend_from, attention_products());
     }
 
-    // The segmented forward left att zero outside each query's segment, and the causal
-    // backward reads only att: a zero probability gives zero dV, dS, dQ and dK terms, so the
-    // causal backward of that att is exactly the block-diagonal gradient.
+    // The segmented forward wrote att only in the key blocks its queries read, zero outside
+    // each query's keys there; the backward reads the same blocks (attend_from says which).
     void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
                                           ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
                                           int hs) override {
         ZT_REQUIRE(attend_from != nullptr, "gqa_attention_backward_segmented needs attend_from");
-        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads,
+        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads, attend_from,
                                     attention_products());
     }
 
     void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
-                              int NKV, int hs) override {
-        cpu::gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs, m_threads);
+                              int NKV, int hs, int window) override {
+        cpu::gqa_attention_cached(out, qkv, k_cache, v_cache, past, n, NH, NKV, hs, window, m_threads);
     }
 
     size_t attention_scratch_floats(int /*B*/, int T, int /*NH*/) const override {
@@ -284,7 +283,7 @@ class CpuBackend final : public Backend {
 
     void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
                                 ConstActPtr att, int B, int T, int NH, int NKV, int hs) override {
-        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads,
+        cpu::gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_threads, nullptr,
                                     attention_products());
     }
 

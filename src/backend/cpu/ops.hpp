@@ -122,7 +122,9 @@ void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& s
 /// diagonal block of P.
 size_t attention_scratch_floats(int T, int threads);
 /// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH); with
-/// attend_from (B, T), query t attends to keys [attend_from[b*T + t], t] only.
+/// attend_from (B, T), query t attends to keys [attend_from[b*T + t], t] only, and the
+/// blocked products skip the keys no query of a block reads (a window costs O(T * window));
+/// the backward must be given the forward's attend_from.
 /// Typed out, att, qkv, dqkv, dout: 16-bit operands are widened per head on the thread's
 /// scratch and 16-bit results rounded once (the probabilities after O = P V used them),
 /// unless every buffer is bf16 and `bf16` is given (one Bf16Products per team thread): then
@@ -132,10 +134,11 @@ size_t attention_scratch_floats(int T, int threads);
 void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV, int hs,
                            int threads, const int32_t* attend_from = nullptr, Bf16Products* const* bf16 = nullptr);
 void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att, int B,
-                            int T, int NH, int NKV, int hs, int threads, Bf16Products* const* bf16 = nullptr);
+                            int T, int NH, int NKV, int hs, int threads, const int32_t* attend_from = nullptr,
+                            Bf16Products* const* bf16 = nullptr);
 /// Inference attention of n new rows over a key/value cache (Backend::gqa_attention_cached).
 void gqa_attention_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int past, int n, int NH,
-                          int NKV, int hs, int threads);
+                          int NKV, int hs, int window, int threads);
 
 // ---- rmsnorm.cpp, rope.cpp, swiglu.cpp (Llama) ---------------------------------------------
 

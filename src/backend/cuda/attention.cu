@@ -7,12 +7,13 @@
 // full T x T scores are computed and the softmax zeroes the part above the diagonal, so
 // the P.V products need no masking.
 //
-// Segmented (packed examples, block-diagonal causal): the same products; the softmax also
-// zeroes the keys before each query's attend_from, so att is zero outside every segment.
-// The backward then needs no mask of its own: it reads only att, and a zero probability
-// gives zero dV, dS, dQ and dK terms (the CPU twin's argument, cpu_backend.cpp). Wasted
-// work on the masked-out scores is the price of sharing the products (a flash-style
-// kernel would skip whole tiles).
+// Segmented (packed examples, block-diagonal causal, a sliding window): the same products;
+// the softmax also zeroes the keys before each query's attend_from, so att is zero outside
+// every segment. The backward reads att only in [attend_from, t] (the CPU's att is
+// unspecified before the key blocks it skips), and a zero probability gives zero dV, dS,
+// dQ and dK terms. Wasted work on the masked-out scores is the price of sharing the
+// products: a window costs O(T^2) here, not the CPU's O(T * window) (a flash-style kernel
+// would skip whole tiles).
 //
 // Typed buffers (bf16/fp16 qkv, out, att, dout, dqkv): one batch element at a time, its
 // 16-bit rows are widened into fp32 scratch, the fp32 products and kernels above run on
@@ -58,20 +59,23 @@ __global__ void causal_softmax_kernel(float* att, int rows, int T, int NH, const
     for (int i = lane; i < T; i += kWarpSize) p[i] = i >= from && i < len ? p[i] * inv : 0.f;
 }
 
-/// Per row: pc = causal copy of P (att above the diagonal is unspecified, so it is never
-/// trusted), ds = P * (dP - sum_j P_j dP_j) in place on dP, zeros past the diagonal.
+/// Per row (h, t) of one batch element: pc = the copy of P over keys [from, t] (att outside is
+/// unspecified, so it is never trusted), ds = P * (dP - sum_j P_j dP_j) in place on dP, zeros
+/// elsewhere; from = attend_from[t] ((T) device memory), or 0 without it (plain causal).
 template <typename A>
-__global__ void softmax_backward_kernel(float* ds, float* pc, typename A::Src att, int rows, int T) {
+__global__ void softmax_backward_kernel(float* ds, float* pc, typename A::Src att, int rows, int T,
+                                        const int32_t* attend_from) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
     if (row >= rows) return;
     const int len = row % T + 1;
+    const int from = attend_from == nullptr ? 0 : attend_from[row % T];
     const size_t off = static_cast<size_t>(row) * T;
     float dot = 0.f;
-    for (int i = lane; i < len; i += kWarpSize) dot += att[off + i] * ds[off + i];
+    for (int i = from + lane; i < len; i += kWarpSize) dot += att[off + i] * ds[off + i];
     dot = warp_sum(dot);
     for (int i = lane; i < T; i += kWarpSize) {
-        const float p = i < len ? att[off + i] : 0.f;
+        const float p = i >= from && i < len ? att[off + i] : 0.f;
         pc[off + i] = p;
         ds[off + i] = p * (ds[off + i] - dot);
     }
@@ -149,15 +153,15 @@ void attention_forward(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv
 }
 
 /// One batch element's backward on fp32 q/k/v, dout and dq/dk/dv (att_b in any dtype);
-/// pc and ds: the NH heads' causal copy of P and dP -> dS.
+/// pc and ds: the NH heads' causal copy of P and dP -> dS; from: its attend_from (T), or null.
 void backward_one_f32(const Blas& blas, float* dq, float* pc, float* ds, const float* dout_b, const float* q,
-                      ConstActPtr att_b, const AttentionDims& d, cudaStream_t stream) {
+                      ConstActPtr att_b, const int32_t* from, const AttentionDims& d, cudaStream_t stream) {
     for (int g = 0; g < d.G; ++g) gemm(blas, attention_dp_gemm(d, ds, dout_b, q, g), stream);
     const int rows = d.NH * d.T;
     with_access({att_b.dtype}, [&](auto access) {
         using A = decltype(access);
         softmax_backward_kernel<A><<<grid_for(static_cast<size_t>(rows), kRowsPerBlock), kBlock, 0, stream>>>(
-            ds, pc, typename A::Src(att_b), rows, d.T);
+            ds, pc, typename A::Src(att_b), rows, d.T, from);
         ZT_KERNEL_CHECK("softmax_backward");
     });
     // The G group positions accumulate into the same dk and dv one after the other (one
@@ -184,8 +188,8 @@ void gqa_attention_forward_segmented(const Blas& blas, ActPtr out, ActPtr att, C
 }
 
 void gqa_attention_backward(const Blas& blas, ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
-                            ConstActPtr att, int B, int T, int NH, int NKV, int hs, AttentionScratch& wide,
-                            cudaStream_t stream) {
+                            ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
+                            AttentionScratch& wide, cudaStream_t stream) {
     const AttentionDims d = gqa_attention_dims(T, NH, NKV, hs);
     if (B <= 0 || T <= 0) return;
     const size_t qkv_b = static_cast<size_t>(T) * d.W;
@@ -201,7 +205,8 @@ void gqa_attention_backward(const Blas& blas, ActPtr dqkv, float* scratch, Const
         const float* dout_b = widened(dout.offset(bs * out_b), out_b, wide.dout, stream);
         const ActPtr dqkv_here = dqkv.offset(bs * qkv_b);
         float* dq = widened(dqkv_here, qkv_b, wide.dqkv, stream);
-        backward_one_f32(blas, dq, pc, ds, dout_b, q, att.offset(bs * att_b), d, stream);
+        const int32_t* from = attend_from != nullptr ? attend_from + bs * static_cast<size_t>(T) : nullptr;
+        backward_one_f32(blas, dq, pc, ds, dout_b, q, att.offset(bs * att_b), from, d, stream);
         store_result(dqkv_here, dq, qkv_b, stream);
     }
 }

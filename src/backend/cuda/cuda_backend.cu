@@ -243,14 +243,27 @@ class CudaBackendImpl final : public CudaBackend {
     }
     void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,
                                 int B, int T, int NH, int NKV, int hs) override {
-        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_attention, m_stream);
+        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, nullptr, B, T, NH, NKV, hs, m_attention,
+                                     m_stream);
     }
     void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                          int B, int T, int NH, int NKV, int hs) override {
-        ZT_REQUIRE(attend_from != nullptr, "gqa_attention_forward_segmented needs attend_from");
-        // attend_from is host memory (backend.hpp): checked here, where a bad value is still
-        // a clear error rather than a read outside the score row, then copied next to the
-        // scores (stream-ordered, so the next call's copy waits for this softmax).
+        const int32_t* from = device_attend_from(attend_from, B, T);
+        cuda::gqa_attention_forward_segmented(m_blas, out, att, qkv, from, B, T, NH, NKV, hs, m_attention, m_stream);
+    }
+    // The backward reads att only over each query's keys (attention.cu).
+    void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
+                                          ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
+                                          int hs) override {
+        const int32_t* from = device_attend_from(attend_from, B, T);
+        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, from, B, T, NH, NKV, hs, m_attention,
+                                     m_stream);
+    }
+    /// attend_from (host memory, backend.hpp) checked here, where a bad value is still a
+    /// clear error rather than a read outside the score row, then copied next to the scores
+    /// (stream-ordered, so the next call's copy waits for this one's kernels).
+    const int32_t* device_attend_from(const int32_t* attend_from, int B, int T) {
+        ZT_REQUIRE(attend_from != nullptr, "segmented attention needs attend_from");
         const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
         for (size_t i = 0; i < n; ++i) {
             const int t = static_cast<int>(i % static_cast<size_t>(T));
@@ -261,15 +274,7 @@ class CudaBackendImpl final : public CudaBackend {
         if (n > 0) {
             ZT_CUDA_CHECK(cudaMemcpyAsync(from, attend_from, n * sizeof(int32_t), cudaMemcpyHostToDevice, m_stream));
         }
-        cuda::gqa_attention_forward_segmented(m_blas, out, att, qkv, from, B, T, NH, NKV, hs, m_attention, m_stream);
-    }
-    // The segmented forward left att zero outside each query's segment, and the causal
-    // backward reads only att: its gradient is the block-diagonal one (attention.cu).
-    void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
-                                          ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
-                                          int hs) override {
-        ZT_REQUIRE(attend_from != nullptr, "gqa_attention_backward_segmented needs attend_from");
-        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs, m_attention, m_stream);
+        return from;
     }
     size_t attention_scratch_floats(int /*B*/, int T, int NH) const override {
         return static_cast<size_t>(cuda_attention_scratch_floats(T, NH));

@@ -166,12 +166,15 @@ struct AttentionScratch {
 void gqa_attention_forward(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                            int hs, AttentionScratch& scratch, cudaStream_t stream);
 /// scratch: cuda_attention_scratch_floats(T, NH) floats; `wide` the typed path's copies.
+/// attend_from ((B, T) device memory, or null: causal): the segmented forward's; att is read
+/// in [attend_from[t], t] only, so an att whose other entries are unspecified (the CPU's,
+/// which skips key blocks) gives the same gradient.
 void gqa_attention_backward(const Blas& blas, ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
-                            ConstActPtr att, int B, int T, int NH, int NKV, int hs, AttentionScratch& wide,
-                            cudaStream_t stream);
+                            ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
+                            AttentionScratch& wide, cudaStream_t stream);
 /// Block-diagonal causal forward: query t of row b attends to keys [attend_from[b*T + t], t]
-/// (attend_from: (B, T) int32 in device memory, each in [0, t]); att is zero outside, so
-/// gqa_attention_backward of it is the segmented backward.
+/// (attend_from: (B, T) int32 in device memory, each in [0, t]; a sliding window is
+/// attend_from[t] >= t - window + 1); att is zero outside.
 void gqa_attention_forward_segmented(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv,
                                      const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
                                      AttentionScratch& scratch, cudaStream_t stream);
