@@ -47,6 +47,11 @@ const KeyDef kKeys[] = {
     ZT_KEY("model.norm_eps", model.norm_eps, "llama: RMSNorm epsilon (HF rms_norm_eps)"),
     ZT_KEY("model.tie_embeddings", model.tie_embeddings,
            "llama: LM head shares the token embedding (false: a separate lm_head.weight)"),
+    ZT_KEY("model.head_dim", model.head_dim,
+           "qwen2, qwen3: per-head width of q, k and v (HF head_dim; 0: n_embd / n_head)"),
+    ZT_KEY("model.qkv_bias", model.qkv_bias, "qwen2: biases on the q, k and v projections (true for qwen2)"),
+    ZT_KEY("model.qk_norm", model.qk_norm,
+           "qwen3: RMSNorm over each head's q and k before rotary (HF q_norm, k_norm; true for qwen3)"),
 
     ZT_KEY("data.train", data.train, "training token shards: file or glob (required; see zt-prepare)"),
     ZT_KEY("data.val", data.val, "validation token shards: file or glob (empty: no evaluation)"),

@@ -7,86 +7,51 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llama_family.hpp"
+
 #include "hf_config_fields.hpp"
 #include "model_family.hpp"
-#include "ztrain/model/family.hpp"
 
 namespace zt {
 
-namespace {
+double LlamaFamily::parameter_count(const ModelConfig& m) const {
+    // Embedding (and an untied head), per block two RMSNorms, q|k|v, o, gate|up and down
+    // (and Qwen's q|k|v biases, q and k head norms); the final RMSNorm.
+    const double C = m.n_embd;
+    const double heads = m.tie_embeddings ? 1 : 2;
+    const double q = static_cast<double>(m.n_head) * m.head_size();
+    const double options = (m.qkv_bias ? m.qkv_dim() : 0) + (m.qk_norm ? 2.0 * m.head_size() : 0);
+    const double block = 2 * C + C * m.qkv_dim() + C * q + 3.0 * m.ffn_dim * C + options;
+    return heads * m.padded_vocab() * C + static_cast<double>(m.n_layer) * block + C;
+}
 
-class LlamaFamily final : public Family {
-  public:
-    const char* name() const override { return "llama"; }
-    std::vector<const char*> own_keys() const override {
-        return {"model.n_kv_head", "model.ffn_dim", "model.rope_theta", "model.rope_scaling",
-                "model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
-                "model.rope_original_context", "model.norm_eps", "model.tie_embeddings"};
-    }
-    void check_tensor_split(const ModelConfig& m, int tensor, const SettingCheck& check) const override {
-        check.check(m.ffn_dim % tensor == 0, "model.ffn_dim", str("a multiple of parallel.tensor = ", tensor));
-    }
+std::string LlamaFamily::banner(const ModelConfig& m, double params) const {
+    const std::string heads = m.head_dim > 0 ? str(" of ", m.head_dim) : std::string();
+    return printf_text(
+        "ztrain: %s, %d layers, %d heads%s (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
+        "%s head: %.2fM parameters",
+        name(), m.n_layer, m.n_head, heads.c_str(), m.kv_heads(), m.n_embd, m.ffn_dim, m.seq_len, m.vocab_size,
+        m.padded_vocab(), m.tie_embeddings ? "tied" : "untied", params / 1e6);
+}
 
-    double parameter_count(const ModelConfig& m) const override {
-        // Embedding (and an untied head), per block two RMSNorms, q|k|v, o, gate|up and
-        // down; the final RMSNorm.
-        const double C = m.n_embd;
-        const double heads = m.tie_embeddings ? 1 : 2;
-        const double block = 2 * C + C * m.qkv_dim() + C * C + 3.0 * m.ffn_dim * C;
-        return heads * m.padded_vocab() * C + static_cast<double>(m.n_layer) * block + C;
-    }
-    double block_product_weights(const ModelConfig& m) const override {
-        const double C = m.n_embd;
-        const double q = static_cast<double>(m.n_head) * m.head_size();
-        const double kv = static_cast<double>(m.kv_heads()) * m.head_size();
-        return C * (q + 2 * kv) + q * C + 3 * C * m.ffn_dim;
-    }
-    std::string banner(const ModelConfig& m, double params) const override {
-        return printf_text(
-            "ztrain: llama, %d layers, %d heads (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
-            "%s head: %.2fM parameters",
-            m.n_layer, m.n_head, m.kv_heads(), m.n_embd, m.ffn_dim, m.seq_len, m.vocab_size, m.padded_vocab(),
-            m.tie_embeddings ? "tied" : "untied", params / 1e6);
-    }
+HfNaming LlamaFamily::llama_naming(const char* architecture) {
+    return HfNaming{
+        architecture,
+        "",
+        {},  // HF's nn.Linear is (out, in), as ztrain's matrices
+        // A tied model's file may still carry lm_head.weight (HF re-ties it on load; an
+        // untied model expects it, so it is never ignored there).
+        {"lm_head.weight"},
+        {".self_attn.rotary_emb.inv_freq"},  // a buffer older transformers saved
+    };
+}
 
-    const HfNaming& hf_naming() const override {
-        static const HfNaming naming{
-            "LlamaForCausalLM",
-            "",
-            {},  // HF's nn.Linear is (out, in), as ztrain's matrices
-            // A tied model's file may still carry lm_head.weight (HF re-ties it on load; an
-            // untied model expects it, so it is never ignored there).
-            {"lm_head.weight"},
-            {".self_attn.rotary_emb.inv_freq"},  // a buffer older transformers saved
-        };
-        return naming;
-    }
-    nlohmann::json hf_config(const ModelConfig& m, DType dtype) const override;
-    std::vector<std::pair<std::string, std::string>> hf_metadata(const ModelConfig& m) const override {
-        return {{"n_layer", std::to_string(m.n_layer)},
-                {"n_head", std::to_string(m.n_head)},
-                {"n_kv_head", std::to_string(m.kv_heads())},
-                {"n_embd", std::to_string(m.n_embd)},
-                {"ffn_dim", std::to_string(m.ffn_dim)},
-                {"vocab_size", std::to_string(m.vocab_size)},
-                {"tied", m.tie_embeddings ? "lm_head.weight = model.embed_tokens.weight" : "no"}};
-    }
-    std::vector<std::string> hf_model_types() const override { return {"llama", "mistral"}; }
-    std::vector<HfSetting> hf_settings(const HfConfigFields& f, const std::string& file) const override;
-    const char* missing_hf_key(const ModelConfig& m) const override {
-        return m.ffn_dim > 0 ? nullptr : "model.ffn_dim";
-    }
+const HfNaming& LlamaFamily::hf_naming() const {
+    static const HfNaming naming = llama_naming("LlamaForCausalLM");
+    return naming;
+}
 
-    const FamilyTraits& traits() const override { return llama_traits(); }
-
-  protected:
-    void check_own_keys(const ModelConfig& m, const SettingCheck& v) const override;
-
-  private:
-    static void check_rope_scaling(const ModelConfig& m, const SettingCheck& v);
-    static const char* rope_group(const HfConfigFields& f);
-    static HfSetting rope_theta_setting(const HfConfigFields& f, const std::string& file);
-};
+const FamilyTraits& LlamaFamily::traits() const { return llama_traits(); }
 
 /// LlamaConfig as transformers writes it, for the fields LlamaForCausalLM reads.
 nlohmann::json LlamaFamily::hf_config(const ModelConfig& m, DType dtype) const {
@@ -127,6 +92,7 @@ nlohmann::json LlamaFamily::hf_config(const ModelConfig& m, DType dtype) const {
     };
 }
 
+namespace {
 /// Shortest text that reads back as the same double (the deck parser reads it).
 std::string number_text(double v) {
     char buf[40];
@@ -136,22 +102,38 @@ std::string number_text(double v) {
     }
     return buf;
 }
+}  // namespace
 
-std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const std::string& file) const {
+void LlamaFamily::check_hf_heads(const HfConfigFields& f, const std::string& file) {
     const long C = f.integer("hidden_size", 1);
     const long NH = f.integer("num_attention_heads", 1);
     const long NKV = f.integer_or("num_key_value_heads", 1, NH);
     ZT_INPUT_CHECK(C % NH == 0, file, ": hidden_size = ", C, " is not divisible by num_attention_heads = ", NH);
     ZT_INPUT_CHECK(NH % NKV == 0, file, ": num_key_value_heads = ", NKV, " does not divide num_attention_heads = ",
                    NH, " (each key/value head serves num_attention_heads / num_key_value_heads query heads)");
+}
+
+std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const std::string& file) const {
+    check_hf_heads(f, file);
+    const long C = f.integer("hidden_size", 1);
+    const long NH = f.integer("num_attention_heads", 1);
     f.refuse_unless(!f.has("head_dim") || f.integer("head_dim", 1) == C / NH, "head_dim",
                     str("ztrain's head size is hidden_size / num_attention_heads = ", C / NH));
     f.refuse_unless(!f.boolean_or("attention_bias", false), "attention_bias", "ztrain's Llama has no q/k/v/o biases");
     f.refuse_unless(!f.boolean_or("mlp_bias", false), "mlp_bias", "ztrain's Llama has no MLP biases");
     f.refuse_unless(f.text_or("hidden_act", "silu") == "silu", "hidden_act", "ztrain's Llama MLP is SwiGLU (silu)");
     f.refuse_unless(!f.has("sliding_window"), "sliding_window", "ztrain attends over the whole context (null)");
-    std::vector<HfSetting> out = {
-        {"model.arch", "llama", "model_type"},
+    std::vector<HfSetting> out = {{"model.arch", "llama", "model_type"}};
+    append_block_settings(f, file, out);
+    return out;
+}
+
+void LlamaFamily::append_block_settings(const HfConfigFields& f, const std::string& file,
+                                        std::vector<HfSetting>& out) {
+    const long C = f.integer("hidden_size", 1);
+    const long NH = f.integer("num_attention_heads", 1);
+    const long NKV = f.integer_or("num_key_value_heads", 1, NH);
+    const std::vector<HfSetting> block = {
         {"model.n_layer", std::to_string(f.integer("num_hidden_layers", 1)), "num_hidden_layers"},
         {"model.n_head", std::to_string(NH), "num_attention_heads"},
         {"model.n_kv_head", std::to_string(NKV), "num_key_value_heads"},
@@ -165,10 +147,11 @@ std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const s
         rope_theta_setting(f, file),
         {"model.tie_embeddings", f.boolean_or("tie_word_embeddings", false) ? "true" : "false", "tie_word_embeddings"},
     };
+    out.insert(out.end(), block.begin(), block.end());
     const char* group = rope_group(f);
     if (!f.has(group)) {
         out.push_back({"model.rope_scaling", "none", group});
-        return out;
+        return;
     }
     const nlohmann::json& rs = f.at(group);
     const HfConfigFields r(rs, file);
@@ -179,7 +162,7 @@ std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const s
                    "': ztrain implements llama3 (and default, no scaling) only");
     if (type == "default") {
         out.push_back({"model.rope_scaling", "none", field + "rope_type"});
-        return out;
+        return;
     }
     out.push_back({"model.rope_scaling", "llama3", field + "rope_type"});
     out.push_back({"model.rope_factor", number_text(r.number("factor")), field + "factor"});
@@ -188,7 +171,6 @@ std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const s
         {"model.rope_high_freq_factor", number_text(r.number("high_freq_factor")), field + "high_freq_factor"});
     out.push_back({"model.rope_original_context", std::to_string(r.integer("original_max_position_embeddings", 1)),
                    field + "original_max_position_embeddings"});
-    return out;
 }
 
 /// Where RoPE's type and scaling are, as transformers looks: the rope_scaling object of older
@@ -257,8 +239,6 @@ void LlamaFamily::check_rope_scaling(const ModelConfig& m, const SettingCheck& v
     }
     v.check_int_min("model.rope_original_context", m.rope_original_context, 1);
 }
-
-}  // namespace
 
 const Family& llama_family() {
     static const LlamaFamily family;

@@ -136,26 +136,31 @@ void RowParallelLinear::forward_residual(Backend& be, ActPtr out, ConstActPtr in
     tp.sum_over_group(out, static_cast<size_t>(N) * static_cast<size_t>(M));
 }
 
-float* NormGrads::at(Backend& be, UnitGrads dw, size_t offset, size_t n) {
-    if (m_ctx.deferred->on()) return m_ctx.deferred->keep_norm(be, offset, n);
+float* NormGrads::at(Backend& be, UnitGrads dw, size_t offset, size_t n, bool heads) {
+    const TensorParallel& tp = *m_ctx.parallel;
+    const bool partial = tp.sequence() || (heads && tp.parts() > 1);
+    if (m_ctx.deferred->on()) return m_ctx.deferred->keep_norm(be, offset, n, partial);
     float* g = dw.base + offset;
     zero_grad_if(be, dw.zero, g, n);
-    if (!m_ctx.parallel->sequence()) return g;
-    ZT_REQUIRE(m_used + n <= m_scratch_floats, "norm gradients: ", m_used + n, " floats pending, the scratch holds ",
-               m_scratch_floats);
-    float* piece = m_scratch + m_used;
+    if (!partial) return g;
+    Scratch& s = heads ? m_heads : m_rows;
+    ZT_REQUIRE(s.used + n <= s.floats, "norm gradients: ", s.used + n, " floats pending, the scratch holds ",
+               s.floats);
+    float* piece = s.data + s.used;
     be.zero(piece, n);
-    m_pending.push_back({g, m_used, n});
-    m_used += n;
+    m_pending.push_back({g, piece, n});
+    s.used += n;
     return piece;
 }
 
 void NormGrads::sum(Backend& be) {
     if (m_pending.empty()) return;
-    m_ctx.parallel->sum_floats(m_scratch, m_used);
-    for (const Pending& p : m_pending) be.accumulate(p.dw, DType::kF32, m_scratch + p.at, p.n);
+    for (Scratch* s : {&m_rows, &m_heads}) {
+        if (s->used > 0) m_ctx.parallel->sum_floats(s->data, s->used);
+        s->used = 0;
+    }
+    for (const Pending& p : m_pending) be.accumulate(p.dw, DType::kF32, p.piece, p.n);
     m_pending.clear();
-    m_used = 0;
 }
 
 VocabParallel::VocabParallel(const ModelConfig& cfg, TensorGroup* group, Backend& backend, size_t max_tokens)

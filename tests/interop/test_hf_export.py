@@ -2,7 +2,7 @@
 
     python test_hf_export.py BIN_DIR SOURCE_DIR
 
-Three tiny models, initialised by transformers at scale 0.3 (so that attention depends on
+Five tiny models, initialised by transformers at scale 0.3 (so that attention depends on
 positions) and read by --model.from_hf, train 12 steps each (np 1, fp32, seq_len 96) on an
 ASCII corpus:
   - gpt2: GPT-2 (tied head) with GPT-2's tokenizer as zt-prepare --tokenizer gpt2 reads it
@@ -11,7 +11,10 @@ ASCII corpus:
     scaling (factor 4 from 32 positions, so it moves the frequencies within 96), with Llama 3's
     tokenizer.json (../shared; GPT-2's tokenizer.json when that folder is not there);
   - llama-mha: Llama, multi-head, tied head, rope_theta 2000, with GPT-2's tokenizer.json
-    (zt-prepare --tokenizer FILE).
+    (zt-prepare --tokenizer FILE);
+  - qwen2: Qwen2 (q/k/v biases), 4 query / 2 key-value heads, tied head; qwen3: Qwen3 (q and k
+    head norms, head_dim 12 where hidden / heads is 8), untied head; both with GPT-2's
+    tokenizer.json.
 Each is consolidated with zt-consolidate --output DIR/ and then:
   - AutoModelForCausalLM.from_pretrained(DIR) loads with no missing, unexpected or mismatched
     keys and no warning, in fp32; config.json's bos/eos_token_id are the tokenizer's;
@@ -64,6 +67,14 @@ CASES = {
         num_hidden_layers=2, num_attention_heads=4, hidden_size=32, intermediate_size=64, vocab_size=v,
         max_position_embeddings=SEQ, rms_norm_eps=1e-5, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 2000.0})),
+    "qwen2": ("gpt2-hf", lambda t, v: t.Qwen2Config(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=64,
+        vocab_size=v, max_position_embeddings=SEQ, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+    "qwen3": ("gpt2-hf", lambda t, v: t.Qwen3Config(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=12,
+        intermediate_size=64, vocab_size=v, max_position_embeddings=SEQ, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
 }
 
 

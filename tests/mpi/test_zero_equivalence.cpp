@@ -40,6 +40,7 @@ struct StageCase {
     int stage;
     double bucket_mb;  // DDP bucket size; the tiny model's gradients are ~66 KB
     bool llama = false;  // the same model as a Llama (test::as_llama)
+    int qwen = 0;        // with llama: as Qwen2 or Qwen3 (test::as_qwen)
 };
 
 class ZeroStage : public ::testing::TestWithParam<StageCase> {};
@@ -52,7 +53,7 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     test::write_shared_train_shard(dir);
 
     // Reference: one rank (each rank computes it alone on MPI_COMM_SELF) with N x accumulation.
-    auto model = [&](Config c) { return GetParam().llama ? test::as_llama(c) : c; };
+    auto model = [&](Config c) { return GetParam().llama ? test::as_qwen(test::as_llama(c), GetParam().qwen) : c; };
     Config ref_cfg = model(test::tiny_mpi_config(dir.file("train.bin"), dir.file("ref" + std::to_string(me))));
     ref_cfg.train.grad_accum *= N;
     TrainOptions self;
@@ -139,11 +140,13 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
 INSTANTIATE_TEST_SUITE_P(AllStages, ZeroStage,
                          ::testing::Values(StageCase{0, 25}, StageCase{0, 0.004}, StageCase{1, 25},
                                            StageCase{2, 25}, StageCase{3, 25}, StageCase{0, 25, true},
-                                           StageCase{1, 25, true}, StageCase{3, 25, true}),
+                                           StageCase{1, 25, true}, StageCase{3, 25, true},
+                                           StageCase{3, 25, true, 2}, StageCase{3, 25, true, 3}),
                          [](const auto& info) {
                              return "stage" + std::to_string(info.param.stage) +
                                     (info.param.bucket_mb < 1 ? "_small_buckets" : "") +
-                                    (info.param.llama ? "_llama" : "");
+                                    (info.param.llama ? "_llama" : "") +
+                                    (info.param.qwen > 0 ? "_qwen" + std::to_string(info.param.qwen) : "");
                          });
 
 /// A GPT-2 of `n_layer` blocks, 4 heads x 64 wide, vocabulary 300.

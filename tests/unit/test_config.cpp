@@ -324,7 +324,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 80);  // 79 section keys + backend
+    EXPECT_EQ(keys, 83);  // 82 section keys + backend
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
     // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
     const size_t ev = h.find("--train.eval_every=");
