@@ -3,7 +3,9 @@
 // and k in each block) and the final RMSNorm.
 //   x2 = x + o_proj(attn(rope(qkv_proj(rmsnorm1(x)))))
 //   y  = x2 + down_proj(silu(gate_proj(h)) * up_proj(h)),  h = rmsnorm2(x2)
-// with grouped-query attention (NKV key/value heads) and no biases.
+// with grouped-query attention (NKV key/value heads) and no biases. Qwen's options
+// (qwen_family.cpp): q|k|v biases (model.qkv_bias), an RMSNorm over each head's q and k
+// between the product and rope (model.qk_norm), a head size of its own (model.head_dim).
 #include <cmath>
 #include <memory>
 #include <string>

@@ -1,7 +1,8 @@
 """transformers' own Qwen2 / Qwen3 modules as the reference for ztrain's (test_qwen_reference.cpp).
 
-    python qwen_transformers.py make DIR FAMILY TIED   # a tiny random model, save_pretrained(DIR)
-    python qwen_transformers.py reference DIR           # float64 loss, gradients, AdamW curve
+    python qwen_transformers.py DIR FAMILY TIED|UNTIED VOCAB SEQ
+
+One process (importing torch and transformers costs more than the model): make, then reference.
 
 make: transformers builds a tiny Qwen2ForCausalLM or Qwen3ForCausalLM (grouped-query heads, a
 large RoPE angle step; Qwen3 with head_dim 6 where hidden / heads is 4), initialised at std 0.3
@@ -22,10 +23,10 @@ import torch
 import transformers
 
 
-def make(out_dir, family, tied):
+def make(out_dir, family, tied, vocab, seq):
     torch.manual_seed(3)
     common = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=16,
-                  intermediate_size=24, vocab_size=37, max_position_embeddings=8, rms_norm_eps=1e-6,
+                  intermediate_size=24, vocab_size=vocab, max_position_embeddings=seq, rms_norm_eps=1e-6,
                   tie_word_embeddings=tied, initializer_range=0.3,
                   rope_parameters={"rope_type": "default", "rope_theta": 10.0})
     if family == "qwen2":
@@ -89,7 +90,5 @@ def adamw_curve(model, params, tokens, targets, cfg):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "make":
-        make(sys.argv[2], sys.argv[3], sys.argv[4] == "tied")
-    else:
-        reference(sys.argv[2])
+    make(sys.argv[1], sys.argv[2], sys.argv[3] == "tied", int(sys.argv[4]), int(sys.argv[5]))
+    reference(sys.argv[1])
