@@ -96,11 +96,25 @@ void ParallelLinear::add_shared_weight_grad(Backend& be, float* dw, bool zero, C
     be.copy(s.exchange + static_cast<size_t>(slot) * shared, s.weight_grad + owned, shared);
     parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * shared);
     add(dw + owned, s.exchange + static_cast<size_t>(slot) * shared, shared);
+    if (m_shape.b_offset == kNoBias) return;
+    // The bias (Qwen2's q|k|v) the same way, through the same buffers, now free: its
+    // gradient in weight_grad, its shared rows' in exchange.
+    float* db = dw - m_shape.w_offset + m_shape.b_offset;
+    const size_t out = static_cast<size_t>(m_shape.out);
+    const size_t owned_b = static_cast<size_t>(s.owned_rows);
+    const size_t shared_b = static_cast<size_t>(s.shared_rows);
+    be.zero(s.weight_grad, out);
+    be.matmul_backward(ActPtr{nullptr, dout.dtype}, nullptr, s.weight_grad, dout, inp, ConstActPtr{nullptr, w_dtype},
+                       N, m_shape.in, m_shape.out);
+    add(db, s.weight_grad, owned_b);
+    be.zero(s.exchange, static_cast<size_t>(s.slots) * shared_b);
+    be.copy(s.exchange + static_cast<size_t>(slot) * shared_b, s.weight_grad + owned_b, shared_b);
+    parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * shared_b);
+    add(db + owned_b, s.exchange + static_cast<size_t>(slot) * shared_b, shared_b);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ProductContext ctx, Shape shape, SharedWeightRows shared)
     : ParallelLinear(ctx, shape, false, true) {
-    ZT_REQUIRE(shape.b_offset == kNoBias, "a column-parallel product with shared weight rows and a bias");
     ZT_REQUIRE(shared.weight_grad != nullptr && shared.exchange != nullptr && shared.slots > 0,
                "shared weight rows without their buffers");
     m_shared = shared;

@@ -185,8 +185,8 @@ struct ProductContext {
     DeferredWeightGrads* deferred = nullptr;
 };
 
-/// Rows of a column-parallel product's weight that this rank holds with others (Llama's
-/// key/value heads when the group has more ranks than heads): its rows [owned_rows,
+/// Rows of a column-parallel product's weight (and bias) that this rank holds with others
+/// (Llama's key/value heads when the group has more ranks than heads): its rows [owned_rows,
 /// owned_rows + shared_rows) are one of `slots` blocks, each held by parts / slots
 /// consecutive ranks, whose gradient those ranks sum. The buffers (fp32) are the family's.
 struct SharedWeightRows {

@@ -42,13 +42,6 @@ class QwenFamily final : public LlamaFamily {
         keys.push_back(m_kind.option_key);
         return keys;
     }
-    void check_tensor_split(const ModelConfig& m, int tensor, const SettingCheck& check) const override {
-        LlamaFamily::check_tensor_split(m, tensor, check);
-        // The q|k|v product's bias has no shared-rows gradient (parallel_products.hpp).
-        check.check(!m.qkv_bias || m.kv_heads() % tensor == 0, m.n_kv_head > 0 ? "model.n_kv_head" : "model.n_head",
-                    str("key/value heads a multiple of parallel.tensor = ", tensor,
-                        " (with model.qkv_bias, heads shared by ranks are not supported)"));
-    }
     const HfNaming& hf_naming() const override { return m_naming; }
     nlohmann::json hf_config(const ModelConfig& m, DType dtype) const override;
     std::vector<std::string> hf_model_types() const override { return {m_kind.name}; }

@@ -190,7 +190,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                                            TensorCase{4, 0, false, 0, true, 0, true},
                                            TensorCase{2, 3, true, 0, false, 0, false, 2},
                                            TensorCase{2, 1, true, 0, false, 0, true, 3},
-                                           TensorCase{4, 0, true, 0, false, 2, false, 3}),
+                                           TensorCase{4, 0, true, 0, false, 2, false, 3},
+                                           TensorCase{4, 3, true, 0, false, 2, false, 2}),
                          [](const auto& info) { return case_name(info.param); });
 
 // bf16 and fp16: the tensor group's sums run in the activation dtype (each rank's partial
