@@ -132,8 +132,13 @@ def tokenizer_setup(runs, kind, src_dir):
 
 def check_tokenizer(name, model_dir, reference_json, config):
     """AutoTokenizer reads the export and encodes as `tokenizers` does with the run's file."""
+    # transformers 5 gives a qwen2 directory Qwen2Tokenizer whatever its tokenizer_config says
+    # (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS): Qwen's own pre-tokenizer, right for Qwen's
+    # tokenizer.json, not for the GPT-2 one this case trains with; so its tokenizer.json is
+    # read by the class tokenizer_config.json names.
+    loader = transformers.PreTrainedTokenizerFast if config["model_type"] == "qwen2" else transformers.AutoTokenizer
     with Warnings() as seen:
-        tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+        tok = loader.from_pretrained(model_dir)
     FAIL.check(not seen.seen, f"{name}: AutoTokenizer.from_pretrained warned: {seen.seen}")
     # "<|endoftext|>" is GPT-2's special token (an added token of its tokenizer.json), plain text to Llama 3.
     text = "The chef cuts the green brush, quickly!  Then 12345 dogs walk\n\ninto the garden?<|endoftext|> Done."
