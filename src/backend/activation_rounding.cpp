@@ -135,7 +135,7 @@ void ActivationRoundingBackend::qk_norm_backward(ActPtr dinp, float* dq_weight, 
                                                  ConstActPtr inp, const float* q_weight, const float* k_weight,
                                                  const float* rstd, int N, int NH, int NKV, int hs) {
     inner().qk_norm_backward(dinp, dq_weight, dk_weight, dout, inp, q_weight, k_weight, rstd, N, NH, NKV, hs);
-    round(dinp, elements(N, (NH + 2 * NKV) * hs));
+    if (dinp.data != nullptr) round(dinp, elements(N, (NH + 2 * NKV) * hs));
 }
 
 void ActivationRoundingBackend::rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH,

@@ -12,8 +12,9 @@ holding exactly one batch (micro_batch windows of seq_len + 1 tokens: the window
 sampler draws changes no mean), and its step-1 loss (the loss before the update) equals
 transformers' cross-entropy on the same windows within 1e-5 relative.
 Configs transformers accepts but ztrain cannot train exit 2 naming the field: an unknown
-architecture (GPTNeoXForCausalLM: model_type), a rope type ztrain lacks (yarn), and a Llama
-with a classification head (LlamaForSequenceClassification: architectures).
+architecture (GPTNeoXForCausalLM: model_type), a rope type ztrain lacks (yarn), a Llama
+with a classification head (LlamaForSequenceClassification: architectures), and a Qwen2 with
+sliding windows (use_sliding_window).
 Exit 0: all equal; 1: a difference, named; 77: skipped (a package missing, unless
 ZT_REQUIRE_INTEROP=1).
 """
@@ -127,8 +128,13 @@ def refusals(bin_dir, work, shard):
     classifier = t.LlamaForSequenceClassification(t.LlamaConfig(
         num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64, vocab_size=VOCAB,
         max_position_embeddings=T, num_labels=3, pad_token_id=0))
+    # Qwen2 with sliding windows on its upper layers (ztrain attends over the whole context).
+    windowed = t.Qwen2ForCausalLM(t.Qwen2Config(
+        num_hidden_layers=2, num_attention_heads=2, hidden_size=32, intermediate_size=64, vocab_size=VOCAB,
+        max_position_embeddings=T, use_sliding_window=True, sliding_window=4, max_window_layers=1))
     cases = {"gpt_neox": (neox, "model_type = 'gpt_neox'"), "yarn": (yarn, "rope_parameters.rope_type = 'yarn'"),
-             "classifier": (classifier, 'architectures = ["LlamaForSequenceClassification"]')}
+             "classifier": (classifier, 'architectures = ["LlamaForSequenceClassification"]'),
+             "qwen2_sliding": (windowed, "use_sliding_window = true")}
     for name, (model, field) in cases.items():
         model_dir = os.path.join(work, name)
         model.save_pretrained(model_dir)
