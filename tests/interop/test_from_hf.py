@@ -130,8 +130,8 @@ def refusals(bin_dir, work, shard):
         max_position_embeddings=T, num_labels=3, pad_token_id=0))
     # Qwen2 with sliding windows on its upper layers (ztrain attends over the whole context).
     windowed = t.Qwen2ForCausalLM(t.Qwen2Config(
-        num_hidden_layers=2, num_attention_heads=2, hidden_size=32, intermediate_size=64, vocab_size=VOCAB,
-        max_position_embeddings=T, use_sliding_window=True, sliding_window=4, max_window_layers=1))
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, hidden_size=32, intermediate_size=64,
+        vocab_size=VOCAB, max_position_embeddings=T, use_sliding_window=True, sliding_window=4, max_window_layers=1))
     cases = {"gpt_neox": (neox, "model_type = 'gpt_neox'"), "yarn": (yarn, "rope_parameters.rope_type = 'yarn'"),
              "classifier": (classifier, 'architectures = ["LlamaForSequenceClassification"]'),
              "qwen2_sliding": (windowed, "use_sliding_window = true")}
@@ -154,7 +154,7 @@ def main(bin_dir, src_dir):
         results = compare_losses(bin_dir, work, shard, windows)
         refusals(bin_dir, work, shard)
     return FAIL.report(f"ztrain's first loss equals transformers' {transformers.__version__} (torch "
-                       f"{torch.__version__}): {', '.join(results)}; gpt_neox, yarn and a classifier refused, naming the field")
+                       f"{torch.__version__}): {', '.join(results)}; gpt_neox, yarn, a classifier and a windowed Qwen2 refused, naming the field")
 
 
 if __name__ == "__main__":
