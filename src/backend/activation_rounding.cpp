@@ -131,6 +131,19 @@ void ActivationRoundingBackend::rmsnorm_backward(ActPtr dinp, float* dweight, Co
     if (dinp.data != nullptr) round(dinp, elements(N, C));
 }
 
+void ActivationRoundingBackend::qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight,
+                                                const float* k_weight, int N, int NH, int NKV, int hs, float eps) {
+    inner().qk_norm_forward(out, rstd, inp, q_weight, k_weight, N, NH, NKV, hs, eps);
+    round(out, elements(N, (NH + 2 * NKV) * hs));  // v: a copy of rounded values, unchanged
+}
+
+void ActivationRoundingBackend::qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout,
+                                                 ConstActPtr inp, const float* q_weight, const float* k_weight,
+                                                 const float* rstd, int N, int NH, int NKV, int hs) {
+    inner().qk_norm_backward(dinp, dq_weight, dk_weight, dout, inp, q_weight, k_weight, rstd, N, NH, NKV, hs);
+    if (dinp.data != nullptr) round(dinp, elements(N, (NH + 2 * NKV) * hs));
+}
+
 void ActivationRoundingBackend::rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH,
                                              int NKV, int hs) {
     inner().rope_forward(out, inp, rope, B, T, NH, NKV, hs);

@@ -63,6 +63,18 @@ void Backend::gqa_attention_backward_segmented(ActPtr /*dqkv*/, float* /*scratch
                     "on cpu)"));
 }
 
+void Backend::qk_norm_forward(ActPtr /*out*/, float* /*rstd*/, ConstActPtr /*inp*/, const float* /*q_weight*/,
+                              const float* /*k_weight*/, int /*N*/, int /*NH*/, int /*NKV*/, int /*hs*/,
+                              float /*eps*/) {
+    throw Error(str("the ", name(), " backend has no q/k head norm (Qwen3) yet (it runs on cpu)"));
+}
+
+void Backend::qk_norm_backward(ActPtr /*dinp*/, float* /*dq_weight*/, float* /*dk_weight*/, ConstActPtr /*dout*/,
+                               ConstActPtr /*inp*/, const float* /*q_weight*/, const float* /*k_weight*/,
+                               const float* /*rstd*/, int /*N*/, int /*NH*/, int /*NKV*/, int /*hs*/) {
+    throw Error(str("the ", name(), " backend has no q/k head norm (Qwen3) backward yet (it runs on cpu)"));
+}
+
 bool BackendCapabilities::supports(DType work) const {
     switch (work) {
         case DType::kF32: return fp32;

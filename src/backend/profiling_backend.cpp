@@ -178,6 +178,17 @@ void ProfilingBackend::rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr
                                         const float* weight, const float* rstd, int N, int C) {
     timed(kOpRmsNorm, [&] { inner().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }
+void ProfilingBackend::qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight,
+                                       const float* k_weight, int N, int NH, int NKV, int hs, float eps) {
+    timed(kOpRmsNorm, [&] { inner().qk_norm_forward(out, rstd, inp, q_weight, k_weight, N, NH, NKV, hs, eps); });
+}
+void ProfilingBackend::qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout,
+                                        ConstActPtr inp, const float* q_weight, const float* k_weight,
+                                        const float* rstd, int N, int NH, int NKV, int hs) {
+    timed(kOpRmsNorm, [&] {
+        inner().qk_norm_backward(dinp, dq_weight, dk_weight, dout, inp, q_weight, k_weight, rstd, N, NH, NKV, hs);
+    });
+}
 void ProfilingBackend::rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV,
                                     int hs) {
     timed(kOpRope, [&] { inner().rope_forward(out, inp, rope, B, T, NH, NKV, hs); });

@@ -31,7 +31,12 @@ void llama_fields_to(nlohmann::json& j, const ModelConfig& m) {
     j["rope_original_context"] = m.rope_original_context;
     j["norm_eps"] = m.norm_eps;
     j["tie_embeddings"] = m.tie_embeddings;
-    j["sliding_window"] = m.sliding_window;
+    // The Mistral and Qwen fields only where set, so the records of other families stay as
+    // they were.
+    if (m.sliding_window != 0) j["sliding_window"] = m.sliding_window;
+    if (m.head_dim != 0) j["head_dim"] = m.head_dim;
+    if (m.qkv_bias) j["qkv_bias"] = true;
+    if (m.qk_norm) j["qk_norm"] = true;
 }
 
 void llama_fields_from(const nlohmann::json& j, ModelConfig& m, const std::string& meta_file) {
@@ -55,6 +60,9 @@ void llama_fields_from(const nlohmann::json& j, ModelConfig& m, const std::strin
     m.norm_eps = j.value("norm_eps", m.norm_eps);
     m.tie_embeddings = j.value("tie_embeddings", m.tie_embeddings);
     m.sliding_window = j.value("sliding_window", m.sliding_window);  // absent before Mistral: 0
+    m.head_dim = j.value("head_dim", m.head_dim);
+    m.qkv_bias = j.value("qkv_bias", m.qkv_bias);
+    m.qk_norm = j.value("qk_norm", m.qk_norm);
 }
 
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }

@@ -50,6 +50,11 @@ const KeyDef kKeys[] = {
     ZT_KEY("model.sliding_window", model.sliding_window,
            "mistral: sliding-window attention, each token attending to the last this many positions, itself "
            "included (HF sliding_window; 0 = the whole causal context)"),
+    ZT_KEY("model.head_dim", model.head_dim,
+           "qwen2, qwen3: per-head width of q, k and v (HF head_dim; 0: n_embd / n_head)"),
+    ZT_KEY("model.qkv_bias", model.qkv_bias, "qwen2: biases on the q, k and v projections (true for qwen2)"),
+    ZT_KEY("model.qk_norm", model.qk_norm,
+           "qwen3: RMSNorm over each head's q and k before rotary (HF q_norm, k_norm; true for qwen3)"),
 
     ZT_KEY("lora.rank", model.lora.rank,
            "LoRA rank r: low-rank adapters on lora.targets, the base weights frozen (0: off, full fine-tuning)"),

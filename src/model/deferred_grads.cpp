@@ -24,10 +24,10 @@ float* DeferredWeightGrads::norm_piece(size_t k, size_t n, Backend& be) {
     return p.data;
 }
 
-float* DeferredWeightGrads::keep_norm(Backend& be, size_t offset, size_t n) {
+float* DeferredWeightGrads::keep_norm(Backend& be, size_t offset, size_t n, bool partial) {
     float* piece = norm_piece(m_norms.size(), n, be);
     be.zero(piece, n);
-    m_norms.push_back(DeferredNorm{m_block, offset, n});
+    m_norms.push_back(DeferredNorm{m_block, offset, n, partial});
     return piece;
 }
 
@@ -40,8 +40,9 @@ void DeferredWeightGrads::run(Backend& be, int l, UnitGrads dw) {
     for (; m_next_norm < m_norms.size() && m_norms[m_next_norm].block == l; ++m_next_norm) {
         const DeferredNorm& d = m_norms[m_next_norm];
         float* piece = m_pieces[m_next_norm].data;
-        // Under sequence parallelism each rank's piece covers its rows: summed over the group.
-        if (m_parallel.sequence()) m_parallel.sum_floats(piece, d.n);
+        // Under sequence parallelism each rank's piece covers its rows (a head norm's, its
+        // heads): summed over the group.
+        if (d.partial) m_parallel.sum_floats(piece, d.n);
         float* g = dw.base + d.offset;
         zero_grad_if(be, dw.zero, g, d.n);
         be.accumulate(g, DType::kF32, piece, d.n);

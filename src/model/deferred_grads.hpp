@@ -39,8 +39,9 @@ class DeferredWeightGrads {
         m_products.push_back(DeferredProduct{m_block, &product, dout, inp, w_dtype, N});
     }
     /// A norm's parameter gradient (n floats at `offset` of the unit's), owed: the zeroed
-    /// piece the backward computes it into.
-    float* keep_norm(Backend& be, size_t offset, size_t n);
+    /// piece the backward computes it into; `partial`: a partial sum over the group (the
+    /// weight pass sums it first).
+    float* keep_norm(Backend& be, size_t offset, size_t n, bool partial);
 
     /// Adds what the backward owes block l's unit (kFinalNorm: the final norm's) into its
     /// gradient buffer `dw` (zeroed first where dw.zero), in the order the backward left it.
@@ -62,6 +63,7 @@ class DeferredWeightGrads {
         int block;
         size_t offset;  ///< the norm parameters' gradient in the unit's
         size_t n;       ///< floats, in the piece of the same index (m_pieces)
+        bool partial;   ///< summed over the group before it is added
     };
     /// A norm's deferred parameter gradient.
     struct NormPiece {

@@ -18,6 +18,8 @@ namespace zt {
 const Family& gpt2_family();
 const Family& llama_family();
 const Family& mistral_family();
+const Family& qwen2_family();
+const Family& qwen3_family();
 
 namespace {
 
@@ -26,6 +28,8 @@ constexpr const Family& (*kFamilies[])() = {
     gpt2_family,
     llama_family,
     mistral_family,
+    qwen2_family,
+    qwen3_family,
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -106,8 +110,8 @@ const char* Family::hf_torch_dtype(DType dtype) {
 }
 
 double Family::flops_per_token(const ModelConfig& m) const {
-    // The query heads span n_embd in every family, whatever its key/value heads.
-    return 6 * parameter_count(m) + 12.0 * m.n_layer * m.seq_len * m.n_embd;
+    // The query heads' width: n_embd, or n_head head_dim (Qwen3), whatever the key/value heads.
+    return 6 * parameter_count(m) + 12.0 * m.n_layer * m.seq_len * (m.n_head * m.head_size());
 }
 
 const std::vector<const Family*>& model_families() {
@@ -176,8 +180,7 @@ std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std
         if (std::find(types.begin(), types.end(), type) != types.end()) return family->hf_settings(f, file);
         for (const std::string& t : types) known += str(known.empty() ? "" : ", ", t, " (", family->name(), ")");
     }
-    throw InputError(str(file, ": model_type = '", type, "': expected one of ", known,
-                         type == "qwen2" ? " (qwen2 has q/k/v biases, which ztrain's Llama has not)" : ""));
+    throw InputError(str(file, ": model_type = '", type, "': expected one of ", known));
 }
 
 void validate(const Config& cfg) { validate_deck(cfg, family_key_rules); }

@@ -3,7 +3,9 @@
 // and k in each block) and the final RMSNorm.
 //   x2 = x + o_proj(attn(rope(qkv_proj(rmsnorm1(x)))))
 //   y  = x2 + down_proj(silu(gate_proj(h)) * up_proj(h)),  h = rmsnorm2(x2)
-// with grouped-query attention (NKV key/value heads) and no biases.
+// with grouped-query attention (NKV key/value heads) and no biases. Qwen's options
+// (qwen_family.cpp): q|k|v biases (model.qkv_bias), an RMSNorm over each head's q and k
+// between the product and rope (model.qk_norm), a head size of its own (model.head_dim).
 #include <cmath>
 #include <memory>
 #include <string>
@@ -57,6 +59,15 @@ ModelLayout llama_layout(const ModelConfig& cfg, TensorSplit split) {
         b.add(h + "self_attn.q_proj.weight", {q, C}, true, std_base, kRows);
         b.add_packed(h + "self_attn.k_proj.weight", {kv, C}, true, std_base, kv_rows);
         b.add_packed(h + "self_attn.v_proj.weight", {kv, C}, true, std_base, kv_rows);
+        if (cfg.qkv_bias) {  // Qwen2: packed as the weights, one bias for the q|k|v product
+            b.add(h + "self_attn.q_proj.bias", {q}, false, 0.f, kRows);
+            b.add_packed(h + "self_attn.k_proj.bias", {kv}, false, 0.f, kv_rows);
+            b.add_packed(h + "self_attn.v_proj.bias", {kv}, false, 0.f, kv_rows);
+        }
+        if (cfg.qk_norm) {  // Qwen3: one RMSNorm weight for every q head, one for every k head
+            b.add(h + "self_attn.q_norm.weight", {hs}, false, 0.f, 1.f);
+            b.add(h + "self_attn.k_norm.weight", {hs}, false, 0.f, 1.f);
+        }
         b.add(h + "self_attn.o_proj.weight", {C, q}, true, std_base, kColumns);
         b.add(h + "post_attention_layernorm.weight", {C}, false, 0.f, 1.f);
         b.add(h + "mlp.gate_proj.weight", {F, C}, true, std_base, kRows);
@@ -95,34 +106,47 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool re
     const double T = cfg.seq_len;
     const double hs = cfg.head_size();
     // This rank's slices under tensor parallelism: its heads' width, q|k|v and MLP width.
-    const double Cq = C / tensor;
+    const double Cq = cfg.n_head / tensor * hs;
     const double QKV = (cfg.n_head / tensor + 2 * local_kv_heads(cfg, tensor)) * hs;
     const double F = cfg.ffn_dim / tensor;
     // Per block (Slots): norm1, residual2, norm2, output (4 x BTl C), atty (BT Cq), qkv
     // (QKV), gate|up (2F) and the SwiGLU output (F), the attention probabilities (B NH T T);
     // two RMSNorm rstd (fp32, BTl).
+    // Qwen3's head norms: the q|k|v product's output before them (QKV) and an rstd per q
+    // and k head (fp32).
+    const double head_norm = cfg.qk_norm ? BT * QKV : 0;
+    const double head_rstd = cfg.qk_norm ? BT * (cfg.n_head / tensor + local_kv_heads(cfg, tensor)) : 0;
     const double block = BTl * 4 * C + BT * (Cq + QKV + 3 * F) +
-                         static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
+                         static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T + head_norm;
     const double blocks = recompute ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
-    const double stats = (recompute ? 1 : cfg.n_layer) * 2 * BTl;
+    const double stats = (recompute ? 1 : cfg.n_layer) * (2 * BTl + head_rstd);
     // Gradient scratch: datty (BT Cq), dqkv (QKV), d gate|up (2F), d swiglu (F); the final
     // RMSNorm's rstd (BTl) and the rotary table (T hs), fp32.
     // Shared KV heads: q|k|v's weight gradient and the k, v gradients' exchange (fp32).
     const double shared_kv = cfg.kv_heads() < tensor ? QKV * C + cfg.kv_heads() * 2 * hs * C : 0;
-    return {blocks + BT * (Cq + QKV + 3 * F), stats + BTl + T * cfg.head_size() + shared_kv};
+    // Head norms under a group: their weights' partial gradients before the sum (2 hs).
+    const double head_norm_grads = cfg.qk_norm && tensor > 1 ? 2 * hs : 0;
+    return {blocks + BT * (Cq + QKV + 3 * F), stats + BTl + T * cfg.head_size() + shared_kv + head_norm_grads};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
 /// gate|up are packed, so qkv and gate_up address one matrix each.
 struct LlamaOffsets {
     size_t norm1, qkv, o_proj, norm2, gate_up, down_proj;
+    /// Qwen's options: the packed q|k|v bias, the q and k head norms (kNoBias: none).
+    size_t qkv_bias = ParallelLinear::kNoBias, q_norm = ParallelLinear::kNoBias, k_norm = ParallelLinear::kNoBias;
 };
 
 LlamaOffsets llama_offsets(const ModelConfig& cfg, const ModelLayout& layout) {
     auto off = [&](const char* suffix) { return layout.find(str("model.layers.0.", suffix)).offset; };
-    const LlamaOffsets o{off("input_layernorm.weight"),  off("self_attn.q_proj.weight"),
+    LlamaOffsets o{off("input_layernorm.weight"),  off("self_attn.q_proj.weight"),
                          off("self_attn.o_proj.weight"), off("post_attention_layernorm.weight"),
                          off("mlp.gate_proj.weight"),    off("mlp.down_proj.weight")};
+    if (cfg.qkv_bias) o.qkv_bias = off("self_attn.q_proj.bias");
+    if (cfg.qk_norm) {
+        o.q_norm = off("self_attn.q_norm.weight");
+        o.k_norm = off("self_attn.k_norm.weight");
+    }
     // The packed products rely on k|v following q and up following gate with no gap (in
     // this rank's slices under tensor parallelism).
     const size_t C = static_cast<size_t>(cfg.n_embd);
@@ -132,6 +156,8 @@ LlamaOffsets llama_offsets(const ModelConfig& cfg, const ModelLayout& layout) {
     ZT_REQUIRE(off("self_attn.v_proj.weight") + kv * C == o.qkv + qkv * C &&
                    off("mlp.up_proj.weight") == o.gate_up + static_cast<size_t>(cfg.ffn_dim / t) * C,
                "Llama layout: q|k|v and gate|up must be contiguous");
+    ZT_REQUIRE(!cfg.qkv_bias || off("self_attn.v_proj.bias") + kv == o.qkv_bias + qkv,
+               "Llama layout: the q|k|v biases must be contiguous");
     return o;
 }
 
@@ -184,6 +210,8 @@ class LlamaBlocks final : public ModelFamily {
         ActPtr norm1;                 // (B, T, C) input RMSNorm output
         float* norm1_rstd = nullptr;  // (B, T)
         ActPtr qkv;                   // (B, T, (NH + 2 NKV) hs), q and k rotated
+        ActPtr qkv_proj;              // (B, T, (NH + 2 NKV) hs) before the head norms (qk_norm)
+        float* qk_rstd = nullptr;     // (B, T, NH + NKV) the head norms' (qk_norm)
         ActPtr atty;                  // (B, T, C)
         ActPtr att;                   // (B, NH, T, T)
         ActPtr residual2;             // (B, T, C)
@@ -231,6 +259,10 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
         L.norm1 = arena.take_act(BTl * C);
         L.norm1_rstd = arena.take(BTl);
         L.qkv = arena.take_act(BT * QKV);
+        if (cfg.qk_norm) {
+            L.qkv_proj = arena.take_act(BT * QKV);
+            L.qk_rstd = arena.take(BT * static_cast<size_t>(z.NH + z.NKV));
+        }
         L.atty = arena.take_act(BT * Cq);
         L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
         L.residual2 = arena.take_act(BTl * C);
@@ -246,6 +278,7 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     m_dgate_up = arena.take_act(BT * 2 * F);
     m_dswiglu = arena.take_act(BT * F);
     m_rope = arena.take(T * hs);
+    if (cfg.qk_norm && m_parallel.parts() > 1) set_head_norm_scratch(arena.take(2 * hs), 2 * hs);
     make_products(arena);
     const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
     backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
@@ -254,7 +287,7 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
 void LlamaBlocks::make_products(ActivationArena& arena) {
     const Sizes z = sizes(1, 1);
     const LlamaOffsets& o = m_off;
-    const ParallelLinear::Shape qkv{o.qkv, kNoBias, z.C, z.QKV};
+    const ParallelLinear::Shape qkv{o.qkv, o.qkv_bias, z.C, z.QKV};
     if (m_cfg.kv_heads() < m_parallel.parts()) {
         // KV heads shared by several ranks: q|k|v's weight gradient (QKV, C) and the k, v
         // gradients of every head (n_kv_head, 2 hs, C), summed over the group.
@@ -305,7 +338,12 @@ void LlamaBlocks::block_forward(Backend& be, int l, const UnitWeights& uw, Const
     // Tensor and sequence parallelism as in GPT-2's block: the products know what the group
     // does; under sequence parallelism the norms run on this rank's Nl rows.
     be.rmsnorm_forward(L.norm1, L.norm1_rstd, in, w + o.norm1, Nl, C, eps);
-    m_qkv.forward(be, L.qkv, L.norm1, uw, N);
+    if (m_cfg.qk_norm) {
+        m_qkv.forward(be, L.qkv_proj, L.norm1, uw, N);
+        be.qk_norm_forward(L.qkv, L.qk_rstd, L.qkv_proj, w + o.q_norm, w + o.k_norm, N, NH, NKV, hs, eps);
+    } else {
+        m_qkv.forward(be, L.qkv, L.norm1, uw, N);
+    }
     // Rotated in place: attention and its backward only need the rotated q and k.
     rotate(be, L.qkv, B, T, /*inverse=*/false);
     attention_forward(be, L.atty, L.att, L.qkv, B, T, NH, NKV, hs);
@@ -341,7 +379,19 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, Unit
     attention_backward(be, m_dqkv, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
-    dnorm = m_qkv.backward(be, dw, m_dqkv, L.norm1, uw, L.qkv, N);
+    ActPtr dproj = m_dqkv;
+    ActPtr keep = L.qkv;
+    if (m_cfg.qk_norm) {
+        // Through the head norms into L.qkv, read for the last time by attention's backward;
+        // the product keeps its output gradient in qkv_proj, read for the last time here.
+        const size_t h = static_cast<size_t>(hs);
+        zero_act(be, L.qkv, n * static_cast<size_t>(QKV));
+        be.qk_norm_backward(L.qkv, head_norm_grad(be, dw, o.q_norm, h), head_norm_grad(be, dw, o.k_norm, h), m_dqkv,
+                            L.qkv_proj, w + o.q_norm, w + o.k_norm, L.qk_rstd, N, NH, NKV, hs);
+        dproj = L.qkv;
+        keep = L.qkv_proj;
+    }
+    dnorm = m_qkv.backward(be, dw, dproj, L.norm1, uw, keep, N);
     be.rmsnorm_backward(dres, norm_grad(be, dw, o.norm1, Cs), dnorm, in, w + o.norm1, L.norm1_rstd, Nl, C);
     add_norm_grads(be);
 }
@@ -363,9 +413,14 @@ class LlamaDecoder final : public FamilyDecoder {
         const size_t rows = static_cast<size_t>(max_rows);
         const size_t C = static_cast<size_t>(cfg.n_embd);
         const size_t F = static_cast<size_t>(cfg.ffn_dim);
-        for (float** p : {&m_norm, &m_atty, &m_residual2}) *p = take(rows * C);
+        for (float** p : {&m_norm, &m_residual2}) *p = take(rows * C);
+        m_atty = take(rows * static_cast<size_t>(cfg.n_head * cfg.head_size()));
         m_rstd = take(rows);
         m_qkv = take(rows * static_cast<size_t>(cfg.qkv_dim()));
+        if (cfg.qk_norm) {
+            m_qkv_proj = take(rows * static_cast<size_t>(cfg.qkv_dim()));
+            m_qk_rstd = take(rows * static_cast<size_t>(cfg.n_head + cfg.kv_heads()));
+        }
         m_gate_up = take(rows * 2 * F);
         m_swiglu = take(rows * F);
         const std::vector<float> rope = rope_table(cfg.seq_len, cfg.head_size(), rope_options(cfg));
@@ -385,12 +440,18 @@ class LlamaDecoder final : public FamilyDecoder {
         const int F = m_cfg.ffn_dim;
         const float eps = static_cast<float>(m_cfg.norm_eps);
         be.rmsnorm_forward(m_norm, m_rstd, x, w + o.norm1, n, C, eps);
-        be.matmul_forward(m_qkv, m_norm, w + o.qkv, nullptr, n, C, m_cfg.qkv_dim());
+        const float* qkv_bias = o.qkv_bias == ParallelLinear::kNoBias ? nullptr : w + o.qkv_bias;
+        if (m_cfg.qk_norm) {
+            be.matmul_forward(m_qkv_proj, m_norm, w + o.qkv, qkv_bias, n, C, m_cfg.qkv_dim());
+            be.qk_norm_forward(m_qkv, m_qk_rstd, m_qkv_proj, w + o.q_norm, w + o.k_norm, n, NH, NKV, hs, eps);
+        } else {
+            be.matmul_forward(m_qkv, m_norm, w + o.qkv, qkv_bias, n, C, m_cfg.qkv_dim());
+        }
         // Row t of the table is position t: the rows from pos rotate positions pos.. .
         const float* rope_at_pos = m_rope + static_cast<size_t>(pos) * static_cast<size_t>(hs);
         be.rope_forward(m_qkv, m_qkv, rope_at_pos, 1, n, NH, NKV, hs);
         be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NKV, hs, m_cfg.sliding_window);
-        be.matmul_residual_forward(m_residual2, m_atty, w + o.o_proj, nullptr, x, n, C, C);
+        be.matmul_residual_forward(m_residual2, m_atty, w + o.o_proj, nullptr, x, n, NH * hs, C);
         be.rmsnorm_forward(m_norm, m_rstd, m_residual2, w + o.norm2, n, C, eps);
         be.matmul_forward(m_gate_up, m_norm, w + o.gate_up, nullptr, n, C, 2 * F);
         be.swiglu_forward(m_swiglu, m_gate_up, n, F);
@@ -411,6 +472,8 @@ class LlamaDecoder final : public FamilyDecoder {
     float* m_norm = nullptr;
     float* m_rstd = nullptr;
     float* m_qkv = nullptr;
+    float* m_qkv_proj = nullptr;  // before the head norms (qk_norm)
+    float* m_qk_rstd = nullptr;
     float* m_atty = nullptr;
     float* m_residual2 = nullptr;
     float* m_gate_up = nullptr;

@@ -14,19 +14,44 @@
 
 namespace zt {
 
-namespace {
-
-/// Shortest text that reads back as the same double (the deck parser reads it).
-std::string number_text(double v) {
-    char buf[40];
-    for (int precision = 1; precision <= 17; ++precision) {
-        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-        if (std::strtod(buf, nullptr) == v) break;
-    }
-    return buf;
+double LlamaFamily::parameter_count(const ModelConfig& m) const {
+    // Embedding (and an untied head), per block two RMSNorms, q|k|v, o, gate|up and down
+    // (and Qwen's q|k|v biases, q and k head norms); the final RMSNorm.
+    const double C = m.n_embd;
+    const double heads = m.tie_embeddings ? 1 : 2;
+    const double q = static_cast<double>(m.n_head) * m.head_size();
+    const double options = (m.qkv_bias ? m.qkv_dim() : 0) + (m.qk_norm ? 2.0 * m.head_size() : 0);
+    const double block = 2 * C + C * m.qkv_dim() + C * q + 3.0 * m.ffn_dim * C + options;
+    return heads * m.padded_vocab() * C + static_cast<double>(m.n_layer) * block + C;
 }
 
-}  // namespace
+std::string LlamaFamily::banner(const ModelConfig& m, double params) const {
+    const std::string heads = m.head_dim > 0 ? str(" of ", m.head_dim) : std::string();
+    return printf_text(
+        "ztrain: %s, %d layers, %d heads%s (%d key/value), %d wide, ffn %d, seq %d, vocab %d (padded %d), "
+        "%s head: %.2fM parameters",
+        name(), m.n_layer, m.n_head, heads.c_str(), m.kv_heads(), m.n_embd, m.ffn_dim, m.seq_len, m.vocab_size,
+        m.padded_vocab(), m.tie_embeddings ? "tied" : "untied", params / 1e6);
+}
+
+HfNaming LlamaFamily::llama_naming(const char* architecture) {
+    return HfNaming{
+        architecture,
+        "",
+        {},  // HF's nn.Linear is (out, in), as ztrain's matrices
+        // A tied model's file may still carry lm_head.weight (HF re-ties it on load; an
+        // untied model expects it, so it is never ignored there).
+        {"lm_head.weight"},
+        {".self_attn.rotary_emb.inv_freq"},  // a buffer older transformers saved
+    };
+}
+
+const HfNaming& LlamaFamily::hf_naming() const {
+    static const HfNaming naming = llama_naming("LlamaForCausalLM");
+    return naming;
+}
+
+const FamilyTraits& LlamaFamily::traits() const { return llama_traits(); }
 
 /// LlamaConfig as transformers writes it, for the fields LlamaForCausalLM reads.
 nlohmann::json LlamaFamily::hf_config(const ModelConfig& m, DType dtype) const {
@@ -67,26 +92,53 @@ nlohmann::json LlamaFamily::hf_config(const ModelConfig& m, DType dtype) const {
     };
 }
 
-std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const std::string& file) const {
-    f.refuse_unless(!f.has("sliding_window"), "sliding_window",
-                    "a Llama attends over the whole context (null; model_type mistral has sliding windows)");
-    return llama_settings(f, file);
+namespace {
+/// Shortest text that reads back as the same double (the deck parser reads it).
+std::string number_text(double v) {
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+        if (std::strtod(buf, nullptr) == v) break;
+    }
+    return buf;
 }
+}  // namespace
 
-std::vector<HfSetting> LlamaFamily::llama_settings(const HfConfigFields& f, const std::string& file) const {
+void LlamaFamily::check_hf_heads(const HfConfigFields& f, const std::string& file) {
     const long C = f.integer("hidden_size", 1);
     const long NH = f.integer("num_attention_heads", 1);
     const long NKV = f.integer_or("num_key_value_heads", 1, NH);
     ZT_INPUT_CHECK(C % NH == 0, file, ": hidden_size = ", C, " is not divisible by num_attention_heads = ", NH);
     ZT_INPUT_CHECK(NH % NKV == 0, file, ": num_key_value_heads = ", NKV, " does not divide num_attention_heads = ",
                    NH, " (each key/value head serves num_attention_heads / num_key_value_heads query heads)");
+}
+
+std::vector<HfSetting> LlamaFamily::llama_settings(const HfConfigFields& f, const std::string& file) const {
+    check_hf_heads(f, file);
+    const long C = f.integer("hidden_size", 1);
+    const long NH = f.integer("num_attention_heads", 1);
     f.refuse_unless(!f.has("head_dim") || f.integer("head_dim", 1) == C / NH, "head_dim",
                     str("ztrain's head size is hidden_size / num_attention_heads = ", C / NH));
     f.refuse_unless(!f.boolean_or("attention_bias", false), "attention_bias", "ztrain's Llama has no q/k/v/o biases");
     f.refuse_unless(!f.boolean_or("mlp_bias", false), "mlp_bias", "ztrain's Llama has no MLP biases");
     f.refuse_unless(f.text_or("hidden_act", "silu") == "silu", "hidden_act", "ztrain's Llama MLP is SwiGLU (silu)");
-    std::vector<HfSetting> out = {
-        {"model.arch", name(), "model_type"},
+    std::vector<HfSetting> out = {{"model.arch", name(), "model_type"}};
+    append_block_settings(f, file, out);
+    return out;
+}
+
+std::vector<HfSetting> LlamaFamily::hf_settings(const HfConfigFields& f, const std::string& file) const {
+    f.refuse_unless(!f.has("sliding_window"), "sliding_window",
+                    "a Llama attends over the whole context (null; model_type mistral has sliding windows)");
+    return llama_settings(f, file);
+}
+
+void LlamaFamily::append_block_settings(const HfConfigFields& f, const std::string& file,
+                                        std::vector<HfSetting>& out) {
+    const long C = f.integer("hidden_size", 1);
+    const long NH = f.integer("num_attention_heads", 1);
+    const long NKV = f.integer_or("num_key_value_heads", 1, NH);
+    const std::vector<HfSetting> block = {
         {"model.n_layer", std::to_string(f.integer("num_hidden_layers", 1)), "num_hidden_layers"},
         {"model.n_head", std::to_string(NH), "num_attention_heads"},
         {"model.n_kv_head", std::to_string(NKV), "num_key_value_heads"},
@@ -100,10 +152,11 @@ std::vector<HfSetting> LlamaFamily::llama_settings(const HfConfigFields& f, cons
         rope_theta_setting(f, file),
         {"model.tie_embeddings", f.boolean_or("tie_word_embeddings", false) ? "true" : "false", "tie_word_embeddings"},
     };
+    out.insert(out.end(), block.begin(), block.end());
     const char* group = rope_group(f);
     if (!f.has(group)) {
         out.push_back({"model.rope_scaling", "none", group});
-        return out;
+        return;
     }
     const nlohmann::json& rs = f.at(group);
     const HfConfigFields r(rs, file);
@@ -114,7 +167,7 @@ std::vector<HfSetting> LlamaFamily::llama_settings(const HfConfigFields& f, cons
                    "': ztrain implements llama3 (and default, no scaling) only");
     if (type == "default") {
         out.push_back({"model.rope_scaling", "none", field + "rope_type"});
-        return out;
+        return;
     }
     out.push_back({"model.rope_scaling", "llama3", field + "rope_type"});
     out.push_back({"model.rope_factor", number_text(r.number("factor")), field + "factor"});
@@ -123,7 +176,6 @@ std::vector<HfSetting> LlamaFamily::llama_settings(const HfConfigFields& f, cons
         {"model.rope_high_freq_factor", number_text(r.number("high_freq_factor")), field + "high_freq_factor"});
     out.push_back({"model.rope_original_context", std::to_string(r.integer("original_max_position_embeddings", 1)),
                    field + "original_max_position_embeddings"});
-    return out;
 }
 
 /// Where RoPE's type and scaling are, as transformers looks: the rope_scaling object of older

@@ -232,6 +232,12 @@ class ModelFamily {
     /// Where a norm's parameter gradient (n floats at `offset` of the unit's) is computed
     /// (NormGrads::at); add_norm_grads adds what sequence parallelism left as partial sums.
     float* norm_grad(Backend& be, UnitGrads dw, size_t offset, size_t n) { return m_norm_grads.at(be, dw, offset, n); }
+    /// The same for a norm over this rank's heads (NormGrads::at's `heads`), pieces in the
+    /// family's `scratch` (set once, under a group).
+    float* head_norm_grad(Backend& be, UnitGrads dw, size_t offset, size_t n) {
+        return m_norm_grads.at(be, dw, offset, n, /*heads=*/true);
+    }
+    void set_head_norm_scratch(float* scratch, size_t floats) { m_norm_grads.set_heads_scratch(scratch, floats); }
     void add_norm_grads(Backend& be) { m_norm_grads.sum(be); }
 
     RowSegments m_rows;

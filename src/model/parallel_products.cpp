@@ -149,11 +149,25 @@ void ParallelLinear::add_shared_weight_grad(Backend& be, float* dw, bool zero, C
     be.copy(s.exchange + static_cast<size_t>(slot) * shared, s.weight_grad + owned, shared);
     parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * shared);
     add(dw + owned, s.exchange + static_cast<size_t>(slot) * shared, shared);
+    if (m_shape.b_offset == kNoBias) return;
+    // The bias (Qwen2's q|k|v) the same way, through the same buffers, now free: its
+    // gradient in weight_grad, its shared rows' in exchange.
+    float* db = dw - m_shape.w_offset + m_shape.b_offset;
+    const size_t out = static_cast<size_t>(m_shape.out);
+    const size_t owned_b = static_cast<size_t>(s.owned_rows);
+    const size_t shared_b = static_cast<size_t>(s.shared_rows);
+    be.zero(s.weight_grad, out);
+    be.matmul_backward(ActPtr{nullptr, dout.dtype}, nullptr, s.weight_grad, dout, inp, ConstActPtr{nullptr, w_dtype},
+                       N, m_shape.in, m_shape.out);
+    add(db, s.weight_grad, owned_b);
+    be.zero(s.exchange, static_cast<size_t>(s.slots) * shared_b);
+    be.copy(s.exchange + static_cast<size_t>(slot) * shared_b, s.weight_grad + owned_b, shared_b);
+    parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * shared_b);
+    add(db + owned_b, s.exchange + static_cast<size_t>(slot) * shared_b, shared_b);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ProductContext ctx, Shape shape, SharedWeightRows shared)
     : ParallelLinear(ctx, shape, false, true) {
-    ZT_REQUIRE(shape.b_offset == kNoBias, "a column-parallel product with shared weight rows and a bias");
     ZT_REQUIRE(shared.weight_grad != nullptr && shared.exchange != nullptr && shared.slots > 0,
                "shared weight rows without their buffers");
     m_shared = shared;
@@ -190,28 +204,33 @@ void RowParallelLinear::forward_residual(Backend& be, ActPtr out, ConstActPtr in
     tp.sum_over_group(out, static_cast<size_t>(N) * static_cast<size_t>(M));
 }
 
-float* NormGrads::at(Backend& be, UnitGrads dw, size_t offset, size_t n) {
-    if (m_ctx.deferred->on()) return m_ctx.deferred->keep_norm(be, offset, n);
+float* NormGrads::at(Backend& be, UnitGrads dw, size_t offset, size_t n, bool heads) {
+    const TensorParallel& tp = *m_ctx.parallel;
+    const bool partial = tp.sequence() || (heads && tp.parts() > 1);
+    if (m_ctx.deferred->on()) return m_ctx.deferred->keep_norm(be, offset, n, partial);
     float* g = dw.base + offset;
     zero_grad_if(be, dw.zero, g, n);
     // A frozen norm (LoRA): no gradient (the ops take a null one).
     if (m_ctx.lora != nullptr && m_ctx.lora->frozen_base()) return nullptr;
-    if (!m_ctx.parallel->sequence()) return g;
-    ZT_REQUIRE(m_used + n <= m_scratch_floats, "norm gradients: ", m_used + n, " floats pending, the scratch holds ",
-               m_scratch_floats);
-    float* piece = m_scratch + m_used;
+    if (!partial) return g;
+    Scratch& s = heads ? m_heads : m_rows;
+    ZT_REQUIRE(s.used + n <= s.floats, "norm gradients: ", s.used + n, " floats pending, the scratch holds ",
+               s.floats);
+    float* piece = s.data + s.used;
     be.zero(piece, n);
-    m_pending.push_back({g, m_used, n});
-    m_used += n;
+    m_pending.push_back({g, piece, n});
+    s.used += n;
     return piece;
 }
 
 void NormGrads::sum(Backend& be) {
     if (m_pending.empty()) return;
-    m_ctx.parallel->sum_floats(m_scratch, m_used);
-    for (const Pending& p : m_pending) be.accumulate(p.dw, DType::kF32, m_scratch + p.at, p.n);
+    for (Scratch* s : {&m_rows, &m_heads}) {
+        if (s->used > 0) m_ctx.parallel->sum_floats(s->data, s->used);
+        s->used = 0;
+    }
+    for (const Pending& p : m_pending) be.accumulate(p.dw, DType::kF32, p.piece, p.n);
     m_pending.clear();
-    m_used = 0;
 }
 
 VocabParallel::VocabParallel(const ModelConfig& cfg, TensorGroup* group, Backend& backend, size_t max_tokens)

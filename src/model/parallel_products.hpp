@@ -188,8 +188,8 @@ struct ProductContext {
     const LoraAdapters* lora = nullptr;
 };
 
-/// Rows of a column-parallel product's weight that this rank holds with others (Llama's
-/// key/value heads when the group has more ranks than heads): its rows [owned_rows,
+/// Rows of a column-parallel product's weight (and bias) that this rank holds with others
+/// (Llama's key/value heads when the group has more ranks than heads): its rows [owned_rows,
 /// owned_rows + shared_rows) are one of `slots` blocks, each held by parts / slots
 /// consecutive ranks, whose gradient those ranks sum. The buffers (fp32) are the family's.
 struct SharedWeightRows {
@@ -322,24 +322,32 @@ class NormGrads {
     NormGrads() = default;
     /// `scratch`: scratch_floats fp32 values of the driver's (sequence parallelism only).
     NormGrads(ProductContext ctx, float* scratch, size_t scratch_floats)
-        : m_ctx(ctx), m_scratch(scratch), m_scratch_floats(scratch_floats) {}
-    /// Where the norm's parameter gradient is to be computed (see above).
-    float* at(Backend& be, UnitGrads dw, size_t offset, size_t n);
-    /// One sum over the group of the pieces at() handed out since the last call, each
-    /// added to its gradient.
+        : m_ctx(ctx), m_rows{scratch, scratch_floats, 0} {}
+    /// Where the norm's parameter gradient is to be computed (see above). `heads`: a norm
+    /// over this rank's attention heads (Qwen3's q and k norms), whose gradient is a partial
+    /// sum whenever there is a group (its pieces in set_heads_scratch's buffer).
+    float* at(Backend& be, UnitGrads dw, size_t offset, size_t n, bool heads = false);
+    /// The family's fp32 scratch for the head norms' pieces (under a group only).
+    void set_heads_scratch(float* scratch, size_t floats) { m_heads = Scratch{scratch, floats, 0}; }
+    /// One sum over the group of the pieces at() handed out since the last call (one per
+    /// scratch used), each added to its gradient.
     void sum(Backend& be);
 
   private:
+    struct Scratch {
+        float* data = nullptr;
+        size_t floats = 0;
+        size_t used = 0;
+    };
     struct Pending {
         float* dw;
-        size_t at;
+        const float* piece;
         size_t n;
     };
     ProductContext m_ctx;
-    float* m_scratch = nullptr;
-    size_t m_scratch_floats = 0;
+    Scratch m_rows;   ///< the driver's, for the norms over sequence-parallel rows
+    Scratch m_heads;  ///< the family's, for the norms over this rank's heads
     std::vector<Pending> m_pending;
-    size_t m_used = 0;
 };
 
 /// The vocabulary cut over the tensor group (Megatron's VocabParallelEmbedding and its

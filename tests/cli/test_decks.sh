@@ -22,7 +22,7 @@ for deck in "$SRC"/inputs/*.ini; do decks+=("$(basename "$deck" .ini)"); done
 for name in "${decks[@]}"; do
   deck="$SRC/inputs/$name.ini"
   case "$name" in
-    gpt2_124m | smollm2_135m)
+    gpt2_124m | smollm2_135m | qwen2_5_0_5b | qwen3_0_6b)
       expect 0 "^verdict: (fits|does not fit)" "$BIN/ztrain" --config "$deck" "${data[@]}" --plan ;;
     *)
       expect 0 "^ztrain: 3 steps in" "$BIN/ztrain" --config "$deck" "${data[@]}" "${quick[@]}" --run.dir="run/$name" ;;

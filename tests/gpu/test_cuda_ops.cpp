@@ -41,6 +41,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
@@ -544,6 +545,43 @@ TEST_F(CudaOps, RmsNorm) {
         m_cpu->rmsnorm_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
         expect_close(down(g_dinp, n), dinp, kF32Sum, "rmsnorm dinp" + tag);
         expect_close(down(g_dw, dw.size()), dw, kF32Sum, "rmsnorm dweight" + tag);
+    }
+}
+
+TEST_F(CudaOps, QkNorm) {
+    // Qwen3's head norms: head sizes under and over a warp, grouped and multi-head k/v.
+    for (const auto& [NH, NKV, hs] : {std::tuple<int, int, int>{4, 2, 12}, std::tuple<int, int, int>{16, 8, 128}}) {
+        const int N = 67;
+        const size_t n = static_cast<size_t>(N) * (NH + 2 * NKV) * hs;
+        const size_t nr = static_cast<size_t>(N) * (NH + NKV);
+        const auto inp = rand(n, -3.f, 3.f);
+        const auto wq = rand(static_cast<size_t>(hs));
+        const auto wk = rand(static_cast<size_t>(hs));
+        std::vector<float> out(n), rstd(nr);
+        m_cpu->qk_norm_forward(out.data(), rstd.data(), inp.data(), wq.data(), wk.data(), N, NH, NKV, hs, 1e-6f);
+        float* g_inp = up(inp);
+        float* g_wq = up(wq);
+        float* g_wk = up(wk);
+        float* g_out = zeros(n);
+        float* g_rstd = zeros(nr);
+        m_gpu->qk_norm_forward(g_out, g_rstd, g_inp, g_wq, g_wk, N, NH, NKV, hs, 1e-6f);
+        const std::string tag = " hs=" + std::to_string(hs);
+        expect_close(down(g_out, n), out, kF32Sum, "qk_norm out" + tag);
+        expect_close(down(g_rstd, nr), rstd, kF32Sum, "qk_norm rstd" + tag);
+
+        const auto dout = rand(n);
+        auto dinp = rand(n);
+        auto dwq = rand(static_cast<size_t>(hs));
+        auto dwk = rand(static_cast<size_t>(hs));
+        float* g_dinp = up(dinp);
+        float* g_dwq = up(dwq);
+        float* g_dwk = up(dwk);
+        m_gpu->qk_norm_backward(g_dinp, g_dwq, g_dwk, up(dout), g_inp, g_wq, g_wk, up(rstd), N, NH, NKV, hs);
+        m_cpu->qk_norm_backward(dinp.data(), dwq.data(), dwk.data(), dout.data(), inp.data(), wq.data(), wk.data(),
+                                rstd.data(), N, NH, NKV, hs);
+        expect_close(down(g_dinp, n), dinp, kF32Sum, "qk_norm dinp" + tag);
+        expect_close(down(g_dwq, dwq.size()), dwq, kF32Sum, "qk_norm dq_weight" + tag);
+        expect_close(down(g_dwk, dwk.size()), dwk, kF32Sum, "qk_norm dk_weight" + tag);
     }
 }
 

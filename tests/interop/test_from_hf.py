@@ -14,8 +14,9 @@ holding exactly one batch (micro_batch windows of seq_len + 1 tokens: the window
 sampler draws changes no mean), and its step-1 loss (the loss before the update) equals
 transformers' cross-entropy on the same windows within 1e-5 relative.
 Configs transformers accepts but ztrain cannot train exit 2 naming the field: an unknown
-architecture (GPTNeoXForCausalLM: model_type), a rope type ztrain lacks (yarn), and a Llama
-with a classification head (LlamaForSequenceClassification: architectures).
+architecture (GPTNeoXForCausalLM: model_type), a rope type ztrain lacks (yarn), a Llama
+with a classification head (LlamaForSequenceClassification: architectures), and a Qwen2 with
+sliding windows (use_sliding_window).
 Exit 0: all equal; 1: a difference, named; 77: skipped (a package missing, unless
 ZT_REQUIRE_INTEROP=1).
 """
@@ -133,8 +134,13 @@ def refusals(bin_dir, work, shard):
     classifier = t.LlamaForSequenceClassification(t.LlamaConfig(
         num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64, vocab_size=VOCAB,
         max_position_embeddings=T, num_labels=3, pad_token_id=0))
+    # Qwen2 with sliding windows on its upper layers (ztrain attends over the whole context).
+    windowed = t.Qwen2ForCausalLM(t.Qwen2Config(
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, hidden_size=32, intermediate_size=64,
+        vocab_size=VOCAB, max_position_embeddings=T, use_sliding_window=True, sliding_window=4, max_window_layers=1))
     cases = {"gpt_neox": (neox, "model_type = 'gpt_neox'"), "yarn": (yarn, "rope_parameters.rope_type = 'yarn'"),
-             "classifier": (classifier, 'architectures = ["LlamaForSequenceClassification"]')}
+             "classifier": (classifier, 'architectures = ["LlamaForSequenceClassification"]'),
+             "qwen2_sliding": (windowed, "use_sliding_window = true")}
     for name, (model, field) in cases.items():
         model_dir = os.path.join(work, name)
         model.save_pretrained(model_dir)
@@ -154,7 +160,7 @@ def main(bin_dir, src_dir):
         results = compare_losses(bin_dir, work, shard, windows)
         refusals(bin_dir, work, shard)
     return FAIL.report(f"ztrain's first loss equals transformers' {transformers.__version__} (torch "
-                       f"{torch.__version__}): {', '.join(results)}; gpt_neox, yarn and a classifier refused, naming the field")
+                       f"{torch.__version__}): {', '.join(results)}; gpt_neox, yarn, a classifier and a windowed Qwen2 refused, naming the field")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python test_hf_export.py BIN_DIR SOURCE_DIR
 
-Three tiny models, initialised by transformers at scale 0.3 (so that attention depends on
+Six tiny models, initialised by transformers at scale 0.3 (so that attention depends on
 positions) and read by --model.from_hf, train 12 steps each (np 1, fp32, seq_len 96) on an
 ASCII corpus:
   - gpt2: GPT-2 (tied head) with GPT-2's tokenizer as zt-prepare --tokenizer gpt2 reads it
@@ -14,7 +14,10 @@ ASCII corpus:
     (zt-prepare --tokenizer FILE);
   - mistral: Mistral, 4 query / 2 key-value heads, untied head, sliding window 24 (shorter
     than the context and than the generated text), GPT-2's tokenizer.json; its export is a
-    MistralForCausalLM with config.json's sliding_window 24.
+    MistralForCausalLM with config.json's sliding_window 24;
+  - qwen2: Qwen2 (q/k/v biases), 4 query / 2 key-value heads, tied head; qwen3: Qwen3 (q and k
+    head norms, head_dim 12 where hidden / heads is 8), untied head; both with GPT-2's
+    tokenizer.json.
 Each is consolidated with zt-consolidate --output DIR/ and then:
   - AutoModelForCausalLM.from_pretrained(DIR) loads with no missing, unexpected or mismatched
     keys and no warning, in fp32; config.json's bos/eos_token_id are the tokenizer's;
@@ -74,6 +77,14 @@ CASES = {
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=64,
         vocab_size=v, max_position_embeddings=SEQ, rms_norm_eps=1e-5, tie_word_embeddings=False,
         sliding_window=24, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "qwen2": ("gpt2-hf", lambda t, v: t.Qwen2Config(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=64,
+        vocab_size=v, max_position_embeddings=SEQ, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+    "qwen3": ("gpt2-hf", lambda t, v: t.Qwen3Config(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=12,
+        intermediate_size=64, vocab_size=v, max_position_embeddings=SEQ, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
 }
 
 
@@ -131,8 +142,13 @@ def tokenizer_setup(runs, kind, src_dir):
 
 def check_tokenizer(name, model_dir, reference_json, config):
     """AutoTokenizer reads the export and encodes as `tokenizers` does with the run's file."""
+    # transformers 5 gives a qwen2 directory Qwen2Tokenizer whatever its tokenizer_config says
+    # (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS): Qwen's own pre-tokenizer, right for Qwen's
+    # tokenizer.json, not for the GPT-2 one this case trains with; so its tokenizer.json is
+    # read by the class tokenizer_config.json names.
+    loader = transformers.PreTrainedTokenizerFast if config["model_type"] == "qwen2" else transformers.AutoTokenizer
     with Warnings() as seen:
-        tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+        tok = loader.from_pretrained(model_dir)
     FAIL.check(not seen.seen, f"{name}: AutoTokenizer.from_pretrained warned: {seen.seen}")
     # "<|endoftext|>" is GPT-2's special token (an added token of its tokenizer.json), plain text to Llama 3.
     text = "The chef cuts the green brush, quickly!  Then 12345 dogs walk\n\ninto the garden?<|endoftext|> Done."

@@ -34,11 +34,12 @@ struct PipeCase {
     int zero_stage;
     bool llama;
     DType dtype;
+    int qwen = 0;  // with llama: as Qwen2 or Qwen3 (test::as_qwen)
 };
 
 Config pipe_config(const PipeCase& c, const std::string& train, const std::string& val, const std::string& run) {
     Config cfg = test::tiny_mpi_config(train, run);
-    if (c.llama) cfg = test::as_llama(cfg);
+    if (c.llama) cfg = test::as_qwen(test::as_llama(cfg), c.qwen);
     cfg.model.n_layer = 4;
     cfg.data.val = val;
     cfg.train.grad_accum = 4;
@@ -104,7 +105,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeCase{"zero_bubble_ddp", PipelineSchedule::kZeroBubble, 0, false, DType::kF32},
                       PipeCase{"zero_bubble_llama_zero1", PipelineSchedule::kZeroBubble, 1, true, DType::kF32},
                       PipeCase{"zero_bubble_zero2", PipelineSchedule::kZeroBubble, 2, false, DType::kF32},
-                      PipeCase{"zero_bubble_llama_zero3", PipelineSchedule::kZeroBubble, 3, true, DType::kF32}),
+                      PipeCase{"zero_bubble_llama_zero3", PipelineSchedule::kZeroBubble, 3, true, DType::kF32},
+                      PipeCase{"onef1b_qwen2_zero1", PipelineSchedule::k1F1B, 1, true, DType::kF32, 2},
+                      PipeCase{"zero_bubble_qwen3_zero1", PipelineSchedule::kZeroBubble, 1, true, DType::kF32, 3}),
     [](const ::testing::TestParamInfo<PipeCase>& i) { return std::string(i.param.name); });
 
 TEST(PipelineLowPrecision, TracksTheOneRankRunOfItsDtype) {

@@ -48,6 +48,7 @@ struct TensorCase {
     int kv_heads = 0;  // Llama: 0 = T (one per rank); fewer: each shared by T / kv_heads ranks
     bool sequence = false;  // parallel.sequence
     int window = 0;  // > 0: the Llama as a Mistral with this sliding window (shorter than the rows)
+    int qwen = 0;    // Llama as Qwen2 or Qwen3 (test::as_qwen)
 };
 
 std::string case_name(const TensorCase& c) {
@@ -55,7 +56,7 @@ std::string case_name(const TensorCase& c) {
            "_tensor" + std::to_string(c.tensor) + "_stage" +
            std::to_string(c.stage) + (c.shard_group > 0 ? "_groups_of_" + std::to_string(c.shard_group) : "") +
            (c.recompute ? "_recompute" : "") + (c.kv_heads > 0 ? "_kv" + std::to_string(c.kv_heads) : "") +
-           (c.sequence ? "_sequence" : "");
+           (c.sequence ? "_sequence" : "") + (c.qwen > 0 ? "_qwen" + std::to_string(c.qwen) : "");
 }
 
 /// The tiny model with heads enough for T: GPT-2 4 heads of 6; Llama 2T query heads of 4
@@ -69,6 +70,7 @@ Config tensor_config(const TensorCase& c, const std::string& train, const std::s
         cfg.model.n_head = 2 * c.tensor;
         cfg.model.n_kv_head = c.kv_heads > 0 ? c.kv_heads : c.tensor;
         cfg.model.n_embd = 8 * c.tensor;  // head size 4 at T = 4 (rotary needs it even)
+        cfg = test::as_qwen(cfg, c.qwen);
     }
     if (c.window > 0) {
         cfg.model.arch = ModelArch("mistral");
@@ -194,7 +196,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                                            TensorCase{4, 0, false, 0, true, 0, true},
                                            // Mistral: the window in every rank's attention.
                                            TensorCase{2, 3, true, 0, false, 0, false, 5},
-                                           TensorCase{2, 1, true, 0, false, 0, true, 5}),
+                                           TensorCase{2, 1, true, 0, false, 0, true, 5},
+                                           TensorCase{2, 3, true, 0, false, 0, false, 0, 2},
+                                           TensorCase{2, 1, true, 0, false, 0, true, 0, 3},
+                                           TensorCase{4, 0, true, 0, false, 2, false, 0, 3},
+                                           TensorCase{4, 3, true, 0, false, 2, false, 0, 2}),
                          [](const auto& info) { return case_name(info.param); });
 
 // bf16 and fp16: the tensor group's sums run in the activation dtype (each rank's partial

@@ -41,6 +41,7 @@ struct StageCase {
     double bucket_mb;  // DDP bucket size; the tiny model's gradients are ~66 KB
     bool llama = false;  // the same model as a Llama (test::as_llama)
     int window = 0;      // > 0: that Llama as a Mistral with this sliding window
+    int qwen = 0;        // with llama: as Qwen2 or Qwen3 (test::as_qwen)
 };
 
 class ZeroStage : public ::testing::TestWithParam<StageCase> {};
@@ -55,7 +56,7 @@ TEST_P(ZeroStage, MatchesOneRankWithAccumulationAndMeetsMemoryAndCommTheory) {
     // Reference: one rank (each rank computes it alone on MPI_COMM_SELF) with N x accumulation.
     auto model = [&](Config c) {
         if (!GetParam().llama) return c;
-        c = test::as_llama(c);
+        c = test::as_qwen(test::as_llama(c), GetParam().qwen);
         if (GetParam().window > 0) {
             c.model.arch = ModelArch("mistral");
             c.model.sliding_window = GetParam().window;
@@ -149,11 +150,13 @@ INSTANTIATE_TEST_SUITE_P(AllStages, ZeroStage,
                          ::testing::Values(StageCase{0, 25}, StageCase{0, 0.004}, StageCase{1, 25},
                                            StageCase{2, 25}, StageCase{3, 25}, StageCase{0, 25, true},
                                            StageCase{1, 25, true}, StageCase{3, 25, true},
-                                           StageCase{3, 25, true, 5}),
+                                           StageCase{3, 25, true, 5}, StageCase{3, 25, true, 0, 2},
+                                           StageCase{3, 25, true, 0, 3}),
                          [](const auto& info) {
                              return "stage" + std::to_string(info.param.stage) +
                                     (info.param.bucket_mb < 1 ? "_small_buckets" : "") +
-                                    (info.param.window > 0 ? "_mistral" : info.param.llama ? "_llama" : "");
+                                    (info.param.window > 0 ? "_mistral" : info.param.llama ? "_llama" : "") +
+                                    (info.param.qwen > 0 ? "_qwen" + std::to_string(info.param.qwen) : "");
                          });
 
 /// LoRA (lora.rank 4, lora.alpha 8) under ZeRO (and pipeline stages) at N ranks matches one

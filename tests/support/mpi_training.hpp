@@ -84,6 +84,21 @@ inline Config as_llama(Config c) {
     return c;
 }
 
+/// A Llama-block model (as_llama's, or tensor_config's Llama) as Qwen `family` (2 or 3):
+/// qwen2 with q/k/v biases; qwen3 with q/k head norms and a head size (6) of its own. Any
+/// other value: the model as it is.
+inline Config as_qwen(Config c, int family) {
+    if (family == 2) {
+        c.model.arch = ModelArch("qwen2");
+        c.model.qkv_bias = true;
+    } else if (family == 3) {
+        c.model.arch = ModelArch("qwen3");
+        c.model.qk_norm = true;
+        c.model.head_dim = 6;
+    }
+    return c;
+}
+
 /// Every unit's master weights in checkpoint `step_dir`, in the whole model's layout (read
 /// through CheckpointReader, so the same at any tensor split and pipeline that wrote it).
 inline std::vector<float> checkpoint_master(const std::string& step_dir) {

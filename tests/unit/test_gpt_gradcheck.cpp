@@ -115,6 +115,28 @@ TEST(GptGradcheck, EveryTensorMatchesFiniteDifferences) { check_every_tensor(tin
 TEST(LlamaGradcheck, EveryTensorMatchesFiniteDifferencesGqaTied) { check_every_tensor(tiny_llama(true, 1)); }
 TEST(LlamaGradcheck, EveryTensorMatchesFiniteDifferencesMhaUntied) { check_every_tensor(tiny_llama(false, 2)); }
 
+/// Qwen2: Llama's block with q|k|v biases (every element checked, the biases included).
+ModelConfig tiny_qwen2(bool tied, int n_kv_head) {
+    ModelConfig mc = tiny_llama(tied, n_kv_head);
+    mc.arch = ModelArch("qwen2");
+    mc.qkv_bias = true;
+    return mc;
+}
+
+/// Qwen3: q and k head norms before rotary, a head size (6) other than n_embd / n_head (4).
+ModelConfig tiny_qwen3(bool tied, int n_kv_head) {
+    ModelConfig mc = tiny_llama(tied, n_kv_head);
+    mc.arch = ModelArch("qwen3");
+    mc.qk_norm = true;
+    mc.head_dim = 6;
+    return mc;
+}
+
+TEST(QwenGradcheck, EveryTensorMatchesFiniteDifferencesQwen2GqaTied) { check_every_tensor(tiny_qwen2(true, 1)); }
+TEST(QwenGradcheck, EveryTensorMatchesFiniteDifferencesQwen2MhaUntied) { check_every_tensor(tiny_qwen2(false, 2)); }
+TEST(QwenGradcheck, EveryTensorMatchesFiniteDifferencesQwen3GqaTied) { check_every_tensor(tiny_qwen3(true, 1)); }
+TEST(QwenGradcheck, EveryTensorMatchesFiniteDifferencesQwen3MhaUntied) { check_every_tensor(tiny_qwen3(false, 2)); }
+
 void check_padded_rows(const ModelConfig& mc, const std::vector<std::string>& tensors) {
     auto backend = make_cpu_backend(1);
     Transformer model(mc, *backend, 1);
@@ -172,6 +194,10 @@ void check_recompute(ModelConfig mc) {
 
 TEST(GptRecompute, SameLossAndGradientsWithLessActivationMemory) { check_recompute(tiny_model()); }
 TEST(LlamaRecompute, SameLossAndGradientsWithLessActivationMemory) { check_recompute(tiny_llama(false, 1)); }
+TEST(QwenRecompute, SameLossAndGradientsWithLessActivationMemory) {
+    check_recompute(tiny_qwen2(false, 1));
+    check_recompute(tiny_qwen3(true, 1));
+}
 
 TEST(GptInit, IdenticalForEverySeedUseAndDependsOnSeed) {
     const ModelConfig mc = tiny_model();

@@ -344,8 +344,8 @@ TEST(HfLlamaImport, BadDirectoriesAndTensorsAreRefusedNamingFileAndField) {
     refused("rope_type", {config_file, "rope_type = 'yarn'"});
     with_config([](nlohmann::json& c) { c["architectures"] = {"LlamaForSequenceClassification"}; });
     refused("a classifier", {config_file, "architectures = [\"LlamaForSequenceClassification\"]", "causal"});
-    with_config([](nlohmann::json& c) { c["model_type"] = "qwen2"; });
-    refused("qwen2", {config_file, "model_type = 'qwen2'", "biases"});
+    with_config([](nlohmann::json& c) { c["model_type"] = "gemma"; });
+    refused("gemma", {config_file, "model_type = 'gemma'", "expected one of", "qwen2 (qwen2)"});
     with_config([](nlohmann::json& c) { c["hidden_size"] = "16"; });
     refused("a string", {config_file, "hidden_size = \"16\""});
     fs::remove(config_file);

@@ -164,6 +164,72 @@ TEST(LlamaOps, RmsNormForwardBackwardMatchReference) {
     }
 }
 
+/// Qwen3's q and k head norms on qkv rows are the RMSNorm op on each head: q heads with
+/// q_weight, k heads with k_weight (gathered here into rows of hs), v passed through; the
+/// backward accumulates, its v part is dout, and it matches finite differences.
+TEST(LlamaOps, QkNormIsRmsNormPerHeadAndMatchesFiniteDifferences) {
+    auto be = make_cpu_backend(0);
+    const int N = 5, NH = 4, NKV = 2, hs = 6, heads = NH + NKV;
+    const int row = (NH + 2 * NKV) * hs;
+    const float eps = 1e-6f;
+    const size_t n = static_cast<size_t>(N) * row;
+    const Vec x = uniform(n, 21, -2.f, 2.f), wq = uniform(hs, 22, 0.5f, 1.5f), wk = uniform(hs, 23, 0.5f, 1.5f);
+    const Vec dout = uniform(n, 24);
+    Vec out(n), rstd(static_cast<size_t>(N) * heads);
+    be->qk_norm_forward(out.data(), rstd.data(), x.data(), wq.data(), wk.data(), N, NH, NKV, hs, eps);
+    const Vec dinp0 = uniform(n, 25), dwq0 = uniform(hs, 26), dwk0 = uniform(hs, 27);
+    Vec dinp = dinp0, dwq = dwq0, dwk = dwk0;
+    be->qk_norm_backward(dinp.data(), dwq.data(), dwk.data(), dout.data(), x.data(), wq.data(), wk.data(),
+                         rstd.data(), N, NH, NKV, hs);
+    // The q heads, then the k heads, as rows of hs: the rmsnorm op's forward and backward.
+    for (const bool q : {true, false}) {
+        const int h0 = q ? 0 : NH, count = q ? NH : NKV, rows = N * count;
+        Vec xh, dh, oh, dih;
+        for (int r = 0; r < N; ++r) {
+            for (int h = h0; h < h0 + count; ++h) {
+                const size_t at = static_cast<size_t>(r) * row + static_cast<size_t>(h) * hs;
+                xh.insert(xh.end(), x.begin() + at, x.begin() + at + hs);
+                dh.insert(dh.end(), dout.begin() + at, dout.begin() + at + hs);
+                oh.insert(oh.end(), out.begin() + at, out.begin() + at + hs);
+                dih.insert(dih.end(), dinp.begin() + at, dinp.begin() + at + hs);
+            }
+        }
+        const Vec& w = q ? wq : wk;
+        Vec want(xh.size()), want_rstd(static_cast<size_t>(rows)), want_d(xh.size(), 0.f), want_dw(hs, 0.f);
+        be->rmsnorm_forward(want.data(), want_rstd.data(), xh.data(), w.data(), rows, hs, eps);
+        EXPECT_EQ(oh, want) << (q ? "q" : "k") << " heads";
+        be->rmsnorm_backward(want_d.data(), want_dw.data(), dh.data(), xh.data(), w.data(), want_rstd.data(), rows, hs);
+        DVec d_ref(want_d.begin(), want_d.end()), dw_ref(want_dw.begin(), want_dw.end());
+        Vec prefill;
+        for (int r = 0; r < N; ++r) {
+            for (int h = h0; h < h0 + count; ++h) {
+                const size_t at = static_cast<size_t>(r) * row + static_cast<size_t>(h) * hs;
+                prefill.insert(prefill.end(), dinp0.begin() + at, dinp0.begin() + at + hs);
+            }
+        }
+        EXPECT_TRUE(near(q ? "q dinp" : "k dinp", plus(prefill, d_ref), dih, sum_atol(hs)));
+        EXPECT_TRUE(near(q ? "dq_weight" : "dk_weight", plus(q ? dwq0 : dwk0, dw_ref), q ? dwq : dwk, sum_atol(rows)));
+    }
+    for (int r = 0; r < N; ++r) {  // v: copied forward, its gradient passed on
+        for (int i = heads * hs; i < row; ++i) {
+            const size_t at = static_cast<size_t>(r) * row + static_cast<size_t>(i);
+            EXPECT_EQ(out[at], x[at]);
+            EXPECT_EQ(dinp[at], dinp0[at] + dout[at]);
+        }
+    }
+    Vec d_only(n, 0.f), dq(hs, 0.f), dk(hs, 0.f);
+    be->qk_norm_backward(d_only.data(), dq.data(), dk.data(), dout.data(), x.data(), wq.data(), wk.data(),
+                         rstd.data(), N, NH, NKV, hs);
+    auto loss = [&](const Vec& xx, const Vec& q, const Vec& k) {
+        Vec o(n), rs(rstd.size());
+        be->qk_norm_forward(o.data(), rs.data(), xx.data(), q.data(), k.data(), N, NH, NKV, hs, eps);
+        return dot(dout, o);
+    };
+    expect_fd_gradient("qk_norm dinp", x, d_only, 40, [&](const Vec& xx) { return loss(xx, wq, wk); });
+    expect_fd_gradient("qk_norm dq_weight", wq, dq, hs, [&](const Vec& q) { return loss(x, q, wk); });
+    expect_fd_gradient("qk_norm dk_weight", wk, dk, hs, [&](const Vec& k) { return loss(x, wq, k); });
+}
+
 TEST(LlamaOps, RmsNormBackwardMatchesFiniteDifferences) {
     auto be = make_cpu_backend(1);
     const int N = 4, C = 24;

@@ -46,9 +46,16 @@ std::vector<std::string> deck_arch_names() {
 /// A small model of `arch`'s family that passes its key checks.
 ModelConfig small_model(ModelArch arch) {
     ModelConfig m = test::model_config(2, 4, 32, 16, 50, 16);
-    if (arch == ModelArch("llama") || arch == ModelArch("mistral")) m = test::small_llama(2, false, false);
+    const bool llama_block = arch == ModelArch("llama") || arch == ModelArch("mistral") ||
+                             arch == ModelArch("qwen2") || arch == ModelArch("qwen3");
+    if (llama_block) m = test::small_llama(2, false, false);
     if (arch == ModelArch("mistral")) m.sliding_window = m.seq_len / 2;
     m.arch = arch;
+    m.qkv_bias = arch == ModelArch("qwen2");
+    if (arch == ModelArch("qwen3")) {
+        m.qk_norm = true;
+        m.head_dim = 6;  // q spans 24 channels of the 16-wide model
+    }
     return m;
 }
 
@@ -69,9 +76,10 @@ TEST(ModelFamily, EveryDeckArchHasAFamilyThatAnswers) {
         double manifest = 0;
         for (const ParamSpec& p : layout.params) manifest += static_cast<double>(p.numel);
         EXPECT_EQ(f.parameter_count(m), manifest) << "the closed form differs from the manifest";
-        // Attention's term: the keys a query reads (a sliding window's, when shorter).
+        // Attention's term: the keys a query reads (a sliding window's, when shorter) times
+        // the width of q.
         const double keys = m.sliding_window > 0 ? std::min(m.sliding_window, m.seq_len) : m.seq_len;
-        EXPECT_EQ(f.flops_per_token(m), 6 * manifest + 12.0 * m.n_layer * keys * m.n_embd);
+        EXPECT_EQ(f.flops_per_token(m), 6 * manifest + 12.0 * m.n_layer * keys * (m.n_head * m.head_size()));
         EXPECT_GT(f.block_product_weights(m), 0);
         const std::string banner = f.banner(m, manifest);
         EXPECT_EQ(banner.rfind("ztrain: ", 0), 0u) << banner;
@@ -99,7 +107,8 @@ TEST(ModelFamily, ConfigJsonReadsBackAsTheSameModel) {
             set_config_value(back, s.key, s.text);
         }
         for (const char* key : {"model.arch", "model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size",
-                                "model.n_kv_head", "model.ffn_dim", "model.tie_embeddings", "model.sliding_window"}) {
+                                "model.n_kv_head", "model.ffn_dim", "model.tie_embeddings", "model.sliding_window",
+                                "model.head_dim", "model.qkv_bias", "model.qk_norm"}) {
             Config original;
             original.model = m;
             EXPECT_EQ(config_value_text(back, key), config_value_text(original, key)) << key;

@@ -71,6 +71,11 @@ class ActivationRoundingBackend final : public ForwardingBackend {
                          float eps) override;
     void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                           const float* rstd, int N, int C) override;
+    void qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight, const float* k_weight,
+                         int N, int NH, int NKV, int hs, float eps) override;
+    void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout, ConstActPtr inp,
+                          const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int NKV,
+                          int hs) override;
     void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override;
     void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV,
                        int hs) override;

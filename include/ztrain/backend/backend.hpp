@@ -325,6 +325,20 @@ class Backend {
     virtual void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV,
                                int hs) = 0;
 
+    /// Qwen3's q and k head norms: an RMSNorm over each head of fused qkv rows (the
+    /// gqa_attention layout, (N, (NH + 2*NKV) hs)), the NH q heads with q_weight (hs), the NKV
+    /// k heads with k_weight (hs); the v part copied. rstd (N, NH + NKV) is saved for
+    /// backward. out must not overlap inp. The default throws (a backend without the op).
+    /// Typed out / inp (rstd fp32).
+    virtual void qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight,
+                                 const float* k_weight, int N, int NH, int NKV, int hs, float eps);
+    /// dinp (N, (NH + 2*NKV) hs) += d(out)/d(inp)^T dout (dout itself on the v part);
+    /// dq_weight, dk_weight (hs) += their gradients, summed over rows and heads in a fixed
+    /// order. inp, the weights and rstd are the forward's. Typed dinp / dout / inp.
+    virtual void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout,
+                                  ConstActPtr inp, const float* q_weight, const float* k_weight, const float* rstd,
+                                  int N, int NH, int NKV, int hs);
+
     /// SwiGLU: out (N, F) = silu(gate) * up, inp (N, 2F) per row [gate (F) | up (F)] (the
     /// output of one product with gate_proj and up_proj stacked as a (2F, C) weight),
     /// silu(x) = x * sigmoid(x).

@@ -146,6 +146,15 @@ class ForwardingBackend : public Backend {
                           const float* rstd, int N, int C) override {
         m_inner.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
     }
+    void qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight, const float* k_weight,
+                         int N, int NH, int NKV, int hs, float eps) override {
+        m_inner.qk_norm_forward(out, rstd, inp, q_weight, k_weight, N, NH, NKV, hs, eps);
+    }
+    void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout, ConstActPtr inp,
+                          const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int NKV,
+                          int hs) override {
+        m_inner.qk_norm_backward(dinp, dq_weight, dk_weight, dout, inp, q_weight, k_weight, rstd, N, NH, NKV, hs);
+    }
     void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override {
         m_inner.rope_forward(out, inp, rope, B, T, NH, NKV, hs);
     }

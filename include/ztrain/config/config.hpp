@@ -146,11 +146,15 @@ struct ModelConfig {
     /// Mistral only: a query attends to the last sliding_window positions at most, itself
     /// included (HF sliding_window); 0 = the whole causal context.
     int sliding_window = 0;
+    // Qwen2 / Qwen3 only (their families' key checks refuse them elsewhere).
+    int head_dim = 0;                      ///< per-head width of q, k, v (HF head_dim); 0 = n_embd / n_head
+    bool qkv_bias = false;                 ///< biases on the q, k and v projections (Qwen2)
+    bool qk_norm = false;                  ///< RMSNorm over each head's q and k before rotary (Qwen3)
     LoraConfig lora;                       ///< the [lora] section's keys
     /// Key/value heads: n_kv_head, or n_head when 0 (always n_head for gpt2, whose family
     /// refuses any other n_kv_head than 0).
     int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
-    int head_size() const { return n_embd / n_head; }
+    int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
     /// Width of the fused q|k|v projection: (n_head + 2 n_kv_head) * head_size (3 n_embd for gpt2).
     int qkv_dim() const { return (n_head + 2 * kv_heads()) * head_size(); }
     /// vocab_size rounded up to vocab_pad_to; padded rows are never predicted.

@@ -301,6 +301,18 @@ class CpuBackend final : public Backend {
         cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, m_threads);
     }
 
+    void qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight, const float* k_weight,
+                         int N, int NH, int NKV, int hs, float eps) override {
+        cpu::qk_norm_forward(out, rstd, inp, q_weight, k_weight, N, NH, NKV, hs, eps, m_threads);
+    }
+
+    void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout, ConstActPtr inp,
+                          const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int NKV,
+                          int hs) override {
+        cpu::qk_norm_backward(dinp, dq_weight, dk_weight, dout, inp, q_weight, k_weight, rstd, N, NH, NKV, hs,
+                              m_threads);
+    }
+
     void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override {
         cpu::rope_forward(out, inp, rope, B, T, NH, NKV, hs, m_threads);
     }

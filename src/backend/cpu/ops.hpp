@@ -148,6 +148,13 @@ void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weig
 void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                       const float* rstd, int N, int C, int threads);
 
+// Qwen3's q and k head norms on qkv rows (Backend::qk_norm_forward / backward).
+void qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight, const float* k_weight, int N,
+                     int NH, int NKV, int hs, float eps, int threads);
+void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout, ConstActPtr inp,
+                      const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int NKV, int hs,
+                      int threads);
+
 void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs, int threads);
 void rope_backward(ActPtr dinp, ConstActPtr dout, const float* rope, int B, int T, int NH, int NKV, int hs,
                    int threads);

@@ -111,3 +111,77 @@ void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr
 }
 
 }  // namespace zt::cpu
+
+namespace zt::cpu {
+
+// Qwen3's q and k head norms: the RMSNorm row kernels on each head (hs channels) of a qkv
+// row, q heads with q_weight, k heads with k_weight; v passes through. Rows run in parallel;
+// the weight gradients sum rows and heads serially, in row order (deterministic).
+
+void qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight, const float* k_weight, int N,
+                     int NH, int NKV, int hs, float eps, int threads) {
+    const int heads = NH + NKV;
+    const size_t row = static_cast<size_t>(NH + 2 * NKV) * static_cast<size_t>(hs);
+    const size_t h = static_cast<size_t>(hs);
+    const bool parallel = static_cast<size_t>(N) * row >= kRowOpMinElements;
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+    for (int r = 0; r < N; ++r) {
+        const size_t off = static_cast<size_t>(r) * row;
+        float* x = thread_rows(2 * row);
+        widen(inp, off, row, x);
+        float* y = x + row;
+        for (int k = 0; k < heads; ++k) {
+            const size_t at = static_cast<size_t>(k) * h;
+            rstd[static_cast<size_t>(r) * heads + k] =
+                rmsnorm_row_kernel(y + at, x + at, k < NH ? q_weight : k_weight, hs, eps);
+        }
+        const size_t v = static_cast<size_t>(heads) * h;
+        std::copy(x + v, x + row, y + v);
+        narrow(y, out, off, row);
+    }
+}
+
+void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout, ConstActPtr inp,
+                      const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int NKV, int hs,
+                      int threads) {
+    const int heads = NH + NKV;
+    const size_t row = static_cast<size_t>(NH + 2 * NKV) * static_cast<size_t>(hs);
+    const size_t h = static_cast<size_t>(hs);
+    const bool parallel = static_cast<size_t>(N) * row >= kRowOpMinElements;
+    if (dinp.data != nullptr) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+        for (int r = 0; r < N; ++r) {
+            const size_t off = static_cast<size_t>(r) * row;
+            float* b = thread_rows(3 * row);
+            float* di = b;
+            float* d = b + row;
+            float* x = b + 2 * row;
+            widen(dinp, off, row, di);
+            widen(dout, off, row, d);
+            widen(inp, off, row, x);
+            for (int k = 0; k < heads; ++k) {
+                const size_t at = static_cast<size_t>(k) * h;
+                rmsnorm_dinp_row_kernel(di + at, d + at, x + at, k < NH ? q_weight : k_weight,
+                                        rstd[static_cast<size_t>(r) * heads + k], hs);
+            }
+            const size_t v = static_cast<size_t>(heads) * h;
+            add_kernel(di + v, di + v, d + v, row - v);
+            narrow(di, dinp, off, row);
+        }
+    }
+    if (dq_weight == nullptr && dk_weight == nullptr) return;
+    float* b = thread_rows(2 * row);
+    for (int r = 0; r < N; ++r) {
+        const size_t off = static_cast<size_t>(r) * row;
+        widen(dout, off, row, b);
+        widen(inp, off, row, b + row);
+        for (int k = 0; k < heads; ++k) {
+            float* dw = k < NH ? dq_weight : dk_weight;
+            if (dw == nullptr) continue;
+            const size_t at = static_cast<size_t>(k) * h;
+            rmsnorm_dweight_kernel(dw, b + at, b + row + at, rstd + static_cast<size_t>(r) * heads + k, 1, hs, 0, hs);
+        }
+    }
+}
+
+}  // namespace zt::cpu

@@ -314,6 +314,18 @@ class CudaBackendImpl final : public CudaBackend {
         float* scratch = dweight != nullptr && N > 0 ? scratch_floats(cuda::column_chunks(N) * C) : nullptr;
         cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, scratch, m_stream);
     }
+    void qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight, const float* k_weight,
+                         int N, int NH, int NKV, int hs, float eps) override {
+        cuda::qk_norm_forward(out, rstd, inp, q_weight, k_weight, N, NH, NKV, hs, eps, m_stream);
+    }
+    void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout, ConstActPtr inp,
+                          const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int NKV,
+                          int hs) override {
+        const bool weights = dq_weight != nullptr && dk_weight != nullptr && N > 0;
+        float* scratch = weights ? scratch_floats(2 * cuda::column_chunks(N) * static_cast<size_t>(hs)) : nullptr;
+        cuda::qk_norm_backward(dinp, dq_weight, dk_weight, dout, inp, q_weight, k_weight, rstd, N, NH, NKV, hs,
+                               scratch, m_stream);
+    }
     void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs) override {
         cuda::rope_forward(out, inp, rope, B, T, NH, NKV, hs, m_stream);
     }

@@ -186,6 +186,13 @@ void rmsnorm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* weig
 /// scratch: column_chunks(N) * C floats (when dweight is wanted).
 void rmsnorm_backward(ActPtr dinp, float* dweight, ConstActPtr dout, ConstActPtr inp, const float* weight,
                       const float* rstd, int N, int C, float* scratch, cudaStream_t stream);
+/// Qwen3's q and k head norms (Backend::qk_norm_forward / backward); scratch: 2 *
+/// column_chunks(N) * hs floats (when the weight gradients are wanted).
+void qk_norm_forward(ActPtr out, float* rstd, ConstActPtr inp, const float* q_weight, const float* k_weight, int N,
+                     int NH, int NKV, int hs, float eps, cudaStream_t stream);
+void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout, ConstActPtr inp,
+                      const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int NKV, int hs,
+                      float* scratch, cudaStream_t stream);
 
 void rope_forward(ActPtr out, ConstActPtr inp, const float* rope, int B, int T, int NH, int NKV, int hs,
                   cudaStream_t stream);
