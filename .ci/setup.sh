@@ -14,6 +14,7 @@ packages=(
   libdnnl-dev                    # oneDNN: bf16 products on CPUs with bf16 instructions (optional at build)
   ocl-icd-opencl-dev             # oneDNN's CMake config requires OpenCL (a Recommends apt skips here)
   nlohmann-json3-dev
+  zlib1g-dev libzstd-dev         # zt-prepare: gzip and zstd compressed inputs
   fortunes fortunes-min          # the demo corpus (English text)
   python3 python3-matplotlib     # postproc/plot_metrics.py, which the demo suggests at its end
 )
