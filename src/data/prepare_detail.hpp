@@ -182,15 +182,16 @@ struct PartSummary {
 std::string segment_path(const std::string& work, size_t part, int split, const char* kind);
 std::string part_done_path(const std::string& work, size_t part);
 
-/// Progress of this rank's parts (printed to stderr at most every few seconds).
+/// Progress of this rank's parts: a line to `out` at most every `every_seconds`.
 class PrepareProgress {
   public:
-    PrepareProgress(uint64_t total_raw_bytes, bool enabled);
+    PrepareProgress(uint64_t total_raw_bytes, double every_seconds, std::ostream* out);
     void add(uint64_t raw_bytes, uint64_t records, uint64_t tokens);
 
   private:
     uint64_t m_total;
-    bool m_enabled;
+    double m_every;
+    std::ostream* m_out;  ///< null: silent (ranks other than 0)
     uint64_t m_bytes = 0, m_records = 0, m_tokens = 0;
     std::chrono::steady_clock::time_point m_start;
     double m_last = 0;

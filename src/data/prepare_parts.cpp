@@ -1,6 +1,7 @@
 // Corpus preparation (prepare.hpp), parts: a part's records read in batches, tokenized on
 // worker threads and appended in batch order to the part's segment files, so the segments
 // are the same whatever the thread count; the part's done record; progress.
+#include <algorithm>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -203,26 +204,29 @@ std::optional<PartSummary> read_part_done(const std::string& work, size_t part) 
     return sum;
 }
 
-PrepareProgress::PrepareProgress(uint64_t total_raw_bytes, bool enabled)
-    : m_total(total_raw_bytes), m_enabled(enabled), m_start(std::chrono::steady_clock::now()) {}
+PrepareProgress::PrepareProgress(uint64_t total_raw_bytes, double every_seconds, std::ostream* out)
+    : m_total(total_raw_bytes), m_every(every_seconds), m_out(out), m_start(std::chrono::steady_clock::now()) {}
 
 void PrepareProgress::add(uint64_t raw_bytes, uint64_t records, uint64_t tokens) {
     m_bytes += raw_bytes;
     m_records += records;
     m_tokens += tokens;
-    constexpr double kEvery = 5.0;  // seconds between lines
     const double now = seconds_since(m_start);
-    if (!m_enabled || now - m_last < kEvery) return;
+    if (m_out == nullptr || now - m_last < m_every) return;
     m_last = now;
     const double mb = static_cast<double>(m_bytes) / 1e6;
     const double rate = mb / std::max(now, 1e-9);
-    std::string eta = "?";
+    char line[200];
+    std::snprintf(line, sizeof(line), "zt-prepare: %.1f of %.1f MB, %llu records, %llu tokens, %.1f MB/s, ETA ", mb,
+                  static_cast<double>(m_total) / 1e6, static_cast<unsigned long long>(m_records),
+                  static_cast<unsigned long long>(m_tokens), rate);
+    *m_out << line;
     if (m_total > m_bytes && rate > 0) {
-        eta = str(static_cast<long long>(static_cast<double>(m_total - m_bytes) / 1e6 / rate), " s");
+        *m_out << static_cast<long long>(static_cast<double>(m_total - m_bytes) / 1e6 / rate) << " s\n";
+    } else {
+        *m_out << "?\n";
     }
-    std::fprintf(stderr, "zt-prepare: %.1f of %.1f MB, %llu records, %llu tokens, %.1f MB/s, ETA %s\n", mb,
-                 static_cast<double>(m_total) / 1e6, static_cast<unsigned long long>(m_records),
-                 static_cast<unsigned long long>(m_tokens), rate, eta.c_str());
+    m_out->flush();
 }
 
 void process_part(size_t index, const InputPart& part, const std::vector<std::string>& files,

@@ -106,7 +106,8 @@ void maybe_stop(size_t parts_done) {
 
 /// Tokenizes this rank's unfinished parts (standard input is rank 0's).
 void tokenize_parts(const std::vector<detail::InputPart>& parts, const std::vector<std::string>& files,
-                    const detail::RecordContext& ctx, const PrepareRanks& ranks, const std::string& work) {
+                    const detail::RecordContext& ctx, const PrepareRanks& ranks, const std::string& work,
+                    std::ostream& err) {
     const int threads = threads_per_rank(ctx.opt->threads, ranks.ranks_on_node);
     std::vector<size_t> mine;
     uint64_t bytes = 0;
@@ -117,7 +118,7 @@ void tokenize_parts(const std::vector<detail::InputPart>& parts, const std::vect
             bytes += parts[p].raw_bytes;
         }
     }
-    detail::PrepareProgress progress(bytes, ranks.rank == 0);
+    detail::PrepareProgress progress(bytes, ctx.opt->progress_seconds, ranks.rank == 0 ? &err : nullptr);
     for (size_t i = 0; i < mine.size(); ++i) {
         detail::process_part(mine[i], parts[mine[i]], files, ctx, threads, work, progress);
         maybe_stop(i + 1);
@@ -193,7 +194,7 @@ void prepare_corpus(const PrepareOptions& opt, std::ostream& out, std::ostream& 
     std::vector<detail::SplitShards> shards;
     detail::PartSummary total;
     try {
-        on_every_rank(ranks, [&] { tokenize_parts(parts, files, ctx, ranks, work); });
+        on_every_rank(ranks, [&] { tokenize_parts(parts, files, ctx, ranks, work, err); });
         const std::vector<detail::PartSummary> done = read_parts(work, parts.size());
         total = detail::total_of(done);
         if (jsonl) detail::report_bad_lines(opt, files, parts, done, rank_err);

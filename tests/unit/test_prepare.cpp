@@ -344,6 +344,25 @@ TEST(PrepareCorpus, JsonlSameExamplesAndBadLinesForAnyPartSize) {
     EXPECT_NE(out_whole.find("116 examples"), std::string::npos) << out_whole;
 }
 
+TEST(PrepareCorpus, ProgressLineSaysBytesRecordsTokensRateAndEta) {
+    ScratchDir dir("prepare-progress");
+    write_file(dir.file("in.txt"), numbered_documents(40));
+    zt::PrepareOptions opt = options({dir.file("in.txt")}, dir.file("out"));
+    opt.doc_separator = "%";
+    opt.batch_bytes = 200;
+    std::string err;
+    prepare(opt, &err);
+    EXPECT_EQ(err, "") << "a quick run prints no progress line (one every 5 s)";
+    opt.progress_seconds = 0;  // a line after every batch
+    opt.output = dir.file("out2");
+    prepare(opt, &err);
+    const size_t at = err.find("zt-prepare: ");
+    ASSERT_NE(at, std::string::npos) << err;
+    for (const char* part : {" MB, ", " records, ", " tokens, ", " MB/s, ETA "}) {
+        EXPECT_NE(err.find(part), std::string::npos) << part << " missing in: " << err;
+    }
+}
+
 TEST(PrepareCorpus, AFailedRunLeavesTheOutputUntouched) {
     ScratchDir dir("prepare-untouched");
     write_file(dir.file("good.txt"), "good text");

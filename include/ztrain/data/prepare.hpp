@@ -82,6 +82,7 @@ struct PrepareOptions {
     int threads = 0;            ///< tokenizing threads per rank; 0: cores / ranks on the node
     long long part_bytes = 64ll << 20;  ///< inputs are cut into parts of about this size
     long long batch_bytes = 1ll << 20;  ///< documents are tokenized in batches of about this size
+    double progress_seconds = 5.0;      ///< at most one progress line (to err) this often
 };
 
 /// The ranks that prepare together (mpirun -np N zt-prepare): each tokenizes its share of
@@ -102,8 +103,8 @@ class OtherRankFailed : public Error {
 };
 
 /// Prepares the corpus: checks the options (before any file is touched), writes the shards
-/// and the tokenizer, and prints a summary to `out` (jsonl bad lines and progress go to
-/// `err`; rank 0 prints). InputError for bad options and bad input.
+/// and the tokenizer, and prints a summary to `out` (jsonl bad lines and the progress line
+/// go to `err`; rank 0 prints). InputError for bad options and bad input.
 void prepare_corpus(const PrepareOptions& opt, std::ostream& out, std::ostream& err,
                     const PrepareRanks& ranks = PrepareRanks());
 
