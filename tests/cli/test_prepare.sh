@@ -64,7 +64,8 @@ printf 'four\n' >"$TMP/corpus/b.txt"                          # one document, no
 printf 'bin\0ary' >"$TMP/corpus/c.dat"                        # binary: skipped in a folder
 ln -s a.txt "$TMP/corpus/d.txt"                               # symlink: skipped in a folder
 
-# Files named explicitly; the last 25% of 4 documents (b.txt) is val.
+# Files named explicitly; the hash split picks none of these 4 documents at 0.25, so the
+# last one (b.txt) is val.
 run files 0 --input "$TMP/corpus/a.txt" "$TMP/corpus/b.txt" --output "$TMP/out1" \
     --doc-separator % --val-fraction 0.25
 expect_file "$TMP/out1/train_000000.bin"
