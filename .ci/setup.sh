@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev
   libutf8proc-dev                # Unicode NFC normalization (Hugging Face tokenizers)
   libpcre2-dev                   # the tokenizers' pre-tokenizer regexes
+  zlib1g-dev libzstd-dev         # zt-prepare: gzip and zstd compressed inputs
   fortunes fortunes-min          # the demo corpus (English text)
   python3 python3-matplotlib     # postproc/plot_metrics.py, which the demo suggests at its end
 )

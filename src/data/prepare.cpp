@@ -1,5 +1,6 @@
 // Corpus preparation (prepare.hpp): the options, the input files, the choice between the
-// text and JSON Lines runs, and the output folder's stale shards.
+// text and JSON Lines runs, the work folder (resume), the run's phases across ranks, and
+// moving the result into the output folder.
 #include "ztrain/data/prepare.hpp"
 
 #include <algorithm>
@@ -21,29 +22,9 @@ namespace zt {
 
 namespace detail {
 
-std::string read_prepare_input(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InputError(str("--input: cannot read '", path, "'"));
-    }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) {
-        throw InputError(str("--input: read failed for '", path, "'"));
-    }
-    return ss.str();
-}
-
-bool is_binary(const std::string& content) { return content.find('\0') != std::string::npos; }
-
+bool is_binary(std::string_view content) { return content.find('\0') != std::string_view::npos; }
 
 bool is_hf_tokenizer(const PrepareOptions& opt) { return opt.tokenizer != "byte" && opt.tokenizer != "gpt2"; }
-
-void create_output_folder(const std::string& dir) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    ZT_INPUT_CHECK(!ec, "--output: cannot create '", dir, "' (", ec.message(), ")");
-}
 
 std::string shard_path(const std::string& dir, const std::string& prefix, size_t index) {
     char name[64];
@@ -61,13 +42,20 @@ std::string describe_files(const std::vector<std::string>& files) {
     return str(files.front(), " .. ", files.back());
 }
 
-size_t finish_output(const PrepareOptions& opt, const Tokenizer& tok, const std::vector<std::string>& train_files,
-                     const std::vector<std::string>& val_files) {
-    std::set<std::string> written(train_files.begin(), train_files.end());
-    written.insert(val_files.begin(), val_files.end());
-    const size_t stale = remove_stale_shards(opt.output, written);
-    tok.save(opt.output);
-    return stale;
+PartSummary total_of(const std::vector<PartSummary>& parts) {
+    PartSummary t;
+    for (const PartSummary& p : parts) {
+        for (int s = 0; s < 2; ++s) {
+            t.records[s] += p.records[s];
+            t.tokens[s] += p.tokens[s];
+            t.targets[s] += p.targets[s];
+        }
+        t.blank += p.blank;
+        t.lines += p.lines;
+        for (int l = 0; l < 4; ++l) t.by_layout[l] += p.by_layout[l];
+        t.bad_count += p.bad_count;
+    }
+    return t;
 }
 
 void print_stale_shards(std::ostream& out, size_t stale) {
@@ -83,6 +71,19 @@ void print_tokenizer_written(std::ostream& out, const PrepareOptions& opt) {
 }  // namespace detail
 
 namespace {
+
+/// Whether a file's first 64 KiB (decompressed) hold a NUL byte.
+bool starts_binary(const std::string& path) {
+    detail::InputReader in(path, 0);
+    std::string head(64 << 10, '\0');
+    size_t n = 0;
+    while (n < head.size()) {
+        const size_t got = in.read(head.data() + n, head.size() - n);
+        if (got == 0) break;
+        n += got;
+    }
+    return detail::is_binary(std::string_view(head).substr(0, n));
+}
 
 /// The files of folder `input` to read (sorted), counting what is skipped.
 std::vector<std::string> collect_folder(const std::string& input, SkippedInputs& skipped) {
@@ -104,8 +105,7 @@ std::vector<std::string> collect_folder(const std::string& input, SkippedInputs&
     std::sort(found.begin(), found.end());
     std::vector<std::string> files;
     for (const std::string& f : found) {
-        // Reading twice (here and when tokenizing) keeps memory at one file at a time.
-        if (detail::is_binary(detail::read_prepare_input(f))) {
+        if (starts_binary(f)) {
             ++skipped.binary;
             continue;
         }
@@ -118,22 +118,13 @@ std::vector<std::string> collect_folder(const std::string& input, SkippedInputs&
     return files;
 }
 
-bool ends_with_jsonl(const std::string& path) {
-    const std::string ext = ".jsonl";
-    return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+bool ends_with(const std::string& s, const std::string& end) {
+    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
 }
 
-/// Whether the files are JSON Lines: --format says so, or (without --format) every file is
-/// named *.jsonl. A mix without --format is an error: it is unclear what was meant.
-bool is_jsonl_run(const PrepareOptions& opt, const std::vector<std::string>& files) {
-    if (!opt.format.empty()) {
-        return opt.format != "text";
-    }
-    const size_t jsonl = static_cast<size_t>(std::count_if(files.begin(), files.end(), ends_with_jsonl));
-    ZT_INPUT_CHECK(jsonl == 0 || jsonl == files.size(), "--input: ", jsonl, " of ", files.size(),
-                   " input files are named *.jsonl: give --format jsonl (all are JSON Lines) or "
-                   "--format text (all are text documents)");
-    return jsonl > 0;
+/// Named *.jsonl, *.jsonl.gz or *.jsonl.zst.
+bool ends_with_jsonl(const std::string& path) {
+    return ends_with(path, ".jsonl") || ends_with(path, ".jsonl.gz") || ends_with(path, ".jsonl.zst");
 }
 
 /// The options that only the JSON Lines run reads.
@@ -145,13 +136,35 @@ void check_jsonl_options(const PrepareOptions& opt) {
         parse_chat_template(opt.chat_template, "--chat-template");
     }
     ZT_INPUT_CHECK(opt.max_tokens >= 0, "--max-tokens: ", opt.max_tokens, " is negative (0: no limit)");
+    ZT_INPUT_CHECK(opt.threads >= 0, "--threads: ", opt.threads, " is negative (0: cores / ranks on the node)");
+    ZT_INPUT_CHECK(opt.part_bytes >= 1 && opt.batch_bytes >= 1, "part and batch sizes must be positive: ",
+                   opt.part_bytes, ", ", opt.batch_bytes);
 }
 
 }  // namespace
 
+/// Whether the files are JSON Lines: --format says so, or (without --format) every file is
+/// named *.jsonl. A mix without --format is an error: it is unclear what was meant.
+bool detail::is_jsonl_run(const PrepareOptions& opt, const std::vector<std::string>& files) {
+    if (!opt.format.empty()) {
+        return opt.format != "text";
+    }
+    const size_t jsonl = static_cast<size_t>(std::count_if(files.begin(), files.end(), ends_with_jsonl));
+    ZT_INPUT_CHECK(jsonl == 0 || jsonl == files.size(), "--input: ", jsonl, " of ", files.size(),
+                   " input files are named *.jsonl: give --format jsonl (all are JSON Lines) or "
+                   "--format text (all are text documents)");
+    return jsonl > 0;
+}
+
 std::vector<std::string> collect_input_files(const std::vector<std::string>& inputs, SkippedInputs& skipped) {
     std::vector<std::string> files;
     for (const std::string& input : inputs) {
+        if (detail::is_stdin(input)) {
+            ZT_INPUT_CHECK(std::count(inputs.begin(), inputs.end(), input) == 1,
+                           "--input: '-' (standard input) is given more than once");
+            files.push_back(input);
+            continue;
+        }
         std::error_code ec;
         const fs::file_status st = fs::status(input, ec);
         if (!fs::exists(st)) {
@@ -165,14 +178,6 @@ std::vector<std::string> collect_input_files(const std::vector<std::string>& inp
         files.insert(files.end(), found.begin(), found.end());
     }
     return files;
-}
-
-size_t validation_count(double val_fraction, size_t n) {
-    if (val_fraction <= 0.0 || n < 2) {
-        return 0;
-    }
-    const auto n_val = static_cast<size_t>(std::floor(val_fraction * static_cast<double>(n)));
-    return std::clamp<size_t>(n_val, 1, n - 1);
 }
 
 /// (Hand-written rather than std::regex, whose libstdc++ code trips GCC 12's
@@ -234,19 +239,5 @@ std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& opt) {
                                         : make_byte_tokenizer();
 }
 
-void prepare_corpus(const PrepareOptions& opt, std::ostream& out, std::ostream& err) {
-    check_prepare_options(opt);
-    const std::unique_ptr<Tokenizer> tok = make_prepare_tokenizer(opt);
-    SkippedInputs skipped;
-    const std::vector<std::string> files = collect_input_files(opt.inputs, skipped);
-    if (is_jsonl_run(opt, files)) {
-        detail::prepare_examples(opt, *tok, files, out, err);
-        return;
-    }
-    ZT_INPUT_CHECK(opt.chat_template.empty() && !opt.skip_bad && opt.max_tokens == 0,
-                   "--chat-template, --skip-bad and --max-tokens apply to JSON Lines input only "
-                   "(--format jsonl, or files named *.jsonl)");
-    detail::prepare_documents(opt, *tok, files, skipped, out);
-}
 
 }  // namespace zt

@@ -8,13 +8,13 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/agree.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/threads.hpp"
 #include "ztrain/data/blend.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
@@ -415,8 +415,7 @@ MemoryPlan plan_memory(const Config& cfg, int world_size, int ranks_per_node, do
 
 MemoryPlan plan_for_deck(const Config& cfg, int world_size, int ranks_per_node) {
     const ModelConfig& m = cfg.model;
-    int threads = cfg.train.threads;
-    if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_per_node);
+    const int threads = threads_per_rank(cfg.train.threads, ranks_per_node);
     const PlannedBackend backend =
         planned_backend(setting_text(cfg.backend), cfg.train.micro_batch, m.seq_len,
                         m.n_head / std::max(1, cfg.parallel.tensor), threads);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
 
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/backend/cuda_backend.hpp"
@@ -13,6 +12,7 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/threads.hpp"
 #include "ztrain/cuda_runtime/device.hpp"
 #include "ztrain/data/blend.hpp"
 #include "ztrain/data/token_data.hpp"
@@ -221,10 +221,7 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
 
 void start_compute(TrainSetup& s, const Config& cfg) {
     // Ranks on one node share its cores unless told otherwise.
-    int threads = cfg.train.threads;
-    if (threads <= 0) {
-        threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.comm->local_size());
-    }
+    const int threads = threads_per_rank(cfg.train.threads, s.comm->local_size());
     // ZT_PROFILE_OPS=1 wraps the backend in a ProfilingBackend (per-op times in ops_ms).
     s.backend = profile_ops_from_env(make_backend(s.backend_kind, threads, s.comm->local_rank()));
     s.op_profile = dynamic_cast<ProfilingBackend*>(s.backend.get());

@@ -19,7 +19,7 @@ deck=(--config "$SRC/inputs/finetune_tiny.ini" --data.train="$work/ex/train_*.bi
   --train.threads=1 --train.schedule_steps=100)
 
 # The mask: the validation loss over the completion's targets falls from ~5.6 to near 0.
-expect 0 "examples: train: 360 examples \(1800 targets" "$BIN/ztrain" "${deck[@]}" --run.dir="$work/mask"
+expect 0 "examples: train: 352 examples \(1760 targets" "$BIN/ztrain" "${deck[@]}" --run.dir="$work/mask"
 last_val=$(grep '"val_loss"' "$work/mask/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.e-]*\).*/\1/')
 first_val=$(grep '"val_loss"' "$work/mask/metrics.jsonl" | head -1 | sed 's/.*"val_loss":\([0-9.e-]*\).*/\1/')
 check "masked validation loss falls near 0 ($first_val -> $last_val)" \
@@ -28,7 +28,7 @@ check "metrics.jsonl has targets and rows per step" \
   grep -q '"targets":[0-9]*,"rows":8,' "$work/mask/metrics.jsonl"
 # The start-up line counts examples and the rows they make, not windows; what data.overlong
 # cut or left out is in it (seq_len 24: the longer prompts do not fit).
-expect 0 "tokens, 360 train examples in [0-9]+ rows per epoch \(pack\), 40 val examples in [0-9]+ rows$" \
+expect 0 "tokens, 352 train examples in [0-9]+ rows per epoch \(pack\), 48 val examples in [0-9]+ rows$" \
   "$BIN/ztrain" "${deck[@]}" --train.max_steps=1 --run.dir="$work/line"
 expect 0 "train examples in [0-9]+ rows per epoch \(pad; [0-9]+ dropped by data.overlong\), [0-9]+ val examples in [0-9]+ rows \([0-9]+ dropped by data.overlong\)$" \
   "$BIN/ztrain" "${deck[@]}" --train.max_steps=1 --model.seq_len=24 --data.overlong=drop --data.packing=pad \
@@ -50,7 +50,7 @@ strip() { grep '"loss"' "$1" | sed 's/"tokens_per_s":[^,]*,//; s/"step_ms".*//';
 check "the resumed run's step records equal the uninterrupted run's" \
   diff <(strip "$work/mask/metrics.jsonl") <(strip "$work/split/metrics.jsonl")
 
-# train.epochs: 2 passes over 360 examples packed into rows, 8 rows per step: the start line
+# train.epochs: 2 passes over 352 examples packed into rows, 8 rows per step: the start line
 # says how many steps that is, and the run takes exactly them.
 grep -v "^max_steps" "$SRC/inputs/finetune_tiny.ini" > "$work/epochs.ini"
 "$BIN/ztrain" --config "$work/epochs.ini" --data.train="$work/ex/train_*.bin" --train.threads=1 --train.epochs=2 \

@@ -38,7 +38,7 @@ finetune=(--data.train="ft/train_*.bin" --data.val="ft/val_*.bin" --model.seq_le
 # The samples answer the first validation chat's user turn and stop at the end of the turn.
 "$BIN/ztrain" --model.from_hf=hf_pretrained "${finetune[@]}" --train.max_steps=60 --train.sample_tokens=40 \
   --run.dir=finetune > finetune.out 2>&1 || { echo "FAIL: fine-tuning"; tail -5 finetune.out; exit 1; }
-check "the run says what it trains on" grep -q "examples: train: 270 examples" finetune.out
+check "the run says what it trains on" grep -q "examples: train: 277 examples" finetune.out
 sed -n '/^sample at step 60:/,$p' finetune.out | head -6 > sample.txt
 check "the last sample is an answer to a rendered user turn, ended by <|im_end|>" \
   bash -c 'grep -q "<|im_start|>user" sample.txt && grep -qE "<\|im_start\|>assistant" sample.txt &&

@@ -64,7 +64,8 @@ printf 'four\n' >"$TMP/corpus/b.txt"                          # one document, no
 printf 'bin\0ary' >"$TMP/corpus/c.dat"                        # binary: skipped in a folder
 ln -s a.txt "$TMP/corpus/d.txt"                               # symlink: skipped in a folder
 
-# Files named explicitly; the last 25% of 4 documents (b.txt) is val.
+# Files named explicitly; the hash split picks none of these 4 documents at 0.25, so the
+# last one (b.txt) is val.
 run files 0 --input "$TMP/corpus/a.txt" "$TMP/corpus/b.txt" --output "$TMP/out1" \
     --doc-separator % --val-fraction 0.25
 expect_file "$TMP/out1/train_000000.bin"
@@ -170,8 +171,15 @@ run badmerges 2 --input "$TMP/hello.txt" --output "$TMP/bad" --tokenizer gpt2 \
     --vocab "$SRC/tests/data/bpe_tiny/vocab.json" --merges "$TMP/bad_merges.txt"
 expect_in badmerges "$TMP/badmerges.err" "bad_merges.txt:2"
 
+printf 'hello world, compressed' | gzip -c | head -c 20 >"$TMP/broken.gz"
 run binary 2 --input "$TMP/corpus/c.dat" --output "$TMP/bad"
 expect_in binary "$TMP/binary.err" "c.dat"
+
+run threads 2 --input "$TMP/hello.txt" --output "$TMP/bad" --threads -1
+expect_in threads "$TMP/threads.err" "--threads: -1 is negative"
+
+run badgzip 2 --input "$TMP/broken.gz" --output "$TMP/bad"
+expect_in badgzip "$TMP/badgzip.err" "broken.gz': gzip: the file ends inside a compressed stream"
 
 run noinput 2 --output "$TMP/bad"
 expect_in noinput "$TMP/noinput.err" "--input"
@@ -180,6 +188,7 @@ run unknownopt 2 --input "$TMP/hello.txt" --output "$TMP/bad" --bogus
 expect_in unknownopt "$TMP/unknownopt.err" "--bogus"
 
 [ -e "$TMP/bad" ] && [ -n "$(ls -A "$TMP/bad")" ] && fail "a rejected run wrote files into $TMP/bad"
+[ -e "$TMP/bad.zt-prepare-partial" ] && fail "a rejected run left its work folder $TMP/bad.zt-prepare-partial"
 
 # Bad tokenizer.json files: exit 2 naming the file, the key and what is unsupported.
 # bad_hf NAME JSON TEXT: writes $TMP/NAME.json, expects exit 2 and TEXT in the message.

@@ -1,9 +1,11 @@
-// Corpus preparation (prepare.hpp, zt-prepare's library): document splitting, the
-// validation count and the examples' fixed-seed split, input folders, token and example
-// shard writing, stale shard removal, and prepare_corpus end to end for text and JSON Lines
-// (messages, bad lines, nothing written on a bad line). The executable's exit codes and
-// console output: tests/cli/test_prepare*.sh and bench/ab_prepare.sh.
+// Corpus preparation (prepare.hpp, zt-prepare's library): input folders, stale shard
+// removal, and prepare_corpus end to end for text and JSON Lines: document splitting, the
+// one-pass validation split, the same shards for any thread count and part size,
+// compressed input, messages, bad lines, the output untouched by a failed run. The
+// executable's exit codes, console output, ranks and resume: tests/cli/test_prepare*.sh.
 #include <gtest/gtest.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include <filesystem>
 #include <optional>
@@ -23,49 +25,16 @@ namespace fs = std::filesystem;
 namespace {
 
 using zt::test::expect_input_error;
+using zt::test::read_file;
 using zt::test::ScratchDir;
 using zt::test::write_file;
 using Ids = std::vector<uint32_t>;
-
-std::vector<std::string> split(const std::string& content, const std::optional<std::string>& sep,
-                               size_t& blank) {
-    std::vector<std::string> out;
-    for (std::string_view d : zt::split_documents(content, sep, blank)) out.emplace_back(d);
-    return out;
-}
 
 /// The byte tokenizer's ids of `text`, after its document separator (256).
 Ids byte_document(const std::string& text) {
     Ids ids{256};
     for (unsigned char c : text) ids.push_back(c);
     return ids;
-}
-
-TEST(SplitDocuments, WithoutSeparatorTheWholeFileIsOneDocument) {
-    size_t blank = 0;
-    EXPECT_EQ(split("a\n%\nb\n", std::nullopt, blank), std::vector<std::string>{"a\n%\nb\n"});
-    EXPECT_EQ(blank, 0u);
-    EXPECT_TRUE(split(" \t\r\n", std::nullopt, blank).empty());
-    EXPECT_EQ(blank, 1u);
-}
-
-TEST(SplitDocuments, SeparatorLinesSplitCrlfToleratedBlankOnesCounted) {
-    size_t blank = 0;
-    // A CRLF separator line separates; "%x" and " %" do not; the empty run after the last
-    // separator and the whitespace-only one are blank.
-    const std::string content = "one\r\n%\r\ntwo\n%x\n %\n%\n  \n%\nthree\n%\n";
-    EXPECT_EQ(split(content, std::string("%"), blank),
-              (std::vector<std::string>{"one\r\n", "two\n%x\n %\n", "three\n"}));
-    EXPECT_EQ(blank, 2u);
-}
-
-TEST(ValidationCount, FloorAtLeastOneNeverAll) {
-    EXPECT_EQ(zt::validation_count(0.0, 10), 0u);
-    EXPECT_EQ(zt::validation_count(0.5, 1), 0u);   // one document stays in train
-    EXPECT_EQ(zt::validation_count(0.05, 2), 1u);  // floor(0.1) = 0, raised to one
-    EXPECT_EQ(zt::validation_count(0.3, 10), 3u);
-    EXPECT_EQ(zt::validation_count(0.29, 10), 2u);  // floor
-    EXPECT_EQ(zt::validation_count(0.99, 10), 9u);  // never all
 }
 
 TEST(PreparedShardName, OnlyTrainOrValWithSixDigits) {
@@ -103,72 +72,6 @@ TEST(CollectInputFiles, MissingInputAndFolderWithoutTextAreInputErrors) {
     write_file(dir.file("bin/x"), std::string("\0", 1));
     expect_input_error([&] { zt::collect_input_files({dir.file("bin")}, skipped); },
                        {"folder '", "/bin' holds no text files"});
-}
-
-TEST(TokenShardWriter, FixedSizeShardsTheLastShorter) {
-    ScratchDir dir("prepare-writer");
-    zt::TokenShardWriter w(dir.path(), "train", 3, false);
-    w.append(Ids{1, 2, 3, 4, 5});
-    w.append(6);
-    w.append(7);
-    w.finish();
-    EXPECT_EQ(w.total(), 7u);
-    ASSERT_EQ(w.files(), (std::vector<std::string>{dir.file("train_000000.bin"), dir.file("train_000001.bin"),
-                                                   dir.file("train_000002.bin")}));
-    EXPECT_EQ(zt::read_token_shard(w.files()[0], 0), (Ids{1, 2, 3}));
-    EXPECT_EQ(zt::read_token_shard(w.files()[2], 0), (Ids{7}));
-    EXPECT_EQ(zt::read_shard_version(w.files()[0]), zt::kShardVersionU16);
-
-    zt::TokenShardWriter wide(dir.path(), "val", 10, true);
-    wide.append(Ids{1, 2});
-    wide.finish();
-    EXPECT_EQ(zt::read_shard_version(dir.file("val_000000.bin")), zt::kShardVersionU32);
-}
-
-/// n examples; example e is {e, 100 + e} with the second token a target.
-zt::ExampleSet numbered_examples(size_t n) {
-    zt::ExampleSet set;
-    for (uint32_t e = 0; e < n; ++e) set.append(Ids{e, 100 + e}, {0, 1});
-    return set;
-}
-
-/// The example numbers (first tokens) of a set of numbered_examples.
-Ids example_numbers(const zt::ExampleSet& set) {
-    Ids out;
-    for (size_t e = 0; e < set.num_examples(); ++e) out.push_back(set.tokens[set.starts[e]]);
-    return out;
-}
-
-TEST(SplitExamples, FixedSeedChoiceBothKeepInputOrder) {
-    zt::ExampleSet train;
-    zt::ExampleSet val;
-    zt::split_examples(numbered_examples(10), 0.3, train, val);
-    // The choice zt-prepare has always made for 10 examples at 0.3 (it puts questions 2, 3
-    // and 10 of tests/cli/test_prepare_jsonl.sh's qa.jsonl in val); a change here changes
-    // every prepared fine-tuning corpus.
-    EXPECT_EQ(example_numbers(val), (Ids{1, 2, 9}));
-    EXPECT_EQ(example_numbers(train), (Ids{0, 3, 4, 5, 6, 7, 8}));
-    EXPECT_EQ(train.num_targets() + val.num_targets(), 10u);
-
-    zt::ExampleSet none_train;
-    zt::ExampleSet none_val;
-    zt::split_examples(numbered_examples(1), 0.5, none_train, none_val);
-    EXPECT_EQ(none_val.num_examples(), 0u);
-    EXPECT_EQ(none_train.num_examples(), 1u);
-}
-
-TEST(WriteExampleShards, AtMostShardTokensAndNeverSplitsAnExample) {
-    ScratchDir dir("prepare-examples");
-    zt::ExampleSet set;
-    for (size_t len : {3, 3, 5, 2, 8}) set.append(Ids(len, 7), std::vector<uint8_t>(len, 0));
-    const std::vector<std::string> files = zt::write_example_shards(dir.path(), "val", set, 6, false);
-    ASSERT_EQ(files.size(), 4u);  // {3, 3}, {5}, {2}, {8}: the 8 alone, over the limit
-    EXPECT_EQ(files[0], dir.file("val_000000.bin"));
-    const std::vector<size_t> want_tokens{6, 5, 2, 8};
-    for (size_t i = 0; i < files.size(); ++i) {
-        EXPECT_EQ(zt::read_example_shard(files[i], 0).tokens.size(), want_tokens[i]) << files[i];
-    }
-    EXPECT_TRUE(zt::write_example_shards(dir.path(), "train", zt::ExampleSet(), 6, false).empty());
 }
 
 TEST(RemoveStaleShards, RemovesOnlyUnwrittenShardNames) {
@@ -245,6 +148,232 @@ TEST(PrepareCorpus, MaxTokensMakesALongExampleABadLine) {
     expect_input_error([&] { zt::prepare_corpus(opt, out, err); }, {"1 bad line(s)"});
     EXPECT_NE(err.str().find(":2: an example of 20 tokens, longer than --max-tokens 10"), std::string::npos)
         << err.str();
+}
+
+/// Runs prepare_corpus; returns its standard output (its error output in `err_text`).
+std::string prepare(const zt::PrepareOptions& opt, std::string* err_text = nullptr) {
+    std::ostringstream out;
+    std::ostringstream err;
+    zt::prepare_corpus(opt, out, err);
+    if (err_text != nullptr) *err_text = err.str();
+    return out.str();
+}
+
+/// Every file of a folder, name and bytes, for comparing two outputs byte for byte.
+std::string folder_bytes(const std::string& dir) {
+    std::set<std::string> names;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+    std::string all;
+    for (const std::string& n : names) all += n + ":" + read_file(dir + "/" + n) + "\n";
+    return all;
+}
+
+/// `n` documents of varied length separated by "%" lines.
+std::string numbered_documents(size_t n) {
+    std::string text;
+    for (size_t d = 0; d < n; ++d) {
+        text += "document " + std::to_string(d) + ":";
+        for (size_t w = 0; w < d % 7; ++w) text += " hello world" + std::string(w, '!');
+        text += "\n%\n";
+    }
+    return text;
+}
+
+TEST(PrepareCorpus, SeparatorLinesSplitCrlfToleratedBlankOnesCounted) {
+    ScratchDir dir("prepare-split");
+    // A CRLF separator line separates; "%x" and " %" do not; the empty run after the last
+    // separator and the whitespace-only one are blank.
+    write_file(dir.file("in.txt"), "one\r\n%\r\ntwo\n%x\n %\n%\n  \n%\nthree\n%\n");
+    zt::PrepareOptions opt = options({dir.file("in.txt")}, dir.file("out"));
+    opt.doc_separator = "%";
+    opt.val_fraction = 0;
+    const std::string out = prepare(opt);
+    Ids want = byte_document("one\r\n");
+    for (const char* doc : {"two\n%x\n %\n", "three\n"}) {
+        const Ids ids = byte_document(doc);
+        want.insert(want.end(), ids.begin(), ids.end());
+    }
+    EXPECT_EQ(zt::read_token_shard(dir.file("out/train_000000.bin"), 0), want);
+    EXPECT_NE(out.find("3 documents (3 train, 0 val); 2 blank document(s) skipped"), std::string::npos) << out;
+
+    // Without a separator the whole file is one document.
+    opt.doc_separator.reset();
+    opt.output = dir.file("whole");
+    prepare(opt);
+    EXPECT_EQ(zt::read_token_shard(dir.file("whole/train_000000.bin"), 0),
+              byte_document("one\r\n%\r\ntwo\n%x\n %\n%\n  \n%\nthree\n%\n"));
+}
+
+TEST(PrepareCorpus, ValidationSplitIsAFixedHashOfEachDocumentsPosition) {
+    ScratchDir dir("prepare-val");
+    std::string text;
+    for (int d = 0; d < 20; ++d) text += "d" + std::to_string(d) + "\n%\n";
+    write_file(dir.file("in.txt"), text);
+    zt::PrepareOptions opt = options({dir.file("in.txt")}, dir.file("out"));
+    opt.doc_separator = "%";
+    opt.val_fraction = 0.3;
+    const std::string out = prepare(opt);
+    // The documents the hash of (file 0, offset) puts in val; a change here changes every
+    // prepared corpus's split.
+    const auto docs = [](std::initializer_list<int> numbers) {
+        Ids ids;
+        for (int d : numbers) {
+            const Ids doc = byte_document("d" + std::to_string(d) + "\n");
+            ids.insert(ids.end(), doc.begin(), doc.end());
+        }
+        return ids;
+    };
+    EXPECT_EQ(zt::read_token_shard(dir.file("out/val_000000.bin"), 0), docs({6, 10, 13, 14, 17, 19}));
+    EXPECT_NE(out.find("20 documents (14 train, 6 val); 1 blank document(s) skipped"), std::string::npos)
+        << out;
+
+    // Two documents the hash leaves in train: the last one is val all the same.
+    write_file(dir.file("two.txt"), "a\n%\nb\n");
+    opt = options({dir.file("two.txt")}, dir.file("two"));
+    opt.doc_separator = "%";
+    opt.val_fraction = 0.01;
+    EXPECT_NE(prepare(opt).find("2 documents (1 train, 1 val)"), std::string::npos);
+    EXPECT_EQ(zt::read_token_shard(dir.file("two/val_000000.bin"), 0), byte_document("b\n"));
+}
+
+/// The content of a gzip file, through zlib.
+std::string gunzip(const std::string& path) {
+    gzFile f = gzopen(path.c_str(), "rb");
+    std::string text;
+    if (f == nullptr) return text;
+    char buf[1 << 16];
+    int n = 0;
+    while ((n = gzread(f, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+    gzclose(f);
+    return text;
+}
+
+TEST(PrepareCorpus, SameShardsForAnyThreadCountBatchAndPartSize) {
+    ScratchDir dir("prepare-threads");
+    write_file(dir.file("a.txt"), numbered_documents(300));
+    write_file(dir.file("b.txt"), numbered_documents(50));
+    zt::PrepareOptions opt = options({dir.file("a.txt"), dir.file("b.txt")}, dir.file("one"));
+    // GPT-2's tokenizer.json: a real byte-level BPE (with its cache shared by the threads).
+    opt.tokenizer = dir.file("tokenizer.json");
+    write_file(opt.tokenizer, gunzip(std::string(ZT_SOURCE_DIR) + "/tests/data/hf/gpt2_tokenizer.json.gz"));
+    opt.doc_separator = "%";
+    opt.val_fraction = 0.2;
+    opt.shard_tokens = 500;
+    opt.threads = 1;
+    const std::string out_one = prepare(opt);
+    opt.output = dir.file("three");
+    opt.threads = 3;
+    opt.batch_bytes = 100;
+    opt.part_bytes = 700;
+    const std::string out_three = prepare(opt);
+    const std::string one = folder_bytes(dir.file("one"));
+    EXPECT_TRUE(one == folder_bytes(dir.file("three"))) << "1 thread, whole files vs 3 threads, 700-byte parts";
+    EXPECT_NE(one.find("train_000003.bin"), std::string::npos) << "expected several shards";
+    EXPECT_NE(one.find("val_000000.bin"), std::string::npos);
+    EXPECT_FALSE(fs::exists(dir.file("three.zt-prepare-partial"))) << "the work folder is left behind";
+}
+
+/// `text` gzip-compressed as two members (cat a.gz b.gz), through zlib.
+void write_gzip(const std::string& path, const std::string& text) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const size_t half = text.size() / 2;
+    gzwrite(f, text.data(), static_cast<unsigned>(half));
+    gzclose(f);
+    f = gzopen(path.c_str(), "ab");
+    gzwrite(f, text.data() + half, static_cast<unsigned>(text.size() - half));
+    gzclose(f);
+}
+
+void write_zstd(const std::string& path, const std::string& text) {
+    std::string packed(ZSTD_compressBound(text.size()), '\0');
+    const size_t n = ZSTD_compress(packed.data(), packed.size(), text.data(), text.size(), 3);
+    ASSERT_EQ(ZSTD_isError(n), 0u);
+    packed.resize(n);
+    write_file(path, packed);
+}
+
+TEST(PrepareCorpus, CompressedInputGivesTheSameShardsAsPlain) {
+    ScratchDir dir("prepare-compressed");
+    const std::string text = numbered_documents(200);
+    write_file(dir.file("plain.txt"), text);
+    write_gzip(dir.file("packed.gz"), text);
+    write_zstd(dir.file("packed.zst"), text);
+    zt::PrepareOptions opt = options({dir.file("plain.txt")}, dir.file("plain"));
+    opt.doc_separator = "%";
+    opt.shard_tokens = 1000;
+    opt.part_bytes = 500;  // the plain file is cut, the compressed ones are whole parts
+    prepare(opt);
+    const std::string plain = folder_bytes(dir.file("plain"));
+    for (const char* name : {"packed.gz", "packed.zst"}) {
+        opt.inputs = {dir.file(name)};
+        opt.output = dir.file(std::string("out_") + name);
+        prepare(opt);
+        EXPECT_TRUE(folder_bytes(opt.output) == plain) << name << " gives other shards than the plain file";
+    }
+    write_file(dir.file("broken.gz"), read_file(dir.file("packed.gz")).substr(0, 40));
+    opt.inputs = {dir.file("broken.gz")};
+    opt.output = dir.file("broken");
+    expect_input_error([&] { prepare(opt); }, {"broken.gz': gzip: the file ends inside a compressed stream"});
+    EXPECT_FALSE(fs::exists(dir.file("broken")));
+}
+
+TEST(PrepareCorpus, JsonlSameExamplesAndBadLinesForAnyPartSize) {
+    ScratchDir dir("prepare-jsonl-parts");
+    std::string lines;
+    for (int i = 0; i < 120; ++i) {
+        lines += i % 37 == 5 ? "not json\n" : "{\"prompt\": \"q" + std::to_string(i) + "\", \"completion\": \" a\"}\n";
+    }
+    write_gzip(dir.file("in.jsonl.gz"), lines);
+    write_file(dir.file("in.jsonl"), lines);
+    zt::PrepareOptions opt = options({dir.file("in.jsonl.gz")}, dir.file("whole"));
+    opt.skip_bad = true;
+    opt.shard_tokens = 200;
+    std::string err_whole;
+    const std::string out_whole = prepare(opt, &err_whole);
+    opt.inputs = {dir.file("in.jsonl")};
+    opt.output = dir.file("parts");
+    opt.part_bytes = 300;
+    opt.threads = 2;
+    opt.batch_bytes = 50;
+    std::string err_parts;
+    prepare(opt, &err_parts);
+    EXPECT_TRUE(folder_bytes(dir.file("whole")) == folder_bytes(dir.file("parts")))
+        << "a whole .jsonl.gz and 300-byte parts of the same lines give other shards";
+    EXPECT_NE(err_parts.find("in.jsonl:80: not valid JSON"), std::string::npos) << err_parts;
+    EXPECT_NE(out_whole.find("116 examples"), std::string::npos) << out_whole;
+}
+
+TEST(PrepareCorpus, ProgressLineSaysBytesRecordsTokensRateAndEta) {
+    ScratchDir dir("prepare-progress");
+    write_file(dir.file("in.txt"), numbered_documents(40));
+    zt::PrepareOptions opt = options({dir.file("in.txt")}, dir.file("out"));
+    opt.doc_separator = "%";
+    opt.batch_bytes = 200;
+    std::string err;
+    prepare(opt, &err);
+    EXPECT_EQ(err, "") << "a quick run prints no progress line (one every 5 s)";
+    opt.progress_seconds = 0;  // a line after every batch
+    opt.output = dir.file("out2");
+    prepare(opt, &err);
+    const size_t at = err.find("zt-prepare: ");
+    ASSERT_NE(at, std::string::npos) << err;
+    for (const char* part : {" MB, ", " records, ", " tokens, ", " MB/s, ETA "}) {
+        EXPECT_NE(err.find(part), std::string::npos) << part << " missing in: " << err;
+    }
+}
+
+TEST(PrepareCorpus, AFailedRunLeavesTheOutputUntouched) {
+    ScratchDir dir("prepare-untouched");
+    write_file(dir.file("good.txt"), "good text");
+    zt::PrepareOptions opt = options({dir.file("good.txt")}, dir.file("out"));
+    prepare(opt);
+    const std::string before = folder_bytes(dir.file("out"));
+    write_file(dir.file("bad.txt"), std::string("text\0more", 9));
+    opt.inputs = {dir.file("bad.txt")};
+    expect_input_error([&] { prepare(opt); }, {"bad.txt' contains NUL bytes"});
+    EXPECT_EQ(folder_bytes(dir.file("out")), before);
+    EXPECT_FALSE(fs::exists(dir.file("out.zt-prepare-partial")));
 }
 
 TEST(PrepareCorpus, BadOptionsAreInputErrorsNamingTheOption) {
