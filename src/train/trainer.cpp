@@ -340,6 +340,14 @@ TrainProgress start_point(const Config& cfg, TrainSetup& setup, ResumePolicy& re
     return resumed.progress;
 }
 
+/// A blend's data cursor goes into every checkpoint (one unweighted corpus: nothing).
+void record_blend_in_checkpoints(CheckpointSaver& saver, const TrainSetup& setup) {
+    if (!setup.train_sampler) return;
+    saver.set_blend_record([&setup](uint64_t samples_seen) {
+        return blend_record(*setup.train_data, *setup.train_sampler, samples_seen);
+    });
+}
+
 }  // namespace
 
 TrainSummary train(const Config& deck, const TrainOptions& options) {
@@ -383,11 +391,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     describe_run(reporter, cfg, setup, memory, progress.step);
     CheckpointSaver saver(cfg, resume.ckpt_dir(), state, comm, reporter, options.comm);
     saver.set_inputs(std::move(inputs));
-    if (setup.train_sampler) {
-        saver.set_blend_record([&setup](uint64_t samples_seen) {
-            return blend_record(*setup.train_data, *setup.train_sampler, samples_seen);
-        });
-    }
+    record_blend_in_checkpoints(saver, setup);
     reporter.start(cfg, state.bytes(), saver.snapshot_bytes(), setup.backend->threads(), setup.describe_data(),
                    work, cfg.precision.reduce(), loss_scale);
     describe_examples(setup, tc, root);
