@@ -23,6 +23,7 @@
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 
+#include "interop_python.hpp"
 #include "model_state_access.hpp"
 #include "test_support.hpp"
 
@@ -346,14 +347,6 @@ TEST(LoraOptimizer, AdamWSegmentsCoverTheAdaptersOnly) {
 
 // --- against PEFT ---------------------------------------------------------------------------
 
-/// The interop virtual environment's Python (ZT_INTEROP_VENV, else .venv at the repository
-/// root, as tests/interop/run.sh finds it), or "".
-std::string interop_python() {
-    const char* venv = std::getenv("ZT_INTEROP_VENV");
-    const std::string py = std::string(venv != nullptr ? venv : ZT_SOURCE_DIR "/.venv") + "/bin/python";
-    return std::filesystem::exists(py) ? py : "";
-}
-
 /// Writes the model's tensors (ztrain names and orientation, live vocabulary rows), the
 /// batch and the settings for tests/reference/lora_peft_reference.py.
 void write_case(const std::string& dir, const ModelConfig& mc, const ModelLayout& layout, ModelState& state,
@@ -383,13 +376,8 @@ void write_case(const std::string& dir, const ModelConfig& mc, const ModelLayout
 /// same base and adapter weights (B away from zero): loss within 1e-6 relative, each
 /// adapter's gradient within 1e-5 (||g - g_peft|| / ||g_peft||).
 void check_against_peft(const ModelConfig& mc) {
-    const std::string py = interop_python();
-    if (py.empty()) {
-        if (std::getenv("ZT_REQUIRE_INTEROP") != nullptr && std::string(std::getenv("ZT_REQUIRE_INTEROP")) == "1") {
-            FAIL() << "no interop virtual environment (ZT_INTEROP_VENV or .venv)";
-        }
-        GTEST_SKIP() << "no interop virtual environment (ZT_INTEROP_VENV or .venv): PEFT comparison skipped";
-    }
+    const std::string py = test::interop_python({});
+    ZT_SKIP_WITHOUT_INTEROP(py, "no interop virtual environment (ZT_INTEROP_VENV or .venv): PEFT comparison skipped");
     auto backend = make_cpu_backend(1);
     const int B = 2;
     Transformer model(mc, *backend, B);

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "interop_python.hpp"
 #include "test_support.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/export.hpp"
@@ -35,17 +36,6 @@ namespace {
 const char* kScript = ZT_SOURCE_DIR "/tests/reference/mistral_transformers.py";
 using test::read_f64;
 
-/// The interop environment's python when it has transformers, else "" (the reason printed).
-std::string interop_python() {
-    const char* venv = std::getenv("ZT_INTEROP_VENV");
-    const std::string python = str(venv != nullptr ? venv : ZT_SOURCE_DIR "/.venv", "/bin/python");
-    // find_spec, not import: importing torch costs seconds, the script pays it once.
-    const std::string probe = python +
-                              " -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec(\"torch\") and "
-                              "u.find_spec(\"transformers\")))' > /dev/null 2>&1";
-    return std::system(probe.c_str()) == 0 ? python : "";
-}
-
 /// ||got - want|| / ||want|| over a tensor's live rows (rows beyond vocab_size are padding).
 double relative_error(const float* got, const std::vector<double>& want) {
     double diff = 0, norm = 0;
@@ -57,13 +47,8 @@ double relative_error(const float* got, const std::vector<double>& want) {
 }
 
 TEST(MistralReference, LossGradientsAndAdamWCurveMatchTransformers) {
-    const std::string python = interop_python();
-    if (python.empty()) {
-        const bool required = std::getenv("ZT_REQUIRE_INTEROP") != nullptr &&
-                              std::string(std::getenv("ZT_REQUIRE_INTEROP")) == "1";
-        if (required) FAIL() << "no interop environment with torch and transformers (ZT_INTEROP_VENV, .venv)";
-        GTEST_SKIP() << "no interop environment with torch and transformers (ZT_INTEROP_VENV, .venv)";
-    }
+    const std::string python = test::interop_python({"torch", "transformers"});
+    ZT_SKIP_WITHOUT_INTEROP(python, "no interop environment with torch and transformers (ZT_INTEROP_VENV, .venv)");
     const test::ScratchDir scratch("mistral-reference");
     const std::string& dir = scratch.path();
     const std::string cmd = str(python, " ", kScript, " ", dir);

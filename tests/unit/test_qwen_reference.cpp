@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "interop_python.hpp"
 #include "test_support.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/ckpt/export.hpp"
@@ -36,23 +37,9 @@ namespace {
 
 const char* kScript = ZT_SOURCE_DIR "/tests/reference/qwen_transformers.py";
 
+using test::read_f64;
 using test::write_npy;
 
-/// The interop environment's python with torch and transformers, or "".
-std::string transformers_python() {
-    const char* env = std::getenv("ZT_INTEROP_VENV");
-    const std::string python = str(env != nullptr ? std::string(env) : std::string(ZT_SOURCE_DIR "/.venv"), "/bin/python");
-    const std::string probe = str(python, " -c 'import torch, transformers' > /dev/null 2>&1");
-    return std::system(probe.c_str()) == 0 ? python : "";
-}
-
-std::vector<double> read_f64(const std::string& path, size_t n) {
-    std::vector<double> v(n);
-    std::ifstream in(path, std::ios::binary);
-    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(double)));
-    EXPECT_TRUE(in.good()) << path;
-    return v;
-}
 
 struct Case {
     const char* name;
@@ -85,13 +72,8 @@ double gradient_error(const ParamSpec& p, const float* got, const std::string& d
 }
 
 TEST_P(QwenReference, LossGradientsAndAdamWCurveMatchTransformers) {
-    const std::string python = transformers_python();
-    if (python.empty()) {
-        const bool required = std::getenv("ZT_REQUIRE_INTEROP") != nullptr &&
-                              std::string(std::getenv("ZT_REQUIRE_INTEROP")) == "1";
-        if (required) FAIL() << "no python with torch and transformers (ZT_INTEROP_VENV)";
-        GTEST_SKIP() << "no python with torch and transformers (ZT_INTEROP_VENV)";
-    }
+    const std::string python = test::interop_python({"torch", "transformers"});
+    ZT_SKIP_WITHOUT_INTEROP(python, "no python with torch and transformers (ZT_INTEROP_VENV)");
     const Case c = GetParam();
     const test::ScratchDir scratch(str("qwen-reference-", c.name));
     const std::string& dir = scratch.path();
