@@ -56,9 +56,7 @@ inline ElementRange saved_range(const ShardPlan& plan, const PipelineStage& stag
 }
 
 /// Buffer `which` of `unit` in the state: base[e] is element e (may be device memory).
-inline float* state_buffer(StateShards& shards, int unit, int which) {
-    return which == 0 ? shards.master_base(unit) : which == 1 ? shards.adam_m_base(unit) : shards.adam_v_base(unit);
-}
+inline StateShards::Kind state_kind(int which) { return static_cast<StateShards::Kind>(which); }
 
 // ---------------------------------------------------------------------------------------
 // Files (shard_writer.cpp)
@@ -112,7 +110,7 @@ class LiveStateSource final : public ShardSource {
     const float* read(int unit, int which, size_t begin, size_t count) override {
         float* stage = m_stages[m_next]->data;
         m_next = (m_next + 1) % m_stages.size();
-        m_shards.copy_to_host(stage, state_buffer(m_shards, unit, which) + begin, count);
+        m_shards.read(unit, state_kind(which), begin, begin + count, stage);
         return stage;
     }
 

@@ -87,7 +87,7 @@ void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
             for (size_t at = r.begin; at < r.end; at += kStageFloats) {
                 const size_t end = std::min(r.end, at + kStageFloats);
                 reader.read(layout, u, at, end, kStateDatasets[static_cast<size_t>(which)], stage.data());
-                shards.copy_from_host(state_buffer(shards, u, which) + at, stage.data(), end - at);
+                shards.write(u, state_kind(which), at, end, stage.data());
             }
         }
     }

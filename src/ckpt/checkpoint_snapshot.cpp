@@ -61,8 +61,7 @@ void CheckpointSnapshot::capture(ModelState& state, const CheckpointRecord& reco
         const ElementRange r = saved_range(*m_plan, m_stage, u, m_rank);
         if (r.empty()) continue;
         for (int which = 0; which < 3; ++which) {
-            shards.snapshot_to_host(const_cast<float*>(data(u, which)), state_buffer(shards, u, which) + r.begin,
-                                    r.size());
+            shards.read(u, state_kind(which), r.begin, r.end, const_cast<float*>(data(u, which)), true);
         }
     }
     m_step = record.progress.step;

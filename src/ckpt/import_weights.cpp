@@ -371,7 +371,7 @@ void zero_owned_master(ModelState& state) {
     const std::vector<float> zeros(std::min<size_t>(largest, size_t{1} << 20), 0.f);
     const auto zero = [&](int u, size_t begin, size_t end) {
         for (size_t e = begin; e < end; e += zeros.size()) {
-            shards.copy_from_host(shards.master_base(u) + e, zeros.data(), std::min(zeros.size(), end - e));
+            shards.write(u, StateShards::kMaster, e, std::min(end, e + zeros.size()), zeros.data());
         }
     };
     for (int u = 0; u < num_units; ++u) {
@@ -431,7 +431,7 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
         };
         const Deliver deliver = [&](const Expected& x, const float* data) {
             for_owned(x, [&](ElementRange part, size_t from) {
-                shards.copy_from_host(shards.master_base(x.spec->unit) + part.begin, data + from, part.size());
+                shards.write(x.spec->unit, StateShards::kMaster, part.begin, part.end, data + from);
             });
         };
         if (fmt == WeightsFormat::kH5) {

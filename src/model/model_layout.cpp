@@ -254,4 +254,24 @@ void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t 
     }
 }
 
+std::vector<size_t> trainable_begins(const ModelLayout& layout) {
+    const size_t U = layout.unit_numel.size();
+    std::vector<size_t> begin(U);
+    std::vector<size_t> frozen_end(U, 0);  // the end of the unit's last frozen tensor
+    for (size_t u = 0; u < U; ++u) begin[u] = layout.unit_numel[u];
+    for (const ParamSpec& p : layout.params) {
+        const size_t u = static_cast<size_t>(p.unit);
+        if (p.trainable) {
+            begin[u] = std::min(begin[u], p.offset);
+        } else {
+            frozen_end[u] = std::max(frozen_end[u], p.offset + p.numel);
+        }
+    }
+    for (size_t u = 0; u < U; ++u) {
+        // Nothing frozen, or a trained tensor before a frozen one: all of it keeps state.
+        if (frozen_end[u] == 0 || frozen_end[u] > begin[u]) begin[u] = 0;
+    }
+    return begin;
+}
+
 }  // namespace zt

@@ -79,10 +79,8 @@ void ParallelLinear::backward_into(Backend& be, ActPtr dinp, UnitGrads dw, Const
     const bool defer = m_ctx.deferred->on();
     const ConstActPtr d = operand(dout, m_dout_rows, N, OC);
     if (m_frozen) {
-        // The base's gradient is never computed: its buffer is only zeroed where the store
-        // asks, so the sums over ranks add zeros.
+        // The base's gradient is never computed nor written: the store keeps none for it.
         ZT_REQUIRE(!defer && !shared, "a frozen product under deferred weight gradients or shared weight rows");
-        product_grads(be, dw, m_shape);
         be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.dtype}, w, N, C, OC);
         if (!m_adapters.empty()) adapters_backward(be, dinp, dw, d, operand(inp, m_in_rows, N, C), uw, N);
         return;
@@ -208,10 +206,10 @@ float* NormGrads::at(Backend& be, UnitGrads dw, size_t offset, size_t n, bool he
     const TensorParallel& tp = *m_ctx.parallel;
     const bool partial = tp.sequence() || (heads && tp.parts() > 1);
     if (m_ctx.deferred->on()) return m_ctx.deferred->keep_norm(be, offset, n, partial);
+    // A frozen norm (LoRA): no gradient (the ops take a null one), and none stored.
+    if (m_ctx.lora != nullptr && m_ctx.lora->frozen_base()) return nullptr;
     float* g = dw.base + offset;
     zero_grad_if(be, dw.zero, g, n);
-    // A frozen norm (LoRA): no gradient (the ops take a null one).
-    if (m_ctx.lora != nullptr && m_ctx.lora->frozen_base()) return nullptr;
     if (!partial) return g;
     Scratch& s = heads ? m_heads : m_rows;
     ZT_REQUIRE(s.used + n <= s.floats, "norm gradients: ", s.used + n, " floats pending, the scratch holds ",

@@ -373,11 +373,11 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     const TensorParallel& tp = m_family->parallel();
     zero_act(m_backend, m_dnormed, tp.padded_elements(N, C));
     // A last stage without the embedding owns all of unit 0's gradient buffer but adds only
-    // the head's: the rest must read zero when the stages' copies are summed.
-    if (first_stage()) {
-        zero_grad_if(m_backend, zero_emb, demb + m_layout.head_offset, head_numel);
-    } else {
-        zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
+    // the head's: the rest must read zero when the stages' copies are summed. A frozen head
+    // (LoRA) has no gradient buffer.
+    if (!m_lora->frozen_base()) {
+        const size_t from = first_stage() ? m_layout.head_offset : 0;
+        zero_grad_if(m_backend, zero_emb, demb + from, first_stage() ? head_numel : m_layout.unit_numel[0]);
     }
     // A frozen head (LoRA): its input gradient only.
     m_compute->matmul_backward(m_dnormed, m_lora->frozen_base() ? nullptr : demb + m_layout.head_offset, nullptr,
@@ -455,19 +455,16 @@ void Transformer::embedding_backward(UnitStore& store, UnitGrads demb) {
     // The token embedding's gradient was zeroed with the head's when they are one tensor; a
     // first stage without the head asks for unit 0's now and zeroes all of it (the head's
     // part reads zero).
+    if (!last_stage()) demb = UnitGrads{store.grads(0), store.grads_need_zero(0)};
+    // A frozen embedding (LoRA): no gradient, and no buffer for one.
+    if (m_lora->frozen_base()) return;
     if (!last_stage()) {
-        demb = UnitGrads{store.grads(0), store.grads_need_zero(0)};
         zero_grad_if(m_backend, demb.zero, demb.base, m_layout.unit_numel[0]);
     } else if (m_layout.head_offset != 0) {
         zero_grad_if(m_backend, demb.zero, demb.base, head_numel);
     }
     // The embedding's gradient reads every row (under sequence parallelism gathered into the
     // final norm's output, no longer needed).
-    if (m_lora->frozen_base()) {
-        // A frozen embedding (LoRA): its gradient, zeroed where the store asks, stays zero.
-        zero_grad_if(m_backend, demb.zero, demb.base, m_layout.unit_numel[0]);
-        return;
-    }
     const ConstActPtr dout = m_family->parallel().gather_rows(m_dresidual, m_B * m_T, C);
     m_family->embed_backward(*m_compute, demb.base, demb.zero, dout, m_inputs, m_B, m_T);
 }

@@ -14,20 +14,22 @@ GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, s
     const size_t w = ctx.work_size();
     if (!ctx.plan.policy().grads_sharded) {
         // One arena, units in backward order, so a DDP bucket is one contiguous span.
-        m_buckets = make_grad_buckets(ctx.plan.shards(), bucket_numel);
+        std::vector<size_t> extents;
+        for (int u = 0; u < U; ++u) extents.push_back(ctx.plan.grad_extent(u));
+        m_buckets = make_grad_buckets(extents, bucket_numel);
         size_t total = 0;
-        for (int u = 0; u < U; ++u) total += ctx.plan.stored_grads(u);
+        for (int u = 0; u < U; ++u) total += ctx.plan.stored_grads(u, ctx.rank);
         m_arena = ctx.backend.alloc_bytes(total * w);
         *grads_bytes += total * w;
         m_grads.assign(static_cast<size_t>(U), nullptr);
         size_t off = 0;
         for (int u = U - 1; u >= 0; --u) {
             m_grads[static_cast<size_t>(u)] = element_at(m_arena, off, ctx.work);
-            off += ctx.shard(u).padded_numel;
+            off += extents[static_cast<size_t>(u)];
         }
     } else {
         for (int u = 0; u < U; ++u) {
-            const size_t n = ctx.plan.stored_grads(u);
+            const size_t n = ctx.plan.stored_grads(u, ctx.rank);
             m_grads.push_back(ctx.backend.alloc_bytes(n * w));
             *grads_bytes += n * w;
         }
@@ -60,18 +62,20 @@ void* GradientReducer::grad_ptr(int unit, size_t element) {
 float* GradientReducer::grads(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
     // fp32 with full gradient buffers: backward accumulates straight into them.
-    if (!m_ctx.plan.policy().grads_sharded && m_ctx.work == DType::kF32) return static_cast<float*>(m_grads[static_cast<size_t>(unit)]);
+    if (!m_ctx.plan.policy().grads_sharded && m_ctx.work == DType::kF32) return static_cast<float*>(grad_ptr(unit, 0));
+    // A partly frozen unit's buffers hold its trained tail: base[e] is element e there.
+    const size_t shift = m_ctx.plan.grad_extent_start(unit);
     auto it = m_scratch.find(unit);
-    if (it != m_scratch.end()) return it->second;
+    if (it != m_scratch.end()) return it->second - shift;
     // The unit's reduction from the previous micro-step may still be in flight (it was left
     // to run through this micro-step's forward): its result must land in the shard before
     // this one's, and its scratch is given back for this one to take.
     complete_through(unit);
-    const size_t n = m_ctx.shard(unit).padded_numel;
+    const size_t n = m_ctx.plan.grad_extent(unit);
     float* buf = static_cast<float*>(m_ctx.pool.take(n * sizeof(float)));
     m_ctx.backend.zero(buf, n);
     m_scratch[unit] = buf;
-    return buf;
+    return buf - shift;
 }
 
 bool GradientReducer::grads_need_zero(int unit) {
@@ -97,7 +101,7 @@ void GradientReducer::grads_done(int unit) {
     auto it = m_scratch.find(unit);
     if (it != m_scratch.end()) {
         // 16-bit: this micro-step's fp32 gradient is added into the stored (rounded) one.
-        const size_t n = m_ctx.shard(unit).padded_numel;
+        const size_t n = m_ctx.plan.grad_extent(unit);
         m_ctx.backend.accumulate(m_grads[static_cast<size_t>(unit)], m_ctx.work, it->second, n);
         m_ctx.pool.give(it->second, n * sizeof(float));
         m_scratch.erase(it);
@@ -139,7 +143,7 @@ void GradientReducer::start_bucket(const GradBucket& b) {
     // and converted back when completed (a unit at a time: the messages keep their sizes).
     size_t off = 0;
     for (int u = b.first_unit; u >= b.last_unit; --u) {
-        const size_t n = m_ctx.shard(u).padded_numel;
+        const size_t n = m_ctx.plan.grad_extent(u);
         make_room();  // before taking its buffers, so at most reductions_in_flight() are held
         InFlight f(InFlight::kUnitAllReduce);
         f.unit = u;
@@ -153,6 +157,10 @@ void GradientReducer::start_bucket(const GradBucket& b) {
 }
 
 void GradientReducer::start_unit_reduction(int unit) {
+    if (m_ctx.plan.partly_frozen(unit)) {
+        start_trained_part_reduction(unit);
+        return;
+    }
     const UnitShard& s = m_ctx.shard(unit);
     const size_t i = static_cast<size_t>(unit);
     const size_t rsize = dtype_size(m_ctx.reduce);
@@ -199,13 +207,84 @@ void GradientReducer::start_unit_reduction(int unit) {
     start(f);
 }
 
+void GradientReducer::start_trained_part_reduction(int unit) {
+    // A partly frozen unit (LoRA): its trained tail, all-reduced whole (each owner keeps its
+    // part of it); the frozen rest has no gradient to reduce.
+    const size_t n = m_ctx.plan.grad_extent(unit);
+    const size_t rsize = dtype_size(m_ctx.reduce);
+    make_room();
+    InFlight f(InFlight::kTrainedPartAllReduce);
+    f.unit = unit;
+    f.first = m_first_micro || reduced_once_per_step(unit);
+    f.last = m_last_micro;
+    void* data = nullptr;
+    DType dtype = m_ctx.reduce;
+    if (!m_ctx.plan.policy().grads_sharded) {
+        data = m_grads[static_cast<size_t>(unit)];
+        dtype = m_ctx.work;
+    } else {
+        auto it = m_scratch.find(unit);
+        ZT_REQUIRE(it != m_scratch.end(), "grads_done(", unit, ") without grads(", unit, ")");
+        f.scratch = it->second;
+        f.scratch_bytes = n * sizeof(float);
+        m_scratch.erase(it);
+        data = f.scratch;
+        dtype = DType::kF32;
+    }
+    if (dtype != m_ctx.reduce) {
+        f.send_bytes = n * rsize;
+        f.send = m_ctx.pool.take(f.send_bytes);
+        m_ctx.backend.cast(f.send, m_ctx.reduce, data, dtype, n);
+        data = f.send;
+    }
+    f.request = m_ctx.comm.start_all_reduce(data, n, ReduceOp::kSum, m_ctx.reduce);
+    start(f);
+}
+
+void GradientReducer::complete_trained_part(InFlight& f) {
+    const size_t n = m_ctx.plan.grad_extent(f.unit);
+    const size_t shift = m_ctx.plan.grad_extent_start(f.unit);
+    const DType work = m_ctx.work;
+    const DType reduce = m_ctx.reduce;
+    if (!m_ctx.plan.policy().grads_sharded) {
+        // The whole tail is the group's sum (in place, or from the wire copy).
+        if (f.send != nullptr) m_ctx.backend.cast(m_grads[static_cast<size_t>(f.unit)], work, f.send, reduce, n);
+        return;
+    }
+    // Stages 2-3: this rank's part of the sum goes into its stored gradients.
+    const ElementRange own = m_ctx.plan.state_range(f.unit, m_ctx.rank);
+    if (own.empty()) return;
+    const size_t at = own.begin - shift;
+    void* dst = grad_ptr(f.unit, own.begin);
+    const void* sum = f.send != nullptr ? element_at(f.send, at, reduce) : element_at(f.scratch, at, DType::kF32);
+    const DType sum_dtype = f.send != nullptr ? reduce : DType::kF32;
+    if (f.first) {
+        m_ctx.backend.cast(dst, work, sum, sum_dtype, own.size());
+    } else if (sum_dtype == DType::kF32 && work == DType::kF32) {
+        float* g = static_cast<float*>(dst);
+        m_ctx.backend.residual_forward(g, g, static_cast<const float*>(sum), own.size());
+    } else {
+        // Widened into the scratch's own part (the sum there is no longer needed), then added.
+        float* wide = f.scratch + at;
+        if (sum != wide) m_ctx.backend.cast(wide, DType::kF32, sum, sum_dtype, own.size());
+        m_ctx.backend.accumulate(dst, work, wide, own.size());
+    }
+}
+
 void GradientReducer::start_replica_reduction(int unit) {
+    // The owned gradient, final for the group: the shard (with its padding), or a partly
+    // frozen unit's owned trained part (the same size on every replica: the same shard rank).
     const UnitShard& s = m_ctx.shard(unit);
-    void* shard = grad_ptr(unit, s.begin(m_ctx.rank));
+    const bool part = m_ctx.plan.partly_frozen(unit);
+    const ElementRange own = m_ctx.plan.state_range(unit, m_ctx.rank);
+    const size_t first = part ? own.begin : s.begin(m_ctx.rank);
+    const size_t n = part ? own.size() : s.shard_numel;
+    if (n == 0) return;
+    void* shard = grad_ptr(unit, first);
     if (m_ctx.reduce == m_ctx.work) {
         InFlight f(InFlight::kReplicaAllReduce);
         f.unit = unit;
-        f.request = m_ctx.replica.start_all_reduce(shard, s.shard_numel, ReduceOp::kSum, m_ctx.work);
+        f.request = m_ctx.replica.start_all_reduce(shard, n, ReduceOp::kSum, m_ctx.work);
         start(f);
         return;
     }
@@ -213,10 +292,10 @@ void GradientReducer::start_replica_reduction(int unit) {
     // given back just before), converted back when completed.
     InFlight f(InFlight::kReplicaAllReduce);
     f.unit = unit;
-    f.send_bytes = s.shard_numel * dtype_size(m_ctx.reduce);
+    f.send_bytes = n * dtype_size(m_ctx.reduce);
     f.send = m_ctx.pool.take(f.send_bytes);
-    m_ctx.backend.cast(f.send, m_ctx.reduce, shard, m_ctx.work, s.shard_numel);
-    f.request = m_ctx.replica.start_all_reduce(f.send, s.shard_numel, ReduceOp::kSum, m_ctx.reduce);
+    m_ctx.backend.cast(f.send, m_ctx.reduce, shard, m_ctx.work, n);
+    f.request = m_ctx.replica.start_all_reduce(f.send, n, ReduceOp::kSum, m_ctx.reduce);
     start(f);
 }
 
@@ -224,8 +303,10 @@ void GradientReducer::complete(InFlight& f) {
     if (f.kind == InFlight::kReplicaAllReduce) {
         m_ctx.replica.wait(f.request);
         if (f.send != nullptr) {
-            const UnitShard& s = m_ctx.shard(f.unit);
-            m_ctx.backend.cast(grad_ptr(f.unit, s.begin(m_ctx.rank)), m_ctx.work, f.send, m_ctx.reduce, s.shard_numel);
+            const size_t n = f.send_bytes / dtype_size(m_ctx.reduce);
+            const size_t first = m_ctx.plan.partly_frozen(f.unit) ? m_ctx.plan.state_range(f.unit, m_ctx.rank).begin
+                                                                  : m_ctx.shard(f.unit).begin(m_ctx.rank);
+            m_ctx.backend.cast(grad_ptr(f.unit, first), m_ctx.work, f.send, m_ctx.reduce, n);
             m_ctx.pool.give(f.send, f.send_bytes);
             --m_pooled_in_flight;
         }
@@ -235,8 +316,10 @@ void GradientReducer::complete(InFlight& f) {
     const DType work = m_ctx.work;
     const DType reduce = m_ctx.reduce;
     if (f.kind == InFlight::kUnitAllReduce) {
-        const size_t n = m_ctx.shard(f.unit).padded_numel;
+        const size_t n = m_ctx.plan.grad_extent(f.unit);
         m_ctx.backend.cast(m_grads[static_cast<size_t>(f.unit)], work, f.send, reduce, n);
+    } else if (f.kind == InFlight::kTrainedPartAllReduce) {
+        complete_trained_part(f);
     } else if (f.kind == InFlight::kReduceScatter && f.recv != nullptr) {
         const UnitShard& s = m_ctx.shard(f.unit);
         void* shard = grad_ptr(f.unit, s.begin(m_ctx.rank));
@@ -256,7 +339,8 @@ void GradientReducer::complete(InFlight& f) {
     if (f.scratch != nullptr) m_ctx.pool.give(f.scratch, f.scratch_bytes);
     if (f.pooled()) --m_pooled_in_flight;
     // The shard now holds the group's sum over every micro-step: the other groups' next.
-    if (f.kind == InFlight::kReduceScatter && f.last && m_ctx.replica.size() > 1) start_replica_reduction(f.unit);
+    const bool reduced_in_group = f.kind == InFlight::kReduceScatter || f.kind == InFlight::kTrainedPartAllReduce;
+    if (reduced_in_group && f.last && m_ctx.replica.size() > 1) start_replica_reduction(f.unit);
 }
 
 void GradientReducer::complete_finished() {
@@ -300,7 +384,7 @@ void GradientReducer::zero() {
         return;
     }
     for (int u = 0; u < m_ctx.num_units(); ++u) {
-        m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(u)], m_ctx.plan.stored_grads(u) * m_ctx.work_size());
+        m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(u)], m_ctx.plan.stored_grads(u, m_ctx.rank) * m_ctx.work_size());
     }
 }
 
@@ -315,8 +399,8 @@ void GradientReducer::finish() { complete_all(); }
 
 void GradientReducer::sum_owned(int unit, Communicator& with) {
     complete_all();
-    const size_t b = m_ctx.owned_begin(unit);
-    const size_t e = m_ctx.owned_end(unit);
+    const size_t b = m_ctx.state_begin(unit);
+    const size_t e = m_ctx.state_end(unit);
     if (e > b) with.all_reduce(grad_ptr(unit, b), e - b, ReduceOp::kSum, m_ctx.work);
 }
 
@@ -361,7 +445,7 @@ size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType
     const int U = plan.num_units();
     const size_t K = reductions_in_flight(overlap_depth);
     const size_t r = dtype_size(reduce);
-    auto padded = [&](int u) { return plan.shard(u).padded_numel; };
+    auto padded = [&](int u) { return plan.grad_extent(u); };
     size_t planned = 0;
     const bool per_micro_step = plan.grads_reduced_per_micro_step();
     if (per_micro_step || work != DType::kF32) {  // fp32 gradient scratch
@@ -371,7 +455,9 @@ size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType
     }
     const bool wire_copy = !per_micro_step ? reduce != work : reduce != DType::kF32;
     if (wire_copy) planned += pooled_peak(0, U, K, [&](int u) { return padded(u) * r; });
-    if (!plan.grads_all_reduced()) planned += pooled_peak(0, U, K, [&](int u) { return plan.shard(u).shard_numel * r; });
+    // The reduce-scatter's result (a partly frozen unit is all-reduced in place: none).
+    auto result = [&](int u) { return plan.partly_frozen(u) ? 0 : plan.shard(u).shard_numel * r; };
+    if (!plan.grads_all_reduced()) planned += pooled_peak(0, U, K, result);
     return planned;
 }
 

@@ -72,7 +72,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
       m_reduce(options.reduce),
       m_overlap_depth(options.overlap_depth),
       m_plan(layout.unit_numel, comms.shard.size(),
-             ShardingPolicy::zero_stage(options.zero_stage, options.reduce_once_per_step)),
+             ShardingPolicy::zero_stage(options.zero_stage, options.reduce_once_per_step), trainable_begins(layout)),
       m_pool(backend),
       m_f32_tmp(alloc_conversion_buffer(backend, m_plan, options.work, &m_allocated.scratch)),
       m_params(context(), &m_allocated.params),
@@ -89,7 +89,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
     if (m_tensor != nullptr) {
         split_segments_by_tensor(layout, m_optim.segments(), &m_split_segments, &m_whole_segments);
     }
-    const StateBytes planned = plan_bytes(layout, comms.shard.size(), options);
+    const StateBytes planned = plan_bytes(layout, comms.shard.size(), options, m_rank);
     const StateBytes got = bytes();
     ZT_REQUIRE(got.params == planned.params && got.grads == planned.grads && got.master == planned.master &&
                    got.optimizer == planned.optimizer && got.scratch == planned.scratch,
@@ -234,9 +234,10 @@ StateBytes ModelState::bytes() const {
     return b;
 }
 
-StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, const StateOptions& options) {
+StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, const StateOptions& options, int rank) {
     const ShardPlan plan(layout.unit_numel, group_size,
-                         ShardingPolicy::zero_stage(options.zero_stage, options.reduce_once_per_step));
+                         ShardingPolicy::zero_stage(options.zero_stage, options.reduce_once_per_step),
+                         trainable_begins(layout));
     const DType work = options.work;
     const DType reduce = options.reduce;
     const int overlap_depth = options.overlap_depth;
@@ -244,8 +245,8 @@ StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, con
     StateBytes b;
     for (int u = 0; u < layout.num_units(); ++u) {
         b.params += plan.stored_params(u) * w;
-        b.grads += plan.stored_grads(u) * w;
-        const size_t state = plan.stored_optimizer(u) * sizeof(float);
+        b.grads += plan.stored_grads(u, rank) * w;
+        const size_t state = plan.stored_optimizer(u, rank) * sizeof(float);
         if (work != DType::kF32) b.master += state;
         b.optimizer += 2 * state;
     }
@@ -265,6 +266,70 @@ StateShards ModelState::shards() { return StateShards(*this); }
 size_t StateShards::owned_begin(int unit) const { return m_state.m_plan.owned_range(unit, m_state.m_rank).begin; }
 size_t StateShards::owned_end(int unit) const { return m_state.m_plan.owned_range(unit, m_state.m_rank).end; }
 
+size_t StateShards::state_begin(int unit) const { return m_state.m_plan.state_range(unit, m_state.m_rank).begin; }
+size_t StateShards::state_end(int unit) const { return m_state.m_plan.state_range(unit, m_state.m_rank).end; }
+
+float* StateShards::base(int unit, Kind kind) {
+    return kind == kMaster ? master_base(unit) : kind == kAdamM ? adam_m_base(unit) : adam_v_base(unit);
+}
+
+void StateShards::read(int unit, Kind kind, size_t from, size_t to, float* host, bool snapshot) {
+    // Elements below the trained part are frozen; an fp32 master is the working copy, which
+    // holds them too.
+    const bool whole = kind == kMaster && m_state.m_work == DType::kF32;
+    const size_t split = whole ? from : std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
+    if (split > from) {
+        if (kind == kMaster) {
+            read_frozen_master(unit, from, split, host, snapshot);
+        } else {
+            std::fill(host, host + (split - from), 0.f);
+        }
+    }
+    if (to > split) {
+        float* dst = host + (split - from);
+        if (snapshot) {
+            snapshot_to_host(dst, base(unit, kind) + split, to - split);
+        } else {
+            copy_to_host(dst, base(unit, kind) + split, to - split);
+        }
+    }
+}
+
+void StateShards::write(int unit, Kind kind, size_t from, size_t to, const float* host) {
+    const bool whole = kind == kMaster && m_state.m_work == DType::kF32;
+    const size_t split = whole ? from : std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
+    if (split > from && kind == kMaster) write_frozen_master(unit, from, split, host);
+    if (to > split) copy_from_host(base(unit, kind) + split, host + (split - from), to - split);
+}
+
+void StateShards::read_frozen_master(int unit, size_t from, size_t to, float* host, bool snapshot) {
+    ModelState& s = m_state;
+    s.m_params.wait_gathers();
+    const size_t chunk = conversion_chunk(s.m_plan);
+    for (size_t at = from; at < to; at += chunk) {
+        const size_t end = std::min(to, at + chunk);
+        s.m_params.stored_to_f32(unit, at, end, s.m_f32_tmp);
+        const size_t bytes = (end - at) * sizeof(float);
+        if (snapshot) {
+            s.m_backend.to_host_past_cache(host + (at - from), s.m_f32_tmp, bytes);
+        } else {
+            s.m_backend.to_host(host + (at - from), s.m_f32_tmp, bytes);
+        }
+    }
+}
+
+void StateShards::write_frozen_master(int unit, size_t from, size_t to, const float* host) {
+    ModelState& s = m_state;
+    s.m_params.hold_first_unit(false);
+    s.m_params.wait_gathers();
+    const size_t chunk = conversion_chunk(s.m_plan);
+    for (size_t at = from; at < to; at += chunk) {
+        const size_t end = std::min(to, at + chunk);
+        s.m_backend.to_device(s.m_f32_tmp, host + (at - from), (end - at) * sizeof(float));
+        s.m_params.stored_from_f32(unit, at, end, s.m_f32_tmp);
+    }
+}
+
 float* StateShards::master_base(int unit) { return m_state.m_optim.master_base(unit); }
 float* StateShards::adam_m_base(int unit) { return m_state.m_optim.m_base(unit); }
 float* StateShards::adam_v_base(int unit) { return m_state.m_optim.v_base(unit); }
@@ -280,8 +345,12 @@ void ModelState::gather_unit_params(int unit, float* out) {
     // The master is whole here when the optimizer is not sharded, or when it is the (fp32,
     // unsharded) working copy.
     const ShardingPolicy& p = m_plan.policy();
-    if (!p.optimizer_sharded || (m_work == DType::kF32 && !p.params_sharded)) {
+    if (m_work == DType::kF32 && !p.params_sharded) {
         m_backend.to_host(out, master, s.numel * sizeof(float));
+        return;
+    }
+    if (!p.optimizer_sharded || m_plan.partly_frozen(unit)) {
+        gather_unit_params_piecewise(unit, out);
         return;
     }
     // The master lives in shards: gather them (every rank calls this) into backend scratch,
@@ -290,6 +359,27 @@ void ModelState::gather_unit_params(int unit, float* out) {
     m_comm.all_gather(master + s.begin(m_rank), full, s.shard_numel);
     m_backend.to_host(out, full, s.numel * sizeof(float));
     m_pool.give(full, s.padded_numel * sizeof(float));
+}
+
+void ModelState::gather_unit_params_piecewise(int unit, float* out) {
+    // A master covering only a frozen base's trained part (LoRA): each rank's owned range
+    // through StateShards::read (the frozen part from the working copy), then gathered.
+    const UnitShard& s = m_plan.shard(unit);
+    StateShards sh = shards();
+    if (!m_plan.ownership_partitioned()) {
+        sh.read(unit, StateShards::kMaster, 0, s.numel, out);
+        return;
+    }
+    const ElementRange r = m_plan.owned_range(unit, m_rank);
+    std::vector<float> mine(s.shard_numel, 0.f);
+    sh.read(unit, StateShards::kMaster, r.begin, r.end, mine.data());
+    float* piece = static_cast<float*>(m_pool.take(s.shard_numel * sizeof(float)));
+    void* full = m_pool.take(s.padded_numel * sizeof(float));
+    m_backend.to_device(piece, mine.data(), s.shard_numel * sizeof(float));
+    m_comm.all_gather(piece, full, s.shard_numel);
+    m_backend.to_host(out, full, s.numel * sizeof(float));
+    m_pool.give(full, s.padded_numel * sizeof(float));
+    m_pool.give(piece, s.shard_numel * sizeof(float));
 }
 
 void StateShards::copy_to_host(float* host, const float* src, size_t n) {

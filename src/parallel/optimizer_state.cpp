@@ -14,11 +14,11 @@ OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, 
         return static_cast<float*>(ctx.backend.alloc_bytes(n * sizeof(float)));
     };
     for (int u = 0; u < ctx.num_units(); ++u) {
-        const size_t n = ctx.plan.stored_optimizer(u);
+        const size_t n = ctx.plan.stored_optimizer(u, ctx.rank);
         if (ctx.work != DType::kF32) m_master.push_back(alloc_f32(n, master_bytes));
         m_m.push_back(alloc_f32(n, optimizer_bytes));
         m_v.push_back(alloc_f32(n, optimizer_bytes));
-        m_segments.push_back(decay_segments(ctx.layout, u, ctx.owned_begin(u), ctx.owned_end(u)));
+        m_segments.push_back(decay_segments(ctx.layout, u, ctx.state_begin(u), ctx.state_end(u)));
     }
 }
 
@@ -33,7 +33,7 @@ size_t OptimizerState::state_shift(int unit) const { return m_ctx.plan.optimizer
 void OptimizerState::write_initial(int unit, size_t lo, size_t hi, const float* host) {
     if (m_ctx.work == DType::kF32) return;  // the working copy is the master
     const size_t begin = state_shift(unit);
-    const size_t end = begin + m_ctx.plan.stored_optimizer(unit);
+    const size_t end = begin + m_ctx.plan.stored_optimizer(unit, m_ctx.rank);
     const size_t from = std::max(lo, begin);
     const size_t to = std::min(hi, end);
     if (to > from) {

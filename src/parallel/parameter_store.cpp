@@ -190,11 +190,21 @@ float* ParameterStore::fp32_base(int unit) {
 }
 
 void ParameterStore::refresh_owned(int unit, const float* master_base) {
-    const size_t b = m_ctx.owned_begin(unit);
-    const size_t e = m_ctx.owned_end(unit);
+    // Where a master exists: a frozen base's working copy is its only copy (StateShards
+    // writes it there directly).
+    const size_t b = m_ctx.state_begin(unit);
+    const size_t e = m_ctx.state_end(unit);
     if (m_ctx.work != DType::kF32 && e > b) {
         m_ctx.backend.cast(work_ptr(unit, b), m_ctx.work, master_base + b, DType::kF32, e - b);
     }
+}
+
+void ParameterStore::stored_to_f32(int unit, size_t from, size_t to, float* f32) {
+    if (to > from) m_ctx.backend.cast(f32, DType::kF32, work_ptr(unit, from), m_ctx.work, to - from);
+}
+
+void ParameterStore::stored_from_f32(int unit, size_t from, size_t to, const float* f32) {
+    if (to > from) m_ctx.backend.cast(work_ptr(unit, from), m_ctx.work, f32, DType::kF32, to - from);
 }
 
 void ParameterStore::start_gathers() {

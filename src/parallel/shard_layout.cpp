@@ -1,5 +1,8 @@
 #include "ztrain/parallel/shard_layout.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "ztrain/core/error.hpp"
 
 namespace zt {
@@ -30,10 +33,50 @@ ShardingPolicy ShardingPolicy::zero_stage(int stage, bool once_per_step) {
     return p;
 }
 
-ShardPlan::ShardPlan(const std::vector<size_t>& unit_numel, int world_size, ShardingPolicy policy)
-    : m_shards(make_unit_shards(unit_numel, world_size)), m_world(world_size), m_policy(policy) {
+ShardPlan::ShardPlan(const std::vector<size_t>& unit_numel, int world_size, ShardingPolicy policy,
+                     std::vector<size_t> trainable_begin)
+    : m_shards(make_unit_shards(unit_numel, world_size)),
+      m_trainable_begin(std::move(trainable_begin)),
+      m_world(world_size),
+      m_policy(policy) {
     ZT_REQUIRE(!policy.params_sharded || policy.grads_sharded, "sharded parameters need sharded gradients");
     ZT_REQUIRE(!policy.grads_sharded || policy.optimizer_sharded, "sharded gradients need a sharded optimizer");
+    if (m_trainable_begin.empty()) m_trainable_begin.assign(unit_numel.size(), 0);
+    ZT_REQUIRE(m_trainable_begin.size() == unit_numel.size(), "trainable starts of ", m_trainable_begin.size(),
+               " units for ", unit_numel.size());
+    for (size_t u = 0; u < unit_numel.size(); ++u) {
+        ZT_REQUIRE(m_trainable_begin[u] <= unit_numel[u], "unit ", u, " trains from ", m_trainable_begin[u],
+                   " of ", unit_numel[u]);
+    }
+}
+
+ElementRange ShardPlan::trainable(int unit) const {
+    return ElementRange{m_trainable_begin[static_cast<size_t>(unit)], shard(unit).numel};
+}
+
+ElementRange ShardPlan::state_range(int unit, int rank) const {
+    const ElementRange o = owned_range(unit, rank);
+    const ElementRange t = trainable(unit);
+    const size_t b = std::max(o.begin, t.begin);
+    return ElementRange{b, std::max(b, std::min(o.end, t.end))};
+}
+
+namespace {
+size_t align_up(size_t n) { return std::max(kShardAlign, (n + kShardAlign - 1) / kShardAlign * kShardAlign); }
+}  // namespace
+
+size_t ShardPlan::grad_extent(int unit) const {
+    return partly_frozen(unit) ? align_up(trainable(unit).size()) : shard(unit).padded_numel;
+}
+
+size_t ShardPlan::stored_state(int unit, int rank, bool sharded) const {
+    if (!partly_frozen(unit)) return stored(unit, sharded);
+    return sharded ? align_up(state_range(unit, rank).size()) : grad_extent(unit);
+}
+
+size_t ShardPlan::state_start(int unit, int rank, bool sharded) const {
+    if (!partly_frozen(unit)) return start(unit, rank, sharded);
+    return sharded ? state_range(unit, rank).begin : trainable(unit).begin;
 }
 
 ElementRange ShardPlan::owned_range(int unit, int rank) const {
@@ -48,10 +91,16 @@ ElementRange ShardPlan::primary_range(int unit, int rank) const {
 }
 
 std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel) {
+    std::vector<size_t> extents;
+    for (const UnitShard& s : shards) extents.push_back(s.padded_numel);
+    return make_grad_buckets(extents, bucket_numel);
+}
+
+std::vector<GradBucket> make_grad_buckets(const std::vector<size_t>& extents, size_t bucket_numel) {
     std::vector<GradBucket> out;
     size_t offset = 0;
-    for (int u = static_cast<int>(shards.size()) - 1; u >= 0; --u) {
-        const size_t n = shards[static_cast<size_t>(u)].padded_numel;
+    for (int u = static_cast<int>(extents.size()) - 1; u >= 0; --u) {
+        const size_t n = extents[static_cast<size_t>(u)];
         if (out.empty() || out.back().numel >= bucket_numel) {
             out.push_back(GradBucket{u, u, offset, 0});
         }

@@ -231,9 +231,15 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     const int depth = plan.overlap_depth;
     // A pipeline stage's ZeRO-2/3 state keeps its units' whole gradients through the step.
     const bool once = plan.pipeline > 1 && zero_stage >= 2;
-    const StateBytes sb = ModelState::plan_bytes(
-        layout, group,
-        StateOptions::zero(zero_stage).in(work, reduce).with_overlap_depth(depth).reduced_once_per_step(once));
+    const StateOptions options =
+        StateOptions::zero(zero_stage).in(work, reduce).with_overlap_depth(depth).reduced_once_per_step(once);
+    // The rank keeping the most: under a frozen base (LoRA) the owners of the units' tails.
+    StateBytes sb = ModelState::plan_bytes(layout, group, options);
+    const bool frozen = layout.model.lora.on();
+    for (int r = 1; frozen && r < group; ++r) {
+        const StateBytes other = ModelState::plan_bytes(layout, group, options, r);
+        if (other.model_state() + other.scratch > sb.model_state() + sb.scratch) sb = other;
+    }
     plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
     plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
     plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});

@@ -46,6 +46,12 @@ uint64_t hash_floats(StateShards& sh, const float* src, size_t n, std::vector<fl
     return hash64(host.data(), n * sizeof(float));
 }
 
+uint64_t hash_state(StateShards& sh, int unit, StateShards::Kind kind, size_t b, size_t e, std::vector<float>& host) {
+    host.resize(e - b);
+    sh.read(unit, kind, b, e, host.data());
+    return hash64(host.data(), (e - b) * sizeof(float));
+}
+
 }  // namespace
 
 ReplicaCheck::ReplicaCheck(int check_every, ModelState& state, Communicator& world, Communicator& shard,
@@ -66,8 +72,8 @@ std::vector<uint64_t> ReplicaCheck::owned_hashes() {
     for (int u = 0; u < m_state.layout().num_units(); ++u) {
         const size_t b = sh.owned_begin(u);
         const size_t n = sh.owned_end(u) > b ? sh.owned_end(u) - b : 0;
-        for (float* base : {sh.master_base(u), sh.adam_m_base(u), sh.adam_v_base(u)}) {
-            out.push_back(n > 0 ? hash_floats(sh, base + b, n, host) : kHashSeed);
+        for (StateShards::Kind kind : {StateShards::kMaster, StateShards::kAdamM, StateShards::kAdamV}) {
+            out.push_back(n > 0 ? hash_state(sh, u, kind, b, b + n, host) : kHashSeed);
         }
     }
     return out;
@@ -147,8 +153,8 @@ void ReplicaCheck::maybe_flip(long step) {
     if (m_world.rank() != m_flip_rank || step != m_flip_step) return;
     StateShards sh = m_state.shards();
     for (int u = 0; u < m_state.layout().num_units(); ++u) {
-        const size_t b = sh.owned_begin(u);
-        if (sh.owned_end(u) <= b) continue;
+        const size_t b = sh.state_begin(u);  // an element with a master of its own
+        if (sh.state_end(u) <= b) continue;
         float x = 0;
         sh.copy_to_host(&x, sh.master_base(u) + b, 1);
         uint32_t bits = 0;

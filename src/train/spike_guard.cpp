@@ -61,8 +61,9 @@ void SpikeGuard::take_snapshot(const TrainProgress& progress, const LossScalePol
     std::vector<float>& host = m_snapshot->state;
     size_t at = 0;
     for (int u = 0; u < m_state.layout().num_units(); ++u) {
-        const size_t b = sh.owned_begin(u);
-        const size_t n = sh.owned_end(u) > b ? sh.owned_end(u) - b : 0;
+        // A frozen base never changes: only what has a master of its own is kept.
+        const size_t b = sh.state_begin(u);
+        const size_t n = sh.state_end(u) > b ? sh.state_end(u) - b : 0;
         if (host.size() < at + 3 * n) host.resize(at + 3 * n);
         for (float* base : {sh.master_base(u), sh.adam_m_base(u), sh.adam_v_base(u)}) {
             if (n > 0) sh.snapshot_to_host(host.data() + at, base + b, n);
@@ -134,8 +135,8 @@ TrainProgress SpikeGuard::roll_back(const TrainProgress& now, LossScalePolicy& l
     const std::vector<float>& host = m_snapshot->state;
     size_t at = 0;
     for (int u = 0; u < m_state.layout().num_units(); ++u) {
-        const size_t b = sh.owned_begin(u);
-        const size_t n = sh.owned_end(u) > b ? sh.owned_end(u) - b : 0;
+        const size_t b = sh.state_begin(u);
+        const size_t n = sh.state_end(u) > b ? sh.state_end(u) - b : 0;
         for (float* base : {sh.master_base(u), sh.adam_m_base(u), sh.adam_v_base(u)}) {
             if (n > 0) sh.copy_from_host(base + b, host.data() + at, n);
             at += n;

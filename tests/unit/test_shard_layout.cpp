@@ -101,8 +101,8 @@ TEST(ShardLayout, ZeroStagePoliciesStoreAndMoveWhatTheStageShards) {
         for (int u = 0; u < plan.num_units(); ++u) {
             const UnitShard& s = plan.shard(u);
             EXPECT_EQ(plan.stored_params(u), stage >= 3 ? s.shard_numel : s.padded_numel) << "unit " << u;
-            EXPECT_EQ(plan.stored_grads(u), stage >= 2 ? s.shard_numel : s.padded_numel) << "unit " << u;
-            EXPECT_EQ(plan.stored_optimizer(u), stage >= 1 ? s.shard_numel : s.padded_numel) << "unit " << u;
+            EXPECT_EQ(plan.stored_grads(u, 0), stage >= 2 ? s.shard_numel : s.padded_numel) << "unit " << u;
+            EXPECT_EQ(plan.stored_optimizer(u, 0), stage >= 1 ? s.shard_numel : s.padded_numel) << "unit " << u;
             for (int r = 0; r < world; ++r) {
                 EXPECT_EQ(plan.params_start(u, r), stage >= 3 ? s.begin(r) : 0u) << "unit " << u << " rank " << r;
                 EXPECT_EQ(plan.grads_start(u, r), stage >= 2 ? s.begin(r) : 0u) << "unit " << u << " rank " << r;

@@ -109,6 +109,12 @@ struct ModelLayout {
 /// ones (the attention and MLP output projections) by columns, the rest whole.
 ModelLayout make_model_layout(const ModelConfig& cfg, TensorSplit split = {});
 
+/// Per unit, where the part of it that trains starts: 0 when all of it trains (no frozen
+/// base); under LoRA the offset of the unit's first adapter (they are its tail), or its
+/// numel when it holds none. A layout whose trained tensors are not a tail of their unit
+/// gets 0 there (all of the unit keeps state: correct, only larger).
+std::vector<size_t> trainable_begins(const ModelLayout& layout);
+
 /// A run of elements of a split layout's unit that are consecutive in the unsplit layout's
 /// unit too: elements [local, local + length) of the one are [whole, whole + length) of the
 /// other.

@@ -57,8 +57,8 @@ class GradientReducer {
     /// (fp32), or ranges of at most conversion_chunk elements (16-bit).
     template <typename Fn>
     void for_owned_chunks(int unit, Fn&& fn) const {
-        const size_t b = m_ctx.owned_begin(unit);
-        const size_t e = m_ctx.owned_end(unit);
+        const size_t b = m_ctx.state_begin(unit);
+        const size_t e = m_ctx.state_end(unit);
         const size_t step = m_ctx.work == DType::kF32 ? std::max<size_t>(e - b, 1) : conversion_chunk(m_ctx.plan);
         for (size_t from = b; from < e; from += step) fn(from, std::min(e, from + step));
     }
@@ -79,7 +79,7 @@ class GradientReducer {
     friend class ModelStateTestAccess;  // tests/support/model_state_access.hpp
     /// A started reduction and the pooled buffers it holds until completed.
     struct InFlight {
-        enum Kind { kBucket, kUnitAllReduce, kReduceScatter, kReplicaAllReduce };
+        enum Kind { kBucket, kUnitAllReduce, kReduceScatter, kReplicaAllReduce, kTrainedPartAllReduce };
         explicit InFlight(Kind k) : kind(k) {}
         Kind kind;
         int unit = -1;             // kUnitAllReduce, kReduceScatter
@@ -105,6 +105,10 @@ class GradientReducer {
     void complete_finished();
     void start_bucket(const GradBucket& b);
     void start_unit_reduction(int unit);
+    /// A partly frozen unit's trained tail (ShardPlan::partly_frozen): all-reduced, then
+    /// each rank keeps its part (stages 2-3: added into its stored gradients).
+    void start_trained_part_reduction(int unit);
+    void complete_trained_part(InFlight& f);
     /// The owned shard of `unit` is final for this step: all-reduce it across the groups.
     void start_replica_reduction(int unit);
     void* grad_ptr(int unit, size_t element);

@@ -181,8 +181,11 @@ class ModelState : public UnitStore {
     /// plan): the same size functions the parts allocate with. The constructor checks that
     /// it allocated exactly this.
     /// `group_size`: the ranks the state is split over (the shard group; the world without
-    /// hybrid sharding). `options.seed` and `options.bucket_numel` do not matter.
-    static StateBytes plan_bytes(const ModelLayout& layout, int group_size, const StateOptions& options);
+    /// hybrid sharding); `rank`: which of them (a frozen base's adapters are a tail of their
+    /// units, so their owners keep more state). `options.seed` and `options.bucket_numel`
+    /// do not matter.
+    static StateBytes plan_bytes(const ModelLayout& layout, int group_size, const StateOptions& options,
+                                 int rank = 0);
     /// The ZeRO stage the state was made with (recorded in checkpoints; the parts ask
     /// shard_plan()'s policy instead).
     int zero_stage() const { return m_plan.policy().stage(); }
@@ -209,6 +212,9 @@ class ModelState : public UnitStore {
     friend class StateShards;
     StateContext context();
     void sync_working_from_master();
+    /// gather_unit_params where the master does not hold the whole owned range (16-bit, or
+    /// a frozen base).
+    void gather_unit_params_piecewise(int unit, float* out);
     /// The planned peak of the per-unit scratch (included in bytes().scratch).
     size_t dynamic_scratch_planned() const;
 
@@ -245,7 +251,20 @@ class StateShards {
   public:
     size_t owned_begin(int unit) const;
     size_t owned_end(int unit) const;
-    /// Base pointers such that base[e] is unit element e, valid for owned elements.
+    /// The owned elements that keep a master and moments of their own: all of them unless
+    /// a base is frozen (LoRA; ShardPlan::state_range).
+    size_t state_begin(int unit) const;
+    size_t state_end(int unit) const;
+    /// What read and write move (the checkpoint's datasets, in its order).
+    enum Kind { kMaster = 0, kAdamM = 1, kAdamV = 2 };
+    /// Owned elements [from, to) of `unit`'s `kind` to host memory (`snapshot`: for a buffer
+    /// another thread reads later, as snapshot_to_host), and from it. A frozen element has
+    /// no master or moments of its own: its master is read from and written to the working
+    /// copy (rounded to its dtype), its moments read zero and writing them does nothing.
+    void read(int unit, Kind kind, size_t from, size_t to, float* host, bool snapshot = false);
+    void write(int unit, Kind kind, size_t from, size_t to, const float* host);
+    /// Base pointers such that base[e] is unit element e, valid for the elements in
+    /// [state_begin, state_end) (the master in fp32: every stored element).
     float* master_base(int unit);
     float* adam_m_base(int unit);
     float* adam_v_base(int unit);
@@ -268,6 +287,10 @@ class StateShards {
   private:
     friend class ModelState;
     explicit StateShards(ModelState& state) : m_state(state) {}
+    float* base(int unit, Kind kind);
+    /// A frozen range's master, through the state's fp32 conversion buffer when 16-bit.
+    void read_frozen_master(int unit, size_t from, size_t to, float* host, bool snapshot);
+    void write_frozen_master(int unit, size_t from, size_t to, const float* host);
     ModelState& m_state;
 };
 

@@ -64,6 +64,11 @@ class ParameterStore {
     /// 16-bit: the owned elements of the working copy = master rounded (master_base[e] is
     /// element e). fp32: nothing (the working copy is the master).
     void refresh_owned(int unit, const float* master_base);
+    /// Elements [from, to) of the stored working copy, as fp32 into backend memory `f32`
+    /// (to_f32), and from it (from_f32): the only copy of a frozen base (LoRA), which has
+    /// no master of its own.
+    void stored_to_f32(int unit, size_t from, size_t to, float* f32);
+    void stored_from_f32(int unit, size_t from, size_t to, const float* f32);
     /// Stages 1-2: starts the all-gather of every unit's owned shard into the full working
     /// copy. Other stages: nothing.
     void start_gathers();

@@ -67,9 +67,18 @@ struct ShardingPolicy {
 /// The split is over one group of ranks (the shard group). A further mesh dimension
 /// (tensor or pipeline parallel) adds its own split of the units before this one; the
 /// parts keep asking the same questions.
+///
+/// A frozen base (LoRA): only a tail of each unit trains, [trainable_begin, numel) (its
+/// adapters; empty for a unit without any). Ownership stays the same slices of the whole
+/// unit, but gradients, master weights and moments are stored for the trained part of them
+/// only (state_range), and a partly frozen unit's gradient is reduced over its trained part
+/// by an all-reduce (its owners' parts differ in size, so no reduce-scatter fits them).
 class ShardPlan {
   public:
-    ShardPlan(const std::vector<size_t>& unit_numel, int world_size, ShardingPolicy policy);
+    /// `trainable_begin`: per unit, where its trained tail starts (empty: every unit trains
+    /// whole; ModelLayout's trainable_begins()).
+    ShardPlan(const std::vector<size_t>& unit_numel, int world_size, ShardingPolicy policy,
+              std::vector<size_t> trainable_begin = {});
 
     int world_size() const { return m_world; }
     int num_units() const { return static_cast<int>(m_shards.size()); }
@@ -90,14 +99,30 @@ class ShardPlan {
     /// the gradient norm, are completed across the group).
     bool ownership_partitioned() const { return m_policy.optimizer_sharded; }
 
-    // Elements stored per unit by each kind of state (the padded unit or its shard), and
-    // the unit element at index 0 of such a buffer on `rank` (the shard start, or 0).
+    /// The elements of `unit` that train: all of it, or a frozen base's unit's tail.
+    ElementRange trainable(int unit) const;
+    /// Whether part of `unit` (but maybe not all) is frozen.
+    bool partly_frozen(int unit) const { return trainable(unit).begin > 0; }
+    /// owned_range(unit, rank) within trainable(unit): the elements whose gradient, master
+    /// and moments `rank` keeps (owned_range itself unless a base is frozen).
+    ElementRange state_range(int unit, int rank) const;
+    /// A unit's whole gradient (the stages 0-1 buffer, the stages 2-3 scratch): this many
+    /// elements from element grad_extent_start: the padded unit, or a partly frozen unit's
+    /// trained tail rounded up to kShardAlign (at least kShardAlign).
+    size_t grad_extent(int unit) const;
+    size_t grad_extent_start(int unit) const { return partly_frozen(unit) ? trainable(unit).begin : 0; }
+
+    // Elements stored per unit by each kind of state on `rank` (the padded unit or its
+    // shard; the trained part of them when a base is frozen), and the unit element at index
+    // 0 of such a buffer (the shard start, or 0).
     size_t stored_params(int unit) const { return stored(unit, m_policy.params_sharded); }
-    size_t stored_grads(int unit) const { return stored(unit, m_policy.grads_sharded); }
-    size_t stored_optimizer(int unit) const { return stored(unit, m_policy.optimizer_sharded); }
+    size_t stored_grads(int unit, int rank) const { return stored_state(unit, rank, m_policy.grads_sharded); }
+    size_t stored_optimizer(int unit, int rank) const {
+        return stored_state(unit, rank, m_policy.optimizer_sharded);
+    }
     size_t params_start(int unit, int rank) const { return start(unit, rank, m_policy.params_sharded); }
-    size_t grads_start(int unit, int rank) const { return start(unit, rank, m_policy.grads_sharded); }
-    size_t optimizer_start(int unit, int rank) const { return start(unit, rank, m_policy.optimizer_sharded); }
+    size_t grads_start(int unit, int rank) const { return state_start(unit, rank, m_policy.grads_sharded); }
+    size_t optimizer_start(int unit, int rank) const { return state_start(unit, rank, m_policy.optimizer_sharded); }
 
     // How gradients and parameters move.
     /// Gradients all-reduced whole, in buckets (nothing partitioned: DDP).
@@ -117,8 +142,11 @@ class ShardPlan {
         return sharded ? shard(unit).shard_numel : shard(unit).padded_numel;
     }
     size_t start(int unit, int rank, bool sharded) const { return sharded ? shard(unit).begin(rank) : 0; }
+    size_t stored_state(int unit, int rank, bool sharded) const;
+    size_t state_start(int unit, int rank, bool sharded) const;
 
     std::vector<UnitShard> m_shards;
+    std::vector<size_t> m_trainable_begin;  ///< per unit (all 0 without a frozen base)
     int m_world;
     ShardingPolicy m_policy;
 };
@@ -135,7 +163,9 @@ struct GradBucket {
 
 /// Groups units in backward order into buckets of at least bucket_numel elements (the last
 /// bucket may be smaller; a unit larger than bucket_numel is a bucket alone). Arena offsets
-/// follow the padded sizes of `shards`.
+/// follow `extents` (each unit's gradient elements, ShardPlan::grad_extent), or the padded
+/// sizes of `shards`.
+std::vector<GradBucket> make_grad_buckets(const std::vector<size_t>& extents, size_t bucket_numel);
 std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel);
 
 }  // namespace zt

@@ -89,6 +89,9 @@ struct StateContext {
     const UnitShard& shard(int unit) const { return plan.shard(unit); }
     size_t owned_begin(int unit) const { return plan.owned_range(unit, rank).begin; }
     size_t owned_end(int unit) const { return plan.owned_range(unit, rank).end; }
+    /// The owned elements that keep gradients, master and moments (ShardPlan::state_range).
+    size_t state_begin(int unit) const { return plan.state_range(unit, rank).begin; }
+    size_t state_end(int unit) const { return plan.state_range(unit, rank).end; }
     size_t work_size() const { return dtype_size(work); }
 };
 
