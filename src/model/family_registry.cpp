@@ -109,9 +109,16 @@ const char* Family::hf_torch_dtype(DType dtype) {
     return dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
 }
 
+double Family::weight_flops_per_token(const ModelConfig& m) const {
+    if (!m.lora.on()) return 6 * parameter_count(m);
+    double adapters = 0;
+    for (const ParamSpec& p : make_model_layout(m).params) adapters += p.adapter ? static_cast<double>(p.numel) : 0;
+    return 4 * parameter_count(m) + 6 * adapters;
+}
+
 double Family::flops_per_token(const ModelConfig& m) const {
     // The query heads' width: n_embd, or n_head head_dim (Qwen3), whatever the key/value heads.
-    return 6 * parameter_count(m) + 12.0 * m.n_layer * m.seq_len * (m.n_head * m.head_size());
+    return weight_flops_per_token(m) + 12.0 * m.n_layer * m.seq_len * (m.n_head * m.head_size());
 }
 
 const std::vector<const Family*>& model_families() {

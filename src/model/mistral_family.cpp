@@ -23,7 +23,7 @@ class MistralFamily final : public LlamaFamily {
     /// Attention's term counts the keys a query reads: the window's, when shorter than seq_len.
     double flops_per_token(const ModelConfig& m) const override {
         const double keys = m.sliding_window > 0 && m.sliding_window < m.seq_len ? m.sliding_window : m.seq_len;
-        return 6 * parameter_count(m) + 12.0 * m.n_layer * keys * m.n_embd;
+        return weight_flops_per_token(m) + 12.0 * m.n_layer * keys * m.n_embd;
     }
     std::string banner(const ModelConfig& m, double params) const override {
         return LlamaFamily::banner(m, params) +

@@ -133,13 +133,17 @@ struct MicroBatchCost {
     double elementwise = 0;      ///< forward: norms, activations, residuals, softmax, loss
     double tensor_comm = 0;      ///< one pass's tensor-group collectives
     double pipeline_send = 0;    ///< one activation (or its gradient) to the next stage
+    /// forward, the products of frozen weights (LoRA's base): their backward has no weight
+    /// gradient, so once, not twice, the forward's products
+    double frozen_products = 0;
     std::string product_what;
     std::string tensor_what;
     /// The forward of a micro-batch, and its backward (twice the products, recompute's forward).
     double forward() const { return block_products + head_products + attention + elementwise + tensor_comm; }
     double recompute(bool on) const { return on ? block_products + attention + elementwise + tensor_comm : 0; }
     double backward(bool recompute_on) const {
-        return 2 * (block_products + head_products + attention + elementwise) + tensor_comm + recompute(recompute_on);
+        return 2 * (block_products + head_products + attention + elementwise) - frozen_products + tensor_comm +
+               recompute(recompute_on);
     }
 };
 
@@ -151,19 +155,29 @@ void add_products(const Config& cfg, const Mesh& mesh, double peak, const Cluste
     const ModelLayout layout = make_model_layout(m, TensorSplit{mesh.tensor, 0});
     double block = 0;
     double block_flops = 0;
+    double frozen = 0;
+    int frozen_count = 0;
     int products = 0;
     for (const ParamSpec& p : layout.params) {
         if (p.unit != 1 || p.shape.size() != 2) continue;
         const double flops = 2 * rows * static_cast<double>(p.numel);
         block += product_seconds(flops, peak, c);
+        if (!p.trainable) {
+            frozen += product_seconds(flops, peak, c);
+            ++frozen_count;
+        }
         block_flops += flops;
         ++products;
     }
     out.block_products = block * m.n_layer;
     const double head_flops = 2 * rows * (static_cast<double>(m.padded_vocab()) / mesh.tensor) * m.n_embd;
     out.head_products = product_seconds(head_flops, peak, c);
+    const bool lora = m.lora.on();
+    out.frozen_products = frozen * m.n_layer + (lora ? out.head_products : 0);
     const double rate = (block_flops * m.n_layer + head_flops) / (out.block_products + out.head_products);
-    out.product_what = str(products, " per block + LM head, forward and 2x backward, at ",
+    const int adapters = lora ? products - static_cast<int>(frozen_count) : 0;
+    out.product_what = str(products - adapters, " per block", lora ? str(" (+ ", adapters, " adapter)") : std::string(),
+                           " + LM head, forward and ", lora ? "1x backward (frozen base), 2x (adapters)" : "2x backward", ", at ",
                            static_cast<int>(std::lround(100 * rate / peak)), "% of peak");
 }
 
@@ -260,6 +274,9 @@ void add_phase(TimePlan& plan, const std::string& name, double total_s, double e
 /// with what the schedule overlaps of it. `unit_bytes`: each unit's elements on this rank.
 struct DataParallelInput {
     std::vector<double> unit_numel;  ///< per unit, this rank's (its tensor split and stage)
+    /// per unit, the part of unit_numel that trains (all of it but under LoRA, where a
+    /// partly frozen unit's trained tail is all-reduced instead of reduce-scattered)
+    std::vector<double> trained_numel;
     double forward_s = 0;            ///< one micro-batch's forward on this rank
     double backward_s = 0;           ///< and its backward
     int micro_batches = 1;
@@ -271,7 +288,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
     const double work = dtype_size(cfg.precision.dtype);
     const double reduce = dtype_size(cfg.precision.reduce());
     double total_numel = 0;
-    for (double n : in.unit_numel) total_numel += n;
+    for (double n : in.trained_numel) total_numel += n;
     const GroupPlacement shard_place = place_group(mesh.shard, mesh.tensor, mesh.ranks_per_node);
     const Link shard_link = group_link(c, shard_place, mesh.active_on_node);
     const char* where = shard_link.inter_node ? "inter" : "intra";
@@ -295,14 +312,20 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
     double ag = 0;
     double rs_tail = 0;
     double ag_tail = 0;
-    for (double n : in.unit_numel) {
-        rs += collective_time(PlannedCollective::kReduceScatter, n * reduce, mesh.shard, shard_link).seconds;
+    for (size_t u = 0; u < in.unit_numel.size(); ++u) {
+        const double n = in.unit_numel[u];
+        const double t = in.trained_numel[u];
+        if (t == n) {
+            rs += collective_time(PlannedCollective::kReduceScatter, n * reduce, mesh.shard, shard_link).seconds;
+        } else if (t > 0) {
+            rs += collective_time(PlannedCollective::kAllReduce, t * reduce, mesh.shard, shard_link).seconds;
+        }
         const double g = collective_time(PlannedCollective::kAllGather, n * work, mesh.shard, shard_link).seconds;
         ag += g;
         ag_tail = std::max(ag_tail, g);
     }
     if (!in.unit_numel.empty()) {
-        rs_tail = collective_time(PlannedCollective::kReduceScatter, in.unit_numel.front() * reduce, mesh.shard,
+        rs_tail = collective_time(PlannedCollective::kReduceScatter, in.trained_numel.front() * reduce, mesh.shard,
                                   shard_link).seconds;
     }
     const int reductions = (stage >= 2 && mesh.pipeline == 1) ? in.micro_batches : 1;
@@ -320,7 +343,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
             collective_time(PlannedCollective::kAllReduce, total_numel / mesh.shard * reduce, mesh.replicas, rl);
         // Each unit's starts when its reduce-scatter of the last micro-batch ends, so it runs
         // beside what is left of that backward; unit 0's (the last) cannot.
-        const double tail = ar.seconds * (in.unit_numel.empty() ? 1 : in.unit_numel.front() / total_numel);
+        const double tail = ar.seconds * (in.unit_numel.empty() || total_numel <= 0 ? 1 : in.trained_numel.front() / total_numel);
         add_phase(plan, "replica all-reduce", ar.seconds,
                   exposed_seconds(ar.seconds, std::max(0.0, in.backward_s - rs), tail, mesh.overlap),
                   str("the owned shards over ", mesh.replicas, " replicas (", ar.algorithm, ", ",
@@ -344,7 +367,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
 /// the gradient read, the working copy written) and the step's scalar all-reduces.
 void add_optimizer(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, double rank_numel, TimePlan& plan) {
     const bool sharded = cfg.parallel.zero_stage > 0;
-    const double owned = rank_numel / (sharded ? mesh.shard : 1);
+    const double owned = rank_numel / (sharded ? mesh.shard : 1);  // trained elements only (LoRA: the adapters)
     const double bytes_each = 6 * 4 + dtype_size(cfg.precision.reduce()) + dtype_size(cfg.precision.dtype) + 4;
     const double seconds = owned * bytes_each / rank_memory_bytes_per_s(c, mesh.active_on_node);
     add_phase(plan, "optimizer", seconds, seconds,
@@ -356,10 +379,14 @@ void add_optimizer(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, 
 }
 
 /// This rank's elements of each unit (its tensor split; under a pipeline, a stage's share).
-std::vector<double> rank_unit_numel(const Config& cfg, const Mesh& mesh) {
+/// `trained`: the part of each that trains (the tail from trainable_begins()).
+std::vector<double> rank_unit_numel(const Config& cfg, const Mesh& mesh, bool trained = false) {
     const ModelLayout layout = make_model_layout(cfg.model, TensorSplit{mesh.tensor, 0});
+    const std::vector<size_t> begin = trainable_begins(layout);
     std::vector<double> out;
-    for (size_t n : layout.unit_numel) out.push_back(static_cast<double>(n));
+    for (size_t u = 0; u < layout.unit_numel.size(); ++u) {
+        out.push_back(static_cast<double>(layout.unit_numel[u] - (trained ? begin[u] : 0)));
+    }
     if (mesh.pipeline <= 1) return out;
     // A stage holds its blocks (and the first and last the embedding, head and final norm):
     // by FLOPs about 1/P of the units, which the time model takes as every unit / P.
@@ -377,8 +404,8 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
     const int m = std::max(1, cfg.train.grad_accum);
     const double P = mesh.pipeline;
     TimePlan plan;
-    add_phase(plan, "products", m * 3 * (mb.block_products + mb.head_products) / P,
-              m * 3 * (mb.block_products + mb.head_products) / P, mb.product_what);
+    const double products = m * (3 * (mb.block_products + mb.head_products) - mb.frozen_products) / P;
+    add_phase(plan, "products", products, products, mb.product_what);
     add_phase(plan, "attention", m * 3 * mb.attention / P, m * 3 * mb.attention / P,
               "two (T x T) products per head, causal, forward and 2x backward");
     add_phase(plan, "element-wise", m * 3 * mb.elementwise / P, m * 3 * mb.elementwise / P,
@@ -396,7 +423,7 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
         add_phase(plan, "pipeline p2p", sends, sends, str("activations and their gradients, ", 2 * m * v,
                                                           " messages a step per stage boundary"));
         const double f = forward / v + mb.pipeline_send;
-        const double weight = (mb.block_products + mb.head_products) / P / v;  // the weight-gradient products
+        const double weight = (mb.block_products + mb.head_products - mb.frozen_products) / P / v;  // weight gradients
         const double b = backward / v + mb.pipeline_send;
         const PipelineScheduleKind kind = pipeline_schedule_kind(cfg.parallel);
         // Zero-bubble runs the weight products as passes of their own; the others inside B.
@@ -408,12 +435,13 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
     }
     DataParallelInput dp;
     dp.unit_numel = rank_unit_numel(cfg, mesh);
+    dp.trained_numel = rank_unit_numel(cfg, mesh, true);
     dp.forward_s = forward;
     dp.backward_s = backward;
     dp.micro_batches = m;
     add_data_parallel(cfg, c, mesh, memory, dp, plan);
     double rank_numel = 0;
-    for (double n : dp.unit_numel) rank_numel += n;
+    for (double n : dp.trained_numel) rank_numel += n;
     add_optimizer(cfg, c, mesh, rank_numel, plan);
     double most = -1;
     for (const TimePhase& p : plan.phases) {

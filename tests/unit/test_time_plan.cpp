@@ -154,6 +154,15 @@ double phase_exposed(const zt::TimePlan& p, const std::string& name) {
     return -1;
 }
 
+const zt::TimePhase& phase(const zt::TimePlan& p, const std::string& name) {
+    for (const zt::TimePhase& ph : p.phases) {
+        if (ph.name == name) return ph;
+    }
+    static const zt::TimePhase none{};
+    ADD_FAILURE() << "no phase " << name;
+    return none;
+}
+
 TEST(TimePlan, OneRankIsComputeAndOptimizer) {
     const Config c = tiny_deck();
     const ClusterConfig cluster;
@@ -200,6 +209,38 @@ TEST(TimePlan, DataParallelAddsTheGradientCollective) {
     EXPECT_EQ(phase_exposed(th, "grad reduce-scatter"), -1);
     EXPECT_EQ(phase_exposed(th, "param all-gather"), -1);
     EXPECT_GT(phase_exposed(th, "replica all-reduce"), 0);
+}
+
+// LoRA: the frozen base's products run forward and once backward (no weight gradient), the
+// adapters' forward and twice; AdamW and the gradient reduction cover the adapters only, and
+// the FLOPs count 4 per base parameter and 6 per adapter parameter.
+TEST(TimePlan, LoraCountsTheFrozenBaseOnceBackward) {
+    Config full = tiny_deck();
+    full.parallel.zero_stage = 1;
+    Config lora = full;
+    lora.model.lora.rank = 4;
+    lora.model.lora.targets = "c_attn";
+    const ClusterConfig cluster;
+    const zt::TimePlan tf = zt::plan_time(full, cluster, 2, 2, zt::plan_memory(full, 2, 2, 0, 0, false));
+    const zt::TimePlan tl = zt::plan_time(lora, cluster, 2, 2, zt::plan_memory(lora, 2, 2, 0, 0, false));
+    const double peak = zt::rank_peak_flops(cluster, zt::DType::kF32, 2);
+    const double C = 64, rows = 128, r = 4;
+    auto product = [&](double weights) { return zt::product_seconds(2 * rows * weights, peak, cluster); };
+    const double base = product(3 * C * C) + product(C * C) + 2 * product(4 * C * C);
+    const double adapters = product(r * C) + product(3 * C * r);
+    const double head = product(320 * C);
+    // 2 micro-batches, 2 blocks: the base forward + 1x backward, the adapters forward + 2x.
+    EXPECT_NEAR(phase_exposed(tl, "products"), 1e3 * 2 * (2 * (2 * base + 3 * adapters) + 2 * head), 1e-9);
+    EXPECT_NEAR(phase_exposed(tf, "products"), 1e3 * 2 * 3 * (2 * base + head), 1e-9);
+    EXPECT_NE(phase(tl, "products").what.find("4 per block (+ 2 adapter)"), std::string::npos)
+        << phase(tl, "products").what;
+    const double adapter_numel = 2 * (r * C + 3 * C * r);
+    EXPECT_NE(phase(tl, "optimizer").what.find(zt::str("AdamW over ", adapter_numel / 2 / 1e6, " M")), std::string::npos)
+        << phase(tl, "optimizer").what;
+    EXPECT_LT(phase_exposed(tl, "grad reduce-scatter"), phase_exposed(tf, "grad reduce-scatter") / 10);
+    const zt::Family& gpt2 = zt::model_family(full.model);
+    EXPECT_DOUBLE_EQ(gpt2.flops_per_token(lora.model) - gpt2.flops_per_token(full.model),
+                     -2 * gpt2.parameter_count(full.model) + 6 * adapter_numel);
 }
 
 TEST(PlanSearch, RanksFittingMeshesOfTheGlobalBatch) {

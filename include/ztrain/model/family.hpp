@@ -63,6 +63,9 @@ class Family : public FamilyKeyRules {
     /// Training FLOPs per token: 6 per parameter (forward + backward) plus attention's
     /// 12 * n_layer * seq_len * n_embd (its two T x T products, forward and backward).
     virtual double flops_per_token(const ModelConfig& m) const;
+    /// The weights' part of it: 6 per parameter; under LoRA 4 per frozen base parameter
+    /// (its backward has no weight gradient) and 6 per adapter parameter.
+    double weight_flops_per_token(const ModelConfig& m) const;
     /// Multiply-adds per token of one block's weight products: the pipeline's block cost.
     virtual double block_product_weights(const ModelConfig& m) const = 0;
     /// The line ztrain prints about the model ("ztrain: ... parameters"), without a newline.
