@@ -28,6 +28,11 @@ example (DataCollatorWithPadding). Padding positions get label -100 and attentio
 the loss is the mean over the micro-batch's targets; each step record adds `targets`, the
 target tokens of every rank.
 
+LoRA (pair 7): --lora R wraps the model with PEFT's get_peft_model (LoraConfig r = R,
+lora_alpha = --lora-alpha, dropout 0, target_modules = --lora-targets), the way PEFT's
+fine-tuning examples do; AdamW then holds the adapters only (requires_grad). The model is
+whatever the directory holds (AutoModelForCausalLM: GPT-2 or Llama).
+
 Rank 0 writes one JSON line per step to --metrics (step, loss averaged over the ranks, lr,
 grad_norm before clipping, step_ms, tokens_per_s of all ranks) and a final
 {"event": "summary"} line with every rank's peak RSS (VmHWM) and the versions.
@@ -71,6 +76,9 @@ def parse():
     ap.add_argument("--seed", type=int, default=1337, help="ztrain's train.seed: the data order")
     ap.add_argument("--examples", default="", help="JSON Lines of {\"text\": ...}: train on padded examples")
     ap.add_argument("--padding", choices=["max_length", "longest"], default="max_length")
+    ap.add_argument("--lora", type=int, default=0, help="PEFT LoRA rank (0: full fine-tuning)")
+    ap.add_argument("--lora-alpha", type=float, default=32)
+    ap.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
     return ap.parse_args()
 
 
@@ -107,6 +115,8 @@ def param_groups(model, weight_decay):
     """transformers' Trainer grouping: no decay for biases and LayerNorm weights."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
+        if not p.requires_grad:  # LoRA's frozen base
+            continue
         (no_decay if name.endswith(".bias") or ".ln_" in name or name.startswith("ln_")
          or "ln_f" in name else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -243,16 +253,21 @@ def validate(a, run, model, T, out):
 def main():
     a = parse()
     run = Runner(a)
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
     import transformers
-    model = GPT2LMHeadModel.from_pretrained(a.model, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    if a.lora:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=a.lora, lora_alpha=a.lora_alpha, lora_dropout=0.0,
+                                                 target_modules=a.lora_targets.split(","), task_type="CAUSAL_LM"))
     model.train()
     model = run.wrap(model)
     opt = torch.optim.AdamW(param_groups(model, a.weight_decay), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps)
     model, opt = run.prepare(model, opt)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: ztrain_lr_factor(s, a.warmup, a.steps, a.schedule, a.lr, a.lr_min))
-    n_positions = model.config.n_positions if hasattr(model, "config") else model.module.config.n_positions
+    config = model.config if hasattr(model, "config") else model.module.config
+    n_positions = getattr(config, "n_positions", None) or config.max_position_embeddings
     global_batch = a.micro_batch * a.grad_accum * run.world
     data = (PaddedExamples(a.examples, a.model, n_positions, a.padding, a.seed, a.steps * global_batch) if a.examples
             else ZtrainWindows(a.train, n_positions, a.seed))
@@ -269,6 +284,9 @@ def main():
         if run.accelerator:
             import accelerate
             versions["accelerate"] = accelerate.__version__
+        if a.lora:
+            import peft
+            versions["peft"] = peft.__version__
         out.write(json.dumps({"event": "summary", "mode": a.mode, "dtype": a.dtype, "compile": a.compile,
                               "world": run.world, "threads": a.threads, "total_s": total_s,
                               "rss_kib": rss, "versions": versions}) + "\n")

@@ -23,6 +23,28 @@ SHAPES = {
     "tiny": (2, 4, 256, 256, 4),     # the machinery on a loaded 2-core machine
 }
 GPT2_VOCAB = 50257
+# Pair 7 (LoRA): Llama shapes with GPT-2's tokenizer (the corpus's shards), tied embeddings.
+# name: dict of LlamaConfig-like fields; smollm2_360m is SmolLM2-360M's shape (vocab 49152
+# there, 50257 here).
+LLAMA_SHAPES = {
+    "smollm2_360m": dict(n_layer=32, n_head=15, n_kv_head=5, n_embd=960, ffn=2560, seq_len=256, micro_batch=2,
+                         rope_theta=100000.0),
+    "llama_tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn=352, seq_len=64, micro_batch=2,
+                       rope_theta=10000.0),
+}
+LLAMA_LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+# Pair 8 (issue 52): the Qwen decks' shapes (inputs/qwen2_5_0_5b.ini, qwen3_0_6b.ini) at a
+# bench's seq_len; their own 151936-token vocabulary (GPT-2's ids are a subset).
+QWEN_SHAPES = {
+    "qwen2_5_0_5b": dict(arch="qwen2", n_layer=24, n_head=14, n_kv_head=2, n_embd=896, ffn=4864, seq_len=256,
+                         micro_batch=2, vocab=151936),
+    "qwen3_0_6b": dict(arch="qwen3", n_layer=28, n_head=16, n_kv_head=8, n_embd=1024, ffn=3072, head_dim=128,
+                       seq_len=256, micro_batch=2, vocab=151936),
+    "qwen2_tiny": dict(arch="qwen2", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn=352, seq_len=64,
+                       micro_batch=2, vocab=151936),
+    "qwen3_tiny": dict(arch="qwen3", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn=352, head_dim=64,
+                       seq_len=64, micro_batch=2, vocab=151936),
+}
 
 _M64 = (1 << 64) - 1
 _STREAM_DATA = 2

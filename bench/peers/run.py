@@ -27,9 +27,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from peers_common import SHAPES  # noqa: E402  (stdlib + numpy-free names only)
+from peers_common import LLAMA_LORA_TARGETS, LLAMA_SHAPES, QWEN_SHAPES, SHAPES  # noqa: E402  (stdlib + numpy-free)
 
-GOALS = {"1": (3.0, 0.7), "2": (3.0, 0.7), "3": (3.0, 0.7), "4": (None, None), "5": (2.0, None), "6": (2.0, None)}
+GOALS = {"1": (3.0, 0.7), "2": (3.0, 0.7), "3": (3.0, 0.7), "4": (None, None), "5": (2.0, None), "6": (2.0, None),
+         "7": (2.0, 0.7), "8": (None, None)}
 # Training settings both sides get explicitly (ztrain's defaults, and what the peer is told).
 TRAIN = dict(lr=3e-4, lr_min=3e-5, warmup=10, schedule="cosine", weight_decay=0.1, beta1=0.9,
              beta2=0.95, eps=1e-8, clip=1.0, seed=1337)
@@ -41,7 +42,11 @@ def parse():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per speed run")
     ap.add_argument("--skip", type=int, default=2, help="leading steps left out of a run's median")
-    ap.add_argument("--pairs", default="1,3,4", help="comma-separated: 1 2 3 4 5 6")
+    ap.add_argument("--pairs", default="1,3,4", help="comma-separated: 1 2 3 4 5 6 7")
+    ap.add_argument("--lora-shape", choices=sorted(LLAMA_SHAPES), default="smollm2_360m",
+                    help="pair 7 (LoRA, issue 51): the Llama shape")
+    ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--qwen-shapes", default="qwen2_5_0_5b,qwen3_0_6b", help="pair 8 (issue 52): Qwen shapes")
     ap.add_argument("--cores", type=int, default=os.cpu_count(), help="threads in all: np ranks get cores/np each")
     ap.add_argument("--curve", action="store_true", help="also the same-curve check (shape small)")
     ap.add_argument("--curve-only", action="store_true")
@@ -119,6 +124,27 @@ class Bench:
                      os.path.join(self.a.work, "gpt2_tokenizer.json"), "--val-fraction", "0.02"], "prepare_examples")
         return jsonl, os.path.join(d, "train_*.bin")
 
+    def long_examples(self):
+        """Pair 7's examples: the corpus's paragraphs joined into {"text": ...} lines of at least
+        4,000 characters, each longer than any seq_len here, so every row is cut to seq_len
+        on both sides and a step's work does not depend on which examples it draws (the two
+        sides draw them in different orders)."""
+        d = os.path.join(self.a.work, "long_examples")
+        jsonl = os.path.join(self.a.work, "long_examples.jsonl")
+        if not os.path.exists(os.path.join(d, "tokenizer.json")):
+            self.data()
+            with open(jsonl, "w") as out:
+                text = ""
+                for para in self.paragraphs():
+                    text = (text + "\n\n" + para) if text else para
+                    if len(text) >= 4000:
+                        out.write(json.dumps({"text": text}) + "\n")
+                        text = ""
+            self.sh([os.path.join(self.bin, "zt-prepare"), "--input", jsonl, "--output", d, "--tokenizer",
+                     os.path.join(self.a.work, "gpt2_tokenizer.json"), "--val-fraction", "0.02"],
+                    "prepare_long_examples")
+        return jsonl, os.path.join(d, "train_*.bin")
+
     def choice_task(self):
         """Pair 6's task, from the corpus: a sentence and the first three words of the one after
         it as the context (HellaSwag's ctx_a, ctx_b), that sentence's rest as the right ending
@@ -166,7 +192,7 @@ class Bench:
 
     # ---- commands ----------------------------------------------------------------------------
     def zt_cmd(self, name, shape, np_, steps, extra, train=TRAIN):
-        init, micro = self.init(shape), SHAPES[shape][4]
+        init, micro = self.init(shape), micro_batch_of(shape)
         rss = os.path.join(self.a.work, "runs", name + ".rss")
         wrap = [os.path.join(HERE, "rss_wrap.sh"), rss, os.path.join(self.bin, "ztrain")]
         launch = [os.path.join(self.bin, "ztrun"), str(np_)] + wrap if np_ > 1 else wrap
@@ -187,7 +213,7 @@ class Bench:
         args = ["--mode", mode, "--model", self.init(shape), "--train", self.train_glob,
                 "--metrics", os.path.join(self.a.work, "runs", name + ".jsonl"),
                 "--threads", str(max(1, self.a.cores // np_)), "--steps", str(steps),
-                "--micro-batch", str(SHAPES[shape][4]), "--lr", str(train["lr"]), "--lr-min", str(train["lr_min"]),
+                "--micro-batch", str(micro_batch_of(shape)), "--lr", str(train["lr"]), "--lr-min", str(train["lr_min"]),
                 "--warmup", str(train["warmup"]), "--schedule", train["schedule"],
                 "--weight-decay", str(train["weight_decay"]), "--beta1", str(train["beta1"]),
                 "--beta2", str(train["beta2"]), "--eps", str(train["eps"]), "--clip", str(train["clip"]),
@@ -348,6 +374,51 @@ class Bench:
         print(f"{name}: {rec['tokens_per_s']:.1f} items/s (acc {acc:.3f}), load {rec['load'][0]}", flush=True)
 
 
+def micro_batch_of(shape):
+    for table in (LLAMA_SHAPES, QWEN_SHAPES):
+        if shape in table:
+            return table[shape]["micro_batch"]
+    return SHAPES[shape][4]
+
+
+def qwen_runs(b):
+    """Pair 8 (issue 52): each Qwen shape on the corpus's windows, one process, fp32 and bf16:
+    ztrain against transformers' model in the Accelerate script (one process: no DDP)."""
+    a, runs = b.a, []
+    for shape in [x for x in a.qwen_shapes.split(",") if x]:
+        tokens = QWEN_SHAPES[shape]["seq_len"] * QWEN_SHAPES[shape]["micro_batch"]
+        for dt in ("fp32", "bf16"):
+            runs.append(("8", f"ztrain {shape} np 1 {dt}", "ztrain",
+                         lambda n, shape=shape, dt=dt: (b.zt_cmd(n, shape, 1, a.steps, {"precision.dtype": dt}), {}),
+                         tokens))
+            runs.append(("8", f"transformers {shape} accelerate np 1 {dt}", "peer",
+                         lambda n, shape=shape, dt=dt: b.peer_cmd(n, shape, "accelerate", 1, a.steps, ["--dtype", dt]),
+                         tokens))
+    return runs
+
+
+def lora_runs(b):
+    """Pair 7 (issue 51): a Llama fine-tuned on examples longer than seq_len, one per row cut to
+    seq_len (ztrain's data.packing = pad, data.overlong = truncate; the peer's truncation with
+    DataCollatorWithPadding): full rows on both sides whatever the order; np 2: ztrain's full
+    fine-tuning, its LoRA in fp32 and bf16, and PEFT's LoRA under Accelerate in fp32 and bf16
+    (autocast)."""
+    a, shape = b.a, b.a.lora_shape
+    jsonl, shards = b.long_examples()
+    data = {"data.train": shards, "data.packing": "pad", "data.overlong": "truncate"}
+    lora = dict(data, **{"lora.rank": a.lora_rank, "lora.alpha": 2 * a.lora_rank, "lora.targets": LLAMA_LORA_TARGETS})
+    peer = ["--examples", jsonl, "--padding", "longest", "--lora", str(a.lora_rank),
+            "--lora-alpha", str(2 * a.lora_rank), "--lora-targets", LLAMA_LORA_TARGETS]
+    runs = [("7", "ztrain full fine-tuning np 2 fp32", "ztrain", lambda n: (b.zt_cmd(n, shape, 2, a.steps, data), {}))]
+    for dt in ("fp32", "bf16"):
+        keys = dict(lora, **{"precision.dtype": dt})
+        runs.append(("7", f"ztrain LoRA r{a.lora_rank} np 2 {dt}", "ztrain",
+                     lambda n, keys=keys: (b.zt_cmd(n, shape, 2, a.steps, keys), {})))
+        runs.append(("7", f"PEFT LoRA r{a.lora_rank} accelerate np 2 padding=longest {dt}", "peer",
+                     lambda n, dt=dt: b.peer_cmd(n, shape, "accelerate", 2, a.steps, peer + ["--dtype", dt])))
+    return [(p, label, side, make, None) for p, label, side, make in runs]
+
+
 def pair_runs(b, shape, pairs):
     """(pair, label, side, make(name) -> (cmd, env), tokens per step) of every speed run."""
     a, T, micro = b.a, SHAPES[shape][3], SHAPES[shape][4]
@@ -378,7 +449,8 @@ def pair_runs(b, shape, pairs):
                 extra = ["--dtype", dt] + (["--compile"] if comp else [])
                 runs.append(("4", f"torch {'compile' if comp else 'eager'} {dt}", "peer",
                              lambda n, extra=extra: b.peer_cmd(n, shape, "single", 1, a.steps, extra), 1))
-    return [(p, label, side, make, ranks and ranks * micro * T) for p, label, side, make, ranks in runs]
+    out = [(p, label, side, make, ranks and ranks * micro * T) for p, label, side, make, ranks in runs]
+    return out + (lora_runs(b) if "7" in pairs else []) + (qwen_runs(b) if "8" in pairs else [])
 
 
 def speed(b, shape, pairs, after_rep=lambda: None):
@@ -386,7 +458,8 @@ def speed(b, shape, pairs, after_rep=lambda: None):
     runs = pair_runs(b, shape, pairs)
     for rep in range(1, b.a.reps + 1):
         for p, label, side, make, tokens in runs:
-            name = f"p{p}_{label.replace(' ', '_')}_{shape}_r{rep}"
+            where = b.a.lora_shape if p == "7" else "" if p == "8" else shape  # pair 8's labels name theirs
+            name = f"p{p}_{label.replace(' ', '_')}_{where}_r{rep}"
             cmd, env = make(name)
             b.run(p, label, side, name, cmd, env, tokens)
         if "5" in pairs:
@@ -480,8 +553,12 @@ def ratio_rows(summary):
         peers = [(lbl, v) for lbl, v in items if v[3] == "peer"]
         for zl, zv in zts:
             for pl, pv in peers:
-                if pair == "4" and zl.split()[-1] != pl.split()[-1]:
+                if pair in ("4", "7", "8") and zl.split()[-1] != pl.split()[-1]:
                     continue  # fp32 against fp32, bf16 against bf16
+                if pair == "8" and zl.split()[1] != pl.split()[1]:
+                    continue  # the same shape
+                if pair == "7" and "full" in zl:
+                    continue  # LoRA against LoRA; full fine-tuning is LoRA's own baseline (lora_ratios)
                 tps = zv[0] / pv[0]
                 rss = zv[2] / pv[2] if pv[2] == pv[2] and pv[2] else float("nan")
                 if pair == "4":
@@ -489,7 +566,8 @@ def ratio_rows(summary):
                 else:
                     goal_t, goal_r = GOALS.get(pair, (None, None))
                 met = (goal_t is None or tps >= goal_t) and (goal_r is None or rss <= goal_r)
-                goal = f"tokens/s >= {goal_t}x" + (f", RSS <= {goal_r}x" if goal_r else "")
+                goal = (f"tokens/s >= {goal_t}x" + (f", RSS <= {goal_r}x" if goal_r else "") if goal_t
+                        else "figures only")
                 rows.append((pair, zl, pl, tps, rss, goal, "met" if met else "NOT met"))
     return rows
 
@@ -504,6 +582,20 @@ def sharding_ratios(summary, w):
     w("\nZeRO-3 / DDP on each side (pair 3 against pair 1): " + "; ".join(
         f"{side}: tokens/s {pick[z][0] / pick[d][0]:.2f}x, peak RSS {pick[z][2] / pick[d][2]:.2f}x"
         for side, z, d in sides) + ".")
+
+
+def lora_ratios(summary, w):
+    """Pair 7's second question: ztrain's LoRA against its own full fine-tuning (goal: peak
+    RSS at most 0.5x)."""
+    pick = {k[1]: v for k, v in summary.items() if k[0] == "7"}
+    full = next((v for k, v in pick.items() if "full" in k), None)
+    if full is None:
+        return
+    for label, v in pick.items():
+        if label.startswith("ztrain LoRA"):
+            r = v[2] / full[2]
+            w(f"\n{label} / ztrain full fine-tuning np 2 fp32: tokens/s {v[0] / full[0]:.2f}x, peak RSS {r:.2f}x "
+              f"(goal <= 0.5x: {'met' if r <= 0.5 else 'NOT met'}).")
 
 
 def write_report(b, summary_rows, curve_result):
@@ -537,6 +629,7 @@ def write_report(b, summary_rows, curve_result):
         for pair, zl, pl, t, r, goal, met in rows:
             w(f"| {pair} | {zl} | {pl} | {t:.2f} | {r:.2f} | {goal} | {met} |")
         sharding_ratios(summary, w)
+        lora_ratios(summary, w)
         w("")
         speed_tables(b, w)
     for c in curve_result or []:
