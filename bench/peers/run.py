@@ -609,13 +609,23 @@ def write_report(b, summary_rows, curve_result):
     w(f"# ztrain beside its peers, {today} (bench/peers/run.py)\n")
     w(f"Command: `python3 {' '.join(shlex.quote(x) for x in sys.argv)}` at {rev} ({zt_version}).  ")
     w(f"Peers: {', '.join(f'{k} {v}' for k, v in versions.items())} ({a.python}).  ")
-    w(f"Shape of the speed runs: `{a.shape}` = n_layer, n_head, n_embd, seq_len, micro_batch "
-      f"{SHAPES[a.shape]}, GPT-2 vocabulary 50257; {a.steps} steps per run, the first {a.skip} left out of "
-      f"each run's median; {a.cores} threads in all (cores / ranks per rank, both sides).  ")
+    pairs = [p for p in a.pairs.split(",") if p]
+    if any(p in "123456" for p in pairs):
+        w(f"Shape of pairs 1-6: `{a.shape}` = n_layer, n_head, n_embd, seq_len, micro_batch {SHAPES[a.shape]}, "
+          "GPT-2 vocabulary 50257.  ")
+    if "7" in pairs:
+        w(f"Shape of pair 7: `{a.lora_shape}` {LLAMA_SHAPES[a.lora_shape]} (Llama, GPT-2's vocabulary, tied), "
+          f"LoRA r {a.lora_rank}, alpha {2 * a.lora_rank}, targets {LLAMA_LORA_TARGETS}.  ")
+    if "8" in pairs:
+        w("Shapes of pair 8: " + "; ".join(f"`{q}` {QWEN_SHAPES[q]}" for q in a.qwen_shapes.split(",") if q) + ".  ")
+    w(f"{a.steps} steps per run, the first {a.skip} left out of each run's median; {a.cores} threads in all "
+      f"(cores / ranks per rank, both sides).  ")
     w(f"Data: `zt-prepare --tokenizer` GPT-2's tokenizer.json on `{a.corpus}`; the peers read ztrain's "
       f"shards in ztrain's window order (bench/peers/peers_common.py).  ")
     loads = [r["load"][0] for r in b.runs]
-    if loads and med(loads) > a.cores:
+    # Back to back, the runs' own threads keep the load near the cores; above 1.5x of them
+    # something else was running.
+    if loads and med(loads) > 1.5 * a.cores:
         w(f"**Preliminary**: the machine was shared; the 1-minute load average before the runs was "
           f"{min(loads)} to {max(loads)} (median {med(loads):.1f}) on {a.cores} cores, so every figure is "
           f"noisy; the interleaving spreads the noise over both sides, not away.  ")

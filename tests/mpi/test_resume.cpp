@@ -1,7 +1,8 @@
 // Resume and resharding across ranks.
 // - Bit-exact resume: 20 steps uninterrupted vs 10 steps + resume for 10, same world size,
 //   fp32, each ZeRO stage: every step record of metrics.jsonl (timing fields aside) and the
-//   final parameters are identical.
+//   final parameters are identical. LoRA too (its frozen base has no master or moments:
+//   the checkpoint reads them from the working copy and as zeros), in fp32 and bf16.
 // - A stop signal raised on rank 1 only stops every rank after the same step, with one
 //   complete checkpoint, and the resume continues the curve bit for bit.
 // - Resharding: a checkpoint written at N ranks / stage s continues at M ranks / stage t
@@ -76,6 +77,8 @@ Config resume_config(const test::SharedDir& dir, const std::string& run, int sta
 struct ResumeCase {
     int stage;
     bool llama = false;
+    bool lora = false;
+    DType dtype = DType::kF32;
 };
 
 class BitExactResume : public ::testing::TestWithParam<ResumeCase> {};
@@ -83,8 +86,14 @@ class BitExactResume : public ::testing::TestWithParam<ResumeCase> {};
 TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
     const int stage = GetParam().stage;
     auto config_for = [&](const test::SharedDir& d, const std::string& run, int s) {
-        const Config c = resume_config(d, run, s);
-        return GetParam().llama ? test::as_llama(c) : c;
+        Config c = resume_config(d, run, s);
+        if (GetParam().llama) c = test::as_llama(c);
+        if (GetParam().lora) {
+            c.model.lora.rank = 4;
+            c.model.lora.targets = GetParam().llama ? "q_proj,v_proj,down_proj" : "c_attn,c_proj";
+        }
+        c.precision.dtype = GetParam().dtype;
+        return c;
     };
     test::SharedDir dir("resume");
     if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
@@ -115,9 +124,12 @@ TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
 
 INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume,
                          ::testing::Values(ResumeCase{0}, ResumeCase{1}, ResumeCase{2}, ResumeCase{3},
-                                           ResumeCase{0, true}, ResumeCase{3, true}),
+                                           ResumeCase{0, true}, ResumeCase{3, true}, ResumeCase{1, false, true},
+                                           ResumeCase{3, true, true}, ResumeCase{2, true, true, DType::kBF16}),
                          [](const auto& info) {
-                             return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "");
+                             return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "") +
+                                    (info.param.lora ? "_lora" : "") +
+                                    (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "");
                          });
 
 // checkpoint.async: the save after step 5 is written in the background (held back 300 ms by
