@@ -271,16 +271,19 @@ void GradientReducer::complete_trained_part(InFlight& f) {
     }
 }
 
-void GradientReducer::start_replica_reduction(int unit) {
-    // The owned gradient, final for the group: the shard (with its padding), or a partly
-    // frozen unit's owned trained part (the same size on every replica: the same shard rank).
+ElementRange GradientReducer::replica_span(int unit) const {
+    // The shard (with its padding), or a partly frozen unit's owned trained part (the same
+    // size on every replica: the same shard rank).
+    if (m_ctx.plan.partly_frozen(unit)) return m_ctx.plan.state_range(unit, m_ctx.rank);
     const UnitShard& s = m_ctx.shard(unit);
-    const bool part = m_ctx.plan.partly_frozen(unit);
-    const ElementRange own = m_ctx.plan.state_range(unit, m_ctx.rank);
-    const size_t first = part ? own.begin : s.begin(m_ctx.rank);
-    const size_t n = part ? own.size() : s.shard_numel;
+    return ElementRange{s.begin(m_ctx.rank), s.end(m_ctx.rank)};
+}
+
+void GradientReducer::start_replica_reduction(int unit) {
+    const ElementRange span = replica_span(unit);
+    const size_t n = span.size();
     if (n == 0) return;
-    void* shard = grad_ptr(unit, first);
+    void* shard = grad_ptr(unit, span.begin);
     if (m_ctx.reduce == m_ctx.work) {
         InFlight f(InFlight::kReplicaAllReduce);
         f.unit = unit;
@@ -303,10 +306,8 @@ void GradientReducer::complete(InFlight& f) {
     if (f.kind == InFlight::kReplicaAllReduce) {
         m_ctx.replica.wait(f.request);
         if (f.send != nullptr) {
-            const size_t n = f.send_bytes / dtype_size(m_ctx.reduce);
-            const size_t first = m_ctx.plan.partly_frozen(f.unit) ? m_ctx.plan.state_range(f.unit, m_ctx.rank).begin
-                                                                  : m_ctx.shard(f.unit).begin(m_ctx.rank);
-            m_ctx.backend.cast(grad_ptr(f.unit, first), m_ctx.work, f.send, m_ctx.reduce, n);
+            const ElementRange span = replica_span(f.unit);
+            m_ctx.backend.cast(grad_ptr(f.unit, span.begin), m_ctx.work, f.send, m_ctx.reduce, span.size());
             m_ctx.pool.give(f.send, f.send_bytes);
             --m_pooled_in_flight;
         }

@@ -111,6 +111,8 @@ class GradientReducer {
     void complete_trained_part(InFlight& f);
     /// The owned shard of `unit` is final for this step: all-reduce it across the groups.
     void start_replica_reduction(int unit);
+    /// The elements that all-reduce covers on this rank.
+    ElementRange replica_span(int unit) const;
     void* grad_ptr(int unit, size_t element);
     /// Stages 2-3: unit 0 (the token embedding and tied head) has its gradient written from
     /// the LM head, the first op of backward, to the embedding, the last, so its full-size
