@@ -6,9 +6,10 @@
 // CKPT_DIR: a checkpoint directory (its `latest` step) or a step directory; the model and
 // the tokenizer come from the deck the checkpoint stores (data.tokenizer, or tokenizer.json
 // beside data.train). HF_DIR: a Hugging Face model directory (config.json + safetensors, as
-// model.from_hf reads it) with tokenizer.json, or vocab.json + merges.txt. The forwards are
-// split over the ranks, each row's score the same at any world size (train/choice_eval.hpp);
-// the numbers and their definitions: docs/evaluation.md. Exit status: 0 success, 2 bad input, 1 anything else.
+// model.from_hf reads it) with tokenizer.json, or vocab.json + merges.txt. Each rank holds the
+// model whole and scores a block of the examples through the inference path, each example's
+// context once (CachedChoiceEvaluator, train/choice_eval.hpp), every score the same at any
+// world size; the numbers and their definitions: docs/evaluation.md. Exit status: 0 success, 2 bad input, 1 anything else.
 #include <mpi.h>
 
 #include <boost/program_options.hpp>
@@ -23,22 +24,15 @@
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
-#include "ztrain/ckpt/checkpoint.hpp"
-#include "ztrain/ckpt/export.hpp"
+#include "ztrain/ckpt/model_source.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/data/blend.hpp"
 #include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/tokenizer.hpp"
-#include "ztrain/model/transformer.hpp"
-#include "ztrain/optim/loss_scale_policy.hpp"
-#include "ztrain/parallel/model_state.hpp"
+#include "ztrain/model/generator.hpp"
 #include "ztrain/train/choice_eval.hpp"
-#include "ztrain/train/memory_plan.hpp"
-#include "ztrain/train/stage_training.hpp"
-#include "ztrain/train/train_setup.hpp"
-#include "ztrain/train/trainer.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -71,7 +65,7 @@ bool parse(int argc, char** argv, EvalOptions& o, bool root) {
         "also write one JSON line per example to this file: task, index, label and each ending's summed "
         "log-likelihood (loglik), characters (chars) and scored tokens (tokens)")(
         "tokenizer", po::value(&o.tokenizer), "a ztrain tokenizer description (default: found as said above)")(
-        "batch", po::value(&o.batch), "candidate rows per forward (default 8)")(
+        "batch", po::value(&o.batch), "candidate rows (an example's endings) per forward (default 8)")(
         "threads", po::value(&o.threads), "CPU threads per rank (0: cores / ranks on the node)");
     po::options_description all;
     all.add(visible).add_options()("model", po::value(&o.model), "model directory");
@@ -100,32 +94,18 @@ bool parse(int argc, char** argv, EvalOptions& o, bool root) {
     return true;
 }
 
-bool is_hf_dir(const std::string& dir) { return fs::exists(fs::path(dir) / "config.json"); }
-
-/// The model's configuration: from config.json (Hugging Face) or the checkpoint's deck.
-zt::Config model_config(const std::string& dir, std::string* step_dir) {
-    zt::Config cfg;
-    if (is_hf_dir(dir)) {
-        for (const zt::HfSetting& s : zt::read_hf_config(dir)) zt::set_config_value(cfg, s.key, s.text);
-        cfg.model.init_from = dir;
-        return cfg;
-    }
-    *step_dir = zt::resolve_resume(dir, dir);
-    ZT_INPUT_CHECK(!step_dir->empty(), "'", dir, "': neither a Hugging Face model directory (config.json) nor a checkpoint");
-    const nlohmann::json meta = zt::read_checkpoint_meta(*step_dir);
-    cfg = zt::parse_deck_text(meta.value("config_ini", std::string()), *step_dir + " (the checkpoint's config)");
-    return cfg;
-}
-
-std::unique_ptr<zt::Tokenizer> find_tokenizer(const EvalOptions& o, const zt::Config& cfg) {
+/// --tokenizer, a Hugging Face directory's own, or the one the checkpoint's run used
+/// (data.tokenizer, or tokenizer.json beside data.train).
+std::unique_ptr<zt::Tokenizer> find_tokenizer(const EvalOptions& o, const zt::ModelSource& src) {
     if (!o.tokenizer.empty()) return zt::load_tokenizer(o.tokenizer);
     const fs::path dir(o.model);
-    if (is_hf_dir(o.model)) {
+    if (src.hf_dir) {
         if (fs::exists(dir / "tokenizer.json")) return zt::make_hf_tokenizer((dir / "tokenizer.json").string());
         if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"))
             return zt::make_gpt2_tokenizer((dir / "vocab.json").string(), (dir / "merges.txt").string());
         throw zt::InputError(zt::str("'", o.model, "' has no tokenizer.json nor vocab.json + merges.txt: give --tokenizer"));
     }
+    const zt::Config cfg = zt::parse_deck_text(src.deck, src.step_dir + " (the checkpoint's config)");
     if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer)) return zt::load_tokenizer(cfg.data.tokenizer);
     const fs::path beside = fs::path(zt::first_corpus_pattern(cfg.data.train)).parent_path() / "tokenizer.json";
     ZT_INPUT_CHECK(fs::exists(beside), "the checkpoint's run used no tokenizer that is still there (data.tokenizer = '",
@@ -158,18 +138,14 @@ std::string per_item_lines(const zt::ChoiceTask& task, const std::vector<std::ve
     return text;
 }
 
-/// The deck of the model to evaluate: the run's model on every rank whole (no pipeline, tensor
-/// or ZeRO sharding), in fp32, with forwards of `batch` rows on `threads` cpu threads; the
-/// state's seed 1 (every weight is then loaded).
-zt::Config evaluation_config(const zt::Config& model_cfg, int batch, int threads) {
-    zt::Config cfg;
-    cfg.model = model_cfg.model;
-    cfg.backend = zt::BackendChoice::kCpu;
-    cfg.train.micro_batch = batch;
-    cfg.train.threads = threads;
-    cfg.train.seed = 1;
-    cfg.parallel.comm_thread = false;
-    return cfg;
+/// Rows one forward takes: every branch of an example (up to --batch of them) when the
+/// widest example's fit in 512 rows, else fewer per forward; at least the longest row.
+int forward_rows(const std::vector<zt::ChoiceTask>& tasks, const EvalOptions& o, int context) {
+    size_t widest = 1;
+    for (const zt::ChoiceTask& task : tasks)
+        for (const zt::ChoiceExample& ex : task.examples) widest = std::max(widest, ex.endings.size());
+    const long branches = std::min<long>(o.batch, static_cast<long>(widest));
+    return static_cast<int>(std::max<long>(context, std::min<long>(context * branches, 512)));
 }
 
 int run(int argc, char** argv) {
@@ -177,36 +153,29 @@ int run(int argc, char** argv) {
     const bool root = comm->rank() == 0;
     EvalOptions o;
     if (!parse(argc, argv, o, root)) return zt::kExitOk;
-    std::string step_dir;
-    const zt::Config cfg = model_config(o.model, &step_dir);
-    const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, cfg);
-    ZT_INPUT_CHECK(tok->vocab_size() <= cfg.model.vocab_size, "the tokenizer's ", tok->vocab_size(),
-                   " tokens exceed the model's vocabulary (", cfg.model.vocab_size, ")");
+    const zt::ModelSource src = zt::open_model_source(o.model);
+    const zt::ModelConfig& mc = src.model;
+    const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, src);
+    ZT_INPUT_CHECK(tok->vocab_size() <= mc.vocab_size, "the tokenizer's ", tok->vocab_size(),
+                   " tokens exceed the model's vocabulary (", mc.vocab_size, ")");
     const std::vector<zt::ChoiceTask> tasks = zt::read_choice_tasks(o.tasks, *tok);
-
     const int threads = o.threads > 0 ? o.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
-    const zt::Config run_cfg = evaluation_config(cfg, o.batch, threads);
-    zt::TrainSetup setup = zt::set_up_mesh(run_cfg, MPI_COMM_WORLD);
-    zt::start_compute(setup, run_cfg);
-    // The model as a training run holds it (stage_training.hpp); nothing here trains it.
-    zt::LossScalePolicy no_scaling(zt::DType::kF32, run_cfg.precision, run_cfg.train.max_bad_steps);
-    zt::MemoryPlan plan;
-    plan.bucket_bytes = static_cast<double>(sizeof(float) << 20);
-    const std::unique_ptr<zt::StageTraining> model =
-        zt::make_stage_training(run_cfg, setup, no_scaling, plan, zt::TrainOptions{});
-    if (step_dir.empty()) {
-        zt::import_weights(o.model, model->model().layout(), cfg.model, model->state(), setup.comm.get());
-    } else {
-        zt::load_checkpoint(step_dir, model->state(), *setup.comm);
-    }
-    zt::ChoiceEvaluator evaluator(
-        [&model](const int32_t* inputs, const int32_t* targets, int B, int T) {
-            return model->position_losses(inputs, targets, B, T);
-        },
-        cfg.model.seq_len, setup.data(), o.batch, tok->eot());
+    // The model whole on every rank, its inference path with a cache as long as the longest
+    // row (a Hugging Face model may declare 128k positions).
+    int context = 1;
+    for (const zt::ChoiceTask& task : tasks)
+        context = std::max(context, zt::longest_choice_row(task, o.limit, mc.seq_len, tok->eot()));
+    const int rows = forward_rows(tasks, o, context);
+    const std::unique_ptr<zt::Backend> backend = zt::make_cpu_backend(threads);
+    zt::Generator gen(mc, *backend, rows, context, rows);
+    zt::ResidentWeights weights(gen.layout(), *backend);
+    zt::read_model_weights(src, gen.layout(), [&](int unit, size_t begin, const float* data, size_t n) {
+        weights.set(unit, begin, data, n);
+    });
+    zt::CachedChoiceEvaluator evaluator(gen, weights, *comm, o.batch, tok->eot());
     nlohmann::ordered_json results;
-    results["model"] = step_dir.empty() ? o.model : step_dir;
+    results["model"] = src.hf_dir ? o.model : src.step_dir;
     results["world_size"] = comm->size();
     std::string per_item;
     for (const zt::ChoiceTask& task : tasks) {

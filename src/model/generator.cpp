@@ -71,9 +71,9 @@ Generator::Generator(const ModelConfig& cfg, Backend& backend, int logits_rows, 
     : m_cfg(cfg), m_backend(backend), m_layout(make_model_layout(cfg)) {
     m_context = context > 0 ? context : cfg.seq_len;
     m_max_rows = max_rows > 0 ? max_rows : m_context;
-    ZT_REQUIRE(m_context <= cfg.seq_len && m_max_rows <= m_context && logits_rows >= 1 && logits_rows <= m_max_rows,
-               "Generator: context ", m_context, ", max_rows ", m_max_rows, " and logits_rows ", logits_rows,
-               " must satisfy 1 <= logits_rows <= max_rows <= context <= seq_len ", cfg.seq_len);
+    ZT_REQUIRE(m_context <= cfg.seq_len && logits_rows >= 1 && logits_rows <= m_max_rows, "Generator: context ",
+               m_context, ", max_rows ", m_max_rows, " and logits_rows ", logits_rows,
+               " must satisfy context <= seq_len ", cfg.seq_len, " and 1 <= logits_rows <= max_rows");
     m_logits_rows = logits_rows;
     m_decoder = family_traits(cfg).make_decoder(cfg, m_layout, backend, m_max_rows);
     const size_t T = static_cast<size_t>(m_context);
@@ -94,6 +94,9 @@ Generator::Generator(const ModelConfig& cfg, Backend& backend, int logits_rows, 
     m_logits = take(static_cast<size_t>(logits_rows) * static_cast<size_t>(cfg.padded_vocab()));
     m_tokens = static_cast<int32_t*>(backend.alloc_bytes(rows * sizeof(int32_t)));
     m_buffers.push_back(m_tokens);
+    m_targets = static_cast<int32_t*>(backend.alloc_bytes(static_cast<size_t>(logits_rows) * sizeof(int32_t)));
+    m_buffers.push_back(m_targets);
+    m_losses = take(static_cast<size_t>(logits_rows));
     // LoRA: each block runs with its adapters merged into a copy of its unit (the decoders
     // run a unit's products as they are).
     m_lora = std::make_unique<LoraAdapters>(m_layout);
@@ -108,14 +111,33 @@ Generator::~Generator() {
     for (void* p : m_buffers) m_backend.free(p);
 }
 
-void Generator::forward(UnitStore& store, const int32_t* tokens, int n) {
+void Generator::forward(UnitStore& store, const int32_t* tokens, int n, int keep_logits) {
     ZT_REQUIRE(n >= 1 && n <= m_max_rows && m_pos + n <= m_context, "Generator::forward: ", n,
                " tokens at position ", m_pos, " exceed max_rows ", m_max_rows, " or the context of ", m_context);
+    ZT_REQUIRE(keep_logits >= 0 && keep_logits <= m_logits_rows, "Generator::forward: keep_logits ", keep_logits,
+               " outside [0, ", m_logits_rows, "]");
+    run(store, tokens, DecodeRows{m_pos, {n}}, std::min(n, keep_logits > 0 ? keep_logits : m_logits_rows));
+    m_pos += n;
+}
+
+void Generator::forward_branches(UnitStore& store, const int32_t* tokens, const std::vector<int>& lengths) {
+    DecodeRows rows{m_pos, lengths};
+    const int n = rows.total();
+    ZT_REQUIRE(!lengths.empty() && n <= m_max_rows && n <= m_logits_rows, "Generator::forward_branches: ", n,
+               " rows exceed max_rows ", m_max_rows, " or logits_rows ", m_logits_rows);
+    for (int len : lengths)
+        ZT_REQUIRE(len >= 1 && m_pos + len <= m_context, "Generator::forward_branches: a branch of ", len,
+                   " tokens at position ", m_pos, " is empty or exceeds the context of ", m_context);
+    run(store, tokens, rows, n);
+}
+
+void Generator::run(UnitStore& store, const int32_t* tokens, const DecodeRows& rows, int keep) {
     const int L = m_cfg.n_layer;
     const int C = m_cfg.n_embd;
+    const int n = rows.total();
     m_backend.to_device(m_tokens, tokens, static_cast<size_t>(n) * sizeof(int32_t));
     const float* unit0 = store.acquire(0);
-    m_decoder->embed(m_backend, m_x, m_tokens, unit0, m_pos, n);
+    m_decoder->embed(m_backend, m_x, m_tokens, unit0, rows);
     store.release(0);
     for (int l = 0; l < L; ++l) {
         const float* w = store.acquire(1 + l);
@@ -123,20 +145,17 @@ void Generator::forward(UnitStore& store, const int32_t* tokens, int n) {
             m_lora->merge_into(m_backend, m_merged, w, m_layout.unit_numel[static_cast<size_t>(1 + l)], m_scaled_b);
             w = m_merged;
         }
-        m_decoder->block(m_backend, w, m_x, KvLayer{m_k[static_cast<size_t>(l)], m_v[static_cast<size_t>(l)]}, m_pos,
-                         n);
+        m_decoder->block(m_backend, w, m_x, KvLayer{m_k[static_cast<size_t>(l)], m_v[static_cast<size_t>(l)]}, rows);
         store.release(1 + l);
     }
     // Only the rows whose logits are wanted go through the final norm and the LM head.
-    const int rows = std::min(n, m_logits_rows);
-    const float* last = m_x + static_cast<size_t>(n - rows) * static_cast<size_t>(C);
-    m_decoder->final_norm(m_backend, m_normed, last, store.acquire(L + 1), rows);
+    const float* last = m_x + static_cast<size_t>(n - keep) * static_cast<size_t>(C);
+    m_decoder->final_norm(m_backend, m_normed, last, store.acquire(L + 1), keep);
     store.release(L + 1);
     const float* head = store.acquire(0) + m_layout.head_offset;
-    m_backend.matmul_forward(m_logits, m_normed, head, nullptr, rows, C, m_cfg.padded_vocab());
+    m_backend.matmul_forward(m_logits, m_normed, head, nullptr, keep, C, m_cfg.padded_vocab());
     store.release(0);
-    m_pos += n;
-    m_last_rows = rows;
+    m_last_rows = keep;
 }
 
 void Generator::logits_row_to_host(int row_from_last, float* out) const {
@@ -145,6 +164,15 @@ void Generator::logits_row_to_host(int row_from_last, float* out) const {
     const size_t Vp = static_cast<size_t>(m_cfg.padded_vocab());
     const size_t row = static_cast<size_t>(m_last_rows - 1 - row_from_last);
     m_backend.to_host(out, m_logits + row * Vp, Vp * sizeof(float));
+}
+
+void Generator::row_losses(const int32_t* targets, float* losses) {
+    const size_t n = static_cast<size_t>(m_last_rows);
+    m_backend.to_device(m_targets, targets, n * sizeof(int32_t));
+    // dloss 0: the logits stay as they are.
+    m_backend.softmax_cross_entropy(m_losses, m_logits, m_targets, m_last_rows, m_cfg.vocab_size, m_cfg.padded_vocab(),
+                                    0.f);
+    m_backend.to_host(losses, m_losses, n * sizeof(float));
 }
 
 }  // namespace zt

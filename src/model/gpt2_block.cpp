@@ -315,18 +315,29 @@ class Gpt2Decoder final : public FamilyDecoder {
         m_fc_gelu = take(rows * 4 * C);
     }
 
-    void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, int pos, int n) override {
-        const float* wpe = unit0 + m_wpe_offset + static_cast<size_t>(pos) * static_cast<size_t>(m_cfg.n_embd);
-        be.encoder_forward(out, tokens, unit0, wpe, 1, n, m_cfg.n_embd);
+    void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, const DecodeRows& rows) override {
+        const size_t C = static_cast<size_t>(m_cfg.n_embd);
+        const float* wpe = unit0 + m_wpe_offset + static_cast<size_t>(rows.pos) * C;
+        size_t first = 0;
+        for (int n : rows.lengths) {
+            be.encoder_forward(out + first * C, tokens + first, unit0, wpe, 1, n, m_cfg.n_embd);
+            first += static_cast<size_t>(n);
+        }
     }
-    void block(Backend& be, const float* w, float* x, KvLayer kv, int pos, int n) override {
+    void block(Backend& be, const float* w, float* x, KvLayer kv, const DecodeRows& rows) override {
         const Gpt2Offsets& o = m_off;
         const int C = m_cfg.n_embd;
         const int NH = m_cfg.n_head;
+        const int n = rows.total();
         const size_t NC = static_cast<size_t>(n) * static_cast<size_t>(C);
         be.layernorm_forward(m_ln, m_mean, m_rstd, x, w + o.ln1w, w + o.ln1b, n, C);
         be.matmul_forward(m_qkv, m_ln, w + o.qkvw, w + o.qkvb, n, C, 3 * C);
-        be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NH, mha_head_size(C, NH), 0);
+        size_t first = 0;
+        for (int len : rows.lengths) {
+            be.gqa_attention_cached(m_atty + first * static_cast<size_t>(C), m_qkv + first * 3 * static_cast<size_t>(C),
+                                    kv.k, kv.v, rows.pos, len, NH, NH, mha_head_size(C, NH), 0);
+            first += static_cast<size_t>(len);
+        }
         be.matmul_residual_forward(m_residual2, m_atty, w + o.attprojw, w + o.attprojb, x, n, C, C);
         be.layernorm_forward(m_ln, m_mean, m_rstd, m_residual2, w + o.ln2w, w + o.ln2b, n, C);
         be.matmul_forward(m_fc, m_ln, w + o.fcw, w + o.fcb, n, C, 4 * C);

@@ -428,16 +428,17 @@ class LlamaDecoder final : public FamilyDecoder {
         backend.to_device(m_rope, rope.data(), rope.size() * sizeof(float));
     }
 
-    void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, int /*pos*/, int n) override {
-        be.encoder_forward(out, tokens, unit0, nullptr, 1, n, m_cfg.n_embd);
+    void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, const DecodeRows& rows) override {
+        be.encoder_forward(out, tokens, unit0, nullptr, 1, rows.total(), m_cfg.n_embd);
     }
-    void block(Backend& be, const float* w, float* x, KvLayer kv, int pos, int n) override {
+    void block(Backend& be, const float* w, float* x, KvLayer kv, const DecodeRows& rows) override {
         const LlamaOffsets& o = m_off;
         const int C = m_cfg.n_embd;
         const int NH = m_cfg.n_head;
         const int NKV = m_cfg.kv_heads();
         const int hs = m_cfg.head_size();
         const int F = m_cfg.ffn_dim;
+        const int n = rows.total();
         const float eps = static_cast<float>(m_cfg.norm_eps);
         be.rmsnorm_forward(m_norm, m_rstd, x, w + o.norm1, n, C, eps);
         const float* qkv_bias = o.qkv_bias == ParallelLinear::kNoBias ? nullptr : w + o.qkv_bias;
@@ -447,10 +448,17 @@ class LlamaDecoder final : public FamilyDecoder {
         } else {
             be.matmul_forward(m_qkv, m_norm, w + o.qkv, qkv_bias, n, C, m_cfg.qkv_dim());
         }
-        // Row t of the table is position t: the rows from pos rotate positions pos.. .
-        const float* rope_at_pos = m_rope + static_cast<size_t>(pos) * static_cast<size_t>(hs);
-        be.rope_forward(m_qkv, m_qkv, rope_at_pos, 1, n, NH, NKV, hs);
-        be.gqa_attention_cached(m_atty, m_qkv, kv.k, kv.v, pos, n, NH, NKV, hs, m_cfg.sliding_window);
+        // Row t of the table is position t: each branch's rows rotate positions pos.. .
+        const float* rope_at_pos = m_rope + static_cast<size_t>(rows.pos) * static_cast<size_t>(hs);
+        const size_t qkv_row = static_cast<size_t>(m_cfg.qkv_dim());
+        size_t first = 0;
+        for (int len : rows.lengths) {
+            float* qkv = m_qkv + first * qkv_row;
+            be.rope_forward(qkv, qkv, rope_at_pos, 1, len, NH, NKV, hs);
+            be.gqa_attention_cached(m_atty + first * static_cast<size_t>(NH * hs), qkv, kv.k, kv.v, rows.pos, len, NH,
+                                    NKV, hs, m_cfg.sliding_window);
+            first += static_cast<size_t>(len);
+        }
         be.matmul_residual_forward(m_residual2, m_atty, w + o.o_proj, nullptr, x, n, NH * hs, C);
         be.rmsnorm_forward(m_norm, m_rstd, m_residual2, w + o.norm2, n, C, eps);
         be.matmul_forward(m_gate_up, m_norm, w + o.gate_up, nullptr, n, C, 2 * F);

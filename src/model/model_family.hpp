@@ -274,17 +274,32 @@ struct KvLayer {
     float* v = nullptr;
 };
 
-/// One family's inference forward with a key/value cache (generator.cpp drives it): n new
-/// tokens at positions [pos, pos + n) of one sequence, each block computing q, k, v for those
-/// rows only and attending over its layer's cache. Buffers for up to max_rows new rows are
-/// its own (no activations are kept for a backward).
+/// The new rows of a decoder forward: branches that each continue the cached sequence at
+/// position `pos`, lengths[b] rows each, stored one branch after another. Branch b's rows sit
+/// at positions [pos, pos + lengths[b]); its keys and values go into the cache from pos, over
+/// the previous branch's, so each branch attends to the cached [0, pos) and its own earlier
+/// rows only. One branch is plain decoding.
+struct DecodeRows {
+    int pos = 0;
+    std::vector<int> lengths;
+    int total() const {
+        int n = 0;
+        for (int len : lengths) n += len;
+        return n;
+    }
+};
+
+/// One family's inference forward with a key/value cache (generator.cpp drives it): new
+/// tokens of one sequence (or branches of it, DecodeRows), each block computing q, k, v for
+/// those rows only and attending over its layer's cache. Buffers for up to max_rows new rows
+/// are its own (no activations are kept for a backward).
 class FamilyDecoder {
   public:
     virtual ~FamilyDecoder() = default;
-    /// out (n, C) from the tokens at positions [pos, pos + n) and unit 0.
-    virtual void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, int pos, int n) = 0;
-    /// x (n, C), block l's input, becomes its output; k and v of the rows go into kv.
-    virtual void block(Backend& be, const float* w, float* x, KvLayer kv, int pos, int n) = 0;
+    /// out (rows.total(), C) from the tokens of `rows` and unit 0.
+    virtual void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, const DecodeRows& rows) = 0;
+    /// x (rows.total(), C), block l's input, becomes its output; k and v of the rows go into kv.
+    virtual void block(Backend& be, const float* w, float* x, KvLayer kv, const DecodeRows& rows) = 0;
     /// The final norm: out (n, C) from in with the last unit's weights w.
     virtual void final_norm(Backend& be, float* out, const float* in, const float* w, int n) = 0;
 };

@@ -13,6 +13,7 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/tokenizer.hpp"
+#include "ztrain/model/generator.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/train/choice_eval.hpp"
@@ -238,5 +239,60 @@ TEST(ChoiceEvaluation, ARepeatedEndingTiesWhereverItsRowsFall) {
     }
 }
 
+// The inference path's scores (context once, endings as branches over the cache) against the
+// batched forward's, row by row: the tiny task, plus examples that exercise every way a row
+// can be cut: an empty context, a one-token ending, endings sharing their first tokens, a
+// repeated ending, and rows longer than the window (cut from the left, so that two endings'
+// rows no longer share their start), at 1, 3 and 8 branches per forward.
+void expect_cached_scores_match(const ModelConfig& mc) {
+    auto tok = make_byte_tokenizer();
+    ChoiceTask task = read_choice_task(kTinyTask, *tok);
+    task.examples.resize(4);
+    std::vector<uint32_t> long_ctx;
+    for (uint32_t t = 0; t < 20; ++t) long_ctx.push_back('A' + t);
+    task.examples.push_back(example({}, {{'a', 'b'}, {'c'}}, 0));
+    task.examples.push_back(example({'h', 'i'}, {{'z'}, {'q', 'r', 's'}, {'q', 'r', 't', 'u'}, {'z'}}, 3));
+    task.examples.push_back(example(long_ctx, {{'a'}, {'b', 'c', 'd', 'e', 'f', 'g', 'h'}, {'i', 'j'}}, 1));
+    task.examples.push_back(example({'k'}, {std::vector<uint32_t>(30, 'm'), {'n'}}, 0));
+    for (ChoiceExample& ex : task.examples)
+        for (auto& e : ex.endings)
+            for (uint32_t& t : e) t %= static_cast<uint32_t>(mc.vocab_size - 1);
+    auto backend = make_cpu_backend(1);
+    Transformer model(mc, *backend, 1);
+    ModelState state(model.layout(), *backend, 7);
+    ChoiceEvaluator batched(model, state, self_communicator(), 1, tok->eot() % static_cast<uint32_t>(mc.vocab_size));
+    const auto want = batched.score_examples(task, 0, static_cast<long>(task.examples.size()));
+    const int context = longest_choice_row(task, 0, mc.seq_len, tok->eot());
+    for (int branches : {1, 3, 8}) {
+        Generator gen(mc, *backend, 3 * context, context, 3 * context);
+        CachedChoiceEvaluator cached(gen, state, self_communicator(), branches,
+                                     tok->eot() % static_cast<uint32_t>(mc.vocab_size));
+        std::vector<std::vector<EndingScore>> got;
+        cached.evaluate(task, 0, &got);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(got[i].size(), want[i].size()) << i;
+            for (size_t k = 0; k < got[i].size(); ++k) {
+                EXPECT_NEAR(got[i][k].loglik, want[i][k].loglik, 1e-5 * std::abs(want[i][k].loglik) + 1e-5)
+                    << "example " << i << " ending " << k << ", " << branches << " branches per forward";
+                EXPECT_EQ(got[i][k].tokens, want[i][k].tokens) << i << " " << k;
+                EXPECT_EQ(got[i][k].chars, want[i][k].chars) << i << " " << k;
+            }
+        }
+        EXPECT_EQ(got[5][0].loglik, got[5][3].loglik) << "a repeated ending ties exactly";
+    }
+}
+
+TEST(CachedChoiceEvaluation, Gpt2MatchesTheBatchedForward) {
+    expect_cached_scores_match(test::model_config(2, 2, 32, 16, 257));
+}
+
+TEST(CachedChoiceEvaluation, LlamaMatchesTheBatchedForward) {
+    ModelConfig mc = test::small_llama(2, false, true);
+    mc.seq_len = 16;
+    expect_cached_scores_match(mc);
+}
+
 }  // namespace
 }  // namespace zt
+

@@ -125,6 +125,46 @@ void check_prompt_rows(const ModelConfig& mc) {
     expect_rows_match(got, want, mc.vocab_size, 1);
 }
 
+/// A shared context, then three branches of different lengths in one forward: every branch
+/// row's logits equal the training forward's over context + that branch alone, and the
+/// position is still the context's (the cache goes on from it).
+void check_branches(const ModelConfig& mc) {
+    auto backend = make_cpu_backend(2);
+    Transformer model(mc, *backend, 1);
+    ModelState state(model.layout(), *backend, 5);
+    perturb(state, model.layout());
+    const std::vector<int> lengths{3, 1, 6};
+    Generator gen(mc, *backend, 10, 0, 10);
+    const std::vector<int32_t> context{4, 9, 2, 7};
+    std::vector<int32_t> branches;
+    for (int i = 0; i < 10; ++i) branches.push_back(static_cast<int32_t>((3 * i + 1) % mc.vocab_size));
+    gen.forward(state, context.data(), static_cast<int>(context.size()), 1);
+    gen.forward_branches(state, branches.data(), lengths);
+    EXPECT_EQ(gen.position(), 4);
+    std::vector<float> got(static_cast<size_t>(mc.padded_vocab()));
+    std::vector<float> want(got.size());
+    int first = 0;
+    for (int len : lengths) {
+        std::vector<int32_t> row = context;
+        row.insert(row.end(), branches.begin() + first, branches.begin() + first + len);
+        model.forward(state, row.data(), nullptr, 1, static_cast<int>(row.size()), 0.f);
+        for (int r = 0; r < len; ++r) {
+            gen.logits_row_to_host(10 - 1 - (first + r), got.data());
+            model.logits_row_to_host(4 + r, want.data());
+            expect_rows_match(got, want, mc.vocab_size, 4 + r);
+        }
+        first += len;
+    }
+    // The context's cache is intact: a plain forward from it matches the training forward.
+    gen.forward(state, branches.data(), 2);
+    std::vector<int32_t> row = context;
+    row.insert(row.end(), branches.begin(), branches.begin() + 2);
+    model.forward(state, row.data(), nullptr, 1, 6, 0.f);
+    gen.logits_row_to_host(0, got.data());
+    model.logits_row_to_host(5, want.data());
+    expect_rows_match(got, want, mc.vocab_size, 5);
+}
+
 TEST(Generator, Gpt2GreedyWithCacheMatchesRecompute) { check_greedy(tiny_gpt2()); }
 TEST(Generator, LlamaGqaGreedyWithCacheMatchesRecompute) { check_greedy(tiny_llama(2, false)); }
 TEST(Generator, LlamaMhaTiedGreedyWithCacheMatchesRecompute) { check_greedy(tiny_llama(4, true)); }
@@ -132,6 +172,9 @@ TEST(Generator, Gpt2PromptInPiecesMatchesTrainingForward) { check_prompt_rows(ti
 TEST(Generator, LlamaPromptInPiecesMatchesTrainingForward) { check_prompt_rows(tiny_llama(1, false)); }
 TEST(Generator, MistralWindowGreedyWithCacheMatchesRecompute) { check_greedy(tiny_mistral()); }
 TEST(Generator, MistralWindowPromptInPiecesMatchesTrainingForward) { check_prompt_rows(tiny_mistral()); }
+TEST(Generator, Gpt2BranchesOverASharedContextMatchTrainingForward) { check_branches(tiny_gpt2()); }
+TEST(Generator, LlamaBranchesOverASharedContextMatchTrainingForward) { check_branches(tiny_llama(2, false)); }
+TEST(Generator, MistralWindowBranchesMatchTrainingForward) { check_branches(tiny_mistral()); }
 
 /// LoRA: the adapters (B perturbed away from zero) merged into each block's weights.
 ModelConfig with_lora(ModelConfig mc, const char* targets) {

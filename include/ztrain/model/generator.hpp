@@ -17,6 +17,7 @@
 namespace zt {
 
 class FamilyDecoder;
+struct DecodeRows;
 
 /// Every unit's weights resident in backend memory, zeroed at first: the store of an
 /// inference run on one process (no gradients, nothing gathered).
@@ -54,10 +55,10 @@ class LoraAdapters;
 
 class Generator {
   public:
-    /// Caches `context` positions (0: cfg.seq_len; at most cfg.seq_len); forward takes up to
-    /// `max_rows` new tokens at a time (0: context) and keeps the logits of its last
-    /// `logits_rows` rows (1 for decoding). Memory: the cache, 2 n_layer context NKV hs
-    /// floats, plus max_rows rows of one block's activations.
+    /// Caches `context` positions (0: cfg.seq_len; at most cfg.seq_len); a forward takes up to
+    /// `max_rows` new rows at a time (0: context; more than context for branches) and keeps
+    /// the logits of its last `logits_rows` rows (1 for decoding). Memory: the cache, 2 n_layer
+    /// context NKV hs floats, plus max_rows rows of one block's activations.
     Generator(const ModelConfig& cfg, Backend& backend, int logits_rows = 1, int context = 0, int max_rows = 0);
     ~Generator();
     Generator(const Generator&) = delete;
@@ -72,16 +73,34 @@ class Generator {
 
     /// Positions the cache holds.
     int context() const { return m_context; }
+    /// New rows one forward takes, and rows whose logits it can keep.
+    int max_rows() const { return m_max_rows; }
+    int logits_rows() const { return m_logits_rows; }
 
     /// Runs tokens[0, n) (n <= max_rows) at positions [position(), position() + n), which
     /// must stay within context(), appending them to the cache; then the logits of the last
-    /// min(n, logits_rows) rows are ready for logits_row_to_host.
-    void forward(UnitStore& store, const int32_t* tokens, int n);
+    /// min(n, logits_rows) rows are ready for logits_row_to_host, or of the last `keep_logits`
+    /// (1 <= keep_logits <= logits_rows) when given: the LM head runs on those rows only.
+    void forward(UnitStore& store, const int32_t* tokens, int n, int keep_logits = 0);
+    /// Runs branches that each continue the cached sequence (the shared context of several
+    /// continuations, scored in one forward): lengths[b] tokens each, taken from `tokens` one
+    /// branch after another, at positions [position(), position() + lengths[b]). A branch's
+    /// rows attend to the cache and their own branch's earlier rows only; position() stays
+    /// where it was. Every row's logits are kept (the sum of lengths <= logits_rows and
+    /// max_rows), counted back from the last branch's last row as after forward.
+    void forward_branches(UnitStore& store, const int32_t* tokens, const std::vector<int>& lengths);
     /// Copies the logits (Vp floats) of row `row` counted back from the last token of the
     /// last forward (0 = the last token) into host memory at out.
     void logits_row_to_host(int row_from_last, float* out) const;
+    /// The cross-entropy -log p(targets[r]) of each row r whose logits the last forward kept
+    /// (first to last; a target < 0 gives 0), into losses (host memory), as the training
+    /// forward's per-position losses.
+    void row_losses(const int32_t* targets, float* losses);
 
   private:
+    /// The rows of `rows` through every block, then the last `keep` rows through the head.
+    void run(UnitStore& store, const int32_t* tokens, const DecodeRows& rows, int keep);
+
     ModelConfig m_cfg;
     Backend& m_backend;
     ModelLayout m_layout;
@@ -98,6 +117,8 @@ class Generator {
     float* m_normed = nullptr;     // (logits_rows, C)
     float* m_logits = nullptr;     // (logits_rows, Vp)
     int32_t* m_tokens = nullptr;   // (max_rows) the new tokens in backend memory
+    int32_t* m_targets = nullptr;  // (logits_rows) row_losses' targets in backend memory
+    float* m_losses = nullptr;     // (logits_rows)
     // LoRA: a block's weights with its adapters merged (a block unit) and the scaled B.
     std::unique_ptr<LoraAdapters> m_lora;
     float* m_merged = nullptr;

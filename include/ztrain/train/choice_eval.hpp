@@ -17,6 +17,7 @@
 namespace zt {
 
 class Communicator;
+class Generator;
 class Transformer;
 class UnitStore;
 struct ChoiceExample;
@@ -93,6 +94,43 @@ class ChoiceEvaluator {
     Communicator& m_comm;
     int m_max_batch;
     uint32_t m_bos;
+};
+
+/// The longest row (inputs, choice_row's cut at seq_len) of the first `limit` examples (0:
+/// all) of `task`: the context a Generator needs to score them.
+int longest_choice_row(const ChoiceTask& task, long limit, int seq_len, uint32_t bos);
+
+/// Scores the candidate endings of a model held whole on every rank through its inference
+/// path (model/generator.hpp), the same rows as choice_row cuts them: what an example's rows
+/// share from their start, up to the first position that predicts an ending token, runs once
+/// into the key/value cache; the rest of every distinct row then runs as a branch over that
+/// cache, up to max_branches of them in a forward of at most the generator's max_rows rows
+/// (the same forwards at any world size). Only the
+/// last shared row and the branch rows reach the LM head, and no context is computed twice:
+/// for HellaSwag-shaped items a fraction of the batched forward's work. Examples are split
+/// over the ranks in contiguous blocks; an example is scored alike on any rank, so the
+/// counts are the same at any world size. The generator's context must hold the longest row.
+class CachedChoiceEvaluator {
+  public:
+    CachedChoiceEvaluator(Generator& gen, UnitStore& weights, Communicator& comm, int max_branches, uint32_t bos);
+
+    /// As ChoiceEvaluator::evaluate (collective).
+    ChoiceCounts evaluate(const ChoiceTask& task, long limit, std::vector<std::vector<EndingScore>>* items = nullptr);
+    /// One example's ending scores on this rank alone.
+    std::vector<EndingScore> example_scores(const ChoiceExample& ex);
+
+  private:
+    /// Adds to loglik[b] the log-likelihood of row b's tokens from position `shared` on, for
+    /// every b in `members`, in one forward of their branches.
+    void run_branches(const std::vector<ChoiceRow>& rows, const std::vector<size_t>& members, size_t shared,
+                      std::vector<double>& loglik);
+
+    Generator& m_gen;
+    UnitStore& m_weights;
+    Communicator& m_comm;
+    size_t m_max_branches;
+    uint32_t m_bos;
+    std::vector<float> m_losses;
 };
 
 /// The fractions of `counts` as the metrics record and zt-eval's output give them.

@@ -2,8 +2,8 @@
 // parallel.pipeline = 1), their models and model state, and every pass over them that the
 // run makes: the training step, the validation loss, the next-token logits of a sample, the
 // per-position losses of the multiple-choice tasks, and the final parameters. The trainer,
-// the Evaluator, the ChoiceEvaluator and zt-eval go through this interface alone, whatever
-// the mesh.
+// the Evaluator and the ChoiceEvaluator go through this interface alone, whatever the mesh
+// (zt-eval holds the model whole and runs the inference path instead: choice_eval.hpp).
 //
 // A step is a schedule of forward and backward passes over the stages held
 // (parallel/pipeline_runner.hpp): a run without a pipeline is the one-stage schedule, each
