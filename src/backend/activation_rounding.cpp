@@ -70,6 +70,11 @@ void ActivationRoundingBackend::scale_add_columns(ActPtr dst, int dst_width, int
     round(dst, elements(N, dst_width));
 }
 
+void ActivationRoundingBackend::dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) {
+    inner().dropout(out, in, N, width, mask);
+    round(out, elements(N, width));
+}
+
 void ActivationRoundingBackend::gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T,
                                                       int NH, int NKV, int hs) {
     inner().gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);

@@ -49,6 +49,10 @@ void Backend::gqa_attention_cached(float* /*out*/, const float* /*qkv*/, float* 
     throw Error(str("the ", name(), " backend has no key/value-cache attention yet (generation runs on cpu)"));
 }
 
+void Backend::dropout(ActPtr /*out*/, ConstActPtr /*in*/, int /*N*/, int /*width*/, const DropoutMask& /*mask*/) {
+    throw Error(str("the ", name(), " backend has no dropout (lora.dropout > 0 needs it)"));
+}
+
 void Backend::gqa_attention_forward_segmented(ActPtr /*out*/, ActPtr /*att*/, ConstActPtr /*qkv*/,
                                               const int32_t* /*attend_from*/, int /*B*/, int /*T*/, int /*NH*/,
                                               int /*NKV*/, int /*hs*/) {

@@ -123,6 +123,9 @@ void ProfilingBackend::scale_add_columns(ActPtr dst, int dst_width, int dst_col,
     timed(kOpElementwise,
           [&] { inner().scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale); });
 }
+void ProfilingBackend::dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) {
+    timed(kOpElementwise, [&] { inner().dropout(out, in, N, width, mask); });
+}
 void ProfilingBackend::gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH,
                                              int NKV, int hs) {
     timed(kOpAttentionFwd, [&] { inner().gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs); });

@@ -270,12 +270,9 @@ void check_lora_keys(const Validator& v, const Config& cfg) {
     v.check(t.empty() || (t.front() != ',' && t.back() != ',' && t.find(",,") == std::string::npos), "lora.targets",
             "module names separated by commas, none empty (or default, or empty for none)");
     if (!l.on()) return;
-    v.check(l.dropout == 0, "lora.dropout", "0: adapter dropout is not implemented yet");
     v.check(!l.base_dtype || *l.base_dtype == cfg.precision.dtype, "lora.base_dtype",
             str("empty or precision.dtype (", dtype_name(cfg.precision.dtype),
                 "): a base stored in another dtype is not implemented yet"));
-    v.check(cfg.parallel.tensor == 1, "parallel.tensor",
-            "1 under lora.rank > 0 (adapters under tensor parallelism are not implemented yet)");
     v.check(cfg.parallel.pipeline == 1 || cfg.parallel.schedule != PipelineSchedule::kZeroBubble, "parallel.schedule",
             "1f1b or interleaved under lora.rank > 0 (zero-bubble's deferred weight passes do not carry adapters yet)");
 }

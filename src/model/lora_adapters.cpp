@@ -120,12 +120,14 @@ LoraAdapters::LoraAdapters(const ModelLayout& layout) {
     if (!layout.model.lora.on() || layout.model.n_layer < 1) return;
     m_on = true;
     m_scale = static_cast<float>(layout.model.lora.scale());
+    m_dropout = static_cast<float>(layout.model.lora.dropout);
     for (const ParamSpec& a : layout.params) {
         if (a.unit != 1 || !ends_with(a.name, ".lora_A.weight")) continue;
         const std::string module = a.name.substr(0, a.name.size() - std::string(".lora_A.weight").size());
         const ParamSpec& w = layout.find(module + kWeight);
         const ParamSpec& b = layout.find(module + ".lora_B.weight");
-        const ProductAdapter adapter{a.offset, b.offset, static_cast<int>(a.shape[0]), 0, static_cast<int>(w.shape[0])};
+        const ProductAdapter adapter{a.offset, b.offset, static_cast<int>(a.shape[0]), 0, static_cast<int>(w.shape[0]),
+                                     static_cast<int>(m_entries.size())};
         m_entries.push_back({w.offset, w.shape[1], adapter});
     }
 }
@@ -170,16 +172,29 @@ int LoraAdapters::widest() const {
     return w;
 }
 
+int LoraAdapters::widest_input() const {
+    size_t w = 0;
+    for (const Entry& e : m_entries) w = std::max(w, e.in);
+    return static_cast<int>(w);
+}
+
+DropoutMask LoraAdapters::mask(const ProductAdapter& a, int feature_offset) const {
+    return DropoutMask{dropout_key(m_rows.seed, static_cast<uint64_t>(m_rows.step), m_block, a.id), m_rows.first_sample,
+                       m_T, feature_offset, m_dropout};
+}
+
 size_t LoraAdapters::scratch_elements(const ModelLayout& layout, size_t rows) {
     if (!layout.model.lora.on()) return 0;
     size_t rank = 0;
     size_t widest = 0;
+    size_t widest_in = 0;
     for (const ParamSpec& p : layout.params) {
         if (p.unit != 1) continue;
         if (ends_with(p.name, ".lora_A.weight")) rank = std::max(rank, p.shape[0]);
+        if (ends_with(p.name, ".lora_A.weight")) widest_in = std::max(widest_in, p.shape[1]);
         if (ends_with(p.name, ".lora_B.weight")) widest = std::max(widest, p.shape[0]);
     }
-    return rows * (2 * rank + widest);
+    return rows * (2 * rank + widest + (layout.model.lora.dropout > 0 ? widest_in : 0));
 }
 
 }  // namespace zt

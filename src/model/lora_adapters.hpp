@@ -16,6 +16,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/model/model_layout.hpp"
+#include "ztrain/model/transformer.hpp"
 
 namespace zt {
 
@@ -35,11 +36,13 @@ struct ProductAdapter {
     int rank = 0;
     int out_begin = 0;    ///< the first of the product's output features it adds to
     int out_width = 0;    ///< how many (the adapted weight's rows)
+    int id = 0;           ///< its place among the block's adapters (its dropout masks' key)
 };
 
 /// The adapters of a model's blocks (the same in every block, at the same offsets) and the
 /// scratch their products share, lent by the driver: u and du (rows, rank), v (rows, the
-/// widest adapted weight's rows), in the activation dtype. Default: none.
+/// widest adapted weight's rows), and with lora.dropout `dropped` (rows, the widest adapted
+/// weight's columns), in the activation dtype. Default: none.
 class LoraAdapters {
   public:
     LoraAdapters() = default;
@@ -52,13 +55,29 @@ class LoraAdapters {
     std::vector<ProductAdapter> of_product(size_t w_offset, int in, int out) const;
     /// The scratch's elements for batches of up to `rows` rows (0 without adapters).
     static size_t scratch_elements(const ModelLayout& layout, size_t rows);
-    /// The largest rank, and the most rows of an adapted weight (the scratch's widths).
+    /// The largest rank, the most rows and the most columns of an adapted weight (the
+    /// scratch's widths).
     int max_rank() const;
     int widest() const;
+    int widest_input() const;
+
+    /// lora.dropout, and what its masks are drawn for: the passes' rows (`T` positions each)
+    /// and the block they run (the model's index). dropping(): whether a pass drops anything.
+    float dropout() const { return m_dropout; }
+    void set_rows(const DropoutRows& rows, int T) {
+        m_rows = rows;
+        m_T = T;
+    }
+    void set_block(int block) { m_block = block; }
+    bool dropping() const { return m_dropout > 0.f && m_rows.step >= 0; }
+    /// The mask of adapter `a`'s input in the current block, over input features from
+    /// `feature_offset` (a row-parallel product's slice).
+    DropoutMask mask(const ProductAdapter& a, int feature_offset) const;
     struct Scratch {
         ActPtr u;
         ActPtr du;
         ActPtr v;
+        ActPtr dropped;
     };
     void set_scratch(Scratch s) { m_scratch = s; }
     const Scratch& scratch() const { return m_scratch; }
@@ -79,6 +98,10 @@ class LoraAdapters {
   private:
     bool m_on = false;
     float m_scale = 0.f;
+    float m_dropout = 0.f;
+    DropoutRows m_rows;
+    int m_T = 1;
+    int m_block = 0;
     std::vector<Entry> m_entries;
     Scratch m_scratch;
 };

@@ -31,16 +31,47 @@ void ParallelLinear::find_adapters() {
     if (m_ctx.lora == nullptr || !m_ctx.lora->frozen_base()) return;
     m_frozen = true;
     m_adapters = m_ctx.lora->of_product(m_shape.w_offset, m_shape.in, m_shape.out);
-    ZT_REQUIRE(m_adapters.empty() || parallel().parts() == 1,
-               "LoRA adapters under tensor parallelism are not implemented (validate() refuses them)");
+}
+
+void ParallelLinear::refuse_shared_adapters() const {
+    // Each rank's B gradient for the shared rows would be a partial sum over the ranks
+    // sharing them, which nothing sums yet.
+    bool on_shared = false;
+    for (const ProductAdapter& a : m_adapters) on_shared = on_shared || a.out_begin + a.out_width > m_shared.owned_rows;
+    ZT_INPUT_CHECK(!on_shared, "lora.targets: an adapter on the key or value projection under parallel.tensor ",
+                   "greater than the model's key/value heads (each head's rows are then held by several tensor ranks) ",
+                   "is not implemented; leave k_proj and v_proj out of lora.targets, or lower parallel.tensor");
+}
+
+DropoutMask ParallelLinear::input_mask(const ProductAdapter& a) const {
+    // A row-parallel product's input is this rank's slice of the features.
+    return m_ctx.lora->mask(a, m_in_rows ? 0 : parallel().rank() * m_shape.in);
+}
+
+ConstActPtr ParallelLinear::adapter_input(Backend& be, ConstActPtr x, const ProductAdapter& a, int N) const {
+    if (!m_ctx.lora->dropping()) return x;
+    const ActPtr dropped = m_ctx.lora->scratch().dropped;
+    be.dropout(dropped, x, N, m_shape.in, input_mask(a));
+    return dropped;
+}
+
+void ParallelLinear::adapter_inner(Backend& be, ActPtr u, ConstActPtr x, const UnitWeights& w, const ProductAdapter& a,
+                                   int N) const {
+    be.matmul_forward(u, x, w.matrix(a.a_offset), nullptr, N, m_shape.in, a.rank);
+    // A row-parallel product's A is cut by input features: each rank holds a partial u.
+    if (!m_in_rows && parallel().parts() > 1)
+        parallel().sum_over_group(u, static_cast<size_t>(N) * static_cast<size_t>(a.rank));
 }
 
 void ParallelLinear::add_adapters(Backend& be, ActPtr out, ConstActPtr x, const UnitWeights& w, int N) const {
     if (m_adapters.empty()) return;
     const LoraAdapters::Scratch& s = m_ctx.lora->scratch();
     for (const ProductAdapter& a : m_adapters) {
-        // u = x A^T (N, r), v = u B^T (N, out_width), then out's features += scale v.
-        be.matmul_forward(s.u, x, w.matrix(a.a_offset), nullptr, N, m_shape.in, a.rank);
+        // u = x A^T (N, r) (x dropped out under lora.dropout), v = u B^T (N, out_width), then
+        // out's features += scale v; a row-parallel product's out is summed over the group,
+        // so one rank adds v.
+        adapter_inner(be, s.u, adapter_input(be, x, a, N), w, a, N);
+        if (!m_in_rows && !parallel().adds_once()) continue;
         be.matmul_forward(s.v, s.u, w.matrix(a.b_offset), nullptr, N, a.rank, a.out_width);
         be.scale_add_columns(out, m_shape.out, a.out_begin, s.v, a.out_width, 0, a.out_width, N,
                              m_ctx.lora->scale());
@@ -52,21 +83,48 @@ void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, C
     const LoraAdapters::Scratch& s = m_ctx.lora->scratch();
     const size_t n = static_cast<size_t>(N);
     const int C = m_shape.in;
+    // A column-parallel product's B is cut by output features: du is each rank's partial sum.
+    const bool partial_du = m_in_rows && parallel().parts() > 1;
+    const bool drop = m_ctx.lora->dropping();
     for (const ProductAdapter& a : m_adapters) {
         const size_t r = static_cast<size_t>(a.rank);
         const size_t rows = static_cast<size_t>(a.out_width);
+        const ConstActPtr A = w.matrix(a.a_offset);
         float* dA = dw.base + a.a_offset;
         float* dB = dw.base + a.b_offset;
         zero_grad_if(be, dw.zero, dA, r * static_cast<size_t>(C));
         zero_grad_if(be, dw.zero, dB, rows * r);
         // u again (cheaper to recompute than to keep per block); dv = scale * dout's features.
-        be.matmul_forward(s.u, x, w.matrix(a.a_offset), nullptr, N, C, a.rank);
+        const ConstActPtr xa = adapter_input(be, x, a, N);
+        adapter_inner(be, s.u, xa, w, a, N);
         zero_act(be, s.v, n * rows);
         be.scale_add_columns(s.v, a.out_width, 0, dout, m_shape.out, a.out_begin, a.out_width, N,
                              m_ctx.lora->scale());
         zero_act(be, s.du, n * r);
         be.matmul_backward(s.du, dB, nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank, a.out_width);
-        be.matmul_backward(dinp, dA, nullptr, s.du, x, w.matrix(a.a_offset), N, C, a.rank);
+        if (!partial_du && !drop) {
+            be.matmul_backward(dinp, dA, nullptr, s.du, x, A, N, C, a.rank);
+            continue;
+        }
+        const auto a_grad = [&](ConstActPtr input) {
+            be.matmul_backward(ActPtr{nullptr, dinp.dtype}, dA, nullptr, s.du, input, ConstActPtr{nullptr, A.dtype}, N,
+                               C, a.rank);
+        };
+        if (!partial_du) a_grad(xa);  // before the input gradient's share overwrites the dropped x
+        // The input gradient's share du A (each rank's partial where du is partial: the group
+        // sums the input gradient anyway), through the same mask as x.
+        if (drop) {
+            zero_act(be, s.dropped, n * static_cast<size_t>(C));
+            be.matmul_backward(s.dropped, nullptr, nullptr, s.du, ConstActPtr{nullptr, x.dtype}, A, N, C, a.rank);
+            be.dropout(s.dropped, s.dropped, N, C, input_mask(a));
+            be.residual_forward(dinp, dinp, s.dropped, n * static_cast<size_t>(C));
+        } else {
+            be.matmul_backward(dinp, nullptr, nullptr, s.du, ConstActPtr{nullptr, x.dtype}, A, N, C, a.rank);
+        }
+        if (!partial_du) continue;
+        // A's gradient takes the whole du: the group's sum.
+        parallel().sum_over_group(s.du, n * r);
+        a_grad(adapter_input(be, x, a, N));
     }
 }
 
@@ -79,8 +137,9 @@ void ParallelLinear::backward_into(Backend& be, ActPtr dinp, UnitGrads dw, Const
     const bool defer = m_ctx.deferred->on();
     const ConstActPtr d = operand(dout, m_dout_rows, N, OC);
     if (m_frozen) {
-        // The base's gradient is never computed nor written: the store keeps none for it.
-        ZT_REQUIRE(!defer && !shared, "a frozen product under deferred weight gradients or shared weight rows");
+        // The base's gradient is never computed nor written (shared rows' included): the store
+        // keeps none for it.
+        ZT_REQUIRE(!defer, "a frozen product under deferred weight gradients");
         be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.dtype}, w, N, C, OC);
         if (!m_adapters.empty()) adapters_backward(be, dinp, dw, d, operand(inp, m_in_rows, N, C), uw, N);
         return;
@@ -169,6 +228,7 @@ ColumnParallelLinear::ColumnParallelLinear(ProductContext ctx, Shape shape, Shar
     ZT_REQUIRE(shared.weight_grad != nullptr && shared.exchange != nullptr && shared.slots > 0,
                "shared weight rows without their buffers");
     m_shared = shared;
+    refuse_shared_adapters();
 }
 
 ActPtr ColumnParallelLinear::backward(Backend& be, UnitGrads dw, ConstActPtr dout, ConstActPtr in,
@@ -189,6 +249,7 @@ void RowParallelLinear::forward_residual(Backend& be, ActPtr out, ConstActPtr in
         // The partial products (N rows, the padding zero) reduce-scattered, then the residual.
         const ActPtr partial = tp.partial_output(out);
         be.matmul_forward(partial, in, weight, tp.adds_once() ? bias(w) : nullptr, N, K, M);
+        add_adapters(be, partial, in, w, N);
         tp.sum_output(be, partial, out, N, M);
         be.residual_forward(out, out, residual, tp.local_elements(N, M));
         return;

@@ -237,6 +237,8 @@ class ParallelLinear {
     /// 1F1B's; inp is the block's activation and stays until then.
     void backward_into(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr inp,
                        const UnitWeights& uw, ActPtr keep, int N);
+    /// Throws where an adapter adds to weight rows shared with other ranks (m_shared's).
+    void refuse_shared_adapters() const;
     /// out (N, out) += the LoRA adapters' outputs from x (N, in), the product's input rows.
     void add_adapters(Backend& be, ActPtr out, ConstActPtr x, const UnitWeights& w, int N) const;
     const TensorParallel& parallel() const { return *m_ctx.parallel; }
@@ -255,8 +257,18 @@ class ParallelLinear {
         return rows ? parallel().gather_rows(x, N, width) : x;
     }
     void find_adapters();
+    /// The dropout mask of adapter a's input (this rank's slice of its features).
+    DropoutMask input_mask(const ProductAdapter& a) const;
+    /// The adapter's input: x, or under lora.dropout x dropped out into the scratch.
+    ConstActPtr adapter_input(Backend& be, ConstActPtr x, const ProductAdapter& a, int N) const;
+    /// u (N, a.rank) = x A^T, summed over the group for a row-parallel product (whose A and
+    /// x are cut by input features): the whole u on every rank. Collective then.
+    void adapter_inner(Backend& be, ActPtr u, ConstActPtr x, const UnitWeights& w, const ProductAdapter& a,
+                       int N) const;
     /// dinp += the adapters' input gradient; their A and B gradients into dw (dout, x: the
-    /// product's whole rows).
+    /// product's whole rows). Under a group, a column-parallel product's A (whole on every
+    /// rank) takes the group's sum of du, a row-parallel one's B the whole u: the adapters'
+    /// gradients are then the same on every rank that holds the same slice.
     void adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr x,
                            const UnitWeights& w, int N) const;
     /// The weight gradient through m_shared: this rank's rows added, the shared ones summed

@@ -163,7 +163,10 @@ void Transformer::allocate_activations(DType stored) {
         const size_t r = static_cast<size_t>(m_lora->max_rank());
         const ActPtr u = a.take_act(BT * r);
         const ActPtr du = a.take_act(BT * r);
-        m_lora->set_scratch({u, du, a.take_act(BT * static_cast<size_t>(m_lora->widest()))});
+        const ActPtr v = a.take_act(BT * static_cast<size_t>(m_lora->widest()));
+        const ActPtr dropped =
+            m_lora->dropout() > 0.f ? a.take_act(BT * static_cast<size_t>(m_lora->widest_input())) : ActPtr{};
+        m_lora->set_scratch({u, du, v, dropped});
         scratch.lora = m_lora.get();
     }
     m_family = family_traits(cfg).make(stage_config(cfg, m_stage), m_layout, m_backend, a, scratch, m_max_batch,
@@ -257,6 +260,7 @@ float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_
     }
     m_inputs = m_vocab->embedding_tokens(inputs, targets, m_tokens_be, N);
     set_rows(rows, B, T);
+    m_lora->set_rows(m_dropout_rows, T);
     embed_and_blocks(store, m_inputs, B, T);
     if (last_stage()) return head_and_loss(store, targets, targets_be, N, dloss);
     m_loss_sum = 0.0;
@@ -304,6 +308,7 @@ void Transformer::embed_and_blocks(UnitStore& store, const int32_t* inputs, int 
     for (int l = 0; l < m_blocks; ++l) {
         const UnitWeights w = unit_weights(store, first_unit + l);
         if (l + 1 < m_blocks || last_stage()) store.prefetch(l + 1 < m_blocks ? first_unit + l + 1 : nL + 1);
+        m_lora->set_block(m_stage.begin + l);
         m_family->block_forward(*m_compute, l, w, x, B, T);
         store.release(first_unit + l);
         x = m_family->block_output(l);
@@ -442,6 +447,7 @@ void Transformer::blocks_backward(UnitStore& store) {
         const ConstActPtr in = l == 0 ? ConstActPtr(m_encoded) : m_family->block_output(l - 1);
         // Recompute writes the same values again into the block's (shared) buffers; its
         // output is recomputed in place with bit-identical results.
+        m_lora->set_block(m_stage.begin + l);
         if (m_recompute) m_family->block_forward(*m_compute, l, w, in, m_B, m_T);
         m_family->block_backward(*m_compute, l, w, dw, in, m_dresidual, m_B, m_T);
         grads_done(store, first_unit + l);

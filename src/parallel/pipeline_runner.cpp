@@ -227,6 +227,7 @@ void PipelineRunner::forward_pass(UnitStore& store, Transformer& model, const Pi
         receive(model.stage_input().data, bytes, (vs - 1) % P, tag(vs, false), "pipeline receive (activations)", totals);
     }
     const auto t0 = Clock::now();
+    model.set_dropout_rows(mb.dropout);
     const float mean = model.forward(store, mb.inputs, mb.targets, B, T, dloss, mb.rows);
     totals.forward_s += seconds_since(t0);
     if (vs == V - 1) {

@@ -200,14 +200,15 @@ PipelineMicroBatch ScheduledTraining::micro_batch(Source source, uint64_t first,
     const size_t slot = static_cast<size_t>(a) % m_batches.size();
     RowBatch& b = m_batches[slot];
     const ExampleFeed* feed = m_setup.examples.get();
+    const bool training = source == Source::kTrain;
+    const uint64_t first_sample = training ? micro_batch_first(first, m_setup.data().rank(), m_cfg.train, a) : 0;
     if (m_batch_holds[slot] != a) {
         const int B = m_cfg.train.micro_batch;
-        if (source == Source::kTrain) {
-            const uint64_t at = micro_batch_first(first, m_setup.data().rank(), m_cfg.train, a);
+        if (training) {
             if (feed) {
-                feed->fill_train(at, B, b);
+                feed->fill_train(first_sample, B, b);
             } else {
-                m_setup.train_sampler->fill(at, B, b.inputs.data(), b.targets.data());
+                m_setup.train_sampler->fill(first_sample, B, b.inputs.data(), b.targets.data());
                 if (m_options.on_inputs) m_options.on_inputs(step + 1, a, b.inputs);
             }
         } else {
@@ -223,8 +224,11 @@ PipelineMicroBatch ScheduledTraining::micro_batch(Source source, uint64_t first,
     // Packed example rows: every stage's attention keeps to each row's segments. Pretraining
     // windows leave b.T at 0: the step's seq_len.
     const bool packed = feed && feed->packed();
+    // A training row's dropout masks are its sample's: the same wherever it is computed.
+    const DropoutRows dropout = training ? DropoutRows{step, m_cfg.train.seed, first_sample} : DropoutRows{};
     return PipelineMicroBatch{b.inputs.data(), b.targets.data(),
-                              packed ? TokenRows{b.positions.data(), b.segment_start.data()} : TokenRows{}, b.T};
+                              packed ? TokenRows{b.positions.data(), b.segment_start.data()} : TokenRows{}, b.T,
+                              dropout};
 }
 
 size_t ScheduledTraining::activation_bytes() const {

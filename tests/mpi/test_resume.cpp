@@ -79,6 +79,7 @@ struct ResumeCase {
     bool llama = false;
     bool lora = false;
     DType dtype = DType::kF32;
+    double lora_dropout = 0.0;  ///< masks drawn again, not saved: a function of the samples
 };
 
 class BitExactResume : public ::testing::TestWithParam<ResumeCase> {};
@@ -91,6 +92,7 @@ TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
         if (GetParam().lora) {
             c.model.lora.rank = 4;
             c.model.lora.targets = GetParam().llama ? "q_proj,v_proj,down_proj" : "c_attn,c_proj";
+            c.model.lora.dropout = GetParam().lora_dropout;
         }
         c.precision.dtype = GetParam().dtype;
         return c;
@@ -125,10 +127,11 @@ TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
 INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume,
                          ::testing::Values(ResumeCase{0}, ResumeCase{1}, ResumeCase{2}, ResumeCase{3},
                                            ResumeCase{0, true}, ResumeCase{3, true}, ResumeCase{1, false, true},
-                                           ResumeCase{3, true, true}, ResumeCase{2, true, true, DType::kBF16}),
+                                           ResumeCase{3, true, true}, ResumeCase{2, true, true, DType::kBF16},
+                                           ResumeCase{1, true, true, DType::kF32, 0.2}),
                          [](const auto& info) {
                              return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "") +
-                                    (info.param.lora ? "_lora" : "") +
+                                    (info.param.lora ? "_lora" : "") + (info.param.lora_dropout > 0 ? "_dropout" : "") +
                                     (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "");
                          });
 

@@ -49,6 +49,8 @@ struct TensorCase {
     bool sequence = false;  // parallel.sequence
     int window = 0;  // > 0: the Llama as a Mistral with this sliding window (shorter than the rows)
     int qwen = 0;    // Llama as Qwen2 or Qwen3 (test::as_qwen)
+    int lora = 0;    // > 0: LoRA of this rank on every product (the base frozen)
+    double lora_dropout = 0.0;
 };
 
 std::string case_name(const TensorCase& c) {
@@ -56,7 +58,8 @@ std::string case_name(const TensorCase& c) {
            "_tensor" + std::to_string(c.tensor) + "_stage" +
            std::to_string(c.stage) + (c.shard_group > 0 ? "_groups_of_" + std::to_string(c.shard_group) : "") +
            (c.recompute ? "_recompute" : "") + (c.kv_heads > 0 ? "_kv" + std::to_string(c.kv_heads) : "") +
-           (c.sequence ? "_sequence" : "") + (c.qwen > 0 ? "_qwen" + std::to_string(c.qwen) : "");
+           (c.sequence ? "_sequence" : "") + (c.qwen > 0 ? "_qwen" + std::to_string(c.qwen) : "") +
+           (c.lora > 0 ? "_lora" : "") + (c.lora_dropout > 0 ? "_dropout" : "");
 }
 
 /// The tiny model with heads enough for T: GPT-2 4 heads of 6; Llama 2T query heads of 4
@@ -80,6 +83,13 @@ Config tensor_config(const TensorCase& c, const std::string& train, const std::s
     cfg.parallel.shard_group.ranks = c.shard_group;
     cfg.train.recompute = c.recompute;
     cfg.parallel.sequence = c.sequence;
+    if (c.lora > 0) {
+        // Adapters on column- (B cut by rows) and row-parallel products (A cut by columns).
+        cfg.model.lora.rank = c.lora;
+        cfg.model.lora.alpha = 2.0 * c.lora;
+        cfg.model.lora.targets = c.llama ? "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" : "c_attn,c_proj,c_fc";
+        cfg.model.lora.dropout = c.lora_dropout;
+    }
     return cfg;
 }
 
@@ -198,10 +208,36 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                                            TensorCase{2, 3, true, 0, false, 0, false, 5},
                                            TensorCase{2, 1, true, 0, false, 0, true, 5},
                                            TensorCase{2, 3, true, 0, false, 0, false, 0, 2},
+                                           // LoRA: the replicated A or B of each adapter, its
+                                           // partial u or du summed over the group.
+                                           TensorCase{2, 0, false, 0, false, 0, false, 0, 0, 4},
+                                           TensorCase{2, 3, true, 0, false, 0, true, 0, 0, 4},
+                                           TensorCase{2, 1, true, 0, true, 0, false, 0, 0, 4},
+                                           TensorCase{4, 2, false, 0, false, 0, true, 0, 0, 4},
+                                           TensorCase{2, 1, true, 0, true, 0, true, 0, 0, 4, 0.2},
+                                           TensorCase{2, 0, false, 0, false, 0, false, 0, 0, 4, 0.2},
                                            TensorCase{2, 1, true, 0, false, 0, true, 0, 3},
                                            TensorCase{4, 0, true, 0, false, 2, false, 0, 3},
                                            TensorCase{4, 3, true, 0, false, 2, false, 0, 2}),
                          [](const auto& info) { return case_name(info.param); });
+
+// An adapter on key/value rows that several tensor ranks hold (fewer KV heads than T) exits 2
+// on every rank alike, naming the key; without k_proj and v_proj the same run trains.
+TEST(TensorParallelLora, SharedKeyValueRowsRefuseAdaptersByName) {
+    const int N = test::world_size();
+    if (N % 2 != 0) GTEST_SKIP() << "tensor 2 does not divide " << N << " ranks";
+    test::SharedDir dir("tensor_lora_kv");
+    test::write_shared_train_shard(dir);
+    TensorCase c{2, 0, true, 0, false, 1, false, 0, 0, 4};
+    Config cfg = tensor_config(c, dir.file("train.bin"), dir.file("kv"));
+    cfg.parallel.tensor = 2;
+    cfg.train.max_steps = 1;
+    test::expect_input_error([&] { train(cfg, TrainOptions{}); },
+                             {"lora.targets", "key or value projection", "parallel.tensor"});
+    cfg.model.lora.targets = "q_proj,o_proj,down_proj";
+    cfg.run.dir = dir.file("q_only");
+    EXPECT_EQ(train(cfg, TrainOptions{}).losses.size(), 1u);
+}
 
 // bf16 and fp16: the tensor group's sums run in the activation dtype (each rank's partial
 // product rounded before the sum), so the run is not the one-rank run's bit for bit; it

@@ -174,6 +174,7 @@ struct LoraCase {
     /// Rank 16 on every product: the adapters are most of each block's unit, so their
     /// owners are several ranks (rank 4 on two products fits in the last rank's slice).
     bool wide = false;
+    double dropout = 0.0;  ///< lora.dropout: each sample's masks wherever its row is computed
 };
 
 /// bf16: the one-rank run rounds its N-way accumulated gradients once per micro-step, the N
@@ -219,6 +220,7 @@ TEST_P(LoraZeroStage, MatchesOneRankAndKeepsTheBase) {
                                : GetParam().llama ? "q_proj,v_proj,down_proj"
                                                   : "c_attn,c_proj";
         c.train.max_steps = 4;
+        c.model.lora.dropout = GetParam().dropout;
         return c;
     };
     const LoraCase c = GetParam();
@@ -227,7 +229,13 @@ TEST_P(LoraZeroStage, MatchesOneRankAndKeepsTheBase) {
     Config ref_cfg = lora(test::tiny_mpi_config(dir.file("train.bin"), dir.file("ref" + std::to_string(me))));
     ref_cfg.precision.dtype = c.dtype;
     if (c.dtype != DType::kF32) ref_cfg.precision.reduce_dtype = DType::kF32;
-    ref_cfg.train.grad_accum *= N / P;
+    // With dropout the one rank takes the global batch in wider micro-batches instead, so a
+    // sample's row sits elsewhere in its batch: its masks must follow the sample, not the row.
+    if (c.dropout > 0) {
+        ref_cfg.train.micro_batch *= N / P;
+    } else {
+        ref_cfg.train.grad_accum *= N / P;
+    }
     TrainOptions self;
     self.comm = MPI_COMM_SELF;
     self.collect_params = true;
@@ -281,13 +289,15 @@ INSTANTIATE_TEST_SUITE_P(Stages, LoraZeroStage,
                                            LoraCase{1, false, 1, 0, DType::kF32, true},
                                            LoraCase{2, true, 1, 0, DType::kF32, true},
                                            LoraCase{3, false, 1, 2, DType::kF32, true},
-                                           LoraCase{2, false, 1, 0, DType::kBF16, true}),
+                                           LoraCase{2, false, 1, 0, DType::kBF16, true},
+                                           LoraCase{2, true, 1, 0, DType::kF32, false, 0.2},
+                                           LoraCase{3, false, 2, 0, DType::kF32, true, 0.2}),
                          [](const auto& info) {
                              return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "") +
                                     (info.param.pipeline > 1 ? "_pipeline" : "") +
                                     (info.param.group > 0 ? "_groups" + std::to_string(info.param.group) : "") +
                                     (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "") +
-                                    (info.param.wide ? "_wide" : "");
+                                    (info.param.wide ? "_wide" : "") + (info.param.dropout > 0 ? "_dropout" : "");
                          });
 
 /// A GPT-2 of `n_layer` blocks, 4 heads x 64 wide, vocabulary 300.

@@ -1,6 +1,7 @@
 // LoRA (lora.*): the keys and their checks, the adapters' tensors in the layout (PEFT's
 // names, init and splits), their gradients against finite differences for both families, a
-// frozen base whose gradient is never computed, and AdamW leaving the base alone.
+// frozen base whose gradient is never computed, AdamW leaving the base alone, and dropout on
+// the adapters' input (its masks a function of the sample, position and feature).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -247,12 +248,13 @@ Batch batch(const ModelConfig& mc, int B) {
 /// test_gpt_gradcheck.cpp), with B perturbed away from 0 so A's gradient is not zero; the
 /// state keeps no gradient or moments for the base and no op computed a gradient outside
 /// the adapters.
-void check_adapters(const ModelConfig& mc) {
+void check_adapters(const ModelConfig& mc, const DropoutRows& rows = {}) {
     auto cpu = make_cpu_backend(1);
     GradientRecorder backend(*cpu);
     const int B = 2;
     const int T = mc.seq_len;
     Transformer model(mc, backend, B);
+    model.set_dropout_rows(rows);
     ModelState state(model.layout(), *cpu, 42);
     const ModelLayout& layout = model.layout();
     perturb(state, layout, 0.3);
@@ -316,6 +318,74 @@ TEST(LoraGradcheck, Gpt2EveryAdapterElement) { check_adapters(tiny_gpt2(2, "c_at
 // q and v adapt part of the packed q|k|v product, gate and up both halves of gate|up.
 TEST(LoraGradcheck, LlamaEveryAdapterElement) {
     check_adapters(tiny_llama(2, "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"));
+}
+// With dropout the loss is a fixed function of the weights for given rows: the masks are.
+TEST(LoraGradcheck, Gpt2WithDropout) {
+    ModelConfig mc = tiny_gpt2(2, "c_attn,c_proj,c_fc");
+    mc.lora.dropout = 0.3;
+    check_adapters(mc, DropoutRows{3, 11, 40});
+}
+TEST(LoraGradcheck, LlamaWithDropout) {
+    ModelConfig mc = tiny_llama(2, "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    mc.lora.dropout = 0.3;
+    check_adapters(mc, DropoutRows{3, 11, 40});
+}
+
+// The mask: about p of the elements dropped, the rest scaled by 1 / (1 - p); a function of
+// (key, sample, position, feature) only, so the same element drawn as another row of another
+// batch, or in a slice of the features, gets the same draw.
+TEST(LoraDropout, MaskIsTheSamplesPositionsAndFeatures) {
+    auto be = make_cpu_backend(2);
+    const int T = 16;
+    const int N = 4 * T;
+    const int W = 96;
+    std::vector<float> ones(static_cast<size_t>(N * W), 1.f);
+    std::vector<float> out(ones.size());
+    const DropoutMask mask{dropout_key(7, 3, 1, 2), 100, T, 0, 0.25f};
+    be->dropout(ActPtr(out.data()), ConstActPtr(ones.data()), N, W, mask);
+    size_t kept = 0;
+    for (float v : out) {
+        ASSERT_TRUE(v == 0.f || std::fabs(v - 1.f / 0.75f) < 1e-6f) << v;
+        kept += v != 0.f;
+    }
+    EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(out.size()), 0.75, 0.03);
+    // Sample 102 (row block 2 above) alone, features 32.. of it as a slice.
+    std::vector<float> slice(static_cast<size_t>(T * 32));
+    be->dropout(ActPtr(slice.data()), ConstActPtr(ones.data()), T, 32, DropoutMask{mask.key, 102, T, 32, 0.25f});
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < 32; ++j)
+            EXPECT_EQ(slice[static_cast<size_t>(t * 32 + j)], out[static_cast<size_t>((2 * T + t) * W + 32 + j)])
+                << "position " << t << " feature " << 32 + j;
+    // Another step, block or adapter: other draws.
+    std::vector<float> other(out.size());
+    be->dropout(ActPtr(other.data()), ConstActPtr(ones.data()), N, W, DropoutMask{dropout_key(7, 4, 1, 2), 100, T, 0, 0.25f});
+    EXPECT_NE(other, out);
+}
+
+// Dropout acts (the loss moves from the undropped one), and a row's losses are its sample's:
+// the same when the sample is the second row of a batch or a batch of its own.
+TEST(LoraDropout, ARowsLossesAreItsSamples) {
+    ModelConfig mc = tiny_llama(2, "q_proj,v_proj,down_proj");
+    mc.lora.dropout = 0.5;
+    auto be = make_cpu_backend(1);
+    Transformer two(mc, *be, 2);
+    Transformer one(mc, *be, 1);
+    ModelState state(two.layout(), *be, 9);
+    perturb(state, two.layout(), 0.3);
+    const Batch data = batch(mc, 2);
+    const int T = mc.seq_len;
+    const float plain = two.forward(state, data.inputs.data(), data.targets.data(), 2, T, 0.f);
+    two.set_dropout_rows(DropoutRows{5, 1, 20});
+    const float dropped = two.forward(state, data.inputs.data(), data.targets.data(), 2, T, 0.f);
+    EXPECT_GT(std::fabs(dropped - plain), 1e-4f) << "lora.dropout 0.5 left the loss unchanged";
+    const std::vector<float> pair = two.position_losses();
+    one.set_dropout_rows(DropoutRows{5, 1, 21});
+    one.forward(state, data.inputs.data() + T, data.targets.data() + T, 1, T, 0.f);
+    for (int t = 0; t < T; ++t) {
+        const float want = pair[static_cast<size_t>(T + t)];
+        EXPECT_NEAR(one.position_losses()[static_cast<size_t>(t)], want, 1e-5f * std::fabs(want) + 1e-6f)
+            << "position " << t;
+    }
 }
 
 /// B starts at zero: the model with adapters computes the base model's loss, bit for bit.

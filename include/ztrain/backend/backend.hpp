@@ -29,9 +29,40 @@
 #include <string>
 
 #include "ztrain/core/dtype.hpp"
+#include "ztrain/core/random.hpp"
 #include "ztrain/memory/device_memory.hpp"
 
 namespace zt {
+
+/// Which elements of an (N, width) block of activations dropout keeps (LoRA's lora.dropout on
+/// an adapter's input): row n is position n % T of sample first_sample + n / T, column j is
+/// feature feature_offset + j; the element is kept with probability 1 - p, from the
+/// counter-based draw of (key, sample, position, feature). So the same element of the same
+/// sample gets the same draw wherever it is computed: on any rank, in any micro-batch, in any
+/// tensor slice, and again in a recompute or a resumed run.
+struct DropoutMask {
+    uint64_t key = 0;  ///< dropout_key's: the seed, step, block and adapter
+    uint64_t first_sample = 0;
+    int T = 1;
+    int feature_offset = 0;
+    float p = 0.f;
+    /// The draws of row n share this.
+    ZT_HOST_DEVICE uint64_t row_key(int n) const {
+        const uint64_t sample = first_sample + static_cast<uint64_t>(n / T);
+        return mix64(key ^ mix64(sample)) ^ (static_cast<uint64_t>(n % T) << 32);
+    }
+    /// Whether column j of the row whose row_key is `row` is kept.
+    ZT_HOST_DEVICE bool keeps(uint64_t row, int j) const {
+        const uint64_t bits = mix64(row ^ static_cast<uint32_t>(feature_offset + j));
+        return static_cast<float>(bits >> 40) * 0x1.0p-24f >= p;
+    }
+};
+
+/// The key of one adapter's masks in one step: (seed, step, block, adapter).
+inline uint64_t dropout_key(uint64_t seed, uint64_t step, int block, int adapter) {
+    const uint64_t at = (static_cast<uint64_t>(block) << 16) | static_cast<uint64_t>(adapter);
+    return random_bits(random_bits(seed, static_cast<uint64_t>(RandomStream::kLoraDropout), step), at, 0);
+}
 
 /// Activations stored in `dtype` at `data` (backend memory).
 struct ActPtr {
@@ -240,6 +271,9 @@ class Backend {
     /// dst must not alias src.
     virtual void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
                                    int width, int N, float scale) = 0;
+    /// out (N, width) = in * keep / (1 - p), keep as `mask` draws it (0 where dropped); out
+    /// may alias in. Typed, in fp32, rounded once. Default: refuses (LoRA dropout needs it).
+    virtual void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask);
 
     /// Causal grouped-query self-attention (Llama; GPT-2's multi-head attention is NKV = NH).
     /// qkv (B, T, (NH + 2*NKV)*hs): per row [q: NH*hs | k: NKV*hs | v: NKV*hs]; query head h

@@ -89,6 +89,9 @@ class ForwardingBackend : public Backend {
                            int width, int N, float scale) override {
         m_inner.scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale);
     }
+    void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) override {
+        m_inner.dropout(out, in, N, width, mask);
+    }
     void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override {
         m_inner.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);

@@ -8,10 +8,17 @@
 #include <cmath>
 #include <cstdint>
 
+// Device code (the CUDA backend's dropout masks) draws the same numbers as host code.
+#if defined(__CUDACC__)
+#define ZT_HOST_DEVICE __host__ __device__
+#else
+#define ZT_HOST_DEVICE
+#endif
+
 namespace zt {
 
 /// SplitMix64 finalizer: a bijective 64-bit mixer with good avalanche behaviour.
-inline uint64_t mix64(uint64_t x) {
+ZT_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -37,6 +44,6 @@ inline double random_normal(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 /// Named streams so unrelated consumers never draw the same numbers.
-enum class RandomStream : uint64_t { kInit = 1, kData = 2, kSample = 3, kDataVal = 4 };
+enum class RandomStream : uint64_t { kInit = 1, kData = 2, kSample = 3, kDataVal = 4, kLoraDropout = 5 };
 
 }  // namespace zt

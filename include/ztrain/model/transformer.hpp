@@ -68,6 +68,16 @@ struct TokenRows {
     const int32_t* segment_start = nullptr;
 };
 
+/// The samples a training micro-batch's rows are, for LoRA's dropout (lora.dropout), whose
+/// masks are drawn from (seed, step, sample, position, feature): row b of the batch is
+/// sample first_sample + b of the run's sample order. step -1: no training step (validation,
+/// evaluation, samples): nothing is dropped.
+struct DropoutRows {
+    long step = -1;
+    uint64_t seed = 0;
+    uint64_t first_sample = 0;
+};
+
 /// Activation memory by storage: elements kept in the activation dtype (activations and
 /// their gradients) and floats kept fp32 whatever it is (normalization statistics, losses,
 /// the rotary table, the attention backward's scratch).
@@ -199,6 +209,9 @@ class Transformer {
     /// The same over rows of packed examples (`rows`: see TokenRows; empty: the above).
     float forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss,
                   const TokenRows& rows);
+    /// The rows the next forwards run (and their backwards and recomputes): LoRA's dropout
+    /// masks. Default (and step -1): no dropout.
+    void set_dropout_rows(const DropoutRows& rows) { m_dropout_rows = rows; }
     /// The sum of the last forward's losses over its targets (>= 0), and how many there were:
     /// what a caller normalising by a larger count (every target of a global batch) needs.
     double last_loss_sum() const { return m_loss_sum; }
@@ -322,6 +335,7 @@ class Transformer {
     // The segments of the last forward's rows (host memory; kept for backward and recompute).
     std::vector<PositionRun> m_runs;
     std::vector<int32_t> m_attend_from;
+    DropoutRows m_dropout_rows;
 };
 
 }  // namespace zt

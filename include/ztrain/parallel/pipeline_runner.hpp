@@ -46,6 +46,8 @@ struct PipelineMicroBatch {
     /// Positions per row when it differs from the step's T (dynamically padded example rows:
     /// the longest example's); 0: the step's.
     int T = 0;
+    /// A training step's rows (LoRA's dropout); default: none.
+    DropoutRows dropout = {};
 };
 
 /// What one step's passes gave on this rank.

@@ -231,6 +231,9 @@ class CpuBackend final : public Backend {
                            int width, int N, float scale) override {
         cpu::scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale, m_threads);
     }
+    void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) override {
+        cpu::dropout(out, in, N, width, mask, m_threads);
+    }
 
     double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n, m_threads); }
 

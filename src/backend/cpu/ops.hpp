@@ -111,6 +111,7 @@ void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n, int
 void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n, int threads);
 void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col, int width,
                        int N, float scale, int threads);
+void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask, int threads);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWStep& step,
                   int threads);

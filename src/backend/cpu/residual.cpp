@@ -1,5 +1,6 @@
 // residual: out = a + b element-wise; add_kernel also serves rope_backward and the encoder.
-// Also scale_add_columns, the scaled add of a column range (LoRA adapters' outputs).
+// Also scale_add_columns, the scaled add of a column range (LoRA adapters' outputs), and
+// dropout (on LoRA adapters' inputs).
 #include "cpu_common.hpp"
 #include "ops.hpp"
 
@@ -52,6 +53,23 @@ void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, 
                 widen(src, s + j, m, y);
                 for (size_t k = 0; k < m; ++k) x[k] += scale * y[k];
                 narrow(x, dst, d + j, m);
+            }
+        }
+    });
+}
+
+void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask, int threads) {
+    const size_t w = static_cast<size_t>(width);
+    const float scale = 1.f / (1.f - mask.p);
+    parallel_chunks(static_cast<size_t>(N), threads, [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i) {
+            const uint64_t row = mask.row_key(static_cast<int>(i));
+            for (size_t j = 0; j < w; j += kTypedBlock) {
+                const size_t m = std::min(kTypedBlock, w - j);
+                float x[kTypedBlock];
+                widen(in, i * w + j, m, x);
+                for (size_t k = 0; k < m; ++k) x[k] = mask.keeps(row, static_cast<int>(j + k)) ? x[k] * scale : 0.f;
+                narrow(x, out, i * w + j, m);
             }
         }
     });

@@ -223,6 +223,9 @@ class CudaBackendImpl final : public CudaBackend {
                            int width, int N, float scale) override {
         cuda::scale_add_columns(dst, dst_width, dst_col, src, src_width, src_col, width, N, scale, m_stream);
     }
+    void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) override {
+        cuda::dropout(out, in, N, width, mask, m_stream);
+    }
     double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(&x, &n, 1, m_sumsq, m_stream); }
     double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
         const size_t doubles = count * cuda::kSumSquaresBlocks + 1;

@@ -146,6 +146,7 @@ void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n, cud
 void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n, cudaStream_t stream);
 void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col, int width,
                        int N, float scale, cudaStream_t stream);
+void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask, cudaStream_t stream);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWConstants& k,
                   cudaStream_t stream);

@@ -1,5 +1,6 @@
 // Element-wise residual add (out may alias a or b), typed through typed.cuh: the sum in
-// fp32, rounded once; the scaled add of a column range (LoRA adapters' outputs).
+// fp32, rounded once; the scaled add of a column range (LoRA adapters' outputs); dropout (on
+// LoRA adapters' inputs), drawing the host's masks (DropoutMask).
 #include "cuda_check.cuh"
 #include "ops.cuh"
 #include "typed.cuh"
@@ -24,7 +25,29 @@ __global__ void scale_add_columns_kernel(typename A::Dst dst, int dst_width, int
     dst.store(d, dst.load(d) + scale * src[row * static_cast<size_t>(src_width) + static_cast<size_t>(src_col) + col]);
 }
 
+template <typename A>
+__global__ void dropout_kernel(typename A::Dst out, typename A::Src in, int width, size_t n, DropoutMask mask,
+                               float scale) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int row = static_cast<int>(i / static_cast<size_t>(width));
+    const int col = static_cast<int>(i % static_cast<size_t>(width));
+    const float x = in[i];
+    out.store(i, mask.keeps(mask.row_key(row), col) ? x * scale : 0.f);
+}
+
 }  // namespace
+
+void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask, cudaStream_t stream) {
+    const size_t n = static_cast<size_t>(N) * static_cast<size_t>(width);
+    if (n == 0) return;
+    with_access({out.dtype, in.dtype}, [&](auto access) {
+        using A = decltype(access);
+        dropout_kernel<A><<<grid_for(n, kBlock), kBlock, 0, stream>>>(typename A::Dst(out), typename A::Src(in), width,
+                                                                      n, mask, 1.f / (1.f - mask.p));
+        ZT_KERNEL_CHECK("dropout");
+    });
+}
 
 void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col, int width,
                        int N, float scale, cudaStream_t stream) {
