@@ -273,8 +273,6 @@ void check_lora_keys(const Validator& v, const Config& cfg) {
     v.check(!l.base_dtype || *l.base_dtype == cfg.precision.dtype, "lora.base_dtype",
             str("empty or precision.dtype (", dtype_name(cfg.precision.dtype),
                 "): a base stored in another dtype is not implemented yet"));
-    v.check(cfg.parallel.pipeline == 1 || cfg.parallel.schedule != PipelineSchedule::kZeroBubble, "parallel.schedule",
-            "1f1b or interleaved under lora.rank > 0 (zero-bubble's deferred weight passes do not carry adapters yet)");
 }
 
 void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {

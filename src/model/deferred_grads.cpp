@@ -24,7 +24,7 @@ float* DeferredWeightGrads::norm_piece(size_t k, size_t n, Backend& be) {
     return p.data;
 }
 
-float* DeferredWeightGrads::keep_norm(Backend& be, size_t offset, size_t n, bool partial) {
+float* DeferredWeightGrads::keep_grad(Backend& be, size_t offset, size_t n, bool partial) {
     float* piece = norm_piece(m_norms.size(), n, be);
     be.zero(piece, n);
     m_norms.push_back(DeferredNorm{m_block, offset, n, partial});
@@ -32,6 +32,10 @@ float* DeferredWeightGrads::keep_norm(Backend& be, size_t offset, size_t n, bool
 }
 
 void DeferredWeightGrads::run(Backend& be, int l, UnitGrads dw) {
+    const bool owed = (m_next_product < m_products.size() && m_products[m_next_product].block == l) ||
+                      (m_next_norm < m_norms.size() && m_norms[m_next_norm].block == l);
+    // A unit that owes nothing (LoRA's frozen final norm) may have no gradient buffer.
+    if (!owed) return;
     ZT_REQUIRE(dw.base != nullptr, "run_deferred: no gradient buffer for block ", l);
     for (; m_next_product < m_products.size() && m_products[m_next_product].block == l; ++m_next_product) {
         const DeferredProduct& d = m_products[m_next_product];

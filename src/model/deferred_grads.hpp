@@ -38,10 +38,11 @@ class DeferredWeightGrads {
     void keep_product(const ParallelLinear& product, ConstActPtr dout, ConstActPtr inp, DType w_dtype, int N) {
         m_products.push_back(DeferredProduct{m_block, &product, dout, inp, w_dtype, N});
     }
-    /// A norm's parameter gradient (n floats at `offset` of the unit's), owed: the zeroed
-    /// piece the backward computes it into; `partial`: a partial sum over the group (the
-    /// weight pass sums it first).
-    float* keep_norm(Backend& be, size_t offset, size_t n, bool partial);
+    /// A parameter gradient the backward computes itself (a norm's; a LoRA adapter's, whose
+    /// products need weights the weight pass may no longer hold), n floats at `offset` of
+    /// the unit's, owed: the zeroed piece the backward computes it into; `partial`: a partial
+    /// sum over the group (the weight pass sums it first).
+    float* keep_grad(Backend& be, size_t offset, size_t n, bool partial);
 
     /// Adds what the backward owes block l's unit (kFinalNorm: the final norm's) into its
     /// gradient buffer `dw` (zeroed first where dw.zero), in the order the backward left it.

@@ -78,6 +78,14 @@ void ParallelLinear::add_adapters(Backend& be, ActPtr out, ConstActPtr x, const 
     }
 }
 
+float* ParallelLinear::adapter_grad(Backend& be, UnitGrads dw, size_t offset, size_t n) const {
+    // Zero-bubble's weight pass adds it later: it may no longer hold the adapter's weights.
+    if (m_ctx.deferred->on()) return m_ctx.deferred->keep_grad(be, offset, n, false);
+    float* g = dw.base + offset;
+    zero_grad_if(be, dw.zero, g, n);
+    return g;
+}
+
 void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr x,
                                        const UnitWeights& w, int N) const {
     const LoraAdapters::Scratch& s = m_ctx.lora->scratch();
@@ -90,10 +98,8 @@ void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, C
         const size_t r = static_cast<size_t>(a.rank);
         const size_t rows = static_cast<size_t>(a.out_width);
         const ConstActPtr A = w.matrix(a.a_offset);
-        float* dA = dw.base + a.a_offset;
-        float* dB = dw.base + a.b_offset;
-        zero_grad_if(be, dw.zero, dA, r * static_cast<size_t>(C));
-        zero_grad_if(be, dw.zero, dB, rows * r);
+        float* dA = adapter_grad(be, dw, a.a_offset, r * static_cast<size_t>(C));
+        float* dB = adapter_grad(be, dw, a.b_offset, rows * r);
         // u again (cheaper to recompute than to keep per block); dv = scale * dout's features.
         const ConstActPtr xa = adapter_input(be, x, a, N);
         adapter_inner(be, s.u, xa, w, a, N);
@@ -138,8 +144,7 @@ void ParallelLinear::backward_into(Backend& be, ActPtr dinp, UnitGrads dw, Const
     const ConstActPtr d = operand(dout, m_dout_rows, N, OC);
     if (m_frozen) {
         // The base's gradient is never computed nor written (shared rows' included): the store
-        // keeps none for it.
-        ZT_REQUIRE(!defer, "a frozen product under deferred weight gradients");
+        // keeps none for it, and under deferral nothing is owed for it.
         be.matmul_backward(dinp, nullptr, nullptr, d, ConstActPtr{nullptr, inp.dtype}, w, N, C, OC);
         if (!m_adapters.empty()) adapters_backward(be, dinp, dw, d, operand(inp, m_in_rows, N, C), uw, N);
         return;
@@ -266,9 +271,9 @@ void RowParallelLinear::forward_residual(Backend& be, ActPtr out, ConstActPtr in
 float* NormGrads::at(Backend& be, UnitGrads dw, size_t offset, size_t n, bool heads) {
     const TensorParallel& tp = *m_ctx.parallel;
     const bool partial = tp.sequence() || (heads && tp.parts() > 1);
-    if (m_ctx.deferred->on()) return m_ctx.deferred->keep_norm(be, offset, n, partial);
     // A frozen norm (LoRA): no gradient (the ops take a null one), and none stored.
     if (m_ctx.lora != nullptr && m_ctx.lora->frozen_base()) return nullptr;
+    if (m_ctx.deferred->on()) return m_ctx.deferred->keep_grad(be, offset, n, partial);
     float* g = dw.base + offset;
     zero_grad_if(be, dw.zero, g, n);
     if (!partial) return g;

@@ -257,6 +257,9 @@ class ParallelLinear {
         return rows ? parallel().gather_rows(x, N, width) : x;
     }
     void find_adapters();
+    /// Where an adapter's gradient (n floats at `offset` of the unit) is computed: the unit's
+    /// buffer (zeroed first where dw.zero), or under deferral a piece the weight pass adds.
+    float* adapter_grad(Backend& be, UnitGrads dw, size_t offset, size_t n) const;
     /// The dropout mask of adapter a's input (this rank's slice of its features).
     DropoutMask input_mask(const ProductAdapter& a) const;
     /// The adapter's input: x, or under lora.dropout x dropped out into the scratch.

@@ -175,6 +175,7 @@ struct LoraCase {
     /// owners are several ranks (rank 4 on two products fits in the last rank's slice).
     bool wide = false;
     double dropout = 0.0;  ///< lora.dropout: each sample's masks wherever its row is computed
+    bool zero_bubble = false;  ///< parallel.schedule = zb (the adapters' gradients owed to the weight pass)
 };
 
 /// bf16: the one-rank run rounds its N-way accumulated gradients once per micro-step, the N
@@ -243,6 +244,7 @@ TEST_P(LoraZeroStage, MatchesOneRankAndKeepsTheBase) {
     Config cfg = lora(test::tiny_mpi_config(dir.file("train.bin"), dir.file("world")));
     cfg.parallel.zero_stage = c.stage;
     cfg.parallel.pipeline = P;
+    if (c.zero_bubble) cfg.parallel.schedule = PipelineSchedule::kZeroBubble;
     if (c.group > 0) cfg.parallel.shard_group.ranks = c.group;
     cfg.precision.dtype = c.dtype;
     if (c.dtype != DType::kF32) cfg.precision.reduce_dtype = DType::kF32;
@@ -291,13 +293,16 @@ INSTANTIATE_TEST_SUITE_P(Stages, LoraZeroStage,
                                            LoraCase{3, false, 1, 2, DType::kF32, true},
                                            LoraCase{2, false, 1, 0, DType::kBF16, true},
                                            LoraCase{2, true, 1, 0, DType::kF32, false, 0.2},
-                                           LoraCase{3, false, 2, 0, DType::kF32, true, 0.2}),
+                                           LoraCase{3, false, 2, 0, DType::kF32, true, 0.2},
+                                           LoraCase{1, true, 2, 0, DType::kF32, true, 0.0, true},
+                                           LoraCase{3, false, 2, 0, DType::kF32, false, 0.2, true}),
                          [](const auto& info) {
                              return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "") +
                                     (info.param.pipeline > 1 ? "_pipeline" : "") +
                                     (info.param.group > 0 ? "_groups" + std::to_string(info.param.group) : "") +
                                     (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "") +
-                                    (info.param.wide ? "_wide" : "") + (info.param.dropout > 0 ? "_dropout" : "");
+                                    (info.param.wide ? "_wide" : "") + (info.param.dropout > 0 ? "_dropout" : "") +
+                                    (info.param.zero_bubble ? "_zb" : "");
                          });
 
 /// A GPT-2 of `n_layer` blocks, 4 heads x 64 wide, vocabulary 300.
