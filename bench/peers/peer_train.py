@@ -60,6 +60,7 @@ def parse():
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--compile", action="store_true", help="single: torch.compile the model")
+    ap.add_argument("--profile", default="", help="also write torch.profiler's op table (self CPU time) to this file")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--micro-batch", type=int, default=4)
@@ -273,7 +274,14 @@ def main():
             else ZtrainWindows(a.train, n_positions, a.seed))
     out = open(a.metrics, "w") if run.rank == 0 else None
     t0 = time.perf_counter()
-    train(a, run, model, opt, sched, data, out)
+    if a.profile:
+        # The ops' share of the steps, to set beside ztrain's ZT_PROFILE_OPS=1 ops_ms.
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            train(a, run, model, opt, sched, data, out)
+        with open(a.profile, "w") as f:
+            f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30) + "\n")
+    else:
+        train(a, run, model, opt, sched, data, out)
     total_s = time.perf_counter() - t0
     if a.val:
         validate(a, run, model, data.T, out)
