@@ -33,14 +33,24 @@ void ParallelLinear::find_adapters() {
     m_adapters = m_ctx.lora->of_product(m_shape.w_offset, m_shape.in, m_shape.out);
 }
 
-void ParallelLinear::refuse_shared_adapters() const {
-    // Each rank's B gradient for the shared rows would be a partial sum over the ranks
-    // sharing them, which nothing sums yet.
-    bool on_shared = false;
-    for (const ProductAdapter& a : m_adapters) on_shared = on_shared || a.out_begin + a.out_width > m_shared.owned_rows;
-    ZT_INPUT_CHECK(!on_shared, "lora.targets: an adapter on the key or value projection under parallel.tensor ",
-                   "greater than the model's key/value heads (each head's rows are then held by several tensor ranks) ",
-                   "is not implemented; leave k_proj and v_proj out of lora.targets, or lower parallel.tensor");
+bool ParallelLinear::on_shared_rows(const ProductAdapter& a) const {
+    return m_shared.slots > 0 && a.out_begin + a.out_width > m_shared.owned_rows;
+}
+
+float* ParallelLinear::shared_slot(Backend& be, size_t n) const {
+    const SharedWeightRows& s = m_shared;
+    ZT_REQUIRE(n <= static_cast<size_t>(s.shared_rows) * static_cast<size_t>(m_shape.in),
+               "an adapter's shared-row gradient of ", n, " floats exceeds the exchange buffer");
+    const size_t slot = static_cast<size_t>(parallel().rank() / (parallel().parts() / s.slots));
+    be.zero(s.exchange, static_cast<size_t>(s.slots) * n);
+    return s.exchange + slot * n;
+}
+
+void ParallelLinear::add_shared_slot(Backend& be, float* g, size_t n) const {
+    const SharedWeightRows& s = m_shared;
+    const size_t slot = static_cast<size_t>(parallel().rank() / (parallel().parts() / s.slots));
+    parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * n);
+    be.accumulate(g, DType::kF32, s.exchange + slot * n, n);
 }
 
 DropoutMask ParallelLinear::input_mask(const ProductAdapter& a) const {
@@ -107,7 +117,15 @@ void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, C
         be.scale_add_columns(s.v, a.out_width, 0, dout, m_shape.out, a.out_begin, a.out_width, N,
                              m_ctx.lora->scale());
         zero_act(be, s.du, n * r);
-        be.matmul_backward(s.du, dB, nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank, a.out_width);
+        if (on_shared_rows(a)) {
+            // B's rows of a key/value head several ranks share: each rank's gradient covers its
+            // own query heads' share, so the ranks sharing the head sum theirs.
+            be.matmul_backward(s.du, shared_slot(be, rows * r), nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank,
+                               a.out_width);
+            add_shared_slot(be, dB, rows * r);
+        } else {
+            be.matmul_backward(s.du, dB, nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank, a.out_width);
+        }
         if (!partial_du && !drop) {
             be.matmul_backward(dinp, dA, nullptr, s.du, x, A, N, C, a.rank);
             continue;
@@ -233,7 +251,6 @@ ColumnParallelLinear::ColumnParallelLinear(ProductContext ctx, Shape shape, Shar
     ZT_REQUIRE(shared.weight_grad != nullptr && shared.exchange != nullptr && shared.slots > 0,
                "shared weight rows without their buffers");
     m_shared = shared;
-    refuse_shared_adapters();
 }
 
 ActPtr ColumnParallelLinear::backward(Backend& be, UnitGrads dw, ConstActPtr dout, ConstActPtr in,

@@ -237,8 +237,13 @@ class ParallelLinear {
     /// 1F1B's; inp is the block's activation and stays until then.
     void backward_into(Backend& be, ActPtr dinp, UnitGrads dw, ConstActPtr dout, ConstActPtr inp,
                        const UnitWeights& uw, ActPtr keep, int N);
-    /// Throws where an adapter adds to weight rows shared with other ranks (m_shared's).
-    void refuse_shared_adapters() const;
+    /// Whether adapter a adds to weight rows shared with other ranks (m_shared's).
+    bool on_shared_rows(const ProductAdapter& a) const;
+    /// This rank's slot (n floats) of m_shared's exchange buffer, every slot zeroed first;
+    /// then add_shared_slot sums the slots over the group (collective) and adds this rank's
+    /// slot's sum into g: a shared rows' gradient summed over the ranks sharing them.
+    float* shared_slot(Backend& be, size_t n) const;
+    void add_shared_slot(Backend& be, float* g, size_t n) const;
     /// out (N, out) += the LoRA adapters' outputs from x (N, in), the product's input rows.
     void add_adapters(Backend& be, ActPtr out, ConstActPtr x, const UnitWeights& w, int N) const;
     const TensorParallel& parallel() const { return *m_ctx.parallel; }

@@ -216,28 +216,14 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                                            TensorCase{4, 2, false, 0, false, 0, true, 0, 0, 4},
                                            TensorCase{2, 1, true, 0, true, 0, true, 0, 0, 4, 0.2},
                                            TensorCase{2, 0, false, 0, false, 0, false, 0, 0, 4, 0.2},
+                                           // k and v adapters on a KV head shared by T / kv ranks.
+                                           TensorCase{2, 0, true, 0, false, 1, false, 0, 0, 4},
+                                           TensorCase{4, 3, true, 0, false, 2, true, 0, 0, 4},
+                                           TensorCase{4, 1, true, 0, true, 1, true, 0, 0, 4, 0.2},
                                            TensorCase{2, 1, true, 0, false, 0, true, 0, 3},
                                            TensorCase{4, 0, true, 0, false, 2, false, 0, 3},
                                            TensorCase{4, 3, true, 0, false, 2, false, 0, 2}),
                          [](const auto& info) { return case_name(info.param); });
-
-// An adapter on key/value rows that several tensor ranks hold (fewer KV heads than T) exits 2
-// on every rank alike, naming the key; without k_proj and v_proj the same run trains.
-TEST(TensorParallelLora, SharedKeyValueRowsRefuseAdaptersByName) {
-    const int N = test::world_size();
-    if (N % 2 != 0) GTEST_SKIP() << "tensor 2 does not divide " << N << " ranks";
-    test::SharedDir dir("tensor_lora_kv");
-    test::write_shared_train_shard(dir);
-    TensorCase c{2, 0, true, 0, false, 1, false, 0, 0, 4};
-    Config cfg = tensor_config(c, dir.file("train.bin"), dir.file("kv"));
-    cfg.parallel.tensor = 2;
-    cfg.train.max_steps = 1;
-    test::expect_input_error([&] { train(cfg, TrainOptions{}); },
-                             {"lora.targets", "key or value projection", "parallel.tensor"});
-    cfg.model.lora.targets = "q_proj,o_proj,down_proj";
-    cfg.run.dir = dir.file("q_only");
-    EXPECT_EQ(train(cfg, TrainOptions{}).losses.size(), 1u);
-}
 
 // bf16 and fp16: the tensor group's sums run in the activation dtype (each rank's partial
 // product rounded before the sum), so the run is not the one-rank run's bit for bit; it
