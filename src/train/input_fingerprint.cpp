@@ -115,12 +115,38 @@ nlohmann::json files_fingerprint(const std::vector<std::string>& files, const st
 nlohmann::json input_fingerprint(const std::vector<std::string>& train_files,
                                  const std::vector<std::string>& val_files, const std::string& tokenizer_file,
                                  const std::vector<std::string>& train_corpora,
-                                 const std::vector<std::string>& val_corpora) {
+                                 const std::vector<std::string>& val_corpora,
+                                 const std::vector<std::string>& base_files) {
     nlohmann::json j;
     j["train"] = files_fingerprint(train_files, train_corpora);
     j["val"] = files_fingerprint(val_files, val_corpora);
     j["tokenizer"] = tokenizer_file.empty() ? nlohmann::json() : file_fingerprint(tokenizer_file);
+    if (!base_files.empty()) j["base"] = files_fingerprint(base_files, {});
     return j;
+}
+
+std::vector<std::string> lora_base_files(const std::string& init_from) {
+    namespace fs = std::filesystem;
+    if (init_from.empty()) return {};
+    if (!fs::is_directory(init_from)) return {init_from};
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(init_from)) {
+        const std::string name = e.path().filename().string();
+        const std::string ext = e.path().extension().string();
+        if (e.is_regular_file() && (name == "config.json" || ext == ".safetensors" || ext == ".bin" ||
+                                    name == "model.safetensors.index.json")) {
+            files.push_back(e.path().string());
+        }
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+std::vector<std::string> base_changes(const nlohmann::json& saved, const nlohmann::json& now) {
+    std::vector<std::string> out;
+    if (!saved.is_object() || !saved.contains("base") || !now.is_object() || !now.contains("base")) return out;
+    list_changes("model.init_from", saved["base"], now["base"], out);
+    return out;
 }
 
 std::vector<std::string> input_changes(const nlohmann::json& saved, const nlohmann::json& now) {

@@ -183,6 +183,18 @@ bool nothing_to_train(const ResumePolicy& resume, const Config& cfg, bool root) 
     return true;
 }
 
+/// A resumed LoRA run's base must be the files the checkpoint's run was given (the same path
+/// is checked by ResumePolicy; here their content): otherwise exit 2 whatever data.on_change.
+void check_lora_base(const Config& cfg, const CheckpointRecord& resumed, const nlohmann::json& now) {
+    const std::vector<std::string> changes = base_changes(resumed.inputs, now);
+    if (changes.empty()) return;
+    std::string list;
+    for (const std::string& c : changes) list += str(list.empty() ? "" : "; ", c);
+    throw InputError(str("model.init_from = ", cfg.model.init_from, ": the LoRA run's base changed since the checkpoint "
+                         "was written (", list, "); its adapters were trained on the base it had: resume with those "
+                         "files, or start over with checkpoint.resume=never"));
+}
+
 /// Rank 0: this run's data and tokenizer fingerprint, which every checkpoint saves; on a
 /// resume, what differs from the checkpoint's is a note, or with data.on_change = error a
 /// refusal (agreed: exit 2 on every rank, before anything is written).
@@ -191,9 +203,13 @@ nlohmann::json check_inputs(const Config& cfg, const TrainSetup& setup, const Ch
     nlohmann::json now;
     agree_across_ranks(comm, [&] {
         if (comm.rank() != 0) return;
+        // A LoRA run's adapters belong to its base: its files are fingerprinted too.
+        const std::vector<std::string> base =
+            cfg.model.lora.on() ? lora_base_files(cfg.model.init_from) : std::vector<std::string>{};
         now = input_fingerprint(setup.train_files(), setup.val_files(), setup.tokenizer_file,
-                                setup.train_file_corpora(), setup.val_file_corpora());
+                                setup.train_file_corpora(), setup.val_file_corpora(), base);
         if (!resuming) return;
+        check_lora_base(cfg, resumed, now);
         const std::vector<std::string> changes = input_changes(resumed.inputs, now);
         if (changes.empty()) return;
         std::string list;

@@ -2,7 +2,7 @@
 # LoRA from the command line: a tiny GPT-2 pretrained by ztrain and consolidated to a Hugging
 # Face directory is the base of `--model.from_hf=DIR --lora.rank=4`; the run resumes with the
 # same base (also at 2 ranks, ZeRO-3) and refuses (exit 2, naming both) a resume naming another
-# one; a bad target exits 2 listing the family's names; zt-consolidate writes the adapter and
+# one or finding other content at the same path; a bad target exits 2 listing the family's names; zt-consolidate writes the adapter and
 # the merged model, and zt-generate samples from the checkpoint.
 # Usage: test_lora.sh BIN_DIR SOURCE_DIR
 set -u
@@ -25,6 +25,13 @@ expect 0 "ztrain: 2 steps in" "$BIN/ztrain" --model.from_hf=base "${lora[@]}" --
 expect 2 "the LoRA run's base is base, this run names other" "$BIN/ztrain" --model.from_hf=other "${lora[@]}" \
   --train.max_steps=3
 expect 0 "resumed from .* at step 2" "$BIN/ztrain" --model.from_hf=base "${lora[@]}" --train.max_steps=3
+# The same path with other content (one weight's last byte changed) is another base: exit 2.
+cp base/model.safetensors base_weights.keep
+python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 1]))" \
+  base/model.safetensors
+expect 2 "model.init_from = base: the LoRA run's base changed since the checkpoint was written .*model.safetensors: same size, other content" \
+  "$BIN/ztrain" --model.from_hf=base "${lora[@]}" --train.max_steps=4
+cp base_weights.keep base/model.safetensors
 # At another world size and ZeRO stage the state is resharded from the layout the checkpoint
 # records (with its adapters).
 expect 0 "resumed from .* at step 3" "$BIN/ztrun" 2 ztrain --model.from_hf=base "${lora[@]}" --train.max_steps=4 \

@@ -20,11 +20,21 @@ namespace zt {
 /// name), "bytes", "header", "head", "tail"} (hash64 hex of the first KiB, first and last
 /// MiB). Throws InputError naming a file that cannot be read. `train_corpora` /
 /// `val_corpora`: each file's corpus pattern for a weighted list (FILE then has "corpus", and
-/// changes are matched by corpus and name), empty otherwise.
+/// changes are matched by corpus and name), empty otherwise. `base_files`: a LoRA run's frozen
+/// base (lora_base_files), as "base": [FILE...] when there are any.
 nlohmann::json input_fingerprint(const std::vector<std::string>& train_files,
                                  const std::vector<std::string>& val_files, const std::string& tokenizer_file,
                                  const std::vector<std::string>& train_corpora = {},
-                                 const std::vector<std::string>& val_corpora = {});
+                                 const std::vector<std::string>& val_corpora = {},
+                                 const std::vector<std::string>& base_files = {});
+
+/// The files that are a LoRA run's base, model.init_from: the file itself, or a Hugging Face
+/// directory's config.json, weight files (*.safetensors, *.bin) and their index, by name.
+std::vector<std::string> lora_base_files(const std::string& init_from);
+
+/// What differs between the base a checkpoint's fingerprint records and this run's, one
+/// phrase each; empty when nothing does or either records none.
+std::vector<std::string> base_changes(const nlohmann::json& saved, const nlohmann::json& now);
 
 /// What differs between a checkpoint's fingerprint `saved` and this run's `now`, one phrase
 /// each ("data.train: train_001.bin: 2048 -> 4096 bytes"); empty when nothing does, or when
