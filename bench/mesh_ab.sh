@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Interleaved A/B of two ztrain builds on the parallel meshes: tensor parallelism (T = 2, with
-# and without sequence parallelism), pipeline parallelism (P = 2 under each schedule) and 3D
+# Interleaved A/B of two ztrain builds on the parallel meshes: data parallelism (np 2 under
+# DDP, ZeRO-2 and ZeRO-3: the gradient reduction), tensor parallelism (T = 2, with and without
+# sequence parallelism), pipeline parallelism (P = 2 under each schedule) and 3D
 # (P 2 x T 2 x data 2 at np 8), on bench/zero_common.sh's 16.1M model. The two binaries
 # alternate within each repetition, so load changes on this shared machine hit both alike.
 # Per setting and binary it prints the median step time over the steps after the first two of
@@ -23,15 +24,18 @@ MODEL=(--model.n_layer=4 --model.n_head=4 --model.n_embd=256 --model.seq_len=256
        --model.vocab_pad_to=128)
 TRAIN=(--data.train="$WORK/train.bin" --train.micro_batch=2 --train.eval_every=0 --train.sample_tokens=0
        --train.log_every=1000 --train.threads=1 --train.warmup_steps=2 --train.max_steps="$STEPS"
-       --checkpoint.every=0 --checkpoint.resume=never --parallel.zero_stage=1)
+       --checkpoint.every=0 --checkpoint.resume=never)
 # name | np | overrides
 SETTINGS=(
-    "t2|2|--parallel.tensor=2 --train.grad_accum=2"
-    "t2-sp|2|--parallel.tensor=2 --parallel.sequence=true --train.grad_accum=2"
-    "p2-1f1b|2|--parallel.pipeline=2 --parallel.schedule=1f1b --train.grad_accum=4"
-    "p2-interleaved|2|--parallel.pipeline=2 --parallel.schedule=interleaved --train.grad_accum=4"
-    "p2-zb|2|--parallel.pipeline=2 --parallel.schedule=zb --train.grad_accum=4"
-    "p2-t2-d2|8|--parallel.pipeline=2 --parallel.tensor=2 --parallel.sequence=true --train.grad_accum=4"
+    "d2-z0|2|--parallel.zero_stage=0 --train.grad_accum=2"
+    "d2-z2|2|--parallel.zero_stage=2 --train.grad_accum=2"
+    "d2-z3|2|--parallel.zero_stage=3 --train.grad_accum=2"
+    "t2|2|--parallel.zero_stage=1 --parallel.tensor=2 --train.grad_accum=2"
+    "t2-sp|2|--parallel.zero_stage=1 --parallel.tensor=2 --parallel.sequence=true --train.grad_accum=2"
+    "p2-1f1b|2|--parallel.zero_stage=1 --parallel.pipeline=2 --parallel.schedule=1f1b --train.grad_accum=4"
+    "p2-interleaved|2|--parallel.zero_stage=1 --parallel.pipeline=2 --parallel.schedule=interleaved --train.grad_accum=4"
+    "p2-zb|2|--parallel.zero_stage=1 --parallel.pipeline=2 --parallel.schedule=zb --train.grad_accum=4"
+    "p2-t2-d2|8|--parallel.zero_stage=1 --parallel.pipeline=2 --parallel.tensor=2 --parallel.sequence=true --train.grad_accum=4"
 )
 if [ -n "${ONLY:-}" ]; then
     kept=()
