@@ -107,5 +107,32 @@ TEST(InputFingerprint, NamesEachChangedFile) {
     EXPECT_NE(all.find("tokenizer: tok.json -> tok.json: its header differs"), std::string::npos) << all;
 }
 
+// A LoRA base's files (a Hugging Face directory's config, weights and index; the rest of the
+// directory is not the base), and a change to one of them named apart from the data's.
+TEST(InputFingerprint, LoraBaseFilesAndTheirChanges) {
+    test::ScratchDir dir("fingerprint_base");
+    std::filesystem::create_directories(dir.file("base"));
+    test::write_file(dir.file("base/config.json"), "{}");
+    test::write_file(dir.file("base/model.safetensors"), std::string(5000, 'w'));
+    test::write_file(dir.file("base/README.md"), "not weights");
+    const std::vector<std::string> files = lora_base_files(dir.file("base"));
+    ASSERT_EQ(files.size(), 2u);
+    EXPECT_EQ(std::filesystem::path(files[0]).filename(), "config.json");
+    EXPECT_EQ(std::filesystem::path(files[1]).filename(), "model.safetensors");
+    EXPECT_EQ(lora_base_files(dir.file("base/model.safetensors")).size(), 1u) << "a single weights file";
+    EXPECT_TRUE(lora_base_files("").empty());
+    const nlohmann::json saved = input_fingerprint({}, {}, "", {}, {}, files);
+    EXPECT_TRUE(base_changes(saved, saved).empty());
+    EXPECT_TRUE(base_changes(input_fingerprint({}, {}, ""), saved).empty()) << "a checkpoint recording no base";
+    std::string w(5000, 'w');
+    w[10] = 'x';
+    test::write_file(dir.file("base/model.safetensors"), w);
+    const std::vector<std::string> changes = base_changes(saved, input_fingerprint({}, {}, "", {}, {}, files));
+    ASSERT_EQ(changes.size(), 1u);
+    EXPECT_EQ(changes[0], "model.init_from: model.safetensors: its header differs");
+    EXPECT_TRUE(input_changes(saved, input_fingerprint({}, {}, "", {}, {}, files)).empty())
+        << "the base is not among the data's changes";
+}
+
 }  // namespace
 }  // namespace zt
