@@ -72,17 +72,9 @@ void CachedChoiceEvaluator::run_branches(const std::vector<ChoiceRow>& rows, con
 }
 
 std::vector<EndingScore> CachedChoiceEvaluator::example_scores(const ChoiceExample& ex) {
-    const int seq_len = m_gen.config().seq_len;
-    // The distinct rows; an ending whose row equals an earlier one's shares its score.
-    std::vector<ChoiceRow> rows;
-    std::vector<size_t> row_of;
-    for (int k = 0; k < static_cast<int>(ex.endings.size()); ++k) {
-        ChoiceRow row = choice_row(ex, k, seq_len, m_bos);
-        size_t same = 0;
-        while (same < rows.size() && (rows[same].inputs != row.inputs || rows[same].targets != row.targets)) ++same;
-        row_of.push_back(same);
-        if (same == rows.size()) rows.push_back(std::move(row));
-    }
+    const ChoiceRows distinct = distinct_rows(ex, m_gen.config().seq_len, m_bos);
+    const std::vector<ChoiceRow>& rows = distinct.rows;
+    const std::vector<size_t>& row_of = distinct.row_of;
     std::vector<double> loglik(rows.size(), 0.0);
     const size_t shared = shared_prefix(rows);
     m_gen.reset();

@@ -54,6 +54,22 @@ ChoiceRow choice_row(const ChoiceExample& ex, int ending, int seq_len, uint32_t 
     return row;
 }
 
+ChoiceRows distinct_rows(const ChoiceExample& ex, int seq_len, uint32_t bos) {
+    ChoiceRows out;
+    for (int k = 0; k < static_cast<int>(ex.endings.size()); ++k) {
+        ChoiceRow row = choice_row(ex, k, seq_len, bos);
+        size_t same = 0;
+        while (same < out.rows.size() &&
+               (out.rows[same].inputs != row.inputs || out.rows[same].targets != row.targets))
+            ++same;
+        out.row_of.push_back(same);
+        if (same < out.rows.size()) continue;
+        out.rows.push_back(std::move(row));
+        out.first_ending.push_back(k);
+    }
+    return out;
+}
+
 double row_loglik(const ChoiceRow& row, const float* position_losses) {
     double sum = 0.0;
     for (size_t t = 0; t < row.targets.size(); ++t)
@@ -88,22 +104,11 @@ struct RowPlan {
 RowPlan plan_rows(const ChoiceTask& task, long first, long last, int seq_len, uint32_t bos) {
     RowPlan plan;
     for (long i = first; i < last; ++i) {
-        const ChoiceExample& ex = task.examples[static_cast<size_t>(i)];
-        std::vector<ChoiceRow> built;
+        const ChoiceRows ex = distinct_rows(task.examples[static_cast<size_t>(i)], seq_len, bos);
+        const size_t base = plan.rows.size();
+        for (int k : ex.first_ending) plan.rows.emplace_back(i, k);
         std::vector<size_t>& of = plan.row_of.emplace_back();
-        for (int k = 0; k < static_cast<int>(ex.endings.size()); ++k) {
-            built.push_back(choice_row(ex, k, seq_len, bos));
-            size_t same = 0;
-            while (same < of.size() && (built[same].inputs != built.back().inputs ||
-                                        built[same].targets != built.back().targets))
-                ++same;
-            if (same < of.size()) {
-                of.push_back(of[same]);
-            } else {
-                of.push_back(plan.rows.size());
-                plan.rows.emplace_back(i, k);
-            }
-        }
+        for (size_t r : ex.row_of) of.push_back(base + r);
     }
     return plan;
 }

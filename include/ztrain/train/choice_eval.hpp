@@ -52,6 +52,16 @@ struct ChoiceRow {
 /// `bos` is put before an empty context so that the ending's first token is predicted.
 ChoiceRow choice_row(const ChoiceExample& ex, int ending, int seq_len, uint32_t bos);
 
+/// An example's distinct rows (choice_row's), in ending order, and each ending's row: an
+/// ending whose row equals an earlier ending's (a repeated ending, or two the window cuts to
+/// the same tokens) shares that row, scored once, so the two tie exactly.
+struct ChoiceRows {
+    std::vector<ChoiceRow> rows;
+    std::vector<int> first_ending;  ///< [row]: the ending it was built for
+    std::vector<size_t> row_of;     ///< [ending]: index into rows
+};
+ChoiceRows distinct_rows(const ChoiceExample& ex, int seq_len, uint32_t bos);
+
 /// The row's summed log-likelihood: minus the sum of `position_losses` (the row's
 /// cross-entropy per position, at least row.inputs.size() of them) where a target is set.
 double row_loglik(const ChoiceRow& row, const float* position_losses);
