@@ -46,11 +46,15 @@ float* ParallelLinear::shared_slot(Backend& be, size_t n) const {
     return s.exchange + slot * n;
 }
 
-void ParallelLinear::add_shared_slot(Backend& be, float* g, size_t n) const {
+void ParallelLinear::add_shared_slot(Backend& be, float* g, size_t n, bool zero) const {
     const SharedWeightRows& s = m_shared;
     const size_t slot = static_cast<size_t>(parallel().rank() / (parallel().parts() / s.slots));
     parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * n);
-    be.accumulate(g, DType::kF32, s.exchange + slot * n, n);
+    if (zero) {
+        be.copy(g, s.exchange + slot * n, n);
+    } else {
+        be.accumulate(g, DType::kF32, s.exchange + slot * n, n);
+    }
 }
 
 DropoutMask ParallelLinear::input_mask(const ProductAdapter& a) const {
@@ -122,7 +126,7 @@ void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, C
             // own query heads' share, so the ranks sharing the head sum theirs.
             be.matmul_backward(s.du, shared_slot(be, rows * r), nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank,
                                a.out_width);
-            add_shared_slot(be, dB, rows * r);
+            add_shared_slot(be, dB, rows * r, false);
         } else {
             be.matmul_backward(s.du, dB, nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank, a.out_width);
         }
@@ -213,7 +217,6 @@ void ParallelLinear::add_shared_weight_grad(Backend& be, float* dw, bool zero, C
                        m_shape.in, m_shape.out);
     const size_t owned = static_cast<size_t>(s.owned_rows) * C;
     const size_t shared = static_cast<size_t>(s.shared_rows) * C;
-    const int slot = parallel().rank() / (parallel().parts() / s.slots);
     const auto add = [&](float* dst, const float* src, size_t n) {
         if (zero) {
             be.copy(dst, src, n);
@@ -225,10 +228,8 @@ void ParallelLinear::add_shared_weight_grad(Backend& be, float* dw, bool zero, C
     // Each rank's shared rows' gradient comes from its own owned rows' outputs only: the
     // group sums every slot, each rank filling its own (one all-reduce of all slots, not a
     // sub-group's communicator).
-    be.zero(s.exchange, static_cast<size_t>(s.slots) * shared);
-    be.copy(s.exchange + static_cast<size_t>(slot) * shared, s.weight_grad + owned, shared);
-    parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * shared);
-    add(dw + owned, s.exchange + static_cast<size_t>(slot) * shared, shared);
+    be.copy(shared_slot(be, shared), s.weight_grad + owned, shared);
+    add_shared_slot(be, dw + owned, shared, zero);
     if (m_shape.b_offset == kNoBias) return;
     // The bias (Qwen2's q|k|v) the same way, through the same buffers, now free: its
     // gradient in weight_grad, its shared rows' in exchange.
@@ -240,10 +241,8 @@ void ParallelLinear::add_shared_weight_grad(Backend& be, float* dw, bool zero, C
     be.matmul_backward(ActPtr{nullptr, dout.dtype}, nullptr, s.weight_grad, dout, inp, ConstActPtr{nullptr, w_dtype},
                        N, m_shape.in, m_shape.out);
     add(db, s.weight_grad, owned_b);
-    be.zero(s.exchange, static_cast<size_t>(s.slots) * shared_b);
-    be.copy(s.exchange + static_cast<size_t>(slot) * shared_b, s.weight_grad + owned_b, shared_b);
-    parallel().sum_floats(s.exchange, static_cast<size_t>(s.slots) * shared_b);
-    add(db + owned_b, s.exchange + static_cast<size_t>(slot) * shared_b, shared_b);
+    be.copy(shared_slot(be, shared_b), s.weight_grad + owned_b, shared_b);
+    add_shared_slot(be, db + owned_b, shared_b, zero);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ProductContext ctx, Shape shape, SharedWeightRows shared)

@@ -241,9 +241,10 @@ class ParallelLinear {
     bool on_shared_rows(const ProductAdapter& a) const;
     /// This rank's slot (n floats) of m_shared's exchange buffer, every slot zeroed first;
     /// then add_shared_slot sums the slots over the group (collective) and adds this rank's
-    /// slot's sum into g: a shared rows' gradient summed over the ranks sharing them.
+    /// slot's sum into g (copies it there with `zero`): a shared rows' gradient summed over
+    /// the ranks sharing them.
     float* shared_slot(Backend& be, size_t n) const;
-    void add_shared_slot(Backend& be, float* g, size_t n) const;
+    void add_shared_slot(Backend& be, float* g, size_t n, bool zero) const;
     /// out (N, out) += the LoRA adapters' outputs from x (N, in), the product's input rows.
     void add_adapters(Backend& be, ActPtr out, ConstActPtr x, const UnitWeights& w, int N) const;
     const TensorParallel& parallel() const { return *m_ctx.parallel; }
