@@ -5,7 +5,8 @@
 # length to run in seconds here):
 #   DDP, ZeRO-1/2/3, hybrid groups, T = 2/4 with and without SP, P = 2/4 with each schedule.
 # Reports every run's prediction and measurement, the median absolute error, Spearman's rank
-# correlation and whether the predicted best mesh is within 10% of the measured best.
+# correlation and whether the predicted best mesh (by tokens/s) is within 10% of the measured
+# best (bench/planner_report.py).
 #
 #   bash bench/planner_bench.sh [--quick] [--cluster FILE] [--out FILE]   (repository root)
 #
@@ -101,37 +102,4 @@ PY
   done
 done
 
-python3 - "$rows" "$OUT" <<'PY'
-import statistics, sys
-rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-def ranks(v):
-    order = sorted(range(len(v)), key=lambda i: v[i])
-    r = [0.0] * len(v)
-    for k, i in enumerate(order):
-        r[i] = k + 1.0
-    return r
-pred = [float(r[3]) for r in rows]
-meas = [float(r[4]) for r in rows]
-errors = [abs(p - m) / m for p, m in zip(pred, meas)]
-lines = ["| shape | np | mesh | predicted ms | measured ms | error |", "|---|---|---|---|---|---|"]
-for r, e in zip(rows, errors):
-    lines.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {100 * (float(r[3]) - float(r[4])) / float(r[4]):+.1f}% |")
-summary = []
-if len(rows) >= 2:
-    rp, rm = ranks(pred), ranks(meas)
-    n = len(rows)
-    spearman = 1 - 6 * sum((a - b) ** 2 for a, b in zip(rp, rm)) / (n * (n * n - 1))
-    summary.append(f"runs {n}, median absolute error {100 * statistics.median(errors):.1f}% "
-                   f"(target <= 15%), Spearman {spearman:.3f} (target >= 0.85)")
-    for group in sorted({(r[0], r[1]) for r in rows}):
-        idx = [i for i, r in enumerate(rows) if (r[0], r[1]) == group]
-        best_pred = min(idx, key=lambda i: pred[i])
-        best_meas = min(idx, key=lambda i: meas[i])
-        summary.append(f"{group[0]} np {group[1]}: predicted best {rows[best_pred][2]} measures "
-                       f"{meas[best_pred]:.1f} ms, measured best {rows[best_meas][2]} {meas[best_meas]:.1f} ms "
-                       f"({100 * (meas[best_pred] / meas[best_meas] - 1):+.1f}%, target <= 10%)")
-text = "\n".join(lines + [""] + summary) + "\n"
-print(text)
-if sys.argv[2]:
-    open(sys.argv[2], "w").write(text)
-PY
+python3 bench/planner_report.py "$WORK" "$OUT"

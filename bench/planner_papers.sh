@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# The time plan at the papers' scale (issue 53): each configuration of Megatron-LM's 2021
-# weak-scaling table (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
-# Clusters Using Megatron-LM", SC21, Table 1: GPT, vocabulary 51200, sequence 2048, A100
-# 80GB DGX nodes with 8 x 200 Gb/s HDR, fp16 mixed precision, activation recomputation) as a
-# deck on inputs/clusters/a100_node.ini, its predicted step turned into teraFLOP/s per GPU
-# with the paper's own count (its Eq. 3, recompute included: 96 B s l h^2 (1 + s/6h + V/16lh)),
-# against the published figure. Runs ztrain --plan only (seconds; nothing is trained).
+# The time plan at the papers' scale (issue 53): published configurations as decks on the
+# shipped cluster files, each one's predicted step against the published throughput. Runs
+# ztrain --plan only (seconds; nothing is trained).
+#
+# 1. Megatron-LM's 2021 weak-scaling table (Narayanan et al., "Efficient Large-Scale Language
+#    Model Training on GPU Clusters Using Megatron-LM", SC21, Table 1: GPT, vocabulary 51200,
+#    sequence 2048, A100 80GB DGX nodes with 8 x 200 Gb/s HDR, fp16 mixed precision,
+#    activation recomputation, attention scores materialised): inputs/clusters/a100_node.ini,
+#    the predicted step turned into teraFLOP/s per GPU with the paper's own count (its Eq. 3,
+#    recompute included: 96 B s l h^2 (1 + s/6h + V/16lh)).
+# 2. torchtitan's FSDP2 reports (github.com/pytorch/torchtitan, docs/performance.md): Llama 2
+#    and 3 on 64 A100 80GB (commit 041336434916bdc0f88c1f89fda176fd3c2092e4 of that file) and
+#    Llama 3.1 8B on 8 and 128 H100 96GB HBM2e (commit eaea6f6a2fa940f03a10906be1df3489cf30af85;
+#    the rows without Float8, which ztrain does not model). FSDP2 = ZeRO-3 with bf16
+#    parameters and fp32 reductions; PyTorch's SDPA is a fused (flash) attention kernel:
+#    --cluster.attention_kernel=fused. Tokens/s per GPU, as published.
 #
 #   bash bench/planner_papers.sh [--out FILE]     (repository root; needs build/bin/ztrain)
 set -euo pipefail
@@ -13,8 +22,17 @@ cd "$(dirname "$0")/.."
 OUT=""
 if [ "${1:-}" = "--out" ]; then OUT=$2; fi
 BIN=build/bin
+
+# predict FLAGS...: sets step_ms and bottleneck from ztrain --plan, or returns 1.
+predict() {
+  local out
+  out=$("$BIN/ztrain" --data.train=none.bin "$@" --plan 2>&1) || { echo "plan failed: $(tail -2 <<<"$out")" >&2; return 1; }
+  step_ms=$(grep -oE "^predicted step: [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
+  bottleneck=$(grep -oE "bottleneck: [a-z -]+" <<<"$out" | cut -d' ' -f2-)
+}
+
 # params(B) heads hidden layers t p gpus batch published-TFLOP/s-per-GPU
-rows=(
+megatron=(
   "1.7 24 2304 24 1 1 32 512 137"
   "3.6 32 3072 30 2 1 64 512 138"
   "7.5 32 4096 36 4 1 128 512 142"
@@ -26,28 +44,65 @@ rows=(
   "529.6 128 20480 105 8 35 2520 2520 163"
   "1008.0 160 25600 128 8 64 3072 3072 163"
 )
-table="| model | T | P | GPUs | batch | published TFLOP/s/GPU | predicted | error | bottleneck |
+table="Megatron-LM 2021, Table 1 (teraFLOP/s per GPU, the paper's count)
+
+| model | T | P | GPUs | batch | published | predicted | error | bottleneck |
 |---|---|---|---|---|---|---|---|---|"
-for row in "${rows[@]}"; do
+for row in "${megatron[@]}"; do
   read -r params heads hidden layers t p gpus batch published <<<"$row"
   data=$((gpus / (t * p)))
   accum=$((batch / data))
   schedule=1f1b
   # Megatron's interleaved schedule where the layers allow two chunks per stage.
   if [ "$p" -gt 1 ] && [ $((layers % (2 * p))) -eq 0 ] && [ $((accum % p)) -eq 0 ]; then schedule=interleaved; fi
-  out=$("$BIN/ztrain" --data.train=none.bin --model.arch=gpt2 --model.n_layer="$layers" --model.n_head="$heads" \
+  predict --model.arch=gpt2 --model.n_layer="$layers" --model.n_head="$heads" \
     --model.n_embd="$hidden" --model.seq_len=2048 --model.vocab_size=51200 --model.vocab_pad_to=128 \
     --precision.dtype=bf16 --train.recompute=true --train.micro_batch=1 --train.grad_accum="$accum" \
     --parallel.tensor="$t" --parallel.pipeline="$p" --parallel.schedule="$schedule" \
-    --cluster inputs/clusters/a100_node.ini --cluster.nodes=$((gpus / 8)) --plan 2>&1) || {
-      echo "plan failed for ${params}B: $(tail -2 <<<"$out")" >&2; continue; }
-  step_ms=$(grep -oE "^predicted step: [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
-  bottleneck=$(grep -oE "bottleneck: [a-z -]+" <<<"$out" | cut -d' ' -f2-)
+    --cluster inputs/clusters/a100_node.ini --cluster.nodes=$((gpus / 8)) || continue
   line=$(python3 -c "
 B, s, l, h, V, n = $batch, 2048, $layers, $hidden, 51200, $gpus
 flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
 tf = flops / ($step_ms / 1e3) / n / 1e12
 print(f'| GPT {$params}B | $t | $p ($schedule) | $gpus | $batch | $published | {tf:.0f} | {100 * (tf - $published) / $published:+.0f}% |')")
+  table+=$'\n'"$line $bottleneck |"
+done
+
+# name | cluster flags | model flags | local batch | recompute | published tokens/s per GPU | AC as published
+llama3_8b="--model.n_layer=32 --model.n_embd=4096 --model.n_head=32 --model.n_kv_head=8 --model.ffn_dim=14336 --model.vocab_size=128256 --model.seq_len=8192"
+llama3_70b="--model.n_layer=80 --model.n_embd=8192 --model.n_head=64 --model.n_kv_head=8 --model.ffn_dim=28672 --model.vocab_size=128256 --model.seq_len=8192"
+llama2_13b="--model.n_layer=40 --model.n_embd=5120 --model.n_head=40 --model.n_kv_head=40 --model.ffn_dim=13824 --model.vocab_size=32000 --model.seq_len=4096"
+llama2_70b="--model.n_layer=80 --model.n_embd=8192 --model.n_head=64 --model.n_kv_head=8 --model.ffn_dim=28672 --model.vocab_size=32000 --model.seq_len=4096"
+a100x64="inputs/clusters/a100_node.ini --cluster.nodes=8"
+# Grand Teton: H100 with 96 GB HBM2e at 2.4 TB/s, 400 Gb/s per GPU (as the report states).
+h100x8="inputs/clusters/h100_node.ini --cluster.nodes=1 --cluster.memory_gbps=2400 --cluster.memory_gib=88"
+h100x128="inputs/clusters/h100_node.ini --cluster.nodes=16 --cluster.memory_gbps=2400 --cluster.memory_gib=88"
+torchtitan=(
+  "Llama 3 8B|$a100x64|$llama3_8b|1|false|2973|selective op"
+  "Llama 3 70B|$a100x64|$llama3_70b|1|true|331|full"
+  "Llama 2 13B|$a100x64|$llama2_13b|2|false|2162|none"
+  "Llama 2 70B|$a100x64|$llama2_70b|2|true|353|full"
+  "Llama 3.1 8B|$h100x8|$llama3_8b|2|false|5762|selective"
+  "Llama 3.1 8B|$h100x128|$llama3_8b|2|false|5605|selective"
+)
+table+="
+
+torchtitan FSDP2 (tokens/s per GPU; bf16, fp32 reductions, fused attention)
+
+| model | GPUs | local batch | activation checkpointing | published | predicted | error | bottleneck |
+|---|---|---|---|---|---|---|---|"
+for row in "${torchtitan[@]}"; do
+  IFS='|' read -r name cluster model batch recompute published ac <<<"$row"
+  # shellcheck disable=SC2086
+  predict --model.arch=llama $model --precision.dtype=bf16 --precision.reduce_dtype=fp32 \
+    --train.micro_batch="$batch" --train.grad_accum=1 --train.recompute="$recompute" --parallel.zero_stage=3 --parallel.shard_group=0 \
+    --cluster $cluster --cluster.attention_kernel=fused || continue
+  gpus=$(grep -oE "cluster.nodes=[0-9]+" <<<"$cluster" | cut -d= -f2)
+  gpus=$((gpus * 8))
+  seq=$(grep -oE "seq_len=[0-9]+" <<<"$model" | cut -d= -f2)
+  line=$(python3 -c "
+tps = $batch * $seq / ($step_ms / 1e3)
+print(f'| $name | $gpus | $batch | $ac | $published | {tps:.0f} | {100 * (tps - $published) / $published:+.0f}% |')")
   table+=$'\n'"$line $bottleneck |"
 done
 echo "$table"

@@ -235,6 +235,9 @@ const KeyDef kKeys[] = {
            "fraction of the peak a large matrix product reaches, in (0, 1]"),
     ZT_KEY("cluster.product_half_gflop", cluster.product_half_gflop,
            "size of the product (GFLOP) that reaches half that rate: smaller products run slower"),
+    ZT_KEY("cluster.attention_kernel", cluster.attention_kernel,
+           "materialized (ztrain's kernels: the (T x T) probabilities written and read back) | fused "
+           "(flash-style: scores stay on chip; to model other systems)"),
 };
 
 #undef ZT_KEY

@@ -304,6 +304,8 @@ void check_cluster_keys(const Validator& v, const ClusterConfig& c) {
     v.check_int_min("cluster.ranks_per_node", c.ranks_per_node, 1);
     v.check(c.device == "cpu" || c.device == "gpu", "cluster.device",
             "cpu (the node's figures, shared by its ranks) or gpu (per GPU)");
+    v.check(c.attention_kernel == "materialized" || c.attention_kernel == "fused", "cluster.attention_kernel",
+            "materialized (ztrain's kernels) or fused (a flash-style kernel)");
     for (const auto& [key, value] :
          {std::pair<const char*, double>{"cluster.peak_tflops_fp32", c.peak_tflops_fp32},
           {"cluster.peak_tflops_bf16", c.peak_tflops_bf16}, {"cluster.memory_gib", c.memory_gib},

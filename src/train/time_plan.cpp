@@ -130,7 +130,12 @@ struct MicroBatchCost {
     double block_products = 0;   ///< forward, every block
     double head_products = 0;    ///< forward, the LM head
     double attention = 0;        ///< forward, every block
-    double elementwise = 0;      ///< forward: norms, activations, residuals, softmax, loss
+    double elementwise = 0;      ///< forward: norms, activations, residuals, loss
+    double scores = 0;           ///< forward: the attention scores' and probabilities' traffic
+    double scores_backward = 0;  ///< and its backward's
+    /// backward's attention products over the forward's: 2, or 2.5 where a fused kernel
+    /// recomputes the scores (five products, not four)
+    double attention_backward_factor = 2;
     double tensor_comm = 0;      ///< one pass's tensor-group collectives
     double pipeline_send = 0;    ///< one activation (or its gradient) to the next stage
     /// forward, the products of frozen weights (LoRA's base): their backward has no weight
@@ -139,11 +144,11 @@ struct MicroBatchCost {
     std::string product_what;
     std::string tensor_what;
     /// The forward of a micro-batch, and its backward (twice the products, recompute's forward).
-    double forward() const { return block_products + head_products + attention + elementwise + tensor_comm; }
-    double recompute(bool on) const { return on ? block_products + attention + elementwise + tensor_comm : 0; }
+    double forward() const { return block_products + head_products + attention + elementwise + scores + tensor_comm; }
+    double recompute(bool on) const { return on ? block_products + attention + elementwise + scores + tensor_comm : 0; }
     double backward(bool recompute_on) const {
-        return 2 * (block_products + head_products + attention + elementwise) - frozen_products + tensor_comm +
-               recompute(recompute_on);
+        return 2 * (block_products + head_products + elementwise) + attention_backward_factor * attention +
+               scores_backward - frozen_products + tensor_comm + recompute(recompute_on);
     }
 };
 
@@ -181,8 +186,36 @@ void add_products(const Config& cfg, const Mesh& mesh, double peak, const Cluste
                            static_cast<int>(std::lround(100 * rate / peak)), "% of peak");
 }
 
-/// Attention's two (T x T) products per head (causal: half the positions on average) and
-/// the element-wise passes, by the bytes they read and write.
+/// The attention scores' traffic per (query, key) pair a kernel computes, in bytes: forward
+/// and backward. ztrain's CUDA kernel (attention.cu) computes the full (T x T) scores in
+/// fp32: the product writes them, the softmax reads and writes them, a 16-bit run copies
+/// them into the saved probabilities, P.V reads them; backward: dP written, the softmax's
+/// backward reads P and dP and writes dS, dV's product reads P, dQ's and dK's read dS. The
+/// CPU kernel walks the causal half in blocks: its softmax reads and writes them once in
+/// forward, twice that in backward. A fused kernel keeps them on chip: none.
+struct ScoreTraffic {
+    double pairs_fraction = 0.5;  ///< of the T x T pairs (causal blocks: about half)
+    double forward_bytes = 0;
+    double backward_bytes = 0;
+};
+
+ScoreTraffic score_traffic(const ClusterConfig& c, DType act) {
+    ScoreTraffic t;
+    if (c.attention_kernel == "fused") return t;
+    const double a = dtype_size(act);
+    if (c.is_cpu()) {
+        t.forward_bytes = 2 * a;
+        t.backward_bytes = 4 * a;
+        return t;
+    }
+    t.pairs_fraction = 1.0;
+    t.forward_bytes = 4 + 2 * 4 + 4 + (a < 4 ? 4 + a : 0);
+    t.backward_bytes = 4 + (a + 4 + 4) + 4 + 2 * 4;
+    return t;
+}
+
+/// Attention's two (T x T) products per head (causal: half the positions on average), the
+/// scores' traffic, and the element-wise passes, by the bytes they read and write.
 void add_attention_and_elementwise(const Config& cfg, const Mesh& mesh, double peak, double bandwidth,
                                    const ClusterConfig& c, MicroBatchCost& out) {
     const ModelConfig& m = cfg.model;
@@ -193,15 +226,19 @@ void add_attention_and_elementwise(const Config& cfg, const Mesh& mesh, double p
     // its size class is the block's whole attention.
     const double block_attention = 2 * b * heads * 2 * s * (s + 1) / 2 * m.head_size();
     out.attention = m.n_layer * product_seconds(block_attention, peak, c);
+    if (c.attention_kernel == "fused") out.attention_backward_factor = 2.5;
+    const ScoreTraffic scores = score_traffic(c, cfg.precision.dtype);
+    const double pairs = m.n_layer * b * heads * s * s * scores.pairs_fraction;
+    out.scores = pairs * scores.forward_bytes / bandwidth;
+    out.scores_backward = pairs * scores.backward_bytes / bandwidth;
     const double rows = b * s;
     const double norm_rows = mesh.sequence ? rows / mesh.tensor : rows;
     const double C = m.n_embd;
     const bool swiglu = m.ffn_dim > 0;
     const double ffn = (swiglu ? m.ffn_dim : 4 * C) / mesh.tensor;
     // Per block: two norms (read, write), two residual adds (read 2, write 1), the MLP's
-    // activation (GELU: read, write; SwiGLU: read 2, write 1), softmax (read, write the scores).
-    const double elements = norm_rows * C * (2 * 2 + 2 * 3) + rows * ffn * (swiglu ? 3 : 2) +
-                            b * heads * s * (s + 1) / 2 * 2;
+    // activation (GELU: read, write; SwiGLU: read 2, write 1).
+    const double elements = norm_rows * C * (2 * 2 + 2 * 3) + rows * ffn * (swiglu ? 3 : 2);
     const double loss = rows * m.padded_vocab() / mesh.tensor * 3;  // softmax + its gradient, fp32
     const double act = dtype_size(cfg.precision.dtype);
     out.elementwise = (m.n_layer * elements * act + loss * 4) / bandwidth;
@@ -406,10 +443,17 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
     TimePlan plan;
     const double products = m * (3 * (mb.block_products + mb.head_products) - mb.frozen_products) / P;
     add_phase(plan, "products", products, products, mb.product_what);
-    add_phase(plan, "attention", m * 3 * mb.attention / P, m * 3 * mb.attention / P,
-              "two (T x T) products per head, causal, forward and 2x backward");
+    const double attention = m * (1 + mb.attention_backward_factor) * mb.attention / P;
+    add_phase(plan, "attention", attention, attention,
+              mb.attention_backward_factor > 2 ? "two (T x T) products per head, causal, forward and 2.5x backward (fused)"
+                                               : "two (T x T) products per head, causal, forward and 2x backward");
+    const double scores = m * (mb.scores + mb.scores_backward) / P;
+    if (scores > 0) {
+        add_phase(plan, "attention scores", scores, scores,
+                  "the (T x T) scores and probabilities written and read back: bytes at the memory bandwidth");
+    }
     add_phase(plan, "element-wise", m * 3 * mb.elementwise / P, m * 3 * mb.elementwise / P,
-              "norms, activations, residuals, softmax, loss: bytes at the memory bandwidth");
+              "norms, activations, residuals, loss: bytes at the memory bandwidth");
     if (recompute) {
         add_phase(plan, "recompute", m * mb.recompute(true) / P, m * mb.recompute(true) / P,
                   "every block's forward again in backward");

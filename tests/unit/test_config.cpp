@@ -688,6 +688,9 @@ TEST(ClusterDescription, BadFilesExit2NamingFileAndKey) {
     zt::test::write_file(bad, "[cluster]\ndevice = tpu\n");
     e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
     EXPECT_NE(e.find("cluster.device = 'tpu': expected cpu"), std::string::npos) << e;
+    zt::test::write_file(bad, "[cluster]\nattention_kernel = flash\n");
+    e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
+    EXPECT_NE(e.find("cluster.attention_kernel = 'flash': expected materialized"), std::string::npos) << e;
     zt::test::write_file(bad, "[cluster]\ninter_gbps = fast\n");
     e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
     EXPECT_NE(e.find("cluster.inter_gbps"), std::string::npos) << e;

@@ -211,6 +211,33 @@ TEST(TimePlan, DataParallelAddsTheGradientCollective) {
     EXPECT_GT(phase_exposed(th, "replica all-reduce"), 0);
 }
 
+// The attention scores' traffic: ztrain's CUDA kernel writes and reads the full (T x T)
+// fp32 scores (forward 16 B a pair, +6 B where bf16 copies them into the saved
+// probabilities; backward 28 B, 26 with 16-bit ones); the CPU kernel the causal half
+// (forward 2, backward 4 elements of the working dtype); a fused kernel none, its
+// backward's attention products 2.5x the forward's instead of 2x.
+TEST(TimePlan, AttentionScoresTrafficPerKernel) {
+    Config c = tiny_deck();  // 2 layers, 4 heads, T = 32, micro-batch 4, 2 micro-batches
+    const double pairs = 2 * 4 * 4 * 32.0 * 32.0;  // layers x micro-batch x heads x T x T
+    ClusterConfig gpu = h100();
+    const auto scores_ms = [&](const Config& deck, const ClusterConfig& cluster) {
+        return phase_exposed(zt::plan_time(deck, cluster, 1, 1, zt::plan_memory(deck, 1, 1, 0, 0, false)),
+                             "attention scores");
+    };
+    EXPECT_NEAR(scores_ms(c, gpu), 1e3 * 2 * pairs * (16 + 28) / 3350e9, 1e-12);
+    Config bf16 = c;
+    bf16.precision.dtype = zt::DType::kBF16;
+    EXPECT_NEAR(scores_ms(bf16, gpu), 1e3 * 2 * pairs * (22 + 26) / 3350e9, 1e-12);
+    const ClusterConfig cpu = cpu_node();
+    EXPECT_NEAR(scores_ms(c, cpu), 1e3 * 2 * pairs / 2 * (2 + 4) * 4 / 12e9, 1e-12);
+    ClusterConfig fused = gpu;
+    fused.attention_kernel = "fused";
+    EXPECT_EQ(scores_ms(c, fused), -1);  // no phase
+    const double materialized = phase_exposed(zt::plan_time(c, gpu, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "attention");
+    const double flash = phase_exposed(zt::plan_time(c, fused, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "attention");
+    EXPECT_NEAR(flash / materialized, 3.5 / 3, 1e-12);
+}
+
 // LoRA: the frozen base's products run forward and once backward (no weight gradient), the
 // adapters' forward and twice; AdamW and the gradient reduction cover the adapters only, and
 // the FLOPs count 4 per base parameter and 6 per adapter parameter.

@@ -288,15 +288,19 @@ struct ClusterConfig {
     int ranks_per_node = 2;
     std::string device = "cpu";        ///< cpu: peaks, memory and bandwidths are the node's, shared by its ranks; gpu: per GPU
     double peak_tflops_fp32 = 0.237;   ///< dense peak (TFLOP/s)
-    double peak_tflops_bf16 = 0.528;
+    double peak_tflops_bf16 = 0.527;
     double memory_gib = 23.5;          ///< memory a plan may fill (GiB)
-    double intra_gbps = 2.76;           ///< GB/s (10^9 bytes/s) one way between ranks of a node
-    double intra_latency_us = 0.23;
+    double intra_gbps = 4.0;            ///< GB/s (10^9 bytes/s) one way between ranks of a node
+    double intra_latency_us = 0.14;
     double inter_gbps = 1.25;          ///< GB/s one way out of a node (all its network ports)
     double inter_latency_us = 30;
-    double memory_gbps = 9.26;         ///< element-wise ops' bandwidth (GB/s)
-    double product_efficiency = 0.873;   ///< fraction of the peak a large product reaches
-    double product_half_gflop = 0.000152;  ///< a product of this many GFLOP reaches half of that
+    double memory_gbps = 46.8;         ///< element-wise ops' bandwidth (GB/s)
+    double product_efficiency = 0.874;   ///< fraction of the peak a large product reaches
+    double product_half_gflop = 0.000151;  ///< a product of this many GFLOP reaches half of that
+    /// materialized: ztrain's kernels, which write the (T x T) probabilities and read them
+    /// back; fused: a flash-style kernel (scores stay on chip, backward recomputes them), to
+    /// model systems that have one
+    std::string attention_kernel = "materialized";
     bool is_cpu() const { return device == "cpu"; }
 };
 
