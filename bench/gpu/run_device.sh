@@ -9,7 +9,7 @@
 #
 # Environment:
 #   ZT_GPU_STAGES    stages to run, in this order (default: all):
-#                      build env gpu unit mpi cli demo tensor gpt2
+#                      build env gpu unit mpi cli demo tensor gpt2 calibrate
 #                    'build' is added when a later stage needs a build that is not there.
 #   ZT_GPU_BUDGET_S  seconds for the whole script (default 560: the device kills a command
 #                    at 600 s); a stage that would not fit is skipped and named at the end
@@ -30,7 +30,7 @@ repo=$PWD
 die() { echo "run_device.sh: ERROR: $*" >&2; [ -n "${summary:-}" ] && echo "ERROR: $*" >>"$summary"; exit 2; }
 say() { echo "run_device.sh: $*"; }
 
-stages=${ZT_GPU_STAGES:-build env gpu unit mpi cli demo tensor gpt2}
+stages=${ZT_GPU_STAGES:-build env gpu unit mpi cli demo tensor gpt2 calibrate}
 budget=${ZT_GPU_BUDGET_S:-560}
 arch=${ZT_GPU_ARCH:-90}
 jobs=${ZT_GPU_JOBS:-$(nproc)}
@@ -39,8 +39,8 @@ px=${ZT_GPU_PREFIX:-/tmp/zt-gpu-prefix}
 cuda=${ZT_GPU_CUDA:-ON}
 backend=${ZT_GPU_BACKEND:-cuda}
 for s in $stages; do
-  case "$s" in build|env|gpu|unit|mpi|cli|demo|tensor|gpt2) ;;
-    *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu unit mpi cli demo tensor gpt2)" ;; esac
+  case "$s" in build|env|gpu|unit|mpi|cli|demo|tensor|gpt2|calibrate) ;;
+    *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu unit mpi cli demo tensor gpt2 calibrate)" ;; esac
 done
 
 out=${OUT:-/tmp/zt-gpu-out}
@@ -373,6 +373,21 @@ EOF
   tps=$(grep -oE '[0-9]+ tok/s' "$logs/gpt2.log" | awk 'NR > 1 {print $1}' | sort -n |
         awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "?"}')
   finish gpt2 "$rc" "GPT-2 124M fp32, backend=$backend, $steps steps, synthetic tokens: median ${tps} tok/s; $(last_step "$logs/gpt2.log")"
+fi
+
+# The planner's calibration on the device (issue 53): cuBLASLt products, the element-wise
+# bandwidth and (np 2 on the one GPU: the staged communicator) all-reduces, against the
+# H100 node file's data-sheet peaks. The file it writes is in the logs.
+if want calibrate && begin calibrate; then
+  rc=0
+  set +e
+  cut_at_budget mpiexec --oversubscribe --bind-to none -np 2 "$ztrain" --calibrate --backend="$backend" \
+    --cluster inputs/clusters/h100_node.ini --cluster-out "$logs/calibrated_gpu.ini" >"$logs/calibrate.log" 2>&1
+  rc=$?
+  set -e
+  grep -E "^(product_efficiency|product_half_gflop|memory_gbps|intra_gbps)" "$logs/calibrated_gpu.ini" 2>/dev/null || true
+  finish calibrate "$rc" "ztrain --calibrate --backend=$backend, np 2: $(grep -E '^(product_efficiency|memory_gbps)' \
+    "$logs/calibrated_gpu.ini" 2>/dev/null | tr '\n' ' ')"
 fi
 
 # ---------------------------------------------------------------------------

@@ -104,7 +104,7 @@ int run(int argc, char** argv) {
             return zt::kExitOk;
         }
         case zt::CliAction::kCalibrate: {
-            const std::string written = zt::calibrate_cluster(cli.cluster_out);
+            const std::string written = zt::calibrate_cluster(cli.config, cli.cluster_out);
             if (root) std::fputs(written.c_str(), stdout);
             return zt::kExitOk;
         }

@@ -15,9 +15,12 @@
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cuda_backend.hpp"
+#include "ztrain/comm/comm_select.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/train/time_plan.hpp"
+#include "ztrain/train/train_setup.hpp"
 
 namespace zt {
 namespace {
@@ -27,11 +30,12 @@ constexpr double kMeasureSeconds = 0.15;
 
 /// The fastest of repeated calls of `op` (seconds), every rank starting together. A local op
 /// repeats until kMeasureSeconds have passed; a collective (`collective`) as many times as
-/// rank 0's first call says fits in them, so every rank makes the same calls.
+/// rank 0's first call says fits in them, so every rank makes the same calls. `op` returns
+/// when its work is done (on a GPU: it synchronizes).
 double fastest_seconds(Communicator& comm, const std::function<void()>& op, bool collective = false) {
     comm.barrier();
     auto t0 = std::chrono::steady_clock::now();
-    op();  // warm: first-touch pages, library start-up
+    op();  // warm: first-touch pages, library start-up, a GPU's first launches
     double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     int reps = 1000;
     if (collective) {
@@ -74,7 +78,11 @@ std::pair<double, double> fit_two(const std::vector<double>& x1, const std::vect
 std::pair<double, double> measure_products(Communicator& comm, Backend& be, DType dtype, std::ostream& notes) {
     std::vector<double> flops, seconds;
     be.set_activation_dtype(dtype);
-    for (int n : {64, 128, 256, 512, 768}) {
+    // A GPU reaches its rate only on larger products than a CPU core.
+    const bool device = be.capabilities().device_memory;
+    const std::vector<int> sizes = device ? std::vector<int>{256, 512, 1024, 2048, 4096, 8192}
+                                          : std::vector<int>{64, 128, 256, 512, 768};
+    for (int n : sizes) {
         const size_t elems = static_cast<size_t>(n) * n;
         void* a = be.alloc_bytes(elems * dtype_size(dtype));
         void* w = be.alloc_bytes(elems * dtype_size(dtype));
@@ -83,6 +91,7 @@ std::pair<double, double> measure_products(Communicator& comm, Backend& be, DTyp
         be.zero_bytes(w, elems * dtype_size(dtype));
         const double t = fastest_seconds(comm, [&] {
             be.matmul_forward(ActPtr(out, dtype), ConstActPtr(a, dtype), ConstActPtr(w, dtype), nullptr, n, n, n);
+            be.memory().synchronize();
         });
         be.free(a);
         be.free(w);
@@ -110,7 +119,10 @@ double measure_bandwidth(Communicator& comm, Backend& be, std::ostream& notes) {
     be.zero(a, n);
     be.zero(b, n);
     be.zero(out, n);
-    const double t = fastest_seconds(comm, [&] { be.residual_forward(out, a, b, n); });
+    const double t = fastest_seconds(comm, [&] {
+        be.residual_forward(out, a, b, n);
+        be.memory().synchronize();
+    });
     be.free(a);
     be.free(b);
     be.free(out);
@@ -118,13 +130,24 @@ double measure_bandwidth(Communicator& comm, Backend& be, std::ostream& notes) {
     return 12.0 * n / t;
 }
 
-/// All-reduces over every rank fitted to the ring's 2(n-1) a + 2(n-1)/n B / b: {a, b}.
-std::pair<double, double> measure_all_reduce(Communicator& comm, std::ostream& notes) {
+/// All-reduces over every rank of buffers in the backend's memory (a GPU's: NCCL) fitted to
+/// the ring's 2(n-1) a + 2(n-1)/n B / b: {a, b}.
+std::pair<double, double> measure_all_reduce(Communicator& comm, Backend& be, std::ostream& notes) {
     const double n = comm.size();
     std::vector<double> steps, volume, seconds;
-    for (size_t floats : {size_t{2}, size_t{1} << 10, size_t{1} << 14, size_t{1} << 18, size_t{1} << 21}) {
-        std::vector<float> buf(floats, 1.0f);
-        const double t = fastest_seconds(comm, [&] { comm.all_reduce(buf.data(), floats); }, true);
+    std::vector<size_t> sizes = {size_t{2}, size_t{1} << 10, size_t{1} << 14, size_t{1} << 18, size_t{1} << 21};
+    if (be.capabilities().device_memory) sizes.push_back(size_t{1} << 25);  // NVLink needs 128 MiB
+    for (size_t floats : sizes) {
+        // Host buffers as the cpu calibration always measured (the shipped file's); a GPU's
+        // in device memory.
+        std::vector<float> host(be.capabilities().device_memory ? 0 : floats, 1.0f);
+        float* buf = host.empty() ? be.alloc_floats(floats) : host.data();
+        if (host.empty()) be.zero(buf, floats);
+        const double t = fastest_seconds(comm, [&] {
+            comm.all_reduce(buf, floats);
+            be.memory().synchronize();
+        }, true);
+        if (host.empty()) be.free(buf);
         notes << "# all-reduce of " << 4 * floats << " B over " << comm.size() << " ranks: " << t * 1e6 << " us\n";
         steps.push_back(2 * (n - 1));
         volume.push_back(2 * (n - 1) / n * 4.0 * static_cast<double>(floats));
@@ -140,36 +163,11 @@ std::pair<double, double> measure_all_reduce(Communicator& comm, std::ostream& n
     return {latency, 1 / per_byte};
 }
 
-}  // namespace
-
-std::string calibrate_cluster(const std::string& path) {
-    auto comm = make_mpi_communicator(MPI_COMM_WORLD);
-    const int local = std::max(1, comm->local_size());
-    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    auto backend = make_cpu_backend(std::max(1, cores / local));
-    ClusterConfig c;  // this machine kind's figures: the peaks stay the data sheet's
-    c.nodes = 1;
-    c.ranks_per_node = local;
-    std::ostringstream notes;
-    const auto [fp32_rate, fp32_half] = measure_products(*comm, *backend, DType::kF32, notes);
-    c.product_efficiency = std::min(1.0, fp32_rate * local / (c.peak_tflops_fp32 * 1e12));
-    c.product_half_gflop = fp32_half / 1e9;
-    // One efficiency serves both dtypes: bf16's peak is stated as what that efficiency of it
-    // gives the measured rate (its products run on oneDNN, or as fp32 where the CPU has no bf16).
-    const double bf16_rate = measure_products(*comm, *backend, DType::kBF16, notes).first;
-    c.peak_tflops_bf16 = bf16_rate * local / c.product_efficiency / 1e12;
-    c.memory_gbps = measure_bandwidth(*comm, *backend, notes) * local / 1e9;
-    if (comm->size() > 1) {
-        const auto [latency, bytes_per_s] = measure_all_reduce(*comm, notes);
-        c.intra_latency_us = latency * 1e6;
-        c.intra_gbps = bytes_per_s * std::min(comm->size(), local) / 1e9;  // a cpu node's: shared by its ranks
-    } else {
-        notes << "# one rank: the collectives were not measured (run under mpirun -np 2 or more)\n";
-    }
+/// The cluster file's text: what was measured as comments, then the keys.
+std::string cluster_text(const ClusterConfig& c, const std::string& what, const std::string& notes) {
     std::ostringstream os;
-    os << "# ztrain --calibrate: this machine (" << cores << " cores, " << comm->size() << " rank(s), " << local
-       << " on this node), measured with the cpu backend\n"
-       << notes.str() << "# the peaks are this machine kind's data-sheet figures; the rest measured; inter_* are\n"
+    os << "# ztrain --calibrate: " << what << "\n"
+       << notes << "# the peaks are the data sheet's figures; the rest measured; inter_* are\n"
        << "# not measurable from one node and keep the defaults\n[cluster]\n";
     os << "nodes = " << c.nodes << "\nranks_per_node = " << c.ranks_per_node << "\ndevice = " << c.device
        << "\npeak_tflops_fp32 = " << c.peak_tflops_fp32 << "\npeak_tflops_bf16 = " << c.peak_tflops_bf16
@@ -178,12 +176,67 @@ std::string calibrate_cluster(const std::string& path) {
        << "\ninter_latency_us = " << c.inter_latency_us << "\nmemory_gbps = " << c.memory_gbps
        << "\nproduct_efficiency = " << c.product_efficiency << "\nproduct_half_gflop = " << c.product_half_gflop
        << "\n";
-    if (comm->rank() == 0) {
-        std::ofstream out(path, std::ios::binary);
-        ZT_INPUT_CHECK(out << os.str(), "--cluster-out: cannot write '", path, "'");
-    }
-    comm->barrier();
     return os.str();
+}
+
+/// The measurements into `c`: the products (fp32 and bf16), the element-wise bandwidth and,
+/// over several ranks, the all-reduce. `share`: what a rank's figure is multiplied by to be
+/// the cluster file's (a cpu node's ranks share it; a GPU's figure is its own).
+void measure_into(ClusterConfig& c, Communicator& comm, Backend& be, bool gpu, int local, std::ostream& notes) {
+    const double share = gpu ? 1 : local;
+    const auto [fp32_rate, fp32_half] = measure_products(comm, be, DType::kF32, notes);
+    c.product_efficiency = std::min(1.0, fp32_rate * share / (c.peak_tflops_fp32 * 1e12));
+    c.product_half_gflop = fp32_half / 1e9;
+    const auto [bf16_rate, bf16_half] = measure_products(comm, be, DType::kBF16, notes);
+    if (gpu) {
+        // Tensor cores: the bf16 products are the ones that matter, against the bf16 peak.
+        c.product_efficiency = std::min(1.0, bf16_rate / (c.peak_tflops_bf16 * 1e12));
+        c.product_half_gflop = bf16_half / 1e9;
+    } else {
+        // One efficiency serves both dtypes: bf16's peak is stated as what that efficiency of
+        // it gives the measured rate (oneDNN's products, or fp32 where the CPU has no bf16).
+        c.peak_tflops_bf16 = bf16_rate * local / c.product_efficiency / 1e12;
+    }
+    c.memory_gbps = measure_bandwidth(comm, be, notes) * share / 1e9;
+    if (comm.size() > 1) {
+        const auto [latency, bytes_per_s] = measure_all_reduce(comm, be, notes);
+        c.intra_latency_us = latency * 1e6;
+        c.intra_gbps = bytes_per_s * (gpu ? 1 : std::min(comm.size(), local)) / 1e9;
+    } else {
+        notes << "# one rank: the collectives were not measured (run under mpirun -np 2 or more)\n";
+    }
+}
+
+}  // namespace
+
+std::string calibrate_cluster(const Config& cfg, const std::string& path) {
+    auto host = make_mpi_communicator(MPI_COMM_WORLD);
+    const int local = std::max(1, host->local_size());
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const bool gpu = resolve_backend(setting_text(cfg.backend), nullptr) == "cuda";
+    // A GPU's peaks and memory are its data sheet's: the cluster file given (--cluster) says
+    // them, and what is measured replaces the rest. A CPU's are this machine kind's.
+    ZT_INPUT_CHECK(!gpu || cfg.cluster.device == "gpu", "--calibrate with backend = cuda: cluster.device = ",
+                   cfg.cluster.device, ": expected gpu (give --cluster FILE of the GPU's node for its data-sheet peaks)");
+    ClusterConfig c = gpu ? cfg.cluster : ClusterConfig{};
+    c.nodes = 1;
+    c.ranks_per_node = local;
+    auto backend = make_backend(gpu ? BackendChoice::kCuda : BackendChoice::kCpu, std::max(1, cores / local),
+                                host->local_rank());
+    std::unique_ptr<Communicator> device_comm;
+    if (gpu) device_comm = make_communicator("cuda", MPI_COMM_WORLD, cuda_stream(*backend), {}, "calibration");
+    Communicator& comm = gpu ? *device_comm : *host;
+    std::ostringstream notes;
+    measure_into(c, comm, *backend, gpu, local, notes);
+    const std::string what = str("this machine (", cores, " cores, ", comm.size(), " rank(s), ", local,
+                                 " on this node), measured with the ", gpu ? "cuda" : "cpu", " backend");
+    const std::string text = cluster_text(c, what, notes.str());
+    if (comm.rank() == 0) {
+        std::ofstream out(path, std::ios::binary);
+        ZT_INPUT_CHECK(out << text, "--cluster-out: cannot write '", path, "'");
+    }
+    host->barrier();
+    return text;
 }
 
 }  // namespace zt

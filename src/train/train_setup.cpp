@@ -76,16 +76,6 @@ std::vector<ChoiceTask> read_eval_tasks(const Config& cfg, const Tokenizer* toke
     return read_choice_tasks(cfg.eval.tasks, *tokenizer);
 }
 
-std::unique_ptr<Backend> make_backend(BackendChoice kind, int threads, int local_rank) {
-#if ZT_HAVE_CUDA
-    if (kind == BackendChoice::kCuda) return make_cuda_backend(local_device(local_rank, cuda_device_count()));
-#else
-    (void)local_rank;
-#endif
-    ZT_REQUIRE(kind == BackendChoice::kCpu, "backend '", setting_text(kind), "' is not available in this build");
-    return make_cpu_backend(threads);
-}
-
 /// The corpora of `key` (data.train or data.val, set): one file or glob, or a weighted
 /// blend, whose corpora must be pretraining shards; rank 0 prints the weights' normalisation.
 std::unique_ptr<TokenCorpora> read_corpora(const std::string& text, const char* key, const ModelConfig& mc,
@@ -116,6 +106,16 @@ void read_pretraining_data(const Config& cfg, TrainSetup& s) {
 constexpr int kLongRunSteps = 500;
 
 }  // namespace
+
+std::unique_ptr<Backend> make_backend(BackendChoice kind, int threads, int local_rank) {
+#if ZT_HAVE_CUDA
+    if (kind == BackendChoice::kCuda) return make_cuda_backend(local_device(local_rank, cuda_device_count()));
+#else
+    (void)local_rank;
+#endif
+    ZT_REQUIRE(kind == BackendChoice::kCpu, "backend '", setting_text(kind), "' is not available in this build");
+    return make_cpu_backend(threads);
+}
 
 TrainSetup::TrainSetup() = default;
 TrainSetup::~TrainSetup() = default;

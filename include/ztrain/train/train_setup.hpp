@@ -34,6 +34,10 @@ class Tokenizer;
 /// naming the key for the rest (16-bit precision, model.init_from). Pure: no GPU needed.
 void check_cuda_training(const Config& cfg);
 
+/// The backend `kind` (resolved: cpu or cuda), `threads` for the CPU's, the GPU local_rank
+/// picks for CUDA's.
+std::unique_ptr<Backend> make_backend(BackendChoice kind, int threads, int local_rank);
+
 struct TrainSetup {
     TrainSetup();
     ~TrainSetup();
