@@ -216,7 +216,7 @@ void ProfilingBackend::adamw_update_spans(const AdamWSpan* spans, size_t count, 
 double ProfilingBackend::sum_squares(const float* x, size_t n) {
     return timed(kOpSumSquares, [&] { return inner().sum_squares(x, n); });
 }
-double ProfilingBackend::sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) {
+double ProfilingBackend::sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count) {
     return timed(kOpSumSquares, [&] { return inner().sum_squares_spans(xs, ns, count); });
 }
 

@@ -22,6 +22,7 @@ GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, s
         m_arena = ctx.backend.alloc_bytes(total * w);
         *grads_bytes += total * w;
         m_grads.assign(static_cast<size_t>(U), nullptr);
+        m_unwritten.assign(static_cast<size_t>(U), 0);  // zero from allocation
         size_t off = 0;
         for (int u = U - 1; u >= 0; --u) {
             m_grads[static_cast<size_t>(u)] = element_at(m_arena, off, ctx.work);
@@ -100,9 +101,16 @@ void GradientReducer::grads_done(int unit) {
     }
     auto it = m_scratch.find(unit);
     if (it != m_scratch.end()) {
-        // 16-bit: this micro-step's fp32 gradient is added into the stored (rounded) one.
+        // 16-bit: this micro-step's fp32 gradient is added into the stored (rounded) one, or,
+        // the first this step, rounded into it (what zero() left unwritten).
         const size_t n = m_ctx.plan.grad_extent(unit);
-        m_ctx.backend.accumulate(m_grads[static_cast<size_t>(unit)], m_ctx.work, it->second, n);
+        char& unwritten = m_unwritten[static_cast<size_t>(unit)];
+        if (unwritten != 0) {
+            m_ctx.backend.cast(m_grads[static_cast<size_t>(unit)], m_ctx.work, it->second, DType::kF32, n);
+            unwritten = 0;
+        } else {
+            m_ctx.backend.accumulate(m_grads[static_cast<size_t>(unit)], m_ctx.work, it->second, n);
+        }
         m_ctx.pool.give(it->second, n * sizeof(float));
         m_scratch.erase(it);
     }
@@ -126,14 +134,24 @@ void GradientReducer::make_room() {
     }
 }
 
+void GradientReducer::make_room_for_bucket() {
+    if (m_ctx.backend.capabilities().device_memory) return;  // a device communicator copies nothing
+    while (m_buckets_in_flight >= m_ctx.reductions_in_flight()) {
+        complete(m_in_flight.front());
+        m_in_flight.pop_front();
+    }
+}
+
 void GradientReducer::start(InFlight f) {
     if (f.pooled()) ++m_pooled_in_flight;
+    if (f.kind == InFlight::kBucket) ++m_buckets_in_flight;
     m_in_flight.push_back(f);
 }
 
 void GradientReducer::start_bucket(const GradBucket& b) {
     void* span = element_at(m_arena, b.offset, m_ctx.work);
     if (m_ctx.reduce == m_ctx.work) {
+        make_room_for_bucket();
         InFlight f(InFlight::kBucket);
         f.request = m_ctx.comm.start_all_reduce(span, b.numel, ReduceOp::kSum, m_ctx.work);
         start(f);
@@ -339,6 +357,7 @@ void GradientReducer::complete(InFlight& f) {
     if (f.recv != nullptr) m_ctx.pool.give(f.recv, f.recv_bytes);
     if (f.scratch != nullptr) m_ctx.pool.give(f.scratch, f.scratch_bytes);
     if (f.pooled()) --m_pooled_in_flight;
+    if (f.kind == InFlight::kBucket) --m_buckets_in_flight;
     // The shard now holds the group's sum over every micro-step: the other groups' next.
     const bool reduced_in_group = f.kind == InFlight::kReduceScatter || f.kind == InFlight::kTrainedPartAllReduce;
     if (reduced_in_group && f.last && m_ctx.replica.size() > 1) start_replica_reduction(f.unit);
@@ -384,6 +403,12 @@ void GradientReducer::zero() {
         m_zero_pending.assign(static_cast<size_t>(m_ctx.num_units()), 1);
         return;
     }
+    if (!m_ctx.plan.policy().grads_sharded) {
+        // 16-bit full gradients: each unit's first fp32 gradient of the step is rounded into
+        // its storage instead of added (grads_done), so nothing needs zeroing here.
+        m_unwritten.assign(static_cast<size_t>(m_ctx.num_units()), 1);
+        return;
+    }
     for (int u = 0; u < m_ctx.num_units(); ++u) {
         m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(u)], m_ctx.plan.stored_grads(u, m_ctx.rank) * m_ctx.work_size());
     }
@@ -396,7 +421,15 @@ void GradientReducer::begin_micro_step(bool first, bool last) {
     m_last_micro = last;
 }
 
-void GradientReducer::finish() { complete_all(); }
+void GradientReducer::finish() {
+    complete_all();
+    // A unit no backward wrote this step holds zeros, as if zero() had written them.
+    for (size_t u = 0; u < m_unwritten.size(); ++u) {
+        if (m_unwritten[u] == 0) continue;
+        m_ctx.backend.zero_bytes(m_grads[u], m_ctx.plan.stored_grads(static_cast<int>(u), m_ctx.rank) * m_ctx.work_size());
+        m_unwritten[u] = 0;
+    }
+}
 
 void GradientReducer::sum_owned(int unit, Communicator& with) {
     complete_all();
@@ -405,38 +438,27 @@ void GradientReducer::sum_owned(int unit, Communicator& with) {
     if (e > b) with.all_reduce(grad_ptr(unit, b), e - b, ReduceOp::kSum, m_ctx.work);
 }
 
-const float* GradientReducer::owned_f32(int unit, size_t from, size_t to) {
+ConstActPtr GradientReducer::owned(int unit, size_t element) {
     complete_all();
-    if (m_ctx.work == DType::kF32) return static_cast<const float*>(grad_ptr(unit, 0));
-    ZT_REQUIRE(to - from <= conversion_chunk(m_ctx.plan), "owned_f32: ", to - from, " elements exceed the chunk");
-    if (to > from) m_ctx.backend.cast(m_ctx.f32_tmp, DType::kF32, grad_ptr(unit, from), m_ctx.work, to - from);
-    return m_ctx.f32_tmp - from;
+    return {grad_ptr(unit, element), m_ctx.work};
 }
 
 double GradientReducer::local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments) {
-    // All segments in one backend call (one parallel region on the CPU). A 16-bit unit's fp32
-    // view lives in a conversion buffer reused chunk by chunk, so there the call is per
-    // chunk; the segments are added in order either way.
-    double s = 0.0;
-    std::vector<const float*> xs;
+    // All segments in one backend call (one parallel region on the CPU), read in the stored
+    // dtype, added in order.
+    std::vector<ConstActPtr> xs;
     std::vector<size_t> ns;
-    const int U = m_ctx.num_units();
-    for (int u = 0; u < U; ++u) {
-        for_owned_chunks(u, [&](size_t from, size_t to) {
-            const float* g = owned_f32(u, from, to);
-            for_segments_within(segments[static_cast<size_t>(u)], from, to, [&](size_t b, size_t e, bool) {
-                xs.push_back(g + b);
-                ns.push_back(e - b);
-            });
-            if (m_ctx.work != DType::kF32) {
-                s += m_ctx.backend.sum_squares_spans(xs.data(), ns.data(), xs.size());
-                xs.clear();
-                ns.clear();
-            }
+    for (int u = 0; u < m_ctx.num_units(); ++u) {
+        const size_t b = m_ctx.state_begin(u);
+        const size_t e = m_ctx.state_end(u);
+        if (e <= b) continue;
+        const ConstActPtr g = owned(u, b);
+        for_segments_within(segments[static_cast<size_t>(u)], b, e, [&](size_t sb, size_t se, bool) {
+            xs.push_back(g.offset(sb - b));
+            ns.push_back(se - sb);
         });
     }
-    if (!xs.empty()) s += m_ctx.backend.sum_squares_spans(xs.data(), ns.data(), xs.size());
-    return s;
+    return xs.empty() ? 0.0 : m_ctx.backend.sum_squares_spans(xs.data(), ns.data(), xs.size());
 }
 
 size_t GradientReducer::planned_scratch(const ShardPlan& plan, DType work, DType reduce, int overlap_depth) {

@@ -215,9 +215,10 @@ double ModelState::grad_sum_squares_if_finite(const std::vector<int>& skip) {
 }
 
 void ModelState::optimizer_step(const AdamWStep& step) {
+    m_params.hold_first_unit(false);
     m_params.wait_gathers();
-    m_optim.update(step, m_grads);
-    sync_working_from_master();
+    m_optim.update(step, m_grads);  // also rounds a 16-bit working copy's owned elements
+    m_params.start_gathers();
 }
 
 void ModelState::sync_working_from_master() {

@@ -51,24 +51,28 @@ float* OptimizerState::m_base(int unit) { return m_m[static_cast<size_t>(unit)] 
 float* OptimizerState::v_base(int unit) { return m_v[static_cast<size_t>(unit)] - state_shift(unit); }
 
 void OptimizerState::update(const AdamWStep& step, GradientReducer& grads) {
-    // All segments in one backend call where the gradients stay put (fp32); per chunk where
-    // a unit's fp32 gradient view is a reused conversion buffer (16-bit). AdamW is element
-    // by element, so the split changes nothing.
+    // Every unit's segments in one backend call: the gradients read in their stored dtype,
+    // and a 16-bit working copy rounded from the new master in the same pass.
     std::vector<AdamWSpan> spans;
-    const int U = m_ctx.num_units();
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < m_ctx.num_units(); ++u) {
+        const size_t b = m_ctx.state_begin(u);
+        const size_t e = m_ctx.state_end(u);
+        if (e <= b) continue;
         float* p = master_base(u);
         float* m = m_base(u);
         float* v = v_base(u);
-        grads.for_owned_chunks(u, [&](size_t from, size_t to) {
-            const float* g = grads.owned_f32(u, from, to);
-            for_segments_within(m_segments[static_cast<size_t>(u)], from, to, [&](size_t b, size_t e, bool decay) {
-                spans.push_back({p + b, m + b, v + b, g + b, e - b, decay});
-            });
-            if (m_ctx.work != DType::kF32) {
-                m_ctx.backend.adamw_update_spans(spans.data(), spans.size(), step);
-                spans.clear();
-            }
+        const ConstActPtr g = grads.owned(u, b);
+        const ActPtr w = m_params.owned_work(u, b);
+        for_segments_within(m_segments[static_cast<size_t>(u)], b, e, [&](size_t sb, size_t se, bool decay) {
+            AdamWSpan sp;
+            sp.param = p + sb;
+            sp.m = m + sb;
+            sp.v = v + sb;
+            sp.grad = g.offset(sb - b);
+            sp.n = se - sb;
+            sp.decay = decay;
+            if (w.data != nullptr) sp.work = w.offset(sb - b);
+            spans.push_back(sp);
         });
     }
     if (!spans.empty()) m_ctx.backend.adamw_update_spans(spans.data(), spans.size(), step);

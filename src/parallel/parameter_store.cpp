@@ -199,6 +199,11 @@ void ParameterStore::refresh_owned(int unit, const float* master_base) {
     }
 }
 
+ActPtr ParameterStore::owned_work(int unit, size_t element) {
+    if (m_ctx.work == DType::kF32) return {};
+    return {work_ptr(unit, element), m_ctx.work};
+}
+
 void ParameterStore::stored_to_f32(int unit, size_t from, size_t to, float* f32) {
     if (to > from) m_ctx.backend.cast(f32, DType::kF32, work_ptr(unit, from), m_ctx.work, to - from);
 }

@@ -261,15 +261,21 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     }
     if (!plan.device && plan.world_size > 1 && zero_stage == 0) {
         // Open MPI's non-blocking all-reduce (libnbc) works on a temporary copy of each
-        // bucket, and DDP has every bucket in flight before the step's sync: up to the
-        // whole gradient arena in the wire dtype (measured: bench/memory_plan_bench.sh).
-        // With another wire dtype the units are reduced from pooled copies, at most
-        // reductions_in_flight(overlap_depth) at a time.
+        // bucket; the reducer keeps at most reductions_in_flight(overlap_depth) buckets in
+        // flight (measured: bench/memory_plan_bench.sh). With another wire dtype the units
+        // are reduced from pooled copies, as many at a time.
         double largest = 0;
         for (const UnitShard& u : shards.shards()) largest = std::max(largest, static_cast<double>(u.padded_numel));
-        const double wire = reduce == work ? static_cast<double>(sb.grads) / dtype_size(work) * dtype_size(reduce)
-                                           : static_cast<double>(reductions_in_flight(depth)) * largest *
-                                                 dtype_size(reduce);
+        const double arena = static_cast<double>(sb.grads) / dtype_size(work) * dtype_size(reduce);
+        const double in_flight = static_cast<double>(reductions_in_flight(depth));
+        const size_t bucket_numel =
+            std::max<size_t>(1, static_cast<size_t>(plan.bucket_bytes / static_cast<double>(dtype_size(reduce))));
+        double largest_bucket = 0;
+        for (const GradBucket& b : make_grad_buckets(shards.shards(), bucket_numel)) {
+            largest_bucket = std::max(largest_bucket, static_cast<double>(b.numel) * dtype_size(reduce));
+        }
+        const double wire = reduce == work ? std::min(arena, in_flight * largest_bucket)
+                                           : in_flight * largest * dtype_size(reduce);
         plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
     }
 }

@@ -726,6 +726,46 @@ TEST_F(CudaOps, AdamW) {
     expect_close(down(g_v, n), v, kElementwise, "adamw v");
 }
 
+// A 16-bit span: the gradient read as stored, the new master rounded into the working copy
+// in the same kernel, against the CPU's typed span.
+TEST_F(CudaOps, AdamWTypedSpan) {
+    const size_t n = 50001;
+    for (DType t : {DType::kBF16, DType::kF16}) {
+        auto p = rand(n);
+        auto m = rand(n, -0.1f, 0.1f);
+        auto v = rand(n, 0.f, 0.01f);
+        const auto g = rounded(rand(n), t);
+        zt::AdamWStep step;
+        step.lr = 3e-3f;
+        step.weight_decay = 0.1f;
+        step.bias_correction1 = 1.f - std::pow(0.9f, 7.f);
+        step.bias_correction2 = 1.f - std::pow(0.95f, 7.f);
+        zt::AdamWSpan gs;
+        gs.param = up(p);
+        gs.m = up(m);
+        gs.v = up(v);
+        gs.grad = zt::ConstActPtr(up_as(g, t), t);
+        gs.n = n;
+        gs.decay = true;
+        gs.work = zt::ActPtr(up_as(std::vector<float>(n, 0.f), t), t);
+        std::vector<uint8_t> g16(n * zt::dtype_size(t)), work(n * zt::dtype_size(t));  // the CPU's
+        zt::convert_from_f32(g.data(), g16.data(), n, t);
+        zt::AdamWSpan cs = gs;
+        cs.param = p.data();
+        cs.m = m.data();
+        cs.v = v.data();
+        cs.grad = zt::ConstActPtr(g16.data(), t);
+        cs.work = zt::ActPtr(work.data(), t);
+        m_gpu->adamw_update_spans(&gs, 1, step);
+        m_cpu->adamw_update_spans(&cs, 1, step);
+        const std::vector<float> master = down(gs.param, n);
+        expect_close(master, p, kElementwise, "adamw typed param");
+        expect_close(down(gs.m, n), m, kElementwise, "adamw typed m");
+        // The working copy is the GPU's own new master, rounded once.
+        expect_close(down_as(gs.work.data, n, t), rounded(master, t), kExact, "adamw typed working copy");
+    }
+}
+
 TEST_F(CudaOps, SumSquares) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{1000003}}) {
         const auto x = rand(n, -3.f, 3.f);
@@ -740,14 +780,21 @@ TEST_F(CudaOps, SumSquaresSpans) {
     // Tensor-like spans, one of them empty: one host wait for all of them.
     const std::vector<size_t> sizes = {768, 0, 2304 * 768, 3, 50257};
     std::vector<std::vector<float>> host;
-    std::vector<const float*> cpu_ptrs, gpu_ptrs;
+    std::vector<zt::ConstActPtr> cpu_ptrs, gpu_ptrs;
     for (size_t n : sizes) {
         host.push_back(rand(n));
-        cpu_ptrs.push_back(host.back().data());
-        gpu_ptrs.push_back(n > 0 ? up(host.back()) : zeros(1));
+        cpu_ptrs.emplace_back(host.back().data());
+        gpu_ptrs.emplace_back(n > 0 ? up(host.back()) : zeros(1));
     }
-    const double ref = m_cpu->sum_squares_spans(cpu_ptrs.data(), sizes.data(), sizes.size());
-    const double got = m_gpu->sum_squares_spans(gpu_ptrs.data(), sizes.data(), sizes.size());
+    // One span stored in bf16: read as stored on both.
+    const std::vector<float> h16 = rounded(rand(4099), DType::kBF16);
+    host.push_back(h16);
+    cpu_ptrs.emplace_back(host.back().data());
+    gpu_ptrs.emplace_back(up_as(h16, DType::kBF16), DType::kBF16);
+    std::vector<size_t> all_sizes = sizes;
+    all_sizes.push_back(h16.size());
+    const double ref = m_cpu->sum_squares_spans(cpu_ptrs.data(), all_sizes.data(), all_sizes.size());
+    const double got = m_gpu->sum_squares_spans(gpu_ptrs.data(), all_sizes.data(), all_sizes.size());
     EXPECT_NEAR(got, ref, 1e-10 * ref);
 }
 

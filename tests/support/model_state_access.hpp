@@ -66,21 +66,9 @@ class ModelStateTestAccess {
     static size_t dynamic_scratch_held(const ModelState& s) { return s.m_pool.held(); }
     /// The planned peak of that scratch (included in bytes().scratch).
     static size_t dynamic_scratch_planned(const ModelState& s) { return s.dynamic_scratch_planned(); }
-    /// This rank's final (reduced) gradients over its owned elements, fp32, units concatenated.
+    /// This rank's final (reduced) gradients over its owned elements, units concatenated:
+    /// read from their storage in the working dtype, widened on the host.
     static std::vector<float> owned_grads(ModelState& s) {
-        std::vector<float> out;
-        for (int u = 0; u < s.m_layout.num_units(); ++u) {
-            s.m_grads.for_owned_chunks(u, [&](size_t from, size_t to) {
-                const size_t at_end = out.size();
-                out.resize(at_end + (to - from));
-                s.shards().copy_to_host(out.data() + at_end, s.m_grads.owned_f32(u, from, to) + from, to - from);
-            });
-        }
-        return out;
-    }
-    /// The same gradients read from their storage in the working dtype (no fp32 conversion
-    /// buffer in between), widened on the host: an independent view for checking it.
-    static std::vector<float> owned_grads_stored(ModelState& s) {
         GradientReducer& g = s.m_grads;
         g.complete_all();
         const DType t = g.m_ctx.work;

@@ -295,10 +295,11 @@ TEST(StoredWeights, AcquireVectorsWidensTheVectorsAndAcquireTheRest) {
     }
 }
 
-// A 16-bit run converts its gradients to fp32 for AdamW and the gradient norm a chunk
-// (conversion_chunk: 4M elements) at a time. A unit larger than that (this embedding: 4.2M)
-// is updated element by element from its own gradient across the chunk boundary: after one
-// step from m = v = 0, m = (1 - beta1) g and v = (1 - beta2) g^2 for every owned element.
+// A 16-bit run's AdamW and gradient norm read the stored 16-bit gradients directly, widened
+// in blocks. A unit larger than the conversion chunk (4M elements; this embedding: 4.2M) is
+// updated element by element from its own gradient: after one step from m = v = 0,
+// m = (1 - beta1) g and v = (1 - beta2) g^2 for every owned element, and the working copy
+// is the new master rounded.
 TEST(ConversionChunks, Bf16StepOverAUnitLargerThanTheChunk) {
     ModelConfig mc = test::model_config(1, 2, 128, 8, 33000);
     mc.vocab_pad_to = 64;
@@ -317,8 +318,7 @@ TEST(ConversionChunks, Bf16StepOverAUnitLargerThanTheChunk) {
     model.forward(state, inputs.data(), targets.data(), 2, 8, 1.f / 16.f);
     model.backward(state);
     state.finish_grad_sync();
-    const std::vector<float> g = ModelStateTestAccess::owned_grads_stored(state);
-    ASSERT_EQ(g, ModelStateTestAccess::owned_grads(state)) << "the chunked fp32 view differs from the storage";
+    const std::vector<float> g = ModelStateTestAccess::owned_grads(state);
     double want_ss = 0.0;
     for (float x : g) want_ss += static_cast<double>(x) * x;
     EXPECT_NEAR(state.grad_sum_squares_if_finite(), want_ss, 1e-9 * want_ss);
@@ -335,6 +335,13 @@ TEST(ConversionChunks, Bf16StepOverAUnitLargerThanTheChunk) {
             ASSERT_NEAR(v, (1.f - step.beta2) * gi * gi, 1e-5f * gi * gi + 1e-30f) << "unit " << u << " element " << i;
             ++checked;
         }
+        const float* working = state.acquire(u);  // the 16-bit working copy, widened
+        const size_t b = state.shards().owned_begin(u);
+        for (size_t i = 0; i < n; ++i) {
+            const float master = st[at_s + i];
+            ASSERT_EQ(working[b + i], bf16_to_f32(f32_to_bf16(master))) << "unit " << u << " element " << i;
+        }
+        state.release(u);
         at_g += n;
         at_s += 3 * n;
     }
@@ -405,10 +412,11 @@ TEST(ProfilingBackend, ChangesNoResultAndTimesTheOpsThatRan) {
                        P::kOpAttentionBwd, P::kOpElementwise, P::kOpSoftmaxCe, P::kOpAdamW, P::kOpSumSquares}) {
             EXPECT_GT(profiled.op_ms(op), 0.0) << P::op_name(op) << " " << dtype_name(t);
         }
-        // 16-bit working copies are widened and gradients rounded into storage.
+        // 16-bit working copies are widened and gradients rounded into storage (one
+        // micro-step: rounded, a cast; a later one would be added, an accumulate).
         if (t != DType::kF32) {
             EXPECT_GT(profiled.op_ms(P::kOpCast), 0.0) << dtype_name(t);
-            EXPECT_GT(profiled.op_ms(P::kOpAccumulate), 0.0) << dtype_name(t);
+            EXPECT_EQ(profiled.op_ms(P::kOpAccumulate), 0.0) << dtype_name(t);
         }
         profiled.reset();
         for (int op = 0; op < P::kNumOps; ++op) EXPECT_EQ(profiled.op_ms(op), 0.0) << P::op_name(op);

@@ -820,14 +820,93 @@ TEST(CpuBackend, AdamWSpansThreeStepsMatchReference) {
             const Vec g = r.next_step(t, 91 + t);
             std::vector<AdamWSpan> spans;
             for (const Seg& s : segs) {
-                spans.push_back({r.p.data() + s.offset, r.m.data() + s.offset, r.v.data() + s.offset,
-                                 g.data() + s.offset, s.n, s.decay});
+                AdamWSpan sp;
+                sp.param = r.p.data() + s.offset;
+                sp.m = r.m.data() + s.offset;
+                sp.v = r.v.data() + s.offset;
+                sp.grad = g.data() + s.offset;
+                sp.n = s.n;
+                sp.decay = s.decay;
+                spans.push_back(sp);
                 adamw_reference(r.rp, r.rm, r.rv, g, s.offset, s.offset + s.n, r.step,
                                 s.decay ? r.step.weight_decay : 0.0);
             }
             be->adamw_update_spans(spans.data(), spans.size(), r.step);
             r.expect_matches(" spans, threads=" + std::to_string(threads) + " step " + std::to_string(t));
         }
+    }
+}
+
+// A 16-bit run's AdamW reads its stored gradients and writes its working copy in the same
+// pass: bit for bit the fp32 update from the widened gradients followed by a cast of the new
+// master, across block edges (kTypedBlock) and thread splits.
+TEST(CpuBackend, AdamWTypedSpansEqualWidenUpdateCast) {
+    const size_t n = 70001;
+    for (DType t : {DType::kBF16, DType::kF16}) {
+        for (int threads : {1, 3}) {
+            auto be = make_cpu_backend(threads);
+            AdamWRun typed(n, 95), plain(n, 95);
+            const Vec g = typed.next_step(2, 96);
+            plain.next_step(2, 96);
+            std::vector<uint8_t> g16(n * dtype_size(t)), work(n * dtype_size(t)), want_work(n * dtype_size(t));
+            convert_from_f32(g.data(), g16.data(), n, t);
+            Vec g_wide(n);
+            convert_to_f32(g16.data(), g_wide.data(), n, t);
+            const size_t split = 40007;  // two spans, one without decay
+            std::vector<AdamWSpan> spans(2);
+            for (int k = 0; k < 2; ++k) {
+                const size_t b = k == 0 ? 0 : split, e = k == 0 ? split : n;
+                AdamWSpan& sp = spans[static_cast<size_t>(k)];
+                sp.param = typed.p.data() + b;
+                sp.m = typed.m.data() + b;
+                sp.v = typed.v.data() + b;
+                sp.grad = ConstActPtr(g16.data() + b * dtype_size(t), t);
+                sp.n = e - b;
+                sp.decay = k == 0;
+                sp.work = ActPtr(work.data() + b * dtype_size(t), t);
+                AdamWStep step = plain.step;
+                if (k == 1) step.weight_decay = 0.f;
+                be->adamw_update(plain.p.data() + b, plain.m.data() + b, plain.v.data() + b, g_wide.data() + b, e - b,
+                                 step);
+            }
+            be->adamw_update_spans(spans.data(), spans.size(), typed.step);
+            convert_from_f32(plain.p.data(), want_work.data(), n, t);
+            const std::string what = std::string(dtype_name(t)) + ", threads " + std::to_string(threads);
+            EXPECT_EQ(0, std::memcmp(typed.p.data(), plain.p.data(), n * 4)) << what << ": master";
+            EXPECT_EQ(0, std::memcmp(typed.m.data(), plain.m.data(), n * 4)) << what << ": m";
+            EXPECT_EQ(0, std::memcmp(typed.v.data(), plain.v.data(), n * 4)) << what << ": v";
+            EXPECT_EQ(0, std::memcmp(work.data(), want_work.data(), work.size())) << what << ": working copy";
+        }
+    }
+}
+
+// The gradient norm reads 16-bit gradients as stored: the same bits as the same values in fp32.
+TEST(CpuBackend, SumSquaresSpansOf16BitEqualsFp32) {
+    for (DType t : {DType::kBF16, DType::kF16}) {
+        auto be = make_cpu_backend(3);
+        const std::vector<size_t> sizes = {1, 1500, 0, 300007, 17};
+        std::vector<std::vector<uint8_t>> stored;
+        std::vector<Vec> wide;
+        std::vector<ConstActPtr> typed_spans, f32_spans;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+            const Vec v = random_vec(sizes[i], 97 + i, -3.f, 3.f);
+            stored.emplace_back(sizes[i] * dtype_size(t));
+            convert_from_f32(v.data(), stored.back().data(), sizes[i], t);
+            wide.emplace_back(sizes[i]);
+            convert_to_f32(stored.back().data(), wide.back().data(), sizes[i], t);
+        }
+        for (size_t i = 0; i < sizes.size(); ++i) {
+            typed_spans.emplace_back(stored[i].data(), t);
+            f32_spans.emplace_back(wide[i].data());
+        }
+        const double a = be->sum_squares_spans(typed_spans.data(), sizes.data(), sizes.size());
+        const double b = be->sum_squares_spans(f32_spans.data(), sizes.data(), sizes.size());
+        EXPECT_EQ(a, b) << dtype_name(t) << ": differ by " << a - b;
+        double want = 0;
+        for (const Vec& w : wide) {
+            for (float x : w) want += static_cast<double>(x) * x;
+        }
+        EXPECT_NEAR(a, want, 1e-12 * want) << dtype_name(t);
     }
 }
 

@@ -145,6 +145,33 @@ TEST(MemoryPlan, DdpBucketIsAnEighthOfTheGradientsWithin1To25MiB) {
     EXPECT_EQ(plan_memory(cfg, 2, 2, 0, 0, false).bucket_bytes, 0.5 * MiB);
 }
 
+// DDP on the host: Open MPI's non-blocking all-reduce copies each bucket, and the reducer keeps
+// at most overlap_depth + 1 buckets in flight, so the plan's "mpi buffers" is that many of
+// the largest bucket (the whole arena when it is smaller).
+TEST(MemoryPlan, DdpMpiBuffersAreTheBucketsInFlight) {
+    Config cfg;
+    cfg.model.n_layer = 4;
+    cfg.parallel.bucket_mb = 0.25;
+    const auto mpi_buffers = [](const MemoryPlan& plan) {
+        for (const MemoryItem& i : plan.items) {
+            if (i.name == "mpi buffers") return i.bytes;
+        }
+        return -1.0;
+    };
+    const MemoryPlan plan = plan_memory(cfg, 2, 2, 0, 0, false);
+    const ModelLayout layout = make_model_layout(cfg.model);
+    const ShardPlan shards(layout.unit_numel, 2, ShardingPolicy::zero_stage(0), trainable_begins(layout));
+    double largest = 0, arena = 0;
+    for (const GradBucket& b : make_grad_buckets(shards.shards(), 0.25 * 1048576 / 4)) {
+        largest = std::max(largest, 4.0 * b.numel);
+        arena += 4.0 * b.numel;
+    }
+    ASSERT_GT(arena, 4 * largest) << "the deck must have more buckets than fly at once";
+    EXPECT_DOUBLE_EQ(mpi_buffers(plan), (plan.overlap_depth + 1) * largest);
+    cfg.parallel.bucket_mb = 1024;  // one bucket: the arena
+    EXPECT_DOUBLE_EQ(mpi_buffers(plan_memory(cfg, 2, 2, 0, 0, false)), arena);
+}
+
 TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
     // checkpoint.async's host snapshot: the plan item is what CheckpointSnapshot allocates
     // (12 bytes per primary element: master, m, v) at every stage, and absent when saves

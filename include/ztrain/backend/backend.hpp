@@ -139,14 +139,18 @@ struct AdamWStep {
     float grad_scale = 1.f;
 };
 
-/// One span of a multi-span AdamW update: weight decay applies where `decay`.
+/// One span of a multi-span AdamW update: weight decay applies where `decay`. The gradient
+/// is read in its stored dtype (a 16-bit one widens exactly); where `work` is set (a 16-bit
+/// working copy of the fp32 master `param`), the updated values are rounded into it in the
+/// same pass, as a cast afterwards would round them.
 struct AdamWSpan {
     float* param = nullptr;
     float* m = nullptr;
     float* v = nullptr;
-    const float* grad = nullptr;
+    ConstActPtr grad;
     size_t n = 0;
     bool decay = false;
+    ActPtr work;
 };
 
 /// The head size C / NH of GPT-2's attention (throws unless NH > 0 divides C).
@@ -424,26 +428,17 @@ class Backend {
                               const AdamWStep& step) = 0;
 
     /// AdamW over several spans (a model's tensors): the same as adamw_update per span with
-    /// weight_decay zeroed where !decay. A backend may do it in one pass over all spans (the
-    /// CPU backend: one parallel region instead of one per tensor). Non-pure, so backends
-    /// that do not override it keep working.
-    virtual void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) {
-        for (size_t i = 0; i < count; ++i) {
-            AdamWStep s = step;
-            if (!spans[i].decay) s.weight_decay = 0.f;
-            adamw_update(spans[i].param, spans[i].m, spans[i].v, spans[i].grad, spans[i].n, s);
-        }
-    }
+    /// weight_decay zeroed where !decay, each span's gradient widened from its dtype and, where
+    /// it has a working copy, the result rounded into it. One pass over all spans (the CPU
+    /// backend: one parallel region instead of one per tensor).
+    virtual void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) = 0;
 
     /// Sum of squares in double precision (for the global gradient norm).
     virtual double sum_squares(const float* x, size_t n) = 0;
-    /// Sum over spans of sum_squares(xs[i], ns[i]), added in span order (non-pure, like
-    /// adamw_update_spans).
-    virtual double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) {
-        double s = 0.0;
-        for (size_t i = 0; i < count; ++i) s += sum_squares(xs[i], ns[i]);
-        return s;
-    }
+    /// Sum over spans of the squares of xs[i]'s ns[i] elements, each read in its dtype (a
+    /// 16-bit element widens exactly), spans added in order. Bit-identical for a span stored
+    /// in 16 bits and the same values stored in fp32.
+    virtual double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count) = 0;
 
     /// Number of threads the backend uses for compute.
     virtual int threads() const = 0;

@@ -181,7 +181,7 @@ class ForwardingBackend : public Backend {
         m_inner.adamw_update_spans(spans, count, step);
     }
     double sum_squares(const float* x, size_t n) override { return m_inner.sum_squares(x, n); }
-    double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
+    double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count) override {
         return m_inner.sum_squares_spans(xs, ns, count);
     }
 

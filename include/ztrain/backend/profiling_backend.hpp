@@ -110,7 +110,7 @@ class ProfilingBackend final : public ForwardingBackend {
                       const AdamWStep& step) override;
     void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override;
     double sum_squares(const float* x, size_t n) override;
-    double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override;
+    double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count) override;
 
   private:
     /// Runs f between two clock marks and files the pair under `op` (resolved in op_ms, so

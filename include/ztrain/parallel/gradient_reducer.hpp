@@ -49,19 +49,9 @@ class GradientReducer {
     void begin_micro_step(bool first, bool last);
     /// Completes every reduction: afterwards the owned gradients are final.
     void finish();
-    /// fp32 gradients of owned elements [from, to) of a unit: base[e] for e in [from, to).
-    /// The storage itself (fp32) or a converted copy valid until the next call (16-bit:
-    /// to - from <= conversion_chunk; for_owned_chunks walks the owned range so).
-    const float* owned_f32(int unit, size_t from, size_t to);
-    /// fn(from, to) over the owned range of a unit in order: one call with the whole range
-    /// (fp32), or ranges of at most conversion_chunk elements (16-bit).
-    template <typename Fn>
-    void for_owned_chunks(int unit, Fn&& fn) const {
-        const size_t b = m_ctx.state_begin(unit);
-        const size_t e = m_ctx.state_end(unit);
-        const size_t step = m_ctx.work == DType::kF32 ? std::max<size_t>(e - b, 1) : conversion_chunk(m_ctx.plan);
-        for (size_t from = b; from < e; from += step) fn(from, std::min(e, from + step));
-    }
+    /// The final gradient of owned element `element` of a unit and those after it, in the
+    /// stored (working) dtype: AdamW and the norm read it as it is, widening as they go.
+    ConstActPtr owned(int unit, size_t element);
     /// Adds `with`'s other ranks' owned gradient of `unit` into this rank's, in place, in the
     /// stored dtype (after finish()). Collective over `with`.
     void sum_owned(int unit, Communicator& with);
@@ -96,6 +86,10 @@ class GradientReducer {
     };
     /// Completes the oldest reductions until fewer than reductions_in_flight() hold pool memory.
     void make_room();
+    /// Host memory: completes the oldest DDP buckets until fewer than reductions_in_flight()
+    /// are in flight. Open MPI's non-blocking all-reduce works on a temporary copy of its
+    /// buffer, so every bucket in flight at once would copy the whole gradient arena.
+    void make_room_for_bucket();
     void start(InFlight f);
     void complete(InFlight& f);
     void complete_all();
@@ -132,9 +126,11 @@ class GradientReducer {
     void* m_arena = nullptr;              // stages 0-1: full gradients, backward order
     std::vector<void*> m_grads;           // stages 0-1: into the arena; stages 2-3: shards
     std::vector<char> m_zero_pending;     // per unit: not zeroed yet this optimizer step
+    std::vector<char> m_unwritten;        // 16-bit full gradients, per unit: not written yet this step
     std::map<int, float*> m_scratch;      // fp32 gradient being produced by backward
     std::deque<InFlight> m_in_flight;
     size_t m_pooled_in_flight = 0;
+    size_t m_buckets_in_flight = 0;
     bool m_first_micro = true;
     bool m_last_micro = true;
 };

@@ -24,7 +24,8 @@ class OptimizerState {
 
     /// Initial master values (16-bit runs): elements [lo, hi) of `unit`, host fp32.
     void write_initial(int unit, size_t lo, size_t hi, const float* host);
-    /// AdamW over the owned elements from the reducer's final gradients.
+    /// AdamW over the owned elements from the reducer's final gradients; a 16-bit working
+    /// copy's owned elements get the new master, rounded, in the same pass.
     void update(const AdamWStep& step, GradientReducer& grads);
 
     /// Base pointers: base[e] is unit element e, valid for owned elements.

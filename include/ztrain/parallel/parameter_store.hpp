@@ -64,6 +64,9 @@ class ParameterStore {
     /// 16-bit: the owned elements of the working copy = master rounded (master_base[e] is
     /// element e). fp32: nothing (the working copy is the master).
     void refresh_owned(int unit, const float* master_base);
+    /// 16-bit: the stored working copy from owned element `element` of a unit on (AdamW
+    /// rounds the new master into it). fp32: none (the working copy is the master).
+    ActPtr owned_work(int unit, size_t element);
     /// Elements [from, to) of the stored working copy, as fp32 into backend memory `f32`
     /// (to_f32), and from it (from_f32): the only copy of a frozen base (LoRA), which has
     /// no master of its own.

@@ -1,11 +1,13 @@
 // AdamW: one element-wise update per parameter, over one buffer or over many spans in one
-// OpenMP region.
+// OpenMP region; a span's 16-bit gradient is widened and its 16-bit working copy written in
+// the same pass (no fp32 copy of either).
 #include "cpu_common.hpp"
 #include "ops.hpp"
 #include "ztrain/backend/adamw_constants.hpp"
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstddef>
 
 namespace zt::cpu {
@@ -26,6 +28,29 @@ void adamw_kernel(float* __restrict param, float* __restrict m, float* __restric
         const float denom = sqrt_approx(vhat) + k.eps;  // vhat >= 0 by construction
         const float p = param[i];
         param[i] = p - k.lr * (mhat / denom + k.weight_decay * p);
+    }
+}
+
+/// Elements [b, e) of one span: fp32 gradients and no working copy straight through the
+/// kernel; otherwise blocks of kTypedBlock, the gradient widened and the updated master
+/// narrowed into the working copy on the stack (element-wise: the same values as a cast
+/// before and after).
+void adamw_span_range(const AdamWSpan& sp, size_t b, size_t e, const AdamWConstants& k) {
+    if (sp.grad.f32() && sp.work.data == nullptr) {
+        adamw_kernel(sp.param + b, sp.m + b, sp.v + b, sp.grad.as_f32() + b, e - b, k);
+        return;
+    }
+    float g[kTypedBlock];
+    for (size_t i = b; i < e; i += kTypedBlock) {
+        const size_t n = std::min(kTypedBlock, e - i);
+        const float* gi = g;
+        if (sp.grad.f32()) {
+            gi = sp.grad.as_f32() + i;
+        } else {
+            widen(sp.grad, i, n, g);
+        }
+        adamw_kernel(sp.param + i, sp.m + i, sp.v + i, gi, n, k);
+        if (sp.work.data != nullptr) narrow(sp.param + i, sp.work, i, n);
     }
 }
 
@@ -50,10 +75,7 @@ void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& s
             size_t b = 0;
             size_t e = 0;
             split_range(sp.n, part, parts, 16, &b, &e);
-            if (e > b) {
-                adamw_kernel(sp.param + b, sp.m + b, sp.v + b, sp.grad + b, e - b,
-                             sp.decay ? k : k_no_decay);
-            }
+            if (e > b) adamw_span_range(sp, b, e, sp.decay ? k : k_no_decay);
         }
     }
 }

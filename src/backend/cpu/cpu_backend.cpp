@@ -237,7 +237,7 @@ class CpuBackend final : public Backend {
 
     double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n, m_threads); }
 
-    double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
+    double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count) override {
         return cpu::sum_squares_spans(xs, ns, count, m_threads);
     }
 

@@ -93,8 +93,9 @@ void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, f
 // ---- reduce.cpp -----------------------------------------------------------------------
 
 double sum_squares(const float* x, size_t n, int threads);
-/// Bit-identical to adding sum_squares() of each span, in one OpenMP region.
-double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count, int threads);
+/// Bit-identical to adding sum_squares() of each span (widened where 16-bit), in one OpenMP
+/// region.
+double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count, int threads);
 
 // ---- layernorm.cpp, gelu.cpp, residual.cpp, adamw.cpp ----------------------------------------
 

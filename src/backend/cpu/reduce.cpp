@@ -5,6 +5,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 #include <cstddef>
 #include <vector>
 
@@ -12,12 +14,31 @@ namespace zt::cpu {
 namespace {
 
 ZT_VEC_CLONES
-double sum_squares_kernel(const float* x, size_t n) {
+double block_sum_squares(const float* x, size_t n) {
     double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
     for (size_t i = 0; i < n; ++i) {
         const double v = static_cast<double>(x[i]);
         acc += v * v;
+    }
+    return acc;
+}
+
+/// Elements [at, at + n) of x: blocks of kTypedBlock (widened on the stack where 16-bit),
+/// each reduced by the vector loop, added in order, so a 16-bit buffer and the same values
+/// in fp32 give the same bits.
+double sum_squares_kernel(ConstActPtr x, size_t at, size_t n) {
+    double acc = 0.0;
+    float widened[kTypedBlock];
+    for (size_t i = 0; i < n; i += kTypedBlock) {
+        const size_t m = std::min(kTypedBlock, n - i);
+        const float* f = widened;
+        if (x.f32()) {
+            f = x.as_f32() + at + i;
+        } else {
+            widen(x, at + i, m, widened);
+        }
+        acc += block_sum_squares(f, m);
     }
     return acc;
 }
@@ -35,8 +56,7 @@ double sum_squares(const float* x, size_t n, int threads) {
         size_t e = 0;
         split_range(n, omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
         if (e > b) {
-            partial[static_cast<size_t>(omp_get_thread_num())] =
-                sum_squares_kernel(x + b, e - b);
+            partial[static_cast<size_t>(omp_get_thread_num())] = sum_squares_kernel(x, b, e - b);
         }
     }
     double total = 0.0;
@@ -46,7 +66,7 @@ double sum_squares(const float* x, size_t n, int threads) {
     return total;
 }
 
-double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count, int threads) {
+double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count, int threads) {
     // One region for all spans (a model has dozens of tensors; on a loaded machine each
     // region can wait a scheduler tick for a thread whose core is taken). Each span is
     // split exactly as sum_squares() splits it and the partials are added in the same
@@ -73,7 +93,7 @@ double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count,
             }
             if (e > b) {
                 partial[i * static_cast<size_t>(threads) + (split ? static_cast<size_t>(part) : 0)] =
-                    sum_squares_kernel(xs[i] + b, e - b);
+                    sum_squares_kernel(xs[i], b, e - b);
             }
         }
     }

@@ -226,8 +226,11 @@ class CudaBackendImpl final : public CudaBackend {
     void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) override {
         cuda::dropout(out, in, N, width, mask, m_stream);
     }
-    double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(&x, &n, 1, m_sumsq, m_stream); }
-    double sum_squares_spans(const float* const* xs, const size_t* ns, size_t count) override {
+    double sum_squares(const float* x, size_t n) override {
+        const ConstActPtr span(x);
+        return cuda::sum_squares(&span, &n, 1, m_sumsq, m_stream);
+    }
+    double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count) override {
         const size_t doubles = count * cuda::kSumSquaresBlocks + 1;
         auto* scratch = static_cast<double*>(m_scratch.get(doubles * sizeof(double), m_stream));
         return cuda::sum_squares(xs, ns, count, scratch, m_stream);
@@ -236,6 +239,12 @@ class CudaBackendImpl final : public CudaBackend {
     void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                       const AdamWStep& step) override {
         cuda::adamw_update(param, m, v, grad, n, adamw_constants(step), m_stream);
+    }
+    void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override {
+        const AdamWConstants k = adamw_constants(step);
+        AdamWConstants k_no_decay = k;
+        k_no_decay.weight_decay = 0.f;
+        for (size_t i = 0; i < count; ++i) cuda::adamw_update_span(spans[i], spans[i].decay ? k : k_no_decay, m_stream);
     }
 
     // ---- attention, encoder, loss ----

@@ -123,9 +123,9 @@ void column_sum(float* dst, ConstActPtr src, int N, int C, float* scratch, cudaS
 void column_finalize(float* dst, const float* partial, size_t chunks, int C, cudaStream_t stream);
 /// Blocks of the first sum_squares pass (fixed, so the sum order does not depend on the GPU).
 constexpr int kSumSquaresBlocks = 512;
-/// Sum of x^2 in double over `count` spans (xs[i], ns[i] elements); scratch holds
-/// count * kSumSquaresBlocks + 1 doubles. Synchronizes once.
-double sum_squares(const float* const* xs, const size_t* ns, size_t count, double* scratch, cudaStream_t stream);
+/// Sum of x^2 in double over `count` spans (xs[i], ns[i] elements, each read in its dtype);
+/// scratch holds count * kSumSquaresBlocks + 1 doubles. Synchronizes once.
+double sum_squares(const ConstActPtr* xs, const size_t* ns, size_t count, double* scratch, cudaStream_t stream);
 
 // ---- layernorm.cu, gelu.cu, residual.cu, adamw.cu ----------------------------------------
 //
@@ -150,6 +150,9 @@ void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& ma
 
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, const AdamWConstants& k,
                   cudaStream_t stream);
+/// One span of AdamWSpan's contract: the gradient read in its dtype, the updated master
+/// rounded into `work` where it is set (k's weight decay already chosen for the span).
+void adamw_update_span(const AdamWSpan& span, const AdamWConstants& k, cudaStream_t stream);
 
 // ---- attention.cu ---------------------------------------------------------------------
 

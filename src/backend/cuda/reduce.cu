@@ -40,12 +40,12 @@ __device__ double block_sum_double(double v, double* shared) {
     return shared[0];
 }
 
-__global__ void sum_squares_partial_kernel(double* partial, const float* x, size_t n) {
+__global__ void sum_squares_partial_kernel(double* partial, const void* x, DType type, size_t n) {
     __shared__ double shared[kBlock];
     double acc = 0.0;
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const double v = static_cast<double>(x[i]);
+        const double v = static_cast<double>(load_as_float(x, type, i));
         acc += v * v;
     }
     const double total = block_sum_double(acc, shared);
@@ -80,13 +80,13 @@ void column_sum(float* dst, ConstActPtr src, int N, int C, float* scratch, cudaS
     column_finalize(dst, scratch, chunks, C, stream);
 }
 
-double sum_squares(const float* const* xs, const size_t* ns, size_t count, double* scratch, cudaStream_t stream) {
+double sum_squares(const ConstActPtr* xs, const size_t* ns, size_t count, double* scratch, cudaStream_t stream) {
     if (count == 0) return 0.0;
     // Span i's block partials go to scratch[i * kSumSquaresBlocks ...]; one final pass adds
     // them all in a fixed order, so the host waits once, not once per span.
     for (size_t i = 0; i < count; ++i) {
-        sum_squares_partial_kernel<<<kSumSquaresBlocks, kBlock, 0, stream>>>(scratch + i * kSumSquaresBlocks, xs[i],
-                                                                            ns[i]);
+        sum_squares_partial_kernel<<<kSumSquaresBlocks, kBlock, 0, stream>>>(scratch + i * kSumSquaresBlocks,
+                                                                            xs[i].data, xs[i].dtype, ns[i]);
         ZT_KERNEL_CHECK("sum_squares_partial");
     }
     const size_t parts = count * kSumSquaresBlocks;
