@@ -270,9 +270,9 @@ void check_lora_keys(const Validator& v, const Config& cfg) {
     v.check(t.empty() || (t.front() != ',' && t.back() != ',' && t.find(",,") == std::string::npos), "lora.targets",
             "module names separated by commas, none empty (or default, or empty for none)");
     if (!l.on()) return;
-    v.check(!l.base_dtype || *l.base_dtype == cfg.precision.dtype, "lora.base_dtype",
-            str("empty or precision.dtype (", dtype_name(cfg.precision.dtype),
-                "): a base stored in another dtype is not implemented yet"));
+    v.check(!l.base_dtype || *l.base_dtype == cfg.precision.dtype || cfg.precision.dtype != DType::kF16,
+            "lora.base_dtype", "empty or fp16 with precision.dtype = fp16 (a base stored in another dtype than "
+                               "fp16 activations is not implemented)");
 }
 
 void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {

@@ -307,7 +307,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     plan.recompute = cfg.train.recompute;
     const ModelConfig& m = cfg.model;
     const TrainConfig& t = cfg.train;
-    const DType work = cfg.precision.dtype;
+    const DType work = stored_dtype(cfg);  // the state's; activations are precision.dtype's
     const DType reduce = cfg.precision.reduce();
     const Family& family = model_family(m);
     const double model_params = family.parameter_count(m);
@@ -339,14 +339,14 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     } else {
         add_state_items(plan, *layout, f, work, reduce, &snapshot_bytes, &largest_written_range);
     }
-    MemoryItem act = activation_item(cfg, work, attention_scratch_floats, tensor);
+    MemoryItem act = activation_item(cfg, cfg.precision.dtype, attention_scratch_floats, tensor);
     if (at.pipeline_stages > 1) {
         // Every model the stage holds: 1F1B keeps P - s micro-batches in flight on stage s.
         act.bytes = PipelineRunner::stage_activations(
                         pipeline_schedule_kind(cfg.parallel), shape, at.pipeline_stage, at.blocks.first_layer,
                         m, t.micro_batch, t.recompute, static_cast<size_t>(std::max(0.0, attention_scratch_floats)),
                         tensor, cfg.parallel.sequence && tensor > 1)
-                        .bytes(work);
+                        .bytes(cfg.precision.dtype);
         act.what += str(", the models of stage ", at.pipeline_stage, "'s micro-batches in flight");
     }
     plan.items.push_back(act);

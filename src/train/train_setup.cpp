@@ -32,6 +32,9 @@ void check_cuda_training(const Config& cfg) {
     ZT_INPUT_CHECK(!rd || caps.supports(*rd), "precision.reduce_dtype = ", rd ? dtype_name(*rd) : "",
                    ": backend = cuda reduces gradients in ", caps.work_dtypes(),
                    " only, leave precision.reduce_dtype empty or use one of those, or use backend = cpu");
+    ZT_INPUT_CHECK(stored_dtype(cfg) == dt, "lora.base_dtype = ", dtype_name(stored_dtype(cfg)),
+                   ": backend = cuda stores the weights in precision.dtype (", dtype_name(dt),
+                   ") only; leave lora.base_dtype empty or use backend = cpu");
     ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
                    ": importing weights is not integrated with backend = cuda yet; start from a "
                    "checkpoint or use backend = cpu");

@@ -2,8 +2,9 @@
 # LoRA from the command line: a tiny GPT-2 pretrained by ztrain and consolidated to a Hugging
 # Face directory is the base of `--model.from_hf=DIR --lora.rank=4`; the run resumes with the
 # same base (also at 2 ranks, ZeRO-3) and refuses (exit 2, naming both) a resume naming another
-# one or finding other content at the same path; a bad target exits 2 listing the family's names; zt-consolidate writes the adapter and
-# the merged model, and zt-generate samples from the checkpoint.
+# one or finding other content at the same path; a bad target exits 2 listing the family's names;
+# lora.base_dtype = bf16 under fp32 halves the plan's stored weights and trains; zt-consolidate
+# writes the adapter and the merged model, and zt-generate samples from the checkpoint.
 # Usage: test_lora.sh BIN_DIR SOURCE_DIR
 set -u
 BIN=$1
@@ -36,6 +37,11 @@ cp base_weights.keep base/model.safetensors
 # records (with its adapters).
 expect 0 "resumed from .* at step 3" "$BIN/ztrun" 2 ztrain --model.from_hf=base "${lora[@]}" --train.max_steps=4 \
   --parallel.zero_stage=3 --train.grad_accum=1
+# The base stored in bf16 under fp32 activations: the plan halves the stored weights, the run
+# trains (the adapters' masters in fp32).
+lora_bf16=("${lora[@]/#--run.dir=lora/--run.dir=lora_bf16}" --lora.base_dtype=bf16)
+expect 0 "params .* 2P" "$BIN/ztrain" --model.from_hf=base "${lora_bf16[@]}" --plan
+expect 0 "ztrain: 2 steps in" "$BIN/ztrain" --model.from_hf=base "${lora_bf16[@]}" --train.max_steps=2
 expect 2 "give --lora adapter .* or --lora merge" "$BIN/zt-consolidate" lora/checkpoints --output plain/
 expect 0 "wrote adapter/adapter_model.safetensors and adapter_config.json" "$BIN/zt-consolidate" lora/checkpoints \
   --output adapter/ --lora adapter

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -80,6 +81,7 @@ struct ResumeCase {
     bool lora = false;
     DType dtype = DType::kF32;
     double lora_dropout = 0.0;  ///< masks drawn again, not saved: a function of the samples
+    std::optional<DType> base_dtype = std::nullopt;  ///< lora.base_dtype
 };
 
 class BitExactResume : public ::testing::TestWithParam<ResumeCase> {};
@@ -93,6 +95,7 @@ TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
             c.model.lora.rank = 4;
             c.model.lora.targets = GetParam().llama ? "q_proj,v_proj,down_proj" : "c_attn,c_proj";
             c.model.lora.dropout = GetParam().lora_dropout;
+            c.model.lora.base_dtype = GetParam().base_dtype;
         }
         c.precision.dtype = GetParam().dtype;
         return c;
@@ -128,11 +131,13 @@ INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume,
                          ::testing::Values(ResumeCase{0}, ResumeCase{1}, ResumeCase{2}, ResumeCase{3},
                                            ResumeCase{0, true}, ResumeCase{3, true}, ResumeCase{1, false, true},
                                            ResumeCase{3, true, true}, ResumeCase{2, true, true, DType::kBF16},
-                                           ResumeCase{1, true, true, DType::kF32, 0.2}),
+                                           ResumeCase{1, true, true, DType::kF32, 0.2},
+                                           ResumeCase{3, true, true, DType::kF32, 0.0, DType::kBF16}),
                          [](const auto& info) {
                              return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "") +
                                     (info.param.lora ? "_lora" : "") + (info.param.lora_dropout > 0 ? "_dropout" : "") +
-                                    (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "");
+                                    (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "") +
+                                    (info.param.base_dtype ? std::string("_base_") + dtype_name(*info.param.base_dtype) : "");
                          });
 
 // checkpoint.async: the save after step 5 is written in the background (held back 300 ms by

@@ -23,6 +23,7 @@
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "ztrain/train/memory_plan.hpp"
 
 #include "interop_python.hpp"
 #include "model_state_access.hpp"
@@ -406,6 +407,54 @@ void check_step_zero_is_the_base(const ModelConfig& mc) {
 TEST(LoraForward, StepZeroIsTheBaseModel) {
     check_step_zero_is_the_base(tiny_gpt2(2, "c_attn,c_proj"));
     check_step_zero_is_the_base(tiny_llama(2, "q_proj,v_proj,gate_proj"));
+}
+
+// lora.base_dtype = bf16 under precision.dtype = fp32: the state stores the weights in bf16
+// (the frozen base's only copy; the adapters' working copy beside their fp32 masters) while
+// the activations stay fp32. Step 0 is still the base model bit for bit (the base's values
+// are the same bf16 ones with or without adapters), and close to the fp32-stored model.
+TEST(LoraBaseDtype, Bf16BaseUnderFp32ActivationsIsTheRoundedBase) {
+    for (const ModelConfig& mc : {tiny_gpt2(2, "c_attn,c_proj"), tiny_llama(2, "q_proj,v_proj,gate_proj")}) {
+        ModelConfig plain = mc;
+        plain.lora = LoraConfig{};
+        auto backend = make_cpu_backend(1);
+        const int B = 2;
+        Transformer with(mc, *backend, B);  // fp32 activations (the default)
+        Transformer without(plain, *backend, B);
+        const auto bf16_state = [&](const ModelLayout& layout) {
+            return std::make_unique<ModelState>(layout, *backend, self_communicator(),
+                                                StateOptions::zero(0).with_seed(5).in(DType::kBF16, DType::kF32));
+        };
+        auto a = bf16_state(with.layout());
+        auto b = bf16_state(without.layout());
+        ModelState f(without.layout(), *backend, 5);
+        const Batch data = batch(mc, B);
+        const float la = with.forward(*a, data.inputs.data(), data.targets.data(), B, mc.seq_len, 0.f);
+        EXPECT_EQ(la, without.forward(*b, data.inputs.data(), data.targets.data(), B, mc.seq_len, 0.f)) << setting_text(mc.arch);
+        const float lf = without.forward(f, data.inputs.data(), data.targets.data(), B, mc.seq_len, 0.f);
+        EXPECT_NEAR(la, lf, 1e-2f * std::fabs(lf)) << setting_text(mc.arch) << ": the bf16-stored base vs the fp32 one";
+        EXPECT_NE(la, lf) << setting_text(mc.arch) << ": the base was not rounded";
+        const ModelState fa(with.layout(), *backend, 5);
+        EXPECT_EQ(2 * a->bytes().params, fa.bytes().params) << setting_text(mc.arch) << ": half the fp32 bytes";
+    }
+}
+
+// The plan counts the stored weights in lora.base_dtype and the activations in
+// precision.dtype.
+TEST(LoraBaseDtype, ThePlanStoresTheBaseInItsDtype) {
+    Config c = lora_config("gpt2", "c_attn");
+    const auto item = [](const MemoryPlan& plan, const std::string& name) {
+        for (const MemoryItem& i : plan.items) {
+            if (i.name == name) return i.bytes;
+        }
+        return -1.0;
+    };
+    const MemoryPlan fp32 = plan_memory(c, 1, 1, 0, 0, false);
+    set_config_value(c, "lora.base_dtype", "bf16");
+    validate(c);
+    const MemoryPlan bf16 = plan_memory(c, 1, 1, 0, 0, false);
+    EXPECT_DOUBLE_EQ(item(bf16, "params"), item(fp32, "params") / 2);
+    EXPECT_DOUBLE_EQ(item(bf16, "activations"), item(fp32, "activations"));
 }
 
 TEST(LoraOptimizer, AdamWSegmentsCoverTheAdaptersOnly) {

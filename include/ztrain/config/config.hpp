@@ -323,6 +323,13 @@ struct Config {
     std::vector<std::string> cluster_file_keys;  ///< the keys it set (messages name the file)
 };
 
+/// The dtype the model state stores parameters and gradients in: lora.base_dtype under LoRA
+/// when set (the frozen base's storage; the adapters' working copy shares it), else
+/// precision.dtype. Activations are always precision.dtype.
+inline DType stored_dtype(const Config& c) {
+    return c.model.lora.on() && c.model.lora.base_dtype ? *c.model.lora.base_dtype : c.precision.dtype;
+}
+
 /// What the command line asked for besides a configuration.
 enum class CliAction { kTrain, kHelp, kVersion, kEnv, kPlan, kCalibrate };
 
