@@ -151,7 +151,7 @@ echo 'int main(){return 0;}' | g++ -fopenmp -x c++ - -o /tmp/zt-omp-check 2>"$lo
 # ---------------------------------------------------------------------------
 # Stages
 # ---------------------------------------------------------------------------
-declare -A min_s=([build]=200 [env]=5 [gpu]=40 [unit]=60 [mpi]=60 [cli]=40 [demo]=40 [gpt2]=60)
+declare -A min_s=([build]=200 [env]=5 [gpu]=40 [unit]=60 [mpi]=60 [cli]=40 [demo]=40 [tensor]=40 [gpt2]=60 [calibrate]=30)
 not_run=()
 failed=()
 want() { [[ " $stages " == *" $1 "* ]]; }
