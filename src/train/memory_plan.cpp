@@ -270,12 +270,17 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
         const double in_flight = static_cast<double>(reductions_in_flight(depth));
         const size_t bucket_numel =
             std::max<size_t>(1, static_cast<size_t>(plan.bucket_bytes / static_cast<double>(dtype_size(reduce))));
-        double largest_bucket = 0;
-        for (const GradBucket& b : make_grad_buckets(shards.shards(), bucket_numel)) {
-            largest_bucket = std::max(largest_bucket, static_cast<double>(b.numel) * dtype_size(reduce));
+        // The buckets start in backward order and the oldest completes first: the most in
+        // flight is the largest sum of K consecutive ones.
+        const std::vector<GradBucket> buckets = make_grad_buckets(shards.shards(), bucket_numel);
+        const size_t K = static_cast<size_t>(in_flight);
+        double window = 0;
+        for (size_t i = 0; i < buckets.size(); ++i) {
+            double sum = 0;
+            for (size_t j = i; j < std::min(buckets.size(), i + K); ++j) sum += static_cast<double>(buckets[j].numel);
+            window = std::max(window, sum * dtype_size(reduce));
         }
-        const double wire = reduce == work ? std::min(arena, in_flight * largest_bucket)
-                                           : in_flight * largest * dtype_size(reduce);
+        const double wire = reduce == work ? std::min(arena, window) : in_flight * largest * dtype_size(reduce);
         plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
     }
 }
