@@ -98,6 +98,7 @@ measured = statistics.median(s["step_ms"] for s in steps[2:] or steps)
 predicted = float(re.search(r"^predicted step: ([0-9.]+) ms", open(plan).read(), re.M).group(1))
 print(f"{shape}\t{np}\t{name}\t{predicted:.1f}\t{measured:.1f}")
 PY
+      rm -rf "$dir/checkpoints"  # the final save: 250 MB a run, 13 GB for the whole matrix
     done
   done
 done
