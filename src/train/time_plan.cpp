@@ -329,6 +329,10 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
     const GroupPlacement shard_place = place_group(mesh.shard, mesh.tensor, mesh.ranks_per_node);
     const Link shard_link = group_link(c, shard_place, mesh.active_on_node);
     const char* where = shard_link.inter_node ? "inter" : "intra";
+    // Inside a cpu node a collective's copies and sums run on the cores the compute uses: the
+    // comm thread interleaves them with it but adds no core, so nothing of them is hidden.
+    // A network moves its own bytes.
+    const bool overlap = mesh.overlap && (!c.is_cpu() || shard_link.inter_node);
     if (stage == 0 && mesh.data > 1) {
         // DDP: the summed gradients all-reduced in buckets during the last micro-batch's backward.
         const double bytes = total_numel * reduce;
@@ -336,7 +340,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
         const int buckets = static_cast<int>(std::ceil(bytes / bucket));
         const CollectiveTime one = collective_time(PlannedCollective::kAllReduce, bucket, mesh.data, shard_link);
         const double total = buckets * one.seconds;
-        add_phase(plan, "grad all-reduce", total, exposed_seconds(total, in.backward_s, one.seconds, mesh.overlap),
+        add_phase(plan, "grad all-reduce", total, exposed_seconds(total, in.backward_s, one.seconds, overlap),
                   str(buckets, " bucket(s) of ", bucket / 1048576, " MiB over ", mesh.data, " ranks (", one.algorithm,
                       ", ", where, "-node)"));
     }
@@ -369,7 +373,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
     // Shard groups of one rank: nothing to scatter or gather, only the replicas' all-reduce.
     if (mesh.shard > 1) {
         add_phase(plan, "grad reduce-scatter", reductions * rs,
-                  reductions * exposed_seconds(rs, in.backward_s, rs_tail, mesh.overlap),
+                  reductions * exposed_seconds(rs, in.backward_s, rs_tail, overlap),
                   str(in.unit_numel.size(), " units over ", mesh.shard, " ranks (ring, ", where, "-node), ",
                       reductions, reductions == 1 ? " time" : " times", " a step"));
     }
@@ -382,20 +386,21 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
         // beside what is left of that backward; unit 0's (the last) cannot.
         const double tail = ar.seconds * (in.unit_numel.empty() || total_numel <= 0 ? 1 : in.trained_numel.front() / total_numel);
         add_phase(plan, "replica all-reduce", ar.seconds,
-                  exposed_seconds(ar.seconds, std::max(0.0, in.backward_s - rs), tail, mesh.overlap),
+                  exposed_seconds(ar.seconds, std::max(0.0, in.backward_s - rs), tail,
+                                  mesh.overlap && (!c.is_cpu() || rl.inter_node)),
                   str("the owned shards over ", mesh.replicas, " replicas (", ar.algorithm, ", ",
                       rl.inter_node ? "inter" : "intra", "-node; hybrid sharding)"));
     }
     if (mesh.shard <= 1) return;
     if (stage == 3) {
         const double passes = 2.0 * in.micro_batches;
-        const double exposed = in.micro_batches * (exposed_seconds(ag, in.forward_s, ag_tail, mesh.overlap) +
-                                                   exposed_seconds(ag, in.backward_s, ag_tail, mesh.overlap));
+        const double exposed = in.micro_batches * (exposed_seconds(ag, in.forward_s, ag_tail, overlap) +
+                                                   exposed_seconds(ag, in.backward_s, ag_tail, overlap));
         add_phase(plan, "param all-gather", passes * ag, exposed,
                   str("every unit before each forward and backward (", passes, " a step, depth ",
                       memory.overlap_depth, " ahead; ring, ", where, "-node)"));
     } else {
-        add_phase(plan, "param all-gather", ag, exposed_seconds(ag, in.forward_s, ag_tail, mesh.overlap),
+        add_phase(plan, "param all-gather", ag, exposed_seconds(ag, in.forward_s, ag_tail, overlap),
                   str("the updated shards after the step, waited for by the next forward (ring, ", where, "-node)"));
     }
 }

@@ -238,6 +238,20 @@ TEST(TimePlan, AttentionScoresTrafficPerKernel) {
     EXPECT_NEAR(flash / materialized, 3.5 / 3, 1e-12);
 }
 
+// Inside a cpu node the collectives' copies use the compute's cores: nothing of them is
+// hidden, comm thread or not. A GPU's run on their own engines beside the compute.
+TEST(TimePlan, CpuNodeCollectivesAreExposedGpuOnesOverlap) {
+    Config z2 = tiny_deck();
+    z2.parallel.zero_stage = 2;
+    z2.parallel.comm_thread = true;
+    const zt::MemoryPlan memory = zt::plan_memory(z2, 2, 2, 0, 0, false);
+    const zt::TimePlan cpu = zt::plan_time(z2, ClusterConfig{}, 2, 2, memory);
+    EXPECT_DOUBLE_EQ(phase(cpu, "grad reduce-scatter").exposed_ms, phase(cpu, "grad reduce-scatter").total_ms);
+    EXPECT_DOUBLE_EQ(phase(cpu, "param all-gather").exposed_ms, phase(cpu, "param all-gather").total_ms);
+    const zt::TimePlan gpu = zt::plan_time(z2, h100(), 2, 2, memory);
+    EXPECT_LT(phase(gpu, "grad reduce-scatter").exposed_ms, phase(gpu, "grad reduce-scatter").total_ms);
+}
+
 // LoRA: the frozen base's products run forward and once backward (no weight gradient), the
 // adapters' forward and twice; AdamW and the gradient reduction cover the adapters only, and
 // the FLOPs count 4 per base parameter and 6 per adapter parameter.
