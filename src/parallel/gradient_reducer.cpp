@@ -127,16 +127,8 @@ void GradientReducer::grads_done(int unit) {
 // ---------------------------------------------------------------------------
 // Reductions in flight
 // ---------------------------------------------------------------------------
-void GradientReducer::make_room() {
-    while (m_pooled_in_flight >= m_ctx.reductions_in_flight()) {
-        complete(m_in_flight.front());
-        m_in_flight.pop_front();
-    }
-}
-
-void GradientReducer::make_room_for_bucket() {
-    if (m_ctx.backend.capabilities().device_memory) return;  // a device communicator copies nothing
-    while (m_buckets_in_flight >= m_ctx.reductions_in_flight()) {
+void GradientReducer::make_room(const size_t& held) {
+    while (held >= m_ctx.reductions_in_flight()) {
         complete(m_in_flight.front());
         m_in_flight.pop_front();
     }
@@ -151,7 +143,10 @@ void GradientReducer::start(InFlight f) {
 void GradientReducer::start_bucket(const GradBucket& b) {
     void* span = element_at(m_arena, b.offset, m_ctx.work);
     if (m_ctx.reduce == m_ctx.work) {
-        make_room_for_bucket();
+        // Open MPI's non-blocking all-reduce works on a temporary copy of its buffer: on the
+        // host, every bucket in flight at once would copy the whole arena. A device
+        // communicator copies nothing.
+        if (!m_ctx.backend.capabilities().device_memory) make_room(m_buckets_in_flight);
         InFlight f(InFlight::kBucket);
         f.request = m_ctx.comm.start_all_reduce(span, b.numel, ReduceOp::kSum, m_ctx.work);
         start(f);
@@ -162,7 +157,7 @@ void GradientReducer::start_bucket(const GradBucket& b) {
     size_t off = 0;
     for (int u = b.first_unit; u >= b.last_unit; --u) {
         const size_t n = m_ctx.plan.grad_extent(u);
-        make_room();  // before taking its buffers, so at most reductions_in_flight() are held
+        make_room(m_pooled_in_flight);  // before taking its buffers, so at most reductions_in_flight() are held
         InFlight f(InFlight::kUnitAllReduce);
         f.unit = u;
         f.send_bytes = n * dtype_size(m_ctx.reduce);
@@ -182,7 +177,7 @@ void GradientReducer::start_unit_reduction(int unit) {
     const UnitShard& s = m_ctx.shard(unit);
     const size_t i = static_cast<size_t>(unit);
     const size_t rsize = dtype_size(m_ctx.reduce);
-    make_room();  // before taking its buffers, so at most reductions_in_flight() are held
+    make_room(m_pooled_in_flight);  // before taking its buffers, so at most reductions_in_flight() are held
     InFlight f(InFlight::kReduceScatter);
     f.unit = unit;
     f.first = m_first_micro || reduced_once_per_step(unit);
@@ -230,7 +225,7 @@ void GradientReducer::start_trained_part_reduction(int unit) {
     // part of it); the frozen rest has no gradient to reduce.
     const size_t n = m_ctx.plan.grad_extent(unit);
     const size_t rsize = dtype_size(m_ctx.reduce);
-    make_room();
+    make_room(m_pooled_in_flight);
     InFlight f(InFlight::kTrainedPartAllReduce);
     f.unit = unit;
     f.first = m_first_micro || reduced_once_per_step(unit);
@@ -409,9 +404,12 @@ void GradientReducer::zero() {
         m_unwritten.assign(static_cast<size_t>(m_ctx.num_units()), 1);
         return;
     }
-    for (int u = 0; u < m_ctx.num_units(); ++u) {
-        m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(u)], m_ctx.plan.stored_grads(u, m_ctx.rank) * m_ctx.work_size());
-    }
+    for (int u = 0; u < m_ctx.num_units(); ++u) zero_stored(u);
+}
+
+void GradientReducer::zero_stored(int unit) {
+    m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(unit)],
+                             m_ctx.plan.stored_grads(unit, m_ctx.rank) * m_ctx.work_size());
 }
 
 void GradientReducer::begin_micro_step(bool first, bool last) {
@@ -426,7 +424,7 @@ void GradientReducer::finish() {
     // A unit no backward wrote this step holds zeros, as if zero() had written them.
     for (size_t u = 0; u < m_unwritten.size(); ++u) {
         if (m_unwritten[u] == 0) continue;
-        m_ctx.backend.zero_bytes(m_grads[u], m_ctx.plan.stored_grads(static_cast<int>(u), m_ctx.rank) * m_ctx.work_size());
+        zero_stored(static_cast<int>(u));
         m_unwritten[u] = 0;
     }
 }

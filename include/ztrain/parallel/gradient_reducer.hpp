@@ -84,12 +84,11 @@ class GradientReducer {
         size_t scratch_bytes = 0;
         bool pooled() const { return send != nullptr || recv != nullptr || scratch != nullptr; }
     };
-    /// Completes the oldest reductions until fewer than reductions_in_flight() hold pool memory.
-    void make_room();
-    /// Host memory: completes the oldest DDP buckets until fewer than reductions_in_flight()
-    /// are in flight. Open MPI's non-blocking all-reduce works on a temporary copy of its
-    /// buffer, so every bucket in flight at once would copy the whole gradient arena.
-    void make_room_for_bucket();
+    /// Completes the oldest reductions until `held` (the count of those holding pool memory,
+    /// or of DDP buckets in flight) is below reductions_in_flight().
+    void make_room(const size_t& held);
+    /// Zeroes the unit's stored gradients.
+    void zero_stored(int unit);
     void start(InFlight f);
     void complete(InFlight& f);
     void complete_all();
