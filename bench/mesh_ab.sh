@@ -30,6 +30,8 @@ SETTINGS=(
     "d2-z0|2|--parallel.zero_stage=0 --train.grad_accum=2"
     "d2-z2|2|--parallel.zero_stage=2 --train.grad_accum=2"
     "d2-z3|2|--parallel.zero_stage=3 --train.grad_accum=2"
+    "d2-z0-bf16|2|--parallel.zero_stage=0 --train.grad_accum=2 --precision.dtype=bf16"
+    "d2-z2-bf16|2|--parallel.zero_stage=2 --train.grad_accum=2 --precision.dtype=bf16"
     "t2|2|--parallel.zero_stage=1 --parallel.tensor=2 --train.grad_accum=2"
     "t2-sp|2|--parallel.zero_stage=1 --parallel.tensor=2 --parallel.sequence=true --train.grad_accum=2"
     "p2-1f1b|2|--parallel.zero_stage=1 --parallel.pipeline=2 --parallel.schedule=1f1b --train.grad_accum=4"
