@@ -319,6 +319,14 @@ struct DataParallelInput {
     int micro_batches = 1;
 };
 
+/// Whether compute hides a data-parallel collective over `link`: with a second stream
+/// (mesh.overlap), except inside a cpu node, where its copies and sums run on the cores the
+/// compute uses (the comm thread interleaves them but adds no core). A network moves its own
+/// bytes.
+bool hides_collectives(const Mesh& mesh, const ClusterConfig& c, const Link& link) {
+    return mesh.overlap && (!c.is_cpu() || link.inter_node);
+}
+
 void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, const MemoryPlan& memory,
                        const DataParallelInput& in, TimePlan& plan) {
     const int stage = cfg.parallel.zero_stage;
@@ -329,10 +337,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
     const GroupPlacement shard_place = place_group(mesh.shard, mesh.tensor, mesh.ranks_per_node);
     const Link shard_link = group_link(c, shard_place, mesh.active_on_node);
     const char* where = shard_link.inter_node ? "inter" : "intra";
-    // Inside a cpu node a collective's copies and sums run on the cores the compute uses: the
-    // comm thread interleaves them with it but adds no core, so nothing of them is hidden.
-    // A network moves its own bytes.
-    const bool overlap = mesh.overlap && (!c.is_cpu() || shard_link.inter_node);
+    const bool overlap = hides_collectives(mesh, c, shard_link);
     if (stage == 0 && mesh.data > 1) {
         // DDP: the summed gradients all-reduced in buckets during the last micro-batch's backward.
         const double bytes = total_numel * reduce;
@@ -387,7 +392,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
         const double tail = ar.seconds * (in.unit_numel.empty() || total_numel <= 0 ? 1 : in.trained_numel.front() / total_numel);
         add_phase(plan, "replica all-reduce", ar.seconds,
                   exposed_seconds(ar.seconds, std::max(0.0, in.backward_s - rs), tail,
-                                  mesh.overlap && (!c.is_cpu() || rl.inter_node)),
+                                  hides_collectives(mesh, c, rl)),
                   str("the owned shards over ", mesh.replicas, " replicas (", ar.algorithm, ", ",
                       rl.inter_node ? "inter" : "intra", "-node; hybrid sharding)"));
     }
