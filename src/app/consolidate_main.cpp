@@ -115,11 +115,12 @@ int run(int argc, char** argv) {
     std::string dtype = "fp32";
     std::string max_shard_size;
     std::string lora;
+    std::string base;
     po::options_description visible(
         "Usage:\n"
         "  zt-consolidate CKPT_DIR --output FILE [--dtype fp32|bf16|fp16] [--with-optimizer]\n"
         "  zt-consolidate CKPT_DIR --output DIR/ [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
-        "  zt-consolidate CKPT_DIR --output DIR/ --lora adapter|merge [--dtype fp32|bf16|fp16]\n"
+        "  zt-consolidate CKPT_DIR --output DIR/ --lora adapter|merge [--base BASE] [--dtype fp32|bf16|fp16]\n"
         "  zt-consolidate CKPT_DIR --info\n\n"
         "CKPT_DIR: a checkpoint directory (its `latest` step is used) or a step_N directory.\n"
         "FILE: .h5 (ztrain tensor names, one dataset each) or .safetensors (Hugging Face names and\n"
@@ -140,6 +141,10 @@ int run(int argc, char** argv) {
          "a LoRA run's checkpoint into a directory: adapter (PEFT's adapter_model.safetensors + "
          "adapter_config.json, for peft.PeftModel.from_pretrained) | merge (a Hugging Face model, the "
          "adapters merged into its weights)")
+        ("base", po::value(&base),
+         "a LoRA checkpoint's frozen base, which it does not hold: the weights its run started from "
+         "(model.init_from: a Hugging Face directory, .safetensors or .h5), when they are no longer at "
+         "the path the checkpoint records")
         ("info", "describe the checkpoint (step, world size, tensors, shard files) and exit");
     po::options_description all;
     all.add(visible).add_options()("checkpoint", po::value(&ckpt), "checkpoint directory");
@@ -176,7 +181,8 @@ int run(int argc, char** argv) {
     const zt::HfDirectoryExtras extras = to_dir ? tokenizer_extras(ckpt, &tokenizer_note) : zt::HfDirectoryExtras{};
     std::vector<std::string> files;
     try {
-        files = zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0, shard_bytes, extras, lora_export);
+        files = zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0, shard_bytes, extras, lora_export,
+                                base);
     } catch (const zt::InputError& e) {
         // A damaged step: name the newest complete one beside it, the one to consolidate.
         const std::string good = zt::newest_complete_checkpoint(ckpt);

@@ -120,6 +120,7 @@ nlohmann::json make_meta_base(const nlohmann::json& layout_fields, const ModelSt
     meta["config_ini"] = record.config_ini;
     if (!record.inputs.is_null()) meta["inputs"] = record.inputs;
     if (!record.blend.is_null()) meta["blend"] = record.blend;
+    if (state.layout().model.lora.on()) meta["lora_base"] = {{"path", record.lora_base}};
     for (const auto& [key, value] : layout_fields.items()) meta[key] = value;
     return meta;
 }

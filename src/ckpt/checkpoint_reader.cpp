@@ -14,6 +14,7 @@
 
 #include "checkpoint_format.hpp"
 #include "hdf5_util.hpp"
+#include "weights_file.hpp"
 #include "model_record.hpp"
 #include "ztrain/core/error.hpp"
 
@@ -203,7 +204,7 @@ std::string newest_complete_checkpoint(const std::string& path) {
     return "";
 }
 
-CheckpointReader::CheckpointReader(const std::string& step_dir)
+CheckpointReader::CheckpointReader(const std::string& step_dir, std::string base)
     : m_dir(step_dir), m_meta(read_checkpoint_meta(step_dir)) {
     // Every range names a unit of the model: read() and the callers index unit tables with it;
     // every file a tensor rank of the split.
@@ -223,9 +224,48 @@ CheckpointReader::CheckpointReader(const std::string& step_dir)
                 if (u < 0 || static_cast<size_t>(u) >= num_units) throw InputError(str(file, ": unit ", u, " out of range"));
             }
         }
+        m_base_elsewhere = m_meta.contains("lora_base");
+        ZT_INPUT_CHECK(m_base_elsewhere || base.empty(), meta_file(), ": a LoRA base was given (", base,
+                       "), but this checkpoint holds every weight itself (it is not a LoRA run's, or predates "
+                       "checkpoints without their base)");
+        if (m_base_elsewhere) m_base_path = base.empty() ? m_meta.at("lora_base").at("path").get<std::string>() : base;
+        ZT_INPUT_CHECK(!m_base_elsewhere || !m_base_path.empty() || m_meta.contains("seed"), meta_file(),
+                       ": lora_base names no weights and the manifest records no seed to regenerate the base from");
     } catch (const nlohmann::json::exception& e) {
         throw InputError(str(meta_file(), ": malformed manifest: ", e.what()));
     }
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+std::string CheckpointReader::base_source() const {
+    if (!m_base_elsewhere) return "";
+    return m_base_path.empty() ? str("train.seed = ", m_meta.at("seed").get<uint64_t>()) : m_base_path;
+}
+
+size_t CheckpointReader::saved_begin(const ModelLayout& layout, int unit) const {
+    return m_base_elsewhere ? trainable_begins(layout)[static_cast<size_t>(unit)] : 0;
+}
+
+void CheckpointReader::read_base(int unit, size_t begin, size_t end, const char* which, float* out) {
+    if (std::string(which) != "master") {
+        std::fill(out, out + (end - begin), 0.f);  // a frozen weight has no moments
+        return;
+    }
+    if (m_base_path.empty()) {
+        init_unit_range(whole(), unit, m_meta.at("seed").get<uint64_t>(), begin, end, out);
+        return;
+    }
+    if (!m_base) {
+        try {
+            m_base = std::make_unique<WeightsRanges>(m_base_path, whole(), whole().model);
+        } catch (const InputError& e) {
+            throw InputError(str(m_dir, ": the LoRA checkpoint does not hold its frozen base; reading it from ",
+                                 m_base_path, " failed: ", e.what(),
+                                 " (zt-consolidate --base DIR names where the base is now)"));
+        }
+    }
+    m_base->read(unit, begin, end, out);
 }
 
 const ModelLayout& CheckpointReader::whole() {
@@ -268,6 +308,16 @@ void gather_runs(const std::vector<SliceRun>& runs, bool into_local, size_t out_
 }  // namespace
 
 void CheckpointReader::read(int unit, size_t begin, size_t end, const char* which, float* out) {
+    if (!m_base_elsewhere) {
+        read_saved(unit, begin, end, which, out);
+        return;
+    }
+    const size_t saved = std::clamp(saved_begin(whole(), unit), begin, end);
+    if (saved > begin) read_base(unit, begin, saved, which, out);
+    if (end > saved) read_saved(unit, saved, end, which, out + (saved - begin));
+}
+
+void CheckpointReader::read_saved(int unit, size_t begin, size_t end, const char* which, float* out) {
     if (m_tensor == 1) {
         read_written(0, unit, begin, end, which, out);
         return;
@@ -283,8 +333,11 @@ void CheckpointReader::read(int unit, size_t begin, size_t end, const char* whic
 void CheckpointReader::read(const ModelLayout& part, int unit, size_t begin, size_t end, const char* which,
                             float* out) {
     if (part.split.size == m_tensor) {
-        read_written(part.split.rank, unit, begin, end, which, out);
-        return;
+        // The saved part straight from the files; a frozen base through the unsplit layout.
+        const size_t saved = std::clamp(saved_begin(part, unit), begin, end);
+        if (end > saved) read_written(part.split.rank, unit, saved, end, which, out + (saved - begin));
+        end = saved;
+        if (end == begin) return;
     }
     std::fill(out, out + (end - begin), 0.f);
     gather_runs(runs_within(slice_runs(part, whole(), unit), begin, end, true), true, begin, out,

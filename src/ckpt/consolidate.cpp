@@ -499,14 +499,14 @@ std::vector<std::string> export_peft_adapter(CheckpointReader& reader, const Ckp
 /// files, config.json.
 std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const std::string& output, DType dtype,
                                              uint64_t max_shard_bytes, const HfDirectoryExtras& extras,
-                                             LoraExport lora) {
+                                             LoraExport lora, const std::string& lora_base) {
     const fs::path dir = fs::path(output).lexically_normal();
     const fs::path parent = dir.has_filename() ? dir.parent_path() : dir.parent_path().parent_path();
     ZT_INPUT_CHECK(fs::is_directory(dir) || parent.empty() || fs::is_directory(parent), "--output: directory '",
                    parent.string(), "' does not exist");
     // Everything that can refuse the checkpoint runs before the directory is touched.
     const std::string step_dir = resolve_step_dir(ckpt_path);
-    CheckpointReader reader(step_dir);
+    CheckpointReader reader(step_dir, lora_base);
     CkptModel m = load_ckpt_model(step_dir, reader.meta());
     const bool adapted = std::any_of(m.tensors.begin(), m.tensors.end(), [](const CkptTensor& t) {
         return is_adapter(t.name);
@@ -543,13 +543,13 @@ std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const
 
 std::vector<std::string> consolidate(const std::string& ckpt_path, const std::string& output, DType dtype,
                                      bool with_optimizer, uint64_t max_shard_bytes, const HfDirectoryExtras& extras,
-                                     LoraExport lora) {
+                                     LoraExport lora, const std::string& lora_base) {
     silence_hdf5();
     ZT_INPUT_CHECK(!output.empty(), "--output: no file name given");
     if (fs::is_directory(output) || output.back() == '/') {
         ZT_INPUT_CHECK(!with_optimizer, "--with-optimizer: a Hugging Face directory ('", output,
                        "') holds weights only; write a .h5 file for the optimizer state");
-        return export_hf_directory(ckpt_path, output, dtype, max_shard_bytes, extras, lora);
+        return export_hf_directory(ckpt_path, output, dtype, max_shard_bytes, extras, lora, lora_base);
     }
     ZT_INPUT_CHECK(lora == LoraExport::kNone, "--lora: writes a Hugging Face directory; '", output,
                    "' is a file (give a directory, or a name ending in /)");
@@ -563,7 +563,7 @@ std::vector<std::string> consolidate(const std::string& ckpt_path, const std::st
                    "' does not exist");
     ZT_INPUT_CHECK(!fs::is_directory(output), "--output: '", output, "' is a directory");
     const std::string step_dir = resolve_step_dir(ckpt_path);
-    CheckpointReader reader(step_dir);
+    CheckpointReader reader(step_dir, lora_base);
     const CkptModel model = load_ckpt_model(step_dir, reader.meta());
     write_atomically(output, [&](const std::string& file) {
         if (fmt == WeightsFormat::kH5) {
@@ -672,6 +672,12 @@ std::string checkpoint_info(const std::string& ckpt_path) {
         os << "  model: " << dim(m.model.n_layer) << " layers, " << dim(m.model.n_head) << " heads, "
            << dim(m.model.n_embd) << " wide, seq " << dim(m.model.seq_len) << ", vocab " << dim(m.model.vocab_size)
            << " (padded " << dim(m.padded_vocab) << ")\n";
+        if (meta.contains("lora_base")) {
+            const std::string base = meta["lora_base"].value("path", std::string());
+            os << "  LoRA: the shards hold the adapters and their state; the frozen base is "
+               << (base.empty() ? str("regenerated from seed ", meta.value("seed", uint64_t{0})) : "read from " + base)
+               << "\n";
+        }
         size_t params = 0;
         size_t width = 0;
         for (const CkptTensor& t : m.tensors) {

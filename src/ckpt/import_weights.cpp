@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -456,6 +457,57 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
         checked_body();
     }
     state.shards().sync_working_from_master();
+}
+
+struct WeightsRanges::Impl {
+    std::string path;
+    ModelConfig cfg;
+    std::vector<Expected> expected;
+    std::optional<SafetensorsSet> set;  // open while ranges are read (not for .h5)
+    const Expected* cached = nullptr;   // the tensor whose live values `values` holds
+    std::vector<float> values;
+
+    /// Reads tensor `x` whole into `values` (through the importers, so with their checks).
+    void load(const Expected& x) {
+        const Wanted only = [&](const Expected& e) { return &e == &x; };
+        const Deliver keep = [&](const Expected& e, const float* data) { values.assign(data, data + e.live_numel); };
+        if (set) {
+            import_safetensors(*set, model_family(cfg).hf_naming(), expected, only, keep);
+        } else {
+            import_h5(path, expected, only, keep);
+        }
+        cached = &x;
+    }
+};
+
+WeightsRanges::WeightsRanges(std::string path, const ModelLayout& layout, const ModelConfig& cfg)
+    : m(std::make_unique<Impl>()) {
+    m->path = std::move(path);
+    m->cfg = cfg;
+    m->expected = expected_tensors(layout, cfg);
+    const bool hf_dir = fs::is_directory(m->path);
+    ZT_INPUT_CHECK(hf_dir || fs::is_regular_file(m->path), m->path,
+                   ": the LoRA base's weights are not there (not a file or directory)");
+    if (hf_dir) {
+        m->set = open_hf_directory(m->path, cfg);
+    } else if (weights_format_of(m->path, "the LoRA base") == WeightsFormat::kSafetensors) {
+        m->set = open_single(m->path);
+    }
+}
+
+WeightsRanges::~WeightsRanges() = default;
+
+void WeightsRanges::read(int unit, size_t begin, size_t end, float* out) {
+    std::fill(out, out + (end - begin), 0.f);
+    for (const Expected& x : m->expected) {
+        const ParamSpec& p = *x.spec;
+        const size_t b = std::max(begin, p.offset);
+        const size_t e = std::min(end, p.offset + x.live_numel);
+        if (p.unit != unit || e <= b) continue;
+        if (m->cached != &x) m->load(x);
+        std::copy(m->values.begin() + static_cast<std::ptrdiff_t>(b - p.offset),
+                  m->values.begin() + static_cast<std::ptrdiff_t>(e - p.offset), out + (b - begin));
+    }
 }
 
 void read_hf_weights(const std::string& dir, const ModelLayout& layout, const ModelConfig& cfg, const WeightSink& put) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,24 @@ inline size_t shape_numel(const std::vector<size_t>& shape) {
 inline bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+/// Unit ranges of the weights a file holds (model.init_from's formats: .h5, .safetensors or
+/// a Hugging Face directory, checked as import checks them) in `layout`'s coordinates: the
+/// frozen base of a LoRA checkpoint, which its shards do not hold. A tensor is read whole
+/// when a range first touches it and kept for the next range (ranges come in order);
+/// padded rows, alignment gaps and adapters read zero. `layout` must outlive it.
+class WeightsRanges {
+  public:
+    WeightsRanges(std::string path, const ModelLayout& layout, const ModelConfig& cfg);
+    ~WeightsRanges();
+    WeightsRanges(const WeightsRanges&) = delete;
+    WeightsRanges& operator=(const WeightsRanges&) = delete;
+    void read(int unit, size_t begin, size_t end, float* out);
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> m;
+};
 
 /// A Hugging Face directory's tensors into `put` (import_weights.cpp; model_source.hpp's
 /// read_model_weights for a directory): config.json checked against cfg first.

@@ -143,6 +143,9 @@ void CheckpointSaver::save(const TrainProgress& p, bool stop_requested) {
     record.seed = m_cfg.train.seed;
     record.config_ini = to_ini(m_cfg);
     record.inputs = m_inputs;
+    if (m_cfg.model.lora.on() && !m_cfg.model.init_from.empty()) {
+        record.lora_base = std::filesystem::absolute(m_cfg.model.init_from).lexically_normal().string();
+    }
     if (m_blend_record) record.blend = m_blend_record(p.samples_seen);
     // The last save has no steps to overlap: copying a snapshot would only add its time.
     const bool last = stop_requested || p.step >= m_cfg.train.max_steps;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # LoRA from the command line: a tiny GPT-2 pretrained by ztrain and consolidated to a Hugging
 # Face directory is the base of `--model.from_hf=DIR --lora.rank=4`; the run resumes with the
-# same base (also at 2 ranks, ZeRO-3) and refuses (exit 2, naming both) a resume naming another
-# one or finding other content at the same path; a bad target exits 2 listing the family's names;
-# lora.base_dtype = bf16 under fp32 halves the plan's stored weights and trains; zt-consolidate
-# writes the adapter and the merged model, and zt-generate samples from the checkpoint.
+# same base (also at 2 ranks, ZeRO-3, and at tensor 2) and refuses (exit 2, naming both) a
+# resume naming another one or finding other content at the same path; a bad target exits 2
+# listing the family's names; lora.base_dtype = bf16 under fp32 halves the plan's stored weights
+# and trains; zt-consolidate writes the adapter and the merged model (reading the base, which
+# the checkpoints do not hold, from the recorded path or --base), and zt-generate samples from
+# the checkpoint.
 # Usage: test_lora.sh BIN_DIR SOURCE_DIR
 set -u
 BIN=$1
@@ -54,5 +56,25 @@ from_merged=$("$BIN/zt-generate" merged --tokenizer data/tokenizer.json --prompt
 check "zt-generate: the checkpoint's greedy text ('$from_ckpt') is the merged model's ('$from_merged')" \
   test -n "$from_ckpt" -a "$from_ckpt" = "$from_merged"
 check "adapter_config.json names the targets" grep -q '"c_attn"' adapter/adapter_config.json
+# The checkpoints hold the adapters and their state, not the base: they name where it is.
+expect 0 "the frozen base is read from .*/base" "$BIN/zt-consolidate" lora/checkpoints --info
+expect 2 "a LoRA base was given .* holds every weight itself" "$BIN/zt-consolidate" pre/checkpoints --output x/ \
+  --base base
+# Resumed at tensor 2 (the base's slices from the file, the adapters' from a T = 1 checkpoint),
+# then merged from the T = 2 checkpoint with the base moved: refused naming the recorded path,
+# then read from --base; the same greedy text as the checkpoint's.
+expect 0 "resumed from .* at step 4" "$BIN/ztrun" 2 ztrain --model.from_hf=base "${lora[@]}" --train.max_steps=5 \
+  --parallel.tensor=2 --train.grad_accum=1
+mv base moved_base
+expect 2 "does not hold its frozen base; reading it from .*/base failed.*--base DIR" "$BIN/zt-consolidate" \
+  lora/checkpoints --output merged_t2/ --lora merge
+expect 0 "wrote merged_t2/model.safetensors" "$BIN/zt-consolidate" lora/checkpoints --output merged_t2/ --lora merge \
+  --base moved_base
+mv moved_base base
+from_t2=$("$BIN/zt-generate" lora/checkpoints --prompt "the quick" --max-new-tokens 8 --temperature 0 2>/dev/null)
+from_merged_t2=$("$BIN/zt-generate" merged_t2 --tokenizer data/tokenizer.json --prompt "the quick" --max-new-tokens 8 \
+  --temperature 0 2>/dev/null)
+check "zt-generate: the T = 2 checkpoint's greedy text ('$from_t2') is its merged model's ('$from_merged_t2')" \
+  test -n "$from_t2" -a "$from_t2" = "$from_merged_t2"
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all LoRA command-line checks passed"

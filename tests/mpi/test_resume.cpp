@@ -28,6 +28,7 @@
 #include "mpi_training.hpp"
 #include "test_support.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
+#include "ztrain/ckpt/export.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -139,6 +140,61 @@ INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume,
                                     (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "") +
                                     (info.param.base_dtype ? std::string("_base_") + dtype_name(*info.param.base_dtype) : "");
                          });
+
+// A LoRA run initialised from a weights file (ZeRO-3): its checkpoints hold the adapters and
+// their state, not the frozen base, and record the file the base comes from; the resume reads
+// the base's shards from it and continues bit for bit.
+TEST(LoraBaseFromAFile, CheckpointsHoldTheAdaptersOnlyAndTheResumeIsBitExact) {
+    test::SharedDir dir("lora_base");
+    if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
+    MPI_Barrier(MPI_COMM_WORLD);
+    Config pre = resume_config(dir, "pre", 0);
+    pre.train.max_steps = 2;
+    train(pre, TrainOptions{});
+    const std::string base = dir.file("base.h5");
+    if (test::world_rank() == 0) consolidate(dir.file("pre/checkpoints"), base, DType::kF32, false);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto config_for = [&](const std::string& run) {
+        Config c = resume_config(dir, run, 3);
+        c.model.lora.rank = 4;
+        c.model.lora.targets = "c_attn,c_proj";
+        c.model.init_from = base;
+        return c;
+    };
+    TrainOptions opt;
+    opt.collect_params = true;
+    const TrainSummary whole = train(config_for("whole"), opt);
+    train(config_for("split"), stop_after(10));
+    const TrainSummary rest = train(config_for("split"), opt);
+    ASSERT_EQ(rest.losses.size(), 10u);
+    EXPECT_EQ(std::memcmp(whole.final_params.data(), rest.final_params.data(),
+                          whole.final_params.size() * sizeof(float)), 0)
+        << "final parameters differ after resuming a LoRA run whose base is read from " << base;
+    if (test::world_rank() != 0) return;
+    EXPECT_EQ(untimed_step_records(dir.file("whole/metrics.jsonl")), untimed_step_records(dir.file("split/metrics.jsonl")));
+    // The shards' ranges cover each unit's trained tail (its adapters) exactly once.
+    const nlohmann::json meta = read_checkpoint_meta(dir.file("split/checkpoints/" + checkpoint_dir_name(10)));
+    EXPECT_EQ(meta.at("lora_base").at("path").get<std::string>(), std::filesystem::absolute(base).string());
+    const ModelLayout layout = make_model_layout(config_for("split").model);
+    const std::vector<size_t> trained_begin = trainable_begins(layout);
+    size_t trained = 0;
+    size_t total = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+        trained += layout.unit_numel[u] - trained_begin[u];
+        total += layout.unit_numel[u];
+    }
+    size_t saved = 0;
+    for (const auto& shard : meta.at("shards")) {
+        for (const auto& r : shard.at("units")) {
+            const int u = r.at("unit").get<int>();
+            EXPECT_GE(r.at("begin").get<size_t>(), trained_begin[u]) << "unit " << u << " saves frozen elements";
+            saved += r.at("end").get<size_t>() - r.at("begin").get<size_t>();
+        }
+    }
+    EXPECT_EQ(saved, trained) << "of " << total << " elements";
+    EXPECT_LT(trained * 5, total);
+    EXPECT_FALSE(read_checkpoint_meta(dir.file("pre/checkpoints/" + checkpoint_dir_name(2))).contains("lora_base"));
+}
 
 // checkpoint.async: the save after step 5 is written in the background (held back 300 ms by
 // the test hook, so steps 6.. surely run while it is in flight) and training goes on to

@@ -180,12 +180,12 @@ TEST(MemoryPlan, DdpMpiBuffersAreTheBucketsInFlight) {
 TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
     // checkpoint.async's host snapshot: the plan item is what CheckpointSnapshot allocates
     // (12 bytes per primary element: master, m, v) at every stage, and absent when saves
-    // are synchronous. At N ranks the item is the largest rank's share.
+    // are synchronous. At N ranks the item is the largest rank's share. A LoRA run saves
+    // its adapters only (the frozen base is not in its checkpoints).
     Config cfg;
     cfg.model = test::model_config(2, 2, 32, 16, 50);
     cfg.train.max_steps = 100;
     cfg.checkpoint.every = 10;  // periodic saves before the end: the async ones
-    const ModelLayout layout = make_model_layout(cfg.model);
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     const auto item = [](const MemoryPlan& plan) {
         for (const MemoryItem& i : plan.items) {
@@ -193,30 +193,41 @@ TEST(MemoryPlan, CheckpointSnapshotPlanIsWhatTheSnapshotAllocates) {
         }
         return -1.0;
     };
-    for (int stage = 0; stage <= 3; ++stage) {
-        cfg.parallel.zero_stage = stage;
-        ModelState state(layout, *backend, self_communicator(),
-                         StateOptions::zero(stage).with_buckets(4096).with_seed(1));
-        const CheckpointSnapshot snapshot(state);
-        cfg.checkpoint.async = true;
-        EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), static_cast<double>(snapshot.bytes())) << "stage " << stage;
-        const ShardPlan four(layout.unit_numel, 4, ShardingPolicy::zero_stage(stage));
-        double largest = 0;
-        for (int r = 0; r < 4; ++r) largest = std::max(largest, static_cast<double>(CheckpointSnapshot::planned_bytes(four, r)));
-        EXPECT_EQ(item(plan_memory(cfg, 4, 4, 0, 0, false)), largest) << "stage " << stage << ", 4 ranks";
-        if (stage == 0) {
-            EXPECT_EQ(largest, static_cast<double>(snapshot.bytes())) << "DDP: rank 0 saves everything";
-        } else {
-            EXPECT_LE(largest, static_cast<double>(snapshot.bytes())) << "stage " << stage << ": a ZeRO rank saves a part";
+    double full_model = 0;
+    for (const int rank : {0, 4}) {
+        cfg.model.lora.rank = rank;
+        cfg.model.lora.targets = "c_attn";
+        const ModelLayout layout = make_model_layout(cfg.model);
+        for (int stage = 0; stage <= 3; ++stage) {
+            const std::string what = str("stage ", stage, rank ? ", LoRA" : "");
+            cfg.parallel.zero_stage = stage;
+            ModelState state(layout, *backend, self_communicator(),
+                             StateOptions::zero(stage).with_buckets(4096).with_seed(1));
+            const CheckpointSnapshot snapshot(state);
+            cfg.checkpoint.async = true;
+            EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), static_cast<double>(snapshot.bytes())) << what;
+            if (rank == 0 && stage == 0) full_model = static_cast<double>(snapshot.bytes());
+            if (rank > 0) {
+                EXPECT_LT(3 * static_cast<double>(snapshot.bytes()), full_model) << what;
+            }
+            const ShardPlan four(layout.unit_numel, 4, ShardingPolicy::zero_stage(stage), trainable_begins(layout));
+            double largest = 0;
+            for (int r = 0; r < 4; ++r) largest = std::max(largest, static_cast<double>(CheckpointSnapshot::planned_bytes(four, r)));
+            EXPECT_EQ(item(plan_memory(cfg, 4, 4, 0, 0, false)), largest) << what << ", 4 ranks";
+            if (stage == 0) {
+                EXPECT_EQ(largest, static_cast<double>(snapshot.bytes())) << "DDP: rank 0 saves everything";
+            } else {
+                EXPECT_LE(largest, static_cast<double>(snapshot.bytes())) << what << ": a ZeRO rank saves a part";
+            }
+            // Only the last save (synchronous whatever checkpoint.async says): no snapshot.
+            for (const int every : {0, 100, 150}) {
+                cfg.checkpoint.every = every;
+                EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), -1.0) << "checkpoint.every = " << every;
+            }
+            cfg.checkpoint.every = 10;
+            cfg.checkpoint.async = false;
+            EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), -1.0) << "no snapshot for synchronous saves";
         }
-        // Only the last save (synchronous whatever checkpoint.async says): no snapshot.
-        for (const int every : {0, 100, 150}) {
-            cfg.checkpoint.every = every;
-            EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), -1.0) << "checkpoint.every = " << every;
-        }
-        cfg.checkpoint.every = 10;
-        cfg.checkpoint.async = false;
-        EXPECT_EQ(item(plan_memory(cfg, 1, 1, 0, 0, false)), -1.0) << "no snapshot for synchronous saves";
     }
 }
 

@@ -132,6 +132,11 @@ struct CheckpointRecord {
     /// The data cursor of a weighted data.train, per corpus (train/blend_cursor.hpp), saved
     /// as meta_json "blend"; null for one corpus without weights (samples_seen is its cursor).
     nlohmann::json blend;
+    /// A LoRA run's frozen base, which its checkpoints do not hold: the weights it was
+    /// initialised from (model.init_from, made absolute), or empty when train.seed generated
+    /// it. Saved as meta_json "lora_base": {"path": ...} whenever the model has adapters.
+    std::string lora_base;
+    bool lora_base_known = false;  ///< filled on load: the checkpoint has "lora_base"
 };
 
 /// "step_00000100"
@@ -268,15 +273,28 @@ std::string newest_complete_checkpoint(const std::string& path);
 /// naming the file when it is missing, unreadable or fails its checks.
 nlohmann::json read_checkpoint_meta(const std::string& step_dir);
 
+class WeightsRanges;
+
 /// Reads elements [begin, end) of one unit's `which` buffer ("master", "adam_m" or
 /// "adam_v") from a checkpoint into host memory `out`, whatever the world size that wrote
 /// it: the range is assembled from every shard that holds part of it. The one shard reader:
 /// load_checkpoint and zt-consolidate both use it. Each shard file's size and hash are
 /// verified the first time it is used. Throws InputError naming the file on damage, a
 /// manifest range outside the model's units, or when the shards do not cover the range.
+///
+/// A LoRA run's checkpoint (meta_json "lora_base") holds its adapters and their state, not
+/// the frozen base: the base's master elements are read from the weights its run was
+/// initialised from (the recorded path, or `base` when given: zt-consolidate --base), or
+/// regenerated from the recorded train.seed; its moments read zero.
 class CheckpointReader {
   public:
-    explicit CheckpointReader(const std::string& step_dir);
+    explicit CheckpointReader(const std::string& step_dir, std::string base = "");
+    ~CheckpointReader();
+    CheckpointReader(const CheckpointReader&) = delete;
+    CheckpointReader& operator=(const CheckpointReader&) = delete;
+    /// Where a LoRA checkpoint's frozen base comes from: the weights' path, or "train.seed
+    /// = N"; empty when the shards hold every element.
+    std::string base_source() const;
     const nlohmann::json& meta() const { return m_meta; }
     const std::string& dir() const { return m_dir; }
     /// meta.h5's path, for messages about the manifest.
@@ -295,6 +313,13 @@ class CheckpointReader {
   private:
     /// [begin, end) of `unit` in the layout of the files of tensor rank `tensor_rank`.
     void read_written(int tensor_rank, int unit, size_t begin, size_t end, const char* which, float* out);
+    /// The same in the unsplit layout, from the shards whatever split wrote them.
+    void read_saved(int unit, size_t begin, size_t end, const char* which, float* out);
+    /// Frozen base elements [begin, end) of `unit` in the unsplit layout (base_source()).
+    void read_base(int unit, size_t begin, size_t end, const char* which, float* out);
+    /// Where `unit` of `layout` stops being frozen: the shards hold it from there on (0 when
+    /// they hold every element).
+    size_t saved_begin(const ModelLayout& layout, int unit) const;
     /// The unsplit layout of the checkpoint's model (made on first use).
     const ModelLayout& whole();
     /// The layout of tensor rank r's files (made on first use).
@@ -306,6 +331,9 @@ class CheckpointReader {
     int m_tensor = 1;
     std::unique_ptr<ModelLayout> m_whole;
     std::vector<std::unique_ptr<ModelLayout>> m_parts;
+    bool m_base_elsewhere = false;  ///< meta_json has "lora_base"
+    std::string m_base_path;        ///< its weights; empty: regenerated from train.seed
+    std::unique_ptr<WeightsRanges> m_base;
 };
 
 /// Loads master weights and AdamW state into `state` (any world size / stage: each rank

@@ -86,8 +86,9 @@ struct HfDirectoryExtras {
 /// and this one did not write are removed. `extras` applies to a directory only. Returns the
 /// weight files written.
 ///
-/// A checkpoint of a LoRA run (lora.rank > 0: it holds the frozen base and the adapters) is
-/// exported to a directory with `lora`: kAdapter writes PEFT's adapter_model.safetensors
+/// A checkpoint of a LoRA run (lora.rank > 0: it holds the adapters; the frozen base comes
+/// from the weights the run was initialised from, at the path it records or at `lora_base`,
+/// or is regenerated from its train.seed) is exported to a directory with `lora`: kAdapter writes PEFT's adapter_model.safetensors
 /// ("base_model.model." + the family's Hugging Face name of each NAME.lora_A/B.weight) and
 /// adapter_config.json, which peft.PeftModel.from_pretrained(base, OUTPUT) loads; kMerge a
 /// plain Hugging Face directory whose adapted weights are W + (alpha / r) B A. kNone refuses
@@ -96,7 +97,8 @@ struct HfDirectoryExtras {
 enum class LoraExport { kNone, kAdapter, kMerge };
 std::vector<std::string> consolidate(const std::string& ckpt_path, const std::string& output, DType dtype,
                                      bool with_optimizer, uint64_t max_shard_bytes = 0,
-                                     const HfDirectoryExtras& extras = {}, LoraExport lora = LoraExport::kNone);
+                                     const HfDirectoryExtras& extras = {}, LoraExport lora = LoraExport::kNone,
+                                     const std::string& lora_base = "");
 /// zt-consolidate --max-shard-size: bytes, or a number and KB | MB | GB | TB (powers of 10, any
 /// case; huggingface_hub's parse_size_to_int), e.g. "5GB" = 5e9, "0.5MB" = 500000. Throws
 /// InputError naming the text.
