@@ -109,13 +109,18 @@ zt::HfDirectoryExtras tokenizer_extras(const std::string& ckpt, std::string* not
     return extras;
 }
 
-int run(int argc, char** argv) {
+/// What the command line gives.
+struct Options {
     std::string ckpt;
     std::string output;
     std::string dtype = "fp32";
     std::string max_shard_size;
     std::string lora;
     std::string base;
+};
+
+/// The usage text and the options --help shows, bound to `o`.
+po::options_description visible_options(Options& o) {
     po::options_description visible(
         "Usage:\n"
         "  zt-consolidate CKPT_DIR --output FILE [--dtype fp32|bf16|fp16] [--with-optimizer]\n"
@@ -131,23 +136,29 @@ int run(int argc, char** argv) {
         "(found as zt-eval finds it: data.tokenizer, or tokenizer.json beside data.train).\n\nOptions");
     visible.add_options()
         ("help,h", "print this help and exit")
-        ("output,o", po::value(&output), "the file to write (.h5, .hdf5 or .safetensors)")
-        ("dtype", po::value(&dtype), "element type of the weights: fp32 (default), bf16, fp16")
+        ("output,o", po::value(&o.output), "the file to write (.h5, .hdf5 or .safetensors)")
+        ("dtype", po::value(&o.dtype), "element type of the weights: fp32 (default), bf16, fp16")
         ("with-optimizer", "also write AdamW m and v (fp32; .h5 only)")
-        ("max-shard-size", po::value(&max_shard_size),
+        ("max-shard-size", po::value(&o.max_shard_size),
          "a directory's weights in files of at most SIZE (5GB, 500MB, 100KB: powers of 10; or bytes), "
          "model-00001-of-0000N.safetensors ... + model.safetensors.index.json, as save_pretrained")
-        ("lora", po::value(&lora),
+        ("lora", po::value(&o.lora),
          "a LoRA run's checkpoint into a directory: adapter (PEFT's adapter_model.safetensors + "
          "adapter_config.json, for peft.PeftModel.from_pretrained) | merge (a Hugging Face model, the "
          "adapters merged into its weights)")
-        ("base", po::value(&base),
+        ("base", po::value(&o.base),
          "a LoRA checkpoint's frozen base, which it does not hold: the weights its run started from "
          "(model.init_from: a Hugging Face directory, .safetensors or .h5), when they are no longer at "
          "the path the checkpoint records")
         ("info", "describe the checkpoint (step, world size, tensors, shard files) and exit");
+    return visible;
+}
+
+int run(int argc, char** argv) {
+    Options o;
+    po::options_description visible = visible_options(o);
     po::options_description all;
-    all.add(visible).add_options()("checkpoint", po::value(&ckpt), "checkpoint directory");
+    all.add(visible).add_options()("checkpoint", po::value(&o.ckpt), "checkpoint directory");
     po::positional_options_description positional;
     positional.add("checkpoint", 1);
     po::variables_map vm;
@@ -157,41 +168,41 @@ int run(int argc, char** argv) {
         std::cout << visible << "\n";
         return zt::kExitOk;
     }
-    ZT_INPUT_CHECK(!ckpt.empty(), "no checkpoint directory given (see --help)");
+    ZT_INPUT_CHECK(!o.ckpt.empty(), "no checkpoint directory given (see --help)");
     if (vm.count("info")) {
-        ZT_INPUT_CHECK(output.empty() && !vm.count("with-optimizer") && !vm.count("max-shard-size"),
+        ZT_INPUT_CHECK(o.output.empty() && !vm.count("with-optimizer") && !vm.count("max-shard-size"),
                        "--info describes a checkpoint; it does not take --output, --with-optimizer or --max-shard-size");
-        std::cout << zt::checkpoint_info(ckpt);
+        std::cout << zt::checkpoint_info(o.ckpt);
         return zt::kExitOk;
     }
-    ZT_INPUT_CHECK(!output.empty(), "--output FILE is required (or --info)");
-    const zt::DType t = zt::parse_dtype(dtype, "--dtype");
-    ZT_INPUT_CHECK(lora.empty() || lora == "adapter" || lora == "merge", "--lora = '", lora,
+    ZT_INPUT_CHECK(!o.output.empty(), "--output FILE is required (or --info)");
+    const zt::DType t = zt::parse_dtype(o.dtype, "--dtype");
+    ZT_INPUT_CHECK(o.lora.empty() || o.lora == "adapter" || o.lora == "merge", "--lora = '", o.lora,
                    "': expected adapter or merge");
-    const zt::LoraExport lora_export = lora == "adapter" ? zt::LoraExport::kAdapter
-                                       : lora == "merge" ? zt::LoraExport::kMerge
-                                                         : zt::LoraExport::kNone;
-    const uint64_t shard_bytes = vm.count("max-shard-size") ? zt::parse_max_shard_size(max_shard_size) : 0;
-    ZT_INPUT_CHECK(shard_bytes == 0 || std::filesystem::is_directory(output) || output.back() == '/',
-                   "--max-shard-size: splits a Hugging Face directory's weights; '", output,
+    const zt::LoraExport lora_export = o.lora == "adapter" ? zt::LoraExport::kAdapter
+                                       : o.lora == "merge" ? zt::LoraExport::kMerge
+                                                           : zt::LoraExport::kNone;
+    const uint64_t shard_bytes = vm.count("max-shard-size") ? zt::parse_max_shard_size(o.max_shard_size) : 0;
+    ZT_INPUT_CHECK(shard_bytes == 0 || std::filesystem::is_directory(o.output) || o.output.back() == '/',
+                   "--max-shard-size: splits a Hugging Face directory's weights; '", o.output,
                    "' is a file (give a directory, or a name ending in /)");
     const auto t0 = std::chrono::steady_clock::now();
-    const bool to_dir = fs::is_directory(output) || output.back() == '/';
+    const bool to_dir = fs::is_directory(o.output) || o.output.back() == '/';
     std::string tokenizer_note;
-    const zt::HfDirectoryExtras extras = to_dir ? tokenizer_extras(ckpt, &tokenizer_note) : zt::HfDirectoryExtras{};
+    const zt::HfDirectoryExtras extras = to_dir ? tokenizer_extras(o.ckpt, &tokenizer_note) : zt::HfDirectoryExtras{};
     std::vector<std::string> files;
     try {
-        files = zt::consolidate(ckpt, output, t, vm.count("with-optimizer") > 0, shard_bytes, extras, lora_export,
-                                base);
+        files = zt::consolidate(o.ckpt, o.output, t, vm.count("with-optimizer") > 0, shard_bytes, extras, lora_export,
+                                o.base);
     } catch (const zt::InputError& e) {
         // A damaged step: name the newest complete one beside it, the one to consolidate.
-        const std::string good = zt::newest_complete_checkpoint(ckpt);
+        const std::string good = zt::newest_complete_checkpoint(o.ckpt);
         if (good.empty()) throw;
         throw zt::InputError(zt::str(e.what(), ". The newest complete checkpoint there is ", good,
-                                     ": zt-consolidate ", good, " --output ", output));
+                                     ": zt-consolidate ", good, " --output ", o.output));
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const bool hf_dir = std::filesystem::is_directory(output);
+    const bool hf_dir = std::filesystem::is_directory(o.output);
     double bytes = 0;
     for (const std::string& f : files) {
         std::error_code ec;
@@ -200,7 +211,7 @@ int run(int argc, char** argv) {
     }
     // As the directory was named: OUTPUT/model.safetensors.
     auto shown = [&](const std::string& f) {
-        return hf_dir ? (std::filesystem::path(output) / std::filesystem::path(f).filename()).string() : f;
+        return hf_dir ? (std::filesystem::path(o.output) / std::filesystem::path(f).filename()).string() : f;
     };
     const std::string weights = files.size() == 1 ? shown(files[0])
                                                   : zt::str(shown(files.front()), " ... ",

@@ -31,8 +31,9 @@ void ActivationRoundingBackend::matmul_residual_forward(ActPtr out, ConstActPtr 
 }
 
 void ActivationRoundingBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
-                                                ConstActPtr inp, ConstActPtr weight, int N, int C, int OC) {
-    inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                                                ConstActPtr inp, ConstActPtr weight, int N, int C, int OC,
+                                                GradWrite grads) {
+    inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, grads);
     if (dinp.data != nullptr) round(dinp, elements(N, C));
 }
 

@@ -95,8 +95,8 @@ void ProfilingBackend::matmul_residual_forward(ActPtr out, ConstActPtr inp, Cons
     timed(kOpMatmulFwd, [&] { inner().matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC); });
 }
 void ProfilingBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                                       ConstActPtr weight, int N, int C, int OC) {
-    timed(kOpMatmulBwd, [&] { inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
+                                       ConstActPtr weight, int N, int C, int OC, GradWrite grads) {
+    timed(kOpMatmulBwd, [&] { inner().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, grads); });
 }
 void ProfilingBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                                          const float* bias, int N, int C) {

@@ -14,16 +14,16 @@ namespace zt {
 
 namespace {
 /// A product's weight (out, in) and bias (out; null for kNoBias) gradients at their offsets
-/// in the unit's gradient buffer, zeroed first where dw.zero.
+/// in the unit's gradient buffer, and how the product writes them: assigned where dw.zero
+/// (it is their only writer, so no zeroing pass), else added.
 struct ProductGrads {
     float* dw;
     float* db;
+    GradWrite write;
 };
-ProductGrads product_grads(Backend& be, UnitGrads dw, const ParallelLinear::Shape& s) {
-    const ProductGrads g{dw.base + s.w_offset, s.b_offset == ParallelLinear::kNoBias ? nullptr : dw.base + s.b_offset};
-    zero_grad_if(be, dw.zero, g.dw, static_cast<size_t>(s.out) * static_cast<size_t>(s.in));
-    if (g.db != nullptr) zero_grad_if(be, dw.zero, g.db, static_cast<size_t>(s.out));
-    return g;
+ProductGrads product_grads(UnitGrads dw, const ParallelLinear::Shape& s) {
+    return ProductGrads{dw.base + s.w_offset, s.b_offset == ParallelLinear::kNoBias ? nullptr : dw.base + s.b_offset,
+                        dw.zero ? GradWrite::kAssign : GradWrite::kAdd};
 }
 }  // namespace
 
@@ -177,8 +177,8 @@ void ParallelLinear::backward_into(Backend& be, ActPtr dinp, UnitGrads dw, Const
         return;
     }
     if (!defer) {
-        const ProductGrads g = product_grads(be, dw, m_shape);
-        be.matmul_backward(dinp, g.dw, g.db, d, operand(inp, m_in_rows, N, C), w, N, C, OC);
+        const ProductGrads g = product_grads(dw, m_shape);
+        be.matmul_backward(dinp, g.dw, g.db, d, operand(inp, m_in_rows, N, C), w, N, C, OC, g.write);
         return;
     }
     // The input gradient reads no input.
@@ -203,9 +203,9 @@ void ParallelLinear::weight_grads(Backend& be, UnitGrads dw, ConstActPtr dout, C
                                operand(inp, m_in_rows, N, C), w_dtype, N);
         return;
     }
-    const ProductGrads g = product_grads(be, dw, m_shape);
+    const ProductGrads g = product_grads(dw, m_shape);
     be.matmul_backward(ActPtr{nullptr, dout.dtype}, g.dw, g.db, operand(dout, m_dout_rows, N, OC),
-                       operand(inp, m_in_rows, N, C), ConstActPtr{nullptr, w_dtype}, N, C, OC);
+                       operand(inp, m_in_rows, N, C), ConstActPtr{nullptr, w_dtype}, N, C, OC, g.write);
 }
 
 void ParallelLinear::add_shared_weight_grad(Backend& be, float* dw, bool zero, ConstActPtr dout, ConstActPtr inp,

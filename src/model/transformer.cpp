@@ -370,23 +370,25 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     const int C = m_cfg.n_embd;
     const int Vp = m_vocab->local();
     const int nL = m_cfg.n_layer;
-    const size_t head_numel = static_cast<size_t>(Vp) * static_cast<size_t>(C);
     // LM head: unit 0 is still acquired from forward(); on the whole model it stays so until
     // the embedding's backward at the very end (the embedding is tied, so a sharded store
     // need not gather it a third time).
     store.prefetch(nL + 1);
     const TensorParallel& tp = m_family->parallel();
     zero_act(m_backend, m_dnormed, tp.padded_elements(N, C));
-    // A last stage without the embedding owns all of unit 0's gradient buffer but adds only
-    // the head's: the rest must read zero when the stages' copies are summed. A frozen head
-    // (LoRA) has no gradient buffer.
-    if (!m_lora->frozen_base()) {
-        const size_t from = first_stage() ? m_layout.head_offset : 0;
-        zero_grad_if(m_backend, zero_emb, demb + from, first_stage() ? head_numel : m_layout.unit_numel[0]);
+    // The head's product writes its gradient first (assigned, no zeroing pass). A last stage
+    // without the embedding owns all of unit 0's gradient buffer but adds only the head's:
+    // the rest must read zero when the stages' copies are summed. A frozen head (LoRA) has
+    // no gradient buffer.
+    GradWrite head_write = GradWrite::kAdd;
+    if (!m_lora->frozen_base() && first_stage()) {
+        head_write = zero_emb ? GradWrite::kAssign : GradWrite::kAdd;
+    } else if (!m_lora->frozen_base()) {
+        zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
     }
     // A frozen head (LoRA): its input gradient only.
     m_compute->matmul_backward(m_dnormed, m_lora->frozen_base() ? nullptr : demb + m_layout.head_offset, nullptr,
-                               m_logits, m_normed, m_head, N, C, Vp);
+                               m_logits, m_normed, m_head, N, C, Vp, head_write);
     // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
     const ActPtr dnormed = tp.sum_input_grad(m_dnormed, N, C);
 

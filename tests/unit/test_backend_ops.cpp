@@ -236,9 +236,9 @@ class WeightDtypes : public ForwardingBackend {
         ForwardingBackend::matmul_residual_forward(out, inp, w, bias, res, N, C, OC);
     }
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp, ConstActPtr w,
-                         int N, int C, int OC) override {
+                         int N, int C, int OC, GradWrite grads = GradWrite::kAdd) override {
         seen.insert(w.dtype);
-        ForwardingBackend::matmul_backward(dinp, dweight, dbias, dout, inp, w, N, C, OC);
+        ForwardingBackend::matmul_backward(dinp, dweight, dbias, dout, inp, w, N, C, OC, grads);
     }
     std::set<DType> seen;
 
@@ -394,6 +394,50 @@ TEST(BackendCopies, ToHostPastCacheCopiesExactlyTheRange) {
 
 // The decorator forwards every call unchanged (bit-identical step in every dtype) and files
 // time under the kinds that ran; reset() clears it.
+// GradWrite::kAssign (the first writer of a step's parameter gradient, no zeroing pass):
+// dweight and dbias written over whatever the buffers held equal kAdd into zeros bit for
+// bit, on every CPU product path: fp32 sgemm, typed operands widened in row blocks (fp16;
+// N past one block, so later blocks add to the first's), bf16 (oneDNN where the CPU has bf16
+// products), and N = 0 (no product runs: zeros).
+TEST(MatmulBackward, AssignedGradientsEqualAddedIntoZerosBitForBit) {
+    std::unique_ptr<Backend> be = make_cpu_backend(2);
+    struct Case {
+        DType t;
+        int N, C, OC;
+    };
+    for (const Case k : {Case{DType::kF32, 70, 48, 40}, Case{DType::kF16, 3000, 512, 512},
+                         Case{DType::kBF16, 70, 48, 40}, Case{DType::kF32, 0, 16, 8}}) {
+        const size_t w = dtype_size(k.t);
+        const auto typed = [&](size_t n, uint32_t seed) {
+            std::vector<float> f(n);
+            std::mt19937 rng(seed);
+            std::uniform_real_distribution<float> u(-1.f, 1.f);
+            for (float& x : f) x = u(rng);
+            std::vector<char> bytes(std::max<size_t>(n, 1) * w);
+            be->cast(bytes.data(), k.t, f.data(), DType::kF32, n);
+            return bytes;
+        };
+        const size_t N = static_cast<size_t>(k.N), C = static_cast<size_t>(k.C), OC = static_cast<size_t>(k.OC);
+        std::vector<char> dout = typed(N * OC, 1), inp = typed(N * C, 2), weight = typed(OC * C, 3);
+        const std::vector<char> dinp0 = typed(N * C, 4);
+        std::vector<char> dinp_a = dinp0, dinp_b = dinp0;
+        std::vector<float> dw_a(OC * C, std::numeric_limits<float>::quiet_NaN()), db_a(OC, 7.f);
+        std::vector<float> dw_b(OC * C, 0.f), db_b(OC, 0.f);
+        be->matmul_backward(ActPtr(dinp_a.data(), k.t), dw_a.data(), db_a.data(), ConstActPtr(dout.data(), k.t),
+                            ConstActPtr(inp.data(), k.t), ConstActPtr(weight.data(), k.t), k.N, k.C, k.OC,
+                            GradWrite::kAssign);
+        be->matmul_backward(ActPtr(dinp_b.data(), k.t), dw_b.data(), db_b.data(), ConstActPtr(dout.data(), k.t),
+                            ConstActPtr(inp.data(), k.t), ConstActPtr(weight.data(), k.t), k.N, k.C, k.OC);
+        const std::string what = str(dtype_name(k.t), " N ", k.N, " C ", k.C, " OC ", k.OC);
+        EXPECT_EQ(std::memcmp(dw_a.data(), dw_b.data(), dw_a.size() * sizeof(float)), 0) << what << ": dweight";
+        EXPECT_EQ(std::memcmp(db_a.data(), db_b.data(), db_a.size() * sizeof(float)), 0) << what << ": dbias";
+        EXPECT_EQ(dinp_a, dinp_b) << what << ": dinp (added into in both)";
+        if (k.N == 0) {
+            EXPECT_EQ(dw_a, std::vector<float>(OC * C, 0.f)) << "no rows: assigned zeros";
+        }
+    }
+}
+
 TEST(ProfilingBackend, ChangesNoResultAndTimesTheOpsThatRan) {
     for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
         auto plain = make_cpu_backend(1);

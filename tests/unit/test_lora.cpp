@@ -197,10 +197,10 @@ class GradientRecorder final : public ForwardingBackend {
   public:
     using ForwardingBackend::ForwardingBackend;
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         ConstActPtr weight, int N, int C, int OC) override {
+                         ConstActPtr weight, int N, int C, int OC, GradWrite grads = GradWrite::kAdd) override {
         if (dweight != nullptr) written.push_back(dweight);
         if (dbias != nullptr) written.push_back(dbias);
-        ForwardingBackend::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        ForwardingBackend::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, grads);
     }
     void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) override {

@@ -156,6 +156,10 @@ struct AdamWSpan {
 /// The head size C / NH of GPT-2's attention (throws unless NH > 0 divides C).
 int mha_head_size(int C, int NH);
 
+/// How a backward writes a parameter gradient: added into its buffer, or assigned (the
+/// first of a step's writers, so nothing need zero the buffer before).
+enum class GradWrite { kAdd, kAssign };
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -251,8 +255,10 @@ class Backend {
     }
     /// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_rows dout.
     /// Typed dinp / dout / inp (dweight, dbias fp32); a 16-bit dinp is rounded once after the add.
+    /// With `grads` = kAssign, dweight and dbias are written (=) instead: the first writer of a
+    /// gradient needs no zeroing pass, and its product reads no old values.
     virtual void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                                 ConstActPtr weight, int N, int C, int OC) = 0;
+                                 ConstActPtr weight, int N, int C, int OC, GradWrite grads = GradWrite::kAdd) = 0;
 
     /// out (N, C) = (inp - mean) * rstd * weight + bias, eps 1e-5; saves mean (N), rstd (N).
     /// Typed out / dinp / dout / inp; the statistics and parameter gradients stay fp32.

@@ -67,8 +67,8 @@ class ForwardingBackend : public Backend {
         m_inner.matmul_residual_forward(out, inp, weight, bias, residual, N, C, OC);
     }
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         ConstActPtr weight, int N, int C, int OC) override {
-        m_inner.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                         ConstActPtr weight, int N, int C, int OC, GradWrite grads = GradWrite::kAdd) override {
+        m_inner.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, grads);
     }
     void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override {

@@ -61,7 +61,7 @@ class ProfilingBackend final : public ForwardingBackend {
     void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                  ConstActPtr residual, int N, int C, int OC) override;
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         ConstActPtr weight, int N, int C, int OC) override;
+                         ConstActPtr weight, int N, int C, int OC, GradWrite grads = GradWrite::kAdd) override;
     void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, const float* weight,
                            const float* bias, int N, int C) override;
     void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,

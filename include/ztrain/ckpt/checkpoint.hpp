@@ -52,7 +52,10 @@
 // what), dtype, seed, scaler {scale, mode, clean_steps, hysteresis_left}, bad_steps,
 // config_ini (the resolved deck, information only), inputs (the data and tokenizer
 // fingerprint, train/input_fingerprint.hpp; absent in older ones), blend (a weighted
-// data.train's cursor per corpus, train/blend_cursor.hpp; absent otherwise), model {n_layer, n_head, n_embd,
+// data.train's cursor per corpus, train/blend_cursor.hpp; absent otherwise), lora_base
+// {path} (a LoRA run's: its shards hold each unit's trained tail only, the frozen base comes
+// from the weights at path, or from seed when path is ""; absent otherwise and in older
+// LoRA checkpoints, which hold the base), model {n_layer, n_head, n_embd,
 // seq_len, vocab_size, vocab_pad_to, init_from: every ModelConfig field; padded_vocab:
 // derived}, units [numel per unit], tensors [{name, unit, offset, shape}], shards [{file,
 // rank, bytes, hash64, units [{unit, begin, end}], tensor_rank (tensor > 1 only), stage (pipeline > 1

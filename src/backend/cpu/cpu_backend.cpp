@@ -183,17 +183,23 @@ class CpuBackend final : public Backend {
     }
 
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         ConstActPtr weight, int N, int C, int OC) override {
+                         ConstActPtr weight, int N, int C, int OC, GradWrite grads = GradWrite::kAdd) override {
+        if (grads == GradWrite::kAssign && N == 0) {  // no product writes them: zero
+            if (dweight != nullptr) zero(dweight, static_cast<size_t>(OC) * static_cast<size_t>(C));
+            if (dbias != nullptr) zero(dbias, static_cast<size_t>(OC));
+            grads = GradWrite::kAdd;
+        }
         if (bf16_products_for({dinp.dtype, dout.dtype, inp.dtype, weight.dtype})) {
             cpu::matmul_backward_bf16(*m_bf16_products, dinp, dweight, dbias, dout, inp, weight, N, C, OC,
-                                      m_threads);
+                                      m_threads, grads);
             return;
         }
         const float* w = fp32_weight(weight, static_cast<size_t>(OC) * static_cast<size_t>(C));
         if (dinp.f32() && dout.f32() && inp.f32()) {
-            cpu::matmul_backward(dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(), w, N, C, OC, m_threads);
+            cpu::matmul_backward(dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(), w, N, C, OC, m_threads,
+                                 grads);
         } else {
-            cpu::matmul_backward_widened(dinp, dweight, dbias, dout, inp, w, N, C, OC, m_threads);
+            cpu::matmul_backward_widened(dinp, dweight, dbias, dout, inp, w, N, C, OC, m_threads, grads);
         }
     }
 

@@ -159,11 +159,12 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC, int threads) {
+                     const float* weight, int N, int C, int OC, int threads, GradWrite grads) {
+    const bool assign = grads == GradWrite::kAssign;
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
     const Gemm gi{false, false, N, C, OC, 1.f, dout, OC, weight, C, 1.f, dinp, C};
-    // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-    const Gemm gw{true, false, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dweight, C};
+    // dweight (OC, C) (+)= dout^T (OC, N) @ inp (N, C)
+    const Gemm gw{true, false, OC, C, N, 1.f, dout, OC, inp, C, assign ? 0.f : 1.f, dweight, C};
     const bool parallel = threads > 1 && gemm_worth_splitting(N, OC, C);
     // One region for all three outputs: they are independent, so no barrier between.
 #pragma omp parallel num_threads(threads) if (parallel)
@@ -181,6 +182,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
             size_t c1 = 0;
             split_range(static_cast<size_t>(OC), part, parts, 16, &c0, &c1);
             if (c1 > c0) {
+                if (assign) std::fill(dbias + c0, dbias + c1, 0.f);
                 column_sum_kernel(dbias, dout, N, OC, static_cast<int>(c0),
                                   static_cast<int>(c1));
             }
@@ -190,14 +192,15 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
 namespace {
 
-/// dbias[c] += sum over rows of dout[r, c], dout typed, over the team's column slabs: rows
+/// dbias[c] (+)= sum over rows of dout[r, c], dout typed, over the team's column slabs: rows
 /// added in order per column, as column_sum_kernel adds them (bit-identical on fp32 values).
-void column_sums(float* dbias, ConstActPtr dout, int N, int OC, int threads, bool parallel) {
+void column_sums(float* dbias, ConstActPtr dout, int N, int OC, int threads, bool parallel, bool assign) {
 #pragma omp parallel num_threads(threads) if (parallel)
     {
         size_t c0 = 0;
         size_t c1 = 0;
         split_range(static_cast<size_t>(OC), omp_get_thread_num(), omp_get_num_threads(), 16, &c0, &c1);
+        if (assign && c1 > c0) std::fill(dbias + c0, dbias + c1, 0.f);
         if (c1 > c0 && dout.f32()) {
             column_sum_kernel(dbias, dout.as_f32(), N, OC, static_cast<int>(c0), static_cast<int>(c1));
         } else if (c1 > c0) {
@@ -265,7 +268,7 @@ void matmul_forward_widened(ActPtr out, ConstActPtr inp, const float* weight, co
 }
 
 void matmul_backward_widened(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                             const float* weight, int N, int C, int OC, int threads) {
+                             const float* weight, int N, int C, int OC, int threads, GradWrite grads) {
     const int block = widened_gemm_rows(N, C, OC);
     const size_t Cs = static_cast<size_t>(C);
     const size_t OCs = static_cast<size_t>(OC);
@@ -279,7 +282,9 @@ void matmul_backward_widened(ActPtr dinp, float* dweight, float* dbias, ConstAct
         widen_parallel(dout, static_cast<size_t>(r0) * OCs, static_cast<size_t>(rows) * OCs, d, threads);
         if (dweight != nullptr) widen_parallel(inp, at, nc, x, threads);
         if (dinp.data != nullptr) widen_parallel(dinp, at, nc, g, threads);
-        matmul_backward(dinp.data != nullptr ? g : nullptr, dweight, dbias, d, x, weight, rows, C, OC, threads);
+        // The first block writes assigned gradients, the rest add to them.
+        matmul_backward(dinp.data != nullptr ? g : nullptr, dweight, dbias, d, x, weight, rows, C, OC, threads,
+                        r0 == 0 ? grads : GradWrite::kAdd);
         if (dinp.data != nullptr) narrow_parallel(g, ConstActPtr{}, dinp, at, nc, threads);
     }
 }
@@ -292,17 +297,20 @@ void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, Co
 }
 
 void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
-                          ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads) {
+                          ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads, GradWrite grads) {
+    const bool assign = grads == GradWrite::kAssign;
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
     if (dinp.data != nullptr) {
         products.gemm(Bf16Gemm{false, false, N, C, OC, dout, OC, weight, C, true, dinp, C, nullptr, {}});
     }
-    // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
+    // dweight (OC, C) (+)= dout^T (OC, N) @ inp (N, C)
     if (dweight != nullptr) {
-        products.gemm(Bf16Gemm{true, false, OC, C, N, dout, OC, inp, C, true, dweight, C, nullptr, {}});
+        products.gemm(Bf16Gemm{true, false, OC, C, N, dout, OC, inp, C, !assign, dweight, C, nullptr, {}});
     }
     // The column slabs of matmul_backward's split, so dbias is bit-identical to it.
-    if (dbias != nullptr) column_sums(dbias, dout, N, OC, threads, threads > 1 && gemm_worth_splitting(N, OC, C));
+    if (dbias != nullptr) {
+        column_sums(dbias, dout, N, OC, threads, threads > 1 && gemm_worth_splitting(N, OC, C), assign);
+    }
 }
 
 }  // namespace zt::cpu

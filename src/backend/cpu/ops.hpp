@@ -22,8 +22,9 @@ namespace zt::cpu {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
                     int threads);
+/// `grads` = kAssign writes dweight and dbias instead of adding into them (Backend::matmul_backward).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC, int threads);
+                     const float* weight, int N, int C, int OC, int threads, GradWrite grads = GradWrite::kAdd);
 
 /// The typed products without 16-bit products (fp16 storage, or bf16 where the CPU has no
 /// bf16 instructions): row blocks widened to fp32, the fp32 op on them, the 16-bit outputs
@@ -35,7 +36,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 void matmul_forward_widened(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,
                             ConstActPtr residual, int N, int C, int OC, int threads);
 void matmul_backward_widened(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                             const float* weight, int N, int C, int OC, int threads);
+                             const float* weight, int N, int C, int OC, int threads,
+                             GradWrite grads = GradWrite::kAdd);
 /// Rows per widened block for a product of inner size C and outer size OC (a multiple of 16,
 /// at least 16, all N rows when the operands fit the block budget).
 int widened_gemm_rows(int N, int C, int OC);
@@ -88,7 +90,8 @@ class Bf16Products {
 void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, ConstActPtr weight,
                          const float* bias, ConstActPtr residual, int N, int C, int OC);
 void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
-                          ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads);
+                          ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads,
+                          GradWrite grads = GradWrite::kAdd);
 
 // ---- reduce.cpp -----------------------------------------------------------------------
 

@@ -176,7 +176,12 @@ class CudaBackendImpl final : public CudaBackend {
         }
     }
     void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
-                         ConstActPtr weight, int N, int C, int OC) override {
+                         ConstActPtr weight, int N, int C, int OC, GradWrite grads = GradWrite::kAdd) override {
+        // Assigned gradients: zeroed here, then added as always (one path for the products).
+        if (grads == GradWrite::kAssign) {
+            if (dweight != nullptr) zero(dweight, static_cast<size_t>(OC) * static_cast<size_t>(C));
+            if (dbias != nullptr) zero(dbias, static_cast<size_t>(OC));
+        }
         if (cuda::all_f32({dinp.dtype, dout.dtype, inp.dtype, weight.dtype})) {
             cuda::matmul_backward(m_blas, dinp.as_f32(), dweight, dout.as_f32(), inp.as_f32(), weight.as_f32(), N, C,
                                   OC, DType::kF32, m_stream);
