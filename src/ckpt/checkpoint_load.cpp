@@ -70,8 +70,7 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     record.zero_stage = meta.value("zero_stage", -1);
     record.inputs = meta.value("inputs", nlohmann::json());
     record.blend = meta.value("blend", nlohmann::json());
-    record.lora_base_known = meta.contains("lora_base");
-    if (record.lora_base_known) record.lora_base = meta.at("lora_base").value("path", std::string());
+    if (meta.contains("lora_base")) record.lora_base = meta.at("lora_base").value("path", std::string());
     return record;
 }
 

@@ -2,6 +2,7 @@
 // buffer (stages 2-3) is addressed through grad_ptr, which shifts by the shard start.
 #include "ztrain/parallel/gradient_reducer.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 
@@ -9,9 +10,35 @@
 
 namespace zt {
 
+namespace {
+/// The elements of [begin, end) of `unit` that no trained tensor covers: what no backward
+/// op writes.
+std::vector<ElementRange> unwritten_ranges(const ModelLayout& layout, int unit, size_t begin, size_t end) {
+    std::vector<ElementRange> trained;
+    for (const ParamSpec& p : layout.params) {
+        if (p.unit == unit && p.trainable) trained.push_back(ElementRange{p.offset, p.offset + p.numel});
+    }
+    std::sort(trained.begin(), trained.end(), [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
+    std::vector<ElementRange> gaps;
+    size_t at = begin;
+    for (const ElementRange& r : trained) {
+        if (r.begin >= end) break;
+        if (r.begin > at) gaps.push_back(ElementRange{at, r.begin});
+        at = std::max(at, r.end);
+    }
+    if (at < end) gaps.push_back(ElementRange{at, end});
+    return gaps;
+}
+}  // namespace
+
 GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, size_t* grads_bytes) : m_ctx(ctx) {
     const int U = ctx.num_units();
     const size_t w = ctx.work_size();
+    m_scratch_fresh.assign(static_cast<size_t>(U), 0);
+    for (int u = 0; u < U; ++u) {
+        const size_t b = ctx.plan.grad_extent_start(u);
+        m_scratch_gaps.push_back(unwritten_ranges(ctx.layout, u, b, b + ctx.plan.grad_extent(u)));
+    }
     if (!ctx.plan.policy().grads_sharded) {
         // One arena, units in backward order, so a DDP bucket is one contiguous span.
         std::vector<size_t> extents;
@@ -74,13 +101,23 @@ float* GradientReducer::grads(int unit) {
     complete_through(unit);
     const size_t n = m_ctx.plan.grad_extent(unit);
     float* buf = static_cast<float*>(m_ctx.pool.take(n * sizeof(float)));
-    m_ctx.backend.zero(buf, n);
+    // Only what no op writes is zeroed here; the model zeroes (or assigns) each trained
+    // tensor as it first writes it (grads_need_zero).
+    for (const ElementRange& g : m_scratch_gaps[static_cast<size_t>(unit)]) {
+        m_ctx.backend.zero(buf + (g.begin - shift), g.size());
+    }
+    m_scratch_fresh[static_cast<size_t>(unit)] = 1;
     m_scratch[unit] = buf;
     return buf - shift;
 }
 
 bool GradientReducer::grads_need_zero(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
+    char& fresh = m_scratch_fresh[static_cast<size_t>(unit)];
+    if (fresh != 0) {
+        fresh = 0;
+        return true;
+    }
     if (!lazy_zero() || m_zero_pending.empty()) return false;
     const bool pending = m_zero_pending[static_cast<size_t>(unit)] != 0;
     m_zero_pending[static_cast<size_t>(unit)] = 0;

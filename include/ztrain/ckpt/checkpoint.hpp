@@ -139,7 +139,6 @@ struct CheckpointRecord {
     /// initialised from (model.init_from, made absolute), or empty when train.seed generated
     /// it. Saved as meta_json "lora_base": {"path": ...} whenever the model has adapters.
     std::string lora_base;
-    bool lora_base_known = false;  ///< filled on load: the checkpoint has "lora_base"
 };
 
 /// "step_00000100"

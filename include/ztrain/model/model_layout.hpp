@@ -180,9 +180,10 @@ class UnitStore {
     /// Backward has finished adding this micro-step's gradient of `unit`.
     virtual void grads_done(int unit) { (void)unit; }
     /// Asked once per unit per micro-step, after grads(unit): true when the store left that
-    /// buffer unzeroed for this optimizer step and the model must zero each gradient tensor
-    /// right before its first accumulation (the zeroed lines are then still in cache when the
-    /// product adds into them, instead of being zeroed at step start and read back from DRAM).
+    /// buffer unzeroed (for this optimizer step, or a gradient scratch just taken) and the
+    /// model must zero each gradient tensor right before its first accumulation, or have its
+    /// first writer assign it (GradWrite::kAssign): no memset of every gradient at step start
+    /// read back from DRAM.
     virtual bool grads_need_zero(int unit) {
         (void)unit;
         return false;

@@ -117,7 +117,8 @@ class GradientReducer {
     /// stages) every unit is.
     bool reduced_once_per_step(int unit) const { return unit == 0 || m_ctx.plan.policy().reduce_once_per_step; }
     /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing is left to
-    /// the model (grads_need_zero) instead of a memset of every gradient at step start.
+    /// the model (grads_need_zero) instead of a memset of every gradient at step start. A
+    /// scratch (16-bit, stages 2-3) is left to the model the same way, but for its gaps.
     bool lazy_zero() const { return m_ctx.work == DType::kF32 && !m_ctx.plan.policy().grads_sharded; }
 
     StateContext m_ctx;
@@ -127,6 +128,11 @@ class GradientReducer {
     std::vector<char> m_zero_pending;     // per unit: not zeroed yet this optimizer step
     std::vector<char> m_unwritten;        // 16-bit full gradients, per unit: not written yet this step
     std::map<int, float*> m_scratch;      // fp32 gradient being produced by backward
+    std::vector<char> m_scratch_fresh;    // per unit: its scratch was just taken (grads_need_zero)
+    /// Per unit: the elements of its scratch no op writes (no trained tensor there:
+    /// alignment gaps, padding, frozen tensors), zeroed when a scratch is taken; the model
+    /// zeroes or assigns the rest as it first writes them.
+    std::vector<std::vector<ElementRange>> m_scratch_gaps;
     std::deque<InFlight> m_in_flight;
     size_t m_pooled_in_flight = 0;
     size_t m_buckets_in_flight = 0;
