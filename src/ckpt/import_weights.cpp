@@ -179,18 +179,25 @@ SafetensorsSet open_sharded(const fs::path& dir, const std::string& index_file) 
     return set;
 }
 
-/// Safetensors tensors in the family's Hugging Face names and layout (the name prefix is
-/// optional). Every name and shape is checked against the model before any data is read.
-void import_safetensors(SafetensorsSet& set, const HfNaming& family, const std::vector<Expected>& expected,
-                        const Wanted& wanted, const Deliver& deliver) {
-    using Item = SafetensorsSet::Item;
-    std::map<std::string, std::pair<std::string, Item>> by_name;  // ztrain name -> (file name, entry)
+/// A safetensors set's tensors by their ztrain names: (the name in the file, its entry).
+using ZtrainNamed = std::map<std::string, std::pair<std::string, SafetensorsSet::Item>>;
+
+ZtrainNamed by_ztrain_name(const SafetensorsSet& set, const HfNaming& family) {
+    ZtrainNamed by_name;
     for (const auto& [key, item] : set.by_name) {
         std::string name = family.ztrain_name(key);
         ZT_INPUT_CHECK(by_name.count(name) == 0, set.source, ": tensor ", name,
                        " appears twice (with and without the ", family.prefix, " prefix)");
         by_name.emplace(std::move(name), std::make_pair(key, item));
     }
+    return by_name;
+}
+
+/// Safetensors tensors in the family's Hugging Face names and layout (the name prefix is
+/// optional). Every name and shape is checked against the model before any data is read.
+void import_safetensors(SafetensorsSet& set, const HfNaming& family, const std::vector<Expected>& expected,
+                        const Wanted& wanted, const Deliver& deliver) {
+    const ZtrainNamed by_name = by_ztrain_name(set, family);
     std::set<std::string> known;
     for (const Expected& x : expected) {
         const std::string& name = x.spec->name;
@@ -464,8 +471,23 @@ struct WeightsRanges::Impl {
     ModelConfig cfg;
     std::vector<Expected> expected;
     std::optional<SafetensorsSet> set;  // open while ranges are read (not for .h5)
+    ZtrainNamed by_name;                // set's tensors by ztrain name
     const Expected* cached = nullptr;   // the tensor whose live values `values` holds
     std::vector<float> values;
+
+    /// Live elements [b, e) of tensor x (tensor coordinates) into out: a tensor stored as
+    /// ztrain lays it out is read in place from its file; a transposed one (or a .h5's)
+    /// whole, once, and kept.
+    void read(const Expected& x, size_t b, size_t e, float* out) {
+        const HfNaming& family = model_family(cfg).hf_naming();
+        if (set && !family.transposed(x.spec->name)) {
+            const auto& [file_name, item] = by_name.at(x.spec->name);
+            item.reader->read_f32_range(file_name, *item.entry, b, e - b, out);
+            return;
+        }
+        if (cached != &x) load(x);
+        std::copy(values.begin() + static_cast<std::ptrdiff_t>(b), values.begin() + static_cast<std::ptrdiff_t>(e), out);
+    }
 
     /// Reads tensor `x` whole into `values` (through the importers, so with their checks).
     void load(const Expected& x) {
@@ -493,6 +515,12 @@ WeightsRanges::WeightsRanges(std::string path, const ModelLayout& layout, const 
     } else if (weights_format_of(m->path, "the LoRA base") == WeightsFormat::kSafetensors) {
         m->set = open_single(m->path);
     }
+    if (m->set) {
+        // Every name, dtype and shape checked once, as an import checks them (nothing read).
+        import_safetensors(*m->set, model_family(cfg).hf_naming(), m->expected,
+                           [](const Expected&) { return false; }, [](const Expected&, const float*) {});
+        m->by_name = by_ztrain_name(*m->set, model_family(cfg).hf_naming());
+    }
 }
 
 WeightsRanges::~WeightsRanges() = default;
@@ -504,9 +532,7 @@ void WeightsRanges::read(int unit, size_t begin, size_t end, float* out) {
         const size_t b = std::max(begin, p.offset);
         const size_t e = std::min(end, p.offset + x.live_numel);
         if (p.unit != unit || e <= b) continue;
-        if (m->cached != &x) m->load(x);
-        std::copy(m->values.begin() + static_cast<std::ptrdiff_t>(b - p.offset),
-                  m->values.begin() + static_cast<std::ptrdiff_t>(e - p.offset), out + (b - begin));
+        m->read(x, b - p.offset, e - p.offset, out + (b - begin));
     }
 }
 

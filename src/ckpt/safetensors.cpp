@@ -246,16 +246,30 @@ std::map<std::string, std::string> read_safetensors_index(const std::string& ind
 void SafetensorsReader::read_f32(const std::string& name, const SafetensorsEntry& e, std::vector<float>& out) {
     DType dtype = DType::kF32;
     ZT_REQUIRE(safetensors_float_dtype(e.dtype, &dtype), "read_f32 of a ", e.dtype, " tensor");
-    const size_t numel = static_cast<size_t>((e.end - e.begin) / dtype_size(dtype));
+    out.resize(static_cast<size_t>((e.end - e.begin) / dtype_size(dtype)));
+    read_f32_range(name, e, 0, out.size(), out.data());
+}
+
+void SafetensorsReader::read_f32_range(const std::string& name, const SafetensorsEntry& e, size_t first,
+                                       size_t count, float* out) {
+    DType dtype = DType::kF32;
+    ZT_REQUIRE(safetensors_float_dtype(e.dtype, &dtype), "read_f32 of a ", e.dtype, " tensor");
+    const size_t w = dtype_size(dtype);
+    ZT_REQUIRE((first + count) * w <= e.end - e.begin, "read_f32_range past the end of ", name);
     m_in.clear();
-    m_in.seekg(static_cast<std::streamoff>(m_data_start + e.begin));
-    out.resize(numel);
+    m_in.seekg(static_cast<std::streamoff>(m_data_start + e.begin + first * w));
     if (dtype == DType::kF32) {
-        m_in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(e.end - e.begin));
+        m_in.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(count * w));
     } else {
-        m_half.resize(numel);
-        m_in.read(reinterpret_cast<char*>(m_half.data()), static_cast<std::streamsize>(e.end - e.begin));
-        convert_to_f32(m_half.data(), out.data(), numel, dtype);
+        // 16-bit values are staged a piece at a time: the staging stays small whatever the
+        // tensor (an embedding's would be a second copy of it).
+        constexpr size_t kPiece = size_t{1} << 20;
+        for (size_t at = 0; at < count && m_in.good(); at += kPiece) {
+            const size_t n = std::min(kPiece, count - at);
+            m_half.resize(n);
+            m_in.read(reinterpret_cast<char*>(m_half.data()), static_cast<std::streamsize>(n * w));
+            convert_to_f32(m_half.data(), out + at, n, dtype);
+        }
     }
     if (!m_in.good()) throw InputError(str(m_file, ": cannot read the data of tensor ", name));
 }

@@ -71,6 +71,8 @@ class SafetensorsReader {
     /// An entry's elements as fp32 (its dtype must be F32, BF16 or F16); `name` is the file's
     /// name, for messages.
     void read_f32(const std::string& name, const SafetensorsEntry& e, std::vector<float>& out);
+    /// Elements [first, first + count) of an entry (row-major, as stored) as fp32 into `out`.
+    void read_f32_range(const std::string& name, const SafetensorsEntry& e, size_t first, size_t count, float* out);
 
   private:
     std::string m_file;
