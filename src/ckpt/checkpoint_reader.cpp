@@ -14,8 +14,8 @@
 
 #include "checkpoint_format.hpp"
 #include "hdf5_util.hpp"
-#include "weights_file.hpp"
 #include "model_record.hpp"
+#include "weights_file.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace fs = std::filesystem;
@@ -237,11 +237,6 @@ CheckpointReader::CheckpointReader(const std::string& step_dir, std::string base
 }
 
 CheckpointReader::~CheckpointReader() = default;
-
-std::string CheckpointReader::base_source() const {
-    if (!m_base_elsewhere) return "";
-    return m_base_path.empty() ? str("train.seed = ", m_meta.at("seed").get<uint64_t>()) : m_base_path;
-}
 
 size_t CheckpointReader::saved_begin(const ModelLayout& layout, int unit) const {
     return m_base_elsewhere ? trainable_begins(layout)[static_cast<size_t>(unit)] : 0;

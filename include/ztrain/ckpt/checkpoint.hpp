@@ -294,9 +294,6 @@ class CheckpointReader {
     ~CheckpointReader();
     CheckpointReader(const CheckpointReader&) = delete;
     CheckpointReader& operator=(const CheckpointReader&) = delete;
-    /// Where a LoRA checkpoint's frozen base comes from: the weights' path, or "train.seed
-    /// = N"; empty when the shards hold every element.
-    std::string base_source() const;
     const nlohmann::json& meta() const { return m_meta; }
     const std::string& dir() const { return m_dir; }
     /// meta.h5's path, for messages about the manifest.
@@ -317,7 +314,8 @@ class CheckpointReader {
     void read_written(int tensor_rank, int unit, size_t begin, size_t end, const char* which, float* out);
     /// The same in the unsplit layout, from the shards whatever split wrote them.
     void read_saved(int unit, size_t begin, size_t end, const char* which, float* out);
-    /// Frozen base elements [begin, end) of `unit` in the unsplit layout (base_source()).
+    /// Frozen base elements [begin, end) of `unit` in the unsplit layout: from the base's
+    /// weights, or regenerated from the recorded seed.
     void read_base(int unit, size_t begin, size_t end, const char* which, float* out);
     /// Where `unit` of `layout` stops being frozen: the shards hold it from there on (0 when
     /// they hold every element).
