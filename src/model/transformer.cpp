@@ -380,15 +380,12 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
     // without the embedding owns all of unit 0's gradient buffer but adds only the head's:
     // the rest must read zero when the stages' copies are summed. A frozen head (LoRA) has
     // no gradient buffer.
-    GradWrite head_write = GradWrite::kAdd;
-    if (!m_lora->frozen_base() && first_stage()) {
-        head_write = zero_emb ? GradWrite::kAssign : GradWrite::kAdd;
-    } else if (!m_lora->frozen_base()) {
-        zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
-    }
+    const bool frozen = m_lora->frozen_base();
+    if (!frozen && !first_stage()) zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
+    const GradWrite head_write = !frozen && first_stage() && zero_emb ? GradWrite::kAssign : GradWrite::kAdd;
     // A frozen head (LoRA): its input gradient only.
-    m_compute->matmul_backward(m_dnormed, m_lora->frozen_base() ? nullptr : demb + m_layout.head_offset, nullptr,
-                               m_logits, m_normed, m_head, N, C, Vp, head_write);
+    m_compute->matmul_backward(m_dnormed, frozen ? nullptr : demb + m_layout.head_offset, nullptr, m_logits,
+                               m_normed, m_head, N, C, Vp, head_write);
     // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
     const ActPtr dnormed = tp.sum_input_grad(m_dnormed, N, C);
 

@@ -34,7 +34,7 @@ std::vector<ElementRange> unwritten_ranges(const ModelLayout& layout, int unit, 
 GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, size_t* grads_bytes) : m_ctx(ctx) {
     const int U = ctx.num_units();
     const size_t w = ctx.work_size();
-    m_scratch_fresh.assign(static_cast<size_t>(U), 0);
+    m_zero_pending.assign(static_cast<size_t>(U), 0);
     for (int u = 0; u < U; ++u) {
         const size_t b = ctx.plan.grad_extent_start(u);
         m_scratch_gaps.push_back(unwritten_ranges(ctx.layout, u, b, b + ctx.plan.grad_extent(u)));
@@ -106,19 +106,13 @@ float* GradientReducer::grads(int unit) {
     for (const ElementRange& g : m_scratch_gaps[static_cast<size_t>(unit)]) {
         m_ctx.backend.zero(buf + (g.begin - shift), g.size());
     }
-    m_scratch_fresh[static_cast<size_t>(unit)] = 1;
+    m_zero_pending[static_cast<size_t>(unit)] = 1;
     m_scratch[unit] = buf;
     return buf - shift;
 }
 
 bool GradientReducer::grads_need_zero(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
-    char& fresh = m_scratch_fresh[static_cast<size_t>(unit)];
-    if (fresh != 0) {
-        fresh = 0;
-        return true;
-    }
-    if (!lazy_zero() || m_zero_pending.empty()) return false;
     const bool pending = m_zero_pending[static_cast<size_t>(unit)] != 0;
     m_zero_pending[static_cast<size_t>(unit)] = 0;
     return pending;

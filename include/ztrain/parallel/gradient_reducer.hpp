@@ -125,10 +125,9 @@ class GradientReducer {
     std::vector<GradBucket> m_buckets;
     void* m_arena = nullptr;              // stages 0-1: full gradients, backward order
     std::vector<void*> m_grads;           // stages 0-1: into the arena; stages 2-3: shards
-    std::vector<char> m_zero_pending;     // per unit: not zeroed yet this optimizer step
+    std::vector<char> m_zero_pending;     // per unit: not zeroed yet (this step, or this scratch)
     std::vector<char> m_unwritten;        // 16-bit full gradients, per unit: not written yet this step
     std::map<int, float*> m_scratch;      // fp32 gradient being produced by backward
-    std::vector<char> m_scratch_fresh;    // per unit: its scratch was just taken (grads_need_zero)
     /// Per unit: the elements of its scratch no op writes (no trained tensor there:
     /// alignment gaps, padding, frozen tensors), zeroed when a scratch is taken; the model
     /// zeroes or assigns the rest as it first writes them.
