@@ -70,13 +70,13 @@ ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool rec
     // Per block (Slots): ln1, residual2, ln2, output (4 x BTl C), the rank's atty (BT C/t),
     // qkv (3), fc and fc_gelu (4 each), its heads' attention probabilities (B NH/t T T); four
     // LayerNorm statistics (fp32, BTl).
-    const double block =
-        BTl * 4 * C + BT * Cs * (1 + 3 + 8) + static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
+    const double block = BTl * 4 * C + BT * Cs * (1 + 3 + 8);
+    const double probs = static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
     const double blocks = recompute ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
     const double stats = (recompute ? 1 : cfg.n_layer) * 4 * BTl;
     // Gradient scratch: datty (BT C/t), dqkv (3), dfc and dfc_gelu (4 each); ln_f's mean and
     // rstd (2 x BTl, fp32).
-    return {blocks + BT * Cs * (1 + 3 + 8), stats + 2 * BTl};
+    return {blocks + BT * Cs * (1 + 3 + 8), stats + 2 * BTl, (recompute ? 1 : cfg.n_layer) * probs};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block).

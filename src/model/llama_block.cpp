@@ -116,8 +116,8 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool re
     // and k head (fp32).
     const double head_norm = cfg.qk_norm ? BT * QKV : 0;
     const double head_rstd = cfg.qk_norm ? BT * (cfg.n_head / tensor + local_kv_heads(cfg, tensor)) : 0;
-    const double block = BTl * 4 * C + BT * (Cq + QKV + 3 * F) +
-                         static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T + head_norm;
+    const double block = BTl * 4 * C + BT * (Cq + QKV + 3 * F) + head_norm;
+    const double probs = static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
     const double blocks = recompute ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
     const double stats = (recompute ? 1 : cfg.n_layer) * (2 * BTl + head_rstd);
     // Gradient scratch: datty (BT Cq), dqkv (QKV), d gate|up (2F), d swiglu (F); the final
@@ -126,7 +126,8 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool re
     const double shared_kv = cfg.kv_heads() < tensor ? QKV * C + cfg.kv_heads() * 2 * hs * C : 0;
     // Head norms under a group: their weights' partial gradients before the sum (2 hs).
     const double head_norm_grads = cfg.qk_norm && tensor > 1 ? 2 * hs : 0;
-    return {blocks + BT * (Cq + QKV + 3 * F), stats + BTl + T * cfg.head_size() + shared_kv + head_norm_grads};
+    return {blocks + BT * (Cq + QKV + 3 * F), stats + BTl + T * cfg.head_size() + shared_kv + head_norm_grads,
+            (recompute ? 1 : cfg.n_layer) * probs};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and

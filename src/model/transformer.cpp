@@ -89,7 +89,8 @@ ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, 
         driver_activations(cfg, max_batch, tensor, sequence, stage.last_stage(cfg.n_layer));
     const ModelConfig blocks = stage_config(cfg, stage);
     const ActivationCount family = family_traits(cfg).activations(blocks, max_batch, recompute, tensor, sequence);
-    return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats)};
+    return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats),
+            family.probs};
 }
 
 Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch, const TransformerOptions& options)
@@ -173,9 +174,9 @@ void Transformer::allocate_activations(DType stored) {
                                        m_recompute);
     // The memory plan predicts this figure: the two must never drift apart.
     const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage);
-    ZT_REQUIRE(a.count().act == plan.act && a.count().f32 == plan.f32, "activation plan differs from the allocation: ",
-               a.count().act, " activation elements and ", a.count().f32, " floats allocated, ", plan.act, " and ",
-               plan.f32, " planned");
+    ZT_REQUIRE(a.count().act == plan.act + plan.probs && a.count().f32 == plan.f32,
+               "activation plan differs from the allocation: ", a.count().act, " activation elements and ",
+               a.count().f32, " floats allocated, ", plan.act + plan.probs, " and ", plan.f32, " planned");
 }
 
 Transformer::~Transformer() {
@@ -275,10 +276,12 @@ ConstActPtr Transformer::stage_output() const {
 
 UnitWeights Transformer::unit_weights(UnitStore& store, int unit) const {
     // The products take the unit's 16-bit storage itself where the backend reads it so;
-    // the fp32 view then needs only the vectors (norm weights, biases).
+    // the fp32 view then needs only the vectors (norm weights, biases) and, under fp32
+    // activations, the adapters of a 16-bit LoRA base (its frozen products run on bf16).
     const DType t = store.stored_dtype();
     if (t == DType::kF32 || !m_backend.reads_weights_in(t)) return UnitWeights{store.acquire(unit), {}};
     UnitWeights w{store.acquire_vectors(unit), store.acquired_storage(unit)};
+    w.trained_from_f32 = m_act_dtype == DType::kF32;
     ZT_REQUIRE(w.stored.data != nullptr && w.stored.dtype == t, "unit ", unit, ": the store keeps ", dtype_name(t),
                " weights but hands out no such storage");
     return w;

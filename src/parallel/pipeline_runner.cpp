@@ -56,6 +56,7 @@ ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, Pip
             Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats, tensor, sequence, blocks);
         total.act += slots[static_cast<size_t>(c)] * one.act;
         total.f32 += slots[static_cast<size_t>(c)] * one.f32;
+        total.probs += slots[static_cast<size_t>(c)] * one.probs;
     }
     return total;
 }

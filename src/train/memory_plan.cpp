@@ -198,19 +198,27 @@ std::optional<MemoryItem> blend_item(const Config& cfg) {
 }
 
 /// Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
+/// Whether the plan is for a flash-style attention kernel (cluster.attention_kernel), which
+/// keeps no probabilities: a system other than ztrain's own kernels (a training run plans
+/// with its own: plan_and_check_memory).
+bool fused_attention(const Config& cfg) { return cfg.cluster.attention_kernel == "fused"; }
+
+/// The activations as the planned system's attention keeps them.
+ActivationCount planned_attention(const Config& cfg, const ActivationCount& count) {
+    return fused_attention(cfg) ? count.with_fused_attention(cfg.model.seq_len) : count;
+}
+
 MemoryItem activation_item(const Config& cfg, DType work, double attention_scratch_floats, int tensor) {
     const TrainConfig& t = cfg.train;
     const ModelConfig& m = cfg.model;
     const bool sequence = cfg.parallel.sequence && tensor > 1;
-    const double act = Transformer::activations(m, t.micro_batch, t.recompute,
-                                                static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor,
-                                                sequence)
-                           .bytes(work);
-    return {"activations", act,
+    const ActivationCount count = Transformer::activations(
+        m, t.micro_batch, t.recompute, static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor, sequence);
+    return {"activations", planned_attention(cfg, count).bytes(work),
             str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
                 t.recompute ? ", recompute (block outputs only)" : "",
                 sequence ? str(", sequence parallel (1/", tensor, " of the rows)") : std::string(), " (",
-                dtype_name(work), ")")};
+                dtype_name(work), ")", fused_attention(cfg) ? ", attention probabilities not kept (fused)" : "")};
 }
 
 /// Where one rank of a plan sits: its tensor split, and under pipeline parallelism its
@@ -350,10 +358,12 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     MemoryItem act = activation_item(cfg, cfg.precision.dtype, attention_scratch_floats, tensor);
     if (at.pipeline_stages > 1) {
         // Every model the stage holds: 1F1B keeps P - s micro-batches in flight on stage s.
-        act.bytes = PipelineRunner::stage_activations(
-                        pipeline_schedule_kind(cfg.parallel), shape, at.pipeline_stage, at.blocks.first_layer,
-                        m, t.micro_batch, t.recompute, static_cast<size_t>(std::max(0.0, attention_scratch_floats)),
-                        tensor, cfg.parallel.sequence && tensor > 1)
+        act.bytes = planned_attention(
+                        cfg, PipelineRunner::stage_activations(
+                                 pipeline_schedule_kind(cfg.parallel), shape, at.pipeline_stage, at.blocks.first_layer,
+                                 m, t.micro_batch, t.recompute,
+                                 static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor,
+                                 cfg.parallel.sequence && tensor > 1))
                         .bytes(cfg.precision.dtype);
         act.what += str(", the models of stage ", at.pipeline_stage, "'s micro-batches in flight");
     }

@@ -538,6 +538,7 @@ std::string format_time_plan(const TimePlan& plan) {
 MemoryPlan plan_memory_on_cluster(const Config& cfg, const ClusterConfig& c, int world_size, int ranks_per_node) {
     Config planned = cfg;
     planned.backend = c.is_cpu() ? BackendChoice::kCpu : BackendChoice::kCuda;
+    planned.cluster = c;  // its attention kernel decides whether the probabilities are kept
     MemoryPlan plan = plan_for_deck(planned, world_size, ranks_per_node);
     plan.available = c.memory_gib * 1024.0 * 1024 * 1024;
     plan.available_what = str("cluster.memory_gib (", c.is_cpu() ? "each node" : "each GPU", ")");

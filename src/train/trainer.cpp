@@ -280,8 +280,11 @@ MemoryPlan plan_and_check_memory(const Config& cfg, TrainSetup& setup, Communica
     // On example shards, the counts the feed read from their headers: the figures --plan has.
     std::optional<ExampleRunSizes> examples;
     if (setup.examples) examples = setup.examples->sizes();
+    // This run's own kernels keep their attention probabilities, whatever [cluster] describes.
+    Config run = cfg;
+    run.cluster.attention_kernel = "materialized";
     const MemoryPlan memory = plan_memory(
-        cfg, comm.size(), comm.local_size(),
+        run, comm.size(), comm.local_size(),
         static_cast<double>(setup.backend->attention_scratch_floats(tc.micro_batch, cfg.model.seq_len,
                                                                     cfg.model.n_head / cfg.parallel.tensor)),
         measured_baseline_bytes(), device, static_cast<double>(device_free), examples ? &*examples : nullptr);

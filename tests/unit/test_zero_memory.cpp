@@ -97,7 +97,7 @@ TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
                 // 16-bit storage halves everything but the fp32 items (statistics, losses,
                 // the attention scratch, the rotary table).
                 if (t != DType::kF32) {
-                    EXPECT_EQ(got, fp32_bytes - 2.0 * plan.act)
+                    EXPECT_EQ(got, fp32_bytes - 2.0 * (plan.act + plan.probs))
                         << "bf16 activations " << got << " bytes vs fp32 " << fp32_bytes << ", batch " << batch;
                 }
             }
@@ -297,6 +297,39 @@ TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
     const ModelLayout last = PipelineRunner::stage_state_layout(whole, PipelineShape{2, 4, 1}, 1, {0, 4, 8});
     const ShardPlan one(last.unit_numel, 1, ShardingPolicy::zero_stage(1));
     EXPECT_LT(CheckpointSnapshot::planned_bytes(one, 0, last.stage), CheckpointSnapshot::planned_bytes(one, 0));
+}
+
+// A plan for a flash-style attention kernel (cluster.attention_kernel = fused: a described
+// system, not ztrain's kernels) keeps no (T x T) probabilities, only each query row's
+// log-sum-exp (fp32): blocks kept x B x heads x T (T - 1) elements fewer. With recompute one
+// block's; a pipeline stage's micro-batches in flight each.
+TEST(MemoryPlan, AFusedAttentionKernelKeepsNoProbabilities) {
+    Config cfg;
+    cfg.model = test::model_config(4, 2, 32, 16, 50);
+    cfg.train.micro_batch = 3;
+    const auto activations = [](const MemoryPlan& plan) {
+        for (const MemoryItem& i : plan.items) {
+            if (i.name == "activations") return i.bytes;
+        }
+        return -1.0;
+    };
+    const double B = 3, NH = cfg.model.n_head, T = cfg.model.seq_len;
+    const double per_block = B * NH * T * T * sizeof(float) - B * NH * T * sizeof(float);
+    for (const bool recompute : {false, true}) {
+        for (const int pipeline : {1, 2}) {
+            cfg.train.recompute = recompute;
+            cfg.parallel.pipeline = pipeline;
+            cfg.train.grad_accum = pipeline == 2 ? 4 : 1;
+            cfg.cluster.attention_kernel = "materialized";
+            const MemoryPlan kept = plan_memory(cfg, pipeline, pipeline, 0, 0, false);
+            cfg.cluster.attention_kernel = "fused";
+            const MemoryPlan fused = plan_memory(cfg, pipeline, pipeline, 0, 0, false);
+            // 1F1B on 2 stages: the largest stage (the first) keeps 2 micro-batches' models of 2 blocks.
+            const double blocks = pipeline == 1 ? (recompute ? 1 : 4) : (recompute ? 2 : 4);
+            EXPECT_DOUBLE_EQ(activations(kept) - activations(fused), blocks * per_block)
+                << (recompute ? "recompute, " : "") << "pipeline " << pipeline;
+        }
+    }
 }
 
 TEST(ZeroMemory, TheZeroPapersFormulas) {

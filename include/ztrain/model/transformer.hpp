@@ -79,14 +79,21 @@ struct DropoutRows {
 };
 
 /// Activation memory by storage: elements kept in the activation dtype (activations and
-/// their gradients) and floats kept fp32 whatever it is (normalization statistics, losses,
-/// the rotary table, the attention backward's scratch).
+/// their gradients; the attention probabilities apart, in probs) and floats kept fp32
+/// whatever it is (normalization statistics, losses, the rotary table, the attention
+/// backward's scratch).
 struct ActivationCount {
     double act = 0;
     double f32 = 0;
+    /// The (T x T) attention probabilities kept for the backward, in the activation dtype.
+    double probs = 0;
     double bytes(DType activation) const {
-        return act * static_cast<double>(dtype_size(activation)) + f32 * sizeof(float);
+        return (act + probs) * static_cast<double>(dtype_size(activation)) + f32 * sizeof(float);
     }
+    /// The same model under a flash-style attention kernel (the planner's
+    /// cluster.attention_kernel = fused), which keeps each query row's log-sum-exp (fp32)
+    /// instead of its probabilities and recomputes them in the backward.
+    ActivationCount with_fused_attention(int seq_len) const { return {act, f32 + probs / seq_len, 0}; }
 };
 
 /// The part of the model one pipeline stage runs (parallel.pipeline): blocks [begin, end) of
