@@ -71,7 +71,7 @@ ConstActPtr ParallelLinear::adapter_input(Backend& be, ConstActPtr x, const Prod
 
 void ParallelLinear::adapter_inner(Backend& be, ActPtr u, ConstActPtr x, const UnitWeights& w, const ProductAdapter& a,
                                    int N) const {
-    be.matmul_forward(u, x, w.matrix(a.a_offset), nullptr, N, m_shape.in, a.rank);
+    be.matmul_forward(u, x, w.trained_matrix(a.a_offset), nullptr, N, m_shape.in, a.rank);
     // A row-parallel product's A is cut by input features: each rank holds a partial u.
     if (!m_in_rows && parallel().parts() > 1)
         parallel().sum_over_group(u, static_cast<size_t>(N) * static_cast<size_t>(a.rank));
@@ -86,7 +86,7 @@ void ParallelLinear::add_adapters(Backend& be, ActPtr out, ConstActPtr x, const 
         // so one rank adds v.
         adapter_inner(be, s.u, adapter_input(be, x, a, N), w, a, N);
         if (!m_in_rows && !parallel().adds_once()) continue;
-        be.matmul_forward(s.v, s.u, w.matrix(a.b_offset), nullptr, N, a.rank, a.out_width);
+        be.matmul_forward(s.v, s.u, w.trained_matrix(a.b_offset), nullptr, N, a.rank, a.out_width);
         be.scale_add_columns(out, m_shape.out, a.out_begin, s.v, a.out_width, 0, a.out_width, N,
                              m_ctx.lora->scale());
     }
@@ -111,7 +111,7 @@ void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, C
     for (const ProductAdapter& a : m_adapters) {
         const size_t r = static_cast<size_t>(a.rank);
         const size_t rows = static_cast<size_t>(a.out_width);
-        const ConstActPtr A = w.matrix(a.a_offset);
+        const ConstActPtr A = w.trained_matrix(a.a_offset);
         float* dA = adapter_grad(be, dw, a.a_offset, r * static_cast<size_t>(C));
         float* dB = adapter_grad(be, dw, a.b_offset, rows * r);
         // u again (cheaper to recompute than to keep per block); dv = scale * dout's features.
@@ -124,11 +124,11 @@ void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, C
         if (on_shared_rows(a)) {
             // B's rows of a key/value head several ranks share: each rank's gradient covers its
             // own query heads' share, so the ranks sharing the head sum theirs.
-            be.matmul_backward(s.du, shared_slot(be, rows * r), nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank,
+            be.matmul_backward(s.du, shared_slot(be, rows * r), nullptr, s.v, s.u, w.trained_matrix(a.b_offset), N, a.rank,
                                a.out_width);
             add_shared_slot(be, dB, rows * r, false);
         } else {
-            be.matmul_backward(s.du, dB, nullptr, s.v, s.u, w.matrix(a.b_offset), N, a.rank, a.out_width);
+            be.matmul_backward(s.du, dB, nullptr, s.v, s.u, w.trained_matrix(a.b_offset), N, a.rank, a.out_width);
         }
         if (!partial_du && !drop) {
             be.matmul_backward(dinp, dA, nullptr, s.du, x, A, N, C, a.rank);

@@ -33,9 +33,16 @@ class DeferredWeightGrads;
 struct UnitWeights {
     const float* f32 = nullptr;
     ConstActPtr stored;  ///< data null: the products take the fp32 view too
+    /// Whether a partly frozen unit's trained matrices (LoRA's adapters) come from the fp32
+    /// view while its frozen ones are read as stored: fp32 activations over a 16-bit base.
+    bool trained_from_f32 = false;
     /// The matrix starting at element `offset`, as the products take it.
     ConstActPtr matrix(size_t offset) const {
         return stored.data != nullptr ? stored.offset(offset) : ConstActPtr(f32 + offset);
+    }
+    /// A trained matrix of a partly frozen unit (an adapter's A or B), as the products take it.
+    ConstActPtr trained_matrix(size_t offset) const {
+        return trained_from_f32 ? ConstActPtr(f32 + offset) : matrix(offset);
     }
 };
 

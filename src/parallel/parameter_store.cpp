@@ -35,7 +35,10 @@ ParameterStore::ParameterStore(const StateContext& ctx, size_t* params_bytes) : 
     m_gathers.resize(m_params.size());
     m_vectors.resize(m_params.size());
     for (const ParamSpec& p : ctx.layout.params) {
-        if (p.shape.size() == 1) m_vectors[static_cast<size_t>(p.unit)].emplace_back(p.offset, p.offset + p.numel);
+        const bool adapter = p.trainable && ctx.plan.partly_frozen(p.unit);
+        if (p.shape.size() == 1 || adapter) {
+            m_vectors[static_cast<size_t>(p.unit)].emplace_back(p.offset, p.offset + p.numel);
+        }
     }
 }
 

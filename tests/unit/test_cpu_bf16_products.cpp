@@ -192,6 +192,49 @@ TEST(Bf16ProductsFp32Activations, StaySgemmBitForBit) {
     }
 }
 
+// Under fp32 activations a bf16-stored weight (a LoRA base under lora.base_dtype = bf16) runs
+// on the bf16 products: the fp32 operands rounded to bf16, the products accumulated in fp32.
+// fp32 weights in the same backend (the adapters) stay on sgemm, unrounded.
+TEST(Bf16ProductsFp32Activations, Bf16StoredWeightsRunOnTheBf16Products) {
+    if (!cpu_bf16_products().native) GTEST_SKIP() << "no bf16 products here: " << cpu_bf16_products().fallback_reason;
+    auto be = make_cpu_backend(2);
+    be->set_activation_dtype(DType::kF32);
+    auto plain = make_cpu_backend(2);
+    EXPECT_TRUE(be->reads_weights_in(DType::kBF16));
+    const int N = 48, C = 64, OC = 96;
+    std::vector<float> inp(static_cast<size_t>(N) * C), dout(static_cast<size_t>(N) * OC);
+    for (size_t i = 0; i < inp.size(); ++i) inp[i] = std::sin(0.37f * static_cast<float>(i)) * 1.7f;  // not bf16
+    for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::cos(0.23f * static_cast<float>(i)) * 0.9f;
+    const auto weight = bf16_values(static_cast<size_t>(OC) * C, 0.5f, 21);
+    std::vector<uint16_t> weight16(weight.size());
+    for (size_t i = 0; i < weight.size(); ++i) weight16[i] = f32_to_bf16(weight[i]);
+    const ConstActPtr w16(weight16.data(), DType::kBF16);
+    const auto rounded = [](std::vector<float> v) {
+        for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+        return v;
+    };
+    const std::vector<float> inp_r = rounded(inp), dout_r = rounded(dout);
+    std::vector<float> got(static_cast<size_t>(N) * OC), want(got.size()), wide(got.size());
+    be->matmul_forward(got.data(), inp.data(), w16, nullptr, N, C, OC);
+    be->matmul_forward(want.data(), inp_r.data(), w16, nullptr, N, C, OC);
+    plain->matmul_forward(wide.data(), inp.data(), weight.data(), nullptr, N, C, OC);
+    size_t differs = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << "forward element " << i << ": the input was not rounded to bf16 once";
+        ASSERT_NEAR(got[i], wide[i], 2e-2 * (1.0 + std::fabs(wide[i]))) << "forward element " << i;
+        differs += got[i] != wide[i];
+    }
+    EXPECT_GT(differs, got.size() / 2) << "the fp32 product of the unrounded input, not the bf16 products";
+    // The input gradient of a frozen weight (no weight gradient): dout rounded alike.
+    std::vector<float> dgot(inp.size(), 0.f), dwant(inp.size(), 0.f);
+    be->matmul_backward(dgot.data(), nullptr, nullptr, dout.data(), inp.data(), w16, N, C, OC);
+    be->matmul_backward(dwant.data(), nullptr, nullptr, dout_r.data(), inp.data(), w16, N, C, OC);
+    for (size_t i = 0; i < dgot.size(); ++i) ASSERT_EQ(dgot[i], dwant[i]) << "input gradient element " << i;
+    // An fp32 weight after them: sgemm's bits, as a backend that never saw a bf16 weight.
+    be->matmul_forward(got.data(), inp.data(), weight.data(), nullptr, N, C, OC);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], wide[i]) << "fp32 weight, element " << i;
+}
+
 TEST(Bf16ProductsDecision, OffAndBadValues) {
     const CpuBf16Products off = decide_cpu_bf16_products("off");
     EXPECT_FALSE(off.native);

@@ -34,7 +34,8 @@ class ParameterStore {
 
     // ---- the model's face (UnitStore) ----
     const float* acquire(int unit);
-    /// UnitStore::acquire_vectors: in a 16-bit run only the unit's 1-D tensors are widened.
+    /// UnitStore::acquire_vectors: in a 16-bit run only the unit's 1-D tensors (and a partly
+    /// frozen unit's trained ones) are widened.
     const float* acquire_vectors(int unit);
     /// UnitStore::acquired_storage: the working copy of an acquired unit (gathered at stage 3).
     ConstActPtr acquired_storage(int unit) const;
@@ -108,7 +109,8 @@ class ParameterStore {
     StateContext m_ctx;
     std::vector<void*> m_params;          // full (stages 0-2) or shard (stage 3), work dtype
     std::map<int, Resident> m_resident;
-    /// Per unit: the [begin, end) element ranges of its 1-D tensors (acquire_vectors).
+    /// Per unit: the [begin, end) element ranges of its 1-D tensors and, in a partly frozen
+    /// unit, of its trained tensors (LoRA's adapters): what acquire_vectors widens.
     std::vector<std::vector<std::pair<size_t, size_t>>> m_vectors;
     bool m_hold_first_unit = false;
     std::vector<CommRequest> m_gathers;   // stages 1-2: per unit, since the optimizer step

@@ -129,8 +129,10 @@ class CpuBackend final : public Backend {
     }
 
     void set_activation_dtype(DType t) override {
-        // bf16 products only where the activations are bf16 and the CPU multiplies bf16;
-        // everything else (fp32, fp16, no bf16 ISA, ZT_CPU_BF16=off) keeps the sgemm path.
+        // bf16 products where the activations are bf16 and the CPU multiplies bf16, and under
+        // fp32 activations for bf16-stored weights only (products_for); everything else (fp16,
+        // no bf16 ISA, ZT_CPU_BF16=off) keeps the sgemm path.
+        m_activations_bf16 = t == DType::kBF16;
         if (t == DType::kBF16 && cpu_bf16_products().native) {
             if (!m_bf16_products) m_bf16_products = std::make_unique<cpu::Bf16Products>(m_threads);
             // Attention multiplies one head per thread: one single-threaded set each.
@@ -156,7 +158,7 @@ class CpuBackend final : public Backend {
     // --------------------------------------------------------------------------------
 
     bool reads_weights_in(DType t) const override {
-        return t == DType::kF32 || (t == DType::kBF16 && m_bf16_products != nullptr);
+        return t == DType::kF32 || (t == DType::kBF16 && cpu_bf16_products().native);
     }
 
     void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias, int N, int C,
@@ -167,8 +169,8 @@ class CpuBackend final : public Backend {
     /// residual.data null: no residual.
     void matmul_residual_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, const float* bias,
                                  ConstActPtr residual, int N, int C, int OC) override {
-        if (bf16_products_for({out.dtype, inp.dtype, residual.dtype, weight.dtype})) {
-            cpu::matmul_forward_bf16(*m_bf16_products, out, inp, weight, bias, residual, N, C, OC);
+        if (cpu::Bf16Products* p = products_for(weight.dtype, {out.dtype, inp.dtype, residual.dtype})) {
+            cpu::matmul_forward_bf16(*p, out, inp, weight, bias, residual, N, C, OC);
             return;
         }
         const float* w = fp32_weight(weight, static_cast<size_t>(OC) * static_cast<size_t>(C));
@@ -189,9 +191,8 @@ class CpuBackend final : public Backend {
             if (dbias != nullptr) zero(dbias, static_cast<size_t>(OC));
             grads = GradWrite::kAdd;
         }
-        if (bf16_products_for({dinp.dtype, dout.dtype, inp.dtype, weight.dtype})) {
-            cpu::matmul_backward_bf16(*m_bf16_products, dinp, dweight, dbias, dout, inp, weight, N, C, OC,
-                                      m_threads, grads);
+        if (cpu::Bf16Products* p = products_for(weight.dtype, {dinp.dtype, dout.dtype, inp.dtype})) {
+            cpu::matmul_backward_bf16(*p, dinp, dweight, dbias, dout, inp, weight, N, C, OC, m_threads, grads);
             return;
         }
         const float* w = fp32_weight(weight, static_cast<size_t>(OC) * static_cast<size_t>(C));
@@ -375,7 +376,9 @@ class CpuBackend final : public Backend {
 
   private:
     int m_threads = 1;
-    /// Made while the activations are bf16 and the CPU has bf16 products; null otherwise.
+    bool m_activations_bf16 = false;
+    /// Made while the activations are bf16 and the CPU has bf16 products, or at the first
+    /// product of a bf16-stored weight under fp32 activations; null otherwise.
     std::unique_ptr<cpu::Bf16Products> m_bf16_products;
     /// Attention's bf16 products, one per team thread (the same condition), and their
     /// pointers as attention.cpp takes them.
@@ -395,14 +398,23 @@ class CpuBackend final : public Backend {
         return m_wide_weight.data();
     }
     std::vector<float> m_wide_weight;
-    /// Whether a product over operands of these dtypes runs on the bf16 products: made, and
-    /// no operand stored fp16 (those take the widened fp32 products).
-    bool bf16_products_for(std::initializer_list<DType> dtypes) const {
-        if (!m_bf16_products) return false;
-        for (DType t : dtypes) {
-            if (t == DType::kF16) return false;
+    /// The bf16 products a product of this weight and these other operands runs on, or null
+    /// for the fp32 products. No operand may be stored fp16 (those take the widened fp32
+    /// products). Under bf16 activations every product runs on them; under fp32 activations
+    /// only a bf16-stored weight's (a LoRA base under lora.base_dtype = bf16: the other operands
+    /// rounded to bf16, the product accumulated in fp32), so fp32 weights keep fp32 products.
+    cpu::Bf16Products* products_for(DType weight, std::initializer_list<DType> others) {
+        if (weight == DType::kF16) return nullptr;
+        for (DType t : others) {
+            if (t == DType::kF16) return nullptr;
         }
-        return true;
+        if (m_activations_bf16) return m_bf16_products.get();
+        for (DType t : others) {
+            if (t != DType::kF32) return nullptr;  // 16-bit operands the backend was not told of: widened
+        }
+        if (weight != DType::kBF16 || !cpu_bf16_products().native) return nullptr;
+        if (!m_bf16_products) m_bf16_products = std::make_unique<cpu::Bf16Products>(m_threads);
+        return m_bf16_products.get();
     }
     std::unique_ptr<DeviceMemory> m_memory = make_host_device_memory(HostCopyTiming::kAtCall);
 };
