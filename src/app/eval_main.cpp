@@ -41,6 +41,7 @@ namespace {
 
 struct EvalOptions {
     std::string model;
+    std::string base;  ///< a LoRA checkpoint's frozen base where it has moved
     std::string tasks;
     std::string output;
     std::string per_item;
@@ -53,7 +54,8 @@ struct EvalOptions {
 /// Parses the command line; false for --help (printed by rank 0).
 bool parse(int argc, char** argv, EvalOptions& o, bool root) {
     po::options_description visible(
-        "Usage:\n  mpirun -np N zt-eval CKPT_DIR|HF_DIR --tasks FILE[,FILE...] [--limit K] [--output results.json]\n\n"
+        "Usage:\n  mpirun -np N zt-eval CKPT_DIR|HF_DIR --tasks FILE[,FILE...] [--limit K] [--output results.json]\n"
+        "              [--base DIR]\n\n"
         "CKPT_DIR: a checkpoint directory (its latest step) or a step directory; HF_DIR: a Hugging Face\n"
         "model directory (config.json, model.safetensors, tokenizer.json or vocab.json + merges.txt).\n"
         "Prints acc, acc_norm and acc_token per task (definitions: docs/evaluation.md).\n\nOptions");
@@ -66,7 +68,9 @@ bool parse(int argc, char** argv, EvalOptions& o, bool root) {
         "log-likelihood (loglik), characters (chars) and scored tokens (tokens)")(
         "tokenizer", po::value(&o.tokenizer), "a ztrain tokenizer description (default: found as said above)")(
         "batch", po::value(&o.batch), "candidate rows (an example's endings) per forward (default 8)")(
-        "threads", po::value(&o.threads), "CPU threads per rank (0: cores / ranks on the node)");
+        "threads", po::value(&o.threads), "CPU threads per rank (0: cores / ranks on the node)")(
+        "base", po::value(&o.base),
+        "a LoRA checkpoint's frozen base where it is now, if it has moved from the path the checkpoint records");
     po::options_description all;
     all.add(visible).add_options()("model", po::value(&o.model), "model directory");
     po::positional_options_description positional;
@@ -153,7 +157,7 @@ int run(int argc, char** argv) {
     const bool root = comm->rank() == 0;
     EvalOptions o;
     if (!parse(argc, argv, o, root)) return zt::kExitOk;
-    const zt::ModelSource src = zt::open_model_source(o.model);
+    const zt::ModelSource src = zt::open_model_source(o.model, o.base);
     const zt::ModelConfig& mc = src.model;
     const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, src);
     ZT_INPUT_CHECK(tok->vocab_size() <= mc.vocab_size, "the tokenizer's ", tok->vocab_size(),

@@ -50,6 +50,7 @@ namespace {
 
 struct Options {
     std::string model;
+    std::string base;  ///< a LoRA checkpoint's frozen base where it has moved
     std::string prompt;
     std::string prompt_file;
     std::string tokenizer;
@@ -131,7 +132,7 @@ bool parse(int argc, char** argv, Options& o) {
         "Usage:\n"
         "  zt-generate CKPT_DIR|HF_DIR --prompt TEXT|--prompt-file F [--max-new-tokens N] [--temperature T]\n"
         "              [--top-k K] [--top-p P] [--seed S] [--tokenizer F] [--threads N]\n"
-        "              [--chat [--chat-template llama3|chatml]] [--print-prompt-tokens]\n\n"
+        "              [--chat [--chat-template llama3|chatml]] [--print-prompt-tokens] [--base DIR]\n\n"
         "CKPT_DIR: a checkpoint directory (its `latest` step) or a step_N directory; HF_DIR: a Hugging Face\n"
         "model directory (config.json, model.safetensors, tokenizer.json). The text streams to stdout;\n"
         "timings and tokens/s go to stderr.\n\nOptions");
@@ -147,6 +148,8 @@ bool parse(int argc, char** argv, Options& o) {
         ("tokenizer", po::value(&o.tokenizer),
          "tokenizer file: zt-prepare's tokenizer.json or a Hugging Face one (default: the model's)")
         ("threads", po::value(&o.threads), "compute threads; 0 = all cores (default 0)")
+        ("base", po::value(&o.base),
+         "a LoRA checkpoint's frozen base where it is now, if it has moved from the path the checkpoint records")
         ("ignore-eos", "do not stop at end-of-text: always --max-new-tokens tokens (benchmarks)")
         ("chat", "the prompt is a conversation: {\"messages\": [...]} or one user message; rendered with the "
                  "chat template, generation stops at its end-of-turn token")
@@ -267,7 +270,7 @@ int run(int argc, char** argv) {
     Options o;
     if (!parse(argc, argv, o)) return zt::kExitOk;
     const auto t_load = std::chrono::steady_clock::now();
-    const zt::ModelSource src = zt::open_model_source(o.model);
+    const zt::ModelSource src = zt::open_model_source(o.model, o.base);
     const zt::ModelConfig& mc = src.model;
     const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, src);
     std::optional<uint32_t> end_of_turn;

@@ -96,11 +96,13 @@ void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
 
 }  // namespace
 
-CheckpointRecord load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm) {
+CheckpointRecord load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm,
+                                 const std::string& moved_base) {
     silence_hdf5();
     CheckpointRecord record;
     agree_on_manifest(comm, [&] {
         CheckpointReader reader(step_dir);
+        reader.follow_moved_base(moved_base);
         require_same_model(reader, state.layout());
         record = record_of(reader.meta());
         read_owned_state(reader, state, state.shard_rank());

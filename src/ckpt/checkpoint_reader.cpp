@@ -257,7 +257,7 @@ void CheckpointReader::read_base(int unit, size_t begin, size_t end, const char*
         } catch (const InputError& e) {
             throw InputError(str(m_dir, ": the LoRA checkpoint does not hold its frozen base; reading it from ",
                                  m_base_path, " failed: ", e.what(),
-                                 " (zt-consolidate --base DIR names where the base is now)"));
+                                 " (zt-consolidate, zt-generate and zt-eval take --base DIR: where the base is now)"));
         }
     }
     m_base->read(unit, begin, end, out);

@@ -603,15 +603,19 @@ uint64_t parse_max_shard_size(const std::string& text) {
     return static_cast<uint64_t>(bytes);
 }
 
-ModelSource open_model_source(const std::string& path) {
+ModelSource open_model_source(const std::string& path, const std::string& lora_base) {
     silence_hdf5();
     ModelSource src;
     src.path = path;
+    src.lora_base = lora_base;
     ZT_INPUT_CHECK(!path.empty(), "no model given (a checkpoint directory or a Hugging Face model directory)");
     ZT_INPUT_CHECK(fs::is_directory(path), path,
                    ": no such directory (give a checkpoint directory, a step_N directory or a Hugging Face model "
                    "directory)");
     if (fs::exists(fs::path(path) / "config.json")) {
+        ZT_INPUT_CHECK(lora_base.empty(), path, ": --base ", lora_base,
+                       " names a LoRA checkpoint's frozen base, but this is a Hugging Face model directory, which "
+                       "holds every weight");
         src.hf_dir = true;
         Config cfg;
         for (const HfSetting& s : read_hf_config(path)) set_config_value(cfg, s.key, s.text);
@@ -619,7 +623,7 @@ ModelSource open_model_source(const std::string& path) {
         return src;
     }
     src.step_dir = resolve_step_dir(path);
-    CheckpointReader reader(src.step_dir);
+    CheckpointReader reader(src.step_dir, lora_base);
     const CkptModel m = load_ckpt_model(src.step_dir, reader.meta());
     src.model = m.model;
     const ModelConfig& mc = m.model;
@@ -637,7 +641,7 @@ void read_model_weights(const ModelSource& source, const ModelLayout& layout, co
         read_hf_weights(source.path, layout, source.model, put);
         return;
     }
-    CheckpointReader reader(source.step_dir);
+    CheckpointReader reader(source.step_dir, source.lora_base);
     const auto units = reader.meta().at("units").get<std::vector<size_t>>();
     ZT_INPUT_CHECK(units == layout.unit_numel, reader.meta_file(),
                    ": the checkpoint's units do not match the model its record describes");

@@ -98,9 +98,14 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
             if (std::filesystem::path(d) != std::filesystem::path(m_dir)) candidates.push_back(d);
         }
     }
+    // A LoRA base that moved is read where this run names it (its files' fingerprint is
+    // checked against the checkpoint's once the inputs are fingerprinted: check_inputs).
+    const std::string base = m_cfg.model.lora.on() && !m_cfg.model.init_from.empty()
+                                 ? std::filesystem::absolute(m_cfg.model.init_from).lexically_normal().string()
+                                 : std::string();
     for (size_t i = 0; i < candidates.size(); ++i) {
         try {
-            loaded = load_checkpoint(candidates[i], state, comm);
+            loaded = load_checkpoint(candidates[i], state, comm, base);
             m_dir = candidates[i];
             break;
         } catch (const InputError& e) {
@@ -125,8 +130,9 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
 }
 
 void ResumePolicy::check_lora_base(const CheckpointRecord& loaded) const {
-    // LoRA trains adapters for one base: the checkpoint holds the base it was given, and a
-    // resume naming another would silently continue on the old one.
+    // LoRA trains adapters for one base. A resume naming it at another path goes on where
+    // the checkpoint fingerprinted the base's files (the inputs' check compares them: other
+    // content exits 2); a checkpoint without that fingerprint must name the same path.
     if (!m_cfg.model.lora.on() || m_cfg.model.init_from.empty()) return;
     std::string old;
     try {
@@ -139,6 +145,14 @@ void ResumePolicy::check_lora_base(const CheckpointRecord& loaded) const {
         return a == b || std::filesystem::equivalent(a, b, ec);
     };
     if (old.empty() || same(old, m_cfg.model.init_from)) return;
+    if (loaded.inputs.is_object() && loaded.inputs.contains("base")) {
+        if (m_root) {
+            std::printf("ztrain: the LoRA run's base was %s, this run names %s: its files are checked against the "
+                        "checkpoint's fingerprint of the base\n",
+                        (loaded.lora_base.empty() ? old : loaded.lora_base).c_str(), m_cfg.model.init_from.c_str());
+        }
+        return;
+    }
     throw InputError(str(m_dir, ": the LoRA run's base is ", old, ", this run names ", m_cfg.model.init_from,
                          " (model.init_from / model.from_hf): its adapters were trained on the first; resume with "
                          "the same base, or start over with checkpoint.resume=never"));

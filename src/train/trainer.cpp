@@ -190,9 +190,15 @@ void check_lora_base(const Config& cfg, const CheckpointRecord& resumed, const n
     if (changes.empty()) return;
     std::string list;
     for (const std::string& c : changes) list += str(list.empty() ? "" : "; ", c);
-    throw InputError(str("model.init_from = ", cfg.model.init_from, ": the LoRA run's base changed since the checkpoint "
-                         "was written (", list, "); its adapters were trained on the base it had: resume with those "
-                         "files, or start over with checkpoint.resume=never"));
+    // At another path than the recorded one: name both.
+    const std::string& was = resumed.lora_base;
+    std::error_code ec;
+    const bool moved = !was.empty() && !std::filesystem::equivalent(was, cfg.model.init_from, ec);
+    throw InputError(str("model.init_from = ", cfg.model.init_from, ": the LoRA run's base ",
+                         moved ? str("was ", was, " when the checkpoint was written, and these files differ from its (")
+                               : std::string("changed since the checkpoint was written ("),
+                         list, "); its adapters were trained on the base it had: resume with those files, or start "
+                         "over with checkpoint.resume=never"));
 }
 
 /// Rank 0: this run's data and tokenizer fingerprint, which every checkpoint saves; on a

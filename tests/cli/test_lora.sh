@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # LoRA from the command line: a tiny GPT-2 pretrained by ztrain and consolidated to a Hugging
 # Face directory is the base of `--model.from_hf=DIR --lora.rank=4`; the run resumes with the
-# same base (also at 2 ranks, ZeRO-3, and at tensor 2) and refuses (exit 2, naming both) a
-# resume naming another one or finding other content at the same path; a bad target exits 2
+# same base (also at 2 ranks, ZeRO-3, and at tensor 2), follows it to another path holding the
+# same files, and refuses (exit 2, naming both) other content at the same or another path; a bad target exits 2
 # listing the family's names; lora.base_dtype = bf16 under fp32 halves the plan's stored weights
 # and trains; zt-consolidate writes the adapter and the merged model (reading the base, which
 # the checkpoints do not hold, from the recorded path or --base), and zt-generate samples from
@@ -25,16 +25,20 @@ lora=(--data.train="data/train_*.bin" --model.seq_len=32 --train.micro_batch=2 -
 expect 2 "lora.targets = 'q_proj'.*c_attn,c_proj,c_fc" "$BIN/ztrain" --model.from_hf=base "${lora[@]}" \
   --lora.targets=q_proj --train.max_steps=2
 expect 0 "ztrain: 2 steps in" "$BIN/ztrain" --model.from_hf=base "${lora[@]}" --train.max_steps=2
-expect 2 "the LoRA run's base is base, this run names other" "$BIN/ztrain" --model.from_hf=other "${lora[@]}" \
-  --train.max_steps=3
-expect 0 "resumed from .* at step 2" "$BIN/ztrain" --model.from_hf=base "${lora[@]}" --train.max_steps=3
-# The same path with other content (one weight's last byte changed) is another base: exit 2.
-cp base/model.safetensors base_weights.keep
+# The same files at another path (a moved base): the resume reads the base there, saying so.
+expect 0 "the LoRA run's base was .*/base, this run names other: its files are checked" "$BIN/ztrain" \
+  --model.from_hf=other "${lora[@]}" --train.max_steps=3
+# The same path with other content (one weight's last byte changed) is another base: exit 2;
+# so is that content at another path, naming both.
+cp other/model.safetensors other_weights.keep
 python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 1]))" \
-  base/model.safetensors
-expect 2 "model.init_from = base: the LoRA run's base changed since the checkpoint was written .*model.safetensors: same size, other content" \
-  "$BIN/ztrain" --model.from_hf=base "${lora[@]}" --train.max_steps=4
-cp base_weights.keep base/model.safetensors
+  other/model.safetensors
+expect 2 "model.init_from = other: the LoRA run's base changed since the checkpoint was written .*model.safetensors: same size, other content" \
+  "$BIN/ztrain" --model.from_hf=other "${lora[@]}" --train.max_steps=4
+cp -r other third
+cp other_weights.keep other/model.safetensors
+expect 2 "model.init_from = third: the LoRA run's base was .*/other when the checkpoint was written, and these files differ from its .*model.safetensors: same size, other content" \
+  "$BIN/ztrain" --model.from_hf=third "${lora[@]}" --train.max_steps=4
 # At another world size and ZeRO stage the state is resharded from the layout the checkpoint
 # records (with its adapters).
 expect 0 "resumed from .* at step 3" "$BIN/ztrun" 2 ztrain --model.from_hf=base "${lora[@]}" --train.max_steps=4 \
@@ -70,8 +74,13 @@ expect 2 "does not hold its frozen base; reading it from .*/base failed.*--base 
   lora/checkpoints --output merged_t2/ --lora merge
 expect 0 "wrote merged_t2/model.safetensors" "$BIN/zt-consolidate" lora/checkpoints --output merged_t2/ --lora merge \
   --base moved_base
+# zt-generate (as zt-eval) reads the moved base from --base too; a Hugging Face directory refuses it.
+gen=("$BIN/zt-generate" lora/checkpoints --prompt "the quick" --max-new-tokens 8 --temperature 0)
+expect 2 "does not hold its frozen base; reading it from .*/base failed.*--base DIR" "${gen[@]}"
+from_t2=$("${gen[@]}" --base moved_base 2>/dev/null)
+expect 2 "merged_t2: --base moved_base names a LoRA checkpoint's frozen base, but this is a Hugging Face" \
+  "$BIN/zt-generate" merged_t2 --prompt "the quick" --base moved_base
 mv moved_base base
-from_t2=$("$BIN/zt-generate" lora/checkpoints --prompt "the quick" --max-new-tokens 8 --temperature 0 2>/dev/null)
 from_merged_t2=$("$BIN/zt-generate" merged_t2 --tokenizer data/tokenizer.json --prompt "the quick" --max-new-tokens 8 \
   --temperature 0 2>/dev/null)
 check "zt-generate: the T = 2 checkpoint's greedy text ('$from_t2') is its merged model's ('$from_merged_t2')" \

@@ -308,6 +308,12 @@ class CheckpointReader {
     void read(const ModelLayout& part, int unit, size_t begin, size_t end, const char* which, float* out);
     /// The tensor split the checkpoint was written at (1: none).
     int tensor() const { return m_tensor; }
+    /// A resume whose base has moved: a LoRA checkpoint whose base came from weights reads
+    /// them at `path` instead of the recorded one (whether they are the same files is the
+    /// caller's check: the inputs' fingerprint). Nothing for any other checkpoint.
+    void follow_moved_base(const std::string& path) {
+        if (m_base_elsewhere && !m_base_path.empty() && !path.empty()) m_base_path = path;
+    }
 
   private:
     /// [begin, end) of `unit` in the layout of the files of tensor rank `tensor_rank`.
@@ -340,6 +346,9 @@ class CheckpointReader {
 /// reads its owned ranges, from whichever shards hold them) and returns the record saved
 /// with them. Verifies every shard it reads. Collective. Throws InputError naming the file
 /// and what differs when the checkpoint does not fit the model (shapes, tensor names).
-CheckpointRecord load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm);
+/// `moved_base`: where a LoRA checkpoint's base is read from if not at its recorded path
+/// (CheckpointReader::follow_moved_base; empty: the recorded path).
+CheckpointRecord load_checkpoint(const std::string& step_dir, ModelState& state, Communicator& comm,
+                                 const std::string& moved_base = "");
 
 }  // namespace zt

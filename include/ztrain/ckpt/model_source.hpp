@@ -22,11 +22,16 @@ struct ModelSource {
     std::string step_dir;  ///< the checkpoint's step directory
     ModelConfig model;     ///< every model key, from the record or config.json
     std::string deck;      ///< the checkpoint's resolved deck (config_ini); empty for hf_dir
+    /// A LoRA checkpoint's frozen base read from here rather than from the path it records
+    /// (--base: the base has moved); empty: the recorded path.
+    std::string lora_base;
 };
 
 /// Opens and checks `path` (exists, a checkpoint or a Hugging Face directory, every model
-/// dimension recorded). Throws InputError naming the path and what is wrong.
-ModelSource open_model_source(const std::string& path);
+/// dimension recorded). `lora_base`: where a LoRA checkpoint's base is now (refused for a
+/// Hugging Face directory or a checkpoint that holds every weight). Throws InputError naming
+/// the path and what is wrong.
+ModelSource open_model_source(const std::string& path, const std::string& lora_base = "");
 
 /// Receives elements [begin, begin + n) of unit `unit` (host memory, valid for the call).
 using WeightSink = std::function<void(int unit, size_t begin, const float* data, size_t n)>;
