@@ -1,35 +1,45 @@
-// sliding_window_bench: the CPU backend's attention, forward then backward, with a sliding
-// window (Mistral: gqa_attention_forward_segmented with attend_from[t] = t - window + 1)
-// against plain causal attention at the same shape, and the ratio of their times against
-// the ratio of the scores each must compute (causal T (T + 1) / 2 pairs; the window
-// sum_t min(t + 1, window)). Runs alternate (causal, window, window, causal, ...) so machine
-// noise hits both alike; medians over the repetitions. bench/sliding_window_bench.sh runs it
-// and records the machine.
+// sliding_window_bench: a backend's attention (the CPU's, or with --backend cuda the GPU's:
+// CUDA builds), forward then backward, with a sliding window (Mistral:
+// gqa_attention_forward_segmented with attend_from[t] = t - window + 1) against plain causal
+// attention at the same shape, and the ratio of their times against the ratio of the scores
+// each must compute (causal T (T + 1) / 2 pairs; the window sum_t min(t + 1, window)). Runs
+// alternate (causal, window, window, causal, ...) so machine noise hits both alike; medians
+// over the repetitions, timed on the backend's own clock (a GPU's events). bench/
+// sliding_window_bench.sh runs it and records the machine.
 //
 //   sliding_window_bench [--T 4096] [--window 1024] [--batch 1] [--heads 8] [--kv-heads 2]
-//                        [--hs 64] [--threads 2] [--reps 5]
+//                        [--hs 64] [--threads 2] [--reps 5] [--backend cpu|cuda]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/config.hpp"
+#if ZT_HAVE_CUDA
+#include "ztrain/backend_cuda/cuda_backend.hpp"
+#endif
 
 namespace {
 
 struct Options {
     int T = 4096, window = 1024, B = 1, NH = 8, NKV = 2, hs = 64, threads = 2, reps = 5;
+    std::string backend = "cpu";
 };
 
 Options parse(int argc, char** argv) {
     Options o;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i];
+        if (k == "--backend") {
+            o.backend = argv[i + 1];
+            continue;
+        }
         const int v = std::atoi(argv[i + 1]);
         int* field = k == "--T" ? &o.T : k == "--window" ? &o.window : k == "--batch" ? &o.B
                    : k == "--heads" ? &o.NH : k == "--kv-heads" ? &o.NKV : k == "--hs" ? &o.hs
@@ -60,6 +70,23 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+std::unique_ptr<zt::Backend> make_backend(const Options& o) {
+    if (o.backend == "cpu") return zt::make_cpu_backend(o.threads);
+#if ZT_HAVE_CUDA
+    if (o.backend == "cuda") return zt::make_cuda_backend(0);
+#endif
+    std::fprintf(stderr, "sliding_window_bench: --backend %s: expected cpu%s\n", o.backend.c_str(),
+                 ZT_HAVE_CUDA ? " or cuda" : " (this build has no CUDA backend)");
+    std::exit(2);
+}
+
+/// `host` copied into a new buffer of the backend's memory.
+float* on_backend(zt::Backend& be, const std::vector<float>& host) {
+    float* p = be.alloc_floats(std::max<size_t>(host.size(), 1));
+    be.to_device(p, host.data(), host.size() * sizeof(float));
+    return p;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,23 +105,33 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < from.size(); ++i) {
         from[i] = std::max(0, static_cast<int>(i % T) - o.window + 1);
     }
-    auto backend = zt::make_cpu_backend(o.threads);
-    std::vector<float> scratch(backend->attention_scratch_floats(o.B, o.T, o.NH));
+    std::unique_ptr<zt::Backend> backend = make_backend(o);
+    zt::Backend& be = *backend;
+    // The backend's memory (the CPU's is the host's; a GPU's its device); attend_from stays
+    // host memory, as the interface takes it.
+    float* d_qkv = on_backend(be, qkv);
+    float* d_dout = on_backend(be, dout);
+    float* d_out = on_backend(be, out);
+    float* d_dqkv = on_backend(be, dqkv);
+    float* d_att = on_backend(be, att);
+    float* d_scratch = be.alloc_floats(std::max<size_t>(be.attention_scratch_floats(o.B, o.T, o.NH), 1));
+    const std::unique_ptr<zt::OpClock> clock = be.make_op_clock();
     auto run = [&](bool window) {
-        std::fill(dqkv.begin(), dqkv.end(), 0.f);
-        const auto t0 = std::chrono::steady_clock::now();
+        be.zero_bytes(d_dqkv, dqkv.size() * sizeof(float));
         const double c0 = cpu_seconds();
+        const size_t m0 = clock->mark();
         if (window) {
-            backend->gqa_attention_forward_segmented(out.data(), att.data(), qkv.data(), from.data(), o.B, o.T, o.NH,
-                                                     o.NKV, o.hs);
-            backend->gqa_attention_backward_segmented(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                                      att.data(), from.data(), o.B, o.T, o.NH, o.NKV, o.hs);
+            be.gqa_attention_forward_segmented(d_out, d_att, d_qkv, from.data(), o.B, o.T, o.NH, o.NKV, o.hs);
+            be.gqa_attention_backward_segmented(d_dqkv, d_scratch, d_dout, d_qkv, d_att, from.data(), o.B, o.T, o.NH,
+                                                o.NKV, o.hs);
         } else {
-            backend->gqa_attention_forward(out.data(), att.data(), qkv.data(), o.B, o.T, o.NH, o.NKV, o.hs);
-            backend->gqa_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), o.B,
-                                            o.T, o.NH, o.NKV, o.hs);
+            be.gqa_attention_forward(d_out, d_att, d_qkv, o.B, o.T, o.NH, o.NKV, o.hs);
+            be.gqa_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_att, o.B, o.T, o.NH, o.NKV, o.hs);
         }
-        return Time{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), cpu_seconds() - c0};
+        const size_t m1 = clock->mark();
+        const double wall = clock->elapsed_ms(m0, m1) / 1e3;
+        clock->reset();
+        return Time{wall, cpu_seconds() - c0};
     };
     run(false);  // warm-up: pages touched, threads started
     run(true);
@@ -116,8 +153,8 @@ int main(int argc, char** argv) {
     }
     const double flop_ratio = window_pairs / causal_pairs;
     const double time_ratio = median(windowed) / median(causal);
-    std::printf("T %d, window %d, batch %d, heads %d (key/value %d), head size %d, threads %d, %d reps\n", o.T,
-                o.window, o.B, o.NH, o.NKV, o.hs, o.threads, o.reps);
+    std::printf("backend %s, T %d, window %d, batch %d, heads %d (key/value %d), head size %d, threads %d, %d reps\n",
+                o.backend.c_str(), o.T, o.window, o.B, o.NH, o.NKV, o.hs, o.threads, o.reps);
     const double cpu_ratio = median(windowed_cpu) / median(causal_cpu);
     std::printf("median forward+backward: causal %.3f s (cpu %.3f s), window %.3f s (cpu %.3f s)\n", median(causal),
                 median(causal_cpu), median(windowed), median(windowed_cpu));
@@ -125,5 +162,6 @@ int main(int argc, char** argv) {
                 "(%.2fx, %s 15%%)\n",
                 flop_ratio, time_ratio, time_ratio / flop_ratio, time_ratio <= 1.15 * flop_ratio ? "within" : "NOT within",
                 cpu_ratio, cpu_ratio / flop_ratio, cpu_ratio <= 1.15 * flop_ratio ? "within" : "NOT within");
+    for (float* p : {d_qkv, d_dout, d_out, d_dqkv, d_att, d_scratch}) be.free(p);
     return 0;
 }

@@ -9,7 +9,7 @@
 #
 # Environment:
 #   ZT_GPU_STAGES    stages to run, in this order (default: all):
-#                      build env gpu unit mpi cli demo tensor gpt2 calibrate
+#                      build env gpu window unit mpi cli demo tensor gpt2 calibrate
 #                    'build' is added when a later stage needs a build that is not there.
 #   ZT_GPU_BUDGET_S  seconds for the whole script (default 560: the device kills a command
 #                    at 600 s); a stage that would not fit is skipped and named at the end
@@ -30,7 +30,7 @@ repo=$PWD
 die() { echo "run_device.sh: ERROR: $*" >&2; [ -n "${summary:-}" ] && echo "ERROR: $*" >>"$summary"; exit 2; }
 say() { echo "run_device.sh: $*"; }
 
-stages=${ZT_GPU_STAGES:-build env gpu unit mpi cli demo tensor gpt2 calibrate}
+stages=${ZT_GPU_STAGES:-build env gpu window unit mpi cli demo tensor gpt2 calibrate}
 budget=${ZT_GPU_BUDGET_S:-560}
 arch=${ZT_GPU_ARCH:-90}
 jobs=${ZT_GPU_JOBS:-$(nproc)}
@@ -39,8 +39,8 @@ px=${ZT_GPU_PREFIX:-/tmp/zt-gpu-prefix}
 cuda=${ZT_GPU_CUDA:-ON}
 backend=${ZT_GPU_BACKEND:-cuda}
 for s in $stages; do
-  case "$s" in build|env|gpu|unit|mpi|cli|demo|tensor|gpt2|calibrate) ;;
-    *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu unit mpi cli demo tensor gpt2 calibrate)" ;; esac
+  case "$s" in build|env|gpu|window|unit|mpi|cli|demo|tensor|gpt2|calibrate) ;;
+    *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu window unit mpi cli demo tensor gpt2 calibrate)" ;; esac
 done
 
 out=${OUT:-/tmp/zt-gpu-out}
@@ -151,7 +151,7 @@ echo 'int main(){return 0;}' | g++ -fopenmp -x c++ - -o /tmp/zt-omp-check 2>"$lo
 # ---------------------------------------------------------------------------
 # Stages
 # ---------------------------------------------------------------------------
-declare -A min_s=([build]=200 [env]=5 [gpu]=40 [unit]=60 [mpi]=60 [cli]=40 [demo]=40 [tensor]=40 [gpt2]=60 [calibrate]=30)
+declare -A min_s=([build]=200 [env]=5 [gpu]=40 [window]=15 [unit]=60 [mpi]=60 [cli]=40 [demo]=40 [tensor]=40 [gpt2]=60 [calibrate]=30)
 not_run=()
 failed=()
 want() { [[ " $stages " == *" $1 "* ]]; }
@@ -193,7 +193,7 @@ run_ctest() {  # stage label [extra ctest args]
 }
 
 if ! want build && [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; then
-  for s in env gpu unit mpi cli demo tensor gpt2; do want "$s" && { stages="build $stages"; say "no build in $build: adding the build stage"; break; }; done
+  for s in env gpu window unit mpi cli demo tensor gpt2; do want "$s" && { stages="build $stages"; say "no build in $build: adding the build stage"; break; }; done
 fi
 
 if want build && begin build; then
@@ -283,6 +283,18 @@ want gpu && begin gpu && {
     set -e
   fi
 }
+# Issue 52's windowed attention on the GPU: a window of 1024 against causal attention at
+# T = 4096 (forward + backward on the segmented kernel's score bands), timed on CUDA events.
+if want window && begin window; then
+  set +e
+  cut_at_budget "$build/bin/sliding_window_bench" --backend "$backend" --T 4096 --window 1024 --reps 5 \
+    >"$logs/window.log" 2>&1
+  rc=$?
+  set -e
+  tail -3 "$logs/window.log"
+  finish window "$rc" "$(grep -E '^score ratio' "$logs/window.log" | cut -c1-120)"
+fi
+
 want unit && begin unit && run_ctest unit unit
 want mpi && begin mpi && run_ctest mpi mpi
 want cli && begin cli && run_ctest cli cli

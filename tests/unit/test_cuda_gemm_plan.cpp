@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -89,13 +91,14 @@ TEST_F(GemmPlan, Matmul) {
 TEST_F(GemmPlan, Attention) {
     const int B = 2, T = 5, C = 12, NH = 3;
     const auto d = zt::cuda::attention_dims(T, C, NH);
+    const zt::cuda::ScoreBand whole = zt::cuda::whole_scores(d);
     const size_t qkv_b = static_cast<size_t>(T) * 3 * C, out_b = static_cast<size_t>(T) * C;
     const size_t att_b = static_cast<size_t>(NH) * T * T;
     const auto qkv = rand(B * qkv_b);
     std::vector<float> out(B * out_b), att(B * att_b), out_ref(out.size()), att_ref(att.size());
 
     // Forward as attention.cu runs it, with the softmax kernel's row rule on the host.
-    for (int b = 0; b < B; ++b) ref_gemm(zt::cuda::attention_scores_gemm(d, att.data() + b * att_b, qkv.data() + b * qkv_b));
+    for (int b = 0; b < B; ++b) ref_gemm(zt::cuda::attention_scores_gemm(d, att.data() + b * att_b, qkv.data() + b * qkv_b, 0, whole));
     for (size_t row = 0; row < att.size() / T; ++row) {
         float* p = att.data() + row * T;
         const int len = static_cast<int>(row % T) + 1;
@@ -105,7 +108,7 @@ TEST_F(GemmPlan, Attention) {
         for (int i = 0; i < T; ++i) p[i] = i < len ? p[i] / sum : 0.f;
     }
     for (int b = 0; b < B; ++b) {
-        ref_gemm(zt::cuda::attention_out_gemm(d, out.data() + b * out_b, att.data() + b * att_b, qkv.data() + b * qkv_b));
+        ref_gemm(zt::cuda::attention_out_gemm(d, out.data() + b * out_b, att.data() + b * att_b, qkv.data() + b * qkv_b, 0, whole));
     }
     m_cpu->attention_forward(out_ref.data(), att_ref.data(), qkv.data(), B, T, C, NH);
     expect_near_all(out, out_ref, "out");
@@ -118,7 +121,7 @@ TEST_F(GemmPlan, Attention) {
     std::vector<float> ds(att_b);
     for (int b = 0; b < B; ++b) {
         const float* p = att.data() + b * att_b;
-        ref_gemm(zt::cuda::attention_dp_gemm(d, ds.data(), dout.data() + b * out_b, qkv.data() + b * qkv_b));
+        ref_gemm(zt::cuda::attention_dp_gemm(d, ds.data(), dout.data() + b * out_b, qkv.data() + b * qkv_b, 0, whole));
         for (size_t row = 0; row < att_b / T; ++row) {
             const int len = static_cast<int>(row % T) + 1;
             float dot = 0.f;
@@ -126,13 +129,115 @@ TEST_F(GemmPlan, Attention) {
             for (int i = 0; i < T; ++i) ds[row * T + i] = i < len ? p[row * T + i] * (ds[row * T + i] - dot) : 0.f;
         }
         float* dq = dqkv.data() + b * qkv_b;
-        ref_gemm(zt::cuda::attention_dv_gemm(d, dq, dout.data() + b * out_b, p));
-        ref_gemm(zt::cuda::attention_dq_gemm(d, dq, qkv.data() + b * qkv_b, ds.data()));
-        ref_gemm(zt::cuda::attention_dk_gemm(d, dq, qkv.data() + b * qkv_b, ds.data()));
+        ref_gemm(zt::cuda::attention_dv_gemm(d, dq, dout.data() + b * out_b, p, 0, whole));
+        ref_gemm(zt::cuda::attention_dq_gemm(d, dq, qkv.data() + b * qkv_b, ds.data(), 0, whole));
+        ref_gemm(zt::cuda::attention_dk_gemm(d, dq, qkv.data() + b * qkv_b, ds.data(), 0, whole));
     }
     std::vector<float> scratch(m_cpu->attention_scratch_floats(B, T, NH));
     m_cpu->attention_backward(dqkv_ref.data(), scratch.data(), dout.data(), qkv.data(), att_ref.data(), B, T, C, NH);
     expect_near_all(dqkv, dqkv_ref, "dqkv");
+}
+
+// The segmented forward and backward as attention.cu runs them on bands (score_bands: a
+// block of queries against keys from the first any of them attends to), grouped-query heads,
+// a sliding window and a packed segment boundary; the softmax kernels' band rule on the host.
+// Every score outside the bands starts NaN: a product or rule that read one would spread it.
+// Against the CPU backend's segmented attention (its O(T * window) kernel).
+TEST_F(GemmPlan, SegmentedAttentionOnBands) {
+    const int B = 2, T = 37, NH = 4, NKV = 2, hs = 4, block = 8, window = 6;
+    const auto d = zt::cuda::gqa_attention_dims(T, NH, NKV, hs);
+    const size_t qkv_b = static_cast<size_t>(T) * d.W, out_b = static_cast<size_t>(T) * d.O;
+    const size_t att_b = static_cast<size_t>(NH) * d.tt;
+    std::vector<int32_t> from(static_cast<size_t>(B) * T);
+    for (int b = 0; b < B; ++b) {
+        for (int t = 0; t < T; ++t) {
+            const int segment = b == 1 && t >= 20 ? 20 : 0;  // row 1 packs a second example at 20
+            from[static_cast<size_t>(b) * T + t] = std::max(segment, t - window + 1);
+        }
+    }
+    const auto qkv = rand(B * qkv_b);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> out(B * out_b, nan), att(B * att_b, nan), out_ref(out.size()), att_ref(att.size());
+    size_t band_scores = 0;
+    for (int b = 0; b < B; ++b) {
+        const int32_t* f = from.data() + static_cast<size_t>(b) * T;
+        const auto bands = zt::cuda::score_bands(f, T, block);
+        float* a = att.data() + b * att_b;
+        for (const auto& band : bands) {
+            band_scores += static_cast<size_t>(band.queries()) * band.keys();
+            for (int g = 0; g < d.G; ++g) ref_gemm(zt::cuda::attention_scores_gemm(d, a, qkv.data() + b * qkv_b, g, band));
+            // causal_softmax_kernel's rule: softmax over [from, t], zeros in the rest of the band.
+            for (int h = 0; h < NH; ++h) {
+                for (int t = band.q0; t < band.q1; ++t) {
+                    float* p = a + static_cast<size_t>(h) * d.tt + static_cast<size_t>(t) * T;
+                    const float mx = *std::max_element(p + f[t], p + t + 1);
+                    float sum = 0.f;
+                    for (int i = f[t]; i <= t; ++i) sum += (p[i] = std::exp(p[i] - mx));
+                    for (int i = band.k0; i < band.q1; ++i) p[i] = i >= f[t] && i <= t ? p[i] / sum : 0.f;
+                }
+            }
+            for (int g = 0; g < d.G; ++g) {
+                ref_gemm(zt::cuda::attention_out_gemm(d, out.data() + b * out_b, a, qkv.data() + b * qkv_b, g, band));
+            }
+        }
+    }
+    EXPECT_LT(band_scores, static_cast<size_t>(B) * T * (T + 1) / 2) << "the bands skip the keys no query reads";
+    m_cpu->gqa_attention_forward_segmented(out_ref.data(), att_ref.data(), qkv.data(), from.data(), B, T, NH, NKV, hs);
+    expect_near_all(out, out_ref, "segmented out");
+
+    const auto dout = rand(out.size());
+    auto dqkv = rand(qkv.size());
+    auto dqkv_ref = dqkv;
+    std::vector<float> pc(att_b), ds(att_b);
+    for (int b = 0; b < B; ++b) {
+        const int32_t* f = from.data() + static_cast<size_t>(b) * T;
+        const float* p = att.data() + b * att_b;
+        std::fill(pc.begin(), pc.end(), nan);
+        std::fill(ds.begin(), ds.end(), nan);
+        const auto bands = zt::cuda::score_bands(f, T, block);
+        for (const auto& band : bands) {
+            for (int g = 0; g < d.G; ++g) {
+                ref_gemm(zt::cuda::attention_dp_gemm(d, ds.data(), dout.data() + b * out_b, qkv.data() + b * qkv_b, g, band));
+            }
+            // softmax_backward_kernel's rule over the band.
+            for (int h = 0; h < NH; ++h) {
+                for (int t = band.q0; t < band.q1; ++t) {
+                    const size_t row = static_cast<size_t>(h) * d.tt + static_cast<size_t>(t) * T;
+                    float dot = 0.f;
+                    for (int i = f[t]; i <= t; ++i) dot += p[row + i] * ds[row + i];
+                    for (int i = band.k0; i < band.q1; ++i) {
+                        pc[row + i] = i >= f[t] && i <= t ? p[row + i] : 0.f;
+                        ds[row + i] = pc[row + i] * (ds[row + i] - dot);
+                    }
+                }
+            }
+        }
+        float* dq = dqkv.data() + b * qkv_b;
+        for (const auto& band : bands) {
+            for (int g = 0; g < d.G; ++g) {
+                ref_gemm(zt::cuda::attention_dv_gemm(d, dq, dout.data() + b * out_b, pc.data(), g, band));
+                ref_gemm(zt::cuda::attention_dq_gemm(d, dq, qkv.data() + b * qkv_b, ds.data(), g, band));
+                ref_gemm(zt::cuda::attention_dk_gemm(d, dq, qkv.data() + b * qkv_b, ds.data(), g, band));
+            }
+        }
+    }
+    std::vector<float> scratch(m_cpu->attention_scratch_floats(B, T, NH));
+    m_cpu->gqa_attention_backward_segmented(dqkv_ref.data(), scratch.data(), dout.data(), qkv.data(), att_ref.data(),
+                                            from.data(), B, T, NH, NKV, hs);
+    expect_near_all(dqkv, dqkv_ref, "segmented dqkv");
+}
+
+// The bands of a window: each block from its first query's window start (or its segment's).
+TEST(ScoreBands, EachBlockStartsAtItsFirstAttendedKey) {
+    std::vector<int32_t> from(10);
+    for (int t = 0; t < 10; ++t) from[static_cast<size_t>(t)] = std::max(t >= 7 ? 7 : 0, t - 2);
+    const auto bands = zt::cuda::score_bands(from.data(), 10, 4);
+    ASSERT_EQ(bands.size(), 3u);
+    EXPECT_EQ(bands[0].k0, 0);
+    EXPECT_EQ(bands[1].k0, 2);  // query 4 attends from key 2
+    EXPECT_EQ(bands[2].k0, 7);  // queries 8 and 9: their segment starts at 7, inside the window
+    EXPECT_EQ(bands[2].q1, 10);
+    EXPECT_EQ(bands[2].keys(), 3);
 }
 
 // Which products take cuBLASLt's fused bias/GELU epilogue and which the plain product plus

@@ -656,9 +656,9 @@ TEST(LlamaOps, CudaGqaPlanAddressesTheSharedKeyValueHeads) {
         // Address of batch entry j of an operand / output.
         auto at = [](const auto& operand, int j) { return static_cast<const float*>(operand.ptr) + j * operand.stride; };
         for (int g = 0; g < G; ++g) {
-            const cuda::Gemm scores = cuda::attention_scores_gemm(d, att.data(), q0, g);
-            const cuda::Gemm outp = cuda::attention_out_gemm(d, out.data(), att.data(), q0, g);
-            const cuda::Gemm dk = cuda::attention_dk_gemm(d, qkv.data(), q0, att.data(), g);
+            const cuda::Gemm scores = cuda::attention_scores_gemm(d, att.data(), q0, g, cuda::whole_scores(d));
+            const cuda::Gemm outp = cuda::attention_out_gemm(d, out.data(), att.data(), q0, g, cuda::whole_scores(d));
+            const cuda::Gemm dk = cuda::attention_dk_gemm(d, qkv.data(), q0, att.data(), g, cuda::whole_scores(d));
             ASSERT_EQ(scores.batch, NKV);
             for (int j = 0; j < NKV; ++j) {
                 const int h = j * G + g;  // query head of entry j; it reads key/value head j = h / G

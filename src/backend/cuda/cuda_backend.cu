@@ -265,21 +265,22 @@ class CudaBackendImpl final : public CudaBackend {
     }
     void gqa_attention_forward_segmented(ActPtr out, ActPtr att, ConstActPtr qkv, const int32_t* attend_from,
                                          int B, int T, int NH, int NKV, int hs) override {
-        const int32_t* from = device_attend_from(attend_from, B, T);
-        cuda::gqa_attention_forward_segmented(m_blas, out, att, qkv, from, B, T, NH, NKV, hs, m_attention, m_stream);
+        const cuda::AttentionSegments segments = device_segments(attend_from, B, T);
+        cuda::gqa_attention_forward_segmented(m_blas, out, att, qkv, segments, B, T, NH, NKV, hs, m_attention,
+                                              m_stream);
     }
     // The backward reads att only over each query's keys (attention.cu).
     void gqa_attention_backward_segmented(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
                                           ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV,
                                           int hs) override {
-        const int32_t* from = device_attend_from(attend_from, B, T);
-        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, from, B, T, NH, NKV, hs, m_attention,
-                                     m_stream);
+        const cuda::AttentionSegments segments = device_segments(attend_from, B, T);
+        cuda::gqa_attention_backward(m_blas, dqkv, scratch, dout, qkv, att, &segments, B, T, NH, NKV, hs,
+                                     m_attention, m_stream);
     }
     /// attend_from (host memory, backend.hpp) checked here, where a bad value is still a
     /// clear error rather than a read outside the score row, then copied next to the scores
-    /// (stream-ordered, so the next call's copy waits for this one's kernels).
-    const int32_t* device_attend_from(const int32_t* attend_from, int B, int T) {
+    /// with its bands (stream-ordered, so the next call's copy waits for this one's kernels).
+    cuda::AttentionSegments device_segments(const int32_t* attend_from, int B, int T) {
         ZT_REQUIRE(attend_from != nullptr, "segmented attention needs attend_from");
         const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
         for (size_t i = 0; i < n; ++i) {
@@ -287,11 +288,7 @@ class CudaBackendImpl final : public CudaBackend {
             ZT_REQUIRE(attend_from[i] >= 0 && attend_from[i] <= t, "attend_from ", attend_from[i], " of query ", t,
                        " outside [0, ", t, "]");
         }
-        auto* from = static_cast<int32_t*>(m_attend_ws.get(std::max<size_t>(n, 1) * sizeof(int32_t), m_stream));
-        if (n > 0) {
-            ZT_CUDA_CHECK(cudaMemcpyAsync(from, attend_from, n * sizeof(int32_t), cudaMemcpyHostToDevice, m_stream));
-        }
-        return from;
+        return cuda::attention_segments(attend_from, B, T, m_attend_ws, m_band_ws, m_band_host, m_stream);
     }
     size_t attention_scratch_floats(int /*B*/, int T, int NH) const override {
         return static_cast<size_t>(cuda_attention_scratch_floats(T, NH));
@@ -383,6 +380,8 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::Workspace m_scratch;   ///< column-reduction partials
     cuda::Workspace m_index_ws;  ///< encoder_backward's bucket index
     cuda::Workspace m_attend_ws; ///< the segmented attention's attend_from, copied to the device
+    cuda::Workspace m_band_ws;   ///< and each query's band start (cuda::AttentionSegments)
+    std::vector<int32_t> m_band_host;
     cuda::EncoderScratch m_encoder;
     cuda::MatmulScratch m_matmul;        ///< the typed products' converted operands
     cuda::AttentionScratch m_attention;  ///< the typed attention's fp32 copies

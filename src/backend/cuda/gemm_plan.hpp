@@ -9,8 +9,10 @@
 // product is written in cuBLAS's column-major terms, with the row-major meaning beside it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "ztrain/core/dtype.hpp"
 #include "ztrain/core/error.hpp"
@@ -156,48 +158,90 @@ inline int64_t query_stride(const AttentionDims& d) { return static_cast<int64_t
 inline int64_t score_offset(const AttentionDims& d, int g) { return static_cast<int64_t>(g) * d.tt; }
 inline int64_t score_stride(const AttentionDims& d) { return static_cast<int64_t>(d.G) * d.tt; }
 
-/// S (T, T) = scale * Q K^T:  S^T = (K stored (hs, T))^T @ Q stored (hs, T).
-inline Gemm attention_scores_gemm(const AttentionDims& d, float* att_b, const float* qkv_b, int g = 0) {
-    return heads_gemm(d, d.T, d.T, d.hs, {qkv_b + d.k_off, d.W, d.hs, true},
-                      {qkv_b + query_offset(d, g), d.W, query_stride(d), false},
-                      {att_b + score_offset(d, g), d.T, score_stride(d)}, d.scale, 0.f);
+/// The scores a product computes: query rows [q0, q1) against keys [k0, q1) (causal: no key
+/// after the block's last query). The whole square is {0, T, 0}; a segmented forward (packed
+/// examples, a sliding window) takes one band per block of queries, from the first key any of
+/// them attends to (score_bands), so a window of w costs O(T (w + block)), not O(T^2).
+struct ScoreBand {
+    int q0 = 0;
+    int q1 = 0;
+    int k0 = 0;
+    int queries() const { return q1 - q0; }
+    int keys() const { return q1 - k0; }
+};
+inline ScoreBand whole_scores(const AttentionDims& d) { return {0, d.T, 0}; }
+// Each product below takes the group position g and the band (whole_scores: plain causal).
+
+/// One batch element's bands: blocks of `block` queries, each from the smallest attend_from
+/// (host memory, T values, each in [0, t]) of its rows.
+inline std::vector<ScoreBand> score_bands(const int32_t* attend_from, int T, int block) {
+    ZT_REQUIRE(block > 0, "score_bands: block ", block);
+    std::vector<ScoreBand> bands;
+    for (int q0 = 0; q0 < T; q0 += block) {
+        ScoreBand b{q0, std::min(T, q0 + block), q0};
+        for (int t = b.q0; t < b.q1; ++t) b.k0 = std::min(b.k0, static_cast<int>(attend_from[t]));
+        bands.push_back(b);
+    }
+    return bands;
 }
-/// O (T, hs) = P V:  O^T (hs, T) = V stored (hs, T) @ P stored (T, T) (which is P^T).
-inline Gemm attention_out_gemm(const AttentionDims& d, float* out_b, const float* att_b, const float* qkv_b,
-                               int g = 0) {
-    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b + d.v_off, d.W, d.hs, false},
-                      {att_b + score_offset(d, g), d.T, score_stride(d), false},
-                      {out_b + query_offset(d, g), d.O, query_stride(d)}, 1.f, 0.f);
+
+/// Offsets into one batch element's buffers of a band: its first query row of qkv / dqkv
+/// (row stride W), of out / dout (O), its first key row of qkv (W), and its top-left score.
+inline int64_t query_row(const AttentionDims& d, const ScoreBand& b) { return static_cast<int64_t>(b.q0) * d.W; }
+inline int64_t out_row(const AttentionDims& d, const ScoreBand& b) { return static_cast<int64_t>(b.q0) * d.O; }
+inline int64_t key_row(const AttentionDims& d, const ScoreBand& b) { return static_cast<int64_t>(b.k0) * d.W; }
+inline int64_t score_at(const AttentionDims& d, const ScoreBand& b) {
+    return static_cast<int64_t>(b.q0) * d.T + b.k0;
+}
+
+/// S (T, T) = scale * Q K^T:  S^T = (K stored (hs, T))^T @ Q stored (hs, T). A band: its
+/// keys (m) by its queries (n), at its score offset (ld T).
+inline Gemm attention_scores_gemm(const AttentionDims& d, float* att_b, const float* qkv_b, int g,
+                                  const ScoreBand& b) {
+    return heads_gemm(d, b.keys(), b.queries(), d.hs, {qkv_b + d.k_off + key_row(d, b), d.W, d.hs, true},
+                      {qkv_b + query_offset(d, g) + query_row(d, b), d.W, query_stride(d), false},
+                      {att_b + score_offset(d, g) + score_at(d, b), d.T, score_stride(d)}, d.scale, 0.f);
+}
+/// O (T, hs) = P V:  O^T (hs, T) = V stored (hs, T) @ P stored (T, T) (which is P^T). A band
+/// writes its queries' rows from its keys.
+inline Gemm attention_out_gemm(const AttentionDims& d, float* out_b, const float* att_b, const float* qkv_b, int g,
+                               const ScoreBand& b) {
+    return heads_gemm(d, d.hs, b.queries(), b.keys(), {qkv_b + d.v_off + key_row(d, b), d.W, d.hs, false},
+                      {att_b + score_offset(d, g) + score_at(d, b), d.T, score_stride(d), false},
+                      {out_b + query_offset(d, g) + out_row(d, b), d.O, query_stride(d)}, 1.f, 0.f);
 }
 /// dP (T, T) = dO V^T:  dP^T = (V stored (hs, T))^T @ dO stored (hs, T).
-inline Gemm attention_dp_gemm(const AttentionDims& d, float* dp, const float* dout_b, const float* qkv_b,
-                              int g = 0) {
-    return heads_gemm(d, d.T, d.T, d.hs, {qkv_b + d.v_off, d.W, d.hs, true},
-                      {dout_b + query_offset(d, g), d.O, query_stride(d), false},
-                      {dp + score_offset(d, g), d.T, score_stride(d)}, 1.f, 0.f);
+inline Gemm attention_dp_gemm(const AttentionDims& d, float* dp, const float* dout_b, const float* qkv_b, int g,
+                              const ScoreBand& b) {
+    return heads_gemm(d, b.keys(), b.queries(), d.hs, {qkv_b + d.v_off + key_row(d, b), d.W, d.hs, true},
+                      {dout_b + query_offset(d, g) + out_row(d, b), d.O, query_stride(d), false},
+                      {dp + score_offset(d, g) + score_at(d, b), d.T, score_stride(d)}, 1.f, 0.f);
 }
 /// dV (T, hs) += P^T dO:  dV^T = dO stored (hs, T) @ (P stored (T, T))^T. The G products of
-/// a batch element accumulate into the same dV in order (beta 1): deterministic.
-inline Gemm attention_dv_gemm(const AttentionDims& d, float* dqkv_b, const float* dout_b, const float* p,
-                              int g = 0) {
-    return heads_gemm(d, d.hs, d.T, d.T, {dout_b + query_offset(d, g), d.O, query_stride(d), false},
-                      {p + score_offset(d, g), d.T, score_stride(d), true}, {dqkv_b + d.v_off, d.W, d.hs}, 1.f,
-                      1.f);
+/// a batch element (and a segmented backward's bands, whose keys overlap) accumulate into
+/// the same dV in order (beta 1): deterministic.
+inline Gemm attention_dv_gemm(const AttentionDims& d, float* dqkv_b, const float* dout_b, const float* p, int g,
+                              const ScoreBand& b) {
+    return heads_gemm(d, d.hs, b.keys(), b.queries(),
+                      {dout_b + query_offset(d, g) + out_row(d, b), d.O, query_stride(d), false},
+                      {p + score_offset(d, g) + score_at(d, b), d.T, score_stride(d), true},
+                      {dqkv_b + d.v_off + key_row(d, b), d.W, d.hs}, 1.f, 1.f);
 }
 /// dQ (T, hs) += scale * dS K:  dQ^T = K stored (hs, T) @ dS stored (which is dS^T).
-inline Gemm attention_dq_gemm(const AttentionDims& d, float* dqkv_b, const float* qkv_b, const float* ds,
-                              int g = 0) {
-    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b + d.k_off, d.W, d.hs, false},
-                      {ds + score_offset(d, g), d.T, score_stride(d), false},
-                      {dqkv_b + query_offset(d, g), d.W, query_stride(d)}, d.scale, 1.f);
+inline Gemm attention_dq_gemm(const AttentionDims& d, float* dqkv_b, const float* qkv_b, const float* ds, int g,
+                              const ScoreBand& b) {
+    return heads_gemm(d, d.hs, b.queries(), b.keys(), {qkv_b + d.k_off + key_row(d, b), d.W, d.hs, false},
+                      {ds + score_offset(d, g) + score_at(d, b), d.T, score_stride(d), false},
+                      {dqkv_b + query_offset(d, g) + query_row(d, b), d.W, query_stride(d)}, d.scale, 1.f);
 }
 /// dK (T, hs) += scale * dS^T Q:  dK^T = Q stored (hs, T) @ (dS stored)^T (accumulated over
-/// the G group positions in order, as dV).
-inline Gemm attention_dk_gemm(const AttentionDims& d, float* dqkv_b, const float* qkv_b, const float* ds,
-                              int g = 0) {
-    return heads_gemm(d, d.hs, d.T, d.T, {qkv_b + query_offset(d, g), d.W, query_stride(d), false},
-                      {ds + score_offset(d, g), d.T, score_stride(d), true}, {dqkv_b + d.k_off, d.W, d.hs},
-                      d.scale, 1.f);
+/// the G group positions and the bands in order, as dV).
+inline Gemm attention_dk_gemm(const AttentionDims& d, float* dqkv_b, const float* qkv_b, const float* ds, int g,
+                              const ScoreBand& b) {
+    return heads_gemm(d, d.hs, b.keys(), b.queries(),
+                      {qkv_b + query_offset(d, g) + query_row(d, b), d.W, query_stride(d), false},
+                      {ds + score_offset(d, g) + score_at(d, b), d.T, score_stride(d), true},
+                      {dqkv_b + d.k_off + key_row(d, b), d.W, d.hs}, d.scale, 1.f);
 }
 
 }  // namespace zt::cuda

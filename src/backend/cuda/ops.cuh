@@ -169,19 +169,34 @@ struct AttentionScratch {
 /// Grouped-query attention, backend.hpp's layout (GPT-2: NKV = NH, hs = C / NH).
 void gqa_attention_forward(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                            int hs, AttentionScratch& scratch, cudaStream_t stream);
+/// The rows of a segmented attention (packed examples, a sliding window): query t of row b
+/// attends to keys [from, t], from = attend_from[b*T + t]. Its products run on bands of
+/// kAttentionBandRows queries each (score_bands, gemm_plan.hpp), from the first key any of
+/// them attends to: a window of w costs O(T (w + kAttentionBandRows)), not O(T^2). Scores
+/// outside every band are never written nor read.
+constexpr int kAttentionBandRows = 128;
+struct AttentionSegments {
+    const int32_t* attend_from = nullptr;  ///< (B, T) device memory
+    const int32_t* band_from = nullptr;    ///< (B, T) device memory: the k0 of each query's band
+    std::vector<std::vector<ScoreBand>> bands;  ///< per batch element (host)
+};
+/// attend_from ((B, T) host memory, each value in [0, t]) and its bands, copied to the device
+/// through `from_ws` and `band_ws` (stream-ordered; `band_host` keeps the host copy).
+AttentionSegments attention_segments(const int32_t* attend_from, int B, int T, Workspace& from_ws,
+                                     Workspace& band_ws, std::vector<int32_t>& band_host, cudaStream_t stream);
+
+/// Block-diagonal causal forward on the segments' bands; att is zero outside [from, t] within
+/// each band and unspecified outside the bands.
+void gqa_attention_forward_segmented(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv,
+                                     const AttentionSegments& segments, int B, int T, int NH, int NKV, int hs,
+                                     AttentionScratch& scratch, cudaStream_t stream);
 /// scratch: cuda_attention_scratch_floats(T, NH) floats; `wide` the typed path's copies.
-/// attend_from ((B, T) device memory, or null: causal): the segmented forward's; att is read
-/// in [attend_from[t], t] only, so an att whose other entries are unspecified (the CPU's,
+/// segments (null: causal): the segmented forward's, whose bands the backward runs on; att is
+/// read in [attend_from[t], t] only, so an att whose other entries are unspecified (the CPU's,
 /// which skips key blocks) gives the same gradient.
 void gqa_attention_backward(const Blas& blas, ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv,
-                            ConstActPtr att, const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
-                            AttentionScratch& wide, cudaStream_t stream);
-/// Block-diagonal causal forward: query t of row b attends to keys [attend_from[b*T + t], t]
-/// (attend_from: (B, T) int32 in device memory, each in [0, t]; a sliding window is
-/// attend_from[t] >= t - window + 1); att is zero outside.
-void gqa_attention_forward_segmented(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr qkv,
-                                     const int32_t* attend_from, int B, int T, int NH, int NKV, int hs,
-                                     AttentionScratch& scratch, cudaStream_t stream);
+                            ConstActPtr att, const AttentionSegments* segments, int B, int T, int NH, int NKV,
+                            int hs, AttentionScratch& wide, cudaStream_t stream);
 
 // ---- rmsnorm.cu, rope.cu, swiglu.cu (Llama) ---------------------------------------------
 
