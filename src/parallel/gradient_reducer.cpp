@@ -43,7 +43,11 @@ GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, s
         // One arena, units in backward order, so a DDP bucket is one contiguous span.
         std::vector<size_t> extents;
         for (int u = 0; u < U; ++u) extents.push_back(ctx.plan.grad_extent(u));
-        m_buckets = make_grad_buckets(extents, bucket_numel);
+        // A host all-reduce of the arena's own dtype copies its message: large units go in
+        // bucket-sized pieces (a device communicator copies nothing; another wire dtype
+        // converts whole units into pooled copies).
+        const bool split = ctx.reduce == ctx.work && !ctx.backend.capabilities().device_memory;
+        m_buckets = make_grad_buckets(extents, bucket_numel, split);
         size_t total = 0;
         for (int u = 0; u < U; ++u) total += ctx.plan.stored_grads(u, ctx.rank);
         m_arena = ctx.backend.alloc_bytes(total * w);

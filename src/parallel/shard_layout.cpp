@@ -90,19 +90,31 @@ ElementRange ShardPlan::primary_range(int unit, int rank) const {
     return owned_range(unit, rank);
 }
 
-std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel) {
+std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel,
+                                          bool split_units) {
     std::vector<size_t> extents;
     for (const UnitShard& s : shards) extents.push_back(s.padded_numel);
-    return make_grad_buckets(extents, bucket_numel);
+    return make_grad_buckets(extents, bucket_numel, split_units);
 }
 
-std::vector<GradBucket> make_grad_buckets(const std::vector<size_t>& extents, size_t bucket_numel) {
+std::vector<GradBucket> make_grad_buckets(const std::vector<size_t>& extents, size_t bucket_numel,
+                                          bool split_units) {
     std::vector<GradBucket> out;
     size_t offset = 0;
+    bool open = false;  // whether the last bucket may take the next unit
     for (int u = static_cast<int>(extents.size()) - 1; u >= 0; --u) {
         const size_t n = extents[static_cast<size_t>(u)];
-        if (out.empty() || out.back().numel >= bucket_numel) {
+        if (split_units && n > bucket_numel && bucket_numel > 0) {
+            for (size_t at = 0; at < n; at += bucket_numel) {
+                out.push_back(GradBucket{u, u, offset + at, std::min(bucket_numel, n - at)});
+            }
+            offset += n;
+            open = false;
+            continue;
+        }
+        if (!open || out.back().numel >= bucket_numel) {
             out.push_back(GradBucket{u, u, offset, 0});
+            open = true;
         }
         out.back().last_unit = u;
         out.back().numel += n;

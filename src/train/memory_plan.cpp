@@ -283,7 +283,7 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
             std::max<size_t>(1, static_cast<size_t>(plan.bucket_bytes / static_cast<double>(dtype_size(reduce))));
         // The buckets start in backward order and the oldest completes first: the most in
         // flight is the largest sum of K consecutive ones.
-        const std::vector<GradBucket> buckets = make_grad_buckets(shards.shards(), bucket_numel);
+        const std::vector<GradBucket> buckets = make_grad_buckets(shards.shards(), bucket_numel, reduce == work);
         const size_t K = static_cast<size_t>(in_flight);
         double window = 0;
         for (size_t i = 0; i < buckets.size(); ++i) {

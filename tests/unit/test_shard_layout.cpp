@@ -1,6 +1,8 @@
 // Shard ranges, padding and DDP bucket boundaries as pure functions over many (numel, N).
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <numeric>
 
 #include "ztrain/core/error.hpp"
@@ -149,6 +151,31 @@ TEST(ShardLayout, BucketsFollowBackwardOrderAndCoverEveryUnitOnce) {
             EXPECT_EQ(offset, total);
         }
     }
+}
+
+// With split_units a unit larger than a bucket goes in bucket-sized pieces of its own (the
+// all-reduce's copy bounded by a bucket); smaller units still share buckets as before.
+TEST(ShardLayout, SplitUnitsGoInBucketSizedPiecesOfTheirOwn) {
+    const std::vector<size_t> units{1000, 333, 333, 333, 333, 17};
+    const auto buckets = make_grad_buckets(units, 300, true);
+    // Backward order: unit 5 (17) alone, as the next unit is split; units 4..1 (333 each) in
+    // pieces of 300 and 33; unit 0 in pieces 300, 300, 300, 100.
+    std::vector<std::array<size_t, 4>> want{{5, 5, 0, 17},     {4, 4, 17, 300},   {4, 4, 317, 33},
+                                            {3, 3, 350, 300},  {3, 3, 650, 33},   {2, 2, 683, 300},
+                                            {2, 2, 983, 33},   {1, 1, 1016, 300}, {1, 1, 1316, 33},
+                                            {0, 0, 1349, 300}, {0, 0, 1649, 300}, {0, 0, 1949, 300},
+                                            {0, 0, 2249, 100}};
+    ASSERT_EQ(buckets.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(static_cast<size_t>(buckets[i].first_unit), want[i][0]) << "bucket " << i;
+        EXPECT_EQ(static_cast<size_t>(buckets[i].last_unit), want[i][1]) << "bucket " << i;
+        EXPECT_EQ(buckets[i].offset, want[i][2]) << "bucket " << i;
+        EXPECT_EQ(buckets[i].numel, want[i][3]) << "bucket " << i;
+    }
+    // Units no larger than a bucket: the same buckets as without splitting.
+    const auto whole = make_grad_buckets(units, 100000, true);
+    ASSERT_EQ(whole.size(), 1u);
+    EXPECT_EQ(whole[0].numel, 2349u);
 }
 
 }  // namespace

@@ -162,10 +162,15 @@ struct GradBucket {
 };
 
 /// Groups units in backward order into buckets of at least bucket_numel elements (the last
-/// bucket may be smaller; a unit larger than bucket_numel is a bucket alone). Arena offsets
-/// follow `extents` (each unit's gradient elements, ShardPlan::grad_extent), or the padded
-/// sizes of `shards`.
-std::vector<GradBucket> make_grad_buckets(const std::vector<size_t>& extents, size_t bucket_numel);
-std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel);
+/// bucket may be smaller). A unit larger than bucket_numel is a bucket alone or, with
+/// `split_units`, pieces of bucket_numel elements (the last smaller), each a bucket of that
+/// unit alone (first_unit == last_unit, numel less than the unit's): Open MPI's host
+/// all-reduce copies its whole message, so pieces bound that copy (a 128k-vocabulary
+/// embedding is one message of gigabytes otherwise). Arena offsets follow `extents` (each
+/// unit's gradient elements, ShardPlan::grad_extent), or the padded sizes of `shards`.
+std::vector<GradBucket> make_grad_buckets(const std::vector<size_t>& extents, size_t bucket_numel,
+                                          bool split_units = false);
+std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel,
+                                          bool split_units = false);
 
 }  // namespace zt
