@@ -72,8 +72,12 @@ std::vector<Expected> expected_tensors(const ModelLayout& layout, const ModelCon
     return out;
 }
 
-/// Receives one tensor's values (fp32, ztrain orientation, live elements).
-using Deliver = std::function<void(const Expected&, const float*)>;
+/// Receives a piece of one tensor's values (fp32, ztrain orientation): its live elements
+/// [from, from + count), in order, every live element once.
+using Deliver = std::function<void(const Expected&, size_t from, size_t count, const float*)>;
+/// The most elements a tensor stored as ztrain lays it out is read in at once: an import
+/// holds a piece, not the tensor (a 128k-vocabulary embedding is gigabytes in fp32).
+constexpr size_t kImportPieceFloats = size_t{1} << 20;
 /// Whether this rank needs a tensor at all (it owns some of its elements).
 using Wanted = std::function<bool(const Expected&)>;
 
@@ -226,15 +230,20 @@ void import_safetensors(SafetensorsSet& set, const HfNaming& family, const std::
         if (!wanted(x)) continue;
         const std::string& name = x.spec->name;
         const auto& [file_name, item] = by_name.at(name);
-        item.reader->read_f32(file_name, *item.entry, buf);
-        const float* dst = buf.data();
         if (family.transposed(name)) {
-            // The file holds [in, out]; ztrain wants (out, in).
+            // The file holds [in, out]; ztrain wants (out, in): whole (GPT-2's Conv1D weights).
+            item.reader->read_f32(file_name, *item.entry, buf);
             tmp.resize(x.live_numel);
             transpose(buf.data(), x.live_shape[1], x.live_shape[0], tmp.data());
-            dst = tmp.data();
+            deliver(x, 0, x.live_numel, tmp.data());
+            continue;
         }
-        deliver(x, dst);
+        buf.resize(std::min(x.live_numel, kImportPieceFloats));
+        for (size_t at = 0; at < x.live_numel; at += kImportPieceFloats) {
+            const size_t n = std::min(kImportPieceFloats, x.live_numel - at);
+            item.reader->read_f32_range(file_name, *item.entry, at, n, buf.data());
+            deliver(x, at, n, buf.data());
+        }
     }
 }
 
@@ -358,7 +367,7 @@ void import_h5(const std::string& file, const std::vector<Expected>& expected, c
                        file, str("cannot read tensor ", name, " (damaged file?)"));
             convert_to_f32(half.data(), buf.data(), x.live_numel, dtypes[i]);
         }
-        deliver(x, buf.data());
+        deliver(x, 0, x.live_numel, buf.data());
     }
 }
 
@@ -437,9 +446,15 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
             for_owned(x, [&](ElementRange, size_t) { any = true; });
             return any;
         };
-        const Deliver deliver = [&](const Expected& x, const float* data) {
+        const Deliver deliver = [&](const Expected& x, size_t at, size_t n, const float* data) {
             for_owned(x, [&](ElementRange part, size_t from) {
-                shards.write(x.spec->unit, StateShards::kMaster, part.begin, part.end, data + from);
+                // The owned part holds the tensor's elements [from, from + its size): the piece's share.
+                const size_t b = std::max(from, at);
+                const size_t e = std::min(from + (part.end - part.begin), at + n);
+                if (e > b) {
+                    shards.write(x.spec->unit, StateShards::kMaster, part.begin + (b - from), part.begin + (e - from),
+                                 data + (b - at));
+                }
             });
         };
         if (fmt == WeightsFormat::kH5) {
@@ -492,7 +507,10 @@ struct WeightsRanges::Impl {
     /// Reads tensor `x` whole into `values` (through the importers, so with their checks).
     void load(const Expected& x) {
         const Wanted only = [&](const Expected& e) { return &e == &x; };
-        const Deliver keep = [&](const Expected& e, const float* data) { values.assign(data, data + e.live_numel); };
+        const Deliver keep = [&](const Expected& e, size_t at, size_t n, const float* data) {
+            values.resize(e.live_numel);
+            std::copy(data, data + n, values.begin() + static_cast<std::ptrdiff_t>(at));
+        };
         if (set) {
             import_safetensors(*set, model_family(cfg).hf_naming(), expected, only, keep);
         } else {
@@ -518,7 +536,7 @@ WeightsRanges::WeightsRanges(std::string path, const ModelLayout& layout, const 
     if (m->set) {
         // Every name, dtype and shape checked once, as an import checks them (nothing read).
         import_safetensors(*m->set, model_family(cfg).hf_naming(), m->expected,
-                           [](const Expected&) { return false; }, [](const Expected&, const float*) {});
+                           [](const Expected&) { return false; }, [](const Expected&, size_t, size_t, const float*) {});
         m->by_name = by_ztrain_name(*m->set, model_family(cfg).hf_naming());
     }
 }
@@ -541,7 +559,7 @@ void read_hf_weights(const std::string& dir, const ModelLayout& layout, const Mo
     SafetensorsSet set = open_hf_directory(dir, cfg);
     import_safetensors(
         set, model_family(cfg).hf_naming(), expected, [](const Expected&) { return true; },
-        [&](const Expected& x, const float* data) { put(x.spec->unit, x.spec->offset, data, x.live_numel); });
+        [&](const Expected& x, size_t at, size_t n, const float* data) { put(x.spec->unit, x.spec->offset + at, data, n); });
 }
 
 std::vector<HfSetting> read_hf_config(const std::string& dir) {
