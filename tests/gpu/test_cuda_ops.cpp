@@ -440,14 +440,18 @@ TEST_F(CudaOps, SlidingWindowAttentionMatchesTheCpu) {
     // of the CPU kernel's 64-row blocks so it skips whole key blocks (its att is unspecified
     // there, and the GPU backward is given the CPU's att): a window of 40 alone (row 0) and
     // with a packed example boundary at 90 (row 1).
-    const AttentionShape s{2, 150, 4, 2, 16};
-    const int window = 40;
-    std::vector<int32_t> attend_from(static_cast<size_t>(s.B) * s.T);
-    for (int t = 0; t < s.T; ++t) {
-        attend_from[static_cast<size_t>(t)] = std::max(0, t - window + 1);
-        attend_from[static_cast<size_t>(s.T + t)] = std::max(t < 90 ? 0 : 90, t - window + 1);
+    // T = 300 also spans three of the CUDA kernel's 128-query score bands, the middle one
+    // starting past key 0 (attention.cu: the products skip the keys no query of a band reads).
+    for (const int T : {150, 300}) {
+        const AttentionShape s{2, T, 4, 2, 16};
+        const int window = 40;
+        std::vector<int32_t> attend_from(static_cast<size_t>(s.B) * s.T);
+        for (int t = 0; t < s.T; ++t) {
+            attend_from[static_cast<size_t>(t)] = std::max(0, t - window + 1);
+            attend_from[static_cast<size_t>(s.T + t)] = std::max(t < 90 ? 0 : 90, t - window + 1);
+        }
+        check_attention(s, false, &attend_from);
     }
-    check_attention(s, false, &attend_from);
 }
 
 /// Whether entry i of att (B, NH, T, T) is specified: key <= query and, segmented, key >=
