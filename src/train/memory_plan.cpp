@@ -275,15 +275,20 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
         // bucket; the reducer keeps at most reductions_in_flight(overlap_depth) buckets in
         // flight (measured: bench/memory_plan_bench.sh). With another wire dtype the units
         // are reduced from pooled copies, as many at a time.
+        // Each unit's gradient as the reducer holds it (a frozen base's: its trained tail only).
+        std::vector<size_t> extents;
         double largest = 0;
-        for (const UnitShard& u : shards.shards()) largest = std::max(largest, static_cast<double>(u.padded_numel));
+        for (int u = 0; u < shards.num_units(); ++u) {
+            extents.push_back(shards.grad_extent(u));
+            largest = std::max(largest, static_cast<double>(extents.back()));
+        }
         const double arena = static_cast<double>(sb.grads) / dtype_size(work) * dtype_size(reduce);
         const double in_flight = static_cast<double>(reductions_in_flight(depth));
         const size_t bucket_numel =
             std::max<size_t>(1, static_cast<size_t>(plan.bucket_bytes / static_cast<double>(dtype_size(reduce))));
         // The buckets start in backward order and the oldest completes first: the most in
         // flight is the largest sum of K consecutive ones.
-        const std::vector<GradBucket> buckets = make_grad_buckets(shards.shards(), bucket_numel, reduce == work);
+        const std::vector<GradBucket> buckets = make_grad_buckets(extents, bucket_numel, reduce == work);
         const size_t K = static_cast<size_t>(in_flight);
         double window = 0;
         for (size_t i = 0; i < buckets.size(); ++i) {

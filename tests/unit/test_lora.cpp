@@ -457,6 +457,28 @@ TEST(LoraBaseDtype, ThePlanStoresTheBaseInItsDtype) {
     EXPECT_DOUBLE_EQ(item(bf16, "activations"), item(fp32, "activations"));
 }
 
+// DDP reduces a LoRA run's trained tails only: the plan's "mpi buffers" (MPI's copies of the
+// reductions in flight) are at most that many tails, whether the wire dtype is the gradients'
+// own (fp32 base: the buckets' copies) or another (bf16 base: each unit's fp32 copy), never
+// whole frozen units.
+TEST(LoraBaseDtype, ThePlansMpiBuffersHoldTheTrainedTailsOnly) {
+    for (const char* base : {"fp32", "bf16"}) {
+        Config c = lora_config("gpt2", "c_attn");
+        set_config_value(c, "lora.base_dtype", base);
+        validate(c);
+        const MemoryPlan plan = plan_memory(c, 2, 2, 0, 0, false);
+        double mpi = -1, grads = -1;
+        for (const MemoryItem& i : plan.items) {
+            if (i.name == "mpi buffers") mpi = i.bytes;
+            if (i.name == "grads") grads = i.bytes;
+        }
+        const double grads_fp32 = grads * 4 / static_cast<double>(dtype_size(*c.model.lora.base_dtype));
+        EXPECT_GT(mpi, 0) << base;
+        EXPECT_LE(mpi, (plan.overlap_depth + 1) * grads_fp32) << base << " base: " << mpi << " bytes of MPI copies for "
+                                                              << grads << " bytes of gradients";
+    }
+}
+
 TEST(LoraOptimizer, AdamWSegmentsCoverTheAdaptersOnly) {
     const ModelLayout layout = make_model_layout(tiny_llama(2, "default"));
     for (int u = 0; u < layout.num_units(); ++u) {
