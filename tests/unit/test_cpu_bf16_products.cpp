@@ -235,6 +235,38 @@ TEST(Bf16ProductsFp32Activations, Bf16StoredWeightsRunOnTheBf16Products) {
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], wide[i]) << "fp32 weight, element " << i;
 }
 
+// A frozen bf16 weight's input gradient from fp32 output gradients with many outputs (the LM
+// head's: vocabulary-wide rows) runs a block of rows at a time (its bf16 copy of dout is a
+// block's): every row still equals the product of its rounded operands, within fp32
+// accumulation rounding (the bound at the top of this file).
+TEST(Bf16ProductsFp32Activations, AWideFrozenInputGradientGoesInRowBlocks) {
+    if (!cpu_bf16_products().native) GTEST_SKIP() << "no bf16 products here: " << cpu_bf16_products().fallback_reason;
+    auto be = make_cpu_backend(2);
+    be->set_activation_dtype(DType::kF32);
+    const int N = 40, C = 16, OC = 1 << 17;  // blocks of 32 rows: two, the second partial
+    std::vector<float> dout(static_cast<size_t>(N) * OC);
+    for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::cos(0.013f * static_cast<float>(i % 7919)) * 0.7f;
+    const auto weight = bf16_values(static_cast<size_t>(OC) * C, 0.5f, 31);
+    std::vector<uint16_t> weight16(weight.size());
+    for (size_t i = 0; i < weight.size(); ++i) weight16[i] = f32_to_bf16(weight[i]);
+    std::vector<float> dinp(static_cast<size_t>(N) * C, 0.f);
+    be->matmul_backward(dinp.data(), nullptr, nullptr, dout.data(), nullptr, ConstActPtr(weight16.data(), DType::kBF16),
+                        N, C, OC);
+    for (int n = 0; n < N; ++n) {
+        for (int c = 0; c < C; ++c) {
+            double sum = 0, mag = 0;
+            for (int o = 0; o < OC; ++o) {
+                const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(dout[static_cast<size_t>(n) * OC + o]))) *
+                                 weight[static_cast<size_t>(o) * C + c];
+                sum += p;
+                mag += std::fabs(p);
+            }
+            const double bound = 2.0 * (OC + 1) * kUnitRoundoff * mag;
+            ASSERT_NEAR(dinp[static_cast<size_t>(n) * C + c], sum, bound) << "row " << n << " column " << c;
+        }
+    }
+}
+
 TEST(Bf16ProductsDecision, OffAndBadValues) {
     const CpuBf16Products off = decide_cpu_bf16_products("off");
     EXPECT_FALSE(off.native);

@@ -299,9 +299,21 @@ void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, Co
 void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
                           ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads, GradWrite grads) {
     const bool assign = grads == GradWrite::kAssign;
-    // dinp (N, C) += dout (N, OC) @ weight (OC, C)
+    // dinp (N, C) += dout (N, OC) @ weight (OC, C). A frozen weight's (no dweight) from fp32
+    // output gradients (a LoRA base under fp32 activations) goes a block of rows at a time, so
+    // dout's bf16 copy is a block's (about 8 MiB), not the whole (N, OC): the LM head's is
+    // micro-batch x vocabulary.
     if (dinp.data != nullptr) {
-        products.gemm(Bf16Gemm{false, false, N, C, OC, dout, OC, weight, C, true, dinp, C, nullptr, {}});
+        constexpr size_t kRoundedElements = size_t{1} << 22;
+        const int block = dweight == nullptr && dout.f32()
+                              ? static_cast<int>(std::max<size_t>(1, kRoundedElements / static_cast<size_t>(OC)))
+                              : N;
+        for (int r0 = 0; r0 < N; r0 += block) {
+            const int rows = std::min(block, N - r0);
+            const size_t at = static_cast<size_t>(r0);
+            products.gemm(Bf16Gemm{false, false, rows, C, OC, dout.offset(at * static_cast<size_t>(OC)), OC, weight, C,
+                                   true, dinp.offset(at * static_cast<size_t>(C)), C, nullptr, {}});
+        }
     }
     // dweight (OC, C) (+)= dout^T (OC, N) @ inp (N, C)
     if (dweight != nullptr) {
