@@ -90,13 +90,6 @@ ElementRange ShardPlan::primary_range(int unit, int rank) const {
     return owned_range(unit, rank);
 }
 
-std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel,
-                                          bool split_units) {
-    std::vector<size_t> extents;
-    for (const UnitShard& s : shards) extents.push_back(s.padded_numel);
-    return make_grad_buckets(extents, bucket_numel, split_units);
-}
-
 std::vector<GradBucket> make_grad_buckets(const std::vector<size_t>& extents, size_t bucket_numel,
                                           bool split_units) {
     std::vector<GradBucket> out;

@@ -197,7 +197,6 @@ std::optional<MemoryItem> blend_item(const Config& cfg) {
                       str(corpora, " blended corpora held: tokens x 4 B, windows x 12 B (start, shuffled order)")};
 }
 
-/// Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
 /// Whether the plan is for a flash-style attention kernel (cluster.attention_kernel), which
 /// keeps no probabilities: a system other than ztrain's own kernels (a training run plans
 /// with its own: plan_and_check_memory).
@@ -208,6 +207,7 @@ ActivationCount planned_attention(const Config& cfg, const ActivationCount& coun
     return fused_attention(cfg) ? count.with_fused_attention(cfg.model.seq_len) : count;
 }
 
+/// Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
 MemoryItem activation_item(const Config& cfg, DType work, double attention_scratch_floats, int tensor) {
     const TrainConfig& t = cfg.train;
     const ModelConfig& m = cfg.model;

@@ -161,7 +161,9 @@ TEST(MemoryPlan, DdpMpiBuffersAreTheBucketsInFlight) {
     const MemoryPlan plan = plan_memory(cfg, 2, 2, 0, 0, false);
     const ModelLayout layout = make_model_layout(cfg.model);
     const ShardPlan shards(layout.unit_numel, 2, ShardingPolicy::zero_stage(0), trainable_begins(layout));
-    const std::vector<GradBucket> buckets = make_grad_buckets(shards.shards(), 0.25 * 1048576 / 4, true);
+    std::vector<size_t> extents;
+    for (int u = 0; u < shards.num_units(); ++u) extents.push_back(shards.grad_extent(u));
+    const std::vector<GradBucket> buckets = make_grad_buckets(extents, 0.25 * 1048576 / 4, true);
     const size_t K = static_cast<size_t>(plan.overlap_depth + 1);
     ASSERT_GT(buckets.size(), K + 1) << "the deck must have more buckets than fly at once";
     double arena = 0, most = 0;

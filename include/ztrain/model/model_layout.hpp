@@ -170,8 +170,8 @@ class UnitStore {
     /// (acquired_storage): the fp32 view need hold only the unit's vectors (its 1-D
     /// tensors: norm weights, biases) and a partly frozen unit's trained tensors (LoRA's
     /// adapters, which fp32 activations multiply in fp32), so a 16-bit store widens just
-    /// those; the view's other matrix elements are then unspecified. A later acquire() of the still acquired unit
-    /// widens the rest. Default: acquire().
+    /// those; the view's other matrix elements are then unspecified. A later acquire() of
+    /// the still acquired unit widens the rest. Default: acquire().
     virtual const float* acquire_vectors(int unit) { return acquire(unit); }
     virtual void release(int unit) = 0;
     /// Hint: `unit` will be acquired next; a sharded store may start gathering it.

@@ -166,11 +166,9 @@ struct GradBucket {
 /// `split_units`, pieces of bucket_numel elements (the last smaller), each a bucket of that
 /// unit alone (first_unit == last_unit, numel less than the unit's): Open MPI's host
 /// all-reduce copies its whole message, so pieces bound that copy (a 128k-vocabulary
-/// embedding is one message of gigabytes otherwise). Arena offsets follow `extents` (each
-/// unit's gradient elements, ShardPlan::grad_extent), or the padded sizes of `shards`.
+/// embedding is one message of gigabytes otherwise). Arena offsets follow `extents`: each
+/// unit's gradient elements, ShardPlan::grad_extent.
 std::vector<GradBucket> make_grad_buckets(const std::vector<size_t>& extents, size_t bucket_numel,
-                                          bool split_units = false);
-std::vector<GradBucket> make_grad_buckets(const std::vector<UnitShard>& shards, size_t bucket_numel,
                                           bool split_units = false);
 
 }  // namespace zt

@@ -406,12 +406,10 @@ class CpuBackend final : public Backend {
     cpu::Bf16Products* products_for(DType weight, std::initializer_list<DType> others) {
         if (weight == DType::kF16) return nullptr;
         for (DType t : others) {
-            if (t == DType::kF16) return nullptr;
+            // Under fp32 activations a 16-bit operand the backend was not told of is widened too.
+            if (t == DType::kF16 || (!m_activations_bf16 && t != DType::kF32)) return nullptr;
         }
         if (m_activations_bf16) return m_bf16_products.get();
-        for (DType t : others) {
-            if (t != DType::kF32) return nullptr;  // 16-bit operands the backend was not told of: widened
-        }
         if (weight != DType::kBF16 || !cpu_bf16_products().native) return nullptr;
         if (!m_bf16_products) m_bf16_products = std::make_unique<cpu::Bf16Products>(m_threads);
         return m_bf16_products.get();

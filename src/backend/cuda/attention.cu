@@ -217,7 +217,6 @@ void gqa_attention_forward(const Blas& blas, ActPtr out, ActPtr att, ConstActPtr
     attention_forward(blas, out, att, qkv, nullptr, B, T, NH, NKV, hs, scratch, stream);
 }
 
-
 AttentionSegments attention_segments(const int32_t* attend_from, int B, int T, Workspace& from_ws,
                                      Workspace& band_ws, std::vector<int32_t>& band_host, cudaStream_t stream) {
     AttentionSegments seg;
