@@ -4,7 +4,8 @@
 //
 // Order of UnitStore calls per micro-step (a sharded store relies on it):
 //   forward:  acquire(0) embedding release(0) | for l: acquire(1+l) ... release(1+l) |
-//             acquire(L+1) final norm release(L+1) | acquire(0) LM head (kept for backward)
+//             acquire(L+1) final norm release(L+1) | acquire(0) LM head (kept for backward;
+//             a chunked head's training forward asks for grads(0) here, not in backward)
 //   backward: LM head with unit 0 (still held) | acquire(L+1) grads_done(L+1) release(L+1) |
 //             for l descending: acquire(1+l) ... grads_done(1+l) release(1+l) |
 //             embedding, grads_done(0), release(0)
@@ -48,16 +49,17 @@ const FamilyTraits& family_traits(const ModelConfig& cfg) { return model_family(
 
 namespace {
 /// The driver's own buffers: embedding output, final norm output, d residual, d final norm
-/// (4 x BTC) and the logits (BT Vp / T) in the activation dtype; the losses (BT) fp32, and
+/// (4 x BTC) and the logits (head rows x Vp / T) in the activation dtype; the losses (BT) fp32, and
 /// under tensor parallelism the cross-entropy's row maxima and sums (3 BT). Under sequence
 /// parallelism the embedding output and d residual hold BT / T rows, plus the reduce-scattered
 /// gradient (BT C / T) and the norm weights' gradients (4 C floats). A pipeline stage without
 /// the head keeps no logits, losses or row statistics.
-ActivationCount driver_activations(const ModelConfig& cfg, int max_batch, int tensor, bool sequence, bool head) {
+ActivationCount driver_activations(const ModelConfig& cfg, int max_batch, int tensor, bool sequence, bool head,
+                                   int head_rows) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     const double C = cfg.n_embd;
     const double ce = head ? BT * (tensor > 1 ? 4 : 1) : 0.0;
-    const double logits = head ? BT * (cfg.padded_vocab() / tensor) : 0.0;
+    const double logits = head ? static_cast<double>(head_rows) * (cfg.padded_vocab() / tensor) : 0.0;
     // LoRA: the adapters' scratch (LoraAdapters::Scratch), shared by every product.
     const double lora = cfg.lora.on() ? static_cast<double>(LoraAdapters::scratch_elements(
                                             make_model_layout(cfg, TensorSplit{tensor, 0}), static_cast<size_t>(BT)))
@@ -82,11 +84,23 @@ std::vector<int> stage_units(const ModelConfig& cfg, StageBlocks stage) {
     return units;
 }
 
+int Transformer::chunked_head_rows(const ModelConfig& cfg, int max_batch, int tensor) {
+    constexpr long kChunkElements = 1L << 24;
+    constexpr long kLeastRows = 128;
+    const long all = static_cast<long>(max_batch) * cfg.seq_len;
+    const long local = std::max(1, cfg.padded_vocab() / std::max(1, tensor));
+    const long most = std::min(all, std::max(kLeastRows, kChunkElements / local));
+    // Chunks of equal size over a full micro-batch: no last chunk nearly empty.
+    const long chunks = (all + most - 1) / most;
+    return static_cast<int>((all + chunks - 1) / chunks);
+}
+
 ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, bool recompute,
                                          size_t attention_scratch_floats, int tensor, bool sequence,
-                                         StageBlocks stage) {
-    const ActivationCount driver =
-        driver_activations(cfg, max_batch, tensor, sequence, stage.last_stage(cfg.n_layer));
+                                         StageBlocks stage, int head_rows) {
+    const int BT = max_batch * cfg.seq_len;
+    const ActivationCount driver = driver_activations(cfg, max_batch, tensor, sequence, stage.last_stage(cfg.n_layer),
+                                                      head_rows > 0 ? std::min(head_rows, BT) : BT);
     const ModelConfig blocks = stage_config(cfg, stage);
     const ActivationCount family = family_traits(cfg).activations(blocks, max_batch, recompute, tensor, sequence);
     return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats),
@@ -103,7 +117,9 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
       m_layout(make_model_layout(cfg, m_tensor != nullptr ? m_tensor->split() : TensorSplit{})),
       m_lora(std::make_unique<LoraAdapters>(m_layout)),
       m_max_batch(max_batch),
-      m_recompute(options.recompute) {
+      m_recompute(options.recompute),
+      m_chunked_head(options.head_rows > 0),
+      m_head_option_rows(options.head_rows) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
     ZT_REQUIRE(m_stage.begin >= 0 && m_stage.end <= cfg.n_layer && (m_blocks >= 1 || cfg.n_layer == 0),
                "pipeline stage: blocks [", m_stage.begin, ", ", m_stage.end, ") are not a non-empty range of the ",
@@ -137,7 +153,8 @@ void Transformer::allocate_activations(DType stored) {
     m_normed = a.take_act(BT * C);
     const bool head = last_stage();
     if (head) {
-        m_logits = a.take_act(BT * static_cast<size_t>(m_vocab->local()));
+        m_head_rows = m_chunked_head ? std::min(m_head_option_rows, static_cast<int>(BT)) : static_cast<int>(BT);
+        m_logits = a.take_act(static_cast<size_t>(m_head_rows) * static_cast<size_t>(m_vocab->local()));
         m_losses = a.take(BT);
     }
     if (head && m_vocab->needs_row_statistics()) {
@@ -173,7 +190,8 @@ void Transformer::allocate_activations(DType stored) {
     m_family = family_traits(cfg).make(stage_config(cfg, m_stage), m_layout, m_backend, a, scratch, m_max_batch,
                                        m_recompute);
     // The memory plan predicts this figure: the two must never drift apart.
-    const ActivationCount plan = activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage);
+    const ActivationCount plan =
+        activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage, m_head_option_rows);
     ZT_REQUIRE(a.count().act == plan.act + plan.probs && a.count().f32 == plan.f32,
                "activation plan differs from the allocation: ", a.count().act, " activation elements and ",
                a.count().f32, " floats allocated, ", plan.act + plan.probs, " and ", plan.f32, " planned");
@@ -202,7 +220,11 @@ void Transformer::set_activation_dtype(DType t, ActivationStorage storage) {
     if (!m_arena || m_arena->activation_dtype() != stored) allocate_activations(stored);
 }
 
-void Transformer::logits_row_to_host(int row, float* out) const { m_vocab->logits_row_to_host(m_logits, row, out); }
+void Transformer::logits_row_to_host(int row, float* out) const {
+    ZT_REQUIRE(row >= m_logits_begin && row < m_logits_end, "logits of row ", row,
+               ": the last forward without targets kept rows [", m_logits_begin, ", ", m_logits_end, ")");
+    m_vocab->logits_row_to_host(m_logits, row - m_logits_begin, out);
+}
 
 float Transformer::forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
                            float dloss) {
@@ -336,16 +358,31 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     const int Vp = m_vocab->local();
     // LM head, tied to the token embedding or an untied head (also in unit 0):
     // logits (N, Vp) = normed (N, C) @ head (Vp, C)^T, Vp of this rank's vocabulary slice.
-    const ConstActPtr head = unit_weights(store, 0).matrix(m_layout.head_offset);
-    m_compute->matmul_forward(m_logits, m_normed, head, nullptr, N, C, Vp);
+    m_head = unit_weights(store, 0).matrix(m_layout.head_offset);
     m_have_dlogits = false;
+    m_head_grads_done = false;
     m_loss_sum = 0.0;
     m_target_count = 0;
     if (targets == nullptr) {
+        head_logits(m_head, N);
         store.release(0);
         return 0.f;
     }
-    m_vocab->cross_entropy(*m_compute, m_losses, m_logits, targets_be, N, dloss);
+    // A chunked head takes its gradients chunk by chunk, before the next chunk's logits
+    // overwrite the dlogits they need.
+    const bool training = dloss != 0.f;
+    const bool in_forward = training && m_chunked_head;
+    GradWrite write = in_forward ? begin_head_gradients(store, N) : GradWrite::kAdd;
+    for (int r0 = 0; r0 < N; r0 += m_head_rows) {
+        const int n = std::min(m_head_rows, N - r0);
+        m_compute->matmul_forward(m_logits, m_normed.offset(static_cast<size_t>(r0) * C), m_head, nullptr, n, C, Vp);
+        m_vocab->cross_entropy(*m_compute, m_losses + r0, m_logits, targets_be + r0, n, dloss);
+        if (!in_forward) continue;
+        head_gradients(r0, n, write);
+        write = GradWrite::kAdd;
+    }
+    m_head_grads_done = in_forward;
+    m_logits_begin = m_logits_end = 0;
     // The mean is taken on the host (targets is the caller's host array).
     m_losses_host.resize(static_cast<size_t>(N));
     m_backend.to_host(m_losses_host.data(), m_losses, static_cast<size_t>(N) * sizeof(float));
@@ -360,36 +397,59 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     }
     m_loss_sum = sum;
     m_target_count = counted;
-    m_have_dlogits = dloss != 0.f;
-    if (m_have_dlogits) {
-        m_head = head;  // held through backward(), released at its end
-    } else {
+    m_have_dlogits = training;
+    if (!training) {
         store.release(0);
-    }
+        m_head = ConstActPtr{};
+    }  // else held through backward(), released at its end
     return counted > 0 ? static_cast<float>(sum / counted) : 0.f;
 }
 
-void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_emb) {
+void Transformer::head_logits(ConstActPtr head, int N) {
     const int C = m_cfg.n_embd;
-    const int Vp = m_vocab->local();
-    const int nL = m_cfg.n_layer;
-    // LM head: unit 0 is still acquired from forward(); on the whole model it stays so until
-    // the embedding's backward at the very end (the embedding is tied, so a sharded store
-    // need not gather it a third time).
-    store.prefetch(nL + 1);
+    const int n = std::min(N, m_head_rows);
+    m_logits_begin = N - n;
+    m_logits_end = N;
+    m_compute->matmul_forward(m_logits, m_normed.offset(static_cast<size_t>(m_logits_begin) * C), head, nullptr, n,
+                              C, m_vocab->local());
+}
+
+GradWrite Transformer::begin_head_gradients(UnitStore& store, int N) {
+    // Unit 0's gradient is asked for once per micro-step, by its first user: the head on the
+    // last stage (here), the embedding on a first stage without the head.
+    m_unit0_grads = store.grads(0);
+    m_unit0_zero = store.grads_need_zero(0);
     const TensorParallel& tp = m_family->parallel();
-    zero_act(m_backend, m_dnormed, tp.padded_elements(N, C));
+    zero_act(m_backend, m_dnormed, tp.padded_elements(N, m_cfg.n_embd));
     // The head's product writes its gradient first (assigned, no zeroing pass). A last stage
     // without the embedding owns all of unit 0's gradient buffer but adds only the head's:
     // the rest must read zero when the stages' copies are summed. A frozen head (LoRA) has
     // no gradient buffer.
     const bool frozen = m_lora->frozen_base();
-    if (!frozen && !first_stage()) zero_grad_if(m_backend, zero_emb, demb, m_layout.unit_numel[0]);
-    const GradWrite head_write = !frozen && first_stage() && zero_emb ? GradWrite::kAssign : GradWrite::kAdd;
+    if (!frozen && !first_stage()) zero_grad_if(m_backend, m_unit0_zero, m_unit0_grads, m_layout.unit_numel[0]);
+    return !frozen && first_stage() && m_unit0_zero ? GradWrite::kAssign : GradWrite::kAdd;
+}
+
+void Transformer::head_gradients(int r0, int n, GradWrite write) {
+    const int C = m_cfg.n_embd;
+    const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(C);
     // A frozen head (LoRA): its input gradient only.
-    m_compute->matmul_backward(m_dnormed, frozen ? nullptr : demb + m_layout.head_offset, nullptr, m_logits,
-                               m_normed, m_head, N, C, Vp, head_write);
+    float* dhead = m_lora->frozen_base() ? nullptr : m_unit0_grads + m_layout.head_offset;
+    m_compute->matmul_backward(m_dnormed.offset(at), dhead, nullptr, m_logits, m_normed.offset(at), m_head, n, C,
+                               m_vocab->local(), write);
+}
+
+void Transformer::head_backward(UnitStore& store, int N) {
+    const int C = m_cfg.n_embd;
+    const int nL = m_cfg.n_layer;
+    // LM head: unit 0 is still acquired from forward(); on the whole model it stays so until
+    // the embedding's backward at the very end (the embedding is tied, so a sharded store
+    // need not gather it a third time).
+    store.prefetch(nL + 1);
+    if (!m_head_grads_done) head_gradients(0, N, begin_head_gradients(store, N));
+    m_head_grads_done = false;
     // The LM head is column-parallel: each rank's input gradient covers its vocabulary slice.
+    const TensorParallel& tp = m_family->parallel();
     const ActPtr dnormed = tp.sum_input_grad(m_dnormed, N, C);
 
     const ConstActPtr x_last = stage_output();
@@ -411,12 +471,10 @@ void Transformer::head_backward(UnitStore& store, int N, float* demb, bool zero_
 void Transformer::backward(UnitStore& store) {
     ZT_REQUIRE(m_have_dlogits, "backward() needs a preceding forward() with targets and dloss != 0");
     m_have_dlogits = false;
-    // Unit 0's gradient is asked for once per micro-step, by its first user: the head on the
-    // last stage, the embedding on a first stage without the head.
     UnitGrads demb;
     if (last_stage()) {
-        demb = UnitGrads{store.grads(0), store.grads_need_zero(0)};
-        head_backward(store, m_B * m_T, demb.base, demb.zero);
+        head_backward(store, m_B * m_T);
+        demb = UnitGrads{m_unit0_grads, m_unit0_zero};
     } else {
         // A stage without the head starts from the d residual its caller wrote.
         store.prefetch(m_stage.end);  // the last block's unit

@@ -20,6 +20,19 @@ size_t boundary_bytes(const Transformer& model, int B, int T) {
     return model.stage_elements(B, T) * dtype_size(model.activation_dtype());
 }
 
+/// For each pass of `passes`: a forward directly followed by its micro-batch's backward on
+/// its chunk (no other pass between them).
+std::vector<bool> backward_follows(const std::vector<PipelinePass>& passes) {
+    std::vector<bool> out(passes.size(), false);
+    for (size_t i = 0; i + 1 < passes.size(); ++i) {
+        const PipelinePass& f = passes[i];
+        const PipelinePass& b = passes[i + 1];
+        out[i] = f.kind == PassKind::kForward && b.kind == PassKind::kBackward && b.micro == f.micro &&
+                 b.chunk == f.chunk;
+    }
+    return out;
+}
+
 }  // namespace
 
 std::vector<int> PipelineRunner::slots_per_chunk(const std::vector<PipelinePass>& passes, int chunks) {
@@ -41,19 +54,31 @@ std::vector<int> PipelineRunner::slots_per_chunk(const std::vector<PipelinePass>
     return peak;
 }
 
+bool PipelineRunner::head_gradients_in_forward(const std::vector<PipelinePass>& passes, int chunks) {
+    const std::vector<bool> follows = backward_follows(passes);
+    for (size_t i = 0; i < passes.size(); ++i) {
+        const PipelinePass& p = passes[i];
+        if (p.kind == PassKind::kWeight) return false;
+        if (p.kind == PassKind::kForward && p.chunk == chunks - 1 && !follows[i]) return false;
+    }
+    return true;
+}
+
 ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, PipelineShape shape, int stage,
                                                   const std::vector<int>& bounds, const ModelConfig& cfg,
                                                   int max_batch, bool recompute, size_t attention_scratch_floats,
                                                   int tensor, bool sequence) {
     const std::vector<PipelinePass> passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(stage)];
     const std::vector<int> slots = slots_per_chunk(passes, shape.virtual_stages);
+    const bool chunked = head_gradients_in_forward(passes, shape.virtual_stages);
+    const int head_rows = chunked ? Transformer::chunked_head_rows(cfg, max_batch, tensor) : 0;
     ActivationCount total;
     for (int c = 0; c < shape.virtual_stages; ++c) {
         const StageBlocks blocks = chunk_blocks(bounds, c * shape.stages + stage);
         // Zero-bubble's weight passes keep the products' output gradients in the blocks' own
         // activations (ParallelLinear::backward_into): nothing more per model.
-        const ActivationCount one =
-            Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats, tensor, sequence, blocks);
+        const ActivationCount one = Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats,
+                                                             tensor, sequence, blocks, head_rows);
         total.act += slots[static_cast<size_t>(c)] * one.act;
         total.f32 += slots[static_cast<size_t>(c)] * one.f32;
         total.probs += slots[static_cast<size_t>(c)] * one.probs;
@@ -77,22 +102,6 @@ ModelLayout PipelineRunner::stage_state_layout(const ModelLayout& whole, Pipelin
 PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape)
     : PipelineRunner(pipeline == MPI_COMM_NULL ? nullptr : make_mpi_point_to_point(pipeline), kind, shape) {}
 
-namespace {
-
-/// For each pass of `passes`: a forward directly followed by its micro-batch's backward on
-/// its chunk (no other pass between them).
-std::vector<bool> backward_follows(const std::vector<PipelinePass>& passes) {
-    std::vector<bool> out(passes.size(), false);
-    for (size_t i = 0; i + 1 < passes.size(); ++i) {
-        const PipelinePass& f = passes[i];
-        const PipelinePass& b = passes[i + 1];
-        out[i] = f.kind == PassKind::kForward && b.kind == PassKind::kBackward && b.micro == f.micro &&
-                 b.chunk == f.chunk;
-    }
-    return out;
-}
-
-}  // namespace
 
 PipelineRunner::PipelineRunner(std::unique_ptr<PointToPoint> link, PipelineScheduleKind kind, PipelineShape shape)
     : m_link(std::move(link)), m_shape(shape) {

@@ -172,6 +172,11 @@ ScheduledTraining::ScheduledTraining(const Config& cfg, TrainSetup& setup, LossS
 
 void ScheduledTraining::make_models(const Config& cfg, const TrainSetup& setup, int chunks) {
     const int P = m_runner->stages();
+    // The LM head's models take its gradients in their forwards where the schedule allows.
+    const int tensor = std::max(1, cfg.parallel.tensor);
+    const int head_rows = m_runner->head_gradients_in_forward()
+                              ? Transformer::chunked_head_rows(cfg.model, cfg.train.micro_batch, tensor)
+                              : 0;
     m_owned.resize(static_cast<size_t>(chunks));
     m_models.resize(static_cast<size_t>(chunks));
     for (int c = 0; c < chunks; ++c) {
@@ -183,7 +188,8 @@ void ScheduledTraining::make_models(const Config& cfg, const TrainSetup& setup, 
                     .with_recompute(cfg.train.recompute)
                     .with_activation(cfg.precision.dtype)
                     .with_tensor(setup.tensor_group_or_null(), cfg.parallel.sequence)
-                    .with_stage(blocks)));
+                    .with_stage(blocks)
+                    .with_head_rows(head_rows)));
             m_models[static_cast<size_t>(c)].push_back(m_owned[static_cast<size_t>(c)].back().get());
         }
     }

@@ -130,6 +130,13 @@ struct TransformerOptions {
     bool sequence = false;
     /// The pipeline stage's blocks (default: the whole model).
     StageBlocks stage{};
+    /// 0: the LM head holds every row's logits, and backward takes its gradients. n > 0: the
+    /// head runs over chunks of at most n rows (Transformer::chunked_head_rows), and a
+    /// training forward takes the head's gradients (its input gradient, and its weight
+    /// gradient into unit 0's) chunk by chunk, so the (B, T, Vp) logits are never held. For
+    /// a caller that begins the micro-step before each training forward and runs its
+    /// backward next (PipelineRunner::head_gradients_in_forward).
+    int head_rows = 0;
 
     TransformerOptions& with_recompute(bool on) {
         recompute = on;
@@ -146,6 +153,10 @@ struct TransformerOptions {
     }
     TransformerOptions& with_stage(StageBlocks blocks) {
         stage = blocks;
+        return *this;
+    }
+    TransformerOptions& with_head_rows(int rows) {
+        head_rows = rows;
         return *this;
     }
 };
@@ -209,8 +220,9 @@ class Transformer {
 
     /// Forward over inputs (B, T). With targets, returns the mean cross-entropy over rows
     /// whose target >= 0 and, when dloss != 0, leaves d(dloss * sum of row losses)/dlogits
-    /// ready for backward(). Without targets returns 0 and the logits (B, T, Vp) are kept
-    /// (logits_row_to_host).
+    /// ready for backward() (with a chunked head, the head's gradients themselves). Without
+    /// targets returns 0 and the logits of the last rows the head holds (all B T without a
+    /// chunked head) are kept (logits_row_to_host).
     float forward(UnitStore& store, const int32_t* inputs, const int32_t* targets, int B, int T,
                   float dloss);
     /// The same over rows of packed examples (`rows`: see TokenRows; empty: the above).
@@ -238,8 +250,9 @@ class Transformer {
     /// Per-position losses (B*T, host memory) of the last forward with targets; positions
     /// whose target < 0 hold no meaningful value.
     const std::vector<float>& position_losses() const { return m_losses_host; }
-    /// Copies logits row `row` (Vp values of the last forward, widened to fp32) into host
-    /// memory at out. Collective over the tensor group (each rank holds Vp / T of them).
+    /// Copies logits row `row` (Vp values of the last forward without targets, widened to
+    /// fp32) into host memory at out; a chunked head keeps only the last rows' (forward).
+    /// Collective over the tensor group (each rank holds Vp / T of them).
     void logits_row_to_host(int row, float* out) const;
 
     /// Activations and activation gradients stored in `t` (default fp32): the buffers are
@@ -258,9 +271,15 @@ class Transformer {
     /// `tensor`: the ranks of the tensor group (each holds its split's activations);
     /// `sequence`: sequence parallelism over them.
     /// `stage`: a pipeline stage's part (its blocks; logits and losses on the last only).
+    /// `head_rows`: TransformerOptions::head_rows.
     static ActivationCount activations(const ModelConfig& cfg, int max_batch, bool recompute,
                                        size_t attention_scratch_floats, int tensor = 1, bool sequence = false,
-                                       StageBlocks stage = {});
+                                       StageBlocks stage = {}, int head_rows = 0);
+    /// The rows a chunked head holds logits of at once: about 2^24 elements' worth of this
+    /// rank's vocabulary slice, never fewer than 128 rows (each chunk's weight-gradient
+    /// product reads and writes the head's whole gradient: fewer rows would make it
+    /// memory-bound), and never more than max_batch x seq_len, which they split evenly.
+    static int chunked_head_rows(const ModelConfig& cfg, int max_batch, int tensor);
     /// Bytes of the token and target copies in backend memory (int32, (B, T) each; a third
     /// with the tokens of this rank's vocabulary slice under tensor parallelism).
     static double token_bytes(const ModelConfig& cfg, int max_batch, int tensor = 1) {
@@ -288,10 +307,17 @@ class Transformer {
     void set_rows(const TokenRows& rows, int B, int T);
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                         float dloss);
+    /// Without targets: the logits of the last rows the head holds (all rows unchunked).
+    void head_logits(ConstActPtr head, int N);
+    /// Unit 0's gradient asked for (m_unit0_grads, m_unit0_zero) and the head's input gradient zeroed,
+    /// before the head's first gradient product; returns how that product writes.
+    GradWrite begin_head_gradients(UnitStore& store, int N);
+    /// The head's gradients from the dlogits of rows [r0, r0 + n) (in m_logits from its row 0).
+    void head_gradients(int r0, int n, GradWrite write);
 
-    /// Backward of the final norm and the LM head (the last stage): d residual from dlogits.
-    /// demb, zero_emb: unit 0's gradient buffer and whether it is to be zeroed.
-    void head_backward(UnitStore& store, int N, float* demb, bool zero_emb);
+    /// Backward of the final norm and, unless the forward did, the LM head (the last
+    /// stage): d residual from dlogits.
+    void head_backward(UnitStore& store, int N);
     /// Backward of the stage's blocks, last to first: d residual from the blocks' output's.
     void blocks_backward(UnitStore& store);
     /// Backward of the embedding (the first stage) into unit 0's gradient `demb` (asked for
@@ -321,7 +347,15 @@ class Transformer {
     // Under sequence parallelism "(B, T, C) local" buffers hold this rank's B T / t rows.
     ActPtr m_encoded;          // (B, T, C) local: the embedding's output, the first block's input
     ActPtr m_normed;           // (B, T, C) the final norm's output (gathered); the blocks' gather buffer
-    ActPtr m_logits;           // (B, T, Vp); dlogits after a training forward
+    ActPtr m_logits;           // (head rows, Vp); dlogits after a training forward
+    int m_head_rows = 0;       // the rows m_logits holds
+    bool m_chunked_head = false;  // TransformerOptions::head_rows > 0
+    int m_head_option_rows = 0;   // TransformerOptions::head_rows
+    int m_logits_begin = 0;    // the first row the last forward without targets kept logits of
+    int m_logits_end = 0;
+    float* m_unit0_grads = nullptr;  // unit 0's gradient, asked for by the head (last stage)
+    bool m_unit0_zero = false;       // ... and whether it is still to be zeroed
+    bool m_head_grads_done = false;  ///< the forward computed the head's gradients
     float* m_losses = nullptr; // (B, T)
     ActPtr m_dresidual;        // (B, T, C) local: d loss / d residual stream, block by block
     ActPtr m_dnormed;          // (B, T, C) d loss / d final norm output (each rank's partial under SP)

@@ -86,6 +86,12 @@ class PipelineRunner {
     /// backward not yet) in `passes`.
     static std::vector<int> slots_per_chunk(const std::vector<PipelinePass>& passes, int chunks);
     const std::vector<int>& slots() const { return m_slots; }
+    /// Whether the LM head's models may take its gradients in their forwards
+    /// (TransformerOptions::chunked_head): on this stage every forward of a chunk that can
+    /// hold the head (the last) is followed at once by its backward, which no weight pass
+    /// splits off, so run() begins each such micro-step before its forward. Pure: no MPI.
+    static bool head_gradients_in_forward(const std::vector<PipelinePass>& passes, int chunks);
+    bool head_gradients_in_forward() const { return head_gradients_in_forward(m_passes, m_shape.virtual_stages); }
     /// The activations stage `stage` of a pipeline allocates (the memory plan's figure): for
     /// each of its chunks, slots_per_chunk models of that chunk's blocks (cut at `bounds`, as
     /// chunk_blocks), each Transformer::activations of them. Pure: no MPI.
