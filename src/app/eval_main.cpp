@@ -28,7 +28,6 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
-#include "ztrain/data/blend.hpp"
 #include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/generator.hpp"
@@ -98,23 +97,15 @@ bool parse(int argc, char** argv, EvalOptions& o, bool root) {
     return true;
 }
 
-/// --tokenizer, a Hugging Face directory's own, or the one the checkpoint's run used
-/// (data.tokenizer, or tokenizer.json beside data.train).
+/// --tokenizer, a Hugging Face directory's own, or the one the checkpoint's run used.
 std::unique_ptr<zt::Tokenizer> find_tokenizer(const EvalOptions& o, const zt::ModelSource& src) {
-    if (!o.tokenizer.empty()) return zt::load_tokenizer(o.tokenizer);
-    const fs::path dir(o.model);
-    if (src.hf_dir) {
-        if (fs::exists(dir / "tokenizer.json")) return zt::make_hf_tokenizer((dir / "tokenizer.json").string());
-        if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"))
-            return zt::make_gpt2_tokenizer((dir / "vocab.json").string(), (dir / "merges.txt").string());
-        throw zt::InputError(zt::str("'", o.model, "' has no tokenizer.json nor vocab.json + merges.txt: give --tokenizer"));
+    zt::ModelTokenizerPlaces places{o.tokenizer, src.hf_dir ? src.path : "", "", "", o.model};
+    if (o.tokenizer.empty() && !src.hf_dir) {
+        const zt::Config cfg = zt::parse_deck_text(src.deck, src.step_dir + " (the checkpoint's config)");
+        places.run_tokenizer = cfg.data.tokenizer;
+        places.run_train = cfg.data.train;
     }
-    const zt::Config cfg = zt::parse_deck_text(src.deck, src.step_dir + " (the checkpoint's config)");
-    if (!cfg.data.tokenizer.empty() && fs::exists(cfg.data.tokenizer)) return zt::load_tokenizer(cfg.data.tokenizer);
-    const fs::path beside = fs::path(zt::first_corpus_pattern(cfg.data.train)).parent_path() / "tokenizer.json";
-    ZT_INPUT_CHECK(fs::exists(beside), "the checkpoint's run used no tokenizer that is still there (data.tokenizer = '",
-                   cfg.data.tokenizer, "', nor ", beside.string(), "): give --tokenizer");
-    return zt::load_tokenizer(beside.string());
+    return zt::find_model_tokenizer(places);
 }
 
 void write_file(const std::string& path, const std::string& text) {

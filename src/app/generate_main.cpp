@@ -38,7 +38,6 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/tool_main.hpp"
-#include "ztrain/data/blend.hpp"
 #include "ztrain/data/examples.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/generator.hpp"
@@ -77,39 +76,15 @@ nlohmann::json read_json(const fs::path& file) {
     }
 }
 
-/// A tokenizer file: zt-prepare's description ({"type": ...}) or a Hugging Face tokenizer.json.
-std::unique_ptr<zt::Tokenizer> load_any_tokenizer(const fs::path& path) {
-    const fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
-    ZT_INPUT_CHECK(fs::is_regular_file(file), "--tokenizer: '", file.string(), "' does not exist");
-    const nlohmann::json j = read_json(file);
-    if (j.is_object() && j.contains("type") && j["type"].is_string()) return zt::load_tokenizer(file.string());
-    return zt::make_hf_tokenizer(file.string());
-}
-
-/// --tokenizer; else a Hugging Face directory's tokenizer.json; else the checkpoint deck's
-/// data.tokenizer or the tokenizer.json beside its data.train.
+/// --tokenizer; else a Hugging Face directory's own; else the one the checkpoint's run used.
 std::unique_ptr<zt::Tokenizer> find_tokenizer(const Options& o, const zt::ModelSource& src) {
-    if (!o.tokenizer.empty()) return load_any_tokenizer(o.tokenizer);
-    if (src.hf_dir) {
-        const fs::path file = fs::path(src.path) / "tokenizer.json";
-        ZT_INPUT_CHECK(fs::is_regular_file(file), src.path, ": holds no tokenizer.json (give --tokenizer F)");
-        return zt::make_hf_tokenizer(file.string());
-    }
-    std::vector<std::string> tried;
-    if (!src.deck.empty()) {
+    zt::ModelTokenizerPlaces places{o.tokenizer, src.hf_dir ? src.path : "", "", "", src.path};
+    if (o.tokenizer.empty() && !src.hf_dir && !src.deck.empty()) {
         const zt::Config deck = zt::parse_deck_text(src.deck, src.step_dir + " (config_ini)");
-        if (!deck.data.tokenizer.empty()) tried.push_back(deck.data.tokenizer);
-        if (!deck.data.train.empty()) {
-            tried.push_back((fs::path(zt::first_corpus_pattern(deck.data.train)).parent_path() / "tokenizer.json").string());
-        }
+        places.run_tokenizer = deck.data.tokenizer;
+        places.run_train = deck.data.train;
     }
-    for (const std::string& t : tried) {
-        if (fs::is_regular_file(t)) return zt::load_tokenizer(t);
-    }
-    std::string where;
-    for (const std::string& t : tried) where += " " + t;
-    throw zt::InputError(zt::str(src.path, ": no tokenizer found", tried.empty() ? "" : " (tried" + where + ")",
-                                 "; give --tokenizer F (zt-prepare's tokenizer.json or a Hugging Face one)"));
+    return zt::find_model_tokenizer(places);
 }
 
 /// The token ids that end generation: the tokenizer's end-of-text and a Hugging Face

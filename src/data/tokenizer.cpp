@@ -12,11 +12,13 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tokenizer_detail.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/data/blend.hpp"
 #include "ztrain/data/tokenizer.hpp"
 
 namespace zt {
@@ -168,6 +170,40 @@ std::string string_field(const nlohmann::json& desc, const std::string& path, co
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() {
     return std::make_unique<ByteTokenizer>();
+}
+
+std::unique_ptr<Tokenizer> find_model_tokenizer(const ModelTokenizerPlaces& places) {
+    std::error_code ec;
+    if (!places.given.empty()) {
+        const fs::path given(places.given);
+        const fs::path file = fs::is_directory(given, ec) ? given / "tokenizer.json" : given;
+        if (!fs::is_regular_file(file, ec)) throw InputError(str("--tokenizer: '", file.string(), "' does not exist"));
+        // zt-prepare's descriptions name their type; a Hugging Face tokenizer.json has none.
+        const nlohmann::json j = nlohmann::json::parse(detail::read_input_file(file.string(), "a tokenizer file"),
+                                                       nullptr, false);
+        const bool description = j.is_object() && j.contains("type") && j.at("type").is_string();
+        return description ? load_tokenizer(file.string()) : make_hf_tokenizer(file.string());
+    }
+    if (!places.hf_dir.empty()) {
+        const fs::path dir(places.hf_dir);
+        if (fs::is_regular_file(dir / "tokenizer.json", ec)) return make_hf_tokenizer((dir / "tokenizer.json").string());
+        if (fs::is_regular_file(dir / "vocab.json", ec) && fs::is_regular_file(dir / "merges.txt", ec)) {
+            return make_gpt2_tokenizer((dir / "vocab.json").string(), (dir / "merges.txt").string());
+        }
+        throw InputError(str(places.hf_dir, ": holds no tokenizer.json nor vocab.json + merges.txt (give --tokenizer F)"));
+    }
+    std::vector<std::string> tried;
+    if (!places.run_tokenizer.empty()) tried.push_back(places.run_tokenizer);
+    if (!places.run_train.empty()) {
+        tried.push_back((fs::path(first_corpus_pattern(places.run_train)).parent_path() / "tokenizer.json").string());
+    }
+    for (const std::string& t : tried) {
+        if (fs::exists(t, ec)) return load_tokenizer(t);
+    }
+    std::string where;
+    for (const std::string& t : tried) where += " " + t;
+    throw InputError(str(places.model, ": no tokenizer found", tried.empty() ? "" : " (tried" + where + ")",
+                         "; give --tokenizer F (zt-prepare's tokenizer.json or a Hugging Face one)"));
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path) {

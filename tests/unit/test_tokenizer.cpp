@@ -422,4 +422,28 @@ TEST(TokenizerDescription, RejectsBadDescriptions) {
     expect_input_error([&] { zt::load_tokenizer(path); }, {dir.file("v.json"), "no such file"});
 }
 
+// ---------------------------------------------------------------------------------------
+// The tokenizer of a model to run (zt-generate, zt-eval)
+// ---------------------------------------------------------------------------------------
+
+TEST(FindModelTokenizer, LooksInTheGivenFileThenTheModelsDirectoryThenTheRunsFiles) {
+    ScratchDir dir("find_tok");
+    zt::make_byte_tokenizer()->save(dir.path());
+    // --tokenizer: a description, or its directory.
+    EXPECT_EQ(zt::find_model_tokenizer({dir.path(), kTinyDir, "", "", "m"})->type(), "byte");
+    // A Hugging Face directory with vocab.json + merges.txt only.
+    EXPECT_EQ(zt::find_model_tokenizer({"", kTinyDir, "", "", "m"})->type(), "gpt2");
+    // A checkpoint's run: data.tokenizer first, then the tokenizer.json beside data.train.
+    EXPECT_EQ(zt::find_model_tokenizer({"", "", dir.file("tokenizer.json"), "", "m"})->type(), "byte");
+    EXPECT_EQ(zt::find_model_tokenizer({"", "", dir.file("gone.json"), dir.file("train_*.bin"), "m"})->type(),
+              "byte");
+    expect_input_error([&] { zt::find_model_tokenizer({dir.file("nope"), "", "", "", "m"}); },
+                       {"--tokenizer: '", "nope' does not exist"});
+    expect_input_error([&] { zt::find_model_tokenizer({"", dir.file("empty_hf"), "", "", "m"}); },
+                       {"empty_hf: holds no tokenizer.json nor vocab.json + merges.txt"});
+    expect_input_error(
+        [&] { zt::find_model_tokenizer({"", "", dir.file("gone.json"), "/no/such/train_*.bin", "ckpt"}); },
+        {"ckpt: no tokenizer found (tried ", "gone.json /no/such/tokenizer.json", "give --tokenizer F"});
+}
+
 }  // namespace

@@ -68,6 +68,25 @@ std::unique_ptr<Tokenizer> make_hf_tokenizer(const std::string& tokenizer_json_p
 /// Throws InputError naming the file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& description_path);
 
+/// Where the tokenizer of a model to run (zt-generate, zt-eval) may be, in the order
+/// find_model_tokenizer looks.
+struct ModelTokenizerPlaces {
+    /// --tokenizer: zt-prepare's description or a Hugging Face tokenizer.json (a directory:
+    /// its tokenizer.json).
+    std::string given;
+    /// A Hugging Face model directory: its tokenizer.json, else its vocab.json + merges.txt.
+    std::string hf_dir;
+    /// A checkpoint's run: its data.tokenizer, then the tokenizer.json zt-prepare wrote
+    /// beside its data.train shards.
+    std::string run_tokenizer;
+    std::string run_train;
+    std::string model;  ///< the model's path, for messages
+};
+
+/// The first tokenizer of `places` that exists; InputError naming what was looked for (and
+/// a --tokenizer that does not exist).
+std::unique_ptr<Tokenizer> find_model_tokenizer(const ModelTokenizerPlaces& places);
+
 /// A tokenizer in Hugging Face's files (a model directory's tokenizer.json and
 /// tokenizer_config.json, as AutoTokenizer.from_pretrained reads them) and its special ids.
 struct HfTokenizerFiles {
