@@ -9,7 +9,7 @@
 #
 # Environment:
 #   ZT_GPU_STAGES    stages to run, in this order (default: all):
-#                      build env gpu window unit mpi cli demo tensor gpt2 calibrate
+#                      build env gpu window unit mpi cli demo lora tensor gpt2 calibrate
 #                    'build' is added when a later stage needs a build that is not there.
 #   ZT_GPU_BUDGET_S  seconds for the whole script (default 560: the device kills a command
 #                    at 600 s); a stage that would not fit is skipped and named at the end
@@ -30,7 +30,7 @@ repo=$PWD
 die() { echo "run_device.sh: ERROR: $*" >&2; [ -n "${summary:-}" ] && echo "ERROR: $*" >>"$summary"; exit 2; }
 say() { echo "run_device.sh: $*"; }
 
-stages=${ZT_GPU_STAGES:-build env gpu window unit mpi cli demo tensor gpt2 calibrate}
+stages=${ZT_GPU_STAGES:-build env gpu window unit mpi cli demo lora tensor gpt2 calibrate}
 budget=${ZT_GPU_BUDGET_S:-560}
 arch=${ZT_GPU_ARCH:-90}
 jobs=${ZT_GPU_JOBS:-$(nproc)}
@@ -39,8 +39,8 @@ px=${ZT_GPU_PREFIX:-/tmp/zt-gpu-prefix}
 cuda=${ZT_GPU_CUDA:-ON}
 backend=${ZT_GPU_BACKEND:-cuda}
 for s in $stages; do
-  case "$s" in build|env|gpu|window|unit|mpi|cli|demo|tensor|gpt2|calibrate) ;;
-    *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu window unit mpi cli demo tensor gpt2 calibrate)" ;; esac
+  case "$s" in build|env|gpu|window|unit|mpi|cli|demo|lora|tensor|gpt2|calibrate) ;;
+    *) die "unknown stage '$s' in ZT_GPU_STAGES (build env gpu window unit mpi cli demo lora tensor gpt2 calibrate)" ;; esac
 done
 
 out=${OUT:-/tmp/zt-gpu-out}
@@ -151,7 +151,7 @@ echo 'int main(){return 0;}' | g++ -fopenmp -x c++ - -o /tmp/zt-omp-check 2>"$lo
 # ---------------------------------------------------------------------------
 # Stages
 # ---------------------------------------------------------------------------
-declare -A min_s=([build]=200 [env]=5 [gpu]=40 [window]=15 [unit]=60 [mpi]=60 [cli]=40 [demo]=40 [tensor]=40 [gpt2]=60 [calibrate]=30)
+declare -A min_s=([build]=200 [env]=5 [gpu]=40 [window]=15 [unit]=60 [mpi]=60 [cli]=40 [demo]=40 [lora]=30 [tensor]=40 [gpt2]=60 [calibrate]=30)
 not_run=()
 failed=()
 want() { [[ " $stages " == *" $1 "* ]]; }
@@ -193,7 +193,7 @@ run_ctest() {  # stage label [extra ctest args]
 }
 
 if ! want build && [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; then
-  for s in env gpu window unit mpi cli demo tensor gpt2; do want "$s" && { stages="build $stages"; say "no build in $build: adding the build stage"; break; }; done
+  for s in env gpu window unit mpi cli demo lora tensor gpt2; do want "$s" && { stages="build $stages"; say "no build in $build: adding the build stage"; break; }; done
 fi
 
 if want build && begin build; then
@@ -326,6 +326,32 @@ if want demo && begin demo; then
   fi
   tail -3 "$logs/demo.log" 2>/dev/null || true
   finish demo "$rc" "demo deck, backend=$backend, 1 rank: $(last_step "$logs/demo.log")"
+fi
+
+# Imported weights and LoRA on the device (issue 51): the demo's checkpoint consolidated into
+# a Hugging Face directory, then 20 steps of LoRA r 4 from it (model.from_hf) on the device and
+# on this machine's CPU. Step 1's loss is the base's (B starts at zero): the two should agree
+# to about 1e-4, and both should fall.
+if want lora && begin lora; then
+  data=/tmp/zt-gpu-data/fortunes
+  hf=/tmp/zt-gpu-run/demo-hf
+  rc=0
+  summary_line=""
+  rm -rf "$hf"
+  "$build/bin/zt-consolidate" /tmp/zt-gpu-run/demo/checkpoints --output "$hf/" >"$logs/lora-consolidate.log" 2>&1 ||
+    rc=$?
+  for b in "$backend" cpu; do
+    [ "$rc" = 0 ] || break
+    run_train "lora-$b" --config inputs/demo.ini --backend="$b" --checkpoint.resume=never --model.from_hf="$hf" \
+      --lora.rank=4 --lora.targets=c_attn,c_fc --train.max_steps=20 --train.log_every=1 --train.eval_every=0 \
+      --train.sample_tokens=0 --run.dir="/tmp/zt-gpu-run/lora-$b" --data.train="$data/train_*.bin" \
+      --data.val="$data/val_*.bin" || rc=$?
+    cp "/tmp/zt-gpu-run/lora-$b/metrics.jsonl" "$logs/lora-$b-metrics.jsonl" 2>/dev/null || true
+    summary_line="$summary_line $b: $(grep -E '^step ' "$logs/lora-$b.log" | head -1 | cut -c1-32) ..."
+    summary_line="$summary_line $(last_step "$logs/lora-$b.log" | cut -c1-32);"
+  done
+  tail -3 "$logs/lora-consolidate.log" 2>/dev/null || true
+  finish lora "$rc" "model.from_hf + LoRA r 4, 20 steps:$summary_line"
 fi
 
 # Tensor parallelism on the device: the demo deck at np 2, parallel.tensor = 2 (both ranks on

@@ -22,8 +22,9 @@
 namespace zt {
 
 void check_cuda_training(const Config& cfg) {
-    // Which precisions cuda trains in is the backend's answer (cuda_capabilities); init_from
-    // writes the master weights through host pointers.
+    // Which precisions cuda trains in is the backend's answer (cuda_capabilities). Imported
+    // weights (model.init_from, model.from_hf) reach the state through StateShards::write,
+    // which copies to the device.
     const BackendCapabilities caps = cuda_capabilities();
     const DType dt = cfg.precision.dtype;
     ZT_INPUT_CHECK(caps.supports(dt), "precision.dtype = ", dtype_name(dt), ": backend = cuda trains in ",
@@ -35,9 +36,6 @@ void check_cuda_training(const Config& cfg) {
     ZT_INPUT_CHECK(stored_dtype(cfg) == dt, "lora.base_dtype = ", dtype_name(stored_dtype(cfg)),
                    ": backend = cuda stores the weights in precision.dtype (", dtype_name(dt),
                    ") only; leave lora.base_dtype empty or use backend = cpu");
-    ZT_INPUT_CHECK(cfg.model.init_from.empty(), "model.init_from = ", cfg.model.init_from,
-                   ": importing weights is not integrated with backend = cuda yet; start from a "
-                   "checkpoint or use backend = cpu");
 }
 
 namespace {

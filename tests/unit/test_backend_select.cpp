@@ -58,7 +58,7 @@ TEST(BackendSelect, CudaNeedsACudaBuildAndADevice) {
 // What backend = cuda trains is decided from the config alone (no GPU needed to test it).
 TEST(BackendSelect, CudaTrainsEveryDtypeAndNamesTheKeyItRefuses) {
     zt::Config cfg;
-    EXPECT_NO_THROW(zt::check_cuda_training(cfg));  // defaults: fp32, no init_from
+    EXPECT_NO_THROW(zt::check_cuda_training(cfg));  // defaults: fp32
     for (int stage = 0; stage <= 3; ++stage) {
         cfg.parallel.zero_stage = stage;
         EXPECT_NO_THROW(zt::check_cuda_training(cfg)) << "zero stage " << stage;
@@ -84,9 +84,15 @@ TEST(BackendSelect, CudaTrainsEveryDtypeAndNamesTheKeyItRefuses) {
         r.precision.reduce_dtype = dt;
         EXPECT_NO_THROW(zt::check_cuda_training(r)) << zt::dtype_name(dt);
     }
+    // Imported weights go through the backend's copies (StateShards::write).
     zt::Config imp;
     imp.model.init_from = "gpt2.safetensors";
-    refused_for(imp, "model.init_from");
+    EXPECT_NO_THROW(zt::check_cuda_training(imp));
+    // A LoRA base stored in another dtype than the activations needs the CPU's products.
+    zt::Config lora;
+    lora.model.lora.rank = 4;
+    lora.model.lora.base_dtype = zt::DType::kBF16;
+    refused_for(lora, "lora.base_dtype");
 }
 
 TEST(BackendSelect, UnknownNameIsBadInput) {
