@@ -12,7 +12,9 @@
 // the first and last stage, trains two steps to the parameters of one rank training the whole
 // model on the same global batch; at ZeRO-2/3 with one reduce-scatter per unit and step (after
 // the stage's last backward, not one per micro-batch). One stage runs without a link, each
-// micro-batch's forward then its backward, the whole model's bits.
+// micro-batch's forward then its backward, the whole model's bits. The last stage's LM head
+// over row chunks (TransformerOptions::head_rows) on a tensor pair, with and without sequence
+// parallelism: the loss and gradients of the pair's whole head.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -285,6 +287,52 @@ TEST(PipelineRunnerOneStage, IsEachMicroBatchsForwardThenBackwardWithoutALink) {
 void bias_correct(AdamWStep& sp, int t) {
     sp.bias_correction1 = 1.f - std::pow(sp.beta1, static_cast<float>(t));
     sp.bias_correction2 = 1.f - std::pow(sp.beta2, static_cast<float>(t));
+}
+
+// The head over chunks of 4 of a (3, 6) batch's 18 rows on a tensor pair: each chunk's
+// cross-entropy sums its rows' statistics over the pair, each chunk's input gradient is
+// summed over it in backward. Two micro-steps, against the pair's whole head.
+TEST(PipelineTensor, AChunkedHeadOnATensorPairMatchesTheWholeHead) {
+    if (test::world_size() != 2) GTEST_SKIP() << "T = 2 needs 2 ranks";
+    const DeviceMesh mesh(MPI_COMM_WORLD, /*pipeline=*/1, /*tensor=*/2, /*setting=*/0, 1);
+    auto tensor_comm = make_mpi_communicator(mesh.tensor_comm());
+    CommunicatorTensorGroup group(*tensor_comm);
+    auto backend = make_cpu_backend(1);
+    const int B = 3;
+    for (int c = 0; c < 4; ++c) {
+        const bool sequence = (c & 1) != 0;
+        const ModelConfig mc = test::tiny_stage_model((c & 2) != 0 ? ModelArch("llama") : ModelArch("gpt2"), 2);
+        SCOPED_TRACE(str(mc.arch == ModelArch("llama") ? "llama, " : "gpt2, ",
+                         sequence ? "sequence parallel" : "tensor parallel"));
+        const int T = mc.seq_len;
+        const size_t n = static_cast<size_t>(B * T);
+        MicroBatches batch = random_micro_batches(2, n, 13);
+        const float dloss = 1.f / static_cast<float>(2 * n);
+        const TransformerOptions options = TransformerOptions().with_tensor(&group, sequence);
+        Transformer whole(mc, *backend, B, options);
+        Transformer chunked(mc, *backend, B, TransformerOptions(options).with_head_rows(4));
+        test::HostStore whole_store(whole.layout(), 42);
+        test::HostStore chunked_store(chunked.layout(), 42);
+        for (size_t a = 0; a < 2; ++a) {
+            const float want = whole.forward(whole_store, batch.inputs[a].data(), batch.targets[a].data(), B, T, dloss);
+            const float have =
+                chunked.forward(chunked_store, batch.inputs[a].data(), batch.targets[a].data(), B, T, dloss);
+            EXPECT_NEAR(have, want, 1e-6 * std::abs(want)) << "micro-step " << a;
+            whole.backward(whole_store);
+            chunked.backward(chunked_store);
+        }
+        for (int u = 0; u < whole.layout().num_units(); ++u) {
+            const std::vector<float>& want = whole_store.grad(u);
+            const std::vector<float>& have = chunked_store.grad(u);
+            double worst = 0.0;
+            double scale = 0.0;
+            for (size_t i = 0; i < want.size(); ++i) {
+                worst = std::max(worst, std::fabs(static_cast<double>(have[i]) - want[i]));
+                scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+            }
+            EXPECT_LE(worst, 2e-6 * scale) << "unit " << u << ", tensor rank " << mesh.layout().tensor_rank;
+        }
+    }
 }
 
 // 3D at np 4: two stages of a tensor group of 2 (with and without sequence parallelism)
