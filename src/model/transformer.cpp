@@ -366,6 +366,7 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     if (targets == nullptr) {
         head_logits(m_head, N);
         store.release(0);
+        m_head = ConstActPtr{};
         return 0.f;
     }
     // A chunked head takes its gradients chunk by chunk, before the next chunk's logits
