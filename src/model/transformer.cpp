@@ -118,8 +118,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
       m_lora(std::make_unique<LoraAdapters>(m_layout)),
       m_max_batch(max_batch),
       m_recompute(options.recompute),
-      m_chunked_head(options.head_rows > 0),
-      m_head_option_rows(options.head_rows) {
+      m_chunk_rows(options.head_rows) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
     ZT_REQUIRE(m_stage.begin >= 0 && m_stage.end <= cfg.n_layer && (m_blocks >= 1 || cfg.n_layer == 0),
                "pipeline stage: blocks [", m_stage.begin, ", ", m_stage.end, ") are not a non-empty range of the ",
@@ -153,7 +152,7 @@ void Transformer::allocate_activations(DType stored) {
     m_normed = a.take_act(BT * C);
     const bool head = last_stage();
     if (head) {
-        m_head_rows = m_chunked_head ? std::min(m_head_option_rows, static_cast<int>(BT)) : static_cast<int>(BT);
+        m_head_rows = m_chunk_rows > 0 ? std::min(m_chunk_rows, static_cast<int>(BT)) : static_cast<int>(BT);
         m_logits = a.take_act(static_cast<size_t>(m_head_rows) * static_cast<size_t>(m_vocab->local()));
         m_losses = a.take(BT);
     }
@@ -191,7 +190,7 @@ void Transformer::allocate_activations(DType stored) {
                                        m_recompute);
     // The memory plan predicts this figure: the two must never drift apart.
     const ActivationCount plan =
-        activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage, m_head_option_rows);
+        activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage, m_chunk_rows);
     ZT_REQUIRE(a.count().act == plan.act + plan.probs && a.count().f32 == plan.f32,
                "activation plan differs from the allocation: ", a.count().act, " activation elements and ",
                a.count().f32, " floats allocated, ", plan.act + plan.probs, " and ", plan.f32, " planned");
@@ -372,7 +371,7 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     // A chunked head takes its gradients chunk by chunk, before the next chunk's logits
     // overwrite the dlogits they need.
     const bool training = dloss != 0.f;
-    const bool in_forward = training && m_chunked_head;
+    const bool in_forward = training && m_chunk_rows > 0;
     GradWrite write = in_forward ? begin_head_gradients(store, N) : GradWrite::kAdd;
     for (int r0 = 0; r0 < N; r0 += m_head_rows) {
         const int n = std::min(m_head_rows, N - r0);

@@ -309,8 +309,8 @@ class Transformer {
                         float dloss);
     /// Without targets: the logits of the last rows the head holds (all rows unchunked).
     void head_logits(ConstActPtr head, int N);
-    /// Unit 0's gradient asked for (m_unit0_grads, m_unit0_zero) and the head's input gradient zeroed,
-    /// before the head's first gradient product; returns how that product writes.
+    /// Before the head's first gradient product: unit 0's gradient asked for (m_unit0_grads,
+    /// m_unit0_zero) and the head's input gradient zeroed; returns how that product writes.
     GradWrite begin_head_gradients(UnitStore& store, int N);
     /// The head's gradients from the dlogits of rows [r0, r0 + n) (in m_logits from its row 0).
     void head_gradients(int r0, int n, GradWrite write);
@@ -349,8 +349,7 @@ class Transformer {
     ActPtr m_normed;           // (B, T, C) the final norm's output (gathered); the blocks' gather buffer
     ActPtr m_logits;           // (head rows, Vp); dlogits after a training forward
     int m_head_rows = 0;       // the rows m_logits holds
-    bool m_chunked_head = false;  // TransformerOptions::head_rows > 0
-    int m_head_option_rows = 0;   // TransformerOptions::head_rows
+    int m_chunk_rows = 0;      // TransformerOptions::head_rows (0: one chunk, gradients in backward)
     int m_logits_begin = 0;    // the first row the last forward without targets kept logits of
     int m_logits_end = 0;
     float* m_unit0_grads = nullptr;  // unit 0's gradient, asked for by the head (last stage)

@@ -87,7 +87,7 @@ class PipelineRunner {
     static std::vector<int> slots_per_chunk(const std::vector<PipelinePass>& passes, int chunks);
     const std::vector<int>& slots() const { return m_slots; }
     /// Whether the LM head's models may take its gradients in their forwards
-    /// (TransformerOptions::chunked_head): on this stage every forward of a chunk that can
+    /// (TransformerOptions::head_rows): on this stage every forward of a chunk that can
     /// hold the head (the last) is followed at once by its backward, which no weight pass
     /// splits off, so run() begins each such micro-step before its forward. Pure: no MPI.
     static bool head_gradients_in_forward(const std::vector<PipelinePass>& passes, int chunks);
