@@ -95,12 +95,13 @@ int Transformer::chunked_head_rows(const ModelConfig& cfg, int max_batch, int te
     return static_cast<int>((all + chunks - 1) / chunks);
 }
 
+int Transformer::logit_rows(int head_rows, int rows) { return head_rows > 0 ? std::min(head_rows, rows) : rows; }
+
 ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, bool recompute,
                                          size_t attention_scratch_floats, int tensor, bool sequence,
                                          StageBlocks stage, int head_rows) {
-    const int BT = max_batch * cfg.seq_len;
     const ActivationCount driver = driver_activations(cfg, max_batch, tensor, sequence, stage.last_stage(cfg.n_layer),
-                                                      head_rows > 0 ? std::min(head_rows, BT) : BT);
+                                                      logit_rows(head_rows, max_batch * cfg.seq_len));
     const ModelConfig blocks = stage_config(cfg, stage);
     const ActivationCount family = family_traits(cfg).activations(blocks, max_batch, recompute, tensor, sequence);
     return {driver.act + family.act, driver.f32 + family.f32 + static_cast<double>(attention_scratch_floats),
@@ -152,7 +153,7 @@ void Transformer::allocate_activations(DType stored) {
     m_normed = a.take_act(BT * C);
     const bool head = last_stage();
     if (head) {
-        m_head_rows = m_chunk_rows > 0 ? std::min(m_chunk_rows, static_cast<int>(BT)) : static_cast<int>(BT);
+        m_head_rows = logit_rows(m_chunk_rows, static_cast<int>(BT));
         m_logits = a.take_act(static_cast<size_t>(m_head_rows) * static_cast<size_t>(m_vocab->local()));
         m_losses = a.take(BT);
     }
@@ -363,7 +364,7 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     m_loss_sum = 0.0;
     m_target_count = 0;
     if (targets == nullptr) {
-        head_logits(m_head, N);
+        head_logits(N);
         store.release(0);
         m_head = ConstActPtr{};
         return 0.f;
@@ -405,12 +406,12 @@ float Transformer::head_and_loss(UnitStore& store, const int32_t* targets, const
     return counted > 0 ? static_cast<float>(sum / counted) : 0.f;
 }
 
-void Transformer::head_logits(ConstActPtr head, int N) {
+void Transformer::head_logits(int N) {
     const int C = m_cfg.n_embd;
     const int n = std::min(N, m_head_rows);
     m_logits_begin = N - n;
     m_logits_end = N;
-    m_compute->matmul_forward(m_logits, m_normed.offset(static_cast<size_t>(m_logits_begin) * C), head, nullptr, n,
+    m_compute->matmul_forward(m_logits, m_normed.offset(static_cast<size_t>(m_logits_begin) * C), m_head, nullptr, n,
                               C, m_vocab->local());
 }
 

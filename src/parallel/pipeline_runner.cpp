@@ -64,21 +64,25 @@ bool PipelineRunner::head_gradients_in_forward(const std::vector<PipelinePass>& 
     return true;
 }
 
+int PipelineRunner::head_rows(const std::vector<PipelinePass>& passes, int chunks, const ModelConfig& cfg,
+                              int max_batch, int tensor) {
+    return head_gradients_in_forward(passes, chunks) ? Transformer::chunked_head_rows(cfg, max_batch, tensor) : 0;
+}
+
 ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, PipelineShape shape, int stage,
                                                   const std::vector<int>& bounds, const ModelConfig& cfg,
                                                   int max_batch, bool recompute, size_t attention_scratch_floats,
                                                   int tensor, bool sequence) {
     const std::vector<PipelinePass> passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(stage)];
     const std::vector<int> slots = slots_per_chunk(passes, shape.virtual_stages);
-    const bool chunked = head_gradients_in_forward(passes, shape.virtual_stages);
-    const int head_rows = chunked ? Transformer::chunked_head_rows(cfg, max_batch, tensor) : 0;
+    const int rows = head_rows(passes, shape.virtual_stages, cfg, max_batch, tensor);
     ActivationCount total;
     for (int c = 0; c < shape.virtual_stages; ++c) {
         const StageBlocks blocks = chunk_blocks(bounds, c * shape.stages + stage);
         // Zero-bubble's weight passes keep the products' output gradients in the blocks' own
         // activations (ParallelLinear::backward_into): nothing more per model.
         const ActivationCount one = Transformer::activations(cfg, max_batch, recompute, attention_scratch_floats,
-                                                             tensor, sequence, blocks, head_rows);
+                                                             tensor, sequence, blocks, rows);
         total.act += slots[static_cast<size_t>(c)] * one.act;
         total.f32 += slots[static_cast<size_t>(c)] * one.f32;
         total.probs += slots[static_cast<size_t>(c)] * one.probs;
@@ -101,7 +105,6 @@ ModelLayout PipelineRunner::stage_state_layout(const ModelLayout& whole, Pipelin
 
 PipelineRunner::PipelineRunner(MPI_Comm pipeline, PipelineScheduleKind kind, PipelineShape shape)
     : PipelineRunner(pipeline == MPI_COMM_NULL ? nullptr : make_mpi_point_to_point(pipeline), kind, shape) {}
-
 
 PipelineRunner::PipelineRunner(std::unique_ptr<PointToPoint> link, PipelineScheduleKind kind, PipelineShape shape)
     : m_link(std::move(link)), m_shape(shape) {

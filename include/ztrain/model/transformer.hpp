@@ -307,8 +307,10 @@ class Transformer {
     void set_rows(const TokenRows& rows, int B, int T);
     float head_and_loss(UnitStore& store, const int32_t* targets, const int32_t* targets_be, int N,
                         float dloss);
+    /// The rows of logits a head of TransformerOptions::head_rows holds for `rows` rows.
+    static int logit_rows(int head_rows, int rows);
     /// Without targets: the logits of the last rows the head holds (all rows unchunked).
-    void head_logits(ConstActPtr head, int N);
+    void head_logits(int N);
     /// Before the head's first gradient product: unit 0's gradient asked for (m_unit0_grads,
     /// m_unit0_zero) and the head's input gradient zeroed; returns how that product writes.
     GradWrite begin_head_gradients(UnitStore& store, int N);

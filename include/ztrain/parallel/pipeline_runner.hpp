@@ -91,7 +91,10 @@ class PipelineRunner {
     /// hold the head (the last) is followed at once by its backward, which no weight pass
     /// splits off, so run() begins each such micro-step before its forward. Pure: no MPI.
     static bool head_gradients_in_forward(const std::vector<PipelinePass>& passes, int chunks);
-    bool head_gradients_in_forward() const { return head_gradients_in_forward(m_passes, m_shape.virtual_stages); }
+    /// TransformerOptions::head_rows for the models of a stage running `passes`: the chunked
+    /// head's rows where head_gradients_in_forward, else 0 (every row's logits).
+    static int head_rows(const std::vector<PipelinePass>& passes, int chunks, const ModelConfig& cfg, int max_batch,
+                         int tensor);
     /// The activations stage `stage` of a pipeline allocates (the memory plan's figure): for
     /// each of its chunks, slots_per_chunk models of that chunk's blocks (cut at `bounds`, as
     /// chunk_blocks), each Transformer::activations of them. Pure: no MPI.
