@@ -15,7 +15,7 @@ OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, 
     };
     for (int u = 0; u < ctx.num_units(); ++u) {
         const size_t n = ctx.plan.stored_optimizer(u, ctx.rank);
-        if (ctx.work != DType::kF32) m_master.push_back(alloc_f32(n, master_bytes));
+        if (ctx.trained != DType::kF32) m_master.push_back(alloc_f32(n, master_bytes));
         m_m.push_back(alloc_f32(n, optimizer_bytes));
         m_v.push_back(alloc_f32(n, optimizer_bytes));
         m_segments.push_back(decay_segments(ctx.layout, u, ctx.state_begin(u), ctx.state_end(u)));
@@ -31,7 +31,7 @@ OptimizerState::~OptimizerState() {
 size_t OptimizerState::state_shift(int unit) const { return m_ctx.plan.optimizer_start(unit, m_ctx.rank); }
 
 void OptimizerState::write_initial(int unit, size_t lo, size_t hi, const float* host) {
-    if (m_ctx.work == DType::kF32) return;  // the working copy is the master
+    if (m_ctx.trained == DType::kF32) return;  // the (trained elements') working copy is the master
     const size_t begin = state_shift(unit);
     const size_t end = begin + m_ctx.plan.stored_optimizer(unit, m_ctx.rank);
     const size_t from = std::max(lo, begin);
@@ -42,7 +42,7 @@ void OptimizerState::write_initial(int unit, size_t lo, size_t hi, const float* 
 }
 
 float* OptimizerState::master_base(int unit) {
-    if (m_ctx.work == DType::kF32) return m_params.fp32_base(unit);
+    if (m_ctx.trained == DType::kF32) return m_params.fp32_base(unit);
     return m_master[static_cast<size_t>(unit)] - state_shift(unit);
 }
 

@@ -33,6 +33,14 @@ ParameterStore::ParameterStore(const StateContext& ctx, size_t* params_bytes) : 
         *params_bytes += n * ctx.work_size();
     }
     m_gathers.resize(m_params.size());
+    m_trained.assign(m_params.size(), nullptr);
+    m_trained_gathers.resize(m_params.size());
+    for (int u = 0; u < ctx.num_units(); ++u) {
+        const size_t n = separate_trained_numel(ctx.plan, ctx.work, ctx.trained, u);
+        if (n == 0) continue;
+        m_trained[static_cast<size_t>(u)] = ctx.backend.alloc_floats(n);
+        *params_bytes += n * sizeof(float);
+    }
     m_vectors.resize(m_params.size());
     for (const ParamSpec& p : ctx.layout.params) {
         const bool adapter = p.trainable && ctx.plan.partly_frozen(p.unit);
@@ -46,10 +54,18 @@ ParameterStore::~ParameterStore() {
     // As ~GradientReducer: no waiting while an error unwinds (the job is aborted next).
     if (std::uncaught_exceptions() == 0) {
         for (CommRequest& r : m_gathers) m_ctx.comm.wait(r);
+        for (CommRequest& r : m_trained_gathers) m_ctx.comm.wait(r);
         for (auto& [u, r] : m_resident) m_ctx.comm.wait(r.request);
     }
     // Resident buffers are pool memory: the pool frees them.
     for (void* p : m_params) m_ctx.backend.free(p);
+    for (float* p : m_trained) {
+        if (p != nullptr) m_ctx.backend.free(p);
+    }
+}
+
+size_t ParameterStore::separate_trained_numel(const ShardPlan& plan, DType work, DType trained, int unit) {
+    return trained != work ? plan.trainable(unit).size() : 0;
 }
 
 void* ParameterStore::work_ptr(int unit, size_t element) {
@@ -60,6 +76,12 @@ void* ParameterStore::work_ptr(int unit, size_t element) {
 void ParameterStore::write_initial(int unit, size_t lo, size_t hi, const float* host) {
     const size_t begin = m_ctx.plan.params_start(unit, m_ctx.rank);
     const size_t end = begin + m_ctx.plan.stored_params(unit);
+    if (float* tail = m_trained[static_cast<size_t>(unit)]) {  // whole on every rank
+        const ElementRange t = m_ctx.plan.trainable(unit);
+        const size_t a = std::max(lo, t.begin);
+        const size_t z = std::min(hi, t.end);
+        if (z > a) m_ctx.backend.to_device(tail + (a - t.begin), host + (a - lo), (z - a) * sizeof(float));
+    }
     const size_t from = std::max(lo, begin);
     const size_t to = std::min(hi, end);
     if (to <= from) return;
@@ -87,7 +109,10 @@ void ParameterStore::prefetch(int unit) {
     m_resident.emplace(unit, r);
 }
 
-void ParameterStore::wait_gather(int unit) { m_ctx.comm.wait(m_gathers[static_cast<size_t>(unit)]); }
+void ParameterStore::wait_gather(int unit) {
+    m_ctx.comm.wait(m_gathers[static_cast<size_t>(unit)]);
+    m_ctx.comm.wait(m_trained_gathers[static_cast<size_t>(unit)]);
+}
 
 const float* ParameterStore::acquire(int unit) { return acquire_view(unit, true); }
 
@@ -120,13 +145,18 @@ const float* ParameterStore::acquire_view(int unit, bool whole) {
 
 void ParameterStore::widen_view(int unit, Resident& r, const void* src, bool whole) {
     r.vectors_only = !whole;
+    const float* tail = m_trained[static_cast<size_t>(unit)];
+    const ElementRange t = m_ctx.plan.trainable(unit);
     if (whole) {
         m_ctx.backend.cast(r.compute, DType::kF32, src, m_ctx.work, m_ctx.shard(unit).padded_numel);
-        return;
+    } else {
+        for (const auto& [b, e] : m_vectors[static_cast<size_t>(unit)]) {
+            if (tail != nullptr && b >= t.begin) continue;  // the fp32 tail's, below
+            m_ctx.backend.cast(r.compute + b, DType::kF32, element_at(src, b, m_ctx.work), m_ctx.work, e - b);
+        }
     }
-    for (const auto& [b, e] : m_vectors[static_cast<size_t>(unit)]) {
-        m_ctx.backend.cast(r.compute + b, DType::kF32, element_at(src, b, m_ctx.work), m_ctx.work, e - b);
-    }
+    // The trained tail from its own fp32 copy: its values unrounded.
+    if (tail != nullptr) m_ctx.backend.copy(r.compute + t.begin, tail, t.size());
 }
 
 ConstActPtr ParameterStore::acquired_storage(int unit) const {
@@ -188,22 +218,24 @@ void ParameterStore::hold_first_unit(bool hold) {
 }
 
 float* ParameterStore::fp32_base(int unit) {
-    ZT_REQUIRE(m_ctx.work == DType::kF32, "fp32_base() of a ", dtype_name(m_ctx.work), " working copy");
-    return static_cast<float*>(work_ptr(unit, 0));
+    ZT_REQUIRE(m_ctx.trained == DType::kF32, "fp32_base() of a ", dtype_name(m_ctx.trained), " working copy");
+    if (!separate_trained()) return static_cast<float*>(work_ptr(unit, 0));
+    // A unit without a tail has no trained element to address: any base does.
+    return m_trained[static_cast<size_t>(unit)] - m_ctx.plan.trainable(unit).begin;
 }
 
 void ParameterStore::refresh_owned(int unit, const float* master_base) {
-    // Where a master exists: a frozen base's working copy is its only copy (StateShards
-    // writes it there directly).
+    // Where a master exists apart from the working copy: a frozen base's working copy is its
+    // only copy (StateShards writes it there directly).
     const size_t b = m_ctx.state_begin(unit);
     const size_t e = m_ctx.state_end(unit);
-    if (m_ctx.work != DType::kF32 && e > b) {
+    if (m_ctx.trained != DType::kF32 && e > b) {
         m_ctx.backend.cast(work_ptr(unit, b), m_ctx.work, master_base + b, DType::kF32, e - b);
     }
 }
 
 ActPtr ParameterStore::owned_work(int unit, size_t element) {
-    if (m_ctx.work == DType::kF32) return {};
+    if (m_ctx.trained == DType::kF32) return {};
     return {work_ptr(unit, element), m_ctx.work};
 }
 
@@ -215,10 +247,29 @@ void ParameterStore::stored_from_f32(int unit, size_t from, size_t to, const flo
     if (to > from) m_ctx.backend.cast(work_ptr(unit, from), m_ctx.work, f32, DType::kF32, to - from);
 }
 
+void ParameterStore::start_trained_gathers() {
+    if (!separate_trained() || !m_ctx.plan.ownership_partitioned()) return;  // DDP: each rank updates all
+    for (int u = 0; u < m_ctx.num_units(); ++u) {
+        float* tail = m_trained[static_cast<size_t>(u)];
+        if (tail == nullptr) continue;
+        const ElementRange t = m_ctx.plan.trainable(u);
+        const ElementRange own = m_ctx.plan.state_range(u, m_ctx.rank);
+        m_ctx.comm.wait(m_trained_gathers[static_cast<size_t>(u)]);
+        if (own.empty()) {
+            m_ctx.backend.zero(tail, t.size());
+        } else {
+            m_ctx.backend.zero(tail, own.begin - t.begin);
+            m_ctx.backend.zero(tail + (own.end - t.begin), t.end - own.end);
+        }
+        m_trained_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_reduce(tail, t.size(), ReduceOp::kSum, DType::kF32);
+    }
+}
+
 void ParameterStore::start_gathers() {
+    start_trained_gathers();
     if (!m_ctx.plan.params_gathered_after_step()) return;
     for (int u = 0; u < m_ctx.num_units(); ++u) {
-        wait_gather(u);
+        m_ctx.comm.wait(m_gathers[static_cast<size_t>(u)]);
         m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_gather(
             nullptr, m_params[static_cast<size_t>(u)], m_ctx.shard(u).shard_numel, m_ctx.work);
     }

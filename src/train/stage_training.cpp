@@ -149,6 +149,7 @@ ScheduledTraining::ScheduledTraining(const Config& cfg, TrainSetup& setup, LossS
                                                .with_buckets(bucket_numel(plan, cfg.precision.reduce()))
                                                .with_seed(tc.seed)
                                                .in(stored_dtype(cfg), cfg.precision.reduce())
+                                               .training_in(trained_dtype(cfg))
                                                .with_overlap_depth(plan.overlap_depth)
                                                .reduced_once_per_step(shape.stages > 1));
     m_store = &maybe_slow_units(setup.comm->rank(), *m_state, m_slow_units);

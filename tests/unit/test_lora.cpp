@@ -410,8 +410,8 @@ TEST(LoraForward, StepZeroIsTheBaseModel) {
 }
 
 // lora.base_dtype = bf16 under precision.dtype = fp32: the state stores the weights in bf16
-// (the frozen base's only copy; the adapters' working copy beside their fp32 masters) while
-// the activations stay fp32. Step 0 is still the base model bit for bit (the base's values
+// (the frozen base's only copy; here the adapters too: no training_in) while the activations
+// stay fp32. Step 0 is still the base model bit for bit (the base's values
 // are the same bf16 ones with or without adapters), and close to the fp32-stored model.
 TEST(LoraBaseDtype, Bf16BaseUnderFp32ActivationsIsTheRoundedBase) {
     for (const ModelConfig& mc : {tiny_gpt2(2, "c_attn,c_proj"), tiny_llama(2, "q_proj,v_proj,gate_proj")}) {
@@ -439,8 +439,59 @@ TEST(LoraBaseDtype, Bf16BaseUnderFp32ActivationsIsTheRoundedBase) {
     }
 }
 
-// The plan counts the stored weights in lora.base_dtype and the activations in
-// precision.dtype.
+// Under fp32 activations a bf16 base's adapters stay fp32, as PEFT keeps them beside a bf16
+// base: after optimizer steps the fp32 view the products read holds each adapter's master
+// value bit for bit (not its bf16 rounding), their gradients are stored in fp32, and that
+// fp32 copy is the master (none beside it). The base stays bf16.
+TEST(LoraBaseDtype, Bf16BasesAdaptersStayFp32UnderFp32Activations) {
+    for (const ModelConfig& mc : {tiny_gpt2(2, "c_attn,c_proj"), tiny_llama(2, "q_proj,v_proj,gate_proj")}) {
+        auto backend = make_cpu_backend(1);
+        const int B = 2;
+        Transformer model(mc, *backend, B);
+        const ModelLayout& layout = model.layout();
+        const StateOptions rounded = StateOptions::zero(0).with_seed(5).in(DType::kBF16, DType::kF32);
+        StateOptions kept = rounded;
+        kept.training_in(DType::kF32);
+        ModelState st(layout, *backend, self_communicator(), kept);
+        const Batch data = batch(mc, B);
+        TrainConfig tc;
+        tc.lr = 1e-2;  // B moves well away from zero in three steps
+        for (int t = 1; t <= 3; ++t) {
+            st.zero_grads();
+            st.begin_micro_step(true, true);
+            model.forward(st, data.inputs.data(), data.targets.data(), B, mc.seq_len, 1.f / static_cast<float>(B * mc.seq_len));
+            model.backward(st);
+            st.finish_grad_sync();
+            st.optimizer_step(adamw_step_params(tc, tc.lr, t));
+        }
+        size_t compared = 0;
+        size_t not_bf16 = 0;  // elements a bf16 working copy could not hold
+        for (int u = 0; u < layout.num_units(); ++u) {
+            const ElementRange tail = st.shard_plan().trainable(u);
+            if (tail.empty()) continue;
+            std::vector<float> master(tail.size());
+            st.shards().read(u, StateShards::kMaster, tail.begin, tail.end, master.data());
+            const float* view = st.acquire(u);
+            for (size_t i = 0; i < tail.size(); ++i) {
+                ASSERT_EQ(view[tail.begin + i], master[i])
+                    << setting_text(mc.arch) << ": unit " << u << " element " << tail.begin + i << " of the fp32 view";
+                not_bf16 += bf16_to_f32(f32_to_bf16(master[i])) != master[i] ? 1 : 0;
+            }
+            st.release(u);
+            compared += tail.size();
+        }
+        EXPECT_GT(compared, 0u);
+        EXPECT_GT(not_bf16 * 2, compared) << setting_text(mc.arch) << ": most adapter values need fp32";
+        const StateBytes got = st.bytes();
+        const StateBytes bf16 = ModelState::plan_bytes(layout, 1, rounded);
+        EXPECT_EQ(got.grads, 2 * bf16.grads) << setting_text(mc.arch) << ": fp32 gradients, twice bf16's";
+        EXPECT_EQ(got.master, 0u) << setting_text(mc.arch) << ": the fp32 adapters are their own master";
+        EXPECT_EQ(got.params, bf16.params + compared * sizeof(float)) << setting_text(mc.arch) << ": the bf16 base + fp32 tails";
+    }
+}
+
+// The plan counts the stored weights in lora.base_dtype (the adapters' fp32 copies beside a
+// bf16 base) and the activations in precision.dtype.
 TEST(LoraBaseDtype, ThePlanStoresTheBaseInItsDtype) {
     Config c = lora_config("gpt2", "c_attn");
     const auto item = [](const MemoryPlan& plan, const std::string& name) {
@@ -453,7 +504,14 @@ TEST(LoraBaseDtype, ThePlanStoresTheBaseInItsDtype) {
     set_config_value(c, "lora.base_dtype", "bf16");
     validate(c);
     const MemoryPlan bf16 = plan_memory(c, 1, 1, 0, 0, false);
-    EXPECT_DOUBLE_EQ(item(bf16, "params"), item(fp32, "params") / 2);
+    const ModelLayout layout = make_model_layout(c.model);
+    const ShardPlan shards(layout.unit_numel, 1, ShardingPolicy::zero_stage(0), trainable_begins(layout));
+    double tails = 0;
+    for (int u = 0; u < shards.num_units(); ++u) tails += static_cast<double>(shards.trainable(u).size());
+    EXPECT_GT(tails, 0);
+    EXPECT_DOUBLE_EQ(item(bf16, "params"), item(fp32, "params") / 2 + 4 * tails);
+    EXPECT_DOUBLE_EQ(item(bf16, "grads"), item(fp32, "grads"));
+    EXPECT_DOUBLE_EQ(item(bf16, "master"), 0);
     EXPECT_DOUBLE_EQ(item(bf16, "activations"), item(fp32, "activations"));
 }
 

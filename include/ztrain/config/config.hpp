@@ -323,11 +323,17 @@ struct Config {
     std::vector<std::string> cluster_file_keys;  ///< the keys it set (messages name the file)
 };
 
-/// The dtype the model state stores parameters and gradients in: lora.base_dtype under LoRA
-/// when set (the frozen base's storage; the adapters' working copy shares it), else
-/// precision.dtype. Activations are always precision.dtype.
+/// The dtype the model state stores parameters in: lora.base_dtype under LoRA when set (the
+/// frozen base's storage), else precision.dtype. Activations are always precision.dtype.
 inline DType stored_dtype(const Config& c) {
     return c.model.lora.on() && c.model.lora.base_dtype ? *c.model.lora.base_dtype : c.precision.dtype;
+}
+
+/// The dtype of the trained tensors' working copy and of the gradients: the stored dtype,
+/// except a 16-bit LoRA base under fp32 activations, whose adapters stay fp32 (as PEFT keeps
+/// them beside a bf16 base).
+inline DType trained_dtype(const Config& c) {
+    return stored_dtype(c) == DType::kF32 ? DType::kF32 : c.precision.dtype;
 }
 
 /// What the command line asked for besides a configuration.

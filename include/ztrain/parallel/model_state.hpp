@@ -49,6 +49,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ztrain/backend/backend.hpp"
@@ -88,6 +89,9 @@ struct StateOptions {
     uint64_t seed = 1;           ///< the counter-based initialisation's key
     DType work = DType::kF32;    ///< parameters, gradients and activations
     DType reduce = DType::kF32;  ///< the gradients on the wire
+    /// The trained elements' working copy and the stored gradients (StateContext::trained);
+    /// unset: `work`. Only fp32 may differ from `work`.
+    std::optional<DType> trained;
     /// How far communication runs ahead of compute, >= 1 (StateContext::overlap_depth).
     int overlap_depth = 1;
     /// ShardingPolicy::reduce_once_per_step: ZeRO-2/3 keep each unit's whole gradient through
@@ -112,6 +116,12 @@ struct StateOptions {
         reduce = reduce_dtype;
         return *this;
     }
+    /// A frozen 16-bit base's adapters kept in `dtype` (fp32 under fp32 activations).
+    StateOptions& training_in(DType dtype) {
+        trained = dtype;
+        return *this;
+    }
+    DType trained_dtype() const { return trained.value_or(work); }
     StateOptions& with_overlap_depth(int depth) {
         overlap_depth = depth;
         return *this;
@@ -231,6 +241,7 @@ class ModelState : public UnitStore {
     double tensor_sum_squares(bool check, const std::vector<int>& skip);
     int m_rank;
     DType m_work;
+    DType m_trained;
     bool m_last_micro = true;  // the current micro-step is the step's last
     DType m_reduce;
     int m_overlap_depth;

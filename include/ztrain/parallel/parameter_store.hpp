@@ -11,6 +11,11 @@
 // 16-bit working copies are widened into an fp32 view (pooled scratch) while acquired (only
 // the 1-D tensors for acquire_vectors); in fp32 the working copy is the master copy the
 // optimizer updates.
+// A 16-bit frozen base under fp32 activations (LoRA; StateContext::trained = fp32): each
+// unit's trained tail has a second, fp32 working copy, whole on every rank, which is also its
+// master. The fp32 view takes the tail from it, so the adapters are never rounded to the
+// base's dtype; after each optimizer step each rank's owned part is all-reduced into the
+// others' (its non-owned parts zeroed first: the sum is a gather).
 #pragma once
 
 #include <map>
@@ -59,9 +64,15 @@ class ParameterStore {
     void end_training_pass();
 
     // ---- around the optimizer ----
-    /// fp32 only: base[e] is element e of the working copy (the master weights), valid for
-    /// the elements this rank stores.
+    /// Where the trained elements' working copy is fp32 (StateContext::trained): base[e] is
+    /// element e of it (the master weights), valid for the trained elements this rank stores
+    /// (every element of an fp32 working copy; a separate fp32 tail's whole tail).
     float* fp32_base(int unit);
+    /// Whether the trained tails keep a separate fp32 working copy (a 16-bit frozen base
+    /// under fp32 activations).
+    bool separate_trained() const { return m_ctx.trained != m_ctx.work; }
+    /// The elements of that copy for `unit` (its trained tail; 0 without one).
+    static size_t separate_trained_numel(const ShardPlan& plan, DType work, DType trained, int unit);
     /// 16-bit: the owned elements of the working copy = master rounded (master_base[e] is
     /// element e). fp32: nothing (the working copy is the master).
     void refresh_owned(int unit, const float* master_base);
@@ -74,7 +85,7 @@ class ParameterStore {
     void stored_to_f32(int unit, size_t from, size_t to, float* f32);
     void stored_from_f32(int unit, size_t from, size_t to, const float* f32);
     /// Stages 1-2: starts the all-gather of every unit's owned shard into the full working
-    /// copy. Other stages: nothing.
+    /// copy; with separate fp32 tails under ZeRO, their all-reduce (every stage >= 1).
     void start_gathers();
     /// Completes every gather start_gathers began (before the working copy is read whole
     /// or written).
@@ -102,6 +113,7 @@ class ParameterStore {
     /// Widens what `whole` asks of the unit's working copy `src` into r.compute.
     void widen_view(int unit, Resident& r, const void* src, bool whole);
     void wait_gather(int unit);
+    void start_trained_gathers();
     /// In a training pass: records `unit` (first pass) or follows the recorded order and
     /// starts the gathers of the units ahead.
     void look_ahead(int unit);
@@ -114,6 +126,10 @@ class ParameterStore {
     std::vector<std::vector<std::pair<size_t, size_t>>> m_vectors;
     bool m_hold_first_unit = false;
     std::vector<CommRequest> m_gathers;   // stages 1-2: per unit, since the optimizer step
+    /// Separate fp32 trained tails (separate_trained(); null for a unit without a tail), whole
+    /// on every rank, and their all-reduce since the optimizer step.
+    std::vector<float*> m_trained;
+    std::vector<CommRequest> m_trained_gathers;
     // Training passes (stage 3): the acquire order of the first, and where this one is in it.
     std::vector<int> m_pass_order;
     bool m_in_pass = false;

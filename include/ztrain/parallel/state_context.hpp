@@ -72,7 +72,11 @@ struct StateContext {
     Communicator& replica;  ///< across groups: the owned gradients' all-reduce
     const ShardPlan& plan;
     int rank;      ///< in the shard group
-    DType work;    ///< parameters' working copy and stored gradients
+    DType work;    ///< the parameters' working copy
+    /// The trained elements' working copy and every stored gradient: `work`, except under a
+    /// 16-bit frozen base with fp32 activations (LoRA), whose adapters stay fp32 beside it as
+    /// PEFT keeps them (ParameterStore::separate_trained).
+    DType trained;
     DType reduce;  ///< the gradients' wire format
     /// How far communication runs ahead of compute (>= 1): at stage 3 the units gathered
     /// ahead of the one in use, and the reductions holding pooled buffers at once (depth + 1).
@@ -93,6 +97,7 @@ struct StateContext {
     size_t state_begin(int unit) const { return plan.state_range(unit, rank).begin; }
     size_t state_end(int unit) const { return plan.state_range(unit, rank).end; }
     size_t work_size() const { return dtype_size(work); }
+    size_t trained_size() const { return dtype_size(trained); }
 };
 
 /// Elements a conversion through StateContext::f32_tmp covers at a time: the largest padded
