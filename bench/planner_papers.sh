@@ -78,31 +78,41 @@ a100x64="inputs/clusters/a100_node.ini --cluster.nodes=8"
 h100x8="inputs/clusters/h100_node.ini --cluster.nodes=1 --cluster.memory_gbps=2400 --cluster.memory_gib=88"
 h100x128="inputs/clusters/h100_node.ini --cluster.nodes=16 --cluster.memory_gbps=2400 --cluster.memory_gib=88"
 torchtitan=(
-  "Llama 3 8B|$a100x64|$llama3_8b|1|false|2973|selective op"
+  "Llama 3 8B|$a100x64|$llama3_8b|1|selective_op|2973|selective op"
   "Llama 3 70B|$a100x64|$llama3_70b|1|true|331|full"
   "Llama 2 13B|$a100x64|$llama2_13b|2|false|2162|none"
   "Llama 2 70B|$a100x64|$llama2_70b|2|true|353|full"
-  "Llama 3.1 8B|$h100x8|$llama3_8b|2|false|5762|selective"
-  "Llama 3.1 8B|$h100x128|$llama3_8b|2|false|5605|selective"
+  "Llama 3.1 8B|$h100x8|$llama3_8b|2|selective_op|5762|selective op"
+  "Llama 3.1 8B|$h100x128|$llama3_8b|2|selective_op|5605|selective op"
 )
 table+="
 
-torchtitan FSDP2 (tokens/s per GPU; bf16, fp32 reductions, fused attention)
+torchtitan FSDP2 (tokens/s per GPU; bf16, fp32 reductions, fused attention). Predicted twice:
+with ztrain's element-wise kernels (cluster.elementwise = fused), and with one kernel per op as
+eager PyTorch runs torchtitan's block (eager); selective op checkpointing as torchtitan's policy
+(cluster.activation_checkpointing = selective_op). The error is the eager prediction's.
 
-| model | GPUs | local batch | activation checkpointing | published | predicted | error | bottleneck |
-|---|---|---|---|---|---|---|---|"
+| model | GPUs | local batch | activation checkpointing | published | predicted (fused) | predicted (eager) | error | bottleneck |
+|---|---|---|---|---|---|---|---|---|"
 for row in "${torchtitan[@]}"; do
   IFS='|' read -r name cluster model batch recompute published ac <<<"$row"
-  # shellcheck disable=SC2086
-  predict --model.arch=llama $model --precision.dtype=bf16 --precision.reduce_dtype=fp32 \
-    --train.micro_batch="$batch" --train.grad_accum=1 --train.recompute="$recompute" --parallel.zero_stage=3 --parallel.shard_group=0 \
-    --cluster $cluster --cluster.attention_kernel=fused || continue
+  checkpointing=deck
+  if [ "$recompute" = selective_op ]; then checkpointing=selective_op; recompute=false; fi
+  steps=()
+  for elementwise in fused eager; do
+    # shellcheck disable=SC2086
+    predict --model.arch=llama $model --precision.dtype=bf16 --precision.reduce_dtype=fp32 \
+      --train.micro_batch="$batch" --train.grad_accum=1 --train.recompute="$recompute" --parallel.zero_stage=3 \
+      --parallel.shard_group=0 --cluster $cluster --cluster.attention_kernel=fused --cluster.elementwise=$elementwise \
+      --cluster.activation_checkpointing=$checkpointing || continue 2
+    steps+=("$step_ms")
+  done
   gpus=$(grep -oE "cluster.nodes=[0-9]+" <<<"$cluster" | cut -d= -f2)
   gpus=$((gpus * 8))
   seq=$(grep -oE "seq_len=[0-9]+" <<<"$model" | cut -d= -f2)
   line=$(python3 -c "
-tps = $batch * $seq / ($step_ms / 1e3)
-print(f'| $name | $gpus | $batch | $ac | $published | {tps:.0f} | {100 * (tps - $published) / $published:+.0f}% |')")
+fused, eager = ($batch * $seq / (ms / 1e3) for ms in (${steps[0]}, ${steps[1]}))
+print(f'| $name | $gpus | $batch | $ac | $published | {fused:.0f} | {eager:.0f} | {100 * (eager - $published) / $published:+.0f}% |')")
   table+=$'\n'"$line $bottleneck |"
 done
 echo "$table"

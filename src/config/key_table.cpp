@@ -238,6 +238,12 @@ const KeyDef kKeys[] = {
     ZT_KEY("cluster.attention_kernel", cluster.attention_kernel,
            "materialized (ztrain's kernels: the (T x T) probabilities written and read back) | fused "
            "(flash-style: scores stay on chip; to model other systems)"),
+    ZT_KEY("cluster.elementwise", cluster.elementwise,
+           "fused (ztrain's kernels: one pass per norm, residual add and activation) | eager (one kernel per op, "
+           "as eager PyTorch runs a block; to model other systems)"),
+    ZT_KEY("cluster.activation_checkpointing", cluster.activation_checkpointing,
+           "deck (train.recompute) | selective_op (torchtitan's op-level policy: every second product of a block "
+           "and its element-wise ops recomputed; to model other systems)"),
 };
 
 #undef ZT_KEY

@@ -306,6 +306,10 @@ void check_cluster_keys(const Validator& v, const ClusterConfig& c) {
             "cpu (the node's figures, shared by its ranks) or gpu (per GPU)");
     v.check(c.attention_kernel == "materialized" || c.attention_kernel == "fused", "cluster.attention_kernel",
             "materialized (ztrain's kernels) or fused (a flash-style kernel)");
+    v.check(c.elementwise == "fused" || c.elementwise == "eager", "cluster.elementwise",
+            "fused (ztrain's kernels) or eager (one kernel per op)");
+    v.check(c.activation_checkpointing == "deck" || c.activation_checkpointing == "selective_op",
+            "cluster.activation_checkpointing", "deck (train.recompute) or selective_op (torchtitan's policy)");
     for (const auto& [key, value] :
          {std::pair<const char*, double>{"cluster.peak_tflops_fp32", c.peak_tflops_fp32},
           {"cluster.peak_tflops_bf16", c.peak_tflops_bf16}, {"cluster.memory_gib", c.memory_gib},

@@ -141,16 +141,33 @@ struct MicroBatchCost {
     /// forward, the products of frozen weights (LoRA's base): their backward has no weight
     /// gradient, so once, not twice, the forward's products
     double frozen_products = 0;
+    /// forward, every second product of each block in its forward order (what torchtitan's
+    /// selective op checkpointing recomputes)
+    double selective_products = 0;
+    double loss_elementwise = 0;  ///< the loss's part of `elementwise`
     std::string product_what;
     std::string tensor_what;
+    std::string elementwise_what;
     /// The forward of a micro-batch, and its backward (twice the products, recompute's forward).
     double forward() const { return block_products + head_products + attention + elementwise + scores + tensor_comm; }
-    double recompute(bool on) const { return on ? block_products + attention + elementwise + scores + tensor_comm : 0; }
-    double backward(bool recompute_on) const {
+    double recompute(Recompute r) const {
+        if (r == Recompute::kFull) return block_products + attention + elementwise + scores + tensor_comm;
+        // Selective op: the saved products' and attention's outputs are not recomputed.
+        if (r == Recompute::kSelectiveOp) return selective_products + elementwise - loss_elementwise;
+        return 0;
+    }
+    double backward(Recompute r) const {
         return 2 * (block_products + head_products + elementwise) + attention_backward_factor * attention +
-               scores_backward - frozen_products + tensor_comm + recompute(recompute_on);
+               scores_backward - frozen_products + tensor_comm + recompute(r);
     }
 };
+
+/// What a backward recomputes: train.recompute's every block, or, for a described system
+/// (cluster.activation_checkpointing = selective_op), torchtitan's op-level policy.
+Recompute recompute_of(const Config& cfg, const ClusterConfig& c) {
+    if (c.activation_checkpointing == "selective_op") return Recompute::kSelectiveOp;
+    return cfg.train.recompute ? Recompute::kFull : Recompute::kNone;
+}
 
 /// The products of one block (from the layout of the rank's tensor split: every matrix of a
 /// block is one product over the micro-batch's rows) and the LM head's.
@@ -161,8 +178,10 @@ void add_products(const Config& cfg, const Mesh& mesh, double peak, const Cluste
     double block = 0;
     double block_flops = 0;
     double frozen = 0;
+    double every_second = 0;
     int frozen_count = 0;
     int products = 0;
+    int base_products = 0;  // the base's, in the block's forward order (the layout's)
     for (const ParamSpec& p : layout.params) {
         if (p.unit != 1 || p.shape.size() != 2) continue;
         const double flops = 2 * rows * static_cast<double>(p.numel);
@@ -171,10 +190,13 @@ void add_products(const Config& cfg, const Mesh& mesh, double peak, const Cluste
             frozen += product_seconds(flops, peak, c);
             ++frozen_count;
         }
+        const bool adapter = m.lora.on() && p.trainable;
+        if (!adapter && base_products++ % 2 == 1) every_second += product_seconds(flops, peak, c);
         block_flops += flops;
         ++products;
     }
     out.block_products = block * m.n_layer;
+    out.selective_products = every_second * m.n_layer;
     const double head_flops = 2 * rows * (static_cast<double>(m.padded_vocab()) / mesh.tensor) * m.n_embd;
     out.head_products = product_seconds(head_flops, peak, c);
     const bool lora = m.lora.on();
@@ -214,6 +236,41 @@ ScoreTraffic score_traffic(const ClusterConfig& c, DType act) {
     return t;
 }
 
+}  // namespace
+
+EagerBlockBytes eager_block_bytes(const ModelConfig& m, int tensor, double a) {
+    // Each op reads its operands and writes its result: a product of two tensors 3 passes, a
+    // unary op 2. The norm rows carry the residual stream (split under sequence parallelism).
+    const double C = m.n_embd;
+    const double q = static_cast<double>(m.n_head) * m.head_size() / tensor;
+    const double kv = static_cast<double>(m.kv_heads()) * m.head_size() / tensor;
+    const bool gpt2 = m.arch.name() == "gpt2";
+    const double F = (m.ffn_dim > 0 ? m.ffn_dim : 4 * C) / tensor;
+    EagerBlockBytes e;
+    e.per_norm_row = 2 * 3 * a * C;  // the two residual adds
+    e.per_row = 2 * a * q;           // the heads merged back (transpose, then a contiguous copy)
+    if (gpt2) {
+        // layer_norm is one kernel; transformers' GELU (gelu_new) is eight: x^3, a scale, an
+        // add, a scale, tanh, +1, x / 2, the product.
+        e.per_norm_row += 2 * 2 * a * C;
+        e.per_row += (2 + 2 + 3 + 2 + 2 + 2 + 2 + 3) * a * F;
+        return e;
+    }
+    // RMSNorm: to fp32, square, mean, normalise, back, times the weight (the casts only in
+    // 16-bit runs); rotary as torchtitan's complex product in fp32 (transformers' rotate_half
+    // moves as many bytes in bf16).
+    const double casts = a < 4 ? 2 * (a + 4) : 0;
+    const double rms = 4 * (2 + 1 + 2) + 2 * a + casts;
+    e.per_norm_row += 2 * rms * C;
+    e.per_row += (q + kv) * (2 * 4 + casts);
+    if (m.qk_norm) e.per_row += (q + kv) * rms;
+    if (m.kv_heads() < m.n_head) e.per_row += 2 * a * (kv + q);  // repeat_kv copies k and v per head
+    e.per_row += (2 + 3) * a * F;                                 // SiLU, then the gate's product
+    return e;
+}
+
+namespace {
+
 /// Attention's two (T x T) products per head (causal: half the positions on average), the
 /// scores' traffic, and the element-wise passes, by the bytes they read and write.
 void add_attention_and_elementwise(const Config& cfg, const Mesh& mesh, double peak, double bandwidth,
@@ -233,15 +290,24 @@ void add_attention_and_elementwise(const Config& cfg, const Mesh& mesh, double p
     out.scores_backward = pairs * scores.backward_bytes / bandwidth;
     const double rows = b * s;
     const double norm_rows = mesh.sequence ? rows / mesh.tensor : rows;
+    const double act = dtype_size(cfg.precision.dtype);
+    const double V = static_cast<double>(m.padded_vocab()) / mesh.tensor;
+    if (c.elementwise == "eager") {
+        const EagerBlockBytes e = eager_block_bytes(m, mesh.tensor, act);
+        out.loss_elementwise = rows * V * (act + 4 + 2 * 4) / bandwidth;  // logits to fp32, log-softmax
+        out.elementwise = m.n_layer * (norm_rows * e.per_norm_row + rows * e.per_row) / bandwidth + out.loss_elementwise;
+        out.elementwise_what = "one kernel per op as eager PyTorch runs the block (cluster.elementwise = eager)";
+        return;
+    }
     const double C = m.n_embd;
     const bool swiglu = m.ffn_dim > 0;
     const double ffn = (swiglu ? m.ffn_dim : 4 * C) / mesh.tensor;
     // Per block: two norms (read, write), two residual adds (read 2, write 1), the MLP's
     // activation (GELU: read, write; SwiGLU: read 2, write 1).
     const double elements = norm_rows * C * (2 * 2 + 2 * 3) + rows * ffn * (swiglu ? 3 : 2);
-    const double loss = rows * m.padded_vocab() / mesh.tensor * 3;  // softmax + its gradient, fp32
-    const double act = dtype_size(cfg.precision.dtype);
-    out.elementwise = (m.n_layer * elements * act + loss * 4) / bandwidth;
+    out.loss_elementwise = rows * V * 3 * 4 / bandwidth;  // softmax + its gradient, fp32
+    out.elementwise = m.n_layer * elements * act / bandwidth + out.loss_elementwise;
+    out.elementwise_what = "norms, activations, residuals, loss: bytes at the memory bandwidth";
 }
 
 /// The tensor group's collectives of one pass (Megatron's f and g): two per block (attention
@@ -447,7 +513,7 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
                    const MemoryPlan& memory) {
     const Mesh mesh = mesh_of(cfg, c, world_size, ranks_per_node, memory);
     const MicroBatchCost mb = micro_batch_cost(cfg, mesh, c);
-    const bool recompute = cfg.train.recompute;
+    const Recompute recompute = recompute_of(cfg, c);
     const int m = std::max(1, cfg.train.grad_accum);
     const double P = mesh.pipeline;
     TimePlan plan;
@@ -462,11 +528,11 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
         add_phase(plan, "attention scores", scores, scores,
                   "the (T x T) scores and probabilities written and read back: bytes at the memory bandwidth");
     }
-    add_phase(plan, "element-wise", m * 3 * mb.elementwise / P, m * 3 * mb.elementwise / P,
-              "norms, activations, residuals, loss: bytes at the memory bandwidth");
-    if (recompute) {
-        add_phase(plan, "recompute", m * mb.recompute(true) / P, m * mb.recompute(true) / P,
-                  "every block's forward again in backward");
+    add_phase(plan, "element-wise", m * 3 * mb.elementwise / P, m * 3 * mb.elementwise / P, mb.elementwise_what);
+    if (recompute != Recompute::kNone) {
+        add_phase(plan, "recompute", m * mb.recompute(recompute) / P, m * mb.recompute(recompute) / P,
+                  recompute == Recompute::kFull ? "every block's forward again in backward"
+                                                : "every second product and the element-wise ops again (selective op)");
     }
     if (mesh.tensor > 1) add_phase(plan, "tensor comm", m * 2 * mb.tensor_comm / P, m * 2 * mb.tensor_comm / P, mb.tensor_what);
     const double forward = mb.forward() / P;

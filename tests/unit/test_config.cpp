@@ -691,6 +691,12 @@ TEST(ClusterDescription, BadFilesExit2NamingFileAndKey) {
     zt::test::write_file(bad, "[cluster]\nattention_kernel = flash\n");
     e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
     EXPECT_NE(e.find("cluster.attention_kernel = 'flash': expected materialized"), std::string::npos) << e;
+    zt::test::write_file(bad, "[cluster]\nelementwise = compiled\n");
+    e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
+    EXPECT_NE(e.find("cluster.elementwise = 'compiled': expected fused"), std::string::npos) << e;
+    zt::test::write_file(bad, "[cluster]\nactivation_checkpointing = selective_layer\n");
+    e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
+    EXPECT_NE(e.find("cluster.activation_checkpointing = 'selective_layer': expected deck"), std::string::npos) << e;
     zt::test::write_file(bad, "[cluster]\ninter_gbps = fast\n");
     e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
     EXPECT_NE(e.find("cluster.inter_gbps"), std::string::npos) << e;

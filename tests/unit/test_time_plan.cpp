@@ -238,6 +238,80 @@ TEST(TimePlan, AttentionScoresTrafficPerKernel) {
     EXPECT_NEAR(flash / materialized, 3.5 / 3, 1e-12);
 }
 
+// Eager PyTorch's element-wise ops, counted pass by pass (each op reads its operands and
+// writes its result), against hand-counted blocks.
+TEST(TimePlanFormula, EagerBlockBytesCountEachOpsPasses) {
+    zt::ModelConfig llama;
+    llama.arch = zt::ModelArch("llama");
+    llama.n_embd = 4096;
+    llama.n_head = 32;
+    llama.n_kv_head = 8;
+    llama.ffn_dim = 14336;
+    // bf16: RMSNorm 2+4 (to fp32) 4+4 (square) 4 (mean) 4+4 (normalise) 4+2 (back) 2+2 (weight)
+    // = 36 bytes an element, twice; two residual adds of 3 x 2.
+    zt::EagerBlockBytes e = zt::eager_block_bytes(llama, 1, 2);
+    EXPECT_DOUBLE_EQ(e.per_norm_row, 2 * 36 * 4096.0 + 2 * 6 * 4096.0);
+    // Heads merged (2 x 2), rotary over q and k (6 + 8 + 6), repeat_kv's copies of k and v
+    // (2 x 2 x (1024 + 4096)), SiLU (4) and the gate's product (6) over the MLP's width.
+    const double q = 4096, kv = 1024, F = 14336;
+    EXPECT_DOUBLE_EQ(e.per_row, 4 * q + 20 * (q + kv) + 4 * (kv + q) + 10 * F);
+    EXPECT_DOUBLE_EQ(e.per_norm_row + e.per_row, 626688);  // 0.63 MB a token a block
+    // fp32: no casts; the norm 28 bytes an element, rotary 8.
+    e = zt::eager_block_bytes(llama, 1, 4);
+    EXPECT_DOUBLE_EQ(e.per_norm_row, 2 * 28 * 4096.0 + 2 * 12 * 4096.0);
+    EXPECT_DOUBLE_EQ(e.per_row, 8 * q + 8 * (q + kv) + 8 * (kv + q) + 20 * F);
+    // Tensor parallelism splits the per-row part; Qwen3's q and k norms add a norm each.
+    zt::ModelConfig qwen3 = llama;
+    qwen3.qk_norm = true;
+    const zt::EagerBlockBytes t2 = zt::eager_block_bytes(qwen3, 2, 2);
+    EXPECT_DOUBLE_EQ(t2.per_row, (4 * q + 20 * (q + kv) + 4 * (kv + q) + 10 * F) / 2 + 36 * (q + kv) / 2);
+    // GPT-2: layer_norm one kernel (2 x 2 bytes), transformers' tanh GELU eight ops (36 bytes
+    // an element at 2 bytes), over 4C.
+    zt::ModelConfig gpt2;
+    gpt2.n_embd = 768;
+    gpt2.n_head = 12;
+    e = zt::eager_block_bytes(gpt2, 1, 2);
+    EXPECT_DOUBLE_EQ(e.per_norm_row, 2 * 4 * 768.0 + 2 * 6 * 768.0);
+    EXPECT_DOUBLE_EQ(e.per_row, 4 * 768.0 + 36 * 4 * 768.0);
+}
+
+// cluster.elementwise = eager times those bytes (and the loss over fp32 logits) at the memory
+// bandwidth; cluster.activation_checkpointing = selective_op recomputes every second product
+// of a block in its forward order (Llama: k, o and up) and the blocks' element-wise ops.
+TEST(TimePlan, EagerElementwiseAndSelectiveOpRecompute) {
+    Config c = tiny_deck();
+    c.model.arch = zt::ModelArch("llama");
+    c.model.n_kv_head = 2;
+    c.model.ffn_dim = 96;
+    c.precision.dtype = zt::DType::kBF16;
+    c.train.grad_accum = 1;
+    ClusterConfig gpu = h100();
+    gpu.nodes = 1;
+    gpu.elementwise = "eager";
+    gpu.activation_checkpointing = "selective_op";
+    const zt::TimePlan t = zt::plan_time(c, gpu, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false));
+    const double rows = 4 * 32, C = 64, kv = 32, F = 96, L = 2, bw = 3350e9;
+    const double V = static_cast<double>(c.model.padded_vocab());
+    const zt::EagerBlockBytes e = zt::eager_block_bytes(c.model, 1, 2);
+    const double blocks_s = L * rows * (e.per_norm_row + e.per_row) / bw;
+    const double loss_s = rows * V * (2 + 4 + 8) / bw;
+    EXPECT_NEAR(phase_exposed(t, "element-wise"), 1e3 * 3 * (blocks_s + loss_s), 1e-9);
+    const double peak = zt::rank_peak_flops(gpu, zt::DType::kBF16, 1);
+    auto product = [&](double n) { return zt::product_seconds(2 * rows * n, peak, gpu); };
+    const double every_second = L * (product(kv * C) + product(C * C) + product(F * C));
+    EXPECT_NEAR(phase_exposed(t, "recompute"), 1e3 * (every_second + blocks_s), 1e-9);
+    // Fused kernels move fewer bytes; train.recompute's full recompute costs more.
+    ClusterConfig fused = gpu;
+    fused.elementwise = "fused";
+    EXPECT_LT(phase_exposed(zt::plan_time(c, fused, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "element-wise"),
+              phase_exposed(t, "element-wise") / 2);
+    ClusterConfig deck = gpu;
+    deck.activation_checkpointing = "deck";
+    c.train.recompute = true;
+    EXPECT_GT(phase_exposed(zt::plan_time(c, deck, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "recompute"),
+              phase_exposed(t, "recompute"));
+}
+
 // Inside a cpu node the collectives' copies use the compute's cores: nothing of them is
 // hidden, comm thread or not. A GPU's run on their own engines beside the compute.
 TEST(TimePlan, CpuNodeCollectivesAreExposedGpuOnesOverlap) {

@@ -301,6 +301,13 @@ struct ClusterConfig {
     /// back; fused: a flash-style kernel (scores stay on chip, backward recomputes them), to
     /// model systems that have one
     std::string attention_kernel = "materialized";
+    /// fused: ztrain's element-wise kernels (a pass per norm, residual add and activation);
+    /// eager: one kernel per op, as eager PyTorch runs a block, to model systems that do
+    std::string elementwise = "fused";
+    /// deck: train.recompute (every block, or none); selective_op: torchtitan's op-level
+    /// policy (every second product and the element-wise ops recomputed), to model systems
+    /// that run it
+    std::string activation_checkpointing = "deck";
     bool is_cpu() const { return device == "cpu"; }
 };
 

@@ -47,6 +47,22 @@ Link group_link(const ClusterConfig& cluster, const GroupPlacement& g, int activ
 
 enum class PlannedCollective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
 
+/// What a backward recomputes: nothing, every block's forward (train.recompute), or, for a
+/// described system, torchtitan's selective op policy (cluster.activation_checkpointing):
+/// every second product of a block and its element-wise ops.
+enum class Recompute { kNone, kFull, kSelectiveOp };
+
+/// The bytes one token moves through one block's element-wise ops in a forward when each op
+/// is a kernel of its own, as eager PyTorch runs a transformers or torchtitan block
+/// (cluster.elementwise = eager): per norm row (the residual stream: norms and residual adds;
+/// split under sequence parallelism) and per row (the heads, rotary, the MLP's activation).
+/// `a`: the activations' bytes per element.
+struct EagerBlockBytes {
+    double per_norm_row = 0;
+    double per_row = 0;
+};
+EagerBlockBytes eager_block_bytes(const ModelConfig& m, int tensor, double a);
+
 struct CollectiveTime {
     double seconds = 0;
     std::string algorithm;  ///< "ring", "tree", "p2p" or "none" (one rank)
