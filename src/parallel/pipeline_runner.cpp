@@ -55,10 +55,11 @@ std::vector<int> PipelineRunner::slots_per_chunk(const std::vector<PipelinePass>
 }
 
 bool PipelineRunner::head_gradients_in_forward(const std::vector<PipelinePass>& passes, int chunks) {
+    // A weight pass does not stand in the way: the head's weight gradient is never deferred
+    // to it (zero-bubble's backward adds unit 0's gradients itself).
     const std::vector<bool> follows = backward_follows(passes);
     for (size_t i = 0; i < passes.size(); ++i) {
         const PipelinePass& p = passes[i];
-        if (p.kind == PassKind::kWeight) return false;
         if (p.kind == PassKind::kForward && p.chunk == chunks - 1 && !follows[i]) return false;
     }
     return true;

@@ -88,8 +88,10 @@ class PipelineRunner {
     const std::vector<int>& slots() const { return m_slots; }
     /// Whether the LM head's models may take its gradients in their forwards
     /// (TransformerOptions::head_rows): on this stage every forward of a chunk that can
-    /// hold the head (the last) is followed at once by its backward, which no weight pass
-    /// splits off, so run() begins each such micro-step before its forward. Pure: no MPI.
+    /// hold the head (the last) is followed at once by its backward. run() begins each such
+    /// micro-step before its forward; zero-bubble's begins at its weight pass, but unit 0's
+    /// gradient is not deferred there: its backward (now its forward) adds the head's
+    /// itself. Pure: no MPI.
     static bool head_gradients_in_forward(const std::vector<PipelinePass>& passes, int chunks);
     /// TransformerOptions::head_rows for the models of a stage running `passes`: the chunked
     /// head's rows where head_gradients_in_forward, else 0 (every row's logits).
