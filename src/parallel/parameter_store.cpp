@@ -220,8 +220,9 @@ void ParameterStore::hold_first_unit(bool hold) {
 float* ParameterStore::fp32_base(int unit) {
     ZT_REQUIRE(m_ctx.trained == DType::kF32, "fp32_base() of a ", dtype_name(m_ctx.trained), " working copy");
     if (!separate_trained()) return static_cast<float*>(work_ptr(unit, 0));
-    // A unit without a tail has no trained element to address: any base does.
-    return m_trained[static_cast<size_t>(unit)] - m_ctx.plan.trainable(unit).begin;
+    // A unit without a tail has no trained element to address (and no buffer to shift).
+    float* tail = m_trained[static_cast<size_t>(unit)];
+    return tail != nullptr ? tail - m_ctx.plan.trainable(unit).begin : nullptr;
 }
 
 void ParameterStore::refresh_owned(int unit, const float* master_base) {
