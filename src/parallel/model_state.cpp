@@ -221,7 +221,7 @@ void ModelState::optimizer_step(const AdamWStep& step) {
     m_params.hold_first_unit(false);
     m_params.wait_gathers();
     m_optim.update(step, m_grads);  // also rounds a 16-bit working copy's owned elements
-    m_params.start_gathers();
+    m_params.start_gathers(/*after_step=*/true);
 }
 
 void ModelState::sync_working_from_master() {

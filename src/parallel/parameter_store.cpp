@@ -266,9 +266,9 @@ void ParameterStore::start_trained_gathers() {
     }
 }
 
-void ParameterStore::start_gathers() {
+void ParameterStore::start_gathers(bool after_step) {
     start_trained_gathers();
-    if (!m_ctx.plan.params_gathered_after_step()) return;
+    if (!m_ctx.plan.params_gathered_after_step() || (after_step && separate_trained())) return;
     for (int u = 0; u < m_ctx.num_units(); ++u) {
         m_ctx.comm.wait(m_gathers[static_cast<size_t>(u)]);
         m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_gather(

@@ -303,6 +303,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, LoraZeroStage,
                                            LoraCase{1, true, 2, 0, DType::kF32, true, 0.0, true},
                                            LoraCase{3, false, 2, 0, DType::kF32, false, 0.2, true},
                                            LoraCase{0, true, 1, 0, DType::kF32, false, 0.0, false, true},
+                                           LoraCase{1, false, 1, 0, DType::kF32, true, 0.0, false, true},
                                            LoraCase{3, false, 1, 0, DType::kF32, true, 0.0, false, true},
                                            LoraCase{2, true, 2, 0, DType::kF32, true, 0.0, false, true}),
                          [](const auto& info) {
@@ -311,7 +312,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, LoraZeroStage,
                                     (info.param.group > 0 ? "_groups" + std::to_string(info.param.group) : "") +
                                     (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "") +
                                     (info.param.wide ? "_wide" : "") + (info.param.dropout > 0 ? "_dropout" : "") +
-                                    (info.param.zero_bubble ? "_zb" : "");
+                                    (info.param.zero_bubble ? "_zb" : "") + (info.param.bf16_base ? "_bf16base" : "");
                          });
 
 /// A GPT-2 of `n_layer` blocks, 4 heads x 64 wide, vocabulary 300.
