@@ -141,11 +141,9 @@ INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume,
                                     (info.param.base_dtype ? std::string("_base_") + dtype_name(*info.param.base_dtype) : "");
                          });
 
-// A LoRA run initialised from a weights file (ZeRO-3): its checkpoints hold the adapters and
-// their state, not the frozen base, and record the file the base comes from; the resume reads
-// the base's shards from it and continues bit for bit.
-TEST(LoraBaseFromAFile, CheckpointsHoldTheAdaptersOnlyAndTheResumeIsBitExact) {
-    test::SharedDir dir("lora_base");
+/// The shard `dir`/train.bin, and a base model for LoRA: two steps of a tiny GPT-2,
+/// consolidated into `dir`/base.h5 (its path returned). Every rank calls it.
+std::string write_base_file(const test::SharedDir& dir) {
     if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
     MPI_Barrier(MPI_COMM_WORLD);
     Config pre = resume_config(dir, "pre", 0);
@@ -154,6 +152,15 @@ TEST(LoraBaseFromAFile, CheckpointsHoldTheAdaptersOnlyAndTheResumeIsBitExact) {
     const std::string base = dir.file("base.h5");
     if (test::world_rank() == 0) consolidate(dir.file("pre/checkpoints"), base, DType::kF32, false);
     MPI_Barrier(MPI_COMM_WORLD);
+    return base;
+}
+
+// A LoRA run initialised from a weights file (ZeRO-3): its checkpoints hold the adapters and
+// their state, not the frozen base, and record the file the base comes from; the resume reads
+// the base's shards from it and continues bit for bit.
+TEST(LoraBaseFromAFile, CheckpointsHoldTheAdaptersOnlyAndTheResumeIsBitExact) {
+    test::SharedDir dir("lora_base");
+    const std::string base = write_base_file(dir);
     const auto config_for = [&](const std::string& run) {
         Config c = resume_config(dir, run, 3);
         c.model.lora.rank = 4;
@@ -202,14 +209,7 @@ TEST(LoraBaseFromAFile, CheckpointsHoldTheAdaptersOnlyAndTheResumeIsBitExact) {
 TEST(LoraBaseFromAFile, ABf16BaseIsGatheredOnceAndMatchesOneRank) {
     const int N = test::world_size();
     test::SharedDir dir("lora_bf16_base");
-    if (test::world_rank() == 0) test::write_random_shard(dir.file("train.bin"), 30000, 61);
-    MPI_Barrier(MPI_COMM_WORLD);
-    Config pre = resume_config(dir, "pre", 0);
-    pre.train.max_steps = 2;
-    train(pre, TrainOptions{});
-    const std::string base = dir.file("base.h5");
-    if (test::world_rank() == 0) consolidate(dir.file("pre/checkpoints"), base, DType::kF32, false);
-    MPI_Barrier(MPI_COMM_WORLD);
+    const std::string base = write_base_file(dir);
     for (int stage : {1, 2}) {
         const auto config_for = [&](const std::string& run) {
             Config c = resume_config(dir, run, stage);
