@@ -270,6 +270,8 @@ void ParameterStore::start_gathers(bool after_step) {
     start_trained_gathers();
     if (!m_ctx.plan.params_gathered_after_step() || (after_step && separate_trained())) return;
     for (int u = 0; u < m_ctx.num_units(); ++u) {
+        // A step changes no element of a wholly frozen unit (LoRA's embedding and head).
+        if (after_step && m_ctx.plan.trainable(u).empty()) continue;
         m_ctx.comm.wait(m_gathers[static_cast<size_t>(u)]);
         m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_gather(
             nullptr, m_params[static_cast<size_t>(u)], m_ctx.shard(u).shard_numel, m_ctx.work);

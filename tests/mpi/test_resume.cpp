@@ -203,24 +203,27 @@ TEST(LoraBaseFromAFile, CheckpointsHoldTheAdaptersOnlyAndTheResumeIsBitExact) {
     EXPECT_FALSE(read_checkpoint_meta(dir.file("pre/checkpoints/" + checkpoint_dir_name(2))).contains("lora_base"));
 }
 
-// A bf16 base read from a file under fp32 activations at ZeRO-1 and 2: each rank imports its
-// own shard of the base, which the state gathers once; the optimizer steps gather nothing of
-// it (only the adapters' fp32 copies change), and every step matches one rank.
-TEST(LoraBaseFromAFile, ABf16BaseIsGatheredOnceAndMatchesOneRank) {
+// A base read from a file at ZeRO-1 and 2: each rank imports its own shard of the base, which
+// the state gathers once. The optimizer steps gather none of the wholly frozen units (the
+// embedding and head), and beside a bf16 base under fp32 activations no unit (only the
+// adapters' fp32 copies change). Every step matches one rank.
+TEST(LoraBaseFromAFile, TheBaseIsGatheredOnceAndMatchesOneRank) {
     const int N = test::world_size();
     test::SharedDir dir("lora_bf16_base");
     const std::string base = write_base_file(dir);
-    for (int stage : {1, 2}) {
+    for (int k = 0; k < 4; ++k) {
+        const int stage = 1 + k % 2;
+        const DType base_dtype = k < 2 ? DType::kF32 : DType::kBF16;
         const auto config_for = [&](const std::string& run) {
             Config c = resume_config(dir, run, stage);
             c.model.lora.rank = 4;
             c.model.lora.targets = "c_attn,c_proj";
-            c.model.lora.base_dtype = DType::kBF16;
+            c.model.lora.base_dtype = base_dtype;
             c.model.init_from = base;
             c.train.max_steps = 4;
             return c;
         };
-        Config one = config_for("one" + std::to_string(stage) + "_" + std::to_string(test::world_rank()));
+        Config one = config_for("one" + std::to_string(k) + "_" + std::to_string(test::world_rank()));
         one.train.grad_accum *= N;
         TrainOptions self;
         self.comm = MPI_COMM_SELF;
@@ -228,8 +231,9 @@ TEST(LoraBaseFromAFile, ABf16BaseIsGatheredOnceAndMatchesOneRank) {
         const TrainSummary ref = train(one, self);
         TrainOptions world;
         world.collect_params = true;
-        const TrainSummary got = train(config_for("world" + std::to_string(stage)), world);
-        test::expect_matches_reference(got, ref, "bf16 base from a file, ZeRO-" + std::to_string(stage));
+        const TrainSummary got = train(config_for("world" + std::to_string(k)), world);
+        test::expect_matches_reference(got, ref, std::string(dtype_name(base_dtype)) + " base from a file, ZeRO-" +
+                                                     std::to_string(stage));
     }
 }
 

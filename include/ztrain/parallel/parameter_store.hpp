@@ -86,9 +86,9 @@ class ParameterStore {
     void stored_from_f32(int unit, size_t from, size_t to, const float* f32);
     /// Stages 1-2: starts the all-gather of every unit's owned shard into the full working
     /// copy; with separate fp32 tails under ZeRO, their all-reduce (every stage >= 1).
-    /// `after_step`: only what an optimizer step changed. With separate tails that is the
-    /// tails alone (the frozen base never changes), so stages 1-2 gather no unit; after a load
-    /// or an import every rank wrote its own shard of the base, and it is gathered.
+    /// `after_step`: only what an optimizer step changed: no wholly frozen unit, and with
+    /// separate tails no unit at all (the tails alone change). After a load or an import
+    /// every rank wrote its own shard of the base, and every unit is gathered.
     void start_gathers(bool after_step = false);
     /// Completes every gather start_gathers began (before the working copy is read whole
     /// or written).
