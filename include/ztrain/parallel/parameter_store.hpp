@@ -1,9 +1,10 @@
 // The working copy of the parameters and how the model reaches it (part of ModelState).
 //
 //   stage 0     full, persistent; acquire hands it out
-//   stages 1-2  full, persistent; after each optimizer step every unit's updated shard is
-//               all-gathered (started for all units at once, non-blocking), and acquire(u)
-//               waits for unit u's gather only, so the next forward overlaps the rest
+//   stages 1-2  full, persistent; after each optimizer step the updated shard of every unit
+//               the step changed is all-gathered (started for all of them at once,
+//               non-blocking), and acquire(u) waits for unit u's gather only, so the next
+//               forward overlaps the rest
 //   stage 3     shard only; acquire gathers the unit (prefetch starts the next one early).
 //               Within a training pass the store also looks overlap_depth units ahead in the
 //               order the model acquired them in its first training pass, so with depth > 1
