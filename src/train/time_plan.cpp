@@ -185,13 +185,14 @@ void add_products(const Config& cfg, const Mesh& mesh, double peak, const Cluste
     for (const ParamSpec& p : layout.params) {
         if (p.unit != 1 || p.shape.size() != 2) continue;
         const double flops = 2 * rows * static_cast<double>(p.numel);
-        block += product_seconds(flops, peak, c);
+        const double seconds = product_seconds(flops, peak, c);
+        block += seconds;
         if (!p.trainable) {
-            frozen += product_seconds(flops, peak, c);
+            frozen += seconds;
             ++frozen_count;
         }
         const bool adapter = m.lora.on() && p.trainable;
-        if (!adapter && base_products++ % 2 == 1) every_second += product_seconds(flops, peak, c);
+        if (!adapter && base_products++ % 2 == 1) every_second += seconds;
         block_flops += flops;
         ++products;
     }
