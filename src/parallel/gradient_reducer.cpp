@@ -259,6 +259,15 @@ void GradientReducer::start_trained_part_reduction(int unit) {
     // A partly frozen unit (LoRA): its trained tail, all-reduced whole (each owner keeps its
     // part of it); the frozen rest has no gradient to reduce.
     const size_t n = m_ctx.plan.grad_extent(unit);
+    if (m_ctx.plan.trainable(unit).empty()) {
+        // Wholly frozen (the embedding and head, the final norm): no gradient at all.
+        auto it = m_scratch.find(unit);
+        if (it != m_scratch.end()) {
+            m_ctx.pool.give(it->second, n * sizeof(float));
+            m_scratch.erase(it);
+        }
+        return;
+    }
     const size_t rsize = dtype_size(m_ctx.reduce);
     make_room(m_pooled_in_flight);
     InFlight f(InFlight::kTrainedPartAllReduce);

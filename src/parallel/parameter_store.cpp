@@ -248,21 +248,27 @@ void ParameterStore::stored_from_f32(int unit, size_t from, size_t to, const flo
     if (to > from) m_ctx.backend.cast(work_ptr(unit, from), m_ctx.work, f32, DType::kF32, to - from);
 }
 
+void ParameterStore::zero_unowned_trained(int unit, void* tail, DType dt) {
+    const ElementRange t = m_ctx.plan.trainable(unit);
+    const ElementRange own = m_ctx.plan.state_range(unit, m_ctx.rank);
+    const size_t w = dtype_size(dt);
+    if (own.empty()) {
+        m_ctx.backend.zero_bytes(tail, t.size() * w);
+        return;
+    }
+    m_ctx.backend.zero_bytes(tail, (own.begin - t.begin) * w);
+    m_ctx.backend.zero_bytes(element_at(tail, own.end - t.begin, dt), (t.end - own.end) * w);
+}
+
 void ParameterStore::start_trained_gathers() {
     if (!separate_trained() || !m_ctx.plan.ownership_partitioned()) return;  // DDP: each rank updates all
     for (int u = 0; u < m_ctx.num_units(); ++u) {
         float* tail = m_trained[static_cast<size_t>(u)];
         if (tail == nullptr) continue;
-        const ElementRange t = m_ctx.plan.trainable(u);
-        const ElementRange own = m_ctx.plan.state_range(u, m_ctx.rank);
         m_ctx.comm.wait(m_trained_gathers[static_cast<size_t>(u)]);
-        if (own.empty()) {
-            m_ctx.backend.zero(tail, t.size());
-        } else {
-            m_ctx.backend.zero(tail, own.begin - t.begin);
-            m_ctx.backend.zero(tail + (own.end - t.begin), t.end - own.end);
-        }
-        m_trained_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_reduce(tail, t.size(), ReduceOp::kSum, DType::kF32);
+        zero_unowned_trained(u, tail, DType::kF32);
+        m_trained_gathers[static_cast<size_t>(u)] =
+            m_ctx.comm.start_all_reduce(tail, m_ctx.plan.trainable(u).size(), ReduceOp::kSum, DType::kF32);
     }
 }
 
@@ -270,9 +276,18 @@ void ParameterStore::start_gathers(bool after_step) {
     start_trained_gathers();
     if (!m_ctx.plan.params_gathered_after_step() || (after_step && separate_trained())) return;
     for (int u = 0; u < m_ctx.num_units(); ++u) {
-        // A step changes no element of a wholly frozen unit (LoRA's embedding and head).
-        if (after_step && m_ctx.plan.trainable(u).empty()) continue;
+        // A step changes no element of a wholly frozen unit (LoRA's embedding and head), and
+        // only the trained tail of a partly frozen one: its owners' parts, summed over the
+        // group with the rest zeroed (the owners' parts differ in size: no all-gather fits).
+        const ElementRange t = m_ctx.plan.trainable(u);
+        if (after_step && t.empty()) continue;
         m_ctx.comm.wait(m_gathers[static_cast<size_t>(u)]);
+        if (after_step && m_ctx.plan.partly_frozen(u)) {
+            void* tail = work_ptr(u, t.begin);
+            zero_unowned_trained(u, tail, m_ctx.work);
+            m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_reduce(tail, t.size(), ReduceOp::kSum, m_ctx.work);
+            continue;
+        }
         m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_gather(
             nullptr, m_params[static_cast<size_t>(u)], m_ctx.shard(u).shard_numel, m_ctx.work);
     }

@@ -398,6 +398,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
                        const DataParallelInput& in, TimePlan& plan) {
     const int stage = cfg.parallel.zero_stage;
     const double work = dtype_size(stored_dtype(cfg));  // the gathered parameters
+    const double trained = dtype_size(trained_dtype(cfg));  // a partly frozen unit's tail
     const double reduce = dtype_size(cfg.precision.reduce());
     double total_numel = 0;
     for (double n : in.trained_numel) total_numel += n;
@@ -433,7 +434,12 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
         } else if (t > 0) {
             rs += collective_time(PlannedCollective::kAllReduce, t * reduce, mesh.shard, shard_link).seconds;
         }
-        const double g = collective_time(PlannedCollective::kAllGather, n * work, mesh.shard, shard_link).seconds;
+        // Stage 3 gathers every unit whole; after a step of stages 1-2 only what it changed:
+        // no wholly frozen unit, a partly frozen one's trained tail (LoRA; all-reduced).
+        const double g = stage == 3 || t == n
+                             ? collective_time(PlannedCollective::kAllGather, n * work, mesh.shard, shard_link).seconds
+                         : t > 0 ? collective_time(PlannedCollective::kAllReduce, t * trained, mesh.shard, shard_link).seconds
+                                 : 0.0;
         ag += g;
         ag_tail = std::max(ag_tail, g);
     }
@@ -473,7 +479,8 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
                       memory.overlap_depth, " ahead; ring, ", where, "-node)"));
     } else {
         add_phase(plan, "param all-gather", ag, exposed_seconds(ag, in.forward_s, ag_tail, overlap),
-                  str("the updated shards after the step, waited for by the next forward (ring, ", where, "-node)"));
+                  str("the updated shards after the step (LoRA: the adapters), waited for by the next forward (",
+                      where, "-node)"));
     }
 }
 

@@ -29,6 +29,7 @@
 #include "test_support.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/export.hpp"
+#include "ztrain/parallel/shard_layout.hpp"
 #include "ztrain/train/trainer.hpp"
 
 namespace zt {
@@ -232,8 +233,25 @@ TEST(LoraBaseFromAFile, TheBaseIsGatheredOnceAndMatchesOneRank) {
         TrainOptions world;
         world.collect_params = true;
         const TrainSummary got = train(config_for("world" + std::to_string(k)), world);
-        test::expect_matches_reference(got, ref, std::string(dtype_name(base_dtype)) + " base from a file, ZeRO-" +
-                                                     std::to_string(stage));
+        const std::string what = std::string(dtype_name(base_dtype)) + " base from a file, ZeRO-" + std::to_string(stage);
+        test::expect_matches_reference(got, ref, what);
+        // After a step only the adapters move: their fp32 gradients (each unit's tail rounded
+        // up to kShardAlign) and their owners' new fp32 values, each all-reduced (a ring's
+        // 2 (N - 1) / N of its bytes); nothing is gathered, no frozen unit reduced.
+        const ModelLayout layout = make_model_layout(config_for("world").model);
+        const std::vector<size_t> begin = trainable_begins(layout);
+        const auto ring = [&](uint64_t n) { return 2 * (n * 4 * static_cast<uint64_t>(N - 1) / static_cast<uint64_t>(N)); };
+        uint64_t moved = 0;
+        for (int u = 0; u < layout.num_units(); ++u) {
+            const uint64_t t = layout.unit_numel[u] - begin[u];
+            if (t > 0) moved += ring(t) + ring((t + kShardAlign - 1) / kShardAlign * kShardAlign);
+        }
+        for (const nlohmann::json& r : test::step_records(dir.file("world" + std::to_string(k) + "/metrics.jsonl"))) {
+            if (r.at("step").get<int>() < 2) continue;
+            const nlohmann::json& cb = r.at("comm_bytes");
+            EXPECT_EQ(cb.value("all_gather", uint64_t{0}), 0u) << what << ", step " << r.at("step");
+            EXPECT_EQ(cb.value("all_reduce", uint64_t{0}), moved) << what << ", step " << r.at("step");
+        }
     }
 }
 

@@ -353,6 +353,12 @@ TEST(TimePlan, LoraCountsTheFrozenBaseOnceBackward) {
     EXPECT_NE(phase(tl, "optimizer").what.find(zt::str("AdamW over ", adapter_numel / 2 / 1e6, " M")), std::string::npos)
         << phase(tl, "optimizer").what;
     EXPECT_LT(phase_exposed(tl, "grad reduce-scatter"), phase_exposed(tf, "grad reduce-scatter") / 10);
+    // After a ZeRO-1 step only the blocks' adapters are gathered (each block's tail summed
+    // over the 2 ranks), not the frozen units, nor the blocks' base.
+    const zt::Link link = zt::group_link(cluster, zt::place_group(2, 1, 2), 2);
+    const double tail_s = zt::collective_time(PlannedCollective::kAllReduce, 4 * adapter_numel / 2, 2, link).seconds;
+    EXPECT_NEAR(phase(tl, "param all-gather").total_ms, 1e3 * 2 * tail_s, 1e-9);
+    EXPECT_GT(phase(tf, "param all-gather").total_ms, 20 * phase(tl, "param all-gather").total_ms);
     const zt::Family& gpt2 = zt::model_family(full.model);
     EXPECT_DOUBLE_EQ(gpt2.flops_per_token(lora.model) - gpt2.flops_per_token(full.model),
                      -2 * gpt2.parameter_count(full.model) + 6 * adapter_numel);

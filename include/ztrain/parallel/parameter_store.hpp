@@ -2,9 +2,9 @@
 //
 //   stage 0     full, persistent; acquire hands it out
 //   stages 1-2  full, persistent; after each optimizer step the updated shard of every unit
-//               the step changed is all-gathered (started for all of them at once,
-//               non-blocking), and acquire(u) waits for unit u's gather only, so the next
-//               forward overlaps the rest
+//               the step changed is all-gathered (LoRA: the trained tails only, summed; all
+//               started at once, non-blocking), and acquire(u) waits for unit u's gather
+//               only, so the next forward overlaps the rest
 //   stage 3     shard only; acquire gathers the unit (prefetch starts the next one early).
 //               Within a training pass the store also looks overlap_depth units ahead in the
 //               order the model acquired them in its first training pass, so with depth > 1
@@ -87,9 +87,10 @@ class ParameterStore {
     void stored_from_f32(int unit, size_t from, size_t to, const float* f32);
     /// Stages 1-2: starts the all-gather of every unit's owned shard into the full working
     /// copy; with separate fp32 tails under ZeRO, their all-reduce (every stage >= 1).
-    /// `after_step`: only what an optimizer step changed: no wholly frozen unit, and with
-    /// separate tails no unit at all (the tails alone change). After a load or an import
-    /// every rank wrote its own shard of the base, and every unit is gathered.
+    /// `after_step`: only what an optimizer step changed: no wholly frozen unit, a partly
+    /// frozen unit's trained tail only (all-reduced, the unowned part zeroed), and with
+    /// separate tails nothing of the working copy (the tails alone change). After a load or
+    /// an import every rank wrote its own shard of the base, and every unit is gathered.
     void start_gathers(bool after_step = false);
     /// Completes every gather start_gathers began (before the working copy is read whole
     /// or written).
@@ -118,6 +119,9 @@ class ParameterStore {
     void widen_view(int unit, Resident& r, const void* src, bool whole);
     void wait_gather(int unit);
     void start_trained_gathers();
+    /// Zeroes the elements of `unit`'s trained tail (`tail`: its first, in dtype `dt`) that
+    /// this rank does not own, so a sum over the group gathers the owners' parts.
+    void zero_unowned_trained(int unit, void* tail, DType dt);
     /// In a training pass: records `unit` (first pass) or follows the recorded order and
     /// starts the gathers of the units ahead.
     void look_ahead(int unit);
