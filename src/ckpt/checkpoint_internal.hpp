@@ -49,14 +49,12 @@ constexpr size_t kWritesInFlight = 2;
 /// indexes this and state_buffer.
 constexpr std::array<const char*, 3> kStateDatasets = {"master", "adam_m", "adam_v"};
 
-/// The part of `unit` that `rank` saves: its primary range within the trained part (a LoRA
-/// run's frozen base is not saved: meta_json "lora_base" says where it comes from), none of
-/// a unit that another pipeline stage saves (`stage.mirrored`).
+/// The part of `unit` that `rank` saves: ShardPlan::saved_range (a LoRA run's frozen base is
+/// not saved: meta_json "lora_base" says where it comes from), none of a unit that another
+/// pipeline stage saves (`stage.mirrored`).
 inline ElementRange saved_range(const ShardPlan& plan, const PipelineStage& stage, int unit, int rank) {
     if (stage.mirrors(unit)) return ElementRange{};
-    const ElementRange p = plan.primary_range(unit, rank);
-    const size_t b = std::max(p.begin, plan.trainable(unit).begin);
-    return ElementRange{b, std::max(b, p.end)};
+    return plan.saved_range(unit, rank);
 }
 
 /// Buffer `which` of `unit` in the state: base[e] is element e (may be device memory).

@@ -74,23 +74,29 @@ CheckpointRecord record_of(const nlohmann::json& meta) {
     return record;
 }
 
-/// Reads master, adam_m and adam_v of every range this rank owns, kStageFloats at a time
-/// through host memory (the state's buffers may be device memory). A pipeline stage owns its
-/// units only; the reader maps its tensor slices through the layout of every stage's.
+/// Reads master, adam_m and adam_v of every range this rank keeps, kStageFloats at a time
+/// through host memory (the state's buffers may be device memory): its owned range of a
+/// frozen base, its state range of what trains (ShardPlan::state_range). A pipeline stage
+/// owns its units only; the reader maps its tensor slices through the layout of every stage's.
 void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
     const ShardPlan& plan = state.shard_plan();
     const ModelLayout layout = all_stages(state.layout());
     StateShards shards = state.shards();
     std::vector<float> stage(kStageFloats);
-    for (int u = 0; u < plan.num_units(); ++u) {
-        const ElementRange r = plan.owned_range(u, rank);
+    const auto read_range = [&](int u, size_t begin, size_t end) {
         for (int which = 0; which < 3; ++which) {
-            for (size_t at = r.begin; at < r.end; at += kStageFloats) {
-                const size_t end = std::min(r.end, at + kStageFloats);
-                reader.read(layout, u, at, end, kStateDatasets[static_cast<size_t>(which)], stage.data());
-                shards.write(u, state_kind(which), at, end, stage.data());
+            for (size_t at = begin; at < end; at += kStageFloats) {
+                const size_t to = std::min(end, at + kStageFloats);
+                reader.read(layout, u, at, to, kStateDatasets[static_cast<size_t>(which)], stage.data());
+                shards.write(u, state_kind(which), at, to, stage.data());
             }
         }
+    };
+    for (int u = 0; u < plan.num_units(); ++u) {
+        const ElementRange r = plan.owned_range(u, rank);
+        const ElementRange s = plan.state_range(u, rank);
+        read_range(u, r.begin, std::min(r.end, std::max(r.begin, plan.trainable(u).begin)));
+        read_range(u, s.begin, s.end);
     }
 }
 

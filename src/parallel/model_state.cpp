@@ -367,8 +367,10 @@ void ModelState::gather_unit_params(int unit, float* out) {
 }
 
 void ModelState::gather_unit_params_piecewise(int unit, float* out) {
-    // A master covering only a frozen base's trained part (LoRA): each rank's owned range
-    // through StateShards::read (the frozen part from the working copy), then gathered.
+    // A master covering only a frozen base's trained part (LoRA): each rank's owned range of
+    // the base (from the working copy) gathered, then its state range of the tail
+    // (StateShards::read) summed over the group with the rest zero (where the tail's state
+    // is split evenly, its ranges are not the shards).
     const UnitShard& s = m_plan.shard(unit);
     StateShards sh = shards();
     if (!m_plan.ownership_partitioned()) {
@@ -376,15 +378,26 @@ void ModelState::gather_unit_params_piecewise(int unit, float* out) {
         return;
     }
     const ElementRange r = m_plan.owned_range(unit, m_rank);
-    std::vector<float> mine(s.shard_numel, 0.f);
-    sh.read(unit, StateShards::kMaster, r.begin, r.end, mine.data());
-    float* piece = static_cast<float*>(m_pool.take(s.shard_numel * sizeof(float)));
+    const ElementRange t = m_plan.trainable(unit);
+    const ElementRange own = m_plan.state_range(unit, m_rank);
+    std::vector<float> mine(std::max(s.shard_numel, t.size()), 0.f);
+    sh.read(unit, StateShards::kMaster, r.begin, std::min(r.end, std::max(r.begin, t.begin)), mine.data());
+    float* piece = static_cast<float*>(m_pool.take(mine.size() * sizeof(float)));
     void* full = m_pool.take(s.padded_numel * sizeof(float));
     m_backend.to_device(piece, mine.data(), s.shard_numel * sizeof(float));
     m_comm.all_gather(piece, full, s.shard_numel);
-    m_backend.to_host(out, full, s.numel * sizeof(float));
+    m_backend.to_host(out, full, t.begin * sizeof(float));
     m_pool.give(full, s.padded_numel * sizeof(float));
-    m_pool.give(piece, s.shard_numel * sizeof(float));
+    if (t.empty()) {
+        m_pool.give(piece, mine.size() * sizeof(float));
+        return;
+    }
+    std::fill(mine.begin(), mine.end(), 0.f);
+    sh.read(unit, StateShards::kMaster, own.begin, own.end, mine.data() + (own.begin - t.begin));
+    m_backend.to_device(piece, mine.data(), t.size() * sizeof(float));
+    m_comm.all_reduce(piece, t.size());
+    m_backend.to_host(out + t.begin, piece, t.size() * sizeof(float));
+    m_pool.give(piece, mine.size() * sizeof(float));
 }
 
 void StateShards::copy_to_host(float* host, const float* src, size_t n) {

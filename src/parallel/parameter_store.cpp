@@ -272,24 +272,32 @@ void ParameterStore::start_trained_gathers() {
     }
 }
 
+CommRequest ParameterStore::start_tail_sum(int unit) {
+    const ElementRange t = m_ctx.plan.trainable(unit);
+    void* tail = work_ptr(unit, t.begin);
+    zero_unowned_trained(unit, tail, m_ctx.work);
+    return m_ctx.comm.start_all_reduce(tail, t.size(), ReduceOp::kSum, m_ctx.work);
+}
+
 void ParameterStore::start_gathers(bool after_step) {
     start_trained_gathers();
     if (!m_ctx.plan.params_gathered_after_step() || (after_step && separate_trained())) return;
     for (int u = 0; u < m_ctx.num_units(); ++u) {
         // A step changes no element of a wholly frozen unit (LoRA's embedding and head), and
-        // only the trained tail of a partly frozen one: its owners' parts, summed over the
-        // group with the rest zeroed (the owners' parts differ in size: no all-gather fits).
+        // only the trained tail of a partly frozen one: its state owners' parts, which are not
+        // the shards (ShardPlan::state_range), summed over the group with the rest zeroed.
         const ElementRange t = m_ctx.plan.trainable(u);
         if (after_step && t.empty()) continue;
-        m_ctx.comm.wait(m_gathers[static_cast<size_t>(u)]);
-        if (after_step && m_ctx.plan.partly_frozen(u)) {
-            void* tail = work_ptr(u, t.begin);
-            zero_unowned_trained(u, tail, m_ctx.work);
-            m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_reduce(tail, t.size(), ReduceOp::kSum, m_ctx.work);
-            continue;
+        CommRequest& gather = m_gathers[static_cast<size_t>(u)];
+        m_ctx.comm.wait(gather);
+        if (m_ctx.plan.partly_frozen(u) && !t.empty() && !separate_trained()) {
+            gather = start_tail_sum(u);
+            if (after_step) continue;
+            // After a load the state owners wrote the tail: summed first, every shard is whole.
+            m_ctx.comm.wait(gather);
         }
-        m_gathers[static_cast<size_t>(u)] = m_ctx.comm.start_all_gather(
-            nullptr, m_params[static_cast<size_t>(u)], m_ctx.shard(u).shard_numel, m_ctx.work);
+        gather = m_ctx.comm.start_all_gather(nullptr, m_params[static_cast<size_t>(u)], m_ctx.shard(u).shard_numel,
+                                             m_ctx.work);
     }
 }
 

@@ -55,8 +55,15 @@ ElementRange ShardPlan::trainable(int unit) const {
 }
 
 ElementRange ShardPlan::state_range(int unit, int rank) const {
-    const ElementRange o = owned_range(unit, rank);
     const ElementRange t = trainable(unit);
+    if (partly_frozen(unit) && balances_trained()) {
+        // Equal kShardAlign-rounded parts of the tail, in rank order, wherever the shards lie.
+        const size_t ranks = static_cast<size_t>(m_world);
+        const size_t part = ((t.size() + ranks - 1) / ranks + kShardAlign - 1) / kShardAlign * kShardAlign;
+        const size_t b = std::min(t.end, t.begin + static_cast<size_t>(rank) * part);
+        return ElementRange{b, std::min(t.end, b + part)};
+    }
+    const ElementRange o = owned_range(unit, rank);
     const size_t b = std::max(o.begin, t.begin);
     return ElementRange{b, std::max(b, std::min(o.end, t.end))};
 }

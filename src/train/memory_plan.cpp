@@ -263,17 +263,15 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
                               once ? "the stage's whole fp32 gradients (reduce-scattered once per step)"
                                    : "gradient scratch",
                               ", reductions in flight (peak; overlap depth ", depth, ")")});
-    // A checkpoint saves the trained part of each rank's primary range (LoRA: the adapters).
+    // A checkpoint saves each rank's ShardPlan::saved_range (LoRA: the adapters).
     const ShardPlan shards(layout.unit_numel, group, ShardingPolicy::zero_stage(zero_stage), trainable_begins(layout));
     *snapshot_bytes = 0;
     *largest_written_range = 0;
     for (int r = 0; r < group; ++r) {
         *snapshot_bytes = std::max(*snapshot_bytes,
                                    static_cast<double>(CheckpointSnapshot::planned_bytes(shards, r, layout.stage)));
-        for (int u = 0; u < shards.num_units() && shards.is_primary(r); ++u) {
-            const ElementRange p = shards.primary_range(u, r);
-            const size_t saved = p.end - std::clamp(shards.trainable(u).begin, p.begin, p.end);
-            *largest_written_range = std::max(*largest_written_range, saved);
+        for (int u = 0; u < shards.num_units(); ++u) {
+            *largest_written_range = std::max(*largest_written_range, shards.saved_range(u, r).size());
         }
     }
     if (!plan.device && plan.world_size > 1 && zero_stage == 0) {

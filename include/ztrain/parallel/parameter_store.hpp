@@ -88,9 +88,9 @@ class ParameterStore {
     /// Stages 1-2: starts the all-gather of every unit's owned shard into the full working
     /// copy; with separate fp32 tails under ZeRO, their all-reduce (every stage >= 1).
     /// `after_step`: only what an optimizer step changed: no wholly frozen unit, a partly
-    /// frozen unit's trained tail only (all-reduced, the unowned part zeroed), and with
-    /// separate tails nothing of the working copy (the tails alone change). After a load or
-    /// an import every rank wrote its own shard of the base, and every unit is gathered.
+    /// frozen unit's trained tail only (start_tail_sum), and with separate tails nothing of
+    /// the working copy (the tails alone change). After a load or an import every rank wrote
+    /// its own shard of the base, and every unit is gathered (a tail summed first).
     void start_gathers(bool after_step = false);
     /// Completes every gather start_gathers began (before the working copy is read whole
     /// or written).
@@ -122,6 +122,9 @@ class ParameterStore {
     /// Zeroes the elements of `unit`'s trained tail (`tail`: its first, in dtype `dt`) that
     /// this rank does not own, so a sum over the group gathers the owners' parts.
     void zero_unowned_trained(int unit, void* tail, DType dt);
+    /// Stages 1-2: starts the sum of a partly frozen unit's trained tail in the working copy
+    /// over the group, this rank's unowned part zeroed first (a gather of the state owners').
+    CommRequest start_tail_sum(int unit);
     /// In a training pass: records `unit` (first pass) or follows the recorded order and
     /// starts the gathers of the units ahead.
     void look_ahead(int unit);

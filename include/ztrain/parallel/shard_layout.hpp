@@ -70,9 +70,12 @@ struct ShardingPolicy {
 ///
 /// A frozen base (LoRA): only a tail of each unit trains, [trainable_begin, numel) (its
 /// adapters; empty for a unit without any). Ownership stays the same slices of the whole
-/// unit, but gradients, master weights and moments are stored for the trained part of them
-/// only (state_range), and a partly frozen unit's gradient is reduced over its trained part
-/// by an all-reduce (its owners' parts differ in size, so no reduce-scatter fits them).
+/// unit, but gradients, master weights and moments are stored for the trained part only
+/// (state_range), and a partly frozen unit's gradient is reduced over its trained part by an
+/// all-reduce (its owners' parts differ in size, so no reduce-scatter fits them). Where every
+/// rank holds the whole working copy (ZeRO-1/2), the tail's state is split evenly over the
+/// ranks, apart from the shards (which would give it all to the last ones); at ZeRO-3 a rank
+/// updates what its shard holds, the shard's part of the tail.
 class ShardPlan {
   public:
     /// `trainable_begin`: per unit, where its trained tail starts (empty: every unit trains
@@ -103,9 +106,18 @@ class ShardPlan {
     ElementRange trainable(int unit) const;
     /// Whether part of `unit` (but maybe not all) is frozen.
     bool partly_frozen(int unit) const { return trainable(unit).begin > 0; }
-    /// owned_range(unit, rank) within trainable(unit): the elements whose gradient, master
-    /// and moments `rank` keeps (owned_range itself unless a base is frozen).
+    /// The elements whose gradient, master and moments `rank` keeps: owned_range itself
+    /// unless a base is frozen; then its part of trainable(unit): an even split of it where
+    /// balances_trained(), owned_range within it otherwise.
     ElementRange state_range(int unit, int rank) const;
+    /// Whether a partly frozen unit's trained state is split evenly (ZeRO-1/2: ownership
+    /// partitioned over whole working copies), not by the shards.
+    bool balances_trained() const { return m_policy.optimizer_sharded && !m_policy.params_sharded; }
+    /// What a checkpoint saves of `unit` for `rank`: its state_range where it is a primary
+    /// owner (a frozen base is not saved: it is read again from where it came from).
+    ElementRange saved_range(int unit, int rank) const {
+        return is_primary(rank) ? state_range(unit, rank) : ElementRange{};
+    }
     /// A unit's whole gradient (the stages 0-1 buffer, the stages 2-3 scratch): this many
     /// elements from element grad_extent_start: the padded unit, or a partly frozen unit's
     /// trained tail rounded up to kShardAlign (at least kShardAlign).
