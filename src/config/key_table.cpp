@@ -238,6 +238,9 @@ const KeyDef kKeys[] = {
     ZT_KEY("cluster.attention_kernel", cluster.attention_kernel,
            "materialized (ztrain's kernels: the (T x T) probabilities written and read back) | fused "
            "(flash-style: scores stay on chip; to model other systems)"),
+    ZT_KEY("cluster.attention_efficiency", cluster.attention_efficiency,
+           "fraction of the peak a fused attention kernel reaches, in [0, 1] (0: product_efficiency; "
+           "materialized attention's products run at the products' rate)"),
     ZT_KEY("cluster.elementwise", cluster.elementwise,
            "fused (ztrain's kernels: one pass per norm, residual add and activation) | eager (one kernel per op, "
            "as eager PyTorch runs a block; to model other systems)"),

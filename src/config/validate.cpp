@@ -321,6 +321,8 @@ void check_cluster_keys(const Validator& v, const ClusterConfig& c) {
     v.check(c.inter_latency_us >= 0, "cluster.inter_latency_us", "a number of microseconds >= 0");
     v.check(c.product_efficiency > 0 && c.product_efficiency <= 1, "cluster.product_efficiency",
             "a fraction in (0, 1]");
+    v.check(c.attention_efficiency >= 0 && c.attention_efficiency <= 1, "cluster.attention_efficiency",
+            "a fraction in [0, 1] (0: product_efficiency)");
 }
 
 }  // namespace

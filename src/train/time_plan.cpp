@@ -283,8 +283,11 @@ void add_attention_and_elementwise(const Config& cfg, const Mesh& mesh, double p
     // One kernel runs every head of the micro-batch (the CPU's threads split the heads), so
     // its size class is the block's whole attention.
     const double block_attention = 2 * b * heads * 2 * s * (s + 1) / 2 * m.head_size();
-    out.attention = m.n_layer * product_seconds(block_attention, peak, c);
-    if (c.attention_kernel == "fused") out.attention_backward_factor = 2.5;
+    const bool fused = c.attention_kernel == "fused";
+    ClusterConfig kernel = c;  // a fused kernel's own rate, where the cluster states one
+    if (fused && c.attention_efficiency > 0) kernel.product_efficiency = c.attention_efficiency;
+    out.attention = m.n_layer * product_seconds(block_attention, peak, kernel);
+    if (fused) out.attention_backward_factor = 2.5;
     const ScoreTraffic scores = score_traffic(c, cfg.precision.dtype);
     const double pairs = m.n_layer * b * heads * s * s * scores.pairs_fraction;
     out.scores = pairs * scores.forward_bytes / bandwidth;
@@ -529,8 +532,11 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
     add_phase(plan, "products", products, products, mb.product_what);
     const double attention = m * (1 + mb.attention_backward_factor) * mb.attention / P;
     add_phase(plan, "attention", attention, attention,
-              mb.attention_backward_factor > 2 ? "two (T x T) products per head, causal, forward and 2.5x backward (fused)"
-                                               : "two (T x T) products per head, causal, forward and 2x backward");
+              mb.attention_backward_factor > 2
+                  ? str("two (T x T) products per head, causal, forward and 2.5x backward (fused, at ",
+                        100 * (c.attention_efficiency > 0 ? c.attention_efficiency : c.product_efficiency),
+                        "% of the peak)")
+                  : std::string("two (T x T) products per head, causal, forward and 2x backward"));
     const double scores = m * (mb.scores + mb.scores_backward) / P;
     if (scores > 0) {
         add_phase(plan, "attention scores", scores, scores,

@@ -691,6 +691,9 @@ TEST(ClusterDescription, BadFilesExit2NamingFileAndKey) {
     zt::test::write_file(bad, "[cluster]\nattention_kernel = flash\n");
     e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
     EXPECT_NE(e.find("cluster.attention_kernel = 'flash': expected materialized"), std::string::npos) << e;
+    zt::test::write_file(bad, "[cluster]\nattention_efficiency = 1.5\n");
+    e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
+    EXPECT_NE(e.find("cluster.attention_efficiency = 1.5: expected a fraction in [0, 1]"), std::string::npos) << e;
     zt::test::write_file(bad, "[cluster]\nelementwise = compiled\n");
     e = parse_error({"--plan", "--cluster", bad, "--data.train=x.bin"});
     EXPECT_NE(e.find("cluster.elementwise = 'compiled': expected fused"), std::string::npos) << e;

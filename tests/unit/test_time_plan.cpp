@@ -236,6 +236,17 @@ TEST(TimePlan, AttentionScoresTrafficPerKernel) {
     const double materialized = phase_exposed(zt::plan_time(c, gpu, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "attention");
     const double flash = phase_exposed(zt::plan_time(c, fused, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "attention");
     EXPECT_NEAR(flash / materialized, 3.5 / 3, 1e-12);
+    // A fused kernel at its own fraction of the peak (cluster.attention_efficiency); the
+    // materialized products keep the products' rate whatever it says.
+    const auto attention_ms = [&](const ClusterConfig& cluster) {
+        return phase_exposed(zt::plan_time(c, cluster, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "attention");
+    };
+    ClusterConfig slower = fused;
+    slower.attention_efficiency = 0.4;
+    EXPECT_NEAR(attention_ms(slower) / flash, fused.product_efficiency / 0.4, 1e-12);
+    ClusterConfig keyed = gpu;
+    keyed.attention_efficiency = 0.4;
+    EXPECT_DOUBLE_EQ(attention_ms(keyed), materialized);
 }
 
 // Eager PyTorch's element-wise ops, counted pass by pass (each op reads its operands and

@@ -301,6 +301,9 @@ struct ClusterConfig {
     /// back; fused: a flash-style kernel (scores stay on chip, backward recomputes them), to
     /// model systems that have one
     std::string attention_kernel = "materialized";
+    /// fused: the fraction of the peak that kernel reaches (0: product_efficiency); its size
+    /// class follows the products' (product_half_gflop)
+    double attention_efficiency = 0;
     /// fused: ztrain's element-wise kernels (a pass per norm, residual add and activation);
     /// eager: one kernel per op, as eager PyTorch runs a block, to model systems that do
     std::string elementwise = "fused";
