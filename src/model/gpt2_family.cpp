@@ -15,6 +15,7 @@ class Gpt2Family final : public Family {
   public:
     const char* name() const override { return "gpt2"; }
     const char* lora_default_targets() const override { return "c_attn"; }
+    BlockOps block_ops() const override { return {BlockOps::Norm::kLayerNorm, BlockOps::Mlp::kGeluTanh, false}; }
     std::vector<const char*> own_keys() const override { return {}; }
     void check_tensor_split(const ModelConfig&, int, const SettingCheck&) const override {}
 

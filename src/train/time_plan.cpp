@@ -242,31 +242,26 @@ ScoreTraffic score_traffic(const ClusterConfig& c, DType act) {
 EagerBlockBytes eager_block_bytes(const ModelConfig& m, int tensor, double a) {
     // Each op reads its operands and writes its result: a product of two tensors 3 passes, a
     // unary op 2. The norm rows carry the residual stream (split under sequence parallelism).
+    const BlockOps ops = model_family(m).block_ops();
     const double C = m.n_embd;
     const double q = static_cast<double>(m.n_head) * m.head_size() / tensor;
     const double kv = static_cast<double>(m.kv_heads()) * m.head_size() / tensor;
-    const bool gpt2 = m.arch.name() == "gpt2";
     const double F = (m.ffn_dim > 0 ? m.ffn_dim : 4 * C) / tensor;
     EagerBlockBytes e;
     e.per_norm_row = 2 * 3 * a * C;  // the two residual adds
     e.per_row = 2 * a * q;           // the heads merged back (transpose, then a contiguous copy)
-    if (gpt2) {
-        // layer_norm is one kernel; transformers' GELU (gelu_new) is eight: x^3, a scale, an
-        // add, a scale, tanh, +1, x / 2, the product.
-        e.per_norm_row += 2 * 2 * a * C;
-        e.per_row += (2 + 2 + 3 + 2 + 2 + 2 + 2 + 3) * a * F;
-        return e;
-    }
     // RMSNorm: to fp32, square, mean, normalise, back, times the weight (the casts only in
-    // 16-bit runs); rotary as torchtitan's complex product in fp32 (transformers' rotate_half
-    // moves as many bytes in bf16).
+    // 16-bit runs); layer_norm is one kernel. Rotary as torchtitan's complex product in fp32
+    // (transformers' rotate_half moves as many bytes in bf16).
     const double casts = a < 4 ? 2 * (a + 4) : 0;
     const double rms = 4 * (2 + 1 + 2) + 2 * a + casts;
-    e.per_norm_row += 2 * rms * C;
-    e.per_row += (q + kv) * (2 * 4 + casts);
+    e.per_norm_row += 2 * (ops.norm == BlockOps::Norm::kLayerNorm ? 2 * a : rms) * C;
+    if (ops.rotary) e.per_row += (q + kv) * (2 * 4 + casts);
     if (m.qk_norm) e.per_row += (q + kv) * rms;
     if (m.kv_heads() < m.n_head) e.per_row += 2 * a * (kv + q);  // repeat_kv copies k and v per head
-    e.per_row += (2 + 3) * a * F;                                 // SiLU, then the gate's product
+    // transformers' GELU (gelu_new) is eight kernels: x^3, a scale, an add, a scale, tanh, +1,
+    // x / 2, the product; SwiGLU is SiLU, then the gate's product.
+    e.per_row += (ops.mlp == BlockOps::Mlp::kGeluTanh ? 2 + 2 + 3 + 2 + 2 + 2 + 2 + 3 : 2 + 3) * a * F;
     return e;
 }
 

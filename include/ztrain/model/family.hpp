@@ -44,6 +44,16 @@ struct HfNaming {
     std::vector<size_t> file_shape(const std::string& ztrain_name, const std::vector<size_t>& shape) const;
 };
 
+/// The element-wise ops around a family's block products, as the planner counts another
+/// system's kernels for them (eager_block_bytes). Llama's block unless a family says otherwise.
+struct BlockOps {
+    enum class Norm { kLayerNorm, kRmsNorm };
+    enum class Mlp { kGeluTanh, kSwiGlu };  ///< GPT-2's gelu_new; SiLU(gate) times up
+    Norm norm = Norm::kRmsNorm;
+    Mlp mlp = Mlp::kSwiGlu;
+    bool rotary = true;  ///< rotary position embedding on q and k
+};
+
 /// One model family. Each is implemented once, in src/model/<name>_family.cpp, and listed in
 /// family_registry.cpp.
 class Family : public FamilyKeyRules {
@@ -89,6 +99,8 @@ class Family : public FamilyKeyRules {
     /// PEFT's default target_modules for the family (lora.targets = default): "q_proj,v_proj"
     /// unless the family says otherwise.
     virtual const char* lora_default_targets() const { return "q_proj,v_proj"; }
+    /// Its block's element-wise ops (BlockOps).
+    virtual BlockOps block_ops() const { return {}; }
 
     /// Tensors, activations and blocks (model/ only).
     virtual const FamilyTraits& traits() const = 0;
