@@ -93,9 +93,9 @@ void read_owned_state(CheckpointReader& reader, ModelState& state, int rank) {
         }
     };
     for (int u = 0; u < plan.num_units(); ++u) {
-        const ElementRange r = plan.owned_range(u, rank);
+        const ElementRange f = plan.frozen_range(u, rank);
         const ElementRange s = plan.state_range(u, rank);
-        read_range(u, r.begin, std::min(r.end, std::max(r.begin, plan.trainable(u).begin)));
+        read_range(u, f.begin, f.end);
         read_range(u, s.begin, s.end);
     }
 }

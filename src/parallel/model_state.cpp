@@ -377,11 +377,11 @@ void ModelState::gather_unit_params_piecewise(int unit, float* out) {
         sh.read(unit, StateShards::kMaster, 0, s.numel, out);
         return;
     }
-    const ElementRange r = m_plan.owned_range(unit, m_rank);
+    const ElementRange f = m_plan.frozen_range(unit, m_rank);
     const ElementRange t = m_plan.trainable(unit);
     const ElementRange own = m_plan.state_range(unit, m_rank);
     std::vector<float> mine(std::max(s.shard_numel, t.size()), 0.f);
-    sh.read(unit, StateShards::kMaster, r.begin, std::min(r.end, std::max(r.begin, t.begin)), mine.data());
+    sh.read(unit, StateShards::kMaster, f.begin, f.end, mine.data());
     float* piece = static_cast<float*>(m_pool.take(mine.size() * sizeof(float)));
     void* full = m_pool.take(s.padded_numel * sizeof(float));
     m_backend.to_device(piece, mine.data(), s.shard_numel * sizeof(float));

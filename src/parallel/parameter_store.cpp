@@ -248,16 +248,17 @@ void ParameterStore::stored_from_f32(int unit, size_t from, size_t to, const flo
     if (to > from) m_ctx.backend.cast(work_ptr(unit, from), m_ctx.work, f32, DType::kF32, to - from);
 }
 
-void ParameterStore::zero_unowned_trained(int unit, void* tail, DType dt) {
+CommRequest ParameterStore::start_tail_sum(int unit, void* tail, DType dt) {
     const ElementRange t = m_ctx.plan.trainable(unit);
     const ElementRange own = m_ctx.plan.state_range(unit, m_ctx.rank);
     const size_t w = dtype_size(dt);
     if (own.empty()) {
         m_ctx.backend.zero_bytes(tail, t.size() * w);
-        return;
+    } else {
+        m_ctx.backend.zero_bytes(tail, (own.begin - t.begin) * w);
+        m_ctx.backend.zero_bytes(element_at(tail, own.end - t.begin, dt), (t.end - own.end) * w);
     }
-    m_ctx.backend.zero_bytes(tail, (own.begin - t.begin) * w);
-    m_ctx.backend.zero_bytes(element_at(tail, own.end - t.begin, dt), (t.end - own.end) * w);
+    return m_ctx.comm.start_all_reduce(tail, t.size(), ReduceOp::kSum, dt);
 }
 
 void ParameterStore::start_trained_gathers() {
@@ -266,17 +267,8 @@ void ParameterStore::start_trained_gathers() {
         float* tail = m_trained[static_cast<size_t>(u)];
         if (tail == nullptr) continue;
         m_ctx.comm.wait(m_trained_gathers[static_cast<size_t>(u)]);
-        zero_unowned_trained(u, tail, DType::kF32);
-        m_trained_gathers[static_cast<size_t>(u)] =
-            m_ctx.comm.start_all_reduce(tail, m_ctx.plan.trainable(u).size(), ReduceOp::kSum, DType::kF32);
+        m_trained_gathers[static_cast<size_t>(u)] = start_tail_sum(u, tail, DType::kF32);
     }
-}
-
-CommRequest ParameterStore::start_tail_sum(int unit) {
-    const ElementRange t = m_ctx.plan.trainable(unit);
-    void* tail = work_ptr(unit, t.begin);
-    zero_unowned_trained(unit, tail, m_ctx.work);
-    return m_ctx.comm.start_all_reduce(tail, t.size(), ReduceOp::kSum, m_ctx.work);
 }
 
 void ParameterStore::start_gathers(bool after_step) {
@@ -291,7 +283,7 @@ void ParameterStore::start_gathers(bool after_step) {
         CommRequest& gather = m_gathers[static_cast<size_t>(u)];
         m_ctx.comm.wait(gather);
         if (m_ctx.plan.partly_frozen(u) && !t.empty() && !separate_trained()) {
-            gather = start_tail_sum(u);
+            gather = start_tail_sum(u, work_ptr(u, t.begin), m_ctx.work);
             if (after_step) continue;
             // After a load the state owners wrote the tail: summed first, every shard is whole.
             m_ctx.comm.wait(gather);

@@ -267,6 +267,12 @@ EagerBlockBytes eager_block_bytes(const ModelConfig& m, int tensor, double a) {
 
 namespace {
 
+/// The fraction of the peak a fused attention kernel reaches: the cluster's stated rate, or
+/// the products'.
+double fused_attention_efficiency(const ClusterConfig& c) {
+    return c.attention_efficiency > 0 ? c.attention_efficiency : c.product_efficiency;
+}
+
 /// Attention's two (T x T) products per head (causal: half the positions on average), the
 /// scores' traffic, and the element-wise passes, by the bytes they read and write.
 void add_attention_and_elementwise(const Config& cfg, const Mesh& mesh, double peak, double bandwidth,
@@ -279,8 +285,8 @@ void add_attention_and_elementwise(const Config& cfg, const Mesh& mesh, double p
     // its size class is the block's whole attention.
     const double block_attention = 2 * b * heads * 2 * s * (s + 1) / 2 * m.head_size();
     const bool fused = c.attention_kernel == "fused";
-    ClusterConfig kernel = c;  // a fused kernel's own rate, where the cluster states one
-    if (fused && c.attention_efficiency > 0) kernel.product_efficiency = c.attention_efficiency;
+    ClusterConfig kernel = c;  // a fused kernel at its own rate
+    if (fused) kernel.product_efficiency = fused_attention_efficiency(c);
     out.attention = m.n_layer * product_seconds(block_attention, peak, kernel);
     if (fused) out.attention_backward_factor = 2.5;
     const ScoreTraffic scores = score_traffic(c, cfg.precision.dtype);
@@ -529,7 +535,7 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
     add_phase(plan, "attention", attention, attention,
               mb.attention_backward_factor > 2
                   ? str("two (T x T) products per head, causal, forward and 2.5x backward (fused, at ",
-                        100 * (c.attention_efficiency > 0 ? c.attention_efficiency : c.product_efficiency),
+                        100 * fused_attention_efficiency(c),
                         "% of the peak)")
                   : std::string("two (T x T) products per head, causal, forward and 2x backward"));
     const double scores = m * (mb.scores + mb.scores_backward) / P;

@@ -119,12 +119,10 @@ class ParameterStore {
     void widen_view(int unit, Resident& r, const void* src, bool whole);
     void wait_gather(int unit);
     void start_trained_gathers();
-    /// Zeroes the elements of `unit`'s trained tail (`tail`: its first, in dtype `dt`) that
-    /// this rank does not own, so a sum over the group gathers the owners' parts.
-    void zero_unowned_trained(int unit, void* tail, DType dt);
-    /// Stages 1-2: starts the sum of a partly frozen unit's trained tail in the working copy
-    /// over the group, this rank's unowned part zeroed first (a gather of the state owners').
-    CommRequest start_tail_sum(int unit);
+    /// Starts the sum over the group of `unit`'s trained tail (`tail`: its first element, in
+    /// dtype `dt`: the working copy's, or a separate fp32 copy's), the elements this rank does
+    /// not own zeroed first: a gather of the state owners' parts (ShardPlan::state_range).
+    CommRequest start_tail_sum(int unit, void* tail, DType dt);
     /// In a training pass: records `unit` (first pass) or follows the recorded order and
     /// starts the gathers of the units ahead.
     void look_ahead(int unit);

@@ -6,6 +6,7 @@
 // 64 bytes. No tensor size ever has to divide by the world size: padding absorbs it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -110,6 +111,12 @@ class ShardPlan {
     /// unless a base is frozen; then its part of trainable(unit): an even split of it where
     /// balances_trained(), owned_range within it otherwise.
     ElementRange state_range(int unit, int rank) const;
+    /// owned_range(unit, rank) below trainable(unit): the frozen base's elements `rank` owns
+    /// (empty unless a base is frozen).
+    ElementRange frozen_range(int unit, int rank) const {
+        const ElementRange o = owned_range(unit, rank);
+        return ElementRange{o.begin, std::min(o.end, std::max(o.begin, trainable(unit).begin))};
+    }
     /// Whether a partly frozen unit's trained state is split evenly (ZeRO-1/2: ownership
     /// partitioned over whole working copies), not by the shards.
     bool balances_trained() const { return m_policy.optimizer_sharded && !m_policy.params_sharded; }
