@@ -54,29 +54,13 @@ std::vector<int> PipelineRunner::slots_per_chunk(const std::vector<PipelinePass>
     return peak;
 }
 
-bool PipelineRunner::head_gradients_in_forward(const std::vector<PipelinePass>& passes, int chunks) {
-    // A weight pass does not stand in the way: the head's weight gradient is never deferred
-    // to it (zero-bubble's backward adds unit 0's gradients itself).
-    const std::vector<bool> follows = backward_follows(passes);
-    for (size_t i = 0; i < passes.size(); ++i) {
-        const PipelinePass& p = passes[i];
-        if (p.kind == PassKind::kForward && p.chunk == chunks - 1 && !follows[i]) return false;
-    }
-    return true;
-}
-
-int PipelineRunner::head_rows(const std::vector<PipelinePass>& passes, int chunks, const ModelConfig& cfg,
-                              int max_batch, int tensor) {
-    return head_gradients_in_forward(passes, chunks) ? Transformer::chunked_head_rows(cfg, max_batch, tensor) : 0;
-}
-
 ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, PipelineShape shape, int stage,
                                                   const std::vector<int>& bounds, const ModelConfig& cfg,
                                                   int max_batch, bool recompute, size_t attention_scratch_floats,
                                                   int tensor, bool sequence) {
     const std::vector<PipelinePass> passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(stage)];
     const std::vector<int> slots = slots_per_chunk(passes, shape.virtual_stages);
-    const int rows = head_rows(passes, shape.virtual_stages, cfg, max_batch, tensor);
+    const int rows = Transformer::chunked_head_rows(cfg, max_batch, tensor);
     ActivationCount total;
     for (int c = 0; c < shape.virtual_stages; ++c) {
         const StageBlocks blocks = chunk_blocks(bounds, c * shape.stages + stage);
@@ -214,17 +198,31 @@ PipelineStepTotals PipelineRunner::run_forward(UnitStore& store, const std::vect
                                                const std::function<PipelineMicroBatch(int)>& batch, int count, int B,
                                                int T) {
     ZT_REQUIRE(models.size() == m_slots.size(), models.size(), " chunks' models for ", m_slots.size(), " chunks");
-    PipelineStepTotals totals;
-    // Every forward's input comes from a lower virtual stage, which its stage runs earlier in
-    // this order: no stage waits on one that waits on it.
     for (int c = 0; c < static_cast<int>(models.size()); ++c) {
-        const std::vector<Transformer*>& chunk = models[static_cast<size_t>(c)];
-        ZT_REQUIRE(!chunk.empty(), "chunk ", c, " has no model");
-        for (int a = 0; a < count; ++a) {
-            const int slot = a % static_cast<int>(std::min(chunk.size(), m_sends[static_cast<size_t>(c)].size()));
-            settle(c, slot, totals);
-            const PipelineMicroBatch mb = batch(a);
-            forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, B, mb.T > 0 ? mb.T : T, 0.f, totals);
+        ZT_REQUIRE(!models[static_cast<size_t>(c)].empty(), "chunk ", c, " has no model");
+    }
+    PipelineStepTotals totals;
+    // Groups of P micro-batches, each through every chunk in turn (the interleaved schedule's
+    // forward order). A send completes only once its receiver posts the receive (large
+    // messages), and a slot's next forward waits for its last send: every stage waits only on
+    // passes earlier in the order (group, chunk, micro-batch, stage), since the last stage
+    // holds at least P micro-batches of each chunk it sends to the first stage. Chunk by chunk
+    // over all `count` instead, the last stage's sends to the first stage's next chunk fill its
+    // slots while the first stage is still on the chunk before: a deadlock.
+    const int P = m_shape.stages;
+    for (int g = 0; g < count; g += P) {
+        for (int c = 0; c < static_cast<int>(models.size()); ++c) {
+            const std::vector<Transformer*>& chunk = models[static_cast<size_t>(c)];
+            const int slots = static_cast<int>(std::min(chunk.size(), m_sends[static_cast<size_t>(c)].size()));
+            ZT_REQUIRE(m_stage < P - 1 || c == static_cast<int>(models.size()) - 1 || slots >= std::min(P, count),
+                       "the last stage's chunk ", c, " has ", slots, " models for groups of ", P, " micro-batches");
+            for (int a = g; a < std::min(count, g + P); ++a) {
+                const int slot = a % slots;
+                settle(c, slot, totals);
+                const PipelineMicroBatch mb = batch(a);
+                forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, B, mb.T > 0 ? mb.T : T, 0.f,
+                             totals);
+            }
         }
     }
     settle_all(totals);

@@ -212,11 +212,7 @@ MemoryItem activation_item(const Config& cfg, DType work, double attention_scrat
     const TrainConfig& t = cfg.train;
     const ModelConfig& m = cfg.model;
     const bool sequence = cfg.parallel.sequence && tensor > 1;
-    // One stage: its schedule decides whether the head holds every row's logits.
-    const PipelineShape one{1, t.grad_accum, cfg.parallel.chunks()};
-    const int head_rows =
-        PipelineRunner::head_rows(make_pipeline_schedule(pipeline_schedule_kind(cfg.parallel), one)[0],
-                                  one.virtual_stages, m, t.micro_batch, tensor);
+    const int head_rows = Transformer::chunked_head_rows(m, t.micro_batch, tensor);
     const ActivationCount count = Transformer::activations(
         m, t.micro_batch, t.recompute, static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor, sequence,
         StageBlocks{}, head_rows);

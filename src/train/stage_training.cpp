@@ -173,10 +173,9 @@ ScheduledTraining::ScheduledTraining(const Config& cfg, TrainSetup& setup, LossS
 
 void ScheduledTraining::make_models(const Config& cfg, const TrainSetup& setup, int chunks) {
     const int P = m_runner->stages();
-    // The LM head's models take its gradients in their forwards where the schedule allows.
+    // The LM head's models take its gradients in their forwards, over chunks of rows.
     const int tensor = std::max(1, cfg.parallel.tensor);
-    const int head_rows = PipelineRunner::head_rows(m_runner->passes(), chunks, cfg.model, cfg.train.micro_batch,
-                                                    tensor);
+    const int head_rows = Transformer::chunked_head_rows(cfg.model, cfg.train.micro_batch, tensor);
     m_owned.resize(static_cast<size_t>(chunks));
     m_models.resize(static_cast<size_t>(chunks));
     for (int c = 0; c < chunks; ++c) {

@@ -35,6 +35,7 @@
 #include "ztrain/parallel/device_mesh.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/pipeline_runner.hpp"
+#include "ztrain/parallel/pipeline_schedule.hpp"
 
 namespace zt {
 namespace {
@@ -236,6 +237,56 @@ INSTANTIATE_TEST_SUITE_P(
         RunnerCase{"zero_bubble_llama_m6", PipelineScheduleKind::kZeroBubble, 6, 1, ModelArch("llama"), DType::kF32},
         RunnerCase{"zero_bubble_bf16", PipelineScheduleKind::kZeroBubble, 8, 1, ModelArch("gpt2"), DType::kBF16}),
     [](const ::testing::TestParamInfo<RunnerCase>& i) { return std::string(i.param.name); });
+
+// Evaluation of more micro-batches than the stages keep models for, under the interleaved
+// schedule, with boundary messages (192 KiB) past the shared-memory transport's eager limit, so
+// a send completes only when its receiver takes it: the forwards must not wait on each other
+// around the ring of virtual stages (the last stage's first chunk feeds the first stage's
+// second). The loss sum is the whole model's over the same micro-batches.
+TEST(PipelineRunnerEvaluation, ManyInterleavedMicroBatchesWithLargeMessagesMatchTheWholeModel) {
+    const int P = test::world_size();
+    const int s = test::world_rank();
+    const int v = 2;
+    auto backend = make_cpu_backend(1);
+    ModelConfig mc = test::tiny_stage_model(ModelArch("gpt2"), P * v);
+    mc.n_embd = 512;
+    mc.seq_len = 48;
+    const int B = 2;
+    const int T = mc.seq_len;
+    // More micro-batches than every stage's first-chunk models together: in chunk order (each
+    // chunk's micro-batches all before the next chunk's) the stages would fill them all and
+    // wait on each other.
+    int count = 1;
+    for (const std::vector<PipelinePass>& passes : make_pipeline_schedule(PipelineScheduleKind::kInterleaved, {P, P, v})) {
+        count += PipelineRunner::slots_per_chunk(passes, v)[0];
+    }
+    MicroBatches batch = random_micro_batches(count, static_cast<size_t>(B * T), 21);
+    Transformer whole(mc, *backend, B);
+    test::HostStore whole_store(whole.layout(), 42);
+    double whole_loss = 0.0;
+    for (int a = 0; a < count; ++a) {
+        whole.forward(whole_store, batch.inputs[static_cast<size_t>(a)].data(),
+                      batch.targets[static_cast<size_t>(a)].data(), B, T, 0.f);
+        whole_loss += whole.last_loss_sum();
+    }
+    PipelineRunner runner(MPI_COMM_WORLD, PipelineScheduleKind::kInterleaved, PipelineShape{P, P, v});
+    std::vector<int> bounds;
+    for (int k = 0; k <= P * v; ++k) bounds.push_back(k);
+    std::vector<std::vector<std::unique_ptr<Transformer>>> owned(static_cast<size_t>(v));
+    std::vector<std::vector<Transformer*>> models(static_cast<size_t>(v));
+    for (int c = 0; c < v; ++c) {
+        for (int slot = 0; slot < runner.slots()[static_cast<size_t>(c)]; ++slot) {
+            owned[static_cast<size_t>(c)].push_back(std::make_unique<Transformer>(
+                mc, *backend, B, TransformerOptions().with_stage(PipelineRunner::chunk_blocks(bounds, c * P + s))));
+            models[static_cast<size_t>(c)].push_back(owned[static_cast<size_t>(c)].back().get());
+        }
+    }
+    ASSERT_LT(runner.slots()[0], count) << "stage " << s << " keeps a model per micro-batch";
+    test::HostStore store(whole.layout(), 42);
+    const PipelineStepTotals got = runner.run_forward(store, models, batch, count, B, T);
+    EXPECT_EQ(got.loss_sum, s == P - 1 ? whole_loss : 0.0) << "stage " << s << "'s loss sum";
+    EXPECT_EQ(got.targets, s == P - 1 ? static_cast<long>(count) * B * T : 0L);
+}
 
 // One stage (parallel.pipeline = 1) is the schedule of a run without a pipeline: no link,
 // each micro-batch's forward then its backward, its micro-step begun before its forward (so

@@ -156,22 +156,28 @@ TEST(ChunkedHead, ChunkRowsSplitTheMicroBatchEvenly) {
     EXPECT_EQ(Transformer::chunked_head_rows(llama3, 1, 1), 128);
 }
 
-TEST(ChunkedHead, OnlySchedulesWhoseLastChunkRunsBackwardNextTakeHeadGradientsInForward) {
-    const auto last_stage = [](PipelineScheduleKind kind, PipelineShape shape) {
-        return make_pipeline_schedule(kind, shape)[static_cast<size_t>(shape.stages - 1)];
-    };
-    EXPECT_TRUE(PipelineRunner::head_gradients_in_forward(last_stage(PipelineScheduleKind::k1F1B, {1, 4, 1}), 1));
-    EXPECT_TRUE(PipelineRunner::head_gradients_in_forward(last_stage(PipelineScheduleKind::k1F1B, {4, 8, 1}), 1));
-    // Zero-bubble's last stage runs each backward right after its forward (the weight
-    // passes come later, and the head's weight gradient is not one of theirs).
-    EXPECT_TRUE(
-        PipelineRunner::head_gradients_in_forward(last_stage(PipelineScheduleKind::kZeroBubble, {2, 4, 1}), 1));
-    EXPECT_TRUE(
-        PipelineRunner::head_gradients_in_forward(last_stage(PipelineScheduleKind::kZeroBubble, {4, 8, 1}), 1));
-    // A forward of the last chunk with another pass before its backward.
-    const std::vector<PipelinePass> apart = {{PassKind::kForward, 0, 0}, {PassKind::kForward, 1, 0},
-                                             {PassKind::kBackward, 0, 0}, {PassKind::kBackward, 1, 0}};
-    EXPECT_FALSE(PipelineRunner::head_gradients_in_forward(apart, 1));
+// Every schedule's last stage holds one chunk of logits per model, even where other passes
+// run between a forward of the head and its backward: interleaved P = 4 over 4 micro-batches
+// runs all four forwards of its head chunk before the first backward, so it keeps four models.
+TEST(ChunkedHead, AnInterleavedLastStageHoldsOneChunkOfLogitsPerMicroBatchInFlight) {
+    ModelConfig gpt2;
+    gpt2.vocab_size = 50257;
+    gpt2.seq_len = 256;
+    gpt2.n_layer = 8;
+    const PipelineShape shape{4, 4, 2};
+    const std::vector<PipelinePass> last = make_pipeline_schedule(PipelineScheduleKind::kInterleaved, shape)[3];
+    ASSERT_EQ(PipelineRunner::slots_per_chunk(last, 2), (std::vector<int>{4, 4}));
+    const std::vector<int> bounds{0, 1, 2, 3, 4, 5, 6, 7, 8};
+    const ActivationCount planned =
+        PipelineRunner::stage_activations(PipelineScheduleKind::kInterleaved, shape, 3, bounds, gpt2, 4, false, 0);
+    // What the four head models would hold with every row's logits (1,024 rows, not 256).
+    double whole = 0;
+    for (int c = 0; c < 2; ++c) {
+        const StageBlocks blocks = PipelineRunner::chunk_blocks(bounds, c * 4 + 3);
+        whole += 4 * Transformer::activations(gpt2, 4, false, 0, 1, false, blocks, 0).bytes(DType::kF32);
+    }
+    const double saved = 4.0 * (1024 - 256) * gpt2.padded_vocab() * sizeof(float);
+    EXPECT_EQ(whole - planned.bytes(DType::kF32), saved) << "bytes the chunked heads save on the last stage";
 }
 
 }  // namespace

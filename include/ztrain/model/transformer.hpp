@@ -133,9 +133,10 @@ struct TransformerOptions {
     /// 0: the LM head holds every row's logits, and backward takes its gradients. n > 0: the
     /// head runs over chunks of at most n rows (Transformer::chunked_head_rows), and a
     /// training forward takes the head's gradients (its input gradient, and its weight
-    /// gradient into unit 0's) chunk by chunk, so the (B, T, Vp) logits are never held. For
-    /// a caller that begins the micro-step before each training forward and runs its
-    /// backward next (PipelineRunner::head_gradients_in_forward).
+    /// gradient into unit 0's) chunk by chunk, so the (B, T, Vp) logits are never held.
+    /// Other passes may run between such a forward and its backward (a pipeline stage's
+    /// schedule): the head's weight gradient is a sum over the step's micro-batches, and unit
+    /// 0's gradient is reduced at the end of the step's last backward, after every forward.
     int head_rows = 0;
 
     TransformerOptions& with_recompute(bool on) {

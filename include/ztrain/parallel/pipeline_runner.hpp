@@ -86,17 +86,6 @@ class PipelineRunner {
     /// backward not yet) in `passes`.
     static std::vector<int> slots_per_chunk(const std::vector<PipelinePass>& passes, int chunks);
     const std::vector<int>& slots() const { return m_slots; }
-    /// Whether the LM head's models may take its gradients in their forwards
-    /// (TransformerOptions::head_rows): on this stage every forward of a chunk that can
-    /// hold the head (the last) is followed at once by its backward. run() begins each such
-    /// micro-step before its forward; zero-bubble's begins at its weight pass, but unit 0's
-    /// gradient is not deferred there: its backward (now its forward) adds the head's
-    /// itself. Pure: no MPI.
-    static bool head_gradients_in_forward(const std::vector<PipelinePass>& passes, int chunks);
-    /// TransformerOptions::head_rows for the models of a stage running `passes`: the chunked
-    /// head's rows where head_gradients_in_forward, else 0 (every row's logits).
-    static int head_rows(const std::vector<PipelinePass>& passes, int chunks, const ModelConfig& cfg, int max_batch,
-                         int tensor);
     /// The activations stage `stage` of a pipeline allocates (the memory plan's figure): for
     /// each of its chunks, slots_per_chunk models of that chunk's blocks (cut at `bounds`, as
     /// chunk_blocks), each Transformer::activations of them. Pure: no MPI.
@@ -128,8 +117,9 @@ class PipelineRunner {
                            const std::function<void(int, int)>& begin_micro_step = {});
 
     /// Forward only (evaluation: no gradient, dloss 0) of `count` micro-batches through every
-    /// chunk, each stage in chunk-then-micro-batch order; a model's activations are free again
-    /// once its output is sent, so micro-batch m uses slot m mod slots()[c]. The loss totals
+    /// chunk, each stage in groups of P micro-batches, each group through every chunk in turn;
+    /// a model's activations are free again once its output has been received, so micro-batch
+    /// m uses slot m mod slots()[c]. The loss totals
     /// are the last virtual stage's. Collective over the pipeline.
     PipelineStepTotals run_forward(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
                                    const std::function<PipelineMicroBatch(int)>& batch, int count, int B, int T);
