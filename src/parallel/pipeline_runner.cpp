@@ -198,8 +198,16 @@ PipelineStepTotals PipelineRunner::run_forward(UnitStore& store, const std::vect
                                                const std::function<PipelineMicroBatch(int)>& batch, int count, int B,
                                                int T) {
     ZT_REQUIRE(models.size() == m_slots.size(), models.size(), " chunks' models for ", m_slots.size(), " chunks");
-    for (int c = 0; c < static_cast<int>(models.size()); ++c) {
+    const int P = m_shape.stages;
+    const int chunks = static_cast<int>(models.size());
+    std::vector<int> slots(models.size());
+    for (int c = 0; c < chunks; ++c) {
         ZT_REQUIRE(!models[static_cast<size_t>(c)].empty(), "chunk ", c, " has no model");
+        slots[static_cast<size_t>(c)] =
+            static_cast<int>(std::min(models[static_cast<size_t>(c)].size(), m_sends[static_cast<size_t>(c)].size()));
+        ZT_REQUIRE(m_stage < P - 1 || c == chunks - 1 || slots[static_cast<size_t>(c)] >= std::min(P, count),
+                   "the last stage's chunk ", c, " has ", slots[static_cast<size_t>(c)], " models for groups of ", P,
+                   " micro-batches");
     }
     PipelineStepTotals totals;
     // Groups of P micro-batches, each through every chunk in turn (the interleaved schedule's
@@ -209,15 +217,11 @@ PipelineStepTotals PipelineRunner::run_forward(UnitStore& store, const std::vect
     // holds at least P micro-batches of each chunk it sends to the first stage. Chunk by chunk
     // over all `count` instead, the last stage's sends to the first stage's next chunk fill its
     // slots while the first stage is still on the chunk before: a deadlock.
-    const int P = m_shape.stages;
     for (int g = 0; g < count; g += P) {
-        for (int c = 0; c < static_cast<int>(models.size()); ++c) {
+        for (int c = 0; c < chunks; ++c) {
             const std::vector<Transformer*>& chunk = models[static_cast<size_t>(c)];
-            const int slots = static_cast<int>(std::min(chunk.size(), m_sends[static_cast<size_t>(c)].size()));
-            ZT_REQUIRE(m_stage < P - 1 || c == static_cast<int>(models.size()) - 1 || slots >= std::min(P, count),
-                       "the last stage's chunk ", c, " has ", slots, " models for groups of ", P, " micro-batches");
             for (int a = g; a < std::min(count, g + P); ++a) {
-                const int slot = a % slots;
+                const int slot = a % slots[static_cast<size_t>(c)];
                 settle(c, slot, totals);
                 const PipelineMicroBatch mb = batch(a);
                 forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, B, mb.T > 0 ? mb.T : T, 0.f,

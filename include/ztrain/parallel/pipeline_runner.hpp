@@ -119,8 +119,8 @@ class PipelineRunner {
     /// Forward only (evaluation: no gradient, dloss 0) of `count` micro-batches through every
     /// chunk, each stage in groups of P micro-batches, each group through every chunk in turn;
     /// a model's activations are free again once its output has been received, so micro-batch
-    /// m uses slot m mod slots()[c]. The loss totals
-    /// are the last virtual stage's. Collective over the pipeline.
+    /// m uses slot m mod slots()[c]. The loss totals are the last virtual stage's. Collective
+    /// over the pipeline.
     PipelineStepTotals run_forward(UnitStore& store, const std::vector<std::vector<Transformer*>>& models,
                                    const std::function<PipelineMicroBatch(int)>& batch, int count, int B, int T);
 
