@@ -249,7 +249,7 @@ StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, con
     const size_t w = dtype_size(work);
     StateBytes b;
     for (int u = 0; u < layout.num_units(); ++u) {
-        b.params += plan.stored_params(u) * w + ParameterStore::separate_trained_numel(plan, work, trained, u) * 4;
+        b.params += plan.stored_params(u) * w + ParameterStore::tail_copy_numel(plan, work, trained, u) * dtype_size(trained);
         b.grads += plan.stored_grads(u, rank) * dtype_size(trained);
         const size_t state = plan.stored_optimizer(u, rank) * sizeof(float);
         if (trained != DType::kF32) b.master += state;  // fp32: the working copy is the master
@@ -274,14 +274,18 @@ size_t StateShards::owned_end(int unit) const { return m_state.m_plan.owned_rang
 size_t StateShards::state_begin(int unit) const { return m_state.m_plan.state_range(unit, m_state.m_rank).begin; }
 size_t StateShards::state_end(int unit) const { return m_state.m_plan.state_range(unit, m_state.m_rank).end; }
 
+bool StateShards::master_holds_frozen(int unit, Kind kind) const {
+    return kind == kMaster && m_state.m_work == DType::kF32 && !m_state.m_params.has_tail_copy(unit);
+}
+
 float* StateShards::base(int unit, Kind kind) {
     return kind == kMaster ? master_base(unit) : kind == kAdamM ? adam_m_base(unit) : adam_v_base(unit);
 }
 
 void StateShards::read(int unit, Kind kind, size_t from, size_t to, float* host, bool snapshot) {
     // Elements below the trained part are frozen; an fp32 master is the working copy, which
-    // holds them too.
-    const bool whole = kind == kMaster && m_state.m_work == DType::kF32;
+    // holds them too (unless the trained part has a tail copy of its own).
+    const bool whole = master_holds_frozen(unit, kind);
     const size_t split = whole ? from : std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
     if (split > from) {
         if (kind == kMaster) {
@@ -301,7 +305,7 @@ void StateShards::read(int unit, Kind kind, size_t from, size_t to, float* host,
 }
 
 void StateShards::write(int unit, Kind kind, size_t from, size_t to, const float* host) {
-    const bool whole = kind == kMaster && m_state.m_work == DType::kF32;
+    const bool whole = master_holds_frozen(unit, kind);
     const size_t split = whole ? from : std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
     if (split > from && kind == kMaster) write_frozen_master(unit, from, split, host);
     if (to > split) copy_from_host(base(unit, kind) + split, host + (split - from), to - split);
@@ -309,6 +313,14 @@ void StateShards::write(int unit, Kind kind, size_t from, size_t to, const float
 
 void StateShards::read_frozen_master(int unit, size_t from, size_t to, float* host, bool snapshot) {
     ModelState& s = m_state;
+    if (const float* w = s.m_params.fp32_work(unit)) {
+        if (snapshot) {
+            snapshot_to_host(host, w + from, to - from);
+        } else {
+            copy_to_host(host, w + from, to - from);
+        }
+        return;
+    }
     s.m_params.wait_gathers();
     const size_t chunk = conversion_chunk(s.m_plan);
     for (size_t at = from; at < to; at += chunk) {
@@ -325,6 +337,10 @@ void StateShards::read_frozen_master(int unit, size_t from, size_t to, float* ho
 
 void StateShards::write_frozen_master(int unit, size_t from, size_t to, const float* host) {
     ModelState& s = m_state;
+    if (float* w = s.m_params.fp32_work(unit)) {
+        copy_from_host(w + from, host, to - from);
+        return;
+    }
     s.m_params.hold_first_unit(false);
     s.m_params.wait_gathers();
     const size_t chunk = conversion_chunk(s.m_plan);

@@ -36,10 +36,10 @@ ParameterStore::ParameterStore(const StateContext& ctx, size_t* params_bytes) : 
     m_trained.assign(m_params.size(), nullptr);
     m_trained_gathers.resize(m_params.size());
     for (int u = 0; u < ctx.num_units(); ++u) {
-        const size_t n = separate_trained_numel(ctx.plan, ctx.work, ctx.trained, u);
+        const size_t n = tail_copy_numel(ctx.plan, ctx.work, ctx.trained, u);
         if (n == 0) continue;
-        m_trained[static_cast<size_t>(u)] = ctx.backend.alloc_floats(n);
-        *params_bytes += n * sizeof(float);
+        m_trained[static_cast<size_t>(u)] = ctx.backend.alloc_bytes(n * ctx.trained_size());
+        *params_bytes += n * ctx.trained_size();
     }
     m_vectors.resize(m_params.size());
     for (const ParamSpec& p : ctx.layout.params) {
@@ -59,13 +59,14 @@ ParameterStore::~ParameterStore() {
     }
     // Resident buffers are pool memory: the pool frees them.
     for (void* p : m_params) m_ctx.backend.free(p);
-    for (float* p : m_trained) {
+    for (void* p : m_trained) {
         if (p != nullptr) m_ctx.backend.free(p);
     }
 }
 
-size_t ParameterStore::separate_trained_numel(const ShardPlan& plan, DType work, DType trained, int unit) {
-    return trained != work ? plan.trainable(unit).size() : 0;
+size_t ParameterStore::tail_copy_numel(const ShardPlan& plan, DType work, DType trained, int unit) {
+    const bool copied = trained != work || (plan.policy().params_sharded && plan.partly_frozen(unit));
+    return copied ? plan.trainable(unit).size() : 0;
 }
 
 void* ParameterStore::work_ptr(int unit, size_t element) {
@@ -76,26 +77,28 @@ void* ParameterStore::work_ptr(int unit, size_t element) {
 void ParameterStore::write_initial(int unit, size_t lo, size_t hi, const float* host) {
     const size_t begin = m_ctx.plan.params_start(unit, m_ctx.rank);
     const size_t end = begin + m_ctx.plan.stored_params(unit);
-    if (float* tail = m_trained[static_cast<size_t>(unit)]) {  // whole on every rank
+    if (void* tail = m_trained[static_cast<size_t>(unit)]) {  // whole on every rank
         const ElementRange t = m_ctx.plan.trainable(unit);
         const size_t a = std::max(lo, t.begin);
         const size_t z = std::min(hi, t.end);
-        if (z > a) m_ctx.backend.to_device(tail + (a - t.begin), host + (a - lo), (z - a) * sizeof(float));
+        if (z > a) upload(element_at(tail, a - t.begin, m_ctx.trained), m_ctx.trained, host + (a - lo), z - a);
     }
     const size_t from = std::max(lo, begin);
     const size_t to = std::min(hi, end);
-    if (to <= from) return;
-    if (m_ctx.work == DType::kF32) {
-        m_ctx.backend.to_device(work_ptr(unit, from), host + (from - lo), (to - from) * sizeof(float));
-    } else {
-        // Up as fp32 into the conversion buffer, then rounded into the working copy, a chunk
-        // at a time.
-        const size_t chunk = conversion_chunk(m_ctx.plan);
-        for (size_t at = from; at < to; at += chunk) {
-            const size_t n = std::min(chunk, to - at);
-            m_ctx.backend.to_device(m_ctx.f32_tmp, host + (at - lo), n * sizeof(float));
-            m_ctx.backend.cast(work_ptr(unit, at), m_ctx.work, m_ctx.f32_tmp, DType::kF32, n);
-        }
+    if (to > from) upload(work_ptr(unit, from), m_ctx.work, host + (from - lo), to - from);
+}
+
+void ParameterStore::upload(void* dst, DType dt, const float* host, size_t n) {
+    if (dt == DType::kF32) {
+        m_ctx.backend.to_device(dst, host, n * sizeof(float));
+        return;
+    }
+    // Up as fp32 into the conversion buffer, then rounded, a chunk at a time.
+    const size_t chunk = conversion_chunk(m_ctx.plan);
+    for (size_t at = 0; at < n; at += chunk) {
+        const size_t k = std::min(chunk, n - at);
+        m_ctx.backend.to_device(m_ctx.f32_tmp, host + at, k * sizeof(float));
+        m_ctx.backend.cast(element_at(dst, at, dt), dt, m_ctx.f32_tmp, DType::kF32, k);
     }
 }
 
@@ -133,6 +136,7 @@ const float* ParameterStore::acquire_view(int unit, bool whole) {
         return r.compute;
     }
     m_ctx.comm.wait(r.request);
+    if (gathered) overlay_tail(unit, r.gathered);
     if (m_ctx.work == DType::kF32) {
         r.compute = static_cast<float*>(r.gathered);
     } else {
@@ -143,9 +147,16 @@ const float* ParameterStore::acquire_view(int unit, bool whole) {
     return r.compute;
 }
 
+void ParameterStore::overlay_tail(int unit, void* gathered) {
+    const void* tail = m_trained[static_cast<size_t>(unit)];
+    if (tail == nullptr || separate_trained()) return;  // an fp32 tail goes into the view (widen_view)
+    const ElementRange t = m_ctx.plan.trainable(unit);
+    m_ctx.backend.cast(element_at(gathered, t.begin, m_ctx.work), m_ctx.work, tail, m_ctx.work, t.size());
+}
+
 void ParameterStore::widen_view(int unit, Resident& r, const void* src, bool whole) {
     r.vectors_only = !whole;
-    const float* tail = m_trained[static_cast<size_t>(unit)];
+    const float* tail = separate_trained() ? static_cast<const float*>(m_trained[static_cast<size_t>(unit)]) : nullptr;
     const ElementRange t = m_ctx.plan.trainable(unit);
     if (whole) {
         m_ctx.backend.cast(r.compute, DType::kF32, src, m_ctx.work, m_ctx.shard(unit).padded_numel);
@@ -219,10 +230,16 @@ void ParameterStore::hold_first_unit(bool hold) {
 
 float* ParameterStore::fp32_base(int unit) {
     ZT_REQUIRE(m_ctx.trained == DType::kF32, "fp32_base() of a ", dtype_name(m_ctx.trained), " working copy");
-    if (!separate_trained()) return static_cast<float*>(work_ptr(unit, 0));
-    // A unit without a tail has no trained element to address (and no buffer to shift).
-    float* tail = m_trained[static_cast<size_t>(unit)];
-    return tail != nullptr ? tail - m_ctx.plan.trainable(unit).begin : nullptr;
+    float* tail = static_cast<float*>(m_trained[static_cast<size_t>(unit)]);
+    if (tail != nullptr) return tail - m_ctx.plan.trainable(unit).begin;
+    // Beside a 16-bit base, a unit without a tail has no trained element to address.
+    return separate_trained() ? nullptr : static_cast<float*>(work_ptr(unit, 0));
+}
+
+void* ParameterStore::trained_ptr(int unit, size_t element) {
+    void* tail = m_trained[static_cast<size_t>(unit)];
+    if (tail == nullptr) return work_ptr(unit, element);
+    return element_at(tail, element - m_ctx.plan.trainable(unit).begin, m_ctx.trained);
 }
 
 void ParameterStore::refresh_owned(int unit, const float* master_base) {
@@ -231,13 +248,13 @@ void ParameterStore::refresh_owned(int unit, const float* master_base) {
     const size_t b = m_ctx.state_begin(unit);
     const size_t e = m_ctx.state_end(unit);
     if (m_ctx.trained != DType::kF32 && e > b) {
-        m_ctx.backend.cast(work_ptr(unit, b), m_ctx.work, master_base + b, DType::kF32, e - b);
+        m_ctx.backend.cast(trained_ptr(unit, b), m_ctx.trained, master_base + b, DType::kF32, e - b);
     }
 }
 
 ActPtr ParameterStore::owned_work(int unit, size_t element) {
     if (m_ctx.trained == DType::kF32) return {};
-    return {work_ptr(unit, element), m_ctx.work};
+    return {trained_ptr(unit, element), m_ctx.trained};
 }
 
 void ParameterStore::stored_to_f32(int unit, size_t from, size_t to, float* f32) {
@@ -262,12 +279,12 @@ CommRequest ParameterStore::start_tail_sum(int unit, void* tail, DType dt) {
 }
 
 void ParameterStore::start_trained_gathers() {
-    if (!separate_trained() || !m_ctx.plan.ownership_partitioned()) return;  // DDP: each rank updates all
+    if (!m_ctx.plan.ownership_partitioned()) return;  // DDP: each rank updates all
     for (int u = 0; u < m_ctx.num_units(); ++u) {
-        float* tail = m_trained[static_cast<size_t>(u)];
+        void* tail = m_trained[static_cast<size_t>(u)];
         if (tail == nullptr) continue;
         m_ctx.comm.wait(m_trained_gathers[static_cast<size_t>(u)]);
-        m_trained_gathers[static_cast<size_t>(u)] = start_tail_sum(u, tail, DType::kF32);
+        m_trained_gathers[static_cast<size_t>(u)] = start_tail_sum(u, tail, m_ctx.trained);
     }
 }
 

@@ -56,7 +56,7 @@ ElementRange ShardPlan::trainable(int unit) const {
 
 ElementRange ShardPlan::state_range(int unit, int rank) const {
     const ElementRange t = trainable(unit);
-    if (partly_frozen(unit) && balances_trained()) {
+    if (partly_frozen(unit) && ownership_partitioned()) {
         // Equal kShardAlign-rounded parts of the tail, in rank order, wherever the shards lie.
         const size_t ranks = static_cast<size_t>(m_world);
         const size_t part = ((t.size() + ranks - 1) / ranks + kShardAlign - 1) / kShardAlign * kShardAlign;

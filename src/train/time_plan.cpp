@@ -430,6 +430,8 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
     double ag = 0;
     double rs_tail = 0;
     double ag_tail = 0;
+    double sums = 0;  // stage 3: the trained tails' copies summed after the step (LoRA)
+    double sums_tail = 0;
     for (size_t u = 0; u < in.unit_numel.size(); ++u) {
         const double n = in.unit_numel[u];
         const double t = in.trained_numel[u];
@@ -446,6 +448,11 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
                                  : 0.0;
         ag += g;
         ag_tail = std::max(ag_tail, g);
+        if (stage == 3 && t > 0 && t < n) {
+            const double sum = collective_time(PlannedCollective::kAllReduce, t * trained, mesh.shard, shard_link).seconds;
+            sums += sum;
+            sums_tail = std::max(sums_tail, sum);
+        }
     }
     if (!in.unit_numel.empty()) {
         rs_tail = collective_time(PlannedCollective::kReduceScatter, in.trained_numel.front() * reduce, mesh.shard,
@@ -477,10 +484,12 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
     if (stage == 3) {
         const double passes = 2.0 * in.micro_batches;
         const double exposed = in.micro_batches * (exposed_seconds(ag, in.forward_s, ag_tail, overlap) +
-                                                   exposed_seconds(ag, in.backward_s, ag_tail, overlap));
-        add_phase(plan, "param all-gather", passes * ag, exposed,
+                                                   exposed_seconds(ag, in.backward_s, ag_tail, overlap)) +
+                               exposed_seconds(sums, in.forward_s, sums_tail, overlap);
+        add_phase(plan, "param all-gather", passes * ag + sums, exposed,
                   str("every unit before each forward and backward (", passes, " a step, depth ",
-                      memory.overlap_depth, " ahead; ring, ", where, "-node)"));
+                      memory.overlap_depth, " ahead; ring, ", where, "-node)",
+                      sums > 0 ? "; the adapters summed after the step" : ""));
     } else {
         add_phase(plan, "param all-gather", ag, exposed_seconds(ag, in.forward_s, ag_tail, overlap),
                   str("the updated shards after the step (LoRA: the adapters), waited for by the next forward (",

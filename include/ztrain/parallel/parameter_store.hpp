@@ -12,11 +12,15 @@
 // 16-bit working copies are widened into an fp32 view (pooled scratch) while acquired (only
 // the 1-D tensors for acquire_vectors); in fp32 the working copy is the master copy the
 // optimizer updates.
-// A 16-bit frozen base under fp32 activations (LoRA; StateContext::trained = fp32): each
-// unit's trained tail has a second, fp32 working copy, whole on every rank, which is also its
-// master. The fp32 view takes the tail from it, so the adapters are never rounded to the
-// base's dtype; after each optimizer step each rank's owned part is all-reduced into the
-// others' (its non-owned parts zeroed first: the sum is a gather).
+// Tail copies (LoRA): each partly frozen unit's trained tail has a second working copy, whole
+// on every rank, in the trained dtype, where
+//   - a 16-bit frozen base runs under fp32 activations (StateContext::trained = fp32): the
+//     fp32 view takes the tail from it, so the adapters are never rounded to the base's dtype;
+//   - the parameters are sharded (stage 3): the tail's state is split evenly over the ranks
+//     (ShardPlan::state_range), not by the shards, so its owners update the whole copy, and
+//     each gathered unit takes its tail from it.
+// In fp32 it is also the tail's master. After each optimizer step each rank's state part is
+// all-reduced into the others' (its other parts zeroed first: the sum is a gather).
 #pragma once
 
 #include <map>
@@ -67,18 +71,25 @@ class ParameterStore {
     // ---- around the optimizer ----
     /// Where the trained elements' working copy is fp32 (StateContext::trained): base[e] is
     /// element e of it (the master weights), valid for the trained elements this rank stores
-    /// (every element of an fp32 working copy; a separate fp32 tail's whole tail).
+    /// (every element of an fp32 working copy; a tail copy's whole tail).
     float* fp32_base(int unit);
-    /// Whether the trained tails keep a separate fp32 working copy (a 16-bit frozen base
-    /// under fp32 activations).
+    /// An fp32 working copy's base (element e at [e], valid for the elements this rank
+    /// stores); null when it is 16-bit.
+    float* fp32_work(int unit) {
+        return m_ctx.work == DType::kF32 ? static_cast<float*>(work_ptr(unit, 0)) : nullptr;
+    }
+    /// Whether the trained elements are fp32 beside a 16-bit frozen base (so every partly
+    /// frozen unit has an fp32 tail copy).
     bool separate_trained() const { return m_ctx.trained != m_ctx.work; }
-    /// The elements of that copy for `unit` (its trained tail; 0 without one).
-    static size_t separate_trained_numel(const ShardPlan& plan, DType work, DType trained, int unit);
+    /// Whether `unit`'s trained tail has a tail copy (see the top of this file).
+    bool has_tail_copy(int unit) const { return m_trained[static_cast<size_t>(unit)] != nullptr; }
+    /// The elements of `unit`'s tail copy (its trained tail; 0 without one), in the trained dtype.
+    static size_t tail_copy_numel(const ShardPlan& plan, DType work, DType trained, int unit);
     /// 16-bit: the owned elements of the working copy = master rounded (master_base[e] is
     /// element e). fp32: nothing (the working copy is the master).
     void refresh_owned(int unit, const float* master_base);
-    /// 16-bit: the stored working copy from owned element `element` of a unit on (AdamW
-    /// rounds the new master into it). fp32: none (the working copy is the master).
+    /// 16-bit: the stored working copy (or tail copy) from owned element `element` of a unit
+    /// on (AdamW rounds the new master into it). fp32: none (the working copy is the master).
     ActPtr owned_work(int unit, size_t element);
     /// Elements [from, to) of the stored working copy, as fp32 into backend memory `f32`
     /// (to_f32), and from it (from_f32): the only copy of a frozen base (LoRA), which has
@@ -86,9 +97,9 @@ class ParameterStore {
     void stored_to_f32(int unit, size_t from, size_t to, float* f32);
     void stored_from_f32(int unit, size_t from, size_t to, const float* f32);
     /// Stages 1-2: starts the all-gather of every unit's owned shard into the full working
-    /// copy; with separate fp32 tails under ZeRO, their all-reduce (every stage >= 1).
+    /// copy; with tail copies under ZeRO, their all-reduce (every stage >= 1).
     /// `after_step`: only what an optimizer step changed: no wholly frozen unit, a partly
-    /// frozen unit's trained tail only (start_tail_sum), and with separate tails nothing of
+    /// frozen unit's trained tail only (start_tail_sum), and with tail copies nothing of
     /// the working copy (the tails alone change). After a load or an import every rank wrote
     /// its own shard of the base, and every unit is gathered (a tail summed first).
     void start_gathers(bool after_step = false);
@@ -113,14 +124,20 @@ class ParameterStore {
         CommRequest request;
     };
     void* work_ptr(int unit, size_t element);
+    /// Element `element` of the trained elements' working copy: the tail copy, or work_ptr.
+    void* trained_ptr(int unit, size_t element);
+    /// `n` host fp32 values into backend memory of dtype `dt` (16-bit: through f32_tmp).
+    void upload(void* dst, DType dt, const float* host, size_t n);
     /// acquire (whole) and acquire_vectors.
     const float* acquire_view(int unit, bool whole);
+    /// Stage 3: the tail copy of the same dtype over the gathered unit's stale tail.
+    void overlay_tail(int unit, void* gathered);
     /// Widens what `whole` asks of the unit's working copy `src` into r.compute.
     void widen_view(int unit, Resident& r, const void* src, bool whole);
     void wait_gather(int unit);
     void start_trained_gathers();
     /// Starts the sum over the group of `unit`'s trained tail (`tail`: its first element, in
-    /// dtype `dt`: the working copy's, or a separate fp32 copy's), the elements this rank does
+    /// dtype `dt`: the working copy's, or a tail copy's), the elements this rank does
     /// not own zeroed first: a gather of the state owners' parts (ShardPlan::state_range).
     CommRequest start_tail_sum(int unit, void* tail, DType dt);
     /// In a training pass: records `unit` (first pass) or follows the recorded order and
@@ -135,9 +152,9 @@ class ParameterStore {
     std::vector<std::vector<std::pair<size_t, size_t>>> m_vectors;
     bool m_hold_first_unit = false;
     std::vector<CommRequest> m_gathers;   // stages 1-2: per unit, since the optimizer step
-    /// Separate fp32 trained tails (separate_trained(); null for a unit without a tail), whole
-    /// on every rank, and their all-reduce since the optimizer step.
-    std::vector<float*> m_trained;
+    /// Tail copies (trained dtype; null for a unit without one), whole on every rank, and
+    /// their all-reduce since the optimizer step.
+    std::vector<void*> m_trained;
     std::vector<CommRequest> m_trained_gathers;
     // Training passes (stage 3): the acquire order of the first, and where this one is in it.
     std::vector<int> m_pass_order;

@@ -73,10 +73,10 @@ struct ShardingPolicy {
 /// adapters; empty for a unit without any). Ownership stays the same slices of the whole
 /// unit, but gradients, master weights and moments are stored for the trained part only
 /// (state_range), and a partly frozen unit's gradient is reduced over its trained part by an
-/// all-reduce (its owners' parts differ in size, so no reduce-scatter fits them). Where every
-/// rank holds the whole working copy (ZeRO-1/2), the tail's state is split evenly over the
-/// ranks, apart from the shards (which would give it all to the last ones); at ZeRO-3 a rank
-/// updates what its shard holds, the shard's part of the tail.
+/// all-reduce (its owners' parts differ in size, so no reduce-scatter fits them). Wherever
+/// ownership is partitioned (ZeRO-1/2/3), the tail's state is split evenly over the ranks,
+/// apart from the shards (which would give it all to the last ones); at ZeRO-3 every rank
+/// keeps the tail's working copy whole beside its shard (ParameterStore).
 class ShardPlan {
   public:
     /// `trainable_begin`: per unit, where its trained tail starts (empty: every unit trains
@@ -109,7 +109,7 @@ class ShardPlan {
     bool partly_frozen(int unit) const { return trainable(unit).begin > 0; }
     /// The elements whose gradient, master and moments `rank` keeps: owned_range itself
     /// unless a base is frozen; then its part of trainable(unit): an even split of it where
-    /// balances_trained(), owned_range within it otherwise.
+    /// ownership is partitioned, all of it under DDP.
     ElementRange state_range(int unit, int rank) const;
     /// owned_range(unit, rank) below trainable(unit): the frozen base's elements `rank` owns
     /// (empty unless a base is frozen).
@@ -117,9 +117,6 @@ class ShardPlan {
         const ElementRange o = owned_range(unit, rank);
         return ElementRange{o.begin, std::min(o.end, std::max(o.begin, trainable(unit).begin))};
     }
-    /// Whether a partly frozen unit's trained state is split evenly (ZeRO-1/2: ownership
-    /// partitioned over whole working copies), not by the shards.
-    bool balances_trained() const { return m_policy.optimizer_sharded && !m_policy.params_sharded; }
     /// What a checkpoint saves of `unit` for `rank`: its state_range where it is a primary
     /// owner (a frozen base is not saved: it is read again from where it came from).
     ElementRange saved_range(int unit, int rank) const {
