@@ -28,6 +28,7 @@
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/mpi_start.hpp"
 #include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/generator.hpp"
@@ -203,6 +204,7 @@ int world_rank() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    zt::prefer_isolated_mpi_singleton();
     MPI_Init(&argc, &argv);
     int code = zt::kExitOk;
     try {

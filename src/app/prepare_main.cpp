@@ -23,6 +23,7 @@
 #include <boost/program_options.hpp>
 
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/mpi_start.hpp"
 #include "ztrain/core/tool_main.hpp"
 #include "ztrain/data/prepare.hpp"
 
@@ -120,6 +121,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    zt::prefer_isolated_mpi_singleton();
     MPI_Init(&argc, &argv);
     // A rank that stops because another failed exits quietly: that rank says why.
     const int code = zt::run_tool("zt-prepare", [&]() -> int {

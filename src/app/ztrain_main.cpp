@@ -14,6 +14,7 @@
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/config.hpp"
 #include "ztrain/config/config.hpp"
+#include "ztrain/core/mpi_start.hpp"
 #include "ztrain/env/env.hpp"
 #include "ztrain/model/family.hpp"
 #include "ztrain/core/error.hpp"
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
     // synchronous saves.
     int thread_level = MPI_THREAD_SINGLE;
     zt::prefer_mpi_yield_when_idle();
+    zt::prefer_isolated_mpi_singleton();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
     int code = zt::kExitOk;
     try {
