@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cpu_bf16.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/agree.hpp"
 #include "ztrain/comm/communicator.hpp"
@@ -301,6 +302,28 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     }
 }
 
+/// 16-bit activations on the CPU without 16-bit products (no bf16 instructions, or fp16):
+/// every product widens its operands into one fp32 scratch, kept at the largest product's
+/// size (cpu_widened_operand_floats). The products' shapes are the rank's 2-D weights (or,
+/// without a manifest, the LM head's, the largest) at a micro-batch's rows.
+void add_widened_operands_item(const Config& cfg, const std::optional<ModelLayout>& layout, int tensor,
+                               std::vector<MemoryItem>& items) {
+    const DType act = cfg.precision.dtype;
+    if (act == DType::kF32 || (act == DType::kBF16 && cpu_bf16_products().native)) return;
+    const ModelConfig& m = cfg.model;
+    const int rows = cfg.train.micro_batch * m.seq_len;
+    size_t most = cpu_widened_operand_floats(rows, m.n_embd, m.padded_vocab() / std::max(1, tensor));
+    if (layout) {
+        for (const ParamSpec& p : layout->params) {
+            if (p.shape.size() != 2) continue;
+            most = std::max(most, cpu_widened_operand_floats(rows, static_cast<int>(p.shape[1]),
+                                                             static_cast<int>(p.shape[0])));
+        }
+    }
+    items.push_back({"operands", static_cast<double>(most) * sizeof(float),
+                     str("16-bit products' operands widened to fp32 (no ", dtype_name(act), " products on this CPU)")});
+}
+
 /// The plan of rank `at` with communication running `overlap_depth` units ahead of compute.
 MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, double attention_scratch_floats,
                          double baseline_bytes, bool device, int overlap_depth, const ExampleRunSizes* examples,
@@ -373,6 +396,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         act.what += str(", the models of stage ", at.pipeline_stage, "'s micro-batches in flight");
     }
     plan.items.push_back(act);
+    if (!device) add_widened_operands_item(cfg, layout, tensor, plan.items);
     plan.items.push_back({"tokens", Transformer::token_bytes(m, t.micro_batch, tensor), "inputs and targets (int32)"});
     // An example run's host buffers (on a GPU run too, but the plan there counts device memory).
     if (examples != nullptr && !device) add_example_items(cfg, *examples, plan.items);

@@ -8,6 +8,7 @@
 
 #include "test_support.hpp"
 #include "ztrain/backend/backend.hpp"
+#include "ztrain/backend/cpu_bf16.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/model/transformer.hpp"
@@ -125,6 +126,28 @@ TEST(MemoryPlan, ClosedFormParameterCountIsTheManifests) {
     double params = 0;
     for (const ParamSpec& p : make_model_layout(smol.model).params) params += static_cast<double>(p.numel);
     EXPECT_EQ(params, 134515008.0);
+}
+
+// 16-bit activations without 16-bit products (fp16 always on the CPU; bf16 without bf16
+// instructions): the products' operands widened to fp32 are one scratch at the largest
+// product's need. The default model (4 x 128, seq 128, micro_batch 4): the MLP's projection
+// back (512 -> 128) over 512 rows needs 512 x (2 x 512 + 128) floats, more than c_fc's
+// 512 x (2 x 128 + 512) or the head's.
+TEST(MemoryPlan, SixteenBitProductsWithoutThemCountTheirWidenedOperands) {
+    EXPECT_EQ(cpu_widened_operand_floats(512, 512, 128), 512u * 1152u);
+    // Above 4M floats a block of rows, a multiple of 16: the GPT-2 head over 4096 rows.
+    EXPECT_EQ(cpu_widened_operand_floats(4096, 768, 50304), 80u * 51840u);
+    const auto operands = [](DType act) {
+        Config cfg;
+        cfg.precision.dtype = act;
+        for (const MemoryItem& i : plan_memory(cfg, 1, 1, 0, 0, false).items) {
+            if (i.name == "operands") return i.bytes;
+        }
+        return -1.0;
+    };
+    EXPECT_EQ(operands(DType::kF16), 512.0 * 1152 * sizeof(float));
+    EXPECT_EQ(operands(DType::kF32), -1.0);
+    EXPECT_EQ(operands(DType::kBF16), cpu_bf16_products().native ? -1.0 : 512.0 * 1152 * sizeof(float));
 }
 
 // parallel.bucket_mb = 0: an eighth of the gradients' wire bytes, between 1 and 25 MiB; a

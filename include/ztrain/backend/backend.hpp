@@ -455,6 +455,9 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 /// The CPU backend's attention_scratch_floats at `threads` threads, without making one.
 size_t cpu_attention_scratch_floats(int T, int threads);
+/// The fp32 scratch (floats) the CPU backend keeps for an (N x C) by (C -> OC) product with
+/// 16-bit operands and no 16-bit products: its operands widened, a block of rows at a time.
+size_t cpu_widened_operand_floats(int N, int C, int OC);
 
 /// What a backend of the `backend` setting (cpu, cuda or auto; auto plans as cpu, what it
 /// resolves to) will report, without making one or needing its device: a deck's memory plan

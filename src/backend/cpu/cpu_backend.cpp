@@ -420,6 +420,7 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 size_t cpu_attention_scratch_floats(int T, int threads) { return cpu::attention_scratch_floats(T, threads); }
+size_t cpu_widened_operand_floats(int N, int C, int OC) { return cpu::widened_operand_floats(N, C, OC); }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
     return std::make_unique<CpuBackend>(threads);

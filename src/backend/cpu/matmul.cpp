@@ -233,10 +233,16 @@ void narrow_parallel(const float* src, ConstActPtr add, ActPtr dst, size_t at, s
     });
 }
 
-/// fp32 scratch of the widened products, reused across calls (the calling thread's).
+/// fp32 scratch of the widened products, reused across calls (the calling thread's). It grows
+/// to exactly the largest product's need (not a vector's doubling), which the memory plan
+/// counts (widened_operand_floats).
 float* widened_operands(size_t n) {
     thread_local std::vector<float> buf;
-    if (buf.size() < n) buf.resize(n);
+    if (buf.size() < n) {
+        buf.clear();
+        buf.shrink_to_fit();
+        buf.resize(n);
+    }
     return buf.data();
 }
 
@@ -250,6 +256,11 @@ int widened_gemm_rows(int N, int C, int OC) {
     if (static_cast<size_t>(N) * per_row <= kWidenedBudget) return std::max(N, 1);
     const size_t rows = std::max<size_t>(16, kWidenedBudget / per_row / 16 * 16);
     return static_cast<int>(std::min<size_t>(rows, static_cast<size_t>(N)));
+}
+
+size_t widened_operand_floats(int N, int C, int OC) {
+    const size_t per_row = 2 * static_cast<size_t>(C) + static_cast<size_t>(OC);
+    return static_cast<size_t>(widened_gemm_rows(N, C, OC)) * per_row;
 }
 
 void matmul_forward_widened(ActPtr out, ConstActPtr inp, const float* weight, const float* bias,

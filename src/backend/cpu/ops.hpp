@@ -41,6 +41,8 @@ void matmul_backward_widened(ActPtr dinp, float* dweight, float* dbias, ConstAct
 /// Rows per widened block for a product of inner size C and outer size OC (a multiple of 16,
 /// at least 16, all N rows when the operands fit the block budget).
 int widened_gemm_rows(int N, int C, int OC);
+/// The widened products' fp32 scratch for that product: its backward's (the larger) block.
+size_t widened_operand_floats(int N, int C, int OC);
 
 // ---- bf16_products.cpp: bf16 products through oneDNN (cpu_bf16.hpp) -------------------
 
