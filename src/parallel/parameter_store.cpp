@@ -33,12 +33,12 @@ ParameterStore::ParameterStore(const StateContext& ctx, size_t* params_bytes) : 
         *params_bytes += n * ctx.work_size();
     }
     m_gathers.resize(m_params.size());
-    m_trained.assign(m_params.size(), nullptr);
-    m_trained_gathers.resize(m_params.size());
+    m_tail_copies.assign(m_params.size(), nullptr);
+    m_tail_sums.resize(m_params.size());
     for (int u = 0; u < ctx.num_units(); ++u) {
         const size_t n = tail_copy_numel(ctx.plan, ctx.work, ctx.trained, u);
         if (n == 0) continue;
-        m_trained[static_cast<size_t>(u)] = ctx.backend.alloc_bytes(n * ctx.trained_size());
+        m_tail_copies[static_cast<size_t>(u)] = ctx.backend.alloc_bytes(n * ctx.trained_size());
         *params_bytes += n * ctx.trained_size();
     }
     m_vectors.resize(m_params.size());
@@ -54,12 +54,12 @@ ParameterStore::~ParameterStore() {
     // As ~GradientReducer: no waiting while an error unwinds (the job is aborted next).
     if (std::uncaught_exceptions() == 0) {
         for (CommRequest& r : m_gathers) m_ctx.comm.wait(r);
-        for (CommRequest& r : m_trained_gathers) m_ctx.comm.wait(r);
+        for (CommRequest& r : m_tail_sums) m_ctx.comm.wait(r);
         for (auto& [u, r] : m_resident) m_ctx.comm.wait(r.request);
     }
     // Resident buffers are pool memory: the pool frees them.
     for (void* p : m_params) m_ctx.backend.free(p);
-    for (void* p : m_trained) {
+    for (void* p : m_tail_copies) {
         if (p != nullptr) m_ctx.backend.free(p);
     }
 }
@@ -77,7 +77,7 @@ void* ParameterStore::work_ptr(int unit, size_t element) {
 void ParameterStore::write_initial(int unit, size_t lo, size_t hi, const float* host) {
     const size_t begin = m_ctx.plan.params_start(unit, m_ctx.rank);
     const size_t end = begin + m_ctx.plan.stored_params(unit);
-    if (void* tail = m_trained[static_cast<size_t>(unit)]) {  // whole on every rank
+    if (void* tail = m_tail_copies[static_cast<size_t>(unit)]) {  // whole on every rank
         const ElementRange t = m_ctx.plan.trainable(unit);
         const size_t a = std::max(lo, t.begin);
         const size_t z = std::min(hi, t.end);
@@ -114,7 +114,7 @@ void ParameterStore::prefetch(int unit) {
 
 void ParameterStore::wait_gather(int unit) {
     m_ctx.comm.wait(m_gathers[static_cast<size_t>(unit)]);
-    m_ctx.comm.wait(m_trained_gathers[static_cast<size_t>(unit)]);
+    m_ctx.comm.wait(m_tail_sums[static_cast<size_t>(unit)]);
 }
 
 const float* ParameterStore::acquire(int unit) { return acquire_view(unit, true); }
@@ -148,7 +148,7 @@ const float* ParameterStore::acquire_view(int unit, bool whole) {
 }
 
 void ParameterStore::overlay_tail(int unit, void* gathered) {
-    const void* tail = m_trained[static_cast<size_t>(unit)];
+    const void* tail = m_tail_copies[static_cast<size_t>(unit)];
     if (tail == nullptr || separate_trained()) return;  // an fp32 tail goes into the view (widen_view)
     const ElementRange t = m_ctx.plan.trainable(unit);
     m_ctx.backend.cast(element_at(gathered, t.begin, m_ctx.work), m_ctx.work, tail, m_ctx.work, t.size());
@@ -156,7 +156,7 @@ void ParameterStore::overlay_tail(int unit, void* gathered) {
 
 void ParameterStore::widen_view(int unit, Resident& r, const void* src, bool whole) {
     r.vectors_only = !whole;
-    const float* tail = separate_trained() ? static_cast<const float*>(m_trained[static_cast<size_t>(unit)]) : nullptr;
+    const float* tail = separate_trained() ? static_cast<const float*>(m_tail_copies[static_cast<size_t>(unit)]) : nullptr;
     const ElementRange t = m_ctx.plan.trainable(unit);
     if (whole) {
         m_ctx.backend.cast(r.compute, DType::kF32, src, m_ctx.work, m_ctx.shard(unit).padded_numel);
@@ -230,14 +230,14 @@ void ParameterStore::hold_first_unit(bool hold) {
 
 float* ParameterStore::fp32_base(int unit) {
     ZT_REQUIRE(m_ctx.trained == DType::kF32, "fp32_base() of a ", dtype_name(m_ctx.trained), " working copy");
-    float* tail = static_cast<float*>(m_trained[static_cast<size_t>(unit)]);
+    float* tail = static_cast<float*>(m_tail_copies[static_cast<size_t>(unit)]);
     if (tail != nullptr) return tail - m_ctx.plan.trainable(unit).begin;
     // Beside a 16-bit base, a unit without a tail has no trained element to address.
     return separate_trained() ? nullptr : static_cast<float*>(work_ptr(unit, 0));
 }
 
 void* ParameterStore::trained_ptr(int unit, size_t element) {
-    void* tail = m_trained[static_cast<size_t>(unit)];
+    void* tail = m_tail_copies[static_cast<size_t>(unit)];
     if (tail == nullptr) return work_ptr(unit, element);
     return element_at(tail, element - m_ctx.plan.trainable(unit).begin, m_ctx.trained);
 }
@@ -281,10 +281,10 @@ CommRequest ParameterStore::start_tail_sum(int unit, void* tail, DType dt) {
 void ParameterStore::start_trained_gathers() {
     if (!m_ctx.plan.ownership_partitioned()) return;  // DDP: each rank updates all
     for (int u = 0; u < m_ctx.num_units(); ++u) {
-        void* tail = m_trained[static_cast<size_t>(u)];
+        void* tail = m_tail_copies[static_cast<size_t>(u)];
         if (tail == nullptr) continue;
-        m_ctx.comm.wait(m_trained_gathers[static_cast<size_t>(u)]);
-        m_trained_gathers[static_cast<size_t>(u)] = start_tail_sum(u, tail, m_ctx.trained);
+        m_ctx.comm.wait(m_tail_sums[static_cast<size_t>(u)]);
+        m_tail_sums[static_cast<size_t>(u)] = start_tail_sum(u, tail, m_ctx.trained);
     }
 }
 

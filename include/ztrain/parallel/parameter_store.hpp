@@ -82,7 +82,7 @@ class ParameterStore {
     /// frozen unit has an fp32 tail copy).
     bool separate_trained() const { return m_ctx.trained != m_ctx.work; }
     /// Whether `unit`'s trained tail has a tail copy (see the top of this file).
-    bool has_tail_copy(int unit) const { return m_trained[static_cast<size_t>(unit)] != nullptr; }
+    bool has_tail_copy(int unit) const { return m_tail_copies[static_cast<size_t>(unit)] != nullptr; }
     /// The elements of `unit`'s tail copy (its trained tail; 0 without one), in the trained dtype.
     static size_t tail_copy_numel(const ShardPlan& plan, DType work, DType trained, int unit);
     /// 16-bit: the owned elements of the working copy = master rounded (master_base[e] is
@@ -154,8 +154,8 @@ class ParameterStore {
     std::vector<CommRequest> m_gathers;   // stages 1-2: per unit, since the optimizer step
     /// Tail copies (trained dtype; null for a unit without one), whole on every rank, and
     /// their all-reduce since the optimizer step.
-    std::vector<void*> m_trained;
-    std::vector<CommRequest> m_trained_gathers;
+    std::vector<void*> m_tail_copies;
+    std::vector<CommRequest> m_tail_sums;
     // Training passes (stage 3): the acquire order of the first, and where this one is in it.
     std::vector<int> m_pass_order;
     bool m_in_pass = false;
