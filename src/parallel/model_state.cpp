@@ -274,19 +274,14 @@ size_t StateShards::owned_end(int unit) const { return m_state.m_plan.owned_rang
 size_t StateShards::state_begin(int unit) const { return m_state.m_plan.state_range(unit, m_state.m_rank).begin; }
 size_t StateShards::state_end(int unit) const { return m_state.m_plan.state_range(unit, m_state.m_rank).end; }
 
-bool StateShards::master_holds_frozen(int unit, Kind kind) const {
-    return kind == kMaster && m_state.m_work == DType::kF32 && !m_state.m_params.has_tail_copy(unit);
-}
-
 float* StateShards::base(int unit, Kind kind) {
     return kind == kMaster ? master_base(unit) : kind == kAdamM ? adam_m_base(unit) : adam_v_base(unit);
 }
 
 void StateShards::read(int unit, Kind kind, size_t from, size_t to, float* host, bool snapshot) {
-    // Elements below the trained part are frozen; an fp32 master is the working copy, which
-    // holds them too (unless the trained part has a tail copy of its own).
-    const bool whole = master_holds_frozen(unit, kind);
-    const size_t split = whole ? from : std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
+    // Elements below the trained part are frozen: their master is the working copy (and they
+    // have no moments).
+    const size_t split = std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
     if (split > from) {
         if (kind == kMaster) {
             read_frozen_master(unit, from, split, host, snapshot);
@@ -305,8 +300,7 @@ void StateShards::read(int unit, Kind kind, size_t from, size_t to, float* host,
 }
 
 void StateShards::write(int unit, Kind kind, size_t from, size_t to, const float* host) {
-    const bool whole = master_holds_frozen(unit, kind);
-    const size_t split = whole ? from : std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
+    const size_t split = std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
     if (split > from && kind == kMaster) write_frozen_master(unit, from, split, host);
     if (to > split) copy_from_host(base(unit, kind) + split, host + (split - from), to - split);
 }

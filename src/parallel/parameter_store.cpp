@@ -232,8 +232,8 @@ float* ParameterStore::fp32_base(int unit) {
     ZT_REQUIRE(m_ctx.trained == DType::kF32, "fp32_base() of a ", dtype_name(m_ctx.trained), " working copy");
     float* tail = static_cast<float*>(m_tail_copies[static_cast<size_t>(unit)]);
     if (tail != nullptr) return tail - m_ctx.plan.trainable(unit).begin;
-    // Beside a 16-bit base, a unit without a tail has no trained element to address.
-    return separate_trained() ? nullptr : static_cast<float*>(work_ptr(unit, 0));
+    // Beside a 16-bit base (fp32_work null), a unit without a tail has no trained element.
+    return fp32_work(unit);
 }
 
 void* ParameterStore::trained_ptr(int unit, size_t element) {

@@ -440,16 +440,17 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
         } else if (t > 0) {
             rs += collective_time(PlannedCollective::kAllReduce, t * reduce, mesh.shard, shard_link).seconds;
         }
-        // Stage 3 gathers every unit whole; after a step of stages 1-2 only what it changed:
-        // no wholly frozen unit, a partly frozen one's trained tail (LoRA; all-reduced).
+        // A partly frozen unit's trained tail (LoRA) is summed after the step. Stage 3 also
+        // gathers every unit whole; stages 1-2 only what the step changed (that tail).
+        const double sum = t > 0 && t < n
+                               ? collective_time(PlannedCollective::kAllReduce, t * trained, mesh.shard, shard_link).seconds
+                               : 0.0;
         const double g = stage == 3 || t == n
                              ? collective_time(PlannedCollective::kAllGather, n * work, mesh.shard, shard_link).seconds
-                         : t > 0 ? collective_time(PlannedCollective::kAllReduce, t * trained, mesh.shard, shard_link).seconds
-                                 : 0.0;
+                             : sum;
         ag += g;
         ag_tail = std::max(ag_tail, g);
-        if (stage == 3 && t > 0 && t < n) {
-            const double sum = collective_time(PlannedCollective::kAllReduce, t * trained, mesh.shard, shard_link).seconds;
+        if (stage == 3) {
             sums += sum;
             sums_tail = std::max(sums_tail, sum);
         }

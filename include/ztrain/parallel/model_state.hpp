@@ -299,10 +299,8 @@ class StateShards {
     friend class ModelState;
     explicit StateShards(ModelState& state) : m_state(state) {}
     float* base(int unit, Kind kind);
-    /// Whether base(unit, kind) also addresses the unit's frozen elements (an fp32 master
-    /// that is the whole working copy).
-    bool master_holds_frozen(int unit, Kind kind) const;
-    /// A frozen range's master, through the state's fp32 conversion buffer when 16-bit.
+    /// A frozen range's master: the fp32 working copy itself, or through the state's fp32
+    /// conversion buffer when 16-bit.
     void read_frozen_master(int unit, size_t from, size_t to, float* host, bool snapshot);
     void write_frozen_master(int unit, size_t from, size_t to, const float* host);
     ModelState& m_state;

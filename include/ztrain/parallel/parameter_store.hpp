@@ -81,8 +81,6 @@ class ParameterStore {
     /// Whether the trained elements are fp32 beside a 16-bit frozen base (so every partly
     /// frozen unit has an fp32 tail copy).
     bool separate_trained() const { return m_ctx.trained != m_ctx.work; }
-    /// Whether `unit`'s trained tail has a tail copy (see the top of this file).
-    bool has_tail_copy(int unit) const { return m_tail_copies[static_cast<size_t>(unit)] != nullptr; }
     /// The elements of `unit`'s tail copy (its trained tail; 0 without one), in the trained dtype.
     static size_t tail_copy_numel(const ShardPlan& plan, DType work, DType trained, int unit);
     /// 16-bit: the owned elements of the working copy = master rounded (master_base[e] is
