@@ -106,7 +106,10 @@ const KeyDef kKeys[] = {
     ZT_KEY("train.sample_tokens", train.sample_tokens, "tokens sampled at each evaluation (0 disables)"),
     ZT_KEY("train.log_every", train.log_every, "steps between log lines"),
     ZT_KEY("train.threads", train.threads, "CPU threads per rank (0: cores / local ranks)"),
-    ZT_KEY("train.recompute", train.recompute, "recompute activations in backward to save memory"),
+    ZT_KEY("train.recompute", train.recompute,
+           "recompute activations in backward to save memory: false | attention (each block's (T x T) attention "
+           "probabilities rebuilt from its q, k, v before its attention backward: about one attention forward more) "
+           "| true (only each block's output kept; its whole forward runs again: about a third more compute)"),
     ZT_KEY("train.max_bad_steps", train.max_bad_steps,
            "consecutive steps with non-finite gradients (skipped) before a bf16, fp32 or static-scale fp16 "
            "run stops"),

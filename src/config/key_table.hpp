@@ -27,7 +27,7 @@ namespace zt::config_detail {
 using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*, DType*, std::optional<DType>*,
                               BackendChoice*, LrSchedule*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*,
                               MemoryCheck*, OnInputChange*, ModelArch*, RopeScaling*, ShardGroupSetting*,
-                              DataPacking*, DataOverlong*, PipelineSchedule*, SpikePolicy*>;
+                              DataPacking*, DataOverlong*, PipelineSchedule*, SpikePolicy*, ActivationRecompute*>;
 
 struct KeyDef {
     const char* key;               ///< "section.key", or a bare top-level key

@@ -62,6 +62,10 @@ const std::pair<const char*, PipelineSchedule> kPipelineScheduleNames[] = {
     {"zb", PipelineSchedule::kZeroBubble}};
 const std::pair<const char*, SpikePolicy> kSpikeNames[] = {{"off", SpikePolicy::kOff},
                                                            {"rollback", SpikePolicy::kRollback}};
+/// train.recompute as written back; read as these or any boolean (parse_setting below).
+const std::pair<const char*, ActivationRecompute> kRecomputeNames[] = {{"false", ActivationRecompute::kNone},
+                                                                       {"attention", ActivationRecompute::kAttention},
+                                                                       {"true", ActivationRecompute::kBlocks}};
 const std::pair<const char*, DataOverlong> kOverlongNames[] = {
     {"error", DataOverlong::kError}, {"truncate", DataOverlong::kTruncate}, {"drop", DataOverlong::kDrop}};
 
@@ -104,6 +108,20 @@ bool parse_setting(const std::string& s, std::optional<DType>& out, std::string&
         return false;
     }
     out = t;
+    return true;
+}
+bool parse_bool(const std::string& s, bool& out);
+/// train.recompute: a boolean (true: every block, as before the attention-only mode) or
+/// "attention".
+bool parse_setting(const std::string& s, ActivationRecompute& out, std::string& expected) {
+    expected = "false | attention | true (every block)";
+    if (s == "attention") {
+        out = ActivationRecompute::kAttention;
+        return true;
+    }
+    bool blocks = false;
+    if (!parse_bool(s, blocks)) return false;
+    out = blocks ? ActivationRecompute::kBlocks : ActivationRecompute::kNone;
     return true;
 }
 bool parse_setting(const std::string& s, ResumeSetting& out, std::string& expected) {
@@ -346,6 +364,7 @@ const char* setting_text(DataPacking v) { return choice_text(v, choice_names(v))
 const char* setting_text(DataOverlong v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(PipelineSchedule v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(SpikePolicy v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(ActivationRecompute v) { return choice_text(v, kRecomputeNames); }
 
 bool parse_pipeline_layers(const std::string& text, std::vector<int>& out) {
     out.clear();

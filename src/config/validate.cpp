@@ -152,6 +152,7 @@ void check_train_keys(const Validator& v, const Config& cfg) {
     v.check_int_min("train.log_every", t.log_every, 1);
     v.check_int_min("train.threads", t.threads, 0);
     v.check_read("train.spike");
+    v.check_read("train.recompute");
     v.check(t.spike_factor > 1, "train.spike_factor", "a factor > 1 over the median loss");
     v.check_int_min("train.spike_patience", t.spike_patience, 1);
     v.check_int_min("train.spike_snapshot_every", t.spike_snapshot_every, 1);
@@ -208,9 +209,9 @@ void check_pipeline(const Validator& v, const Config& cfg) {
         return;
     }
     if (p.schedule == PipelineSchedule::kZeroBubble) {
-        v.check(!cfg.train.recompute, "train.recompute",
-                "false under parallel.schedule = zb (its weight passes read each block's inputs and keep its output "
-                "gradients in the block's activations, which recompute does not keep)");
+        v.check(cfg.train.recompute != ActivationRecompute::kBlocks, "train.recompute",
+                "false or attention under parallel.schedule = zb (its weight passes read each block's inputs and keep "
+                "its output gradients in the block's activations, which recomputing whole blocks does not keep)");
     }
     const int m = cfg.train.grad_accum;
     v.check(m >= p.pipeline, "train.grad_accum",
@@ -343,6 +344,8 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected, FamilyRu
     check_lora_keys(v, cfg);
     check_checkpoint_and_run_keys(v, cfg);
     check_cluster_keys(v, cfg.cluster);
+    // A typed key without its check_read above must still not pass with its default.
+    for (const auto& refused : rejected) v.check_read(refused.first);
 }
 
 }  // namespace config_detail

@@ -59,7 +59,7 @@ ModelLayout gpt2_layout(const ModelConfig& cfg, TensorSplit split) {
     return layout;
 }
 
-ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor,
+ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, ActivationRecompute recompute, int tensor,
                                  bool sequence) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     // The rows of the residual stream and the norms: under sequence parallelism 1/t of them.
@@ -72,11 +72,13 @@ ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, bool rec
     // LayerNorm statistics (fp32, BTl).
     const double block = BTl * 4 * C + BT * Cs * (1 + 3 + 8);
     const double probs = static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
-    const double blocks = recompute ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
-    const double stats = (recompute ? 1 : cfg.n_layer) * 4 * BTl;
+    const bool blocks_once = recompute == ActivationRecompute::kBlocks;
+    const double blocks = blocks_once ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
+    const double stats = (blocks_once ? 1 : cfg.n_layer) * 4 * BTl;
     // Gradient scratch: datty (BT C/t), dqkv (3), dfc and dfc_gelu (4 each); ln_f's mean and
     // rstd (2 x BTl, fp32).
-    return {blocks + BT * Cs * (1 + 3 + 8), stats + 2 * BTl, (recompute ? 1 : cfg.n_layer) * probs};
+    return {blocks + BT * Cs * (1 + 3 + 8), stats + 2 * BTl,
+            (recompute == ActivationRecompute::kNone ? cfg.n_layer : 1) * probs};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block).
@@ -95,7 +97,7 @@ Gpt2Offsets gpt2_offsets(const ModelLayout& layout) {
 class Gpt2Blocks final : public ModelFamily {
   public:
     Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
-               const DriverScratch& scratch, int max_batch, bool recompute);
+               const DriverScratch& scratch, int max_batch, ActivationRecompute recompute);
 
     // With position runs (packed examples) each run reads the rows of wpe from its first
     // position on: the same op over a slice, so a run is embedded exactly as the same tokens
@@ -197,8 +199,9 @@ class Gpt2Blocks final : public ModelFamily {
 };
 
 Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
-                       const DriverScratch& scratch, int max_batch, bool recompute)
+                       const DriverScratch& scratch, int max_batch, ActivationRecompute recompute)
     : ModelFamily(scratch), m_cfg(cfg) {
+    set_probs_recompute(recompute == ActivationRecompute::kAttention);
     if (cfg.n_layer > 0) m_off = gpt2_offsets(layout);
     const Gpt2Offsets& o = m_off;
     // This rank's features of the products: the width and its heads' width (C / t).
@@ -216,13 +219,15 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
     const size_t NH = static_cast<size_t>(cfg.n_head / m_parallel.parts());
     const size_t T = static_cast<size_t>(cfg.seq_len);
     const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));
+    const size_t probs = static_cast<size_t>(max_batch) * NH * T * T;
+    const ActPtr shared_att = recompute == ActivationRecompute::kAttention ? arena.take_act(probs) : ActPtr{};
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
         L.ln1 = arena.take_act(BTl * C);
         L.ln1_mean = arena.take(BTl);
         L.ln1_rstd = arena.take(BTl);
         L.qkv = arena.take_act(BT * 3 * Ch);
         L.atty = arena.take_act(BT * Ch);
-        L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
+        L.att = shared_att.data != nullptr ? shared_att : arena.take_act(probs);
         L.residual2 = arena.take_act(BTl * C);
         L.ln2 = arena.take_act(BTl * C);
         L.ln2_mean = arena.take(BTl);
@@ -284,7 +289,7 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, UnitG
     // Same for the attention branch: dres becomes d/d block input.
     m_attn_proj.backward(be, m_datty, dw, dres, L.atty, uw, L.residual2, N);
     zero_act(be, m_dqkv, NCh * 3);
-    attention_backward(be, m_dqkv, m_datty, L.qkv, L.att, B, T, NH, NH, hs);
+    attention_backward(be, m_dqkv, m_datty, L.qkv, L.atty, L.att, B, T, NH, NH, hs);
     dln = m_qkv.backward(be, dw, m_dqkv, L.ln1, uw, L.qkv, N);
     be.layernorm_backward(dres, norm_grad(be, dw, o.ln1w, Cs), norm_grad(be, dw, o.ln1b, Cs), dln, in, w + o.ln1w,
                           L.ln1_mean, L.ln1_rstd, Nl, C);
@@ -293,7 +298,7 @@ void Gpt2Blocks::block_backward(Backend& be, int l, const UnitWeights& uw, UnitG
 
 std::unique_ptr<ModelFamily> make_gpt2_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& /*backend*/,
                                               ActivationArena& arena, const DriverScratch& scratch, int max_batch,
-                                              bool recompute) {
+                                              ActivationRecompute recompute) {
     return std::make_unique<Gpt2Blocks>(cfg, layout, arena, scratch, max_batch, recompute);
 }
 

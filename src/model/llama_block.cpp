@@ -97,7 +97,7 @@ int local_kv_heads(const ModelConfig& cfg, int tensor) {
     return cfg.kv_heads() >= tensor ? cfg.kv_heads() / tensor : 1;
 }
 
-ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool recompute, int tensor,
+ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, ActivationRecompute recompute, int tensor,
                                   bool sequence) {
     const double BT = static_cast<double>(max_batch) * cfg.seq_len;
     // The rows of the residual stream and the norms: under sequence parallelism 1/t of them.
@@ -118,8 +118,9 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool re
     const double head_rstd = cfg.qk_norm ? BT * (cfg.n_head / tensor + local_kv_heads(cfg, tensor)) : 0;
     const double block = BTl * 4 * C + BT * (Cq + QKV + 3 * F) + head_norm;
     const double probs = static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
-    const double blocks = recompute ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
-    const double stats = (recompute ? 1 : cfg.n_layer) * (2 * BTl + head_rstd);
+    const bool blocks_once = recompute == ActivationRecompute::kBlocks;
+    const double blocks = blocks_once ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
+    const double stats = (blocks_once ? 1 : cfg.n_layer) * (2 * BTl + head_rstd);
     // Gradient scratch: datty (BT Cq), dqkv (QKV), d gate|up (2F), d swiglu (F); the final
     // RMSNorm's rstd (BTl) and the rotary table (T hs), fp32.
     // Shared KV heads: q|k|v's weight gradient and the k, v gradients' exchange (fp32).
@@ -127,7 +128,7 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, bool re
     // Head norms under a group: their weights' partial gradients before the sum (2 hs).
     const double head_norm_grads = cfg.qk_norm && tensor > 1 ? 2 * hs : 0;
     return {blocks + BT * (Cq + QKV + 3 * F), stats + BTl + T * cfg.head_size() + shared_kv + head_norm_grads,
-            (recompute ? 1 : cfg.n_layer) * probs};
+            (recompute == ActivationRecompute::kNone ? cfg.n_layer : 1) * probs};
 }
 
 /// Offsets of one block's tensors inside its unit (identical for every block); q|k|v and
@@ -165,7 +166,7 @@ LlamaOffsets llama_offsets(const ModelConfig& cfg, const ModelLayout& layout) {
 class LlamaBlocks final : public ModelFamily {
   public:
     LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
-                const DriverScratch& scratch, int max_batch, bool recompute);
+                const DriverScratch& scratch, int max_batch, ActivationRecompute recompute);
 
     void embed_forward(Backend& be, ActPtr out, const int32_t* tokens, const float* unit0, int B,
                        int T) override {
@@ -242,8 +243,9 @@ class LlamaBlocks final : public ModelFamily {
 };
 
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
-                         const DriverScratch& scratch, int max_batch, bool recompute)
+                         const DriverScratch& scratch, int max_batch, ActivationRecompute recompute)
     : ModelFamily(scratch), m_cfg(cfg) {
+    set_probs_recompute(recompute == ActivationRecompute::kAttention);
     set_sliding_window(cfg.sliding_window);
     if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
     const Sizes z = sizes(1, 1);
@@ -256,6 +258,8 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     const size_t Cq = static_cast<size_t>(z.Cq);
     const size_t hs = static_cast<size_t>(cfg.head_size());
     const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));
+    const size_t probs = static_cast<size_t>(max_batch) * NH * T * T;
+    const ActPtr shared_att = recompute == ActivationRecompute::kAttention ? arena.take_act(probs) : ActPtr{};
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
         L.norm1 = arena.take_act(BTl * C);
         L.norm1_rstd = arena.take(BTl);
@@ -265,7 +269,7 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
             L.qk_rstd = arena.take(BT * static_cast<size_t>(z.NH + z.NKV));
         }
         L.atty = arena.take_act(BT * Cq);
-        L.att = arena.take_act(static_cast<size_t>(max_batch) * NH * T * T);
+        L.att = shared_att.data != nullptr ? shared_att : arena.take_act(probs);
         L.residual2 = arena.take_act(BTl * C);
         L.norm2 = arena.take_act(BTl * C);
         L.norm2_rstd = arena.take(BTl);
@@ -377,7 +381,7 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, Unit
 
     m_o_proj.backward(be, m_datty, dw, dres, L.atty, uw, L.residual2, N);
     zero_act(be, m_dqkv, n * static_cast<size_t>(QKV));
-    attention_backward(be, m_dqkv, m_datty, L.qkv, L.att, B, T, NH, NKV, hs);
+    attention_backward(be, m_dqkv, m_datty, L.qkv, L.atty, L.att, B, T, NH, NKV, hs);
     // The gradient w.r.t. the unrotated q|k|v, in place.
     rotate(be, m_dqkv, B, T, /*inverse=*/true);
     ActPtr dproj = m_dqkv;
@@ -399,7 +403,7 @@ void LlamaBlocks::block_backward(Backend& be, int l, const UnitWeights& uw, Unit
 
 std::unique_ptr<ModelFamily> make_llama_blocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
                                                ActivationArena& arena, const DriverScratch& scratch, int max_batch,
-                                               bool recompute) {
+                                               ActivationRecompute recompute) {
     return std::make_unique<LlamaBlocks>(cfg, layout, backend, arena, scratch, max_batch, recompute);
 }
 

@@ -105,15 +105,16 @@ class LayoutBuilder {
 };
 
 /// One Slots per block, each with an `output` member: fill(slots) takes a block's buffers
-/// from the arena. With recompute only block 0 is filled; the others share its buffers
-/// (rebuilt on demand by re-running the block's forward) and own just their output of
-/// output_elements, the next block's input.
+/// from the arena. When every block is recomputed only block 0 is filled; the others share
+/// its buffers (rebuilt on demand by re-running the block's forward) and own just their
+/// output of output_elements, the next block's input. (Under ActivationRecompute::kAttention
+/// every block is filled, and `fill` gives each the one shared probabilities buffer.)
 template <typename Slots, typename Fill>
-std::vector<Slots> allocate_block_slots(int n_layer, bool recompute, ActivationArena& arena, size_t output_elements,
-                                        Fill fill) {
+std::vector<Slots> allocate_block_slots(int n_layer, ActivationRecompute recompute, ActivationArena& arena,
+                                        size_t output_elements, Fill fill) {
     std::vector<Slots> slots(static_cast<size_t>(n_layer));
     for (size_t l = 0; l < slots.size(); ++l) {
-        if (recompute && l > 0) {
+        if (recompute == ActivationRecompute::kBlocks && l > 0) {
             slots[l] = slots[0];
             slots[l].output = arena.take_act(output_elements);
         } else {
@@ -208,6 +209,9 @@ class ModelFamily {
     static constexpr size_t kNoBias = ParallelLinear::kNoBias;
     /// What the family's products are made with: its group and its deferral.
     ProductContext products() { return ProductContext{&m_parallel, &m_deferred, m_lora}; }
+    /// ActivationRecompute::kAttention: the blocks' attention probabilities are one shared
+    /// buffer, rebuilt by attention_backward.
+    void set_probs_recompute(bool on) { m_rebuild_probs = on; }
     /// Sliding-window attention (Mistral): a query attends to the last `window` positions
     /// of its row at most, itself included (0: the whole causal context).
     void set_sliding_window(int window) { m_window = window; }
@@ -221,8 +225,12 @@ class ModelFamily {
             be.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
         }
     }
-    void attention_backward(Backend& be, ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att, int B,
+    /// dqkv += the attention's gradient from dout. Under ActivationRecompute::kAttention the
+    /// blocks share one att, so the forward runs again first: att from qkv, and out (the
+    /// block's attention output, still kept) rewritten with the same values.
+    void attention_backward(Backend& be, ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ActPtr out, ActPtr att, int B,
                             int T, int NH, int NKV, int hs) {
+        if (m_rebuild_probs) attention_forward(be, out, att, qkv, B, T, NH, NKV, hs);
         if (const int32_t* from = attend_from(B, T)) {
             be.gqa_attention_backward_segmented(dqkv, m_attention_scratch, dout, qkv, att, from, B, T, NH, NKV, hs);
         } else {
@@ -264,6 +272,7 @@ class ModelFamily {
     DeferredWeightGrads m_deferred;
     NormGrads m_norm_grads;
     int m_window = 0;
+    bool m_rebuild_probs = false;
     std::vector<int32_t> m_window_from;  ///< attend_from's window, (B, T) host memory
 };
 
@@ -310,10 +319,11 @@ struct FamilyTraits {
     ModelLayout (*layout)(const ModelConfig& cfg, TensorSplit split);
     /// For one rank of a tensor group of `tensor` ranks.
     /// `sequence`: under sequence parallelism (the norms' rows 1/tensor of the batch's).
-    ActivationCount (*activations)(const ModelConfig& cfg, int max_batch, bool recompute, int tensor, bool sequence);
+    ActivationCount (*activations)(const ModelConfig& cfg, int max_batch, ActivationRecompute recompute, int tensor,
+                                   bool sequence);
     std::unique_ptr<ModelFamily> (*make)(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend,
                                          ActivationArena& arena, const DriverScratch& scratch, int max_batch,
-                                         bool recompute);
+                                         ActivationRecompute recompute);
     /// The inference path (generator.cpp) for up to max_rows new tokens per call.
     std::unique_ptr<FamilyDecoder> (*make_decoder)(const ModelConfig& cfg, const ModelLayout& layout,
                                                    Backend& backend, int max_rows);

@@ -97,7 +97,7 @@ int Transformer::chunked_head_rows(const ModelConfig& cfg, int max_batch, int te
 
 int Transformer::logit_rows(int head_rows, int rows) { return head_rows > 0 ? std::min(head_rows, rows) : rows; }
 
-ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, bool recompute,
+ActivationCount Transformer::activations(const ModelConfig& cfg, int max_batch, ActivationRecompute recompute,
                                          size_t attention_scratch_floats, int tensor, bool sequence,
                                          StageBlocks stage, int head_rows) {
     const ActivationCount driver = driver_activations(cfg, max_batch, tensor, sequence, stage.last_stage(cfg.n_layer),
@@ -509,7 +509,7 @@ void Transformer::blocks_backward(UnitStore& store) {
         // Recompute writes the same values again into the block's (shared) buffers; its
         // output is recomputed in place with bit-identical results.
         m_lora->set_block(m_stage.begin + l);
-        if (m_recompute) m_family->block_forward(*m_compute, l, w, in, m_B, m_T);
+        if (m_recompute == ActivationRecompute::kBlocks) m_family->block_forward(*m_compute, l, w, in, m_B, m_T);
         m_family->block_backward(*m_compute, l, w, dw, in, m_dresidual, m_B, m_T);
         grads_done(store, first_unit + l);
         store.release(first_unit + l);
@@ -545,7 +545,8 @@ void Transformer::grads_done(UnitStore& store, int unit) {
 }
 
 void Transformer::defer_weight_grads(bool on) {
-    ZT_REQUIRE(!on || !m_recompute, "deferred weight gradients need the blocks' activations kept (no recompute)");
+    ZT_REQUIRE(!on || m_recompute != ActivationRecompute::kBlocks,
+               "deferred weight gradients need the blocks' activations kept (no recompute of whole blocks)");
     ZT_REQUIRE(m_done_later.empty(), "defer_weight_grads: the last backward's weight gradients are still owed");
     m_defer_weights = on;
     m_family->defer_product_weight_grads(on);

@@ -56,7 +56,8 @@ std::vector<int> PipelineRunner::slots_per_chunk(const std::vector<PipelinePass>
 
 ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, PipelineShape shape, int stage,
                                                   const std::vector<int>& bounds, const ModelConfig& cfg,
-                                                  int max_batch, bool recompute, size_t attention_scratch_floats,
+                                                  int max_batch, ActivationRecompute recompute,
+                                                  size_t attention_scratch_floats,
                                                   int tensor, bool sequence) {
     const std::vector<PipelinePass> passes = make_pipeline_schedule(kind, shape)[static_cast<size_t>(stage)];
     const std::vector<int> slots = slots_per_chunk(passes, shape.virtual_stages);

@@ -90,8 +90,9 @@ struct PlanChange {
 };
 
 /// The changes `--plan` tries, cheapest first: a higher ZeRO stage (communication only),
-/// recompute (a third more compute), a smaller micro_batch with the grad_accum that keeps the
-/// batch (less efficient GEMMs), bf16 (precision). Each applies to `base`.
+/// recompute of the attention probabilities (one attention forward more), of every block (a
+/// third more compute), a smaller micro_batch with the grad_accum that keeps the batch (less
+/// efficient GEMMs), bf16 (precision). Each applies to `base`.
 std::vector<PlanChange> candidate_changes(const Config& base, int world_size) {
     std::vector<PlanChange> out;
     if (world_size > 1) {
@@ -101,9 +102,14 @@ std::vector<PlanChange> candidate_changes(const Config& base, int world_size) {
             out.push_back({str("--parallel.zero_stage=", zero_stage), c});
         }
     }
-    if (!base.train.recompute) {
+    if (base.train.recompute == ActivationRecompute::kNone) {
         Config c = base;
-        c.train.recompute = true;
+        c.train.recompute = ActivationRecompute::kAttention;
+        out.push_back({"--train.recompute=attention", c});
+    }
+    if (base.train.recompute != ActivationRecompute::kBlocks) {
+        Config c = base;
+        c.train.recompute = ActivationRecompute::kBlocks;
         out.push_back({"--train.recompute=true", c});
     }
     for (int mb = base.train.micro_batch / 2; mb >= 1; mb /= 2) {
@@ -219,7 +225,9 @@ MemoryItem activation_item(const Config& cfg, DType work, double attention_scrat
         StageBlocks{}, head_rows);
     return {"activations", planned_attention(cfg, count).bytes(work),
             str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
-                t.recompute ? ", recompute (block outputs only)" : "",
+                t.recompute == ActivationRecompute::kBlocks      ? ", recompute (block outputs only)"
+                : t.recompute == ActivationRecompute::kAttention ? ", recompute (attention probabilities)"
+                                                                 : "",
                 sequence ? str(", sequence parallel (1/", tensor, " of the rows)") : std::string(), " (",
                 dtype_name(work), ")", fused_attention(cfg) ? ", attention probabilities not kept (fused)" : "")};
 }
@@ -532,7 +540,8 @@ std::string check_memory_plan(const MemoryPlan& plan, MemoryCheck mode, Communic
         std::string hint;
         if (big.name == "activations" || big.name == "tokens") {
             hint = "a smaller train.micro_batch (with train.grad_accum for the same batch)";
-            if (!plan.recompute) hint += ", train.recompute = true";
+            if (plan.recompute == ActivationRecompute::kNone) hint += ", train.recompute = attention or true";
+            if (plan.recompute == ActivationRecompute::kAttention) hint += ", train.recompute = true";
         } else if (big.name == "ckpt snapshot") {
             hint = "checkpoint.async = false (synchronous saves need no snapshot), a higher parallel.zero_stage, or "
                    "more ranks";

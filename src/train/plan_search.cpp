@@ -45,7 +45,8 @@ std::string mesh_text(const Config& c, int data, int shard_group) {
     s += p.zero_stage == 0 ? ", DDP" : str(", ZeRO-", p.zero_stage);
     if (p.zero_stage > 0 && shard_group < data) s += str(" groups of ", shard_group);
     s += str(", micro ", c.train.micro_batch, " x ", c.train.grad_accum);
-    if (c.train.recompute) s += ", recompute";
+    if (c.train.recompute == ActivationRecompute::kAttention) s += ", recompute attention";
+    if (c.train.recompute == ActivationRecompute::kBlocks) s += ", recompute";
     return s;
 }
 
@@ -89,7 +90,8 @@ std::vector<Config> mesh_settings(const Config& base, int tensor, int pipeline, 
             for (int sequence = 0; sequence <= (tensor > 1 ? 1 : 0); ++sequence) {
                 for (int stage = 0; stage <= (data > 1 ? 3 : 0); ++stage) {
                     for (int group : stage > 0 ? std::vector<int>{0, kShardGroupNode} : std::vector<int>{-1}) {
-                        for (int recompute = 0; recompute <= 1; ++recompute) {
+                        for (const ActivationRecompute recompute :
+                             {ActivationRecompute::kNone, ActivationRecompute::kAttention, ActivationRecompute::kBlocks}) {
                             Config c = base;
                             c.parallel.tensor = tensor;
                             c.parallel.pipeline = pipeline;
@@ -101,7 +103,7 @@ std::vector<Config> mesh_settings(const Config& base, int tensor, int pipeline, 
                             c.parallel.shard_group.ranks = group;
                             c.train.micro_batch = micro;
                             c.train.grad_accum = static_cast<int>(per_rank / micro);
-                            c.train.recompute = recompute == 1;
+                            c.train.recompute = recompute;
                             out.push_back(c);
                         }
                     }

@@ -152,6 +152,9 @@ struct MicroBatchCost {
     double forward() const { return block_products + head_products + attention + elementwise + scores + tensor_comm; }
     double recompute(Recompute r) const {
         if (r == Recompute::kFull) return block_products + attention + elementwise + scores + tensor_comm;
+        // The attention forward again, for its probabilities; a fused kernel keeps none (its
+        // backward recomputes the scores already: attention_backward_factor).
+        if (r == Recompute::kAttention) return attention_backward_factor > 2 ? 0 : attention + scores;
         // Selective op: the saved products' and attention's outputs are not recomputed.
         if (r == Recompute::kSelectiveOp) return selective_products + elementwise - loss_elementwise;
         return 0;
@@ -162,11 +165,17 @@ struct MicroBatchCost {
     }
 };
 
-/// What a backward recomputes: train.recompute's every block, or, for a described system
-/// (cluster.activation_checkpointing = selective_op), torchtitan's op-level policy.
+/// What a backward recomputes: train.recompute's attention or every block, or, for a
+/// described system (cluster.activation_checkpointing = selective_op), torchtitan's op-level
+/// policy.
 Recompute recompute_of(const Config& cfg, const ClusterConfig& c) {
     if (c.activation_checkpointing == "selective_op") return Recompute::kSelectiveOp;
-    return cfg.train.recompute ? Recompute::kFull : Recompute::kNone;
+    switch (cfg.train.recompute) {
+        case ActivationRecompute::kNone: return Recompute::kNone;
+        case ActivationRecompute::kAttention: return Recompute::kAttention;
+        case ActivationRecompute::kBlocks: return Recompute::kFull;
+    }
+    return Recompute::kNone;
 }
 
 /// The products of one block (from the layout of the rank's tensor split: every matrix of a
@@ -554,10 +563,11 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
                   "the (T x T) scores and probabilities written and read back: bytes at the memory bandwidth");
     }
     add_phase(plan, "element-wise", m * 3 * mb.elementwise / P, m * 3 * mb.elementwise / P, mb.elementwise_what);
-    if (recompute != Recompute::kNone) {
+    if (mb.recompute(recompute) > 0) {
         add_phase(plan, "recompute", m * mb.recompute(recompute) / P, m * mb.recompute(recompute) / P,
-                  recompute == Recompute::kFull ? "every block's forward again in backward"
-                                                : "every second product and the element-wise ops again (selective op)");
+                  recompute == Recompute::kFull        ? "every block's forward again in backward"
+                  : recompute == Recompute::kAttention ? "every block's attention forward again, for its probabilities"
+                                                       : "every second product and the element-wise ops again (selective op)");
     }
     if (mesh.tensor > 1) add_phase(plan, "tensor comm", m * 2 * mb.tensor_comm / P, m * 2 * mb.tensor_comm / P, mb.tensor_what);
     const double forward = mb.forward() / P;

@@ -234,7 +234,8 @@ t cli.unknown_key       "${CL}unknown option '--train.lr_mn'.*train.lr_min" "${Z
 t type.int              "model.n_layer.*'?two'?.*not an integer" "${Z[@]}" --model.n_layer=two
 t type.int_fraction     "train.micro_batch.*'?2.5'?.*not an integer" "${Z[@]}" --train.micro_batch=2.5
 t type.double           "train.lr.*'?fast'?.*not a number" "${Z[@]}" --train.lr=fast
-t type.bool             "train.recompute.*'?maybe'?.*not a boolean" "${Z[@]}" --train.recompute=maybe
+t type.bool             "run.tensorboard.*'?maybe'?.*not a boolean" "${Z[@]}" --run.tensorboard=maybe
+t type.recompute        "train.recompute.*'?maybe'?.*expected false \| attention \| true" "${Z[@]}" --train.recompute=maybe
 t type.uint_negative    "train.seed.*'?-5'?.*not a non-negative integer" "${Z[@]}" --train.seed=-5
 t range.n_layer         "${CL}model.n_layer = 0: expected an integer >= 1" "${Z[@]}" --model.n_layer=0
 t range.n_head          "${CL}model.n_head = 0: expected an integer >= 1" "${Z[@]}" --model.n_head=0
@@ -275,7 +276,7 @@ t enum.pipe_schedule    "${CL}parallel.schedule = 'gpipe': expected one of 1f1b 
   "${Z[@]}" --parallel.schedule=gpipe
 t pipe.grad_accum       "tiny.ini: train.grad_accum = 1: expected at least parallel.pipeline = 2 micro-batches" \
   "${Z[@]}" --parallel.pipeline=2
-t pipe.zb_recompute     "${CL}train.recompute = true: expected false under parallel.schedule = zb" \
+t pipe.zb_recompute     "${CL}train.recompute = .?true.?: expected false or attention under parallel.schedule = zb" \
   "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2 --parallel.schedule=zb --train.recompute=true
 t pipe.layers_sum       "${CL}parallel.pipeline_layers = '1,2': expected 2 counts .one per virtual stage. summing to model.n_layer = 2" \
   "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2 --parallel.pipeline_layers=1,2

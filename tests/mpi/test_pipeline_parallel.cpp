@@ -170,7 +170,7 @@ TEST_P(PipelineRunnerTest, MatchesTheWholeModelAccumulatingTheSameMicroBatches) 
         for (const auto& model : chunk) allocated += model->activation_bytes();
     }
     const ActivationCount plan = PipelineRunner::stage_activations(
-        c.kind, PipelineShape{P, m, v}, s, bounds, mc, B, false, backend->attention_scratch_floats(B, T, mc.n_head));
+        c.kind, PipelineShape{P, m, v}, s, bounds, mc, B, ActivationRecompute::kNone, backend->attention_scratch_floats(B, T, mc.n_head));
     EXPECT_EQ(static_cast<double>(allocated), plan.bytes(c.act)) << "stage " << s << "'s activation bytes";
     if (c.kind == PipelineScheduleKind::k1F1B && s == 0) {
         const double one = static_cast<double>(owned[0][0]->activation_bytes());

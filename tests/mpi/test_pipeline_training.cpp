@@ -35,6 +35,7 @@ struct PipeCase {
     bool llama;
     DType dtype;
     int qwen = 0;  // with llama: as Qwen2 or Qwen3 (test::as_qwen)
+    ActivationRecompute recompute = ActivationRecompute::kNone;
 };
 
 Config pipe_config(const PipeCase& c, const std::string& train, const std::string& val, const std::string& run) {
@@ -51,6 +52,7 @@ Config pipe_config(const PipeCase& c, const std::string& train, const std::strin
     cfg.parallel.shard_group.ranks = 0;
     cfg.parallel.schedule = c.schedule;
     cfg.precision.dtype = c.dtype;
+    cfg.train.recompute = c.recompute;
     cfg.run.tensorboard = false;
     // DDP without the communication thread: a gradient bucket started before its units are
     // final (unit 0 is done last on every stage) then reads them at once, so such an error
@@ -107,7 +109,13 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeCase{"zero_bubble_zero2", PipelineSchedule::kZeroBubble, 2, false, DType::kF32},
                       PipeCase{"zero_bubble_llama_zero3", PipelineSchedule::kZeroBubble, 3, true, DType::kF32},
                       PipeCase{"onef1b_qwen2_zero1", PipelineSchedule::k1F1B, 1, true, DType::kF32, 2},
-                      PipeCase{"zero_bubble_qwen3_zero1", PipelineSchedule::kZeroBubble, 1, true, DType::kF32, 3}),
+                      PipeCase{"zero_bubble_qwen3_zero1", PipelineSchedule::kZeroBubble, 1, true, DType::kF32, 3},
+                      // The weight passes read the blocks' kept activations; the probabilities
+                      // are rebuilt in each block's backward pass, one buffer per model.
+                      PipeCase{"zero_bubble_llama_zero3_recompute_attention", PipelineSchedule::kZeroBubble, 3, true,
+                               DType::kF32, 0, ActivationRecompute::kAttention},
+                      PipeCase{"interleaved_recompute_attention", PipelineSchedule::kInterleaved, 1, false,
+                               DType::kF32, 0, ActivationRecompute::kAttention}),
     [](const ::testing::TestParamInfo<PipeCase>& i) { return std::string(i.param.name); });
 
 // np 4: P = 4 interleaved over 4 micro-batches. The last stage runs every forward of its

@@ -51,6 +51,7 @@ struct TensorCase {
     int qwen = 0;    // Llama as Qwen2 or Qwen3 (test::as_qwen)
     int lora = 0;    // > 0: LoRA of this rank on every product (the base frozen)
     double lora_dropout = 0.0;
+    bool attention_recompute = false;  // train.recompute = attention (over `recompute`)
 };
 
 std::string case_name(const TensorCase& c) {
@@ -59,7 +60,8 @@ std::string case_name(const TensorCase& c) {
            std::to_string(c.stage) + (c.shard_group > 0 ? "_groups_of_" + std::to_string(c.shard_group) : "") +
            (c.recompute ? "_recompute" : "") + (c.kv_heads > 0 ? "_kv" + std::to_string(c.kv_heads) : "") +
            (c.sequence ? "_sequence" : "") + (c.qwen > 0 ? "_qwen" + std::to_string(c.qwen) : "") +
-           (c.lora > 0 ? "_lora" : "") + (c.lora_dropout > 0 ? "_dropout" : "");
+           (c.lora > 0 ? "_lora" : "") + (c.lora_dropout > 0 ? "_dropout" : "") +
+           (c.attention_recompute ? "_recompute_attention" : "");
 }
 
 /// The tiny model with heads enough for T: GPT-2 4 heads of 6; Llama 2T query heads of 4
@@ -81,7 +83,9 @@ Config tensor_config(const TensorCase& c, const std::string& train, const std::s
     }
     cfg.parallel.zero_stage = c.stage;
     cfg.parallel.shard_group.ranks = c.shard_group;
-    cfg.train.recompute = c.recompute;
+    cfg.train.recompute = c.attention_recompute ? ActivationRecompute::kAttention
+                          : c.recompute         ? ActivationRecompute::kBlocks
+                                                : ActivationRecompute::kNone;
     cfg.parallel.sequence = c.sequence;
     if (c.lora > 0) {
         // Adapters on column- (B cut by rows) and row-parallel products (A cut by columns).
@@ -180,6 +184,7 @@ TEST_P(TensorParallel, MatchesOneRank) {
     ref_cfg.parallel.zero_stage = 0;
     ref_cfg.parallel.shard_group.ranks = 0;
     ref_cfg.parallel.sequence = false;
+    ref_cfg.train.recompute = ActivationRecompute::kNone;  // what recompute must equal
     ref_cfg.train.grad_accum *= D;
     TrainOptions self;
     self.comm = MPI_COMM_SELF;
@@ -222,7 +227,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                                            TensorCase{4, 1, true, 0, true, 1, true, 0, 0, 4, 0.2},
                                            TensorCase{2, 1, true, 0, false, 0, true, 0, 3},
                                            TensorCase{4, 0, true, 0, false, 2, false, 0, 3},
-                                           TensorCase{4, 3, true, 0, false, 2, false, 0, 2}),
+                                           TensorCase{4, 3, true, 0, false, 2, false, 0, 2},
+                                           // The attention probabilities rebuilt from each
+                                           // rank's heads (sequence parallel: whole rows).
+                                           TensorCase{2, 3, true, 0, false, 0, true, 5, 0, 0, 0.0, true},
+                                           TensorCase{4, 1, false, 0, false, 0, true, 0, 0, 0, 0.0, true}),
                          [](const auto& info) { return case_name(info.param); });
 
 // bf16 and fp16: the tensor group's sums run in the activation dtype (each rank's partial

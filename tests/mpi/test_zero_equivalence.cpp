@@ -315,21 +315,27 @@ INSTANTIATE_TEST_SUITE_P(Stages, LoraZeroStage,
                                     (info.param.zero_bubble ? "_zb" : "") + (info.param.bf16_base ? "_bf16base" : "");
                          });
 
-/// 16-bit LoRA at ZeRO-3 against ZeRO-2 on the same ranks: both reduce every micro-step's
-/// fp32 gradient scratch and split the adapters' state evenly over the ranks, so they differ
-/// only in where the working copy lives (whole, or shards plus a whole tail copy that each
-/// gathered unit takes its adapters from). The same bits, step by step: a gathered unit with
-/// a stale tail changes the losses (the bf16 tolerance of LoraZeroStage cannot see it).
+/// 16-bit training at ZeRO-3 against ZeRO-2 on the same ranks: both reduce every micro-step's
+/// fp32 gradient scratch and split the trained state evenly over the ranks, so they differ
+/// only in where the working copy lives (whole, or shards gathered per unit; with LoRA, plus
+/// a whole tail copy that each gathered unit takes its adapters from). The same bits, step by
+/// step: a gathered unit with a stale tail or a stale shard changes the losses (the bf16
+/// tolerances against one rank cannot see it). Full training (rank 0) and LoRA (rank 16).
 TEST(LoraZeroStage3, Bf16TrainsTheSameBitsAsStage2) {
     test::SharedDir dir("lora_zero3_bf16");
     test::write_shared_train_shard(dir);
+    for (const int rank : {0, 16})
     for (const bool llama : {false, true}) {
         TrainSummary runs[2];
         for (const int stage : {2, 3}) {
-            Config c = test::tiny_mpi_config(dir.file("train.bin"), dir.file("s" + std::to_string(stage)));
+            Config c = test::tiny_mpi_config(dir.file("train.bin"),
+                                             dir.file("s" + std::to_string(stage) + "r" + std::to_string(rank)));
             if (llama) c = test::as_llama(c);
-            c.model.lora.rank = 16;
-            c.model.lora.targets = llama ? "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" : "c_attn,c_proj,c_fc";
+            c.model.lora.rank = rank;
+            if (rank > 0) {
+                c.model.lora.targets =
+                    llama ? "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" : "c_attn,c_proj,c_fc";
+            }
             c.train.max_steps = 4;
             c.train.lr = 1e-2;
             c.precision.dtype = DType::kBF16;
@@ -339,7 +345,7 @@ TEST(LoraZeroStage3, Bf16TrainsTheSameBitsAsStage2) {
             world.collect_params = true;
             runs[stage - 2] = train(c, world);
         }
-        const std::string what = llama ? "llama" : "gpt2";
+        const std::string what = std::string(llama ? "llama" : "gpt2") + " lora.rank " + std::to_string(rank);
         ASSERT_EQ(runs[0].losses.size(), runs[1].losses.size()) << what;
         for (size_t s = 0; s < runs[0].losses.size(); ++s) {
             EXPECT_EQ(runs[1].losses[s], runs[0].losses[s]) << what << " step " << s + 1;

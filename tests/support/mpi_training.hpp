@@ -122,6 +122,9 @@ inline TrainSummary one_rank_reference(Config cfg, int data_ranks, bool collect_
     cfg.parallel.pipeline = 1;
     cfg.parallel.tensor = 1;
     cfg.parallel.sequence = false;
+    // Recompute changes memory, not math (test_gpt_gradcheck: bit for bit): the reference
+    // keeps every activation, so a parallel run's recompute is checked against that too.
+    cfg.train.recompute = ActivationRecompute::kNone;
     cfg.train.grad_accum *= data_ranks;
     TrainOptions self;
     self.comm = MPI_COMM_SELF;

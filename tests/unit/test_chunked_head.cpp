@@ -169,12 +169,12 @@ TEST(ChunkedHead, AnInterleavedLastStageHoldsOneChunkOfLogitsPerMicroBatchInFlig
     ASSERT_EQ(PipelineRunner::slots_per_chunk(last, 2), (std::vector<int>{4, 4}));
     const std::vector<int> bounds{0, 1, 2, 3, 4, 5, 6, 7, 8};
     const ActivationCount planned =
-        PipelineRunner::stage_activations(PipelineScheduleKind::kInterleaved, shape, 3, bounds, gpt2, 4, false, 0);
+        PipelineRunner::stage_activations(PipelineScheduleKind::kInterleaved, shape, 3, bounds, gpt2, 4, ActivationRecompute::kNone, 0);
     // What the four head models would hold with every row's logits (1,024 rows, not 256).
     double whole = 0;
     for (int c = 0; c < 2; ++c) {
         const StageBlocks blocks = PipelineRunner::chunk_blocks(bounds, c * 4 + 3);
-        whole += 4 * Transformer::activations(gpt2, 4, false, 0, 1, false, blocks, 0).bytes(DType::kF32);
+        whole += 4 * Transformer::activations(gpt2, 4, ActivationRecompute::kNone, 0, 1, false, blocks, 0).bytes(DType::kF32);
     }
     const double saved = 4.0 * (1024 - 256) * gpt2.padded_vocab() * sizeof(float);
     EXPECT_EQ(whole - planned.bytes(DType::kF32), saved) << "bytes the chunked heads save on the last stage";

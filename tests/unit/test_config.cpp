@@ -85,7 +85,7 @@ TEST(Config, DefaultsMatchStruct) {
     EXPECT_DOUBLE_EQ(c.train.lr, 3e-4);
     EXPECT_EQ(c.train.schedule, LrSchedule::kCosine);
     EXPECT_EQ(c.train.seed, 1337u);
-    EXPECT_FALSE(c.train.recompute);
+    EXPECT_EQ(c.train.recompute, zt::ActivationRecompute::kNone);
     EXPECT_EQ(c.backend, BackendChoice::kCpu);
     EXPECT_EQ(c.precision.dtype, DType::kF32);
     EXPECT_FALSE(c.precision.reduce_dtype.has_value());
@@ -138,7 +138,7 @@ TEST(Config, DeckWithSections) {
     EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
     EXPECT_DOUBLE_EQ(c.train.lr_min, 0.0);
     EXPECT_EQ(c.train.seed, std::numeric_limits<uint64_t>::max());
-    EXPECT_TRUE(c.train.recompute);
+    EXPECT_EQ(c.train.recompute, zt::ActivationRecompute::kBlocks);
     EXPECT_EQ(c.train.schedule, LrSchedule::kLinear);
     EXPECT_EQ(c.parallel.zero_stage, 2);
     EXPECT_EQ(c.model.seq_len, 128);  // untouched keys keep defaults
@@ -241,7 +241,7 @@ TEST(ConfigErrors, WrongTypeOnCommandLine) {
         {"--model.n_layer=4x", "command line: model.n_layer = '4x' is not an integer"},
         {"--model.n_layer=99999999999", "command line: model.n_layer = '99999999999' is not an integer"},
         {"--train.seed=-1", "command line: train.seed = '-1' is not a non-negative integer"},
-        {"--train.recompute=maybe", "command line: train.recompute = 'maybe' is not a boolean"},
+        {"--train.recompute=maybe", "command line: train.recompute = 'maybe': expected false | attention | true"},
         {"--train.lr=1e999", "command line: train.lr = '1e999' is not a number"},
     };
     for (const Case& c : cases) {
@@ -361,7 +361,7 @@ TEST(Config, ToIniRoundTrip) {
     c.train.lr_min = 0.1 + 0.2;  // not exactly representable: tests shortest round trip
     c.train.beta2 = 0.999;
     c.train.seed = 12345678901234567ull;
-    c.train.recompute = true;
+    c.train.recompute = zt::ActivationRecompute::kBlocks;
     c.train.schedule = LrSchedule::kConstant;
     c.parallel.zero_stage = 3;
     c.precision.dtype = DType::kBF16;
@@ -380,9 +380,35 @@ TEST(Config, ToIniRoundTrip) {
     EXPECT_EQ(back.data.tokenizer, "");
     EXPECT_EQ(back.train.lr_min, 0.1 + 0.2);  // bit-exact
     EXPECT_EQ(back.train.seed, 12345678901234567ull);
-    EXPECT_TRUE(back.train.recompute);
+    EXPECT_EQ(back.train.recompute, zt::ActivationRecompute::kBlocks);
     EXPECT_EQ(back.run.dir, "runs/a b");
     EXPECT_EQ(back.backend, BackendChoice::kAuto);
+}
+
+// train.recompute: a boolean as before (true: every block) or "attention"; each writes back
+// as false, attention or true, and zero-bubble pipelines take attention (their weight passes
+// need the blocks' other activations, which attention-only recompute keeps).
+TEST(Config, RecomputeTakesBooleansAndAttention) {
+    const std::pair<const char*, zt::ActivationRecompute> cases[] = {
+        {"attention", zt::ActivationRecompute::kAttention}, {"on", zt::ActivationRecompute::kBlocks},
+        {"1", zt::ActivationRecompute::kBlocks},            {"true", zt::ActivationRecompute::kBlocks},
+        {"no", zt::ActivationRecompute::kNone},             {"false", zt::ActivationRecompute::kNone}};
+    for (const auto& [text, want] : cases) {
+        const Config c = zt::parse_deck_text(std::string("[train]\nrecompute = ") + text + "\n", "deck");
+        EXPECT_EQ(c.train.recompute, want) << text;
+        EXPECT_EQ(zt::parse_deck_text(zt::to_ini(c), "dump").train.recompute, want) << text;
+        EXPECT_EQ(zt::config_value_text(c, "train.recompute"), zt::setting_text(want)) << text;
+    }
+    EXPECT_STREQ(zt::setting_text(zt::ActivationRecompute::kAttention), "attention");
+    Config zb = valid_config();
+    zb.parallel.pipeline = 2;
+    zb.train.grad_accum = 2;
+    zb.parallel.schedule = zt::PipelineSchedule::kZeroBubble;
+    zb.train.recompute = zt::ActivationRecompute::kAttention;
+    EXPECT_EQ(validate_error(zb), "");
+    zb.train.recompute = zt::ActivationRecompute::kBlocks;
+    EXPECT_NE(validate_error(zb).find("train.recompute = 'true': expected false or attention"), std::string::npos)
+        << validate_error(zb);
 }
 
 // --- validate(): one case per rule -----------------------------------------

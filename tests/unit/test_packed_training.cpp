@@ -211,13 +211,15 @@ TEST(PackedTraining, Gpt2IdentityRowsArePretrainingBitForBit) { check_identity_r
 TEST(PackedTraining, LlamaIdentityRowsArePretrainingBitForBit) { check_identity_rows_are_pretraining(packed_llama()); }
 
 TEST(PackedTraining, RecomputeGivesTheSameGradients) {
-    // Recompute re-runs each block's forward in backward: it must see the same segments.
+    // Recompute re-runs each block's forward (or its attention's) in backward: it must see
+    // the same segments.
     const ModelConfig mc = packed_llama();
     const std::vector<Example> ex = three_examples(mc.vocab_size);
     const Batch packed = lay_out(ex, {{0, 1, 2}}, kSeqLen);
     auto backend = make_cpu_backend(1);
     std::vector<std::vector<float>> grads;
-    for (bool recompute : {false, true}) {
+    for (const ActivationRecompute recompute :
+         {ActivationRecompute::kNone, ActivationRecompute::kAttention, ActivationRecompute::kBlocks}) {
         Transformer model(mc, *backend, 1, TransformerOptions().with_recompute(recompute));
         ModelState state(model.layout(), *backend, 42);
         state.zero_grads();
@@ -227,7 +229,8 @@ TEST(PackedTraining, RecomputeGivesTheSameGradients) {
         state.finish_grad_sync();
         grads.emplace_back(state.grads(1), state.grads(1) + model.layout().unit_numel[1]);
     }
-    EXPECT_EQ(grads[0], grads[1]);
+    EXPECT_EQ(grads[0], grads[1]) << "recompute = attention";
+    EXPECT_EQ(grads[0], grads[2]) << "recompute = true";
 }
 
 }  // namespace

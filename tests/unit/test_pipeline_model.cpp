@@ -206,8 +206,8 @@ TEST(PipelineModel, TheStageRangeIsChecked) {
     EXPECT_THROW(Transformer(mc, *backend, 1, TransformerOptions().with_stage(StageBlocks{1, 4})), Error);
     // What the memory plan predicts for a stage is what the stage allocates (the
     // constructor checks it) and less than the whole model's.
-    const ActivationCount all = Transformer::activations(mc, 2, false, 0);
-    const ActivationCount mid = Transformer::activations(mc, 2, false, 0, 1, false, StageBlocks{1, 2});
+    const ActivationCount all = Transformer::activations(mc, 2, ActivationRecompute::kNone, 0);
+    const ActivationCount mid = Transformer::activations(mc, 2, ActivationRecompute::kNone, 0, 1, false, StageBlocks{1, 2});
     EXPECT_LT(mid.act, all.act / 2);
 }
 

@@ -275,8 +275,8 @@ TEST(TensorSplit, ConfigChecksNameTheKey) {
 TEST(TensorSplit, ActivationsPerRankShrinkWithTheSplit) {
     // Split buffers (q|k|v, attention, MLP, logits) divide by T; the residual stream's do not.
     const ModelConfig m = gpt2_small();
-    const ActivationCount one = Transformer::activations(m, 2, false, 0, 1);
-    const ActivationCount two = Transformer::activations(m, 2, false, 0, 2);
+    const ActivationCount one = Transformer::activations(m, 2, ActivationRecompute::kNone, 0, 1);
+    const ActivationCount two = Transformer::activations(m, 2, ActivationRecompute::kNone, 0, 2);
     const double BT = 2.0 * m.seq_len;
     const double C = m.n_embd;
     const double whole = m.n_layer * 4 * BT * C + 4 * BT * C;  // ln1, residual2, ln2, output; driver
@@ -319,8 +319,9 @@ TEST(TensorSplit, SequenceParallelismDividesTheWholeRowsByT) {
         const double C = m.n_embd;
         for (const int T : {2, 4}) {
             for (const bool recompute : {false, true}) {
-                const ActivationCount tp = Transformer::activations(m, 2, recompute, 0, T, false);
-                const ActivationCount sp = Transformer::activations(m, 2, recompute, 0, T, true);
+                const ActivationRecompute what = recompute ? ActivationRecompute::kBlocks : ActivationRecompute::kNone;
+                const ActivationCount tp = Transformer::activations(m, 2, what, 0, T, false);
+                const ActivationCount sp = Transformer::activations(m, 2, what, 0, T, true);
                 const double rows_per_block = recompute ? 1 : m.n_layer;  // the blocks with all their slots
                 const double whole_act = rows_per_block * 3 * BT * C + m.n_layer * BT * C + 2 * BT * C;
                 EXPECT_DOUBLE_EQ(tp.act - sp.act, whole_act * (1 - 1.0 / T) - BT * C / T)

@@ -318,9 +318,36 @@ TEST(TimePlan, EagerElementwiseAndSelectiveOpRecompute) {
               phase_exposed(t, "element-wise") / 2);
     ClusterConfig deck = gpu;
     deck.activation_checkpointing = "deck";
-    c.train.recompute = true;
+    c.train.recompute = zt::ActivationRecompute::kBlocks;
     EXPECT_GT(phase_exposed(zt::plan_time(c, deck, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "recompute"),
               phase_exposed(t, "recompute"));
+}
+
+// train.recompute = attention runs each block's attention forward again: a third of the
+// attention phase (forward and 2x backward) and the forward's share of the scores' traffic,
+// added to the step as they are. A fused kernel keeps no probabilities: nothing to rebuild.
+TEST(TimePlan, AttentionRecomputeIsOneAttentionForwardMore) {
+    Config c = tiny_deck();
+    c.train.grad_accum = 1;
+    const ClusterConfig node = cpu_node();
+    const zt::TimePlan none = zt::plan_time(c, node, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false));
+    c.train.recompute = zt::ActivationRecompute::kAttention;
+    const zt::TimePlan attention = zt::plan_time(c, node, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false));
+    const double again = phase_exposed(attention, "recompute");
+    const double forward_products = phase_exposed(none, "attention") / 3;
+    const double scores = phase_exposed(none, "attention scores");
+    ASSERT_GT(scores, 0);
+    EXPECT_GT(again, forward_products + 0.1 * scores);
+    EXPECT_LT(again, forward_products + 0.9 * scores);
+    EXPECT_NEAR(attention.step_ms - none.step_ms, again, 1e-9 * none.step_ms);
+    c.train.recompute = zt::ActivationRecompute::kBlocks;
+    EXPECT_GT(phase_exposed(zt::plan_time(c, node, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "recompute"),
+              3 * again);
+    ClusterConfig fused = node;
+    fused.attention_kernel = "fused";
+    c.train.recompute = zt::ActivationRecompute::kAttention;
+    EXPECT_LE(phase_exposed(zt::plan_time(c, fused, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "recompute"), 0)
+        << "a fused kernel has no probabilities to rebuild";
 }
 
 // Inside a cpu node the collectives' copies use the compute's cores: nothing of them is

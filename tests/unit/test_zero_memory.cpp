@@ -84,7 +84,8 @@ TEST(MemoryPlan, ModelStatePlanIsWhatTheStateAllocates) {
 TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
     std::unique_ptr<Backend> backend = make_cpu_backend(2);
   for (const ModelConfig& cfg : {ModelConfig{}, llama_model()}) {
-    for (const bool recompute : {false, true}) {
+    for (const ActivationRecompute recompute :
+         {ActivationRecompute::kNone, ActivationRecompute::kAttention, ActivationRecompute::kBlocks}) {
         for (const int batch : {1, 3}) {
             const ActivationCount plan = Transformer::activations(
                 cfg, batch, recompute, backend->attention_scratch_floats(batch, cfg.seq_len, cfg.n_head));
@@ -93,7 +94,7 @@ TEST(MemoryPlan, ActivationPlanIsWhatTheModelAllocates) {
                 Transformer model(cfg, *backend, batch, TransformerOptions().with_recompute(recompute).with_activation(t));
                 const double got = static_cast<double>(model.activation_bytes());
                 EXPECT_EQ(plan.bytes(t), got)
-                    << dtype_name(t) << ", batch " << batch << (recompute ? ", recompute" : "");
+                    << dtype_name(t) << ", batch " << batch << ", recompute " << setting_text(recompute);
                 if (t == DType::kF32) fp32_bytes = got;
                 // 16-bit storage halves everything but the fp32 items (statistics, losses,
                 // the attention scratch, the rotary table).
@@ -313,7 +314,7 @@ TEST(MemoryPlan, PipelineStagesArePlannedEachAndTheLargestKept) {
                 << what << " stage " << s;
             const double act = PipelineRunner::stage_activations(pipeline_schedule_kind(schedule), shape, s,
                                                                  split.first_layer, cfg.model, cfg.train.micro_batch,
-                                                                 false, 0)
+                                                                 ActivationRecompute::kNone, 0)
                                    .bytes(DType::kF32);
             EXPECT_EQ(item(plan, "activations"), act) << what << " stage " << s;
         }
@@ -342,7 +343,7 @@ TEST(MemoryPlan, AFusedAttentionKernelKeepsNoProbabilities) {
     const double per_block = B * NH * T * T * sizeof(float) - B * NH * T * sizeof(float);
     for (const bool recompute : {false, true}) {
         for (const int pipeline : {1, 2}) {
-            cfg.train.recompute = recompute;
+            cfg.train.recompute = recompute ? ActivationRecompute::kBlocks : ActivationRecompute::kNone;
             cfg.parallel.pipeline = pipeline;
             cfg.train.grad_accum = pipeline == 2 ? 4 : 1;
             cfg.cluster.attention_kernel = "materialized";

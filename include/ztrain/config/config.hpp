@@ -39,6 +39,12 @@ enum class DataPacking { kPack, kPad };
 enum class DataOverlong { kError, kTruncate, kDrop };
 /// parallel.schedule: how a pipeline orders its stages' passes (parallel/pipeline_schedule.hpp).
 enum class PipelineSchedule { k1F1B, kInterleaved, kZeroBubble };
+/// train.recompute: what a backward recomputes instead of keeping it from the forward.
+/// kAttention: each block's attention probabilities (its (T x T) scores and softmax, the
+/// largest activation at long sequences) are rebuilt from the kept q, k, v just before the
+/// block's attention backward; kBlocks: only each block's output is kept and the block's
+/// whole forward runs again before its backward.
+enum class ActivationRecompute { kNone, kAttention, kBlocks };
 /// run.memory_check: what a run whose predicted memory does not fit does.
 enum class MemoryCheck { kStrict, kWarn, kOff };
 /// train.spike: what a loss spike does (train/spike_guard.hpp): nothing, or a rollback to
@@ -96,6 +102,8 @@ const char* setting_text(DataPacking v);
 const char* setting_text(DataOverlong v);
 const char* setting_text(PipelineSchedule v);
 const char* setting_text(SpikePolicy v);
+/// train.recompute: "false", "attention" or "true" (every block).
+const char* setting_text(ActivationRecompute v);
 /// parallel.pipeline_layers' block counts ("3,4,4,3"): false unless every item is an integer
 /// >= 1.
 bool parse_pipeline_layers(const std::string& text, std::vector<int>& out);
@@ -197,7 +205,8 @@ struct TrainConfig {
     int sample_tokens = 64;            ///< tokens generated at each evaluation; 0 disables
     int log_every = 1;
     int threads = 0;                   ///< CPU threads per rank; 0 = cores / local ranks
-    bool recompute = false;            ///< recompute activations in backward (saves memory)
+    /// false | attention | true (ActivationRecompute): what backward recomputes to save memory
+    ActivationRecompute recompute = ActivationRecompute::kNone;
     int max_bad_steps = 5;             ///< consecutive non-finite steps before the run stops
     SpikePolicy spike = SpikePolicy::kOff;  ///< off | rollback (train/spike_guard.hpp)
     double spike_factor = 3.0;         ///< a loss above factor x the running median is a spike step

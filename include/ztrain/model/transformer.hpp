@@ -117,11 +117,14 @@ std::vector<int> stage_units(const ModelConfig& cfg, StageBlocks stage);
 /// of its activations and in what dtype, the tensor group it is a rank's split of, and the
 /// pipeline stage it runs. The defaults are the whole model on one rank, every activation
 /// kept in fp32. Set fields by name (or chain the setters):
-///   TransformerOptions o;  o.recompute = true;  o.stage = blocks;
+///   TransformerOptions o;  o.recompute = ActivationRecompute::kBlocks;  o.stage = blocks;
 struct TransformerOptions {
-    /// Keep only each block's output; backward re-runs a block's forward into one shared set
-    /// of buffers just before its backward (activation checkpointing).
-    bool recompute = false;
+    /// kBlocks: keep only each block's output; backward re-runs a block's forward into one
+    /// shared set of buffers just before its backward (activation checkpointing).
+    /// kAttention: keep everything but the attention probabilities, which every block writes
+    /// into one shared buffer and its backward rebuilds from its q, k, v just before the
+    /// attention's backward (Megatron's selective recompute).
+    ActivationRecompute recompute = ActivationRecompute::kNone;
     /// The activations' dtype (Transformer::set_activation_dtype).
     DType activation = DType::kF32;
     /// The tensor group the model is this rank's split of (null or one rank: none).
@@ -139,9 +142,13 @@ struct TransformerOptions {
     /// 0's gradient is reduced at the end of the step's last backward, after every forward.
     int head_rows = 0;
 
-    TransformerOptions& with_recompute(bool on) {
-        recompute = on;
+    TransformerOptions& with_recompute(ActivationRecompute what) {
+        recompute = what;
         return *this;
+    }
+    /// true: every block (kBlocks); false: nothing.
+    TransformerOptions& with_recompute(bool on) {
+        return with_recompute(on ? ActivationRecompute::kBlocks : ActivationRecompute::kNone);
     }
     TransformerOptions& with_activation(DType t) {
         activation = t;
@@ -170,10 +177,12 @@ enum class ActivationStorage { kTyped, kEmulated };
 class Transformer {
   public:
     /// Allocates activations for up to max_batch sequences of cfg.seq_len tokens, as
-    /// `options` says (TransformerOptions). With `recompute`, only each block's output is
-    /// kept; backward re-runs a block's forward into one shared set of buffers just before
-    /// its backward (activation checkpointing: about one extra forward of compute for ~1/L
-    /// of the block activations' memory).
+    /// `options` says (TransformerOptions). With `recompute` = kBlocks, only each block's
+    /// output is kept; backward re-runs a block's forward into one shared set of buffers just
+    /// before its backward (activation checkpointing: about one extra forward of compute for
+    /// ~1/L of the block activations' memory). With kAttention only the attention
+    /// probabilities are shared and rebuilt (about one attention forward more for ~1/L of
+    /// their memory).
     /// Activations in `activation` (set_activation_dtype).
     /// With a tensor group (null: none) the model is this rank's split of it: its layout is
     /// make_model_layout(cfg, group->split()), and forward and backward run the group's
@@ -273,7 +282,7 @@ class Transformer {
     /// `sequence`: sequence parallelism over them.
     /// `stage`: a pipeline stage's part (its blocks; logits and losses on the last only).
     /// `head_rows`: TransformerOptions::head_rows.
-    static ActivationCount activations(const ModelConfig& cfg, int max_batch, bool recompute,
+    static ActivationCount activations(const ModelConfig& cfg, int max_batch, ActivationRecompute recompute,
                                        size_t attention_scratch_floats, int tensor = 1, bool sequence = false,
                                        StageBlocks stage = {}, int head_rows = 0);
     /// The rows a chunked head holds logits of at once: about 2^24 elements' worth of this
@@ -339,7 +348,7 @@ class Transformer {
     std::unique_ptr<ActivationArena> m_arena;  // every activation buffer; freed last
     std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch
     int m_max_batch;
-    bool m_recompute = false;
+    ActivationRecompute m_recompute = ActivationRecompute::kNone;
     /// What the model's ops run on: m_backend, or the emulation's rounding decorator over it.
     std::unique_ptr<Backend> m_rounding;
     Backend* m_compute = &m_backend;

@@ -91,7 +91,8 @@ class PipelineRunner {
     /// chunk_blocks), each Transformer::activations of them. Pure: no MPI.
     static ActivationCount stage_activations(PipelineScheduleKind kind, PipelineShape shape, int stage,
                                              const std::vector<int>& bounds, const ModelConfig& cfg, int max_batch,
-                                             bool recompute, size_t attention_scratch_floats, int tensor = 1,
+                                             ActivationRecompute recompute, size_t attention_scratch_floats,
+                                             int tensor = 1,
                                              bool sequence = false);
     /// The layout of stage `stage`'s state: the units of its chunks (stage_units) cut from
     /// `whole` (stage_layout), unit 0 mirrored on the last stage (the first counts and saves it).

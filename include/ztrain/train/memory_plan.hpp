@@ -33,7 +33,8 @@ struct MemoryPlan {
     std::vector<double> stage_per_rank;  ///< pipeline > 1: each stage's peak per rank
     int zero_stage = 0;              ///< what is split: nothing (0), optimizer state (1), + grads (2), + params (3)
     bool device = false;             ///< the items live in GPU memory (backend = cuda)
-    bool recompute = false;          ///< train.recompute: the activations are already minimal
+    /// train.recompute (kBlocks: the activations are already minimal)
+    ActivationRecompute recompute = ActivationRecompute::kNone;
     std::vector<MemoryItem> items;   ///< per rank
     double available = 0;            ///< bytes this node (host) or device has free; 0: unknown
     std::string available_what;      ///< where `available` comes from

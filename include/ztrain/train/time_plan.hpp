@@ -47,10 +47,11 @@ Link group_link(const ClusterConfig& cluster, const GroupPlacement& g, int activ
 
 enum class PlannedCollective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
 
-/// What a backward recomputes: nothing, every block's forward (train.recompute), or, for a
-/// described system, torchtitan's selective op policy (cluster.activation_checkpointing):
-/// every second product of a block and its element-wise ops.
-enum class Recompute { kNone, kFull, kSelectiveOp };
+/// What a backward recomputes: nothing, each block's attention forward or every block's
+/// forward (train.recompute = attention, true), or, for a described system, torchtitan's
+/// selective op policy (cluster.activation_checkpointing): every second product of a block
+/// and its element-wise ops.
+enum class Recompute { kNone, kAttention, kFull, kSelectiveOp };
 
 /// The bytes one token moves through one block's element-wise ops in a forward when each op
 /// is a kernel of its own, as eager PyTorch runs a transformers or torchtitan block
