@@ -71,6 +71,18 @@ check "pad: every step has 8 rows of one example each" \
 expect 0 "ztrain: 3 steps in" "$BIN/ztrun" 2 ztrain "${deck[@]}" --precision.dtype=bf16 --train.recompute=true \
   --parallel.zero_stage=3 --train.max_steps=3 --run.dir="$work/bf16"
 
+# train.recompute = attention on packed rows (each block's probabilities rebuilt over the
+# same segments): the losses of keeping every activation, bit for bit; the resolved deck says it.
+for rc in attention false; do
+  expect 0 "ztrain: 3 steps in" "$BIN/ztrun" 2 ztrain "${deck[@]}" --train.recompute=$rc --parallel.zero_stage=3 \
+    --train.max_steps=3 --run.dir="$work/recompute_$rc"
+done
+check "recompute = attention: the losses of a run that keeps every activation" \
+  bash -c '[ "$(grep -c "\"loss\"" "$1")" -ge 3 ] && diff <(grep -o "\"loss\":[^,]*" "$1") <(grep -o "\"loss\":[^,]*" "$2")' _ \
+  "$work/recompute_attention/metrics.jsonl" "$work/recompute_false/metrics.jsonl"
+check "recompute = attention in the resolved deck" grep -q "^recompute = attention$" \
+  "$work/recompute_attention/config.ini"
+
 # Bad inputs: exit 2, naming the key.
 expect 2 "train.epochs = 2 and train.max_steps = 5 are both given" "$BIN/ztrain" "${deck[@]}" --train.epochs=2 \
   --train.max_steps=5 --run.dir="$work/bad1"
