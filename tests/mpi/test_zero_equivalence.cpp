@@ -25,6 +25,7 @@
 #include "mpi_training.hpp"
 #include "test_support.hpp"
 #include "ztrain/config/config.hpp"
+#include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/data/token_data.hpp"
 #include "ztrain/model/transformer.hpp"
@@ -354,6 +355,53 @@ TEST(LoraZeroStage3, Bf16TrainsTheSameBitsAsStage2) {
         size_t differ = 0;
         for (size_t i = 0; i < runs[0].final_params.size(); ++i) differ += runs[1].final_params[i] != runs[0].final_params[i];
         EXPECT_EQ(differ, 0u) << what << ": " << differ << " parameters differ from stage 2's";
+    }
+}
+
+/// On two ranks a sum of two is the same whichever rank adds it, so with one micro-step per
+/// step and no clipping (whose global norm adds shard partial sums in another order) every
+/// strategy adds the same gradients and applies the same element-wise AdamW: in fp32, DDP and
+/// ZeRO-1/2/3 train the same bits. In bf16 (fp32 reductions) DDP and ZeRO-1 keep each rank's
+/// gradient in bf16 through the step and reduce those, while ZeRO-2/3 reduce each micro-step's
+/// fp32 gradient scratch and round the sum into their bf16 shard: one rounding apart, so
+/// ZeRO-1 trains DDP's bits and ZeRO-3 ZeRO-2's. A stage that reduces into the wrong shard,
+/// updates a stale copy or gathers the wrong rounding moves the bits at step 2.
+TEST(ZeroStagesAtTwoRanks, TrainTheSameBitsWithoutAccumulationOrClipping) {
+    if (test::world_size() != 2) GTEST_SKIP() << "sums of more than two ranks depend on the algorithm's order";
+    test::SharedDir dir("zero_stage_bits");
+    test::write_shared_train_shard(dir);
+    for (const DType dtype : {DType::kF32, DType::kBF16})
+    for (const bool llama : {false, true}) {
+        TrainSummary runs[4];
+        for (int stage = 0; stage <= 3; ++stage) {
+            Config c = test::tiny_mpi_config(dir.file("train.bin"), dir.file(str("s", stage, dtype_name(dtype), llama)));
+            if (llama) c = test::as_llama(c);
+            c.train.grad_accum = 1;
+            c.train.grad_clip = 0;
+            c.train.max_steps = 6;
+            c.precision.dtype = dtype;
+            if (dtype != DType::kF32) c.precision.reduce_dtype = DType::kF32;
+            c.parallel.zero_stage = stage;
+            TrainOptions world;
+            world.collect_params = true;
+            runs[stage] = train(c, world);
+        }
+        const std::string family = llama ? "llama" : "gpt2";
+        for (int stage = 1; stage <= 3; ++stage) {
+            const int same = dtype == DType::kF32 || stage == 1 ? 0 : 2;
+            if (stage == same) continue;
+            const TrainSummary& ref = runs[same];
+            const std::string what = str(family, " ", dtype_name(dtype), " ZeRO-", stage, " against ",
+                                         same == 0 ? "DDP" : "ZeRO-2");
+            ASSERT_EQ(runs[stage].losses.size(), ref.losses.size()) << what;
+            for (size_t s = 0; s < ref.losses.size(); ++s) {
+                EXPECT_EQ(runs[stage].losses[s], ref.losses[s]) << what << " step " << s + 1;
+            }
+            ASSERT_EQ(runs[stage].final_params.size(), ref.final_params.size()) << what;
+            size_t differ = 0;
+            for (size_t i = 0; i < ref.final_params.size(); ++i) differ += runs[stage].final_params[i] != ref.final_params[i];
+            EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << ref.final_params.size() << " parameters differ";
+        }
     }
 }
 
