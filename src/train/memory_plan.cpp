@@ -214,6 +214,13 @@ ActivationCount planned_attention(const Config& cfg, const ActivationCount& coun
     return fused_attention(cfg) ? count.with_fused_attention(cfg.model.seq_len) : count;
 }
 
+/// train.recompute as the plan's kernels see it: a fused kernel keeps no probabilities to
+/// rebuild, only each block's log-sum-exp, so `attention` keeps what `false` keeps.
+ActivationRecompute planned_recompute(const Config& cfg) {
+    const ActivationRecompute r = cfg.train.recompute;
+    return fused_attention(cfg) && r == ActivationRecompute::kAttention ? ActivationRecompute::kNone : r;
+}
+
 /// Activations and their gradients in the working dtype; statistics, losses and scratch fp32.
 MemoryItem activation_item(const Config& cfg, DType work, double attention_scratch_floats, int tensor) {
     const TrainConfig& t = cfg.train;
@@ -221,8 +228,8 @@ MemoryItem activation_item(const Config& cfg, DType work, double attention_scrat
     const bool sequence = cfg.parallel.sequence && tensor > 1;
     const int head_rows = Transformer::chunked_head_rows(m, t.micro_batch, tensor);
     const ActivationCount count = Transformer::activations(
-        m, t.micro_batch, t.recompute, static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor, sequence,
-        StageBlocks{}, head_rows);
+        m, t.micro_batch, planned_recompute(cfg), static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor,
+        sequence, StageBlocks{}, head_rows);
     return {"activations", planned_attention(cfg, count).bytes(work),
             str("micro_batch ", t.micro_batch, " x seq_len ", m.seq_len,
                 t.recompute == ActivationRecompute::kBlocks      ? ", recompute (block outputs only)"
@@ -397,7 +404,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         act.bytes = planned_attention(
                         cfg, PipelineRunner::stage_activations(
                                  pipeline_schedule_kind(cfg.parallel), shape, at.pipeline_stage, at.blocks.first_layer,
-                                 m, t.micro_batch, t.recompute,
+                                 m, t.micro_batch, planned_recompute(cfg),
                                  static_cast<size_t>(std::max(0.0, attention_scratch_floats)), tensor,
                                  cfg.parallel.sequence && tensor > 1))
                         .bytes(cfg.precision.dtype);

@@ -83,7 +83,10 @@ Judged judge(const Config& cand, const ClusterConfig& cluster, int world, int pe
 
 /// Every setting of the mesh keys for `data` data ranks of `tensor` x `pipeline`, with the
 /// global batch's `per_rank` sequences per data rank cut into micro-batches.
-std::vector<Config> mesh_settings(const Config& base, int tensor, int pipeline, int data, long long per_rank) {
+/// `fused_attention`: the cluster's kernel keeps no probabilities, so recompute = attention is
+/// recompute = false there and is not enumerated.
+std::vector<Config> mesh_settings(const Config& base, bool fused_attention, int tensor, int pipeline, int data,
+                                  long long per_rank) {
     std::vector<Config> out;
     for (int micro : divisors(per_rank)) {
         for (const auto& [schedule, chunks] : pipeline_variants(pipeline)) {
@@ -92,6 +95,7 @@ std::vector<Config> mesh_settings(const Config& base, int tensor, int pipeline, 
                     for (int group : stage > 0 ? std::vector<int>{0, kShardGroupNode} : std::vector<int>{-1}) {
                         for (const ActivationRecompute recompute :
                              {ActivationRecompute::kNone, ActivationRecompute::kAttention, ActivationRecompute::kBlocks}) {
+                            if (recompute == ActivationRecompute::kAttention && fused_attention) continue;
                             Config c = base;
                             c.parallel.tensor = tensor;
                             c.parallel.pipeline = pipeline;
@@ -126,7 +130,8 @@ PlanSearch search_meshes(const Config& cfg, const ClusterConfig& cluster, int wo
         for (int pipeline : divisors(world / tensor)) {
             const int data = world / (tensor * pipeline);
             if (search.global_batch % data != 0) continue;
-            for (const Config& cand : mesh_settings(cfg, tensor, pipeline, data, search.global_batch / data)) {
+            for (const Config& cand : mesh_settings(cfg, cluster.attention_kernel == "fused", tensor, pipeline, data,
+                                                           search.global_batch / data)) {
                 Judged j = judge(cand, cluster, world, per_node, options);
                 search.refused += j.refused ? 1 : 0;
                 search.too_big += j.too_big ? 1 : 0;

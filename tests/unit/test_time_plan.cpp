@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -419,6 +420,17 @@ TEST(PlanSearch, RanksFittingMeshesOfTheGlobalBatch) {
     }
     // The deck's own rules refuse some (pipeline 2 with grad_accum 1, ...).
     EXPECT_GT(s.refused, 0);
+    // Each recompute mode is a candidate; under a fused kernel, which keeps no
+    // probabilities, attention is not (it would be recompute = false again).
+    const auto count_attention = [](const zt::PlanSearch& p) {
+        return std::count_if(p.fitting.begin(), p.fitting.end(), [](const zt::PlanCandidate& x) {
+            return x.cfg.train.recompute == zt::ActivationRecompute::kAttention;
+        });
+    };
+    EXPECT_GT(count_attention(s), 0);
+    ClusterConfig fused;
+    fused.attention_kernel = "fused";
+    EXPECT_EQ(count_attention(zt::search_meshes(c, fused, 2, 2, options)), 0);
 }
 
 }  // namespace

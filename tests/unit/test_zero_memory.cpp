@@ -354,6 +354,13 @@ TEST(MemoryPlan, AFusedAttentionKernelKeepsNoProbabilities) {
             const double blocks = pipeline == 1 ? (recompute ? 1 : 4) : (recompute ? 2 : 4);
             EXPECT_DOUBLE_EQ(activations(kept) - activations(fused), blocks * per_block)
                 << (recompute ? "recompute, " : "") << "pipeline " << pipeline;
+            // With no probabilities kept there are none to rebuild: each block keeps its
+            // log-sum-exp under recompute = attention as without recompute.
+            if (!recompute) {
+                cfg.train.recompute = ActivationRecompute::kAttention;
+                EXPECT_DOUBLE_EQ(activations(plan_memory(cfg, pipeline, pipeline, 0, 0, false)), activations(fused))
+                    << "recompute = attention, pipeline " << pipeline;
+            }
         }
     }
 }
