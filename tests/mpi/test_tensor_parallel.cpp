@@ -231,7 +231,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                                            // The attention probabilities rebuilt from each
                                            // rank's heads (sequence parallel: whole rows).
                                            TensorCase{2, 3, true, 0, false, 0, true, 5, 0, 0, 0.0, true},
-                                           TensorCase{4, 1, false, 0, false, 0, true, 0, 0, 0, 0.0, true}),
+                                           TensorCase{4, 1, false, 0, false, 0, true, 0, 0, 0, 0.0, true},
+                                           // With LoRA's adapters on q|k|v (and dropout): the
+                                           // rebuild reads the adapted q, k, v it kept.
+                                           TensorCase{2, 2, true, 0, false, 0, true, 0, 0, 4, 0.2, true}),
                          [](const auto& info) { return case_name(info.param); });
 
 // bf16 and fp16: the tensor group's sums run in the activation dtype (each rank's partial
