@@ -24,7 +24,15 @@ StopSignals::StopSignals() {
 }
 
 StopSignals::~StopSignals() {
-    for (int i = 0; i < 3; ++i) std::signal(kSignals[i], m_previous[i]);
+    // After a stop the batch system's warnings have been acted on (the checkpoint is written).
+    // Slurm signals a step's tasks itself as well as through srun, so a rank that ended first
+    // can get one more SIGUSR1 or SIGTERM while the process ends: it keeps setting the flag
+    // instead of killing the process with 128 + signal. SIGINT comes back (interactive runs).
+    const bool stopped = g_stop_signal != 0;
+    for (int i = 0; i < 3; ++i) {
+        if (stopped && kSignals[i] != SIGINT) continue;
+        std::signal(kSignals[i], m_previous[i]);
+    }
 }
 
 double StopSignals::pending() const { return static_cast<double>(g_stop_signal); }

@@ -8,9 +8,11 @@
 
 namespace zt {
 
-/// Installs the handlers for its lifetime; the previous handlers come back when it goes.
-/// A second SIGINT while the first is pending (Ctrl-C during a hung start-up) takes the
-/// default action, so an interactive run can always be killed.
+/// Installs the handlers for its lifetime; the previous handlers come back when it goes,
+/// except SIGTERM's and SIGUSR1's after a stop: those keep only setting the flag, so one more
+/// warning while the stopped process ends does not kill it. A second SIGINT while the first
+/// is pending (Ctrl-C during a hung start-up) takes the default action, so an interactive
+/// run can always be killed.
 class StopSignals {
   public:
     StopSignals();
