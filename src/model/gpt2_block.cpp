@@ -220,14 +220,14 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
     const size_t T = static_cast<size_t>(cfg.seq_len);
     const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));
     const size_t probs = static_cast<size_t>(max_batch) * NH * T * T;
-    const ActPtr shared_att = recompute == ActivationRecompute::kAttention ? arena.take_act(probs) : ActPtr{};
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
         L.ln1 = arena.take_act(BTl * C);
         L.ln1_mean = arena.take(BTl);
         L.ln1_rstd = arena.take(BTl);
         L.qkv = arena.take_act(BT * 3 * Ch);
         L.atty = arena.take_act(BT * Ch);
-        L.att = shared_att.data != nullptr ? shared_att : arena.take_act(probs);
+        // kAttention: every block's probabilities go in the driver's one buffer.
+        L.att = scratch.probs.data != nullptr ? scratch.probs : arena.take_act(probs);
         L.residual2 = arena.take_act(BTl * C);
         L.ln2 = arena.take_act(BTl * C);
         L.ln2_mean = arena.take(BTl);

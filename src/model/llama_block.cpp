@@ -259,7 +259,6 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     const size_t hs = static_cast<size_t>(cfg.head_size());
     const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));
     const size_t probs = static_cast<size_t>(max_batch) * NH * T * T;
-    const ActPtr shared_att = recompute == ActivationRecompute::kAttention ? arena.take_act(probs) : ActPtr{};
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
         L.norm1 = arena.take_act(BTl * C);
         L.norm1_rstd = arena.take(BTl);
@@ -269,7 +268,8 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
             L.qk_rstd = arena.take(BT * static_cast<size_t>(z.NH + z.NKV));
         }
         L.atty = arena.take_act(BT * Cq);
-        L.att = shared_att.data != nullptr ? shared_att : arena.take_act(probs);
+        // kAttention: every block's probabilities go in the driver's one buffer.
+        L.att = scratch.probs.data != nullptr ? scratch.probs : arena.take_act(probs);
         L.residual2 = arena.take_act(BTl * C);
         L.norm2 = arena.take_act(BTl * C);
         L.norm2_rstd = arena.take(BTl);

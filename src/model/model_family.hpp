@@ -134,6 +134,9 @@ struct DriverScratch {
     /// The model's LoRA adapters with their scratch (null: none), which the products apply.
     const LoraAdapters* lora = nullptr;
     float* attention_scratch = nullptr;
+    /// ActivationRecompute::kAttention: the one buffer every block writes its attention
+    /// probabilities into (rebuilt in its backward); null otherwise.
+    ActPtr probs{};
     float* norm_grads = nullptr;
     size_t norm_grads_floats = 0;
 };

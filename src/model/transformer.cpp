@@ -119,6 +119,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& backend, int max_batch
       m_lora(std::make_unique<LoraAdapters>(m_layout)),
       m_max_batch(max_batch),
       m_recompute(options.recompute),
+      m_shared_probs(options.shared_probs),
       m_chunk_rows(options.head_rows) {
     ZT_REQUIRE(max_batch >= 1, "max_batch ", max_batch);
     ZT_REQUIRE(m_stage.begin >= 0 && m_stage.end <= cfg.n_layer && (m_blocks >= 1 || cfg.n_layer == 0),
@@ -168,6 +169,15 @@ void Transformer::allocate_activations(DType stored) {
     TensorParallel::Buffers buffers;
     buffers.partial = m_dnormed;
     scratch.attention_scratch = a.take(att_scratch);
+    if (m_recompute == ActivationRecompute::kAttention) {
+        const size_t probs = static_cast<size_t>(m_max_batch) * static_cast<size_t>(cfg.n_head / tensor) *
+                             static_cast<size_t>(cfg.seq_len) * static_cast<size_t>(cfg.seq_len);
+        ZT_REQUIRE(m_shared_probs.data == nullptr || m_shared_probs.dtype == stored,
+                   "a shared attention probabilities buffer in ", dtype_name(m_shared_probs.dtype), " for ",
+                   dtype_name(stored), " activations");
+        m_probs = m_shared_probs.data != nullptr ? m_shared_probs : a.take_act(probs);
+        scratch.probs = m_probs;
+    }
     if (m_sequence) {
         // The blocks gather into the final norm's output buffer: it is written after them in
         // forward and read before them in backward.
@@ -192,9 +202,11 @@ void Transformer::allocate_activations(DType stored) {
     // The memory plan predicts this figure: the two must never drift apart.
     const ActivationCount plan =
         activations(cfg, m_max_batch, m_recompute, att_scratch, tensor, m_sequence, m_stage, m_chunk_rows);
-    ZT_REQUIRE(a.count().act == plan.act + plan.probs && a.count().f32 == plan.f32,
+    // A shared probabilities buffer (kAttention: the family counts one block's) is the lender's.
+    const double probs = m_shared_probs.data != nullptr ? 0 : plan.probs;
+    ZT_REQUIRE(a.count().act == plan.act + probs && a.count().f32 == plan.f32,
                "activation plan differs from the allocation: ", a.count().act, " activation elements and ",
-               a.count().f32, " floats allocated, ", plan.act + plan.probs, " and ", plan.f32, " planned");
+               a.count().f32, " floats allocated, ", plan.act + probs, " and ", plan.f32, " planned");
 }
 
 Transformer::~Transformer() {

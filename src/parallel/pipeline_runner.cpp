@@ -71,7 +71,10 @@ ActivationCount PipelineRunner::stage_activations(PipelineScheduleKind kind, Pip
                                                              tensor, sequence, blocks, rows);
         total.act += slots[static_cast<size_t>(c)] * one.act;
         total.f32 += slots[static_cast<size_t>(c)] * one.f32;
-        total.probs += slots[static_cast<size_t>(c)] * one.probs;
+        // Under recompute = attention the stage's models share one block's probabilities
+        // (ScheduledTraining::make_models), the same size in every chunk.
+        total.probs = recompute == ActivationRecompute::kAttention ? one.probs
+                                                                   : total.probs + slots[static_cast<size_t>(c)] * one.probs;
     }
     return total;
 }

@@ -178,6 +178,9 @@ void ScheduledTraining::make_models(const Config& cfg, const TrainSetup& setup, 
     const int head_rows = Transformer::chunked_head_rows(cfg.model, cfg.train.micro_batch, tensor);
     m_owned.resize(static_cast<size_t>(chunks));
     m_models.resize(static_cast<size_t>(chunks));
+    // The stage's passes run one at a time: under recompute = attention its models share the
+    // first one's probabilities buffer (null otherwise: each keeps its own).
+    ActPtr probs{};
     for (int c = 0; c < chunks; ++c) {
         const StageBlocks blocks = PipelineRunner::chunk_blocks(m_stages.first_layer, c * P + m_runner->stage());
         for (int k = 0; k < m_runner->slots()[static_cast<size_t>(c)]; ++k) {
@@ -188,8 +191,10 @@ void ScheduledTraining::make_models(const Config& cfg, const TrainSetup& setup, 
                     .with_activation(cfg.precision.dtype)
                     .with_tensor(setup.tensor_group_or_null(), cfg.parallel.sequence)
                     .with_stage(blocks)
-                    .with_head_rows(head_rows)));
+                    .with_head_rows(head_rows)
+                    .with_shared_probs(probs)));
             m_models[static_cast<size_t>(c)].push_back(m_owned[static_cast<size_t>(c)].back().get());
+            if (probs.data == nullptr) probs = m_models[static_cast<size_t>(c)].back()->attention_probs();
         }
     }
 }

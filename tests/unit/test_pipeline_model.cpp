@@ -15,6 +15,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/random.hpp"
 #include "ztrain/model/transformer.hpp"
+#include "ztrain/parallel/pipeline_runner.hpp"
 
 #include "host_store.hpp"
 #include "test_support.hpp"
@@ -197,6 +198,58 @@ TEST(PipelineModel, DeferredWeightGradientsAreThePlainBackwards) {
     check_deferred_weights(gpt2(2), DType::kF32);
     check_deferred_weights(llama(2, false), DType::kF32);
     if (make_cpu_backend(1)->capabilities().supports(DType::kBF16)) check_deferred_weights(gpt2(2), DType::kBF16);
+}
+
+// recompute = attention: a pipeline stage's models share one probabilities buffer. Another
+// model's forward may run between a model's forward and its backward (1F1B) and overwrite
+// the buffer; each block's backward rebuilds its probabilities first, so both models take
+// the gradients of models with their own buffers, bit for bit, and the second model holds
+// one block's probabilities fewer, as PipelineRunner::stage_activations plans.
+TEST(PipelineModel, ModelsOfAStageShareTheAttentionProbabilities) {
+    auto backend = make_cpu_backend(1);
+    const int B = 2;
+    for (const ModelConfig& mc : {gpt2(3), llama(3, false)}) {
+        const int T = mc.seq_len;
+        std::vector<int32_t> inputs(static_cast<size_t>(2 * B * T)), targets(inputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            inputs[i] = static_cast<int32_t>(random_bits(6, 1, i) % static_cast<uint64_t>(mc.vocab_size));
+            targets[i] = static_cast<int32_t>(random_bits(6, 2, i) % static_cast<uint64_t>(mc.vocab_size));
+        }
+        const TransformerOptions options = TransformerOptions().with_recompute(ActivationRecompute::kAttention);
+        std::vector<std::vector<float>> grads[2];
+        for (const bool share : {false, true}) {
+            Transformer first(mc, *backend, B, options);
+            Transformer second(mc, *backend, B,
+                               TransformerOptions(options).with_shared_probs(share ? first.attention_probs() : ActPtr{}));
+            EXPECT_EQ(second.attention_probs().data == first.attention_probs().data, share);
+            HostStore a(first.layout(), 42), b(second.layout(), 42);
+            // 1F1B's order on a first stage: F0 F1 B0 B1.
+            const size_t half = static_cast<size_t>(B * T);
+            first.forward(a, inputs.data(), targets.data(), B, T, 1.f);
+            second.forward(b, inputs.data() + half, targets.data() + half, B, T, 1.f);
+            first.backward(a);
+            second.backward(b);
+            for (int u = 0; u < first.layout().num_units(); ++u) {
+                grads[share].push_back(a.grad(u));
+                grads[share].push_back(b.grad(u));
+            }
+            const double probs = static_cast<double>(B) * mc.n_head * T * T * sizeof(float);
+            EXPECT_EQ(static_cast<double>(first.activation_bytes()) - static_cast<double>(second.activation_bytes()),
+                      share ? probs : 0.0);
+        }
+        ASSERT_EQ(grads[0].size(), grads[1].size());
+        for (size_t i = 0; i < grads[0].size(); ++i) {
+            EXPECT_EQ(grads[1][i], grads[0][i]) << setting_text(mc.arch) << ": unit " << i / 2 << " of model " << i % 2;
+        }
+        // The plan: 1F1B's first of 2 stages holds 2 models and one buffer of probabilities.
+        const std::vector<int> bounds{0, 2, 3};
+        const ActivationCount one = Transformer::activations(mc, B, ActivationRecompute::kAttention, 0, 1, false,
+                                                             PipelineRunner::chunk_blocks(bounds, 0));
+        const ActivationCount stage = PipelineRunner::stage_activations(
+            PipelineScheduleKind::k1F1B, PipelineShape{2, 4, 1}, 0, bounds, mc, B, ActivationRecompute::kAttention, 0);
+        EXPECT_DOUBLE_EQ(stage.act, 2 * one.act);
+        EXPECT_DOUBLE_EQ(stage.probs, one.probs);
+    }
 }
 
 TEST(PipelineModel, TheStageRangeIsChecked) {

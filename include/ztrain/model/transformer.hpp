@@ -141,6 +141,12 @@ struct TransformerOptions {
     /// schedule): the head's weight gradient is a sum over the step's micro-batches, and unit
     /// 0's gradient is reduced at the end of the step's last backward, after every forward.
     int head_rows = 0;
+    /// Under ActivationRecompute::kAttention: another model's probabilities buffer
+    /// (Transformer::attention_probs) to share instead of taking one. Models that run one pass
+    /// at a time on a rank may share it (a pipeline stage's), since each block's backward
+    /// rebuilds the probabilities right before reading them; both keep their activation
+    /// dtype. Null: the model takes its own.
+    ActPtr shared_probs{};
 
     TransformerOptions& with_recompute(ActivationRecompute what) {
         recompute = what;
@@ -165,6 +171,10 @@ struct TransformerOptions {
     }
     TransformerOptions& with_head_rows(int rows) {
         head_rows = rows;
+        return *this;
+    }
+    TransformerOptions& with_shared_probs(ActPtr probs) {
+        shared_probs = probs;
         return *this;
     }
 };
@@ -272,8 +282,12 @@ class Transformer {
     /// the tests). Requires backend.capabilities().supports(t).
     void set_activation_dtype(DType t, ActivationStorage storage = ActivationStorage::kTyped);
     DType activation_dtype() const { return m_act_dtype; }
-    /// Bytes of activation (and activation-gradient) memory allocated.
+    /// Bytes of activation (and activation-gradient) memory allocated (a shared probabilities
+    /// buffer counts for the model that took it).
     size_t activation_bytes() const;
+    /// Under ActivationRecompute::kAttention, the blocks' probabilities buffer, for other
+    /// models to share (TransformerOptions::shared_probs); null otherwise.
+    ActPtr attention_probs() const { return m_probs; }
     /// What the constructor allocates for these arguments, computed in double (so an absurd
     /// shape gives a huge number, not an overflow) without allocating: the memory plan's
     /// figure (ActivationCount::bytes of the run's activation dtype). The constructor checks
@@ -349,6 +363,10 @@ class Transformer {
     std::unique_ptr<ModelFamily> m_family;      // the blocks, their slots and scratch
     int m_max_batch;
     ActivationRecompute m_recompute = ActivationRecompute::kNone;
+    /// kAttention: the blocks' one probabilities buffer, this model's or one it shares
+    /// (m_shared_probs, not in its arena).
+    ActPtr m_probs{};
+    ActPtr m_shared_probs{};
     /// What the model's ops run on: m_backend, or the emulation's rounding decorator over it.
     std::unique_ptr<Backend> m_rounding;
     Backend* m_compute = &m_backend;

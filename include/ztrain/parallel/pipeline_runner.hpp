@@ -88,7 +88,9 @@ class PipelineRunner {
     const std::vector<int>& slots() const { return m_slots; }
     /// The activations stage `stage` of a pipeline allocates (the memory plan's figure): for
     /// each of its chunks, slots_per_chunk models of that chunk's blocks (cut at `bounds`, as
-    /// chunk_blocks), each Transformer::activations of them. Pure: no MPI.
+    /// chunk_blocks), each Transformer::activations of them; under recompute = attention the
+    /// models share one block's attention probabilities (TransformerOptions::shared_probs).
+    /// Pure: no MPI.
     static ActivationCount stage_activations(PipelineScheduleKind kind, PipelineShape shape, int stage,
                                              const std::vector<int>& bounds, const ModelConfig& cfg, int max_batch,
                                              ActivationRecompute recompute, size_t attention_scratch_floats,
