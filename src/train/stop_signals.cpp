@@ -25,9 +25,10 @@ StopSignals::StopSignals() {
 
 StopSignals::~StopSignals() {
     // After a stop the batch system's warnings have been acted on (the checkpoint is written).
-    // Slurm signals a step's tasks itself as well as through srun, so a rank that ended first
-    // can get one more SIGUSR1 or SIGTERM while the process ends: it keeps setting the flag
-    // instead of killing the process with 128 + signal. SIGINT comes back (interactive runs).
+    // The ranks stop together on the first rank's signal, so the copy srun forwards to a rank
+    // on another node can arrive after that rank's run has ended, and a later SIGTERM too:
+    // they keep setting the flag instead of killing the process with 128 + signal. SIGINT
+    // comes back (interactive runs).
     const bool stopped = g_stop_signal != 0;
     for (int i = 0; i < 3; ++i) {
         if (stopped && kSignals[i] != SIGINT) continue;

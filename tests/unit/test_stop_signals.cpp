@@ -17,10 +17,11 @@ TEST(StopSignals, ASignalOnlySetsTheFlag) {
     EXPECT_EQ(signals.pending(), static_cast<double>(SIGUSR1));
 }
 
-// Slurm signals a job step's tasks itself as well as through srun: a rank whose run has
-// already stopped (its checkpoint written) can get the second SIGUSR1, or the SIGTERM after
-// the grace period, while it shuts down. It must still exit 0, not die by the signal (a
-// requeue wrapper would read 128 + signal as a failure). The test process survives both.
+// The ranks stop together on the first rank's signal: the copy of a SIGUSR1 that srun
+// forwards to a rank on another node can arrive after that rank's run has stopped (its
+// checkpoint written), as can the SIGTERM after the grace period. It must still exit 0, not
+// die by the signal (the requeue wrapper reads 128 + signal as a failure). The test process
+// survives both.
 TEST(StopSignals, AfterAStopFurtherWarningsDoNotKillTheProcess) {
     {
         const zt::StopSignals signals;
