@@ -201,7 +201,6 @@ class Gpt2Blocks final : public ModelFamily {
 Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, ActivationArena& arena,
                        const DriverScratch& scratch, int max_batch, ActivationRecompute recompute)
     : ModelFamily(scratch), m_cfg(cfg) {
-    set_probs_recompute(recompute == ActivationRecompute::kAttention);
     if (cfg.n_layer > 0) m_off = gpt2_offsets(layout);
     const Gpt2Offsets& o = m_off;
     // This rank's features of the products: the width and its heads' width (C / t).

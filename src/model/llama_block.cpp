@@ -245,7 +245,6 @@ class LlamaBlocks final : public ModelFamily {
 LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Backend& backend, ActivationArena& arena,
                          const DriverScratch& scratch, int max_batch, ActivationRecompute recompute)
     : ModelFamily(scratch), m_cfg(cfg) {
-    set_probs_recompute(recompute == ActivationRecompute::kAttention);
     set_sliding_window(cfg.sliding_window);
     if (cfg.n_layer > 0) m_off = llama_offsets(cfg, layout);
     const Sizes z = sizes(1, 1);

@@ -164,6 +164,7 @@ class ModelFamily {
     explicit ModelFamily(const DriverScratch& scratch)
         : m_parallel(scratch.parallel),
           m_attention_scratch(scratch.attention_scratch),
+          m_rebuild_probs(scratch.probs.data != nullptr),
           m_lora(scratch.lora),
           m_deferred(m_parallel),
           m_norm_grads(ProductContext{&m_parallel, &m_deferred, m_lora}, scratch.norm_grads,
@@ -212,9 +213,6 @@ class ModelFamily {
     static constexpr size_t kNoBias = ParallelLinear::kNoBias;
     /// What the family's products are made with: its group and its deferral.
     ProductContext products() { return ProductContext{&m_parallel, &m_deferred, m_lora}; }
-    /// ActivationRecompute::kAttention: the blocks' attention probabilities are one shared
-    /// buffer, rebuilt by attention_backward.
-    void set_probs_recompute(bool on) { m_rebuild_probs = on; }
     /// Sliding-window attention (Mistral): a query attends to the last `window` positions
     /// of its row at most, itself included (0: the whole causal context).
     void set_sliding_window(int window) { m_window = window; }
@@ -256,6 +254,9 @@ class ModelFamily {
     float* m_attention_scratch = nullptr;
 
   private:
+    /// The blocks share the driver's one probabilities buffer (DriverScratch::probs, given
+    /// under ActivationRecompute::kAttention): attention_backward rebuilds it first.
+    bool m_rebuild_probs = false;
     const LoraAdapters* m_lora = nullptr;
     /// Where each query's keys start ((B, T), Backend::gqa_attention_forward_segmented): the
     /// segments' starts, moved up to the sliding window's (key j is seen from query t iff
@@ -275,7 +276,6 @@ class ModelFamily {
     DeferredWeightGrads m_deferred;
     NormGrads m_norm_grads;
     int m_window = 0;
-    bool m_rebuild_probs = false;
     std::vector<int32_t> m_window_from;  ///< attend_from's window, (B, T) host memory
 };
 
