@@ -176,7 +176,12 @@ const KeyDef kKeys[] = {
            "working dtype of parameters, activations and gradients: fp32 | bf16 | fp16 (master weights "
            "and AdamW state stay fp32)"),
     ZT_KEY("precision.reduce_dtype", precision.reduce_dtype,
-           "dtype gradients are reduced in across ranks: fp32 | bf16 | fp16 (empty: the working dtype)"),
+           "dtype gradients are reduced in across ranks: fp32 | bf16 | fp16 (empty: precision.grad_dtype, else "
+           "the working dtype)"),
+    ZT_KEY("precision.grad_dtype", precision.grad_dtype,
+           "dtype gradients are accumulated over micro-steps and stored in until the optimizer reads them: fp32, "
+           "or the working dtype (empty: the working dtype; fp32 beside bf16/fp16: 2 more bytes per stored gradient, "
+           "and no rounding of the running sum at each micro-step)"),
     ZT_KEY("precision.loss_scale", precision.loss_scale,
            "fp16 loss scaling: dynamic, or a fixed number > 0 (1 = no scaling)"),
     ZT_KEY("precision.init_scale", precision.init_scale, "fp16 dynamic loss scale: initial value"),

@@ -241,6 +241,14 @@ void check_precision_keys(const Validator& v, const Config& cfg) {
     const PrecisionConfig& pr = cfg.precision;
     v.check_read("precision.dtype");
     v.check_read("precision.reduce_dtype");
+    v.check_read("precision.grad_dtype");
+    // Gradients are kept in the trained elements' dtype or widened to fp32, never narrowed.
+    const DType trained = trained_dtype(cfg);
+    v.check(!pr.grad_dtype || *pr.grad_dtype == DType::kF32 || *pr.grad_dtype == trained, "precision.grad_dtype",
+            trained == DType::kF32
+                ? std::string("fp32 or empty: ") + (cfg.model.lora.on() ? "the adapters train" : "the model trains") +
+                      " in fp32, and gradients are never narrower than what they update"
+                : str("fp32, ", dtype_name(trained), " (precision.dtype) or empty"));
     v.check_read("precision.loss_scale");
     // The typed settings were checked as they were read; a hand-built Config can still
     // hold a fixed scale that is not a positive number, or a resume PATH that is empty.

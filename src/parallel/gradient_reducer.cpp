@@ -33,7 +33,7 @@ std::vector<ElementRange> unwritten_ranges(const ModelLayout& layout, int unit, 
 
 GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, size_t* grads_bytes) : m_ctx(ctx) {
     const int U = ctx.num_units();
-    const size_t w = ctx.trained_size();
+    const size_t w = ctx.grads_size();
     m_zero_pending.assign(static_cast<size_t>(U), 0);
     for (int u = 0; u < U; ++u) {
         const size_t b = ctx.plan.grad_extent_start(u);
@@ -46,7 +46,7 @@ GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, s
         // A host all-reduce of the arena's own dtype copies its message: large units go in
         // bucket-sized pieces (a device communicator copies nothing; another wire dtype
         // converts whole units into pooled copies).
-        const bool split = ctx.reduce == ctx.trained && !ctx.backend.capabilities().device_memory;
+        const bool split = ctx.reduce == ctx.grads && !ctx.backend.capabilities().device_memory;
         m_buckets = make_grad_buckets(extents, bucket_numel, split);
         size_t total = 0;
         for (int u = 0; u < U; ++u) total += ctx.plan.stored_grads(u, ctx.rank);
@@ -56,7 +56,7 @@ GradientReducer::GradientReducer(const StateContext& ctx, size_t bucket_numel, s
         m_unwritten.assign(static_cast<size_t>(U), 0);  // zero from allocation
         size_t off = 0;
         for (int u = U - 1; u >= 0; --u) {
-            m_grads[static_cast<size_t>(u)] = element_at(m_arena, off, ctx.trained);
+            m_grads[static_cast<size_t>(u)] = element_at(m_arena, off, ctx.grads);
             off += extents[static_cast<size_t>(u)];
         }
     } else {
@@ -85,7 +85,7 @@ GradientReducer::~GradientReducer() {
 
 void* GradientReducer::grad_ptr(int unit, size_t element) {
     const size_t start = m_ctx.plan.grads_start(unit, m_ctx.rank);
-    return element_at(m_grads[static_cast<size_t>(unit)], element - start, m_ctx.trained);
+    return element_at(m_grads[static_cast<size_t>(unit)], element - start, m_ctx.grads);
 }
 
 // ---------------------------------------------------------------------------
@@ -94,7 +94,7 @@ void* GradientReducer::grad_ptr(int unit, size_t element) {
 float* GradientReducer::grads(int unit) {
     ZT_REQUIRE(unit >= 0 && unit < m_ctx.num_units(), "unit ", unit);
     // fp32 with full gradient buffers: backward accumulates straight into them.
-    if (!m_ctx.plan.policy().grads_sharded && m_ctx.trained == DType::kF32) return static_cast<float*>(grad_ptr(unit, 0));
+    if (!m_ctx.plan.policy().grads_sharded && m_ctx.grads == DType::kF32) return static_cast<float*>(grad_ptr(unit, 0));
     // A partly frozen unit's buffers hold its trained tail: base[e] is element e there.
     const size_t shift = m_ctx.plan.grad_extent_start(unit);
     auto it = m_scratch.find(unit);
@@ -141,10 +141,10 @@ void GradientReducer::grads_done(int unit) {
         const size_t n = m_ctx.plan.grad_extent(unit);
         char& unwritten = m_unwritten[static_cast<size_t>(unit)];
         if (unwritten != 0) {
-            m_ctx.backend.cast(m_grads[static_cast<size_t>(unit)], m_ctx.trained, it->second, DType::kF32, n);
+            m_ctx.backend.cast(m_grads[static_cast<size_t>(unit)], m_ctx.grads, it->second, DType::kF32, n);
             unwritten = 0;
         } else {
-            m_ctx.backend.accumulate(m_grads[static_cast<size_t>(unit)], m_ctx.trained, it->second, n);
+            m_ctx.backend.accumulate(m_grads[static_cast<size_t>(unit)], m_ctx.grads, it->second, n);
         }
         m_ctx.pool.give(it->second, n * sizeof(float));
         m_scratch.erase(it);
@@ -176,14 +176,14 @@ void GradientReducer::start(InFlight f) {
 }
 
 void GradientReducer::start_bucket(const GradBucket& b) {
-    void* span = element_at(m_arena, b.offset, m_ctx.trained);
-    if (m_ctx.reduce == m_ctx.trained) {
+    void* span = element_at(m_arena, b.offset, m_ctx.grads);
+    if (m_ctx.reduce == m_ctx.grads) {
         // Open MPI's non-blocking all-reduce works on a temporary copy of its buffer: on the
         // host, every bucket in flight at once would copy the whole arena. A device
         // communicator copies nothing.
         if (!m_ctx.backend.capabilities().device_memory) make_room(m_buckets_in_flight);
         InFlight f(InFlight::kBucket);
-        f.request = m_ctx.comm.start_all_reduce(span, b.numel, ReduceOp::kSum, m_ctx.trained);
+        f.request = m_ctx.comm.start_all_reduce(span, b.numel, ReduceOp::kSum, m_ctx.grads);
         start(f);
         return;
     }
@@ -197,7 +197,7 @@ void GradientReducer::start_bucket(const GradBucket& b) {
         f.unit = u;
         f.send_bytes = n * dtype_size(m_ctx.reduce);
         f.send = m_ctx.pool.take(f.send_bytes);
-        m_ctx.backend.cast(f.send, m_ctx.reduce, element_at(span, off, m_ctx.trained), m_ctx.trained, n);
+        m_ctx.backend.cast(f.send, m_ctx.reduce, element_at(span, off, m_ctx.grads), m_ctx.grads, n);
         f.request = m_ctx.comm.start_all_reduce(f.send, n, ReduceOp::kSum, m_ctx.reduce);
         start(f);
         off += n;
@@ -222,10 +222,10 @@ void GradientReducer::start_unit_reduction(int unit) {
     if (!m_ctx.plan.policy().grads_sharded) {
         // The own slice of the full buffer receives the result when completed.
         src = m_grads[i];
-        if (m_ctx.reduce != m_ctx.trained) {
+        if (m_ctx.reduce != m_ctx.grads) {
             f.send_bytes = s.padded_numel * rsize;
             f.send = m_ctx.pool.take(f.send_bytes);
-            m_ctx.backend.cast(f.send, m_ctx.reduce, m_grads[i], m_ctx.trained, s.padded_numel);
+            m_ctx.backend.cast(f.send, m_ctx.reduce, m_grads[i], m_ctx.grads, s.padded_numel);
             src = f.send;
         }
     } else {
@@ -244,7 +244,7 @@ void GradientReducer::start_unit_reduction(int unit) {
             src = f.send;
         }
         // The first micro-step's sum in the stored dtype goes straight into the shard.
-        if (f.first && m_ctx.reduce == m_ctx.trained) out = m_grads[i];
+        if (f.first && m_ctx.reduce == m_ctx.grads) out = m_grads[i];
     }
     if (out == nullptr) {
         f.recv_bytes = s.shard_numel * rsize;
@@ -278,7 +278,7 @@ void GradientReducer::start_trained_part_reduction(int unit) {
     DType dtype = m_ctx.reduce;
     if (!m_ctx.plan.policy().grads_sharded) {
         data = m_grads[static_cast<size_t>(unit)];
-        dtype = m_ctx.trained;
+        dtype = m_ctx.grads;
     } else {
         auto it = m_scratch.find(unit);
         ZT_REQUIRE(it != m_scratch.end(), "grads_done(", unit, ") without grads(", unit, ")");
@@ -301,7 +301,7 @@ void GradientReducer::start_trained_part_reduction(int unit) {
 void GradientReducer::complete_trained_part(InFlight& f) {
     const size_t n = m_ctx.plan.grad_extent(f.unit);
     const size_t shift = m_ctx.plan.grad_extent_start(f.unit);
-    const DType stored = m_ctx.trained;
+    const DType stored = m_ctx.grads;
     const DType reduce = m_ctx.reduce;
     if (!m_ctx.plan.policy().grads_sharded) {
         // The whole tail is the group's sum (in place, or from the wire copy).
@@ -341,10 +341,10 @@ void GradientReducer::start_replica_reduction(int unit) {
     const size_t n = span.size();
     if (n == 0) return;
     void* shard = grad_ptr(unit, span.begin);
-    if (m_ctx.reduce == m_ctx.trained) {
+    if (m_ctx.reduce == m_ctx.grads) {
         InFlight f(InFlight::kReplicaAllReduce);
         f.unit = unit;
-        f.request = m_ctx.replica.start_all_reduce(shard, n, ReduceOp::kSum, m_ctx.trained);
+        f.request = m_ctx.replica.start_all_reduce(shard, n, ReduceOp::kSum, m_ctx.grads);
         start(f);
         return;
     }
@@ -354,7 +354,7 @@ void GradientReducer::start_replica_reduction(int unit) {
     f.unit = unit;
     f.send_bytes = n * dtype_size(m_ctx.reduce);
     f.send = m_ctx.pool.take(f.send_bytes);
-    m_ctx.backend.cast(f.send, m_ctx.reduce, shard, m_ctx.trained, n);
+    m_ctx.backend.cast(f.send, m_ctx.reduce, shard, m_ctx.grads, n);
     f.request = m_ctx.replica.start_all_reduce(f.send, n, ReduceOp::kSum, m_ctx.reduce);
     start(f);
 }
@@ -364,14 +364,14 @@ void GradientReducer::complete(InFlight& f) {
         m_ctx.replica.wait(f.request);
         if (f.send != nullptr) {
             const ElementRange span = replica_span(f.unit);
-            m_ctx.backend.cast(grad_ptr(f.unit, span.begin), m_ctx.trained, f.send, m_ctx.reduce, span.size());
+            m_ctx.backend.cast(grad_ptr(f.unit, span.begin), m_ctx.grads, f.send, m_ctx.reduce, span.size());
             m_ctx.pool.give(f.send, f.send_bytes);
             --m_pooled_in_flight;
         }
         return;
     }
     m_ctx.comm.wait(f.request);
-    const DType stored = m_ctx.trained;
+    const DType stored = m_ctx.grads;
     const DType reduce = m_ctx.reduce;
     if (f.kind == InFlight::kUnitAllReduce) {
         const size_t n = m_ctx.plan.grad_extent(f.unit);
@@ -453,7 +453,7 @@ void GradientReducer::zero() {
 
 void GradientReducer::zero_stored(int unit) {
     m_ctx.backend.zero_bytes(m_grads[static_cast<size_t>(unit)],
-                             m_ctx.plan.stored_grads(unit, m_ctx.rank) * m_ctx.trained_size());
+                             m_ctx.plan.stored_grads(unit, m_ctx.rank) * m_ctx.grads_size());
 }
 
 void GradientReducer::begin_micro_step(bool first, bool last) {
@@ -477,12 +477,12 @@ void GradientReducer::sum_owned(int unit, Communicator& with) {
     complete_all();
     const size_t b = m_ctx.state_begin(unit);
     const size_t e = m_ctx.state_end(unit);
-    if (e > b) with.all_reduce(grad_ptr(unit, b), e - b, ReduceOp::kSum, m_ctx.trained);
+    if (e > b) with.all_reduce(grad_ptr(unit, b), e - b, ReduceOp::kSum, m_ctx.grads);
 }
 
 ConstActPtr GradientReducer::owned(int unit, size_t element) {
     complete_all();
-    return {grad_ptr(unit, element), m_ctx.trained};
+    return {grad_ptr(unit, element), m_ctx.grads};
 }
 
 double GradientReducer::local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments) {

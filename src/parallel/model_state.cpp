@@ -70,6 +70,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
       m_rank(comms.shard.rank()),
       m_work(options.work),
       m_trained(options.trained_dtype()),
+      m_grads_dtype(options.grads_dtype()),
       m_reduce(options.reduce),
       m_overlap_depth(options.overlap_depth),
       m_plan(layout.unit_numel, comms.shard.size(),
@@ -89,6 +90,8 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
     ZT_REQUIRE(options.overlap_depth >= 1, "overlap depth ", options.overlap_depth);
     ZT_REQUIRE(m_trained == m_work || m_trained == DType::kF32, "trained elements in ", dtype_name(m_trained),
                " beside a ", dtype_name(m_work), " working copy: only fp32 may differ");
+    ZT_REQUIRE(m_grads_dtype == m_trained || m_grads_dtype == DType::kF32, "gradients in ", dtype_name(m_grads_dtype),
+               " for ", dtype_name(m_trained), " trained elements: only fp32 may differ");
     if (m_tensor != nullptr) {
         split_segments_by_tensor(layout, m_optim.segments(), &m_split_segments, &m_whole_segments);
     }
@@ -122,7 +125,7 @@ ModelState::~ModelState() {
 
 StateContext ModelState::context() {
     return StateContext{m_layout, m_backend, m_comm,          m_replica, m_plan,    m_rank,
-                        m_work,   m_trained, m_reduce, m_overlap_depth, m_pool, m_f32_tmp};
+                        m_work,   m_trained, m_grads_dtype, m_reduce, m_overlap_depth, m_pool, m_f32_tmp};
 }
 
 // ---- UnitStore ----
@@ -244,20 +247,21 @@ StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, con
                          trainable_begins(layout));
     const DType work = options.work;
     const DType trained = options.trained_dtype();
+    const DType grads = options.grads_dtype();
     const DType reduce = options.reduce;
     const int overlap_depth = options.overlap_depth;
     const size_t w = dtype_size(work);
     StateBytes b;
     for (int u = 0; u < layout.num_units(); ++u) {
         b.params += plan.stored_params(u) * w + ParameterStore::tail_copy_numel(plan, work, trained, u) * dtype_size(trained);
-        b.grads += plan.stored_grads(u, rank) * dtype_size(trained);
+        b.grads += plan.stored_grads(u, rank) * dtype_size(grads);
         const size_t state = plan.stored_optimizer(u, rank) * sizeof(float);
         if (trained != DType::kF32) b.master += state;  // fp32: the working copy is the master
         b.optimizer += 2 * state;
     }
     if (work != DType::kF32) b.scratch += conversion_chunk(plan) * sizeof(float);  // the conversion buffer
     b.scratch += ParameterStore::planned_scratch(plan, work, overlap_depth) +
-                 GradientReducer::planned_scratch(plan, trained, reduce, overlap_depth);
+                 GradientReducer::planned_scratch(plan, grads, reduce, overlap_depth);
     return b;
 }
 

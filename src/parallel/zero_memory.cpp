@@ -4,30 +4,40 @@
 
 namespace zt {
 
-ZeroMemoryFormulas zero_memory_formulas(int stage, int world, size_t n_params, DType work) {
-    ZT_REQUIRE(stage >= 0 && stage <= 3 && world >= 1, "zero_memory_formulas: stage ", stage, ", world ", world);
-    const bool f32 = work == DType::kF32;
-    // Which kinds are sharded at each stage: optimizer state from 1, grads from 2, params at 3.
-    const char* kParams[4] = {f32 ? "4P" : "2P", f32 ? "4P" : "2P", f32 ? "4P" : "2P", f32 ? "4P/N" : "2P/N"};
-    const char* kGrads[4] = {f32 ? "4P" : "2P", f32 ? "4P" : "2P", f32 ? "4P/N" : "2P/N", f32 ? "4P/N" : "2P/N"};
-    const char* kMaster[4] = {f32 ? "0" : "4P", f32 ? "0" : "4P/N", f32 ? "0" : "4P/N", f32 ? "0" : "4P/N"};
-    static const char* const kOptim[4] = {"8P", "8P/N", "8P/N", "8P/N"};
-    const char* kTotal[4] = {"16P", f32 ? "8P + 8P/N" : "4P + 12P/N", f32 ? "4P + 12P/N" : "2P + 14P/N", "16P/N"};
+namespace {
+/// "bP" (whole) or "bP/N" (sharded); "0" for no bytes.
+std::string term_text(int bytes_each, bool sharded) {
+    if (bytes_each == 0) return "0";
+    return std::to_string(bytes_each) + (sharded ? "P/N" : "P");
+}
+}  // namespace
 
+ZeroMemoryFormulas zero_memory_formulas(int stage, int world, size_t n_params, DType work, DType grads) {
+    ZT_REQUIRE(stage >= 0 && stage <= 3 && world >= 1, "zero_memory_formulas: stage ", stage, ", world ", world);
+    // Bytes per parameter of each kind, and which are sharded at each stage: optimizer state
+    // (and master) from 1, grads from 2, params at 3.
+    const int w = static_cast<int>(dtype_size(work));
+    const int g = static_cast<int>(dtype_size(grads));
+    const int m = work == DType::kF32 ? 0 : 4;  // fp32: the parameters are the master
+    const bool params_sharded = stage >= 3;
+    const bool grads_sharded = stage >= 2;
+    const bool state_sharded = stage >= 1;
     const double P = static_cast<double>(n_params);
     const double N = world;
-    const double w = static_cast<double>(dtype_size(work));
-    const double m = f32 ? 0.0 : 4.0;
+    auto term = [&](int bytes_each, bool sharded) {
+        return ZeroMemoryTerm{term_text(bytes_each, sharded), sharded ? P * bytes_each / N : P * bytes_each};
+    };
     ZeroMemoryFormulas f;
-    f.params = {kParams[stage], stage >= 3 ? P * w / N : P * w};
-    f.grads = {kGrads[stage], stage >= 2 ? P * w / N : P * w};
-    f.master = {kMaster[stage], stage >= 1 ? P * m / N : P * m};
-    f.optimizer = {kOptim[stage], stage >= 1 ? P * 8 / N : P * 8};
-    // The total keeps its own grouping (params, grads, master, Adam per stage), so the
-    // printed sum is exactly what the start-up table has always shown.
-    const double total[4] = {P * (2 * w + m + 8), P * (2 * w + (m + 8) / N), P * (w + (w + m + 8) / N),
-                             P * (2 * w + m + 8) / N};
-    f.model_state = {kTotal[stage], total[stage]};
+    f.params = term(w, params_sharded);
+    f.grads = term(g, grads_sharded);
+    f.master = term(m, state_sharded);
+    f.optimizer = term(8, state_sharded);
+    // The total groups the whole kinds and the sharded ones: "aP + bP/N".
+    const int whole = (params_sharded ? 0 : w) + (grads_sharded ? 0 : g) + (state_sharded ? 0 : m + 8);
+    const int split = (params_sharded ? w : 0) + (grads_sharded ? g : 0) + (state_sharded ? m + 8 : 0);
+    std::string text = whole > 0 ? term_text(whole, false) : "";
+    if (split > 0) text += (text.empty() ? "" : " + ") + term_text(split, true);
+    f.model_state = {text, P * whole + P * split / N};
     return f;
 }
 

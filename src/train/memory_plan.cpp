@@ -251,14 +251,15 @@ struct PlannedRank {
 /// The model state's items (params, grads, master, optimizer, scratch; DDP's MPI copies) of a
 /// rank holding `layout`, and its checkpoint snapshot's bytes and largest written range.
 void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemoryFormulas& f, DType work,
-                     DType trained, DType reduce, double* snapshot_bytes, size_t* largest_written_range) {
+                     DType trained, DType grads, DType reduce, double* snapshot_bytes, size_t* largest_written_range) {
     const int group = plan.shard_group;
     const int zero_stage = plan.zero_stage;
     const int depth = plan.overlap_depth;
     // A pipeline stage's ZeRO-2/3 state keeps its units' whole gradients through the step.
     const bool once = plan.pipeline > 1 && zero_stage >= 2;
     const StateOptions options =
-        StateOptions::zero(zero_stage).in(work, reduce).training_in(trained).with_overlap_depth(depth).reduced_once_per_step(once);
+        StateOptions::zero(zero_stage).in(work, reduce).training_in(trained).accumulating_in(grads).with_overlap_depth(
+            depth).reduced_once_per_step(once);
     // The rank keeping the most: under a frozen base (LoRA) the owners of the units' tails.
     StateBytes sb = ModelState::plan_bytes(layout, group, options);
     const bool frozen = layout.model.lora.on();
@@ -298,13 +299,13 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
             extents.push_back(shards.grad_extent(u));
             largest = std::max(largest, static_cast<double>(extents.back()));
         }
-        const double arena = static_cast<double>(sb.grads) / dtype_size(trained) * dtype_size(reduce);
+        const double arena = static_cast<double>(sb.grads) / dtype_size(grads) * dtype_size(reduce);
         const double in_flight = static_cast<double>(reductions_in_flight(depth));
         const size_t bucket_numel =
             std::max<size_t>(1, static_cast<size_t>(plan.bucket_bytes / static_cast<double>(dtype_size(reduce))));
         // The buckets start in backward order and the oldest completes first: the most in
         // flight is the largest sum of K consecutive ones.
-        const std::vector<GradBucket> buckets = make_grad_buckets(extents, bucket_numel, reduce == trained);
+        const std::vector<GradBucket> buckets = make_grad_buckets(extents, bucket_numel, reduce == grads);
         const size_t K = static_cast<size_t>(in_flight);
         double window = 0;
         for (size_t i = 0; i < buckets.size(); ++i) {
@@ -312,7 +313,7 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
             for (size_t j = i; j < std::min(buckets.size(), i + K); ++j) sum += static_cast<double>(buckets[j].numel);
             window = std::max(window, sum * dtype_size(reduce));
         }
-        const double wire = reduce == trained ? std::min(arena, window) : in_flight * largest * dtype_size(reduce);
+        const double wire = reduce == grads ? std::min(arena, window) : in_flight * largest * dtype_size(reduce);
         plan.items.push_back({"mpi buffers", wire, "MPI's copies of the gradient buckets in flight (DDP)"});
     }
 }
@@ -381,7 +382,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
     const double params =
         layout ? static_cast<double>(layout->total_numel) : model_params / tensor / at.pipeline_stages;
     const ZeroMemoryFormulas f =
-        zero_memory_formulas(zero_stage, group, static_cast<size_t>(std::min(params, 1e18)), work);
+        zero_memory_formulas(zero_stage, group, static_cast<size_t>(std::min(params, 1e18)), work, grads_dtype(cfg));
     plan.bucket_bytes =
         cfg.parallel.bucket_mb > 0 ? cfg.parallel.bucket_mb * 1048576.0 : ddp_bucket_bytes(params * dtype_size(reduce));
     // checkpoint.async's host snapshot: fp32 master, m and v of the largest rank's primary
@@ -396,7 +397,8 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         plan.items.push_back({"master", f.master.bytes, f.master.formula});
         plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
     } else {
-        add_state_items(plan, *layout, f, work, trained_dtype(cfg), reduce, &snapshot_bytes, &largest_written_range);
+        add_state_items(plan, *layout, f, work, trained_dtype(cfg), grads_dtype(cfg), reduce, &snapshot_bytes,
+                        &largest_written_range);
     }
     MemoryItem act = activation_item(cfg, cfg.precision.dtype, attention_scratch_floats, tensor);
     if (at.pipeline_stages > 1) {

@@ -150,6 +150,7 @@ ScheduledTraining::ScheduledTraining(const Config& cfg, TrainSetup& setup, LossS
                                                .with_seed(tc.seed)
                                                .in(stored_dtype(cfg), cfg.precision.reduce())
                                                .training_in(trained_dtype(cfg))
+                                               .accumulating_in(grads_dtype(cfg))
                                                .with_overlap_depth(plan.overlap_depth)
                                                .reduced_once_per_step(shape.stages > 1));
     m_store = &maybe_slow_units(setup.comm->rank(), *m_state, m_slow_units);

@@ -61,17 +61,17 @@ size_t utf8_sequence(const std::string& s, size_t i) {
 /// The start-up table: bytes per buffer kind on this rank next to the ZeRO formula each
 /// should follow, so a user sees what sharding bought.
 void print_memory_table(const StateBytes& sb, size_t activation_bytes, int stage, int group, int world,
-                        size_t n_params, DType work) {
-    const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, n_params, work);
+                        size_t n_params, DType work, DType grads) {
+    const ZeroMemoryFormulas f = zero_memory_formulas(stage, group, n_params, work, grads);
     const double mib = 1048576.0;
     std::printf("ztrain: memory per rank, ZeRO stage %d, N = %d%s, P = %zu parameters (%s)\n", stage, group,
                 group != world ? " (the shard group)" : "", n_params, dtype_name(work));
     std::printf("  %-12s %10s   %s\n", "buffer", "MiB", "formula");
-    std::printf("  %-12s %10.2f   %s\n", "params", sb.params / mib, f.params.formula);
-    std::printf("  %-12s %10.2f   %s\n", "grads", sb.grads / mib, f.grads.formula);
-    std::printf("  %-12s %10.2f   %s\n", "master", sb.master / mib, f.master.formula);
-    std::printf("  %-12s %10.2f   %s\n", "optimizer", sb.optimizer / mib, f.optimizer.formula);
-    std::printf("  %-12s %10.2f   %s = %.2f MiB\n", "model state", sb.model_state() / mib, f.model_state.formula,
+    std::printf("  %-12s %10.2f   %s\n", "params", sb.params / mib, f.params.formula.c_str());
+    std::printf("  %-12s %10.2f   %s\n", "grads", sb.grads / mib, f.grads.formula.c_str());
+    std::printf("  %-12s %10.2f   %s\n", "master", sb.master / mib, f.master.formula.c_str());
+    std::printf("  %-12s %10.2f   %s\n", "optimizer", sb.optimizer / mib, f.optimizer.formula.c_str());
+    std::printf("  %-12s %10.2f   %s = %.2f MiB\n", "model state", sb.model_state() / mib, f.model_state.formula.c_str(),
                 f.model_state.bytes / mib);
     std::printf("  %-12s %10.2f\n", "activations", activation_bytes / mib);
     std::printf("  %-12s %10.2f   %s\n", "scratch", sb.scratch / mib, "gathered units, gradient scratch (peak)");
@@ -159,6 +159,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
         model_params += p.slice.split() ? whole : p.numel;
     }
     const int data_ranks = world / std::max(1, m_layout.tensor * m_layout.pipeline);
+    const DType grads = grads_dtype(cfg);
     nlohmann::ordered_json mem;
     mem["event"] = "memory";
     mem["params"] = sb.params;
@@ -177,6 +178,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     mem["replicas"] = m_replica.size();
     mem["zero_stage"] = cfg.parallel.zero_stage;
     mem["dtype"] = dtype_name(cfg.precision.dtype);
+    mem["grad_dtype"] = dtype_name(grads);
     mem["num_params"] = model_params;
     mem["predicted_peak"] = m_plan_rank;
     mem["overlap_depth"] = m_overlap_depth;
@@ -195,7 +197,7 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
     // The ZeRO formulas' N is the group the state is split over; P this rank's parameters
     // (its tensor slices under tensor parallelism).
     print_memory_table(sb, m_model.activation_bytes(), cfg.parallel.zero_stage, m_shard.size(), world, n_params,
-                       work);
+                       work, grads);
     if (snapshot_bytes > 0) {
         std::printf("  %-12s %10.2f   %s\n", "ckpt snapshot", static_cast<double>(snapshot_bytes) / 1048576.0,
                     "host copy of the owned master, m, v for background writes (checkpoint.async)");
@@ -208,8 +210,9 @@ void StepReporter::start(const Config& cfg, const StateBytes& sb, size_t snapsho
         std::printf(" (ztrain --plan for the table)\n");
     }
     if (work != DType::kF32 || reduce != work) {
-        std::printf("ztrain: precision: %s working copy, fp32 master and AdamW state, gradients reduced in %s%s\n",
-                    dtype_name(work), dtype_name(reduce),
+        std::printf("ztrain: precision: %s working copy, fp32 master and AdamW state, gradients accumulated in %s and "
+                    "reduced in %s%s\n",
+                    dtype_name(work), dtype_name(grads), dtype_name(reduce),
                     loss_scale.fp16() ? (loss_scale.dynamic() ? str(", dynamic loss scale from ", loss_scale.scale()).c_str()
                                                               : str(", static loss scale ", loss_scale.scale()).c_str())
                                       : "");

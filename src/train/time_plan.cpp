@@ -512,7 +512,7 @@ void add_data_parallel(const Config& cfg, const ClusterConfig& c, const Mesh& me
 void add_optimizer(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, double rank_numel, TimePlan& plan) {
     const bool sharded = cfg.parallel.zero_stage > 0;
     const double owned = rank_numel / (sharded ? mesh.shard : 1);  // trained elements only (LoRA: the adapters)
-    const double bytes_each = 6 * 4 + dtype_size(cfg.precision.reduce()) + dtype_size(stored_dtype(cfg)) + 4;
+    const double bytes_each = 6 * 4 + dtype_size(grads_dtype(cfg)) + dtype_size(stored_dtype(cfg)) + 4;
     const double seconds = owned * bytes_each / rank_memory_bytes_per_s(c, mesh.active_on_node);
     add_phase(plan, "optimizer", seconds, seconds,
               str("AdamW over ", owned / 1e6, " M owned parameters (", bytes_each, " B each) + the gradient norm"));

@@ -263,6 +263,8 @@ t enum.dtype            "${CL}precision.dtype = 'bogus': expected one of fp32 \|
   "${Z[@]}" --precision.dtype=bogus
 t enum.reduce_dtype     "${CL}precision.reduce_dtype = 'bogus': expected one of fp32 \| bf16 \| fp16" \
   "${Z[@]}" --precision.reduce_dtype=bogus
+t enum.grad_dtype       "${CL}precision.grad_dtype = 'fp16': expected fp32, bf16 \(precision.dtype\) or empty" \
+  "${Z[@]}" --precision.dtype=bf16 --precision.grad_dtype=fp16
 t range.loss_scale      "${CL}precision.loss_scale = '-3': expected dynamic, or a number > 0" \
   "${Z[@]}" --precision.dtype=fp16 --precision.loss_scale=-3
 t range.zero_stage      "${CL}parallel.zero_stage = 4: expected 0 \(DDP\), 1, 2 or 3" "${Z[@]}" --parallel.zero_stage=4

@@ -31,6 +31,7 @@
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/parallel/model_state.hpp"
 #include "ztrain/parallel/shard_layout.hpp"
+#include "ztrain/parallel/zero_memory.hpp"
 #include "ztrain/train/trainer.hpp"
 #include "model_state_access.hpp"
 
@@ -364,23 +365,35 @@ TEST(LoraZeroStage3, Bf16TrainsTheSameBitsAsStage2) {
 /// ZeRO-1/2/3 train the same bits. In bf16 (fp32 reductions) DDP and ZeRO-1 keep each rank's
 /// gradient in bf16 through the step and reduce those, while ZeRO-2/3 reduce each micro-step's
 /// fp32 gradient scratch and round the sum into their bf16 shard: one rounding apart, so
-/// ZeRO-1 trains DDP's bits and ZeRO-3 ZeRO-2's. A stage that reduces into the wrong shard,
-/// updates a stale copy or gathers the wrong rounding moves the bits at step 2.
+/// ZeRO-1 trains DDP's bits and ZeRO-3 ZeRO-2's. With fp32 gradients beside bf16
+/// (precision.grad_dtype) neither rounds, and all four train DDP's bits again. A stage that
+/// reduces into the wrong shard, updates a stale copy or gathers the wrong rounding moves the
+/// bits at step 2.
 TEST(ZeroStagesAtTwoRanks, TrainTheSameBitsWithoutAccumulationOrClipping) {
     if (test::world_size() != 2) GTEST_SKIP() << "sums of more than two ranks depend on the algorithm's order";
     test::SharedDir dir("zero_stage_bits");
     test::write_shared_train_shard(dir);
-    for (const DType dtype : {DType::kF32, DType::kBF16})
+    struct Precision {
+        DType dtype;
+        bool fp32_grads;
+    };
+    for (const Precision p : {Precision{DType::kF32, false}, Precision{DType::kBF16, false}, Precision{DType::kBF16, true}})
     for (const bool llama : {false, true}) {
         TrainSummary runs[4];
+        const std::string precision = str(dtype_name(p.dtype), p.fp32_grads ? " (fp32 gradients)" : "");
         for (int stage = 0; stage <= 3; ++stage) {
-            Config c = test::tiny_mpi_config(dir.file("train.bin"), dir.file(str("s", stage, dtype_name(dtype), llama)));
+            Config c = test::tiny_mpi_config(dir.file("train.bin"),
+                                             dir.file(str("s", stage, dtype_name(p.dtype), p.fp32_grads, llama)));
             if (llama) c = test::as_llama(c);
             c.train.grad_accum = 1;
             c.train.grad_clip = 0;
             c.train.max_steps = 6;
-            c.precision.dtype = dtype;
-            if (dtype != DType::kF32) c.precision.reduce_dtype = DType::kF32;
+            c.precision.dtype = p.dtype;
+            if (p.fp32_grads) {
+                c.precision.grad_dtype = DType::kF32;  // reduced in fp32 too: reduce_dtype follows it
+            } else if (p.dtype != DType::kF32) {
+                c.precision.reduce_dtype = DType::kF32;
+            }
             c.parallel.zero_stage = stage;
             TrainOptions world;
             world.collect_params = true;
@@ -388,10 +401,11 @@ TEST(ZeroStagesAtTwoRanks, TrainTheSameBitsWithoutAccumulationOrClipping) {
         }
         const std::string family = llama ? "llama" : "gpt2";
         for (int stage = 1; stage <= 3; ++stage) {
-            const int same = dtype == DType::kF32 || stage == 1 ? 0 : 2;
+            const bool rounded_apart = p.dtype != DType::kF32 && !p.fp32_grads;
+            const int same = !rounded_apart || stage == 1 ? 0 : 2;
             if (stage == same) continue;
             const TrainSummary& ref = runs[same];
-            const std::string what = str(family, " ", dtype_name(dtype), " ZeRO-", stage, " against ",
+            const std::string what = str(family, " ", precision, " ZeRO-", stage, " against ",
                                          same == 0 ? "DDP" : "ZeRO-2");
             ASSERT_EQ(runs[stage].losses.size(), ref.losses.size()) << what;
             for (size_t s = 0; s < ref.losses.size(); ++s) {
@@ -416,12 +430,13 @@ ModelConfig small_model(int n_layer, int seq_len) {
     return mc;
 }
 
-// Model-state bytes per rank vs the ZeRO formulas, per dtype, with w the working dtype's size
-// and m the master copy's (4 for bf16/fp16; 0 in fp32, where the parameters are the master):
-//   stage 0: (2w + m + 8) P                       fp32: 16P      16-bit: 16P
-//   stage 1: 2w P + (m + 8) P / N                 fp32: 8P+8P/N  16-bit: 4P + 12P/N
-//   stage 2: w P + (w + m + 8) P / N              fp32: 4P+12P/N 16-bit: 2P + 14P/N
-//   stage 3: (2w + m + 8) P / N                   = 16P / N
+// Model-state bytes per rank vs the ZeRO formulas, per dtype, with w the working dtype's size,
+// g the stored gradients' (w, or 4 under precision.grad_dtype = fp32) and m the master copy's
+// (4 for bf16/fp16; 0 in fp32, where the parameters are the master):
+//   stage 0: (w + g + m + 8) P                    fp32: 16P      16-bit: 16P
+//   stage 1: (w + g) P + (m + 8) P / N            fp32: 8P+8P/N  16-bit: 4P + 12P/N
+//   stage 2: w P + (g + m + 8) P / N              fp32: 4P+12P/N 16-bit: 2P + 14P/N
+//   stage 3: (w + g + m + 8) P / N                = 16P / N (bf16 with fp32 gradients: 18P / N)
 // with P the parameter count. Checked on every rank, within 5% (padding).
 TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
     const int N = test::world_size();
@@ -432,18 +447,26 @@ TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
     auto backend = make_cpu_backend(1);
     auto comm_owner = make_mpi_communicator(MPI_COMM_WORLD);
     Communicator& comm = *comm_owner;
-    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const std::pair<DType, DType> kinds[] = {{DType::kF32, DType::kF32},
+                                             {DType::kBF16, DType::kBF16},
+                                             {DType::kF16, DType::kF16},
+                                             {DType::kBF16, DType::kF32}};
+    for (const auto& [t, gt] : kinds) {
         const double w = static_cast<double>(dtype_size(t));
+        const double g = static_cast<double>(dtype_size(gt));
         const double m = t == DType::kF32 ? 0.0 : 4.0;
-        const double formula[4] = {(2 * w + m + 8) * P, 2 * w * P + (m + 8) * P / N, w * P + (w + m + 8) * P / N,
-                                   (2 * w + m + 8) * P / N};
+        const double formula[4] = {(w + g + m + 8) * P, (w + g) * P + (m + 8) * P / N, w * P + (g + m + 8) * P / N,
+                                   (w + g + m + 8) * P / N};
+        const ZeroMemoryFormulas printed = zero_memory_formulas(0, N, static_cast<size_t>(P), t, gt);
+        EXPECT_DOUBLE_EQ(printed.model_state.bytes, formula[0]) << dtype_name(t) << " with " << dtype_name(gt) << " gradients";
         for (int stage = 0; stage <= 3; ++stage) {
             ModelState state(layout, *backend, comm,
-                             StateOptions::zero(stage).with_buckets(1 << 20).with_seed(1).in(t, t));
+                             StateOptions::zero(stage).with_buckets(1 << 20).with_seed(1).in(t, gt).accumulating_in(gt));
             // bytes() sums what the constructor allocated per kind, so this checks allocations.
             const double got = static_cast<double>(state.bytes().model_state());
             EXPECT_NEAR(got, formula[stage], 0.05 * formula[stage])
-                << dtype_name(t) << " stage " << stage << " N=" << N << " rank " << comm.rank() << ": " << got
+                << dtype_name(t) << " (" << dtype_name(gt) << " gradients) stage " << stage << " N=" << N << " rank "
+                << comm.rank() << ": " << got
                 << " bytes vs formula " << formula[stage] << " (" << 100.0 * (got / formula[stage] - 1.0) << "%)";
             // One training micro-step: the per-unit scratch really held (gathered units, fp32
             // views, gradient scratch) stays within what the memory record plans for it.

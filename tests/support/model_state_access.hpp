@@ -41,12 +41,12 @@ class ModelStateTestAccess {
             const size_t b = ctx.owned_begin(u);
             if (ctx.owned_end(u) <= b) continue;
             const float inf = std::numeric_limits<float>::infinity();
-            if (ctx.trained == DType::kF32) {
+            if (ctx.grads == DType::kF32) {
                 ctx.backend.to_device(g.grad_ptr(u, b), &inf, sizeof(float));
             } else {
                 // Up as fp32 into the conversion buffer (16-bit runs have one), then cast.
                 ctx.backend.to_device(ctx.f32_tmp, &inf, sizeof(float));
-                ctx.backend.cast(g.grad_ptr(u, b), ctx.trained, ctx.f32_tmp, DType::kF32, 1);
+                ctx.backend.cast(g.grad_ptr(u, b), ctx.grads, ctx.f32_tmp, DType::kF32, 1);
             }
             return;
         }
@@ -71,7 +71,7 @@ class ModelStateTestAccess {
     static std::vector<float> owned_grads(ModelState& s) {
         GradientReducer& g = s.m_grads;
         g.complete_all();
-        const DType t = g.m_ctx.trained;
+        const DType t = g.m_ctx.grads;
         std::vector<float> out;
         for (int u = 0; u < s.m_layout.num_units(); ++u) {
             const size_t b = s.shards().owned_begin(u);

@@ -324,7 +324,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 96);  // 95 section keys + backend ([cluster] only where not the default)
+    EXPECT_EQ(keys, 97);  // 96 section keys + backend ([cluster] only where not the default)
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
     // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
     const size_t ev = h.find("--train.eval_every=");
@@ -630,6 +630,26 @@ TEST(ConfigTyped, ValuesAndTheirText) {
     EXPECT_EQ(c.precision.reduce(), DType::kF16) << "unset: the working dtype";
     EXPECT_NE(zt::to_ini(c).find("reduce_dtype = \n"), std::string::npos);
     EXPECT_THROW(zt::set_config_value(c, "precision.dtyp", "fp16"), InputError);
+}
+
+TEST(ConfigTyped, GradDtypeWidensOnlyAndLeadsTheReduction) {
+    Config c = valid_config();
+    zt::set_config_value(c, "precision.dtype", "bf16");
+    EXPECT_EQ(zt::grads_dtype(c), DType::kBF16) << "unset: the working dtype";
+    zt::set_config_value(c, "precision.grad_dtype", "fp32");
+    EXPECT_EQ(zt::grads_dtype(c), DType::kF32);
+    EXPECT_EQ(c.precision.reduce(), DType::kF32) << "an unset reduce_dtype follows grad_dtype";
+    EXPECT_NE(zt::to_ini(c).find("grad_dtype = fp32\n"), std::string::npos);
+    zt::set_config_value(c, "precision.reduce_dtype", "bf16");
+    EXPECT_EQ(c.precision.reduce(), DType::kBF16) << "a set reduce_dtype wins";
+    EXPECT_EQ(validate_error(c), "");
+    zt::set_config_value(c, "precision.grad_dtype", "fp16");
+    EXPECT_EQ(validate_error(c), "precision.grad_dtype = 'fp16': expected fp32, bf16 (precision.dtype) or empty");
+    zt::set_config_value(c, "precision.dtype", "fp32");
+    zt::set_config_value(c, "precision.grad_dtype", "bf16");
+    EXPECT_EQ(validate_error(c),
+              "precision.grad_dtype = 'bf16': expected fp32 or empty: the model trains in fp32, and "
+              "gradients are never narrower than what they update");
 }
 
 TEST(ConfigValidate, DeckNameInMessage) {

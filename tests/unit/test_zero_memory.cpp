@@ -373,17 +373,33 @@ TEST(ZeroMemory, TheZeroPapersFormulas) {
     const double kBytes[4] = {16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N};
     for (int stage = 0; stage <= 3; ++stage) {
         const ZeroMemoryFormulas f = zero_memory_formulas(stage, 4, P, DType::kBF16);
-        EXPECT_STREQ(f.model_state.formula, kTotals[stage]) << "stage " << stage;
+        EXPECT_EQ(f.model_state.formula, kTotals[stage]) << "stage " << stage;
         EXPECT_DOUBLE_EQ(f.model_state.bytes, kBytes[stage]) << "stage " << stage;
         EXPECT_DOUBLE_EQ(f.params.bytes + f.grads.bytes + f.master.bytes + f.optimizer.bytes, kBytes[stage]);
     }
     // fp32 keeps no separate master copy.
     const ZeroMemoryFormulas f32 = zero_memory_formulas(1, 4, P, DType::kF32);
-    EXPECT_STREQ(f32.master.formula, "0");
-    EXPECT_STREQ(f32.model_state.formula, "8P + 8P/N");
+    EXPECT_EQ(f32.master.formula, "0");
+    EXPECT_EQ(f32.model_state.formula, "8P + 8P/N");
     EXPECT_DOUBLE_EQ(f32.model_state.bytes, 8 * P + 8 * P / N);
-    EXPECT_STREQ(f32.params.formula, "4P");
-    EXPECT_STREQ(f32.optimizer.formula, "8P/N");
+    EXPECT_EQ(f32.params.formula, "4P");
+    EXPECT_EQ(f32.optimizer.formula, "8P/N");
+}
+
+TEST(ZeroMemory, FormulasWithFp32GradientsBesideBf16) {
+    // precision.grad_dtype = fp32: 2 more bytes per stored gradient, sharded from stage 2.
+    const size_t P = 1000;
+    const double N = 4;
+    const char* kTotals[4] = {"18P", "6P + 12P/N", "2P + 16P/N", "18P/N"};
+    const double kBytes[4] = {18 * P, 6 * P + 12 * P / N, 2 * P + 16 * P / N, 18 * P / N};
+    const char* kGrads[4] = {"4P", "4P", "4P/N", "4P/N"};
+    for (int stage = 0; stage <= 3; ++stage) {
+        const ZeroMemoryFormulas f = zero_memory_formulas(stage, 4, P, DType::kBF16, DType::kF32);
+        EXPECT_EQ(f.model_state.formula, kTotals[stage]) << "stage " << stage;
+        EXPECT_EQ(f.grads.formula, kGrads[stage]) << "stage " << stage;
+        EXPECT_DOUBLE_EQ(f.model_state.bytes, kBytes[stage]) << "stage " << stage;
+        EXPECT_DOUBLE_EQ(f.params.bytes + f.grads.bytes + f.master.bytes + f.optimizer.bytes, kBytes[stage]);
+    }
 }
 
 }  // namespace

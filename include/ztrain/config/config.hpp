@@ -245,10 +245,14 @@ struct ParallelConfig {
 
 struct PrecisionConfig {
     DType dtype = DType::kF32;         ///< working params, activations, grads
-    std::optional<DType> reduce_dtype; ///< gradient reduction dtype; unset = the working dtype
+    std::optional<DType> reduce_dtype; ///< gradient reduction dtype; unset = grad_dtype, else the working dtype
+    /// The dtype micro-steps accumulate gradients in and the optimizer reads them from; unset =
+    /// the trained dtype (grads_dtype). fp32 beside 16-bit training: Megatron's
+    /// accumulate_allreduce_grads_in_fp32, DeepSpeed's grad_accum_dtype.
+    std::optional<DType> grad_dtype;
     LossScaleSetting loss_scale;       ///< fp16: dynamic, or a fixed positive number
-    /// The dtype gradients are reduced in: reduce_dtype, else the working dtype.
-    DType reduce() const { return reduce_dtype.value_or(dtype); }
+    /// The dtype gradients are reduced in: reduce_dtype, else grad_dtype, else the working dtype.
+    DType reduce() const { return reduce_dtype.value_or(grad_dtype.value_or(dtype)); }
     double init_scale = 65536.0;       ///< fp16 dynamic: starting scale
     int growth_interval = 2000;        ///< fp16 dynamic: clean steps before the scale doubles
     int hysteresis = 2;                ///< fp16 dynamic: overflows tolerated before a backoff
@@ -354,6 +358,10 @@ inline DType stored_dtype(const Config& c) {
 inline DType trained_dtype(const Config& c) {
     return stored_dtype(c) == DType::kF32 ? DType::kF32 : c.precision.dtype;
 }
+
+/// The dtype gradients are accumulated and stored in: precision.grad_dtype when set (fp32, or
+/// the trained dtype; validate refuses others), else the trained dtype.
+inline DType grads_dtype(const Config& c) { return c.precision.grad_dtype.value_or(trained_dtype(c)); }
 
 /// What the command line asked for besides a configuration.
 enum class CliAction { kTrain, kHelp, kVersion, kEnv, kPlan, kCalibrate };

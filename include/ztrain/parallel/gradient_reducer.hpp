@@ -17,9 +17,10 @@
 // outstanding at once, so a reduction overlaps the backward of the next units without the
 // memory of the whole model's gradients in flight. Those of one micro-step run on through the
 // next one's forward, completed when backward returns to their unit; finish completes the
-// rest. Gradients are stored in StateContext::trained (the working dtype, or fp32 for the
-// adapters of a 16-bit frozen base under fp32 activations); a 16-bit one stores rounded
-// gradients, which backward's fp32 scratch is accumulated into (Backend::accumulate).
+// rest. Gradients are stored in StateContext::grads (the working dtype; fp32 for the adapters
+// of a 16-bit frozen base under fp32 activations, or when precision.grad_dtype = fp32); a
+// 16-bit one stores rounded gradients, which backward's fp32 scratch is accumulated into
+// (Backend::accumulate), while an fp32 one at stages 0-1 is written by backward directly.
 #pragma once
 
 #include <deque>
@@ -60,11 +61,11 @@ class GradientReducer {
     double local_sum_squares(const std::vector<std::vector<DecaySegment>>& segments);
     /// Planned peak of the pooled scratch (gradient scratch, buffers of reductions in flight).
     size_t dynamic_scratch_planned() const {
-        return planned_scratch(m_ctx.plan, m_ctx.trained, m_ctx.reduce, m_ctx.overlap_depth);
+        return planned_scratch(m_ctx.plan, m_ctx.grads, m_ctx.reduce, m_ctx.overlap_depth);
     }
 
     // ---- sizes, without allocating (the memory plan uses the same functions) ----
-    /// `stored`: the stored gradients' dtype (StateContext::trained).
+    /// `stored`: the stored gradients' dtype (StateContext::grads).
     static size_t planned_scratch(const ShardPlan& plan, DType stored, DType reduce, int overlap_depth);
 
   private:
@@ -121,7 +122,7 @@ class GradientReducer {
     /// fp32, stages 0-1: grads() hands out the stored buffer itself, so zeroing is left to
     /// the model (grads_need_zero) instead of a memset of every gradient at step start. A
     /// scratch (16-bit, stages 2-3) is left to the model the same way, but for its gaps.
-    bool lazy_zero() const { return m_ctx.trained == DType::kF32 && !m_ctx.plan.policy().grads_sharded; }
+    bool lazy_zero() const { return m_ctx.grads == DType::kF32 && !m_ctx.plan.policy().grads_sharded; }
 
     StateContext m_ctx;
     std::vector<GradBucket> m_buckets;

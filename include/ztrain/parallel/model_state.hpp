@@ -89,9 +89,12 @@ struct StateOptions {
     uint64_t seed = 1;           ///< the counter-based initialisation's key
     DType work = DType::kF32;    ///< parameters, gradients and activations
     DType reduce = DType::kF32;  ///< the gradients on the wire
-    /// The trained elements' working copy and the stored gradients (StateContext::trained);
-    /// unset: `work`. Only fp32 may differ from `work`.
+    /// The trained elements' working copy (StateContext::trained); unset: `work`. Only fp32
+    /// may differ from `work`.
     std::optional<DType> trained;
+    /// The stored gradients (StateContext::grads); unset: the trained dtype. Only fp32 may
+    /// differ from it.
+    std::optional<DType> grads;
     /// How far communication runs ahead of compute, >= 1 (StateContext::overlap_depth).
     int overlap_depth = 1;
     /// ShardingPolicy::reduce_once_per_step: ZeRO-2/3 keep each unit's whole gradient through
@@ -122,6 +125,12 @@ struct StateOptions {
         return *this;
     }
     DType trained_dtype() const { return trained.value_or(work); }
+    /// Gradients accumulated and stored in `dtype` (fp32 beside 16-bit training).
+    StateOptions& accumulating_in(DType dtype) {
+        grads = dtype;
+        return *this;
+    }
+    DType grads_dtype() const { return grads.value_or(trained_dtype()); }
     StateOptions& with_overlap_depth(int depth) {
         overlap_depth = depth;
         return *this;
@@ -242,6 +251,7 @@ class ModelState : public UnitStore {
     int m_rank;
     DType m_work;
     DType m_trained;
+    DType m_grads_dtype;
     bool m_last_micro = true;  // the current micro-step is the step's last
     DType m_reduce;
     int m_overlap_depth;

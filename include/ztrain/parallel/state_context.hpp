@@ -73,10 +73,14 @@ struct StateContext {
     const ShardPlan& plan;
     int rank;      ///< in the shard group
     DType work;    ///< the parameters' working copy
-    /// The trained elements' working copy and every stored gradient: `work`, except under a
-    /// 16-bit frozen base with fp32 activations (LoRA), whose adapters stay fp32 beside it as
-    /// PEFT keeps them (ParameterStore::separate_trained).
+    /// The trained elements' working copy: `work`, except under a 16-bit frozen base with
+    /// fp32 activations (LoRA), whose adapters stay fp32 beside it as PEFT keeps them
+    /// (ParameterStore::separate_trained).
     DType trained;
+    /// The stored gradients, which micro-steps accumulate into: `trained`, or fp32 beside a
+    /// 16-bit one (precision.grad_dtype; Megatron's fp32 accumulation, DeepSpeed's
+    /// grad_accum_dtype).
+    DType grads;
     DType reduce;  ///< the gradients' wire format
     /// How far communication runs ahead of compute (>= 1): at stage 3 the units gathered
     /// ahead of the one in use, and the reductions holding pooled buffers at once (depth + 1).
@@ -98,6 +102,7 @@ struct StateContext {
     size_t state_end(int unit) const { return plan.state_range(unit, rank).end; }
     size_t work_size() const { return dtype_size(work); }
     size_t trained_size() const { return dtype_size(trained); }
+    size_t grads_size() const { return dtype_size(grads); }
 };
 
 /// Elements a conversion through StateContext::f32_tmp covers at a time: the largest padded
