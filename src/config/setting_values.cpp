@@ -48,7 +48,10 @@ const std::pair<const char*, DType> kDTypeNames[] = {
 const std::pair<const char*, BackendChoice> kBackendNames[] = {
     {"cpu", BackendChoice::kCpu}, {"cuda", BackendChoice::kCuda}, {"auto", BackendChoice::kAuto}};
 const std::pair<const char*, LrSchedule> kScheduleNames[] = {
-    {"cosine", LrSchedule::kCosine}, {"linear", LrSchedule::kLinear}, {"constant", LrSchedule::kConstant}};
+    {"cosine", LrSchedule::kCosine}, {"linear", LrSchedule::kLinear}, {"constant", LrSchedule::kConstant},
+    {"wsd", LrSchedule::kWsd}};
+const std::pair<const char*, DecayShape> kDecayShapeNames[] = {
+    {"linear", DecayShape::kLinear}, {"cosine", DecayShape::kCosine}, {"1-sqrt", DecayShape::kOneMinusSqrt}};
 const std::pair<const char*, OnCheckpointError> kOnErrorNames[] = {
     {"stop", OnCheckpointError::kStop}, {"continue", OnCheckpointError::kContinue}};
 const std::pair<const char*, MemoryCheck> kMemoryCheckNames[] = {
@@ -84,6 +87,7 @@ const auto& choice_names(DType) { return kDTypeNames; }
 const auto& choice_names(RopeScaling) { return kRopeScalingNames; }
 const auto& choice_names(BackendChoice) { return kBackendNames; }
 const auto& choice_names(LrSchedule) { return kScheduleNames; }
+const auto& choice_names(DecayShape) { return kDecayShapeNames; }
 const auto& choice_names(OnCheckpointError) { return kOnErrorNames; }
 const auto& choice_names(MemoryCheck) { return kMemoryCheckNames; }
 const auto& choice_names(OnInputChange) { return kOnChangeNames; }
@@ -357,6 +361,7 @@ const char* setting_text(const ModelArch& v) { return v.name().c_str(); }
 const char* setting_text(RopeScaling v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(BackendChoice v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(LrSchedule v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(DecayShape v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(OnCheckpointError v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(MemoryCheck v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(OnInputChange v) { return choice_text(v, choice_names(v)); }

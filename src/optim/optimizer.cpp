@@ -35,12 +35,29 @@ std::vector<DecaySegment> decay_segments(const ModelLayout& layout, int unit, si
     return out;
 }
 
+namespace {
+/// wsd: lr until the decay's first step, then from lr to lr_min by its shape (as transformers'
+/// get_wsd_schedule with min_lr_ratio = lr_min / lr), lr_min from `end` on.
+double wsd_rate(const TrainConfig& cfg, long step, int end) {
+    const int span = std::max(0, end - cfg.warmup_steps);
+    const int decay = std::max(1, static_cast<int>(std::lround(cfg.decay_fraction * span)));
+    const long decay_start = end - decay;
+    if (step < decay_start) return cfg.lr;
+    const double p = std::min(1.0, static_cast<double>(step - decay_start) / decay);
+    double factor = 1.0 - p;
+    if (cfg.decay_shape == DecayShape::kCosine) factor = 0.5 * (1.0 + std::cos(M_PI * p));
+    if (cfg.decay_shape == DecayShape::kOneMinusSqrt) factor = 1.0 - std::sqrt(p);
+    return cfg.lr_min + (cfg.lr - cfg.lr_min) * factor;
+}
+}  // namespace
+
 double learning_rate(const TrainConfig& cfg, long step) {
     if (cfg.warmup_steps > 0 && step < cfg.warmup_steps) {
         return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
     }
     if (cfg.schedule == LrSchedule::kConstant) return cfg.lr;
     const int end = cfg.schedule_steps > 0 ? cfg.schedule_steps : cfg.max_steps;
+    if (cfg.schedule == LrSchedule::kWsd) return wsd_rate(cfg, step, end);
     const double span = std::max(1, end - cfg.warmup_steps);
     const double progress = std::clamp(static_cast<double>(step - cfg.warmup_steps) / span, 0.0, 1.0);
     if (cfg.schedule == LrSchedule::kLinear) return cfg.lr - (cfg.lr - cfg.lr_min) * progress;

@@ -257,8 +257,12 @@ t range.eps             "${CL}train.eps = 0: expected a number > 0" "${Z[@]}" --
 t range.grad_clip       "${CL}train.grad_clip = -1: expected a number >= 0" "${Z[@]}" --train.grad_clip=-1
 t range.warmup          "${CL}train.warmup_steps = -1: expected an integer >= 0" "${Z[@]}" --train.warmup_steps=-1
 t range.lr_nan          "${CL}train.lr = nan: expected a finite number" "${Z[@]}" --train.lr=nan
-t enum.schedule         "${CL}train.schedule = 'bogus': expected one of cosine \| linear \| constant" \
+t enum.schedule         "${CL}train.schedule = 'bogus': expected one of cosine \| linear \| constant \| wsd" \
   "${Z[@]}" --train.schedule=bogus
+t range.decay_fraction  "${CL}train.decay_fraction = 0: expected a number in \(0, 1\]" \
+  "${Z[@]}" --train.schedule=wsd --train.decay_fraction=0
+t enum.decay_shape      "${CL}train.decay_shape = 'exp': expected one of linear \| cosine \| 1-sqrt" \
+  "${Z[@]}" --train.schedule=wsd --train.decay_shape=exp
 t enum.dtype            "${CL}precision.dtype = 'bogus': expected one of fp32 \| bf16 \| fp16" \
   "${Z[@]}" --precision.dtype=bogus
 t enum.reduce_dtype     "${CL}precision.reduce_dtype = 'bogus': expected one of fp32 \| bf16 \| fp16" \

@@ -70,3 +70,15 @@ def read_metrics(run_dir):
     """metrics.jsonl's records, in order."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def prepare_lines(bin_dir, work, what):
+    """200 one-line documents ("a line of text number I for WHAT"), prepared by zt-prepare into
+    WORK/data (train and val shards); exits FAILED if it fails."""
+    with open(os.path.join(work, "text.txt"), "w") as f:
+        for i in range(200):
+            f.write(f"a line of text number {i} for {what}\n%\n")
+    rc, out = run([os.path.join(bin_dir, "zt-prepare"), "--input", os.path.join(work, "text.txt"), "--output",
+                   os.path.join(work, "data"), "--doc-separator", "%"])
+    if rc != 0:
+        sys.exit(f"FAILED: zt-prepare exited {rc}: {out[-400:]}")

@@ -30,7 +30,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from interop_common import Failures, read_metrics, require, run
+from interop_common import Failures, prepare_lines, read_metrics, require, run
 
 tensorboard, = require("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -59,13 +59,7 @@ def expected_scalars(src_dir, run_dir):
 
 def train(bin_dir, src_dir, work):
     """A 6-step run with validation and a choice task every 3 steps; its run directory."""
-    with open(os.path.join(work, "text.txt"), "w") as f:
-        for i in range(200):
-            f.write(f"a line of text number {i} for the event files\n%\n")
-    rc, out = run([os.path.join(bin_dir, "zt-prepare"), "--input", os.path.join(work, "text.txt"), "--output",
-                   os.path.join(work, "data"), "--doc-separator", "%"])
-    if rc != 0:
-        sys.exit(f"FAILED: zt-prepare exited {rc}: {out[-400:]}")
+    prepare_lines(bin_dir, work, "the event files")
     run_dir = os.path.join(work, "run")
     rc, out = run([os.path.join(bin_dir, "ztrain"), "--config", os.path.join(src_dir, "inputs", "tiny.ini"),
                    "--data.train=" + os.path.join(work, "data", "train_*.bin"),

@@ -324,7 +324,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 97);  // 96 section keys + backend ([cluster] only where not the default)
+    EXPECT_EQ(keys, 99);  // 98 section keys + backend ([cluster] only where not the default)
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
     // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
     const size_t ev = h.find("--train.eval_every=");
@@ -578,7 +578,7 @@ TEST(ConfigValidate, EveryRule) {
 TEST(ConfigTyped, RejectedTextKeepsItsMessage) {
     const std::vector<std::pair<std::pair<const char*, const char*>, const char*>> cases = {
         {{"backend", "tpu"}, "backend = 'tpu': expected one of cpu | cuda | auto"},
-        {{"train.schedule", "step"}, "train.schedule = 'step': expected one of cosine | linear | constant"},
+        {{"train.schedule", "step"}, "train.schedule = 'step': expected one of cosine | linear | constant | wsd"},
         {{"precision.dtype", "fp8"}, "precision.dtype = 'fp8': expected one of fp32 | bf16 | fp16"},
         {{"precision.reduce_dtype", "f32"}, "precision.reduce_dtype = 'f32': expected one of fp32 | bf16 | fp16"},
         {{"precision.loss_scale", "abc"}, "precision.loss_scale = 'abc': expected dynamic, or a number > 0"},
@@ -601,7 +601,7 @@ TEST(ConfigTyped, RejectedTextKeepsItsMessage) {
     ScratchDir dir("cfg");
     write_file(dir.file("x.ini"), "[data]\ntrain = a.bin\n[train]\nschedule = step\n");
     EXPECT_EQ(parse_error({"--config", dir.file("x.ini")}),
-              dir.file("x.ini") + ": train.schedule = 'step': expected one of cosine | linear | constant");
+              dir.file("x.ini") + ": train.schedule = 'step': expected one of cosine | linear | constant | wsd");
 }
 
 TEST(ConfigTyped, ValuesAndTheirText) {

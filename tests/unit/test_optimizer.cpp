@@ -34,7 +34,7 @@ TrainConfig schedule_config(LrSchedule schedule) {
 // --- learning_rate ---------------------------------------------------------------------
 
 TEST(LearningRate, WarmupIsLinearFromLrOverWarmupToLr) {
-    for (const LrSchedule schedule : {LrSchedule::kCosine, LrSchedule::kLinear, LrSchedule::kConstant}) {
+    for (const LrSchedule schedule : {LrSchedule::kCosine, LrSchedule::kLinear, LrSchedule::kConstant, LrSchedule::kWsd}) {
         const TrainConfig c = schedule_config(schedule);
         // Step s (0-based) of the warmup: lr * (s + 1) / warmup_steps.
         EXPECT_NEAR(learning_rate(c, 0), 2.5e-4, kTol) << setting_text(schedule);
@@ -75,6 +75,33 @@ TEST(LearningRate, ConstantStaysAtLr) {
     for (long step : {4L, 9L, 13L, 14L, 40L}) {
         EXPECT_NEAR(learning_rate(c, step), 1e-3, kTol) << "step " << step;
     }
+}
+
+TEST(LearningRate, WsdHoldsThePeakThenDecaysOverTheLastFraction) {
+    TrainConfig c = schedule_config(LrSchedule::kWsd);
+    // decay_fraction 0.2 of the 10 steps after warmup: steps 12 and 13 decay, p = (step - 12) / 2.
+    for (long step = 4; step <= 12; ++step) EXPECT_NEAR(learning_rate(c, step), 1e-3, kTol) << "step " << step;
+    EXPECT_NEAR(learning_rate(c, 13), 5.5e-4, kTol);  // linear, p = 0.5
+    EXPECT_NEAR(learning_rate(c, 14), 1e-4, kTol);
+    EXPECT_NEAR(learning_rate(c, 40), 1e-4, kTol);
+    c.decay_shape = DecayShape::kCosine;
+    EXPECT_NEAR(learning_rate(c, 13), 5.5e-4, kTol);  // (1 + cos(pi / 2)) / 2 = 0.5
+    c.decay_shape = DecayShape::kOneMinusSqrt;
+    EXPECT_NEAR(learning_rate(c, 13), 1e-4 + 9e-4 * (1 - 0.707106781187), kTol);
+    EXPECT_NEAR(learning_rate(c, 14), 1e-4, kTol);
+    // The whole span decaying linearly is the linear schedule; schedule_steps ends it early.
+    c.decay_shape = DecayShape::kLinear;
+    c.decay_fraction = 1.0;
+    const TrainConfig linear = schedule_config(LrSchedule::kLinear);
+    for (long step = 0; step <= 16; ++step) {
+        EXPECT_NEAR(learning_rate(c, step), learning_rate(linear, step), kTol) << "step " << step;
+    }
+    c.decay_fraction = 0.5;
+    c.schedule_steps = 8;  // 4 steps after warmup, 2 of them decaying: 6 and 7
+    EXPECT_NEAR(learning_rate(c, 6), 1e-3, kTol);
+    EXPECT_NEAR(learning_rate(c, 7), 5.5e-4, kTol);
+    EXPECT_NEAR(learning_rate(c, 8), 1e-4, kTol);
+    EXPECT_NEAR(learning_rate(c, 13), 1e-4, kTol);
 }
 
 TEST(LearningRate, NoWarmupStartsAtThePeak) {

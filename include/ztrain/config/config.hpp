@@ -25,8 +25,12 @@ namespace zt {
 /// backend = cpu | cuda | auto (which one runs is resolve_backend's answer).
 enum class BackendChoice { kCpu, kCuda, kAuto };
 
-/// train.schedule: the learning-rate decay after warmup.
-enum class LrSchedule { kCosine, kLinear, kConstant };
+/// train.schedule: the learning-rate decay after warmup. kWsd: warmup-stable-decay, the peak
+/// held until the last train.decay_fraction of the schedule, then decayed (train.decay_shape).
+enum class LrSchedule { kCosine, kLinear, kConstant, kWsd };
+/// train.decay_shape: how wsd's decay falls from lr to lr_min over its progress p in [0, 1]:
+/// 1 - p, (1 + cos(pi p)) / 2, or 1 - sqrt(p) (transformers' get_wsd_schedule decay types).
+enum class DecayShape { kLinear, kCosine, kOneMinusSqrt };
 
 /// checkpoint.on_error: what a failed save does.
 enum class OnCheckpointError { kStop, kContinue };
@@ -95,6 +99,7 @@ const char* setting_text(const ModelArch& v);
 const char* setting_text(RopeScaling v);
 const char* setting_text(BackendChoice v);
 const char* setting_text(LrSchedule v);
+const char* setting_text(DecayShape v);
 const char* setting_text(OnCheckpointError v);
 const char* setting_text(MemoryCheck v);
 const char* setting_text(OnInputChange v);
@@ -194,6 +199,9 @@ struct TrainConfig {
     /// Steps the decay spans (0: max_steps). After them the lr holds at lr_min, so a resumed
     /// run that raises max_steps can keep the schedule it started with.
     int schedule_steps = 0;
+    /// schedule = wsd: the share of the steps after warmup (to schedule_steps) that decay.
+    double decay_fraction = 0.2;
+    DecayShape decay_shape = DecayShape::kLinear;  ///< schedule = wsd: the decay's shape
     double weight_decay = 0.1;
     double beta1 = 0.9;
     double beta2 = 0.95;

@@ -39,7 +39,8 @@ std::vector<DecaySegment> decay_segments(const ModelLayout& layout, int unit, si
 
 /// Learning rate for 0-based optimizer step `step`: linear warmup over warmup_steps to lr,
 /// then cosine or linear decay to lr_min at schedule_steps (0: max_steps), held after it;
-/// or constant.
+/// or constant; or wsd: lr held until the last decay_fraction of the steps after warmup,
+/// which decay to lr_min by decay_shape.
 double learning_rate(const TrainConfig& cfg, long step);
 
 /// Hyper-parameters of AdamW step number `t` (1-based), excluding grad_scale.
