@@ -80,25 +80,27 @@ int run(int argc, char** argv) {
                 world = cluster.nodes * cluster.ranks_per_node;
                 per_node = cluster.ranks_per_node;
             }
+            // train.global_batch: grad_accum as a run at this world size derives it.
+            const zt::Config deck = zt::with_global_batch(cli.config, world);
             if (cli.plan_search) {
                 zt::PlanSearchOptions options;
                 options.all = cli.plan_all;
                 options.write_deck = cli.plan_write;
                 options.cluster_memory = cli.plan_cluster;  // else this node's, as --plan's verdict
-                const std::string table = zt::search_plans(cli.config, cluster, world, per_node, options);
+                const std::string table = zt::search_plans(deck, cluster, world, per_node, options);
                 if (root) std::fputs(table.c_str(), stdout);
                 return zt::kExitOk;
             }
             const zt::MemoryPlan plan = cli.plan_cluster
-                                            ? zt::plan_memory_on_cluster(cli.config, cluster, world, per_node)
-                                            : zt::plan_for_deck(cli.config, world, per_node);
+                                            ? zt::plan_memory_on_cluster(deck, cluster, world, per_node)
+                                            : zt::plan_for_deck(deck, world, per_node);
             const auto on_cluster = [&](const zt::Config& changed) {
                 return zt::plan_memory_on_cluster(changed, cluster, world, per_node);
             };
             const std::string verdict =
-                cli.plan_cluster ? zt::plan_verdict(cli.config, plan, world, per_node, on_cluster)
-                                 : zt::plan_verdict(cli.config, plan, world, per_node);
-            const zt::TimePlan time = zt::plan_time(cli.config, cluster, world, per_node, plan);
+                cli.plan_cluster ? zt::plan_verdict(deck, plan, world, per_node, on_cluster)
+                                 : zt::plan_verdict(deck, plan, world, per_node);
+            const zt::TimePlan time = zt::plan_time(deck, cluster, world, per_node, plan);
             if (root) {
                 std::fputs((zt::format_memory_plan(plan) + verdict + zt::format_time_plan(time)).c_str(), stdout);
             }

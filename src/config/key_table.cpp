@@ -85,6 +85,10 @@ const KeyDef kKeys[] = {
 
     ZT_KEY("train.micro_batch", train.micro_batch, "sequences per rank per micro-step"),
     ZT_KEY("train.grad_accum", train.grad_accum, "micro-steps accumulated per optimizer step"),
+    ZT_KEY("train.global_batch", train.global_batch,
+           "sequences per optimizer step over all data ranks; set, it derives train.grad_accum = global_batch / "
+           "(micro_batch x data ranks) at any world size, so a resume on more or fewer ranks keeps the batch "
+           "(0: micro_batch x grad_accum x data ranks)"),
     ZT_KEY("train.max_steps", train.max_steps, "optimizer steps to run"),
     ZT_KEY("train.epochs", train.epochs,
            "example shards: passes over the training examples instead of train.max_steps (0: use max_steps; "

@@ -129,6 +129,7 @@ void check_train_keys(const Validator& v, const Config& cfg) {
     const TrainConfig& t = cfg.train;
     v.check_int_min("train.micro_batch", t.micro_batch, 1);
     v.check_int_min("train.grad_accum", t.grad_accum, 1);
+    v.check(t.global_batch >= 0, "train.global_batch", "an integer >= 0 (0: micro_batch x grad_accum x data ranks)");
     v.check_int_min("train.max_steps", t.max_steps, 1);
     v.check_int_min("train.epochs", t.epochs, 0);
     v.check(t.lr > 0, "train.lr", "a number > 0");
@@ -216,14 +217,16 @@ void check_pipeline(const Validator& v, const Config& cfg) {
                 "its output gradients in the block's activations, which recomputing whole blocks does not keep)");
     }
     const int m = cfg.train.grad_accum;
-    v.check(m >= p.pipeline, "train.grad_accum",
+    // With a global batch, grad_accum is derived at the world size and checked there.
+    const bool derived = cfg.train.global_batch > 0;
+    v.check(derived || m >= p.pipeline, "train.grad_accum",
             str("at least parallel.pipeline = ", p.pipeline, " micro-batches per step (one in flight per stage)"));
     // In 64 bits: a huge parallel.virtual_stages must be refused here, not wrap around.
     const long long V = static_cast<long long>(p.pipeline) * p.chunks();
     if (p.schedule == PipelineSchedule::kInterleaved) {
         v.check(p.chunks() >= 2, "parallel.virtual_stages",
                 "0 (2) or at least 2 under parallel.schedule = interleaved");
-        v.check(m % p.pipeline == 0, "train.grad_accum",
+        v.check(derived || m % p.pipeline == 0, "train.grad_accum",
                 str("a multiple of parallel.pipeline = ", p.pipeline, " under parallel.schedule = interleaved"));
     }
     v.check(cfg.model.n_layer >= V, "model.n_layer",

@@ -62,7 +62,7 @@ Judged judge(const Config& cand, const ClusterConfig& cluster, int world, int pe
              const PlanSearchOptions& options) {
     Judged j;
     try {
-        validate(cand);
+        validate(with_global_batch(cand, world));  // train.global_batch: the pipeline's rules at this accumulation
         const MemoryPlan memory = options.cluster_memory ? plan_memory_on_cluster(cand, cluster, world, per_node)
                                                          : plan_for_deck(cand, world, per_node);
         if (!plan_fits(memory)) {

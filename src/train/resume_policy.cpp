@@ -212,7 +212,8 @@ void ResumePolicy::batch_note(const CheckpointRecord& resumed, int world_size) c
                 old_ranks);
     const long per_accum = static_cast<long>(now.micro_batch) * world_size;
     if (before % per_accum == 0) {
-        std::printf("; --train.grad_accum=%ld keeps it at %ld\n", before / per_accum, before);
+        std::printf("; --train.grad_accum=%ld keeps it at %ld (train.global_batch = %ld keeps it at any world size)\n",
+                    before / per_accum, before, before);
     } else {
         std::printf("; no train.grad_accum keeps %ld exactly at micro_batch %d on %d rank(s)\n", before,
                     now.micro_batch, world_size);

@@ -375,10 +375,14 @@ void record_blend_in_checkpoints(CheckpointSaver& saver, const TrainSetup& setup
 
 }  // namespace
 
-TrainSummary train(const Config& deck, const TrainOptions& options) {
+TrainSummary train(const Config& given, const TrainOptions& options) {
     // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary. Installed first: a signal
     // during start-up (data, checkpoint load) stops after the first step instead of killing.
     const StopSignals signals;
+    int world = 1;
+    ZT_MPI_CHECK(MPI_Comm_size(options.comm, &world));
+    std::string batch_note;
+    const Config deck = with_global_batch(given, world, &batch_note);
     validate(deck);
     TrainSetup setup = set_up_training(deck, options.comm);
     Communicator& comm = *setup.comm;
@@ -388,6 +392,7 @@ TrainSummary train(const Config& deck, const TrainOptions& options) {
     const Config cfg = with_run_length(deck, setup.examples.get(), data.size());
     const TrainConfig& tc = cfg.train;
     const bool root = comm.rank() == 0;
+    if (root && !batch_note.empty()) std::printf("ztrain: note: %s\n", batch_note.c_str());
     const std::unique_ptr<RunLocks> locks = lock_run_dirs(cfg, checkpoint_dir(cfg), options.force_unlock, comm);
     ResumePolicy resume(cfg, comm);
     if (resume.resuming() && nothing_to_train(resume, cfg, root)) return TrainSummary{};

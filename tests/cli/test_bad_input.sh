@@ -480,6 +480,8 @@ if command -v mpiexec > /dev/null; then
     "${MPI2[@]}" "${Z[@]}" --parallel.zero_stage=2 --parallel.shard_group=3
   t np2.pipeline_world  "parallel.pipeline = 4 x parallel.tensor = 1: must divide the number of ranks \(2\)" \
     "${MPI2[@]}" "${Z[@]}" --parallel.pipeline=4 --train.grad_accum=4 --model.n_layer=4
+  t np2.global_batch    "train.global_batch = 6: not a multiple of train.micro_batch x data ranks = 4 x 2 = 8" \
+    "${MPI2[@]}" "${Z[@]}" --train.global_batch=6
   t np2.eval_task_label "eval task file '$fix/tasks/label.jsonl' line 2: label 7" \
     "${MPI2[@]}" "${Z[@]}" --eval.tasks="$fix/tasks/label.jsonl"
   t np2.zteval_cut_line "eval task file '$fix/tasks/cut.jsonl' line 2: not valid JSON" \

@@ -419,6 +419,36 @@ TEST(ZeroStagesAtTwoRanks, TrainTheSameBitsWithoutAccumulationOrClipping) {
     }
 }
 
+/// train.global_batch fixes the batch and derives grad_accum from the world size: the same
+/// deck on one rank (N x the micro-steps) and on N ranks (ZeRO-2) trains the same run, as the
+/// one-rank reference with N x accumulation does (within fp32 reduction order), and a deck
+/// that also names another grad_accum is corrected to the derived one.
+TEST(GlobalBatch, OneDeckTrainsTheSameRunAtOneRankAndAtN) {
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    test::SharedDir dir("global_batch");
+    test::write_shared_train_shard(dir);
+    Config base = test::tiny_mpi_config(dir.file("train.bin"), dir.file("unused"));
+    base.train.global_batch = base.train.micro_batch * base.train.grad_accum * N;
+    base.train.grad_accum = 1;
+    base.train.max_steps = 4;
+    Config one = base;
+    one.run.dir = dir.file("one" + std::to_string(me));
+    TrainOptions self;
+    self.comm = MPI_COMM_SELF;
+    self.collect_params = true;
+    const TrainSummary ref = train(one, self);
+    Config many = base;
+    many.run.dir = dir.file("many");
+    many.parallel.zero_stage = 2;
+    many.train.grad_accum = 7;  // as a resolved deck from another world size carries it: replaced
+    TrainOptions world;
+    world.collect_params = true;
+    const TrainSummary got = train(many, world);
+    test::expect_matches_reference(got, ref, str("global_batch ", base.train.global_batch, " at N=", N));
+    EXPECT_EQ(with_global_batch(base, 1).train.grad_accum, base.train.global_batch / base.train.micro_batch);
+}
+
 /// A GPT-2 of `n_layer` blocks, 4 heads x 64 wide, vocabulary 300.
 ModelConfig small_model(int n_layer, int seq_len) {
     ModelConfig mc;

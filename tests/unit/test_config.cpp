@@ -324,7 +324,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 99);  // 98 section keys + backend ([cluster] only where not the default)
+    EXPECT_EQ(keys, 100);  // 99 section keys + backend ([cluster] only where not the default)
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
     // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
     const size_t ev = h.find("--train.eval_every=");
@@ -650,6 +650,62 @@ TEST(ConfigTyped, GradDtypeWidensOnlyAndLeadsTheReduction) {
     EXPECT_EQ(validate_error(c),
               "precision.grad_dtype = 'bf16': expected fp32 or empty: the model trains in fp32, and "
               "gradients are never narrower than what they update");
+}
+
+std::string global_batch_error(const Config& c, int world) {
+    try {
+        zt::with_global_batch(c, world);
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(GlobalBatch, DerivesGradAccumFromTheWorldSize) {
+    Config c = valid_config();
+    c.train.micro_batch = 2;
+    EXPECT_EQ(zt::with_global_batch(c, 4).train.grad_accum, 1) << "0: grad_accum as given";
+    c.train.global_batch = 32;
+    EXPECT_EQ(zt::with_global_batch(c, 1).train.grad_accum, 16);
+    EXPECT_EQ(zt::with_global_batch(c, 4).train.grad_accum, 4);
+    EXPECT_EQ(zt::with_global_batch(c, 16).train.grad_accum, 1);
+    c.parallel.tensor = 2;  // 8 ranks, 4 data ranks
+    EXPECT_EQ(zt::with_global_batch(c, 8).train.grad_accum, 4);
+    EXPECT_EQ(zt::with_global_batch(c, 7).train.grad_accum, 1) << "a world the mesh refuses: unchanged";
+    EXPECT_EQ(global_batch_error(c, 24),
+              "train.global_batch = 32: not a multiple of train.micro_batch x data ranks = 2 x 12 = 24 (24 rank(s) / "
+              "(parallel.tensor 2 x parallel.pipeline 1)); give a global batch that 12 data rank(s) split evenly, or "
+              "another micro_batch");
+    // A deck written at another world size carries that world's grad_accum: replaced, with a note.
+    c.train.grad_accum = 8;
+    std::string note;
+    EXPECT_EQ(zt::with_global_batch(c, 8, &note).train.grad_accum, 4);
+    EXPECT_EQ(note, "train.grad_accum = 8 replaced by 4: train.global_batch = 32 over 4 data rank(s) x micro_batch 2");
+    note.clear();
+    c.train.grad_accum = 4;
+    zt::with_global_batch(c, 8, &note);
+    EXPECT_EQ(note, "") << "the derived value given: nothing to say";
+}
+
+TEST(GlobalBatch, PipelineRulesAtTheDerivedAccumulation) {
+    Config c = valid_config();
+    c.model.n_layer = 4;
+    c.train.micro_batch = 1;
+    c.train.global_batch = 4;
+    c.parallel.pipeline = 4;
+    EXPECT_EQ(validate_error(c), "") << "grad_accum 1 < pipeline 4 is not refused before the world is known";
+    EXPECT_EQ(zt::with_global_batch(c, 4).train.grad_accum, 4);
+    EXPECT_EQ(global_batch_error(c, 8),
+              "train.global_batch = 4: 2 micro-batch(es) per step on 2 data rank(s), fewer than parallel.pipeline = "
+              "4 (one in flight per stage); give a global batch of at least 8");
+    c.parallel.schedule = zt::PipelineSchedule::kInterleaved;
+    c.train.global_batch = 6;
+    EXPECT_EQ(global_batch_error(c, 4),
+              "train.global_batch = 6: 6 micro-batches per step on 1 data rank(s), not a multiple of "
+              "parallel.pipeline = 4 as parallel.schedule = interleaved needs");
+    c.train.global_batch = -1;
+    EXPECT_EQ(validate_error(c),
+              "train.global_batch = -1: expected an integer >= 0 (0: micro_batch x grad_accum x data ranks)");
 }
 
 TEST(ConfigValidate, DeckNameInMessage) {

@@ -188,6 +188,9 @@ struct DataConfig {
 struct TrainConfig {
     int micro_batch = 4;
     int grad_accum = 1;
+    /// Sequences per optimizer step over every data rank; > 0: grad_accum follows the world
+    /// size (with_global_batch). 0: micro_batch x grad_accum x data ranks.
+    int global_batch = 0;
     int max_steps = 100;
     /// Example shards only: passes over the training examples, instead of max_steps (0: use
     /// max_steps; giving both is an error).
@@ -370,6 +373,13 @@ inline DType trained_dtype(const Config& c) {
 /// The dtype gradients are accumulated and stored in: precision.grad_dtype when set (fp32, or
 /// the trained dtype; validate refuses others), else the trained dtype.
 inline DType grads_dtype(const Config& c) { return c.precision.grad_dtype.value_or(trained_dtype(c)); }
+
+/// `deck` with train.grad_accum = train.global_batch / (micro_batch x data ranks) at `world`
+/// ranks (data ranks: world / (tensor x pipeline)); unchanged when global_batch is 0 or the
+/// world does not split into the mesh (refused there). Throws InputError when the global
+/// batch does not split evenly or leaves a pipeline fewer micro-batches than its rules need.
+/// A given grad_accum other than 1 that differs is replaced, and *note says so.
+Config with_global_batch(const Config& deck, int world, std::string* note = nullptr);
 
 /// What the command line asked for besides a configuration.
 enum class CliAction { kTrain, kHelp, kVersion, kEnv, kPlan, kCalibrate };
