@@ -373,17 +373,24 @@ void record_blend_in_checkpoints(CheckpointSaver& saver, const TrainSetup& setup
     });
 }
 
+/// The deck as the ranks of `comm` train it (train.global_batch's grad_accum at their
+/// number), validated; *note says what was replaced.
+Config deck_for_world(const Config& given, MPI_Comm comm, std::string* note) {
+    int world = 1;
+    ZT_MPI_CHECK(MPI_Comm_size(comm, &world));
+    Config deck = with_global_batch(given, world, note);
+    validate(deck);
+    return deck;
+}
+
 }  // namespace
 
 TrainSummary train(const Config& given, const TrainOptions& options) {
     // SIGTERM/SIGINT/SIGUSR1 -> checkpoint at the next step boundary. Installed first: a signal
     // during start-up (data, checkpoint load) stops after the first step instead of killing.
     const StopSignals signals;
-    int world = 1;
-    ZT_MPI_CHECK(MPI_Comm_size(options.comm, &world));
     std::string batch_note;
-    const Config deck = with_global_batch(given, world, &batch_note);
-    validate(deck);
+    const Config deck = deck_for_world(given, options.comm, &batch_note);
     TrainSetup setup = set_up_training(deck, options.comm);
     Communicator& comm = *setup.comm;
     // The data is split over the data-parallel ranks (setup.data()); train.epochs becomes a
