@@ -103,6 +103,9 @@ const KeyDef kKeys[] = {
            "steps the decay spans, then lr_min holds (0: train.max_steps)"),
     ZT_KEY("train.decay_fraction", train.decay_fraction,
            "schedule = wsd: the share of the steps after warmup that decay to lr_min, in (0, 1]"),
+    ZT_KEY("train.decay_steps", train.decay_steps,
+           "schedule = wsd: the steps that decay, the last ones before the schedule's end (0: train.decay_fraction); "
+           "a cooldown of N steps from a stable-phase checkpoint: --train.max_steps=STEP+N --train.decay_steps=N"),
     ZT_KEY("train.decay_shape", train.decay_shape, "schedule = wsd: the decay's shape: linear | cosine | 1-sqrt"),
     ZT_KEY("train.weight_decay", train.weight_decay, "AdamW decoupled weight decay"),
     ZT_KEY("train.beta1", train.beta1, "AdamW first-moment decay, in [0, 1)"),

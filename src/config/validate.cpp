@@ -144,6 +144,7 @@ void check_train_keys(const Validator& v, const Config& cfg) {
     v.check_read("train.schedule");
     v.check(t.decay_fraction > 0 && t.decay_fraction <= 1, "train.decay_fraction", "a number in (0, 1]");
     v.check_read("train.decay_shape");
+    v.check_int_min("train.decay_steps", t.decay_steps, 0);
     v.check(t.weight_decay >= 0, "train.weight_decay", "a number >= 0");
     v.check(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "a number in [0, 1)");
     v.check(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "a number in [0, 1)");

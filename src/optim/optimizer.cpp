@@ -40,7 +40,8 @@ namespace {
 /// get_wsd_schedule with min_lr_ratio = lr_min / lr), lr_min from `end` on.
 double wsd_rate(const TrainConfig& cfg, long step, int end) {
     const int span = std::max(0, end - cfg.warmup_steps);
-    const int decay = std::max(1, static_cast<int>(std::lround(cfg.decay_fraction * span)));
+    const int decay = cfg.decay_steps > 0 ? std::min(cfg.decay_steps, std::max(1, span))
+                                          : std::max(1, static_cast<int>(std::lround(cfg.decay_fraction * span)));
     const long decay_start = end - decay;
     if (step < decay_start) return cfg.lr;
     const double p = std::min(1.0, static_cast<double>(step - decay_start) / decay);

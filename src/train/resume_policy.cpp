@@ -242,6 +242,7 @@ void ResumePolicy::schedule_note(const CheckpointRecord& resumed) const {
     differ("train.warmup_steps", std::to_string(old.warmup_steps), std::to_string(now.warmup_steps));
     differ("train.schedule", setting_text(old.schedule), setting_text(now.schedule));
     differ("train.decay_fraction", str(old.decay_fraction), str(now.decay_fraction));
+    differ("train.decay_steps", std::to_string(old.decay_steps), std::to_string(now.decay_steps));
     differ("train.decay_shape", setting_text(old.decay_shape), setting_text(now.decay_shape));
     differ("train.lr", str(old.lr), str(now.lr));
     differ("train.lr_min", str(old.lr_min), str(now.lr_min));

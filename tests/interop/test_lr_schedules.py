@@ -8,7 +8,9 @@ metrics.jsonl reports is compared with what transformers' LambdaLR gives the sam
   - wsd, decay_fraction 0.4, each decay_shape: get_wsd_schedule(num_stable_steps,
     num_decay_steps, decay_type, min_lr_ratio = lr_min / lr);
   - cosine: get_cosine_with_min_lr_schedule_with_warmup(min_lr = lr_min);
-  - linear (lr_min 0): get_linear_schedule_with_warmup.
+  - linear (lr_min 0): get_linear_schedule_with_warmup;
+  - a wsd cooldown: 20 steps with checkpoints, resumed at step 20 with --train.max_steps=30
+    --train.decay_steps=10: steps 21..30 against get_wsd_schedule(15 stable, 10 decay steps).
 The warmups differ by design (ztrain's step s has lr * (s + 1) / warmup, transformers'
 lr * s / warmup: docs/configuration.md), so the steps after warmup are compared, within 1e-9
 relative. Exit 0: all equal; 1: a difference, named; 77: skipped (a package missing, unless
@@ -28,17 +30,25 @@ FAIL = Failures()
 STEPS, WARMUP, LR, LR_MIN, DECAY_FRACTION = 30, 5, 1e-3, 1e-4, 0.4
 
 
-def ztrain_lrs(bin_dir, src_dir, work, name, keys):
-    """The lr of each step's record of a STEPS-step run with `keys` set."""
+def ztrain_lrs(bin_dir, src_dir, work, name, keys, steps=STEPS, resume="never"):
+    """The lr of each step's record of a `steps`-step run with `keys` set."""
     run_dir = os.path.join(work, name)
     rc, out = run([os.path.join(bin_dir, "ztrain"), "--config", os.path.join(src_dir, "inputs", "tiny.ini"),
                    "--data.train=" + os.path.join(work, "data", "train_*.bin"), "--run.dir=" + run_dir,
-                   "--train.threads=1", f"--train.max_steps={STEPS}", f"--train.warmup_steps={WARMUP}",
+                   "--train.threads=1", f"--train.max_steps={steps}", f"--train.warmup_steps={WARMUP}",
                    f"--train.lr={LR}", "--train.sample_tokens=0", "--train.eval_every=0", "--run.tensorboard=false",
-                   "--checkpoint.resume=never"] + keys)
+                   "--checkpoint.resume=" + resume] + keys)
     if rc != 0:
         sys.exit(f"FAILED: ztrain ({name}) exited {rc}: {out[-600:]}")
     return {r["step"]: r["lr"] for r in read_metrics(run_dir) if "lr" in r and "step" in r}
+
+
+def cooldown(bin_dir, src_dir, work):
+    """Steps 21..30 of a wsd run stopped at step 20 and resumed with a 10-step decay."""
+    common = ["--train.schedule=wsd", f"--train.lr_min={LR_MIN}", "--checkpoint.every=10"]
+    ztrain_lrs(bin_dir, src_dir, work, "cooldown", common, steps=20)
+    lrs = ztrain_lrs(bin_dir, src_dir, work, "cooldown", common + ["--train.decay_steps=10"], resume="auto")
+    return {k: v for k, v in lrs.items() if k > 20}
 
 
 def hf_lrs(make):
@@ -74,13 +84,20 @@ def main():
                                                      num_stable_steps=STEPS - WARMUP - decay, num_decay_steps=decay,
                                                      decay_type=hf_type, min_lr_ratio=LR_MIN / LR))
             compare("wsd " + shape, got, want)
+        got = cooldown(bin_dir, src_dir, work)
+        want = hf_lrs(lambda o: get_wsd_schedule(o, num_warmup_steps=WARMUP, num_stable_steps=STEPS - WARMUP - 10,
+                                                 num_decay_steps=10, min_lr_ratio=LR_MIN / LR, decay_type="linear"))
+        FAIL.check(sorted(got) == list(range(21, STEPS + 1)), f"cooldown: resumed steps {sorted(got)}")
+        for k in range(21, STEPS + 1):
+            FAIL.check(k in got and abs(got[k] - want[k]) <= 1e-9 * want[k],
+                       f"cooldown: step {k}: ztrain's lr {got.get(k)}, transformers' {want[k]}")
         got = ztrain_lrs(bin_dir, src_dir, work, "cosine", ["--train.schedule=cosine", f"--train.lr_min={LR_MIN}"])
         compare("cosine", got, hf_lrs(lambda o: get_cosine_with_min_lr_schedule_with_warmup(
             o, num_warmup_steps=WARMUP, num_training_steps=STEPS, min_lr=LR_MIN)))
         got = ztrain_lrs(bin_dir, src_dir, work, "linear", ["--train.schedule=linear", "--train.lr_min=0"])
         compare("linear", got, hf_lrs(lambda o: get_linear_schedule_with_warmup(
             o, num_warmup_steps=WARMUP, num_training_steps=STEPS)))
-    sys.exit(FAIL.report(f"5 schedules, steps {WARMUP + 1}..{STEPS}: ztrain's lr equals transformers'"))
+    sys.exit(FAIL.report(f"5 schedules and a cooldown, steps {WARMUP + 1}..{STEPS}: ztrain's lr equals transformers'"))
 
 
 if __name__ == "__main__":

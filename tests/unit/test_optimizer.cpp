@@ -96,6 +96,15 @@ TEST(LearningRate, WsdHoldsThePeakThenDecaysOverTheLastFraction) {
     for (long step = 0; step <= 16; ++step) {
         EXPECT_NEAR(learning_rate(c, step), learning_rate(linear, step), kTol) << "step " << step;
     }
+    // A cooldown counted in steps: the last 4 before max_steps, whatever the fraction says.
+    c.decay_steps = 4;
+    EXPECT_NEAR(learning_rate(c, 9), 1e-3, kTol);
+    EXPECT_NEAR(learning_rate(c, 10), 1e-3, kTol);  // p = 0
+    EXPECT_NEAR(learning_rate(c, 12), 5.5e-4, kTol);  // p = 0.5
+    EXPECT_NEAR(learning_rate(c, 14), 1e-4, kTol);
+    c.decay_steps = 100;  // more than the 10 after warmup: all of them
+    EXPECT_NEAR(learning_rate(c, 9), 5.5e-4, kTol);
+    c.decay_steps = 0;
     c.decay_fraction = 0.5;
     c.schedule_steps = 8;  // 4 steps after warmup, 2 of them decaying: 6 and 7
     EXPECT_NEAR(learning_rate(c, 6), 1e-3, kTol);

@@ -204,6 +204,9 @@ struct TrainConfig {
     int schedule_steps = 0;
     /// schedule = wsd: the share of the steps after warmup (to schedule_steps) that decay.
     double decay_fraction = 0.2;
+    /// schedule = wsd: the steps that decay, counted back from the schedule's end (0:
+    /// decay_fraction), e.g. a cooldown of N steps from a checkpoint of the stable part.
+    int decay_steps = 0;
     DecayShape decay_shape = DecayShape::kLinear;  ///< schedule = wsd: the decay's shape
     double weight_decay = 0.1;
     double beta1 = 0.9;
