@@ -76,11 +76,19 @@ else
 fi
 
 # ---- A resume at another world size: the global batch ---------------------------------------
+# (first: the plain resume below saves step 3, and checkpoint.keep drops step 2)
+out=$(timeout 120 "$BIN/ztrain" "${common[@]}" --run.dir=run_global_batch --train.max_steps=3 \
+  --train.global_batch=8 --checkpoint.resume="$ck/step_00000002" 2>&1)
+check "with train.global_batch = 8 a resume on 1 rank of a 2-rank run keeps the batch: no note" \
+  bash -c '! grep -qF "global batch changes" <<<"$1"' _ "$out"
+check "... and trains 8 sequences per step on 1 rank (grad_accum 2)" grep -qF "global batch 8 x 32 tokens" <<<"$out"
 out=$(timeout 120 "$BIN/ztrain" "${common[@]}" --run.dir=run --train.max_steps=3 \
   --checkpoint.resume="$ck/step_00000002" 2>&1)
 check "a resume on 1 rank of a 2-rank run names the global batch change and the grad_accum keeping it" \
   grep -qF "the global batch changes from 8 to 4 sequences per step" <<<"$out"
 check "... and the grad_accum that keeps it" grep -qF -- "--train.grad_accum=2 keeps it at 8" <<<"$out"
+check "... and the train.global_batch that keeps it at any world size" \
+  grep -qF "train.global_batch = 8 keeps it at any world size" <<<"$out"
 
 # ---- Small items ----------------------------------------------------------------------------
 out=$("$BIN/ztrain" --help 2>&1)
