@@ -522,6 +522,22 @@ void add_optimizer(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, 
     if (mesh.world > 1) add_phase(plan, "scalars", scalars, scalars, "loss, gradient norm, finite check (all ranks)");
 }
 
+/// 16-bit stored gradients at ZeRO-0/1: each micro-step's fp32 gradient scratch is rounded
+/// into them (the first: read 4 B, write 2) or added into them (read 4 + 2, write 2). fp32
+/// ones (precision.grad_dtype) are written by backward itself; at stages 2-3 each
+/// micro-step's reduced shard is added in either way (a 1/N share, left out).
+void add_gradient_accumulation(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, double rank_numel, int m,
+                               TimePlan& plan) {
+    const DType grads = grads_dtype(cfg);
+    if (grads == DType::kF32 || cfg.parallel.zero_stage >= 2) return;
+    const double g = dtype_size(grads);
+    const double bytes = rank_numel * ((4 + g) + (m - 1) * (4 + 2 * g));
+    const double seconds = bytes / rank_memory_bytes_per_s(c, mesh.active_on_node);
+    add_phase(plan, "grad accumulation", seconds, seconds,
+              str("each micro-step's fp32 gradients rounded or added into the ", dtype_name(grads),
+                  " stored ones (", m, " micro-step(s); precision.grad_dtype = fp32 has backward write them)"));
+}
+
 /// This rank's elements of each unit (its tensor split; under a pipeline, a stage's share).
 /// `trained`: the part of each that trains (the tail from trainable_begins()).
 std::vector<double> rank_unit_numel(const Config& cfg, const Mesh& mesh, bool trained = false) {
@@ -597,6 +613,7 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
     add_data_parallel(cfg, c, mesh, memory, dp, plan);
     double rank_numel = 0;
     for (double n : dp.trained_numel) rank_numel += n;
+    add_gradient_accumulation(cfg, c, mesh, rank_numel, m, plan);
     add_optimizer(cfg, c, mesh, rank_numel, plan);
     double most = -1;
     for (const TimePhase& p : plan.phases) {

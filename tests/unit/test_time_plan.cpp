@@ -8,6 +8,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/family.hpp"
+#include "ztrain/model/model_layout.hpp"
 
 #include "test_support.hpp"
 
@@ -190,6 +191,26 @@ TEST(TimePlan, OneRankIsComputeAndOptimizer) {
     char last[64];
     std::snprintf(last, sizeof last, "predicted step: %.1f ms\n", t.step_ms);
     EXPECT_EQ(text.substr(text.rfind("predicted step: ")), last);
+}
+
+TEST(TimePlan, SixteenBitGradientsPayTheirAccumulationAtStagesZeroAndOne) {
+    Config c = tiny_deck();  // 2 micro-steps
+    c.precision.dtype = zt::DType::kBF16;
+    const ClusterConfig cluster = cpu_node();
+    const zt::MemoryPlan memory = zt::plan_memory(c, 1, 1, 0, 0, false);
+    const zt::TimePlan t = zt::plan_time(c, cluster, 1, 1, memory);
+    double P = 0;  // every parameter trains
+    for (const size_t n : zt::make_model_layout(c.model).unit_numel) P += static_cast<double>(n);
+    // First micro-step: read 4 B, write 2; the second: read 4 + 2, write 2. At 12 GB/s.
+    EXPECT_NEAR(phase_exposed(t, "grad accumulation"), 1e3 * P * (6 + 8) / 12e9, 1e-9);
+    c.precision.grad_dtype = zt::DType::kF32;  // backward writes the fp32 gradients itself
+    const zt::TimePlan fp32_grads = zt::plan_time(c, cluster, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false));
+    EXPECT_EQ(phase_exposed(fp32_grads, "grad accumulation"), -1);
+    EXPECT_LT(fp32_grads.step_ms, t.step_ms);
+    c.precision.grad_dtype.reset();
+    c.parallel.zero_stage = 2;  // each micro-step's reduced shard is added in either way
+    EXPECT_EQ(phase_exposed(zt::plan_time(c, cluster, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false)), "grad accumulation"),
+              -1);
 }
 
 TEST(TimePlan, DataParallelAddsTheGradientCollective) {
