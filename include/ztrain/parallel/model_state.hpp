@@ -87,7 +87,7 @@ struct StateOptions {
     /// DDP gradient bucket elements (ZeRO stage 0); SIZE_MAX: one bucket.
     size_t bucket_numel = SIZE_MAX;
     uint64_t seed = 1;           ///< the counter-based initialisation's key
-    DType work = DType::kF32;    ///< parameters, gradients and activations
+    DType work = DType::kF32;    ///< parameters and activations (and gradients, unless `grads`)
     DType reduce = DType::kF32;  ///< the gradients on the wire
     /// The trained elements' working copy (StateContext::trained); unset: `work`. Only fp32
     /// may differ from `work`.
