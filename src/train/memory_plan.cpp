@@ -90,9 +90,10 @@ struct PlanChange {
 };
 
 /// The changes `--plan` tries, cheapest first: a higher ZeRO stage (communication only),
-/// recompute of the attention probabilities (one attention forward more), of every block (a
-/// third more compute), a smaller micro_batch with the grad_accum that keeps the batch (less
-/// efficient GEMMs), bf16 (precision). Each applies to `base`.
+/// gradients stored in the 16-bit working dtype instead of fp32 (no compute, a little
+/// precision), recompute of the attention probabilities (one attention forward more), of
+/// every block (a third more compute), a smaller micro_batch with the grad_accum that keeps
+/// the batch (less efficient GEMMs), bf16 (precision). Each applies to `base`.
 std::vector<PlanChange> candidate_changes(const Config& base, int world_size) {
     std::vector<PlanChange> out;
     if (world_size > 1) {
@@ -101,6 +102,11 @@ std::vector<PlanChange> candidate_changes(const Config& base, int world_size) {
             c.parallel.zero_stage = zero_stage;
             out.push_back({str("--parallel.zero_stage=", zero_stage), c});
         }
+    }
+    if (grads_dtype(base) == DType::kF32 && trained_dtype(base) != DType::kF32) {
+        Config c = base;
+        c.precision.grad_dtype = trained_dtype(base);
+        out.push_back({str("--precision.grad_dtype=", dtype_name(trained_dtype(base))), c});
     }
     if (base.train.recompute == ActivationRecompute::kNone) {
         Config c = base;

@@ -44,6 +44,14 @@ expect 0 "^predicted step: " "$BIN/ztrain" --config "$SRC/inputs/gpt2_124m.ini" 
 # The verdict's changes are sized on the cluster (a GPU's memory), not this node.
 expect 0 "^  --train.micro_batch=32 --train.grad_accum=64 " "$BIN/ztrain" --config "$SRC/inputs/gpt2_124m.ini" \
   --data.train="$work/none_*.bin" --plan --cluster "$SRC/inputs/clusters/h100_node.ini" --train.micro_batch=256
+# A 1.3B bf16 model with fp32 gradients on a 24 GiB GPU: 2 bytes a parameter over, and
+# storing the gradients in bf16 is the one change that fits.
+out=$("$BIN/ztrain" --model.n_layer=24 --model.n_head=16 --model.n_embd=2048 --model.seq_len=1024 \
+  --model.vocab_size=50257 --model.vocab_pad_to=128 --data.train="$work/none_*.bin" --train.micro_batch=1 \
+  --train.recompute=true --precision.dtype=bf16 --precision.grad_dtype=fp32 --plan \
+  --cluster "$SRC/inputs/clusters/h100_node.ini" --cluster.ranks_per_node=1 --cluster.memory_gib=24 2>&1)
+check "fp32 gradients over by a little: --precision.grad_dtype=bf16 is the change that fits" \
+  grep -qE "^  --precision.grad_dtype=bf16 +[0-9.]+ GiB$" <<<"$out"
 printf '[cluster]\nnodes = 2\nintra_gbps = -3\n' > "$work/bad.ini"
 expect 2 "bad.ini: cluster.intra_gbps = -3: expected a number > 0" "${plan[@]}" --cluster "$work/bad.ini"
 printf '[cluster]\nnodes = 2\n[train]\nlr = 1\n' > "$work/bad.ini"
