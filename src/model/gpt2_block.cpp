@@ -66,12 +66,11 @@ ActivationCount gpt2_activations(const ModelConfig& cfg, int max_batch, Activati
     const double BTl = TensorParallel::local_rows(BT, tensor, sequence);
     const double C = cfg.n_embd;
     const double Cs = C / tensor;  // this rank's attention width (its heads)
-    const double T = cfg.seq_len;
     // Per block (Slots): ln1, residual2, ln2, output (4 x BTl C), the rank's atty (BT C/t),
     // qkv (3), fc and fc_gelu (4 each), its heads' attention probabilities (B NH/t T T); four
     // LayerNorm statistics (fp32, BTl).
     const double block = BTl * 4 * C + BT * Cs * (1 + 3 + 8);
-    const double probs = static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
+    const double probs = attention_probs_elements(cfg, max_batch, tensor);
     const bool blocks_once = recompute == ActivationRecompute::kBlocks;
     const double blocks = blocks_once ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
     const double stats = (blocks_once ? 1 : cfg.n_layer) * 4 * BTl;
@@ -215,10 +214,8 @@ Gpt2Blocks::Gpt2Blocks(const ModelConfig& cfg, const ModelLayout& layout, Activa
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
     const size_t Ch = static_cast<size_t>(heads_width);
-    const size_t NH = static_cast<size_t>(cfg.n_head / m_parallel.parts());
-    const size_t T = static_cast<size_t>(cfg.seq_len);
     const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));
-    const size_t probs = static_cast<size_t>(max_batch) * NH * T * T;
+    const size_t probs = static_cast<size_t>(attention_probs_elements(cfg, max_batch, m_parallel.parts()));
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
         L.ln1 = arena.take_act(BTl * C);
         L.ln1_mean = arena.take(BTl);

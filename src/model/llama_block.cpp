@@ -117,7 +117,7 @@ ActivationCount llama_activations(const ModelConfig& cfg, int max_batch, Activat
     const double head_norm = cfg.qk_norm ? BT * QKV : 0;
     const double head_rstd = cfg.qk_norm ? BT * (cfg.n_head / tensor + local_kv_heads(cfg, tensor)) : 0;
     const double block = BTl * 4 * C + BT * (Cq + QKV + 3 * F) + head_norm;
-    const double probs = static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
+    const double probs = attention_probs_elements(cfg, max_batch, tensor);
     const bool blocks_once = recompute == ActivationRecompute::kBlocks;
     const double blocks = blocks_once ? block + (cfg.n_layer - 1) * BTl * C : cfg.n_layer * block;
     const double stats = (blocks_once ? 1 : cfg.n_layer) * (2 * BTl + head_rstd);
@@ -250,14 +250,13 @@ LlamaBlocks::LlamaBlocks(const ModelConfig& cfg, const ModelLayout& layout, Back
     const Sizes z = sizes(1, 1);
     const size_t BT = static_cast<size_t>(max_batch) * static_cast<size_t>(cfg.seq_len);
     const size_t C = static_cast<size_t>(cfg.n_embd);
-    const size_t NH = static_cast<size_t>(z.NH);
     const size_t T = static_cast<size_t>(cfg.seq_len);
     const size_t QKV = static_cast<size_t>(z.QKV);
     const size_t F = static_cast<size_t>(z.F);
     const size_t Cq = static_cast<size_t>(z.Cq);
     const size_t hs = static_cast<size_t>(cfg.head_size());
     const size_t BTl = static_cast<size_t>(m_parallel.local_rows(static_cast<int>(BT)));
-    const size_t probs = static_cast<size_t>(max_batch) * NH * T * T;
+    const size_t probs = static_cast<size_t>(attention_probs_elements(cfg, max_batch, m_parallel.parts()));
     m_slots = allocate_block_slots<Slots>(cfg.n_layer, recompute, arena, BTl * C, [&](Slots& L) {
         L.norm1 = arena.take_act(BTl * C);
         L.norm1_rstd = arena.take(BTl);

@@ -124,6 +124,14 @@ std::vector<Slots> allocate_block_slots(int n_layer, ActivationRecompute recompu
     return slots;
 }
 
+/// Elements of one block's attention probabilities on a rank: (max_batch, its n_head /
+/// tensor heads, seq_len, seq_len). In double, as the activation counts take it (an absurd
+/// shape gives a huge number, not an overflow); an allocation converts a planned one.
+inline double attention_probs_elements(const ModelConfig& cfg, int max_batch, int tensor) {
+    const double T = cfg.seq_len;
+    return static_cast<double>(max_batch) * (cfg.n_head / tensor) * T * T;
+}
+
 /// What the driver lends the family's blocks: the tensor group with the buffers its
 /// collectives use (TensorParallel::Buffers: `partial` is the driver's d final norm output,
 /// free once the final norm's backward has read it; `gathered` its final norm output, free

@@ -170,8 +170,7 @@ void Transformer::allocate_activations(DType stored) {
     buffers.partial = m_dnormed;
     scratch.attention_scratch = a.take(att_scratch);
     if (m_recompute == ActivationRecompute::kAttention) {
-        const size_t probs = static_cast<size_t>(m_max_batch) * static_cast<size_t>(cfg.n_head / tensor) *
-                             static_cast<size_t>(cfg.seq_len) * static_cast<size_t>(cfg.seq_len);
+        const size_t probs = static_cast<size_t>(attention_probs_elements(cfg, m_max_batch, tensor));
         ZT_REQUIRE(m_shared_probs.data == nullptr || m_shared_probs.dtype == stored,
                    "a shared attention probabilities buffer in ", dtype_name(m_shared_probs.dtype), " for ",
                    dtype_name(stored), " activations");
