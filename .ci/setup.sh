@@ -68,8 +68,20 @@ if [ "${1:-all}" != demo ]; then
       grep -qx "$pin" <(sed -e 's/ *#.*//' "$lock") || {
         echo "setup: $lock lacks $pin, which $requirements pins: regenerate it (its header says how)" >&2; exit 1; }
     done
+    # The venv takes about 3 GB and pip unpacks torch's 0.5 GB wheel beside it: say so plainly
+    # rather than let pip fail half-way with ENOSPC (a full disk once failed CI that way).
+    need_kb=$((4 * 1024 * 1024))
+    parent=$(dirname "$venv"); mkdir -p "$parent"
+    for dir in "$parent" "${TMPDIR:-/tmp}"; do
+      free_kb=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
+      if [ "$free_kb" -lt "$need_kb" ]; then
+        echo "setup: $dir has $((free_kb / 1024)) MiB free; the interop tests' packages need about 4096 MiB there (free some space, or set ZT_INTEROP_VENV to a folder on a larger disk)" >&2
+        exit 1
+      fi
+    done
     echo "setup: installing the interop tests' Python packages into $venv (tests/interop/requirements-lock.txt)"
-    pip=("$venv/bin/pip" install -q --disable-pip-version-check)
+    # No pip cache: it would keep a second copy of every wheel (torch's alone is 0.5 GB).
+    pip=("$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir)
     /usr/bin/python3 -m venv "$venv"
     "${pip[@]}" --no-deps -r "$lock" > /tmp/ztrain-pip.log 2>&1 || {
       tail -20 /tmp/ztrain-pip.log; exit 1; }
