@@ -14,7 +14,7 @@ const char* ProfilingBackend::op_name(int op) {
                                                 "attention_fwd", "attention_bwd", "elementwise", "softmax_ce",
                                                 "zero",        "copy",          "cast",       "accumulate",
                                                 "adamw",       "sum_squares",   "rmsnorm",    "rope",
-                                                "swiglu"};
+                                                "swiglu",      "muon"};
     return op >= 0 && op < kNumOps ? kNames[op] : "?";
 }
 
@@ -212,6 +212,16 @@ void ProfilingBackend::adamw_update(float* param, float* m, float* v, const floa
 }
 void ProfilingBackend::adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) {
     timed(kOpAdamW, [&] { inner().adamw_update_spans(spans, count, step); });
+}
+void ProfilingBackend::muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step) {
+    timed(kOpMuon, [&] { inner().muon_momentum(m, update, grad, n, step); });
+}
+void ProfilingBackend::newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work) {
+    timed(kOpMuon, [&] { inner().newton_schulz(x, rows, cols, step, work); });
+}
+void ProfilingBackend::muon_apply(float* param, const float* update, size_t n, float decay, float rate,
+                                  ActPtr work) {
+    timed(kOpMuon, [&] { inner().muon_apply(param, update, n, decay, rate, work); });
 }
 double ProfilingBackend::sum_squares(const float* x, size_t n) {
     return timed(kOpSumSquares, [&] { return inner().sum_squares(x, n); });

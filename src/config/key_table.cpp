@@ -107,7 +107,16 @@ const KeyDef kKeys[] = {
            "schedule = wsd: the steps that decay, the last ones before the schedule's end (0: train.decay_fraction); "
            "a cooldown of N steps from a stable-phase checkpoint: --train.max_steps=STEP+N --train.decay_steps=N"),
     ZT_KEY("train.decay_shape", train.decay_shape, "schedule = wsd: the decay's shape: linear | cosine | 1-sqrt"),
-    ZT_KEY("train.weight_decay", train.weight_decay, "AdamW decoupled weight decay"),
+    ZT_KEY("train.weight_decay", train.weight_decay, "decoupled weight decay (AdamW's and Muon's)"),
+    ZT_KEY("train.optimizer", train.optimizer,
+           "adamw | muon (torch.optim.Muon on the blocks' matrices, AdamW on embeddings, head, norms, biases)"),
+    ZT_KEY("train.muon_lr", train.muon_lr, "optimizer = muon: Muon's peak rate (0: train.lr), scheduled as lr"),
+    ZT_KEY("train.muon_momentum", train.muon_momentum, "optimizer = muon: momentum, in [0, 1)"),
+    ZT_KEY("train.muon_nesterov", train.muon_nesterov, "optimizer = muon: Nesterov momentum"),
+    ZT_KEY("train.muon_ns_steps", train.muon_ns_steps, "optimizer = muon: Newton-Schulz iterations, 1 to 99"),
+    ZT_KEY("train.muon_adjust_lr", train.muon_adjust_lr,
+           "optimizer = muon: the rate per matrix (out, in): match_rms_adamw (0.2 sqrt(max(out, in)): AdamW's lr "
+           "carries over) | original (sqrt(max(1, out / in)): wants ~0.02)"),
     ZT_KEY("train.beta1", train.beta1, "AdamW first-moment decay, in [0, 1)"),
     ZT_KEY("train.beta2", train.beta2, "AdamW second-moment decay, in [0, 1)"),
     ZT_KEY("train.eps", train.eps, "AdamW epsilon"),

@@ -25,7 +25,7 @@ namespace zt::config_detail {
 // Typed settings (DType, the enums, resume, loss scale) are read from and written as text
 // by parse_setting / setting_text (setting_values.cpp); to --help they are strings ("STR").
 using FieldRef = std::variant<int*, double*, std::string*, bool*, uint64_t*, DType*, std::optional<DType>*,
-                              BackendChoice*, LrSchedule*, DecayShape*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*,
+                              BackendChoice*, LrSchedule*, DecayShape*, OptimizerKind*, MuonLrAdjust*, ResumeSetting*, OnCheckpointError*, LossScaleSetting*,
                               MemoryCheck*, OnInputChange*, ModelArch*, RopeScaling*, ShardGroupSetting*,
                               DataPacking*, DataOverlong*, PipelineSchedule*, SpikePolicy*, ActivationRecompute*>;
 

@@ -52,6 +52,10 @@ const std::pair<const char*, LrSchedule> kScheduleNames[] = {
     {"wsd", LrSchedule::kWsd}};
 const std::pair<const char*, DecayShape> kDecayShapeNames[] = {
     {"linear", DecayShape::kLinear}, {"cosine", DecayShape::kCosine}, {"1-sqrt", DecayShape::kOneMinusSqrt}};
+const std::pair<const char*, OptimizerKind> kOptimizerNames[] = {{"adamw", OptimizerKind::kAdamW},
+                                                                 {"muon", OptimizerKind::kMuon}};
+const std::pair<const char*, MuonLrAdjust> kMuonAdjustNames[] = {{"match_rms_adamw", MuonLrAdjust::kMatchRmsAdamW},
+                                                                 {"original", MuonLrAdjust::kOriginal}};
 const std::pair<const char*, OnCheckpointError> kOnErrorNames[] = {
     {"stop", OnCheckpointError::kStop}, {"continue", OnCheckpointError::kContinue}};
 const std::pair<const char*, MemoryCheck> kMemoryCheckNames[] = {
@@ -88,6 +92,8 @@ const auto& choice_names(RopeScaling) { return kRopeScalingNames; }
 const auto& choice_names(BackendChoice) { return kBackendNames; }
 const auto& choice_names(LrSchedule) { return kScheduleNames; }
 const auto& choice_names(DecayShape) { return kDecayShapeNames; }
+const auto& choice_names(OptimizerKind) { return kOptimizerNames; }
+const auto& choice_names(MuonLrAdjust) { return kMuonAdjustNames; }
 const auto& choice_names(OnCheckpointError) { return kOnErrorNames; }
 const auto& choice_names(MemoryCheck) { return kMemoryCheckNames; }
 const auto& choice_names(OnInputChange) { return kOnChangeNames; }
@@ -362,6 +368,8 @@ const char* setting_text(RopeScaling v) { return choice_text(v, choice_names(v))
 const char* setting_text(BackendChoice v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(LrSchedule v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(DecayShape v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(OptimizerKind v) { return choice_text(v, choice_names(v)); }
+const char* setting_text(MuonLrAdjust v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(OnCheckpointError v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(MemoryCheck v) { return choice_text(v, choice_names(v)); }
 const char* setting_text(OnInputChange v) { return choice_text(v, choice_names(v)); }

@@ -146,6 +146,11 @@ void check_train_keys(const Validator& v, const Config& cfg) {
     v.check_read("train.decay_shape");
     v.check_int_min("train.decay_steps", t.decay_steps, 0);
     v.check(t.weight_decay >= 0, "train.weight_decay", "a number >= 0");
+    v.check_read("train.optimizer");
+    v.check(t.muon_lr >= 0, "train.muon_lr", "a number >= 0 (0: train.lr)");
+    v.check(t.muon_momentum >= 0 && t.muon_momentum < 1, "train.muon_momentum", "a number in [0, 1)");
+    v.check(t.muon_ns_steps >= 1 && t.muon_ns_steps <= 99, "train.muon_ns_steps", "an integer from 1 to 99");
+    v.check_read("train.muon_adjust_lr");
     v.check(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "a number in [0, 1)");
     v.check(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "a number in [0, 1)");
     v.check(t.eps > 0, "train.eps", "a number > 0");
@@ -290,6 +295,23 @@ void check_lora_keys(const Validator& v, const Config& cfg) {
                                "fp16 activations is not implemented)");
 }
 
+/// What Muon does not compose with yet: it orthogonalizes each whole matrix, which a tensor
+/// rank holds a slice of; and LoRA's adapters (PEFT trains them with AdamW).
+void check_optimizer_composition(const Validator& v, const Config& cfg) {
+    if (cfg.train.optimizer != OptimizerKind::kMuon) return;
+    if (cfg.parallel.tensor > 1) {
+        throw InputError(str(v.origin({"train.optimizer", "parallel.tensor"}),
+                             "train.optimizer = muon with parallel.tensor = ", cfg.parallel.tensor,
+                             ": Muon orthogonalizes whole matrices, which tensor parallelism splits (not "
+                             "implemented): use parallel.tensor = 1 (ZeRO and pipelines compose with Muon)"));
+    }
+    if (cfg.model.lora.on()) {
+        throw InputError(str(v.origin({"train.optimizer", "lora.rank"}), "train.optimizer = muon with lora.rank = ",
+                             cfg.model.lora.rank, ": LoRA's adapters train with AdamW (as PEFT's do): use "
+                             "train.optimizer = adamw"));
+    }
+}
+
 void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
     v.check_int_min("checkpoint.every", cfg.checkpoint.every, 0);
     v.check_int_min("checkpoint.keep", cfg.checkpoint.keep, 1);
@@ -356,6 +378,7 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected, FamilyRu
     check_pipeline(v, cfg);
     check_precision_keys(v, cfg);
     check_lora_keys(v, cfg);
+    check_optimizer_composition(v, cfg);
     check_checkpoint_and_run_keys(v, cfg);
     check_cluster_keys(v, cfg.cluster);
     // A typed key without its check_read above must still not pass with its default.

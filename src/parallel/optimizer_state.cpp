@@ -6,9 +6,33 @@
 
 namespace zt {
 
+namespace {
+
+/// The floats of Muon's two buffers: the largest matrix's update plus its Newton-Schulz
+/// work, and (sharded state) the largest unit holding matrices, padded.
+std::pair<size_t, size_t> muon_floats(const ModelLayout& layout, const ShardPlan& plan) {
+    size_t matrix = 0;
+    size_t unit = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+        const std::vector<MuonMatrix> mats = muon_matrices(layout, u);
+        for (const MuonMatrix& m : mats) {
+            matrix = std::max(matrix, m.end() - m.begin + newton_schulz_work_floats(m.rows, m.cols));
+        }
+        if (!mats.empty() && plan.ownership_partitioned()) unit = std::max(unit, plan.shard(u).padded_numel);
+    }
+    return {matrix, unit};
+}
+
+}  // namespace
+
+size_t OptimizerState::muon_bytes(const ModelLayout& layout, const ShardPlan& plan) {
+    const auto [matrix, unit] = muon_floats(layout, plan);
+    return (matrix + unit) * sizeof(float);
+}
+
 OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes,
-                               size_t* optimizer_bytes)
-    : m_ctx(ctx), m_params(params) {
+                               size_t* optimizer_bytes, const std::optional<MuonSettings>& muon)
+    : m_ctx(ctx), m_params(params), m_muon(muon) {
     auto alloc_f32 = [&](size_t n, size_t* kind) {
         *kind += n * sizeof(float);
         return static_cast<float*>(ctx.backend.alloc_bytes(n * sizeof(float)));
@@ -19,6 +43,13 @@ OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, 
         m_m.push_back(alloc_f32(n, optimizer_bytes));
         m_v.push_back(alloc_f32(n, optimizer_bytes));
         m_segments.push_back(decay_segments(ctx.layout, u, ctx.state_begin(u), ctx.state_end(u)));
+        m_matrices.push_back(m_muon ? muon_matrices(ctx.layout, u) : std::vector<MuonMatrix>{});
+        m_adamw_segments.push_back(without_matrices(m_segments.back(), m_matrices.back()));
+    }
+    if (m_muon) {
+        const auto [matrix, unit] = muon_floats(ctx.layout, ctx.plan);
+        if (matrix > 0) m_muon_matrix = alloc_f32(matrix, optimizer_bytes);
+        if (unit > 0) m_muon_unit = alloc_f32(unit, optimizer_bytes);
     }
 }
 
@@ -26,6 +57,8 @@ OptimizerState::~OptimizerState() {
     for (float* p : m_master) m_ctx.backend.free(p);
     for (float* p : m_m) m_ctx.backend.free(p);
     for (float* p : m_v) m_ctx.backend.free(p);
+    if (m_muon_matrix != nullptr) m_ctx.backend.free(m_muon_matrix);
+    if (m_muon_unit != nullptr) m_ctx.backend.free(m_muon_unit);
 }
 
 size_t OptimizerState::state_shift(int unit) const { return m_ctx.plan.optimizer_start(unit, m_ctx.rank); }
@@ -51,6 +84,60 @@ float* OptimizerState::m_base(int unit) { return m_m[static_cast<size_t>(unit)] 
 float* OptimizerState::v_base(int unit) { return m_v[static_cast<size_t>(unit)] - state_shift(unit); }
 
 void OptimizerState::update(const AdamWStep& step, GradientReducer& grads) {
+    adamw_update(step, grads);
+    if (!m_muon) return;
+    MuonStep ms;
+    ms.momentum = m_muon->momentum;
+    ms.nesterov = m_muon->nesterov;
+    ms.grad_scale = step.grad_scale;
+    ms.ns_steps = m_muon->ns_steps;
+    const double rate = static_cast<double>(step.lr) * m_muon->lr_ratio;
+    // torch.optim.Muon decays by its unadjusted rate: param *= 1 - lr * weight_decay.
+    const float decay = static_cast<float>(rate * step.weight_decay);
+    for (int u = 0; u < m_ctx.num_units(); ++u) {
+        if (!m_matrices[static_cast<size_t>(u)].empty()) muon_unit(u, ms, rate, decay, grads);
+    }
+}
+
+void OptimizerState::muon_unit(int unit, const MuonStep& ms, double rate, float decay, GradientReducer& grads) {
+    Backend& be = m_ctx.backend;
+    const size_t b = m_ctx.state_begin(unit);
+    const size_t e = m_ctx.state_end(unit);
+    const ConstActPtr g = e > b ? grads.owned(unit, b) : ConstActPtr{};
+    const ActPtr w = e > b ? m_params.owned_work(unit, b) : ActPtr{};
+    float* m = m_base(unit);
+    const std::vector<MuonMatrix>& mats = m_matrices[static_cast<size_t>(unit)];
+    // Sharded state: each rank's momentum over its shard, then the group's whole update.
+    const bool gathered = m_muon_unit != nullptr;
+    if (gathered) {
+        const UnitShard& s = m_ctx.shard(unit);
+        be.zero(m_muon_unit + s.begin(m_ctx.rank), s.shard_numel);
+        for (const MuonMatrix& mat : mats) {
+            const size_t lo = std::max(mat.begin, b);
+            const size_t hi = std::min(mat.end(), e);
+            if (hi > lo) be.muon_momentum(m + lo, m_muon_unit + lo, g.offset(lo - b), hi - lo, ms);
+        }
+        m_ctx.comm.all_gather(nullptr, m_muon_unit, s.shard_numel);
+    }
+    for (const MuonMatrix& mat : mats) {
+        const size_t lo = std::max(mat.begin, b);
+        const size_t hi = std::min(mat.end(), e);
+        if (hi <= lo) continue;  // another rank's: it orthogonalizes the matrix too
+        const size_t n = mat.end() - mat.begin;
+        float* x = m_muon_matrix;
+        if (gathered) {
+            be.copy(x, m_muon_unit + mat.begin, n);
+        } else {
+            be.muon_momentum(m + mat.begin, x, g.offset(mat.begin - b), n, ms);
+        }
+        be.newton_schulz(x, mat.rows, mat.cols, ms, x + n);
+        const double r = muon_matrix_rate(rate, m_muon->adjust, mat.rows, mat.cols);
+        be.muon_apply(master_base(unit) + lo, x + (lo - mat.begin), hi - lo, mat.decay ? decay : 0.f,
+                      static_cast<float>(r), w.data != nullptr ? w.offset(lo - b) : ActPtr{});
+    }
+}
+
+void OptimizerState::adamw_update(const AdamWStep& step, GradientReducer& grads) {
     // Every unit's segments in one backend call: the gradients read in their stored dtype,
     // and a 16-bit working copy rounded from the new master in the same pass.
     std::vector<AdamWSpan> spans;
@@ -63,7 +150,7 @@ void OptimizerState::update(const AdamWStep& step, GradientReducer& grads) {
         float* v = v_base(u);
         const ConstActPtr g = grads.owned(u, b);
         const ActPtr w = m_params.owned_work(u, b);
-        for_segments_within(m_segments[static_cast<size_t>(u)], b, e, [&](size_t sb, size_t se, bool decay) {
+        for_segments_within(m_adamw_segments[static_cast<size_t>(u)], b, e, [&](size_t sb, size_t se, bool decay) {
             AdamWSpan sp;
             sp.param = p + sb;
             sp.m = m + sb;

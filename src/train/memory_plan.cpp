@@ -256,16 +256,20 @@ struct PlannedRank {
 
 /// The model state's items (params, grads, master, optimizer, scratch; DDP's MPI copies) of a
 /// rank holding `layout`, and its checkpoint snapshot's bytes and largest written range.
-void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemoryFormulas& f, DType work,
-                     DType trained, DType grads, DType reduce, double* snapshot_bytes, size_t* largest_written_range) {
+void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemoryFormulas& f, const Config& cfg,
+                     DType work, DType reduce, double* snapshot_bytes, size_t* largest_written_range) {
+    const DType trained = trained_dtype(cfg);
+    const DType grads = grads_dtype(cfg);
     const int group = plan.shard_group;
     const int zero_stage = plan.zero_stage;
     const int depth = plan.overlap_depth;
     // A pipeline stage's ZeRO-2/3 state keeps its units' whole gradients through the step.
     const bool once = plan.pipeline > 1 && zero_stage >= 2;
-    const StateOptions options =
+    StateOptions options =
         StateOptions::zero(zero_stage).in(work, reduce).training_in(trained).accumulating_in(grads).with_overlap_depth(
             depth).reduced_once_per_step(once);
+    const bool muon = cfg.train.optimizer == OptimizerKind::kMuon;
+    if (muon) options.with_muon(muon_settings(cfg.train));
     // The rank keeping the most: under a frozen base (LoRA) the owners of the units' tails.
     StateBytes sb = ModelState::plan_bytes(layout, group, options);
     const bool frozen = layout.model.lora.on();
@@ -276,7 +280,10 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     plan.items.push_back({"params", static_cast<double>(sb.params), f.params.formula});
     plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
     plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
-    plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer), f.optimizer.formula});
+    plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer),
+                          muon ? f.optimizer.formula + " + Muon's largest matrix and its Newton-Schulz work" +
+                                     (zero_stage > 0 ? ", and a whole unit's gathered update" : "")
+                               : f.optimizer.formula});
     plan.items.push_back({"scratch", static_cast<double>(sb.scratch),
                           str("gathered units, ",
                               once ? "the stage's whole fp32 gradients (reduce-scattered once per step)"
@@ -403,8 +410,7 @@ MemoryPlan plan_at_depth(const Config& cfg, int world_size, int ranks_per_node, 
         plan.items.push_back({"master", f.master.bytes, f.master.formula});
         plan.items.push_back({"optimizer", f.optimizer.bytes, f.optimizer.formula});
     } else {
-        add_state_items(plan, *layout, f, work, trained_dtype(cfg), grads_dtype(cfg), reduce, &snapshot_bytes,
-                        &largest_written_range);
+        add_state_items(plan, *layout, f, cfg, work, reduce, &snapshot_bytes, &largest_written_range);
     }
     MemoryItem act = activation_item(cfg, cfg.precision.dtype, attention_scratch_floats, tensor);
     if (at.pipeline_stages > 1) {

@@ -126,7 +126,27 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
                              loaded.seed, ", or start over with checkpoint.resume=never"));
     }
     check_lora_base(loaded);
+    check_optimizer(loaded);
     return loaded;
+}
+
+void ResumePolicy::check_optimizer(const CheckpointRecord& loaded) const {
+    // AdamW's and Muon's moments mean different things (Muon keeps no second moment for its
+    // matrices: AdamW would divide by zeros); a checkpoint without a config was AdamW's.
+    OptimizerKind was = OptimizerKind::kAdamW;
+    if (!loaded.config_ini.empty()) {
+        try {
+            was = parse_deck_text(loaded.config_ini, str(m_dir, " (the checkpoint's config)")).train.optimizer;
+        } catch (const std::exception&) {
+            return;
+        }
+    }
+    const OptimizerKind now = m_cfg.train.optimizer;
+    if (was == now) return;
+    throw InputError(str(m_dir, ": train.optimizer = ", setting_text(now), " differs from the checkpoint's ",
+                         setting_text(was), " (its optimizer state is ", setting_text(was),
+                         "'s): resume with --train.optimizer=", setting_text(was),
+                         ", or start from its weights (zt-consolidate, then model.init_from) with checkpoint.resume=never"));
 }
 
 void ResumePolicy::check_lora_base(const CheckpointRecord& loaded) const {

@@ -144,15 +144,16 @@ ScheduledTraining::ScheduledTraining(const Config& cfg, TrainSetup& setup, LossS
     // Across stages a unit's backward passes interleave with other micro-batches' forwards:
     // ZeRO-2/3 reduce-scatter each unit's gradient once, after the stage's last backward
     // (ShardingPolicy::reduce_once_per_step). One stage reduces each unit as it is final.
-    m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(),
-                                           StateOptions::zero(cfg.parallel.zero_stage)
-                                               .with_buckets(bucket_numel(plan, cfg.precision.reduce()))
-                                               .with_seed(tc.seed)
-                                               .in(stored_dtype(cfg), cfg.precision.reduce())
-                                               .training_in(trained_dtype(cfg))
-                                               .accumulating_in(grads_dtype(cfg))
-                                               .with_overlap_depth(plan.overlap_depth)
-                                               .reduced_once_per_step(shape.stages > 1));
+    StateOptions state_options = StateOptions::zero(cfg.parallel.zero_stage)
+                               .with_buckets(bucket_numel(plan, cfg.precision.reduce()))
+                               .with_seed(tc.seed)
+                               .in(stored_dtype(cfg), cfg.precision.reduce())
+                               .training_in(trained_dtype(cfg))
+                               .accumulating_in(grads_dtype(cfg))
+                               .with_overlap_depth(plan.overlap_depth)
+                               .reduced_once_per_step(shape.stages > 1);
+    if (tc.optimizer == OptimizerKind::kMuon) state_options.with_muon(muon_settings(tc));
+    m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(), state_options);
     m_store = &maybe_slow_units(setup.comm->rank(), *m_state, m_slow_units);
     // Unit 0's two holders, the first and the last stage, when they are two.
     const int s = L.pipeline_rank;

@@ -9,6 +9,7 @@
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/family.hpp"
 #include "ztrain/model/model_layout.hpp"
+#include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/pipeline_schedule.hpp"
 #include "ztrain/parallel/pipeline_stages.hpp"
 
@@ -522,6 +523,36 @@ void add_optimizer(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, 
     if (mesh.world > 1) add_phase(plan, "scalars", scalars, scalars, "loss, gradient norm, finite check (all ranks)");
 }
 
+/// train.optimizer = muon: each rank orthogonalizes the blocks' matrices that meet its owned
+/// elements (all of its stage's under DDP, about 1/shard of them under ZeRO: ns_steps of
+/// 4 k^2 n + 2 k^3 fp32 flops for a k x n matrix, k <= n), after gathering each block's update
+/// over the shard group in fp32.
+void add_muon(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, TimePlan& plan) {
+    if (cfg.train.optimizer != OptimizerKind::kMuon) return;
+    ModelConfig one = cfg.model;
+    one.n_layer = 1;
+    const ModelLayout block = make_model_layout(one);
+    double flops = 0;
+    for (const MuonMatrix& mat : muon_matrices(block, 1)) {
+        const double k = std::min(mat.rows, mat.cols);
+        const double n = std::max(mat.rows, mat.cols);
+        flops += cfg.train.muon_ns_steps * (4 * k * k * n + 2 * k * k * k);
+    }
+    const double blocks = static_cast<double>(cfg.model.n_layer) / mesh.pipeline;
+    const bool sharded = cfg.parallel.zero_stage > 0 && mesh.shard > 1;
+    const double share = sharded ? blocks / mesh.shard : blocks;
+    const double ns = share * product_seconds(flops, rank_peak_flops(c, DType::kF32, mesh.active_on_node), c);
+    add_phase(plan, "muon", ns, ns,
+              str("Newton-Schulz on ", share, " block(s) of matrices (", cfg.train.muon_ns_steps, " steps, fp32)"));
+    if (!sharded) return;
+    const GroupPlacement place = place_group(mesh.shard, mesh.tensor, mesh.ranks_per_node);
+    const Link link = group_link(c, place, mesh.active_on_node);
+    const double gather =
+        blocks * collective_time(PlannedCollective::kAllGather, block.unit_numel[1] * 4.0, mesh.shard, link).seconds;
+    add_phase(plan, "muon all-gather", gather, gather,
+              str("each block's fp32 update over the ", mesh.shard, "-rank shard group, before its orthogonalization"));
+}
+
 /// 16-bit stored gradients at ZeRO-0/1: each micro-step's fp32 gradient scratch is rounded
 /// into them (the first: read 4 B, write 2) or added into them (read 4 + 2, write 2). fp32
 /// ones (precision.grad_dtype) are written by backward itself; at stages 2-3 each
@@ -615,6 +646,7 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
     for (double n : dp.trained_numel) rank_numel += n;
     add_gradient_accumulation(cfg, c, mesh, rank_numel, m, plan);
     add_optimizer(cfg, c, mesh, rank_numel, plan);
+    add_muon(cfg, c, mesh, plan);
     double most = -1;
     for (const TimePhase& p : plan.phases) {
         plan.step_ms += p.exposed_ms;

@@ -269,6 +269,17 @@ t enum.reduce_dtype     "${CL}precision.reduce_dtype = 'bogus': expected one of 
   "${Z[@]}" --precision.reduce_dtype=bogus
 t enum.grad_dtype       "${CL}precision.grad_dtype = 'fp16': expected fp32, bf16 \(precision.dtype\) or empty" \
   "${Z[@]}" --precision.dtype=bf16 --precision.grad_dtype=fp16
+t enum.optimizer        "${CL}train.optimizer = 'sgd': expected one of adamw \| muon" "${Z[@]}" --train.optimizer=sgd
+t range.muon_momentum   "${CL}train.muon_momentum = 1: expected a number in \[0, 1\)" \
+  "${Z[@]}" --train.optimizer=muon --train.muon_momentum=1
+t range.muon_ns_steps   "${CL}train.muon_ns_steps = 0: expected an integer from 1 to 99" \
+  "${Z[@]}" --train.optimizer=muon --train.muon_ns_steps=0
+t enum.muon_adjust_lr   "${CL}train.muon_adjust_lr = 'spectral': expected one of match_rms_adamw \| original" \
+  "${Z[@]}" --train.optimizer=muon --train.muon_adjust_lr=spectral
+t muon.tensor           "${CL}train.optimizer = muon with parallel.tensor = 2: Muon orthogonalizes whole matrices" \
+  "${Z[@]}" --train.optimizer=muon --parallel.tensor=2
+t muon.lora             "${CL}train.optimizer = muon with lora.rank = 4: LoRA's adapters train with AdamW" \
+  "${Z[@]}" --train.optimizer=muon --lora.rank=4
 t range.loss_scale      "${CL}precision.loss_scale = '-3': expected dynamic, or a number > 0" \
   "${Z[@]}" --precision.dtype=fp16 --precision.loss_scale=-3
 t range.zero_stage      "${CL}parallel.zero_stage = 4: expected 0 \(DDP\), 1, 2 or 3" "${Z[@]}" --parallel.zero_stage=4

@@ -145,6 +145,13 @@ if [ -s "$sigdir/checkpoints/latest" ]; then
   [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the refused resume left metrics.jsonl alone" ||
     { echo "FAIL: the refused resume changed metrics.jsonl"; failures=$((failures + 1)); }
 
+  # A checkpoint of AdamW resumed under Muon: its moments mean other things; refused, naming
+  # both, and the run directory is left as it was.
+  expect 2 "train.optimizer = muon differs from the checkpoint's adamw" "$BIN/ztrain" --config "$deck" \
+    "${data[@]}" --run.dir="$sigdir" --train.threads=1 --train.max_steps=$((at + 5)) --train.optimizer=muon
+  [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the resume under another optimizer left metrics.jsonl alone" ||
+    { echo "FAIL: the refused optimizer change altered metrics.jsonl"; failures=$((failures + 1)); }
+
   # resume=auto with a `latest` that names a missing directory (a crash mid-save, a removed
   # directory): a note, and the newest complete checkpoint continues.
   cp -r "$sigdir" "$work/dangling"

@@ -468,6 +468,62 @@ ModelConfig small_model(int n_layer, int seq_len) {
 //   stage 2: w P + (g + m + 8) P / N              fp32: 4P+12P/N 16-bit: 2P + 14P/N
 //   stage 3: (w + g + m + 8) P / N                = 16P / N (bf16 with fp32 gradients: 18P / N)
 // with P the parameter count. Checked on every rank, within 5% (padding).
+/// train.optimizer = muon under DDP, ZeRO-1/2/3, hybrid shard groups and pipeline stages at
+/// N ranks matches one rank with N-way accumulation (the tolerance above): each rank takes
+/// the momentum of its shard, the group gathers the whole update, and every rank holding
+/// part of a matrix orthogonalizes it whole and applies its part.
+struct MuonCase {
+    int stage;
+    bool llama;
+    int pipeline = 1;
+    int group = 0;  ///< parallel.shard_group (0: the default, the node)
+};
+
+class MuonZeroStage : public ::testing::TestWithParam<MuonCase> {};
+
+TEST_P(MuonZeroStage, MatchesOneRankWithAccumulation) {
+    const int N = test::world_size();
+    const int me = test::world_rank();
+    const MuonCase c = GetParam();
+    const int P = c.pipeline;
+    if (N % P != 0) GTEST_SKIP() << P << " stages at N = " << N;
+    if (c.group > 0 && (N % c.group != 0 || c.group == N)) GTEST_SKIP() << "shard groups of " << c.group << " at N = " << N;
+    test::SharedDir dir("muon_zero");
+    test::write_shared_train_shard(dir);
+    auto muon = [&](Config cfg) {
+        if (c.llama) cfg = test::as_llama(cfg);
+        cfg.train.optimizer = OptimizerKind::kMuon;
+        cfg.train.max_steps = 6;
+        return cfg;
+    };
+    Config ref_cfg = muon(test::tiny_mpi_config(dir.file("train.bin"), dir.file("ref" + std::to_string(me))));
+    ref_cfg.train.grad_accum *= N / P;
+    TrainOptions self;
+    self.comm = MPI_COMM_SELF;
+    self.collect_params = true;
+    const TrainSummary ref = train(ref_cfg, self);
+    Config cfg = muon(test::tiny_mpi_config(dir.file("train.bin"), dir.file("world")));
+    cfg.parallel.zero_stage = c.stage;
+    cfg.parallel.pipeline = P;
+    if (c.group > 0) cfg.parallel.shard_group.ranks = c.group;
+    TrainOptions world;
+    world.collect_params = true;
+    const TrainSummary got = train(cfg, world);
+    test::expect_matches_reference(got, ref, str("muon stage ", c.stage, c.llama ? " llama" : " gpt2", " P=", P,
+                                                 " group ", c.group, " N=", N));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, MuonZeroStage,
+                         ::testing::Values(MuonCase{0, false}, MuonCase{1, false}, MuonCase{2, true},
+                                           MuonCase{3, false}, MuonCase{3, true}, MuonCase{3, true, 1, 2},
+                                           MuonCase{1, true, 2}),
+                         [](const auto& info) {
+                             return "stage" + std::to_string(info.param.stage) +
+                                    (info.param.llama ? "_llama" : "_gpt2") +
+                                    (info.param.pipeline > 1 ? "_pipeline" + std::to_string(info.param.pipeline) : "") +
+                                    (info.param.group > 0 ? "_group" + std::to_string(info.param.group) : "");
+                         });
+
 TEST(ZeroMemory, ModelStateBytesFollowTheFormulas) {
     const int N = test::world_size();
     const ModelConfig mc = small_model(3, 32);

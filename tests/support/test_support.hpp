@@ -59,6 +59,18 @@ inline std::vector<double> read_f64(const std::string& path, size_t n) {
     return v;
 }
 
+/// A Python reference's rows of T + 1 tokens ({"tokens": [[...], ...]}) as next-token
+/// inputs and targets, T of each per row.
+inline void reference_rows(const nlohmann::json& tokens, int T, std::vector<int32_t>* inputs,
+                           std::vector<int32_t>* targets) {
+    for (const auto& row : tokens) {
+        for (int t = 0; t < T; ++t) {
+            inputs->push_back(row.at(static_cast<size_t>(t)).get<int32_t>());
+            targets->push_back(row.at(static_cast<size_t>(t + 1)).get<int32_t>());
+        }
+    }
+}
+
 /// The AdamW of the reference tests' 20-step curves (test_llama_reference,
 /// test_mistral_reference; their references take the same numbers).
 inline TrainConfig reference_adamw() {

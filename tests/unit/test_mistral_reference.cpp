@@ -69,12 +69,7 @@ TEST(MistralReference, LossGradientsAndAdamWCurveMatchTransformers) {
     ModelState state(model.layout(), *backend, 1);
     import_weights(dir + "/model", model.layout(), mc, state);
     std::vector<int32_t> inputs, targets;
-    for (const auto& row : ref.at("tokens")) {
-        for (int t = 0; t < T; ++t) {
-            inputs.push_back(row.at(static_cast<size_t>(t)).get<int32_t>());
-            targets.push_back(row.at(static_cast<size_t>(t + 1)).get<int32_t>());
-        }
-    }
+    test::reference_rows(ref.at("tokens"), T, &inputs, &targets);
     const float dloss = 1.0f / static_cast<float>(B * T);
 
     state.zero_grads();

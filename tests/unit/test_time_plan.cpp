@@ -213,6 +213,24 @@ TEST(TimePlan, SixteenBitGradientsPayTheirAccumulationAtStagesZeroAndOne) {
               -1);
 }
 
+TEST(TimePlan, MuonOrthogonalizesItsShareOfTheMatrices) {
+    Config c = tiny_deck();  // GPT-2, 64 wide: per block (192, 64), (64, 64), (256, 64), (64, 256)
+    c.train.optimizer = zt::OptimizerKind::kMuon;
+    const ClusterConfig cluster;
+    const zt::TimePlan t = zt::plan_time(c, cluster, 1, 1, zt::plan_memory(c, 1, 1, 0, 0, false));
+    const double k = 64;
+    const double flops = 5 * ((4 * k * k * 192 + 2 * k * k * k) + (4 * k * k * 64 + 2 * k * k * k) +
+                              2 * (4 * k * k * 256 + 2 * k * k * k));
+    const double one = zt::product_seconds(flops, zt::rank_peak_flops(cluster, zt::DType::kF32, 1), cluster);
+    EXPECT_NEAR(phase_exposed(t, "muon"), 1e3 * c.model.n_layer * one, 1e-9);
+    EXPECT_EQ(phase_exposed(t, "muon all-gather"), -1);  // one rank holds every matrix
+    c.parallel.zero_stage = 1;  // two ranks: each about half the blocks, after gathering the updates
+    const zt::TimePlan z1 = zt::plan_time(c, cluster, 2, 2, zt::plan_memory(c, 2, 2, 0, 0, false));
+    const double shared = zt::product_seconds(flops, zt::rank_peak_flops(cluster, zt::DType::kF32, 2), cluster);
+    EXPECT_NEAR(phase_exposed(z1, "muon"), 1e3 * c.model.n_layer / 2.0 * shared, 1e-9);
+    EXPECT_GT(phase_exposed(z1, "muon all-gather"), 0);
+}
+
 TEST(TimePlan, DataParallelAddsTheGradientCollective) {
     const Config c = tiny_deck();
     const ClusterConfig cluster;

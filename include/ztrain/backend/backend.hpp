@@ -139,6 +139,26 @@ struct AdamWStep {
     float grad_scale = 1.f;
 };
 
+/// One Muon step's constants (torch.optim.Muon's), besides the rates the caller applies.
+struct MuonStep {
+    float momentum = 0.95f;
+    bool nesterov = true;
+    float grad_scale = 1.f;  ///< the loss-scale and clipping multiplier, applied as the gradient is read
+    int ns_steps = 5;
+    /// The quintic Newton-Schulz coefficients and the norm's floor (Keller Jordan's Muon).
+    float a = 3.4445f;
+    float b = -4.7750f;
+    float c = 2.0315f;
+    float eps = 1e-7f;
+};
+
+/// Floats of work newton_schulz needs for a (rows, cols) matrix: a second copy of it and two
+/// (k, k) Gram matrices, k = min(rows, cols).
+inline size_t newton_schulz_work_floats(int rows, int cols) {
+    const size_t k = static_cast<size_t>(rows < cols ? rows : cols);
+    return static_cast<size_t>(rows) * static_cast<size_t>(cols) + 2 * k * k;
+}
+
 /// One span of a multi-span AdamW update: weight decay applies where `decay`. The gradient
 /// is read in its stored dtype (a 16-bit one widens exactly); where `work` is set (a 16-bit
 /// working copy of the fp32 master `param`), the updated values are rounded into it in the
@@ -438,6 +458,18 @@ class Backend {
     /// it has a working copy, the result rounded into it. One pass over all spans (the CPU
     /// backend: one parallel region instead of one per tensor).
     virtual void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) = 0;
+
+    /// Muon's momentum over n elements of one matrix (torch.optim.Muon): m = m + (1 - momentum)
+    /// (g - m), g = grad * grad_scale read in its dtype; update = g + momentum (m - g) under
+    /// Nesterov, else m.
+    virtual void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step) = 0;
+    /// x (rows, cols, row-major) replaced by its Newton-Schulz orthogonalization: x / max(|x|_F,
+    /// eps), then ns_steps of X = a X + (b A + c A A) X with A = X X^T (the Gram on the short side:
+    /// X X^T when rows <= cols, else X^T X on the right), in fp32. work: newton_schulz_work_floats.
+    virtual void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work) = 0;
+    /// param = param * (1 - decay) - rate * update over n elements; where `work` is set (a
+    /// 16-bit working copy), the new values rounded into it.
+    virtual void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work) = 0;
 
     /// Sum of squares in double precision (for the global gradient norm).
     virtual double sum_squares(const float* x, size_t n) = 0;

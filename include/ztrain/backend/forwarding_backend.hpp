@@ -180,6 +180,15 @@ class ForwardingBackend : public Backend {
     void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override {
         m_inner.adamw_update_spans(spans, count, step);
     }
+    void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step) override {
+        m_inner.muon_momentum(m, update, grad, n, step);
+    }
+    void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work) override {
+        m_inner.newton_schulz(x, rows, cols, step, work);
+    }
+    void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work) override {
+        m_inner.muon_apply(param, update, n, decay, rate, work);
+    }
     double sum_squares(const float* x, size_t n) override { return m_inner.sum_squares(x, n); }
     double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count) override {
         return m_inner.sum_squares_spans(xs, ns, count);

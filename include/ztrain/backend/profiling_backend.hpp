@@ -25,7 +25,7 @@ class ProfilingBackend final : public ForwardingBackend {
     enum Op {
         kOpEncoder, kOpLayerNorm, kOpMatmulFwd, kOpMatmulBwd, kOpAttentionFwd, kOpAttentionBwd,
         kOpElementwise, kOpSoftmaxCe, kOpZero, kOpCopy, kOpCast, kOpAccumulate, kOpAdamW, kOpSumSquares,
-        kOpRmsNorm, kOpRope, kOpSwiGlu,
+        kOpRmsNorm, kOpRope, kOpSwiGlu, kOpMuon,
         kNumOps
     };
     /// The name written to metrics.jsonl's ops_ms for `op` ("?" outside [0, kNumOps)).
@@ -109,6 +109,9 @@ class ProfilingBackend final : public ForwardingBackend {
     void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                       const AdamWStep& step) override;
     void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step) override;
+    void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step) override;
+    void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work) override;
+    void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work) override;
     double sum_squares(const float* x, size_t n) override;
     double sum_squares_spans(const ConstActPtr* xs, const size_t* ns, size_t count) override;
 

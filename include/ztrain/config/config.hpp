@@ -31,6 +31,14 @@ enum class LrSchedule { kCosine, kLinear, kConstant, kWsd };
 /// train.decay_shape: how wsd's decay falls from lr to lr_min over its progress p in [0, 1]:
 /// 1 - p, (1 + cos(pi p)) / 2, or 1 - sqrt(p) (transformers' get_wsd_schedule decay types).
 enum class DecayShape { kLinear, kCosine, kOneMinusSqrt };
+/// train.optimizer: AdamW for every trained tensor, or Muon (torch.optim.Muon) for the
+/// blocks' matrices and AdamW for the rest (embeddings, LM head, norms, biases).
+enum class OptimizerKind { kAdamW, kMuon };
+/// train.muon_adjust_lr: how Muon scales its rate per matrix of shape (out, in), as
+/// torch.optim.Muon's adjust_lr_fn: 0.2 sqrt(max(out, in)) (Moonlight's, which matches
+/// AdamW's update RMS, so AdamW's lr and weight decay carry over) or sqrt(max(1, out / in))
+/// (Keller Jordan's original, which wants a larger lr, ~0.02).
+enum class MuonLrAdjust { kMatchRmsAdamW, kOriginal };
 
 /// checkpoint.on_error: what a failed save does.
 enum class OnCheckpointError { kStop, kContinue };
@@ -100,6 +108,8 @@ const char* setting_text(RopeScaling v);
 const char* setting_text(BackendChoice v);
 const char* setting_text(LrSchedule v);
 const char* setting_text(DecayShape v);
+const char* setting_text(OptimizerKind v);
+const char* setting_text(MuonLrAdjust v);
 const char* setting_text(OnCheckpointError v);
 const char* setting_text(MemoryCheck v);
 const char* setting_text(OnInputChange v);
@@ -209,6 +219,12 @@ struct TrainConfig {
     int decay_steps = 0;
     DecayShape decay_shape = DecayShape::kLinear;  ///< schedule = wsd: the decay's shape
     double weight_decay = 0.1;
+    OptimizerKind optimizer = OptimizerKind::kAdamW;
+    double muon_lr = 0;                ///< Muon's peak rate (0: train.lr); the schedule scales it as lr
+    double muon_momentum = 0.95;
+    bool muon_nesterov = true;
+    int muon_ns_steps = 5;             ///< Newton-Schulz iterations
+    MuonLrAdjust muon_adjust_lr = MuonLrAdjust::kMatchRmsAdamW;
     double beta1 = 0.9;
     double beta2 = 0.95;
     double eps = 1e-8;

@@ -49,4 +49,36 @@ AdamWStep adamw_step_params(const TrainConfig& cfg, double lr, long t);
 /// The multiplier global-norm clipping applies: min(1, clip / norm); 1 when clip <= 0.
 double clip_multiplier(double grad_norm, double clip);
 
+// ---- Muon (muon.cpp) ----
+
+/// train.optimizer = muon's settings, fixed for a run (the scheduled rate comes per step).
+struct MuonSettings {
+    double lr_ratio = 1.0;  ///< train.muon_lr / train.lr (1 when muon_lr is 0)
+    float momentum = 0.95f;
+    bool nesterov = true;
+    int ns_steps = 5;
+    MuonLrAdjust adjust = MuonLrAdjust::kMatchRmsAdamW;
+};
+/// The settings of cfg.optimizer = muon (the caller asks only then).
+MuonSettings muon_settings(const TrainConfig& cfg);
+
+/// A matrix Muon updates: rows x cols (out, in) elements of its unit from `begin`.
+struct MuonMatrix {
+    size_t begin = 0;
+    int rows = 0;
+    int cols = 0;
+    bool decay = true;
+    size_t end() const { return begin + static_cast<size_t>(rows) * static_cast<size_t>(cols); }
+};
+/// The matrices of `unit` Muon updates: the trained 2-D tensors of the transformer blocks,
+/// in order. The embeddings and the LM head (unit 0), norms, biases and LoRA's adapters are
+/// AdamW's. GPT-2's fused q|k|v weight is one matrix, as in its Hugging Face module.
+std::vector<MuonMatrix> muon_matrices(const ModelLayout& layout, int unit);
+/// `segments` without the elements of `matrices`: what AdamW updates beside Muon.
+std::vector<DecaySegment> without_matrices(const std::vector<DecaySegment>& segments,
+                                           const std::vector<MuonMatrix>& matrices);
+/// Muon's rate for a (rows, cols) matrix at scheduled rate `lr` (torch.optim.Muon's
+/// _adjust_lr): lr 0.2 sqrt(max(rows, cols)), or lr sqrt(max(1, rows / cols)).
+double muon_matrix_rate(double lr, MuonLrAdjust adjust, int rows, int cols);
+
 }  // namespace zt

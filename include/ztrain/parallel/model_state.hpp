@@ -100,6 +100,8 @@ struct StateOptions {
     /// ShardingPolicy::reduce_once_per_step: ZeRO-2/3 keep each unit's whole gradient through
     /// the step and reduce it once (a pipeline stage's state).
     bool reduce_once_per_step = false;
+    /// train.optimizer = muon: the blocks' matrices take Muon's step (OptimizerState).
+    std::optional<MuonSettings> muon;
 
     static StateOptions zero(int stage) {
         StateOptions o;
@@ -137,6 +139,10 @@ struct StateOptions {
     }
     StateOptions& reduced_once_per_step(bool on = true) {
         reduce_once_per_step = on;
+        return *this;
+    }
+    StateOptions& with_muon(const MuonSettings& settings) {
+        muon = settings;
         return *this;
     }
 };

@@ -4,6 +4,7 @@
 // their own fp32 master here.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "ztrain/optim/optimizer.hpp"
@@ -17,16 +18,25 @@ class OptimizerState {
   public:
     /// Allocates master (16-bit) and m, v (zeroed); bytes go to *master_bytes and
     /// *optimizer_bytes. `params` provides the fp32 master where the working copy is it.
-    OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes, size_t* optimizer_bytes);
+    /// With `muon`, the blocks' matrices (muon_matrices) take Muon's step, their momentum in
+    /// m (v unused there), and Muon's buffers count as optimizer bytes (muon_bytes).
+    OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes, size_t* optimizer_bytes,
+                   const std::optional<MuonSettings>& muon = std::nullopt);
     ~OptimizerState();
     OptimizerState(const OptimizerState&) = delete;
     OptimizerState& operator=(const OptimizerState&) = delete;
 
     /// Initial master values (16-bit runs): elements [lo, hi) of `unit`, host fp32.
     void write_initial(int unit, size_t lo, size_t hi, const float* host);
-    /// AdamW over the owned elements from the reducer's final gradients; a 16-bit working
+    /// AdamW over the owned elements from the reducer's final gradients (under Muon, those
+    /// outside its matrices, which take Muon's step at step.lr x lr_ratio); a 16-bit working
     /// copy's owned elements get the new master, rounded, in the same pass.
     void update(const AdamWStep& step, GradientReducer& grads);
+
+    /// Muon's buffers: one matrix's update and its Newton-Schulz work, and under sharded
+    /// optimizer state a whole unit's update, gathered from the group (each rank computes its
+    /// shard's momentum; the orthogonalization needs every row).
+    static size_t muon_bytes(const ModelLayout& layout, const ShardPlan& plan);
 
     /// Base pointers: base[e] is unit element e, valid for owned elements.
     float* master_base(int unit);
@@ -38,6 +48,10 @@ class OptimizerState {
   private:
     /// Where buffers holding the owned elements start: 0 (DDP, whole units) or the shard.
     size_t state_shift(int unit) const;
+    void adamw_update(const AdamWStep& step, GradientReducer& grads);
+    /// Muon over unit's matrices that meet its owned elements: their momentum, then each
+    /// one's whole update orthogonalized and the owned part applied at `rate` with `decay`.
+    void muon_unit(int unit, const MuonStep& ms, double rate, float decay, GradientReducer& grads);
 
     StateContext m_ctx;
     ParameterStore& m_params;
@@ -45,6 +59,12 @@ class OptimizerState {
     std::vector<float*> m_m;
     std::vector<float*> m_v;
     std::vector<std::vector<DecaySegment>> m_segments;
+    /// AdamW's part of m_segments: all of it, or without Muon's matrices.
+    std::vector<std::vector<DecaySegment>> m_adamw_segments;
+    std::optional<MuonSettings> m_muon;
+    std::vector<std::vector<MuonMatrix>> m_matrices;  // per unit, under Muon
+    float* m_muon_matrix = nullptr;  // one matrix's update, then its Newton-Schulz work
+    float* m_muon_unit = nullptr;    // a whole unit's gathered update (sharded state only)
 };
 
 }  // namespace zt

@@ -58,6 +58,8 @@ class ResumePolicy {
     /// A LoRA run resumed with another base model (model.init_from) than its checkpoint's:
     /// InputError naming both.
     void check_lora_base(const CheckpointRecord& loaded) const;
+    /// A checkpoint of another train.optimizer is refused (its moments mean other things).
+    void check_optimizer(const CheckpointRecord& loaded) const;
     /// A note when the global batch (micro_batch x grad_accum x ranks) differs from the
     /// checkpoint's run, with the grad_accum that keeps it.
     void batch_note(const CheckpointRecord& resumed, int world_size) const;

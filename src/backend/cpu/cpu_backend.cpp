@@ -257,6 +257,16 @@ class CpuBackend final : public Backend {
         cpu::adamw_update(param, m, v, grad, n, step, m_threads);
     }
 
+    void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step) override {
+        cpu::muon_momentum(m, update, grad, n, step, m_threads);
+    }
+    void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work) override {
+        cpu::newton_schulz(x, rows, cols, step, work, m_threads);
+    }
+    void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work) override {
+        cpu::muon_apply(param, update, n, decay, rate, work, m_threads);
+    }
+
     // --------------------------------------------------------------------------------
     // attention (attention.cpp: the blocking and the work split)
     // --------------------------------------------------------------------------------

@@ -336,4 +336,12 @@ void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, f
     }
 }
 
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc, int threads) {
+    const Gemm g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+    const bool parallel = threads > 1 && gemm_worth_splitting(M, N, K);
+#pragma omp parallel num_threads(threads) if (parallel)
+    run_gemm_part(g, omp_get_thread_num(), omp_get_num_threads());
+}
+
 }  // namespace zt::cpu

@@ -123,6 +123,16 @@ void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                   int threads);
 void adamw_update_spans(const AdamWSpan* spans, size_t count, const AdamWStep& step, int threads);
 
+/// C (M, N) = alpha op(A) op(B) + beta C, row-major, split over the team in slabs as the
+/// products are.
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc, int threads);
+
+// ---- muon.cpp (Backend::muon_momentum, newton_schulz, muon_apply) ----------------------
+void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step, int threads);
+void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work, int threads);
+void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work, int threads);
+
 // ---- attention.cpp ---------------------------------------------------------------------
 
 /// Floats of backward scratch for a team of `threads`: per thread dP -> dS (T, T) and one

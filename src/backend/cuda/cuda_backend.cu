@@ -251,6 +251,15 @@ class CudaBackendImpl final : public CudaBackend {
         k_no_decay.weight_decay = 0.f;
         for (size_t i = 0; i < count; ++i) cuda::adamw_update_span(spans[i], spans[i].decay ? k : k_no_decay, m_stream);
     }
+    void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step) override {
+        cuda::muon_momentum(m, update, grad, n, step, m_stream);
+    }
+    void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work) override {
+        cuda::newton_schulz(m_blas, x, rows, cols, step, work, m_sumsq, m_stream);
+    }
+    void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work) override {
+        cuda::muon_apply(param, update, n, decay, rate, work, m_stream);
+    }
 
     // ---- attention, encoder, loss ----
 

@@ -154,6 +154,14 @@ void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
 /// rounded into `work` where it is set (k's weight decay already chosen for the span).
 void adamw_update_span(const AdamWSpan& span, const AdamWConstants& k, cudaStream_t stream);
 
+// ---- muon.cu (Backend::muon_momentum, newton_schulz, muon_apply) ------------------------
+void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step, cudaStream_t stream);
+/// sumsq_scratch: kSumSquaresBlocks + 1 doubles (the norm is read back to the host).
+void newton_schulz(const Blas& blas, float* x, int rows, int cols, const MuonStep& step, float* work,
+                   double* sumsq_scratch, cudaStream_t stream);
+void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work,
+                cudaStream_t stream);
+
 // ---- attention.cu ---------------------------------------------------------------------
 
 /// fp32 copies of one batch element's typed buffers (attention.cu's typed path): qkv and

@@ -1,0 +1,83 @@
+// Muon's three passes on the GPU, the CPU twin's (backend/cpu/muon.cpp) arithmetic: the
+// momentum kernel, the Newton-Schulz iteration as fp32 cuBLAS products on the short side's
+// Gram matrix, and the decayed update with the 16-bit working copy rounded in the same kernel.
+#include "cuda_check.cuh"
+#include "ops.cuh"
+#include "typed.cuh"
+#include "ztrain/backend/newton_schulz.hpp"
+
+#include <cmath>
+
+namespace zt::cuda {
+namespace {
+
+__global__ void momentum_kernel(float* m, float* update, const void* grad, DType grad_type, size_t n, float scale,
+                                float momentum, bool nesterov) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float g = load_as_float(grad, grad_type, i) * scale;
+    const float mi = m[i] + (1.f - momentum) * (g - m[i]);
+    m[i] = mi;
+    update[i] = nesterov ? g + momentum * (mi - g) : mi;
+}
+
+__global__ void scale_kernel(float* x, size_t n, float factor) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= factor;
+}
+
+__global__ void apply_kernel(float* param, const float* update, size_t n, float keep, float rate, void* work,
+                             DType work_type) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float p = param[i] * keep - rate * update[i];
+    param[i] = p;
+    if (work != nullptr) store_rounded(work, work_type, i, p);
+}
+
+/// Row-major C (M, N) = alpha op(A) op(B) + beta C through column-major cuBLAS, as
+/// C^T = op(B)^T op(A)^T.
+void row_major_sgemm(cublasHandle_t h, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* C, int ldc) {
+    ZT_CUBLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                                B, ldb, A, lda, &beta, C, ldc));
+}
+
+}  // namespace
+
+void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step, cudaStream_t stream) {
+    if (n == 0) return;
+    momentum_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(m, update, grad.data, grad.dtype, n, step.grad_scale,
+                                                                step.momentum, step.nesterov);
+    ZT_KERNEL_CHECK("muon_momentum");
+}
+
+void newton_schulz(const Blas& blas, float* x, int rows, int cols, const MuonStep& step, float* work,
+                   double* sumsq_scratch, cudaStream_t stream) {
+    const size_t numel = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+    const ConstActPtr span(x);
+    const double ss = sum_squares(&span, &numel, 1, sumsq_scratch, stream);
+    const float inv = 1.f / std::fmax(static_cast<float>(std::sqrt(ss)), step.eps);
+    scale_kernel<<<grid_for(numel, kBlock), kBlock, 0, stream>>>(x, numel, inv);
+    ZT_KERNEL_CHECK("newton_schulz scale");
+    ZT_CUBLAS_CHECK(cublasSetStream(blas.classic, stream));
+    newton_schulz_iterations(
+        x, rows, cols, step, work,
+        [&](bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+            float beta, float* C, int ldc) {
+            row_major_sgemm(blas.classic, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        },
+        [&](float* dst, const float* src, size_t n) {
+            ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+        });
+}
+
+void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work,
+                cudaStream_t stream) {
+    if (n == 0) return;
+    apply_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(param, update, n, 1.f - decay, rate, work.data,
+                                                             work.dtype);
+    ZT_KERNEL_CHECK("muon_apply");
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,207 @@
+// train.optimizer = muon against torch.optim.Muon (the reference is the library:
+// tests/reference/muon_torch.py pairs it with torch.optim.AdamW on a tiny transformers Llama,
+// in float64, with the library's own Newton-Schulz code unrounded), and its parts alone: the
+// Newton-Schulz iteration, which tensors Muon takes, and the per-matrix rate.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "interop_python.hpp"
+#include "test_support.hpp"
+#include "ztrain/backend/backend.hpp"
+#include "ztrain/ckpt/export.hpp"
+#include "ztrain/comm/communicator.hpp"
+#include "ztrain/config/config.hpp"
+#include "ztrain/model/transformer.hpp"
+#include "ztrain/optim/optimizer.hpp"
+#include "ztrain/parallel/model_state.hpp"
+
+namespace zt {
+namespace {
+
+/// The same iteration in double, written out (rows <= cols after a transpose).
+std::vector<double> newton_schulz_reference(const std::vector<float>& g, int rows, int cols, const MuonStep& s) {
+    const bool tall = rows > cols;
+    const int r = tall ? cols : rows;
+    const int c = tall ? rows : cols;
+    std::vector<double> x(static_cast<size_t>(r) * c);
+    double ss = 0;
+    for (int i = 0; i < rows; ++i) {
+        for (int j = 0; j < cols; ++j) {
+            const double v = g[static_cast<size_t>(i) * cols + j];
+            (tall ? x[static_cast<size_t>(j) * c + i] : x[static_cast<size_t>(i) * c + j]) = v;
+            ss += v * v;
+        }
+    }
+    for (double& v : x) v /= std::max(std::sqrt(ss), static_cast<double>(s.eps));
+    for (int it = 0; it < s.ns_steps; ++it) {
+        std::vector<double> A(static_cast<size_t>(r) * r, 0.0), Bm(A.size(), 0.0), y(x.size(), 0.0);
+        for (int i = 0; i < r; ++i)
+            for (int j = 0; j < r; ++j)
+                for (int k = 0; k < c; ++k) A[i * r + j] += x[i * c + k] * x[j * c + k];
+        for (int i = 0; i < r; ++i)
+            for (int j = 0; j < r; ++j) {
+                double aa = 0;
+                for (int k = 0; k < r; ++k) aa += A[i * r + k] * A[k * r + j];
+                Bm[i * r + j] = s.b * A[i * r + j] + s.c * aa;
+            }
+        for (int i = 0; i < r; ++i)
+            for (int j = 0; j < c; ++j) {
+                double bx = 0;
+                for (int k = 0; k < r; ++k) bx += Bm[i * r + k] * x[k * c + j];
+                y[i * c + j] = s.a * x[i * c + j] + bx;
+            }
+        x = y;
+    }
+    if (!tall) return x;
+    std::vector<double> out(x.size());
+    for (int i = 0; i < rows; ++i)
+        for (int j = 0; j < cols; ++j) out[static_cast<size_t>(i) * cols + j] = x[static_cast<size_t>(j) * c + i];
+    return out;
+}
+
+TEST(NewtonSchulz, MatchesTheIterationInDoubleForWideAndTallMatrices) {
+    auto be = make_cpu_backend(2);
+    const MuonStep s;
+    for (const auto& [rows, cols] : {std::pair<int, int>{24, 40}, {40, 24}, {33, 33}, {1, 17}}) {
+        std::vector<float> g(static_cast<size_t>(rows) * cols);
+        // Full rank (a hash, not a smooth function of the index, which would give rank 2).
+        for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.f - 1.f;
+        const std::vector<double> want = newton_schulz_reference(g, rows, cols, s);
+        std::vector<float> x = g;
+        std::vector<float> work(newton_schulz_work_floats(rows, cols));
+        be->newton_schulz(x.data(), rows, cols, s, work.data());
+        double worst = 0;
+        for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - want[i]));
+        EXPECT_LT(worst, 2e-5) << rows << " x " << cols << ": largest difference from the double iteration";
+        // Its point: the singular values pulled into the quintic's band around 1 (about 0.7 to
+        // 1.2), so their mean square, |X|_F^2 / min(rows, cols), is within 0.4 to 1.6 (the input's was
+        // 1 / min(rows, cols) after the normalization).
+        double ss = 0;
+        for (float v : x) ss += static_cast<double>(v) * v;
+        const double mean_square = ss / std::min(rows, cols);
+        EXPECT_GT(mean_square, 0.4) << rows << " x " << cols;
+        EXPECT_LT(mean_square, 1.6) << rows << " x " << cols;
+    }
+}
+
+TEST(NewtonSchulz, ZeroMatrixStaysZero) {
+    auto be = make_cpu_backend(1);
+    std::vector<float> x(12 * 20, 0.f);
+    std::vector<float> work(newton_schulz_work_floats(12, 20));
+    be->newton_schulz(x.data(), 12, 20, MuonStep{}, work.data());
+    for (float v : x) ASSERT_EQ(v, 0.f);
+}
+
+TEST(MuonMatrices, TheBlocksMatricesOnly) {
+    for (const ModelConfig& m : {test::model_config(2, 2, 16, 8, 40), test::small_llama(2, false, false)}) {
+        const ModelLayout layout = make_model_layout(m);
+        std::vector<std::string> names;
+        for (int u = 0; u < layout.num_units(); ++u) {
+            for (const MuonMatrix& mat : muon_matrices(layout, u)) {
+                for (const ParamSpec& p : layout.params) {
+                    if (p.unit == u && p.offset == mat.begin) names.push_back(p.name);
+                }
+            }
+        }
+        for (const ParamSpec& p : layout.params) {
+            const bool in_block = p.name.find(".h.") != std::string::npos || p.name.find("h.") == 0 ||
+                                  p.name.find("layers.") != std::string::npos;
+            const bool want = in_block && p.shape.size() == 2;
+            EXPECT_EQ(std::count(names.begin(), names.end(), p.name), want ? 1 : 0) << p.name;
+        }
+        // AdamW's part is what remains, every trained element in exactly one of the two.
+        for (int u = 0; u < layout.num_units(); ++u) {
+            const auto all = decay_segments(layout, u, 0, layout.unit_numel[static_cast<size_t>(u)]);
+            const auto mats = muon_matrices(layout, u);
+            size_t total = 0, rest = 0, in_mats = 0;
+            for (const auto& s : all) total += s.end - s.begin;
+            for (const auto& s : without_matrices(all, mats)) rest += s.end - s.begin;
+            for (const auto& mt : mats) in_mats += mt.end() - mt.begin;
+            EXPECT_EQ(rest + in_mats, total) << "unit " << u;
+        }
+    }
+}
+
+TEST(MuonRate, TorchAdjustLrFunctions) {
+    // torch.optim.Muon's _adjust_lr for shape (A, B) = (out, in).
+    EXPECT_DOUBLE_EQ(muon_matrix_rate(1e-3, MuonLrAdjust::kMatchRmsAdamW, 768, 3072), 1e-3 * 0.2 * std::sqrt(3072.0));
+    EXPECT_DOUBLE_EQ(muon_matrix_rate(0.02, MuonLrAdjust::kOriginal, 3072, 768), 0.02 * 2.0);
+    EXPECT_DOUBLE_EQ(muon_matrix_rate(0.02, MuonLrAdjust::kOriginal, 768, 3072), 0.02);
+}
+
+/// ztrain's Muon + AdamW steps on the reference's saved model, the losses before each step.
+std::vector<double> ztrain_curve(const std::string& dir, const nlohmann::json& ref, MuonLrAdjust adjust,
+                                 double muon_lr) {
+    Config c;
+    for (const HfSetting& s : read_hf_config(dir + "/model")) set_config_value(c, s.key, s.text);
+    const ModelConfig mc = c.model;
+    const int B = ref.at("B").get<int>();
+    const int T = ref.at("T").get<int>();
+    auto backend = make_cpu_backend(1);
+    Transformer model(mc, *backend, B);
+    TrainConfig tc = test::reference_adamw();  // muon_torch.py's LR, BETA1, ...
+    tc.optimizer = OptimizerKind::kMuon;
+    tc.muon_lr = muon_lr;
+    tc.muon_adjust_lr = adjust;
+    ModelState state(model.layout(), *backend, self_communicator(),
+                     StateOptions::zero(0).with_muon(muon_settings(tc)));
+    import_weights(dir + "/model", model.layout(), mc, state);
+    std::vector<int32_t> inputs, targets;
+    test::reference_rows(ref.at("tokens"), T, &inputs, &targets);
+    const float dloss = 1.0f / static_cast<float>(B * T);
+    std::vector<double> curve;
+    const size_t steps = ref.at("match_rms_adamw").at("curve").size();
+    for (size_t t = 1; t <= steps; ++t) {
+        state.zero_grads();
+        state.begin_micro_step(true, true);
+        curve.push_back(model.forward(state, inputs.data(), targets.data(), B, T, dloss));
+        model.backward(state);
+        state.finish_grad_sync();
+        AdamWStep sp = adamw_step_params(tc, tc.lr, static_cast<long>(t));
+        sp.grad_scale = static_cast<float>(clip_multiplier(std::sqrt(state.grad_sum_squares()), tc.grad_clip));
+        state.optimizer_step(sp);
+    }
+    return curve;
+}
+
+TEST(MuonReference, CurvesMatchTorchOptimMuonWithAdamW) {
+    const std::string python = test::interop_python({"torch", "transformers"});
+    ZT_SKIP_WITHOUT_INTEROP(python, "no interop environment with torch and transformers (ZT_INTEROP_VENV, .venv)");
+    const test::ScratchDir scratch("muon-reference");
+    const std::string& dir = scratch.path();
+    const std::string cmd = str(python, " " ZT_SOURCE_DIR "/tests/reference/muon_torch.py ", dir);
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream in(dir + "/reference.json");
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    for (const auto& [name, adjust] : {std::pair<const char*, MuonLrAdjust>{"match_rms_adamw",
+                                                                            MuonLrAdjust::kMatchRmsAdamW},
+                                       {"original", MuonLrAdjust::kOriginal}}) {
+        const nlohmann::json& r = ref.at(name);
+        const std::vector<double> got = ztrain_curve(dir, ref, adjust, r.at("muon_lr").get<double>());
+        const auto want = r.at("curve").get<std::vector<double>>();
+        const auto bf16 = r.at("curve_bf16").get<std::vector<double>>();
+        ASSERT_EQ(got.size(), want.size());
+        double worst = 0, worst_bf16 = 0;
+        for (size_t s = 0; s < want.size(); ++s) {
+            const double rel = std::fabs(got[s] - want[s]) / want[s];
+            EXPECT_LT(rel, 1e-4) << name << " step " << s + 1 << ": " << got[s] << " vs torch " << want[s];
+            worst = std::max(worst, rel);
+            worst_bf16 = std::max(worst_bf16, std::fabs(got[s] - bf16[s]) / bf16[s]);
+        }
+        // Muon as torch ships it (bf16 Newton-Schulz) stays within its own rounding's reach.
+        EXPECT_LT(worst_bf16, 5e-2) << name;
+        std::printf("[muon %s] curve %.6g -> %.6g; largest relative difference %.2e (from bf16 torch %.2e)\n",
+                    name, want.front(), want.back(), worst, worst_bf16);
+    }
+}
+
+}  // namespace
+}  // namespace zt
