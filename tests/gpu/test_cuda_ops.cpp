@@ -730,6 +730,44 @@ TEST_F(CudaOps, AdamW) {
     expect_close(down(g_v, n), v, kElementwise, "adamw v");
 }
 
+// Muon's three ops against the CPU's: the momentum and the decayed update element-wise (a
+// bf16 gradient read as stored, a bf16 working copy written), and the Newton-Schulz
+// iteration on a wide and a tall matrix (fp32 products summed in another order: kF32Sum).
+TEST_F(CudaOps, Muon) {
+    const size_t n = 40 * 72;
+    auto m = rand(n, -0.1f, 0.1f);
+    const auto g = rounded(rand(n), DType::kBF16);
+    zt::MuonStep step;
+    step.grad_scale = 0.5f;
+    std::vector<uint8_t> g16(n * 2);
+    zt::convert_from_f32(g.data(), g16.data(), n, DType::kBF16);
+    float* g_m = up(m);
+    float* g_update = zeros(n);
+    m_gpu->muon_momentum(g_m, g_update, zt::ConstActPtr(up_as(g, DType::kBF16), DType::kBF16), n, step);
+    std::vector<float> update(n);
+    m_cpu->muon_momentum(m.data(), update.data(), zt::ConstActPtr(g16.data(), DType::kBF16), n, step);
+    expect_close(down(g_m, n), m, kElementwise, "muon momentum");
+    expect_close(down(g_update, n), update, kElementwise, "muon update");
+    for (const auto& [rows, cols] : {std::pair<int, int>{40, 72}, {72, 40}}) {
+        auto x = update;
+        float* g_x = up(x);
+        float* g_work = zeros(zt::newton_schulz_work_floats(rows, cols));
+        std::vector<float> work(zt::newton_schulz_work_floats(rows, cols));
+        m_gpu->newton_schulz(g_x, rows, cols, step, g_work);
+        m_cpu->newton_schulz(x.data(), rows, cols, step, work.data());
+        expect_close(down(g_x, n), x, kF32Sum, "newton_schulz " + std::to_string(rows) + " x " + std::to_string(cols));
+    }
+    auto p = rand(n);
+    float* g_p = up(p);
+    float* g_w = static_cast<float*>(up_as(std::vector<float>(n, 0.f), DType::kBF16));
+    std::vector<uint8_t> w(n * 2);
+    m_gpu->muon_apply(g_p, up(update), n, 3e-4f, 0.02f, zt::ActPtr(g_w, DType::kBF16));
+    m_cpu->muon_apply(p.data(), update.data(), n, 3e-4f, 0.02f, zt::ActPtr(w.data(), DType::kBF16));
+    const std::vector<float> master = down(g_p, n);
+    expect_close(master, p, kElementwise, "muon param");
+    expect_close(down_as(g_w, n, DType::kBF16), rounded(master, DType::kBF16), kExact, "muon working copy");
+}
+
 // A 16-bit span: the gradient read as stored, the new master rounded into the working copy
 // in the same kernel, against the CPU's typed span.
 TEST_F(CudaOps, AdamWTypedSpan) {
