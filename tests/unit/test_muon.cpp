@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,19 +70,24 @@ std::vector<double> newton_schulz_reference(const std::vector<float>& g, int row
 }
 
 TEST(NewtonSchulz, MatchesTheIterationInDoubleForWideAndTallMatrices) {
-    auto be = make_cpu_backend(2);
     const MuonStep s;
-    for (const auto& [rows, cols] : {std::pair<int, int>{24, 40}, {40, 24}, {33, 33}, {1, 17}}) {
+    // The larger ones split their Gram matrices into bands over 2 and 3 threads.
+    for (const auto& [rows, cols, threads] : {std::tuple<int, int, int>{24, 40, 1}, {40, 24, 1}, {33, 33, 1}, {1, 17, 1},
+                                              {96, 200, 2}, {200, 96, 3}, {130, 130, 3}}) {
+        auto be = make_cpu_backend(threads);
         std::vector<float> g(static_cast<size_t>(rows) * cols);
-        // Full rank (a hash, not a smooth function of the index, which would give rank 2).
-        for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.f - 1.f;
+        // Full rank: uniform noise (a smooth or periodic function of the index gives low rank).
+        std::mt19937 rng(static_cast<unsigned>(rows * 131 + cols));
+        std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+        for (float& v : g) v = uniform(rng);
         const std::vector<double> want = newton_schulz_reference(g, rows, cols, s);
         std::vector<float> x = g;
         std::vector<float> work(newton_schulz_work_floats(rows, cols));
         be->newton_schulz(x.data(), rows, cols, s, work.data());
         double worst = 0;
         for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - want[i]));
-        EXPECT_LT(worst, 2e-5) << rows << " x " << cols << ": largest difference from the double iteration";
+        EXPECT_LT(worst, 2e-5) << rows << " x " << cols << " on " << threads
+                               << " threads: largest difference from the double iteration";
         // Its point: the singular values pulled into the quintic's band around 1 (about 0.7 to
         // 1.2), so their mean square, |X|_F^2 / min(rows, cols), is within 0.4 to 1.6 (the input's was
         // 1 / min(rows, cols) after the normalization).
@@ -189,10 +196,15 @@ TEST(MuonReference, CurvesMatchTorchOptimMuonWithAdamW) {
         const auto want = r.at("curve").get<std::vector<double>>();
         const auto bf16 = r.at("curve_bf16").get<std::vector<double>>();
         ASSERT_EQ(got.size(), want.size());
+        // fp32 against float64: AdamW's rate gives 1e-6; "original" at 0.02 takes the loss
+        // from 5.7 to 0.16 in 20 steps, a trajectory that grows fp32's rounding to ~7e-5 (the
+        // order of the CPU's sums alone moves it between 1e-5 and 7e-5). A wrong momentum, rate
+        // or decay is off by 1e-2 and more within a few steps.
+        const double tolerance = adjust == MuonLrAdjust::kOriginal ? 3e-4 : 1e-4;
         double worst = 0, worst_bf16 = 0;
         for (size_t s = 0; s < want.size(); ++s) {
             const double rel = std::fabs(got[s] - want[s]) / want[s];
-            EXPECT_LT(rel, 1e-4) << name << " step " << s + 1 << ": " << got[s] << " vs torch " << want[s];
+            EXPECT_LT(rel, tolerance) << name << " step " << s + 1 << ": " << got[s] << " vs torch " << want[s];
             worst = std::max(worst, rel);
             worst_bf16 = std::max(worst_bf16, std::fabs(got[s] - bf16[s]) / bf16[s]);
         }

@@ -1,9 +1,16 @@
 // Muon's three passes (torch.optim.Muon): the momentum over a matrix's elements, the
-// Newton-Schulz orthogonalization of the whole matrix (three products per iteration, on
-// the short side's Gram matrix), and the decayed update.
+// Newton-Schulz orthogonalization of the whole matrix, and the decayed update.
+//
+// Each Newton-Schulz iteration is X <- a X + (b A + c A A) X with A = X X^T, the Gram matrix
+// of the short side (k rows of a k x n X, or X^T X on the right of a tall one). A and B =
+// b A + c A A are symmetric, so the iteration takes syrk for A and A A (half a product each)
+// and symm for B X: 3 k^2 n + k^3 multiply-adds where three general products take
+// 4 k^2 n + 2 k^3 (torch.optim.Muon's), 1.3 to 1.5x fewer.
 #include "cpu_common.hpp"
 #include "ops.hpp"
-#include "ztrain/backend/newton_schulz.hpp"
+
+#include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +30,59 @@ void momentum_kernel(float* __restrict m, float* __restrict update, const float*
         const float mi = m[i] + keep * (g - m[i]);
         m[i] = mi;
         update[i] = nesterov ? g + momentum * (mi - g) : mi;
+    }
+}
+
+/// Edge of band `b` of `parts` over k rows, the bands holding equal shares of the lower
+/// triangle (row r has r + 1 elements), at multiples of 16.
+int band_edge(int k, int b, int parts) {
+    if (b >= parts) return k;
+    const int e = static_cast<int>(std::lround(k * std::sqrt(static_cast<double>(b) / parts))) / 16 * 16;
+    return std::min(k, e);
+}
+
+bool worth_a_team(int threads, int k, int n) { return threads > 1 && static_cast<double>(k) * k * n >= 64.0 * 64 * 64; }
+
+/// The lower triangle of C (k, k) = alpha op(X) op(X)^T + beta C, op(X) the k x n X
+/// (trans false) or the transpose of the n x k X (trans true), row length ldx. Each thread
+/// takes a band of C's rows: the part left of its diagonal block by sgemm, that block by syrk.
+void gram_lower(bool trans, int k, int n, float alpha, const float* X, int ldx, float beta, float* C, int threads) {
+#pragma omp parallel num_threads(threads) if (worth_a_team(threads, k, n))
+    {
+        const int r0 = band_edge(k, omp_get_thread_num(), omp_get_num_threads());
+        const int r1 = band_edge(k, omp_get_thread_num() + 1, omp_get_num_threads());
+        if (r1 > r0) {
+            const float* band = trans ? X + r0 : X + static_cast<size_t>(r0) * ldx;
+            float* c = C + static_cast<size_t>(r0) * k;
+            sgemm(trans, !trans, r1 - r0, r0, n, alpha, band, ldx, X, ldx, beta, c, k);
+            cblas_ssyrk(CblasRowMajor, CblasLower, trans ? CblasTrans : CblasNoTrans, r1 - r0, n, alpha, band, ldx,
+                        beta, c + r0, k);
+        }
+    }
+}
+
+/// C's upper triangle from its lower one.
+void mirror_lower(float* C, int k, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (worth_a_team(threads, k, 16))
+    for (int i = 0; i < k; ++i) {
+        for (int j = i + 1; j < k; ++j) C[static_cast<size_t>(i) * k + j] = C[static_cast<size_t>(j) * k + i];
+    }
+}
+
+/// Y = a Y + B X (left: X, Y k x n) or a Y + X B (right: X, Y n x k), B (k, k) symmetric with
+/// its lower triangle set; the team splits Y's columns (left) or rows (right).
+void symmetric_update(bool left, int k, int n, const float* B, const float* X, float a, float* Y, int threads) {
+#pragma omp parallel num_threads(threads) if (worth_a_team(threads, k, n))
+    {
+        size_t b = 0;
+        size_t e = 0;
+        split_range(static_cast<size_t>(n), omp_get_thread_num(), omp_get_num_threads(), 16, &b, &e);
+        const int m = static_cast<int>(e - b);
+        if (m > 0 && left) {
+            cblas_ssymm(CblasRowMajor, CblasLeft, CblasLower, k, m, 1.f, B, k, X + b, n, a, Y + b, n);
+        } else if (m > 0) {
+            cblas_ssymm(CblasRowMajor, CblasRight, CblasLower, m, k, 1.f, B, k, X + b * k, k, a, Y + b * k, k);
+        }
     }
 }
 
@@ -56,11 +116,24 @@ void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* wo
     parallel_chunks(numel, threads, [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i) x[i] *= inv;
     });
-    newton_schulz_iterations(
-        x, rows, cols, step, work,
-        [threads](bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-                  float beta, float* C, int ldc) { gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads); },
-        [](float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); });
+    const bool left = rows <= cols;
+    const int k = left ? rows : cols;
+    const int n = left ? cols : rows;
+    const size_t gram_bytes = static_cast<size_t>(k) * k * sizeof(float);
+    float* X = x;
+    float* Y = work;
+    float* A = work + numel;
+    float* B = A + static_cast<size_t>(k) * k;
+    for (int it = 0; it < step.ns_steps; ++it) {
+        gram_lower(!left, k, n, 1.f, X, cols, 0.f, A, threads);  // A = X X^T, or X^T X
+        mirror_lower(A, k, threads);  // syrk reads A A^T's operand whole
+        std::memcpy(B, A, gram_bytes);
+        gram_lower(false, k, k, step.c, A, k, step.b, B, threads);  // B = b A + c A A
+        std::memcpy(Y, X, numel * sizeof(float));
+        symmetric_update(left, k, n, B, X, step.a, Y, threads);  // a X + B X, or a X + X B
+        std::swap(X, Y);
+    }
+    if (X != x) std::memcpy(x, X, numel * sizeof(float));
 }
 
 void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work, int threads) {
