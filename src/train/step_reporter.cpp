@@ -1,4 +1,5 @@
 #include "ztrain/train/step_reporter.hpp"
+#include "ztrain/optim/optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -134,6 +135,7 @@ StepReporter::StepReporter(const std::string& run_dir, bool resuming, bool root,
     : m_root(root),
       m_max_steps(tc.max_steps),
       m_log_every(tc.log_every),
+      m_muon_lr_ratio(tc.optimizer == OptimizerKind::kMuon ? muon_settings(tc).lr_ratio : 0.0),
       // A resumed run appends to the metrics of the run it continues.
       m_metrics(root ? (std::filesystem::path(run_dir) / "metrics.jsonl").string() : std::string(), resuming),
       m_comm(comm),
@@ -286,6 +288,7 @@ void StepReporter::step(const StepReport& r) {
     rec["step"] = r.step;
     rec["loss"] = r.loss;
     rec["lr"] = r.lr;
+    if (m_muon_lr_ratio > 0) rec["muon_lr"] = r.lr * m_muon_lr_ratio;
     rec["grad_norm"] = std::isfinite(r.grad_norm) ? nlohmann::ordered_json(r.grad_norm) : nlohmann::ordered_json();
     rec["tokens"] = static_cast<long long>(static_cast<double>(r.tokens_seen));
     rec["tokens_per_s"] = r.tokens_per_s;

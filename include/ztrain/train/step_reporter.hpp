@@ -183,6 +183,7 @@ class StepReporter {
     bool m_root;
     int m_max_steps;
     int m_log_every;
+    double m_muon_lr_ratio = 0.0;  ///< train.optimizer = muon: Muon's rate / lr (0: AdamW alone)
     MetricsLog m_metrics;
     std::unique_ptr<TensorBoardWriter> m_tensorboard;
     std::unique_ptr<StragglerReport> m_stragglers;  ///< null until watch_stragglers
