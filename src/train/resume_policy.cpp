@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "ztrain/ckpt/export.hpp"
@@ -87,6 +89,20 @@ void ResumePolicy::initial_weights(ModelState& state, Communicator& comm) const 
     }
 }
 
+namespace {
+
+/// The deck the checkpoint's run was started with; none where it cannot be read (an older
+/// key set), which gives no note and no check.
+std::optional<Config> saved_deck(const CheckpointRecord& r, const std::string& dir) {
+    try {
+        return parse_deck_text(r.config_ini, str(dir, " (the checkpoint's config)"));
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+}  // namespace
+
 CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
     CheckpointRecord loaded;
     if (!resuming()) return loaded;
@@ -135,11 +151,9 @@ void ResumePolicy::check_optimizer(const CheckpointRecord& loaded) const {
     // matrices: AdamW would divide by zeros); a checkpoint without a config was AdamW's.
     OptimizerKind was = OptimizerKind::kAdamW;
     if (!loaded.config_ini.empty()) {
-        try {
-            was = parse_deck_text(loaded.config_ini, str(m_dir, " (the checkpoint's config)")).train.optimizer;
-        } catch (const std::exception&) {
-            return;
-        }
+        const std::optional<Config> deck = saved_deck(loaded, m_dir);
+        if (!deck) return;
+        was = deck->train.optimizer;
     }
     const OptimizerKind now = m_cfg.train.optimizer;
     if (was == now) return;
@@ -154,12 +168,9 @@ void ResumePolicy::check_lora_base(const CheckpointRecord& loaded) const {
     // the checkpoint fingerprinted the base's files (the inputs' check compares them: other
     // content exits 2); a checkpoint without that fingerprint must name the same path.
     if (!m_cfg.model.lora.on() || m_cfg.model.init_from.empty()) return;
-    std::string old;
-    try {
-        old = parse_deck_text(loaded.config_ini, str(m_dir, " (the checkpoint's config)")).model.init_from;
-    } catch (const std::exception&) {
-        return;
-    }
+    const std::optional<Config> deck = saved_deck(loaded, m_dir);
+    if (!deck) return;
+    const std::string& old = deck->model.init_from;
     const auto same = [](const std::string& a, const std::string& b) {
         std::error_code ec;
         return a == b || std::filesystem::equivalent(a, b, ec);
@@ -213,12 +224,9 @@ void ResumePolicy::report(const CheckpointRecord& resumed, int world_size, int s
 void ResumePolicy::batch_note(const CheckpointRecord& resumed, int world_size) const {
     // micro_batch is per rank: at another world size the same deck trains on another global
     // batch, which changes the run as much as the learning rate does.
-    TrainConfig old;
-    try {
-        old = parse_deck_text(resumed.config_ini, str(m_dir, " (the checkpoint's config)")).train;
-    } catch (const std::exception&) {
-        return;
-    }
+    const std::optional<Config> deck = saved_deck(resumed, m_dir);
+    if (!deck) return;
+    const TrainConfig& old = deck->train;
     if (resumed.world_size <= 0) return;
     const TrainConfig& now = m_cfg.train;
     const int old_ranks = resumed.world_size / std::max(1, resumed.tensor * resumed.pipeline);  // data-parallel
@@ -243,12 +251,9 @@ void ResumePolicy::batch_note(const CheckpointRecord& resumed, int world_size) c
 void ResumePolicy::schedule_note(const CheckpointRecord& resumed) const {
     // The checkpoint's deck says which schedule the run was on; one that cannot be read (an
     // older key set) just gives no note.
-    TrainConfig old;
-    try {
-        old = parse_deck_text(resumed.config_ini, str(m_dir, " (the checkpoint's config)")).train;
-    } catch (const std::exception&) {
-        return;
-    }
+    const std::optional<Config> deck = saved_deck(resumed, m_dir);
+    if (!deck) return;
+    const TrainConfig& old = deck->train;
     const TrainConfig& now = m_cfg.train;
     const long at = resumed.progress.applied_steps;
     const double lr_old = learning_rate(old, at);

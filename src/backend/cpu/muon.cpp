@@ -109,9 +109,7 @@ void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const Mu
 
 void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work, int threads) {
     const size_t numel = static_cast<size_t>(rows) * static_cast<size_t>(cols);
-    double ss = 0.0;
-#pragma omp parallel for num_threads(threads) reduction(+ : ss) if (numel >= kParallelMinElements)
-    for (size_t i = 0; i < numel; ++i) ss += static_cast<double>(x[i]) * x[i];
+    const double ss = sum_squares(x, numel, threads);
     const float inv = 1.f / std::max(static_cast<float>(std::sqrt(ss)), step.eps);
     parallel_chunks(numel, threads, [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i) x[i] *= inv;
