@@ -258,7 +258,8 @@ StateBytes ModelState::plan_bytes(const ModelLayout& layout, int group_size, con
         b.grads += plan.stored_grads(u, rank) * dtype_size(grads);
         const size_t state = plan.stored_optimizer(u, rank) * sizeof(float);
         if (trained != DType::kF32) b.master += state;  // fp32: the working copy is the master
-        b.optimizer += 2 * state;
+        b.optimizer += state + OptimizerState::second_moment_floats(layout, plan, u, rank, options.muon.has_value()) *
+                                   sizeof(float);
     }
     if (options.muon) b.optimizer += OptimizerState::muon_bytes(layout, plan);
     if (work != DType::kF32) b.scratch += conversion_chunk(plan) * sizeof(float);  // the conversion buffer
@@ -281,7 +282,7 @@ size_t StateShards::state_begin(int unit) const { return m_state.m_plan.state_ra
 size_t StateShards::state_end(int unit) const { return m_state.m_plan.state_range(unit, m_state.m_rank).end; }
 
 float* StateShards::base(int unit, Kind kind) {
-    return kind == kMaster ? master_base(unit) : kind == kAdamM ? adam_m_base(unit) : adam_v_base(unit);
+    return kind == kMaster ? master_base(unit) : adam_m_base(unit);
 }
 
 void StateShards::read(int unit, Kind kind, size_t from, size_t to, float* host, bool snapshot) {
@@ -295,20 +296,34 @@ void StateShards::read(int unit, Kind kind, size_t from, size_t to, float* host,
             std::fill(host, host + (split - from), 0.f);
         }
     }
-    if (to > split) {
-        float* dst = host + (split - from);
+    if (to <= split) return;
+    float* dst = host + (split - from);
+    auto out = [&](float* to_host, const float* src, size_t n) {
         if (snapshot) {
-            snapshot_to_host(dst, base(unit, kind) + split, to - split);
+            snapshot_to_host(to_host, src, n);
         } else {
-            copy_to_host(dst, base(unit, kind) + split, to - split);
+            copy_to_host(to_host, src, n);
         }
+    };
+    if (kind != kAdamV) {
+        out(dst, base(unit, kind) + split, to - split);
+        return;
     }
+    std::fill(dst, dst + (to - split), 0.f);  // Muon's matrices keep no second moment
+    m_state.m_optim.for_second_moment_within(unit, split, to,
+                                             [&](size_t e, float* v, size_t n) { out(dst + (e - split), v, n); });
 }
 
 void StateShards::write(int unit, Kind kind, size_t from, size_t to, const float* host) {
     const size_t split = std::clamp(m_state.m_plan.trainable(unit).begin, from, to);
     if (split > from && kind == kMaster) write_frozen_master(unit, from, split, host);
-    if (to > split) copy_from_host(base(unit, kind) + split, host + (split - from), to - split);
+    if (to <= split) return;
+    if (kind != kAdamV) {
+        copy_from_host(base(unit, kind) + split, host + (split - from), to - split);
+        return;
+    }
+    m_state.m_optim.for_second_moment_within(
+        unit, split, to, [&](size_t e, float* v, size_t n) { copy_from_host(v, host + (e - from), n); });
 }
 
 void StateShards::read_frozen_master(int unit, size_t from, size_t to, float* host, bool snapshot) {

@@ -1,8 +1,11 @@
 // OptimizerState (see optimizer_state.hpp). Buffers holding only the owned elements are
-// addressed through a base pointer shifted by their start, so base[e] is element e.
+// addressed through a base pointer shifted by their start, so base[e] is element e; under
+// Muon, v is packed along its runs instead (second_moment_runs).
 #include "ztrain/parallel/optimizer_state.hpp"
 
 #include <algorithm>
+
+#include "ztrain/core/error.hpp"
 
 namespace zt {
 
@@ -30,6 +33,36 @@ size_t OptimizerState::muon_bytes(const ModelLayout& layout, const ShardPlan& pl
     return (matrix + unit) * sizeof(float);
 }
 
+std::vector<OptimizerState::SecondMomentRun> OptimizerState::second_moment_runs(const ModelLayout& layout,
+                                                                                const ShardPlan& plan, int unit,
+                                                                                int rank, bool muon) {
+    const std::vector<MuonMatrix> mats = muon ? muon_matrices(layout, unit) : std::vector<MuonMatrix>{};
+    if (mats.empty()) {
+        const size_t shift = plan.optimizer_start(unit, rank);
+        return {{shift, shift + plan.stored_optimizer(unit, rank), 0}};
+    }
+    // torch.optim.Muon keeps a momentum buffer alone for its matrices: so does this state.
+    const ElementRange owned = plan.state_range(unit, rank);
+    std::vector<SecondMomentRun> runs;
+    size_t at = 0;
+    for (const DecaySegment& s : without_matrices(decay_segments(layout, unit, owned.begin, owned.end), mats)) {
+        if (!runs.empty() && runs.back().end == s.begin) {
+            runs.back().end = s.end;
+        } else {
+            runs.push_back({s.begin, s.end, at});
+        }
+        at += s.end - s.begin;
+    }
+    return runs;
+}
+
+size_t OptimizerState::second_moment_floats(const ModelLayout& layout, const ShardPlan& plan, int unit, int rank,
+                                            bool muon) {
+    size_t n = 0;
+    for (const SecondMomentRun& r : second_moment_runs(layout, plan, unit, rank, muon)) n += r.end - r.begin;
+    return n;
+}
+
 OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes,
                                size_t* optimizer_bytes, const std::optional<MuonSettings>& muon)
     : m_ctx(ctx), m_params(params), m_muon(muon) {
@@ -41,7 +74,9 @@ OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, 
         const size_t n = ctx.plan.stored_optimizer(u, ctx.rank);
         if (ctx.trained != DType::kF32) m_master.push_back(alloc_f32(n, master_bytes));
         m_m.push_back(alloc_f32(n, optimizer_bytes));
-        m_v.push_back(alloc_f32(n, optimizer_bytes));
+        m_v_runs.push_back(second_moment_runs(ctx.layout, ctx.plan, u, ctx.rank, m_muon.has_value()));
+        m_v.push_back(alloc_f32(second_moment_floats(ctx.layout, ctx.plan, u, ctx.rank, m_muon.has_value()),
+                                optimizer_bytes));
         m_segments.push_back(decay_segments(ctx.layout, u, ctx.state_begin(u), ctx.state_end(u)));
         m_matrices.push_back(m_muon ? muon_matrices(ctx.layout, u) : std::vector<MuonMatrix>{});
         m_adamw_segments.push_back(without_matrices(m_segments.back(), m_matrices.back()));
@@ -81,7 +116,10 @@ float* OptimizerState::master_base(int unit) {
 
 float* OptimizerState::m_base(int unit) { return m_m[static_cast<size_t>(unit)] - state_shift(unit); }
 
-float* OptimizerState::v_base(int unit) { return m_v[static_cast<size_t>(unit)] - state_shift(unit); }
+float* OptimizerState::v_base(int unit) {
+    ZT_REQUIRE(!m_muon, "v_base under Muon (its matrices keep no second moment: for_second_moment_within)");
+    return m_v[static_cast<size_t>(unit)] - state_shift(unit);
+}
 
 void OptimizerState::update(const AdamWStep& step, GradientReducer& grads) {
     adamw_update(step, grads);
@@ -147,14 +185,13 @@ void OptimizerState::adamw_update(const AdamWStep& step, GradientReducer& grads)
         if (e <= b) continue;
         float* p = master_base(u);
         float* m = m_base(u);
-        float* v = v_base(u);
         const ConstActPtr g = grads.owned(u, b);
         const ActPtr w = m_params.owned_work(u, b);
         for_segments_within(m_adamw_segments[static_cast<size_t>(u)], b, e, [&](size_t sb, size_t se, bool decay) {
             AdamWSpan sp;
             sp.param = p + sb;
             sp.m = m + sb;
-            sp.v = v + sb;
+            for_second_moment_within(u, sb, sb + 1, [&](size_t, float* v, size_t) { sp.v = v; });
             sp.grad = g.offset(sb - b);
             sp.n = se - sb;
             sp.decay = decay;

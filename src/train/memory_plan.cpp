@@ -270,10 +270,11 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
             depth).reduced_once_per_step(once);
     const bool muon = cfg.train.optimizer == OptimizerKind::kMuon;
     if (muon) options.with_muon(muon_settings(cfg.train));
-    // The rank keeping the most: under a frozen base (LoRA) the owners of the units' tails.
+    // The rank keeping the most: under a frozen base (LoRA) the owners of the units' tails;
+    // under Muon, the ranks whose shards hold the most of AdamW's elements (with a v each).
     StateBytes sb = ModelState::plan_bytes(layout, group, options);
-    const bool frozen = layout.model.lora.on();
-    for (int r = 1; frozen && r < group; ++r) {
+    const bool uneven = layout.model.lora.on() || muon;
+    for (int r = 1; uneven && r < group; ++r) {
         const StateBytes other = ModelState::plan_bytes(layout, group, options, r);
         if (other.model_state() + other.scratch > sb.model_state() + sb.scratch) sb = other;
     }
@@ -281,7 +282,8 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     plan.items.push_back({"grads", static_cast<double>(sb.grads), f.grads.formula});
     plan.items.push_back({"master", static_cast<double>(sb.master), f.master.formula});
     plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer),
-                          muon ? f.optimizer.formula + " + Muon's largest matrix and its Newton-Schulz work" +
+                          muon ? f.optimizer.formula + ", less Muon's matrices' v (momentum alone), + its largest matrix and "
+                                                       "Newton-Schulz work" +
                                      (zero_stage > 0 ? ", and a whole unit's gathered update" : "")
                                : f.optimizer.formula});
     plan.items.push_back({"scratch", static_cast<double>(sb.scratch),

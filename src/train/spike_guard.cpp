@@ -65,8 +65,8 @@ void SpikeGuard::take_snapshot(const TrainProgress& progress, const LossScalePol
         const size_t b = sh.state_begin(u);
         const size_t n = sh.state_end(u) > b ? sh.state_end(u) - b : 0;
         if (host.size() < at + 3 * n) host.resize(at + 3 * n);
-        for (float* base : {sh.master_base(u), sh.adam_m_base(u), sh.adam_v_base(u)}) {
-            if (n > 0) sh.snapshot_to_host(host.data() + at, base + b, n);
+        for (StateShards::Kind kind : {StateShards::kMaster, StateShards::kAdamM, StateShards::kAdamV}) {
+            if (n > 0) sh.read(u, kind, b, b + n, host.data() + at, /*snapshot=*/true);
             at += n;
         }
     }
@@ -137,8 +137,8 @@ TrainProgress SpikeGuard::roll_back(const TrainProgress& now, LossScalePolicy& l
     for (int u = 0; u < m_state.layout().num_units(); ++u) {
         const size_t b = sh.state_begin(u);
         const size_t n = sh.state_end(u) > b ? sh.state_end(u) - b : 0;
-        for (float* base : {sh.master_base(u), sh.adam_m_base(u), sh.adam_v_base(u)}) {
-            if (n > 0) sh.copy_from_host(base + b, host.data() + at, n);
+        for (StateShards::Kind kind : {StateShards::kMaster, StateShards::kAdamM, StateShards::kAdamV}) {
+            if (n > 0) sh.write(u, kind, b, b + n, host.data() + at);
             at += n;
         }
     }

@@ -7,7 +7,8 @@
 //   complete checkpoint, and the resume continues the curve bit for bit.
 // - Resharding: a checkpoint written at N ranks / stage s continues at M ranks / stage t
 //   (N=2 s3 -> M=1 s0, N=2 -> M=4, N=4 -> M=3, plus stage changes); the loss after resume
-//   matches the uninterrupted run at the original N to 1e-6 relative. Cases that need more
+//   matches the uninterrupted run at the original N to 1e-6 relative (Muon's packed state
+//   too, and in the bit-exact cases). Cases that need more
 //   ranks than the job has are skipped (the np=4 job runs them all).
 // - The fp16 loss scale on resume: continued from an fp16 dynamic checkpoint only.
 #include <gtest/gtest.h>
@@ -84,7 +85,14 @@ struct ResumeCase {
     DType dtype = DType::kF32;
     double lora_dropout = 0.0;  ///< masks drawn again, not saved: a function of the samples
     std::optional<DType> base_dtype = std::nullopt;  ///< lora.base_dtype
+    bool muon = false;  ///< train.optimizer = muon: its matrices' packed state (momentum alone)
 };
+
+ResumeCase muon_case(int stage, bool llama) {
+    ResumeCase c{stage, llama};
+    c.muon = true;
+    return c;
+}
 
 class BitExactResume : public ::testing::TestWithParam<ResumeCase> {};
 
@@ -100,6 +108,7 @@ TEST_P(BitExactResume, TenPlusTenEqualsTwenty) {
             c.model.lora.base_dtype = GetParam().base_dtype;
         }
         c.precision.dtype = GetParam().dtype;
+        if (GetParam().muon) c.train.optimizer = OptimizerKind::kMuon;
         return c;
     };
     test::SharedDir dir("resume");
@@ -134,12 +143,14 @@ INSTANTIATE_TEST_SUITE_P(AllStages, BitExactResume,
                                            ResumeCase{0, true}, ResumeCase{3, true}, ResumeCase{1, false, true},
                                            ResumeCase{3, true, true}, ResumeCase{2, true, true, DType::kBF16},
                                            ResumeCase{1, true, true, DType::kF32, 0.2},
-                                           ResumeCase{3, true, true, DType::kF32, 0.0, DType::kBF16}),
+                                           ResumeCase{3, true, true, DType::kF32, 0.0, DType::kBF16},
+                                           muon_case(0, false), muon_case(1, false), muon_case(3, true)),
                          [](const auto& info) {
                              return "stage" + std::to_string(info.param.stage) + (info.param.llama ? "_llama" : "") +
                                     (info.param.lora ? "_lora" : "") + (info.param.lora_dropout > 0 ? "_dropout" : "") +
                                     (info.param.dtype != DType::kF32 ? std::string("_") + dtype_name(info.param.dtype) : "") +
-                                    (info.param.base_dtype ? std::string("_base_") + dtype_name(*info.param.base_dtype) : "");
+                                    (info.param.base_dtype ? std::string("_base_") + dtype_name(*info.param.base_dtype) : "") +
+                                    (info.param.muon ? "_muon" : "");
                          });
 
 /// The shard `dir`/train.bin, and a base model for LoRA: two steps of a tiny GPT-2,
@@ -366,10 +377,12 @@ TEST(SignalOnOneRank, EveryRankStopsAtTheSameStepAndResumeContinuesTheCurve) {
 
 struct Reshard {
     int from_n, from_stage, to_n, to_stage;
+    bool muon = false;  ///< each rank's packed Muon state read and written at another sharding
 };
 
 void PrintTo(const Reshard& r, std::ostream* os) {
-    *os << "N=" << r.from_n << " stage " << r.from_stage << " -> N=" << r.to_n << " stage " << r.to_stage;
+    *os << "N=" << r.from_n << " stage " << r.from_stage << " -> N=" << r.to_n << " stage " << r.to_stage
+        << (r.muon ? " muon" : "");
 }
 
 class Resharding : public ::testing::TestWithParam<Reshard> {};
@@ -388,6 +401,7 @@ TEST_P(Resharding, ContinuesTheCurveAtAnotherWorldSizeAndStage) {
         c.train.micro_batch = 1;
         c.train.grad_accum = 12 / n;
         c.train.max_steps = steps;
+        if (r.muon) c.train.optimizer = OptimizerKind::kMuon;
         return c;
     };
     TrainSummary whole;
@@ -422,11 +436,12 @@ TEST_P(Resharding, ContinuesTheCurveAtAnotherWorldSizeAndStage) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, Resharding,
                          ::testing::Values(Reshard{2, 3, 1, 0}, Reshard{2, 0, 4, 3}, Reshard{4, 2, 3, 1},
-                                           Reshard{1, 0, 2, 2}, Reshard{2, 1, 2, 3}),
+                                           Reshard{1, 0, 2, 2}, Reshard{2, 1, 2, 3}, Reshard{2, 1, 1, 0, true},
+                                           Reshard{1, 0, 2, 3, true}),
                          [](const auto& info) {
                              const Reshard& r = info.param;
                              return "n" + std::to_string(r.from_n) + "s" + std::to_string(r.from_stage) + "_to_n" +
-                                    std::to_string(r.to_n) + "s" + std::to_string(r.to_stage);
+                                    std::to_string(r.to_n) + "s" + std::to_string(r.to_stage) + (r.muon ? "_muon" : "");
                          });
 
 // The fp16 loss scaler continues from a checkpoint only when that checkpoint was written in

@@ -24,6 +24,8 @@
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
+#include "ztrain/parallel/optimizer_state.hpp"
+#include "ztrain/parallel/shard_layout.hpp"
 
 namespace zt {
 namespace {
@@ -133,6 +135,42 @@ TEST(MuonMatrices, TheBlocksMatricesOnly) {
             for (const auto& s : without_matrices(all, mats)) rest += s.end - s.begin;
             for (const auto& mt : mats) in_mats += mt.end() - mt.begin;
             EXPECT_EQ(rest + in_mats, total) << "unit " << u;
+        }
+    }
+}
+
+// Muon's matrices keep momentum alone, as torch.optim.Muon's do: the optimizer state is 4 B
+// per matrix element smaller than AdamW's, and their second moment reads as zero while the
+// rest round-trips through the packed buffer.
+TEST(MuonState, MatricesKeepNoSecondMoment) {
+    const ModelLayout layout = make_model_layout(test::model_config(2, 2, 16, 8, 40));
+    auto backend = make_cpu_backend(1);
+    ModelState adamw(layout, *backend, self_communicator(), StateOptions::zero(0).with_seed(1));
+    ModelState muon(layout, *backend, self_communicator(), StateOptions::zero(0).with_seed(1).with_muon(MuonSettings{}));
+    const ShardPlan plan(layout.unit_numel, 1, ShardingPolicy::zero_stage(0), trainable_begins(layout));
+    size_t in_matrices = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+        for (const MuonMatrix& m : muon_matrices(layout, u)) in_matrices += m.end() - m.begin;
+    }
+    ASSERT_GT(in_matrices, 0u);
+    EXPECT_EQ(muon.bytes().optimizer,
+              adamw.bytes().optimizer - in_matrices * sizeof(float) + OptimizerState::muon_bytes(layout, plan))
+        << "matrix elements " << in_matrices;
+    StateShards sh = muon.shards();
+    for (int u = 0; u < layout.num_units(); ++u) {
+        const size_t n = layout.unit_numel[static_cast<size_t>(u)];
+        std::vector<float> written(n), back(n, -1.f);
+        for (size_t e = 0; e < n; ++e) written[e] = 1.f + static_cast<float>(e);
+        sh.write(u, StateShards::kAdamV, 0, n, written.data());
+        sh.read(u, StateShards::kAdamV, 0, n, back.data());
+        std::vector<bool> in_matrix(n, false);
+        for (const MuonMatrix& m : muon_matrices(layout, u)) {
+            for (size_t e = m.begin; e < m.end(); ++e) in_matrix[e] = true;
+        }
+        for (const DecaySegment& seg : decay_segments(layout, u, 0, n)) {
+            for (size_t e = seg.begin; e < seg.end; ++e) {
+                ASSERT_EQ(back[e], in_matrix[e] ? 0.f : written[e]) << "unit " << u << " element " << e;
+            }
         }
     }
 }

@@ -72,7 +72,7 @@ struct StateBytes {
     size_t params = 0;
     size_t grads = 0;
     size_t master = 0;     ///< fp32 master copy (0 in fp32: the parameters are the master)
-    size_t optimizer = 0;  ///< AdamW m and v
+    size_t optimizer = 0;  ///< AdamW m and v (Muon's matrices: m alone), and Muon's buffers
     /// Conversion/reduction buffers allocated up front plus the planned peak of what comes
     /// and goes per unit (gathered units, full-size gradient scratch); the part held at run
     /// time is ModelState::dynamic_scratch_held(), which tests check stays within the plan.
@@ -291,7 +291,8 @@ class StateShards {
     void read(int unit, Kind kind, size_t from, size_t to, float* host, bool snapshot = false);
     void write(int unit, Kind kind, size_t from, size_t to, const float* host);
     /// Base pointers such that base[e] is unit element e, valid for the elements in
-    /// [state_begin, state_end) (the master in fp32: every stored element).
+    /// [state_begin, state_end) (the master in fp32: every stored element). adam_v_base only
+    /// without Muon, whose matrices keep no second moment (read and write give them zeros).
     float* master_base(int unit);
     float* adam_m_base(int unit);
     float* adam_v_base(int unit);
@@ -314,7 +315,7 @@ class StateShards {
   private:
     friend class ModelState;
     explicit StateShards(ModelState& state) : m_state(state) {}
-    float* base(int unit, Kind kind);
+    float* base(int unit, Kind kind);  // kMaster or kAdamM
     /// A frozen range's master: the fp32 working copy itself, or through the state's fp32
     /// conversion buffer when 16-bit.
     void read_frozen_master(int unit, size_t from, size_t to, float* host, bool snapshot);

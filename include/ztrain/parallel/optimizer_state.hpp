@@ -4,6 +4,7 @@
 // their own fp32 master here.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -19,7 +20,8 @@ class OptimizerState {
     /// Allocates master (16-bit) and m, v (zeroed); bytes go to *master_bytes and
     /// *optimizer_bytes. `params` provides the fp32 master where the working copy is it.
     /// With `muon`, the blocks' matrices (muon_matrices) take Muon's step, their momentum in
-    /// m (v unused there), and Muon's buffers count as optimizer bytes (muon_bytes).
+    /// m; they keep no v (second_moment_floats), and Muon's buffers count as optimizer bytes
+    /// (muon_bytes).
     OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes, size_t* optimizer_bytes,
                    const std::optional<MuonSettings>& muon = std::nullopt);
     ~OptimizerState();
@@ -37,15 +39,39 @@ class OptimizerState {
     /// optimizer state a whole unit's update, gathered from the group (each rank computes its
     /// shard's momentum; the orthogonalization needs every row).
     static size_t muon_bytes(const ModelLayout& layout, const ShardPlan& plan);
+    /// The floats of `rank`'s AdamW second moment for `unit`: its stored optimizer range, or
+    /// under Muon only the owned elements outside Muon's matrices (which keep momentum alone).
+    static size_t second_moment_floats(const ModelLayout& layout, const ShardPlan& plan, int unit, int rank,
+                                       bool muon);
 
     /// Base pointers: base[e] is unit element e, valid for owned elements.
     float* master_base(int unit);
     float* m_base(int unit);
+    /// v's base pointer; only where v covers every stored element (not under Muon).
     float* v_base(int unit);
+    /// fn(element, v, n) for each run of unit elements [from, to) that keeps a second
+    /// moment, v pointing at the element's; the elements between keep none (Muon's matrices).
+    template <typename Fn>
+    void for_second_moment_within(int unit, size_t from, size_t to, Fn&& fn) {
+        float* v = m_v[static_cast<size_t>(unit)];
+        for (const SecondMomentRun& r : m_v_runs[static_cast<size_t>(unit)]) {
+            const size_t b = std::max(r.begin, from);
+            const size_t e = std::min(r.end, to);
+            if (e > b) fn(b, v + r.at + (b - r.begin), e - b);
+        }
+    }
     /// The owned elements of each unit split where weight decay starts or stops.
     const std::vector<std::vector<DecaySegment>>& segments() const { return m_segments; }
 
   private:
+    /// Unit elements [begin, end) whose second moments lie from `at` of the unit's v buffer.
+    struct SecondMomentRun {
+        size_t begin = 0;
+        size_t end = 0;
+        size_t at = 0;
+    };
+    static std::vector<SecondMomentRun> second_moment_runs(const ModelLayout& layout, const ShardPlan& plan,
+                                                           int unit, int rank, bool muon);
     /// Where buffers holding the owned elements start: 0 (DDP, whole units) or the shard.
     size_t state_shift(int unit) const;
     void adamw_update(const AdamWStep& step, GradientReducer& grads);
@@ -57,7 +83,8 @@ class OptimizerState {
     ParameterStore& m_params;
     std::vector<float*> m_master;  // 16-bit only
     std::vector<float*> m_m;
-    std::vector<float*> m_v;
+    std::vector<float*> m_v;  // packed along m_v_runs
+    std::vector<std::vector<SecondMomentRun>> m_v_runs;
     std::vector<std::vector<DecaySegment>> m_segments;
     /// AdamW's part of m_segments: all of it, or without Muon's matrices.
     std::vector<std::vector<DecaySegment>> m_adamw_segments;
