@@ -5,10 +5,12 @@
 #   bash bench/muon_bench.sh   knobs: REPS (3), CURVE_STEPS (300), BUILD_DIR (build)
 # Part 1, the curve: GPT-2 4 x 128, seq 128, byte tokenizer, 16 sequences a step, one rank:
 #   AdamW (lr 2e-3, cosine to 2e-4; and at 6e-3), Muon at AdamW's rate (match_rms_adamw), Muon at Keller
-#   Jordan's (original, muon_lr 0.02); the rest AdamW at 2e-3 in both.
+#   Jordan's (original, muon_lr 0.02), and that with train.muon_ns_dtype = bf16; the rest AdamW
+#   at 2e-3 in all.
 # Part 2, the optimizer step: the blocks' matrices of GPT-2s 2 x 384 and 1 x 768 (one GPT-2
 #   124M block), 2 threads: ztrain's Muon phase (ZT_PROFILE_OPS ops_ms.muon: momentum,
-#   Newton-Schulz, update) against torch.optim.Muon.step() on the same shapes, as shipped
+#   Newton-Schulz, update), its Newton-Schulz operands fp32 and bf16, against
+#   torch.optim.Muon.step() on the same shapes, as shipped
 #   (Newton-Schulz in bf16) and with its Newton-Schulz in fp32 (bench/torch_muon_step.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -38,14 +40,16 @@ curve adamw 2e-3 2e-4
 curve adamw_6e-3 6e-3 6e-4
 curve muon_rms 2e-3 2e-4 --train.optimizer=muon
 curve muon_original 2e-3 2e-4 --train.optimizer=muon --train.muon_adjust_lr=original --train.muon_lr=0.02
+curve muon_original_bf16 2e-3 2e-4 --train.optimizer=muon --train.muon_adjust_lr=original --train.muon_lr=0.02 \
+  --train.muon_ns_dtype=bf16
 
-ztrain_muon_ms() { # layers width
-  local d="$W/step_$1_$2"
+ztrain_muon_ms() { # layers width ns_dtype
+  local d="$W/step_$1_$2_$3"
   rm -rf "$d"
   ZT_PROFILE_OPS=1 $B/ztrain --model.n_layer=$1 --model.n_head=$(($2 / 64)) --model.n_embd=$2 --model.seq_len=64 \
     --model.vocab_size=50257 --model.vocab_pad_to=128 --data.train="$W/gpt2.bin" --train.micro_batch=1 \
     --train.max_steps=4 --train.eval_every=0 --train.sample_tokens=0 --train.threads=2 --train.optimizer=muon \
-    --checkpoint.resume=never --run.dir="$d" > "$d.log" 2>&1
+    --train.muon_ns_dtype=$3 --checkpoint.resume=never --run.dir="$d" > "$d.log" 2>&1
   /usr/bin/python3 -c '
 import json, statistics, sys
 v = [json.loads(l)["ops_ms"]["muon"] for l in open(sys.argv[1]) if "ops_ms" in l][1:]
@@ -54,7 +58,8 @@ print(f"{statistics.median(v):.1f}")' "$d/metrics.jsonl"
 declare -A ms
 for rep in $(seq 1 "$REPS"); do
   for shape in "2 384" "1 768"; do
-    ms[z $shape]+="$(ztrain_muon_ms $shape) "
+    ms[z $shape]+="$(ztrain_muon_ms $shape fp32) "
+    ms[zb $shape]+="$(ztrain_muon_ms $shape bf16) "
     ms[f $shape]+="$("$PY" bench/torch_muon_step.py 2 3 $shape fp32) "
     ms[b $shape]+="$("$PY" bench/torch_muon_step.py 2 3 $shape bf16) "
   done
@@ -75,7 +80,8 @@ med() { /usr/bin/python3 -c 'import statistics,sys; print(statistics.median(floa
 import json, os, statistics as st
 W = os.environ["W"]
 runs = {"adamw": "AdamW, lr 2e-3", "adamw_6e-3": "AdamW, lr 6e-3 (to 6e-4)", "muon_rms": "Muon (match_rms_adamw) at lr 2e-3, AdamW on the rest",
-        "muon_original": "Muon (original) at 0.02, AdamW at 2e-3 on the rest"}
+        "muon_original": "Muon (original) at 0.02, AdamW at 2e-3 on the rest",
+        "muon_original_bf16": "the same, train.muon_ns_dtype = bf16"}
 print("| run | validation loss at steps | training loss, mean of the last 20 steps | tok/s (median) |")
 print("|---|---|---|---|")
 for n, what in runs.items():
@@ -89,12 +95,12 @@ PY
   echo
   echo "## 2. The optimizer step over the blocks' matrices (ms, 2 threads; per rep, then the median)"
   echo
-  echo "| matrices | ztrain Muon (fp32, syrk/symm) | torch.optim.Muon, Newton-Schulz fp32 | torch.optim.Muon as shipped (bf16) | torch fp32 / ztrain | torch bf16 / ztrain |"
-  echo "|---|---|---|---|---|---|"
+  echo "| matrices | ztrain Muon fp32 (syrk/symm) | ztrain Muon bf16 operands | torch.optim.Muon, Newton-Schulz fp32 | torch.optim.Muon as shipped (bf16) | torch fp32 / ztrain fp32 | torch bf16 / ztrain bf16 |"
+  echo "|---|---|---|---|---|---|---|"
   for shape in "2 384" "1 768"; do
-    z=$(med "${ms[z $shape]}"); f=$(med "${ms[f $shape]}"); b=$(med "${ms[b $shape]}")
+    z=$(med "${ms[z $shape]}"); zb=$(med "${ms[zb $shape]}"); f=$(med "${ms[f $shape]}"); b=$(med "${ms[b $shape]}")
     ratio() { /usr/bin/python3 -c "print(f'{$1 / $2:.2f}x')"; }
-    echo "| ${shape% *} x 4 at width ${shape#* } | ${ms[z $shape]}→ $z | ${ms[f $shape]}→ $f | ${ms[b $shape]}→ $b | $(ratio $f $z) | $(ratio $b $z) |"
+    echo "| ${shape% *} x 4 at width ${shape#* } | ${ms[z $shape]}→ $z | ${ms[zb $shape]}→ $zb | ${ms[f $shape]}→ $f | ${ms[b $shape]}→ $b | $(ratio $f $z) | $(ratio $b $zb) |"
   done
 } > "$OUT"
 cat "$OUT"

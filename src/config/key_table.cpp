@@ -114,6 +114,9 @@ const KeyDef kKeys[] = {
     ZT_KEY("train.muon_momentum", train.muon_momentum, "optimizer = muon: momentum, in [0, 1)"),
     ZT_KEY("train.muon_nesterov", train.muon_nesterov, "optimizer = muon: Nesterov momentum"),
     ZT_KEY("train.muon_ns_steps", train.muon_ns_steps, "optimizer = muon: Newton-Schulz iterations, 1 to 99"),
+    ZT_KEY("train.muon_ns_dtype", train.muon_ns_dtype,
+           "optimizer = muon: the Newton-Schulz products' operands, fp32 | bf16 (torch.optim.Muon's; accumulated "
+           "in fp32)"),
     ZT_KEY("train.muon_adjust_lr", train.muon_adjust_lr,
            "optimizer = muon: the rate per matrix (out, in): match_rms_adamw (0.2 sqrt(max(out, in)): AdamW's lr "
            "carries over) | original (sqrt(max(1, out / in)): wants ~0.02)"),

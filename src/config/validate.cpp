@@ -150,6 +150,8 @@ void check_train_keys(const Validator& v, const Config& cfg) {
     v.check(t.muon_lr >= 0, "train.muon_lr", "a number >= 0 (0: train.lr)");
     v.check(t.muon_momentum >= 0 && t.muon_momentum < 1, "train.muon_momentum", "a number in [0, 1)");
     v.check(t.muon_ns_steps >= 1 && t.muon_ns_steps <= 99, "train.muon_ns_steps", "an integer from 1 to 99");
+    v.check_read("train.muon_ns_dtype");
+    v.check(t.muon_ns_dtype != DType::kF16, "train.muon_ns_dtype", "fp32 | bf16");
     v.check_read("train.muon_adjust_lr");
     v.check(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "a number in [0, 1)");
     v.check(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "a number in [0, 1)");

@@ -13,6 +13,7 @@ MuonSettings muon_settings(const TrainConfig& cfg) {
     s.momentum = static_cast<float>(cfg.muon_momentum);
     s.nesterov = cfg.muon_nesterov;
     s.ns_steps = cfg.muon_ns_steps;
+    s.ns_bf16 = cfg.muon_ns_dtype == DType::kBF16;
     s.adjust = cfg.muon_adjust_lr;
     return s;
 }

@@ -129,6 +129,7 @@ void OptimizerState::update(const AdamWStep& step, GradientReducer& grads) {
     ms.nesterov = m_muon->nesterov;
     ms.grad_scale = step.grad_scale;
     ms.ns_steps = m_muon->ns_steps;
+    ms.ns_bf16 = m_muon->ns_bf16;
     const double rate = static_cast<double>(step.lr) * m_muon->lr_ratio;
     // torch.optim.Muon decays by its unadjusted rate: param *= 1 - lr * weight_decay.
     const float decay = static_cast<float>(rate * step.weight_decay);

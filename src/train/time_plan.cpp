@@ -525,7 +525,8 @@ void add_optimizer(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, 
 
 /// train.optimizer = muon: each rank orthogonalizes the blocks' matrices that meet its owned
 /// elements (all of its stage's under DDP, about 1/shard of them under ZeRO: ns_steps of
-/// 4 k^2 n + 2 k^3 fp32 flops for a k x n matrix, k <= n), after gathering each block's update
+/// 4 k^2 n + 2 k^3 flops for a k x n matrix, k <= n, at train.muon_ns_dtype's rate), after
+/// gathering each block's update
 /// over the shard group in fp32.
 void add_muon(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, TimePlan& plan) {
     if (cfg.train.optimizer != OptimizerKind::kMuon) return;
@@ -541,9 +542,11 @@ void add_muon(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, TimeP
     const double blocks = static_cast<double>(cfg.model.n_layer) / mesh.pipeline;
     const bool sharded = cfg.parallel.zero_stage > 0 && mesh.shard > 1;
     const double share = sharded ? blocks / mesh.shard : blocks;
-    const double ns = share * product_seconds(flops, rank_peak_flops(c, DType::kF32, mesh.active_on_node), c);
+    const DType operands = cfg.train.muon_ns_dtype;
+    const double ns = share * product_seconds(flops, rank_peak_flops(c, operands, mesh.active_on_node), c);
     add_phase(plan, "muon", ns, ns,
-              str("Newton-Schulz on ", share, " block(s) of matrices (", cfg.train.muon_ns_steps, " steps, fp32)"));
+              str("Newton-Schulz on ", share, " block(s) of matrices (", cfg.train.muon_ns_steps, " steps, ",
+                  dtype_name(operands), ")"));
     if (!sharded) return;
     const GroupPlacement place = place_group(mesh.shard, mesh.tensor, mesh.ranks_per_node);
     const Link link = group_link(c, place, mesh.active_on_node);

@@ -274,6 +274,8 @@ t range.muon_momentum   "${CL}train.muon_momentum = 1: expected a number in \[0,
   "${Z[@]}" --train.optimizer=muon --train.muon_momentum=1
 t range.muon_ns_steps   "${CL}train.muon_ns_steps = 0: expected an integer from 1 to 99" \
   "${Z[@]}" --train.optimizer=muon --train.muon_ns_steps=0
+t enum.muon_ns_dtype    "${CL}train.muon_ns_dtype = 'fp16': expected fp32 | bf16" \
+  "${Z[@]}" --train.optimizer=muon --train.muon_ns_dtype=fp16
 t enum.muon_adjust_lr   "${CL}train.muon_adjust_lr = 'spectral': expected one of match_rms_adamw \| original" \
   "${Z[@]}" --train.optimizer=muon --train.muon_adjust_lr=spectral
 t muon.tensor           "${CL}train.optimizer = muon with parallel.tensor = 2: Muon orthogonalizes whole matrices" \

@@ -35,10 +35,10 @@ expect 0 "val loss" "${run[@]}" --train.max_steps=5
 # The resolved deck loads again and reproduces the run's settings.
 expect 0 "step +3/3" "$BIN/ztrain" --config "$work/run/config.ini" --train.max_steps=3 --run.dir="$work/run2"
 
-# Muon: the run trains, and each step's record carries Muon's scheduled rate beside AdamW's
-# (train.muon_lr / train.lr times it: tiny.ini's lr is 1e-2).
+# Muon (its Newton-Schulz on bf16 operands): the run trains, and each step's record carries
+# Muon's scheduled rate beside AdamW's (train.muon_lr / train.lr times it: tiny.ini's lr is 1e-2).
 expect 0 "step +4/4" "$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$work/run_muon" --train.threads=1 \
-  --train.max_steps=4 --train.optimizer=muon --train.muon_lr=0.02
+  --train.max_steps=4 --train.optimizer=muon --train.muon_lr=0.02 --train.muon_ns_dtype=bf16
 /usr/bin/python3 - "$work/run_muon/metrics.jsonl" <<'PY' && echo "ok: muon_lr = lr x muon_lr / lr in every step's record" ||
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l and '"step"' in l]

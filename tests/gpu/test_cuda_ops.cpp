@@ -732,7 +732,8 @@ TEST_F(CudaOps, AdamW) {
 
 // Muon's three ops against the CPU's: the momentum and the decayed update element-wise (a
 // bf16 gradient read as stored, a bf16 working copy written), and the Newton-Schulz
-// iteration on a wide and a tall matrix (fp32 products summed in another order: kF32Sum).
+// iteration on a wide and a tall matrix (fp32 products summed in another order: kF32Sum),
+// with fp32 and bf16 operands.
 TEST_F(CudaOps, Muon) {
     const size_t n = 40 * 72;
     auto m = rand(n, -0.1f, 0.1f);
@@ -748,14 +749,23 @@ TEST_F(CudaOps, Muon) {
     m_cpu->muon_momentum(m.data(), update.data(), zt::ConstActPtr(g16.data(), DType::kBF16), n, step);
     expect_close(down(g_m, n), m, kElementwise, "muon momentum");
     expect_close(down(g_update, n), update, kElementwise, "muon update");
-    for (const auto& [rows, cols] : {std::pair<int, int>{40, 72}, {72, 40}}) {
-        auto x = update;
-        float* g_x = up(x);
-        float* g_work = zeros(zt::newton_schulz_work_floats(rows, cols));
-        std::vector<float> work(zt::newton_schulz_work_floats(rows, cols));
-        m_gpu->newton_schulz(g_x, rows, cols, step, g_work);
-        m_cpu->newton_schulz(x.data(), rows, cols, step, work.data());
-        expect_close(down(g_x, n), x, kF32Sum, "newton_schulz " + std::to_string(rows) + " x " + std::to_string(cols));
+    // bf16 operands (train.muon_ns_dtype): one iteration, where both sides round the same
+    // operands (later ones part where an fp32 sum lies at a bf16 tie: test_muon.cpp).
+    for (const bool bf16 : {false, true}) {
+        zt::MuonStep ns = step;
+        ns.ns_bf16 = bf16;
+        if (bf16) ns.ns_steps = 1;
+        for (const auto& [rows, cols] : {std::pair<int, int>{40, 72}, {72, 40}}) {
+            auto x = update;
+            float* g_x = up(x);
+            float* g_work = zeros(zt::newton_schulz_work_floats(rows, cols));
+            std::vector<float> work(zt::newton_schulz_work_floats(rows, cols));
+            m_gpu->newton_schulz(g_x, rows, cols, ns, g_work);
+            m_cpu->newton_schulz(x.data(), rows, cols, ns, work.data());
+            expect_close(down(g_x, n), x, kF32Sum,
+                         std::string("newton_schulz ") + (bf16 ? "bf16 " : "") + std::to_string(rows) + " x " +
+                             std::to_string(cols));
+        }
     }
     auto p = rand(n);
     float* g_p = up(p);

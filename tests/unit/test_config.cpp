@@ -324,7 +324,7 @@ TEST(ConfigActions, HelpListsEveryKey) {
         EXPECT_NE(h.find("--" + key + "="), std::string::npos) << key;
         ++keys;
     }
-    EXPECT_EQ(keys, 107);  // 106 section keys + backend ([cluster] only where not the default)
+    EXPECT_EQ(keys, 108);  // 107 section keys + backend ([cluster] only where not the default)
     EXPECT_NE(h.find("(default: 4)"), std::string::npos);
     // train.eval_every = 0 still evaluates once, at the end of the run (the trainer does).
     const size_t ev = h.find("--train.eval_every=");

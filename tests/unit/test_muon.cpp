@@ -21,6 +21,7 @@
 #include "ztrain/ckpt/export.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config/config.hpp"
+#include "ztrain/core/dtype.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
@@ -30,7 +31,11 @@
 namespace zt {
 namespace {
 
-/// The same iteration in double, written out (rows <= cols after a transpose).
+double bf16_value(double v) { return bf16_to_f32(f32_to_bf16(static_cast<float>(v))); }
+
+/// The same iteration in double, written out (rows <= cols after a transpose); under
+/// s.ns_bf16 the products' operands rounded to bf16 where ztrain rounds them (X's operand
+/// copy, A, and B = b A + c A A), X itself kept unrounded.
 std::vector<double> newton_schulz_reference(const std::vector<float>& g, int rows, int cols, const MuonStep& s) {
     const bool tall = rows > cols;
     const int r = tall ? cols : rows;
@@ -47,19 +52,28 @@ std::vector<double> newton_schulz_reference(const std::vector<float>& g, int row
     for (double& v : x) v /= std::max(std::sqrt(ss), static_cast<double>(s.eps));
     for (int it = 0; it < s.ns_steps; ++it) {
         std::vector<double> A(static_cast<size_t>(r) * r, 0.0), Bm(A.size(), 0.0), y(x.size(), 0.0);
+        std::vector<double> xo = x;  // the products' copy of X
+        auto operand = [&](std::vector<double>& m) {
+            if (s.ns_bf16) {
+                for (double& v : m) v = bf16_value(v);
+            }
+        };
+        operand(xo);
         for (int i = 0; i < r; ++i)
             for (int j = 0; j < r; ++j)
-                for (int k = 0; k < c; ++k) A[i * r + j] += x[i * c + k] * x[j * c + k];
+                for (int k = 0; k < c; ++k) A[i * r + j] += xo[i * c + k] * xo[j * c + k];
+        operand(A);
         for (int i = 0; i < r; ++i)
             for (int j = 0; j < r; ++j) {
                 double aa = 0;
                 for (int k = 0; k < r; ++k) aa += A[i * r + k] * A[k * r + j];
                 Bm[i * r + j] = s.b * A[i * r + j] + s.c * aa;
             }
+        operand(Bm);
         for (int i = 0; i < r; ++i)
             for (int j = 0; j < c; ++j) {
                 double bx = 0;
-                for (int k = 0; k < r; ++k) bx += Bm[i * r + k] * x[k * c + j];
+                for (int k = 0; k < r; ++k) bx += Bm[i * r + k] * xo[k * c + j];
                 y[i * c + j] = s.a * x[i * c + j] + bx;
             }
         x = y;
@@ -71,17 +85,23 @@ std::vector<double> newton_schulz_reference(const std::vector<float>& g, int row
     return out;
 }
 
+/// A full-rank (rows, cols) gradient: uniform noise (a smooth or periodic function of the
+/// index gives low rank).
+std::vector<float> noise_matrix(int rows, int cols) {
+    std::vector<float> g(static_cast<size_t>(rows) * cols);
+    std::mt19937 rng(static_cast<unsigned>(rows * 131 + cols));
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    for (float& v : g) v = uniform(rng);
+    return g;
+}
+
 TEST(NewtonSchulz, MatchesTheIterationInDoubleForWideAndTallMatrices) {
     const MuonStep s;
     // The larger ones split their Gram matrices into bands over 2 and 3 threads.
     for (const auto& [rows, cols, threads] : {std::tuple<int, int, int>{24, 40, 1}, {40, 24, 1}, {33, 33, 1}, {1, 17, 1},
                                               {96, 200, 2}, {200, 96, 3}, {130, 130, 3}}) {
         auto be = make_cpu_backend(threads);
-        std::vector<float> g(static_cast<size_t>(rows) * cols);
-        // Full rank: uniform noise (a smooth or periodic function of the index gives low rank).
-        std::mt19937 rng(static_cast<unsigned>(rows * 131 + cols));
-        std::uniform_real_distribution<float> uniform(-1.f, 1.f);
-        for (float& v : g) v = uniform(rng);
+        const std::vector<float> g = noise_matrix(rows, cols);
         const std::vector<double> want = newton_schulz_reference(g, rows, cols, s);
         std::vector<float> x = g;
         std::vector<float> work(newton_schulz_work_floats(rows, cols));
@@ -95,6 +115,70 @@ TEST(NewtonSchulz, MatchesTheIterationInDoubleForWideAndTallMatrices) {
         // 1 / min(rows, cols) after the normalization).
         double ss = 0;
         for (float v : x) ss += static_cast<double>(v) * v;
+        const double mean_square = ss / std::min(rows, cols);
+        EXPECT_GT(mean_square, 0.4) << rows << " x " << cols;
+        EXPECT_LT(mean_square, 1.6) << rows << " x " << cols;
+    }
+}
+
+// train.muon_ns_dtype = bf16: oneDNN's bf16 products where the CPU has them, else OpenBLAS on
+// the rounded operands (ctest's unit.muon_bf16_openblas runs these under ZT_CPU_BF16=off).
+// One iteration against the rounded iteration in double: both accumulate the same operands,
+// so they agree to fp32's accumulation (a few 1e-8 here), where leaving out any one rounding
+// (of X's copy, A or B) moves the result by 2e-6 or more, and bf16 operands move it from
+// fp32's by 6e-6 or more (checked, so the rounding cannot silently be skipped). Over more
+// iterations the two drift apart: where an accumulated value lies within fp32's error of a
+// bf16 tie the two round it apart by a bf16 step, and the quintic's slope at 0 (3.4) then
+// grows what that step put into the small singular values at every iteration.
+/// The backend's iteration with bf16 operands on noise_matrix(rows, cols), and the double
+/// reference's with and without the rounding.
+struct Bf16Iteration {
+    std::vector<float> x;
+    std::vector<double> rounded;
+    std::vector<double> in_fp32;
+};
+Bf16Iteration bf16_iteration(int rows, int cols, int threads, int steps) {
+    MuonStep s;
+    s.ns_bf16 = true;
+    s.ns_steps = steps;
+    MuonStep fp32 = s;
+    fp32.ns_bf16 = false;
+    auto be = make_cpu_backend(threads);
+    Bf16Iteration out;
+    out.x = noise_matrix(rows, cols);
+    out.rounded = newton_schulz_reference(out.x, rows, cols, s);
+    out.in_fp32 = newton_schulz_reference(out.x, rows, cols, fp32);
+    std::vector<float> work(newton_schulz_work_floats(rows, cols));
+    be->newton_schulz(out.x.data(), rows, cols, s, work.data());
+    return out;
+}
+
+TEST(NewtonSchulz, Bf16OperandsMatchTheRoundedIterationInDouble) {
+    for (const auto& [rows, cols, threads] : {std::tuple<int, int, int>{24, 40, 1}, {40, 24, 1}, {96, 200, 2},
+                                              {200, 96, 2}, {130, 130, 2}}) {
+        const Bf16Iteration it = bf16_iteration(rows, cols, threads, 1);
+        double worst = 0, rounding = 0;
+        for (size_t i = 0; i < it.x.size(); ++i) {
+            worst = std::max(worst, std::fabs(it.x[i] - it.rounded[i]));
+            rounding = std::max(rounding, std::fabs(it.rounded[i] - it.in_fp32[i]));
+        }
+        EXPECT_LT(worst, 5e-7) << rows << " x " << cols << " on " << threads
+                               << " threads: largest difference from the rounded iteration in double";
+        EXPECT_GT(rounding, 5e-6) << rows << " x " << cols << ": bf16 operands should move the result";
+    }
+}
+
+// Five iterations (the default): within bf16's reach of the fp32 iteration (at most 1e-2
+// here), the singular values in the quintic's band as in fp32.
+TEST(NewtonSchulz, Bf16OperandsStayNearTheFp32Iteration) {
+    for (const auto& [rows, cols] : {std::pair<int, int>{96, 200}, {200, 96}, {130, 130}}) {
+        const Bf16Iteration it = bf16_iteration(rows, cols, 2, MuonStep{}.ns_steps);
+        double worst = 0, ss = 0;
+        for (size_t i = 0; i < it.x.size(); ++i) {
+            worst = std::max(worst, std::fabs(it.x[i] - it.in_fp32[i]));
+            ss += static_cast<double>(it.x[i]) * it.x[i];
+        }
+        EXPECT_LT(worst, 3e-2) << rows << " x " << cols << ": largest difference from the fp32 iteration";
         const double mean_square = ss / std::min(rows, cols);
         EXPECT_GT(mean_square, 0.4) << rows << " x " << cols;
         EXPECT_LT(mean_square, 1.6) << rows << " x " << cols;

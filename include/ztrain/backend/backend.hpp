@@ -145,6 +145,9 @@ struct MuonStep {
     bool nesterov = true;
     float grad_scale = 1.f;  ///< the loss-scale and clipping multiplier, applied as the gradient is read
     int ns_steps = 5;
+    /// The products' operands rounded to bf16 (X, A = X X^T and B = b A + c A A), accumulated
+    /// in fp32 with X kept in fp32: torch.optim.Muon runs its iteration in bf16.
+    bool ns_bf16 = false;
     /// The quintic Newton-Schulz coefficients and the norm's floor (Keller Jordan's Muon).
     float a = 3.4445f;
     float b = -4.7750f;
@@ -465,7 +468,8 @@ class Backend {
     virtual void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step) = 0;
     /// x (rows, cols, row-major) replaced by its Newton-Schulz orthogonalization: x / max(|x|_F,
     /// eps), then ns_steps of X = a X + (b A + c A A) X with A = X X^T (the Gram on the short side:
-    /// X X^T when rows <= cols, else X^T X on the right), in fp32. work: newton_schulz_work_floats.
+    /// X X^T when rows <= cols, else X^T X on the right), accumulated in fp32, the operands fp32
+    /// or (step.ns_bf16) rounded to bf16. work: newton_schulz_work_floats.
     virtual void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work) = 0;
     /// param = param * (1 - decay) - rate * update over n elements; where `work` is set (a
     /// 16-bit working copy), the new values rounded into it.

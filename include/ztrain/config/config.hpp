@@ -224,6 +224,9 @@ struct TrainConfig {
     double muon_momentum = 0.95;
     bool muon_nesterov = true;
     int muon_ns_steps = 5;             ///< Newton-Schulz iterations
+    /// The Newton-Schulz products' operands: fp32, or bf16 (torch.optim.Muon's; accumulated in
+    /// fp32, the iterate kept in fp32).
+    DType muon_ns_dtype = DType::kF32;
     MuonLrAdjust muon_adjust_lr = MuonLrAdjust::kMatchRmsAdamW;
     double beta1 = 0.9;
     double beta2 = 0.95;

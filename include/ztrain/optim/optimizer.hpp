@@ -57,6 +57,7 @@ struct MuonSettings {
     float momentum = 0.95f;
     bool nesterov = true;
     int ns_steps = 5;
+    bool ns_bf16 = false;  ///< train.muon_ns_dtype = bf16
     MuonLrAdjust adjust = MuonLrAdjust::kMatchRmsAdamW;
 };
 /// The settings of cfg.optimizer = muon (the caller asks only then).

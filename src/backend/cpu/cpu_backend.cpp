@@ -261,7 +261,12 @@ class CpuBackend final : public Backend {
         cpu::muon_momentum(m, update, grad, n, step, m_threads);
     }
     void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work) override {
-        cpu::newton_schulz(x, rows, cols, step, work, m_threads);
+        cpu::Bf16Products* products = nullptr;
+        if (step.ns_bf16 && cpu_bf16_products().native) {
+            if (!m_bf16_products) m_bf16_products = std::make_unique<cpu::Bf16Products>(m_threads);
+            products = m_bf16_products.get();
+        }
+        cpu::newton_schulz(x, rows, cols, step, work, m_threads, products);
     }
     void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work) override {
         cpu::muon_apply(param, update, n, decay, rate, work, m_threads);

@@ -5,7 +5,9 @@
 // of the short side (k rows of a k x n X, or X^T X on the right of a tall one). A and B =
 // b A + c A A are symmetric, so the iteration takes syrk for A and A A (half a product each)
 // and symm for B X: 3 k^2 n + k^3 multiply-adds where three general products take
-// 4 k^2 n + 2 k^3 (torch.optim.Muon's), 1.3 to 1.5x fewer.
+// 4 k^2 n + 2 k^3 (torch.optim.Muon's), 1.3 to 1.5x fewer. With bf16 operands (MuonStep::
+// ns_bf16) a CPU with bf16 products takes oneDNN's general products, which run at about twice
+// the fp32 rate; the others take the same syrk and symm on operands rounded to bf16.
 #include "cpu_common.hpp"
 #include "ops.hpp"
 
@@ -92,6 +94,42 @@ void apply_kernel(float* __restrict param, const float* __restrict update, size_
     for (size_t i = 0; i < n; ++i) param[i] = param[i] * keep - rate * update[i];
 }
 
+/// x[0, n) rounded to bf16 values (round to nearest even), kept in fp32.
+void round_bf16(float* x, size_t n, int threads) {
+    parallel_chunks(n, threads, [&](size_t b, size_t e) { round_to(x + b, e - b, DType::kBF16); });
+}
+
+/// One iteration with bf16 operands through oneDNN's bf16 products (fp32 accumulation): the
+/// same operands as the OpenBLAS path's rounded ones, three general products instead of
+/// syrk and symm. Y holds X's bf16 copy as bf16 storage (half its floats).
+void bf16_iteration(float* x, int rows, int cols, const MuonStep& step, float* Y, float* A, float* B,
+                    Bf16Products& products, int threads) {
+    const size_t numel = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+    const bool left = rows <= cols;
+    const int k = left ? rows : cols;
+    const int n = left ? cols : rows;
+    const size_t gram = static_cast<size_t>(k) * k;
+    const ActPtr y16(Y, DType::kBF16);
+    parallel_chunks(numel, threads, [&](size_t b, size_t e) { narrow(x + b, y16, b, e - b); });
+    // A = Y Y^T (k rows of n), or Y^T Y (n rows of k).
+    products.gemm({!left, left, k, k, n, y16, cols, y16, cols, false, ActPtr(A), k, nullptr, {}});
+    round_bf16(A, gram, threads);
+    parallel_chunks(gram, threads, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) B[i] = step.b * A[i];
+    });
+    products.gemm({false, false, k, k, k, ConstActPtr(A), k, ConstActPtr(A), k, true, ActPtr(B), k, nullptr, {},
+                   step.c});  // B = b A + c A A
+    round_bf16(B, gram, threads);
+    parallel_chunks(numel, threads, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) x[i] *= step.a;
+    });
+    if (left) {
+        products.gemm({false, false, rows, cols, rows, ConstActPtr(B), k, y16, cols, true, ActPtr(x), cols, nullptr, {}});
+    } else {
+        products.gemm({false, false, rows, cols, cols, y16, cols, ConstActPtr(B), k, true, ActPtr(x), cols, nullptr, {}});
+    }
+}
+
 }  // namespace
 
 void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step, int threads) {
@@ -107,7 +145,8 @@ void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const Mu
     });
 }
 
-void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work, int threads) {
+void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work, int threads,
+                   Bf16Products* products) {
     const size_t numel = static_cast<size_t>(rows) * static_cast<size_t>(cols);
     const double ss = sum_squares(x, numel, threads);
     const float inv = 1.f / std::max(static_cast<float>(std::sqrt(ss)), step.eps);
@@ -117,21 +156,25 @@ void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* wo
     const bool left = rows <= cols;
     const int k = left ? rows : cols;
     const int n = left ? cols : rows;
-    const size_t gram_bytes = static_cast<size_t>(k) * k * sizeof(float);
-    float* X = x;
-    float* Y = work;
+    const size_t gram = static_cast<size_t>(k) * k;
+    float* Y = work;  // X's operand copy (bf16: rounded)
     float* A = work + numel;
-    float* B = A + static_cast<size_t>(k) * k;
+    float* B = A + gram;
     for (int it = 0; it < step.ns_steps; ++it) {
-        gram_lower(!left, k, n, 1.f, X, cols, 0.f, A, threads);  // A = X X^T, or X^T X
+        if (step.ns_bf16 && products != nullptr) {
+            bf16_iteration(x, rows, cols, step, Y, A, B, *products, threads);
+            continue;
+        }
+        std::memcpy(Y, x, numel * sizeof(float));
+        if (step.ns_bf16) round_bf16(Y, numel, threads);
+        gram_lower(!left, k, n, 1.f, Y, cols, 0.f, A, threads);  // A = Y Y^T, or Y^T Y
         mirror_lower(A, k, threads);  // syrk reads A A^T's operand whole
-        std::memcpy(B, A, gram_bytes);
+        if (step.ns_bf16) round_bf16(A, gram, threads);
+        std::memcpy(B, A, gram * sizeof(float));
         gram_lower(false, k, k, step.c, A, k, step.b, B, threads);  // B = b A + c A A
-        std::memcpy(Y, X, numel * sizeof(float));
-        symmetric_update(left, k, n, B, X, step.a, Y, threads);  // a X + B X, or a X + X B
-        std::swap(X, Y);
+        if (step.ns_bf16) round_bf16(B, gram, threads);  // symm reads its lower triangle
+        symmetric_update(left, k, n, B, Y, step.a, x, threads);  // X = a X + B Y, or a X + Y B
     }
-    if (X != x) std::memcpy(x, X, numel * sizeof(float));
 }
 
 void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work, int threads) {

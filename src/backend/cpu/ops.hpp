@@ -130,7 +130,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 
 // ---- muon.cpp (Backend::muon_momentum, newton_schulz, muon_apply) ----------------------
 void muon_momentum(float* m, float* update, ConstActPtr grad, size_t n, const MuonStep& step, int threads);
-void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work, int threads);
+/// step.ns_bf16: through `products` (oneDNN, bf16 CPUs), else OpenBLAS on bf16-rounded operands.
+void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* work, int threads,
+                   Bf16Products* products = nullptr);
 void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work, int threads);
 
 // ---- attention.cpp ---------------------------------------------------------------------

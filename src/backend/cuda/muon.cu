@@ -1,12 +1,11 @@
 // Muon's three passes on the GPU, the CPU twin's (backend/cpu/muon.cpp) arithmetic: the
-// momentum kernel, the Newton-Schulz iteration as fp32 cuBLAS products on the short side's
-// Gram matrix, and the decayed update with the 16-bit working copy rounded in the same kernel.
+// momentum kernel, the Newton-Schulz iteration as cuBLAS products on the short side's Gram
+// matrix (fp32, or bf16 operands on the tensor cores), and the decayed update with the 16-bit working copy rounded in the same kernel.
 #include "cuda_check.cuh"
 #include "ops.cuh"
 #include "typed.cuh"
 
 #include <cmath>
-#include <utility>
 
 namespace zt::cuda {
 namespace {
@@ -37,44 +36,54 @@ __global__ void apply_kernel(float* param, const float* update, size_t n, float 
 
 /// s.ns_steps iterations on x (rows, cols), already divided by its norm, with
 /// gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) (C = alpha op(A)
-/// op(B) + beta C, row-major) and copy(dst, src, floats). The Gram matrix is the short side's:
-/// X X^T (k = rows) with the update on the left, or X^T X (k = cols) on the right, the same as
-/// torch's transpose, iterate, transpose back. work: newton_schulz_work_floats(rows, cols).
-template <class Gemm, class Copy>
-void newton_schulz_iterations(float* x, int rows, int cols, const MuonStep& s, float* work, Gemm&& gemm, Copy&& copy) {
+/// op(B) + beta C, row-major), copy(dst, src, floats) and round(x, floats) (to bf16 values,
+/// under s.ns_bf16). The Gram matrix is the short side's: Y Y^T (k = rows) with the update on
+/// the left, or Y^T Y (k = cols) on the right, the same as torch's transpose, iterate,
+/// transpose back; Y is X's operand copy. work: newton_schulz_work_floats(rows, cols).
+template <class Gemm, class Copy, class Round>
+void newton_schulz_iterations(float* x, int rows, int cols, const MuonStep& s, float* work, Gemm&& gemm, Copy&& copy,
+                              Round&& round) {
     const size_t numel = static_cast<size_t>(rows) * static_cast<size_t>(cols);
     const bool left = rows <= cols;
     const int k = left ? rows : cols;
     const size_t gram = static_cast<size_t>(k) * static_cast<size_t>(k);
-    float* X = x;
     float* Y = work;
     float* A = work + numel;
     float* B = A + gram;
     for (int it = 0; it < s.ns_steps; ++it) {
+        copy(Y, x, numel);
+        if (s.ns_bf16) round(Y, numel);
         if (left) {
-            gemm(false, true, k, k, cols, 1.f, X, cols, X, cols, 0.f, A, k);
+            gemm(false, true, k, k, cols, 1.f, Y, cols, Y, cols, 0.f, A, k);
         } else {
-            gemm(true, false, k, k, rows, 1.f, X, cols, X, cols, 0.f, A, k);
+            gemm(true, false, k, k, rows, 1.f, Y, cols, Y, cols, 0.f, A, k);
         }
+        if (s.ns_bf16) round(A, gram);
         copy(B, A, gram);
         gemm(false, false, k, k, k, s.c, A, k, A, k, s.b, B, k);  // B = b A + c A A
-        copy(Y, X, numel);
+        if (s.ns_bf16) round(B, gram);
         if (left) {
-            gemm(false, false, rows, cols, rows, 1.f, B, k, X, cols, s.a, Y, cols);  // a X + B X
+            gemm(false, false, rows, cols, rows, 1.f, B, k, Y, cols, s.a, x, cols);  // X = a X + B Y
         } else {
-            gemm(false, false, rows, cols, cols, 1.f, X, cols, B, k, s.a, Y, cols);  // a X + X B
+            gemm(false, false, rows, cols, cols, 1.f, Y, cols, B, k, s.a, x, cols);  // X = a X + Y B
         }
-        std::swap(X, Y);
     }
-    if (X != x) copy(x, X, numel);
 }
 
 /// Row-major C (M, N) = alpha op(A) op(B) + beta C through column-major cuBLAS, as
 /// C^T = op(B)^T op(A)^T.
-void row_major_sgemm(cublasHandle_t h, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                     const float* B, int ldb, float beta, float* C, int ldc) {
-    ZT_CUBLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-                                B, ldb, A, lda, &beta, C, ldc));
+/// bf16: fp32 operands holding bf16 values on the bf16 tensor cores (their down-conversion
+/// exact), accumulated in fp32.
+void row_major_sgemm(cublasHandle_t h, bool bf16, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
+                     int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!bf16) {
+        ZT_CUBLAS_CHECK(cublasSgemm(h, opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+        return;
+    }
+    ZT_CUBLAS_CHECK(cublasGemmEx(h, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
+                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
@@ -99,11 +108,12 @@ void newton_schulz(const Blas& blas, float* x, int rows, int cols, const MuonSte
         x, rows, cols, step, work,
         [&](bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) {
-            row_major_sgemm(blas.classic, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            row_major_sgemm(blas.classic, step.ns_bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         },
         [&](float* dst, const float* src, size_t n) {
             ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-        });
+        },
+        [&](float* p, size_t n) { round_to(p, n, DType::kBF16, stream); });
 }
 
 void muon_apply(float* param, const float* update, size_t n, float decay, float rate, ActPtr work,
