@@ -99,9 +99,27 @@ void round_bf16(float* x, size_t n, int threads) {
     parallel_chunks(n, threads, [&](size_t b, size_t e) { round_to(x + b, e - b, DType::kBF16); });
 }
 
+/// C (k, k) [+]= alpha op(X) op(X)^T through bf16 products, op(X) the k x n X (trans false)
+/// or the transpose of the n x k X, ldx its row length, C's lower triangle and diagonal
+/// blocks set (the rest left): oneDNN has no syrk, so each band of about 128 rows is one
+/// product with the rows up to the band's end, about 0.6 of the whole product's work.
+void gram_lower_bf16(bool trans, int k, int n, float alpha, ConstActPtr X, int ldx, bool accumulate, float* C,
+                     Bf16Products& products) {
+    const int parts = std::max(1, (k + 64) / 128);
+    for (int b = 0; b < parts; ++b) {
+        const int r0 = b == 0 ? 0 : k * b / parts / 16 * 16;
+        const int r1 = b + 1 == parts ? k : k * (b + 1) / parts / 16 * 16;
+        if (r1 <= r0) continue;
+        const ConstActPtr band = X.offset(trans ? static_cast<size_t>(r0) : static_cast<size_t>(r0) * ldx);
+        products.gemm({trans, !trans, r1 - r0, r1, n, band, ldx, X, ldx, accumulate,
+                       ActPtr(C + static_cast<size_t>(r0) * k), k, nullptr, {}, alpha});
+    }
+}
+
 /// One iteration with bf16 operands through oneDNN's bf16 products (fp32 accumulation): the
-/// same operands as the OpenBLAS path's rounded ones, three general products instead of
-/// syrk and symm. Y holds X's bf16 copy as bf16 storage (half its floats).
+/// same operands as the OpenBLAS path's rounded ones, the Gram matrices by bands
+/// (gram_lower_bf16) and a general product for B Y. Y holds X's bf16 copy as bf16 storage
+/// (half its floats).
 void bf16_iteration(float* x, int rows, int cols, const MuonStep& step, float* Y, float* A, float* B,
                     Bf16Products& products, int threads) {
     const size_t numel = static_cast<size_t>(rows) * static_cast<size_t>(cols);
@@ -111,14 +129,14 @@ void bf16_iteration(float* x, int rows, int cols, const MuonStep& step, float* Y
     const size_t gram = static_cast<size_t>(k) * k;
     const ActPtr y16(Y, DType::kBF16);
     parallel_chunks(numel, threads, [&](size_t b, size_t e) { narrow(x + b, y16, b, e - b); });
-    // A = Y Y^T (k rows of n), or Y^T Y (n rows of k).
-    products.gemm({!left, left, k, k, n, y16, cols, y16, cols, false, ActPtr(A), k, nullptr, {}});
+    gram_lower_bf16(!left, k, n, 1.f, y16, cols, false, A, products);  // A = Y Y^T, or Y^T Y
+    mirror_lower(A, k, threads);
     round_bf16(A, gram, threads);
     parallel_chunks(gram, threads, [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i) B[i] = step.b * A[i];
     });
-    products.gemm({false, false, k, k, k, ConstActPtr(A), k, ConstActPtr(A), k, true, ActPtr(B), k, nullptr, {},
-                   step.c});  // B = b A + c A A
+    gram_lower_bf16(false, k, k, step.c, ConstActPtr(A), k, true, B, products);  // B = b A + c A A (A A^T)
+    mirror_lower(B, k, threads);
     round_bf16(B, gram, threads);
     parallel_chunks(numel, threads, [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i) x[i] *= step.a;
