@@ -30,6 +30,7 @@ started="$(date -u '+%F %T') UTC"
 curve() { # name lr lr_min extra-flags...
   local name=$1 lr=$2 lr_min=$3
   shift 3
+  rm -rf "${W:?}/$name"  # a run of an earlier invocation: ztrain refuses to mix with it
   $B/ztrain --config inputs/tiny.ini --data.train="$D/train_*.bin" --data.val="$D/val_*.bin" \
     --model.n_layer=4 --model.n_head=4 --model.n_embd=128 --model.seq_len=128 --train.micro_batch=16 \
     --train.max_steps="$CURVE_STEPS" --train.warmup_steps=20 --train.lr=$lr --train.lr_min=$lr_min \
