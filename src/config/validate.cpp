@@ -297,16 +297,9 @@ void check_lora_keys(const Validator& v, const Config& cfg) {
                                "fp16 activations is not implemented)");
 }
 
-/// What Muon does not compose with yet: it orthogonalizes each whole matrix, which a tensor
-/// rank holds a slice of; and LoRA's adapters (PEFT trains them with AdamW).
+/// What Muon does not compose with: LoRA's adapters (PEFT trains them with AdamW).
 void check_optimizer_composition(const Validator& v, const Config& cfg) {
     if (cfg.train.optimizer != OptimizerKind::kMuon) return;
-    if (cfg.parallel.tensor > 1) {
-        throw InputError(str(v.origin({"train.optimizer", "parallel.tensor"}),
-                             "train.optimizer = muon with parallel.tensor = ", cfg.parallel.tensor,
-                             ": Muon orthogonalizes whole matrices, which tensor parallelism splits (not "
-                             "implemented): use parallel.tensor = 1 (ZeRO and pipelines compose with Muon)"));
-    }
     if (cfg.model.lora.on()) {
         throw InputError(str(v.origin({"train.optimizer", "lora.rank"}), "train.optimizer = muon with lora.rank = ",
                              cfg.model.lora.rank, ": LoRA's adapters train with AdamW (as PEFT's do): use "

@@ -79,7 +79,7 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
       m_f32_tmp(alloc_conversion_buffer(backend, m_plan, options.work, &m_allocated.scratch)),
       m_params(context(), &m_allocated.params),
       m_grads(context(), options.bucket_numel, &m_allocated.grads),
-      m_optim(context(), m_params, &m_allocated.master, &m_allocated.optimizer, options.muon) {
+      m_optim(context(), m_params, &m_allocated.master, &m_allocated.optimizer, options.muon, m_tensor) {
     // What the backend trains in is its answer (the trainer refuses other configs earlier).
     const BackendCapabilities caps = backend.capabilities();
     ZT_REQUIRE(caps.supports(options.work) && caps.supports(options.reduce), "backend ", backend.name(),
@@ -88,7 +88,6 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
     ZT_REQUIRE(m_plan.ownership_partitioned() || comms.replica.size() == 1, "ZeRO stage 0 replicates over one group of all ranks; got ",
                comms.replica.size(), " replica groups");
     ZT_REQUIRE(options.overlap_depth >= 1, "overlap depth ", options.overlap_depth);
-    ZT_REQUIRE(!options.muon || m_tensor == nullptr, "Muon under tensor parallelism (it orthogonalizes whole matrices)");
     ZT_REQUIRE(m_trained == m_work || m_trained == DType::kF32, "trained elements in ", dtype_name(m_trained),
                " beside a ", dtype_name(m_work), " working copy: only fp32 may differ");
     ZT_REQUIRE(m_grads_dtype == m_trained || m_grads_dtype == DType::kF32, "gradients in ", dtype_name(m_grads_dtype),

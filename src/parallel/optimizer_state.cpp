@@ -11,26 +11,70 @@ namespace zt {
 
 namespace {
 
-/// The floats of Muon's two buffers: the largest matrix's update plus its Newton-Schulz
-/// work, and (sharded state) the largest unit holding matrices, padded.
-std::pair<size_t, size_t> muon_floats(const ModelLayout& layout, const ShardPlan& plan) {
-    size_t matrix = 0;
-    size_t unit = 0;
-    for (int u = 0; u < layout.num_units(); ++u) {
-        const std::vector<MuonMatrix> mats = muon_matrices(layout, u);
-        for (const MuonMatrix& m : mats) {
-            matrix = std::max(matrix, m.end() - m.begin + newton_schulz_work_floats(m.rows, m.cols));
-        }
-        if (!mats.empty() && plan.ownership_partitioned()) unit = std::max(unit, plan.shard(u).padded_numel);
+/// The tensor `layout` holds at `offset` of `unit`.
+const ParamSpec& spec_at(const ModelLayout& layout, int unit, size_t offset) {
+    for (const ParamSpec& p : layout.params) {
+        if (p.unit == unit && p.offset == offset) return p;
     }
-    return {matrix, unit};
+    throw Error(str("no tensor at element ", offset, " of unit ", unit));
 }
 
 }  // namespace
 
+std::vector<std::vector<OptimizerState::TensorMatrix>> OptimizerState::tensor_matrices(const ModelLayout& layout) {
+    std::vector<std::vector<TensorMatrix>> out(static_cast<size_t>(layout.num_units()));
+    const int T = layout.split.size;
+    std::vector<ModelLayout> parts;  // every tensor rank's layout, and the unsplit one
+    for (int q = 0; T > 1 && q <= T; ++q) {
+        parts.push_back(q < T ? make_model_layout(layout.model, TensorSplit{T, q}) : make_model_layout(layout.model));
+    }
+    for (int u = 0; u < layout.num_units(); ++u) {
+        for (const MuonMatrix& mat : muon_matrices(layout, u)) {
+            TensorMatrix tm;
+            tm.rows = mat.rows;
+            tm.cols = mat.cols;
+            const ParamSpec& p = spec_at(layout, u, mat.begin);
+            if (T > 1 && p.slice.split()) {
+                tm.rows = static_cast<int>(p.slice.global_shape[0]);
+                tm.cols = static_cast<int>(p.slice.global_shape[1]);
+                const ModelLayout& whole = parts.back();
+                const size_t whole_begin = whole.find(p.name).offset;
+                for (int q = 0; q < T; ++q) {
+                    const ParamSpec& pq = parts[static_cast<size_t>(q)].find(p.name);
+                    std::vector<SliceRun> runs = runs_within(slice_runs(parts[static_cast<size_t>(q)], whole, u),
+                                                             pq.offset, pq.offset + pq.numel, /*local_side=*/true);
+                    for (SliceRun& r : runs) {
+                        r.local -= pq.offset;
+                        r.whole -= whole_begin;
+                    }
+                    tm.runs.push_back(std::move(runs));
+                }
+            }
+            out[static_cast<size_t>(u)].push_back(std::move(tm));
+        }
+    }
+    return out;
+}
+
+OptimizerState::MuonFloats OptimizerState::muon_floats(const ModelLayout& layout, const ShardPlan& plan) {
+    MuonFloats f;
+    const std::vector<std::vector<TensorMatrix>> tensor = tensor_matrices(layout);
+    for (int u = 0; u < layout.num_units(); ++u) {
+        const std::vector<MuonMatrix> mats = muon_matrices(layout, u);
+        for (size_t i = 0; i < mats.size(); ++i) {
+            const TensorMatrix& tm = tensor[static_cast<size_t>(u)][i];
+            const size_t whole = static_cast<size_t>(tm.rows) * static_cast<size_t>(tm.cols);
+            f.matrix = std::max(f.matrix, whole + newton_schulz_work_floats(tm.rows, tm.cols));
+            if (!tm.runs.empty()) f.slices = std::max(f.slices, tm.runs.size() * (mats[i].end() - mats[i].begin));
+        }
+        if (!mats.empty() && plan.ownership_partitioned()) f.unit = std::max(f.unit, plan.shard(u).padded_numel);
+    }
+    return f;
+}
+
 size_t OptimizerState::muon_bytes(const ModelLayout& layout, const ShardPlan& plan) {
-    const auto [matrix, unit] = muon_floats(layout, plan);
-    return (matrix + unit) * sizeof(float);
+    const MuonFloats f = muon_floats(layout, plan);
+    return (f.matrix + f.slices + f.unit) * sizeof(float);
 }
 
 std::vector<OptimizerState::SecondMomentRun> OptimizerState::second_moment_runs(const ModelLayout& layout,
@@ -64,8 +108,8 @@ size_t OptimizerState::second_moment_floats(const ModelLayout& layout, const Sha
 }
 
 OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes,
-                               size_t* optimizer_bytes, const std::optional<MuonSettings>& muon)
-    : m_ctx(ctx), m_params(params), m_muon(muon) {
+                               size_t* optimizer_bytes, const std::optional<MuonSettings>& muon, Communicator* tensor)
+    : m_ctx(ctx), m_params(params), m_muon(muon), m_tensor(tensor) {
     auto alloc_f32 = [&](size_t n, size_t* kind) {
         *kind += n * sizeof(float);
         return static_cast<float*>(ctx.backend.alloc_bytes(n * sizeof(float)));
@@ -82,9 +126,14 @@ OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, 
         m_adamw_segments.push_back(without_matrices(m_segments.back(), m_matrices.back()));
     }
     if (m_muon) {
-        const auto [matrix, unit] = muon_floats(ctx.layout, ctx.plan);
-        if (matrix > 0) m_muon_matrix = alloc_f32(matrix, optimizer_bytes);
-        if (unit > 0) m_muon_unit = alloc_f32(unit, optimizer_bytes);
+        ZT_REQUIRE((m_tensor != nullptr ? m_tensor->size() : 1) == ctx.layout.split.size, "Muon: a tensor group of ",
+                   m_tensor != nullptr ? m_tensor->size() : 1, " ranks for a layout split ", ctx.layout.split.size,
+                   " ways");
+        m_tensor_matrices = tensor_matrices(ctx.layout);
+        const MuonFloats f = muon_floats(ctx.layout, ctx.plan);
+        if (f.matrix > 0) m_muon_matrix = alloc_f32(f.matrix, optimizer_bytes);
+        if (f.slices > 0) m_muon_slices = alloc_f32(f.slices, optimizer_bytes);
+        if (f.unit > 0) m_muon_unit = alloc_f32(f.unit, optimizer_bytes);
     }
 }
 
@@ -93,6 +142,7 @@ OptimizerState::~OptimizerState() {
     for (float* p : m_m) m_ctx.backend.free(p);
     for (float* p : m_v) m_ctx.backend.free(p);
     if (m_muon_matrix != nullptr) m_ctx.backend.free(m_muon_matrix);
+    if (m_muon_slices != nullptr) m_ctx.backend.free(m_muon_slices);
     if (m_muon_unit != nullptr) m_ctx.backend.free(m_muon_unit);
 }
 
@@ -158,22 +208,48 @@ void OptimizerState::muon_unit(int unit, const MuonStep& ms, double rate, float 
         }
         m_ctx.comm.all_gather(nullptr, m_muon_unit, s.shard_numel);
     }
-    for (const MuonMatrix& mat : mats) {
+    for (size_t i = 0; i < mats.size(); ++i) {
+        const MuonMatrix& mat = mats[i];
         const size_t lo = std::max(mat.begin, b);
         const size_t hi = std::min(mat.end(), e);
-        if (hi <= lo) continue;  // another rank's: it orthogonalizes the matrix too
+        // Another rank's: it orthogonalizes the matrix too. The ranks of a tensor group own
+        // the same ranges of their (equal) units, so they skip the same matrices.
+        if (hi <= lo) continue;
         const size_t n = mat.end() - mat.begin;
-        float* x = m_muon_matrix;
+        const bool split = !m_tensor_matrices[static_cast<size_t>(unit)][i].runs.empty();
+        float* x = split ? m_muon_slices + static_cast<size_t>(m_tensor->rank()) * n : m_muon_matrix;
         if (gathered) {
             be.copy(x, m_muon_unit + mat.begin, n);
         } else {
             be.muon_momentum(m + mat.begin, x, g.offset(mat.begin - b), n, ms);
         }
-        be.newton_schulz(x, mat.rows, mat.cols, ms, x + n);
-        const double r = muon_matrix_rate(rate, m_muon->adjust, mat.rows, mat.cols);
+        const auto [rows, cols] = orthogonalize(unit, i, x, ms);
+        const double r = muon_matrix_rate(rate, m_muon->adjust, rows, cols);
         be.muon_apply(master_base(unit) + lo, x + (lo - mat.begin), hi - lo, mat.decay ? decay : 0.f,
                       static_cast<float>(r), w.data != nullptr ? w.offset(lo - b) : ActPtr{});
     }
+}
+
+std::pair<int, int> OptimizerState::orthogonalize(int unit, size_t index, float* x, const MuonStep& ms) {
+    Backend& be = m_ctx.backend;
+    const MuonMatrix& mat = m_matrices[static_cast<size_t>(unit)][index];
+    const TensorMatrix& tm = m_tensor_matrices[static_cast<size_t>(unit)][index];
+    const size_t n = mat.end() - mat.begin;
+    if (tm.runs.empty()) {
+        be.newton_schulz(x, mat.rows, mat.cols, ms, x + n);
+        return {mat.rows, mat.cols};
+    }
+    // Each rank's slice into its slot, then each slot's runs into the whole matrix (ranks
+    // sharing a slice, as Llama's KV heads, write the same values).
+    m_tensor->all_gather(nullptr, m_muon_slices, n);
+    float* whole = m_muon_matrix;
+    for (size_t q = 0; q < tm.runs.size(); ++q) {
+        for (const SliceRun& r : tm.runs[q]) be.copy(whole + r.whole, m_muon_slices + q * n + r.local, r.length);
+    }
+    const size_t whole_numel = static_cast<size_t>(tm.rows) * static_cast<size_t>(tm.cols);
+    be.newton_schulz(whole, tm.rows, tm.cols, ms, whole + whole_numel);
+    for (const SliceRun& r : tm.runs[static_cast<size_t>(m_tensor->rank())]) be.copy(x + r.local, whole + r.whole, r.length);
+    return {tm.rows, tm.cols};
 }
 
 void OptimizerState::adamw_update(const AdamWStep& step, GradientReducer& grads) {

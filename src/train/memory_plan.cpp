@@ -284,6 +284,7 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     plan.items.push_back({"optimizer", static_cast<double>(sb.optimizer),
                           muon ? f.optimizer.formula + ", less Muon's matrices' v (momentum alone), + its largest matrix and "
                                                        "Newton-Schulz work" +
+                                     (plan.tensor > 1 ? " (whole), a split matrix's gathered slices" : "") +
                                      (zero_stage > 0 ? ", and a whole unit's gathered update" : "")
                                : f.optimizer.formula});
     plan.items.push_back({"scratch", static_cast<double>(sb.scratch),

@@ -524,7 +524,8 @@ void add_optimizer(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, 
 }
 
 /// train.optimizer = muon: each rank orthogonalizes the blocks' matrices that meet its owned
-/// elements (all of its stage's under DDP, about 1/shard of them under ZeRO: ns_steps of
+/// elements (all of its stage's under DDP, about 1/shard of them under ZeRO, the whole
+/// matrices on every rank of a tensor group: ns_steps of
 /// 4 k^2 n + 2 k^3 flops for a k x n matrix, k <= n, at train.muon_ns_dtype's rate), after
 /// gathering each block's update
 /// over the shard group in fp32.
@@ -547,11 +548,20 @@ void add_muon(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, TimeP
     add_phase(plan, "muon", ns, ns,
               str("Newton-Schulz on ", share, " block(s) of matrices (", cfg.train.muon_ns_steps, " steps, ",
                   dtype_name(operands), ")"));
+    if (mesh.tensor > 1) {
+        // Every rank of a tensor group orthogonalizes the whole matrices from the slices.
+        const Link link = group_link(c, place_group(mesh.tensor, 1, mesh.ranks_per_node), mesh.active_on_node);
+        const double gather =
+            share * collective_time(PlannedCollective::kAllGather, block.unit_numel[1] * 4.0, mesh.tensor, link).seconds;
+        add_phase(plan, "muon tensor all-gather", gather, gather,
+                  str("each matrix's fp32 update from its ", mesh.tensor, " slices, before its orthogonalization"));
+    }
     if (!sharded) return;
     const GroupPlacement place = place_group(mesh.shard, mesh.tensor, mesh.ranks_per_node);
     const Link link = group_link(c, place, mesh.active_on_node);
-    const double gather =
-        blocks * collective_time(PlannedCollective::kAllGather, block.unit_numel[1] * 4.0, mesh.shard, link).seconds;
+    const double gather = blocks *
+                          collective_time(PlannedCollective::kAllGather, block.unit_numel[1] * 4.0 / mesh.tensor,
+                                          mesh.shard, link).seconds;
     add_phase(plan, "muon all-gather", gather, gather,
               str("each block's fp32 update over the ", mesh.shard, "-rank shard group, before its orthogonalization"));
 }

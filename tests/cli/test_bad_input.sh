@@ -278,8 +278,6 @@ t enum.muon_ns_dtype    "${CL}train.muon_ns_dtype = 'fp16': expected fp32 | bf16
   "${Z[@]}" --train.optimizer=muon --train.muon_ns_dtype=fp16
 t enum.muon_adjust_lr   "${CL}train.muon_adjust_lr = 'spectral': expected one of match_rms_adamw \| original" \
   "${Z[@]}" --train.optimizer=muon --train.muon_adjust_lr=spectral
-t muon.tensor           "${CL}train.optimizer = muon with parallel.tensor = 2: Muon orthogonalizes whole matrices" \
-  "${Z[@]}" --train.optimizer=muon --parallel.tensor=2
 t muon.lora             "${CL}train.optimizer = muon with lora.rank = 4: LoRA's adapters train with AdamW" \
   "${Z[@]}" --train.optimizer=muon --lora.rank=4
 t range.loss_scale      "${CL}precision.loss_scale = '-3': expected dynamic, or a number > 0" \

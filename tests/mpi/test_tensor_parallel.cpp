@@ -52,7 +52,15 @@ struct TensorCase {
     int lora = 0;    // > 0: LoRA of this rank on every product (the base frozen)
     double lora_dropout = 0.0;
     bool attention_recompute = false;  // train.recompute = attention (over `recompute`)
+    bool muon = false;  // train.optimizer = muon: each split matrix orthogonalized whole
 };
+
+TensorCase muon_case(int tensor, int stage, bool llama, int kv_heads = 0) {
+    TensorCase c{tensor, stage, llama};
+    c.kv_heads = kv_heads;
+    c.muon = true;
+    return c;
+}
 
 std::string case_name(const TensorCase& c) {
     return std::string(c.window > 0 ? "mistral_window" + std::to_string(c.window) : c.llama ? "llama" : "gpt2") +
@@ -61,7 +69,7 @@ std::string case_name(const TensorCase& c) {
            (c.recompute ? "_recompute" : "") + (c.kv_heads > 0 ? "_kv" + std::to_string(c.kv_heads) : "") +
            (c.sequence ? "_sequence" : "") + (c.qwen > 0 ? "_qwen" + std::to_string(c.qwen) : "") +
            (c.lora > 0 ? "_lora" : "") + (c.lora_dropout > 0 ? "_dropout" : "") +
-           (c.attention_recompute ? "_recompute_attention" : "");
+           (c.attention_recompute ? "_recompute_attention" : "") + (c.muon ? "_muon" : "");
 }
 
 /// The tiny model with heads enough for T: GPT-2 4 heads of 6; Llama 2T query heads of 4
@@ -87,6 +95,7 @@ Config tensor_config(const TensorCase& c, const std::string& train, const std::s
                           : c.recompute         ? ActivationRecompute::kBlocks
                                                 : ActivationRecompute::kNone;
     cfg.parallel.sequence = c.sequence;
+    if (c.muon) cfg.train.optimizer = OptimizerKind::kMuon;
     if (c.lora > 0) {
         // Adapters on column- (B cut by rows) and row-parallel products (A cut by columns).
         cfg.model.lora.rank = c.lora;
@@ -234,7 +243,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallel,
                                            TensorCase{4, 1, false, 0, false, 0, true, 0, 0, 0, 0.0, true},
                                            // With LoRA's adapters on q|k|v (and dropout): the
                                            // rebuild reads the adapted q, k, v it kept.
-                                           TensorCase{2, 2, true, 0, false, 0, true, 0, 0, 4, 0.2, true}),
+                                           TensorCase{2, 2, true, 0, false, 0, true, 0, 0, 4, 0.2, true},
+                                           // Muon: the slices gathered, the whole matrices
+                                           // orthogonalized (k and v on shared KV heads too).
+                                           muon_case(2, 0, false), muon_case(2, 3, true), muon_case(4, 1, true, 2),
+                                           muon_case(4, 2, false)),
                          [](const auto& info) { return case_name(info.param); });
 
 // bf16 and fp16: the tensor group's sums run in the activation dtype (each rank's partial

@@ -229,6 +229,18 @@ TEST(TimePlan, MuonOrthogonalizesItsShareOfTheMatrices) {
     const double shared = zt::product_seconds(flops, zt::rank_peak_flops(cluster, zt::DType::kF32, 2), cluster);
     EXPECT_NEAR(phase_exposed(z1, "muon"), 1e3 * c.model.n_layer / 2.0 * shared, 1e-9);
     EXPECT_GT(phase_exposed(z1, "muon all-gather"), 0);
+    EXPECT_EQ(phase_exposed(z1, "muon tensor all-gather"), -1);
+    // Tensor parallelism: both ranks orthogonalize every whole matrix, from gathered slices;
+    // bf16 operands at the bf16 rate.
+    Config t2 = c;
+    t2.parallel.zero_stage = 0;
+    t2.parallel.tensor = 2;
+    t2.train.muon_ns_dtype = zt::DType::kBF16;
+    const zt::TimePlan tp = zt::plan_time(t2, cluster, 2, 2, zt::plan_memory(t2, 2, 2, 0, 0, false));
+    const double bf16 = zt::product_seconds(flops, zt::rank_peak_flops(cluster, zt::DType::kBF16, 2), cluster);
+    EXPECT_NEAR(phase_exposed(tp, "muon"), 1e3 * c.model.n_layer * bf16, 1e-9);
+    EXPECT_GT(phase_exposed(tp, "muon tensor all-gather"), 0);
+    EXPECT_EQ(phase_exposed(tp, "muon all-gather"), -1);
 }
 
 TEST(TimePlan, DataParallelAddsTheGradientCollective) {

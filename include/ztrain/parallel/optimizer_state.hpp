@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "ztrain/optim/optimizer.hpp"
@@ -22,8 +23,10 @@ class OptimizerState {
     /// With `muon`, the blocks' matrices (muon_matrices) take Muon's step, their momentum in
     /// m; they keep no v (second_moment_floats), and Muon's buffers count as optimizer bytes
     /// (muon_bytes).
+    /// Under tensor parallelism (`tensor`: the group, size > 1) Muon all-gathers each split
+    /// matrix's update over it and orthogonalizes the whole matrix on every rank of it.
     OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes, size_t* optimizer_bytes,
-                   const std::optional<MuonSettings>& muon = std::nullopt);
+                   const std::optional<MuonSettings>& muon = std::nullopt, Communicator* tensor = nullptr);
     ~OptimizerState();
     OptimizerState(const OptimizerState&) = delete;
     OptimizerState& operator=(const OptimizerState&) = delete;
@@ -35,9 +38,10 @@ class OptimizerState {
     /// copy's owned elements get the new master, rounded, in the same pass.
     void update(const AdamWStep& step, GradientReducer& grads);
 
-    /// Muon's buffers: one matrix's update and its Newton-Schulz work, and under sharded
-    /// optimizer state a whole unit's update, gathered from the group (each rank computes its
-    /// shard's momentum; the orthogonalization needs every row).
+    /// Muon's buffers: one matrix's update and its Newton-Schulz work (the whole matrix's
+    /// under tensor parallelism, and its slices gathered from the tensor group), and under
+    /// sharded optimizer state a whole unit's update, gathered from the group (each rank
+    /// computes its shard's momentum; the orthogonalization needs every row).
     static size_t muon_bytes(const ModelLayout& layout, const ShardPlan& plan);
     /// The floats of `rank`'s AdamW second moment for `unit`: its stored optimizer range, or
     /// under Muon only the owned elements outside Muon's matrices (which keep momentum alone).
@@ -64,6 +68,23 @@ class OptimizerState {
     const std::vector<std::vector<DecaySegment>>& segments() const { return m_segments; }
 
   private:
+    /// A matrix split over the tensor group: its whole shape, and per tensor rank the runs of
+    /// its slice (local: from the slice's first element; whole: from the matrix's).
+    struct TensorMatrix {
+        int rows = 0;
+        int cols = 0;
+        std::vector<std::vector<SliceRun>> runs;  // per tensor rank; empty: not split
+    };
+    static std::vector<std::vector<TensorMatrix>> tensor_matrices(const ModelLayout& layout);
+    /// The floats of Muon's buffers: the largest (whole) matrix's update plus its
+    /// Newton-Schulz work, the largest split matrix's gathered slices, and (sharded state) the
+    /// largest unit holding matrices, padded.
+    struct MuonFloats {
+        size_t matrix = 0;
+        size_t slices = 0;
+        size_t unit = 0;
+    };
+    static MuonFloats muon_floats(const ModelLayout& layout, const ShardPlan& plan);
     /// Unit elements [begin, end) whose second moments lie from `at` of the unit's v buffer.
     struct SecondMomentRun {
         size_t begin = 0;
@@ -78,6 +99,10 @@ class OptimizerState {
     /// Muon over unit's matrices that meet its owned elements: their momentum, then each
     /// one's whole update orthogonalized and the owned part applied at `rate` with `decay`.
     void muon_unit(int unit, const MuonStep& ms, double rate, float decay, GradientReducer& grads);
+    /// Orthogonalizes matrix `index` of `unit` whose update is at `x` (this rank's slice under
+    /// tensor parallelism: gathered, assembled, orthogonalized whole, and its slice taken back)
+    /// and returns its rate's multiplier shape (the whole matrix's rows and cols).
+    std::pair<int, int> orthogonalize(int unit, size_t index, float* x, const MuonStep& ms);
 
     StateContext m_ctx;
     ParameterStore& m_params;
@@ -90,7 +115,12 @@ class OptimizerState {
     std::vector<std::vector<DecaySegment>> m_adamw_segments;
     std::optional<MuonSettings> m_muon;
     std::vector<std::vector<MuonMatrix>> m_matrices;  // per unit, under Muon
-    float* m_muon_matrix = nullptr;  // one matrix's update, then its Newton-Schulz work
+    /// Under tensor parallelism, per unit and matrix: the whole matrix, and where each tensor
+    /// rank's slice lies in it (empty: the matrix is whole on every rank).
+    std::vector<std::vector<TensorMatrix>> m_tensor_matrices;
+    Communicator* m_tensor = nullptr;
+    float* m_muon_matrix = nullptr;  // one (whole) matrix's update, then its Newton-Schulz work
+    float* m_muon_slices = nullptr;  // a split matrix's slices gathered from the tensor group
     float* m_muon_unit = nullptr;    // a whole unit's gathered update (sharded state only)
 };
 
