@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 bench/peers/run.py --pairs 7 --lora-shape "${SHAPE:-smollm2_360m}" --reps "${REPS:-3}" \
-  --steps "${STEPS:-5}" --skip 2 --work bench/work/lora --out "bench/results/lora_$(date +%F).md" "$@"
+  --steps "${STEPS:-5}" --skip 2 --work "$PWD/bench/work/lora" --out "bench/results/lora_$(date +%F).md" "$@"
