@@ -56,9 +56,9 @@ std::vector<std::vector<OptimizerState::TensorMatrix>> OptimizerState::tensor_ma
     return out;
 }
 
-OptimizerState::MuonFloats OptimizerState::muon_floats(const ModelLayout& layout, const ShardPlan& plan) {
+OptimizerState::MuonFloats OptimizerState::muon_floats(const ModelLayout& layout, const ShardPlan& plan,
+                                                       const std::vector<std::vector<TensorMatrix>>& tensor) {
     MuonFloats f;
-    const std::vector<std::vector<TensorMatrix>> tensor = tensor_matrices(layout);
     for (int u = 0; u < layout.num_units(); ++u) {
         const std::vector<MuonMatrix> mats = muon_matrices(layout, u);
         for (size_t i = 0; i < mats.size(); ++i) {
@@ -73,7 +73,7 @@ OptimizerState::MuonFloats OptimizerState::muon_floats(const ModelLayout& layout
 }
 
 size_t OptimizerState::muon_bytes(const ModelLayout& layout, const ShardPlan& plan) {
-    const MuonFloats f = muon_floats(layout, plan);
+    const MuonFloats f = muon_floats(layout, plan, tensor_matrices(layout));
     return (f.matrix + f.slices + f.unit) * sizeof(float);
 }
 
@@ -100,11 +100,22 @@ std::vector<OptimizerState::SecondMomentRun> OptimizerState::second_moment_runs(
     return runs;
 }
 
+size_t OptimizerState::floats_of(const std::vector<SecondMomentRun>& runs) {
+    size_t n = 0;
+    for (const SecondMomentRun& r : runs) n += r.end - r.begin;
+    return n;
+}
+
 size_t OptimizerState::second_moment_floats(const ModelLayout& layout, const ShardPlan& plan, int unit, int rank,
                                             bool muon) {
-    size_t n = 0;
-    for (const SecondMomentRun& r : second_moment_runs(layout, plan, unit, rank, muon)) n += r.end - r.begin;
-    return n;
+    return floats_of(second_moment_runs(layout, plan, unit, rank, muon));
+}
+
+float* OptimizerState::second_moment_at(int unit, size_t element) {
+    for (const SecondMomentRun& r : m_v_runs[static_cast<size_t>(unit)]) {
+        if (element >= r.begin && element < r.end) return m_v[static_cast<size_t>(unit)] + r.at + (element - r.begin);
+    }
+    throw Error(str("element ", element, " of unit ", unit, " keeps no second moment"));
 }
 
 OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, size_t* master_bytes,
@@ -119,8 +130,7 @@ OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, 
         if (ctx.trained != DType::kF32) m_master.push_back(alloc_f32(n, master_bytes));
         m_m.push_back(alloc_f32(n, optimizer_bytes));
         m_v_runs.push_back(second_moment_runs(ctx.layout, ctx.plan, u, ctx.rank, m_muon.has_value()));
-        m_v.push_back(alloc_f32(second_moment_floats(ctx.layout, ctx.plan, u, ctx.rank, m_muon.has_value()),
-                                optimizer_bytes));
+        m_v.push_back(alloc_f32(floats_of(m_v_runs.back()), optimizer_bytes));
         m_segments.push_back(decay_segments(ctx.layout, u, ctx.state_begin(u), ctx.state_end(u)));
         m_matrices.push_back(m_muon ? muon_matrices(ctx.layout, u) : std::vector<MuonMatrix>{});
         m_adamw_segments.push_back(without_matrices(m_segments.back(), m_matrices.back()));
@@ -130,7 +140,7 @@ OptimizerState::OptimizerState(const StateContext& ctx, ParameterStore& params, 
                    m_tensor != nullptr ? m_tensor->size() : 1, " ranks for a layout split ", ctx.layout.split.size,
                    " ways");
         m_tensor_matrices = tensor_matrices(ctx.layout);
-        const MuonFloats f = muon_floats(ctx.layout, ctx.plan);
+        const MuonFloats f = muon_floats(ctx.layout, ctx.plan, m_tensor_matrices);
         if (f.matrix > 0) m_muon_matrix = alloc_f32(f.matrix, optimizer_bytes);
         if (f.slices > 0) m_muon_slices = alloc_f32(f.slices, optimizer_bytes);
         if (f.unit > 0) m_muon_unit = alloc_f32(f.unit, optimizer_bytes);
@@ -268,7 +278,7 @@ void OptimizerState::adamw_update(const AdamWStep& step, GradientReducer& grads)
             AdamWSpan sp;
             sp.param = p + sb;
             sp.m = m + sb;
-            for_second_moment_within(u, sb, sb + 1, [&](size_t, float* v, size_t) { sp.v = v; });
+            sp.v = second_moment_at(u, sb);
             sp.grad = g.offset(sb - b);
             sp.n = se - sb;
             sp.decay = decay;

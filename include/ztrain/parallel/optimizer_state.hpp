@@ -84,7 +84,8 @@ class OptimizerState {
         size_t slices = 0;
         size_t unit = 0;
     };
-    static MuonFloats muon_floats(const ModelLayout& layout, const ShardPlan& plan);
+    static MuonFloats muon_floats(const ModelLayout& layout, const ShardPlan& plan,
+                                  const std::vector<std::vector<TensorMatrix>>& tensor);
     /// Unit elements [begin, end) whose second moments lie from `at` of the unit's v buffer.
     struct SecondMomentRun {
         size_t begin = 0;
@@ -93,6 +94,9 @@ class OptimizerState {
     };
     static std::vector<SecondMomentRun> second_moment_runs(const ModelLayout& layout, const ShardPlan& plan,
                                                            int unit, int rank, bool muon);
+    static size_t floats_of(const std::vector<SecondMomentRun>& runs);
+    /// The second moment of unit element `element`, which AdamW updates.
+    float* second_moment_at(int unit, size_t element);
     /// Where buffers holding the owned elements start: 0 (DDP, whole units) or the shard.
     size_t state_shift(int unit) const;
     void adamw_update(const AdamWStep& step, GradientReducer& grads);

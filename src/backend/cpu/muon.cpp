@@ -94,6 +94,13 @@ void apply_kernel(float* __restrict param, const float* __restrict update, size_
     for (size_t i = 0; i < n; ++i) param[i] = param[i] * keep - rate * update[i];
 }
 
+/// dst[0, n) = f * src[0, n) (dst may be src).
+void scale_into(float* dst, const float* src, size_t n, float f, int threads) {
+    parallel_chunks(n, threads, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) dst[i] = f * src[i];
+    });
+}
+
 /// x[0, n) rounded to bf16 values (round to nearest even), kept in fp32.
 void round_bf16(float* x, size_t n, int threads) {
     parallel_chunks(n, threads, [&](size_t b, size_t e) { round_to(x + b, e - b, DType::kBF16); });
@@ -132,15 +139,11 @@ void bf16_iteration(float* x, int rows, int cols, const MuonStep& step, float* Y
     gram_lower_bf16(!left, k, n, 1.f, y16, cols, false, A, products);  // A = Y Y^T, or Y^T Y
     mirror_lower(A, k, threads);
     round_bf16(A, gram, threads);
-    parallel_chunks(gram, threads, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) B[i] = step.b * A[i];
-    });
+    scale_into(B, A, gram, step.b, threads);
     gram_lower_bf16(false, k, k, step.c, ConstActPtr(A), k, true, B, products);  // B = b A + c A A (A A^T)
     mirror_lower(B, k, threads);
     round_bf16(B, gram, threads);
-    parallel_chunks(numel, threads, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) x[i] *= step.a;
-    });
+    scale_into(x, x, numel, step.a, threads);
     if (left) {
         products.gemm({false, false, rows, cols, rows, ConstActPtr(B), k, y16, cols, true, ActPtr(x), cols, nullptr, {}});
     } else {
@@ -167,10 +170,7 @@ void newton_schulz(float* x, int rows, int cols, const MuonStep& step, float* wo
                    Bf16Products* products) {
     const size_t numel = static_cast<size_t>(rows) * static_cast<size_t>(cols);
     const double ss = sum_squares(x, numel, threads);
-    const float inv = 1.f / std::max(static_cast<float>(std::sqrt(ss)), step.eps);
-    parallel_chunks(numel, threads, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) x[i] *= inv;
-    });
+    scale_into(x, x, numel, 1.f / std::max(static_cast<float>(std::sqrt(ss)), step.eps), threads);
     const bool left = rows <= cols;
     const int k = left ? rows : cols;
     const int n = left ? cols : rows;
