@@ -37,6 +37,11 @@ int mha_head_size(int C, int NH) {
     return C / NH;
 }
 
+void Backend::copy_strided(float* dst, size_t dst_pitch, const float* src, size_t src_pitch, size_t width,
+                           size_t rows) {
+    for (size_t i = 0; i < rows; ++i) copy(dst + i * dst_pitch, src + i * src_pitch, width);
+}
+
 void Backend::require_f32_activations(const char* op, std::initializer_list<DType> dtypes) const {
     for (DType t : dtypes) {
         ZT_REQUIRE(t == DType::kF32, "backend ", name(), ": ", op, " has no ", dtype_name(t),

@@ -63,6 +63,10 @@ void ProfilingBackend::zero(float* p, size_t n) {
 void ProfilingBackend::copy(float* dst, const float* src, size_t n) {
     timed(kOpCopy, [&] { inner().copy(dst, src, n); });
 }
+void ProfilingBackend::copy_strided(float* dst, size_t dst_pitch, const float* src, size_t src_pitch, size_t width,
+                                    size_t rows) {
+    timed(kOpCopy, [&] { inner().copy_strided(dst, dst_pitch, src, src_pitch, width, rows); });
+}
 void ProfilingBackend::to_device(void* dst, const void* host_src, size_t bytes) {
     timed(kOpCopy, [&] { inner().to_device(dst, host_src, bytes); });
 }

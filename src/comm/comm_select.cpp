@@ -86,7 +86,7 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, MPI_
     }
     switch (choice.kind) {
         case CommKind::kMpi: return mpi;
-        case CommKind::kNccl: return make_nccl_communicator(std::move(mpi), compute_stream);
+        case CommKind::kNccl: return make_nccl_communicator(std::move(mpi), compute_stream, device);
         case CommKind::kStaged:
             cuda_set_device(device);
             return make_staged_communicator(std::move(mpi), make_cuda_device_memory(compute_stream));

@@ -14,7 +14,7 @@ namespace zt {
 
 #if !ZT_HAVE_NCCL
 bool nccl_built() { return false; }
-std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator>, void*) {
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator>, void*, int) {
     throw Error("NCCL communicator: this build has no NCCL (CUDA build with nccl.h and libnccl)");
 }
 bool nccl_point_to_point_built() { return false; }

@@ -214,6 +214,31 @@ std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& who
     return runs;
 }
 
+std::vector<StridedRuns> strided_runs(const std::vector<SliceRun>& runs) {
+    std::vector<StridedRuns> out;
+    for (const SliceRun& r : runs) {
+        if (!out.empty()) {
+            StridedRuns& g = out.back();
+            const size_t next_local = g.local + g.count * g.local_pitch;
+            const size_t next_whole = g.whole + g.count * g.whole_pitch;
+            if (r.length == g.length && g.count > 1 && r.local == next_local && r.whole == next_whole) {
+                ++g.count;
+                continue;
+            }
+            // A second run sets the steps, if they keep the runs apart.
+            if (r.length == g.length && g.count == 1 && r.local >= g.local + g.length &&
+                r.whole >= g.whole + g.length) {
+                g.local_pitch = r.local - g.local;
+                g.whole_pitch = r.whole - g.whole;
+                g.count = 2;
+                continue;
+            }
+        }
+        out.push_back({r.local, r.whole, r.length, 1, r.length, r.length});
+    }
+    return out;
+}
+
 std::vector<SliceRun> runs_within(const std::vector<SliceRun>& runs, size_t begin, size_t end, bool local_side) {
     std::vector<SliceRun> out;
     for (const SliceRun& r : runs) {

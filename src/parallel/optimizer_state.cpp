@@ -47,7 +47,7 @@ std::vector<std::vector<OptimizerState::TensorMatrix>> OptimizerState::tensor_ma
                         r.local -= pq.offset;
                         r.whole -= whole_begin;
                     }
-                    tm.runs.push_back(std::move(runs));
+                    tm.runs.push_back(strided_runs(runs));
                 }
             }
             out[static_cast<size_t>(u)].push_back(std::move(tm));
@@ -254,11 +254,16 @@ std::pair<int, int> OptimizerState::orthogonalize(int unit, size_t index, float*
     m_tensor->all_gather(nullptr, m_muon_slices, n);
     float* whole = m_muon_matrix;
     for (size_t q = 0; q < tm.runs.size(); ++q) {
-        for (const SliceRun& r : tm.runs[q]) be.copy(whole + r.whole, m_muon_slices + q * n + r.local, r.length);
+        for (const StridedRuns& r : tm.runs[q]) {
+            be.copy_strided(whole + r.whole, r.whole_pitch, m_muon_slices + q * n + r.local, r.local_pitch, r.length,
+                            r.count);
+        }
     }
     const size_t whole_numel = static_cast<size_t>(tm.rows) * static_cast<size_t>(tm.cols);
     be.newton_schulz(whole, tm.rows, tm.cols, ms, whole + whole_numel);
-    for (const SliceRun& r : tm.runs[static_cast<size_t>(m_tensor->rank())]) be.copy(x + r.local, whole + r.whole, r.length);
+    for (const StridedRuns& r : tm.runs[static_cast<size_t>(m_tensor->rank())]) {
+        be.copy_strided(x + r.local, r.local_pitch, whole + r.whole, r.whole_pitch, r.length, r.count);
+    }
     return {tm.rows, tm.cols};
 }
 

@@ -197,6 +197,26 @@ class CudaOps : public ::testing::Test {
     /// matmul_forward_ex in `t` with bias + GELU (and the pre-GELU output) vs CPU matmul
     /// + gelu on inputs rounded to `t`.
     void check_matmul_ex(DType t);
+    /// layernorm_backward on both sides from the CPU's mean and rstd (backward compared on
+    /// its own): dinp within kF32Sum, the weight and bias gradients within `param_tol`.
+    void check_layernorm_backward(const std::vector<float>& inp, const std::vector<float>& w,
+                                  const std::vector<float>& mean, const std::vector<float>& rstd, int N, int C,
+                                  Tol param_tol, const std::string& tag) {
+        const size_t n = static_cast<size_t>(N) * C;
+        const auto dout = rand(n);
+        auto dinp = rand(n);
+        auto dw = rand(static_cast<size_t>(C));
+        auto db = rand(static_cast<size_t>(C));
+        float* g_dinp = up(dinp);
+        float* g_dw = up(dw);
+        float* g_db = up(db);
+        m_gpu->layernorm_backward(g_dinp, g_dw, g_db, up(dout), up(inp), up(w), up(mean), up(rstd), N, C);
+        m_cpu->layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                                  rstd.data(), N, C);
+        expect_close(down(g_dinp, n), dinp, kF32Sum, "layernorm dinp" + tag);
+        expect_close(down(g_dw, dw.size()), dw, param_tol, "layernorm dweight" + tag);
+        expect_close(down(g_db, db.size()), db, param_tol, "layernorm dbias" + tag);
+    }
 
     struct AttentionShape {
         int B, T, NH, NKV, hs;
@@ -234,6 +254,17 @@ TEST_F(CudaOps, AllocHostIsPageAlignedAndCopiesRoundTrip) {
     const std::vector<float> got(host, host + n);
     m_gpu->free_host(host);
     expect_close(got, want, kExact, "alloc_host round trip");
+}
+
+// copy_strided (Muon's tensor-parallel assembly: a column slice's rows in one call) against
+// the CPU's row-by-row copies: 5 rows of 7 floats, pitches 9 and 16.
+TEST_F(CudaOps, CopyStrided) {
+    const auto src = rand(5 * 9);
+    std::vector<float> dst(5 * 16, 0.f);
+    float* g_dst = zeros(dst.size());
+    m_gpu->copy_strided(g_dst + 3, 16, up(src) + 1, 9, 7, 5);
+    m_cpu->copy_strided(dst.data() + 3, 16, src.data() + 1, 9, 7, 5);
+    expect_close(down(g_dst, dst.size()), dst, kExact, "copy_strided");
 }
 
 TEST_F(CudaOps, MatmulForwardFp32) {
@@ -358,20 +389,7 @@ TEST_F(CudaOps, LayerNorm) {
         expect_close(down(g_mean, N), mean, kF32Sum, "mean" + tag);
         expect_close(down(g_rstd, N), rstd, kF32Sum, "rstd" + tag);
 
-        const auto dout = rand(n);
-        auto dinp = rand(n);
-        auto dw = rand(static_cast<size_t>(C));
-        auto db = rand(static_cast<size_t>(C));
-        float* g_dinp = up(dinp);
-        float* g_dw = up(dw);
-        float* g_db = up(db);
-        // Both sides start from the CPU's mean/rstd so backward is compared on its own.
-        m_gpu->layernorm_backward(g_dinp, g_dw, g_db, up(dout), g_inp, g_w, up(mean), up(rstd), N, C);
-        m_cpu->layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                                  rstd.data(), N, C);
-        expect_close(down(g_dinp, n), dinp, kF32Sum, "layernorm dinp" + tag);
-        expect_close(down(g_dw, dw.size()), dw, kF32Sum, "layernorm dweight" + tag);
-        expect_close(down(g_db, db.size()), db, kF32Sum, "layernorm dbias" + tag);
+        check_layernorm_backward(inp, w, mean, rstd, N, C, kF32Sum, tag);
     }
 }
 
@@ -704,6 +722,50 @@ TEST_F(CudaOps, SoftmaxCrossEntropy) {
     float* g_logits = up(logits);
     float* g_losses = zeros(N);
     EXPECT_THROW(m_gpu->softmax_cross_entropy(g_losses, g_logits, up(targets), N, V, Vp, 1.f), zt::Error);
+}
+
+// GPT-2 124M's shapes, where the small tests above stay inside one block or one chunk: the
+// loss over the padded vocabulary (50257 of 50304 columns), the embedding's scatter over
+// 8192 positions, and layer norm's column reduction over 8192 rows (64 chunks).
+TEST_F(CudaOps, Gpt2ShapesMatchTheCpu) {
+    const int N = 2048, V = 50257, Vp = 50304;
+    auto targets = rand_ints(N, 0, V - 1);
+    targets[0] = -1;
+    targets[1] = V - 1;
+    const auto logits = rand(static_cast<size_t>(N) * Vp, -10.f, 10.f);
+    auto ref = logits;
+    std::vector<float> losses(N);
+    const float dloss = 1.f / N;
+    m_cpu->softmax_cross_entropy(losses.data(), ref.data(), targets.data(), N, V, Vp, dloss);
+    float* g_logits = up(logits);
+    float* g_losses = zeros(N);
+    m_gpu->softmax_cross_entropy(g_losses, g_logits, up(targets), N, V, Vp, dloss);
+    // Sums of 50257 exponentials in two orders: 1e-4 relative; an indexing error is order 1.
+    expect_close(down(g_losses, N), losses, Tol{1e-6, 1e-4}, "losses at GPT-2's vocabulary");
+    expect_close(down(g_logits, ref.size()), ref, Tol{1e-10, 1e-4}, "dlogits at GPT-2's vocabulary");
+
+    const int B = 8, T = 1024, C = 768;
+    const size_t n = static_cast<size_t>(B) * T * C;
+    const auto tokens = rand_ints(static_cast<size_t>(B) * T, 0, V - 1);
+    const auto dout = rand(n);
+    auto dwte = rand(static_cast<size_t>(Vp) * C);
+    auto dwpe = rand(static_cast<size_t>(T) * C);
+    float* g_dwte = up(dwte);
+    float* g_dwpe = up(dwpe);
+    m_gpu->encoder_backward(g_dwte, g_dwpe, up(dout), up(tokens), B, T, C);
+    m_cpu->encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    expect_close(down(g_dwte, dwte.size()), dwte, kExact, "encoder dwte at B=8, T=1024");
+    expect_close(down(g_dwpe, dwpe.size()), dwpe, kExact, "encoder dwpe at B=8, T=1024");
+
+    const int rows = B * T;
+    const auto inp = rand(n, 2.f, 4.f);
+    const auto w = rand(static_cast<size_t>(C));
+    const auto b = rand(static_cast<size_t>(C));
+    std::vector<float> out(n), mean(rows), rstd(rows);
+    m_cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), rows, C);
+    // The weight and bias gradients: 8192 fp32 terms of about 0.5 a column, summed in two
+    // orders: 1e-3 absolute.
+    check_layernorm_backward(inp, w, mean, rstd, rows, C, Tol{1e-3, 1e-4}, " over 8192 rows");
 }
 
 // ---- optimizer, norms, precision ------------------------------------------------------

@@ -8,7 +8,8 @@
 //   the stored dtype), and fp16's loss scale skips the same steps (the verdict is agreed over
 //   the stages);
 // - np 4: P = 2 x data 2 at ZeRO-1 and ZeRO-3, hybrid (2 replicas of 1-rank shard groups) at
-//   ZeRO-2 and ZeRO-3, and P = 2 x T = 2 with sequence parallelism, 1F1B and zero-bubble (losses);
+//   ZeRO-2 and ZeRO-3, and P = 2 x T = 2 with sequence parallelism, 1F1B and zero-bubble, and
+//   Llama under Muon (losses);
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -235,17 +236,29 @@ TEST(PipelineTensorTraining, TwoStagesOfTensorPairsTrackOneRank) {
     const int me = test::world_rank();
     test::SharedDir dir("pipeline_tensor");
     test::write_shared_train_shard(dir);
-    for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kZeroBubble}) {
-        const PipeCase c{"3d", schedule, 1, false, DType::kF32};
-        const std::string name = setting_text(schedule);
+    struct TensorStageCase {
+        PipelineSchedule schedule;
+        bool llama;
+        OptimizerKind optimizer;
+    };
+    for (const auto& [schedule, llama, optimizer] :
+         {TensorStageCase{PipelineSchedule::k1F1B, false, OptimizerKind::kAdamW},
+          TensorStageCase{PipelineSchedule::kZeroBubble, false, OptimizerKind::kAdamW},
+          // Muon: each stage's split matrices gathered over its tensor pair and orthogonalized whole.
+          TensorStageCase{PipelineSchedule::k1F1B, true, OptimizerKind::kMuon}}) {
+        const PipeCase c{"3d", schedule, 1, llama, DType::kF32};
+        const std::string name = std::string(setting_text(schedule)) + (llama ? "_llama" : "") +
+                                 (optimizer == OptimizerKind::kMuon ? "_muon" : "");
         Config cfg = pipe_config(c, dir.file("train.bin"), "", dir.file("world_" + name));
         cfg.train.eval_every = 0;
+        cfg.train.optimizer = optimizer;
         cfg.parallel.pipeline = 2;
         cfg.parallel.tensor = 2;
         cfg.parallel.sequence = true;
         const TrainSummary got = train(cfg, TrainOptions{});
         Config ref_cfg = pipe_config(c, dir.file("train.bin"), "", dir.file(str("ref", me, "_", name)));
         ref_cfg.train.eval_every = 0;
+        ref_cfg.train.optimizer = optimizer;
         const TrainSummary ref = test::one_rank_reference(ref_cfg, 1, /*collect_params=*/false);
         ASSERT_EQ(got.losses.size(), ref.losses.size());
         for (size_t s = 0; s < ref.losses.size(); ++s) {

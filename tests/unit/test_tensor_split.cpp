@@ -112,6 +112,43 @@ TEST(TensorSplit, SliceRunsMapEveryElementWhereGlobalOffsetSays) {
     }
 }
 
+// The strided groups Muon's tensor assembly copies with: expanded, exactly the slice runs in
+// their order; each column slice (a run per row) one group of a run per row.
+TEST(TensorSplit, StridedRunsExpandToTheSliceRuns) {
+    for (const ModelConfig& mc : {gpt2_small(), llama_small()}) {
+        const ModelLayout whole = make_model_layout(mc);
+        for (int T : {2, 4}) {
+            const ModelLayout part = make_model_layout(mc, TensorSplit{T, T - 1});
+            for (int u = 0; u < part.num_units(); ++u) {
+                const std::vector<SliceRun> runs = slice_runs(part, whole, u);
+                std::vector<SliceRun> expanded;
+                for (const StridedRuns& g : strided_runs(runs)) {
+                    ASSERT_GE(g.count, 1u);
+                    ASSERT_GE(g.local_pitch, g.length);
+                    ASSERT_GE(g.whole_pitch, g.length);
+                    for (size_t i = 0; i < g.count; ++i) {
+                        expanded.push_back({g.local + i * g.local_pitch, g.whole + i * g.whole_pitch, g.length});
+                    }
+                }
+                ASSERT_EQ(expanded.size(), runs.size()) << "unit " << u << " at T = " << T;
+                for (size_t i = 0; i < runs.size(); ++i) {
+                    EXPECT_EQ(expanded[i].local, runs[i].local) << "run " << i << " of unit " << u << " at T = " << T;
+                    EXPECT_EQ(expanded[i].whole, runs[i].whole) << "run " << i << " of unit " << u << " at T = " << T;
+                    EXPECT_EQ(expanded[i].length, runs[i].length) << "run " << i << " of unit " << u << " at T = " << T;
+                }
+            }
+            const bool llama = mc.arch == ModelArch("llama");
+            const ParamSpec& proj = part.find(llama ? "model.layers.0.mlp.down_proj.weight" : "h.0.mlp.c_proj.weight");
+            ASSERT_EQ(proj.slice.dim, 1);
+            const std::vector<StridedRuns> groups =
+                strided_runs(runs_within(slice_runs(part, whole, proj.unit), proj.offset, proj.offset + proj.numel, true));
+            ASSERT_EQ(groups.size(), 1u) << proj.name << " at T = " << T;
+            EXPECT_EQ(groups[0].count, proj.shape[0]) << proj.name;
+            EXPECT_EQ(groups[0].whole_pitch, proj.shape[1] * static_cast<size_t>(T)) << proj.name;
+        }
+    }
+}
+
 TEST(TensorSplit, GptSplitsHeadsOfQkvAndColumnsOfProjections) {
     const ModelLayout part = make_model_layout(gpt2_small(), TensorSplit{2, 1});
     const ParamSpec& qkv = part.find("h.0.attn.c_attn.weight");

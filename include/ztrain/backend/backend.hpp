@@ -204,6 +204,11 @@ class Backend {
     virtual void free(void* p) = 0;
     virtual void zero(float* p, size_t n) = 0;
     virtual void copy(float* dst, const float* src, size_t n) = 0;
+    /// `rows` copies of `width` floats, the i-th from src + i * src_pitch to dst + i *
+    /// dst_pitch (pitches in floats, at least width): one call where the device copies in
+    /// two dimensions (the default: one copy() per row).
+    virtual void copy_strided(float* dst, size_t dst_pitch, const float* src, size_t src_pitch, size_t width,
+                              size_t rows);
 
     /// Zeroed memory of `bytes` bytes (any element type); freed with free().
     virtual void* alloc_bytes(size_t bytes) { return alloc_floats((bytes + sizeof(float) - 1) / sizeof(float)); }

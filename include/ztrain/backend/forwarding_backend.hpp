@@ -37,6 +37,10 @@ class ForwardingBackend : public Backend {
     void free(void* p) override { m_inner.free(p); }
     void zero(float* p, size_t n) override { m_inner.zero(p, n); }
     void copy(float* dst, const float* src, size_t n) override { m_inner.copy(dst, src, n); }
+    void copy_strided(float* dst, size_t dst_pitch, const float* src, size_t src_pitch, size_t width,
+                      size_t rows) override {
+        m_inner.copy_strided(dst, dst_pitch, src, src_pitch, width, rows);
+    }
     void to_device(void* dst, const void* host_src, size_t bytes) override { m_inner.to_device(dst, host_src, bytes); }
     void to_host(void* host_dst, const void* src, size_t bytes) override { m_inner.to_host(host_dst, src, bytes); }
     void to_host_past_cache(void* host_dst, const void* src, size_t bytes) override {

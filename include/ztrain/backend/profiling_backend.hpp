@@ -45,6 +45,8 @@ class ProfilingBackend final : public ForwardingBackend {
     // ---- memory ----
     void zero(float* p, size_t n) override;
     void copy(float* dst, const float* src, size_t n) override;
+    void copy_strided(float* dst, size_t dst_pitch, const float* src, size_t src_pitch, size_t width,
+                      size_t rows) override;
     void to_device(void* dst, const void* host_src, size_t bytes) override;
     void to_host(void* host_dst, const void* src, size_t bytes) override;
     void to_host_past_cache(void* host_dst, const void* src, size_t bytes) override;

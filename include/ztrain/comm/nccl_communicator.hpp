@@ -24,10 +24,13 @@ namespace zt {
 bool nccl_built();
 
 /// The NCCL communicator over the ranks of `host` (collective: every rank calls it).
-/// Selects device local_rank % device_count (local_device()), creates the NCCL unique id on
-/// rank 0 and broadcasts it over `host`. `compute_stream` is the backend's cudaStream_t
-/// (null: the legacy default stream). Throws zt::Error when built without NCCL or when
-/// CUDA or NCCL fail (the message names the call, file and line).
-std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host, void* compute_stream);
+/// Makes `device` current: the backend's, chosen from the rank's place in the whole job (a
+/// sub-communicator's own local rank is not the node's); -1: local_device() of `host`'s
+/// local rank. Creates the NCCL unique id on rank 0 and broadcasts it over `host`.
+/// `compute_stream` is the backend's cudaStream_t (null: the legacy default stream). Throws
+/// zt::Error when built without NCCL or when CUDA or NCCL fail (the message names the call,
+/// file and line).
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host, void* compute_stream,
+                                                     int device = -1);
 
 }  // namespace zt

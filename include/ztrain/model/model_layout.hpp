@@ -132,6 +132,22 @@ std::vector<SliceRun> slice_runs(const ModelLayout& part, const ModelLayout& who
 /// their whole ones, each cut on both sides alike.
 std::vector<SliceRun> runs_within(const std::vector<SliceRun>& runs, size_t begin, size_t end, bool local_side);
 
+/// `count` runs of `length` elements at fixed steps on both sides, as a column slice's rows:
+/// the i-th is [local + i * local_pitch, + length) of the part, [whole + i * whole_pitch,
+/// + length) of the whole. One strided copy moves them all (a device copies one run per call
+/// otherwise).
+struct StridedRuns {
+    size_t local = 0;
+    size_t whole = 0;
+    size_t length = 0;
+    size_t count = 1;
+    size_t local_pitch = 0;
+    size_t whole_pitch = 0;
+};
+/// `runs` in order, each consecutive stretch of equal lengths at equal steps (both at least
+/// the length, so no two runs overlap) merged into one StridedRuns.
+std::vector<StridedRuns> strided_runs(const std::vector<SliceRun>& runs);
+
 /// A pipeline stage's part of `whole`: every unit keeps its id, and those not in `held` are
 /// empty (no tensors, no elements), so a state made from it allocates, updates and saves the
 /// stage's units only (`stage.mirrored` ones are saved by another stage).

@@ -73,7 +73,7 @@ class OptimizerState {
     struct TensorMatrix {
         int rows = 0;
         int cols = 0;
-        std::vector<std::vector<SliceRun>> runs;  // per tensor rank; empty: not split
+        std::vector<std::vector<StridedRuns>> runs;  // per tensor rank; empty: not split
     };
     static std::vector<std::vector<TensorMatrix>> tensor_matrices(const ModelLayout& layout);
     /// The floats of Muon's buffers: the largest (whole) matrix's update plus its

@@ -149,6 +149,12 @@ class CudaBackendImpl final : public CudaBackend {
             ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, m_stream));
         }
     }
+    void copy_strided(float* dst, size_t dst_pitch, const float* src, size_t src_pitch, size_t width,
+                      size_t rows) override {
+        if (width == 0 || rows == 0) return;
+        ZT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch * sizeof(float), src, src_pitch * sizeof(float),
+                                        width * sizeof(float), rows, cudaMemcpyDeviceToDevice, m_stream));
+    }
 
     // ---- matmul ----
     //
@@ -344,7 +350,7 @@ class CudaBackendImpl final : public CudaBackend {
     void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActPtr dout, ConstActPtr inp,
                           const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int NKV,
                           int hs) override {
-        const bool weights = dq_weight != nullptr && dk_weight != nullptr && N > 0;
+        const bool weights = (dq_weight != nullptr || dk_weight != nullptr) && N > 0;
         float* scratch = weights ? scratch_floats(2 * cuda::column_chunks(N) * static_cast<size_t>(hs)) : nullptr;
         cuda::qk_norm_backward(dinp, dq_weight, dk_weight, dout, inp, q_weight, k_weight, rstd, N, NH, NKV, hs,
                                scratch, m_stream);

@@ -210,18 +210,25 @@ bool gemm_lt(const Blas& blas, const Gemm& g, cudaStream_t stream) {
     int found = 0;
     // "Not supported" (no heuristic for this configuration) is an answer, not a failure; so
     // is "invalid value" for the mixed configurations of the typed products (an fp32 bias or
-    // D with 16-bit operands, a separate C), which the caller has another way to compute.
+    // D with 16-bit operands, a separate C) and for the fused epilogues, which every caller
+    // has another way to compute.
     const bool mixed = g.out_dtype != g.dtype || (g.bias != nullptr && g.bias_dtype != g.out_dtype) ||
                        (g.c != nullptr && g.c != g.d.ptr);
+    const bool fused = epilogue != CUBLASLT_EPILOGUE_DEFAULT;
     const cublasStatus_t heuristic_status =
         cublasLtMatmulAlgoGetHeuristic(blas.lt, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result, &found);
     const bool no_algorithm = heuristic_status == CUBLAS_STATUS_NOT_SUPPORTED ||
-                              (mixed && heuristic_status == CUBLAS_STATUS_INVALID_VALUE);
+                              ((mixed || fused) && heuristic_status == CUBLAS_STATUS_INVALID_VALUE);
     if (!no_algorithm) ZT_CUBLAS_CHECK(heuristic_status);
     if (no_algorithm || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) return false;
-    // C is D unless told otherwise: beta = 1 then accumulates in place.
-    ZT_CUBLAS_CHECK(cublasLtMatmul(blas.lt, ds.op, &g.alpha, g.a.ptr, ds.a, g.b.ptr, ds.b, &g.beta, c, ds.d, g.d.ptr,
-                                   ds.d, &result.algo, blas.workspace, blas.workspace_bytes, stream));
+    // C is D unless told otherwise: beta = 1 then accumulates in place. An algorithm the
+    // heuristic offered may still refuse the call (a separate C, an fp32 bias on a 16-bit D):
+    // that too leaves the product to the caller's other way, before anything was written.
+    const cublasStatus_t cublaslt_matmul_status = cublasLtMatmul(blas.lt, ds.op, &g.alpha, g.a.ptr, ds.a, g.b.ptr, ds.b, &g.beta, c,
+                                              ds.d, g.d.ptr, ds.d, &result.algo, blas.workspace,
+                                              blas.workspace_bytes, stream);
+    if (cublaslt_matmul_status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+    ZT_CUBLAS_CHECK(cublaslt_matmul_status);
     return true;
 }
 

@@ -22,6 +22,7 @@
 #include "ztrain/backend/adamw_constants.hpp"
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/core/dtype.hpp"
+#include "ztrain/core/error.hpp"
 
 namespace zt::cuda {
 
@@ -115,7 +116,13 @@ void typed_matmul_backward(const Blas& blas, ActPtr dinp, float* dweight, ConstA
 
 /// Rows per partial sum of the two-stage column reductions.
 constexpr int kRowsPerChunk = 128;
-inline size_t column_chunks(int N) { return (static_cast<size_t>(N) + kRowsPerChunk - 1) / kRowsPerChunk; }
+/// The chunks are a grid's y dimension: at most 65535, so at most 8.4 M rows a call.
+inline size_t column_chunks(int N) {
+    const size_t chunks = (static_cast<size_t>(N) + kRowsPerChunk - 1) / kRowsPerChunk;
+    ZT_REQUIRE(chunks <= 65535, "column reduction over ", N, " rows: ", chunks, " chunks of ", kRowsPerChunk,
+               " rows, over the grid's limit of 65535");
+    return chunks;
+}
 
 /// dst (C) += sum over rows of src (N, C, any dtype); scratch holds column_chunks(N) * C floats.
 void column_sum(float* dst, ConstActPtr src, int N, int C, float* scratch, cudaStream_t stream);

@@ -198,14 +198,15 @@ void qk_norm_backward(ActPtr dinp, float* dq_weight, float* dk_weight, ConstActP
                 typename A::Dst(dinp), Src(dout), Src(inp), q_weight, k_weight, rstd, N, NH, NKV, hs);
             ZT_KERNEL_CHECK("qk_norm_dinp");
         }
-        if (dq_weight == nullptr || dk_weight == nullptr) return;
+        // Either weight's gradient alone, as the CPU's (the partials hold both).
+        if (dq_weight == nullptr && dk_weight == nullptr) return;
         const size_t chunks = column_chunks(N);
         const dim3 grid(grid_for(static_cast<size_t>(2 * hs), kBlock), static_cast<unsigned>(chunks));
         qk_norm_dweight_partial_kernel<A><<<grid, kBlock, 0, stream>>>(scratch, Src(dout), Src(inp), rstd, N, NH, NKV,
                                                                       hs, chunks);
         ZT_KERNEL_CHECK("qk_norm_dweight_partial");
-        column_finalize(dq_weight, scratch, chunks, hs, stream);
-        column_finalize(dk_weight, scratch + chunks * static_cast<size_t>(hs), chunks, hs, stream);
+        if (dq_weight != nullptr) column_finalize(dq_weight, scratch, chunks, hs, stream);
+        if (dk_weight != nullptr) column_finalize(dk_weight, scratch + chunks * static_cast<size_t>(hs), chunks, hs, stream);
     });
 }
 

@@ -34,9 +34,14 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclM
 
 class NcclCommunicator final : public HostBackedCommunicator {
   public:
-    NcclCommunicator(std::unique_ptr<Communicator> host, void* compute_stream)
+    NcclCommunicator(std::unique_ptr<Communicator> host, void* compute_stream, int device)
         : HostBackedCommunicator(std::move(host)), m_compute(static_cast<cudaStream_t>(compute_stream)) {
-        m_device = select_local_device(local_rank());
+        if (device >= 0) {
+            cuda_set_device(device);
+            m_device = device;
+        } else {
+            m_device = select_local_device(local_rank());
+        }
         m_stream = create_stream();
         ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m_compute_done, cudaEventDisableTiming));
         m_nccl = detail::init_nccl_comm(rank(), size(),
@@ -197,9 +202,10 @@ class NcclCommunicator final : public HostBackedCommunicator {
 
 bool nccl_built() { return true; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host, void* compute_stream) {
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host, void* compute_stream,
+                                                     int device) {
     ZT_REQUIRE(host != nullptr, "NCCL communicator needs an MPI communicator for its bootstrap");
-    return std::make_unique<NcclCommunicator>(std::move(host), compute_stream);
+    return std::make_unique<NcclCommunicator>(std::move(host), compute_stream, device);
 }
 
 }  // namespace zt

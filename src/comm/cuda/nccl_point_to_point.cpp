@@ -3,6 +3,9 @@
 // ordered after the compute stream's work with an event, and the compute stream made to wait
 // for each receive (and, before it writes a sent buffer again, for the send: wait()). The
 // host does not block. Tags are not sent: NCCL matches a pair's messages in issue order.
+// A send issued alone holds its stream until the peer posts the receive, so two ranks that
+// each send before receiving would wait for each other for ever: sends are queued and issued
+// in one NCCL group with the next receive (or at wait(), or at teardown).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -37,6 +40,10 @@ class NcclPointToPoint final : public PointToPoint {
         if (std::uncaught_exceptions() > 0) {
             if (m_nccl != nullptr) ncclCommAbort(m_nccl);
         } else {
+            if (m_nccl != nullptr && !m_queued.empty() && ncclGroupStart() == ncclSuccess) {
+                for (const QueuedSend& q : m_queued) ncclSend(q.buf, q.bytes, ncclUint8, q.peer, m_nccl, m_stream);
+                ncclGroupEnd();
+            }
             cudaStreamSynchronize(m_stream);
             if (m_nccl != nullptr) ncclCommDestroy(m_nccl);
         }
@@ -49,16 +56,18 @@ class NcclPointToPoint final : public PointToPoint {
     int max_tag() const override { return 1 << 30; }  // tags are not sent
 
     SendRequest start_send(const void* buf, size_t bytes, int peer, int /*tag*/) override {
-        after_compute();
-        ZT_NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, peer, m_nccl, m_stream));
         const long id = take_event();
-        ZT_CUDA_CHECK(cudaEventRecord(m_events[static_cast<size_t>(id)], m_stream));
+        m_queued.push_back(QueuedSend{buf, bytes, peer, id});
         return SendRequest{id};
     }
 
     void recv(void* buf, size_t bytes, int peer, int /*tag*/) override {
         after_compute();
+        ZT_NCCL_CHECK(ncclGroupStart());
+        issue_queued();
         ZT_NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, m_nccl, m_stream));
+        ZT_NCCL_CHECK(ncclGroupEnd());
+        record_issued();
         // The compute stream's next kernels read the bytes: they wait for the receive.
         ZT_CUDA_CHECK(cudaEventRecord(m_compute_done, m_stream));
         ZT_CUDA_CHECK(cudaStreamWaitEvent(m_compute, m_compute_done, 0));
@@ -66,6 +75,13 @@ class NcclPointToPoint final : public PointToPoint {
 
     void wait(SendRequest& request) override {
         if (!request.active()) return;
+        if (!m_queued.empty()) {
+            after_compute();
+            ZT_NCCL_CHECK(ncclGroupStart());
+            issue_queued();
+            ZT_NCCL_CHECK(ncclGroupEnd());
+            record_issued();
+        }
         // The compute stream writes the sent buffer next: it waits for the send to finish.
         ZT_CUDA_CHECK(cudaStreamWaitEvent(m_compute, m_events[static_cast<size_t>(request.id)], 0));
         m_free.push_back(request.id);
@@ -73,6 +89,21 @@ class NcclPointToPoint final : public PointToPoint {
     }
 
   private:
+    struct QueuedSend {
+        const void* buf;
+        size_t bytes;
+        int peer;
+        long id;  ///< its SendRequest's event
+    };
+    /// Inside an NCCL group: the queued sends, in the order they were started.
+    void issue_queued() {
+        for (const QueuedSend& q : m_queued) ZT_NCCL_CHECK(ncclSend(q.buf, q.bytes, ncclUint8, q.peer, m_nccl, m_stream));
+    }
+    /// After the group: each issued send's event (the group's operations complete together).
+    void record_issued() {
+        for (const QueuedSend& q : m_queued) ZT_CUDA_CHECK(cudaEventRecord(m_events[static_cast<size_t>(q.id)], m_stream));
+        m_queued.clear();
+    }
     /// The communication stream waits for every kernel enqueued on the compute stream so far.
     void after_compute() {
         ZT_CUDA_CHECK(cudaEventRecord(m_compute_done, m_compute));
@@ -99,6 +130,7 @@ class NcclPointToPoint final : public PointToPoint {
     ncclComm_t m_nccl = nullptr;
     std::vector<cudaEvent_t> m_events;  ///< by SendRequest::id: each send's completion
     std::vector<long> m_free;           ///< ids whose send was waited for
+    std::vector<QueuedSend> m_queued;   ///< started sends not yet issued
 };
 
 }  // namespace
