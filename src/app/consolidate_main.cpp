@@ -154,6 +154,16 @@ po::options_description visible_options(Options& o) {
     return visible;
 }
 
+/// Whether `step` is the step zt-consolidate reads for `ckpt` (a step, or its newest).
+bool is_step_read(const std::string& ckpt, const std::string& step) {
+    std::error_code ec;
+    try {
+        return fs::equivalent(zt::resolve_resume(ckpt, ckpt), step, ec);
+    } catch (const zt::InputError&) {
+        return false;
+    }
+}
+
 int run(int argc, char** argv) {
     Options o;
     po::options_description visible = visible_options(o);
@@ -195,9 +205,10 @@ int run(int argc, char** argv) {
         files = zt::consolidate(o.ckpt, o.output, t, vm.count("with-optimizer") > 0, shard_bytes, extras, lora_export,
                                 o.base);
     } catch (const zt::InputError& e) {
-        // A damaged step: name the newest complete one beside it, the one to consolidate.
+        // A damaged step: name the newest complete one beside it, the one to consolidate
+        // (not when it is the step just read: the error is about something else).
         const std::string good = zt::newest_complete_checkpoint(o.ckpt);
-        if (good.empty()) throw;
+        if (good.empty() || is_step_read(o.ckpt, good)) throw;
         throw zt::InputError(zt::str(e.what(), ". The newest complete checkpoint there is ", good,
                                      ": zt-consolidate ", good, " --output ", o.output));
     }

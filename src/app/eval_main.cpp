@@ -29,6 +29,7 @@
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/mpi_start.hpp"
+#include "ztrain/core/output_paths.hpp"
 #include "ztrain/data/choice_task.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/generator.hpp"
@@ -50,6 +51,29 @@ struct EvalOptions {
     int batch = 8;
     int threads = 0;
 };
+
+/// --output and --per-item, before any work: files in existing directories, neither the
+/// other nor anything zt-eval reads (a task file named as the output would be replaced).
+void check_outputs(const EvalOptions& o) {
+    std::vector<zt::ReadPath> inputs{{"the model directory", o.model}, {"--tokenizer", o.tokenizer}, {"--base", o.base}};
+    for (size_t start = 0; start <= o.tasks.size();) {
+        const size_t comma = std::min(o.tasks.find(',', start), o.tasks.size());
+        inputs.push_back({"a --tasks file", o.tasks.substr(start, comma - start)});
+        start = comma + 1;
+    }
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--output", o.output},
+                                     std::pair<const char*, const std::string&>{"--per-item", o.per_item}}) {
+        if (path.empty()) continue;
+        const fs::path parent = fs::absolute(path).parent_path();
+        ZT_INPUT_CHECK(fs::is_directory(parent), flag, " ", path, ": directory '", parent.string(),
+                       "' does not exist");
+        ZT_INPUT_CHECK(!fs::is_directory(path), flag, " ", path, ": is a directory (name a file)");
+        zt::refuse_output_over_inputs(flag, path, inputs);
+    }
+    ZT_INPUT_CHECK(o.output.empty() || o.per_item.empty() ||
+                       fs::weakly_canonical(fs::absolute(o.output)) != fs::weakly_canonical(fs::absolute(o.per_item)),
+                   "--output and --per-item name the same file (", o.output, "): one would overwrite the other");
+}
 
 /// Parses the command line; false for --help (printed by rank 0).
 bool parse(int argc, char** argv, EvalOptions& o, bool root) {
@@ -88,13 +112,7 @@ bool parse(int argc, char** argv, EvalOptions& o, bool root) {
     ZT_INPUT_CHECK(o.limit >= 0, "--limit ", o.limit, ": expected an integer >= 0");
     ZT_INPUT_CHECK(o.batch >= 1, "--batch ", o.batch, ": expected an integer >= 1");
     ZT_INPUT_CHECK(o.threads >= 0, "--threads ", o.threads, ": expected an integer >= 0");
-    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--output", o.output},
-                                     std::pair<const char*, const std::string&>{"--per-item", o.per_item}}) {
-        if (path.empty()) continue;
-        const fs::path parent = fs::absolute(path).parent_path();
-        ZT_INPUT_CHECK(fs::is_directory(parent), flag, " ", path, ": directory '", parent.string(),
-                       "' does not exist");
-    }
+    check_outputs(o);
     return true;
 }
 

@@ -32,6 +32,7 @@
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/model_source.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/output_paths.hpp"
 
 namespace fs = std::filesystem;
 
@@ -495,6 +496,16 @@ std::vector<std::string> export_peft_adapter(CheckpointReader& reader, const Ckp
     return {file};
 }
 
+/// --output over what zt-consolidate reads: the checkpoint directory, its step, a LoRA run's
+/// base (a merge into the base's own directory would replace the weights it merges with).
+void refuse_output_over_checkpoint(const std::string& output, const std::string& ckpt_path,
+                                   const CheckpointReader& reader) {
+    refuse_output_over_inputs("--output", output,
+                              {{"the checkpoint directory", ckpt_path},
+                               {"the checkpoint step", reader.dir()},
+                               {"the LoRA run's base", reader.base_path()}});
+}
+
 /// A Hugging Face model directory: model.safetensors (or its shards and index), the extras'
 /// files, config.json.
 std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const std::string& output, DType dtype,
@@ -507,6 +518,7 @@ std::vector<std::string> export_hf_directory(const std::string& ckpt_path, const
     // Everything that can refuse the checkpoint runs before the directory is touched.
     const std::string step_dir = resolve_step_dir(ckpt_path);
     CheckpointReader reader(step_dir, lora_base);
+    refuse_output_over_checkpoint(output, ckpt_path, reader);
     CkptModel m = load_ckpt_model(step_dir, reader.meta());
     const bool adapted = std::any_of(m.tensors.begin(), m.tensors.end(), [](const CkptTensor& t) {
         return is_adapter(t.name);
@@ -564,6 +576,7 @@ std::vector<std::string> consolidate(const std::string& ckpt_path, const std::st
     ZT_INPUT_CHECK(!fs::is_directory(output), "--output: '", output, "' is a directory");
     const std::string step_dir = resolve_step_dir(ckpt_path);
     CheckpointReader reader(step_dir, lora_base);
+    refuse_output_over_checkpoint(output, ckpt_path, reader);
     const CkptModel model = load_ckpt_model(step_dir, reader.meta());
     write_atomically(output, [&](const std::string& file) {
         if (fmt == WeightsFormat::kH5) {

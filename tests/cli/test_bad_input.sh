@@ -120,6 +120,9 @@ mkdir -p "$fix/tasks"
 good_line='{"ctx": "a b", "endings": ["c", "d"], "label": 0}'
 printf '%s\n{"ctx": "a", "endings": ["b", "c"], "label": 0\n' "$good_line" > "$fix/tasks/cut.jsonl"
 printf '%s\n{"ctx": "a", "endings": ["b", "c"], "label": 7}\n' "$good_line" > "$fix/tasks/label.jsonl"
+mkdir -p "$fix/tasks/again"
+printf '%s\n' "$good_line" > "$fix/tasks/good.jsonl"
+cp "$fix/tasks/good.jsonl" "$fix/tasks/again/good.jsonl"
 # zt-prepare output that already exists: a failed prepare must not touch it.
 prep_out="$fix/data"
 # JSON Lines fine-tuning inputs: one bad line each, after a good one (outside the fixtures:
@@ -459,6 +462,11 @@ t consolidate.bad_dtype "--dtype.*'?fp8'?.*fp32.*bf16.*fp16" \
   "$BIN/zt-consolidate" "$ckpt" --output "$fix/model.safetensors" --dtype fp8
 t consolidate.damaged   "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
   "$BIN/zt-consolidate" "$flip" --output "$out/m.h5"
+# An output over what is read: the checkpoint's own files and directories.
+t consolidate.over_meta "--output $ckpt/step_00000004/meta.h5 is already inside the checkpoint directory .*would be overwritten" \
+  "$BIN/zt-consolidate" "$ckpt" --output "$ckpt/step_00000004/meta.h5"
+t consolidate.over_step "--output $ckpt/step_00000004/ is the checkpoint step .*would be overwritten" \
+  "$BIN/zt-consolidate" "$ckpt" --output "$ckpt/step_00000004/"
 
 # -- multiple-choice evaluation: eval.* keys and task files, zt-eval
 t eval.every            "${CL}eval.every = -1: expected an integer >= 0" "${Z[@]}" --eval.every=-1
@@ -477,6 +485,16 @@ t zteval.task_cut_line  "eval task file '$fix/tasks/cut.jsonl' line 2: not valid
   "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/cut.jsonl" --output "$out/results.json"
 t zteval.damaged        "ck_flip/step_00000004/$shard_h5: checksum mismatch" \
   "$BIN/zt-eval" "$flip" --tasks "$SRC/inputs/tasks/tiny_choice.jsonl"
+# Outputs over inputs or each other, checked before any work; task names that would collide.
+t zteval.over_task      "--output $fix/tasks/good.jsonl is a --tasks file .*would be overwritten" \
+  "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/good.jsonl" --output "$fix/tasks/good.jsonl"
+t zteval.over_meta      "--per-item $ckpt/step_00000004/meta.h5 is already inside the model directory" \
+  "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/good.jsonl" --per-item "$ckpt/step_00000004/meta.h5"
+t zteval.same_outputs   "--output and --per-item name the same file" \
+  "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/good.jsonl" --output "$out/r.json" --per-item "$out/r.json"
+t zteval.output_dir     "--output $out: is a directory" "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/good.jsonl" --output "$out"
+t zteval.same_task_name "--tasks: $fix/tasks/good.jsonl and $fix/tasks/again/good.jsonl are both task 'good'" \
+  "$BIN/zt-eval" "$ckpt" --tasks "$fix/tasks/good.jsonl,$fix/tasks/again/good.jsonl"
 
 # -- two ranks: every rank stops with exit 2, none left running
 if command -v mpiexec > /dev/null; then

@@ -49,6 +49,11 @@ lora_bf16=("${lora[@]/#--run.dir=lora/--run.dir=lora_bf16}" --lora.base_dtype=bf
 expect 0 "params .* 2P" "$BIN/ztrain" --model.from_hf=base "${lora_bf16[@]}" --plan
 expect 0 "ztrain: 2 steps in" "$BIN/ztrain" --model.from_hf=base "${lora_bf16[@]}" --train.max_steps=2
 expect 2 "give --lora adapter .* or --lora merge" "$BIN/zt-consolidate" lora/checkpoints --output plain/
+# Merged into the base's own directory, it would replace the weights it merges with.
+base_sum=$(sha256sum base/model.safetensors)
+expect 2 "--output base/ is the LoRA run's base .*it would be overwritten" "$BIN/zt-consolidate" lora/checkpoints \
+  --output base/ --lora merge
+check "the refused merge left the base as it was" test "$base_sum" = "$(sha256sum base/model.safetensors)"
 expect 0 "wrote adapter/adapter_model.safetensors and adapter_config.json" "$BIN/zt-consolidate" lora/checkpoints \
   --output adapter/ --lora adapter
 expect 0 "wrote merged/model.safetensors and config.json" "$BIN/zt-consolidate" lora/checkpoints --output merged/ \

@@ -296,6 +296,8 @@ class CheckpointReader {
     CheckpointReader& operator=(const CheckpointReader&) = delete;
     const nlohmann::json& meta() const { return m_meta; }
     const std::string& dir() const { return m_dir; }
+    /// A LoRA checkpoint's base weights, where they are read (empty: none, or regenerated).
+    const std::string& base_path() const { return m_base_path; }
     /// meta.h5's path, for messages about the manifest.
     std::string meta_file() const;
     /// Elements [begin, end) of unit `unit` of dataset `which` ("master", "adam_m",
