@@ -632,6 +632,13 @@ ModelSource open_model_source(const std::string& path, const std::string& lora_b
         src.hf_dir = true;
         Config cfg;
         for (const HfSetting& s : read_hf_config(path)) set_config_value(cfg, s.key, s.text);
+        // The checks ztrain's --model.from_hf makes (heads dividing the width, a positive
+        // rope_theta, ...): a bad file is an input error here too, not a failed requirement.
+        try {
+            validate_model(cfg);
+        } catch (const InputError& e) {
+            throw InputError(str((fs::path(path) / "config.json").string(), ": ", e.what()));
+        }
         src.model = cfg.model;
         return src;
     }

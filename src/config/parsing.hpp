@@ -46,5 +46,7 @@ void apply_from_hf(Config& cfg, const po::variables_map& vm, const HfConfigReade
 /// validate_deck(), plus the typed settings refused as the deck and command line were read,
 /// each reported where its check stood when these settings were strings (validate.cpp).
 void validate_read(const Config& cfg, const RejectedSettings& rejected, FamilyRulesOf family_rules);
+/// The model keys' checks of validate_read alone (validate_model_keys).
+void validate_model_read(const Config& cfg, FamilyRulesOf family_rules);
 
 }  // namespace zt::config_detail

@@ -380,6 +380,13 @@ void validate_read(const Config& cfg, const RejectedSettings& rejected, FamilyRu
     for (const auto& refused : rejected) v.check_read(refused.first);
 }
 
+void validate_model_read(const Config& cfg, FamilyRulesOf family_rules) {
+    const config_detail::RejectedSettings none;
+    const Validator v(cfg, none);
+    check_every_value(v, cfg);
+    check_model_keys(v, cfg.model, family_rules);
+}
+
 }  // namespace config_detail
 
 void SettingCheck::check_int_min(const std::string& key, int v, int min) const {
@@ -388,6 +395,10 @@ void SettingCheck::check_int_min(const std::string& key, int v, int min) const {
 
 void validate_deck(const Config& cfg, FamilyRulesOf family_rules) {
     config_detail::validate_read(cfg, config_detail::RejectedSettings{}, family_rules);
+}
+
+void validate_model_keys(const Config& cfg, FamilyRulesOf family_rules) {
+    config_detail::validate_model_read(cfg, family_rules);
 }
 
 }  // namespace zt

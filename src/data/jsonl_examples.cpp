@@ -16,6 +16,7 @@
 // Deliberately does not: run Jinja templates, or support tool calls or other roles.
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -182,6 +183,18 @@ const char* layout_name(JsonlLayout layout) {
 }
 
 std::optional<JsonlRecord> parse_jsonl_line(std::string_view line, JsonlLayout expected, std::string& reason) {
+    // JSON text is UTF-8 (RFC 8259); the parser passes other bytes inside strings through.
+    for (size_t i = 0; i < line.size();) {
+        uint32_t cp = 0;
+        const size_t len = detail::decode_utf8(line, i, cp);
+        if (cp == detail::kInvalidCodePoint) {
+            char byte[8];
+            std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned>(static_cast<uint8_t>(line[i])));
+            reason = str("not valid UTF-8 (byte ", byte, " at column ", i + 1, ")");
+            return std::nullopt;
+        }
+        i += len;
+    }
     json j;
     try {
         j = json::parse(line.begin(), line.end());

@@ -116,6 +116,11 @@ ShardFile open_shard(const std::string& path) {
     if (fs::is_directory(st)) {
         throw InputError(str(path, ": is a directory (expected ", kShardKind, ")"));
     }
+    // A FIFO or a process substitution would block the open until a writer came, for ever
+    // (and shards are read at offsets); a device has no size.
+    if (!fs::is_regular_file(st)) {
+        throw InputError(str(path, ": is not a regular file (a FIFO, device or socket; expected ", kShardKind, ")"));
+    }
 
     ShardFile f;
     f.in.open(path, std::ios::binary);

@@ -191,5 +191,6 @@ std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std
 }
 
 void validate(const Config& cfg) { validate_deck(cfg, family_key_rules); }
+void validate_model(const Config& cfg) { validate_model_keys(cfg, family_key_rules); }
 
 }  // namespace zt

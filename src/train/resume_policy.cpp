@@ -119,6 +119,7 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
     const std::string base = m_cfg.model.lora.on() && !m_cfg.model.init_from.empty()
                                  ? std::filesystem::absolute(m_cfg.model.init_from).lexically_normal().string()
                                  : std::string();
+    std::vector<std::string> rejected;
     for (size_t i = 0; i < candidates.size(); ++i) {
         try {
             loaded = load_checkpoint(candidates[i], state, comm, base);
@@ -131,8 +132,10 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
                 std::fprintf(stderr, "ztrain: warning: checkpoint %s rejected: %s; falling back to %s\n",
                              candidates[i].c_str(), e.what(), candidates[i + 1].c_str());
             }
+            rejected.push_back(candidates[i]);
         }
     }
+    if (m_root) set_damaged_aside(rejected);
     // The data order and sampling are functions of (seed, step): another seed would silently
     // continue a different run, so it is refused (every rank read the same meta: all throw).
     const uint64_t seed = m_cfg.train.seed;
@@ -143,7 +146,52 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
     }
     check_lora_base(loaded);
     check_optimizer(loaded);
+    check_model(loaded);
     return loaded;
+}
+
+void ResumePolicy::set_damaged_aside(const std::vector<std::string>& rejected) const {
+    // A damaged step left in place would count among checkpoint.keep's newest at the next
+    // save, and the one this run resumed from would be pruned in its stead. Renamed, not
+    // removed: list_checkpoints skips a name with a dot, so it is neither kept nor retried.
+    for (const std::string& dir : rejected) {
+        if (verify_checkpoint_files(dir).empty()) continue;  // complete: refused for another reason
+        std::string aside = dir + ".damaged";
+        for (int n = 2; std::filesystem::exists(aside); ++n) aside = str(dir, ".damaged", n);
+        std::error_code ec;
+        std::filesystem::rename(dir, aside, ec);
+        if (ec) {
+            std::fprintf(stderr, "ztrain: warning: cannot move the damaged checkpoint %s aside: %s\n", dir.c_str(),
+                         ec.message().c_str());
+        } else {
+            std::fprintf(stderr, "ztrain: moved the damaged checkpoint %s aside to %s (out of checkpoint.keep's "
+                                 "rotation)\n", dir.c_str(), aside.c_str());
+        }
+    }
+}
+
+void ResumePolicy::check_model(const CheckpointRecord& loaded) const {
+    // The keys that change what the weights compute without changing their shapes (those
+    // that do are refused as the checkpoint loads): the heads' split, the vocabulary mask,
+    // rotary, the norms, the attention window.
+    static const char* const kKeys[] = {
+        "model.arch",         "model.n_head",        "model.n_kv_head",         "model.head_dim",
+        "model.vocab_size",   "model.rope_theta",    "model.rope_scaling",      "model.rope_factor",
+        "model.rope_low_freq_factor", "model.rope_high_freq_factor", "model.rope_original_context",
+        "model.norm_eps",     "model.sliding_window", "model.qkv_bias",         "model.qk_norm",
+        "model.tie_embeddings"};
+    if (loaded.config_ini.empty()) return;
+    const std::optional<Config> deck = saved_deck(loaded, m_dir);
+    if (!deck) return;
+    for (const char* key : kKeys) {
+        const std::string was = config_value_text(*deck, key);
+        const std::string now = config_value_text(m_cfg, key);
+        if (was == now) continue;
+        throw InputError(str(m_dir, ": ", key, " = ", now, " differs from the checkpoint's ", key, " = ", was,
+                             " (its weights were trained for that model): resume with --", key, "=", was,
+                             ", or start from its weights (zt-consolidate, then model.init_from) with "
+                             "checkpoint.resume=never"));
+    }
 }
 
 void ResumePolicy::check_optimizer(const CheckpointRecord& loaded) const {

@@ -140,6 +140,7 @@ printf '%s
 printf '%s
 {"prompt": "a", "completion": 4}
 ' "$jl_good" > "$jl/wrong_type.jsonl"
+printf '%s\n{"prompt": "a\377 b", "completion": "c"}\n' "$jl_good" > "$jl/not_utf8.jsonl"
 printf '%s
 {"prompt": "a", "completion": ""}
 ' "$jl_good" > "$jl/empty_completion.jsonl"
@@ -348,6 +349,10 @@ t cli.duplicate_option  "${CL}.*model.n_layer.*more than once" "${Z[@]}" --model
 # -- data
 t data.required         "data.train is required" "${ZD[@]}"
 t data.missing_file     "data.train: no file matches '$fix/data/nope.bin'" "${ZD[@]}" --data.train="$fix/data/nope.bin"
+# A FIFO would block the open until a writer came: refused by kind, as a device is.
+mkfifo "$work/fifo.bin"
+t data.fifo             "data.train: $work/fifo.bin: is not a regular file" "${ZD[@]}" --data.train="$work/fifo.bin"
+t data.device           "data.train: /dev/zero: is not a regular file" "${ZD[@]}" --data.train=/dev/zero
 t data.glob_no_match    "data.train: no file matches '$fix/data/nope_\*.bin'" \
   "${ZD[@]}" --data.train="$fix/data/nope_*.bin"
 t data.val_missing      "data.val: no file matches '$fix/data/nope_val.bin'" \
@@ -433,6 +438,8 @@ t prepare.jsonl_missing_key "missing_key.jsonl:3: missing key \"completion\"" \
   "$BIN/zt-prepare" --input "$jl/missing_key.jsonl" --output "$prep_out"
 t prepare.jsonl_wrong_type "wrong_type.jsonl:2: completion: expected a string, found number" \
   "$BIN/zt-prepare" --input "$jl/wrong_type.jsonl" --output "$prep_out"
+t prepare.jsonl_not_utf8 "not_utf8.jsonl:2: not valid UTF-8 \(byte 0xFF at column 14\)" \
+  "$BIN/zt-prepare" --input "$jl/not_utf8.jsonl" --output "$prep_out"
 t prepare.jsonl_empty_completion "empty_completion.jsonl:2: completion: empty completion" \
   "$BIN/zt-prepare" --input "$jl/empty_completion.jsonl" --output "$prep_out"
 t prepare.jsonl_unknown_role "unknown_role.jsonl:2: messages\[0\].role: unknown role \"robot\" \(expected system, user or assistant\)" \

@@ -119,6 +119,14 @@ if [ -f "$shard" ]; then
   else
     fail "fallback: exit $rc"; echo "$out" | grep -v "^step" | tail -5
   fi
+  # The damaged step is moved aside, so checkpoint.keep = 2 keeps the step resumed from
+  # (it pruned step_00000002 and kept the damaged step_00000004).
+  if [ -d "$fb/checkpoints/step_00000004.damaged" ] && [ -d "$fb/checkpoints/step_00000002" ] &&
+     [ -d "$fb/checkpoints/step_00000006" ] && [ ! -e "$fb/checkpoints/step_00000004" ]; then
+    echo "ok: the damaged step moved aside; the step resumed from and the new one kept"
+  else
+    fail "fallback: checkpoints after the save: $(ls "$fb/checkpoints" | tr '\n' ' ')"
+  fi
 else
   fail "fallback: no step_00000004 shard"
 fi

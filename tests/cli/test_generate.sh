@@ -39,6 +39,13 @@ sample() { "${gen[@]}" "$ckpt" --prompt-file "$work/prompt.txt" --top-k 20 --top
 check "the same seed gives the same sample" test "$(sample 7)" = "$(sample 7)"
 
 # Bad input: exit 2, naming the option and the value.
+# A config.json whose heads do not divide the width: ztrain's check, naming the file.
+mkdir -p "$work/hf_bad_heads"
+cp "$work/hf/model.safetensors" "$work/hf_bad_heads/"
+/usr/bin/python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["n_head"]=c["n_embd"]+1; json.dump(c, open(sys.argv[2],"w"))' \
+  "$work/hf/config.json" "$work/hf_bad_heads/config.json"
+expect 2 "hf_bad_heads/config.json: model.n_embd = [0-9]+ is not divisible by model.n_head" "${gen[@]}" \
+  "$work/hf_bad_heads" --tokenizer "$work/data/tokenizer.json" --prompt x
 expect 2 "--chat: no tokenizer_config.json to read.*give --chat-template" "${gen[@]}" "$ckpt" --prompt x --chat
 expect 2 "chat template chatml: .* no special token '<\|im_start\|>'" "${gen[@]}" "$ckpt" --prompt x --chat \
   --chat-template chatml

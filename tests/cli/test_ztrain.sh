@@ -164,6 +164,12 @@ if [ -s "$sigdir/checkpoints/latest" ]; then
   [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the resume under another optimizer left metrics.jsonl alone" ||
     { echo "FAIL: the refused optimizer change altered metrics.jsonl"; failures=$((failures + 1)); }
 
+  # Another split of the same width into heads: the same shapes, another model; refused.
+  expect 2 "model.n_head = 4 differs from the checkpoint's model.n_head = 2" "$BIN/ztrain" --config "$deck" \
+    "${data[@]}" --run.dir="$sigdir" --train.threads=1 --train.max_steps=$((at + 5)) --model.n_head=4
+  [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the resume with other heads left metrics.jsonl alone" ||
+    { echo "FAIL: the refused head change altered metrics.jsonl"; failures=$((failures + 1)); }
+
   # resume=auto with a `latest` that names a missing directory (a crash mid-save, a removed
   # directory): a note, and the newest complete checkpoint continues.
   cp -r "$sigdir" "$work/dangling"

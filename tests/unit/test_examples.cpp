@@ -185,7 +185,7 @@ TEST(JsonlLine, NamesTheReasonOfABadLine) {
     has(bad_reason(R"({"messages": [{"role": "user", "content": "q"}]})"), "no assistant message");
     has(bad_reason(R"({"messages": [{"role": "assistant", "content": ""}]})"), "empty assistant message");
     has(bad_reason(R"({"text": "a"})", zt::JsonlLayout::kChat), "a text record, expected the chat layout");
-    has(bad_reason("{\"text\": \"\xff\"}"), "not valid JSON");  // invalid UTF-8
+    has(bad_reason("{\"text\": \"\xff\"}"), "not valid UTF-8 (byte 0xFF at column 11)");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -503,6 +503,8 @@ void set_config_value(Config& cfg, const std::string& key, const std::string& te
 /// not touch the file system. Callers use validate() (ztrain/model/family.hpp), which passes
 /// the registered families.
 void validate_deck(const Config& cfg, FamilyRulesOf family_rules);
+/// validate_deck's checks of the model keys (and that every value is finite) alone.
+void validate_model_keys(const Config& cfg, FamilyRulesOf family_rules);
 
 /// The resolved configuration as an INI deck (every key, its value; loadable with --config).
 std::string to_ini(const Config& cfg);

@@ -132,5 +132,8 @@ std::vector<HfSetting> hf_model_settings(const nlohmann::json& config, const std
 /// Checks every value and the relations between them (config.hpp's validate_deck with the
 /// registered families); throws InputError naming the key, the value and what was expected.
 void validate(const Config& cfg);
+/// The model keys alone, with the same checks and messages: for a model a tool opens without
+/// a deck (a Hugging Face directory's config.json).
+void validate_model(const Config& cfg);
 
 }  // namespace zt

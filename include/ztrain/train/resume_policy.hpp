@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/config/config.hpp"
@@ -60,6 +61,11 @@ class ResumePolicy {
     void check_lora_base(const CheckpointRecord& loaded) const;
     /// A checkpoint of another train.optimizer is refused (its moments mean other things).
     void check_optimizer(const CheckpointRecord& loaded) const;
+    /// Refuses a model key that changes what the weights compute but not their shapes.
+    void check_model(const CheckpointRecord& loaded) const;
+    /// Renames each damaged step of `rejected` (resume=auto fell back past it) to
+    /// STEP.damaged (rank 0).
+    void set_damaged_aside(const std::vector<std::string>& rejected) const;
     /// A note when the global batch (micro_batch x grad_accum x ranks) differs from the
     /// checkpoint's run, with the grad_accum that keeps it.
     void batch_note(const CheckpointRecord& resumed, int world_size) const;
