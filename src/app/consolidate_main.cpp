@@ -154,6 +154,18 @@ po::options_description visible_options(Options& o) {
     return visible;
 }
 
+/// A LoRA checkpoint's base against the fingerprint it records (consolidate() itself names
+/// a path that is no checkpoint).
+void check_base(const Options& o) {
+    std::string step;
+    try {
+        step = zt::resolve_resume(o.ckpt, o.ckpt);
+    } catch (const zt::InputError&) {
+        return;
+    }
+    zt::check_lora_base_unchanged(step, o.base);
+}
+
 /// Whether `step` is the step zt-consolidate reads for `ckpt` (a step, or its newest).
 bool is_step_read(const std::string& ckpt, const std::string& step) {
     std::error_code ec;
@@ -202,6 +214,7 @@ int run(int argc, char** argv) {
     const zt::HfDirectoryExtras extras = to_dir ? tokenizer_extras(o.ckpt, &tokenizer_note) : zt::HfDirectoryExtras{};
     std::vector<std::string> files;
     try {
+        check_base(o);
         files = zt::consolidate(o.ckpt, o.output, t, vm.count("with-optimizer") > 0, shard_bytes, extras, lora_export,
                                 o.base);
     } catch (const zt::InputError& e) {

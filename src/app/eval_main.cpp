@@ -34,6 +34,7 @@
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/generator.hpp"
 #include "ztrain/train/choice_eval.hpp"
+#include "ztrain/train/input_fingerprint.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -168,6 +169,7 @@ int run(int argc, char** argv) {
     EvalOptions o;
     if (!parse(argc, argv, o, root)) return zt::kExitOk;
     const zt::ModelSource src = zt::open_model_source(o.model, o.base);
+    if (!src.hf_dir) zt::check_lora_base_unchanged(src.step_dir, o.base);
     const zt::ModelConfig& mc = src.model;
     const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, src);
     ZT_INPUT_CHECK(tok->vocab_size() <= mc.vocab_size, "the tokenizer's ", tok->vocab_size(),

@@ -41,6 +41,7 @@
 #include "ztrain/data/examples.hpp"
 #include "ztrain/data/tokenizer.hpp"
 #include "ztrain/model/generator.hpp"
+#include "ztrain/train/input_fingerprint.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -246,6 +247,7 @@ int run(int argc, char** argv) {
     if (!parse(argc, argv, o)) return zt::kExitOk;
     const auto t_load = std::chrono::steady_clock::now();
     const zt::ModelSource src = zt::open_model_source(o.model, o.base);
+    if (!src.hf_dir) zt::check_lora_base_unchanged(src.step_dir, o.base);
     const zt::ModelConfig& mc = src.model;
     const std::unique_ptr<zt::Tokenizer> tok = find_tokenizer(o, src);
     std::optional<uint32_t> end_of_turn;

@@ -149,6 +149,23 @@ std::vector<std::string> base_changes(const nlohmann::json& saved, const nlohman
     return out;
 }
 
+void check_lora_base_unchanged(const std::string& step_dir, const std::string& base) {
+    const nlohmann::json meta = read_checkpoint_meta(step_dir);
+    if (!meta.contains("lora_base") || !meta.contains("inputs")) return;
+    const std::string path = base.empty() ? meta["lora_base"].value("path", std::string()) : base;
+    // Regenerated from the recorded seed: nothing on disk to change; a base that is not
+    // there: the reader says so, with the --base to give.
+    if (path.empty() || !std::filesystem::exists(path)) return;
+    const std::vector<std::string> changes =
+        base_changes(meta["inputs"], input_fingerprint({}, {}, "", {}, {}, lora_base_files(path)));
+    if (changes.empty()) return;
+    std::string list;
+    for (const std::string& c : changes) list += (list.empty() ? "" : "; ") + c;
+    throw InputError(str(step_dir, ": the LoRA run's base at ", path,
+                         " is not the one its adapters were trained on (", list,
+                         "): give --base with that base (a merge written into it changes it)"));
+}
+
 std::vector<std::string> input_changes(const nlohmann::json& saved, const nlohmann::json& now) {
     std::vector<std::string> out;
     if (!saved.is_object()) return out;

@@ -65,6 +65,14 @@ from_merged=$("$BIN/zt-generate" merged --tokenizer data/tokenizer.json --prompt
 check "zt-generate: the checkpoint's greedy text ('$from_ckpt') is the merged model's ('$from_merged')" \
   test -n "$from_ckpt" -a "$from_ckpt" = "$from_merged"
 check "adapter_config.json names the targets" grep -q '"c_attn"' adapter/adapter_config.json
+# A merge written into a copy of the base changes the copy: the tools refuse it as the base
+# (a second merge would add the adapters twice), as ztrain refuses it at a resume.
+cp -r base base_copy
+expect 0 "wrote base_copy/model.safetensors" "$BIN/zt-consolidate" lora/checkpoints --output base_copy/ --lora merge
+expect 2 "the LoRA run's base at base_copy is not the one its adapters were trained on" "$BIN/zt-consolidate" \
+  lora/checkpoints --output twice/ --lora merge --base base_copy
+expect 2 "the LoRA run's base at base_copy is not the one its adapters were trained on" "$BIN/zt-generate" \
+  lora/checkpoints --prompt x --max-new-tokens 2 --base base_copy
 # The checkpoints hold the adapters and their state, not the base: they name where it is.
 expect 0 "the frozen base is read from .*/base" "$BIN/zt-consolidate" lora/checkpoints --info
 expect 2 "a LoRA base was given .* holds every weight itself" "$BIN/zt-consolidate" pre/checkpoints --output x/ \

@@ -36,6 +36,12 @@ std::vector<std::string> lora_base_files(const std::string& init_from);
 /// phrase each; empty when nothing does or either records none.
 std::vector<std::string> base_changes(const nlohmann::json& saved, const nlohmann::json& now);
 
+/// For a tool reading a LoRA checkpoint (zt-consolidate, zt-generate, zt-eval): its base as
+/// it is now (at `base`, or the path the checkpoint records when empty) against the
+/// fingerprint the checkpoint records, as ztrain checks at a resume. Throws InputError naming
+/// what changed; nothing for a checkpoint without a base, or one that records no fingerprint.
+void check_lora_base_unchanged(const std::string& step_dir, const std::string& base);
+
 /// What differs between a checkpoint's fingerprint `saved` and this run's `now`, one phrase
 /// each ("data.train: train_001.bin: 2048 -> 4096 bytes"); empty when nothing does, or when
 /// the checkpoint records no fingerprint (written before ztrain saved one).
