@@ -175,6 +175,14 @@ int run(int argc, char** argv) {
     ZT_INPUT_CHECK(tok->vocab_size() <= mc.vocab_size, "the tokenizer's ", tok->vocab_size(),
                    " tokens exceed the model's vocabulary (", mc.vocab_size, ")");
     const std::vector<zt::ChoiceTask> tasks = zt::read_choice_tasks(o.tasks, *tok);
+    // results.json is keyed by task name: a second task of a name would replace the first.
+    for (size_t i = 0; i < tasks.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+            ZT_INPUT_CHECK(tasks[j].name != tasks[i].name, "--tasks: ", tasks[j].file, " and ", tasks[i].file,
+                           " are both task '", tasks[i].name,
+                           "' (a task is named by its file's name without the extension): rename one");
+        }
+    }
     const int threads = o.threads > 0 ? o.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
     // The model whole on every rank, its inference path with a cache as long as the longest

@@ -210,12 +210,6 @@ std::vector<ChoiceTask> read_choice_tasks(const std::string& list, const Tokeniz
         const size_t comma = std::min(list.find(',', start), list.size());
         tasks.push_back(read_choice_task(list.substr(start, comma - start), tokenizer));
         start = comma + 1;
-        // The results are keyed by task name: a second task of that name would replace the first.
-        for (size_t i = 0; i + 1 < tasks.size(); ++i) {
-            ZT_INPUT_CHECK(tasks[i].name != tasks.back().name, "--tasks: ", tasks[i].file, " and ", tasks.back().file,
-                           " are both task '", tasks.back().name,
-                           "' (a task is named by its file's name without the extension): rename one");
-        }
     }
     return tasks;
 }
