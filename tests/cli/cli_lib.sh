@@ -14,7 +14,14 @@ expect() {
   out=$(timeout 120 "$@" 2>&1)
   rc=$?
   if [ "$rc" -ne "$want" ]; then
-    echo "FAIL: exit $rc (expected $want): $*"; echo "$out" | tail -5; failures=$((failures + 1)); return
+    echo "FAIL: exit $rc (expected $want): $*"
+    # Open MPI's start-up failures name their cause at the top, not in the last lines.
+    if grep -qE "before MPI_INIT completed|orte_init failed|ompi_mpi_init: " <<<"$out"; then
+      echo "$out" | head -25
+    else
+      echo "$out" | tail -5
+    fi
+    failures=$((failures + 1)); return
   fi
   if ! grep -qE -- "$pattern" <<<"$out"; then
     echo "FAIL: output lacks /$pattern/: $*"; echo "$out" | tail -5; failures=$((failures + 1)); return

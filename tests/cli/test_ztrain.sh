@@ -32,6 +32,24 @@ expect 2 "parallel.shard_group = .x" "$BIN/ztrain" --env --parallel.shard_group=
 expect 0 "val loss" "${run[@]}" --train.max_steps=5
 [ -s "$work/run/metrics.jsonl" ] && echo "ok: metrics.jsonl written" || { echo "FAIL: no metrics.jsonl"; failures=$((failures + 1)); }
 [ -s "$work/run/config.ini" ] && echo "ok: config.ini written" || { echo "FAIL: no config.ini"; failures=$((failures + 1)); }
+# A one-rank start has an Open MPI session directory of its own under TMPDIR, removed at exit
+# (isolated singletons otherwise share one, and one ending failed another's MPI_Init).
+mkdir -p "$work/tmpdir"
+TMPDIR="$work/tmpdir" ZT_DEBUG_STALL=0:2:3 "$BIN/ztrain" --config "$deck" "${data[@]}" --train.threads=1 \
+  --train.max_steps=3 --run.dir="$work/run_tmpdir" > "$work/tmpdir.log" 2>&1 &
+tmpdir_pid=$!
+for _ in $(seq 1 100); do
+  compgen -G "$work/tmpdir/ztrain-mpi.*/ompi.*" > /dev/null && break
+  sleep 0.1
+done
+check "the running singleton's session directory is its own: $(ls "$work/tmpdir" | tr '\n' ' ')" \
+  test -n "$(compgen -G "$work/tmpdir/ztrain-mpi.*/ompi.*")"
+check "no session directory shared under TMPDIR" test -z "$(compgen -G "$work/tmpdir/ompi.*")"
+wait "$tmpdir_pid"
+tmpdir_rc=$?
+check "the stalled singleton run ended with exit 0 (it was $tmpdir_rc: $(tail -1 "$work/tmpdir.log"))" \
+  test "$tmpdir_rc" -eq 0
+check "nothing left in TMPDIR after the run: $(ls -A "$work/tmpdir" | tr '\n' ' ')" test -z "$(ls -A "$work/tmpdir")"
 # The resolved deck loads again and reproduces the run's settings.
 expect 0 "step +3/3" "$BIN/ztrain" --config "$work/run/config.ini" --train.max_steps=3 --run.dir="$work/run2"
 
