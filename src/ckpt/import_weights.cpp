@@ -13,6 +13,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -197,6 +198,21 @@ ZtrainNamed by_ztrain_name(const SafetensorsSet& set, const HfNaming& family) {
     return by_name;
 }
 
+/// Weights are finite: a NaN or infinity (a damaged file, or a run that diverged before it
+/// was saved) would make every loss, score and sample meaningless while the tool exits 0.
+/// `at` is where `data` starts in the tensor.
+void require_finite(const float* data, size_t n, size_t at, const std::string& file, const std::string& tensor) {
+    size_t bad = n;
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(data[i])) {
+            bad = i;
+            break;
+        }
+    }
+    ZT_INPUT_CHECK(bad == n, file, ": tensor ", tensor, " holds a non-finite value (", data[bad] != data[bad] ? "nan" : "inf",
+                   ") at element ", at + bad, ": the file is damaged, or the run that wrote it diverged");
+}
+
 /// Safetensors tensors in the family's Hugging Face names and layout (the name prefix is
 /// optional). Every name and shape is checked against the model before any data is read.
 void import_safetensors(SafetensorsSet& set, const HfNaming& family, const std::vector<Expected>& expected,
@@ -234,6 +250,7 @@ void import_safetensors(SafetensorsSet& set, const HfNaming& family, const std::
             // The file holds [in, out]; ztrain wants (out, in): whole (GPT-2's Conv1D weights).
             item.reader->read_f32(file_name, *item.entry, buf);
             tmp.resize(x.live_numel);
+            require_finite(buf.data(), x.live_numel, 0, item.reader->file(), file_name);
             transpose(buf.data(), x.live_shape[1], x.live_shape[0], tmp.data());
             deliver(x, 0, x.live_numel, tmp.data());
             continue;
@@ -242,6 +259,7 @@ void import_safetensors(SafetensorsSet& set, const HfNaming& family, const std::
         for (size_t at = 0; at < x.live_numel; at += kImportPieceFloats) {
             const size_t n = std::min(kImportPieceFloats, x.live_numel - at);
             item.reader->read_f32_range(file_name, *item.entry, at, n, buf.data());
+            require_finite(buf.data(), n, at, item.reader->file(), file_name);
             deliver(x, at, n, buf.data());
         }
     }
@@ -367,6 +385,7 @@ void import_h5(const std::string& file, const std::vector<Expected>& expected, c
                        file, str("cannot read tensor ", name, " (damaged file?)"));
             convert_to_f32(half.data(), buf.data(), x.live_numel, dtypes[i]);
         }
+        require_finite(buf.data(), x.live_numel, 0, file, name);
         deliver(x, 0, x.live_numel, buf.data());
     }
 }

@@ -196,7 +196,8 @@ void assign_settings(Config& cfg, const po::variables_map& vm, RejectedSettings*
         const auto& cluster_keys = cfg.cluster_file_keys;
         const bool from_cluster = std::find(cluster_keys.begin(), cluster_keys.end(), k.key) != cluster_keys.end();
         assign(cfg, k, vm[k.key].as<std::string>(),
-               from_cli ? std::string("command line") : from_cluster ? cfg.cluster_file : cfg.config_file, rejected);
+               from_cli ? std::string("command line") : from_cluster ? cfg.cluster_file : deck_origin(cfg, k.key),
+               rejected);
     }
 }
 
@@ -236,7 +237,7 @@ CliResult parse_command_line(int argc, const char* const* argv, FamilyRulesOf fa
     if (vm.count("config")) {
         cfg.config_file = vm["config"].as<std::string>();
         ZT_INPUT_CHECK(!cfg.config_file.empty(), "--config: needs a file name");
-        store_deck(cfg.config_file, read_deck(cfg.config_file), settings, vm);
+        cfg.config_file_lines = store_deck(cfg.config_file, read_deck(cfg.config_file), settings, vm);
     }
     po::notify(vm);
     read_plan_options(vm, result);

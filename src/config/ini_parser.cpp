@@ -114,6 +114,21 @@ po::parsed_options parse_deck(const std::string& path, const std::string& text,
 
 }  // namespace
 
+namespace {
+
+/// A deck value is taken as written: `dir = "runs/a"` would name a directory called `"runs`
+/// (INI has no quoting), so a value wrapped in quotes is refused, naming the line.
+void refuse_quoted_value(const std::string& where, const po::option& opt) {
+    if (opt.value.empty()) return;
+    const std::string& v = opt.value.front();
+    const bool quoted = v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front();
+    ZT_INPUT_CHECK(!quoted, where, ": ", opt.string_key, " = ", v,
+                   ": a deck value is taken as written, quotes included (INI has no quoting); write it without them: ",
+                   opt.string_key, " = ", v.substr(1, v.size() - 2));
+}
+
+}  // namespace
+
 /// Rejects a key given twice in one source: Boost would keep one silently (or throw a
 /// message without the file), and a deck that says two things is almost always a mistake.
 void check_duplicates(const po::parsed_options& parsed, const std::string& origin,
@@ -133,15 +148,24 @@ void check_duplicates(const po::parsed_options& parsed, const std::string& origi
 }
 
 /// Adds a deck's values to `vm` (values already there, e.g. the command line's, win).
-void store_deck(const std::string& origin, const std::string& text, const po::options_description& settings,
-                po::variables_map& vm) {
+std::map<std::string, int> store_deck(const std::string& origin, const std::string& text,
+                                      const po::options_description& settings, po::variables_map& vm) {
     const po::parsed_options parsed_deck = parse_deck(origin, text, settings);
-    check_duplicates(parsed_deck, origin, scan_key_lines(text));
+    const auto all_lines = scan_key_lines(text);
+    check_duplicates(parsed_deck, origin, all_lines);
+    std::map<std::string, int> lines;
+    for (const po::option& opt : parsed_deck.options) {
+        const auto it = all_lines.find(opt.string_key);
+        const int line = it != all_lines.end() ? it->second.front() : 0;
+        if (line > 0) lines[opt.string_key] = line;
+        refuse_quoted_value(line > 0 ? str(origin, ":", line) : origin, opt);
+    }
     try {
         po::store(parsed_deck, vm);
     } catch (const po::error& e) {
         throw InputError(str(origin, ": ", e.what()));
     }
+    return lines;
 }
 
 std::vector<std::string> store_cluster_file(const std::string& path, const po::options_description& settings,

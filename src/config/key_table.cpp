@@ -310,6 +310,11 @@ bool set_on_command_line(const Config& cfg, const std::string& key) {
     return std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), key) != cfg.cli_keys.end();
 }
 
+std::string deck_origin(const Config& cfg, const std::string& key) {
+    const auto it = cfg.config_file_lines.find(key);
+    return it == cfg.config_file_lines.end() ? cfg.config_file : str(cfg.config_file, ":", it->second);
+}
+
 // ---------------------------------------------------------------------------
 // Suggestions for unknown keys
 // ---------------------------------------------------------------------------

@@ -26,9 +26,11 @@ std::string read_deck(const std::string& path);
 /// Rejects a key given twice in one source (`lines`: where each key stands, for the message).
 void check_duplicates(const po::parsed_options& parsed, const std::string& origin,
                       const std::map<std::string, std::vector<int>>& lines);
-/// Adds a deck's values to `vm` (values already there, e.g. the command line's, win).
-void store_deck(const std::string& origin, const std::string& text, const po::options_description& settings,
-                po::variables_map& vm);
+/// Adds a deck's values to `vm` (values already there, e.g. the command line's, win) and
+/// returns the line of each key the deck gives (messages name it). InputError naming the
+/// line for a value wrapped in quotes (taken as written, it would name another path).
+std::map<std::string, int> store_deck(const std::string& origin, const std::string& text,
+                                      const po::options_description& settings, po::variables_map& vm);
 
 /// Adds a cluster file's values to `vm` (the command line's win; they win over the deck's
 /// when stored before it) and returns its keys; InputError naming the file and line for a

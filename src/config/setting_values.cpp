@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -316,6 +317,20 @@ bool parse_bool(const std::string& s, bool& out) {
 
 }  // namespace
 
+namespace {
+
+/// Digits after an optional '+' (or '-' when `signed_ok`): an integer, whatever its size.
+bool is_whole_number(const std::string& text, bool signed_ok) {
+    size_t i = !text.empty() && (text[0] == '+' || (signed_ok && text[0] == '-')) ? 1 : 0;
+    if (i == text.size()) return false;
+    for (; i < text.size(); ++i) {
+        if (!std::isdigit(static_cast<unsigned char>(text[i]))) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
 const char* type_name(const FieldRef& ref) { return std::visit(TypeNameVisitor{}, ref); }
 
 bool is_text(const FieldRef& ref) { return std::visit(IsTextVisitor{}, ref); }
@@ -327,6 +342,8 @@ void assign(Config& cfg, const KeyDef& k, const std::string& text, const std::st
     FieldRef ref = k.field(cfg);
     if (auto* p = std::get_if<int*>(&ref)) {
         int v = 0;
+        ZT_INPUT_CHECK(parse_integer(text, v) || !is_whole_number(text, true), where, "is out of range (",
+                       std::numeric_limits<int>::min(), " to ", std::numeric_limits<int>::max(), ")");
         ZT_INPUT_CHECK(parse_integer(text, v), where, "is not an integer",
                        (text.find_first_of(".eE") != std::string::npos ? " (no decimal point or exponent)"
                                                                         : ""));
@@ -341,6 +358,8 @@ void assign(Config& cfg, const KeyDef& k, const std::string& text, const std::st
         **p = v;
     } else if (auto* p = std::get_if<uint64_t*>(&ref)) {
         uint64_t v = 0;
+        ZT_INPUT_CHECK(parse_integer(text, v) || !is_whole_number(text, false), where, "is out of range (0 to ",
+                       std::numeric_limits<uint64_t>::max(), ")");
         ZT_INPUT_CHECK(parse_integer(text, v), where, "is not a non-negative integer");
         **p = v;
     } else if (auto* p = std::get_if<std::string*>(&ref)) {

@@ -33,6 +33,10 @@ class Validator : public SettingCheck {
                 return m_cfg.cluster_file + ": ";
             }
         }
+        // The deck, at the line of the first of these keys it gives.
+        for (const char* key : keys) {
+            if (m_cfg.config_file_lines.count(key)) return deck_origin(m_cfg, key) + ": ";
+        }
         return m_cfg.config_file.empty() ? std::string() : m_cfg.config_file + ": ";
     }
     std::string origin(const std::string& key) const { return origin({key.c_str()}); }

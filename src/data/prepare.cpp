@@ -207,6 +207,27 @@ size_t remove_stale_shards(const std::string& dir, const std::set<std::string>& 
     return removed;
 }
 
+namespace {
+
+/// A folder input contributes its text files: written into that same folder, the
+/// tokenizer.json would be read back as a document by the next run (and a tokenizer.json of
+/// the user's there replaced).
+void refuse_output_in_input_folder(const PrepareOptions& opt) {
+    std::error_code ec;
+    const fs::path out = fs::weakly_canonical(fs::absolute(opt.output, ec), ec);
+    if (ec) return;  // the output's own checks name what is wrong with it
+    for (const std::string& in : opt.inputs) {
+        if (in == "-" || !fs::is_directory(in, ec)) continue;
+        const fs::path folder = fs::weakly_canonical(fs::absolute(in, ec), ec);
+        ZT_INPUT_CHECK(ec || folder != out, "--output ", opt.output, " is the --input folder ", in,
+                       ": the tokenizer.json written there would be read as a document by the next run over "
+                       "that folder (and a tokenizer.json already there replaced); write to another folder, such as ",
+                       (fs::path(in) / "tokens").string());
+    }
+}
+
+}  // namespace
+
 void check_prepare_options(const PrepareOptions& opt) {
     ZT_INPUT_CHECK(!opt.inputs.empty(), "--input is required (text files or folders)");
     ZT_INPUT_CHECK(!opt.output.empty(), "--output is required (the folder for the shards)");
@@ -231,6 +252,7 @@ void check_prepare_options(const PrepareOptions& opt) {
     if (fs::exists(opt.output, ec) && !fs::is_directory(opt.output, ec)) {
         throw InputError(str("--output: '", opt.output, "' exists and is not a folder"));
     }
+    refuse_output_in_input_folder(opt);
 }
 
 std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& opt) {

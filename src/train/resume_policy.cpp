@@ -53,7 +53,9 @@ void ResumePolicy::refuse_earlier_run() const {
     const std::vector<std::string> earlier = list_checkpoints(m_ckpt_dir);
     const std::filesystem::path metrics = std::filesystem::path(m_cfg.run.dir) / "metrics.jsonl";
     std::error_code ec;
-    const bool has_metrics = std::filesystem::exists(metrics, ec);
+    // An empty metrics.jsonl holds no step of any run (a start refused after it was opened).
+    const bool has_metrics = std::filesystem::exists(metrics, ec) &&
+                             !(std::filesystem::is_regular_file(metrics, ec) && std::filesystem::file_size(metrics, ec) == 0);
     if (earlier.empty() && !has_metrics) return;
     std::string what;
     if (!earlier.empty()) {
@@ -61,13 +63,13 @@ void ResumePolicy::refuse_earlier_run() const {
                    std::filesystem::path(earlier.front()).filename().string(), ")");
     }
     if (has_metrics) what += str(what.empty() ? "" : " and ", metrics.string(), " of an earlier run");
-    const char* why = m_cfg.checkpoint.resume.mode == ResumeSetting::Mode::kNever
-                          ? "checkpoint.resume = never starts a fresh run"
-                          : "checkpoint.resume = auto found no checkpoint to resume, so this is a fresh run";
-    throw InputError(str(why, ", but there is ", what,
-                         ": the new run would mix with it or overwrite it. Continue it with "
-                         "--checkpoint.resume=auto, give this run another --run.dir, or remove the old "
-                         "files (rm -r ", m_cfg.run.dir, ")"));
+    const bool never = m_cfg.checkpoint.resume.mode == ResumeSetting::Mode::kNever;
+    const char* why = never ? "checkpoint.resume = never starts a fresh run"
+                            : "checkpoint.resume = auto found no checkpoint to resume, so this is a fresh run";
+    // Under auto there is no checkpoint to continue from: advising auto again would go round.
+    const char* continue_it = never && !earlier.empty() ? "Continue it with --checkpoint.resume=auto, give" : "Give";
+    throw InputError(str(why, ", but there is ", what, ": the new run would mix with it or overwrite it. ", continue_it,
+                         " this run another --run.dir, or remove the old files (rm -r ", m_cfg.run.dir, ")"));
 }
 
 long ResumePolicy::checkpoint_step() const {

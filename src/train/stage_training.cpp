@@ -60,10 +60,18 @@ int micro_batches_live(const std::vector<PipelinePass>& passes) {
         first[m] = std::min(first[m], i);
         last[m] = std::max(last[m], i);
     }
+    // A sweep over the passes: each micro-batch opens at its first pass and closes after its
+    // last, so the setup is linear in train.grad_accum (a count per pass was quadratic).
+    std::vector<int> opened(passes.size() + 1, 0);
+    for (size_t m = 0; m < first.size(); ++m) {
+        if (first[m] > last[m]) continue;
+        ++opened[first[m]];
+        --opened[last[m] + 1];
+    }
     int most = 1;
+    int live = 0;
     for (size_t i = 0; i < passes.size(); ++i) {
-        int live = 0;
-        for (size_t m = 0; m < first.size(); ++m) live += first[m] <= i && i <= last[m] ? 1 : 0;
+        live += opened[i];
         most = std::max(most, live);
     }
     return most;

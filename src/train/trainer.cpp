@@ -232,6 +232,28 @@ nlohmann::json check_inputs(const Config& cfg, const TrainSetup& setup, const Ch
     return now;
 }
 
+/// The names ztrain writes in run.dir must be free for it: a directory where a file goes (or a
+/// file where TensorBoard's directory goes) is refused before any of them is written, so a
+/// refused start leaves nothing that a later start takes for an earlier run.
+void check_run_dir_entries(const Config& cfg) {
+    const std::filesystem::path run_dir(cfg.run.dir);
+    std::error_code ec;
+    for (const char* file : {"config.ini", "metrics.jsonl"}) {
+        const std::filesystem::path path = run_dir / file;
+        if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+            throw InputError(str("run.dir = ", cfg.run.dir, ": ", path.string(),
+                                 " is not a file; ztrain writes its ", file,
+                                 " there. Move it away or give another --run.dir"));
+        }
+    }
+    const std::filesystem::path tb = run_dir / "tb";
+    if (cfg.run.tensorboard && std::filesystem::exists(tb, ec) && !std::filesystem::is_directory(tb, ec)) {
+        throw InputError(str("run.tensorboard = true: ", tb.string(),
+                             " is not a directory; the TensorBoard event files go there. Move it away, "
+                             "give another --run.dir or set --run.tensorboard=false"));
+    }
+}
+
 /// The run directory, once every input is accepted: the resolved deck written by rank 0, and
 /// a resumed run's metrics.jsonl cut back to the checkpoint's step (agreed: an I/O error
 /// there stops every rank).
@@ -242,7 +264,10 @@ void prepare_run_dir(const Config& cfg, bool resuming, long resumed_step, Commun
         std::filesystem::create_directories(run_dir, ec);
         if (ec) throw InputError(str("run.dir: cannot create '", cfg.run.dir, "': ", ec.message()));
         if (comm.rank() != 0) return;
-        std::ofstream(run_dir / "config.ini") << to_ini(cfg);
+        check_run_dir_entries(cfg);
+        std::ofstream ini(run_dir / "config.ini");
+        ini << to_ini(cfg);
+        if (!ini.flush()) throw Error(str("run.dir: cannot write ", (run_dir / "config.ini").string()));
         if (!resuming) return;
         const std::string metrics = (run_dir / "metrics.jsonl").string();
         const MetricsRepair repair = supersede_metrics(metrics, resumed_step);

@@ -47,6 +47,10 @@ shard_h5=$(cd "$step" && ls shard_*.h5 | head -1)
 # init_from applies; an earlier run's metrics.jsonl would be refused before init_from).
 mkdir -p "$fix/run_nockpt"
 cp "$fix/run/config.ini" "$fix/run_nockpt/"
+# Run directories where a name ztrain writes is taken by the wrong kind: a file named tb, a
+# directory named config.ini.
+mkdir -p "$fix/run_tbfile" "$fix/run_inidir/config.ini"
+echo "not a directory" > "$fix/run_tbfile/tb"
 # The valid run, its lock file left by a job on another host (issue 34): honoured until
 # --force-unlock, since a lock on a shared file system may not reach across hosts.
 cp -a "$fix/run" "$fix/run_locked"
@@ -255,7 +259,7 @@ t range.lr              "${CL}train.lr = 0: expected a number > 0" "${Z[@]}" --t
 t range.lr_min_above_lr "${CL}train.lr_min = 0.5 is greater than train.lr = 0.01: expected" \
   "${Z[@]}" --train.lr_min=0.5
 t range.beta1           "${CL}train.beta1 = 1: expected a number in \[0, 1\)" "${Z[@]}" --train.beta1=1.0
-t range.beta1_deck      "deck_range.ini: train.beta1 = 1: expected a number in \[0, 1\)" \
+t range.beta1_deck      "deck_range.ini:[0-9]+: train.beta1 = 1: expected a number in \[0, 1\)" \
   "${ZB[@]}" --config "$decks/deck_range.ini" --data.train="$shard"
 t range.beta2           "${CL}train.beta2 = -0.1: expected a number in \[0, 1\)" "${Z[@]}" --train.beta2=-0.1
 t range.eps             "${CL}train.eps = 0: expected a number > 0" "${Z[@]}" --train.eps=0
@@ -296,7 +300,7 @@ t enum.shard_group      "${CL}parallel.shard_group = 'half': expected node, 0 \(
   "${Z[@]}" --parallel.shard_group=half
 t enum.pipe_schedule    "${CL}parallel.schedule = 'gpipe': expected one of 1f1b \| interleaved \| zb" \
   "${Z[@]}" --parallel.schedule=gpipe
-t pipe.grad_accum       "tiny.ini: train.grad_accum = 1: expected at least parallel.pipeline = 2 micro-batches" \
+t pipe.grad_accum       "tiny.ini:[0-9]+: train.grad_accum = 1: expected at least parallel.pipeline = 2 micro-batches" \
   "${Z[@]}" --parallel.pipeline=2
 t pipe.zb_recompute     "${CL}train.recompute = .?true.?: expected false or attention under parallel.schedule = zb" \
   "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2 --parallel.schedule=zb --train.recompute=true
@@ -308,7 +312,7 @@ t pipe.virtual_stages   "${CL}parallel.virtual_stages = 2: expected 0 or 1 unles
   "${Z[@]}" --parallel.virtual_stages=2
 t pipe.interleaved_m    "${CL}train.grad_accum = 3: expected a multiple of parallel.pipeline = 2 under parallel.schedule = interleaved" \
   "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=3 --parallel.schedule=interleaved --model.n_layer=4
-t pipe.huge_chunks      "tiny.ini: model.n_layer = 2: expected at least one block per virtual stage: parallel.pipeline x virtual stages = 4000000000" \
+t pipe.huge_chunks      "tiny.ini:[0-9]+: model.n_layer = 2: expected at least one block per virtual stage: parallel.pipeline x virtual stages = 4000000000" \
   "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2 --parallel.schedule=interleaved --parallel.virtual_stages=2000000000
 t pipe.one_rank         "parallel.pipeline = 2 x parallel.tensor = 1: must divide the number of ranks \(1\)" \
   "${Z[@]}" --parallel.pipeline=2 --train.grad_accum=2
@@ -393,6 +397,10 @@ t data.tokenizer_too_big "model.vocab_size = 200 is smaller than the tokenizer's
 # Paths the file system refuses outright: named with their key, before any work.
 t path.run_dir_loop     "run.dir = $bad/loop/run: Too many levels of symbolic links" \
   "$BIN/ztrain" --config "$deck" --data.train="$fix/data/train_*.bin" --train.threads=1 --run.dir="$bad/loop/run"
+t path.run_dir_tb_file  "run.tensorboard = true: $fix/run_tbfile/tb is not a directory.*--run.tensorboard=false" \
+  "$BIN/ztrain" --config "$deck" --data.train="$fix/data/train_*.bin" --train.threads=1 --run.dir="$fix/run_tbfile"
+t path.run_dir_ini_dir  "run.dir = $fix/run_inidir: $fix/run_inidir/config.ini is not a file" \
+  "$BIN/ztrain" --config "$deck" --data.train="$fix/data/train_*.bin" --train.threads=1 --run.dir="$fix/run_inidir"
 t path.ckpt_dir_in_file "checkpoint.dir = $bad/empty/train.bin/ck: Not a directory" \
   "${Z[@]}" --checkpoint.dir="$bad/empty/train.bin/ck"
 t path.tokenizer_long   "data.tokenizer = $bad/x{300}: File name too long" \
@@ -433,6 +441,8 @@ t prepare.val_fraction  "--val-fraction.*1.5.*\[0, 1\)" \
   "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --val-fraction 1.5
 t prepare.gpt2_no_vocab "gpt2.*--vocab" "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --tokenizer gpt2
 t prepare.no_output     "--output" "$BIN/zt-prepare" --input "$work/text.txt"
+t prepare.output_is_input "--output $fix/data/ is the --input folder $fix/data: the tokenizer.json written there would be read as a document.*such as $fix/data/tokens" \
+  "$BIN/zt-prepare" --input "$fix/data" --output "$fix/data/"
 t prepare.jsonl_not_json "not_json.jsonl:2: not valid JSON \(column 34: syntax error" \
   "$BIN/zt-prepare" --input "$jl/not_json.jsonl" --output "$prep_out"
 t prepare.jsonl_missing_key "missing_key.jsonl:3: missing key \"completion\"" \

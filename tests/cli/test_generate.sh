@@ -46,6 +46,25 @@ cp "$work/hf/model.safetensors" "$work/hf_bad_heads/"
   "$work/hf/config.json" "$work/hf_bad_heads/config.json"
 expect 2 "hf_bad_heads/config.json: model.n_embd = [0-9]+ is not divisible by model.n_head" "${gen[@]}" \
   "$work/hf_bad_heads" --tokenizer "$work/data/tokenizer.json" --prompt x
+# A weight that is not finite (a damaged download): refused naming the file, the tensor and
+# where, by zt-generate and by ztrain's --model.from_hf (the same reader).
+mkdir -p "$work/hf_nan"
+cp "$work/hf/config.json" "$work/hf_nan/"
+/usr/bin/python3 - "$work/hf/model.safetensors" "$work/hf_nan/model.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+name = sorted(k for k in header if k.endswith("ln_f.weight"))[0]
+start = 8 + n + header[name]["data_offsets"][0] + 4 * 5  # its element 5
+out = bytearray(raw)
+out[start:start + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(out)
+PY
+expect 2 "hf_nan/model.safetensors: tensor .*ln_f.weight holds a non-finite value \(nan\) at element 5" "${gen[@]}" \
+  "$work/hf_nan" --tokenizer "$work/data/tokenizer.json" --prompt x
+expect 2 "hf_nan/model.safetensors: tensor .*ln_f.weight holds a non-finite value \(nan\) at element 5" \
+  "$BIN/ztrain" --model.from_hf="$work/hf_nan" "${data[@]}" --run.dir="$work/run_nan"
 expect 2 "--chat: no tokenizer_config.json to read.*give --chat-template" "${gen[@]}" "$ckpt" --prompt x --chat
 expect 2 "chat template chatml: .* no special token '<\|im_start\|>'" "${gen[@]}" "$ckpt" --prompt x --chat \
   --chat-template chatml

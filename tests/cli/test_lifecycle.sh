@@ -116,9 +116,12 @@ check "the refused fresh run left the earlier run as it was" test "$before" = "$
 # A run that crashed before its first checkpoint left only metrics.jsonl: resume=auto finds
 # nothing to resume, and the fresh run refuses to overwrite those metrics.
 mkdir -p "$work/crashed" && echo '{"step":1,"loss":5.0}' > "$work/crashed/metrics.jsonl"
-expect 2 "found no checkpoint to resume, so this is a fresh run, but there is .*crashed/metrics.jsonl" \
+expect 2 "found no checkpoint to resume, so this is a fresh run, but there is .*crashed/metrics.jsonl of an earlier run: the new run would mix with it or overwrite it. Give this run another --run.dir" \
   "$BIN/ztrain" "${common[@]}" --run.dir="$work/crashed" --train.max_steps=5
 check "the crashed run's metrics are kept" grep -q '"loss":5.0' "$work/crashed/metrics.jsonl"
+# An empty metrics.jsonl (a start refused after opening it) holds no run: the fresh run starts.
+mkdir -p "$work/refused" && : > "$work/refused/metrics.jsonl"
+expect 0 "step +5/5" "$BIN/ztrain" "${common[@]}" --run.dir="$work/refused" --train.max_steps=5
 
 # ---- 5. Output ----------------------------------------------------------------------------
 # A model vocabulary larger than the byte tokenizer's: sampled ids it cannot decode show as

@@ -227,7 +227,28 @@ TEST(ConfigErrors, WrongTypeInDeck) {
     ScratchDir dir("cfg");
     const std::string deck = dir.file("x.ini");
     write_file(deck, "[model]\nn_head = four\n[data]\ntrain = a.bin\n");
-    EXPECT_EQ(parse_error({"--config", deck}), deck + ": model.n_head = 'four' is not an integer");
+    EXPECT_EQ(parse_error({"--config", deck}), deck + ":2: model.n_head = 'four' is not an integer");
+}
+
+TEST(ConfigErrors, DeckValueWrappedInQuotesNamesItsLine) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck, "[data]\ntrain = a.bin\n[run]\n# where\ndir = \"runs/a\"\n");
+    EXPECT_EQ(parse_error({"--config", deck}),
+              deck + ":5: run.dir = \"runs/a\": a deck value is taken as written, quotes included (INI has no "
+                     "quoting); write it without them: run.dir = runs/a");
+    write_file(deck, "[data]\ntrain = 'a.bin'\n");
+    EXPECT_EQ(parse_error({"--config", deck}).rfind(deck + ":2: data.train = 'a.bin': a deck value", 0), 0u);
+    // A quote inside a value, or on one side only, is the value's own.
+    write_file(deck, "[data]\ntrain = a.bin\n[run]\ndir = runs/\"a\"\n");
+    EXPECT_NO_THROW(parse({"--config", deck}));
+}
+
+TEST(ConfigErrors, DeckRangeErrorNamesTheLineOfAKeyItGives) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck, "[data]\ntrain = a.bin\n\n[model]\nn_head = 5\n");
+    EXPECT_EQ(parse_error({"--config", deck}).rfind(deck + ":5: model.n_embd = ", 0), 0u) << parse_error({"--config", deck});
 }
 
 TEST(ConfigErrors, WrongTypeOnCommandLine) {
@@ -239,7 +260,9 @@ TEST(ConfigErrors, WrongTypeOnCommandLine) {
         {"--train.lr=fast", "command line: train.lr = 'fast' is not a number"},
         {"--model.n_layer=2.5", "command line: model.n_layer = '2.5' is not an integer"},
         {"--model.n_layer=4x", "command line: model.n_layer = '4x' is not an integer"},
-        {"--model.n_layer=99999999999", "command line: model.n_layer = '99999999999' is not an integer"},
+        {"--model.n_layer=99999999999",
+         "command line: model.n_layer = '99999999999' is out of range (-2147483648 to 2147483647)"},
+        {"--train.seed=99999999999999999999", "command line: train.seed = '99999999999999999999' is out of range"},
         {"--train.seed=-1", "command line: train.seed = '-1' is not a non-negative integer"},
         {"--train.recompute=maybe", "command line: train.recompute = 'maybe': expected false | attention | true"},
         {"--train.lr=1e999", "command line: train.lr = '1e999' is not a number"},
@@ -289,7 +312,7 @@ TEST(ConfigErrors, ValidationNamesDeckOrCommandLine) {
     const std::string deck = dir.file("x.ini");
     write_file(deck, "[model]\nn_embd = 130\n[data]\ntrain = a.bin\n");
     EXPECT_EQ(parse_error({"--config", deck}),
-              deck + ": model.n_embd = 130 is not divisible by model.n_head = 4 (each head gets n_embd / n_head "
+              deck + ":2: model.n_embd = 130 is not divisible by model.n_head = 4 (each head gets n_embd / n_head "
                      "channels)");
     write_file(deck, "[data]\ntrain = a.bin\n");
     const std::string msg = parse_error({"--config", deck, "--train.lr=-1"});
@@ -601,7 +624,7 @@ TEST(ConfigTyped, RejectedTextKeepsItsMessage) {
     ScratchDir dir("cfg");
     write_file(dir.file("x.ini"), "[data]\ntrain = a.bin\n[train]\nschedule = step\n");
     EXPECT_EQ(parse_error({"--config", dir.file("x.ini")}),
-              dir.file("x.ini") + ": train.schedule = 'step': expected one of cosine | linear | constant | wsd");
+              dir.file("x.ini") + ":4: train.schedule = 'step': expected one of cosine | linear | constant | wsd");
 }
 
 TEST(ConfigTyped, ValuesAndTheirText) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -372,6 +373,7 @@ struct Config {
     ClusterConfig cluster;
     BackendChoice backend = BackendChoice::kCpu;
     std::string config_file;           ///< the deck it came from (empty: defaults + overrides)
+    std::map<std::string, int> config_file_lines;  ///< the line of each key the deck gives
     /// Keys set on the command line (not written by to_ini): lets messages say whether to
     /// edit the deck or the command line.
     std::vector<std::string> cli_keys;
