@@ -37,6 +37,13 @@ std::string ini_content(const std::string& line) {
     return trim(hash == std::string::npos ? line : line.substr(0, hash));
 }
 
+/// `text` without a leading UTF-8 byte order mark (editors on Windows write one): Boost
+/// would read it as part of the first line and refuse that line.
+std::string without_bom(std::string text) {
+    if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+    return text;
+}
+
 /// Line numbers of each key in an INI file, scanned the way Boost reads it (comments from
 /// '#', [section] prefixes). Only used to make duplicate-key messages point at lines.
 std::map<std::string, std::vector<int>> scan_key_lines(const std::string& text) {
@@ -74,7 +81,7 @@ std::string read_deck(const std::string& path) {
                    (is_dir ? " (it is a directory)" : " (no such file, or no permission)"));
     std::ostringstream ss;
     ss << in.rdbuf();
-    return ss.str();
+    return without_bom(ss.str());
 }
 
 namespace {
@@ -174,7 +181,7 @@ std::vector<std::string> store_cluster_file(const std::string& path, const po::o
     ZT_INPUT_CHECK(in, "--cluster: cannot read '", path, "' (no such file, or no permission)");
     std::ostringstream ss;
     ss << in.rdbuf();
-    const std::string text = ss.str();
+    const std::string text = without_bom(ss.str());
     const po::parsed_options parsed = parse_deck(path, text, settings);
     const auto lines = scan_key_lines(text);
     check_duplicates(parsed, path, lines);

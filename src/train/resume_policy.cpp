@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "ztrain/ckpt/export.hpp"
@@ -22,7 +23,9 @@ namespace {
 /// it, as a sentence to end the error with ("" when there is none).
 std::string complete_checkpoint_hint(const std::string& refused) {
     const std::string good = newest_complete_checkpoint(refused);
-    if (good.empty()) return "";
+    // The refused checkpoint itself complete: it was refused for what it holds, not damage.
+    std::error_code ec;
+    if (good.empty() || std::filesystem::equivalent(good, refused, ec)) return "";
     return str(". The newest complete checkpoint there is ", good, ": resume it with --checkpoint.resume=", good,
                " (checkpoint.resume=auto falls back to it by itself)");
 }
@@ -44,6 +47,7 @@ ResumePolicy::ResumePolicy(const Config& cfg, Communicator& comm) : m_cfg(cfg), 
     // alone, leaving the others waiting in a collective).
     agree_across_ranks(comm, [&] {
         if (!resuming()) refuse_earlier_run();
+        check_model_before_load();
     });
 }
 
@@ -148,7 +152,7 @@ CheckpointRecord ResumePolicy::load(ModelState& state, Communicator& comm) {
     }
     check_lora_base(loaded);
     check_optimizer(loaded);
-    check_model(loaded);
+    check_model(loaded.config_ini, m_dir);
     return loaded;
 }
 
@@ -172,27 +176,48 @@ void ResumePolicy::set_damaged_aside(const std::vector<std::string>& rejected) c
     }
 }
 
-void ResumePolicy::check_model(const CheckpointRecord& loaded) const {
-    // The keys that change what the weights compute without changing their shapes (those
-    // that do are refused as the checkpoint loads): the heads' split, the vocabulary mask,
-    // rotary, the norms, the attention window.
+void ResumePolicy::check_model_before_load() const {
+    if (!resuming()) return;
+    nlohmann::json meta;
+    try {
+        meta = read_checkpoint_meta(m_dir);
+    } catch (const std::exception&) {
+        return;
+    }
+    if (meta.contains("config_ini") && meta["config_ini"].is_string()) {
+        check_model(meta["config_ini"].get<std::string>(), m_dir);
+    }
+}
+
+void ResumePolicy::check_model(const std::string& config_ini, const std::string& dir) const {
+    // The keys that change the weights' shapes (named here, not as a count of elements at the
+    // load) or what they compute: the heads' split, the vocabulary mask, rotary, the norms,
+    // the attention window. seq_len may change (positions are a table or rotary).
     static const char* const kKeys[] = {
-        "model.arch",         "model.n_head",        "model.n_kv_head",         "model.head_dim",
+        "model.arch",         "model.n_layer",       "model.n_embd",            "model.ffn_dim",
+        "model.vocab_pad_to", "model.n_head",        "model.n_kv_head",         "model.head_dim",
         "model.vocab_size",   "model.rope_theta",    "model.rope_scaling",      "model.rope_factor",
         "model.rope_low_freq_factor", "model.rope_high_freq_factor", "model.rope_original_context",
         "model.norm_eps",     "model.sliding_window", "model.qkv_bias",         "model.qk_norm",
         "model.tie_embeddings"};
-    if (loaded.config_ini.empty()) return;
-    const std::optional<Config> deck = saved_deck(loaded, m_dir);
+    if (config_ini.empty()) return;
+    CheckpointRecord record;
+    record.config_ini = config_ini;
+    const std::optional<Config> deck = saved_deck(record, dir);
     if (!deck) return;
     for (const char* key : kKeys) {
         const std::string was = config_value_text(*deck, key);
         const std::string now = config_value_text(m_cfg, key);
         if (was == now) continue;
-        throw InputError(str(m_dir, ": ", key, " = ", now, " differs from the checkpoint's ", key, " = ", was,
+        // The weights of another shape cannot start this model either.
+        const std::string key_text = key;
+        const bool shape = key_text == "model.n_layer" || key_text == "model.n_embd" || key_text == "model.ffn_dim" ||
+                           key_text == "model.vocab_pad_to";
+        throw InputError(str(dir, ": ", key, " = ", now, " differs from the checkpoint's ", key, " = ", was,
                              " (its weights were trained for that model): resume with --", key, "=", was,
-                             ", or start from its weights (zt-consolidate, then model.init_from) with "
-                             "checkpoint.resume=never"));
+                             shape ? ", or train this model in another run.dir"
+                                   : ", or start from its weights (zt-consolidate, then model.init_from) with "
+                                     "checkpoint.resume=never"));
     }
 }
 

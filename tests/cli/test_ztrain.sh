@@ -188,6 +188,14 @@ if [ -s "$sigdir/checkpoints/latest" ]; then
   [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the resume with other heads left metrics.jsonl alone" ||
     { echo "FAIL: the refused head change altered metrics.jsonl"; failures=$((failures + 1)); }
 
+  # Another width: named by its key before any state is built (was a count of elements),
+  # with no advice to start from weights of another shape.
+  expect 2 "model.n_embd = 64 differs from the checkpoint's model.n_embd = [0-9]+ .*resume with --model.n_embd=[0-9]+, or train this model in another run.dir" \
+    "$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$sigdir" --train.threads=1 --train.max_steps=$((at + 5)) \
+    --model.n_embd=64
+  [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the resume at another width left metrics.jsonl alone" ||
+    { echo "FAIL: the refused width change altered metrics.jsonl"; failures=$((failures + 1)); }
+
   # resume=auto with a `latest` that names a missing directory (a crash mid-save, a removed
   # directory): a note, and the newest complete checkpoint continues.
   cp -r "$sigdir" "$work/dangling"

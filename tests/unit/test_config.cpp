@@ -244,6 +244,13 @@ TEST(ConfigErrors, DeckValueWrappedInQuotesNamesItsLine) {
     EXPECT_NO_THROW(parse({"--config", deck}));
 }
 
+TEST(ConfigDeck, AByteOrderMarkIsNotPartOfTheFirstLine) {
+    ScratchDir dir("cfg");
+    const std::string deck = dir.file("x.ini");
+    write_file(deck, "\xEF\xBB\xBF[model]\nn_layer = 3\n[data]\ntrain = a.bin\n");
+    EXPECT_EQ(parse({"--config", deck}).config.model.n_layer, 3);
+}
+
 TEST(ConfigErrors, DeckRangeErrorNamesTheLineOfAKeyItGives) {
     ScratchDir dir("cfg");
     const std::string deck = dir.file("x.ini");

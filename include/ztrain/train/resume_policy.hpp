@@ -61,8 +61,12 @@ class ResumePolicy {
     void check_lora_base(const CheckpointRecord& loaded) const;
     /// A checkpoint of another train.optimizer is refused (its moments mean other things).
     void check_optimizer(const CheckpointRecord& loaded) const;
-    /// Refuses a model key that changes what the weights compute but not their shapes.
-    void check_model(const CheckpointRecord& loaded) const;
+    /// Refuses a model key (other than seq_len and the weight sources) that differs from the
+    /// checkpoint's deck `config_ini` (in `dir`), naming both values.
+    void check_model(const std::string& config_ini, const std::string& dir) const;
+    /// check_model against the checkpoint to resume, before any state is built: its meta.h5,
+    /// when readable (a damaged one is the load's to refuse or fall back past).
+    void check_model_before_load() const;
     /// Renames each damaged step of `rejected` (resume=auto fell back past it) to
     /// STEP.damaged (rank 0).
     void set_damaged_aside(const std::vector<std::string>& rejected) const;
