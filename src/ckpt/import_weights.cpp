@@ -129,6 +129,8 @@ struct SafetensorsSet {
     std::vector<std::unique_ptr<SafetensorsReader>> readers;
     std::map<std::string, Item> by_name;
     std::string source;  ///< the file, or the index: what a missing tensor is reported against
+    /// Why a tensor's shape may differ: ztrain's model.* keys, or a tool's config.json.
+    std::string shape_hint = "model.* settings differ from the file's model?";
 
     void add(const std::string& file) {
         readers.push_back(std::make_unique<SafetensorsReader>(file));
@@ -232,7 +234,7 @@ void import_safetensors(SafetensorsSet& set, const HfNaming& family, const std::
         ZT_INPUT_CHECK(safetensors_float_dtype(e.dtype, &dtype), file, ": tensor ", family.hf_name(name),
                        " has dtype ", e.dtype, " (import reads F32, BF16 and F16)");
         ZT_INPUT_CHECK(e.shape == want, file, ": tensor ", family.hf_name(name), " has shape ", shape_str(e.shape),
-                       ", expected ", shape_str(want), " (model.* settings differ from the file's model?)");
+                       ", expected ", shape_str(want), " (", set.shape_hint, ")");
     }
     for (const auto& kv : by_name) {
         ZT_INPUT_CHECK(known.count(kv.first) || family.ignored(kv.first), kv.second.second.reader->file(),
@@ -298,13 +300,14 @@ void check_hf_config(const std::string& dir, const ModelConfig& model) {
 }
 
 /// A Hugging Face model directory: config.json checked against the model, then
-/// model.safetensors, or the shards model.safetensors.index.json names.
-SafetensorsSet open_hf_directory(const std::string& dir, const ModelConfig& model) {
+/// model.safetensors, or the shards model.safetensors.index.json names. `key` names where
+/// ztrain was given it ("model.init_from = "), or is empty for a tool's model argument.
+SafetensorsSet open_hf_directory(const std::string& dir, const ModelConfig& model, const std::string& key) {
     check_hf_config(dir, model);
     const fs::path d(dir);
     if (fs::exists(d / "model.safetensors")) return open_single((d / "model.safetensors").string());
     const std::string index = (d / "model.safetensors.index.json").string();
-    ZT_INPUT_CHECK(fs::exists(index), "model.init_from = ", dir,
+    ZT_INPUT_CHECK(fs::exists(index), key, dir,
                    ": holds neither model.safetensors nor model.safetensors.index.json (pytorch_model.bin is not "
                    "read: convert the model to safetensors)");
     return open_sharded(d, index);
@@ -479,7 +482,7 @@ void import_weights(const std::string& path, const ModelLayout& state_layout, co
         if (fmt == WeightsFormat::kH5) {
             import_h5(path, expected, wanted, deliver);
         } else {
-            SafetensorsSet set = hf_dir ? open_hf_directory(path, cfg) : open_single(path);
+            SafetensorsSet set = hf_dir ? open_hf_directory(path, cfg, "model.init_from = ") : open_single(path);
             import_safetensors(set, model_family(cfg).hf_naming(), expected, wanted, deliver);
         }
     };
@@ -517,6 +520,7 @@ struct WeightsRanges::Impl {
         if (set && !family.transposed(x.spec->name)) {
             const auto& [file_name, item] = by_name.at(x.spec->name);
             item.reader->read_f32_range(file_name, *item.entry, b, e - b, out);
+            require_finite(out, e - b, b, item.reader->file(), file_name);
             return;
         }
         if (cached != &x) load(x);
@@ -548,7 +552,7 @@ WeightsRanges::WeightsRanges(std::string path, const ModelLayout& layout, const 
     ZT_INPUT_CHECK(hf_dir || fs::is_regular_file(m->path), m->path,
                    ": the LoRA base's weights are not there (not a file or directory)");
     if (hf_dir) {
-        m->set = open_hf_directory(m->path, cfg);
+        m->set = open_hf_directory(m->path, cfg, "model.init_from = ");
     } else if (weights_format_of(m->path, "the LoRA base") == WeightsFormat::kSafetensors) {
         m->set = open_single(m->path);
     }
@@ -575,7 +579,9 @@ void WeightsRanges::read(int unit, size_t begin, size_t end, float* out) {
 
 void read_hf_weights(const std::string& dir, const ModelLayout& layout, const ModelConfig& cfg, const WeightSink& put) {
     const std::vector<Expected> expected = expected_tensors(layout, cfg);
-    SafetensorsSet set = open_hf_directory(dir, cfg);
+    SafetensorsSet set = open_hf_directory(dir, cfg, "");
+    // The model is the directory's own config.json, not ztrain's keys.
+    set.shape_hint = "its config.json does not describe these weights?";
     import_safetensors(
         set, model_family(cfg).hf_naming(), expected, [](const Expected&) { return true; },
         [&](const Expected& x, size_t at, size_t n, const float* data) { put(x.spec->unit, x.spec->offset + at, data, n); });

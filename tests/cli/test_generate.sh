@@ -65,6 +65,17 @@ expect 2 "hf_nan/model.safetensors: tensor .*ln_f.weight holds a non-finite valu
   "$work/hf_nan" --tokenizer "$work/data/tokenizer.json" --prompt x
 expect 2 "hf_nan/model.safetensors: tensor .*ln_f.weight holds a non-finite value \(nan\) at element 5" \
   "$BIN/ztrain" --model.from_hf="$work/hf_nan" "${data[@]}" --run.dir="$work/run_nan"
+# A directory without weights, and weights of another width than its config.json: named as
+# zt-generate's argument, not as ztrain's model.init_from.
+mkdir -p "$work/hf_noweights" "$work/hf_wide"
+cp "$work/hf/config.json" "$work/hf_noweights/"
+cp "$work/hf/model.safetensors" "$work/hf_wide/"
+/usr/bin/python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["n_embd"]*=2; json.dump(c, open(sys.argv[2],"w"))' \
+  "$work/hf/config.json" "$work/hf_wide/config.json"
+expect 2 "^zt-generate: error: [^ ]*hf_noweights: holds neither model.safetensors" "${gen[@]}" "$work/hf_noweights" \
+  --tokenizer "$work/data/tokenizer.json" --prompt x
+expect 2 "hf_wide/model.safetensors: tensor .* has shape .*\(its config.json does not describe these weights\?\)" \
+  "${gen[@]}" "$work/hf_wide" --tokenizer "$work/data/tokenizer.json" --prompt x
 expect 2 "--chat: no tokenizer_config.json to read.*give --chat-template" "${gen[@]}" "$ckpt" --prompt x --chat
 expect 2 "chat template chatml: .* no special token '<\|im_start\|>'" "${gen[@]}" "$ckpt" --prompt x --chat \
   --chat-template chatml
