@@ -27,6 +27,7 @@
 #include "ztrain/ckpt/model_source.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/config/config.hpp"
+#include "ztrain/core/comma_list.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/mpi_start.hpp"
 #include "ztrain/core/output_paths.hpp"
@@ -57,11 +58,7 @@ struct EvalOptions {
 /// other nor anything zt-eval reads (a task file named as the output would be replaced).
 void check_outputs(const EvalOptions& o) {
     std::vector<zt::ReadPath> inputs{{"the model directory", o.model}, {"--tokenizer", o.tokenizer}, {"--base", o.base}};
-    for (size_t start = 0; start <= o.tasks.size();) {
-        const size_t comma = std::min(o.tasks.find(',', start), o.tasks.size());
-        inputs.push_back({"a --tasks file", o.tasks.substr(start, comma - start)});
-        start = comma + 1;
-    }
+    for (const std::string& file : zt::split_comma_list(o.tasks)) inputs.push_back({"a --tasks file", file});
     for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--output", o.output},
                                      std::pair<const char*, const std::string&>{"--per-item", o.per_item}}) {
         if (path.empty()) continue;
@@ -71,8 +68,7 @@ void check_outputs(const EvalOptions& o) {
         ZT_INPUT_CHECK(!fs::is_directory(path), flag, " ", path, ": is a directory (name a file)");
         zt::refuse_output_over_inputs(flag, path, inputs);
     }
-    ZT_INPUT_CHECK(o.output.empty() || o.per_item.empty() ||
-                       fs::weakly_canonical(fs::absolute(o.output)) != fs::weakly_canonical(fs::absolute(o.per_item)),
+    ZT_INPUT_CHECK(o.output.empty() || o.per_item.empty() || !zt::same_path(o.output, o.per_item),
                    "--output and --per-item name the same file (", o.output, "): one would overwrite the other");
 }
 

@@ -31,6 +31,7 @@
 #include "weights_file.hpp"
 #include "ztrain/ckpt/checkpoint.hpp"
 #include "ztrain/ckpt/model_source.hpp"
+#include "ztrain/core/comma_list.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/output_paths.hpp"
 
@@ -477,13 +478,10 @@ std::vector<std::string> export_peft_adapter(CheckpointReader& reader, const Ckp
     write_atomically(file, [&](const std::string& f) {
         export_safetensors(reader, adapters, family, f, dtype, every_tensor(adapters), "base_model.model.");
     });
+    // The names as ztrain matched them ("c_attn, c_fc" trimmed): PEFT compares them exactly.
     const std::string targets = lora.targets == "default" ? family.lora_default_targets() : lora.targets;
     nlohmann::json modules = nlohmann::json::array();
-    for (size_t at = 0; at <= targets.size();) {
-        const size_t comma = std::min(targets.find(',', at), targets.size());
-        modules.push_back(targets.substr(at, comma - at));
-        at = comma + 1;
-    }
+    for (const std::string& target : split_comma_list(targets)) modules.push_back(target);
     const std::string base = !deck.model.from_hf.empty() ? deck.model.from_hf : deck.model.init_from;
     const nlohmann::ordered_json config = {
         {"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"base_model_name_or_path", base},

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "key_table.hpp"
+#include "ztrain/core/comma_list.hpp"
 #include "ztrain/core/error.hpp"
 
 namespace zt {
@@ -400,16 +401,10 @@ const char* setting_text(ActivationRecompute v) { return choice_text(v, kRecompu
 
 bool parse_pipeline_layers(const std::string& text, std::vector<int>& out) {
     out.clear();
-    size_t at = 0;
-    while (at <= text.size()) {
-        const size_t comma = std::min(text.find(',', at), text.size());
-        std::string item = text.substr(at, comma - at);
-        item.erase(0, item.find_first_not_of(' '));
-        item.erase(item.find_last_not_of(' ') + 1);
+    for (const std::string& item : split_comma_list(text)) {
         int n = 0;
         if (!parse_integer(item, n) || n < 1) return false;
         out.push_back(n);
-        at = comma + 1;
     }
     return !out.empty();
 }

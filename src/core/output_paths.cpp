@@ -32,6 +32,8 @@ bool within(const fs::path& inner, const fs::path& outer) {
 
 }  // namespace
 
+bool same_path(const std::string& a, const std::string& b) { return resolved(a) == resolved(b); }
+
 void refuse_output_over_inputs(const std::string& flag, const std::string& output, const std::vector<ReadPath>& inputs) {
     if (output.empty()) return;
     const fs::path out = resolved(output);

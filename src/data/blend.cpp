@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "ztrain/core/comma_list.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/core/random.hpp"
 #include "shard_file.hpp"
@@ -23,17 +24,6 @@ std::string trimmed(const std::string& s) {
     if (b == std::string::npos) return "";
     const size_t e = s.find_last_not_of(" \t");
     return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> split_entries(const std::string& text) {
-    std::vector<std::string> out;
-    size_t at = 0;
-    while (true) {
-        const size_t comma = text.find(',', at);
-        out.push_back(trimmed(text.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
-        if (comma == std::string::npos) return out;
-        at = comma + 1;
-    }
 }
 
 /// The weight text as a number; false when it is not one (trailing characters included).
@@ -89,7 +79,7 @@ void normalise(CorpusList& list, const std::string& key) {
 
 CorpusList parse_corpus_list(const std::string& text, const std::string& key) {
     CorpusList list;
-    const std::vector<std::string> entries = split_entries(text);
+    const std::vector<std::string> entries = split_comma_list(text);
     if (entries.size() == 1 && entries[0].find(':') == std::string::npos) {
         list.corpora.push_back({text, 1.0});
         return list;
@@ -117,7 +107,7 @@ CorpusList parse_corpus_list(const std::string& text, const std::string& key) {
 }
 
 std::string first_corpus_pattern(const std::string& text) {
-    const std::vector<std::string> entries = split_entries(text);
+    const std::vector<std::string> entries = split_comma_list(text);
     if (entries.size() == 1 && entries[0].find(':') == std::string::npos) return text;
     const size_t colon = entries[0].rfind(':');
     double w = 0;

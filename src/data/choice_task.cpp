@@ -9,6 +9,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "ztrain/core/comma_list.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/data/tokenizer.hpp"
 
@@ -205,12 +206,7 @@ ChoiceTask read_choice_task(const std::string& path, const Tokenizer& tokenizer)
 
 std::vector<ChoiceTask> read_choice_tasks(const std::string& list, const Tokenizer& tokenizer) {
     std::vector<ChoiceTask> tasks;
-    size_t start = 0;
-    while (start <= list.size()) {
-        const size_t comma = std::min(list.find(',', start), list.size());
-        tasks.push_back(read_choice_task(list.substr(start, comma - start), tokenizer));
-        start = comma + 1;
-    }
+    for (const std::string& file : split_comma_list(list)) tasks.push_back(read_choice_task(file, tokenizer));
     return tasks;
 }
 

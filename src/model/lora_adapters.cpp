@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "ztrain/core/comma_list.hpp"
 #include "ztrain/core/error.hpp"
 #include "ztrain/model/family.hpp"
 
@@ -56,17 +57,7 @@ std::string module_names(const ModelLayout& layout) {
 
 std::vector<std::string> lora_target_names(const ModelConfig& m) {
     const std::string text = m.lora.targets == "default" ? model_family(m).lora_default_targets() : m.lora.targets;
-    std::vector<std::string> names;
-    size_t at = 0;
-    while (at <= text.size() && !text.empty()) {
-        const size_t comma = std::min(text.find(',', at), text.size());
-        std::string name = text.substr(at, comma - at);
-        name.erase(0, name.find_first_not_of(' '));
-        name.erase(name.find_last_not_of(' ') + 1);
-        names.push_back(name);
-        at = comma + 1;
-    }
-    return names;
+    return text.empty() ? std::vector<std::string>{} : split_comma_list(text);
 }
 
 std::string lora_targets_problem(const ModelLayout& layout) {

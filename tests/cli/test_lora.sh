@@ -45,9 +45,14 @@ expect 0 "resumed from .* at step 3" "$BIN/ztrun" 2 ztrain --model.from_hf=base 
   --parallel.zero_stage=3 --train.grad_accum=1
 # The base stored in bf16 under fp32 activations: the plan halves the stored weights, the run
 # trains (the adapters' masters in fp32).
-lora_bf16=("${lora[@]/#--run.dir=lora/--run.dir=lora_bf16}" --lora.base_dtype=bf16)
+# Its targets written with a blank after the comma: PEFT's target_modules hold the names trimmed.
+lora_bf16=("${lora[@]/#--run.dir=lora/--run.dir=lora_bf16}" --lora.base_dtype=bf16 "--lora.targets=c_attn, c_fc")
 expect 0 "params .* 2P" "$BIN/ztrain" --model.from_hf=base "${lora_bf16[@]}" --plan
 expect 0 "ztrain: 2 steps in" "$BIN/ztrain" --model.from_hf=base "${lora_bf16[@]}" --train.max_steps=2
+expect 0 "wrote adapter_bf16/adapter_model.safetensors and adapter_config.json" "$BIN/zt-consolidate" \
+  lora_bf16/checkpoints --output adapter_bf16/ --lora adapter
+check "adapter_config.json's target_modules are the trimmed names" /usr/bin/python3 -c \
+  'import json, sys; sys.exit(json.load(open("adapter_bf16/adapter_config.json"))["target_modules"] != ["c_attn", "c_fc"])'
 expect 2 "give --lora adapter .* or --lora merge" "$BIN/zt-consolidate" lora/checkpoints --output plain/
 # Merged into the base's own directory, it would replace the weights it merges with.
 base_sum=$(sha256sum base/model.safetensors)
