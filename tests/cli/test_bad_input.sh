@@ -434,6 +434,11 @@ t init.unknown_ext      "model.init_from: '$fix/data/tokenizer.json' has an unkn
   "${ZI[@]}" --model.init_from="$fix/data/tokenizer.json"
 
 # -- zt-prepare
+# ztrun: a program that is not there, and a rank count far past this machine's cores.
+t ztrun.no_program      "ztrun: error: no program 'nope_prog' next to ztrun .* or on PATH" "$BIN/ztrun" 2 nope_prog
+t ztrun.not_executable  "ztrun: error: $work/nope/x: no such executable file" "$BIN/ztrun" 2 "$work/nope/x"
+t ztrun.too_many_ranks  "ztrun: error: 99999 ranks on this machine's [0-9]+ cores .*ZTRUN_MANY_RANKS=1" \
+  env -u SLURM_JOB_ID "$BIN/ztrun" 99999 ztrain --version
 t prepare.missing_input "$work/nope.txt" "$BIN/zt-prepare" --input "$work/nope.txt" --output "$prep_out"
 t prepare.bad_tokenizer "--tokenizer.*'?bogus'?.*(byte|gpt2)" \
   "$BIN/zt-prepare" --input "$work/text.txt" --output "$prep_out" --tokenizer bogus
