@@ -224,7 +224,7 @@ const KeyDef kKeys[] = {
     ZT_KEY("checkpoint.resume", checkpoint.resume, "auto | never | PATH of a checkpoint"),
     ZT_KEY("checkpoint.on_error", checkpoint.on_error,
            "when a save fails (disk full, ...): stop (exit 1) | continue (warn and train on); the previous "
-           "checkpoint stays intact either way"),
+           "checkpoint stays intact either way, and the run's last save failing exits 1"),
     ZT_KEY("checkpoint.async", checkpoint.async,
            "true: training blocks only while the state is copied to a host snapshot, and a background thread "
            "writes the checkpoint beside the next steps | false: training waits for the whole write"),

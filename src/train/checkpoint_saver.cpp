@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 #include <thread>
 
@@ -102,7 +103,7 @@ void CheckpointSaver::step_finished(double step_s) {
     m_step_next = (m_step_next + 1) % kStepWindow;
 }
 
-void CheckpointSaver::handle_failure(long step, const Error& e) {
+void CheckpointSaver::handle_failure(long step, const Error& e, bool last) {
     // Every rank sees the same error at the same step (the save agrees on failures, and the
     // ranks agree on when to collect a background write): stopping is an AgreedError, one
     // message and MPI_Finalize rather than MPI_Abort. `latest` still names a complete
@@ -112,15 +113,34 @@ void CheckpointSaver::handle_failure(long step, const Error& e) {
         std::error_code ec;
         std::filesystem::remove_all(std::filesystem::path(m_ckpt_dir) / (checkpoint_dir_name(step) + ".partial"), ec);
     }
+    const std::string previous = previous_checkpoint();
+    const std::string kept = previous.empty() ? "no earlier checkpoint of this run exists"
+                                              : str("latest still names the complete ", previous);
+    // The run's last save has no later one to make up for it: going on would end the run
+    // with exit 0 and its trained state lost.
+    if (last) {
+        throw AgreedError(str("the run's last checkpoint, at step ", step, ", failed: ", e.what(), " (",
+                              previous.empty() ? "no checkpoint of this run exists: none of its steps are saved"
+                                               : str(kept, ": the steps after it are not saved"),
+                              ")"));
+    }
     if (m_cfg.checkpoint.on_error == OnCheckpointError::kStop) {
-        throw AgreedError(str("checkpoint at step ", step, " failed: ", e.what(),
-                        " (latest still names a complete checkpoint; checkpoint.on_error = continue trains on)"));
+        throw AgreedError(str("checkpoint at step ", step, " failed: ", e.what(), " (", kept,
+                              "; with checkpoint.on_error = continue a failed save warns and training goes on)"));
     }
     if (root) {
         std::fprintf(stderr, "ztrain: warning: checkpoint at step %ld failed: %s; training continues "
-                     "(checkpoint.on_error = continue); latest still names a complete checkpoint\n",
-                     step, e.what());
+                     "(checkpoint.on_error = continue); %s\n",
+                     step, e.what(), kept.c_str());
     }
+}
+
+std::string CheckpointSaver::previous_checkpoint() const {
+    // `latest` is replaced only once a checkpoint is complete: what it names is intact.
+    std::ifstream in(std::filesystem::path(m_ckpt_dir) / "latest");
+    std::string name;
+    if (in && std::getline(in, name)) return name;
+    return "";
 }
 
 void CheckpointSaver::collect_finished() {
@@ -131,7 +151,7 @@ void CheckpointSaver::collect_finished() {
             report, m_pending_step, true, m_pending_blocked_s,
             std::chrono::duration<double>(m_pending_end - m_pending_start).count(), m_pending_snapshot_s));
     } catch (const Error& e) {
-        handle_failure(m_pending_step, e);
+        handle_failure(m_pending_step, e, false);
     }
 }
 
@@ -158,7 +178,7 @@ void CheckpointSaver::save(const TrainProgress& p, bool stop_requested) {
             const double took = seconds_since(t_write);
             m_reporter.checkpoint_written(saved_record(report, p.step, false, took, took, 0));
         } catch (const Error& e) {
-            handle_failure(p.step, e);
+            handle_failure(p.step, e, last);
         }
         return;
     }

@@ -151,9 +151,12 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   out=$("$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun2" --checkpoint.dir="$full/ckpt2" --checkpoint.keep=2 \
         --checkpoint.resume=never --train.max_steps=6 --checkpoint.every=2 --checkpoint.on_error=continue 2>&1)
   rc=$?
-  if [ "$rc" -eq 0 ] && grep -q "warning: checkpoint at step .* failed: .*training continues" <<<"$out" &&
-     grep -qE "step +6/6" <<<"$out"; then
-    echo "ok: disk full (on_error=continue) -> warning, training reached step 6"
+  # Training goes on past the failed saves; the last save failing too ends the run with exit 1
+  # (exit 0 would report a run whose trained state is nowhere).
+  if [ "$rc" -eq 1 ] && grep -q "warning: checkpoint at step .* failed: .*training continues" <<<"$out" &&
+     grep -qE "step +6/6" <<<"$out" &&
+     grep -q "error: the run's last checkpoint, at step 6, failed: .*none of its steps are saved" <<<"$out"; then
+    echo "ok: disk full (on_error=continue) -> warnings, training reached step 6, the failed last save exit 1"
     # That disk was already full: no save completed, and none may look complete.
     if ls -d "$full"/ckpt2/*.partial > /dev/null 2>&1 ||
        { [ -e "$full/ckpt2/latest" ] && [ ! -f "$full/ckpt2/$(cat "$full/ckpt2/latest")/meta.h5" ]; }; then
@@ -164,10 +167,11 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   else
     fail "disk full (continue): exit $rc"; echo "$out" | grep -v "^step" | tail -4
   fi
+  # (Its own last save finds the disk still full: exit 1, which is not what this checks.)
   latest=$(cat "$full/ckpt/latest")
-  if "$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun3" --checkpoint.dir="$full/ckpt" \
-       --train.max_steps=$((10#${latest#step_} + 1)) --checkpoint.on_error=continue > "$work/full3.log" 2>&1 &&
-     grep -q "resumed from" "$work/full3.log"; then
+  "$BIN/ztrain" "${common[@]}" --run.dir="$work/fullrun3" --checkpoint.dir="$full/ckpt" \
+    --train.max_steps=$((10#${latest#step_} + 1)) --checkpoint.on_error=continue > "$work/full3.log" 2>&1
+  if grep -q "resumed from" "$work/full3.log"; then
     echo "ok: after disk full, the newest complete checkpoint ($latest) still loads"
   else
     fail "disk full: $latest does not load"; tail -3 "$work/full3.log"
@@ -185,10 +189,13 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
       out=$("${MPI[@]}" -np 2 "$BIN/ztrain" "${common[@]}" "${wide[@]}" --run.dir="$work/enospc_$mode" \
             --checkpoint.dir="$full/$mode" --checkpoint.on_error=$mode 2>&1)
       rc=$?
-      want=0; [ "$mode" = stop ] && want=1
+      # continue: training goes on past step 8, and the last save (step 12) fails too: exit 1.
+      want=1
+      last_failed=true
+      [ "$mode" = continue ] && ! grep -q "the run's last checkpoint, at step 12, failed" <<<"$out" && last_failed=false
       why=$(grep -oE "checkpoint at step 8 failed: .*(No space left on device|not enough space)" <<<"$out" | head -1)
       if [ "$rc" -eq "$want" ] && [ -n "$why" ] && [ "$(cat "$full/$mode/latest")" = step_00000004 ] &&
-         ! ls -d "$full/$mode"/*.partial > /dev/null 2>&1; then
+         $last_failed && ! ls -d "$full/$mode"/*.partial > /dev/null 2>&1; then
         echo "ok: ENOSPC in an async write at N=2 (on_error=$mode) -> exit $rc, latest step_00000004, no partial: ${why##*: }"
       else
         fail "ENOSPC at N=2 (on_error=$mode): exit $rc (expected $want), latest $(cat "$full/$mode/latest" 2>/dev/null)"

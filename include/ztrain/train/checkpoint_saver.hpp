@@ -93,8 +93,11 @@ class CheckpointSaver {
     size_t snapshot_bytes() const { return m_snapshot ? m_snapshot->bytes() : 0; }
 
   private:
-    /// A failed save: the partial directory goes; on_error decides stop or warn.
-    void handle_failure(long step, const Error& e);
+    /// A failed save: the partial directory removed; stop or warn (checkpoint.on_error),
+    /// and always stop when it was the run's `last` save.
+    void handle_failure(long step, const Error& e, bool last);
+    /// What a failed save leaves to resume from: the step `latest` names ("" when none).
+    std::string previous_checkpoint() const;
 
     const Config& m_cfg;
     std::string m_ckpt_dir;
