@@ -2,7 +2,9 @@
 // worker threads and appended in batch order to the part's segment files, so the segments
 // are the same whatever the thread count; the part's done record; progress.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -102,7 +104,8 @@ BatchResult tokenize_batch(const std::vector<InputRecord>& batch, const RecordCo
 /// lengths (uint64) and, for examples, the target flags.
 class SegmentWriter {
   public:
-    SegmentWriter(const std::string& work, size_t part, bool examples, bool u16) : m_u16(u16) {
+    SegmentWriter(const std::string& work, size_t part, bool examples, bool u16)
+        : m_u16(u16), m_work(work), m_part(part) {
         for (int s = 0; s < 2; ++s) {
             open(m_tokens[s], segment_path(work, part, s, "tokens"));
             open(m_lengths[s], segment_path(work, part, s, "lengths"));
@@ -127,8 +130,16 @@ class SegmentWriter {
         for (int s = 0; s < 2; ++s) {
             for (std::ofstream* f : {&m_tokens[s], &m_lengths[s], &m_target[s]}) {
                 if (!f->is_open()) continue;
+                errno = 0;
                 f->close();
-                ZT_REQUIRE(!f->fail(), "writing a segment file of the work folder failed (disk full?)");
+                // The file system's refusal (a full disk, a quota), not a defect: the parts
+                // finished so far stay in the work folder for the next run.
+                if (f->fail()) {
+                    throw Error(str(m_work, ": writing part ", m_part, " failed",
+                                    errno != 0 ? str(": ", std::strerror(errno)) : std::string(" (disk full?)"),
+                                    "; the parts finished so far are kept there: run the same command again to go "
+                                    "on once there is room"));
+                }
             }
         }
     }
@@ -140,6 +151,8 @@ class SegmentWriter {
     }
 
     bool m_u16;
+    std::string m_work;
+    size_t m_part;
     std::ofstream m_tokens[2], m_lengths[2], m_target[2];
 };
 

@@ -178,6 +178,21 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   fi
   umount "$full"
 
+  # zt-prepare onto a full disk: exit 1 naming the work folder, kept for the rerun; no output.
+  if mount -t tmpfs -o size=200k tmpfs "$full" 2>/dev/null; then
+    for i in $(seq 1 4000); do echo "line $i of a corpus too large for the disk it is prepared onto"; done \
+      > "$work/big.txt"
+    out=$("$BIN/zt-prepare" --input "$work/big.txt" --output "$full/data" 2>&1)
+    rc=$?
+    if [ "$rc" -eq 1 ] && [ ! -e "$full/data" ] &&
+       grep -q "data.zt-prepare-partial: writing part 0 failed.*run the same command again" <<<"$out"; then
+      echo "ok: zt-prepare on a full disk -> exit 1 naming the kept work folder, no output"
+    else
+      fail "zt-prepare on a full disk: exit $rc"; echo "$out" | tail -2
+    fi
+    umount "$full"
+  fi
+
   # 5. ENOSPC inside a background write, at N = 2 (ZeRO-1: each rank writes half the state):
   # each rank's free-space check passes for its own shard, but both together do not fit, so
   # a data write itself fails with ENOSPC. A 9.5 MiB tmpfs holds one 5.2 MiB checkpoint
