@@ -12,6 +12,7 @@
 #include "ztrain/comm/agree.hpp"
 #include "ztrain/comm/communicator.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/model/family.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "ztrain/optim/optimizer.hpp"
 #include "ztrain/parallel/model_state.hpp"
@@ -192,7 +193,7 @@ void ResumePolicy::check_model_before_load() const {
 void ResumePolicy::check_model(const std::string& config_ini, const std::string& dir) const {
     // The keys that change the weights' shapes (named here, not as a count of elements at the
     // load) or what they compute: the heads' split, the vocabulary mask, rotary, the norms,
-    // the attention window. seq_len may change (positions are a table or rotary).
+    // the attention window.
     static const char* const kKeys[] = {
         "model.arch",         "model.n_layer",       "model.n_embd",            "model.ffn_dim",
         "model.vocab_pad_to", "model.n_head",        "model.n_kv_head",         "model.head_dim",
@@ -205,6 +206,18 @@ void ResumePolicy::check_model(const std::string& config_ini, const std::string&
     record.config_ini = config_ini;
     const std::optional<Config> deck = saved_deck(record, dir);
     if (!deck) return;
+    // seq_len is a shape where positions are a learned table (GPT-2's wpe): there the model's
+    // size depends on it.
+    ModelConfig at_saved_length = m_cfg.model;
+    at_saved_length.seq_len = deck->model.seq_len;
+    const Family& family = model_family(m_cfg.model);
+    if (at_saved_length.seq_len != m_cfg.model.seq_len &&
+        family.parameter_count(at_saved_length) != family.parameter_count(m_cfg.model)) {
+        throw InputError(str(dir, ": model.seq_len = ", m_cfg.model.seq_len, " differs from the checkpoint's model.seq_len = ",
+                             deck->model.seq_len, " (", family.name(),
+                             "'s learned position table has a row per position): resume with --model.seq_len=",
+                             deck->model.seq_len, ", or train this model in another run.dir"));
+    }
     for (const char* key : kKeys) {
         const std::string was = config_value_text(*deck, key);
         const std::string now = config_value_text(m_cfg, key);

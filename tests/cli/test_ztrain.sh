@@ -195,6 +195,10 @@ if [ -s "$sigdir/checkpoints/latest" ]; then
     --model.n_embd=64
   [ "$before" = "$(cat "$sigdir/metrics.jsonl")" ] && echo "ok: the resume at another width left metrics.jsonl alone" ||
     { echo "FAIL: the refused width change altered metrics.jsonl"; failures=$((failures + 1)); }
+  # GPT-2's positions are a table with a row per position: another seq_len is another shape.
+  expect 2 "model.seq_len = 64 differs from the checkpoint's model.seq_len = 32 \(gpt2's learned position table" \
+    "$BIN/ztrain" --config "$deck" "${data[@]}" --run.dir="$sigdir" --train.threads=1 --train.max_steps=$((at + 5)) \
+    --model.seq_len=64
 
   # resume=auto with a `latest` that names a missing directory (a crash mid-save, a removed
   # directory): a note, and the newest complete checkpoint continues.
