@@ -414,9 +414,9 @@ t ckpt.shard_truncated  "ck_trunc/step_00000004/$shard_h5: [0-9]+ bytes, the che
   "${Z[@]}" --checkpoint.resume="$trunc"
 t ckpt.shard_flipped    "ck_flip/step_00000004/$shard_h5: checksum mismatch" "${Z[@]}" --checkpoint.resume="$flip"
 t ckpt.latest_outside   "ck_escape/latest: names '../x'" "${Z[@]}" --checkpoint.resume="$fix/ck_escape"
-t ckpt.other_shape      "$ckpt/step_0000000[24]/meta.h5: the checkpoint's model has .*this model has" \
+t ckpt.other_shape      "$ckpt/step_00000004: model.n_embd = 64 differs from the checkpoint's model.n_embd = 32 .*another run.dir" \
   "${Z[@]}" --model.n_embd=64
-t ckpt.other_shape_path "$step/meta.h5: the checkpoint's model has .*this model has" \
+t ckpt.other_shape_path "$step: model.n_embd = 64 differs from the checkpoint's model.n_embd = 32" \
   "${Z[@]}" --model.n_embd=64 --checkpoint.resume="$step"
 t ckpt.other_data       "data.on_change = error: the inputs differ from those the checkpoint was trained on: data.train: train_000000.bin: [0-9]+ -> [0-9]+ bytes" \
   "${ZD[@]}" --data.train="$bad/tokbig/train_*.bin" --train.max_steps=8 --data.on_change=error

@@ -330,8 +330,9 @@ TEST(LoraZeroStage3, Bf16TrainsTheSameBitsAsStage2) {
     for (const bool llama : {false, true}) {
         TrainSummary runs[2];
         for (const int stage : {2, 3}) {
-            Config c = test::tiny_mpi_config(dir.file("train.bin"),
-                                             dir.file("s" + std::to_string(stage) + "r" + std::to_string(rank)));
+            // A run directory per model: llama's run would otherwise resume gpt2's checkpoint.
+            Config c = test::tiny_mpi_config(dir.file("train.bin"), dir.file("s" + std::to_string(stage) + "r" +
+                                                                              std::to_string(rank) + (llama ? "l" : "")));
             if (llama) c = test::as_llama(c);
             c.model.lora.rank = rank;
             if (rank > 0) {
@@ -348,6 +349,7 @@ TEST(LoraZeroStage3, Bf16TrainsTheSameBitsAsStage2) {
             runs[stage - 2] = train(c, world);
         }
         const std::string what = std::string(llama ? "llama" : "gpt2") + " lora.rank " + std::to_string(rank);
+        ASSERT_EQ(runs[0].losses.size(), 4u) << what << ": every step trained";
         ASSERT_EQ(runs[0].losses.size(), runs[1].losses.size()) << what;
         for (size_t s = 0; s < runs[0].losses.size(); ++s) {
             EXPECT_EQ(runs[1].losses[s], runs[0].losses[s]) << what << " step " << s + 1;
