@@ -204,15 +204,10 @@ ZtrainNamed by_ztrain_name(const SafetensorsSet& set, const HfNaming& family) {
 /// was saved) would make every loss, score and sample meaningless while the tool exits 0.
 /// `at` is where `data` starts in the tensor.
 void require_finite(const float* data, size_t n, size_t at, const std::string& file, const std::string& tensor) {
-    size_t bad = n;
-    for (size_t i = 0; i < n; ++i) {
-        if (!std::isfinite(data[i])) {
-            bad = i;
-            break;
-        }
-    }
-    ZT_INPUT_CHECK(bad == n, file, ": tensor ", tensor, " holds a non-finite value (", data[bad] != data[bad] ? "nan" : "inf",
-                   ") at element ", at + bad, ": the file is damaged, or the run that wrote it diverged");
+    const float* bad = std::find_if(data, data + n, [](float v) { return !std::isfinite(v); });
+    ZT_INPUT_CHECK(bad == data + n, file, ": tensor ", tensor, " holds a non-finite value (",
+                   std::isnan(*bad) ? "nan" : "inf", ") at element ", at + static_cast<size_t>(bad - data),
+                   ": the file is damaged, or the run that wrote it diverged");
 }
 
 /// Safetensors tensors in the family's Hugging Face names and layout (the name prefix is

@@ -119,10 +119,6 @@ po::parsed_options parse_deck(const std::string& path, const std::string& text,
     }
 }
 
-}  // namespace
-
-namespace {
-
 /// A deck value is taken as written: `dir = "runs/a"` would name a directory called `"runs`
 /// (INI has no quoting), so a value wrapped in quotes is refused, naming the line.
 void refuse_quoted_value(const std::string& where, const po::option& opt) {

@@ -316,10 +316,6 @@ bool parse_bool(const std::string& s, bool& out) {
     return false;
 }
 
-}  // namespace
-
-namespace {
-
 /// Digits after an optional '+' (or '-' when `signed_ok`): an integer, whatever its size.
 bool is_whole_number(const std::string& text, bool signed_ok) {
     size_t i = !text.empty() && (text[0] == '+' || (signed_ok && text[0] == '-')) ? 1 : 0;

@@ -15,6 +15,7 @@
 
 #include "prepare_detail.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/core/output_paths.hpp"
 
 namespace fs = std::filesystem;
 
@@ -214,12 +215,9 @@ namespace {
 /// the user's there replaced).
 void refuse_output_in_input_folder(const PrepareOptions& opt) {
     std::error_code ec;
-    const fs::path out = fs::weakly_canonical(fs::absolute(opt.output, ec), ec);
-    if (ec) return;  // the output's own checks name what is wrong with it
     for (const std::string& in : opt.inputs) {
         if (in == "-" || !fs::is_directory(in, ec)) continue;
-        const fs::path folder = fs::weakly_canonical(fs::absolute(in, ec), ec);
-        ZT_INPUT_CHECK(ec || folder != out, "--output ", opt.output, " is the --input folder ", in,
+        ZT_INPUT_CHECK(!same_path(in, opt.output), "--output ", opt.output, " is the --input folder ", in,
                        ": the tokenizer.json written there would be read as a document by the next run over "
                        "that folder (and a tokenizer.json already there replaced); write to another folder, such as ",
                        (fs::path(in) / "tokens").string());

@@ -119,9 +119,8 @@ void CheckpointSaver::handle_failure(long step, const Error& e, bool last) {
     // The run's last save has no later one to make up for it: going on would end the run
     // with exit 0 and its trained state lost.
     if (last) {
-        throw AgreedError(str("the run's last checkpoint, at step ", step, ", failed: ", e.what(), " (",
-                              previous.empty() ? "no checkpoint of this run exists: none of its steps are saved"
-                                               : str(kept, ": the steps after it are not saved"),
+        throw AgreedError(str("the run's last checkpoint, at step ", step, ", failed: ", e.what(), " (", kept,
+                              previous.empty() ? ": none of its steps are saved" : ": the steps after it are not saved",
                               ")"));
     }
     if (m_cfg.checkpoint.on_error == OnCheckpointError::kStop) {

@@ -15,14 +15,14 @@ struct ReadPath {
     std::string path;
 };
 
-/// Throws InputError when `output` (named `flag` in the message) is one of `inputs` (the same
-/// file or directory, symbolic links followed), or is a file that exists inside one of them
-/// that is a directory (a checkpoint step's meta.h5; a new file beside an input is allowed). Inputs with
-/// an empty path are skipped.
 /// Whether `a` and `b` name the same file or directory (symbolic links of their existing
 /// parts followed; "dir/" is "dir").
 bool same_path(const std::string& a, const std::string& b);
 
+/// Throws InputError when `output` (named `flag` in the message) is one of `inputs` (the same
+/// file or directory, symbolic links followed), or is a file that exists inside one of them
+/// that is a directory (a checkpoint step's meta.h5; a new file beside an input is allowed). Inputs with
+/// an empty path are skipped.
 void refuse_output_over_inputs(const std::string& flag, const std::string& output, const std::vector<ReadPath>& inputs);
 
 }  // namespace zt
