@@ -192,12 +192,8 @@ void assign_settings(Config& cfg, const po::variables_map& vm, RejectedSettings*
         if (!vm.count(k.key)) {
             continue;
         }
-        const bool from_cli = set_on_command_line(cfg, k.key);
-        const auto& cluster_keys = cfg.cluster_file_keys;
-        const bool from_cluster = std::find(cluster_keys.begin(), cluster_keys.end(), k.key) != cluster_keys.end();
         assign(cfg, k, vm[k.key].as<std::string>(),
-               from_cli ? std::string("command line") : from_cluster ? cfg.cluster_file : deck_origin(cfg, k.key),
-               rejected);
+               set_on_command_line(cfg, k.key) ? std::string("command line") : file_origin(cfg, k.key), rejected);
     }
 }
 
@@ -230,8 +226,8 @@ CliResult parse_command_line(int argc, const char* const* argv, FamilyRulesOf fa
     if (vm.count("cluster")) {
         cfg.cluster_file = vm["cluster"].as<std::string>();
         ZT_INPUT_CHECK(!cfg.cluster_file.empty(), "--cluster: needs a file name");
-        for (const std::string& key : store_cluster_file(cfg.cluster_file, settings, vm)) {
-            if (!set_on_command_line(cfg, key)) cfg.cluster_file_keys.push_back(key);
+        for (const auto& [key, line] : store_cluster_file(cfg.cluster_file, settings, vm)) {
+            if (!set_on_command_line(cfg, key)) cfg.cluster_file_lines[key] = line;
         }
     }
     if (vm.count("config")) {

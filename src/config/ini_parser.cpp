@@ -171,8 +171,8 @@ std::map<std::string, int> store_deck(const std::string& origin, const std::stri
     return lines;
 }
 
-std::vector<std::string> store_cluster_file(const std::string& path, const po::options_description& settings,
-                                            po::variables_map& vm) {
+std::map<std::string, int> store_cluster_file(const std::string& path, const po::options_description& settings,
+                                              po::variables_map& vm) {
     std::ifstream in(path, std::ios::binary);
     ZT_INPUT_CHECK(in, "--cluster: cannot read '", path, "' (no such file, or no permission)");
     std::ostringstream ss;
@@ -181,22 +181,23 @@ std::vector<std::string> store_cluster_file(const std::string& path, const po::o
     const po::parsed_options parsed = parse_deck(path, text, settings);
     const auto lines = scan_key_lines(text);
     check_duplicates(parsed, path, lines);
-    std::vector<std::string> keys;
+    std::map<std::string, int> key_lines;
     for (const po::option& opt : parsed.options) {
+        const auto it = lines.find(opt.string_key);
+        const int line = it != lines.end() ? it->second.front() : 0;
         if (opt.string_key.rfind("cluster.", 0) != 0) {
-            const auto it = lines.find(opt.string_key);
-            throw InputError(str(it != lines.end() ? str(path, ":", it->second.front()) : path, ": key '",
-                                 opt.string_key, "' is not a [cluster] key (a cluster file describes machines only; "
+            throw InputError(str(line > 0 ? str(path, ":", line) : path, ": key '", opt.string_key,
+                                 "' is not a [cluster] key (a cluster file describes machines only; "
                                  "the run's keys belong in the deck)"));
         }
-        keys.push_back(opt.string_key);
+        key_lines[opt.string_key] = line;
     }
     try {
         po::store(parsed, vm);
     } catch (const po::error& e) {
         throw InputError(str(path, ": ", e.what()));
     }
-    return keys;
+    return key_lines;
 }
 
 }  // namespace config_detail

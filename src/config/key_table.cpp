@@ -310,7 +310,11 @@ bool set_on_command_line(const Config& cfg, const std::string& key) {
     return std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), key) != cfg.cli_keys.end();
 }
 
-std::string deck_origin(const Config& cfg, const std::string& key) {
+std::string file_origin(const Config& cfg, const std::string& key) {
+    const auto from_cluster = cfg.cluster_file_lines.find(key);
+    if (from_cluster != cfg.cluster_file_lines.end()) {
+        return from_cluster->second > 0 ? str(cfg.cluster_file, ":", from_cluster->second) : cfg.cluster_file;
+    }
     const auto it = cfg.config_file_lines.find(key);
     return it == cfg.config_file_lines.end() ? cfg.config_file : str(cfg.config_file, ":", it->second);
 }

@@ -52,8 +52,9 @@ std::string section_of(const std::string& key);
 std::string leaf_of(const std::string& key);
 /// Whether `key` was set on the command line (cfg.cli_keys).
 bool set_on_command_line(const Config& cfg, const std::string& key);
-/// "deck.ini:12" where the deck gives `key` (cfg.config_file_lines), else the deck's name.
-std::string deck_origin(const Config& cfg, const std::string& key);
+/// "cluster.ini:3" where the cluster file gives `key`, else "deck.ini:12" where the deck
+/// does, else the deck's name (the file to edit).
+std::string file_origin(const Config& cfg, const std::string& key);
 /// " (did you mean '<prefix>key'?)" for the registered key nearest `unknown`, or "".
 std::string suggestion(const std::string& unknown, const char* prefix);
 

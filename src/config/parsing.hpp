@@ -33,9 +33,9 @@ std::map<std::string, int> store_deck(const std::string& origin, const std::stri
                                       const po::options_description& settings, po::variables_map& vm);
 
 /// Adds a cluster file's values to `vm` (the command line's win; they win over the deck's
-/// when stored before it) and returns its keys; InputError naming the file and line for a
-/// key outside [cluster].
-std::vector<std::string> store_cluster_file(const std::string& path, const po::options_description& settings,
+/// when stored before it) and returns the line of each key it gives; InputError naming the
+/// file and line for a key outside [cluster].
+std::map<std::string, int> store_cluster_file(const std::string& path, const po::options_description& settings,
                                             po::variables_map& vm);
 
 // ---------------------------------------------------------------------------

@@ -27,15 +27,12 @@ class Validator : public SettingCheck {
                 return "command line: ";
             }
         }
+        // The cluster file, then the deck, at the line of the first of these keys it gives.
         for (const char* key : keys) {
-            const auto& from_file = m_cfg.cluster_file_keys;
-            if (std::find(from_file.begin(), from_file.end(), key) != from_file.end()) {
-                return m_cfg.cluster_file + ": ";
-            }
+            if (m_cfg.cluster_file_lines.count(key)) return file_origin(m_cfg, key) + ": ";
         }
-        // The deck, at the line of the first of these keys it gives.
         for (const char* key : keys) {
-            if (m_cfg.config_file_lines.count(key)) return deck_origin(m_cfg, key) + ": ";
+            if (m_cfg.config_file_lines.count(key)) return file_origin(m_cfg, key) + ": ";
         }
         return m_cfg.config_file.empty() ? std::string() : m_cfg.config_file + ": ";
     }

@@ -112,8 +112,13 @@ std::string hdf5_line() {
 
 std::string blas_line() {
     const char* config = openblas_get_config();
+    // The kernel name in the config string is OpenBLAS's choice for this CPU unless the
+    // environment forced it: say which, since a forced older kernel can halve fp32 products.
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
     return str(config != nullptr ? trim(config) : std::string("OpenBLAS (no config string)"), ", ",
-               openblas_get_num_threads(), " threads");
+               openblas_get_num_threads(), " threads",
+               forced != nullptr && *forced != '\0' ? str("; kernels forced by OPENBLAS_CORETYPE = ", forced)
+                                                    : std::string("; kernels chosen for this CPU"));
 }
 
 std::string openmp_line() {

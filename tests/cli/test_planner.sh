@@ -53,7 +53,7 @@ out=$("$BIN/ztrain" --model.n_layer=24 --model.n_head=16 --model.n_embd=2048 --m
 check "fp32 gradients over by a little: --precision.grad_dtype=bf16 is the change that fits" \
   grep -qE "^  --precision.grad_dtype=bf16 +[0-9.]+ GiB$" <<<"$out"
 printf '[cluster]\nnodes = 2\nintra_gbps = -3\n' > "$work/bad.ini"
-expect 2 "bad.ini: cluster.intra_gbps = -3: expected a number > 0" "${plan[@]}" --cluster "$work/bad.ini"
+expect 2 "bad.ini:3: cluster.intra_gbps = -3: expected a number > 0" "${plan[@]}" --cluster "$work/bad.ini"
 printf '[cluster]\nnodes = 2\n[train]\nlr = 1\n' > "$work/bad.ini"
 expect 2 "bad.ini:4: key 'train.lr' is not a \[cluster\] key" "${plan[@]}" --cluster "$work/bad.ini"
 expect 2 "--plan-world-size and --cluster are both given" "${plan[@]}" --cluster "$SRC/inputs/clusters/h100_node.ini" \

@@ -378,7 +378,7 @@ struct Config {
     /// edit the deck or the command line.
     std::vector<std::string> cli_keys;
     std::string cluster_file;                ///< --cluster FILE (empty: none)
-    std::vector<std::string> cluster_file_keys;  ///< the keys it set (messages name the file)
+    std::map<std::string, int> cluster_file_lines;  ///< the line of each key it set that the command line did not
 };
 
 /// The dtype the model state stores parameters in: lora.base_dtype under LoRA when set (the
