@@ -15,6 +15,14 @@
 #    the rows without Float8, which ztrain does not model). FSDP2 = ZeRO-3 with bf16
 #    parameters and fp32 reductions; PyTorch's SDPA is a fused (flash) attention kernel:
 #    --cluster.attention_kernel=fused. Tokens/s per GPU, as published.
+# 3. IBM and Meta's FSDP report (github.com/foundation-model-stack/fms-fsdp, README.md at
+#    commit 0d319983c4b3b7f7b3b5e2c5e7f746746b6f73a9, its table of Llama 2 7B-70B on 128
+#    A100 80GB; the PyTorch blog "Maximizing training throughput using PyTorch FSDP",
+#    2024-03-13, gives the network: "400Gbps network connectivity and GPU direct RDMA", read
+#    here as 400 Gb/s a node, AWS p4de's EFA, the cluster its scripts name; sequence 4096).
+#    FSDP1 with bf16 parameters and bf16 reductions; HSDP = ZeRO-3 within a node, replicated
+#    across nodes (parallel.shard_group = 8); FSDP = over all 128 ranks; PyTorch SDPA's flash
+#    kernel, eager element-wise ops; activation checkpointing True = every block.
 #
 #   bash bench/planner_papers.sh [--out FILE]     (repository root; needs build/bin/ztrain)
 set -euo pipefail
@@ -114,6 +122,46 @@ for row in "${torchtitan[@]}"; do
 fused, eager = ($batch * $seq / (ms / 1e3) for ms in (${steps[0]}, ${steps[1]}))
 print(f'| $name | $gpus | $batch | $ac | $published | {fused:.0f} | {eager:.0f} | {100 * (eager - $published) / $published:+.0f}% |')")
   table+=$'\n'"$line $bottleneck |"
+done
+# name | sharding | model flags | local batch | recompute | published tokens/s per GPU
+llama2_7b="--model.n_layer=32 --model.n_embd=4096 --model.n_head=32 --model.n_kv_head=32 --model.ffn_dim=11008 --model.vocab_size=32000 --model.seq_len=4096"
+llama2_34b="--model.n_layer=48 --model.n_embd=8192 --model.n_head=64 --model.n_kv_head=8 --model.ffn_dim=22016 --model.vocab_size=32000 --model.seq_len=4096"
+fms=(
+  "Llama 2 7B|HSDP|$llama2_7b|2|false|3760"
+  "Llama 2 13B|HSDP|$llama2_13b|1|false|1700"
+  "Llama 2 34B|FSDP|$llama2_34b|8|true|772"
+  "Llama 2 70B|FSDP|$llama2_70b|6|true|380"
+)
+table+="
+
+IBM/Meta fms-fsdp on 128 A100 80GB, 400 Gb/s a node (tokens/s per GPU; bf16 parameters and
+reductions, fused attention, eager element-wise ops). HSDP shards within a node
+(parallel.shard_group = 8), FSDP over all ranks (0). The error is the eager prediction's; the
+last column is the eager prediction with 400 Gb/s a GPU (the blog's figure read the other way).
+
+| model | sharding | local batch | activation checkpointing | published | predicted (fused) | predicted (eager) | error | bottleneck | eager at 400 Gb/s a GPU |
+|---|---|---|---|---|---|---|---|---|---|"
+for row in "${fms[@]}"; do
+  IFS='|' read -r name sharding model batch recompute published <<<"$row"
+  group=8
+  if [ "$sharding" = FSDP ]; then group=0; fi
+  steps=()
+  for variant in fused eager eager_gpu_link; do
+    elementwise=${variant%%_*}
+    inter=50
+    if [ "$variant" = eager_gpu_link ]; then inter=400; fi
+    # shellcheck disable=SC2086
+    predict --model.arch=llama $model --precision.dtype=bf16 --precision.reduce_dtype=bf16 \
+      --train.micro_batch="$batch" --train.grad_accum=1 --train.recompute="$recompute" --parallel.zero_stage=3 \
+      --parallel.shard_group=$group --cluster inputs/clusters/a100_node.ini --cluster.nodes=16 \
+      --cluster.inter_gbps=$inter --cluster.attention_kernel=fused --cluster.elementwise=$elementwise || continue 2
+    steps+=("$step_ms")
+    if [ "$variant" = eager ]; then eager_bottleneck=$bottleneck; fi
+  done
+  line=$(python3 -c "
+fused, eager, gpu_link = ($batch * 4096 / (ms / 1e3) for ms in (${steps[0]}, ${steps[1]}, ${steps[2]}))
+print(f'| $name | $sharding | $batch | $recompute | $published | {fused:.0f} | {eager:.0f} | {100 * (eager - $published) / $published:+.0f}% | $eager_bottleneck | {gpu_link:.0f} |')")
+  table+=$'\n'"$line"
 done
 echo "$table"
 if [ -n "$OUT" ]; then echo "$table" > "$OUT"; fi
