@@ -15,10 +15,12 @@ plot. The driver needs only the standard library; the peers run under --python (
 holding bench/peers/requirements.txt), the plot under /usr/bin/python3 with matplotlib.
 """
 import argparse
+import ctypes
 import datetime
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -248,6 +250,8 @@ class Bench:
     def run(self, pair, label, side, name, cmd, env_extra, tokens_per_step):
         done = self.finished(name)
         if done is None:
+            # An earlier invocation's run directory: ztrain refuses to start a fresh run over it.
+            shutil.rmtree(os.path.join(self.a.work, "runs", name), ignore_errors=True)
             load_before = [round(x, 2) for x in os.getloadavg()]
             wall = self.sh(cmd, name, dict(self.env, **env_extra))
             done = {"load": load_before, "load_after": [round(x, 2) for x in os.getloadavg()], "wall_s": wall}
@@ -598,6 +602,17 @@ def lora_ratios(summary, w):
               f"(goal <= 0.5x: {'met' if r <= 0.5 else 'NOT met'}).")
 
 
+def openblas_kernels():
+    """The kernels OpenBLAS picks in this environment (its own choice for the CPU, or
+    OPENBLAS_CORETYPE's), as ztrain's ranks load it."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return "unknown"
+
+
 def write_report(b, summary_rows, curve_result):
     a = b.a
     lines = []
@@ -620,6 +635,8 @@ def write_report(b, summary_rows, curve_result):
         w("Shapes of pair 8: " + "; ".join(f"`{q}` {QWEN_SHAPES[q]}" for q in a.qwen_shapes.split(",") if q) + ".  ")
     w(f"{a.steps} steps per run, the first {a.skip} left out of each run's median; {a.cores} threads in all "
       f"(cores / ranks per rank, both sides).  ")
+    w(f"BLAS: ztrain's fp32 products on OpenBLAS's {openblas_kernels()} kernels (OPENBLAS_CORETYPE "
+      f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}); PyTorch's on its own MKL, which that variable does not touch.  ")
     w(f"Data: `zt-prepare --tokenizer` GPT-2's tokenizer.json on `{a.corpus}`; the peers read ztrain's "
       f"shards in ztrain's window order (bench/peers/peers_common.py).  ")
     loads = [r["load"][0] for r in b.runs]
