@@ -109,8 +109,7 @@ po::parsed_options parse_deck(const std::string& path, const std::string& text,
         const std::string key = e.get_option_name();
         const auto lines = scan_key_lines(text);
         const auto it = lines.find(key);
-        const std::string where = it != lines.end() ? str(path, ":", it->second.front()) : path;
-        throw InputError(str(where, ": unknown key '", key, "'", suggestion(key, "")));
+        throw InputError(str(file_at_line(path, it != lines.end() ? it->second.front() : 0), ": unknown key '", key, "'", suggestion(key, "")));
     } catch (const po::invalid_config_file_syntax& e) {
         throw InputError(str(at_line(path, text, e.tokens()), ": cannot parse line '", e.tokens(),
                              "' (expected 'key = value', '[section]' or a '#' comment)"));
@@ -161,7 +160,7 @@ std::map<std::string, int> store_deck(const std::string& origin, const std::stri
         const auto it = all_lines.find(opt.string_key);
         const int line = it != all_lines.end() ? it->second.front() : 0;
         if (line > 0) lines[opt.string_key] = line;
-        refuse_quoted_value(line > 0 ? str(origin, ":", line) : origin, opt);
+        refuse_quoted_value(file_at_line(origin, line), opt);
     }
     try {
         po::store(parsed_deck, vm);
@@ -186,7 +185,7 @@ std::map<std::string, int> store_cluster_file(const std::string& path, const po:
         const auto it = lines.find(opt.string_key);
         const int line = it != lines.end() ? it->second.front() : 0;
         if (opt.string_key.rfind("cluster.", 0) != 0) {
-            throw InputError(str(line > 0 ? str(path, ":", line) : path, ": key '", opt.string_key,
+            throw InputError(str(file_at_line(path, line), ": key '", opt.string_key,
                                  "' is not a [cluster] key (a cluster file describes machines only; "
                                  "the run's keys belong in the deck)"));
         }

@@ -310,13 +310,13 @@ bool set_on_command_line(const Config& cfg, const std::string& key) {
     return std::find(cfg.cli_keys.begin(), cfg.cli_keys.end(), key) != cfg.cli_keys.end();
 }
 
+std::string file_at_line(const std::string& path, int line) { return line > 0 ? str(path, ":", line) : path; }
+
 std::string file_origin(const Config& cfg, const std::string& key) {
     const auto from_cluster = cfg.cluster_file_lines.find(key);
-    if (from_cluster != cfg.cluster_file_lines.end()) {
-        return from_cluster->second > 0 ? str(cfg.cluster_file, ":", from_cluster->second) : cfg.cluster_file;
-    }
+    if (from_cluster != cfg.cluster_file_lines.end()) return file_at_line(cfg.cluster_file, from_cluster->second);
     const auto it = cfg.config_file_lines.find(key);
-    return it == cfg.config_file_lines.end() ? cfg.config_file : str(cfg.config_file, ":", it->second);
+    return file_at_line(cfg.config_file, it == cfg.config_file_lines.end() ? 0 : it->second);
 }
 
 // ---------------------------------------------------------------------------

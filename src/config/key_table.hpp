@@ -52,6 +52,8 @@ std::string section_of(const std::string& key);
 std::string leaf_of(const std::string& key);
 /// Whether `key` was set on the command line (cfg.cli_keys).
 bool set_on_command_line(const Config& cfg, const std::string& key);
+/// "path:line", or "path" where the line is not known (0).
+std::string file_at_line(const std::string& path, int line);
 /// "cluster.ini:3" where the cluster file gives `key`, else "deck.ini:12" where the deck
 /// does, else the deck's name (the file to edit).
 std::string file_origin(const Config& cfg, const std::string& key);
