@@ -14,6 +14,9 @@
 // fp32 output, accumulating (dgrad, wgrad) as the backward does; oneDNN's matmul with the
 // same strides ztrain passes, primitive made once per shape, OpenMP team of --threads.
 // time_i = the median of --reps calls; rate = sum(flops_i * n_i) / sum(time_i * n_i).
+// --reduction-slice S (0: off): an input gradient (dgrad) whose reduction is 2 S long or
+// longer (the LM head's) runs as ztrain's CPU backend runs it, slices of S accumulated into C
+// (cpu/matmul.cpp); its row is then named .dgrad/S.
 // The last line of stdout is a JSON object (gflops, tokens_per_s_ceiling, isa).
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
@@ -34,6 +37,7 @@ struct Shape {
     int count;
     bool accumulate;
     std::vector<double> secs;
+    int slice = 0;  ///< > 0: the reduction (K) in slices of this many
     double flops() const { return 2.0 * M * N * K; }
 };
 
@@ -57,7 +61,7 @@ const char* isa_name(dnnl::cpu_isa isa) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    int L = 12, C = 768, BT = 256, T = 64, Vp = 50304, threads = 2, reps = 5, NH = 12, NKV = 0, F = 0;
+    int L = 12, C = 768, BT = 256, T = 64, Vp = 50304, threads = 2, reps = 5, NH = 12, NKV = 0, F = 0, slice = 0;
     std::string arch = "gpt2";
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -77,6 +81,7 @@ int main(int argc, char** argv) {
         else if (a == "--vocab-padded") Vp = std::atoi(v);
         else if (a == "--threads") threads = std::atoi(v);
         else if (a == "--reps") reps = std::atoi(v);
+        else if (a == "--reduction-slice") slice = std::atoi(v);
         else {
             std::fprintf(stderr, "bf16_ceiling: unknown argument %s (sgemm_ceiling's arguments, no --no-split)\n",
                          a.c_str());
@@ -102,7 +107,9 @@ int main(int argc, char** argv) {
     for (const Lin& l : lins) {
         n_mm += 1.0 * l.in * l.out * l.count;
         shapes.push_back({std::string(l.name) + ".fwd", false, true, BT, l.out, l.in, l.count, false, {}});
-        shapes.push_back({std::string(l.name) + ".dgrad", false, false, BT, l.in, l.out, l.count, true, {}});
+        const bool sliced = slice > 0 && l.out >= 2 * slice;
+        shapes.push_back({std::string(l.name) + ".dgrad" + (sliced ? "/" + std::to_string(slice) : ""), false, false,
+                          BT, l.in, l.out, l.count, true, {}, sliced ? slice : 0});
         shapes.push_back({std::string(l.name) + ".wgrad", true, false, l.out, l.in, BT, l.count, true, {}});
     }
     size_t maxA = 0, maxB = 0, maxC = 0;
@@ -118,11 +125,11 @@ int main(int argc, char** argv) {
     dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     dnnl::stream stream(engine);
     struct Prim { dnnl::matmul mm; memory::desc a, b, c; };
-    std::vector<Prim> prims;
-    for (const Shape& s : shapes) {
-        // Row-major with the stored leading dimensions ztrain uses: A (M, K) or (K, M), B (K, N) or (N, K).
-        const memory::desc a({s.M, s.K}, memory::data_type::bf16, s.ta ? memory::dims{1, s.M} : memory::dims{s.K, 1});
-        const memory::desc b({s.K, s.N}, memory::data_type::bf16, s.tb ? memory::dims{1, s.K} : memory::dims{s.N, 1});
+    // Row-major with the stored leading dimensions ztrain uses: A (M, K) or (K, M), B (K, N) or
+    // (N, K); a slice of k of a reduction K long keeps A's leading dimension K.
+    auto make = [&](const Shape& s, int k) {
+        const memory::desc a({s.M, k}, memory::data_type::bf16, s.ta ? memory::dims{1, s.M} : memory::dims{s.K, 1});
+        const memory::desc b({k, s.N}, memory::data_type::bf16, s.tb ? memory::dims{1, s.K} : memory::dims{s.N, 1});
         const memory::desc c({s.M, s.N}, memory::data_type::f32, memory::dims{s.N, 1});
         dnnl::primitive_attr attr;
         if (s.accumulate) {
@@ -130,11 +137,23 @@ int main(int argc, char** argv) {
             ops.append_sum(1.f);
             attr.set_post_ops(ops);
         }
-        prims.push_back({dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, engine)), a, b, c});
+        return Prim{dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, engine)), a, b, c};
+    };
+    std::vector<std::vector<Prim>> prims;  // per shape: one, or a slice's and the ragged last slice's
+    for (const Shape& s : shapes) {
+        std::vector<Prim> p{make(s, s.slice > 0 ? s.slice : s.K)};
+        if (s.slice > 0 && s.K % s.slice != 0) p.push_back(make(s, s.K % s.slice));
+        prims.push_back(std::move(p));
     }
     auto call = [&](size_t i) {
-        memory a(prims[i].a, engine, A.data()), b(prims[i].b, engine, B.data()), c(prims[i].c, engine, Cm.data());
-        prims[i].mm.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+        const Shape& s = shapes[i];
+        const int step = s.slice > 0 ? s.slice : s.K;
+        for (int k0 = 0; k0 < s.K; k0 += step) {
+            const Prim& p = prims[i][k0 + step <= s.K ? 0 : 1];
+            memory a(p.a, engine, A.data() + k0), b(p.b, engine, B.data() + static_cast<size_t>(k0) * s.N),
+                c(p.c, engine, Cm.data());
+            p.mm.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+        }
         stream.wait();
     };
     for (size_t i = 0; i < shapes.size(); ++i) call(i);  // warm-up

@@ -54,6 +54,20 @@ void Backend::gqa_attention_cached(float* /*out*/, const float* /*qkv*/, float* 
     throw Error(str("the ", name(), " backend has no key/value-cache attention yet (generation runs on cpu)"));
 }
 
+void Backend::matmul_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr inp, ConstActPtr weight, int N,
+                                 int K, int width, float scale, ActPtr scratch) {
+    matmul_forward(scratch, inp, weight, nullptr, N, K, width);
+    scale_add_columns(dst, dst_width, dst_col, scratch, width, 0, width, N, scale);
+}
+
+void Backend::matmul_backward_columns(ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width, int dout_col,
+                                      ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
+                                      ActPtr scratch) {
+    zero_bytes(scratch.data, static_cast<size_t>(N) * static_cast<size_t>(width) * dtype_size(scratch.dtype));
+    scale_add_columns(scratch, width, 0, dout, dout_width, dout_col, width, N, scale);
+    matmul_backward(dinp, dweight, nullptr, scratch, inp, weight, N, K, width);
+}
+
 void Backend::dropout(ActPtr /*out*/, ConstActPtr /*in*/, int /*N*/, int /*width*/, const DropoutMask& /*mask*/) {
     throw Error(str("the ", name(), " backend has no dropout (lora.dropout > 0 needs it)"));
 }

@@ -86,9 +86,8 @@ void ParallelLinear::add_adapters(Backend& be, ActPtr out, ConstActPtr x, const 
         // so one rank adds v.
         adapter_inner(be, s.u, adapter_input(be, x, a, N), w, a, N);
         if (!m_in_rows && !parallel().adds_once()) continue;
-        be.matmul_forward(s.v, s.u, w.trained_matrix(a.b_offset), nullptr, N, a.rank, a.out_width);
-        be.scale_add_columns(out, m_shape.out, a.out_begin, s.v, a.out_width, 0, a.out_width, N,
-                             m_ctx.lora->scale());
+        be.matmul_add_columns(out, m_shape.out, a.out_begin, s.u, w.trained_matrix(a.b_offset), N, a.rank,
+                              a.out_width, m_ctx.lora->scale(), s.v);
     }
 }
 
@@ -114,21 +113,22 @@ void ParallelLinear::adapters_backward(Backend& be, ActPtr dinp, UnitGrads dw, C
         const ConstActPtr A = w.trained_matrix(a.a_offset);
         float* dA = adapter_grad(be, dw, a.a_offset, r * static_cast<size_t>(C));
         float* dB = adapter_grad(be, dw, a.b_offset, rows * r);
-        // u again (cheaper to recompute than to keep per block); dv = scale * dout's features.
+        // u again (cheaper to recompute than to keep per block); du and dB from scale * dout's
+        // features (s.v: the backend's scratch where it copies them).
         const ConstActPtr xa = adapter_input(be, x, a, N);
         adapter_inner(be, s.u, xa, w, a, N);
-        zero_act(be, s.v, n * rows);
-        be.scale_add_columns(s.v, a.out_width, 0, dout, m_shape.out, a.out_begin, a.out_width, N,
-                             m_ctx.lora->scale());
         zero_act(be, s.du, n * r);
+        const auto b_grads = [&](float* g) {
+            be.matmul_backward_columns(s.du, g, dout, m_shape.out, a.out_begin, s.u, w.trained_matrix(a.b_offset), N,
+                                       a.rank, a.out_width, m_ctx.lora->scale(), s.v);
+        };
         if (on_shared_rows(a)) {
             // B's rows of a key/value head several ranks share: each rank's gradient covers its
             // own query heads' share, so the ranks sharing the head sum theirs.
-            be.matmul_backward(s.du, shared_slot(be, rows * r), nullptr, s.v, s.u, w.trained_matrix(a.b_offset), N, a.rank,
-                               a.out_width);
+            b_grads(shared_slot(be, rows * r));
             add_shared_slot(be, dB, rows * r, false);
         } else {
-            be.matmul_backward(s.du, dB, nullptr, s.v, s.u, w.trained_matrix(a.b_offset), N, a.rank, a.out_width);
+            b_grads(dB);
         }
         if (!partial_du && !drop) {
             be.matmul_backward(dinp, dA, nullptr, s.du, x, A, N, C, a.rank);

@@ -334,16 +334,26 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
     }
 }
 
-/// 16-bit activations on the CPU without 16-bit products (no bf16 instructions, or fp16):
-/// every product widens its operands into one fp32 scratch, kept at the largest product's
-/// size (cpu_widened_operand_floats). The products' shapes are the rank's 2-D weights (or,
+/// The CPU products' fp32 scratch under 16-bit activations. With bf16 products, the LM head's
+/// input gradient's partial sums (cpu_reduction_slice_floats). Without them (no bf16
+/// instructions, or fp16), every product widens its operands into one fp32 scratch, kept at
+/// the largest product's size (cpu_widened_operand_floats). The products' shapes are the rank's 2-D weights (or,
 /// without a manifest, the LM head's, the largest) at a micro-batch's rows.
 void add_widened_operands_item(const Config& cfg, const std::optional<ModelLayout>& layout, int tensor,
                                std::vector<MemoryItem>& items) {
     const DType act = cfg.precision.dtype;
-    if (act == DType::kF32 || (act == DType::kBF16 && cpu_bf16_products().native)) return;
     const ModelConfig& m = cfg.model;
     const int rows = cfg.train.micro_batch * m.seq_len;
+    if (act == DType::kBF16 && cpu_bf16_products().native) {
+        // bf16 products: the LM head's input gradient sums its vocabulary slices in fp32.
+        const size_t sums = cpu_reduction_slice_floats(rows, m.n_embd, m.padded_vocab() / std::max(1, tensor));
+        if (sums > 0) {
+            items.push_back({"head slices", static_cast<double>(sums) * sizeof(float),
+                             "the LM head's input gradient summed over vocabulary slices in fp32"});
+        }
+        return;
+    }
+    if (act == DType::kF32) return;
     size_t most = cpu_widened_operand_floats(rows, m.n_embd, m.padded_vocab() / std::max(1, tensor));
     if (layout) {
         for (const ParamSpec& p : layout->params) {

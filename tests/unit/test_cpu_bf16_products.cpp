@@ -267,6 +267,54 @@ TEST(Bf16ProductsFp32Activations, AWideFrozenInputGradientGoesInRowBlocks) {
     }
 }
 
+// A bf16 input gradient through a weight with a vocabulary's rows runs its reduction in
+// slices (cpu/matmul.cpp: oneDNN runs one that long slower), summed in fp32 and added to the
+// old dinp once: every element is the old value plus the exact sum, rounded to bf16 once
+// (relative 2^-8), within fp32 accumulation rounding (the bound at the top of this file).
+TEST(Bf16ProductsSlices, ALongInputGradientReductionIsRoundedOnce) {
+    if (!cpu_bf16_products().native) GTEST_SKIP() << "no bf16 products here: " << cpu_bf16_products().fallback_reason;
+    auto be = make_cpu_backend(2);
+    be->set_activation_dtype(DType::kBF16);
+    const int N = 24, C = 16, OC = 3 * 8192 + 100;  // three slices, the last ragged
+    const auto dout = bf16_values(static_cast<size_t>(N) * OC, 0.7f, 41);
+    const auto weight = bf16_values(static_cast<size_t>(OC) * C, 0.5f, 43);
+    const auto c0 = bf16_values(static_cast<size_t>(N) * C, 4.f, 47);
+    auto to16 = [](const std::vector<float>& v) {
+        std::vector<uint16_t> h(v.size());
+        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+        return h;
+    };
+    const std::vector<uint16_t> dout16 = to16(dout), weight16 = to16(weight);
+    std::vector<uint16_t> dinp16 = to16(c0);
+    be->matmul_backward(ActPtr(dinp16.data(), DType::kBF16), nullptr, nullptr, ConstActPtr(dout16.data(), DType::kBF16),
+                        ConstActPtr(nullptr, DType::kBF16), ConstActPtr(weight16.data(), DType::kBF16), N, C, OC);
+    constexpr double kBf16Roundoff = 1.0 / (1 << 8);
+    for (int n = 0; n < N; ++n) {
+        for (int c = 0; c < C; ++c) {
+            const size_t at = static_cast<size_t>(n) * C + c;
+            double sum = c0[at], mag = std::fabs(c0[at]);
+            for (int o = 0; o < OC; ++o) {
+                const double p = static_cast<double>(dout[static_cast<size_t>(n) * OC + o]) * weight[static_cast<size_t>(o) * C + c];
+                sum += p;
+                mag += std::fabs(p);
+            }
+            const double bound = kBf16Roundoff * std::fabs(sum) + 2.0 * (OC + 1) * kUnitRoundoff * mag;
+            ASSERT_NEAR(bf16_to_f32(dinp16[at]), sum, bound) << "row " << n << " column " << c;
+        }
+    }
+    // 1 in the first slice and 3 * 2^-10 in each of the next three: rounded per slice the sum
+    // would stay 1 (each addition is under half of bf16's ulp at 1, 2^-8); rounded once,
+    // 1 + 9 * 2^-10 is 1 + 2^-7.
+    const int OC4 = 4 * 8192 + 100;
+    std::vector<uint16_t> d4(static_cast<size_t>(OC4), 0), w4(static_cast<size_t>(OC4), 0), x4(1, 0);
+    d4[0] = f32_to_bf16(1.f);
+    for (int s4 = 1; s4 < 4; ++s4) d4[static_cast<size_t>(s4) * 8192] = f32_to_bf16(3.f / 1024.f);
+    for (int s4 = 0; s4 < 4; ++s4) w4[static_cast<size_t>(s4) * 8192] = f32_to_bf16(1.f);
+    be->matmul_backward(ActPtr(x4.data(), DType::kBF16), nullptr, nullptr, ConstActPtr(d4.data(), DType::kBF16),
+                        ConstActPtr(nullptr, DType::kBF16), ConstActPtr(w4.data(), DType::kBF16), 1, 1, OC4);
+    EXPECT_EQ(bf16_to_f32(x4[0]), 1.f + 1.f / 128.f) << "the slices' sum was rounded more than once";
+}
+
 TEST(Bf16ProductsDecision, OffAndBadValues) {
     const CpuBf16Products off = decide_cpu_bf16_products("off");
     EXPECT_FALSE(off.native);

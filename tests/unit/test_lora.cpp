@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -202,6 +203,13 @@ class GradientRecorder final : public ForwardingBackend {
         if (dbias != nullptr) written.push_back(dbias);
         ForwardingBackend::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, grads);
     }
+    void matmul_backward_columns(ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width, int dout_col,
+                                 ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
+                                 ActPtr scratch) override {
+        if (dweight != nullptr) written.push_back(dweight);
+        ForwardingBackend::matmul_backward_columns(dinp, dweight, dout, dout_width, dout_col, inp, weight, N, K, width,
+                                                   scale, scratch);
+    }
     void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) override {
         if (dweight != nullptr) written.push_back(dweight);
@@ -220,6 +228,85 @@ class GradientRecorder final : public ForwardingBackend {
     }
     std::vector<const float*> written;
 };
+
+// The CPU adds an adapter's up-projection into its columns of the packed output, and reads
+// those columns of the output gradient, in place (no scratch): every element is the exact
+// result of its (rounded) operands, rounded once to the buffer's dtype (relative 2^-8 for
+// bf16), within fp32 summation rounding; the columns outside stay untouched. The separate
+// ops (Backend's default, the CUDA backend's) round the scratch too.
+TEST(LoraColumnProducts, InPlaceProductsAreTheExactSumRoundedOnce) {
+    const int N = 37, K = 8, width = 24, dst_width = 64, col = 16;
+    const double scale = 2.5, u32 = 1.0 / (1 << 24);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+        auto cpu = make_cpu_backend(2);
+        cpu->set_activation_dtype(dt);
+        // Values the buffer's dtype holds exactly, so the fp64 reference uses the same numbers.
+        auto values = [&](size_t n, float s, int seed) {
+            std::vector<float> v(n);
+            for (size_t i = 0; i < n; ++i) v[i] = s * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(seed));
+            if (dt == DType::kBF16) cpu->round_to(v.data(), n, dt);
+            return v;
+        };
+        auto typed = [&](const std::vector<float>& v) {
+            std::vector<float> store(v.size());  // room for either dtype
+            cpu->cast(store.data(), dt, v.data(), DType::kF32, v.size());
+            return store;
+        };
+        auto wide = [&](const std::vector<float>& store, size_t n) {
+            std::vector<float> v(n);
+            cpu->cast(v.data(), DType::kF32, store.data(), dt, n);
+            return v;
+        };
+        const auto inp = values(static_cast<size_t>(N) * K, 1.f, 1), weight = values(static_cast<size_t>(width) * K, 0.5f, 2);
+        const auto dout = values(static_cast<size_t>(N) * dst_width, 1.f, 3), dst0 = values(static_cast<size_t>(N) * dst_width, 3.f, 4);
+        const auto dinp0 = values(static_cast<size_t>(N) * K, 1.f, 5), dweight0 = values(static_cast<size_t>(width) * K, 1.f, 6);
+        auto dst = typed(dst0), dinp = typed(dinp0);
+        auto dweight = dweight0;
+        const auto inp_t = typed(inp), weight_t = typed(weight), dout_t = typed(dout);
+        cpu->matmul_add_columns(ActPtr(dst.data(), dt), dst_width, col, ConstActPtr(inp_t.data(), dt),
+                                ConstActPtr(weight_t.data(), dt), N, K, width, static_cast<float>(scale), ActPtr{});
+        cpu->matmul_backward_columns(ActPtr(dinp.data(), dt), dweight.data(), ConstActPtr(dout_t.data(), dt), dst_width,
+                                     col, ConstActPtr(inp_t.data(), dt), ConstActPtr(weight_t.data(), dt), N, K, width,
+                                     static_cast<float>(scale), ActPtr{});
+        const double u = dt == DType::kF32 ? u32 : 1.0 / (1 << 8);
+        const char* name = dtype_name(dt);
+        // got vs old + scale * sum_k terms(k), in fp64.
+        auto check = [&](float got, double old, int n, const std::function<double(int)>& term, double round,
+                         const std::string& what) {
+            double sum = 0, mag = std::fabs(old);
+            for (int k = 0; k < n; ++k) {
+                sum += scale * term(k);
+                mag += std::fabs(scale * term(k));
+            }
+            const double want = old + sum;
+            ASSERT_NEAR(got, want, round * std::fabs(want) + 2.0 * (n + 1) * u32 * mag) << name << " " << what;
+        };
+        const auto dst_w = wide(dst, dst.size()), dinp_w = wide(dinp, dinp.size());
+        for (int r = 0; r < N; ++r) {
+            for (int c = 0; c < dst_width; ++c) {
+                const size_t at = static_cast<size_t>(r) * dst_width + c;
+                if (c < col || c >= col + width) {
+                    ASSERT_EQ(dst_w[at], dst0[at]) << name << " row " << r << " column " << c << " is not the adapter's";
+                    continue;
+                }
+                check(dst_w[at], dst0[at], K, [&](int k) { return double(inp[r * K + k]) * weight[(c - col) * K + k]; }, u,
+                      "dst row " + std::to_string(r) + " column " + std::to_string(c));
+            }
+            for (int k = 0; k < K; ++k) {
+                check(dinp_w[static_cast<size_t>(r) * K + k], dinp0[static_cast<size_t>(r) * K + k], width,
+                      [&](int j) { return double(dout[r * dst_width + col + j]) * weight[j * K + k]; }, u,
+                      "dinp row " + std::to_string(r) + " column " + std::to_string(k));
+            }
+        }
+        for (int j = 0; j < width; ++j) {
+            for (int k = 0; k < K; ++k) {
+                check(dweight[static_cast<size_t>(j) * K + k], dweight0[static_cast<size_t>(j) * K + k], N,
+                      [&](int r) { return double(dout[r * dst_width + col + j]) * inp[r * K + k]; }, 0.0,
+                      "dweight row " + std::to_string(j) + " column " + std::to_string(k));
+            }
+        }
+    }
+}
 
 /// Every weight moved by normal noise of std `scale`, B away from zero among them.
 void perturb(ModelState& state, const ModelLayout& layout, double scale) {

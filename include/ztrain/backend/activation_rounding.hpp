@@ -53,6 +53,17 @@ class ActivationRoundingBackend final : public ForwardingBackend {
     void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
                            int width, int N, float scale) override;
     void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) override;
+    /// As the separate ops (Backend's default), each output rounded as those ops round it.
+    void matmul_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr inp, ConstActPtr weight, int N,
+                            int K, int width, float scale, ActPtr scratch) override {
+        Backend::matmul_add_columns(dst, dst_width, dst_col, inp, weight, N, K, width, scale, scratch);
+    }
+    void matmul_backward_columns(ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width, int dout_col,
+                                 ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
+                                 ActPtr scratch) override {
+        Backend::matmul_backward_columns(dinp, dweight, dout, dout_width, dout_col, inp, weight, N, K, width, scale,
+                                         scratch);
+    }
     void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override;
     void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,

@@ -309,6 +309,20 @@ class Backend {
     /// dst must not alias src.
     virtual void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
                                    int width, int N, float scale) = 0;
+    /// dst[i, dst_col + j] += scale * (inp (N, K) @ weight (width, K)^T)[i, j]: a LoRA adapter's
+    /// up-projection added into its columns of a packed product's output. Typed dst and inp.
+    /// Default: the product into `scratch` (N x width, dst's dtype), then scale_add_columns; a
+    /// backend that can add a product into a column range (the CPU) needs no scratch and rounds
+    /// dst once.
+    virtual void matmul_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr inp, ConstActPtr weight,
+                                    int N, int K, int width, float scale, ActPtr scratch);
+    /// matmul_add_columns' backward: dinp (N, K) += scale * dout[:, dout_col, + width) @ weight
+    /// (width, K); dweight (width, K) += scale * dout[:, dout_col, + width)^T @ inp (N, K), each
+    /// skipped when null. Default: the scaled columns copied into `scratch` (N x width, dout's
+    /// dtype), then matmul_backward; the CPU reads dout's columns in place.
+    virtual void matmul_backward_columns(ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width, int dout_col,
+                                         ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
+                                         ActPtr scratch);
     /// out (N, width) = in * keep / (1 - p), keep as `mask` draws it (0 where dropped); out
     /// may alias in. Typed, in fp32, rounded once. Default: refuses (LoRA dropout needs it).
     virtual void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask);
@@ -499,6 +513,10 @@ size_t cpu_attention_scratch_floats(int T, int threads);
 /// The fp32 scratch (floats) the CPU backend keeps for an (N x C) by (C -> OC) product with
 /// 16-bit operands and no 16-bit products: its operands widened, a block of rows at a time.
 size_t cpu_widened_operand_floats(int N, int C, int OC);
+/// The CPU backend's fp32 partial sums for a bf16 product's input gradient through a weight
+/// OC rows long (N rows, C wide; the LM head's vocabulary slices), 0 where it runs as one
+/// product (cpu/matmul.cpp).
+size_t cpu_reduction_slice_floats(int N, int C, int OC);
 
 /// What a backend of the `backend` setting (cpu, cuda or auto; auto plans as cpu, what it
 /// resolves to) will report, without making one or needing its device: a deck's memory plan

@@ -96,6 +96,16 @@ class ForwardingBackend : public Backend {
     void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) override {
         m_inner.dropout(out, in, N, width, mask);
     }
+    void matmul_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr inp, ConstActPtr weight, int N,
+                            int K, int width, float scale, ActPtr scratch) override {
+        m_inner.matmul_add_columns(dst, dst_width, dst_col, inp, weight, N, K, width, scale, scratch);
+    }
+    void matmul_backward_columns(ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width, int dout_col,
+                                 ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
+                                 ActPtr scratch) override {
+        m_inner.matmul_backward_columns(dinp, dweight, dout, dout_width, dout_col, inp, weight, N, K, width, scale,
+                                        scratch);
+    }
     void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override {
         m_inner.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);

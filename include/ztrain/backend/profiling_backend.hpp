@@ -74,6 +74,11 @@ class ProfilingBackend final : public ForwardingBackend {
     void scale_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr src, int src_width, int src_col,
                            int width, int N, float scale) override;
     void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask) override;
+    void matmul_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr inp, ConstActPtr weight, int N,
+                            int K, int width, float scale, ActPtr scratch) override;
+    void matmul_backward_columns(ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width, int dout_col,
+                                 ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
+                                 ActPtr scratch) override;
     void gqa_attention_forward(ActPtr out, ActPtr att, ConstActPtr qkv, int B, int T, int NH, int NKV,
                                int hs) override;
     void gqa_attention_backward(ActPtr dqkv, float* scratch, ConstActPtr dout, ConstActPtr qkv, ConstActPtr att,

@@ -20,12 +20,9 @@
 // Function multi-versioning for the compute-heavy element-wise kernels (see the header
 // comment of cpu_backend.cpp). Clang and non-x86 targets simply get the baseline build.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(ZT_NO_CLONES)
-#define ZT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-// Conversions are exact bit operations, the same in every clone: AVX-512 too.
-#define ZT_CONVERT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define ZT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ZT_VEC_CLONES
-#define ZT_CONVERT_CLONES
 #endif
 
 namespace zt::cpu {

@@ -307,6 +307,56 @@ void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, Co
     products.gemm(Bf16Gemm{false, true, N, OC, C, inp, C, weight, C, false, out, OC, bias, residual});
 }
 
+namespace {
+
+/// The reduction of a 16-bit output gradient's product with a weight this many rows long or
+/// longer (the LM head's vocabulary) goes in slices of kReductionSlice: oneDNN 2.6 runs
+/// dout (512, 50304) @ weight (50304, 960) as one product at about 330 bf16 GFLOP/s a core and
+/// in slices at about 415 (a Zen 5; bench/results/bf16_reduction_slices_2026-12-02.md).
+constexpr int kReductionSlice = 8192;
+
+/// The fp32 partial sums of the sliced reduction, reused across calls (the calling thread's).
+float* reduction_sums(size_t n) {
+    thread_local std::vector<float> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+/// dinp (N, C) += dout (N, OC) @ weight (OC, C), OC at least twice kReductionSlice, dout 16-bit:
+/// a block of rows at a time, each block's slices summed in fp32 and added to dinp with the
+/// last slice's product, so dinp is rounded once.
+void input_grad_in_slices(Bf16Products& products, ActPtr dinp, ConstActPtr dout, ConstActPtr weight, int N, int C,
+                          int OC) {
+    const int block = reduction_slice_rows(N, C);
+    float* sums = reduction_sums(static_cast<size_t>(block) * static_cast<size_t>(C));
+    const size_t Cs = static_cast<size_t>(C);
+    for (int r0 = 0; r0 < N; r0 += block) {
+        const int rows = std::min(block, N - r0);
+        const size_t at = static_cast<size_t>(r0);
+        for (int k0 = 0; k0 < OC; k0 += kReductionSlice) {
+            const int k = std::min(kReductionSlice, OC - k0);
+            const ConstActPtr a = dout.offset(at * static_cast<size_t>(OC) + static_cast<size_t>(k0));
+            const ConstActPtr b = weight.offset(static_cast<size_t>(k0) * Cs);
+            if (k0 + k < OC) {
+                products.gemm(Bf16Gemm{false, false, rows, C, k, a, OC, b, C, k0 > 0, ActPtr(sums), C, nullptr, {}});
+            } else {
+                products.gemm(Bf16Gemm{false, false, rows, C, k, a, OC, b, C, true, dinp.offset(at * Cs), C, nullptr,
+                                       ConstActPtr(sums)});
+            }
+        }
+    }
+}
+
+}  // namespace
+
+bool reduces_in_slices(int OC) { return OC >= 2 * kReductionSlice; }
+
+int reduction_slice_rows(int N, int C) {
+    // About 4 MiB of partial sums, at least 256 rows (fewer rows run the slices slower).
+    const int rows = std::max(256, (1 << 20) / std::max(C, 1) / 16 * 16);
+    return std::max(1, std::min(N, rows));
+}
+
 void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
                           ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads, GradWrite grads) {
     const bool assign = grads == GradWrite::kAssign;
@@ -314,7 +364,9 @@ void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, f
     // output gradients (a LoRA base under fp32 activations) goes a block of rows at a time, so
     // dout's bf16 copy is a block's (about 8 MiB), not the whole (N, OC): the LM head's is
     // micro-batch x vocabulary.
-    if (dinp.data != nullptr) {
+    if (dinp.data != nullptr && !dout.f32() && reduces_in_slices(OC)) {
+        input_grad_in_slices(products, dinp, dout, weight, N, C, OC);
+    } else if (dinp.data != nullptr) {
         constexpr size_t kRoundedElements = size_t{1} << 22;
         const int block = dweight == nullptr && dout.f32()
                               ? static_cast<int>(std::max<size_t>(1, kRoundedElements / static_cast<size_t>(OC)))
@@ -333,6 +385,43 @@ void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, f
     // The column slabs of matmul_backward's split, so dbias is bit-identical to it.
     if (dbias != nullptr) {
         column_sums(dbias, dout, N, OC, threads, threads > 1 && gemm_worth_splitting(N, OC, C), assign);
+    }
+}
+
+void matmul_add_columns(Bf16Products* products, ActPtr dst, int dst_width, int dst_col, ConstActPtr inp,
+                        ConstActPtr weight, int N, int K, int width, float scale, int threads) {
+    const size_t col = static_cast<size_t>(dst_col);
+    if (products != nullptr) {
+        // The product and the old columns are summed in fp32 and rounded once.
+        products->gemm(Bf16Gemm{false, true, N, width, K, inp, K, weight, K, true, dst.offset(col), dst_width, nullptr,
+                                {}, scale});
+        return;
+    }
+    gemm(false, true, N, width, K, scale, inp.as_f32(), K, weight.as_f32(), K, 1.f, dst.as_f32() + col, dst_width,
+         threads);
+}
+
+void matmul_backward_columns(Bf16Products* products, ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width,
+                             int dout_col, ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
+                             int threads) {
+    const ConstActPtr d = dout.offset(static_cast<size_t>(dout_col));
+    if (products != nullptr) {
+        if (dinp.data != nullptr) {
+            products->gemm(Bf16Gemm{false, false, N, K, width, d, dout_width, weight, K, true, dinp, K, nullptr, {},
+                                    scale});
+        }
+        if (dweight != nullptr) {
+            products->gemm(Bf16Gemm{true, false, width, K, N, d, dout_width, inp, K, true, ActPtr(dweight), K, nullptr,
+                                    {}, scale});
+        }
+        return;
+    }
+    if (dinp.data != nullptr) {
+        gemm(false, false, N, K, width, scale, d.as_f32(), dout_width, weight.as_f32(), K, 1.f, dinp.as_f32(), K,
+             threads);
+    }
+    if (dweight != nullptr) {
+        gemm(true, false, width, K, N, scale, d.as_f32(), dout_width, inp.as_f32(), K, 1.f, dweight, K, threads);
     }
 }
 

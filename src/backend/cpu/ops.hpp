@@ -91,9 +91,23 @@ class Bf16Products {
 /// as stored); dbias sums dout's columns in fp32 as the sgemm forms do.
 void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, ConstActPtr weight,
                          const float* bias, ConstActPtr residual, int N, int C, int OC);
+/// Whether matmul_backward_bf16 runs the input gradient of a weight OC rows long (16-bit
+/// dout) as a sliced reduction, and the rows of its blocks: their fp32 partial sums,
+/// reduction_slice_rows(N, C) x C floats, are the calling thread's scratch (the memory plan's).
+bool reduces_in_slices(int OC);
+int reduction_slice_rows(int N, int C);
 void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout,
                           ConstActPtr inp, ConstActPtr weight, int N, int C, int OC, int threads,
                           GradWrite grads = GradWrite::kAdd);
+/// dst's columns [dst_col, dst_col + width) += scale * inp (N, K) @ weight (width, K)^T, and
+/// its backward (Backend::matmul_add_columns, matmul_backward_columns): products that read
+/// and write the column range in place, on `products` where given (bf16), else sgemm (fp32
+/// operands only).
+void matmul_add_columns(Bf16Products* products, ActPtr dst, int dst_width, int dst_col, ConstActPtr inp,
+                        ConstActPtr weight, int N, int K, int width, float scale, int threads);
+void matmul_backward_columns(Bf16Products* products, ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width,
+                             int dout_col, ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
+                             int threads);
 
 // ---- reduce.cpp -----------------------------------------------------------------------
 
