@@ -255,13 +255,14 @@ void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out) {
     init_unit_range(layout, unit, seed, 0, layout.unit_numel[static_cast<size_t>(unit)], out);
 }
 
-void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t begin, size_t end, float* out) {
+void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t begin, size_t end, float* out,
+                     InitTensors which) {
     ZT_REQUIRE(unit >= 0 && unit < layout.num_units(), "unit ", unit);
     const size_t n = layout.unit_numel[static_cast<size_t>(unit)];
     ZT_REQUIRE(begin <= end && end <= n, "init range [", begin, ", ", end, ") of unit ", unit, " (", n, " elements)");
     for (size_t i = 0; i < end - begin; ++i) out[i] = 0.f;
     for (const ParamSpec& p : layout.params) {
-        if (p.unit != unit) continue;
+        if (p.unit != unit || (which == InitTensors::kAdaptersOnly && !p.adapter)) continue;
         // The part of this tensor inside [begin, end), in tensor-relative indices.
         const size_t lo = std::max(p.offset, begin) - p.offset;
         const size_t hi = std::min(p.offset + p.numel, end);

@@ -112,7 +112,9 @@ ModelState::ModelState(const ModelLayout& layout, Backend& backend, StateComms c
             const size_t hi = std::min(s.padded_numel, lo + kInitPieceNumel);
             // Padding past the unit's numel is zero.
             std::fill(piece.begin(), piece.begin() + static_cast<std::ptrdiff_t>(hi - lo), 0.f);
-            if (lo < s.numel) init_unit_range(layout, u, options.seed, lo, std::min(hi, s.numel), piece.data());
+            if (lo < s.numel) {
+                init_unit_range(layout, u, options.seed, lo, std::min(hi, s.numel), piece.data(), options.initial);
+            }
             m_params.write_initial(u, lo, hi, piece.data());
             m_optim.write_initial(u, lo, hi, piece.data());
         }

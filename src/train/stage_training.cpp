@@ -159,7 +159,10 @@ ScheduledTraining::ScheduledTraining(const Config& cfg, TrainSetup& setup, LossS
                                .training_in(trained_dtype(cfg))
                                .accumulating_in(grads_dtype(cfg))
                                .with_overlap_depth(plan.overlap_depth)
-                               .reduced_once_per_step(shape.stages > 1);
+                               .reduced_once_per_step(shape.stages > 1)
+                               // An imported base (or a checkpoint, which init_from's runs resume
+                               // from) overwrites every drawn value but LoRA's adapters.
+                               .drawing(cfg.model.init_from.empty() ? InitTensors::kAll : InitTensors::kAdaptersOnly);
     if (tc.optimizer == OptimizerKind::kMuon) state_options.with_muon(muon_settings(tc));
     m_state = std::make_unique<ModelState>(m_layout, *setup.backend, setup.state_comms(), state_options);
     m_store = &maybe_slow_units(setup.comm->rank(), *m_state, m_slow_units);

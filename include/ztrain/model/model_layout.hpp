@@ -162,9 +162,13 @@ ModelLayout all_stages(const ModelLayout& part);
 /// a counter-based generator keyed by each element's global index (in the unsplit tensor),
 /// so every rank, every strategy and every tensor split computes identical weights.
 void init_unit(const ModelLayout& layout, int unit, uint64_t seed, float* out);
+/// Which tensors init_unit_range draws: all, or LoRA's adapters only (the rest 0: a base that
+/// model.init_from or a checkpoint overwrites right after, so no draw per element is spent on it).
+enum class InitTensors { kAll, kAdaptersOnly };
 /// Elements [begin, end) of that unit (end <= unit_numel[unit]) into out[0, end - begin):
 /// the same values init_unit gives them, so a unit can be initialized in pieces.
-void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t begin, size_t end, float* out);
+void init_unit_range(const ModelLayout& layout, int unit, uint64_t seed, size_t begin, size_t end, float* out,
+                     InitTensors which = InitTensors::kAll);
 
 /// Where the model gets gathered weights and puts gradients. Implemented by the parallel
 /// strategy. Calls come in a fixed order per micro-step (see Transformer::forward/backward).

@@ -100,6 +100,9 @@ struct StateOptions {
     /// ShardingPolicy::reduce_once_per_step: ZeRO-2/3 keep each unit's whole gradient through
     /// the step and reduce it once (a pipeline stage's state).
     bool reduce_once_per_step = false;
+    /// Which initial values the state draws (init_unit_range): kAdaptersOnly where every other
+    /// value is written right after (model.init_from's import, or a checkpoint's load).
+    InitTensors initial = InitTensors::kAll;
     /// train.optimizer = muon: the blocks' matrices take Muon's step (OptimizerState).
     std::optional<MuonSettings> muon;
 
@@ -139,6 +142,10 @@ struct StateOptions {
     }
     StateOptions& reduced_once_per_step(bool on = true) {
         reduce_once_per_step = on;
+        return *this;
+    }
+    StateOptions& drawing(InitTensors which) {
+        initial = which;
         return *this;
     }
     StateOptions& with_muon(const MuonSettings& settings) {

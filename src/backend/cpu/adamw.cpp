@@ -13,7 +13,7 @@
 namespace zt::cpu {
 namespace {
 
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void adamw_kernel(float* __restrict param, float* __restrict m, float* __restrict v,
                   const float* __restrict grad, size_t n, AdamWConstants k) {
 #pragma omp simd

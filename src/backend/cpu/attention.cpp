@@ -67,7 +67,7 @@ void causal_softmax_row_kernel(float* row, int len, int T) {
 
 /// Copies the causal part of one probability row and zeroes the rest (att above the
 /// diagonal is unspecified by the interface, so backward never reads it).
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void causal_copy_row_kernel(float* __restrict dst, const float* __restrict src, int len, int T) {
 #pragma omp simd
     for (int i = 0; i < len; ++i) {

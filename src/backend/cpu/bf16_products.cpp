@@ -124,7 +124,7 @@ namespace cpu {
 namespace {
 
 /// dst[i] = f32_to_bf16(src[i]) over [0, n), on the team when n is large.
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void to_bf16_kernel(uint16_t* __restrict dst, const float* __restrict src, size_t n) {
     for (size_t i = 0; i < n; ++i) {
         dst[i] = f32_to_bf16(src[i]);

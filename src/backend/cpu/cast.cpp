@@ -11,13 +11,13 @@
 
 namespace zt::cpu {
 
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void widen_bf16(const uint16_t* __restrict src, float* __restrict dst, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void narrow_bf16(const float* __restrict src, uint16_t* __restrict dst, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);

@@ -19,9 +19,16 @@
 
 // Function multi-versioning for the compute-heavy element-wise kernels (see the header
 // comment of cpu_backend.cpp). Clang and non-x86 targets simply get the baseline build.
+// ZT_MAP_CLONES: kernels that compute each element on its own (maps, and per-column sums
+// over rows in row order): the same bits in the AVX-512 and the AVX2 clone, so they get both.
+// ZT_VEC_CLONES: kernels with a reduction across a row (norms, softmax, cross-entropy, sums
+// of squares), whose vector width sets the summation order: AVX2 at most, so their sums stay
+// the same on AVX2 and AVX-512 machines (the equivalence tests' tolerances were set on them).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(ZT_NO_CLONES)
-#define ZT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define ZT_MAP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define ZT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
+#define ZT_MAP_CLONES
 #define ZT_VEC_CLONES
 #endif
 

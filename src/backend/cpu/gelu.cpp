@@ -11,7 +11,7 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void gelu_forward_kernel(float* __restrict out, const float* __restrict inp, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) {
@@ -22,7 +22,7 @@ void gelu_forward_kernel(float* __restrict out, const float* __restrict inp, siz
 }
 
 /// d/dx [x * s(2u)] = s + x * s * (1 - s) * 2 * du/dx, s = sigmoid(2u) = 0.5 * (1 + tanh u).
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void gelu_backward_kernel(float* __restrict dinp, const float* __restrict inp,
                           const float* __restrict dout, size_t n) {
 #pragma omp simd

@@ -63,7 +63,7 @@ void layernorm_dinp_row_kernel(float* __restrict dinp, const float* __restrict d
 }
 
 /// dweight[c] += sum_r dout[r, c] * norm[r, c]; dbias[c] += sum_r dout[r, c], c in [c0, c1).
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void layernorm_param_kernel(float* __restrict dweight, float* __restrict dbias,
                             const float* __restrict dout, const float* __restrict inp,
                             const float* __restrict mean, const float* __restrict rstd, int N,

@@ -87,7 +87,7 @@ inline bool gemm_worth_splitting(int M, int N, int K) {
     return static_cast<double>(M) * N * K >= 64.0 * 64.0 * 64.0;
 }
 
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void bias_fill_kernel(float* out, const float* bias, int rows, int cols, int ld) {
     for (int r = 0; r < rows; ++r) {
         float* o = out + static_cast<size_t>(r) * ld;
@@ -99,7 +99,7 @@ void bias_fill_kernel(float* out, const float* bias, int rows, int cols, int ld)
 }
 
 /// dbias[c] += sum over rows of dout[r, c] for columns [c0, c1).
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void column_sum_kernel(float* __restrict dbias, const float* __restrict dout, int rows, int ld,
                        int c0, int c1) {
     for (int r = 0; r < rows; ++r) {

@@ -22,7 +22,7 @@
 namespace zt::cpu {
 namespace {
 
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void momentum_kernel(float* __restrict m, float* __restrict update, const float* __restrict grad, size_t n,
                      float scale, float momentum, bool nesterov) {
     const float keep = 1.f - momentum;
@@ -88,7 +88,7 @@ void symmetric_update(bool left, int k, int n, const float* B, const float* X, f
     }
 }
 
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void apply_kernel(float* __restrict param, const float* __restrict update, size_t n, float keep, float rate) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) param[i] = param[i] * keep - rate * update[i];

@@ -9,7 +9,7 @@
 
 namespace zt::cpu {
 
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void add_kernel(float* out, const float* a, const float* b, size_t n) {
     // out may alias a or b (documented), so no __restrict; the loop is still a pure
     // element-wise map and GCC vectorizes it with a run-time overlap check.

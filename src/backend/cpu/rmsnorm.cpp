@@ -45,7 +45,7 @@ void rmsnorm_dinp_row_kernel(float* __restrict dinp, const float* __restrict dou
 }
 
 /// dweight[c] += sum_r dout[r, c] * inp[r, c] * rstd[r] for c in [c0, c1).
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void rmsnorm_dweight_kernel(float* __restrict dweight, const float* __restrict dout, const float* __restrict inp,
                             const float* __restrict rstd, int N, int C, int c0, int c1) {
     for (int r = 0; r < N; ++r) {

@@ -17,7 +17,7 @@ inline AttentionLayout rope_layout(int NH, int NKV, int hs) {
 /// rotate_half pairs (i, i + half)): out = R x, with sin_sign = -1 for the inverse R^T.
 /// out may equal x (each iteration reads its pair before writing it) but must not
 /// otherwise overlap it.
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void rope_rotate_kernel(float* out, const float* x, const float* __restrict cos_t, const float* __restrict sin_t,
                         int heads, int half, float sin_sign) {
     for (int h = 0; h < heads; ++h) {
@@ -35,7 +35,7 @@ void rope_rotate_kernel(float* out, const float* x, const float* __restrict cos_
 }
 
 /// dinp += R^T dout over `heads` consecutive heads (rope_backward's accumulating form).
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void rope_rotate_back_add_kernel(float* __restrict dinp, const float* __restrict dout,
                                  const float* __restrict cos_t, const float* __restrict sin_t, int heads, int half) {
     for (int h = 0; h < heads; ++h) {

@@ -9,7 +9,7 @@ namespace zt::cpu {
 namespace {
 
 /// out (n) = silu(gate) * up, silu(x) = x * sigmoid(x).
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void swiglu_forward_kernel(float* __restrict out, const float* __restrict gate, const float* __restrict up,
                            size_t n) {
 #pragma omp simd
@@ -20,7 +20,7 @@ void swiglu_forward_kernel(float* __restrict out, const float* __restrict gate, 
 }
 
 /// dgate += dout * up * silu'(gate), dup += dout * silu(gate); silu'(x) = s * (1 + x * (1 - s)).
-ZT_VEC_CLONES
+ZT_MAP_CLONES
 void swiglu_backward_kernel(float* __restrict dgate, float* __restrict dup, const float* __restrict gate,
                             const float* __restrict up, const float* __restrict dout, size_t n) {
 #pragma omp simd
