@@ -54,14 +54,12 @@ std::string run_tokenizer_path(const zt::Config& deck) {
     return (fs::path(zt::first_corpus_pattern(deck.data.train)).parent_path() / "tokenizer.json").string();
 }
 
-/// The run's tokenizer in Hugging Face's files for a directory export of `ckpt`; empty, with
+/// The run's tokenizer in Hugging Face's files for a directory export of `step_dir`; empty, with
 /// `note` saying why, when there is none to add. A checkpoint that cannot be read is left
 /// to consolidate(), which names what is wrong with it.
-std::optional<zt::HfTokenizerFiles> run_tokenizer(const std::string& ckpt, std::string* note) {
-    std::string step_dir;
+std::optional<zt::HfTokenizerFiles> run_tokenizer(const std::string& step_dir, std::string* note) {
     nlohmann::json meta;
     try {
-        step_dir = zt::resolve_resume(ckpt, ckpt);
         meta = zt::read_checkpoint_meta(step_dir);
     } catch (const zt::InputError&) {
         return std::nullopt;
@@ -94,11 +92,11 @@ std::optional<zt::HfTokenizerFiles> run_tokenizer(const std::string& ckpt, std::
 /// A directory export's extras: the run's tokenizer files and special ids, when it has them.
 /// A tokenizer (or recorded deck) that cannot be read costs the export its tokenizer files
 /// only: the weights never needed them.
-zt::HfDirectoryExtras tokenizer_extras(const std::string& ckpt, std::string* note) {
+zt::HfDirectoryExtras tokenizer_extras(const std::string& step_dir, std::string* note) {
     zt::HfDirectoryExtras extras;
     std::optional<zt::HfTokenizerFiles> tok;
     try {
-        tok = run_tokenizer(ckpt, note);
+        tok = run_tokenizer(step_dir, note);
     } catch (const zt::InputError& e) {
         *note = e.what();
     }
@@ -154,25 +152,14 @@ po::options_description visible_options(Options& o) {
     return visible;
 }
 
-/// A LoRA checkpoint's base against the fingerprint it records (consolidate() itself names
-/// a path that is no checkpoint).
-void check_base(const Options& o) {
-    std::string step;
+/// The step zt-consolidate reads for `ckpt` (a step, or a checkpoints directory's newest),
+/// resolved once for the tokenizer files, the base check and the damaged-step advice (it was
+/// resolved for each). Empty when none resolves (consolidate() then names what is wrong).
+std::string step_read(const std::string& ckpt) {
     try {
-        step = zt::resolve_resume(o.ckpt, o.ckpt);
+        return zt::resolve_resume(ckpt, ckpt);
     } catch (const zt::InputError&) {
-        return;
-    }
-    zt::check_lora_base_unchanged(step, o.base);
-}
-
-/// Whether `step` is the step zt-consolidate reads for `ckpt` (a step, or its newest).
-bool is_step_read(const std::string& ckpt, const std::string& step) {
-    std::error_code ec;
-    try {
-        return fs::equivalent(zt::resolve_resume(ckpt, ckpt), step, ec);
-    } catch (const zt::InputError&) {
-        return false;
+        return {};
     }
 }
 
@@ -211,17 +198,22 @@ int run(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     const bool to_dir = fs::is_directory(o.output) || o.output.back() == '/';
     std::string tokenizer_note;
-    const zt::HfDirectoryExtras extras = to_dir ? tokenizer_extras(o.ckpt, &tokenizer_note) : zt::HfDirectoryExtras{};
+    const std::string step = step_read(o.ckpt);
+    const zt::HfDirectoryExtras extras = to_dir && !step.empty() ? tokenizer_extras(step, &tokenizer_note)
+                                                                 : zt::HfDirectoryExtras{};
     std::vector<std::string> files;
     try {
-        check_base(o);
+        // A LoRA checkpoint's base against the fingerprint it records.
+        if (!step.empty()) zt::check_lora_base_unchanged(step, o.base);
+        // consolidate() takes the path as given: its refusals name it and the step apart.
         files = zt::consolidate(o.ckpt, o.output, t, vm.count("with-optimizer") > 0, shard_bytes, extras, lora_export,
                                 o.base);
     } catch (const zt::InputError& e) {
         // A damaged step: name the newest complete one beside it, the one to consolidate
         // (not when it is the step just read: the error is about something else).
         const std::string good = zt::newest_complete_checkpoint(o.ckpt);
-        if (good.empty() || is_step_read(o.ckpt, good)) throw;
+        std::error_code ec;
+        if (good.empty() || (!step.empty() && fs::equivalent(step, good, ec))) throw;
         throw zt::InputError(zt::str(e.what(), ". The newest complete checkpoint there is ", good,
                                      ": zt-consolidate ", good, " --output ", o.output));
     }
