@@ -337,8 +337,9 @@ void add_state_items(MemoryPlan& plan, const ModelLayout& layout, const ZeroMemo
 /// The CPU products' fp32 scratch under 16-bit activations. With bf16 products, the LM head's
 /// input gradient's partial sums (cpu_reduction_slice_floats). Without them (no bf16
 /// instructions, or fp16), every product widens its operands into one fp32 scratch, kept at
-/// the largest product's size (cpu_widened_operand_floats). The products' shapes are the rank's 2-D weights (or,
-/// without a manifest, the LM head's, the largest) at a micro-batch's rows.
+/// the largest product's size (cpu_widened_operand_floats). The products' shapes are the
+/// rank's 2-D weights (or, without a manifest, the LM head's, the largest) at a micro-batch's
+/// rows.
 void add_widened_operands_item(const Config& cfg, const std::optional<ModelLayout>& layout, int tensor,
                                std::vector<MemoryItem>& items) {
     const DType act = cfg.precision.dtype;

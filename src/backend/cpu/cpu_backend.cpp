@@ -13,10 +13,9 @@
 //  - The compute-heavy kernels are compiled with target_clones (x86-64-v3 = AVX2+FMA and the
 //    x86-64 baseline, and for the maps x86-64-v4 = AVX-512 too); the dynamic loader picks one
 //    per machine, so the binary runs on any x86-64 and the build needs no -march flag. The v4
-//    clone of the maps is faster where AVX-512 runs at full width (a Zen 5: SwiGLU's forward
-//    29 -> 17 ms over SmolLM2-360M's 32 layers at 512 rows) and gives the same bits; kernels
-//    with a reduction across a row stay at AVX2, whose width sets their summation order
-//    (cpu_common.hpp).
+//    clone of the maps is faster where AVX-512 runs at full width (bench/cpu_notes.md) and
+//    gives the same bits; kernels with a reduction across a row stay at AVX2, whose width sets
+//    their summation order (cpu_common.hpp).
 //
 // Threading (OpenBLAS 0.3.21 pthread; the measurements behind it are in bench/cpu_notes.md)
 //  - OpenMP owns all the threads; OpenBLAS is set to ONE thread (deliberately, instead of

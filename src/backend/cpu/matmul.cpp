@@ -233,9 +233,10 @@ void narrow_parallel(const float* src, ConstActPtr add, ActPtr dst, size_t at, s
     });
 }
 
-/// fp32 scratch of the widened products, reused across calls (the calling thread's). It grows
-/// to exactly the largest product's need (not a vector's doubling), which the memory plan
-/// counts (widened_operand_floats).
+/// fp32 scratch of the calling thread, reused across calls: the widened products' operands
+/// (no bf16 products) or the sliced reduction's partial sums (bf16 products; each call's use
+/// ends with it). It grows to exactly the largest need (not a vector's doubling), which the
+/// memory plan counts (widened_operand_floats, cpu_reduction_slice_floats).
 float* widened_operands(size_t n) {
     thread_local std::vector<float> buf;
     if (buf.size() < n) {
@@ -309,18 +310,11 @@ void matmul_forward_bf16(Bf16Products& products, ActPtr out, ConstActPtr inp, Co
 
 namespace {
 
-/// The reduction of a 16-bit output gradient's product with a weight this many rows long or
-/// longer (the LM head's vocabulary) goes in slices of kReductionSlice: oneDNN 2.6 runs
-/// dout (512, 50304) @ weight (50304, 960) as one product at about 330 bf16 GFLOP/s a core and
-/// in slices at about 415 (a Zen 5; bench/results/bf16_reduction_slices_2026-12-02.md).
+/// The reduction of a 16-bit output gradient's product with a weight twice this many rows
+/// long or longer (the LM head's vocabulary) goes in slices of kReductionSlice: oneDNN 2.6
+/// runs one product with a reduction that long well below its rate on the model's other
+/// shapes (bench/results/bf16_reduction_slices_2026-12-02.md).
 constexpr int kReductionSlice = 8192;
-
-/// The fp32 partial sums of the sliced reduction, reused across calls (the calling thread's).
-float* reduction_sums(size_t n) {
-    thread_local std::vector<float> buf;
-    if (buf.size() < n) buf.resize(n);
-    return buf.data();
-}
 
 /// dinp (N, C) += dout (N, OC) @ weight (OC, C), OC at least twice kReductionSlice, dout 16-bit:
 /// a block of rows at a time, each block's slices summed in fp32 and added to dinp with the
@@ -328,7 +322,7 @@ float* reduction_sums(size_t n) {
 void input_grad_in_slices(Bf16Products& products, ActPtr dinp, ConstActPtr dout, ConstActPtr weight, int N, int C,
                           int OC) {
     const int block = reduction_slice_rows(N, C);
-    float* sums = reduction_sums(static_cast<size_t>(block) * static_cast<size_t>(C));
+    float* sums = widened_operands(static_cast<size_t>(block) * static_cast<size_t>(C));
     const size_t Cs = static_cast<size_t>(C);
     for (int r0 = 0; r0 < N; r0 += block) {
         const int rows = std::min(block, N - r0);
