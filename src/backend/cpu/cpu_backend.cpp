@@ -207,26 +207,20 @@ class CpuBackend final : public Backend {
         }
     }
 
+    // In place on the CPU (no scratch): the old columns and the product summed in fp32 and
+    // rounded once, on the bf16 products where they run, else through sgemm on an fp32 weight.
     void matmul_add_columns(ActPtr dst, int dst_width, int dst_col, ConstActPtr inp, ConstActPtr weight, int N, int K,
-                            int width, float scale, ActPtr scratch) override {
+                            int width, float scale, ActPtr /*scratch*/) override {
         cpu::Bf16Products* p = products_for(weight.dtype, {dst.dtype, inp.dtype});
-        if (p == nullptr && !(dst.f32() && inp.f32() && weight.f32())) {
-            Backend::matmul_add_columns(dst, dst_width, dst_col, inp, weight, N, K, width, scale, scratch);
-            return;
-        }
-        cpu::matmul_add_columns(p, dst, dst_width, dst_col, inp, weight, N, K, width, scale, m_threads);
+        cpu::matmul_add_columns(p, dst, dst_width, dst_col, inp, product_weight(p, weight, width, K), N, K, width,
+                                scale, m_threads);
     }
     void matmul_backward_columns(ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width, int dout_col,
                                  ConstActPtr inp, ConstActPtr weight, int N, int K, int width, float scale,
-                                 ActPtr scratch) override {
+                                 ActPtr /*scratch*/) override {
         cpu::Bf16Products* p = products_for(weight.dtype, {dinp.dtype, dout.dtype, inp.dtype});
-        if (p == nullptr && !(dinp.f32() && dout.f32() && inp.f32() && weight.f32())) {
-            Backend::matmul_backward_columns(dinp, dweight, dout, dout_width, dout_col, inp, weight, N, K, width,
-                                             scale, scratch);
-            return;
-        }
-        cpu::matmul_backward_columns(p, dinp, dweight, dout, dout_width, dout_col, inp, weight, N, K, width, scale,
-                                     m_threads);
+        cpu::matmul_backward_columns(p, dinp, dweight, dout, dout_width, dout_col, inp,
+                                     product_weight(p, weight, width, K), N, K, width, scale, m_threads);
     }
 
     // --------------------------------------------------------------------------------
@@ -436,6 +430,11 @@ class CpuBackend final : public Backend {
         if (m_wide_weight.size() < n) m_wide_weight.resize(n);
         cpu::cast(m_wide_weight.data(), DType::kF32, w.data, w.dtype, n);
         return m_wide_weight.data();
+    }
+    /// A (rows, cols) weight as a product reads it: as stored on the bf16 products, else fp32.
+    ConstActPtr product_weight(cpu::Bf16Products* products, ConstActPtr w, int rows, int cols) {
+        if (products != nullptr) return w;
+        return ConstActPtr(fp32_weight(w, static_cast<size_t>(rows) * static_cast<size_t>(cols)), DType::kF32);
     }
     std::vector<float> m_wide_weight;
     /// The bf16 products a product of this weight and these other operands runs on, or null

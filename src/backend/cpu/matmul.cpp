@@ -382,6 +382,71 @@ void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, f
     }
 }
 
+namespace {
+
+/// Columns [col, col + width) of `rows` rows of x (row length ld) from row r0, widened into
+/// dst (rows, width), or narrowed back from it.
+void widen_columns(ConstActPtr x, int r0, int rows, int ld, int col, int width, float* dst) {
+    for (int r = 0; r < rows; ++r) {
+        widen(x, static_cast<size_t>(r0 + r) * static_cast<size_t>(ld) + static_cast<size_t>(col),
+              static_cast<size_t>(width), dst + static_cast<size_t>(r) * static_cast<size_t>(width));
+    }
+}
+void narrow_columns(const float* src, ActPtr x, int r0, int rows, int ld, int col, int width) {
+    for (int r = 0; r < rows; ++r) {
+        narrow(src + static_cast<size_t>(r) * static_cast<size_t>(width), x,
+               static_cast<size_t>(r0 + r) * static_cast<size_t>(ld) + static_cast<size_t>(col),
+               static_cast<size_t>(width));
+    }
+}
+
+/// matmul_add_columns with 16-bit buffers and an fp32 weight: inp's rows and dst's columns
+/// widened a block of rows at a time, the product added with beta 1, the sum rounded once.
+void add_columns_widened(ActPtr dst, int dst_width, int dst_col, ConstActPtr inp, const float* weight, int N, int K,
+                         int width, float scale, int threads) {
+    const int block = widened_gemm_rows(N, K, width);
+    const size_t Ks = static_cast<size_t>(K);
+    float* x = widened_operands(static_cast<size_t>(block) * (Ks + static_cast<size_t>(width)));
+    float* y = x + static_cast<size_t>(block) * Ks;
+    for (int r0 = 0; r0 < N; r0 += block) {
+        const int rows = std::min(block, N - r0);
+        widen_parallel(inp, static_cast<size_t>(r0) * Ks, static_cast<size_t>(rows) * Ks, x, threads);
+        widen_columns(dst, r0, rows, dst_width, dst_col, width, y);
+        gemm(false, true, rows, width, K, scale, x, K, weight, K, 1.f, y, width, threads);
+        narrow_columns(y, dst, r0, rows, dst_width, dst_col, width);
+    }
+}
+
+/// matmul_backward_columns with 16-bit buffers and an fp32 weight, a block of rows at a time:
+/// dout's columns widened, dinp's rows widened, added to and rounded once, dweight added to.
+void backward_columns_widened(ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width, int dout_col,
+                              ConstActPtr inp, const float* weight, int N, int K, int width, float scale,
+                              int threads) {
+    const int block = widened_gemm_rows(N, K, width);
+    const size_t Ks = static_cast<size_t>(K);
+    const size_t Bs = static_cast<size_t>(block);
+    float* d = widened_operands(Bs * (2 * Ks + static_cast<size_t>(width)));
+    float* x = d + Bs * static_cast<size_t>(width);
+    float* g = x + Bs * Ks;
+    for (int r0 = 0; r0 < N; r0 += block) {
+        const int rows = std::min(block, N - r0);
+        const size_t at = static_cast<size_t>(r0) * Ks;
+        const size_t n = static_cast<size_t>(rows) * Ks;
+        widen_columns(dout, r0, rows, dout_width, dout_col, width, d);
+        if (dinp.data != nullptr) {
+            widen_parallel(dinp, at, n, g, threads);
+            gemm(false, false, rows, K, width, scale, d, width, weight, K, 1.f, g, K, threads);
+            narrow_parallel(g, ConstActPtr{}, dinp, at, n, threads);
+        }
+        if (dweight != nullptr) {
+            widen_parallel(inp, at, n, x, threads);
+            gemm(true, false, width, K, rows, scale, d, width, x, K, 1.f, dweight, K, threads);
+        }
+    }
+}
+
+}  // namespace
+
 void matmul_add_columns(Bf16Products* products, ActPtr dst, int dst_width, int dst_col, ConstActPtr inp,
                         ConstActPtr weight, int N, int K, int width, float scale, int threads) {
     const size_t col = static_cast<size_t>(dst_col);
@@ -389,6 +454,10 @@ void matmul_add_columns(Bf16Products* products, ActPtr dst, int dst_width, int d
         // The product and the old columns are summed in fp32 and rounded once.
         products->gemm(Bf16Gemm{false, true, N, width, K, inp, K, weight, K, true, dst.offset(col), dst_width, nullptr,
                                 {}, scale});
+        return;
+    }
+    if (!dst.f32() || !inp.f32()) {
+        add_columns_widened(dst, dst_width, dst_col, inp, weight.as_f32(), N, K, width, scale, threads);
         return;
     }
     gemm(false, true, N, width, K, scale, inp.as_f32(), K, weight.as_f32(), K, 1.f, dst.as_f32() + col, dst_width,
@@ -408,6 +477,11 @@ void matmul_backward_columns(Bf16Products* products, ActPtr dinp, float* dweight
             products->gemm(Bf16Gemm{true, false, width, K, N, d, dout_width, inp, K, true, ActPtr(dweight), K, nullptr,
                                     {}, scale});
         }
+        return;
+    }
+    if (!dout.f32() || !inp.f32() || (dinp.data != nullptr && !dinp.f32())) {
+        backward_columns_widened(dinp, dweight, dout, dout_width, dout_col, inp, weight.as_f32(), N, K, width, scale,
+                                 threads);
         return;
     }
     if (dinp.data != nullptr) {

@@ -101,8 +101,9 @@ void matmul_backward_bf16(Bf16Products& products, ActPtr dinp, float* dweight, f
                           GradWrite grads = GradWrite::kAdd);
 /// dst's columns [dst_col, dst_col + width) += scale * inp (N, K) @ weight (width, K)^T, and
 /// its backward (Backend::matmul_add_columns, matmul_backward_columns): products that read
-/// and write the column range in place, on `products` where given (bf16), else sgemm (fp32
-/// operands only).
+/// and write the column range in place, on `products` where given (bf16), else sgemm with an
+/// fp32 weight, 16-bit buffers widened a block of rows at a time; either way the old values
+/// and the product are summed in fp32 and rounded once.
 void matmul_add_columns(Bf16Products* products, ActPtr dst, int dst_width, int dst_col, ConstActPtr inp,
                         ConstActPtr weight, int N, int K, int width, float scale, int threads);
 void matmul_backward_columns(Bf16Products* products, ActPtr dinp, float* dweight, ConstActPtr dout, int dout_width,
