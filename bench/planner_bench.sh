@@ -8,22 +8,32 @@
 # correlation and whether the predicted best mesh (by tokens/s) is within 10% of the measured
 # best (bench/planner_report.py).
 #
-#   bash bench/planner_bench.sh [--quick] [--cluster FILE] [--out FILE]   (repository root)
+#   bash bench/planner_bench.sh [--quick] [--only REGEX] [--cluster FILE] [--measured RESULTS.md]
+#                               [--out FILE]   (repository root)
 #
 # --quick: np 2 only, one shape (a try on a loaded machine). --cluster: the calibrated file
-# (default: calibrate now, mpirun -np 2 ztrain --calibrate). --out: the table as markdown.
+# (default: calibrate now, mpirun -np 2 ztrain --calibrate). --only: the runs whose name
+# (SHAPE_npN_MESH, e.g. gpt2w_np4_p4_1f1b) matches the extended regex. --measured: run nothing, take each
+# mesh's measured step from an earlier results file's table (the plans are this build's: a
+# change to the time model against the same measurements). --out: the table as markdown.
 # Needs build/bin/ztrain and zt-prepare, python3 and mpiexec.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUICK=0
 OUT=""
 CLUSTER=""
+MEASURED=""
+ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
     --out) OUT=$2; shift ;;
     --cluster) CLUSTER=$2; shift ;;
-    *) echo "usage: bash bench/planner_bench.sh [--quick] [--cluster FILE] [--out FILE]" >&2; exit 2 ;;
+    --measured) MEASURED=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    *) echo "usage: bash bench/planner_bench.sh [--quick] [--only REGEX] [--cluster FILE] [--measured RESULTS.md]" \
+         "[--out FILE]" >&2
+       exit 2 ;;
   esac
   shift
 done
@@ -33,6 +43,9 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 for i in $(seq 1 3000); do echo "the quick brown fox $i jumps over the lazy dog, and then it rests"; echo "%"; done \
   > "$WORK/text.txt"
 "$BIN/zt-prepare" --input "$WORK/text.txt" --output "$WORK/data" --doc-separator % > /dev/null
+if [ -n "$MEASURED" ] && [ -z "$CLUSTER" ]; then
+  echo "planner_bench.sh: --measured needs --cluster (the file the measured runs were planned with)" >&2; exit 2
+fi
 if [ -z "$CLUSTER" ]; then
   CLUSTER="$WORK/calibrated.ini"
   bash .ci/mpirun.sh 2 "$BIN/ztrain" --calibrate --cluster-out "$CLUSTER" > "$WORK/calibrate.log"
@@ -74,6 +87,7 @@ for shape in "${shapes[@]}"; do
       name=${entry%%|*}
       flags=${entry#*|}
       dir="$WORK/run_${shape}_np${np}_${name}"
+      if [ -n "$ONLY" ] && ! [[ "${shape}_np${np}_${name}" =~ $ONLY ]]; then continue; fi
       # shellcheck disable=SC2086
       common=(--config inputs/tiny.ini ${SHAPES[$shape]} $flags --data.train="$WORK/data/train_*.bin"
               --train.max_steps=6 --train.sample_tokens=0
@@ -86,6 +100,16 @@ for shape in "${shapes[@]}"; do
       if ! "$BIN/ztrain" "${common[@]}" --plan --cluster "$CLUSTER" --cluster.ranks_per_node="$np" \
           > "$dir.plan" 2>&1; then
         echo "refused (skipped): $name at np $np: $(tail -1 "$dir.plan")" >&2; continue
+      fi
+      if [ -n "$MEASURED" ]; then
+        # The row "| shape | np | mesh | tokens | predicted | measured | ..." of the earlier table.
+        measured=$(awk -F'|' -v s="$shape" -v n="$np" -v m="$name" \
+          '{gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4)} $2 == s && $3 == n && $4 == m {print $7 + 0}' \
+          "$MEASURED" | head -1)
+        if [ -z "$measured" ]; then echo "not in $MEASURED (skipped): $shape np $np $name" >&2; continue; fi
+        predicted=$(sed -n 's/^predicted step: \([0-9.]*\) ms$/\1/p' "$dir.plan")
+        printf '%s\t%s\t%s\t%s\t%s\n' "$shape" "$np" "$name" "$predicted" "$measured" >> "$rows"
+        continue
       fi
       if ! timeout 600 bash .ci/mpirun.sh "$np" "$BIN/ztrain" "${common[@]}" > "$dir.log" 2>&1; then
         echo "run failed (skipped): $dir.log" >&2; tail -3 "$dir.log" >&2; continue

@@ -250,6 +250,8 @@ const KeyDef kKeys[] = {
 
     ZT_KEY("cluster.nodes", cluster.nodes, "ztrain --plan: nodes of the cluster planned for (training ignores [cluster])"),
     ZT_KEY("cluster.ranks_per_node", cluster.ranks_per_node, "ztrain --plan: ranks on each node (a GPU: one per GPU)"),
+    ZT_KEY("cluster.cores_per_node", cluster.cores_per_node,
+           "cpu: the node's cores, shared by its ranks' threads (train.threads each; 0: a core for every thread)"),
     ZT_KEY("cluster.device", cluster.device,
            "cpu (peaks, memory and bandwidths are the node's, shared by its ranks) | gpu (per GPU)"),
     ZT_KEY("cluster.peak_tflops_fp32", cluster.peak_tflops_fp32, "dense fp32 peak, TFLOP/s (a node's or a GPU's)"),

@@ -335,6 +335,7 @@ void check_checkpoint_and_run_keys(const Validator& v, const Config& cfg) {
 void check_cluster_keys(const Validator& v, const ClusterConfig& c) {
     v.check_int_min("cluster.nodes", c.nodes, 1);
     v.check_int_min("cluster.ranks_per_node", c.ranks_per_node, 1);
+    v.check_int_min("cluster.cores_per_node", c.cores_per_node, 0);
     v.check(c.device == "cpu" || c.device == "gpu", "cluster.device",
             "cpu (the node's figures, shared by its ranks) or gpu (per GPU)");
     v.check(c.attention_kernel == "materialized" || c.attention_kernel == "fused", "cluster.attention_kernel",

@@ -50,15 +50,22 @@ class PipelineClock {
         return start;
     }
 
-    void run(int s, const PipelinePass& p, double start) {
-        const double cost = p.kind == PassKind::kForward    ? m_costs.forward
-                            : p.kind == PassKind::kWeight   ? m_costs.weight
-                            : m_kind == PipelineScheduleKind::kZeroBubble ? m_costs.backward_input
-                                                                           : m_costs.backward_input + m_costs.weight;
+    /// The pass's time at full speed.
+    double cost(const PipelinePass& p) const {
+        return p.kind == PassKind::kForward                    ? m_costs.forward
+               : p.kind == PassKind::kWeight                   ? m_costs.weight
+               : m_kind == PipelineScheduleKind::kZeroBubble ? m_costs.backward_input
+                                                               : m_costs.backward_input + m_costs.weight;
+    }
+
+    void run(int s, const PipelinePass& p, double start) { finish(s, p, start, start + cost(p)); }
+
+    /// Records p as run by stage s from start to end.
+    void finish(int s, const PipelinePass& p, double start, double end) {
         const size_t st = static_cast<size_t>(s);
-        mutable_ends(p.kind)[index(virtual_stage(s, p), p.micro)] = start + cost;
-        m_free[st] = start + cost;
-        m_busy[st] += cost;
+        mutable_ends(p.kind)[index(virtual_stage(s, p), p.micro)] = end;
+        m_free[st] = end;
+        m_busy[st] += end - start;
         // Activations are kept from the forward to the last pass that reads them.
         const PassKind frees = m_kind == PipelineScheduleKind::kZeroBubble ? PassKind::kWeight : PassKind::kBackward;
         if (p.kind == PassKind::kForward) m_peak[st] = std::max(m_peak[st], ++m_in_flight[st]);
@@ -232,8 +239,11 @@ std::vector<std::vector<PipelinePass>> make_pipeline_schedule(PipelineScheduleKi
     return out;
 }
 
-PipelineTimeline run_pipeline_schedule(const std::vector<std::vector<PipelinePass>>& schedule, PipelineShape shape,
-                                       PipelineScheduleKind kind, PassCosts costs) {
+namespace {
+
+/// Refuses a schedule that does not run every pass of every stage exactly once.
+void check_passes(const std::vector<std::vector<PipelinePass>>& schedule, PipelineShape shape,
+                  PipelineScheduleKind kind) {
     check_shape(kind, shape);
     const int P = shape.stages;
     ZT_REQUIRE(static_cast<int>(schedule.size()) == P, "pipeline schedule: ", schedule.size(), " pass lists for ", P,
@@ -256,6 +266,28 @@ PipelineTimeline run_pipeline_schedule(const std::vector<std::vector<PipelinePas
         ZT_REQUIRE(schedule[static_cast<size_t>(s)].size() == want, "pipeline schedule: stage ", s, " runs ",
                    schedule[static_cast<size_t>(s)].size(), " passes, expected ", want);
     }
+}
+
+/// Throws when a stage stopped before the end of its list (`next`: how far each got).
+void check_finished(const std::vector<std::vector<PipelinePass>>& schedule, const std::vector<size_t>& next) {
+    std::string stuck;
+    for (size_t s = 0; s < schedule.size(); ++s) {
+        if (next[s] == schedule[s].size()) continue;
+        stuck += str(stuck.empty() ? "" : "; ", "stage ", s, " can never run ", pass_name(schedule[s][next[s]]),
+                     " (pass ", next[s] + 1, ")");
+    }
+    if (!stuck.empty()) {
+        throw Error(str("pipeline schedule: ", stuck,
+                        ": a pass each needs comes later in its own list or waits on one of these (deadlock)"));
+    }
+}
+
+}  // namespace
+
+PipelineTimeline run_pipeline_schedule(const std::vector<std::vector<PipelinePass>>& schedule, PipelineShape shape,
+                                       PipelineScheduleKind kind, PassCosts costs) {
+    check_passes(schedule, shape, kind);
+    const int P = shape.stages;
     // Each stage runs its next pass as soon as it can; when none can, a pass waits for one that
     // never comes.
     PipelineClock clock(shape, kind, costs);
@@ -273,17 +305,48 @@ PipelineTimeline run_pipeline_schedule(const std::vector<std::vector<PipelinePas
             }
         }
     }
-    std::string stuck;
-    for (int s = 0; s < P; ++s) {
-        const size_t i = next[static_cast<size_t>(s)];
-        if (i == schedule[static_cast<size_t>(s)].size()) continue;
-        stuck += str(stuck.empty() ? "" : "; ", "stage ", s, " can never run ",
-                     pass_name(schedule[static_cast<size_t>(s)][i]), " (pass ", i + 1, ")");
+    check_finished(schedule, next);
+    return clock.timeline();
+}
+
+PipelineTimeline run_pipeline_schedule_shared(const std::vector<std::vector<PipelinePass>>& schedule,
+                                              PipelineShape shape, PipelineScheduleKind kind, PassCosts costs,
+                                              double capacity) {
+    check_passes(schedule, shape, kind);
+    ZT_REQUIRE(capacity > 0, "pipeline schedule: a capacity of ", capacity, " stages: expected more than 0");
+    const size_t P = static_cast<size_t>(shape.stages);
+    PipelineClock clock(shape, kind, costs);
+    std::vector<size_t> next(P, 0);
+    std::vector<double> left(P, -1), started(P, 0);  // the running pass's work left (-1: idle)
+    // Events in time order: start what can start, then advance to the next pass's end, every
+    // running pass at the shared rate.
+    for (double now = 0;;) {
+        size_t running = 0;
+        for (size_t s = 0; s < P; ++s) {
+            const auto& list = schedule[s];
+            if (left[s] < 0 && next[s] < list.size() && clock.ready_at(static_cast<int>(s), list[next[s]]) != kNever) {
+                left[s] = clock.cost(list[next[s]]);
+                started[s] = now;
+            }
+            if (left[s] >= 0) ++running;
+        }
+        if (running == 0) break;
+        const double rate = std::min(1.0, capacity / static_cast<double>(running));
+        double first = kNever;
+        for (size_t s = 0; s < P; ++s) {
+            if (left[s] >= 0) first = std::min(first, left[s]);
+        }
+        now += first / rate;
+        for (size_t s = 0; s < P; ++s) {
+            if (left[s] < 0) continue;
+            left[s] -= first;
+            if (left[s] > 1e-12 * (1 + first)) continue;
+            clock.finish(static_cast<int>(s), schedule[s][next[s]], started[s], now);
+            ++next[s];
+            left[s] = -1;
+        }
     }
-    if (!stuck.empty()) {
-        throw Error(str("pipeline schedule: ", stuck,
-                        ": a pass each needs comes later in its own list or waits on one of these (deadlock)"));
-    }
+    check_finished(schedule, next);
     return clock.timeline();
 }
 

@@ -169,7 +169,8 @@ std::string cluster_text(const ClusterConfig& c, const std::string& what, const 
     os << "# ztrain --calibrate: " << what << "\n"
        << notes << "# the peaks are the data sheet's figures; the rest measured; inter_* are\n"
        << "# not measurable from one node and keep the defaults\n[cluster]\n";
-    os << "nodes = " << c.nodes << "\nranks_per_node = " << c.ranks_per_node << "\ndevice = " << c.device
+    os << "nodes = " << c.nodes << "\nranks_per_node = " << c.ranks_per_node
+       << "\ncores_per_node = " << c.cores_per_node << "\ndevice = " << c.device
        << "\npeak_tflops_fp32 = " << c.peak_tflops_fp32 << "\npeak_tflops_bf16 = " << c.peak_tflops_bf16
        << "\nmemory_gib = " << c.memory_gib << "\nintra_gbps = " << c.intra_gbps
        << "\nintra_latency_us = " << c.intra_latency_us << "\ninter_gbps = " << c.inter_gbps
@@ -221,6 +222,7 @@ std::string calibrate_cluster(const Config& cfg, const std::string& path) {
     ClusterConfig c = gpu ? cfg.cluster : ClusterConfig{};
     c.nodes = 1;
     c.ranks_per_node = local;
+    if (!gpu) c.cores_per_node = cores;
     auto backend = make_backend(gpu ? BackendChoice::kCuda : BackendChoice::kCpu, std::max(1, cores / local),
                                 host->local_rank());
     std::unique_ptr<Communicator> device_comm;

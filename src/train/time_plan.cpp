@@ -99,13 +99,15 @@ double exposed_seconds(double total_s, double window_s, double tail_s, bool over
 }
 
 double pipeline_makespan(PipelineScheduleKind kind, int stages, int micro_batches, int chunks, double forward_s,
-                         double backward_input_s, double weight_s) {
+                         double backward_input_s, double weight_s, double capacity) {
     const PipelineShape shape{stages, micro_batches, chunks};
     PassCosts costs;
     costs.forward = forward_s;
     costs.backward_input = backward_input_s;
     costs.weight = weight_s;
-    return run_pipeline_schedule(make_pipeline_schedule(kind, shape), shape, kind, costs).makespan;
+    const auto schedule = make_pipeline_schedule(kind, shape);
+    if (capacity > 0) return run_pipeline_schedule_shared(schedule, shape, kind, costs, capacity).makespan;
+    return run_pipeline_schedule(schedule, shape, kind, costs).makespan;
 }
 
 namespace {
@@ -598,6 +600,38 @@ std::vector<double> rank_unit_numel(const Config& cfg, const Mesh& mesh, bool tr
     return out;
 }
 
+/// The fraction of a core each thread of a cpu node's ranks gets while they all compute: below
+/// 1 where their threads (train.threads each) outnumber the node's cores.
+double core_share(const Config& cfg, const ClusterConfig& c, const Mesh& mesh) {
+    if (!c.is_cpu() || c.cores_per_node <= 0) return 1;
+    const int threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1, c.cores_per_node / mesh.active_on_node);
+    return std::min(1.0, c.cores_per_node / (static_cast<double>(mesh.active_on_node) * threads));
+}
+
+/// The pipeline's bubble: its schedule on a clock, m micro-batches of passes f (forward) and b
+/// (backward, of which `weight` the weight gradients: zero-bubble's W passes, inside B for the
+/// others), less the compute the other phases count (m v (f + b)).
+void add_pipeline_bubble(const Config& cfg, const ClusterConfig& c, const Mesh& mesh, int m, double f, double b,
+                         double weight, TimePlan& plan) {
+    const int v = mesh.chunks;
+    const PipelineScheduleKind kind = pipeline_schedule_kind(cfg.parallel);
+    // Ranks sharing a node's cores run at `share` of full speed while every stage computes
+    // (the rates f and b assume); a stage that waits lends its cores, so the others' passes
+    // run up to 1 / share faster meanwhile, and the bubble can come out below zero.
+    const double share = core_share(cfg, c, mesh);
+    const double capacity = share < 1 ? share * mesh.pipeline : 0;
+    const double makespan =
+        pipeline_makespan(kind, mesh.pipeline, m, v, f * share, (b - weight) * share, weight * share, capacity);
+    const double busy = m * v * (f + b);
+    std::string what = str(pipeline_schedule_name(kind), ", ", mesh.pipeline, " stages x ", v, " chunk(s), ", m,
+                           " micro-batches: its schedule on a clock");
+    if (share < 1) {
+        what += str("; ", c.cores_per_node, " cores for ", std::lround(c.cores_per_node / share),
+                    " threads: a waiting stage's cores go to the others (up to ", 1 / share, "x faster)");
+    }
+    add_phase(plan, "pipeline bubble", makespan - busy, makespan - busy, what);
+}
+
 }  // namespace
 
 TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, int ranks_per_node,
@@ -637,16 +671,9 @@ TimePlan plan_time(const Config& cfg, const ClusterConfig& c, int world_size, in
         const double sends = 2.0 * m * v * mb.pipeline_send;
         add_phase(plan, "pipeline p2p", sends, sends, str("activations and their gradients, ", 2 * m * v,
                                                           " messages a step per stage boundary"));
-        const double f = forward / v + mb.pipeline_send;
         const double weight = (mb.block_products + mb.head_products - mb.frozen_products) / P / v;  // weight gradients
-        const double b = backward / v + mb.pipeline_send;
-        const PipelineScheduleKind kind = pipeline_schedule_kind(cfg.parallel);
-        // Zero-bubble runs the weight products as passes of their own; the others inside B.
-        const double makespan = pipeline_makespan(kind, mesh.pipeline, m, v, f, b - weight, weight);
-        const double busy = m * v * (f + b);
-        add_phase(plan, "pipeline bubble", makespan - busy, makespan - busy,
-                  str(pipeline_schedule_name(kind), ", ", mesh.pipeline, " stages x ", v, " chunk(s), ", m,
-                      " micro-batches: its schedule on a clock"));
+        add_pipeline_bubble(cfg, c, mesh, m, forward / v + mb.pipeline_send, backward / v + mb.pipeline_send, weight,
+                            plan);
     }
     DataParallelInput dp;
     dp.unit_numel = rank_unit_numel(cfg, mesh);

@@ -92,6 +92,33 @@ TEST(PipelineSchedule, ZeroBubbleFillsTheBubbleWithWeightGradientsAtOneFOneBMemo
     }
 }
 
+TEST(PipelineSchedule, SharedProcessorsRunWaitingStagesSharesElsewhere) {
+    for (PipelineScheduleKind kind :
+         {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kInterleaved, PipelineScheduleKind::kZeroBubble}) {
+        const int v = kind == PipelineScheduleKind::kInterleaved ? 2 : 1;
+        const PipelineShape shape{4, 8, v};
+        const std::string what = shape_text(kind, shape);
+        const Schedule schedule = make_pipeline_schedule(kind, shape);
+        const PassCosts costs{1.0, 1.5, 0.5};
+        const PipelineTimeline own = run_pipeline_schedule(schedule, shape, kind, costs);
+        // A processor for every stage: the clock of run_pipeline_schedule.
+        const PipelineTimeline wide = run_pipeline_schedule_shared(schedule, shape, kind, costs, 4);
+        EXPECT_NEAR(wide.makespan, own.makespan, 1e-9) << what;
+        // One processor: every pass in turn, the whole work and no more (some stage can always run).
+        const double work = 4.0 * 8 * v * (costs.forward + costs.backward_input + costs.weight);
+        EXPECT_NEAR(run_pipeline_schedule_shared(schedule, shape, kind, costs, 1).makespan, work, 1e-9) << what;
+        // Two: at least half the work and the own-processor clock, at most one processor's.
+        const double two = run_pipeline_schedule_shared(schedule, shape, kind, costs, 2).makespan;
+        EXPECT_GE(two, std::max(work / 2, own.makespan) - 1e-9) << what;
+        EXPECT_LT(two, work) << what;
+    }
+    // One micro-batch through two stages is a chain (F, F, B, B): half a processor doubles it.
+    const PipelineShape chain{2, 1, 1};
+    const Schedule one = make_pipeline_schedule(PipelineScheduleKind::k1F1B, chain);
+    EXPECT_DOUBLE_EQ(run_pipeline_schedule_shared(one, chain, PipelineScheduleKind::k1F1B, {}, 1).makespan, 6);
+    EXPECT_DOUBLE_EQ(run_pipeline_schedule_shared(one, chain, PipelineScheduleKind::k1F1B, {}, 0.5).makespan, 12);
+}
+
 /// Each stage's messages to each other stage, in the order it runs its passes, as
 /// PipelineRunner sends them (or, `receives`, as the receiver runs the passes that wait for
 /// them): a forward of virtual stage vs > 0 receives activations from vs - 1, one of vs < V - 1

@@ -193,6 +193,40 @@ TEST(TimePlan, OneRankIsComputeAndOptimizer) {
     EXPECT_EQ(text.substr(text.rfind("predicted step: ")), last);
 }
 
+TEST(TimePlan, OversubscribedCpuNodeLendsAWaitingStagesCores) {
+    Config c = tiny_deck();
+    c.model.n_layer = 4;
+    c.parallel.pipeline = 4;
+    c.train.grad_accum = 4;
+    c.train.threads = 1;
+    const zt::MemoryPlan memory = zt::plan_memory(c, 4, 4, 0, 0, false);
+    const auto plan_on = [&](int cores, const Config& deck) {
+        ClusterConfig k = cpu_node();
+        k.ranks_per_node = 4;
+        k.cores_per_node = cores;
+        return zt::plan_time(deck, k, 4, 4, memory);
+    };
+    // A core for every thread (0: unknown, or 4): every stage at the rates the phases assume.
+    const zt::TimePlan own = plan_on(0, c);
+    EXPECT_DOUBLE_EQ(plan_on(4, c).step_ms, own.step_ms);
+    // Four one-thread ranks on two cores: half a core each while all compute, which the compute
+    // phases keep; a stage in its bubble lends its half, so the others' passes run faster then.
+    const zt::TimePlan two = plan_on(2, c);
+    EXPECT_DOUBLE_EQ(phase_exposed(two, "products"), phase_exposed(own, "products"));
+    EXPECT_LT(phase_exposed(two, "pipeline bubble"), phase_exposed(own, "pipeline bubble"));
+    EXPECT_LT(two.step_ms, own.step_ms);
+    EXPECT_NE(phase(two, "pipeline bubble").what.find("2 cores for 4 threads"), std::string::npos)
+        << phase(two, "pipeline bubble").what;
+    EXPECT_NE(phase(two, "pipeline bubble").what.find("(up to 2x faster)"), std::string::npos);
+    EXPECT_EQ(phase(own, "pipeline bubble").what.find("cores"), std::string::npos) << phase(own, "pipeline bubble").what;
+    // Two threads a rank want eight cores: a quarter each, up to 4x faster in the bubble.
+    Config threads2 = c;
+    threads2.train.threads = 2;
+    EXPECT_NE(phase(plan_on(2, threads2), "pipeline bubble").what.find("2 cores for 8 threads: a waiting stage's cores go "
+                                                                        "to the others (up to 4x faster)"),
+              std::string::npos);
+}
+
 TEST(TimePlan, SixteenBitGradientsPayTheirAccumulationAtStagesZeroAndOne) {
     Config c = tiny_deck();  // 2 micro-steps
     c.precision.dtype = zt::DType::kBF16;

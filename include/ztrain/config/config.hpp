@@ -333,6 +333,9 @@ struct EvalConfig {
 struct ClusterConfig {
     int nodes = 1;
     int ranks_per_node = 2;
+    /// cpu: the node's cores, which its ranks' threads share (a pipeline's waiting stages lend
+    /// theirs); 0: a core for every thread. A GPU ignores it.
+    int cores_per_node = 2;
     std::string device = "cpu";        ///< cpu: peaks, memory and bandwidths are the node's, shared by its ranks; gpu: per GPU
     double peak_tflops_fp32 = 0.237;   ///< dense peak (TFLOP/s)
     double peak_tflops_bf16 = 0.527;

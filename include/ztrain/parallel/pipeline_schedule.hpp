@@ -80,6 +80,14 @@ struct PipelineTimeline {
 PipelineTimeline run_pipeline_schedule(const std::vector<std::vector<PipelinePass>>& schedule, PipelineShape shape,
                                        PipelineScheduleKind kind, PassCosts costs = {});
 
+/// run_pipeline_schedule on stages that share processors, as the ranks of a CPU node with
+/// fewer cores than their threads do: at most `capacity` stages run at full speed at once;
+/// when more run, each runs at capacity / running of it, so a stage that waits lends its
+/// share to those that run. With capacity >= the stages it is run_pipeline_schedule's clock.
+PipelineTimeline run_pipeline_schedule_shared(const std::vector<std::vector<PipelinePass>>& schedule,
+                                              PipelineShape shape, PipelineScheduleKind kind, PassCosts costs,
+                                              double capacity);
+
 /// A pass as text ("F3.1": forward of micro-batch 3 through chunk 1), for messages.
 std::string pass_name(const PipelinePass& p);
 

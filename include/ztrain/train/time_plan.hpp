@@ -92,8 +92,10 @@ double rank_memory_bytes_per_s(const ClusterConfig& cluster, int ranks_on_node);
 double exposed_seconds(double total_s, double window_s, double tail_s, bool overlap);
 
 /// A pipeline's step for uniform passes (seconds per chunk): its schedule run on a clock.
+/// `capacity` > 0: the stages share processors, at most that many at full speed at once
+/// (run_pipeline_schedule_shared); 0: each has its own.
 double pipeline_makespan(PipelineScheduleKind kind, int stages, int micro_batches, int chunks, double forward_s,
-                         double backward_input_s, double weight_s);
+                         double backward_input_s, double weight_s, double capacity = 0);
 
 struct TimePhase {
     std::string name;
