@@ -158,9 +158,7 @@ struct HeadView {
 /// widened into `scratch` (T * hs floats) when x is 16-bit.
 HeadView head_view(ConstActPtr x, size_t at, int row, int T, int hs, float* scratch) {
     if (x.f32()) return {const_cast<float*>(x.as_f32()) + at, row};
-    for (int t = 0; t < T; ++t) {
-        widen(x, at + static_cast<size_t>(t) * row, static_cast<size_t>(hs), scratch + static_cast<size_t>(t) * hs);
-    }
+    widen_rows(x, at, static_cast<size_t>(T), static_cast<size_t>(row), static_cast<size_t>(hs), scratch);
     return {scratch, hs};
 }
 
@@ -168,9 +166,7 @@ HeadView head_view(ConstActPtr x, size_t at, int row, int T, int hs, float* scra
 /// the view is x itself).
 void head_store(const HeadView& v, ActPtr x, size_t at, int row, int T, int hs) {
     if (x.f32()) return;
-    for (int t = 0; t < T; ++t) {
-        narrow(v.ptr + static_cast<size_t>(t) * v.ld, x, at + static_cast<size_t>(t) * row, static_cast<size_t>(hs));
-    }
+    narrow_rows(v.ptr, x, at, static_cast<size_t>(T), static_cast<size_t>(row), static_cast<size_t>(hs));
 }
 
 /// The end of the 64-row block holding row t: how far a row's zeros must reach for the

@@ -282,6 +282,17 @@ inline void narrow(const float* src, ActPtr dst, size_t at, size_t n) {
     }
 }
 
+/// `rows` strided rows of src widened into dst (rows, width): row r from src's element
+/// at + r * ld (a column range of a wider matrix, e.g. one head of qkv).
+inline void widen_rows(ConstActPtr src, size_t at, size_t rows, size_t ld, size_t width, float* dst) {
+    for (size_t r = 0; r < rows; ++r) widen(src, at + r * ld, width, dst + r * width);
+}
+
+/// src (rows, width) narrowed into `rows` strided rows of dst, row r at dst's element at + r * ld.
+inline void narrow_rows(const float* src, ActPtr dst, size_t at, size_t rows, size_t ld, size_t width) {
+    for (size_t r = 0; r < rows; ++r) narrow(src + r * width, dst, at + r * ld, width);
+}
+
 /// The typed parameter-gradient pass of a row normalization over channel slab [c0, c1):
 /// fn(d, x, r0, k, w) for blocks of up to 32 rows r0 .. r0 + k - 1, with d and x the slab's
 /// columns of those rows of dout and inp widened to fp32 (k rows of w floats each), in row

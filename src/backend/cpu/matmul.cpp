@@ -387,17 +387,12 @@ namespace {
 /// Columns [col, col + width) of `rows` rows of x (row length ld) from row r0, widened into
 /// dst (rows, width), or narrowed back from it.
 void widen_columns(ConstActPtr x, int r0, int rows, int ld, int col, int width, float* dst) {
-    for (int r = 0; r < rows; ++r) {
-        widen(x, static_cast<size_t>(r0 + r) * static_cast<size_t>(ld) + static_cast<size_t>(col),
-              static_cast<size_t>(width), dst + static_cast<size_t>(r) * static_cast<size_t>(width));
-    }
+    const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(ld) + static_cast<size_t>(col);
+    widen_rows(x, at, static_cast<size_t>(rows), static_cast<size_t>(ld), static_cast<size_t>(width), dst);
 }
 void narrow_columns(const float* src, ActPtr x, int r0, int rows, int ld, int col, int width) {
-    for (int r = 0; r < rows; ++r) {
-        narrow(src + static_cast<size_t>(r) * static_cast<size_t>(width), x,
-               static_cast<size_t>(r0 + r) * static_cast<size_t>(ld) + static_cast<size_t>(col),
-               static_cast<size_t>(width));
-    }
+    const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(ld) + static_cast<size_t>(col);
+    narrow_rows(src, x, at, static_cast<size_t>(rows), static_cast<size_t>(ld), static_cast<size_t>(width));
 }
 
 /// matmul_add_columns with 16-bit buffers and an fp32 weight: inp's rows and dst's columns
