@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Interleaved A/B of two ztrain builds on the ztrain side of bench/peers/run.py's pairs, with
-# the peers' own inputs: pair 3 (GPT-2 124M, ZeRO-3 at np 2, fp32) and pair 7 (LoRA r16 on
-# SmolLM2-360M's shape at np 2, bf16 and fp32). The builds alternate within each repetition;
+# the peers' own inputs: pair 3 (GPT-2 124M, ZeRO-3 at np 2, fp32), pair 2's padded examples
+# (pair2_pad: GPT-2 124M, data.packing = pad, micro-batch 4, DDP at np 2, fp32) and pair 7
+# (LoRA r16 on SmolLM2-360M's shape at np 2, bf16 and fp32). The builds alternate within each repetition;
 # per setting and build: the median step time over the steps after the first two of every
 # repetition, the ratio new / old, and each build's last loss (equal up to the change's
 # rounding).
@@ -9,8 +10,8 @@
 #   bash bench/peers_ab.sh OLD_BIN_DIR NEW_BIN_DIR [REPS] [STEPS]     (REPS 3, STEPS 6)
 #
 # Needs the peers' work directories (bench/peers/run.py --shape 124m --work PEERS_124M, and
-# bench/lora_bench.sh's bench/work/lora). OUT=FILE also writes the table as markdown with the
-# machine and the command (OLD_LABEL, NEW_LABEL name the builds there); ONLY=pair3,lora_bf16,lora_fp32 picks settings. OpenBLAS picks its
+# bench/lora_bench.sh's bench/work/lora; pair2_pad: run.py --pairs 2 once). OUT=FILE also writes the table as markdown with the
+# machine and the command (OLD_LABEL, NEW_LABEL name the builds there); ONLY=pair3,pair2_pad,lora_bf16,lora_fp32 picks settings. OpenBLAS picks its
 # own kernels (OPENBLAS_CORETYPE unset), as the peers bench runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,11 @@ P124=${PEERS_124M:-/work/peers-124m}
 LORA=bench/work/lora
 for b in "$OLD" "$NEW"; do [ -x "$b/ztrain" ] || { echo "peers_ab: no ztrain in $b" >&2; exit 2; }; done
 [ -d "$P124/init_124m" ] || { echo "peers_ab: no $P124/init_124m (run bench/peers/run.py --shape 124m first)" >&2; exit 2; }
-[ -d "$LORA/init_smollm2_360m" ] || { echo "peers_ab: no $LORA/init_smollm2_360m (run bench/lora_bench.sh first)" >&2; exit 2; }
+SETTINGS=${ONLY:-pair3,lora_bf16,lora_fp32}
+case $SETTINGS in *lora*) [ -d "$LORA/init_smollm2_360m" ] ||
+    { echo "peers_ab: no $LORA/init_smollm2_360m (run bench/lora_bench.sh first)" >&2; exit 2; } ;; esac
+case $SETTINGS in *pair2_pad*) [ -d "$P124/examples" ] ||
+    { echo "peers_ab: no $P124/examples (run bench/peers/run.py --shape 124m --pairs 2 first)" >&2; exit 2; } ;; esac
 unset OPENBLAS_CORETYPE
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 WORK=bench/work/peers_ab
@@ -32,6 +37,8 @@ setting_args() {
     case $1 in
         pair3) echo --model.from_hf="$P124/init_124m" "--data.train=$P124/data/train_*.bin" --train.micro_batch=4 \
                     --parallel.zero_stage=3 ;;
+        pair2_pad) echo --model.from_hf="$P124/init_124m" "--data.train=$P124/examples/train_*.bin" \
+                        --train.micro_batch=4 --data.packing=pad --data.overlong=truncate ;;
         lora_bf16|lora_fp32)
             echo --model.from_hf="$LORA/init_smollm2_360m" "--data.train=$LORA/long_examples/train_*.bin" \
                  --train.micro_batch=2 --data.packing=pad --data.overlong=truncate --lora.rank=16 --lora.alpha=32 \
@@ -39,7 +46,6 @@ setting_args() {
                  --precision.dtype="${1#lora_}" ;;
     esac
 }
-SETTINGS=${ONLY:-pair3,lora_bf16,lora_fp32}
 declare -A times losses
 for rep in $(seq 1 "$REPS"); do
     for s in ${SETTINGS//,/ }; do

@@ -11,12 +11,15 @@
 // Order: the examples of epoch e in epoch_permutation(seed, e) order (input order without
 // shuffle); pack places each, in that order, into the first row with room (first fit) and
 // emits rows in the order they were opened; pad makes one row per example. Both depend on
-// (seed, epoch) only, so every world size sees the same rows.
+// (seed, epoch) only, so every world size sees the same rows. Compacted padding changes
+// only how a micro-batch's rows are laid out (fill_compact: its examples first fit, longest
+// first, into the fewest positions rows x T, T from its longest example up to seq_len),
+// never which examples it holds.
 // Memory: the dataset reserves every example its shards' headers hold and the rows reserve
 // their arrays for that many examples, both at construction, so the memory plan computes
 // them exactly from the headers (planned_bytes) and nothing grows during training.
-// Deliberately does not: sort by length (it would change which examples share a step), or
-// split an example across rows.
+// Deliberately does not: sort the epoch by length (it would change which examples share a
+// step), or split an example across rows.
 #include <algorithm>
 #include <numeric>
 
@@ -102,8 +105,13 @@ size_t RowBatch::bytes() const {
            sizeof(int32_t);
 }
 
-ExampleRows::ExampleRows(const ExampleDataset& data, Packing packing, uint64_t seed, bool shuffle)
-    : m_data(data), m_packing(packing), m_seed(seed), m_shuffle(shuffle) {
+ExampleRows::ExampleRows(const ExampleDataset& data, Packing packing, uint64_t seed, bool shuffle,
+                         bool compact_padding)
+    : m_data(data),
+      m_packing(packing),
+      m_seed(seed),
+      m_shuffle(shuffle),
+      m_compact_padding(compact_padding && packing == Packing::kPad) {
     ZT_REQUIRE(data.examples().num_examples() > 0, "rows need at least one example");
     ZT_REQUIRE(data.examples().num_examples() <= UINT32_MAX, "too many examples for 32-bit indices");
     // Sized for every example of the shards' headers, as the dataset is, so the plan made
@@ -225,6 +233,62 @@ std::vector<uint32_t> ExampleRows::row(uint64_t epoch, size_t r) const {
 
 namespace {
 
+/// First fit, longest first (ties in batch order), of examples needing `need` positions into
+/// rows of `capacity`: the rows used, each example's row in row_of.
+size_t first_fit_decreasing(const std::vector<size_t>& need, size_t capacity, std::vector<size_t>& row_of) {
+    std::vector<size_t> by_length(need.size());
+    std::iota(by_length.begin(), by_length.end(), size_t{0});
+    std::stable_sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) { return need[a] > need[b]; });
+    std::vector<size_t> room;
+    for (const size_t j : by_length) {
+        size_t r = 0;
+        while (r < room.size() && room[r] < need[j]) ++r;
+        if (r == room.size()) room.push_back(capacity);
+        room[r] -= need[j];
+        row_of[j] = r;
+    }
+    return room.size();
+}
+
+}  // namespace
+
+std::pair<size_t, size_t> compact_layout(const std::vector<size_t>& need, size_t seq_len, std::vector<size_t>& row_of) {
+    ZT_REQUIRE(!need.empty() && row_of.size() == need.size(), "compact_layout of ", need.size(), " examples");
+    const size_t longest = *std::max_element(need.begin(), need.end());
+    const size_t total = std::accumulate(need.begin(), need.end(), size_t{0});
+    ZT_REQUIRE(longest <= seq_len, "an example of ", longest, " positions in rows of ", seq_len);
+    // For each row count R, the least capacity in [max(longest, total / R), seq_len] at which
+    // first fit needs at most R rows (a bisection: first fit decreasing is monotone in the
+    // capacity but for rare anomalies, which only cost a slightly larger row); keep the
+    // layout with the fewest positions (rows x capacity), then the shortest rows.
+    size_t best_rows = need.size();
+    size_t best_T = longest;
+    std::vector<size_t> scratch(need.size());
+    for (size_t R = 1; R < need.size(); ++R) {
+        size_t lo = std::max(longest, (total + R - 1) / R);
+        if (lo > seq_len || R * lo >= best_rows * best_T) continue;
+        size_t hi = seq_len;
+        if (first_fit_decreasing(need, hi, scratch) > R) continue;
+        while (lo < hi) {
+            const size_t mid = lo + (hi - lo) / 2;
+            if (first_fit_decreasing(need, mid, scratch) <= R) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        const size_t rows = first_fit_decreasing(need, lo, scratch);
+        if (rows * lo < best_rows * best_T || (rows * lo == best_rows * best_T && lo < best_T)) {
+            best_rows = rows;
+            best_T = lo;
+        }
+    }
+    const size_t rows = first_fit_decreasing(need, best_T, row_of);
+    return {rows, best_T};
+}
+
+namespace {
+
 /// Writes one row's examples [begin, end) at positions [0, used) of row `b` (stride
 /// `stride` positions) and padding up to the stride; returns `used`.
 size_t write_row(const ExampleSet& ex, const uint32_t* begin, const uint32_t* end, int b, size_t stride,
@@ -260,6 +324,10 @@ size_t write_row(const ExampleSet& ex, const uint32_t* begin, const uint32_t* en
 
 void ExampleRows::fill(uint64_t first, int count, RowBatch& batch) const {
     ZT_REQUIRE(count >= 1, "fill needs at least one row, got ", count);
+    if (m_compact_padding) {
+        fill_compact(first, count, batch);
+        return;
+    }
     const ExampleSet& ex = m_data.examples();
     // Each row is written as it is located (a later row may sit in another epoch, which
     // evicts the cached one) at stride seq_len; padding then keeps the leading T positions
@@ -295,6 +363,44 @@ void ExampleRows::fill(uint64_t first, int count, RowBatch& batch) const {
     }
     batch.rows = count;
     batch.T = static_cast<int>(T);
+    batch.segmented = m_packing == Packing::kPack;
+}
+
+void ExampleRows::fill_compact(uint64_t first, int count, RowBatch& batch) const {
+    const ExampleSet& ex = m_data.examples();
+    const auto n = static_cast<size_t>(count);
+    std::vector<uint32_t> example(n);
+    std::vector<size_t> need(n);  // positions: an example of k tokens takes k - 1
+    for (size_t j = 0; j < n; ++j) {
+        const auto [epoch, r] = locate(first + j);
+        build_epoch(epoch);
+        example[j] = *cached_row(r).first;
+        need[j] = ex.length(example[j]) - 1;
+    }
+    std::vector<size_t> row_of(n);
+    const auto [rows, T] = compact_layout(need, static_cast<size_t>(m_data.seq_len()), row_of);
+    // Rows in the batch order of their first example, each row's examples in batch order:
+    // when nothing shares a row, the layout is plain padding's.
+    std::vector<size_t> rank_of_row(rows, n);
+    size_t ranked = 0;
+    for (size_t j = 0; j < n; ++j) {
+        if (rank_of_row[row_of[j]] == n) rank_of_row[row_of[j]] = ranked++;
+    }
+    std::vector<std::vector<uint32_t>> row_examples(rows);
+    for (size_t j = 0; j < n; ++j) row_examples[rank_of_row[row_of[j]]].push_back(example[j]);
+    // At most count x seq_len: within the reserve.
+    for (std::vector<int32_t>* v : {&batch.inputs, &batch.targets, &batch.positions, &batch.segment_start}) {
+        v->resize(rows * T);
+    }
+    batch.num_targets = 0;
+    batch.num_tokens = 0;
+    for (size_t r = 0; r < rows; ++r) {
+        const std::vector<uint32_t>& ids = row_examples[r];
+        write_row(ex, ids.data(), ids.data() + ids.size(), static_cast<int>(r), T, batch);
+    }
+    batch.rows = static_cast<int>(rows);
+    batch.T = static_cast<int>(T);
+    batch.segmented = rows < n;
 }
 
 }  // namespace zt

@@ -173,13 +173,14 @@ PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::
         settle(p.chunk, slot, totals);
         const PipelineMicroBatch mb = batch(p.micro);
         const int rows_T = mb.T > 0 ? mb.T : T;
+        const int rows_B = mb.B > 0 ? mb.B : B;
         const bool begins_here = p.kind == PassKind::kForward   ? !m_split && m_backward_follows[i]
                                  : p.kind == PassKind::kBackward ? !m_split && !begun
                                                                  : true;
         if (begin_micro_step && begins_here) begin_micro_step(p.micro, p.chunk);
         begun = p.kind == PassKind::kForward && begins_here;
         if (p.kind == PassKind::kForward) {
-            forward_pass(store, model, mb, p.chunk, slot, B, rows_T, dloss, totals);
+            forward_pass(store, model, mb, p.chunk, slot, rows_B, rows_T, dloss, totals);
             continue;
         }
         const auto t0 = Clock::now();
@@ -187,7 +188,7 @@ PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::
             // A split backward leaves the weight gradients, and the micro-step's gradient
             // bookkeeping, to the weight pass.
             model.defer_weight_grads(m_split);
-            backward_pass(store, model, p.chunk, slot, B, rows_T, totals);
+            backward_pass(store, model, p.chunk, slot, rows_B, rows_T, totals);
         } else {
             model.backward_weights(store);
             model.defer_weight_grads(false);
@@ -228,8 +229,8 @@ PipelineStepTotals PipelineRunner::run_forward(UnitStore& store, const std::vect
                 const int slot = a % slots[static_cast<size_t>(c)];
                 settle(c, slot, totals);
                 const PipelineMicroBatch mb = batch(a);
-                forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, B, mb.T > 0 ? mb.T : T, 0.f,
-                             totals);
+                forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, mb.B > 0 ? mb.B : B,
+                             mb.T > 0 ? mb.T : T, 0.f, totals);
             }
         }
     }

@@ -244,14 +244,17 @@ PipelineMicroBatch ScheduledTraining::micro_batch(Source source, uint64_t first,
         }
         m_batch_holds[slot] = a;
     }
-    // Packed example rows: every stage's attention keeps to each row's segments. Pretraining
-    // windows leave b.T at 0: the step's seq_len.
-    const bool packed = feed && feed->packed();
+    // Rows holding several examples (packed, or compacted padding): every stage's attention
+    // keeps to each row's segments. Pretraining windows leave b.T at 0: the step's seq_len.
+    const bool segmented = feed && b.segmented;
     // A training row's dropout masks are its sample's: the same wherever it is computed.
     const DropoutRows dropout = training ? DropoutRows{step, m_cfg.train.seed, first_sample} : DropoutRows{};
-    return PipelineMicroBatch{b.inputs.data(), b.targets.data(),
-                              packed ? TokenRows{b.positions.data(), b.segment_start.data()} : TokenRows{}, b.T,
-                              dropout};
+    return PipelineMicroBatch{b.inputs.data(),
+                              b.targets.data(),
+                              segmented ? TokenRows{b.positions.data(), b.segment_start.data()} : TokenRows{},
+                              b.T,
+                              dropout,
+                              feed ? b.rows : 0};
 }
 
 size_t ScheduledTraining::activation_bytes() const {

@@ -200,14 +200,14 @@ TrainSetup set_up_training(const Config& cfg, MPI_Comm mpi_comm) {
     if (is_example_shard(cfg.data.train, "data.train")) {
         // Block-diagonal attention is trusted on the cpu only: the CUDA version has not run on
         // a GPU yet (its gpu test, CudaOps.SegmentedAttentionMatchesTheCpu, first). Padded rows
-        // need no new op.
+        // need no new op (on CUDA they stay one example per row, uncompacted).
         ZT_INPUT_CHECK(s.backend_kind != BackendChoice::kCuda || cfg.data.packing == DataPacking::kPad,
                        "data.packing = pack: packed examples need block-diagonal attention, whose backend = cuda "
                        "version has not run on a GPU yet; use data.packing = pad or backend = cpu");
         ZT_INPUT_CHECK(cfg.data.val.empty() || !parse_corpus_list(cfg.data.val, "data.val").weighted,
                        "data.val = ", cfg.data.val, ": a weighted list, while data.train holds example shards: "
                        "blends are of pretraining shards; give one example corpus without weights");
-        s.examples = std::make_unique<ExampleFeed>(cfg);
+        s.examples = std::make_unique<ExampleFeed>(cfg, s.backend_kind != BackendChoice::kCuda);
     } else {
         read_pretraining_data(cfg, s);
     }

@@ -54,19 +54,22 @@ TEST(ExampleFeed, GlobalTargetCountIsTheTargetsOfTheRowsFilled) {
     test::ScratchDir dir("example_feed");
     write_examples(dir.file("train.bin"));
     for (DataPacking packing : {DataPacking::kPack, DataPacking::kPad}) {
-        ExampleFeed feed(feed_config(dir.file("train.bin"), packing));
-        const uint64_t epoch_rows = feed.train_rows_in_epoch();
-        // 12 rows from 5 before the end of epoch 0 into epoch 1.
-        const uint64_t first = epoch_rows - 5;
-        RowBatch batch;
-        uint64_t filled = 0;
-        for (uint64_t g = first; g < first + 12; g += 3) {
-            feed.fill_train(g, 3, batch);
-            filled += batch.num_targets;
+        for (bool segmented_attention : {false, true}) {  // pad: one example per row, or compacted
+            ExampleFeed feed(feed_config(dir.file("train.bin"), packing), segmented_attention);
+            const uint64_t epoch_rows = feed.train_rows_in_epoch();
+            // 12 rows from 5 before the end of epoch 0 into epoch 1.
+            const uint64_t first = epoch_rows - 5;
+            RowBatch batch;
+            uint64_t filled = 0;
+            for (uint64_t g = first; g < first + 12; g += 3) {
+                feed.fill_train(g, 3, batch);
+                filled += batch.num_targets;
+            }
+            EXPECT_EQ(feed.targets_in_rows(first, 12), filled)
+                << (packing == DataPacking::kPack ? "pack" : "pad") << " segmented " << segmented_attention;
+            EXPECT_EQ(feed.epoch_of(first), 0u);
+            EXPECT_EQ(feed.epoch_of(first + 11), 1u);
         }
-        EXPECT_EQ(feed.targets_in_rows(first, 12), filled) << (packing == DataPacking::kPack ? "pack" : "pad");
-        EXPECT_EQ(feed.epoch_of(first), 0u);
-        EXPECT_EQ(feed.epoch_of(first + 11), 1u);
     }
 }
 
@@ -75,7 +78,7 @@ TEST(ExampleFeed, EpochsBecomeStepsOfWholePasses) {
     write_examples(dir.file("train.bin"));
     Config deck = feed_config(dir.file("train.bin"), DataPacking::kPad);
     deck.train.epochs = 3;
-    ExampleFeed feed(deck);
+    ExampleFeed feed(deck, true);
     // Pad: one row per example, 150 rows in 3 epochs; 2 ranks x 2 x 2 = 8 rows per step.
     EXPECT_EQ(feed.steps_for_epochs(3, 8), 19);
     EXPECT_EQ(with_run_length(deck, &feed, 2).train.max_steps, 19);
@@ -121,7 +124,7 @@ TEST(ExampleMemoryPlan, PlanItemsAreWhatTheFeedAndTheModelAllocate) {
             cfg.data.overlong = overlong;
             cfg.model.seq_len = 8;
             cfg.train.micro_batch = 3;
-            ExampleFeed feed(cfg);
+            ExampleFeed feed(cfg, true);
             ASSERT_LT(feed.train().examples().num_examples(), 73u) << what << ": the plan must cover left-out examples";
             const ExampleRunSizes sizes = read_example_run_sizes(cfg);
             EXPECT_EQ(sizes.train.examples, 73u);

@@ -401,6 +401,50 @@ TEST(ExampleRows, PadIsOneExamplePerRowPaddedToTheLongest) {
     EXPECT_EQ(b.inputs[5], 10);
 }
 
+TEST(ExampleRows, CompactedPadLaysAMicroBatchIntoTheFewestPositions) {
+    ScratchDir dir("rows_pad_compact");
+    const zt::ExampleDataset data(write_four(dir), "data.train", 64, 8, zt::Overlong::kError);
+    const zt::ExampleRows rows(data, zt::Packing::kPad, 1, false, /*compact_padding=*/true);
+    EXPECT_EQ(rows.rows_in_epoch(0), 4u);  // global rows are still one example each
+    zt::RowBatch b;
+    // 5, 4, 3 and 2 positions (plain padding: 4 x 5 = 20): one row cannot hold 14 of
+    // seq_len 8; two rows of 7 can, {0, 3} and {1, 2}, with no padding at all.
+    rows.fill(0, 4, b);
+    ASSERT_EQ(b.rows, 2);
+    ASSERT_EQ(b.T, 7);
+    EXPECT_TRUE(b.segmented);
+    using V = std::vector<int32_t>;
+    EXPECT_EQ(b.inputs, (V{10, 11, 12, 13, 14, 40, 41, 20, 21, 22, 23, 30, 31, 32}));
+    EXPECT_EQ(b.targets, (V{11, 12, 13, 14, 15, 41, 42, -1, -1, 23, 24, 31, 32, 33}));
+    EXPECT_EQ(b.positions, (V{0, 1, 2, 3, 4, 0, 1, 0, 1, 2, 3, 0, 1, 2}));
+    EXPECT_EQ(b.segment_start, (V{0, 0, 0, 0, 0, 5, 5, 0, 0, 0, 0, 4, 4, 4}));
+    EXPECT_EQ(b.num_targets, 12u);
+    EXPECT_EQ(b.num_tokens, 14u);
+    // 5 and 4 positions do not fit one row of 8: plain padding's layout, unsegmented.
+    rows.fill(0, 2, b);
+    EXPECT_EQ(b.rows, 2);
+    EXPECT_EQ(b.T, 5);
+    EXPECT_FALSE(b.segmented);
+    EXPECT_EQ(b.inputs, (V{10, 11, 12, 13, 14, 20, 21, 22, 23, 0}));
+    EXPECT_EQ(b.segment_start, (V{0, 0, 0, 0, 0, 0, 0, 0, 0, 4}));
+}
+
+TEST(CompactLayout, FewestPositionsThenShortestRows) {
+    std::vector<size_t> row_of(3);
+    // 6 + 2 + 2 at seq_len 10: one row of 10 (10 positions) beats 6 + 2 + 2 padded (18) and
+    // two rows of 6 (12).
+    EXPECT_EQ(zt::compact_layout({6, 2, 2}, 10, row_of), (std::pair<size_t, size_t>{1, 10}));
+    EXPECT_EQ(row_of, (std::vector<size_t>{0, 0, 0}));
+    // seq_len 9: two rows of 6, the longest alone.
+    EXPECT_EQ(zt::compact_layout({6, 2, 2}, 9, row_of), (std::pair<size_t, size_t>{2, 6}));
+    EXPECT_EQ(row_of, (std::vector<size_t>{0, 1, 1}));
+    // Equal lengths gain nothing: one per row (two rows of 8 would be 16 positions, not 12).
+    EXPECT_EQ(zt::compact_layout({4, 4, 4}, 8, row_of), (std::pair<size_t, size_t>{3, 4}));
+    EXPECT_EQ(row_of, (std::vector<size_t>{0, 1, 2}));
+    std::vector<size_t> one(1);
+    EXPECT_EQ(zt::compact_layout({3}, 8, one), (std::pair<size_t, size_t>{1, 3}));
+}
+
 TEST(ExampleRows, EveryEpochVisitsEveryExampleOnceWhateverTheWorldSize) {
     ScratchDir dir("rows_epochs");
     zt::ExampleSet set;

@@ -199,7 +199,8 @@ class ExampleDataset {
 };
 
 /// A micro-batch of rows: (rows, T) row-major, T = seq_len when packing, the longest
-/// example's positions when padding (dynamic padding).
+/// example's positions when padding (dynamic padding). Compacted padding (ExampleRows'
+/// compact_padding) holds the global rows asked for in fewer batch rows.
 struct RowBatch {
     /// Bytes of the four (max_rows, seq_len) int32 arrays: what reserve allocates, and all a
     /// fill of at most max_rows rows ever uses (rows are written at stride seq_len first).
@@ -209,8 +210,11 @@ struct RowBatch {
     /// Bytes the arrays hold (their capacities).
     size_t bytes() const;
 
-    int rows = 0;
+    int rows = 0;  ///< rows of T positions the arrays hold
     int T = 0;
+    /// Some row holds more than one example (packed rows, or compacted padding): attention
+    /// must keep to segment_start.
+    bool segmented = false;
     std::vector<int32_t> inputs;
     std::vector<int32_t> targets;        ///< the next token where it is a target, else -1
     std::vector<int32_t> positions;      ///< position within the example (restarts at 0)
@@ -219,6 +223,13 @@ struct RowBatch {
     size_t num_tokens = 0;               ///< positions holding a real token (not padding)
 };
 
+/// The layout of compacted padding for a micro-batch of examples needing `need` positions
+/// each (each at most seq_len): the rows and their positions T (>= the longest, <= seq_len)
+/// with the fewest rows x T positions that first fit, longest first, achieves; row_of (sized
+/// as need) receives each example's row (rows in first-fit opening order).
+std::pair<size_t, size_t> compact_layout(const std::vector<size_t>& need, size_t seq_len,
+                                         std::vector<size_t>& row_of);
+
 /// Rows of examples in an order that is a pure function of (seed, epoch), whatever the
 /// world size: global row g of the run is row g - (rows of earlier epochs) of its epoch.
 /// Each epoch visits every example exactly once. Not thread-safe (caches one epoch).
@@ -226,7 +237,12 @@ struct RowBatch {
 /// reuses them, so a new epoch in the middle of training allocates nothing.
 class ExampleRows {
   public:
-    ExampleRows(const ExampleDataset& data, Packing packing, uint64_t seed, bool shuffle);
+    /// `compact_padding` (pad only): fill lays a micro-batch's examples into rows of T
+    /// positions (compact_layout: the fewest rows x T), each in its own segment, instead of
+    /// one example per row padded to the longest: the same examples, losses and gradients,
+    /// without computing most of the padding (needs segmented attention).
+    ExampleRows(const ExampleDataset& data, Packing packing, uint64_t seed, bool shuffle,
+                bool compact_padding = false);
 
     /// Bytes of the arrays rows over `num_examples` examples hold: pad, the epoch's order;
     /// pack, also first fit's row of each example, each row's room and start, and the
@@ -243,10 +259,12 @@ class ExampleRows {
     /// Example indices of row r of epoch e, in position order (a copy: a later call may
     /// rebuild the cached epoch).
     std::vector<uint32_t> row(uint64_t epoch, size_t r) const;
-    /// Fills `count` consecutive global rows starting at `first`.
+    /// Fills `count` consecutive global rows starting at `first` (compacted padding: into
+    /// batch.rows <= count rows).
     void fill(uint64_t first, int count, RowBatch& batch) const;
 
   private:
+    void fill_compact(uint64_t first, int count, RowBatch& batch) const;
     void build_epoch(uint64_t epoch) const;
     /// Row r of the cached epoch: [begin, end) of m_order.
     std::pair<const uint32_t*, const uint32_t*> cached_row(size_t r) const;
@@ -255,6 +273,7 @@ class ExampleRows {
     Packing m_packing;
     uint64_t m_seed;
     bool m_shuffle;
+    bool m_compact_padding;
     mutable uint64_t m_cached_epoch = UINT64_MAX;
     mutable size_t m_num_rows = 0;                 // rows of the cached epoch
     // The cached epoch's examples in row order (pad: one per row); pack: row r is

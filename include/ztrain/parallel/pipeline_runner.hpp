@@ -48,6 +48,8 @@ struct PipelineMicroBatch {
     int T = 0;
     /// A training step's rows (LoRA's dropout); default: none.
     DropoutRows dropout = {};
+    /// Rows when fewer than the step's B (compacted padding); 0: the step's.
+    int B = 0;
 };
 
 /// What one step's passes gave on this rank.

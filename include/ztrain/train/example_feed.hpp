@@ -66,7 +66,10 @@ class ExampleFeed {
   public:
     /// data.train (and data.val, when set) as example shards, data.packing and data.overlong
     /// applied; vocabulary and seq_len from the model. Bad input: InputError naming the key.
-    explicit ExampleFeed(const Config& cfg);
+    /// `segmented_attention`: the backend's block-diagonal attention may run, so padded
+    /// micro-batches are compacted (ExampleRows' compact_padding) unless lora.dropout draws
+    /// its masks by row and position.
+    ExampleFeed(const Config& cfg, bool segmented_attention);
 
     /// What an ExampleFeed over shards of `sizes` holds for cfg: what its constructor
     /// allocates (the datasets and rows reserve for every example of the headers, the batch
@@ -80,7 +83,6 @@ class ExampleFeed {
     const ExampleDataset& train() const { return *m_train; }
     /// Null without data.val.
     const ExampleDataset* val() const { return m_val.get(); }
-    bool packed() const { return m_packing == Packing::kPack; }
 
     /// Steps of `epochs` passes over the training examples at `global_rows` rows per step,
     /// the last one completed (rounded up).
