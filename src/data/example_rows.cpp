@@ -233,14 +233,12 @@ std::vector<uint32_t> ExampleRows::row(uint64_t epoch, size_t r) const {
 
 namespace {
 
-/// First fit, longest first (ties in batch order), of examples needing `need` positions into
+/// First fit of examples needing `need` positions, taken in `order` (longest first), into
 /// rows of `capacity`: the rows used, each example's row in row_of.
-size_t first_fit_decreasing(const std::vector<size_t>& need, size_t capacity, std::vector<size_t>& row_of) {
-    std::vector<size_t> by_length(need.size());
-    std::iota(by_length.begin(), by_length.end(), size_t{0});
-    std::stable_sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) { return need[a] > need[b]; });
+size_t first_fit(const std::vector<size_t>& need, const std::vector<size_t>& order, size_t capacity,
+                 std::vector<size_t>& row_of) {
     std::vector<size_t> room;
-    for (const size_t j : by_length) {
+    for (const size_t j : order) {
         size_t r = 0;
         while (r < room.size() && room[r] < need[j]) ++r;
         if (r == room.size()) room.push_back(capacity);
@@ -257,6 +255,10 @@ std::pair<size_t, size_t> compact_layout(const std::vector<size_t>& need, size_t
     const size_t longest = *std::max_element(need.begin(), need.end());
     const size_t total = std::accumulate(need.begin(), need.end(), size_t{0});
     ZT_REQUIRE(longest <= seq_len, "an example of ", longest, " positions in rows of ", seq_len);
+    // Longest first, ties in batch order: the same order at every capacity tried.
+    std::vector<size_t> order(need.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return need[a] > need[b]; });
     // For each row count R, the least capacity in [max(longest, total / R), seq_len] at which
     // first fit needs at most R rows (a bisection: first fit decreasing is monotone in the
     // capacity but for rare anomalies, which only cost a slightly larger row); keep the
@@ -268,22 +270,31 @@ std::pair<size_t, size_t> compact_layout(const std::vector<size_t>& need, size_t
         size_t lo = std::max(longest, (total + R - 1) / R);
         if (lo > seq_len || R * lo >= best_rows * best_T) continue;
         size_t hi = seq_len;
-        if (first_fit_decreasing(need, hi, scratch) > R) continue;
+        if (first_fit(need, order, hi, scratch) > R) continue;
         while (lo < hi) {
             const size_t mid = lo + (hi - lo) / 2;
-            if (first_fit_decreasing(need, mid, scratch) <= R) {
+            if (first_fit(need, order, mid, scratch) <= R) {
                 hi = mid;
             } else {
                 lo = mid + 1;
             }
         }
-        const size_t rows = first_fit_decreasing(need, lo, scratch);
+        const size_t rows = first_fit(need, order, lo, scratch);
         if (rows * lo < best_rows * best_T || (rows * lo == best_rows * best_T && lo < best_T)) {
             best_rows = rows;
             best_T = lo;
         }
     }
-    const size_t rows = first_fit_decreasing(need, best_T, row_of);
+    const size_t rows = first_fit(need, order, best_T, scratch);
+    // Rows numbered in the batch order of their first example: when nothing shares a row,
+    // example j is row j, plain padding's layout.
+    std::vector<size_t> renumbered(rows, need.size());
+    size_t next = 0;
+    for (size_t j = 0; j < need.size(); ++j) {
+        size_t& r = renumbered[scratch[j]];
+        if (r == need.size()) r = next++;
+        row_of[j] = r;
+    }
     return {rows, best_T};
 }
 
@@ -379,15 +390,9 @@ void ExampleRows::fill_compact(uint64_t first, int count, RowBatch& batch) const
     }
     std::vector<size_t> row_of(n);
     const auto [rows, T] = compact_layout(need, static_cast<size_t>(m_data.seq_len()), row_of);
-    // Rows in the batch order of their first example, each row's examples in batch order:
-    // when nothing shares a row, the layout is plain padding's.
-    std::vector<size_t> rank_of_row(rows, n);
-    size_t ranked = 0;
-    for (size_t j = 0; j < n; ++j) {
-        if (rank_of_row[row_of[j]] == n) rank_of_row[row_of[j]] = ranked++;
-    }
+    // Each row's examples in batch order.
     std::vector<std::vector<uint32_t>> row_examples(rows);
-    for (size_t j = 0; j < n; ++j) row_examples[rank_of_row[row_of[j]]].push_back(example[j]);
+    for (size_t j = 0; j < n; ++j) row_examples[row_of[j]].push_back(example[j]);
     // At most count x seq_len: within the reserve.
     for (std::vector<int32_t>* v : {&batch.inputs, &batch.targets, &batch.positions, &batch.segment_start}) {
         v->resize(rows * T);

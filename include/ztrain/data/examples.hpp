@@ -226,7 +226,7 @@ struct RowBatch {
 /// The layout of compacted padding for a micro-batch of examples needing `need` positions
 /// each (each at most seq_len): the rows and their positions T (>= the longest, <= seq_len)
 /// with the fewest rows x T positions that first fit, longest first, achieves; row_of (sized
-/// as need) receives each example's row (rows in first-fit opening order).
+/// as need) receives each example's row, rows numbered in the order of their first example.
 std::pair<size_t, size_t> compact_layout(const std::vector<size_t>& need, size_t seq_len,
                                          std::vector<size_t>& row_of);
 
