@@ -278,8 +278,9 @@ def main():
         # The ops' share of the steps, to set beside ztrain's ZT_PROFILE_OPS=1 ops_ms.
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             train(a, run, model, opt, sched, data, out)
-        with open(a.profile, "w") as f:
-            f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30) + "\n")
+        if run.rank == 0:  # one rank's table: the ranks run the same ops
+            with open(a.profile, "w") as f:
+                f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30) + "\n")
     else:
         train(a, run, model, opt, sched, data, out)
     total_s = time.perf_counter() - t0

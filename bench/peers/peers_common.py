@@ -29,6 +29,9 @@ GPT2_VOCAB = 50257
 LLAMA_SHAPES = {
     "smollm2_360m": dict(n_layer=32, n_head=15, n_kv_head=5, n_embd=960, ffn=2560, seq_len=256, micro_batch=2,
                          rope_theta=100000.0),
+    # pair 5's second shape (issue 50: "GPT-2 124M and SmolLM2-135M shape")
+    "smollm2_135m": dict(n_layer=30, n_head=9, n_kv_head=3, n_embd=576, ffn=1536, seq_len=256, micro_batch=2,
+                         rope_theta=100000.0),
     "llama_tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn=352, seq_len=64, micro_batch=2,
                        rope_theta=10000.0),
 }

@@ -45,6 +45,8 @@ def parse():
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per speed run")
     ap.add_argument("--skip", type=int, default=2, help="leading steps left out of a run's median")
     ap.add_argument("--pairs", default="1,3,4", help="comma-separated: 1 2 3 4 5 6 7")
+    ap.add_argument("--pair4-dtypes", default="fp32,bf16",
+                    help="pair 4's precisions (fp32 alone where PyTorch's bf16 products have no CPU kernels)")
     ap.add_argument("--lora-shape", choices=sorted(LLAMA_SHAPES), default="smollm2_360m",
                     help="pair 7 (LoRA, issue 51): the Llama shape")
     ap.add_argument("--lora-rank", type=int, default=16)
@@ -423,6 +425,10 @@ def lora_runs(b):
     return [(p, label, side, make, None) for p, label, side, make in runs]
 
 
+# Pair 5 generates with GPT-2 124M and with SmolLM2-135M's Llama shape (the issue's two).
+GENERATION_SHAPES = {"124m": ["124m", "smollm2_135m"]}
+
+
 def pair_runs(b, shape, pairs):
     """(pair, label, side, make(name) -> (cmd, env), tokens per step) of every speed run."""
     a, T, micro = b.a, SHAPES[shape][3], SHAPES[shape][4]
@@ -446,7 +452,7 @@ def pair_runs(b, shape, pairs):
                   lambda n: (b.zt_cmd(n, shape, 2, a.steps, {"parallel.zero_stage": 3}), {}), 2),
                  ("3", "FSDP2 fully_shard np 2 fp32", "peer", lambda n: b.peer_cmd(n, shape, "fsdp2", 2, a.steps, []), 2)]
     if "4" in pairs:
-        for dt in ("fp32", "bf16"):
+        for dt in [x for x in a.pair4_dtypes.split(",") if x]:
             runs.append(("4", f"ztrain np 1 {dt}", "ztrain",
                          lambda n, dt=dt: (b.zt_cmd(n, shape, 1, a.steps, {"precision.dtype": dt}), {}), 1))
             for comp in (False, True):
@@ -466,10 +472,11 @@ def speed(b, shape, pairs, after_rep=lambda: None):
             name = f"p{p}_{label.replace(' ', '_')}_{where}_r{rep}"
             cmd, env = make(name)
             b.run(p, label, side, name, cmd, env, tokens)
-        if "5" in pairs:
-            b.generate("zt-generate greedy 128", "ztrain", f"p5_zt_{shape}_r{rep}", shape)
-            b.generate("generate() DynamicCache greedy 128", "peer", f"p5_hf_{shape}_r{rep}", shape)
-            b.generate("generate() static cache greedy 128", "peer", f"p5_hfstatic_{shape}_r{rep}", shape, "static")
+        for gen in (GENERATION_SHAPES.get(shape, [shape]) if "5" in pairs else []):
+            b.generate(f"zt-generate {gen} greedy 128", "ztrain", f"p5_zt_{gen}_r{rep}", gen)
+            b.generate(f"generate() {gen} DynamicCache greedy 128", "peer", f"p5_hf_{gen}_r{rep}", gen)
+            b.generate(f"generate() {gen} static cache greedy 128", "peer", f"p5_hfstatic_{gen}_r{rep}", gen,
+                       "static")
         if "6" in pairs:
             b.evaluate("zt-eval", "ztrain", f"p6_zt_{shape}_r{rep}", shape)
             b.evaluate("lm-eval hf batch 8", "peer", f"p6_lm_{shape}_r{rep}", shape)
@@ -559,7 +566,7 @@ def ratio_rows(summary):
             for pl, pv in peers:
                 if pair in ("4", "7", "8") and zl.split()[-1] != pl.split()[-1]:
                     continue  # fp32 against fp32, bf16 against bf16
-                if pair == "8" and zl.split()[1] != pl.split()[1]:
+                if pair in ("5", "8") and zl.split()[1] != pl.split()[1]:
                     continue  # the same shape
                 if pair == "7" and "full" in zl:
                     continue  # LoRA against LoRA; full fine-tuning is LoRA's own baseline (lora_ratios)
