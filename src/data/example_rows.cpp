@@ -97,11 +97,12 @@ void ExampleDataset::add(const ExampleSet& shard, size_t e, size_t global_index,
 
 void RowBatch::reserve(int max_rows, int seq_len) {
     const size_t n = static_cast<size_t>(max_rows) * static_cast<size_t>(seq_len);
-    for (std::vector<int32_t>* v : {&inputs, &targets, &positions, &segment_start}) v->reserve(n);
+    for (std::vector<int32_t>* v : {&inputs, &targets, &positions, &segment_start, &sample}) v->reserve(n);
 }
 
 size_t RowBatch::bytes() const {
-    return (inputs.capacity() + targets.capacity() + positions.capacity() + segment_start.capacity()) *
+    return (inputs.capacity() + targets.capacity() + positions.capacity() + segment_start.capacity() +
+            sample.capacity()) *
            sizeof(int32_t);
 }
 
@@ -346,6 +347,7 @@ void ExampleRows::fill(uint64_t first, int count, RowBatch& batch) const {
     // count x seq_len (RowBatch::planned_bytes).
     const size_t S = static_cast<size_t>(m_data.seq_len());
     const size_t n = static_cast<size_t>(count) * S;
+    batch.sample.clear();
     batch.inputs.resize(n);
     batch.targets.resize(n);
     batch.positions.resize(n);
@@ -391,16 +393,24 @@ void ExampleRows::fill_compact(uint64_t first, int count, RowBatch& batch) const
     std::vector<size_t> row_of(n);
     const auto [rows, T] = compact_layout(need, static_cast<size_t>(m_data.seq_len()), row_of);
     // Each row's examples in batch order.
-    std::vector<std::vector<uint32_t>> row_examples(rows);
-    for (size_t j = 0; j < n; ++j) row_examples[row_of[j]].push_back(example[j]);
+    std::vector<std::vector<size_t>> row_members(rows);
+    for (size_t j = 0; j < n; ++j) row_members[row_of[j]].push_back(j);
     // At most count x seq_len: within the reserve.
-    for (std::vector<int32_t>* v : {&batch.inputs, &batch.targets, &batch.positions, &batch.segment_start}) {
+    for (std::vector<int32_t>* v :
+         {&batch.inputs, &batch.targets, &batch.positions, &batch.segment_start, &batch.sample}) {
         v->resize(rows * T);
     }
     batch.num_targets = 0;
     batch.num_tokens = 0;
+    std::vector<uint32_t> ids;
     for (size_t r = 0; r < rows; ++r) {
-        const std::vector<uint32_t>& ids = row_examples[r];
+        ids.clear();
+        int32_t* sample = batch.sample.data() + r * T;
+        for (const size_t j : row_members[r]) {
+            ids.push_back(example[j]);
+            sample = std::fill_n(sample, need[j], static_cast<int32_t>(j));
+        }
+        std::fill(sample, batch.sample.data() + (r + 1) * T, static_cast<int32_t>(n + r));
         write_row(ex, ids.data(), ids.data() + ids.size(), static_cast<int>(r), T, batch);
     }
     batch.rows = static_cast<int>(rows);

@@ -170,8 +170,13 @@ int LoraAdapters::widest_input() const {
 }
 
 DropoutMask LoraAdapters::mask(const ProductAdapter& a, int feature_offset) const {
-    return DropoutMask{dropout_key(m_rows.seed, static_cast<uint64_t>(m_rows.step), m_block, a.id), m_rows.first_sample,
-                       m_T, feature_offset, m_dropout};
+    return DropoutMask{dropout_key(m_rows.seed, static_cast<uint64_t>(m_rows.step), m_block, a.id),
+                       m_rows.first_sample,
+                       m_T,
+                       feature_offset,
+                       m_dropout,
+                       m_rows.sample_of,
+                       m_rows.position_of};
 }
 
 size_t LoraAdapters::scratch_elements(const ModelLayout& layout, size_t rows) {

@@ -172,8 +172,8 @@ PipelineStepTotals PipelineRunner::run(UnitStore& store, const std::vector<std::
         Transformer& model = *models[static_cast<size_t>(p.chunk)][static_cast<size_t>(slot)];
         settle(p.chunk, slot, totals);
         const PipelineMicroBatch mb = batch(p.micro);
-        const int rows_T = mb.T > 0 ? mb.T : T;
-        const int rows_B = mb.B > 0 ? mb.B : B;
+        const int rows_T = mb.positions_of(T);
+        const int rows_B = mb.rows_of(B);
         const bool begins_here = p.kind == PassKind::kForward   ? !m_split && m_backward_follows[i]
                                  : p.kind == PassKind::kBackward ? !m_split && !begun
                                                                  : true;
@@ -229,8 +229,8 @@ PipelineStepTotals PipelineRunner::run_forward(UnitStore& store, const std::vect
                 const int slot = a % slots[static_cast<size_t>(c)];
                 settle(c, slot, totals);
                 const PipelineMicroBatch mb = batch(a);
-                forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, mb.B > 0 ? mb.B : B,
-                             mb.T > 0 ? mb.T : T, 0.f, totals);
+                forward_pass(store, *chunk[static_cast<size_t>(slot)], mb, c, slot, mb.rows_of(B),
+                             mb.positions_of(T), 0.f, totals);
             }
         }
     }

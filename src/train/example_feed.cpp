@@ -62,18 +62,15 @@ Config with_run_length(const Config& deck, const ExampleFeed* feed, int world) {
 ExampleFeed::ExampleFeed(const Config& cfg, bool segmented_attention) : m_packing(to_packing(cfg.data.packing)) {
     const ModelConfig& mc = cfg.model;
     const Overlong overlong = to_overlong(cfg.data.overlong);
-    // LoRA's dropout masks are drawn by (row, position): moving an example into another row
-    // would change its masks with the micro-batch size, so such runs keep one per row.
-    const bool compact = segmented_attention && (!cfg.model.lora.on() || cfg.model.lora.dropout == 0.0);
     m_train = std::make_unique<ExampleDataset>(cfg.data.train, "data.train", mc.vocab_size, mc.seq_len, overlong);
-    m_train_rows = std::make_unique<ExampleRows>(*m_train, m_packing, cfg.train.seed, true, compact);
+    m_train_rows = std::make_unique<ExampleRows>(*m_train, m_packing, cfg.train.seed, true, segmented_attention);
     m_train_targets = targets_per_example(m_train->examples(), m_train->header_sizes().examples);
     if (!cfg.data.val.empty()) {
         ZT_INPUT_CHECK(is_example_shard(cfg.data.val, "data.val"), "data.val = ", cfg.data.val,
                        ": a pretraining shard, while data.train is an example shard; give example shards "
                        "(zt-prepare --format jsonl) for both");
         m_val = std::make_unique<ExampleDataset>(cfg.data.val, "data.val", mc.vocab_size, mc.seq_len, overlong);
-        m_val_rows = std::make_unique<ExampleRows>(*m_val, m_packing, cfg.train.seed, false, compact);
+        m_val_rows = std::make_unique<ExampleRows>(*m_val, m_packing, cfg.train.seed, false, segmented_attention);
     }
     // The memory plan predicts these figures from the headers: the two must never drift apart.
     const ExampleFeedBytes made = bytes();

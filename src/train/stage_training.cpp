@@ -247,8 +247,13 @@ PipelineMicroBatch ScheduledTraining::micro_batch(Source source, uint64_t first,
     // Rows holding several examples (packed, or compacted padding): every stage's attention
     // keeps to each row's segments. Pretraining windows leave b.T at 0: the step's seq_len.
     const bool segmented = feed && b.segmented;
-    // A training row's dropout masks are its sample's: the same wherever it is computed.
-    const DropoutRows dropout = training ? DropoutRows{step, m_cfg.train.seed, first_sample} : DropoutRows{};
+    // A training row's dropout masks are its sample's: the same wherever it is computed, and
+    // in a compacted batch each token's, as if its sample had a row of its own.
+    const bool compacted = feed && !b.sample.empty();
+    const DropoutRows dropout = training ? DropoutRows{step, m_cfg.train.seed, first_sample,
+                                                       compacted ? b.sample.data() : nullptr,
+                                                       compacted ? b.positions.data() : nullptr}
+                                         : DropoutRows{};
     return PipelineMicroBatch{b.inputs.data(),
                               b.targets.data(),
                               segmented ? TokenRows{b.positions.data(), b.segment_start.data()} : TokenRows{},

@@ -2,7 +2,8 @@
 // ranks with 2 micro-steps each match one rank with 2N micro-steps (every step's loss, the
 // validation losses and the final parameters, expect_matches_reference's tolerances) and
 // one rank taking each global batch as one micro-batch (the losses), packed and padded, GPT-2 and Llama,
-// ZeRO stages 0-3, and hybrid shard groups of 2 (two replicas at np 4). The examples' lengths run from 2 to 17 tokens with prompts of random
+// ZeRO stages 0-3, hybrid shard groups of 2 (two replicas at np 4), and LoRA with dropout on
+// compacted padding. The examples' lengths run from 2 to 17 tokens with prompts of random
 // length, so the ranks' micro-batches hold very different numbers of targets: a loss taken
 // as the mean of per-rank or per-micro-step means would differ. And a run stopped after 5
 // steps and resumed at this world size from a checkpoint written at one rank continues
@@ -50,6 +51,10 @@ struct FinetuneCase {
     DataPacking packing;
     bool llama;
     int shard_group = -1;  ///< parallel.shard_group (-1: the node; 2 at np 4: two replicas)
+    /// > 0: LoRA (rank 4) with this lora.dropout. Padded rows are compacted, and differently
+    /// by the one rank taking the global batch as one micro-batch: the masks must follow
+    /// each example, not its row.
+    double lora_dropout = 0.0;
 };
 
 class FinetuneRanks : public ::testing::TestWithParam<FinetuneCase> {};
@@ -61,6 +66,10 @@ Config finetune_config(const test::SharedDir& dir, const std::string& run, const
     cfg.data.packing = c.packing;
     cfg.parallel.zero_stage = c.stage;
     cfg.parallel.shard_group.ranks = c.shard_group;
+    if (c.lora_dropout > 0) {
+        cfg.model.lora.rank = 4;
+        cfg.model.lora.dropout = c.lora_dropout;
+    }
     return cfg;
 }
 
@@ -130,7 +139,9 @@ INSTANTIATE_TEST_SUITE_P(Stages, FinetuneRanks,
                                            FinetuneCase{1, DataPacking::kPack, true},
                                            FinetuneCase{2, DataPacking::kPad, true},
                                            FinetuneCase{3, DataPacking::kPack, true},
-                                           FinetuneCase{3, DataPacking::kPack, false, 2}));
+                                           FinetuneCase{3, DataPacking::kPack, false, 2},
+                                           FinetuneCase{2, DataPacking::kPad, true, -1, 0.3},
+                                           FinetuneCase{0, DataPacking::kPad, false, -1, 0.3}));
 
 // One rank trains 5 steps (N-way accumulation) and checkpoints; this world size resumes
 // from it to step 10 and must continue the one-rank run's 10-step curve.

@@ -418,6 +418,8 @@ TEST(ExampleRows, CompactedPadLaysAMicroBatchIntoTheFewestPositions) {
     EXPECT_EQ(b.targets, (V{11, 12, 13, 14, 15, 41, 42, -1, -1, 23, 24, 31, 32, 33}));
     EXPECT_EQ(b.positions, (V{0, 1, 2, 3, 4, 0, 1, 0, 1, 2, 3, 0, 1, 2}));
     EXPECT_EQ(b.segment_start, (V{0, 0, 0, 0, 0, 5, 5, 0, 0, 0, 0, 4, 4, 4}));
+    // Each token's example in the micro-batch (LoRA's dropout draws by it).
+    EXPECT_EQ(b.sample, (V{0, 0, 0, 0, 0, 3, 3, 1, 1, 1, 1, 2, 2, 2}));
     EXPECT_EQ(b.num_targets, 12u);
     EXPECT_EQ(b.num_tokens, 14u);
     // 5 and 4 positions do not fit one row of 8: plain padding's layout, unsegmented.
@@ -427,6 +429,11 @@ TEST(ExampleRows, CompactedPadLaysAMicroBatchIntoTheFewestPositions) {
     EXPECT_FALSE(b.segmented);
     EXPECT_EQ(b.inputs, (V{10, 11, 12, 13, 14, 20, 21, 22, 23, 0}));
     EXPECT_EQ(b.segment_start, (V{0, 0, 0, 0, 0, 0, 0, 0, 0, 4}));
+    EXPECT_EQ(b.sample, (V{0, 0, 0, 0, 0, 1, 1, 1, 1, 3}));  // padding: 2 examples + its row 1
+    // Plain padding names no samples: rows are the samples.
+    const zt::ExampleRows plain(data, zt::Packing::kPad, 1, false);
+    plain.fill(0, 4, b);
+    EXPECT_TRUE(b.sample.empty());
 }
 
 TEST(CompactLayout, FewestPositionsThenShortestRows) {

@@ -450,6 +450,37 @@ TEST(LoraDropout, MaskIsTheSamplesPositionsAndFeatures) {
     EXPECT_NE(other, out);
 }
 
+// Compacted padding lays several samples in a row: each token keeps the draws of its sample
+// and position, as if the sample had a row of its own.
+TEST(LoraDropout, ACompactedTokenKeepsItsSamplesMask) {
+    auto be = make_cpu_backend(2);
+    const int T = 16;
+    const int W = 40;
+    const DropoutMask plain{dropout_key(7, 3, 1, 2), 100, T, 0, 0.25f};
+    std::vector<float> ones(static_cast<size_t>(4 * T * W), 1.f);
+    std::vector<float> rows(ones.size());
+    be->dropout(ActPtr(rows.data()), ConstActPtr(ones.data()), 4 * T, W, plain);
+    // One row of T: sample 3's positions 0..9, then sample 1's 0..5.
+    std::vector<int32_t> sample_of(T);
+    std::vector<int32_t> position_of(T);
+    for (int t = 0; t < T; ++t) {
+        sample_of[static_cast<size_t>(t)] = t < 10 ? 3 : 1;
+        position_of[static_cast<size_t>(t)] = t < 10 ? t : t - 10;
+    }
+    DropoutMask laid = plain;
+    laid.sample_of = sample_of.data();
+    laid.position_of = position_of.data();
+    std::vector<float> row(static_cast<size_t>(T * W));
+    be->dropout(ActPtr(row.data()), ConstActPtr(ones.data()), T, W, laid);
+    for (int t = 0; t < T; ++t) {
+        const size_t at = static_cast<size_t>(sample_of[static_cast<size_t>(t)] * T + position_of[static_cast<size_t>(t)]);
+        for (int j = 0; j < W; ++j)
+            ASSERT_EQ(row[static_cast<size_t>(t * W + j)], rows[at * W + static_cast<size_t>(j)])
+                << "token " << t << " (sample " << sample_of[static_cast<size_t>(t)] << ", position "
+                << position_of[static_cast<size_t>(t)] << ") feature " << j;
+    }
+}
+
 // Dropout acts (the loss moves from the undropped one), and a row's losses are its sample's:
 // the same when the sample is the second row of a batch or a batch of its own.
 TEST(LoraDropout, ARowsLossesAreItsSamples) {

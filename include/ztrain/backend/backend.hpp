@@ -46,10 +46,17 @@ struct DropoutMask {
     int T = 1;
     int feature_offset = 0;
     float p = 0.f;
+    /// Rows laid out otherwise (compacted padding: several samples to a row): row n is
+    /// position position_of[n] of sample first_sample + sample_of[n]. Host memory; null: the
+    /// plain layout above.
+    const int32_t* sample_of = nullptr;
+    const int32_t* position_of = nullptr;
     /// The draws of row n share this.
     ZT_HOST_DEVICE uint64_t row_key(int n) const {
-        const uint64_t sample = first_sample + static_cast<uint64_t>(n / T);
-        return mix64(key ^ mix64(sample)) ^ (static_cast<uint64_t>(n % T) << 32);
+        const bool laid_out = sample_of != nullptr;
+        const uint64_t sample = first_sample + static_cast<uint64_t>(laid_out ? sample_of[n] : n / T);
+        const auto position = static_cast<uint64_t>(laid_out ? position_of[n] : n % T);
+        return mix64(key ^ mix64(sample)) ^ (position << 32);
     }
     /// Whether column j of the row whose row_key is `row` is kept.
     ZT_HOST_DEVICE bool keeps(uint64_t row, int j) const {

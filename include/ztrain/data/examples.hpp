@@ -202,9 +202,9 @@ class ExampleDataset {
 /// example's positions when padding (dynamic padding). Compacted padding (ExampleRows'
 /// compact_padding) holds the global rows asked for in fewer batch rows.
 struct RowBatch {
-    /// Bytes of the four (max_rows, seq_len) int32 arrays: what reserve allocates, and all a
+    /// Bytes of the five (max_rows, seq_len) int32 arrays: what reserve allocates, and all a
     /// fill of at most max_rows rows ever uses (rows are written at stride seq_len first).
-    static double planned_bytes(int max_rows, int seq_len) { return 4.0 * max_rows * seq_len * sizeof(int32_t); }
+    static double planned_bytes(int max_rows, int seq_len) { return 5.0 * max_rows * seq_len * sizeof(int32_t); }
     /// Allocates the arrays for up to max_rows rows of seq_len positions.
     void reserve(int max_rows, int seq_len);
     /// Bytes the arrays hold (their capacities).
@@ -219,6 +219,10 @@ struct RowBatch {
     std::vector<int32_t> targets;        ///< the next token where it is a target, else -1
     std::vector<int32_t> positions;      ///< position within the example (restarts at 0)
     std::vector<int32_t> segment_start;  ///< first position of the row this token may attend to
+    /// Compacted padding only (else empty): the token's example's index in the micro-batch,
+    /// the row one example per row would give it (padding: count + its row, no example's);
+    /// LoRA's dropout draws by it.
+    std::vector<int32_t> sample;
     size_t num_targets = 0;              ///< targets >= 0
     size_t num_tokens = 0;               ///< positions holding a real token (not padding)
 };

@@ -71,11 +71,14 @@ struct TokenRows {
 /// The samples a training micro-batch's rows are, for LoRA's dropout (lora.dropout), whose
 /// masks are drawn from (seed, step, sample, position, feature): row b of the batch is
 /// sample first_sample + b of the run's sample order. step -1: no training step (validation,
-/// evaluation, samples): nothing is dropped.
+/// evaluation, samples): nothing is dropped. A compacted micro-batch (several samples to a
+/// row) names each token's sample (first_sample + sample_of[n]) and position instead.
 struct DropoutRows {
     long step = -1;
     uint64_t seed = 0;
     uint64_t first_sample = 0;
+    const int32_t* sample_of = nullptr;
+    const int32_t* position_of = nullptr;
 };
 
 /// Activation memory by storage: elements kept in the activation dtype (activations and

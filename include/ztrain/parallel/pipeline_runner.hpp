@@ -50,6 +50,9 @@ struct PipelineMicroBatch {
     DropoutRows dropout = {};
     /// Rows when fewer than the step's B (compacted padding); 0: the step's.
     int B = 0;
+    /// The rows and the positions per row this micro-batch runs, given the step's.
+    int rows_of(int step_B) const { return B > 0 ? B : step_B; }
+    int positions_of(int step_T) const { return T > 0 ? T : step_T; }
 };
 
 /// What one step's passes gave on this rank.

@@ -41,6 +41,10 @@ __global__ void dropout_kernel(typename A::Dst out, typename A::Src in, int widt
 void dropout(ActPtr out, ConstActPtr in, int N, int width, const DropoutMask& mask, cudaStream_t stream) {
     const size_t n = static_cast<size_t>(N) * static_cast<size_t>(width);
     if (n == 0) return;
+    // Compacted padding's per-token layout lives in host memory; the CUDA backend never
+    // compacts (ExampleFeed), so a mask carrying it here is a wiring error.
+    ZT_REQUIRE(mask.sample_of == nullptr && mask.position_of == nullptr,
+               "CUDA dropout: a per-token row layout in host memory");
     with_access({out.dtype, in.dtype}, [&](auto access) {
         using A = decltype(access);
         dropout_kernel<A><<<grid_for(n, kBlock), kBlock, 0, stream>>>(typename A::Dst(out), typename A::Src(in), width,
