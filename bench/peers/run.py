@@ -64,6 +64,8 @@ def parse():
     ap.add_argument("--work", default=os.path.join(ROOT, "bench", "work", "peers"))
     ap.add_argument("--corpus", default="/usr/share/vim/vim90/doc", help="text file(s) or folder for zt-prepare")
     ap.add_argument("--choice-items", type=int, default=200, help="pair 6: items of the multiple-choice task")
+    ap.add_argument("--pair6-lm-batches", default="8",
+                    help="pair 6: lm-evaluation-harness --batch_size values, comma-separated (a run each)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--reuse", action="store_true", help="take runs an earlier invocation finished (same names) as they are")
     return ap.parse_args()
@@ -344,7 +346,7 @@ class Bench:
 
 
     # ---- evaluation (pair 6) ---------------------------------------------------------------
-    def evaluate(self, label, side, name, shape):
+    def evaluate(self, label, side, name, shape, batch=8):
         """One scoring of pair 6's task: items per second over the whole command (loading the
         model, tokenizing, scoring), and its acc for the record."""
         import glob as globmod
@@ -360,7 +362,7 @@ class Bench:
             lm_eval = os.path.join(os.path.dirname(self.a.python), "lm_eval")
             cmd = ["/usr/bin/time", "-f", "%M", "-o", rss + ".0", lm_eval, "--model", "hf", "--model_args",
                    f"pretrained={init},dtype=float32", "--tasks", "vim_choice", "--include_path", folder,
-                   "--device", "cpu", "--batch_size", "8", "--output_path", out]
+                   "--device", "cpu", "--batch_size", str(batch), "--output_path", out]
             env = {"HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": os.path.join(out, "datasets-cache"),
                    "OMP_NUM_THREADS": str(self.a.cores)}
         load = os.getloadavg()
@@ -479,7 +481,9 @@ def speed(b, shape, pairs, after_rep=lambda: None):
                        "static")
         if "6" in pairs:
             b.evaluate("zt-eval", "ztrain", f"p6_zt_{shape}_r{rep}", shape)
-            b.evaluate("lm-eval hf batch 8", "peer", f"p6_lm_{shape}_r{rep}", shape)
+            for batch in b.a.pair6_lm_batches.split(","):
+                suffix = "" if batch == "8" else f"_b{batch}"  # batch 8 keeps its earlier runs' names
+                b.evaluate(f"lm-eval hf batch {batch}", "peer", f"p6_lm_{shape}{suffix}_r{rep}", shape, int(batch))
         after_rep()
 
 

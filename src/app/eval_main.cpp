@@ -50,7 +50,7 @@ struct EvalOptions {
     std::string per_item;
     std::string tokenizer;
     long limit = 0;
-    int batch = 8;
+    int batch = 32;
     int threads = 0;
 };
 
@@ -88,7 +88,7 @@ bool parse(int argc, char** argv, EvalOptions& o, bool root) {
         "also write one JSON line per example to this file: task, index, label and each ending's summed "
         "log-likelihood (loglik), characters (chars) and scored tokens (tokens)")(
         "tokenizer", po::value(&o.tokenizer), "a ztrain tokenizer description (default: found as said above)")(
-        "batch", po::value(&o.batch), "candidate rows (an example's endings) per forward (default 8)")(
+        "batch", po::value(&o.batch), "endings per forward, of one example or of several consecutive ones (default 32)")(
         "threads", po::value(&o.threads), "CPU threads per rank (0: cores / ranks on the node)")(
         "base", po::value(&o.base),
         "a LoRA checkpoint's frozen base where it is now, if it has moved from the path the checkpoint records");
@@ -149,14 +149,11 @@ std::string per_item_lines(const zt::ChoiceTask& task, const std::vector<std::ve
     return text;
 }
 
-/// Rows one forward takes: every branch of an example (up to --batch of them) when the
-/// widest example's fit in 512 rows, else fewer per forward; at least the longest row.
-int forward_rows(const std::vector<zt::ChoiceTask>& tasks, const EvalOptions& o, int context) {
-    size_t widest = 1;
-    for (const zt::ChoiceTask& task : tasks)
-        for (const zt::ChoiceExample& ex : task.examples) widest = std::max(widest, ex.endings.size());
-    const long branches = std::min<long>(o.batch, static_cast<long>(widest));
-    return static_cast<int>(std::max<long>(context, std::min<long>(context * branches, 512)));
+/// Rows one forward takes, and rows the cache holds: --batch rows as long as the longest, up
+/// to 512, and at least the longest row. Consecutive examples whose contexts, rows and
+/// endings fit run side by side (CachedChoiceEvaluator).
+int forward_rows(const EvalOptions& o, int context) {
+    return static_cast<int>(std::max<long>(context, std::min<long>(static_cast<long>(context) * o.batch, 512)));
 }
 
 int run(int argc, char** argv) {
@@ -181,14 +178,14 @@ int run(int argc, char** argv) {
     }
     const int threads = o.threads > 0 ? o.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
-    // The model whole on every rank, its inference path with a cache as long as the longest
-    // row (a Hugging Face model may declare 128k positions).
+    // The model whole on every rank, its inference path with a cache sized by the longest
+    // row, not by the model's positions (a Hugging Face model may declare 128k of them).
     int context = 1;
     for (const zt::ChoiceTask& task : tasks)
         context = std::max(context, zt::longest_choice_row(task, o.limit, mc.seq_len, tok->eot()));
-    const int rows = forward_rows(tasks, o, context);
+    const int rows = forward_rows(o, context);
     const std::unique_ptr<zt::Backend> backend = zt::make_cpu_backend(threads);
-    zt::Generator gen(mc, *backend, rows, context, rows);
+    zt::Generator gen(mc, *backend, rows, rows, rows);
     zt::ResidentWeights weights(gen.layout(), *backend);
     zt::read_model_weights(src, gen.layout(), [&](int unit, size_t begin, const float* data, size_t n) {
         weights.set(unit, begin, data, n);

@@ -71,9 +71,9 @@ Generator::Generator(const ModelConfig& cfg, Backend& backend, int logits_rows, 
     : m_cfg(cfg), m_backend(backend), m_layout(make_model_layout(cfg)) {
     m_context = context > 0 ? context : cfg.seq_len;
     m_max_rows = max_rows > 0 ? max_rows : m_context;
-    ZT_REQUIRE(m_context <= cfg.seq_len && logits_rows >= 1 && logits_rows <= m_max_rows, "Generator: context ",
-               m_context, ", max_rows ", m_max_rows, " and logits_rows ", logits_rows,
-               " must satisfy context <= seq_len ", cfg.seq_len, " and 1 <= logits_rows <= max_rows");
+    ZT_REQUIRE(m_context >= 1 && logits_rows >= 1 && logits_rows <= m_max_rows, "Generator: context ", m_context,
+               ", max_rows ", m_max_rows, " and logits_rows ", logits_rows,
+               " must satisfy context >= 1 and 1 <= logits_rows <= max_rows");
     m_logits_rows = logits_rows;
     m_decoder = family_traits(cfg).make_decoder(cfg, m_layout, backend, m_max_rows);
     const size_t T = static_cast<size_t>(m_context);
@@ -112,28 +112,42 @@ Generator::~Generator() {
 }
 
 void Generator::forward(UnitStore& store, const int32_t* tokens, int n, int keep_logits) {
-    ZT_REQUIRE(n >= 1 && n <= m_max_rows && m_pos + n <= m_context, "Generator::forward: ", n,
-               " tokens at position ", m_pos, " exceed max_rows ", m_max_rows, " or the context of ", m_context);
+    ZT_REQUIRE(n >= 1 && n <= m_max_rows && m_pos + n <= std::min(m_context, m_cfg.seq_len), "Generator::forward: ",
+               n, " tokens at position ", m_pos, " exceed max_rows ", m_max_rows, ", the context of ", m_context,
+               " or seq_len ", m_cfg.seq_len);
     ZT_REQUIRE(keep_logits >= 0 && keep_logits <= m_logits_rows, "Generator::forward: keep_logits ", keep_logits,
                " outside [0, ", m_logits_rows, "]");
-    run(store, tokens, DecodeRows{m_pos, {n}}, std::min(n, keep_logits > 0 ? keep_logits : m_logits_rows));
+    run(store, tokens, DecodeRows{{DecodeSpan{0, m_pos, n}}}, std::min(n, keep_logits > 0 ? keep_logits : m_logits_rows));
     m_pos += n;
 }
 
 void Generator::forward_branches(UnitStore& store, const int32_t* tokens, const std::vector<int>& lengths) {
-    DecodeRows rows{m_pos, lengths};
-    const int n = rows.total();
-    ZT_REQUIRE(!lengths.empty() && n <= m_max_rows && n <= m_logits_rows, "Generator::forward_branches: ", n,
-               " rows exceed max_rows ", m_max_rows, " or logits_rows ", m_logits_rows);
-    for (int len : lengths)
-        ZT_REQUIRE(len >= 1 && m_pos + len <= m_context, "Generator::forward_branches: a branch of ", len,
-                   " tokens at position ", m_pos, " is empty or exceeds the context of ", m_context);
-    run(store, tokens, rows, n);
+    std::vector<DecodeSpan> spans;
+    for (int len : lengths) spans.push_back(DecodeSpan{0, m_pos, len});
+    forward_spans(store, tokens, spans, 0);
 }
 
-void Generator::run(UnitStore& store, const int32_t* tokens, const DecodeRows& rows, int keep) {
+void Generator::forward_spans(UnitStore& store, const int32_t* tokens, const std::vector<DecodeSpan>& spans,
+                              int keep_per_span) {
+    DecodeRows rows{spans};
+    int kept = 0;
+    for (const DecodeSpan& s : spans) {
+        ZT_REQUIRE(s.length >= 1 && s.cache >= 0 && s.pos >= 0 && s.cache + s.pos + s.length <= m_context &&
+                       s.pos + s.length <= m_cfg.seq_len,
+                   "Generator::forward_spans: a span of ", s.length, " tokens at position ", s.pos, " from cache row ",
+                   s.cache, " is empty or exceeds the context of ", m_context, " or seq_len ", m_cfg.seq_len);
+        kept += keep_per_span > 0 ? std::min(keep_per_span, s.length) : s.length;
+    }
+    const int n = rows.total();
+    ZT_REQUIRE(!spans.empty() && keep_per_span >= 0 && n <= m_max_rows && kept <= m_logits_rows,
+               "Generator::forward_spans: ", n, " rows (", kept, " kept) exceed max_rows ", m_max_rows,
+               " or logits_rows ", m_logits_rows);
+    run(store, tokens, rows, keep_per_span);
+}
+
+void Generator::run(UnitStore& store, const int32_t* tokens, const DecodeRows& rows, int keep_per_span) {
     const int L = m_cfg.n_layer;
-    const int C = m_cfg.n_embd;
+    const size_t C = static_cast<size_t>(m_cfg.n_embd);
     const int n = rows.total();
     m_backend.to_device(m_tokens, tokens, static_cast<size_t>(n) * sizeof(int32_t));
     const float* unit0 = store.acquire(0);
@@ -148,14 +162,34 @@ void Generator::run(UnitStore& store, const int32_t* tokens, const DecodeRows& r
         m_decoder->block(m_backend, w, m_x, KvLayer{m_k[static_cast<size_t>(l)], m_v[static_cast<size_t>(l)]}, rows);
         store.release(1 + l);
     }
-    // Only the rows whose logits are wanted go through the final norm and the LM head.
-    const float* last = m_x + static_cast<size_t>(n - keep) * static_cast<size_t>(C);
-    m_decoder->final_norm(m_backend, m_normed, last, store.acquire(L + 1), keep);
+    // Only the rows whose logits are wanted (each span's last keep_per_span, 0: all) go
+    // through the final norm and the LM head, one run of adjacent rows at a time.
+    const float* final_w = store.acquire(L + 1);
+    int kept = 0;
+    int first = 0;
+    int run_from = 0;
+    int run_rows = 0;
+    auto flush = [&]() {
+        if (run_rows == 0) return;
+        m_decoder->final_norm(m_backend, m_normed + static_cast<size_t>(kept) * C,
+                              m_x + static_cast<size_t>(run_from) * C, final_w, run_rows);
+        kept += run_rows;
+        run_rows = 0;
+    };
+    for (const DecodeSpan& s : rows.spans) {
+        const int k = keep_per_span > 0 ? std::min(keep_per_span, s.length) : s.length;
+        const int from = first + s.length - k;
+        if (from != run_from + run_rows) flush();
+        if (run_rows == 0) run_from = from;
+        run_rows += k;
+        first += s.length;
+    }
+    flush();
     store.release(L + 1);
     const float* head = store.acquire(0) + m_layout.head_offset;
-    m_backend.matmul_forward(m_logits, m_normed, head, nullptr, keep, C, m_cfg.padded_vocab());
+    m_backend.matmul_forward(m_logits, m_normed, head, nullptr, kept, static_cast<int>(C), m_cfg.padded_vocab());
     store.release(0);
-    m_last_rows = keep;
+    m_last_rows = kept;
 }
 
 void Generator::logits_row_to_host(int row_from_last, float* out) const {

@@ -318,11 +318,11 @@ class Gpt2Decoder final : public FamilyDecoder {
 
     void embed(Backend& be, float* out, const int32_t* tokens, const float* unit0, const DecodeRows& rows) override {
         const size_t C = static_cast<size_t>(m_cfg.n_embd);
-        const float* wpe = unit0 + m_wpe_offset + static_cast<size_t>(rows.pos) * C;
         size_t first = 0;
-        for (int n : rows.lengths) {
-            be.encoder_forward(out + first * C, tokens + first, unit0, wpe, 1, n, m_cfg.n_embd);
-            first += static_cast<size_t>(n);
+        for (const DecodeSpan& s : rows.spans) {
+            const float* wpe = unit0 + m_wpe_offset + static_cast<size_t>(s.pos) * C;
+            be.encoder_forward(out + first * C, tokens + first, unit0, wpe, 1, s.length, m_cfg.n_embd);
+            first += static_cast<size_t>(s.length);
         }
     }
     void block(Backend& be, const float* w, float* x, KvLayer kv, const DecodeRows& rows) override {
@@ -334,10 +334,11 @@ class Gpt2Decoder final : public FamilyDecoder {
         be.layernorm_forward(m_ln, m_mean, m_rstd, x, w + o.ln1w, w + o.ln1b, n, C);
         be.matmul_forward(m_qkv, m_ln, w + o.qkvw, w + o.qkvb, n, C, 3 * C);
         size_t first = 0;
-        for (int len : rows.lengths) {
+        for (const DecodeSpan& s : rows.spans) {
+            const KvLayer seq = kv.from_row(s.cache, static_cast<size_t>(C));
             be.gqa_attention_cached(m_atty + first * static_cast<size_t>(C), m_qkv + first * 3 * static_cast<size_t>(C),
-                                    kv.k, kv.v, rows.pos, len, NH, NH, mha_head_size(C, NH), 0);
-            first += static_cast<size_t>(len);
+                                    seq.k, seq.v, s.pos, s.length, NH, NH, mha_head_size(C, NH), 0);
+            first += static_cast<size_t>(s.length);
         }
         be.matmul_residual_forward(m_residual2, m_atty, w + o.attprojw, w + o.attprojb, x, n, C, C);
         be.layernorm_forward(m_ln, m_mean, m_rstd, m_residual2, w + o.ln2w, w + o.ln2b, n, C);

@@ -451,16 +451,17 @@ class LlamaDecoder final : public FamilyDecoder {
         } else {
             be.matmul_forward(m_qkv, m_norm, w + o.qkv, qkv_bias, n, C, m_cfg.qkv_dim());
         }
-        // Row t of the table is position t: each branch's rows rotate positions pos.. .
-        const float* rope_at_pos = m_rope + static_cast<size_t>(rows.pos) * static_cast<size_t>(hs);
+        // Row t of the table is position t: each span's rows rotate positions pos.. .
         const size_t qkv_row = static_cast<size_t>(m_cfg.qkv_dim());
         size_t first = 0;
-        for (int len : rows.lengths) {
+        for (const DecodeSpan& s : rows.spans) {
             float* qkv = m_qkv + first * qkv_row;
-            be.rope_forward(qkv, qkv, rope_at_pos, 1, len, NH, NKV, hs);
-            be.gqa_attention_cached(m_atty + first * static_cast<size_t>(NH * hs), qkv, kv.k, kv.v, rows.pos, len, NH,
-                                    NKV, hs, m_cfg.sliding_window);
-            first += static_cast<size_t>(len);
+            const float* rope_at_pos = m_rope + static_cast<size_t>(s.pos) * static_cast<size_t>(hs);
+            be.rope_forward(qkv, qkv, rope_at_pos, 1, s.length, NH, NKV, hs);
+            const KvLayer seq = kv.from_row(s.cache, static_cast<size_t>(NKV) * static_cast<size_t>(hs));
+            be.gqa_attention_cached(m_atty + first * static_cast<size_t>(NH * hs), qkv, seq.k, seq.v, s.pos, s.length,
+                                    NH, NKV, hs, m_cfg.sliding_window);
+            first += static_cast<size_t>(s.length);
         }
         be.matmul_residual_forward(m_residual2, m_atty, w + o.o_proj, nullptr, x, n, NH * hs, C);
         be.rmsnorm_forward(m_norm, m_rstd, m_residual2, w + o.norm2, n, C, eps);

@@ -23,6 +23,7 @@
 #include "ztrain/backend/backend.hpp"
 #include "ztrain/config/config.hpp"
 #include "ztrain/core/error.hpp"
+#include "ztrain/model/generator.hpp"
 #include "ztrain/model/model_layout.hpp"
 #include "ztrain/model/transformer.hpp"
 #include "deferred_grads.hpp"
@@ -292,19 +293,22 @@ class ModelFamily {
 struct KvLayer {
     float* k = nullptr;
     float* v = nullptr;
+    /// The cache from row `row` on, rows of `width` floats.
+    KvLayer from_row(int row, size_t width) const {
+        const size_t at = static_cast<size_t>(row) * width;
+        return {k + at, v + at};
+    }
 };
 
-/// The new rows of a decoder forward: branches that each continue the cached sequence at
-/// position `pos`, lengths[b] rows each, stored one branch after another. Branch b's rows sit
-/// at positions [pos, pos + lengths[b]); its keys and values go into the cache from pos, over
-/// the previous branch's, so each branch attends to the cached [0, pos) and its own earlier
-/// rows only. One branch is plain decoding.
+/// The new rows of a decoder forward, span after span. One span is plain decoding; spans
+/// of one sequence at the same pos are branches that each continue it (the spans run one
+/// after another in each block, so a branch overwrites the previous one's keys); spans at
+/// different cache rows are separate sequences sharing the forward's products.
 struct DecodeRows {
-    int pos = 0;
-    std::vector<int> lengths;
+    std::vector<DecodeSpan> spans;
     int total() const {
         int n = 0;
-        for (int len : lengths) n += len;
+        for (const DecodeSpan& s : spans) n += s.length;
         return n;
     }
 };

@@ -468,6 +468,16 @@ void StepReporter::memory_peaks(const std::vector<double>& measured) {
                 top / 1048576.0, m_plan_rank / 1048576.0);
 }
 
+void StepReporter::record(const nlohmann::ordered_json& rec) {
+    if (!m_output_error.empty()) return;
+    try {
+        m_metrics.write(rec);
+        if (m_tensorboard) m_tensorboard->write(rec);
+    } catch (const Error& e) {
+        m_output_error = e.what();
+    }
+}
+
 void StepReporter::finish(long last_step) {
     if (!m_root) return;
     const long ran = last_step - m_first_step;

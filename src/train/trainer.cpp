@@ -353,14 +353,43 @@ void describe_run(StepReporter& reporter, const Config& cfg, const TrainSetup& s
     reporter.set_memory_plan(memory.per_rank(), memory.per_node(), memory.available, memory.overlap_depth);
 }
 
-/// Ranks agree at the step boundary on a pending stop signal, so all save together, and on
-/// whether every rank's background write has finished, so all take its outcome (or its
-/// failure) at the same step. Returns the agreed signal (0: none).
-double agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver, Communicator& comm) {
-    double flags[2] = {signals.pending(), saver.writing() ? 1.0 : 0.0};
-    comm.all_reduce_scalars(flags, 2, ReduceOp::kMax);
+/// What the ranks agreed at a step boundary.
+struct BoundaryAgreement {
+    double signal = 0;           ///< a pending stop signal (0: none)
+    bool output_failed = false;  ///< rank 0 could not write the run's records
+    bool stop() const { return signal > 0 || output_failed; }
+};
+
+/// Ranks agree at the step boundary on a pending stop signal and on rank 0's failure to
+/// write metrics.jsonl, so all save together, and on whether every rank's background write
+/// has finished, so all take its outcome (or its failure) at the same step.
+BoundaryAgreement agree_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver,
+                                         const StepReporter& reporter, Communicator& comm) {
+    double flags[3] = {signals.pending(), saver.writing() ? 1.0 : 0.0, reporter.output_error().empty() ? 0.0 : 1.0};
+    comm.all_reduce_scalars(flags, 3, ReduceOp::kMax);
     if (flags[1] == 0) saver.collect_finished();
-    return flags[0];
+    return BoundaryAgreement{flags[0], flags[2] > 0};
+}
+
+/// The error that ends a run whose records could not be written, after its checkpoint.
+AgreedError records_failed(const StepReporter& reporter, long step, bool saved) {
+    const std::string why = reporter.output_error().empty() ? "rank 0 could not write the run's records"
+                                                            : reporter.output_error();
+    return AgreedError(str(why, "; stopped after step ", step, saved ? " with a checkpoint" : " (checkpointing is off)",
+                           ": free the space or fix the file, then resume"));
+}
+
+/// The step boundary: the ranks agree (agree_at_step_boundary) and save when a checkpoint is
+/// due or they stop. Returns the agreed stop signal (0: none) once its checkpoint is written;
+/// throws rank 0's failure to write the records once theirs is.
+double save_at_step_boundary(const StopSignals& signals, CheckpointSaver& saver, const StepReporter& reporter,
+                             Communicator& comm, const TrainProgress& progress, const LossScalePolicy& loss_scale) {
+    const BoundaryAgreement agreed = agree_at_step_boundary(signals, saver, reporter, comm);
+    const bool saving = saver.due(progress.step, agreed.stop());
+    if (saving) saver.save(checkpoint_progress(progress, loss_scale), agreed.stop());
+    if (agreed.stop()) saver.finish();
+    if (agreed.output_failed) throw records_failed(reporter, progress.step, saving);
+    return agreed.signal;
 }
 
 /// The example shards' summary line (rank 0), with the steps train.epochs came to.
@@ -493,16 +522,17 @@ TrainSummary train(const Config& given, const TrainOptions& options) {
             record_evaluation(evaluator.evaluate(done), summary);
         }
         evaluator.evaluate_tasks(done);
-        const double stop = agree_at_step_boundary(signals, saver, comm);
-        if (saver.due(done, stop > 0)) saver.save(checkpoint_progress(progress, loss_scale), stop > 0);
+        const double stop = save_at_step_boundary(signals, saver, reporter, comm, progress, loss_scale);
         if (stop > 0) {
-            saver.finish();
             reporter.stopped_by_signal(static_cast<int>(stop), done);
             summary.stopped_by_signal = true;
             break;
         }
     }
     saver.finish();  // the last write is published before the run ends
+    if (agree_at_step_boundary(signals, saver, reporter, comm).output_failed) {
+        throw records_failed(reporter, progress.step, saver.due(progress.step, true));
+    }
     reporter.finish(progress.step);
     const std::string check_cost = checks.replicas.cost();
     if (root && !check_cost.empty()) std::printf("ztrain: %s\n", check_cost.c_str());

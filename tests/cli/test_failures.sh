@@ -4,6 +4,8 @@
 #    (parallel.timeout_s): the job exits non-zero with a message naming collective, step, rank.
 #  - A rank killed with SIGKILL mid-run (N = 2 and 4, and a pipeline stage at N = 2): the whole
 #    job exits non-zero within 30 s, and the newest complete checkpoint loads.
+#  - A disk that runs out of space for a checkpoint, or for metrics.jsonl: exit 1, and what was
+#    saved before (for metrics.jsonl, a checkpoint of the step reached) is there to resume.
 # Usage: test_failures.sh BIN_DIR SOURCE_DIR
 set -u
 BIN=$1
@@ -222,6 +224,43 @@ if mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
   fi
 else
   echo "skip: cannot mount a tmpfs here (needs root); disk-full case not run"
+fi
+
+# 5. metrics.jsonl runs out of space (the run directory on a 64 KiB tmpfs, mostly filled; the
+# checkpoints elsewhere). Rank 0 alone writes it, so the ranks agree on the failure at the step
+# boundary: every rank saves a checkpoint of that step and the job exits 1 naming the file,
+# instead of rank 0 dying with the steps since the last checkpoint. With the space back, a
+# resume goes on from that step, and metrics.jsonl (its cut last line repaired) parses.
+records="$work/records"
+mkdir -p "$records"
+if mount -t tmpfs -o size=64k tmpfs "$records" 2>/dev/null; then
+  trap 'umount "$full" "$records" 2>/dev/null; pkill -KILL -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+  head -c 48k /dev/zero > "$records/filler"
+  rec=(--run.dir="$records" --checkpoint.dir="$work/records_ckpt" --train.max_steps=60 --checkpoint.every=100
+       --checkpoint.async=false --run.tensorboard=false)
+  out=$(timeout 120 "${MPI[@]}" -np 2 "$BIN/ztrain" "${common[@]}" "${rec[@]}" 2>&1)
+  rc=$?
+  why=$(grep -oE "cannot write [^ ]*metrics.jsonl: No space left on device; stopped after step [0-9]+ with a checkpoint" <<<"$out")
+  step=$(grep -oE "[0-9]+ with a checkpoint" <<<"$why" | grep -oE "^[0-9]+")
+  latest=$(cat "$work/records_ckpt/latest" 2>/dev/null)
+  if [ "$rc" -eq 1 ] && [ -n "$step" ] && [ "$step" -lt 60 ] && [ "$latest" = "$(printf 'step_%08d' "$step")" ]; then
+    rm "$records/filler"
+    out=$(timeout 120 "${MPI[@]}" -np 2 "$BIN/ztrain" "${common[@]}" "${rec[@]}" 2>&1)
+    rc=$?
+    if [ "$rc" -eq 0 ] && grep -q "steps ($((step + 1)) to 60)" <<<"$out" &&
+       python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$records/metrics.jsonl"; then
+      echo "ok: metrics.jsonl out of space at N=2 -> $latest saved, exit 1 ($why); resumed to step 60"
+    else
+      fail "metrics.jsonl out of space: the resume exited $rc, or its metrics.jsonl does not parse"
+      echo "$out" | tail -4
+    fi
+  else
+    fail "metrics.jsonl out of space at N=2: exit $rc (expected 1), latest '$latest', step '$step'"
+    echo "$out" | grep -v "^step" | tail -4
+  fi
+  umount "$records"
+else
+  echo "skip: cannot mount a tmpfs here (needs root); metrics.jsonl out of space not run"
 fi
 
 if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi

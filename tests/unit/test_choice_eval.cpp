@@ -266,23 +266,29 @@ void expect_cached_scores_match(const ModelConfig& mc) {
     ChoiceEvaluator batched(model, state, self_communicator(), 1, tok->eot() % static_cast<uint32_t>(mc.vocab_size));
     const auto want = batched.score_examples(task, 0, static_cast<long>(task.examples.size()));
     const int context = longest_choice_row(task, 0, mc.seq_len, tok->eot());
-    for (int branches : {1, 3, 8}) {
-        Generator gen(mc, *backend, 3 * context, context, 3 * context);
-        CachedChoiceEvaluator cached(gen, state, self_communicator(), branches,
-                                     tok->eot() % static_cast<uint32_t>(mc.vocab_size));
-        std::vector<std::vector<EndingScore>> got;
-        cached.evaluate(task, 0, &got);
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_EQ(got[i].size(), want[i].size()) << i;
-            for (size_t k = 0; k < got[i].size(); ++k) {
-                EXPECT_NEAR(got[i][k].loglik, want[i][k].loglik, 1e-5 * std::abs(want[i][k].loglik) + 1e-5)
-                    << "example " << i << " ending " << k << ", " << branches << " branches per forward";
-                EXPECT_EQ(got[i][k].tokens, want[i][k].tokens) << i << " " << k;
-                EXPECT_EQ(got[i][k].chars, want[i][k].chars) << i << " " << k;
+    // A cache as long as the longest row (groups of one example) or three times that (up to
+    // three examples side by side: their contexts in one forward, their branches sharing
+    // forwards).
+    for (const int cache : {context, 3 * context}) {
+        for (int branches : {1, 3, 8}) {
+            Generator gen(mc, *backend, 3 * context, cache, 3 * context);
+            CachedChoiceEvaluator cached(gen, state, self_communicator(), branches,
+                                         tok->eot() % static_cast<uint32_t>(mc.vocab_size));
+            std::vector<std::vector<EndingScore>> got;
+            cached.evaluate(task, 0, &got);
+            ASSERT_EQ(got.size(), want.size());
+            for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_EQ(got[i].size(), want[i].size()) << i;
+                for (size_t k = 0; k < got[i].size(); ++k) {
+                    EXPECT_NEAR(got[i][k].loglik, want[i][k].loglik, 1e-5 * std::abs(want[i][k].loglik) + 1e-5)
+                        << "example " << i << " ending " << k << ", " << branches << " branches per forward, cache "
+                        << cache;
+                    EXPECT_EQ(got[i][k].tokens, want[i][k].tokens) << i << " " << k;
+                    EXPECT_EQ(got[i][k].chars, want[i][k].chars) << i << " " << k;
+                }
             }
+            EXPECT_EQ(got[5][0].loglik, got[5][3].loglik) << "a repeated ending ties exactly";
         }
-        EXPECT_EQ(got[5][0].loglik, got[5][3].loglik) << "a repeated ending ties exactly";
     }
 }
 

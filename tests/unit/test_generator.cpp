@@ -165,6 +165,53 @@ void check_branches(const ModelConfig& mc) {
     expect_rows_match(got, want, mc.vocab_size, 5);
 }
 
+/// The training forward's logits at `position` of the row `tokens` (one sequence alone).
+std::vector<float> alone(Transformer& model, ModelState& state, const std::vector<int32_t>& tokens, int position) {
+    model.forward(state, tokens.data(), nullptr, 1, static_cast<int>(tokens.size()), 0.f);
+    std::vector<float> want(static_cast<size_t>(model.config().padded_vocab()));
+    model.logits_row_to_host(position, want.data());
+    return want;
+}
+
+/// Two sequences side by side in a cache longer than seq_len (rows 0.. and 9..): their
+/// contexts in one forward keeping each one's last row, then branches of both, interleaved,
+/// in another. Every kept row equals the training forward over that sequence alone.
+void check_side_by_side(const ModelConfig& mc) {
+    auto backend = make_cpu_backend(2);
+    Transformer model(mc, *backend, 1);
+    ModelState state(model.layout(), *backend, 5);
+    perturb(state, model.layout());
+    Generator gen(mc, *backend, 8, mc.seq_len + 4, 8);
+    const std::vector<int32_t> a{4, 9, 2, 7};
+    const std::vector<int32_t> b{1, 3, 5};
+    std::vector<int32_t> tokens = a;
+    tokens.insert(tokens.end(), b.begin(), b.end());
+    gen.forward_spans(state, tokens.data(), {DecodeSpan{0, 0, 4}, DecodeSpan{9, 0, 3}}, 1);
+    std::vector<float> got(static_cast<size_t>(mc.padded_vocab()));
+    gen.logits_row_to_host(1, got.data());
+    expect_rows_match(got, alone(model, state, a, 3), mc.vocab_size, 3);
+    gen.logits_row_to_host(0, got.data());
+    expect_rows_match(got, alone(model, state, b, 2), mc.vocab_size, 2);
+    // Branches: b + {6, 8}, a + {10, 0, 6}, b + {2}.
+    const std::vector<std::vector<int32_t>> ends{{6, 8}, {10, 0, 6}, {2}};
+    const std::vector<DecodeSpan> spans{{9, 3, 2}, {0, 4, 3}, {9, 3, 1}};
+    tokens.clear();
+    for (const auto& e : ends) tokens.insert(tokens.end(), e.begin(), e.end());
+    gen.forward_spans(state, tokens.data(), spans, 0);
+    int row = 0;
+    for (size_t s = 0; s < spans.size(); ++s) {
+        std::vector<int32_t> seq = spans[s].cache == 0 ? a : b;
+        seq.insert(seq.end(), ends[s].begin(), ends[s].end());
+        for (int r = 0; r < spans[s].length; ++r, ++row) {
+            gen.logits_row_to_host(6 - 1 - row, got.data());
+            expect_rows_match(got, alone(model, state, seq, spans[s].pos + r), mc.vocab_size, spans[s].pos + r);
+        }
+    }
+    EXPECT_EQ(gen.position(), 0);
+    // A position past seq_len is refused though the cache has the rows.
+    EXPECT_THROW(gen.forward_spans(state, tokens.data(), {DecodeSpan{0, mc.seq_len - 1, 2}}, 0), Error);
+}
+
 TEST(Generator, Gpt2GreedyWithCacheMatchesRecompute) { check_greedy(tiny_gpt2()); }
 TEST(Generator, LlamaGqaGreedyWithCacheMatchesRecompute) { check_greedy(tiny_llama(2, false)); }
 TEST(Generator, LlamaMhaTiedGreedyWithCacheMatchesRecompute) { check_greedy(tiny_llama(4, true)); }
@@ -175,6 +222,9 @@ TEST(Generator, MistralWindowPromptInPiecesMatchesTrainingForward) { check_promp
 TEST(Generator, Gpt2BranchesOverASharedContextMatchTrainingForward) { check_branches(tiny_gpt2()); }
 TEST(Generator, LlamaBranchesOverASharedContextMatchTrainingForward) { check_branches(tiny_llama(2, false)); }
 TEST(Generator, MistralWindowBranchesMatchTrainingForward) { check_branches(tiny_mistral()); }
+TEST(Generator, Gpt2SequencesSideBySideMatchTrainingForward) { check_side_by_side(tiny_gpt2()); }
+TEST(Generator, LlamaSequencesSideBySideMatchTrainingForward) { check_side_by_side(tiny_llama(2, false)); }
+TEST(Generator, MistralWindowSequencesSideBySideMatchTrainingForward) { check_side_by_side(tiny_mistral()); }
 
 /// LoRA: the adapters (B perturbed away from zero) merged into each block's weights.
 ModelConfig with_lora(ModelConfig mc, const char* targets) {

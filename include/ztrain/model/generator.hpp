@@ -19,6 +19,16 @@ namespace zt {
 class FamilyDecoder;
 struct DecodeRows;
 
+/// A run of new rows of one cached sequence: `length` rows at positions [pos, pos + length)
+/// of the sequence whose position 0 is cache row `cache`. Its keys and values go into cache
+/// rows [cache + pos, cache + pos + length), over whatever was there, and its rows attend to
+/// cache rows [cache, cache + pos) and their own earlier rows only.
+struct DecodeSpan {
+    int cache = 0;
+    int pos = 0;
+    int length = 0;
+};
+
 /// Every unit's weights resident in backend memory, zeroed at first: the store of an
 /// inference run on one process (no gradients, nothing gathered).
 class ResidentWeights final : public UnitStore {
@@ -55,7 +65,8 @@ class LoraAdapters;
 
 class Generator {
   public:
-    /// Caches `context` positions (0: cfg.seq_len; at most cfg.seq_len); a forward takes up to
+    /// Caches `context` rows (0: cfg.seq_len): one sequence's positions, or several sequences
+    /// side by side (forward_spans), a position always below cfg.seq_len. A forward takes up to
     /// `max_rows` new rows at a time (0: context; more than context for branches) and keeps
     /// the logits of its last `logits_rows` rows (1 for decoding). Memory: the cache, 2 n_layer
     /// context NKV hs floats, plus max_rows rows of one block's activations.
@@ -89,6 +100,14 @@ class Generator {
     /// where it was. Every row's logits are kept (the sum of lengths <= logits_rows and
     /// max_rows), counted back from the last branch's last row as after forward.
     void forward_branches(UnitStore& store, const int32_t* tokens, const std::vector<int>& lengths);
+    /// The general forward: several sequences cached side by side, each in its own rows of
+    /// the cache (DecodeSpan, model_family.hpp: span s's rows sit at positions [pos, pos +
+    /// length) of the sequence cached from row `cache`), their new rows in one forward, the
+    /// tokens one span after another. Keeps the logits of each span's last `keep_per_span`
+    /// rows (0: every row), span after span, for row_losses and logits_row_to_host. The
+    /// spans' rows must fit max_rows and the kept rows logits_rows; position() is unchanged.
+    void forward_spans(UnitStore& store, const int32_t* tokens, const std::vector<DecodeSpan>& spans,
+                       int keep_per_span);
     /// Copies the logits (Vp floats) of row `row` counted back from the last token of the
     /// last forward (0 = the last token) into host memory at out.
     void logits_row_to_host(int row_from_last, float* out) const;
@@ -98,8 +117,9 @@ class Generator {
     void row_losses(const int32_t* targets, float* losses);
 
   private:
-    /// The rows of `rows` through every block, then the last `keep` rows through the head.
-    void run(UnitStore& store, const int32_t* tokens, const DecodeRows& rows, int keep);
+    /// The rows of `rows` through every block, then each span's last `keep_per_span` rows
+    /// (0: all) through the head.
+    void run(UnitStore& store, const int32_t* tokens, const DecodeRows& rows, int keep_per_span);
 
     ModelConfig m_cfg;
     Backend& m_backend;

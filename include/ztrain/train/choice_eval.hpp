@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zt {
@@ -114,26 +115,39 @@ int longest_choice_row(const ChoiceTask& task, long limit, int seq_len, uint32_t
 /// path (model/generator.hpp), the same rows as choice_row cuts them: what an example's rows
 /// share from their start, up to the first position that predicts an ending token, runs once
 /// into the key/value cache; the rest of every distinct row then runs as a branch over that
-/// cache, up to max_branches of them in a forward of at most the generator's max_rows rows
-/// (the same forwards at any world size). Only the
-/// last shared row and the branch rows reach the LM head, and no context is computed twice:
-/// for HellaSwag-shaped items a fraction of the batched forward's work. Examples are split
-/// over the ranks in contiguous blocks; an example is scored alike on any rank, so the
-/// counts are the same at any world size. The generator's context must hold the longest row.
+/// cache. Consecutive examples form a group whose contexts sit side by side in the cache and
+/// run in one forward, and whose branches (up to max_branches of them, of any of the group's
+/// examples) share the next forwards, of at most the generator's max_rows rows: the products
+/// run on many rows even when each example has few. Only each context's last row and the
+/// branch rows reach the LM head, and no context is computed twice. The groups are cut from
+/// the task's first example whatever the world size and split over the ranks in contiguous
+/// blocks, so an example is computed in the same forwards, with the same neighbours, at any
+/// world size. The generator's context must hold the longest row.
 class CachedChoiceEvaluator {
   public:
     CachedChoiceEvaluator(Generator& gen, UnitStore& weights, Communicator& comm, int max_branches, uint32_t bos);
 
     /// As ChoiceEvaluator::evaluate (collective).
     ChoiceCounts evaluate(const ChoiceTask& task, long limit, std::vector<std::vector<EndingScore>>* items = nullptr);
-    /// One example's ending scores on this rank alone.
+    /// One example's ending scores on this rank alone (a group of one).
     std::vector<EndingScore> example_scores(const ChoiceExample& ex);
 
   private:
-    /// Adds to loglik[b] the log-likelihood of row b's tokens from position `shared` on, for
-    /// every b in `members`, in one forward of their branches.
-    void run_branches(const std::vector<ChoiceRow>& rows, const std::vector<size_t>& members, size_t shared,
-                      std::vector<double>& loglik);
+    /// An example's distinct rows, what they share, and where it sits in the cache.
+    struct GroupItem {
+        ChoiceRows distinct;
+        size_t shared = 0;
+        int cache = 0;
+        std::vector<double> loglik;  ///< [distinct row]
+    };
+    /// Fills each item's loglik: the contexts in one forward, then the branches.
+    void score_group(std::vector<GroupItem>& group);
+    /// Adds each context's last-row log-likelihoods (the first scored target of rows whose
+    /// first scored position is the context's last).
+    void score_contexts(std::vector<GroupItem>& group);
+    /// Adds the log-likelihood of each member's (item, row) tokens from the item's shared
+    /// position on, in one forward of their branches.
+    void run_branches(std::vector<GroupItem>& group, const std::vector<std::pair<size_t, size_t>>& members);
 
     Generator& m_gen;
     UnitStore& m_weights;

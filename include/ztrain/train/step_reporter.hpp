@@ -162,6 +162,9 @@ class StepReporter {
     /// {"event":"checkpoint","step","async","bytes","blocked_ms","write_ms"} and a console line.
     void checkpoint_written(const CheckpointSaved& saved);
     void stopped_by_signal(int signal, long step);
+    /// Why metrics.jsonl or the TensorBoard file could not be written (rank 0's first
+    /// failure; empty: none, and always on the other ranks).
+    const std::string& output_error() const { return m_output_error; }
     /// A loss-spike rollback: the records past rb.to_step superseded, then
     /// {"event":"rollback","step","to_step","skipped_batches","reason"} and a console line.
     void rolled_back(const Rollback& rb);
@@ -174,17 +177,17 @@ class StepReporter {
     nlohmann::ordered_json comm_bytes_record() const;
     /// {"event":"stragglers","step","ranks","hosts","phase",...} and its console line.
     void report_stragglers(const Stragglers& s);
-    /// One record to metrics.jsonl and, when open, the TensorBoard file.
-    void record(const nlohmann::ordered_json& rec) {
-        m_metrics.write(rec);
-        if (m_tensorboard) m_tensorboard->write(rec);
-    }
+    /// One record to metrics.jsonl and, when open, the TensorBoard file. A write that fails
+    /// is kept in output_error() and ends the writing: the loop stops at the next step
+    /// boundary with a checkpoint instead of losing the steps since the last one.
+    void record(const nlohmann::ordered_json& rec);
 
     bool m_root;
     int m_max_steps;
     int m_log_every;
     double m_muon_lr_ratio = 0.0;  ///< train.optimizer = muon: Muon's rate / lr (0: AdamW alone)
     MetricsLog m_metrics;
+    std::string m_output_error;  ///< the first failed write (record)
     std::unique_ptr<TensorBoardWriter> m_tensorboard;
     std::unique_ptr<StragglerReport> m_stragglers;  ///< null until watch_stragglers
     Communicator& m_comm;  // non-const: step() gathers every rank's collective waits
