@@ -5,7 +5,7 @@
 # checkpoint (throughput does not depend on the weights' values).
 #
 #   bash bench/eval_bench.sh        (from the repository root)
-#   knobs: REPS (5), BUILD_DIR (build), THREADS (1 per rank), BATCH (8), OUT
+#   knobs: REPS (5), BUILD_DIR (build), THREADS (1 per rank), BATCH (32, zt-eval's default), OUT
 # Needs $BUILD_DIR/bin/{ztrain,zt-eval,zt-prepare} and mpiexec. Writes the table to OUT
 # (bench/results/eval_<date>.md) with the command, machine and git revision.
 set -euo pipefail
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 REPS="${REPS:-5}"
 BUILD_DIR="${BUILD_DIR:-build}"
 THREADS="${THREADS:-1}"
-BATCH="${BATCH:-8}"
+BATCH="${BATCH:-32}"
 OUT="${OUT:-bench/results/eval_$(date +%F).md}"
 WORK=bench/work/eval
 BIN="$BUILD_DIR/bin"
