@@ -184,8 +184,14 @@ int run(int argc, char** argv) {
     for (const zt::ChoiceTask& task : tasks)
         context = std::max(context, zt::longest_choice_row(task, o.limit, mc.seq_len, tok->eot()));
     const int rows = forward_rows(o, context);
+    // Logits for a forward's branch rows (a context keeps its last row's only): up to 512
+    // rows, and the longest branch, not every row of a long context.
+    int branch = 1;
+    for (const zt::ChoiceTask& task : tasks)
+        branch = std::max(branch, zt::longest_choice_branch(task, o.limit, mc.seq_len, tok->eot()));
+    const int logits_rows = std::min(rows, std::max(branch, 512));
     const std::unique_ptr<zt::Backend> backend = zt::make_cpu_backend(threads);
-    zt::Generator gen(mc, *backend, rows, rows, rows);
+    zt::Generator gen(mc, *backend, logits_rows, rows, rows);
     zt::ResidentWeights weights(gen.layout(), *backend);
     zt::read_model_weights(src, gen.layout(), [&](int unit, size_t begin, const float* data, size_t n) {
         weights.set(unit, begin, data, n);

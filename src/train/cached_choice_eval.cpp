@@ -49,12 +49,21 @@ size_t shared_prefix(const std::vector<ChoiceRow>& rows) {
     return shared;
 }
 
+/// What a group of consecutive examples may take: its contexts' rows in one forward, their
+/// last rows' logits, the cache's rows, and distinct rows (endings).
+struct GroupLimits {
+    size_t rows = 0;
+    size_t logits = 0;
+    size_t context = 0;
+    size_t endings = 0;
+};
+
 /// Where each group of consecutive examples starts (and, last, n): a group takes examples
-/// while their contexts fit one forward (`rows`), their rows the cache (`context`, each
-/// example the length of its longest row) and their distinct rows `endings`. The cuts depend
-/// on the task alone, not on the world size.
+/// while their contexts fit one forward, their rows the cache (each example the length of
+/// its longest row) and their distinct rows `limits.endings`. The cuts depend on the task
+/// alone, not on the world size.
 std::vector<long> group_starts(const std::vector<size_t>& shared, const std::vector<size_t>& longest,
-                               const std::vector<size_t>& distinct, size_t rows, size_t context, size_t endings) {
+                               const std::vector<size_t>& distinct, const GroupLimits& limits) {
     std::vector<long> starts{0};
     size_t ctx = 0;
     size_t cache = 0;
@@ -62,7 +71,9 @@ std::vector<long> group_starts(const std::vector<size_t>& shared, const std::vec
     const long n = static_cast<long>(shared.size());
     for (long i = 0; i < n; ++i) {
         const size_t k = static_cast<size_t>(i);
-        if (i > starts.back() && (ctx + shared[k] > rows || cache + longest[k] > context || ends + distinct[k] > endings)) {
+        const bool full = ctx + shared[k] > limits.rows || static_cast<size_t>(i - starts.back()) >= limits.logits ||
+                          cache + longest[k] > limits.context || ends + distinct[k] > limits.endings;
+        if (i > starts.back() && full) {
             starts.push_back(i);
             ctx = cache = ends = 0;
         }
@@ -81,6 +92,18 @@ size_t longest_input(const ChoiceRows& rows) {
 }
 
 }  // namespace
+
+int longest_choice_branch(const ChoiceTask& task, long limit, int seq_len, uint32_t bos) {
+    const long total = static_cast<long>(task.examples.size());
+    const long n = limit > 0 ? std::min(limit, total) : total;
+    size_t longest = 1;
+    for (long i = 0; i < n; ++i) {
+        const ChoiceRows distinct = distinct_rows(task.examples[static_cast<size_t>(i)], seq_len, bos);
+        const size_t shared = shared_prefix(distinct.rows);
+        for (const ChoiceRow& row : distinct.rows) longest = std::max(longest, row.inputs.size() - shared);
+    }
+    return static_cast<int>(longest);
+}
 
 void CachedChoiceEvaluator::score_contexts(std::vector<GroupItem>& group) {
     std::vector<DecodeSpan> spans;
@@ -208,9 +231,9 @@ ChoiceCounts CachedChoiceEvaluator::evaluate(const ChoiceTask& task, long limit,
         longest[i] = longest_input(distinct[i]);
         count[i] = distinct[i].rows.size();
     }
-    const std::vector<long> starts =
-        group_starts(shared, longest, count, static_cast<size_t>(std::min(m_gen.max_rows(), m_gen.logits_rows())),
-                     static_cast<size_t>(m_gen.context()), m_max_branches);
+    const GroupLimits limits{static_cast<size_t>(m_gen.max_rows()), static_cast<size_t>(m_gen.logits_rows()),
+                             static_cast<size_t>(m_gen.context()), m_max_branches};
+    const std::vector<long> starts = group_starts(shared, longest, count, limits);
     const long groups = static_cast<long>(starts.size()) - 1;
     // (loglik, tokens) of every ending of every example, set by the rank that scored it and 0
     // on the others: the sum is exact.

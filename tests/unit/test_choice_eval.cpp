@@ -268,10 +268,13 @@ void expect_cached_scores_match(const ModelConfig& mc) {
     const int context = longest_choice_row(task, 0, mc.seq_len, tok->eot());
     // A cache as long as the longest row (groups of one example) or three times that (up to
     // three examples side by side: their contexts in one forward, their branches sharing
-    // forwards).
+    // forwards); logits for every row a forward takes, or for the longest branch only.
+    const int branch = longest_choice_branch(task, 0, mc.seq_len, tok->eot());
+    ASSERT_LT(branch, 3 * context);
     for (const int cache : {context, 3 * context}) {
         for (int branches : {1, 3, 8}) {
-            Generator gen(mc, *backend, 3 * context, cache, 3 * context);
+            const int logits = branches == 3 ? branch : 3 * context;
+            Generator gen(mc, *backend, logits, cache, 3 * context);
             CachedChoiceEvaluator cached(gen, state, self_communicator(), branches,
                                          tok->eot() % static_cast<uint32_t>(mc.vocab_size));
             std::vector<std::vector<EndingScore>> got;
@@ -282,7 +285,7 @@ void expect_cached_scores_match(const ModelConfig& mc) {
                 for (size_t k = 0; k < got[i].size(); ++k) {
                     EXPECT_NEAR(got[i][k].loglik, want[i][k].loglik, 1e-5 * std::abs(want[i][k].loglik) + 1e-5)
                         << "example " << i << " ending " << k << ", " << branches << " branches per forward, cache "
-                        << cache;
+                        << cache << ", logits rows " << logits;
                     EXPECT_EQ(got[i][k].tokens, want[i][k].tokens) << i << " " << k;
                     EXPECT_EQ(got[i][k].chars, want[i][k].chars) << i << " " << k;
                 }
