@@ -181,14 +181,15 @@ int run(int argc, char** argv) {
     // The model whole on every rank, its inference path with a cache sized by the longest
     // row, not by the model's positions (a Hugging Face model may declare 128k of them).
     int context = 1;
-    for (const zt::ChoiceTask& task : tasks)
-        context = std::max(context, zt::longest_choice_row(task, o.limit, mc.seq_len, tok->eot()));
+    int branch = 1;
+    for (const zt::ChoiceTask& task : tasks) {
+        const zt::ChoiceExtents ext = zt::choice_extents(task, o.limit, mc.seq_len, tok->eot());
+        context = std::max(context, ext.row);
+        branch = std::max(branch, ext.branch);
+    }
     const int rows = forward_rows(o, context);
     // Logits for a forward's branch rows (a context keeps its last row's only): up to 512
     // rows, and the longest branch, not every row of a long context.
-    int branch = 1;
-    for (const zt::ChoiceTask& task : tasks)
-        branch = std::max(branch, zt::longest_choice_branch(task, o.limit, mc.seq_len, tok->eot()));
     const int logits_rows = std::min(rows, std::max(branch, 512));
     const std::unique_ptr<zt::Backend> backend = zt::make_cpu_backend(threads);
     zt::Generator gen(mc, *backend, logits_rows, rows, rows);

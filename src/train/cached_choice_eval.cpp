@@ -10,18 +10,6 @@
 
 namespace zt {
 
-int longest_choice_row(const ChoiceTask& task, long limit, int seq_len, uint32_t bos) {
-    const long total = static_cast<long>(task.examples.size());
-    const long n = limit > 0 ? std::min(limit, total) : total;
-    size_t longest = 1;
-    for (long i = 0; i < n; ++i) {
-        const ChoiceExample& ex = task.examples[static_cast<size_t>(i)];
-        for (int k = 0; k < static_cast<int>(ex.endings.size()); ++k)
-            longest = std::max(longest, choice_row(ex, k, seq_len, bos).inputs.size());
-    }
-    return static_cast<int>(longest);
-}
-
 CachedChoiceEvaluator::CachedChoiceEvaluator(Generator& gen, UnitStore& weights, Communicator& comm, int max_branches,
                                              uint32_t bos)
     : m_gen(gen),
@@ -93,16 +81,19 @@ size_t longest_input(const ChoiceRows& rows) {
 
 }  // namespace
 
-int longest_choice_branch(const ChoiceTask& task, long limit, int seq_len, uint32_t bos) {
+ChoiceExtents choice_extents(const ChoiceTask& task, long limit, int seq_len, uint32_t bos) {
     const long total = static_cast<long>(task.examples.size());
     const long n = limit > 0 ? std::min(limit, total) : total;
-    size_t longest = 1;
+    ChoiceExtents ext;
     for (long i = 0; i < n; ++i) {
         const ChoiceRows distinct = distinct_rows(task.examples[static_cast<size_t>(i)], seq_len, bos);
         const size_t shared = shared_prefix(distinct.rows);
-        for (const ChoiceRow& row : distinct.rows) longest = std::max(longest, row.inputs.size() - shared);
+        for (const ChoiceRow& row : distinct.rows) {
+            ext.row = std::max(ext.row, static_cast<int>(row.inputs.size()));
+            ext.branch = std::max(ext.branch, static_cast<int>(row.inputs.size() - shared));
+        }
     }
-    return static_cast<int>(longest);
+    return ext;
 }
 
 void CachedChoiceEvaluator::score_contexts(std::vector<GroupItem>& group) {

@@ -265,11 +265,12 @@ void expect_cached_scores_match(const ModelConfig& mc) {
     ModelState state(model.layout(), *backend, 7);
     ChoiceEvaluator batched(model, state, self_communicator(), 1, tok->eot() % static_cast<uint32_t>(mc.vocab_size));
     const auto want = batched.score_examples(task, 0, static_cast<long>(task.examples.size()));
-    const int context = longest_choice_row(task, 0, mc.seq_len, tok->eot());
+    const ChoiceExtents ext = choice_extents(task, 0, mc.seq_len, tok->eot());
+    const int context = ext.row;
     // A cache as long as the longest row (groups of one example) or three times that (up to
     // three examples side by side: their contexts in one forward, their branches sharing
     // forwards); logits for every row a forward takes, or for the longest branch only.
-    const int branch = longest_choice_branch(task, 0, mc.seq_len, tok->eot());
+    const int branch = ext.branch;
     ASSERT_LT(branch, 3 * context);
     for (const int cache : {context, 3 * context}) {
         for (int branches : {1, 3, 8}) {

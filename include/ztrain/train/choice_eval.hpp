@@ -107,12 +107,15 @@ class ChoiceEvaluator {
     uint32_t m_bos;
 };
 
-/// The longest row (inputs, choice_row's cut at seq_len) of the first `limit` examples (0:
-/// all) of `task`: the context a Generator needs to score them.
-int longest_choice_row(const ChoiceTask& task, long limit, int seq_len, uint32_t bos);
-/// The longest branch (a distinct row's inputs after what the example's rows share) of the
-/// first `limit` examples: the logits rows a forward of CachedChoiceEvaluator needs at least.
-int longest_choice_branch(const ChoiceTask& task, long limit, int seq_len, uint32_t bos);
+/// Of the first `limit` examples (0: all) of `task`: the longest row (inputs, choice_row's
+/// cut at seq_len), the context a Generator needs to score them; and the longest branch (a
+/// distinct row's inputs after what the example's rows share), the logits rows a forward of
+/// CachedChoiceEvaluator needs at least.
+struct ChoiceExtents {
+    int row = 1;
+    int branch = 1;
+};
+ChoiceExtents choice_extents(const ChoiceTask& task, long limit, int seq_len, uint32_t bos);
 
 /// Scores the candidate endings of a model held whole on every rank through its inference
 /// path (model/generator.hpp), the same rows as choice_row cuts them: what an example's rows
