@@ -23,6 +23,22 @@
 #    FSDP1 with bf16 parameters and bf16 reductions; HSDP = ZeRO-3 within a node, replicated
 #    across nodes (parallel.shard_group = 8); FSDP = over all 128 ranks; PyTorch SDPA's flash
 #    kernel, eager element-wise ops; activation checkpointing True = every block.
+# 4. MosaicML's MPT benchmarks (github.com/mosaicml/llm-foundry, scripts/train/benchmarking/
+#    README.md at commit 495218376830947dce625efabc4d86be7c47cc45; the A100 80GB and H100 80GB
+#    tables were made at commit b2a43a1477a45f40f4086a1c72f851b0ab42d0ac, whose sweep.sh and
+#    submit_benchmarks.py give the settings): every bf16 row, copied to
+#    bench/planner_papers_mosaicml.txt. MPT as benchmarked is GPT-2's architecture (learned
+#    positions, biases, LayerNorm, tied head; NumParams checks each shape), vocabulary 50368,
+#    Composer's FSDP (FULL_SHARD = ZeRO-3 over all ranks; mixed precision DEFAULT = fp32
+#    reductions, PURE = bf16), activation checkpointing = every block. Its block runs one kernel
+#    per op that ztrain also runs as one (low-precision LayerNorm, exact GELU, fused
+#    cross-entropy; no head copies around the Triton kernel): cluster.elementwise = fused. Its
+#    attention is llm-foundry's Triton FlashAttention (attn_impl = triton): the FlashAttention-2
+#    paper (Dao, 2023) measures FlashAttention-2 1.3-1.5x faster than FlashAttention in Triton in
+#    the forward pass and about 2x in the backward; with FlashAttention-2 at 0.6 of the A100's
+#    peak (a100_node.ini) and the plan's backward at 2.5 forwards, that is 0.6 x 3.5 / (1.4 +
+#    2 x 2.5) = 0.33 (the same paper puts FlashAttention (v1) at 25-40%). On H100 the same ratio
+#    applied to FlashAttention-2's 35% (FlashAttention-3 paper, arXiv:2407.08608): 0.19.
 #
 #   bash bench/planner_papers.sh [--out FILE]     (repository root; needs build/bin/ztrain)
 set -euo pipefail
@@ -163,5 +179,50 @@ fused, eager, gpu_link = ($batch * 4096 / (ms / 1e3) for ms in (${steps[0]}, ${s
 print(f'| $name | $sharding | $batch | $recompute | $published | {fused:.0f} | {eager:.0f} | {100 * (eager - $published) / $published:+.0f}% | $eager_bottleneck | {gpu_link:.0f} |')")
   table+=$'\n'"$line"
 done
+# MosaicML's MPT rows: name, sequence, GPUs, GPU, micro-batch, accumulation, published tokens/s
+# per GPU, precision, mixed precision mode, activation checkpointing, NumParams.
+declare -A mpt_shape=([125m]="768 12 12" [350m]="1024 16 24" [760m]="1536 12 24" [1b]="2048 16 24"
+  [3b]="2560 20 32" [7b]="4096 32 32" [13b]="5120 40 40" [30b]="7168 64 48" [70b]="8192 64 80")
+mpt_rows=""
+while read -r name seq gpus gpu mb accum published _precision mp checkpointing nparams; do
+  read -r hidden heads layers <<<"${mpt_shape[$name]}"
+  # GPT-2's parameters: blocks with biases, tied embedding, learned positions, final norm.
+  shape_params=$((12 * layers * hidden * hidden + 50368 * hidden + seq * hidden + 9 * layers * hidden + 2 * (2 * layers + 1) * hidden))
+  if [ "$shape_params" -ne "$nparams" ]; then echo "MPT $name at $seq: $shape_params parameters, published $nparams" >&2; exit 1; fi
+  reduce=fp32
+  if [ "$mp" = PURE ]; then reduce=bf16; fi
+  if [ "$gpu" = a100_80gb ]; then cluster=inputs/clusters/a100_node.ini; attention=0.33; else cluster=inputs/clusters/h100_node.ini; attention=0.19; fi
+  predict --model.arch=gpt2 --model.n_layer="$layers" --model.n_head="$heads" --model.n_embd="$hidden" \
+    --model.seq_len="$seq" --model.vocab_size=50368 --model.vocab_pad_to=64 --precision.dtype=bf16 \
+    --precision.reduce_dtype=$reduce --train.micro_batch="$mb" --train.grad_accum="$accum" \
+    --train.recompute="${checkpointing,,}" --parallel.zero_stage=3 --parallel.shard_group=0 --cluster $cluster \
+    --cluster.nodes=$((gpus / 8)) --cluster.attention_kernel=fused --cluster.attention_efficiency=$attention \
+    --cluster.elementwise=fused || continue
+  mpt_rows+="$name $seq $gpus $gpu $mb $accum ${checkpointing,,} $published $step_ms ${bottleneck// /_}"$'\n'
+done < <(grep -v '^#' bench/planner_papers_mosaicml.txt)
+table+=$'\n\n'$(python3 - "$mpt_rows" <<'PY'
+import statistics, sys
+rows = [r.split() for r in sys.argv[1].strip().split("\n")]
+out = ["MosaicML MPT (tokens/s per GPU; FSDP FULL_SHARD, bf16, fused element-wise ops as MPT's block runs them,",
+       "Triton FlashAttention at 0.33 of the peak on A100 and 0.19 on H100). Every row of the three bf16 tables.", "",
+       "| model | GPU | GPUs | sequence | micro-batch x accumulation | activation checkpointing | published | predicted | error | bottleneck |",
+       "|---|---|---|---|---|---|---|---|---|---|"]
+errors = {}
+for name, seq, gpus, gpu, mb, accum, ac, published, step_ms, bottleneck in rows:
+    predicted = int(mb) * int(accum) * int(seq) / (float(step_ms) / 1e3)
+    error = 100 * (predicted - int(published)) / int(published)
+    errors.setdefault(gpu, []).append((error, ac))
+    out.append(f"| MPT {name} | {gpu.split('_')[0].upper()} | {gpus} | {seq} | {mb} x {accum} | {ac} | {published} | {predicted:.0f} | {error:+.0f}% | {bottleneck.replace('_', ' ')} |")
+out.append("")
+def summary(label, e):
+    within = sum(abs(x) <= 20 for x in e)
+    return f"- {label}: {within} of {len(e)} within 20%, median error {statistics.median(e):+.1f}% (absolute {statistics.median(abs(x) for x in e):.1f}%)"
+for gpu, e in errors.items():
+    out.append(summary(gpu.split('_')[0].upper(), [x for x, _ in e]))
+    for ac in ("true", "false"):
+        out.append("  " + summary(f"activation checkpointing {ac}", [x for x, a in e if a == ac]))
+print("\n".join(out))
+PY
+)
 echo "$table"
 if [ -n "$OUT" ]; then echo "$table" > "$OUT"; fi
